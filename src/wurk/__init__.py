@@ -1,0 +1,53 @@
+"""wurk: background jobs for Python on Redis, data-compatible with Sidekiq.
+
+Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
+``perform_async``, and run ``wurk -r your.module`` to work it off.
+"""
+
+from __future__ import annotations
+
+from .client import Client, push, push_bulk
+from .config import Capsule, Config, configure, default_config
+from .errors import (
+    ConfigError,
+    EmbeddedServerError,
+    InvalidArguments,
+    InvalidPayload,
+    JobNotRegistered,
+    Poisoned,
+    RedisUnavailable,
+    RegistrationError,
+    Shutdown,
+    UnparseablePayload,
+    WurkError,
+)
+from .job import Job, JobFunction, JobSetter, job, registry
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Capsule",
+    "Client",
+    "Config",
+    "ConfigError",
+    "EmbeddedServerError",
+    "InvalidArguments",
+    "InvalidPayload",
+    "Job",
+    "JobFunction",
+    "JobNotRegistered",
+    "JobSetter",
+    "Poisoned",
+    "RedisUnavailable",
+    "RegistrationError",
+    "Shutdown",
+    "UnparseablePayload",
+    "WurkError",
+    "__version__",
+    "configure",
+    "default_config",
+    "job",
+    "push",
+    "push_bulk",
+    "registry",
+]

@@ -1,0 +1,225 @@
+"""Pushing jobs: normalise a payload, run client middleware, write it in one round trip.
+
+1. ``normalize`` applies Sidekiq's push rules (``wire-format.md`` §4.1): defaults under the
+   item, a jid and ``created_at`` when missing, transient keys dropped, bad fields refused.
+2. Client middleware may change the payload or stop the push (the call then returns None).
+3. Arguments are checked after the middleware, so middleware may convert them (§4.1 step 7).
+4. One pipeline per push or per bulk slice (§4.2): ``SADD queues`` + ``LPUSH`` per queue for
+   immediate jobs, one ``ZADD schedule`` for scheduled ones. Never a transaction, never replayed
+   after a broken connection (a replay could push the job twice).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from . import payload as P
+from .config import Config, default_config
+from .connection import RedisPool
+from .errors import InvalidPayload
+
+__all__ = ["Client", "push", "push_bulk"]
+
+# Sidekiq raises spread intervals below this to it (8.0.8).
+MIN_SPREAD_INTERVAL = 5.0
+# retry_for must be relative seconds; anything larger was surely meant as a timestamp.
+MAX_RETRY_FOR = 1_000_000_000
+
+_DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
+
+
+class Client:
+    """Pushes payloads into one Redis, through the configuration's client middleware."""
+
+    def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None) -> None:
+        self.config = config if config is not None else default_config()
+        self._pool = pool
+
+    @property
+    def pool(self) -> RedisPool:
+        return self._pool if self._pool is not None else self.config.pool("client")
+
+    # -- public -----------------------------------------------------------------------------
+    def push(self, item: Mapping[str, Any]) -> str | None:
+        """Push one job; returns its jid, or None when a middleware stopped it."""
+        normalized = self.normalize(item)
+        at = normalized.pop(P.AT, None)
+        job = self._through_middleware(normalized)
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        self._write([(job, at)])
+        return str(job[P.JID])
+
+    def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """Push many jobs of one class: ``item["args"]`` is a list of argument lists.
+
+        ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
+        over that many seconds; ``batch_size`` caps the jobs per round trip.
+        """
+        base = dict(item)
+        all_args = base.pop(P.ARGS, None)
+        if not isinstance(all_args, (list, tuple)) or not all(
+            isinstance(a, (list, tuple)) for a in all_args
+        ):
+            raise InvalidPayload("bulk push needs 'args' as a list of argument lists",
+                                 field=P.ARGS)
+        ats = self._bulk_times(base, len(all_args))
+        if P.JID in base and len(all_args) > 1:
+            raise InvalidPayload("a jid cannot be given for more than one job", field=P.JID)
+        size = base.pop("batch_size", None) or (
+            self.config.scheduled_bulk_batch_size if any(ats) else self.config.bulk_batch_size
+        )
+        own_jid = P.JID in base
+        # Normalised once, as Sidekiq does: every job of a bulk push shares its options and
+        # its created_at; only args and jid differ.
+        template = self.normalize({**base, P.ARGS: []})
+        results: list[str | None] = []
+        for start in range(0, len(all_args), size):
+            chunk = range(start, min(start + size, len(all_args)))
+            results.extend(self._push_slice(template, own_jid,
+                                            [all_args[i] for i in chunk],
+                                            [ats[i] for i in chunk]))
+        return results
+
+    # -- normalisation ----------------------------------------------------------------------
+    def normalize(self, item: Mapping[str, Any]) -> P.Payload:
+        """Sidekiq's ``normalize_item``: a complete payload ready for middleware."""
+        if not isinstance(item, Mapping):
+            raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
+        job: P.Payload = {**_DEFAULTS, **item}
+        for key in ("pool", "client_class", "sync"):
+            job.pop(key, None)
+        cls = job.get(P.CLASS)
+        if not isinstance(cls, str) or not cls:
+            raise InvalidPayload(f"'class' must be the job's name (a non-empty string), "
+                                 f"not {cls!r}", field=P.CLASS)
+        if not isinstance(job.get(P.ARGS), list):
+            raise InvalidPayload(f"'args' must be a list, not {type(job.get(P.ARGS)).__name__}",
+                                 field=P.ARGS)
+        self._check_fields(job)
+        if not job.get(P.JID):
+            job[P.JID] = P.new_jid()
+        if P.CREATED_AT not in job:
+            job[P.CREATED_AT] = P.write_time(self.config.timestamp_format)
+        return job
+
+    @staticmethod
+    def _check_fields(job: P.Payload) -> None:
+        queue = job.get(P.QUEUE)
+        if not isinstance(queue, str) or not queue:
+            raise InvalidPayload(f"'queue' must be a non-empty string, not {queue!r}",
+                                 field=P.QUEUE)
+        if "|" in queue:
+            raise InvalidPayload(f"queue name {queue!r} contains '|', which wurk reserves for "
+                                 "in-flight lists", field=P.QUEUE)
+        at = job.get(P.AT)
+        if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
+            raise InvalidPayload(f"'at' must be epoch seconds, not {at!r}", field=P.AT)
+        if P.TAGS in job and not isinstance(job[P.TAGS], list):
+            raise InvalidPayload(f"'tags' must be a list, not {job[P.TAGS]!r}", field=P.TAGS)
+        if P.RETRY_FOR in job:
+            retry_for = job[P.RETRY_FOR]
+            if isinstance(retry_for, bool) or not isinstance(retry_for, (int, float)) or not (
+                0 < retry_for <= MAX_RETRY_FOR
+            ):
+                raise InvalidPayload(f"'retry_for' must be seconds between 1 and "
+                                     f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
+            job[P.RETRY_FOR] = int(retry_for)
+        P.validate(job)
+
+    def _through_middleware(self, job: P.Payload) -> P.Payload | None:
+        chain = self.config.client_middleware
+        if not chain:
+            return job
+        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job)
+        if result is None or result is False:
+            return None
+        return result if isinstance(result, dict) else job
+
+    # -- bulk -------------------------------------------------------------------------------
+    def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
+        at = base.pop(P.AT, None)
+        spread = base.pop("spread_interval", None)
+        if at is not None and spread is not None:
+            raise InvalidPayload("give 'at' or 'spread_interval', not both", field=P.AT)
+        if spread is not None:
+            window = max(float(spread), MIN_SPREAD_INTERVAL)
+            now = time.time()
+            return [now + random.random() * window for _ in range(count)]
+        if isinstance(at, (list, tuple)):
+            if len(at) != count:
+                raise InvalidPayload(f"'at' has {len(at)} times for {count} jobs", field=P.AT)
+            return [float(t) for t in at]
+        return [None if at is None else float(at)] * count
+
+    def _push_slice(self, template: P.Payload, own_jid: bool, args_list: list[Any],
+                    ats: list[float | None]) -> list[str | None]:
+        results: list[str | None] = []
+        entries: list[tuple[P.Payload, float | None]] = []
+        for args, at in zip(args_list, ats, strict=True):
+            fresh = template.copy()
+            fresh[P.ARGS] = list(args)
+            if not own_jid:
+                fresh[P.JID] = P.new_jid()
+            job = self._through_middleware(fresh)
+            if job is None:
+                results.append(None)
+                continue
+            P.check_args(job[P.ARGS])
+            entries.append((job, at))
+            results.append(str(job[P.JID]))
+        if entries:
+            self._write(entries)
+        return results
+
+    # -- writing ----------------------------------------------------------------------------
+    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        keys = self.config.keys
+        enqueued_at = P.write_time(self.config.timestamp_format)
+        scheduled: dict[str, float] = {}
+        by_queue: dict[str, list[str]] = {}
+        for job, at in entries:
+            if at is not None:
+                job.pop(P.ENQUEUED_AT, None)
+                scheduled[P.dumps(job)] = float(at)
+            else:
+                job[P.ENQUEUED_AT] = enqueued_at
+                by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+
+        def send(redis: Any) -> None:
+            pipe = redis.pipeline(transaction=False)
+            if scheduled:
+                pipe.zadd(keys.schedule, scheduled)
+            if by_queue:
+                pipe.sadd(keys.queues, *by_queue)
+                for queue, jsons in by_queue.items():
+                    pipe.lpush(keys.queue(queue), *jsons)
+            pipe.execute()
+
+        self.pool.run(send)
+
+
+_clients: dict[int, Client] = {}
+
+
+def default_client(config: Config | None = None) -> Client:
+    """One client per configuration object, made on first use."""
+    cfg = config if config is not None else default_config()
+    client = _clients.get(id(cfg))
+    if client is None or client.config is not cfg:
+        client = _clients[id(cfg)] = Client(cfg)
+    return client
+
+
+def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
+    return default_client(config).push(item)
+
+
+def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
+    return default_client(config).push_bulk(item)
+

@@ -1,0 +1,357 @@
+"""The configuration object: every setting, validated, passed down explicitly.
+
+1. ``Config`` holds every setting with Sidekiq's defaults; each interval and timeout is a
+   setting so tests can run them fast (``decisions.md`` 26).
+2. The environment (``REDIS_URL``, ``WURK_TIMESTAMP_FORMAT``, ``WURK_HOME``, ``WURK_LEADER``,
+   ``WURK_CONCURRENCY``) is read when a ``Config`` is built, never at import.
+3. ``freeze()`` makes it read-only before threads start.
+4. One process-wide default, made on first use: ``configure(...)`` replaces it,
+   ``default_config()`` returns it.
+5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
+
+from .errors import ConfigError
+from .keys import PRIVATE_SEPARATOR, Keys
+from .middleware import Chain
+from .payload import TimestampFormat
+
+if TYPE_CHECKING:
+    from .connection import RedisPool
+
+__all__ = ["Capsule", "Config", "configure", "default_config", "parse_queue"]
+
+ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
+DeathHandler = Callable[[dict[str, Any], BaseException], None]
+LIFECYCLE_EVENTS: tuple[str, ...] = (
+    "startup", "quiet", "shutdown", "exit", "heartbeat", "beat", "leader", "fork",
+)
+
+DAY = 24 * 60 * 60
+
+
+def parse_queue(spec: str) -> tuple[str, int]:
+    """``"critical,3"`` → ``("critical", 3)``; a bare name has weight 0 (strict order)."""
+    name, _, weight_text = spec.partition(",")
+    name = name.strip()
+    _check_queue_name(name)
+    if not weight_text:
+        return name, 0
+    try:
+        weight = int(weight_text)
+    except ValueError:
+        raise ConfigError(
+            f"queue {spec!r}: the weight {weight_text!r} is not a whole number "
+            "(write NAME or NAME,WEIGHT, e.g. critical,3)"
+        ) from None
+    if weight < 0:
+        raise ConfigError(f"queue {spec!r}: the weight must be 0 or more")
+    return name, weight
+
+
+def _check_queue_name(name: str) -> None:
+    if not name:
+        raise ConfigError("a queue name is empty")
+    if PRIVATE_SEPARATOR in name:
+        raise ConfigError(
+            f"queue name {name!r} contains {PRIVATE_SEPARATOR!r}, which wurk reserves for "
+            "in-flight lists; choose another name"
+        )
+
+
+@dataclass(kw_only=True)
+class Capsule:
+    """A set of queues served by ``concurrency`` processors with their own Redis pool."""
+
+    name: str = "default"
+    queues: list[tuple[str, int]] = field(default_factory=lambda: [("default", 0)])
+    concurrency: int = 5
+
+    def __post_init__(self) -> None:
+        self.queues = [parse_queue(q) if isinstance(q, str) else (q[0], int(q[1]))
+                       for q in self.queues]
+        for queue, _ in self.queues:
+            _check_queue_name(queue)
+        if not self.queues:
+            raise ConfigError(f"capsule {self.name!r} has no queues")
+        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+            raise ConfigError(
+                f"capsule {self.name!r}: concurrency must be a whole number of at least 1, "
+                f"not {self.concurrency!r}"
+            )
+
+    @property
+    def queue_names(self) -> list[str]:
+        """Unique names in declaration order."""
+        return list(dict.fromkeys(name for name, _ in self.queues))
+
+    @property
+    def weights(self) -> dict[str, int]:
+        return {name: weight for name, weight in self.queues}
+
+    @property
+    def mode(self) -> Literal["strict", "random", "weighted"]:
+        weights = [weight for _, weight in self.queues]
+        if all(w == 0 for w in weights):
+            return "strict"
+        if all(w == 1 for w in weights):
+            return "random"
+        return "weighted"
+
+
+def _env(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value else None
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = _env(name)
+    if value is None:
+        return default
+    return value.strip().lower() not in {"0", "false", "no", "off"}
+
+
+def _env_timestamp_format() -> TimestampFormat:
+    value = _env("WURK_TIMESTAMP_FORMAT") or "ms"
+    if value not in ("ms", "float"):
+        raise ConfigError(f"WURK_TIMESTAMP_FORMAT={value!r}: use 'ms' (Sidekiq 8) or 'float' "
+                          "(Sidekiq 6/7)")
+    return value  # type: ignore[return-value]
+
+
+def _env_int(name: str) -> int | None:
+    value = _env(name)
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={value!r} is not a whole number") from None
+
+
+@dataclass(kw_only=True, eq=False)
+class Config:
+    """Every setting of a wurk process. Keyword-only; validated on build and on freeze."""
+
+    # -- Redis ------------------------------------------------------------------------------
+    redis_url: str | None = None
+    key_prefix: str = ""
+    socket_timeout: float = 3.0
+    home: str = field(default_factory=lambda: _env("WURK_HOME") or ".wurk")
+    # -- wire format ------------------------------------------------------------------------
+    timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
+    # -- client -----------------------------------------------------------------------------
+    bulk_batch_size: int = 1000
+    # ZADD is dearer than LPUSH, so scheduled bulk pushes go in smaller slices (Sidekiq 8.1.2).
+    scheduled_bulk_batch_size: int = 100
+    # -- worker -----------------------------------------------------------------------------
+    concurrency: int = field(default_factory=lambda: _env_int("WURK_CONCURRENCY") or 5)
+    queues: list[str] = field(default_factory=lambda: ["default"])
+    capsules: list[Capsule] = field(default_factory=list)
+    timeout: float = 25.0
+    shutdown_grace: float = 3.0
+    fetch: Literal["reliable", "basic"] = "basic"
+    fetch_timeout: float = 1.0
+    private_list_layout: Literal["wurk", "pro"] = "wurk"
+    paused_cache_ttl: float = 5.0
+    tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
+    labels: list[str] = field(default_factory=list)
+    environment: str | None = None
+    leader: bool = field(default_factory=lambda: _env_bool("WURK_LEADER", True)
+                         and _env_bool("SIDEKIQ_LEADER", True))
+    # -- retries and the dead set -----------------------------------------------------------
+    max_retries: int = 25
+    dead_max_jobs: int = 10_000
+    dead_timeout: float = 180 * DAY
+    # -- scheduler and heartbeat ------------------------------------------------------------
+    scheduler: Literal["atomic", "client"] = "atomic"
+    average_scheduled_poll_interval: float = 5.0
+    poll_interval_average: float | None = None
+    scheduler_initial_wait: float = 10.0
+    heartbeat_interval: float = 10.0
+    heartbeat_ttl: int = 60
+    reaper_interval: float = 60.0
+    # -- logging ----------------------------------------------------------------------------
+    log_format: Literal["pretty", "plain", "json"] = "pretty"
+    log_level: str = "INFO"
+    logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
+    skip_default_job_logging: bool = False
+    # -- extension points -------------------------------------------------------------------
+    client_middleware: Chain = field(default_factory=Chain)
+    server_middleware: Chain = field(default_factory=Chain)
+    error_handlers: list[ErrorHandler] = field(default_factory=list)
+    death_handlers: list[DeathHandler] = field(default_factory=list)
+    lifecycle: dict[str, list[Callable[[], None]]] = field(
+        default_factory=lambda: {event: [] for event in LIFECYCLE_EVENTS}
+    )
+
+    def __post_init__(self) -> None:
+        env_url = _env("REDIS_URL")
+        if env_url:  # api.md "Finding Redis": the environment wins over explicit configuration
+            self.redis_url = env_url
+        self._frozen = False
+        self._lock = threading.Lock()
+        self._pools: dict[str, RedisPool] = {}
+        self.keys = Keys(self.key_prefix)
+        self.validate()
+
+    # -- building ---------------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, source: str = "configuration") -> Config:
+        """Build from a dict (a YAML file's contents); unknown keys are named in the error."""
+        known = {f.name for f in fields(cls) if f.init}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"{source}: unknown setting {unknown[0]!r}; known settings: "
+                + ", ".join(sorted(known))
+            )
+        return cls(**dict(values))
+
+    def capsule(self, name: str, *, queues: Sequence[str], concurrency: int) -> Capsule:
+        """Add a capsule (Sidekiq 7's ``config.capsule``)."""
+        self._edit()
+        if name == "default" or any(c.name == name for c in self.capsules):
+            raise ConfigError(f"a capsule named {name!r} already exists")
+        capsule = Capsule(name=name, queues=[parse_queue(q) for q in queues],
+                          concurrency=concurrency)
+        self.capsules.append(capsule)
+        return capsule
+
+    def all_capsules(self) -> list[Capsule]:
+        """The default capsule (from ``queues``/``concurrency``) then the named ones."""
+        default = Capsule(name="default", queues=[parse_queue(q) for q in self.queues],
+                          concurrency=self.concurrency)
+        return [default, *self.capsules]
+
+    def on(self, event: str, fn: Callable[[], None] | None = None) -> Any:
+        """Register a lifecycle hook; usable as ``@config.on("startup")``."""
+        if event not in self.lifecycle:
+            raise ConfigError(
+                f"unknown lifecycle event {event!r}; known: {', '.join(LIFECYCLE_EVENTS)}"
+            )
+
+        def register(hook: Callable[[], None]) -> Callable[[], None]:
+            self._edit()
+            self.lifecycle[event].append(hook)
+            return hook
+
+        return register(fn) if fn is not None else register
+
+    # -- validation -------------------------------------------------------------------------
+    def validate(self) -> None:
+        if self.timestamp_format not in ("ms", "float"):
+            raise ConfigError(
+                f"timestamp_format must be 'ms' (Sidekiq 8) or 'float' (Sidekiq 6/7), "
+                f"not {self.timestamp_format!r}"
+            )
+        for name in ("concurrency", "max_retries", "dead_max_jobs", "bulk_batch_size",
+                     "scheduled_bulk_batch_size", "heartbeat_ttl"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < (
+                0 if name == "max_retries" else 1
+            ):
+                raise ConfigError(f"{name} must be a positive whole number, not {value!r}")
+        for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
+                     "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
+                     "socket_timeout", "scheduler_initial_wait", "reaper_interval"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
+        self._check_choice("fetch", ("reliable", "basic"))
+        self._check_choice("scheduler", ("atomic", "client"))
+        self._check_choice("private_list_layout", ("wurk", "pro"))
+        self._check_choice("log_format", ("pretty", "plain", "json"))
+        if isinstance(self.queues, str) or not all(isinstance(q, str) for q in self.queues):
+            raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
+        self.all_capsules()  # validates queue names and concurrency
+
+    def _check_choice(self, name: str, choices: Iterable[str]) -> None:
+        value = getattr(self, name)
+        options = tuple(choices)
+        if value not in options:
+            raise ConfigError(f"{name} must be one of {', '.join(map(repr, options))}, "
+                              f"not {value!r}")
+
+    # -- freezing ---------------------------------------------------------------------------
+    def freeze(self) -> Config:
+        """Validate and make read-only; done before any worker thread starts."""
+        self.validate()
+        self.client_middleware.freeze()
+        self.server_middleware.freeze()
+        self._frozen = True
+        return self
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if getattr(self, "_frozen", False) and not name.startswith("_"):
+            raise ConfigError(f"the configuration is frozen; {name} cannot change after start")
+        super().__setattr__(name, value)
+
+    def _edit(self) -> None:
+        if self._frozen:
+            raise ConfigError("the configuration is frozen once the worker starts")
+
+    # -- connections ------------------------------------------------------------------------
+    def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
+        """The Redis pool for ``role`` (client, internal, a capsule's name, web), made once."""
+        with self._lock:
+            existing = self._pools.get(role)
+            if existing is not None:
+                return existing
+            from .connection import RedisPool, resolve_url
+
+            pool = RedisPool(resolve_url(self), size=size or 10, name=f"wurk-{role}",
+                             socket_timeout=self.socket_timeout)
+            self._pools[role] = pool
+            return pool
+
+    def reset_pools(self) -> None:
+        """Drop every pool without closing its sockets: for a child right after ``fork``."""
+        with self._lock:
+            for pool in self._pools.values():
+                pool.reset_after_fork()
+            self._pools.clear()
+
+    def close(self) -> None:
+        with self._lock:
+            for pool in self._pools.values():
+                pool.close()
+            self._pools.clear()
+
+
+_default: Config | None = None
+_default_lock = threading.Lock()
+
+
+def default_config() -> Config:
+    """The process-wide configuration, built on first use (reading the environment then)."""
+    global _default
+    current = _default
+    if current is not None:  # the hot path of every push: no lock once built
+        return current
+    with _default_lock:
+        if _default is None:
+            _default = Config()
+        return _default
+
+
+def configure(config: Config | None = None, /, **settings: Any) -> Config:
+    """Replace the process-wide configuration with ``config`` or one built from ``settings``."""
+    global _default
+    new = config if config is not None else Config.from_mapping(settings)
+    with _default_lock:
+        old, _default = _default, new
+    if old is not None and old is not new:
+        old.close()
+    return new

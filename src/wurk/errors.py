@@ -1,0 +1,114 @@
+"""Every exception wurk raises, in one tree.
+
+::
+
+    BaseException
+    └── Shutdown                 raised inside job threads at the hard-shutdown deadline
+    Exception
+    └── WurkError
+        ├── ConfigError          (also ValueError)  a bad setting, flag or config file
+        ├── RegistrationError    (also ValueError)  a job that cannot be registered
+        ├── InvalidArguments     (also TypeError)   job arguments that are not JSON-native
+        ├── InvalidPayload       (also ValueError)  a payload whose fields cannot be interpreted
+        │   └── UnparseablePayload                  not JSON, or not a JSON object
+        ├── JobNotRegistered     (also LookupError) a payload names a job this process lacks
+        ├── RedisUnavailable     (also ConnectionError) Redis cannot be reached
+        ├── EmbeddedServerError                     the embedded server cannot be used
+        └── Poisoned                                a job that kept killing its worker
+
+The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
+``wurk.InvalidPayload`` (``decisions.md`` 7), whatever file defines it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EmbeddedServerError",
+    "InvalidArguments",
+    "InvalidPayload",
+    "JobNotRegistered",
+    "Poisoned",
+    "RedisUnavailable",
+    "RegistrationError",
+    "Shutdown",
+    "UnparseablePayload",
+    "WurkError",
+]
+
+
+class Shutdown(BaseException):
+    """Interrupts a job at the shutdown deadline.
+
+    A ``BaseException`` so that a job's ``except Exception`` cannot swallow it; a job that
+    ends with this is not a failure: its payload is already back on its queue.
+    """
+
+    __module__ = "wurk"
+
+
+class WurkError(Exception):
+    """Base class of every error wurk raises on purpose."""
+
+    __module__ = "wurk"
+
+
+class ConfigError(WurkError, ValueError):
+    """A setting, CLI flag or configuration file is wrong; the message names it."""
+
+    __module__ = "wurk"
+
+
+class RegistrationError(WurkError, ValueError):
+    """A job cannot be registered (duplicate name, defined in ``__main__`` without a name)."""
+
+    __module__ = "wurk"
+
+
+class InvalidArguments(WurkError, TypeError):
+    """Job arguments that JSON cannot carry unchanged; the message names the argument."""
+
+    __module__ = "wurk"
+
+
+class InvalidPayload(WurkError, ValueError):
+    """A payload field has a value wurk cannot interpret.
+
+    Such a job goes straight to the dead set: no retry can make it interpretable.
+    """
+
+    __module__ = "wurk"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class UnparseablePayload(InvalidPayload):
+    """The raw entry is not JSON, or not a JSON object; it is stored raw in the dead set."""
+
+    __module__ = "wurk"
+
+
+class JobNotRegistered(WurkError, LookupError):
+    """A payload names a job no module loaded by this process registered."""
+
+    __module__ = "wurk"
+
+
+class RedisUnavailable(WurkError, ConnectionError):
+    """Redis could not be reached, or the connection broke mid-command."""
+
+    __module__ = "wurk"
+
+
+class EmbeddedServerError(WurkError):
+    """The embedded server cannot be started, found or stopped; the message says the way out."""
+
+    __module__ = "wurk"
+
+
+class Poisoned(WurkError):
+    """Handed to death handlers for a job recovered too often without completing."""
+
+    __module__ = "wurk"

@@ -1,0 +1,422 @@
+"""Defining jobs: the ``@wurk.job`` decorator, ``wurk.Job`` subclasses and the registry.
+
+1. A job has a wire name (the payload's ``class``) and default options merged under every
+   push. The name defaults to ``<module>.<qualname>``; give ``name=`` to match a Ruby class.
+2. The registry maps wire names to definitions. A worker runs only registered jobs: a
+   payload's ``class`` is a lookup key, never something to import (``api.md``).
+3. ``perform_async``/``perform_in``/``perform_at`` of a decorated function are typed against
+   its own signature (``ParamSpec``), so mypy catches a wrong argument. Keyword arguments are
+   bound to their positions: Sidekiq's payload only has positional ``args``.
+4. ``set(...)`` returns a one-shot setter with the same methods and overridden options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+
+from . import payload as P
+from .config import Config, parse_queue
+from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+
+__all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "job", "registry"]
+
+Params = ParamSpec("Params")
+R = TypeVar("R")
+Interval = float | int | timedelta
+When = float | int | datetime
+
+# Options that change how the worker treats the job; anything else is copied into the
+# payload as is (middleware commonly reads custom keys).
+_HOOK_OPTIONS = ("retry_in", "retries_exhausted")
+
+
+def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
+    """Check the options Sidekiq gives meaning to; the message names option, value and fix."""
+    result = dict(options)
+    for key, value in result.items():
+        _check_option(key, value, where)
+    if P.RETRY_FOR in result:
+        result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
+    return result
+
+
+def _check_option(key: str, value: Any, where: str) -> None:
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{where}: option {key}={value!r} is invalid; expected {expected}")
+
+    if key in (P.QUEUE, P.RETRY_QUEUE):
+        if not isinstance(value, str):
+            raise bad("a queue name")
+        parse_queue(value)
+    elif key == P.RETRY:
+        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
+            raise bad("True, False or a number of retries ≥ 0")
+    elif key == P.RETRY_FOR:
+        seconds = value.total_seconds() if isinstance(value, timedelta) else value
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+            raise bad("a positive number of seconds")
+    elif key == P.DEAD:
+        if not isinstance(value, bool):
+            raise bad("True or False")
+    elif key == P.BACKTRACE:
+        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
+            raise bad("True, False or a number of lines")
+    elif key == P.TAGS:
+        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+            raise bad("a list of strings")
+    else:
+        try:
+            P.check_args([value], what=f"option {key!r}")
+        except InvalidArguments as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+
+
+class JobDefinition:
+    """A registered job: its wire name, default options and how to run it."""
+
+    def __init__(self, name: str, target: Callable[..., Any], options: Mapping[str, Any],
+                 *, hooks: Mapping[str, Callable[..., Any]] | None = None,
+                 is_class: bool = False) -> None:
+        self.name = name
+        self.target = target
+        self.options = dict(options)
+        self.hooks = dict(hooks or {})
+        self.is_class = is_class
+        perform = getattr(target, "perform", None) if is_class else target
+        self.is_async = inspect.iscoroutinefunction(perform)
+        self._signature: inspect.Signature | None = None
+
+    def __repr__(self) -> str:
+        return f"<JobDefinition {self.name!r}>"
+
+    def positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+        """Arguments as the payload's positional ``args`` list."""
+        if not kwargs:
+            return list(args)
+        if self._signature is None:
+            perform = self.target.perform if self.is_class else self.target  # type: ignore[attr-defined]
+            self._signature = inspect.signature(perform)
+        bound_args = (None, *args) if self.is_class else args
+        try:
+            bound = self._signature.bind(*bound_args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArguments(f"{self.name}: {exc}") from None
+        if bound.kwargs:
+            raise InvalidArguments(
+                f"{self.name}: keyword-only arguments {sorted(bound.kwargs)} cannot travel in "
+                "a Sidekiq payload, which has positional args only"
+            )
+        return list(bound.args[1:] if self.is_class else bound.args)
+
+    def instantiate(self, payload: P.Payload) -> Any:
+        """The object whose ``perform`` runs the job (a ``Job`` instance, or the function)."""
+        if not self.is_class:
+            return self.target
+        instance = self.target()
+        instance.jid = payload.get(P.JID, "")
+        instance.bid = payload.get(P.BID)
+        instance.payload = payload
+        return instance
+
+    def call(self, instance: Any, args: Sequence[Any]) -> Any:
+        return instance.perform(*args) if self.is_class else instance(*args)
+
+    def hook(self, name: str, instance: Any) -> Callable[..., Any] | None:
+        if self.is_class:
+            method = getattr(instance, name, None)
+            base = getattr(Job, name)
+            if method is None or getattr(method, "__func__", None) is base:
+                return None
+            return method  # type: ignore[no-any-return]
+        return self.hooks.get(name)
+
+
+class Registry:
+    """Wire name → definition. Thread-safe; a name belongs to one target."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, JobDefinition] = {}
+        self._lock = threading.Lock()
+
+    def register(self, definition: JobDefinition) -> None:
+        with self._lock:
+            existing = self._jobs.get(definition.name)
+            if existing is not None and not _same_source(existing.target, definition.target):
+                raise RegistrationError(
+                    f"job name {definition.name!r} is already registered by "
+                    f"{_describe(existing.target)}; give one of them another name="
+                )
+            self._jobs[definition.name] = definition
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            self._jobs.pop(name, None)
+
+    def lookup(self, name: str) -> JobDefinition:
+        definition = self._jobs.get(name)
+        if definition is None:
+            raise JobNotRegistered(
+                f"no job named {name!r} is registered in this process; load the module that "
+                "defines it with -r, or register it with @wurk.job(name=...)"
+            )
+        return definition
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._jobs
+
+    def names(self) -> list[str]:
+        return sorted(self._jobs)
+
+
+def _same_source(a: Any, b: Any) -> bool:
+    """A module reloaded re-registers the same qualified name; that is not a clash."""
+    def origin(x: Any) -> tuple[Any, Any]:
+        return getattr(x, "__module__", None), getattr(x, "__qualname__", None)
+
+    return a is b or origin(a) == origin(b)
+
+
+def _describe(target: Any) -> str:
+    return f"{getattr(target, '__module__', '?')}.{getattr(target, '__qualname__', target)}"
+
+
+registry = Registry()
+
+
+def wire_name(target: Any, name: str | None) -> str:
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise RegistrationError(f"name= must be a non-empty string, not {name!r}")
+        return name
+    module = getattr(target, "__module__", None)
+    if module == "__main__":
+        raise RegistrationError(
+            f"job {target.__qualname__!r} is defined in __main__, a name a worker cannot load; "
+            f"give it a wire name: @wurk.job(name=\"{target.__qualname__}\")"
+        )
+    return f"{module}.{target.__qualname__}"
+
+
+# -- pushing ----------------------------------------------------------------------------------
+def _seconds_from_now(interval: Interval) -> float:
+    seconds = interval.total_seconds() if isinstance(interval, timedelta) else float(interval)
+    # Sidekiq: below 10^9 an interval is relative, above it an absolute epoch.
+    return seconds if seconds >= P.ABSOLUTE_EPOCH_FLOOR else time.time() + seconds
+
+
+def _epoch(when: When) -> float:
+    if isinstance(when, datetime):
+        if when.tzinfo is None:
+            raise ValueError(
+                f"perform_at got a naive datetime {when!r}; give it a timezone "
+                "(e.g. datetime.now(timezone.utc)) so the time is unambiguous"
+            )
+        return when.timestamp()
+    return float(when)
+
+
+class JobSetter(Generic[Params]):
+    """``job.set(queue=..., retry=...)``: pushes with some options overridden."""
+
+    def __init__(self, definition: JobDefinition, options: Mapping[str, Any],
+                 config: Config | None = None) -> None:
+        opts = dict(options)
+        self._config = opts.pop("config", config)
+        self._wait_until: float | None = None
+        if "wait" in opts:
+            self._wait_until = _seconds_from_now(opts.pop("wait"))
+        if "wait_until" in opts:
+            self._wait_until = _epoch(opts.pop("wait_until"))
+        self._sync = bool(opts.pop("sync", False))
+        self.definition = definition
+        self.options = validate_options(opts, where=f"{definition.name}.set()")
+
+    def _client(self) -> Any:
+        from .client import default_client
+
+        return default_client(self._config)
+
+    def _item(self, args: list[Any]) -> dict[str, Any]:
+        return {**self.definition.options, **self.options,
+                P.CLASS: self.definition.name, P.ARGS: args}
+
+    def perform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
+        if self._wait_until is not None:
+            return self._schedule(self._wait_until, args, kwargs)
+        if self._sync:
+            self.perform_inline(*args, **kwargs)
+            return None
+        payload = self._item(self.definition.positional(args, kwargs))
+        return self._client().push(payload)  # type: ignore[no-any-return]
+
+    def perform_in(self, interval: Interval, /, *args: Params.args,
+                   **kwargs: Params.kwargs) -> str | None:
+        return self._schedule(_seconds_from_now(interval), args, kwargs)
+
+    def perform_at(self, when: When, /, *args: Params.args,
+                   **kwargs: Params.kwargs) -> str | None:
+        return self._schedule(_seconds_from_now(_epoch(when)), args, kwargs)
+
+    def _schedule(self, at: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        item = self._item(self.definition.positional(args, kwargs))
+        if at > time.time():  # a time already past pushes now (Sidekiq's shortcut)
+            item[P.AT] = at
+        return self._client().push(item)  # type: ignore[no-any-return]
+
+    def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
+                     at: When | Sequence[When] | None = None,
+                     spread_interval: float | None = None) -> list[str | None]:
+        """Push one job per argument list, a round trip per ``batch_size`` jobs."""
+        item: dict[str, Any] = self._item([list(a) for a in args])
+        if batch_size is not None:
+            item["batch_size"] = batch_size
+        if at is not None:
+            item[P.AT] = ([_epoch(t) for t in at] if isinstance(at, (list, tuple))
+                          else _epoch(at))  # type: ignore[arg-type]
+        if spread_interval is not None:
+            item["spread_interval"] = spread_interval
+        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+
+    def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
+        """Run now, in this thread, through client and server middleware (Sidekiq's
+        ``perform_inline``); returns the job's result, or None if a middleware stopped it."""
+        client = self._client()
+        job = client.normalize(self._item(self.definition.positional(args, kwargs)))
+        job = client._through_middleware(job)
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        job = P.loads(P.dumps(job))
+        instance = self.definition.instantiate(job)
+
+        def run() -> Any:
+            result = self.definition.call(instance, job[P.ARGS])
+            return asyncio.run(result) if inspect.iscoroutine(result) else result
+
+        return client.config.server_middleware.invoke(instance, job, job[P.QUEUE], run)
+
+
+class JobFunction(JobSetter[Params], Generic[Params, R]):
+    """What ``@wurk.job`` returns: the function, still callable, plus the push methods."""
+
+    def __init__(self, func: Callable[Params, R], definition: JobDefinition) -> None:
+        super().__init__(definition, {})
+        self.func = func
+        self.name = definition.name
+        self.__wrapped__ = func
+        self.__doc__ = func.__doc__
+        self.__name__ = getattr(func, "__name__", definition.name)
+        self.__qualname__ = getattr(func, "__qualname__", definition.name)
+        self.__module__ = func.__module__
+
+    def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> R:
+        return self.func(*args, **kwargs)
+
+    def set(self, **options: Any) -> JobSetter[Params]:
+        return JobSetter(self.definition, options)
+
+    def __repr__(self) -> str:
+        return f"<wurk job {self.name!r}>"
+
+
+@overload
+def job(func: Callable[Params, R], /) -> JobFunction[Params, R]: ...
+
+
+@overload
+def job(*, name: str | None = None, **options: Any
+        ) -> Callable[[Callable[Params, R]], JobFunction[Params, R]]: ...
+
+
+def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
+        **options: Any) -> Any:
+    """Register a function as a job: ``@wurk.job`` or ``@wurk.job(queue=..., name=...)``."""
+
+    def register(fn: Callable[..., Any]) -> JobFunction[Any, Any]:
+        if not callable(fn) or inspect.isclass(fn):
+            raise RegistrationError(f"@wurk.job decorates a function, not {fn!r}; "
+                                    "subclass wurk.Job for classes")
+        hooks = {k: options.pop(k) for k in _HOOK_OPTIONS if k in options}
+        wire = wire_name(fn, name)
+        definition = JobDefinition(wire, fn, validate_options(options, where=f"job {wire!r}"),
+                                   hooks=hooks)
+        registry.register(definition)
+        return JobFunction(fn, definition)
+
+    return register(func) if func is not None else register
+
+
+class Job:
+    """Base class for class-based jobs; options are class keywords::
+
+        class HardJob(wurk.Job, queue="critical", retry=5):
+            def perform(self, a: int, b: str) -> None: ...
+
+    ``abstract=True`` makes a base class that is not registered itself.
+    """
+
+    definition: ClassVar[JobDefinition]
+    jid: str
+    bid: str | None
+    payload: P.Payload
+
+    def __init_subclass__(cls, *, name: str | None = None, abstract: bool = False,
+                          **options: Any) -> None:
+        super().__init_subclass__()
+        inherited = getattr(cls, "_wurk_options", {})
+        merged = {**inherited, **options}
+        cls._wurk_options = merged  # type: ignore[attr-defined]
+        if abstract:
+            return
+        wire = wire_name(cls, name)
+        cls.definition = JobDefinition(wire, cls, validate_options(merged, where=f"job {wire!r}"),
+                                       is_class=True)
+        registry.register(cls.definition)
+
+    def perform(self, *args: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
+
+    def retry_in(self, count: int, exc: BaseException) -> float | str | None:
+        """Seconds until the next retry, ``"kill"``, ``"discard"``, or None for the default."""
+        return None
+
+    def retries_exhausted(self, payload: P.Payload, exc: BaseException) -> str | None:
+        """Called once retries run out; return ``"discard"`` to skip the dead set."""
+        return None
+
+    @classmethod
+    def set(cls, **options: Any) -> JobSetter[...]:
+        return JobSetter(cls._definition(), options)
+
+    @classmethod
+    def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+        return cls.set().perform_async(*args, **kwargs)
+
+    @classmethod
+    def perform_in(cls, interval: Interval, /, *args: Any, **kwargs: Any) -> str | None:
+        return cls.set().perform_in(interval, *args, **kwargs)
+
+    @classmethod
+    def perform_at(cls, when: When, /, *args: Any, **kwargs: Any) -> str | None:
+        return cls.set().perform_at(when, *args, **kwargs)
+
+    @classmethod
+    def perform_bulk(cls, args: Iterable[Sequence[Any]], **options: Any) -> list[str | None]:
+        return cls.set().perform_bulk(args, **options)
+
+    @classmethod
+    def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls.set().perform_inline(*args, **kwargs)
+
+    @classmethod
+    def _definition(cls) -> JobDefinition:
+        definition = cls.__dict__.get("definition")
+        if definition is None:
+            raise RegistrationError(f"{cls.__qualname__} is abstract; subclass it to push jobs")
+        return definition  # type: ignore[no-any-return]

@@ -1,0 +1,118 @@
+"""Every Redis key name wurk reads or writes — the only place they are spelled.
+
+1. Sidekiq's keys (``wire-format.md`` §1), so a Ruby process sharing the Redis sees the
+   same data.
+2. wurk's own keys (§13), kept out of the ``queue:`` namespace unless they hold jobs.
+3. An optional prefix (§0.2) for joining a Sidekiq 6 deployment that used redis-namespace;
+   it applies to every key, including those built inside Lua from the prefixes below.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+__all__ = ["Keys"]
+
+# Separator of the fields of a private in-flight list name; a public queue name may not
+# contain it, or the list could not be parsed back into (queue, owner).
+PRIVATE_SEPARATOR = "|"
+
+
+class Keys:
+    """Key names under one optional prefix."""
+
+    __slots__ = (
+        "dead",
+        "leader",
+        "leader_token",
+        "paused",
+        "prefix",
+        "process_cleanup",
+        "processes",
+        "queues",
+        "reaper_lock",
+        "retry",
+        "schedule",
+        "stat_failed",
+        "stat_processed",
+        "super_processes",
+    )
+
+    def __init__(self, prefix: str = "") -> None:
+        self.prefix = f"{prefix}:" if prefix else ""
+        p = self.prefix
+        self.queues = f"{p}queues"
+        self.schedule = f"{p}schedule"
+        self.retry = f"{p}retry"
+        self.dead = f"{p}dead"
+        self.processes = f"{p}processes"
+        self.process_cleanup = f"{p}process_cleanup"
+        self.stat_processed = f"{p}stat:processed"
+        self.stat_failed = f"{p}stat:failed"
+        self.paused = f"{p}paused"
+        self.leader = f"{p}dear-leader"
+        self.leader_token = f"{p}leader-token"
+        self.reaper_lock = f"{p}wurk:reaper:full-scan"
+        self.super_processes = f"{p}super_processes"
+
+    # -- queues -----------------------------------------------------------------------------
+    def queue(self, name: str) -> str:
+        return f"{self.prefix}queue:{name}"
+
+    @property
+    def queue_prefix(self) -> str:
+        """What precedes a queue name in its list key (passed to Lua, ``decisions.md`` 12)."""
+        return f"{self.prefix}queue:"
+
+    def queue_name(self, key: str) -> str:
+        """The queue name of a ``queue:<name>`` key."""
+        return key[len(self.queue_prefix) :]
+
+    def private(self, queue: str, hostname: str, pid: int, nonce: str, index: int) -> str:
+        """A processor's in-flight list, Ruby wurk's layout (§10.3)."""
+        sep = PRIVATE_SEPARATOR
+        return f"{self.queue_prefix}{queue}{sep}{hostname}{sep}{pid}{sep}{nonce}{sep}{index}"
+
+    def private_pro(self, identity: str, queue: str) -> str:
+        """Sidekiq Pro's super_fetch private list (§10.1), for ``private_list_layout="pro"``."""
+        return f"{self.queue_prefix}sq|{identity}|{queue}"
+
+    def super_queues(self, identity: str) -> str:
+        return f"{self.prefix}{identity}:super_queues"
+
+    @property
+    def private_pattern(self) -> str:
+        """SCAN pattern matching every private list of either layout."""
+        return f"{self.queue_prefix}*|*"
+
+    # -- processes --------------------------------------------------------------------------
+    def process(self, identity: str) -> str:
+        return f"{self.prefix}{identity}"
+
+    def work(self, identity: str) -> str:
+        return f"{self.prefix}{identity}:work"
+
+    def workers(self, identity: str) -> str:
+        """Sidekiq 6.4's name for the work hash (``decisions.md`` 2)."""
+        return f"{self.prefix}{identity}:workers"
+
+    def signals(self, identity: str) -> str:
+        return f"{self.prefix}{identity}-signals"
+
+    # -- stats ------------------------------------------------------------------------------
+    def stat_processed_day(self, day: _dt.date) -> str:
+        return f"{self.stat_processed}:{day.isoformat()}"
+
+    def stat_failed_day(self, day: _dt.date) -> str:
+        return f"{self.stat_failed}:{day.isoformat()}"
+
+    # -- reliability ------------------------------------------------------------------------
+    @property
+    def poison_prefix(self) -> str:
+        return f"{self.prefix}super_fetch:recovered:"
+
+    def poison_counter(self, jid: str) -> str:
+        if not jid:
+            # The bare prefix is a key shared by nobody; deleting or bumping it is a bug.
+            raise ValueError("poison counter needs a non-empty jid")
+        return f"{self.poison_prefix}{jid}"

@@ -1,0 +1,297 @@
+"""The job payload: Sidekiq's JSON object, built, checked, dumped and loaded here only.
+
+1. Field names (``wire-format.md`` §3) are constants of this module.
+2. ``dumps`` writes what Ruby's ``JSON.generate`` writes: compact, raw UTF-8, no NaN.
+3. ``loads`` + ``validate`` turn a raw entry into a dict or an error that names the field.
+4. Time values: ``write_time`` follows ``timestamp_format`` (``decisions.md`` 1); ``read_time``
+   accepts every form found in the wild (§0.4).
+5. Arguments must be JSON-native; ``check_args`` names the first one that is not.
+6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import os
+import time
+import zlib
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
+from typing import Any, Literal
+
+from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
+
+__all__ = [
+    "Payload",
+    "TimestampFormat",
+    "check_args",
+    "decode_backtrace",
+    "dumps",
+    "encode_backtrace",
+    "error_class_name",
+    "loads",
+    "new_jid",
+    "read_time",
+    "score",
+    "validate",
+    "write_time",
+]
+
+Payload = dict[str, Any]
+TimestampFormat = Literal["ms", "float"]
+
+# -- field names ------------------------------------------------------------------------------
+CLASS = "class"
+ARGS = "args"
+QUEUE = "queue"
+JID = "jid"
+RETRY = "retry"
+RETRY_FOR = "retry_for"
+RETRY_QUEUE = "retry_queue"
+RETRY_COUNT = "retry_count"
+CREATED_AT = "created_at"
+ENQUEUED_AT = "enqueued_at"
+FAILED_AT = "failed_at"
+RETRIED_AT = "retried_at"
+DISCARDED_AT = "discarded_at"
+AT = "at"
+TAGS = "tags"
+BID = "bid"
+WRAPPED = "wrapped"
+DISPLAY_CLASS = "display_class"
+DEAD = "dead"
+BACKTRACE = "backtrace"
+ERROR_CLASS = "error_class"
+ERROR_MESSAGE = "error_message"
+ERROR_BACKTRACE = "error_backtrace"
+LOG_LEVEL = "log_level"
+
+DEFAULT_QUEUE = "default"
+# Client-side options that never reach Redis (wire-format §3.1).
+TRANSIENT_FIELDS = frozenset({"pool", "client_class", "sync", AT})
+# Sidekiq truncates error messages to this many characters (§3.2).
+ERROR_MESSAGE_LIMIT = 10_000
+# An epoch value below this cannot be milliseconds after 1973, so wurk's readers take it as
+# seconds (§0.4 rule 2, the defensive extra); wurk never writes one.
+_MS_FLOOR = 10**11
+# Relative intervals are below this; larger numbers are absolute epoch seconds (§4.2).
+ABSOLUTE_EPOCH_FLOOR = 1_000_000_000
+
+
+def new_jid() -> str:
+    """12 random bytes as 24 lowercase hex characters, as Sidekiq makes them."""
+    return os.urandom(12).hex()
+
+
+# -- JSON -------------------------------------------------------------------------------------
+_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def dumps(obj: Any) -> str:
+    """Compact JSON with raw UTF-8, the bytes Ruby's generator produces for the same object."""
+    return _encoder.encode(obj)
+
+
+def loads(raw: str | bytes) -> Payload:
+    """Parse a stored entry; anything but a JSON object is an ``UnparseablePayload``."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise UnparseablePayload(
+            f"payload is not valid JSON ({exc}): {_excerpt(raw)}", field=None
+        ) from None
+    if not isinstance(value, dict):
+        raise UnparseablePayload(
+            f"payload is JSON but not an object ({type(value).__name__}): {_excerpt(raw)}"
+        )
+    return value
+
+
+def _excerpt(raw: str | bytes, limit: int = 200) -> str:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    return repr(text[:limit]) + ("…" if len(text) > limit else "")
+
+
+# -- validation -------------------------------------------------------------------------------
+def validate(payload: Payload) -> Payload:
+    """Check the fields a worker relies on; raise ``InvalidPayload`` naming the first bad one."""
+    _require(payload, CLASS, isinstance(payload.get(CLASS), str) and payload[CLASS] != "",
+             "a non-empty string")
+    _require(payload, ARGS, isinstance(payload.get(ARGS), list), "an array")
+    if QUEUE in payload:
+        _require(payload, QUEUE, isinstance(payload[QUEUE], str) and payload[QUEUE] != "",
+                 "a non-empty string")
+    if JID in payload:
+        _require(payload, JID, isinstance(payload[JID], str), "a string")
+    if RETRY in payload:
+        value = payload[RETRY]
+        ok = value is None or isinstance(value, bool) or (isinstance(value, int) and value >= 0)
+        _require(payload, RETRY, ok, "true, false or a non-negative integer")
+    if RETRY_FOR in payload:
+        _require(payload, RETRY_FOR, _is_number(payload[RETRY_FOR]), "a number of seconds")
+    if RETRY_COUNT in payload:
+        value = payload[RETRY_COUNT]
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        _require(payload, RETRY_COUNT, ok, "an integer")
+    if TAGS in payload:
+        _require(payload, TAGS, isinstance(payload[TAGS], list), "an array")
+    if BACKTRACE in payload:
+        value = payload[BACKTRACE]
+        ok = isinstance(value, (bool, int)) or value is None
+        _require(payload, BACKTRACE, ok, "true, false or a line count")
+    if DEAD in payload:
+        _require(payload, DEAD, isinstance(payload[DEAD], bool) or payload[DEAD] is None,
+                 "true or false")
+    return payload
+
+
+def _require(payload: Mapping[str, Any], field: str, ok: bool, expected: str) -> None:
+    if not ok:
+        shown = _excerpt(dumps(payload.get(field)), 80) if field in payload else "missing"
+        raise InvalidPayload(
+            f"payload field {field!r} is {shown}; expected {expected}", field=field
+        )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# -- arguments --------------------------------------------------------------------------------
+def check_args(args: Iterable[Any], *, what: str = "argument") -> None:
+    """Refuse anything JSON would not carry back unchanged; name it and say what to do."""
+    for index, value in enumerate(args):
+        if type(value) not in _SCALARS:
+            _check_native(value, f"{what} {index}")
+
+
+# Exact types that need no further look (floats do: NaN); subclasses take the slow path.
+_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _check_native(value: Any, path: str) -> None:
+    if value is None or isinstance(value, (bool, int, str)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidArguments(f"{path} is {value!r}; JSON cannot carry NaN or infinity")
+        return
+    if type(value) is list:
+        for i, item in enumerate(value):
+            _check_native(item, f"{path}[{i}]")
+        return
+    if type(value) is dict:
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InvalidArguments(
+                    f"{path} has the key {key!r} of type {type(key).__name__}; JSON object keys "
+                    "must be strings (it would come back as a string)"
+                )
+            _check_native(item, f"{path}[{key!r}]")
+        return
+    raise InvalidArguments(
+        f"{path} is {type(value).__name__} ({_short_repr(value)}), which is not JSON-native; "
+        "pass only None, bool, int, float, str, list and dict with str keys "
+        "(convert it yourself, e.g. a datetime to .isoformat(), a tuple to a list)"
+    )
+
+
+def _short_repr(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# -- time -------------------------------------------------------------------------------------
+def write_time(fmt: TimestampFormat, at: float | None = None) -> int | float:
+    """A payload timestamp: integer ms (Sidekiq 8) or float seconds (Sidekiq 6/7)."""
+    t = time.time() if at is None else at
+    if fmt == "ms":
+        return int(t * 1000)
+    return float(t)
+
+
+def read_time(value: Any) -> float | None:
+    """Epoch seconds from any timestamp form Sidekiq ever wrote (§0.4), or None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int):
+        return value / 1000.0 if value >= _MS_FLOOR else float(value)
+    if isinstance(value, str):
+        return _read_time_text(value.strip())
+    return None
+
+
+def _read_time_text(text: str) -> float | None:
+    try:
+        number: int | float = int(text)
+    except ValueError:
+        try:
+            number = float(text)
+        except ValueError:
+            return _parse_date_text(text)
+    return read_time(number)
+
+
+def _parse_date_text(text: str) -> float | None:
+    candidates = [text.replace(" UTC", "+00:00").replace("Z", "+00:00")]
+    for candidate in candidates:
+        try:
+            parsed = datetime.fromisoformat(candidate)
+        except ValueError:
+            continue
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=timezone.utc)
+        return parsed.timestamp()
+    try:
+        return parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def score(at: float) -> str:
+    """A sorted-set score: float epoch seconds, with every digit a double holds."""
+    return repr(float(at))
+
+
+# -- errors -----------------------------------------------------------------------------------
+def error_class_name(exc: BaseException) -> str:
+    """``module.QualName``, or the bare name for builtins, as §3.2 asks."""
+    cls = type(exc)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def error_message(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # a broken __str__ must not stop the retry from being booked
+        text = "!!! ERROR MESSAGE THREW AN ERROR !!!"
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text[:ERROR_MESSAGE_LIMIT]
+
+
+def encode_backtrace(lines: list[str]) -> str:
+    """Strict base64 of zlib(compact JSON array) — Sidekiq 7.2.1+'s ``error_backtrace``."""
+    return base64.b64encode(zlib.compress(dumps(lines).encode("utf-8"))).decode("ascii")
+
+
+def decode_backtrace(value: Any) -> list[str] | None:
+    """Read every stored backtrace form (§3.2); None when it cannot be decoded (Marshal)."""
+    if isinstance(value, list):
+        return [str(line) for line in value]
+    if not isinstance(value, str):
+        return None
+    try:
+        compact = "".join(value.split())
+        raw = zlib.decompress(base64.b64decode(compact))
+        lines = json.loads(raw)
+    except (binascii.Error, zlib.error, ValueError):
+        return None
+    return [str(line) for line in lines] if isinstance(lines, list) else None

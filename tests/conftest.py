@@ -1,0 +1,59 @@
+"""Test harness: one private server per session, flushed before every test.
+
+Every process the tests start inherits ``REDIS_URL``, so a worker subprocess and the test
+talk to the same private server. Nothing here reads ``../shared``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import wurk
+import wurk.config
+from tests.helpers.server import Server, start_server
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    server = start_server(tmp_path_factory.mktemp("redis"))
+    previous = os.environ.get("REDIS_URL")
+    os.environ["REDIS_URL"] = server.url
+    yield server
+    server.stop()
+    if previous is None:
+        os.environ.pop("REDIS_URL", None)
+    else:
+        os.environ["REDIS_URL"] = previous
+
+
+@pytest.fixture(autouse=True)
+def _fresh_state(redis_server: Server) -> Iterator[None]:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    yield
+    old = wurk.config._default
+    wurk.config._default = None
+    if old is not None:
+        old.close()
+
+
+@pytest.fixture
+def r(redis_server: Server) -> Iterator[redis.Redis]:
+    """A raw client for reading back what wurk wrote (strings decoded)."""
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def config(redis_server: Server) -> Iterator[wurk.Config]:
+    cfg = wurk.configure(redis_url=redis_server.url)
+    yield cfg

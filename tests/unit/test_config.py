@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+import pytest
+
+import wurk
+from wurk.config import Capsule, Config, parse_queue
+from wurk.errors import ConfigError
+
+
+def test_parse_queue() -> None:
+    assert parse_queue("critical,3") == ("critical", 3)
+    assert parse_queue("default") == ("default", 0)
+    with pytest.raises(ConfigError, match="weight 'x' is not a whole number"):
+        parse_queue("a,x")
+    with pytest.raises(ConfigError, match="reserves"):
+        parse_queue("a|b")
+    with pytest.raises(ConfigError, match="empty"):
+        parse_queue(",3")
+
+
+def test_capsule_modes() -> None:
+    assert Capsule(queues=["a", "b"]).mode == "strict"
+    assert Capsule(queues=["a,1", "b,1"]).mode == "random"
+    assert Capsule(queues=["a,3", "b,1"]).mode == "weighted"
+    assert Capsule(queues=["a", "b", "a"]).queue_names == ["a", "b"]
+    with pytest.raises(ConfigError, match="concurrency"):
+        Capsule(concurrency=0)
+
+
+def test_unknown_setting_is_named() -> None:
+    with pytest.raises(ConfigError, match="unknown setting 'concurrencyy'"):
+        Config.from_mapping({"concurrencyy": 3})
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"timestamp_format": "iso"}, "timestamp_format"),
+        ({"concurrency": 0}, "concurrency"),
+        ({"timeout": -1}, "timeout"),
+        ({"fetch": "magic"}, "fetch must be one of"),
+        ({"queues": "default"}, "queues must be a list"),
+    ],
+)
+def test_bad_settings_are_refused(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Config.from_mapping(settings)
+
+
+def test_environment_is_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", "redis://example:1/2")
+    monkeypatch.setenv("WURK_TIMESTAMP_FORMAT", "float")
+    monkeypatch.setenv("WURK_HOME", "/tmp/wurk-home")
+    monkeypatch.setenv("WURK_LEADER", "false")
+    cfg = Config(redis_url="redis://explicit:1")
+    assert cfg.redis_url == "redis://example:1/2"  # api.md: REDIS_URL comes first
+    assert cfg.timestamp_format == "float"
+    assert cfg.home == "/tmp/wurk-home"
+    assert cfg.leader is False
+
+
+def test_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WURK_TIMESTAMP_FORMAT", "seconds")
+    with pytest.raises(ConfigError, match="WURK_TIMESTAMP_FORMAT"):
+        Config()
+
+
+def test_freeze_makes_it_read_only() -> None:
+    cfg = Config()
+    cfg.freeze()
+    with pytest.raises(ConfigError, match="frozen"):
+        cfg.concurrency = 3
+    with pytest.raises(RuntimeError, match="frozen"):
+        cfg.server_middleware.add(object)
+
+
+def test_capsules_and_lifecycle() -> None:
+    cfg = Config(queues=["critical,2", "default,1"], concurrency=4)
+    cfg.capsule("single", queues=["unsafe"], concurrency=1)
+    names = [(c.name, c.concurrency, c.queue_names) for c in cfg.all_capsules()]
+    assert names == [("default", 4, ["critical", "default"]), ("single", 1, ["unsafe"])]
+    with pytest.raises(ConfigError, match="already exists"):
+        cfg.capsule("single", queues=["x"], concurrency=1)
+    calls: list[str] = []
+    cfg.on("startup", lambda: calls.append("s"))
+    assert len(cfg.lifecycle["startup"]) == 1
+    with pytest.raises(ConfigError, match="unknown lifecycle event"):
+        cfg.on("boot", lambda: None)
+
+
+def test_configure_replaces_the_process_default() -> None:
+    first = wurk.default_config()
+    assert wurk.default_config() is first
+    second = wurk.configure(concurrency=7)
+    assert wurk.default_config() is second and second.concurrency == 7
+
+
+def test_importing_wurk_has_no_side_effects() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import threading, logging, wurk, wurk.config as c;"
+        "assert c._default is None, 'config built at import';"
+        "assert threading.active_count() == 1, 'thread started at import';"
+        "assert not logging.getLogger('wurk').handlers"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

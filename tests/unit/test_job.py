@@ -1,0 +1,127 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import wurk
+from wurk.errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+
+
+@wurk.job
+def plain(a: int, b: str = "x") -> str:
+    return f"{a}{b}"
+
+
+@wurk.job(queue="critical", retry=3, name="ImageResizer", tags=["img"])
+def named(image_id: int) -> None: ...
+
+
+class HardJob(wurk.Job, queue="hard", retry=5):
+    def perform(self, a: int, b: str) -> str:
+        return f"{self.jid}:{a}{b}"
+
+
+class Base(wurk.Job, abstract=True, queue="base", retry=False):
+    pass
+
+
+class Child(Base, retry=2):
+    def perform(self) -> None: ...
+
+
+def test_wire_names_and_options() -> None:
+    assert plain.name == "tests.unit.test_job.plain"
+    assert plain.definition.options == {}
+    assert named.name == "ImageResizer"
+    assert named.definition.options == {"queue": "critical", "retry": 3, "tags": ["img"]}
+    assert HardJob.definition.name == "tests.unit.test_job.HardJob"
+    assert HardJob.definition.options == {"queue": "hard", "retry": 5}
+    assert Child.definition.options == {"queue": "base", "retry": 2}
+    assert wurk.registry.lookup("ImageResizer") is named.definition
+    assert "tests.unit.test_job.Base" not in wurk.registry
+
+
+def test_decorated_function_is_still_callable() -> None:
+    assert plain(1, "y") == "1y"
+
+
+def test_keyword_arguments_are_bound_to_positions() -> None:
+    assert plain.definition.positional((1,), {"b": "z"}) == [1, "z"]
+    assert HardJob.definition.positional((), {"a": 1, "b": "q"}) == [1, "q"]
+    with pytest.raises(InvalidArguments, match="unexpected keyword argument 'c'"):
+        plain.definition.positional((1,), {"c": 2})
+
+
+def test_keyword_only_parameters_cannot_travel() -> None:
+    @wurk.job(name="kwonly-job")
+    def kwonly(a: int, *, flag: bool) -> None: ...
+
+    with pytest.raises(InvalidArguments, match="keyword-only"):
+        kwonly.definition.positional((1,), {"flag": True})
+
+
+def test_unknown_name_lookup_says_how_to_fix() -> None:
+    with pytest.raises(JobNotRegistered, match="load the module that defines it with -r"):
+        wurk.registry.lookup("Nope::Missing")
+
+
+def test_duplicate_wire_name_is_refused() -> None:
+    with pytest.raises(RegistrationError, match="already registered"):
+        @wurk.job(name="ImageResizer")
+        def other(x: int) -> None: ...
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"retry": "yes"}, "retry='yes'"),
+        ({"retry": -2}, "retry=-2"),
+        ({"queue": ""}, "queue name is empty"),
+        ({"queue": 3}, "queue=3"),
+        ({"dead": "no"}, "dead='no'"),
+        ({"tags": "a"}, "tags='a'"),
+        ({"retry_for": 0}, "retry_for=0"),
+        ({"custom": {1, 2}}, "option 'custom' 0 is set"),
+    ],
+)
+def test_bad_options_are_refused_at_definition(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        wurk.job(name=f"bad-{message}", **options)(lambda: None)
+    assert message in str(info.value)
+
+
+def test_main_module_jobs_need_a_name(tmp_path: Path) -> None:
+    script = tmp_path / "main_job.py"
+    script.write_text(textwrap.dedent("""
+        import wurk
+        try:
+            @wurk.job
+            def f(): ...
+        except wurk.RegistrationError as exc:
+            print("refused:", exc)
+        @wurk.job(name="Named")
+        def g(): ...
+        print("named ok")
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         check=True).stdout
+    assert "refused: job 'f' is defined in __main__" in out
+    assert 'name="f"' in out and "named ok" in out
+
+
+def test_perform_inline_runs_through_middleware_and_round_trips(config: wurk.Config) -> None:
+    seen: list[object] = []
+
+    def server_mw(job: object, payload: dict[str, object], queue: str, call_next: object) -> object:
+        seen.append((payload["class"], queue))
+        return call_next()  # type: ignore[operator]
+
+    config.server_middleware.add(server_mw)
+    assert HardJob.perform_inline(1, "b").endswith(":1b")
+    assert plain.perform_inline(2) == "2x"
+    assert seen == [("tests.unit.test_job.HardJob", "hard"), ("tests.unit.test_job.plain",
+                                                              "default")]

@@ -1,0 +1,74 @@
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from wurk.middleware import Chain
+
+
+class Record:
+    instances = 0
+
+    def __init__(self, log: list[str], label: str) -> None:
+        Record.instances += 1
+        self.log = log
+        self.label = label
+
+    def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        self.log.append(f"{self.label}>")
+        result = call_next()
+        self.log.append(f"<{self.label}")
+        return result
+
+
+class Other(Record):
+    pass
+
+
+class Third(Record):
+    pass
+
+
+def test_chain_order_and_fresh_instances() -> None:
+    log: list[str] = []
+    chain = Chain()
+    chain.add(Record, log, "a")
+    chain.prepend(Other, log, "b")
+    chain.insert_after(Other, Third, log, "c")
+    assert list(chain) == [Other, Third, Record]
+    before = Record.instances
+    assert chain.invoke("J", {}, "q", lambda: "done") == "done"
+    chain.invoke("J", {}, "q", lambda: "done")
+    assert Record.instances - before == 6  # a fresh instance per link per invocation
+    assert log[:6] == ["b>", "c>", "a>", "<a", "<c", "<b"]
+
+
+def test_chain_edit_operations() -> None:
+    chain = Chain()
+    chain.add(Record, [], "a")
+    chain.insert_before(Record, Other, [], "b")
+    assert list(chain) == [Other, Record]
+    assert chain.exists(Other)
+    chain.remove(Other)
+    assert not chain.exists(Other) and len(chain) == 1
+    chain.add(Record, [], "again")
+    assert len(chain) == 1  # re-adding moves, never duplicates
+    with pytest.raises(ValueError, match="not in this middleware chain"):
+        chain.insert_after(Third, Other)
+    chain.clear()
+    assert not chain
+
+
+def test_a_link_that_does_not_call_next_stops_the_chain() -> None:
+    ran: list[str] = []
+    chain = Chain()
+    chain.add(lambda job, payload, queue, call_next: None)
+    assert chain.invoke("J", {}, "q", lambda: ran.append("x")) is None
+    assert ran == []
+
+
+def test_empty_chain_calls_final_directly() -> None:
+    assert Chain().invoke("J", {}, "q", lambda: 42) == 42
