@@ -18,7 +18,9 @@ from .. import __version__
 __all__ = ["main"]
 
 # (module, attribute) of each subcommand; imported when the group is built, not at import.
-SUBCOMMANDS: tuple[tuple[str, str], ...] = ()
+SUBCOMMANDS: tuple[tuple[str, str], ...] = (
+    ("worker", "worker"),
+)
 
 DEFAULT_COMMAND = "worker"
 
