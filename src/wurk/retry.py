@@ -169,7 +169,9 @@ def _retry_option(job: dict[str, Any], definition: JobDefinition | None) -> Any:
     if P.RETRY in job:
         return job[P.RETRY]
     if definition is not None and P.RETRY in definition.options:
-        return definition.options[P.RETRY]
+        # Sidekiq writes the class's value into the payload, so the retry entry carries it.
+        job[P.RETRY] = definition.options[P.RETRY]
+        return job[P.RETRY]
     return True
 
 

@@ -269,6 +269,7 @@ def test_retry_taken_from_the_definition_when_the_payload_has_none(book: Book,
     del flaky["retry"]
     book.fail(flaky, definition=FlakyJob.definition, instance=FlakyJob())
     assert dead(r)[0]["retry_count"] == 3  # the class's retry=3 was the limit
+    assert dead(r)[0]["retry"] == 3  # and is written into the payload, as Sidekiq does
 
 
 def test_payload_retry_wins_over_the_definition(book: Book, r: redis.Redis) -> None:
