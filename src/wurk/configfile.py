@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from .config import Capsule, Config
+from .config import Capsule, Config, parse_queue
 from .errors import ConfigError
 
 __all__ = ["load_file", "settings_from_mapping"]
@@ -125,6 +125,6 @@ def _capsules(value: Any, source: str) -> list[Capsule]:
         spec = {_key(k): v for k, v in spec.items()}
         queues = [_queue(q, source) for q in _list(spec.get("queues", ["default"]),
                                                    "queues", source)]
-        capsules.append(Capsule(name=str(name), queues=queues,
+        capsules.append(Capsule(name=str(name), queues=[parse_queue(q) for q in queues],
                                 concurrency=spec.get("concurrency", 5)))
     return capsules

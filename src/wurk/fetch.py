@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, cast
 
 from .config import Capsule, Config
 from .connection import RedisPool
@@ -94,10 +94,11 @@ class BasicFetch:
             # Every queue is paused: wait instead of asking Redis in a tight loop.
             return None
         keys = [self.keys.queue(name) for name in queues]
-        reply = self.pool.run(lambda r: r.brpop(keys, timeout=timeout))
+        reply = cast("tuple[bytes, bytes] | None",
+                     self.pool.run(lambda r: r.brpop(keys, timeout=timeout)))
         if reply is None:
             return None
-        key, raw = reply
+        key, raw = reply  # bytes: the pool does not decode responses
         return UnitOfWork(self.keys.queue_name(key.decode()), raw, self)
 
     def acknowledge(self, unit: UnitOfWork) -> None:

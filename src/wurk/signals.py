@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -48,10 +49,9 @@ class SignalPipe:
         self._previous.clear()
 
     def _handle(self, number: int, frame: FrameType | None) -> None:
-        try:
+        # A full pipe means unread signals are waiting; one more changes nothing.
+        with contextlib.suppress(BlockingIOError):
             os.write(self._write, bytes([number]))
-        except BlockingIOError:
-            pass  # the pipe is full of unread signals; one more changes nothing
 
     def push(self, name: str) -> None:
         number = getattr(signal, f"SIG{name}", None)

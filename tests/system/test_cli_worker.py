@@ -21,7 +21,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     [
         (["worker", "-c", "0"], "Invalid value for '-c'"),
         (["worker", "-c", "many"], "'many' is not a valid integer"),
-        (["worker", "--bogus"], "No such option: --bogus"),
+        (["worker", "--bogus"], "No such option '--bogus'"),
         (["worker", "-q", "a,x"], "weight 'x' is not a whole number"),
         (["worker", "-r", "no.such.module"], "no module named 'no'"),
         (["worker", "-r", "missing_file.py"], "file 'missing_file.py' does not exist"),
