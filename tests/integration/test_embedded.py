@@ -199,7 +199,8 @@ def test_stale_pid_file_of_a_dead_process_is_reported_then_replaced(home: Path) 
     first = EmbeddedServer(home).start()
     push_marker(first.url)
     os.kill(first.pid, signal.SIGKILL)
-    psutil.Process(first.pid).wait(5) if psutil.pid_exists(first.pid) else None
+    if psutil.pid_exists(first.pid):  # until init has reaped it
+        psutil.Process(first.pid).wait(5)
     status = EmbeddedServer(home).status()
     assert status.state == "stale"
     assert status.reason.startswith(f"pid {first.pid} is not running")

@@ -15,7 +15,6 @@ from typing import Any
 
 import click
 
-from .. import examples
 from ..config import Config
 from ..connection import describe_url
 from ..embedded import EmbeddedServer, shown_home
@@ -27,13 +26,19 @@ __all__ = ["demo", "work_off"]
 # Five small jobs run in milliseconds; a worker that needs longer is reported, not awaited.
 WORK_TIMEOUT = 30.0
 
-EXAMPLES: tuple[tuple[JobFunction[..., Any], tuple[Any, ...]], ...] = (
-    (examples.add, (2, 3)),
-    (examples.add, (40, 2)),
-    (examples.greet, ("world",)),
-    (examples.count_words, ("the quick brown fox",)),
-    (examples.count_words, ("jumps over the lazy dog",)),
-)
+
+def examples_to_push() -> list[tuple[JobFunction[..., Any], tuple[Any, ...]]]:
+    """The demo's jobs; ``wurk.examples`` is imported here, so that only ``wurk demo``
+    (not every ``wurk`` command) registers its jobs."""
+    from .. import examples
+
+    return [
+        (examples.add, (2, 3)),
+        (examples.add, (40, 2)),
+        (examples.greet, ("world",)),
+        (examples.count_words, ("the quick brown fox",)),
+        (examples.count_words, ("jumps over the lazy dog",)),
+    ]
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ def _where(config: Config) -> str:
 def push_examples(config: Config) -> list[Pushed]:
     """Push every example once; what was pushed, in order."""
     pushed = []
-    for function, args in EXAMPLES:
+    for function, args in examples_to_push():
         jid = function.set(config=config).perform_async(*args)
         queue = str(function.definition.options.get("queue", DEFAULT_QUEUE))
         call = f"{function.name}({', '.join(map(repr, args))})"
