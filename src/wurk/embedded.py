@@ -187,13 +187,13 @@ class EmbeddedServer:
         """What runs for this home now; reads files and asks the server, changes nothing."""
         if not self.home.is_dir():
             return ServerStatus(self.home, "stopped")
-        return self._inspect(adopt=False)
+        return self._inspect(record=False)
 
     def start(self) -> ServerStatus:
         """Reuse the running server or start one; returns it running and answering."""
         self._prepare_home()
         with self._locked():
-            found = self._inspect(adopt=True)
+            found = self._inspect(record=True)
             if found.state == "running":
                 self._wait_ready(found.port, self.log_size())  # it may still be loading
                 return found
@@ -207,7 +207,7 @@ class EmbeddedServer:
         if not self.home.is_dir():
             return ServerStatus(self.home, "stopped")
         with self._locked():
-            found = self._inspect(adopt=True)
+            found = self._inspect(record=True)
             if found.pid is not None and found.state in ("running", "unresponsive"):
                 self._terminate(found.pid)
             if found.state != "stopped":
@@ -221,20 +221,19 @@ class EmbeddedServer:
             return 0
 
     # -- inspecting -------------------------------------------------------------------------
-    def _inspect(self, *, adopt: bool) -> ServerStatus:
+    def _inspect(self, *, record: bool) -> ServerStatus:
+        """Read the pid and port files and check them against the processes and the port;
+        ``record``: write the pid file of a running server found without one."""
         pid, port = self._read_int(PID_FILE), self._read_int(PORT_FILE)
         if pid is None:
-            adopted = self._adopt(port) if adopt else None
-            return adopted or ServerStatus(self.home, "stopped", port=port)
+            return self._adopt(port, record=record) or ServerStatus(self.home, "stopped",
+                                                                    port=port)
         process = _live_process(pid)
         if process is None:
             return self._stale(pid, port, f"pid {pid} is not running")
-        if _started_after(process, self._mtime(PID_FILE)):
-            return self._stale(pid, port, f"pid {pid} now belongs to another program "
-                                          f"({_name(process)})")
         if port is not None and _answers_as(port, pid):
             return ServerStatus(self.home, "running", pid, port)
-        if not self._looks_like_server(process):
+        if _started_after(process, self._mtime(PID_FILE)) or not self._looks_like_server(process):
             return self._stale(pid, port, f"pid {pid} now belongs to another program "
                                           f"({_name(process)})")
         why = f"pid {pid} does not answer on port {port}" if port else f"{PORT_FILE} is missing"
@@ -251,12 +250,14 @@ class EmbeddedServer:
                   f"{self.path(PID_FILE)} behind")
         return ServerStatus(self.home, "stale", pid, port, reason)
 
-    def _adopt(self, port: int | None) -> ServerStatus | None:
-        """A server of this home whose pid file was deleted: record it rather than start a
-        second server on the same append-only file."""
+    def _adopt(self, port: int | None, *, record: bool) -> ServerStatus | None:
+        """A server of this home whose pid file was deleted: found (and recorded) rather
+        than doubled by a second server on the same append-only file."""
         probe = _probe(port) if port is not None else None
         if probe is None or probe.directory != os.path.realpath(self.home):
             return None
+        if not record:
+            return ServerStatus(self.home, "running", probe.pid, port)
         self._write_int(PID_FILE, probe.pid)
         log.warning("found the embedded server of %s running without its pid file; "
                     "recorded pid %d", self.home, probe.pid)

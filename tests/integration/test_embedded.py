@@ -149,6 +149,9 @@ def test_restart_keeps_data_and_port(home: Path) -> None:
 def test_a_started_server_without_its_pid_file_is_adopted_not_doubled(home: Path) -> None:
     first = EmbeddedServer(home).start()
     (home / PID_FILE).unlink()
+    seen = EmbeddedServer(home).status()
+    assert (seen.state, seen.pid) == ("running", first.pid)
+    assert not (home / PID_FILE).exists()  # status only looks
     again = EmbeddedServer(home).start()
     assert (again.pid, again.started) == (first.pid, False)
     assert (home / PID_FILE).read_text().strip() == str(first.pid)
