@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
+from .embed import Embedded, embed
 from .errors import (
     ConfigError,
     EmbeddedServerError,
@@ -18,6 +19,7 @@ from .errors import (
     RedisUnavailable,
     RegistrationError,
     Shutdown,
+    SwarmError,
     UnparseablePayload,
     WurkError,
 )
@@ -30,6 +32,7 @@ __all__ = [
     "Client",
     "Config",
     "ConfigError",
+    "Embedded",
     "EmbeddedServerError",
     "InvalidArguments",
     "InvalidPayload",
@@ -41,11 +44,13 @@ __all__ = [
     "RedisUnavailable",
     "RegistrationError",
     "Shutdown",
+    "SwarmError",
     "UnparseablePayload",
     "WurkError",
     "__version__",
     "configure",
     "default_config",
+    "embed",
     "job",
     "push",
     "push_bulk",

@@ -14,6 +14,7 @@
         ├── JobNotRegistered     (also LookupError) a payload names a job this process lacks
         ├── RedisUnavailable     (also ConnectionError) Redis cannot be reached
         ├── EmbeddedServerError                     the embedded server cannot be used
+        ├── SwarmError                              a swarm stopped: a child cannot boot
         └── Poisoned                                a job that kept killing its worker
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
@@ -32,6 +33,7 @@ __all__ = [
     "RedisUnavailable",
     "RegistrationError",
     "Shutdown",
+    "SwarmError",
     "UnparseablePayload",
     "WurkError",
 ]
@@ -104,6 +106,12 @@ class RedisUnavailable(WurkError, ConnectionError):
 
 class EmbeddedServerError(WurkError):
     """The embedded server cannot be started, found or stopped; the message says the way out."""
+
+    __module__ = "wurk"
+
+
+class SwarmError(WurkError):
+    """A swarm stopped because a child could not boot; the message carries its error."""
 
     __module__ = "wurk"
 

@@ -39,9 +39,11 @@ class Launcher:
     """One worker process: heartbeat, scheduler and a manager per capsule."""
 
     def __init__(self, config: Config, *, embedded: bool = False,
-                 on_remote_signal: Callable[[str], None] | None = None) -> None:
+                 on_remote_signal: Callable[[str], None] | None = None,
+                 title: str = "") -> None:
         self.config = config
         self.embedded = embedded
+        self.title = title  # extra words for the process title (a swarm child's slot)
         self.identity = Identity.current()
         self.busy = Busy()
         self.counters = Counters()
@@ -120,16 +122,17 @@ class Launcher:
         self._update_title()
         self.fire("quiet")
 
-    def stop(self) -> None:
-        """Stop within ``config.timeout`` seconds (+ the grace for interrupted threads)."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop within ``timeout`` (default ``config.timeout``) seconds + the interrupt grace."""
         with self._state_lock:
             if self._stopped:
                 return
             self._stopped = True
-        deadline = time.monotonic() + self.config.timeout
+        timeout = self.config.timeout if timeout is None else timeout
+        deadline = time.monotonic() + timeout
         self.fire("shutdown")
         self.quiet()
-        log.info("stopping: waiting up to %.0f s for %d running job(s)", self.config.timeout,
+        log.info("stopping: waiting up to %.0f s for %d running job(s)", timeout,
                  len(self.busy))
         for manager in self.managers:
             manager.stop(deadline)
@@ -164,6 +167,8 @@ class Launcher:
             return
         title = f"wurk {__version__} {self.config.tag} [{len(self.busy)} of " \
                 f"{self.concurrency} busy]"
+        if self.title:
+            title += f" {self.title}"
         if self._quiet:
             title += " stopping"
         setproctitle.setproctitle(title)

@@ -26,6 +26,7 @@ __all__ = ["main"]
 # (module, attribute) of each subcommand; imported when the group is built, not at import.
 SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("worker", "worker"),
+    ("swarm", "swarm"),
     ("server", "server"),
     ("demo", "demo"),
 )

@@ -1,0 +1,179 @@
+"""Running wurk inside another program: a threads-only worker, or a hosted swarm.
+
+1. ``Embedded(config)``: a worker's launcher inside the host's process (a web server),
+   threads only, no signal handlers of its own; ``start()`` / ``quiet()`` / ``stop()``.
+   The host calls ``stop()`` from its graceful-shutdown hook. ``embed(config)`` is the
+   one-line form returning a started one (``decisions.md`` 20).
+2. The drain is registered with ``atexit`` before anything starts, so a boot that fails
+   half-way still drains what did start; ``stop()`` removes it, and it does nothing in a
+   forked child.
+3. Remote quiet and stop (the dashboard's buttons) are refused: the host owns its shutdown.
+4. ``boot_swarm(config, settings)``: a swarm whose supervisor runs on a background thread of
+   the host (seed 000): at-exit drain registered before the first fork; at exit it asks the
+   supervisor to drain and waits timeout + grace + 1 s for it; it drains by itself only when
+   no supervisor is alive, and leaves a wedged one alone (the children then exit through
+   their orphan guard when the host is gone).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from . import log as wurk_log
+from .config import Config, default_config
+from .errors import SwarmError
+from .signals import dump_threads
+
+if TYPE_CHECKING:
+    from .launcher import Launcher
+    from .swarm.settings import SwarmSettings
+
+__all__ = ["Embedded", "SwarmHost", "boot_swarm", "embed"]
+
+log = logging.getLogger("wurk")
+
+# What the exit hook waits for the supervisor thread beyond the swarm's own drain budget:
+# one supervise tick to notice the request, plus slack for the last reap (seed 000).
+DRAIN_JOIN_SLACK = 1.0
+
+
+def _setup_logging(config: Config) -> None:
+    """Give wurk a handler only when the host has configured no logging at all."""
+    if not logging.getLogger("wurk").handlers and not logging.getLogger().handlers:
+        wurk_log.setup(fmt=config.log_format, level=config.log_level)
+
+
+class Embedded:
+    """A threads-only worker living inside the host's process."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else default_config()
+        self.launcher: Launcher | None = None
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    @property
+    def identity(self) -> str | None:
+        return None if self.launcher is None else str(self.launcher.identity)
+
+    @property
+    def running(self) -> bool:
+        return self.launcher is not None and not self.launcher.stopping
+
+    def start(self) -> Embedded:
+        """Start fetching and running jobs on this process's threads; returns ``self``."""
+        from .launcher import Launcher  # here: ``wurk`` imports this module while loading
+
+        with self._lock:
+            if self.launcher is not None:
+                raise RuntimeError("this embedded worker was already started")
+            self.launcher = Launcher(self.config, embedded=True,
+                                     on_remote_signal=self._remote_signal)
+        _setup_logging(self.config)
+        atexit.register(self._at_exit)
+        try:
+            self.launcher.start()
+        except BaseException:
+            self.stop(timeout=0)
+            raise
+        log.info("wurk: running embedded in process %d (threads only, no fork)", self._pid)
+        return self
+
+    def quiet(self) -> None:
+        """Stop fetching; running jobs finish (one-way)."""
+        if self.launcher is not None:
+            self.launcher.quiet()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Drain: running jobs get ``timeout`` (default ``config.timeout``) s, then go back."""
+        launcher = self.launcher
+        if launcher is None:
+            return
+        atexit.unregister(self._at_exit)
+        launcher.stop(timeout)
+
+    def _at_exit(self) -> None:
+        if os.getpid() == self._pid:  # a forked child does not own this worker
+            self.stop()
+
+    def _remote_signal(self, name: str) -> None:
+        if name == "TTIN":
+            dump_threads()
+        else:
+            log.warning("embedded worker: ignoring remote %s; the host process owns quiet "
+                        "and stop", name)
+
+    def __enter__(self) -> Embedded:
+        return self.start() if self.launcher is None else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+
+def embed(config: Config | None = None) -> Embedded:
+    """Start a threads-only worker in this process and return it (call ``.stop()`` at exit)."""
+    return Embedded(config).start()
+
+
+class SwarmHost:
+    """A swarm whose supervisor runs on a background thread of a host process."""
+
+    def __init__(self, config: Config | None = None,
+                 settings: SwarmSettings | None = None) -> None:
+        from .swarm.settings import SwarmSettings, default_count
+        from .swarm.supervisor import Supervisor
+
+        self.config = config if config is not None else default_config()
+        self.settings = settings if settings is not None else SwarmSettings(
+            count=default_count())
+        self.supervisor = Supervisor(self.config, self.settings, hosted=True)
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def start(self) -> SwarmHost:
+        _setup_logging(self.config)
+        # Before the first fork: a boot that fails half-way leaves children to drain.
+        atexit.register(self.stop)
+        self.supervisor.boot()
+        # Daemon: atexit hooks run only after non-daemon threads end, and this one ends
+        # only when the exit hook asks it to.
+        self._thread = threading.Thread(target=self._supervise, name="wurk-swarm-supervisor",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _supervise(self) -> None:
+        try:
+            self.supervisor.supervise()
+        except SwarmError as exc:
+            log.error("wurk swarm stopped: %s", exc)
+        except Exception:
+            log.exception("wurk swarm supervisor thread died")
+
+    def stop(self) -> None:
+        """Drain every child; safe to call twice and from the exit hook."""
+        if os.getpid() != self._pid:
+            return
+        atexit.unregister(self.stop)
+        self.supervisor.request_stop()
+        thread = self._thread
+        if thread is not None:
+            thread.join(self.config.timeout + self.settings.shutdown_grace + DRAIN_JOIN_SLACK)
+            if thread.is_alive():
+                log.error("wurk swarm: the supervisor is still draining; leaving it (children "
+                          "exit on their own once this process is gone)")
+                return
+        self.supervisor.drain()  # nothing left after a supervisor that drained normally
+        self.supervisor.close()
+
+
+def boot_swarm(config: Config | None = None,
+               settings: SwarmSettings | None = None) -> SwarmHost:
+    """Fork a swarm from this (web) process and supervise it on a background thread."""
+    return SwarmHost(config, settings).start()

@@ -1,0 +1,435 @@
+"""The swarm supervisor: a parent that forks N worker children and keeps them running.
+
+1. ``boot``: signal handlers first (a TERM during boot is queued, not fatal), the parent's
+   Redis pools closed (children make their own), the process nonce made (children inherit
+   it, so the parent knows each child's identity), then one child per slot.
+2. ``supervise``: a tick every ``settings.tick`` seconds that never sleeps on anything else —
+   read signals and children's notices; reap every exited child; look for first heartbeats;
+   respawn slots whose backoff is due; advance the rolling restart; check memory.
+3. Signals: TERM/INT stop (every child drains within timeout + grace, then SIGKILL);
+   TSTP quiets the swarm, globally and for good (children forked later boot quiet); USR1
+   starts a rolling restart; USR2 is relayed (log reopen); TTIN dumps threads everywhere.
+4. A crashed child is respawned after its slot's backoff. A slot whose child exits before
+   its first heartbeat ``boot_attempts`` times in a row cannot boot: the swarm stops with
+   that child's error (``SwarmError``) instead of respawning forever (``decisions.md`` 16).
+5. Recycling: a child over ``max_memory_mb`` of RSS, or announcing it ran ``max_jobs`` jobs,
+   goes through the rolling restart — replacement first.
+6. ``request_stop`` may be called from any thread (a web host's exit hook).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import psutil
+
+from .. import __version__
+from .. import log as wurk_log
+from ..config import Config
+from ..connection import RedisPool, resolve_url
+from ..errors import SwarmError
+from ..heartbeat import Identity, hostname, process_nonce
+from ..signals import SignalPipe, dump_threads
+from .backoff import Backoff
+from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
+from .restart import Claim, RestartHooks, RollingRestart
+from .settings import SwarmSettings
+
+__all__ = ["Child", "Supervisor", "describe_status"]
+
+log = logging.getLogger("wurk")
+
+# The parent's heartbeat probe must not stall the loop: a hung Redis costs at most this much
+# per tick, and a failed probe only means "not seen yet".
+PROBE_TIMEOUT = 0.5
+# After SIGKILLing stragglers, how long to wait for the kernel to let them go before giving up
+# on a child stuck in uninterruptible I/O.
+KILL_REAP_WAIT = 5.0
+MB = 1024 * 1024
+
+
+@dataclass
+class Child:
+    """A live child as the parent sees it."""
+
+    pid: int
+    slot: int
+    identity: str
+    spawned_at: float
+    seen: bool = False  # its first heartbeat is in Redis
+    error: str | None = None  # what it announced when it could not boot
+
+
+def describe_status(status: int | None) -> str:
+    if status is None:
+        return "exited (status unknown)"
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
+
+
+class Supervisor:
+    """Forks, watches and replaces the children of one swarm; one thread runs it."""
+
+    def __init__(self, config: Config, settings: SwarmSettings, *, hosted: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.settings = settings
+        # Hosted in another program (a web server): it keeps its signal handlers and pools.
+        self.hosted = hosted
+        self.children: dict[int, Child] = {}
+        self._clock = clock
+        self._signals = SignalPipe()
+        self._notices = NoticePipe()
+        self._probe: RedisPool | None = None
+        self._backoff = self._new_backoff()
+        self._boot_failures: dict[int, int] = {}
+        self._restart = RollingRestart(
+            RestartHooks(spawn=self._spawn, kill=self._kill, seen=self._seen,
+                         slot_of=self._slot_of, now=clock),
+            heartbeat_wait=settings.heartbeat_wait,
+            drain_timeout=config.timeout + settings.shutdown_grace,
+            backoff=self._new_backoff(),
+        )
+        self._lock = threading.Lock()
+        self._state = "new"  # new → booted → closed
+        self._quiet = False
+        self._stopping = False
+        self._deadline = math.inf
+        self._killed_at: float | None = None
+        self._probe_failing = False
+        self._last_memory_check = -math.inf
+        self.error: str | None = None
+
+    def _new_backoff(self) -> Backoff:
+        s = self.settings
+        return Backoff(base=s.backoff_base, cap=s.backoff_max, reset_after=s.backoff_reset,
+                       clock=self._clock)
+
+    # -- the whole life ---------------------------------------------------------------------
+    def run(self) -> None:
+        """Boot, supervise until stopped; raises ``SwarmError`` if a child cannot boot."""
+        try:
+            self.boot()
+            self.supervise()
+        finally:
+            self.close()
+
+    def boot(self) -> None:
+        if self._state != "new":
+            raise RuntimeError("this swarm was already booted")
+        self._state = "booted"
+        if not self.hosted:
+            self._signals.install()
+            self.config.close()
+        self._probe = RedisPool(resolve_url(self.config), size=1, name="wurk-swarm",
+                                socket_timeout=PROBE_TIMEOUT)
+        process_nonce()
+        log.info("swarm: forking %d children (pid %d supervises)", self.settings.count,
+                 os.getpid())
+        for slot in range(self.settings.count):
+            self._respawn(slot)
+        self._set_title()
+
+    def supervise(self) -> None:
+        while not self.finished:
+            self.tick()
+        if self.error is not None:
+            raise SwarmError(self.error)
+        log.info("swarm: every child has stopped")
+
+    @property
+    def finished(self) -> bool:
+        return self._stopping and not self.children
+
+    def close(self) -> None:
+        with self._lock:
+            if self._state == "closed":
+                return
+            self._state = "closed"
+            self._signals.close()
+            self._notices.close()
+        if self._probe is not None:
+            self._probe.close()
+
+    def request_stop(self) -> None:
+        """Ask the supervise loop to stop the swarm; safe from any thread."""
+        with self._lock:
+            if self._state != "closed":
+                self._signals.push("TERM")
+
+    def drain(self) -> None:
+        """Stop every child from this thread; for when no supervise loop will (hosted)."""
+        if not self.children:
+            return
+        self.stop()
+        while not self.finished:
+            self.tick()
+
+    # -- one tick ---------------------------------------------------------------------------
+    def tick(self) -> None:
+        for name in self._signals.wait(self.settings.tick):
+            self._on_signal(name)
+        self._read_notices()
+        self._reap()
+        if self._stopping:
+            self._enforce_deadline()
+            return
+        self._watch_heartbeats()
+        self._respawn_due()
+        self._restart.advance()
+        self._check_memory()
+
+    def _on_signal(self, name: str) -> None:
+        if name in ("TERM", "INT"):
+            self.stop()
+        elif name == "TSTP":
+            self.quiet()
+        elif name == "USR1":
+            self.rolling_restart()
+        elif name == "USR2":
+            wurk_log.reopen()
+            self._relay(signal.SIGUSR2)
+        elif name == "TTIN":
+            dump_threads()
+            self._relay(signal.SIGTTIN)
+
+    # -- requests ---------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Relay TERM, then wait up to timeout + grace before SIGKILL (non-blocking)."""
+        if self._stopping:
+            return
+        self._stopping = True
+        self._restart.abort()
+        self._backoff.clear()
+        budget = self.config.timeout + self.settings.shutdown_grace
+        self._deadline = self._clock() + budget
+        log.info("swarm: stopping %d children (up to %.0f s)", len(self.children), budget)
+        self._relay(signal.SIGTERM)
+        self._set_title()
+
+    def quiet(self) -> None:
+        """Quiet every child, now and later: children forked from now on boot quiet."""
+        if self._quiet:
+            return
+        self._quiet = True
+        log.info("swarm: quiet; children stop fetching and every new child boots quiet")
+        self._relay(signal.SIGTSTP)
+        self._set_title()
+
+    def rolling_restart(self) -> None:
+        if self._stopping:
+            return
+        log.info("swarm: rolling restart of %d children, one at a time", len(self.children))
+        self._restart.enqueue(sorted(self.children, key=lambda pid: self.children[pid].slot))
+
+    # -- forking ----------------------------------------------------------------------------
+    def _spawn(self, slot: int) -> int:
+        """Fork a child for ``slot``; returns its pid (the child never returns from here)."""
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # or buffered output would be written by parent and child
+        parent = os.getpid()
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORK_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                self._become_child(slot, parent)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        identity = str(Identity(hostname(), pid, process_nonce()))
+        self.children[pid] = Child(pid, slot, identity, self._clock())
+        self._set_title()
+        return pid
+
+    def _become_child(self, slot: int, parent: int) -> NoReturn:
+        try:
+            # The parent's pipe goes first: a signal aimed at this child must not be read by
+            # the parent's loop (the handlers are replaced before signals are unblocked).
+            self._signals.close()
+            self._notices.close_reader()
+            if self._probe is not None:
+                self._probe.reset_after_fork()
+        except BaseException:
+            os._exit(EXIT_CRASHED)
+        run_child(self.config, ChildSpec(slot=slot, parent_pid=parent, notices=self._notices,
+                                         quiet=self._quiet, max_jobs=self.settings.max_jobs))
+
+    def _respawn(self, slot: int) -> None:
+        try:
+            self._spawn(slot)
+        except OSError as exc:  # EAGAIN, ENOMEM: the slot stays pending, tried again later
+            delay = self._backoff.fail(slot)
+            log.warning("swarm: fork for slot %d failed (%s); trying again in %.1f s", slot,
+                        exc, delay)
+            return
+        self._backoff.consume(slot)
+
+    def _respawn_due(self) -> None:
+        for slot in self._backoff.due():
+            self._respawn(slot)
+
+    def _kill(self, pid: int, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):  # already gone: the reaper sees it
+            os.kill(pid, signum)
+
+    def _relay(self, signum: int) -> None:
+        for pid in list(self.children):
+            self._kill(pid, signum)
+
+    # -- children's ends --------------------------------------------------------------------
+    def _reap(self) -> None:
+        # Our own children by pid, never waitpid(-1): a web host may have children of its own.
+        exited = False
+        for pid in list(self.children):
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by someone else (a host's SIGCHLD handler)
+                done, status = pid, None
+            if done:
+                exited = True
+                self._on_exit(self.children.pop(pid), status)
+        if exited:
+            self._set_title()
+
+    def _on_exit(self, child: Child, status: int | None) -> None:
+        how = describe_status(status)
+        if self._stopping:
+            log.info("swarm: child %d (slot %d) %s", child.pid, child.slot, how)
+            return
+        claim = self._restart.claim_exit(child.pid)
+        if claim is Claim.RETIRED:
+            log.info("swarm: child %d (slot %d) was replaced and %s", child.pid, child.slot,
+                     how)
+            return
+        if not child.seen and self._boot_failed(child, how):
+            return
+        if claim is Claim.NONE:
+            delay = self._backoff.fail(child.slot, self._clock() - child.spawned_at)
+            log.warning("swarm: child %d (slot %d) %s; respawning slot %d in %.1f s",
+                        child.pid, child.slot, how, child.slot, delay)
+
+    def _boot_failed(self, child: Child, how: str) -> bool:
+        """Count an exit before the first heartbeat; True when the swarm now stops."""
+        if child.error is None:
+            self._read_notices()
+        reason = child.error or f"the child {how}"
+        count = self._boot_failures[child.slot] = self._boot_failures.get(child.slot, 0) + 1
+        log.warning("swarm: child %d (slot %d) %s before its first heartbeat (%d of %d): %s",
+                    child.pid, child.slot, how, count, self.settings.boot_attempts, reason)
+        if count < self.settings.boot_attempts:
+            return False
+        self.error = (f"a swarm child cannot boot: slot {child.slot} failed {count} times in "
+                      f"a row before its first heartbeat; last error: {reason}")
+        log.error("swarm: %s; stopping the swarm", self.error)
+        self.stop()
+        return True
+
+    def _enforce_deadline(self) -> None:
+        if not self.children:
+            return
+        now = self._clock()
+        if self._killed_at is None and now >= self._deadline:
+            log.warning("swarm: %d children still running after the shutdown budget; "
+                        "killing them", len(self.children))
+            self._relay(signal.SIGKILL)
+            self._killed_at = now
+        elif self._killed_at is not None and now - self._killed_at > KILL_REAP_WAIT:
+            log.error("swarm: children %s survive SIGKILL; giving up on them",
+                      sorted(self.children))
+            self.children.clear()
+
+    # -- what children tell us --------------------------------------------------------------
+    def _read_notices(self) -> None:
+        for notice in self._notices.receive():
+            child = self.children.get(notice.pid)
+            if child is None:
+                continue
+            if notice.kind == "boot-error":
+                child.error = notice.text
+            elif notice.kind == "recycle" and not self._stopping:
+                log.info("swarm: child %d (slot %d) asks to be replaced (%s)", child.pid,
+                         child.slot, notice.text)
+                self._restart.enqueue([child.pid])
+
+    def _watch_heartbeats(self) -> None:
+        unseen = [child for child in self.children.values() if not child.seen]
+        if not unseen or self._probe is None:
+            return
+        keys = [self.config.keys.process(child.identity) for child in unseen]
+        try:
+            found = self._probe.run(lambda r: _exist(r, keys), idempotent=True)
+        except Exception as exc:
+            if not self._probe_failing:
+                log.warning("swarm: cannot read children's heartbeats (%s); will retry", exc)
+            self._probe_failing = True
+            return
+        self._probe_failing = False
+        for child, exists in zip(unseen, found, strict=True):
+            if exists:
+                child.seen = True
+                self._boot_failures.pop(child.slot, None)
+
+    def _seen(self, pid: int) -> bool:
+        child = self.children.get(pid)
+        return child is not None and child.seen
+
+    def _slot_of(self, pid: int) -> int | None:
+        child = self.children.get(pid)
+        return None if child is None else child.slot
+
+    # -- memory -----------------------------------------------------------------------------
+    def _check_memory(self) -> None:
+        limit = self.settings.max_memory_mb
+        now = self._clock()
+        if not limit or now - self._last_memory_check < self.settings.memory_check_interval:
+            return
+        self._last_memory_check = now
+        for child in list(self.children.values()):
+            if not child.seen or self._restart.involves(child.pid):
+                continue  # still booting, or already being replaced
+            rss = _rss_mb(child.pid)
+            if rss is not None and rss >= limit:
+                log.warning("swarm: child %d (slot %d) uses %.0f MB, over the %d MB limit; "
+                            "replacing it", child.pid, child.slot, rss, limit)
+                self._restart.enqueue([child.pid])
+
+    # -- the process title ------------------------------------------------------------------
+    def _set_title(self) -> None:
+        if self.hosted:
+            return  # the host's process, the host's title
+        try:
+            import setproctitle
+        except ImportError:  # pragma: no cover - a core dependency, but optional at runtime
+            return
+        title = (f"wurk {__version__} swarm {self.config.tag} "
+                 f"[{len(self.children)} of {self.settings.count} children]")
+        if self._quiet:
+            title += " quiet"
+        if self._stopping:
+            title += " stopping"
+        setproctitle.setproctitle(title)
+
+
+def _exist(r: Any, keys: list[str]) -> list[Any]:
+    pipe = r.pipeline(transaction=False)
+    for key in keys:
+        pipe.exists(key)
+    return pipe.execute()  # type: ignore[no-any-return]
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).memory_info().rss) / MB
+    except psutil.Error:
+        return None
