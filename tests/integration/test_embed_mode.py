@@ -1,0 +1,112 @@
+"""``wurk.Embedded`` / ``wurk.embed`` in this very process, against the test server."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.server import Server
+
+ran: list[int] = []
+release = threading.Event()
+
+
+@pytest.fixture
+def fast(redis_server: Server) -> Iterator[wurk.Config]:
+    """A fast configuration made the process default, and the jobs these tests push."""
+    config = wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
+                            fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                            scheduler_initial_wait=0, concurrency=2, tag="embed-mode")
+    wurk.job(name="EmbedMode::Record")(ran.append)
+
+    def wait(seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not release.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)  # short sleeps: the shutdown interrupt lands between them
+
+    wurk.job(name="EmbedMode::Wait")(wait)
+    ran.clear()
+    release.clear()
+    yield config
+    release.set()
+    for name in ("EmbedMode::Record", "EmbedMode::Wait"):
+        wurk.registry.unregister(name)
+
+
+def push(name: str, *args: Any) -> None:
+    wurk.push({"class": name, "args": list(args)})
+
+
+def wait_until(predicate: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_embed_runs_jobs_on_threads_and_stop_removes_the_record(
+    fast: wurk.Config, r: redis.Redis
+) -> None:
+    worker = wurk.embed(fast)
+    try:
+        assert worker.running and worker.identity is not None
+        info = json.loads(r.hget(worker.identity, "info"))
+        assert info["embedded"] is True and info["tag"] == "embed-mode"
+        push("EmbedMode::Record", 1)
+        push("EmbedMode::Record", 2)
+        wait_until(lambda: sorted(ran) == [1, 2])
+    finally:
+        worker.stop()
+    assert not worker.running
+    assert not r.exists(worker.identity) and r.scard("processes") == 0
+    worker.stop()  # twice is fine
+
+
+def test_stop_drains_then_pushes_unfinished_jobs_back(fast: wurk.Config,
+                                                      r: redis.Redis) -> None:
+    worker = wurk.Embedded(fast).start()
+    push("EmbedMode::Wait", 30)
+    wait_until(lambda: r.hget(worker.identity, "busy") == "1")
+    started = time.monotonic()
+    worker.stop(timeout=0.3)
+    assert time.monotonic() - started < 0.3 + 0.5 + 1
+    (back,) = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+    assert back["class"] == "EmbedMode::Wait"
+
+
+def test_remote_quiet_and_stop_are_refused(fast: wurk.Config, r: redis.Redis,
+                                           caplog: pytest.LogCaptureFixture) -> None:
+    with wurk.Embedded(fast) as worker:
+        r.lpush(f"{worker.identity}-signals", "TERM")
+        wait_until(lambda: "ignoring remote TERM" in caplog.text)
+        assert worker.running and r.hget(worker.identity, "quiet") == "false"
+        worker.quiet()
+        wait_until(lambda: r.hget(worker.identity, "quiet") == "true")
+    assert not worker.running
+
+
+def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,
+                                                      r: redis.Redis) -> None:
+    def broken() -> None:
+        raise RuntimeError("no database")
+
+    fast.on("startup", broken)
+    worker = wurk.Embedded(fast)
+    with pytest.raises(RuntimeError, match="no database"):
+        worker.start()
+    assert not worker.running and r.scard("processes") == 0
+    with pytest.raises(RuntimeError, match="already started"):
+        worker.start()
+
+
+def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
+    worker = wurk.Embedded(fast)
+    worker.stop()
+    assert worker.identity is None and not worker.running

@@ -1,0 +1,149 @@
+"""Embedded mode inside a real uvicorn-served app: threads only, or a hosted swarm."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import redis
+
+import wurk
+from tests.system import swarm_jobs
+from tests.system import worker_jobs as jobs
+from tests.system.conftest import ROOT, wait_for
+
+
+class Server:
+    def __init__(self, process: subprocess.Popen[str], log: Path, port: int) -> None:
+        self.process = process
+        self.log = log
+        self.port = port
+
+    def get(self) -> dict[str, int]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=5) as reply:
+            return json.loads(reply.read())  # type: ignore[no-any-return]
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def children(self) -> set[int]:
+        try:
+            kids = psutil.Process(self.process.pid).children()
+        except psutil.NoSuchProcess:
+            return set()
+        return {kid.pid for kid in kids if kid.status() != psutil.STATUS_ZOMBIE}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[str], Server]]:
+    started: list[Server] = []
+
+    def start(mode: str) -> Server:
+        port = free_port()
+        log = tmp_path / f"uvicorn-{mode}.log"
+        process = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "tests.system.embed_app:app", "--port", str(port),
+             "--lifespan", "on"],
+            cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "WURK_TEST_EMBED": mode},
+        )
+        server = Server(process, log, port)
+        started.append(server)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                server.get()
+                return server
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"uvicorn did not start:\n{server.output()}") from None
+                time.sleep(0.1)
+
+    yield start
+    for server in started:
+        pids = server.children()
+        if server.process.poll() is None:
+            server.process.kill()
+        server.process.wait(10)
+        for pid in pids:
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
+
+
+def _shutdown(server: Server) -> float:
+    """SIGTERM uvicorn as a deploy would; returns how long it took to exit."""
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    code = server.process.wait(15)
+    assert code in (0, -signal.SIGTERM), (code, server.output())
+    return time.monotonic() - started
+
+
+def test_embedded_worker_runs_jobs_in_the_web_process_and_drains_on_shutdown(
+    config: wurk.Config, r: redis.Redis, serve: Callable[[str], Server]
+) -> None:
+    server = serve("threads")
+    pid = server.get()["pid"]
+    wait_for(lambda: r.scard("processes") == 1, message="the embedded worker's heartbeat")
+    identity = next(iter(r.smembers("processes")))
+    info = json.loads(r.hget(identity, "info"))
+    assert info["pid"] == pid and info["embedded"] is True and info["tag"] == "embed-test"
+    assert not server.children()  # threads only, no fork
+    swarm_jobs.record_pid.perform_bulk([["sys:embedded"]] * 20)
+    wait_for(lambda: r.llen("sys:embedded") == 20, message="jobs run")
+    assert {int(p) for p in r.lrange("sys:embedded", 0, -1)} == {pid}
+    r.lpush(f"{identity}-signals", "TSTP")  # the host owns quiet and stop
+    wait_for(lambda: "ignoring remote TSTP" in server.output(), message="remote quiet refused")
+    assert r.hget(identity, "quiet") == "false"
+    jobs.sleep_job.perform_async(30, "sys:embedded-long")
+    wait_for(lambda: r.llen("sys:embedded-long:started") == 1, message="long job started")
+    assert _shutdown(server) < 2 + 1 + 3  # timeout + interrupt grace + uvicorn's own exit
+    back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+    assert [job["class"] for job in back] == ["Sys::Sleep"]
+    assert r.scard("processes") == 0 and not r.exists(identity)
+    assert "pushing 1 unfinished job(s) back" in server.output()
+
+
+def test_a_web_process_hosts_a_swarm_supervised_from_a_thread(
+    config: wurk.Config, r: redis.Redis, serve: Callable[[str], Server]
+) -> None:
+    server = serve("swarm")
+    wait_for(lambda: len(server.children()) == 2 and r.scard("processes") == 2,
+             message="two children heartbeating")
+    children = server.children()
+    swarm_jobs.record_pid.perform_bulk([["sys:hosted"]] * 40)
+    wait_for(lambda: r.llen("sys:hosted") == 40, message="jobs run")
+    assert {int(p) for p in r.lrange("sys:hosted", 0, -1)} <= children
+    victim = min(children)
+    os.kill(victim, signal.SIGKILL)  # the supervisor thread respawns it
+    wait_for(lambda: len(server.children() - {victim}) == 2 and r.scard("processes") >= 2,
+             message="respawned child")
+    assert server.get()["pid"] == server.process.pid  # still serving HTTP
+    jobs.sleep_job.perform_async(30, "sys:hosted-long")
+    wait_for(lambda: r.llen("sys:hosted-long:started") == 1, message="long job started")
+    children = server.children()
+    assert _shutdown(server) < 2 + 3 + 1 + 3
+    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
+                   psutil.STATUS_ZOMBIE for pid in children)
+    back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+    assert [job["class"] for job in back] == ["Sys::Sleep"]
+    # Only the SIGKILLed child's record is left (for the reaper); the drained ones are gone.
+    assert {int(identity.rsplit(":", 2)[1]) for identity in r.smembers("processes")} == {
+        victim}

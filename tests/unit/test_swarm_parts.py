@@ -1,0 +1,285 @@
+"""The swarm's pure parts: backoff, the rolling-restart machine, settings, notices."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+from dataclasses import dataclass, field
+
+import pytest
+
+from wurk.errors import ConfigError
+from wurk.swarm.backoff import Backoff
+from wurk.swarm.child import NoticePipe, OrphanGuard
+from wurk.swarm.restart import Claim, Phase, RestartHooks, RollingRestart
+from wurk.swarm.settings import SwarmSettings, default_count, resolve
+from wurk.swarm.supervisor import describe_status
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# -- backoff ---------------------------------------------------------------------------------
+def test_backoff_doubles_per_slot_up_to_the_cap() -> None:
+    clock = Clock()
+    backoff = Backoff(base=1, cap=5, reset_after=60, clock=clock)
+    assert [backoff.fail(0, lifetime=1) for _ in range(5)] == [1, 2, 4, 5, 5]
+    assert backoff.fail(1, lifetime=1) == 1  # another slot has its own count
+
+
+def test_a_long_lived_child_counts_as_a_fresh_failure() -> None:
+    backoff = Backoff(base=1, cap=30, reset_after=60, clock=Clock())
+    backoff.fail(0, lifetime=1)
+    backoff.fail(0, lifetime=1)
+    assert backoff.fail(0, lifetime=61) == 1
+    assert backoff.failures(0) == 1
+
+
+def test_backoff_due_times_without_sleeping() -> None:
+    clock = Clock()
+    backoff = Backoff(base=1, cap=30, reset_after=60, clock=clock)
+    backoff.fail(0)
+    backoff.fail(1)
+    backoff.fail(1)
+    assert backoff.due() == [] and backoff.pending(0)
+    clock.now += 1
+    assert backoff.due() == [0]
+    backoff.consume(0)
+    assert not backoff.pending(0) and backoff.failures(0) == 1
+    clock.now += 1
+    assert backoff.due() == [1]
+    backoff.reset(1)
+    assert backoff.due() == [] and backoff.failures(1) == 0
+
+
+# -- the rolling restart ---------------------------------------------------------------------
+@dataclass
+class World:
+    """The supervisor as the machine sees it: children by pid, signals sent, forks made."""
+
+    clock: Clock = field(default_factory=Clock)
+    slots: dict[int, int] = field(default_factory=lambda: {10: 0, 11: 1, 12: 2})
+    seen: set[int] = field(default_factory=set)
+    kills: list[tuple[int, int]] = field(default_factory=list)
+    forks: list[int] = field(default_factory=list)
+    fork_errors: int = 0
+    next_pid: int = 100
+
+    def spawn(self, slot: int) -> int:
+        if self.fork_errors:
+            self.fork_errors -= 1
+            raise BlockingIOError("fork: EAGAIN")
+        self.next_pid += 1
+        self.slots[self.next_pid] = slot
+        self.forks.append(self.next_pid)
+        return self.next_pid
+
+    def machine(self, *, heartbeat_wait: float = 60, drain: float = 30) -> RollingRestart:
+        hooks = RestartHooks(spawn=self.spawn, kill=lambda pid, s: self.kills.append((pid, s)),
+                             seen=self.seen.__contains__, slot_of=self.slots.get,
+                             now=self.clock)
+        return RollingRestart(hooks, heartbeat_wait=heartbeat_wait, drain_timeout=drain,
+                              backoff=Backoff(base=1, cap=8, reset_after=60, clock=self.clock))
+
+    def exit(self, machine: RollingRestart, pid: int) -> Claim:
+        del self.slots[pid]
+        return machine.claim_exit(pid)
+
+
+def test_one_slot_at_a_time_replacement_first() -> None:
+    world = World()
+    machine = world.machine()
+    machine.enqueue([10, 11])
+    machine.advance()
+    assert world.forks == [101] and world.kills == []  # replacement forked, old untouched
+    machine.advance()
+    assert world.kills == []  # no heartbeat yet: the old child keeps working
+    world.seen.add(101)
+    machine.advance()
+    assert world.kills == [(10, signal.SIGTERM)]
+    machine.advance()
+    assert world.forks == [101]  # the next slot waits for this one's drain
+    assert world.exit(machine, 10) is Claim.RETIRED
+    machine.advance()
+    assert world.forks == [101, 102] and world.slots[102] == 1
+
+
+def test_no_heartbeat_in_time_stops_the_old_child_anyway() -> None:
+    world = World()
+    machine = world.machine(heartbeat_wait=5)
+    machine.enqueue([10])
+    machine.advance()
+    world.clock.now += 4.9
+    machine.advance()
+    assert world.kills == []
+    world.clock.now += 0.2
+    machine.advance()
+    assert world.kills == [(10, signal.SIGTERM)]
+
+
+def test_an_old_child_that_will_not_drain_is_killed_once() -> None:
+    world = World()
+    machine = world.machine(drain=30)
+    machine.enqueue([10])
+    machine.advance()
+    world.seen.add(101)
+    machine.advance()
+    world.clock.now += 31
+    machine.advance()
+    machine.advance()
+    assert world.kills == [(10, signal.SIGTERM), (10, signal.SIGKILL)]
+
+
+def test_a_replacement_that_dies_booting_is_tried_again_after_a_backoff() -> None:
+    world = World()
+    machine = world.machine()
+    machine.enqueue([10])
+    machine.advance()
+    assert world.exit(machine, 101) is Claim.RETRYING
+    machine.advance()
+    assert world.forks == [101]  # backoff of 1 s first
+    world.clock.now += 1
+    machine.advance()
+    assert world.forks == [101, 102] and world.kills == []
+
+
+def test_a_failed_fork_keeps_the_old_child_and_retries() -> None:
+    world = World(fork_errors=1)
+    machine = world.machine()
+    machine.enqueue([10])
+    machine.advance()
+    assert world.forks == [] and machine.current is not None
+    assert machine.current.phase is Phase.SPAWN
+    world.clock.now += 1
+    machine.advance()
+    assert world.forks == [101]
+
+
+def test_exits_the_machine_does_not_own() -> None:
+    world = World()
+    machine = world.machine()
+    assert world.exit(machine, 12) is Claim.NONE
+    machine.enqueue([10])
+    world.fork_errors = 1
+    machine.advance()  # no replacement yet
+    assert world.exit(machine, 10) is Claim.NONE  # a crash: the supervisor respawns the slot
+    assert not machine.active
+
+
+def test_a_replacement_dying_after_the_switch_is_an_ordinary_crash() -> None:
+    world = World()
+    machine = world.machine()
+    machine.enqueue([10])
+    machine.advance()
+    world.seen.add(101)
+    machine.advance()
+    assert world.exit(machine, 101) is Claim.NONE
+    assert world.exit(machine, 10) is Claim.RETIRED
+
+
+def test_queue_skips_duplicates_and_dead_children_and_abort_forgets() -> None:
+    world = World()
+    machine = world.machine()
+    machine.enqueue([10, 10, 11])
+    machine.advance()
+    machine.enqueue([10, 101])  # 10 is being replaced, 101 is its replacement
+    assert machine.involves(11) and not machine.involves(12)
+    del world.slots[11]  # died while queued: respawned as a crash, nothing to replace
+    world.seen.add(101)
+    machine.advance()
+    world.exit(machine, 10)
+    machine.advance()
+    assert world.forks == [101] and not machine.active
+    machine.enqueue([12])
+    machine.abort()
+    machine.advance()
+    assert world.forks == [101] and not machine.active
+
+
+# -- settings --------------------------------------------------------------------------------
+def test_settings_from_the_config_file_section() -> None:
+    settings = SwarmSettings.from_mapping({"count": 4, ":max_memory_mb": 512, "max_jobs": 0})
+    assert (settings.count, settings.max_memory_mb, settings.max_jobs) == (4, 512, 0)
+    assert settings.as_dict()["tick"] == 0.2
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"count": 0}, "swarm count must be a whole number of at least 1, not 0"),
+        ({"count": "4"}, "swarm count must be a whole number"),
+        ({"max_memory_mb": -1}, "swarm max_memory_mb must be a whole number of at least 0"),
+        ({"max_jobs": True}, "swarm max_jobs must be a whole number"),
+        ({"tick": 0}, "swarm tick must be a number of seconds > 0"),
+        ({"heartbeat_wait": -1}, "swarm heartbeat_wait must be a number of seconds ≥ 0"),
+        ({"children": 2}, "unknown swarm setting 'children'"),
+    ],
+)
+def test_bad_swarm_settings_are_named(section: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        SwarmSettings.from_mapping(section, source="wurk.yml")
+
+
+def test_swarm_section_must_be_a_mapping() -> None:
+    with pytest.raises(ConfigError, match="swarm must be a mapping"):
+        resolve([4], {}, environ={})  # type: ignore[arg-type]
+
+
+def test_flags_beat_the_file_which_beats_the_environment() -> None:
+    env = {"WURK_COUNT": "3", "WURK_MAXMEM_MB": "256"}
+    assert resolve(None, {}, environ=env).count == 3
+    assert resolve(None, {}, environ=env).max_memory_mb == 256
+    assert resolve({"count": 5}, {}, environ=env).count == 5
+    assert resolve({"count": 5}, {"count": 7, "max_jobs": None}, environ=env).count == 7
+    assert resolve(None, {}, environ={}).count == default_count() >= 1
+
+
+def test_environment_counts_as_sidekiq_reads_them() -> None:
+    assert resolve(None, {}, environ={"SIDEKIQ_COUNT": "2.5"}).count == 2
+    assert resolve(None, {}, environ={"WURK_COUNT": "0.25"}).count == 1
+    assert resolve(None, {}, environ={"SIDEKIQ_MAXMEM_MB": "300"}).max_memory_mb == 300
+    with pytest.raises(ConfigError, match="WURK_COUNT='lots' is not a number"):
+        resolve(None, {}, environ={"WURK_COUNT": "lots"})
+
+
+# -- notices, the orphan guard, exit statuses ------------------------------------------------
+def test_notices_arrive_whole_one_line_each() -> None:
+    pipe = NoticePipe()
+    try:
+        assert pipe.receive() == []
+        assert pipe.send("recycle", "after 20 jobs")
+        assert pipe.send("boot-error", "RuntimeError: two\nlines")
+        got = pipe.receive()
+        assert [(n.pid, n.kind, n.text) for n in got] == [
+            (os.getpid(), "recycle", "after 20 jobs"),
+            (os.getpid(), "boot-error", "RuntimeError: two lines"),
+        ]
+        pipe.send("boot-error", "x" * 10_000)
+        (long,) = pipe.receive()
+        assert len(long.text.encode()) < select.PIPE_BUF
+    finally:
+        pipe.close()
+
+
+def test_a_notice_to_a_closed_pipe_is_dropped_not_raised() -> None:
+    pipe = NoticePipe()
+    pipe.close()
+    assert pipe.send("recycle") is False
+
+
+def test_orphan_guard_compares_the_parent_pid() -> None:
+    assert not OrphanGuard(os.getppid()).orphaned()
+    assert OrphanGuard(os.getppid() + 1).orphaned()
+
+
+def test_exit_statuses_are_described() -> None:
+    assert describe_status(0) == "exited with status 0"
+    assert describe_status(78 << 8) == "exited with status 78"
+    assert describe_status(signal.SIGKILL) == "was killed by SIGKILL"
+    assert describe_status(None) == "exited (status unknown)"
