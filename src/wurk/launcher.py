@@ -161,6 +161,8 @@ class Launcher:
                 report_error(self.config, exc, {"context": f"lifecycle event {event}"})
 
     def _update_title(self) -> None:
+        if self.embedded:
+            return  # the host's process keeps the host's title
         try:
             import setproctitle
         except ImportError:  # pragma: no cover - a core dependency, but optional at runtime

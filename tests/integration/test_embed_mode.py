@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 import redis
 
@@ -54,6 +55,7 @@ def wait_until(predicate: Any, timeout: float = 10) -> None:
 def test_embed_runs_jobs_on_threads_and_stop_removes_the_record(
     fast: wurk.Config, r: redis.Redis
 ) -> None:
+    title = " ".join(psutil.Process().cmdline())
     worker = wurk.embed(fast)
     try:
         assert worker.running and worker.identity is not None
@@ -62,6 +64,7 @@ def test_embed_runs_jobs_on_threads_and_stop_removes_the_record(
         push("EmbedMode::Record", 1)
         push("EmbedMode::Record", 2)
         wait_until(lambda: sorted(ran) == [1, 2])
+        assert " ".join(psutil.Process().cmdline()) == title  # the host keeps its title
     finally:
         worker.stop()
     assert not worker.running

@@ -215,7 +215,7 @@ def test_jobs_held_by_a_killed_child_are_recovered(
     wait_for(lambda: r.llen("sys:held:started") == 4, message="every thread busy")
     os.kill(next(iter(swarm.children())), signal.SIGKILL)
     # Its two jobs come back: on the queue, or already started again by a fresh thread.
-    wait_for(lambda: r.llen("queue:default") + r.llen("sys:held:started") >= 6, timeout=8,
+    wait_for(lambda: r.llen("queue:default") + r.llen("sys:held:started") >= 6, timeout=5,
              message="the killed child's jobs recovered")
 
 
