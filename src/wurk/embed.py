@@ -126,12 +126,11 @@ class SwarmHost:
 
     def __init__(self, config: Config | None = None,
                  settings: SwarmSettings | None = None) -> None:
-        from .swarm.settings import SwarmSettings, default_count
+        from .swarm.settings import SwarmSettings
         from .swarm.supervisor import Supervisor
 
         self.config = config if config is not None else default_config()
-        self.settings = settings if settings is not None else SwarmSettings(
-            count=default_count())
+        self.settings = settings if settings is not None else SwarmSettings()
         self.supervisor = Supervisor(self.config, self.settings, hosted=True)
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()

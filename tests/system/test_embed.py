@@ -147,3 +147,15 @@ def test_a_web_process_hosts_a_swarm_supervised_from_a_thread(
     # Only the SIGKILLed child's record is left (for the reaper); the drained ones are gone.
     assert {int(identity.rsplit(":", 2)[1]) for identity in r.smembers("processes")} == {
         victim}
+
+
+@pytest.mark.parametrize(("mode", "processes"), [("threads", 1), ("swarm", 2)])
+def test_the_exit_hook_drains_when_the_host_just_exits(
+    config: wurk.Config, r: redis.Redis, mode: str, processes: int
+) -> None:
+    result = subprocess.run([sys.executable, "-m", "tests.system.exit_hook_app", mode],
+                            cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result
+    assert "ready" in result.stdout
+    assert result.stdout.count("bye") == processes  # each worker stopped cleanly
+    assert r.scard("processes") == 0

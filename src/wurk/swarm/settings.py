@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import ConfigError
@@ -46,6 +46,10 @@ _WHOLE = ("count", "max_memory_mb", "max_jobs", "boot_attempts")
 
 
 def default_count() -> int:
+    """The CPU cores this process may run on (its affinity: a pinned container sees few)."""
+    affinity = getattr(os, "sched_getaffinity", None)
+    if affinity is not None:  # not on macOS
+        return len(affinity(0)) or 1
     return os.cpu_count() or 1
 
 
@@ -53,7 +57,7 @@ def default_count() -> int:
 class SwarmSettings:
     """Everything the supervisor needs besides the worker's own ``Config``."""
 
-    count: int = 1
+    count: int = field(default_factory=default_count)
     max_memory_mb: int = 0
     max_jobs: int = 0
     tick: float = SUPERVISE_TICK
@@ -89,7 +93,10 @@ def resolve(section: Mapping[str, Any] | None, flags: Mapping[str, Any], *,
             source: str = "configuration") -> SwarmSettings:
     """Flags > the file's ``swarm:`` section > the environment > defaults."""
     env = os.environ if environ is None else environ
-    values: dict[str, Any] = {"count": _env_number(env, _ENV_COUNT) or default_count()}
+    values: dict[str, Any] = {}
+    count = _env_number(env, _ENV_COUNT)
+    if count is not None:
+        values["count"] = count
     memory = _env_number(env, _ENV_MEMORY)
     if memory is not None:
         values["max_memory_mb"] = memory
