@@ -31,9 +31,22 @@ _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.Context
 _HANDLER_MARK = "_wurk_handler"
 
 
+_thread_ids = threading.local()
+
+
 def tid() -> str:
     """A short, stable id for the current thread, as Sidekiq shows it (base 36)."""
-    return _base36(threading.get_ident() ^ os.getpid())
+    value: str | None = getattr(_thread_ids, "tid", None)
+    if value is None:
+        value = _thread_ids.tid = _base36(threading.get_ident() ^ os.getpid())
+    return value
+
+
+def info(message: str, *args: Any) -> None:
+    """``logger.info`` without the caller lookup: the job log lines are on every job's path,
+    and finding the calling frame costs more than formatting the line."""
+    if logger.isEnabledFor(logging.INFO):
+        logger.handle(logger.makeRecord(logger.name, logging.INFO, "", 0, message, args, None))
 
 
 def _base36(number: int) -> str:
@@ -67,12 +80,31 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+class _Stamp:
+    """ISO-8601 UTC seconds, formatted once per second rather than once per line."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return self._text
+
+
 class PrettyFormatter(logging.Formatter):
     """``2024-01-01T00:00:00.000Z pid=1 tid=ab class=X jid=… INFO: msg``."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._stamp = _Stamp()
+
     def format(self, record: logging.LogRecord) -> str:
         ctx = getattr(record, "wurk_ctx", {}) or {}
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        stamp = self._stamp(record.created)
         millis = int(record.msecs)
         fields = " ".join(f"{key}={_plain(value)}" for key, value in ctx.items())
         head = f"{stamp}.{millis:03d}Z pid={record.process} tid={getattr(record, 'wurk_tid', '')}"

@@ -31,6 +31,7 @@ from .config import Config
 from .errors import InvalidPayload, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
 from .job import JobDefinition, Registry, registry
+from . import log as wurk_log
 from .log import job_context, tid
 from .morgue import Morgue
 from .reporting import report_error
@@ -128,7 +129,7 @@ class JobRunner:
                         interruptible: Callable[[bool], None]) -> bool:
         quiet = self.config.skip_default_job_logging
         if not quiet:
-            log.info("start")
+            wurk_log.info("start")
         started = time.monotonic()
         definition: JobDefinition | None = None
         instance: Any = None
@@ -147,11 +148,11 @@ class JobRunner:
                 raise  # KeyboardInterrupt, SystemExit: not a job failure
             self.counters.record(failed=True)
             if not quiet:
-                log.info("fail: %.3f sec", time.monotonic() - started)
+                wurk_log.info("fail: %.3f sec", time.monotonic() - started)
             return self._book_failure(job, exc, definition, instance)
         self.counters.record(failed=False)
         if not quiet:
-            log.info("done: %.3f sec", time.monotonic() - started)
+            wurk_log.info("done: %.3f sec", time.monotonic() - started)
         return True
 
     def _invoke(self, definition: JobDefinition, instance: Any, job: P.Payload,
