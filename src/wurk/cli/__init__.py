@@ -18,7 +18,15 @@ from .. import __version__
 __all__ = ["main"]
 
 # (module, attribute) of each subcommand; imported when the group is built, not at import.
-SUBCOMMANDS: tuple[tuple[str, str], ...] = ()
+SUBCOMMANDS: tuple[tuple[str, str], ...] = (
+    ("inspect", "stats_command"),
+    ("inspect", "queues_command"),
+    ("inspect", "retries_command"),
+    ("inspect", "dead_command"),
+    ("inspect", "processes_command"),
+    ("inspect", "retry_command"),
+    ("inspect", "kill_command"),
+)
 
 DEFAULT_COMMAND = "worker"
 
