@@ -200,8 +200,9 @@ class JobRecord:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (times in epoch seconds) with the full payload beside it."""
         summary: dict[str, Any] = {
-            "jid": self.jid, "class": self.klass, "display_class": self.display_class,
-            "display_args": self.display_args, "queue": self.queue,
+            "jid": self.jid, "class": self.klass, "args": self.args,
+            "display_class": self.display_class, "display_args": self.display_args,
+            "queue": self.queue,
             "created_at": self.created_at, "enqueued_at": self.enqueued_at,
             "failed_at": self.failed_at, "retried_at": self.retried_at,
             "retry_count": self.retry_count, "error_class": self.error_class,
