@@ -63,6 +63,13 @@ def friendly(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+class Cancelled(click.ClickException):
+    """The person answered no: say so plainly (no "Error:"), exit 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.message, err=True)
+
+
 def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
 
@@ -77,8 +84,7 @@ def confirm(question: str, *, yes: bool, action: str) -> None:
             "to ask; pass --yes to do it anyway"
         )
     if not click.confirm(question, default=False):
-        click.echo("Cancelled; nothing changed.", err=True)
-        raise click.exceptions.Exit(1)
+        raise Cancelled("Cancelled; nothing changed.")
 
 
 # -- stats ------------------------------------------------------------------------------------
