@@ -12,8 +12,8 @@ import pytest
 import redis
 
 import wurk
-from wurk.api import JobRecord, Queue
-from wurk.errors import RedisUnavailable
+from wurk.api import JobRecord, Queue, paging
+from wurk.errors import InspectionError, RedisUnavailable
 
 
 def job(n: int, **extra: Any) -> str:
@@ -170,6 +170,41 @@ def test_iteration_ends_when_consumers_pass_the_last_page(config: wurk.Config,
     r.ltrim("queue:default", 0, 9)  # everything from the 11th newest on was consumed
     rest = list(records)
     assert len(first) == 50 and rest == []
+
+
+def test_iteration_ends_when_the_whole_page_was_consumed(config: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    seed(r, 100)
+    records = Queue("default", config).iterate(page_size=10)
+    assert len([next(records) for _ in range(10)]) == 10
+    r.lpush("queue:default", *[job(1000 + n) for n in range(5)])
+    r.ltrim("queue:default", 0, 4)  # only jobs pushed after the walk began are left
+    assert list(records) == []
+
+
+def test_a_push_of_exactly_one_page_between_pages(config: wurk.Config, r: redis.Redis) -> None:
+    entries = seed(r, 30)
+    records = Queue("default", config).iterate(page_size=5)
+    seen = [next(records).text for _ in range(5)]
+    r.lpush("queue:default", *[job(1000 + n) for n in range(5)])  # the anchor ends a window
+    seen += [record.text for record in records]
+    assert seen == entries
+
+
+def test_a_list_changing_faster_than_it_can_be_paged_is_a_clear_error(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    seed(r, 20)
+    monkeypatch.setattr(paging, "MAX_RELOCATIONS", 0)
+    records = Queue("default", config).iterate(page_size=5)
+    assert len([next(records) for _ in range(5)]) == 5
+    with pytest.raises(InspectionError, match="changed faster than it could be paged"):
+        next(records)
+
+
+def test_queues_compare_by_name_and_configuration(config: wurk.Config) -> None:
+    assert Queue("a", config) == Queue("a", config) != Queue("b", config)
+    assert len({Queue("a", config), Queue("a", config)}) == 1
+    assert Queue("a", config) != "a" and repr(Queue("a", config)) == "<Queue 'a'>"
 
 
 def test_unreachable_redis_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

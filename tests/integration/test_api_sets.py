@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import wurk
+import wurk.api
 from wurk.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
 from wurk.errors import InspectionError, JobKilled
 
@@ -316,3 +317,20 @@ def test_entries_are_sorted_entries_with_parents(config: wurk.Config, r: redis.R
     (entry,) = RetrySet(config).iterate()
     assert isinstance(entry, SortedEntry) and isinstance(entry.parent, RetrySet)
     assert entry.to_dict()["score"] == 1.0 and entry.to_dict()["jid"] == f"{1:024x}"
+
+
+def test_a_key_prefix_applies_to_every_key(redis_server: Any, r: redis.Redis) -> None:
+    """Sidekiq 6 with redis-namespace (wire-format §0.2): every key under `<ns>:`."""
+    config = wurk.configure(redis_url=redis_server.url, key_prefix="ns")
+    r.zadd("ns:retry", {member(1, queue="low"): 1.0})
+    r.zadd("retry", {member(2): 1.0})  # another app's data, outside the namespace
+    (entry,) = RetrySet(config).iterate()
+    assert entry.args == [1] and RetrySet(config).key == "ns:retry"
+    assert entry.retry()
+    assert r.smembers("ns:queues") == {"low"} and r.llen("ns:queue:low") == 1
+    (record,) = wurk.api.Queue("low", config).iterate()
+    assert record.args == [1] and record.delete() and not r.exists("ns:queue:low")
+    ScheduledSet(config).schedule(5.0, payload(3))
+    DeadSet(config).kill(payload(4), notify_failure=False)
+    assert r.zcard("ns:schedule") == 1 and r.zcard("ns:dead") == 1
+    assert r.zcard("retry") == 1 and not r.exists("schedule") and not r.exists("dead")

@@ -118,7 +118,7 @@ class SortedEntry(JobRecord):
 class JobSet:
     """A sorted set of job payloads scored by epoch seconds."""
 
-    name: ClassVar[str] = ""  # the key (before any prefix)
+    name: ClassVar[str] = ""  # Sidekiq's name for the set
     label: ClassVar[str] = ""  # how messages name it
 
     def __init__(self, config: Config | None = None) -> None:
@@ -129,7 +129,8 @@ class JobSet:
 
     @property
     def key(self) -> str:
-        return f"{self.config.keys.prefix}{self.name}"
+        """The sorted set's key (``wurk.keys``, under any ``key_prefix``)."""
+        raise NotImplementedError
 
     @property
     def _pool(self) -> RedisPool:
@@ -312,12 +313,20 @@ class ScheduledSet(JobSet):
     name = "schedule"
     label = "scheduled set"
 
+    @property
+    def key(self) -> str:
+        return self.config.keys.schedule
+
 
 class RetrySet(JobSet):
     """Failed jobs waiting for their next attempt (``retry``); score = when it runs."""
 
     name = "retry"
     label = "retry set"
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.retry
 
     def retry_all(self) -> int:
         """Push every entry to its queue now; returns how many were pushed."""
@@ -354,6 +363,10 @@ class DeadSet(JobSet):
 
     name = "dead"
     label = "dead set"
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.dead
 
     def kill(self, message: bytes | str | Mapping[str, Any], *, notify_failure: bool = True,
              exc: BaseException | None = None, trim: bool = True) -> None:
