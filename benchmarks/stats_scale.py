@@ -99,6 +99,23 @@ def measure(argv: list[str], env: dict[str, str]) -> tuple[float, float, bytes]:
         return elapsed, kb / 1024, out_file.read_bytes()
 
 
+def in_process(url: str, runs: int) -> float:
+    """Median seconds of the reads ``wurk stats --json`` does, without starting Python."""
+    from wurk import Config
+    from wurk.api import Stats
+
+    config = Config(redis_url=url)
+    try:
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            Stats(config).to_dict()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+    finally:
+        config.close()
+
+
 def report(name: str, runs: list[tuple[float, float, bytes]], limits: bool) -> bool:
     times = [t for t, _, _ in runs]
     peak = max(rss for _, rss, _ in runs)
@@ -131,6 +148,8 @@ def main() -> None:
         print(f"seeded {options.jobs:,} jobs in queue:default and {options.dead:,} dead "
               f"entries in {time.perf_counter() - started:.1f}s "
               f"(server memory {r.info('memory')['used_memory_human']})")
+        print(f"Stats().to_dict() in this process: median {in_process(url, options.runs):.4f} s "
+              "(the Redis work alone, no interpreter start)")
         for argv in (["stats", "--json"], ["queues", "--json"], ["dead"], ["--version"]):
             measure(argv, env)  # warm-up: bytecode written, page cache filled
         stats = [measure(["stats", "--json"], env) for _ in range(options.runs)]
