@@ -26,12 +26,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from . import log as wurk_log
 from . import payload as P
 from .config import Config
 from .errors import InvalidPayload, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
 from .job import JobDefinition, Registry, registry
-from . import log as wurk_log
 from .log import job_context, tid
 from .morgue import Morgue
 from .reporting import report_error
