@@ -53,6 +53,7 @@ class UnitOfWork:
     queue: str
     raw: bytes  # exactly as stored: removal by value must match these bytes
     fetcher: Fetcher
+    jid: str | None = None  # set once parsed, for the ACK's poison-counter reset
 
     def acknowledge(self) -> None:
         self.fetcher.acknowledge(self)

@@ -111,6 +111,8 @@ class JobRunner:
         except InvalidPayload as exc:
             self._kill_invalid(unit, exc)
             return
+        jid = job.get(P.JID)
+        unit.jid = jid if isinstance(jid, str) else None
         if self._execute(unit, job, interruptible):
             unit.acknowledge()
 

@@ -16,6 +16,7 @@ from .. import payload as P
 from ..config import Config, default_config
 from ..connection import RedisPool
 from ..keys import PRIVATE_SEPARATOR
+from ..pause import invalidate_local
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord
 
@@ -116,9 +117,11 @@ class Queue:
     def pause(self) -> None:
         """Workers stop fetching from it (``SADD paused``); running jobs are unaffected."""
         self._read(lambda r: r.sadd(self.config.keys.paused, self.name))  # idempotent
+        invalidate_local()  # this process's fetchers see it now, others within the cache TTL
 
     def unpause(self) -> None:
         self._read(lambda r: r.srem(self.config.keys.paused, self.name))  # idempotent
+        invalidate_local()
 
     def delete(self, job: JobRecord | bytes | str) -> bool:
         """Remove one job by its stored bytes; False if it was not there."""

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from importlib import resources
 from typing import Any, ClassVar
 
 from .. import payload as P
+from .. import scripts
 from ..config import Config, default_config
 from ..connection import RedisPool
 from ..errors import InspectionError, JobKilled
@@ -367,13 +367,5 @@ class DeadSet(JobSet):
         return self._requeue_all(decrement=True)
 
 
-_script_text: str | None = None
-
-
 def _requeue_script() -> str:
-    """The Lua source, read from the package on first use (no I/O at import)."""
-    global _script_text
-    if _script_text is None:
-        path = resources.files("wurk").joinpath("scripts").joinpath(REQUEUE_SCRIPT)
-        _script_text = path.read_text(encoding="utf-8")
-    return _script_text
+    return scripts.source(REQUEUE_SCRIPT)
