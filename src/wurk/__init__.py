@@ -23,7 +23,8 @@ from .errors import (
     UnparseablePayload,
     WurkError,
 )
-from .job import Job, JobFunction, JobSetter, job, registry
+from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .poison import on_poison
 
 __version__ = "0.1.0"
 
@@ -49,8 +50,11 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "current_jid",
+    "current_job",
     "default_config",
     "job",
+    "on_poison",
     "push",
     "push_bulk",
     "registry",
