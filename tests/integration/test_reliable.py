@@ -10,7 +10,6 @@ import time
 from typing import Any
 
 import psutil
-import pytest
 import redis
 
 import wurk
