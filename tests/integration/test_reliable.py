@@ -200,7 +200,7 @@ def test_poison_pill_counting_kills_on_the_third_recovery(
     deaths: list[str] = []
     config.death_handlers.append(lambda payload, exc: deaths.append(type(exc).__name__))
     try:
-        for round_number in range(3):
+        for _ in range(3):
             foreign_list(r, config, "gone", 9, "ffffffffffff", [job(1)])
             r.delete("queue:default")
             reaper(config).sweep()
