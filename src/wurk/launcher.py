@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import __version__
+from . import log as wurk_log
 from .config import Capsule, Config
 from .connection import describe_url
 from .fetch import BasicFetch, Fetcher
@@ -32,10 +33,15 @@ from .reliable import ReliableFetch, private_list_name
 from .reporting import report_error
 from .scheduled import Scheduler
 from .stats import Counters
+from .timer import TimerLoop
 
 __all__ = ["Launcher"]
 
 log = logging.getLogger("wurk")
+
+# Job log lines are flushed by time, not per line (wurk.log): this bounds how late the last
+# lines of a burst reach the log when the worker then goes idle.
+LOG_FLUSH_INTERVAL = 0.5
 
 
 class Launcher:
@@ -57,6 +63,7 @@ class Launcher:
                                    on_signal=on_remote_signal, on_beat=self._update_title)
         self.scheduler = Scheduler(config)
         self.paused = PausedCache(config)
+        self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
         self.reaper = Reaper(config, self.identity, served) if config.fetch == "reliable" \
             else None
@@ -120,6 +127,7 @@ class Launcher:
         if not self.heartbeat.beat():
             log.warning("first heartbeat failed; starting anyway, it will be retried")
         self.heartbeat.start()
+        self._log_flusher.start()
         self._start_reliability()
         self.scheduler.start()
         for manager in self.managers:
@@ -188,6 +196,8 @@ class Launcher:
         self.heartbeat.clear()
         self.fire("exit")
         log.info("bye")
+        self._log_flusher.stop(timeout=1.0)
+        wurk_log.flush()
 
     def _stop_reliability(self) -> None:
         if self.reaper is None:

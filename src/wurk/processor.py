@@ -142,7 +142,7 @@ class JobRunner:
                         interruptible: Callable[[bool], None]) -> bool:
         quiet = self.config.skip_default_job_logging
         if not quiet:
-            wurk_log.info("start")
+            wurk_log.line(logging.DEBUG, "start")
         started = time.monotonic()
         definition: JobDefinition | None = None
         instance: Any = None
