@@ -74,6 +74,11 @@ class Launcher:
 
     # -- what the process hash says about us --------------------------------------------
     @property
+    def total_processed(self) -> int:
+        """Jobs this process ran (successes and failures) since it started."""
+        return self.counters.total_processed
+
+    @property
     def concurrency(self) -> int:
         return sum(c.concurrency for c in self.capsules)
 

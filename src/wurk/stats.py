@@ -28,10 +28,12 @@ class Counters:
         self._lock = threading.Lock()
         self.processed = 0
         self.failed = 0
+        self.total_processed = 0  # since start, never reset by a flush
 
     def record(self, *, failed: bool) -> None:
         with self._lock:
             self.processed += 1
+            self.total_processed += 1
             if failed:
                 self.failed += 1
 
