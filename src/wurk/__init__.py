@@ -12,8 +12,10 @@ from .embed import Embedded, embed
 from .errors import (
     ConfigError,
     EmbeddedServerError,
+    InspectionError,
     InvalidArguments,
     InvalidPayload,
+    JobKilled,
     JobNotRegistered,
     Poisoned,
     RedisUnavailable,
@@ -23,7 +25,8 @@ from .errors import (
     UnparseablePayload,
     WurkError,
 )
-from .job import Job, JobFunction, JobSetter, job, registry
+from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .poison import on_poison
 
 __version__ = "0.1.0"
 
@@ -34,10 +37,12 @@ __all__ = [
     "ConfigError",
     "Embedded",
     "EmbeddedServerError",
+    "InspectionError",
     "InvalidArguments",
     "InvalidPayload",
     "Job",
     "JobFunction",
+    "JobKilled",
     "JobNotRegistered",
     "JobSetter",
     "Poisoned",
@@ -49,9 +54,12 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "current_jid",
+    "current_job",
     "default_config",
     "embed",
     "job",
+    "on_poison",
     "push",
     "push_bulk",
     "registry",

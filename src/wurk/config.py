@@ -157,7 +157,7 @@ class Config:
     capsules: list[Capsule] = field(default_factory=list)
     timeout: float = 25.0
     shutdown_grace: float = 3.0
-    fetch: Literal["reliable", "basic"] = "basic"
+    fetch: Literal["reliable", "basic"] = "reliable"
     fetch_timeout: float = 1.0
     private_list_layout: Literal["wurk", "pro"] = "wurk"
     paused_cache_ttl: float = 5.0

@@ -30,7 +30,7 @@ from .errors import EmbeddedServerError, RedisUnavailable
 if TYPE_CHECKING:
     from .config import Config
 
-__all__ = ["RedisPool", "describe_url", "resolve_url"]
+__all__ = ["Lease", "RedisPool", "describe_url", "resolve_url"]
 
 log = logging.getLogger("wurk")
 T = TypeVar("T")
@@ -100,6 +100,9 @@ class RedisPool:
     def pipeline(self, *, transaction: bool = False) -> Any:
         return self.client.pipeline(transaction=transaction)
 
+    def lease(self) -> Lease:
+        return Lease(self)
+
     def reset_after_fork(self) -> None:
         """Forget inherited sockets without closing them: the parent still uses them."""
         self._pool.reset()  # type: ignore[no-untyped-call]
@@ -144,3 +147,65 @@ def _announce(line: str) -> None:
     if line not in _announced:
         _announced.add(line)
         log.info("%s", line)
+
+
+class Lease:
+    """One connection held by one thread across many commands.
+
+    A processor fetches thousands of times a second; taking a connection from the pool and
+    going through redis-py's command machinery for each costs more CPU than the round trip
+    itself. A lease keeps the connection and speaks to it directly. Nothing is ever
+    replayed: a broken connection is dropped, reported as ``RedisUnavailable``, and the next
+    call takes a fresh one.
+    """
+
+    def __init__(self, pool: RedisPool) -> None:
+        self.pool = pool
+        self._connection: Any = None
+
+    def call(self, *args: Any) -> Any:
+        """One command, one round trip."""
+        connection = self._take()
+        try:
+            connection.send_command(*args)
+            return connection.read_response()
+        except redis.ResponseError:
+            raise
+        except _CONNECTION_ERRORS as exc:
+            self._drop()
+            raise RedisUnavailable(f"{describe_url(self.pool.url)}: {exc}") from exc
+
+    def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; error replies come back as exceptions in place,
+        so one refused command does not desynchronise the connection."""
+        connection = self._take()
+        try:
+            connection.send_packed_command(connection.pack_commands(commands))
+            return [self._read(connection) for _ in commands]
+        except _CONNECTION_ERRORS as exc:
+            self._drop()
+            raise RedisUnavailable(f"{describe_url(self.pool.url)}: {exc}") from exc
+
+    @staticmethod
+    def _read(connection: Any) -> Any:
+        try:
+            return connection.read_response()
+        except redis.ResponseError as exc:
+            return exc
+
+    def _take(self) -> Any:
+        if self._connection is None:
+            self._connection = self.pool._pool.get_connection()  # type: ignore[no-untyped-call]
+        return self._connection
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.disconnect()
+            self.pool._pool.release(connection)  # type: ignore[no-untyped-call]
+
+    def release(self) -> None:
+        """Give the connection back to the pool (when the holder stops)."""
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            self.pool._pool.release(connection)  # type: ignore[no-untyped-call]

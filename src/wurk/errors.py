@@ -15,7 +15,9 @@
         ├── RedisUnavailable     (also ConnectionError) Redis cannot be reached
         ├── EmbeddedServerError                     the embedded server cannot be used
         ├── SwarmError                              a swarm stopped: a child cannot boot
-        └── Poisoned                                a job that kept killing its worker
+        ├── Poisoned                                a job that kept killing its worker
+        ├── JobKilled                               handed to death handlers on an API kill
+        └── InspectionError                         an admin action the data does not allow
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
 ``wurk.InvalidPayload`` (``decisions.md`` 7), whatever file defines it.
@@ -26,8 +28,10 @@ from __future__ import annotations
 __all__ = [
     "ConfigError",
     "EmbeddedServerError",
+    "InspectionError",
     "InvalidArguments",
     "InvalidPayload",
+    "JobKilled",
     "JobNotRegistered",
     "Poisoned",
     "RedisUnavailable",
@@ -118,5 +122,18 @@ class SwarmError(WurkError):
 
 class Poisoned(WurkError):
     """Handed to death handlers for a job recovered too often without completing."""
+
+    __module__ = "wurk"
+
+
+class JobKilled(WurkError):
+    """Handed to death handlers when a job is killed through ``wurk.api`` (not raised)."""
+
+    __module__ = "wurk"
+
+
+class InspectionError(WurkError):
+    """An admin action the stored data does not allow: retrying an entry that is not JSON,
+    signalling an embedded process, paging a list that changes faster than it can be read."""
 
     __module__ = "wurk"

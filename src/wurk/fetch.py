@@ -53,6 +53,7 @@ class UnitOfWork:
     queue: str
     raw: bytes  # exactly as stored: removal by value must match these bytes
     fetcher: Fetcher
+    jid: str | None = None  # set once parsed, for the ACK's poison-counter reset
 
     def acknowledge(self) -> None:
         self.fetcher.acknowledge(self)
@@ -85,6 +86,7 @@ class BasicFetch:
         self.config = config
         self.keys = config.keys
         self.pool = pool
+        self.lease = pool.lease()
         self.order = QueueOrder(capsule)
         self._paused = paused
 
@@ -94,8 +96,7 @@ class BasicFetch:
             # Every queue is paused: wait instead of asking Redis in a tight loop.
             return None
         keys = [self.keys.queue(name) for name in queues]
-        reply = cast("tuple[bytes, bytes] | None",
-                     self.pool.run(lambda r: r.brpop(keys, timeout=timeout)))
+        reply = cast("list[bytes] | None", self.lease.call("BRPOP", *keys, timeout))
         if reply is None:
             return None
         key, raw = reply  # bytes: the pool does not decode responses
@@ -117,5 +118,5 @@ class BasicFetch:
         self.pool.run(push_back)
 
     def flush(self) -> None:
-        return None
+        self.lease.release()
 

@@ -65,7 +65,9 @@ class Identity:
 
     @classmethod
     def current(cls) -> Identity:
-        return cls(hostname(), os.getpid(), process_nonce())
+        # The process's own start time, so a reaper on this host can tell a reused pid from
+        # the owner (decisions.md 11).
+        return cls(hostname(), os.getpid(), process_nonce(), psutil.Process().create_time())
 
     def __str__(self) -> str:
         return f"{self.hostname}:{self.pid}:{self.nonce}"

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import threading
 import time
@@ -24,12 +25,38 @@ from . import payload as P
 from .config import Config, parse_queue
 from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
 
-__all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "job", "registry"]
+__all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
+           "current_job", "job", "registry"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
 Interval = float | int | timedelta
 When = float | int | datetime
+
+_running: contextvars.ContextVar[P.Payload | None] = contextvars.ContextVar(
+    "wurk_running_job", default=None
+)
+
+
+def current_job() -> P.Payload | None:
+    """The payload of the job running in this thread or task (None outside a job)."""
+    return _running.get()
+
+
+def current_jid() -> str | None:
+    """The jid of the running job: function jobs have no ``self.jid``."""
+    job = _running.get()
+    jid = job.get(P.JID) if job is not None else None
+    return jid if isinstance(jid, str) else None
+
+
+def set_running(job: P.Payload | None) -> contextvars.Token[P.Payload | None]:
+    return _running.set(job)
+
+
+def reset_running(token: contextvars.Token[P.Payload | None]) -> None:
+    _running.reset(token)
+
 
 # Options that change how the worker treats the job; anything else is copied into the
 # payload as is (middleware commonly reads custom keys).

@@ -20,19 +20,28 @@ from collections.abc import Callable
 from typing import Any
 
 from . import __version__
+from . import log as wurk_log
 from .config import Capsule, Config
 from .connection import describe_url
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
 from .manager import Manager
+from .pause import PausedCache
 from .processor import Busy, JobRunner
+from .reaper import Reaper, return_own_lists
+from .reliable import ReliableFetch, private_list_name
 from .reporting import report_error
 from .scheduled import Scheduler
 from .stats import Counters
+from .timer import TimerLoop
 
 __all__ = ["Launcher"]
 
 log = logging.getLogger("wurk")
+
+# Job log lines are flushed by time, not per line (wurk.log): this bounds how late the last
+# lines of a burst reach the log when the worker then goes idle.
+LOG_FLUSH_INTERVAL = 0.5
 
 
 class Launcher:
@@ -55,12 +64,22 @@ class Launcher:
                                    counters=self.counters, info=self.info(),
                                    on_signal=on_remote_signal, on_beat=self._update_title)
         self.scheduler = Scheduler(config)
+        self.paused = PausedCache(config)
+        self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
+        served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
+        self.reaper = Reaper(config, self.identity, served) if config.fetch == "reliable" \
+            else None
         self._state_lock = threading.Lock()
         self._started = False
         self._quiet = False
         self._stopped = False
 
     # -- what the process hash says about us --------------------------------------------
+    @property
+    def total_processed(self) -> int:
+        """Jobs this process ran (successes and failures) since it started."""
+        return self.counters.total_processed
+
     @property
     def concurrency(self) -> int:
         return sum(c.concurrency for c in self.capsules)
@@ -88,7 +107,17 @@ class Launcher:
         # A capsule's pool holds a connection per processor (each may block in a fetch)
         # plus a few for requeues at shutdown.
         pool = self.config.pool(f"capsule-{capsule.name}", size=capsule.concurrency + 2)
-        return BasicFetch(self.config, capsule, pool)
+        if self.config.fetch == "basic":
+            return BasicFetch(self.config, capsule, pool, paused=self.paused.get)
+        return ReliableFetch(self.config, capsule, pool, identity=self.identity,
+                             capsule_index=self.capsules.index(capsule), slot=slot,
+                             paused=self.paused.get)
+
+    def private_lists(self) -> list[tuple[str, str]]:
+        """(private list, queue) of every in-flight list this process may own."""
+        return [(private_list_name(self.config, self.identity, queue, index), queue)
+                for index, capsule in enumerate(self.capsules)
+                for queue in capsule.queue_names]
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -105,9 +134,42 @@ class Launcher:
         if not self.heartbeat.beat():
             log.warning("first heartbeat failed; starting anyway, it will be retried")
         self.heartbeat.start()
+        self._log_flusher.start()
+        self._start_reliability()
         self.scheduler.start()
         for manager in self.managers:
             manager.start()
+
+    def _start_reliability(self) -> None:
+        if self.reaper is None:
+            return
+        if self.config.private_list_layout == "pro":
+            self._register_pro(True)
+        try:
+            self.reaper.sweep()  # at boot: jobs a crashed predecessor held run again now
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "reaper at boot"})
+        self.reaper.start()
+
+    def _register_pro(self, register: bool) -> None:
+        """Sidekiq Pro treats unregistered ``queue:sq|…`` lists as orphans (§10.2)."""
+        keys, name = self.config.keys, str(self.identity)
+        lists = [key for key, _ in self.private_lists()]
+
+        def send(r: Any) -> None:
+            pipe = r.pipeline(transaction=True)
+            if register:
+                pipe.sadd(keys.super_processes, name)
+                pipe.sadd(keys.super_queues(name), *lists)
+            else:
+                pipe.srem(keys.super_processes, name)
+                pipe.delete(keys.super_queues(name))
+            pipe.execute()
+
+        try:
+            self.config.pool("internal").run(send)
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "super_fetch registration"})
 
     def quiet(self) -> None:
         with self._state_lock:
@@ -136,11 +198,28 @@ class Launcher:
                  len(self.busy))
         for manager in self.managers:
             manager.stop(deadline)
+        self._stop_reliability()
         self.heartbeat.stop()
         self.runner.close()
         self.heartbeat.clear()
         self.fire("exit")
         log.info("bye")
+        self._log_flusher.stop(timeout=1.0)
+        wurk_log.flush()
+
+    def _stop_reliability(self) -> None:
+        if self.reaper is None:
+            return
+        self.reaper.stop(timeout=self.config.shutdown_grace)
+        try:
+            returned = return_own_lists(self.config, self.private_lists())
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "returning in-flight lists"})
+        else:
+            if returned:
+                log.info("returned %d in-flight job(s) to their queues", returned)
+        if self.config.private_list_layout == "pro":
+            self._register_pro(False)
 
     @property
     def stopping(self) -> bool:

@@ -31,9 +31,26 @@ _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.Context
 _HANDLER_MARK = "_wurk_handler"
 
 
+_thread_ids = threading.local()
+
+
 def tid() -> str:
     """A short, stable id for the current thread, as Sidekiq shows it (base 36)."""
-    return _base36(threading.get_ident() ^ os.getpid())
+    value: str | None = getattr(_thread_ids, "tid", None)
+    if value is None:
+        value = _thread_ids.tid = _base36(threading.get_ident() ^ os.getpid())
+    return value
+
+
+def line(level: int, message: str, *args: Any) -> None:
+    """``logger.log`` without the caller lookup: the job log lines are on every job's path,
+    and finding the calling frame costs more than formatting the line."""
+    if logger.isEnabledFor(level):
+        logger.handle(logger.makeRecord(logger.name, level, "", 0, message, args, None))
+
+
+def info(message: str, *args: Any) -> None:
+    line(logging.INFO, message, *args)
 
 
 def _base36(number: int) -> str:
@@ -67,12 +84,31 @@ class _ContextFilter(logging.Filter):
         return True
 
 
+class _Stamp:
+    """ISO-8601 UTC seconds, formatted once per second rather than once per line."""
+
+    def __init__(self) -> None:
+        self._second = -1
+        self._text = ""
+
+    def __call__(self, created: float) -> str:
+        second = int(created)
+        if second != self._second:
+            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self._second = second
+        return self._text
+
+
 class PrettyFormatter(logging.Formatter):
     """``2024-01-01T00:00:00.000Z pid=1 tid=ab class=X jid=… INFO: msg``."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._stamp = _Stamp()
+
     def format(self, record: logging.LogRecord) -> str:
         ctx = getattr(record, "wurk_ctx", {}) or {}
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        stamp = self._stamp(record.created)
         millis = int(record.msecs)
         fields = " ".join(f"{key}={_plain(value)}" for key, value in ctx.items())
         head = f"{stamp}.{millis:03d}Z pid={record.process} tid={getattr(record, 'wurk_tid', '')}"
@@ -111,6 +147,62 @@ def _plain(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
+# A write is a system call, dear on a busy worker: lines are written as they come but the
+# stream is flushed at most this often — at once for warnings, errors and terminals — and by
+# the launcher's flusher when the worker goes idle.
+FLUSH_INTERVAL = 0.25
+
+
+class _Buffered:
+    """Mixin for stream handlers: flush by time and severity, not on every line."""
+
+    _last_flush = 0.0
+    _interactive: bool | None = None
+
+    def flush_due(self, record: logging.LogRecord) -> bool:
+        if self._interactive is None:
+            isatty = getattr(getattr(self, "stream", None), "isatty", None)
+            self._interactive = bool(isatty and isatty())
+        now = time.monotonic()
+        if record.levelno >= logging.WARNING or self._interactive \
+                or now - self._last_flush >= FLUSH_INTERVAL:
+            self._last_flush = now
+            return True
+        return False
+
+
+class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[type-arg]
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+            if self.flush_due(record):
+                self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
+class BufferedFileHandler(_Buffered, logging.FileHandler):
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.stream is None:
+            self.stream = self._open()
+        try:
+            self.stream.write(self.format(record) + self.terminator)
+            if self.flush_due(record):
+                self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(record)
+
+
+def flush() -> None:
+    """Flush the ``wurk`` logger's handlers (the launcher calls this when idle and at exit)."""
+    for handler in logger.handlers:
+        handler.flush()
+
+
 FORMATTERS: dict[str, type[logging.Formatter]] = {
     "pretty": PrettyFormatter, "plain": PlainFormatter, "json": JsonFormatter,
 }
@@ -124,7 +216,8 @@ def setup(*, fmt: str = "pretty", level: str | int = "INFO", stream: TextIO | No
             logger.removeHandler(existing)
             existing.close()
     handler: logging.Handler = (
-        logging.FileHandler(logfile) if logfile else logging.StreamHandler(stream or sys.stdout)
+        BufferedFileHandler(logfile) if logfile
+        else BufferedStreamHandler(stream or sys.stdout)
     )
     setattr(handler, _HANDLER_MARK, True)
     handler.setFormatter(FORMATTERS[fmt]())

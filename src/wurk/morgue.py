@@ -28,8 +28,10 @@ class Morgue:
         self.config = config
         self.pool = pool if pool is not None else config.pool("internal")
 
-    def bury(self, raw: str | bytes, *, now: float | None = None) -> None:
-        """Store ``raw`` as is (it may not even be JSON) and trim; never replayed."""
+    def bury(self, *raws: str | bytes, now: float | None = None, trim: bool = True) -> None:
+        """Store each raw entry as is (it may not even be JSON) and trim; never replayed.
+
+        ``trim=False`` skips the trims (the API's kill-all trims once at the end)."""
         at = time.time() if now is None else now
         key = self.config.keys.dead
         oldest_kept = at - self.config.dead_timeout
@@ -38,9 +40,11 @@ class Morgue:
 
         def write(redis: Any) -> None:
             pipe = redis.pipeline(transaction=True)
-            pipe.zadd(key, {raw: at})
-            pipe.zremrangebyscore(key, "-inf", oldest_kept)
-            pipe.zremrangebyrank(key, 0, last_rank)
+            if raws:
+                pipe.zadd(key, dict.fromkeys(raws, at))
+            if trim:
+                pipe.zremrangebyscore(key, "-inf", oldest_kept)
+                pipe.zremrangebyrank(key, 0, last_rank)
             pipe.execute()
 
         # Not replayed after a broken connection: only reads are (decisions.md 17); a lost

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import ctypes
 import inspect
 import logging
@@ -26,11 +27,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from . import log as wurk_log
 from . import payload as P
 from .config import Config
 from .errors import InvalidPayload, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
-from .job import JobDefinition, Registry, registry
+from .job import JobDefinition, Registry, registry, reset_running, set_running
 from .log import job_context, tid
 from .morgue import Morgue
 from .reporting import report_error
@@ -83,6 +85,14 @@ def _is_shutdown(exc: BaseException) -> bool:
     return False
 
 
+async def _in_context(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
+    """Run ``coro`` in a task that sees the submitting thread's context variables (the
+    running job, the log context): a task otherwise copies the loop thread's context."""
+    for variable, value in context.items():
+        variable.set(value)
+    return await coro
+
+
 class JobRunner:
     """Executes fetched jobs; shared by every processor of a process."""
 
@@ -110,6 +120,8 @@ class JobRunner:
         except InvalidPayload as exc:
             self._kill_invalid(unit, exc)
             return
+        jid = job.get(P.JID)
+        unit.jid = jid if isinstance(jid, str) else None
         if self._execute(unit, job, interruptible):
             unit.acknowledge()
 
@@ -118,17 +130,19 @@ class JobRunner:
         thread_id = tid()
         raw_text = unit.raw.decode("utf-8", "replace")
         self.busy.add(thread_id, unit.queue, raw_text)
+        running = set_running(job)
         try:
             with job_context(self._log_fields(job, unit.queue)):
                 return self._perform_logged(job, unit.queue, interruptible)
         finally:
+            reset_running(running)
             self.busy.remove(thread_id)
 
     def _perform_logged(self, job: P.Payload, queue: str,
                         interruptible: Callable[[bool], None]) -> bool:
         quiet = self.config.skip_default_job_logging
         if not quiet:
-            log.info("start")
+            wurk_log.line(logging.DEBUG, "start")
         started = time.monotonic()
         definition: JobDefinition | None = None
         instance: Any = None
@@ -147,11 +161,11 @@ class JobRunner:
                 raise  # KeyboardInterrupt, SystemExit: not a job failure
             self.counters.record(failed=True)
             if not quiet:
-                log.info("fail: %.3f sec", time.monotonic() - started)
+                wurk_log.info("fail: %.3f sec", time.monotonic() - started)
             return self._book_failure(job, exc, definition, instance)
         self.counters.record(failed=False)
         if not quiet:
-            log.info("done: %.3f sec", time.monotonic() - started)
+            wurk_log.info("done: %.3f sec", time.monotonic() - started)
         return True
 
     def _invoke(self, definition: JobDefinition, instance: Any, job: P.Payload,
@@ -207,7 +221,8 @@ class JobRunner:
     # -- async jobs -------------------------------------------------------------------------
     def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """Run a coroutine on the runner's event loop and wait for it in this thread."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._event_loop())
+        future = asyncio.run_coroutine_threadsafe(_in_context(coro, contextvars.copy_context()),
+                                                  self._event_loop())
         try:
             return future.result()
         except BaseException:

@@ -19,14 +19,13 @@ Scripts are registered with redis-py (``EVALSHA``, reloaded on ``NOSCRIPT``, §1
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
 import logging
 import random
 import time
 from typing import Any
 
 from . import payload as P
+from . import scripts
 from .client import Client
 from .config import Config
 from .connection import RedisPool
@@ -55,11 +54,6 @@ LARGE_CLUSTER = 10
 SCHEDULER_THREAD = "wurk-scheduler"
 
 
-@functools.cache
-def _lua(name: str) -> str:
-    return (importlib.resources.files("wurk") / "scripts" / name).read_text("utf-8")
-
-
 class Scheduler:
     """Owns the scheduler thread and the two scripts."""
 
@@ -68,8 +62,8 @@ class Scheduler:
         self.config = config
         self.pool = pool if pool is not None else config.pool("internal")
         self.client = client if client is not None else Client(config, pool=self.pool)
-        self._move = self.pool.client.register_script(_lua("scheduled_move.lua"))
-        self._pop = self.pool.client.register_script(_lua("scheduled_pop.lua"))
+        self._move = self.pool.client.register_script(scripts.source("scheduled_move.lua"))
+        self._pop = self.pool.client.register_script(scripts.source("scheduled_pop.lua"))
         self._morgue = Morgue(config, self.pool)
         self._retry = JobRetry(config, self._morgue, self.pool)
         self._timer = TimerLoop(SCHEDULER_THREAD, self._cycle, self.poll_interval,

@@ -28,12 +28,12 @@ class Counters:
         self._lock = threading.Lock()
         self.processed = 0
         self.failed = 0
-        self.total = 0  # executions over the process's life, never reset (swarm max_jobs)
+        self.total_processed = 0  # since start, never reset by a flush
 
     def record(self, *, failed: bool) -> None:
         with self._lock:
             self.processed += 1
-            self.total += 1
+            self.total_processed += 1
             if failed:
                 self.failed += 1
 

@@ -235,7 +235,7 @@ def test_server_not_answering(home: Path, capsys: pytest.CaptureFixture[str]) ->
 # -- the README's first command --------------------------------------------------------------
 def test_demo_pushes_examples_to_the_embedded_server(
         home: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = wurk(capsys, "demo")
+    code, out, err = wurk(capsys, "demo", "--push-only")
     status = EmbeddedServer(home).status()
     assert (code, err) == (0, "")
     lines = out.splitlines()
@@ -250,20 +250,30 @@ def test_demo_pushes_examples_to_the_embedded_server(
         assert any(jid in entry for entry in client.lrange(f"queue:{queue}", 0, -1))
     assert lines[7:10] == ["They wait in Redis lists:", "  queue:default   3 jobs",
                            "  queue:low       2 jobs"]
-    assert lines[10].startswith("No worker runs them yet")
+    assert lines[10].startswith("No worker ran them")
     client.close()
 
-    code, out, _ = wurk(capsys, "demo")
+    code, out, _ = wurk(capsys, "demo", "--push-only")
     assert out.splitlines()[0].endswith(f"— already running (pid {status.pid})")
     assert "  queue:default   6 jobs" in out
 
 
 def test_demo_uses_redis_url_when_set(capsys: pytest.CaptureFixture[str],
                                       r: redis.Redis) -> None:
-    code, out, _ = wurk(capsys, "demo")
+    code, out, _ = wurk(capsys, "demo", "--push-only")
     assert code == 0
     assert out.startswith(f"Redis: {os.environ['REDIS_URL']} (from REDIS_URL")
     assert (r.llen("queue:default"), r.llen("queue:low")) == (3, 2)
+
+
+def test_demo_runs_its_jobs_with_a_worker(capsys: pytest.CaptureFixture[str],
+                                          r: redis.Redis) -> None:
+    code, out, _ = wurk(capsys, "demo")
+    assert code == 0
+    assert out.splitlines()[-1].startswith("A worker ran 5 of the 5 jobs.")
+    assert (r.llen("queue:default"), r.llen("queue:low")) == (0, 0)
+    assert r.get("stat:processed") == "5" and r.get("stat:failed") == "0"
+    assert not r.smembers("processes")  # the demo's worker removed its record
 
 
 def test_scripts_demo_runs_in_this_checkout(home: Path) -> None:
@@ -273,3 +283,4 @@ def test_scripts_demo_runs_in_this_checkout(home: Path) -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith(f"Redis: embedded at {home}, port ")
     assert "Pushed 5 example jobs" in done.stdout
+    assert "A worker ran 5 of the 5 jobs." in done.stdout

@@ -62,3 +62,18 @@ def _death(job: dict[str, Any], exc: BaseException) -> None:
 
 
 wurk.default_config().death_handlers.append(_death)
+
+
+@wurk.job(name="Sys::Mark")
+def mark(key: str, pause: float) -> None:
+    """Records its jid (for the kill tests), after a short pause that keeps jobs in flight."""
+    time.sleep(pause)
+    current = wurk.current_jid()
+    r().rpush(key, current or "?")
+
+
+@wurk.job(name="Sys::Crash")
+def crash(key: str) -> None:
+    """Takes its whole process down, every time: a poison pill."""
+    r().incr(key)
+    os._exit(17)

@@ -29,6 +29,13 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("swarm", "swarm"),
     ("server", "server"),
     ("demo", "demo"),
+    ("inspect", "stats_command"),
+    ("inspect", "queues_command"),
+    ("inspect", "retries_command"),
+    ("inspect", "dead_command"),
+    ("inspect", "processes_command"),
+    ("inspect", "retry_command"),
+    ("inspect", "kill_command"),
 )
 
 EXIT_ERROR = 1

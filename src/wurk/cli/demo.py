@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +26,8 @@ __all__ = ["demo", "work_off"]
 
 # Five small jobs run in milliseconds; a worker that needs longer is reported, not awaited.
 WORK_TIMEOUT = 30.0
+# How often the demo looks whether its worker has emptied the queues.
+DEMO_POLL = 0.05
 
 
 def examples_to_push() -> list[tuple[JobFunction[..., Any], tuple[Any, ...]]]:
@@ -49,8 +52,10 @@ class Pushed:
 
 
 @click.command("demo")
-def demo() -> None:
-    """Push a few example jobs to the Redis wurk finds (by default the embedded server)."""
+@click.option("--push-only", is_flag=True, help="Push the jobs and leave them queued.")
+def demo(push_only: bool) -> None:
+    """Push a few example jobs to the Redis wurk finds (by default the embedded server),
+    then run a worker in this process until they ran."""
     config = Config()
     try:
         click.echo(_where(config))
@@ -62,7 +67,8 @@ def demo() -> None:
         click.echo("They wait in Redis lists:")
         for queue, size in queue_sizes(config, [job.queue for job in pushed]).items():
             click.echo(f"  {config.keys.queue(queue):<15} {size} jobs")
-        click.echo(_outcome(work_off(config, [job.jid for job in pushed]), len(pushed)))
+        ran = None if push_only else work_off(config, [job.jid for job in pushed])
+        click.echo(_outcome(ran, len(pushed)))
     finally:
         config.close()
 
@@ -103,17 +109,35 @@ def queue_sizes(config: Config, queues: Sequence[str]) -> dict[str, int]:
 
 def work_off(config: Config, jids: Sequence[str], *,
              timeout: float = WORK_TIMEOUT) -> int | None:
-    """Run a worker until the jobs ``jids`` ran (or ``timeout`` passed); how many ran.
+    """Run a worker in this process until the examples' queues are empty (or ``timeout``
+    passed), stop it, and return how many jobs it ran."""
+    from .. import log as wurk_log
+    from ..launcher import Launcher
 
-    The seam the worker issue fills: start a worker on the examples' queues with
-    ``wurk.examples`` loaded, stop it once ``jids`` are done. Until wurk has a worker this
-    returns None and the demo says the jobs wait.
-    """
-    return None
+    queues = ["default", "low"]
+    worker_config = Config(redis_url=config.pool().url, key_prefix=config.key_prefix,
+                           queues=queues, concurrency=2, timeout=5, heartbeat_interval=1,
+                           scheduler_initial_wait=0, poll_interval_average=1,
+                           log_format="plain")
+    wurk_log.setup(fmt="plain")
+    launcher = Launcher(worker_config, embedded=True)
+    click.echo(f"Starting a worker on {', '.join(queues)} to run them:")
+    launcher.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and (
+            any(queue_sizes(config, queues).values()) or len(launcher.busy)
+        ):
+            time.sleep(DEMO_POLL)
+    finally:
+        launcher.stop()
+        processed = launcher.total_processed
+        worker_config.close()
+    return min(processed, len(jids))
 
 
 def _outcome(ran: int | None, pushed: int) -> str:
     if ran is None:
-        return ("No worker runs them yet (this build of wurk has none): they stay queued, "
-                "and `wurk server status` counts them.")
-    return f"A worker ran {ran} of the {pushed} jobs."
+        return "No worker ran them: they stay queued, and `wurk server status` counts them."
+    return (f"A worker ran {ran} of the {pushed} jobs. Next: define your own with @wurk.job "
+            "and run `wurk -r your.module`.")

@@ -220,13 +220,13 @@ class _Child:
 
     def _check_max_jobs(self, launcher: Launcher) -> None:
         limit = self.spec.max_jobs
-        if not limit or self._announced or launcher.counters.total < limit:
+        if not limit or self._announced or launcher.counters.total_processed < limit:
             return
         # Keep working: the parent replaces this child replacement-first (docs/swarm.md).
         self._announced = self.spec.notices.send("recycle", f"after {limit} jobs")
         if self._announced:
             log.info("swarm: ran %d jobs (max_jobs %d); asking to be replaced",
-                     launcher.counters.total, limit)
+                     launcher.counters.total_processed, limit)
 
 
 def _own_signals() -> SignalPipe:

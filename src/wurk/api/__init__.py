@@ -1,0 +1,45 @@
+"""The inspection model: what the dashboard, the CLI and tests read Redis through.
+
+1. ``Queue`` — the queues and their jobs (``queues.py``).
+2. ``ScheduledSet``, ``RetrySet``, ``DeadSet`` and their ``SortedEntry`` members (``sets.py``).
+3. ``JobRecord`` — one stored job, shown as a person recognises it (``record.py``).
+4. ``ProcessSet``, ``Process``, ``WorkSet``, ``Work`` — processes and running jobs
+   (``processes.py``).
+5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
+6. Paging that tolerates concurrent change (``paging.py``).
+
+Every call that talks to Redis is a method (``decisions.md`` 18) on an object holding an
+explicit ``Config`` (default: ``wurk.default_config()``), and uses that configuration's
+``"api"`` pool. Reads may be replayed once after a broken connection; writes are not, unless
+replaying them cannot change the outcome. The worker never imports this package.
+
+    from wurk.api import Queue, RetrySet
+    Queue("default").size()
+    for entry in RetrySet().scan("NoMethodError"):
+        entry.retry()
+"""
+
+from __future__ import annotations
+
+from .processes import Process, ProcessSet, Work, WorkSet
+from .queues import Queue
+from .record import JobRecord
+from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from .stats import QueueSummary, Stats, StatsHistory
+
+__all__ = [
+    "DeadSet",
+    "JobRecord",
+    "JobSet",
+    "Process",
+    "ProcessSet",
+    "Queue",
+    "QueueSummary",
+    "RetrySet",
+    "ScheduledSet",
+    "SortedEntry",
+    "Stats",
+    "StatsHistory",
+    "Work",
+    "WorkSet",
+]

@@ -1,0 +1,187 @@
+"""Reading queues and sorted sets page by page while other processes change them.
+
+1. ``list_entries`` walks a queue list newest first in ``LRANGE`` windows. Producers push at
+   the head and consumers pop at the tail while it runs, so a page is not found again by its
+   index: each window is checked to begin right after the last entry already yielded (the
+   anchor), and when it does not (jobs were pushed or removed meanwhile) the anchor is found
+   again (``LPOS``) before reading on.
+2. ``zset_entries`` walks a sorted set highest score first. The cursor is the last yielded
+   ``(score, member)``; the next page is every member after it in the set's own order
+   (equal scores are ordered by member bytes), read in one ``MULTI`` — so entries added or
+   removed elsewhere cannot shift it (the bug Sidekiq 8.1.2 fixed in ``SortedSet#each``).
+3. ``scan_entries`` filters a sorted set by a substring with ``ZSCAN MATCH``, glob characters
+   in the text escaped.
+
+Guarantee for both walks: an entry present from the start to the end of the iteration is
+yielded exactly once. Entries added or removed meanwhile may or may not appear. Memory is one
+page (a sorted-set page also holds every member sharing its last score).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from .. import payload as P
+from ..connection import RedisPool
+from ..errors import InspectionError
+
+__all__ = ["PAGE_SIZE", "SCAN_COUNT", "escape_glob", "list_entries", "scan_entries",
+           "zset_entries"]
+
+# Sidekiq's API pages are 50 entries: small enough that one page costs Redis nothing,
+# large enough that a 100 000-entry walk is 2 000 round trips.
+PAGE_SIZE = 50
+# ZSCAN/SSCAN COUNT hint: the work Redis does per call; larger means fewer round trips.
+SCAN_COUNT = 500
+# A queue anchor is searched for again at most this many times per page. Each search
+# widens the window it checks, so only a list growing by thousands of jobs per round trip
+# would exhaust it.
+MAX_RELOCATIONS = 12
+
+ZEntry = tuple[bytes, float]
+
+
+# -- lists ------------------------------------------------------------------------------------
+def list_entries(pool: RedisPool, key: str, page_size: int = PAGE_SIZE) -> Iterator[bytes]:
+    """Every entry of the list ``key``, head (newest) first; see the module's guarantee."""
+    _check_page_size(page_size)
+    page = _lrange(pool, key, 0, page_size)
+    last_index = len(page) - 1
+    while page:
+        yield from page
+        found = _next_list_page(pool, key, page, last_index, page_size)
+        if found is None:
+            return
+        last_index, page = found
+
+
+def _lrange(pool: RedisPool, key: str, start: int, count: int) -> list[bytes]:
+    def read(r: Any) -> list[bytes]:
+        return list(r.lrange(key, start, start + count - 1))
+
+    return pool.run(read, idempotent=True)
+
+
+def _next_list_page(pool: RedisPool, key: str, previous: list[bytes], anchor_index: int,
+                    size: int) -> tuple[int, list[bytes]] | None:
+    """The page after ``previous`` and the index of its last entry; None at the end."""
+    anchor, guess, slack = previous[-1], anchor_index, 0
+    for _ in range(MAX_RELOCATIONS):
+        # One LRANGE is atomic: when the anchor is inside it, what follows the anchor there
+        # is exactly what comes after it in the list.
+        window = _lrange(pool, key, guess, slack + size + 1)
+        offset = _find(window, anchor)
+        if offset is not None:
+            rest = window[offset + 1 : offset + 1 + size]
+            if rest:
+                return guess + offset + len(rest), rest
+            if len(window) < slack + size + 1:
+                return None  # the list ends at the anchor
+            guess += offset
+            continue
+        located = _locate(pool, key, previous)
+        if located is None:
+            return None
+        guess, anchor = located
+        slack = max(size, slack * 2)  # pushes between LPOS and LRANGE move it further
+    raise InspectionError(
+        f"{key} changed faster than it could be paged through; try again when it is calmer"
+    )
+
+
+def _find(window: list[bytes], anchor: bytes) -> int | None:
+    try:
+        return window.index(anchor)
+    except ValueError:
+        return None
+
+
+def _locate(pool: RedisPool, key: str, previous: list[bytes]) -> tuple[int, bytes] | None:
+    """Where the oldest still-present entry of the last page is now, or None.
+
+    None means every entry of that page is gone. Consumers pop the oldest job first, so the
+    jobs older than that page were popped before it and the walk is over.
+    """
+    anchor = previous[-1]
+
+    def position(r: Any) -> int | None:
+        found = r.lpos(key, anchor)
+        return None if found is None else int(found)
+
+    index = pool.run(position, idempotent=True)
+    if index is not None:
+        return index, anchor
+
+    def positions(r: Any) -> list[int | None]:
+        pipe = r.pipeline(transaction=False)
+        for member in previous[:-1]:
+            pipe.lpos(key, member)
+        return list(pipe.execute())
+
+    found = [(int(i), m) for i, m in zip(pool.run(positions, idempotent=True), previous[:-1],
+                                          strict=True) if i is not None]
+    return max(found) if found else None
+
+
+# -- sorted sets ------------------------------------------------------------------------------
+def zset_entries(pool: RedisPool, key: str, page_size: int = PAGE_SIZE) -> Iterator[ZEntry]:
+    """Every ``(member, score)`` of ``key``, highest score first; see the module's guarantee."""
+    _check_page_size(page_size)
+
+    def first(r: Any) -> list[ZEntry]:
+        return _pairs(r.zrange(key, "+inf", "-inf", desc=True, byscore=True, withscores=True,
+                               offset=0, num=page_size))
+
+    page = pool.run(first, idempotent=True)
+    while page:
+        yield from page
+        page = _zset_after(pool, key, page[-1], page_size)
+
+
+def _zset_after(pool: RedisPool, key: str, cursor: ZEntry, size: int) -> list[ZEntry]:
+    member, score = cursor
+    exact = P.score(score)
+
+    def read(r: Any) -> list[Any]:
+        pipe = r.pipeline(transaction=True)
+        pipe.zrange(key, exact, exact, byscore=True)  # members sharing the cursor's score
+        pipe.zrange(key, f"({exact}", "-inf", desc=True, byscore=True, withscores=True,
+                    offset=0, num=size)
+        return list(pipe.execute())
+
+    ties, lower = pool.run(read, idempotent=True)
+    # Redis orders equal scores by member bytes, as Python compares bytes; descending, the
+    # members after the cursor are the smaller ones.
+    after = [(m, score) for m in reversed(ties) if m < member]
+    return after + _pairs(lower)
+
+
+def _pairs(rows: Any) -> list[ZEntry]:
+    return [(bytes(m), float(s)) for m, s in rows]
+
+
+def scan_entries(pool: RedisPool, key: str, text: str,
+                 count: int = SCAN_COUNT) -> Iterator[ZEntry]:
+    """Members of ``key`` containing ``text`` (``ZSCAN`` order: present ones at least once)."""
+    pattern = f"*{escape_glob(text)}*"
+    cursor = 0
+    while True:
+        def step(r: Any, at: int = cursor) -> tuple[int, Any]:
+            next_cursor, rows = r.zscan(key, at, match=pattern, count=count)
+            return int(next_cursor), rows
+
+        cursor, rows = pool.run(step, idempotent=True)
+        yield from _pairs(rows)
+        if cursor == 0:
+            return
+
+
+def escape_glob(text: str) -> str:
+    """``text`` with Redis glob characters escaped, so it matches only itself."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def _check_page_size(size: int) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"page_size must be a whole number of at least 1, not {size!r}")

@@ -1,0 +1,379 @@
+"""Worker processes and what they are running (``wire-format.md`` §7).
+
+1. ``ProcessSet`` — the live processes: their heartbeat records, total concurrency and
+   memory, the leader (``dear-leader``), and pruning of identities whose heartbeat expired
+   (at most once a minute cluster-wide, under ``process_cleanup``).
+2. ``Process`` — one heartbeat record (the ``info`` JSON merged with the hash fields, read
+   the way every Sidekiq version wrote them) and remote quiet / stop / thread dump.
+3. ``WorkSet`` — running jobs, from ``<identity>:work`` (Sidekiq 6.5+, wurk) or, for a
+   process that writes only the 6.4 name, ``<identity>:workers``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from ..config import Config, default_config
+from ..connection import RedisPool
+from ..errors import InspectionError
+from .queues import sscan_page
+from .record import JobRecord
+
+__all__ = ["Process", "ProcessSet", "Work", "WorkSet"]
+
+log = logging.getLogger("wurk")
+
+# Hash fields of the heartbeat record, in the order they are read.
+HASH_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
+# Sidekiq's prune lock lasts a minute: one process prunes per minute, cluster-wide.
+CLEANUP_LOCK_SECONDS = 60
+# A signal not popped within a minute is stale: its target stopped beating.
+SIGNAL_TTL_SECONDS = 60
+# Identities whose records are fetched per pipelined round trip.
+PROCESS_PAGE = 100
+SIGNALS = {"quiet": "TSTP", "stop": "TERM", "dump_threads": "TTIN"}
+
+
+def process_identities(config: Config) -> list[str]:
+    """Every identity in ``processes`` (SSCAN), sorted; stale ones included."""
+    pool = config.pool("api")
+    found: set[str] = set()
+    cursor = 0
+    while True:
+        cursor, names = pool.run(partial(sscan_page, config.keys.processes, cursor),
+                                 idempotent=True)
+        found.update(names)
+        if cursor == 0:
+            return sorted(found)
+
+
+@dataclass
+class Process:
+    """One worker process as its last heartbeat described it."""
+
+    identity: str
+    info: dict[str, Any]
+    busy: int
+    beat: float | None
+    stopping: bool  # quiet: finishing its jobs, fetching no more
+    rss_kb: int
+    rtt_us: int
+    concurrency: int
+    leader: bool = False
+    config: Config = field(default_factory=default_config, repr=False, compare=False)
+
+    @property
+    def hostname(self) -> str:
+        return str(self.info.get("hostname", ""))
+
+    @property
+    def pid(self) -> int | None:
+        pid = self.info.get("pid")
+        return pid if isinstance(pid, int) else None
+
+    @property
+    def tag(self) -> str:
+        return str(self.info.get("tag") or "")
+
+    @property
+    def started_at(self) -> float | None:
+        value = self.info.get("started_at")
+        return float(value) if isinstance(value, (int, float)) else None
+
+    @property
+    def labels(self) -> list[str]:
+        labels = self.info.get("labels")
+        return [str(x) for x in labels] if isinstance(labels, list) else []
+
+    @property
+    def version(self) -> str | None:
+        version = self.info.get("version")
+        return version if isinstance(version, str) else None
+
+    @property
+    def embedded(self) -> bool:
+        return self.info.get("embedded") is True
+
+    @property
+    def queues(self) -> list[str]:
+        """Queue names: from ``capsules`` when present (8.0.9+), else ``queues``."""
+        capsules = self.info.get("capsules")
+        if isinstance(capsules, dict) and capsules:
+            names: dict[str, None] = {}
+            for capsule in capsules.values():
+                weights = capsule.get("weights") if isinstance(capsule, dict) else None
+                names.update(dict.fromkeys(weights or {}))
+            return list(names)
+        queues = self.info.get("queues")
+        return [str(q) for q in queues] if isinstance(queues, list) else []
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "identity": self.identity, "hostname": self.hostname, "pid": self.pid,
+            "tag": self.tag, "started_at": self.started_at, "concurrency": self.concurrency,
+            "busy": self.busy, "beat": self.beat, "quiet": self.stopping, "rss_kb": self.rss_kb,
+            "rtt_us": self.rtt_us, "queues": self.queues, "labels": self.labels,
+            "version": self.version, "embedded": self.embedded, "leader": self.leader,
+        }
+
+    # -- remote signals (§7.6): delivered at the target's next beat -------------------------
+    def quiet(self) -> None:
+        """Ask it to stop fetching and finish its running jobs (TSTP)."""
+        self._signal("quiet")
+
+    def stop(self) -> None:
+        """Ask it to shut down within its timeout (TERM)."""
+        self._signal("stop")
+
+    def dump_threads(self) -> None:
+        """Ask it to log every thread's backtrace (TTIN)."""
+        self._signal("dump_threads")
+
+    def _signal(self, action: str) -> None:
+        if self.embedded:
+            raise InspectionError(
+                f"process {self.identity} is embedded in another program; it cannot be told "
+                f"to {action.replace('_', ' ')} from outside — do it in its host"
+            )
+        key = self.config.keys.signals(self.identity)
+
+        def send(r: Any) -> None:
+            pipe = r.pipeline(transaction=True)
+            pipe.lpush(key, SIGNALS[action])
+            pipe.expire(key, SIGNAL_TTL_SECONDS)
+            pipe.execute()
+
+        self.config.pool("api").run(send)  # a replay would deliver the signal twice
+
+
+def parse_process(identity: str, values: list[bytes | None], config: Config) -> Process | None:
+    """A ``Process`` from the hash fields (``HASH_FIELDS`` order); None if ``info`` is gone."""
+    raw = dict(zip(HASH_FIELDS, values, strict=True))
+    info = _json_object(raw["info"])
+    if info is None:
+        return None  # expired between SSCAN and HMGET, or not a heartbeat record
+    concurrency = raw["concurrency"]  # 8.1.2+ writes it here; older ones only in info
+    return Process(
+        identity=identity, info=info, busy=_int(raw["busy"]), beat=_float(raw["beat"]),
+        stopping=raw["quiet"] == b"true", rss_kb=_int(raw["rss"]), rtt_us=_int(raw["rtt_us"]),
+        concurrency=_int(concurrency) if concurrency is not None
+        else _int(info.get("concurrency")),
+        config=config,
+    )
+
+
+class ProcessSet:
+    """The processes registered in ``processes`` whose heartbeat record still exists."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else default_config()
+
+    @property
+    def _pool(self) -> RedisPool:
+        return self.config.pool("api")
+
+    def size(self) -> int:
+        """Members of ``processes`` (may count a few whose heartbeat just expired)."""
+        return int(self._pool.run(lambda r: r.scard(self.config.keys.processes),
+                                  idempotent=True))
+
+    def iterate(self, *, clean: bool = True) -> Iterator[Process]:
+        """Live processes sorted by identity; prunes stale members first when ``clean``."""
+        if clean:
+            self.cleanup()
+        leader = self.leader()
+        identities = process_identities(self.config)
+        for start in range(0, len(identities), PROCESS_PAGE):
+            page = identities[start : start + PROCESS_PAGE]
+            for identity, values in zip(page, self._records(page), strict=True):
+                process = parse_process(identity, values, self.config)
+                if process is not None:
+                    process.leader = identity == leader
+                    yield process
+
+    def __iter__(self) -> Iterator[Process]:
+        return self.iterate()
+
+    def _records(self, identities: list[str]) -> list[list[bytes | None]]:
+        keys = self.config.keys
+
+        def read(r: Any) -> list[list[bytes | None]]:
+            pipe = r.pipeline(transaction=False)
+            for identity in identities:
+                pipe.hmget(keys.process(identity), list(HASH_FIELDS))
+            return list(pipe.execute())
+
+        return list(self._pool.run(read, idempotent=True))
+
+    def total_concurrency(self) -> int:
+        return sum(process.concurrency for process in self.iterate(clean=False))
+
+    def total_rss_kb(self) -> int:
+        return sum(process.rss_kb for process in self.iterate(clean=False))
+
+    def leader(self) -> str | None:
+        """The identity holding ``dear-leader``, if any."""
+        def read(r: Any) -> bytes | None:
+            value: bytes | None = r.get(self.config.keys.leader)
+            return value
+
+        value = self._pool.run(read, idempotent=True)
+        return value.decode("utf-8", "replace") if value else None
+
+    def cleanup(self) -> int:
+        """Remove identities whose heartbeat record is gone; at most once a minute
+        cluster-wide. Returns how many were removed (0 when another process holds the lock)."""
+        keys = self.config.keys
+        taken = self._pool.run(
+            lambda r: r.set(keys.process_cleanup, 1, nx=True, ex=CLEANUP_LOCK_SECONDS))
+        if not taken:
+            return 0
+        identities = process_identities(self.config)
+        removed = 0
+        for start in range(0, len(identities), PROCESS_PAGE):
+            removed += self._prune(identities[start : start + PROCESS_PAGE])
+        return removed
+
+    def _prune(self, identities: list[str]) -> int:
+        keys = self.config.keys
+
+        def infos(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for identity in identities:
+                pipe.hget(keys.process(identity), "info")
+            return list(pipe.execute())
+
+        stale = [i for i, info in zip(identities, self._pool.run(infos, idempotent=True),
+                                      strict=True) if info is None]
+        if stale:
+            # Removing an identity that is already gone changes nothing: replay is safe.
+            self._pool.run(lambda r: r.srem(keys.processes, *stale), idempotent=True)
+        return len(stale)
+
+
+@dataclass
+class Work:
+    """One running job: which process and thread, since when, and the job itself."""
+
+    process: str
+    thread: str
+    queue: str
+    run_at: float
+    job: JobRecord
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"process": self.process, "thread": self.thread, "queue": self.queue,
+                "run_at": self.run_at, "job": self.job.to_dict()}
+
+
+class WorkSet:
+    """Jobs running now, as of each process's last heartbeat (≤ one beat old)."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else default_config()
+
+    @property
+    def _pool(self) -> RedisPool:
+        return self.config.pool("api")
+
+    def iterate(self) -> Iterator[Work]:
+        """Running jobs of live processes, oldest ``run_at`` first."""
+        found: list[Work] = []
+        identities = process_identities(self.config)
+        for start in range(0, len(identities), PROCESS_PAGE):
+            found.extend(self._page(identities[start : start + PROCESS_PAGE]))
+        # Bounded by the total concurrency of the cluster, so sorting in memory is fine.
+        return iter(sorted(found, key=lambda work: (work.run_at, work.process, work.thread)))
+
+    def __iter__(self) -> Iterator[Work]:
+        return self.iterate()
+
+    def size(self) -> int:
+        """The sum of the processes' ``busy`` counts."""
+        return busy_total(self.config)
+
+    def find_work(self, jid: str) -> Work | None:
+        return next((work for work in self.iterate() if work.job.jid == jid), None)
+
+    def _page(self, identities: list[str]) -> list[Work]:
+        keys = self.config.keys
+
+        def read(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for identity in identities:
+                pipe.exists(keys.process(identity))
+                pipe.hgetall(keys.work(identity))
+                pipe.hgetall(keys.workers(identity))
+            return list(pipe.execute())
+
+        replies = self._pool.run(read, idempotent=True)
+        works: list[Work] = []
+        for index, identity in enumerate(identities):
+            alive, work, workers = replies[3 * index : 3 * index + 3]
+            if alive:
+                works.extend(_parse_work(identity, work or workers, self.config))
+        return works
+
+
+def busy_total(config: Config) -> int:
+    """``busy`` summed over the processes in ``processes`` (missing records count 0)."""
+    keys = config.keys
+    identities = process_identities(config)
+    total = 0
+    for start in range(0, len(identities), PROCESS_PAGE):
+        page = identities[start : start + PROCESS_PAGE]
+
+        def read(r: Any, page: list[str] = page) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for identity in page:
+                pipe.hget(keys.process(identity), "busy")
+            return list(pipe.execute())
+
+        total += sum(_int(v) for v in config.pool("api").run(read, idempotent=True))
+    return total
+
+
+def _parse_work(identity: str, entries: dict[bytes, bytes], config: Config) -> list[Work]:
+    works = []
+    for tid, value in entries.items():
+        record = _json_object(value)
+        if record is None:
+            log.warning("skipping an unreadable work entry of %s: %r", identity, value[:200])
+            continue
+        payload = record.get("payload")
+        # 6.0.2+ stores the job as a JSON string inside the JSON; 6.0.1 stored the object.
+        raw = payload if isinstance(payload, str) else json.dumps(payload)
+        works.append(Work(process=identity, thread=tid.decode("utf-8", "replace"),
+                          queue=str(record.get("queue", "")),
+                          run_at=_float(record.get("run_at")) or 0.0,
+                          job=JobRecord(raw, config=config)))
+    return works
+
+
+def _json_object(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,157 @@
+"""Queues (``wire-format.md`` §2): the lists jobs wait in, and the ``paused`` set.
+
+1. ``Queue.all`` — every queue named in ``queues``, sorted by name.
+2. ``Queue`` — size, latency (age of the oldest job), paused or not, pause/unpause,
+   newest-first iteration in pages, find a job by jid, delete one job, clear.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from functools import partial
+from typing import Any
+
+from .. import payload as P
+from ..config import Config, default_config
+from ..connection import RedisPool
+from ..keys import PRIVATE_SEPARATOR
+from ..pause import invalidate_local
+from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
+from .record import JobRecord
+
+__all__ = ["Queue", "queue_names"]
+
+
+def queue_names(config: Config) -> Iterator[str]:
+    """Names in the ``queues`` set, read with ``SSCAN`` (unsorted, each once or more)."""
+    pool = config.pool("api")
+    cursor = 0
+    while True:
+        cursor, names = pool.run(partial(sscan_page, config.keys.queues, cursor),
+                                 idempotent=True)
+        yield from names
+        if cursor == 0:
+            return
+
+
+def sscan_page(key: str, cursor: int, r: Any) -> tuple[int, list[str]]:
+    """One ``SSCAN`` step: the next cursor and the members, as text."""
+    next_cursor, members = r.sscan(key, cursor, count=SCAN_COUNT)
+    return int(next_cursor), [m.decode("utf-8", "replace") for m in members]
+
+
+class Queue:
+    """One queue, ``queue:<name>``. Every call reads Redis afresh."""
+
+    def __init__(self, name: str = P.DEFAULT_QUEUE, config: Config | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a queue name must be a non-empty string, not {name!r}")
+        if PRIVATE_SEPARATOR in name:
+            raise ValueError(f"queue name {name!r} contains {PRIVATE_SEPARATOR!r}; that is an "
+                             "in-flight list, not a queue")
+        self.name = name
+        self.config = config if config is not None else default_config()
+
+    @classmethod
+    def all(cls, config: Config | None = None) -> list[Queue]:
+        """Every known queue (the ``queues`` set), sorted by name."""
+        cfg = config if config is not None else default_config()
+        return [cls(name, cfg) for name in sorted(set(queue_names(cfg))) if name
+                and PRIVATE_SEPARATOR not in name]
+
+    def __repr__(self) -> str:
+        return f"<Queue {self.name!r}>"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Queue) and (other.name, other.config) == (self.name,
+                                                                           self.config)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.queue(self.name)
+
+    @property
+    def _pool(self) -> RedisPool:
+        return self.config.pool("api")
+
+    def _read(self, fn: Callable[[Any], Any]) -> Any:
+        return self._pool.run(fn, idempotent=True)
+
+    # -- reading ----------------------------------------------------------------------------
+    def size(self) -> int:
+        return int(self._read(lambda r: r.llen(self.key)))
+
+    def latency(self) -> float:
+        """Seconds the oldest job has waited; 0.0 for an empty queue."""
+        oldest = self._read(lambda r: r.lindex(self.key, -1))
+        return entry_latency(oldest)
+
+    def paused(self) -> bool:
+        return bool(self._read(lambda r: r.sismember(self.config.keys.paused, self.name)))
+
+    def iterate(self, page_size: int = PAGE_SIZE) -> Iterator[JobRecord]:
+        """Every job, newest first, in pages (``wurk.api.paging``'s guarantee)."""
+        for raw in list_entries(self._pool, self.key, page_size):
+            yield JobRecord(raw, queue=self.name, config=self.config)
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        return self.iterate()
+
+    def find_job(self, jid: str) -> JobRecord | None:
+        """The job with this jid (reads the whole queue in pages: O(n))."""
+        if not jid:
+            return None
+        needle = jid.encode("utf-8")
+        for raw in list_entries(self._pool, self.key):
+            if needle in raw:  # cheap test before parsing
+                record = JobRecord(raw, queue=self.name, config=self.config)
+                if record.jid == jid:
+                    return record
+        return None
+
+    # -- writing ----------------------------------------------------------------------------
+    def pause(self) -> None:
+        """Workers stop fetching from it (``SADD paused``); running jobs are unaffected."""
+        self._read(lambda r: r.sadd(self.config.keys.paused, self.name))  # idempotent
+        invalidate_local()  # this process's fetchers see it now, others within the cache TTL
+
+    def unpause(self) -> None:
+        self._read(lambda r: r.srem(self.config.keys.paused, self.name))  # idempotent
+        invalidate_local()
+
+    def delete(self, job: JobRecord | bytes | str) -> bool:
+        """Remove one job by its stored bytes; False if it was not there."""
+        raw = job.raw if isinstance(job, JobRecord) else job
+
+        def remove(r: Any) -> int:
+            return int(r.lrem(self.key, 1, raw))
+
+        return bool(self._pool.run(remove))
+
+    def clear(self) -> int:
+        """Delete every job and forget the queue; returns how many jobs there were.
+
+        Never replayed after a broken connection (wire-format §14.1).
+        """
+        def run(r: Any) -> int:
+            pipe = r.pipeline(transaction=True)
+            pipe.llen(self.key)
+            pipe.unlink(self.key)
+            pipe.srem(self.config.keys.queues, self.name)
+            return int(pipe.execute()[0])
+
+        return int(self._pool.run(run))
+
+
+def entry_latency(raw: bytes | None, now: float | None = None) -> float:
+    """The latency of a queue whose oldest entry is ``raw`` (§2.2); 0.0 when unknown."""
+    if raw is None:
+        return 0.0
+    record = JobRecord(raw)
+    if record.parse_error is not None:
+        return 0.0
+    return max(0.0, record.latency(time.time() if now is None else now))

@@ -1,0 +1,371 @@
+"""The sorted sets of jobs: ``schedule``, ``retry`` and ``dead`` (``wire-format.md`` §5, §6).
+
+1. ``JobSet`` — size, newest-first iteration, substring scan, find by jid, fetch by score,
+   delete, clear, schedule; the base of the three sets.
+2. ``SortedEntry`` — one member: delete, retry now, add to queue, kill, reschedule. Every
+   action names the member by the bytes it was read as (§0.3, §6.5) and returns whether this
+   call was the one that acted (False when someone else moved it first).
+3. ``ScheduledSet``; ``RetrySet`` (retry all, kill all); ``DeadSet`` (kill, retry all, trim).
+4. ``bury`` — the dead-set write of §6.4 in one ``MULTI``.
+
+"Retry now" and "add to queue" move a member to its queue in one Lua script
+(``scripts/api_requeue.lua``): removal and push cannot be separated, and a replay after a
+broken connection finds the member gone and pushes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar
+
+from .. import payload as P
+from .. import scripts
+from ..config import Config, default_config
+from ..connection import RedisPool
+from ..errors import InspectionError, JobKilled
+from ..morgue import Morgue
+from ..reporting import run_death_handlers
+from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
+from .record import JobRecord
+
+__all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
+
+log = logging.getLogger("wurk")
+
+REQUEUE_SCRIPT = "api_requeue.lua"
+# Entries moved per round trip by retry_all / kill_all: one pipeline of this many script
+# calls or ZREMs stays well under a millisecond of server time.
+BULK_PAGE = 100
+KILLED_BY_API = "Job killed by API"
+
+
+def bury(config: Config, members: Sequence[bytes | str], *, now: float | None = None,
+         trim: bool = True) -> None:
+    """Add ``members`` to the dead set through the package's one dead-set writer."""
+    Morgue(config, config.pool("api")).bury(*members, now=now, trim=trim)
+
+
+def notify_death(config: Config, item: P.Payload, exc: BaseException) -> None:
+    run_death_handlers(config, item, exc)
+
+
+class SortedEntry(JobRecord):
+    """One member of a job set, with its score (epoch seconds)."""
+
+    __slots__ = ("parent", "score")
+
+    def __init__(self, parent: JobSet, raw: bytes | str, score: float) -> None:
+        super().__init__(raw, config=parent.config)
+        self.parent = parent
+        self.score = score
+
+    @property
+    def at(self) -> float:
+        """When it runs (schedule, retry) or died (dead): the score."""
+        return self.score
+
+    @property
+    def entry_id(self) -> str:
+        """``<score>-<jid>``: names one entry even among equal scores (§6.5)."""
+        return f"{P.score(self.score)}-{self.jid}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": self.score, **super().to_dict()}
+
+    def delete(self) -> bool:
+        """Remove this entry; False if it was already gone."""
+        return self.parent.delete_by_value(self.raw)
+
+    def retry(self) -> bool:
+        """Push it to its queue now, ``retry_count`` one lower so this run costs no attempt."""
+        return self.parent._requeue(self, decrement=True)
+
+    def add_to_queue(self) -> bool:
+        """Push it to its queue now, unchanged but for ``enqueued_at``."""
+        return self.parent._requeue(self, decrement=False)
+
+    def kill(self, *, notify_failure: bool = True, exc: BaseException | None = None) -> bool:
+        """Move it to the dead set as stored; death handlers run unless ``notify_failure``
+        is False."""
+        return self.parent._kill(self, notify_failure=notify_failure, exc=exc)
+
+    def reschedule(self, at: float) -> bool:
+        """Give it a new score (epoch seconds); False if it is gone."""
+        return self.parent._reschedule(self, at)
+
+
+class JobSet:
+    """A sorted set of job payloads scored by epoch seconds."""
+
+    name: ClassVar[str] = ""  # Sidekiq's name for the set
+    label: ClassVar[str] = ""  # how messages name it
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else default_config()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.key!r}>"
+
+    @property
+    def key(self) -> str:
+        """The sorted set's key (``wurk.keys``, under any ``key_prefix``)."""
+        raise NotImplementedError
+
+    @property
+    def _pool(self) -> RedisPool:
+        return self.config.pool("api")
+
+    def _read(self, fn: Callable[[Any], Any]) -> Any:
+        return self._pool.run(fn, idempotent=True)
+
+    # -- reading ----------------------------------------------------------------------------
+    def size(self) -> int:
+        return int(self._read(lambda r: r.zcard(self.key)))
+
+    def iterate(self, page_size: int = PAGE_SIZE) -> Iterator[SortedEntry]:
+        """Every entry, highest score first, in pages (``wurk.api.paging``'s guarantee)."""
+        for member, score in zset_entries(self._pool, self.key, page_size):
+            yield SortedEntry(self, member, score)
+
+    def __iter__(self) -> Iterator[SortedEntry]:
+        return self.iterate()
+
+    def scan(self, text: str) -> Iterator[SortedEntry]:
+        """Entries whose stored JSON contains ``text`` (``ZSCAN MATCH``)."""
+        for member, score in scan_entries(self._pool, self.key, text):
+            yield SortedEntry(self, member, score)
+
+    def find_job(self, jid: str) -> SortedEntry | None:
+        """The entry with this jid (a scan: O(n) on a large set)."""
+        if not jid:
+            return None
+        return next((entry for entry in self.scan(jid) if entry.jid == jid), None)
+
+    def fetch(self, score: float, jid: str | None = None) -> list[SortedEntry]:
+        """Entries with exactly this score (and this jid, when given)."""
+        exact = P.score(score)
+        rows = self._read(lambda r: r.zrange(self.key, exact, exact, byscore=True,
+                                              withscores=True))
+        entries = [SortedEntry(self, bytes(m), float(s)) for m, s in rows]
+        return [e for e in entries if jid is None or e.jid == jid]
+
+    # -- writing ----------------------------------------------------------------------------
+    def schedule(self, at: float, payload: Mapping[str, Any]) -> None:
+        """Add a payload scored ``at`` (epoch seconds)."""
+        raw = P.dumps(dict(payload))
+        self._read(lambda r: r.zadd(self.key, {raw: float(at)}))  # same member, same score
+
+    def delete_by_value(self, raw: bytes | str) -> bool:
+        return bool(self._pool.run(lambda r: r.zrem(self.key, raw)))
+
+    def delete_by_jid(self, score: float, jid: str) -> bool:
+        """Remove the entry with this score and jid; False if there is none."""
+        return any([entry.delete() for entry in self.fetch(score, jid)])
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many there were."""
+        def run(r: Any) -> int:
+            pipe = r.pipeline(transaction=True)
+            pipe.zcard(self.key)
+            pipe.unlink(self.key)
+            return int(pipe.execute()[0])
+
+        return int(self._pool.run(run))
+
+    # -- entry actions ----------------------------------------------------------------------
+    def _requeue(self, entry: SortedEntry, *, decrement: bool) -> bool:
+        queue, payload = self._pushable(entry, decrement=decrement)
+        keys = self.config.keys
+        script = _requeue_script()
+
+        def move(r: Any) -> int:
+            return int(r.register_script(script)(
+                keys=[self.key, keys.queues, keys.queue(queue)],
+                args=[entry.raw, queue, payload]))
+
+        return bool(self._pool.run(move, idempotent=True))  # a replay finds it gone
+
+    def _pushable(self, entry: SortedEntry, *, decrement: bool) -> tuple[str, str]:
+        """The queue and the payload to push for ``entry``; refuses what cannot run."""
+        if entry.parse_error is not None:
+            raise InspectionError(
+                f"{self.label} entry {entry.text[:80]!r} is not a job payload "
+                f"({entry.parse_error}); it can only be deleted"
+            )
+        item = dict(entry.item)
+        queue = item.get(P.QUEUE, P.DEFAULT_QUEUE)
+        if not isinstance(queue, str) or not queue or "|" in queue:
+            raise InspectionError(
+                f"job {entry.jid!r} in the {self.label} names the queue {queue!r}, which "
+                "cannot be pushed to; fix or delete the entry"
+            )
+        count = item.get(P.RETRY_COUNT)
+        if decrement and isinstance(count, int) and not isinstance(count, bool):
+            item[P.RETRY_COUNT] = count - 1
+        item[P.ENQUEUED_AT] = P.write_time(self.config.timestamp_format)
+        return queue, P.dumps(item)
+
+    def _kill(self, entry: SortedEntry, *, notify_failure: bool,
+              exc: BaseException | None) -> bool:
+        if not self.delete_by_value(entry.raw):
+            return False
+        self._bury_or_restore([(entry.raw, entry.score)])
+        if notify_failure and entry.parse_error is None:
+            notify_death(self.config, entry.item, exc or JobKilled(KILLED_BY_API))
+        return True
+
+    def _bury_or_restore(self, entries: list[ZEntry]) -> None:
+        """Bury entries already removed from this set; on failure put them back."""
+        try:
+            bury(self.config, [member for member, _ in entries])
+        except Exception:
+            # Losing a job is worse than finding it twice (in this set and in the dead set).
+            self._restore(entries)
+            raise
+
+    def _restore(self, entries: list[ZEntry]) -> None:
+        try:
+            self._read(lambda r: r.zadd(self.key, dict(entries)))
+        except Exception:
+            log.exception("could not put %d entries back into %s: %r", len(entries),
+                          self.key, [m for m, _ in entries])
+
+    def _reschedule(self, entry: SortedEntry, at: float) -> bool:
+        def run(r: Any) -> bool:
+            pipe = r.pipeline(transaction=True)
+            pipe.zadd(self.key, {entry.raw: float(at)}, xx=True)
+            pipe.zscore(self.key, entry.raw)
+            return pipe.execute()[1] is not None
+
+        present = bool(self._read(run))
+        if present:
+            entry.score = float(at)
+        return present
+
+    # -- bulk -------------------------------------------------------------------------------
+    def _lowest(self, offset: int, count: int) -> list[ZEntry]:
+        rows = self._read(lambda r: r.zrange(self.key, offset, offset + count - 1,
+                                              withscores=True))
+        return [(bytes(m), float(s)) for m, s in rows]
+
+    def _requeue_all(self, *, decrement: bool) -> int:
+        """Move every entry present now to its queue, oldest first; returns how many moved.
+
+        Entries that are not job payloads stay where they are.
+        """
+        budget, skipped, moved = self.size(), 0, 0
+        while budget > 0:
+            rows = self._lowest(skipped, min(BULK_PAGE, budget))
+            if not rows:
+                break
+            budget -= len(rows)
+            batch: list[tuple[SortedEntry, str, str]] = []
+            for member, score in rows:
+                entry = SortedEntry(self, member, score)
+                try:
+                    batch.append((entry, *self._pushable(entry, decrement=decrement)))
+                except InspectionError:
+                    skipped += 1  # left in place; the next page reads past it
+            moved += self._requeue_batch(batch)
+        return moved
+
+    def _requeue_batch(self, batch: list[tuple[SortedEntry, str, str]]) -> int:
+        if not batch:
+            return 0
+        keys = self.config.keys
+        script = _requeue_script()
+
+        def move(r: Any) -> int:
+            pipe = r.pipeline(transaction=False)
+            moving = r.register_script(script)
+            for entry, queue, payload in batch:
+                moving(keys=[self.key, keys.queues, keys.queue(queue)],
+                       args=[entry.raw, queue, payload], client=pipe)
+            return sum(int(x) for x in pipe.execute())
+
+        return int(self._pool.run(move, idempotent=True))
+
+
+class ScheduledSet(JobSet):
+    """Jobs due later (``schedule``); score = when they are due."""
+
+    name = "schedule"
+    label = "scheduled set"
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.schedule
+
+
+class RetrySet(JobSet):
+    """Failed jobs waiting for their next attempt (``retry``); score = when it runs."""
+
+    name = "retry"
+    label = "retry set"
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.retry
+
+    def retry_all(self) -> int:
+        """Push every entry to its queue now; returns how many were pushed."""
+        return self._requeue_all(decrement=True)
+
+    def kill_all(self) -> int:
+        """Move every entry to the dead set (no death handlers); returns how many moved."""
+        budget, killed = self.size(), 0
+        while budget > 0:
+            rows = self._lowest(0, min(BULK_PAGE, budget))
+            if not rows:
+                break
+            budget -= len(rows)
+            gone = self._remove_each(rows)
+            if gone:
+                self._bury_or_restore(gone)
+            killed += len(gone)
+        return killed
+
+    def _remove_each(self, rows: list[ZEntry]) -> list[ZEntry]:
+        """ZREM each row; the ones this call removed (the poller may take some first)."""
+        def run(r: Any) -> list[int]:
+            pipe = r.pipeline(transaction=False)
+            for member, _ in rows:
+                pipe.zrem(self.key, member)
+            return list(pipe.execute())
+
+        removed = self._pool.run(run)
+        return [row for row, done in zip(rows, removed, strict=True) if done]
+
+
+class DeadSet(JobSet):
+    """Jobs whose retries ran out (``dead``); score = time of death. Trimmed on every add."""
+
+    name = "dead"
+    label = "dead set"
+
+    @property
+    def key(self) -> str:
+        return self.config.keys.dead
+
+    def kill(self, message: bytes | str | Mapping[str, Any], *, notify_failure: bool = True,
+             exc: BaseException | None = None, trim: bool = True) -> None:
+        """Add a job to the dead set (as stored, when given as bytes or text)."""
+        raw = P.dumps(dict(message)) if isinstance(message, Mapping) else message
+        bury(self.config, [raw], trim=trim)
+        if notify_failure:
+            record = JobRecord(raw, config=self.config)
+            if record.parse_error is None:
+                notify_death(self.config, record.item, exc or JobKilled(KILLED_BY_API))
+
+    def trim(self) -> None:
+        """Drop entries older than ``dead_timeout`` and beyond ``dead_max_jobs``."""
+        bury(self.config, [])
+
+    def retry_all(self) -> int:
+        """Push every job payload to its queue now; returns how many were pushed."""
+        return self._requeue_all(decrement=True)
+
+
+def _requeue_script() -> str:
+    return scripts.source(REQUEUE_SCRIPT)

@@ -1,0 +1,207 @@
+"""Counters and sizes at a glance (``features.md`` A14, ``wire-format.md`` §7.4).
+
+1. ``Stats`` — processed and failed totals, the sizes of the job sets, the process count and
+   the default queue's latency, read together in one pipeline on first use; the number of
+   enqueued jobs and busy threads (one command per queue / process, pipelined in pages) on
+   first use of either. ``refresh()`` forgets both. ``reset()`` sets the counters to 0.
+2. ``queues()`` and ``queue_summaries()`` — sizes, latencies and paused flags of every queue.
+3. ``StatsHistory`` — processed and failed per UTC day for the last N days.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .. import payload as P
+from ..config import Config, default_config
+from ..connection import RedisPool
+from .processes import busy_total
+from .queues import entry_latency, queue_names
+
+__all__ = ["QueueSummary", "Stats", "StatsHistory"]
+
+# Queues whose size and oldest entry are read per pipelined round trip.
+QUEUE_PAGE = 100
+# Daily counters live five years (§7.4), so no longer history exists.
+MAX_HISTORY_DAYS = 1825
+COUNTERS = ("processed", "failed")
+
+
+@dataclass(frozen=True)
+class QueueSummary:
+    name: str
+    size: int
+    latency: float
+    paused: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "size": self.size, "latency": self.latency,
+                "paused": self.paused}
+
+
+class Stats:
+    """A snapshot of the cluster's numbers; each group is read once, on first use."""
+
+    def __init__(self, config: Config | None = None) -> None:
+        self.config = config if config is not None else default_config()
+        self._fast: dict[str, Any] | None = None
+        self._summaries: list[QueueSummary] | None = None
+        self._busy: int | None = None
+
+    @property
+    def _pool(self) -> RedisPool:
+        return self.config.pool("api")
+
+    def refresh(self) -> None:
+        """Forget what was read; the next call reads Redis again."""
+        self._fast, self._summaries, self._busy = None, None, None
+
+    # -- fast: one pipeline -----------------------------------------------------------------
+    def processed(self) -> int:
+        return int(self._fast_stats()["processed"])
+
+    def failed(self) -> int:
+        return int(self._fast_stats()["failed"])
+
+    def scheduled_size(self) -> int:
+        return int(self._fast_stats()["scheduled"])
+
+    def retry_size(self) -> int:
+        return int(self._fast_stats()["retries"])
+
+    def dead_size(self) -> int:
+        return int(self._fast_stats()["dead"])
+
+    def processes_size(self) -> int:
+        return int(self._fast_stats()["processes"])
+
+    def default_queue_latency(self) -> float:
+        return float(self._fast_stats()["default_queue_latency"])
+
+    def _fast_stats(self) -> dict[str, Any]:
+        if self._fast is None:
+            self._fast = self._read_fast()
+        return self._fast
+
+    def _read_fast(self) -> dict[str, Any]:
+        keys = self.config.keys
+
+        def read(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            pipe.get(keys.stat_processed)
+            pipe.get(keys.stat_failed)
+            pipe.zcard(keys.schedule)
+            pipe.zcard(keys.retry)
+            pipe.zcard(keys.dead)
+            pipe.scard(keys.processes)
+            pipe.lindex(keys.queue(P.DEFAULT_QUEUE), -1)
+            return list(pipe.execute())
+
+        processed, failed, scheduled, retries, dead, processes, oldest = self._pool.run(
+            read, idempotent=True)
+        return {"processed": _int(processed), "failed": _int(failed),
+                "scheduled": int(scheduled), "retries": int(retries), "dead": int(dead),
+                "processes": int(processes), "default_queue_latency": entry_latency(oldest)}
+
+    # -- slow: a command per queue or process -----------------------------------------------
+    def enqueued(self) -> int:
+        """Jobs waiting in every known queue."""
+        return sum(summary.size for summary in self.queue_summaries())
+
+    def busy(self) -> int:
+        """Threads running a job, summed over the processes' last heartbeats."""
+        if self._busy is None:
+            self._busy = busy_total(self.config)
+        return self._busy
+
+    def queues(self) -> dict[str, int]:
+        """``{name: size}`` of every known queue, largest first."""
+        ordered = sorted(self.queue_summaries(), key=lambda s: (-s.size, s.name))
+        return {summary.name: summary.size for summary in ordered}
+
+    def queue_summaries(self) -> list[QueueSummary]:
+        """Size, latency and paused flag of every known queue, sorted by name."""
+        if self._summaries is None:
+            names = sorted(set(queue_names(self.config)))
+            summaries: list[QueueSummary] = []
+            for start in range(0, len(names), QUEUE_PAGE):
+                summaries.extend(self._summarise(names[start : start + QUEUE_PAGE]))
+            self._summaries = summaries
+        return self._summaries
+
+    def _summarise(self, names: list[str]) -> list[QueueSummary]:
+        keys = self.config.keys
+
+        def read(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for name in names:
+                pipe.llen(keys.queue(name))
+                pipe.lindex(keys.queue(name), -1)
+                pipe.sismember(keys.paused, name)
+            return list(pipe.execute())
+
+        replies = self._pool.run(read, idempotent=True)
+        return [QueueSummary(name=name, size=int(replies[3 * i]),
+                             latency=entry_latency(replies[3 * i + 1]),
+                             paused=bool(replies[3 * i + 2]))
+                for i, name in enumerate(names)]
+
+    # -- writing ----------------------------------------------------------------------------
+    def reset(self, *counters: str) -> None:
+        """Set ``processed`` and/or ``failed`` (both when none are named) to 0."""
+        chosen = counters or COUNTERS
+        unknown = [c for c in chosen if c not in COUNTERS]
+        if unknown:
+            raise ValueError(f"unknown counter {unknown[0]!r}; reset 'processed' and/or "
+                             "'failed'")
+        keys = self.config.keys
+        names = {"processed": keys.stat_processed, "failed": keys.stat_failed}
+        self._pool.run(lambda r: r.mset({names[c]: 0 for c in chosen}))
+        self._fast = None
+
+    # -- output -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Every number, JSON-ready (latencies in seconds)."""
+        fast = dict(self._fast_stats())
+        return {**fast, "enqueued": self.enqueued(), "busy": self.busy(),
+                "queues": [summary.to_dict() for summary in self.queue_summaries()]}
+
+
+class StatsHistory:
+    """Processed and failed counts per UTC day, newest day first."""
+
+    def __init__(self, days: int = 30, start: dt.date | None = None,
+                 config: Config | None = None) -> None:
+        if isinstance(days, bool) or not isinstance(days, int) or not (
+            1 <= days <= MAX_HISTORY_DAYS
+        ):
+            raise ValueError(f"days must be a whole number from 1 to {MAX_HISTORY_DAYS} "
+                             f"(daily counters live five years), not {days!r}")
+        self.days = days
+        self.start = start if start is not None else dt.datetime.now(dt.timezone.utc).date()
+        self.config = config if config is not None else default_config()
+
+    def dates(self) -> list[dt.date]:
+        return [self.start - dt.timedelta(days=n) for n in range(self.days)]
+
+    def processed(self) -> dict[dt.date, int]:
+        return self._counts(self.config.keys.stat_processed_day)
+
+    def failed(self) -> dict[dt.date, int]:
+        return self._counts(self.config.keys.stat_failed_day)
+
+    def _counts(self, key_of: Callable[[dt.date], str]) -> dict[dt.date, int]:
+        dates = self.dates()
+        names = [key_of(day) for day in dates]
+        values = self.config.pool("api").run(lambda r: r.mget(names), idempotent=True)
+        return {day: _int(value) for day, value in zip(dates, values, strict=True)}
+
+
+def _int(value: Any) -> int:
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,313 @@
+"""``wurk stats | queues | retries | dead | processes`` and the admin actions.
+
+1. Read commands print a table a person takes in at a glance, or with ``--json`` one JSON
+   document for scripts (times in epoch seconds, latencies in seconds).
+2. ``wurk queues pause|unpause|clear NAME``, ``wurk retry JID``, ``wurk kill JID`` act.
+   Destructive ones (clear, kill) ask first unless ``--yes``; with no terminal to ask on,
+   they refuse (exit 1) instead of waiting for an answer that cannot come.
+3. Errors are one line and exit 1 (usage errors exit 2, click's rule), never a traceback.
+
+Everything goes through ``wurk.api`` with the process-wide configuration.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+import click
+import redis
+
+from .. import default_config
+from ..api import (
+    DeadSet,
+    JobSet,
+    Process,
+    ProcessSet,
+    Queue,
+    RetrySet,
+    ScheduledSet,
+    SortedEntry,
+    Stats,
+)
+from ..errors import WurkError
+from . import tables
+
+__all__ = ["dead_command", "kill_command", "processes_command", "queues_command",
+           "retries_command", "retry_command", "stats_command"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Entries a listing shows unless --limit says otherwise: a screenful.
+DEFAULT_LIMIT = 25
+
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print one JSON document instead of a table.")
+yes_option = click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
+
+
+def friendly(fn: F) -> F:
+    """Turn wurk and Redis errors into one-line CLI errors (exit 1)."""
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (WurkError, redis.RedisError) as exc:
+            raise click.ClickException(str(exc) or type(exc).__name__) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+class Cancelled(click.ClickException):
+    """The person answered no: say so plainly (no "Error:"), exit 1."""
+
+    def show(self, file: Any = None) -> None:
+        click.echo(self.message, err=True)
+
+
+def emit_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def confirm(question: str, *, yes: bool, action: str) -> None:
+    """Ask ``question`` unless ``yes``; refuse when there is no terminal to ask on."""
+    if yes:
+        return
+    if sys.stdin is None or not sys.stdin.isatty():
+        raise click.ClickException(
+            f"not {action} without confirmation: stdin is not a terminal, so there is no one "
+            "to ask; pass --yes to do it anyway"
+        )
+    if not click.confirm(question, default=False):
+        raise Cancelled("Cancelled; nothing changed.")
+
+
+# -- stats ------------------------------------------------------------------------------------
+@click.command("stats")
+@json_option
+@friendly
+def stats_command(as_json: bool) -> None:
+    """Processed, failed, busy, enqueued, scheduled, retries, dead, processes, latency."""
+    numbers = Stats(default_config()).to_dict()
+    if as_json:
+        emit_json(numbers)
+        return
+    rows = [("Processed", tables.count(numbers["processed"])),
+            ("Failed", tables.count(numbers["failed"])),
+            ("Busy", tables.count(numbers["busy"])),
+            ("Enqueued", tables.count(numbers["enqueued"])),
+            ("Scheduled", tables.count(numbers["scheduled"])),
+            ("Retries", tables.count(numbers["retries"])),
+            ("Dead", tables.count(numbers["dead"])),
+            ("Processes", tables.count(numbers["processes"])),
+            ("Latency", tables.duration(numbers["default_queue_latency"]) + " (default queue)")]
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        click.echo(f"{label.ljust(width)}  {value}")
+
+
+# -- queues -----------------------------------------------------------------------------------
+@click.group("queues", invoke_without_command=True)
+@json_option
+@click.pass_context
+@friendly
+def queues_command(ctx: click.Context, as_json: bool) -> None:
+    """List queues (size, latency, paused); or pause, unpause or clear one."""
+    if ctx.invoked_subcommand is not None:
+        return
+    summaries = Stats(default_config()).queue_summaries()
+    if as_json:
+        emit_json([summary.to_dict() for summary in summaries])
+        return
+    if not summaries:
+        click.echo("No queues.")
+        return
+    rows = [(s.name, tables.count(s.size), tables.duration(s.latency),
+             "paused" if s.paused else "") for s in summaries]
+    click.echo(tables.table(("QUEUE", "SIZE", "LATENCY", "STATE"), rows, right=(1, 2)))
+
+
+def _queue(name: str) -> Queue:
+    try:
+        return Queue(name, default_config())
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="NAME") from None
+
+
+@queues_command.command("pause")
+@click.argument("name")
+@friendly
+def pause_command(name: str) -> None:
+    """Stop workers fetching from queue NAME (running jobs finish)."""
+    _queue(name).pause()
+    click.echo(f"Paused queue {name!r}: workers stop fetching from it within seconds.")
+
+
+@queues_command.command("unpause")
+@click.argument("name")
+@friendly
+def unpause_command(name: str) -> None:
+    """Let workers fetch from queue NAME again."""
+    _queue(name).unpause()
+    click.echo(f"Unpaused queue {name!r}.")
+
+
+@queues_command.command("clear")
+@click.argument("name")
+@yes_option
+@friendly
+def clear_command(name: str, yes: bool) -> None:
+    """Delete every job waiting in queue NAME, and forget the queue."""
+    queue = _queue(name)
+    size = queue.size()
+    if size == 0 and name not in {q.name for q in Queue.all(queue.config)}:
+        raise click.ClickException(f"there is no queue named {name!r} (see `wurk queues`)")
+    confirm(f"Delete all {tables.count(size)} jobs in queue {name!r}?", yes=yes,
+            action=f"clearing queue {name!r}")
+    removed = queue.clear()
+    click.echo(f"Cleared queue {name!r}: {tables.count(removed)} jobs deleted.")
+
+
+# -- retries and dead -------------------------------------------------------------------------
+def _entries(job_set: JobSet, limit: int, grep: str | None) -> list[SortedEntry]:
+    """The newest ``limit`` entries, or up to ``limit`` containing ``grep`` (newest first)."""
+    found: Iterable[SortedEntry] = job_set.scan(grep) if grep else job_set.iterate()
+    chosen = list(itertools.islice(found, limit))
+    return sorted(chosen, key=lambda e: e.score, reverse=True) if grep else chosen
+
+
+def _args(entry: SortedEntry) -> str:
+    if entry.parse_error is not None:
+        return ""
+    return json.dumps(entry.display_args, ensure_ascii=False, separators=(",", ":"))[1:-1]
+
+
+def _error(entry: SortedEntry) -> str:
+    if entry.parse_error is not None:
+        return entry.text
+    if entry.error_class is None:
+        return ""
+    return f"{entry.error_class}: {entry.error_message or ''}"
+
+
+def _list_set(job_set: JobSet, *, limit: int, grep: str | None, as_json: bool,
+              when: str) -> None:
+    total = job_set.size()
+    entries = _entries(job_set, limit, grep)
+    if as_json:
+        emit_json({"total": total, "shown": len(entries),
+                   "entries": [entry.to_dict() for entry in entries]})
+        return
+    click.echo(f"{tables.count(total)} in the {job_set.label}"
+               + (f"; {len(entries)} shown" if len(entries) < total else ""))
+    if not entries:
+        return
+    now = time.time()
+    rows = [(tables.age(e.score, now), e.jid, e.display_class, _args(e), e.queue,
+             "" if e.retry_count is None else str(e.retry_count), _error(e)) for e in entries]
+    headers = (when, "JID", "JOB", "ARGS", "QUEUE", "RETRIES", "ERROR")
+    click.echo(tables.table(headers, rows, right=(5,)))
+
+
+def _set_listing(name: str, make: Callable[[], JobSet], when: str, doc: str) -> click.Command:
+    @click.command(name, help=doc)
+    @click.option("--limit", "-n", type=click.IntRange(min=1), default=DEFAULT_LIMIT,
+                  show_default=True, help="Show at most this many entries.")
+    @click.option("--grep", metavar="TEXT", help="Only entries whose JSON contains TEXT.")
+    @json_option
+    @friendly
+    def listing(limit: int, grep: str | None, as_json: bool) -> None:
+        _list_set(make(), limit=limit, grep=grep, as_json=as_json, when=when)
+
+    return listing
+
+
+retries_command = _set_listing(
+    "retries", lambda: RetrySet(default_config()), "NEXT TRY",
+    "Failed jobs waiting for their next attempt, the latest-scheduled first.")
+dead_command = _set_listing(
+    "dead", lambda: DeadSet(default_config()), "DIED",
+    "Jobs whose retries ran out, most recent death first.")
+
+
+# -- processes --------------------------------------------------------------------------------
+@click.command("processes")
+@json_option
+@friendly
+def processes_command(as_json: bool) -> None:
+    """Worker processes: busy threads, memory, last heartbeat, queues."""
+    processes = list(ProcessSet(default_config()).iterate())
+    if as_json:
+        emit_json([process.to_dict() for process in processes])
+        return
+    if not processes:
+        click.echo("No processes.")
+        return
+    now = time.time()
+    rows = [(f"{p.hostname}:{p.pid}", p.tag, tables.age(p.started_at, now),
+             f"{p.busy}/{p.concurrency}", tables.kilobytes(p.rss_kb), tables.age(p.beat, now),
+             ",".join(p.queues), _state(p)) for p in processes]
+    headers = ("PROCESS", "TAG", "STARTED", "BUSY", "RSS", "BEAT", "QUEUES", "STATE")
+    click.echo(tables.table(headers, rows, right=(3, 4)))
+    busy, threads = sum(p.busy for p in processes), sum(p.concurrency for p in processes)
+    click.echo(f"{tables.plural(len(processes), 'process', 'processes')}; {busy} of "
+               f"{tables.plural(threads, 'thread')} busy; "
+               f"{tables.kilobytes(sum(p.rss_kb for p in processes))} RSS")
+
+
+def _state(process: Process) -> str:
+    flags = [("quiet", process.stopping), ("leader", process.leader),
+             ("embedded", process.embedded)]
+    return ",".join(name for name, on in flags if on)
+
+
+# -- actions on one job -----------------------------------------------------------------------
+def _find(jid: str, sets: Iterable[JobSet]) -> SortedEntry | None:
+    for job_set in sets:
+        entry = job_set.find_job(jid)
+        if entry is not None:
+            return entry
+    return None
+
+
+@click.command("retry")
+@click.argument("jid")
+@friendly
+def retry_command(jid: str) -> None:
+    """Push job JID from the retry, dead or scheduled set to its queue now."""
+    config = default_config()
+    entry = _find(jid, (RetrySet(config), DeadSet(config), ScheduledSet(config)))
+    if entry is None:
+        raise click.ClickException(f"no job with jid {jid!r} in the retry, dead or scheduled "
+                                   "set")
+    label = entry.parent.label
+    moved = entry.add_to_queue() if isinstance(entry.parent, ScheduledSet) else entry.retry()
+    if not moved:
+        raise click.ClickException(f"job {jid} left the {label} before it could be retried")
+    click.echo(f"Pushed {entry.display_class} {jid} from the {label} to queue "
+               f"{entry.queue!r}.")
+
+
+@click.command("kill")
+@click.argument("jid")
+@yes_option
+@friendly
+def kill_command(jid: str, yes: bool) -> None:
+    """Move job JID from the retry or scheduled set to the dead set."""
+    config = default_config()
+    entry = _find(jid, (RetrySet(config), ScheduledSet(config)))
+    if entry is None:
+        where = " (it is already in the dead set)" if DeadSet(config).find_job(jid) else ""
+        raise click.ClickException(f"no job with jid {jid!r} in the retry or scheduled "
+                                   f"set{where}")
+    label = entry.parent.label
+    confirm(f"Kill {entry.display_class} {jid} (move it from the {label} to the dead set)?",
+            yes=yes, action=f"killing job {jid}")
+    if not entry.kill():
+        raise click.ClickException(f"job {jid} left the {label} before it could be killed")
+    click.echo(f"Killed {entry.display_class} {jid}: moved from the {label} to the dead set.")

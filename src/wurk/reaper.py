@@ -1,0 +1,217 @@
+"""The reaper: in-flight lists whose owner died go back to their queues (``wire-format.md``
+§10.3), so a ``kill -9``, an OOM kill or a lost machine loses no job.
+
+1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues this
+   process serves; at most once an hour cluster-wide (``wurk:reaper:full-scan``) it scans every
+   private list, for queues nobody serves any more.
+2. Liveness (``decisions.md`` 11): an owner on this host is dead at once when its pid is gone,
+   or belongs to a process started at another time (pid reuse); otherwise an owner is dead
+   when its heartbeat hash is gone. Membership of ``processes`` proves nothing (it is pruned
+   lazily). A live process's list is never touched — not even a quiet one's.
+3. Recovery and the poison-pill count happen in one script per list (``scripts/recover.lua``);
+   jobs recovered three times are killed as poison pills (``wurk.poison``).
+4. Both layouts are recognised: wurk's (and Ruby wurk's, with or without the nonce) and
+   Sidekiq Pro's ``queue:sq|<identity>|<queue>``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from .config import Config
+from .connection import RedisPool
+from .heartbeat import Identity
+from .morgue import Morgue
+from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
+from .scripts import Script
+from .timer import TimerLoop
+
+__all__ = ["Owner", "Reaper", "parse_private"]
+
+log = logging.getLogger("wurk")
+
+_RECOVER = Script("recover.lua")
+# The full keyspace scan is costly on a big Redis: at most once an hour, cluster-wide.
+FULL_SCAN_EVERY = 3600
+# A pid whose process started this much apart from the owner's recorded start is reused.
+PID_REUSE_TOLERANCE = 1.0
+# SCAN page size: large enough to cross a big keyspace in few round trips.
+SCAN_COUNT = 1000
+_NONCE = re.compile(r"^[0-9a-f]{12}$")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a private list belongs to."""
+
+    hostname: str
+    pid: int
+    nonce: str | None  # None: Ruby wurk's older layout, without the nonce
+
+    @property
+    def identity(self) -> str | None:
+        return f"{self.hostname}:{self.pid}:{self.nonce}" if self.nonce else None
+
+
+def parse_private(config: Config, key: str) -> tuple[str, Owner] | None:
+    """``(queue, owner)`` of a private list key, or None when it is not one."""
+    prefix = config.keys.queue_prefix
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix):]
+    if rest.startswith("sq|"):
+        _, identity, queue = rest.split("|", 2)
+        host, _, tail = identity.partition(":")
+        pid, _, nonce = tail.partition(":")
+        return (queue, Owner(host, int(pid), nonce)) if pid.isdigit() and queue else None
+    parts = rest.rsplit("|", 4)
+    if len(parts) == 5 and _NONCE.match(parts[3]) and parts[2].isdigit():
+        return parts[0], Owner(parts[1], int(parts[2]), parts[3])
+    parts = rest.rsplit("|", 3)
+    if len(parts) == 4 and parts[2].isdigit():
+        return parts[0], Owner(parts[1], int(parts[2]), None)
+    return None
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class Reaper:
+    """Owned by the launcher: one sweep at boot, then one per ``reaper_interval``."""
+
+    def __init__(self, config: Config, identity: Identity, queues: list[str], *,
+                 pool: RedisPool | None = None, morgue: Morgue | None = None) -> None:
+        self.config = config
+        self.identity = identity
+        self.queues = queues
+        self.pool = pool or config.pool("internal")
+        self.morgue = morgue or Morgue(config, self.pool)
+        self._timer = TimerLoop("wurk-reaper", self.sweep, config.reaper_interval)
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def stop(self, timeout: float) -> None:
+        self._timer.stop(timeout)
+
+    # -- sweeps -----------------------------------------------------------------------------
+    def sweep(self) -> int:
+        """Scoped sweep, plus the full scan when this process wins the hourly lock."""
+        verdicts: dict[Owner, bool] = {}
+        recovered = 0
+        for queue in self.queues:
+            pattern = _glob_escape(self.config.keys.queue(queue)) + "|*"
+            recovered += self._reap_matching(pattern, verdicts)
+        if self._full_scan_due():
+            recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
+        if recovered:
+            log.info("reaper: %d job(s) back on their queues", recovered)
+        return recovered
+
+    def reap_all(self) -> int:
+        """Every private list of the keyspace, whoever serves its queue (no lock)."""
+        return self._reap_matching(self.config.keys.private_pattern, {})
+
+    def _full_scan_due(self) -> bool:
+        lock = self.config.keys.reaper_lock
+        return bool(self.pool.run(lambda r: r.set(lock, str(self.identity), nx=True,
+                                                  ex=FULL_SCAN_EVERY)))
+
+    def _reap_matching(self, pattern: str, verdicts: dict[Owner, bool]) -> int:
+        recovered = 0
+        keys = self.pool.run(lambda r: list(r.scan_iter(match=pattern, count=SCAN_COUNT,
+                                                        _type="list")), idempotent=True)
+        for raw_key in keys:
+            key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
+            parsed = parse_private(self.config, key)
+            if parsed is None:
+                continue
+            queue, owner = parsed
+            if owner not in verdicts:
+                verdicts[owner] = self.is_dead(owner)
+            if verdicts[owner]:
+                recovered += self.recover(key, queue)
+        return recovered
+
+    # -- liveness ---------------------------------------------------------------------------
+    def is_dead(self, owner: Owner) -> bool:
+        me = self.identity
+        if (owner.hostname, owner.pid, owner.nonce) == (me.hostname, me.pid, me.nonce):
+            return False
+        if owner.nonce is None:
+            return not self._any_live_identity(owner)
+        if owner.hostname == me.hostname and not psutil.pid_exists(owner.pid):
+            return True
+        info = self.pool.run(lambda r: r.hget(self.config.keys.process(owner.identity or ""),
+                                              "info"), idempotent=True)
+        if info is None:
+            return True
+        return owner.hostname == me.hostname and self._pid_reused(owner.pid, info)
+
+    def _pid_reused(self, pid: int, info: bytes | str) -> bool:
+        from . import payload as P
+
+        try:
+            started_at = float(P.loads(info).get("started_at", 0))
+            created = psutil.Process(pid).create_time()
+        except (ValueError, TypeError, psutil.Error):
+            return False  # cannot tell: the heartbeat says alive, believe it
+        return abs(created - started_at) > PID_REUSE_TOLERANCE
+
+    def _any_live_identity(self, owner: Owner) -> bool:
+        if owner.hostname == self.identity.hostname and not psutil.pid_exists(owner.pid):
+            return False
+        keys = self.config.keys
+        pattern = _glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
+
+        def live(r: Any) -> bool:
+            members = [m.decode() if isinstance(m, bytes) else m
+                       for m in r.sscan_iter(keys.processes, match=pattern)]
+            return any(r.exists(keys.process(m)) for m in members)
+
+        return bool(self.pool.run(live, idempotent=True))
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self, key: str, queue: str) -> int:
+        """Move a dead owner's list back; kill its poison pills. Returns jobs moved."""
+        # Not replayed: a replay would count a recovery twice (wire-format §10.4).
+        reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD))
+        moved, poisoned = int(reply[0]), list(reply[1])
+        for index in range(0, len(poisoned), 2):
+            raw, count = poisoned[index], int(poisoned[index + 1])
+            kill_poisoned(self.config, self.morgue, raw, queue, count)
+            self._remove(key, raw)
+        if moved:
+            log.info("reaper: recovered %d job(s) of %s", moved, key)
+        return moved
+
+    def _remove(self, key: str, raw: bytes) -> None:
+        self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
+
+
+
+def _recover(r: Any, config: Config, key: str, queue: str, threshold: int) -> Any:
+    keys = config.keys
+    script = r.register_script(_RECOVER.text)  # EVALSHA, loading the script on NOSCRIPT
+    return script(keys=[key, keys.queue(queue), keys.queues],
+                  args=[keys.poison_prefix, threshold, POISON_TTL, queue])
+
+
+def return_own_lists(config: Config, private_lists: list[tuple[str, str]],
+                     pool: RedisPool | None = None) -> int:
+    """At clean shutdown: whatever is still in this process's lists goes back, uncounted."""
+    target = pool or config.pool("internal")
+    moved = 0
+    for key, queue in private_lists:
+        moved += _return_list(target, config, key, queue)
+    return moved
+
+
+def _return_list(pool: RedisPool, config: Config, key: str, queue: str) -> int:
+    return int(pool.run(lambda r: _recover(r, config, key, queue, 0))[0])

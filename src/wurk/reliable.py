@@ -1,0 +1,177 @@
+"""Reliable fetch: a job never leaves Redis until it finished (``wire-format.md`` §10.3).
+
+1. A fetch moves the job atomically from its queue into a private list of this process
+   (``queue:<q>|<host>|<pid>|<nonce>|<capsule>``), so a crash, ``kill -9`` or lost machine
+   leaves it in Redis for the reaper.
+2. The ACK (``LREM`` by the exact stored bytes, and ``DEL`` of the job's poison counter)
+   rides the next fetch's round trip: a finished job costs no round trip of its own. A
+   processor that stops fetching flushes its pending ACK first, or the finished job would sit
+   in the private list, escape the shutdown requeue, and run again after a reap.
+3. One queue: ``BLMOVE``. Several: one script tries them in order (strict or weighted), and
+   only when all are empty does the processor block with ``BLMOVE`` on one queue — processors
+   of a capsule take turns over the queues (``decisions.md`` 14), so an idle worker picks up a
+   job on any queue within milliseconds.
+4. Requeue (fetched after quiet, or unfinished at the deadline) is ``RPUSH`` to the queue's
+   tail plus ``LREM`` from the private list, in one ``MULTI``.
+5. ``private_list_layout="pro"`` writes Sidekiq Pro's ``queue:sq|<identity>|<queue>`` names
+   instead and registers them in ``super_processes`` so a Pro process never mistakes them
+   for orphans (§10.2).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+
+from .config import Capsule, Config
+from .connection import RedisPool
+from .errors import RedisUnavailable
+from .fetch import QueueOrder, UnitOfWork
+from .heartbeat import Identity
+from .reporting import report_error
+from .scripts import Script
+
+__all__ = ["ReliableFetch", "private_list_name"]
+
+log = logging.getLogger("wurk")
+
+_FETCH_FIRST = Script("fetch_first.lua")
+
+
+def private_list_name(config: Config, identity: Identity, queue: str, capsule_index: int) -> str:
+    keys = config.keys
+    if config.private_list_layout == "pro":
+        return keys.private_pro(str(identity), queue)
+    return keys.private(queue, identity.hostname, identity.pid, identity.nonce, capsule_index)
+
+
+class ReliableFetch:
+    """One processor's fetcher: moves jobs into private lists, ACKs with the next fetch."""
+
+    def __init__(self, config: Config, capsule: Capsule, pool: RedisPool, *,
+                 identity: Identity, capsule_index: int, slot: int,
+                 paused: Callable[[], frozenset[str]] = frozenset) -> None:
+        self.config = config
+        self.keys = config.keys
+        self.pool = pool
+        self.lease = pool.lease()
+        self.order = QueueOrder(capsule)
+        self.slot = slot
+        self._paused = paused
+        self._private = {q: private_list_name(config, identity, q, capsule_index)
+                         for q in capsule.queue_names}
+        self._pending: list[UnitOfWork] = []
+        self._last_order: list[str] = []
+        self._idle = threading.Event()
+
+    @property
+    def private_lists(self) -> dict[str, str]:
+        """Queue name → this fetcher's private list for it."""
+        return dict(self._private)
+
+    # -- fetching ---------------------------------------------------------------------------
+    def fetch(self, timeout: float) -> UnitOfWork | None:
+        queues = self.order(self._paused())
+        if not queues:
+            self.flush_acks()
+            self._idle.wait(timeout)  # every queue paused: wait, don't spin on Redis
+            return None
+        if len(queues) == 1:
+            return self._with_acks(self._blocking_move(queues[0], timeout), queues[0])
+        unit = self._with_acks(self._first_move(queues), None)
+        if unit is not None:
+            return unit
+        waiting_on = self._turn(queues)
+        return self._move_reply(self.lease.call(*self._blocking_move(waiting_on, timeout)),
+                                waiting_on)
+
+    def _with_acks(self, command: tuple[Any, ...], queue: str | None) -> UnitOfWork | None:
+        """Send pending ACKs and ``command`` in one round trip."""
+        acks = self._ack_commands()
+        replies = self.lease.pipeline([*acks, command])
+        self._acks_sent(replies[:-1])
+        reply = replies[-1]
+        if isinstance(reply, redis.exceptions.NoScriptError):  # first use, or SCRIPT FLUSH
+            self.lease.call(*_FETCH_FIRST.load())
+            reply = self.lease.call(*command)
+        if isinstance(reply, Exception):
+            raise reply
+        if queue is not None:
+            return self._move_reply(reply, queue)
+        if reply is None:
+            return None
+        index, raw = reply
+        return self._move_reply(raw, self._last_order[int(index) - 1])
+
+    def _blocking_move(self, queue: str, timeout: float) -> tuple[Any, ...]:
+        return ("BLMOVE", self.keys.queue(queue), self._private[queue], "RIGHT", "LEFT",
+                timeout)
+
+    def _first_move(self, queues: list[str]) -> tuple[Any, ...]:
+        self._last_order = queues
+        keys: list[str] = []
+        for queue in queues:
+            keys += [self.keys.queue(queue), self._private[queue]]
+        return _FETCH_FIRST.evalsha(keys, [])
+
+    def _turn(self, queues: list[str]) -> str:
+        """The queue this processor blocks on: processors take turns over the queues."""
+        names = [name for name in self.order.names if name in queues]
+        return names[self.slot % len(names)]
+
+    def _move_reply(self, raw: Any, queue: str) -> UnitOfWork | None:
+        if raw is None:
+            return None
+        return UnitOfWork(queue, raw, self)
+
+    # -- acknowledging ----------------------------------------------------------------------
+    def acknowledge(self, unit: UnitOfWork) -> None:
+        self._pending.append(unit)
+
+    def _ack_commands(self) -> list[tuple[Any, ...]]:
+        commands: list[tuple[Any, ...]] = []
+        for unit in self._pending:
+            commands.append(("LREM", self._private[unit.queue], 1, unit.raw))
+            if unit.jid:  # never the bare prefix: that key is nobody's
+                commands.append(("DEL", self.keys.poison_counter(unit.jid)))
+        return commands
+
+    def _acks_sent(self, replies: Sequence[Any]) -> None:
+        self._pending.clear()
+        for reply in replies:
+            if isinstance(reply, Exception):
+                log.warning("an ACK was refused by Redis: %s", reply)
+
+    def flush_acks(self) -> None:
+        if self._pending:
+            self._acks_sent(self.lease.pipeline(self._ack_commands()))
+
+    # -- giving jobs back ---------------------------------------------------------------------
+    def requeue(self, units: Sequence[UnitOfWork]) -> None:
+        """Back to the tail of their queues (next to run) and out of the private list."""
+        if not units:
+            return
+
+        def send(r: Any) -> None:
+            pipe = r.pipeline(transaction=True)
+            for unit in units:
+                pipe.rpush(self.keys.queue(unit.queue), unit.raw)
+                pipe.lrem(self._private[unit.queue], 1, unit.raw)
+            pipe.execute()
+
+        self.pool.run(send)
+
+    def flush(self) -> None:
+        """The processor stops fetching: send the pending ACK, give the connection back."""
+        self._idle.set()
+        try:
+            self.flush_acks()
+        except RedisUnavailable as exc:
+            report_error(self.config, exc, {"context": "flushing ACKs",
+                                            "jobs": len(self._pending)})
+        finally:
+            self.lease.release()

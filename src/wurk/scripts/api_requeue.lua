@@ -1,0 +1,15 @@
+-- Move one entry from a sorted set (schedule, retry, dead) to the head of its queue: the
+-- API's "retry now" and "add to queue". Atomic, so the job is never in neither place nor in
+-- both, and two people pressing "retry" at once push it once. The payload is not decoded
+-- here (cjson would round large numbers, wire-format 14.3): the client passes both forms.
+--
+-- KEYS[1] the sorted set        ARGV[1] the member exactly as stored
+-- KEYS[2] the `queues` set      ARGV[2] the queue name
+-- KEYS[3] the queue list        ARGV[3] the payload to push (enqueued_at stamped)
+-- Returns 1 when moved, 0 when the member was no longer there.
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
+  return 0
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('LPUSH', KEYS[3], ARGV[3])
+return 1

@@ -1,0 +1,47 @@
+-- Moves every job of a private in-flight list back to its public queue (wire-format §10.3,
+-- §10.4), in one script so a job either goes back with its recovery counted or stays for
+-- the dead set — never both, never neither.
+--
+-- Jobs leave from the head (newest first) onto the queue's tail, so the oldest recovered job
+-- ends at the very tail and is the next one fetched.
+--
+-- KEYS[1]  the private list
+-- KEYS[2]  the public queue list
+-- KEYS[3]  the `queues` set
+-- ARGV[1]  poison counter key prefix (the jid is appended; never used bare)
+-- ARGV[2]  poison threshold; 0 = do not count (a clean shutdown returning its own jobs)
+-- ARGV[3]  poison counter TTL, seconds
+-- ARGV[4]  the queue's name, for `queues`
+-- returns  {moved, {poisoned job, its count, …}}; poisoned jobs stay, rotated to the tail
+
+local threshold = tonumber(ARGV[2])
+local moved = 0
+local poisoned = {}
+local n = redis.call('LLEN', KEYS[1])
+for _ = 1, n do
+  local job = redis.call('LINDEX', KEYS[1], 0)
+  if not job then break end
+  local count = 0
+  if threshold > 0 then
+    -- Decoded only to read the jid; the payload itself is moved as the bytes it is.
+    local ok, decoded = pcall(cjson.decode, job)
+    if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
+        and decoded['jid'] ~= '' then
+      local key = ARGV[1] .. decoded['jid']
+      count = redis.call('INCR', key)
+      redis.call('EXPIRE', key, ARGV[3])
+    end
+  end
+  if threshold > 0 and count >= threshold then
+    redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')
+    poisoned[#poisoned + 1] = job
+    poisoned[#poisoned + 1] = count
+  else
+    redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+    moved = moved + 1
+  end
+end
+if moved > 0 then
+  redis.call('SADD', KEYS[3], ARGV[4])
+end
+return {moved, poisoned}

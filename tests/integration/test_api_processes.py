@@ -1,0 +1,135 @@
+"""ProcessSet, Process and WorkSet read from heartbeat records written as §7 describes."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.sidekiq import heartbeat, work
+from wurk.api import ProcessSet, WorkSet
+from wurk.errors import InspectionError
+
+
+def info(identity: str, **extra: Any) -> dict[str, Any]:
+    host, pid, _ = identity.split(":")
+    return {"hostname": host, "started_at": 1700000000.5, "pid": int(pid), "tag": "app",
+            "concurrency": 5, "queues": ["default", "low"], "labels": ["blue"],
+            "identity": identity, **extra}
+
+
+WURK_8 = "web-1:101:aaaaaaaaaaaa"   # Sidekiq 8.1.2+ / wurk: concurrency as a hash field
+SIDEKIQ_7 = "web-2:202:bbbbbbbbbbbb"  # Sidekiq 7: concurrency only in info
+
+
+def test_processes_merge_hash_fields_over_info(config: wurk.Config, r: redis.Redis) -> None:
+    capsules = {"default": {"concurrency": 7, "mode": "weighted",
+                            "weights": {"critical": 2, "default": 1}},
+                "mail": {"concurrency": 3, "mode": "strict", "weights": {"mail": 0}}}
+    heartbeat(r, WURK_8, info=info(WURK_8, capsules=capsules, version="0.1.0",
+                                   embedded=False), busy=4, rss=30496, concurrency=10,
+              quiet=True)
+    heartbeat(r, SIDEKIQ_7, info=info(SIDEKIQ_7), busy=1)
+    r.set("dear-leader", SIDEKIQ_7)
+    first, second = ProcessSet(config).iterate()
+    assert (first.identity, first.concurrency, first.busy, first.stopping) == (WURK_8, 10, 4, True)
+    assert first.queues == ["critical", "default", "mail"]  # from capsules (8.0.9+)
+    assert (first.rss_kb, first.rtt_us, first.version, first.leader) == (30496, 250, "0.1.0",
+                                                                         False)
+    assert (second.concurrency, second.queues, second.leader) == (5, ["default", "low"], True)
+    assert (second.hostname, second.pid, second.tag, second.labels) == ("web-2", 202, "app",
+                                                                        ["blue"])
+    assert second.beat == pytest.approx(time.time(), abs=5)
+    assert second.started_at == 1700000000.5 and not second.stopping
+    processes = ProcessSet(config)
+    assert (processes.size(), processes.total_concurrency(), processes.total_rss_kb()) == (
+        2, 15, 30496 + 1024)
+    assert processes.leader() == SIDEKIQ_7
+    assert first.to_dict()["quiet"] is True and second.to_dict()["leader"] is True
+
+
+def test_stale_members_are_skipped_and_pruned_once_a_minute(config: wurk.Config,
+                                                            r: redis.Redis) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8))
+    r.sadd("processes", "gone:1:cccccccccccc", "gone:2:dddddddddddd")
+    r.hset("gone:2:dddddddddddd", "busy", "1")  # a record without info is not a heartbeat
+    processes = ProcessSet(config)
+    assert [p.identity for p in processes.iterate(clean=False)] == [WURK_8]
+    assert processes.size() == 3
+    assert processes.cleanup() == 2
+    assert r.smembers("processes") == {WURK_8}
+    assert r.ttl("process_cleanup") > 0
+    r.sadd("processes", "gone:3:eeeeeeeeeeee")
+    assert processes.cleanup() == 0  # another pruning ran within the minute
+    list(processes.iterate())
+    assert r.sismember("processes", "gone:3:eeeeeeeeeeee")
+    r.delete("process_cleanup")
+    assert [p.identity for p in processes] == [WURK_8]
+    assert r.smembers("processes") == {WURK_8}
+
+
+def test_unreadable_info_is_skipped(config: wurk.Config, r: redis.Redis) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8))
+    r.sadd("processes", "bad:1:ffffffffffff")
+    r.hset("bad:1:ffffffffffff", mapping={"info": "{oops", "busy": "x"})
+    assert [p.identity for p in ProcessSet(config).iterate(clean=False)] == [WURK_8]
+
+
+@pytest.mark.parametrize(("action", "signal"), [("quiet", "TSTP"), ("stop", "TERM"),
+                                                ("dump_threads", "TTIN")])
+def test_remote_signals(config: wurk.Config, r: redis.Redis, action: str, signal: str) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8))
+    (process,) = ProcessSet(config).iterate()
+    getattr(process, action)()
+    assert r.lrange(f"{WURK_8}-signals", 0, -1) == [signal]
+    assert 0 < r.ttl(f"{WURK_8}-signals") <= 60
+
+
+def test_embedded_processes_refuse_signals(config: wurk.Config, r: redis.Redis) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8, embedded=True))
+    (process,) = ProcessSet(config).iterate()
+    with pytest.raises(InspectionError, match="embedded"):
+        process.stop()
+    assert r.exists(f"{WURK_8}-signals") == 0
+
+
+def test_work_set_reads_work_and_the_64_workers_hash(config: wurk.Config,
+                                                     r: redis.Redis) -> None:
+    now = int(time.time())
+    heartbeat(r, WURK_8, info=info(WURK_8), busy=2)
+    heartbeat(r, SIDEKIQ_7, info=info(SIDEKIQ_7), busy=1)
+    job = {"class": "Slow", "args": [1], "jid": "a" * 24, "queue": "default"}
+    work(r, WURK_8, "t1", job, run_at=now - 5)
+    work(r, WURK_8, "t1", job, run_at=now - 5, key="workers")  # wurk writes both: read once
+    work(r, WURK_8, "t2", {**job, "jid": "b" * 24}, run_at=now - 1, as_object=True)  # 6.0.1
+    work(r, SIDEKIQ_7, "t9", {**job, "jid": "c" * 24}, run_at=now - 9, key="workers")  # 6.4
+    work(r, "dead:9:999999999999", "t0", job, run_at=now)  # no heartbeat: not shown
+    r.sadd("processes", "dead:9:999999999999")
+    r.hset(f"{SIDEKIQ_7}:workers", "junk", "{not json")
+    works = list(WorkSet(config))
+    assert [(w.process, w.thread, w.job.jid) for w in works] == [
+        (SIDEKIQ_7, "t9", "c" * 24), (WURK_8, "t1", "a" * 24), (WURK_8, "t2", "b" * 24)]
+    assert works[0].run_at == now - 9 and works[0].queue == "default"
+    assert works[1].job.klass == "Slow" and works[1].to_dict()["job"]["args"] == [1]
+    assert WorkSet(config).size() == 3
+    found = WorkSet(config).find_work("b" * 24)
+    assert found is not None and found.thread == "t2"
+    assert WorkSet(config).find_work("z" * 24) is None
+
+
+def test_empty_cluster(config: wurk.Config) -> None:
+    assert list(ProcessSet(config)) == [] and list(WorkSet(config)) == []
+    assert ProcessSet(config).leader() is None and WorkSet(config).size() == 0
+
+
+def test_work_value_written_by_wurk_shape(config: wurk.Config, r: redis.Redis) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8), busy=1)
+    payload = json.dumps({"class": "X", "args": [], "jid": "d" * 24}, separators=(",", ":"))
+    r.hset(f"{WURK_8}:work", "abc", json.dumps({"queue": "q", "payload": payload,
+                                                 "run_at": 1700000000}))
+    (one,) = WorkSet(config)
+    assert one.job.raw == payload.encode() and one.queue == "q"

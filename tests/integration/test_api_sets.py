@@ -1,0 +1,336 @@
+"""ScheduledSet, RetrySet, DeadSet and their entries against the real server."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+import wurk.api
+from wurk.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from wurk.errors import InspectionError, JobKilled
+
+
+def payload(n: int, **extra: Any) -> dict[str, Any]:
+    return {"retry": True, "queue": "default", "class": "HardJob", "args": [n],
+            "jid": f"{n:024x}", "created_at": 1700000000123, **extra}
+
+
+def member(n: int, **extra: Any) -> str:
+    return json.dumps(payload(n, **extra), separators=(",", ":"))
+
+
+def seed(r: redis.Redis, key: str, scores: dict[str, float]) -> None:
+    pipe = r.pipeline(transaction=False)
+    items = list(scores.items())
+    for start in range(0, len(items), 1000):
+        pipe.zadd(key, dict(items[start:start + 1000]))
+    pipe.execute()
+
+
+SETS = [ScheduledSet, RetrySet, DeadSet]
+
+
+@pytest.mark.parametrize("cls", SETS)
+def test_size_iterate_newest_first_fetch_find(cls: type[JobSet], config: wurk.Config,
+                                              r: redis.Redis) -> None:
+    job_set = cls(config)
+    assert (job_set.key, job_set.size(), list(job_set)) == (cls.name, 0, [])
+    seed(r, cls.name, {member(n): 1000.0 + n for n in range(120)})
+    seed(r, cls.name, {member(500 + n): 1050.5 for n in range(3)})  # equal scores
+    entries = list(job_set.iterate(page_size=7))
+    assert job_set.size() == 123 == len(entries) == len({e.raw for e in entries})
+    assert [e.score for e in entries] == sorted((e.score for e in entries), reverse=True)
+    assert entries[0].args == [119] and entries[-1].args == [0]
+    tied = job_set.fetch(1050.5)
+    assert sorted(e.args[0] for e in tied) == [500, 501, 502]
+    (one,) = job_set.fetch(1050.5, jid=f"{501:024x}")
+    assert one.args == [501] and one.entry_id == f"1050.5-{501:024x}"
+    found = job_set.find_job(f"{42:024x}")
+    assert found is not None and found.score == 1042.0 and found.at == 1042.0
+    assert job_set.find_job("f" * 24) is None and job_set.find_job("") is None
+
+
+def test_scan_matches_substrings_literally(config: wurk.Config, r: redis.Redis) -> None:
+    seed(r, "retry", {member(1, error_message="undefined method `x' for nil"): 1.0,
+                      member(2, error_message="a*b literally"): 2.0,
+                      member(3, error_message="axxb"): 3.0})
+    retries = RetrySet(config)
+    assert [e.args for e in retries.scan("undefined method")] == [[1]]
+    assert [e.args for e in retries.scan("a*b")] == [[2]]  # the * is not a wildcard
+    assert list(retries.scan("NoSuchText")) == []
+
+
+def test_schedule_delete_clear(config: wurk.Config, r: redis.Redis) -> None:
+    scheduled = ScheduledSet(config)
+    scheduled.schedule(2000.25, payload(1))
+    scheduled.schedule(2000.25, payload(2))
+    scheduled.schedule(3000.0, payload(3))
+    assert r.zscore("schedule", member(1)) == 2000.25
+    assert scheduled.delete_by_jid(2000.25, f"{2:024x}") is True
+    assert scheduled.delete_by_jid(2000.25, f"{2:024x}") is False
+    assert scheduled.delete_by_value(member(3)) is True
+    (entry,) = scheduled.iterate()
+    assert entry.delete() is True and entry.delete() is False
+    scheduled.schedule(1.0, payload(4))
+    assert scheduled.clear() == 1 and r.exists("schedule") == 0
+
+
+def test_retry_now_decrements_count_and_stamps_enqueued_at(config: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    raw = member(1, retry_count=3, queue="low", error_class="E")
+    r.zadd("retry", {raw: time.time() + 600})
+    (entry,) = RetrySet(config).iterate()
+    before = int(time.time() * 1000)
+    assert entry.retry() is True
+    assert r.zcard("retry") == 0 and r.smembers("queues") == {"low"}
+    pushed = json.loads(r.lindex("queue:low", 0) or "")
+    assert pushed["retry_count"] == 2 and pushed["error_class"] == "E"
+    assert type(pushed["enqueued_at"]) is int and pushed["enqueued_at"] >= before
+    assert entry.retry() is False  # already moved: nothing pushed twice
+    assert r.llen("queue:low") == 1
+
+
+def test_retry_now_in_float_format_and_without_retry_count(redis_server: Any,
+                                                           r: redis.Redis) -> None:
+    config = wurk.configure(redis_url=redis_server.url, timestamp_format="float")
+    r.zadd("dead", {member(1): 5.0})
+    (entry,) = DeadSet(config).iterate()
+    assert entry.retry() is True
+    pushed = json.loads(r.lindex("queue:default", 0) or "")
+    assert "retry_count" not in pushed and type(pushed["enqueued_at"]) is float
+
+
+def test_add_to_queue_keeps_retry_count(config: wurk.Config, r: redis.Redis) -> None:
+    r.zadd("schedule", {member(1, retry_count=2): time.time() + 60})
+    (entry,) = ScheduledSet(config).iterate()
+    assert entry.add_to_queue() is True
+    assert json.loads(r.lindex("queue:default", 0) or "")["retry_count"] == 2
+
+
+def test_two_people_retrying_at_once_push_it_once(config: wurk.Config, r: redis.Redis) -> None:
+    r.zadd("retry", {member(1): 10.0})
+    first = next(RetrySet(config).iterate())
+    second = RetrySet(config).find_job(first.jid)
+    assert second is not None
+    results: list[bool] = []
+    threads = [threading.Thread(target=lambda e=e: results.append(e.retry()))
+               for e in (first, second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert sorted(results) == [False, True] and r.llen("queue:default") == 1
+
+
+def test_unparseable_or_unpushable_entries_refuse_retry(config: wurk.Config,
+                                                        r: redis.Redis) -> None:
+    r.zadd("dead", {"{not json": 1.0, member(2, queue="a|b"): 2.0, member(3, queue=7): 3.0})
+    entries = {e.score: e for e in DeadSet(config).iterate()}
+    with pytest.raises(InspectionError, match=r"not a job payload.*only be deleted"):
+        entries[1.0].retry()
+    with pytest.raises(InspectionError, match=re.escape("'a|b'")):
+        entries[2.0].add_to_queue()
+    with pytest.raises(InspectionError, match="queue 7"):
+        entries[3.0].retry()
+    assert r.zcard("dead") == 3 and r.exists("queue:default") == 0
+    assert entries[1.0].delete() is True  # removable by its exact bytes
+
+
+def test_kill_moves_as_stored_and_runs_death_handlers(config: wurk.Config, r: redis.Redis,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[tuple[dict[str, Any], BaseException]] = []
+
+    def broken(job: dict[str, Any], exc: BaseException) -> None:
+        raise RuntimeError("handler bug")
+
+    config.death_handlers.extend([broken, lambda job, exc: calls.append((job, exc))])
+    raw = '{"class":"Ruby","args":[1.50],"jid":"abc","retry_count":4}'
+    r.zadd("retry", {raw: 10.0})
+    (entry,) = RetrySet(config).iterate()
+    before = time.time()
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        assert entry.kill() is True
+    assert r.zcard("retry") == 0
+    ((dead, score),) = r.zrange("dead", 0, -1, withscores=True)
+    assert dead == raw and score >= before  # bytes unchanged, scored at the time of death
+    ((job, exc),) = calls
+    assert job["jid"] == "abc" and isinstance(exc, JobKilled) and str(exc) == "Job killed by API"
+    assert "handler bug" in caplog.text or "death handler" in caplog.text
+    assert entry.kill() is False and len(calls) == 1
+
+
+def test_kill_without_notification_and_with_own_error(config: wurk.Config,
+                                                      r: redis.Redis) -> None:
+    calls: list[BaseException] = []
+    config.death_handlers.append(lambda job, exc: calls.append(exc))
+    r.zadd("schedule", {member(1): 1.0, member(2): 2.0})
+    first, second = ScheduledSet(config).iterate()
+    assert first.kill(notify_failure=False) is True and calls == []
+    boom = ValueError("why")
+    assert second.kill(exc=boom) is True and calls == [boom]
+    assert r.zcard("dead") == 2
+
+
+def test_dead_set_is_trimmed_like_sidekiq(redis_server: Any, r: redis.Redis) -> None:
+    config = wurk.configure(redis_url=redis_server.url, dead_max_jobs=3, dead_timeout=3600)
+    dead = DeadSet(config)
+    r.zadd("dead", {member(0): time.time() - 7200})  # older than dead_timeout
+    for n in range(1, 6):
+        dead.kill(payload(n), notify_failure=False)
+    # Sidekiq's rank trim keeps dead_max_jobs - 1 entries (decisions.md 4).
+    assert sorted(e.args[0] for e in dead.iterate()) == [4, 5]
+    dead.kill("{raw text", trim=False)
+    assert dead.size() == 3
+    dead.trim()
+    assert dead.size() == 2
+
+
+def test_dead_set_kill_accepts_text_and_notifies_with_parsed_job(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    seen: list[dict[str, Any]] = []
+    config.death_handlers.append(lambda job, exc: seen.append(job))
+    DeadSet(config).kill(member(7))
+    DeadSet(config).kill("{not json")  # stored raw; no job to hand to handlers
+    assert [job["args"] for job in seen] == [[7]]
+    assert set(r.zrange("dead", 0, -1)) == {member(7), "{not json"}
+
+
+def test_reschedule_uses_the_stored_member(config: wurk.Config, r: redis.Redis) -> None:
+    raw = '{"class":"X","args":[1.0],"jid":"j"}'  # 1.0 would re-serialise differently
+    r.zadd("schedule", {raw: 100.0})
+    (entry,) = ScheduledSet(config).iterate()
+    assert entry.reschedule(250.5) is True and entry.score == 250.5
+    assert r.zrange("schedule", 0, -1, withscores=True) == [(raw, 250.5)]
+    entry.delete()
+    assert entry.reschedule(300.0) is False and r.zcard("schedule") == 0
+
+
+def test_retry_all_moves_everything_it_can(config: wurk.Config, r: redis.Redis) -> None:
+    seed(r, "retry", {member(n, retry_count=1, queue=f"q{n % 3}"): float(n)
+                      for n in range(250)})
+    r.zadd("retry", {"{broken": 0.5})
+    assert RetrySet(config).retry_all() == 250
+    assert r.zrange("retry", 0, -1) == ["{broken"]
+    assert sum(r.llen(f"queue:q{i}") for i in range(3)) == 250
+    assert r.smembers("queues") == {"q0", "q1", "q2"}
+    assert {json.loads(x)["retry_count"] for x in r.lrange("queue:q0", 0, -1)} == {0}
+
+
+def test_dead_retry_all(config: wurk.Config, r: redis.Redis) -> None:
+    seed(r, "dead", {member(n): float(n) for n in range(30)})
+    assert DeadSet(config).retry_all() == 30
+    assert r.zcard("dead") == 0 and r.llen("queue:default") == 30
+
+
+def test_kill_all_moves_every_retry_to_dead_without_handlers(config: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    calls: list[Any] = []
+    config.death_handlers.append(lambda job, exc: calls.append(job))
+    entries = {member(n): float(n) for n in range(230)}
+    seed(r, "retry", entries)
+    r.zadd("retry", {"{broken": 0.5})
+    assert RetrySet(config).kill_all() == 231
+    assert r.zcard("retry") == 0 and set(r.zrange("dead", 0, -1)) == {*entries, "{broken"}
+    assert calls == []
+
+
+def test_a_failed_burial_puts_the_entry_back(config: wurk.Config, r: redis.Redis) -> None:
+    r.zadd("retry", {member(1): 10.0})
+    r.set("dead", "not a sorted set")  # ZADD dead fails with WRONGTYPE
+    (entry,) = RetrySet(config).iterate()
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        entry.kill()
+    assert r.zrange("retry", 0, -1, withscores=True) == [(member(1), 10.0)]
+
+
+# -- paging under concurrent change ---------------------------------------------------------
+def test_25000_entries_changed_between_pages_each_yielded_once(config: wurk.Config,
+                                                               r: redis.Redis) -> None:
+    """Adds above, below and at the cursor's score, removes read and unread entries, every
+    page; scores repeat, so ties straddle page boundaries."""
+    rng = random.Random(8)
+    scores = {member(n): float(rng.randrange(5000)) for n in range(25_000)}
+    seed(r, "retry", scores)
+    members = list(scores)
+    removed: set[str] = set()
+    seen: list[str] = []
+    added = 0
+    for index, entry in enumerate(RetrySet(config).iterate(page_size=50)):
+        seen.append(entry.raw.decode())
+        if index % 50 != 49:
+            continue
+        added += 3
+        r.zadd("retry", {member(10**6 + added): entry.score,       # a tie at the cursor
+                         member(10**6 + added + 1): entry.score + 1,  # already passed
+                         member(10**6 + added + 2): entry.score - 1})  # still ahead
+        for victim in (entry.raw.decode(), rng.choice(members)):
+            if r.zrem("retry", victim):
+                removed.add(victim)
+    assert len(seen) == len(set(seen)), "an entry was yielded twice"
+    missing = set(scores) - removed - set(seen)
+    assert not missing, f"{len(missing)} entries present throughout were not yielded"
+
+
+def test_25000_entries_while_another_client_adds_and_removes(config: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    rng = random.Random(9)
+    stable = {member(n): float(rng.randrange(2000)) for n in range(25_000)}
+    volatile = {member(100_000 + n): float(rng.randrange(2000)) for n in range(5_000)}
+    seed(r, "dead", {**stable, **volatile})
+    stop = threading.Event()
+    operations = 0
+
+    def churn() -> None:
+        nonlocal operations
+        other = redis.Redis.from_url(config.redis_url or "", decode_responses=True)
+        pool, n = list(volatile), 0
+        while not stop.is_set():
+            n += 1
+            other.zadd("dead", {member(200_000 + n): float(rng.randrange(2000))})
+            other.zrem("dead", pool[n % len(pool)])
+            operations += 2
+        other.close()
+
+    thread = threading.Thread(target=churn, name="test-churn")
+    thread.start()
+    try:
+        seen = [e.raw.decode() for e in DeadSet(config).iterate(page_size=50)]
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    assert not thread.is_alive() and operations > 0
+    assert len(seen) == len(set(seen))
+    assert set(stable) <= set(seen)
+
+
+def test_entries_are_sorted_entries_with_parents(config: wurk.Config, r: redis.Redis) -> None:
+    r.zadd("retry", {member(1): 1.0})
+    (entry,) = RetrySet(config).iterate()
+    assert isinstance(entry, SortedEntry) and isinstance(entry.parent, RetrySet)
+    assert entry.to_dict()["score"] == 1.0 and entry.to_dict()["jid"] == f"{1:024x}"
+
+
+def test_a_key_prefix_applies_to_every_key(redis_server: Any, r: redis.Redis) -> None:
+    """Sidekiq 6 with redis-namespace (wire-format §0.2): every key under `<ns>:`."""
+    config = wurk.configure(redis_url=redis_server.url, key_prefix="ns")
+    r.zadd("ns:retry", {member(1, queue="low"): 1.0})
+    r.zadd("retry", {member(2): 1.0})  # another app's data, outside the namespace
+    (entry,) = RetrySet(config).iterate()
+    assert entry.args == [1] and RetrySet(config).key == "ns:retry"
+    assert entry.retry()
+    assert r.smembers("ns:queues") == {"low"} and r.llen("ns:queue:low") == 1
+    (record,) = wurk.api.Queue("low", config).iterate()
+    assert record.args == [1] and record.delete() and not r.exists("ns:queue:low")
+    ScheduledSet(config).schedule(5.0, payload(3))
+    DeadSet(config).kill(payload(4), notify_failure=False)
+    assert r.zcard("ns:schedule") == 1 and r.zcard("ns:dead") == 1
+    assert r.zcard("retry") == 1 and not r.exists("schedule") and not r.exists("dead")

@@ -1,0 +1,236 @@
+"""Reliable fetch and the reaper against the real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+import psutil
+import redis
+
+import wurk
+from wurk import payload as P
+from wurk.config import Capsule
+from wurk.heartbeat import Identity
+from wurk.reaper import Owner, Reaper, parse_private
+from wurk.reliable import ReliableFetch
+
+
+def job(n: int, jid: str | None = None) -> str:
+    return P.dumps({"class": "X", "args": [n], "queue": "default", "jid": jid or f"jid{n:021d}"})
+
+
+def fetcher(config: wurk.Config, queues: list[str], *, slot: int = 0,
+            identity: Identity | None = None) -> ReliableFetch:
+    capsule = Capsule(queues=[(q, 0) for q in queues])
+    return ReliableFetch(config, capsule, config.pool("test", size=4),
+                         identity=identity or Identity.current(), capsule_index=0, slot=slot)
+
+
+def test_fetch_moves_into_the_private_list_and_the_ack_rides_the_next_fetch(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    r.lpush("queue:default", job(1), job(2))
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    first = f.fetch(0.1)
+    assert first is not None and json.loads(first.raw)["args"] == [1]
+    assert r.lrange(private, 0, -1) == [job(1)]
+    first.jid = "jid000000000000000000001"
+    r.set(config.keys.poison_counter(first.jid), 2)
+    first.acknowledge()
+    assert r.lrange(private, 0, -1) == [job(1)]  # not yet: the ACK waits for the next fetch
+    calls_before = r.info("commandstats")
+    second = f.fetch(0.1)
+    assert second is not None and r.lrange(private, 0, -1) == [job(2)]
+    assert not r.exists(config.keys.poison_counter(first.jid))  # reset by the ACK
+    assert r.info("commandstats")["cmdstat_lrem"]["calls"] == \
+        calls_before.get("cmdstat_lrem", {"calls": 0})["calls"] + 1
+    second.acknowledge()
+    f.flush()  # a processor that stops flushes its pending ACK
+    assert not r.exists(private)
+
+
+def test_several_queues_strict_order_and_blocking_turns(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    r.lpush("queue:low", job(1))
+    r.lpush("queue:high", job(2))
+    f = fetcher(config, ["high", "low"])
+    assert [f.fetch(0.1).queue, f.fetch(0.1).queue] == ["high", "low"]  # type: ignore[union-attr]
+    assert f.fetch(0.2) is None
+    assert fetcher(config, ["high", "low"], slot=1)._turn(["high", "low"]) == "low"
+    assert fetcher(config, ["high", "low"], slot=2)._turn(["high", "low"]) == "high"
+
+
+def test_fetch_survives_script_flush(config: wurk.Config, r: redis.Redis) -> None:
+    f = fetcher(config, ["a", "b"])
+    r.lpush("queue:b", job(1))
+    assert f.fetch(0.1) is not None
+    r.script_flush()
+    r.lpush("queue:a", job(2))
+    unit = f.fetch(0.1)
+    assert unit is not None and unit.queue == "a"
+
+
+def test_requeue_puts_jobs_back_at_the_tail_and_out_of_the_private_list(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    r.lpush("queue:default", job(1), job(2))
+    f = fetcher(config, ["default"])
+    unit = f.fetch(0.1)
+    assert unit is not None
+    f.requeue([unit])
+    assert r.lindex("queue:default", -1) == job(1)  # next to run
+    assert not r.exists(f.private_lists["default"])
+
+
+def test_paused_queues_are_skipped(config: wurk.Config, r: redis.Redis) -> None:
+    r.lpush("queue:a", job(1))
+    r.lpush("queue:b", job(2))
+    capsule = Capsule(queues=[("a", 0), ("b", 0)])
+    f = ReliableFetch(config, capsule, config.pool("t"), identity=Identity.current(),
+                      capsule_index=0, slot=0, paused=lambda: frozenset({"a"}))
+    unit = f.fetch(0.1)
+    assert unit is not None and unit.queue == "b"
+    everything = ReliableFetch(config, capsule, config.pool("t"), identity=Identity.current(),
+                               capsule_index=0, slot=0, paused=lambda: frozenset({"a", "b"}))
+    started = time.monotonic()
+    assert everything.fetch(0.3) is None and time.monotonic() - started >= 0.25
+
+
+def test_parse_private_list_names(config: wurk.Config) -> None:
+    assert parse_private(config, "queue:default|web1|123|0a1b2c3d4e5f|0") == (
+        "default", Owner("web1", 123, "0a1b2c3d4e5f"))
+    assert parse_private(config, "queue:default|web1|123|2") == ("default",
+                                                                  Owner("web1", 123, None))
+    assert parse_private(config, "queue:sq|web1:123:0a1b2c3d4e5f|critical") == (
+        "critical", Owner("web1", 123, "0a1b2c3d4e5f"))
+    assert parse_private(config, "queue:default") is None
+    assert parse_private(config, "queues") is None
+
+
+def foreign_list(r: redis.Redis, config: wurk.Config, host: str, pid: int, nonce: str,
+                 jobs: list[str]) -> str:
+    key = config.keys.private("default", host, pid, nonce, 0)
+    r.lpush(key, *jobs)
+    return key
+
+
+def reaper(config: wurk.Config) -> Reaper:
+    return Reaper(config, Identity.current(), ["default"])
+
+
+def test_foreign_owner_with_a_heartbeat_is_left_alone_then_recovered_when_it_stops(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    owner = "elsewhere:4242:aaaaaaaaaaaa"
+    key = foreign_list(r, config, "elsewhere", 4242, "aaaaaaaaaaaa", [job(1), job(2), job(3)])
+    r.hset(owner, mapping={"info": json.dumps({"started_at": time.time()})})
+    assert reaper(config).sweep() == 0 and r.llen(key) == 3
+    r.delete(owner)  # its heartbeat expired
+    assert reaper(config).sweep() == 3
+    assert not r.exists(key)
+    # The oldest recovered job is at the very tail: fetched first.
+    assert r.lrange("queue:default", 0, -1) == [job(3), job(2), job(1)]
+    assert r.get(config.keys.poison_counter("jid000000000000000000001")) == "1"
+    assert 0 < r.ttl(config.keys.poison_counter("jid000000000000000000001")) <= 72 * 3600
+
+
+def test_same_host_owner_with_a_gone_pid_is_dead_at_once(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    me = Identity.current()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    owner = f"{me.hostname}:{gone.pid}:bbbbbbbbbbbb"
+    r.hset(owner, mapping={"info": json.dumps({"started_at": time.time()})})  # still "beating"
+    foreign_list(r, config, me.hostname, gone.pid, "bbbbbbbbbbbb", [job(1)])
+    assert reaper(config).sweep() == 1
+
+
+def test_same_host_reused_pid_is_dead(config: wurk.Config, r: redis.Redis) -> None:
+    me = Identity.current()
+    alive = os.getppid()  # a live process that is not the owner
+    started = psutil.Process(alive).create_time()
+    owner = f"{me.hostname}:{alive}:cccccccccccc"
+    r.hset(owner, mapping={"info": json.dumps({"started_at": started + 50})})
+    foreign_list(r, config, me.hostname, alive, "cccccccccccc", [job(1)])
+    assert reaper(config).sweep() == 1
+    r.hset(owner, mapping={"info": json.dumps({"started_at": started})})
+    foreign_list(r, config, me.hostname, alive, "cccccccccccc", [job(2)])
+    assert reaper(config).sweep() == 0  # same pid, same start: alive
+
+
+def test_own_lists_and_live_pre_nonce_owners_are_never_touched(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    me = Identity.current()
+    own = foreign_list(r, config, me.hostname, me.pid, me.nonce, [job(1)])
+    old_layout = config.keys.queue("default") + "|far|77|0"
+    r.lpush(old_layout, job(2))
+    r.sadd("processes", "far:77:dddddddddddd")
+    r.hset("far:77:dddddddddddd", "info", "{}")
+    assert reaper(config).sweep() == 0 and r.llen(own) == 1 and r.llen(old_layout) == 1
+    r.delete("far:77:dddddddddddd")
+    assert reaper(config).sweep() == 1 and r.llen(own) == 1
+
+
+def test_full_scan_runs_once_an_hour_cluster_wide(config: wurk.Config, r: redis.Redis) -> None:
+    key = config.keys.private("nobody-serves-this", "gone", 1, "eeeeeeeeeeee", 0)
+    r.lpush(key, job(1))
+    first = reaper(config)
+    assert first.sweep() == 1  # won the lock: scanned every private list
+    r.lpush(key, job(2))
+    assert reaper(config).sweep() == 0  # the lock holds for an hour
+    assert 3500 < r.ttl(config.keys.reaper_lock) <= 3600
+    assert first.reap_all() == 1
+
+
+def test_poison_pill_counting_kills_on_the_third_recovery(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    pills: list[dict[str, Any]] = []
+    registration = wurk.on_poison(pills.append)
+    wurk.on_poison(pills.append)  # the same callable twice is one registration
+    deaths: list[str] = []
+    config.death_handlers.append(lambda payload, exc: deaths.append(type(exc).__name__))
+    try:
+        for _ in range(3):
+            foreign_list(r, config, "gone", 9, "ffffffffffff", [job(1)])
+            r.delete("queue:default")
+            reaper(config).sweep()
+        assert r.zcard("dead") == 1 and not r.exists("queue:default")
+        dead = json.loads(r.zrange("dead", 0, -1)[0])
+        assert dead["error_class"] == "wurk.Poisoned" and dead["args"] == [1]
+        assert pills == [{"jid": "jid000000000000000000001", "klass": "X", "count": 3,
+                          "queue": "default"}]
+        assert deaths == ["Poisoned"]
+        assert not r.exists(config.keys.private("default", "gone", 9, "ffffffffffff", 0))
+    finally:
+        registration.remove()
+        registration.remove()
+
+
+def test_poison_pill_with_dead_false_is_discarded(config: wurk.Config, r: redis.Redis) -> None:
+    raw = P.dumps({"class": "X", "args": [], "jid": "j" * 24, "dead": False})
+    r.set(config.keys.poison_counter("j" * 24), 2)
+    foreign_list(r, config, "gone", 9, "ffffffffffff", [raw])
+    reaper(config).sweep()
+    assert r.zcard("dead") == 0 and not r.exists("queue:default")
+
+
+def test_pro_layout_registers_and_is_recovered_by_either_layout(
+    redis_server: Any, r: redis.Redis
+) -> None:
+    cfg = wurk.configure(redis_url=redis_server.url, private_list_layout="pro")
+    me = Identity.current()
+    f = fetcher(cfg, ["default"], identity=me)
+    assert f.private_lists["default"] == f"queue:sq|{me}|default"
+    dead_pro = "queue:sq|other:1:aaaaaaaaaaaa|default"
+    r.lpush(dead_pro, job(1))
+    assert reaper(cfg).sweep() == 1
