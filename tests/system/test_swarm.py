@@ -405,7 +405,9 @@ def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_5s(
     killed = time.monotonic()
     wait_for(lambda: not any(alive(pid) for pid in children), timeout=5,
              message="orphans gone")
-    assert time.monotonic() - killed < 5
+    gone = time.monotonic() - killed
+    print(f"\nparent SIGKILLed with 4 jobs running: children gone after {gone:.2f} s")
+    assert gone < 5
     back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert len(back) == 4 and {job["class"] for job in back} == {"Sys::Sleep"}
     assert r.scard("processes") == 0
