@@ -47,9 +47,10 @@ SCOPE_ROOT = "wurk.root"
 
 
 def route_path(scope: Scope) -> str:
-    """The path below the prefix the dashboard is mounted at."""
+    """The path below the prefix the dashboard is mounted at (routing inside the app, into
+    ``/static`` or an extension, moves ``root_path`` on; the guard noted where it began)."""
     path: str = scope["path"]
-    root: str = scope.get("root_path", "")
+    root: str = scope.get(SCOPE_ROOT, scope.get("root_path", ""))
     return path[len(root):] or "/" if root and path.startswith(root) else path
 
 
@@ -150,6 +151,7 @@ class HeaderSender:
         self.scope = scope
         self.fresh_token = fresh_token
         self.started = False
+        self.cache_control = cache_control(scope)  # now: routing will move root_path on
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -162,10 +164,10 @@ class HeaderSender:
         headers += [(name, value) for name, value in security.SECURITY_HEADERS
                     if name not in present]
         if b"cache-control" not in present:
-            headers.append((b"cache-control", cache_control(self.scope)))
+            headers.append((b"cache-control", self.cache_control))
         if self.fresh_token:
             cookie = security.csrf_cookie(self.scope[SCOPE_CSRF],
-                                          path=self.scope.get("root_path") or "/",
+                                          path=self.scope[SCOPE_ROOT] or "/",
                                           secure=self.scope.get("scheme") == "https")
             headers.append((b"set-cookie", cookie))
         return headers
@@ -226,7 +228,7 @@ def refusal(scope: Scope, refused: Refused) -> Response:
     """JSON under ``/api``, a small page elsewhere; the text is always our own."""
     if route_path(scope).startswith("/api"):
         return JSONResponse({"error": refused.message}, refused.status, refused.headers)
-    root = html.escape(scope.get("root_path", ""))
+    root = html.escape(scope.get(SCOPE_ROOT, scope.get("root_path", "")))
     page = ERROR_PAGE.format(status=refused.status, message=refused.message, root=root or "",
                              css=f"{root}/static/wurk.css")
     return HTMLResponse(page, refused.status, refused.headers)
