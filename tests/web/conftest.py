@@ -72,3 +72,7 @@ def seed_process(r: Any, identity: str = "host:1:abc", *, embedded: bool = False
             "payload": wurk.payload.dumps(job(7))}
     r.hset(f"{identity}:work", "tid-1", wurk.payload.dumps(work))
     return identity
+
+
+# The system tests' real worker subprocess, for the browser test.
+from tests.system.conftest import start_worker  # noqa: E402, F401

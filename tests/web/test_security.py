@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from typing import Any
+
 import pytest
 import redis
 from starlette.requests import Request

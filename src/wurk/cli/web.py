@@ -20,9 +20,9 @@ from .worker import prepare
 
 __all__ = ["web_command"]
 
-# Live streams never finish by themselves: uvicorn waits this long for them on shutdown,
-# then closes them (the browser reconnects to the next server).
-SHUTDOWN_GRACE = 2
+# Live streams end at their next tick once the server stops (web_stream_interval, 2 s by
+# default); uvicorn waits this long for them and anything else in flight, then cuts them.
+SHUTDOWN_GRACE = 5
 
 
 @click.command("web")
@@ -46,6 +46,7 @@ def web_command(host: str, port: int, extensions: tuple[str, ...], read_only: bo
         import uvicorn
 
         from ..web import create_app
+        from ..web.context import STATE_ATTRIBUTE
     except ImportError as exc:
         raise click.ClickException(f"wurk web needs the web extra ({exc.name} is missing): "
                                    "pip install 'wurk[web]'") from None
@@ -54,15 +55,30 @@ def web_command(host: str, port: int, extensions: tuple[str, ...], read_only: bo
                      extensions=[load_extension(spec) for spec in extensions])
     check_port(host, port)
     click.echo(f"wurk web: the dashboard is at http://{host}:{port}/", err=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="info",
-                                           timeout_graceful_shutdown=SHUTDOWN_GRACE))
+    server = closing_server(uvicorn.Config(app, host=host, port=port, log_level="info",
+                                           timeout_graceful_shutdown=SHUTDOWN_GRACE),
+                            dashboard=getattr(app.state, STATE_ATTRIBUTE))
     try:
         server.run()
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it handled; the server has stopped cleanly
     except SystemExit as exc:  # uvicorn exits when it cannot start; it logged why
         raise click.ClickException(
             f"the web server stopped (exit {exc.code}); see above") from None
     finally:
         config.close()
+
+
+def closing_server(config: Any, *, dashboard: Any) -> Any:
+    """A uvicorn server that tells the dashboard's live streams to end when it stops."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            dashboard.closing.set()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
 
 
 def load_extension(spec: str) -> Any:

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -43,6 +44,9 @@ class Dashboard:
     stream_interval: float
     templates: Jinja2Templates
     extensions: tuple[Extension, ...] = ()
+    # Set by whoever stops the server (``wurk web`` does): open live streams end at their
+    # next tick instead of holding the shutdown until they are cancelled.
+    closing: threading.Event = field(default_factory=threading.Event)
     _limiter: anyio.CapacityLimiter | None = field(default=None, init=False, repr=False)
 
     @classmethod

@@ -79,7 +79,7 @@ class EventStream:
 
     async def _pump(self, dash: Dashboard, send: Send) -> None:
         await send(body(f"retry: {RECONNECT_MS}\n\n"))
-        while True:
+        while not dash.closing.is_set():
             await send(body(await self._event(dash)))
             await anyio.sleep(dash.stream_interval)
 
