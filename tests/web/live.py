@@ -33,6 +33,9 @@ class LiveServer:
 
     def __init__(self, app: ASGIApp) -> None:
         self.socket = socket.socket()
+        # Accepted connections inherit this: without it a keep-alive response written as
+        # headers then body waits out the client's delayed ACK (40 ms) under Nagle.
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.socket.bind(("127.0.0.1", 0))
         self.port = int(self.socket.getsockname()[1])
         config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=1,
