@@ -154,7 +154,9 @@ class ReliableFetch:
             with self.feed.cond:
                 self.feed.fetching = False
                 self.feed.ready.extend(units[1:])
-                self.feed.cond.notify_all()
+                # Wake one waiter per job fetched ahead — or one to fetch next — rather than
+                # every waiter: each wake-up costs a thread switch.
+                self.feed.cond.notify(max(1, len(units) - 1))
         return units
 
     def _blocking_move(self, queue: str, timeout: float) -> UnitOfWork | None:
