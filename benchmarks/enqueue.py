@@ -9,18 +9,17 @@ Uses REDIS_URL when set, else starts a private server. Prints medians and ratios
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
 import secrets
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import redis
 
 import wurk
+from benchmarks._server import redis_url
 
 
 @wurk.job(name="BenchJob")
@@ -74,13 +73,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     options = parser.parse_args()
-    url = os.environ.get("REDIS_URL")
-    server = None
-    if not url:
-        from tests.helpers.server import start_server
-
-        server = start_server(Path(tempfile.mkdtemp(prefix="wurk-bench-")))
-        url = server.url
+    servers = contextlib.ExitStack()
+    url = servers.enter_context(redis_url())
     wurk.configure(redis_url=url)
     r = redis.Redis.from_url(url)
     cases = {"single": (wurk_single, floor_single), "bulk": (wurk_bulk, floor_bulk)}
@@ -96,8 +90,7 @@ def main() -> None:
             print(f"{mode:<8}{w:>12,.0f}{f:>12,.0f}{w / f:>7.2f}x")
     finally:
         r.flushall()
-        if server is not None:
-            server.stop()
+        servers.close()
 
 
 if __name__ == "__main__":

@@ -10,16 +10,16 @@ Uses REDIS_URL when set, else starts a private server. Prints medians.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import redis
 
+from benchmarks._server import redis_url
 from wurk.config import Config
 from wurk.scheduled import Scheduler
 
@@ -53,12 +53,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--runs", type=int, default=3)
     options = parser.parse_args()
-    server = None
-    if not os.environ.get("REDIS_URL"):
-        from tests.helpers.server import start_server
-
-        server = start_server(Path(tempfile.mkdtemp(prefix="wurk-bench-")))
-        os.environ["REDIS_URL"] = server.url
+    servers = contextlib.ExitStack()
+    os.environ["REDIS_URL"] = servers.enter_context(redis_url())
     r = redis.Redis.from_url(os.environ["REDIS_URL"])
     try:
         print(f"scheduler drain, {options.jobs} due jobs, median of {options.runs} runs")
@@ -67,8 +63,7 @@ def main() -> None:
             print(f"{mode:<8}{statistics.median(rates):>12,.0f} jobs/s")
     finally:
         r.flushall()
-        if server is not None:
-            server.stop()
+        servers.close()
 
 
 if __name__ == "__main__":

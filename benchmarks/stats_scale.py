@@ -16,6 +16,7 @@ compiles an installed package's bytecode; an editable checkout compiles on first
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -28,6 +29,8 @@ import time
 from pathlib import Path
 
 import redis
+
+from benchmarks._server import redis_url
 
 # Jobs per LPUSH / members per ZADD, and commands per pipeline: large enough that seeding a
 # million jobs takes seconds, small enough to keep each reply quick.
@@ -132,13 +135,8 @@ def main() -> None:
     parser.add_argument("--dead", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=5)
     options = parser.parse_args()
-    url = os.environ.get("REDIS_URL")
-    server = None
-    if not url:
-        from tests.helpers.server import start_server
-
-        server = start_server(Path(tempfile.mkdtemp(prefix="wurk-bench-")))
-        url = server.url
+    servers = contextlib.ExitStack()
+    url = servers.enter_context(redis_url())
     r = redis.Redis.from_url(url)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["REDIS_URL"] = url
@@ -172,8 +170,7 @@ def main() -> None:
     finally:
         r.flushall()
         r.close()
-        if server is not None:
-            server.stop()
+        servers.close()
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ Prints jobs/s, worker CPU µs per job and peak RSS, medians of the runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +24,7 @@ import psutil
 import redis
 
 import wurk
+from benchmarks._server import redis_url
 from benchmarks.throughput_jobs import bench_incr
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,14 +93,8 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--fetch", default="basic,reliable")
     options = parser.parse_args()
-    url = os.environ.get("REDIS_URL")
-    server = None
-    if not url:
-        sys.path.insert(0, str(ROOT))
-        from tests.helpers.server import start_server
-
-        server = start_server(Path(tempfile.mkdtemp(prefix="wurk-bench-")))
-        url = server.url
+    servers = contextlib.ExitStack()
+    url = servers.enter_context(redis_url())
     r = redis.Redis.from_url(url)
     fetches = [f for f in options.fetch.split(",") if f]
     results: dict[str, list[Result]] = {name: [] for name in [*fetches, "floor"]}
@@ -111,8 +106,7 @@ def main() -> None:
             results["floor"].append(drain_floor(r, options.jobs))
     finally:
         r.flushall()
-        if server is not None:
-            server.stop()
+        servers.close()
     floor_rate = statistics.median(x.rate for x in results["floor"])
     print(f"drain {options.jobs} jobs, concurrency {options.concurrency}, "
           f"median of {options.runs} runs")

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -183,6 +184,14 @@ class Config:
     log_level: str = "INFO"
     logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
     skip_default_job_logging: bool = False
+    # -- dashboard (``wurk.web``) -----------------------------------------------------------
+    web_username: str | None = None  # with web_password: HTTP basic auth on every request
+    web_password: str | None = None
+    web_read_only: bool = False  # pages only: every action refused
+    # The dashboard's own connections (seed 004's PoolScope): few, so a burst of page views or
+    # long-held live streams cannot take the connections a co-located worker needs.
+    web_pool_size: int = 4
+    web_stream_interval: float = 2.0  # seconds between two live-stream updates
     # -- extension points -------------------------------------------------------------------
     client_middleware: Chain = field(default_factory=Chain)
     server_middleware: Chain = field(default_factory=Chain)
@@ -199,6 +208,7 @@ class Config:
         self._frozen = False
         self._lock = threading.Lock()
         self._pools: dict[str, RedisPool] = {}
+        self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
         self.validate()
 
@@ -272,6 +282,19 @@ class Config:
         if isinstance(self.queues, str) or not all(isinstance(q, str) for q in self.queues):
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
+        self._validate_web()
+
+    def _validate_web(self) -> None:
+        if (self.web_username is None) != (self.web_password is None):
+            raise ConfigError("web_username and web_password go together: set both for basic "
+                              "auth on the dashboard, or neither")
+        size = self.web_pool_size
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(f"web_pool_size must be a whole number of at least 1, not {size!r}")
+        interval = self.web_stream_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ConfigError(f"web_stream_interval must be a number of seconds > 0, "
+                              f"not {interval!r}")
 
     def _check_choice(self, name: str, choices: Iterable[str]) -> None:
         value = getattr(self, name)
@@ -305,6 +328,9 @@ class Config:
     # -- connections ------------------------------------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
         """The Redis pool for ``role`` (client, internal, a capsule's name, web), made once."""
+        route = self._routes.get(role)
+        if route is not None:
+            role, size = route
         with self._lock:
             existing = self._pools.get(role)
             if existing is not None:
@@ -315,6 +341,17 @@ class Config:
                              socket_timeout=self.socket_timeout)
             self._pools[role] = pool
             return pool
+
+    def routed(self, role: str, to: str, *, size: int) -> Config:
+        """A view of this configuration whose ``pool(role)`` is ``pool(to, size=size)``.
+
+        The view shares every setting, handler and pool with this configuration (closing
+        this one closes the pools of both). The dashboard reads ``wurk.api`` through a view
+        routing ``"api"`` to its own small ``"web"`` pool (seed 004's ``PoolScope``).
+        """
+        view = copy.copy(self)
+        view._routes = {**self._routes, role: (to, size)}
+        return view
 
     def reset_pools(self) -> None:
         """Drop every pool without closing its sockets: for a child right after ``fork``."""

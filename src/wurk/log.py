@@ -183,18 +183,13 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
             self.handleError(record)
 
 
-class BufferedFileHandler(_Buffered, logging.FileHandler):
+class BufferedFileHandler(BufferedStreamHandler, logging.FileHandler):
+    """A file handler (reopened on USR2) that writes as ``BufferedStreamHandler`` does."""
+
     def emit(self, record: logging.LogRecord) -> None:
         if self.stream is None:
             self.stream = self._open()
-        try:
-            self.stream.write(self.format(record) + self.terminator)
-            if self.flush_due(record):
-                self.flush()
-        except RecursionError:
-            raise
-        except Exception:
-            self.handleError(record)
+        BufferedStreamHandler.emit(self, record)
 
 
 def flush() -> None:

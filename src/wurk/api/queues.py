@@ -101,6 +101,18 @@ class Queue:
     def __iter__(self) -> Iterator[JobRecord]:
         return self.iterate()
 
+    def page(self, start: int, count: int, *, oldest_first: bool = False) -> list[JobRecord]:
+        """``count`` jobs from position ``start``, newest first (oldest first when asked):
+        one ``LRANGE``, for screens that show page N of a long queue."""
+        if start < 0 or count < 1:
+            raise ValueError(f"page needs start ≥ 0 and count ≥ 1, not {start!r}, {count!r}")
+        if oldest_first:  # the tail of the list is its oldest end
+            rows = self._read(lambda r: r.lrange(self.key, -start - count, -start - 1))
+            rows = list(reversed(rows))
+        else:
+            rows = self._read(lambda r: r.lrange(self.key, start, start + count - 1))
+        return [JobRecord(raw, queue=self.name, config=self.config) for raw in rows]
+
     def find_job(self, jid: str) -> JobRecord | None:
         """The job with this jid (reads the whole queue in pages: O(n))."""
         if not jid:

@@ -131,6 +131,15 @@ class JobSet:
     def __iter__(self) -> Iterator[SortedEntry]:
         return self.iterate()
 
+    def page(self, start: int, count: int, *, descending: bool = False) -> list[SortedEntry]:
+        """``count`` entries from rank ``start``, lowest score first (highest when
+        ``descending``): one ``ZRANGE``, for screens that show page N of a large set."""
+        if start < 0 or count < 1:
+            raise ValueError(f"page needs start ≥ 0 and count ≥ 1, not {start!r}, {count!r}")
+        rows = self._read(lambda r: r.zrange(self.key, start, start + count - 1,
+                                              desc=descending, withscores=True))
+        return [SortedEntry(self, bytes(m), float(s)) for m, s in rows]
+
     def scan(self, text: str) -> Iterator[SortedEntry]:
         """Entries whose stored JSON contains ``text`` (``ZSCAN MATCH``)."""
         for member, score in scan_entries(self._pool, self.key, text):
@@ -296,6 +305,10 @@ class ScheduledSet(JobSet):
     @property
     def key(self) -> str:
         return self.config.keys.schedule
+
+    def add_all_to_queue(self) -> int:
+        """Push every entry to its queue now, unchanged; returns how many were pushed."""
+        return self._requeue_all(decrement=False)
 
 
 class RetrySet(JobSet):

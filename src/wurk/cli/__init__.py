@@ -36,6 +36,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("inspect", "processes_command"),
     ("inspect", "retry_command"),
     ("inspect", "kill_command"),
+    ("web", "web_command"),
 )
 
 EXIT_ERROR = 1

@@ -1,0 +1,115 @@
+"""What the dashboard's buttons do, shared by the pages' forms and the JSON API.
+
+1. Job-set entries: retry now, add to queue, kill, delete — one, the selected ones, or all.
+2. Queues: pause, unpause, clear; delete one job by its stored text.
+3. Processes: quiet or stop one, or every process that is not embedded in another program.
+
+Each returns how many things it acted on. An entry another process moved first is simply
+not counted (``features.md`` A23: act only if it is still there). An action name a kind does
+not allow raises ``UnknownAction``; its message is fixed text, safe to show.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from ..api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, SortedEntry
+from ..config import Config
+from ..errors import InspectionError
+from .data import SetKind, entry
+
+__all__ = ["QUEUE_ACTIONS", "UnknownAction", "delete_queue_job", "process_action",
+           "queue_action", "set_action", "set_bulk"]
+
+log = logging.getLogger("wurk.web")
+
+QUEUE_ACTIONS = ("pause", "unpause", "clear")
+PROCESS_ACTIONS = ("quiet", "stop")
+
+
+class UnknownAction(ValueError):
+    """An action the target does not offer."""
+
+
+def check(action: str, allowed: tuple[str, ...]) -> None:
+    if action not in allowed:
+        raise UnknownAction(f"Unknown action; choose one of: {', '.join(allowed)}.")
+
+
+# -- job sets ---------------------------------------------------------------------------------
+def set_action(config: Config, kind: SetKind, action: str, keys: Iterable[str]) -> int:
+    """``action`` on each entry named in ``keys`` that is still there."""
+    check(action, kind.actions)
+    done = 0
+    for key in keys:
+        found = entry(config, kind, key)
+        if found is not None and act_on(found, action):
+            done += 1
+    return done
+
+
+def act_on(found: SortedEntry, action: str) -> bool:
+    """One entry; an entry that cannot be pushed (not a job payload) is logged and skipped."""
+    try:
+        if action == "retry":
+            return found.retry()
+        if action == "add_to_queue":
+            return found.add_to_queue()
+        if action == "kill":
+            return found.kill()
+        return found.delete()
+    except InspectionError as exc:
+        log.warning("dashboard: %s on %s refused: %s", action, found.entry_id, exc)
+        return False
+
+
+def set_bulk(config: Config, kind: SetKind, action: str) -> int:
+    """``action`` on every entry of the set."""
+    check(action, kind.bulk)
+    job_set = kind.job_set(config)
+    if action == "delete":
+        return job_set.clear()
+    if action == "kill" and isinstance(job_set, RetrySet):
+        return job_set.kill_all()
+    if action == "add_to_queue" and isinstance(job_set, ScheduledSet):
+        return job_set.add_all_to_queue()
+    if action == "retry" and isinstance(job_set, (RetrySet, DeadSet)):
+        return job_set.retry_all()
+    raise UnknownAction(f"{kind.title} offers no bulk {action}.")
+
+
+# -- queues -----------------------------------------------------------------------------------
+def queue_action(config: Config, name: str, action: str) -> int:
+    """Pause, unpause (1 either way) or clear (the number of jobs deleted)."""
+    check(action, QUEUE_ACTIONS)
+    queue = Queue(name, config)
+    if action == "clear":
+        return queue.clear()
+    if action == "pause":
+        queue.pause()
+    else:
+        queue.unpause()
+    return 1
+
+
+def delete_queue_job(config: Config, name: str, raw: str) -> int:
+    return int(Queue(name, config).delete(raw))
+
+
+# -- processes --------------------------------------------------------------------------------
+def process_action(config: Config, action: str, identity: str | None) -> int:
+    """Quiet or stop the process ``identity``, or every non-embedded one when None."""
+    check(action, PROCESS_ACTIONS)
+    done = 0
+    for process in ProcessSet(config).iterate(clean=False):
+        if identity is not None and process.identity != identity:
+            continue
+        if process.embedded:
+            continue  # only its host can stop it (the API refuses, with reason)
+        if action == "quiet":
+            process.quiet()
+        else:
+            process.stop()
+        done += 1
+    return done

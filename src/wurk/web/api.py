@@ -1,0 +1,200 @@
+"""The JSON API behind every page, under ``/api``, and Sidekiq's ``/stats`` endpoints.
+
+1. ``ENDPOINTS`` is the one list of the API: the routes and the OpenAPI schema
+   (``openapi.py``) are both made from it, so the documentation cannot drift from the code.
+2. Each GET answers with the same data its page shows (``data.py``); each POST does what the
+   page's button does (``actions.py``) and answers ``{"action": …, "count": n}``. POSTs take
+   a JSON object and need the CSRF token in ``X-CSRF-Token`` (``GET /api/csrf`` gives it and
+   sets its cookie).
+3. ``/stats`` and ``/stats/queues`` keep Sidekiq's shape for scripts written against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from . import actions, data
+from .context import dashboard
+from .guard import SCOPE_CSRF
+from .security import CSRF_FIELD, CSRF_HEADER
+from .views import form_list, form_value, perform
+
+__all__ = ["ENDPOINTS", "Endpoint", "routes"]
+
+Handler = Callable[[Request], Awaitable[Response]]
+Field = tuple[str, str, str]  # (name, JSON type, description)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One API operation: its route and its documentation."""
+
+    method: str
+    path: str
+    handler: Handler
+    summary: str
+    query: tuple[Field, ...] = ()
+    body: tuple[Field, ...] = ()
+    tag: str = "dashboard"
+
+
+# -- reading ----------------------------------------------------------------------------------
+async def stats(request: Request) -> Response:
+    dash = dashboard(request)
+    return JSONResponse(await dash.run(data.stats_snapshot, dash.config))
+
+
+async def queue_sizes(request: Request) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(data.queues, dash.config)
+    return JSONResponse({queue["name"]: queue["size"] for queue in found})
+
+
+async def overview(request: Request) -> Response:
+    dash = dashboard(request)
+    days = data.history_days(request.query_params.get("days"))
+    return JSONResponse(await dash.run(data.overview, dash.config, days))
+
+
+async def busy(request: Request) -> Response:
+    dash = dashboard(request)
+    only = request.query_params.get("only")
+    count = data.page_number(request.query_params.get("count") or str(data.BUSY_JOBS_DEFAULT))
+    return JSONResponse(await dash.run(data.busy, dash.config, only=only, count=count))
+
+
+async def queues(request: Request) -> Response:
+    dash = dashboard(request)
+    return JSONResponse({"queues": await dash.run(data.queues, dash.config)})
+
+
+async def queue(request: Request) -> Response:
+    dash = dashboard(request)
+    page = data.page_number(request.query_params.get("page"))
+    oldest_first = request.query_params.get("direction") == "asc"
+    return JSONResponse(await dash.run(data.queue_page, dash.config,
+                                       request.path_params["name"], page,
+                                       oldest_first=oldest_first))
+
+
+async def job_set(request: Request, kind: data.SetKind) -> Response:
+    dash = dashboard(request)
+    page = data.page_number(request.query_params.get("page"))
+    substr = request.query_params.get("substr", "").strip()
+    return JSONResponse(await dash.run(data.set_page, dash.config, kind, page, substr))
+
+
+async def job_entry(request: Request, kind: data.SetKind) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(data.entry, dash.config, kind, request.path_params["key"])
+    if found is None:
+        raise HTTPException(404, f"No such entry in {kind.title}: it has run, moved or "
+                                 "been deleted.")
+    return JSONResponse(data.entry_detail(found))
+
+
+async def csrf(request: Request) -> Response:
+    return JSONResponse({"token": request.scope[SCOPE_CSRF], "header": CSRF_HEADER,
+                         "field": CSRF_FIELD})
+
+
+# -- acting -----------------------------------------------------------------------------------
+def done(action: str, count: int) -> Response:
+    return JSONResponse({"action": action, "count": count})
+
+
+async def busy_action(request: Request) -> Response:
+    action = form_value(request, "action")
+    identity = form_value(request, "identity") or None
+    return done(action, await perform(dashboard(request), actions.process_action, action,
+                                      identity))
+
+
+async def queue_action(request: Request) -> Response:
+    action = form_value(request, "action")
+    return done(action, await perform(dashboard(request), actions.queue_action,
+                                      request.path_params["name"], action))
+
+
+async def queue_delete(request: Request) -> Response:
+    return done("delete", await perform(dashboard(request), actions.delete_queue_job,
+                                        request.path_params["name"], form_value(request, "job")))
+
+
+async def job_set_action(request: Request, kind: data.SetKind) -> Response:
+    dash, action = dashboard(request), form_value(request, "action")
+    if form_value(request, "all") in ("True", "true", "1"):
+        return done(action, await perform(dash, actions.set_bulk, kind, action))
+    keys = form_list(request, "keys")
+    return done(action, await perform(dash, actions.set_action, kind, action, keys))
+
+
+async def job_entry_action(request: Request, kind: data.SetKind) -> Response:
+    action = form_value(request, "action")
+    return done(action, await perform(dashboard(request), actions.set_action, kind, action,
+                                      [request.path_params["key"]]))
+
+
+# -- the list ---------------------------------------------------------------------------------
+PAGE: Field = ("page", "integer", "page number, from 1 (25 entries a page)")
+ACTION_BODY = ("action", "string", "the action")
+
+
+def set_endpoints(kind: data.SetKind) -> list[Endpoint]:
+    base = f"/api/{kind.name}"
+    one, bulk = " | ".join(kind.actions), " | ".join(kind.bulk)
+    return [
+        Endpoint("GET", base, partial(job_set, kind=kind),
+                 f"{kind.title}: one page, or the entries containing a text",
+                 (PAGE, ("substr", "string", "only entries whose JSON contains this text"))),
+        Endpoint("POST", base, partial(job_set_action, kind=kind),
+                 f"{kind.title}: act on the listed entries, or on all",
+                 body=(("action", "string", f"{one} (with keys); {bulk} (with all)"),
+                       ("keys", "array", "entry keys (<score>-<jid>)"),
+                       ("all", "boolean", "act on every entry"))),
+        Endpoint("GET", base + "/{key}", partial(job_entry, kind=kind),
+                 f"{kind.title}: one entry, with its error and backtrace"),
+        Endpoint("POST", base + "/{key}", partial(job_entry_action, kind=kind),
+                 f"{kind.title}: act on one entry", body=(("action", "string", one),)),
+    ]
+
+
+ENDPOINTS: list[Endpoint] = [
+    Endpoint("GET", "/stats", stats, "The live numbers (Sidekiq's /stats shape)", tag="stats"),
+    Endpoint("GET", "/stats/queues", queue_sizes, "Queue sizes by name", tag="stats"),
+    Endpoint("GET", "/api/csrf", csrf, "The CSRF token POSTs must send (sets its cookie)"),
+    Endpoint("GET", "/api/dashboard", overview, "Numbers, history, Redis info and queues",
+             (("days", "integer", "days of history, 1 to 180 (default 30)"),)),
+    Endpoint("GET", "/api/busy", busy, "Processes and the jobs they are running",
+             (("only", "string", "processes | jobs"),
+              ("count", "integer", "running jobs listed at most (default 100)"))),
+    Endpoint("POST", "/api/busy", busy_action, "Quiet or stop one process, or all",
+             body=(("action", "string", "quiet | stop"),
+                   ("identity", "string", "the process; every non-embedded one if absent"))),
+    Endpoint("GET", "/api/queues", queues, "Every queue: size, latency, paused"),
+    Endpoint("GET", "/api/queues/{name}", queue, "One page of a queue's jobs",
+             (PAGE, ("direction", "string", "desc (newest first, default) | asc"))),
+    Endpoint("POST", "/api/queues/{name}", queue_action, "Pause, unpause or clear a queue",
+             body=(("action", "string", "pause | unpause | clear"),)),
+    Endpoint("POST", "/api/queues/{name}/delete", queue_delete, "Delete one job of a queue",
+             body=(("job", "string", "the job exactly as stored (its 'raw' text)"),)),
+    *[endpoint for kind in data.SET_KINDS.values() for endpoint in set_endpoints(kind)],
+]
+
+
+def routes() -> list[BaseRoute]:
+    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
+
+
+def describe(endpoint: Endpoint) -> dict[str, Any]:
+    """For the documentation page."""
+    return {"method": endpoint.method, "path": endpoint.path, "summary": endpoint.summary,
+            "query": endpoint.query, "body": endpoint.body}

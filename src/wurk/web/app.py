@@ -1,0 +1,87 @@
+"""``create_app``: the dashboard as one ASGI app.
+
+1. Routes: the pages (``views``), the JSON API and its documentation (``api``,
+   ``openapi``), the live stream (``sse``), the package's own assets (``/static``; nothing
+   comes from a CDN, so it works offline) and each extension under its name.
+2. The ``Guard`` middleware around all of them; HTTP errors as a page, or JSON under
+   ``/api``, with fixed text only.
+3. Mount it anywhere: every link is built from the prefix the host app mounted it at
+   (``root_path``), and it needs no lifespan of its own. Its Redis pool belongs to the
+   configuration and is closed with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..config import Config, default_config
+from ..errors import ConfigError
+from . import api, openapi, views
+from .context import STATE_ATTRIBUTE, Dashboard
+from .extensions import Extension, mount
+from .guard import Authorize, Guard, route_path
+from .sse import EventStream, LiveStats
+from .templating import build_templates, render
+
+__all__ = ["create_app"]
+
+
+def create_app(config: Config | None = None, *, authorize: Authorize | None = None,
+               read_only: bool | None = None,
+               extensions: Sequence[Extension] = ()) -> Starlette:
+    """The dashboard for ``config`` (default: the process-wide configuration).
+
+    ``authorize(request)`` — sync or async — decides per request; anything but ``True``
+    answers 403. ``web_username``/``web_password`` in the configuration add HTTP basic auth
+    in front of it. ``read_only`` (default: ``config.web_read_only``) refuses every action.
+    """
+    cfg = config if config is not None else default_config()
+    chosen = tuple(extensions)
+    check_unique(chosen)
+    dash = Dashboard.for_config(
+        cfg, read_only=cfg.web_read_only if read_only is None else bool(read_only),
+        stream_interval=float(cfg.web_stream_interval), templates=build_templates(chosen),
+        extensions=chosen)
+    basic = None
+    if cfg.web_username is not None and cfg.web_password is not None:
+        basic = (cfg.web_username, cfg.web_password)
+    guard = Middleware(Guard, config=cfg, basic=basic, authorize=authorize,
+                       read_only=dash.read_only)
+    app = Starlette(routes=routes(chosen, cfg), middleware=[guard],
+                    exception_handlers={HTTPException: http_error})
+    setattr(app.state, STATE_ATTRIBUTE, dash)
+    return app
+
+
+def routes(extensions: tuple[Extension, ...], config: Config) -> list[BaseRoute]:
+    return [
+        *views.routes(), *api.routes(), *openapi.routes(),
+        Route(openapi.STREAM_PATH, EventStream(LiveStats()), methods=["GET"]),
+        Mount("/static", StaticFiles(packages=[("wurk.web", "static")]), name="static"),
+        *[mount(extension, config) for extension in extensions],
+    ]
+
+
+def check_unique(extensions: tuple[Extension, ...]) -> None:
+    names = [extension.name for extension in extensions]
+    doubled = sorted({name for name in names if names.count(name) > 1})
+    if doubled:
+        raise ConfigError(f"two dashboard extensions are named {doubled[0]!r}; names must "
+                          "be unique")
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """404, 405, 400…: JSON under ``/api``, else a page; the detail is always our text."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else "Something went wrong."
+    if route_path(request.scope).startswith("/api"):
+        return JSONResponse({"error": detail}, status)
+    return render(request, "error.html", {"status": status, "message": detail}, status=status)

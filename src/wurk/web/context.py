@@ -1,0 +1,69 @@
+"""What every request handler of the dashboard shares.
+
+1. ``Dashboard``: the configuration view whose ``"api"`` pool is the dashboard's own small
+   ``"web"`` pool (seed 004's ``PoolScope``), the settings, the templates and the extensions.
+2. ``Dashboard.run``: blocking reads and writes of ``wurk.api`` run on worker threads, at
+   most as many at once as the pool has connections, so excess requests wait in the event
+   loop instead of each holding a thread blocked on an empty pool.
+3. ``dashboard(request)``: the ``Dashboard`` of the app serving a request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+from starlette.requests import Request
+
+from ..config import Config
+
+if TYPE_CHECKING:
+    from starlette.templating import Jinja2Templates
+
+    from .extensions import Extension
+
+__all__ = ["WEB_POOL_ROLE", "Dashboard", "dashboard"]
+
+T = TypeVar("T")
+
+WEB_POOL_ROLE = "web"
+STATE_ATTRIBUTE = "wurk_dashboard"
+
+
+@dataclass(eq=False)
+class Dashboard:
+    """One dashboard app's shared state."""
+
+    config: Config
+    read_only: bool
+    stream_interval: float
+    templates: Jinja2Templates
+    extensions: tuple[Extension, ...] = ()
+    # Set by whoever stops the server (``wurk web`` does): open live streams end at their
+    # next tick instead of holding the shutdown until they are cancelled.
+    closing: threading.Event = field(default_factory=threading.Event)
+    _limiter: anyio.CapacityLimiter | None = field(default=None, init=False, repr=False)
+
+    @classmethod
+    def for_config(cls, config: Config, **settings: Any) -> Dashboard:
+        """A dashboard reading through ``config``'s own ``web`` pool."""
+        view = config.routed("api", WEB_POOL_ROLE, size=config.web_pool_size)
+        return cls(config=view, **settings)
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on a worker thread, within the pool's capacity."""
+        if self._limiter is None:  # made in the event loop: older anyio needs one running
+            self._limiter = anyio.CapacityLimiter(self.config.web_pool_size)
+        return await anyio.to_thread.run_sync(partial(fn, *args, **kwargs),
+                                              limiter=self._limiter)
+
+
+def dashboard(request: Request) -> Dashboard:
+    """The ``Dashboard`` of the app serving ``request`` (for extension handlers too)."""
+    found: Dashboard = getattr(request.app.state, STATE_ATTRIBUTE)
+    return found

@@ -1,0 +1,257 @@
+"""What each page shows, read through ``wurk.api`` as JSON-ready dicts.
+
+1. Every page and its JSON API twin are built from the same function here, so the API is
+   exactly what the page shows.
+2. ``SET_KINDS``: the three job sets as the dashboard names them (retries, scheduled,
+   morgue), their order on screen and the actions each allows.
+3. Pages of 25, read by rank (one ``ZRANGE``/``LRANGE``), so page 4 000 of a 100 000-entry
+   set costs what page 1 costs; a substring filter scans the set and keeps at most
+   ``FILTER_LIMIT`` matches.
+
+Everything here blocks on Redis: the handlers run it through ``Dashboard.run``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..api import (
+    DeadSet,
+    JobSet,
+    ProcessSet,
+    Queue,
+    RetrySet,
+    ScheduledSet,
+    SortedEntry,
+    Stats,
+    StatsHistory,
+    WorkSet,
+)
+from ..api.record import JobRecord
+from ..config import Config
+
+__all__ = [
+    "PAGE_SIZE",
+    "SET_KINDS",
+    "SetKind",
+    "busy",
+    "entry",
+    "history",
+    "overview",
+    "ping",
+    "queue_page",
+    "queues",
+    "redis_info",
+    "set_page",
+    "stats_snapshot",
+]
+
+# Sidekiq's dashboard shows 25 rows a page: a screenful, and one cheap range read.
+PAGE_SIZE = 25
+# A substring filter scans the whole set; past this many matches the rest are not shown
+# (the page says so), which bounds memory and rendering however broad the filter.
+FILTER_LIMIT = 1000
+# Running jobs shown on the busy page unless ``count`` says otherwise (Sidekiq's default).
+BUSY_JOBS_DEFAULT = 100
+HISTORY_DAYS_DEFAULT = 30
+HISTORY_DAYS_MAX = 180
+REDIS_FIELDS = ("redis_version", "valkey_version", "uptime_in_days", "connected_clients",
+                "used_memory_human", "used_memory_peak_human", "maxmemory_policy")
+
+
+@dataclass(frozen=True)
+class SetKind:
+    """One job set as the dashboard shows it."""
+
+    name: str  # the URL segment
+    title: str
+    job_set: Callable[[Config], JobSet]
+    descending: bool  # newest (highest score) first
+    actions: tuple[str, ...]  # for one entry or the selected ones
+    bulk: tuple[str, ...]  # for every entry at once
+    time_label: str  # what the score means here
+
+
+SET_KINDS: dict[str, SetKind] = {
+    kind.name: kind for kind in (
+        SetKind("retries", "Retries", RetrySet, False, ("retry", "delete", "kill"),
+                ("retry", "delete", "kill"), "Next retry"),
+        SetKind("scheduled", "Scheduled", ScheduledSet, False, ("add_to_queue", "delete"),
+                ("add_to_queue", "delete"), "When"),
+        SetKind("morgue", "Dead", DeadSet, True, ("retry", "delete"), ("retry", "delete"),
+                "Died"),
+    )
+}
+
+
+# -- the dashboard ----------------------------------------------------------------------------
+def ping(config: Config) -> bool:
+    """The health check: one round trip."""
+    return bool(config.pool("api").run(lambda r: r.ping(), idempotent=True))
+
+
+def stats_snapshot(config: Config) -> dict[str, Any]:
+    """The live numbers, shaped as Sidekiq's ``/stats`` so its monitoring scripts read it."""
+    stats = Stats(config)
+    numbers = {
+        "processed": stats.processed(), "failed": stats.failed(), "busy": stats.busy(),
+        "processes": stats.processes_size(), "enqueued": stats.enqueued(),
+        "scheduled": stats.scheduled_size(), "retries": stats.retry_size(),
+        "dead": stats.dead_size(), "default_latency": round(stats.default_queue_latency(), 3),
+    }
+    return {"sidekiq": numbers, "redis": redis_info(config),
+            "server_utc_time": time.strftime("%H:%M:%S UTC", time.gmtime())}
+
+
+def redis_info(config: Config) -> dict[str, Any]:
+    """Version, uptime, clients and memory of the server (one ``INFO``)."""
+    info = config.pool("api").run(lambda r: r.info(), idempotent=True)
+    return {name: info[name] for name in REDIS_FIELDS if name in info}
+
+
+def history(config: Config, days: int) -> dict[str, Any]:
+    """Processed and failed per UTC day, oldest first (the order a graph is drawn in)."""
+    past = StatsHistory(days, config=config)
+    processed, failed = past.processed(), past.failed()
+    dates = sorted(processed)
+    return {"days": [day.isoformat() for day in dates],
+            "processed": [processed[day] for day in dates],
+            "failed": [failed[day] for day in dates]}
+
+
+def overview(config: Config, days: int) -> dict[str, Any]:
+    """Everything the dashboard page shows."""
+    return {**stats_snapshot(config), "history": history(config, days),
+            "queues": queues(config)}
+
+
+def history_days(value: str | None) -> int:
+    """``?days=`` clamped to 1..180; anything else means the default."""
+    try:
+        days = int(value) if value else HISTORY_DAYS_DEFAULT
+    except ValueError:
+        return HISTORY_DAYS_DEFAULT
+    return min(max(days, 1), HISTORY_DAYS_MAX)
+
+
+# -- processes --------------------------------------------------------------------------------
+def busy(config: Config, *, only: str | None = None,
+         count: int = BUSY_JOBS_DEFAULT) -> dict[str, Any]:
+    """Processes and the jobs they run; ``only`` = "processes" or "jobs" skips the other."""
+    result: dict[str, Any] = {}
+    if only != "jobs":
+        processes = [process.to_dict() for process in ProcessSet(config)]
+        result["processes"] = processes
+        result["totals"] = {
+            "processes": len(processes),
+            "threads": sum(p["concurrency"] for p in processes),
+            "busy": sum(p["busy"] for p in processes),
+            "rss_kb": sum(p["rss_kb"] for p in processes),
+        }
+    if only != "processes":
+        works = list(WorkSet(config))
+        result["jobs"] = [work.to_dict() for work in works[:count]]
+        result["jobs_total"] = len(works)
+    return result
+
+
+# -- queues -----------------------------------------------------------------------------------
+def queues(config: Config) -> list[dict[str, Any]]:
+    return [summary.to_dict() for summary in Stats(config).queue_summaries()]
+
+
+def queue_page(config: Config, name: str, page: int, *, oldest_first: bool) -> dict[str, Any]:
+    """One page of a queue's jobs, newest first unless ``oldest_first``."""
+    queue = Queue(name, config)
+    size = queue.size()
+    page = clamp_page(page, size)
+    jobs = queue.page((page - 1) * PAGE_SIZE, PAGE_SIZE, oldest_first=oldest_first)
+    return {"name": name, "size": size, "latency": round(queue.latency(), 3),
+            "paused": queue.paused(), "page": page, "pages": page_count(size),
+            "direction": "asc" if oldest_first else "desc",
+            "jobs": [job_dict(job) for job in jobs]}
+
+
+def job_dict(job: JobRecord) -> dict[str, Any]:
+    """A queue job for display, with its stored text (what deleting it names)."""
+    return {**job.to_dict(), "raw": job.text}
+
+
+# -- job sets ---------------------------------------------------------------------------------
+def set_page(config: Config, kind: SetKind, page: int, substr: str = "") -> dict[str, Any]:
+    """One page of a job set, or of the entries containing ``substr``."""
+    job_set = kind.job_set(config)
+    if substr:
+        matches = sorted(_matches(job_set, substr), key=lambda e: (e.score, e.raw),
+                         reverse=kind.descending)
+        size, truncated = len(matches), len(matches) >= FILTER_LIMIT
+        page = clamp_page(page, size)
+        entries = matches[(page - 1) * PAGE_SIZE : page * PAGE_SIZE]
+    else:
+        size, truncated = job_set.size(), False
+        page = clamp_page(page, size)
+        entries = job_set.page((page - 1) * PAGE_SIZE, PAGE_SIZE, descending=kind.descending)
+    return {"kind": kind.name, "title": kind.title, "size": size, "page": page,
+            "pages": page_count(size), "substr": substr, "truncated": truncated,
+            "entries": [entry_dict(e) for e in entries]}
+
+
+def _matches(job_set: JobSet, text: str) -> list[SortedEntry]:
+    found: list[SortedEntry] = []
+    for entry in job_set.scan(text):
+        found.append(entry)
+        if len(found) >= FILTER_LIMIT:
+            break
+    return found
+
+
+def entry(config: Config, kind: SetKind, key: str) -> SortedEntry | None:
+    """The entry named ``<score>-<jid>``, or None when it is gone (or the key is bad)."""
+    parsed = parse_key(key)
+    if parsed is None:
+        return None
+    score, jid = parsed
+    found = kind.job_set(config).fetch(score, jid)
+    return found[0] if found else None
+
+
+def parse_key(key: str) -> tuple[float, str] | None:
+    score_text, dash, jid = key.partition("-")
+    try:
+        score = float(score_text)
+    except ValueError:
+        return None
+    return (score, jid) if dash and math.isfinite(score) else None
+
+
+def entry_dict(entry: SortedEntry) -> dict[str, Any]:
+    return {**entry.to_dict(), "key": entry.entry_id,
+            "at": dt.datetime.fromtimestamp(entry.score, dt.timezone.utc).isoformat()}
+
+
+def entry_detail(entry: SortedEntry) -> dict[str, Any]:
+    """An entry with everything its own page shows: the backtrace, the raw payload."""
+    return {**entry_dict(entry), "error_backtrace": entry.error_backtrace,
+            "raw": entry.text}
+
+
+# -- paging -----------------------------------------------------------------------------------
+def page_count(size: int) -> int:
+    return max(1, math.ceil(size / PAGE_SIZE))
+
+
+def clamp_page(page: int, size: int) -> int:
+    return min(max(page, 1), page_count(size))
+
+
+def page_number(value: str | None) -> int:
+    """``?page=`` as a number ≥ 1; anything else means page 1."""
+    try:
+        return max(int(value or 1), 1)
+    except ValueError:
+        return 1

@@ -1,0 +1,96 @@
+"""Tabs added by other packages.
+
+1. ``Extension``: a name (its URL segment and template prefix), a tab label, Starlette
+   routes, and optionally a template directory and a static directory. Pass them to
+   ``create_app(extensions=[...])``.
+2. Its routes are mounted at ``/<name>``; its templates are found as ``"<name>/file.html"``
+   and may extend the dashboard's ``layout.html``; its static files are served at
+   ``/<name>/static/``. Handlers use ``render(request, template, context)`` for a page and
+   ``dashboard(request).run(fn, ...)`` for Redis work (through the dashboard's own pool).
+3. Its POSTs pass the same guard as the dashboard's (auth, read-only, origin, CSRF token).
+4. An exception in an extension is reported (error handlers, or the log) and the viewer sees
+   "Extension render error (see server logs)" — never the exception's text (seed 004).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio.to_thread
+from starlette.exceptions import HTTPException
+from starlette.responses import HTMLResponse
+from starlette.routing import BaseRoute, Mount, Router
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..config import Config
+from ..errors import ConfigError
+from ..reporting import report_error
+from .templating import render
+
+__all__ = ["RESERVED_NAMES", "Extension", "mount", "render"]
+
+NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+RESERVED_NAMES = frozenset({"api", "static", "stats", "busy", "queues", "retries",
+                            "scheduled", "morgue"})
+RENDER_ERROR = "Extension render error (see server logs)"
+
+
+@dataclass(frozen=True)
+class Extension:
+    """A tab of the dashboard provided by another package."""
+
+    name: str
+    tab: str
+    routes: Sequence[BaseRoute]
+    templates: str | Path | None = None
+    static: str | Path | None = None
+
+    def __post_init__(self) -> None:
+        if not NAME_PATTERN.fullmatch(self.name) or self.name in RESERVED_NAMES:
+            raise ConfigError(
+                f"dashboard extension name {self.name!r} must be lowercase letters, digits, "
+                f"'-' or '_' (starting with a letter) and not one of: "
+                f"{', '.join(sorted(RESERVED_NAMES))}"
+            )
+        for label, folder in (("templates", self.templates), ("static", self.static)):
+            if folder is not None and not Path(folder).is_dir():
+                raise ConfigError(f"dashboard extension {self.name!r}: {label} directory "
+                                  f"{str(folder)!r} does not exist")
+
+
+def mount(extension: Extension, config: Config) -> Mount:
+    """The extension's routes (and static files) under ``/<name>``, errors contained."""
+    routes = list(extension.routes)
+    if extension.static is not None:
+        routes.insert(0, Mount("/static", StaticFiles(directory=extension.static)))
+    return Mount(f"/{extension.name}", app=Contained(Router(routes), extension.name, config))
+
+
+class Contained:
+    """Runs an extension's app; an exception becomes a fixed 500 page and a report."""
+
+    def __init__(self, app: ASGIApp, name: str, config: Config) -> None:
+        self.app, self.name, self.config = app, name, config
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except HTTPException:
+            raise  # a 404 or 400 is an answer, not a failure
+        except Exception as exc:
+            context = {"context": "web-extension-render", "extension": self.name}
+            await anyio.to_thread.run_sync(report_error, self.config, exc, context)
+            if started:
+                raise
+            await HTMLResponse(RENDER_ERROR, 500)(scope, receive, send)

@@ -1,0 +1,244 @@
+"""The ASGI middleware every dashboard request passes through, outermost in the app.
+
+1. Who may look: HTTP basic auth when configured (401 with a challenge), then the
+   ``authorize(request)`` hook (403). Both run for every request, assets included.
+2. What may change: a POST is refused in read-only mode, when it does not come from the
+   dashboard's own origin, or when it lacks the CSRF token (all 403). The body (small: a
+   form or a JSON object) is read here, so no handler, extensions' included, can forget
+   the check; handlers get the parsed form from the scope.
+3. Every response gets the security headers and, for a browser that has none yet, the CSRF
+   cookie; pages are not cached.
+4. An exception is logged with its traceback and answered by a page that says nothing about
+   it (seed 004): exception text can carry paths or connection details.
+"""
+
+from __future__ import annotations
+
+import html
+import inspect
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qsl
+
+import anyio.to_thread
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..config import Config
+from ..errors import RedisUnavailable
+from ..reporting import report_error
+from . import security
+
+__all__ = ["Authorize", "Guard", "route_path"]
+
+Authorize = Callable[[Request], "bool | Awaitable[bool]"]
+
+# Forms and JSON actions carry a few keys at most; a larger body is not ours.
+MAX_BODY_BYTES = 1 << 20
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+FORM_TYPE = "application/x-www-form-urlencoded"
+# Asset URLs change with the version, so a day in the browser's own cache is safe.
+STATIC_CACHE = b"private, max-age=86400"
+SCOPE_CSRF = "wurk.csrf"
+SCOPE_FORM = "wurk.form"
+SCOPE_ROOT = "wurk.root"
+
+
+def route_path(scope: Scope) -> str:
+    """The path below the prefix the dashboard is mounted at (routing inside the app, into
+    ``/static`` or an extension, moves ``root_path`` on; the guard noted where it began)."""
+    path: str = scope["path"]
+    root: str = scope.get(SCOPE_ROOT, scope.get("root_path", ""))
+    return path[len(root):] or "/" if root and path.startswith(root) else path
+
+
+class Refused(Exception):
+    """A request the guard answers itself; ``message`` is fixed text, safe to show."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status, self.message, self.headers = status, message, headers or {}
+
+
+class Guard:
+    """Authentication, the POST checks, security headers and the last-resort error page."""
+
+    def __init__(self, app: ASGIApp, *, config: Config, basic: tuple[str, str] | None,
+                 authorize: Authorize | None, read_only: bool) -> None:
+        self.app = app
+        self.config = config
+        self.basic = basic
+        self.authorize = authorize
+        self.read_only = read_only
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        cookie = request.cookies.get(security.CSRF_COOKIE)
+        scope[SCOPE_CSRF] = cookie or security.new_token()
+        scope[SCOPE_ROOT] = scope.get("root_path", "")
+        sender = HeaderSender(send, scope, fresh_token=cookie is None)
+        try:
+            receive = await self._admit(request, receive)
+            await self.app(scope, receive, sender)
+        except Refused as refused:
+            await refusal(scope, refused)(scope, receive, sender)
+        except Exception as exc:
+            await self._failed(scope, receive, sender, exc)
+
+    # -- admission --------------------------------------------------------------------------
+    async def _admit(self, request: Request, receive: Receive) -> Receive:
+        """Raise ``Refused`` unless the request may go on; POSTs get their body replayed."""
+        self._check_basic(request)
+        await self._check_authorize(request)
+        if request.method in SAFE_METHODS:
+            return receive
+        if self.read_only:
+            raise Refused(403, "The dashboard is read-only: actions are switched off.")
+        if not security.same_origin(request.headers):
+            raise Refused(403, "Refused: the request did not come from the dashboard's own "
+                               "pages.")
+        body = await read_body(receive)
+        form = parse_form(request, body)
+        submitted = request.headers.get(security.CSRF_HEADER) or form.get(security.CSRF_FIELD)
+        if not security.token_matches(request.cookies.get(security.CSRF_COOKIE), submitted):
+            raise Refused(403, "Refused: the form was stale or not sent by the dashboard "
+                               "(missing or wrong CSRF token). Reload the page and try again.")
+        request.scope[SCOPE_FORM] = form
+        return replay(body, receive)
+
+    def _check_basic(self, request: Request) -> None:
+        if self.basic is None:
+            return
+        given = security.basic_credentials(request.headers.get("authorization"))
+        if not security.credentials_match(given, *self.basic):
+            raise Refused(401, "Sign in to see the dashboard.",
+                          {"www-authenticate": 'Basic realm="wurk", charset="UTF-8"'})
+
+    async def _check_authorize(self, request: Request) -> None:
+        if self.authorize is None:
+            return
+        allowed = self.authorize(request)
+        if inspect.isawaitable(allowed):
+            allowed = await allowed
+        if allowed is not True:
+            raise Refused(403, "You are not allowed to see the dashboard.")
+
+    # -- failure ----------------------------------------------------------------------------
+    async def _failed(self, scope: Scope, receive: Receive, send: HeaderSender,
+                      exc: Exception) -> None:
+        context = {"context": "web", "method": scope.get("method"), "path": scope.get("path")}
+        await anyio.to_thread.run_sync(report_error, self.config, exc, context)
+        if send.started:
+            raise exc  # a response is under way: the server closes the connection
+        if isinstance(exc, RedisUnavailable):
+            refused = Refused(503, "Redis cannot be reached right now (details in the server "
+                                   "log).")
+        else:
+            refused = Refused(500, "Something went wrong (details in the server log).")
+        await refusal(scope, refused)(scope, receive, send)
+
+
+class HeaderSender:
+    """Wraps ``send``: adds the security headers, the CSRF cookie, and no-store for pages."""
+
+    def __init__(self, send: Send, scope: Scope, *, fresh_token: bool) -> None:
+        self.send = send
+        self.scope = scope
+        self.fresh_token = fresh_token
+        self.started = False
+        self.cache_control = cache_control(scope)  # now: routing will move root_path on
+
+    async def __call__(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+            message = {**message, "headers": self._headers(list(message.get("headers", [])))}
+        await self.send(message)
+
+    def _headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        present = {name.lower() for name, _ in headers}
+        headers += [(name, value) for name, value in security.SECURITY_HEADERS
+                    if name not in present]
+        if b"cache-control" not in present:
+            headers.append((b"cache-control", self.cache_control))
+        if self.fresh_token:
+            cookie = security.csrf_cookie(self.scope[SCOPE_CSRF],
+                                          path=self.scope[SCOPE_ROOT] or "/",
+                                          secure=self.scope.get("scheme") == "https")
+            headers.append((b"set-cookie", cookie))
+        return headers
+
+
+def cache_control(scope: Scope) -> bytes:
+    """Assets (their URLs carry the version) are cached; pages and data never are."""
+    return STATIC_CACHE if "/static/" in route_path(scope) else b"no-store"
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body; ``Refused`` (413) past ``MAX_BODY_BYTES``."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise Refused(400, "The request was cut short.")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise Refused(413, "The request is too large for a dashboard action.")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def parse_form(request: Request, body: bytes) -> dict[str, Any]:
+    """A url-encoded form as ``{name: value}``, repeated names as lists; JSON as is."""
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind == "application/json" and body:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            raise Refused(400, "The request body is not valid JSON.") from None
+        if not isinstance(parsed, dict):
+            raise Refused(400, "The request body must be a JSON object.")
+        return parsed
+    if kind != FORM_TYPE:
+        return {}
+    form: dict[str, Any] = {}
+    for name, value in parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True):
+        form.setdefault(name, []).append(value)
+    return {name: values[0] if len(values) == 1 else values for name, values in form.items()}
+
+
+def replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that hands the already-read body over once, then listens on."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def again() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return again
+
+
+def refusal(scope: Scope, refused: Refused) -> Response:
+    """JSON under ``/api``, a small page elsewhere; the text is always our own."""
+    if route_path(scope).startswith("/api"):
+        return JSONResponse({"error": refused.message}, refused.status, refused.headers)
+    root = html.escape(scope.get(SCOPE_ROOT, scope.get("root_path", "")))
+    page = ERROR_PAGE.format(status=refused.status, message=refused.message, root=root or "",
+                             css=f"{root}/static/wurk.css")
+    return HTMLResponse(page, refused.status, refused.headers)
+
+
+# Only fixed text is formatted in: the status code, our own messages, the escaped prefix.
+ERROR_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{status} · wurk</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="stylesheet" href="{css}"></head>
+<body><main class="refused"><h1>{status}</h1><p>{message}</p>
+<p><a href="{root}/">Back to the dashboard</a></p></main></body></html>
+"""

@@ -1,0 +1,145 @@
+"""Templates: the Jinja2 environment, the filters pages use, and ``render``.
+
+1. ``build_templates``: the package's templates, then each extension's under its own name
+   (``"<extension>/page.html"``); autoescaping on for every template, undefined names are
+   errors, so a typo fails a test instead of rendering blank.
+2. Filters for times (relative and UTC), durations, numbers, sizes and JSON.
+3. ``render``: a page with what every page needs (the prefix, the CSRF token, the tabs,
+   read-only mode) beside its own context.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
+
+import jinja2
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.templating import Jinja2Templates
+
+from .. import __version__
+from .context import dashboard
+from .guard import SCOPE_CSRF, SCOPE_ROOT, route_path
+
+if TYPE_CHECKING:
+    from .extensions import Extension
+
+__all__ = ["BUILTIN_TABS", "build_templates", "render"]
+
+# (label, path) of the built-in tabs, in Sidekiq's order.
+BUILTIN_TABS = (("Dashboard", "/"), ("Busy", "/busy"), ("Queues", "/queues"),
+                ("Retries", "/retries"), ("Scheduled", "/scheduled"), ("Dead", "/morgue"))
+# What a form did, by the code its redirect carries: fixed text, never the request's own.
+NOTICES = {
+    "retry": "{n} queued to run now.", "add_to_queue": "{n} added to their queues.",
+    "delete": "{n} deleted.", "kill": "{n} moved to the dead set.", "pause": "Queue paused.",
+    "unpause": "Queue unpaused.", "clear": "Queue cleared: {n} jobs deleted.",
+    "quiet": "{n} processes told to go quiet.", "stop": "{n} processes told to stop.",
+    "gone": "That job was already gone: it has run, moved or been deleted.",
+}
+# Arguments longer than this are cut in lists; the job's own page shows them whole.
+ARGS_PREVIEW_CHARS = 160
+
+
+def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
+    prefixed = {ext.name: jinja2.FileSystemLoader(str(ext.templates))
+                for ext in extensions if ext.templates is not None}
+    loader = jinja2.ChoiceLoader([jinja2.PackageLoader("wurk.web", "templates"),
+                                  jinja2.PrefixLoader(prefixed)])
+    env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
+                             trim_blocks=True, lstrip_blocks=True)
+    env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
+                       pretty_json=pretty_json, short_json=short_json, segment=segment)
+    return Jinja2Templates(env=env)
+
+
+def render(request: Request, template: str, context: Mapping[str, Any] | None = None, *,
+           status: int = 200) -> Response:
+    """The page ``template`` with the dashboard's common context (for extensions too)."""
+    dash = dashboard(request)
+    root = request.scope.get(SCOPE_ROOT, "")
+    common = {
+        "root": root, "csrf": request.scope.get(SCOPE_CSRF, ""), "read_only": dash.read_only,
+        "version": __version__, "path": route_path(request.scope),
+        "notice": notice(request),
+        "tabs": BUILTIN_TABS + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions),
+        "url": lambda path, **query: url(root, path, **query),
+        "static": lambda name: f"{root}/static/{name}?v={__version__}",
+    }
+    return dash.templates.TemplateResponse(request, template, {**common, **(context or {})},
+                                           status_code=status)
+
+
+def notice(request: Request) -> str | None:
+    template = NOTICES.get(request.query_params.get("notice", ""))
+    if template is None:
+        return None
+    count = request.query_params.get("count", "0")
+    return template.format(n=f"{int(count):,}" if count.isdigit() else "0")
+
+
+def url(root: str, path: str, **query: Any) -> str:
+    """``root + path`` with the query parameters that have a value."""
+    kept = {name: value for name, value in query.items() if value not in (None, "")}
+    return f"{root}{path}" + (f"?{urlencode(kept)}" if kept else "")
+
+
+# -- filters ----------------------------------------------------------------------------------
+def ago(when: float | None, now: float | None = None) -> str:
+    """"3 min ago" / "in 2 h" / "just now"."""
+    if when is None:
+        return "—"
+    delta = (time.time() if now is None else now) - when
+    if abs(delta) < 1:
+        return "just now"
+    text = duration(abs(delta), precise=False)
+    return f"{text} ago" if delta > 0 else f"in {text}"
+
+
+def duration(seconds: float | None, *, precise: bool = True) -> str:
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.2f} s" if precise and seconds < 10 else f"{seconds:.0f} s"
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{seconds / size:.0f} {unit}"
+    return f"{seconds:.0f} s"  # pragma: no cover - the loop always returns
+
+
+def utc(when: float | None) -> str:
+    if when is None:
+        return "—"
+    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def number(value: int | float | None) -> str:
+    return "—" if value is None else f"{value:,}"
+
+
+def kilobytes(value: int | None) -> str:
+    if not value:
+        return "—"
+    for size, unit in ((1 << 20, "GB"), (1 << 10, "MB")):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} kB"
+
+
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def segment(value: str) -> str:
+    """``value`` quoted to stand as one path segment."""
+    return quote(value, safe="")
+
+
+def short_json(value: Any, limit: int = ARGS_PREVIEW_CHARS) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,172 @@
+"""The HTML pages and their forms.
+
+1. Pages (GET): dashboard (``HEAD /`` is the cheap health check: one ``PING``), busy, queues
+   and a page per queue, and for each job set (retries, scheduled, dead) a list and a page
+   per entry.
+2. Forms (POST, already checked by the guard): each acts through ``actions`` and answers
+   with a redirect (303) to the page to look at next, carrying a notice code; the page turns
+   the code into fixed text, so nothing from the request is ever echoed.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+from urllib.parse import quote
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from . import actions, charts, data
+from .context import Dashboard, dashboard
+from .guard import SCOPE_FORM, SCOPE_ROOT
+from .templating import render, url
+
+__all__ = ["form_list", "form_value", "perform", "routes"]
+
+
+# -- helpers shared with the JSON API ---------------------------------------------------------
+def form_value(request: Request, name: str) -> str:
+    value = request.scope.get(SCOPE_FORM, {}).get(name, "")
+    return value[0] if isinstance(value, list) and value else str(value or "")
+
+
+def form_list(request: Request, name: str) -> list[str]:
+    value = request.scope.get(SCOPE_FORM, {}).get(name, [])
+    return [str(v) for v in value] if isinstance(value, list) else [str(value)]
+
+
+async def perform(dash: Dashboard, fn: Any, *args: Any) -> int:
+    """Run an action; an action the target does not offer is a 400 with fixed text."""
+    try:
+        return int(await dash.run(fn, dash.config, *args))
+    except actions.UnknownAction as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def queue_path(name: str) -> str:
+    return f"/queues/{quote(name, safe='')}"
+
+
+def redirect(request: Request, path: str, **notice: Any) -> Response:
+    return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), path, **notice), 303)
+
+
+# -- the dashboard ----------------------------------------------------------------------------
+async def home(request: Request) -> Response:
+    dash = dashboard(request)
+    if request.method == "HEAD":
+        await dash.run(data.ping, dash.config)
+        return Response(status_code=200)
+    days = data.history_days(request.query_params.get("days"))
+    overview = await dash.run(data.overview, dash.config, days)
+    past = overview["history"]
+    chart = charts.line_chart([day[5:] for day in past["days"]],
+                              [("processed", "Processed", past["processed"]),
+                               ("failed", "Failed", past["failed"])])
+    return render(request, "dashboard.html", {
+        "o": overview, "days": days, "chart": chart, "day_choices": (7, 30, 90, 180),
+        "stream_interval": dash.stream_interval})
+
+
+# -- processes --------------------------------------------------------------------------------
+async def busy(request: Request) -> Response:
+    dash = dashboard(request)
+    only = request.query_params.get("only")
+    only = only if only in ("jobs", "processes") else None
+    count = data.page_number(request.query_params.get("count") or str(data.BUSY_JOBS_DEFAULT))
+    found = await dash.run(data.busy, dash.config, only=only, count=count)
+    return render(request, "busy.html", {"b": found, "only": only})
+
+
+async def busy_action(request: Request) -> Response:
+    action = form_value(request, "action")
+    identity = form_value(request, "identity") or None
+    count = await perform(dashboard(request), actions.process_action, action, identity)
+    return redirect(request, "/busy", notice=action, count=count)
+
+
+# -- queues -----------------------------------------------------------------------------------
+async def queues(request: Request) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(data.queues, dash.config)
+    return render(request, "queues.html", {"queues": found, "queue_path": queue_path})
+
+
+async def queue(request: Request) -> Response:
+    dash = dashboard(request)
+    name = request.path_params["name"]
+    page = data.page_number(request.query_params.get("page"))
+    oldest_first = request.query_params.get("direction") == "asc"
+    found = await dash.run(data.queue_page, dash.config, name, page, oldest_first=oldest_first)
+    return render(request, "queue.html", {"q": found, "queue_path": queue_path(name)})
+
+
+async def queue_action(request: Request) -> Response:
+    name, action = request.path_params["name"], form_value(request, "action")
+    count = await perform(dashboard(request), actions.queue_action, name, action)
+    return redirect(request, "/queues", notice=action, count=count)
+
+
+async def queue_delete(request: Request) -> Response:
+    name = request.path_params["name"]
+    count = await perform(dashboard(request), actions.delete_queue_job, name,
+                          form_value(request, "key_val"))
+    return redirect(request, queue_path(name), notice="delete", count=count)
+
+
+# -- job sets ---------------------------------------------------------------------------------
+async def job_set(request: Request, kind: data.SetKind) -> Response:
+    dash = dashboard(request)
+    page = data.page_number(request.query_params.get("page"))
+    substr = request.query_params.get("substr", "").strip()
+    found = await dash.run(data.set_page, dash.config, kind, page, substr)
+    return render(request, "jobs.html", {"s": found, "kind": kind})
+
+
+async def job_set_action(request: Request, kind: data.SetKind) -> Response:
+    dash, action = dashboard(request), form_value(request, "action")
+    if form_value(request, "all"):
+        count = await perform(dash, actions.set_bulk, kind, action)
+    else:
+        count = await perform(dash, actions.set_action, kind, action, form_list(request, "key"))
+    return redirect(request, f"/{kind.name}", notice=action, count=count)
+
+
+async def job_entry(request: Request, kind: data.SetKind) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(data.entry, dash.config, kind, request.path_params["key"])
+    if found is None:
+        raise HTTPException(404, f"This job is no longer in {kind.title}: it has run, moved "
+                                 "or been deleted.")
+    return render(request, "job.html", {"e": data.entry_detail(found), "kind": kind})
+
+
+async def job_entry_action(request: Request, kind: data.SetKind) -> Response:
+    action = form_value(request, "action")
+    count = await perform(dashboard(request), actions.set_action, kind, action,
+                          [request.path_params["key"]])
+    return redirect(request, f"/{kind.name}", notice=action if count else "gone", count=count)
+
+
+def routes() -> list[BaseRoute]:
+    found: list[BaseRoute] = [
+        Route("/", home, methods=["GET", "HEAD"]),
+        Route("/busy", busy, methods=["GET"]),
+        Route("/busy", busy_action, methods=["POST"]),
+        Route("/queues", queues, methods=["GET"]),
+        Route("/queues/{name}", queue, methods=["GET"]),
+        Route("/queues/{name}", queue_action, methods=["POST"]),
+        Route("/queues/{name}/delete", queue_delete, methods=["POST"]),
+    ]
+    for kind in data.SET_KINDS.values():
+        found += [
+            Route(f"/{kind.name}", partial(job_set, kind=kind), methods=["GET"]),
+            Route(f"/{kind.name}", partial(job_set_action, kind=kind), methods=["POST"]),
+            Route(f"/{kind.name}/{{key}}", partial(job_entry, kind=kind), methods=["GET"]),
+            Route(f"/{kind.name}/{{key}}", partial(job_entry_action, kind=kind),
+                  methods=["POST"]),
+        ]
+    return found

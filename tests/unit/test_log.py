@@ -1,0 +1,77 @@
+"""The worker's log handlers: context on every line, formats, flushing by time, reopen."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from wurk import log as wurk_log
+
+
+@pytest.fixture(autouse=True)
+def _restore() -> object:
+    yield
+    for handler in list(wurk_log.logger.handlers):
+        wurk_log.logger.removeHandler(handler)
+    wurk_log.logger.propagate = True
+
+
+def test_job_context_reaches_every_line_in_json() -> None:
+    stream = io.StringIO()
+    wurk_log.setup(fmt="json", stream=stream)
+    with wurk_log.job_context({"class": "X", "jid": "abc", "queue": "q"}):
+        wurk_log.info("done: %.3f sec", 0.25)
+        logging.getLogger("wurk.examples").warning("from a job")
+    wurk_log.flush()
+    first, second = (json.loads(line) for line in stream.getvalue().splitlines())
+    assert first["msg"] == "done: 0.250 sec" and first["lvl"] == "INFO"
+    assert first["ctx"] == {"class": "X", "jid": "abc", "queue": "q"}
+    assert second["ctx"]["jid"] == "abc" and second["lvl"] == "WARNING"
+    assert first["tid"] == wurk_log.tid()
+
+
+def test_pretty_and_plain_lines() -> None:
+    stream = io.StringIO()
+    wurk_log.setup(fmt="pretty", stream=stream)
+    with wurk_log.job_context({"class": "X", "tags": ["a", "b"]}):
+        wurk_log.info("start")
+    wurk_log.flush()
+    line = stream.getvalue().strip()
+    assert line.endswith("class=X tags=a,b INFO: start") and line[:4].isdigit()
+    stream = io.StringIO()
+    wurk_log.setup(fmt="plain", stream=stream)
+    wurk_log.info("x")
+    wurk_log.flush()
+    assert stream.getvalue().startswith("pid=")
+
+
+def test_lines_are_flushed_by_time_and_warnings_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    flushes: list[int] = []
+
+    class Counting(io.StringIO):
+        def flush(self) -> None:
+            flushes.append(1)
+
+    stream = Counting()
+    wurk_log.setup(fmt="plain", stream=stream)
+    for _ in range(100):
+        wurk_log.info("line")
+    assert len(flushes) <= 2  # a burst is written with at most a flush or two
+    wurk_log.logger.warning("now")
+    assert len(flushes) >= 1 and stream.getvalue().count("\n") == 101
+
+
+def test_logfile_is_reopened_after_rotation(tmp_path: Path) -> None:
+    path = tmp_path / "wurk.log"
+    wurk_log.setup(fmt="plain", logfile=str(path))
+    wurk_log.logger.warning("before")
+    path.rename(tmp_path / "wurk.log.1")
+    wurk_log.reopen()
+    wurk_log.logger.warning("after")
+    wurk_log.flush()
+    assert "before" in (tmp_path / "wurk.log.1").read_text()
+    assert "after" in path.read_text() and "before" not in path.read_text()

@@ -1,0 +1,171 @@
+"""Every dashboard action, through the pages' forms and through the JSON API."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+import wurk
+from tests.web.conftest import failed, job, post, seed_process, seed_sets, token
+from wurk.api import DeadSet, RetrySet, ScheduledSet
+
+
+def keys(client: TestClient, kind: str) -> list[str]:
+    return [e["key"] for e in client.get(f"/api/{kind}").json()["entries"]]
+
+
+def queued_jids(r: redis.Redis, queue: str = "default") -> set[str]:
+    return {json.loads(raw)["jid"] for raw in r.lrange(f"queue:{queue}", 0, -1)}
+
+
+# -- one entry, from its own page --------------------------------------------------------------
+@pytest.mark.parametrize(("kind", "action", "lands_in"), [
+    ("retries", "retry", "queue"), ("retries", "kill", "dead"), ("retries", "delete", None),
+    ("scheduled", "add_to_queue", "queue"), ("scheduled", "delete", None),
+    ("morgue", "retry", "queue"), ("morgue", "delete", None),
+])
+def test_entry_action_from_its_page(client: TestClient, config: wurk.Config, r: redis.Redis,
+                                    kind: str, action: str, lands_in: str | None) -> None:
+    seed_sets(config, 2)
+    key = keys(client, kind)[0]
+    jid = key.split("-", 1)[1]
+    response = post(client, f"/{kind}/{key}", action=action)
+    assert response.status_code == 303
+    assert response.headers["location"] == f"/{kind}?notice={action}&count=1"
+    assert key not in keys(client, kind)
+    assert (jid in queued_jids(r)) == (lands_in == "queue")
+    assert (DeadSet(config).find_job(jid) is not None) == (lands_in == "dead")
+    assert 'class="notice" role="status">1 ' in client.get(response.headers["location"]).text
+
+
+def test_retry_now_costs_no_attempt(client: TestClient, config: wurk.Config,
+                                    r: redis.Redis) -> None:
+    RetrySet(config).schedule(time.time() + 60, failed(1))
+    post(client, f"/retries/{keys(client, 'retries')[0]}", action="retry")
+    assert json.loads(r.lindex("queue:default", 0))["retry_count"] == 0
+
+
+def test_action_on_a_gone_entry_says_so(client: TestClient, config: wurk.Config) -> None:
+    seed_sets(config, 1)
+    key = keys(client, "retries")[0]
+    RetrySet(config).clear()  # a worker took it first
+    response = post(client, f"/retries/{key}", action="retry")
+    assert response.headers["location"] == "/retries?notice=gone&count=0"
+    assert "already gone" in client.get(response.headers["location"]).text
+
+
+def test_unknown_action_is_refused(client: TestClient, config: wurk.Config) -> None:
+    seed_sets(config, 1)
+    key = keys(client, "scheduled")[0]
+    response = post(client, f"/scheduled/{key}", action="kill")
+    assert response.status_code == 400
+    assert "add_to_queue, delete" in response.text
+    assert ScheduledSet(config).size() == 1
+
+
+# -- the selected ones, and all -----------------------------------------------------------------
+def test_selected_entries(client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    seed_sets(config, 4)
+    chosen = keys(client, "retries")[:2]
+    response = client.post("/retries", data={"csrf_token": token(client), "action": "retry",
+                                             "key": chosen})
+    assert response.headers["location"] == "/retries?notice=retry&count=2"
+    assert RetrySet(config).size() == 2 and r.llen("queue:default") == 2
+
+
+@pytest.mark.parametrize(("kind", "action"), [
+    ("retries", "retry"), ("retries", "kill"), ("retries", "delete"),
+    ("scheduled", "add_to_queue"), ("scheduled", "delete"),
+    ("morgue", "retry"), ("morgue", "delete"),
+])
+def test_bulk_all(client: TestClient, config: wurk.Config, r: redis.Redis, kind: str,
+                  action: str) -> None:
+    seed_sets(config, 3)
+    response = post(client, f"/{kind}", action=action, all="1")
+    assert response.headers["location"] == f"/{kind}?notice={action}&count=3"
+    assert keys(client, kind) == []
+    expected_queue = 3 if action in ("retry", "add_to_queue") else 0
+    assert r.llen("queue:default") == expected_queue
+    if action == "kill":
+        assert DeadSet(config).size() == 6
+
+
+# -- queues -----------------------------------------------------------------------------------
+def test_pause_unpause_clear(client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    for n in range(3):
+        r.lpush("queue:mail", wurk.payload.dumps(job(n, queue="mail")))
+    r.sadd("queues", "mail")
+    assert post(client, "/queues/mail", action="pause").status_code == 303
+    assert r.sismember("paused", "mail")
+    assert "paused" in client.get("/queues").text
+    post(client, "/queues/mail", action="unpause")
+    assert not r.sismember("paused", "mail")
+    response = post(client, "/queues/mail", action="clear")
+    assert response.headers["location"] == "/queues?notice=clear&count=3"
+    assert r.llen("queue:mail") == 0 and not r.sismember("queues", "mail")
+
+
+def test_delete_one_queued_job(client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    for n in range(2):
+        r.lpush("queue:default", wurk.payload.dumps(job(n)))
+    raw = client.get("/api/queues/default").json()["jobs"][0]["raw"]
+    response = post(client, "/queues/default/delete", key_val=raw)
+    assert response.headers["location"] == "/queues/default?notice=delete&count=1"
+    assert r.llen("queue:default") == 1 and raw not in r.lrange("queue:default", 0, -1)
+
+
+# -- processes --------------------------------------------------------------------------------
+def test_quiet_one_and_stop_all(client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    one = seed_process(r, "host:1:aaa")
+    two = seed_process(r, "host:2:bbb")
+    embedded = seed_process(r, "host:3:ccc", embedded=True)
+    post(client, "/busy", action="quiet", identity=one)
+    assert r.lrange(f"{one}-signals", 0, -1) == ["TSTP"]
+    response = post(client, "/busy", action="stop")
+    assert response.headers["location"] == "/busy?notice=stop&count=2"
+    assert r.lrange(f"{two}-signals", 0, -1) == ["TERM"]
+    assert r.llen(f"{embedded}-signals") == 0
+
+
+# -- the JSON API -----------------------------------------------------------------------------
+def api_post(client: TestClient, path: str, body: dict[str, object]) -> dict[str, object]:
+    response = client.post(path, json=body, headers={"X-CSRF-Token": token(client)})
+    assert response.status_code == 200, response.text
+    found: dict[str, object] = response.json()
+    return found
+
+
+def test_api_actions(client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    seed_sets(config, 3)
+    first, second, _ = keys(client, "retries")
+    assert api_post(client, f"/api/retries/{first}", {"action": "kill"}) == {
+        "action": "kill", "count": 1}
+    assert api_post(client, "/api/retries", {"action": "retry", "keys": [second]})["count"] == 1
+    assert api_post(client, "/api/morgue", {"action": "delete", "all": True})["count"] == 4
+    assert api_post(client, "/api/queues/default", {"action": "pause"})["count"] == 1
+    raw = client.get("/api/queues/default").json()["jobs"][0]["raw"]
+    assert api_post(client, "/api/queues/default/delete", {"job": raw})["count"] == 1
+    identity = seed_process(r)
+    assert api_post(client, "/api/busy", {"action": "quiet", "identity": identity})["count"] == 1
+
+
+def test_api_reads_match_the_pages(client: TestClient, config: wurk.Config,
+                                   r: redis.Redis) -> None:
+    seed_sets(config, 2)
+    seed_process(r)
+    stats = client.get("/stats").json()
+    assert stats["sidekiq"]["retries"] == 2 and stats["sidekiq"]["dead"] == 2
+    assert "redis_version" in stats["redis"] and stats["server_utc_time"].endswith("UTC")
+    assert client.get("/api/dashboard?days=3").json()["history"]["days"][-1] == time.strftime(
+        "%Y-%m-%d", time.gmtime())
+    entry = client.get("/api/retries").json()["entries"][0]
+    detail = client.get(f"/api/retries/{entry['key']}").json()
+    assert detail["jid"] == entry["jid"] and detail["error_message"] == "boom 0"
+    assert client.get("/api/busy").json()["totals"]["processes"] == 1
+    assert client.get("/api/retries/1.0-gone").status_code == 404
+    assert client.get("/api/retries/1.0-gone").json() == {
+        "error": "No such entry in Retries: it has run, moved or been deleted."}

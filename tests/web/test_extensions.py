@@ -1,0 +1,86 @@
+"""A tab added by another package: its routes, template, assets, guard and errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import redis
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.testclient import TestClient
+
+import wurk
+from tests.web.conftest import XSS, token
+from wurk.errors import ConfigError
+from wurk.web import Extension, create_app, dashboard, render
+
+HERE = Path(__file__).parent
+
+
+async def limits_page(request: Request) -> Response:
+    size = await dashboard(request).run(lambda config: config.pool("api").run(
+        lambda r: r.dbsize()), dashboard(request).config)
+    return render(request, "limits/limits.html", {"limit": size, "who": XSS})
+
+
+async def reset(request: Request) -> Response:
+    return JSONResponse({"reset": True})
+
+
+async def broken(request: Request) -> Response:
+    raise RuntimeError("secret at /srv/app/.env")
+
+
+def extension() -> Extension:
+    return Extension(name="limits", tab="Limits",
+                     routes=[Route("/", limits_page), Route("/reset", reset, methods=["POST"]),
+                             Route("/broken", broken)],
+                     templates=HERE / "ext_templates", static=HERE / "ext_static")
+
+
+def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis) -> None:
+    with TestClient(create_app(config, extensions=[extension()])) as client:
+        assert 'href="/limits">Limits</a>' in client.get("/").text
+        page = client.get("/limits/")
+        assert page.status_code == 200
+        assert 'aria-current="page">Limits' in page.text
+        assert "&lt;script&gt;" in page.text and "<script>alert" not in page.text
+        assert client.get("/limits/static/limits.css").status_code == 200
+        assert client.get("/limits/nowhere").status_code == 404
+
+
+def test_extension_posts_pass_the_guard(config: wurk.Config) -> None:
+    with TestClient(create_app(config, extensions=[extension()])) as client:
+        assert client.post("/limits/reset").status_code == 403
+        done = client.post("/limits/reset", data={"csrf_token": token(client)})
+        assert done.json() == {"reset": True}
+    with TestClient(create_app(config, extensions=[extension()], read_only=True)) as client:
+        assert client.post("/limits/reset", data={"csrf_token": token(client)}
+                           ).status_code == 403
+
+
+def test_extension_error_is_reported_not_shown(config: wurk.Config) -> None:
+    reported: list[tuple[str, dict[str, object]]] = []
+    config.error_handlers.append(lambda exc, context, cfg: reported.append((str(exc), context)))
+    with TestClient(create_app(config, extensions=[extension()])) as client:
+        response = client.get("/limits/broken")
+    assert response.status_code == 500
+    assert response.text == "Extension render error (see server logs)"
+    assert reported == [("secret at /srv/app/.env",
+                         {"context": "web-extension-render", "extension": "limits"})]
+
+
+@pytest.mark.parametrize("name", ["Limits", "api", "static", "retries", "a b", ""])
+def test_bad_extension_names(name: str) -> None:
+    with pytest.raises(ConfigError, match="extension name"):
+        Extension(name=name, tab="x", routes=[])
+
+
+def test_missing_template_directory_and_doubled_names(config: wurk.Config) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        Extension(name="x", tab="x", routes=[], templates=HERE / "nowhere")
+    one = Extension(name="x", tab="x", routes=[])
+    with pytest.raises(ConfigError, match="named 'x'"):
+        create_app(config, extensions=[one, one])

@@ -1,0 +1,190 @@
+"""The guard: CSRF, same origin, read-only, the auth hook, basic auth, headers, errors."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+import redis
+from starlette.requests import Request
+from starlette.testclient import TestClient
+
+import wurk
+from tests.web.conftest import seed_sets, token
+from wurk.api import RetrySet
+from wurk.web import create_app
+from wurk.web.security import CSP
+
+ACTION = {"action": "delete", "all": "1"}
+
+
+@pytest.fixture
+def one_retry(config: wurk.Config) -> wurk.Config:
+    seed_sets(config, 1)
+    return config
+
+
+# -- CSRF and origin ----------------------------------------------------------------------------
+def test_post_without_token_is_refused(client: TestClient, one_retry: wurk.Config) -> None:
+    token(client)  # the cookie is there; the form lacks the token
+    response = client.post("/retries", data=ACTION)
+    assert response.status_code == 403 and "CSRF" in response.text
+    assert RetrySet(one_retry).size() == 1
+
+
+def test_post_with_a_wrong_token_or_no_cookie_is_refused(client: TestClient,
+                                                         one_retry: wurk.Config) -> None:
+    good = token(client)
+    assert client.post("/retries", data={**ACTION, "csrf_token": good + "x"}).status_code == 403
+    client.cookies.clear()
+    assert client.post("/retries", data={**ACTION, "csrf_token": good}).status_code == 403
+    assert RetrySet(one_retry).size() == 1
+
+
+@pytest.mark.parametrize("path", ["/retries", "/busy", "/queues/default",
+                                  "/queues/default/delete", "/api/retries", "/api/busy",
+                                  "/morgue/1.0-x", "/api/queues/default"])
+def test_every_post_route_needs_the_token(client: TestClient, one_retry: wurk.Config,
+                                          path: str) -> None:
+    token(client)
+    response = client.post(path, json={"action": "delete", "all": True})
+    assert response.status_code == 403
+    assert RetrySet(one_retry).size() == 1
+
+
+@pytest.mark.parametrize("headers", [
+    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+    {"Origin": "http://evil.example"}, {"Origin": "null"},
+])
+def test_cross_origin_post_is_refused_even_with_the_token(client: TestClient,
+                                                          one_retry: wurk.Config,
+                                                          headers: dict[str, str]) -> None:
+    response = client.post("/retries", data={**ACTION, "csrf_token": token(client)},
+                           headers=headers)
+    assert response.status_code == 403 and "own pages" in response.text
+    assert RetrySet(one_retry).size() == 1
+
+
+@pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "same-origin"},
+                                     {"Origin": "http://testserver"}])
+def test_same_origin_post_passes(client: TestClient, one_retry: wurk.Config,
+                                 headers: dict[str, str]) -> None:
+    response = client.post("/retries", data={**ACTION, "csrf_token": token(client)},
+                           headers=headers)
+    assert response.status_code == 303
+    assert RetrySet(one_retry).size() == 0
+
+
+def test_csrf_cookie_attributes(client: TestClient) -> None:
+    cookie = client.get("/").headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    assert "set-cookie" not in client.get("/").headers  # once it is there, it stays
+
+
+def test_oversized_body_is_refused(client: TestClient) -> None:
+    response = client.post("/retries", content=b"x" * (2 << 20),
+                           headers={"content-type": "application/x-www-form-urlencoded"})
+    assert response.status_code == 413
+
+
+def test_bad_json_body_is_refused(client: TestClient) -> None:
+    response = client.post("/api/retries", content=b"[1,",
+                           headers={"content-type": "application/json"})
+    assert response.status_code == 400 and response.json()["error"]
+
+
+# -- read-only ----------------------------------------------------------------------------------
+def test_read_only_refuses_actions_and_hides_buttons(one_retry: wurk.Config) -> None:
+    with TestClient(create_app(one_retry, read_only=True), follow_redirects=False) as client:
+        response = client.post("/retries", data={**ACTION, "csrf_token": token(client)})
+        assert response.status_code == 403 and "read-only" in response.text
+        page = client.get("/retries").text
+        assert "<button name=\"action\"" not in page and "read-only" in page
+        assert client.post("/api/retries", json=ACTION,
+                           headers={"X-CSRF-Token": token(client)}).status_code == 403
+    assert RetrySet(one_retry).size() == 1
+
+
+def test_read_only_from_the_configuration(r: redis.Redis) -> None:
+    config = wurk.configure(web_read_only=True)
+    with TestClient(create_app(config)) as client:
+        assert client.post("/queues/default", data={"action": "clear",
+                                                    "csrf_token": token(client)}
+                           ).status_code == 403
+
+
+# -- the auth hook ------------------------------------------------------------------------------
+def test_authorize_hook_decides_every_request(config: wurk.Config) -> None:
+    seen: list[str] = []
+
+    def authorize(request: Request) -> bool:
+        seen.append(request.url.path)
+        return request.headers.get("x-user") == "admin"
+
+    with TestClient(create_app(config, authorize=authorize)) as client:
+        for path in ["/", "/api/stats", "/static/wurk.css", "/stats/stream"]:
+            response = client.get(path)
+            assert response.status_code == 403, path
+            assert "not allowed" in response.text
+        assert client.get("/queues", headers={"x-user": "admin"}).status_code == 200
+    assert "/static/wurk.css" in seen
+
+
+def test_async_authorize_hook(config: wurk.Config) -> None:
+    async def authorize(request: Request) -> bool:
+        return request.query_params.get("key") == "s3cret"
+
+    with TestClient(create_app(config, authorize=authorize)) as client:
+        assert client.get("/queues").status_code == 403
+        assert client.get("/queues?key=s3cret").status_code == 200
+
+
+def test_authorize_hook_that_raises_fails_closed_without_detail(
+        config: wurk.Config, caplog: pytest.LogCaptureFixture) -> None:
+    def authorize(request: Request) -> bool:
+        raise RuntimeError("ldap password hunter2 rejected")
+
+    with TestClient(create_app(config, authorize=authorize)) as client:
+        response = client.get("/")
+    assert response.status_code == 500
+    assert "hunter2" not in response.text and "Something went wrong" in response.text
+    assert "hunter2" in caplog.text
+
+
+def test_authorize_must_say_true(config: wurk.Config) -> None:
+    def authorize(request: Request) -> Any:
+        return "yes"  # truthy, but not True
+
+    with TestClient(create_app(config, authorize=authorize)) as client:
+        assert client.get("/").status_code == 403
+
+
+# -- basic auth ---------------------------------------------------------------------------------
+def basic(user: str, password: str) -> dict[str, str]:
+    encoded = base64.b64encode(f"{user}:{password}".encode()).decode()
+    return {"Authorization": f"Basic {encoded}"}
+
+
+def test_basic_auth_from_the_configuration(r: redis.Redis) -> None:
+    config = wurk.configure(web_username="ops", web_password="pässword")
+    with TestClient(create_app(config)) as client:
+        missing = client.get("/")
+        assert missing.status_code == 401
+        assert missing.headers["www-authenticate"].startswith("Basic realm=")
+        assert client.get("/", headers=basic("ops", "wrong")).status_code == 401
+        assert client.get("/", headers=basic("root", "pässword")).status_code == 401
+        assert client.get("/api/stats", headers={"Authorization": "Basic %%%"}
+                          ).status_code == 401
+        assert client.get("/", headers=basic("ops", "pässword")).status_code == 200
+
+
+# -- headers and errors -------------------------------------------------------------------------
+def test_security_headers_on_pages_errors_and_refusals(client: TestClient,
+                                                       config: wurk.Config) -> None:
+    for response in (client.get("/"), client.get("/nowhere"), client.post("/retries")):
+        headers = response.headers
+        assert headers["content-security-policy"] == CSP
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+    assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
