@@ -159,7 +159,8 @@ def test_pro_layout_registers_with_super_fetch(
 ) -> None:
     worker = start_worker(settings=RELIABLE + "private_list_layout: pro\n")
     identity = next(iter(r.smembers("processes")))
-    assert r.smembers("super_processes") == {identity}
+    # Registration follows the first heartbeat, which is what makes the process visible.
+    wait_for(lambda: r.smembers("super_processes") == {identity}, message="registration")
     assert r.smembers(f"{identity}:super_queues") == {f"queue:sq|{identity}|default"}
     worker.signal("TERM")
     assert worker.wait(15) == 0
