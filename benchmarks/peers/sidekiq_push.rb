@@ -1,0 +1,46 @@
+# Sidekiq's enqueue side, the Ruby twin of push.py:
+#   ruby benchmarks/peers/sidekiq_push.rb single|bulk|paced JOBS [RATE]
+# Times itself after boot and prints {"seconds": ...}.
+require 'json'
+require_relative 'sidekiq_jobs'
+
+BULK_SLICE = 1000 # shared.BULK_SLICE
+WARMUP_TIMEOUT = 120.0
+
+def clock
+  Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end
+
+def wait_for_warmup
+  deadline = clock + WARMUP_TIMEOUT
+  until Sidekiq.redis { |conn| conn.get('bench:counter').to_i } >= 1
+    abort('warm-up job never ran: is the worker up?') if clock > deadline
+    sleep 0.01
+  end
+end
+
+def paced(jobs, rate)
+  BenchIncr.perform_async
+  wait_for_warmup
+  start = clock
+  jobs.times do |n|
+    delay = start + n / rate - clock
+    sleep delay if delay.positive?
+    BenchLatency.perform_async(Time.now.to_f)
+  end
+  start
+end
+
+mode, jobs, rate = ARGV[0], Integer(ARGV[1]), Float(ARGV[2] || 200)
+start = clock
+case mode
+when 'single' then jobs.times { BenchIncr.perform_async }
+when 'bulk'
+  (0...jobs).step(BULK_SLICE) do |first|
+    count = [BULK_SLICE, jobs - first].min
+    Sidekiq::Client.push_bulk('class' => BenchIncr, 'args' => Array.new(count) { [] })
+  end
+when 'paced' then start = paced(jobs, Float(rate))
+else abort("unknown mode #{mode}")
+end
+puts JSON.generate(seconds: clock - start)
