@@ -120,11 +120,27 @@ def describe_url(url: str) -> str:
 
 
 def resolve_url(config: Config) -> str:
-    """``REDIS_URL`` (already folded into ``config.redis_url``), the config, else embedded."""
+    """``REDIS_URL`` (already folded into ``config.redis_url``), the config, else embedded.
+
+    Logs which server it is, once per process and server (``decisions.md`` 24).
+    """
     if config.redis_url:
+        _announce(f"Redis: {describe_url(config.redis_url)}")
         return config.redis_url
     try:
         embedded = importlib.import_module("wurk.embedded")
     except ImportError as exc:  # pragma: no cover - the module ships with the package
         raise EmbeddedServerError(f"the embedded server module failed to load: {exc}") from exc
-    return str(embedded.ensure_running(config.home))
+    url = str(embedded.ensure_running(config.home))
+    _announce(f"Redis: embedded at {embedded.shown_home(config.home)}, port {urlsplit(url).port}")
+    return url
+
+
+# Each pool resolves the URL; saying where Redis is once per process is enough.
+_announced: set[str] = set()
+
+
+def _announce(line: str) -> None:
+    if line not in _announced:
+        _announced.add(line)
+        log.info("%s", line)

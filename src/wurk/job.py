@@ -343,6 +343,7 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
             raise RegistrationError(f"@wurk.job decorates a function, not {fn!r}; "
                                     "subclass wurk.Job for classes")
         hooks = {k: options.pop(k) for k in _HOOK_OPTIONS if k in options}
+        _check_hooks(hooks)
         wire = wire_name(fn, name)
         definition = JobDefinition(wire, fn, validate_options(options, where=f"job {wire!r}"),
                                    hooks=hooks)
@@ -350,6 +351,16 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
         return JobFunction(fn, definition)
 
     return register(func) if func is not None else register
+
+
+def _check_hooks(hooks: Mapping[str, Any]) -> None:
+    for key, hook in hooks.items():
+        if not callable(hook):
+            raise RegistrationError(
+                f"option {key}={hook!r} must be a function, e.g. {key}=lambda count, exc: 60"
+                if key == "retry_in" else
+                f"option {key}={hook!r} must be a function taking (payload, exc)"
+            )
 
 
 class Job:
@@ -369,6 +380,12 @@ class Job:
     def __init_subclass__(cls, *, name: str | None = None, abstract: bool = False,
                           **options: Any) -> None:
         super().__init_subclass__()
+        hook_options = sorted(set(options) & set(_HOOK_OPTIONS))
+        if hook_options:
+            raise RegistrationError(
+                f"{cls.__qualname__}: {hook_options[0]} is not a class option; define it as a "
+                f"method: def {hook_options[0]}(self, ...)"
+            )
         inherited = getattr(cls, "_wurk_options", {})
         merged = {**inherited, **options}
         cls._wurk_options = merged  # type: ignore[attr-defined]

@@ -2,6 +2,11 @@
 
 ``wurk -r app.jobs …`` without a subcommand means ``wurk worker -r app.jobs …``, as
 ``sidekiq -r …`` does. Bad flags exit 2 with one line naming the flag (click's usage errors).
+
+Exit codes: 0 done; 1 a runtime error (a ``WurkError``: Redis unreachable, the embedded
+server cannot start…), printed as one ``Error:`` line, never a traceback; 2 bad usage, a bad
+flag or a bad configuration (``ConfigError``). A command may end with ``ctx.exit(code)`` to
+report another code (``wurk server status`` answers 3 for "not running").
 """
 
 from __future__ import annotations
@@ -14,11 +19,19 @@ from typing import Any
 import click
 
 from .. import __version__
+from ..errors import ConfigError, WurkError
 
 __all__ = ["main"]
 
 # (module, attribute) of each subcommand; imported when the group is built, not at import.
-SUBCOMMANDS: tuple[tuple[str, str], ...] = ()
+SUBCOMMANDS: tuple[tuple[str, str], ...] = (
+    ("worker", "worker"),
+    ("server", "server"),
+    ("demo", "demo"),
+)
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
 
 DEFAULT_COMMAND = "worker"
 
@@ -51,8 +64,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     """Entry point used by tests: returns the exit code instead of exiting."""
     _register()
     try:
-        main.main(args=list(argv) if argv is not None else None, prog_name="wurk",
-                  standalone_mode=False)
+        # Outside standalone mode click returns ``ctx.exit(code)``'s code (and --help's 0)
+        # instead of raising it, so the code is read from the return value.
+        code = main.main(args=list(argv) if argv is not None else None, prog_name="wurk",
+                         standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.ClickException as exc:
@@ -60,8 +75,11 @@ def run(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except click.exceptions.Abort:
         click.echo("Aborted!", err=True)
-        return 1
-    return 0
+        return EXIT_ERROR
+    except WurkError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        return EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_ERROR
+    return code if isinstance(code, int) and not isinstance(code, bool) else 0
 
 
 def entry() -> None:

@@ -1,0 +1,5 @@
+"""``python -m wurk`` runs the ``wurk`` command."""
+
+from .cli import entry
+
+entry()

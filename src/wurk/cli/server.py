@@ -1,0 +1,176 @@
+"""``wurk server start | stop | status``: the embedded server from the command line.
+
+1. ``start`` starts the server of ``WURK_HOME`` (default ``./.wurk``), or reports the one
+   already running there; any wurk process would start it on first use anyway.
+2. ``stop`` stops it; its data stays. Stopping a server that is not running is not an error.
+3. ``status`` prints where it is, its port, pid, memory and how many jobs wait. Its exit code
+   follows the LSB convention for ``status``: 0 running, 1 dead but its pid file left (or
+   not answering), 3 not running.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from ..config import Config
+from ..connection import RedisPool, describe_url
+from ..embedded import EmbeddedServer, ServerStatus, shown_home
+from ..errors import EmbeddedServerError
+from ..keys import Keys
+
+__all__ = ["server"]
+
+EXIT_NOT_RUNNING = 3
+
+home_option = click.option(
+    "--home", type=click.Path(file_okay=False), default=None,
+    help="Directory of the server's data (default: WURK_HOME, else ./.wurk).",
+)
+
+
+def _server(home: str | None, *, port: int | None = None) -> tuple[EmbeddedServer, str]:
+    """The server of ``home`` (default: the configuration's) and how to show its home."""
+    chosen = home if home is not None else Config().home
+    return EmbeddedServer(chosen, port=port), shown_home(chosen)
+
+
+@click.group("server")
+def server() -> None:
+    """Start, stop or inspect the embedded server (a private Valkey under ./.wurk)."""
+
+
+@server.command()
+@home_option
+@click.option("--port", type=click.IntRange(1, 65535), default=None,
+              help="Listen on this loopback port (default: the recorded one, else a free one).")
+def start(home: str | None, port: int | None) -> None:
+    """Start the embedded server, or report the one already running."""
+    embedded, shown = _server(home, port=port)
+    status = embedded.start()
+    if status.replaced:
+        click.echo(f"replaced a stale pid file ({status.replaced})")
+    verb = "started" if status.started else "already running:"
+    click.echo(f"{verb} the embedded server at {shown}, port {status.port} (pid {status.pid}), "
+               f"{status.url}")
+    if port is not None and status.port != port:
+        click.echo(f"it keeps port {status.port}: `wurk server stop` first to move it to {port}")
+
+
+@server.command()
+@home_option
+def stop(home: str | None) -> None:
+    """Stop the embedded server; its data stays for the next start."""
+    embedded, shown = _server(home)
+    found = embedded.stop()
+    if found.state in ("running", "unresponsive"):
+        click.echo(f"stopped the embedded server at {shown} (pid {found.pid}); its data stays")
+    elif found.state == "stale":
+        click.echo(f"the embedded server at {shown} was not running; removed its stale pid "
+                   f"file ({found.reason})")
+    else:
+        click.echo(f"no embedded server is running at {shown}")
+
+
+@server.command()
+@home_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.pass_context
+def status(ctx: click.Context, home: str | None, as_json: bool) -> None:
+    """Where the embedded server is, its port, pid, memory and queued jobs."""
+    embedded, shown = _server(home)
+    found = embedded.status()
+    if found.state in ("stale", "unresponsive"):
+        raise EmbeddedServerError(_trouble(found, shown))
+    if found.state == "stopped":
+        _print_stopped(found, shown, as_json)
+        ctx.exit(EXIT_NOT_RUNNING)
+    report = _report(found, Config())
+    click.echo(json.dumps(report) if as_json else _human(report, shown))
+
+
+def _trouble(found: ServerStatus, shown: str) -> str:
+    if found.state == "stale":
+        return (f"the embedded server at {shown} is not running ({found.reason}); "
+                "`wurk server start` starts it again with its data")
+    return (f"the embedded server at {shown} is not answering ({found.reason}); "
+            "`wurk server stop` ends it (killing it if need be), then `wurk server start`")
+
+
+def _print_stopped(found: ServerStatus, shown: str, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"home": str(found.home), "state": "stopped"}))
+    else:
+        click.echo(f"no embedded server is running at {shown}; `wurk server start` starts "
+                   "one (any wurk command starts it on first use)")
+
+
+# -- what the running server holds -------------------------------------------------------------
+@dataclass(frozen=True)
+class _Backlog:
+    memory: str
+    queues: dict[str, int]
+    scheduled: int
+    retries: int
+    dead: int
+
+
+def _backlog(pool: RedisPool, keys: Keys) -> _Backlog:
+    """Memory and job counts, read in two round trips.
+
+    Moves to the inspection model (``wurk.api``) when that lands.
+    """
+
+    def read(client: Any) -> _Backlog:
+        names = sorted(_text(name) for name in client.smembers(keys.queues))
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            pipe.llen(keys.queue(name))
+        pipe.zcard(keys.schedule).zcard(keys.retry).zcard(keys.dead).info("memory")
+        *sizes, scheduled, retries, dead, memory = pipe.execute()
+        queues = dict(zip(names, sizes, strict=True))
+        return _Backlog(str(memory.get("used_memory_human", "?")), queues,
+                        scheduled, retries, dead)
+
+    return pool.run(read, idempotent=True)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+def _report(found: ServerStatus, config: Config) -> dict[str, Any]:
+    pool = RedisPool(found.url, size=1, name="wurk-cli", socket_timeout=config.socket_timeout)
+    try:
+        backlog = _backlog(pool, config.keys)
+    finally:
+        pool.close()
+    return {
+        "home": str(found.home), "state": found.state, "url": found.url, "port": found.port,
+        "pid": found.pid, "memory": backlog.memory, "queued": sum(backlog.queues.values()),
+        "queues": backlog.queues, "scheduled": backlog.scheduled, "retries": backlog.retries,
+        "dead": backlog.dead,
+        "redis_url": describe_url(config.redis_url) if config.redis_url else None,
+    }
+
+
+def _human(report: dict[str, Any], shown: str) -> str:
+    queues = ", ".join(f"{name} {size}" for name, size in report["queues"].items())
+    lines = [
+        f"embedded server at {shown}: running",
+        f"  home:      {report['home']}",
+        f"  url:       {report['url']}",
+        f"  port:      {report['port']}",
+        f"  pid:       {report['pid']}",
+        f"  memory:    {report['memory']}",
+        f"  queued:    {report['queued']} jobs" + (f" ({queues})" if queues else ""),
+        f"  scheduled: {report['scheduled']} · retries: {report['retries']} · "
+        f"dead: {report['dead']}",
+    ]
+    if report["redis_url"]:
+        lines.append(f"note: REDIS_URL is set ({report['redis_url']}), so wurk processes "
+                     "started here use that Redis, not this server")
+    return "\n".join(lines)

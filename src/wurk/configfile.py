@@ -1,0 +1,130 @@
+"""The YAML configuration file, in the shape of ``sidekiq.yml``.
+
+1. Top-level keys are settings (``concurrency``, ``queues``, ``timeout``, any ``Config``
+   field); Sidekiq's ``:concurrency:`` symbol spelling is accepted too.
+2. ``queues`` entries are ``name``, ``"name,weight"`` or ``[name, weight]``.
+3. ``capsules: {name: {concurrency: N, queues: [...]}}`` adds Sidekiq 7 capsules.
+4. A top-level mapping that is not a setting is an environment section; the one named by
+   ``-e`` is merged over the top level, the others are ignored.
+5. ``${VAR}`` and ``${VAR:-default}`` are replaced from the environment — no code runs
+   (Sidekiq's ERB was a security hole).
+6. Every problem is a ``ConfigError`` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .config import Capsule, Config, parse_queue
+from .errors import ConfigError
+
+__all__ = ["load_file", "settings_from_mapping"]
+
+_VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# Keys that take a mapping as their value, so they are not environment sections.
+_MAPPING_SETTINGS = {"capsules", "swarm"}
+_SETTINGS = {f.name for f in fields(Config) if f.init}
+# The file may not set these: they hold Python objects, not data.
+_CODE_SETTINGS = {"client_middleware", "server_middleware", "error_handlers",
+                  "death_handlers", "lifecycle"}
+
+
+def load_file(path: str | os.PathLike[str], environment: str | None = None) -> dict[str, Any]:
+    """Read a YAML file into ``Config`` keyword arguments (plus ``swarm`` if present)."""
+    source = Path(path)
+    try:
+        text = source.read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(_interpolate(text, source))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of settings")
+    return settings_from_mapping(data, environment=environment, source=str(source))
+
+
+def _interpolate(text: str, source: Path) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        value = os.environ.get(name)
+        if value is None:
+            if default is None:
+                raise ConfigError(f"{source}: ${{{name}}} is used but {name} is not set "
+                                  f"(write ${{{name}:-default}} to give a default)")
+            return default
+        return value
+
+    return _VARIABLE.sub(replace, text)
+
+
+def settings_from_mapping(data: dict[Any, Any], *, environment: str | None = None,
+                          source: str = "configuration") -> dict[str, Any]:
+    flat = {_key(k): v for k, v in data.items()}
+    sections = {k: v for k, v in flat.items()
+                if isinstance(v, dict) and k not in _SETTINGS and k not in _MAPPING_SETTINGS}
+    settings = {k: v for k, v in flat.items() if k not in sections}
+    if environment and environment in sections:
+        settings.update({_key(k): v for k, v in sections[environment].items()})
+    if environment:
+        settings["environment"] = environment
+    return _convert(settings, source)
+
+
+def _key(key: Any) -> str:
+    return str(key).lstrip(":")
+
+
+def _convert(settings: dict[str, Any], source: str) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key == "swarm":
+            result["swarm"] = value
+        elif key == "queues":
+            result["queues"] = [_queue(entry, source) for entry in _list(value, key, source)]
+        elif key == "capsules":
+            result["capsules"] = _capsules(value, source)
+        elif key in _CODE_SETTINGS or key not in _SETTINGS:
+            raise ConfigError(f"{source}: unknown setting {key!r}")
+        else:
+            result[key] = value
+    return result
+
+
+def _list(value: Any, key: str, source: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ConfigError(f"{source}: {key} must be a list, not {value!r}")
+    return value
+
+
+def _queue(entry: Any, source: str) -> str:
+    if isinstance(entry, str):
+        return entry
+    if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str):
+        return f"{entry[0]},{entry[1]}"
+    raise ConfigError(f"{source}: queue entry {entry!r} must be a name, 'name,weight' "
+                      "or [name, weight]")
+
+
+def _capsules(value: Any, source: str) -> list[Capsule]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: capsules must map a name to its settings")
+    capsules = []
+    for name, spec in value.items():
+        if not isinstance(spec, dict) or set(map(_key, spec)) - {"concurrency", "queues"}:
+            raise ConfigError(f"{source}: capsule {name!r} takes concurrency and queues only")
+        spec = {_key(k): v for k, v in spec.items()}
+        queues = [_queue(q, source) for q in _list(spec.get("queues", ["default"]),
+                                                   "queues", source)]
+        capsules.append(Capsule(name=str(name), queues=[parse_queue(q) for q in queues],
+                                concurrency=spec.get("concurrency", 5)))
+    return capsules

@@ -1,0 +1,226 @@
+"""The heartbeat: who this process is, what it runs, that it is alive (``wire-format.md`` §7).
+
+1. ``Identity``: ``<hostname>:<pid>:<nonce>``; the nonce is made once per process image, so a
+   forked child keeps its parent's nonce and a swarm parent knows each child's identity.
+2. ``Heartbeat.beat`` does, every ``heartbeat_interval`` (10 s): flush stats; rewrite the work
+   map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4, ``decisions.md`` 2);
+   time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
+   ``concurrency`` in both places) with a 60 s TTL and pop one remote signal.
+3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
+   in-flight lists owned) before it holds any job (``decisions.md`` 3).
+4. ``clear`` removes the record at exit, after a last stats flush.
+5. A Redis error is logged once when the outage starts and once with its length at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from . import payload as P
+from .config import Config
+from .connection import RedisPool
+from .processor import Busy
+from .reporting import report_error
+from .stats import Counters
+
+__all__ = ["Heartbeat", "Identity", "process_nonce"]
+
+log = logging.getLogger("wurk")
+
+# Sidekiq warns when Redis round trips stay this slow: jobs then wait on Redis, not CPU.
+SLOW_RTT_US = 50_000
+SLOW_RTT_READINGS = 5
+
+_nonce: str | None = None
+
+
+def process_nonce() -> str:
+    """6 random bytes as hex, made once per process image (inherited across fork)."""
+    global _nonce
+    if _nonce is None:
+        _nonce = secrets.token_hex(6)
+    return _nonce
+
+
+def hostname() -> str:
+    return os.environ.get("DYNO") or socket.gethostname()
+
+
+@dataclass(frozen=True)
+class Identity:
+    hostname: str
+    pid: int
+    nonce: str
+    started_at: float = field(default_factory=time.time)
+
+    @classmethod
+    def current(cls) -> Identity:
+        return cls(hostname(), os.getpid(), process_nonce())
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid}:{self.nonce}"
+
+
+class Heartbeat:
+    """Writes this process's record; owned by the launcher, which starts and stops it."""
+
+    def __init__(self, config: Config, identity: Identity, *, busy: Busy, counters: Counters,
+                 info: dict[str, Any], pool: RedisPool | None = None,
+                 on_signal: Callable[[str], None] | None = None,
+                 on_beat: Callable[[], None] | None = None) -> None:
+        self.config = config
+        self.identity = identity
+        self.name = str(identity)
+        self.busy = busy
+        self.counters = counters
+        self.pool = pool or config.pool("internal")
+        self.quiet = False
+        self._info_json = P.dumps(info)
+        self._concurrency = int(info.get("concurrency", 0))
+        self._on_signal = on_signal
+        self._on_beat = on_beat
+        self._first = True
+        self._rtts: list[int] = []
+        self._failing_since: float | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._process = psutil.Process()
+
+    # -- thread -----------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="wurk-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.config.heartbeat_interval):
+            self.beat()
+
+    # -- one beat ---------------------------------------------------------------------------
+    def beat(self) -> bool:
+        """One heartbeat; returns False (after logging) when Redis refused it."""
+        try:
+            self.counters.flush(self.pool, self.config.keys)
+            self._write_work()
+            rtt = self._ping()
+            signal = self._write_process(rtt)
+        except Exception as exc:
+            self._failed(exc)
+            return False
+        self._recovered()
+        if self._on_beat is not None:
+            self._on_beat()
+        if signal and self._on_signal is not None:
+            self._on_signal(signal)
+        return True
+
+    def _write_work(self) -> None:
+        keys = self.config.keys
+        work = self.busy.snapshot()
+        ttl = self.config.heartbeat_ttl
+
+        def send(r: Any) -> None:
+            pipe = r.pipeline(transaction=True)
+            for key in (keys.work(self.name), keys.workers(self.name)):
+                pipe.unlink(key)
+                if work:
+                    pipe.hset(key, mapping=work)
+                    pipe.expire(key, ttl)
+            pipe.execute()
+
+        self.pool.run(send)
+
+    def _ping(self) -> int:
+        start = time.perf_counter()
+        self.pool.run(lambda r: r.ping(), idempotent=True)
+        rtt = int((time.perf_counter() - start) * 1_000_000)
+        self._rtts = [*self._rtts[-(SLOW_RTT_READINGS - 1):], rtt]
+        if len(self._rtts) == SLOW_RTT_READINGS and min(self._rtts) > SLOW_RTT_US:
+            log.warning("Redis round trips are slow (last %d: %s µs); jobs wait on Redis",
+                        SLOW_RTT_READINGS, self._rtts)
+        return rtt
+
+    def _write_process(self, rtt: int) -> str | None:
+        keys = self.config.keys
+        fields = {
+            "info": self._info_json,
+            "concurrency": self._concurrency,
+            "busy": len(self.busy),
+            "beat": repr(time.time()),
+            "rtt_us": rtt,
+            "quiet": "true" if self.quiet else "false",
+            "rss": self._rss_kb(),
+        }
+
+        def send(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=True)
+            pipe.sadd(keys.processes, self.name)
+            pipe.exists(keys.process(self.name))
+            pipe.hset(keys.process(self.name), mapping=fields)
+            pipe.expire(keys.process(self.name), self.config.heartbeat_ttl)
+            pipe.rpop(keys.signals(self.name))
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        _, existed, _, _, signal = self.pool.run(send)
+        if not existed or self._first:
+            self._first = False
+            self._fire("heartbeat")
+        return signal.decode() if isinstance(signal, bytes) else signal
+
+    def _rss_kb(self) -> int:
+        try:
+            return int(self._process.memory_info().rss // 1024)
+        except psutil.Error:
+            return 0
+
+    def _fire(self, event: str) -> None:
+        for hook in self.config.lifecycle.get(event, []):
+            try:
+                hook()
+            except Exception as exc:
+                report_error(self.config, exc, {"context": f"lifecycle event {event}"})
+
+    def _failed(self, exc: Exception) -> None:
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            report_error(self.config, exc, {"context": "heartbeat"})
+
+    def _recovered(self) -> None:
+        if self._failing_since is not None:
+            log.info("heartbeat: Redis is back after %.1f s",
+                     time.monotonic() - self._failing_since)
+            self._failing_since = None
+
+    # -- exit -------------------------------------------------------------------------------
+    def clear(self) -> None:
+        """Last stats flush, then remove this process from the registry (best effort)."""
+        keys = self.config.keys
+        try:
+            self.counters.flush(self.pool, keys)
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "final stats flush"})
+
+        def send(r: Any) -> None:
+            pipe = r.pipeline(transaction=False)
+            pipe.srem(keys.processes, self.name)
+            pipe.unlink(keys.work(self.name), keys.workers(self.name), keys.process(self.name))
+            pipe.execute()
+
+        try:
+            self.pool.run(send)
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "removing the process record"})

@@ -1,0 +1,169 @@
+"""The worker process's parts, started and stopped in order under one deadline.
+
+1. ``start``: freeze the configuration; fire ``startup``; write the first heartbeat (before
+   any fetch); start the heartbeat thread, the scheduler and one manager per capsule.
+2. ``quiet``: stop fetching everywhere and stop the scheduler; fire ``quiet``; the heartbeat
+   reports ``quiet="true"``. One-way, as in Sidekiq.
+3. ``stop``: fire ``shutdown``; quiet; give running jobs until ``timeout`` seconds after the
+   stop began; then each manager requeues its unfinished jobs and interrupts its threads;
+   last stats flush; remove the process record; fire ``exit``.
+4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
+   does, through a self-pipe; embedded mode leaves signals to its host).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import __version__
+from .config import Capsule, Config
+from .connection import describe_url
+from .fetch import BasicFetch, Fetcher
+from .heartbeat import Heartbeat, Identity
+from .manager import Manager
+from .processor import Busy, JobRunner
+from .reporting import report_error
+from .scheduled import Scheduler
+from .stats import Counters
+
+__all__ = ["Launcher"]
+
+log = logging.getLogger("wurk")
+
+
+class Launcher:
+    """One worker process: heartbeat, scheduler and a manager per capsule."""
+
+    def __init__(self, config: Config, *, embedded: bool = False,
+                 on_remote_signal: Callable[[str], None] | None = None) -> None:
+        self.config = config
+        self.embedded = embedded
+        self.identity = Identity.current()
+        self.busy = Busy()
+        self.counters = Counters()
+        self.capsules = config.all_capsules()
+        self.runner = JobRunner(config, counters=self.counters, busy=self.busy)
+        self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index)
+                         for index, capsule in enumerate(self.capsules)]
+        self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
+                                   counters=self.counters, info=self.info(),
+                                   on_signal=on_remote_signal, on_beat=self._update_title)
+        self.scheduler = Scheduler(config)
+        self._state_lock = threading.Lock()
+        self._started = False
+        self._quiet = False
+        self._stopped = False
+
+    # -- what the process hash says about us --------------------------------------------
+    @property
+    def concurrency(self) -> int:
+        return sum(c.concurrency for c in self.capsules)
+
+    def info(self) -> dict[str, Any]:
+        queues = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
+        return {
+            "hostname": self.identity.hostname,
+            "started_at": self.identity.started_at,
+            "pid": self.identity.pid,
+            "tag": self.config.tag,
+            "concurrency": self.concurrency,
+            "queues": queues,
+            "weights": [c.weights for c in self.capsules],
+            "capsules": {c.name: {"concurrency": c.concurrency, "mode": c.mode,
+                                  "weights": c.weights} for c in self.capsules},
+            "labels": list(self.config.labels),
+            "identity": str(self.identity),
+            "version": __version__,
+            "framework": "wurk",
+            "embedded": self.embedded,
+        }
+
+    def _make_fetcher(self, capsule: Capsule, slot: int) -> Fetcher:
+        # A capsule's pool holds a connection per processor (each may block in a fetch)
+        # plus a few for requeues at shutdown.
+        pool = self.config.pool(f"capsule-{capsule.name}", size=capsule.concurrency + 2)
+        return BasicFetch(self.config, capsule, pool)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._state_lock:
+            if self._started:
+                raise RuntimeError("this launcher was already started")
+            self._started = True
+        self.config.freeze()
+        self.fire("startup", reverse=False, raise_errors=True)
+        log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
+                 self.identity, self.concurrency,
+                 ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
+                 describe_url(self.config.pool("internal").url))
+        if not self.heartbeat.beat():
+            log.warning("first heartbeat failed; starting anyway, it will be retried")
+        self.heartbeat.start()
+        self.scheduler.start()
+        for manager in self.managers:
+            manager.start()
+
+    def quiet(self) -> None:
+        with self._state_lock:
+            if self._quiet:
+                return
+            self._quiet = True
+        log.info("quiet: no new jobs will be fetched")
+        self.scheduler.stop(timeout=self.config.shutdown_grace)
+        for manager in self.managers:
+            manager.quiet()
+        self.heartbeat.quiet = True
+        self._update_title()
+        self.fire("quiet")
+
+    def stop(self) -> None:
+        """Stop within ``config.timeout`` seconds (+ the grace for interrupted threads)."""
+        with self._state_lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        deadline = time.monotonic() + self.config.timeout
+        self.fire("shutdown")
+        self.quiet()
+        log.info("stopping: waiting up to %.0f s for %d running job(s)", self.config.timeout,
+                 len(self.busy))
+        for manager in self.managers:
+            manager.stop(deadline)
+        self.heartbeat.stop()
+        self.runner.close()
+        self.heartbeat.clear()
+        self.fire("exit")
+        log.info("bye")
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopped
+
+    def fire(self, event: str, *, reverse: bool | None = None,
+             raise_errors: bool = False) -> None:
+        """Run lifecycle hooks; quiet/shutdown/exit run in reverse registration order."""
+        hooks = list(self.config.lifecycle.get(event, []))
+        if reverse if reverse is not None else event in ("quiet", "shutdown", "exit"):
+            hooks.reverse()
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as exc:
+                if raise_errors:
+                    raise
+                report_error(self.config, exc, {"context": f"lifecycle event {event}"})
+
+    def _update_title(self) -> None:
+        try:
+            import setproctitle
+        except ImportError:  # pragma: no cover - a core dependency, but optional at runtime
+            return
+        title = f"wurk {__version__} {self.config.tag} [{len(self.busy)} of " \
+                f"{self.concurrency} busy]"
+        if self._quiet:
+            title += " stopping"
+        setproctitle.setproctitle(title)

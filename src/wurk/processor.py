@@ -1,0 +1,332 @@
+"""Running jobs: one processor thread loops fetch → run → acknowledge until told to stop.
+
+1. ``JobRunner.run(unit)`` executes one fetched job: parse → validate → look up the registered
+   job → server middleware → perform → acknowledge (``features.md`` A6).
+2. Bad input never stops a thread: unparseable JSON goes raw to the dead set, an invalid
+   payload to the dead set with ``wurk.InvalidPayload`` (``decisions.md`` 6, 7), an unknown
+   job name through retry like any error (8). Nothing a payload names is imported or called.
+3. A job is acknowledged when it returned or its failure was booked; not when the shutdown
+   interrupted it (it is already back on its queue) or when booking the failure failed.
+4. ``Busy`` publishes each running job for the heartbeat's work map for exactly the time it
+   runs (added and removed in one ``try/finally``, seed 000).
+5. ``Processor`` owns its thread and its fetcher; its owner (the manager) replaces it when it
+   dies and interrupts it at the shutdown deadline.
+6. ``async def`` jobs run on an event loop thread owned by the runner; the processing path is
+   the same for both kinds (``_await``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from . import payload as P
+from .config import Config
+from .errors import InvalidPayload, Shutdown, UnparseablePayload
+from .fetch import Fetcher, UnitOfWork
+from .job import JobDefinition, Registry, registry
+from .log import job_context, tid
+from .morgue import Morgue
+from .reporting import report_error
+from .retry import JobRetry
+from .stats import Counters
+
+__all__ = ["Busy", "JobRunner", "Processor"]
+
+log = logging.getLogger("wurk")
+
+# After a fetch error (Redis down), wait this long before the next try, so a dead Redis
+# costs one attempt per second per processor rather than a spin.
+FETCH_ERROR_PAUSE = 1.0
+
+
+class Busy:
+    """What is running now, by thread id: the heartbeat's ``<identity>:work`` map."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._work: dict[str, tuple[str, str, int]] = {}
+
+    def add(self, thread_id: str, queue: str, raw: str) -> None:
+        with self._lock:
+            self._work[thread_id] = (queue, raw, int(time.time()))
+
+    def remove(self, thread_id: str) -> None:
+        with self._lock:
+            self._work.pop(thread_id, None)
+
+    def snapshot(self) -> dict[str, str]:
+        """tid → the JSON value Sidekiq's Busy page reads (``wire-format.md`` §7.3)."""
+        with self._lock:
+            items = list(self._work.items())
+        return {t: P.dumps({"queue": q, "payload": raw, "run_at": run_at})
+                for t, (q, raw, run_at) in items}
+
+    def __len__(self) -> int:
+        return len(self._work)
+
+
+def _is_shutdown(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, Shutdown):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class JobRunner:
+    """Executes fetched jobs; shared by every processor of a process."""
+
+    def __init__(self, config: Config, *, counters: Counters, busy: Busy,
+                 jobs: Registry = registry, morgue: Morgue | None = None,
+                 retry: JobRetry | None = None) -> None:
+        self.config = config
+        self.jobs = jobs
+        self.counters = counters
+        self.busy = busy
+        self.morgue = morgue or Morgue(config)
+        self.retry = retry or JobRetry(config, self.morgue)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._loop_lock = threading.Lock()
+
+    # -- one job ----------------------------------------------------------------------------
+    def run(self, unit: UnitOfWork, interruptible: Callable[[bool], None]) -> None:
+        """Run one job and acknowledge it, unless it was interrupted by the shutdown."""
+        try:
+            job = P.validate(P.loads(unit.raw))
+        except UnparseablePayload as exc:
+            self._bury(unit, exc)
+            return
+        except InvalidPayload as exc:
+            self._kill_invalid(unit, exc)
+            return
+        if self._execute(unit, job, interruptible):
+            unit.acknowledge()
+
+    def _execute(self, unit: UnitOfWork, job: P.Payload,
+                 interruptible: Callable[[bool], None]) -> bool:
+        thread_id = tid()
+        raw_text = unit.raw.decode("utf-8", "replace")
+        self.busy.add(thread_id, unit.queue, raw_text)
+        try:
+            with job_context(self._log_fields(job, unit.queue)):
+                return self._perform_logged(job, unit.queue, interruptible)
+        finally:
+            self.busy.remove(thread_id)
+
+    def _perform_logged(self, job: P.Payload, queue: str,
+                        interruptible: Callable[[bool], None]) -> bool:
+        quiet = self.config.skip_default_job_logging
+        if not quiet:
+            log.info("start")
+        started = time.monotonic()
+        definition: JobDefinition | None = None
+        instance: Any = None
+        try:
+            definition = self.jobs.lookup(job[P.CLASS])
+            instance = definition.instantiate(job)
+            interruptible(True)
+            try:
+                self._invoke(definition, instance, job, queue)
+            finally:
+                interruptible(False)
+        except BaseException as exc:
+            if _is_shutdown(exc):
+                raise
+            if not isinstance(exc, Exception):
+                raise  # KeyboardInterrupt, SystemExit: not a job failure
+            self.counters.record(failed=True)
+            if not quiet:
+                log.info("fail: %.3f sec", time.monotonic() - started)
+            return self._book_failure(job, exc, definition, instance)
+        self.counters.record(failed=False)
+        if not quiet:
+            log.info("done: %.3f sec", time.monotonic() - started)
+        return True
+
+    def _invoke(self, definition: JobDefinition, instance: Any, job: P.Payload,
+                queue: str) -> None:
+        args = job[P.ARGS]
+
+        def perform() -> Any:
+            result = definition.call(instance, args)
+            if inspect.iscoroutine(result):
+                return self._await(result)
+            return result
+
+        chain = self.config.server_middleware
+        if chain:
+            chain.invoke(instance, job, queue, perform)
+        else:
+            perform()
+
+    def _book_failure(self, job: P.Payload, exc: Exception, definition: JobDefinition | None,
+                      instance: Any) -> bool:
+        """Retry or bury; False (do not acknowledge) when even that failed."""
+        try:
+            self.retry.handle(job, exc, definition=definition, instance=instance)
+        except Exception as booking_error:
+            report_error(self.config, booking_error,
+                         {"context": "booking a job failure", "job": job})
+            return False
+        report_error(self.config, exc, {"context": "Job raised exception", "job": job})
+        return True
+
+    def _bury(self, unit: UnitOfWork, exc: UnparseablePayload) -> None:
+        self.counters.record(failed=True)
+        self.morgue.bury(unit.raw.decode("utf-8", "replace"))
+        report_error(self.config, exc, {"context": "Invalid JSON for job", "queue": unit.queue})
+        unit.acknowledge()
+
+    def _kill_invalid(self, unit: UnitOfWork, exc: InvalidPayload) -> None:
+        self.counters.record(failed=True)
+        job = P.loads(unit.raw)
+        self.retry.kill_invalid(job, exc)
+        report_error(self.config, exc, {"context": "Invalid payload", "job": job})
+        unit.acknowledge()
+
+    def _log_fields(self, job: P.Payload, queue: str) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "class": job.get(P.WRAPPED) or job[P.CLASS], "jid": job.get(P.JID), "queue": queue,
+        }
+        for name in self.config.logged_job_attributes:
+            if name in job:
+                fields[name] = job[name]
+        return fields
+
+    # -- async jobs -------------------------------------------------------------------------
+    def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """Run a coroutine on the runner's event loop and wait for it in this thread."""
+        future = asyncio.run_coroutine_threadsafe(coro, self._event_loop())
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=loop.run_forever, name="wurk-asyncio",
+                                          daemon=True)
+                thread.start()
+                self._loop, self._loop_thread = loop, thread
+            return self._loop
+
+    def close(self) -> None:
+        """Cancel async jobs still running and stop the event loop thread."""
+        with self._loop_lock:
+            loop, thread = self._loop, self._loop_thread
+            self._loop = self._loop_thread = None
+        if loop is None or thread is None:
+            return
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.call_soon(loop.stop)
+
+        loop.call_soon_threadsafe(cancel_all)
+        thread.join(timeout=5)
+
+
+class Processor:
+    """One named thread: fetch, run, acknowledge, until stopped."""
+
+    def __init__(self, *, name: str, fetcher: Fetcher, runner: JobRunner, fetch_timeout: float,
+                 on_exit: Callable[[Processor, BaseException | None], None]) -> None:
+        self.name = name
+        self.fetcher = fetcher
+        self.runner = runner
+        self.fetch_timeout = fetch_timeout
+        self._on_exit = on_exit
+        self._stop = threading.Event()
+        self._interrupt_lock = threading.Lock()
+        self._in_job = False
+        self._interrupted = False
+        self.current: UnitOfWork | None = None
+        self.thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._fetch_failing_since: float | None = None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop_fetching(self) -> None:
+        """Finish the current job, then exit (quiet and stop both begin with this)."""
+        self._stop.set()
+
+    def interrupt(self) -> bool:
+        """Raise ``Shutdown`` in the thread if it is inside a job body; True if sent."""
+        with self._interrupt_lock:
+            if not self._in_job or self.thread.ident is None:
+                return False
+            self._interrupted = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(self.thread.ident), ctypes.py_object(Shutdown)
+            )
+            return True
+
+    def _set_in_job(self, value: bool) -> None:
+        with self._interrupt_lock:
+            self._in_job = value
+
+    def _main(self) -> None:
+        error: BaseException | None = None
+        try:
+            self._loop()
+        except Shutdown:
+            pass  # the manager requeued our job before interrupting us
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._flush()
+            self._on_exit(self, error)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            unit = self._fetch()
+            if unit is None:
+                continue
+            if self._stop.is_set():
+                unit.requeue()  # fetched after quiet: back untouched, first in line
+                return
+            self.current = unit
+            try:
+                self.runner.run(unit, self._set_in_job)
+            finally:
+                self.current = None
+
+    def _fetch(self) -> UnitOfWork | None:
+        try:
+            unit = self.fetcher.fetch(self.fetch_timeout)
+        except Exception as exc:
+            self._fetch_failed(exc)
+            return None
+        if self._fetch_failing_since is not None:
+            down = time.monotonic() - self._fetch_failing_since
+            log.info("%s: fetching works again after %.1f s", self.name, down)
+            self._fetch_failing_since = None
+        return unit
+
+    def _fetch_failed(self, exc: Exception) -> None:
+        if self._fetch_failing_since is None:
+            self._fetch_failing_since = time.monotonic()
+            report_error(self.runner.config, exc, {"context": "fetch", "processor": self.name})
+        self._stop.wait(FETCH_ERROR_PAUSE)
+
+    def _flush(self) -> None:
+        try:
+            self.fetcher.flush()
+        except Exception as exc:
+            report_error(self.runner.config, exc, {"context": "flushing fetcher"})

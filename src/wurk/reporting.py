@@ -1,0 +1,95 @@
+"""Where errors and deaths are announced: error handlers and death handlers, contained.
+
+1. ``report_error`` hands an exception and its context to every ``config.error_handlers``
+   entry, accepting Sidekiq 8's ``(exc, context, config)`` and the older ``(exc, context)``
+   form (``features.md`` A8: the arity change broke third-party handlers). With no handler
+   configured it logs the error itself.
+2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
+3. A handler that raises is logged (death handlers: reported) and never propagates, and the
+   other handlers still run: reporting must not turn one failure into two.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from . import payload as P
+
+if TYPE_CHECKING:
+    from .config import Config
+
+__all__ = ["report_error", "run_death_handlers"]
+
+log = logging.getLogger("wurk")
+
+# Handler → takes the config as a third argument. The handler object is kept with its flag
+# so its id cannot be reused by another object while the entry exists.
+_arity: dict[int, tuple[object, bool]] = {}
+_arity_lock = threading.Lock()
+
+
+def report_error(config: Config, exc: BaseException, context: dict[str, Any]) -> None:
+    """Give ``exc`` to every error handler; log it when there is none."""
+    handlers = list(config.error_handlers)
+    if not handlers:
+        _log_error(exc, context)
+        return
+    for handler in handlers:
+        try:
+            if _takes_config(handler):
+                handler(exc, context, config)
+            else:
+                handler(exc, context)  # type: ignore[call-arg]
+        except Exception as failure:
+            log.error("error handler %s raised %s: %s (while reporting %s)",
+                      _name(handler), P.error_class_name(failure), P.error_message(failure),
+                      P.error_class_name(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+
+
+def run_death_handlers(config: Config, job: dict[str, Any], exc: BaseException) -> None:
+    """Call every death handler with ``(job, exc)``; a raising one is reported, not raised."""
+    for handler in list(config.death_handlers):
+        try:
+            handler(job, exc)
+        except Exception as failure:
+            report_error(config, failure, {"context": "Error calling death handler", "job": job})
+
+
+def _takes_config(handler: Callable[..., Any]) -> bool:
+    cached = _arity.get(id(handler))
+    if cached is not None and cached[0] is handler:
+        return cached[1]
+    takes = _accepts_three(handler)
+    with _arity_lock:
+        _arity[id(handler)] = (handler, takes)
+    return takes
+
+
+def _accepts_three(handler: Callable[..., Any]) -> bool:
+    try:
+        signature = inspect.signature(handler)
+    except (TypeError, ValueError):  # some builtins have none: assume today's form
+        return True
+    try:
+        signature.bind(None, None, None)
+    except TypeError:
+        return False
+    return True
+
+
+def _log_error(exc: BaseException, context: dict[str, Any]) -> None:
+    where = context.get("context", "error")
+    job = context.get("job")
+    about = ""
+    if isinstance(job, dict):
+        about = f" (job {job.get(P.CLASS)!s} jid={job.get(P.JID)!s})"
+    log.error("%s%s: %s: %s", where, about, P.error_class_name(exc), P.error_message(exc))
+    log.debug("traceback of the error above", exc_info=(type(exc), exc, exc.__traceback__))
+
+
+def _name(handler: Callable[..., Any]) -> str:
+    return getattr(handler, "__qualname__", None) or repr(handler)

@@ -1,0 +1,217 @@
+"""Booking a failed job: a retry in ``retry``, or its death, as Sidekiq books them.
+
+1. ``JobRetry.handle`` follows ``wire-format.md`` §6.1–§6.3 step for step: resolve ``retry``,
+   stamp the error fields, count the failure, test exhaustion, ask the ``retry_in`` hook,
+   add jitter and ``ZADD retry``; or, once exhausted, ask ``retries_exhausted`` and bury the
+   job (through the one ``Morgue``) unless it is discarded. Death handlers run once per death.
+2. ``kill_invalid``: a payload that cannot be interpreted goes straight to the dead set with
+   ``error_class`` ``wurk.InvalidPayload`` — no retry can fix it (``decisions.md`` 7).
+3. User hooks are contained: one that raises is reported and the default applies.
+
+Every field this module does not understand is kept as it was: other middleware (Ruby or
+Python) may own it.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, Literal
+
+from . import payload as P
+from .config import Config
+from .connection import RedisPool
+from .errors import InvalidPayload
+from .job import JobDefinition
+from .morgue import Morgue
+from .reporting import report_error, run_death_handlers
+
+__all__ = ["BACKOFF_BASE", "JITTER_STEP", "JobRetry", "backtrace_lines", "default_delay"]
+
+# Sidekiq's backoff is count⁴ + 15 s: 15 s, 16 s, 31 s, 96 s, … about 20 days over 25 retries.
+BACKOFF_BASE = 15
+# Sidekiq 8's jitter is a whole number of seconds in [0, 10·(count+1)): it spreads a burst of
+# failures out more as the delays grow.
+JITTER_STEP = 10
+
+Verdict = Literal["discard", "kill"]
+_VERDICTS: tuple[Verdict, ...] = ("discard", "kill")
+
+
+def default_delay(count: int) -> int:
+    """Seconds before retry number ``count + 1`` when no hook decides (§6.2 step 7)."""
+    return int(count**4 + BACKOFF_BASE)
+
+
+def backtrace_lines(exc: BaseException) -> list[str]:
+    """One line per frame, innermost first, as Ruby lists them, so Sidekiq's dashboard shows
+    a Python backtrace the way it shows its own and ``backtrace: N`` keeps the N nearest."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return [f"{frame.filename}:{frame.lineno}:in '{frame.name}'" for frame in reversed(frames)]
+
+
+class JobRetry:
+    """Turns a failure into a scheduled retry or a death."""
+
+    def __init__(self, config: Config, morgue: Morgue, pool: RedisPool | None = None) -> None:
+        self.config = config
+        self.morgue = morgue
+        self.pool = pool if pool is not None else config.pool("internal")
+
+    # -- public -----------------------------------------------------------------------------
+    def handle(self, job: dict[str, Any], exc: BaseException, *,
+               definition: JobDefinition | None, instance: object | None) -> None:
+        """Book the failure of ``job`` (§6.1–§6.3); ``job`` is changed in place."""
+        try:
+            P.validate(job)
+        except InvalidPayload as invalid:
+            self.kill_invalid(job, invalid)
+            return
+        retry = _retry_option(job, definition)
+        if retry is None or retry is False:
+            # No retry and no dead set: only the death handlers hear of it (§6.1).
+            run_death_handlers(self.config, job, exc)
+            return
+        self._book(job, exc, retry, definition, instance)
+
+    def kill_invalid(self, job: dict[str, Any], exc: InvalidPayload) -> None:
+        """Straight to the dead set with the error recorded, death handlers told; no retry."""
+        _stamp_error(job, exc)
+        if P.FAILED_AT not in job:
+            job[P.FAILED_AT] = self._now_field()
+        job.setdefault(P.RETRY_COUNT, 0)
+        self.morgue.kill(job, exc)
+
+    # -- §6.2 -------------------------------------------------------------------------------
+    def _book(self, job: dict[str, Any], exc: BaseException, retry: int,
+              definition: JobDefinition | None, instance: object | None) -> None:
+        now = time.time()
+        limit = self.config.max_retries if retry is True else retry
+        retry_queue = job.get(P.RETRY_QUEUE)
+        if isinstance(retry_queue, str) and retry_queue:
+            job[P.QUEUE] = retry_queue
+        _stamp_error(job, exc)
+        count = self._count_failure(job, now)
+        _store_backtrace(job, exc)
+        if _exhausted(job, count, limit, now):
+            self._exhaust(job, exc, definition, instance)
+            return
+        delay = self._delay(job, exc, count, definition, instance)
+        if delay == "discard":
+            job[P.DISCARDED_AT] = self._now_field()
+            run_death_handlers(self.config, job, exc)
+        elif delay == "kill":
+            self._exhaust(job, exc, definition, instance)
+        else:
+            self._schedule(job, now + delay + random.randrange(JITTER_STEP * (count + 1)))
+
+    def _count_failure(self, job: dict[str, Any], now: float) -> int:
+        stamp = P.write_time(self.config.timestamp_format, now)
+        previous = job.get(P.RETRY_COUNT)
+        if previous is None:
+            job[P.FAILED_AT] = stamp
+            job[P.RETRY_COUNT] = 0
+        else:
+            job[P.RETRIED_AT] = stamp
+            job[P.RETRY_COUNT] = previous + 1
+        return int(job[P.RETRY_COUNT])
+
+    def _delay(self, job: dict[str, Any], exc: BaseException, count: int,
+               definition: JobDefinition | None, instance: object | None) -> float | Verdict:
+        hook = _hook(definition, "retry_in", instance)
+        if hook is None:
+            return default_delay(count)
+        try:
+            answer = hook(count, exc)
+        except Exception as failure:
+            report_error(self.config, failure, {
+                "context": "retry_in raised; falling back to the default delay", "job": job})
+            return default_delay(count)
+        return _interpret_delay(answer, count)
+
+    def _schedule(self, job: dict[str, Any], at: float) -> None:
+        key, member = self.config.keys.retry, P.dumps(job)
+        self.pool.run(lambda redis: redis.zadd(key, {member: at}))
+
+    # -- §6.3 -------------------------------------------------------------------------------
+    def _exhaust(self, job: dict[str, Any], exc: BaseException,
+                 definition: JobDefinition | None, instance: object | None) -> None:
+        answer = self._retries_exhausted(job, exc, definition, instance)
+        if job.get(P.DEAD) is False or answer == "discard":
+            job[P.DISCARDED_AT] = self._now_field()
+        else:
+            self.morgue.kill(job, exc, notify=False)
+        run_death_handlers(self.config, job, exc)
+
+    def _retries_exhausted(self, job: dict[str, Any], exc: BaseException,
+                           definition: JobDefinition | None, instance: object | None) -> object:
+        hook = _hook(definition, "retries_exhausted", instance)
+        if hook is None:
+            return None
+        try:
+            return hook(job, exc)
+        except Exception as failure:
+            report_error(self.config, failure,
+                         {"context": "Error calling retries_exhausted", "job": job})
+            return None
+
+    def _now_field(self) -> int | float:
+        return P.write_time(self.config.timestamp_format)
+
+
+def _retry_option(job: dict[str, Any], definition: JobDefinition | None) -> Any:
+    """The payload's ``retry`` if it has the key, else the job's option, else on
+    (``decisions.md`` 8: an unknown job without the key retries with the default)."""
+    if P.RETRY in job:
+        return job[P.RETRY]
+    if definition is not None and P.RETRY in definition.options:
+        # Sidekiq writes the class's value into the payload, so the retry entry carries it.
+        job[P.RETRY] = definition.options[P.RETRY]
+        return job[P.RETRY]
+    return True
+
+
+def _stamp_error(job: dict[str, Any], exc: BaseException) -> None:
+    job[P.ERROR_MESSAGE] = P.error_message(exc)
+    job[P.ERROR_CLASS] = P.error_class_name(exc)
+
+
+def _store_backtrace(job: dict[str, Any], exc: BaseException) -> None:
+    wanted = job.get(P.BACKTRACE)
+    if wanted is None or wanted is False:
+        return
+    lines = backtrace_lines(exc)
+    if wanted is not True:  # a line count; Ruby's 0 is truthy and stores an empty list
+        lines = lines[: int(wanted)]
+    job[P.ERROR_BACKTRACE] = P.encode_backtrace(lines)
+
+
+def _exhausted(job: dict[str, Any], count: int, limit: int, now: float) -> bool:
+    """Sidekiq 8.1: a ``retry_for`` window replaces the count limit when present."""
+    window = job.get(P.RETRY_FOR)
+    if window is None:
+        return count >= limit
+    first = P.read_time(job.get(P.FAILED_AT))
+    return (now if first is None else first) + float(window) < now
+
+
+def _hook(definition: JobDefinition | None, name: str,
+          instance: object | None) -> Callable[..., Any] | None:
+    return None if definition is None else definition.hook(name, instance)
+
+
+def _interpret_delay(answer: object, count: int) -> float | Verdict:
+    """A positive number of seconds, ``"discard"``, ``"kill"``; anything else → default."""
+    if isinstance(answer, str):
+        return answer if answer in _VERDICTS else default_delay(count)
+    if isinstance(answer, timedelta):
+        answer = answer.total_seconds()
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        seconds = float(answer)
+        if 0 < seconds < math.inf:
+            return seconds
+    return default_delay(count)

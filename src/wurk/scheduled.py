@@ -1,0 +1,217 @@
+"""The scheduler: moves due jobs from ``retry`` and ``schedule`` to their queues.
+
+1. ``enqueue_due`` makes one pass over ``retry`` then ``schedule`` (``wire-format.md`` §5.2).
+   By default (``scheduler="atomic"``, ``decisions.md`` 13) a Lua script moves up to
+   ``ATOMIC_BATCH`` due jobs per call straight into their queue lists, so a job is never in
+   neither place; payloads whose queue it cannot read are popped one at a time and pushed
+   through the client. ``scheduler="client"`` is Sidekiq OSS: every due job is popped one at
+   a time and pushed through the client, so client middleware runs again.
+2. A payload that cannot be pushed at all goes to the dead set (not JSON: stored raw,
+   ``decisions.md`` 6; invalid: with the error recorded, 7); it never blocks the set.
+3. ``Scheduler.start`` runs the passes on one ``TimerLoop`` thread with Sidekiq's timing
+   (§5.3): an initial wait, one process prune, then a randomised wait per cycle scaled by
+   the number of live processes, so the cluster as a whole polls about once per
+   ``average_scheduled_poll_interval``.
+4. A failing cycle is reported once per outage and the loop goes on.
+
+Scripts are registered with redis-py (``EVALSHA``, reloaded on ``NOSCRIPT``, §14.2).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import logging
+import random
+import time
+from typing import Any
+
+from . import payload as P
+from .client import Client
+from .config import Config
+from .connection import RedisPool
+from .errors import InvalidPayload, UnparseablePayload
+from .morgue import Morgue
+from .processes import prune_processes
+from .reporting import report_error
+from .retry import JobRetry
+from .timer import TimerLoop
+
+__all__ = ["ATOMIC_BATCH", "INITIAL_JITTER", "LARGE_CLUSTER", "Scheduler"]
+
+log = logging.getLogger("wurk")
+
+# Members one script call moves at most (Sidekiq Pro's number): bounds how long one call
+# holds Redis, while a backlog still drains at a hundred jobs per round trip.
+ATOMIC_BATCH = 100
+# Random extra on top of the initial wait, so processes started together (a deploy) do not
+# poll in step. Sidekiq adds up to 5 s. When the initial wait is 0 (tests, or a fixed
+# ``poll_interval_average``) the extra is capped at one average poll interval instead: it
+# still spreads the first polls over one period, and a fast test setup stays fast.
+INITIAL_JITTER = 5.0
+# From this many processes on, each waits uniformly in [0, 2·avg] rather than
+# [avg/2, 3·avg/2]: the cluster-wide rate stays the same with a wider spread (Sidekiq 8.0.10).
+LARGE_CLUSTER = 10
+SCHEDULER_THREAD = "wurk-scheduler"
+
+
+@functools.cache
+def _lua(name: str) -> str:
+    return (importlib.resources.files("wurk") / "scripts" / name).read_text("utf-8")
+
+
+class Scheduler:
+    """Owns the scheduler thread and the two scripts."""
+
+    def __init__(self, config: Config, *, pool: RedisPool | None = None,
+                 client: Client | None = None) -> None:
+        self.config = config
+        self.pool = pool if pool is not None else config.pool("internal")
+        self.client = client if client is not None else Client(config, pool=self.pool)
+        self._move = self.pool.client.register_script(_lua("scheduled_move.lua"))
+        self._pop = self.pool.client.register_script(_lua("scheduled_pop.lua"))
+        self._morgue = Morgue(config, self.pool)
+        self._retry = JobRetry(config, self._morgue, self.pool)
+        self._timer = TimerLoop(SCHEDULER_THREAD, self._cycle, self.poll_interval,
+                                first_wait=self.initial_wait, on_error=self._cycle_failed)
+        self._pruned = False
+        self._failed_cycles = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._timer.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop polling; a pass in progress ends after its current batch."""
+        if not self._timer.stop(timeout):
+            log.warning("the scheduler did not stop within %.1f s", timeout)
+
+    def is_alive(self) -> bool:
+        return self._timer.is_alive()
+
+    # -- one pass ---------------------------------------------------------------------------
+    def enqueue_due(self) -> int:
+        """Move every due job of ``retry`` then ``schedule``; returns how many were pushed."""
+        keys = self.config.keys
+        return self._drain(keys.retry) + self._drain(keys.schedule)
+
+    def _drain(self, key: str) -> int:
+        step = self._atomic_step if self.config.scheduler == "atomic" else self._client_step
+        total = 0
+        while not self._timer.stopping:
+            moved, more = step(key)
+            total += moved
+            if not more:
+                break
+        return total
+
+    def _atomic_step(self, key: str) -> tuple[int, bool]:
+        """(jobs moved, whether to call again)."""
+        now = time.time()
+        stamp = P.dumps(P.write_time(self.config.timestamp_format, now))
+        keys = [key, self.config.keys.queues]
+        args: list[str | int] = [P.score(now), stamp, ATOMIC_BATCH, self.config.keys.queue_prefix]
+        moved, skipped = self.pool.run(lambda redis: self._move(keys, args, client=redis))
+        if skipped:
+            pushed = self._pop_and_push(key)
+            return int(moved) + (pushed or 0), True
+        return int(moved), int(moved) >= ATOMIC_BATCH
+
+    def _client_step(self, key: str) -> tuple[int, bool]:
+        pushed = self._pop_and_push(key)
+        return pushed or 0, pushed is not None
+
+    # -- the one-at-a-time path -------------------------------------------------------------
+    def _pop_and_push(self, key: str) -> int | None:
+        """Pop the lowest due member and push it: 1 pushed, 0 dead or stopped by middleware,
+        None when nothing was due."""
+        now = P.score(time.time())
+        found = self.pool.run(lambda redis: self._pop([key], [now], client=redis))
+        if not found:
+            return None
+        raw, score = found[0], float(found[1])
+        try:
+            job = P.loads(raw)
+        except UnparseablePayload as exc:
+            self._bury_unparseable(raw, exc)
+            return 0
+        return self._push(key, raw, score, job)
+
+    def _push(self, key: str, raw: bytes | str, score: float, job: P.Payload) -> int:
+        job.pop(P.AT, None)  # an old ActiveJob leftover would schedule it again (§3.1)
+        try:
+            return 0 if self.client.push(job) is None else 1
+        except InvalidPayload as exc:
+            self._retry.kill_invalid(job, exc)
+            return 0
+        except Exception:
+            self._put_back(key, raw, score)
+            raise
+
+    def _put_back(self, key: str, raw: bytes | str, score: float) -> None:
+        """The push failed after the pop: return the exact member, or log it so it can be
+        recovered by hand."""
+        member: dict[Any, float] = {raw: score}
+        try:
+            self.pool.run(lambda redis: redis.zadd(key, member))
+        except Exception:
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            log.error("scheduler: a due job could not be pushed nor put back in %s; its "
+                      "payload: %s", key, text)
+
+    def _bury_unparseable(self, raw: bytes | str, exc: UnparseablePayload) -> None:
+        self._morgue.bury(raw)
+        report_error(self.config, exc, {"context": "scheduler: unparseable payload moved to "
+                                        "the dead set"})
+
+    # -- timing (§5.3) ----------------------------------------------------------------------
+    def initial_wait(self) -> float:
+        """The wait before the first cycle: ``scheduler_initial_wait`` (skipped when
+        ``poll_interval_average`` is set) plus a random spread."""
+        config = self.config
+        fixed = config.poll_interval_average is not None
+        base = 0.0 if fixed else config.scheduler_initial_wait
+        jitter = INITIAL_JITTER
+        if base == 0:
+            average = config.poll_interval_average if fixed else None
+            jitter = min(jitter, average if average is not None
+                         else config.average_scheduled_poll_interval)
+        return base + random.uniform(0, jitter)
+
+    def poll_interval(self) -> float:
+        """This cycle's wait: about ``processes × average`` so the cluster polls about once
+        per average, randomised so processes do not poll in step."""
+        count = self._process_count()
+        average = self.config.poll_interval_average
+        if average is None:
+            average = count * self.config.average_scheduled_poll_interval
+        if count < LARGE_CLUSTER:
+            return random.uniform(average / 2, average * 3 / 2)
+        return random.uniform(0, average * 2)
+
+    def _process_count(self) -> int:
+        key = self.config.keys.processes
+        try:
+            count = int(self.pool.run(lambda redis: redis.scard(key), idempotent=True))
+        except Exception as exc:  # the cycle reports the outage; here, assume one process
+            log.debug("scheduler: cannot count processes (%s); assuming 1", exc)
+            return 1
+        return max(count, 1)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _cycle(self) -> None:
+        if not self._pruned:
+            self._pruned = True  # Sidekiq tries once per process start (§7.5)
+            prune_processes(self.config, self.pool)
+        self.enqueue_due()
+        if self._failed_cycles:
+            log.info("scheduler: working again after %d failed cycle(s)", self._failed_cycles)
+            self._failed_cycles = 0
+
+    def _cycle_failed(self, exc: Exception) -> None:
+        self._failed_cycles += 1
+        if self._failed_cycles == 1:
+            report_error(self.config, exc, {"context": "scheduler"})
+        else:
+            log.debug("scheduler: cycle failed again (%d in a row): %s",
+                      self._failed_cycles, exc)

@@ -1,0 +1,359 @@
+"""The scheduler: due jobs move from retry/schedule to their queues, atomically by default."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from tests.helpers.server import free_port
+from wurk import payload as P
+from wurk.config import Config
+from wurk.connection import RedisPool
+from wurk.morgue import Morgue
+from wurk.retry import JobRetry
+from wurk.scheduled import ATOMIC_BATCH, Scheduler
+
+PAST = 1_000_000_000.5  # 2001: due
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., Scheduler]]:
+    made: list[tuple[Scheduler, Config]] = []
+
+    def build(*, pool: RedisPool | None = None, **settings: Any) -> Scheduler:
+        config = Config(**settings)
+        scheduler = Scheduler(config, pool=pool)
+        made.append((scheduler, config))
+        return scheduler
+
+    yield build
+    for scheduler, config in made:
+        scheduler.stop(2)
+        config.close()
+
+
+def raw_job(queue: str = "default", **fields: Any) -> str:
+    job = {"retry": True, "queue": queue, "class": "Sched::Job", "args": [1],
+           "jid": P.new_jid(), "created_at": 1700000000123}
+    job.update(fields)
+    return P.dumps(job)
+
+
+def queue_entries(r: redis.Redis, queue: str = "default") -> list[str]:
+    return list(reversed(r.lrange(f"queue:{queue}", 0, -1)))  # oldest first
+
+
+# -- what moves -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+def test_due_jobs_move_and_future_ones_stay(make: Callable[..., Scheduler], r: redis.Redis,
+                                            mode: str) -> None:
+    due, future = raw_job(), raw_job()
+    retry_due = raw_job(queue="low")
+    r.zadd("schedule", {due: PAST, future: time.time() + 3600})
+    r.zadd("retry", {retry_due: time.time() - 1})
+    assert make(scheduler=mode).enqueue_due() == 2
+    assert r.zrange("schedule", 0, -1) == [future] and r.zcard("retry") == 0
+    assert [json.loads(e)["jid"] for e in queue_entries(r)] == [json.loads(due)["jid"]]
+    assert [json.loads(e)["jid"] for e in queue_entries(r, "low")] == [
+        json.loads(retry_due)["jid"]]
+    assert r.smembers("queues") == {"default", "low"}
+    assert make(scheduler=mode).enqueue_due() == 0
+
+
+def test_atomic_splices_enqueued_at_and_keeps_every_other_byte(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    # args before queue, with a nested "queue" key: the queue is read, not pattern-matched
+    raw = ('{"class":"Sched::Big","args":[1152921504606846977,{"queue":"evil"},'
+           '"ünïcødé 😀 \\"quoted\\" }"],"queue":"default","jid":"abc",'
+           '"created_at":1700000000123,"enqueued_at":"2023-01-01T00:00:00Z",'
+           '"f":1.0000000000000002,"custom":{"z":1,"a":[]}}')
+    r.zadd("schedule", {raw: PAST})
+    before = time.time()
+    assert make().enqueue_due() == 1
+    [moved] = queue_entries(r)
+    assert moved.startswith(raw[:-1] + ',"enqueued_at":') and moved.endswith("}")
+    stamp = moved[len(raw) - 1 + len(',"enqueued_at":'):-1]
+    assert re.fullmatch(r"\d{13}", stamp) and int(before * 1000) <= int(stamp)
+    job = json.loads(moved)
+    assert job["args"][0] == 2**60 + 1 and job["enqueued_at"] == int(stamp)
+    assert r.llen("queue:evil") == 0
+
+
+def test_atomic_float_format_stamps_float_seconds(make: Callable[..., Scheduler],
+                                                  r: redis.Redis) -> None:
+    raw = raw_job()
+    r.zadd("schedule", {raw: PAST})
+    make(timestamp_format="float").enqueue_due()
+    [moved] = queue_entries(r)
+    assert re.fullmatch(r',"enqueued_at":\d{10}\.\d+}', moved[len(raw) - 1:])
+    assert type(json.loads(moved)["enqueued_at"]) is float
+
+
+def test_client_mode_stamps_enqueued_at_in_both_formats(make: Callable[..., Scheduler],
+                                                        r: redis.Redis) -> None:
+    r.zadd("schedule", {raw_job(): PAST})
+    make(scheduler="client").enqueue_due()
+    assert type(json.loads(queue_entries(r)[0])["enqueued_at"]) is int
+    r.delete("queue:default")
+    r.zadd("schedule", {raw_job(): PAST})
+    make(scheduler="client", timestamp_format="float").enqueue_due()
+    assert type(json.loads(queue_entries(r)[0])["enqueued_at"]) is float
+
+
+def test_a_backlog_drains_in_one_pass(make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    count = ATOMIC_BATCH * 2 + 50
+    r.zadd("schedule", {raw_job(n=i): PAST + i for i in range(count)})
+    assert make().enqueue_due() == count
+    assert r.llen("queue:default") == count and r.zcard("schedule") == 0
+    assert [json.loads(e)["n"] for e in queue_entries(r)] == list(range(count))
+
+
+def test_retry_queue_is_honoured(make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    scheduler = make()
+    config = scheduler.config
+    job = json.loads(raw_job(queue="critical", retry_queue="slow"))
+    JobRetry(config, Morgue(config)).handle(job, ValueError("x"), definition=None,
+                                            instance=None)
+    [member] = r.zrange("retry", 0, -1)
+    r.zadd("retry", {member: PAST})
+    assert scheduler.enqueue_due() == 1
+    [moved] = queue_entries(r, "slow")
+    assert moved.startswith(member[:-1]) and json.loads(moved)["retry_count"] == 0
+
+
+def test_survives_script_flush(make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    for mode in ("atomic", "client"):
+        scheduler = make(scheduler=mode)
+        r.zadd("schedule", {raw_job(): PAST})
+        assert scheduler.enqueue_due() == 1
+        r.script_flush()
+        r.zadd("schedule", {raw_job(): PAST})
+        assert scheduler.enqueue_due() == 1
+    assert r.llen("queue:default") == 4
+
+
+def test_key_prefix_applies_inside_lua(make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    r.zadd("ns:schedule", {raw_job(): PAST})
+    r.zadd("schedule", {raw_job(): PAST})
+    assert make(key_prefix="ns").enqueue_due() == 1
+    assert r.llen("ns:queue:default") == 1 and r.smembers("ns:queues") == {"default"}
+    assert r.zcard("schedule") == 1 and not r.exists("queue:default")
+
+
+# -- payloads the script cannot read --------------------------------------------------------------
+def test_a_payload_without_queue_takes_the_client_path(make: Callable[..., Scheduler],
+                                                       r: redis.Redis) -> None:
+    no_queue = '{"class":"Sched::Job","args":[],"jid":"noqueue0"}'
+    readable = raw_job()
+    r.zadd("schedule", {no_queue: PAST, readable: PAST + 1})
+    assert make().enqueue_due() == 2
+    jobs = [json.loads(e) for e in queue_entries(r)]
+    assert sorted(j["jid"] for j in jobs) == sorted(["noqueue0", json.loads(readable)["jid"]])
+    assert all("enqueued_at" in j for j in jobs)
+
+
+def test_unparseable_member_goes_raw_to_the_dead_set(make: Callable[..., Scheduler],
+                                                     r: redis.Redis) -> None:
+    scheduler = make()
+    reported: list[tuple[BaseException, dict[str, Any]]] = []
+    scheduler.config.error_handlers.append(lambda e, ctx, cfg: reported.append((e, ctx)))
+    r.zadd("schedule", {"{not json": PAST, raw_job(): PAST + 1})
+    assert scheduler.enqueue_due() == 1
+    assert r.zrange("dead", 0, -1) == ["{not json"] and r.zcard("schedule") == 0
+    [(error, context)] = reported
+    assert "not valid JSON" in str(error) and "scheduler" in context["context"]
+
+
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+def test_invalid_members_are_killed_not_retried(make: Callable[..., Scheduler],
+                                                r: redis.Redis, mode: str) -> None:
+    scheduler = make(scheduler=mode)
+    deaths: list[Any] = []
+    scheduler.config.death_handlers.append(lambda job, exc: deaths.append(job["jid"]))
+    r.zadd("schedule", {raw_job(queue="a|b", jid="pipe"): PAST,
+                        '{"class":"X","args":[],"queue":5,"jid":"number"}': PAST + 1,
+                        raw_job(): PAST + 2})
+    assert scheduler.enqueue_due() == 1
+    dead = {json.loads(m)["jid"]: json.loads(m) for m in r.zrange("dead", 0, -1)}
+    assert set(dead) == {"pipe", "number"} and sorted(deaths) == ["number", "pipe"]
+    assert all(d["error_class"] == "wurk.InvalidPayload" for d in dead.values())
+    assert r.zcard("schedule") == 0 and r.llen("queue:default") == 1
+
+
+def test_an_old_at_field_does_not_reschedule(make: Callable[..., Scheduler],
+                                             r: redis.Redis) -> None:
+    r.zadd("schedule", {raw_job(at=time.time() + 3600): PAST})
+    assert make(scheduler="client").enqueue_due() == 1
+    assert r.llen("queue:default") == 1 and r.zcard("schedule") == 0
+
+
+# -- client mode and its middleware ---------------------------------------------------------------
+def test_client_mode_runs_client_middleware(make: Callable[..., Scheduler],
+                                            r: redis.Redis) -> None:
+    scheduler = make(scheduler="client")
+
+    def mark(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        payload["middleware"] = "ran"
+        return call_next()
+
+    scheduler.config.client_middleware.add(mark)
+    r.zadd("schedule", {raw_job(): PAST})
+    r.zadd("retry", {raw_job(error_class="X"): PAST})
+    assert scheduler.enqueue_due() == 2
+    assert [json.loads(e)["middleware"] for e in queue_entries(r)] == ["ran", "ran"]
+
+
+def test_atomic_mode_does_not_run_client_middleware(make: Callable[..., Scheduler],
+                                                    r: redis.Redis) -> None:
+    scheduler = make()
+    scheduler.config.client_middleware.add(
+        lambda job, payload, queue, call_next: pytest.fail("middleware ran"))
+    r.zadd("schedule", {raw_job(): PAST})
+    assert scheduler.enqueue_due() == 1
+
+
+def test_middleware_stopping_the_push_drops_the_job(make: Callable[..., Scheduler],
+                                                    r: redis.Redis) -> None:
+    scheduler = make(scheduler="client")
+    scheduler.config.client_middleware.add(lambda job, payload, queue, call_next: None)
+    r.zadd("schedule", {raw_job(): PAST})
+    assert scheduler.enqueue_due() == 0
+    assert r.zcard("schedule") == 0 and r.llen("queue:default") == 0
+
+
+def test_a_failing_push_puts_the_exact_member_back(make: Callable[..., Scheduler],
+                                                   r: redis.Redis) -> None:
+    scheduler = make(scheduler="client")
+
+    def broken(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        raise RuntimeError("middleware broke")
+
+    scheduler.config.client_middleware.add(broken)
+    member = '{"queue":"default", "class":"X","args":[2.50],"jid":"j"}'
+    r.zadd("schedule", {member: PAST})
+    with pytest.raises(RuntimeError, match="middleware broke"):
+        scheduler.enqueue_due()
+    assert r.zrange("schedule", 0, -1, withscores=True) == [(member, PAST)]
+
+
+# -- timing (§5.3) --------------------------------------------------------------------------------
+def test_poll_interval_scales_with_processes(make: Callable[..., Scheduler],
+                                             r: redis.Redis) -> None:
+    scheduler = make(average_scheduled_poll_interval=2.0)
+    small = [scheduler.poll_interval() for _ in range(200)]
+    assert all(1.0 <= s <= 3.0 for s in small) and max(small) - min(small) > 1
+    r.sadd("processes", *[f"host:{i}:nonce" for i in range(3)])
+    three = [scheduler.poll_interval() for _ in range(200)]
+    assert all(3.0 <= s <= 9.0 for s in three) and max(three) > 7.5
+    r.sadd("processes", *[f"host:{i}:nonce" for i in range(3, 12)])
+    big = [scheduler.poll_interval() for _ in range(200)]
+    assert all(0 <= s <= 48.0 for s in big) and min(big) < 10 and max(big) > 38
+
+
+def test_fixed_poll_interval_average_ignores_the_process_count(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    scheduler = make(poll_interval_average=4.0)
+    r.sadd("processes", "a", "b", "c")
+    assert all(2.0 <= scheduler.poll_interval() <= 6.0 for _ in range(100))
+    r.sadd("processes", *[f"p{i}" for i in range(10)])
+    assert all(0.0 <= scheduler.poll_interval() <= 8.0 for _ in range(100))
+
+
+def test_initial_wait() -> None:
+    default = Scheduler(Config())
+    waits = [default.initial_wait() for _ in range(100)]
+    assert all(10 <= w <= 15 for w in waits)
+    fixed = Scheduler(Config(poll_interval_average=15.0))
+    assert all(0 <= fixed.initial_wait() <= 5 for _ in range(100))
+    fast = Scheduler(Config(poll_interval_average=0.05))
+    assert all(0 <= fast.initial_wait() <= 0.05 for _ in range(100))
+    zero = Scheduler(Config(scheduler_initial_wait=0, average_scheduled_poll_interval=0.2))
+    assert all(0 <= zero.initial_wait() <= 0.2 for _ in range(100))
+
+
+# -- the thread -----------------------------------------------------------------------------------
+def wait_for(check: Callable[[], bool], timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_the_thread_moves_jobs_and_stops_promptly(make: Callable[..., Scheduler],
+                                                  r: redis.Redis) -> None:
+    scheduler = make(poll_interval_average=0.05)
+    scheduler.start()
+    assert any(t.name == "wurk-scheduler" and t.daemon for t in threading.enumerate())
+    r.zadd("schedule", {raw_job(): time.time() + 0.2})
+    assert wait_for(lambda: r.llen("queue:default") == 1)
+    started = time.monotonic()
+    scheduler.stop(2)
+    assert time.monotonic() - started < 0.5 and not scheduler.is_alive()
+
+
+def test_stop_during_a_long_wait_is_prompt(make: Callable[..., Scheduler]) -> None:
+    scheduler = make()  # 10-15 s initial wait
+    scheduler.start()
+    started = time.monotonic()
+    scheduler.stop(2)
+    assert time.monotonic() - started < 0.5 and not scheduler.is_alive()
+
+
+def test_prunes_dead_processes_after_the_initial_wait(make: Callable[..., Scheduler],
+                                                      r: redis.Redis) -> None:
+    r.sadd("processes", "gone:1:abc", "alive:2:def")
+    r.hset("alive:2:def", "info", "{}")
+    scheduler = make(poll_interval_average=0.05)
+    scheduler.start()
+    assert wait_for(lambda: r.smembers("processes") == {"alive:2:def"})
+    assert r.exists("process_cleanup")
+
+
+def test_a_redis_outage_is_reported_once_and_the_loop_lives_on(
+        make: Callable[..., Scheduler]) -> None:
+    pool = RedisPool(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)
+    scheduler = make(pool=pool, poll_interval_average=0.02)
+    reported: list[tuple[BaseException, dict[str, Any]]] = []
+    scheduler.config.error_handlers.append(lambda e, ctx, cfg: reported.append((e, ctx)))
+    scheduler.start()
+    assert wait_for(lambda: bool(reported))
+    time.sleep(0.3)  # many more failing cycles
+    assert scheduler.is_alive()
+    assert len(reported) == 1 and reported[0][1] == {"context": "scheduler"}
+    started = time.monotonic()
+    scheduler.stop(2)
+    assert time.monotonic() - started < 0.5 and not scheduler.is_alive()
+    pool.close()
+
+
+def test_recovers_when_redis_comes_back(make: Callable[..., Scheduler], r: redis.Redis,
+                                        tmp_path: Any) -> None:
+    from tests.helpers.server import start_server
+
+    port = free_port()
+    pool = RedisPool(f"redis://127.0.0.1:{port}/0", socket_timeout=0.5)
+    scheduler = make(pool=pool, poll_interval_average=0.02)
+    reported: list[BaseException] = []
+    scheduler.config.error_handlers.append(lambda e, ctx, cfg: reported.append(e))
+    scheduler.start()
+    assert wait_for(lambda: bool(reported))
+    server = start_server(tmp_path / "late", port=port)
+    try:
+        late = redis.Redis(port=port, decode_responses=True)
+        late.zadd("schedule", {raw_job(): PAST})
+        assert wait_for(lambda: late.llen("queue:default") == 1)
+        late.close()
+    finally:
+        scheduler.stop(2)
+        pool.close()
+        server.stop()
+    assert len(reported) == 1

@@ -1,0 +1,51 @@
+"""Bad flags and bad config for ``wurk worker``: one line naming the problem, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "wurk", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["worker", "-c", "0"], "Invalid value for '-c'"),
+        (["worker", "-c", "many"], "'many' is not a valid integer"),
+        (["worker", "--bogus"], "No such option '--bogus'"),
+        (["worker", "-q", "a,x"], "weight 'x' is not a whole number"),
+        (["worker", "-r", "no.such.module"], "no module named 'no'"),
+        (["worker", "-r", "missing_file.py"], "file 'missing_file.py' does not exist"),
+        (["worker", "-C", "/nonexistent/wurk.yml"], "cannot read config file"),
+        (["-c", "0"], "Invalid value for '-c'"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(args: list[str], message: str) -> None:
+    result = run(*args)
+    assert result.returncode == 2, result
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_config_value_in_file(tmp_path: Path) -> None:
+    config = tmp_path / "wurk.yml"
+    config.write_text("timestamp_format: iso\n")
+    result = run("worker", "-C", str(config))
+    assert result.returncode == 2 and "timestamp_format must be" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_help_lists_sidekiq_flags() -> None:
+    result = run("worker", "--help")
+    assert result.returncode == 0
+    for flag in ("-r", "-q", "-c", "-t", "-C", "-e", "-g", "-v"):
+        assert f"{flag}, " in result.stdout

@@ -1,0 +1,200 @@
+"""A real ``wurk worker`` process against the test server: the issue's acceptance points."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import redis
+
+import wurk
+from tests.system import worker_jobs as jobs
+from tests.system.conftest import Worker, wait_for
+from wurk import payload as P
+
+StartWorker = Callable[..., Worker]
+
+
+def test_a_thousand_jobs_all_run(config: wurk.Config, r: redis.Redis,
+                                 start_worker: StartWorker) -> None:
+    jobs.incr.perform_bulk([["sys:count"] for _ in range(1000)])
+    worker = start_worker("-c", "10")
+    wait_for(lambda: r.get("sys:count") == "1000", message="1000 jobs")
+    wait_for(lambda: r.get("stat:processed") == "1000", message="stats flushed")
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    assert r.get(f"stat:processed:{day}") == "1000"
+    assert r.get("stat:failed") == "0"
+    assert 0 < r.ttl(f"stat:processed:{day}") <= 5 * 365 * 86400
+    worker.signal("TERM")
+    assert worker.wait(15) == 0
+    assert r.llen("queue:default") == 0
+
+
+def test_failing_job_retries_then_dies_with_death_handlers(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    jid = jobs.Failing.perform_async("sys:fails")
+    start_worker()
+    wait_for(lambda: r.zcard("retry") == 1 or r.zcard("dead") == 1, message="first failure")
+    retried = json.loads(r.zrange("retry", 0, -1)[0]) if r.zcard("retry") else None
+    if retried is not None:
+        assert retried["jid"] == jid
+        assert retried["error_class"] == "ValueError"
+        assert retried["error_message"] == "boom sys:fails"
+        assert isinstance(retried["failed_at"], int) and retried["retry_count"] >= 0
+        assert P.decode_backtrace(retried["error_backtrace"])
+    # Sidekiq's jitter adds up to 10·(count+1) s to every retry; rather than wait it out, the
+    # test makes each booked retry due at once (its member is kept byte for byte).
+    def rescore_and_check() -> bool:
+        for member in r.zrange("retry", 0, -1):
+            r.zadd("retry", {member: 0}, xx=True)
+        return r.zcard("dead") == 1
+
+    wait_for(rescore_and_check, message="death after retries")
+    dead = json.loads(r.zrange("dead", 0, -1)[0])
+    assert dead["jid"] == jid and dead["retry_count"] == 2 and "retried_at" in dead
+    assert r.get("sys:fails") == "3"  # retry: 2 means three executions
+    wait_for(lambda: r.llen("sys:deaths") == 1, message="death handler")
+    assert json.loads(r.lindex("sys:deaths", 0)) == [jid, "ValueError", "boom sys:fails"]
+    wait_for(lambda: r.get("stat:failed") == "3", message="failures counted")
+
+
+def test_scheduled_job_runs_after_its_time_not_before(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    start_worker()
+    pushed = time.time()
+    jobs.record.perform_in(2, "sys:scheduled", "later")
+    jobs.record.perform_async("sys:scheduled", "now")
+    wait_for(lambda: r.llen("sys:scheduled") == 2, timeout=15, message="scheduled job")
+    entries = [json.loads(x) for x in r.lrange("sys:scheduled", 0, -1)]
+    ran = {value: at for value, at in entries}
+    assert ran["now"] < pushed + 1.5
+    assert pushed + 2 <= ran["later"] < pushed + 5
+
+
+def test_term_during_long_jobs_requeues_them_and_exits_in_time(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    jobs.sleep_job.perform_bulk([[30, "sys:long"] for _ in range(3)])
+    worker = start_worker("-c", "3", "-t", "2")
+    wait_for(lambda: r.llen("sys:long:started") == 3, message="long jobs started")
+    started = time.monotonic()
+    worker.signal("TERM")
+    assert worker.wait(15) == 0
+    elapsed = time.monotonic() - started
+    assert elapsed < 2 + 3 + 3, elapsed  # timeout + grace + a little
+    back = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
+    assert len(back) == 3 and {j["class"] for j in back} == {"Sys::Sleep"}
+    assert r.llen("sys:long:done") == 0
+    assert r.scard("processes") == 0  # record removed at exit
+    assert "pushing 3 unfinished job(s) back" in worker.output()
+
+
+def test_tstp_stops_fetching_while_running_jobs_finish(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    jobs.sleep_job.perform_bulk([[1.5, "sys:quiet"] for _ in range(2)])
+    worker = start_worker("-c", "2")
+    wait_for(lambda: r.llen("sys:quiet:started") == 2, message="jobs started")
+    worker.signal("TSTP")
+    identity = next(iter(r.smembers("processes")))
+    wait_for(lambda: r.hget(identity, "quiet") == "true", message="quiet in heartbeat")
+    jobs.incr.perform_bulk([["sys:after-quiet"]] * 5)
+    wait_for(lambda: r.llen("sys:quiet:done") == 2, message="running jobs finished")
+    time.sleep(1.0)
+    assert r.get("sys:after-quiet") is None and r.llen("queue:default") == 5
+    worker.signal("TERM")
+    assert worker.wait(15) == 0
+    assert r.llen("queue:default") == 5
+
+
+def test_bad_payloads_go_where_they_belong_and_the_worker_goes_on(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    r.lpush("queue:default", "{not json")
+    wurk.push({"class": "Nobody::Knows", "args": [1]})
+    r.lpush("queue:default",  # a client would refuse this; a raw LPUSH cannot
+            '{"class":"Sys::Incr","args":{},"jid":"bad-args-jid","queue":"default"}')
+    jobs.incr.perform_async("sys:survivor")
+    start_worker()
+    wait_for(lambda: r.get("sys:survivor") == "1", message="a good job after bad ones")
+    wait_for(lambda: r.zcard("dead") == 2 and r.zcard("retry") == 1, message="bad jobs booked")
+    dead = dict(r.zrange("dead", 0, -1, withscores=True))
+    assert "{not json" in dead
+    invalid = next(json.loads(m) for m in dead if m.startswith('{"class"'))
+    assert invalid["error_class"] == "wurk.InvalidPayload"
+    assert "'args'" in invalid["error_message"] and "expected an array" in invalid[
+        "error_message"]
+    unknown = json.loads(r.zrange("retry", 0, -1)[0])
+    assert unknown["class"] == "Nobody::Knows"
+    assert unknown["error_class"] == "wurk.JobNotRegistered"
+    assert "Nobody::Knows" in unknown["error_message"] and unknown["retry_count"] == 0
+
+
+def test_strict_queue_order(config: wurk.Config, r: redis.Redis,
+                            start_worker: StartWorker) -> None:
+    for queue in ("low", "high"):
+        jobs.record.set(queue=queue).perform_bulk([["sys:order", queue]] * 30)
+    start_worker("-c", "1", "-q", "high", "-q", "low")
+    wait_for(lambda: r.llen("sys:order") == 60, message="all ran")
+    order = [json.loads(x)[0] for x in r.lrange("sys:order", 0, -1)]
+    assert order == ["high"] * 30 + ["low"] * 30
+
+
+def test_weighted_queue_order_holds_statistically(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    for queue in ("a", "b"):
+        jobs.record.set(queue=queue).perform_bulk([["sys:weighted", queue]] * 200)
+    start_worker("-c", "1", "-q", "a,3", "-q", "b,1")
+    wait_for(lambda: r.llen("sys:weighted") >= 160, message="jobs ran")
+    first = [json.loads(x)[0] for x in r.lrange("sys:weighted", 0, 159)]
+    share = first.count("a") / len(first)
+    assert 0.62 <= share <= 0.88, share  # expected 0.75 while both queues hold jobs
+
+
+def test_heartbeat_and_busy_map_use_sidekiqs_field_names(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    worker = start_worker("-c", "4", "-g", "systest", "-q", "default", "-q", "other,2")
+    jobs.sleep_job.perform_async(3, "sys:busy")
+    identity = next(iter(r.smembers("processes")))
+    _host, pid, nonce = identity.split(":")
+    assert int(pid) == worker.process.pid and len(nonce) == 12
+    wait_for(lambda: r.hget(identity, "busy") == "1", message="busy in heartbeat")
+    record = r.hgetall(identity)
+    assert {"info", "concurrency", "busy", "beat", "rtt_us", "quiet", "rss"} <= set(record)
+    assert record["concurrency"] == "4" and record["quiet"] == "false"
+    assert int(record["rss"]) > 1000 and float(record["beat"]) > time.time() - 5
+    assert 0 < r.ttl(identity) <= 60
+    info = json.loads(record["info"])
+    assert info["identity"] == identity and info["tag"] == "systest"
+    assert info["concurrency"] == 4 and info["queues"] == ["default", "other"]
+    assert info["capsules"]["default"]["mode"] == "weighted"
+    assert info["framework"] == "wurk" and info["embedded"] is False
+    assert isinstance(info["started_at"], float)
+    for suffix in (":work", ":workers"):
+        work = r.hgetall(identity + suffix)
+        assert len(work) == 1
+        entry = json.loads(next(iter(work.values())))
+        assert entry["queue"] == "default" and isinstance(entry["run_at"], int)
+        assert json.loads(entry["payload"])["class"] == "Sys::Sleep"
+
+
+def test_remote_quiet_through_the_signals_list(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    worker = start_worker()
+    identity = next(iter(r.smembers("processes")))
+    r.lpush(f"{identity}-signals", "TSTP")
+    wait_for(lambda: r.hget(identity, "quiet") == "true", message="remote quiet")
+    r.lpush(f"{identity}-signals", "TERM")
+    assert worker.wait(15) == 0
+
+
+def test_async_jobs_run(config: wurk.Config, r: redis.Redis, start_worker: StartWorker) -> None:
+    jobs.async_job.perform_bulk([["sys:async"]] * 20)
+    start_worker("-c", "5")
+    wait_for(lambda: r.get("sys:async") == "20", message="async jobs")

@@ -1,0 +1,64 @@
+"""Jobs the system tests run in a real ``wurk worker`` subprocess (loaded with ``-r``).
+
+Every job records what it did in Redis, so the test process can see it."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import redis
+
+import wurk
+from wurk import payload as P
+
+_client: redis.Redis | None = None
+
+
+def r() -> redis.Redis:
+    global _client
+    if _client is None:
+        _client = redis.Redis.from_url(os.environ["REDIS_URL"])
+    return _client
+
+
+@wurk.job(name="Sys::Incr")
+def incr(key: str) -> None:
+    r().incr(key)
+
+
+@wurk.job(name="Sys::Record")
+def record(key: str, value: Any) -> None:
+    r().rpush(key, P.dumps([value, time.time()]))
+
+
+@wurk.job(name="Sys::Sleep")
+def sleep_job(seconds: float, key: str) -> None:
+    r().rpush(f"{key}:started", "1")
+    time.sleep(seconds)
+    r().rpush(f"{key}:done", "1")
+
+
+class Failing(wurk.Job, name="Sys::Fail", retry=2, backtrace=True):
+    def perform(self, key: str) -> None:
+        r().incr(key)
+        raise ValueError(f"boom {key}")
+
+    def retry_in(self, count: int, exc: BaseException) -> float:
+        return 0.5
+
+
+@wurk.job(name="Sys::Async")
+async def async_job(key: str) -> None:
+    import asyncio
+
+    await asyncio.sleep(0.01)
+    r().incr(key)
+
+
+def _death(job: dict[str, Any], exc: BaseException) -> None:
+    r().rpush("sys:deaths", P.dumps([job.get("jid"), type(exc).__name__, str(exc)]))
+
+
+wurk.default_config().death_handlers.append(_death)

@@ -1,0 +1,126 @@
+"""Worker parts that need no Redis: queue order, the busy map, the signal pipe, YAML config."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from wurk.config import Capsule
+from wurk.configfile import load_file
+from wurk.errors import ConfigError
+from wurk.fetch import QueueOrder
+from wurk.processor import Busy
+from wurk.signals import SignalPipe
+
+
+def test_strict_order_is_declaration_order_without_duplicates() -> None:
+    order = QueueOrder(Capsule(queues=["a", "b", "a", "c"]))
+    assert order() == ["a", "b", "c"]
+    assert order(frozenset({"b"})) == ["a", "c"]
+
+
+def test_weighted_order_puts_a_queue_first_in_proportion_to_its_weight() -> None:
+    order = QueueOrder(Capsule(queues=["a,6", "b,3", "c,1"]))
+    firsts = Counter(order()[0] for _ in range(20000))
+    assert abs(firsts["a"] / 20000 - 0.6) < 0.03
+    assert abs(firsts["b"] / 20000 - 0.3) < 0.03
+    assert all(sorted(order()) == ["a", "b", "c"] for _ in range(100))
+
+
+def test_random_order_is_uniform() -> None:
+    order = QueueOrder(Capsule(queues=["a,1", "b,1"]))
+    firsts = Counter(order()[0] for _ in range(10000))
+    assert abs(firsts["a"] / 10000 - 0.5) < 0.04
+
+
+def test_busy_map_entries_are_what_sidekiq_reads() -> None:
+    busy = Busy()
+    busy.add("t1", "default", '{"class":"X","args":[]}')
+    assert len(busy) == 1
+    entry = json.loads(busy.snapshot()["t1"])
+    assert entry["queue"] == "default" and entry["payload"] == '{"class":"X","args":[]}'
+    assert isinstance(entry["run_at"], int) and abs(entry["run_at"] - time.time()) < 2
+    busy.remove("t1")
+    assert busy.snapshot() == {} and len(busy) == 0
+
+
+def test_signal_pipe_turns_signals_into_names() -> None:
+    pipe = SignalPipe(("USR2", "TTIN"))
+    pipe.install()
+    try:
+        os.kill(os.getpid(), signal.SIGUSR2)
+        os.kill(os.getpid(), signal.SIGTTIN)
+        pipe.push("TSTP")
+        received: list[str] = []
+        deadline = time.monotonic() + 2
+        while len(received) < 3 and time.monotonic() < deadline:
+            received += pipe.wait(0.1)
+        assert received == ["USR2", "TTIN", "TSTP"]
+        assert pipe.wait(0.01) == []
+    finally:
+        pipe.close()
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
+
+
+def test_yaml_config_in_sidekiq_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WORKERS", "12")
+    path = tmp_path / "wurk.yml"
+    path.write_text("""
+:concurrency: ${WORKERS}
+timeout: 8
+queues:
+  - critical
+  - [default, 2]
+  - "low,1"
+capsules:
+  single:
+    concurrency: 1
+    queues: [unsafe]
+tag: ${TAG:-fallback}
+production:
+  concurrency: 20
+staging:
+  concurrency: 2
+swarm:
+  count: 4
+""")
+    settings = load_file(path, "production")
+    assert settings["concurrency"] == 20 and settings["timeout"] == 8
+    assert settings["queues"] == ["critical", "default,2", "low,1"]
+    assert settings["tag"] == "fallback" and settings["environment"] == "production"
+    assert settings["swarm"] == {"count": 4}
+    assert [(c.name, c.concurrency, c.queue_names) for c in settings["capsules"]] == [
+        ("single", 1, ["unsafe"])]
+    assert load_file(path)["concurrency"] == 12
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("concurrency: [", "not valid YAML"),
+        ("- a\n- b", "top level must be a mapping"),
+        ("concurrencyy: 3", "unknown setting 'concurrencyy'"),
+        ("queues: default", "queues must be a list"),
+        ("queues: [[a, 1, 2]]", "queue entry"),
+        ("capsules: {x: {threads: 2}}", "capsule 'x' takes concurrency and queues only"),
+        ("tag: ${UNSET_VARIABLE_X}", "UNSET_VARIABLE_X is not set"),
+        ("server_middleware: []", "unknown setting 'server_middleware'"),
+    ],
+)
+def test_bad_config_files_name_the_problem(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "bad.yml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_file(path)
+    assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_missing_config_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_file(tmp_path / "nope.yml")
