@@ -185,17 +185,28 @@ class WorkerTree:
         self._log.close()
 
 
+@dataclass(frozen=True)
+class Pushed:
+    jobs: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.jobs / self.seconds
+
+
 def run_enqueue(system: System, mode: str, jobs: int, *, root: Path, env: dict[str, str],
-                rate: float = 0.0) -> float:
-    """Seconds the system's pusher reports for ``jobs`` jobs (its boot excluded)."""
-    argv = system.enqueue(mode, jobs, rate)
+                rate: float = 0.0, budget: float = ENQUEUE_TIMEOUT / 2) -> Pushed:
+    """What the system's pusher reports (its boot excluded); single mode stops after
+    ``budget`` seconds, so it may push fewer than ``jobs``."""
+    argv = system.enqueue(mode, jobs, rate, budget)
     done = subprocess.run(argv, cwd=root, env=env, capture_output=True,
                           timeout=ENQUEUE_TIMEOUT, check=False)
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
         raise RuntimeError(f"{system.name} enqueue {mode} failed: {' | '.join(tail)}")
-    last = done.stdout.decode().strip().splitlines()[-1]
-    return float(json.loads(last)["seconds"])
+    last = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    return Pushed(jobs=int(last["jobs"]), seconds=float(last["seconds"]))
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,9 @@
 
 1. The two Redis keys the benchmark jobs write (the Ruby jobs spell the same two names).
 2. The jobs' own Redis client, made on first use from ``BENCH_REDIS_URL``.
-3. ``enqueue_main``: the command line of ``push.py`` — push N jobs singly or in bulk, or
-   push latency jobs at a steady rate — timed inside the process (interpreter boot and
-   imports excluded) and reported as one JSON line.
+3. ``enqueue_main``: the command line of ``push.py`` — push N jobs singly (within a time
+   budget) or in bulk, or push latency jobs at a steady rate — timed inside the process
+   (interpreter boot and imports excluded) and reported as one JSON line.
 
 Only the standard library and redis-py are used here: this module runs under the peers'
 virtual environment and under the project's alike.
@@ -30,6 +30,9 @@ LATENCY = "bench:latency"
 BULK_SLICE = 1000
 # How long a paced producer waits for its warm-up job before giving up.
 WARMUP_TIMEOUT = 120.0
+# Single pushes go out in chunks of this many between looks at the clock, so a slow pusher
+# stops near its time budget (and arq opens one pool per chunk, not per job).
+SINGLE_CHUNK = 1000
 
 _client: redis.Redis | None = None
 _client_lock = threading.Lock()
@@ -80,17 +83,30 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("mode", choices=("single", "bulk", "paced"))
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--max-seconds", type=float, default=float("inf"),
+                        help="single mode: stop pushing after this long")
     return parser.parse_args(argv)
+
+
+def push_singly(jobs: ModuleType, count: int, budget: float) -> int:
+    """Push up to ``count`` jobs one call each, stopping after ``budget`` seconds; returns
+    how many were pushed."""
+    start, pushed = time.perf_counter(), 0
+    while pushed < count and time.perf_counter() - start < budget:
+        chunk = min(SINGLE_CHUNK, count - pushed)
+        jobs.push_single(chunk)
+        pushed += chunk
+    return pushed
 
 
 def enqueue_main(jobs: ModuleType, argv: list[str]) -> None:
     """Run one enqueue mode with a job module's ``push_single(n)``, ``push_bulk(n)`` (absent
     when the system has no bulk push), ``push_warmup()`` and ``push_paced(pushed_at)``;
-    print ``{"seconds": ...}``."""
+    print ``{"seconds": ..., "jobs": ...}``."""
     options = parse(argv)
-    start = time.perf_counter()
+    start, pushed = time.perf_counter(), options.jobs
     if options.mode == "single":
-        jobs.push_single(options.jobs)
+        pushed = push_singly(jobs, options.jobs, options.max_seconds)
     elif options.mode == "bulk":
         if not hasattr(jobs, "push_bulk"):
             raise SystemExit(f"{jobs.__name__} has no bulk push")
@@ -100,4 +116,4 @@ def enqueue_main(jobs: ModuleType, argv: list[str]) -> None:
         wait_for_warmup(os.environ["BENCH_REDIS_URL"])
         start = time.perf_counter()
         pace(jobs.push_paced, options.jobs, options.rate)
-    print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+    print(json.dumps({"seconds": time.perf_counter() - start, "jobs": pushed}), flush=True)

@@ -1,10 +1,11 @@
 # Sidekiq's enqueue side, the Ruby twin of push.py:
-#   ruby benchmarks/peers/sidekiq_push.rb single|bulk|paced JOBS [RATE]
-# Times itself after boot and prints {"seconds": ...}.
+#   ruby benchmarks/peers/sidekiq_push.rb single|bulk|paced JOBS [RATE] [MAX_SECONDS]
+# Times itself after boot and prints {"seconds": ..., "jobs": ...}.
 require 'json'
 require_relative 'sidekiq_jobs'
 
 BULK_SLICE = 1000 # shared.BULK_SLICE
+SINGLE_CHUNK = 1000 # shared.SINGLE_CHUNK
 WARMUP_TIMEOUT = 120.0
 
 def clock
@@ -31,10 +32,22 @@ def paced(jobs, rate)
   start
 end
 
+def singly(jobs, budget)
+  start = clock
+  pushed = 0
+  while pushed < jobs && clock - start < budget
+    chunk = [SINGLE_CHUNK, jobs - pushed].min
+    chunk.times { BenchIncr.perform_async }
+    pushed += chunk
+  end
+  pushed
+end
+
 mode, jobs, rate = ARGV[0], Integer(ARGV[1]), Float(ARGV[2] || 200)
+budget = Float(ARGV[3] || Float::INFINITY)
 start = clock
 case mode
-when 'single' then jobs.times { BenchIncr.perform_async }
+when 'single' then jobs = singly(jobs, budget)
 when 'bulk'
   (0...jobs).step(BULK_SLICE) do |first|
     count = [BULK_SLICE, jobs - first].min
@@ -43,4 +56,4 @@ when 'bulk'
 when 'paced' then start = paced(jobs, Float(rate))
 else abort("unknown mode #{mode}")
 end
-puts JSON.generate(seconds: clock - start)
+puts JSON.generate(seconds: clock - start, jobs: jobs)

@@ -41,8 +41,9 @@ class Tools:
 @dataclass(frozen=True)
 class System:
     name: str
-    # (mode, jobs, rate) -> argv printing {"seconds": ...}; mode is single|bulk|paced
-    enqueue: Callable[[str, int, float], Argv]
+    # (mode, jobs, rate, max_seconds) -> argv printing {"seconds": ..., "jobs": ...};
+    # mode is single|bulk|paced; max_seconds bounds single mode
+    enqueue: Callable[[str, int, float, float], Argv]
     # (processes, concurrency) -> one argv per OS process to start
     workers: Callable[[int, int], list[Argv]]
     has_bulk: bool
@@ -51,10 +52,10 @@ class System:
     notes: list[str] = field(default_factory=list)
 
 
-def python_enqueue(python: Path, name: str) -> Callable[[str, int, float], Argv]:
-    def argv(mode: str, jobs: int, rate: float) -> Argv:
-        return [str(python), "-m", "benchmarks.peers.push", name, mode,
-                "--jobs", str(jobs), "--rate", str(rate)]
+def python_enqueue(python: Path, name: str) -> Callable[[str, int, float, float], Argv]:
+    def argv(mode: str, jobs: int, rate: float, max_seconds: float) -> Argv:
+        return [str(python), "-m", "benchmarks.peers.push", name, mode, "--jobs", str(jobs),
+                "--rate", str(rate), "--max-seconds", str(max_seconds)]
     return argv
 
 

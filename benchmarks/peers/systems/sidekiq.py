@@ -52,8 +52,8 @@ def _system(tools: Tools, name: str, *, yjit: bool) -> System:
     def worker(concurrency: int) -> Argv:
         return ["ruby", *flags, sidekiq, "-r", JOBS, "-c", str(concurrency), "-q", "default"]
 
-    def enqueue(mode: str, jobs: int, rate: float) -> Argv:
-        return ["ruby", *flags, PUSH, mode, str(jobs), str(rate)]
+    def enqueue(mode: str, jobs: int, rate: float, max_seconds: float) -> Argv:
+        return ["ruby", *flags, PUSH, mode, str(jobs), str(rate), str(max_seconds)]
 
     return System(name=name, enqueue=enqueue, workers=copies(worker), has_bulk=True,
                   notes=notes)
