@@ -39,6 +39,9 @@ STOP_GRACE = 15.0
 ENQUEUE_TIMEOUT = 600.0
 # After the paced producer ends, stragglers get this long to be recorded.
 LATENCY_GRACE = 5.0
+# A drain still short of N at its cap goes on if, at its rate so far, it would end within
+# this many caps: systems fast enough finish their whole N, the slow ones are cut short.
+FINISH_WITHIN = 2.0
 # How long a server may take to answer its first PING.
 SERVER_BOOT = 15.0
 
@@ -229,12 +232,24 @@ class Progress:
     first_cpu: float = 0.0
 
 
+def going_on(seen: Progress, count: int, jobs: int, elapsed: float, cap: float) -> bool:
+    if count >= jobs:
+        return False
+    if elapsed < cap:
+        return True
+    if not seen.first_at or count <= seen.first_count:
+        return False
+    rate = (count - seen.first_count) / (time.perf_counter() - seen.first_at)
+    return elapsed + (jobs - count) / rate <= cap * FINISH_WITHIN
+
+
 def drain(server: PrivateRedis, tree: WorkerTree, jobs: int, *, cap: float) -> Drain:
-    """Poll the counter until it reaches ``jobs`` or ``cap`` seconds pass since start."""
+    """Poll the counter until it reaches ``jobs``, or ``cap`` seconds have passed since the
+    start and the rest would take too long (``FINISH_WITHIN``)."""
     commands_before = server.commands()
     seen = Progress()
     count = 0
-    while count < jobs and time.perf_counter() - tree.started < cap:
+    while going_on(seen, count, jobs, time.perf_counter() - tree.started, cap):
         time.sleep(POLL_INTERVAL)
         count = server.counter()
         seen.polls += 1

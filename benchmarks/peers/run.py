@@ -44,8 +44,8 @@ LATENCY_JOBS, LATENCY_RATE = 2000, 200.0
 # Latency is only measured where the drain ran this much faster than the paced rate: a
 # system that cannot keep up only shows its backlog growing ("overloaded").
 HEADROOM = 1.25
-# A drain slower than this is stopped and its rate taken over what it did: RQ's fork per
-# job (~60/s) would otherwise take 5 minutes per run for 20,000 jobs.
+# A drain slower than this is stopped and its rate taken over what it did (unless it is
+# about to end): RQ's fork per job (~30/s) would otherwise take 10 minutes per run.
 DRAIN_CAP = 15.0
 # Single pushes stop after this long: the slowest pushers (arq, ~1,000/s here) would spend
 # half a minute on 20,000, and a drain capped anyway needs no more jobs than that.
@@ -145,7 +145,7 @@ def fmt(value: float | None, digits: int = 0, *, mark: str = "") -> str:
 
 COLUMNS = ("system", "drain/s", "+boot/s", "single/s", "bulk/s", "p50 ms", "p99 ms",
            "RSS MB", "CPU µs/job", "cmds/job")
-WIDTHS = (10, 9, 9, 9, 9, 8, 9, 7, 11, 9)
+WIDTHS = (14, 9, 9, 9, 9, 8, 9, 7, 11, 9)
 
 
 def line(cells: list[str]) -> str:
@@ -220,11 +220,11 @@ def print_ratios(systems: list[System], results: dict[str, list[Row]]) -> None:
     print("\nwurk's ratio to each peer (> 1 means wurk is better: wurk/peer for drain and "
           "enqueue rates,\npeer/wurk for p99 latency, RSS, CPU and Redis commands per job)")
     heads = ["vs", "drain", "single", "bulk", "p99", "RSS", "CPU/job", "cmds/job"]
-    print(f"{heads[0]:<10}" + "".join(f"{h:>9}" for h in heads[1:]))
+    print(f"{heads[0]:<{WIDTHS[0]}}" + "".join(f"{h:>9}" for h in heads[1:]))
     for system in systems:
         if system.name != "wurk":
             cells = ratio_cells(results["wurk"], results[system.name])
-            print(f"{system.name:<10}" + "".join(f"{c:>9}" for c in cells))
+            print(f"{system.name:<{WIDTHS[0]}}" + "".join(f"{c:>9}" for c in cells))
 
 
 def print_notes(systems: list[System], server: PrivateRedis, options: argparse.Namespace,
@@ -232,8 +232,9 @@ def print_notes(systems: list[System], server: PrivateRedis, options: argparse.N
     print(f"\nserver: redis {server.version}, private, no persistence, flushed between runs; "
           f"load average (1 min) {load[0]:.1f} at start, {load[1]:.1f} at end")
     print(f"Single pushes stop after {ENQUEUE_BUDGET:.0f} s; the worker drains what was pushed. "
-          f"* drain stopped at the {options.drain_cap:.0f} s cap;\n  rate over the jobs done "
-          "by then. ≥: some latency jobs never ran (counted at the 5 s grace).")
+          f"* drain stopped at the {options.drain_cap:.0f} s cap\n  (one that would end within "
+          f"{harness.FINISH_WITHIN:.0f}× the cap runs on); rate over the jobs done by then. "
+          "≥: some latency jobs never ran\n  (counted at the 5 s grace).")
     print(f"overload: drain under {HEADROOM}× the paced rate, so latency was not measured. "
           "Latency jobs RPUSH (start - push) instead of INCR.")
     print("drain/s excludes the worker's boot, +boot/s includes it. Per-job log lines: "
