@@ -203,8 +203,12 @@ def run_enqueue(system: System, mode: str, jobs: int, *, root: Path, env: dict[s
     """What the system's pusher reports (its boot excluded); single mode stops after
     ``budget`` seconds, so it may push fewer than ``jobs``."""
     argv = system.enqueue(mode, jobs, rate, budget)
-    done = subprocess.run(argv, cwd=root, env=env, capture_output=True,
-                          timeout=ENQUEUE_TIMEOUT, check=False)
+    try:
+        done = subprocess.run(argv, cwd=root, env=env, capture_output=True,
+                              timeout=ENQUEUE_TIMEOUT, check=False)
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{system.name} enqueue {mode} ran over {ENQUEUE_TIMEOUT:.0f} s") \
+            from None
     if done.returncode != 0:
         tail = done.stderr.decode(errors="replace").strip().splitlines()[-3:]
         raise RuntimeError(f"{system.name} enqueue {mode} failed: {' | '.join(tail)}")
@@ -224,7 +228,8 @@ class Drain:
 
 @dataclass
 class Progress:
-    """What the drain loop saw: first job seen done, and the last poll."""
+    """What the drain loop saw: how often it polled, and the first poll that saw a job done
+    (when, the count then, the worker's CPU seconds then)."""
 
     polls: int = 0
     first_at: float = 0.0

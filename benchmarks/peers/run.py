@@ -137,10 +137,8 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-def fmt(value: float | None, digits: int = 0, *, mark: str = "") -> str:
-    if value is None:
-        return "—"
-    return f"{value:,.{digits}f}{mark}"
+def fmt(value: float | None, digits: int = 0) -> str:
+    return "—" if value is None else f"{value:,.{digits}f}"
 
 
 COLUMNS = ("system", "drain/s", "+boot/s", "single/s", "bulk/s", "p50 ms", "p99 ms",
