@@ -29,7 +29,7 @@ from .manager import Manager
 from .pause import PausedCache
 from .processor import Busy, JobRunner
 from .reaper import Reaper, return_own_lists
-from .reliable import Feed, ReliableFetch, private_list_name
+from .reliable import ReliableFetch, private_list_name
 from .reporting import report_error
 from .scheduled import Scheduler
 from .stats import Counters
@@ -65,7 +65,6 @@ class Launcher:
                                    on_signal=on_remote_signal, on_beat=self._update_title)
         self.scheduler = Scheduler(config)
         self.paused = PausedCache(config)
-        self._feeds = [Feed(capsule) for capsule in self.capsules]
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
         self.reaper = Reaper(config, self.identity, served) if config.fetch == "reliable" \
@@ -110,9 +109,8 @@ class Launcher:
         pool = self.config.pool(f"capsule-{capsule.name}", size=capsule.concurrency + 2)
         if self.config.fetch == "basic":
             return BasicFetch(self.config, capsule, pool, paused=self.paused.get)
-        index = self.capsules.index(capsule)
         return ReliableFetch(self.config, capsule, pool, identity=self.identity,
-                             capsule_index=index, slot=slot, feed=self._feeds[index],
+                             capsule_index=self.capsules.index(capsule), slot=slot,
                              paused=self.paused.get)
 
     def private_lists(self) -> list[tuple[str, str]]:
