@@ -21,6 +21,7 @@ from .errors import (
     RegistrationError,
     Shutdown,
     UnparseablePayload,
+    UnsupportedServer,
     WurkError,
 )
 from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
@@ -47,6 +48,7 @@ __all__ = [
     "RegistrationError",
     "Shutdown",
     "UnparseablePayload",
+    "UnsupportedServer",
     "WurkError",
     "__version__",
     "configure",

@@ -96,13 +96,28 @@ def dumps(obj: Any) -> str:
     return _encoder.encode(obj)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Python's parser takes NaN and Infinity, which no other JSON reader (Ruby's included) does
+# and which wurk could not write back into a retry: refused as not JSON.
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+
+
 def loads(raw: str | bytes) -> Payload:
-    """Parse a stored entry; anything but a JSON object is an ``UnparseablePayload``."""
+    """Parse a stored entry; anything but a JSON object is an ``UnparseablePayload``.
+
+    Bytes must be UTF-8 (JSON's interchange encoding, and what Sidekiq writes)."""
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = _decoder.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UnparseablePayload(
             f"payload is not valid JSON ({exc}): {_excerpt(raw)}", field=None
+        ) from None
+    except RecursionError:
+        raise UnparseablePayload(
+            f"payload is not valid JSON (nested too deeply to parse): {_excerpt(raw)}"
         ) from None
     if not isinstance(value, dict):
         raise UnparseablePayload(
