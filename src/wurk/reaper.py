@@ -17,7 +17,8 @@
    plus a margin) goes back to its queue (``scripts/return_stray.lua``). It is a move whose
    reply a cut connection lost, or the job of a processor that died or could not book the
    job's failure; without this it would wait for the process to exit.
-6. Sweeps that fail are reported once per outage; the outage's length is logged at its end.
+6. Sweeps that fail are reported once per outage and retried with a capped backoff; the
+   outage's length is logged at its end.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .config import Config
 from .connection import RedisPool
 from .heartbeat import Identity
 from .morgue import Morgue
-from .outage import Outage
+from .outage import Backoff, Outage
 from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
 from .reliable import Claims
 from .scripts import Script
@@ -114,8 +115,9 @@ class Reaper:
         self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
         self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
         self._outage = Outage(config, "reaper")
-        self._timer = TimerLoop("wurk-reaper", self._tick, config.reaper_interval,
-                                on_error=self._outage.failed)
+        self._backoff = Backoff()
+        self._timer = TimerLoop("wurk-reaper", self._tick, self._interval,
+                                first_wait=config.reaper_interval, on_error=self._failed)
 
     def start(self) -> None:
         self._timer.start()
@@ -126,7 +128,15 @@ class Reaper:
     # -- sweeps -----------------------------------------------------------------------------
     def _tick(self) -> None:
         self.sweep()
+        self._backoff.reset()
         self._outage.ended()
+
+    def _failed(self, exc: Exception) -> None:
+        self._outage.failed(exc)
+        self._backoff.next_wait()
+
+    def _interval(self) -> float:
+        return max(self.config.reaper_interval, self._backoff.wait)
 
     def sweep(self) -> int:
         """Scoped sweep, plus the full scan when this process wins the hourly lock, plus
