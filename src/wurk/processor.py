@@ -30,10 +30,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import redis
+
 from . import log as wurk_log
 from . import payload as P
 from .config import Config
-from .errors import InvalidPayload, Shutdown, UnparseablePayload
+from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
 from .job import JobDefinition, Registry, registry, reset_running, set_running
 from .log import job_context, tid
@@ -131,13 +133,13 @@ class JobRunner:
         running = set_running(job)
         try:
             with job_context(self._log_fields(job, unit.queue)):
-                return self._perform_logged(job, unit.queue, interruptible)
+                return self._perform_logged(job, unit.queue, interruptible, unit.raw)
         finally:
             reset_running(running)
             self.busy.remove(thread_id)
 
     def _perform_logged(self, job: P.Payload, queue: str,
-                        interruptible: Callable[[bool], None]) -> bool:
+                        interruptible: Callable[[bool], None], raw: bytes) -> bool:
         quiet = self.config.skip_default_job_logging
         if not quiet:
             wurk_log.info("start")
@@ -160,7 +162,7 @@ class JobRunner:
             self.counters.record(failed=True)
             if not quiet:
                 wurk_log.info("fail: %.3f sec", time.monotonic() - started)
-            return self._book_failure(job, exc, definition, instance)
+            return self._book_failure(job, exc, definition, instance, raw)
         self.counters.record(failed=False)
         if not quiet:
             wurk_log.info("done: %.3f sec", time.monotonic() - started)
@@ -183,15 +185,31 @@ class JobRunner:
             perform()
 
     def _book_failure(self, job: P.Payload, exc: Exception, definition: JobDefinition | None,
-                      instance: Any) -> bool:
-        """Retry or bury; False (do not acknowledge) when even that failed."""
+                      instance: Any, raw: bytes) -> bool:
+        """Retry or bury; False (do not acknowledge) when Redis refused that: the job goes
+        back to its queue and its failure is booked next time."""
         try:
             self.retry.handle(job, exc, definition=definition, instance=instance)
-        except Exception as booking_error:
+        except (RedisUnavailable, redis.RedisError) as booking_error:
             report_error(self.config, booking_error,
                          {"context": "booking a job failure", "job": job})
             return False
+        except Exception as booking_error:
+            return self._unbookable(job, booking_error, raw)
         report_error(self.config, exc, {"context": "Job raised exception", "job": job})
+        return True
+
+    def _unbookable(self, job: P.Payload, error: Exception, raw: bytes) -> bool:
+        """The payload itself defeats the retry bookkeeping (a value no float holds…): it is
+        buried as it came, rather than coming back to fail the same way forever."""
+        report_error(self.config, error, {
+            "context": "the failure could not be booked; the payload goes to the dead set "
+                       "as it came", "job": job})
+        try:
+            self.morgue.bury(raw)
+        except Exception as failure:
+            report_error(self.config, failure, {"context": "burying an unbookable job"})
+            return False
         return True
 
     def _reject(self, unit: UnitOfWork, exc: InvalidPayload) -> None:
@@ -212,7 +230,7 @@ class JobRunner:
         unit.acknowledge()
 
     def _bury(self, unit: UnitOfWork, exc: UnparseablePayload) -> None:
-        self.morgue.bury(unit.raw.decode("utf-8", "replace"))
+        self.morgue.bury(unit.raw)  # as it came, bytes and all (decisions.md 6)
         report_error(self.config, exc, {"context": "Invalid JSON for job", "queue": unit.queue})
 
     def _kill_invalid(self, unit: UnitOfWork, exc: InvalidPayload) -> None:
