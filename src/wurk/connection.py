@@ -223,8 +223,8 @@ class Lease:
 
     def call(self, *args: Any) -> Any:
         """One command, one round trip; a transient refusal raises ``RedisUnavailable``."""
-        connection = self._take()
         try:
+            connection = self._take()
             connection.send_command(*args)
             return connection.read_response()
         except redis.ResponseError as exc:
@@ -237,8 +237,8 @@ class Lease:
     def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; error replies come back as exceptions in place,
         so one refused command does not desynchronise the connection."""
-        connection = self._take()
         try:
+            connection = self._take()
             connection.send_packed_command(connection.pack_commands(commands))
             replies = [self._read(connection) for _ in commands]
         except _CONNECTION_ERRORS as exc:

@@ -22,7 +22,8 @@ from .config import Config
 from .connection import RedisPool, describe_url
 from .errors import RedisUnavailable, UnsupportedServer
 
-__all__ = ["MIN_VERSION", "check_server", "eviction_policy", "server_version"]
+__all__ = ["MIN_VERSION", "check_server", "eviction_policy", "require_version",
+           "server_version"]
 
 log = logging.getLogger("wurk")
 
@@ -41,15 +42,21 @@ def check_server(config: Config, pool: RedisPool | None = None) -> None:
     except (RedisUnavailable, redis.RedisError) as exc:
         log.warning("could not check the Redis server at boot (%s); starting anyway", exc)
         return
-    if version is not None and version < MIN_VERSION:
-        raise UnsupportedServer(
-            f"Redis at {describe_url(target.url)} is version {'.'.join(map(str, version))}; "
-            f"wurk needs Redis {'.'.join(map(str, MIN_VERSION))} or newer (or Valkey 7.2+)")
+    if version is not None:
+        require_version(version, target.url)
     if policy is not None and policy != SAFE_POLICY:
         log.warning("Redis maxmemory-policy is %r: under memory pressure Redis will delete "
                     "wurk's data (queued and in-flight jobs). Set it to %r "
                     "(CONFIG SET maxmemory-policy noeviction, or in redis.conf)",
                     policy, SAFE_POLICY)
+
+
+def require_version(version: tuple[int, int], url: str) -> None:
+    """``UnsupportedServer`` when ``version`` is older than ``MIN_VERSION``."""
+    if version < MIN_VERSION:
+        raise UnsupportedServer(
+            f"Redis at {describe_url(url)} is version {'.'.join(map(str, version))}; wurk "
+            f"needs Redis {'.'.join(map(str, MIN_VERSION))} or newer (or Valkey 7.2+)")
 
 
 def server_version(pool: RedisPool) -> tuple[int, int] | None:

@@ -31,7 +31,7 @@ from . import scripts
 from .client import Client
 from .config import Config
 from .connection import RedisPool
-from .errors import InvalidPayload, UnparseablePayload
+from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
 from .outage import Backoff, Outage
 from .processes import prune_processes
@@ -146,6 +146,9 @@ class Scheduler:
             return 0 if self.client.push(job) is None else 1
         except InvalidPayload as exc:
             self._retry.kill_invalid(job, exc)
+            return 0
+        except InvalidArguments as exc:  # a client middleware made them so
+            self._retry.kill_invalid(job, InvalidPayload(str(exc), field=P.ARGS))
             return 0
 
     def _put_back(self, key: str, raw: bytes | str, score: float) -> None:
