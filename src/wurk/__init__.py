@@ -23,6 +23,7 @@ from .errors import (
     Shutdown,
     SwarmError,
     UnparseablePayload,
+    UnsupportedServer,
     WurkError,
 )
 from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
@@ -51,6 +52,7 @@ __all__ = [
     "Shutdown",
     "SwarmError",
     "UnparseablePayload",
+    "UnsupportedServer",
     "WurkError",
     "__version__",
     "configure",

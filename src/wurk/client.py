@@ -7,6 +7,8 @@
 4. One pipeline per push or per bulk slice (§4.2): ``SADD queues`` + ``LPUSH`` per queue for
    immediate jobs, one ``ZADD schedule`` for scheduled ones. Never a transaction, never replayed
    after a broken connection (a replay could push the job twice).
+5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
+   and what to do; nothing is buffered (reliable push is a later feature).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 from . import payload as P
 from .config import Config, default_config
 from .connection import RedisPool
-from .errors import InvalidPayload
+from .errors import InvalidPayload, RedisUnavailable
 
 __all__ = ["Client", "push", "push_bulk"]
 
@@ -200,7 +202,20 @@ class Client:
                     pipe.lpush(keys.queue(queue), *jsons)
             pipe.execute()
 
-        self.pool.run(send)
+        try:
+            self.pool.run(send)
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(_push_failed(entries, exc)) from exc
+
+
+def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Exception) -> str:
+    first = entries[0][0]
+    what = f"{first.get(P.CLASS)} (jid {first.get(P.JID)})"
+    if len(entries) > 1:
+        what = f"{len(entries)} jobs, the first {what}"
+    return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
+            "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
+            "mid-command, the push may have reached Redis.)")
 
 
 _clients: dict[int, Client] = {}

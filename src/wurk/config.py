@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -36,6 +37,15 @@ LIFECYCLE_EVENTS: tuple[str, ...] = (
 )
 
 DAY = 24 * 60 * 60
+
+# Settings with no rule of their own above: their type is checked so that a bad value in a
+# file is an error naming it at load time, not a crash in a thread later.
+_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment")
+_OPTIONAL = ("redis_url", "environment")
+_FLAG_SETTINGS = ("leader", "skip_default_job_logging")
+_TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
+_LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
+                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout")
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
@@ -279,7 +289,9 @@ class Config:
         self._check_choice("scheduler", ("atomic", "client"))
         self._check_choice("private_list_layout", ("wurk", "pro"))
         self._check_choice("log_format", ("pretty", "plain", "json"))
-        if isinstance(self.queues, str) or not all(isinstance(q, str) for q in self.queues):
+        self._check_types()
+        if not isinstance(self.queues, list) or not all(isinstance(q, str)
+                                                        for q in self.queues):
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
         self._validate_web()
@@ -295,6 +307,33 @@ class Config:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
             raise ConfigError(f"web_stream_interval must be a number of seconds > 0, "
                               f"not {interval!r}")
+
+    def _check_types(self) -> None:
+        """The settings a file can give any value: caught here, not as a crash later."""
+        for name in _TEXT_SETTINGS:
+            value = getattr(self, name)
+            if not isinstance(value, str) and not (value is None and name in _OPTIONAL):
+                raise ConfigError(f"{name} must be text, not {value!r}")
+        for name in _FLAG_SETTINGS:
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name} must be true or false, not {getattr(self, name)!r}")
+        for name in _TEXT_LIST_SETTINGS:
+            value = getattr(self, name)
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise ConfigError(f"{name} must be a list of text, not {value!r}")
+        for name in _LOOP_INTERVALS:  # a loop that waits 0 s between turns would spin
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool)
+                                      or not isinstance(value, (int, float)) or value <= 0):
+                raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
+        if not isinstance(self.log_level, str) or \
+                not isinstance(logging.getLevelName(self.log_level.upper()), int):
+            raise ConfigError(f"log_level must be one of DEBUG, INFO, WARNING, ERROR, "
+                              f"CRITICAL, not {self.log_level!r}")
+        if not isinstance(self.capsules, list) or not all(isinstance(c, Capsule)
+                                                          for c in self.capsules):
+            raise ConfigError(f"capsules must map a name to its settings, not "
+                              f"{self.capsules!r}")
 
     def _check_choice(self, name: str, choices: Iterable[str]) -> None:
         value = getattr(self, name)

@@ -39,18 +39,28 @@ def load_file(path: str | os.PathLike[str], environment: str | None = None) -> d
     """Read a YAML file into ``Config`` keyword arguments (plus ``swarm`` if present)."""
     source = Path(path)
     try:
-        text = source.read_text()
+        text = source.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read config file {source}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save it as UTF-8") \
+            from None
     try:
         data = yaml.safe_load(_interpolate(text, source))
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{source}: not valid YAML: {_one_line(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply to be a configuration") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of settings")
     return settings_from_mapping(data, environment=environment, source=str(source))
+
+
+def _one_line(exc: Exception) -> str:
+    """PyYAML's messages span lines (with a caret under the spot); a CLI error is one line."""
+    return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
 
 
 def _interpolate(text: str, source: Path) -> str:

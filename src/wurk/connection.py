@@ -8,7 +8,11 @@
    only (the seed's ``PoolCheckout`` rule).
 3. ``READONLY``/``NOREPLICAS``/``UNBLOCKED`` replies (failover leftovers) mean the command was
    refused, not applied: the pool reconnects and the block runs once more.
-4. ``resolve_url`` finds Redis: ``REDIS_URL`` (read into the config), the configured URL, then
+4. Every reply that refuses a command for a while — the server is loading its data
+   (``LOADING``), running a long script (``BUSY``), a replica (``READONLY``), out of memory
+   (``OOM``) — and every broken connection reach the caller as ``RedisUnavailable``, so the
+   loops that retry (``wurk.outage``) and the code that pushes see one kind of error.
+5. ``resolve_url`` finds Redis: ``REDIS_URL`` (read into the config), the configured URL, then
    the embedded server (``api.md`` "Finding Redis").
 """
 
@@ -18,7 +22,7 @@ import importlib
 import logging
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -30,13 +34,53 @@ from .errors import EmbeddedServerError, RedisUnavailable
 if TYPE_CHECKING:
     from .config import Config
 
-__all__ = ["Lease", "RedisPool", "describe_url", "resolve_url"]
+__all__ = ["Lease", "RedisPool", "describe_url", "refusal", "resolve_url"]
 
 log = logging.getLogger("wurk")
 T = TypeVar("T")
 
-_FAILOVER_REPLIES = ("READONLY", "NOREPLICAS", "UNBLOCKED")
+_FAILOVER_REPLIES = frozenset({"READONLY", "NOREPLICAS", "UNBLOCKED"})
+# Error replies that mean "not now" rather than "never": the command was refused, not applied.
+_TRANSIENT_REPLIES = _FAILOVER_REPLIES | {"LOADING", "BUSY", "OOM", "MASTERDOWN", "TRYAGAIN",
+                                          "CLUSTERDOWN"}
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+# redis-py strips the code from the message of the replies it has a class for; these give
+# it back (most specific class first: MasterDownError is a ClusterDownError).
+_CODE_OF_CLASS: tuple[tuple[type[Exception], str], ...] = (
+    (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.OutOfMemoryError, "OOM"),
+    (redis.exceptions.BusyLoadingError, "LOADING"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"),
+    (redis.exceptions.MasterDownError, "MASTERDOWN"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+)
+
+
+# redis-py prefixes the first error of a pipeline with this (and the command's position).
+_PIPELINE_NOTE = "caused error: "
+
+
+def reply_code(exc: BaseException) -> str:
+    """The error reply's code (``READONLY``, ``BUSY``…), whichever way redis-py parsed it."""
+    for cls, code in _CODE_OF_CLASS:
+        if isinstance(exc, cls):
+            return code
+    text = str(exc)
+    if _PIPELINE_NOTE in text:
+        text = text.split(_PIPELINE_NOTE, 1)[1]
+    return text.split(" ", 1)[0]
+
+
+def refusal(exc: BaseException, url: str) -> RedisUnavailable | None:
+    """A ``RedisUnavailable`` naming the refusal when ``exc`` is a transient error reply."""
+    if not isinstance(exc, redis.RedisError):
+        return None
+    code = reply_code(exc)
+    if code not in _TRANSIENT_REPLIES:
+        return None
+    text = str(exc)
+    shown = text if text.startswith(code) else f"{code} {text}"
+    return RedisUnavailable(f"{describe_url(url)} refused the command: {shown}")
 
 
 def _version() -> str:
@@ -81,21 +125,35 @@ class RedisPool:
         try:
             return fn(self.client)
         except redis.ResponseError as exc:
-            if not str(exc).startswith(_FAILOVER_REPLIES):
-                raise
-            log.warning("redis answered %s; reconnecting and trying once more", exc)
+            if reply_code(exc) not in _FAILOVER_REPLIES:
+                self._raise_refusal(exc)
+            # Logged at debug only: the loops that retry report the outage once.
+            log.debug("redis answered %s; reconnecting and trying once more", exc)
             self._pool.disconnect()
             return self._second_try(fn)
         except _CONNECTION_ERRORS as exc:
             if not idempotent:
-                raise RedisUnavailable(f"{describe_url(self.url)}: {exc}") from exc
+                raise self._unavailable(exc) from exc
             return self._second_try(fn)
 
     def _second_try(self, fn: Callable[[redis.Redis], T]) -> T:
         try:
             return fn(self.client)
+        except redis.ResponseError as exc:
+            self._raise_refusal(exc)
         except _CONNECTION_ERRORS as exc:
-            raise RedisUnavailable(f"{describe_url(self.url)}: {exc}") from exc
+            raise self._unavailable(exc) from exc
+
+    def _raise_refusal(self, exc: redis.ResponseError) -> NoReturn:
+        """``RedisUnavailable`` for a transient refusal; any other reply (a bug, a wrong
+        type) is raised as it is."""
+        unavailable = refusal(exc, self.url)
+        if unavailable is None:
+            raise exc
+        raise unavailable from exc
+
+    def _unavailable(self, exc: Exception) -> RedisUnavailable:
+        return refusal(exc, self.url) or RedisUnavailable(f"{describe_url(self.url)}: {exc}")
 
     def pipeline(self, *, transaction: bool = False) -> Any:
         return self.client.pipeline(transaction=transaction)
@@ -164,27 +222,38 @@ class Lease:
         self._connection: Any = None
 
     def call(self, *args: Any) -> Any:
-        """One command, one round trip."""
-        connection = self._take()
+        """One command, one round trip; a transient refusal raises ``RedisUnavailable``."""
         try:
+            connection = self._take()
             connection.send_command(*args)
             return connection.read_response()
-        except redis.ResponseError:
-            raise
+        except redis.ResponseError as exc:
+            self._after_refusal(exc)
+            self.pool._raise_refusal(exc)
         except _CONNECTION_ERRORS as exc:
             self._drop()
-            raise RedisUnavailable(f"{describe_url(self.pool.url)}: {exc}") from exc
+            raise self.pool._unavailable(exc) from exc
 
     def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; error replies come back as exceptions in place,
         so one refused command does not desynchronise the connection."""
-        connection = self._take()
         try:
+            connection = self._take()
             connection.send_packed_command(connection.pack_commands(commands))
-            return [self._read(connection) for _ in commands]
+            replies = [self._read(connection) for _ in commands]
         except _CONNECTION_ERRORS as exc:
             self._drop()
-            raise RedisUnavailable(f"{describe_url(self.pool.url)}: {exc}") from exc
+            raise self.pool._unavailable(exc) from exc
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                self._after_refusal(reply)
+        return replies
+
+    def _after_refusal(self, exc: redis.ResponseError) -> None:
+        """A failover reply: this connection reaches a demoted master; the next one may
+        reach the new master (through a proxy, Sentinel-aware DNS or a VIP)."""
+        if reply_code(exc) in _FAILOVER_REPLIES:
+            self._drop()
 
     @staticmethod
     def _read(connection: Any) -> Any:

@@ -12,7 +12,9 @@
         ├── InvalidPayload       (also ValueError)  a payload whose fields cannot be interpreted
         │   └── UnparseablePayload                  not JSON, or not a JSON object
         ├── JobNotRegistered     (also LookupError) a payload names a job this process lacks
-        ├── RedisUnavailable     (also ConnectionError) Redis cannot be reached
+        ├── RedisUnavailable     (also ConnectionError) Redis cannot be reached, or refuses
+        │                                           commands for now (loading, busy, OOM…)
+        ├── UnsupportedServer                       a Redis too old for wurk (< 7.0)
         ├── EmbeddedServerError                     the embedded server cannot be used
         ├── SwarmError                              a swarm stopped: a child cannot boot
         ├── Poisoned                                a job that kept killing its worker
@@ -39,6 +41,7 @@ __all__ = [
     "Shutdown",
     "SwarmError",
     "UnparseablePayload",
+    "UnsupportedServer",
     "WurkError",
 ]
 
@@ -103,7 +106,14 @@ class JobNotRegistered(WurkError, LookupError):
 
 
 class RedisUnavailable(WurkError, ConnectionError):
-    """Redis could not be reached, or the connection broke mid-command."""
+    """Redis could not be reached, the connection broke mid-command, or Redis refused the
+    command for now (``LOADING``, ``BUSY``, ``READONLY``, ``OOM``…)."""
+
+    __module__ = "wurk"
+
+
+class UnsupportedServer(WurkError):
+    """The Redis server is too old for wurk; the message names its version and the minimum."""
 
     __module__ = "wurk"
 

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -54,6 +55,7 @@ class UnitOfWork:
     raw: bytes  # exactly as stored: removal by value must match these bytes
     fetcher: Fetcher
     jid: str | None = None  # set once parsed, for the ACK's poison-counter reset
+    settled: bool = False  # acknowledged or requeued: its fetcher need not let go of it
 
     def acknowledge(self) -> None:
         self.fetcher.acknowledge(self)
@@ -89,11 +91,13 @@ class BasicFetch:
         self.lease = pool.lease()
         self.order = QueueOrder(capsule)
         self._paused = paused
+        self._idle = threading.Event()
 
     def fetch(self, timeout: float) -> UnitOfWork | None:
         queues = self.order(self._paused())
         if not queues:
             # Every queue is paused: wait instead of asking Redis in a tight loop.
+            self._idle.wait(timeout)
             return None
         keys = [self.keys.queue(name) for name in queues]
         reply = cast("list[bytes] | None", self.lease.call("BRPOP", *keys, timeout))
@@ -118,5 +122,6 @@ class BasicFetch:
         self.pool.run(push_back)
 
     def flush(self) -> None:
+        self._idle.set()
         self.lease.release()
 

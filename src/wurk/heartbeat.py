@@ -9,7 +9,9 @@
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
    in-flight lists owned) before it holds any job (``decisions.md`` 3).
 4. ``clear`` removes the record at exit, after a last stats flush.
-5. A Redis error is logged once when the outage starts and once with its length at the end.
+5. A Redis error is reported once when the outage starts and logged once with its length at
+   the end; while it lasts, beats are tried at the usual interval or the capped backoff
+   (``wurk.outage``), whichever is longer.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import psutil
 from . import payload as P
 from .config import Config
 from .connection import RedisPool
+from .outage import Backoff, Outage
 from .processor import Busy
 from .reporting import report_error
 from .stats import Counters
@@ -93,7 +96,8 @@ class Heartbeat:
         self._on_beat = on_beat
         self._first = True
         self._rtts: list[int] = []
-        self._failing_since: float | None = None
+        self.outage = Outage(config, "heartbeat")
+        self._backoff = Backoff()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
@@ -109,7 +113,7 @@ class Heartbeat:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.config.heartbeat_interval):
+        while not self._stop.wait(max(self.config.heartbeat_interval, self._backoff.wait)):
             self.beat()
 
     # -- one beat ---------------------------------------------------------------------------
@@ -121,9 +125,11 @@ class Heartbeat:
             rtt = self._ping()
             signal = self._write_process(rtt)
         except Exception as exc:
-            self._failed(exc)
+            self.outage.failed(exc)
+            self._backoff.next_wait()
             return False
-        self._recovered()
+        self._backoff.reset()
+        self.outage.ended()
         if self._on_beat is not None:
             self._on_beat()
         if signal and self._on_signal is not None:
@@ -195,17 +201,6 @@ class Heartbeat:
                 hook()
             except Exception as exc:
                 report_error(self.config, exc, {"context": f"lifecycle event {event}"})
-
-    def _failed(self, exc: Exception) -> None:
-        if self._failing_since is None:
-            self._failing_since = time.monotonic()
-            report_error(self.config, exc, {"context": "heartbeat"})
-
-    def _recovered(self) -> None:
-        if self._failing_since is not None:
-            log.info("heartbeat: Redis is back after %.1f s",
-                     time.monotonic() - self._failing_since)
-            self._failing_since = None
 
     # -- exit -------------------------------------------------------------------------------
     def clear(self) -> None:

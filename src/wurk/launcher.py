@@ -1,7 +1,9 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. ``start``: freeze the configuration; fire ``startup``; write the first heartbeat (before
-   any fetch); start the heartbeat thread, the scheduler and one manager per capsule.
+1. ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
+   a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
+   first heartbeat (before any fetch); start the heartbeat thread, the scheduler and one
+   manager per capsule.
 2. ``quiet``: stop fetching everywhere and stop the scheduler; fire ``quiet``; the heartbeat
    reports ``quiet="true"``. One-way, as in Sidekiq.
 3. ``stop``: fire ``shutdown``; quiet; give running jobs until ``timeout`` seconds after the
@@ -27,9 +29,10 @@ from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
 from .manager import Manager
 from .pause import PausedCache
+from .preflight import check_server
 from .processor import Busy, JobRunner
 from .reaper import Reaper, return_own_lists
-from .reliable import ReliableFetch, private_list_name
+from .reliable import Claims, ReliableFetch, private_list_name
 from .reporting import report_error
 from .scheduled import Scheduler
 from .stats import Counters
@@ -67,8 +70,10 @@ class Launcher:
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
-        self.reaper = Reaper(config, self.identity, served) if config.fetch == "reliable" \
-            else None
+        self.claims = Claims()  # what this process's processors hold (wurk.reliable)
+        self.reaper = Reaper(config, self.identity, served, claims=self.claims,
+                             own_lists=self.private_lists()) \
+            if config.fetch == "reliable" else None
         self._state_lock = threading.Lock()
         self._started = False
         self._quiet = False
@@ -111,7 +116,7 @@ class Launcher:
             return BasicFetch(self.config, capsule, pool, paused=self.paused.get)
         return ReliableFetch(self.config, capsule, pool, identity=self.identity,
                              capsule_index=self.capsules.index(capsule), slot=slot,
-                             paused=self.paused.get)
+                             paused=self.paused.get, claims=self.claims)
 
     def private_lists(self) -> list[tuple[str, str]]:
         """(private list, queue) of every in-flight list this process may own."""
@@ -126,6 +131,7 @@ class Launcher:
                 raise RuntimeError("this launcher was already started")
             self._started = True
         self.config.freeze()
+        check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
         log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
                  self.identity, self.concurrency,

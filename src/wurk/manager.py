@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from .config import Capsule, Config
 from .fetch import Fetcher, UnitOfWork
+from .outage import Outage
 from .processor import JobRunner, Processor
 from .reporting import report_error
 
@@ -46,6 +47,8 @@ class Manager:
         self._stopping = False
         self._serial = 0
         self._all_done = threading.Condition(self._lock)
+        # One outage for all the capsule's processors: two log lines, not two per thread.
+        self._outage = Outage(config, f"fetch (capsule {capsule.name})")
 
     @property
     def processors(self) -> list[Processor]:
@@ -68,6 +71,7 @@ class Manager:
                 runner=self.runner,
                 fetch_timeout=self.config.fetch_timeout,
                 on_exit=self._processor_exited,
+                outage=self._outage,
             )
             self._processors.add(processor)
         processor.start()

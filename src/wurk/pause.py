@@ -5,7 +5,8 @@
    without a round trip per fetch.
 2. ``invalidate_local()`` drops every cache of this process at once: a pause or unpause made
    here is seen here immediately.
-3. A failed read keeps the last known set (and is logged): an outage must not un-pause.
+3. A failed read keeps the last known set: an outage must not un-pause. It is reported once
+   per outage, and the outage's length logged at its end (``wurk.outage``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import weakref
 
 from .config import Config
 from .connection import RedisPool
+from .outage import Outage
 
 __all__ = ["PausedCache", "invalidate_local"]
 
@@ -41,6 +43,7 @@ class PausedCache:
         self._lock = threading.Lock()
         self._value: frozenset[str] = frozenset()
         self._expires = 0.0
+        self._outage = Outage(config, "paused queues")
         _caches.add(self)
 
     def get(self) -> frozenset[str]:
@@ -56,9 +59,10 @@ class PausedCache:
         try:
             members = pool.run(lambda r: r.smembers(self.key), idempotent=True)
         except Exception as exc:
-            log.warning("could not read paused queues (%s); keeping the last known set", exc)
+            self._outage.failed(exc)  # the last known set stays
         else:
             self._value = frozenset(m.decode() if isinstance(m, bytes) else m for m in members)
+            self._outage.ended()
         self._expires = time.monotonic() + self.ttl
 
     def invalidate(self) -> None:

@@ -96,19 +96,60 @@ def dumps(obj: Any) -> str:
     return _encoder.encode(obj)
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+# Python's parser takes NaN and Infinity, which no other JSON reader (Ruby's included) does
+# and which wurk could not write back into a retry: refused as not JSON.
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+# Ruby's JSON parser (so Sidekiq) reads at most 100 levels of nesting; deeper payloads are
+# refused here too, which also keeps re-encoding one (into retry, or dead) far from Python's
+# recursion limit.
+MAX_NESTING = 100
+_TOO_DEEP = object()
+
+
 def loads(raw: str | bytes) -> Payload:
-    """Parse a stored entry; anything but a JSON object is an ``UnparseablePayload``."""
+    """Parse a stored entry; anything but a JSON object is an ``UnparseablePayload``.
+
+    Bytes must be UTF-8 (JSON's interchange encoding, and what Sidekiq writes)."""
     try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        value = _decoder.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UnparseablePayload(
             f"payload is not valid JSON ({exc}): {_excerpt(raw)}", field=None
         ) from None
+    except RecursionError:
+        value = _TOO_DEEP  # deeper than Python parses: certainly deeper than MAX_NESTING
+    if value is _TOO_DEEP or _too_deep(raw, value):
+        raise UnparseablePayload(
+            f"payload is nested deeper than {MAX_NESTING} levels, the most Ruby's JSON (so "
+            f"Sidekiq) reads: {_excerpt(raw)}"
+        )
     if not isinstance(value, dict):
         raise UnparseablePayload(
             f"payload is JSON but not an object ({type(value).__name__}): {_excerpt(raw)}"
         )
     return value
+
+
+def _too_deep(raw: str | bytes, value: Any) -> bool:
+    """Whether ``value`` nests deeper than ``MAX_NESTING``; walked only when the raw text
+    has that many brackets at all, so an ordinary payload costs two ``count`` calls."""
+    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) \
+        else raw.count("[") + raw.count("{")
+    if brackets <= MAX_NESTING:
+        return False
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_NESTING:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children
+                     if isinstance(child, (dict, list)))
+    return False
 
 
 def _excerpt(raw: str | bytes, limit: int = 200) -> str:

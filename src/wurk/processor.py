@@ -5,12 +5,15 @@
 2. Bad input never stops a thread: unparseable JSON goes raw to the dead set, an invalid
    payload to the dead set with ``wurk.InvalidPayload`` (``decisions.md`` 6, 7), an unknown
    job name through retry like any error (8). Nothing a payload names is imported or called.
+   When Redis refuses even that, the job stays unacknowledged and goes back to its queue.
 3. A job is acknowledged when it returned or its failure was booked; not when the shutdown
    interrupted it (it is already back on its queue) or when booking the failure failed.
 4. ``Busy`` publishes each running job for the heartbeat's work map for exactly the time it
    runs (added and removed in one ``try/finally``, seed 000).
 5. ``Processor`` owns its thread and its fetcher; its owner (the manager) replaces it when it
-   dies and interrupts it at the shutdown deadline.
+   dies and interrupts it at the shutdown deadline. A failing fetch (Redis down, refusing,
+   or cut) is retried with a capped backoff (``wurk.outage``); the outage is reported once
+   per capsule when it starts and logged with its length when it ends.
 6. ``async def`` jobs run on an event loop thread owned by the runner; the processing path is
    the same for both kinds (``_await``).
 """
@@ -27,14 +30,17 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+import redis
+
 from . import log as wurk_log
 from . import payload as P
 from .config import Config
-from .errors import InvalidPayload, Shutdown, UnparseablePayload
+from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
 from .job import JobDefinition, Registry, registry, reset_running, set_running
 from .log import job_context, tid
 from .morgue import Morgue
+from .outage import Backoff, Outage
 from .reporting import report_error
 from .retry import JobRetry
 from .stats import Counters
@@ -43,9 +49,6 @@ __all__ = ["Busy", "JobRunner", "Processor"]
 
 log = logging.getLogger("wurk")
 
-# After a fetch error (Redis down), wait this long before the next try, so a dead Redis
-# costs one attempt per second per processor rather than a spin.
-FETCH_ERROR_PAUSE = 1.0
 
 
 class Busy:
@@ -114,11 +117,8 @@ class JobRunner:
         """Run one job and acknowledge it, unless it was interrupted by the shutdown."""
         try:
             job = P.validate(P.loads(unit.raw))
-        except UnparseablePayload as exc:
-            self._bury(unit, exc)
-            return
         except InvalidPayload as exc:
-            self._kill_invalid(unit, exc)
+            self._reject(unit, exc)
             return
         jid = job.get(P.JID)
         unit.jid = jid if isinstance(jid, str) else None
@@ -133,13 +133,13 @@ class JobRunner:
         running = set_running(job)
         try:
             with job_context(self._log_fields(job, unit.queue)):
-                return self._perform_logged(job, unit.queue, interruptible)
+                return self._perform_logged(job, unit.queue, interruptible, unit.raw)
         finally:
             reset_running(running)
             self.busy.remove(thread_id)
 
     def _perform_logged(self, job: P.Payload, queue: str,
-                        interruptible: Callable[[bool], None]) -> bool:
+                        interruptible: Callable[[bool], None], raw: bytes) -> bool:
         quiet = self.config.skip_default_job_logging
         if not quiet:
             wurk_log.line(logging.DEBUG, "start")
@@ -162,7 +162,7 @@ class JobRunner:
             self.counters.record(failed=True)
             if not quiet:
                 wurk_log.info("fail: %.3f sec", time.monotonic() - started)
-            return self._book_failure(job, exc, definition, instance)
+            return self._book_failure(job, exc, definition, instance, raw)
         self.counters.record(failed=False)
         if not quiet:
             wurk_log.info("done: %.3f sec", time.monotonic() - started)
@@ -185,29 +185,58 @@ class JobRunner:
             perform()
 
     def _book_failure(self, job: P.Payload, exc: Exception, definition: JobDefinition | None,
-                      instance: Any) -> bool:
-        """Retry or bury; False (do not acknowledge) when even that failed."""
+                      instance: Any, raw: bytes) -> bool:
+        """Retry or bury; False (do not acknowledge) when Redis refused that: the job goes
+        back to its queue and its failure is booked next time."""
         try:
             self.retry.handle(job, exc, definition=definition, instance=instance)
-        except Exception as booking_error:
+        except (RedisUnavailable, redis.RedisError) as booking_error:
             report_error(self.config, booking_error,
                          {"context": "booking a job failure", "job": job})
             return False
+        except Exception as booking_error:
+            return self._unbookable(job, booking_error, raw)
         report_error(self.config, exc, {"context": "Job raised exception", "job": job})
         return True
 
-    def _bury(self, unit: UnitOfWork, exc: UnparseablePayload) -> None:
+    def _unbookable(self, job: P.Payload, error: Exception, raw: bytes) -> bool:
+        """The payload itself defeats the retry bookkeeping (a value no float holds…): it is
+        buried as it came, rather than coming back to fail the same way forever."""
+        report_error(self.config, error, {
+            "context": "the failure could not be booked; the payload goes to the dead set "
+                       "as it came", "job": job})
+        try:
+            self.morgue.bury(raw)
+        except Exception as failure:
+            report_error(self.config, failure, {"context": "burying an unbookable job"})
+            return False
+        return True
+
+    def _reject(self, unit: UnitOfWork, exc: InvalidPayload) -> None:
+        """A payload no retry can fix goes to the dead set, then is acknowledged. If Redis
+        refuses that too, it stays unacknowledged: it goes back to its queue and comes by
+        again, rather than being dropped or killing the thread."""
         self.counters.record(failed=True)
-        self.morgue.bury(unit.raw.decode("utf-8", "replace"))
-        report_error(self.config, exc, {"context": "Invalid JSON for job", "queue": unit.queue})
+        try:
+            if isinstance(exc, UnparseablePayload):
+                self._bury(unit, exc)
+            else:
+                self._kill_invalid(unit, exc)
+        except Exception as failure:
+            report_error(self.config, failure, {
+                "context": "moving a bad payload to the dead set failed; it will be retried",
+                "queue": unit.queue})
+            return
         unit.acknowledge()
 
+    def _bury(self, unit: UnitOfWork, exc: UnparseablePayload) -> None:
+        self.morgue.bury(unit.raw)  # as it came, bytes and all (decisions.md 6)
+        report_error(self.config, exc, {"context": "Invalid JSON for job", "queue": unit.queue})
+
     def _kill_invalid(self, unit: UnitOfWork, exc: InvalidPayload) -> None:
-        self.counters.record(failed=True)
         job = P.loads(unit.raw)
         self.retry.kill_invalid(job, exc)
         report_error(self.config, exc, {"context": "Invalid payload", "job": job})
-        unit.acknowledge()
 
     def _log_fields(self, job: P.Payload, queue: str) -> dict[str, Any]:
         fields: dict[str, Any] = {
@@ -260,7 +289,8 @@ class Processor:
     """One named thread: fetch, run, acknowledge, until stopped."""
 
     def __init__(self, *, name: str, fetcher: Fetcher, runner: JobRunner, fetch_timeout: float,
-                 on_exit: Callable[[Processor, BaseException | None], None]) -> None:
+                 on_exit: Callable[[Processor, BaseException | None], None],
+                 outage: Outage | None = None) -> None:
         self.name = name
         self.fetcher = fetcher
         self.runner = runner
@@ -272,7 +302,8 @@ class Processor:
         self._interrupted = False
         self.current: UnitOfWork | None = None
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
-        self._fetch_failing_since: float | None = None
+        self.outage = outage if outage is not None else Outage(runner.config, f"fetch ({name})")
+        self.backoff = Backoff()
 
     def start(self) -> None:
         self.thread.start()
@@ -328,17 +359,15 @@ class Processor:
         except Exception as exc:
             self._fetch_failed(exc)
             return None
-        if self._fetch_failing_since is not None:
-            down = time.monotonic() - self._fetch_failing_since
-            log.info("%s: fetching works again after %.1f s", self.name, down)
-            self._fetch_failing_since = None
+        if self.backoff.failures:
+            self.backoff.reset()
+            self.outage.ended()
         return unit
 
     def _fetch_failed(self, exc: Exception) -> None:
-        if self._fetch_failing_since is None:
-            self._fetch_failing_since = time.monotonic()
-            report_error(self.runner.config, exc, {"context": "fetch", "processor": self.name})
-        self._stop.wait(FETCH_ERROR_PAUSE)
+        """Report the outage once, then wait longer after each failure, up to the cap."""
+        self.outage.failed(exc)
+        self._stop.wait(self.backoff.next_wait())
 
     def _flush(self) -> None:
         try:

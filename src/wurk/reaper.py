@@ -12,12 +12,22 @@
    jobs recovered three times are killed as poison pills (``wurk.poison``).
 4. Both layouts are recognised: wurk's (and Ruby wurk's, with or without the nonce) and
    Sidekiq Pro's ``queue:sq|<identity>|<queue>``.
+5. Strays: an entry of this process's own lists that none of its processors holds
+   (``wurk.reliable.Claims``) for longer than a move's reply can take (the socket timeout
+   plus a margin) goes back to its queue (``scripts/return_stray.lua``). It is a move whose
+   reply a cut connection lost, or the job of a processor that died or could not book the
+   job's failure; without this it would wait for the process to exit.
+6. Sweeps that fail are reported once per outage and retried with a capped backoff; the
+   outage's length is logged at its end.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +37,9 @@ from .config import Config
 from .connection import RedisPool
 from .heartbeat import Identity
 from .morgue import Morgue
+from .outage import Backoff, Outage
 from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
+from .reliable import Claims
 from .scripts import Script
 from .timer import TimerLoop
 
@@ -36,6 +48,7 @@ __all__ = ["Owner", "Reaper", "parse_private"]
 log = logging.getLogger("wurk")
 
 _RECOVER = Script("recover.lua")
+_RETURN_STRAY = Script("return_stray.lua")
 # The full keyspace scan is costly on a big Redis: at most once an hour, cluster-wide.
 FULL_SCAN_EVERY = 3600
 # A pid whose process started this much apart from the owner's recorded start is reused.
@@ -43,6 +56,10 @@ PID_REUSE_TOLERANCE = 1.0
 # SCAN page size: large enough to cross a big keyspace in few round trips.
 SCAN_COUNT = 1000
 _NONCE = re.compile(r"^[0-9a-f]{12}$")
+# A stray must stay unheld this much longer than the socket timeout (the longest a move's
+# reply can be on its way before its processor holds the entry): thread scheduling slack.
+STRAY_MARGIN = 1.0
+_STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -86,13 +103,21 @@ class Reaper:
     """Owned by the launcher: one sweep at boot, then one per ``reaper_interval``."""
 
     def __init__(self, config: Config, identity: Identity, queues: list[str], *,
-                 pool: RedisPool | None = None, morgue: Morgue | None = None) -> None:
+                 pool: RedisPool | None = None, morgue: Morgue | None = None,
+                 claims: Claims | None = None,
+                 own_lists: Sequence[tuple[str, str]] = ()) -> None:
         self.config = config
         self.identity = identity
         self.queues = queues
         self.pool = pool or config.pool("internal")
         self.morgue = morgue or Morgue(config, self.pool)
-        self._timer = TimerLoop("wurk-reaper", self.sweep, config.reaper_interval)
+        self.claims = claims
+        self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
+        self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
+        self._outage = Outage(config, "reaper")
+        self._backoff = Backoff()
+        self._timer = TimerLoop("wurk-reaper", self._tick, self._interval,
+                                first_wait=config.reaper_interval, on_error=self._failed)
 
     def start(self) -> None:
         self._timer.start()
@@ -101,8 +126,21 @@ class Reaper:
         self._timer.stop(timeout)
 
     # -- sweeps -----------------------------------------------------------------------------
+    def _tick(self) -> None:
+        self.sweep()
+        self._backoff.reset()
+        self._outage.ended()
+
+    def _failed(self, exc: Exception) -> None:
+        self._outage.failed(exc)
+        self._backoff.next_wait()
+
+    def _interval(self) -> float:
+        return max(self.config.reaper_interval, self._backoff.wait)
+
     def sweep(self) -> int:
-        """Scoped sweep, plus the full scan when this process wins the hourly lock."""
+        """Scoped sweep, plus the full scan when this process wins the hourly lock, plus
+        this process's strays."""
         verdicts: dict[Owner, bool] = {}
         recovered = 0
         for queue in self.queues:
@@ -110,6 +148,7 @@ class Reaper:
             recovered += self._reap_matching(pattern, verdicts)
         if self._full_scan_due():
             recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
+        recovered += self.return_strays()
         if recovered:
             log.info("reaper: %d job(s) back on their queues", recovered)
         return recovered
@@ -194,6 +233,53 @@ class Reaper:
     def _remove(self, key: str, raw: bytes) -> None:
         self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
 
+    # -- strays -----------------------------------------------------------------------------
+    def return_strays(self) -> int:
+        """Own entries unheld since at least the grace go back to their queues."""
+        if self.claims is None:
+            return 0
+        now = time.monotonic()
+        grace = self.config.socket_timeout + STRAY_MARGIN
+        still: dict[tuple[str, bytes], float] = {}
+        moved = 0
+        for key, queue in self.own_lists:
+            for raw in self._unheld(key, self.claims):
+                first = self._strays.get((key, raw), now)
+                if now - first >= grace:
+                    moved += self._return_stray(key, queue, raw, self.claims)
+                else:
+                    still[key, raw] = first
+        self._strays = still
+        return moved
+
+    def _unheld(self, key: str, claims: Claims) -> list[bytes]:
+        """Entries of ``key`` no processor holds (each as many times as it is unheld)."""
+        held = claims.held(key)
+        if self.pool.run(lambda r: r.llen(key), idempotent=True) <= held.total():
+            return []  # the usual case: every entry is held; nothing to read
+
+        def read(r: Any) -> list[bytes]:
+            return list(r.lrange(key, 0, -1))
+
+        entries = Counter(self.pool.run(read, idempotent=True))
+        return list((entries - held).elements())
+
+    def _return_stray(self, key: str, queue: str, raw: bytes, claims: Claims) -> int:
+        abandoned = claims.abandoned(key, raw)
+        threshold = POISON_THRESHOLD if abandoned else 0
+        # Not replayed: a replay could count a return twice.
+        status, count = self.pool.run(
+            lambda r: _give_back(r, self.config, key, queue, raw, threshold))
+        if abandoned and status != _STRAY_GONE:
+            claims.forget_abandoned(key, raw)
+        if status == _STRAY_POISONED:
+            kill_poisoned(self.config, self.morgue, raw, queue, int(count))
+            self._remove(key, raw)
+        elif status == _STRAY_MOVED:
+            log.warning("reaper: a job in flight that no processor held went back to %s "
+                        "(a lost fetch reply, or a processor that let go of it)", queue)
+        return 1 if status == _STRAY_MOVED else 0
+
 
 
 def _recover(r: Any, config: Config, key: str, queue: str, threshold: int) -> Any:
@@ -201,6 +287,14 @@ def _recover(r: Any, config: Config, key: str, queue: str, threshold: int) -> An
     script = r.register_script(_RECOVER.text)  # EVALSHA, loading the script on NOSCRIPT
     return script(keys=[key, keys.queue(queue), keys.queues],
                   args=[keys.poison_prefix, threshold, POISON_TTL, queue])
+
+
+def _give_back(r: Any, config: Config, key: str, queue: str, raw: bytes,
+               threshold: int) -> Any:
+    keys = config.keys
+    script = r.register_script(_RETURN_STRAY.text)  # EVALSHA, loading it on NOSCRIPT
+    return script(keys=[key, keys.queue(queue), keys.queues],
+                  args=[raw, keys.poison_prefix, threshold, POISON_TTL, queue])
 
 
 def return_own_lists(config: Config, private_lists: list[tuple[str, str]],

@@ -16,26 +16,33 @@
 5. ``private_list_layout="pro"`` writes Sidekiq Pro's ``queue:sq|<identity>|<queue>`` names
    instead and registers them in ``super_processes`` so a Pro process never mistakes them
    for orphans (§10.2).
+6. ``Claims``: which entries of this process's private lists a processor holds (running, or
+   finished with the ACK not yet through). An entry nobody holds is a stray — a move whose
+   reply a cut connection lost, or the job of a processor that died or could not book its
+   failure — and the reaper gives it back (``wurk.reaper``), so a live process never sits on
+   a job. An ACK that Redis refused for now (loading, busy…) stays pending and rides the
+   next round trip.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 
 from .config import Capsule, Config
-from .connection import RedisPool
+from .connection import RedisPool, refusal
 from .errors import RedisUnavailable
 from .fetch import QueueOrder, UnitOfWork
 from .heartbeat import Identity
 from .reporting import report_error
 from .scripts import Script
 
-__all__ = ["ReliableFetch", "private_list_name"]
+__all__ = ["Claims", "ReliableFetch", "private_list_name"]
 
 log = logging.getLogger("wurk")
 
@@ -49,12 +56,56 @@ def private_list_name(config: Config, identity: Identity, queue: str, capsule_in
     return keys.private(queue, identity.hostname, identity.pid, identity.nonce, capsule_index)
 
 
+class Claims:
+    """The private-list entries this process's processors hold, shared by its fetchers.
+
+    Counted by (list, exact bytes): two identical payloads may be in flight at once.
+    ``abandoned`` remembers the entries let go without an ACK (the processor died, or could
+    not book the job's failure): the reaper counts their return towards the poison limit,
+    as a job that keeps taking its processor down is a poison pill too.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: Counter[tuple[str, bytes]] = Counter()
+        self._abandoned: Counter[tuple[str, bytes]] = Counter()
+
+    def hold(self, key: str, raw: bytes) -> None:
+        with self._lock:
+            self._held[key, raw] += 1
+
+    def release(self, key: str, raw: bytes, *, abandoned: bool = False) -> None:
+        with self._lock:
+            self._held[key, raw] -= 1
+            if self._held[key, raw] <= 0:
+                del self._held[key, raw]
+            if abandoned:
+                self._abandoned[key, raw] += 1
+
+    def held(self, key: str) -> Counter[bytes]:
+        """Entries of ``key`` held right now."""
+        with self._lock:
+            return Counter({raw: n for (k, raw), n in self._held.items() if k == key})
+
+    def abandoned(self, key: str, raw: bytes) -> bool:
+        with self._lock:
+            return self._abandoned.get((key, raw), 0) > 0
+
+    def forget_abandoned(self, key: str, raw: bytes) -> None:
+        """The abandoned entry went back to its queue."""
+        with self._lock:
+            self._abandoned[key, raw] -= 1
+            if self._abandoned[key, raw] <= 0:
+                del self._abandoned[key, raw]
+
+
 class ReliableFetch:
     """One processor's fetcher: moves jobs into private lists, ACKs with the next fetch."""
 
     def __init__(self, config: Config, capsule: Capsule, pool: RedisPool, *,
                  identity: Identity, capsule_index: int, slot: int,
-                 paused: Callable[[], frozenset[str]] = frozenset) -> None:
+                 paused: Callable[[], frozenset[str]] = frozenset,
+                 claims: Claims | None = None) -> None:
         self.config = config
         self.keys = config.keys
         self.pool = pool
@@ -67,6 +118,8 @@ class ReliableFetch:
         self._pending: list[UnitOfWork] = []
         self._last_order: list[str] = []
         self._idle = threading.Event()
+        self.claims = claims if claims is not None else Claims()
+        self._out: UnitOfWork | None = None  # the unit handed out last
 
     @property
     def private_lists(self) -> dict[str, str]:
@@ -75,6 +128,7 @@ class ReliableFetch:
 
     # -- fetching ---------------------------------------------------------------------------
     def fetch(self, timeout: float) -> UnitOfWork | None:
+        self._let_go_of_unsettled()
         queues = self.order(self._paused())
         if not queues:
             self.flush_acks()
@@ -99,6 +153,9 @@ class ReliableFetch:
             self.lease.call(*_FETCH_FIRST.load())
             reply = self.lease.call(*command)
         if isinstance(reply, Exception):
+            unavailable = refusal(reply, self.pool.url)
+            if unavailable is not None:
+                raise unavailable from reply
             raise reply
         if queue is not None:
             return self._move_reply(reply, queue)
@@ -126,10 +183,24 @@ class ReliableFetch:
     def _move_reply(self, raw: Any, queue: str) -> UnitOfWork | None:
         if raw is None:
             return None
-        return UnitOfWork(queue, raw, self)
+        unit = UnitOfWork(queue, raw, self)
+        self.claims.hold(self._private[queue], raw)
+        self._out = unit
+        return unit
+
+    def _let_go_of_unsettled(self) -> None:
+        """The last unit was neither acknowledged nor requeued (booking its failure failed,
+        or its processor died): its entry is no longer held, so the reaper gives it back."""
+        unit, self._out = self._out, None
+        if unit is not None and not unit.settled:
+            unit.settled = True
+            self.claims.release(self._private[unit.queue], unit.raw, abandoned=True)
+            log.warning("a job from %s was left unacknowledged; it goes back to its queue",
+                        unit.queue)
 
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:
+        unit.settled = True
         self._pending.append(unit)
 
     def _ack_commands(self) -> list[tuple[Any, ...]]:
@@ -141,14 +212,26 @@ class ReliableFetch:
         return commands
 
     def _acks_sent(self, replies: Sequence[Any]) -> None:
-        self._pending.clear()
-        for reply in replies:
+        """Units whose ``LREM`` went through are done; one refused for now stays pending."""
+        answers = iter(replies)
+        kept: list[UnitOfWork] = []
+        for unit in self._pending:
+            reply = next(answers)
+            if unit.jid:
+                next(answers)  # the poison counter's DEL: nothing depends on it
+            if isinstance(reply, Exception) and refusal(reply, self.pool.url) is not None:
+                kept.append(unit)
+                continue
             if isinstance(reply, Exception):
                 log.warning("an ACK was refused by Redis: %s", reply)
+            self.claims.release(self._private[unit.queue], unit.raw)
+        self._pending = kept
 
     def flush_acks(self) -> None:
         if self._pending:
             self._acks_sent(self.lease.pipeline(self._ack_commands()))
+            if self._pending:
+                raise RedisUnavailable(f"{len(self._pending)} ACK(s) refused for now")
 
     # -- giving jobs back ---------------------------------------------------------------------
     def requeue(self, units: Sequence[UnitOfWork]) -> None:
@@ -164,9 +247,14 @@ class ReliableFetch:
             pipe.execute()
 
         self.pool.run(send)
+        for unit in units:
+            unit.settled = True
+            self.claims.release(self._private[unit.queue], unit.raw)
 
     def flush(self) -> None:
-        """The processor stops fetching: send the pending ACK, give the connection back."""
+        """The processor stops fetching: send the pending ACK, give the connection back.
+
+        Whatever it still holds is let go of, so a live process's reaper returns it."""
         self._idle.set()
         try:
             self.flush_acks()
@@ -175,3 +263,7 @@ class ReliableFetch:
                                             "jobs": len(self._pending)})
         finally:
             self.lease.release()
+            self._let_go_of_unsettled()
+            for unit in self._pending:
+                self.claims.release(self._private[unit.queue], unit.raw)
+            self._pending = []

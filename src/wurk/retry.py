@@ -37,6 +37,10 @@ BACKOFF_BASE = 15
 # Sidekiq 8's jitter is a whole number of seconds in [0, 10·(count+1)): it spreads a burst of
 # failures out more as the delays grow.
 JITTER_STEP = 10
+# No retry is scheduled further off than this: a payload whose retry_count is absurd (huge,
+# or negative and huge) would otherwise make a delay, or a jitter, no float can hold, and the
+# failure could not be booked at all. A century is "never" for any queue.
+MAX_DELAY = 100 * 365 * 24 * 60 * 60
 
 Verdict = Literal["discard", "kill"]
 _VERDICTS: tuple[Verdict, ...] = ("discard", "kill")
@@ -44,7 +48,7 @@ _VERDICTS: tuple[Verdict, ...] = ("discard", "kill")
 
 def default_delay(count: int) -> int:
     """Seconds before retry number ``count + 1`` when no hook decides (§6.2 step 7)."""
-    return int(count**4 + BACKOFF_BASE)
+    return int(min(count**4, MAX_DELAY) + BACKOFF_BASE)
 
 
 def backtrace_lines(exc: BaseException) -> list[str]:
@@ -107,7 +111,9 @@ class JobRetry:
         elif delay == "kill":
             self._exhaust(job, exc, definition, instance)
         else:
-            self._schedule(job, now + delay + random.randrange(JITTER_STEP * (count + 1)))
+            # A negative count (a hand-made payload) must not make the jitter's range empty.
+            jitter = random.randrange(JITTER_STEP * (max(count, 0) + 1))
+            self._schedule(job, now + min(delay + jitter, MAX_DELAY))
 
     def _count_failure(self, job: dict[str, Any], now: float) -> int:
         stamp = P.write_time(self.config.timestamp_format, now)
@@ -196,7 +202,15 @@ def _exhausted(job: dict[str, Any], count: int, limit: int, now: float) -> bool:
     if window is None:
         return count >= limit
     first = P.read_time(job.get(P.FAILED_AT))
-    return (now if first is None else first) + float(window) < now
+    return (now if first is None else first) + _seconds(window) < now
+
+
+def _seconds(window: Any) -> float:
+    """A window as float seconds; an integer too large for a float is as good as infinite."""
+    try:
+        return float(window)
+    except OverflowError:
+        return math.inf if window > 0 else -math.inf
 
 
 def _hook(definition: JobDefinition | None, name: str,

@@ -12,7 +12,9 @@
    (§5.3): an initial wait, one process prune, then a randomised wait per cycle scaled by
    the number of live processes, so the cluster as a whole polls about once per
    ``average_scheduled_poll_interval``.
-4. A failing cycle is reported once per outage and the loop goes on.
+4. A failing cycle is reported once per outage, the loop goes on with a capped backoff
+   (``wurk.outage``), and the outage's length is logged when a cycle works again. A job
+   popped for the one-at-a-time path is put back when anything after the pop fails.
 
 Scripts are registered with redis-py (``EVALSHA``, reloaded on ``NOSCRIPT``, §14.2).
 """
@@ -29,8 +31,9 @@ from . import scripts
 from .client import Client
 from .config import Config
 from .connection import RedisPool
-from .errors import InvalidPayload, UnparseablePayload
+from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
+from .outage import Backoff, Outage
 from .processes import prune_processes
 from .reporting import report_error
 from .retry import JobRetry
@@ -69,7 +72,8 @@ class Scheduler:
         self._timer = TimerLoop(SCHEDULER_THREAD, self._cycle, self.poll_interval,
                                 first_wait=self.initial_wait, on_error=self._cycle_failed)
         self._pruned = False
-        self._failed_cycles = 0
+        self._outage = Outage(config, "scheduler")
+        self._backoff = Backoff()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -125,22 +129,27 @@ class Scheduler:
             return None
         raw, score = found[0], float(found[1])
         try:
+            return self._dispatch(raw)
+        except Exception:
+            self._put_back(key, raw, score)
+            raise
+
+    def _dispatch(self, raw: bytes | str) -> int:
+        """Push a popped member, or bury it when it cannot be pushed at all."""
+        try:
             job = P.loads(raw)
         except UnparseablePayload as exc:
             self._bury_unparseable(raw, exc)
             return 0
-        return self._push(key, raw, score, job)
-
-    def _push(self, key: str, raw: bytes | str, score: float, job: P.Payload) -> int:
         job.pop(P.AT, None)  # an old ActiveJob leftover would schedule it again (§3.1)
         try:
             return 0 if self.client.push(job) is None else 1
         except InvalidPayload as exc:
             self._retry.kill_invalid(job, exc)
             return 0
-        except Exception:
-            self._put_back(key, raw, score)
-            raise
+        except InvalidArguments as exc:  # a client middleware made them so
+            self._retry.kill_invalid(job, InvalidPayload(str(exc), field=P.ARGS))
+            return 0
 
     def _put_back(self, key: str, raw: bytes | str, score: float) -> None:
         """The push failed after the pop: return the exact member, or log it so it can be
@@ -174,14 +183,16 @@ class Scheduler:
 
     def poll_interval(self) -> float:
         """This cycle's wait: about ``processes × average`` so the cluster polls about once
-        per average, randomised so processes do not poll in step."""
+        per average, randomised so processes do not poll in step; longer while Redis fails."""
         count = self._process_count()
         average = self.config.poll_interval_average
         if average is None:
             average = count * self.config.average_scheduled_poll_interval
         if count < LARGE_CLUSTER:
-            return random.uniform(average / 2, average * 3 / 2)
-        return random.uniform(0, average * 2)
+            interval = random.uniform(average / 2, average * 3 / 2)
+        else:
+            interval = random.uniform(0, average * 2)
+        return max(interval, self._backoff.wait)  # while Redis fails, back off
 
     def _process_count(self) -> int:
         key = self.config.keys.processes
@@ -198,14 +209,9 @@ class Scheduler:
             self._pruned = True  # Sidekiq tries once per process start (§7.5)
             prune_processes(self.config, self.pool)
         self.enqueue_due()
-        if self._failed_cycles:
-            log.info("scheduler: working again after %d failed cycle(s)", self._failed_cycles)
-            self._failed_cycles = 0
+        self._backoff.reset()
+        self._outage.ended()
 
     def _cycle_failed(self, exc: Exception) -> None:
-        self._failed_cycles += 1
-        if self._failed_cycles == 1:
-            report_error(self.config, exc, {"context": "scheduler"})
-        else:
-            log.debug("scheduler: cycle failed again (%d in a row): %s",
-                      self._failed_cycles, exc)
+        self._outage.failed(exc)
+        self._backoff.next_wait()

@@ -9,6 +9,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,13 +58,15 @@ class Server:
                 self.process.wait(timeout=10)
 
 
-def start_server(directory: Path, *, port: int | None = None, appendonly: bool = False) -> Server:
+def start_server(directory: Path, *, port: int | None = None, appendonly: bool = False,
+                 extra: Sequence[str] = ()) -> Server:
     port = port or free_port()
     directory.mkdir(parents=True, exist_ok=True)
     args = [
         server_binary(), "--port", str(port), "--bind", "127.0.0.1",
         "--dir", str(directory), "--save", "", "--appendonly", "yes" if appendonly else "no",
         "--daemonize", "no", "--loglevel", "warning", "--logfile", str(directory / "server.log"),
+        *extra,
     ]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server = Server(process, port, directory)

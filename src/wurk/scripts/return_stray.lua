@@ -1,0 +1,36 @@
+-- Gives one stray entry of a live process's own in-flight list back to its queue
+-- (wurk.reaper): an entry no processor of that process holds — a move whose reply a cut
+-- connection lost, or the job of a processor that died or could not book its failure.
+-- Only an abandoned job's return is counted towards the poison limit (wire-format §10.4):
+-- a lost reply is no fault of the job's.
+--
+-- KEYS[1]  the private list        ARGV[1]  the entry, exactly as stored
+-- KEYS[2]  the public queue list   ARGV[2]  poison counter key prefix (the jid is appended)
+-- KEYS[3]  the `queues` set        ARGV[3]  poison threshold; 0 = do not count
+--                                  ARGV[4]  poison counter TTL, seconds
+--                                  ARGV[5]  the queue's name, for `queues`
+-- returns  {0, 0} gone already; {1, count} moved to the queue's tail (next to run);
+--          {2, count} a poison pill, left in place for the caller to kill
+
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then
+  return {0, 0}
+end
+local threshold = tonumber(ARGV[3])
+local count = 0
+if threshold > 0 then
+  -- Decoded only to read the jid; the payload itself is moved as the bytes it is.
+  local ok, decoded = pcall(cjson.decode, ARGV[1])
+  if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
+      and decoded['jid'] ~= '' then
+    local key = ARGV[2] .. decoded['jid']
+    count = redis.call('INCR', key)
+    redis.call('EXPIRE', key, ARGV[4])
+  end
+end
+if threshold > 0 and count >= threshold then
+  return {2, count}
+end
+redis.call('LREM', KEYS[1], 1, ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+redis.call('SADD', KEYS[3], ARGV[5])
+return {1, count}

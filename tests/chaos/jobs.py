@@ -1,0 +1,55 @@
+"""Jobs for the fault tests and the chaos run (loaded in-process, or with ``-r`` by a worker).
+
+Every job records each completed run in a *ledger*: a Redis that no fault touches
+(``WURK_LEDGER_URL``), so a job's own bookkeeping never fails or repeats because of the
+faults under test, and every repeat in the ledger is a repeat by wurk.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import redis
+
+import wurk
+
+LEDGER_ENV = "WURK_LEDGER_URL"
+RAN = "ledger:ran"  # every completed run's jid, in completion order
+
+_ledger: redis.Redis | None = None
+_lock = threading.Lock()
+
+
+def ledger() -> redis.Redis:
+    global _ledger
+    with _lock:
+        if _ledger is None:
+            _ledger = redis.Redis.from_url(os.environ[LEDGER_ENV], socket_timeout=10)
+        return _ledger
+
+
+def record() -> None:
+    ledger().rpush(RAN, wurk.current_jid() or "?")
+
+
+@wurk.job(name="Chaos::Mark")
+def mark(pause: float) -> None:
+    """A short job: ``pause`` seconds of work, then its run is recorded."""
+    time.sleep(pause)
+    record()
+
+
+def _soon(count: int, exc: BaseException) -> float:
+    return 0.2
+
+
+@wurk.job(name="Chaos::Flaky", retry=5, retry_in=_soon)
+def flaky(pause: float) -> None:
+    """Fails its first run, so it travels through the retry set and the scheduler."""
+    time.sleep(pause)
+    job = wurk.current_job() or {}
+    if job.get("retry_count") is None:
+        raise RuntimeError("the first run of a flaky job fails on purpose")
+    record()

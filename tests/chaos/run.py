@@ -1,0 +1,289 @@
+"""The chaos run: a workload worked off through repeated faults, and one line of figures.
+
+1. ``Plan``: how many jobs, worker processes and threads, and faults — a repeating cycle of
+   SIGKILLs of a worker, Redis restarts (append-only file on, stopped with SIGTERM so it
+   flushes, started again on the same port) and cuts of every connection at the proxy.
+2. ``ChaosRun`` starts its own Redis, a ledger Redis the faults never touch (jobs record
+   each run there, ``tests.chaos.jobs``), the fault proxy and ``wurk worker`` processes
+   connected through it. Each round pushes a wave of jobs (straight to Redis: the client's
+   own faults are tested elsewhere), lets them get in flight, then strikes.
+3. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
+   the guarantee gives (``docs/guarantees.md``: one per processor thread the fault hit);
+   the jobs seen in flight when each fault struck, and how many duplicates were of a job
+   not among them (``unexplained``: exact for kills, a snapshot taken just before a
+   restart or a cut can miss a job fetched in the last milliseconds).
+
+The short run is ``tests/chaos/test_chaos.py``; the long one is a command::
+
+    python -m tests.chaos.run --jobs 100000 --minutes 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+import wurk
+from tests.chaos import jobs
+from tests.helpers.faults import Figures, Restartable, config_for, figures, ledger_runs
+from tests.helpers.proxy import FaultProxy
+from tests.helpers.server import Server, start_server
+
+ROOT = Path(__file__).resolve().parents[2]
+KILL, RESTART, CUT = "kill", "restart", "cut"
+# Five kills, two restarts and three cuts in every ten faults.
+CYCLE = (KILL, CUT, KILL, RESTART, KILL, CUT, KILL, RESTART, KILL, CUT)
+# How long a restarted Redis stays down: long enough that every worker sees it gone.
+DOWN_FOR = 0.5
+# A long run strikes about this often.
+LONG_ROUND_SECONDS = 3.0
+WORKER_SETTINGS = """\
+heartbeat_interval: 0.5
+reaper_interval: 1
+poll_interval_average: 0.2
+scheduler_initial_wait: 0
+fetch_timeout: 0.5
+socket_timeout: 1
+timeout: 5
+skip_default_job_logging: true
+"""
+
+
+@dataclass
+class Plan:
+    jobs: int = 10_000
+    rounds: int = len(CYCLE)
+    workers: int = 2
+    concurrency: int = 10
+    pause: float = 0.001  # each job's work, seconds
+    flaky_share: float = 0.01  # fail once, then pass through retry and the scheduler
+    scheduled_share: float = 0.05  # pushed to run 1–5 s later
+    settle: tuple[float, float] = (0.2, 0.8)  # wait after a wave before striking, seconds
+    seed: int = field(default_factory=lambda: random.randrange(1 << 30))
+    deadline: float = 120.0  # for every job to have run once the faults stop
+
+    @classmethod
+    def long(cls, jobs: int, minutes: float, **options: object) -> Plan:
+        rounds = max(len(CYCLE), int(minutes * 60 / LONG_ROUND_SECONDS))
+        return cls(jobs=jobs, rounds=rounds, settle=(1.0, 4.0), deadline=300.0,
+                   **options)  # type: ignore[arg-type]
+
+
+@dataclass
+class Result:
+    figures: Figures
+    faults: dict[str, int]
+    in_flight_at_faults: int
+    unexplained: int
+    bound: int
+    seconds: float
+    seed: int
+    leftovers: dict[str, int]
+
+    def line(self) -> str:
+        counts = " ".join(f"{name}s={self.faults.get(name, 0)}" for name in (KILL, RESTART, CUT))
+        return (f"{self.figures.line()} bound={self.bound} in_flight_at_faults="
+                f"{self.in_flight_at_faults} unexplained={self.unexplained} {counts} "
+                f"seconds={self.seconds:.1f} seed={self.seed}")
+
+    @property
+    def ok(self) -> bool:
+        return self.figures.lost == 0 and self.figures.duplicated <= self.bound
+
+
+class Worker:
+    """One ``wurk worker`` process."""
+
+    def __init__(self, serial: int, directory: Path, env: dict[str, str], plan: Plan) -> None:
+        self.log = directory / f"worker-{serial}.log"
+        config = directory / "wurk.yml"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "wurk", "worker", "-r", "tests.chaos.jobs",
+             "-c", str(plan.concurrency), "-C", str(config)],
+            cwd=ROOT, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+
+    def stop(self, how: int = signal.SIGTERM, timeout: float = 30) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(how)
+        try:
+            self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+class ChaosRun:
+    def __init__(self, plan: Plan, directory: Path) -> None:
+        self.plan = plan
+        self.directory = directory
+        self.rng = random.Random(plan.seed)
+        self.redis = Restartable(directory / "redis")
+        self.ledger_server: Server = start_server(directory / "ledger")
+        self.ledger = redis.Redis(port=self.ledger_server.port)
+        self.direct = redis.Redis(port=self.redis.port, socket_timeout=10)
+        self.proxy = FaultProxy(self.redis.port).start()
+        (directory / "wurk.yml").write_text(WORKER_SETTINGS)
+        self.env = {**os.environ, "REDIS_URL": self.proxy.url, "PYTHONUNBUFFERED": "1",
+                    jobs.LEDGER_ENV: f"redis://127.0.0.1:{self.ledger_server.port}/0"}
+        self.workers: list[Worker] = []
+        self.serial = itertools.count(1)
+        self.pushed: list[str] = []
+        self.faults: dict[str, int] = {}
+        self.in_flight: set[str] = set()  # jids in flight when a fault struck
+        self.bound = 0
+
+    # -- the run ------------------------------------------------------------------------------
+    def run(self) -> Result:
+        started = time.monotonic()
+        try:
+            for _ in range(self.plan.workers):
+                self._spawn()
+            for round_number in range(self.plan.rounds):
+                self._push_wave(round_number)
+                threading.Event().wait(self.rng.uniform(*self.plan.settle))
+                self._strike(CYCLE[round_number % len(CYCLE)])
+            self._wait_for_every_job()
+        finally:
+            self._stop_workers()
+        result = figures(self.pushed, self.ledger)
+        runs = ledger_runs(self.ledger)
+        unexplained = sum(n - 1 for jid, n in runs.items() if n > 1 and jid not in self.in_flight)
+        return Result(result, dict(self.faults), len(self.in_flight), unexplained,
+                      self.bound, time.monotonic() - started, self.plan.seed,
+                      self._leftovers())
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop(signal.SIGKILL, timeout=10)
+        self.proxy.close()
+        self.redis.stop()
+        self.ledger_server.stop()
+
+    # -- pushing ------------------------------------------------------------------------------
+    def _push_wave(self, round_number: int) -> None:
+        plan = self.plan
+        size = plan.jobs // plan.rounds + (1 if round_number < plan.jobs % plan.rounds else 0)
+        flaky = int(size * plan.flaky_share)
+        scheduled = int(size * plan.scheduled_share)
+        client = wurk.Client(config_for(self.redis.url))
+        try:
+            self._bulk(client, "Chaos::Mark", size - flaky - scheduled)
+            self._bulk(client, "Chaos::Flaky", flaky, retry=5)
+            self._bulk(client, "Chaos::Mark", scheduled,
+                       at=[time.time() + self.rng.uniform(1, 5) for _ in range(scheduled)])
+        finally:
+            client.config.close()
+
+    def _bulk(self, client: wurk.Client, name: str, count: int, **options: object) -> None:
+        if count:
+            jids = client.push_bulk({"class": name, "args": [[self.plan.pause]] * count,
+                                     **options})
+            self.pushed += [jid for jid in jids if jid]
+
+    # -- faults -------------------------------------------------------------------------------
+    def _strike(self, fault: str) -> None:
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        if fault == KILL:
+            victim = self.workers.pop(0)  # the oldest: it has been busy longest
+            victim.stop(signal.SIGKILL, timeout=10)
+            self.in_flight |= self._in_flight(f"|{victim.process.pid}|")
+            self.bound += self.plan.concurrency
+            self._spawn()
+            return
+        # In flight at the fault: what the lists hold just before, and just after (nothing
+        # can be acknowledged in between: every connection is gone).
+        self.in_flight |= self._in_flight("")
+        self.bound += self.plan.concurrency * len(self.workers)
+        if fault == RESTART:
+            self.redis.restart(down_for=DOWN_FOR)
+            self.direct = redis.Redis(port=self.redis.port, socket_timeout=10)
+        else:
+            self.proxy.cut()
+        self.in_flight |= self._in_flight("")
+
+    def _in_flight(self, owner: str) -> set[str]:
+        """jids in the private lists (of one owner, by ``|pid|``) right now."""
+        keys = [k for k in self.direct.scan_iter(match="queue:*|*", count=1000)
+                if owner.encode() in k]
+        return {json.loads(raw)["jid"] for key in keys for raw in self.direct.lrange(key, 0, -1)}
+
+    def _spawn(self) -> None:
+        self.workers.append(Worker(next(self.serial), self.directory, self.env, self.plan))
+
+    # -- the end ------------------------------------------------------------------------------
+    def _wait_for_every_job(self) -> None:
+        wanted = set(self.pushed)
+        deadline = time.monotonic() + self.plan.deadline
+        while not wanted <= set(ledger_runs(self.ledger)):
+            for worker in self.workers:
+                if worker.process.poll() is not None:
+                    raise RuntimeError(f"a worker exited:\n{worker.log.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                return  # the figures will say what was lost
+            threading.Event().wait(0.2)
+
+    def _stop_workers(self) -> None:
+        for worker in self.workers:
+            worker.process.send_signal(signal.SIGTERM)
+        for worker in self.workers:
+            worker.stop(timeout=30)
+
+    def _leftovers(self) -> dict[str, int]:
+        """What is still in Redis once the workers are gone: nothing, when all went well."""
+        counts = {"dead": self.direct.zcard("dead"), "retry": self.direct.zcard("retry"),
+                  "schedule": self.direct.zcard("schedule")}
+        for key in self.direct.scan_iter(match="queue:*", count=1000):
+            counts[key.decode()] = int(self.direct.llen(key))
+        return {name: n for name, n in counts.items() if n}
+
+
+def chaos(plan: Plan, directory: Path | None = None) -> Result:
+    """Run ``plan`` in ``directory`` (a temporary one by default)."""
+    with tempfile.TemporaryDirectory(prefix="wurk-chaos-") as scratch:
+        run = ChaosRun(plan, directory or Path(scratch))
+        try:
+            return run.run()
+        finally:
+            run.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.chaos.run",
+                                     description="wurk under repeated faults")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="strike every few seconds for this long (default: one cycle "
+                             "of ten faults)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args(argv)
+    options: dict[str, object] = {"workers": args.workers, "concurrency": args.concurrency}
+    if args.seed is not None:
+        options["seed"] = args.seed
+    plan = Plan.long(args.jobs, args.minutes, **options) if args.minutes \
+        else Plan(jobs=args.jobs, **options)  # type: ignore[arg-type]
+    result = chaos(plan)
+    print(result.line())
+    if result.leftovers:
+        print(f"left in Redis: {result.leftovers}")
+    if result.figures.missing:
+        print(f"lost jids (first 10): {result.figures.missing[:10]}")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

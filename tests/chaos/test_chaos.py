@@ -1,0 +1,20 @@
+"""The short chaos run, part of the normal suite: 10,000 jobs through five SIGKILLs of a
+worker, two Redis restarts and three cuts of every connection. The long run is a command:
+``python -m tests.chaos.run --jobs 100000 --minutes 10``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.chaos.run import CUT, KILL, RESTART, Plan, chaos
+
+
+def test_ten_thousand_jobs_through_kills_restarts_and_cuts(tmp_path: Path) -> None:
+    result = chaos(Plan(jobs=10_000, workers=2, concurrency=10), tmp_path)
+    print("\n" + result.line())
+    assert result.faults[KILL] >= 5 and result.faults[RESTART] >= 2 and result.faults[CUT] >= 1
+    assert result.figures.pushed == 10_000
+    assert result.figures.lost == 0, f"lost: {result.figures.missing[:10]}"
+    assert result.figures.duplicated <= result.bound
+    assert result.unexplained == 0, "a job ran twice that no fault had in flight"
+    assert result.leftovers == {}, f"left in Redis: {result.leftovers}"

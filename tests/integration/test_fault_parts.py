@@ -1,0 +1,321 @@
+"""The pieces that keep jobs through faults, one at a time against the real server: strays
+returned, held jobs left alone, refused ACKs kept, failures that cannot be booked, the
+scheduler's put-back, the boot checks, and a paused basic fetch that does not spin."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.faults import config_for
+from tests.helpers.proxy import FaultProxy
+from tests.helpers.server import Server, free_port, start_server
+from wurk import payload as P
+from wurk.config import Capsule
+from wurk.connection import RedisPool
+from wurk.fetch import BasicFetch, UnitOfWork
+from wurk.heartbeat import Identity
+from wurk.middleware import Chain
+from wurk.morgue import Morgue
+from wurk.preflight import check_server, eviction_policy, require_version
+from wurk.processor import Busy, JobRunner
+from wurk.reaper import STRAY_MARGIN, Reaper
+from wurk.reliable import Claims, ReliableFetch
+from wurk.retry import JobRetry
+from wurk.scheduled import Scheduler
+from wurk.stats import Counters
+
+SOCKET_TIMEOUT = 0.5
+GRACE = SOCKET_TIMEOUT + STRAY_MARGIN
+
+
+def job(n: int, **fields: Any) -> bytes:
+    return P.dumps({"class": "Chaos::Mark", "args": [0], "queue": "default",
+                    "jid": f"jid{n:021d}", **fields}).encode()
+
+
+class Rig:
+    """One processor's fetcher and this process's reaper, sharing their claims."""
+
+    def __init__(self, url: str) -> None:
+        self.config = config_for(url, socket_timeout=SOCKET_TIMEOUT)
+        self.me = Identity.current()
+        self.claims = Claims()
+        self.fetcher = ReliableFetch(self.config, Capsule(), self.config.pool("t", size=2),
+                                     identity=self.me, capsule_index=0, slot=0,
+                                     claims=self.claims)
+        self.private = self.fetcher.private_lists["default"]
+        self.reaper = Reaper(self.config, self.me, ["default"], claims=self.claims,
+                             own_lists=[(self.private, "default")],
+                             pool=RedisPool(url, socket_timeout=5))
+
+    def strays_after_grace(self) -> int:
+        first = self.reaper.return_strays()
+        time.sleep(GRACE + 0.1)
+        return first + self.reaper.return_strays()
+
+
+@pytest.fixture
+def rig(redis_server: Server) -> Iterator[Rig]:
+    made = Rig(redis_server.url)
+    yield made
+    made.config.close()
+
+
+# -- strays -----------------------------------------------------------------------------------
+def test_a_move_whose_reply_a_cut_lost_goes_back_uncounted(
+    redis_server: Server, r: redis.Redis
+) -> None:
+    with FaultProxy(redis_server.port) as proxy:
+        rig = Rig(proxy.url)
+        rig.reaper.pool = RedisPool(redis_server.url)
+        assert rig.fetcher.fetch(0.05) is None  # connected through the proxy
+        r.lpush("queue:default", job(1))
+        proxy.latency(0.3)  # the move is forwarded after 0.3 s, its reply 0.3 s later…
+        failures: list[BaseException] = []
+
+        def fetch() -> None:
+            try:
+                rig.fetcher.fetch(0.1)
+            except wurk.RedisUnavailable as exc:
+                failures.append(exc)
+
+        fetching = threading.Thread(target=fetch)
+        fetching.start()
+        time.sleep(0.45)
+        proxy.cut()  # …and is lost on its way
+        fetching.join(timeout=5)
+        assert failures and r.lrange(rig.private, 0, -1) == [job(1).decode()]
+        assert rig.reaper.return_strays() == 0  # first seen: within the grace
+        assert r.llen(rig.private) == 1
+        time.sleep(GRACE + 0.1)
+        assert rig.reaper.return_strays() == 1
+        assert r.lrange("queue:default", 0, -1) == [job(1).decode()] and not r.exists(
+            rig.private)
+        assert not r.exists("super_fetch:recovered:jid000000000000000000001")
+        rig.config.close()
+
+
+def test_a_held_job_is_never_a_stray_however_long_it_runs(rig: Rig, r: redis.Redis) -> None:
+    r.lpush("queue:default", job(1))
+    unit = rig.fetcher.fetch(0.1)
+    assert unit is not None
+    assert rig.strays_after_grace() == 0
+    assert r.llen(rig.private) == 1
+    unit.acknowledge()
+    rig.fetcher.flush_acks()
+    assert not r.exists(rig.private)
+
+
+def test_an_abandoned_job_goes_back_and_three_abandonments_make_a_poison_pill(
+    rig: Rig, r: redis.Redis, config: wurk.Config
+) -> None:
+    deaths: list[str] = []
+    rig.config.death_handlers.append(lambda job, exc: deaths.append(type(exc).__name__))
+    r.lpush("queue:default", job(1))
+    for attempt in range(1, 4):
+        unit = rig.fetcher.fetch(0.1)
+        assert unit is not None and unit.raw == job(1)
+        assert rig.fetcher.fetch(0.05) is None  # never acknowledged: let go of
+        returned = rig.strays_after_grace()
+        if attempt < 3:
+            assert returned == 1 and r.lrange("queue:default", 0, -1) == [job(1).decode()]
+            assert r.get("super_fetch:recovered:jid000000000000000000001") == str(attempt)
+    assert r.llen("queue:default") == 0 and not r.exists(rig.private)
+    dead = [json.loads(entry) for entry in r.zrange("dead", 0, -1)]
+    assert [d["error_class"] for d in dead] == ["wurk.Poisoned"] and deaths == ["Poisoned"]
+
+
+def test_a_processor_that_stops_lets_go_of_what_it_still_holds(rig: Rig, r: redis.Redis) -> None:
+    r.lpush("queue:default", job(1))
+    assert rig.fetcher.fetch(0.1) is not None
+    rig.fetcher.flush()  # its thread died mid-job
+    assert rig.strays_after_grace() == 1
+    assert r.lrange("queue:default", 0, -1) == [job(1).decode()]
+
+
+# -- ACKs refused for now ---------------------------------------------------------------------
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[Server]:
+    server = start_server(tmp_path / "private")
+    yield server
+    server.stop()
+
+
+def test_an_ack_refused_while_redis_is_busy_rides_the_next_fetch(private_server: Server) -> None:
+    rig = Rig(private_server.url)
+    admin = redis.Redis(port=private_server.port, socket_timeout=10)
+    admin.lpush("queue:default", job(1), job(2))
+    first = rig.fetcher.fetch(0.1)
+    assert first is not None
+    first.jid = "jid000000000000000000001"
+    first.acknowledge()
+    admin.config_set("busy-reply-threshold", 50)
+    looping = threading.Thread(target=_endless_script, args=(private_server.port,))
+    looping.start()
+    time.sleep(0.3)
+    try:
+        with pytest.raises(wurk.RedisUnavailable, match="BUSY"):
+            rig.fetcher.fetch(0.1)
+    finally:
+        admin.script_kill()
+        looping.join(timeout=10)
+    assert admin.lrange(rig.private, 0, -1) == [job(1)]  # not acknowledged yet…
+    second = rig.fetcher.fetch(0.1)
+    assert second is not None and second.raw == job(2)
+    assert admin.lrange(rig.private, 0, -1) == [job(2)]  # …and now it is
+    assert rig.claims.held(rig.private) == {job(2): 1}
+    rig.config.close()
+
+
+def _endless_script(port: int) -> None:
+    with contextlib.suppress(redis.ResponseError):  # ended by SCRIPT KILL
+        redis.Redis(port=port, socket_timeout=30).eval("while true do end", 0)
+
+
+# -- failures that cannot be booked -----------------------------------------------------------
+def unit_of(raw: bytes, fetcher: Any = None) -> UnitOfWork:
+    class Recorder:
+        def __init__(self) -> None:
+            self.acked: list[UnitOfWork] = []
+
+        def acknowledge(self, unit: UnitOfWork) -> None:
+            self.acked.append(unit)
+
+    return UnitOfWork("default", raw, fetcher or Recorder())  # type: ignore[arg-type]
+
+
+def test_a_bad_payload_the_dead_set_refuses_is_left_unacknowledged(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    r.set("dead", "not a sorted set")  # every write to it fails (WRONGTYPE)
+    reported: list[BaseException] = []
+    config.error_handlers.append(lambda exc, ctx: reported.append(exc))
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    unit = unit_of(b"not json")
+    runner.run(unit, lambda _: None)  # no exception: the thread lives on
+    assert unit.fetcher.acked == []  # type: ignore[attr-defined]
+    assert any("WRONGTYPE" in str(e) for e in reported)
+
+
+def test_a_failure_redis_refuses_to_book_is_left_unacknowledged(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    r.set("retry", "not a sorted set")
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    unit = unit_of(job(1, **{"class": "No::Such"}))
+    runner.run(unit, lambda _: None)
+    assert unit.fetcher.acked == []  # type: ignore[attr-defined]
+
+
+class UnbookableRetry(JobRetry):
+    def handle(self, job: dict[str, Any], exc: BaseException, **kwargs: Any) -> None:
+        raise OverflowError("int too large to convert to float")
+
+
+def test_a_failure_the_payload_makes_unbookable_is_buried_as_it_came(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    morgue = Morgue(config)
+    runner = JobRunner(config, counters=Counters(), busy=Busy(), morgue=morgue,
+                       retry=UnbookableRetry(config, morgue))
+    raw = job(1, **{"class": "No::Such"})
+    unit = unit_of(raw)
+    runner.run(unit, lambda _: None)
+    assert unit.fetcher.acked == [unit]  # type: ignore[attr-defined]
+    assert r.zrange("dead", 0, -1) == [raw.decode()]
+
+
+# -- the scheduler ----------------------------------------------------------------------------
+def test_a_popped_job_goes_back_when_burying_it_fails(config: wurk.Config,
+                                                       r: redis.Redis) -> None:
+    r.zadd("schedule", {"not json": 1000.0})
+    r.set("dead", "not a sorted set")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        Scheduler(config).enqueue_due()
+    assert r.zrange("schedule", 0, -1, withscores=True) == [("not json", 1000.0)]
+
+
+def test_arguments_a_client_middleware_spoils_kill_the_job_in_client_mode(
+    redis_server: Server, r: redis.Redis
+) -> None:
+    def spoil(job_class: Any, job: dict[str, Any], queue: str, call_next: Any) -> Any:
+        job["args"] = [object()]
+        return call_next()
+
+    chain = Chain()
+    chain.add(spoil)
+    cfg = wurk.configure(redis_url=redis_server.url, scheduler="client",
+                         client_middleware=chain)
+    r.zadd("schedule", {job(1).decode(): 1000.0})
+    Scheduler(cfg).enqueue_due()
+    dead = [json.loads(entry) for entry in r.zrange("dead", 0, -1)]
+    assert [d["error_class"] for d in dead] == ["wurk.InvalidPayload"]
+    assert "not JSON-native" in dead[0]["error_message"] and not r.zcard("schedule")
+
+
+# -- boot checks ------------------------------------------------------------------------------
+def test_an_evicting_server_is_warned_about_at_boot(
+    private_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis.Redis(port=private_server.port).config_set("maxmemory-policy", "allkeys-lru")
+    cfg = config_for(private_server.url)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        check_server(cfg)
+    assert any("maxmemory-policy is 'allkeys-lru'" in r.getMessage() and "noeviction" in
+               r.getMessage() for r in caplog.records)
+    redis.Redis(port=private_server.port).config_set("maxmemory-policy", "noeviction")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        check_server(cfg)
+    assert not caplog.records
+    cfg.close()
+
+
+def test_where_config_is_refused_the_policy_is_read_from_info(private_server: Server) -> None:
+    admin = redis.Redis(port=private_server.port)
+    admin.config_set("maxmemory-policy", "volatile-lru")
+    admin.acl_setuser("managed", enabled=True, passwords=["+pw"], keys=["*"], channels=["*"],
+                      commands=["+@all", "-config"])  # as managed Redis services do
+    pool = RedisPool(f"redis://managed:pw@127.0.0.1:{private_server.port}/0")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        pool.run(lambda c: c.config_get("maxmemory-policy"))
+    assert eviction_policy(pool) == "volatile-lru"
+    pool.close()
+
+
+def test_boot_goes_on_when_the_server_cannot_be_asked(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = config_for(f"redis://127.0.0.1:{free_port()}/0")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        check_server(cfg)
+    assert any("could not check the Redis server at boot" in r.getMessage()
+               for r in caplog.records)
+    cfg.close()
+
+
+def test_a_server_older_than_redis_7_is_refused() -> None:
+    with pytest.raises(wurk.UnsupportedServer,
+                       match=r"version 6\.2; wurk needs Redis 7\.0 or newer"):
+        require_version((6, 2), "redis://:secret@old:6379/0")
+    require_version((7, 0), "redis://new")
+    require_version((8, 2), "redis://new")
+
+
+# -- basic fetch ------------------------------------------------------------------------------
+def test_basic_fetch_waits_when_every_queue_is_paused(config: wurk.Config) -> None:
+    fetcher = BasicFetch(config, Capsule(), config.pool("t"),
+                         paused=lambda: frozenset({"default"}))
+    started = time.monotonic()
+    assert fetcher.fetch(0.3) is None
+    assert time.monotonic() - started >= 0.3
+    fetcher.flush()

@@ -1,0 +1,36 @@
+"""Settings with no rule of their own are type-checked when a configuration is built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from wurk.config import Config
+from wurk.errors import ConfigError
+
+
+@pytest.mark.parametrize(("setting", "value", "says"), [
+    ("log_level", "loud", "log_level must be one of DEBUG"),
+    ("log_level", None, "log_level must be one of DEBUG"),
+    ("tag", ["a"], "tag must be text"),
+    ("key_prefix", 7, "key_prefix must be text"),
+    ("leader", "yes", "leader must be true or false"),
+    ("labels", "a,b", "labels must be a list of text"),
+    ("logged_job_attributes", [1], "logged_job_attributes must be a list of text"),
+    ("heartbeat_interval", 0, "heartbeat_interval must be a number of seconds > 0"),
+    ("poll_interval_average", 0, "poll_interval_average must be a number of seconds > 0"),
+    ("fetch_timeout", 0, "fetch_timeout must be a number of seconds > 0"),
+    ("queues", 5, "queues must be a list of queue names"),
+    ("capsules", {"a": 1}, "capsules must map a name"),
+])
+def test_a_bad_value_names_the_setting(setting: str, value: Any, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Config.from_mapping({setting: value})
+
+
+def test_good_values_pass() -> None:
+    config = Config.from_mapping({"log_level": "debug", "tag": "app", "leader": False,
+                                  "labels": ["a"], "poll_interval_average": 0.5,
+                                  "environment": None, "redis_url": None})
+    assert config.log_level == "debug"
