@@ -59,33 +59,32 @@ def private_list_name(config: Config, identity: Identity, queue: str, capsule_in
 class Claims:
     """The private-list entries this process's processors hold, shared by its fetchers.
 
-    Counted by (list, exact bytes): two identical payloads may be in flight at once.
-    ``abandoned`` remembers the entries let go without an ACK (the processor died, or could
-    not book the job's failure): the reaper counts their return towards the poison limit,
-    as a job that keeps taking its processor down is a poison pill too.
+    Kept per unit, so letting go of one twice (acknowledged, then requeued at the deadline)
+    cannot drop another processor's claim on identical bytes. ``abandoned`` remembers the
+    entries let go of without an ACK (the processor died, or could not book the job's
+    failure): the reaper counts their return towards the poison limit, as a job that keeps
+    taking its processor down is a poison pill too.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: Counter[tuple[str, bytes]] = Counter()
+        self._units: dict[int, tuple[str, UnitOfWork]] = {}  # id(unit) → (list, unit)
         self._abandoned: Counter[tuple[str, bytes]] = Counter()
 
-    def hold(self, key: str, raw: bytes) -> None:
+    def hold(self, key: str, unit: UnitOfWork) -> None:
         with self._lock:
-            self._held[key, raw] += 1
+            self._units[id(unit)] = (key, unit)
 
-    def release(self, key: str, raw: bytes, *, abandoned: bool = False) -> None:
+    def release(self, unit: UnitOfWork, *, abandoned: bool = False) -> None:
         with self._lock:
-            self._held[key, raw] -= 1
-            if self._held[key, raw] <= 0:
-                del self._held[key, raw]
-            if abandoned:
-                self._abandoned[key, raw] += 1
+            entry = self._units.pop(id(unit), None)
+            if entry is not None and abandoned:
+                self._abandoned[entry[0], unit.raw] += 1
 
     def held(self, key: str) -> Counter[bytes]:
         """Entries of ``key`` held right now."""
         with self._lock:
-            return Counter({raw: n for (k, raw), n in self._held.items() if k == key})
+            return Counter(unit.raw for k, unit in self._units.values() if k == key)
 
     def abandoned(self, key: str, raw: bytes) -> bool:
         with self._lock:
@@ -184,7 +183,7 @@ class ReliableFetch:
         if raw is None:
             return None
         unit = UnitOfWork(queue, raw, self)
-        self.claims.hold(self._private[queue], raw)
+        self.claims.hold(self._private[queue], unit)
         self._out = unit
         return unit
 
@@ -194,7 +193,7 @@ class ReliableFetch:
         unit, self._out = self._out, None
         if unit is not None and not unit.settled:
             unit.settled = True
-            self.claims.release(self._private[unit.queue], unit.raw, abandoned=True)
+            self.claims.release(unit, abandoned=True)
             log.warning("a job from %s was left unacknowledged; it goes back to its queue",
                         unit.queue)
 
@@ -224,7 +223,7 @@ class ReliableFetch:
                 continue
             if isinstance(reply, Exception):
                 log.warning("an ACK was refused by Redis: %s", reply)
-            self.claims.release(self._private[unit.queue], unit.raw)
+            self.claims.release(unit)
         self._pending = kept
 
     def flush_acks(self) -> None:
@@ -249,7 +248,7 @@ class ReliableFetch:
         self.pool.run(send)
         for unit in units:
             unit.settled = True
-            self.claims.release(self._private[unit.queue], unit.raw)
+            self.claims.release(unit)
 
     def flush(self) -> None:
         """The processor stops fetching: send the pending ACK, give the connection back.
@@ -265,5 +264,5 @@ class ReliableFetch:
             self.lease.release()
             self._let_go_of_unsettled()
             for unit in self._pending:
-                self.claims.release(self._private[unit.queue], unit.raw)
+                self.claims.release(unit)
             self._pending = []

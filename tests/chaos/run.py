@@ -48,8 +48,10 @@ KILL, RESTART, CUT = "kill", "restart", "cut"
 CYCLE = (KILL, CUT, KILL, RESTART, KILL, CUT, KILL, RESTART, KILL, CUT)
 # How long a restarted Redis stays down: long enough that every worker sees it gone.
 DOWN_FOR = 0.5
-# A long run strikes about this often.
-LONG_ROUND_SECONDS = 3.0
+# A long run strikes about this often (a wave, its settle time, the fault), and its jobs
+# take longer, so that a fault finds the waves half done, as the short run's do.
+LONG_ROUND_SECONDS = 0.8
+LONG_JOB_PAUSE = 0.02
 WORKER_SETTINGS = """\
 heartbeat_interval: 0.5
 reaper_interval: 1
@@ -74,12 +76,13 @@ class Plan:
     settle: tuple[float, float] = (0.2, 0.8)  # wait after a wave before striking, seconds
     seed: int = field(default_factory=lambda: random.randrange(1 << 30))
     deadline: float = 120.0  # for every job to have run once the faults stop
+    minutes: float | None = None  # strike until then (rounds only spreads the jobs)
 
     @classmethod
     def long(cls, jobs: int, minutes: float, **options: object) -> Plan:
         rounds = max(len(CYCLE), int(minutes * 60 / LONG_ROUND_SECONDS))
-        return cls(jobs=jobs, rounds=rounds, settle=(1.0, 4.0), deadline=300.0,
-                   **options)  # type: ignore[arg-type]
+        return cls(jobs=jobs, rounds=rounds, pause=LONG_JOB_PAUSE, deadline=300.0,
+                   minutes=minutes, **options)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -151,10 +154,13 @@ class ChaosRun:
         try:
             for _ in range(self.plan.workers):
                 self._spawn()
-            for round_number in range(self.plan.rounds):
-                self._push_wave(round_number)
+            for round_number in itertools.count():
+                last = self._last_round(round_number, started)
+                self._push_wave(round_number, everything_left=last)
                 threading.Event().wait(self.rng.uniform(*self.plan.settle))
                 self._strike(CYCLE[round_number % len(CYCLE)])
+                if last:
+                    break
             self._wait_for_every_job()
         finally:
             self._stop_workers()
@@ -173,9 +179,17 @@ class ChaosRun:
         self.ledger_server.stop()
 
     # -- pushing ------------------------------------------------------------------------------
-    def _push_wave(self, round_number: int) -> None:
+    def _last_round(self, round_number: int, started: float) -> bool:
+        minutes = self.plan.minutes
+        if minutes is None:
+            return round_number == self.plan.rounds - 1
+        return time.monotonic() - started >= minutes * 60
+
+    def _push_wave(self, round_number: int, *, everything_left: bool) -> None:
         plan = self.plan
         size = plan.jobs // plan.rounds + (1 if round_number < plan.jobs % plan.rounds else 0)
+        left = plan.jobs - len(self.pushed)
+        size = left if everything_left else min(size, left)
         flaky = int(size * plan.flaky_share)
         scheduled = int(size * plan.scheduled_share)
         client = wurk.Client(config_for(self.redis.url))
@@ -198,8 +212,11 @@ class ChaosRun:
         self.faults[fault] = self.faults.get(fault, 0) + 1
         if fault == KILL:
             victim = self.workers.pop(0)  # the oldest: it has been busy longest
-            victim.stop(signal.SIGKILL, timeout=10)
+            # Frozen first, so its lists can be read as the kill finds them (another
+            # worker's reaper may return them the moment it is gone).
+            victim.process.send_signal(signal.SIGSTOP)
             self.in_flight |= self._in_flight(f"|{victim.process.pid}|")
+            victim.stop(signal.SIGKILL, timeout=10)
             self.bound += self.plan.concurrency
             self._spawn()
             return

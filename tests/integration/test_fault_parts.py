@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.faults import config_for
+from tests.helpers.faults import InProcessWorker, config_for
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, free_port, start_server
 from wurk import payload as P
@@ -280,6 +280,17 @@ def test_an_evicting_server_is_warned_about_at_boot(
         check_server(cfg)
     assert not caplog.records
     cfg.close()
+
+
+def test_the_worker_checks_the_server_when_it_starts(
+    private_server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    redis.Redis(port=private_server.port).config_set("maxmemory-policy", "allkeys-lfu")
+    worker = InProcessWorker(private_server.url, concurrency=1)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        worker.start()
+    worker.stop()
+    assert any("maxmemory-policy is 'allkeys-lfu'" in r.getMessage() for r in caplog.records)
 
 
 def test_where_config_is_refused_the_policy_is_read_from_info(private_server: Server) -> None:

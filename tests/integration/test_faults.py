@@ -91,6 +91,10 @@ def push(url: str, count: int, pause: float = 0.002, *, flaky: int = 0,
 
 
 def assert_outages_logged_once(caplog: pytest.LogCaptureFixture) -> dict[str, tuple[int, int]]:
+    """Each component that reported an outage logged its end, once each. A component that
+    was backing off notices Redis is back within ``MAX_WAIT`` (or its interval)."""
+    wait_until(lambda: all(ended for _, ended in outage_lines(caplog.records).values()),
+               MAX_WAIT + 2, "every outage to end")
     lines = outage_lines(caplog.records)
     assert lines, "no outage was logged"
     for component, (started, ended) in lines.items():
@@ -154,7 +158,8 @@ def test_redis_unreachable_for_30_seconds(
     before = push(server.url, 200)
     worker = start(worker_at, proxy.url)
     wait_until(all_ran(before, ledger), 20, "work before the outage")
-    waiting = push(server.url, 200)  # queued while the worker is cut off
+    waiting = push(server.url, 200)  # queued while the worker is cut off…
+    waiting += push(server.url, 0, scheduled=50)  # …and due while it is (the scheduler's)
     client = wurk.Client(config_for(proxy.url))
     attempts_before = proxy.accepted
     with proxy.outage():
