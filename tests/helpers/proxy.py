@@ -225,7 +225,12 @@ class FaultProxy:
 
     def _pump(self, link: _Link, source: socket.socket, target: socket.socket) -> None:
         poller = select.poll()
-        poller.register(source, select.POLLIN)
+        try:
+            # A cut may close the socket between the link's start and here: fileno() is -1.
+            poller.register(source, select.POLLIN)
+        except (ValueError, OSError):
+            self._forget(link)
+            return
         try:
             while not link.closed.is_set() and not self._closing.is_set():
                 if not poller.poll(POLL_SECONDS * 1000) or not self._wait_forwarding(link):
