@@ -19,8 +19,9 @@ import sys
 import threading
 import traceback
 from types import FrameType
+from typing import Protocol
 
-__all__ = ["HANDLED", "SignalPipe", "dump_threads"]
+__all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads"]
 
 log = logging.getLogger("wurk")
 
@@ -74,6 +75,25 @@ class SignalPipe:
         self.restore()
         os.close(self._read)
         os.close(self._write)
+
+
+class _Quietable(Protocol):
+    def quiet(self) -> None: ...
+
+
+def act_on(launcher: _Quietable, name: str) -> bool:
+    """What a worker process does with a signal; True when it asks the process to stop."""
+    if name in ("TERM", "INT"):
+        return True
+    if name == "TSTP":
+        launcher.quiet()
+    elif name == "TTIN":
+        dump_threads()
+    elif name == "USR2":
+        from . import log as wurk_log
+
+        wurk_log.reopen()
+    return False
 
 
 def dump_threads() -> None:

@@ -128,7 +128,7 @@ def prepare(options: dict[str, Any]) -> Config:
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
     from ..launcher import Launcher
-    from ..signals import SignalPipe, dump_threads
+    from ..signals import SignalPipe, act_on
 
     config = prepare(options)
     pipe = SignalPipe()
@@ -142,14 +142,8 @@ def worker(**options: Any) -> None:
     try:
         while True:
             for name in pipe.wait(MAIN_LOOP_TICK):
-                if name in ("TERM", "INT"):
+                if act_on(launcher, name):
                     launcher.stop()
                     return
-                if name == "TSTP":
-                    launcher.quiet()
-                elif name == "TTIN":
-                    dump_threads()
-                elif name == "USR2":
-                    wurk_log.reopen()
     finally:
         pipe.close()

@@ -25,11 +25,10 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
-from .. import log as wurk_log
 from .. import payload as P
 from ..config import Config
 from ..launcher import Launcher
-from ..signals import HANDLED, SignalPipe, dump_threads
+from ..signals import HANDLED, SignalPipe, act_on
 
 __all__ = [
     "EXIT_BOOT_FAILED",
@@ -208,13 +207,9 @@ class _Child:
             self._check_max_jobs(launcher)
 
     def _on_signal(self, launcher: Launcher, name: str) -> None:
-        if name == "TSTP":
-            launcher.quiet()
-        elif name == "TTIN":
-            dump_threads()
-        elif name == "USR2":
-            wurk_log.reopen()
-        elif name == "USR1":
+        if act_on(launcher, name):
+            return
+        if name == "USR1":
             log.warning("USR1 restarts a swarm: send it to the parent, pid %d",
                         self.spec.parent_pid)
 
