@@ -104,7 +104,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.figures.lost == 0 and self.figures.duplicated <= self.bound
+        figures = self.figures
+        return figures.lost == 0 and figures.duplicated <= self.bound and not self.unexplained
 
 
 class Worker:
