@@ -7,11 +7,14 @@
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
    ``concurrency`` in both places) with a 60 s TTL and pop one remote signal.
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
-   in-flight lists owned) before it holds any job (``decisions.md`` 3).
+   in-flight lists owned) before it holds any job (``decisions.md`` 3). ``wait_visible``
+   holds the processors back until a beat has landed — when the first one failed, or after
+   an outage long enough for the record to expire — since a reaper takes the jobs of a live
+   process without a record for a dead one's (``decisions.md`` 11).
 4. ``clear`` removes the record at exit, after a last stats flush.
 5. A Redis error is reported once when the outage starts and logged once with its length at
-   the end; while it lasts, beats are tried at the usual interval or the capped backoff
-   (``wurk.outage``), whichever is longer.
+   the end; while it lasts, beats are tried with the capped backoff (``wurk.outage``), so
+   the record is back soon after Redis is.
 """
 
 from __future__ import annotations
@@ -101,6 +104,8 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process = psutil.Process()
+        self._written = threading.Condition()
+        self._written_at: float | None = None  # monotonic time the record was last written
 
     # -- thread -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,8 +118,35 @@ class Heartbeat:
             self._thread.join(timeout)
 
     def _run(self) -> None:
-        while not self._stop.wait(max(self.config.heartbeat_interval, self._backoff.wait)):
+        while not self._stop.wait(self._next_wait()):
             self.beat()
+
+    def _next_wait(self) -> float:
+        """The interval; while Redis fails, the backoff: the record must be back (and the
+        processors fetching) soon after Redis is."""
+        return self._backoff.wait if self._backoff.failures else self.config.heartbeat_interval
+
+    # -- visibility -------------------------------------------------------------------------
+    def wait_visible(self, timeout: float) -> bool:
+        """Whether this process's record is in Redis, recent enough to outlive the next beat,
+        so its processors may take jobs; if not, wait up to ``timeout`` for a beat."""
+        if self._fresh():  # the usual case, on every fetch: no lock
+            return True
+        with self._written:
+            return self._written.wait_for(self._fresh, timeout)
+
+    def _fresh(self) -> bool:
+        written = self._written_at
+        if written is None:
+            return False
+        ttl = self.config.heartbeat_ttl
+        # Written longer ago than this, the record may expire before the next beat lands.
+        return time.monotonic() - written < max(ttl - self.config.heartbeat_interval, ttl / 2)
+
+    def _was_written(self) -> None:
+        with self._written:
+            self._written_at = time.monotonic()
+            self._written.notify_all()
 
     # -- one beat ---------------------------------------------------------------------------
     def beat(self) -> bool:
@@ -128,6 +160,7 @@ class Heartbeat:
             self.outage.failed(exc)
             self._backoff.next_wait()
             return False
+        self._was_written()
         self._backoff.reset()
         self.outage.ended()
         if self._on_beat is not None:

@@ -61,11 +61,12 @@ class Launcher:
         self.counters = Counters()
         self.capsules = config.all_capsules()
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy)
-        self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index)
-                         for index, capsule in enumerate(self.capsules)]
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
                                    on_signal=on_remote_signal, on_beat=self._update_title)
+        self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
+                                 visible=self.heartbeat.wait_visible)
+                         for index, capsule in enumerate(self.capsules)]
         self.scheduler = Scheduler(config)
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
@@ -138,7 +139,8 @@ class Launcher:
                  ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
                  describe_url(self.config.pool("internal").url))
         if not self.heartbeat.beat():
-            log.warning("first heartbeat failed; starting anyway, it will be retried")
+            log.warning("first heartbeat failed; starting anyway: no job is taken until it is "
+                        "written (it is retried)")
         self.heartbeat.start()
         self._log_flusher.start()
         self._start_reliability()

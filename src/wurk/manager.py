@@ -36,12 +36,14 @@ class Manager:
     """Owns the processor threads of one capsule."""
 
     def __init__(self, config: Config, capsule: Capsule, runner: JobRunner,
-                 make_fetcher: FetcherFactory, *, index: int = 0) -> None:
+                 make_fetcher: FetcherFactory, *, index: int = 0,
+                 visible: Callable[[float], bool] | None = None) -> None:
         self.config = config
         self.capsule = capsule
         self.runner = runner
         self.index = index
         self._make_fetcher = make_fetcher
+        self._visible = visible  # the heartbeat's say on whether processors may fetch
         self._lock = threading.Lock()
         self._processors: set[Processor] = set()
         self._stopping = False
@@ -72,6 +74,7 @@ class Manager:
                 fetch_timeout=self.config.fetch_timeout,
                 on_exit=self._processor_exited,
                 outage=self._outage,
+                visible=self._visible,
             )
             self._processors.add(processor)
         processor.start()

@@ -13,7 +13,8 @@
 5. ``Processor`` owns its thread and its fetcher; its owner (the manager) replaces it when it
    dies and interrupts it at the shutdown deadline. A failing fetch (Redis down, refusing,
    or cut) is retried with a capped backoff (``wurk.outage``); the outage is reported once
-   per capsule when it starts and logged with its length when it ends.
+   per capsule when it starts and logged with its length when it ends. It fetches only while
+   the heartbeat vouches for the process (``Heartbeat.wait_visible``).
 6. ``async def`` jobs run on an event loop thread owned by the runner; the processing path is
    the same for both kinds (``_await``).
 """
@@ -48,7 +49,6 @@ from .stats import Counters
 __all__ = ["Busy", "JobRunner", "Processor"]
 
 log = logging.getLogger("wurk")
-
 
 
 class Busy:
@@ -285,12 +285,17 @@ class JobRunner:
         thread.join(timeout=5)
 
 
+def _always(timeout: float) -> bool:
+    return True
+
+
 class Processor:
     """One named thread: fetch, run, acknowledge, until stopped."""
 
     def __init__(self, *, name: str, fetcher: Fetcher, runner: JobRunner, fetch_timeout: float,
                  on_exit: Callable[[Processor, BaseException | None], None],
-                 outage: Outage | None = None) -> None:
+                 outage: Outage | None = None,
+                 visible: Callable[[float], bool] | None = None) -> None:
         self.name = name
         self.fetcher = fetcher
         self.runner = runner
@@ -304,6 +309,7 @@ class Processor:
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.outage = outage if outage is not None else Outage(runner.config, f"fetch ({name})")
         self.backoff = Backoff()
+        self._visible = visible if visible is not None else _always
 
     def start(self) -> None:
         self.thread.start()
@@ -341,6 +347,8 @@ class Processor:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
+            if not self._visible(self.fetch_timeout):
+                continue  # no heartbeat record vouches for us: a reaper would take the job back
             unit = self._fetch()
             if unit is None:
                 continue

@@ -30,8 +30,15 @@ def ledger() -> redis.Redis:
         return _ledger
 
 
+WHO = "ledger:who"  # [jid, pid, time] of each run, for explaining a repeat
+
+
 def record() -> None:
-    ledger().rpush(RAN, wurk.current_jid() or "?")
+    jid = wurk.current_jid() or "?"
+    pipe = ledger().pipeline(transaction=False)
+    pipe.rpush(RAN, jid)
+    pipe.rpush(WHO, f"{jid} {os.getpid()} {time.time():.3f}")
+    pipe.execute()
 
 
 @wurk.job(name="Chaos::Mark")

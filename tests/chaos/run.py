@@ -104,7 +104,8 @@ class Result:
 
     @property
     def ok(self) -> bool:
-        return self.figures.lost == 0 and self.figures.duplicated <= self.bound
+        figures = self.figures
+        return figures.lost == 0 and figures.duplicated <= self.bound and not self.unexplained
 
 
 class Worker:
@@ -242,15 +243,23 @@ class ChaosRun:
 
     # -- the end ------------------------------------------------------------------------------
     def _wait_for_every_job(self) -> None:
+        """Until every job ran and nothing is left to run: a repeat still due (a retry
+        booked twice, say) must run before the figures are taken."""
         wanted = set(self.pushed)
         deadline = time.monotonic() + self.plan.deadline
-        while not wanted <= set(ledger_runs(self.ledger)):
+        while not (wanted <= set(ledger_runs(self.ledger)) and self._drained()):
             for worker in self.workers:
                 if worker.process.poll() is not None:
                     raise RuntimeError(f"a worker exited:\n{worker.log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
                 return  # the figures will say what was lost
             threading.Event().wait(0.2)
+
+    def _drained(self) -> bool:
+        if self.direct.zcard("retry") or self.direct.zcard("schedule"):
+            return False
+        return not any(self.direct.llen(key)
+                       for key in self.direct.scan_iter(match="queue:*", count=1000))
 
     def _stop_workers(self) -> None:
         for worker in self.workers:

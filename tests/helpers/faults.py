@@ -141,7 +141,8 @@ class Figures:
 
 
 def ledger_runs(ledger: redis.Redis) -> Counter[str]:
-    return Counter(jid.decode() for jid in ledger.lrange(jobs.RAN, 0, -1))
+    return Counter(jid.decode() if isinstance(jid, bytes) else jid
+                   for jid in ledger.lrange(jobs.RAN, 0, -1))
 
 
 def figures(pushed: Iterable[str], ledger: redis.Redis) -> Figures:

@@ -224,14 +224,9 @@ class FaultProxy:
         return not link.closed.is_set() and not self._closing.is_set()
 
     def _pump(self, link: _Link, source: socket.socket, target: socket.socket) -> None:
-        poller = select.poll()
         try:
-            # A cut may close the socket between the link's start and here: fileno() is -1.
+            poller = select.poll()
             poller.register(source, select.POLLIN)
-        except (ValueError, OSError):
-            self._forget(link)
-            return
-        try:
             while not link.closed.is_set() and not self._closing.is_set():
                 if not poller.poll(POLL_SECONDS * 1000) or not self._wait_forwarding(link):
                     continue
@@ -240,8 +235,8 @@ class FaultProxy:
                     break
                 self._delay(link)
                 target.sendall(data)
-        except OSError:
-            pass  # reset by a cut, or by the other side
+        except (OSError, ValueError):
+            pass  # reset by a cut (a closed socket's descriptor is -1), or by the other side
         finally:
             self._forget(link)
 

@@ -17,7 +17,8 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.faults import InProcessWorker, config_for
+from tests.chaos import jobs
+from tests.helpers.faults import InProcessWorker, all_ran, config_for, use_ledger, wait_until
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, free_port, start_server
 from wurk import payload as P
@@ -150,6 +151,34 @@ def private_server(tmp_path: Path) -> Iterator[Server]:
     server = start_server(tmp_path / "private")
     yield server
     server.stop()
+
+
+# -- no record, no jobs -----------------------------------------------------------------------
+def test_no_job_is_taken_until_the_heartbeat_record_is_written(
+    private_server: Server, redis_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another worker's reaper takes a live process without a record for a dead one: a
+    worker whose heartbeat cannot be written (here: not allowed to write its own key, while
+    the queues are open to it) must not fetch."""
+    ledger = use_ledger(monkeypatch, redis_server.url)
+    admin = redis.Redis(port=private_server.port)
+    admin.acl_setuser("worker", enabled=True, passwords=["+pw"], commands=["+@all"],
+                      keys=["queue*", "stat*", "processes", "process_cleanup", "schedule",
+                            "retry", "dead", "paused", "wurk:*", "super_fetch:*"])
+    pushed = wurk.Client(config_for(private_server.url)).push_bulk(
+        {"class": "Chaos::Mark", "args": [[0]] * 5})
+    worker = InProcessWorker(f"redis://worker:pw@127.0.0.1:{private_server.port}/0",
+                             concurrency=2)
+    worker.start()
+    try:
+        time.sleep(1.0)
+        assert ledger.llen(jobs.RAN) == 0 and admin.llen("queue:default") == 5
+        assert not list(admin.scan_iter("queue:default|*"))  # nothing fetched
+        admin.acl_setuser("worker", enabled=True, passwords=["+pw"], commands=["+@all"],
+                          keys=["*"])  # now the record can be written
+        wait_until(all_ran(pushed, ledger), 10, "the jobs, once the record exists")
+    finally:
+        worker.stop()
 
 
 def test_an_ack_refused_while_redis_is_busy_rides_the_next_fetch(private_server: Server) -> None:
