@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
+from . import affinity
 from .errors import ConfigError
 from .keys import PRIVATE_SEPARATOR, Keys
 from .middleware import Chain
@@ -40,8 +41,8 @@ DAY = 24 * 60 * 60
 
 # Settings with no rule of their own above: their type is checked so that a bad value in a
 # file is an error naming it at load time, not a crash in a thread later.
-_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment")
-_OPTIONAL = ("redis_url", "environment")
+_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity")
+_OPTIONAL = ("redis_url", "environment", "cpu_affinity")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
@@ -170,6 +171,12 @@ class Config:
     shutdown_grace: float = 3.0
     fetch: Literal["reliable", "basic"] = "reliable"
     fetch_timeout: float = 1.0
+    # Reliable fetch: most jobs a processor takes in one round trip out of a backlog (its
+    # share of the queue at most); 1 fetches one job at a time.
+    prefetch: int = 8
+    # Pin processor threads: None (the OS decides), "auto" (one CPU) or CPUs "0,2-3"
+    # (``wurk.affinity``).
+    cpu_affinity: str | None = None
     private_list_layout: Literal["wurk", "pro"] = "wurk"
     paused_cache_ttl: float = 5.0
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
@@ -273,7 +280,7 @@ class Config:
                 f"not {self.timestamp_format!r}"
             )
         for name in ("concurrency", "max_retries", "dead_max_jobs", "bulk_batch_size",
-                     "scheduled_bulk_batch_size", "heartbeat_ttl"):
+                     "scheduled_bulk_batch_size", "heartbeat_ttl", "prefetch"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (
                 0 if name == "max_retries" else 1
@@ -290,6 +297,7 @@ class Config:
         self._check_choice("private_list_layout", ("wurk", "pro"))
         self._check_choice("log_format", ("pretty", "plain", "json"))
         self._check_types()
+        affinity.parse(self.cpu_affinity)
         if not isinstance(self.queues, list) or not all(isinstance(q, str)
                                                         for q in self.queues):
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")

@@ -220,9 +220,12 @@ class Lease:
     def __init__(self, pool: RedisPool) -> None:
         self.pool = pool
         self._connection: Any = None
+        self._unread = 0  # replies of commands written by ``send``, not read yet
 
     def call(self, *args: Any) -> Any:
         """One command, one round trip; a transient refusal raises ``RedisUnavailable``."""
+        if self._unread:
+            raise RuntimeError("Lease.call with replies unread: read them with pipeline()")
         try:
             connection = self._take()
             connection.send_command(*args)
@@ -234,13 +237,29 @@ class Lease:
             self._drop()
             raise self.pool._unavailable(exc) from exc
 
-    def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        """Several commands in one round trip; error replies come back as exceptions in place,
-        so one refused command does not desynchronise the connection."""
+    def send(self, commands: list[tuple[Any, ...]]) -> None:
+        """Write commands without waiting for their replies: the next ``pipeline`` returns
+        them first. Redis acts on them now; the caller learns how it went one round trip
+        later. A broken connection raises ``RedisUnavailable``, and then whether they
+        reached Redis is unknown."""
         try:
             connection = self._take()
             connection.send_packed_command(connection.pack_commands(commands))
-            replies = [self._read(connection) for _ in commands]
+        except _CONNECTION_ERRORS as exc:
+            self._drop()
+            raise self.pool._unavailable(exc) from exc
+        self._unread += len(commands)
+
+    def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; error replies come back as exceptions in place,
+        so one refused command does not desynchronise the connection. The replies of
+        commands written earlier by ``send`` come first."""
+        try:
+            connection = self._take()
+            if commands:
+                connection.send_packed_command(connection.pack_commands(commands))
+            replies = [self._read(connection) for _ in range(self._unread + len(commands))]
+            self._unread = 0
         except _CONNECTION_ERRORS as exc:
             self._drop()
             raise self.pool._unavailable(exc) from exc
@@ -269,12 +288,16 @@ class Lease:
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
+        self._unread = 0
         if connection is not None:
             connection.disconnect()
             self.pool._pool.release(connection)  # type: ignore[no-untyped-call]
 
     def release(self) -> None:
         """Give the connection back to the pool (when the holder stops)."""
+        if self._unread:  # replies still on the wire: the connection cannot be reused
+            self._drop()
+            return
         connection, self._connection = self._connection, None
         if connection is not None:
             self.pool._pool.release(connection)  # type: ignore[no-untyped-call]

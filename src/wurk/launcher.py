@@ -23,6 +23,7 @@ from typing import Any
 
 from . import __version__
 from . import log as wurk_log
+from .affinity import choose
 from .config import Capsule, Config
 from .connection import describe_url
 from .fetch import BasicFetch, Fetcher
@@ -52,9 +53,10 @@ class Launcher:
 
     def __init__(self, config: Config, *, embedded: bool = False,
                  on_remote_signal: Callable[[str], None] | None = None,
-                 title: str = "") -> None:
+                 title: str = "", slot: int | None = None) -> None:
         self.config = config
         self.embedded = embedded
+        self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it
         self.title = title  # extra words for the process title (a swarm child's slot)
         self.identity = Identity.current()
         self.busy = Busy()
@@ -145,8 +147,11 @@ class Launcher:
         self._log_flusher.start()
         self._start_reliability()
         self.scheduler.start()
+        cpus = choose(self.config.cpu_affinity, slot=self.slot)
+        if cpus is not None:
+            log.info("processor threads pinned to CPU %s", ",".join(map(str, sorted(cpus))))
         for manager in self.managers:
-            manager.start()
+            manager.start(cpus)
 
     def _start_reliability(self) -> None:
         if self.reaper is None:

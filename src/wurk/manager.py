@@ -51,13 +51,16 @@ class Manager:
         self._all_done = threading.Condition(self._lock)
         # One outage for all the capsule's processors: two log lines, not two per thread.
         self._outage = Outage(config, f"fetch (capsule {capsule.name})")
+        self._cpus: frozenset[int] | None = None
 
     @property
     def processors(self) -> list[Processor]:
         with self._lock:
             return list(self._processors)
 
-    def start(self) -> None:
+    def start(self, cpus: frozenset[int] | None = None) -> None:
+        """Start the processors, pinned to ``cpus`` (``wurk.affinity``) when given."""
+        self._cpus = cpus
         for _ in range(self.capsule.concurrency):
             self._spawn()
 
@@ -75,6 +78,7 @@ class Manager:
                 on_exit=self._processor_exited,
                 outage=self._outage,
                 visible=self._visible,
+                cpus=self._cpus,
             )
             self._processors.add(processor)
         processor.start()

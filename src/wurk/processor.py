@@ -35,6 +35,7 @@ import redis
 
 from . import log as wurk_log
 from . import payload as P
+from .affinity import pin
 from .config import Config
 from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
@@ -295,7 +296,8 @@ class Processor:
     def __init__(self, *, name: str, fetcher: Fetcher, runner: JobRunner, fetch_timeout: float,
                  on_exit: Callable[[Processor, BaseException | None], None],
                  outage: Outage | None = None,
-                 visible: Callable[[float], bool] | None = None) -> None:
+                 visible: Callable[[float], bool] | None = None,
+                 cpus: frozenset[int] | None = None) -> None:
         self.name = name
         self.fetcher = fetcher
         self.runner = runner
@@ -310,6 +312,7 @@ class Processor:
         self.outage = outage if outage is not None else Outage(runner.config, f"fetch ({name})")
         self.backoff = Backoff()
         self._visible = visible if visible is not None else _always
+        self._cpus = cpus
 
     def start(self) -> None:
         self.thread.start()
@@ -336,6 +339,7 @@ class Processor:
     def _main(self) -> None:
         error: BaseException | None = None
         try:
+            pin(self._cpus)
             self._loop()
         except Shutdown:
             pass  # the manager requeued our job before interrupting us

@@ -3,20 +3,29 @@
 1. A fetch moves the job atomically from its queue into a private list of this process
    (``queue:<q>|<host>|<pid>|<nonce>|<capsule>``), so a crash, ``kill -9`` or lost machine
    leaves it in Redis for the reaper.
-2. The ACK (``LREM`` by the exact stored bytes, and ``DEL`` of the job's poison counter)
-   rides the next fetch's round trip: a finished job costs no round trip of its own. A
-   processor that stops fetching flushes its pending ACK first, or the finished job would sit
-   in the private list, escape the shutdown requeue, and run again after a reap.
-3. One queue: ``BLMOVE``. Several: one script tries them in order (strict or weighted), and
-   only when all are empty does the processor block with ``BLMOVE`` on one queue — processors
-   of a capsule take turns over the queues (``decisions.md`` 14), so an idle worker picks up a
-   job on any queue within milliseconds.
-4. Requeue (fetched after quiet, or unfinished at the deadline) is ``RPUSH`` to the queue's
-   tail plus ``LREM`` from the private list, in one ``MULTI``.
-5. ``private_list_layout="pro"`` writes Sidekiq Pro's ``queue:sq|<identity>|<queue>`` names
+2. Fetching ahead (``prefetch``, default 8): out of a backlog a processor moves several jobs
+   into its private list in one round trip — never more than its share of the queue
+   (``LLEN / concurrency``), so a short queue is spread over the processors. The jobs wait
+   in the processor's own buffer, held in the private list like the running one; a processor
+   that stops gives back those it did not start.
+3. The ACK (``LREM`` by the exact stored bytes, and ``DEL`` of the job's poison counter)
+   rides the next fetch's round trip: a finished job costs no round trip of its own. While
+   jobs fetched ahead are waiting, there is no next round trip soon: the ACK is written at
+   once and its reply read with the next fetch's, so a finished job never lingers in the
+   private list to run again after a crash. A processor that stops fetching flushes its
+   pending ACKs first, or the finished job would sit in the private list, escape the
+   shutdown requeue, and run again after a reap.
+4. One script tries the queues in order (strict or weighted); only when all are empty does
+   the processor block with ``BLMOVE`` on one queue — processors of a capsule take turns
+   over the queues (``decisions.md`` 14), so an idle worker picks up a job on any queue
+   within milliseconds. With one queue and ``prefetch: 1`` the fetch is the ``BLMOVE``.
+5. Requeue (fetched after quiet, fetched ahead and not started, or unfinished at the
+   deadline) moves each job from the private list to its queue's tail in one script, only
+   if it is still in the private list: a job already given back is not pushed twice.
+6. ``private_list_layout="pro"`` writes Sidekiq Pro's ``queue:sq|<identity>|<queue>`` names
    instead and registers them in ``super_processes`` so a Pro process never mistakes them
    for orphans (§10.2).
-6. ``Claims``: which entries of this process's private lists a processor holds (running, or
+7. ``Claims``: which entries of this process's private lists a processor holds (running, or
    finished with the ACK not yet through). An entry nobody holds is a stray — a move whose
    reply a cut connection lost, or the job of a processor that died or could not book its
    failure — and the reaper gives it back (``wurk.reaper``), so a live process never sits on
@@ -28,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -46,7 +55,8 @@ __all__ = ["Claims", "ReliableFetch", "private_list_name"]
 
 log = logging.getLogger("wurk")
 
-_FETCH_FIRST = Script("fetch_first.lua")
+_FETCH_AHEAD = Script("fetch_ahead.lua")
+_REQUEUE = Script("requeue.lua")
 
 
 def private_list_name(config: Config, identity: Identity, queue: str, capsule_index: int) -> str:
@@ -111,10 +121,14 @@ class ReliableFetch:
         self.lease = pool.lease()
         self.order = QueueOrder(capsule)
         self.slot = slot
+        self.prefetch = config.prefetch
+        self._share = capsule.concurrency
         self._paused = paused
         self._private = {q: private_list_name(config, identity, q, capsule_index)
                          for q in capsule.queue_names}
-        self._pending: list[UnitOfWork] = []
+        self._ahead: deque[UnitOfWork] = deque()  # fetched, in the private list, not started
+        self._pending: list[UnitOfWork] = []  # ACKs to send with the next round trip
+        self._sent: list[UnitOfWork] = []  # ACKs written, their replies not read yet
         self._last_order: list[str] = []
         self._idle = threading.Event()
         self.claims = claims if claims is not None else Claims()
@@ -128,28 +142,42 @@ class ReliableFetch:
     # -- fetching ---------------------------------------------------------------------------
     def fetch(self, timeout: float) -> UnitOfWork | None:
         self._let_go_of_unsettled()
-        queues = self.order(self._paused())
+        paused = self._paused()
+        if self._ahead:
+            unit = self._next_ahead(paused)
+            if unit is not None:
+                return unit
+        queues = self.order(paused)
         if not queues:
             self.flush_acks()
             self._idle.wait(timeout)  # every queue paused: wait, don't spin on Redis
             return None
-        if len(queues) == 1:
-            return self._with_acks(self._blocking_move(queues[0], timeout), queues[0])
-        unit = self._with_acks(self._first_move(queues), None)
+        if len(queues) == 1 and self.prefetch == 1:
+            return self._round_trip(self._blocking_move(queues[0], timeout), queues[0])
+        unit = self._round_trip(self._take(queues), None)
         if unit is not None:
             return unit
         waiting_on = self._turn(queues)
         return self._move_reply(self.lease.call(*self._blocking_move(waiting_on, timeout)),
                                 waiting_on)
 
-    def _with_acks(self, command: tuple[Any, ...], queue: str | None) -> UnitOfWork | None:
-        """Send pending ACKs and ``command`` in one round trip."""
-        acks = self._ack_commands()
-        replies = self.lease.pipeline([*acks, command])
-        self._acks_sent(replies[:-1])
-        reply = replies[-1]
+    def _next_ahead(self, paused: frozenset[str]) -> UnitOfWork | None:
+        """The oldest job fetched ahead; those of a queue paused since go back first."""
+        if paused and any(unit.queue in paused for unit in self._ahead):
+            back = [unit for unit in self._ahead if unit.queue in paused]
+            self._ahead = deque(unit for unit in self._ahead if unit.queue not in paused)
+            self._give_back(back)
+            if not self._ahead:
+                return None
+        unit = self._ahead.popleft()
+        self._out = unit
+        return unit
+
+    def _round_trip(self, command: tuple[Any, ...], queue: str | None) -> UnitOfWork | None:
+        """Pending ACKs and ``command`` in one round trip."""
+        reply = self._with_acks([command])[0]
         if isinstance(reply, redis.exceptions.NoScriptError):  # first use, or SCRIPT FLUSH
-            self.lease.call(*_FETCH_FIRST.load())
+            self.lease.call(*_FETCH_AHEAD.load())
             reply = self.lease.call(*command)
         if isinstance(reply, Exception):
             unavailable = refusal(reply, self.pool.url)
@@ -160,19 +188,36 @@ class ReliableFetch:
             return self._move_reply(reply, queue)
         if reply is None:
             return None
-        index, raw = reply
-        return self._move_reply(raw, self._last_order[int(index) - 1])
+        queue = self._last_order[int(reply[0]) - 1]
+        units = [self._hold(raw, queue) for raw in reply[1:]]
+        self._ahead.extend(units[1:])
+        self._out = units[0]
+        return units[0]
+
+    def _with_acks(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Send the pending ACKs, then ``commands``; read every reply (those of ACKs written
+        earlier too) and return the replies to ``commands``."""
+        acks = [*self._sent, *self._pending]
+        try:
+            replies = self.lease.pipeline([*self._ack_commands(self._pending), *commands])
+        except RedisUnavailable:
+            self._pending, self._sent = acks, []  # outcome unknown: sent again next time
+            raise
+        self._pending, self._sent = acks, []
+        cut = len(replies) - len(commands)
+        self._acks_sent(replies[:cut])
+        return replies[cut:]
 
     def _blocking_move(self, queue: str, timeout: float) -> tuple[Any, ...]:
         return ("BLMOVE", self.keys.queue(queue), self._private[queue], "RIGHT", "LEFT",
                 timeout)
 
-    def _first_move(self, queues: list[str]) -> tuple[Any, ...]:
+    def _take(self, queues: list[str]) -> tuple[Any, ...]:
         self._last_order = queues
         keys: list[str] = []
         for queue in queues:
             keys += [self.keys.queue(queue), self._private[queue]]
-        return _FETCH_FIRST.evalsha(keys, [])
+        return _FETCH_AHEAD.evalsha(keys, [self.prefetch, self._share])
 
     def _turn(self, queues: list[str]) -> str:
         """The queue this processor blocks on: processors take turns over the queues."""
@@ -180,8 +225,9 @@ class ReliableFetch:
         return names[self.slot % len(names)]
 
     def _move_reply(self, raw: Any, queue: str) -> UnitOfWork | None:
-        if raw is None:
-            return None
+        return None if raw is None else self._hold(raw, queue)
+
+    def _hold(self, raw: bytes, queue: str) -> UnitOfWork:
         unit = UnitOfWork(queue, raw, self)
         self.claims.hold(self._private[queue], unit)
         self._out = unit
@@ -200,11 +246,22 @@ class ReliableFetch:
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:
         unit.settled = True
-        self._pending.append(unit)
+        if not self._ahead:
+            self._pending.append(unit)  # the next fetch is a round trip: it rides that
+            return
+        # Jobs fetched ahead come first: write the ACK now, read its reply later.
+        sending = [*self._pending, unit]
+        try:
+            self.lease.send(self._ack_commands(sending))
+        except RedisUnavailable:
+            self._pending, self._sent = [*self._sent, *sending], []
+            return  # sent again with the next round trip
+        self._pending = []
+        self._sent += sending
 
-    def _ack_commands(self) -> list[tuple[Any, ...]]:
+    def _ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
         commands: list[tuple[Any, ...]] = []
-        for unit in self._pending:
+        for unit in units:
             commands.append(("LREM", self._private[unit.queue], 1, unit.raw))
             if unit.jid:  # never the bare prefix: that key is nobody's
                 commands.append(("DEL", self.keys.poison_counter(unit.jid)))
@@ -227,8 +284,8 @@ class ReliableFetch:
         self._pending = kept
 
     def flush_acks(self) -> None:
-        if self._pending:
-            self._acks_sent(self.lease.pipeline(self._ack_commands()))
+        if self._pending or self._sent:
+            self._with_acks([])
             if self._pending:
                 raise RedisUnavailable(f"{len(self._pending)} ACK(s) refused for now")
 
@@ -237,24 +294,39 @@ class ReliableFetch:
         """Back to the tail of their queues (next to run) and out of the private list."""
         if not units:
             return
-
-        def send(r: Any) -> None:
-            pipe = r.pipeline(transaction=True)
-            for unit in units:
-                pipe.rpush(self.keys.queue(unit.queue), unit.raw)
-                pipe.lrem(self._private[unit.queue], 1, unit.raw)
-            pipe.execute()
-
-        self.pool.run(send)
+        keys: list[str] = []
+        jobs: list[bytes] = []
+        for unit in reversed(units):  # the first of ``units`` pushed last: next to run
+            keys += [self._private[unit.queue], self.keys.queue(unit.queue)]
+            jobs.append(unit.raw)
+        self.pool.run(lambda r: r.register_script(_REQUEUE.text)(keys=keys, args=jobs))
         for unit in units:
             unit.settled = True
             self.claims.release(unit)
 
+    def _give_back(self, units: list[UnitOfWork]) -> None:
+        """Jobs fetched ahead and not started go back to their queues. If Redis refuses,
+        they are let go of: the reaper returns them, uncounted (they never ran)."""
+        try:
+            self.requeue(units)
+        except BaseException:
+            for unit in units:
+                unit.settled = True
+                self.claims.release(unit)
+            raise
+
     def flush(self) -> None:
-        """The processor stops fetching: send the pending ACK, give the connection back.
+        """The processor stops fetching: give back the jobs fetched ahead, send the pending
+        ACKs, give the connection back.
 
         Whatever it still holds is let go of, so a live process's reaper returns it."""
         self._idle.set()
+        ahead, self._ahead = list(self._ahead), deque()
+        try:
+            self._give_back(ahead)
+        except (RedisUnavailable, redis.RedisError) as exc:
+            report_error(self.config, exc, {"context": "giving back jobs fetched ahead",
+                                            "jobs": len(ahead)})
         try:
             self.flush_acks()
         except RedisUnavailable as exc:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 
+import psutil
 import redis
 
 import wurk
@@ -198,3 +200,29 @@ def test_async_jobs_run(config: wurk.Config, r: redis.Redis, start_worker: Start
     jobs.async_job.perform_bulk([["sys:async"]] * 20)
     start_worker("-c", "5")
     wait_for(lambda: r.get("sys:async") == "20", message="async jobs")
+
+
+def test_cpu_affinity_pins_every_processor_thread_to_one_cpu(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    worker = start_worker("-c", "4", "--cpu-affinity", "auto")
+    jobs.incr.perform_bulk([["sys:count"] for _ in range(100)])
+    wait_for(lambda: r.get("sys:count") == "100", message="100 jobs")
+    process = psutil.Process(worker.process.pid)
+    allowed = os.sched_getaffinity(0)
+    per_thread = [os.sched_getaffinity(t.id) for t in process.threads()]
+    pinned = [cpus for cpus in per_thread if len(cpus) == 1]
+    assert len(pinned) >= 4 and len({frozenset(c) for c in pinned}) == 1
+    if len(allowed) > 1:  # the main thread, heartbeat and others stay where the OS puts them
+        assert any(cpus == allowed for cpus in per_thread)
+    worker.signal("TERM")
+    assert worker.wait(15) == 0
+    assert "processor threads pinned to CPU" in worker.output()
+
+
+def test_a_bad_cpu_affinity_is_named_and_nothing_starts(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    worker = start_worker("--cpu-affinity", "first", wait_ready=False)
+    assert worker.wait(15) == 2
+    assert "cpu_affinity 'first': 'first' is not a CPU number" in worker.output()

@@ -69,7 +69,8 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
         settings["environment"] = options["environment"]
     swarm = settings.pop("swarm", None) or {}
     for flag, setting in (("concurrency", "concurrency"), ("timeout", "timeout"),
-                          ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format")):
+                          ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format"),
+                          ("cpu_affinity", "cpu_affinity")):
         if options.get(flag) is not None:
             settings[setting] = options[flag]
     if options.get("queues"):
@@ -97,6 +98,9 @@ def worker_options(fn: Any) -> Any:
         click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level."),
         click.option("--fetch", type=click.Choice(["reliable", "basic"]), default=None,
                      help="Fetch strategy."),
+        click.option("--cpu-affinity", default=None, metavar="auto|CPUS",
+                     help="Pin processor threads: 'auto' (one CPU; a swarm spreads its "
+                          "children) or CPUs such as '1' or '0,2-3'."),
         click.option("--log-format", type=click.Choice(["pretty", "plain", "json"]),
                      default=None, help="Log line format."),
         click.option("--logfile", type=click.Path(dir_okay=False), default=None,

@@ -185,7 +185,7 @@ class _Child:
     def _boot(self, pipe: SignalPipe) -> Launcher:
         self.config.reset_pools()
         launcher = Launcher(self.config, on_remote_signal=pipe.push,
-                            title=f"swarm child {self.spec.slot}")
+                            title=f"swarm child {self.spec.slot}", slot=self.spec.slot)
         launcher.fire("fork", reverse=False, raise_errors=True)
         if self.spec.quiet:
             launcher.quiet()  # before start: a child of a quiet swarm never fetches

@@ -1,0 +1,152 @@
+"""Reliable fetch taking several jobs per round trip out of a backlog (``prefetch``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import redis
+
+import wurk
+from wurk import payload as P
+from wurk.config import Capsule
+from wurk.connection import Lease
+from wurk.fetch import UnitOfWork
+from wurk.heartbeat import Identity
+from wurk.reliable import ReliableFetch
+
+
+def job(n: int) -> str:
+    return P.dumps({"class": "X", "args": [n], "queue": "default", "jid": f"jid{n:021d}"})
+
+
+def push(r: redis.Redis, queue: str, numbers: range) -> None:
+    r.lpush(f"queue:{queue}", *[job(n) for n in numbers])  # oldest at the tail, as LPUSH
+
+
+def fetcher(config: wurk.Config, queues: list[str], *, concurrency: int = 10,
+            paused: frozenset[str] = frozenset()) -> ReliableFetch:
+    capsule = Capsule(queues=[(q, 0) for q in queues], concurrency=concurrency)
+    return ReliableFetch(config, capsule, config.pool("test", size=4),
+                         identity=Identity.current(), capsule_index=0, slot=0,
+                         paused=lambda: paused)
+
+
+def number(unit: UnitOfWork | None) -> int:
+    assert unit is not None
+    return int(json.loads(unit.raw)["args"][0])
+
+
+def test_a_backlog_is_taken_several_jobs_per_round_trip_in_order(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    push(r, "default", range(200))
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    taken = [number(f.fetch(0.1)) for _ in range(8)]  # the first loads the script
+    assert taken == list(range(8))  # oldest first, as one at a time would
+    assert r.llen(private) == 8 and r.llen("queue:default") == 192
+    before = r.info("commandstats")["cmdstat_evalsha"]["calls"]
+    assert [number(f.fetch(0.1)) for _ in range(8)] == list(range(8, 16))
+    assert r.info("commandstats")["cmdstat_evalsha"]["calls"] == before + 1
+
+
+def test_a_processor_takes_no_more_than_its_share_of_a_short_queue(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    push(r, "default", range(25))
+    f = fetcher(config, ["default"], concurrency=10)
+    f.fetch(0.1)
+    assert r.llen(f.private_lists["default"]) == 2  # 25 jobs / 10 processors
+    r.delete("queue:default", f.private_lists["default"])
+    push(r, "default", range(5))
+    g = fetcher(config, ["default"], concurrency=10)
+    g.fetch(0.1)
+    assert r.llen(g.private_lists["default"]) == 1  # fewer jobs than processors: one each
+
+
+def test_prefetch_one_fetches_one_job_at_a_time(config: wurk.Config, r: redis.Redis) -> None:
+    one = wurk.Config(redis_url=config.redis_url, prefetch=1)
+    push(r, "default", range(200))
+    f = fetcher(one, ["default"])
+    assert number(f.fetch(0.1)) == 0
+    assert r.llen(f.private_lists["default"]) == 1
+    one.close()
+
+
+def test_the_ack_of_a_job_with_others_waiting_reaches_redis_at_once(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """No round trip is due while jobs fetched ahead wait: the ACK is written right away,
+    so a crash now would not run the finished job again."""
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    first = f.fetch(0.1)
+    assert first is not None and r.llen(private) == 8
+    first.jid = json.loads(first.raw)["jid"]
+    first.acknowledge()
+    assert r.llen(private) == 7 and job(0) not in r.lrange(private, 0, -1)
+    for _ in range(7):  # the rest, from the buffer, no round trip
+        unit = f.fetch(0.1)
+        assert unit is not None
+        unit.jid = json.loads(unit.raw)["jid"]
+        unit.acknowledge()
+    assert r.llen(private) == 1  # the last one's ACK rides the next round trip
+    assert number(f.fetch(0.1)) == 8
+    assert r.llen(private) == 8  # 0–7 acknowledged, 8–15 taken
+    f.flush()  # stops while running 8: 9–15 go back, 8 stays held
+    assert r.lrange(private, 0, -1) == [job(8)] and r.llen("queue:default") == 91
+    assert r.lindex("queue:default", -1) == job(9)  # given back first in line
+
+
+def test_stopping_gives_back_the_jobs_fetched_ahead(config: wurk.Config, r: redis.Redis) -> None:
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    running = f.fetch(0.1)
+    assert running is not None
+    f.flush()  # the processor stops while running job 0: 1–7 go back, 0 stays held
+    assert r.lrange(f.private_lists["default"], 0, -1) == [job(0)]
+    assert r.lrange("queue:default", -7, -1) == [job(n) for n in range(7, 0, -1)]  # 1 next
+    assert r.llen("queue:default") == 99
+
+
+def test_jobs_fetched_ahead_from_a_queue_paused_since_go_back(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    push(r, "a", range(100))
+    paused: set[str] = set()
+    capsule = Capsule(queues=[("a", 0), ("b", 0)], concurrency=10)
+    f = ReliableFetch(config, capsule, config.pool("test", size=4), identity=Identity.current(),
+                      capsule_index=0, slot=0, paused=lambda: frozenset(paused))
+    first = f.fetch(0.1)
+    assert first is not None
+    first.acknowledge()
+    paused.add("a")
+    push(r, "b", range(1000, 1001))
+    unit = f.fetch(0.1)
+    assert unit is not None and unit.queue == "b"
+    assert r.llen("queue:a") == 99  # 1–7 went back, 0 acknowledged
+    assert r.lindex("queue:a", -1) == job(1)
+
+
+def test_requeue_never_pushes_a_job_twice(config: wurk.Config, r: redis.Redis) -> None:
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    unit = f.fetch(0.1)
+    assert unit is not None
+    f.requeue([unit])
+    again = UnitOfWork("default", unit.raw, f)
+    f.requeue([again])  # already back (say, by the reaper): not pushed a second time
+    assert r.lrange("queue:default", 0, -1).count(job(0)) == 1
+
+
+def test_lease_reads_replies_of_written_commands_first(config: wurk.Config) -> None:
+    lease = Lease(config.pool("test", size=2))
+    lease.send([("SET", "k", "1"), ("INCR", "k")])
+    with pytest.raises(RuntimeError, match="unread"):
+        lease.call("GET", "k")
+    assert lease.pipeline([("GET", "k")]) == [b"OK", 2, b"2"]
+    lease.send([("INCR", "k")])
+    lease.release()  # a reply still on the wire: the connection is not reused
+    assert Lease(config.pool("test", size=2)).call("GET", "k") == b"3"
