@@ -11,8 +11,9 @@ The price: jobs that release the GIL to compute (numpy, compression, image work)
 run in parallel on several cores within one process. So it is off by default; run one
 process per core (the swarm does) and turn it on.
 
-1. ``parse`` reads the setting: ``None`` (the OS decides), ``"auto"`` (one CPU), or a list of
-   CPUs such as ``"1"``, ``"0,2"``, ``"0-3"``. A bad value is a ``ConfigError`` naming it.
+1. ``parse`` reads the setting: ``None`` or ``"none"`` (the OS decides), ``"auto"`` (one
+   CPU), or a list of CPUs such as ``"1"``, ``"0,2"``, ``"0-3"``. A bad value is a
+   ``ConfigError`` naming it.
 2. ``choose`` resolves it at boot: ``auto`` takes a swarm child's slot modulo the allowed
    CPUs (children spread over the cores), else the allowed CPU that was least busy over a
    tenth of a second.
@@ -32,6 +33,7 @@ from .errors import ConfigError
 __all__ = ["allowed", "choose", "parse", "pin"]
 
 AUTO = "auto"
+NONE = "none"  # the same as no setting: lets a flag undo a config file's choice
 _SAMPLE_SECONDS = 0.1
 
 
@@ -43,7 +45,9 @@ def allowed() -> list[int]:
 
 def parse(spec: str | None) -> frozenset[int] | str | None:
     """``None``, ``"auto"``, or the CPUs a list names; ``ConfigError`` for anything else."""
-    if spec is None or spec == AUTO:
+    if spec is None or spec == NONE:
+        return None
+    if spec == AUTO:
         return spec
     if not isinstance(spec, str):
         raise ConfigError(f"cpu_affinity must be 'auto' or a list of CPUs such as '0,2-3', "

@@ -13,6 +13,7 @@ from wurk import affinity
 
 def test_parse_reads_auto_lists_and_ranges() -> None:
     assert affinity.parse(None) is None
+    assert affinity.parse("none") is None
     assert affinity.parse("auto") == "auto"
     assert affinity.parse("1") == frozenset({1})
     assert affinity.parse("0, 2-4") == frozenset({0, 2, 3, 4})

@@ -3,10 +3,14 @@
 has it, the hiredis driver when ruby-hiredis is installed.
 
 "sidekiq_nojit" is the same without YJIT: Ruby 3.1's YJIT maps and touches its whole code
-area (256 MiB by default) at boot, so only the plain interpreter shows Sidekiq's own RSS."""
+area (256 MiB by default) at boot, so only the plain interpreter shows Sidekiq's own RSS.
+
+"sidekiq_pinned" is the YJIT one under ``taskset`` on one CPU, as the wurk row pins its
+processor threads: the comparison for what pinning alone gives."""
 
 from __future__ import annotations
 
+import os
 import shutil
 
 from . import Argv, System, Tools, copies, probe
@@ -39,7 +43,11 @@ def nojit(tools: Tools) -> System:
     return _system(tools, "sidekiq_nojit", yjit=False)
 
 
-def _system(tools: Tools, name: str, *, yjit: bool) -> System:
+def pinned(tools: Tools) -> System:
+    return _system(tools, "sidekiq_pinned", yjit=True, pin=True)
+
+
+def _system(tools: Tools, name: str, *, yjit: bool, pin: bool = False) -> System:
     sidekiq = shutil.which("sidekiq")
     if shutil.which("ruby") is None or sidekiq is None:
         return System(name=name, enqueue=lambda *_: [], workers=lambda *_: [],
@@ -49,8 +57,17 @@ def _system(tools: Tools, name: str, *, yjit: bool) -> System:
     if yjit:
         notes.append(driver_note(tools))
 
+    prefix: list[str] = []
+    if pin:
+        if shutil.which("taskset") is None:
+            return System(name=name, enqueue=lambda *_: [], workers=lambda *_: [],
+                          has_bulk=True, unavailable="taskset (util-linux) not installed")
+        prefix = ["taskset", "-c", str(max(os.sched_getaffinity(0)))]
+        notes.append(f"{name}: taskset -c {prefix[-1]}")
+
     def worker(concurrency: int) -> Argv:
-        return ["ruby", *flags, sidekiq, "-r", JOBS, "-c", str(concurrency), "-q", "default"]
+        return [*prefix, "ruby", *flags, sidekiq, "-r", JOBS, "-c", str(concurrency),
+                "-q", "default"]
 
     def enqueue(mode: str, jobs: int, rate: float, max_seconds: float) -> Argv:
         return ["ruby", *flags, PUSH, mode, str(jobs), str(rate), str(max_seconds)]

@@ -1,6 +1,9 @@
 """wurk: ``wurk worker -C benchmarks/peers/wurk.yml -r benchmarks.peers.wurk_jobs -c C``,
 one OS process per worker (the swarm can replace the copies), from the project's own
-.venv. ``wurk.yml`` asks for reliable fetch and follows BENCH_QUIET for per-job logging."""
+.venv. ``wurk.yml`` asks for reliable fetch and ``cpu_affinity: auto`` and follows
+BENCH_QUIET for per-job logging.
+
+"wurk_os" is the same with ``cpu_affinity`` off (wurk's default: the OS places threads)."""
 
 from __future__ import annotations
 
@@ -10,17 +13,26 @@ CONFIG = "benchmarks/peers/wurk.yml"
 
 
 def system(tools: Tools) -> System:
+    return _system(tools, "wurk", pinned=True)
+
+
+def unpinned(tools: Tools) -> System:
+    return _system(tools, "wurk_os", pinned=False)
+
+
+def _system(tools: Tools, name: str, *, pinned: bool) -> System:
     wurk = str(tools.project_bin("wurk"))
 
     def worker(concurrency: int) -> Argv:
         return [wurk, "worker", "-C", CONFIG, "-r", "benchmarks.peers.wurk_jobs",
-                "-c", str(concurrency)]
+                "-c", str(concurrency), *([] if pinned else ["--cpu-affinity", "none"])]
 
     missing = probe([wurk, "worker", "--help"], cwd=tools.root)
     return System(
-        name="wurk", enqueue=python_enqueue(tools.project_bin("python"), "wurk"),
+        name=name, enqueue=python_enqueue(tools.project_bin("python"), "wurk"),
         workers=copies(worker), has_bulk=True,
         unavailable=None if tools.project_bin("python").exists() else
         f"{tools.project_bin('python')} missing: run ./scripts/test",
         no_worker="worker not available yet" if missing else None,
-        notes=["wurk: reliable fetch"])
+        notes=[f"{name}: reliable fetch, " + ("processor threads on one CPU (cpu_affinity "
+                                               "auto)" if pinned else "threads placed by the OS")])

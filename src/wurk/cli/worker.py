@@ -98,9 +98,9 @@ def worker_options(fn: Any) -> Any:
         click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level."),
         click.option("--fetch", type=click.Choice(["reliable", "basic"]), default=None,
                      help="Fetch strategy."),
-        click.option("--cpu-affinity", default=None, metavar="auto|CPUS",
+        click.option("--cpu-affinity", default=None, metavar="auto|none|CPUS",
                      help="Pin processor threads: 'auto' (one CPU; a swarm spreads its "
-                          "children) or CPUs such as '1' or '0,2-3'."),
+                          "children), CPUs such as '1' or '0,2-3', or 'none'."),
         click.option("--log-format", type=click.Choice(["pretty", "plain", "json"]),
                      default=None, help="Log line format."),
         click.option("--logfile", type=click.Path(dir_okay=False), default=None,
