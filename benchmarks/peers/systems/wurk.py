@@ -1,13 +1,13 @@
-"""wurk: ``wurk worker -C benchmarks/peers/wurk.yml -r benchmarks.peers.wurk_jobs -c C``,
-one OS process per worker (the swarm can replace the copies), from the project's own
-.venv. ``wurk.yml`` asks for reliable fetch and ``cpu_affinity: auto`` and follows
-BENCH_QUIET for per-job logging.
+"""wurk: ``wurk worker -C benchmarks/peers/wurk.yml -r benchmarks.peers.wurk_jobs -c C``
+from the project's own .venv; several processes are one ``wurk swarm -n P`` (its children
+spread over the CPUs when pinned). ``wurk.yml`` asks for reliable fetch and
+``cpu_affinity: auto`` and follows BENCH_QUIET for per-job logging.
 
 "wurk_os" is the same with ``cpu_affinity`` off (wurk's default: the OS places threads)."""
 
 from __future__ import annotations
 
-from . import Argv, System, Tools, copies, probe, python_enqueue
+from . import Argv, System, Tools, probe, python_enqueue
 
 CONFIG = "benchmarks/peers/wurk.yml"
 
@@ -23,14 +23,15 @@ def unpinned(tools: Tools) -> System:
 def _system(tools: Tools, name: str, *, pinned: bool) -> System:
     wurk = str(tools.project_bin("wurk"))
 
-    def worker(concurrency: int) -> Argv:
-        return [wurk, "worker", "-C", CONFIG, "-r", "benchmarks.peers.wurk_jobs",
-                "-c", str(concurrency), *([] if pinned else ["--cpu-affinity", "none"])]
+    def workers(processes: int, concurrency: int) -> list[Argv]:
+        command = ["worker"] if processes == 1 else ["swarm", "-n", str(processes)]
+        return [[wurk, *command, "-C", CONFIG, "-r", "benchmarks.peers.wurk_jobs",
+                 "-c", str(concurrency), *([] if pinned else ["--cpu-affinity", "none"])]]
 
     missing = probe([wurk, "worker", "--help"], cwd=tools.root)
     return System(
         name=name, enqueue=python_enqueue(tools.project_bin("python"), "wurk"),
-        workers=copies(worker), has_bulk=True,
+        workers=workers, has_bulk=True,
         unavailable=None if tools.project_bin("python").exists() else
         f"{tools.project_bin('python')} missing: run ./scripts/test",
         no_worker="worker not available yet" if missing else None,
