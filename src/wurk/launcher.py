@@ -21,9 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__
+from . import __version__, affinity
 from . import log as wurk_log
-from .affinity import choose
 from .config import Capsule, Config
 from .connection import describe_url
 from .fetch import BasicFetch, Fetcher
@@ -72,6 +71,7 @@ class Launcher:
         self.scheduler = Scheduler(config)
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
+        self._pin_sampler: TimerLoop | None = None  # cpu_affinity "auto" only
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
         self.claims = Claims()  # what this process's processors hold (wurk.reliable)
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
@@ -147,11 +147,24 @@ class Launcher:
         self._log_flusher.start()
         self._start_reliability()
         self.scheduler.start()
-        cpus = choose(self.config.cpu_affinity, slot=self.slot)
-        if cpus is not None:
-            log.info("processor threads pinned to CPU %s", ",".join(map(str, sorted(cpus))))
+        pinning = self._pinning()
         for manager in self.managers:
-            manager.start(cpus)
+            manager.start(pinning)
+
+    def _pinning(self) -> affinity.Pinning | None:
+        """The processor threads' placement (``cpu_affinity``); ``auto`` adapts to load."""
+        cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot)
+        if cpus is None:
+            return None
+        adaptive = self.config.cpu_affinity == affinity.AUTO
+        pinning = affinity.Pinning(cpus, lambda: len(self.busy), adaptive=adaptive)
+        log.info("processor threads pinned to CPU %s%s", ",".join(map(str, sorted(cpus))),
+                 " while two or more jobs run at once" if adaptive else "")
+        if adaptive:
+            self._pin_sampler = TimerLoop("wurk-affinity", pinning.sample,
+                                          affinity.SAMPLE_INTERVAL)
+            self._pin_sampler.start()
+        return pinning
 
     def _start_reliability(self) -> None:
         if self.reaper is None:
@@ -211,6 +224,8 @@ class Launcher:
                  len(self.busy))
         for manager in self.managers:
             manager.stop(deadline)
+        if self._pin_sampler is not None:
+            self._pin_sampler.stop(timeout=1.0)
         self._stop_reliability()
         self.heartbeat.stop()
         self.runner.close()

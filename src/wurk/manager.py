@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from .affinity import Pinning
 from .config import Capsule, Config
 from .fetch import Fetcher, UnitOfWork
 from .outage import Outage
@@ -51,16 +52,16 @@ class Manager:
         self._all_done = threading.Condition(self._lock)
         # One outage for all the capsule's processors: two log lines, not two per thread.
         self._outage = Outage(config, f"fetch (capsule {capsule.name})")
-        self._cpus: frozenset[int] | None = None
+        self._pinning: Pinning | None = None
 
     @property
     def processors(self) -> list[Processor]:
         with self._lock:
             return list(self._processors)
 
-    def start(self, cpus: frozenset[int] | None = None) -> None:
-        """Start the processors, pinned to ``cpus`` (``wurk.affinity``) when given."""
-        self._cpus = cpus
+    def start(self, pinning: Pinning | None = None) -> None:
+        """Start the processors; ``pinning`` (``wurk.affinity``) places their threads."""
+        self._pinning = pinning
         for _ in range(self.capsule.concurrency):
             self._spawn()
 
@@ -78,7 +79,7 @@ class Manager:
                 on_exit=self._processor_exited,
                 outage=self._outage,
                 visible=self._visible,
-                cpus=self._cpus,
+                pinning=self._pinning,
             )
             self._processors.add(processor)
         processor.start()

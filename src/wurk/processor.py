@@ -35,7 +35,7 @@ import redis
 
 from . import log as wurk_log
 from . import payload as P
-from .affinity import pin
+from .affinity import Pinning
 from .config import Config
 from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
@@ -297,7 +297,7 @@ class Processor:
                  on_exit: Callable[[Processor, BaseException | None], None],
                  outage: Outage | None = None,
                  visible: Callable[[float], bool] | None = None,
-                 cpus: frozenset[int] | None = None) -> None:
+                 pinning: Pinning | None = None) -> None:
         self.name = name
         self.fetcher = fetcher
         self.runner = runner
@@ -312,7 +312,7 @@ class Processor:
         self.outage = outage if outage is not None else Outage(runner.config, f"fetch ({name})")
         self.backoff = Backoff()
         self._visible = visible if visible is not None else _always
-        self._cpus = cpus
+        self._pinning = pinning
 
     def start(self) -> None:
         self.thread.start()
@@ -339,13 +339,16 @@ class Processor:
     def _main(self) -> None:
         error: BaseException | None = None
         try:
-            pin(self._cpus)
+            if self._pinning is not None:
+                self._pinning.enter()
             self._loop()
         except Shutdown:
             pass  # the manager requeued our job before interrupting us
         except BaseException as exc:
             error = exc
         finally:
+            if self._pinning is not None:
+                self._pinning.leave()
             self._flush()
             self._on_exit(self, error)
 

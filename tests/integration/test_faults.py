@@ -299,7 +299,10 @@ def test_a_failover_leaves_no_thread_talking_to_the_old_master(
         wait_until(all_ran(pushed, ledger), 30, "every job on the new master")
         result = figures(pushed, ledger)
         print("\n" + result.line("failover"))
-        assert result.lost == 0 and result.duplicated <= 2 * CONCURRENCY
+        # The writes the old master took after the replica stopped following are gone: the
+        # moves (each up to `prefetch` jobs per processor) and ACKs of that moment repeat.
+        prefetch = wurk.Config().prefetch
+        assert result.lost == 0 and result.duplicated <= 2 * CONCURRENCY * prefetch
         worker.assert_healthy(CONCURRENCY)
         said = " ".join(r.getMessage() for r in caplog.records)
         assert "READONLY" in said or "UNBLOCKED" in said

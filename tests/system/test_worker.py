@@ -202,22 +202,42 @@ def test_async_jobs_run(config: wurk.Config, r: redis.Redis, start_worker: Start
     wait_for(lambda: r.get("sys:async") == "20", message="async jobs")
 
 
-def test_cpu_affinity_pins_every_processor_thread_to_one_cpu(
+def _thread_affinities(worker: Worker) -> list[set[int]]:
+    return [os.sched_getaffinity(t.id) for t in psutil.Process(worker.process.pid).threads()]
+
+
+def test_cpu_affinity_auto_pins_processor_threads_while_jobs_run_at_once(
     config: wurk.Config, r: redis.Redis, start_worker: StartWorker
 ) -> None:
-    worker = start_worker("-c", "4", "--cpu-affinity", "auto")
-    jobs.incr.perform_bulk([["sys:count"] for _ in range(100)])
-    wait_for(lambda: r.get("sys:count") == "100", message="100 jobs")
-    process = psutil.Process(worker.process.pid)
     allowed = os.sched_getaffinity(0)
-    per_thread = [os.sched_getaffinity(t.id) for t in process.threads()]
-    pinned = [cpus for cpus in per_thread if len(cpus) == 1]
-    assert len(pinned) >= 4 and len({frozenset(c) for c in pinned}) == 1
-    if len(allowed) > 1:  # the main thread, heartbeat and others stay where the OS puts them
-        assert any(cpus == allowed for cpus in per_thread)
+    worker = start_worker("-c", "4", "--cpu-affinity", "auto")
+    assert all(cpus == allowed for cpus in _thread_affinities(worker))  # idle: anywhere
+    jobs.sleep_job.perform_bulk([[3.0, "sys:slept"] for _ in range(4)])  # four at once
+
+    def pinned() -> list[set[int]]:
+        return [cpus for cpus in _thread_affinities(worker) if len(cpus) == 1]
+
+    if len(allowed) > 1:
+        wait_for(lambda: len(pinned()) >= 4, message="processor threads pinned")
+        assert len({frozenset(c) for c in pinned()}) == 1  # all on the same CPU
+        assert any(cpus == allowed for cpus in _thread_affinities(worker))  # main, heartbeat
+        wait_for(lambda: r.llen("sys:slept:done") == 4, timeout=15, message="four sleeps")
+        wait_for(lambda: not pinned(), message="unpinned once quiet")
     worker.signal("TERM")
     assert worker.wait(15) == 0
     assert "processor threads pinned to CPU" in worker.output()
+
+
+def test_cpu_affinity_by_number_holds_processor_threads_always(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    cpu = max(os.sched_getaffinity(0))
+    worker = start_worker("-c", "3", "--cpu-affinity", str(cpu))
+    jobs.incr.perform_bulk([["sys:count"] for _ in range(50)])
+    wait_for(lambda: r.get("sys:count") == "50", message="50 jobs")
+    assert sum(cpus == {cpu} for cpus in _thread_affinities(worker)) >= 3
+    worker.signal("TERM")
+    assert worker.wait(15) == 0
 
 
 def test_a_bad_cpu_affinity_is_named_and_nothing_starts(

@@ -53,16 +53,57 @@ def test_a_cpu_outside_the_allowed_set_is_refused() -> None:
         affinity.choose(str(outside))
 
 
-def test_pin_applies_to_the_calling_thread_only() -> None:
-    cpus = affinity.allowed()
-    seen: list[set[int]] = []
-
-    def pinned() -> None:
-        affinity.pin(frozenset({cpus[-1]}))
+def _in_thread(pinning: affinity.Pinning, started: threading.Event,
+               done: threading.Event, seen: list[set[int]]) -> threading.Thread:
+    def run() -> None:
+        pinning.enter()
         seen.append(os.sched_getaffinity(0))
+        started.set()
+        done.wait(10)
+        seen.append(os.sched_getaffinity(0))
+        pinning.leave()
 
-    thread = threading.Thread(target=pinned)
+    thread = threading.Thread(target=run)
     thread.start()
+    return thread
+
+
+def test_fixed_pinning_holds_the_entering_thread_only() -> None:
+    cpus = affinity.allowed()
+    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: 0, adaptive=False)
+    started, done, seen = threading.Event(), threading.Event(), []
+    thread = _in_thread(pinning, started, done, seen)
+    started.wait(10)
+    pinning.sample()  # a fixed choice ignores the load
+    done.set()
     thread.join()
-    assert seen == [{cpus[-1]}]
+    assert seen == [{cpus[-1]}, {cpus[-1]}]
     assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is untouched
+
+
+def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
+    cpus = affinity.allowed()
+    running = [0]
+    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: running[0], adaptive=True)
+    started, done, seen = threading.Event(), threading.Event(), []
+    thread = _in_thread(pinning, started, done, seen)
+    started.wait(10)
+    assert seen == [set(cpus)] and not pinning.pinned  # quiet: anywhere
+    running[0] = 4
+    for _ in range(affinity.SAMPLES):
+        pinning.sample()
+    assert pinning.pinned
+    native = next(iter(pinning._threads))
+    assert os.sched_getaffinity(native) == {cpus[-1]}  # moved from outside the thread
+    running[0] = 1  # one job at a time: no GIL contention, but not quiet enough to flip
+    for _ in range(affinity.SAMPLES):
+        pinning.sample()
+    assert pinning.pinned
+    running[0] = 0
+    for _ in range(affinity.SAMPLES):
+        pinning.sample()
+    assert not pinning.pinned
+    done.set()
+    thread.join()
+    assert seen[-1] == set(cpus)
+    pinning.sample()  # the thread is gone: nothing to move, no error
