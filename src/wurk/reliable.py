@@ -217,7 +217,7 @@ class ReliableFetch:
         keys: list[str] = []
         for queue in queues:
             keys += [self.keys.queue(queue), self._private[queue]]
-        return _FETCH_AHEAD.evalsha(keys, [self.prefetch, self._share])
+        return _FETCH_AHEAD.evalsha(keys, [self.prefetch, self._share, self.keys.poison_prefix])
 
     def _turn(self, queues: list[str]) -> str:
         """The queue this processor blocks on: processors take turns over the queues."""

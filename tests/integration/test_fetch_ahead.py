@@ -150,3 +150,19 @@ def test_lease_reads_replies_of_written_commands_first(config: wurk.Config) -> N
     lease.send([("INCR", "k")])
     lease.release()  # a reply still on the wire: the connection is not reused
     assert Lease(config.pool("test", size=2)).call("GET", "k") == b"3"
+
+
+def test_a_job_recovered_before_is_taken_alone(config: wurk.Config, r: redis.Redis) -> None:
+    """It may be the poison pill: jobs taken with it would share its recovery count."""
+    push(r, "default", range(100))
+    r.set(config.keys.poison_counter(f"jid{3:021d}"), 1)  # job 3 came back once already
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    assert number(f.fetch(0.1)) == 0
+    assert r.llen(private) == 3  # 0, 1, 2: the batch stops before job 3
+    for expected in (1, 2):
+        assert number(f.fetch(0.1)) == expected
+    assert number(f.fetch(0.1)) == 3
+    assert r.lrange(private, 0, -1) == [job(3), job(2), job(1), job(0)]  # 3 taken alone
+    assert number(f.fetch(0.1)) == 4
+    assert r.llen(private) == 12  # then batches again: 4–11

@@ -6,25 +6,44 @@
 -- of it: with `share` processors in the capsule, at most LLEN / share jobs (at least one),
 -- and at most `most`. A short queue is spread over the processors, not taken by the first.
 --
+-- A job recovered before (its poison counter exists) may be the poison pill that took its
+-- last worker down: it is taken alone, never in a batch, so the jobs that would have come
+-- with it do not share its recovery count if it strikes again.
+--
 -- KEYS  pairs: public queue list, private list — in the order the queues are to be tried
 -- ARGV[1]  most jobs to take (the prefetch setting; 1 = one job, no fetching ahead)
 -- ARGV[2]  share: how many processors draw on these queues
+-- ARGV[3]  poison counter key prefix (the jid is appended)
 -- returns  {pair index (1-based), job, job, …} oldest first, or nil
 
 local most = tonumber(ARGV[1])
 local share = tonumber(ARGV[2])
+
+-- Decoded only to read the jid; the payload itself is moved as the bytes it is.
+local function recovered(job)
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
+      and decoded['jid'] ~= '' then
+    return redis.call('EXISTS', ARGV[3] .. decoded['jid']) == 1
+  end
+  return false
+end
+
 for i = 1, #KEYS, 2 do
-  local n = 1
-  if most > 1 then
-    n = math.min(most, math.max(1, math.floor(redis.call('LLEN', KEYS[i]) / share)))
-  end
-  local taken = {(i + 1) / 2}
-  for _ = 1, n do
-    local job = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
-    if not job then break end
-    taken[#taken + 1] = job
-  end
-  if #taken > 1 then
+  local job = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
+  if job then
+    local taken = {(i + 1) / 2, job}
+    local n = 1
+    if most > 1 then
+      n = math.min(most, math.max(1, math.floor((redis.call('LLEN', KEYS[i]) + 1) / share)))
+    end
+    if n > 1 and not recovered(job) then
+      for _ = 2, n do
+        local next_job = redis.call('LINDEX', KEYS[i], -1)
+        if not next_job or recovered(next_job) then break end
+        taken[#taken + 1] = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
+      end
+    end
     return taken
   end
 end
