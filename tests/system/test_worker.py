@@ -150,7 +150,9 @@ def test_weighted_queue_order_holds_statistically(
 ) -> None:
     for queue in ("a", "b"):
         jobs.record.set(queue=queue).perform_bulk([["sys:weighted", queue]] * 200)
-    start_worker("-c", "1", "-q", "a,3", "-q", "b,1")
+    # One job per fetch: the weights are drawn per fetch, and a batch taken ahead comes from
+    # one queue, so with prefetch 160 jobs would be only 20 draws (too few for the bounds).
+    start_worker("-c", "1", "-q", "a,3", "-q", "b,1", settings="prefetch: 1\n")
     wait_for(lambda: r.llen("sys:weighted") >= 160, message="jobs ran")
     first = [json.loads(x)[0] for x in r.lrange("sys:weighted", 0, 159)]
     share = first.count("a") / len(first)
