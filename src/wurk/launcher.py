@@ -31,6 +31,7 @@ from .manager import Manager
 from .pause import PausedCache
 from .preflight import check_server
 from .processor import Busy, JobRunner
+from .proctitle import set_title
 from .reaper import Reaper, return_own_lists
 from .reliable import Claims, ReliableFetch, private_list_name
 from .reporting import report_error
@@ -270,14 +271,5 @@ class Launcher:
     def _update_title(self) -> None:
         if self.embedded:
             return  # the host's process keeps the host's title
-        try:
-            import setproctitle
-        except ImportError:  # pragma: no cover - a core dependency, but optional at runtime
-            return
-        title = f"wurk {__version__} {self.config.tag} [{len(self.busy)} of " \
-                f"{self.concurrency} busy]"
-        if self.title:
-            title += f" {self.title}"
-        if self._quiet:
-            title += " stopping"
-        setproctitle.setproctitle(title)
+        set_title(self.config.tag, f"[{len(self.busy)} of {self.concurrency} busy]",
+                  self.title, "stopping" if self._quiet else "")

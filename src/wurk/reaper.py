@@ -47,8 +47,8 @@ __all__ = ["Owner", "Reaper", "parse_private"]
 
 log = logging.getLogger("wurk")
 
-_RECOVER = Script("recover.lua")
-_RETURN_STRAY = Script("return_stray.lua")
+_RECOVER = Script("recover.lua", prelude=("poison_counter.lua",))
+_RETURN_STRAY = Script("return_stray.lua", prelude=("poison_counter.lua",))
 # The full keyspace scan is costly on a big Redis: at most once an hour, cluster-wide.
 FULL_SCAN_EVERY = 3600
 # A pid whose process started this much apart from the owner's recorded start is reused.

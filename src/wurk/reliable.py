@@ -55,7 +55,7 @@ __all__ = ["Claims", "ReliableFetch", "private_list_name"]
 
 log = logging.getLogger("wurk")
 
-_FETCH_AHEAD = Script("fetch_ahead.lua")
+_FETCH_AHEAD = Script("fetch_ahead.lua", prelude=("poison_counter.lua",))
 _REQUEUE = Script("requeue.lua")
 
 

@@ -20,7 +20,7 @@ import redis
 import wurk
 from tests.system import swarm_jobs
 from tests.system import worker_jobs as jobs
-from tests.system.conftest import FAST_SETTINGS, ROOT, wait_for
+from tests.system.conftest import FAST_SETTINGS, ROOT, Worker, wait_for
 
 # Supervise fast: a tick of 0.1 s, short backoffs, memory looked at every tick. The parent's
 # grace (3 s) must cover a child's own interrupt grace, which the tests set to 1 s.
@@ -36,27 +36,17 @@ swarm:
 SHORT_GRACE = "shutdown_grace: 1\n"
 
 
-class Swarm:
+class Swarm(Worker):
     """A running ``wurk swarm`` parent and what the test can see of its children."""
 
     def __init__(self, process: subprocess.Popen[str], log: Path, r: redis.Redis) -> None:
-        self.process = process
-        self.log = log
+        super().__init__(process, log)
         self.r = r
         self.known: set[int] = set()
 
     @property
     def pid(self) -> int:
         return self.process.pid
-
-    def signal(self, name: str) -> None:
-        self.process.send_signal(getattr(signal, f"SIG{name}"))
-
-    def wait(self, timeout: float) -> int:
-        return self.process.wait(timeout=timeout)
-
-    def output(self) -> str:
-        return self.log.read_text()
 
     def children(self) -> set[int]:
         try:

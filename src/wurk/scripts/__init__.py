@@ -21,11 +21,15 @@ def source(name: str) -> str:
 
 
 class Script:
-    """A script's text and SHA1, for ``EVALSHA`` on a leased connection."""
+    """A script's text and SHA1, for ``EVALSHA`` on a leased connection.
 
-    def __init__(self, name: str) -> None:
+    ``prelude`` names shared scripts whose local functions the script calls: their text goes
+    before its own, in one chunk (``poison_counter.lua``: the poison counter of a payload).
+    """
+
+    def __init__(self, name: str, *, prelude: tuple[str, ...] = ()) -> None:
         self.name = name
-        self.text = source(name)
+        self.text = "".join(source(part) for part in (*prelude, name))
         self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
 
     def evalsha(self, keys: list[str], args: list[object]) -> tuple[object, ...]:

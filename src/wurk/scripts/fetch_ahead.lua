@@ -19,14 +19,9 @@
 local most = tonumber(ARGV[1])
 local share = tonumber(ARGV[2])
 
--- Decoded only to read the jid; the payload itself is moved as the bytes it is.
 local function recovered(job)
-  local ok, decoded = pcall(cjson.decode, job)
-  if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
-      and decoded['jid'] ~= '' then
-    return redis.call('EXISTS', ARGV[3] .. decoded['jid']) == 1
-  end
-  return false
+  local key = poison_key(job, ARGV[3])
+  return key ~= nil and redis.call('EXISTS', key) == 1
 end
 
 for i = 1, #KEYS, 2 do

@@ -23,14 +23,7 @@ for _ = 1, n do
   if not job then break end
   local count = 0
   if threshold > 0 then
-    -- Decoded only to read the jid; the payload itself is moved as the bytes it is.
-    local ok, decoded = pcall(cjson.decode, job)
-    if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
-        and decoded['jid'] ~= '' then
-      local key = ARGV[1] .. decoded['jid']
-      count = redis.call('INCR', key)
-      redis.call('EXPIRE', key, ARGV[3])
-    end
+    count = count_recovery(job, ARGV[1], ARGV[3])
   end
   if threshold > 0 and count >= threshold then
     redis.call('LMOVE', KEYS[1], KEYS[1], 'LEFT', 'RIGHT')

@@ -18,14 +18,7 @@ end
 local threshold = tonumber(ARGV[3])
 local count = 0
 if threshold > 0 then
-  -- Decoded only to read the jid; the payload itself is moved as the bytes it is.
-  local ok, decoded = pcall(cjson.decode, ARGV[1])
-  if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
-      and decoded['jid'] ~= '' then
-    local key = ARGV[2] .. decoded['jid']
-    count = redis.call('INCR', key)
-    redis.call('EXPIRE', key, ARGV[4])
-  end
+  count = count_recovery(ARGV[1], ARGV[2], ARGV[4])
 end
 if threshold > 0 and count >= threshold then
   return {2, count}

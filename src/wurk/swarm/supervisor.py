@@ -33,12 +33,12 @@ from typing import Any, NoReturn
 
 import psutil
 
-from .. import __version__
 from .. import log as wurk_log
 from ..config import Config
 from ..connection import RedisPool, resolve_url
 from ..errors import SwarmError
 from ..heartbeat import Identity, hostname, process_nonce
+from ..proctitle import set_title
 from ..signals import SignalPipe, dump_threads
 from .backoff import Backoff
 from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
@@ -408,17 +408,9 @@ class Supervisor:
     def _set_title(self) -> None:
         if self.hosted:
             return  # the host's process, the host's title
-        try:
-            import setproctitle
-        except ImportError:  # pragma: no cover - a core dependency, but optional at runtime
-            return
-        title = (f"wurk {__version__} swarm {self.config.tag} "
-                 f"[{len(self.children)} of {self.settings.count} children]")
-        if self._quiet:
-            title += " quiet"
-        if self._stopping:
-            title += " stopping"
-        setproctitle.setproctitle(title)
+        set_title("swarm", self.config.tag,
+                  f"[{len(self.children)} of {self.settings.count} children]",
+                  "quiet" if self._quiet else "", "stopping" if self._stopping else "")
 
 
 def _exist(r: Any, keys: list[str]) -> list[Any]:

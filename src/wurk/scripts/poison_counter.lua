@@ -1,0 +1,23 @@
+-- Prepended by wurk.scripts.Script to the scripts that read a job's poison counter
+-- (super_fetch:recovered:<jid>, wire-format §10.4), so one place knows how to find it.
+
+-- The counter's key for a payload, or nil when the payload has no usable jid. Decoded only
+-- to read the jid: the payload itself is moved as the bytes it is.
+local function poison_key(job, prefix)
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == 'table' and type(decoded['jid']) == 'string'
+      and decoded['jid'] ~= '' then
+    return prefix .. decoded['jid']
+  end
+  return nil
+end
+
+-- One more recovery of `job`, kept for `ttl` seconds; 0 when it has no jid to count by.
+local function count_recovery(job, prefix, ttl)
+  local key = poison_key(job, prefix)
+  if not key then return 0 end
+  local count = redis.call('INCR', key)
+  redis.call('EXPIRE', key, ttl)
+  return count
+end
+
