@@ -1,23 +1,41 @@
 """wurk's side of the comparison: the two benchmark jobs and their pushers.
 
 The worker runs ``wurk worker -r benchmarks.peers.wurk_jobs``; the server comes from
-``REDIS_URL`` (read when wurk builds its configuration, not at import).
+``REDIS_URL`` (read when wurk builds its configuration, not at import). The jobs write
+through ``wurk.redis()``, as the Sidekiq jobs write through ``Sidekiq.redis`` and arq's
+through its ``ctx["redis"]``: each system's own way for a job to reach Redis.
+BENCH_WURK_JOB_CLIENT=redis-py makes them use the shared redis-py client instead, as the
+peers without such an accessor do, to show what the accessor is worth.
 """
 
 from __future__ import annotations
 
+import os
+import time
+
 import wurk
 from benchmarks.peers import shared
+
+# Read at import in the worker process only: it picks the job bodies below.
+_REDIS_PY = os.environ.get("BENCH_WURK_JOB_CLIENT") == "redis-py"
 
 
 @wurk.job(name="BenchIncr")
 def bench_incr() -> None:
-    shared.incr()
+    if _REDIS_PY:
+        shared.incr()
+        return
+    with wurk.redis() as conn:
+        conn.call("INCR", shared.COUNTER)
 
 
 @wurk.job(name="BenchLatency")
 def bench_latency(pushed_at: float) -> None:
-    shared.record_latency(pushed_at)
+    if _REDIS_PY:
+        shared.record_latency(pushed_at)
+        return
+    with wurk.redis() as conn:
+        conn.call("RPUSH", shared.LATENCY, time.time() - pushed_at)
 
 
 def push_single(jobs: int) -> None:

@@ -27,6 +27,7 @@ from .errors import (
     WurkError,
 )
 from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .lending import Connection, redis
 from .poison import on_poison
 
 __version__ = "0.1.0"
@@ -36,6 +37,7 @@ __all__ = [
     "Client",
     "Config",
     "ConfigError",
+    "Connection",
     "Embedded",
     "EmbeddedServerError",
     "InspectionError",
@@ -64,5 +66,6 @@ __all__ = [
     "on_poison",
     "push",
     "push_bulk",
+    "redis",
     "registry",
 ]

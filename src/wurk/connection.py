@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
+import hiredis
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -207,6 +208,15 @@ def _announce(line: str) -> None:
         log.info("%s", line)
 
 
+def _pack(command: tuple[Any, ...]) -> bytes:
+    """One command in the wire protocol, by hiredis (redis-py's packer, without the layers
+    a lease does not need: each argument is one word, as given)."""
+    try:
+        return bytes(hiredis.pack_command(command))
+    except TypeError as exc:
+        raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
+
+
 class Lease:
     """One connection held by one thread across many commands.
 
@@ -226,9 +236,10 @@ class Lease:
         """One command, one round trip; a transient refusal raises ``RedisUnavailable``."""
         if self._unread:
             raise RuntimeError("Lease.call with replies unread: read them with pipeline()")
+        packed = _pack(args)
         try:
             connection = self._take()
-            connection.send_command(*args)
+            connection.send_packed_command([packed], check_health=False)
             return connection.read_response()
         except redis.ResponseError as exc:
             self._after_refusal(exc)
@@ -236,33 +247,44 @@ class Lease:
         except _CONNECTION_ERRORS as exc:
             self._drop()
             raise self.pool._unavailable(exc) from exc
+        except BaseException:
+            self._drop()  # cut short between write and reply (an interrupt): out of step
+            raise
 
     def send(self, commands: list[tuple[Any, ...]]) -> None:
         """Write commands without waiting for their replies: the next ``pipeline`` returns
         them first. Redis acts on them now; the caller learns how it went one round trip
         later. A broken connection raises ``RedisUnavailable``, and then whether they
         reached Redis is unknown."""
+        packed = b"".join([_pack(command) for command in commands])
         try:
             connection = self._take()
-            connection.send_packed_command(connection.pack_commands(commands))
+            connection.send_packed_command([packed], check_health=False)
         except _CONNECTION_ERRORS as exc:
             self._drop()
             raise self.pool._unavailable(exc) from exc
+        except BaseException:
+            self._drop()
+            raise
         self._unread += len(commands)
 
     def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; error replies come back as exceptions in place,
         so one refused command does not desynchronise the connection. The replies of
         commands written earlier by ``send`` come first."""
+        packed = b"".join([_pack(command) for command in commands])
         try:
             connection = self._take()
             if commands:
-                connection.send_packed_command(connection.pack_commands(commands))
+                connection.send_packed_command([packed], check_health=False)
             replies = [self._read(connection) for _ in range(self._unread + len(commands))]
             self._unread = 0
         except _CONNECTION_ERRORS as exc:
             self._drop()
             raise self.pool._unavailable(exc) from exc
+        except BaseException:
+            self._drop()
+            raise
         for reply in replies:
             if isinstance(reply, redis.ResponseError):
                 self._after_refusal(reply)

@@ -55,6 +55,8 @@ class UnitOfWork:
     raw: bytes  # exactly as stored: removal by value must match these bytes
     fetcher: Fetcher
     jid: str | None = None  # set once parsed, for the ACK's poison-counter reset
+    # False when the fetch saw the job had no poison counter: its ACK need not reset one.
+    counted: bool = True
     settled: bool = False  # acknowledged or requeued: its fetcher need not let go of it
 
     def acknowledge(self) -> None:

@@ -27,7 +27,7 @@ from .config import Capsule, Config
 from .connection import describe_url
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
-from .manager import Manager
+from .manager import Manager, capsule_pool
 from .pause import PausedCache
 from .preflight import check_server
 from .processor import Busy, JobRunner
@@ -113,9 +113,7 @@ class Launcher:
         }
 
     def _make_fetcher(self, capsule: Capsule, slot: int) -> Fetcher:
-        # A capsule's pool holds a connection per processor (each may block in a fetch)
-        # plus a few for requeues at shutdown.
-        pool = self.config.pool(f"capsule-{capsule.name}", size=capsule.concurrency + 2)
+        pool = capsule_pool(self.config, capsule)
         if self.config.fetch == "basic":
             return BasicFetch(self.config, capsule, pool, paused=self.paused.get)
         return ReliableFetch(self.config, capsule, pool, identity=self.identity,

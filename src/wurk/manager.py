@@ -18,12 +18,13 @@ from collections.abc import Callable
 
 from .affinity import Pinning
 from .config import Capsule, Config
+from .connection import RedisPool
 from .fetch import Fetcher, UnitOfWork
 from .outage import Outage
 from .processor import JobRunner, Processor
 from .reporting import report_error
 
-__all__ = ["Manager"]
+__all__ = ["Manager", "capsule_pool"]
 
 log = logging.getLogger("wurk")
 
@@ -31,6 +32,13 @@ log = logging.getLogger("wurk")
 IDLE_CHECK_INTERVAL = 0.1
 
 FetcherFactory = Callable[[Capsule, int], Fetcher]
+
+
+def capsule_pool(config: Config, capsule: Capsule) -> RedisPool:
+    """The capsule's pool. Each processor may hold two of its connections: one to fetch
+    (it may block there), one lent to the jobs it runs (``wurk.redis()``); a few more serve
+    requeues at shutdown. Connections are opened on first use only."""
+    return config.pool(f"capsule-{capsule.name}", size=2 * capsule.concurrency + 2)
 
 
 class Manager:
@@ -80,6 +88,7 @@ class Manager:
                 outage=self._outage,
                 visible=self._visible,
                 pinning=self._pinning,
+                lend=capsule_pool(self.config, self.capsule),
             )
             self._processors.add(processor)
         processor.start()

@@ -37,9 +37,11 @@ from . import log as wurk_log
 from . import payload as P
 from .affinity import Pinning
 from .config import Config
+from .connection import RedisPool
 from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
 from .job import JobDefinition, Registry, registry, reset_running, set_running
+from .lending import lend_from
 from .log import job_context, tid
 from .morgue import Morgue
 from .outage import Backoff, Outage
@@ -297,7 +299,8 @@ class Processor:
                  on_exit: Callable[[Processor, BaseException | None], None],
                  outage: Outage | None = None,
                  visible: Callable[[float], bool] | None = None,
-                 pinning: Pinning | None = None) -> None:
+                 pinning: Pinning | None = None,
+                 lend: RedisPool | None = None) -> None:
         self.name = name
         self.fetcher = fetcher
         self.runner = runner
@@ -313,6 +316,7 @@ class Processor:
         self.backoff = Backoff()
         self._visible = visible if visible is not None else _always
         self._pinning = pinning
+        self._lend = lend  # the pool whose connection this thread lends its jobs
 
     def start(self) -> None:
         self.thread.start()
@@ -341,7 +345,11 @@ class Processor:
         try:
             if self._pinning is not None:
                 self._pinning.enter()
-            self._loop()
+            if self._lend is None:
+                self._loop()
+            else:
+                with lend_from(self._lend):
+                    self._loop()
         except Shutdown:
             pass  # the manager requeued our job before interrupting us
         except BaseException as exc:

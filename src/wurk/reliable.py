@@ -8,13 +8,13 @@
    (``LLEN / concurrency``), so a short queue is spread over the processors. The jobs wait
    in the processor's own buffer, held in the private list like the running one; a processor
    that stops gives back those it did not start.
-3. The ACK (``LREM`` by the exact stored bytes, and ``DEL`` of the job's poison counter)
-   rides the next fetch's round trip: a finished job costs no round trip of its own. While
-   jobs fetched ahead are waiting, there is no next round trip soon: the ACK is written at
-   once and its reply read with the next fetch's, so a finished job never lingers in the
-   private list to run again after a crash. A processor that stops fetching flushes its
-   pending ACKs first, or the finished job would sit in the private list, escape the
-   shutdown requeue, and run again after a reap.
+3. The ACK (``LREM`` by the exact stored bytes, and ``DEL`` of the job's poison counter
+   unless the fetch saw it had none) rides the next fetch's round trip: a finished job costs
+   no round trip of its own. While jobs fetched ahead are waiting, there is no next round
+   trip soon: the ACK is written at once and its reply read with the next fetch's, so a
+   finished job never lingers in the private list to run again after a crash. A processor
+   that stops fetching flushes its pending ACKs first, or the finished job would sit in the
+   private list, escape the shutdown requeue, and run again after a reap.
 4. One script tries the queues in order (strict or weighted); only when all are empty does
    the processor block with ``BLMOVE`` on one queue — processors of a capsule take turns
    over the queues (``decisions.md`` 14), so an idle worker picks up a job on any queue
@@ -189,7 +189,8 @@ class ReliableFetch:
         if reply is None:
             return None
         queue = self._last_order[int(reply[0]) - 1]
-        units = [self._hold(raw, queue) for raw in reply[1:]]
+        units = [self._hold(raw, queue, counted=False) for raw in reply[2:]]
+        units[0].counted = bool(reply[1])
         self._ahead.extend(units[1:])
         self._out = units[0]
         return units[0]
@@ -227,8 +228,8 @@ class ReliableFetch:
     def _move_reply(self, raw: Any, queue: str) -> UnitOfWork | None:
         return None if raw is None else self._hold(raw, queue)
 
-    def _hold(self, raw: bytes, queue: str) -> UnitOfWork:
-        unit = UnitOfWork(queue, raw, self)
+    def _hold(self, raw: bytes, queue: str, *, counted: bool = True) -> UnitOfWork:
+        unit = UnitOfWork(queue, raw, self, counted=counted)
         self.claims.hold(self._private[queue], unit)
         self._out = unit
         return unit
@@ -263,7 +264,7 @@ class ReliableFetch:
         commands: list[tuple[Any, ...]] = []
         for unit in units:
             commands.append(("LREM", self._private[unit.queue], 1, unit.raw))
-            if unit.jid:  # never the bare prefix: that key is nobody's
+            if unit.counted and unit.jid:  # never the bare prefix: that key is nobody's
                 commands.append(("DEL", self.keys.poison_counter(unit.jid)))
         return commands
 
@@ -273,7 +274,7 @@ class ReliableFetch:
         kept: list[UnitOfWork] = []
         for unit in self._pending:
             reply = next(answers)
-            if unit.jid:
+            if unit.counted and unit.jid:
                 next(answers)  # the poison counter's DEL: nothing depends on it
             if isinstance(reply, Exception) and refusal(reply, self.pool.url) is not None:
                 kept.append(unit)

@@ -166,3 +166,28 @@ def test_a_job_recovered_before_is_taken_alone(config: wurk.Config, r: redis.Red
     assert r.lrange(private, 0, -1) == [job(3), job(2), job(1), job(0)]  # 3 taken alone
     assert number(f.fetch(0.1)) == 4
     assert r.llen(private) == 12  # then batches again: 4–11
+    assert r.lrange("queue:default", -1, -1) == [job(12)]  # the order of the rest kept
+
+
+def test_only_the_ack_of_a_job_recovered_before_resets_its_poison_counter(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """The fetch says which job had a counter; the others' ACK is one LREM, no DEL."""
+    push(r, "default", range(40))
+    r.set(config.keys.poison_counter(f"jid{0:021d}"), 1)
+    f = fetcher(config, ["default"], concurrency=1)
+    recovered = f.fetch(0.1)
+    assert number(recovered) == 0 and recovered is not None and recovered.counted
+    fresh = f.fetch(0.1)
+    assert number(fresh) == 1 and fresh is not None and not fresh.counted
+    for unit in (recovered, fresh):
+        unit.jid = json.loads(unit.raw)["jid"]
+    dels = r.info("commandstats").get("cmdstat_del", {"calls": 0})["calls"]
+    recovered.acknowledge()
+    f.fetch(0.1)  # reads the written ACK's replies
+    assert not r.exists(config.keys.poison_counter(f"jid{0:021d}"))
+    assert r.info("commandstats")["cmdstat_del"]["calls"] == dels + 1
+    fresh.acknowledge()
+    f.flush()
+    assert r.info("commandstats")["cmdstat_del"]["calls"] == dels + 1  # no DEL for it
+    assert job(1).encode() not in r.lrange(f.private_lists["default"], 0, -1)

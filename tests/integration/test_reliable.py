@@ -35,13 +35,13 @@ def test_fetch_moves_into_the_private_list_and_the_ack_rides_the_next_fetch(
     config: wurk.Config, r: redis.Redis
 ) -> None:
     r.lpush("queue:default", job(1), job(2))
+    r.set(config.keys.poison_counter("jid000000000000000000001"), 2)  # recovered before
     f = fetcher(config, ["default"])
     private = f.private_lists["default"]
     first = f.fetch(0.1)
     assert first is not None and json.loads(first.raw)["args"] == [1]
     assert r.lrange(private, 0, -1) == [job(1)]
     first.jid = "jid000000000000000000001"
-    r.set(config.keys.poison_counter(first.jid), 2)
     first.acknowledge()
     assert r.lrange(private, 0, -1) == [job(1)]  # not yet: the ACK waits for the next fetch
     calls_before = r.info("commandstats")

@@ -87,8 +87,8 @@ def peers_missing(tools: Tools, script: str, venv: str = ".venv") -> str | None:
     return None
 
 
-ORDER = ("wurk", "wurk_os", "sidekiq", "sidekiq_pinned", "sidekiq_nojit", "dramatiq", "huey",
-         "celery", "arq", "rq_simple", "rq_fork")
+ORDER = ("wurk", "wurk_os", "wurk_redispy", "sidekiq", "sidekiq_pinned", "sidekiq_nojit",
+         "dramatiq", "huey", "celery", "arq", "rq_simple", "rq_fork")
 
 
 def build(name: str, tools: Tools) -> System:
@@ -96,7 +96,8 @@ def build(name: str, tools: Tools) -> System:
     from . import arq, celery, dramatiq, huey, rq, sidekiq, wurk
 
     makers: dict[str, Callable[[Tools], System]] = {
-        "wurk": wurk.system, "wurk_os": wurk.unpinned, "sidekiq": sidekiq.system,
+        "wurk": wurk.system, "wurk_os": wurk.unpinned, "wurk_redispy": wurk.redis_py_jobs,
+        "sidekiq": sidekiq.system,
         "sidekiq_pinned": sidekiq.pinned, "sidekiq_nojit": sidekiq.nojit,
         "dramatiq": dramatiq.system,
         "huey": huey.system, "celery": celery.system, "arq": arq.system,

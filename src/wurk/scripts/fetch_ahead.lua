@@ -14,7 +14,9 @@
 -- ARGV[1]  most jobs to take (the prefetch setting; 1 = one job, no fetching ahead)
 -- ARGV[2]  share: how many processors draw on these queues
 -- ARGV[3]  poison counter key prefix (the jid is appended)
--- returns  {pair index (1-based), job, job, …} oldest first, or nil
+-- returns  {pair index (1-based), first recovered (1/0), job, job, …} oldest first, or nil.
+--          Only the first job can have been recovered; the ACK of a job that was not need
+--          not reset a counter.
 
 local most = tonumber(ARGV[1])
 local share = tonumber(ARGV[2])
@@ -27,17 +29,21 @@ end
 for i = 1, #KEYS, 2 do
   local job = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
   if job then
-    local taken = {(i + 1) / 2, job}
+    local first_recovered = recovered(job)
+    local taken = {(i + 1) / 2, first_recovered and 1 or 0, job}
     local n = 1
-    if most > 1 then
+    if most > 1 and not first_recovered then
       n = math.min(most, math.max(1, math.floor((redis.call('LLEN', KEYS[i]) + 1) / share)))
     end
-    if n > 1 and not recovered(job) then
-      for _ = 2, n do
-        local next_job = redis.call('LINDEX', KEYS[i], -1)
-        if not next_job or recovered(next_job) then break end
-        taken[#taken + 1] = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
+    for _ = 2, n do
+      local next_job = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
+      if not next_job then break end
+      if recovered(next_job) then
+        -- back where it was, the next to be taken: it comes alone, in a fetch of its own
+        redis.call('LMOVE', KEYS[i + 1], KEYS[i], 'LEFT', 'RIGHT')
+        break
       end
+      taken[#taken + 1] = next_job
     end
     return taken
   end

@@ -1,0 +1,99 @@
+"""``wurk.redis()``: a connection lent to application code, kept by each processor."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.faults import InProcessWorker, wait_until
+from tests.helpers.server import Server
+from wurk.connection import Lease
+from wurk.lending import lend_from
+
+LENT = "test:lent"
+
+
+@wurk.job(name="LendingProbe")
+def lending_probe() -> None:
+    with wurk.redis() as conn:
+        client_id, name = conn.pipeline([("CLIENT", "ID"), ("CLIENT", "GETNAME")])
+        with wurk.redis() as inner:  # a helper opening its own block: the same connection
+            assert inner is conn
+            inner.call("RPUSH", LENT, f"{client_id}|{name.decode()}")
+
+
+def test_outside_a_worker_a_block_checks_out_a_client_connection(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    with wurk.redis(config) as conn:
+        assert conn.call("SET", "k", "v") == b"OK"
+        assert conn.call("GET", "k") == b"v"
+        first = conn.call("CLIENT", "ID")
+        with wurk.redis(config) as nested:
+            assert nested is conn
+        assert conn.call("CLIENT", "GETNAME") == b"wurk-client"
+    with wurk.redis(config) as conn:  # given back at the end of the block, taken again
+        assert conn.call("CLIENT", "ID") == first
+
+
+def test_error_replies_raise_or_come_back_in_place(config: wurk.Config, r: redis.Redis) -> None:
+    r.set("text", "x")
+    with wurk.redis(config) as conn:
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            conn.call("LPUSH", "text", "y")
+        assert conn.call("GET", "text") == b"x"  # the connection is still in step
+        replies = conn.pipeline([("INCR", "text"), ("GET", "text")])
+        assert isinstance(replies[0], redis.ResponseError) and replies[1] == b"x"
+        with pytest.raises(redis.DataError, match="SET"):
+            conn.call("SET", "k", None)  # not a word Redis can be sent: said before sending
+        assert conn.call("PING") == b"PONG"
+
+
+def test_a_processor_thread_keeps_one_connection_for_its_jobs_and_gives_it_back(
+    config: wurk.Config,
+) -> None:
+    pool = config.pool("lent", size=2)
+    with lend_from(pool):
+        with wurk.redis() as conn:
+            kept = conn.call("CLIENT", "ID")
+        with wurk.redis() as conn:
+            assert conn.call("CLIENT", "ID") == kept  # not checked out again between jobs
+    assert Lease(pool).call("CLIENT", "ID") == kept  # back in the pool once the thread left
+
+
+def test_a_command_cut_short_drops_its_connection(config: wurk.Config) -> None:
+    """A shutdown interrupting a job between a command and its reply leaves the reply on the
+    wire: the connection must not serve the next command."""
+    lease = Lease(config.pool("lent", size=2))
+    lease.call("SET", "k", "before")
+    before = lease.call("CLIENT", "ID")
+    connection: Any = lease._take()
+    reads = connection.read_response
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        connection.read_response = reads
+        raise KeyboardInterrupt
+
+    connection.read_response = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        lease.call("GET", "k")
+    assert lease.call("GET", "k") == b"before"  # not the stale reply of the cut command
+    assert lease.call("CLIENT", "ID") != before
+
+
+def test_jobs_in_a_worker_borrow_their_processors_connection(
+    redis_server: Server, r: redis.Redis
+) -> None:
+    worker = InProcessWorker(redis_server.url, concurrency=2).start()
+    try:
+        wurk.push_bulk({"class": "LendingProbe", "args": [[] for _ in range(60)]},
+                       config=worker.config)
+        wait_until(lambda: r.llen(LENT) == 60, 30, "the probes to run")
+    finally:
+        worker.stop()
+    seen = set(r.lrange(LENT, 0, -1))
+    assert 1 <= len(seen) <= 2  # one connection per processor, kept across its jobs
+    assert {entry.split("|")[1] for entry in seen} == {"wurk-capsule-default"}
