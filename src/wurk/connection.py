@@ -21,6 +21,9 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import socket
+import struct
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -107,6 +110,7 @@ class RedisPool:
         self.url = url
         self.size = size
         self.name = name
+        self.socket_timeout = socket_timeout
         self._pool = redis.BlockingConnectionPool.from_url(
             url,
             max_connections=size,
@@ -208,6 +212,25 @@ def _announce(line: str) -> None:
         log.info("%s", line)
 
 
+def _kernel_timeouts(sock: Any, seconds: float) -> None:
+    """Let the kernel time out a held connection's sends and receives.
+
+    A Python socket with a timeout polls before every send and every receive, releasing
+    the GIL around each poll: twice the system calls and GIL hand-offs of a blocking
+    socket, on the path every job takes. A blocking socket with ``SO_RCVTIMEO`` /
+    ``SO_SNDTIMEO`` still gives up after ``seconds`` (as ``EAGAIN``, which redis-py reports
+    as a connection error, as it does a timeout). Plain TCP and Unix sockets on Linux only;
+    TLS sockets and other systems keep Python's timeouts.
+    """
+    if type(sock) is not socket.socket or not sys.platform.startswith("linux") or seconds <= 0:
+        return
+    whole = int(seconds)
+    timeval = struct.pack("@ll", whole, int((seconds - whole) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, timeval)
+    sock.settimeout(None)
+
+
 def _pack(command: tuple[Any, ...]) -> bytes:
     """One command in the wire protocol, by hiredis (redis-py's packer, without the layers
     a lease does not need: each argument is one word, as given)."""
@@ -305,7 +328,9 @@ class Lease:
 
     def _take(self) -> Any:
         if self._connection is None:
-            self._connection = self.pool._pool.get_connection()  # type: ignore[no-untyped-call]
+            connection = self.pool._pool.get_connection()  # type: ignore[no-untyped-call]
+            _kernel_timeouts(connection._sock, self.pool.socket_timeout)
+            self._connection = connection
         return self._connection
 
     def _drop(self) -> None:
@@ -322,4 +347,6 @@ class Lease:
             return
         connection, self._connection = self._connection, None
         if connection is not None:
+            if connection._sock is not None:  # back to redis-py's own way of timing out
+                connection._sock.settimeout(self.pool.socket_timeout)
             self.pool._pool.release(connection)  # type: ignore[no-untyped-call]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 import pytest
@@ -9,8 +11,9 @@ import redis
 
 import wurk
 from tests.helpers.faults import InProcessWorker, wait_until
+from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
-from wurk.connection import Lease
+from wurk.connection import Lease, RedisPool
 from wurk.lending import lend_from
 
 LENT = "test:lent"
@@ -97,3 +100,29 @@ def test_jobs_in_a_worker_borrow_their_processors_connection(
     seen = set(r.lrange(LENT, 0, -1))
     assert 1 <= len(seen) <= 2  # one connection per processor, kept across its jobs
     assert {entry.split("|")[1] for entry in seen} == {"wurk-capsule-default"}
+
+
+def test_a_held_connection_still_times_out_when_redis_goes_silent(
+    redis_server: Server,
+) -> None:
+    """Held connections time out through the kernel, not a poll: a server that stops
+    answering is reported within about ``socket_timeout``, and the lease recovers."""
+    with FaultProxy(redis_server.port) as proxy:
+        pool = RedisPool(proxy.url, size=2, socket_timeout=0.5)
+        lease = Lease(pool)
+        assert lease.call("PING") == b"PONG"
+        sock = lease._take()._sock
+        if sys.platform.startswith("linux"):
+            assert sock.gettimeout() is None  # blocking: no poll before each read or write
+        proxy.blackhole()
+        started = time.monotonic()
+        with pytest.raises(wurk.RedisUnavailable):
+            lease.call("PING")
+        assert 0.4 < time.monotonic() - started < 3
+        proxy.restore()
+        assert lease.call("PING") == b"PONG"  # a fresh connection
+        fresh = lease._take()._sock
+        assert fresh is not sock
+        lease.release()
+        assert fresh.gettimeout() == 0.5  # given back with redis-py's own timeout again
+        pool.close()
