@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
@@ -126,3 +127,29 @@ def test_a_held_connection_still_times_out_when_redis_goes_silent(
         lease.release()
         assert fresh.gettimeout() == 0.5  # given back with redis-py's own timeout again
         pool.close()
+
+
+@wurk.job(name="LendingBlocked")
+def lending_blocked() -> None:
+    with wurk.redis() as conn:
+        conn.call("RPUSH", "test:started", 1)
+        while True:  # until the shutdown interrupts it
+            conn.call("BLPOP", "test:never", 0.2)
+
+
+def test_stop_interrupts_a_job_waiting_on_its_lent_connection(
+    redis_server: Server, r: redis.Redis
+) -> None:
+    """The shutdown path: the job is requeued, the interrupt lands when the blocking call
+    returns, and the processor thread leaves (giving its connection back) in time."""
+    worker = InProcessWorker(redis_server.url, concurrency=1).start()
+    wurk.push({"class": "LendingBlocked", "args": []}, config=worker.config)
+    wait_until(lambda: r.llen("test:started") == 1, 10, "the job to start")
+    threads = [p.thread for m in worker.launcher.managers for p in m.processors]
+    started = time.monotonic()
+    worker.launcher.stop(timeout=0.3)
+    assert time.monotonic() - started < 3
+    worker.config.close()
+    assert not any(thread.is_alive() for thread in threads)
+    queued = r.lrange("queue:default", 0, -1)
+    assert [json.loads(raw)["class"] for raw in queued] == ["LendingBlocked"]  # not lost
