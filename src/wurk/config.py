@@ -372,6 +372,16 @@ class Config:
         if self._frozen:
             raise ConfigError("the configuration is frozen once the worker starts")
 
+    def check_worker(self) -> None:
+        """What only a worker needs of the settings (a dashboard may well use a socket
+        timeout shorter than any fetch): raises ``ConfigError`` naming the clash."""
+        if 0 < self.socket_timeout <= self.fetch_timeout:
+            raise ConfigError(
+                f"fetch_timeout ({self.fetch_timeout} s) must be shorter than socket_timeout "
+                f"({self.socket_timeout} s): a fetch waits that long for a reply, and its "
+                "connection would time out first"
+            )
+
     # -- connections ------------------------------------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
         """The Redis pool for ``role`` (client, internal, a capsule's name, web), made once."""

@@ -54,6 +54,7 @@ class Launcher:
     def __init__(self, config: Config, *, embedded: bool = False,
                  on_remote_signal: Callable[[str], None] | None = None,
                  title: str = "", slot: int | None = None) -> None:
+        config.check_worker()
         self.config = config
         self.embedded = embedded
         self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it

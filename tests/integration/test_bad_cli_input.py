@@ -115,6 +115,16 @@ def test_config_files_that_defeat_a_parser(tmp_path: Path,
     assert_one_clear_line(*worker_exit(capsys, "-C", str(path)))
 
 
+def test_a_fetch_longer_than_the_socket_timeout_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "wurk.yml"
+    path.write_text("fetch_timeout: 5\nsocket_timeout: 2\n")
+    code, err = worker_exit(capsys, "-C", str(path))
+    assert_one_clear_line(code, err)
+    assert "fetch_timeout (5 s) must be shorter than socket_timeout (2 s)" in err
+
+
 def test_a_config_file_that_is_not_utf8_says_so(tmp_path: Path) -> None:
     path = tmp_path / "wurk.yml"
     path.write_bytes(b"concurrency: \xff\xfe\n")

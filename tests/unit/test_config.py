@@ -47,6 +47,14 @@ def test_bad_settings_are_refused(settings: dict[str, object], message: str) -> 
         Config.from_mapping(settings)
 
 
+def test_a_worker_needs_fetches_shorter_than_the_socket_timeout() -> None:
+    config = Config.from_mapping({"fetch_timeout": 5, "socket_timeout": 3})  # fine for a web
+    with pytest.raises(ConfigError, match=r"fetch_timeout \(5 s\) must be shorter than "
+                                          r"socket_timeout \(3 s\)"):
+        config.check_worker()
+    Config.from_mapping({"fetch_timeout": 1, "socket_timeout": 3}).check_worker()
+
+
 def test_environment_is_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REDIS_URL", "redis://example:1/2")
     monkeypatch.setenv("WURK_TIMESTAMP_FORMAT", "float")

@@ -115,6 +115,7 @@ def prepare(options: dict[str, Any]) -> Config:
     """Config + logging + job modules; raises click errors for bad input."""
     try:
         config, _ = build_config(options)
+        config.check_worker()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     wurk_log.setup(fmt=config.log_format, level=config.log_level,
