@@ -240,6 +240,10 @@ def _pack(command: tuple[Any, ...]) -> bytes:
         raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
 
 
+def _pack_all(commands: list[tuple[Any, ...]]) -> bytes:
+    return b"".join([_pack(command) for command in commands])
+
+
 class Lease:
     """One connection held by one thread across many commands.
 
@@ -267,51 +271,46 @@ class Lease:
         except redis.ResponseError as exc:
             self._after_refusal(exc)
             self.pool._raise_refusal(exc)
-        except _CONNECTION_ERRORS as exc:
-            self._drop()
-            raise self.pool._unavailable(exc) from exc
-        except BaseException:
-            self._drop()  # cut short between write and reply (an interrupt): out of step
-            raise
+        except BaseException as exc:
+            self._lost(exc)
 
     def send(self, commands: list[tuple[Any, ...]]) -> None:
         """Write commands without waiting for their replies: the next ``pipeline`` returns
         them first. Redis acts on them now; the caller learns how it went one round trip
         later. A broken connection raises ``RedisUnavailable``, and then whether they
         reached Redis is unknown."""
-        packed = b"".join([_pack(command) for command in commands])
+        packed = _pack_all(commands)
         try:
-            connection = self._take()
-            connection.send_packed_command([packed], check_health=False)
-        except _CONNECTION_ERRORS as exc:
-            self._drop()
-            raise self.pool._unavailable(exc) from exc
-        except BaseException:
-            self._drop()
-            raise
+            self._take().send_packed_command([packed], check_health=False)
+        except BaseException as exc:
+            self._lost(exc)
         self._unread += len(commands)
 
     def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; error replies come back as exceptions in place,
         so one refused command does not desynchronise the connection. The replies of
         commands written earlier by ``send`` come first."""
-        packed = b"".join([_pack(command) for command in commands])
+        packed = _pack_all(commands)
         try:
             connection = self._take()
             if commands:
                 connection.send_packed_command([packed], check_health=False)
             replies = [self._read(connection) for _ in range(self._unread + len(commands))]
             self._unread = 0
-        except _CONNECTION_ERRORS as exc:
-            self._drop()
-            raise self.pool._unavailable(exc) from exc
-        except BaseException:
-            self._drop()
-            raise
+        except BaseException as exc:
+            self._lost(exc)
         for reply in replies:
             if isinstance(reply, redis.ResponseError):
                 self._after_refusal(reply)
         return replies
+
+    def _lost(self, exc: BaseException) -> NoReturn:
+        """The connection is out of step — broken, or a command cut short between request
+        and reply (an interrupt): never used again. A broken one is ``RedisUnavailable``."""
+        self._drop()
+        if isinstance(exc, _CONNECTION_ERRORS):
+            raise self.pool._unavailable(exc) from exc
+        raise exc
 
     def _after_refusal(self, exc: redis.ResponseError) -> None:
         """A failover reply: this connection reaches a demoted master; the next one may
