@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
-from .embed import Embedded, embed
 from .errors import (
     ConfigError,
     EmbeddedServerError,
@@ -26,6 +25,7 @@ from .errors import (
     UnsupportedServer,
     WurkError,
 )
+from .inprocess import Embedded, embed
 from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
 from .lending import Connection, redis
 from .poison import on_poison

@@ -20,8 +20,8 @@ from typing import Any
 
 from . import payload as P
 from .config import Config, default_config
-from .connection import RedisPool
 from .errors import InvalidPayload, RedisUnavailable
+from .pool import RedisPool
 
 __all__ = ["Client", "push", "push_bulk"]
 

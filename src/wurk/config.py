@@ -18,16 +18,15 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from . import affinity
 from .errors import ConfigError
 from .keys import PRIVATE_SEPARATOR, Keys
+from .locate import resolve_url
 from .middleware import Chain
 from .payload import TimestampFormat
-
-if TYPE_CHECKING:
-    from .connection import RedisPool
+from .pool import RedisPool
 
 __all__ = ["Capsule", "Config", "configure", "default_config", "parse_queue"]
 
@@ -392,9 +391,8 @@ class Config:
             existing = self._pools.get(role)
             if existing is not None:
                 return existing
-            from .connection import RedisPool, resolve_url
-
-            pool = RedisPool(resolve_url(self), size=size or 10, name=f"wurk-{role}",
+            url = resolve_url(self.redis_url, self.home)
+            pool = RedisPool(url, size=size or 10, name=f"wurk-{role}",
                              socket_timeout=self.socket_timeout)
             self._pools[role] = pool
             return pool

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from typing import Protocol, cast
 
 from .config import Capsule, Config
-from .connection import RedisPool
+from .lease import Lease
+from .pool import RedisPool
 
 __all__ = ["BasicFetch", "Fetcher", "QueueOrder", "UnitOfWork"]
 
@@ -90,7 +91,7 @@ class BasicFetch:
         self.config = config
         self.keys = config.keys
         self.pool = pool
-        self.lease = pool.lease()
+        self.lease = Lease(pool)
         self.order = QueueOrder(capsule)
         self._paused = paused
         self._idle = threading.Event()

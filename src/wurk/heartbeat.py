@@ -33,8 +33,8 @@ import psutil
 
 from . import payload as P
 from .config import Config
-from .connection import RedisPool
 from .outage import Backoff, Outage
+from .pool import RedisPool
 from .processor import Busy
 from .reporting import report_error
 from .stats import Counters

@@ -24,9 +24,9 @@ from typing import Any
 from . import __version__, affinity
 from . import log as wurk_log
 from .config import Capsule, Config
-from .connection import describe_url
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
+from .locate import describe_url
 from .manager import Manager, capsule_pool
 from .pause import PausedCache
 from .preflight import check_server

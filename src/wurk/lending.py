@@ -22,7 +22,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from .config import Config, default_config
-from .connection import Lease, RedisPool
+from .lease import Lease
+from .pool import RedisPool
 
 __all__ = ["Borrowed", "Connection", "lend_from", "redis"]
 
@@ -72,9 +73,9 @@ class Borrowed:
         if connection is not None:  # nested, or a processor's kept connection
             return connection
         if held.pool is not None:  # a processor thread's first borrow: kept for later jobs
-            connection = held.connection = Connection(held.pool.lease())
+            connection = held.connection = Connection(Lease(held.pool))
             return connection
-        self._lease = (self._config or default_config()).pool("client").lease()
+        self._lease = Lease((self._config or default_config()).pool("client"))
         connection = held.connection = Connection(self._lease)
         return connection
 

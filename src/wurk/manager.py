@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from .affinity import Pinning
 from .config import Capsule, Config
-from .connection import RedisPool
 from .fetch import Fetcher, UnitOfWork
 from .outage import Outage
+from .pool import RedisPool
 from .processor import JobRunner, Processor
 from .reporting import report_error
 

@@ -17,8 +17,8 @@ import time
 import weakref
 
 from .config import Config
-from .connection import RedisPool
 from .outage import Outage
+from .pool import RedisPool
 
 __all__ = ["PausedCache", "invalidate_local"]
 

@@ -19,8 +19,9 @@ from typing import Any
 import redis
 
 from .config import Config
-from .connection import RedisPool, describe_url
 from .errors import RedisUnavailable, UnsupportedServer
+from .locate import describe_url
+from .pool import RedisPool
 
 __all__ = ["MIN_VERSION", "check_server", "eviction_policy", "require_version",
            "server_version"]

@@ -37,7 +37,6 @@ from . import log as wurk_log
 from . import payload as P
 from .affinity import Pinning
 from .config import Config
-from .connection import RedisPool
 from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
 from .job import JobDefinition, Registry, registry, reset_running, set_running
@@ -45,6 +44,7 @@ from .lending import lend_from
 from .log import job_context, tid
 from .morgue import Morgue
 from .outage import Backoff, Outage
+from .pool import RedisPool
 from .reporting import report_error
 from .retry import JobRetry
 from .stats import Counters

@@ -34,11 +34,11 @@ from typing import Any
 import psutil
 
 from .config import Config
-from .connection import RedisPool
 from .heartbeat import Identity
 from .morgue import Morgue
 from .outage import Backoff, Outage
 from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
+from .pool import RedisPool
 from .reliable import Claims
 from .scripts import Script
 from .timer import TimerLoop

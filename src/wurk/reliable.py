@@ -44,10 +44,12 @@ from typing import Any
 import redis
 
 from .config import Capsule, Config
-from .connection import RedisPool, refusal
 from .errors import RedisUnavailable
 from .fetch import QueueOrder, UnitOfWork
 from .heartbeat import Identity
+from .lease import Lease
+from .pool import RedisPool
+from .replies import refusal
 from .reporting import report_error
 from .scripts import Script
 
@@ -118,7 +120,7 @@ class ReliableFetch:
         self.config = config
         self.keys = config.keys
         self.pool = pool
-        self.lease = pool.lease()
+        self.lease = Lease(pool)
         self.order = QueueOrder(capsule)
         self.slot = slot
         self.prefetch = config.prefetch

@@ -30,11 +30,11 @@ from . import payload as P
 from . import scripts
 from .client import Client
 from .config import Config
-from .connection import RedisPool
 from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
 from .outage import Backoff, Outage
-from .processes import prune_processes
+from .pool import RedisPool
+from .pruning import prune_processes
 from .reporting import report_error
 from .retry import JobRetry
 from .timer import TimerLoop

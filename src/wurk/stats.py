@@ -12,8 +12,8 @@ import datetime as dt
 import threading
 from typing import Any
 
-from .connection import RedisPool
 from .keys import Keys
+from .pool import RedisPool
 
 __all__ = ["Counters"]
 

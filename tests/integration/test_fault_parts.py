@@ -23,11 +23,11 @@ from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, free_port, start_server
 from wurk import payload as P
 from wurk.config import Capsule
-from wurk.connection import RedisPool
 from wurk.fetch import BasicFetch, UnitOfWork
 from wurk.heartbeat import Identity
 from wurk.middleware import Chain
 from wurk.morgue import Morgue
+from wurk.pool import RedisPool
 from wurk.preflight import check_server, eviction_policy, require_version
 from wurk.processor import Busy, JobRunner
 from wurk.reaper import STRAY_MARGIN, Reaper

@@ -10,9 +10,9 @@ import redis
 import wurk
 from wurk import payload as P
 from wurk.config import Capsule
-from wurk.connection import Lease
 from wurk.fetch import UnitOfWork
 from wurk.heartbeat import Identity
+from wurk.lease import Lease
 from wurk.reliable import ReliableFetch
 
 

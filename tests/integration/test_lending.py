@@ -14,8 +14,9 @@ import wurk
 from tests.helpers.faults import InProcessWorker, wait_until
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
-from wurk.connection import Lease, RedisPool
+from wurk.lease import Lease
 from wurk.lending import lend_from
+from wurk.pool import RedisPool
 
 LENT = "test:lent"
 

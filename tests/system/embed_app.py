@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import wurk
-from wurk.embed import boot_swarm
+from wurk.inprocess import boot_swarm
 from wurk.swarm import SwarmSettings
 
 

@@ -10,7 +10,7 @@ import time
 import redis
 
 import wurk
-from wurk.embed import boot_swarm
+from wurk.inprocess import boot_swarm
 from wurk.swarm import SwarmSettings
 
 

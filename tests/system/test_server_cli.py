@@ -17,7 +17,7 @@ import redis
 
 from tests.helpers.embedded import home, servers_in, stop_everything
 from wurk.cli import run
-from wurk.embedded import LOG_FILE, PID_FILE, PORT_FILE, EmbeddedServer, ensure_running
+from wurk.embedded_server import LOG_FILE, PID_FILE, PORT_FILE, EmbeddedServer, ensure_running
 
 __all__ = ["home"]  # the fixture, imported for pytest
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from wurk.errors import ConfigError
-from wurk.swarm.backoff import Backoff
 from wurk.swarm.child import NoticePipe, OrphanGuard
+from wurk.swarm.respawn import RespawnSchedule
 from wurk.swarm.restart import Claim, Phase, RestartHooks, RollingRestart
 from wurk.swarm.settings import SwarmSettings, default_count, resolve
 from wurk.swarm.supervisor import describe_status
@@ -28,13 +28,13 @@ class Clock:
 # -- backoff ---------------------------------------------------------------------------------
 def test_backoff_doubles_per_slot_up_to_the_cap() -> None:
     clock = Clock()
-    backoff = Backoff(base=1, cap=5, reset_after=60, clock=clock)
+    backoff = RespawnSchedule(base=1, cap=5, reset_after=60, clock=clock)
     assert [backoff.fail(0, lifetime=1) for _ in range(5)] == [1, 2, 4, 5, 5]
     assert backoff.fail(1, lifetime=1) == 1  # another slot has its own count
 
 
 def test_a_long_lived_child_counts_as_a_fresh_failure() -> None:
-    backoff = Backoff(base=1, cap=30, reset_after=60, clock=Clock())
+    backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
     backoff.fail(0, lifetime=1)
     backoff.fail(0, lifetime=1)
     assert backoff.fail(0, lifetime=61) == 1
@@ -43,7 +43,7 @@ def test_a_long_lived_child_counts_as_a_fresh_failure() -> None:
 
 def test_backoff_due_times_without_sleeping() -> None:
     clock = Clock()
-    backoff = Backoff(base=1, cap=30, reset_after=60, clock=clock)
+    backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=clock)
     backoff.fail(0)
     backoff.fail(1)
     backoff.fail(1)
@@ -85,7 +85,8 @@ class World:
                              seen=self.seen.__contains__, slot_of=self.slots.get,
                              now=self.clock)
         return RollingRestart(hooks, heartbeat_wait=heartbeat_wait, drain_timeout=drain,
-                              backoff=Backoff(base=1, cap=8, reset_after=60, clock=self.clock))
+                              backoff=RespawnSchedule(base=1, cap=8, reset_after=60,
+                                                        clock=self.clock))
 
     def exit(self, machine: RollingRestart, pid: int) -> Claim:
         del self.slots[pid]

@@ -4,7 +4,7 @@
 2. ``ScheduledSet``, ``RetrySet``, ``DeadSet`` and their ``SortedEntry`` members (``sets.py``).
 3. ``JobRecord`` — one stored job, shown as a person recognises it (``record.py``).
 4. ``ProcessSet``, ``Process``, ``WorkSet``, ``Work`` — processes and running jobs
-   (``processes.py``).
+   (``api/processes.py``).
 5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
 6. Paging that tolerates concurrent change (``paging.py``).
 

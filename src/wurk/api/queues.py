@@ -14,9 +14,9 @@ from typing import Any
 
 from .. import payload as P
 from ..config import Config, default_config
-from ..connection import RedisPool
 from ..keys import PRIVATE_SEPARATOR
 from ..pause import invalidate_local
+from ..pool import RedisPool
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord
 

@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 from .. import payload as P
 from .. import scripts
 from ..config import Config, default_config
-from ..connection import RedisPool
 from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
+from ..pool import RedisPool
 from ..reporting import run_death_handlers
 from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord

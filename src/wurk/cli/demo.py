@@ -17,9 +17,9 @@ from typing import Any
 import click
 
 from ..config import Config
-from ..connection import describe_url
-from ..embedded import EmbeddedServer, shown_home
+from ..embedded_server import EmbeddedServer, shown_home
 from ..job import JobFunction
+from ..locate import describe_url
 from ..payload import DEFAULT_QUEUE
 
 __all__ = ["demo", "work_off"]

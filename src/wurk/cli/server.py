@@ -17,10 +17,11 @@ from typing import Any
 import click
 
 from ..config import Config
-from ..connection import RedisPool, describe_url
-from ..embedded import EmbeddedServer, ServerStatus, shown_home
+from ..embedded_server import EmbeddedServer, ServerStatus, shown_home
 from ..errors import EmbeddedServerError
 from ..keys import Keys
+from ..locate import describe_url
+from ..pool import RedisPool
 
 __all__ = ["server"]
 

@@ -4,7 +4,7 @@
 2. ``backoff``: per-slot crash backoff as due times.
 3. ``restart``: the rolling-restart state machine (replacement first, one slot at a time).
 4. ``child``: what runs after ``fork`` (the orphan guard, notices to the parent).
-5. ``supervisor``: the parent's loop. ``wurk swarm`` runs it; ``wurk.embed.boot_swarm`` hosts
+5. ``supervisor``: the parent's loop. ``wurk swarm`` runs it; ``wurk.inprocess.boot_swarm`` hosts
    it on a thread of a web process. See ``docs/swarm.md``.
 """
 

@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .backoff import Backoff
+from .respawn import RespawnSchedule
 
 __all__ = ["Claim", "Phase", "RestartHooks", "RollingRestart"]
 
@@ -68,7 +68,7 @@ class RollingRestart:
     """Replaces queued children one at a time; owned by the supervise loop's thread."""
 
     def __init__(self, hooks: RestartHooks, *, heartbeat_wait: float, drain_timeout: float,
-                 backoff: Backoff) -> None:
+                 backoff: RespawnSchedule) -> None:
         self.hooks = hooks
         self.heartbeat_wait = heartbeat_wait
         self.drain_timeout = drain_timeout

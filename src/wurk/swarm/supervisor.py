@@ -35,13 +35,14 @@ import psutil
 
 from .. import log as wurk_log
 from ..config import Config
-from ..connection import RedisPool, resolve_url
 from ..errors import SwarmError
 from ..heartbeat import Identity, hostname, process_nonce
+from ..locate import resolve_url
+from ..pool import RedisPool
 from ..proctitle import set_title
 from ..signals import SignalPipe, dump_threads
-from .backoff import Backoff
 from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
+from .respawn import RespawnSchedule
 from .restart import Claim, RestartHooks, RollingRestart
 from .settings import SwarmSettings
 
@@ -112,9 +113,9 @@ class Supervisor:
         self._last_memory_check = -math.inf
         self.error: str | None = None
 
-    def _new_backoff(self) -> Backoff:
+    def _new_backoff(self) -> RespawnSchedule:
         s = self.settings
-        return Backoff(base=s.backoff_base, cap=s.backoff_max, reset_after=s.backoff_reset,
+        return RespawnSchedule(base=s.backoff_base, cap=s.backoff_max, reset_after=s.backoff_reset,
                        clock=self._clock)
 
     # -- the whole life ---------------------------------------------------------------------
@@ -133,8 +134,8 @@ class Supervisor:
         if not self.hosted:
             self._signals.install()
             self.config.close()
-        self._probe = RedisPool(resolve_url(self.config), size=1, name="wurk-swarm",
-                                socket_timeout=PROBE_TIMEOUT)
+        url = resolve_url(self.config.redis_url, self.config.home)
+        self._probe = RedisPool(url, size=1, name="wurk-swarm", socket_timeout=PROBE_TIMEOUT)
         process_nonce()
         log.info("swarm: forking %d children (pid %d supervises)", self.settings.count,
                  os.getpid())

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from .config import Config
-from .connection import RedisPool
+from .pool import RedisPool
 
 __all__ = ["CLEANUP_INTERVAL", "prune_processes"]
 

@@ -1,4 +1,4 @@
-"""Per-slot crash backoff for the swarm: due times, never sleeps.
+"""Per-slot respawn schedule for the swarm: crash backoff as due times, never sleeps.
 
 1. ``fail(slot, lifetime)`` books a crash and returns the delay before the slot may be
    respawned: ``base · 2^(n−1)`` for the n-th failure in a row, capped at ``cap``.
@@ -13,10 +13,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["Backoff"]
+__all__ = ["RespawnSchedule"]
 
 
-class Backoff:
+class RespawnSchedule:
     """Consecutive failures and respawn due times, per slot; owned by one thread."""
 
     def __init__(self, *, base: float, cap: float, reset_after: float,

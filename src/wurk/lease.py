@@ -1,0 +1,145 @@
+"""A lease: one connection held by one thread across many commands, spoken to directly.
+
+1. ``Lease.call`` sends one command and reads its reply; ``send`` writes commands whose
+   replies the next ``pipeline`` reads first; ``pipeline`` sends several in one round trip.
+2. Commands are packed by hiredis and written to the connection as they are, without
+   redis-py's command layers, which cost more CPU than the round trip on the fetch path.
+3. Nothing is ever replayed: a connection gone out of step (broken, or a command cut short
+   between request and reply) is dropped and the next call takes a fresh one.
+4. A failover reply retires this connection only; other holders find out on their own reply.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import hiredis
+import redis
+
+from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
+from .sockets import kernel_timeouts
+
+if TYPE_CHECKING:
+    from .pool import RedisPool
+
+__all__ = ["Lease"]
+
+
+def _pack(command: tuple[Any, ...]) -> bytes:
+    """One command in the wire protocol, by hiredis (redis-py's packer, without the layers
+    a lease does not need: each argument is one word, as given)."""
+    try:
+        return bytes(hiredis.pack_command(command))
+    except TypeError as exc:
+        raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
+
+
+def _pack_all(commands: list[tuple[Any, ...]]) -> bytes:
+    return b"".join([_pack(command) for command in commands])
+
+
+class Lease:
+    """One connection held by one thread across many commands.
+
+    A processor fetches thousands of times a second; taking a connection from the pool and
+    going through redis-py's command machinery for each costs more CPU than the round trip
+    itself. A lease keeps the connection and speaks to it directly. Nothing is ever
+    replayed: a broken connection is dropped, reported as ``RedisUnavailable``, and the next
+    call takes a fresh one.
+    """
+
+    def __init__(self, pool: RedisPool) -> None:
+        self.pool = pool
+        self._connection: Any = None
+        self._unread = 0  # replies of commands written by ``send``, not read yet
+
+    def call(self, *args: Any) -> Any:
+        """One command, one round trip; a transient refusal raises ``RedisUnavailable``."""
+        if self._unread:
+            raise RuntimeError("Lease.call with replies unread: read them with pipeline()")
+        packed = _pack(args)
+        try:
+            connection = self._take()
+            connection.send_packed_command([packed], check_health=False)
+            return connection.read_response()
+        except redis.ResponseError as exc:
+            self._after_refusal(exc)
+            raise_refusal(exc, self.pool.url)
+        except BaseException as exc:
+            self._lost(exc)
+
+    def send(self, commands: list[tuple[Any, ...]]) -> None:
+        """Write commands without waiting for their replies: the next ``pipeline`` returns
+        them first. Redis acts on them now; the caller learns how it went one round trip
+        later. A broken connection raises ``RedisUnavailable``, and then whether they
+        reached Redis is unknown."""
+        packed = _pack_all(commands)
+        try:
+            self._take().send_packed_command([packed], check_health=False)
+        except BaseException as exc:
+            self._lost(exc)
+        self._unread += len(commands)
+
+    def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; error replies come back as exceptions in place,
+        so one refused command does not desynchronise the connection. The replies of
+        commands written earlier by ``send`` come first."""
+        packed = _pack_all(commands)
+        try:
+            connection = self._take()
+            if commands:
+                connection.send_packed_command([packed], check_health=False)
+            replies = [self._read(connection) for _ in range(self._unread + len(commands))]
+            self._unread = 0
+        except BaseException as exc:
+            self._lost(exc)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                self._after_refusal(reply)
+        return replies
+
+    def _lost(self, exc: BaseException) -> NoReturn:
+        """The connection is out of step — broken, or a command cut short between request
+        and reply (an interrupt): never used again. A broken one is ``RedisUnavailable``."""
+        self._drop()
+        if isinstance(exc, CONNECTION_ERRORS):
+            raise unavailable(exc, self.pool.url) from exc
+        raise exc
+
+    def _after_refusal(self, exc: redis.ResponseError) -> None:
+        """A failover reply: this connection reaches a demoted master; the next one may
+        reach the new master (through a proxy, Sentinel-aware DNS or a VIP)."""
+        if reply_code(exc) in FAILOVER_REPLIES:
+            self._drop()
+
+    @staticmethod
+    def _read(connection: Any) -> Any:
+        try:
+            return connection.read_response()
+        except redis.ResponseError as exc:
+            return exc
+
+    def _take(self) -> Any:
+        if self._connection is None:
+            connection = self.pool.take_connection()
+            kernel_timeouts(connection._sock, self.pool.socket_timeout)
+            self._connection = connection
+        return self._connection
+
+    def _drop(self) -> None:
+        connection, self._connection = self._connection, None
+        self._unread = 0
+        if connection is not None:
+            connection.disconnect()
+            self.pool.release_connection(connection)
+
+    def release(self) -> None:
+        """Give the connection back to the pool (when the holder stops)."""
+        if self._unread:  # replies still on the wire: the connection cannot be reused
+            self._drop()
+            return
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            if connection._sock is not None:  # back to redis-py's own way of timing out
+                connection._sock.settimeout(self.pool.socket_timeout)
+            self.pool.release_connection(connection)
