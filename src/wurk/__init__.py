@@ -6,6 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
+from . import expiry, limiter, unique
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
@@ -62,10 +63,13 @@ __all__ = [
     "current_job",
     "default_config",
     "embed",
+    "expiry",
     "job",
+    "limiter",
     "on_poison",
     "push",
     "push_bulk",
     "redis",
     "registry",
+    "unique",
 ]

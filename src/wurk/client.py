@@ -9,6 +9,9 @@
    after a broken connection (a replay could push the job twice).
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
+6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
+   is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
+   returns None. Other jobs pay two dict lookups for this.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import expiry, unique
 from . import payload as P
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
@@ -53,7 +57,8 @@ class Client:
         if job is None:
             return None
         P.check_args(job[P.ARGS])
-        self._write([(job, at)])
+        if self._write([(job, at)]):
+            return None  # a duplicate of a unique job whose lock is held
         return str(job[P.JID])
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
@@ -131,6 +136,10 @@ class Client:
                 raise InvalidPayload(f"'retry_for' must be seconds between 1 and "
                                      f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
             job[P.RETRY_FOR] = int(retry_for)
+        if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
+            unique.check_fields(job)
+        if P.EXPIRES_IN in job:
+            expiry.check_fields(job)
         P.validate(job)
 
     def _through_middleware(self, job: P.Payload) -> P.Payload | None:
@@ -175,35 +184,48 @@ class Client:
             entries.append((job, at))
             results.append(str(job[P.JID]))
         if entries:
-            self._write(entries)
+            refused = self._write(entries)
+            if refused:
+                results = [None if jid in refused else jid for jid in results]
         return results
 
     # -- writing ----------------------------------------------------------------------------
-    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+        """Write the jobs; returns the jids of unique jobs refused as duplicates."""
         keys = self.config.keys
-        enqueued_at = P.write_time(self.config.timestamp_format)
+        fmt = self.config.timestamp_format
+        enqueued_at = P.write_time(fmt)
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
+        locked: list[tuple[P.Payload, float | None]] = []
         for job, at in entries:
+            if P.EXPIRES_IN in job:
+                expiry.stamp(job, at, fmt)
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
-                scheduled[P.dumps(job)] = float(at)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
+            if P.UNIQUE_FOR in job:
+                locked.append((job, at))  # pushed with its lock, by a script
+            elif at is not None:
+                scheduled[P.dumps(job)] = float(at)
+            else:
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
 
-        def send(redis: Any) -> None:
-            pipe = redis.pipeline(transaction=False)
-            if scheduled:
-                pipe.zadd(keys.schedule, scheduled)
-            if by_queue:
-                pipe.sadd(keys.queues, *by_queue)
-                for queue, jsons in by_queue.items():
-                    pipe.lpush(keys.queue(queue), *jsons)
-            pipe.execute()
+        def send(redis: Any) -> set[str]:
+            if scheduled or by_queue:
+                pipe = redis.pipeline(transaction=False)
+                if scheduled:
+                    pipe.zadd(keys.schedule, scheduled)
+                if by_queue:
+                    pipe.sadd(keys.queues, *by_queue)
+                    for queue, jsons in by_queue.items():
+                        pipe.lpush(keys.queue(queue), *jsons)
+                pipe.execute()
+            return unique.push(redis, keys, locked) if locked else set()
 
         try:
-            self.pool.run(send)
+            return self.pool.run(send)
         except RedisUnavailable as exc:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
 

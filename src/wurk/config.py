@@ -8,6 +8,9 @@
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
    ``default_config()`` returns it.
 5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
+6. Every configuration carries the limits' server middleware and death handler
+   (``wurk.limits``): rate-limited jobs reschedule, unique locks are released, expired jobs
+   are dropped, without anything to switch on.
 """
 
 from __future__ import annotations
@@ -208,6 +211,15 @@ class Config:
     # long-held live streams cannot take the connections a co-located worker needs.
     web_pool_size: int = 4
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
+    # -- rate limiters (``wurk.limiter``) ---------------------------------------------------
+    # A job over a limit is rescheduled at most this many times (a limiter's own
+    # ``reschedule`` wins), then its error takes the ordinary retry path; 0: never.
+    limiter_reschedule: int = 20
+    # Exceptions that mean "over a limit" besides wurk.limiter.OverLimit (an HTTP client's
+    # 429 error, say): a job raising one is rescheduled in the same way.
+    limiter_errors: list[type[BaseException]] = field(default_factory=list)
+    # (limiter or None, job, exc) -> seconds before the rescheduled run; None: the default.
+    limiter_backoff: Callable[[Any, dict[str, Any], BaseException], float] | None = None
     # -- extension points -------------------------------------------------------------------
     client_middleware: Chain = field(default_factory=Chain)
     server_middleware: Chain = field(default_factory=Chain)
@@ -227,6 +239,9 @@ class Config:
         self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
         self.validate()
+        from .limits import install  # the limits import this module: imported here
+
+        install(self)
 
     # -- building ---------------------------------------------------------------------------
     @classmethod
@@ -279,10 +294,11 @@ class Config:
                 f"not {self.timestamp_format!r}"
             )
         for name in ("concurrency", "max_retries", "dead_max_jobs", "bulk_batch_size",
-                     "scheduled_bulk_batch_size", "heartbeat_ttl", "prefetch"):
+                     "scheduled_bulk_batch_size", "heartbeat_ttl", "prefetch",
+                     "limiter_reschedule"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (
-                0 if name == "max_retries" else 1
+                0 if name in ("max_retries", "limiter_reschedule") else 1
             ):
                 raise ConfigError(f"{name} must be a positive whole number, not {value!r}")
         for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
@@ -302,6 +318,17 @@ class Config:
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
         self._validate_web()
+        self._validate_limiter()
+
+    def _validate_limiter(self) -> None:
+        errors = self.limiter_errors
+        if not isinstance(errors, list) or not all(
+                isinstance(e, type) and issubclass(e, BaseException) for e in errors):
+            raise ConfigError(f"limiter_errors must be a list of exception classes (e.g. "
+                              f"[httpx.HTTPStatusError]), not {errors!r}")
+        if self.limiter_backoff is not None and not callable(self.limiter_backoff):
+            raise ConfigError(f"limiter_backoff must be a function (limiter, job, exc) -> "
+                              f"seconds, not {self.limiter_backoff!r}")
 
     def _validate_web(self) -> None:
         if (self.web_username is None) != (self.web_password is None):

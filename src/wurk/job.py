@@ -21,9 +21,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
+from . import expiry, unique
 from . import payload as P
 from .config import Config, parse_queue
-from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+from .errors import (
+    ConfigError,
+    InvalidArguments,
+    InvalidPayload,
+    JobNotRegistered,
+    RegistrationError,
+)
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
            "current_job", "job", "registry"]
@@ -60,7 +67,7 @@ def reset_running(token: contextvars.Token[P.Payload | None]) -> None:
 
 # Options that change how the worker treats the job; anything else is copied into the
 # payload as is (middleware commonly reads custom keys).
-_HOOK_OPTIONS = ("retry_in", "retries_exhausted")
+_HOOK_OPTIONS = ("retry_in", "retries_exhausted", "unique_context")
 
 
 def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
@@ -70,7 +77,21 @@ def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any
         _check_option(key, value, where)
     if P.RETRY_FOR in result:
         result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
+    _limits_options(result, where)
     return result
+
+
+def _limits_options(options: dict[str, Any], where: str) -> None:
+    """``unique_for``/``expires_in`` in seconds (timedeltas accepted); False drops the lock."""
+    try:
+        if P.UNIQUE_FOR in options or P.UNIQUE_UNTIL in options:
+            unique.check_fields(options, where)
+            if P.UNIQUE_FOR not in options and P.UNIQUE_UNTIL not in options:
+                options[P.UNIQUE_FOR] = False  # set(unique_for=False) overrides the job's
+        if P.EXPIRES_IN in options:
+            expiry.check_fields(options, where)
+    except InvalidPayload as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_option(key: str, value: Any, where: str) -> None:
@@ -97,6 +118,8 @@ def _check_option(key: str, value: Any, where: str) -> None:
     elif key == P.TAGS:
         if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
             raise bad("a list of strings")
+    elif key in (P.UNIQUE_FOR, P.EXPIRES_IN):
+        return  # checked and converted to seconds by _limits_options
     else:
         try:
             P.check_args([value], what=f"option {key!r}")
@@ -380,14 +403,16 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
     return register(func) if func is not None else register
 
 
+_HOOK_EXAMPLES = {"retry_in": "lambda count, exc: 60",
+                  "retries_exhausted": "lambda payload, exc: None",
+                  "unique_context": "lambda payload: payload['args'][:1]"}
+
+
 def _check_hooks(hooks: Mapping[str, Any]) -> None:
     for key, hook in hooks.items():
         if not callable(hook):
-            raise RegistrationError(
-                f"option {key}={hook!r} must be a function, e.g. {key}=lambda count, exc: 60"
-                if key == "retry_in" else
-                f"option {key}={hook!r} must be a function taking (payload, exc)"
-            )
+            raise RegistrationError(f"option {key}={hook!r} must be a function, e.g. "
+                                    f"{key}={_HOOK_EXAMPLES[key]}")
 
 
 class Job:
@@ -432,6 +457,11 @@ class Job:
 
     def retries_exhausted(self, payload: P.Payload, exc: BaseException) -> str | None:
         """Called once retries run out; return ``"discard"`` to skip the dead set."""
+        return None
+
+    @classmethod
+    def unique_context(cls, payload: P.Payload) -> list[Any] | None:
+        """What makes two pushes of a unique job duplicates; None: class, queue and args."""
         return None
 
     @classmethod

@@ -1,0 +1,138 @@
+"""Expiring jobs: a job not started by its deadline is acknowledged without running.
+
+1. ``expires_in`` (seconds or a ``timedelta``, on the job or per push) becomes the payload's
+   ``expires_at`` at push time, counted from the scheduled time for a scheduled job (a job
+   due in 2 h that expires in 1 h is dropped if not started 3 h after the push). Absolute
+   times are refused: a datetime, or a number of seconds that is surely a timestamp.
+2. ``expired(job)``: whether its deadline passed (a payload from Sidekiq Pro without
+   ``expires_at`` counts from its ``created_at``). The deadline is absolute: a retry that
+   comes due after it is dropped too. A job that started in time runs to its end.
+3. ``drop(config, job)``: an expired job is counted (``stat:expired``, Sidekiq Pro's
+   ``jobs.expired``), logged and handed to every ``on_expired`` callback — the event other
+   features (a batch counting the job as done) listen to. The execution then counts as a
+   success, never a failure or a retry.
+
+The deadline is written and read with the local clocks of the pushing and the working
+process, as Sidekiq's scheduled times are.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import payload as P
+from .errors import InvalidPayload
+from .lending import redis as lent_redis
+from .reporting import report_error
+
+if TYPE_CHECKING:
+    from .config import Config
+
+__all__ = ["Registration", "check_fields", "deadline", "drop", "expired", "expired_count",
+           "on_expired", "seconds", "stamp"]
+
+log = logging.getLogger("wurk")
+
+ExpiredCallback = Callable[[dict[str, Any]], None]
+_callbacks: list[ExpiredCallback] = []
+_lock = threading.Lock()
+
+
+class Registration:
+    """Handle returned by ``on_expired``; ``remove()`` may be called any number of times."""
+
+    def __init__(self, callback: ExpiredCallback) -> None:
+        self.callback = callback
+
+    def remove(self) -> None:
+        with _lock:
+            if self.callback in _callbacks:
+                _callbacks.remove(self.callback)
+
+
+def on_expired(callback: ExpiredCallback) -> Registration:
+    """Call ``callback(payload)`` for every job this process drops as expired."""
+    with _lock:
+        if callback not in _callbacks:
+            _callbacks.append(callback)
+    return Registration(callback)
+
+
+# -- pushing ----------------------------------------------------------------------------------
+def seconds(value: Any, where: str) -> int | float:
+    """``expires_in`` as relative seconds; a datetime or a timestamp is refused."""
+    if isinstance(value, datetime):
+        raise InvalidPayload(f"{where}: expires_in={value!r} is an absolute time; give "
+                             "seconds or a timedelta counted from when the job is due",
+                             field=P.EXPIRES_IN)
+    given = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not given > 0:
+        raise InvalidPayload(f"{where}: expires_in={value!r} is invalid; expected seconds "
+                             "(or a timedelta) greater than 0", field=P.EXPIRES_IN)
+    if given >= P.ABSOLUTE_EPOCH_FLOOR:
+        raise InvalidPayload(f"{where}: expires_in={value!r} looks like a timestamp; "
+                             "expires_in is relative: give the seconds from when the job is "
+                             "due", field=P.EXPIRES_IN)
+    return int(given) if float(given).is_integer() else float(given)
+
+
+def check_fields(job: P.Payload, where: str = "push") -> None:
+    job[P.EXPIRES_IN] = seconds(job[P.EXPIRES_IN], where)
+
+
+def stamp(job: P.Payload, at: float | None, fmt: P.TimestampFormat) -> None:
+    """Write ``expires_at`` (the deadline) from ``expires_in`` and when the job is due."""
+    if P.EXPIRES_AT not in job:
+        due = time.time() if at is None else at
+        job[P.EXPIRES_AT] = P.write_time(fmt, due + float(job[P.EXPIRES_IN]))
+
+
+# -- working ----------------------------------------------------------------------------------
+def deadline(job: P.Payload) -> float | None:
+    """Epoch seconds after which ``job`` must not start; None when it never expires."""
+    at = P.read_time(job.get(P.EXPIRES_AT))
+    if at is not None:
+        return at
+    expires_in = job.get(P.EXPIRES_IN)
+    created = P.read_time(job.get(P.CREATED_AT))
+    if created is None or isinstance(expires_in, bool) or not isinstance(
+            expires_in, (int, float)):
+        return None
+    return created + expires_in
+
+
+def expired(job: P.Payload, now: float | None = None) -> bool:
+    limit = deadline(job)
+    return limit is not None and (time.time() if now is None else now) > limit
+
+
+def drop(config: Config, job: P.Payload) -> None:
+    """Count, log and announce an expired job; the caller acknowledges it unrun."""
+    log.info("expired: not started by its deadline; acknowledged without running")
+    try:
+        with lent_redis(config) as conn:
+            conn.call("INCR", config.keys.expired)
+    except Exception as exc:  # a lost count must not turn the drop into a failure
+        report_error(config, exc, {"context": "counting an expired job", "job": job})
+    with _lock:
+        callbacks = list(_callbacks)
+    for callback in callbacks:
+        try:
+            callback(job)
+        except Exception as exc:
+            report_error(config, exc, {"context": "on_expired callback", "job": job})
+
+
+def expired_count(config: Config) -> int:
+    """Jobs dropped as expired, by every process on this Redis."""
+    key = config.keys.expired
+    value = config.pool("api").run(lambda r: r.get(key), idempotent=True)
+    try:
+        return max(0, int(value or 0))
+    except ValueError:
+        return 0
