@@ -55,6 +55,8 @@ _RELEASE = scripts.Script("unique_release.lua")
 MAX_SECONDS = P.ABSOLUTE_EPOCH_FLOOR
 # Stored payloads read per round trip when a whole queue or set is cleared.
 CLEAR_PAGE = 500
+# In the stored JSON of every unique job, and of few others: the cheap test before parsing.
+MARK = f'"{P.UNIQUE_DIGEST}"'
 
 
 # -- options ----------------------------------------------------------------------------------
@@ -193,7 +195,7 @@ def release_stored(config: Config, raws: Iterable[bytes | str], *, role: str = "
     were released. Entries that are not unique jobs, or not JSON at all, are skipped."""
     calls: list[tuple[list[str], list[object]]] = []
     for raw in raws:
-        if b"unique_digest" not in (raw if isinstance(raw, bytes) else raw.encode()):
+        if MARK not in (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw):
             continue  # the cheap test first: most jobs are not unique
         try:
             lock = _lock_of(config, P.loads(raw))
@@ -203,7 +205,12 @@ def release_stored(config: Config, raws: Iterable[bytes | str], *, role: str = "
             calls.append(([lock[0]], [lock[1]]))
     if not calls:
         return 0
-    replies = config.pool(role).run(lambda r: _RELEASE.call_many(r, calls))
+    try:
+        replies = config.pool(role).run(lambda r: _RELEASE.call_many(r, calls))
+    except Exception as exc:  # the jobs are gone already; their locks expire on their own
+        log.warning("could not release the unique locks of %d deleted jobs: %s", len(calls),
+                    exc)
+        return 0
     return sum(1 for reply in replies if reply == 1)
 
 
