@@ -109,11 +109,12 @@ def _names(config: Config, substr: str) -> tuple[list[str], int]:
 def limiters(config: Config, *, page: int = 1, substr: str = "") -> dict[str, Any]:
     """One page of limiters, each a JSON-ready dict (see ``_row``)."""
     names, skipped = _names(config, substr)
-    start = (max(page, 1) - 1) * PAGE_SIZE
-    shown = names[start:start + PAGE_SIZE]
+    pages = max(1, math.ceil(len(names) / PAGE_SIZE))
+    page = min(max(page, 1), pages)
+    shown = names[(page - 1) * PAGE_SIZE:page * PAGE_SIZE]
     rows = _read(config, shown) if shown else []
-    return {"limiters": rows, "total": len(names), "page": max(page, 1),
-            "pages": max(1, math.ceil(len(names) / PAGE_SIZE)), "page_size": PAGE_SIZE,
+    return {"limiters": rows, "total": len(names), "page": page, "pages": pages,
+            "page_size": PAGE_SIZE,
             "unreadable_names": skipped, "substr": substr, "capped": len(names) >= LIST_CAP}
 
 

@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Route
 from . import actions, data
 from .context import dashboard
 from .guard import SCOPE_CSRF
+from .limits import limits_json
 from .security import CSRF_FIELD, CSRF_HEADER
 from .views import form_list, form_value, perform
 
@@ -187,6 +188,9 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("POST", "/api/queues/{name}/delete", queue_delete, "Delete one job of a queue",
              body=(("job", "string", "the job exactly as stored (its 'raw' text)"),)),
     *[endpoint for kind in data.SET_KINDS.values() for endpoint in set_endpoints(kind)],
+    Endpoint("GET", "/api/limits", limits_json,
+             "Rate limiters: type, size, current use and stats; and expired jobs",
+             (PAGE, ("substr", "string", "only limiters whose name contains this text"))),
 ]
 
 

@@ -2,7 +2,8 @@
 
 1. Routes: the pages (``views``), the JSON API and its documentation (``api``,
    ``openapi``), the live stream (``sse``), the package's own assets (``/static``; nothing
-   comes from a CDN, so it works offline) and each extension under its name.
+   comes from a CDN, so it works offline) and each extension under its name — the built-in
+   Limits tab (``limits``) among them, unless the host brings its own ``limits``.
 2. The ``Guard`` middleware around all of them; HTTP errors as a page, or JSON under
    ``/api``, with fixed text only.
 3. Mount it anywhere: every link is built from the prefix the host app mounted it at
@@ -28,6 +29,8 @@ from . import api, openapi, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, route_path
+from .limits import NAME as LIMITS_TAB
+from .limits import extension as limits_tab
 from .sse import EventStream, LiveStats
 from .templating import build_templates, render
 
@@ -46,6 +49,8 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     cfg = config if config is not None else default_config()
     chosen = tuple(extensions)
     check_unique(chosen)
+    if all(extension.name != LIMITS_TAB for extension in chosen):
+        chosen = (limits_tab(), *chosen)
     dash = Dashboard.for_config(
         cfg, read_only=cfg.web_read_only if read_only is None else bool(read_only),
         stream_interval=float(cfg.web_stream_interval), templates=build_templates(chosen),
