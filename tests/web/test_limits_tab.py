@@ -28,10 +28,10 @@ def seed(config: wurk.Config) -> None:
         pass
     with wurk.limiter.points("llm", 1000, 5).within_limit(used=400):
         pass
+    full = wurk.limiter.concurrent("full", 1, wait_timeout=0)
     try:
-        with wurk.limiter.concurrent("full", 1, wait_timeout=0).within_limit():
-            with wurk.limiter.concurrent("full", 1, wait_timeout=0).within_limit():
-                pass
+        with full.within_limit(), full.within_limit():
+            pass
     except wurk.limiter.OverLimit:
         pass
 
