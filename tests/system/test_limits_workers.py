@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import time
@@ -39,13 +40,14 @@ def runs(r: redis.Redis) -> tuple[list[Interval], list[tuple[int, float]], set[s
 
 
 def most_at_once(intervals: list[Interval], within: Interval | None = None) -> int:
-    """How many intervals overlap at once at most (inside ``within`` when given)."""
-    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals],
-                    key=lambda e: (e[0], e[1]))
+    """How many intervals overlap at once at most (at any instant inside ``within``)."""
+    low, high = within if within is not None else (-math.inf, math.inf)
+    events = sorted([(start, 1) for start, _ in intervals] + [(end, -1) for _, end in intervals])
     running = most = 0
-    for at, step in events:
+    for index, (at, step) in enumerate(events):
         running += step
-        if within is None or within[0] <= at <= within[1]:
+        until = events[index + 1][0] if index + 1 < len(events) else math.inf
+        if at <= high and until >= low:  # this count held over part of the window
             most = max(most, running)
     return most
 
