@@ -111,16 +111,18 @@ def _seconds(value: object, what: str, *, zero: bool) -> float:
 
 
 class Handle:
-    """What entering a limit yields: the limiter, how long the call waited, and for points
-    limiters ``points_used(actual)`` to correct the estimate once the real cost is known."""
+    """What entering a limit yields: the limiter, how long the call waited, when Redis let
+    it in (``granted_at``, epoch seconds by Redis's clock), and for points limiters
+    ``points_used(actual)`` to correct the estimate once the real cost is known."""
 
-    __slots__ = ("_reported", "limiter", "token", "used", "waited")
+    __slots__ = ("_reported", "granted_at", "limiter", "token", "used", "waited")
 
     def __init__(self, limiter: Limiter, used: float, token: str, waited: float) -> None:
         self.limiter = limiter
         self.used = used
         self.token = token
         self.waited = waited
+        self.granted_at: float | None = None
         self._reported: float | None = None
 
     def points_used(self, actual: float) -> None:
@@ -256,7 +258,8 @@ class Limiter:
     # -- what each type defines -------------------------------------------------------------
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
                  waited_ms: int) -> tuple[int, int]:
-        """Ask Redis once: (1, _) let in; (0, ms) try again after ms; (-1, ms) refused."""
+        """Ask Redis once: (1, Redis's time in µs) let in; (0, ms) try again after ms;
+        (-1, ms) refused."""
         raise NotImplementedError
 
     def _pause(self, conn: _Caller, seconds: float) -> None:
@@ -286,8 +289,8 @@ class Limiter:
                 remaining, waited = max(0.0, deadline - now), now - started
                 status, wait_ms = self._attempt(conn, handle, int(remaining * 1000),
                                                 int(waited * 1000))
-                if status == 1:
-                    handle.waited = waited
+                if status == 1:  # then the second number is when, in µs
+                    handle.waited, handle.granted_at = waited, wait_ms / 1e6
                     return handle
                 if status < 0:
                     raise OverLimit(self, retry_after=self._retry_after(wait_ms))

@@ -7,7 +7,8 @@
 -- ARGV[5]  the caller's wait left, ms        ARGV[6]  waited so far, ms
 -- ARGV[7]  ttl of the stats, s
 --
--- Returns {1, 0} when let in, {0, ms to the next interval} to wait, {-1, ms} refused.
+-- Returns {1, Redis's time in µs} when let in, {0, ms to the next interval} to wait,
+-- {-1, ms} refused.
 local limit, interval, used = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local remaining, waited, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = now_ms()
@@ -23,6 +24,6 @@ if current + used <= limit then
   redis.call('INCRBY', key, used)
   redis.call('EXPIRE', key, 2 * interval)
   granted(KEYS[1], ttl, waited)
-  return {1, 0}
+  return {1, math.floor(now * 1000)}
 end
 return over(KEYS[1], ttl, (start + interval) * 1000 - now, remaining)

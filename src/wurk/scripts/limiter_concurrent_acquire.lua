@@ -6,8 +6,8 @@
 -- ARGV[6]  how long the caller has waited so far, ms
 --
 -- Locks past their expiry belong to holders that crashed (or overran): they are reclaimed
--- first, and counted. Returns {1, expiry ms} when taken; {0, ms until the earliest lock
--- expires} to wait for a release; {-1, 0} when refused.
+-- first, and counted. Returns {1, Redis's time in µs} when taken; {0, ms until the
+-- earliest lock expires} to wait for a release; {-1, 0} when refused.
 local size, lock_timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, remaining, waited = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_ms()
@@ -20,7 +20,7 @@ if redis.call('ZCARD', KEYS[1]) < size then
   redis.call('ZADD', KEYS[1], expiry, ARGV[3])
   redis.call('EXPIRE', KEYS[1], ttl)
   granted(KEYS[2], ttl, waited)
-  return {1, math.floor(expiry)}
+  return {1, math.floor(now * 1000)}
 end
 if remaining <= 0 then
   count(KEYS[2], ttl, 'refused', 1)

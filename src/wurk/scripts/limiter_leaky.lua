@@ -5,7 +5,8 @@
 -- ARGV[1]  size    ARGV[2]  drain period, ms    ARGV[3]  uses this call charges
 -- ARGV[4]  the caller's wait left, ms    ARGV[5]  waited so far, ms    ARGV[6]  ttl, s
 --
--- Returns {1, 0} when let in; else the next drip: {0, ms} to wait, {-1, ms} refused.
+-- Returns {1, Redis's time in µs} when let in; else the next drip: {0, ms} to wait,
+-- {-1, ms} refused.
 local size, drain, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local remaining, waited, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_ms()
@@ -21,6 +22,6 @@ if level + used <= size then
              'ts', string.format('%.6f', now / 1000))
   redis.call('EXPIRE', KEYS[1], ttl)
   granted(KEYS[2], ttl, waited)
-  return {1, 0}
+  return {1, math.floor(now * 1000)}
 end
 return over(KEYS[2], ttl, (level + used - size) / rate, remaining)

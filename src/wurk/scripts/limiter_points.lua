@@ -6,7 +6,7 @@
 --          the estimate (spend), or estimate - actual (an adjustment, may be negative)
 -- ARGV[4]  "spend" or "adjust"    ARGV[5]  ttl, s
 --
--- Spend returns {1, 0} when taken, {-1, ms until enough points} refused. Adjust gives back
+-- Spend returns {1, Redis's time in µs} when taken, {-1, ms until enough points} refused. Adjust gives back
 -- (or takes) the difference once the actual cost is known, and returns {1, 0}. Points may
 -- go below zero when a call cost more than its estimate: later calls wait for the debt.
 local capacity, refill, amount = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -31,7 +31,7 @@ end
 if points >= amount then
   save(points - amount)
   granted(KEYS[2], ttl, 0)
-  return {1, 0}
+  return {1, math.floor(now * 1000)}
 end
 count(KEYS[2], ttl, 'refused', 1)
 return {-1, math.max(1, math.ceil((amount - points) / refill))}

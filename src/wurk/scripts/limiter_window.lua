@@ -6,8 +6,9 @@
 -- ARGV[4]  a random token for this call's members    ARGV[5]  the caller's wait left, ms
 -- ARGV[6]  waited so far, ms    ARGV[7]  ttl of the stats, s
 --
--- A use at time t counts while now - t < interval. Returns {1, 0} when let in; else how
--- long until enough of the oldest uses leave the window: {0, ms} to wait, {-1, ms} refused.
+-- A use at time t counts while now - t < interval. Returns {1, Redis's time in µs} when
+-- let in; else how long until enough of the oldest uses leave the window: {0, ms} to wait,
+-- {-1, ms} refused.
 local limit, interval, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local remaining, waited, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = now_ms()
@@ -21,7 +22,7 @@ if current + used <= limit then
   end
   redis.call('PEXPIRE', KEYS[1], math.ceil(interval))
   granted(KEYS[2], ttl, waited)
-  return {1, 0}
+  return {1, math.floor(now * 1000)}
 end
 -- The (current + used - limit)-th oldest use must leave before this call fits.
 local rank = current + used - limit - 1
