@@ -61,6 +61,41 @@ def test_a_waiter_is_woken_by_a_release(config: wurk.Config) -> None:
     assert stats["waited"] == 1 and stats["wait_ms"] >= 100 and stats["held_ms"] >= 250
 
 
+def test_inside_a_processor_a_waiter_blocks_on_the_wake_up_list(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    from wurk.lending import lend_from
+
+    mutex = wurk.limiter.concurrent("lent", 1, wait_timeout=3)
+    holder = mutex.within_limit()
+    holder.__enter__()
+    threading.Timer(0.3, holder.__exit__, (None, None, None)).start()
+    r.config_resetstat()
+    with lend_from(config.pool("processor", size=1)), mutex.within_limit():
+        pass
+    stats = r.info("commandstats")
+    assert stats["cmdstat_blpop"]["calls"] >= 1  # woken by the release, not polling
+    assert stats["cmdstat_evalsha"]["calls"] <= 6
+
+
+def test_many_more_waiters_than_pool_connections(config: wurk.Config) -> None:
+    gate = wurk.limiter.window("crowd", 5, 0.5, wait_timeout=5)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            with gate.within_limit():
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(30)]  # the pool has 10
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
 def test_never_more_than_size_at_once_across_threads(config: wurk.Config) -> None:
     pool = wurk.limiter.concurrent("pool", 3, wait_timeout=10, lock_timeout=10)
     running, most, lock = 0, 0, threading.Lock()

@@ -13,8 +13,10 @@
    process and again every ``REGISTER_EVERY`` seconds, never at construction: a module that
    defines limiters at import does no I/O.
 4. Redis: inside a job, the connection the processor lends its jobs (``wurk.redis()``);
-   elsewhere one of the client pool's, per call. A limiter given ``config=`` uses that
-   configuration's client pool, even inside a job (it may be another Redis).
+   elsewhere one of the client pool's, per attempt, given back before any sleep. A limiter
+   given ``config=`` uses that configuration's client pool, even inside a job (it may be
+   another Redis). A concurrent limiter's waiter blocks on its wake-up list only on a
+   processor's own connection; elsewhere it sleeps and asks again (``POLL_OUTSIDE_JOBS``).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .. import scripts
 from ..config import Config, default_config
 from ..errors import OverLimit
 from ..lease import Lease
+from ..lending import kept
 from ..lending import redis as lent_redis
 
 if TYPE_CHECKING:
@@ -262,10 +265,6 @@ class Limiter:
         (-1, ms) refused."""
         raise NotImplementedError
 
-    def _pause(self, conn: _Caller, seconds: float) -> None:
-        """Wait before asking again (a concurrent limiter waits for a release instead)."""
-        time.sleep(seconds)
-
     def _release(self, conn: _Caller, handle: Handle) -> None:
         """Leaving the block (concurrent limiters give their slot back)."""
 
@@ -279,22 +278,45 @@ class Limiter:
     # -- the loop ---------------------------------------------------------------------------
     def _acquire(self, used: float) -> Handle:
         handle = Handle(self, used, os.urandom(8).hex(), 0.0)
-        with self._connection() as conn:
-            self._register(conn)
-            started = time.monotonic()
-            deadline = started + self.wait_timeout
-            slice_ = min(WAIT_SLICE, self._config().socket_timeout / 2 or WAIT_SLICE)
-            while True:
+        started = deadline = 0.0
+        registered = False
+        while True:
+            # A connection of the pool is held for one attempt (and a concurrent limiter's
+            # wake-up wait on a processor's own connection), never across a sleep: many
+            # threads waiting must not empty the pool that every other call needs.
+            with self._connection() as conn:
+                if not registered:
+                    self._register(conn)
+                    registered = True
+                    started = time.monotonic()  # the wait starts with the first attempt
+                    deadline = started + self.wait_timeout
                 now = time.monotonic()
                 remaining, waited = max(0.0, deadline - now), now - started
-                status, wait_ms = self._attempt(conn, handle, int(remaining * 1000),
-                                                int(waited * 1000))
+                status, value = self._attempt(conn, handle, int(remaining * 1000),
+                                              int(waited * 1000))
                 if status == 1:  # then the second number is when, in µs
-                    handle.waited, handle.granted_at = waited, wait_ms / 1e6
+                    handle.waited, handle.granted_at = waited, value / 1e6
                     return handle
                 if status < 0:
-                    raise OverLimit(self, retry_after=self._retry_after(wait_ms))
-                self._pause(conn, max(0.001, min(wait_ms / 1000, remaining, slice_)))
+                    raise OverLimit(self, retry_after=self._retry_after(value))
+                pause = max(0.001, min(value / 1000, remaining, self._slice()))
+                if self.config is None and kept():
+                    self._wait_on(conn, pause)
+                    continue
+            time.sleep(self._poll(pause))
+
+    def _slice(self) -> float:
+        timeout = self._config().socket_timeout
+        return min(WAIT_SLICE, timeout / 2) if timeout > 0 else WAIT_SLICE
+
+    def _poll(self, pause: float) -> float:
+        """How long to sleep, holding no connection, before asking again."""
+        return pause
+
+    def _wait_on(self, conn: _Caller, pause: float) -> None:
+        """Wait on a connection only this thread uses (a concurrent limiter blocks on its
+        wake-up list there)."""
+        time.sleep(pause)
 
     def _retry_after(self, wait_ms: int) -> float | None:
         return wait_ms / 1000 if wait_ms > 0 else None

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Bucket", "Concurrent", "Leaky", "Points", "Unlimited", "Window"]
 
+# How often a concurrent limiter's waiter outside a job asks again: a release is noticed
+# within this, at the cost of one script call per waiter per interval.
+POLL_OUTSIDE_JOBS = 0.05
+
 _CONCURRENT_ACQUIRE = scripts.Script("limiter_concurrent_acquire.lua", prelude=COMMON)
 _CONCURRENT_RELEASE = scripts.Script("limiter_concurrent_release.lua", prelude=COMMON)
 _BUCKET = scripts.Script("limiter_bucket.lua", prelude=COMMON)
@@ -75,10 +79,15 @@ class Concurrent(Limiter):
             self.size, int(self.lock_timeout * 1000), handle.token,
             max(self.ttl, math.ceil(self.lock_timeout)), remaining_ms, waited_ms])
 
-    def _pause(self, conn: _Caller, seconds: float) -> None:
+    def _wait_on(self, conn: _Caller, pause: float) -> None:
         # Woken by a release; at the latest when the earliest lock expires (the script's
         # hint) or the wait's slice ends.
-        conn.call("BLPOP", self._keys()[1], f"{max(seconds, 0.01):.3f}")
+        conn.call("BLPOP", self._keys()[1], f"{max(pause, 0.01):.3f}")
+
+    def _poll(self, pause: float) -> float:
+        # Outside a processor no connection is held while waiting, so no release can wake
+        # this waiter: it asks again this often.
+        return min(pause, POLL_OUTSIDE_JOBS)
 
     def _retry_after(self, wait_ms: int) -> float | None:
         return None  # a slot frees when a holder finishes: nobody can know when
