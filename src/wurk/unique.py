@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload as P
 from . import scripts
-from .errors import InvalidPayload
+from .errors import InvalidPayload, RedisUnavailable
 from .lending import redis as lent_redis
 
 if TYPE_CHECKING:
@@ -55,6 +55,9 @@ _RELEASE = scripts.Script("unique_release.lua")
 MAX_SECONDS = P.ABSOLUTE_EPOCH_FLOOR
 # Stored payloads read per round trip when a whole queue or set is cleared.
 CLEAR_PAGE = 500
+# Waits between the attempts to release a lock while Redis cannot be reached: about 3.5 s in
+# all, which covers a restart or a failover without holding a processor much longer.
+RELEASE_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
 # In the stored JSON of every unique job, and of few others: the cheap test before parsing.
 MARK = f'"{P.UNIQUE_DIGEST}"'
 
@@ -177,17 +180,27 @@ def _lock_of(config: Config, job: P.Payload) -> tuple[str, str] | None:
 
 def release(config: Config, job: P.Payload) -> bool:
     """Release ``job``'s lock if it still holds it (on the connection a processor lends its
-    jobs, inside a worker). A failure is logged, not raised: the lock then expires."""
+    jobs, inside a worker). Releasing twice is harmless, so while Redis is unreachable (a
+    restart, a failover) it is sent again for a few seconds, ``RELEASE_RETRIES``; the job
+    has finished, and its processor could not fetch another meanwhile anyway. A failure
+    after that is logged, not raised: the lock then expires on its own."""
     lock = _lock_of(config, job)
     if lock is None:
         return False
-    try:
-        with lent_redis(config) as conn:
-            return bool(_RELEASE.call(conn, [lock[0]], [lock[1]]))
-    except Exception as exc:
-        log.warning("could not release the unique lock of %s (jid %s): %s; it expires on "
-                    "its own", job.get(P.CLASS), lock[1], exc)
-        return False
+    failure: Exception | None = None
+    for wait in (0.0, *RELEASE_RETRIES):
+        time.sleep(wait)
+        try:
+            with lent_redis(config) as conn:
+                return bool(_RELEASE.call(conn, [lock[0]], [lock[1]]))
+        except RedisUnavailable as exc:
+            failure = exc
+        except Exception as exc:
+            failure = exc
+            break
+    log.warning("could not release the unique lock of %s (jid %s): %s; it expires on its "
+                "own", job.get(P.CLASS), lock[1], failure)
+    return False
 
 
 def release_stored(config: Config, raws: Iterable[bytes | str], *, role: str = "api") -> int:
