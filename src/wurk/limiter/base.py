@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -31,8 +32,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
@@ -206,6 +207,7 @@ class Limiter:
         # A floor, not an error: a shorter lifetime could drop a limit between two uses.
         self.ttl = max(int(_seconds(ttl, "ttl", zero=False)), MIN_TTL)
         self.config = config
+        self._registry_key: tuple[Any, ...] | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -277,7 +279,7 @@ class Limiter:
 
     # -- the loop ---------------------------------------------------------------------------
     def _acquire(self, used: float) -> Handle:
-        handle = Handle(self, used, os.urandom(8).hex(), 0.0)
+        handle = Handle(self, used, _token(), 0.0)
         started = deadline = 0.0
         registered = False
         while True:
@@ -340,17 +342,10 @@ class Limiter:
     def _config(self) -> Config:
         return self.config if self.config is not None else default_config()
 
-    @contextmanager
-    def _connection(self) -> Iterator[_Caller]:
+    def _connection(self) -> AbstractContextManager[_Caller]:
         if self.config is None:
-            with lent_redis() as conn:
-                yield conn
-            return
-        lease = Lease(self.config.pool("client"))
-        try:
-            yield lease
-        finally:
-            lease.release()
+            return lent_redis()
+        return _OwnLease(self.config)
 
     def _script(self, conn: _Caller, script: scripts.Script, keys: list[str],
                 args: list[object]) -> tuple[int, int]:
@@ -359,17 +354,49 @@ class Limiter:
 
     def _register(self, conn: _Caller) -> None:
         """Write the metadata on first use and every ``REGISTER_EVERY`` seconds after."""
-        options = json.dumps(self.options(), sort_keys=True, separators=(",", ":"))
-        fingerprint = hashlib.sha256(f"{self.kind}|{self.name}|{options}".encode()).hexdigest()
-        cache_key = (id(self.config), self.name, fingerprint)
+        if self._registry_key is None:  # once per instance: options never change
+            self._registry_key = (id(self.config), self.kind, self.name,
+                                  tuple(sorted(self.options().items())))
         now = time.monotonic()
-        seen = _registered.get(cache_key)
+        seen = _registered.get(self._registry_key)
         if seen is not None and now - seen < min(REGISTER_EVERY, self.ttl / 2):
             return
+        options = json.dumps(self.options(), sort_keys=True, separators=(",", ":"))
+        fingerprint = hashlib.sha256(f"{self.kind}|{self.name}|{options}".encode()).hexdigest()
         keys = self._config().keys
         _REGISTER.call(conn, [keys.limiter(self.name), keys.limiter_list],
                        [self.name, self.kind, options, fingerprint, self.ttl])
         with _registered_lock:
             if len(_registered) >= REGISTERED_CAP:
                 _registered.clear()
-            _registered[cache_key] = now
+            _registered[self._registry_key] = now
+
+
+class _OwnLease:
+    """A connection of an explicit configuration's client pool, for one attempt."""
+
+    __slots__ = ("_config", "_lease")
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        self._lease = Lease(self._config.pool("client"))
+        return self._lease
+
+    def __exit__(self, *exc_info: object) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+
+# Tokens naming one holder or one use: unique across hosts (a random prefix), processes
+# (the pid: forked children inherit the prefix and the count) and threads (``count`` is
+# atomic), without reading random bytes per call.
+_TOKEN_PREFIX = os.urandom(6).hex()
+_token_serial = itertools.count()
+
+
+def _token() -> str:
+    return f"{_TOKEN_PREFIX}{os.getpid():x}-{next(_token_serial):x}"
