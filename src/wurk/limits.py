@@ -26,6 +26,7 @@ from . import expiry, unique
 from . import payload as P
 from .errors import OverLimit
 from .limiter.reschedule import over_limit_classes, reschedule
+from .payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
 
 if TYPE_CHECKING:
     from .config import Config
@@ -42,8 +43,8 @@ class LimitsMiddleware:
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
         try:
-            if P.UNIQUE_DIGEST in payload or P.EXPIRES_AT in payload or \
-                    P.EXPIRES_IN in payload:
+            # Names bound at import: this runs for every job, most of which need none of it.
+            if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
                 return self._guarded(payload, call_next)
             return call_next()
         except over_limit_classes(self.config) as exc:

@@ -374,3 +374,23 @@ def test_corrupt_stored_state_does_not_wedge_a_limiter(config: wurk.Config,
         pass
     r.hset("lmtr-s:{api}", "held", "many")
     assert api.stats()["held"] == 0  # a counter that is not a number reads as 0
+
+
+# -- Redis unreachable ------------------------------------------------------------------------
+def test_entering_while_redis_is_unreachable_raises_redis_unavailable(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.helpers.faults import config_for
+    from tests.helpers.server import start_server
+
+    server = start_server(tmp_path / "private")
+    config = config_for(server.url)
+    erp = wurk.limiter.concurrent("erp", 1, wait_timeout=0, config=config)
+    block = erp.within_limit()
+    block.__enter__()
+    server.stop()
+    with caplog.at_level("WARNING", logger="wurk"):
+        block.__exit__(None, None, None)  # the release Redis cannot take: logged, not raised
+    assert "could not give back a slot" in caplog.text
+    with pytest.raises(wurk.RedisUnavailable):
+        erp.within_limit().__enter__()
+    config.close()

@@ -56,6 +56,7 @@ def test_the_json_twin_lists_every_limiter_with_its_use_and_stats(
     assert found["full"]["stats"]["refused"] == 1
     assert all(row["problem"] is None for row in found.values())
     assert list(rows(client, substr="er")) == ["erp"]
+    assert client.get("/api/limits").json()["expired_jobs"] == 0
 
 
 def test_the_page_shows_the_same(config: wurk.Config, client: TestClient) -> None:
@@ -65,6 +66,9 @@ def test_the_page_shows_the_same(config: wurk.Config, client: TestClient) -> Non
     assert 'aria-current="page">Limits' in page.text
     for text in ("erp", "concurrent", "search", "window", "stripe", "leaky", "llm"):
         assert text in page.text
+    r = redis.Redis.from_url(config.redis_url or "")
+    r.set("stat:expired", 7)
+    assert "dropped unrun): 7" in client.get("/limits/").text
     assert client.get("/limits").status_code in (200, 307)
     assert 'href="/limits">Limits</a>' in client.get("/").text
 
