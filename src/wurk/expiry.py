@@ -19,13 +19,13 @@ process, as Sidekiq's scheduled times are.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import payload as P
+from .callbacks import Callbacks, Registration
 from .errors import InvalidPayload
 from .lending import redis as lent_redis
 from .reporting import report_error
@@ -39,28 +39,13 @@ __all__ = ["Registration", "check_fields", "deadline", "drop", "expired", "expir
 log = logging.getLogger("wurk")
 
 ExpiredCallback = Callable[[dict[str, Any]], None]
-_callbacks: list[ExpiredCallback] = []
-_lock = threading.Lock()
+_callbacks: Callbacks[dict[str, Any]] = Callbacks()
 
 
-class Registration:
-    """Handle returned by ``on_expired``; ``remove()`` may be called any number of times."""
-
-    def __init__(self, callback: ExpiredCallback) -> None:
-        self.callback = callback
-
-    def remove(self) -> None:
-        with _lock:
-            if self.callback in _callbacks:
-                _callbacks.remove(self.callback)
-
-
-def on_expired(callback: ExpiredCallback) -> Registration:
-    """Call ``callback(payload)`` for every job this process drops as expired."""
-    with _lock:
-        if callback not in _callbacks:
-            _callbacks.append(callback)
-    return Registration(callback)
+def on_expired(callback: ExpiredCallback) -> Registration[dict[str, Any]]:
+    """Call ``callback(payload)`` for every job this process drops as expired; the returned
+    handle's ``remove()`` unregisters it."""
+    return _callbacks.add(callback)
 
 
 # -- pushing ----------------------------------------------------------------------------------
@@ -119,13 +104,7 @@ def drop(config: Config, job: P.Payload) -> None:
             conn.call("INCR", config.keys.expired)
     except Exception as exc:  # a lost count must not turn the drop into a failure
         report_error(config, exc, {"context": "counting an expired job", "job": job})
-    with _lock:
-        callbacks = list(_callbacks)
-    for callback in callbacks:
-        try:
-            callback(job)
-        except Exception as exc:
-            report_error(config, exc, {"context": "on_expired callback", "job": job})
+    _callbacks.notify(config, job, {"context": "on_expired callback", "job": job})
 
 
 def expired_count(config: Config) -> int:

@@ -48,6 +48,14 @@ _LEAKY = scripts.Script("limiter_leaky.lua", prelude=COMMON)
 _POINTS = scripts.Script("limiter_points.lua", prelude=COMMON)
 
 
+def _fits(used: float, size: int, what: str) -> float:
+    """``used`` as whole units no larger than ``size`` (a call that can never fit is a bug)."""
+    _whole(used, "used")
+    if used > size:
+        raise ValueError(f"used={used} can never fit {what} of {size}")
+    return used
+
+
 class Concurrent(Limiter):
     """At most ``size`` blocks running at once, cluster-wide (size 1: a distributed mutex)."""
 
@@ -117,10 +125,7 @@ class Bucket(Limiter):
         return {**super().options(), "size": self.size, "interval": int(self.interval)}
 
     def _check_used(self, used: float) -> float:
-        _whole(used, "used")
-        if used > self.size:
-            raise ValueError(f"used={used} can never fit a bucket of {self.size}")
-        return used
+        return _fits(used, self.size, "a bucket")
 
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
                  waited_ms: int) -> tuple[int, int]:
@@ -145,10 +150,7 @@ class Window(Limiter):
         return {**super().options(), "size": self.size, "interval": self.interval}
 
     def _check_used(self, used: float) -> float:
-        _whole(used, "used")
-        if used > self.size:
-            raise ValueError(f"used={used} can never fit a window of {self.size}")
-        return used
+        return _fits(used, self.size, "a window")
 
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
                  waited_ms: int) -> tuple[int, int]:
@@ -175,10 +177,7 @@ class Leaky(Limiter):
         return {**super().options(), "size": self.size, "drain_period": self.drain_period}
 
     def _check_used(self, used: float) -> float:
-        _whole(used, "used")
-        if used > self.size:
-            raise ValueError(f"used={used} can never fit a leaky bucket of {self.size}")
-        return used
+        return _fits(used, self.size, "a leaky bucket")
 
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
                  waited_ms: int) -> tuple[int, int]:
