@@ -8,7 +8,9 @@
    reports ``quiet="true"``. One-way, as in Sidekiq.
 3. ``stop``: fire ``shutdown``; quiet; give running jobs until ``timeout`` seconds after the
    stop began; then each manager requeues its unfinished jobs and interrupts its threads;
-   last stats flush; remove the process record; fire ``exit``.
+   last stats flush; remove the process record; fire ``exit``. ``hurry`` (a second Ctrl-C)
+   ends the wait for running jobs at once: they go back to their queues, then the rest of
+   the stop runs as ever.
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
    does, through a self-pipe; embedded mode leaves signals to its host).
 """
@@ -46,6 +48,11 @@ log = logging.getLogger("wurk")
 # Job log lines are flushed by time, not per line (wurk.log): this bounds how late the last
 # lines of a burst reach the log when the worker then goes idle.
 LOG_FLUSH_INTERVAL = 0.5
+# How often a stop looks whether the running jobs have finished; ``hurry`` wakes it at once.
+IDLE_CHECK_INTERVAL = 0.1
+# What the stop line adds where the worker owns its signals (not inside a host's process).
+STOP_NOW_HINT = ("; a second Ctrl-C (INT or TERM) stops now, pushing unfinished jobs back "
+                 "to their queues first")
 
 
 class Launcher:
@@ -83,6 +90,7 @@ class Launcher:
         self._started = False
         self._quiet = False
         self._stopped = False
+        self._hurried = threading.Event()
 
     # -- what the process hash says about us --------------------------------------------
     @property
@@ -220,8 +228,9 @@ class Launcher:
         deadline = time.monotonic() + timeout
         self.fire("shutdown")
         self.quiet()
-        log.info("stopping: waiting up to %.0f s for %d running job(s)", timeout,
-                 len(self.busy))
+        log.info("stopping: waiting up to %.0f s for %d running job(s)%s", timeout,
+                 len(self.busy), "" if self.embedded else STOP_NOW_HINT)
+        deadline = self._wait_for_jobs(deadline)
         for manager in self.managers:
             manager.stop(deadline)
         if self._pin_sampler is not None:
@@ -234,6 +243,26 @@ class Launcher:
         log.info("bye")
         self._log_flusher.stop(timeout=1.0)
         wurk_log.flush()
+
+    def hurry(self) -> None:
+        """End the stop's wait for running jobs now: they go back to their queues and their
+        threads are interrupted (a second Ctrl-C). Safe from any thread, at any time."""
+        if self._hurried.is_set():
+            return
+        self._hurried.set()
+        log.info("stopping now: pushing %d unfinished job(s) back to their queues",
+                 len(self.busy))
+
+    def _wait_for_jobs(self, deadline: float) -> float:
+        """Wait until the processors are done, ``deadline`` passes or ``hurry`` is called;
+        returns the deadline the managers get (now, once hurried)."""
+        while any(manager.processors for manager in self.managers):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._hurried.wait(min(remaining, IDLE_CHECK_INTERVAL)):
+                return time.monotonic()
+        return time.monotonic() if self._hurried.is_set() else deadline
 
     def _stop_reliability(self) -> None:
         if self.reaper is None:

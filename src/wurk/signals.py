@@ -5,7 +5,11 @@
 2. ``wait(timeout)`` returns the names of the signals received, blocking on the pipe.
 3. ``push(name)`` queues a signal from elsewhere (the heartbeat's remote signals) on the
    same path, so local and remote signals are handled alike.
-4. ``dump_threads`` writes every thread's stack to the log (TTIN).
+4. ``serve(launcher, pipe)``: a worker's main loop. The first TERM or INT stops the
+   launcher (waiting up to its timeout for running jobs); while it does, a watcher thread
+   keeps reading the pipe, and a second TERM or INT (Ctrl-C again) hurries the stop: the
+   unfinished jobs go back to their queues now and the process exits.
+5. ``dump_threads`` writes every thread's stack to the log (TTIN).
 """
 
 from __future__ import annotations
@@ -21,11 +25,15 @@ import traceback
 from types import FrameType
 from typing import Protocol
 
-__all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads"]
+__all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads", "serve"]
 
 log = logging.getLogger("wurk")
 
 HANDLED = ("TERM", "INT", "TSTP", "TTIN", "USR2", "USR1")
+STOP_SIGNALS = ("TERM", "INT")
+# How often the watcher of a stop in progress looks whether the stop is over; a signal
+# itself wakes it at once, so this only bounds how long the exit waits for the watcher.
+WATCH_TICK = 0.1
 
 
 class SignalPipe:
@@ -81,9 +89,15 @@ class _Quietable(Protocol):
     def quiet(self) -> None: ...
 
 
+class _Stoppable(_Quietable, Protocol):
+    def stop(self, timeout: float | None = None) -> None: ...
+
+    def hurry(self) -> None: ...
+
+
 def act_on(launcher: _Quietable, name: str) -> bool:
     """What a worker process does with a signal; True when it asks the process to stop."""
-    if name in ("TERM", "INT"):
+    if name in STOP_SIGNALS:
         return True
     if name == "TSTP":
         launcher.quiet()
@@ -94,6 +108,42 @@ def act_on(launcher: _Quietable, name: str) -> bool:
 
         wurk_log.reopen()
     return False
+
+
+def serve(launcher: _Stoppable, pipe: SignalPipe, *, tick: float) -> None:
+    """Obey signals until one asks to stop, then stop ``launcher``; returns once stopped.
+
+    The stop runs on this (the main) thread, where lifecycle hooks expect to run; a watcher
+    thread reads the pipe meanwhile, so that a second stop signal can hurry it."""
+    while True:
+        names = pipe.wait(tick)
+        for index, name in enumerate(names):
+            if act_on(launcher, name):
+                _stop_watched(launcher, pipe, pending=names[index + 1:])
+                return
+
+
+def _stop_watched(launcher: _Stoppable, pipe: SignalPipe, *, pending: list[str]) -> None:
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_stop, args=(launcher, pipe, done, pending),
+                               name="wurk-signal-watch", daemon=True)
+    watcher.start()
+    try:
+        launcher.stop()
+    finally:
+        done.set()
+        watcher.join(timeout=WATCH_TICK * 10)
+
+
+def _watch_stop(launcher: _Stoppable, pipe: SignalPipe, done: threading.Event,
+                pending: list[str]) -> None:
+    """While the stop runs: a second TERM or INT hurries it; other signals act as ever."""
+    names = pending
+    while not done.is_set():
+        for name in names:
+            if act_on(launcher, name):
+                launcher.hurry()
+        names = pipe.wait(WATCH_TICK)
 
 
 def dump_threads() -> None:

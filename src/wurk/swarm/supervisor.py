@@ -134,7 +134,8 @@ class Supervisor:
         if not self.hosted:
             self._signals.install()
             self.config.close()
-        url = resolve_url(self.config.redis_url, self.config.home)
+        url = resolve_url(self.config.redis_url, self.config.home,
+                          start=self.config.start_embedded)
         self._probe = RedisPool(url, size=1, name="wurk-swarm", socket_timeout=PROBE_TIMEOUT)
         process_nonce()
         log.info("swarm: forking %d children (pid %d supervises)", self.settings.count,
