@@ -46,7 +46,8 @@ _OPTIONAL = ("redis_url", "environment", "cpu_affinity")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
-                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout")
+                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
+                   "log_slow_jobs_after")
 
 
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
@@ -221,6 +222,9 @@ class Config:
     log_level: str = "INFO"
     logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
     skip_default_job_logging: bool = False
+    # A job's start line is at DEBUG; one still running after this many seconds gets it at
+    # INFO then (``wurk.slow``). None: never.
+    log_slow_jobs_after: float | None = 10.0
     # -- dashboard (``wurk.web``) -----------------------------------------------------------
     web_username: str | None = None  # with web_password: HTTP basic auth on every request
     web_password: str | None = None

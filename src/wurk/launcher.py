@@ -38,6 +38,7 @@ from .reaper import Reaper, return_own_lists
 from .reliable import Claims, ReliableFetch, private_list_name
 from .reporting import report_error
 from .scheduled import Scheduler
+from .slow import SlowJobs
 from .stats import Counters
 from .timer import TimerLoop
 
@@ -80,6 +81,7 @@ class Launcher:
         self.scheduler = Scheduler(config)
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
+        self.slow_jobs = SlowJobs(config, self.busy)
         self._pin_sampler: TimerLoop | None = None  # cpu_affinity "auto" only
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
         self.claims = Claims()  # what this process's processors hold (wurk.reliable)
@@ -153,6 +155,7 @@ class Launcher:
                         "written (it is retried)")
         self.heartbeat.start()
         self._log_flusher.start()
+        self.slow_jobs.start()
         self._start_reliability()
         self.scheduler.start()
         pinning = self._pinning()
@@ -235,6 +238,7 @@ class Launcher:
             manager.stop(deadline)
         if self._pin_sampler is not None:
             self._pin_sampler.stop(timeout=1.0)
+        self.slow_jobs.stop(timeout=1.0)
         self._stop_reliability()
         self.heartbeat.stop()
         self.runner.close()

@@ -76,7 +76,7 @@ class ImportFailed(click.ClickException):
 
 # Frames of the import machinery and of the CLI itself, above the module's own.
 _MACHINERY = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(click.__file__),
-              "<frozen importlib")
+              os.path.dirname(importlib.__file__), "<frozen importlib")
 
 
 def _own_frames(tb: TracebackType | None) -> TracebackType | None:
