@@ -264,10 +264,10 @@ def _clear_set(job_set: JobSet, *, yes: bool) -> None:
     if size == 0:
         click.echo(f"The {job_set.label} is empty; nothing to clear.")
         return
-    confirm(f"Delete all {tables.count(size)} jobs in the {job_set.label}?", yes=yes,
-            action=f"clearing the {job_set.label}")
+    confirm(f"Delete {'the' if size == 1 else 'all'} {tables.plural(size, 'job')} in the "
+            f"{job_set.label}?", yes=yes, action=f"clearing the {job_set.label}")
     removed = job_set.clear()
-    click.echo(f"Cleared the {job_set.label}: {tables.count(removed)} jobs deleted.")
+    click.echo(f"Cleared the {job_set.label}: {tables.plural(removed, 'job')} deleted.")
 
 
 retries_command = _set_group(
