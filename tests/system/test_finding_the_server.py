@@ -139,6 +139,15 @@ def test_read_only_commands_refuse_to_start_a_server(project: Project,
     assert not project.home.exists() and servers_in(project.home) == []
 
 
+def test_start_embedded_false_in_the_file_makes_a_worker_refuse(project: Project) -> None:
+    (project.sub / "wurk.yml").write_text("start_embedded: false\n")
+    done = project.wurk("worker", "-C", "wurk.yml", "-r", "wurk.examples")
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == (f"Error: no wurk server here (none runs at "
+                                            f"{project.home}); {NO_SERVER}")
+    assert not project.home.exists()
+
+
 def test_stats_from_a_subfolder_say_which_server_they_read(project: Project) -> None:
     assert project.push().returncode == 0
     status = EmbeddedServer(project.home).status()

@@ -36,13 +36,15 @@ def wait_for_line(worker: Worker, pattern: str, timeout: float = 20.0) -> re.Mat
 
 
 # -- Ctrl-C -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("signal_name", ["INT", "TERM"])
 def test_a_second_ctrl_c_pushes_unfinished_jobs_back_and_exits_now(
-        config: wurk.Config, r: redis.Redis, start_worker: StartWorker) -> None:
+        config: wurk.Config, r: redis.Redis, start_worker: StartWorker,
+        signal_name: str) -> None:
     jobs.sleep_job.perform_async(60, "sys:ctrl-c")
     worker = start_worker("-c", "1", "-t", "25")
     wait_for(lambda: r.llen("sys:ctrl-c:started") == 1, message="the job started")
 
-    worker.signal("INT")
+    worker.signal(signal_name)
     wait_for_line(worker, r"stopping: waiting up to 25 s for 1 running job\(s\); a second "
                           r"Ctrl-C \(INT or TERM\) stops now, pushing unfinished jobs back "
                           r"to their queues first")
@@ -51,7 +53,7 @@ def test_a_second_ctrl_c_pushes_unfinished_jobs_back_and_exits_now(
     assert r.llen("queue:default") == 0
 
     pressed = time.monotonic()
-    worker.signal("INT")
+    worker.signal(signal_name)
     assert worker.wait(20) == 0
     took = time.monotonic() - pressed
     assert took < 15, took  # the 3 s interrupt grace and the exit, not the 25 s timeout
