@@ -51,9 +51,6 @@ log = logging.getLogger("wurk")
 LOG_FLUSH_INTERVAL = 0.5
 # How often a stop looks whether the running jobs have finished; ``hurry`` wakes it at once.
 IDLE_CHECK_INTERVAL = 0.1
-# What the stop line adds where the worker owns its signals (not inside a host's process).
-STOP_NOW_HINT = ("; a second Ctrl-C (INT or TERM) stops now, pushing unfinished jobs back "
-                 "to their queues first")
 
 
 class Launcher:
@@ -189,7 +186,7 @@ class Launcher:
         self.reaper.start()
 
     def _register_pro(self, register: bool) -> None:
-        """Sidekiq Pro treats unregistered ``queue:sq|…`` lists as orphans (§10.2)."""
+        """Sidekiq Pro treats unregistered ``queue:sq|…`` lists as orphans."""
         keys, name = self.config.keys, str(self.identity)
         lists = [key for key, _ in self.private_lists()]
 
@@ -221,8 +218,9 @@ class Launcher:
         self._update_title()
         self.fire("quiet")
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop within ``timeout`` (default ``config.timeout``) seconds + the interrupt grace."""
+    def stop(self, timeout: float | None = None, *, hint: str = "") -> None:
+        """Stop within ``timeout`` (default ``config.timeout``) seconds + the interrupt grace;
+        ``hint`` ends the line that says so (how to hurry it, where that is possible)."""
         with self._state_lock:
             if self._stopped:
                 return
@@ -232,7 +230,7 @@ class Launcher:
         self.fire("shutdown")
         self.quiet()
         log.info("stopping: waiting up to %.0f s for %d running job(s)%s", timeout,
-                 len(self.busy), "" if self.embedded else STOP_NOW_HINT)
+                 len(self.busy), f"; {hint}" if hint else "")
         deadline = self._wait_for_jobs(deadline)
         for manager in self.managers:
             manager.stop(deadline)

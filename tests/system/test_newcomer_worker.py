@@ -45,12 +45,16 @@ def test_a_second_ctrl_c_pushes_unfinished_jobs_back_and_exits_now(
     wait_for(lambda: r.llen("sys:ctrl-c:started") == 1, message="the job started")
 
     worker.signal(signal_name)
+    time.sleep(0.3)
+    # A process manager passing the terminal's Ctrl-C on: the same request, not a second.
+    worker.signal("TERM" if signal_name == "INT" else "INT")
     wait_for_line(worker, r"stopping: waiting up to 25 s for 1 running job\(s\); a second "
                           r"Ctrl-C \(INT or TERM\) stops now, pushing unfinished jobs back "
                           r"to their queues first")
-    time.sleep(1.0)
+    time.sleep(1.5)
     assert worker.process.poll() is None  # the first one waits for the job
     assert r.llen("queue:default") == 0
+    assert "stopping now" not in worker.output()
 
     pressed = time.monotonic()
     worker.signal(signal_name)
