@@ -19,6 +19,7 @@ def test_the_testing_guide_example_passes_under_pytest(tmp_path: Path) -> None:
     (project / "pyproject.toml").write_text("")
     (project / "tests" / "test_welcome.py").write_text(example)
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "WURK_HOME")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # a bare pytest, as in a fresh project
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                            "--rootdir", str(project), "tests"], cwd=project, env=env,
                           capture_output=True, text=True, timeout=120)
