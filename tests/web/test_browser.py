@@ -57,7 +57,7 @@ def test_live_dashboard_and_retry_from_the_job_page(
         shoot_variants(page, server.url)
 
         page.click("nav >> text=Retries")
-        page.click(f"a[href$='-{jid}'] >> nth=1")
+        page.click(f"td:has-text('{jid}') >> a")
         assert "first try failed" in page.text_content("main")
         shoot(page, "job")
         page.click("button:has-text('Retry now')")
