@@ -9,10 +9,9 @@ import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, token
+from tests.web.conftest import XSS, browse, token
 from wurk.errors import ConfigError
 from wurk.web import Extension, create_app, dashboard, render
 
@@ -41,7 +40,7 @@ def extension() -> Extension:
 
 
 def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis) -> None:
-    with TestClient(create_app(config, extensions=[extension()])) as client:
+    with browse(create_app(config, extensions=[extension()])) as client:
         assert 'href="/limits">Limits</a>' in client.get("/").text
         page = client.get("/limits/")
         assert page.status_code == 200
@@ -52,11 +51,11 @@ def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis
 
 
 def test_extension_posts_pass_the_guard(config: wurk.Config) -> None:
-    with TestClient(create_app(config, extensions=[extension()])) as client:
+    with browse(create_app(config, extensions=[extension()])) as client:
         assert client.post("/limits/reset").status_code == 403
         done = client.post("/limits/reset", data={"csrf_token": token(client)})
         assert done.json() == {"reset": True}
-    with TestClient(create_app(config, extensions=[extension()], read_only=True)) as client:
+    with browse(create_app(config, extensions=[extension()], read_only=True)) as client:
         assert client.post("/limits/reset", data={"csrf_token": token(client)}
                            ).status_code == 403
 
@@ -64,7 +63,7 @@ def test_extension_posts_pass_the_guard(config: wurk.Config) -> None:
 def test_extension_error_is_reported_not_shown(config: wurk.Config) -> None:
     reported: list[tuple[str, dict[str, object]]] = []
     config.error_handlers.append(lambda exc, context, cfg: reported.append((str(exc), context)))
-    with TestClient(create_app(config, extensions=[extension()])) as client:
+    with browse(create_app(config, extensions=[extension()])) as client:
         response = client.get("/limits/broken")
     assert response.status_code == 500
     assert response.text == "Extension render error (see server logs)"

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import seed_sets, token
+from tests.web.conftest import browse, seed_sets, token
 from wurk.api import RetrySet
 from wurk.web import create_app
 from wurk.web.security import CSP
@@ -67,7 +67,7 @@ def test_cross_origin_post_is_refused_even_with_the_token(client: TestClient,
 
 
 @pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "same-origin"},
-                                     {"Origin": "http://testserver"}])
+                                     {"Origin": "http://localhost"}])
 def test_same_origin_post_passes(client: TestClient, one_retry: wurk.Config,
                                  headers: dict[str, str]) -> None:
     response = client.post("/retries", data={**ACTION, "csrf_token": token(client)},
@@ -96,7 +96,7 @@ def test_bad_json_body_is_refused(client: TestClient) -> None:
 
 # -- read-only ----------------------------------------------------------------------------------
 def test_read_only_refuses_actions_and_hides_buttons(one_retry: wurk.Config) -> None:
-    with TestClient(create_app(one_retry, read_only=True), follow_redirects=False) as client:
+    with browse(create_app(one_retry, read_only=True), follow_redirects=False) as client:
         response = client.post("/retries", data={**ACTION, "csrf_token": token(client)})
         assert response.status_code == 403 and "read-only" in response.text
         page = client.get("/retries").text
@@ -108,7 +108,7 @@ def test_read_only_refuses_actions_and_hides_buttons(one_retry: wurk.Config) -> 
 
 def test_read_only_from_the_configuration(r: redis.Redis) -> None:
     config = wurk.configure(web_read_only=True)
-    with TestClient(create_app(config)) as client:
+    with browse(create_app(config)) as client:
         assert client.post("/queues/default", data={"action": "clear",
                                                     "csrf_token": token(client)}
                            ).status_code == 403
@@ -122,7 +122,7 @@ def test_authorize_hook_decides_every_request(config: wurk.Config) -> None:
         seen.append(request.url.path)
         return request.headers.get("x-user") == "admin"
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         for path in ["/", "/api/stats", "/static/wurk.css", "/stats/stream"]:
             response = client.get(path)
             assert response.status_code == 403, path
@@ -135,7 +135,7 @@ def test_async_authorize_hook(config: wurk.Config) -> None:
     async def authorize(request: Request) -> bool:
         return request.query_params.get("key") == "s3cret"
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         assert client.get("/queues").status_code == 403
         assert client.get("/queues?key=s3cret").status_code == 200
 
@@ -145,7 +145,7 @@ def test_authorize_hook_that_raises_fails_closed_without_detail(
     def authorize(request: Request) -> bool:
         raise RuntimeError("ldap password hunter2 rejected")
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         response = client.get("/")
     assert response.status_code == 500
     assert "hunter2" not in response.text and "Something went wrong" in response.text
@@ -156,7 +156,7 @@ def test_authorize_must_say_true(config: wurk.Config) -> None:
     def authorize(request: Request) -> Any:
         return "yes"  # truthy, but not True
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         assert client.get("/").status_code == 403
 
 
@@ -168,7 +168,7 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 def test_basic_auth_from_the_configuration(r: redis.Redis) -> None:
     config = wurk.configure(web_username="ops", web_password="pässword")
-    with TestClient(create_app(config)) as client:
+    with browse(create_app(config)) as client:
         missing = client.get("/")
         assert missing.status_code == 401
         assert missing.headers["www-authenticate"].startswith("Basic realm=")

@@ -21,6 +21,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from .app import create_app
 from .context import Dashboard, dashboard
-from .extensions import Extension, render
+from .extensions import Extension
+from .templating import render
 
 __all__ = ["Dashboard", "Extension", "create_app", "dashboard", "render"]
