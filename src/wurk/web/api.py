@@ -201,19 +201,29 @@ ENDPOINTS: list[Endpoint] = [
              body=(("action", "string", "quiet | stop"),
                    ("identity", "string", "the process; every non-embedded one if absent"))),
     Endpoint("GET", "/api/queues", queues, "Every queue: size, latency, paused"),
+    Endpoint("POST", "/api/queues/{name}/delete", queue_delete, "Delete one job of a queue",
+             body=(("key", "string", "the job's key as listed (<index>-<sha1>)"),
+                   ("job", "string", "or: the job exactly as stored (its 'raw' text)"))),
     Endpoint("GET", "/api/queues/{name}", queue, "One page of a queue's jobs",
              (PAGE, ("direction", "string", "desc (newest first, default) | asc"))),
     Endpoint("POST", "/api/queues/{name}", queue_action, "Pause, unpause or clear a queue",
              body=(("action", "string", "pause | unpause | clear"),)),
-    Endpoint("POST", "/api/queues/{name}/delete", queue_delete, "Delete one job of a queue",
-             body=(("key", "string", "the job's key as listed (<index>-<sha1>)"),
-                   ("job", "string", "or: the job exactly as stored (its 'raw' text)"))),
     *[endpoint for kind in data.SET_KINDS.values() for endpoint in set_endpoints(kind)],
 ]
 
 
+# Path parameters that may hold "/" (a queue name; the path arrives decoded).
+WHOLE_PATH_PARAMETERS = {"{name}": "{name:path}"}
+
+
+def routed_path(path: str) -> str:
+    for documented, routed in WHOLE_PATH_PARAMETERS.items():
+        path = path.replace(documented, routed)
+    return path
+
+
 def routes() -> list[BaseRoute]:
-    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
+    return [Route(routed_path(e.path), e.handler, methods=[e.method]) for e in ENDPOINTS]
 
 
 def describe(endpoint: Endpoint) -> dict[str, Any]:

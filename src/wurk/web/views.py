@@ -160,9 +160,11 @@ def routes() -> list[BaseRoute]:
         Route("/busy", busy, methods=["GET"]),
         Route("/busy", busy_action, methods=["POST"]),
         Route("/queues", queues, methods=["GET"]),
-        Route("/queues/{name}", queue, methods=["GET"]),
-        Route("/queues/{name}", queue_action, methods=["POST"]),
-        Route("/queues/{name}/delete", queue_delete, methods=["POST"]),
+        # A queue name may hold "/" (the path arrives decoded): ":path" keeps it whole;
+        # "/delete" is matched first.
+        Route("/queues/{name:path}/delete", queue_delete, methods=["POST"]),
+        Route("/queues/{name:path}", queue, methods=["GET"]),
+        Route("/queues/{name:path}", queue_action, methods=["POST"]),
     ]
     for kind in data.SET_KINDS.values():
         found += [
