@@ -11,7 +11,7 @@ import redis
 
 import wurk
 from tests.helpers.sidekiq import heartbeat, work
-from wurk.api import Invalid, ProcessSet, WorkSet
+from wurk.api import Invalid, Process, ProcessSet, WorkSet
 from wurk.errors import InspectionError
 
 
@@ -99,6 +99,19 @@ def test_embedded_processes_refuse_signals(config: wurk.Config, r: redis.Redis) 
     with pytest.raises(InspectionError, match="embedded"):
         process.stop()
     assert r.exists(f"{WURK_8}-signals") == 0
+
+
+def test_a_process_by_its_identity(config: wurk.Config, r: redis.Redis) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8), busy=3)
+    Process(WURK_8, config=config).quiet()  # named, not read: the signal goes at once
+    assert r.lrange(f"{WURK_8}-signals", 0, -1) == ["TSTP"]
+    found = Process.find(WURK_8, config)
+    assert found is not None and (found.hostname, found.busy, found.pid) == ("web-1", 3, 101)
+    assert Process.find("gone:1:ffffffffffff", config) is None
+    heartbeat(r, SIDEKIQ_7, info=info(SIDEKIQ_7, embedded=True))
+    with pytest.raises(InspectionError, match="embedded"):
+        Process(SIDEKIQ_7, config=config).stop()  # reads its record to know
+    assert r.exists(f"{SIDEKIQ_7}-signals") == 0
 
 
 def test_work_set_reads_work_and_the_64_workers_hash(config: wurk.Config,
