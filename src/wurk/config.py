@@ -182,6 +182,8 @@ class Config:
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
     labels: list[str] = field(default_factory=list)
     environment: str | None = None
+    # Read (WURK_LEADER / SIDEKIQ_LEADER) and kept for leader election; nothing elects a
+    # leader yet, so it changes nothing today.
     leader: bool = field(default_factory=lambda: _env_bool("WURK_LEADER", True)
                          and _env_bool("SIDEKIQ_LEADER", True))
     # -- retries and the dead set -----------------------------------------------------------

@@ -86,3 +86,12 @@ def test_bad_flags(capsys: pytest.CaptureFixture[str], args: list[str], code: in
                    text: str) -> None:
     assert run(["web", *args]) == code
     assert text in capsys.readouterr().err
+
+
+def test_the_address_listened_on_is_a_name_it_answers_to() -> None:
+    from wurk.cli.web import host_names
+
+    assert host_names("10.0.0.5", ("jobs.example.com",)) == ["10.0.0.5", "jobs.example.com"]
+    assert host_names("::1", ()) == ["[::1]"]
+    assert host_names("0.0.0.0", ()) == [] and host_names("::", ("*",)) == ["*"]
+    assert host_names("fe80::1%eth0", ()) == []  # no Host header carries a scoped address
