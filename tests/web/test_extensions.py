@@ -12,8 +12,9 @@ from starlette.routing import Route
 
 import wurk
 from tests.web.conftest import XSS, browse, token
+from wurk.api import values
 from wurk.errors import ConfigError
-from wurk.web import Extension, create_app, dashboard, render
+from wurk.web import Document, Extension, create_app, dashboard, render
 
 HERE = Path(__file__).parent
 
@@ -83,3 +84,31 @@ def test_missing_template_directory_and_doubled_names(config: wurk.Config) -> No
     one = Extension(name="x", tab="x", routes=[])
     with pytest.raises(ConfigError, match="named 'x'"):
         create_app(config, extensions=[one, one])
+
+
+def read_limits(config: wurk.Config) -> dict[str, object]:
+    raw = config.pool("api").run(lambda r: r.hgetall("limits:erp"), idempotent=True)
+    return {"limit": values.count(raw.get(b"used")), "who": values.epoch(raw.get(b"at"))}
+
+
+async def checked_page(request: Request) -> Response:
+    dash = dashboard(request)
+    return render(request, "checked/limits.html", await dash.run(read_limits, dash.config))
+
+
+async def checked_json(request: Request) -> Response:
+    dash = dashboard(request)
+    return Document(await dash.run(read_limits, dash.config))
+
+
+def test_an_extension_reads_stored_values_through_the_checked_layer(
+        config: wurk.Config, r: redis.Redis) -> None:
+    r.hset("limits:erp", mapping={"used": "9" * 400, "at": "1e300"})
+    checked = Extension(name="checked", tab="Checked", templates=HERE / "ext_templates",
+                        routes=[Route("/", checked_page), Route("/json", checked_json)])
+    with browse(create_app(config, extensions=[checked])) as client:
+        page = client.get("/checked/")
+        assert page.status_code == 200 and "invalid (9999" in page.text
+        answer = client.get("/checked/json").json()
+        assert answer["limit"] is None and answer["invalid"]["/limit"].startswith("9999")
+        assert answer["invalid"]["/who"] == "1e300"

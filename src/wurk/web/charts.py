@@ -2,7 +2,7 @@
 
 ``line_chart`` turns series of counts into polyline points in a fixed view box, with a few
 round-number grid lines; the template draws them and CSS colours them for light and dark.
-``plotted`` draws a day whose stored count cannot be read as 0 (the table shows it invalid).
+``plotted`` draws a day whose stored count cannot be read as 0 (the API gives it as invalid).
 The live graph uses the same view box and classes, drawn by ``static/wurk.js``.
 """
 
