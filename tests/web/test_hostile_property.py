@@ -15,6 +15,7 @@ import json
 import os
 import time
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 import redis
@@ -131,12 +132,12 @@ def act_on_everything(client: TestClient) -> None:
                                    headers=headers)
             assert response.status_code == 200, response.text
     for queue in client.get("/api/queues").json()["queues"]:
-        if queue["name"] and "/" not in queue["name"]:
-            page = client.get(f"/api/queues/{queue['name']}")
-            for listed in page.json().get("jobs", []) if page.status_code == 200 else []:
-                response = client.post(f"/api/queues/{queue['name']}/delete",
-                                       json={"key": listed["key"]}, headers=headers)
-                assert response.status_code in (200, 404), response.text
+        path = f"/api/queues/{quote(queue['name'] or '-', safe='')}"
+        page = client.get(path)
+        for listed in page.json().get("jobs", []) if page.status_code == 200 else []:
+            response = client.post(f"{path}/delete", json={"key": listed["key"]},
+                                   headers=headers)
+            assert response.status_code == 200, response.text
 
 
 @pytest.fixture

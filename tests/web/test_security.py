@@ -309,3 +309,18 @@ def test_extension_websockets_pass_the_guard(r: redis.Redis) -> None:
                       authorize=lambda connection: False)
     with browse(deny) as client:
         assert refused(client)
+
+
+def test_a_websocket_whose_authorize_hook_fails_is_closed_and_reported(
+        config: wurk.Config) -> None:
+    reported: list[str] = []
+    config.error_handlers.append(lambda exc, context, cfg: reported.append(str(exc)))
+
+    def authorize(connection: Any) -> bool:
+        raise RuntimeError("ldap down")
+
+    app = create_app(config, extensions=[socket_extension()], authorize=authorize)
+    with browse(app) as client, pytest.raises(WebSocketDisconnect) as closed, \
+            client.websocket_connect("ws://localhost/live/echo"):
+        pass
+    assert closed.value.code == 1011 and reported == ["ldap down"]

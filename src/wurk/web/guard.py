@@ -55,6 +55,7 @@ SCOPE_ROOT = "wurk.root"
 # WebSocket close code for "policy violation": before the handshake is accepted, servers
 # answer it with HTTP 403.
 WS_REFUSED = 1008
+WS_FAILED = 1011  # "internal error"
 HOST_REFUSED = ("Refused: this dashboard does not answer to that host name. Add it to "
                 "web_allowed_hosts (wurk web --allowed-host NAME) if it is yours.")
 
@@ -148,6 +149,11 @@ class Guard:
                 raise Refused(403, "cross-origin")
         except Refused:
             await send({"type": "websocket.close", "code": WS_REFUSED})
+            return
+        except Exception as exc:  # the authorize hook failed: closed, reported, not shown
+            context = {"context": "web", "path": scope.get("path")}
+            await anyio.to_thread.run_sync(report_error, self.config, exc, context)
+            await send({"type": "websocket.close", "code": WS_FAILED})
             return
         await self.app(scope, receive, send)
 
