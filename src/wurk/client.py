@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import payload as P
+from . import sinks
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
@@ -180,16 +181,27 @@ class Client:
 
     # -- writing ----------------------------------------------------------------------------
     def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        keys = self.config.keys
+        """The last step: Redis, or the sink selected for this push (``wurk.sinks``)."""
         enqueued_at = P.write_time(self.config.timestamp_format)
+        for job, at in entries:
+            if at is not None:
+                job.pop(P.ENQUEUED_AT, None)
+            else:
+                job[P.ENQUEUED_AT] = enqueued_at
+        sink = sinks.selected()
+        if sink is None:
+            self._write_redis(entries)
+        else:
+            sink.write(self, entries)
+
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        keys = self.config.keys
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
         for job, at in entries:
             if at is not None:
-                job.pop(P.ENQUEUED_AT, None)
                 scheduled[P.dumps(job)] = float(at)
             else:
-                job[P.ENQUEUED_AT] = enqueued_at
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
 
         def send(redis: Any) -> None:
