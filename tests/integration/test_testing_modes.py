@@ -134,7 +134,7 @@ def test_perform_one_runs_the_oldest_and_refuses_an_empty_queue(config: wurk.Con
         assert ran == [("hard", 1, "a", first)]
         assert len(HardJob.jobs) == 1
         HardJob.clear()
-        with pytest.raises(wurk.testing.EmptyQueue, match="no .*HardJob jobs to perform"):
+        with pytest.raises(wurk.testing.EmptyQueue, match=r"no .*HardJob jobs to perform"):
             HardJob.perform_one()
 
 
@@ -232,12 +232,11 @@ def test_inline_async_job_inside_a_running_loop(config: wurk.Config) -> None:
 # -- switching --------------------------------------------------------------------------------
 def test_blocks_do_not_nest(config: wurk.Config) -> None:
     with wurk.testing.fake():
-        with pytest.raises(RuntimeError, match=r"inline\(\) inside a fake\(\) block"):
-            with wurk.testing.inline():
-                pass
-        with pytest.raises(RuntimeError, match="do not nest"):
-            with wurk.testing.fake():
-                pass
+        with pytest.raises(RuntimeError, match=r"inline\(\) inside a fake\(\) block"), \
+                wurk.testing.inline():
+            pass
+        with pytest.raises(RuntimeError, match="do not nest"), wurk.testing.fake():
+            pass
         assert wurk.testing.mode() == "fake"
     assert wurk.testing.mode() == "disable"
 
