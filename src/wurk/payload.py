@@ -70,6 +70,8 @@ ERROR_CLASS = "error_class"
 ERROR_MESSAGE = "error_message"
 ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
+# wurk's own: the context variables ``wurk.context.persist`` saved at push time.
+CONTEXT = "wurk_ctx"
 
 DEFAULT_QUEUE = "default"
 # Client-side options that never reach Redis (wire-format §3.1).
