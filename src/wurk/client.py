@@ -94,7 +94,7 @@ class Client:
         if not isinstance(item, Mapping):
             raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
         job: P.Payload = {**_DEFAULTS, **item}
-        for key in ("pool", "client_class", "sync"):
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
             job.pop(key, None)
         cls = job.get(P.CLASS)
         if not isinstance(cls, str) or not cls:
@@ -238,8 +238,16 @@ def default_client(config: Config | None = None) -> Client:
     cfg = config if config is not None else default_config()
     client = _clients.get(id(cfg))
     if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = Client(cfg)
+        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
     return client
+
+
+def _client_class(config: Config) -> type[Client]:
+    if config.client == "transactional":
+        from .transactional import TransactionalClient  # it builds on this module
+
+        return TransactionalClient
+    return Client
 
 
 def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
