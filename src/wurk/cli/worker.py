@@ -19,8 +19,9 @@ from .. import log as wurk_log
 from ..config import Config, configure
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
+from ..signals import SignalPipe
 
-__all__ = ["load_module", "worker"]
+__all__ = ["load_module", "serve", "worker"]
 
 logger = logging.getLogger("wurk")
 
@@ -132,11 +133,17 @@ def prepare(options: dict[str, Any]) -> Config:
 @worker_options
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
-    from ..launcher import Launcher
-    from ..signals import SignalPipe, act_on
+    serve(prepare(options))
 
-    config = prepare(options)
-    pipe = SignalPipe()
+
+def serve(config: Config, pipe: SignalPipe | None = None) -> None:
+    """Run a worker for ``config`` in this process until TERM or INT (the main thread only:
+    it traps signals). A framework's command passes its own ``pipe`` to stop it from
+    another thread with ``pipe.push("TERM")``."""
+    from ..launcher import Launcher
+    from ..signals import act_on
+
+    pipe = pipe if pipe is not None else SignalPipe()
     pipe.install()
     try:
         launcher = Launcher(config, on_remote_signal=pipe.push)
