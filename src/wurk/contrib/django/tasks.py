@@ -23,6 +23,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import socket
 import traceback
@@ -99,7 +100,7 @@ class _TaskJob:
                 if task.takes_context else task.call(*args, **kwargs)
             value = normalize_json(value)
         except Exception as exc:
-            record = backend.store.update(result_id, lambda r, e=exc: _attempt_failed(r, e))
+            record = backend.store.update(result_id, functools.partial(_attempt_failed, exc=exc))
             if record is not None:
                 task_finished.send(sender=type(backend),
                                    task_result=backend.to_result(result_id, record, task))
@@ -122,7 +123,7 @@ def _attempt_started(record: R.Record) -> None:
     record.setdefault("worker_ids", []).append(_worker_id())
 
 
-def _attempt_failed(record: R.Record, exc: BaseException) -> None:
+def _attempt_failed(record: R.Record, *, exc: BaseException) -> None:
     record["status"] = R.READY  # a retry may follow; the death handler says FAILED if not
     record.setdefault("errors", []).append({
         "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
