@@ -6,8 +6,8 @@
 2. ``environ_for`` builds the WSGI environ of one request: the host's headers, the body
    already read, ``SCRIPT_NAME`` the mount prefix, ``PATH_INFO`` the path below it, so
    every link the dashboard writes starts with the prefix.
-3. ``respond`` returns the status, the headers and the body as an iterator (the first
-   chunk read already, so the status is known).
+3. ``respond`` returns the status, the headers and the body: read whole for a page or a
+   JSON answer, as an iterator for the live stream.
 4. The live stream (``/stats/stream``) answers 204 unless ``live=True``: a WSGI server
    gives each open stream a worker thread for minutes, so one browser tab per sync worker
    would stall the site. A 204 tells the browser's ``EventSource`` not to reconnect; the
@@ -88,7 +88,15 @@ class WsgiDashboard:
         chunks = iter(self._wsgi()(environ, start_response))
         first = next(chunks, b"")
         status = int(str(started.get("status", "500")).split()[0])
-        return status, list(started.get("headers", [])), _rest(first, chunks)
+        headers: Headers = list(started.get("headers", []))
+        if not _is_stream(headers):  # a page or a JSON answer: read whole, ends the app's task
+            return status, headers, [first + b"".join(chunks)]
+        return status, headers, _rest(first, chunks)
+
+
+def _is_stream(headers: Headers) -> bool:
+    return any(name.lower() == "content-type" and value.startswith("text/event-stream")
+               for name, value in headers)
 
 
 def _rest(first: bytes, chunks: Iterator[bytes]) -> Iterator[bytes]:

@@ -65,7 +65,8 @@ def _refusal(request: HttpRequest, authorize: Authorize) -> HttpResponseBase | N
 
 
 def _response(status: int, headers: list[tuple[str, str]], body: Any) -> HttpResponseBase:
-    response = StreamingHttpResponse(body, status=status)
+    response: HttpResponseBase = HttpResponse(body[0], status=status) \
+        if isinstance(body, list) else StreamingHttpResponse(body, status=status)
     for name, value in headers:
         if name.lower() == "set-cookie":
             response.cookies.load(SimpleCookie(value))
