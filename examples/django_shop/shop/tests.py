@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, transaction
 from django.test import TestCase, TransactionTestCase
 
 import wurk
@@ -66,11 +66,21 @@ class PushInsideAtomic(TransactionTestCase):
         self.assertEqual(queued(), [])
         self.assertFalse(Order.objects.exists())
 
+    def test_transactional_false_pushes_at_once_inside_atomic(self) -> None:
+        with transaction.atomic():
+            ship_order.set(transactional=False).perform_async(1)
+            ship_order.perform_async(2)
+            self.assertEqual([job["args"] for job in queued()], [[1]])
+        self.assertEqual(sorted(job["args"][0] for job in queued()), [1, 2])
+
     def test_fake_mode_sees_the_committed_push(self) -> None:
         with wurk.testing.fake():
             self.client.post("/orders", {"item": "pen"})
             self.assertEqual(len(ship_order.jobs), 1)
             ship_order.drain()
+            # The job's connection was closed after it, as at the end of a request
+            # (CONN_MAX_AGE is 0).
+            self.assertIsNone(connection.connection)
         self.assertTrue(Order.objects.get(item="pen").shipped)
         self.assertEqual(queued(), [])
 
