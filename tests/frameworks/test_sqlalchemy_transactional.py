@@ -172,3 +172,20 @@ def test_transactional_needs_an_adapter(redis_server: Server) -> None:
         wurk.configure(client="transactional")
     with pytest.raises(wurk.ConfigError, match="has no after_commit"):
         wurk.configure(client="transactional", transaction=object())
+
+
+def test_a_push_failing_at_commit_raises_from_the_commit_after_the_data_is_kept(
+        sessions: scoped_session[Session], monkeypatch: pytest.MonkeyPatch,
+        redis_server: Server) -> None:
+    from tests.helpers.server import free_port
+
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nobody there
+    wurk.configure(client="transactional", transaction=SQLAlchemyAdapter(sessions),
+                   socket_timeout=1)
+    session = sessions()
+    with pytest.raises(wurk.RedisUnavailable, match="could not push Tx::Ship"), \
+            session.begin():
+        session.add(Order(item="book"))
+        ship.perform_async(1)
+    sessions.remove()
+    assert [o.item for o in sessions().scalars(select(Order))] == ["book"]

@@ -35,7 +35,17 @@ def test_inline(wurk_inline):
     resize.perform_async(2)
     assert done[-1] == 2
 
-def test_redis_is_private_real_and_empty(wurk_redis):
+import os
+import pytest
+
+@pytest.fixture
+def suite_in_fake_mode():
+    previous = wurk.testing.set_mode("fake")
+    yield
+    wurk.testing.set_mode(previous)
+
+def test_redis_is_private_real_and_empty(suite_in_fake_mode, wurk_redis):
+    assert os.environ["REDIS_URL"] == wurk_redis.redis_url
     client = redis.Redis.from_url(wurk_redis.redis_url)
     assert client.dbsize() == 0
     jid = resize.perform_async(3)

@@ -172,6 +172,16 @@ def test_raw_push_and_bulk_in_fake_mode(config: wurk.Config) -> None:
         assert [j["args"] for j in resize.jobs] == [[1], [2], [3]]
 
 
+def test_drain_with_a_chain_of_its_own_and_an_unknown_name(config: wurk.Config) -> None:
+    config.server_middleware.add(lambda *a: pytest.fail("the configuration's chain ran"))
+    with wurk.testing.fake(server_middleware=wurk.middleware.Chain()):
+        resize.perform_async(1)
+        wurk.push({"class": "Nobody::Here", "args": []})
+        with pytest.raises(wurk.JobNotRegistered, match="Nobody::Here"):
+            wurk.testing.drain_all()
+    assert len(ran) == 1
+
+
 def test_drain_runs_the_server_middleware(config: wurk.Config) -> None:
     seen: list[str] = []
 

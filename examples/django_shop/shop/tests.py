@@ -164,3 +164,85 @@ class Dashboard(TestCase):
         response = self.client.get("/wurk/queues")
         self.assertEqual(response.status_code, 302)
         self.assertTrue(response["Location"].startswith("/login/?next=/wurk/queues"))
+
+
+class SavepointsAndSettings(TransactionTestCase):
+    def setUp(self) -> None:
+        flush_redis()
+
+    def test_a_savepoint_rolled_back_drops_only_its_push(self) -> None:
+        with transaction.atomic():
+            ship_order.perform_async(1)
+            try:
+                with transaction.atomic():
+                    ship_order.perform_async(2)
+                    raise ValueError("undo the savepoint")
+            except ValueError:
+                pass
+        self.assertEqual([job["args"] for job in queued()], [[1]])
+
+    def test_an_unknown_setting_is_named(self) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        from wurk.contrib.django.settings import build_config
+
+        with self.settings(WURK={"CONCURENCY": 3}), \
+                self.assertRaisesRegex(ImproperlyConfigured, "unknown setting 'concurency'"):
+            build_config()
+
+    def test_client_default_turns_the_deferral_off(self) -> None:
+        from wurk.contrib.django.settings import build_config
+
+        with self.settings(WURK={"CLIENT": "default"}):
+            self.assertEqual(build_config().client, "default")
+        self.assertEqual(build_config().client, "transactional")
+
+    def test_the_dashboard_refuses_without_authentication_middleware(self) -> None:
+        middleware = ["django.contrib.sessions.middleware.SessionMiddleware"]
+        with self.settings(MIDDLEWARE=middleware), self.assertLogs("wurk.web", "WARNING"):
+            self.assertEqual(self.client.get("/wurk/").status_code, 403)
+
+
+class TaskResults(TransactionTestCase):
+    def setUp(self) -> None:
+        flush_redis()
+
+    def test_run_after_schedules_the_task(self) -> None:
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        result = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+        config = wurk.default_config()
+        scheduled = config.pool("client").run(lambda r: r.zrange(config.keys.schedule, 0, -1))
+        self.assertEqual([json.loads(raw)["jid"] for raw in scheduled], [result.id])
+        self.assertEqual(str(add.get_result(result.id).status), "READY")
+
+    def test_enqueue_sends_task_enqueued(self) -> None:
+        try:
+            from django.tasks.signals import task_enqueued
+        except ImportError:
+            from django_tasks.signals import task_enqueued
+        seen = []
+
+        def receiver(sender, task_result, **kwargs):
+            seen.append(task_result.id)
+
+        task_enqueued.connect(receiver)
+        try:
+            result = add.enqueue(1, 1)
+        finally:
+            task_enqueued.disconnect(receiver)
+        self.assertEqual(seen, [result.id])
+
+    def test_an_unreadable_record_reads_as_missing(self) -> None:
+        try:
+            from django.tasks.exceptions import TaskResultDoesNotExist
+        except ImportError:
+            from django_tasks.exceptions import TaskResultDoesNotExist
+        config = wurk.default_config()
+        config.pool("client").run(lambda r: r.set(config.keys.task_result("x" * 24), "{oops"))
+        with self.assertRaises(TaskResultDoesNotExist), self.assertLogs("wurk", "WARNING"):
+            add.get_result("x" * 24)
+        with self.assertRaises(TaskResultDoesNotExist):
+            add.get_result("y" * 24)
