@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -26,3 +28,16 @@ def example_env(redis_server: object, tmp_path: Path) -> dict[str, str]:
     env["WURK_HOME"] = str(tmp_path / "wurk-home")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     return env
+
+
+def load_example(path: Path) -> ModuleType:
+    """Import an example app's module by file, once per test session."""
+    name = path.stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

@@ -3,9 +3,7 @@ job, the dashboard answers under the mount for an admin only."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -14,29 +12,18 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
-from tests.frameworks.conftest import EXAMPLES
+from tests.frameworks.conftest import EXAMPLES, load_example
 from tests.helpers.server import Server
 from wurk.errors import ConfigError
 
 PROJECT = EXAMPLES / "fastapi_app"
 
 
-def load_example() -> ModuleType:
-    if "fastapi_shop" in sys.modules:
-        return sys.modules["fastapi_shop"]
-    spec = importlib.util.spec_from_file_location("fastapi_shop", PROJECT / "fastapi_shop.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fastapi_shop"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def shop(redis_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("FASTAPI_SHOP_OUTBOX", str(tmp_path / "outbox.txt"))
     monkeypatch.setenv("FASTAPI_SHOP_ADMIN_TOKEN", "s3cret")
-    return load_example()
+    return load_example(PROJECT / "fastapi_shop.py")
 
 
 def test_an_endpoint_pushes_and_the_embedded_worker_runs_it(shop: ModuleType, r: redis.Redis,

@@ -3,7 +3,6 @@ context, the dashboard answers under the app's mount only for an admin."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -16,27 +15,17 @@ import redis
 
 import wurk
 import wurk.testing
-from tests.frameworks.conftest import EXAMPLES
+from tests.frameworks.conftest import EXAMPLES, load_example
 from tests.helpers.server import Server
 from wurk.errors import ConfigError
 
 PROJECT = EXAMPLES / "flask_app"
 
 
-def load_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("flask_shop", PROJECT / "flask_shop.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get("flask_shop") or importlib.util.module_from_spec(spec)
-    if "flask_shop" not in sys.modules:
-        sys.modules["flask_shop"] = module
-        spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture
 def shop(redis_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setenv("FLASK_SHOP_OUTBOX", str(tmp_path / "outbox.txt"))
-    return load_example()
+    return load_example(PROJECT / "flask_shop.py")
 
 
 def test_the_test_client_pushes_and_flask_wurk_worker_runs_it_in_the_app_context(

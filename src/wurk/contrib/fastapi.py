@@ -25,8 +25,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from ..client import Client, default_client
 from ..config import Config, default_config
-from ..errors import ConfigError
 from ..inprocess import Embedded
+from . import require_authorize
 
 __all__ = ["Wurk"]
 
@@ -38,11 +38,8 @@ class Wurk:
 
     def __init__(self, config: Config | None = None, *, dashboard: str | None = None,
                  authorize: Authorize | None = None, worker: bool = False) -> None:
-        if dashboard is not None and authorize is None:
-            raise ConfigError(
-                f"Wurk(dashboard={dashboard!r}) needs authorize=: a function of the request "
-                "deciding who may see and change every job (lambda request: True only "
-                "behind authentication of your own)")
+        require_authorize(dashboard, authorize, "lambda request: is_admin(request); "
+                          "lambda request: True only behind authentication of your own")
         self._config = config
         self.dashboard_path = dashboard.rstrip("/") if dashboard else None
         self.authorize = authorize

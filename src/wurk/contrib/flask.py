@@ -29,6 +29,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 
 from ..config import Config, configure
 from ..errors import ConfigError
+from . import require_authorize
 from .wsgi_mount import WsgiDashboard, environ_for
 
 __all__ = ["Wurk"]
@@ -68,11 +69,8 @@ class Wurk:
 
     def __init__(self, app: Flask | None = None, *, dashboard: str | None = None,
                  authorize: Authorize | None = None, live: bool = False) -> None:
-        if dashboard is not None and authorize is None:
-            raise ConfigError(
-                f"Wurk(dashboard={dashboard!r}) needs authorize=: a function deciding, inside "
-                "the request, who may see and change every job (e.g. lambda: "
-                "session.get('admin') is True)")
+        require_authorize(dashboard, authorize, "lambda: session.get('admin') is True, "
+                          "called inside the request")
         self.dashboard_path = dashboard
         self.authorize = authorize
         self.live = live
