@@ -6,6 +6,8 @@ worker inside the web process; otherwise run ``wurk -r fastapi_shop``).
 """
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -38,7 +40,14 @@ def create_app(*, worker: bool | None = None) -> FastAPI:
                          scheduler_initial_wait=0, timeout=5)
     run_worker = os.environ.get("FASTAPI_SHOP_WORKER") == "1" if worker is None else worker
     wurk_ext = Wurk(config, dashboard="/wurk", authorize=is_admin, worker=run_worker)
-    app = FastAPI(lifespan=wurk_ext.lifespan)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with wurk_ext.lifespan(app):  # wurk's inside the app's own
+            yield
+        config.close()  # this app made the configuration: its Redis pools end with it
+
+    app = FastAPI(lifespan=lifespan)
 
     @app.post("/orders")
     # Annotations are evaluated here (no postponed evaluation in this module), so FastAPI

@@ -1,8 +1,10 @@
 """The dashboard (an ASGI app) served inside a WSGI framework's own request handling.
 
 1. ``WsgiDashboard(config)`` runs the dashboard through ``a2wsgi`` on an event loop thread
-   of its own, made on first request. Django's view and Flask's route call it after their
-   framework decided who may look, so its own authorisation hook lets everyone through.
+   of its own, made on first request (a2wsgi's daemon thread: it serves requests for the
+   life of the process and holds nothing a shutdown must flush). Django's view and Flask's
+   route call it after their framework decided who may look, so its own authorisation
+   hook lets everyone through.
 2. ``environ_for`` builds the WSGI environ of one request: the host's headers, the body
    already read, ``SCRIPT_NAME`` the mount prefix, ``PATH_INFO`` the path below it, so
    every link the dashboard writes starts with the prefix.
