@@ -137,7 +137,7 @@ def worker_command(queues: tuple[str, ...], concurrency: int | None,
                    timeout: float | None) -> None:
     """Run a worker with this app's configuration."""
     from .. import log as wurk_log
-    from ..cli.worker import serve
+    from ..cli.worker import run_worker
 
     app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
     overrides: dict[str, Any] = {"queues": list(queues)} if queues else {}
@@ -154,4 +154,4 @@ def worker_command(queues: tuple[str, ...], concurrency: int | None,
     wurk_log.setup(fmt=config.log_format, level=config.log_level)
     for module in settings_of(app)[1]:
         importlib.import_module(module)
-    serve(config)
+    run_worker(config)

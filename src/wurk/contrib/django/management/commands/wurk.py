@@ -24,7 +24,7 @@ from django.utils import autoreload
 from django.utils.module_loading import autodiscover_modules
 
 from wurk import log as wurk_log
-from wurk.cli.worker import serve
+from wurk.cli.worker import run_worker
 from wurk.config import configure
 from wurk.contrib.django.settings import app_settings, build_config
 from wurk.signals import SignalPipe
@@ -65,7 +65,7 @@ class Command(BaseCommand):
         configure(config)
         wurk_log.setup(fmt=config.log_format, level=config.log_level)
         discover(app_settings().imports)
-        serve(config, pipe)
+        run_worker(config, pipe)
 
     def _reloading(self, overrides: dict[str, Any]) -> None:
         if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) != "true":
