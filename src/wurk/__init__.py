@@ -6,6 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
+from . import context
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
@@ -67,6 +68,7 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "context",
     "current_jid",
     "current_job",
     "default_config",
