@@ -6,7 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from . import expiry, limiter, unique
+from . import context, expiry, limiter, unique
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
@@ -27,7 +27,16 @@ from .errors import (
     WurkError,
 )
 from .inprocess import Embedded, embed
-from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .job import (
+    Job,
+    JobFunction,
+    JobSetter,
+    current_jid,
+    current_job,
+    interrupted,
+    job,
+    registry,
+)
 from .lending import Connection, redis
 from .poison import on_poison
 
@@ -59,11 +68,13 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "context",
     "current_jid",
     "current_job",
     "default_config",
     "embed",
     "expiry",
+    "interrupted",
     "job",
     "limiter",
     "on_poison",

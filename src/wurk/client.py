@@ -21,7 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from . import expiry, unique
+from . import expiry, sinks, unique
 from . import payload as P
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
@@ -98,7 +98,7 @@ class Client:
         if not isinstance(item, Mapping):
             raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
         job: P.Payload = {**_DEFAULTS, **item}
-        for key in ("pool", "client_class", "sync"):
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
             job.pop(key, None)
         cls = job.get(P.CLASS)
         if not isinstance(cls, str) or not cls:
@@ -191,13 +191,10 @@ class Client:
 
     # -- writing ----------------------------------------------------------------------------
     def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
-        """Write the jobs; returns the jids of unique jobs refused as duplicates."""
-        keys = self.config.keys
+        """The last step: Redis, or the sink selected for this push (``wurk.sinks``).
+        Returns the jids of unique jobs refused as duplicates (only Redis holds locks)."""
         fmt = self.config.timestamp_format
         enqueued_at = P.write_time(fmt)
-        scheduled: dict[str, float] = {}
-        by_queue: dict[str, list[str]] = {}
-        locked: list[tuple[P.Payload, float | None]] = []
         for job, at in entries:
             if P.EXPIRES_IN in job:
                 expiry.stamp(job, at, fmt)
@@ -205,6 +202,18 @@ class Client:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
+        sink = sinks.selected()
+        if sink is None:
+            return self._write_redis(entries)
+        sink.write(self, entries)
+        return set()
+
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+        keys = self.config.keys
+        scheduled: dict[str, float] = {}
+        by_queue: dict[str, list[str]] = {}
+        locked: list[tuple[P.Payload, float | None]] = []
+        for job, at in entries:
             if P.UNIQUE_FOR in job:
                 locked.append((job, at))  # pushed with its lock, by a script
             elif at is not None:
@@ -248,8 +257,16 @@ def default_client(config: Config | None = None) -> Client:
     cfg = config if config is not None else default_config()
     client = _clients.get(id(cfg))
     if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = Client(cfg)
+        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
     return client
+
+
+def _client_class(config: Config) -> type[Client]:
+    if config.client == "transactional":
+        from .transactional import TransactionalClient  # it builds on this module
+
+        return TransactionalClient
+    return Client
 
 
 def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:

@@ -11,6 +11,9 @@
    naming it rather than a job that fails all its retries. Keyword arguments are bound to
    their positions: Sidekiq's payload only has positional ``args``.
 4. ``set(...)`` returns a one-shot setter with the same methods and overridden options.
+5. ``interrupted()`` (``self.interrupted()`` in a ``Job``): whether the worker running this
+   job has been told to stop — quiet or shut down — so a long job can save its place and
+   return; the processor hands its stop signal over (``set_stop_signal``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import expiry, unique
 from . import payload as P
@@ -35,8 +38,11 @@ from .errors import (
     RegistrationError,
 )
 
+if TYPE_CHECKING:
+    from .testing import FakeStore
+
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
-           "current_job", "job", "registry"]
+           "current_job", "interrupted", "job", "registry"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
@@ -58,6 +64,26 @@ def current_jid() -> str | None:
     job = _running.get()
     jid = job.get(P.JID) if job is not None else None
     return jid if isinstance(jid, str) else None
+
+
+# The stop signal of the processor thread running jobs here: set when its worker quiets or
+# stops. A context variable, so an async job on the runner's loop sees it too.
+_stop_signal: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "wurk_stop_signal", default=None
+)
+
+
+def interrupted() -> bool:
+    """True once the worker running this job has been told to quiet or stop (Sidekiq's
+    ``interrupted?``): finish or save progress and return, the job is not killed for it.
+    Always False outside a worker (inline, tests)."""
+    signal = _stop_signal.get()
+    return signal is not None and signal.is_set()
+
+
+def set_stop_signal(signal: threading.Event) -> None:
+    """Called by a processor thread once: ``signal`` is what ``interrupted()`` reads there."""
+    _stop_signal.set(signal)
 
 
 def set_running(job: P.Payload | None) -> contextvars.Token[P.Payload | None]:
@@ -437,8 +463,35 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
     def set(self, **options: Any) -> JobSetter[Params]:
         return JobSetter(self.definition, options)
 
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    @property
+    def jobs(self) -> list[P.Payload]:
+        return _fake_store().jobs(name=self.name)
+
+    def drain(self) -> int:
+        return _fake_store().drain(self.name)
+
+    def perform_one(self) -> Any:
+        return _fake_store().perform_one(self.name)
+
+    def clear(self) -> None:
+        _fake_store().clear(self.name)
+
     def __repr__(self) -> str:
         return f"<wurk job {self.name!r}>"
+
+
+def _fake_store() -> FakeStore:
+    from .testing import store  # imported on use: testing builds on this module
+
+    return store
+
+
+class _FakeJobs:
+    """``HardJob.jobs``: the class's pushes kept by ``wurk.testing``'s fake mode."""
+
+    def __get__(self, instance: object, owner: type[Job]) -> list[P.Payload]:
+        return _fake_store().jobs(name=owner._definition().name)
 
 
 @overload
@@ -517,6 +570,10 @@ class Job:
     def perform(self, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
 
+    def interrupted(self) -> bool:
+        """True once the worker has been told to quiet or stop (``wurk.interrupted``)."""
+        return interrupted()
+
     def retry_in(self, count: int, exc: BaseException) -> float | str | None:
         """Seconds until the next retry, ``"kill"``, ``"discard"``, or None for the default."""
         return None
@@ -553,6 +610,21 @@ class Job:
     @classmethod
     def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
         return cls.set().perform_inline(*args, **kwargs)
+
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    jobs: ClassVar[_FakeJobs] = _FakeJobs()
+
+    @classmethod
+    def drain(cls) -> int:
+        return _fake_store().drain(cls._definition().name)
+
+    @classmethod
+    def perform_one(cls) -> Any:
+        return _fake_store().perform_one(cls._definition().name)
+
+    @classmethod
+    def clear(cls) -> None:
+        _fake_store().clear(cls._definition().name)
 
     @classmethod
     def _definition(cls) -> JobDefinition:

@@ -8,7 +8,7 @@ import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS
+from tests.web.conftest import XSS, browse
 from tests.web.live import browser_context, serve
 from wurk.limiter.base import forget_registrations
 from wurk.web import Extension, create_app
@@ -94,11 +94,16 @@ def test_hostile_stored_values_render_as_problems(config: wurk.Config, client: T
     found = client.get("/api/limits").json()
     assert found["unreadable_names"] == 2
     problems = {row["name"]: row["problem"] for row in found["limiters"]}
-    assert problems == {"bad-type": "unknown type", "not-json": "options are not JSON",
+    assert problems == {"bad-type": "unknown type",
+                        "not-json": "options are not a JSON object",
                         "ok-name": None, "wrong-kind": "its keys hold the wrong type of value",
                         "nostats": "options lack a valid interval"}
-    ok = next(row for row in found["limiters"] if row["name"] == "ok-name")
-    assert ok["stats"]["held"] == 0 and ok["stats"]["refused"] == 0 and ok["use"] == 1
+    index, ok = next((i, row) for i, row in enumerate(found["limiters"])
+                     if row["name"] == "ok-name")
+    assert ok["stats"]["held"] is None and ok["stats"]["refused"] is None and ok["use"] == 1
+    assert found["invalid"][f"/limiters/{index}/stats/held"] == "lots"
+    assert found["invalid"][f"/limiters/{index}/stats/refused"] == "-3"
+    assert "invalid (lots)" in page.text
     assert next(row for row in found["limiters"] if row["name"] == "bad-type")["type"] == \
         "unknown"
 
@@ -128,7 +133,7 @@ def test_a_host_extension_named_limits_replaces_the_built_in_tab(
 
     app = create_app(config, extensions=[Extension(name="limits", tab="Quotas",
                                                    routes=[Route("/", own)])])
-    with TestClient(app) as client:
+    with browse(app) as client:
         assert client.get("/limits/").text == "the host's own limits page"
         assert client.get("/api/limits").status_code == 200  # the JSON twin stays
 

@@ -38,6 +38,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from .. import scripts
+from ..api.values import Invalid
 from ..config import Config, default_config
 from ..errors import OverLimit
 from ..lease import Lease
@@ -252,8 +253,9 @@ class Limiter:
         """What defines this limiter, as stored in its metadata (``lmtr:<name>``)."""
         return {"wait_timeout": self.wait_timeout, "policy": self.policy}
 
-    def stats(self) -> dict[str, int]:
-        """The counters every process adds to (``lmtr-s:{name}``)."""
+    def stats(self) -> dict[str, int | Invalid]:
+        """The counters every process adds to (``lmtr-s:{name}``); one that is not a count
+        (written by hand, say) is a ``wurk.api.values.Invalid``."""
         from .inspect import read_stats
 
         key = self._config().keys.limiter_stats(self.name)

@@ -2,21 +2,23 @@
 
 1. ``limiters(config, ...)`` lists the names in ``lmtr-list`` (sorted, paged, filtered by a
    substring) and reads each one's metadata, stats and current use in two round trips.
-2. Everything read is untrusted (written by Ruby, by hand, by an older version): a name that
-   is not a limiter name is skipped and counted; unknown types, options that are not JSON,
-   counters that are not whole numbers become a ``problem`` on that limiter's row, never an
-   exception, so a page built from it always renders.
+2. Everything read is untrusted (written by Ruby, by hand, by an older version) and read
+   through ``wurk.api.values``: a counter that is not one is an ``Invalid`` in its cell; a
+   name that is not a limiter name is skipped and counted; an unknown type, options that are
+   not a JSON object, keys of the wrong type become a ``problem`` on that limiter's row.
+   Nothing here raises on stored data, so a page built from it always renders.
 3. Current use is computed with Redis's clock (``TIME`` in the same round trip).
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
+from ..api import values
+from ..api.values import Invalid
 from ..config import Config
 from .base import NAME_PATTERN
 
@@ -44,14 +46,6 @@ def _pairs(reply: Any) -> dict[str, Any]:
     return {}
 
 
-def _whole(value: Any) -> int | None:
-    try:
-        number = int(_text(value))
-    except (TypeError, ValueError):
-        return None
-    return number if number >= 0 else None
-
-
 def _number(value: Any) -> float | None:
     try:
         number = float(_text(value))
@@ -60,20 +54,25 @@ def _number(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def read_stats(reply: Any) -> dict[str, int]:
-    """The stats hash as whole numbers; a field that is not one reads as 0."""
+def read_stats(reply: Any) -> dict[str, int | Invalid]:
+    """The stats hash: each counter a whole number (0 when absent), or ``Invalid``."""
     fields = _pairs(reply)
-    return {name: _whole(fields.get(name, 0)) or 0 for name in STAT_FIELDS}
+    return {name: values.count(fields.get(name)) for name in STAT_FIELDS}
+
+
+def average_wait(stats: Mapping[str, int | Invalid]) -> float | None:
+    """Seconds a waiting call waited on average; None when none waited or it cannot be read."""
+    waited, wait_ms = stats.get("waited"), stats.get("wait_ms")
+    if isinstance(waited, int) and isinstance(wait_ms, int) and waited > 0:
+        return wait_ms / waited / 1000
+    return None
 
 
 def _options(raw: Any) -> tuple[dict[str, Any], str | None]:
-    try:
-        value = json.loads(_text(raw))
-    except (TypeError, ValueError, RecursionError):
-        return {}, "options are not JSON"
-    if not isinstance(value, dict):
-        return {}, "options are not a JSON object"
-    return value, None
+    found = values.json_object(raw)
+    if isinstance(found, dict):
+        return found, None
+    return {}, "options are not a JSON object"
 
 
 def _positive(options: Mapping[str, Any], name: str) -> float | None:
@@ -145,7 +144,7 @@ def _read(config: Config, names: list[str]) -> list[dict[str, Any]]:
 def _row(name: str, meta: Any, stats: Any) -> dict[str, Any]:
     fields = _pairs(meta) if not isinstance(meta, Exception) else {}
     kind = _text(fields.get("type", ""))
-    options, problem = _options(fields.get("options", "{}"))
+    options, problem = _options(fields.get("options", b"{}"))
     if not fields:
         problem = "no metadata (expired, or written by another tool)"
     elif kind not in TYPES:
@@ -159,10 +158,10 @@ def _row(name: str, meta: Any, stats: Any) -> dict[str, Any]:
     if problem is None and kind in ("bucket", "window", "leaky", "points") and interval is None:
         problem = "options lack a valid interval"
     lock_timeout = _positive(options, "lock_timeout")
+    counters = read_stats(stats if not isinstance(stats, Exception) else {})
     return {"name": name, "type": kind, "size": size, "interval": interval,
-            "lock_timeout": lock_timeout, "use": None,
-            "stats": read_stats(stats if not isinstance(stats, Exception) else {}),
-            "problem": problem}
+            "lock_timeout": lock_timeout, "use": None, "stats": counters,
+            "average_wait": average_wait(counters), "problem": problem}
 
 
 def _usage(r: Any, config: Config, rows: list[dict[str, Any]], now_ms: float) -> list[Any]:
@@ -194,17 +193,17 @@ def _set_use(row: dict[str, Any], reply: Any, now_ms: float) -> None:
             row["problem"] = "its keys hold the wrong type of value"
         return
     kind, size = row["type"], row["size"]
-    use: float | None
-    if kind in ("concurrent", "window"):
-        use = _whole(reply)
-    elif kind == "bucket":
-        use = 0 if reply is None else _whole(reply)
+    use: float | Invalid | None
+    if kind in ("concurrent", "window", "bucket"):
+        use = values.count(reply)
     else:
         use = _decayed(kind, reply, now_ms, size, row["interval"])
     if use is None:
         row["problem"] = "its current use is not a number"
-        return
-    row["use"] = min(max(use, 0), size)
+    elif isinstance(use, Invalid):
+        row["use"] = use  # shown as what was stored
+    else:
+        row["use"] = min(max(use, 0), size)
 
 
 def _decayed(kind: str, reply: Any, now_ms: float, size: float,

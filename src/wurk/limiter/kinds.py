@@ -31,6 +31,7 @@ from .base import (
 )
 
 if TYPE_CHECKING:
+    from ..api.values import Invalid
     from ..config import Config
     from ..scripts import _Caller
 
@@ -257,5 +258,5 @@ class Unlimited(Limiter):
     def _finish(self, handle: Handle) -> None:
         return None
 
-    def stats(self) -> dict[str, int]:
+    def stats(self) -> dict[str, int | Invalid]:
         return {}

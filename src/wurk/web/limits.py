@@ -2,11 +2,13 @@
 
 1. ``extension()``: the tab, a built-in ``Extension`` that ``create_app`` adds unless the
    host passes its own extension named ``limits``. ``GET /limits`` is the page.
-2. ``limits_json``: ``GET /api/limits``, the same data (``wurk.limiter.inspect``), listed in
-   the API's endpoints with the other pages' twins.
-3. What the page shows comes from ``wurk.limiter.inspect``, which turns every stored value it
-   cannot read into a ``problem`` on its row: a hostile or corrupt limiter renders as such,
-   never as an error page. Names and types shown are only those that passed its checks.
+2. ``read``: what ``GET /api/limits`` answers (``wurk.web.api``, with the other pages'
+   twins) — the same data; an unreadable stored value is ``null`` there, its raw text under
+   ``"invalid"``.
+3. What the page shows comes from ``wurk.limiter.inspect``, which reads through
+   ``wurk.api.values``: a hostile or corrupt counter is an ``invalid`` cell, a limiter whose
+   metadata cannot be read a ``problem`` on its row — never an error page. Names and types
+   shown are only those that passed its checks.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..config import Config
@@ -25,7 +27,7 @@ from .data import page_number
 from .extensions import Extension
 from .templating import render
 
-__all__ = ["NAME", "extension", "limits_data", "limits_json"]
+__all__ = ["NAME", "extension", "limits_data", "read"]
 
 NAME = "limits"
 # How a page filter is cut: a name is at most 200 characters, so a longer filter finds none.
@@ -38,7 +40,8 @@ def limits_data(config: Config, page: int, substr: str) -> dict[str, Any]:
     return found
 
 
-async def _read(request: Request) -> dict[str, Any]:
+async def read(request: Request) -> dict[str, Any]:
+    """What a request for the Limits tab (or its JSON twin) asks to see."""
     dash = dashboard(request)
     page = page_number(request.query_params.get("page"))
     substr = request.query_params.get("substr", "").strip()
@@ -46,14 +49,10 @@ async def _read(request: Request) -> dict[str, Any]:
 
 
 async def limits_page(request: Request) -> Response:
-    found = await _read(request)
+    found = await read(request)
     return render(request, "limits.html", {
         "l": found, "pages": found["pages"], "page": found["page"], "pager_path": "/limits",
         "pager_query": {"substr": found["substr"]}})
-
-
-async def limits_json(request: Request) -> Response:
-    return JSONResponse(await _read(request))
 
 
 def extension() -> Extension:
