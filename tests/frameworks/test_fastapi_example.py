@@ -51,14 +51,14 @@ def test_without_the_worker_the_job_waits_in_redis(shop: ModuleType, r: redis.Re
 
 def test_the_dashboard_answers_under_the_mount_for_an_admin_only(shop: ModuleType) -> None:
     app = shop.create_app(worker=False)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.get("/wurk/").status_code == 403
         page = client.get("/wurk/", headers={"x-admin-token": "s3cret"})
         assert page.status_code == 200
         assert 'href="/wurk/queues"' in page.text
         assert client.get("/wurk/queues", headers={"x-admin-token": "s3cret"}).status_code \
             == 200
-    with TestClient(app) as client:  # a second lifespan does not mount it twice
+    with TestClient(app, base_url="http://localhost") as client:  # not mounted twice
         assert client.get("/wurk/", headers={"x-admin-token": "s3cret"}).status_code == 200
     assert sum(1 for route in app.routes if getattr(route, "path", "") == "/wurk") == 1
 
