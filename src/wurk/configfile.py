@@ -77,7 +77,7 @@ def _parse(text: str, source: Path) -> Any:
         _substitute(node, loader, source, set())
         return loader.construct_document(node)
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
 
 
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -92,7 +92,8 @@ def _substitute(node: yaml.Node, loader: yaml.SafeLoader, source: Path, seen: se
             return
         node.value = _interpolate(node.value, source)
         if node.style is None and node.tag == _STR_TAG:  # unquoted, no explicit tag
-            node.tag = loader.resolve(yaml.ScalarNode, node.value, (True, False))
+            node.tag = loader.resolve(  # type: ignore[no-untyped-call]
+                yaml.ScalarNode, node.value, (True, False))
     elif isinstance(node, yaml.SequenceNode):
         for item in node.value:
             _substitute(item, loader, source, seen)
