@@ -100,6 +100,8 @@ class Launcher:
             "hostname": self.identity.hostname,
             "started_at": self.identity.started_at,
             "pid": self.identity.pid,
+            "boot_id": self.identity.boot_id,
+            "pid_namespace": self.identity.pid_namespace,
             "tag": self.config.tag,
             "concurrency": self.concurrency,
             "queues": queues,
