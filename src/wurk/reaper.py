@@ -227,7 +227,7 @@ class Reaper:
                 pipe.exists(keys.process(member))
                 pipe.hget(keys.process(member), "info")
             replies = pipe.execute() if members else []
-            return list(zip(replies[0::2], replies[1::2]))
+            return list(zip(replies[0::2], replies[1::2], strict=True))
 
         return any(exists and not self._pid_proves_dead(owner, info)
                    for exists, info in self.pool.run(records, idempotent=True))
