@@ -1,7 +1,7 @@
 """The configuration object: every setting, validated, passed down explicitly.
 
 1. ``Config`` holds every setting with Sidekiq's defaults; each interval and timeout is a
-   setting so tests can run them fast (``decisions.md`` 26).
+   setting, so the suite runs them fast and stays within minutes on two cores.
 2. The environment (``REDIS_URL``, ``WURK_TIMESTAMP_FORMAT``, ``WURK_HOME``, ``WURK_LEADER``,
    ``WURK_CONCURRENCY``) is read when a ``Config`` is built, never at import.
 3. ``freeze()`` makes it read-only before threads start.
@@ -204,7 +204,7 @@ class Config:
     web_username: str | None = None  # with web_password: HTTP basic auth on every request
     web_password: str | None = None
     web_read_only: bool = False  # pages only: every action refused
-    # The dashboard's own connections (seed 004's PoolScope): few, so a burst of page views or
+    # The dashboard's own pool, apart from the worker's: few, so a burst of page views or
     # long-held live streams cannot take the connections a co-located worker needs.
     web_pool_size: int = 4
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
@@ -219,7 +219,7 @@ class Config:
 
     def __post_init__(self) -> None:
         env_url = _env("REDIS_URL")
-        if env_url:  # api.md "Finding Redis": the environment wins over explicit configuration
+        if env_url:  # the environment wins over explicit configuration: set per process
             self.redis_url = env_url
         self._frozen = False
         self._lock = threading.Lock()
@@ -402,7 +402,7 @@ class Config:
 
         The view shares every setting, handler and pool with this configuration (closing
         this one closes the pools of both). The dashboard reads ``wurk.api`` through a view
-        routing ``"api"`` to its own small ``"web"`` pool (seed 004's ``PoolScope``).
+        routing ``"api"`` to its own small ``"web"`` pool: pages never take a worker's.
         """
         view = copy.copy(self)
         view._routes = {**self._routes, role: (to, size)}

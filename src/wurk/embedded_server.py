@@ -7,7 +7,7 @@
    home. A file lock serialises starters, so two processes starting at once share one server.
 3. The server is a daemon (it outlives its starter, so the app, the worker and the dashboard
    share it), listens on loopback only, and keeps its data and append-only file in ``home``,
-   where its pid, port and log are recorded too (``decisions.md`` 24).
+   where its pid, port and log are recorded too, so every wurk command finds the same server.
 4. A stale pid file (the server died, or its pid now belongs to another program) is told
    apart from a live server: ``status()`` reports it, ``start()`` replaces it. A restart
    keeps the recorded port, so the URL every process holds stays valid.

@@ -6,14 +6,14 @@
    JSON: a reaper may judge a pid only when both match its own (containers sharing one
    hostname each have their own pids, and a pid means nothing in another namespace).
 2. ``Heartbeat.beat`` does, every ``heartbeat_interval`` (10 s): flush stats; rewrite the work
-   map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4, ``decisions.md`` 2);
+   map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4: both dashboards);
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
    ``concurrency`` in both places) with a 60 s TTL and pop one remote signal.
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
-   in-flight lists owned) before it holds any job (``decisions.md`` 3). ``wait_visible``
+   in-flight lists owned) before it holds any job, so no reaper grace is needed. ``wait_visible``
    holds the processors back until a beat has landed — when the first one failed, or after
    an outage long enough for the record to expire — since a reaper takes the jobs of a live
-   process without a record for a dead one's (``decisions.md`` 11).
+   process without a record for a dead one's.
 4. ``clear`` removes the record at exit, after a last stats flush.
 5. A Redis error is reported once when the outage starts and logged once with its length at
    the end; while it lasts, beats are tried with the capped backoff (``wurk.outage``), so

@@ -3,7 +3,7 @@
 1. A job has a wire name (the payload's ``class``) and default options merged under every
    push. The name defaults to ``<module>.<qualname>``; give ``name=`` to match a Ruby class.
 2. The registry maps wire names to definitions. A worker runs only registered jobs: a
-   payload's ``class`` is a lookup key, never something to import (``api.md``).
+   payload's ``class`` is a lookup key, never something to import (Redis is untrusted input).
 3. ``perform_async``/``perform_in``/``perform_at`` of a decorated function are typed against
    its own signature (``ParamSpec``), so mypy catches a wrong argument. Keyword arguments are
    bound to their positions: Sidekiq's payload only has positional ``args``.

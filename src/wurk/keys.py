@@ -65,7 +65,8 @@ class Keys:
 
     @property
     def queue_prefix(self) -> str:
-        """What precedes a queue name in its list key (passed to Lua, ``decisions.md`` 12)."""
+        """What precedes a queue name in its list key (passed to Lua, which builds queue keys
+        from payloads, so names are still spelled here only)."""
         return f"{self.prefix}queue:"
 
     def queue_name(self, key: str) -> str:
@@ -105,7 +106,7 @@ class Keys:
         return f"{self.prefix}{identity}:work"
 
     def workers(self, identity: str) -> str:
-        """Sidekiq 6.4's name for the work hash (``decisions.md`` 2)."""
+        """Sidekiq 6.4's name for the work hash (its Busy page reads only this one)."""
         return f"{self.prefix}{identity}:workers"
 
     def signals(self, identity: str) -> str:

@@ -1,6 +1,6 @@
 """``wurk demo``: the README's first command — push example jobs and show where they went.
 
-1. Finds Redis as every wurk process does (``api.md`` "Finding Redis"); with no
+1. Finds Redis as every wurk process does (``wurk.locate``); with no
    ``REDIS_URL`` that is the embedded server, started now or reused.
 2. Pushes a handful of the jobs in ``wurk.examples`` and prints the server, each job's
    queue and jid, and the size of each queue.

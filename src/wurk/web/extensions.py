@@ -9,7 +9,8 @@
    ``dashboard(request).run(fn, ...)`` for Redis work (through the dashboard's own pool).
 3. Its POSTs pass the same guard as the dashboard's (auth, read-only, origin, CSRF token).
 4. An exception in an extension is reported (error handlers, or the log) and the viewer sees
-   "Extension render error (see server logs)" — never the exception's text (seed 004).
+   "Extension render error (see server logs)" — never the exception's text, which can carry
+   paths or connection details.
 """
 
 from __future__ import annotations
