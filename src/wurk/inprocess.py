@@ -71,7 +71,7 @@ class Embedded:
 
         with self._lock:
             if self.launcher is not None:
-                raise RuntimeError("this embedded worker was already started")
+                raise RuntimeError("this in-process worker was already started")
             self.launcher = Launcher(self.config, embedded=True,
                                      on_remote_signal=self._remote_signal)
         _setup_logging(self.config)
@@ -105,7 +105,7 @@ class Embedded:
         if name == "TTIN":
             dump_threads()
         else:
-            log.warning("embedded worker: ignoring remote %s; the host process owns quiet "
+            log.warning("in-process worker: ignoring remote %s; the host process owns quiet "
                         "and stop", name)
 
     def __enter__(self) -> Embedded:

@@ -10,7 +10,7 @@
    stop began; then each manager requeues its unfinished jobs and interrupts its threads;
    last stats flush; remove the process record; fire ``exit``.
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
-   does, through a self-pipe; embedded mode leaves signals to its host).
+   does, through a self-pipe; the in-process worker leaves signals to its host).
 """
 
 from __future__ import annotations

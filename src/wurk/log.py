@@ -2,7 +2,7 @@
 
 1. ``setup`` installs one handler on the ``wurk`` logger (stdout), in the pretty, plain or
    JSON format (``ts``, ``pid``, ``tid``, ``lvl``, ``msg``, ``ctx``), as Sidekiq's formatters.
-   Only the CLI and embedded mode call it: a library must not configure logging on import.
+   Only the CLI and the in-process worker call it: a library must not configure logging on import.
 2. ``job_context`` puts jid, class, queue and the configured payload attributes (``bid``,
    ``tags``) into a context variable that the formatters add to each line logged while the
    job runs — by wurk or by the job itself through any logger.
