@@ -1,5 +1,5 @@
-"""A small Starlette app hosting wurk as a web process would; ``test_in_process_worker_app.py`` serves it
-with uvicorn. ``WURK_TEST_EMBED`` picks the mode: ``threads`` (``wurk.embed``, the default)
+"""A small Starlette app hosting wurk as a web process would;
+``test_in_process_worker_app.py`` serves it with uvicorn. ``WURK_TEST_EMBED`` picks the mode: ``threads`` (``wurk.embed``, the default)
 or ``swarm`` (``boot_swarm``: forked children supervised from a background thread).
 """
 

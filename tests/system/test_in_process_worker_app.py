@@ -59,8 +59,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[[str], Server]]:
         port = free_port()
         log = tmp_path / f"uvicorn-{mode}.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.system.in_process_app:app", "--port", str(port),
-             "--lifespan", "on"],
+            [sys.executable, "-m", "uvicorn", "tests.system.in_process_app:app",
+             "--port", str(port), "--lifespan", "on"],
             cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "WURK_TEST_EMBED": mode},
         )
