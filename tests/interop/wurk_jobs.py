@@ -3,25 +3,15 @@ it was given where the test reads it back, or fails the way the test needs."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
-import redis
-
 import wurk
+from tests.helpers.job_redis import r
 from wurk import payload as P
 
 RAN = "interop:wurk-ran"
 SLOW_STARTED = "interop:slow-started"
-_client: redis.Redis | None = None
-
-
-def r() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    return _client
 
 
 @wurk.job(name="Interop::Record")
