@@ -7,7 +7,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 from __future__ import annotations
 
 from . import context, expiry, limiter, unique
-from .client import Client, push, push_bulk
+from .client import Client
 from .config import Capsule, Config, configure, default_config
 from .errors import (
     ConfigError,
@@ -39,6 +39,7 @@ from .job import (
 )
 from .lending import Connection, redis
 from .poison import on_poison
+from .pushing import push, push_bulk
 
 __version__ = "0.1.0"
 

@@ -27,7 +27,7 @@ from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
 
-__all__ = ["Client", "push", "push_bulk"]
+__all__ = ["Client"]
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -205,7 +205,7 @@ class Client:
         sink = sinks.selected()
         if sink is None:
             return self._write_redis(entries)
-        sink.write(self, entries)
+        sink.write(self.config, entries)
         return set()
 
     def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
@@ -247,33 +247,3 @@ def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Excepti
     return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
             "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
             "mid-command, the push may have reached Redis.)")
-
-
-_clients: dict[int, Client] = {}
-
-
-def default_client(config: Config | None = None) -> Client:
-    """One client per configuration object, made on first use."""
-    cfg = config if config is not None else default_config()
-    client = _clients.get(id(cfg))
-    if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
-    return client
-
-
-def _client_class(config: Config) -> type[Client]:
-    if config.client == "transactional":
-        from .transactional import TransactionalClient  # it builds on this module
-
-        return TransactionalClient
-    return Client
-
-
-def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
-    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
-    return default_client(config).push(item)
-
-
-def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
-    return default_client(config).push_bulk(item)
-

@@ -8,9 +8,6 @@
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
    ``default_config()`` returns it.
 5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
-6. Every configuration carries the limits' server middleware and death handler
-   (``wurk.limits``): rate-limited jobs reschedule, unique locks are released, expired jobs
-   are dropped, without anything to switch on.
 """
 
 from __future__ import annotations
@@ -277,9 +274,6 @@ class Config:
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
         self.validate()
-        from .limits import install  # the limits import this module: imported here
-
-        install(self)
 
     # -- building ---------------------------------------------------------------------------
     @classmethod

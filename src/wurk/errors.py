@@ -23,8 +23,8 @@
         └── OverLimit                               a rate limiter refused a call
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
-``wurk.InvalidPayload`` (``decisions.md`` 7), whatever file defines it; ``OverLimit`` says
-``wurk.limiter``, the module users catch it from.
+``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it;
+``OverLimit`` says ``wurk.limiter``, the module users catch it from.
 """
 
 from __future__ import annotations

@@ -25,10 +25,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import expiry, unique
 from . import payload as P
+from .client import Client
 from .config import Config, parse_queue
 from .errors import (
     ConfigError,
@@ -37,9 +38,8 @@ from .errors import (
     JobNotRegistered,
     RegistrationError,
 )
-
-if TYPE_CHECKING:
-    from .testing import FakeStore
+from .pushing import default_client
+from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
            "current_job", "interrupted", "job", "registry"]
@@ -231,6 +231,15 @@ class JobDefinition:
     def call(self, instance: Any, args: Sequence[Any]) -> Any:
         return instance.perform(*args) if self.is_class else instance(*args)
 
+    def unique_context(self) -> Callable[[P.Payload], Any] | None:
+        """The job's ``unique_context`` hook, if it defines one (a class method of a class
+        job, the option of a function job)."""
+        if not self.is_class:
+            return self.hooks.get("unique_context")
+        method: Callable[[P.Payload], Any] = self.target.unique_context  # type: ignore[attr-defined]
+        base = getattr(Job.unique_context, "__func__", None)
+        return None if getattr(method, "__func__", None) is base else method
+
     def hook(self, name: str, instance: Any) -> Callable[..., Any] | None:
         if self.is_class:
             method = getattr(instance, name, None)
@@ -294,10 +303,12 @@ class Registry:
                     f"{_describe(existing.target)}; give one of them another name="
                 )
             self._jobs[definition.name] = definition
+            unique.use_context(definition.name, definition.unique_context())
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._jobs.pop(name, None)
+            unique.use_context(name, None)
 
     def lookup(self, name: str) -> JobDefinition:
         definition = self._jobs.get(name)
@@ -378,9 +389,7 @@ class JobSetter(Generic[Params]):
         self.definition = definition
         self.options = validate_options(opts, where=f"{definition.name}.set()")
 
-    def _client(self) -> Any:
-        from .client import default_client
-
+    def _client(self) -> Client:
         return default_client(self._config)
 
     def _item(self, args: list[Any]) -> dict[str, Any]:
@@ -394,7 +403,7 @@ class JobSetter(Generic[Params]):
             self.perform_inline(*args, **kwargs)
             return None
         payload = self._item(self.definition.positional(args, kwargs))
-        return self._client().push(payload)  # type: ignore[no-any-return]
+        return self._client().push(payload)
 
     def perform_in(self, interval: Interval, /, *args: Params.args,
                    **kwargs: Params.kwargs) -> str | None:
@@ -408,7 +417,7 @@ class JobSetter(Generic[Params]):
         item = self._item(self.definition.positional(args, kwargs))
         if at > time.time():  # a time already past pushes now (Sidekiq's shortcut)
             item[P.AT] = at
-        return self._client().push(item)  # type: ignore[no-any-return]
+        return self._client().push(item)
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
@@ -423,18 +432,18 @@ class JobSetter(Generic[Params]):
                           else _epoch(at))  # type: ignore[arg-type]
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
-        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+        return self._client().push_bulk(item)
 
     def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         """Run now, in this thread, through client and server middleware (Sidekiq's
         ``perform_inline``); returns the job's result, or None if a middleware stopped it."""
         client = self._client()
-        job = client.normalize(self._item(self.definition.positional(args, kwargs)))
-        job = client._through_middleware(job)
-        if job is None:
+        normalized = client.normalize(self._item(self.definition.positional(args, kwargs)))
+        passed = client._through_middleware(normalized)
+        if passed is None:
             return None
-        P.check_args(job[P.ARGS])
-        job = P.loads(P.dumps(job))
+        P.check_args(passed[P.ARGS])
+        job = P.loads(P.dumps(passed))
         instance = self.definition.instantiate(job)
 
         def run() -> Any:
@@ -481,10 +490,8 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
         return f"<wurk job {self.name!r}>"
 
 
-def _fake_store() -> FakeStore:
-    from .testing import store  # imported on use: testing builds on this module
-
-    return store
+def _fake_store() -> KeptJobs:
+    return kept()
 
 
 class _FakeJobs:

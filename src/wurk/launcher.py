@@ -1,6 +1,7 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
+1. Built: the limits' middleware and death handler join the configuration (``wurk.limits``).
+   ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the scheduler and one
    manager per capsule.
@@ -12,7 +13,7 @@
    ends the wait for running jobs at once: they go back to their queues, then the rest of
    the stop runs as ever.
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
-   does, through a self-pipe; embedded mode leaves signals to its host).
+   does, through a self-pipe; the in-process worker leaves signals to its host).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from . import log as wurk_log
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
+from .limits import install as install_limits
 from .locate import describe_url
 from .manager import Manager, capsule_pool
 from .pause import PausedCache
@@ -60,6 +62,7 @@ class Launcher:
                  on_remote_signal: Callable[[str], None] | None = None,
                  title: str = "", slot: int | None = None) -> None:
         config.check_worker()
+        install_limits(config)  # every worker honours rate limits, unique locks and deadlines
         self.config = config
         self.embedded = embedded
         self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it
@@ -107,6 +110,8 @@ class Launcher:
             "hostname": self.identity.hostname,
             "started_at": self.identity.started_at,
             "pid": self.identity.pid,
+            "boot_id": self.identity.boot_id,
+            "pid_namespace": self.identity.pid_namespace,
             "tag": self.config.tag,
             "concurrency": self.concurrency,
             "queues": queues,

@@ -1,6 +1,6 @@
 """The worker side of the limits — rate limiters, unique jobs, expiring jobs — in one link.
 
-1. ``LimitsMiddleware``: the outermost server middleware of every ``Config`` (``install``).
+1. ``LimitsMiddleware``: the outermost server middleware of every worker (``install``).
    For each job, in this order:
 
    - over a rate limit (``OverLimit`` or a class in ``config.limiter_errors``, raised by the
@@ -14,11 +14,14 @@
 
    A job that is none of these pays one call and two dict lookups.
 2. ``install(config)`` puts the link first in the server chain and the unique death handler
-   in ``death_handlers``; ``Config`` calls it when it is built.
+   in ``death_handlers``. Every worker does it when it is built (``wurk.launcher``), so
+   ``wurk worker``, a swarm's children and ``wurk.Embedded`` need nothing switched on; code
+   that runs jobs by other means (a test harness) calls it itself.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +35,8 @@ if TYPE_CHECKING:
     from .config import Config
 
 __all__ = ["LimitsMiddleware", "install"]
+
+log = logging.getLogger("wurk")
 
 
 class LimitsMiddleware:
@@ -72,7 +77,16 @@ class LimitsMiddleware:
 def install(config: Config) -> None:
     """Make ``config``'s worker honour limiters, unique locks and deadlines (once)."""
     chain = config.server_middleware
-    if not any(isinstance(link, LimitsMiddleware) for link in chain):
+    linked = any(isinstance(link, LimitsMiddleware) for link in chain)
+    handled = any(isinstance(h, unique.LockRelease) for h in config.death_handlers)
+    if linked and handled:
+        return
+    if config.frozen:
+        log.warning("the configuration was frozen before its worker was built: jobs over a "
+                    "rate limit fail instead of rescheduling, unique locks are released only "
+                    "when they expire, expired jobs run; build the worker before freezing it")
+        return
+    if not linked:
         chain.prepend(LimitsMiddleware(config))
-    if not any(isinstance(handler, unique.LockRelease) for handler in config.death_handlers):
+    if not handled:
         config.death_handlers.append(unique.LockRelease(config))

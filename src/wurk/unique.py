@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from .keys import Keys
 
 __all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "locked", "push", "release",
-           "release_stored", "seconds"]
+           "release_stored", "seconds", "use_context"]
 
 log = logging.getLogger("wurk")
 
@@ -99,22 +99,25 @@ def digest(parts: Sequence[Any]) -> str:
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
 
 
-def _context_hook(name: str) -> Callable[[P.Payload], Any] | None:
-    from .job import registry
+ContextHook = Callable[[P.Payload], Any]
+# Job name → its ``unique_context`` hook. The job registry keeps it (``use_context``) so this
+# module needs no import of the registry: the client, which pushes through here, is imported
+# by the registry's module.
+_contexts: dict[str, ContextHook] = {}
 
-    if name not in registry:
-        return None
-    definition = registry.lookup(name)
-    if definition.is_class:
-        hook: Callable[[P.Payload], Any] = definition.target.unique_context  # type: ignore[attr-defined]
-        return hook
-    return definition.hooks.get("unique_context")
+
+def use_context(name: str, hook: ContextHook | None) -> None:
+    """Record the ``unique_context`` hook of the job named ``name`` (None forgets it)."""
+    if hook is None:
+        _contexts.pop(name, None)
+    else:
+        _contexts[name] = hook
 
 
 def job_digest(job: P.Payload) -> str:
     """The digest naming ``job``'s lock: of its ``unique_context`` when its job defines one,
     else of its class, queue and args."""
-    hook = _context_hook(str(job.get(P.CLASS)))
+    hook = _contexts.get(str(job.get(P.CLASS)))
     context = hook(job) if hook is not None else None
     if context is None:
         return digest([job.get(P.CLASS), job.get(P.QUEUE), job.get(P.ARGS)])

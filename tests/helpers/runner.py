@@ -1,4 +1,5 @@
-"""Run queued jobs in the test process: the worker's own fetch and runner, no threads."""
+"""Run queued jobs in the test process: the worker's own fetch, runner and middleware (the
+limits' link, as a worker installs it), no threads."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import redis
 import wurk
 from wurk.config import Capsule
 from wurk.fetch import BasicFetch
+from wurk.limits import install
 from wurk.processor import Busy, JobRunner
 from wurk.stats import Counters
 
@@ -18,6 +20,7 @@ class Drain:
         self.config = config
         self.queues = queues or ("default",)
         self.counters = Counters()
+        install(config)  # as a worker does when it is built
         self.runner = JobRunner(config, counters=self.counters, busy=Busy())
         capsule = Capsule(queues=[(q, 0) for q in self.queues])
         self.fetcher = BasicFetch(config, capsule, config.pool("drain", size=2))

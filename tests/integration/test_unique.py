@@ -16,6 +16,7 @@ import pytest
 import redis
 
 import wurk
+import wurk.limits
 from tests.helpers.runner import Drain
 from wurk import api
 from wurk import payload as P
@@ -138,7 +139,21 @@ def test_death_releases_the_lock(config: wurk.Config, r: redis.Redis, drain: Dra
     assert r.zcard("dead") == 1 and lock_keys(r) == []
 
 
+def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
+    from wurk.launcher import Launcher
+    from wurk.limits import LimitsMiddleware
+    from wurk.unique import LockRelease
+
+    for _ in range(2):
+        Launcher(config)
+    chain = list(config.server_middleware)
+    assert sum(isinstance(link, LimitsMiddleware) for link in chain) == 1
+    assert isinstance(chain[0], LimitsMiddleware)
+    assert sum(isinstance(h, LockRelease) for h in config.death_handlers) == 1
+
+
 def test_a_poison_kill_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
+    wurk.limits.install(config)  # the reaper runs in a worker, which installs it
     sync.perform_async(5)
     raw = r.rpop("queue:default")
     kill_poisoned(config, Morgue(config), raw, "default", 3)

@@ -8,7 +8,6 @@ import pytest
 import wurk
 from wurk.config import Capsule, Config, parse_queue
 from wurk.errors import ConfigError
-from wurk.limits import LimitsMiddleware
 
 
 def test_parse_queue() -> None:
@@ -65,7 +64,7 @@ def test_environment_is_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("WURK_HOME", "/tmp/wurk-home")
     monkeypatch.setenv("WURK_LEADER", "false")
     cfg = Config(redis_url="redis://explicit:1")
-    assert cfg.redis_url == "redis://example:1/2"  # api.md: REDIS_URL comes first
+    assert cfg.redis_url == "redis://example:1/2"  # REDIS_URL comes first: set per process
     assert cfg.timestamp_format == "float"
     assert cfg.home == "/tmp/wurk-home"
     assert cfg.leader is False
@@ -132,8 +131,7 @@ def test_middleware_given_as_lists() -> None:
     cfg = Config(redis_url="redis://127.0.0.1:1/0", server_middleware=[timing, Stamp],
                  client_middleware=(Stamp,))
     cfg.freeze()
-    builtin, *given = list(cfg.server_middleware)  # the limits' link comes first, always
-    assert isinstance(builtin, LimitsMiddleware) and given == [timing, Stamp]
+    assert list(cfg.server_middleware) == [timing, Stamp]
     assert list(cfg.client_middleware) == [Stamp]
     seen: list[str] = []
     assert cfg.server_middleware.invoke(None, {}, "q", lambda: seen.append("ran")) is None

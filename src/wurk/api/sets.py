@@ -406,6 +406,7 @@ class DeadSet(JobSet):
         """Add a job to the dead set (as stored, when given as bytes or text)."""
         raw = P.dumps(dict(message)) if isinstance(message, Mapping) else message
         bury(self.config, [raw], trim=trim)
+        release_stored(self.config, [raw])
         if notify_failure:
             record = JobRecord(raw, config=self.config)
             if record.parse_error is None:

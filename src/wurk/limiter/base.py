@@ -32,12 +32,13 @@ import os
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from .. import scripts
+from ..api import values
 from ..api.values import Invalid
 from ..config import Config, default_config
 from ..errors import OverLimit
@@ -74,6 +75,8 @@ REGISTER_EVERY = 3600.0
 REGISTERED_CAP = 10_000
 
 COMMON = ("limiter_common.lua",)
+STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "overages",
+               "reclaimed")
 _REGISTER = scripts.Script("limiter_register.lua")
 _registered: dict[tuple[int, str, str], float] = {}
 _registered_lock = threading.Lock()
@@ -83,6 +86,26 @@ def forget_registrations() -> None:
     """Make every limiter write its metadata again on its next use (after a FLUSHALL)."""
     with _registered_lock:
         _registered.clear()
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def pairs(reply: Any) -> dict[str, Any]:
+    """HGETALL's reply as a dict, whether it came as a dict (RESP3) or a flat list."""
+    if isinstance(reply, Mapping):
+        return {_text(k): v for k, v in reply.items()}
+    if isinstance(reply, (list, tuple)):
+        return {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+    return {}
+
+
+def read_stats(reply: Any) -> dict[str, int | Invalid]:
+    """The stats hash (``lmtr-s:{name}``): each counter a whole number (0 when absent), or
+    ``Invalid`` when what is stored is not one."""
+    fields = pairs(reply)
+    return {name: values.count(fields.get(name)) for name in STAT_FIELDS}
 
 
 def interval_seconds(value: str | float | timedelta, what: str) -> float:
@@ -256,8 +279,6 @@ class Limiter:
     def stats(self) -> dict[str, int | Invalid]:
         """The counters every process adds to (``lmtr-s:{name}``); one that is not a count
         (written by hand, say) is a ``wurk.api.values.Invalid``."""
-        from .inspect import read_stats
-
         key = self._config().keys.limiter_stats(self.name)
         with self._connection() as conn:
             return read_stats(conn.call("HGETALL", key))

@@ -20,12 +20,10 @@ from typing import Any
 from ..api import values
 from ..api.values import Invalid
 from ..config import Config
-from .base import NAME_PATTERN
+from .base import NAME_PATTERN, pairs, read_stats
 
-__all__ = ["LIST_CAP", "STAT_FIELDS", "TYPES", "limiters", "read_stats"]
+__all__ = ["LIST_CAP", "TYPES", "average_wait", "limiters"]
 
-STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "overages",
-               "reclaimed")
 TYPES = ("concurrent", "bucket", "window", "leaky", "points")
 # The most names one listing reads (SSCAN): dynamic limiters can number in the thousands,
 # and a page needs only the sorted names, not unbounded memory.
@@ -37,27 +35,12 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _pairs(reply: Any) -> dict[str, Any]:
-    """HGETALL's reply as a dict, whether it came as a dict (RESP3) or a flat list."""
-    if isinstance(reply, Mapping):
-        return {_text(k): v for k, v in reply.items()}
-    if isinstance(reply, (list, tuple)):
-        return {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
-    return {}
-
-
 def _number(value: Any) -> float | None:
     try:
         number = float(_text(value))
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
-
-
-def read_stats(reply: Any) -> dict[str, int | Invalid]:
-    """The stats hash: each counter a whole number (0 when absent), or ``Invalid``."""
-    fields = _pairs(reply)
-    return {name: values.count(fields.get(name)) for name in STAT_FIELDS}
 
 
 def average_wait(stats: Mapping[str, int | Invalid]) -> float | None:
@@ -142,7 +125,7 @@ def _read(config: Config, names: list[str]) -> list[dict[str, Any]]:
 
 
 def _row(name: str, meta: Any, stats: Any) -> dict[str, Any]:
-    fields = _pairs(meta) if not isinstance(meta, Exception) else {}
+    fields = pairs(meta) if not isinstance(meta, Exception) else {}
     kind = _text(fields.get("type", ""))
     options, problem = _options(fields.get("options", b"{}"))
     if not fields:
