@@ -11,8 +11,8 @@
    else ``300 × overrated`` s plus up to 300 s of jitter, so a backlog spreads out instead
    of coming back all at once.
 
-The job is stored as this link of the middleware chain received it: the chain's outermost
-link, so whatever an inner link decoded (an encrypted argument) is not stored decoded.
+The job is stored as the chain's outermost link holds it, so an inner link that decodes
+something (an encrypted argument) must decode into a copy, not into the payload in place.
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ redis.call('ZREM', KEYS[1], ARGV[1])
 expiry = finite(expiry, now)
 count(KEYS[3], ttl, 'held_ms', math.max(0, math.floor(now - (expiry - lock_timeout))))
 if expiry < now then count(KEYS[3], ttl, 'overages', 1) end
--- One token per release; at most `size` wait, so a release nobody waits for cannot pile up
--- wake-ups, and they vanish with the locks they announced.
+-- One token per release, at most `size` (and 64) kept: releases nobody waits for cannot pile
+-- up wake-ups, and they vanish with the locks they announced. A waiter a token misses wakes
+-- at the end of its wait's slice anyway.
 redis.call('LPUSH', KEYS[2], '1')
-redis.call('LTRIM', KEYS[2], 0, size - 1)
+redis.call('LTRIM', KEYS[2], 0, math.min(size, 64) - 1)
 redis.call('PEXPIRE', KEYS[2], math.max(1000, lock_timeout))
 return 1
