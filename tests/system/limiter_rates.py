@@ -42,6 +42,9 @@ ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.05
 KINDS = ("window", "bucket", "leaky")
 THREADS = 4  # per limiter, per process: enough that demand always exceeds the limit
+# From the start being told to the loaders to the start itself: their threads must be waiting
+# for it, even on a loaded machine.
+START_MARGIN = 0.5
 
 
 def limiter(kind: str, name: str, size: int, interval: float) -> wurk.limiter.Limiter:
@@ -54,9 +57,12 @@ def limiter(kind: str, name: str, size: int, interval: float) -> wurk.limiter.Li
 
 
 # -- one loading process ----------------------------------------------------------------------
-def load(prefix: str, size: int, interval: float, start: float, seconds: float) -> None:
-    """Hammer every kind from ``start`` for ``seconds``; print each kind's grant times."""
+def load(prefix: str, size: int, interval: float, seconds: float) -> None:
+    """Say "ready", read the start (epoch s) from stdin, hammer every kind from then for
+    ``seconds``, and print each kind's grant times."""
     grants: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    print("ready", flush=True)
+    start = float(sys.stdin.readline())
     end = start + seconds
 
     def hammer(kind: str) -> None:
@@ -131,19 +137,24 @@ def run(url: str, *, size: int, interval: float, seconds: float,
         processes: int = 2) -> list[Figures]:
     """Load every kind from ``processes`` processes; the figures of each kind."""
     client = redis.Redis.from_url(url)
-    now, micros = client.time()
-    boot = 3.0  # for the processes to import wurk and reach the start line
-    start = math.ceil((now + micros / 1e6 + boot) / interval) * interval
-    prefix = f"rates{os.getpid()}-{int(now)}"
+    prefix = f"rates{os.getpid()}-{int(time.time())}"
     env = {**os.environ, "REDIS_URL": url}
     command = [sys.executable, "-m", "tests.system.limiter_rates", "load", "--prefix", prefix,
-               "--size", str(size), "--interval", str(interval), "--start", repr(start),
-               "--seconds", str(seconds)]
-    loaders = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
-               for _ in range(processes)]
+               "--size", str(size), "--interval", str(interval), "--seconds", str(seconds)]
+    loaders = [subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for _ in range(processes)]
+    for loader in loaders:  # every process booted, so the demand starts on time in all
+        assert loader.stdout is not None and loader.stdout.readline().strip() == "ready"
+    now, micros = client.time()
+    start = math.ceil((now + micros / 1e6 + START_MARGIN) / interval) * interval
     grants: dict[str, list[float]] = {kind: [] for kind in KINDS}
     for loader in loaders:
-        out, _ = loader.communicate(timeout=start - time.time() + seconds + 60)
+        assert loader.stdin is not None
+        loader.stdin.write(f"{start!r}\n")
+        loader.stdin.close()
+    for loader in loaders:
+        out = loader.stdout.read() if loader.stdout else ""
+        loader.wait(timeout=start - time.time() + seconds + 60)
         if loader.returncode != 0:
             raise RuntimeError(f"a loading process failed (exit {loader.returncode})")
         for kind, times in json.loads(out).items():
@@ -158,12 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=50)
     parser.add_argument("--interval", type=float, default=10.0)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--start", type=float, default=0.0)
     parser.add_argument("--prefix", default="rates")
     parser.add_argument("--url", default=os.environ.get("REDIS_URL"))
     args = parser.parse_args(argv)
     if args.mode == "load":
-        load(args.prefix, args.size, args.interval, args.start, args.seconds)
+        load(args.prefix, args.size, args.interval, args.seconds)
         return 0
     if not args.url:
         parser.error("give --url or set REDIS_URL (a Redis nobody else is loading)")

@@ -20,7 +20,7 @@ def seed(config: wurk.Config) -> None:
     erp.within_limit().__enter__()  # one slot held now
     with erp.within_limit():
         pass
-    with wurk.limiter.window("search", 50, 10).within_limit(used=12):
+    with wurk.limiter.window("search", 50, "hour").within_limit(used=12):
         pass
     with wurk.limiter.bucket("api", 100, "minute").within_limit(used=7):
         pass
@@ -49,7 +49,7 @@ def test_the_json_twin_lists_every_limiter_with_its_use_and_stats(
     assert (found["erp"]["type"], found["erp"]["size"], found["erp"]["use"]) == (
         "concurrent", 3, 1)
     assert found["erp"]["stats"]["held"] == 2
-    assert found["search"]["use"] == 12 and found["search"]["interval"] == 10
+    assert found["search"]["use"] == 12 and found["search"]["interval"] == 3600
     assert found["api"]["use"] == 7 and found["api"]["interval"] == 60
     assert 0.9 < found["stripe"]["use"] <= 1
     assert 600 <= found["llm"]["use"] < 620
