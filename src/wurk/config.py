@@ -8,6 +8,8 @@
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
    ``default_config()`` returns it.
 5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
+6. ``periodic`` (the registered cron loops, ``wurk.periodic``) and ``is_leader()`` /
+   ``leader_token()``: what the running worker's leader election says (``wurk.leader``).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from . import affinity
 from .errors import ConfigError
@@ -26,6 +28,7 @@ from .keys import PRIVATE_SEPARATOR, Keys
 from .locate import resolve_url
 from .middleware import Chain
 from .payload import TimestampFormat
+from .periodic import Periodic
 from .pool import RedisPool
 
 __all__ = ["Capsule", "Config", "configure", "default_config", "parse_queue"]
@@ -33,7 +36,7 @@ __all__ = ["Capsule", "Config", "configure", "default_config", "parse_queue"]
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
 LIFECYCLE_EVENTS: tuple[str, ...] = (
-    "startup", "quiet", "shutdown", "exit", "heartbeat", "beat", "leader", "fork",
+    "startup", "quiet", "shutdown", "exit", "heartbeat", "beat", "leader", "follower", "fork",
 )
 
 DAY = 24 * 60 * 60
@@ -42,10 +45,11 @@ DAY = 24 * 60 * 60
 # file is an error naming it at load time, not a crash in a thread later.
 _TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity")
 _OPTIONAL = ("redis_url", "environment", "cpu_affinity")
-_FLAG_SETTINGS = ("leader", "skip_default_job_logging")
+_FLAG_SETTINGS = ("leader", "skip_default_job_logging", "periodic_seconds_field")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
-                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout")
+                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
+                   "leader_renew_interval", "leader_check_interval", "periodic_poll_interval")
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
@@ -75,6 +79,15 @@ def _check_queue_name(name: str) -> None:
             f"queue name {name!r} contains {PRIVATE_SEPARATOR!r}, which wurk reserves for "
             "in-flight lists; choose another name"
         )
+
+
+class LeaderState(Protocol):
+    """What a running worker's leader election answers (``wurk.leader.Leadership``)."""
+
+    def is_leader(self) -> bool: ...
+
+    @property
+    def token(self) -> int | None: ...
 
 
 @dataclass(kw_only=True)
@@ -195,6 +208,19 @@ class Config:
     heartbeat_interval: float = 10.0
     heartbeat_ttl: int = 60
     reaper_interval: float = 60.0
+    # -- leader election and periodic jobs (``wurk.leader``, ``wurk.periodic``) --------------
+    # The leader renews every 15 s and holds ``dear-leader`` for twice that; a follower tries
+    # every 60 s, or as soon as the key's time runs out, whichever comes first.
+    leader_renew_interval: float = 15.0
+    leader_check_interval: float = 60.0
+    periodic: Periodic = field(default_factory=Periodic)
+    # A tick missed (no leader, a slow poll) fires late if it is at most this old; older
+    # ones are warned about, never pushed.
+    periodic_catch_up: float = 300.0
+    # Longest wait between two looks of the leader at its loops (it wakes at the next tick).
+    periodic_poll_interval: float = 5.0
+    # Accept a leading seconds field (6-field cron): Sidekiq Enterprise and Ruby wurk read 5.
+    periodic_seconds_field: bool = False
     # -- logging ----------------------------------------------------------------------------
     log_format: Literal["pretty", "plain", "json"] = "pretty"
     log_level: str = "INFO"
@@ -226,7 +252,19 @@ class Config:
         self._pools: dict[str, RedisPool] = {}
         self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
+        self._leadership: LeaderState | None = None
+        self._take_periodic()
         self.validate()
+
+    def _take_periodic(self) -> None:
+        """``periodic`` may be given as the YAML section's list of entries."""
+        given: Any = self.periodic
+        if isinstance(given, Periodic):
+            given.seconds_field = self.periodic_seconds_field is True
+            return
+        loops = Periodic(seconds_field=self.periodic_seconds_field is True)
+        loops.load(given, source="periodic")
+        self.periodic = loops
 
     # -- building ---------------------------------------------------------------------------
     @classmethod
@@ -239,7 +277,12 @@ class Config:
                 f"{source}: unknown setting {unknown[0]!r}; known settings: "
                 + ", ".join(sorted(known))
             )
-        return cls(**dict(values))
+        settings = dict(values)
+        entries = settings.pop("periodic", None)
+        config = cls(**settings)
+        if entries is not None:  # loaded here so an error names the file
+            config.periodic.load(entries, source=source)
+        return config
 
     def capsule(self, name: str, *, queues: Sequence[str], concurrency: int) -> Capsule:
         """Add a capsule (Sidekiq 7's ``config.capsule``)."""
@@ -287,7 +330,8 @@ class Config:
                 raise ConfigError(f"{name} must be a positive whole number, not {value!r}")
         for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
                      "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
-                     "socket_timeout", "scheduler_initial_wait", "reaper_interval"):
+                     "socket_timeout", "scheduler_initial_wait", "reaper_interval",
+                     "periodic_catch_up"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
@@ -301,6 +345,7 @@ class Config:
                                                         for q in self.queues):
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
+        self.periodic.check_seconds()
         self._validate_web()
 
     def _validate_web(self) -> None:
@@ -355,6 +400,7 @@ class Config:
         self.validate()
         self.client_middleware.freeze()
         self.server_middleware.freeze()
+        self.periodic.freeze()
         self._frozen = True
         return self
 
@@ -380,6 +426,20 @@ class Config:
                 f"({self.socket_timeout} s): a fetch waits that long for a reply, and its "
                 "connection would time out first"
             )
+
+    # -- leadership -------------------------------------------------------------------------
+    def is_leader(self) -> bool:
+        """True while this process's running worker holds ``dear-leader`` (Sidekiq Ent's
+        ``leader?``); False with no worker running, or with ``leader`` off."""
+        leadership = self._leadership
+        return leadership is not None and leadership.is_leader()
+
+    def leader_token(self) -> int | None:
+        """The fencing token of this process's current term as leader, else None. It only
+        grows: a write guarded by "my token is still the newest" cannot come from a leader
+        whose term another has since taken."""
+        leadership = self._leadership
+        return leadership.token if leadership is not None else None
 
     # -- connections ------------------------------------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
