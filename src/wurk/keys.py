@@ -26,6 +26,7 @@ class Keys:
         "leader",
         "leader_token",
         "paused",
+        "periodic",
         "prefix",
         "process_cleanup",
         "processes",
@@ -52,6 +53,7 @@ class Keys:
         self.paused = f"{p}paused"
         self.leader = f"{p}dear-leader"
         self.leader_token = f"{p}leader-token"
+        self.periodic = f"{p}periodic"
         self.reaper_lock = f"{p}wurk:reaper:full-scan"
         self.super_processes = f"{p}super_processes"
 
@@ -105,6 +107,23 @@ class Keys:
 
     def stat_failed_day(self, day: _dt.date) -> str:
         return f"{self.stat_failed}:{day.isoformat()}"
+
+    # -- periodic jobs (Ruby wurk's layout) -------------------------------------------------
+    @property
+    def loop_prefix(self) -> str:
+        return f"{self.prefix}loops:"
+
+    def loop(self, lid: str) -> str:
+        """A loop's hash: schedule, klass, options, tz, paused, lf, nf."""
+        return f"{self.loop_prefix}{lid}"
+
+    @property
+    def loop_history_prefix(self) -> str:
+        return f"{self.prefix}loop-history:"
+
+    def loop_history(self, lid: str) -> str:
+        """A loop's recent pushes, newest first: JSON ``[fired_at_epoch_s, jid]``."""
+        return f"{self.loop_history_prefix}{lid}"
 
     # -- reliability ------------------------------------------------------------------------
     @property

@@ -2,10 +2,12 @@
 
 1. ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
-   first heartbeat (before any fetch); start the heartbeat thread, the scheduler and one
+   first heartbeat (before any fetch); start the heartbeat thread, the leader election and
+   the periodic poller (``wurk.leader``, ``wurk.periodic_poller``), the scheduler and one
    manager per capsule.
-2. ``quiet``: stop fetching everywhere and stop the scheduler; fire ``quiet``; the heartbeat
-   reports ``quiet="true"``. One-way, as in Sidekiq.
+2. ``quiet``: stop fetching everywhere, stop the scheduler and the periodic poller and step
+   down as leader; fire ``quiet``; the heartbeat reports ``quiet="true"``. One-way, as in
+   Sidekiq.
 3. ``stop``: fire ``shutdown``; quiet; give running jobs until ``timeout`` seconds after the
    stop began; then each manager requeues its unfinished jobs and interrupts its threads;
    last stats flush; remove the process record; fire ``exit``.
@@ -26,9 +28,12 @@ from . import log as wurk_log
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
+from .job import registry
+from .leader import Leadership
 from .locate import describe_url
 from .manager import Manager, capsule_pool
 from .pause import PausedCache
+from .periodic_poller import PeriodicPoller
 from .preflight import check_server
 from .processor import Busy, JobRunner
 from .proctitle import set_title
@@ -71,6 +76,9 @@ class Launcher:
                                  visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
         self.scheduler = Scheduler(config)
+        self.leadership = Leadership(config, str(self.identity),
+                                     on_change=self._leadership_changed)
+        self.periodic = PeriodicPoller(config, self.leadership)
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
         self._pin_sampler: TimerLoop | None = None  # cpu_affinity "auto" only
@@ -134,6 +142,7 @@ class Launcher:
                 raise RuntimeError("this launcher was already started")
             self._started = True
         self.config.freeze()
+        self.config.periodic.check_jobs(registry)
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
         log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
@@ -146,6 +155,9 @@ class Launcher:
         self.heartbeat.start()
         self._log_flusher.start()
         self._start_reliability()
+        self.config._leadership = self.leadership  # what config.is_leader() asks
+        self.leadership.start()
+        self.periodic.start()
         self.scheduler.start()
         pinning = self._pinning()
         for manager in self.managers:
@@ -204,6 +216,10 @@ class Launcher:
             self._quiet = True
         log.info("quiet: no new jobs will be fetched")
         self.scheduler.stop(timeout=self.config.shutdown_grace)
+        # A quiet process is on its way out (a deploy): it hands its loops to a process that
+        # stays, rather than running the old schedule until it exits.
+        self.periodic.stop(timeout=self.config.shutdown_grace)
+        self.leadership.stop(timeout=self.config.shutdown_grace)
         for manager in self.managers:
             manager.quiet()
         self.heartbeat.quiet = True
@@ -267,8 +283,13 @@ class Launcher:
                     raise
                 report_error(self.config, exc, {"context": f"lifecycle event {event}"})
 
+    def _leadership_changed(self, leading: bool) -> None:
+        self._update_title()
+        self.fire("leader" if leading else "follower")
+
     def _update_title(self) -> None:
         if self.embedded:
             return  # the host's process keeps the host's title
         set_title(self.config.tag, f"[{len(self.busy)} of {self.concurrency} busy]",
-                  self.title, "stopping" if self._quiet else "")
+                  self.title, "leader" if self.leadership.is_leader() else "",
+                  "stopping" if self._quiet else "")

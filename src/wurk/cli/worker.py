@@ -19,6 +19,7 @@ from .. import log as wurk_log
 from ..config import Config, configure
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
+from ..job import registry
 
 __all__ = ["load_module", "worker"]
 
@@ -125,6 +126,10 @@ def prepare(options: dict[str, Any]) -> Config:
     configure(config)
     for spec in options.get("modules") or ():
         load_module(spec)
+    try:
+        config.periodic.check_jobs(registry)  # job names can be checked once jobs are loaded
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     return config
 
 
