@@ -124,6 +124,7 @@ class PeriodicPoller:
         self._clock: tuple[float, float] = (0.0, 0.0)  # (Redis time, monotonic) of a read
         self._outage = Outage(config, "periodic")
         self._backoff = Backoff()
+        self._failing: set[str] = set()  # loops whose last try raised (reported once)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -220,26 +221,29 @@ class PeriodicPoller:
         try:
             self._act(loop, due, token, now)
         except Exception as exc:
-            report_error(self.config, exc, {"context": f"periodic loop {loop.describe()}",
-                                            "lid": loop.lid})
+            # The tick is tried again at the next look, until it is past catching up; the
+            # failure is reported once, not at every try.
+            if loop.lid not in self._failing:
+                self._failing.add(loop.lid)
+                report_error(self.config, exc, {"context": f"periodic loop {loop.describe()}",
+                                                "lid": loop.lid})
+            else:
+                log.debug("periodic: loop %s still failing: %s", loop.lid, exc)
             return min(due.next_fire, now + self.config.periodic_poll_interval)
+        self._failing.discard(loop.lid)
         return due.next_fire
 
     def _act(self, loop: Loop, due: Due, token: int, now: float) -> None:
+        if due.fire is None:
+            self._move_on(loop, due.next_fire, token)
+        elif self.push(loop, due.fire, due.next_fire, token) and now - due.fire > LATE_WARNING:
+            log.warning("periodic: loop %s pushed its %s tick %.0f s late", loop.describe(),
+                        loop.schedule.local(due.fire).isoformat(), now - due.fire)
         if due.missed:
             more = "more than " if due.more_missed else ""
             log.warning("periodic: loop %s (%s) missed %s%d tick(s) while no process could "
                         "push them; they are not run late", loop.describe(), loop.lid, more,
                         due.missed)
-        if due.fire is None:
-            self._move_on(loop, due.next_fire, token)
-            return
-        if not self.push(loop, due.fire, due.next_fire, token):
-            return
-        late = now - due.fire
-        if late > LATE_WARNING:
-            log.warning("periodic: loop %s pushed its %s tick %.0f s late", loop.describe(),
-                        loop.schedule.local(due.fire).isoformat(), late)
 
     def push(self, loop: Loop, tick: int, next_fire: int, token: int) -> bool:
         """Push ``tick``'s job once; True when this call pushed it."""
