@@ -28,7 +28,7 @@ from . import payload as P
 from .cron import Schedule
 from .errors import ConfigError, InvalidArguments
 
-__all__ = ["Due", "Loop", "Periodic", "plan", "tick_jid"]
+__all__ = ["HISTORY_LIMIT", "Due", "Loop", "Periodic", "epoch_field", "plan", "tick_jid"]
 
 # Options a loop may not set: the job's identity and timing belong to the loop itself.
 RESERVED_OPTIONS = frozenset({P.CLASS, P.JID, P.AT, "wait", "wait_until", "sync",
@@ -39,6 +39,10 @@ ENTRY_KEYS = ("cron", "job", "tz", "args", P.QUEUE, P.RETRY, P.RETRY_FOR, P.RETR
               P.DEAD, P.BACKTRACE, P.TAGS, "options")
 # Missed ticks counted one by one at most; past this a warning says "more than".
 MISSED_COUNT_LIMIT = 10_000
+# Entries kept in loop-history:<lid> (Ruby wurk's cap).
+HISTORY_LIMIT = 25
+# Epoch seconds outside (0, this) are not a time any loop fired or will fire at.
+EPOCH_LIMIT = 10**11
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,22 @@ class Loop:
     def describe(self) -> str:
         zone = f" ({self.tz})" if self.tz else ""
         return f"{self.cron!r}{zone} → {self.job}"
+
+
+def epoch_field(raw: object) -> int | None:
+    """A stored epoch second (``"1700000000"``, ``"1700000000.5"``), or None when it is
+    anything else: the field may have been written by Ruby, by hand or by an attacker."""
+    if isinstance(raw, bytes):
+        raw = raw.decode("ascii", "replace")
+    if not isinstance(raw, str):
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or not 0 < value < EPOCH_LIMIT:
+        return None
+    return int(value)
 
 
 def tick_jid(lid: str, tick: int) -> str:

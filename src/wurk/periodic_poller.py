@@ -22,7 +22,6 @@ tick is pushed exactly once.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,18 +34,16 @@ from .config import Config
 from .errors import JobNotRegistered
 from .job import Registry, registry
 from .outage import Backoff, Outage
-from .periodic import Due, Loop, plan, tick_jid
+from .periodic import HISTORY_LIMIT, Due, Loop, epoch_field, plan, tick_jid
 from .pool import RedisPool
 from .reporting import report_error
 from .timer import TimerLoop
 
-__all__ = ["HISTORY_LIMIT", "LoopState", "PeriodicPoller", "epoch_field"]
+__all__ = ["LoopState", "PeriodicPoller"]
 
 log = logging.getLogger("wurk")
 
 PERIODIC_THREAD = "wurk-periodic"
-# Entries kept in loop-history:<lid> (Ruby wurk's cap).
-HISTORY_LIMIT = 25
 # The leader writes its loops again this often within a term: a loop deleted by hand comes
 # back, one a stale process wrote is pruned.
 SYNC_INTERVAL = 60.0
@@ -56,8 +53,6 @@ FOLLOWER_LOOK = 1.0
 WAKE_MARGIN = 0.005
 # A tick pushed more than this late is worth a warning (a slow look, a leader change).
 LATE_WARNING = 10.0
-# Epoch seconds outside (0, this) are not a time any loop fired or will fire at.
-EPOCH_LIMIT = 10**11
 
 
 class Term(Protocol):
@@ -78,22 +73,6 @@ class LoopState:
     lf: int | None
     nf: int | None
     paused: bool
-
-
-def epoch_field(raw: object) -> int | None:
-    """A stored epoch second (``"1700000000"``, ``"1700000000.5"``), or None when it is
-    anything else: the field may have been written by Ruby, by hand or by an attacker."""
-    if isinstance(raw, bytes):
-        raw = raw.decode("ascii", "replace")
-    if not isinstance(raw, str):
-        return None
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    if not math.isfinite(value) or not 0 < value < EPOCH_LIMIT:
-        return None
-    return int(value)
 
 
 def _text(value: Any) -> str:

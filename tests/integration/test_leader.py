@@ -148,3 +148,29 @@ def test_a_hostile_token_is_refused_with_a_message_naming_it(
     wait_until(lambda: bool(reports), 5, "the error report")
     assert "leader-token holds" in str(reports[0]) and "not a whole number" in str(reports[0])
     assert not leadership.is_leader() and r.get("dear-leader") is None
+
+
+def test_an_embedded_worker_answers_is_leader_fires_events_and_steps_down_on_quiet(
+        r: redis.Redis) -> None:
+    import wurk
+
+    config = Config(**FAST, heartbeat_interval=0.5, scheduler_initial_wait=0,
+                    fetch_timeout=0.5, tag="leader-test")
+    seen: list[tuple[str, bool, int | None]] = []
+    config.on("leader", lambda: seen.append(("leader", config.is_leader(),
+                                             config.leader_token())))
+    config.on("follower", lambda: seen.append(("follower", config.is_leader(),
+                                               config.leader_token())))
+    assert not config.is_leader() and config.leader_token() is None
+    worker = wurk.Embedded(config).start()
+    try:
+        wait_until(config.is_leader, 5, "the worker to lead")
+        assert config.leader_token() == 1 and r.get("dear-leader") == worker.identity
+        wait_until(lambda: bool(seen), 2, "the leader event")
+        assert seen == [("leader", True, 1)]
+        worker.quiet()
+        assert not config.is_leader() and r.get("dear-leader") is None
+        assert seen[-1] == ("follower", False, None)
+    finally:
+        worker.stop()
+        config.close()

@@ -6,7 +6,9 @@
 4. ``ProcessSet``, ``Process``, ``WorkSet``, ``Work`` — processes and running jobs
    (``api/processes.py``).
 5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
-6. Paging that tolerates concurrent change (``paging.py``).
+6. ``PeriodicSet``, ``LoopRecord`` — periodic loops, their history, pause and enqueue now
+   (``api/periodic.py``).
+7. Paging that tolerates concurrent change (``paging.py``).
 
 Every call that talks to Redis is a method (``decisions.md`` 18) on an object holding an
 explicit ``Config`` (default: ``wurk.default_config()``), and uses that configuration's
@@ -21,6 +23,7 @@ replaying them cannot change the outcome. The worker never imports this package.
 
 from __future__ import annotations
 
+from .periodic import LoopRecord, PeriodicSet
 from .processes import Process, ProcessSet, Work, WorkSet
 from .queues import Queue
 from .record import JobRecord
@@ -31,6 +34,8 @@ __all__ = [
     "DeadSet",
     "JobRecord",
     "JobSet",
+    "LoopRecord",
+    "PeriodicSet",
     "Process",
     "ProcessSet",
     "Queue",

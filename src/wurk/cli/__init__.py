@@ -37,6 +37,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("inspect", "retry_command"),
     ("inspect", "kill_command"),
     ("web", "web_command"),
+    ("periodic", "periodic"),
 )
 
 EXIT_ERROR = 1
