@@ -5,8 +5,10 @@
    ``create_app(extensions=[...])``.
 2. Its routes are mounted at ``/<name>``; its templates are found as ``"<name>/file.html"``
    and may extend the dashboard's ``layout.html``; its static files are served at
-   ``/<name>/static/``. Handlers use ``render(request, template, context)`` for a page and
-   ``dashboard(request).run(fn, ...)`` for Redis work (through the dashboard's own pool).
+   ``/<name>/static/``; its JSON endpoints (``api``) at ``/api/<name>/…``, listed in the
+   API's documentation with the dashboard's own. Handlers use ``render(request, template,
+   context)`` for a page and ``dashboard(request).run(fn, ...)`` for Redis work (through the
+   dashboard's own pool).
 3. Its POSTs pass the same guard as the dashboard's (auth, read-only, origin, CSRF token).
 4. An exception in an extension is reported (error handlers, or the log) and the viewer sees
    "Extension render error (see server logs)" — never the exception's text (seed 004).
@@ -18,11 +20,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse
-from starlette.routing import BaseRoute, Mount, Router
+from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -31,11 +34,16 @@ from ..errors import ConfigError
 from ..reporting import report_error
 from .templating import render
 
+if TYPE_CHECKING:
+    from .api import Endpoint
+
 __all__ = ["RESERVED_NAMES", "Extension", "mount", "render"]
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+# Paths of the dashboard's own pages, and of its own API (``/api/<name>`` is an
+# extension's).
 RESERVED_NAMES = frozenset({"api", "static", "stats", "busy", "queues", "retries",
-                            "scheduled", "morgue"})
+                            "scheduled", "morgue", "dashboard", "csrf", "openapi"})
 RENDER_ERROR = "Extension render error (see server logs)"
 
 
@@ -48,6 +56,7 @@ class Extension:
     routes: Sequence[BaseRoute]
     templates: str | Path | None = None
     static: str | Path | None = None
+    api: Sequence[Endpoint] = ()  # paths relative to /api/<name>
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.fullmatch(self.name) or self.name in RESERVED_NAMES:
@@ -62,12 +71,19 @@ class Extension:
                                   f"{str(folder)!r} does not exist")
 
 
-def mount(extension: Extension, config: Config) -> Mount:
-    """The extension's routes (and static files) under ``/<name>``, errors contained."""
+def mount(extension: Extension, config: Config) -> list[Mount]:
+    """The extension's routes (and static files) under ``/<name>``, its JSON endpoints under
+    ``/api/<name>``, errors contained."""
     routes = list(extension.routes)
     if extension.static is not None:
         routes.insert(0, Mount("/static", StaticFiles(directory=extension.static)))
-    return Mount(f"/{extension.name}", app=Contained(Router(routes), extension.name, config))
+    mounts = [Mount(f"/{extension.name}",
+                    app=Contained(Router(routes), extension.name, config))]
+    if extension.api:
+        endpoints = [Route(e.path, e.handler, methods=[e.method]) for e in extension.api]
+        mounts.insert(0, Mount(f"/api/{extension.name}",
+                               app=Contained(Router(endpoints), extension.name, config)))
+    return mounts
 
 
 class Contained:
