@@ -10,12 +10,15 @@ import json
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import redis
 
 from tests.chaos.leader_run import KILL, PAUSE, FailoverPlan, failover
-from tests.system.conftest import ROOT
+from tests.system.conftest import ROOT, Worker, wait_for
 
 FAST = FailoverPlan(workers=3, seconds=39, tick=3, faults=(KILL, PAUSE, KILL), renew=0.5,
                     check=5.0, poll=1.0)
@@ -79,3 +82,28 @@ def test_periodic_list_shows_the_loops_in_redis(r: redis.Redis) -> None:
     assert "2027-01-15T03:00:00-05:00" in done.stdout and "paused" in done.stdout
     listed = json.loads(wurk_cli("periodic", "list", "--json").stdout)["loops"]
     assert listed[0]["next_run"] == 1800000000 and listed[0]["paused"] is True
+
+
+LEADER_SETTINGS = """
+leader_renew_interval: 0.5
+leader_check_interval: 1
+"""
+
+
+def test_the_leader_says_so_in_its_title_and_a_leader_false_process_never_leads(
+        r: redis.Redis, start_worker: Callable[..., Worker]) -> None:
+    follower = start_worker(settings=LEADER_SETTINGS + "leader: false\n")
+    time.sleep(1.5)
+    assert r.get("dear-leader") is None, "leader: false must keep it out of the election"
+    leader = start_worker(settings=LEADER_SETTINGS)
+    wait_for(lambda: (r.get("dear-leader") or "").split(":")[-2:-1] == [str(leader.process.pid)],
+             message="the second worker to lead")
+
+    def title(worker: Worker) -> str:
+        return " ".join(psutil.Process(worker.process.pid).cmdline())
+
+    wait_for(lambda: " leader" in title(leader), message="'leader' in the title")
+    assert " leader" not in title(follower)
+    leader.signal("TSTP")  # quiet: it steps down
+    wait_for(lambda: r.get("dear-leader") is None, message="the quiet leader to step down")
+    wait_for(lambda: " leader" not in title(leader), message="the title to drop 'leader'")
