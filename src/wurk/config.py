@@ -252,7 +252,9 @@ class Config:
         self._pools: dict[str, RedisPool] = {}
         self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
-        self._leadership: LeaderState | None = None
+        # A box, not the election itself: a view made by ``routed`` (the dashboard's) shares
+        # it, so it sees the election a worker started after the view was made.
+        self._leadership: list[LeaderState] = []
         self._take_periodic()
         self.validate()
 
@@ -431,15 +433,14 @@ class Config:
     def is_leader(self) -> bool:
         """True while this process's running worker holds ``dear-leader`` (Sidekiq Ent's
         ``leader?``); False with no worker running, or with ``leader`` off."""
-        leadership = self._leadership
-        return leadership is not None and leadership.is_leader()
+        return any(leadership.is_leader() for leadership in self._leadership)
 
     def leader_token(self) -> int | None:
         """The fencing token of this process's current term as leader, else None. It only
         grows: a write guarded by "my token is still the newest" cannot come from a leader
         whose term another has since taken."""
-        leadership = self._leadership
-        return leadership.token if leadership is not None else None
+        return next((leadership.token for leadership in self._leadership
+                     if leadership.token is not None), None)
 
     # -- connections ------------------------------------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:

@@ -155,7 +155,7 @@ class Launcher:
         self.heartbeat.start()
         self._log_flusher.start()
         self._start_reliability()
-        self.config._leadership = self.leadership  # what config.is_leader() asks
+        self.config._leadership[:] = [self.leadership]  # what config.is_leader() asks
         self.leadership.start()
         self.periodic.start()
         self.scheduler.start()

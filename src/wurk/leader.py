@@ -67,6 +67,7 @@ class Leadership:
         self._holder_left: float | None = None  # seconds left on another holder's key
         self._warned_holder: str | None = None
         self._change_lock = threading.Lock()
+        self._started = False
         self._timer = TimerLoop(LEADER_THREAD, self._turn, self._next_wait, first_wait=0.0,
                                 on_error=self._turn_failed)
         self._outage = Outage(config, "leader election")
@@ -101,6 +102,7 @@ class Leadership:
         if not self.config.leader:
             log.info("leader election: this process does not campaign (leader=false)")
             return
+        self._started = True
         self._timer.start()
 
     def stop(self, timeout: float) -> None:
@@ -108,7 +110,7 @@ class Leadership:
         if not self._timer.stop(timeout):
             log.warning("the leader election thread did not stop within %.1f s", timeout)
         self._term = None
-        if self.config.leader:  # even after a local lapse the key may still name us
+        if self._started:  # even after a local lapse the key may still name us
             try:
                 self.pool.run(lambda r: self._resign(keys=[self.config.keys.leader],
                                                      args=[self.identity], client=r))

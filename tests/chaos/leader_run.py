@@ -180,9 +180,9 @@ class Failover:
         """Strike each fault before an evenly spread tick; the last tick counted."""
         plan = self.plan
         ticks = max(1, int(plan.seconds // plan.tick))
-        every = max(1, ticks // (len(plan.faults) + 1))
         for number, fault in enumerate(plan.faults, start=1):
-            self._sleep_until(first + number * every * plan.tick - STRIKE_BEFORE * plan.tick)
+            index = max(1, round(number * ticks / (len(plan.faults) + 1)))
+            self._sleep_until(first + index * plan.tick - STRIKE_BEFORE * plan.tick)
             self._strike(fault)
         last = first + (ticks - 1) * plan.tick
         self._sleep_until(last + plan.tick / 2)  # the last tick has been pushed by then

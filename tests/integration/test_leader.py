@@ -162,10 +162,12 @@ def test_an_embedded_worker_answers_is_leader_fires_events_and_steps_down_on_qui
     config.on("follower", lambda: seen.append(("follower", config.is_leader(),
                                                config.leader_token())))
     assert not config.is_leader() and config.leader_token() is None
+    view = config.routed("api", "web", size=2)  # as a dashboard in the same process holds
     worker = wurk.Embedded(config).start()
     try:
         wait_until(config.is_leader, 5, "the worker to lead")
         assert config.leader_token() == 1 and r.get("dear-leader") == worker.identity
+        assert view.is_leader() and view.leader_token() == 1
         wait_until(lambda: bool(seen), 2, "the leader event")
         assert seen == [("leader", True, 1)]
         worker.quiet()
