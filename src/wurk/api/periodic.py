@@ -115,7 +115,7 @@ class LoopRecord:
 
 
 class PeriodicSet:
-    """The loops in Redis (``wire-format`` §12.3)."""
+    """The loops in Redis, in Ruby wurk's layout (docs/periodic.md)."""
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config if config is not None else default_config()
