@@ -94,6 +94,14 @@ def poller(built: Built, term: Any) -> PeriodicPoller:
     return made
 
 
+def synced(built: Built) -> tuple[Leadership, PeriodicPoller]:
+    """A leader and its poller after a first look (its loops written to Redis)."""
+    leader = elect(built, "host:1:a")
+    made = poller(built, leader)
+    made.look()
+    return leader, made
+
+
 def pushed(r: redis.Redis, queue: str = "ticks") -> list[dict[str, Any]]:
     return [json.loads(raw) for raw in reversed(r.lrange(f"queue:{queue}", 0, -1))]
 
@@ -119,9 +127,7 @@ def check_each_tick_once(jobs: list[dict[str, Any]], lid: str) -> list[int]:
 def test_the_leader_registers_its_loops_in_ruby_wurks_layout(world: Callable[..., Built],
                                                               r: redis.Redis) -> None:
     built = world("*/5 * * * *", catch_up=60)
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    synced(built)
     lid = lid_of(built)
     assert r.smembers("periodic") == {lid}
     stored = r.hgetall(f"loops:{lid}")
@@ -190,9 +196,7 @@ def test_two_leaders_the_fence_cannot_tell_apart_still_push_each_tick_once(
 def test_the_fire_script_refuses_a_tick_already_fired(world: Callable[..., Built],
                                                       r: redis.Redis) -> None:
     built = world("* * * * *")
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    leader, poll = synced(built)
     loop = built.config.periodic.loops()[0]
     tick = int(time.time()) // 60 * 60
     assert poll.push(loop, tick, tick + 60, leader.token or 0)
@@ -204,9 +208,7 @@ def test_the_fire_script_refuses_a_tick_already_fired(world: Callable[..., Built
 def test_a_new_leader_fires_the_tick_it_missed_and_warns_of_older_ones(
         world: Callable[..., Built], r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     built = world("* * * * *", catch_up=90)
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    _, poll = synced(built)
     lid = lid_of(built)
     minute = int(time.time()) // 60 * 60
     r.hset(f"loops:{lid}", mapping={"nf": minute - 240, "lf": minute - 300})  # four missed
@@ -221,9 +223,7 @@ def test_a_new_leader_fires_the_tick_it_missed_and_warns_of_older_ones(
 def test_ticks_older_than_catch_up_are_not_pushed(world: Callable[..., Built],
                                                  r: redis.Redis) -> None:
     built = world("0 * * * *", catch_up=60)
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    _, poll = synced(built)
     lid = lid_of(built)
     hour = int(time.time()) // 3600 * 3600
     if time.time() - hour < 61:
@@ -251,9 +251,7 @@ def test_the_leader_prunes_loops_it_does_not_register_and_a_stale_one_cannot(
 def test_a_paused_loop_pushes_nothing_and_moves_on(world: Callable[..., Built],
                                                    r: redis.Redis) -> None:
     built = world()
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    _, poll = synced(built)
     r.hset(f"loops:{lid_of(built)}", "paused", "1")
     poll.start()
     time.sleep(2.5)
@@ -266,9 +264,7 @@ def test_a_paused_loop_pushes_nothing_and_moves_on(world: Callable[..., Built],
 def test_an_unreadable_next_tick_is_repaired_not_fatal(world: Callable[..., Built],
                                                        r: redis.Redis, nf: str) -> None:
     built = world()
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    _, poll = synced(built)
     r.hset(f"loops:{lid_of(built)}", mapping={"nf": nf, "lf": "garbage"})
     poll.start()
     time.sleep(2.5)
@@ -296,9 +292,7 @@ def test_a_queue_of_the_wrong_type_loses_no_mark(world: Callable[..., Built],
                                                  r: redis.Redis,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     built = world()
-    leader = elect(built, "host:1:a")
-    poll = poller(built, leader)
-    poll.look()
+    leader, poll = synced(built)
     r.set("queue:ticks", "not a list")
     loop = built.config.periodic.loops()[0]
     tick = int(time.time())
