@@ -115,3 +115,13 @@ def test_a_seconds_field_needs_its_setting_and_freezing_closes_registration() ->
 def test_bad_settings_name_themselves(setting: str, value: object) -> None:
     with pytest.raises(ConfigError, match=setting):
         Config.from_mapping({setting: value})
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (b"1700000000", 1700000000), ("1700000000.75", 1700000000), (b"", None), ("soon", None),
+    ("-5", None), ("0", None), ("nan", None), ("inf", None), ("1e400", None),
+    ("99999999999999", None), (None, None), (b"\xff\xfe", None), (17, None)])
+def test_stored_marks_are_read_or_refused(raw: object, expected: int | None) -> None:
+    from wurk.periodic import epoch_field
+
+    assert epoch_field(raw) == expected
