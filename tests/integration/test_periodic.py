@@ -5,6 +5,7 @@ marks in Redis never stop a loop."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -322,3 +323,16 @@ def test_client_middleware_runs_and_may_stop_a_tick(world: Callable[..., Built],
     poll.stop(2)
     assert seen.is_set() and before >= 1 and all(job["tagged"] for job in pushed(r))
     assert len(pushed(r)) <= before + 1  # at most one in flight when the switch flipped
+
+
+def test_a_tick_pushed_late_is_warned_about(world: Callable[..., Built], r: redis.Redis,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    tick = int(time.time()) - 15  # a daily tick 15 s ago: the newest one due
+    due = time.gmtime(tick)
+    built = world(f"{due.tm_sec} {due.tm_min} {due.tm_hour} * * *")
+    _, poll = synced(built)
+    r.hset(f"loops:{lid_of(built)}", "nf", tick)
+    poll.look()
+    assert [job["jid"] for job in pushed(r)] == [tick_jid(lid_of(built), tick)]
+    late = [rec.getMessage() for rec in caplog.records if " late" in rec.getMessage()]
+    assert late and re.search(r"pushed its \S+ tick \d+ s late", late[0])
