@@ -14,7 +14,7 @@ from starlette.testclient import TestClient
 
 import wurk
 from tests.system.conftest import Worker
-from tests.web.conftest import XSS, post, seed_process, token
+from tests.web.conftest import XSS, browse, post, seed_process, token
 from tests.web.live import browser_context, serve
 from wurk.web import create_app
 
@@ -100,7 +100,7 @@ def test_a_loop_whose_definition_cannot_be_read_is_refused_with_fixed_text(
 
 def test_read_only_shows_no_buttons_and_refuses_posts(config: wurk.Config,
                                                      seeded: redis.Redis) -> None:
-    with TestClient(create_app(config, read_only=True), follow_redirects=False) as client:
+    with browse(create_app(config, read_only=True), follow_redirects=False) as client:
         assert "Enqueue now" not in client.get("/periodic/").text
         refused = client.post(f"/periodic/{GOOD}",
                               data={"csrf_token": token(client), "action": "pause"})
@@ -112,8 +112,13 @@ def test_read_only_shows_no_buttons_and_refuses_posts(config: wurk.Config,
 
 
 def test_the_json_twins(client: TestClient, seeded: redis.Redis) -> None:
-    loops = client.get("/api/periodic/loops").json()["loops"]
+    answer = client.get("/api/periodic/loops").json()
+    loops = answer["loops"]
     assert {loop["lid"] for loop in loops} == {GOOD, HOSTILE, WRONG_TYPE, XSS}
+    hostile = next(i for i, loop in enumerate(loops) if loop["lid"] == HOSTILE)
+    assert loops[hostile]["next_run"] is None and loops[hostile]["last_run"] is None
+    assert answer["invalid"][f"/loops/{hostile}/next_run"] == "1e999"
+    assert answer["invalid"][f"/loops/{hostile}/last_run"] == "yesterday"
     assert client.get("/api/periodic/loops/nope").json() == {
         "error": "No such periodic loop: the leader may have pruned it."}
     headers = {"X-CSRF-Token": token(client)}

@@ -9,8 +9,11 @@
 6. ``PeriodicSet``, ``LoopRecord`` — periodic loops, their history, pause and enqueue now
    (``api/periodic.py``).
 7. Paging that tolerates concurrent change (``paging.py``).
+8. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
+   through it, so a value that cannot be read is an ``Invalid`` carrying its raw text, not
+   an exception.
 
-Every call that talks to Redis is a method (``decisions.md`` 18) on an object holding an
+Every call that talks to Redis is a method (an attribute never does I/O) on an object holding an
 explicit ``Config`` (default: ``wurk.default_config()``), and uses that configuration's
 ``"api"`` pool. Reads may be replayed once after a broken connection; writes are not, unless
 replaying them cannot change the outcome. The worker never imports this package.
@@ -29,9 +32,11 @@ from .queues import Queue
 from .record import JobRecord
 from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
 from .stats import QueueSummary, Stats, StatsHistory
+from .values import Invalid
 
 __all__ = [
     "DeadSet",
+    "Invalid",
     "JobRecord",
     "JobSet",
     "LoopRecord",

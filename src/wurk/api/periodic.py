@@ -1,11 +1,12 @@
 """Periodic loops as the cluster's leader registered them (``periodic``, ``loops:<lid>``,
 ``loop-history:<lid>``), for the dashboard, the CLI and tests.
 
-1. ``PeriodicSet.loops()`` — every loop, each a ``LoopRecord`` read defensively: a field
-   that cannot be read (a cron string that does not parse, an unknown zone, a next-run mark
-   that is not a time, options that are not a JSON object) becomes None and a line in
-   ``problems``, never an exception — the data may have been written by Ruby, by hand or
-   by an attacker.
+1. ``PeriodicSet.loops()`` — every loop, each a ``LoopRecord`` read through the checked
+   readers (``values``): a field that cannot be read (a next-run mark that is not a time,
+   options that are not a JSON object) becomes an ``Invalid`` and a line in ``problems``; a
+   cron string that does not parse or an unknown zone, a line in ``problems`` — never an
+   exception: the data may have been written by Ruby, by hand or by an attacker. Text is
+   made printable and cut.
 2. ``history(lid)`` — its recent pushes, newest first.
 3. ``pause`` / ``unpause`` (the leader passes the ticks of a paused loop over) and
    ``enqueue_now`` (one job pushed at once through the client, recorded in the history;
@@ -28,7 +29,10 @@ from ..config import Config, default_config
 from ..cron import Schedule
 from ..errors import InspectionError
 from ..periodic import HISTORY_LIMIT, epoch_field
+from ..printable import cut, printable
+from . import values
 from .queues import sscan_page
+from .values import Invalid
 
 __all__ = ["LoopRecord", "PeriodicSet"]
 
@@ -41,7 +45,16 @@ def _text(raw: Any) -> str:
     if raw is None:
         return ""
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    return text if len(text) <= TEXT_LIMIT else text[: TEXT_LIMIT - 1] + "…"
+    return cut(printable(text), TEXT_LIMIT)
+
+
+def _mark(raw: Any) -> int | Invalid | None:
+    """``lf`` / ``nf``: whole epoch seconds as the leader writes them (not Sidekiq's
+    milliseconds), or ``Invalid``."""
+    if raw is None:
+        return None
+    found = epoch_field(raw)
+    return found if found is not None else values.invalid(raw, "a time (epoch seconds)")
 
 
 @dataclass
@@ -54,8 +67,8 @@ class LoopRecord:
     tz: str
     options: dict[str, Any]
     paused: bool
-    last_run: int | None
-    next_run: int | None
+    last_run: int | Invalid | None
+    next_run: int | Invalid | None
     problems: list[str] = field(default_factory=list)
     next_run_local: str | None = None
     history: list[tuple[int, str]] = field(default_factory=list)
@@ -64,27 +77,24 @@ class LoopRecord:
     def read(cls, lid: str, values: list[Any]) -> LoopRecord:
         schedule, klass, options, tz, paused, lf, nf = values
         record = cls(lid, _text(schedule), _text(klass), _text(tz), {}, _text(paused) == "1",
-                     epoch_field(lf), epoch_field(nf))
-        record._check(options, lf, nf)
+                     _mark(lf), _mark(nf))
+        record._check(options)
         return record
 
-    def _check(self, options: Any, lf: Any, nf: Any) -> None:
-        try:
-            parsed = json.loads(options) if options is not None else {}
-        except ValueError:
-            parsed = None
-        if isinstance(parsed, dict):
-            self.options = parsed
-        else:
+    def _check(self, options: Any) -> None:
+        parsed = values.json_object(options)
+        if isinstance(parsed, Invalid):
             self.problems.append("options are not a JSON object")
+        else:
+            self.options = parsed or {}
         if not self.klass:
             self.problems.append("no job class")
-        if nf is not None and self.next_run is None:
+        if isinstance(self.next_run, Invalid):
             self.problems.append("the next run is not a time")
-        if lf is not None and self.last_run is None:
+        if isinstance(self.last_run, Invalid):
             self.problems.append("the last run is not a time")
         zone = self._zone()
-        if zone is not None and self.next_run is not None:
+        if zone is not None and isinstance(self.next_run, int):
             self.next_run_local = dt.datetime.fromtimestamp(self.next_run, zone).isoformat()
 
     def _zone(self) -> dt.tzinfo | None:
@@ -145,24 +155,23 @@ class PeriodicSet:
 
         replies = self.pool.run(read, idempotent=True) if lids else []
         records = []
-        for lid, values, past in zip(lids, replies[0::2], replies[1::2], strict=True):
-            record = self._record(lid, values)
+        for lid, stored, past in zip(lids, replies[0::2], replies[1::2], strict=True):
+            record = self._record(lid, stored)
             if history and not isinstance(past, Exception):
                 record.history = [entry for raw in past if (entry := _entry(raw))]
             records.append(record)
-        return sorted(records, key=lambda rec: (rec.next_run is None, rec.next_run or 0,
-                                                rec.lid))
+        return sorted(records, key=_by_next_run)
 
     def loop(self, lid: str, *, history: int = HISTORY_LIMIT) -> LoopRecord | None:
         return next((rec for rec in self.loops(history=history) if rec.lid == lid), None)
 
     @staticmethod
-    def _record(lid: str, values: Any) -> LoopRecord:
-        if isinstance(values, Exception):  # the key holds another type
+    def _record(lid: str, stored: Any) -> LoopRecord:
+        if isinstance(stored, Exception):  # the key holds another type
             record = LoopRecord(lid, "", "", "", {}, False, None, None)
             record.problems.append("the loop's key is not a hash")
             return record
-        return LoopRecord.read(lid, list(values))
+        return LoopRecord.read(lid, list(stored))
 
     # -- actions ----------------------------------------------------------------------------
     def pause(self, lid: str) -> bool:
@@ -217,6 +226,12 @@ class PeriodicSet:
             self.pool.run(send)
         except Exception:  # the job is pushed; a history line missing is not worth failing
             return
+
+
+def _by_next_run(record: LoopRecord) -> tuple[bool, int, str]:
+    """Soonest first; a loop whose next run is unknown or unreadable last."""
+    known = isinstance(record.next_run, int)
+    return (not known, record.next_run if isinstance(record.next_run, int) else 0, record.lid)
 
 
 def _entry(raw: Any) -> tuple[int, str] | None:

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -24,7 +23,7 @@ from ..errors import ConfigError
 from ..job import registry
 from ..periodic import Loop, describe_entry, entry_arguments, make_loop
 from . import tables
-from .inspect import friendly, json_option
+from .inspect import emit_json, friendly, json_option
 from .worker import load_module
 
 __all__ = ["periodic"]
@@ -104,7 +103,7 @@ def list_command(as_json: bool) -> None:
     """The loops in Redis: next run (in each loop's zone), last run, paused."""
     records = PeriodicSet(default_config()).loops()
     if as_json:
-        click.echo(json.dumps({"loops": [record.to_dict() for record in records]}))
+        emit_json({"loops": [record.to_dict() for record in records]})
         return
     if not records:
         click.echo("no periodic loops: the leader registers them when a worker with "

@@ -7,8 +7,9 @@
    text, so nothing from the request is echoed.
 3. JSON twins under ``/api/periodic``: the same data (``wurk.api.PeriodicSet``) and the same
    actions, ``{"action": …, "count": n}`` (``jid`` too for enqueue).
-Every value comes from ``LoopRecord``, which checks each field it reads from Redis: a
-hostile cron string or next-run mark shows as a problem on the page, never a 500.
+Every value comes from ``LoopRecord``, which reads each field through the checked readers
+(``wurk.api.values``): a hostile cron string or next-run mark shows as a problem (and an
+``Invalid`` cell) on the page, and as ``null`` plus its raw text in JSON — never a 500.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from starlette.routing import Route
 from ..api import PeriodicSet
 from ..config import Config
 from ..errors import InspectionError
-from .api import Endpoint
+from .api import Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
@@ -110,7 +111,7 @@ async def loop_action(request: Request) -> Response:
 # -- the JSON twins ---------------------------------------------------------------------------
 async def api_loops(request: Request) -> Response:
     dash = dashboard(request)
-    return JSONResponse({"loops": await dash.run(loops, dash.config)})
+    return Document({"loops": await dash.run(loops, dash.config)})
 
 
 async def api_loop(request: Request) -> Response:
@@ -118,7 +119,7 @@ async def api_loop(request: Request) -> Response:
     found = await dash.run(loop, dash.config, request.path_params["lid"])
     if found is None:
         raise HTTPException(404, "No such periodic loop: the leader may have pruned it.")
-    return JSONResponse(found)
+    return Document(found)
 
 
 async def api_action(request: Request) -> Response:
