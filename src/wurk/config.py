@@ -26,9 +26,10 @@ from typing import Any, Literal, Protocol
 from . import affinity
 from .errors import ConfigError
 from .hosts import check_host_pattern
-from .keys import PRIVATE_SEPARATOR, Keys
+from .keys import Keys
 from .locate import resolve_url
 from .middleware import Chain
+from .options import check_queue_name, parse_queue
 from .payload import TimestampFormat
 from .periodic import Periodic
 from .pool import RedisPool
@@ -70,35 +71,6 @@ def did_you_mean(key: str) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def parse_queue(spec: str) -> tuple[str, int]:
-    """``"critical,3"`` → ``("critical", 3)``; a bare name has weight 0 (strict order)."""
-    name, _, weight_text = spec.partition(",")
-    name = name.strip()
-    _check_queue_name(name)
-    if not weight_text:
-        return name, 0
-    try:
-        weight = int(weight_text)
-    except ValueError:
-        raise ConfigError(
-            f"queue {spec!r}: the weight {weight_text!r} is not a whole number "
-            "(write NAME or NAME,WEIGHT, e.g. critical,3)"
-        ) from None
-    if weight < 0:
-        raise ConfigError(f"queue {spec!r}: the weight must be 0 or more")
-    return name, weight
-
-
-def _check_queue_name(name: str) -> None:
-    if not name:
-        raise ConfigError("a queue name is empty")
-    if PRIVATE_SEPARATOR in name:
-        raise ConfigError(
-            f"queue name {name!r} contains {PRIVATE_SEPARATOR!r}, which wurk reserves for "
-            "in-flight lists; choose another name"
-        )
-
-
 class LeaderState(Protocol):
     """What a running worker's leader election answers (``wurk.leader.Leadership``)."""
 
@@ -120,7 +92,7 @@ class Capsule:
         self.queues = [parse_queue(q) if isinstance(q, str) else (q[0], int(q[1]))
                        for q in self.queues]
         for queue, _ in self.queues:
-            _check_queue_name(queue)
+            check_queue_name(queue)
         if not self.queues:
             raise ConfigError(f"capsule {self.name!r} has no queues")
         if not isinstance(self.concurrency, int) or self.concurrency < 1:

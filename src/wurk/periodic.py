@@ -27,6 +27,7 @@ from typing import Any
 from . import payload as P
 from .cron import Schedule
 from .errors import ConfigError, InvalidArguments
+from .options import validate_options
 
 __all__ = ["HISTORY_LIMIT", "Due", "Loop", "Periodic", "epoch_field", "plan", "tick_jid"]
 
@@ -187,8 +188,6 @@ def make_loop(cron: object, job: Any, *, tz: object = None, args: object = (),
     if reserved:
         raise ConfigError(f"option {reserved[0]!r} cannot be set on a periodic loop: the "
                           "loop decides the job's class, jid and time")
-    from .job import validate_options  # the job module imports the configuration
-
     checked = validate_options(opts, where=f"periodic loop for {name}")
     try:
         P.check_args(list(args))

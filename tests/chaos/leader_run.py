@@ -43,6 +43,8 @@ TICK_QUEUE = "ticks"
 # A fault strikes this share of a tick before the tick: the leader dies with the tick due
 # and its key still alive, the hardest moment for "never skip".
 STRIKE_BEFORE = 0.1
+# Ticks before the first one read that are still looked for among the pushes.
+EARLIER_TICKS = 10
 
 
 @dataclass
@@ -223,7 +225,13 @@ class Failover:
     def _count(self, lid: str, first: int, last: int) -> FailoverResult:
         jobs = [json.loads(raw) for raw in self.redis.lrange(f"queue:{TICK_QUEUE}", 0, -1)]
         pushes = Counter(job["jid"] for job in jobs)
-        expected = {tick_jid(lid, t): t for t in range(first, last + 1, self.plan.tick)}
+        # The first tick may have been pushed before its nf was read (a slow machine): count
+        # from the earliest tick pushed, if that is earlier.
+        tick = self.plan.tick
+        earlier = [t for t in range(first - EARLIER_TICKS * tick, first, tick)
+                   if tick_jid(lid, t) in pushes]
+        start = min(earlier, default=first)
+        expected = {tick_jid(lid, t): t for t in range(start, last + 1, tick)}
         per_tick = {tick: pushes.get(jid, 0) for jid, tick in expected.items()}
         stray = sum(n for jid, n in pushes.items() if jid not in expected)
         lateness = {}

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import anyio.to_thread
 from starlette.exceptions import HTTPException
@@ -36,9 +36,6 @@ from ..config import Config
 from ..errors import ConfigError
 from ..reporting import report_error
 
-if TYPE_CHECKING:
-    from .api import Endpoint
-
 __all__ = ["RESERVED_NAMES", "Extension", "mount"]
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
@@ -47,6 +44,20 @@ NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 RESERVED_NAMES = frozenset({"api", "static", "stats", "busy", "queues", "retries",
                             "scheduled", "morgue", "dashboard", "csrf", "openapi"})
 RENDER_ERROR = "Extension render error (see server logs)"
+
+
+class ApiRoute(Protocol):
+    """A JSON endpoint of an extension: ``wurk.web.api.Endpoint`` is one (its summary and
+    fields also go into the OpenAPI schema)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def handler(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -58,7 +69,7 @@ class Extension:
     routes: Sequence[BaseRoute]
     templates: str | Path | None = None
     static: str | Path | None = None
-    api: Sequence[Endpoint] = ()  # paths relative to /api/<name>
+    api: Sequence[ApiRoute] = ()  # paths relative to /api/<name>
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.fullmatch(self.name) or self.name in RESERVED_NAMES:

@@ -39,7 +39,8 @@ def all_endpoints(extensions: Sequence[Extension] = ()) -> list[Endpoint]:
     """The dashboard's endpoints, then each extension's with its full path."""
     found = list(ENDPOINTS)
     for extension in extensions:
-        found += [replace(e, path=f"/api/{extension.name}{e.path}") for e in extension.api]
+        found += [replace(e, path=f"/api/{extension.name}{e.path}") for e in extension.api
+                  if isinstance(e, Endpoint)]
     return found
 
 
