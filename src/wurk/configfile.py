@@ -32,7 +32,8 @@ _MAPPING_SETTINGS = {"capsules", "swarm"}
 _SETTINGS = {f.name for f in fields(Config) if f.init}
 # The file may not set these: they hold Python objects, not data.
 _CODE_SETTINGS = {"client_middleware", "server_middleware", "error_handlers",
-                  "death_handlers", "lifecycle"}
+                  "death_handlers", "lifecycle", "statsd_job_options",
+                  "on_recover"}
 
 
 def load_file(path: str | os.PathLike[str], environment: str | None = None) -> dict[str, Any]:

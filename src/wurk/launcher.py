@@ -26,6 +26,7 @@ from . import log as wurk_log
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
+from .instruments import Instruments
 from .locate import describe_url
 from .manager import Manager, capsule_pool
 from .pause import PausedCache
@@ -66,7 +67,7 @@ class Launcher:
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy)
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
-                                   on_signal=on_remote_signal, on_beat=self._update_title)
+                                   on_signal=on_remote_signal, on_beat=self._beaten)
         self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
                                  visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
@@ -79,6 +80,10 @@ class Launcher:
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
                              own_lists=self.private_lists()) \
             if config.fetch == "reliable" else None
+        # Metrics, health check, Prometheus, StatsD, history: their one attachment point.
+        self.instruments = Instruments(self)
+        if self.reaper is not None:
+            self.reaper.observers.append(self.instruments.recovered)
         self._state_lock = threading.Lock()
         self._started = False
         self._quiet = False
@@ -136,6 +141,7 @@ class Launcher:
         self.config.freeze()
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
+        self.instruments.start()
         log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
                  self.identity, self.concurrency,
                  ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
@@ -228,6 +234,7 @@ class Launcher:
             self._pin_sampler.stop(timeout=1.0)
         self._stop_reliability()
         self.heartbeat.stop()
+        self.instruments.stop()
         self.runner.close()
         self.heartbeat.clear()
         self.fire("exit")
@@ -266,6 +273,10 @@ class Launcher:
                 if raise_errors:
                     raise
                 report_error(self.config, exc, {"context": f"lifecycle event {event}"})
+
+    def _beaten(self) -> None:
+        self._update_title()
+        self.instruments.after_beat()
 
     def _update_title(self) -> None:
         if self.embedded:
