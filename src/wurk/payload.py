@@ -70,6 +70,10 @@ ERROR_CLASS = "error_class"
 ERROR_MESSAGE = "error_message"
 ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
+# W3C trace context of the span that pushed the job (``wurk.otel``); the names are the HTTP
+# headers', as OpenTelemetry's Ruby Sidekiq instrumentation stores them, so traces cross.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 
 DEFAULT_QUEUE = "default"
 # Client-side options that never reach Redis (wire-format §3.1).
