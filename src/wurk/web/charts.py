@@ -3,6 +3,8 @@
 ``line_chart`` turns series of counts into polyline points in a fixed view box, with a few
 round-number grid lines; the template draws them and CSS colours them for light and dark.
 The live graph uses the same view box and classes, drawn by ``static/wurk.js``.
+``with_marks`` adds vertical lines (deploys) at fractional bucket positions; ``bar_chart``
+draws a histogram's buckets as bars.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["HEIGHT", "WIDTH", "Chart", "line_chart"]
+__all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "bar_chart", "line_chart", "with_marks"]
 
 # The view box: the SVG scales to its container, so these only fix the aspect ratio.
 WIDTH = 600
@@ -28,6 +30,18 @@ class Chart:
     series: list[tuple[str, str, str]] = field(default_factory=list)  # (class, label, points)
     grid: list[tuple[float, str]] = field(default_factory=list)  # (y, value)
     labels: list[tuple[float, str]] = field(default_factory=list)  # (x, text)
+    marks: list[tuple[float, str]] = field(default_factory=list)  # (x, label): deploy lines
+    bars: list[Bar] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str
+    value: int
 
 
 def nice_ceiling(value: float) -> float:
@@ -55,3 +69,29 @@ def line_chart(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[
 
 def _y(value: float, top: float) -> float:
     return HEIGHT - PAD - (HEIGHT - 2 * PAD) * value / top
+
+
+def with_marks(chart: Chart, count: int, positions: Sequence[tuple[float, str]]) -> Chart:
+    """Vertical lines at ``(bucket index, label)``; a fractional index falls between two."""
+    step = (WIDTH - 2 * PAD) / max(count - 1, 1)
+    chart.marks = [(PAD + index * step, label) for index, label in positions
+                   if 0 <= index <= count - 1]
+    return chart
+
+
+def bar_chart(labels: Sequence[str], values: Sequence[int]) -> Chart:
+    """One bar per value, all the same width, scaled to a round top."""
+    top = nice_ceiling(max(values, default=0))
+    chart = Chart()
+    slot = (WIDTH - 2 * PAD) / max(len(values), 1)
+    width = slot * 0.8
+    for index, (label, value) in enumerate(zip(labels, values, strict=True)):
+        y = _y(value, top)
+        chart.bars.append(Bar(PAD + index * slot + (slot - width) / 2, y, width,
+                              HEIGHT - PAD - y, label, value))
+    chart.grid = [(_y(top * n / GRID_LINES, top), f"{top * n / GRID_LINES:,.0f}")
+                  for n in range(1, GRID_LINES + 1)]
+    every = max(1, math.ceil(len(labels) / 13))
+    chart.labels = [(PAD + i * slot + slot / 2, text) for i, text in enumerate(labels)
+                    if i % every == 0]
+    return chart
