@@ -6,6 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
+from . import deploy, metrics
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
@@ -61,8 +62,10 @@ __all__ = [
     "current_jid",
     "current_job",
     "default_config",
+    "deploy",
     "embed",
     "job",
+    "metrics",
     "on_poison",
     "push",
     "push_bulk",

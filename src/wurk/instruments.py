@@ -88,11 +88,16 @@ class Instruments:
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         cfg = self.config
+        # A swarm's children would all bind the same port: those listeners are the worker's.
+        swarmed = self.launcher.slot is not None
+        if swarmed and (cfg.metrics_port is not None or cfg.health_port is not None):
+            log.warning("health_port and metrics_port are ignored in a swarm's children "
+                        "(they would share one port); run wurk worker for them")
         if cfg.statsd is not None:
             self._start_statsd()
-        if cfg.metrics_port is not None:
+        if cfg.metrics_port is not None and not swarmed:
             self._start_exporter(cfg.metrics_host, cfg.metrics_port)
-        if cfg.health_port is not None:
+        if cfg.health_port is not None and not swarmed:
             self.health = _listen("health_port", cfg.health_host, cfg.health_port,
                                   lambda: HealthServer(cfg.health_host, cfg.health_port or 0,
                                                        self.probe()))
