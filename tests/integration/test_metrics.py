@@ -9,22 +9,12 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.metrics import tracked
 from wurk import deploy
 from wurk.metrics import BUCKET_LABELS, ExecutionMetrics, ExecutionTracker, Query, bucket_of
 from wurk.pool import RedisPool
 
 NOW = dt.datetime(2025, 2, 14, 8, 3, 27, tzinfo=dt.timezone.utc)
-
-
-def tracked(**jobs: tuple[list[float], int]) -> ExecutionTracker:
-    """A tracker that saw, per job, these successful times (ms) and this many failures."""
-    tracker = ExecutionTracker()
-    for name, (times, failures) in jobs.items():
-        for ms in times:
-            tracker.succeeded(name, ms)
-        for _ in range(failures):
-            tracker.failed(name)
-    return tracker
 
 
 def test_buckets_follow_sidekiqs_bounds() -> None:

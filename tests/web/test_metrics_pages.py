@@ -10,21 +10,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 import wurk
+from tests.helpers.metrics import tracked
 from tests.web.conftest import XSS, seed_process, seed_sets
 from wurk import deploy
-from wurk.metrics import ExecutionTracker
 from wurk.metrics.history import HistorySampler
 
 HTML = {"accept": "text/html,application/xhtml+xml"}
 
 
 def flushed(config: wurk.Config, minutes_ago: int = 0, **jobs: tuple[list[float], int]) -> None:
-    tracker = ExecutionTracker()
-    for name, (times, failures) in jobs.items():
-        for ms in times:
-            tracker.succeeded(name, ms)
-        for _ in range(failures):
-            tracker.failed(name)
+    tracker = tracked(**jobs)
     when = dt.datetime.now(dt.timezone.utc) - dt.timedelta(minutes=minutes_ago)
     tracker.flush(config.pool(), config.keys, now=when)
 
