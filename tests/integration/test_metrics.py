@@ -172,3 +172,24 @@ def test_recoveries_and_poison_kills_are_counted_and_told(redis_server: Any,
 
     assert return_own_lists(cfg, [(own, "default")]) == 1  # a clean return is no recovery
     assert r.get("wurk:stat:recovered") == "2"
+
+
+def test_what_ran_since_the_last_beat_is_written_at_exit(redis_server: Any,
+                                                         r: redis.Redis) -> None:
+    import time
+
+    cfg = wurk.configure(redis_url=redis_server.url, heartbeat_interval=3600,
+                         fetch_timeout=0.2, timeout=1, concurrency=2, retain_history=0)
+    wurk.job(name="Metrics::AtExit")(lambda key: r.incr(key))
+    try:
+        for _ in range(3):
+            wurk.push({"class": "Metrics::AtExit", "args": ["exit:ran"]})
+        embedded = wurk.Embedded(cfg).start()
+        deadline = time.monotonic() + 10
+        while r.get("exit:ran") != "3" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert Query(cfg).top_jobs(minutes=2).jobs == {}  # no beat since: nothing written yet
+        embedded.stop()
+    finally:
+        wurk.registry.unregister("Metrics::AtExit")
+    assert Query(cfg).top_jobs(minutes=2).jobs["Metrics::AtExit"].total_processed == 3
