@@ -1,8 +1,10 @@
 """Deploy marks: a vertical line on the metrics charts where a release went out.
 
-``mark(label)`` records the current UTC minute under ``<YYYYMMDD>-marks`` (kept 90 days), as
-Sidekiq's ``Deploy.mark!`` does, so either dashboard draws it. Every process of a deploy may
-call it: a 60 s ``deploylock-<label>`` (``SET NX``) lets only the first one write.
+1. ``mark(label)`` records the current UTC minute under ``<YYYYMMDD>-marks`` (kept 90 days),
+   as Sidekiq's ``Deploy.mark!`` does, so either dashboard draws it.
+2. Every process of a deploy may call it: a 60 s ``deploylock-<label>`` (``SET NX``) lets only
+   the first one write.
+3. Without a label, the last git commit's "short-sha subject" names the deploy.
 """
 
 from __future__ import annotations
