@@ -27,7 +27,16 @@ from .errors import (
     WurkError,
 )
 from .inprocess import Embedded, embed
-from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .job import (
+    Job,
+    JobFunction,
+    JobSetter,
+    current_jid,
+    current_job,
+    interrupted,
+    job,
+    registry,
+)
 from .lending import Connection, redis
 from .poison import on_poison
 
@@ -64,6 +73,7 @@ __all__ = [
     "default_config",
     "deploy",
     "embed",
+    "interrupted",
     "job",
     "metrics",
     "on_poison",

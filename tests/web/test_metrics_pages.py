@@ -76,6 +76,9 @@ def test_hostile_stored_metrics_never_break_a_page(config: wurk.Config, r: redis
         page = client.get(path, headers=HTML)
         assert page.status_code == 200, path
         assert "<script>alert" not in page.text
+    listed = client.get("/metrics", headers=HTML).text
+    assert 'id="metrics-invalid"' in listed and "invalid (xxxxxxxxxx)" in listed
+    assert "invalid (1e400)" in client.get("/metrics/Bad", headers=HTML).text
 
 
 def test_the_history_tab_charts_what_the_sampler_kept(config: wurk.Config, r: redis.Redis,

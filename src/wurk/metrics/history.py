@@ -25,6 +25,7 @@ from typing import Any
 
 from .. import payload as P
 from ..api import Stats
+from ..api.values import Invalid
 from ..config import Config
 from ..errors import UnparseablePayload
 from ..outage import Backoff, Outage
@@ -57,15 +58,18 @@ class Sample:
 def take_sample(config: Config, at: float) -> dict[str, Any]:
     """The cluster's numbers now, as stored (and sent to StatsD)."""
     stats = Stats(config)
+    processed, failed = stats.processed(), stats.failed()
     summaries = sorted(stats.queue_summaries(), key=lambda q: (-q.size, q.name))
     return {
-        "t": at, "processed": stats.processed(), "failed": stats.failed(),
+        "t": at,  # an unreadable counter is stored as null, read back as 0
+        "processed": None if isinstance(processed, Invalid) else processed,
+        "failed": None if isinstance(failed, Invalid) else failed,
         "enqueued": stats.enqueued(), "scheduled": stats.scheduled_size(),
         "retries": stats.retry_size(), "dead": stats.dead_size(), "busy": stats.busy(),
         "processes": stats.processes_size(),
         "queues": {q.name: q.size for q in summaries[:QUEUE_LIMIT]},
         "latency": {q.name: round(q.latency, 3) for q in summaries
-                    if q.name in LATENCY_QUEUES},
+                    if q.name in LATENCY_QUEUES and not isinstance(q.latency, Invalid)},
     }
 
 

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..api import Stats
+from ..api.values import Invalid, count
 from ..config import Config
 from ..errors import ConfigError
 from ..outage import Outage
@@ -58,10 +59,12 @@ class ClusterCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         stats = Stats(self.config)
+        # A counter Redis holds unreadable (hand-edited) is left out, not a failed scrape.
         yield CounterMetricFamily("wurk_processed", "Jobs processed, every process together",
-                                  value=stats.processed())
+                                  value=_valid(stats.processed()))
         yield CounterMetricFamily("wurk_failed", "Executions that raised, every process "
-                                  "together (each failed retry counts)", value=stats.failed())
+                                  "together (each failed retry counts)",
+                                  value=_valid(stats.failed()))
         for name, help_text, value in (
                 ("wurk_enqueued", "Jobs waiting in every queue", stats.enqueued()),
                 ("wurk_scheduled", "Jobs in the scheduled set", stats.scheduled_size()),
@@ -87,7 +90,8 @@ class ClusterCollector:
                                    labels=["queue"])
         for queue in stats.queue_summaries():
             size.add_metric([queue.name], queue.size)
-            latency.add_metric([queue.name], queue.latency)
+            if not isinstance(queue.latency, Invalid):
+                latency.add_metric([queue.name], queue.latency)
             paused.add_metric([queue.name], 1 if queue.paused else 0)
         yield from (size, latency, paused)
 
@@ -98,11 +102,13 @@ class ClusterCollector:
         return _whole(values[0]), _whole(values[1])
 
 
+def _valid(value: float | Invalid) -> float | None:
+    return None if isinstance(value, Invalid) else value
+
+
 def _whole(value: Any) -> int:
-    try:
-        return max(int(value), 0) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0  # a hand-edited counter is not worth a failed scrape
+    found = count(value)
+    return 0 if isinstance(found, Invalid) else found  # a hand-edited counter reads 0
 
 
 def cluster_exposition(config: Config, accept: str = "") -> tuple[bytes, str]:

@@ -4,9 +4,11 @@
    (minute keys, N ≤ 480, else 60) or H hours (ten-minute keys, H ≤ 72), optionally only
    names containing a text; ``Query.for_job`` the same for one job, with its latency
    histogram summed over the period (minute periods only: histograms live 8 h).
-2. Everything is read in one pipeline per kind of key, and everything read is untrusted: a
-   value that is not a whole number counts 0, a field that is not ``<name>|p|f|ms`` and a key
-   of the wrong type are skipped, so a hand-edited or hostile key never breaks a page.
+2. Everything is read in one pipeline per kind of key, and everything read is untrusted: it
+   is read through ``wurk.api.values``; a count that is not one is kept in
+   ``Result.invalid`` (the page says so) and adds 0, a field that is not ``<name>|p|f|ms``
+   and a key of the wrong type are skipped, so a hand-edited or hostile key never breaks a
+   page.
 3. Deploy marks of the days the period covers, kept when inside it.
 """
 
@@ -16,6 +18,8 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..api import values
+from ..api.values import Invalid
 from ..config import Config, default_config
 from .tracking import BUCKETS
 
@@ -28,6 +32,8 @@ MINUTE = dt.timedelta(minutes=1)
 TEN_MINUTES = dt.timedelta(minutes=10)
 # A deploy label longer than this is cut on display: marks are written by anyone.
 MARK_LABEL_LIMIT = 200
+# Unreadable values a result keeps to show (their number is counted whole).
+INVALID_KEPT = 5
 _HISTOGRAM_READ = [part for index in range(BUCKETS) for part in ("GET", "u16", f"#{index}")]
 
 Granularity = Literal["minutely", "ten_minutes"]
@@ -93,6 +99,21 @@ class Result:
     buckets: list[dt.datetime]  # each bucket's start, oldest first
     jobs: dict[str, JobResult] = field(default_factory=dict)
     marks: list[Mark] = field(default_factory=list)
+    invalid: list[Invalid] = field(default_factory=list)  # the first few unreadable values
+    invalid_count: int = 0
+
+    def count(self, value: Any) -> int:
+        """A stored count, or 0 for one that cannot be read (which is kept and counted)."""
+        found = values.count(value)
+        if not isinstance(found, Invalid):
+            return found
+        self.note(found)
+        return 0
+
+    def note(self, found: Invalid) -> None:
+        self.invalid_count += 1
+        if len(self.invalid) < INVALID_KEPT:
+            self.invalid.append(found)
 
     @property
     def starts_at(self) -> dt.datetime:
@@ -138,8 +159,8 @@ class Query:
                 job = result.jobs.get(name)
                 if job is None:
                     job = result.jobs[name] = JobResult.empty(name, len(keys))
-                getattr(job, _METRICS[metric])[index] += _count(raw_value)
-        result.marks = self.marks(result.starts_at, result.ends_at)
+                getattr(job, _METRICS[metric])[index] += result.count(raw_value)
+        result.marks = self.marks(result.starts_at, result.ends_at, result)
         return result
 
     def for_job(self, name: str, *, minutes: int | None = None,
@@ -150,15 +171,17 @@ class Query:
         rows = self._read(lambda pipe, key: pipe.hmget(key, fields), keys)
         job = result.jobs[name] = JobResult.empty(name, len(keys))
         for index, row in enumerate(rows):
-            values = row if isinstance(row, list) and len(row) == 3 else [None] * 3
-            job.processed[index], job.failed[index], job.ms[index] = map(_count, values)
+            stored = row if isinstance(row, list) and len(row) == 3 else [None] * 3
+            job.processed[index], job.failed[index], job.ms[index] = map(result.count, stored)
         if result.granularity == "minutely":
-            job.histogram = self._histogram(name, result.buckets)
-        result.marks = self.marks(result.starts_at, result.ends_at)
+            job.histogram = self._histogram(name, result)
+        result.marks = self.marks(result.starts_at, result.ends_at, result)
         return result
 
-    def marks(self, start: dt.datetime, end: dt.datetime) -> list[Mark]:
-        """Deploy marks from ``start`` (inclusive) to ``end`` (exclusive), oldest first."""
+    def marks(self, start: dt.datetime, end: dt.datetime,
+              result: Result | None = None) -> list[Mark]:
+        """Deploy marks from ``start`` (inclusive) to ``end`` (exclusive), oldest first; an
+        unreadable stamp is skipped (and kept in ``result``)."""
         keys = self.config.keys
         days = [(start + dt.timedelta(days=n)).date()
                 for n in range((end.date() - start.date()).days + 1)]
@@ -166,6 +189,10 @@ class Query:
         for stored in self._read(lambda pipe, day: pipe.hgetall(keys.deploy_marks(day)), days):
             for stamp, label in (stored.items() if isinstance(stored, dict) else ()):
                 at = _stamp(stamp)
+                if isinstance(at, Invalid):
+                    if result is not None:
+                        result.note(at)
+                    continue
                 if at is not None and start <= at < end:
                     found.append(Mark(at, _text(label)[:MARK_LABEL_LIMIT]))
         return sorted(found, key=lambda mark: (mark.at, mark.label))
@@ -187,14 +214,14 @@ class Query:
             else keys.metrics_ten_minutes
         return [key_of(bucket) for bucket in result.buckets]
 
-    def _histogram(self, name: str, buckets: list[dt.datetime]) -> list[int]:
+    def _histogram(self, name: str, result: Result) -> list[int]:
         keys = self.config.keys
         rows = self._read(lambda pipe, when: pipe.execute_command(
-            "BITFIELD_RO", keys.histogram(name, when), *_HISTOGRAM_READ), buckets)
+            "BITFIELD_RO", keys.histogram(name, when), *_HISTOGRAM_READ), result.buckets)
         total = [0] * BUCKETS
         for row in rows:
             if isinstance(row, list) and len(row) == BUCKETS:
-                total = [t + _count(v) for t, v in zip(total, row, strict=False)]
+                total = [t + result.count(v) for t, v in zip(total, row, strict=False)]
         return total
 
     def _read(self, command: Any, items: list[Any]) -> list[Any]:
@@ -222,24 +249,9 @@ def _field(raw: Any) -> tuple[str, str] | None:
     return (name, metric) if bar and name and metric in _METRICS else None
 
 
-def _count(value: Any) -> int:
-    """A stored count: a whole number ≥ 0, or 0 for anything else."""
-    if isinstance(value, int):
-        return max(value, 0)
-    try:
-        return max(int(_text(value)), 0) if value is not None else 0
-    except ValueError:
-        return 0
-
-
-def _stamp(value: Any) -> dt.datetime | None:
-    """A mark's ISO-8601 UTC minute (``2025-02-14T08:43:00Z``), or None."""
-    text = _text(value).strip()
-    if text.endswith("Z"):
-        text = text[:-1] + "+00:00"
-    try:
-        at = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None \
-        else at.astimezone(dt.timezone.utc)
+def _stamp(value: Any) -> dt.datetime | Invalid | None:
+    """A mark's ISO-8601 UTC minute (``2025-02-14T08:43:00Z``), or ``Invalid``."""
+    seconds = values.epoch(_text(value))
+    if seconds is None or isinstance(seconds, Invalid):
+        return seconds
+    return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)

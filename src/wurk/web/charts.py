@@ -2,6 +2,7 @@
 
 ``line_chart`` turns series of counts into polyline points in a fixed view box, with a few
 round-number grid lines; the template draws them and CSS colours them for light and dark.
+``plotted`` draws a day whose stored count cannot be read as 0 (the API gives it as invalid).
 The live graph uses the same view box and classes, drawn by ``static/wurk.js``.
 ``with_marks`` adds vertical lines (deploys) at fractional bucket positions; ``bar_chart``
 draws a histogram's buckets as bars.
@@ -10,10 +11,13 @@ draws a histogram's buckets as bars.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "bar_chart", "line_chart", "with_marks"]
+from ..api.values import Invalid
+
+__all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "bar_chart", "line_chart", "plotted",
+           "with_marks"]
 
 # The view box: the SVG scales to its container, so these only fix the aspect ratio.
 WIDTH = 600
@@ -42,6 +46,11 @@ class Bar:
     height: float
     label: str
     value: int
+
+
+def plotted(counts: Iterable[int | Invalid]) -> list[int]:
+    """The counts to draw: an unreadable one as 0."""
+    return [0 if isinstance(count, Invalid) else count for count in counts]
 
 
 def nice_ceiling(value: float) -> float:

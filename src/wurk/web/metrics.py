@@ -8,7 +8,9 @@
 2. ``/metrics/<job>``: that job's executions and failures, its mean time per bucket, and its
    latency histogram (minute periods only: histograms live 8 h), with deploy marks.
 3. Registered by default as an ``Extension``; what it reads is checked by
-   ``wurk.metrics.query`` (bad stored values count 0), and every name shown is escaped.
+   ``wurk.metrics.query`` through ``wurk.api.values``: a stored value that cannot be read
+   counts 0 and the page says how many there were, with the first few; every name shown is
+   escaped.
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ def overview(config: Config, period: str, substr: str = "", sort: str = "process
     for row in rows:
         del row["series"], row["histogram"]
     return {"period": period, "granularity": result.granularity, "jobs": rows[:ROW_LIMIT],
+            "invalid": result.invalid, "invalid_count": result.invalid_count,
             "total_jobs": len(rows), "substr": substr, "sort": key, "descending": descending,
             "chart": chart, "marks": [(m.at.isoformat(), m.label) for m in result.marks]}
 
@@ -90,6 +93,7 @@ def job_detail(config: Config, name: str, period: str) -> dict[str, Any]:
     return {"name": name, "period": period, "granularity": result.granularity,
             "job": {k: v for k, v in job.to_dict().items() if k != "series"},
             "counts": counts, "times": times, "histogram": histogram,
+            "invalid": result.invalid, "invalid_count": result.invalid_count,
             "marks": [(m.at.isoformat(), m.label) for m in result.marks]}
 
 
