@@ -6,8 +6,8 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from . import deploy, metrics
-from .client import Client, push, push_bulk
+from . import context, deploy, metrics
+from .client import Client
 from .config import Capsule, Config, configure, default_config
 from .errors import (
     ConfigError,
@@ -39,6 +39,7 @@ from .job import (
 )
 from .lending import Connection, redis
 from .poison import on_poison
+from .pushing import push, push_bulk
 
 __version__ = "0.1.0"
 
@@ -68,6 +69,7 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "context",
     "current_jid",
     "current_job",
     "default_config",

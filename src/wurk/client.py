@@ -19,11 +19,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import payload as P
+from . import sinks
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
 
-__all__ = ["Client", "push", "push_bulk"]
+__all__ = ["Client"]
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -93,7 +94,7 @@ class Client:
         if not isinstance(item, Mapping):
             raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
         job: P.Payload = {**_DEFAULTS, **item}
-        for key in ("pool", "client_class", "sync"):
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
             job.pop(key, None)
         cls = job.get(P.CLASS)
         if not isinstance(cls, str) or not cls:
@@ -180,16 +181,27 @@ class Client:
 
     # -- writing ----------------------------------------------------------------------------
     def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        keys = self.config.keys
+        """The last step: Redis, or the sink selected for this push (``wurk.sinks``)."""
         enqueued_at = P.write_time(self.config.timestamp_format)
+        for job, at in entries:
+            if at is not None:
+                job.pop(P.ENQUEUED_AT, None)
+            else:
+                job[P.ENQUEUED_AT] = enqueued_at
+        sink = sinks.selected()
+        if sink is None:
+            self._write_redis(entries)
+        else:
+            sink.write(self.config, entries)
+
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        keys = self.config.keys
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
         for job, at in entries:
             if at is not None:
-                job.pop(P.ENQUEUED_AT, None)
                 scheduled[P.dumps(job)] = float(at)
             else:
-                job[P.ENQUEUED_AT] = enqueued_at
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
 
         def send(redis: Any) -> None:
@@ -216,25 +228,3 @@ def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Excepti
     return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
             "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
             "mid-command, the push may have reached Redis.)")
-
-
-_clients: dict[int, Client] = {}
-
-
-def default_client(config: Config | None = None) -> Client:
-    """One client per configuration object, made on first use."""
-    cfg = config if config is not None else default_config()
-    client = _clients.get(id(cfg))
-    if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = Client(cfg)
-    return client
-
-
-def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
-    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
-    return default_client(config).push(item)
-
-
-def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
-    return default_client(config).push_bulk(item)
-

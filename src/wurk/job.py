@@ -28,8 +28,11 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
+from .client import Client
 from .config import Config, parse_queue
 from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+from .pushing import default_client
+from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
            "current_job", "interrupted", "job", "registry"]
@@ -352,9 +355,7 @@ class JobSetter(Generic[Params]):
         self.definition = definition
         self.options = validate_options(opts, where=f"{definition.name}.set()")
 
-    def _client(self) -> Any:
-        from .client import default_client
-
+    def _client(self) -> Client:
         return default_client(self._config)
 
     def _item(self, args: list[Any]) -> dict[str, Any]:
@@ -368,7 +369,7 @@ class JobSetter(Generic[Params]):
             self.perform_inline(*args, **kwargs)
             return None
         payload = self._item(self.definition.positional(args, kwargs))
-        return self._client().push(payload)  # type: ignore[no-any-return]
+        return self._client().push(payload)
 
     def perform_in(self, interval: Interval, /, *args: Params.args,
                    **kwargs: Params.kwargs) -> str | None:
@@ -382,7 +383,7 @@ class JobSetter(Generic[Params]):
         item = self._item(self.definition.positional(args, kwargs))
         if at > time.time():  # a time already past pushes now (Sidekiq's shortcut)
             item[P.AT] = at
-        return self._client().push(item)  # type: ignore[no-any-return]
+        return self._client().push(item)
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
@@ -397,18 +398,18 @@ class JobSetter(Generic[Params]):
                           else _epoch(at))  # type: ignore[arg-type]
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
-        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+        return self._client().push_bulk(item)
 
     def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         """Run now, in this thread, through client and server middleware (Sidekiq's
         ``perform_inline``); returns the job's result, or None if a middleware stopped it."""
         client = self._client()
-        job = client.normalize(self._item(self.definition.positional(args, kwargs)))
-        job = client._through_middleware(job)
-        if job is None:
+        normalized = client.normalize(self._item(self.definition.positional(args, kwargs)))
+        passed = client._through_middleware(normalized)
+        if passed is None:
             return None
-        P.check_args(job[P.ARGS])
-        job = P.loads(P.dumps(job))
+        P.check_args(passed[P.ARGS])
+        job = P.loads(P.dumps(passed))
         instance = self.definition.instantiate(job)
 
         def run() -> Any:
@@ -437,8 +438,33 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
     def set(self, **options: Any) -> JobSetter[Params]:
         return JobSetter(self.definition, options)
 
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    @property
+    def jobs(self) -> list[P.Payload]:
+        return _fake_store().jobs(name=self.name)
+
+    def drain(self) -> int:
+        return _fake_store().drain(self.name)
+
+    def perform_one(self) -> Any:
+        return _fake_store().perform_one(self.name)
+
+    def clear(self) -> None:
+        _fake_store().clear(self.name)
+
     def __repr__(self) -> str:
         return f"<wurk job {self.name!r}>"
+
+
+def _fake_store() -> KeptJobs:
+    return kept()
+
+
+class _FakeJobs:
+    """``HardJob.jobs``: the class's pushes kept by ``wurk.testing``'s fake mode."""
+
+    def __get__(self, instance: object, owner: type[Job]) -> list[P.Payload]:
+        return _fake_store().jobs(name=owner._definition().name)
 
 
 @overload
@@ -550,6 +576,21 @@ class Job:
     @classmethod
     def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
         return cls.set().perform_inline(*args, **kwargs)
+
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    jobs: ClassVar[_FakeJobs] = _FakeJobs()
+
+    @classmethod
+    def drain(cls) -> int:
+        return _fake_store().drain(cls._definition().name)
+
+    @classmethod
+    def perform_one(cls) -> Any:
+        return _fake_store().perform_one(cls._definition().name)
+
+    @classmethod
+    def clear(cls) -> None:
+        _fake_store().clear(cls._definition().name)
 
     @classmethod
     def _definition(cls) -> JobDefinition:

@@ -34,7 +34,9 @@ class Keys:
         "queues",
         "reaper_lock",
         "retry",
+        "retry_claims",
         "schedule",
+        "schedule_claims",
         "stat_failed",
         "stat_poisoned",
         "stat_processed",
@@ -57,6 +59,8 @@ class Keys:
         self.leader = f"{p}dear-leader"
         self.leader_token = f"{p}leader-token"
         self.reaper_lock = f"{p}wurk:reaper:full-scan"
+        self.schedule_claims = f"{p}wurk:claimed:schedule"
+        self.retry_claims = f"{p}wurk:claimed:retry"
         self.super_processes = f"{p}super_processes"
         # wurk's own: cluster-wide counts of reaper recoveries and poison-pill kills, and the
         # sampled history of the cluster's numbers with the lock that elects its sampler.
@@ -71,7 +75,8 @@ class Keys:
 
     @property
     def queue_prefix(self) -> str:
-        """What precedes a queue name in its list key (passed to Lua, ``decisions.md`` 12)."""
+        """What precedes a queue name in its list key (passed to Lua, which builds queue keys
+        from payloads, so names are still spelled here only)."""
         return f"{self.prefix}queue:"
 
     def queue_name(self, key: str) -> str:
@@ -95,6 +100,14 @@ class Keys:
         """SCAN pattern matching every private list of either layout."""
         return f"{self.queue_prefix}*|*"
 
+    def claims_of(self, scheduled_set: str) -> str:
+        """The scheduler's claims on due members of ``schedule`` or ``retry``: members taken
+        out for a push through the client, not yet pushed (ZSET, scored by claim time)."""
+        claims = {self.schedule: self.schedule_claims, self.retry: self.retry_claims}
+        if scheduled_set not in claims:
+            raise ValueError(f"{scheduled_set!r} is neither the schedule nor the retry set")
+        return claims[scheduled_set]
+
     # -- processes --------------------------------------------------------------------------
     def process(self, identity: str) -> str:
         return f"{self.prefix}{identity}"
@@ -103,7 +116,7 @@ class Keys:
         return f"{self.prefix}{identity}:work"
 
     def workers(self, identity: str) -> str:
-        """Sidekiq 6.4's name for the work hash (``decisions.md`` 2)."""
+        """Sidekiq 6.4's name for the work hash (its Busy page reads only this one)."""
         return f"{self.prefix}{identity}:workers"
 
     def signals(self, identity: str) -> str:
@@ -142,6 +155,11 @@ class Keys:
 
     def deploy_lock(self, label: str) -> str:
         return f"{self.prefix}deploylock-{label}"
+
+    # -- framework integrations -------------------------------------------------------------
+    def task_result(self, result_id: str) -> str:
+        """A ``django.tasks`` result (``wurk.contrib.django.tasks``): JSON, with a TTL."""
+        return f"{self.prefix}wurk:task-result:{result_id}"
 
     # -- reliability ------------------------------------------------------------------------
     @property

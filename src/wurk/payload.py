@@ -4,7 +4,8 @@
 2. ``dumps`` writes what Ruby's ``JSON.generate`` writes: compact, raw UTF-8, no NaN.
 3. ``loads`` + ``validate`` turn a raw entry into a dict or an error that names the field.
    ``loads`` reads what Ruby's parser reads: UTF-8, no ``NaN``, at most 100 levels deep.
-4. Time values: ``write_time`` follows ``timestamp_format`` (``decisions.md`` 1); ``read_time``
+4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
+   seconds); ``read_time``
    accepts every form found in the wild (§0.4).
 5. Arguments must be JSON-native; ``check_args`` names the first one that is not.
 6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);
@@ -73,14 +74,19 @@ ERROR_CLASS = "error_class"
 ERROR_MESSAGE = "error_message"
 ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
+# wurk's own: the context variables ``wurk.context.persist`` saved at push time.
+CONTEXT = "wurk_ctx"
 # W3C trace context of the span that pushed the job (``wurk.otel``); the names are the HTTP
 # headers', as OpenTelemetry's Ruby Sidekiq instrumentation stores them, so traces cross.
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 
 DEFAULT_QUEUE = "default"
+# wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a
+# transaction, when transactional push is on.
+TRANSACTIONAL = "transactional"
 # Client-side options that never reach Redis (wire-format §3.1).
-TRANSIENT_FIELDS = frozenset({"pool", "client_class", "sync", AT})
+TRANSIENT_FIELDS = frozenset({"pool", "client_class", "sync", TRANSACTIONAL, AT})
 # Sidekiq truncates error messages to this many characters (§3.2).
 ERROR_MESSAGE_LIMIT = 10_000
 # An epoch value below this cannot be milliseconds after 1973, so wurk's readers take it as
