@@ -15,23 +15,25 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import Config
 from .errors import ConfigError
 from .health import HealthServer, WorkerHealth
+from .heartbeat import Heartbeat
+from .manager import Manager
 from .metrics.tracking import ExecutionMetrics, ExecutionTracker, Observer
 from .outage import Outage
 from .poison import Registration, on_poison
+from .processor import Busy
 
 if TYPE_CHECKING:
-    from .launcher import Launcher
     from .metrics.history import HistorySampler
     from .metrics.prometheus import WorkerExporter
     from .metrics.statsd import StatsdSink
 
-__all__ = ["Instruments", "execution_metrics"]
+__all__ = ["Host", "Instruments", "execution_metrics"]
 
 log = logging.getLogger("wurk")
 
@@ -57,10 +59,28 @@ def execution_metrics(config: Config) -> ExecutionMetrics | None:
     return middleware
 
 
+class Host(Protocol):
+    """What the instruments read of the launcher that owns them."""
+
+    config: Config
+    heartbeat: Heartbeat
+    busy: Busy
+    slot: int | None
+
+    @property
+    def managers(self) -> Sequence[Manager]: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+
 class Instruments:
     """Owned by the launcher: started after its checks, stopped after its processors."""
 
-    def __init__(self, launcher: Launcher) -> None:
+    def __init__(self, launcher: Host) -> None:
         self.launcher = launcher
         self.config = launcher.config
         self.metrics = execution_metrics(self.config)
