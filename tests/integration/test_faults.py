@@ -171,7 +171,7 @@ def test_redis_unreachable_for_30_seconds(
         attempts = proxy.accepted - attempts_before
     client.config.close()
     wait_until(all_ran(waiting, ledger), 20, "the queued jobs after the outage")
-    threads = CONCURRENCY + 3  # processors, heartbeat, scheduler, reaper
+    threads = CONCURRENCY + 4  # processors, heartbeat, scheduler, reaper, history sampler
     bound = threads * tries_within(OUTAGE_SECONDS) * CONNECTIONS_PER_TRY
     print(f"\n30 s outage: {attempts} connection attempts by {threads} threads "
           f"(bound {bound}; a spin would make thousands)")
