@@ -34,7 +34,8 @@ from .payload import TimestampFormat
 from .periodic import Periodic
 from .pool import RedisPool
 
-__all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue"]
+__all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue",
+           "statsd_address"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
@@ -46,11 +47,14 @@ DAY = 24 * 60 * 60
 
 # Settings with no rule of their own above: their type is checked so that a bad value in a
 # file is an error naming it at load time, not a crash in a thread later.
-_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity")
-_OPTIONAL = ("redis_url", "environment", "cpu_affinity")
+_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity",
+                  "health_host", "metrics_host", "statsd", "statsd_prefix")
+_OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
-                  "periodic_seconds_field")
-_TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
+                  "periodic_seconds_field", "metrics", "metrics_compat_v7",
+                  "statsd_datadog_extensions")
+_TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
+_PORT_SETTINGS = ("health_port", "metrics_port")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
                    "log_slow_jobs_after", "leader_renew_interval", "leader_check_interval",
@@ -59,7 +63,7 @@ _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
 
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
-                 "lifecycle")
+                 "lifecycle", "on_recover", "statsd_job_options")
 
 
 def did_you_mean(key: str) -> str:
@@ -69,6 +73,16 @@ def did_you_mean(key: str) -> str:
     if not close:  # the name without its prefix: ``retries`` for ``max_retries``
         close = [name for name in known if name.endswith(f"_{key}")][:1]
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def statsd_address(text: str) -> tuple[str, int]:
+    """``"127.0.0.1:8125"`` → ``("127.0.0.1", 8125)``; the message names the fix."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise ConfigError(f"statsd must be HOST:PORT of a StatsD agent, e.g. "
+                          f"'127.0.0.1:8125', not {text!r}")
+    return host.strip("[]"), int(port_text)
+
 
 
 class LeaderState(Protocol):
@@ -243,7 +257,27 @@ class Config:
     # Host names the dashboard answers to beside the loopback ones (DNS rebinding):
     # "jobs.example.com", ".example.com" (and subdomains), "10.0.0.5", or "*" for any.
     web_allowed_hosts: list[str] = field(default_factory=list)
+    # -- observability (``docs/metrics.md``) -------------------------------------------------
+    metrics: bool = True  # execution metrics in Sidekiq 8's keys, written every heartbeat
+    metrics_compat_v7: bool = False  # also Sidekiq 7's keys, for a 7.x dashboard
+    # The cluster's numbers sampled by one process every history_interval seconds and kept
+    # retain_history seconds for the dashboard's History tab (and StatsD); 0 keeps none.
+    history_interval: float = 30.0
+    retain_history: float = float(DAY)
+    health_port: int | None = None  # GET / answers 200 while beating and fetching, else 503
+    health_host: str = "0.0.0.0"  # a kubelet probes the pod's address, not loopback
+    metrics_port: int | None = None  # a Prometheus endpoint on the worker (wurk[prometheus])
+    metrics_host: str = "0.0.0.0"
+    statsd: str | None = None  # "host:port" of a StatsD / DogStatsD agent (wurk[statsd])
+    statsd_prefix: str = "wurk"  # "sidekiq" keeps dashboards built for Sidekiq Pro working
+    statsd_tags: list[str] = field(default_factory=list)  # added to every metric, "env:prod"
+    statsd_datadog_extensions: bool = True  # jobs.perform_dist (a Datadog distribution)
+    # (job name, payload, queue) → {"tags": [...], "sample_rate": 0.5}: per-job StatsD options
+    statsd_job_options: Callable[[str, dict[str, Any], str], Mapping[str, Any]] | None = None
     # -- extension points -------------------------------------------------------------------
+    # Told each job the reaper returns from a dead process: (its stored text, None); and each
+    # poison kill: (its text, {jid, klass, count, queue}).
+    on_recover: Callable[[str, dict[str, Any] | None], None] | None = None
     client_middleware: Chain = field(default_factory=Chain)
     server_middleware: Chain = field(default_factory=Chain)
     error_handlers: list[ErrorHandler] = field(default_factory=list)
@@ -363,6 +397,7 @@ class Config:
         self.all_capsules()  # validates queue names and concurrency
         self.periodic.check_seconds()
         self._validate_web()
+        self._validate_observability()
 
     def _validate_transaction(self) -> None:
         adapter = self.transaction
@@ -395,6 +430,27 @@ class Config:
                 check_host_pattern(pattern)
             except ValueError as exc:
                 raise ConfigError(f"web_allowed_hosts: {exc}") from None
+
+    def _validate_observability(self) -> None:
+        for name in _PORT_SETTINGS:
+            port = getattr(self, name)
+            if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                     or not 0 <= port <= 65535):
+                raise ConfigError(f"{name} must be a TCP port (0-65535; 0 picks a free one), "
+                                  f"not {port!r}")
+        interval = self.history_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ConfigError(f"history_interval must be a number of seconds > 0, "
+                              f"not {interval!r}")
+        keep = self.retain_history
+        if isinstance(keep, bool) or not isinstance(keep, (int, float)) or keep < 0:
+            raise ConfigError(f"retain_history must be a number of seconds ≥ 0 (0 keeps no "
+                              f"history), not {keep!r}")
+        if self.statsd is not None:
+            statsd_address(self.statsd)
+        if self.statsd_job_options is not None and not callable(self.statsd_job_options):
+            raise ConfigError("statsd_job_options must be a function (job name, payload, "
+                              f"queue) → options, not {self.statsd_job_options!r}")
 
     def _check_types(self) -> None:
         """The settings a file can give any value: caught here, not as a crash later."""

@@ -30,6 +30,7 @@ from . import log as wurk_log
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
+from .instruments import Instruments
 from .job import registry
 from .leader import Leadership
 from .locate import describe_url
@@ -76,7 +77,7 @@ class Launcher:
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy)
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
-                                   on_signal=on_remote_signal, on_beat=self._update_title)
+                                   on_signal=on_remote_signal, on_beat=self._beaten)
         self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
                                  visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
@@ -93,6 +94,10 @@ class Launcher:
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
                              own_lists=self.private_lists()) \
             if config.fetch == "reliable" else None
+        # Metrics, health check, Prometheus, StatsD, history: their one attachment point.
+        self.instruments = Instruments(self)
+        if self.reaper is not None:
+            self.reaper.observers.append(self.instruments.recovered)
         self._state_lock = threading.Lock()
         self._started = False
         self._quiet = False
@@ -154,6 +159,7 @@ class Launcher:
         self.config.periodic.check_jobs(registry)
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
+        self.instruments.start()
         log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
                  self.identity, self.concurrency,
                  ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
@@ -257,6 +263,7 @@ class Launcher:
         self.slow_jobs.stop(timeout=1.0)
         self._stop_reliability()
         self.heartbeat.stop()
+        self.instruments.stop()
         self.runner.close()
         self.heartbeat.clear()
         self.fire("exit")
@@ -319,6 +326,10 @@ class Launcher:
     def _leadership_changed(self, leading: bool) -> None:
         self._update_title()
         self.fire("leader" if leading else "follower")
+
+    def _beaten(self) -> None:
+        self._update_title()
+        self.instruments.after_beat()
 
     def _update_title(self) -> None:
         if self.embedded:
