@@ -6,7 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from . import context, expiry, limiter, unique
+from . import context, deploy, expiry, limiter, metrics, unique
 from .client import Client
 from .config import Capsule, Config, configure, default_config
 from .errors import (
@@ -73,11 +73,13 @@ __all__ = [
     "current_jid",
     "current_job",
     "default_config",
+    "deploy",
     "embed",
     "expiry",
     "interrupted",
     "job",
     "limiter",
+    "metrics",
     "on_poison",
     "push",
     "push_bulk",

@@ -22,10 +22,10 @@ __all__ = ["Callbacks", "Registration"]
 T = TypeVar("T")
 
 
-class Registration(Generic[T]):
+class Registration:
     """Handle returned by ``Callbacks.add``; ``remove()`` may be called any number of times."""
 
-    def __init__(self, owner: Callbacks[T], callback: Callable[[T], None]) -> None:
+    def __init__(self, owner: Callbacks[Any], callback: Callable[[Any], None]) -> None:
         self._owner = owner
         self.callback = callback
 
@@ -40,7 +40,7 @@ class Callbacks(Generic[T]):
         self._callbacks: list[Callable[[T], None]] = []
         self._lock = threading.Lock()
 
-    def add(self, callback: Callable[[T], None]) -> Registration[T]:
+    def add(self, callback: Callable[[T], None]) -> Registration:
         with self._lock:
             if callback not in self._callbacks:
                 self._callbacks.append(callback)

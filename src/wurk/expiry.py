@@ -21,13 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import payload as P
 from .callbacks import Callbacks, Registration
-from .errors import InvalidPayload
 from .lending import redis as lent_redis
+from .options import check_expiry_fields, expires_in_seconds
 from .reporting import report_error
 
 if TYPE_CHECKING:
@@ -42,32 +41,16 @@ ExpiredCallback = Callable[[dict[str, Any]], None]
 _callbacks: Callbacks[dict[str, Any]] = Callbacks()
 
 
-def on_expired(callback: ExpiredCallback) -> Registration[dict[str, Any]]:
+def on_expired(callback: ExpiredCallback) -> Registration:
     """Call ``callback(payload)`` for every job this process drops as expired; the returned
     handle's ``remove()`` unregisters it."""
     return _callbacks.add(callback)
 
 
 # -- pushing ----------------------------------------------------------------------------------
-def seconds(value: Any, where: str) -> int | float:
-    """``expires_in`` as relative seconds; a datetime or a timestamp is refused."""
-    if isinstance(value, datetime):
-        raise InvalidPayload(f"{where}: expires_in={value!r} is an absolute time; give "
-                             "seconds or a timedelta counted from when the job is due",
-                             field=P.EXPIRES_IN)
-    given = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(given, bool) or not isinstance(given, (int, float)) or not given > 0:
-        raise InvalidPayload(f"{where}: expires_in={value!r} is invalid; expected seconds "
-                             "(or a timedelta) greater than 0", field=P.EXPIRES_IN)
-    if given >= P.ABSOLUTE_EPOCH_FLOOR:
-        raise InvalidPayload(f"{where}: expires_in={value!r} looks like a timestamp; "
-                             "expires_in is relative: give the seconds from when the job is "
-                             "due", field=P.EXPIRES_IN)
-    return int(given) if float(given).is_integer() else float(given)
-
-
-def check_fields(job: P.Payload, where: str = "push") -> None:
-    job[P.EXPIRES_IN] = seconds(job[P.EXPIRES_IN], where)
+# The checks live with the other job options (``wurk.options``); named here too.
+seconds = expires_in_seconds
+check_fields = check_expiry_fields
 
 
 def stamp(job: P.Payload, at: float | None, fmt: P.TimestampFormat) -> None:

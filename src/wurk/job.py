@@ -27,22 +27,17 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
-from . import expiry, unique
 from . import payload as P
+from . import unique
 from .client import Client
-from .config import Config, parse_queue
-from .errors import (
-    ConfigError,
-    InvalidArguments,
-    InvalidPayload,
-    JobNotRegistered,
-    RegistrationError,
-)
+from .config import Config
+from .errors import InvalidArguments, JobNotRegistered, RegistrationError
+from .options import validate_options
 from .pushing import default_client
 from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
-           "current_job", "interrupted", "job", "registry"]
+           "current_job", "interrupted", "job", "registry", "validate_options"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
@@ -97,63 +92,6 @@ def reset_running(token: contextvars.Token[P.Payload | None]) -> None:
 # Options that change how the worker treats the job; anything else is copied into the
 # payload as is (middleware commonly reads custom keys).
 _HOOK_OPTIONS = ("retry_in", "retries_exhausted", "unique_context")
-
-
-def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
-    """Check the options Sidekiq gives meaning to; the message names option, value and fix."""
-    result = dict(options)
-    for key, value in result.items():
-        _check_option(key, value, where)
-    if P.RETRY_FOR in result:
-        result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
-    _limits_options(result, where)
-    return result
-
-
-def _limits_options(options: dict[str, Any], where: str) -> None:
-    """``unique_for``/``expires_in`` in seconds (timedeltas accepted); False drops the lock."""
-    try:
-        if P.UNIQUE_FOR in options or P.UNIQUE_UNTIL in options:
-            unique.check_fields(options, where)
-            if P.UNIQUE_FOR not in options and P.UNIQUE_UNTIL not in options:
-                options[P.UNIQUE_FOR] = False  # set(unique_for=False) overrides the job's
-        if P.EXPIRES_IN in options:
-            expiry.check_fields(options, where)
-    except InvalidPayload as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _check_option(key: str, value: Any, where: str) -> None:
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{where}: option {key}={value!r} is invalid; expected {expected}")
-
-    if key in (P.QUEUE, P.RETRY_QUEUE):
-        if not isinstance(value, str):
-            raise bad("a queue name")
-        parse_queue(value)
-    elif key == P.RETRY:
-        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
-            raise bad("True, False or a number of retries ≥ 0")
-    elif key == P.RETRY_FOR:
-        seconds = value.total_seconds() if isinstance(value, timedelta) else value
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-            raise bad("a positive number of seconds")
-    elif key == P.DEAD:
-        if not isinstance(value, bool):
-            raise bad("True or False")
-    elif key == P.BACKTRACE:
-        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
-            raise bad("True, False or a number of lines")
-    elif key == P.TAGS:
-        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-            raise bad("a list of strings")
-    elif key in (P.UNIQUE_FOR, P.EXPIRES_IN):
-        return  # checked and converted to seconds by _limits_options
-    else:
-        try:
-            P.check_args([value], what=f"option {key!r}")
-        except InvalidArguments as exc:
-            raise ConfigError(f"{where}: {exc}") from None
 
 
 class JobDefinition:

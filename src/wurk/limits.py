@@ -1,6 +1,7 @@
 """The worker side of the limits — rate limiters, unique jobs, expiring jobs — in one link.
 
-1. ``LimitsMiddleware``: the outermost server middleware of every worker (``install``).
+1. ``LimitsMiddleware``: a server middleware of every worker, ahead of the application's
+   (``install``).
    For each job, in this order:
 
    - over a rate limit (``OverLimit`` or a class in ``config.limiter_errors``, raised by the
@@ -13,8 +14,8 @@
      succeeded (``"success"``); a failure keeps it for the retry (``wurk.unique``).
 
    A job that is none of these pays one call and two dict lookups.
-2. ``install(config)`` puts the link first in the server chain and the unique death handler
-   in ``death_handlers``. Every worker does it when it is built (``wurk.launcher``), so
+2. ``install(config)`` puts the link at the head of the server chain and the unique death
+   handler in ``death_handlers``. Every worker does it when it is built (``wurk.launcher``), so
    ``wurk worker``, a swarm's children and ``wurk.Embedded`` need nothing switched on; code
    that runs jobs by other means (a test harness) calls it itself.
 """

@@ -83,6 +83,10 @@ EXPIRES_IN = "expires_in"  # seconds, relative (Sidekiq Pro)
 EXPIRES_AT = "expires_at"  # wurk: the deadline, in the timestamp format of created_at
 # wurk's own: the context variables ``wurk.context.persist`` saved at push time.
 CONTEXT = "wurk_ctx"
+# W3C trace context of the span that pushed the job (``wurk.otel``); the names are the HTTP
+# headers', as OpenTelemetry's Ruby Sidekiq instrumentation stores them, so traces cross.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 
 DEFAULT_QUEUE = "default"
 # wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a

@@ -28,13 +28,14 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from . import payload as P
 from . import scripts
 from .errors import InvalidPayload, RedisUnavailable
 from .lending import redis as lent_redis
+from .options import UNIQUE_UNTIL as UNTIL
+from .options import check_unique_fields, unique_for_seconds
 
 if TYPE_CHECKING:
     import redis
@@ -47,12 +48,8 @@ __all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "locked", "push", "
 
 log = logging.getLogger("wurk")
 
-UNTIL = ("success", "start")
 _PUSH = scripts.Script("unique_push.lua")
 _RELEASE = scripts.Script("unique_release.lua")
-# Relative seconds stay below this; larger numbers look like a timestamp (as Sidekiq reads
-# intervals), which unique_for never is.
-MAX_SECONDS = P.ABSOLUTE_EPOCH_FLOOR
 # Stored payloads read per round trip when a whole queue or set is cleared.
 CLEAR_PAGE = 500
 # Waits between the attempts to release a lock while Redis cannot be reached: about 3.5 s in
@@ -63,33 +60,9 @@ MARK = f'"{P.UNIQUE_DIGEST}"'
 
 
 # -- options ----------------------------------------------------------------------------------
-def seconds(value: Any, where: str) -> float | bool:
-    """``unique_for`` as seconds (a whole number stays an int), or False to push without."""
-    if value is False or value is None:
-        return False
-    given = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(given, bool) or not isinstance(given, (int, float)) or not (
-            0 < given < MAX_SECONDS):
-        raise InvalidPayload(f"{where}: unique_for={value!r} is invalid; expected seconds "
-                             "(or a timedelta) greater than 0, or False to push without a "
-                             "lock", field=P.UNIQUE_FOR)
-    return int(given) if float(given).is_integer() else float(given)
-
-
-def check_fields(job: P.Payload, where: str = "push") -> None:
-    """Validate (and normalise) the unique fields of a payload about to be pushed."""
-    if P.UNIQUE_FOR in job:
-        value = seconds(job[P.UNIQUE_FOR], where)
-        if value is False:
-            job.pop(P.UNIQUE_FOR)
-            job.pop(P.UNIQUE_UNTIL, None)
-            job.pop(P.UNIQUE_DIGEST, None)
-            return
-        job[P.UNIQUE_FOR] = value
-    until = job.get(P.UNIQUE_UNTIL, "success")
-    if until not in UNTIL:
-        raise InvalidPayload(f"{where}: unique_until={until!r} is invalid; expected "
-                             "'success' or 'start'", field=P.UNIQUE_UNTIL)
+# The checks live with the other job options (``wurk.options``); named here too.
+seconds = unique_for_seconds
+check_fields = check_unique_fields
 
 
 # -- the lock's name --------------------------------------------------------------------------

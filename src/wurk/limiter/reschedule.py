@@ -11,7 +11,7 @@
    else ``300 × overrated`` s plus up to 300 s of jitter, so a backlog spreads out instead
    of coming back all at once.
 
-The job is stored as the chain's outermost link holds it, so an inner link that decodes
+The job is stored as the chain holds it, so a link inside this one that decodes
 something (an encrypted argument) must decode into a copy, not into the payload in place.
 """
 
