@@ -3,7 +3,8 @@
 1. Top-level keys are settings (``concurrency``, ``queues``, ``timeout``, any ``Config``
    field); Sidekiq's ``:concurrency:`` symbol spelling is accepted too.
 2. ``queues`` entries are ``name``, ``"name,weight"`` or ``[name, weight]``.
-3. ``capsules: {name: {concurrency: N, queues: [...]}}`` adds Sidekiq 7 capsules.
+3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...]}}`` adds Sidekiq 7
+   capsules.
 4. A top-level mapping that is not a setting is an environment section; the one named by
    ``-e`` is merged over the top level, the others are ignored.
 5. ``${VAR}`` and ``${VAR:-default}`` are replaced from the environment — no code runs
@@ -29,6 +30,7 @@ __all__ = ["load_file", "settings_from_mapping"]
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Keys that take a mapping as their value, so they are not environment sections.
 _MAPPING_SETTINGS = {"capsules", "swarm"}
+_CAPSULE_KEYS = {"concurrency", "async_concurrency", "queues"}
 _SETTINGS = {f.name for f in fields(Config) if f.init}
 # The file may not set these: they hold Python objects, not data.
 _CODE_SETTINGS = {"client_middleware", "server_middleware", "error_handlers",
@@ -130,11 +132,13 @@ def _capsules(value: Any, source: str) -> list[Capsule]:
         raise ConfigError(f"{source}: capsules must map a name to its settings")
     capsules = []
     for name, spec in value.items():
-        if not isinstance(spec, dict) or set(map(_key, spec)) - {"concurrency", "queues"}:
-            raise ConfigError(f"{source}: capsule {name!r} takes concurrency and queues only")
+        if not isinstance(spec, dict) or set(map(_key, spec)) - _CAPSULE_KEYS:
+            raise ConfigError(f"{source}: capsule {name!r} takes concurrency, "
+                              "async_concurrency and queues only")
         spec = {_key(k): v for k, v in spec.items()}
         queues = [_queue(q, source) for q in _list(spec.get("queues", ["default"]),
                                                    "queues", source)]
         capsules.append(Capsule(name=str(name), queues=[parse_queue(q) for q in queues],
-                                concurrency=spec.get("concurrency", 5)))
+                                concurrency=spec.get("concurrency", 5),
+                                async_concurrency=spec.get("async_concurrency", 100)))
     return capsules

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["job_context", "logger", "reopen", "setup", "tid"]
+__all__ = ["job_context", "logger", "reopen", "setup", "short_id", "tid"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -40,6 +40,12 @@ def tid() -> str:
     if value is None:
         value = _thread_ids.tid = _base36(threading.get_ident() ^ os.getpid())
     return value
+
+
+def short_id(number: int) -> str:
+    """A short id in the style of ``tid`` for something that is not a thread (an async
+    job's task): the heartbeat's work map keys each running job by one."""
+    return _base36(number ^ os.getpid())
 
 
 def line(level: int, message: str, *args: Any) -> None:

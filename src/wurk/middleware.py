@@ -6,6 +6,12 @@
 2. A link calls ``call_next()`` to go on; not calling it, or returning ``None``/``False``
    from a client link, stops the push.
 3. An empty chain costs nothing per job: ``invoke`` calls the final step directly.
+4. A link may be ``async def`` (its ``__call__``, or an ``acall`` method beside a sync
+   ``__call__``). ``ainvoke`` walks the chain inside a coroutine (an async job, an ``a``
+   push): async links are awaited, and a sync link runs in a helper thread whose
+   ``call_next()`` waits for the rest of the chain on the loop, so code after it still runs
+   after the job. ``invoke`` (a sync job, a plain push) hands each async link to
+   ``run_async``, which runs it on an event loop while ``call_next()`` runs the rest here.
 
 Client middleware: ``__call__(self, job, payload, queue, call_next)`` where ``job`` is the
 wire name. Server middleware: the same, with ``job`` the job instance or definition.
@@ -13,14 +19,42 @@ wire name. Server middleware: the same, with ``job`` the job instance or definit
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Chain", "Middleware"]
+__all__ = ["AsyncRunner", "Chain", "Middleware", "async_form", "within"]
 
 Middleware = Callable[..., Any]
+# Runs one async link from sync code: (link, job, payload, queue, rest) -> its result.
+AsyncRunner = Callable[[Callable[..., Coroutine[Any, Any, Any]], Any, dict[str, Any], str,
+                        Callable[[], Any]], Any]
+
+
+async def within(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
+    """Await ``coro`` seeing ``context``'s variables (the running job, the log fields): a
+    task started from another thread otherwise copies the loop thread's."""
+    for variable, value in context.items():
+        variable.set(value)
+    return await coro
+
+
+def async_form(link: Middleware) -> Callable[..., Coroutine[Any, Any, Any]] | None:
+    """The coroutine function to await for ``link``, or None when it is a sync link."""
+    if inspect.iscoroutinefunction(link):
+        return link
+    acall = getattr(link, "acall", None)
+    if acall is not None and inspect.iscoroutinefunction(acall):
+        return acall  # type: ignore[no-any-return]
+    call = getattr(link, "__call__", None)  # noqa: B004 - an instance's own __call__
+    if call is not None and inspect.iscoroutinefunction(call):
+        return call  # type: ignore[no-any-return]
+    return None
 
 
 @dataclass(frozen=True)
@@ -96,9 +130,11 @@ class Chain:
         self._frozen = True
 
     def invoke(
-        self, job: Any, payload: dict[str, Any], queue: str, final: Callable[[], Any]
+        self, job: Any, payload: dict[str, Any], queue: str, final: Callable[[], Any],
+        *, run_async: AsyncRunner | None = None,
     ) -> Any:
-        """Run ``final`` inside every link, first added outermost."""
+        """Run ``final`` inside every link, first added outermost; an async link goes to
+        ``run_async`` (a ``TypeError`` without one)."""
         if not self._entries:
             return final()
         links = [entry.make() for entry in self._entries]
@@ -106,9 +142,53 @@ class Chain:
         def step(position: int) -> Any:
             if position == len(links):
                 return final()
-            return links[position](job, payload, queue, lambda: step(position + 1))
+            link = links[position]
+            coroutine = async_form(link)
+            if coroutine is None:
+                return link(job, payload, queue, lambda: step(position + 1))
+            if run_async is None:
+                raise TypeError(f"{link!r} is async middleware: it runs around async jobs "
+                                "and pushes made with the a- methods (aperform_async)")
+            return run_async(coroutine, job, payload, queue, lambda: step(position + 1))
 
         return step(0)
+
+    async def ainvoke(
+        self, job: Any, payload: dict[str, Any], queue: str,
+        final: Callable[[], Awaitable[Any]],
+    ) -> Any:
+        """``invoke`` inside a coroutine: async links awaited, sync links in a helper
+        thread of the running loop's executor."""
+        if not self._entries:
+            return await final()
+        links = [entry.make() for entry in self._entries]
+        loop = asyncio.get_running_loop()
+
+        async def step(position: int) -> Any:
+            if position == len(links):
+                return await final()
+            link = links[position]
+            coroutine = async_form(link)
+            if coroutine is not None:
+                return await coroutine(job, payload, queue, lambda: step(position + 1))
+            inner: list[concurrent.futures.Future[Any]] = []
+
+            def call_next() -> Any:  # in the helper thread: the rest runs on the loop
+                rest = within(step(position + 1), contextvars.copy_context())
+                future = asyncio.run_coroutine_threadsafe(rest, loop)
+                inner.append(future)
+                return future.result()
+
+            run = functools.partial(contextvars.copy_context().run, link, job, payload,
+                                    queue, call_next)
+            try:
+                return await loop.run_in_executor(None, run)
+            except asyncio.CancelledError:
+                for future in inner:
+                    future.cancel()
+                raise
+
+        return await step(0)
 
     def _index(self, existing: Callable[..., Any]) -> int:
         for index, entry in enumerate(self._entries):

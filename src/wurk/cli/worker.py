@@ -69,6 +69,7 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
         settings["environment"] = options["environment"]
     swarm = settings.pop("swarm", None) or {}
     for flag, setting in (("concurrency", "concurrency"), ("timeout", "timeout"),
+                          ("async_concurrency", "async_concurrency"),
                           ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format"),
                           ("cpu_affinity", "cpu_affinity")):
         if options.get(flag) is not None:
@@ -89,6 +90,8 @@ def worker_options(fn: Any) -> Any:
                      help="Queue to process, with an optional weight (repeatable)."),
         click.option("-c", "--concurrency", type=click.IntRange(min=1), default=None,
                      help="Processor threads (default 5)."),
+        click.option("--async-concurrency", type=click.IntRange(min=1), default=None,
+                     help="async def jobs running at once on the event loop (default 100)."),
         click.option("-t", "--timeout", type=click.FloatRange(min=0), default=None,
                      help="Shutdown timeout in seconds (default 25)."),
         click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),
