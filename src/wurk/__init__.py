@@ -6,7 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from .client import Client, push, push_bulk
+from .client import Client, apush, apush_bulk, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
     ConfigError,
@@ -57,6 +57,8 @@ __all__ = [
     "UnsupportedServer",
     "WurkError",
     "__version__",
+    "apush",
+    "apush_bulk",
     "configure",
     "current_jid",
     "current_job",

@@ -9,13 +9,19 @@
    after a broken connection (a replay could push the job twice).
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
+6. ``apush`` / ``apush_bulk`` are the same pushes for async code: the same normalising and
+   the same commands, sent on redis-py's asyncio client (``wurk.lending.async_client``), and
+   client middleware walked with ``Chain.ainvoke``. A sync push meeting an async client
+   middleware runs it on a loop of its own (not possible inside a running loop: use the
+   ``a`` methods there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from . import payload as P
@@ -23,7 +29,7 @@ from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
 
-__all__ = ["Client", "push", "push_bulk"]
+__all__ = ["Client", "apush", "apush_bulk", "push", "push_bulk"]
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -56,12 +62,47 @@ class Client:
         self._write([(job, at)])
         return str(job[P.JID])
 
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code: ``await client.apush({...})``."""
+        normalized = self.normalize(item)
+        at = normalized.pop(P.AT, None)
+        job = await self._athrough_middleware(normalized)
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        await self._awrite([(job, at)])
+        return str(job[P.JID])
+
+    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """``push_bulk`` for async code."""
+        results: list[str | None] = []
+        for template, own_jid, args, ats in self._bulk_slices(item):
+            entries: list[tuple[P.Payload, float | None]] = []
+            for job, at in self._fresh_jobs(template, own_jid, args, ats):
+                kept = await self._athrough_middleware(job)
+                results.append(self._checked(kept, at, entries))
+            if entries:
+                await self._awrite(entries)
+        return results
+
     def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
         """Push many jobs of one class: ``item["args"]`` is a list of argument lists.
 
         ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
         over that many seconds; ``batch_size`` caps the jobs per round trip.
         """
+        results: list[str | None] = []
+        for template, own_jid, args, ats in self._bulk_slices(item):
+            entries: list[tuple[P.Payload, float | None]] = []
+            for job, at in self._fresh_jobs(template, own_jid, args, ats):
+                results.append(self._checked(self._through_middleware(job), at, entries))
+            if entries:
+                self._write(entries)
+        return results
+
+    def _bulk_slices(self, item: Mapping[str, Any]) -> list[
+            tuple[P.Payload, bool, list[Any], list[float | None]]]:
+        """(template, own jid?, args, times) per round trip of a bulk push."""
         base = dict(item)
         all_args = base.pop(P.ARGS, None)
         if not isinstance(all_args, (list, tuple)) or not all(
@@ -79,13 +120,12 @@ class Client:
         # Normalised once, as Sidekiq does: every job of a bulk push shares its options and
         # its created_at; only args and jid differ.
         template = self.normalize({**base, P.ARGS: []})
-        results: list[str | None] = []
+        slices = []
         for start in range(0, len(all_args), size):
             chunk = range(start, min(start + size, len(all_args)))
-            results.extend(self._push_slice(template, own_jid,
-                                            [all_args[i] for i in chunk],
-                                            [ats[i] for i in chunk]))
-        return results
+            slices.append((template, own_jid, [all_args[i] for i in chunk],
+                           [ats[i] for i in chunk]))
+        return slices
 
     # -- normalisation ----------------------------------------------------------------------
     def normalize(self, item: Mapping[str, Any]) -> P.Payload:
@@ -137,10 +177,20 @@ class Client:
         chain = self.config.client_middleware
         if not chain:
             return job
-        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job)
-        if result is None or result is False:
-            return None
-        return result if isinstance(result, dict) else job
+        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job,
+                              run_async=_run_async_link)
+        return _kept(result, job)
+
+    async def _athrough_middleware(self, job: P.Payload) -> P.Payload | None:
+        chain = self.config.client_middleware
+        if not chain:
+            return job
+
+        async def final() -> P.Payload:
+            return job
+
+        result = await chain.ainvoke(job[P.CLASS], job, job[P.QUEUE], final, sync_inline=True)
+        return _kept(result, job)
 
     # -- bulk -------------------------------------------------------------------------------
     def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
@@ -158,54 +208,99 @@ class Client:
             return [float(t) for t in at]
         return [None if at is None else float(at)] * count
 
-    def _push_slice(self, template: P.Payload, own_jid: bool, args_list: list[Any],
-                    ats: list[float | None]) -> list[str | None]:
-        results: list[str | None] = []
-        entries: list[tuple[P.Payload, float | None]] = []
+    @staticmethod
+    def _fresh_jobs(template: P.Payload, own_jid: bool, args_list: list[Any],
+                    ats: list[float | None]) -> list[tuple[P.Payload, float | None]]:
+        jobs = []
         for args, at in zip(args_list, ats, strict=True):
             fresh = template.copy()
             fresh[P.ARGS] = list(args)
             if not own_jid:
                 fresh[P.JID] = P.new_jid()
-            job = self._through_middleware(fresh)
-            if job is None:
-                results.append(None)
-                continue
-            P.check_args(job[P.ARGS])
-            entries.append((job, at))
-            results.append(str(job[P.JID]))
-        if entries:
-            self._write(entries)
-        return results
+            jobs.append((fresh, at))
+        return jobs
+
+    @staticmethod
+    def _checked(job: P.Payload | None, at: float | None,
+                 entries: list[tuple[P.Payload, float | None]]) -> str | None:
+        """A job a middleware kept joins ``entries``; its jid, or None if it was stopped."""
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        entries.append((job, at))
+        return str(job[P.JID])
 
     # -- writing ----------------------------------------------------------------------------
-    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+    def _commands(self, entries: Sequence[tuple[P.Payload, float | None]]
+                  ) -> list[tuple[Any, ...]]:
+        """The pipeline of one push: ``ZADD schedule`` for scheduled jobs, ``SADD queues``
+        and an ``LPUSH`` per queue for the others."""
         keys = self.config.keys
         enqueued_at = P.write_time(self.config.timestamp_format)
-        scheduled: dict[str, float] = {}
+        scheduled: list[Any] = []
         by_queue: dict[str, list[str]] = {}
         for job, at in entries:
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
-                scheduled[P.dumps(job)] = float(at)
+                scheduled += [repr(float(at)), P.dumps(job)]
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+        commands: list[tuple[Any, ...]] = []
+        if scheduled:
+            commands.append(("ZADD", keys.schedule, *scheduled))
+        if by_queue:
+            commands.append(("SADD", keys.queues, *by_queue))
+            commands += [("LPUSH", keys.queue(queue), *jsons)
+                         for queue, jsons in by_queue.items()]
+        return commands
+
+    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        commands = self._commands(entries)
 
         def send(redis: Any) -> None:
             pipe = redis.pipeline(transaction=False)
-            if scheduled:
-                pipe.zadd(keys.schedule, scheduled)
-            if by_queue:
-                pipe.sadd(keys.queues, *by_queue)
-                for queue, jsons in by_queue.items():
-                    pipe.lpush(keys.queue(queue), *jsons)
+            for command in commands:
+                pipe.execute_command(*command)
             pipe.execute()
 
         try:
             self.pool.run(send)
         except RedisUnavailable as exc:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
+
+    async def _awrite(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        from .lending import AsyncConnection, async_client
+
+        client, url = async_client(self.config)
+        try:
+            replies = await AsyncConnection(client, url).pipeline(self._commands(entries))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(_push_failed(entries, exc)) from exc
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise RedisUnavailable(_push_failed(entries, reply)) from reply
+
+
+def _kept(result: Any, job: P.Payload) -> P.Payload | None:
+    """What a client chain returned: None/False stop the push, a dict replaces the job."""
+    if result is None or result is False:
+        return None
+    return result if isinstance(result, dict) else job
+
+
+def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
+                    payload: dict[str, Any], queue: str, rest: Callable[[], Any]) -> Any:
+    """An async client middleware met by a sync push: run on a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async def call_next() -> Any:
+            return rest()
+
+        return asyncio.run(link(job, payload, queue, call_next))
+    raise TypeError(f"{link!r} is async client middleware and this sync push runs inside an "
+                    "event loop: push with await job.aperform_async(...) / wurk.apush(...)")
 
 
 def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Exception) -> str:
@@ -237,4 +332,14 @@ def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None
 
 def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
     return default_client(config).push_bulk(item)
+
+
+async def apush(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+    """``wurk.push`` for async code: ``await wurk.apush({...})``, never blocking the loop."""
+    return await default_client(config).apush(item)
+
+
+async def apush_bulk(item: Mapping[str, Any], *,
+                     config: Config | None = None) -> list[str | None]:
+    return await default_client(config).apush_bulk(item)
 

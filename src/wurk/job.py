@@ -8,6 +8,8 @@
    its own signature (``ParamSpec``), so mypy catches a wrong argument. Keyword arguments are
    bound to their positions: Sidekiq's payload only has positional ``args``.
 4. ``set(...)`` returns a one-shot setter with the same methods and overridden options.
+5. ``aperform_async``/``aperform_in``/``aperform_at``/``aperform_bulk`` are the same pushes
+   for async code (``await job.aperform_async(...)``): same payload, never blocking the loop.
 """
 
 from __future__ import annotations
@@ -296,10 +298,45 @@ class JobSetter(Generic[Params]):
             item[P.AT] = at
         return self._client().push(item)  # type: ignore[no-any-return]
 
+    # -- the same pushes for async code -----------------------------------------------------
+    async def aperform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
+        if self._wait_until is not None:
+            return await self._aschedule(self._wait_until, args, kwargs)
+        payload = self._item(self.definition.positional(args, kwargs))
+        return await self._client().apush(payload)  # type: ignore[no-any-return]
+
+    async def aperform_in(self, interval: Interval, /, *args: Params.args,
+                          **kwargs: Params.kwargs) -> str | None:
+        return await self._aschedule(_seconds_from_now(interval), args, kwargs)
+
+    async def aperform_at(self, when: When, /, *args: Params.args,
+                          **kwargs: Params.kwargs) -> str | None:
+        return await self._aschedule(_seconds_from_now(_epoch(when)), args, kwargs)
+
+    async def _aschedule(self, at: float, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> str | None:
+        item = self._item(self.definition.positional(args, kwargs))
+        if at > time.time():
+            item[P.AT] = at
+        return await self._client().apush(item)  # type: ignore[no-any-return]
+
+    async def aperform_bulk(self, args: Iterable[Sequence[Any]], *,
+                            batch_size: int | None = None,
+                            at: When | Sequence[When] | None = None,
+                            spread_interval: float | None = None) -> list[str | None]:
+        item = self._bulk_item(args, batch_size, at, spread_interval)
+        return await self._client().apush_bulk(item)  # type: ignore[no-any-return]
+
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
                      spread_interval: float | None = None) -> list[str | None]:
         """Push one job per argument list, a round trip per ``batch_size`` jobs."""
+        item = self._bulk_item(args, batch_size, at, spread_interval)
+        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+
+    def _bulk_item(self, args: Iterable[Sequence[Any]], batch_size: int | None,
+                   at: When | Sequence[When] | None,
+                   spread_interval: float | None) -> dict[str, Any]:
         item: dict[str, Any] = self._item([list(a) for a in args])
         if batch_size is not None:
             item["batch_size"] = batch_size
@@ -308,7 +345,7 @@ class JobSetter(Generic[Params]):
                           else _epoch(at))  # type: ignore[arg-type]
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
-        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+        return item
 
     def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         """Run now, in this thread, through client and server middleware (Sidekiq's
@@ -457,6 +494,23 @@ class Job:
     @classmethod
     def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
         return cls.set().perform_inline(*args, **kwargs)
+
+    @classmethod
+    async def aperform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+        return await cls.set().aperform_async(*args, **kwargs)
+
+    @classmethod
+    async def aperform_in(cls, interval: Interval, /, *args: Any, **kwargs: Any) -> str | None:
+        return await cls.set().aperform_in(interval, *args, **kwargs)
+
+    @classmethod
+    async def aperform_at(cls, when: When, /, *args: Any, **kwargs: Any) -> str | None:
+        return await cls.set().aperform_at(when, *args, **kwargs)
+
+    @classmethod
+    async def aperform_bulk(cls, args: Iterable[Sequence[Any]],
+                            **options: Any) -> list[str | None]:
+        return await cls.set().aperform_bulk(args, **options)
 
     @classmethod
     def _definition(cls) -> JobDefinition:

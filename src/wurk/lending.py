@@ -7,6 +7,9 @@
    checked out of the client pool for the outermost block and given back at its end.
 3. Nested blocks in one thread share one connection, so a helper that opens its own block
    inside a job does not take a second one.
+4. ``async with wurk.redis() as conn: await conn.call(...)`` is the form for async code (an
+   async job, an ``aperform_async``): redis-py's asyncio client, one per event loop and
+   configuration, its connections checked out per command, so the loop never blocks.
 
 Commands are sent as written and replies come back raw (bytes, ints, lists), the way
 ``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
@@ -16,16 +19,27 @@ short (a shutdown interrupting the job mid-reply), is closed rather than lent ag
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis as redis_py
+import redis.asyncio as aredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from .config import Config, default_config
 from .lease import Lease
 from .pool import RedisPool
+from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
 
-__all__ = ["Borrowed", "Connection", "lend_from", "redis"]
+__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_client", "lend_from", "redis"]
+
+# Connections of one event loop's client at most: async jobs take one per command.
+ASYNC_POOL_SIZE = 50
 
 
 class Connection:
@@ -46,6 +60,59 @@ class Connection:
         """Several commands in one round trip; an error reply comes back in its place as a
         ``redis.ResponseError`` instance, so one refusal does not hide the other replies."""
         return self._lease.pipeline(commands)
+
+
+class AsyncConnection:
+    """What ``async with wurk.redis()`` yields: the same two methods, awaited."""
+
+    __slots__ = ("_client", "_url")
+
+    def __init__(self, client: aredis.Redis, url: str) -> None:
+        self._client = client
+        self._url = url
+
+    async def call(self, *args: Any) -> Any:
+        """One command; the raw reply (``await conn.call("INCR", "hits")``)."""
+        try:
+            return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
+        except redis_py.ResponseError as exc:
+            raise_refusal(exc, self._url)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self._url) from exc
+
+    async def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; error replies come back in place."""
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        try:
+            return list(await pipe.execute(raise_on_error=False))
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self._url) from exc
+
+
+_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                          dict[int, tuple[Config, aredis.Redis, str]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def async_client(config: Config | None = None) -> tuple[aredis.Redis, str]:
+    """The running loop's asyncio client for ``config`` (made on first use) and its URL.
+    Replies come back raw, as the sync lease gives them; nothing is replayed."""
+    cfg = config or default_config()
+    loop = asyncio.get_running_loop()
+    clients = _async_clients.setdefault(loop, {})
+    entry = clients.get(id(cfg))
+    if entry is None or entry[0] is not cfg:
+        url = cfg.pool("client").url
+        pool = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=ASYNC_POOL_SIZE, timeout=cfg.socket_timeout,
+            socket_timeout=cfg.socket_timeout, socket_connect_timeout=cfg.socket_timeout,
+            client_name="wurk-async", retry=Retry(NoBackoff(), 0))
+        client = aredis.Redis(connection_pool=pool)
+        client.response_callbacks.clear()  # raw replies, as Connection.call gives them
+        entry = clients[id(cfg)] = (cfg, client, url)
+    return entry[1], entry[2]
 
 
 class _Holding(threading.local):
@@ -85,9 +152,17 @@ class Borrowed:
             _held.connection = None
             lease.release()
 
+    async def __aenter__(self) -> AsyncConnection:
+        client, url = async_client(self._config)
+        return AsyncConnection(client, url)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        return None  # connections go back to the pool after each command
+
 
 def redis(config: Config | None = None) -> Borrowed:
-    """Borrow a Redis connection for the block: ``with wurk.redis() as conn: conn.call(...)``.
+    """Borrow a Redis connection for the block: ``with wurk.redis() as conn: conn.call(...)``,
+    or in async code ``async with wurk.redis() as conn: await conn.call(...)``.
     ``config`` picks the client pool outside a worker (the process-wide default if None)."""
     return Borrowed(config)
 

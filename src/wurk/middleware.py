@@ -155,10 +155,12 @@ class Chain:
 
     async def ainvoke(
         self, job: Any, payload: dict[str, Any], queue: str,
-        final: Callable[[], Awaitable[Any]],
+        final: Callable[[], Awaitable[Any]], *, sync_inline: bool = False,
     ) -> Any:
         """``invoke`` inside a coroutine: async links awaited, sync links in a helper
-        thread of the running loop's executor."""
+        thread of the running loop's executor — or, ``sync_inline`` (client chains, whose
+        links only edit the payload), called on the loop, ``call_next()`` then returning an
+        awaitable the link returns as it is."""
         if not self._entries:
             return await final()
         links = [entry.make() for entry in self._entries]
@@ -171,6 +173,9 @@ class Chain:
             coroutine = async_form(link)
             if coroutine is not None:
                 return await coroutine(job, payload, queue, lambda: step(position + 1))
+            if sync_inline:
+                result = link(job, payload, queue, lambda: step(position + 1))
+                return await result if inspect.isawaitable(result) else result
             inner: list[concurrent.futures.Future[Any]] = []
 
             def call_next() -> Any:  # in the helper thread: the rest runs on the loop

@@ -77,3 +77,13 @@ def crash(key: str) -> None:
     """Takes its whole process down, every time: a poison pill."""
     r().incr(key)
     os._exit(17)
+
+
+@wurk.job(name="Sys::AsyncWait")
+async def async_wait(key: str, seconds: float) -> None:
+    """An I/O-bound async job: waits, then records its jid through ``wurk.redis()``."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", key, wurk.current_jid() or "")
