@@ -125,3 +125,16 @@ def test_sigkill_loses_no_async_job(
     print(f"\nasync kill test: pushed={len(pushed)} in_flight_at_kill={len(held)} "
           f"duplicated={duplicated}")
     assert duplicated <= len(held)
+
+
+def test_an_async_job_blocking_the_loop_is_named_and_the_lag_reported(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    worker = start_worker("-c", "1")
+    jid = jobs.async_blocker.perform_async("block:done", 0.4)
+    wait_for(lambda: r.llen("block:done") == 1, message="the blocking job")
+    name = next(iter(r.smembers("processes")))
+    wait_for(lambda: int(r.hget(name, "loop_lag_us") or 0) >= 300_000, timeout=10,
+             message="the lag in the heartbeat")
+    wait_for(lambda: f"Sys::AsyncBlocker (jid {jid}) held the event loop" in worker.output(),
+             message="the warning naming the job")

@@ -87,3 +87,11 @@ async def async_wait(key: str, seconds: float) -> None:
     await asyncio.sleep(seconds)
     async with wurk.redis() as conn:
         await conn.call("RPUSH", key, wurk.current_jid() or "")
+
+
+@wurk.job(name="Sys::AsyncBlocker")
+async def async_blocker(key: str, seconds: float) -> None:
+    """An async job that wrongly blocks the event loop with a sync sleep."""
+    time.sleep(seconds)
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", key, "1")
