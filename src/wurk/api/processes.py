@@ -29,7 +29,7 @@ __all__ = ["Process", "ProcessSet", "Work", "WorkSet"]
 log = logging.getLogger("wurk")
 
 # Hash fields of the heartbeat record, in the order they are read.
-HASH_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
+HASH_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency", "loop_lag_us")
 # Sidekiq's prune lock lasts a minute: one process prunes per minute, cluster-wide.
 CLEANUP_LOCK_SECONDS = 60
 # A signal not popped within a minute is stale: its target stopped beating.
@@ -65,6 +65,8 @@ class Process:
     rtt_us: int
     concurrency: int
     leader: bool = False
+    # wurk's event loop, at its worst since the previous beat (0: none, or not wurk).
+    loop_lag_us: int = 0
     config: Config = field(default_factory=default_config, repr=False, compare=False)
 
     @property
@@ -117,7 +119,8 @@ class Process:
             "identity": self.identity, "hostname": self.hostname, "pid": self.pid,
             "tag": self.tag, "started_at": self.started_at, "concurrency": self.concurrency,
             "busy": self.busy, "beat": self.beat, "quiet": self.stopping, "rss_kb": self.rss_kb,
-            "rtt_us": self.rtt_us, "queues": self.queues, "labels": self.labels,
+            "rtt_us": self.rtt_us, "loop_lag_us": self.loop_lag_us, "queues": self.queues,
+            "labels": self.labels,
             "version": self.version, "embedded": self.embedded, "leader": self.leader,
         }
 
@@ -163,6 +166,7 @@ def parse_process(identity: str, values: list[bytes | None], config: Config) -> 
         stopping=raw["quiet"] == b"true", rss_kb=_int(raw["rss"]), rtt_us=_int(raw["rtt_us"]),
         concurrency=_int(concurrency) if concurrency is not None
         else _int(info.get("concurrency")),
+        loop_lag_us=_int(raw["loop_lag_us"]),
         config=config,
     )
 
