@@ -7,9 +7,10 @@ each hand-off wakes a thread on another core, which then waits for the GIL there
 concurrency 10. With the processor threads on one core a hand-off is a plain switch on that
 core (1.3 per job), and the other cores are left to Redis and to other processes.
 
-The price: jobs that release the GIL to compute (numpy, compression, image work) no longer
-run in parallel on several cores within one process. So it is off by default; run one
-process per core (the swarm does) and turn it on.
+The price would be jobs that release the GIL to compute (numpy, compression, image work):
+pinned, they no longer run in parallel on several cores within one process. So ``auto``
+(the default) pins only while the processor threads are measured not to run in parallel
+anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
 
 1. ``parse`` reads the setting: ``None`` or ``"none"`` (the OS decides), ``"auto"`` (one
    CPU), or a list of CPUs such as ``"1"``, ``"0,2"``, ``"0-3"``. A bad value is a
@@ -21,24 +22,32 @@ process per core (the swarm does) and turn it on.
    while the process is busy — on average at least ``PIN_AT`` jobs running over the last
    half second — and lets them run anywhere again once it is quiet (``UNPIN_AT``): one
    pinned thread woken at a light load waits for its one CPU when Redis or another process
-   is on it (p99 push-to-start 3.2 ms pinned against 1.8 ms unpinned at 200 jobs/s). CPUs
-   given by number are held always. Only processor threads are touched: a host process's
-   own threads (embedded mode) keep theirs.
+   is on it. CPUs given by number are held always. Only processor threads are touched: a
+   host process's own threads (embedded mode) keep theirs.
+4. The parallelism guard (``auto`` only): every ``CPU_WINDOW`` the processor threads' CPU
+   time is read. Unpinned and above ``PARALLEL_CORES`` cores, the jobs compute in parallel
+   (the GIL released): no pinning for ``PARALLEL_HOLD`` seconds, renewed while it lasts.
+   Pinned, the threads cannot show that, so every ``PROBE_EVERY`` seconds they run one
+   window unpinned to be measured again. Pinning never starts before one unpinned window
+   was measured.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import psutil
 
 from .errors import ConfigError
 
-__all__ = ["Pinning", "allowed", "choose", "parse"]
+__all__ = ["Pinning", "allowed", "choose", "parse", "threads_cpu"]
+
+log = logging.getLogger("wurk")
 
 AUTO = "auto"
 NONE = "none"  # the same as no setting: lets a flag undo a config file's choice
@@ -48,6 +57,12 @@ PIN_AT = 1.5
 UNPIN_AT = 0.5  # below PIN_AT, so a load near the line does not flip it on every sample
 SAMPLE_INTERVAL = 0.05
 SAMPLES = 10  # averaged: half a second of samples
+# The parallelism guard. GIL-bound threads use about one core (measured 1.0–1.1 with their
+# system calls); jobs that release the GIL use more where there are cores for it.
+CPU_WINDOW = 1.0
+PARALLEL_CORES = 1.3
+PARALLEL_HOLD = 30.0
+PROBE_EVERY = 20.0
 
 
 def allowed() -> list[int]:
@@ -115,11 +130,56 @@ def _least_busy(cpus: list[int]) -> int:
     return min(range(len(cpus)), key=lambda i: busy(cpus[i]))
 
 
+def threads_cpu(native_ids: Collection[int]) -> float | None:
+    """CPU seconds (user + system) the threads ``native_ids`` of this process have used;
+    None where the OS does not tell."""
+    try:
+        threads = psutil.Process().threads()
+    except (psutil.Error, OSError, NotImplementedError):
+        return None
+    return sum(t.user_time + t.system_time for t in threads if t.id in native_ids)
+
+
+class _Guard:
+    """What the processor threads' CPU time says about pinning them (``auto`` only): a
+    window of ``CPU_WINDOW`` seconds, unpinned and busy throughout, is a measurement."""
+
+    def __init__(self, cpu: Callable[[Collection[int]], float | None]) -> None:
+        self._cpu = cpu
+        self._start = time.monotonic()
+        self._start_cpu: float | None = None
+        self._spoilt = True  # pinned or idle at some point of the window in progress
+        self.serial: bool | None = None  # last measurement: ran within PARALLEL_CORES
+        self.parallel_until = 0.0
+        self.measured_at = 0.0
+
+    def tick(self, threads: Collection[int], *, pinned: bool, busy: bool, now: float) -> None:
+        if pinned or not busy:
+            self._spoilt = True
+            if not busy:
+                self.serial = None  # an idle spell says nothing of the next busy one
+        if now - self._start < CPU_WINDOW:
+            return
+        cpu = self._cpu(threads)
+        if cpu is not None and self._start_cpu is not None and not self._spoilt:
+            cores = (cpu - self._start_cpu) / (now - self._start)
+            self.serial = cores <= PARALLEL_CORES
+            self.measured_at = now
+            if not self.serial:
+                self.parallel_until = now + PARALLEL_HOLD
+        self._start, self._start_cpu, self._spoilt = now, cpu, pinned or not busy
+
+    def allows(self, now: float) -> bool:
+        return self.serial is True and now >= self.parallel_until
+
+
 class Pinning:
-    """Keeps processor threads on ``cpus``: always, or (``adaptive``) while busy."""
+    """Keeps processor threads on ``cpus``: always, or (``adaptive``) while busy and not
+    computing in parallel."""
 
     def __init__(self, cpus: frozenset[int], running: Callable[[], int], *,
-                 adaptive: bool) -> None:
+                 adaptive: bool,
+                 cpu: Callable[[Collection[int]], float | None] = threads_cpu) -> None:
         self.cpus = cpus
         self.adaptive = adaptive
         self._anywhere = frozenset(allowed())
@@ -127,6 +187,9 @@ class Pinning:
         self._lock = threading.Lock()
         self._threads: set[int] = set()  # native ids of the processor threads
         self._samples: deque[int] = deque(maxlen=SAMPLES)
+        self._guard = _Guard(cpu)
+        self._pinned_at = 0.0
+        self._probe_since: float | None = None  # unpinned to be measured again
         self.pinned = not adaptive
 
     def enter(self) -> None:
@@ -140,17 +203,34 @@ class Pinning:
             self._threads.discard(threading.get_native_id())
 
     def sample(self) -> None:
-        """One look at how many jobs run now; pins or unpins every thread when the average
-        crosses a line. Called every ``SAMPLE_INTERVAL`` by the launcher's timer."""
+        """One look at how many jobs run now and, once a window, at the threads' CPU; pins
+        or unpins every thread when the rules say so. Called every ``SAMPLE_INTERVAL`` by
+        the launcher's timer."""
         if not self.adaptive:
             return
+        now = time.monotonic()
         self._samples.append(self._running())
         average = sum(self._samples) / len(self._samples)
-        want = average >= PIN_AT if not self.pinned else average > UNPIN_AT
+        busy = average >= PIN_AT if not self.pinned else average > UNPIN_AT
+        with self._lock:
+            threads = set(self._threads)
+        self._guard.tick(threads, pinned=self.pinned, busy=busy, now=now)
+        if self._probe_since is not None and self._guard.measured_at > self._probe_since:
+            self._probe_since = None  # measured again
+        if self.pinned and now - self._pinned_at >= PROBE_EVERY:
+            self._probe_since = now
+        want = busy and self._guard.allows(now) and self._probe_since is None
         if want == self.pinned:
             return
+        if want:
+            self._pinned_at = now
+        self._apply(want)
+
+    def _apply(self, pinned: bool) -> None:
+        log.debug("processor threads %s", f"pinned to CPU {sorted(self.cpus)}" if pinned
+                  else "free to run on any CPU")
         with self._lock:
-            self.pinned = want
+            self.pinned = pinned
             target = self._target()
             for thread in list(self._threads):
                 try:

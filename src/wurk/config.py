@@ -186,9 +186,9 @@ class Config:
     # Reliable fetch: most jobs a processor takes in one round trip out of a backlog (its
     # share of the queue at most); 1 fetches one job at a time.
     prefetch: int = 8
-    # Pin processor threads: None (the OS decides), "auto" (one CPU) or CPUs "0,2-3"
-    # (``wurk.affinity``).
-    cpu_affinity: str | None = None
+    # Pin processor threads: "auto" (one CPU while busy and not computing in parallel),
+    # None/"none" (the OS decides) or CPUs "0,2-3" (``wurk.affinity``).
+    cpu_affinity: str | None = "auto"
     private_list_layout: Literal["wurk", "pro"] = "wurk"
     paused_cache_ttl: float = 5.0
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))

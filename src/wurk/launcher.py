@@ -173,7 +173,8 @@ class Launcher:
         adaptive = self.config.cpu_affinity == affinity.AUTO
         pinning = affinity.Pinning(cpus, lambda: len(self.busy), adaptive=adaptive)
         log.info("processor threads pinned to CPU %s%s", ",".join(map(str, sorted(cpus))),
-                 " while two or more jobs run at once" if adaptive else "")
+                 " while two or more jobs run at once and do not compute in parallel "
+                 "(cpu_affinity auto; none turns it off)" if adaptive else "")
         if adaptive:
             self._pin_sampler = TimerLoop("wurk-affinity", pinning.sample,
                                           affinity.SAMPLE_INTERVAL)

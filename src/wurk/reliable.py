@@ -36,7 +36,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -56,6 +58,12 @@ from .scripts import Script
 __all__ = ["Claims", "ReliableFetch", "private_list_name"]
 
 log = logging.getLogger("wurk")
+
+# A job that ran under this long has its ACK batched with the next round trip even while
+# jobs fetched with it wait: the next ones are likely as quick, and a write per ACK costs a
+# system call and, with several processor threads, a hand-off of the GIL.
+ACK_BATCH_WITHIN = 0.002
+_DEFER = os.environ.get("WURK_EXPERIMENT_DEFER", "1") == "1"
 
 _FETCH_AHEAD = Script("fetch_ahead.lua", prelude=("poison_counter.lua",))
 _REQUEUE = Script("requeue.lua")
@@ -135,6 +143,7 @@ class ReliableFetch:
         self._idle = threading.Event()
         self.claims = claims if claims is not None else Claims()
         self._out: UnitOfWork | None = None  # the unit handed out last
+        self._handed_at = 0.0  # monotonic time it was handed out
 
     @property
     def private_lists(self) -> dict[str, str]:
@@ -173,6 +182,7 @@ class ReliableFetch:
                 return None
         unit = self._ahead.popleft()
         self._out = unit
+        self._handed_at = time.monotonic()
         return unit
 
     def _round_trip(self, command: tuple[Any, ...], queue: str | None) -> UnitOfWork | None:
@@ -234,6 +244,7 @@ class ReliableFetch:
         unit = UnitOfWork(queue, raw, self, counted=counted)
         self.claims.hold(self._private[queue], unit)
         self._out = unit
+        self._handed_at = time.monotonic()
         return unit
 
     def _let_go_of_unsettled(self) -> None:
@@ -249,11 +260,19 @@ class ReliableFetch:
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:
         unit.settled = True
-        if not self._ahead:
-            self._pending.append(unit)  # the next fetch is a round trip: it rides that
+        quick = time.monotonic() - self._handed_at < ACK_BATCH_WITHIN
+        if not self._ahead or (quick and _DEFER):
+            # The next fetch is a round trip (or, for a job that took under ACK_BATCH_WITHIN,
+            # the jobs fetched with it are likely as quick): the ACK rides that.
+            self._pending.append(unit)
             return
-        # Jobs fetched ahead come first: write the ACK now, read its reply later.
-        sending = [*self._pending, unit]
+        self._pending.append(unit)
+        self._send_pending()
+
+    def _send_pending(self) -> None:
+        """Jobs fetched ahead come first: write the pending ACKs now, read the replies with
+        the next round trip."""
+        sending = self._pending
         try:
             self.lease.send(self._ack_commands(sending))
         except RedisUnavailable:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -81,17 +82,48 @@ def test_fixed_pinning_holds_the_entering_thread_only() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is untouched
 
 
-def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
+class FakeCpu:
+    """The processor threads' CPU seconds as if they used ``cores`` cores all along."""
+
+    def __init__(self, cores: float) -> None:
+        self.cores = cores
+        self._total = 0.0
+        self._at = time.monotonic()
+
+    def __call__(self, threads: object) -> float:
+        now = time.monotonic()
+        self._total += (now - self._at) * self.cores
+        self._at = now
+        return self._total
+
+
+def _sample_for(pinning: affinity.Pinning, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pinning.sample()
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def fast_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(affinity, "CPU_WINDOW", 0.05)
+    monkeypatch.setattr(affinity, "PROBE_EVERY", 0.3)
+    monkeypatch.setattr(affinity, "PARALLEL_HOLD", 0.5)
+
+
+def test_adaptive_pinning_follows_the_average_number_of_running_jobs(
+    fast_guard: None,
+) -> None:
     cpus = affinity.allowed()
     running = [0]
-    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: running[0], adaptive=True)
+    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: running[0], adaptive=True,
+                               cpu=FakeCpu(1.0))
     started, done, seen = threading.Event(), threading.Event(), []
     thread = _in_thread(pinning, started, done, seen)
     started.wait(10)
     assert seen == [set(cpus)] and not pinning.pinned  # quiet: anywhere
     running[0] = 4
-    for _ in range(affinity.SAMPLES):
-        pinning.sample()
+    _sample_for(pinning, 0.2)  # a busy unpinned window is measured first: one core
     assert pinning.pinned
     native = next(iter(pinning._threads))
     assert os.sched_getaffinity(native) == {cpus[-1]}  # moved from outside the thread
@@ -107,3 +139,36 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
     thread.join()
     assert seen[-1] == set(cpus)
     pinning.sample()  # the thread is gone: nothing to move, no error
+
+
+def test_jobs_computing_in_parallel_are_never_pinned(fast_guard: None) -> None:
+    """Jobs that release the GIL (numpy, compression) use more than one core unpinned:
+    ``auto`` leaves them on every core."""
+    cpus = affinity.allowed()
+    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: 10, adaptive=True,
+                               cpu=FakeCpu(1.9))
+    for _ in range(6):
+        _sample_for(pinning, 0.1)
+        assert not pinning.pinned
+
+
+def test_pinned_threads_are_measured_again_and_let_go_when_they_compute_in_parallel(
+    fast_guard: None,
+) -> None:
+    cpus = affinity.allowed()
+    cpu = FakeCpu(1.0)
+    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: 10, adaptive=True, cpu=cpu)
+    _sample_for(pinning, 0.2)
+    assert pinning.pinned
+    cpu.cores = 1.9  # the job mix changed: the work now runs beside the GIL
+    states = []
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline:
+        pinning.sample()
+        states.append(pinning.pinned)
+        time.sleep(0.005)
+    assert not pinning.pinned, "the probe should have found the parallel work"
+    assert False in states[: len(states) // 2]
+    cpu.cores = 1.0
+    _sample_for(pinning, 1.0)  # the hold passes, a serial window is measured: pinned again
+    assert pinning.pinned

@@ -102,7 +102,8 @@ def worker_options(fn: Any) -> Any:
         click.option("--fetch", type=click.Choice(["reliable", "basic"]), default=None,
                      help="Fetch strategy."),
         click.option("--cpu-affinity", default=None, metavar="auto|none|CPUS",
-                     help="Pin processor threads: 'auto' (one CPU; a swarm spreads its "
+                     help="Pin processor threads: 'auto' (the default: one CPU while "
+                          "busy and not computing in parallel; a swarm spreads its "
                           "children), CPUs such as '1' or '0,2-3', or 'none'."),
         click.option("--log-format", type=click.Choice(["pretty", "plain", "json"]),
                      default=None, help="Log line format."),
