@@ -24,12 +24,14 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    pinned thread woken at a light load waits for its one CPU when Redis or another process
    is on it. CPUs given by number are held always. Only processor threads are touched: a
    host process's own threads (embedded mode) keep theirs.
-4. The parallelism guard (``auto`` only): every ``CPU_WINDOW`` the processor threads' CPU
-   time is read. Unpinned and above ``PARALLEL_CORES`` cores, the jobs compute in parallel
-   (the GIL released): no pinning for ``PARALLEL_HOLD`` seconds, renewed while it lasts.
-   Pinned, the threads cannot show that, so every ``PROBE_EVERY`` seconds they run one
-   window unpinned to be measured again. Pinning never starts before one unpinned window
-   was measured.
+4. The guard (``auto`` only) keeps pinning only where it is measured to pay. Busy and
+   unpinned, a ``WINDOW`` measures the jobs done and the processor threads' CPU time: above
+   ``PARALLEL_CORES`` cores the jobs compute in parallel (the GIL released), and the
+   threads stay free for ``HOLD`` seconds. Otherwise the next window runs pinned, on
+   trial: pinning is kept only if it did at least ``GAIN`` more jobs than the free window,
+   else the threads stay free for ``HOLD``. Kept, it is tried again after ``RETRY`` seconds
+   (one free window, one trial). A window counts only if the process was busy throughout;
+   a quiet spell starts over unpinned.
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ PIN_AT = 1.5
 UNPIN_AT = 0.5  # below PIN_AT, so a load near the line does not flip it on every sample
 SAMPLE_INTERVAL = 0.05
 SAMPLES = 10  # averaged: half a second of samples
-# The parallelism guard. GIL-bound threads use about one core (measured 1.0–1.1 with their
-# system calls); jobs that release the GIL use more where there are cores for it.
-CPU_WINDOW = 1.0
+# The guard. GIL-bound threads use about one core (measured 1.0–1.1 with their system
+# calls); jobs that release the GIL use more where there are cores for it. On a machine
+# loaded by others a process may get less than that either way: then the trial decides.
+WINDOW = 1.0
 PARALLEL_CORES = 1.3
-PARALLEL_HOLD = 30.0
-PROBE_EVERY = 20.0
+GAIN = 1.05
+HOLD = 30.0
+RETRY = 20.0
 
 
 def allowed() -> list[int]:
@@ -140,37 +144,66 @@ def threads_cpu(native_ids: Collection[int]) -> float | None:
     return sum(t.user_time + t.system_time for t in threads if t.id in native_ids)
 
 
+class _Window:
+    """Jobs done and CPU used since ``start``; ``spoilt`` once the process went quiet."""
+
+    __slots__ = ("cpu", "done", "spoilt", "start")
+
+    def __init__(self, now: float, done: int, cpu: float | None) -> None:
+        self.start, self.done, self.cpu, self.spoilt = now, done, cpu, False
+
+
 class _Guard:
-    """What the processor threads' CPU time says about pinning them (``auto`` only): a
-    window of ``CPU_WINDOW`` seconds, unpinned and busy throughout, is a measurement."""
+    """Whether pinning pays, by measurement (``auto`` only): free window, pinned trial,
+    keep the better; see the module's point 4."""
 
-    def __init__(self, cpu: Callable[[Collection[int]], float | None]) -> None:
+    def __init__(self, cpu: Callable[[Collection[int]], float | None],
+                 done: Callable[[], int]) -> None:
         self._cpu = cpu
-        self._start = time.monotonic()
-        self._start_cpu: float | None = None
-        self._spoilt = True  # pinned or idle at some point of the window in progress
-        self.serial: bool | None = None  # last measurement: ran within PARALLEL_CORES
-        self.parallel_until = 0.0
-        self.measured_at = 0.0
+        self._done = done
+        self.state = "free"  # free: measuring unpinned; trial: measuring pinned; pinned
+        self._window: _Window | None = None
+        self._free_rate = 0.0
+        self.hold_until = 0.0
+        self.pinned_at = 0.0
 
-    def tick(self, threads: Collection[int], *, pinned: bool, busy: bool, now: float) -> None:
-        if pinned or not busy:
-            self._spoilt = True
-            if not busy:
-                self.serial = None  # an idle spell says nothing of the next busy one
-        if now - self._start < CPU_WINDOW:
-            return
-        cpu = self._cpu(threads)
-        if cpu is not None and self._start_cpu is not None and not self._spoilt:
-            cores = (cpu - self._start_cpu) / (now - self._start)
-            self.serial = cores <= PARALLEL_CORES
-            self.measured_at = now
-            if not self.serial:
-                self.parallel_until = now + PARALLEL_HOLD
-        self._start, self._start_cpu, self._spoilt = now, cpu, pinned or not busy
+    def want(self, threads: Collection[int], *, busy: bool, now: float) -> bool:
+        """Whether the threads should be pinned now."""
+        if not busy:
+            self.state, self._window = "free", None
+            return False
+        if self.state == "pinned":
+            if now - self.pinned_at >= RETRY:
+                self.state, self._window = "free", None  # measure again
+            return self.state == "pinned"
+        if now < self.hold_until:
+            return False
+        window = self._window
+        if window is None:
+            self._window = _Window(now, self._done(), self._cpu(threads))
+            return self.state == "trial"
+        if now - window.start < WINDOW:
+            return self.state == "trial"
+        return self._close(window, threads, now)
 
-    def allows(self, now: float) -> bool:
-        return self.serial is True and now >= self.parallel_until
+    def _close(self, window: _Window, threads: Collection[int], now: float) -> bool:
+        elapsed = now - window.start
+        done, cpu = self._done(), self._cpu(threads)
+        rate = (done - window.done) / elapsed
+        self._window = _Window(now, done, cpu)
+        if self.state == "free":
+            cores = (cpu - window.cpu) / elapsed if cpu is not None and \
+                window.cpu is not None else None
+            if cores is not None and cores > PARALLEL_CORES:
+                self.hold_until = now + HOLD  # computing in parallel: leave them free
+                return False
+            self.state, self._free_rate = "trial", rate
+            return True
+        if rate >= self._free_rate * GAIN and rate > 0:
+            self.state, self.pinned_at = "pinned", now
+            return True
+        self.state, self.hold_until = "free", now + HOLD  # pinning did not pay
+        return False
 
 
 class Pinning:
@@ -178,7 +211,7 @@ class Pinning:
     computing in parallel."""
 
     def __init__(self, cpus: frozenset[int], running: Callable[[], int], *,
-                 adaptive: bool,
+                 adaptive: bool, done: Callable[[], int] = lambda: 0,
                  cpu: Callable[[Collection[int]], float | None] = threads_cpu) -> None:
         self.cpus = cpus
         self.adaptive = adaptive
@@ -187,9 +220,7 @@ class Pinning:
         self._lock = threading.Lock()
         self._threads: set[int] = set()  # native ids of the processor threads
         self._samples: deque[int] = deque(maxlen=SAMPLES)
-        self._guard = _Guard(cpu)
-        self._pinned_at = 0.0
-        self._probe_since: float | None = None  # unpinned to be measured again
+        self._guard = _Guard(cpu, done)
         self.pinned = not adaptive
 
     def enter(self) -> None:
@@ -203,9 +234,9 @@ class Pinning:
             self._threads.discard(threading.get_native_id())
 
     def sample(self) -> None:
-        """One look at how many jobs run now and, once a window, at the threads' CPU; pins
-        or unpins every thread when the rules say so. Called every ``SAMPLE_INTERVAL`` by
-        the launcher's timer."""
+        """One look at how many jobs run now (and, once a window, at the jobs done and the
+        threads' CPU); pins or unpins every thread when the rules say so. Called every
+        ``SAMPLE_INTERVAL`` by the launcher's timer."""
         if not self.adaptive:
             return
         now = time.monotonic()
@@ -214,17 +245,9 @@ class Pinning:
         busy = average >= PIN_AT if not self.pinned else average > UNPIN_AT
         with self._lock:
             threads = set(self._threads)
-        self._guard.tick(threads, pinned=self.pinned, busy=busy, now=now)
-        if self._probe_since is not None and self._guard.measured_at > self._probe_since:
-            self._probe_since = None  # measured again
-        if self.pinned and now - self._pinned_at >= PROBE_EVERY:
-            self._probe_since = now
-        want = busy and self._guard.allows(now) and self._probe_since is None
-        if want == self.pinned:
-            return
-        if want:
-            self._pinned_at = now
-        self._apply(want)
+        want = self._guard.want(threads, busy=busy, now=now)
+        if want != self.pinned:
+            self._apply(want)
 
     def _apply(self, pinned: bool) -> None:
         log.debug("processor threads %s", f"pinned to CPU {sorted(self.cpus)}" if pinned

@@ -171,9 +171,10 @@ class Launcher:
         if cpus is None:
             return None
         adaptive = self.config.cpu_affinity == affinity.AUTO
-        pinning = affinity.Pinning(cpus, lambda: len(self.busy), adaptive=adaptive)
+        pinning = affinity.Pinning(cpus, lambda: len(self.busy), adaptive=adaptive,
+                                   done=lambda: self.counters.total_processed)
         log.info("processor threads pinned to CPU %s%s", ",".join(map(str, sorted(cpus))),
-                 " while two or more jobs run at once and do not compute in parallel "
+                 " while two or more jobs run at once and it is measured to pay "
                  "(cpu_affinity auto; none turns it off)" if adaptive else "")
         if adaptive:
             self._pin_sampler = TimerLoop("wurk-affinity", pinning.sample,
