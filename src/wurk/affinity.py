@@ -62,7 +62,7 @@ SAMPLES = 10  # averaged: half a second of samples
 # The guard. GIL-bound threads use about one core (measured 1.0–1.1 with their system
 # calls); jobs that release the GIL use more where there are cores for it. On a machine
 # loaded by others a process may get less than that either way: then the trial decides.
-WINDOW = 1.0
+WINDOW = 0.25
 PARALLEL_CORES = 1.3
 GAIN = 1.05
 HOLD = 30.0

@@ -7,6 +7,7 @@ import json
 import random
 import time
 from collections import Counter
+from typing import ClassVar
 
 import redis
 
@@ -33,7 +34,7 @@ def mark() -> None:
 class Recording(Manager):
     """A manager that remembers which jobs it gave back at the deadline."""
 
-    given_back: Counter[str] = Counter()
+    given_back: ClassVar[Counter[str]] = Counter()
 
     def _requeue(self, units: list[UnitOfWork]) -> None:
         for unit in units:
