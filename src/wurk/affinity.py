@@ -28,7 +28,7 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    unpinned, a ``WINDOW`` measures the jobs done and the processor threads' CPU time: above
    ``PARALLEL_CORES`` cores the jobs compute in parallel (the GIL released), and the
    threads stay free for ``HOLD`` seconds. Otherwise the next window runs pinned, on
-   trial: pinning is kept only if it did at least ``GAIN`` more jobs than the free window,
+   trial: pinning is kept unless it did fewer than ``KEEP`` of the free window's jobs,
    else the threads stay free for ``HOLD``. Kept, it is tried again after ``RETRY`` seconds
    (one free window, one trial). A window counts only if the process was busy throughout;
    a quiet spell starts over unpinned.
@@ -64,7 +64,10 @@ SAMPLES = 10  # averaged: half a second of samples
 # loaded by others a process may get less than that either way: then the trial decides.
 WINDOW = 0.25
 PARALLEL_CORES = 1.3
-GAIN = 1.05
+# A pinned trial keeps pinning unless it did clearly fewer jobs than the free window before
+# it: on a busy machine two quarter-seconds differ by more than what pinning moves, so the
+# trial only has to catch pinning that hurts (parallel work starved of its second core).
+KEEP = 0.85
 HOLD = 30.0
 RETRY = 20.0
 
@@ -194,12 +197,15 @@ class _Guard:
         if self.state == "free":
             cores = (cpu - window.cpu) / elapsed if cpu is not None and \
                 window.cpu is not None else None
+            log.debug("affinity: free window %.0f jobs/s on %s cores", rate,
+                      "?" if cores is None else f"{cores:.2f}")
             if cores is not None and cores > PARALLEL_CORES:
                 self.hold_until = now + HOLD  # computing in parallel: leave them free
                 return False
             self.state, self._free_rate = "trial", rate
             return True
-        if rate >= self._free_rate * GAIN and rate > 0:
+        log.debug("affinity: pinned trial %.0f jobs/s against %.0f free", rate, self._free_rate)
+        if rate >= self._free_rate * KEEP and rate > 0:
             self.state, self.pinned_at = "pinned", now
             return True
         self.state, self.hold_until = "free", now + HOLD  # pinning did not pay
