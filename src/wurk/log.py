@@ -18,8 +18,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 __all__ = ["job_context", "logger", "reopen", "setup", "short_id", "tid"]
@@ -70,13 +69,20 @@ def _base36(number: int) -> str:
             return text
 
 
-@contextmanager
-def job_context(fields: Mapping[str, Any]) -> Iterator[None]:
-    token = _context.set(fields)
-    try:
-        yield
-    finally:
-        _context.reset(token)
+class job_context:
+    """The job's fields on every log line within the block. A class, not a generator: it
+    wraps every job, and this is the cheaper of the two."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = fields
+
+    def __enter__(self) -> None:
+        self._token = _context.set(self._fields)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _context.reset(self._token)
 
 
 def current_context() -> Mapping[str, Any] | None:

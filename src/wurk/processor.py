@@ -77,9 +77,9 @@ class Busy:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._work: dict[str, tuple[str, str, int]] = {}
+        self._work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
 
-    def add(self, thread_id: str, queue: str, raw: str) -> None:
+    def add(self, thread_id: str, queue: str, raw: bytes) -> None:
         with self._lock:
             self._work[thread_id] = (queue, raw, int(time.time()))
 
@@ -91,7 +91,8 @@ class Busy:
         """tid → the JSON value Sidekiq's Busy page reads (``wire-format.md`` §7.3)."""
         with self._lock:
             items = list(self._work.items())
-        return {t: P.dumps({"queue": q, "payload": raw, "run_at": run_at})
+        return {t: P.dumps({"queue": q, "payload": raw.decode("utf-8", "replace"),
+                            "run_at": run_at})
                 for t, (q, raw, run_at) in items}
 
     def __len__(self) -> int:
@@ -180,7 +181,7 @@ class JobRunner:
 
     def _execute(self, unit: UnitOfWork, job: P.Payload, guard: JobGuard) -> bool:
         thread_id = tid()
-        self.busy.add(thread_id, unit.queue, unit.raw.decode("utf-8", "replace"))
+        self.busy.add(thread_id, unit.queue, unit.raw)
         running = set_running(job)
         try:
             with job_context(self._log_fields(job, unit.queue)):
@@ -321,7 +322,7 @@ class JobRunner:
     async def _execute_async(self, unit: UnitOfWork, job: P.Payload,
                              definition: JobDefinition) -> bool:
         task_id = short_id(id(asyncio.current_task()))
-        self.busy.add(task_id, unit.queue, unit.raw.decode("utf-8", "replace"))
+        self.busy.add(task_id, unit.queue, unit.raw)
         set_running(job)  # the task's own context: nothing to reset
         try:
             with job_context(self._log_fields(job, unit.queue)):

@@ -41,7 +41,7 @@ def test_random_order_is_uniform() -> None:
 
 def test_busy_map_entries_are_what_sidekiq_reads() -> None:
     busy = Busy()
-    busy.add("t1", "default", '{"class":"X","args":[]}')
+    busy.add("t1", "default", b'{"class":"X","args":[]}')
     assert len(busy) == 1
     entry = json.loads(busy.snapshot()["t1"])
     assert entry["queue"] == "default" and entry["payload"] == '{"class":"X","args":[]}'

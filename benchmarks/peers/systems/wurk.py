@@ -4,8 +4,9 @@ for per-job logging); several processes are one ``wurk swarm -n P``.
 
 "wurk" writes through ``wurk.redis()``, "wurk_redispy" through a redis-py client (as the
 Python peers' jobs do): the two job bodies of the headline. "wurk_pinned" and
-"wurk_redispy_pinned" add ``--cpu-affinity auto`` (processor threads on one CPU while two or
-more jobs run), the pair to compare with "sidekiq_pinned". "wurk_async" is the async row's
+"wurk_redispy_pinned" give ``--cpu-affinity auto`` explicitly — the default since the
+adaptive guard, so they run as the default rows do — the pair to compare with
+"sidekiq_pinned" (Sidekiq under ``taskset``). "wurk_async" is the async row's
 worker: ``--async-concurrency`` set to the row's concurrency."""
 
 from __future__ import annotations
@@ -55,6 +56,6 @@ def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = F
         unavailable=None if tools.project_bin("python").exists() else
         f"{tools.project_bin('python')} missing: run ./scripts/test",
         no_worker="worker not available yet" if missing else None,
-        notes=[f"{name}: defaults (reliable fetch" + (", cpu_affinity auto" if pinned else
-                                                     ", threads placed by the OS")
-               + f"), {body}" + (", 10 threads + async slots" if async_row else "")])
+        notes=[f"{name}: " + ("--cpu-affinity auto given" if pinned else "defaults")
+               + f" (reliable fetch, cpu_affinity auto), {body}"
+               + (", 10 threads + async slots" if async_row else "")])
