@@ -23,14 +23,18 @@ FIXTURES = Path(__file__).parent / "fixtures"
 @pytest.fixture(scope="session", autouse=True)
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = start_server(tmp_path_factory.mktemp("redis"))
-    previous = os.environ.get("REDIS_URL")
+    previous = {name: os.environ.get(name) for name in ("REDIS_URL", "WURK_HOME")}
     os.environ["REDIS_URL"] = server.url
+    # A home of the session's own: no test process finds a .wurk of the checkout (and says
+    # that REDIS_URL wins over it on stderr).
+    os.environ["WURK_HOME"] = str(tmp_path_factory.mktemp("wurk-home"))
     yield server
     server.stop()
-    if previous is None:
-        os.environ.pop("REDIS_URL", None)
-    else:
-        os.environ["REDIS_URL"] = previous
+    for name, value in previous.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

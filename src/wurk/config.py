@@ -1,7 +1,7 @@
 """The configuration object: every setting, validated, passed down explicitly.
 
 1. ``Config`` holds every setting with Sidekiq's defaults; each interval and timeout is a
-   setting so tests can run them fast (``decisions.md`` 26).
+   setting so tests can run them fast.
 2. The environment (``REDIS_URL``, ``WURK_TIMESTAMP_FORMAT``, ``WURK_HOME``, ``WURK_LEADER``,
    ``WURK_CONCURRENCY``) is read when a ``Config`` is built, never at import.
 3. ``freeze()`` makes it read-only before threads start.
@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import copy
+import difflib
 import logging
 import os
 import threading
@@ -28,7 +29,7 @@ from .middleware import Chain
 from .payload import TimestampFormat
 from .pool import RedisPool
 
-__all__ = ["Capsule", "Config", "configure", "default_config", "parse_queue"]
+__all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
@@ -42,10 +43,25 @@ DAY = 24 * 60 * 60
 # file is an error naming it at load time, not a crash in a thread later.
 _TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity")
 _OPTIONAL = ("redis_url", "environment", "cpu_affinity")
-_FLAG_SETTINGS = ("leader", "skip_default_job_logging")
+_FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
-                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout")
+                   "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
+                   "log_slow_jobs_after")
+
+
+# Settings that hold Python objects (handlers, middleware, hooks): never in a file.
+CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
+                 "lifecycle")
+
+
+def did_you_mean(key: str) -> str:
+    """``"; did you mean 'max_retries'?"`` for the setting closest to the unknown ``key``."""
+    known = sorted({f.name for f in fields(Config) if f.init} - set(CODE_SETTINGS))
+    close = difflib.get_close_matches(key, known, n=1)
+    if not close:  # the name without its prefix: ``retries`` for ``max_retries``
+        close = [name for name in known if name.endswith(f"_{key}")][:1]
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
@@ -163,7 +179,13 @@ class Config:
     redis_url: str | None = None
     key_prefix: str = ""
     socket_timeout: float = 3.0
+    # The embedded server's directory: a bare name is looked for in the current directory
+    # and its parents up to the project root, as git finds .git; a path is used as given.
     home: str = field(default_factory=lambda: _env("WURK_HOME") or ".wurk")
+    # Whether finding Redis may start the embedded server when none runs for ``home``; the
+    # read-only commands say no, so a command run in the wrong folder refuses instead of
+    # reporting an empty new server.
+    start_embedded: bool = True
     # -- wire format ------------------------------------------------------------------------
     timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
     # -- client -----------------------------------------------------------------------------
@@ -213,11 +235,14 @@ class Config:
     log_level: str = "INFO"
     logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
     skip_default_job_logging: bool = False
+    # A job's start line is at DEBUG; one still running after this many seconds gets it at
+    # INFO then (``wurk.slow``). None: never.
+    log_slow_jobs_after: float | None = 10.0
     # -- dashboard (``wurk.web``) -----------------------------------------------------------
     web_username: str | None = None  # with web_password: HTTP basic auth on every request
     web_password: str | None = None
     web_read_only: bool = False  # pages only: every action refused
-    # The dashboard's own connections (seed 004's PoolScope): few, so a burst of page views or
+    # The dashboard's own connections: few, so a burst of page views or
     # long-held live streams cannot take the connections a co-located worker needs.
     web_pool_size: int = 4
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
@@ -232,7 +257,7 @@ class Config:
 
     def __post_init__(self) -> None:
         env_url = _env("REDIS_URL")
-        if env_url:  # api.md "Finding Redis": the environment wins over explicit configuration
+        if env_url:  # the environment wins, so a deploy can point any app at its Redis
             self.redis_url = env_url
         self._frozen = False
         self._lock = threading.Lock()
@@ -248,9 +273,10 @@ class Config:
         known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(set(values) - known)
         if unknown:
+            hint = did_you_mean(unknown[0])
             raise ConfigError(
-                f"{source}: unknown setting {unknown[0]!r}; known settings: "
-                + ", ".join(sorted(known))
+                f"{source}: unknown setting {unknown[0]!r}"
+                + (hint or "; known settings: " + ", ".join(sorted(known)))
             )
         return cls(**dict(values))
 
@@ -408,7 +434,7 @@ class Config:
             existing = self._pools.get(role)
             if existing is not None:
                 return existing
-            url = resolve_url(self.redis_url, self.home)
+            url = resolve_url(self.redis_url, self.home, start=self.start_embedded)
             pool = RedisPool(url, size=size or 10, name=f"wurk-{role}",
                              socket_timeout=self.socket_timeout)
             self._pools[role] = pool
@@ -419,7 +445,7 @@ class Config:
 
         The view shares every setting, handler and pool with this configuration (closing
         this one closes the pools of both). The dashboard reads ``wurk.api`` through a view
-        routing ``"api"`` to its own small ``"web"`` pool (seed 004's ``PoolScope``).
+        routing ``"api"`` to its own small ``"web"`` pool.
         """
         view = copy.copy(self)
         view._routes = {**self._routes, role: (to, size)}

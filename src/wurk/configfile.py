@@ -6,10 +6,13 @@
 3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...]}}`` adds Sidekiq 7
    capsules.
 4. A top-level mapping that is not a setting is an environment section; the one named by
-   ``-e`` is merged over the top level, the others are ignored.
+   ``-e`` is merged over the top level, the others are ignored. A file with sections but
+   none of that name is an error (a typo would silently run with the top level only); in
+   a file without sections, ``-e`` only names the environment, as in Sidekiq.
 5. ``${VAR}`` and ``${VAR:-default}`` are replaced from the environment — no code runs
    (Sidekiq's ERB was a security hole).
-6. Every problem is a ``ConfigError`` naming the file and the key.
+6. Every problem is a ``ConfigError`` naming the file and the key; an unknown key is given
+   the closest known setting (``retries`` → ``max_retries``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from .config import Capsule, Config, parse_queue
+from .config import CODE_SETTINGS, Capsule, Config, did_you_mean, parse_queue
 from .errors import ConfigError
 
 __all__ = ["load_file", "settings_from_mapping"]
@@ -33,8 +36,7 @@ _MAPPING_SETTINGS = {"capsules", "swarm"}
 _CAPSULE_KEYS = {"concurrency", "async_concurrency", "queues"}
 _SETTINGS = {f.name for f in fields(Config) if f.init}
 # The file may not set these: they hold Python objects, not data.
-_CODE_SETTINGS = {"client_middleware", "server_middleware", "error_handlers",
-                  "death_handlers", "lifecycle"}
+_CODE_SETTINGS = set(CODE_SETTINGS)
 
 
 def load_file(path: str | os.PathLike[str], environment: str | None = None) -> dict[str, Any]:
@@ -87,6 +89,9 @@ def settings_from_mapping(data: dict[Any, Any], *, environment: str | None = Non
     settings = {k: v for k, v in flat.items() if k not in sections}
     if environment and environment in sections:
         settings.update({_key(k): v for k, v in sections[environment].items()})
+    elif environment and sections:
+        raise ConfigError(f"{source}: no section {environment!r} for -e; the sections are "
+                          f"{', '.join(map(repr, sorted(sections)))}")
     if environment:
         settings["environment"] = environment
     return _convert(settings, source)
@@ -105,8 +110,12 @@ def _convert(settings: dict[str, Any], source: str) -> dict[str, Any]:
             result["queues"] = [_queue(entry, source) for entry in _list(value, key, source)]
         elif key == "capsules":
             result["capsules"] = _capsules(value, source)
-        elif key in _CODE_SETTINGS or key not in _SETTINGS:
-            raise ConfigError(f"{source}: unknown setting {key!r}")
+        elif key in _CODE_SETTINGS:
+            raise ConfigError(f"{source}: unknown setting {key!r} for a file: it holds "
+                              "Python objects; set it in code, on wurk.default_config() in "
+                              "a module loaded with -r")
+        elif key not in _SETTINGS:
+            raise ConfigError(f"{source}: unknown setting {key!r}{did_you_mean(key)}")
         else:
             result[key] = value
     return result

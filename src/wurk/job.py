@@ -3,10 +3,13 @@
 1. A job has a wire name (the payload's ``class``) and default options merged under every
    push. The name defaults to ``<module>.<qualname>``; give ``name=`` to match a Ruby class.
 2. The registry maps wire names to definitions. A worker runs only registered jobs: a
-   payload's ``class`` is a lookup key, never something to import (``api.md``).
+   payload's ``class`` is a lookup key, never something to import (that would let whoever
+   writes to Redis run any code).
 3. ``perform_async``/``perform_in``/``perform_at`` of a decorated function are typed against
-   its own signature (``ParamSpec``), so mypy catches a wrong argument. Keyword arguments are
-   bound to their positions: Sidekiq's payload only has positional ``args``.
+   its own signature (``ParamSpec``), so mypy catches a wrong argument, and checked against
+   it at push time too, so a missing, extra or unknown argument is an ``InvalidArguments``
+   naming it rather than a job that fails all its retries. Keyword arguments are bound to
+   their positions: Sidekiq's payload only has positional ``args``.
 4. ``set(...)`` returns a one-shot setter with the same methods and overridden options.
 5. ``aperform_async``/``aperform_in``/``aperform_at``/``aperform_bulk`` are the same pushes
    for async code (``await job.aperform_async(...)``): same payload, never blocking the loop.
@@ -119,29 +122,54 @@ class JobDefinition:
         self.is_class = is_class
         perform = getattr(target, "perform", None) if is_class else target
         self.is_async = inspect.iscoroutinefunction(perform)
-        self._signature: inspect.Signature | None = None
+        self._shape: _Shape | None = None
 
     def __repr__(self) -> str:
         return f"<JobDefinition {self.name!r}>"
 
-    def positional(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
-        """Arguments as the payload's positional ``args`` list."""
-        if not kwargs:
+    def positional(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
+        """Arguments as the payload's positional ``args`` list, checked against the job's
+        signature; ``InvalidArguments`` names a missing, extra or unknown argument."""
+        shape = self._shape or self._read_shape()
+        if not kwargs and shape.accepts(len(args)):  # the common push: no binding needed
             return list(args)
-        if self._signature is None:
-            perform = self.target.perform if self.is_class else self.target  # type: ignore[attr-defined]
-            self._signature = inspect.signature(perform)
-        bound_args = (None, *args) if self.is_class else args
+        if shape.signature is None:  # a callable inspect cannot read: nothing to check
+            if kwargs:
+                raise InvalidArguments(f"{self.name}: keyword arguments need a signature "
+                                       "to bind them to positions; pass them in order")
+            return list(args)
+        return self._bind(shape.signature, args, kwargs)
+
+    def _read_shape(self) -> _Shape:
+        perform = self.target.perform if self.is_class else self.target  # type: ignore[attr-defined]
         try:
-            bound = self._signature.bind(*bound_args, **kwargs)
+            signature = inspect.signature(perform)
+        except (TypeError, ValueError):
+            signature = None
+        if signature is not None:  # shown in errors as ``add(a, b)``: no self, no types
+            params = [p.replace(annotation=p.empty) for p in signature.parameters.values()]
+            signature = signature.replace(parameters=params[1:] if self.is_class else params,
+                                          return_annotation=inspect.Signature.empty)
+        self._shape = _Shape.of(signature)
+        return self._shape
+
+    def _bind(self, signature: inspect.Signature, args: Sequence[Any],
+              kwargs: Mapping[str, Any]) -> list[Any]:
+        call = f"{self.name}{signature}"
+        accepts_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+        unknown = [key for key in kwargs if key not in signature.parameters]
+        if unknown and not accepts_any:
+            raise InvalidArguments(f"{call}: unexpected keyword argument {unknown[0]!r}")
+        try:
+            bound = signature.bind(*args, **kwargs)
         except TypeError as exc:
-            raise InvalidArguments(f"{self.name}: {exc}") from None
+            raise InvalidArguments(f"{call}: {_bind_problem(exc, signature, args)}") from None
         if bound.kwargs:
             raise InvalidArguments(
-                f"{self.name}: keyword-only arguments {sorted(bound.kwargs)} cannot travel in "
+                f"{call}: keyword-only arguments {sorted(bound.kwargs)} cannot travel in "
                 "a Sidekiq payload, which has positional args only"
             )
-        return list(bound.args[1:] if self.is_class else bound.args)
+        return list(bound.args)
 
     def instantiate(self, payload: P.Payload) -> Any:
         """The object whose ``perform`` runs the job (a ``Job`` instance, or the function)."""
@@ -164,6 +192,43 @@ class JobDefinition:
                 return None
             return method  # type: ignore[no-any-return]
         return self.hooks.get(name)
+
+
+class _Shape:
+    """How many positional arguments a job takes, read once from its signature."""
+
+    def __init__(self, signature: inspect.Signature | None, fewest: int,
+                 most: int | None) -> None:
+        self.signature = signature
+        self.fewest = fewest
+        self.most = most  # None: any number (``*args``)
+
+    @classmethod
+    def of(cls, signature: inspect.Signature | None) -> _Shape:
+        if signature is None:
+            return cls(None, 0, None)
+        params = list(signature.parameters.values())
+        positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY,
+                                                       p.POSITIONAL_OR_KEYWORD)]
+        required = [p for p in positional if p.default is p.empty]
+        if any(p.kind is p.KEYWORD_ONLY and p.default is p.empty for p in params):
+            return cls(signature, 1, 0)  # never satisfied by position alone: always bind
+        most = None if any(p.kind is p.VAR_POSITIONAL for p in params) else len(positional)
+        return cls(signature, len(required), most)
+
+    def accepts(self, count: int) -> bool:
+        return self.fewest <= count and (self.most is None or count <= self.most)
+
+
+def _bind_problem(exc: TypeError, signature: inspect.Signature, args: Sequence[Any]) -> str:
+    """Python's complaint, with the extra arguments named where it only counts them."""
+    text = str(exc)
+    if text != "too many positional arguments":
+        return text
+    most = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+               for p in signature.parameters.values())
+    extra = ", ".join(repr(a) for a in args[most:])
+    return f"too many positional arguments: it takes {most}, got {len(args)} (extra: {extra})"
 
 
 class Registry:
@@ -293,10 +358,15 @@ class JobSetter(Generic[Params]):
         return self._schedule(_seconds_from_now(_epoch(when)), args, kwargs)
 
     def _schedule(self, at: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        return self._client().push(  # type: ignore[no-any-return]
+            self._scheduled_item(at, args, kwargs))
+
+    def _scheduled_item(self, at: float, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> dict[str, Any]:
         item = self._item(self.definition.positional(args, kwargs))
         if at > time.time():  # a time already past pushes now (Sidekiq's shortcut)
             item[P.AT] = at
-        return self._client().push(item)  # type: ignore[no-any-return]
+        return item
 
     # -- the same pushes for async code -----------------------------------------------------
     async def aperform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
@@ -315,10 +385,8 @@ class JobSetter(Generic[Params]):
 
     async def _aschedule(self, at: float, args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> str | None:
-        item = self._item(self.definition.positional(args, kwargs))
-        if at > time.time():
-            item[P.AT] = at
-        return await self._client().apush(item)  # type: ignore[no-any-return]
+        return await self._client().apush(  # type: ignore[no-any-return]
+            self._scheduled_item(at, args, kwargs))
 
     async def aperform_bulk(self, args: Iterable[Sequence[Any]], *,
                             batch_size: int | None = None,
@@ -337,7 +405,8 @@ class JobSetter(Generic[Params]):
     def _bulk_item(self, args: Iterable[Sequence[Any]], batch_size: int | None,
                    at: When | Sequence[When] | None,
                    spread_interval: float | None) -> dict[str, Any]:
-        item: dict[str, Any] = self._item([list(a) for a in args])
+        positional = self.definition.positional
+        item: dict[str, Any] = self._item([positional(a, {}) for a in args])
         if batch_size is not None:
             item["batch_size"] = batch_size
         if at is not None:

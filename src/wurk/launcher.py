@@ -8,7 +8,9 @@
    reports ``quiet="true"``. One-way, as in Sidekiq.
 3. ``stop``: fire ``shutdown``; quiet; give running jobs until ``timeout`` seconds after the
    stop began; then each manager requeues its unfinished jobs and interrupts its threads;
-   last stats flush; remove the process record; fire ``exit``.
+   last stats flush; remove the process record; fire ``exit``. ``hurry`` (a second Ctrl-C)
+   ends the wait for running jobs at once: they go back to their queues, then the rest of
+   the stop runs as ever.
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
    does, through a self-pipe; embedded mode leaves signals to its host).
 """
@@ -37,6 +39,7 @@ from .reaper import Reaper, return_own_lists
 from .reliable import Claims, ReliableFetch, private_list_name
 from .reporting import report_error
 from .scheduled import Scheduler
+from .slow import SlowJobs
 from .stats import Counters
 from .timer import TimerLoop
 
@@ -47,6 +50,8 @@ log = logging.getLogger("wurk")
 # Job log lines are flushed by time, not per line (wurk.log): this bounds how late the last
 # lines of a burst reach the log when the worker then goes idle.
 LOG_FLUSH_INTERVAL = 0.5
+# How often a stop looks whether the running jobs have finished; ``hurry`` wakes it at once.
+IDLE_CHECK_INTERVAL = 0.1
 
 
 class Launcher:
@@ -76,6 +81,7 @@ class Launcher:
         self.scheduler = Scheduler(config)
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
+        self.slow_jobs = SlowJobs(config, self.busy)
         self._pin_sampler: TimerLoop | None = None  # cpu_affinity "auto" only
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
         self.claims = Claims()  # what this process's processors hold (wurk.reliable)
@@ -86,6 +92,7 @@ class Launcher:
         self._started = False
         self._quiet = False
         self._stopped = False
+        self._hurried = threading.Event()
 
     # -- what the process hash says about us --------------------------------------------
     @property
@@ -159,6 +166,7 @@ class Launcher:
                         "written (it is retried)")
         self.heartbeat.start()
         self._log_flusher.start()
+        self.slow_jobs.start()
         self._start_reliability()
         self.scheduler.start()
         pinning = self._pinning()
@@ -194,7 +202,7 @@ class Launcher:
         self.reaper.start()
 
     def _register_pro(self, register: bool) -> None:
-        """Sidekiq Pro treats unregistered ``queue:sq|…`` lists as orphans (§10.2)."""
+        """Sidekiq Pro treats unregistered ``queue:sq|…`` lists as orphans."""
         keys, name = self.config.keys, str(self.identity)
         lists = [key for key, _ in self.private_lists()]
 
@@ -226,8 +234,9 @@ class Launcher:
         self._update_title()
         self.fire("quiet")
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Stop within ``timeout`` (default ``config.timeout``) seconds + the interrupt grace."""
+    def stop(self, timeout: float | None = None, *, hint: str = "") -> None:
+        """Stop within ``timeout`` (default ``config.timeout``) seconds + the interrupt grace;
+        ``hint`` ends the line that says so (how to hurry it, where that is possible)."""
         with self._state_lock:
             if self._stopped:
                 return
@@ -236,12 +245,14 @@ class Launcher:
         deadline = time.monotonic() + timeout
         self.fire("shutdown")
         self.quiet()
-        log.info("stopping: waiting up to %.0f s for %d running job(s)", timeout,
-                 len(self.busy))
+        log.info("stopping: waiting up to %.0f s for %d running job(s)%s", timeout,
+                 len(self.busy), f"; {hint}" if hint else "")
+        deadline = self._wait_for_jobs(deadline)
         for manager in self.managers:
             manager.stop(deadline)
         if self._pin_sampler is not None:
             self._pin_sampler.stop(timeout=1.0)
+        self.slow_jobs.stop(timeout=1.0)
         self._stop_reliability()
         self.heartbeat.stop()
         self.runner.close()
@@ -250,6 +261,26 @@ class Launcher:
         log.info("bye")
         self._log_flusher.stop(timeout=1.0)
         wurk_log.flush()
+
+    def hurry(self) -> None:
+        """End the stop's wait for running jobs now: they go back to their queues and their
+        threads are interrupted (a second Ctrl-C). Safe from any thread, at any time."""
+        if self._hurried.is_set():
+            return
+        self._hurried.set()
+        log.info("stopping now: pushing %d unfinished job(s) back to their queues",
+                 len(self.busy))
+
+    def _wait_for_jobs(self, deadline: float) -> float:
+        """Wait until the processors are done, ``deadline`` passes or ``hurry`` is called;
+        returns the deadline the managers get (now, once hurried)."""
+        while any(manager.processors for manager in self.managers):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._hurried.wait(min(remaining, IDLE_CHECK_INTERVAL)):
+                return time.monotonic()
+        return time.monotonic() if self._hurried.is_set() else deadline
 
     def _stop_reliability(self) -> None:
         if self.reaper is None:

@@ -3,6 +3,10 @@
 1. ``setup`` installs one handler on the ``wurk`` logger (stdout), in the pretty, plain or
    JSON format (``ts``, ``pid``, ``tid``, ``lvl``, ``msg``, ``ctx``), as Sidekiq's formatters.
    Only the CLI and embedded mode call it: a library must not configure logging on import.
+   ``route_application_logs`` (the worker, once the job modules are loaded) gives the root
+   logger the same handler, so a job's own ``logging.getLogger("myapp")`` lines come out
+   in wurk's format with the job's context — unless the application configured logging
+   itself (a handler of its own anywhere), which is then left exactly as it is.
 2. ``job_context`` puts jid, class, queue and the configured payload attributes (``bid``,
    ``tags``) into a context variable that the formatters add to each line logged while the
    job runs — by wurk or by the job itself through any logger.
@@ -21,7 +25,8 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-__all__ = ["job_context", "logger", "reopen", "setup", "short_id", "tid"]
+__all__ = ["job_context", "logger", "reopen", "route_application_logs", "setup", "short_id",
+           "tid", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -218,10 +223,12 @@ FORMATTERS: dict[str, type[logging.Formatter]] = {
 def setup(*, fmt: str = "pretty", level: str | int = "INFO", stream: TextIO | None = None,
           logfile: str | None = None) -> logging.Handler:
     """Give the ``wurk`` logger one handler in the chosen format (replacing ours, if any)."""
-    for existing in list(logger.handlers):
-        if getattr(existing, _HANDLER_MARK, False):
-            logger.removeHandler(existing)
-            existing.close()
+    root = logging.getLogger()
+    for owner in (logger, root):
+        for existing in list(owner.handlers):
+            if getattr(existing, _HANDLER_MARK, False):
+                owner.removeHandler(existing)
+                existing.close()
     handler: logging.Handler = (
         BufferedFileHandler(logfile) if logfile
         else BufferedStreamHandler(stream or sys.stdout)
@@ -233,6 +240,28 @@ def setup(*, fmt: str = "pretty", level: str | int = "INFO", stream: TextIO | No
     logger.setLevel(level if isinstance(level, int) else level.upper())
     logger.propagate = False
     return handler
+
+
+def user_configured() -> bool:
+    """Whether the process set up logging of its own: a handler that is not wurk's on the
+    root logger or any other (the ``NullHandler`` a library adds to stay quiet aside)."""
+    loggers = [logging.getLogger(), *(item for item in logging.root.manager.loggerDict.values()
+                                      if isinstance(item, logging.Logger))]
+    return any(not getattr(handler, _HANDLER_MARK, False)
+               and not isinstance(handler, logging.NullHandler)
+               for each in loggers for handler in each.handlers)
+
+
+def route_application_logs(handler: logging.Handler, level: str | int) -> bool:
+    """Send every logger's records to ``handler`` (wurk's) at ``level``, unless the process
+    configured logging itself; True when it did. Records of ``wurk`` itself still go to
+    ``handler`` once (that logger does not propagate)."""
+    if user_configured():
+        return False
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level if isinstance(level, int) else level.upper())
+    return True
 
 
 def reopen() -> None:

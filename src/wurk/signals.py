@@ -5,7 +5,12 @@
 2. ``wait(timeout)`` returns the names of the signals received, blocking on the pipe.
 3. ``push(name)`` queues a signal from elsewhere (the heartbeat's remote signals) on the
    same path, so local and remote signals are handled alike.
-4. ``dump_threads`` writes every thread's stack to the log (TTIN).
+4. ``serve(launcher, pipe)``: a worker's main loop. The first TERM or INT stops the
+   launcher (waiting up to its timeout for running jobs); while it does, a watcher thread
+   keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
+   the first) hurries the stop: the unfinished jobs go back to their queues now and the
+   process exits.
+5. ``dump_threads`` writes every thread's stack to the log (TTIN).
 """
 
 from __future__ import annotations
@@ -17,15 +22,26 @@ import select
 import signal
 import sys
 import threading
+import time
 import traceback
 from types import FrameType
 from typing import Protocol
 
-__all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads"]
+__all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads", "serve"]
 
 log = logging.getLogger("wurk")
 
 HANDLED = ("TERM", "INT", "TSTP", "TTIN", "USR2", "USR1")
+STOP_SIGNALS = ("TERM", "INT")
+# How often the watcher of a stop in progress looks whether the stop is over; a signal
+# itself wakes it at once, so this only bounds how long the exit waits for the watcher.
+WATCH_TICK = 0.1
+# A second stop signal this soon after the first is the same request sent twice — a process
+# manager (honcho, foreman) passing on the terminal's Ctrl-C that reached the worker too —
+# not a person pressing Ctrl-C again after reading the line below.
+HURRY_AFTER = 1.0
+HURRY_HINT = ("a second Ctrl-C (INT or TERM) stops now, pushing unfinished jobs back to their "
+              "queues first")
 
 
 class SignalPipe:
@@ -81,9 +97,15 @@ class _Quietable(Protocol):
     def quiet(self) -> None: ...
 
 
+class _Stoppable(_Quietable, Protocol):
+    def stop(self, timeout: float | None = None, *, hint: str = "") -> None: ...
+
+    def hurry(self) -> None: ...
+
+
 def act_on(launcher: _Quietable, name: str) -> bool:
     """What a worker process does with a signal; True when it asks the process to stop."""
-    if name in ("TERM", "INT"):
+    if name in STOP_SIGNALS:
         return True
     if name == "TSTP":
         launcher.quiet()
@@ -94,6 +116,47 @@ def act_on(launcher: _Quietable, name: str) -> bool:
 
         wurk_log.reopen()
     return False
+
+
+def serve(launcher: _Stoppable, pipe: SignalPipe, *, tick: float) -> None:
+    """Obey signals until one asks to stop, then stop ``launcher``; returns once stopped.
+
+    The stop runs on this (the main) thread, where lifecycle hooks expect to run; a watcher
+    thread reads the pipe meanwhile, so that a second stop signal can hurry it."""
+    while True:
+        stop = False
+        for name in pipe.wait(tick):  # stop signals read together are one request
+            stop = act_on(launcher, name) or stop
+        if stop:
+            _stop_watched(launcher, pipe)
+            return
+
+
+def _stop_watched(launcher: _Stoppable, pipe: SignalPipe) -> None:
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_stop,
+                               args=(launcher, pipe, done, time.monotonic()),
+                               name="wurk-signal-watch", daemon=True)
+    watcher.start()
+    try:
+        launcher.stop(hint=HURRY_HINT)
+    finally:
+        done.set()
+        watcher.join(timeout=WATCH_TICK * 10)
+
+
+def _watch_stop(launcher: _Stoppable, pipe: SignalPipe, done: threading.Event,
+                first: float) -> None:
+    """While the stop runs: a second TERM or INT hurries it (unless it came with the first,
+    see ``HURRY_AFTER``); other signals act as ever."""
+    while not done.is_set():
+        for name in pipe.wait(WATCH_TICK):
+            if not act_on(launcher, name):
+                continue
+            if time.monotonic() - first >= HURRY_AFTER:
+                launcher.hurry()
+            else:
+                log.debug("%s right after the first stop signal: taken as the same one", name)
 
 
 def dump_threads() -> None:

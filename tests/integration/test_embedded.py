@@ -54,7 +54,7 @@ def write_script(path: Path, body: str) -> str:
 
 
 # -- start, reuse, stop ------------------------------------------------------------------------
-def test_start_runs_a_loopback_daemon_with_its_files_in_home(home: Path) -> None:
+def test_start_runs_a_loopback_server_with_its_files_in_home(home: Path) -> None:
     status = EmbeddedServer(home).start()
     assert status.started and status.running
     assert status.url == f"redis://127.0.0.1:{status.port}/0"
@@ -62,7 +62,8 @@ def test_start_runs_a_loopback_daemon_with_its_files_in_home(home: Path) -> None
     assert (home / PORT_FILE).read_text().strip() == str(status.port)
     assert (home / "appendonlydir").is_dir()
     process = psutil.Process(status.pid)
-    assert process.ppid() != os.getpid()  # a daemon: it does not die with its starter
+    assert process.ppid() == os.getpid()  # our child, so that we can reap it
+    assert os.getsid(status.pid) == status.pid  # its own session: a Ctrl-C here misses it
     listening = {c.laddr.ip for c in process.net_connections("tcp")
                  if c.status == psutil.CONN_LISTEN}
     assert listening == {"127.0.0.1"}

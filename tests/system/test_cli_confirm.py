@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import redis
@@ -54,3 +55,53 @@ def test_kill_asks(config: wurk.Config, r: redis.Redis) -> None:
     result = answer(["kill", "abc"], b"y\n")
     assert result.returncode == 0, result.stderr
     assert b"Kill X abc" in result.stdout and r.zcard("dead") == 1
+
+
+# -- wurk retries | scheduled | dead clear, run in a subfolder of a project --------------------
+SETS = [("retries", "retry", "retry set"), ("scheduled", "schedule", "scheduled set"),
+        ("dead", "dead", "dead set")]
+
+
+@pytest.fixture
+def subfolder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Commands run in ``proj/app``, a subfolder of a project (REDIS_URL: the harness's)."""
+    root = tmp_path / "proj"
+    (root / "app").mkdir(parents=True)
+    (root / "pyproject.toml").write_text("")
+    monkeypatch.chdir(root / "app")
+
+
+@pytest.mark.parametrize(("command", "key", "label"), SETS)
+def test_clearing_a_set_asks_and_a_yes_clears(config: wurk.Config, r: redis.Redis,
+                                              subfolder: None, command: str, key: str,
+                                              label: str) -> None:
+    r.zadd(key, {'{"class":"X","args":[1],"jid":"a1"}': 1.0,
+                 '{"class":"X","args":[2],"jid":"a2"}': 2.0})
+    refused = answer([command, "clear"], b"n\n")
+    assert refused.returncode == 1 and b"nothing changed" in refused.stderr
+    assert f"Delete all 2 jobs in the {label}?".encode() in refused.stdout
+    assert r.zcard(key) == 2
+    done = answer([command, "clear"], b"y\n")
+    assert done.returncode == 0, done.stderr
+    assert f"Cleared the {label}: 2 jobs deleted.".encode() in done.stdout
+    assert r.zcard(key) == 0
+
+
+@pytest.mark.parametrize(("command", "key", "label"), SETS)
+def test_clearing_a_set_without_a_terminal_needs_yes(config: wurk.Config, r: redis.Redis,
+                                                     subfolder: None, command: str, key: str,
+                                                     label: str) -> None:
+    r.zadd(key, {'{"class":"X","args":[1],"jid":"a1"}': 1.0})
+    refused = subprocess.run([*CLI, command, "clear"], stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr == (f"Error: not clearing the {label} without confirmation: stdin "
+                              "is not a terminal, so there is no one to ask; pass --yes to do "
+                              "it anyway\n")
+    assert r.zcard(key) == 1
+    done = subprocess.run([*CLI, command, "clear", "--yes"], stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, f"Cleared the {label}: 1 job deleted.\n")
+    again = subprocess.run([*CLI, command, "clear", "--yes"], capture_output=True, text=True,
+                           timeout=60)
+    assert (again.returncode, again.stdout) == (0, f"The {label} is empty; nothing to clear.\n")

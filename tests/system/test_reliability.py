@@ -179,6 +179,10 @@ def test_a_lost_foreign_owner_is_recovered_within_ttl_plus_one_sweep(
     r.lpush(key, *[json.dumps({"class": "Sys::Mark", "args": ["rel:marks", 0],
                                "jid": f"foreign{i:017d}"}) for i in range(5)])
     start_worker(settings=RELIABLE)
+    # The owner beats once more now: a worker slow to boot on a loaded machine must not
+    # find its heartbeat expired before the check below.
+    r.expire(owner, ttl)
+    last_beat = time.monotonic()
     time.sleep(1.5)
     assert r.llen(key) == 5  # its heartbeat is alive: untouched
     wait_for(lambda: r.llen("rel:marks") == 5, timeout=15, message="foreign jobs recovered")

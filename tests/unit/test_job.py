@@ -56,6 +56,59 @@ def test_keyword_arguments_are_bound_to_positions() -> None:
         plain.definition.positional((1,), {"c": 2})
 
 
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        ((1,), {}, "add_job(a, b): missing a required argument: 'b'"),
+        ((1, 2, 3), {}, "add_job(a, b): too many positional arguments: it takes 2, "
+                        "got 3 (extra: 3)"),
+        ((1,), {"c": 2}, "add_job(a, b): unexpected keyword argument 'c'"),
+        ((1, 2), {"c": 2}, "add_job(a, b): unexpected keyword argument 'c'"),
+        ((), {"a": 1}, "add_job(a, b): missing a required argument: 'b'"),
+    ],
+)
+def test_wrong_arguments_are_refused_at_push_naming_the_argument(
+        args: tuple[int, ...], kwargs: dict[str, int], message: str) -> None:
+    """Refused before anything is sent: the push raises, no job is written (no Redis is
+    even reached here), instead of a job that fails every retry for weeks."""
+    @wurk.job(name="add_job")
+    def add(a, b) -> int:
+        return a + b
+
+    try:
+        with pytest.raises(InvalidArguments) as caught:
+            add.perform_async(*args, **kwargs)
+        assert str(caught.value) == message
+        with pytest.raises(InvalidArguments, match="missing a required argument: 'b'"):
+            add.perform_in(30, 1)
+        with pytest.raises(InvalidArguments, match="too many positional arguments"):
+            add.perform_bulk([[1, 2], [1, 2, 3]])
+    finally:
+        wurk.registry.unregister("add_job")
+
+
+def test_class_jobs_are_checked_without_self() -> None:
+    with pytest.raises(InvalidArguments) as caught:
+        HardJob.perform_async(1)
+    assert str(caught.value) == ("tests.unit.test_job.HardJob(a, b): missing a "
+                                 "required argument: 'b'")
+    assert HardJob.definition.positional((1, "b"), {}) == [1, "b"]
+
+
+def test_defaults_and_star_args_are_honoured() -> None:
+    @wurk.job(name="varargs_job")
+    def many(first: int, *rest: int) -> None: ...
+
+    try:
+        assert many.definition.positional((1, 2, 3, 4), {}) == [1, 2, 3, 4]
+        assert plain.definition.positional((1,), {}) == [1]
+        assert plain.definition.positional((1, "y"), {}) == [1, "y"]
+        with pytest.raises(InvalidArguments, match="missing a required argument: 'first'"):
+            many.definition.positional((), {})
+    finally:
+        wurk.registry.unregister("varargs_job")
+
+
 def test_keyword_only_parameters_cannot_travel() -> None:
     @wurk.job(name="kwonly-job")
     def kwonly(a: int, *, flag: bool) -> None: ...

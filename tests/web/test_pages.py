@@ -182,6 +182,46 @@ def test_page_when_redis_is_down_says_nothing_about_it(caplog: pytest.LogCapture
     down.close()
 
 
+def test_dead_leads_to_the_dead_page(client: TestClient, seeded: wurk.Config) -> None:
+    moved = client.get("/dead?page=1")
+    assert (moved.status_code, moved.headers["location"]) == (307, "/morgue?page=1")
+    morgue = client.get("/morgue")
+    followed = client.get("/dead", follow_redirects=True)
+    assert followed.status_code == 200 and str(followed.url).endswith("/morgue")
+    assert 'href="/morgue" aria-current="page">Dead' in followed.text
+    key = re.search(r'href="/morgue/([^"?]+)"', morgue.text)
+    assert key is not None
+    entry = client.get(f"/dead/{key.group(1)}", follow_redirects=True)
+    assert entry.status_code == 200 and str(entry.url).endswith(f"/morgue/{key.group(1)}")
+
+
+def test_dead_keeps_the_mount_prefix(config: wurk.Config) -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from wurk.web import create_app
+
+    host = Starlette(routes=[Mount("/jobs", create_app(config))])
+    with TestClient(host, follow_redirects=False) as client:
+        moved = client.get("/jobs/dead")
+    assert (moved.status_code, moved.headers["location"]) == (307, "/jobs/morgue")
+
+
+@pytest.mark.parametrize("path", ["/stats", "/stats/queues", "/api/queues"])
+def test_json_endpoints_answer_json_when_redis_is_down(path: str) -> None:
+    from wurk.web import create_app
+
+    down = wurk.Config(redis_url="redis://127.0.0.1:1/0", socket_timeout=0.5)
+    down.redis_url = "redis://127.0.0.1:1/0"  # REDIS_URL from the harness would win
+    with TestClient(create_app(down)) as client:
+        response = client.get(path)
+    assert response.status_code == 503
+    assert response.headers["content-type"] == "application/json"
+    assert response.json() == {"error": "Redis cannot be reached right now (details in the "
+                                        "server log)."}
+    down.close()
+
+
 def test_queue_listing_after_clear(client: TestClient, config: wurk.Config,
                                    r: redis.Redis) -> None:
     r.lpush("queue:gone", "x")

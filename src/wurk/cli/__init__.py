@@ -32,6 +32,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("inspect", "stats_command"),
     ("inspect", "queues_command"),
     ("inspect", "retries_command"),
+    ("inspect", "scheduled_command"),
     ("inspect", "dead_command"),
     ("inspect", "processes_command"),
     ("inspect", "retry_command"),

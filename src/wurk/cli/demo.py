@@ -1,7 +1,7 @@
 """``wurk demo``: the README's first command — push example jobs and show where they went.
 
-1. Finds Redis as every wurk process does (``api.md`` "Finding Redis"); with no
-   ``REDIS_URL`` that is the embedded server, started now or reused.
+1. Finds Redis as every wurk process does (``wurk.locate``); with no ``REDIS_URL`` that
+   is the embedded server of the nearest ``.wurk``, started now or reused.
 2. Pushes a handful of the jobs in ``wurk.examples`` and prints the server, each job's
    queue and jid, and the size of each queue.
 3. ``work_off`` is the seam where a worker runs them and the demo reports how many ran.
@@ -17,9 +17,9 @@ from typing import Any
 import click
 
 from ..config import Config
-from ..embedded_server import EmbeddedServer, shown_home
+from ..embedded_server import EmbeddedServer
 from ..job import JobFunction
-from ..locate import describe_url
+from ..locate import describe_url, find_home
 from ..payload import DEFAULT_QUEUE
 
 __all__ = ["demo", "work_off"]
@@ -76,8 +76,9 @@ def demo(push_only: bool) -> None:
 def _where(config: Config) -> str:
     if config.redis_url:
         return f"Redis: {describe_url(config.redis_url)} (from REDIS_URL or the configuration)"
-    status = EmbeddedServer(config.home).start()
-    place = f"Redis: embedded at {shown_home(config.home)}, port {status.port}"
+    home = find_home(config.home)
+    status = EmbeddedServer(home).start()
+    place = f"Redis: embedded at {home}, port {status.port}"
     if status.started:
         return (f"{place} — started it now (pid {status.pid}); it keeps running for your app, "
                 "worker and dashboard, `wurk server stop` stops it")

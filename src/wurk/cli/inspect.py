@@ -1,11 +1,14 @@
-"""``wurk stats | queues | retries | dead | processes`` and the admin actions.
+"""``wurk stats | queues | retries | scheduled | dead | processes`` and the admin actions.
 
 1. Read commands print a table a person takes in at a glance, or with ``--json`` one JSON
    document for scripts (times in epoch seconds, latencies in seconds).
-2. ``wurk queues pause|unpause|clear NAME``, ``wurk retry JID``, ``wurk kill JID`` act.
-   Destructive ones (clear, kill) ask first unless ``--yes``; with no terminal to ask on,
-   they refuse (exit 1) instead of waiting for an answer that cannot come.
-3. Errors are one line and exit 1 (usage errors exit 2, click's rule), never a traceback.
+2. ``wurk queues pause|unpause|clear NAME``, ``wurk retries|scheduled|dead clear``,
+   ``wurk retry JID``, ``wurk kill JID`` act. Destructive ones (clear, kill) ask first
+   unless ``--yes``; with no terminal to ask on, they refuse (exit 1) instead of waiting for
+   an answer that cannot come.
+3. None of them starts the embedded server: where none runs they say so and exit 1, rather
+   than report the empty server they would have started (``wurk.locate``).
+4. Errors are one line and exit 1 (usage errors exit 2, click's rule), never a traceback.
 
 Everything goes through ``wurk.api`` with the process-wide configuration.
 """
@@ -23,7 +26,7 @@ from typing import Any, TypeVar
 import click
 import redis
 
-from .. import default_config
+from .. import default_config as _process_config
 from ..api import (
     DeadSet,
     JobSet,
@@ -35,11 +38,13 @@ from ..api import (
     SortedEntry,
     Stats,
 )
+from ..config import Config
 from ..errors import WurkError
+from ..locate import find_home, where
 from . import tables
 
 __all__ = ["dead_command", "kill_command", "processes_command", "queues_command",
-           "retries_command", "retry_command", "stats_command"]
+           "retries_command", "retry_command", "scheduled_command", "stats_command"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +54,21 @@ DEFAULT_LIMIT = 25
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print one JSON document instead of a table.")
 yes_option = click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
+
+
+def default_config() -> Config:
+    """The process-wide configuration, told not to start the embedded server: these
+    commands look at jobs that exist, and a new server has none."""
+    config = _process_config()
+    if config.start_embedded and not config.frozen:
+        config.start_embedded = False
+    return config
+
+
+def server_name(config: Config) -> str:
+    """Which server the command read, as a person names it."""
+    url = config.pool().url
+    return where(url, None if config.redis_url else find_home(config.home))
 
 
 def friendly(fn: F) -> F:
@@ -93,11 +113,13 @@ def confirm(question: str, *, yes: bool, action: str) -> None:
 @friendly
 def stats_command(as_json: bool) -> None:
     """Processed, failed, busy, enqueued, scheduled, retries, dead, processes, latency."""
-    numbers = Stats(default_config()).to_dict()
+    config = default_config()
+    numbers = Stats(config).to_dict()
     if as_json:
         emit_json(numbers)
         return
-    rows = [("Processed", tables.count(numbers["processed"])),
+    rows = [("Redis", server_name(config)),
+            ("Processed", tables.count(numbers["processed"])),
             ("Failed", tables.count(numbers["failed"])),
             ("Busy", tables.count(numbers["busy"])),
             ("Enqueued", tables.count(numbers["enqueued"])),
@@ -214,24 +236,48 @@ def _list_set(job_set: JobSet, *, limit: int, grep: str | None, as_json: bool,
     click.echo(tables.table(headers, rows, right=(5,)))
 
 
-def _set_listing(name: str, make: Callable[[], JobSet], when: str, doc: str) -> click.Command:
-    @click.command(name, help=doc)
+def _set_group(name: str, kind: type[JobSet], when: str, doc: str) -> click.Group:
+    """``wurk NAME`` lists the set; ``wurk NAME clear`` empties it."""
+    @click.group(name, help=doc, invoke_without_command=True)
     @click.option("--limit", "-n", type=click.IntRange(min=1), default=DEFAULT_LIMIT,
                   show_default=True, help="Show at most this many entries.")
     @click.option("--grep", metavar="TEXT", help="Only entries whose JSON contains TEXT.")
     @json_option
+    @click.pass_context
     @friendly
-    def listing(limit: int, grep: str | None, as_json: bool) -> None:
-        _list_set(make(), limit=limit, grep=grep, as_json=as_json, when=when)
+    def listing(ctx: click.Context, limit: int, grep: str | None, as_json: bool) -> None:
+        if ctx.invoked_subcommand is None:
+            _list_set(kind(default_config()), limit=limit, grep=grep, as_json=as_json,
+                      when=when)
+
+    @listing.command("clear", help=f"Delete every job in the {kind.label} (asks first).")
+    @yes_option
+    @friendly
+    def clear(yes: bool) -> None:
+        _clear_set(kind(default_config()), yes=yes)
 
     return listing
 
 
-retries_command = _set_listing(
-    "retries", lambda: RetrySet(default_config()), "NEXT TRY",
+def _clear_set(job_set: JobSet, *, yes: bool) -> None:
+    size = job_set.size()
+    if size == 0:
+        click.echo(f"The {job_set.label} is empty; nothing to clear.")
+        return
+    confirm(f"Delete {'the' if size == 1 else 'all'} {tables.plural(size, 'job')} in the "
+            f"{job_set.label}?", yes=yes, action=f"clearing the {job_set.label}")
+    removed = job_set.clear()
+    click.echo(f"Cleared the {job_set.label}: {tables.plural(removed, 'job')} deleted.")
+
+
+retries_command = _set_group(
+    "retries", RetrySet, "NEXT TRY",
     "Failed jobs waiting for their next attempt, the latest-scheduled first.")
-dead_command = _set_listing(
-    "dead", lambda: DeadSet(default_config()), "DIED",
+scheduled_command = _set_group(
+    "scheduled", ScheduledSet, "RUNS",
+    "Jobs pushed to run later (perform_in, perform_at), the latest first.")
+dead_command = _set_group(
+    "dead", DeadSet, "DIED",
     "Jobs whose retries ran out, most recent death first.")
 
 

@@ -1,7 +1,9 @@
 """``wurk server start | stop | status``: the embedded server from the command line.
 
-1. ``start`` starts the server of ``WURK_HOME`` (default ``./.wurk``), or reports the one
-   already running there; any wurk process would start it on first use anyway.
+1. ``start`` starts the server of the home every wurk process here finds (the nearest
+   ``.wurk`` from the current directory up to the project root, ``wurk.locate``; or
+   ``WURK_HOME``), or reports the one already running there; any wurk process that pushes
+   or works jobs would start it on first use anyway.
 2. ``stop`` stops it; its data stays. Stopping a server that is not running is not an error.
 3. ``status`` prints where it is, its port, pid, memory and how many jobs wait. Its exit code
    follows the LSB convention for ``status``: 0 running, 1 dead but its pid file left (or
@@ -20,7 +22,7 @@ from ..config import Config
 from ..embedded_server import EmbeddedServer, ServerStatus, shown_home
 from ..errors import EmbeddedServerError
 from ..keys import Keys
-from ..locate import describe_url
+from ..locate import describe_url, find_home
 from ..pool import RedisPool
 
 __all__ = ["server"]
@@ -29,19 +31,23 @@ EXIT_NOT_RUNNING = 3
 
 home_option = click.option(
     "--home", type=click.Path(file_okay=False), default=None,
-    help="Directory of the server's data (default: WURK_HOME, else ./.wurk).",
+    help="Directory of the server's data (default: WURK_HOME, else the nearest .wurk from "
+         "here up to the project root).",
 )
 
 
 def _server(home: str | None, *, port: int | None = None) -> tuple[EmbeddedServer, str]:
-    """The server of ``home`` (default: the configuration's) and how to show its home."""
-    chosen = home if home is not None else Config().home
-    return EmbeddedServer(chosen, port=port), shown_home(chosen)
+    """The server of ``home`` (default: the one every wurk process here finds) and how to
+    show its home."""
+    if home is not None:
+        return EmbeddedServer(home, port=port), shown_home(home)
+    found = find_home(Config().home)
+    return EmbeddedServer(found, port=port), str(found)
 
 
 @click.group("server")
 def server() -> None:
-    """Start, stop or inspect the embedded server (a private Valkey under ./.wurk)."""
+    """Start, stop or inspect the embedded server (a private Valkey under .wurk)."""
 
 
 @server.command()

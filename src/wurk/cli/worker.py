@@ -1,24 +1,36 @@
 """``wurk worker``: load the job modules, start a launcher, obey signals until stopped.
 
-Flags mirror Sidekiq's CLI. Settings come from defaults < the ``-C`` YAML file (with its
-``-e`` section) < flags. A bad flag or config value exits 2 with one line naming it.
+1. Flags mirror Sidekiq's CLI. Settings come from defaults < the ``-C`` YAML file (with its
+   ``-e`` section) < flags. A bad flag or config value exits 2 with one line naming it.
+2. A job module that fails while imported is reported with its own traceback (its frames,
+   not wurk's or click's) and exits 1.
+3. At boot the worker says what a newcomer gets wrong without noticing: no job registered
+   (every job it fetches would fail), a queue named with ``-q`` that Redis has never seen
+   (a typo waits forever).
+4. Logging: wurk's handler serves the application's loggers too, unless the job modules
+   configured logging themselves (``wurk.log.route_application_logs``).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import logging
 import os
 import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 import click
+import redis
 
 from .. import log as wurk_log
-from ..config import Config, configure
+from ..config import Config, configure, parse_queue
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
+from ..job import registry
 
 __all__ = ["load_module", "worker"]
 
@@ -42,7 +54,36 @@ def load_module(spec: str) -> None:
             raise click.BadParameter(f"cannot load {spec!r}: no module named {exc.name!r} "
                                      f"(looked in {cwd} and sys.path)",
                                      param_hint="'-r'") from None
-        raise
+        raise ImportFailed(spec, exc) from None
+    except Exception as exc:
+        raise ImportFailed(spec, exc) from None
+
+
+class ImportFailed(click.ClickException):
+    """A job module raised while imported: its traceback from its own first frame on, then
+    one ``Error:`` line; exit 1 (the module is wrong, not the command line)."""
+
+    def __init__(self, spec: str, error: BaseException) -> None:
+        super().__init__(f"loading {spec!r} failed: {type(error).__name__}: {error}")
+        self.error = error
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        lines = traceback.format_exception(type(self.error), self.error,
+                                           _own_frames(self.error.__traceback__))
+        click.echo("".join(lines).rstrip(), err=True)
+        super().show(file)
+
+
+# Frames of the import machinery and of the CLI itself, above the module's own.
+_MACHINERY = (os.path.dirname(os.path.dirname(__file__)), os.path.dirname(click.__file__),
+              os.path.dirname(importlib.__file__), "<frozen importlib")
+
+
+def _own_frames(tb: TracebackType | None) -> TracebackType | None:
+    """``tb`` without its leading frames from wurk, click and importlib."""
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_MACHINERY):
+        tb = tb.tb_next
+    return tb
 
 
 def _module_name(spec: str) -> str:
@@ -122,14 +163,59 @@ def prepare(options: dict[str, Any]) -> Config:
         config.check_worker()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    wurk_log.setup(fmt=config.log_format, level=config.log_level,
-                   logfile=options.get("logfile"))
+    handler = wurk_log.setup(fmt=config.log_format, level=config.log_level,
+                             logfile=options.get("logfile"))
     # Job modules see the worker's configuration as the process default, so they can add
     # middleware and handlers to it (Sidekiq's configure_server) while being imported.
     configure(config)
-    for spec in options.get("modules") or ():
+    modules = options.get("modules") or ()
+    for spec in modules:
         load_module(spec)
+    # After the modules: logging they configured while imported is theirs to keep.
+    if not wurk_log.route_application_logs(handler, config.log_level):
+        logger.debug("the application configured logging itself; wurk leaves it as it is")
+    warn_unregistered(modules)
+    mention_unseen_queues(config, options.get("queues") or ())
     return config
+
+
+def warn_unregistered(modules: tuple[str, ...]) -> None:
+    """A worker with no job registered fails every job it fetches: say so at boot."""
+    if registry.names():
+        return
+    if not modules:
+        logger.warning("no jobs are registered: the worker was started without -r, so every "
+                       "job it fetches fails with JobNotRegistered; load the module that "
+                       "defines your jobs, e.g. `wurk -r myapp.jobs`")
+    else:
+        logger.warning("no jobs are registered: %s defined none (no @wurk.job or wurk.Job "
+                       "subclass ran while importing), so every job fetched fails with "
+                       "JobNotRegistered", ", ".join(modules))
+
+
+def mention_unseen_queues(config: Config, queues: tuple[str, ...]) -> None:
+    """Name each ``-q`` queue Redis has never seen (a typo would wait forever)."""
+    asked = [parse_queue(spec)[0] for spec in queues]
+    if not asked:
+        return
+    try:
+        known = sorted(config.pool("internal").run(
+            lambda r: [_text(name) for name in r.smembers(config.keys.queues)],
+            idempotent=True))
+    except (WurkError, redis.RedisError):
+        return  # the launcher's boot check reports an unreachable Redis
+    for name in dict.fromkeys(asked):
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        logger.log(logging.WARNING if close else logging.INFO,
+                   "queue %r has never had a job pushed to it (it is not in Redis's "
+                   "'queues' set); the worker waits on it anyway%s", name, hint)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 @click.command()
@@ -137,7 +223,7 @@ def prepare(options: dict[str, Any]) -> Config:
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
     from ..launcher import Launcher
-    from ..signals import SignalPipe, act_on
+    from ..signals import SignalPipe, serve
 
     config = prepare(options)
     pipe = SignalPipe()
@@ -149,10 +235,6 @@ def worker(**options: Any) -> None:
         pipe.close()
         raise click.ClickException(str(exc)) from None
     try:
-        while True:
-            for name in pipe.wait(MAIN_LOOP_TICK):
-                if act_on(launcher, name):
-                    launcher.stop()
-                    return
+        serve(launcher, pipe, tick=MAIN_LOOP_TICK)
     finally:
         pipe.close()

@@ -11,7 +11,7 @@
    starts a rolling restart; USR2 is relayed (log reopen); TTIN dumps threads everywhere.
 4. A crashed child is respawned after its slot's backoff. A slot whose child exits before
    its first heartbeat ``boot_attempts`` times in a row cannot boot: the swarm stops with
-   that child's error (``SwarmError``) instead of respawning forever (``decisions.md`` 16).
+   that child's error (``SwarmError``) instead of respawning forever.
 5. Recycling: a child over ``max_memory_mb`` of RSS, or announcing it ran ``max_jobs`` jobs,
    goes through the rolling restart — replacement first.
 6. ``request_stop`` may be called from any thread (a web host's exit hook).
@@ -134,7 +134,8 @@ class Supervisor:
         if not self.hosted:
             self._signals.install()
             self.config.close()
-        url = resolve_url(self.config.redis_url, self.config.home)
+        url = resolve_url(self.config.redis_url, self.config.home,
+                          start=self.config.start_embedded)
         self._probe = RedisPool(url, size=1, name="wurk-swarm", socket_timeout=PROBE_TIMEOUT)
         process_nonce()
         log.info("swarm: forking %d children (pid %d supervises)", self.settings.count,

@@ -27,7 +27,7 @@ from ..errors import ConfigError
 from . import api, openapi, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
-from .guard import Authorize, Guard, route_path
+from .guard import Authorize, Guard, wants_json
 from .sse import EventStream, LiveStats
 from .templating import build_templates, render
 
@@ -82,6 +82,6 @@ async def http_error(request: Request, exc: Exception) -> Response:
     """404, 405, 400…: JSON under ``/api``, else a page; the detail is always our text."""
     status = exc.status_code if isinstance(exc, HTTPException) else 500
     detail = exc.detail if isinstance(exc, HTTPException) else "Something went wrong."
-    if route_path(request.scope).startswith("/api"):
+    if wants_json(request.scope):
         return JSONResponse({"error": detail}, status)
     return render(request, "error.html", {"status": status, "message": detail}, status=status)

@@ -224,9 +224,16 @@ def replay(body: bytes, receive: Receive) -> Receive:
     return again
 
 
+def wants_json(scope: Scope) -> bool:
+    """The JSON API, and Sidekiq's ``/stats`` endpoints: scripts read these, so an error
+    there is JSON too, never an HTML page."""
+    path = route_path(scope)
+    return path.startswith(("/api", "/stats/")) or path == "/stats"
+
+
 def refusal(scope: Scope, refused: Refused) -> Response:
-    """JSON under ``/api``, a small page elsewhere; the text is always our own."""
-    if route_path(scope).startswith("/api"):
+    """JSON from the API (``wants_json``), a small page elsewhere; the text is always ours."""
+    if wants_json(scope):
         return JSONResponse({"error": refused.message}, refused.status, refused.headers)
     root = html.escape(scope.get(SCOPE_ROOT, scope.get("root_path", "")))
     page = ERROR_PAGE.format(status=refused.status, message=refused.message, root=root or "",

@@ -169,4 +169,16 @@ def routes() -> list[BaseRoute]:
             Route(f"/{kind.name}/{{key}}", partial(job_entry_action, kind=kind),
                   methods=["POST"]),
         ]
+    # Sidekiq calls the dead set's page /morgue; /dead, its name everywhere else (the CLI,
+    # `wurk dead`), leads there too.
+    found += [Route("/dead", to_morgue, methods=["GET", "HEAD"]),
+              Route("/dead/{key}", to_morgue, methods=["GET", "HEAD"])]
     return found
+
+
+async def to_morgue(request: Request) -> Response:
+    """``/dead[/KEY]`` → ``/morgue[/KEY]``, query kept, under the mount prefix."""
+    key = request.path_params.get("key")
+    rest = f"/{quote(key, safe='')}" if key else ""
+    query = f"?{request.url.query}" if request.url.query else ""
+    return RedirectResponse(f"{request.scope.get(SCOPE_ROOT, '')}/morgue{rest}{query}", 307)

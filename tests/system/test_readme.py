@@ -1,0 +1,88 @@
+"""The README's first screen does what it says, pasted as it is: its "Use it" script and
+commands run as subprocesses in a subfolder of a project (against the harness's Redis)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import redis
+
+from tests.system.conftest import ROOT, wait_for
+
+README = (ROOT / "README.md").read_text()
+
+
+def section(title: str) -> str:
+    start = README.index(f"## {title}\n")
+    return README[start:README.index("\n## ", start + 1)]
+
+
+def blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, re.DOTALL)
+
+
+def commands(block: str) -> list[list[str]]:
+    return [line.split("#")[0].split() for line in block.splitlines() if line.strip()]
+
+
+def test_try_it_says_how_to_reach_the_wurk_command() -> None:
+    text = " ".join(section("Try it").split())
+    assert "`. .venv/bin/activate` first (or call `.venv/bin/wurk`), then `wurk server status`" \
+        in text
+
+
+def test_use_it_runs_as_pasted(tmp_path: Path, r: redis.Redis) -> None:
+    app = tmp_path / "proj" / "app"
+    app.mkdir(parents=True)
+    (tmp_path / "proj" / "pyproject.toml").write_text("")
+    use_it = section("Use it")
+    (script,) = blocks(use_it, "python")
+    shell = blocks(use_it, "sh")[0]
+    (app / "jobs.py").write_text(script)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    bin_dir = Path(sys.executable).parent
+
+    pushed = subprocess.run([sys.executable, "jobs.py"], cwd=app, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert pushed.returncode == 0, pushed.stderr
+    assert (r.llen("queue:critical"), r.llen("queue:low"), r.llen("queue:default")) == (4, 1, 2)
+    assert r.zcard("schedule") == 1
+
+    worker_line, stats_line, _ = commands(shell)
+    log = (app / "worker.log").open("w")
+    worker = subprocess.Popen([str(bin_dir / worker_line[0]), *worker_line[1:]], cwd=app,
+                              env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: r.hget("visits", "/home") == "1" and r.llen("queue:critical") == 0
+                 and r.llen("queue:low") == 0, message="the README's jobs ran")
+        wait_for(lambda: r.zcard("retry") == 1, message="RubyJob (no Python job) to retry")
+        stats = subprocess.run([str(bin_dir / stats_line[0]), *stats_line[1:]], cwd=app,
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert stats.returncode == 0, stats.stderr
+        assert stats.stdout.splitlines()[0].split(None, 1) == ["Redis", os.environ["REDIS_URL"]]
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(30) == 0
+        log.close()
+    output = (app / "worker.log").read_text()
+    for image_id in (42, 7, 1, 2, 3):
+        assert f"resizing {image_id}" in output
+
+
+def test_a_wrong_argument_is_refused_as_the_readme_says(tmp_path: Path, r: redis.Redis) -> None:
+    use_it = section("Use it")
+    (script,) = blocks(use_it, "python")
+    claimed = re.search(r"`wurk\.InvalidArguments: ([^`]+)`", use_it)
+    call = re.search(r"\(`(resize\.perform_async\(\))` raises", use_it)
+    assert claimed is not None and call is not None
+    (tmp_path / "jobs.py").write_text(script)
+    done = subprocess.run([sys.executable, "-c", f"import jobs; jobs.{call.group(1)}"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == f"wurk.InvalidArguments: {claimed.group(1)}"
+    assert r.dbsize() == 0  # nothing pushed
