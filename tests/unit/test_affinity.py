@@ -167,14 +167,14 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs(
 def test_jobs_computing_in_parallel_are_never_pinned(fast_guard: None) -> None:
     """Jobs that release the GIL (numpy, compression) use more than one core unpinned:
     ``auto`` leaves them on every core."""
-    pinning = pinning_of(Fake(cores=1.9, pinned_rate=50, free_rate=95), lambda: 10)
+    pinning = pinning_of(Fake(cores=1.9, pinned_rate=5000, free_rate=9500), lambda: 10)
     assert not any(_sample_for(pinning, 1.0))
 
 
 def test_a_trial_that_does_not_pay_leaves_the_threads_free(fast_guard: None) -> None:
     """On a machine loaded by others a parallel job may get under PARALLEL_CORES cores even
     unpinned; then the pinned trial finds fewer jobs done and pinning is dropped."""
-    pinning = pinning_of(Fake(cores=0.4, pinned_rate=80, free_rate=100), lambda: 10)
+    pinning = pinning_of(Fake(cores=0.4, pinned_rate=6000, free_rate=10000), lambda: 10)
     states = _sample_for(pinning, 1.2)
     assert not pinning.pinned
     trials = sum(1 for a, b in itertools.pairwise(states) if b and not a)
