@@ -36,9 +36,7 @@
 from __future__ import annotations
 
 import logging
-import os
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,12 +56,6 @@ from .scripts import Script
 __all__ = ["Claims", "ReliableFetch", "private_list_name"]
 
 log = logging.getLogger("wurk")
-
-# A job that ran under this long has its ACK batched with the next round trip even while
-# jobs fetched with it wait: the next ones are likely as quick, and a write per ACK costs a
-# system call and, with several processor threads, a hand-off of the GIL.
-ACK_BATCH_WITHIN = 0.002
-_DEFER = os.environ.get("WURK_EXPERIMENT_DEFER", "1") == "1"
 
 _FETCH_AHEAD = Script("fetch_ahead.lua", prelude=("poison_counter.lua",))
 _REQUEUE = Script("requeue.lua")
@@ -143,7 +135,6 @@ class ReliableFetch:
         self._idle = threading.Event()
         self.claims = claims if claims is not None else Claims()
         self._out: UnitOfWork | None = None  # the unit handed out last
-        self._handed_at = 0.0  # monotonic time it was handed out
 
     @property
     def private_lists(self) -> dict[str, str]:
@@ -182,7 +173,6 @@ class ReliableFetch:
                 return None
         unit = self._ahead.popleft()
         self._out = unit
-        self._handed_at = time.monotonic()
         return unit
 
     def _round_trip(self, command: tuple[Any, ...], queue: str | None) -> UnitOfWork | None:
@@ -244,7 +234,6 @@ class ReliableFetch:
         unit = UnitOfWork(queue, raw, self, counted=counted)
         self.claims.hold(self._private[queue], unit)
         self._out = unit
-        self._handed_at = time.monotonic()
         return unit
 
     def _let_go_of_unsettled(self) -> None:
@@ -260,13 +249,9 @@ class ReliableFetch:
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:
         unit.settled = True
-        quick = time.monotonic() - self._handed_at < ACK_BATCH_WITHIN
-        if not self._ahead or (quick and _DEFER):
-            # The next fetch is a round trip (or, for a job that took under ACK_BATCH_WITHIN,
-            # the jobs fetched with it are likely as quick): the ACK rides that.
-            self._pending.append(unit)
-            return
         self._pending.append(unit)
+        if not self._ahead:
+            return  # the next fetch is a round trip: the ACK rides that
         self._send_pending()
 
     def _send_pending(self) -> None:
