@@ -167,6 +167,31 @@ def timed(coro: Coroutine[Any, Any, Any], name: str, limit: float) -> Awaitable[
     return _Timed(coro, name, limit)
 
 
+class Slots:
+    """A counting semaphore that wakes its waiters in batches: a finished async job frees
+    a slot, and waking a processor thread for each one would hand the GIL over per job. A
+    release wakes them once ``batch`` slots are free (a waiter's timeout wakes it anyway)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.free = limit
+        self._batch = max(1, min(8, limit // 4))
+        self._changed = threading.Condition(threading.Lock())
+
+    def acquire(self, timeout: float) -> bool:
+        with self._changed:
+            if not self.free and not self._changed.wait_for(lambda: self.free > 0, timeout):
+                return False
+            self.free -= 1
+            return True
+
+    def release(self) -> None:
+        with self._changed:
+            self.free += 1
+            if self.free == self._batch or self.free == self.limit:
+                self._changed.notify_all()
+
+
 class AsyncLane:
     """A capsule's async jobs: slots, the jobs in flight, and their acknowledging thread."""
 
@@ -176,7 +201,7 @@ class AsyncLane:
         self.name = capsule.name
         self.limit = capsule.async_concurrency
         self.loop = loop
-        self._slots = threading.BoundedSemaphore(self.limit)
+        self._slots = Slots(self.limit)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._running: dict[int, tuple[UnitOfWork, concurrent.futures.Future[Any] | None]] = {}

@@ -10,7 +10,7 @@
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
 6. ``apush`` / ``apush_bulk`` are the same pushes for async code: the same normalising and
-   the same commands, sent on redis-py's asyncio client (``wurk.lending.async_client``), and
+   the same commands, sent on redis-py's asyncio pool (``wurk.lending.async_pool``), and
    client middleware walked with ``Chain.ainvoke``. A sync push meeting an async client
    middleware runs it on a loop of its own (not possible inside a running loop: use the
    ``a`` methods there).
@@ -270,11 +270,11 @@ class Client:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
 
     async def _awrite(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        from .lending import AsyncConnection, async_client
+        from .lending import Borrowed
 
-        client, url = async_client(self.config)
         try:
-            replies = await AsyncConnection(client, url).pipeline(self._commands(entries))
+            async with Borrowed(self.config) as conn:
+                replies = await conn.pipeline(self._commands(entries))
         except RedisUnavailable as exc:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
         for reply in replies:

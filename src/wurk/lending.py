@@ -8,8 +8,8 @@
 3. Nested blocks in one thread share one connection, so a helper that opens its own block
    inside a job does not take a second one.
 4. ``async with wurk.redis() as conn: await conn.call(...)`` is the form for async code (an
-   async job, an ``aperform_async``): redis-py's asyncio client, one per event loop and
-   configuration, its connections checked out per command, so the loop never blocks.
+   async job, an ``aperform_async``): a connection of redis-py's asyncio pool (one pool per
+   event loop and configuration) held for the block, so the loop never blocks.
 
 Commands are sent as written and replies come back raw (bytes, ints, lists), the way
 ``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,7 +37,7 @@ from .lease import Lease
 from .pool import RedisPool
 from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
 
-__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_client", "lend_from", "redis"]
+__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "lend_from", "redis"]
 
 # Connections of one event loop's client at most: async jobs take one per command.
 ASYNC_POOL_SIZE = 50
@@ -63,56 +64,89 @@ class Connection:
 
 
 class AsyncConnection:
-    """What ``async with wurk.redis()`` yields: the same two methods, awaited."""
+    """What ``async with wurk.redis()`` yields: the same two methods, awaited, on one
+    connection held for the block (no pool checkout per command)."""
 
-    __slots__ = ("_client", "_url")
+    __slots__ = ("_connection", "_url", "broken")
 
-    def __init__(self, client: aredis.Redis, url: str) -> None:
-        self._client = client
+    def __init__(self, connection: Any, url: str) -> None:
+        self._connection = connection
         self._url = url
+        self.broken = False  # out of step (cut, or cancelled mid-reply): closed, not reused
 
     async def call(self, *args: Any) -> Any:
         """One command; the raw reply (``await conn.call("INCR", "hits")``)."""
-        try:
-            return await self._client.execute_command(*args)  # type: ignore[no-untyped-call]
-        except redis_py.ResponseError as exc:
-            raise_refusal(exc, self._url)
-        except CONNECTION_ERRORS as exc:
-            raise unavailable(exc, self._url) from exc
+        return (await self._send([args]))[0]
 
     async def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; error replies come back in place."""
-        pipe = self._client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
+        return await self._send(commands, in_place=True)
+
+    async def _send(self, commands: list[tuple[Any, ...]], *, in_place: bool = False
+                    ) -> list[Any]:
+        connection = self._connection
+        self.broken = True  # until every reply is read
         try:
-            return list(await pipe.execute(raise_on_error=False))
+            await connection.send_packed_command(connection.pack_commands(commands),
+                                                 check_health=False)
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis_py.ResponseError as exc:
+                    if not in_place:
+                        self.broken = False
+                        raise_refusal(exc, self._url)
+                    replies.append(exc)
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc, self._url) from exc
+        self.broken = False
+        return replies
 
 
-_async_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
-                                          dict[int, tuple[Config, aredis.Redis, str]]] = \
+_async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                        dict[int, tuple[Config, Any, str, _Idle]]] = \
     weakref.WeakKeyDictionary()
 
 
-def async_client(config: Config | None = None) -> tuple[aredis.Redis, str]:
-    """The running loop's asyncio client for ``config`` (made on first use) and its URL.
-    Replies come back raw, as the sync lease gives them; nothing is replayed."""
+class _Idle:
+    """One loop's connections: at most ``ASYNC_POOL_SIZE`` blocks hold one at once (the
+    others wait their turn, up to the socket timeout), and a block's connection is kept for
+    the next block, since taking one from redis-py's pool costs more than the command it
+    serves. One idle longer than ``IDLE_RECHECK`` goes back through the pool, whose health
+    check sees a dropped one."""
+
+    __slots__ = ("connections", "turns")
+
+    def __init__(self) -> None:
+        self.connections: list[tuple[Any, float]] = []
+        self.turns = asyncio.Semaphore(ASYNC_POOL_SIZE)
+
+
+# Seconds a kept connection may sit idle before the pool checks it again.
+IDLE_RECHECK = 10.0
+
+
+def async_pool(config: Config | None = None) -> tuple[Any, str]:
+    """The running loop's asyncio connection pool for ``config`` (made on first use) and
+    its URL; nothing taken from it is ever replayed."""
     cfg = config or default_config()
     loop = asyncio.get_running_loop()
-    clients = _async_clients.setdefault(loop, {})
-    entry = clients.get(id(cfg))
+    pools = _async_pools.setdefault(loop, {})
+    entry = pools.get(id(cfg))
     if entry is None or entry[0] is not cfg:
         url = cfg.pool("client").url
-        pool = aredis.BlockingConnectionPool.from_url(
-            url, max_connections=ASYNC_POOL_SIZE, timeout=cfg.socket_timeout,
-            socket_timeout=cfg.socket_timeout, socket_connect_timeout=cfg.socket_timeout,
-            client_name="wurk-async", retry=Retry(NoBackoff(), 0))
-        client = aredis.Redis(connection_pool=pool)
-        client.response_callbacks.clear()  # raw replies, as Connection.call gives them
-        entry = clients[id(cfg)] = (cfg, client, url)
+        pool = aredis.ConnectionPool.from_url(
+            url, max_connections=ASYNC_POOL_SIZE, socket_timeout=cfg.socket_timeout,
+            socket_connect_timeout=cfg.socket_timeout, client_name="wurk-async",
+            retry=Retry(NoBackoff(), 0))
+        entry = pools[id(cfg)] = (cfg, pool, url, _Idle())
     return entry[1], entry[2]
+
+
+def _idle(config: Config | None) -> _Idle:
+    cfg = config or default_config()
+    return _async_pools[asyncio.get_running_loop()][id(cfg)][3]
 
 
 class _Holding(threading.local):
@@ -128,11 +162,12 @@ class Borrowed:
     """The context manager ``wurk.redis()`` returns (a class, not a generator: it runs in
     every job that touches Redis, and this is the cheaper of the two)."""
 
-    __slots__ = ("_config", "_lease")
+    __slots__ = ("_async", "_config", "_lease")
 
     def __init__(self, config: Config | None) -> None:
         self._config = config
         self._lease: Lease | None = None  # checked out by this block, given back at its end
+        self._async: AsyncConnection | None = None  # the async form's held connection
 
     def __enter__(self) -> Connection:
         held = _held
@@ -153,11 +188,49 @@ class Borrowed:
             lease.release()
 
     async def __aenter__(self) -> AsyncConnection:
-        client, url = async_client(self._config)
-        return AsyncConnection(client, url)
+        pool, url = async_pool(self._config)
+        idle = _idle(self._config)
+        timeout = (self._config or default_config()).socket_timeout or None
+        try:
+            await asyncio.wait_for(idle.turns.acquire(), timeout)
+        except TimeoutError:
+            raise unavailable(redis_py.ConnectionError(
+                f"no connection free within {timeout} s ({ASYNC_POOL_SIZE} in use)"),
+                url) from None
+        try:
+            self._async = AsyncConnection(await self._take(pool, idle, url), url)
+        except BaseException:
+            idle.turns.release()
+            raise
+        return self._async
+
+    @staticmethod
+    async def _take(pool: Any, idle: _Idle, url: str) -> Any:
+        now = time.monotonic()
+        while idle.connections:
+            connection, since = idle.connections.pop()
+            if now - since < IDLE_RECHECK:
+                return connection
+            await pool.release(connection)  # through the pool's health check again
+        try:
+            return await pool.get_connection()
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, url) from exc
 
     async def __aexit__(self, *exc_info: object) -> None:
-        return None  # connections go back to the pool after each command
+        held, self._async = self._async, None
+        if held is None:
+            return
+        idle = _idle(self._config)
+        try:
+            if held.broken:
+                pool, _ = async_pool(self._config)
+                await held._connection.disconnect()
+                await pool.release(held._connection)
+            else:
+                idle.connections.append((held._connection, time.monotonic()))
+        finally:
+            idle.turns.release()
 
 
 def redis(config: Config | None = None) -> Borrowed:
