@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any
 
+from .affinity import Pinning
 from .config import Capsule, Config
 from .errors import RedisUnavailable
 from .fetch import UnitOfWork
@@ -46,6 +47,9 @@ PROBE_INTERVAL = 0.05
 SLOT_WAIT = 0.1
 # The acknowledging thread looks this often whether its lane is closing.
 ACK_WAIT = 0.5
+# After the first finished job it waits this long for more, so one round trip (and one
+# wake of the thread) serves many.
+ACK_GATHER = 0.002
 # Threads for the blocking parts of async jobs (booking a failure, a sync middleware link)
 # beyond one per async slot.
 SPARE_HELPERS = 4
@@ -57,6 +61,9 @@ class EventLoop:
 
     def __init__(self, helpers: int = 32) -> None:
         self._helpers = helpers
+        # Set before the first job by the launcher: the loop thread keeps with the processor
+        # threads (``wurk.affinity``), since the GIL passes between them on every job.
+        self.pinning: Pinning | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -69,11 +76,21 @@ class EventLoop:
                 loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
                     max_workers=self._helpers, thread_name_prefix="wurk-async-helper"))
                 loop.call_soon(lambda: loop.create_task(self._probe()))
-                thread = threading.Thread(target=loop.run_forever, name="wurk-asyncio",
-                                          daemon=True)
+                thread = threading.Thread(target=self._run, args=(loop,),
+                                          name="wurk-asyncio", daemon=True)
                 thread.start()
                 self._loop, self._thread = loop, thread
             return self._loop
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        pinning = self.pinning
+        if pinning is not None:
+            pinning.enter()
+        try:
+            loop.run_forever()
+        finally:
+            if pinning is not None:
+                pinning.leave()
 
     @property
     def started(self) -> bool:
@@ -204,13 +221,16 @@ class AsyncLane:
         self._slots = Slots(self.limit)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._running: dict[int, tuple[UnitOfWork, concurrent.futures.Future[Any] | None]] = {}
+        self._running: dict[int, tuple[UnitOfWork, asyncio.Task[None] | None]] = {}
+        self._starting: list[tuple[UnitOfWork, Callable[[], Awaitable[bool]]]] = []
         self._given_back: set[int] = set()
         self._done: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
         self._unacked = 0  # finished, ACK not through yet
         self._lease = Lease(pool)
         self._acker: threading.Thread | None = None
         self._outage = Outage(config, f"async ACKs (capsule {capsule.name})")
+        self.pinning: Pinning | None = None  # set by the manager, as its processors'
+
 
     # -- taking jobs ------------------------------------------------------------------------
     def take_slot(self, stopping: Callable[[], bool]) -> bool:
@@ -221,17 +241,30 @@ class AsyncLane:
         return True
 
     def start(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
-        """Run ``run()`` (True: acknowledge) as a task, in the slot the caller took."""
+        """Run ``run()`` (True: acknowledge) as a task, in the slot the caller took. Starts
+        are gathered: the jobs a processor took in one fetch wake the loop once."""
         with self._lock:
             if self._acker is None:
                 self._acker = threading.Thread(target=self._acknowledging,
                                                name=f"wurk-{self.name}-async-ack", daemon=True)
                 self._acker.start()
             self._running[id(unit)] = (unit, None)
-        future = self.loop.submit(self._task(unit, run))
+            self._starting.append((unit, run))
+            first = len(self._starting) == 1
+        if first:
+            self.loop.get().call_soon_threadsafe(self._start_gathered)
+
+    def _start_gathered(self) -> None:
+        """On the loop: a task for every job handed over since the last call."""
         with self._lock:
-            if id(unit) in self._running:
-                self._running[id(unit)] = (unit, future)
+            batch, self._starting = self._starting, []
+        loop = asyncio.get_running_loop()
+        for unit, run in batch:
+            with self._lock:
+                if id(unit) not in self._running:
+                    continue  # given back and dropped before it started
+                task = loop.create_task(self._task(unit, run))
+                self._running[id(unit)] = (unit, task)
 
     async def _task(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
         acknowledge = False
@@ -264,10 +297,21 @@ class AsyncLane:
             self._given_back.update(id(u) for u in units if id(u) in self._running)
 
     def cancel_all(self) -> None:
+        """Cancel every running task; a job handed over but not started yet is dropped
+        (it was given back)."""
         with self._lock:
-            futures = [future for _, future in self._running.values() if future is not None]
-        for future in futures:
-            future.cancel()
+            tasks = [task for _, task in self._running.values() if task is not None]
+            dropped, self._starting = self._starting, []
+            for unit, _ in dropped:
+                self._running.pop(id(unit), None)
+                self._given_back.discard(id(unit))
+            self._changed.notify_all()
+        for _ in dropped:
+            self._slots.release()
+        if tasks:
+            loop = self.loop.get()
+            for task in tasks:
+                loop.call_soon_threadsafe(task.cancel)
 
     def wait_idle(self, deadline: float) -> bool:
         """Until no async job runs and every finished one's ACK went through."""
@@ -284,6 +328,16 @@ class AsyncLane:
 
     # -- acknowledging ----------------------------------------------------------------------
     def _acknowledging(self) -> None:
+        pinning = self.pinning
+        if pinning is not None:
+            pinning.enter()
+        try:
+            self._acknowledge_until_closed()
+        finally:
+            if pinning is not None:
+                pinning.leave()
+
+    def _acknowledge_until_closed(self) -> None:
         backoff = Backoff()
         waiting: list[UnitOfWork] = []
         closing = False
@@ -306,6 +360,7 @@ class AsyncLane:
             item = self._done.get(timeout=wait)
         except queue.Empty:
             return False
+        time.sleep(ACK_GATHER)  # let the jobs ending with this one ride the same round trip
         closing = False
         while True:
             if item is None:

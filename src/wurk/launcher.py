@@ -170,6 +170,7 @@ class Launcher:
         self._start_reliability()
         self.scheduler.start()
         pinning = self._pinning()
+        self.runner.loop.pinning = pinning
         for manager in self.managers:
             manager.start(pinning)
 

@@ -86,6 +86,7 @@ class Manager:
     def start(self, pinning: Pinning | None = None) -> None:
         """Start the processors; ``pinning`` (``wurk.affinity``) places their threads."""
         self._pinning = pinning
+        self.lane.pinning = pinning
         for _ in range(self.capsule.concurrency):
             self._spawn()
 
