@@ -6,7 +6,8 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from .client import Client, apush, apush_bulk, push, push_bulk
+from . import context
+from .client import Client
 from .config import Capsule, Config, configure, default_config
 from .errors import (
     ConfigError,
@@ -26,9 +27,19 @@ from .errors import (
     WurkError,
 )
 from .inprocess import Embedded, embed
-from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .job import (
+    Job,
+    JobFunction,
+    JobSetter,
+    current_jid,
+    current_job,
+    interrupted,
+    job,
+    registry,
+)
 from .lending import Connection, redis
 from .poison import on_poison
+from .pushing import apush, apush_bulk, push, push_bulk
 
 __version__ = "0.1.0"
 
@@ -60,10 +71,12 @@ __all__ = [
     "apush",
     "apush_bulk",
     "configure",
+    "context",
     "current_jid",
     "current_job",
     "default_config",
     "embed",
+    "interrupted",
     "job",
     "on_poison",
     "push",

@@ -23,7 +23,7 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    half second — and lets them run anywhere again once it is quiet (``UNPIN_AT``): one
    pinned thread woken at a light load waits for its one CPU when Redis or another process
    is on it. CPUs given by number are held always. Only processor threads are touched: a
-   host process's own threads (embedded mode) keep theirs.
+   host process's own threads (the in-process worker's host) keep theirs.
 4. The guard (``auto`` only) keeps pinning only where it is measured to pay. Busy and
    unpinned, a ``WINDOW`` measures the jobs done and the processor threads' CPU time: above
    ``PARALLEL_CORES`` cores the jobs compute in parallel (the GIL released), and the

@@ -25,11 +25,12 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from . import payload as P
+from . import sinks
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
 
-__all__ = ["Client", "apush", "apush_bulk", "push", "push_bulk"]
+__all__ = ["Client"]
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -236,15 +237,12 @@ class Client:
         """The pipeline of one push: ``ZADD schedule`` for scheduled jobs, ``SADD queues``
         and an ``LPUSH`` per queue for the others."""
         keys = self.config.keys
-        enqueued_at = P.write_time(self.config.timestamp_format)
         scheduled: list[Any] = []
         by_queue: dict[str, list[str]] = {}
         for job, at in entries:
             if at is not None:
-                job.pop(P.ENQUEUED_AT, None)
                 scheduled += [repr(float(at)), P.dumps(job)]
             else:
-                job[P.ENQUEUED_AT] = enqueued_at
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
         commands: list[tuple[Any, ...]] = []
         if scheduled:
@@ -255,7 +253,26 @@ class Client:
                          for queue, jsons in by_queue.items()]
         return commands
 
+    def _stamp(self, entries: Sequence[tuple[P.Payload, float | None]]) -> sinks.Sink | None:
+        """``enqueued_at`` on the jobs pushed now; the sink selected for this push, if any
+        (``wurk.sinks``: the last step is then not Redis)."""
+        enqueued_at = P.write_time(self.config.timestamp_format)
+        for job, at in entries:
+            if at is not None:
+                job.pop(P.ENQUEUED_AT, None)
+            else:
+                job[P.ENQUEUED_AT] = enqueued_at
+        return sinks.selected()
+
     def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        """The last step: Redis, or the sink selected for this push."""
+        sink = self._stamp(entries)
+        if sink is None:
+            self._write_redis(entries)
+        else:
+            sink.write(self.config, entries)
+
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
         commands = self._commands(entries)
 
         def send(redis: Any) -> None:
@@ -272,6 +289,10 @@ class Client:
     async def _awrite(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
         from .lending import Borrowed
 
+        sink = self._stamp(entries)
+        if sink is not None:
+            sink.write(self.config, entries)
+            return
         try:
             async with Borrowed(self.config) as conn:
                 replies = await conn.pipeline(self._commands(entries))
@@ -311,35 +332,3 @@ def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Excepti
     return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
             "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
             "mid-command, the push may have reached Redis.)")
-
-
-_clients: dict[int, Client] = {}
-
-
-def default_client(config: Config | None = None) -> Client:
-    """One client per configuration object, made on first use."""
-    cfg = config if config is not None else default_config()
-    client = _clients.get(id(cfg))
-    if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = Client(cfg)
-    return client
-
-
-def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
-    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
-    return default_client(config).push(item)
-
-
-def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
-    return default_client(config).push_bulk(item)
-
-
-async def apush(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
-    """``wurk.push`` for async code: ``await wurk.apush({...})``, never blocking the loop."""
-    return await default_client(config).apush(item)
-
-
-async def apush_bulk(item: Mapping[str, Any], *,
-                     config: Config | None = None) -> list[str | None]:
-    return await default_client(config).apush_bulk(item)
-

@@ -22,7 +22,7 @@
         └── InspectionError                         an admin action the data does not allow
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
-``wurk.InvalidPayload`` (``decisions.md`` 7), whatever file defines it.
+``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,10 @@
    naming it rather than a job that fails all its retries. Keyword arguments are bound to
    their positions: Sidekiq's payload only has positional ``args``.
 4. ``set(...)`` returns a one-shot setter with the same methods and overridden options.
-5. ``aperform_async``/``aperform_in``/``aperform_at``/``aperform_bulk`` are the same pushes
+5. ``interrupted()`` (``self.interrupted()`` in a ``Job``): whether the worker running this
+   job has been told to stop — quiet or shut down — so a long job can save its place and
+   return; the processor hands its stop signal over (``set_stop_signal``).
+6. ``aperform_async``/``aperform_in``/``aperform_at``/``aperform_bulk`` are the same pushes
    for async code (``await job.aperform_async(...)``): same payload, never blocking the loop.
 """
 
@@ -27,11 +30,14 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
+from .client import Client
 from .config import Config, parse_queue
 from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+from .pushing import default_client
+from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
-           "current_job", "job", "registry"]
+           "current_job", "interrupted", "job", "registry"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
@@ -53,6 +59,26 @@ def current_jid() -> str | None:
     job = _running.get()
     jid = job.get(P.JID) if job is not None else None
     return jid if isinstance(jid, str) else None
+
+
+# The stop signal of the processor thread running jobs here: set when its worker quiets or
+# stops. A context variable, so an async job on the runner's loop sees it too.
+_stop_signal: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "wurk_stop_signal", default=None
+)
+
+
+def interrupted() -> bool:
+    """True once the worker running this job has been told to quiet or stop (Sidekiq's
+    ``interrupted?``): finish or save progress and return, the job is not killed for it.
+    Always False outside a worker (inline, tests)."""
+    signal = _stop_signal.get()
+    return signal is not None and signal.is_set()
+
+
+def set_stop_signal(signal: threading.Event) -> None:
+    """Called by a processor thread once: ``signal`` is what ``interrupted()`` reads there."""
+    _stop_signal.set(signal)
 
 
 def set_running(job: P.Payload | None) -> contextvars.Token[P.Payload | None]:
@@ -331,9 +357,7 @@ class JobSetter(Generic[Params]):
         self.definition = definition
         self.options = validate_options(opts, where=f"{definition.name}.set()")
 
-    def _client(self) -> Any:
-        from .client import default_client
-
+    def _client(self) -> Client:
         return default_client(self._config)
 
     def _item(self, args: list[Any]) -> dict[str, Any]:
@@ -347,7 +371,7 @@ class JobSetter(Generic[Params]):
             self.perform_inline(*args, **kwargs)
             return None
         payload = self._item(self.definition.positional(args, kwargs))
-        return self._client().push(payload)  # type: ignore[no-any-return]
+        return self._client().push(payload)
 
     def perform_in(self, interval: Interval, /, *args: Params.args,
                    **kwargs: Params.kwargs) -> str | None:
@@ -358,7 +382,7 @@ class JobSetter(Generic[Params]):
         return self._schedule(_seconds_from_now(_epoch(when)), args, kwargs)
 
     def _schedule(self, at: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        return self._client().push(  # type: ignore[no-any-return]
+        return self._client().push(
             self._scheduled_item(at, args, kwargs))
 
     def _scheduled_item(self, at: float, args: tuple[Any, ...],
@@ -373,7 +397,7 @@ class JobSetter(Generic[Params]):
         if self._wait_until is not None:
             return await self._aschedule(self._wait_until, args, kwargs)
         payload = self._item(self.definition.positional(args, kwargs))
-        return await self._client().apush(payload)  # type: ignore[no-any-return]
+        return await self._client().apush(payload)
 
     async def aperform_in(self, interval: Interval, /, *args: Params.args,
                           **kwargs: Params.kwargs) -> str | None:
@@ -385,7 +409,7 @@ class JobSetter(Generic[Params]):
 
     async def _aschedule(self, at: float, args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> str | None:
-        return await self._client().apush(  # type: ignore[no-any-return]
+        return await self._client().apush(
             self._scheduled_item(at, args, kwargs))
 
     async def aperform_bulk(self, args: Iterable[Sequence[Any]], *,
@@ -393,14 +417,14 @@ class JobSetter(Generic[Params]):
                             at: When | Sequence[When] | None = None,
                             spread_interval: float | None = None) -> list[str | None]:
         item = self._bulk_item(args, batch_size, at, spread_interval)
-        return await self._client().apush_bulk(item)  # type: ignore[no-any-return]
+        return await self._client().apush_bulk(item)
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
                      spread_interval: float | None = None) -> list[str | None]:
         """Push one job per argument list, a round trip per ``batch_size`` jobs."""
         item = self._bulk_item(args, batch_size, at, spread_interval)
-        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+        return self._client().push_bulk(item)
 
     def _bulk_item(self, args: Iterable[Sequence[Any]], batch_size: int | None,
                    at: When | Sequence[When] | None,
@@ -420,12 +444,12 @@ class JobSetter(Generic[Params]):
         """Run now, in this thread, through client and server middleware (Sidekiq's
         ``perform_inline``); returns the job's result, or None if a middleware stopped it."""
         client = self._client()
-        job = client.normalize(self._item(self.definition.positional(args, kwargs)))
-        job = client._through_middleware(job)
-        if job is None:
+        normalized = client.normalize(self._item(self.definition.positional(args, kwargs)))
+        passed = client._through_middleware(normalized)
+        if passed is None:
             return None
-        P.check_args(job[P.ARGS])
-        job = P.loads(P.dumps(job))
+        P.check_args(passed[P.ARGS])
+        job = P.loads(P.dumps(passed))
         instance = self.definition.instantiate(job)
 
         def run() -> Any:
@@ -454,8 +478,33 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
     def set(self, **options: Any) -> JobSetter[Params]:
         return JobSetter(self.definition, options)
 
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    @property
+    def jobs(self) -> list[P.Payload]:
+        return _fake_store().jobs(name=self.name)
+
+    def drain(self) -> int:
+        return _fake_store().drain(self.name)
+
+    def perform_one(self) -> Any:
+        return _fake_store().perform_one(self.name)
+
+    def clear(self) -> None:
+        _fake_store().clear(self.name)
+
     def __repr__(self) -> str:
         return f"<wurk job {self.name!r}>"
+
+
+def _fake_store() -> KeptJobs:
+    return kept()
+
+
+class _FakeJobs:
+    """``HardJob.jobs``: the class's pushes kept by ``wurk.testing``'s fake mode."""
+
+    def __get__(self, instance: object, owner: type[Job]) -> list[P.Payload]:
+        return _fake_store().jobs(name=owner._definition().name)
 
 
 @overload
@@ -532,6 +581,10 @@ class Job:
     def perform(self, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
 
+    def interrupted(self) -> bool:
+        """True once the worker has been told to quiet or stop (``wurk.interrupted``)."""
+        return interrupted()
+
     def retry_in(self, count: int, exc: BaseException) -> float | str | None:
         """Seconds until the next retry, ``"kill"``, ``"discard"``, or None for the default."""
         return None
@@ -563,6 +616,21 @@ class Job:
     @classmethod
     def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
         return cls.set().perform_inline(*args, **kwargs)
+
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    jobs: ClassVar[_FakeJobs] = _FakeJobs()
+
+    @classmethod
+    def drain(cls) -> int:
+        return _fake_store().drain(cls._definition().name)
+
+    @classmethod
+    def perform_one(cls) -> Any:
+        return _fake_store().perform_one(cls._definition().name)
+
+    @classmethod
+    def clear(cls) -> None:
+        _fake_store().clear(cls._definition().name)
 
     @classmethod
     async def aperform_async(cls, *args: Any, **kwargs: Any) -> str | None:

@@ -12,7 +12,7 @@
    ends the wait for running jobs at once: they go back to their queues, then the rest of
    the stop runs as ever.
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
-   does, through a self-pipe; embedded mode leaves signals to its host).
+   does, through a self-pipe; the in-process worker leaves signals to its host).
 """
 
 from __future__ import annotations
@@ -110,6 +110,8 @@ class Launcher:
             "hostname": self.identity.hostname,
             "started_at": self.identity.started_at,
             "pid": self.identity.pid,
+            "boot_id": self.identity.boot_id,
+            "pid_namespace": self.identity.pid_namespace,
             "tag": self.config.tag,
             "concurrency": self.concurrency,
             "async_concurrency": sum(c.async_concurrency for c in self.capsules),

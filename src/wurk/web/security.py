@@ -4,14 +4,23 @@
    connections from the dashboard's own origin only — no inline script or style at all, so
    markup injected through job data could not run even if escaping failed — plus
    ``nosniff``, no framing, no referrer leaving the site.
-2. CSRF (``decisions.md`` 21): a random token in a ``SameSite=Strict`` cookie that every POST
-   must repeat in a form field or header ("double submit"). It needs no server secret, so
+2. CSRF (beside the same-origin check: a POST needs both): a random token in a
+   ``SameSite=Strict`` cookie that every POST must repeat in a form field or header ("double
+   submit"). It needs no server secret, so
    several dashboard processes behind one balancer accept each other's forms.
 3. Same origin: a POST must say ``Sec-Fetch-Site: same-origin`` (every current browser sends
    it) or, from an older browser, carry an ``Origin`` whose host is the request's ``Host``.
    A client that sends neither is not a browser, so it cannot be tricked into a cross-site
    request; it still needs the token.
 4. HTTP basic auth, compared in constant time.
+5. Host names (DNS rebinding): a page elsewhere can point its own name at 127.0.0.1; the
+   browser then treats the dashboard as that page's own origin — same-origin checks and
+   the CSRF cookie included — and only the ``Host`` header still tells. ``HostNames``
+   answers whether a ``Host`` is one the dashboard was told it is reached by: the loopback
+   names, always, plus ``web_allowed_hosts`` (``.example.com`` for it and its subdomains;
+   ``*`` for any host, as Django's ``ALLOWED_HOSTS``; in ``wurk.hosts``, which the
+   configuration checks its setting with). ``local_location`` keeps a redirect from ever
+   naming the request's ``Host``.
 """
 
 from __future__ import annotations
@@ -24,15 +33,19 @@ from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 
+from ..hosts import HostNames, local_location
+
 __all__ = [
     "CSP",
     "CSRF_COOKIE",
     "CSRF_FIELD",
     "CSRF_HEADER",
     "SECURITY_HEADERS",
+    "HostNames",
     "basic_credentials",
     "credentials_match",
     "csrf_cookie",
+    "local_location",
     "new_token",
     "same_origin",
     "token_matches",
@@ -118,3 +131,4 @@ def credentials_match(given: tuple[str, str] | None, user: str, password: str) -
     user_ok = hmac.compare_digest(given[0].encode(), user.encode())
     password_ok = hmac.compare_digest(given[1].encode(), password.encode())
     return user_ok and password_ok
+

@@ -1,4 +1,4 @@
-"""The live numbers as Server-Sent Events (``decisions.md`` 21: no polling).
+"""The live numbers as Server-Sent Events: one stream per page, rather than polling.
 
 1. ``EventStream`` is a plain ASGI endpoint: it sends a ``stats`` event (``/stats``'s
    document) every ``web_stream_interval`` seconds while a second task waits for the
@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from ..api import values
 from ..errors import RedisUnavailable
 from . import data
 from .context import STATE_ATTRIBUTE, Dashboard
@@ -91,7 +92,8 @@ class EventStream:
         except RedisUnavailable as exc:
             log.warning("dashboard live stream: %s", exc)
             return "event: unavailable\ndata: {}\n\n"
-        return f"event: stats\ndata: {json.dumps(snapshot)}\n\n"
+        document = json.dumps(values.to_json(snapshot), allow_nan=False)  # as /stats
+        return f"event: stats\ndata: {document}\n\n"
 
     @staticmethod
     async def _until_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
