@@ -230,6 +230,7 @@ class AsyncLane:
         self._acker: threading.Thread | None = None
         self._outage = Outage(config, f"async ACKs (capsule {capsule.name})")
         self.pinning: Pinning | None = None  # set by the manager, as its processors'
+        self.stopping = threading.Event()  # set at quiet: what interrupted() reads in its jobs
 
 
     # -- taking jobs ------------------------------------------------------------------------

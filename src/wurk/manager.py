@@ -163,6 +163,7 @@ class Manager:
             self._stopping = True
             processors = list(self._processors)
         self._respawn.set()
+        self.lane.stopping.set()
         for processor in processors:
             processor.stop_fetching()
 

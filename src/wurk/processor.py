@@ -325,11 +325,12 @@ class JobRunner:
         if not lane.take_slot(stopping):
             unit.requeue()  # quiet came while every slot was taken: back, first in line
             return
-        lane.start(unit, lambda: self._execute_async(unit, job, definition))
+        lane.start(unit, lambda: self._execute_async(unit, job, definition, lane.stopping))
 
     async def _execute_async(self, unit: UnitOfWork, job: P.Payload,
-                             definition: JobDefinition) -> bool:
+                             definition: JobDefinition, stopping: threading.Event) -> bool:
         task_id = short_id(id(asyncio.current_task()))
+        set_stop_signal(stopping)  # the task's own context: interrupted() reads the lane's
         self.busy.add(task_id, unit.queue, unit.raw)
         set_running(job)  # the task's own context: nothing to reset
         try:

@@ -152,3 +152,33 @@ def test_async_client_middleware_runs_in_both_kinds_of_push(config: wurk.Config,
     jid_async = asyncio.run(push())
     jobs = {j["jid"]: j for j in map(json.loads, r.lrange(f"queue:{QUEUE}", 0, -1))}
     assert jobs[jid_sync]["stamped"] is True and jobs[jid_async]["stamped"] is True
+
+
+@wurk.job(name="AsyncParts::Patient", queue=QUEUE)
+async def patient() -> None:
+    while not wurk.interrupted():  # a long async job saving its place at quiet
+        await asyncio.sleep(0.01)
+    EVENTS.append("patient:saw-quiet:body:")
+
+
+def test_an_async_job_sees_quiet_through_interrupted(config: wurk.Config,
+                                                     r: redis.Redis) -> None:
+    EVENTS.clear()
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return ReliableFetch(config, capsule, capsule_pool(config, capsule),
+                             identity=Identity.current(), capsule_index=0, slot=slot)
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.start()
+    patient.perform_async()
+    deadline = time.monotonic() + 10
+    while not len(manager.lane):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    manager.stop(time.monotonic() + 5)  # quiet first: the job returns within the timeout
+    runner.close()
+    assert EVENTS == ["patient:saw-quiet:body:"]
+    assert not [k for k in r.scan_iter(match=f"queue:{QUEUE}|*") if r.llen(k)]
