@@ -32,6 +32,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -276,12 +277,18 @@ def print_notes(systems: list[System], server: PrivateRedis, options: argparse.N
 
 
 def comparison(bench: Bench, systems: list[System], runs: int) -> dict[str, list[Row]]:
+    return interleaved(systems, runs, bench.measure)
+
+
+def interleaved(systems: list[System], runs: int,
+                measure: Callable[[System], Row]) -> dict[str, list[Row]]:
+    """``runs`` rounds over every system, so drift over the session hits each alike."""
     results: dict[str, list[Row]] = {s.name: [] for s in systems}
-    for run in range(runs):  # interleaved, so drift over the session hits every system alike
+    for run in range(runs):
         for system in systems:
             started = time.monotonic()
             try:
-                row = bench.measure(system)
+                row = measure(system)
             except RuntimeError as exc:
                 print(f"run {run + 1} {system.name}: FAILED: {exc}", file=sys.stderr)
                 row = Row()
@@ -299,17 +306,7 @@ def progress(row: Row) -> str:
 
 
 def async_row(bench: Bench, systems: list[System], runs: int) -> dict[str, list[Row]]:
-    results: dict[str, list[Row]] = {s.name: [] for s in systems}
-    for run in range(runs):
-        for system in systems:
-            try:
-                row = bench.waits(system)
-            except RuntimeError as exc:
-                print(f"run {run + 1} {system.name}: FAILED: {exc}", file=sys.stderr)
-                row = Row()
-            results[system.name].append(row)
-            print(f"run {run + 1}/{runs} {system.name}: {progress(row)}", file=sys.stderr,
-                  flush=True)
+    results = interleaved(systems, runs, bench.waits)
     print(f"\nasync row: {ASYNC_JOBS:,} jobs each awaiting 50 ms then INCRing, 1 worker "
           f"process, {ASYNC_CONCURRENCY} at once (wurk --async-concurrency, arq max_jobs, "
           f"SAQ concurrency); median of {runs}")

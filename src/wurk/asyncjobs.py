@@ -55,6 +55,18 @@ ACK_GATHER = 0.002
 SPARE_HELPERS = 4
 
 
+def _placed(pinning: Pinning | None, body: Callable[[], Any]) -> None:
+    """Run a thread's ``body`` where ``pinning`` places the processor threads."""
+    if pinning is None:
+        body()
+        return
+    pinning.enter()
+    try:
+        body()
+    finally:
+        pinning.leave()
+
+
 class EventLoop:
     """The worker's event loop thread, made on first use (a worker with no async job never
     starts it)."""
@@ -83,14 +95,7 @@ class EventLoop:
             return self._loop
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        pinning = self.pinning
-        if pinning is not None:
-            pinning.enter()
-        try:
-            loop.run_forever()
-        finally:
-            if pinning is not None:
-                pinning.leave()
+        _placed(self.pinning, loop.run_forever)
 
     @property
     def started(self) -> bool:
@@ -329,14 +334,7 @@ class AsyncLane:
 
     # -- acknowledging ----------------------------------------------------------------------
     def _acknowledging(self) -> None:
-        pinning = self.pinning
-        if pinning is not None:
-            pinning.enter()
-        try:
-            self._acknowledge_until_closed()
-        finally:
-            if pinning is not None:
-                pinning.leave()
+        _placed(self.pinning, self._acknowledge_until_closed)
 
     def _acknowledge_until_closed(self) -> None:
         backoff = Backoff()
