@@ -4,6 +4,7 @@ few threads, beside sync jobs, and none lost to a TERM or a SIGKILL mid-run."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -114,7 +115,8 @@ def test_term_mid_run_gives_unfinished_async_jobs_back(
     assert {j for j in quick if j} <= done
     assert {j for j in slow if j} <= queued, "every unfinished job is back"
     assert not private_entries(r)
-    assert "pushing 50 unfinished job(s) back" in worker.output()
+    given_back = re.search(r"pushing (\d+) unfinished job\(s\) back", worker.output())
+    assert given_back is not None and 1 <= int(given_back.group(1)) <= 50  # the running ones
 
 
 def test_sigkill_loses_no_async_job(
