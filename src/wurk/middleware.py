@@ -62,9 +62,24 @@ class _Entry:
     factory: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Decided once, not per job: whether each invocation makes a fresh instance, and
+    # whether the link is plainly sync (the fast path of a one-link chain needs both).
+    fresh: bool = field(init=False)
+    sync: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        fresh = inspect.isclass(self.factory) or bool(self.args or self.kwargs)
+        object.__setattr__(self, "fresh", fresh)
+        probe = self.factory
+        if inspect.isclass(probe):
+            sync = not any(inspect.iscoroutinefunction(getattr(probe, name, None))
+                           for name in ("__call__", "acall"))
+        else:  # a factory called with arguments may make either kind: not known here
+            sync = not fresh and async_form(probe) is None
+        object.__setattr__(self, "sync", sync)
 
     def make(self) -> Middleware:
-        if inspect.isclass(self.factory) or self.args or self.kwargs:
+        if self.fresh:
             return self.factory(*self.args, **self.kwargs)  # type: ignore[no-any-return]
         return self.factory
 
@@ -137,6 +152,9 @@ class Chain:
         ``run_async`` (a ``TypeError`` without one)."""
         if not self._entries:
             return final()
+        if len(self._entries) == 1 and self._entries[0].sync:
+            # the common case (the metrics link alone): no closures
+            return self._entries[0].make()(job, payload, queue, final)
         links = [entry.make() for entry in self._entries]
 
         def step(position: int) -> Any:

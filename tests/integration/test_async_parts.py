@@ -182,3 +182,12 @@ def test_an_async_job_sees_quiet_through_interrupted(config: wurk.Config,
     runner.close()
     assert EVENTS == ["patient:saw-quiet:body:"]
     assert not [k for k in r.scan_iter(match=f"queue:{QUEUE}|*") if r.llen(k)]
+
+
+def test_a_lone_async_middleware_wraps_a_sync_job(config: wurk.Config, r: redis.Redis) -> None:
+    """A chain of one link takes a fast path; an async link must not slip through it."""
+    EVENTS.clear()
+    config.server_middleware.add(AsyncLink)
+    plain.perform_async("one")
+    run_all(config, r, 1)
+    assert [e.split(":")[1] for e in EVENTS] == ["async-before", "body", "async-after"]
