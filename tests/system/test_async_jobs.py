@@ -54,11 +54,14 @@ class ThreadWatch:
 def test_a_thousand_async_jobs_run_at_once_on_few_threads(
     config: wurk.Config, r: redis.Redis, start_worker: StartWorker
 ) -> None:
-    """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 1 s, on no more
-    threads than the processors' and a few. The best of three tries counts: on a machine
-    whose cores other work takes, one try can be starved of CPU."""
+    """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 1 s, adding no
+    more than the event loop's and the ACK thread to what the worker runs idle. The best of
+    three tries counts: on a machine whose cores other work takes, one try can be starved
+    of CPU."""
     threads = 2
     worker = start_worker("-c", str(threads), "--async-concurrency", "200")
+    time.sleep(0.5)  # every background loop started
+    idle = psutil.Process(worker.process.pid).num_threads()
     watch = ThreadWatch(worker.process.pid)
     # Warm up as many at once as the run will: the loop's connections are made here.
     jobs.async_wait.perform_bulk([["async:warm", 0.05] for _ in range(400)])
@@ -79,9 +82,9 @@ def test_a_thousand_async_jobs_run_at_once_on_few_threads(
     most = watch.stop()
     print(f"\n1,000 async jobs of 50 ms at async concurrency 200: "
           f"{', '.join(f'{t:.2f}' for t in tries)} s (sequential {sequential:.0f} s, best "
-          f"{sequential / min(tries):.0f}x); most threads {most} (-c {threads})")
+          f"{sequential / min(tries):.0f}x); most threads {most} (-c {threads}, {idle} idle)")
     assert min(tries) <= sequential / 50
-    assert most <= threads + 10
+    assert most <= idle + 2  # the event loop and the capsule's ACK thread
 
 
 def test_sync_and_async_queues_side_by_side(
