@@ -9,11 +9,12 @@
    after a broken connection (a replay could push the job twice).
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
-6. ``apush`` / ``apush_bulk`` are the same pushes for async code: the same normalising and
-   the same commands, sent on redis-py's asyncio pool (``wurk.lending.async_pool``), and
-   client middleware walked with ``Chain.ainvoke``. A sync push meeting an async client
-   middleware runs it on a loop of its own (not possible inside a running loop: use the
-   ``a`` methods there).
+6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
+   is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
+   returns None. Other jobs pay two dict lookups for this.
+7. ``apush`` / ``apush_bulk`` are the same pushes for async code: the very same push, run in
+   a helper thread of the running loop so the loop never waits on Redis. A sync push
+   meeting an async client middleware runs it on a loop of its own.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
+from . import expiry, sinks, unique
 from . import payload as P
-from . import sinks
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
@@ -60,31 +61,9 @@ class Client:
         if job is None:
             return None
         P.check_args(job[P.ARGS])
-        self._write([(job, at)])
+        if self._write([(job, at)]):
+            return None  # a duplicate of a unique job whose lock is held
         return str(job[P.JID])
-
-    async def apush(self, item: Mapping[str, Any]) -> str | None:
-        """``push`` for async code: ``await client.apush({...})``."""
-        normalized = self.normalize(item)
-        at = normalized.pop(P.AT, None)
-        job = await self._athrough_middleware(normalized)
-        if job is None:
-            return None
-        P.check_args(job[P.ARGS])
-        await self._awrite([(job, at)])
-        return str(job[P.JID])
-
-    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
-        """``push_bulk`` for async code."""
-        results: list[str | None] = []
-        for template, own_jid, args, ats in self._bulk_slices(item):
-            entries: list[tuple[P.Payload, float | None]] = []
-            for job, at in self._fresh_jobs(template, own_jid, args, ats):
-                kept = await self._athrough_middleware(job)
-                results.append(self._checked(kept, at, entries))
-            if entries:
-                await self._awrite(entries)
-        return results
 
     def prepare(self, item: Mapping[str, Any]) -> P.Payload | None:
         """An immediate job ready to write, for a writer that writes it itself (a Lua script
@@ -106,18 +85,6 @@ class Client:
         ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
         over that many seconds; ``batch_size`` caps the jobs per round trip.
         """
-        results: list[str | None] = []
-        for template, own_jid, args, ats in self._bulk_slices(item):
-            entries: list[tuple[P.Payload, float | None]] = []
-            for job, at in self._fresh_jobs(template, own_jid, args, ats):
-                results.append(self._checked(self._through_middleware(job), at, entries))
-            if entries:
-                self._write(entries)
-        return results
-
-    def _bulk_slices(self, item: Mapping[str, Any]) -> list[
-            tuple[P.Payload, bool, list[Any], list[float | None]]]:
-        """(template, own jid?, args, times) per round trip of a bulk push."""
         base = dict(item)
         all_args = base.pop(P.ARGS, None)
         if not isinstance(all_args, (list, tuple)) or not all(
@@ -135,12 +102,13 @@ class Client:
         # Normalised once, as Sidekiq does: every job of a bulk push shares its options and
         # its created_at; only args and jid differ.
         template = self.normalize({**base, P.ARGS: []})
-        slices = []
+        results: list[str | None] = []
         for start in range(0, len(all_args), size):
             chunk = range(start, min(start + size, len(all_args)))
-            slices.append((template, own_jid, [all_args[i] for i in chunk],
-                           [ats[i] for i in chunk]))
-        return slices
+            results.extend(self._push_slice(template, own_jid,
+                                            [all_args[i] for i in chunk],
+                                            [ats[i] for i in chunk]))
+        return results
 
     # -- normalisation ----------------------------------------------------------------------
     def normalize(self, item: Mapping[str, Any]) -> P.Payload:
@@ -148,7 +116,7 @@ class Client:
         if not isinstance(item, Mapping):
             raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
         job: P.Payload = {**_DEFAULTS, **item}
-        for key in ("pool", "client_class", "sync"):
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
             job.pop(key, None)
         cls = job.get(P.CLASS)
         if not isinstance(cls, str) or not cls:
@@ -186,6 +154,10 @@ class Client:
                 raise InvalidPayload(f"'retry_for' must be seconds between 1 and "
                                      f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
             job[P.RETRY_FOR] = int(retry_for)
+        if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
+            unique.check_fields(job)
+        if P.EXPIRES_IN in job:
+            expiry.check_fields(job)
         P.validate(job)
 
     def _through_middleware(self, job: P.Payload) -> P.Payload | None:
@@ -194,18 +166,18 @@ class Client:
             return job
         result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job,
                               run_async=_run_async_link)
-        return _kept(result, job)
+        if result is None or result is False:
+            return None
+        return result if isinstance(result, dict) else job
 
-    async def _athrough_middleware(self, job: P.Payload) -> P.Payload | None:
-        chain = self.config.client_middleware
-        if not chain:
-            return job
+    # -- async code -------------------------------------------------------------------------
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code: ``await client.apush({...})``."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.push, item)
 
-        async def final() -> P.Payload:
-            return job
-
-        result = await chain.ainvoke(job[P.CLASS], job, job[P.QUEUE], final, sync_inline=True)
-        return _kept(result, job)
+    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """``push_bulk`` for async code."""
+        return await asyncio.get_running_loop().run_in_executor(None, self.push_bulk, item)
 
     # -- bulk -------------------------------------------------------------------------------
     def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
@@ -223,105 +195,76 @@ class Client:
             return [float(t) for t in at]
         return [None if at is None else float(at)] * count
 
-    @staticmethod
-    def _fresh_jobs(template: P.Payload, own_jid: bool, args_list: list[Any],
-                    ats: list[float | None]) -> list[tuple[P.Payload, float | None]]:
-        jobs = []
+    def _push_slice(self, template: P.Payload, own_jid: bool, args_list: list[Any],
+                    ats: list[float | None]) -> list[str | None]:
+        results: list[str | None] = []
+        entries: list[tuple[P.Payload, float | None]] = []
         for args, at in zip(args_list, ats, strict=True):
             fresh = template.copy()
             fresh[P.ARGS] = list(args)
             if not own_jid:
                 fresh[P.JID] = P.new_jid()
-            jobs.append((fresh, at))
-        return jobs
-
-    @staticmethod
-    def _checked(job: P.Payload | None, at: float | None,
-                 entries: list[tuple[P.Payload, float | None]]) -> str | None:
-        """A job a middleware kept joins ``entries``; its jid, or None if it was stopped."""
-        if job is None:
-            return None
-        P.check_args(job[P.ARGS])
-        entries.append((job, at))
-        return str(job[P.JID])
+            job = self._through_middleware(fresh)
+            if job is None:
+                results.append(None)
+                continue
+            P.check_args(job[P.ARGS])
+            entries.append((job, at))
+            results.append(str(job[P.JID]))
+        if entries:
+            refused = self._write(entries)
+            if refused:
+                results = [None if jid in refused else jid for jid in results]
+        return results
 
     # -- writing ----------------------------------------------------------------------------
-    def _commands(self, entries: Sequence[tuple[P.Payload, float | None]]
-                  ) -> list[tuple[Any, ...]]:
-        """The pipeline of one push: ``ZADD schedule`` for scheduled jobs, ``SADD queues``
-        and an ``LPUSH`` per queue for the others."""
-        keys = self.config.keys
-        scheduled: list[Any] = []
-        by_queue: dict[str, list[str]] = {}
+    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+        """The last step: Redis, or the sink selected for this push (``wurk.sinks``).
+        Returns the jids of unique jobs refused as duplicates (only Redis holds locks)."""
+        fmt = self.config.timestamp_format
+        enqueued_at = P.write_time(fmt)
         for job, at in entries:
-            if at is not None:
-                scheduled += [repr(float(at)), P.dumps(job)]
-            else:
-                by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
-        commands: list[tuple[Any, ...]] = []
-        if scheduled:
-            commands.append(("ZADD", keys.schedule, *scheduled))
-        if by_queue:
-            commands.append(("SADD", keys.queues, *by_queue))
-            commands += [("LPUSH", keys.queue(queue), *jsons)
-                         for queue, jsons in by_queue.items()]
-        return commands
-
-    def _stamp(self, entries: Sequence[tuple[P.Payload, float | None]]) -> sinks.Sink | None:
-        """``enqueued_at`` on the jobs pushed now; the sink selected for this push, if any
-        (``wurk.sinks``: the last step is then not Redis)."""
-        enqueued_at = P.write_time(self.config.timestamp_format)
-        for job, at in entries:
+            if P.EXPIRES_IN in job:
+                expiry.stamp(job, at, fmt)
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
-        return sinks.selected()
-
-    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        """The last step: Redis, or the sink selected for this push."""
-        sink = self._stamp(entries)
+        sink = sinks.selected()
         if sink is None:
-            self._write_redis(entries)
-        else:
-            sink.write(self.config, entries)
+            return self._write_redis(entries)
+        sink.write(self.config, entries)
+        return set()
 
-    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        commands = self._commands(entries)
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+        keys = self.config.keys
+        scheduled: dict[str, float] = {}
+        by_queue: dict[str, list[str]] = {}
+        locked: list[tuple[P.Payload, float | None]] = []
+        for job, at in entries:
+            if P.UNIQUE_FOR in job:
+                locked.append((job, at))  # pushed with its lock, by a script
+            elif at is not None:
+                scheduled[P.dumps(job)] = float(at)
+            else:
+                by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
 
-        def send(redis: Any) -> None:
-            pipe = redis.pipeline(transaction=False)
-            for command in commands:
-                pipe.execute_command(*command)
-            pipe.execute()
+        def send(redis: Any) -> set[str]:
+            if scheduled or by_queue:
+                pipe = redis.pipeline(transaction=False)
+                if scheduled:
+                    pipe.zadd(keys.schedule, scheduled)
+                if by_queue:
+                    pipe.sadd(keys.queues, *by_queue)
+                    for queue, jsons in by_queue.items():
+                        pipe.lpush(keys.queue(queue), *jsons)
+                pipe.execute()
+            return unique.push(redis, keys, locked) if locked else set()
 
         try:
-            self.pool.run(send)
+            return self.pool.run(send)
         except RedisUnavailable as exc:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
-
-    async def _awrite(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        from .lending import Borrowed
-
-        sink = self._stamp(entries)
-        if sink is not None:
-            sink.write(self.config, entries)
-            return
-        try:
-            async with Borrowed(self.config) as conn:
-                replies = await conn.pipeline(self._commands(entries))
-        except RedisUnavailable as exc:
-            raise RedisUnavailable(_push_failed(entries, exc)) from exc
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise RedisUnavailable(_push_failed(entries, reply)) from reply
-
-
-def _kept(result: Any, job: P.Payload) -> P.Payload | None:
-    """What a client chain returned: None/False stop the push, a dict replaces the job."""
-    if result is None or result is False:
-        return None
-    return result if isinstance(result, dict) else job
 
 
 def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,

@@ -37,7 +37,8 @@ from .lease import Lease
 from .pool import RedisPool
 from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
 
-__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "lend_from", "redis"]
+__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "lend_from",
+           "redis"]
 
 # Connections of one event loop's client at most: async jobs take one per command.
 ASYNC_POOL_SIZE = 50
@@ -238,6 +239,12 @@ def redis(config: Config | None = None) -> Borrowed:
     or in async code ``async with wurk.redis() as conn: await conn.call(...)``.
     ``config`` picks the client pool outside a worker (the process-wide default if None)."""
     return Borrowed(config)
+
+
+def kept() -> bool:
+    """Whether ``wurk.redis()`` in this thread lends a processor's own connection, which
+    nobody else waits for (so a blocking wait on it holds up no other thread)."""
+    return _held.pool is not None
 
 
 @contextmanager
