@@ -44,16 +44,19 @@ async def within(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -
     return await coro
 
 
-def async_form(link: Middleware) -> Callable[..., Coroutine[Any, Any, Any]] | None:
-    """The coroutine function to await for ``link``, or None when it is a sync link."""
+def async_form(link: Middleware, *, prefer_async: bool = True
+               ) -> Callable[..., Coroutine[Any, Any, Any]] | None:
+    """The coroutine function to await for ``link``, or None to call it as a sync link.
+    ``prefer_async`` (inside a coroutine) takes an ``acall`` beside a sync ``__call__``;
+    from sync code only a link with nothing but an async form is async."""
     if inspect.iscoroutinefunction(link):
         return link
-    acall = getattr(link, "acall", None)
-    if acall is not None and inspect.iscoroutinefunction(acall):
-        return acall  # type: ignore[no-any-return]
     call = getattr(link, "__call__", None)  # noqa: B004 - an instance's own __call__
     if call is not None and inspect.iscoroutinefunction(call):
         return call  # type: ignore[no-any-return]
+    acall = getattr(link, "acall", None)
+    if prefer_async and acall is not None and inspect.iscoroutinefunction(acall):
+        return acall  # type: ignore[no-any-return]
     return None
 
 
@@ -72,10 +75,9 @@ class _Entry:
         object.__setattr__(self, "fresh", fresh)
         probe = self.factory
         if inspect.isclass(probe):
-            sync = not any(inspect.iscoroutinefunction(getattr(probe, name, None))
-                           for name in ("__call__", "acall"))
+            sync = not inspect.iscoroutinefunction(getattr(probe, "__call__", None))  # noqa: B004
         else:  # a factory called with arguments may make either kind: not known here
-            sync = not fresh and async_form(probe) is None
+            sync = not fresh and async_form(probe, prefer_async=False) is None
         object.__setattr__(self, "sync", sync)
 
     def make(self) -> Middleware:
@@ -161,7 +163,7 @@ class Chain:
             if position == len(links):
                 return final()
             link = links[position]
-            coroutine = async_form(link)
+            coroutine = async_form(link, prefer_async=False)
             if coroutine is None:
                 return link(job, payload, queue, lambda: step(position + 1))
             if run_async is None:
