@@ -86,15 +86,17 @@ def test_the_history_tab_charts_what_the_sampler_kept(config: wurk.Config, r: re
     assert "No samples yet" in client.get("/history/").text
     seed_sets(config)
     seed_process(r)
-    # Half a second between turns: long enough that the second look below comes within the
-    # first's interval however loaded the machine, short enough for a quick test.
-    cfg = wurk.Config(redis_url=config.redis_url, history_interval=0.5)
+    # Intervals are numbered by Redis's clock, so two looks a moment apart can still straddle a
+    # boundary: start just after one, with a whole second before the next.
+    cfg = wurk.Config(redis_url=config.redis_url, history_interval=1.0)
     sampler = HistorySampler(cfg)
+    _, micros = r.time()
+    time.sleep(1.0 - micros / 1_000_000 + 0.02)
     first = sampler.tick()
     assert first is not None and first["retries"] == 3 and first["dead"] == 3
     assert sampler.tick() is None  # the same interval: another process's turn was taken
     r.incrby("stat:processed", 40)
-    time.sleep(0.55)
+    time.sleep(1.05)
     assert sampler.tick() is not None
     r.zadd(config.keys.history, {"not json": time.time(), '{"processed": "NaN"}': time.time()})
     page = client.get("/history/")
