@@ -6,9 +6,11 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
+from .batch import Batch, BatchStatus
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
+    BatchError,
     ConfigError,
     EmbeddedServerError,
     InspectionError,
@@ -33,6 +35,9 @@ from .poison import on_poison
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
+    "BatchError",
+    "BatchStatus",
     "Capsule",
     "Client",
     "Config",

@@ -9,6 +9,8 @@
    after a broken connection (a replay could push the job twice).
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
+6. Jobs pushed inside a batch's jobs block are written by the batch's script, which
+   registers each with the batch as it pushes it (``wurk.batch.accounting``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import payload as P
+from .batch import accounting as batch_accounting
+from .batch import block as batch_block
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
@@ -187,20 +191,27 @@ class Client:
         for job, at in entries:
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
-                scheduled[P.dumps(job)] = float(at)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
+        plain, in_batch = batch_block.split(entries)
+        for job, at in plain:
+            if at is not None:
+                scheduled[P.dumps(job)] = float(at)
+            else:
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
 
         def send(redis: Any) -> None:
-            pipe = redis.pipeline(transaction=False)
-            if scheduled:
-                pipe.zadd(keys.schedule, scheduled)
-            if by_queue:
-                pipe.sadd(keys.queues, *by_queue)
-                for queue, jsons in by_queue.items():
-                    pipe.lpush(keys.queue(queue), *jsons)
-            pipe.execute()
+            if scheduled or by_queue:
+                pipe = redis.pipeline(transaction=False)
+                if scheduled:
+                    pipe.zadd(keys.schedule, scheduled)
+                if by_queue:
+                    pipe.sadd(keys.queues, *by_queue)
+                    for queue, jsons in by_queue.items():
+                        pipe.lpush(keys.queue(queue), *jsons)
+                pipe.execute()
+            if in_batch:
+                batch_accounting.write(redis, self.config, in_batch)
 
         try:
             self.pool.run(send)

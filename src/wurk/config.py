@@ -252,6 +252,9 @@ class Config:
         self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
         self.validate()
+        from .batch import install as install_batches  # batches import this module
+
+        install_batches(self)
 
     # -- building ---------------------------------------------------------------------------
     @classmethod

@@ -19,7 +19,8 @@
         ├── SwarmError                              a swarm stopped: a child cannot boot
         ├── Poisoned                                a job that kept killing its worker
         ├── JobKilled                               handed to death handlers on an API kill
-        └── InspectionError                         an admin action the data does not allow
+        ├── InspectionError                         an admin action the data does not allow
+        └── BatchError                              a batch that cannot take the request
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
 ``wurk.InvalidPayload`` (``decisions.md`` 7), whatever file defines it.
@@ -28,6 +29,7 @@ The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` 
 from __future__ import annotations
 
 __all__ = [
+    "BatchError",
     "ConfigError",
     "EmbeddedServerError",
     "InspectionError",
@@ -145,5 +147,11 @@ class JobKilled(WurkError):
 class InspectionError(WurkError):
     """An admin action the stored data does not allow: retrying an entry that is not JSON,
     signalling an embedded process, paging a list that changes faster than it can be read."""
+
+    __module__ = "wurk"
+
+
+class BatchError(WurkError):
+    """A batch that does not exist (expired, deleted), already succeeded, or is misused."""
 
     __module__ = "wurk"

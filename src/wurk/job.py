@@ -500,6 +500,19 @@ class Job:
         """Called once retries run out; return ``"discard"`` to skip the dead set."""
         return None
 
+    @property
+    def batch(self) -> Any:
+        """The ``wurk.Batch`` this job belongs to (to reopen it), or None."""
+        from .batch import Batch  # batches build on jobs
+
+        return Batch(self.bid) if self.bid else None
+
+    def valid_within_batch(self) -> bool:
+        """False once this job's batch was invalidated: return early then."""
+        from .batch import valid_within_batch
+
+        return valid_within_batch()
+
     @classmethod
     def set(cls, **options: Any) -> JobSetter[...]:
         return JobSetter(cls._definition(), options)

@@ -5,6 +5,8 @@
 2. wurk's own keys (§13), kept out of the ``queue:`` namespace unless they hold jobs.
 3. An optional prefix (§0.2) for joining a Sidekiq 6 deployment that used redis-namespace;
    it applies to every key, including those built inside Lua from the prefixes below.
+4. Batches' keys (the ``b-<bid>`` family, the ``batches`` index, ``batch-died`` and the
+   ``tags:<tag>`` reverse index), laid out as Ruby wurk lays them so both share batches.
 """
 
 from __future__ import annotations
@@ -16,12 +18,17 @@ __all__ = ["Keys"]
 # Separator of the fields of a private in-flight list name; a public queue name may not
 # contain it, or the list could not be parsed back into (queue, owner).
 PRIVATE_SEPARATOR = "|"
+# The sets beside a batch's record, ``b-<bid>-<part>`` (the Lua in scripts/batch_lib.lua
+# lists the same parts to refresh their expiry).
+BATCH_PARTS = ("jids", "failed", "died", "kids", "pkids", "notify", "cbsucc", "tags")
 
 
 class Keys:
     """Key names under one optional prefix."""
 
     __slots__ = (
+        "batch_died",
+        "batches",
         "dead",
         "leader",
         "leader_token",
@@ -54,6 +61,8 @@ class Keys:
         self.leader_token = f"{p}leader-token"
         self.reaper_lock = f"{p}wurk:reaper:full-scan"
         self.super_processes = f"{p}super_processes"
+        self.batches = f"{p}batches"
+        self.batch_died = f"{p}batch-died"
 
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> str:
@@ -116,3 +125,25 @@ class Keys:
             # The bare prefix is a key shared by nobody; deleting or bumping it is a bug.
             raise ValueError("poison counter needs a non-empty jid")
         return f"{self.poison_prefix}{jid}"
+
+    # -- batches ----------------------------------------------------------------------------
+    def batch(self, bid: str, part: str = "") -> str:
+        """``b-<bid>`` (the record) or one of its sets: ``part`` is ``jids``, ``failed``,
+        ``died``, ``kids``, ``pkids``, ``notify``, ``cbsucc`` or ``tags``."""
+        if not bid:
+            raise ValueError("a batch key needs a non-empty bid")
+        if part and part not in BATCH_PARTS:
+            raise ValueError(f"unknown batch key part {part!r}; expected one of {BATCH_PARTS}")
+        return f"{self.prefix}b-{bid}-{part}" if part else f"{self.prefix}b-{bid}"
+
+    def batch_keys(self, bid: str) -> list[str]:
+        """Every key of one batch."""
+        return [self.batch(bid), *(self.batch(bid, part) for part in BATCH_PARTS)]
+
+    def batch_tag(self, tag: str) -> str:
+        """The bids carrying ``tag``."""
+        return f"{self.prefix}tags:{tag}"
+
+    @property
+    def batch_tag_prefix(self) -> str:
+        return f"{self.prefix}tags:"

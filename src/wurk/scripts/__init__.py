@@ -10,8 +10,17 @@ from __future__ import annotations
 import hashlib
 import importlib.resources
 from functools import cache
+from typing import Any, Protocol
+
+import redis
 
 __all__ = ["Script", "source"]
+
+
+class _Caller(Protocol):
+    """Anything that sends one command and returns its raw reply (a lease, ``wurk.redis()``)."""
+
+    def call(self, *args: Any) -> Any: ...
 
 
 @cache
@@ -37,3 +46,34 @@ class Script:
 
     def load(self) -> tuple[object, ...]:
         return ("SCRIPT", "LOAD", self.text)
+
+    def call(self, conn: _Caller, keys: list[str], args: list[object]) -> Any:
+        """Run on ``conn``: one round trip, two more the first time a server lacks it."""
+        try:
+            return conn.call(*self.evalsha(keys, args))
+        except redis.exceptions.NoScriptError:
+            pass  # a restarted or flushed server: nothing ran, so it is safe to send again
+        conn.call(*self.load())
+        return conn.call(*self.evalsha(keys, args))
+
+    def call_many(self, r: redis.Redis, calls: list[tuple[list[str], list[object]]]
+                  ) -> list[Any]:
+        """Run once per ``(keys, args)`` in one pipeline on a redis-py client; error replies
+        come back in place. Calls a server without the script refused are sent again after
+        loading it (they did not run)."""
+        replies = self._pipelined(r, calls)
+        missing = [i for i, reply in enumerate(replies)
+                   if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:
+            r.execute_command(*self.load())  # type: ignore[no-untyped-call]
+            for index, reply in zip(missing, self._pipelined(r, [calls[i] for i in missing]),
+                                    strict=True):
+                replies[index] = reply
+        return replies
+
+    def _pipelined(self, r: redis.Redis, calls: list[tuple[list[str], list[object]]]
+                   ) -> list[Any]:
+        pipe = r.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command(*self.evalsha(keys, args))  # type: ignore[no-untyped-call]
+        return list(pipe.execute(raise_on_error=False))

@@ -1,0 +1,19 @@
+-- Close the first jobs block of a batch (batch_lib.lua): drop the pending placeholder that
+-- batch_open.lua set, join the parent batch (only now, so a block cut short by a crash
+-- never holds its parent back), and fire whatever is due.
+--
+-- ARGV[1..3]  prefix, timestamp format, dead timeout
+-- ARGV[4]     bid
+-- Returns 1, or 0 when the batch no longer exists.
+init(ARGV[1], ARGV[2], ARGV[3])
+local bid = ARGV[4]
+if redis.call('EXISTS', bkey(bid)) == 0 then return 0 end
+redis.call('HINCRBY', bkey(bid), 'pending', -1)
+local parent = parent_of(bid)
+if parent then
+  redis.call('SADD', bkey(parent, '-kids'), bid)
+  redis.call('SADD', bkey(parent, '-pkids'), bid)
+  touch(parent)
+end
+try_fire(bid)
+return 1
