@@ -60,3 +60,13 @@ def flaky(pause: float) -> None:
     if job.get("retry_count") is None:
         raise RuntimeError("the first run of a flaky job fails on purpose")
     record()
+
+
+CALLBACKS = "ledger:callbacks"  # event:bid:jid of each batch callback run
+
+
+@wurk.job(name="Chaos::BatchCallback")
+def batch_callback(status: wurk.BatchStatus, options: dict[str, str]) -> None:
+    """Records the run of a batch callback: one jid twice is a rerun after a fault; two
+    jids for one event of one batch would be the callback fired twice."""
+    ledger().rpush(CALLBACKS, f"{options['event']}:{status.bid}:{wurk.current_jid()}")
