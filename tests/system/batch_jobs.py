@@ -43,3 +43,10 @@ def watched(**options: Any) -> wurk.Batch:
     for event in ("complete", "success", "death"):
         batch.on(event, record, {"event": event})
     return batch
+
+
+@wurk.job(name="SysBatch::crash")
+def crash(key: str) -> None:
+    """Takes its whole process down, every time: a poison pill."""
+    r().incr(key)
+    os._exit(17)
