@@ -3,6 +3,8 @@
 1. Routes: the pages (``views``), the JSON API and its documentation (``api``,
    ``openapi``), the live stream (``sse``), the package's own assets (``/static``; nothing
    comes from a CDN, so it works offline) and each extension under its name.
+   The Batches and Dead Batches tabs are such extensions, on every dashboard
+   (``wurk.web.batches``).
 2. The ``Guard`` middleware around all of them; HTTP errors as a page, or JSON under
    ``/api``, with fixed text only.
 3. Mount it anywhere: every link is built from the prefix the host app mounted it at
@@ -24,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..config import Config, default_config
 from ..errors import ConfigError
-from . import api, openapi, views
+from . import api, batches, openapi, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, wants_json
@@ -44,7 +46,7 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     in front of it. ``read_only`` (default: ``config.web_read_only``) refuses every action.
     """
     cfg = config if config is not None else default_config()
-    chosen = tuple(extensions)
+    chosen = (*batches.extensions(), *extensions)
     check_unique(chosen)
     dash = Dashboard.for_config(
         cfg, read_only=cfg.web_read_only if read_only is None else bool(read_only),
