@@ -69,7 +69,7 @@ def test_a_batchs_page_shows_failures_with_their_errors_and_dead_jobs(
 
 
 def test_status_json(config: wurk.Config, client: TestClient) -> None:
-    batch, jids = make(config, 2)
+    batch, _ = make(config, 2)
     data = client.get(f"/batches/{batch.bid}.json").json()
     assert (data["total"], data["pending"], data["failures"]) == (2, 2, 0)
     assert data["complete"] is False and data["bid"] == batch.bid
