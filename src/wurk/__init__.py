@@ -28,7 +28,16 @@ from .errors import (
     WurkError,
 )
 from .inprocess import Embedded, embed
-from .job import Job, JobFunction, JobSetter, current_jid, current_job, job, registry
+from .job import (
+    Job,
+    JobFunction,
+    JobSetter,
+    current_jid,
+    current_job,
+    interrupted,
+    job,
+    registry,
+)
 from .lending import Connection, redis
 from .poison import on_poison
 
@@ -67,6 +76,7 @@ __all__ = [
     "current_job",
     "default_config",
     "embed",
+    "interrupted",
     "job",
     "on_poison",
     "push",

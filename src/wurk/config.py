@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from . import affinity
 from .errors import ConfigError
+from .hosts import check_host_pattern
 from .keys import PRIVATE_SEPARATOR, Keys
 from .locate import resolve_url
 from .middleware import Chain
@@ -203,6 +204,8 @@ class Config:
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
     labels: list[str] = field(default_factory=list)
     environment: str | None = None
+    # Read (WURK_LEADER / SIDEKIQ_LEADER) and kept for leader election; nothing elects a
+    # leader yet, so it changes nothing today.
     leader: bool = field(default_factory=lambda: _env_bool("WURK_LEADER", True)
                          and _env_bool("SIDEKIQ_LEADER", True))
     # -- retries and the dead set -----------------------------------------------------------
@@ -233,6 +236,9 @@ class Config:
     # long-held live streams cannot take the connections a co-located worker needs.
     web_pool_size: int = 4
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
+    # Host names the dashboard answers to beside the loopback ones (DNS rebinding):
+    # "jobs.example.com", ".example.com" (and subdomains), "10.0.0.5", or "*" for any.
+    web_allowed_hosts: list[str] = field(default_factory=list)
     # -- extension points -------------------------------------------------------------------
     client_middleware: Chain = field(default_factory=Chain)
     server_middleware: Chain = field(default_factory=Chain)
@@ -251,6 +257,8 @@ class Config:
         self._pools: dict[str, RedisPool] = {}
         self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
+        self.client_middleware = _as_chain("client_middleware", self.client_middleware)
+        self.server_middleware = _as_chain("server_middleware", self.server_middleware)
         self.validate()
         from .batch import install as install_batches  # batches import this module
 
@@ -343,6 +351,14 @@ class Config:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
             raise ConfigError(f"web_stream_interval must be a number of seconds > 0, "
                               f"not {interval!r}")
+        hosts = self.web_allowed_hosts
+        if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
+            raise ConfigError(f"web_allowed_hosts must be a list of host names, not {hosts!r}")
+        for pattern in hosts:
+            try:
+                check_host_pattern(pattern)
+            except ValueError as exc:
+                raise ConfigError(f"web_allowed_hosts: {exc}") from None
 
     def _check_types(self) -> None:
         """The settings a file can give any value: caught here, not as a crash later."""
@@ -449,6 +465,26 @@ class Config:
             for pool in self._pools.values():
                 pool.close()
             self._pools.clear()
+
+
+def _as_chain(name: str, value: Any) -> Chain:
+    """A chain given as a list of middleware (``configure(server_middleware=[Timing])``)
+    becomes a ``Chain`` in that order; anything else is refused now, naming the item."""
+    if isinstance(value, Chain):
+        return value
+    if not isinstance(value, (list, tuple)):
+        raise ConfigError(f"{name} must be a list of middleware (classes or callables), "
+                          f"not {value!r}")
+    chain = Chain()
+    for index, item in enumerate(value):
+        if not callable(item):
+            raise ConfigError(
+                f"{name}[{index}] is {item!r}, which is not middleware: give the class or "
+                f"callable itself (a file cannot name code: add it in a module loaded with -r, "
+                f"config.{name}.add(TheClass))"
+            )
+        chain.add(item)
+    return chain
 
 
 _default: Config | None = None

@@ -11,6 +11,9 @@
    naming it rather than a job that fails all its retries. Keyword arguments are bound to
    their positions: Sidekiq's payload only has positional ``args``.
 4. ``set(...)`` returns a one-shot setter with the same methods and overridden options.
+5. ``interrupted()`` (``self.interrupted()`` in a ``Job``): whether the worker running this
+   job has been told to stop — quiet or shut down — so a long job can save its place and
+   return; the processor hands its stop signal over (``set_stop_signal``).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from .config import Config, parse_queue
 from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
-           "current_job", "job", "registry"]
+           "current_job", "interrupted", "job", "registry"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
@@ -51,6 +54,26 @@ def current_jid() -> str | None:
     job = _running.get()
     jid = job.get(P.JID) if job is not None else None
     return jid if isinstance(jid, str) else None
+
+
+# The stop signal of the processor thread running jobs here: set when its worker quiets or
+# stops. A context variable, so an async job on the runner's loop sees it too.
+_stop_signal: contextvars.ContextVar[threading.Event | None] = contextvars.ContextVar(
+    "wurk_stop_signal", default=None
+)
+
+
+def interrupted() -> bool:
+    """True once the worker running this job has been told to quiet or stop (Sidekiq's
+    ``interrupted?``): finish or save progress and return, the job is not killed for it.
+    Always False outside a worker (inline, tests)."""
+    signal = _stop_signal.get()
+    return signal is not None and signal.is_set()
+
+
+def set_stop_signal(signal: threading.Event) -> None:
+    """Called by a processor thread once: ``signal`` is what ``interrupted()`` reads there."""
+    _stop_signal.set(signal)
 
 
 def set_running(job: P.Payload | None) -> contextvars.Token[P.Payload | None]:
@@ -491,6 +514,10 @@ class Job:
 
     def perform(self, *args: Any) -> Any:
         raise NotImplementedError(f"{type(self).__qualname__} must define perform()")
+
+    def interrupted(self) -> bool:
+        """True once the worker has been told to quiet or stop (``wurk.interrupted``)."""
+        return interrupted()
 
     def retry_in(self, count: int, exc: BaseException) -> float | str | None:
         """Seconds until the next retry, ``"kill"``, ``"discard"``, or None for the default."""

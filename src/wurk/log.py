@@ -11,6 +11,12 @@
    ``tags``) into a context variable that the formatters add to each line logged while the
    job runs — by wurk or by the job itself through any logger.
 3. ``reopen`` reopens file handlers (USR2), for log rotation.
+4. Every format keeps one record on one line whatever a payload holds: a job class with a
+   newline, a NUL or a terminal escape cannot forge a line or repaint a terminal. Pretty
+   and plain escape control characters (``wurk.printable``) in the message and in each
+   context field, and quote a field holding a space, ``=`` or ``"``; JSON escapes them as
+   JSON does, line and paragraph separators and bidi controls included. Tracebacks, and a
+   record logged with ``extra={VERBATIM: True}`` (the thread dump), keep their lines.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import contextvars
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -26,14 +33,18 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TextIO
 
-__all__ = ["job_context", "logger", "reopen", "route_application_logs", "setup", "tid",
-           "user_configured"]
+from .printable import printable
+
+__all__ = ["VERBATIM", "job_context", "logger", "reopen", "route_application_logs", "setup",
+           "tid", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "wurk_job_context", default=None
 )
 _HANDLER_MARK = "_wurk_handler"
+# ``extra={VERBATIM: True}``: the message is several lines on purpose (a thread dump).
+VERBATIM = "wurk_verbatim"
 
 
 _thread_ids = threading.local()
@@ -115,9 +126,9 @@ class PrettyFormatter(logging.Formatter):
         ctx = getattr(record, "wurk_ctx", {}) or {}
         stamp = self._stamp(record.created)
         millis = int(record.msecs)
-        fields = " ".join(f"{key}={_plain(value)}" for key, value in ctx.items())
+        fields = " ".join(f"{_plain(key)}={_field(value)}" for key, value in ctx.items())
         head = f"{stamp}.{millis:03d}Z pid={record.process} tid={getattr(record, 'wurk_tid', '')}"
-        line = f"{head}{' ' + fields if fields else ''} {record.levelname}: {record.getMessage()}"
+        line = f"{head}{' ' + fields if fields else ''} {record.levelname}: {_message(record)}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line
@@ -145,11 +156,37 @@ class JsonFormatter(logging.Formatter):
             entry["ctx"] = dict(ctx)
         if record.exc_info:
             entry["ex"] = self.formatException(record.exc_info)
-        return json.dumps(entry, default=str, ensure_ascii=False)
+        return _SEPARATORS.sub(_json_escape, json.dumps(entry, default=str, ensure_ascii=False))
+
+
+# JSON leaves these raw with ensure_ascii=False; some viewers break lines at the first two and
+# reorder text at the rest. Written as \uXXXX escapes, the decoded text is unchanged.
+_SEPARATORS = re.compile("[\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def _message(record: logging.LogRecord) -> str:
+    message = record.getMessage()
+    return message if getattr(record, VERBATIM, False) else printable(message)
 
 
 def _plain(value: Any) -> str:
-    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return printable(text)
+
+
+# A context field is key=value: a value with a space, '=' or '"' would read as more fields.
+_NEEDS_QUOTES = re.compile(r'[\s="]')
+
+
+def _field(value: Any) -> str:
+    text = _plain(value)
+    if text and not _NEEDS_QUOTES.search(text):
+        return text
+    return '"' + text.replace('"', '\\"') + '"'
 
 
 # A write is a system call, dear on a busy worker: lines are written as they come but the

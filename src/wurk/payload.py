@@ -7,7 +7,8 @@
 4. Time values: ``write_time`` follows ``timestamp_format`` (``decisions.md`` 1); ``read_time``
    accepts every form found in the wild (§0.4).
 5. Arguments must be JSON-native; ``check_args`` names the first one that is not.
-6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array).
+6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);
+   reading one inflates at most ``BACKTRACE_MAX_BYTES`` (a stored value can be a zip bomb).
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ __all__ = [
     "encode_backtrace",
     "error_class_name",
     "loads",
+    "loads_json",
     "new_jid",
+    "read_backtrace",
     "read_time",
     "score",
     "validate",
@@ -263,7 +266,10 @@ def read_time(value: Any) -> float | None:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, int):
-        return value / 1000.0 if value >= _MS_FLOOR else float(value)
+        try:
+            return value / 1000.0 if value >= _MS_FLOOR else float(value)
+        except OverflowError:  # an integer no float holds is no time
+            return None
     if isinstance(value, str):
         return _read_time_text(value.strip())
     return None
@@ -324,16 +330,57 @@ def encode_backtrace(lines: list[str]) -> str:
     return base64.b64encode(zlib.compress(dumps(lines).encode("utf-8"))).decode("ascii")
 
 
+# A stored backtrace inflates to at most this: Sidekiq keeps a few hundred lines, far below
+# it, while a 340 KiB entry can inflate to 256 MiB and take a reader's memory with it.
+BACKTRACE_MAX_BYTES = 1 << 20
+
+
 def decode_backtrace(value: Any) -> list[str] | None:
-    """Read every stored backtrace form (§3.2); None when it cannot be decoded (Marshal)."""
-    if isinstance(value, list):
-        return [str(line) for line in value]
-    if not isinstance(value, str):
-        return None
+    """Read every stored backtrace form (§3.2); None when it cannot be decoded (Marshal,
+    too large, not a list of lines)."""
     try:
-        compact = "".join(value.split())
-        raw = zlib.decompress(base64.b64decode(compact))
-        lines = json.loads(raw)
-    except (binascii.Error, zlib.error, ValueError):
+        return read_backtrace(value)
+    except ValueError:
         return None
-    return [str(line) for line in lines] if isinstance(lines, list) else None
+
+
+def read_backtrace(value: Any, *, max_bytes: int = BACKTRACE_MAX_BYTES) -> list[str]:
+    """The lines of a stored backtrace; ``ValueError`` saying why it cannot be read."""
+    if isinstance(value, list):
+        lines: Any = value
+    elif isinstance(value, str):
+        lines = _inflate_lines(value, max_bytes)
+    else:
+        raise ValueError("not a backtrace (neither a list of lines nor base64 text)")
+    if not isinstance(lines, list) or any(isinstance(line, (list, dict)) for line in lines):
+        raise ValueError("not a list of lines")
+    return [line if isinstance(line, str) else str(line) for line in lines]
+
+
+def _inflate_lines(value: str, max_bytes: int) -> Any:
+    try:
+        packed = base64.b64decode("".join(value.split()))
+        inflater = zlib.decompressobj()
+        text = inflater.decompress(packed, max_bytes)
+    except (binascii.Error, zlib.error, ValueError):
+        raise ValueError("not base64 of zlib data (a Ruby Marshal backtrace?)") from None
+    if inflater.unconsumed_tail:
+        raise ValueError(f"backtrace too large (inflates past {max_bytes:,} bytes)")
+    if not inflater.eof:
+        raise ValueError("backtrace cut short (the zlib stream does not end)")
+    try:
+        return loads_json(text)
+    except ValueError as exc:
+        raise ValueError(f"backtrace is not JSON ({exc})") from None
+
+
+def loads_json(raw: str | bytes) -> Any:
+    """Any JSON value, read as ``loads`` reads payloads: no NaN, at most ``MAX_NESTING``
+    levels; ``ValueError`` otherwise."""
+    try:
+        value = _decoder.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+    except RecursionError:
+        value = _TOO_DEEP
+    if value is _TOO_DEEP or _too_deep(raw, value):
+        raise ValueError(f"nested deeper than {MAX_NESTING} levels")
+    return value

@@ -39,7 +39,14 @@ from .affinity import Pinning
 from .config import Config
 from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
 from .fetch import Fetcher, UnitOfWork
-from .job import JobDefinition, Registry, registry, reset_running, set_running
+from .job import (
+    JobDefinition,
+    Registry,
+    registry,
+    reset_running,
+    set_running,
+    set_stop_signal,
+)
 from .lending import lend_from
 from .log import job_context, tid
 from .morgue import Morgue
@@ -342,6 +349,7 @@ class Processor:
 
     def _main(self) -> None:
         error: BaseException | None = None
+        set_stop_signal(self._stop)  # what Job.interrupted() reads in this thread's jobs
         try:
             if self._pinning is not None:
                 self._pinning.enter()

@@ -27,6 +27,8 @@ import traceback
 from types import FrameType
 from typing import Protocol
 
+from .log import VERBATIM
+
 __all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads", "serve"]
 
 log = logging.getLogger("wurk")
@@ -164,4 +166,5 @@ def dump_threads() -> None:
     for thread in threading.enumerate():
         frame = frames.get(thread.ident or -1)
         stack = "".join(traceback.format_stack(frame)) if frame else "  (no frame)\n"
-        log.warning("thread %s (%s):\n%s", thread.name, thread.ident, stack.rstrip())
+        log.warning("thread %s (%s):\n%s", thread.name, thread.ident, stack.rstrip(),
+                    extra={VERBATIM: True})

@@ -11,7 +11,7 @@ import redis
 
 import wurk
 from tests.helpers.sidekiq import heartbeat, work
-from wurk.api import ProcessSet, WorkSet
+from wurk.api import Invalid, Process, ProcessSet, WorkSet
 from wurk.errors import InspectionError
 
 
@@ -72,11 +72,15 @@ def test_stale_members_are_skipped_and_pruned_once_a_minute(config: wurk.Config,
     assert r.smembers("processes") == {WURK_8}
 
 
-def test_unreadable_info_is_skipped(config: wurk.Config, r: redis.Redis) -> None:
+def test_unreadable_info_is_shown_invalid(config: wurk.Config, r: redis.Redis) -> None:
     heartbeat(r, WURK_8, info=info(WURK_8))
     r.sadd("processes", "bad:1:ffffffffffff")
     r.hset("bad:1:ffffffffffff", mapping={"info": "{oops", "busy": "x"})
-    assert [p.identity for p in ProcessSet(config).iterate(clean=False)] == [WURK_8]
+    bad, good = ProcessSet(config).iterate(clean=False)
+    assert good.identity == WURK_8 and good.hostname == "web-1"
+    assert bad.identity == "bad:1:ffffffffffff" and not bad.embedded
+    assert bad.hostname == Invalid(raw="{oops", expected="a JSON object")
+    assert bad.busy == Invalid(raw="x", expected="a count") and bad.queues == []
 
 
 @pytest.mark.parametrize(("action", "signal"), [("quiet", "TSTP"), ("stop", "TERM"),
@@ -95,6 +99,19 @@ def test_embedded_processes_refuse_signals(config: wurk.Config, r: redis.Redis) 
     with pytest.raises(InspectionError, match="embedded"):
         process.stop()
     assert r.exists(f"{WURK_8}-signals") == 0
+
+
+def test_a_process_by_its_identity(config: wurk.Config, r: redis.Redis) -> None:
+    heartbeat(r, WURK_8, info=info(WURK_8), busy=3)
+    Process(WURK_8, config=config).quiet()  # named, not read: the signal goes at once
+    assert r.lrange(f"{WURK_8}-signals", 0, -1) == ["TSTP"]
+    found = Process.find(WURK_8, config)
+    assert found is not None and (found.hostname, found.busy, found.pid) == ("web-1", 3, 101)
+    assert Process.find("gone:1:ffffffffffff", config) is None
+    heartbeat(r, SIDEKIQ_7, info=info(SIDEKIQ_7, embedded=True))
+    with pytest.raises(InspectionError, match="embedded"):
+        Process(SIDEKIQ_7, config=config).stop()  # reads its record to know
+    assert r.exists(f"{SIDEKIQ_7}-signals") == 0
 
 
 def test_work_set_reads_work_and_the_64_workers_hash(config: wurk.Config,

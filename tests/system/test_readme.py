@@ -53,7 +53,7 @@ def test_use_it_runs_as_pasted(tmp_path: Path, r: redis.Redis) -> None:
     assert (r.llen("queue:critical"), r.llen("queue:low"), r.llen("queue:default")) == (4, 1, 2)
     assert r.zcard("schedule") == 1
 
-    worker_line, stats_line, _ = commands(shell)
+    worker_line, stats_line, *_ = commands(shell)
     log = (app / "worker.log").open("w")
     worker = subprocess.Popen([str(bin_dir / worker_line[0]), *worker_line[1:]], cwd=app,
                               env=env, stdout=log, stderr=subprocess.STDOUT)

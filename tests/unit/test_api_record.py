@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from wurk import payload as P
-from wurk.api import JobRecord
+from wurk.api import Invalid, JobRecord
 from wurk.api.paging import escape_glob
 
 
@@ -85,7 +85,7 @@ def test_encrypted_last_argument_is_masked_without_touching_the_payload() -> Non
     ("2023-11-14T22:13:20Z", 1700000000.0),    # ISO-8601 text (ActiveJob, Oj)
     ("2023-11-14 22:13:20 UTC", 1700000000.0), # Ruby Time#to_s
     ("1700000000.5", 1700000000.5),            # numeric text
-    ("soon", None), (None, None),
+    (None, None),
 ])
 def test_times_read_in_every_wire_form(value: Any, expected: float | None) -> None:
     job = record(created_at=value, enqueued_at=value, failed_at=value, retried_at=value,
@@ -93,6 +93,16 @@ def test_times_read_in_every_wire_form(value: Any, expected: float | None) -> No
     for got in (job.created_at, job.enqueued_at, job.failed_at, job.retried_at,
                 job.discarded_at):
         assert got == pytest.approx(expected) if expected is not None else got is None
+
+
+@pytest.mark.parametrize("value", ["soon", 10**400, -10**400, 1e300, "1e300", -1.0, True,
+                                   [1], "9" * 5000])
+def test_unreadable_times_are_invalid_with_their_text(value: Any) -> None:
+    job = record(enqueued_at=value, failed_at=value)
+    for got in (job.enqueued_at, job.failed_at):
+        assert isinstance(got, Invalid) and got.expected == "a time"
+        assert 0 < len(got.raw) <= 120
+    assert isinstance(job.latency(now=1.0), Invalid)
 
 
 def test_latency_prefers_enqueued_then_created_then_zero() -> None:
@@ -110,12 +120,14 @@ def test_error_fields_and_every_backtrace_form() -> None:
                      error_backtrace=stored)
         assert job.error_backtrace == lines
     assert (job.error_class, job.error_message, job.retry_count) == ("NoMethodError", "boom", 3)
-    assert record(error_backtrace="not base64 !").error_backtrace is None
+    unreadable = record(error_backtrace="not base64 !").error_backtrace
+    assert isinstance(unreadable, Invalid) and "Marshal" in unreadable.expected
 
 
-def test_wrongly_typed_fields_read_as_absent() -> None:
+def test_wrongly_typed_fields_read_as_absent_or_invalid() -> None:
     job = record(retry_count=True, tags="x", bid=5, error_class=3, args="nope", jid=7)
-    assert (job.retry_count, job.tags, job.bid, job.error_class) == (None, [], None, None)
+    assert (job.tags, job.bid, job.error_class) == ([], None, None)
+    assert job.retry_count == Invalid(raw="True", expected="a whole number")
     assert job.args == [] and job.jid == ""
 
 

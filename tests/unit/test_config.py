@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 import wurk
@@ -114,3 +117,32 @@ def test_importing_wurk_has_no_side_effects() -> None:
         "assert not logging.getLogger('wurk').handlers"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_middleware_given_as_lists() -> None:
+    def timing(job: object, payload: dict[str, object], queue: str, call_next: Any) -> object:
+        return call_next()
+
+    class Stamp:
+        def __call__(self, job: object, payload: dict[str, object], queue: str,
+                     call_next: Any) -> object:
+            return call_next()
+
+    cfg = Config(redis_url="redis://127.0.0.1:1/0", server_middleware=[timing, Stamp],
+                 client_middleware=(Stamp,))
+    cfg.freeze()
+    assert list(cfg.server_middleware) == [timing, Stamp]
+    assert list(cfg.client_middleware) == [Stamp]
+    seen: list[str] = []
+    assert cfg.server_middleware.invoke(None, {}, "q", lambda: seen.append("ran")) is None
+    assert seen == ["ran"]
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (["pkg.mod:Timing"], "server_middleware[0] is 'pkg.mod:Timing', which is not middleware"),
+    ([len, 5], "server_middleware[1] is 5"),
+    ("Timing", "must be a list of middleware"),
+])
+def test_middleware_that_is_not_is_refused_at_once(value: Any, text: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(text)):
+        wurk.configure(server_middleware=value)

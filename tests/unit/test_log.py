@@ -75,3 +75,42 @@ def test_logfile_is_reopened_after_rotation(tmp_path: Path) -> None:
     wurk_log.flush()
     assert "before" in (tmp_path / "wurk.log.1").read_text()
     assert "after" in path.read_text() and "before" not in path.read_text()
+
+
+HOSTILE_CONTEXT = {"class": "Evil\nINFO: forged line", "jid": "a b=c", "queue": "q\x00\x1b[2J",
+                   "tags": ["x\u2028y", "\u202eevil"]}
+
+
+@pytest.mark.parametrize("fmt", ["pretty", "plain", "json"])
+def test_payload_fields_cannot_forge_or_repaint_a_line(fmt: str) -> None:
+    stream = io.StringIO()
+    wurk_log.setup(fmt=fmt, stream=stream)
+    with wurk_log.job_context(HOSTILE_CONTEXT):
+        wurk_log.info("done: %s", "x\ny\r\x00")
+        logging.getLogger("wurk").warning("no job named %s", "A\nB")
+    wurk_log.flush()
+    text = stream.getvalue()
+    lines = text.split("\n")[:-1]
+    assert len(lines) == 2  # one record, one line
+    for bad in ("\x00", "\x1b", "\r", "\u2028", "\u202e"):
+        assert bad not in text
+    if fmt == "json":
+        first = json.loads(lines[0])
+        assert first["ctx"]["class"] == HOSTILE_CONTEXT["class"]  # escaped, not changed
+        assert first["ctx"]["tags"] == HOSTILE_CONTEXT["tags"]
+        assert first["msg"] == "done: x\ny\r\x00"
+    else:
+        assert 'class="Evil\\nINFO: forged line" jid="a b=c" queue=q\\x00\\x1b[2J' in lines[0]
+        assert lines[0].endswith("INFO: done: x\\ny\\r\\x00")
+        assert lines[1].endswith("WARNING: no job named A\\nB")
+
+
+def test_a_thread_dump_keeps_its_lines() -> None:
+    from wurk.signals import dump_threads
+
+    stream = io.StringIO()
+    wurk_log.setup(fmt="pretty", stream=stream)
+    dump_threads()
+    wurk_log.flush()
+    assert "thread MainThread" in stream.getvalue()
+    assert stream.getvalue().count("\n") > len(__import__("threading").enumerate())

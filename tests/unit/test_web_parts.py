@@ -10,7 +10,7 @@ from starlette.datastructures import Headers
 import wurk
 from wurk.errors import ConfigError
 from wurk.web import charts, security, templating
-from wurk.web.data import clamp_page, history_days, page_number, parse_key
+from wurk.web.data import clamp_page, history_days, page_number, parse_queue_key
 
 
 def encoded(text: str) -> str:
@@ -77,8 +77,8 @@ def test_paging_input_is_forgiving() -> None:
     assert page_number("3") == 3 and page_number("x") == 1 and page_number("-4") == 1
     assert clamp_page(9, 30) == 2 and clamp_page(1, 0) == 1
     assert history_days("500") == 180 and history_days("0") == 1 and history_days("x") == 30
-    assert parse_key("1.5-abc") == (1.5, "abc") and parse_key("abc") is None
-    assert parse_key("inf-x") is None and parse_key("1.0") is None
+    assert parse_queue_key("12-abc") == (12, "abc") and parse_queue_key("abc") is None
+    assert parse_queue_key("-1-abc") is None and parse_queue_key("²-abc") is None
 
 
 def test_routed_view_shares_all_but_the_routed_pool() -> None:

@@ -15,6 +15,14 @@ from wurk.api import DeadSet, RetrySet, ScheduledSet
 from wurk.web import create_app
 
 XSS = "<script>alert('x')</script>"
+# What a browser on this machine sends as Host: the dashboard answers only to loopback names
+# unless told others (TestClient's own default, "testserver", is not one).
+LOCAL = "http://localhost"
+
+
+def browse(app: Any, **options: Any) -> TestClient:
+    """A client that talks to ``app`` as a browser on this machine does."""
+    return TestClient(app, base_url=LOCAL, **options)
 
 
 @pytest.fixture
@@ -24,7 +32,7 @@ def app(config: wurk.Config) -> Starlette:
 
 @pytest.fixture
 def client(app: Starlette) -> Iterator[TestClient]:
-    with TestClient(app, follow_redirects=False) as test_client:
+    with browse(app, follow_redirects=False) as test_client:
         yield test_client
 
 

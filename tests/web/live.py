@@ -93,16 +93,17 @@ def chromium_path() -> str:
 
 
 @contextmanager
-def browser_context(**options: Any) -> Iterator[Any]:
-    """A headless Chromium with a new, empty profile directory."""
+def browser_context(*, extra_args: tuple[str, ...] = (), **options: Any) -> Iterator[Any]:
+    """A headless Chromium with a new, empty profile directory (``extra_args`` appended to
+    the launch flags)."""
     from playwright.sync_api import sync_playwright
 
     executable = chromium_path()
     with tempfile.TemporaryDirectory(prefix="wurk-chromium-") as profile, \
             sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            profile, executable_path=executable, headless=True, args=CHROMIUM_ARGS,
-            **options)
+            profile, executable_path=executable, headless=True,
+            args=[*CHROMIUM_ARGS, *extra_args], **options)
         try:
             yield context
         finally:

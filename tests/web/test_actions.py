@@ -31,8 +31,8 @@ def queued_jids(r: redis.Redis, queue: str = "default") -> set[str]:
 def test_entry_action_from_its_page(client: TestClient, config: wurk.Config, r: redis.Redis,
                                     kind: str, action: str, lands_in: str | None) -> None:
     seed_sets(config, 2)
-    key = keys(client, kind)[0]
-    jid = key.split("-", 1)[1]
+    first = client.get(f"/api/{kind}").json()["entries"][0]
+    key, jid = first["key"], first["jid"]
     response = post(client, f"/{kind}/{key}", action=action)
     assert response.status_code == 303
     assert response.headers["location"] == f"/{kind}?notice={action}&count=1"
@@ -112,10 +112,12 @@ def test_pause_unpause_clear(client: TestClient, config: wurk.Config, r: redis.R
 def test_delete_one_queued_job(client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
     for n in range(2):
         r.lpush("queue:default", wurk.payload.dumps(job(n)))
-    raw = client.get("/api/queues/default").json()["jobs"][0]["raw"]
-    response = post(client, "/queues/default/delete", key_val=raw)
+    listed = client.get("/api/queues/default").json()["jobs"][0]
+    response = post(client, "/queues/default/delete", key=listed["key"])
     assert response.headers["location"] == "/queues/default?notice=delete&count=1"
-    assert r.llen("queue:default") == 1 and raw not in r.lrange("queue:default", 0, -1)
+    assert r.llen("queue:default") == 1 and listed["raw"] not in r.lrange("queue:default", 0, -1)
+    again = post(client, "/queues/default/delete", key=listed["key"])
+    assert again.headers["location"] == "/queues/default?notice=gone&count=0"
 
 
 # -- processes --------------------------------------------------------------------------------

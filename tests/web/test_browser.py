@@ -57,7 +57,7 @@ def test_live_dashboard_and_retry_from_the_job_page(
         shoot_variants(page, server.url)
 
         page.click("nav >> text=Retries")
-        page.click(f"a[href$='-{jid}'] >> nth=1")
+        page.click(f"td:has-text('{jid}') >> a")
         assert "first try failed" in page.text_content("main")
         shoot(page, "job")
         page.click("button:has-text('Retry now')")
@@ -79,3 +79,29 @@ def shoot_variants(page: Any, url: str) -> None:
     shoot(page, "dashboard-phone")
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(url + "/")
+
+
+def test_a_page_rebinding_its_name_to_the_dashboard_gets_nothing(config: wurk.Config) -> None:
+    """DNS rebinding as a browser lives it: the attacker's name resolves to 127.0.0.1, so
+    the browser calls the dashboard same-origin; only the Host header tells."""
+    RetrySet(config).schedule(time.time() + 3600, {"class": "Keep", "args": [], "jid": "k" * 24})
+    rebind = ("--host-resolver-rules=MAP evil.example 127.0.0.1",)
+    with serve(create_app(config)) as server, browser_context(extra_args=rebind) as browser:
+        page = browser.new_page()
+        page.set_default_timeout(BROWSER_TIMEOUT_MS)
+        evil = f"http://evil.example:{server.port}"
+        response = page.goto(evil + "/")
+        assert response is not None and response.status == 400
+        assert "does not answer to that host name" in page.text_content("main")
+        answers = page.evaluate("""async () => {
+            const token = await fetch('/api/csrf');
+            const act = await fetch('/api/retries', {method: 'POST',
+                headers: {'Content-Type': 'application/json', 'X-CSRF-Token': 'guess'},
+                body: JSON.stringify({action: 'delete', all: true})});
+            return [token.status, act.status];
+        }""")
+        assert answers == [400, 400]
+        shoot(page, "rebinding-refused")
+        own = page.goto(server.url.replace("127.0.0.1", "localhost") + "/retries")
+        assert own is not None and own.status == 200  # the operator's own tab still works
+    assert RetrySet(config).size() == 1

@@ -36,7 +36,8 @@ def test_wurk_web_serves_and_stops_on_interrupt(tmp_path: Path) -> None:
     settings = tmp_path / "wurk.yml"
     settings.write_text("web_read_only: true\nweb_stream_interval: 0.1\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "wurk", "web", "--port", str(port), "-C", str(settings)],
+        [sys.executable, "-m", "wurk", "web", "--port", str(port), "-C", str(settings),
+         "--allowed-host", "jobs.example.com"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
         wait_listening(port, process)
@@ -44,6 +45,12 @@ def test_wurk_web_serves_and_stops_on_interrupt(tmp_path: Path) -> None:
         page.request("GET", "/queues")
         response = page.getresponse()
         assert response.status == 200 and b"read-only" in response.read()
+        for host, status in (("jobs.example.com", 200), (f"127.0.0.1:{port}", 200),
+                             (f"evil.example:{port}", 400)):
+            page.request("GET", "/queues", headers={"Host": host})
+            answer = page.getresponse()
+            answer.read()
+            assert answer.status == status, host
         stream = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         stream.request("GET", "/stats/stream")
         assert stream.getresponse().status == 200  # held open while we stop the server
@@ -73,8 +80,18 @@ def test_port_in_use_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     (["--extension", "no.such.module:ext"], 2, "no module named"),
     (["--extension", "wurk.web:create_app"], 2, "is not a wurk.web.Extension"),
     (["--port", "0"], 2, "--port"),
+    (["--allowed-host", "jobs.example.com:443"], 2, "--allowed-host"),
 ])
 def test_bad_flags(capsys: pytest.CaptureFixture[str], args: list[str], code: int,
                    text: str) -> None:
     assert run(["web", *args]) == code
     assert text in capsys.readouterr().err
+
+
+def test_the_address_listened_on_is_a_name_it_answers_to() -> None:
+    from wurk.cli.web import host_names
+
+    assert host_names("10.0.0.5", ("jobs.example.com",)) == ["10.0.0.5", "jobs.example.com"]
+    assert host_names("::1", ()) == ["[::1]"]
+    assert host_names("0.0.0.0", ()) == [] and host_names("::", ("*",)) == ["*"]
+    assert host_names("fe80::1%eth0", ()) == []  # no Host header carries a scoped address

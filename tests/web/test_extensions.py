@@ -9,12 +9,12 @@ import redis
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, token
+from tests.web.conftest import XSS, browse, token
+from wurk.api import values
 from wurk.errors import ConfigError
-from wurk.web import Extension, create_app, dashboard, render
+from wurk.web import Document, Extension, create_app, dashboard, render
 
 HERE = Path(__file__).parent
 
@@ -41,7 +41,7 @@ def extension() -> Extension:
 
 
 def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis) -> None:
-    with TestClient(create_app(config, extensions=[extension()])) as client:
+    with browse(create_app(config, extensions=[extension()])) as client:
         assert 'href="/limits">Limits</a>' in client.get("/").text
         page = client.get("/limits/")
         assert page.status_code == 200
@@ -52,11 +52,11 @@ def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis
 
 
 def test_extension_posts_pass_the_guard(config: wurk.Config) -> None:
-    with TestClient(create_app(config, extensions=[extension()])) as client:
+    with browse(create_app(config, extensions=[extension()])) as client:
         assert client.post("/limits/reset").status_code == 403
         done = client.post("/limits/reset", data={"csrf_token": token(client)})
         assert done.json() == {"reset": True}
-    with TestClient(create_app(config, extensions=[extension()], read_only=True)) as client:
+    with browse(create_app(config, extensions=[extension()], read_only=True)) as client:
         assert client.post("/limits/reset", data={"csrf_token": token(client)}
                            ).status_code == 403
 
@@ -64,7 +64,7 @@ def test_extension_posts_pass_the_guard(config: wurk.Config) -> None:
 def test_extension_error_is_reported_not_shown(config: wurk.Config) -> None:
     reported: list[tuple[str, dict[str, object]]] = []
     config.error_handlers.append(lambda exc, context, cfg: reported.append((str(exc), context)))
-    with TestClient(create_app(config, extensions=[extension()])) as client:
+    with browse(create_app(config, extensions=[extension()])) as client:
         response = client.get("/limits/broken")
     assert response.status_code == 500
     assert response.text == "Extension render error (see server logs)"
@@ -84,3 +84,31 @@ def test_missing_template_directory_and_doubled_names(config: wurk.Config) -> No
     one = Extension(name="x", tab="x", routes=[])
     with pytest.raises(ConfigError, match="named 'x'"):
         create_app(config, extensions=[one, one])
+
+
+def read_limits(config: wurk.Config) -> dict[str, object]:
+    raw = config.pool("api").run(lambda r: r.hgetall("limits:erp"), idempotent=True)
+    return {"limit": values.count(raw.get(b"used")), "who": values.epoch(raw.get(b"at"))}
+
+
+async def checked_page(request: Request) -> Response:
+    dash = dashboard(request)
+    return render(request, "checked/limits.html", await dash.run(read_limits, dash.config))
+
+
+async def checked_json(request: Request) -> Response:
+    dash = dashboard(request)
+    return Document(await dash.run(read_limits, dash.config))
+
+
+def test_an_extension_reads_stored_values_through_the_checked_layer(
+        config: wurk.Config, r: redis.Redis) -> None:
+    r.hset("limits:erp", mapping={"used": "9" * 400, "at": "1e300"})
+    checked = Extension(name="checked", tab="Checked", templates=HERE / "ext_templates",
+                        routes=[Route("/", checked_page), Route("/json", checked_json)])
+    with browse(create_app(config, extensions=[checked])) as client:
+        page = client.get("/checked/")
+        assert page.status_code == 200 and "invalid (9999" in page.text
+        answer = client.get("/checked/json").json()
+        assert answer["limit"] is None and answer["invalid"]["/limit"].startswith("9999")
+        assert answer["invalid"]["/who"] == "1e300"

@@ -10,7 +10,7 @@ import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, failed, job, seed_process, seed_sets
+from tests.web.conftest import XSS, browse, failed, job, seed_process, seed_sets
 from wurk.api import Queue, RetrySet
 
 PAGES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", "/morgue",
@@ -147,7 +147,7 @@ def test_mounted_under_a_prefix(config: wurk.Config) -> None:
 
     seed_sets(config, 1)
     host = Starlette(routes=[Mount("/admin/jobs", app=create_app(config))])
-    with TestClient(host, follow_redirects=False) as client:
+    with browse(host, follow_redirects=False) as client:
         page = client.get("/admin/jobs/retries")
         assert page.status_code == 200
         assert 'href="/admin/jobs/static/wurk.css' in page.text
@@ -173,7 +173,7 @@ def test_page_when_redis_is_down_says_nothing_about_it(caplog: pytest.LogCapture
 
     down = wurk.Config(redis_url="redis://127.0.0.1:1/0", socket_timeout=0.5)
     down.redis_url = "redis://127.0.0.1:1/0"  # REDIS_URL from the harness would win
-    with TestClient(create_app(down)) as client:
+    with browse(create_app(down)) as client:
         response = client.get("/queues")
     assert response.status_code == 503
     assert "Redis cannot be reached" in response.text

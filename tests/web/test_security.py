@@ -8,12 +8,14 @@ from typing import Any
 import pytest
 import redis
 from starlette.requests import Request
+from starlette.routing import WebSocketRoute
 from starlette.testclient import TestClient
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 import wurk
-from tests.web.conftest import seed_sets, token
+from tests.web.conftest import browse, seed_sets, token
 from wurk.api import RetrySet
-from wurk.web import create_app
+from wurk.web import Extension, create_app
 from wurk.web.security import CSP
 
 ACTION = {"action": "delete", "all": "1"}
@@ -67,7 +69,7 @@ def test_cross_origin_post_is_refused_even_with_the_token(client: TestClient,
 
 
 @pytest.mark.parametrize("headers", [{"Sec-Fetch-Site": "same-origin"},
-                                     {"Origin": "http://testserver"}])
+                                     {"Origin": "http://localhost"}])
 def test_same_origin_post_passes(client: TestClient, one_retry: wurk.Config,
                                  headers: dict[str, str]) -> None:
     response = client.post("/retries", data={**ACTION, "csrf_token": token(client)},
@@ -96,7 +98,7 @@ def test_bad_json_body_is_refused(client: TestClient) -> None:
 
 # -- read-only ----------------------------------------------------------------------------------
 def test_read_only_refuses_actions_and_hides_buttons(one_retry: wurk.Config) -> None:
-    with TestClient(create_app(one_retry, read_only=True), follow_redirects=False) as client:
+    with browse(create_app(one_retry, read_only=True), follow_redirects=False) as client:
         response = client.post("/retries", data={**ACTION, "csrf_token": token(client)})
         assert response.status_code == 403 and "read-only" in response.text
         page = client.get("/retries").text
@@ -108,7 +110,7 @@ def test_read_only_refuses_actions_and_hides_buttons(one_retry: wurk.Config) -> 
 
 def test_read_only_from_the_configuration(r: redis.Redis) -> None:
     config = wurk.configure(web_read_only=True)
-    with TestClient(create_app(config)) as client:
+    with browse(create_app(config)) as client:
         assert client.post("/queues/default", data={"action": "clear",
                                                     "csrf_token": token(client)}
                            ).status_code == 403
@@ -122,7 +124,7 @@ def test_authorize_hook_decides_every_request(config: wurk.Config) -> None:
         seen.append(request.url.path)
         return request.headers.get("x-user") == "admin"
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         for path in ["/", "/api/stats", "/static/wurk.css", "/stats/stream"]:
             response = client.get(path)
             assert response.status_code == 403, path
@@ -135,7 +137,7 @@ def test_async_authorize_hook(config: wurk.Config) -> None:
     async def authorize(request: Request) -> bool:
         return request.query_params.get("key") == "s3cret"
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         assert client.get("/queues").status_code == 403
         assert client.get("/queues?key=s3cret").status_code == 200
 
@@ -145,7 +147,7 @@ def test_authorize_hook_that_raises_fails_closed_without_detail(
     def authorize(request: Request) -> bool:
         raise RuntimeError("ldap password hunter2 rejected")
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         response = client.get("/")
     assert response.status_code == 500
     assert "hunter2" not in response.text and "Something went wrong" in response.text
@@ -156,7 +158,7 @@ def test_authorize_must_say_true(config: wurk.Config) -> None:
     def authorize(request: Request) -> Any:
         return "yes"  # truthy, but not True
 
-    with TestClient(create_app(config, authorize=authorize)) as client:
+    with browse(create_app(config, authorize=authorize)) as client:
         assert client.get("/").status_code == 403
 
 
@@ -168,7 +170,7 @@ def basic(user: str, password: str) -> dict[str, str]:
 
 def test_basic_auth_from_the_configuration(r: redis.Redis) -> None:
     config = wurk.configure(web_username="ops", web_password="pässword")
-    with TestClient(create_app(config)) as client:
+    with browse(create_app(config)) as client:
         missing = client.get("/")
         assert missing.status_code == 401
         assert missing.headers["www-authenticate"].startswith("Basic realm=")
@@ -188,3 +190,137 @@ def test_security_headers_on_pages_errors_and_refusals(client: TestClient,
         assert headers["x-content-type-options"] == "nosniff"
         assert headers["x-frame-options"] == "DENY"
     assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+
+
+# -- host names (DNS rebinding) -----------------------------------------------------------------
+def snapshot(r: redis.Redis) -> dict[str, Any]:
+    """Every key and its value: what "changes nothing in Redis" compares."""
+    return {key: r.dump(key) for key in sorted(r.keys("*"))}
+
+
+def test_a_rebinding_page_is_refused_and_changes_nothing(one_retry: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    app = create_app(one_retry)
+    before = snapshot(r)
+    with browse(app) as local:  # the operator's own tab: cookie and token are real
+        good = token(local)
+        cookies = dict(local.cookies)
+    with TestClient(app, base_url="http://evil.example:7433", cookies=cookies) as rebound:
+        assert rebound.get("/api/csrf").status_code == 400
+        page = rebound.get("/")
+        assert page.status_code == 400 and "web_allowed_hosts" in page.text
+        assert "evil.example" not in page.text  # the refusal never repeats the Host
+        for path, body in (("/api/retries", {"action": "delete", "all": True}),
+                           ("/api/queues/default", {"action": "clear"}),
+                           ("/api/busy", {"action": "stop"})):
+            response = rebound.post(path, json=body, headers={
+                "X-CSRF-Token": good, "Sec-Fetch-Site": "same-origin",
+                "Origin": "http://evil.example:7433"})
+            assert response.status_code == 400, path
+        assert rebound.post("/morgue", data={"csrf_token": good, "action": "delete",
+                                             "all": "1"},
+                            headers={"Sec-Fetch-Site": "same-origin"}).status_code == 400
+    assert snapshot(r) == before
+
+
+@pytest.mark.parametrize(("host", "allowed", "status"), [
+    ("localhost:7433", [], 200), ("127.0.0.1", [], 200), ("[::1]:7433", [], 200),
+    ("LOCALHOST.", [], 200), ("jobs.example.com", [], 400),
+    ("jobs.example.com", ["jobs.example.com"], 200), ("a.jobs.example.com", [".example.com"], 200),
+    ("example.com", [".example.com"], 200), ("evilexample.com", [".example.com"], 400),
+    ("anything.at.all:1", ["*"], 200), ("localhost.evil.example", [], 400),
+])
+def test_host_names_answered(config: wurk.Config, host: str, allowed: list[str],
+                             status: int) -> None:
+    with browse(create_app(config, allowed_hosts=allowed)) as client:
+        assert client.get("/queues", headers={"Host": host}).status_code == status
+
+
+def test_allowed_hosts_from_the_configuration(r: redis.Redis) -> None:
+    config = wurk.configure(web_allowed_hosts=["jobs.example.com"])
+    with TestClient(create_app(config), base_url="http://jobs.example.com") as client:
+        assert client.get("/").status_code == 200
+        assert client.get("/", headers={"Host": "other.example.com"}).status_code == 400
+
+
+@pytest.mark.parametrize("bad", [["jobs.example.com:80"], ["http://x"], [""], ["a b"], "x",
+                                 [3]])
+def test_bad_allowed_hosts_are_refused_naming_the_setting(bad: Any) -> None:
+    with pytest.raises(wurk.ConfigError, match="web_allowed_hosts"):
+        wurk.Config(redis_url="redis://127.0.0.1:1/0", web_allowed_hosts=bad)
+
+
+def test_a_redirect_never_names_the_hosts_it_was_asked_for(config: wurk.Config) -> None:
+    from tests.web.test_extensions import extension
+
+    app = create_app(config, extensions=[extension()], allowed_hosts=["*"])
+    with TestClient(app, base_url="http://evil.example:7433", follow_redirects=False) as client:
+        response = client.get("/limits")  # Starlette redirects to the trailing slash
+        assert response.status_code in (301, 307, 308)
+        assert response.headers["location"] == "/limits/"
+        done = client.post("/retries", data={"csrf_token": token(client), "action": "delete",
+                                             "all": "1"})
+        assert done.headers["location"] == "/retries?notice=delete&count=0"
+
+
+# -- bodies ---------------------------------------------------------------------------------------
+def test_a_deeply_nested_json_body_is_400_before_the_token_check(
+        client: TestClient, one_retry: wurk.Config) -> None:
+    token(client)
+    for depth in (101, 500_000):
+        response = client.post("/api/retries", content=b"[" * depth + b"]" * depth,
+                               headers={"content-type": "application/json"})
+        assert response.status_code == 400 and "100 levels" in response.json()["error"]
+    assert RetrySet(one_retry).size() == 1
+
+
+# -- extensions' WebSockets -----------------------------------------------------------------------
+async def echo(socket: WebSocket) -> None:
+    await socket.accept()
+    await socket.send_text(await socket.receive_text())
+    await socket.close()
+
+
+def socket_extension() -> Extension:
+    return Extension(name="live", tab="Live", routes=[WebSocketRoute("/echo", echo)])
+
+
+def refused(client: TestClient, host: str = "localhost", **headers: str) -> bool:
+    try:
+        with client.websocket_connect(f"ws://{host}/live/echo", headers=headers) as socket:
+            socket.send_text("hi")
+            return socket.receive_text() != "hi"
+    except WebSocketDisconnect as closed:
+        return closed.code == 1008
+
+
+def test_extension_websockets_pass_the_guard(r: redis.Redis) -> None:
+    config = wurk.configure(web_username="ops", web_password="pw")
+    app = create_app(config, extensions=[socket_extension()])
+    with browse(app) as client:
+        assert refused(client)  # no credentials
+        assert not refused(client, **basic("ops", "pw"))
+        assert refused(client, **basic("ops", "pw"), Origin="http://evil.example")
+        assert refused(client, "evil.example", **basic("ops", "pw"))
+        assert not refused(client, **basic("ops", "pw"), Origin="http://localhost")
+    with browse(create_app(config, extensions=[socket_extension()], read_only=True)) as client:
+        assert refused(client, **basic("ops", "pw"))
+    deny = create_app(wurk.configure(), extensions=[socket_extension()],
+                      authorize=lambda connection: False)
+    with browse(deny) as client:
+        assert refused(client)
+
+
+def test_a_websocket_whose_authorize_hook_fails_is_closed_and_reported(
+        config: wurk.Config) -> None:
+    reported: list[str] = []
+    config.error_handlers.append(lambda exc, context, cfg: reported.append(str(exc)))
+
+    def authorize(connection: Any) -> bool:
+        raise RuntimeError("ldap down")
+
+    app = create_app(config, extensions=[socket_extension()], authorize=authorize)
+    with browse(app) as client, pytest.raises(WebSocketDisconnect) as closed, \
+            client.websocket_connect("ws://localhost/live/echo"):
+        pass
+    assert closed.value.code == 1011 and reported == ["ldap down"]

@@ -13,9 +13,9 @@ import pytest
 import redis
 from starlette.applications import Starlette
 from starlette.routing import Route
-from starlette.testclient import TestClient
 
 import wurk
+from tests.web.conftest import browse
 from tests.web.live import serve
 from wurk.web import create_app
 from wurk.web.context import STATE_ATTRIBUTE, Dashboard
@@ -66,7 +66,7 @@ def test_stream_ends_after_its_lifetime_and_shares_snapshots(config: wurk.Config
                                 templates=build_templates(()))
     app = Starlette(routes=[Route("/s", EventStream(LiveStats(), max_seconds=0.3))])
     setattr(app.state, STATE_ATTRIBUTE, dash)
-    with TestClient(app) as client:
+    with browse(app) as client:
         started = time.monotonic()
         body = client.get("/s").text  # returns: the stream ended by itself
     assert time.monotonic() - started < 5
@@ -88,7 +88,7 @@ def test_stream_reports_redis_unavailable_and_lives_on() -> None:
                                 templates=build_templates(()))
     app = Starlette(routes=[Route("/s", EventStream(LiveStats(), max_seconds=0.3))])
     setattr(app.state, STATE_ATTRIBUTE, dash)
-    with TestClient(app) as client:
+    with browse(app) as client:
         body = client.get("/s").text
     assert body.count("event: unavailable") >= 2 and "127.0.0.1" not in body
     down.close()

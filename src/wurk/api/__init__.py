@@ -7,6 +7,9 @@
    (``api/processes.py``).
 5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
 6. Paging that tolerates concurrent change (``paging.py``).
+7. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
+   through it, so a value that cannot be read is an ``Invalid`` carrying its raw text, not
+   an exception.
 
 Every call that talks to Redis is a method (``decisions.md`` 18) on an object holding an
 explicit ``Config`` (default: ``wurk.default_config()``), and uses that configuration's
@@ -26,9 +29,11 @@ from .queues import Queue
 from .record import JobRecord
 from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
 from .stats import QueueSummary, Stats, StatsHistory
+from .values import Invalid
 
 __all__ = [
     "DeadSet",
+    "Invalid",
     "JobRecord",
     "JobSet",
     "Process",

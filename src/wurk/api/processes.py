@@ -21,8 +21,10 @@ from typing import Any
 from ..config import Config, default_config
 from ..errors import InspectionError
 from ..pool import RedisPool
+from . import values
 from .queues import sscan_page
 from .record import JobRecord
+from .values import Invalid
 
 __all__ = ["Process", "ProcessSet", "Work", "WorkSet"]
 
@@ -54,63 +56,81 @@ def process_identities(config: Config) -> list[str]:
 
 @dataclass
 class Process:
-    """One worker process as its last heartbeat described it."""
+    """One worker process as its last heartbeat described it.
+
+    ``Process(identity)`` names a process without reading it: its ``quiet``, ``stop`` and
+    ``dump_threads`` work at once (they read whether it is embedded first);
+    ``Process.find(identity)`` reads its record. Fields read from Redis are checked values
+    (``values.py``): a number that cannot be read is an ``Invalid``.
+    """
 
     identity: str
-    info: dict[str, Any]
-    busy: int
-    beat: float | None
-    stopping: bool  # quiet: finishing its jobs, fetching no more
-    rss_kb: int
-    rtt_us: int
-    concurrency: int
+    info: dict[str, Any] | Invalid = field(default_factory=dict)
+    busy: int | Invalid = 0
+    beat: float | Invalid | None = None
+    stopping: bool = False  # quiet: finishing its jobs, fetching no more
+    rss_kb: int | Invalid = 0
+    rtt_us: int | Invalid = 0
+    concurrency: int | Invalid = 0
     leader: bool = False
     config: Config = field(default_factory=default_config, repr=False, compare=False)
 
-    @property
-    def hostname(self) -> str:
-        return str(self.info.get("hostname", ""))
+    @classmethod
+    def find(cls, identity: str, config: Config | None = None) -> Process | None:
+        """The process's last heartbeat record, or None when it has none (gone, or never)."""
+        cfg = config if config is not None else default_config()
+        key = cfg.keys.process(identity)
+        fields: list[Any] = cfg.pool("api").run(lambda r: r.hmget(key, list(HASH_FIELDS)),
+                                                idempotent=True)
+        return parse_process(identity, list(fields), cfg)
+
+    def _field(self, name: str) -> Any:
+        return self.info if isinstance(self.info, Invalid) else self.info.get(name)
 
     @property
-    def pid(self) -> int | None:
-        pid = self.info.get("pid")
-        return pid if isinstance(pid, int) else None
+    def hostname(self) -> str | Invalid:
+        return _text(self._field("hostname"))
 
     @property
-    def tag(self) -> str:
-        return str(self.info.get("tag") or "")
+    def pid(self) -> int | Invalid | None:
+        return values.integer(self._field("pid"))
 
     @property
-    def started_at(self) -> float | None:
-        value = self.info.get("started_at")
-        return float(value) if isinstance(value, (int, float)) else None
+    def tag(self) -> str | Invalid:
+        return _text(self._field("tag"))
+
+    @property
+    def started_at(self) -> float | Invalid | None:
+        return values.epoch(self._field("started_at"))
 
     @property
     def labels(self) -> list[str]:
-        labels = self.info.get("labels")
-        return [str(x) for x in labels] if isinstance(labels, list) else []
+        labels = self._field("labels")
+        return [str(x) for x in labels if not isinstance(x, (list, dict))] \
+            if isinstance(labels, list) else []
 
     @property
     def version(self) -> str | None:
-        version = self.info.get("version")
+        version = self._field("version")
         return version if isinstance(version, str) else None
 
     @property
     def embedded(self) -> bool:
-        return self.info.get("embedded") is True
+        return self._field("embedded") is True
 
     @property
     def queues(self) -> list[str]:
         """Queue names: from ``capsules`` when present (8.0.9+), else ``queues``."""
-        capsules = self.info.get("capsules")
+        capsules = self._field("capsules")
         if isinstance(capsules, dict) and capsules:
             names: dict[str, None] = {}
             for capsule in capsules.values():
                 weights = capsule.get("weights") if isinstance(capsule, dict) else None
-                names.update(dict.fromkeys(weights or {}))
+                names.update(dict.fromkeys(_weight_names(weights)))
             return list(names)
-        queues = self.info.get("queues")
-        return [str(q) for q in queues] if isinstance(queues, list) else []
+        queues = self._field("queues")
+        return [str(q) for q in queues if isinstance(q, str)] if isinstance(queues, list) \
+            else []
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -135,7 +155,7 @@ class Process:
         self._signal("dump_threads")
 
     def _signal(self, action: str) -> None:
-        if self.embedded:
+        if self._is_embedded():
             raise InspectionError(
                 f"process {self.identity} is embedded in another program; it cannot be told "
                 f"to {action.replace('_', ' ')} from outside — do it in its host"
@@ -150,21 +170,53 @@ class Process:
 
         self.config.pool("api").run(send)  # a replay would deliver the signal twice
 
+    def _is_embedded(self) -> bool:
+        """Whether it is embedded; a ``Process(identity)`` not read yet reads its record."""
+        if self.info:
+            return self.embedded
+        found = Process.find(self.identity, self.config)
+        return found is not None and found.embedded
 
-def parse_process(identity: str, values: list[bytes | None], config: Config) -> Process | None:
+
+def _weight_names(weights: Any) -> list[str]:
+    """Queue names of a capsule's ``weights``: a ``{name: weight}`` object as Sidekiq writes
+    it, or a list of names or ``[name, weight]`` pairs; anything else names none."""
+    if isinstance(weights, dict):
+        return [str(name) for name in weights]
+    if isinstance(weights, list):
+        pairs = (item[0] if isinstance(item, list) and item else item for item in weights)
+        return [name for name in pairs if isinstance(name, str)]
+    return []
+
+
+def _text(value: Any) -> str | Invalid:
+    if value is None:
+        return ""
+    if isinstance(value, (str, Invalid)):
+        return value
+    return values.invalid(value, "text")
+
+
+def parse_process(identity: str, fields: list[bytes | None], config: Config) -> Process | None:
     """A ``Process`` from the hash fields (``HASH_FIELDS`` order); None if ``info`` is gone."""
-    raw = dict(zip(HASH_FIELDS, values, strict=True))
-    info = _json_object(raw["info"])
+    raw = dict(zip(HASH_FIELDS, fields, strict=True))
+    info = values.json_object(raw["info"])
     if info is None:
         return None  # expired between SSCAN and HMGET, or not a heartbeat record
     concurrency = raw["concurrency"]  # 8.1.2+ writes it here; older ones only in info
+    if concurrency is None and isinstance(info, dict):
+        concurrency = info.get("concurrency")
     return Process(
-        identity=identity, info=info, busy=_int(raw["busy"]), beat=_float(raw["beat"]),
-        stopping=raw["quiet"] == b"true", rss_kb=_int(raw["rss"]), rtt_us=_int(raw["rtt_us"]),
-        concurrency=_int(concurrency) if concurrency is not None
-        else _int(info.get("concurrency")),
-        config=config,
+        identity=identity, info=info, busy=values.count(raw["busy"]),
+        beat=values.epoch(_number_text(raw["beat"])), stopping=raw["quiet"] == b"true",
+        rss_kb=values.count(raw["rss"]), rtt_us=values.count(raw["rtt_us"]),
+        concurrency=values.count(concurrency), config=config,
     )
+
+
+def _number_text(value: bytes | None) -> str | None:
+    """A hash field holding a number as text (``beat``), for ``values.epoch``."""
+    return None if value is None else value.decode("utf-8", "replace")
 
 
 class ProcessSet:
@@ -190,8 +242,8 @@ class ProcessSet:
         identities = process_identities(self.config)
         for start in range(0, len(identities), PROCESS_PAGE):
             page = identities[start : start + PROCESS_PAGE]
-            for identity, values in zip(page, self._records(page), strict=True):
-                process = parse_process(identity, values, self.config)
+            for identity, fields in zip(page, self._records(page), strict=True):
+                process = parse_process(identity, fields, self.config)
                 if process is not None:
                     process.leader = identity == leader
                     yield process
@@ -211,10 +263,10 @@ class ProcessSet:
         return list(self._pool.run(read, idempotent=True))
 
     def total_concurrency(self) -> int:
-        return sum(process.concurrency for process in self.iterate(clean=False))
+        return values.valid_total(process.concurrency for process in self.iterate(clean=False))
 
     def total_rss_kb(self) -> int:
-        return sum(process.rss_kb for process in self.iterate(clean=False))
+        return values.valid_total(process.rss_kb for process in self.iterate(clean=False))
 
     def leader(self) -> str | None:
         """The identity holding ``dear-leader``, if any."""
@@ -262,9 +314,15 @@ class Work:
 
     process: str
     thread: str
-    queue: str
-    run_at: float
+    queue: str | Invalid
+    run_at: float | Invalid | None
     job: JobRecord
+
+    @property
+    def order(self) -> tuple[float, str, str]:
+        """Oldest first; a start time that cannot be read sorts first."""
+        start = self.run_at if isinstance(self.run_at, float) else 0.0
+        return start, self.process, self.thread
 
     def to_dict(self) -> dict[str, Any]:
         return {"process": self.process, "thread": self.thread, "queue": self.queue,
@@ -288,7 +346,7 @@ class WorkSet:
         for start in range(0, len(identities), PROCESS_PAGE):
             found.extend(self._page(identities[start : start + PROCESS_PAGE]))
         # Bounded by the total concurrency of the cluster, so sorting in memory is fine.
-        return iter(sorted(found, key=lambda work: (work.run_at, work.process, work.thread)))
+        return iter(sorted(found, key=lambda work: work.order))
 
     def __iter__(self) -> Iterator[Work]:
         return self.iterate()
@@ -334,46 +392,23 @@ def busy_total(config: Config) -> int:
                 pipe.hget(keys.process(identity), "busy")
             return list(pipe.execute())
 
-        total += sum(_int(v) for v in config.pool("api").run(read, idempotent=True))
+        replies = config.pool("api").run(read, idempotent=True)
+        total += values.valid_total(values.count(v) for v in replies)
     return total
 
 
 def _parse_work(identity: str, entries: dict[bytes, bytes], config: Config) -> list[Work]:
     works = []
     for tid, value in entries.items():
-        record = _json_object(value)
-        if record is None:
+        record = values.json_object(value)
+        if not isinstance(record, dict):
             log.warning("skipping an unreadable work entry of %s: %r", identity, value[:200])
             continue
         payload = record.get("payload")
         # 6.0.2+ stores the job as a JSON string inside the JSON; 6.0.1 stored the object.
         raw = payload if isinstance(payload, str) else json.dumps(payload)
         works.append(Work(process=identity, thread=tid.decode("utf-8", "replace"),
-                          queue=str(record.get("queue", "")),
-                          run_at=_float(record.get("run_at")) or 0.0,
+                          queue=_text(record.get("queue")),
+                          run_at=values.epoch(record.get("run_at")),
                           job=JobRecord(raw, config=config)))
     return works
-
-
-def _json_object(value: Any) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    try:
-        parsed = json.loads(value)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

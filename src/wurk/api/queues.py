@@ -2,7 +2,8 @@
 
 1. ``Queue.all`` — every queue named in ``queues``, sorted by name.
 2. ``Queue`` — size, latency (age of the oldest job), paused or not, pause/unpause,
-   newest-first iteration in pages, find a job by jid, delete one job, clear.
+   newest-first iteration in pages, find a job by jid, delete one job (by its bytes, or by
+   where it was listed and its digest), clear.
 """
 
 from __future__ import annotations
@@ -13,14 +14,22 @@ from functools import partial
 from typing import Any
 
 from .. import payload as P
+from .. import scripts
 from ..config import Config, default_config
 from ..keys import PRIVATE_SEPARATOR
 from ..pause import invalidate_local
 from ..pool import RedisPool
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord
+from .values import Invalid
 
 __all__ = ["Queue", "queue_names"]
+
+DELETE_LISTED_SCRIPT = "api_delete_listed.lua"
+# How far from where it was listed a job is looked for: a page is a few seconds old, and a
+# queue taking a thousand pushes in that time is busy enough that "it moved, reload" is fair.
+LISTED_REACH = 1000
+_DIGEST_TEXT = frozenset("0123456789abcdef")
 
 
 def queue_names(config: Config) -> Iterator[str]:
@@ -85,7 +94,7 @@ class Queue:
     def size(self) -> int:
         return int(self._read(lambda r: r.llen(self.key)))
 
-    def latency(self) -> float:
+    def latency(self) -> float | Invalid:
         """Seconds the oldest job has waited; 0.0 for an empty queue."""
         oldest = self._read(lambda r: r.lindex(self.key, -1))
         return entry_latency(oldest)
@@ -144,6 +153,19 @@ class Queue:
 
         return bool(self._pool.run(remove))
 
+    def delete_listed(self, index: int, digest: str) -> bool:
+        """Remove the job listed at ``index`` whose bytes have this SHA-1 (``JobRecord.digest``),
+        looking up to ``LISTED_REACH`` entries either side; False if it is not there."""
+        if index < 0 or len(digest) != 40 or not set(digest) <= _DIGEST_TEXT:
+            return False
+        script = scripts.source(DELETE_LISTED_SCRIPT)
+
+        def remove(r: Any) -> int:
+            return int(r.register_script(script)(keys=[self.key],
+                                                 args=[index, digest, LISTED_REACH]))
+
+        return bool(self._pool.run(remove))
+
     def clear(self) -> int:
         """Delete every job and forget the queue; returns how many jobs there were.
 
@@ -159,11 +181,13 @@ class Queue:
         return int(self._pool.run(run))
 
 
-def entry_latency(raw: bytes | None, now: float | None = None) -> float:
-    """The latency of a queue whose oldest entry is ``raw`` (§2.2); 0.0 when unknown."""
+def entry_latency(raw: bytes | None, now: float | None = None) -> float | Invalid:
+    """The latency of a queue whose oldest entry is ``raw`` (§2.2); 0.0 when unknown,
+    ``Invalid`` when its time cannot be read."""
     if raw is None:
         return 0.0
     record = JobRecord(raw)
     if record.parse_error is not None:
         return 0.0
-    return max(0.0, record.latency(time.time() if now is None else now))
+    waited = record.latency(time.time() if now is None else now)
+    return waited if isinstance(waited, Invalid) else max(0.0, waited)

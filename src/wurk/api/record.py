@@ -7,19 +7,25 @@
 2. Display: the class and arguments a person recognises — ActiveJob-wrapped jobs unwrapped,
    mailer jobs shown as ``Mailer#method`` (§3.5), ActiveJob's ``_aj_*`` bookkeeping hidden,
    an encrypted last argument masked — as Sidekiq's dashboard shows them.
-3. Times as epoch seconds, whichever form (float s, integer ms, text) wrote them (§0.4).
+3. Times as epoch seconds, whichever form (float s, integer ms, text) wrote them (§0.4);
+   a time, count or backtrace that cannot be read is an ``Invalid`` (``values.py``).
+4. ``digest``: the SHA-1 of the stored bytes, which names an entry however large it is
+   (a page posts it back instead of the entry's text).
 
 Nothing here does I/O except ``delete``, which removes a queue entry by its stored bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any
 
 from .. import payload as P
 from ..config import Config, default_config
 from ..errors import UnparseablePayload
+from . import values
+from .values import Invalid
 
 __all__ = ["JobRecord"]
 
@@ -66,6 +72,11 @@ class JobRecord:
     def text(self) -> str:
         """The stored entry as text (invalid UTF-8 replaced), for showing it raw."""
         return self.raw.decode("utf-8", "replace")
+
+    @property
+    def digest(self) -> str:
+        """SHA-1 of the stored bytes, as hex (what Redis's ``redis.sha1hex`` gives)."""
+        return hashlib.sha1(self.raw, usedforsecurity=False).hexdigest()
 
     @property
     def jid(self) -> str:
@@ -149,33 +160,31 @@ class JobRecord:
 
     # -- times (epoch seconds) --------------------------------------------------------------
     @property
-    def created_at(self) -> float | None:
-        return P.read_time(self.item.get(P.CREATED_AT))
+    def created_at(self) -> float | Invalid | None:
+        return values.epoch(self.item.get(P.CREATED_AT))
 
     @property
-    def enqueued_at(self) -> float | None:
-        return P.read_time(self.item.get(P.ENQUEUED_AT))
+    def enqueued_at(self) -> float | Invalid | None:
+        return values.epoch(self.item.get(P.ENQUEUED_AT))
 
     @property
-    def failed_at(self) -> float | None:
-        return P.read_time(self.item.get(P.FAILED_AT))
+    def failed_at(self) -> float | Invalid | None:
+        return values.epoch(self.item.get(P.FAILED_AT))
 
     @property
-    def retried_at(self) -> float | None:
-        return P.read_time(self.item.get(P.RETRIED_AT))
+    def retried_at(self) -> float | Invalid | None:
+        return values.epoch(self.item.get(P.RETRIED_AT))
 
     @property
-    def discarded_at(self) -> float | None:
-        return P.read_time(self.item.get(P.DISCARDED_AT))
+    def discarded_at(self) -> float | Invalid | None:
+        return values.epoch(self.item.get(P.DISCARDED_AT))
 
-    def latency(self, now: float | None = None) -> float:
+    def latency(self, now: float | None = None) -> float | Invalid:
         """Seconds since it was enqueued (else created); 0 when neither time is known."""
         since = self.enqueued_at
         if since is None:
             since = self.created_at
-        if since is None:
-            return 0.0
-        return (time.time() if now is None else now) - since
+        return values.latency(since, time.time() if now is None else now)
 
     # -- errors -----------------------------------------------------------------------------
     @property
@@ -187,14 +196,13 @@ class JobRecord:
         return _optional_text(self.item.get(P.ERROR_MESSAGE))
 
     @property
-    def error_backtrace(self) -> list[str] | None:
+    def error_backtrace(self) -> list[str] | Invalid | None:
         """The stored backtrace lines, decoded from every form Sidekiq wrote (§3.2)."""
-        return P.decode_backtrace(self.item.get(P.ERROR_BACKTRACE))
+        return values.backtrace(self.item.get(P.ERROR_BACKTRACE))
 
     @property
-    def retry_count(self) -> int | None:
-        value = self.item.get(P.RETRY_COUNT)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
+    def retry_count(self) -> int | Invalid | None:
+        return values.integer(self.item.get(P.RETRY_COUNT))
 
     # -- output -----------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -4,7 +4,9 @@
    delete, clear, schedule; the base of the three sets.
 2. ``SortedEntry`` — one member: delete, retry now, add to queue, kill, reschedule. Every
    action names the member by the bytes it was read as (§0.3, §6.5) and returns whether this
-   call was the one that acted (False when someone else moved it first).
+   call was the one that acted (False when someone else moved it first). Its ``address``
+   (``<score>-<digest>``) names it in a URL whatever its size, score (negative, infinite) or
+   jid (missing, repeated); ``JobSet.at_address`` finds it again.
 3. ``ScheduledSet``; ``RetrySet`` (retry all, kill all); ``DeadSet`` (kill, retry all, trim).
 4. ``bury`` — the dead-set write of §6.4 in one ``MULTI``.
 
@@ -16,6 +18,7 @@ broken connection finds the member gone and pushes nothing.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -26,8 +29,10 @@ from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..pool import RedisPool
 from ..reporting import run_death_handlers
+from . import values
 from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord
+from .values import Invalid
 
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
 
@@ -61,14 +66,20 @@ class SortedEntry(JobRecord):
         self.score = score
 
     @property
-    def at(self) -> float:
-        """When it runs (schedule, retry) or died (dead): the score."""
-        return self.score
+    def at(self) -> float | Invalid:
+        """When it runs (schedule, retry) or died (dead): the score, checked as a time."""
+        checked = values.epoch(self.score)
+        return checked if checked is not None else values.invalid(self.score, "a time")
 
     @property
     def entry_id(self) -> str:
         """``<score>-<jid>``: names one entry even among equal scores (§6.5)."""
         return f"{P.score(self.score)}-{self.jid}"
+
+    @property
+    def address(self) -> str:
+        """``<score>-<digest>``: names this entry in a URL (``JobSet.at_address``)."""
+        return f"{P.score(self.score)}-{self.digest}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"score": self.score, **super().to_dict()}
@@ -159,6 +170,17 @@ class JobSet:
         entries = [SortedEntry(self, bytes(m), float(s)) for m, s in rows]
         return [e for e in entries if jid is None or e.jid == jid]
 
+    def at_address(self, address: str) -> SortedEntry | None:
+        """The entry whose ``address`` this is, or None (gone, or not an address)."""
+        score_text, dash, digest = address.rpartition("-")
+        try:
+            score = float(score_text)
+        except ValueError:
+            return None
+        if not dash or math.isnan(score):
+            return None
+        return next((e for e in self.fetch(score) if e.digest == digest), None)
+
     # -- writing ----------------------------------------------------------------------------
     def schedule(self, at: float, payload: Mapping[str, Any]) -> None:
         """Add a payload scored ``at`` (epoch seconds)."""
@@ -213,7 +235,13 @@ class JobSet:
         if decrement and isinstance(count, int) and not isinstance(count, bool):
             item[P.RETRY_COUNT] = count - 1
         item[P.ENQUEUED_AT] = P.write_time(self.config.timestamp_format)
-        return queue, P.dumps(item)
+        try:
+            return queue, P.dumps(item)
+        except ValueError:
+            raise InspectionError(
+                f"job {entry.jid!r} in the {self.label} holds a number JSON cannot carry "
+                "(too large for a float); it can only be deleted or killed"
+            ) from None
 
     def _kill(self, entry: SortedEntry, *, notify_failure: bool,
               exc: BaseException | None) -> bool:

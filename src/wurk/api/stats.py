@@ -18,8 +18,10 @@ from typing import Any
 from .. import payload as P
 from ..config import Config, default_config
 from ..pool import RedisPool
+from . import values
 from .processes import busy_total
 from .queues import entry_latency, queue_names
+from .values import Invalid
 
 __all__ = ["QueueSummary", "Stats", "StatsHistory"]
 
@@ -34,7 +36,7 @@ COUNTERS = ("processed", "failed")
 class QueueSummary:
     name: str
     size: int
-    latency: float
+    latency: float | Invalid
     paused: bool
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,11 +62,13 @@ class Stats:
         self._fast, self._summaries, self._busy = None, None, None
 
     # -- fast: one pipeline -----------------------------------------------------------------
-    def processed(self) -> int:
-        return int(self._fast_stats()["processed"])
+    def processed(self) -> int | Invalid:
+        found: int | Invalid = self._fast_stats()["processed"]
+        return found
 
-    def failed(self) -> int:
-        return int(self._fast_stats()["failed"])
+    def failed(self) -> int | Invalid:
+        found: int | Invalid = self._fast_stats()["failed"]
+        return found
 
     def scheduled_size(self) -> int:
         return int(self._fast_stats()["scheduled"])
@@ -78,8 +82,9 @@ class Stats:
     def processes_size(self) -> int:
         return int(self._fast_stats()["processes"])
 
-    def default_queue_latency(self) -> float:
-        return float(self._fast_stats()["default_queue_latency"])
+    def default_queue_latency(self) -> float | Invalid:
+        found: float | Invalid = self._fast_stats()["default_queue_latency"]
+        return found
 
     def _fast_stats(self) -> dict[str, Any]:
         if self._fast is None:
@@ -102,7 +107,7 @@ class Stats:
 
         processed, failed, scheduled, retries, dead, processes, oldest = self._pool.run(
             read, idempotent=True)
-        return {"processed": _int(processed), "failed": _int(failed),
+        return {"processed": values.count(processed), "failed": values.count(failed),
                 "scheduled": int(scheduled), "retries": int(retries), "dead": int(dead),
                 "processes": int(processes), "default_queue_latency": entry_latency(oldest)}
 
@@ -187,21 +192,14 @@ class StatsHistory:
     def dates(self) -> list[dt.date]:
         return [self.start - dt.timedelta(days=n) for n in range(self.days)]
 
-    def processed(self) -> dict[dt.date, int]:
+    def processed(self) -> dict[dt.date, int | Invalid]:
         return self._counts(self.config.keys.stat_processed_day)
 
-    def failed(self) -> dict[dt.date, int]:
+    def failed(self) -> dict[dt.date, int | Invalid]:
         return self._counts(self.config.keys.stat_failed_day)
 
-    def _counts(self, key_of: Callable[[dt.date], str]) -> dict[dt.date, int]:
+    def _counts(self, key_of: Callable[[dt.date], str]) -> dict[dt.date, int | Invalid]:
         dates = self.dates()
         names = [key_of(day) for day in dates]
-        values = self.config.pool("api").run(lambda r: r.mget(names), idempotent=True)
-        return {day: _int(value) for day, value in zip(dates, values, strict=True)}
-
-
-def _int(value: Any) -> int:
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
+        found = self.config.pool("api").run(lambda r: r.mget(names), idempotent=True)
+        return {day: values.count(value) for day, value in zip(dates, found, strict=True)}

@@ -37,6 +37,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("inspect", "processes_command"),
     ("inspect", "retry_command"),
     ("inspect", "kill_command"),
+    ("enqueue", "enqueue_command"),
     ("web", "web_command"),
 )
 

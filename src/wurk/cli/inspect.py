@@ -37,6 +37,7 @@ from ..api import (
     ScheduledSet,
     SortedEntry,
     Stats,
+    values,
 )
 from ..config import Config
 from ..errors import WurkError
@@ -91,7 +92,15 @@ class Cancelled(click.ClickException):
 
 
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    """One JSON document; a stored value that cannot be read is ``null``, and its raw text
+    goes to ``"invalid"`` (under a document's top level, or on stderr beside a list)."""
+    clean, found = values.split_invalid(value)
+    if found and isinstance(clean, dict):
+        clean["invalid"] = found
+    elif found:
+        for pointer, raw in found.items():
+            click.echo(f"invalid value at {pointer}: {raw}", err=True)
+    click.echo(json.dumps(clean, indent=2, ensure_ascii=False))
 
 
 def confirm(question: str, *, yes: bool, action: str) -> None:
@@ -230,7 +239,7 @@ def _list_set(job_set: JobSet, *, limit: int, grep: str | None, as_json: bool,
     if not entries:
         return
     now = time.time()
-    rows = [(tables.age(e.score, now), e.jid, e.display_class, _args(e), e.queue,
+    rows = [(tables.age(e.at, now), e.jid, e.display_class, _args(e), e.queue,
              "" if e.retry_count is None else str(e.retry_count), _error(e)) for e in entries]
     headers = (when, "JID", "JOB", "ARGS", "QUEUE", "RETRIES", "ERROR")
     click.echo(tables.table(headers, rows, right=(5,)))
@@ -300,10 +309,11 @@ def processes_command(as_json: bool) -> None:
              ",".join(p.queues), _state(p)) for p in processes]
     headers = ("PROCESS", "TAG", "STARTED", "BUSY", "RSS", "BEAT", "QUEUES", "STATE")
     click.echo(tables.table(headers, rows, right=(3, 4)))
-    busy, threads = sum(p.busy for p in processes), sum(p.concurrency for p in processes)
+    busy = values.valid_total(p.busy for p in processes)
+    threads = values.valid_total(p.concurrency for p in processes)
     click.echo(f"{tables.plural(len(processes), 'process', 'processes')}; {busy} of "
                f"{tables.plural(threads, 'thread')} busy; "
-               f"{tables.kilobytes(sum(p.rss_kb for p in processes))} RSS")
+               f"{tables.kilobytes(values.valid_total(p.rss_kb for p in processes))} RSS")
 
 
 def _state(process: Process) -> str:

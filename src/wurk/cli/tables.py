@@ -2,13 +2,16 @@
 
 1. ``table`` — columns padded to their widest cell; numeric columns right-aligned; long
    cells cut with an ellipsis.
-2. ``count``, ``duration``, ``age``, ``kilobytes`` — numbers as people say them.
+2. ``count``, ``duration``, ``age``, ``kilobytes`` — numbers as people say them; a stored
+   value that cannot be read (``wurk.api.values.Invalid``) shows as ``invalid (<raw>)``.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+
+from ..api.values import Invalid
 
 __all__ = ["age", "count", "duration", "kilobytes", "plural", "table"]
 
@@ -19,7 +22,7 @@ GAP = "  "
 MINUTE, HOUR, DAY = 60, 3600, 86400
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+def table(headers: Sequence[str], rows: Sequence[Sequence[str | Invalid]],
           right: Sequence[int] = ()) -> str:
     """Rows under their headers; columns whose index is in ``right`` are right-aligned."""
     cells = [[_cut(str(c)) for c in row] for row in rows]
@@ -38,9 +41,9 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
-def count(n: int) -> str:
+def count(n: int | Invalid) -> str:
     """``1234567`` → ``1,234,567``."""
-    return f"{n:,}"
+    return str(n) if isinstance(n, Invalid) else f"{n:,}"
 
 
 def plural(n: int, word: str, words: str | None = None) -> str:
@@ -48,8 +51,10 @@ def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{count(n)} {word if n == 1 else (words or word + 's')}"
 
 
-def duration(seconds: float) -> str:
+def duration(seconds: float | Invalid) -> str:
     """``0.25`` → ``250ms``, ``75`` → ``1m 15s``, ``90000`` → ``1d 1h``."""
+    if isinstance(seconds, Invalid):
+        return str(seconds)
     s = abs(seconds)
     if s == 0:
         return "0s"
@@ -65,16 +70,20 @@ def duration(seconds: float) -> str:
     return f"{whole // DAY}d {whole % DAY // HOUR}h"
 
 
-def age(at: float | None, now: float | None = None) -> str:
+def age(at: float | Invalid | None, now: float | None = None) -> str:
     """``in 5m 00s`` for a future time, ``3.0s ago`` for a past one, ``-`` when unknown."""
     if at is None:
         return "-"
+    if isinstance(at, Invalid):
+        return str(at)
     delta = at - (time.time() if now is None else now)
     return f"in {duration(delta)}" if delta > 0 else f"{duration(delta)} ago"
 
 
-def kilobytes(kb: int) -> str:
+def kilobytes(kb: int | Invalid) -> str:
     """``30496`` → ``29.8 MB``."""
+    if isinstance(kb, Invalid):
+        return str(kb)
     if kb < 1024:
         return f"{kb} KB"
     if kb < 1024 * 1024:

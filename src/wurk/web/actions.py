@@ -1,7 +1,8 @@
 """What the dashboard's buttons do, shared by the pages' forms and the JSON API.
 
 1. Job-set entries: retry now, add to queue, kill, delete — one, the selected ones, or all.
-2. Queues: pause, unpause, clear; delete one job by its stored text.
+2. Queues: pause, unpause, clear; delete one job by its key (``<index>-<sha1>``, what the
+   page lists) or, for API clients written before keys, by its stored text.
 3. Processes: quiet or stop one, or every process that is not embedded in another program.
 
 Each returns how many things it acted on. An entry another process moved first is simply
@@ -17,10 +18,10 @@ from collections.abc import Iterable
 from ..api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, SortedEntry
 from ..config import Config
 from ..errors import InspectionError
-from .data import SetKind, entry
+from .data import SetKind, entry, parse_queue_key
 
-__all__ = ["QUEUE_ACTIONS", "UnknownAction", "delete_queue_job", "process_action",
-           "queue_action", "set_action", "set_bulk"]
+__all__ = ["QUEUE_ACTIONS", "UnknownAction", "delete_queue_job", "delete_queue_text",
+           "process_action", "queue_action", "set_action", "set_bulk"]
 
 log = logging.getLogger("wurk.web")
 
@@ -80,10 +81,17 @@ def set_bulk(config: Config, kind: SetKind, action: str) -> int:
 
 
 # -- queues -----------------------------------------------------------------------------------
+def named_queue(config: Config, name: str) -> Queue:
+    try:
+        return Queue(name, config)
+    except ValueError:
+        raise UnknownAction("That is not a queue's name.") from None
+
+
 def queue_action(config: Config, name: str, action: str) -> int:
     """Pause, unpause (1 either way) or clear (the number of jobs deleted)."""
     check(action, QUEUE_ACTIONS)
-    queue = Queue(name, config)
+    queue = named_queue(config, name)
     if action == "clear":
         return queue.clear()
     if action == "pause":
@@ -93,8 +101,17 @@ def queue_action(config: Config, name: str, action: str) -> int:
     return 1
 
 
-def delete_queue_job(config: Config, name: str, raw: str) -> int:
-    return int(Queue(name, config).delete(raw))
+def delete_queue_job(config: Config, name: str, key: str) -> int:
+    """Delete the job a queue page listed under ``key``; 0 when it is gone (or moved out of
+    reach, or the key is not one)."""
+    parsed = parse_queue_key(key)
+    queue = named_queue(config, name)
+    return 0 if parsed is None else int(queue.delete_listed(*parsed))
+
+
+def delete_queue_text(config: Config, name: str, raw: str) -> int:
+    """Delete one job whose stored text is exactly ``raw``."""
+    return int(named_queue(config, name).delete(raw))
 
 
 # -- processes --------------------------------------------------------------------------------

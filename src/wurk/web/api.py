@@ -7,10 +7,14 @@
    a JSON object and need the CSRF token in ``X-CSRF-Token`` (``GET /api/csrf`` gives it and
    sets its cookie).
 3. ``/stats`` and ``/stats/queues`` keep Sidekiq's shape for scripts written against it.
+4. Every answer is a ``Document``: a value stored in Redis that cannot be read is ``null``,
+   its raw text under the top-level ``"invalid"`` object (``wurk.api.values.to_json``) —
+   never a 500, never a number JSON does not have (``Infinity``, ``NaN``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -21,13 +25,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..api import values
 from . import actions, data
 from .context import dashboard
 from .guard import SCOPE_CSRF
 from .security import CSRF_FIELD, CSRF_HEADER
 from .views import form_list, form_value, perform
 
-__all__ = ["ENDPOINTS", "Endpoint", "routes"]
+__all__ = ["ENDPOINTS", "Document", "Endpoint", "routes"]
 
 Handler = Callable[[Request], Awaitable[Response]]
 Field = tuple[str, str, str]  # (name, JSON type, description)
@@ -46,50 +51,60 @@ class Endpoint:
     tag: str = "dashboard"
 
 
+class Document(JSONResponse):
+    """A JSON answer whose unreadable stored values are ``null`` plus their raw text."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(values.to_json(content), ensure_ascii=False, allow_nan=False,
+                          separators=(",", ":")).encode("utf-8")
+
+
 # -- reading ----------------------------------------------------------------------------------
 async def stats(request: Request) -> Response:
     dash = dashboard(request)
-    return JSONResponse(await dash.run(data.stats_snapshot, dash.config))
+    return Document(await dash.run(data.stats_snapshot, dash.config))
 
 
 async def queue_sizes(request: Request) -> Response:
     dash = dashboard(request)
     found = await dash.run(data.queues, dash.config)
-    return JSONResponse({queue["name"]: queue["size"] for queue in found})
+    return Document({queue["name"]: queue["size"] for queue in found})
 
 
 async def overview(request: Request) -> Response:
     dash = dashboard(request)
     days = data.history_days(request.query_params.get("days"))
-    return JSONResponse(await dash.run(data.overview, dash.config, days))
+    return Document(await dash.run(data.overview, dash.config, days))
 
 
 async def busy(request: Request) -> Response:
     dash = dashboard(request)
     only = request.query_params.get("only")
     count = data.page_number(request.query_params.get("count") or str(data.BUSY_JOBS_DEFAULT))
-    return JSONResponse(await dash.run(data.busy, dash.config, only=only, count=count))
+    return Document(await dash.run(data.busy, dash.config, only=only, count=count))
 
 
 async def queues(request: Request) -> Response:
     dash = dashboard(request)
-    return JSONResponse({"queues": await dash.run(data.queues, dash.config)})
+    return Document({"queues": await dash.run(data.queues, dash.config)})
 
 
 async def queue(request: Request) -> Response:
     dash = dashboard(request)
     page = data.page_number(request.query_params.get("page"))
     oldest_first = request.query_params.get("direction") == "asc"
-    return JSONResponse(await dash.run(data.queue_page, dash.config,
-                                       request.path_params["name"], page,
-                                       oldest_first=oldest_first))
+    found = await dash.run(data.queue_page, dash.config, request.path_params["name"], page,
+                           oldest_first=oldest_first)
+    if found is None:
+        raise HTTPException(404, "There is no such queue.")
+    return Document(found)
 
 
 async def job_set(request: Request, kind: data.SetKind) -> Response:
     dash = dashboard(request)
     page = data.page_number(request.query_params.get("page"))
     substr = request.query_params.get("substr", "").strip()
-    return JSONResponse(await dash.run(data.set_page, dash.config, kind, page, substr))
+    return Document(await dash.run(data.set_page, dash.config, kind, page, substr))
 
 
 async def job_entry(request: Request, kind: data.SetKind) -> Response:
@@ -98,17 +113,17 @@ async def job_entry(request: Request, kind: data.SetKind) -> Response:
     if found is None:
         raise HTTPException(404, f"No such entry in {kind.title}: it has run, moved or "
                                  "been deleted.")
-    return JSONResponse(data.entry_detail(found))
+    return Document(data.entry_detail(found))
 
 
 async def csrf(request: Request) -> Response:
-    return JSONResponse({"token": request.scope[SCOPE_CSRF], "header": CSRF_HEADER,
+    return Document({"token": request.scope[SCOPE_CSRF], "header": CSRF_HEADER,
                          "field": CSRF_FIELD})
 
 
 # -- acting -----------------------------------------------------------------------------------
 def done(action: str, count: int) -> Response:
-    return JSONResponse({"action": action, "count": count})
+    return Document({"action": action, "count": count})
 
 
 async def busy_action(request: Request) -> Response:
@@ -125,8 +140,14 @@ async def queue_action(request: Request) -> Response:
 
 
 async def queue_delete(request: Request) -> Response:
-    return done("delete", await perform(dashboard(request), actions.delete_queue_job,
-                                        request.path_params["name"], form_value(request, "job")))
+    """By ``key`` (as listed); ``job`` (the stored text) still works for older scripts."""
+    name, key = request.path_params["name"], form_value(request, "key")
+    if key:
+        count = await perform(dashboard(request), actions.delete_queue_job, name, key)
+    else:
+        count = await perform(dashboard(request), actions.delete_queue_text, name,
+                              form_value(request, "job"))
+    return done("delete", count)
 
 
 async def job_set_action(request: Request, kind: data.SetKind) -> Response:
@@ -158,7 +179,7 @@ def set_endpoints(kind: data.SetKind) -> list[Endpoint]:
         Endpoint("POST", base, partial(job_set_action, kind=kind),
                  f"{kind.title}: act on the listed entries, or on all",
                  body=(("action", "string", f"{one} (with keys); {bulk} (with all)"),
-                       ("keys", "array", "entry keys (<score>-<jid>)"),
+                       ("keys", "array", "entry keys as listed (<score>-<sha1>)"),
                        ("all", "boolean", "act on every entry"))),
         Endpoint("GET", base + "/{key}", partial(job_entry, kind=kind),
                  f"{kind.title}: one entry, with its error and backtrace"),
@@ -180,18 +201,29 @@ ENDPOINTS: list[Endpoint] = [
              body=(("action", "string", "quiet | stop"),
                    ("identity", "string", "the process; every non-embedded one if absent"))),
     Endpoint("GET", "/api/queues", queues, "Every queue: size, latency, paused"),
+    Endpoint("POST", "/api/queues/{name}/delete", queue_delete, "Delete one job of a queue",
+             body=(("key", "string", "the job's key as listed (<index>-<sha1>)"),
+                   ("job", "string", "or: the job exactly as stored (its 'raw' text)"))),
     Endpoint("GET", "/api/queues/{name}", queue, "One page of a queue's jobs",
              (PAGE, ("direction", "string", "desc (newest first, default) | asc"))),
     Endpoint("POST", "/api/queues/{name}", queue_action, "Pause, unpause or clear a queue",
              body=(("action", "string", "pause | unpause | clear"),)),
-    Endpoint("POST", "/api/queues/{name}/delete", queue_delete, "Delete one job of a queue",
-             body=(("job", "string", "the job exactly as stored (its 'raw' text)"),)),
     *[endpoint for kind in data.SET_KINDS.values() for endpoint in set_endpoints(kind)],
 ]
 
 
+# Path parameters that may hold "/" (a queue name; the path arrives decoded).
+WHOLE_PATH_PARAMETERS = {"{name}": "{name:path}"}
+
+
+def routed_path(path: str) -> str:
+    for documented, routed in WHOLE_PATH_PARAMETERS.items():
+        path = path.replace(documented, routed)
+    return path
+
+
 def routes() -> list[BaseRoute]:
-    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
+    return [Route(routed_path(e.path), e.handler, methods=[e.method]) for e in ENDPOINTS]
 
 
 def describe(endpoint: Endpoint) -> dict[str, Any]:

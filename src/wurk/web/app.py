@@ -5,8 +5,8 @@
    comes from a CDN, so it works offline) and each extension under its name.
    The Batches and Dead Batches tabs are such extensions, on every dashboard
    (``wurk.web.batches``).
-2. The ``Guard`` middleware around all of them; HTTP errors as a page, or JSON under
-   ``/api``, with fixed text only.
+2. The ``Guard`` middleware around all of them (host names, auth, CSRF, headers); HTTP
+   errors as a page, or JSON under ``/api``, with fixed text only.
 3. Mount it anywhere: every link is built from the prefix the host app mounted it at
    (``root_path``), and it needs no lifespan of its own. Its Redis pool belongs to the
    configuration and is closed with it.
@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..config import Config, default_config
 from ..errors import ConfigError
+from ..hosts import HostNames
 from . import api, batches, openapi, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
@@ -37,13 +38,15 @@ __all__ = ["create_app"]
 
 
 def create_app(config: Config | None = None, *, authorize: Authorize | None = None,
-               read_only: bool | None = None,
-               extensions: Sequence[Extension] = ()) -> Starlette:
+               read_only: bool | None = None, extensions: Sequence[Extension] = (),
+               allowed_hosts: Sequence[str] = ()) -> Starlette:
     """The dashboard for ``config`` (default: the process-wide configuration).
 
     ``authorize(request)`` — sync or async — decides per request; anything but ``True``
     answers 403. ``web_username``/``web_password`` in the configuration add HTTP basic auth
     in front of it. ``read_only`` (default: ``config.web_read_only``) refuses every action.
+    It answers requests for the loopback names, ``config.web_allowed_hosts`` and
+    ``allowed_hosts`` only (``"*"``: any host); any other ``Host`` gets 400.
     """
     cfg = config if config is not None else default_config()
     chosen = (*batches.extensions(), *extensions)
@@ -55,8 +58,12 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     basic = None
     if cfg.web_username is not None and cfg.web_password is not None:
         basic = (cfg.web_username, cfg.web_password)
+    try:
+        hosts = HostNames([*cfg.web_allowed_hosts, *allowed_hosts])
+    except ValueError as exc:
+        raise ConfigError(f"allowed_hosts: {exc}") from None
     guard = Middleware(Guard, config=cfg, basic=basic, authorize=authorize,
-                       read_only=dash.read_only)
+                       read_only=dash.read_only, hosts=hosts)
     app = Starlette(routes=routes(chosen, cfg), middleware=[guard],
                     exception_handlers={HTTPException: http_error})
     setattr(app.state, STATE_ATTRIBUTE, dash)

@@ -2,16 +2,19 @@
 
 ``line_chart`` turns series of counts into polyline points in a fixed view box, with a few
 round-number grid lines; the template draws them and CSS colours them for light and dark.
+``plotted`` draws a day whose stored count cannot be read as 0 (the API gives it as invalid).
 The live graph uses the same view box and classes, drawn by ``static/wurk.js``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["HEIGHT", "WIDTH", "Chart", "line_chart"]
+from ..api.values import Invalid
+
+__all__ = ["HEIGHT", "WIDTH", "Chart", "line_chart", "plotted"]
 
 # The view box: the SVG scales to its container, so these only fix the aspect ratio.
 WIDTH = 600
@@ -28,6 +31,11 @@ class Chart:
     series: list[tuple[str, str, str]] = field(default_factory=list)  # (class, label, points)
     grid: list[tuple[float, str]] = field(default_factory=list)  # (y, value)
     labels: list[tuple[float, str]] = field(default_factory=list)  # (x, text)
+
+
+def plotted(counts: Iterable[int | Invalid]) -> list[int]:
+    """The counts to draw: an unreadable one as 0."""
+    return [0 if isinstance(count, Invalid) else count for count in counts]
 
 
 def nice_ceiling(value: float) -> float:

@@ -7,6 +7,10 @@
 3. Pages of 25, read by rank (one ``ZRANGE``/``LRANGE``), so page 4 000 of a 100 000-entry
    set costs what page 1 costs; a substring filter scans the set and keeps at most
    ``FILTER_LIMIT`` matches.
+4. Values come as ``wurk.api`` read them: checked, an unreadable one an ``Invalid``
+   (``wurk.api.values``), which the templates and the API's JSON know how to show.
+5. Entries are named by short keys, never by their text: ``<score>-<sha1>`` in a job set,
+   ``<index>-<sha1>`` in a queue (``entry``, ``queue_key``).
 
 Everything here blocks on Redis: the handlers run it through ``Dashboard.run``.
 """
@@ -31,8 +35,10 @@ from ..api import (
     Stats,
     StatsHistory,
     WorkSet,
+    values,
 )
 from ..api.record import JobRecord
+from ..api.values import Invalid
 from ..config import Config
 
 __all__ = [
@@ -44,6 +50,7 @@ __all__ = [
     "history",
     "overview",
     "ping",
+    "queue_key",
     "queue_page",
     "queues",
     "redis_info",
@@ -102,7 +109,7 @@ def stats_snapshot(config: Config) -> dict[str, Any]:
         "processed": stats.processed(), "failed": stats.failed(), "busy": stats.busy(),
         "processes": stats.processes_size(), "enqueued": stats.enqueued(),
         "scheduled": stats.scheduled_size(), "retries": stats.retry_size(),
-        "dead": stats.dead_size(), "default_latency": round(stats.default_queue_latency(), 3),
+        "dead": stats.dead_size(), "default_latency": rounded(stats.default_queue_latency()),
     }
     return {"sidekiq": numbers, "redis": redis_info(config),
             "server_utc_time": time.strftime("%H:%M:%S UTC", time.gmtime())}
@@ -112,6 +119,11 @@ def redis_info(config: Config) -> dict[str, Any]:
     """Version, uptime, clients and memory of the server (one ``INFO``)."""
     info = config.pool("api").run(lambda r: r.info(), idempotent=True)
     return {name: info[name] for name in REDIS_FIELDS if name in info}
+
+
+def rounded(seconds: float | Invalid) -> float | Invalid:
+    """A latency to the millisecond (an ``Invalid`` as it is)."""
+    return seconds if isinstance(seconds, Invalid) else round(seconds, 3)
 
 
 def history(config: Config, days: int) -> dict[str, Any]:
@@ -149,9 +161,9 @@ def busy(config: Config, *, only: str | None = None,
         result["processes"] = processes
         result["totals"] = {
             "processes": len(processes),
-            "threads": sum(p["concurrency"] for p in processes),
-            "busy": sum(p["busy"] for p in processes),
-            "rss_kb": sum(p["rss_kb"] for p in processes),
+            "threads": values.valid_total(p["concurrency"] for p in processes),
+            "busy": values.valid_total(p["busy"] for p in processes),
+            "rss_kb": values.valid_total(p["rss_kb"] for p in processes),
         }
     if only != "processes":
         works = list(WorkSet(config))
@@ -165,21 +177,42 @@ def queues(config: Config) -> list[dict[str, Any]]:
     return [summary.to_dict() for summary in Stats(config).queue_summaries()]
 
 
-def queue_page(config: Config, name: str, page: int, *, oldest_first: bool) -> dict[str, Any]:
-    """One page of a queue's jobs, newest first unless ``oldest_first``."""
-    queue = Queue(name, config)
+def queue_page(config: Config, name: str, page: int, *,
+               oldest_first: bool) -> dict[str, Any] | None:
+    """One page of a queue's jobs, newest first unless ``oldest_first``; None when ``name``
+    cannot be a queue's."""
+    try:
+        queue = Queue(name, config)
+    except ValueError:
+        return None
     size = queue.size()
     page = clamp_page(page, size)
-    jobs = queue.page((page - 1) * PAGE_SIZE, PAGE_SIZE, oldest_first=oldest_first)
-    return {"name": name, "size": size, "latency": round(queue.latency(), 3),
+    start = (page - 1) * PAGE_SIZE
+    jobs = queue.page(start, PAGE_SIZE, oldest_first=oldest_first)
+    # Where each one is in the list, counted from the head (newest) end.
+    places = [size - 1 - start - i if oldest_first else start + i for i in range(len(jobs))]
+    return {"name": name, "size": size, "latency": rounded(queue.latency()),
             "paused": queue.paused(), "page": page, "pages": page_count(size),
             "direction": "asc" if oldest_first else "desc",
-            "jobs": [job_dict(job) for job in jobs]}
+            "jobs": [job_dict(job, max(place, 0)) for job, place in zip(jobs, places,
+                                                                          strict=True)]}
 
 
-def job_dict(job: JobRecord) -> dict[str, Any]:
-    """A queue job for display, with its stored text (what deleting it names)."""
-    return {**job.to_dict(), "raw": job.text}
+def job_dict(job: JobRecord, index: int) -> dict[str, Any]:
+    """A queue job for display, with its stored text and the key deleting it names."""
+    return {**job.to_dict(), "raw": job.text, "key": queue_key(index, job.digest)}
+
+
+def queue_key(index: int, digest: str) -> str:
+    """``<index>-<sha1>``: where a queued job was listed, and which job it was."""
+    return f"{index}-{digest}"
+
+
+def parse_queue_key(key: str) -> tuple[int, str] | None:
+    index_text, dash, digest = key.partition("-")
+    if not dash or not index_text.isascii() or not index_text.isdigit() or len(index_text) > 18:
+        return None
+    return int(index_text), digest
 
 
 # -- job sets ---------------------------------------------------------------------------------
@@ -211,27 +244,16 @@ def _matches(job_set: JobSet, text: str) -> list[SortedEntry]:
 
 
 def entry(config: Config, kind: SetKind, key: str) -> SortedEntry | None:
-    """The entry named ``<score>-<jid>``, or None when it is gone (or the key is bad)."""
-    parsed = parse_key(key)
-    if parsed is None:
-        return None
-    score, jid = parsed
-    found = kind.job_set(config).fetch(score, jid)
-    return found[0] if found else None
-
-
-def parse_key(key: str) -> tuple[float, str] | None:
-    score_text, dash, jid = key.partition("-")
-    try:
-        score = float(score_text)
-    except ValueError:
-        return None
-    return (score, jid) if dash and math.isfinite(score) else None
+    """The entry whose key (``<score>-<sha1>``, ``SortedEntry.address``) this is, or None
+    when it is gone or the key is not one."""
+    return kind.job_set(config).at_address(key)
 
 
 def entry_dict(entry: SortedEntry) -> dict[str, Any]:
-    return {**entry.to_dict(), "key": entry.entry_id,
-            "at": dt.datetime.fromtimestamp(entry.score, dt.timezone.utc).isoformat()}
+    at = entry.at
+    when = at if isinstance(at, Invalid) else \
+        dt.datetime.fromtimestamp(at, dt.timezone.utc).isoformat()
+    return {**entry.to_dict(), "key": entry.address, "at": when, "at_epoch": at}
 
 
 def entry_detail(entry: SortedEntry) -> dict[str, Any]:

@@ -5,9 +5,12 @@
    ``create_app(extensions=[...])``.
 2. Its routes are mounted at ``/<name>``; its templates are found as ``"<name>/file.html"``
    and may extend the dashboard's ``layout.html``; its static files are served at
-   ``/<name>/static/``. Handlers use ``render(request, template, context)`` for a page and
-   ``dashboard(request).run(fn, ...)`` for Redis work (through the dashboard's own pool).
-3. Its POSTs pass the same guard as the dashboard's (auth, read-only, origin, CSRF token).
+   ``/<name>/static/``. Handlers use ``wurk.web.render(request, template, context)`` for a
+   page, ``dashboard(request).run(fn, ...)`` for Redis work (through the dashboard's own
+   pool), and read stored values through ``wurk.api.values`` so one bad value shows as
+   invalid instead of failing the page.
+3. Its requests pass the same guard as the dashboard's: host names and auth for every one,
+   read-only, origin and CSRF token for POSTs; WebSockets are guarded as POSTs are.
 4. An exception in an extension is reported (error handlers, or the log) and the viewer sees
    "Extension render error (see server logs)" — never the exception's text (seed 004).
 """
@@ -29,9 +32,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..config import Config
 from ..errors import ConfigError
 from ..reporting import report_error
-from .templating import render
 
-__all__ = ["RESERVED_NAMES", "Extension", "mount", "render"]
+__all__ = ["RESERVED_NAMES", "Extension", "mount"]
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
 RESERVED_NAMES = frozenset({"api", "static", "stats", "busy", "queues", "retries",

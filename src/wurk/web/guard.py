@@ -1,14 +1,20 @@
 """The ASGI middleware every dashboard request passes through, outermost in the app.
 
-1. Who may look: HTTP basic auth when configured (401 with a challenge), then the
+1. Which host: a request whose ``Host`` is not one the dashboard answers to (``HostNames``:
+   loopback plus ``web_allowed_hosts``) is refused first, with 400 — the defence against a
+   page that rebinds its own name to the dashboard's address.
+2. Who may look: HTTP basic auth when configured (401 with a challenge), then the
    ``authorize(request)`` hook (403). Both run for every request, assets included.
-2. What may change: a POST is refused in read-only mode, when it does not come from the
+3. What may change: a POST is refused in read-only mode, when it does not come from the
    dashboard's own origin, or when it lacks the CSRF token (all 403). The body (small: a
-   form or a JSON object) is read here, so no handler, extensions' included, can forget
-   the check; handlers get the parsed form from the scope.
-3. Every response gets the security headers and, for a browser that has none yet, the CSRF
-   cookie; pages are not cached.
-4. An exception is logged with its traceback and answered by a page that says nothing about
+   form or a JSON object at most 100 levels deep, else 400) is read and parsed here, so no
+   handler, extensions' included, can forget the check; handlers get it from the scope.
+4. WebSocket connections (an extension's) pass the same host, auth and hook checks, must
+   come from the dashboard's own origin, and are refused in read-only mode: a socket can
+   act as a POST can.
+5. Every response gets the security headers and, for a browser that has none yet, the CSRF
+   cookie; pages are not cached; a redirect never names the ``Host`` the client sent.
+6. An exception is logged with its traceback and answered by a page that says nothing about
    it (seed 004): exception text can carry paths or connection details.
 """
 
@@ -16,16 +22,17 @@ from __future__ import annotations
 
 import html
 import inspect
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import parse_qsl
 
 import anyio.to_thread
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.websockets import WebSocket
 
+from .. import payload as P
 from ..config import Config
 from ..errors import RedisUnavailable
 from ..reporting import report_error
@@ -33,6 +40,7 @@ from . import security
 
 __all__ = ["Authorize", "Guard", "route_path"]
 
+# Called with the ``Request`` (or, for an extension's WebSocket, the ``WebSocket``).
 Authorize = Callable[[Request], "bool | Awaitable[bool]"]
 
 # Forms and JSON actions carry a few keys at most; a larger body is not ours.
@@ -44,6 +52,12 @@ STATIC_CACHE = b"private, max-age=86400"
 SCOPE_CSRF = "wurk.csrf"
 SCOPE_FORM = "wurk.form"
 SCOPE_ROOT = "wurk.root"
+# WebSocket close code for "policy violation": before the handshake is accepted, servers
+# answer it with HTTP 403.
+WS_REFUSED = 1008
+WS_FAILED = 1011  # "internal error"
+HOST_REFUSED = ("Refused: this dashboard does not answer to that host name. Add it to "
+                "web_allowed_hosts (wurk web --allowed-host NAME) if it is yours.")
 
 
 def route_path(scope: Scope) -> str:
@@ -66,15 +80,20 @@ class Guard:
     """Authentication, the POST checks, security headers and the last-resort error page."""
 
     def __init__(self, app: ASGIApp, *, config: Config, basic: tuple[str, str] | None,
-                 authorize: Authorize | None, read_only: bool) -> None:
+                 authorize: Authorize | None, read_only: bool,
+                 hosts: security.HostNames) -> None:
         self.app = app
         self.config = config
         self.basic = basic
         self.authorize = authorize
         self.read_only = read_only
+        self.hosts = hosts
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "websocket":
+            await self._socket(scope, receive, send)
+            return
+        if scope["type"] != "http":  # lifespan
             await self.app(scope, receive, send)
             return
         request = Request(scope)
@@ -93,6 +112,7 @@ class Guard:
     # -- admission --------------------------------------------------------------------------
     async def _admit(self, request: Request, receive: Receive) -> Receive:
         """Raise ``Refused`` unless the request may go on; POSTs get their body replayed."""
+        self._check_host(request)
         self._check_basic(request)
         await self._check_authorize(request)
         if request.method in SAFE_METHODS:
@@ -111,7 +131,33 @@ class Guard:
         request.scope[SCOPE_FORM] = form
         return replay(body, receive)
 
-    def _check_basic(self, request: Request) -> None:
+    def _check_host(self, connection: HTTPConnection) -> None:
+        if not self.hosts.allows(connection.headers.get("host")):
+            raise Refused(400, HOST_REFUSED)
+
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An extension's WebSocket: admitted as a page is, and as an action is."""
+        socket = WebSocket(scope, receive, send)
+        scope[SCOPE_ROOT] = scope.get("root_path", "")
+        try:
+            self._check_host(socket)
+            self._check_basic(socket)
+            await self._check_authorize(socket)
+            if self.read_only:
+                raise Refused(403, "read-only")
+            if not security.same_origin(socket.headers):
+                raise Refused(403, "cross-origin")
+        except Refused:
+            await send({"type": "websocket.close", "code": WS_REFUSED})
+            return
+        except Exception as exc:  # the authorize hook failed: closed, reported, not shown
+            context = {"context": "web", "path": scope.get("path")}
+            await anyio.to_thread.run_sync(report_error, self.config, exc, context)
+            await send({"type": "websocket.close", "code": WS_FAILED})
+            return
+        await self.app(scope, receive, send)
+
+    def _check_basic(self, request: HTTPConnection) -> None:
         if self.basic is None:
             return
         given = security.basic_credentials(request.headers.get("authorization"))
@@ -119,10 +165,10 @@ class Guard:
             raise Refused(401, "Sign in to see the dashboard.",
                           {"www-authenticate": 'Basic realm="wurk", charset="UTF-8"'})
 
-    async def _check_authorize(self, request: Request) -> None:
+    async def _check_authorize(self, request: HTTPConnection) -> None:
         if self.authorize is None:
             return
-        allowed = self.authorize(request)
+        allowed = self.authorize(request)  # type: ignore[arg-type]  # a WebSocket, at times
         if inspect.isawaitable(allowed):
             allowed = await allowed
         if allowed is not True:
@@ -160,6 +206,8 @@ class HeaderSender:
         await self.send(message)
 
     def _headers(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        headers = [(name, self._location(value) if name.lower() == b"location" else value)
+                   for name, value in headers]
         present = {name.lower() for name, _ in headers}
         headers += [(name, value) for name, value in security.SECURITY_HEADERS
                     if name not in present]
@@ -171,6 +219,15 @@ class HeaderSender:
                                           secure=self.scope.get("scheme") == "https")
             headers.append((b"set-cookie", cookie))
         return headers
+
+
+    def _location(self, value: bytes) -> bytes:
+        """Starlette's own redirects (a missing trailing slash) are absolute URLs built from
+        the request's ``Host``: made relative, so a client's ``Host`` never comes back."""
+        host = dict(self.scope["headers"]).get(b"host")
+        location = value.decode("latin-1")
+        text = host.decode("latin-1") if host is not None else None
+        return security.local_location(location, text).encode("latin-1")
 
 
 def cache_control(scope: Scope) -> bytes:
@@ -200,9 +257,10 @@ def parse_form(request: Request, body: bytes) -> dict[str, Any]:
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json" and body:
         try:
-            parsed = json.loads(body)
-        except ValueError:
-            raise Refused(400, "The request body is not valid JSON.") from None
+            parsed = P.loads_json(body)  # no NaN, at most 100 levels: a 500 000-deep body
+        except ValueError:               # would otherwise exhaust the parser's recursion
+            raise Refused(400, "The request body is not valid JSON (or nests deeper than "
+                               f"{P.MAX_NESTING} levels).") from None
         if not isinstance(parsed, dict):
             raise Refused(400, "The request body must be a JSON object.")
         return parsed

@@ -25,6 +25,9 @@ STREAM_PATH = "/stats/stream"
 STREAM_SUMMARY = ("Server-Sent Events: a 'stats' event with /stats's document every "
                   "web_stream_interval seconds")
 ERROR_SCHEMA = {"type": "object", "properties": {"error": {"type": "string"}}}
+INVALID_NOTE = ("A value stored in Redis that cannot be read (a time of 1e300, a counter of "
+                "400 digits) is null; its raw text is in the answer's top-level 'invalid' "
+                "object, keyed by the JSON Pointer of where it stood.")
 
 
 def schema(root: str = "") -> dict[str, Any]:
@@ -37,7 +40,8 @@ def schema(root: str = "") -> dict[str, Any]:
                               "content": {"text/event-stream": {}}}}}}
     return {
         "openapi": "3.1.0",
-        "info": {"title": "wurk dashboard API", "version": __version__},
+        "info": {"title": "wurk dashboard API", "version": __version__,
+                 "description": INVALID_NOTE},
         "servers": [{"url": root or "/"}],
         "paths": paths,
         "components": {"securitySchemes": {"csrf": {

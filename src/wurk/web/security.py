@@ -12,6 +12,14 @@
    A client that sends neither is not a browser, so it cannot be tricked into a cross-site
    request; it still needs the token.
 4. HTTP basic auth, compared in constant time.
+5. Host names (DNS rebinding): a page elsewhere can point its own name at 127.0.0.1; the
+   browser then treats the dashboard as that page's own origin — same-origin checks and
+   the CSRF cookie included — and only the ``Host`` header still tells. ``HostNames``
+   answers whether a ``Host`` is one the dashboard was told it is reached by: the loopback
+   names, always, plus ``web_allowed_hosts`` (``.example.com`` for it and its subdomains;
+   ``*`` for any host, as Django's ``ALLOWED_HOSTS``; in ``wurk.hosts``, which the
+   configuration checks its setting with). ``local_location`` keeps a redirect from ever
+   naming the request's ``Host``.
 """
 
 from __future__ import annotations
@@ -24,15 +32,19 @@ from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 
+from ..hosts import HostNames, local_location
+
 __all__ = [
     "CSP",
     "CSRF_COOKIE",
     "CSRF_FIELD",
     "CSRF_HEADER",
     "SECURITY_HEADERS",
+    "HostNames",
     "basic_credentials",
     "credentials_match",
     "csrf_cookie",
+    "local_location",
     "new_token",
     "same_origin",
     "token_matches",
@@ -118,3 +130,4 @@ def credentials_match(given: tuple[str, str] | None, user: str, password: str) -
     user_ok = hmac.compare_digest(given[0].encode(), user.encode())
     password_ok = hmac.compare_digest(given[1].encode(), password.encode())
     return user_ok and password_ok
+

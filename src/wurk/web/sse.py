@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
+from ..api import values
 from ..errors import RedisUnavailable
 from . import data
 from .context import STATE_ATTRIBUTE, Dashboard
@@ -91,7 +92,8 @@ class EventStream:
         except RedisUnavailable as exc:
             log.warning("dashboard live stream: %s", exc)
             return "event: unavailable\ndata: {}\n\n"
-        return f"event: stats\ndata: {json.dumps(snapshot)}\n\n"
+        document = json.dumps(values.to_json(snapshot), allow_nan=False)  # as /stats
+        return f"event: stats\ndata: {document}\n\n"
 
     @staticmethod
     async def _until_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -3,7 +3,10 @@
 1. ``build_templates``: the package's templates, then each extension's under its own name
    (``"<extension>/page.html"``); autoescaping on for every template, undefined names are
    errors, so a typo fails a test instead of rendering blank.
-2. Filters for times (relative and UTC), durations, numbers, sizes and JSON.
+2. Filters for times (relative and UTC), durations, numbers, sizes and JSON. Each takes a
+   checked value (``wurk.api.values``) as it comes: an ``Invalid`` renders as ``invalid
+   (<raw text>)`` — escaped like any text — and the rest of the page renders as usual. The
+   ``invalid`` test (``{% if x is invalid %}``) is there for what is not a filter's job.
 3. ``render``: a page with what every page needs (the prefix, the CSRF token, the tabs,
    read-only mode) beside its own context.
 """
@@ -12,6 +15,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
+import re
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -23,6 +28,7 @@ from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
 from .. import __version__
+from ..api.values import Invalid
 from .context import dashboard
 from .guard import SCOPE_CSRF, SCOPE_ROOT, route_path
 
@@ -54,7 +60,9 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True)
     env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
-                       pretty_json=pretty_json, short_json=short_json, segment=segment)
+                       milliseconds=milliseconds, pretty_json=pretty_json,
+                       short_json=short_json, segment=segment)
+    env.tests["invalid"] = lambda value: isinstance(value, Invalid)
     return Jinja2Templates(env=env)
 
 
@@ -75,12 +83,16 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
                                            status_code=status)
 
 
+# A count in a notice: what an action can have done (any more digits are not ours).
+NOTICE_COUNT = re.compile(r"[0-9]{1,18}")
+
+
 def notice(request: Request) -> str | None:
     template = NOTICES.get(request.query_params.get("notice", ""))
     if template is None:
         return None
     count = request.query_params.get("count", "0")
-    return template.format(n=f"{int(count):,}" if count.isdigit() else "0")
+    return template.format(n=f"{int(count):,}" if NOTICE_COUNT.fullmatch(count) else "0")
 
 
 def url(root: str, path: str, **query: Any) -> str:
@@ -90,10 +102,13 @@ def url(root: str, path: str, **query: Any) -> str:
 
 
 # -- filters ----------------------------------------------------------------------------------
-def ago(when: float | None, now: float | None = None) -> str:
+# Each shows an ``Invalid`` as its text, ``invalid (<raw>)``: it stays one escaped cell.
+def ago(when: float | Invalid | None, now: float | None = None) -> str:
     """"3 min ago" / "in 2 h" / "just now"."""
     if when is None:
         return "—"
+    if isinstance(when, Invalid):
+        return str(when)
     delta = (time.time() if now is None else now) - when
     if abs(delta) < 1:
         return "just now"
@@ -101,9 +116,11 @@ def ago(when: float | None, now: float | None = None) -> str:
     return f"{text} ago" if delta > 0 else f"in {text}"
 
 
-def duration(seconds: float | None, *, precise: bool = True) -> str:
+def duration(seconds: float | Invalid | None, *, precise: bool = True) -> str:
     if seconds is None:
         return "—"
+    if isinstance(seconds, Invalid) or not math.isfinite(seconds):
+        return str(seconds)
     if seconds < 60:
         return f"{seconds:.2f} s" if precise and seconds < 10 else f"{seconds:.0f} s"
     for size, unit in ((86400, "d"), (3600, "h"), (60, "min")):
@@ -112,17 +129,27 @@ def duration(seconds: float | None, *, precise: bool = True) -> str:
     return f"{seconds:.0f} s"  # pragma: no cover - the loop always returns
 
 
-def utc(when: float | None) -> str:
+def utc(when: float | Invalid | None) -> str:
     if when is None:
         return "—"
-    return dt.datetime.fromtimestamp(when, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    if isinstance(when, Invalid):
+        return str(when)
+    try:
+        moment = dt.datetime.fromtimestamp(when, dt.timezone.utc)
+    except (OverflowError, ValueError, OSError):  # not a checked time: shown, not raised
+        return str(when)
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def number(value: int | float | None) -> str:
-    return "—" if value is None else f"{value:,}"
+def number(value: int | float | Invalid | None) -> str:
+    if value is None:
+        return "—"
+    return str(value) if isinstance(value, Invalid) else f"{value:,}"
 
 
-def kilobytes(value: int | None) -> str:
+def kilobytes(value: int | Invalid | None) -> str:
+    if isinstance(value, Invalid):
+        return str(value)
     if not value:
         return "—"
     for size, unit in ((1 << 20, "GB"), (1 << 10, "MB")):
@@ -131,13 +158,22 @@ def kilobytes(value: int | None) -> str:
     return f"{value} kB"
 
 
+def milliseconds(microseconds: int | Invalid | None) -> str:
+    """A round trip in µs as "1.2 ms"; "—" when none was measured."""
+    if isinstance(microseconds, Invalid):
+        return str(microseconds)
+    if not microseconds:
+        return "—"
+    return f"{microseconds / 1000:.1f} ms"
+
+
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def segment(value: str) -> str:
+def segment(value: str | Invalid) -> str:
     """``value`` quoted to stand as one path segment."""
-    return quote(value, safe="")
+    return quote(str(value), safe="")
 
 
 def short_json(value: Any, limit: int = ARGS_PREVIEW_CHARS) -> str:

@@ -64,8 +64,8 @@ async def home(request: Request) -> Response:
     overview = await dash.run(data.overview, dash.config, days)
     past = overview["history"]
     chart = charts.line_chart([day[5:] for day in past["days"]],
-                              [("processed", "Processed", past["processed"]),
-                               ("failed", "Failed", past["failed"])])
+                              [("processed", "Processed", charts.plotted(past["processed"])),
+                               ("failed", "Failed", charts.plotted(past["failed"]))])
     return render(request, "dashboard.html", {
         "o": overview, "days": days, "chart": chart, "day_choices": (7, 30, 90, 180),
         "stream_interval": dash.stream_interval})
@@ -101,6 +101,8 @@ async def queue(request: Request) -> Response:
     page = data.page_number(request.query_params.get("page"))
     oldest_first = request.query_params.get("direction") == "asc"
     found = await dash.run(data.queue_page, dash.config, name, page, oldest_first=oldest_first)
+    if found is None:
+        raise HTTPException(404, "There is no such queue.")
     return render(request, "queue.html", {"q": found, "queue_path": queue_path(name)})
 
 
@@ -113,8 +115,9 @@ async def queue_action(request: Request) -> Response:
 async def queue_delete(request: Request) -> Response:
     name = request.path_params["name"]
     count = await perform(dashboard(request), actions.delete_queue_job, name,
-                          form_value(request, "key_val"))
-    return redirect(request, queue_path(name), notice="delete", count=count)
+                          form_value(request, "key"))
+    return redirect(request, queue_path(name), notice="delete" if count else "gone",
+                    count=count)
 
 
 # -- job sets ---------------------------------------------------------------------------------
@@ -157,9 +160,11 @@ def routes() -> list[BaseRoute]:
         Route("/busy", busy, methods=["GET"]),
         Route("/busy", busy_action, methods=["POST"]),
         Route("/queues", queues, methods=["GET"]),
-        Route("/queues/{name}", queue, methods=["GET"]),
-        Route("/queues/{name}", queue_action, methods=["POST"]),
-        Route("/queues/{name}/delete", queue_delete, methods=["POST"]),
+        # A queue name may hold "/" (the path arrives decoded): ":path" keeps it whole;
+        # "/delete" is matched first.
+        Route("/queues/{name:path}/delete", queue_delete, methods=["POST"]),
+        Route("/queues/{name:path}", queue, methods=["GET"]),
+        Route("/queues/{name:path}", queue_action, methods=["POST"]),
     ]
     for kind in data.SET_KINDS.values():
         found += [

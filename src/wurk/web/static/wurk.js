@@ -88,10 +88,16 @@
     this.peak = document.getElementById("live-peak");
   }
 
+  // The change of one counter since the last event; 0 when either is not a number (a
+  // stored counter the server could not read arrives as null).
+  function delta(now, before) {
+    return typeof now === "number" && typeof before === "number" ? Math.max(0, now - before) : 0;
+  }
+
   LiveGraph.prototype.add = function (numbers) {
     if (this.last) {
-      this.processed.push(Math.max(0, numbers.processed - this.last.processed));
-      this.failed.push(Math.max(0, numbers.failed - this.last.failed));
+      this.processed.push(delta(numbers.processed, this.last.processed));
+      this.failed.push(delta(numbers.failed, this.last.failed));
       if (this.processed.length > POINTS) { this.processed.shift(); this.failed.shift(); }
     }
     this.last = numbers;
@@ -104,10 +110,15 @@
     if (this.peak) { this.peak.textContent = number(peak); }
   };
 
-  function show(numbers, redis) {
+  function show(numbers, redis, invalid) {
     document.querySelectorAll("[data-stat]").forEach(function (el) {
-      var value = numbers[el.getAttribute("data-stat")];
+      var name = el.getAttribute("data-stat");
+      var value = numbers[name];
       if (value === undefined) { return; }
+      if (value === null) {  // unreadable in Redis: the raw text is beside the document
+        el.textContent = "invalid (" + (invalid["/sidekiq/" + name] || "") + ")";
+        return;
+      }
       el.textContent = el.getAttribute("data-format") === "seconds" ? seconds(value)
                                                                      : number(value);
     });
@@ -128,7 +139,7 @@
     }
     source.addEventListener("stats", function (event) {
       var snapshot = JSON.parse(event.data);
-      show(snapshot.sidekiq, snapshot.redis || {});
+      show(snapshot.sidekiq, snapshot.redis || {}, snapshot.invalid || {});
       graph.add(snapshot.sidekiq);
       say("live · " + snapshot.server_utc_time, true);
     });
