@@ -17,6 +17,7 @@ import redis
 import wurk
 from tests.helpers.server import Server
 from wurk.api.sets import DeadSet, RetrySet
+from wurk.api.values import Invalid
 from wurk.batch import BatchSet, DeadBatches, accounting, scan_tags
 from wurk.job import reset_running, set_running
 
@@ -440,7 +441,9 @@ def test_stored_garbage_is_reported_not_raised(fast: wurk.Config, r: redis.Redis
     r.hset(f"b-{batch.bid}", mapping={"total": "many", "created_at": "soon", "tags": "{",
                                       "callbacks": '[["success", "x", {]]'})
     status = wurk.BatchStatus(batch.bid)
-    assert status.total is None and status.created_at is None and status.tags == []
+    assert isinstance(status.total, Invalid) and isinstance(status.created_at, Invalid)
+    assert status.tags == [] and status.data()["total"] is None
+    assert status.data()["invalid"]["/total"] == "many"
     assert len(status.problems) == 3
     with wurk.redis() as conn:
         assert accounting.record(conn, fast, batch.bid, str(jid), "success")

@@ -10,7 +10,7 @@ import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, post
+from tests.web.conftest import XSS, browse, post
 from tests.web.live import browser_context, serve
 from wurk.api import DeadSet, RetrySet
 from wurk.batch import accounting
@@ -94,7 +94,7 @@ def test_actions_invalidate_delete_and_retry_dead(config: wurk.Config, client: T
 
 def test_read_only_refuses_actions(config: wurk.Config) -> None:
     batch, _ = make(config, 1)
-    with TestClient(create_app(config, read_only=True), follow_redirects=False) as client:
+    with browse(create_app(config, read_only=True), follow_redirects=False) as client:
         assert "Delete" not in client.get(f"/batches/{batch.bid}").text
         assert post(client, f"/batches/{batch.bid}", action="delete").status_code == 403
     assert wurk.BatchStatus(batch.bid).exists
@@ -111,6 +111,7 @@ def test_hostile_stored_values_show_as_problems(config: wurk.Config, client: Tes
     data = client.get(f"/batches/{batch.bid}.json")
     assert data.headers["content-type"] == "application/json"
     assert data.json()["total"] is None and len(data.json()["problems"]) == 4
+    assert data.json()["invalid"]["/total"] == XSS  # raw text, in JSON: nothing runs it
     assert "is not a whole number" in client.get(f"/batches/{batch.bid}").text
 
 

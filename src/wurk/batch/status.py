@@ -1,8 +1,9 @@
 """``wurk.BatchStatus(bid)``: what a batch's keys say, read once and checked.
 
 1. One round trip reads the record and its set sizes; ``failed_jids`` / ``dead_jids`` /
-   ``child_bids`` read their sets when asked. Stored values are untrusted: a count or time
-   that does not parse is None and named in ``problems``, never an exception.
+   ``child_bids`` read their sets when asked. Stored values are untrusted and read through
+   ``wurk.api.values``: a count or time that does not parse is an ``Invalid`` (and named in
+   ``problems``), never an exception.
 2. ``complete`` / ``succeeded`` / ``dead``; ``data()`` is the JSON summary the dashboard's
    status endpoint serves; ``join(timeout)`` waits for ``complete`` (for tests).
 3. ``delete()`` removes every key of the batch and its entries in the indexes.
@@ -15,6 +16,8 @@ import time
 from typing import Any
 
 from .. import payload as P
+from ..api import values
+from ..api.values import Invalid
 from ..config import Config, default_config
 from ..errors import BatchError
 from .accounting import decode_callbacks
@@ -83,24 +86,17 @@ class BatchStatus:
         self.tags = self._tags()
         self.callbacks = decode_callbacks(self.raw.get("callbacks"))
 
-    def _count(self, name: str) -> int | None:
-        value = self.raw.get(name)
-        if value is None:
-            return None if self.exists else 0
-        try:
-            return int(value)
-        except ValueError:
-            self.problems.append(f"{name} is not a whole number: {value[:40]!r}")
-            return None
+    def _count(self, name: str) -> int | Invalid:
+        found = values.count(self.raw.get(name), missing=0)
+        if isinstance(found, Invalid):
+            self.problems.append(f"{name} is not a whole number: {found.raw}")
+        return found
 
-    def _time(self, name: str) -> float | None:
-        value = self.raw.get(name)
-        if not value:
-            return None
-        at = P.read_time(value)
-        if at is None:
-            self.problems.append(f"{name} is not a time: {value[:40]!r}")
-        return at
+    def _time(self, name: str) -> float | Invalid | None:
+        found = values.epoch(self.raw.get(name) or None)
+        if isinstance(found, Invalid):
+            self.problems.append(f"{name} is not a time: {found.raw}")
+        return found
 
     def _tags(self) -> list[str]:
         value = self.raw.get("tags")
@@ -111,7 +107,8 @@ class BatchStatus:
         except ValueError:
             tags = None
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            self.problems.append(f"tags is not a list of names: {value[:40]!r}")
+            shown = values.invalid(value, "a list of tags").raw
+            self.problems.append(f"tags is not a list of names: {shown}")
             return []
         return tags
 
@@ -123,15 +120,15 @@ class BatchStatus:
     # -- derived ----------------------------------------------------------------------------
     @property
     def complete(self) -> bool:
-        return self.complete_at is not None
+        return bool(self.raw.get("complete_at"))
 
     @property
     def succeeded(self) -> bool:
-        return self.success_at is not None
+        return bool(self.raw.get("success_at"))
 
     @property
     def dead(self) -> bool:
-        return self.death_at is not None
+        return bool(self.raw.get("death_at"))
 
     def _set(self, part: str) -> list[str]:
         key = self.config.keys.batch(self.bid, part)
@@ -157,8 +154,9 @@ class BatchStatus:
                                                 idempotent=True))
 
     def data(self) -> dict[str, Any]:
-        """The JSON summary a progress bar polls (the dashboard's status endpoint)."""
-        return {
+        """The JSON summary a progress bar polls (the dashboard's status endpoint): an
+        unreadable value is null there, its stored text under ``"invalid"``."""
+        document = {
             "bid": self.bid, "exists": self.exists, "description": self.description,
             "total": self.total, "pending": self.pending, "failures": self.failures,
             "complete": self.complete, "success": self.succeeded, "dead": self.dead,
@@ -168,6 +166,8 @@ class BatchStatus:
             "tags": self.tags, "invalidated": self.invalidated,
             "expires_at": self.expires_at, "problems": list(self.problems),
         }
+        found: dict[str, Any] = values.to_json(document)
+        return found
 
     # -- waiting and deleting ---------------------------------------------------------------
     def join(self, timeout: float = 30.0, *, until: str = "complete") -> BatchStatus:

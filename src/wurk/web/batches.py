@@ -63,9 +63,11 @@ def listing(config: Config, page: int, tag: str) -> dict[str, Any]:
 
 def summary(status: BatchStatus) -> dict[str, Any]:
     found = status.data()
-    total, pending = status.total or 0, status.pending or 0
-    done = max(0, total - pending) if total else 0
-    found["percent"] = 100 if total and not pending else (100 * done // total if total else 0)
+    total, pending = found["total"], found["pending"]
+    if isinstance(total, int) and isinstance(pending, int) and total > 0:
+        found["percent"] = max(0, min(100, 100 * (total - pending) // total))
+    else:
+        found["percent"] = 0
     return found
 
 
