@@ -68,5 +68,5 @@ def test_garbage_is_shown_not_raised(config: wurk.Config, r: redis.Redis,
     r.hset(f"b-{batch.bid}", "total", "lots")
     code, out, _ = cli(capsys, "batches")
     assert code == 0 and "invalid (lots)" in out
-    code, out, err = cli(capsys, "batches", "show", batch.bid, "--json")
+    code, out, _ = cli(capsys, "batches", "show", batch.bid, "--json")
     assert code == 0 and json.loads(out)["invalid"]["/total"] == "lots"
