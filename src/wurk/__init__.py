@@ -6,7 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from .batch import Batch, BatchStatus
+from .batch import Batch, BatchStatus, current_batch
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
 from .errors import (
@@ -72,6 +72,7 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "current_batch",
     "current_jid",
     "current_job",
     "default_config",

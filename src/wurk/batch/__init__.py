@@ -18,7 +18,16 @@ from .sets import BatchSet, DeadBatches, scan_tags
 from .status import BatchStatus, invalidated
 
 __all__ = ["EVENTS", "Batch", "BatchSet", "BatchStatus", "Callback", "DeadBatches", "Empty",
-           "install", "new_bid", "scan_tags", "valid_within_batch"]
+           "current_batch", "install", "new_bid", "scan_tags", "valid_within_batch"]
+
+
+def current_batch() -> Batch | None:
+    """The batch of the running job (to reopen it and add jobs), or None outside one."""
+    job = current_job()
+    bid = job.get(P.BID) if job is not None else None
+    if not isinstance(bid, str) or not bid:
+        return None
+    return Batch(bid, config=worker_config())
 
 
 def valid_within_batch() -> bool:

@@ -9,11 +9,13 @@ init(ARGV[1], ARGV[2], ARGV[3])
 local bid = ARGV[4]
 if redis.call('EXISTS', bkey(bid)) == 0 then return 0 end
 redis.call('HINCRBY', bkey(bid), 'pending', -1)
-local parent = parent_of(bid)
+local B = lib()
+local parent = B.parent_of(bid)
 if parent then
   redis.call('SADD', bkey(parent, '-kids'), bid)
   redis.call('SADD', bkey(parent, '-pkids'), bid)
-  touch(parent)
+  B.touch(parent)
 end
-try_fire(bid)
+B.touch(bid)
+B.try_fire(bid)
 return 1

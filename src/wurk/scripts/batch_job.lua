@@ -38,9 +38,12 @@ elseif outcome == 'death' then
     redis.call('HINCRBY', h, 'failures', 1)
   end
   redis.call('SADD', C.prefix .. 'batch-died', bid)
-  fire_death(bid)
+  lib().fire_death(bid)
 else
   return redis.error_reply('unknown batch outcome ' .. outcome)
 end
-try_fire(bid)
+refresh(bid, '-failed', '-died')
+-- Only a batch whose pending jobs have all failed (or none is left) can be due to fire.
+local v = redis.call('HMGET', h, 'pending', 'failures')
+if (tonumber(v[1]) or 1) <= (tonumber(v[2]) or 0) then lib().try_fire(bid) end
 return 1

@@ -27,7 +27,8 @@ end
 if redis.call('EXISTS', h) == 1 then
   return redis.error_reply('BATCHEXISTS batch ' .. bid .. ' exists already')
 end
-redis.call('HSET', h, 'created_at', stamp(), 'description', ARGV[6], 'callback_queue', ARGV[7],
+local B = lib()
+redis.call('HSET', h, 'created_at', B.stamp(), 'description', ARGV[6], 'callback_queue', ARGV[7],
            'callback_class', ARGV[8], 'parent_bid', ARGV[9], 'tags', ARGV[10],
            'linger', ARGV[11], 'callbacks', ARGV[12], 'total', 0, 'pending', 1, 'failures', 0)
 redis.call('ZADD', C.prefix .. 'batches', C.sec, bid)
@@ -37,5 +38,5 @@ for i = 13, #ARGV do
   redis.call('SADD', index, bid)
   if redis.call('TTL', index) < PENDING_TTL then redis.call('EXPIRE', index, PENDING_TTL) end
 end
-touch(bid)
+B.touch(bid)
 return 1

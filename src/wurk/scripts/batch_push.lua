@@ -11,10 +11,11 @@
 -- Returns {jobs newly registered, index (1-based) of each job refused as a duplicate...}.
 init(ARGV[1], ARGV[2], ARGV[3])
 local bid = ARGV[4]
-if redis.call('EXISTS', KEYS[1]) == 0 then
+local state = redis.call('HMGET', KEYS[1], 'total', 'success_at')
+if not state[1] then
   return redis.error_reply('NOBATCH batch ' .. bid .. ' does not exist (expired or deleted)')
 end
-if present(redis.call('HGET', KEYS[1], 'success_at')) then
+if present(state[2]) then
   return redis.error_reply('BATCHDONE batch ' .. bid .. ' already succeeded; it takes no '
                            .. 'more jobs')
 end
@@ -43,7 +44,7 @@ if added > 0 then
   redis.call('HINCRBY', KEYS[1], 'total', added)
   redis.call('HINCRBY', KEYS[1], 'pending', added)
 end
-touch(bid)
+refresh(bid, '-jids')
 local reply = {added}
 for _, index in ipairs(refused) do reply[#reply + 1] = index end
 return reply
