@@ -450,3 +450,53 @@ def test_stored_garbage_is_reported_not_raised(fast: wurk.Config, r: redis.Redis
     assert wurk.BatchStatus(batch.bid).succeeded  # fired; the broken callback was not pushed
     assert all(json.loads(raw)["class"] != "wurk.batch.Callback"
                for raw in r.lrange("queue:default", 0, -1))
+
+
+# -- the server middleware's verdicts ---------------------------------------------------------
+def test_the_worker_link_counts_success_failure_and_nothing_else(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    from wurk.batch.middleware import BatchServerMiddleware
+    from wurk.errors import Shutdown
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        jids = [str(work.perform_async(f"m{i}")) for i in range(4)]
+    link = BatchServerMiddleware(fast)
+    payloads = [{"class": "BatchTest::work", "args": [], "jid": jid, "bid": batch.bid}
+                for jid in jids]
+
+    def raising(exc: BaseException) -> Callable[[], None]:
+        def call() -> None:
+            raise exc
+        return call
+
+    def rescheduled() -> None:  # what a rate limiter does: bump, store, return
+        payloads[3]["overrated"] = 1
+
+    link(None, payloads[0], "default", lambda: None)
+    with pytest.raises(RuntimeError):
+        link(None, payloads[1], "default", raising(RuntimeError("no")))
+    with pytest.raises(Shutdown):
+        link(None, payloads[2], "default", raising(Shutdown()))
+    link(None, payloads[3], "default", rescheduled)
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.failed_jids) == (3, 1, [jids[1]])
+    assert not r.sismember(f"b-{batch.bid}-jids", jids[0])
+    assert r.sismember(f"b-{batch.bid}-jids", jids[2])  # interrupted: it runs again
+    assert r.sismember(f"b-{batch.bid}-jids", jids[3])  # rescheduled: it has not run
+
+
+def test_callback_options_reach_the_callback_byte_for_byte(fast: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    tricky = {"quote": 'a "quoted" ] } , [ {', "nested": [[], {}, [1, [2]]], "n": None,
+              "unicode": "é ✓", "slash": "a\\\\b", "big": 12345678901234567890, "f": 0.1}
+    batch = wurk.Batch()
+    batch.on("success", Notes, tricky)
+    with batch.jobs():
+        jid = work.perform_async("only")
+    with wurk.redis() as conn:
+        accounting.record(conn, fast, batch.bid, str(jid), "success")
+    (raw,) = [raw for raw in r.lrange("queue:default", 0, -1) if "wurk.batch.Callback" in raw]
+    event, bid, target, options = json.loads(raw)["args"]
+    assert (event, bid, target) == ("success", batch.bid, "BatchTest::Notes")
+    assert options == tricky
