@@ -92,7 +92,8 @@ def costs(config: wurk.Config, r: redis.Redis, pushes: int, runs: int) -> None:
             rows["push plain"].append((us, rt))
             us, rt, (batch, jids) = per_job(lambda: push_batched(pushes), pushes, trips)
             rows["push in batch"].append((us, rt))
-            us, rt, _ = per_job(lambda: finish_batched(config, batch.bid, jids), pushes, trips)
+            us, rt, _ = per_job(lambda b=batch, j=jids: finish_batched(config, b.bid, j),
+                                pushes, trips)
             rows["finish in batch"].append((us, rt))
     plain = statistics.median(us for us, _ in rows["push plain"])
     print(f"push and finish, {pushes} jobs one at a time, median of {runs} runs")

@@ -6,6 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
+from . import context
 from .batch import Batch, BatchStatus, current_batch
 from .client import Client, push, push_bulk
 from .config import Capsule, Config, configure, default_config
@@ -72,6 +73,7 @@ __all__ = [
     "WurkError",
     "__version__",
     "configure",
+    "context",
     "current_batch",
     "current_jid",
     "current_job",

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from . import payload as P
+from . import sinks
 from .batch import accounting as batch_accounting
 from .batch import block as batch_block
 from .config import Config, default_config
@@ -97,7 +98,7 @@ class Client:
         if not isinstance(item, Mapping):
             raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
         job: P.Payload = {**_DEFAULTS, **item}
-        for key in ("pool", "client_class", "sync"):
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
             job.pop(key, None)
         cls = job.get(P.CLASS)
         if not isinstance(cls, str) or not cls:
@@ -184,15 +185,23 @@ class Client:
 
     # -- writing ----------------------------------------------------------------------------
     def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        keys = self.config.keys
+        """The last step: Redis, or the sink selected for this push (``wurk.sinks``)."""
         enqueued_at = P.write_time(self.config.timestamp_format)
-        scheduled: dict[str, float] = {}
-        by_queue: dict[str, list[str]] = {}
         for job, at in entries:
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
+        sink = sinks.selected()
+        if sink is None:
+            self._write_redis(entries)
+        else:
+            sink.write(self, entries)
+
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+        keys = self.config.keys
+        scheduled: dict[str, float] = {}
+        by_queue: dict[str, list[str]] = {}
         plain, in_batch = batch_block.split(entries)
         for job, at in plain:
             if at is not None:
@@ -237,8 +246,16 @@ def default_client(config: Config | None = None) -> Client:
     cfg = config if config is not None else default_config()
     client = _clients.get(id(cfg))
     if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = Client(cfg)
+        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
     return client
+
+
+def _client_class(config: Config) -> type[Client]:
+    if config.client == "transactional":
+        from .transactional import TransactionalClient  # it builds on this module
+
+        return TransactionalClient
+    return Client
 
 
 def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:

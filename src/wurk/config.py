@@ -182,6 +182,11 @@ class Config:
     # -- wire format ------------------------------------------------------------------------
     timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
     # -- client -----------------------------------------------------------------------------
+    # "transactional": a push inside a database transaction waits for its commit and is
+    # dropped on rollback (``wurk.transactional``); ``transaction`` is the adapter that
+    # knows the transaction (SQLAlchemy's, or Django's, which its app sets).
+    client: Literal["default", "transactional"] = "default"
+    transaction: Any = None
     bulk_batch_size: int = 1000
     # ZADD is dearer than LPUSH, so scheduled bulk pushes go in smaller slices (Sidekiq 8.1.2).
     scheduled_bulk_batch_size: int = 100
@@ -329,6 +334,8 @@ class Config:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
         self._check_choice("fetch", ("reliable", "basic"))
+        self._check_choice("client", ("default", "transactional"))
+        self._validate_transaction()
         self._check_choice("scheduler", ("atomic", "client"))
         self._check_choice("private_list_layout", ("wurk", "pro"))
         self._check_choice("log_format", ("pretty", "plain", "json"))
@@ -339,6 +346,18 @@ class Config:
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
         self._validate_web()
+
+    def _validate_transaction(self) -> None:
+        adapter = self.transaction
+        if adapter is not None and not callable(getattr(adapter, "after_commit", None)):
+            raise ConfigError(f"transaction={adapter!r} has no after_commit(callback) method; "
+                              "give wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session) or "
+                              "an object of your own with one")
+        if self.client == "transactional" and adapter is None:
+            raise ConfigError(
+                "client='transactional' needs to know your transactions: add "
+                "transaction=wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session), or with "
+                "Django put 'wurk.contrib.django' in INSTALLED_APPS (it sets this itself)")
 
     def _validate_web(self) -> None:
         if (self.web_username is None) != (self.web_password is None):

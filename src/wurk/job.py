@@ -25,11 +25,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
 from .config import Config, parse_queue
 from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+
+if TYPE_CHECKING:
+    from .testing import FakeStore
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
            "current_job", "interrupted", "job", "registry"]
@@ -437,8 +440,35 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
     def set(self, **options: Any) -> JobSetter[Params]:
         return JobSetter(self.definition, options)
 
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    @property
+    def jobs(self) -> list[P.Payload]:
+        return _fake_store().jobs(name=self.name)
+
+    def drain(self) -> int:
+        return _fake_store().drain(self.name)
+
+    def perform_one(self) -> Any:
+        return _fake_store().perform_one(self.name)
+
+    def clear(self) -> None:
+        _fake_store().clear(self.name)
+
     def __repr__(self) -> str:
         return f"<wurk job {self.name!r}>"
+
+
+def _fake_store() -> FakeStore:
+    from .testing import store  # imported on use: testing builds on this module
+
+    return store
+
+
+class _FakeJobs:
+    """``HardJob.jobs``: the class's pushes kept by ``wurk.testing``'s fake mode."""
+
+    def __get__(self, instance: object, owner: type[Job]) -> list[P.Payload]:
+        return _fake_store().jobs(name=owner._definition().name)
 
 
 @overload
@@ -563,6 +593,21 @@ class Job:
     @classmethod
     def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
         return cls.set().perform_inline(*args, **kwargs)
+
+    # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
+    jobs: ClassVar[_FakeJobs] = _FakeJobs()
+
+    @classmethod
+    def drain(cls) -> int:
+        return _fake_store().drain(cls._definition().name)
+
+    @classmethod
+    def perform_one(cls) -> Any:
+        return _fake_store().perform_one(cls._definition().name)
+
+    @classmethod
+    def clear(cls) -> None:
+        _fake_store().clear(cls._definition().name)
 
     @classmethod
     def _definition(cls) -> JobDefinition:

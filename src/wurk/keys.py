@@ -115,6 +115,11 @@ class Keys:
     def stat_failed_day(self, day: _dt.date) -> str:
         return f"{self.stat_failed}:{day.isoformat()}"
 
+    # -- framework integrations -------------------------------------------------------------
+    def task_result(self, result_id: str) -> str:
+        """A ``django.tasks`` result (``wurk.contrib.django.tasks``): JSON, with a TTL."""
+        return f"{self.prefix}wurk:task-result:{result_id}"
+
     # -- reliability ------------------------------------------------------------------------
     @property
     def poison_prefix(self) -> str:

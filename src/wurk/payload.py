@@ -73,10 +73,15 @@ ERROR_CLASS = "error_class"
 ERROR_MESSAGE = "error_message"
 ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
+# wurk's own: the context variables ``wurk.context.persist`` saved at push time.
+CONTEXT = "wurk_ctx"
 
 DEFAULT_QUEUE = "default"
+# wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a
+# transaction, when transactional push is on.
+TRANSACTIONAL = "transactional"
 # Client-side options that never reach Redis (wire-format §3.1).
-TRANSIENT_FIELDS = frozenset({"pool", "client_class", "sync", AT})
+TRANSIENT_FIELDS = frozenset({"pool", "client_class", "sync", TRANSACTIONAL, AT})
 # Sidekiq truncates error messages to this many characters (§3.2).
 ERROR_MESSAGE_LIMIT = 10_000
 # An epoch value below this cannot be milliseconds after 1973, so wurk's readers take it as

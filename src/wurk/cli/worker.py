@@ -31,8 +31,9 @@ from ..config import Config, configure, parse_queue
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
 from ..job import registry
+from ..signals import SignalPipe
 
-__all__ = ["load_module", "worker"]
+__all__ = ["load_module", "run_worker", "worker"]
 
 logger = logging.getLogger("wurk")
 
@@ -218,11 +219,17 @@ def _text(value: bytes | str) -> str:
 @worker_options
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
-    from ..launcher import Launcher
-    from ..signals import SignalPipe, serve
+    run_worker(prepare(options))
 
-    config = prepare(options)
-    pipe = SignalPipe()
+
+def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
+    """Run a worker for ``config`` in this process until TERM or INT (the main thread only:
+    it traps signals). A framework's command passes its own ``pipe`` to stop it from
+    another thread with ``pipe.push("TERM")``."""
+    from ..launcher import Launcher
+    from ..signals import serve
+
+    pipe = pipe if pipe is not None else SignalPipe()
     pipe.install()
     try:
         launcher = Launcher(config, on_remote_signal=pipe.push)

@@ -1,0 +1,248 @@
+"""The shop under Django's test runner, against a real Redis and a real wurk worker.
+
+Run: ``python manage.py test shop`` (REDIS_URL, or wurk's embedded server).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.test import TestCase, TransactionTestCase
+
+import wurk
+import wurk.testing
+
+from .jobs import ship_order
+from .models import Order
+from .tasks import add, attempt_number, refuse
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def flush_redis() -> None:
+    wurk.default_config().pool("client").run(lambda r: r.flushdb())
+
+
+def queued() -> list[dict]:
+    config = wurk.default_config()
+    raw = config.pool("client").run(lambda r: r.lrange(config.keys.queue("default"), 0, -1))
+    return [json.loads(entry) for entry in raw]
+
+
+def wait_for(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
+
+
+class PushInsideAtomic(TransactionTestCase):
+    """Real commits (TransactionTestCase), so on_commit runs as in production."""
+
+    def setUp(self) -> None:
+        flush_redis()
+
+    def test_a_commit_pushes_one_job_after_the_commit(self) -> None:
+        response = self.client.post("/orders", {"item": "book"})
+        self.assertEqual(response.status_code, 200)
+        body = response.json()
+        self.assertEqual(body["queued_inside"], 0)  # nothing while the transaction was open
+        (job,) = queued()
+        self.assertEqual(job["args"], [body["order"]])
+        self.assertEqual(job["jid"], body["jid"])
+
+    def test_a_rollback_pushes_nothing(self) -> None:
+        response = self.client.post("/orders", {"item": "book", "out_of_stock": "1"})
+        self.assertEqual(response.status_code, 409)
+        self.assertEqual(queued(), [])
+        self.assertFalse(Order.objects.exists())
+
+    def test_transactional_false_pushes_at_once_inside_atomic(self) -> None:
+        with transaction.atomic():
+            ship_order.set(transactional=False).perform_async(1)
+            ship_order.perform_async(2)
+            self.assertEqual([job["args"] for job in queued()], [[1]])
+        self.assertEqual(sorted(job["args"][0] for job in queued()), [1, 2])
+
+    def test_fake_mode_sees_the_committed_push(self) -> None:
+        with wurk.testing.fake():
+            self.client.post("/orders", {"item": "pen"})
+            self.assertEqual(len(ship_order.jobs), 1)
+            ship_order.drain()
+            # The job's connection was closed after it, as at the end of a request
+            # (CONN_MAX_AGE is 0).
+            self.assertIsNone(connection.connection)
+        self.assertTrue(Order.objects.get(item="pen").shipped)
+        self.assertEqual(queued(), [])
+
+
+class WithARealWorker(TransactionTestCase):
+    """``manage.py wurk`` in a subprocess, on the test database."""
+
+    worker: subprocess.Popen
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        super().setUpClass()
+        flush_redis()
+        env = {**os.environ, "SHOP_DB": str(connection.settings_dict["NAME"])}
+        cls.worker = subprocess.Popen(
+            [sys.executable, "manage.py", "wurk", "--noreload", "-c", "2"],
+            cwd=PROJECT, env=env)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.worker.terminate()
+        cls.worker.wait(30)
+        super().tearDownClass()
+
+    def test_a_task_enqueued_from_a_view_runs_and_its_result_is_read_back(self) -> None:
+        response = self.client.post("/compute", json.dumps({"a": 2, "b": 3}),
+                                    content_type="application/json")
+        result_id = response.json()["result_id"]
+        result = wait_for(lambda: (r := add.get_result(result_id)).is_finished and r)
+        self.assertEqual(result.return_value, 5)
+        self.assertEqual(result.attempts, 1)
+        self.assertEqual(result.args, [2, 3])
+        self.assertIsNotNone(result.finished_at)
+
+    def test_aenqueue_from_an_async_view(self) -> None:
+        response = self.client.post("/compute-async", json.dumps({"a": 20, "b": 22}),
+                                    content_type="application/json")
+        result = add.get_result(response.json()["result_id"])
+        wait_for(lambda: (result.refresh(), result.is_finished)[1])
+        self.assertEqual(result.return_value, 42)
+
+    def test_a_task_that_takes_its_context(self) -> None:
+        result = attempt_number.enqueue("first")
+        wait_for(lambda: (result.refresh(), result.is_finished)[1])
+        self.assertEqual(result.return_value, "first: attempt 1")
+
+    def test_a_failed_task_without_retries_is_failed_with_its_error(self) -> None:
+        result = refuse.enqueue("no")
+        wait_for(lambda: (result.refresh(), result.is_finished)[1])
+        self.assertEqual(str(result.status), "FAILED")
+        self.assertEqual(result.errors[0].exception_class_path, "builtins.PermissionError")
+        self.assertIn("PermissionError: no", result.errors[0].traceback)
+
+    def test_a_job_pushed_in_a_view_reads_the_committed_row(self) -> None:
+        order_id = self.client.post("/orders", {"item": "lamp"}).json()["order"]
+        wait_for(lambda: Order.objects.get(id=order_id).shipped)
+
+
+class Dashboard(TestCase):
+    def test_staff_see_the_dashboard_under_the_mount(self) -> None:
+        staff = User.objects.create_user("ada", password="pw", is_staff=True)
+        self.client.force_login(staff)
+        page = self.client.get("/wurk/")
+        self.assertEqual(page.status_code, 200)
+        html = page.content.decode()
+        self.assertIn('href="/wurk/queues"', html)
+        queues = self.client.get("/wurk/queues")
+        self.assertEqual(queues.status_code, 200)
+        stats = self.client.get("/wurk/stats")
+        self.assertEqual(stats.status_code, 200)
+        self.assertIn("processed", stats.content.decode())
+        # The live stream is off under a WSGI host: 204 tells the browser not to reconnect.
+        self.assertEqual(self.client.get("/wurk/stats/stream").status_code, 204)
+
+    def test_a_non_staff_user_is_refused(self) -> None:
+        self.client.force_login(User.objects.create_user("bob", password="pw"))
+        self.assertEqual(self.client.get("/wurk/").status_code, 403)
+        self.assertEqual(self.client.get("/wurk/stats").status_code, 403)
+
+    def test_an_anonymous_visitor_is_sent_to_log_in(self) -> None:
+        response = self.client.get("/wurk/queues")
+        self.assertEqual(response.status_code, 302)
+        self.assertTrue(response["Location"].startswith("/login/?next=/wurk/queues"))
+
+
+class SavepointsAndSettings(TransactionTestCase):
+    def setUp(self) -> None:
+        flush_redis()
+
+    def test_a_savepoint_rolled_back_drops_only_its_push(self) -> None:
+        with transaction.atomic():
+            ship_order.perform_async(1)
+            try:
+                with transaction.atomic():
+                    ship_order.perform_async(2)
+                    raise ValueError("undo the savepoint")
+            except ValueError:
+                pass
+        self.assertEqual([job["args"] for job in queued()], [[1]])
+
+    def test_an_unknown_setting_is_named(self) -> None:
+        from django.core.exceptions import ImproperlyConfigured
+
+        from wurk.contrib.django.settings import build_config
+
+        with self.settings(WURK={"CONCURENCY": 3}), \
+                self.assertRaisesRegex(ImproperlyConfigured, "unknown setting 'concurency'"):
+            build_config()
+
+    def test_client_default_turns_the_deferral_off(self) -> None:
+        from wurk.contrib.django.settings import build_config
+
+        with self.settings(WURK={"CLIENT": "default"}):
+            self.assertEqual(build_config().client, "default")
+        self.assertEqual(build_config().client, "transactional")
+
+    def test_the_dashboard_refuses_without_authentication_middleware(self) -> None:
+        middleware = ["django.contrib.sessions.middleware.SessionMiddleware"]
+        with self.settings(MIDDLEWARE=middleware), self.assertLogs("wurk.web", "WARNING"):
+            self.assertEqual(self.client.get("/wurk/").status_code, 403)
+
+
+class TaskResults(TransactionTestCase):
+    def setUp(self) -> None:
+        flush_redis()
+
+    def test_run_after_schedules_the_task(self) -> None:
+        from datetime import timedelta
+
+        from django.utils import timezone
+
+        result = add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(1, 2)
+        config = wurk.default_config()
+        scheduled = config.pool("client").run(lambda r: r.zrange(config.keys.schedule, 0, -1))
+        self.assertEqual([json.loads(raw)["jid"] for raw in scheduled], [result.id])
+        self.assertEqual(str(add.get_result(result.id).status), "READY")
+
+    def test_enqueue_sends_task_enqueued(self) -> None:
+        try:
+            from django.tasks.signals import task_enqueued
+        except ImportError:
+            from django_tasks.signals import task_enqueued
+        seen = []
+
+        def receiver(sender, task_result, **kwargs):
+            seen.append(task_result.id)
+
+        task_enqueued.connect(receiver)
+        try:
+            result = add.enqueue(1, 1)
+        finally:
+            task_enqueued.disconnect(receiver)
+        self.assertEqual(seen, [result.id])
+
+    def test_an_unreadable_record_reads_as_missing(self) -> None:
+        try:
+            from django.tasks.exceptions import TaskResultDoesNotExist
+        except ImportError:
+            from django_tasks.exceptions import TaskResultDoesNotExist
+        config = wurk.default_config()
+        config.pool("client").run(lambda r: r.set(config.keys.task_result("x" * 24), "{oops"))
+        with self.assertRaises(TaskResultDoesNotExist), self.assertLogs("wurk", "WARNING"):
+            add.get_result("x" * 24)
+        with self.assertRaises(TaskResultDoesNotExist):
+            add.get_result("y" * 24)

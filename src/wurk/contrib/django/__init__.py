@@ -1,0 +1,23 @@
+"""wurk in a Django project: ``INSTALLED_APPS += ["wurk.contrib.django"]``.
+
+1. Settings: ``WURK = {...}`` in settings.py feeds ``wurk.Config`` (keys are its setting
+   names, any case), plus three of this app's own: ``DATABASE`` (the alias whose
+   transactions pushes wait for, default ``"default"``), ``IMPORTS`` (modules the worker
+   loads besides each app's ``jobs.py`` and ``tasks.py``) and ``AUTORELOAD`` (restart the
+   worker when code changes; default ``DEBUG``). Built when the app is ready
+   (``apps.py``), made the process default.
+2. Pushes inside ``transaction.atomic()`` wait for ``on_commit`` (``client`` defaults to
+   ``"transactional"`` here; ``"default"`` turns that off, ``set(transactional=False)``
+   skips it for one push).
+3. Each job runs between ``close_old_connections()`` calls, as a request does.
+4. ``manage.py wurk``: the worker (``management/commands/wurk.py``).
+5. The dashboard: ``path("wurk/", include("wurk.contrib.django.urls"))``, staff only
+   (``urls.py``, ``dashboard.py``).
+6. ``django.tasks``: ``TASKS = {"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend"}}``.
+
+Needs the ``django`` extra: ``pip install 'wurk[django]'``.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

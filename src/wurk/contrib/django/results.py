@@ -1,0 +1,91 @@
+"""Where ``django.tasks`` results live: one JSON record per task in Redis, with a TTL.
+
+1. ``ResultStore.save`` / ``load`` / ``update`` read and write the record at
+   ``wurk:task-result:<id>`` (the id is the job's jid); each write renews the TTL.
+2. A record read back is untrusted: one that is not a JSON object, or lacks its task path,
+   is reported as missing (``load`` returns None) and logged, never an exception in a view.
+3. ``mark_dead`` is a death handler: a task whose retries ran out (or that had none) is
+   recorded ``FAILED``; until then a failed attempt leaves it ``READY`` for the retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ... import payload as P
+from ...config import Config, default_config
+from ...errors import UnparseablePayload
+
+__all__ = ["DEFAULT_RESULT_TTL", "ResultStore", "mark_dead"]
+
+log = logging.getLogger("wurk")
+
+# A result is kept a day after its last change: long enough to be read back, short enough
+# that Redis does not fill with the results of every task ever run.
+DEFAULT_RESULT_TTL = 24 * 60 * 60
+READY, RUNNING, FAILED, SUCCESSFUL = "READY", "RUNNING", "FAILED", "SUCCESSFUL"
+
+Record = dict[str, Any]
+
+
+class ResultStore:
+    def __init__(self, config: Config | None = None, *, ttl: int = DEFAULT_RESULT_TTL) -> None:
+        self._config = config
+        self.ttl = ttl
+
+    @property
+    def config(self) -> Config:
+        return self._config if self._config is not None else default_config()
+
+    def save(self, result_id: str, record: Record) -> None:
+        ttl = record.get("ttl") if isinstance(record.get("ttl"), int) else self.ttl
+        key, value = self.config.keys.task_result(result_id), P.dumps(record)
+        self.config.pool("client").run(lambda redis: redis.set(key, value, ex=ttl))
+
+    def load(self, result_id: str) -> Record | None:
+        key = self.config.keys.task_result(result_id)
+        raw = self.config.pool("client").run(lambda redis: redis.get(key))
+        if raw is None:
+            return None
+        try:
+            record = P.loads(raw)
+        except UnparseablePayload as exc:
+            log.warning("task result %s is unreadable: %s", result_id, exc)
+            return None
+        if not isinstance(record.get("task"), str):
+            log.warning("task result %s names no task; ignoring it", result_id)
+            return None
+        return record
+
+    def update(self, result_id: str, change: Callable[[Record], None]) -> Record | None:
+        """Read, change and write back (one attempt of one task writes at a time)."""
+        record = self.load(result_id)
+        if record is None:
+            return None
+        change(record)
+        self.save(result_id, record)
+        return record
+
+
+def now() -> float:
+    return time.time()
+
+
+def mark_dead(payload: dict[str, Any], exc: BaseException) -> None:
+    """Death handler: the task will not run again, so its result is final."""
+    jid = payload.get(P.JID)
+    if not isinstance(jid, str) or not jid:
+        return
+    store = ResultStore()
+
+    def failed(record: Record) -> None:
+        record["status"] = FAILED
+        record["finished_at"] = now()
+
+    try:
+        store.update(jid, failed)
+    except Exception as error:  # a death handler must not break the death it reports
+        log.warning("could not record task %s as failed: %s", jid, error)

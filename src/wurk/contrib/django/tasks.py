@@ -1,0 +1,223 @@
+"""A ``django.tasks`` backend on wurk: ``@task`` + ``.enqueue()`` run in a wurk worker.
+
+``TASKS = {"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend",
+"QUEUES": ["default"], "OPTIONS": {"RETRY": 5, "RESULT_TTL": 86400}}}``
+
+1. Django 6's ``django.tasks``, or the ``django_tasks`` backport with the same API.
+2. A task is a wurk job named by its module path (the payload's ``class``), registered
+   when its ``@task`` decorator runs: the worker loads each app's ``tasks.py``, and never
+   imports what a payload names. Its args travel as ``[args, kwargs]``; ``run_after``
+   schedules it; ``queue_name`` is its queue. ``OPTIONS`` other than ``RESULT_TTL`` are
+   wurk job options (``RETRY``, ``RETRY_FOR``, ``DEAD``, ``TAGS``…).
+3. The result id is the jid. The result lives in Redis (``wurk.contrib.django.results``):
+   ``READY`` → ``RUNNING`` → ``SUCCESSFUL`` (with the return value, JSON-normalised) or,
+   after a failed attempt, ``READY`` again with the error recorded while a retry is due,
+   ``FAILED`` once none is (death handler). ``get_result`` / ``refresh()`` read it from
+   any process.
+4. Inside ``atomic()`` the record and the push wait for the commit, as every push does
+   with Django's transactional push on.
+5. ``task_enqueued`` / ``task_started`` / ``task_finished`` are sent as Django's own
+   backends send them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import socket
+import traceback
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from django.conf import settings
+
+from ... import payload as P
+from ...client import default_client
+from ...config import default_config
+from ...job import JobDefinition, current_job, registry, validate_options
+from . import results as R
+
+try:  # Django 6
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django.tasks.exceptions import TaskResultDoesNotExist
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.tasks.utils import normalize_json
+except ImportError:  # the backport, for Django < 6
+    from django_tasks.backends.base import BaseTaskBackend
+    from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
+    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.signals import task_enqueued, task_finished, task_started
+    from django_tasks.utils import normalize_json
+
+__all__ = ["WurkBackend", "WurkTask"]
+
+# Django 6.0 names a success SUCCESSFUL, later versions SUCCEEDED.
+_SUCCESS = getattr(TaskResultStatus, "SUCCESSFUL", None) or TaskResultStatus.SUCCEEDED
+_STATUSES = {R.READY: TaskResultStatus.READY, R.RUNNING: TaskResultStatus.RUNNING,
+             R.FAILED: TaskResultStatus.FAILED, R.SUCCESSFUL: _SUCCESS}
+_RESULT_FIELDS = {f.name for f in dataclasses.fields(TaskResult) if f.init}
+_tasks: dict[str, Task[Any, Any]] = {}  # module path → the task, as its @task made it
+
+
+class WurkTask(Task):
+    """A ``Task`` that registers itself as a wurk job when it is made."""
+
+    __slots__ = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        backend = self.get_backend()
+        _tasks[self.module_path] = self
+        registry.register(JobDefinition(self.module_path, _TaskJob(self.module_path),
+                                        backend.job_options))
+
+
+class _TaskJob:
+    """What the worker calls for a task's job: runs it and keeps its result current."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.__module__ = __name__
+        self.__qualname__ = f"task {path}"
+
+    def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> None:
+        job = current_job() or {}
+        result_id = str(job.get(P.JID, ""))
+        task = _tasks[self.path]
+        backend: WurkBackend = task.get_backend()
+        record = backend.store.update(result_id, _attempt_started)
+        if record is None:  # expired, or written by hand: run it anyway, with a new record
+            record = backend.new_record(task, args, kwargs)
+            _attempt_started(record)
+            backend.store.save(result_id, record)
+        result = backend.to_result(result_id, record, task)
+        task_started.send(sender=type(backend), task_result=result)
+        try:
+            value = task.call(TaskContext(task_result=result), *args, **kwargs) \
+                if task.takes_context else task.call(*args, **kwargs)
+            value = normalize_json(value)
+        except Exception as exc:
+            record = backend.store.update(result_id, functools.partial(_attempt_failed, exc=exc))
+            if record is not None:
+                task_finished.send(sender=type(backend),
+                                   task_result=backend.to_result(result_id, record, task))
+            raise
+        record = backend.store.update(result_id, lambda r: _attempt_succeeded(r, value))
+        if record is not None:
+            task_finished.send(sender=type(backend),
+                               task_result=backend.to_result(result_id, record, task))
+
+
+def _worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _attempt_started(record: R.Record) -> None:
+    at = R.now()
+    record["status"] = R.RUNNING
+    record["started_at"] = record.get("started_at") or at
+    record["last_attempted_at"] = at
+    record.setdefault("worker_ids", []).append(_worker_id())
+
+
+def _attempt_failed(record: R.Record, *, exc: BaseException) -> None:
+    record["status"] = R.READY  # a retry may follow; the death handler says FAILED if not
+    record.setdefault("errors", []).append({
+        "exception_class_path": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "traceback": "".join(traceback.format_exception(exc)),
+    })
+
+
+def _attempt_succeeded(record: R.Record, value: Any) -> None:
+    record["status"] = R.SUCCESSFUL
+    record["finished_at"] = R.now()
+    record["return_value"] = value
+
+
+def _when(value: Any) -> datetime | None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    moment = datetime.fromtimestamp(value, tz=timezone.utc)
+    return moment if settings.USE_TZ else moment.astimezone().replace(tzinfo=None)
+
+
+class WurkBackend(BaseTaskBackend):
+    task_class = WurkTask
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = False
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        options = {str(k).lower(): v for k, v in (params.get("OPTIONS") or {}).items()}
+        ttl = options.pop("result_ttl", R.DEFAULT_RESULT_TTL)
+        if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
+            raise ValueError(f"TASKS[{alias!r}]['OPTIONS']['RESULT_TTL'] must be a number of "
+                             f"seconds ≥ 1, not {ttl!r}")
+        self.job_options = validate_options(options, where=f"TASKS[{alias!r}]['OPTIONS']")
+        self.store = R.ResultStore(ttl=ttl)
+
+    # -- enqueueing -------------------------------------------------------------------------
+    def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
+        self.validate_task(task)
+        result_id = P.new_jid()
+        record = self.new_record(task, list(args), dict(kwargs))
+        item: dict[str, Any] = {**self.job_options, P.CLASS: task.module_path,
+                                P.ARGS: [record["args"], record["kwargs"]],
+                                P.QUEUE: task.queue_name, P.JID: result_id,
+                                P.TRANSACTIONAL: False}
+        if task.run_after is not None and task.run_after.timestamp() > R.now():
+            item[P.AT] = task.run_after.timestamp()
+
+        def send() -> None:
+            self.store.save(result_id, record)
+            default_client().push(item)
+
+        config = default_config()
+        deferred = config.client == "transactional" and config.transaction.after_commit(send)
+        if not deferred:
+            send()
+        result = self.to_result(result_id, record, task)
+        task_enqueued.send(sender=type(self), task_result=result)
+        return result
+
+    def new_record(self, task: Task[Any, Any], args: list[Any],
+                   kwargs: Mapping[str, Any]) -> R.Record:
+        return {"task": task.module_path, "backend": self.alias, "queue": task.queue_name,
+                "status": R.READY, "enqueued_at": R.now(), "started_at": None,
+                "finished_at": None, "last_attempted_at": None,
+                "args": normalize_json(args), "kwargs": normalize_json(dict(kwargs)),
+                "errors": [], "worker_ids": [], "return_value": None,
+                "ttl": self.store.ttl}
+
+    # -- results ----------------------------------------------------------------------------
+    def get_result(self, result_id: str) -> TaskResult[Any]:
+        record = self.store.load(result_id)
+        task = _tasks.get(record["task"]) if record is not None else None
+        if record is None or task is None:
+            raise TaskResultDoesNotExist(result_id)
+        return self.to_result(result_id, record, task)
+
+    def to_result(self, result_id: str, record: R.Record, task: Task[Any, Any]
+                  ) -> TaskResult[Any]:
+        errors = [TaskError(exception_class_path=str(e.get("exception_class_path", "")),
+                            traceback=str(e.get("traceback", "")))
+                  for e in record.get("errors") or [] if isinstance(e, dict)]
+        values: dict[str, Any] = {
+            "task": task, "id": result_id,
+            "status": _STATUSES.get(str(record.get("status")), TaskResultStatus.READY),
+            "enqueued_at": _when(record.get("enqueued_at")),
+            "started_at": _when(record.get("started_at")),
+            "finished_at": _when(record.get("finished_at")),
+            "last_attempted_at": _when(record.get("last_attempted_at")),
+            "args": record.get("args") or [], "kwargs": record.get("kwargs") or {},
+            "backend": record.get("backend") or self.alias, "errors": errors,
+            "worker_ids": [str(w) for w in record.get("worker_ids") or []], "metadata": {},
+        }
+        result = TaskResult(**{k: v for k, v in values.items() if k in _RESULT_FIELDS})
+        object.__setattr__(result, "_return_value", record.get("return_value"))
+        return result

@@ -1,0 +1,79 @@
+"""wurk in a FastAPI (or any Starlette) app: ``FastAPI(lifespan=Wurk(...).lifespan)``.
+
+1. ``lifespan`` mounts the dashboard at ``dashboard`` (behind ``authorize(request)``,
+   required with it) and, with ``worker=True``, runs an embedded worker (threads in this
+   process, ``wurk.Embedded``) from startup to shutdown: at shutdown running jobs get the
+   configuration's ``timeout`` to finish, then go back to their queue. It nests inside an
+   app's own lifespan (``async with wurk_ext.lifespan(app): ...``).
+2. ``Depends(wurk_ext.client)`` gives the configured ``wurk.Client`` to an endpoint.
+3. The configuration is the one given, else the process default (``wurk.configure``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+try:
+    import anyio.to_thread
+    from starlette.requests import Request
+    from starlette.routing import Mount
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError("wurk.contrib.fastapi needs Starlette: pip install 'wurk[fastapi]'") \
+        from exc
+
+from ..client import Client, default_client
+from ..config import Config, default_config
+from ..inprocess import Embedded
+from . import require_authorize
+
+__all__ = ["Wurk"]
+
+Authorize = Callable[[Request], "bool | Awaitable[bool]"]
+
+
+class Wurk:
+    """The dashboard mount, an optional embedded worker, and a client dependency."""
+
+    def __init__(self, config: Config | None = None, *, dashboard: str | None = None,
+                 authorize: Authorize | None = None, worker: bool = False) -> None:
+        require_authorize(dashboard, authorize, "lambda request: is_admin(request); "
+                          "lambda request: True only behind authentication of your own")
+        self._config = config
+        self.dashboard_path = dashboard.rstrip("/") if dashboard else None
+        self.authorize = authorize
+        self.worker = worker
+        self.embedded: Embedded | None = None
+
+    @property
+    def config(self) -> Config:
+        return self._config if self._config is not None else default_config()
+
+    def client(self) -> Client:
+        """A FastAPI dependency: ``client: wurk.Client = Depends(wurk_ext.client)``."""
+        return default_client(self.config)
+
+    @asynccontextmanager
+    async def lifespan(self, app: Any) -> AsyncIterator[None]:
+        config = self.config
+        if self.dashboard_path is not None:
+            self._mount(app, config)
+        embedded = Embedded(config) if self.worker else None
+        if embedded is not None:
+            await anyio.to_thread.run_sync(embedded.start)
+            self.embedded = embedded
+        try:
+            yield
+        finally:
+            if embedded is not None:
+                await anyio.to_thread.run_sync(embedded.stop)
+                self.embedded = None
+
+    def _mount(self, app: Any, config: Config) -> None:
+        path = self.dashboard_path
+        if any(isinstance(route, Mount) and route.path == path for route in app.routes):
+            return  # a second lifespan of the same app (a test client per test)
+        from ..web import create_app
+
+        app.mount(path, create_app(config, authorize=self.authorize), name="wurk")

@@ -1,0 +1,157 @@
+"""wurk in a Flask app: ``Wurk(app)`` or ``wurk_ext.init_app(app)``.
+
+1. Settings: every ``WURK_<SETTING>`` key of ``app.config`` is a ``wurk.Config`` setting
+   (``WURK_REDIS_URL``, ``WURK_CONCURRENCY``…; an unknown one is an error naming it), and
+   ``WURK_IMPORTS`` lists modules the worker loads besides what the app imports. The
+   configuration is made the process default.
+2. Each job runs inside ``app.app_context()`` (server middleware), so jobs use
+   ``current_app``, extensions and their database sessions as views do.
+3. ``dashboard="/wurk"`` mounts the dashboard as routes of the app, behind
+   ``authorize()``, called inside the request (``flask.session``, ``g``, a login
+   extension's ``current_user`` are there); it is required, as the dashboard shows and
+   changes every job. Not mounted by default.
+4. ``flask wurk worker`` runs a worker with this app's configuration; ``flask wurk stats``,
+   ``queues``, ``retries``, ``dead``, ``processes``, ``retry``, ``kill`` are wurk's own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+try:
+    import click
+    from flask import Flask, Response, current_app, has_app_context, request
+    from flask.cli import AppGroup
+except ImportError as exc:  # pragma: no cover - depends on what is installed
+    raise ImportError("wurk.contrib.flask needs Flask: pip install 'wurk[flask]'") from exc
+
+from ..config import Config, configure
+from ..errors import ConfigError
+from . import require_authorize
+from .wsgi_mount import WsgiDashboard, environ_for
+
+__all__ = ["Wurk"]
+
+PREFIX = "WURK_"
+OWN_KEYS = ("imports",)
+EXTENSION = "wurk"
+Authorize = Callable[[], bool]
+
+
+class AppContext:
+    """Server middleware: each job inside the app's context."""
+
+    def __init__(self, app: Flask) -> None:
+        self.app = app
+
+    def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        if has_app_context() and current_app._get_current_object() is self.app:  # type: ignore[attr-defined]
+            return call_next()  # inline in a test or a request: already inside it
+        with self.app.app_context():
+            return call_next()
+
+
+def settings_of(app: Flask) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """``WURK_*`` keys as (wurk settings, modules to import)."""
+    values = {key[len(PREFIX):].lower(): value for key, value in app.config.items()
+              if key.startswith(PREFIX)}
+    imports = values.pop("imports", ())
+    if isinstance(imports, str) or not all(isinstance(m, str) for m in imports):
+        raise ConfigError(f"WURK_IMPORTS must be a list of module paths, not {imports!r}")
+    return values, tuple(imports)
+
+
+class Wurk:
+    """The Flask extension; one per app, or one for several through ``init_app``."""
+
+    def __init__(self, app: Flask | None = None, *, dashboard: str | None = None,
+                 authorize: Authorize | None = None, live: bool = False) -> None:
+        require_authorize(dashboard, authorize, "lambda: session.get('admin') is True, "
+                          "called inside the request")
+        self.dashboard_path = dashboard
+        self.authorize = authorize
+        self.live = live
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        config = self.build_config(app)
+        configure(config)
+        app.extensions[EXTENSION] = self
+        app.cli.add_command(cli_group())
+        if self.dashboard_path is not None and self.authorize is not None:
+            self._mount_dashboard(app, config)
+
+    @staticmethod
+    def build_config(app: Flask, **overrides: Any) -> Config:
+        values, _ = settings_of(app)
+        config = Config.from_mapping({**values, **overrides}, source="app.config WURK_*")
+        config.server_middleware.add(AppContext(app))
+        return config
+
+    def _mount_dashboard(self, app: Flask, config: Config) -> None:
+        dashboard = WsgiDashboard(config, live=self.live)
+        authorize = self.authorize
+        prefix = (self.dashboard_path or "").rstrip("/")
+
+        def view(subpath: str = "") -> Response:
+            if authorize is None or authorize() is not True:  # refused unless exactly True
+                return Response("Forbidden", status=403, mimetype="text/plain")
+            script_name = request.script_root + prefix
+            environ = environ_for(request.environ, script_name=script_name,
+                                  path_info=subpath, body=request.get_data(),
+                                  scheme=request.scheme)
+            status, headers, body = dashboard.respond(environ)
+            return Response(body, status=status, headers=headers)
+
+        methods = ["GET", "POST", "HEAD"]
+        app.add_url_rule(f"{prefix}/", "wurk_dashboard", view, methods=methods)
+        app.add_url_rule(f"{prefix}/<path:subpath>", "wurk_dashboard_path", view,
+                         methods=methods)
+
+
+def cli_group() -> AppGroup:
+    """``flask wurk …``: a worker for the app, and wurk's inspection commands."""
+    from ..cli import inspect
+
+    group = AppGroup("wurk", help="Background jobs: run a worker, look at queues.")
+    group.add_command(worker_command)
+    for command in (inspect.stats_command, inspect.queues_command, inspect.retries_command,
+                    inspect.dead_command, inspect.processes_command, inspect.retry_command,
+                    inspect.kill_command):
+        group.add_command(command)
+    return group
+
+
+@click.command("worker")
+@click.option("-q", "--queue", "queues", multiple=True, metavar="QUEUE[,WEIGHT]",
+              help="Queue to process (repeatable).")
+@click.option("-c", "--concurrency", type=click.IntRange(min=1), default=None,
+              help="Processor threads.")
+@click.option("-t", "--timeout", type=click.FloatRange(min=0), default=None,
+              help="Shutdown timeout in seconds.")
+def worker_command(queues: tuple[str, ...], concurrency: int | None,
+                   timeout: float | None) -> None:
+    """Run a worker with this app's configuration."""
+    from .. import log as wurk_log
+    from ..cli.worker import run_worker
+
+    app: Flask = current_app._get_current_object()  # type: ignore[attr-defined]
+    overrides: dict[str, Any] = {"queues": list(queues)} if queues else {}
+    if concurrency is not None:
+        overrides["concurrency"] = concurrency
+    if timeout is not None:
+        overrides["timeout"] = timeout
+    try:
+        config = Wurk.build_config(app, **overrides)
+        config.check_worker()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    configure(config)
+    wurk_log.setup(fmt=config.log_format, level=config.log_level)
+    for module in settings_of(app)[1]:
+        importlib.import_module(module)
+    run_worker(config)

@@ -1,0 +1,80 @@
+"""Running one job in the calling thread, as a worker would: ``wurk.testing``'s inline mode,
+``drain()`` and ``perform_one()``.
+
+1. The job gets a JSON round-tripped copy of its payload (what a worker would fetch).
+2. It runs through a server middleware chain: the configuration's own unless the mode was
+   given another, so middleware a framework adds (an app context, database connections,
+   saved context variables) wraps it as in the worker.
+3. ``current_job()`` / ``current_jid()`` answer inside it; an ``async def`` job runs to
+   completion on an event loop of its own (on a helper thread when this thread already
+   runs one, as an async test or endpoint does).
+4. An exception propagates to the caller: tests see the failure, nothing is retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import inspect
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from .. import payload as P
+from ..config import Config
+from ..job import registry, reset_running, set_running
+from ..middleware import Chain
+
+__all__ = ["perform"]
+
+# A coroutine run on a helper thread is waited for this long at most: a test that hangs
+# should fail, not stop the suite.
+ASYNC_JOB_TIMEOUT = 300.0
+
+
+def perform(payload: P.Payload, config: Config, chain: Chain | None = None) -> Any:
+    """Run the job ``payload`` describes now; returns what it returned."""
+    job = P.validate(P.loads(P.dumps(payload)))
+    definition = registry.lookup(job[P.CLASS])
+    instance = definition.instantiate(job)
+
+    def run() -> Any:
+        return _finish(definition.call(instance, job[P.ARGS]))
+
+    middleware = chain if chain is not None else config.server_middleware
+    token = set_running(job)
+    try:
+        return middleware.invoke(instance, job, job.get(P.QUEUE, P.DEFAULT_QUEUE), run)
+    finally:
+        reset_running(token)
+
+
+def _finish(result: Any) -> Any:
+    if not inspect.iscoroutine(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(result)
+    return _run_elsewhere(result)
+
+
+def _run_elsewhere(coro: Coroutine[Any, Any, Any]) -> Any:
+    """``asyncio.run`` cannot nest: a loop on a helper thread, in this thread's context."""
+    context = contextvars.copy_context()
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = context.run(asyncio.run, coro)
+        except BaseException as exc:
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, name="wurk-testing-async", daemon=True)
+    thread.start()
+    thread.join(ASYNC_JOB_TIMEOUT)
+    if thread.is_alive():
+        raise TimeoutError(f"an async job ran longer than {ASYNC_JOB_TIMEOUT} s in a test")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")

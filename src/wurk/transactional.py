@@ -1,0 +1,56 @@
+"""Transactional push: a job pushed inside a database transaction is written when it commits.
+
+1. ``wurk.configure(client="transactional", transaction=adapter)`` makes the default client
+   a ``TransactionalClient``. The adapter knows the application's transactions:
+   ``wurk.contrib.sqlalchemy.SQLAlchemyAdapter`` or Django's (its app installs it).
+2. Inside a transaction, ``push`` gives the job its jid at once and hands the whole push —
+   client middleware included, so a unique lock or a batch count is not taken for a job a
+   rollback drops — to ``adapter.after_commit``. A rollback drops it. Outside one, it
+   pushes at once.
+3. ``set(transactional=False)`` pushes at once even inside a transaction (for a job that
+   must run whether or not the data is kept); so does a batch member (``bid``), whose batch
+   counts its jobs at push time.
+4. ``push_bulk`` is not deferred, as in Sidekiq: a long import would otherwise hold every
+   payload in memory until its commit.
+5. A push that fails at commit (Redis down) raises from the commit call, after the data
+   was committed; nothing is kept to push later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+from . import payload as P
+from .client import Client
+
+__all__ = ["TransactionAdapter", "TransactionalClient"]
+
+
+class TransactionAdapter(Protocol):
+    def after_commit(self, callback: Callable[[], None]) -> bool:
+        """Run ``callback`` once the current transaction commits, never if it rolls back;
+        False (nothing scheduled) when no transaction is open."""
+        ...
+
+
+class TransactionalClient(Client):
+    """Defers each push to the surrounding transaction's commit."""
+
+    @property
+    def adapter(self) -> TransactionAdapter:
+        adapter: TransactionAdapter = self.config.transaction
+        return adapter
+
+    def push(self, item: Mapping[str, Any]) -> str | None:
+        job = dict(item)
+        if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID):
+            return super().push(job)
+        if not job.get(P.JID):
+            job[P.JID] = P.new_jid()  # the caller gets it now, e.g. to store in the row
+        if self.adapter.after_commit(lambda: self._push_now(job)):
+            return str(job[P.JID])
+        return super().push(job)
+
+    def _push_now(self, job: P.Payload) -> None:
+        Client.push(self, job)

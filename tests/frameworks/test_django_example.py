@@ -1,0 +1,25 @@
+"""The Django example project's own test suite, under Django's test runner, with a real
+server and a real worker (``examples/django_shop/shop/tests.py``)."""
+
+from __future__ import annotations
+
+import re
+
+from tests.frameworks.conftest import EXAMPLES, run_example
+
+PROJECT = EXAMPLES / "django_shop"
+
+
+def test_the_django_example_passes_under_djangos_test_runner(
+        example_env: dict[str, str]) -> None:
+    result = run_example(PROJECT, ["manage.py", "test", "shop", "-v", "2"], env=example_env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    ran = re.search(r"Ran (\d+) tests?", output)
+    assert ran is not None and int(ran.group(1)) >= 19, output
+    for name in ("test_a_commit_pushes_one_job_after_the_commit",
+                 "test_a_rollback_pushes_nothing",
+                 "test_a_task_enqueued_from_a_view_runs_and_its_result_is_read_back",
+                 "test_a_non_staff_user_is_refused",
+                 "test_staff_see_the_dashboard_under_the_mount"):
+        assert re.search(rf"{name} .*\.\.\. ok", output), f"{name} did not pass:\n{output}"

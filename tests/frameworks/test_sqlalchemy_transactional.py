@@ -1,0 +1,191 @@
+"""Transactional push with SQLAlchemy: pushes wait for the commit, a rollback drops them,
+against a real database (SQLite) and the real server."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Integer, String, create_engine, select
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    mapped_column,
+    scoped_session,
+    sessionmaker,
+)
+
+import wurk
+import wurk.testing
+from tests.helpers.server import Server
+from wurk.contrib.sqlalchemy import SQLAlchemyAdapter
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item: Mapped[str] = mapped_column(String(50))
+
+
+@wurk.job(name="Tx::Ship")
+def ship(order_id: int) -> None: ...
+
+
+@pytest.fixture
+def sessions(tmp_path: Path) -> Iterator[scoped_session[Session]]:
+    engine = create_engine(f"sqlite:///{tmp_path / 'shop.db'}")
+    Base.metadata.create_all(engine)
+    registry = scoped_session(sessionmaker(engine))
+    yield registry
+    registry.remove()
+    engine.dispose()
+
+
+@pytest.fixture
+def tx(redis_server: Server, sessions: scoped_session[Session]) -> wurk.Config:
+    return wurk.configure(redis_url=redis_server.url, client="transactional",
+                          transaction=SQLAlchemyAdapter(sessions))
+
+
+def queued(r: redis.Redis) -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+
+
+def test_a_push_waits_for_the_commit_and_keeps_its_jid(tx: wurk.Config, r: redis.Redis,
+                                                       sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    with session.begin():
+        order = Order(item="book")
+        session.add(order)
+        session.flush()
+        jid = ship.perform_async(order.id)
+        assert jid is not None and len(jid) == 24
+        assert queued(r) == []
+    (job,) = queued(r)
+    assert job["jid"] == jid
+    assert job["args"] == [order.id]
+    assert "transactional" not in job
+
+
+def test_a_rollback_pushes_nothing(tx: wurk.Config, r: redis.Redis,
+                                   sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    session.add(Order(item="book"))
+    ship.perform_async(1)
+    session.rollback()
+    assert queued(r) == []
+    assert session.scalars(select(Order)).all() == []
+    session.add(Order(item="pen"))  # the next transaction does not inherit the dropped push
+    session.commit()
+    assert queued(r) == []
+
+
+def test_closing_without_commit_drops_the_push(tx: wurk.Config, r: redis.Redis,
+                                               sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    session.add(Order(item="book"))
+    ship.perform_async(1)
+    session.close()
+    assert queued(r) == []
+
+
+def test_outside_a_transaction_it_pushes_at_once(tx: wurk.Config, r: redis.Redis) -> None:
+    ship.perform_async(1)
+    assert len(queued(r)) == 1
+
+
+def test_savepoints(tx: wurk.Config, r: redis.Redis,
+                    sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    with session.begin():
+        ship.perform_async(1)
+        with session.begin_nested():
+            ship.perform_async(2)  # released with its savepoint: pushed at the commit
+        savepoint = session.begin_nested()
+        ship.perform_async(3)
+        with session.begin_nested():
+            ship.perform_async(4)  # inside the savepoint rolled back below: dropped
+        savepoint.rollback()
+        ship.perform_async(5)
+        assert queued(r) == []
+    assert sorted(j["args"][0] for j in queued(r)) == [1, 2, 5]
+
+
+def test_transactional_false_and_bulk_push_at_once(tx: wurk.Config, r: redis.Redis,
+                                                   sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    with session.begin():
+        session.add(Order(item="book"))
+        ship.set(transactional=False).perform_async(1)
+        ship.perform_bulk([[2], [3]])
+        assert sorted(j["args"][0] for j in queued(r)) == [1, 2, 3]
+        ship.perform_async(4)
+    assert len(queued(r)) == 4
+    assert all("transactional" not in j for j in queued(r))
+
+
+def test_client_middleware_runs_at_the_commit(tx: wurk.Config, r: redis.Redis,
+                                              sessions: scoped_session[Session]) -> None:
+    calls: list[str] = []
+
+    def count(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        calls.append(payload["jid"])
+        return call_next()
+
+    tx.client_middleware.add(count)
+    session = sessions()
+    with session.begin():
+        session.add(Order(item="book"))
+        jid = ship.perform_async(1)
+        assert calls == []
+    assert calls == [jid]
+    with session.begin():
+        session.add(Order(item="pen"))
+        ship.perform_async(2)
+        session.rollback()
+    assert calls == [jid]
+
+
+def test_fake_mode_sees_only_committed_pushes(tx: wurk.Config,
+                                              sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    with wurk.testing.fake():
+        with session.begin():
+            session.add(Order(item="book"))
+            ship.perform_async(1)
+            assert ship.jobs == []
+        assert len(ship.jobs) == 1
+        ship.clear()
+
+
+def test_transactional_needs_an_adapter(redis_server: Server) -> None:
+    with pytest.raises(wurk.ConfigError, match="client='transactional' needs"):
+        wurk.configure(client="transactional")
+    with pytest.raises(wurk.ConfigError, match="has no after_commit"):
+        wurk.configure(client="transactional", transaction=object())
+
+
+def test_a_push_failing_at_commit_raises_from_the_commit_after_the_data_is_kept(
+        sessions: scoped_session[Session], monkeypatch: pytest.MonkeyPatch,
+        redis_server: Server) -> None:
+    from tests.helpers.server import free_port
+
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{free_port()}/0")  # nobody there
+    wurk.configure(client="transactional", transaction=SQLAlchemyAdapter(sessions),
+                   socket_timeout=1)
+    session = sessions()
+    with pytest.raises(wurk.RedisUnavailable, match="could not push Tx::Ship"), \
+            session.begin():
+        session.add(Order(item="book"))
+        ship.perform_async(1)
+    sessions.remove()
+    assert [o.item for o in sessions().scalars(select(Order))] == ["book"]
