@@ -196,6 +196,7 @@ class Client:
         if sink is None:
             self._write_redis(entries)
         else:
+            batch_accounting.register(self.config, entries)  # the batch is in Redis still
             sink.write(self, entries)
 
     def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:

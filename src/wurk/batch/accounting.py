@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import redis
 
 from .. import payload as P
+from .. import sinks
 from ..errors import BatchError
 from ..scripts import Script
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from .block import Entry
 
 __all__ = ["Calls", "Outcome", "callback_done", "close", "create", "invalidate", "push",
-           "record", "reopen", "write"]
+           "record", "register", "reopen", "write"]
 
 Outcome = Literal["success", "failure", "death"]
 
@@ -59,7 +60,10 @@ class Calls:
 
 
 def _common(config: Config) -> list[object]:
-    return [config.keys.prefix, config.timestamp_format, int(config.dead_timeout)]
+    """What every batch script takes first; with a testing mode's sink selected, the
+    scripts hand jobs back instead of pushing them, and the sink writes them."""
+    return [config.keys.prefix, config.timestamp_format, int(config.dead_timeout),
+            "1" if sinks.selected() is not None else ""]
 
 
 def _run(script: Script, conn: Any, keys: list[str], args: list[object]) -> Any:
@@ -70,6 +74,17 @@ def _run(script: Script, conn: Any, keys: list[str], args: list[object]) -> Any:
         if message.startswith(_REFUSALS):
             raise BatchError(message.split(" ", 1)[1]) from None
         raise
+
+
+def _fired(config: Config, reply: Any) -> int:
+    """The result of a script that may fire; callback jobs it handed back (a testing mode)
+    go to the selected sink through the client."""
+    handed = reply[1:]
+    if handed:
+        from ..client import default_client  # the client imports this package
+
+        default_client(config)._write([(P.loads(raw), None) for raw in handed])
+    return int(reply[0])
 
 
 def create(conn: Any, config: Config, *, bid: str, description: str, callback_queue: str,
@@ -86,16 +101,17 @@ def reopen(conn: Any, config: Config, bid: str) -> None:
 
 
 def close(conn: Any, config: Config, bid: str) -> bool:
-    return bool(_run(_CLOSE, conn, [], [*_common(config), bid]))
+    return bool(_fired(config, _run(_CLOSE, conn, [], [*_common(config), bid])))
 
 
 def record(conn: Any, config: Config, bid: str, jid: str, outcome: Outcome) -> bool:
     """Count one attempt's end; True when it changed the batch (False: counted already)."""
-    return bool(_run(_JOB, conn, [], [*_common(config), bid, jid, outcome]))
+    return bool(_fired(config, _run(_JOB, conn, [], [*_common(config), bid, jid, outcome])))
 
 
 def callback_done(conn: Any, config: Config, bid: str, event: str, jid: str) -> bool:
-    return bool(_run(_CALLBACK_DONE, conn, [], [*_common(config), bid, event, jid]))
+    return bool(_fired(config, _run(_CALLBACK_DONE, conn, [],
+                                     [*_common(config), bid, event, jid])))
 
 
 def invalidate(conn: Any, config: Config, bid: str) -> int:
@@ -121,7 +137,8 @@ def push(conn: Any, config: Config, bid: str, entries: Sequence[Entry],
 
 def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[str]:
     """The client's last step for jobs of the open block: push and register them, and count
-    them towards the block. Returns the jids refused as duplicates of a unique job."""
+    them towards the block. Returns the jids refused as duplicates of a unique job. With a
+    testing mode's sink selected they are only registered: the sink writes them."""
     from .block import current
 
     block = current()
@@ -130,6 +147,17 @@ def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[
     _, refused = push(Calls(client), config, block.bid, entries)
     block.pushed += len(entries) - len(refused)
     return refused
+
+
+def register(config: Config, entries: Sequence[Entry]) -> set[str]:
+    """For a testing mode's sink: register the open block's jobs among ``entries`` with its
+    batch before the sink keeps or runs them."""
+    from .block import split
+
+    _, in_batch = split(entries)
+    if not in_batch:
+        return set()
+    return config.pool("client").run(lambda client: write(client, config, in_batch))
 
 
 def decode_callbacks(raw: str | bytes | None) -> list[tuple[str, str, dict[str, Any]]]:

@@ -2,12 +2,12 @@
 -- batch_open.lua set, join the parent batch (only now, so a block cut short by a crash
 -- never holds its parent back), and fire whatever is due.
 --
--- ARGV[1..3]  prefix, timestamp format, dead timeout
--- ARGV[4]     bid
--- Returns 1, or 0 when the batch no longer exists.
-init(ARGV[1], ARGV[2], ARGV[3])
-local bid = ARGV[4]
-if redis.call('EXISTS', bkey(bid)) == 0 then return 0 end
+-- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back
+-- ARGV[5]     bid
+-- Returns reply(1), or reply(0) when the batch no longer exists (batch_lib.lua).
+init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local bid = ARGV[5]
+if redis.call('EXISTS', bkey(bid)) == 0 then return reply(0) end
 redis.call('HINCRBY', bkey(bid), 'pending', -1)
 local B = lib()
 local parent = B.parent_of(bid)
@@ -18,4 +18,4 @@ if parent then
 end
 B.touch(bid)
 B.try_fire(bid)
-return 1
+return reply(1)

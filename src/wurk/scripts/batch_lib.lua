@@ -2,10 +2,13 @@
 --
 -- A batch's state (the b-<bid> family) only ever changes inside one of these scripts, so a
 -- count moves at most once per jid: the result of an SREM/SADD decides, never a counter
--- alone. Every script starts with `init(ARGV[1], ARGV[2], ARGV[3])`:
+-- alone. Every script starts with `init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])`:
 --   ARGV[1]  the key prefix ('' or 'ns:')
 --   ARGV[2]  timestamp format of the *_at fields and callback payloads: 'ms' or 'float'
 --   ARGV[3]  seconds a batch with a dead job is kept (the dead set's timeout)
+--   ARGV[4]  '1' to hand jobs back instead of pushing them (a testing mode's sink writes
+--            them); '' in production. Scripts that may fire return `reply(result)`:
+--            {result, payload of each callback job handed back...}
 -- Times come from Redis's clock (TIME): every process agrees on them.
 --
 -- Only `init`, `bkey`, `present` and `refresh` are made on every call: the rest — firing
@@ -22,10 +25,18 @@ local SUFFIXES = {'', '-jids', '-failed', '-died', '-kids', '-pkids', '-notify',
 
 local C = {}
 
-local function init(prefix, fmt, dead_ttl)
+local function init(prefix, fmt, dead_ttl, hand_back)
   C.prefix = prefix
   C.fmt = fmt
   C.dead_ttl = tonumber(dead_ttl) or PENDING_TTL
+  C.hand_back = hand_back == '1'
+  C.handed = {}
+end
+
+local function reply(result)
+  local out = {result}
+  for _, payload in ipairs(C.handed) do out[#out + 1] = payload end
+  return out
 end
 
 local function bkey(bid, suffix)
@@ -146,8 +157,12 @@ local function lib()
           at .. ',"enqueued_at":' .. at .. '}'
         -- Stored text that does not make a JSON payload is skipped, never pushed broken.
         if pcall(cjson.decode, payload) then
-          redis.call('SADD', C.prefix .. 'queues', queue)
-          redis.call('LPUSH', C.prefix .. 'queue:' .. queue, payload)
+          if C.hand_back then
+            C.handed[#C.handed + 1] = payload
+          else
+            redis.call('SADD', C.prefix .. 'queues', queue)
+            redis.call('LPUSH', C.prefix .. 'queue:' .. queue, payload)
+          end
           pushed = pushed + 1
         end
       end
