@@ -77,3 +77,31 @@ def test_an_empty_block_in_fake_mode(config: wurk.Config) -> None:
         assert [j["class"] for j in wurk.testing.jobs()] == ["Sidekiq::Batch::Empty"]
         wurk.testing.drain_all()
     assert sorted(runs) == ["complete", "success"]
+
+
+class _Deferring:
+    """A transaction that is always open: every deferred push waits for commit()."""
+
+    def __init__(self) -> None:
+        self.pending: list[Any] = []
+
+    def after_commit(self, callback: Any) -> bool:
+        self.pending.append(callback)
+        return True
+
+    def commit(self) -> None:
+        for callback in self.pending:
+            callback()
+        self.pending.clear()
+
+
+def test_a_transactional_client_pushes_batch_jobs_at_once(redis_server: Any) -> None:
+    adapter = _Deferring()
+    config = wurk.configure(redis_url=redis_server.url, client="transactional",
+                            transaction=adapter)
+    step.perform_async(0)  # outside a batch: deferred to the commit
+    batch = wurk.Batch()
+    with batch.jobs():
+        step.perform_async(1)  # inside: joins the batch now
+    assert len(adapter.pending) == 1
+    assert wurk.BatchStatus(batch.bid, config=config).total == 1
