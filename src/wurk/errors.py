@@ -45,6 +45,7 @@ __all__ = [
     "UnparseablePayload",
     "UnsupportedServer",
     "WurkError",
+    "is_shutdown",
 ]
 
 
@@ -56,6 +57,19 @@ class Shutdown(BaseException):
     """
 
     __module__ = "wurk"
+
+
+def is_shutdown(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, the shutdown's interrupt (a job that wrapped the
+    ``Shutdown`` in an error of its own was interrupted all the same)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, Shutdown):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class WurkError(Exception):

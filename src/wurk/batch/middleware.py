@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import payload as P
-from ..errors import RedisUnavailable, Shutdown
+from ..errors import RedisUnavailable, is_shutdown
 from ..lending import redis as lent_redis
 from ..reporting import report_error
 from . import accounting
@@ -67,28 +67,14 @@ class BatchClientMiddleware:
 def count(config: Config, bid: str, jid: str, outcome: accounting.Outcome) -> bool:
     """Count one attempt's end, sent again while Redis is unreachable; raises the last
     ``RedisUnavailable`` when it never got through."""
-    failure: RedisUnavailable | None = None
-    for wait in (0.0, *COUNT_RETRIES):
-        if wait:
-            time.sleep(wait)
+    for wait in COUNT_RETRIES:
         try:
             with lent_redis(config) as conn:
                 return accounting.record(conn, config, bid, jid, outcome)
-        except RedisUnavailable as exc:
-            failure = exc
-    assert failure is not None
-    raise failure
-
-
-def _is_shutdown(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, Shutdown):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+        except RedisUnavailable:
+            time.sleep(wait)  # a restart or a failover: the count is safe to send again
+    with lent_redis(config) as conn:
+        return accounting.record(conn, config, bid, jid, outcome)
 
 
 def _over_limit(config: Config, exc: BaseException) -> bool:
@@ -122,7 +108,7 @@ class BatchServerMiddleware:
         try:
             result = call_next()
         except Exception as exc:
-            if not _is_shutdown(exc) and not _over_limit(self.config, exc):
+            if not is_shutdown(exc) and not _over_limit(self.config, exc):
                 self._count_failure(bid, jid, payload)
             raise
         if payload.get(OVERRATED) != overrated:
