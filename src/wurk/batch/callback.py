@@ -24,9 +24,11 @@ from .middleware import worker_config
 from .model import CALLBACK_CLASS, EMPTY_CLASS
 from .status import BatchStatus
 
-__all__ = ["RUBY_CALLBACK_CLASS", "Callback", "Empty", "resolve"]
+__all__ = ["BUILTIN_JOBS", "RUBY_CALLBACK_CLASS", "Callback", "Empty", "resolve"]
 
 RUBY_CALLBACK_CLASS = "Wurk::Batch::CallbackJob"
+# Registered in every process that builds a Config: they are no application's jobs.
+BUILTIN_JOBS = (CALLBACK_CLASS, RUBY_CALLBACK_CLASS, EMPTY_CLASS)
 
 
 def resolve(target: str, event: str) -> Any:
