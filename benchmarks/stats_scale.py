@@ -3,8 +3,8 @@ set. Measures each command as a real subprocess: wall time and peak RSS (``wait4
 
     python -m benchmarks.stats_scale [--jobs 1000000] [--dead 100000] [--runs 5]
 
-Uses REDIS_URL when set (its data is flushed!), else starts a private server. The target
-(issue 8): under 1 s and under 100 MB RSS for ``wurk stats --json``. ``wurk queues --json``
+Uses REDIS_URL when set (its data is flushed!), else starts a private server. The target:
+under 1 s and under 100 MB RSS for ``wurk stats --json``. ``wurk queues --json``
 and ``wurk dead`` (the first page of the dead set) are measured alongside for reference, and
 ``wurk --version`` as the floor (starting Python and importing wurk, click and redis-py).
 

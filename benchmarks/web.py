@@ -5,7 +5,7 @@
 Seeds the retry set (plus a few queues, a process and some dead jobs), serves the dashboard
 with uvicorn on loopback and times full page loads over one keep-alive connection: the
 Dashboard, Retries (first page and a deep page), Queues, and the /stats document the live
-stream sends. Prints p50 and p95 per page; the target (issue 9) is p95 < 100 ms.
+stream sends. Prints p50 and p95 per page; the target is p95 < 100 ms.
 
 Uses REDIS_URL when set (its data is flushed!), else starts a private server.
 """

@@ -1,4 +1,4 @@
-"""wurk side by side with its peers, on one private Redis (issue 7).
+"""wurk side by side with its peers, on one private Redis.
 
     python -m benchmarks.peers.run [--runs 3] [--jobs 20000] [--only sidekiq,dramatiq]
                                    [--scaling] [--json out.json]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from . import context
 from .batch import Batch, BatchStatus, current_batch
-from .client import Client, push, push_bulk
+from .client import Client
 from .config import Capsule, Config, configure, default_config
 from .errors import (
     BatchError,
@@ -41,6 +41,7 @@ from .job import (
 )
 from .lending import Connection, redis
 from .poison import on_poison
+from .pushing import push, push_bulk
 
 __version__ = "0.1.0"
 

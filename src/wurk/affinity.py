@@ -23,7 +23,7 @@ process per core (the swarm does) and turn it on.
    pinned thread woken at a light load waits for its one CPU when Redis or another process
    is on it (p99 push-to-start 3.2 ms pinned against 1.8 ms unpinned at 200 jobs/s). CPUs
    given by number are held always. Only processor threads are touched: a host process's
-   own threads (embedded mode) keep theirs.
+   own threads (the in-process worker's host) keep theirs.
 """
 
 from __future__ import annotations

@@ -22,13 +22,14 @@ from typing import Any
 
 from . import payload as P
 from . import sinks
-from .batch import accounting as batch_accounting
-from .batch import block as batch_block
+from .batch.accounting import register as register_in_batch
+from .batch.accounting import write as write_in_batch
+from .batch.block import split as split_batch
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
 
-__all__ = ["Client", "push", "push_bulk"]
+__all__ = ["Client"]
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -196,14 +197,14 @@ class Client:
         if sink is None:
             self._write_redis(entries)
         else:
-            batch_accounting.register(self.config, entries)  # the batch is in Redis still
-            sink.write(self, entries)
+            register_in_batch(self.config, entries)  # the batch is in Redis still
+            sink.write(self.config, entries)
 
     def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
         keys = self.config.keys
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
-        plain, in_batch = batch_block.split(entries)
+        plain, in_batch = split_batch(entries)
         for job, at in plain:
             if at is not None:
                 scheduled[P.dumps(job)] = float(at)
@@ -221,7 +222,7 @@ class Client:
                         pipe.lpush(keys.queue(queue), *jsons)
                 pipe.execute()
             if in_batch:
-                batch_accounting.write(redis, self.config, in_batch)
+                write_in_batch(redis, self.config, in_batch)
 
         try:
             self.pool.run(send)
@@ -237,33 +238,3 @@ def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Excepti
     return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
             "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
             "mid-command, the push may have reached Redis.)")
-
-
-_clients: dict[int, Client] = {}
-
-
-def default_client(config: Config | None = None) -> Client:
-    """One client per configuration object, made on first use."""
-    cfg = config if config is not None else default_config()
-    client = _clients.get(id(cfg))
-    if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
-    return client
-
-
-def _client_class(config: Config) -> type[Client]:
-    if config.client == "transactional":
-        from .transactional import TransactionalClient  # it builds on this module
-
-        return TransactionalClient
-    return Client
-
-
-def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
-    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
-    return default_client(config).push(item)
-
-
-def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
-    return default_client(config).push_bulk(item)
-

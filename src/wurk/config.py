@@ -265,9 +265,6 @@ class Config:
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
         self.validate()
-        from .batch import install as install_batches  # batches import this module
-
-        install_batches(self)
 
     # -- building ---------------------------------------------------------------------------
     @classmethod

@@ -9,7 +9,10 @@
    none of that name is an error (a typo would silently run with the top level only); in
    a file without sections, ``-e`` only names the environment, as in Sidekiq.
 5. ``${VAR}`` and ``${VAR:-default}`` are replaced from the environment — no code runs
-   (Sidekiq's ERB was a security hole).
+   (Sidekiq's ERB was a security hole). They are replaced inside each parsed scalar, never in
+   the YAML text: a value holding a newline or ``key: value`` stays one value and cannot add
+   settings. An unquoted scalar that holds a variable is typed after the replacement
+   (``concurrency: ${N}`` is an int), as if the value had been written there.
 6. Every problem is a ``ConfigError`` naming the file and the key; an unknown key is given
    the closest known setting (``retries`` → ``max_retries``).
 """
@@ -48,7 +51,7 @@ def load_file(path: str | os.PathLike[str], environment: str | None = None) -> d
         raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start}); save it as UTF-8") \
             from None
     try:
-        data = yaml.safe_load(_interpolate(text, source))
+        data = _parse(text, source)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{source}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:
@@ -65,6 +68,43 @@ def _one_line(exc: Exception) -> str:
     return " ".join(part.strip() for part in str(exc).splitlines() if part.strip())
 
 
+def _parse(text: str, source: Path) -> Any:
+    """``yaml.safe_load``, with the environment variables replaced inside the parsed nodes
+    (between composing and constructing, so an unquoted value is still typed)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _substitute(node, loader, source, set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _substitute(node: yaml.Node, loader: yaml.SafeLoader, source: Path, seen: set[int]) -> None:
+    if id(node) in seen:  # an alias: the node it names is replaced once
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.ScalarNode):
+        if "${" not in node.value:
+            return
+        node.value = _interpolate(node.value, source)
+        if node.style is None and node.tag == _STR_TAG:  # unquoted, no explicit tag
+            node.tag = loader.resolve(  # type: ignore[no-untyped-call]
+                yaml.ScalarNode, node.value, (True, False))
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _substitute(item, loader, source, seen)
+    elif isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            _substitute(key, loader, source, seen)
+            _substitute(value, loader, source, seen)
+
+
 def _interpolate(text: str, source: Path) -> str:
     def replace(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
@@ -76,6 +116,7 @@ def _interpolate(text: str, source: Path) -> str:
             return default
         return value
 
+    # One pass: a value that itself holds ``${…}`` is kept as it is, never expanded again.
     return _VARIABLE.sub(replace, text)
 
 

@@ -23,7 +23,7 @@
         └── BatchError                              a batch that cannot take the request
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
-``wurk.InvalidPayload`` (``decisions.md`` 7), whatever file defines it.
+``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it.
 """
 
 from __future__ import annotations

@@ -1,16 +1,19 @@
 """The heartbeat: who this process is, what it runs, that it is alive (``wire-format.md`` §7).
 
 1. ``Identity``: ``<hostname>:<pid>:<nonce>``; the nonce is made once per process image, so a
-   forked child keeps its parent's nonce and a swarm parent knows each child's identity.
+   forked child keeps its parent's nonce and a swarm parent knows each child's identity. It
+   also carries the machine's boot id and the pid namespace's inode, written to the ``info``
+   JSON: a reaper may judge a pid only when both match its own (containers sharing one
+   hostname each have their own pids, and a pid means nothing in another namespace).
 2. ``Heartbeat.beat`` does, every ``heartbeat_interval`` (10 s): flush stats; rewrite the work
-   map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4, ``decisions.md`` 2);
+   map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4: both dashboards);
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
    ``concurrency`` in both places) with a 60 s TTL and pop one remote signal.
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
-   in-flight lists owned) before it holds any job (``decisions.md`` 3). ``wait_visible``
+   in-flight lists owned) before it holds any job, so no reaper grace is needed. ``wait_visible``
    holds the processors back until a beat has landed — when the first one failed, or after
    an outage long enough for the record to expire — since a reaper takes the jobs of a live
-   process without a record for a dead one's (``decisions.md`` 11).
+   process without a record for a dead one's.
 4. ``clear`` removes the record at exit, after a last stats flush.
 5. A Redis error is reported once when the outage starts and logged once with its length at
    the end; while it lasts, beats are tried with the capped backoff (``wurk.outage``), so
@@ -62,18 +65,53 @@ def hostname() -> str:
     return os.environ.get("DYNO") or socket.gethostname()
 
 
+_BOOT_ID = "/proc/sys/kernel/random/boot_id"
+_PID_NAMESPACE = "/proc/self/ns/pid"
+
+
+def boot_id() -> str | None:
+    """This boot of the kernel (Linux), or None where it cannot be read."""
+    try:
+        with open(_BOOT_ID, encoding="ascii") as source:
+            return source.read().strip() or None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def pid_namespace() -> int | None:
+    """The inode of this process's pid namespace (Linux), or None where it cannot be read:
+    two processes see the same pids only when it and the boot id are the same."""
+    try:
+        return os.stat(_PID_NAMESPACE).st_ino
+    except OSError:
+        return None
+
+
 @dataclass(frozen=True)
 class Identity:
     hostname: str
     pid: int
     nonce: str
     started_at: float = field(default_factory=time.time)
+    boot_id: str | None = None
+    pid_namespace: int | None = None
 
     @classmethod
     def current(cls) -> Identity:
         # The process's own start time, so a reaper on this host can tell a reused pid from
-        # the owner (decisions.md 11).
-        return cls(hostname(), os.getpid(), process_nonce(), psutil.Process().create_time())
+        # the owner; the boot id and pid namespace, so it judges pids only where they mean
+        # the same process.
+        return cls(hostname(), os.getpid(), process_nonce(), psutil.Process().create_time(),
+                   boot_id(), pid_namespace())
+
+    def shares_pids_with(self, info: dict[str, Any]) -> bool:
+        """Whether the process whose ``info`` JSON this is sees the same pids as this one:
+        same boot, same pid namespace, both recorded. Anything else (another container
+        under the same hostname, a process of another program) proves nothing."""
+        if self.boot_id is None or self.pid_namespace is None:
+            return False
+        return (info.get("boot_id") == self.boot_id
+                and info.get("pid_namespace") == self.pid_namespace)
 
     def __str__(self) -> str:
         return f"{self.hostname}:{self.pid}:{self.nonce}"

@@ -3,13 +3,13 @@
 1. ``Embedded(config)``: a worker's launcher inside the host's process (a web server),
    threads only, no signal handlers of its own; ``start()`` / ``quiet()`` / ``stop()``.
    The host calls ``stop()`` from its graceful-shutdown hook. ``embed(config)`` is the
-   one-line form returning a started one (``decisions.md`` 20).
+   one-line form returning a started one.
 2. The drain is registered with ``atexit`` before anything starts, so a boot that fails
    half-way still drains what did start; ``stop()`` removes it, and it does nothing in a
    forked child.
 3. Remote quiet and stop (the dashboard's buttons) are refused: the host owns its shutdown.
 4. ``boot_swarm(config, settings)``: a swarm whose supervisor runs on a background thread of
-   the host (seed 000): at-exit drain registered before the first fork; at exit it asks the
+   the host: at-exit drain registered before the first fork; at exit it asks the
    supervisor to drain and waits timeout + grace + 1 s for it; it drains by itself only when
    no supervisor is alive, and leaves a wedged one alone (the children then exit through
    their orphan guard when the host is gone).
@@ -38,7 +38,7 @@ __all__ = ["Embedded", "SwarmHost", "boot_swarm", "embed"]
 log = logging.getLogger("wurk")
 
 # What the exit hook waits for the supervisor thread beyond the swarm's own drain budget:
-# one supervise tick to notice the request, plus slack for the last reap (seed 000).
+# one supervise tick to notice the request, plus slack for the last reap.
 DRAIN_JOIN_SLACK = 1.0
 
 
@@ -71,7 +71,7 @@ class Embedded:
 
         with self._lock:
             if self.launcher is not None:
-                raise RuntimeError("this embedded worker was already started")
+                raise RuntimeError("this in-process worker was already started")
             self.launcher = Launcher(self.config, embedded=True,
                                      on_remote_signal=self._remote_signal)
         _setup_logging(self.config)
@@ -105,7 +105,7 @@ class Embedded:
         if name == "TTIN":
             dump_threads()
         else:
-            log.warning("embedded worker: ignoring remote %s; the host process owns quiet "
+            log.warning("in-process worker: ignoring remote %s; the host process owns quiet "
                         "and stop", name)
 
     def __enter__(self) -> Embedded:

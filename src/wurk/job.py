@@ -25,14 +25,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
+from .client import Client
 from .config import Config, parse_queue
 from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
-
-if TYPE_CHECKING:
-    from .testing import FakeStore
+from .pushing import default_client
+from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
            "current_job", "interrupted", "job", "registry"]
@@ -355,9 +355,7 @@ class JobSetter(Generic[Params]):
         self.definition = definition
         self.options = validate_options(opts, where=f"{definition.name}.set()")
 
-    def _client(self) -> Any:
-        from .client import default_client
-
+    def _client(self) -> Client:
         return default_client(self._config)
 
     def _item(self, args: list[Any]) -> dict[str, Any]:
@@ -371,7 +369,7 @@ class JobSetter(Generic[Params]):
             self.perform_inline(*args, **kwargs)
             return None
         payload = self._item(self.definition.positional(args, kwargs))
-        return self._client().push(payload)  # type: ignore[no-any-return]
+        return self._client().push(payload)
 
     def perform_in(self, interval: Interval, /, *args: Params.args,
                    **kwargs: Params.kwargs) -> str | None:
@@ -385,7 +383,7 @@ class JobSetter(Generic[Params]):
         item = self._item(self.definition.positional(args, kwargs))
         if at > time.time():  # a time already past pushes now (Sidekiq's shortcut)
             item[P.AT] = at
-        return self._client().push(item)  # type: ignore[no-any-return]
+        return self._client().push(item)
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
@@ -400,18 +398,18 @@ class JobSetter(Generic[Params]):
                           else _epoch(at))  # type: ignore[arg-type]
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
-        return self._client().push_bulk(item)  # type: ignore[no-any-return]
+        return self._client().push_bulk(item)
 
     def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         """Run now, in this thread, through client and server middleware (Sidekiq's
         ``perform_inline``); returns the job's result, or None if a middleware stopped it."""
         client = self._client()
-        job = client.normalize(self._item(self.definition.positional(args, kwargs)))
-        job = client._through_middleware(job)
-        if job is None:
+        normalized = client.normalize(self._item(self.definition.positional(args, kwargs)))
+        passed = client._through_middleware(normalized)
+        if passed is None:
             return None
-        P.check_args(job[P.ARGS])
-        job = P.loads(P.dumps(job))
+        P.check_args(passed[P.ARGS])
+        job = P.loads(P.dumps(passed))
         instance = self.definition.instantiate(job)
 
         def run() -> Any:
@@ -458,10 +456,8 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
         return f"<wurk job {self.name!r}>"
 
 
-def _fake_store() -> FakeStore:
-    from .testing import store  # imported on use: testing builds on this module
-
-    return store
+def _fake_store() -> KeptJobs:
+    return kept()
 
 
 class _FakeJobs:
@@ -560,15 +556,17 @@ class Job:
     @property
     def batch(self) -> Any:
         """The ``wurk.Batch`` this job belongs to (to reopen it), or None."""
-        from .batch import Batch  # batches build on jobs
+        from .batch.block import worker_config
+        from .batch.model import Batch  # batches build on jobs
 
-        return Batch(self.bid) if self.bid else None
+        return Batch(self.bid, config=worker_config()) if self.bid else None
 
     def valid_within_batch(self) -> bool:
         """False once this job's batch was invalidated: return early then."""
-        from .batch import valid_within_batch
+        from .batch.block import worker_config
+        from .batch.status import invalidated
 
-        return valid_within_batch()
+        return not (self.bid and invalidated(self.bid, config=worker_config()))
 
     @classmethod
     def set(cls, **options: Any) -> JobSetter[...]:

@@ -39,7 +39,9 @@ class Keys:
         "queues",
         "reaper_lock",
         "retry",
+        "retry_claims",
         "schedule",
+        "schedule_claims",
         "stat_failed",
         "stat_processed",
         "super_processes",
@@ -60,6 +62,8 @@ class Keys:
         self.leader = f"{p}dear-leader"
         self.leader_token = f"{p}leader-token"
         self.reaper_lock = f"{p}wurk:reaper:full-scan"
+        self.schedule_claims = f"{p}wurk:claimed:schedule"
+        self.retry_claims = f"{p}wurk:claimed:retry"
         self.super_processes = f"{p}super_processes"
         self.batches = f"{p}batches"
         self.batch_died = f"{p}batch-died"
@@ -70,7 +74,8 @@ class Keys:
 
     @property
     def queue_prefix(self) -> str:
-        """What precedes a queue name in its list key (passed to Lua, ``decisions.md`` 12)."""
+        """What precedes a queue name in its list key (passed to Lua, which builds queue keys
+        from payloads, so names are still spelled here only)."""
         return f"{self.prefix}queue:"
 
     def queue_name(self, key: str) -> str:
@@ -94,6 +99,14 @@ class Keys:
         """SCAN pattern matching every private list of either layout."""
         return f"{self.queue_prefix}*|*"
 
+    def claims_of(self, scheduled_set: str) -> str:
+        """The scheduler's claims on due members of ``schedule`` or ``retry``: members taken
+        out for a push through the client, not yet pushed (ZSET, scored by claim time)."""
+        claims = {self.schedule: self.schedule_claims, self.retry: self.retry_claims}
+        if scheduled_set not in claims:
+            raise ValueError(f"{scheduled_set!r} is neither the schedule nor the retry set")
+        return claims[scheduled_set]
+
     # -- processes --------------------------------------------------------------------------
     def process(self, identity: str) -> str:
         return f"{self.prefix}{identity}"
@@ -102,7 +115,7 @@ class Keys:
         return f"{self.prefix}{identity}:work"
 
     def workers(self, identity: str) -> str:
-        """Sidekiq 6.4's name for the work hash (``decisions.md`` 2)."""
+        """Sidekiq 6.4's name for the work hash (its Busy page reads only this one)."""
         return f"{self.prefix}{identity}:workers"
 
     def signals(self, identity: str) -> str:

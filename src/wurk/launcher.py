@@ -12,7 +12,7 @@
    ends the wait for running jobs at once: they go back to their queues, then the rest of
    the stop runs as ever.
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
-   does, through a self-pipe; embedded mode leaves signals to its host).
+   does, through a self-pipe; the in-process worker leaves signals to its host).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from typing import Any
 
 from . import __version__, affinity
 from . import log as wurk_log
+from .batch.middleware import install as install_batches
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
@@ -107,6 +108,8 @@ class Launcher:
             "hostname": self.identity.hostname,
             "started_at": self.identity.started_at,
             "pid": self.identity.pid,
+            "boot_id": self.identity.boot_id,
+            "pid_namespace": self.identity.pid_namespace,
             "tag": self.config.tag,
             "concurrency": self.concurrency,
             "queues": queues,
@@ -140,6 +143,7 @@ class Launcher:
             if self._started:
                 raise RuntimeError("this launcher was already started")
             self._started = True
+        install_batches(self.config)  # before the freeze: the chains take no edit after
         self.config.freeze()
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)

@@ -2,7 +2,7 @@
 
 1. ``setup`` installs one handler on the ``wurk`` logger (stdout), in the pretty, plain or
    JSON format (``ts``, ``pid``, ``tid``, ``lvl``, ``msg``, ``ctx``), as Sidekiq's formatters.
-   Only the CLI and embedded mode call it: a library must not configure logging on import.
+   Only the CLI and the in-process worker call it: a library must not configure logging on import.
    ``route_application_logs`` (the worker, once the job modules are loaded) gives the root
    logger the same handler, so a job's own ``logging.getLogger("myapp")`` lines come out
    in wurk's format with the job's context — unless the application configured logging

@@ -5,7 +5,7 @@
 3. ``quiet`` stops fetching; running jobs finish.
 4. ``stop(deadline)`` quiets, waits for running jobs until the deadline, then — the order
    matters — puts every unfinished job back on its queue, and only then interrupts the job
-   threads and gives them ``shutdown_grace`` seconds (``decisions.md`` 10). It is worse to lose
+   threads and gives them ``shutdown_grace`` seconds. It is worse to lose
    a job than to run it twice.
 """
 

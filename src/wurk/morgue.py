@@ -2,7 +2,7 @@
 
 1. ``bury`` adds one raw entry and trims the set in the same transaction, with the two
    commands and limits Sidekiq uses (``wire-format.md`` §6.4) — including the rank trim's
-   off-by-one, so Ruby and Python agree on which entries survive (``decisions.md`` 4).
+   off-by-one, so Ruby and Python agree on which entries survive.
 2. ``kill`` buries a parsed job and then runs the death handlers (unless told not to).
 
 Sidekiq wrote the trimming twice (retry and API); keeping one writer keeps one rule.
@@ -47,7 +47,7 @@ class Morgue:
                 pipe.zremrangebyrank(key, 0, last_rank)
             pipe.execute()
 
-        # Not replayed after a broken connection: only reads are (decisions.md 17); a lost
+        # Not replayed after a broken connection: only reads are (a write may apply twice); a lost
         # reply surfaces as RedisUnavailable to the caller, which decides.
         self.pool.run(write)
 

@@ -1,8 +1,10 @@
 """Riding out a Redis outage: back off with a cap, say when it starts and how long it lasted.
 
-1. ``Backoff``: the wait before the next try after a failure, doubling from ``FIRST_WAIT`` to
-   ``MAX_WAIT``; reset by a success. A loop that retries Redis never spins and notices a
-   restarted server within ``MAX_WAIT``.
+1. ``Backoff``: the wait before the next try after a failure — full jitter: drawn at random
+   between 0 and a ceiling that doubles from ``FIRST_WAIT`` to ``MAX_WAIT``; reset by a
+   success. Every thread of every process lost Redis at the same moment; drawn waits spread
+   their retries, so a Redis that comes back is not hit by all of them in the same instant.
+   A loop that retries Redis never spins and notices a restarted server within ``MAX_WAIT``.
 2. ``Outage``: one component's outage, shared by its threads (a capsule's processors), so
    an outage makes two lines whatever the concurrency: the first failure is reported (to the
    error handlers, or the log) and the end is logged with its length and the number of
@@ -12,6 +14,7 @@
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -27,34 +30,43 @@ log = logging.getLogger("wurk")
 
 # The first retry comes soon: a cut connection or a failover usually heals at once.
 FIRST_WAIT = 0.1
-# Never more than this between tries: a thread makes about a dozen tries in a 30 s outage,
-# and Redis coming back is noticed within this long.
+# Never more than this between tries: a thread makes about two dozen tries in a 30 s outage
+# (the drawn waits average half the ceiling), and Redis coming back is noticed within this.
 MAX_WAIT = 5.0
 
 
 class Backoff:
-    """Waits that double after each failure, from ``first`` up to ``cap``."""
+    """Waits drawn at random below a ceiling that doubles after each failure, from ``first``
+    up to ``cap`` ("full jitter")."""
 
     def __init__(self, first: float = FIRST_WAIT, cap: float = MAX_WAIT) -> None:
         self.first = first
         self.cap = cap
         self.failures = 0
+        self._wait = 0.0
 
     def next_wait(self) -> float:
-        """Count one failure; the wait before the next try."""
+        """Count one failure; draw the wait before the next try."""
         self.failures += 1
-        return self.wait
+        self._wait = random.uniform(0.0, self.ceiling)
+        return self._wait
 
     @property
-    def wait(self) -> float:
-        """The current wait (0 while healthy)."""
+    def ceiling(self) -> float:
+        """The longest the current wait can be (0 while healthy)."""
         if self.failures == 0:
             return 0.0
         # The exponent is bounded so a very long outage cannot overflow the float.
         return min(self.cap, self.first * 2.0 ** min(self.failures - 1, 32))
 
+    @property
+    def wait(self) -> float:
+        """The wait drawn at the last failure (0 while healthy): the same on every read."""
+        return self._wait
+
     def reset(self) -> None:
         self.failures = 0
+        self._wait = 0.0
 
 
 class Outage:

@@ -4,7 +4,8 @@
 2. ``dumps`` writes what Ruby's ``JSON.generate`` writes: compact, raw UTF-8, no NaN.
 3. ``loads`` + ``validate`` turn a raw entry into a dict or an error that names the field.
    ``loads`` reads what Ruby's parser reads: UTF-8, no ``NaN``, at most 100 levels deep.
-4. Time values: ``write_time`` follows ``timestamp_format`` (``decisions.md`` 1); ``read_time``
+4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
+   seconds); ``read_time``
    accepts every form found in the wild (§0.4).
 5. Arguments must be JSON-native; ``check_args`` names the first one that is not.
 6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);

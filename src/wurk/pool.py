@@ -6,8 +6,10 @@
    may already have been applied, and replaying it would duplicate a job or a count.
    ``run(fn, idempotent=True)`` replays once, for reads and naturally idempotent writes only.
 3. A failover reply (``READONLY``…, ``wurk.replies``) means the command was refused, not
-   applied: the pool reconnects and the block runs once more. Every other refusal and every
-   broken connection reaches the caller as ``RedisUnavailable``.
+   applied: the connection that read it is retired (closed when it comes back to the pool)
+   and the block runs once more, on another connection. Connections other threads hold —
+   mid-``BLMOVE``, mid-job — are left alone: each finds out on its own next reply. Every
+   other refusal and every broken connection reaches the caller as ``RedisUnavailable``.
 4. ``take_connection`` / ``release_connection`` serve a thread that holds one connection
    for many commands (``wurk.lease``).
 """
@@ -37,6 +39,42 @@ def _version() -> str:
     return __version__
 
 
+class _RetiresOnFailover:
+    """Mixed into the pool's connection class: a connection that reads a failover reply
+    marks itself, so the pool closes it when it comes back (``_Pool.release``) rather than
+    lending it again. Closing it at once would break a transaction whose later replies are
+    still to be read on it."""
+
+    saw_failover = False
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ResponseError as exc:
+            if reply_code(exc) in FAILOVER_REPLIES:
+                self.saw_failover = True
+            raise
+
+
+_retiring_classes: dict[type, type] = {}
+
+
+def _retiring(connection_class: type) -> type:
+    """``connection_class`` (TCP, TLS or Unix socket, as the URL chose) with the mark."""
+    if connection_class not in _retiring_classes:
+        _retiring_classes[connection_class] = type(
+            f"Retiring{connection_class.__name__}", (_RetiresOnFailover, connection_class), {})
+    return _retiring_classes[connection_class]
+
+
+class _Pool(redis.BlockingConnectionPool):
+    def release(self, connection: Any) -> None:
+        if getattr(connection, "saw_failover", False):
+            connection.saw_failover = False
+            connection.disconnect()  # reconnects on its next use: maybe to the new master
+        super().release(connection)  # type: ignore[no-untyped-call]
+
+
 def _driver_info() -> dict[str, Any]:
     """``CLIENT SETINFO`` naming wurk; redis-py ignores an error reply from old servers."""
     try:
@@ -55,7 +93,7 @@ class RedisPool:
         self.size = size
         self.name = name
         self.socket_timeout = socket_timeout
-        self._pool = redis.BlockingConnectionPool.from_url(
+        self._pool = _Pool.from_url(
             url,
             max_connections=size,
             timeout=socket_timeout,  # how long to wait for a free connection
@@ -66,6 +104,8 @@ class RedisPool:
             retry=Retry(NoBackoff(), 0),
             **_driver_info(),
         )
+        # Before any connection exists: the class the URL's scheme chose, with the mark.
+        self._pool.connection_class = _retiring(self._pool.connection_class)
         self.client: redis.Redis = redis.Redis(connection_pool=self._pool)
         self._pid = os.getpid()
 
@@ -76,9 +116,9 @@ class RedisPool:
         except redis.ResponseError as exc:
             if reply_code(exc) not in FAILOVER_REPLIES:
                 raise_refusal(exc, self.url)
-            # Logged at debug only: the loops that retry report the outage once.
-            log.debug("redis answered %s; reconnecting and trying once more", exc)
-            self._pool.disconnect()
+            # Logged at debug only: the loops that retry report the outage once. The
+            # connection that read the reply was retired as it came back to the pool.
+            log.debug("redis answered %s; trying once more on another connection", exc)
             return self._second_try(fn)
         except CONNECTION_ERRORS as exc:
             if not idempotent:
@@ -101,7 +141,7 @@ class RedisPool:
         return self._pool.get_connection()  # type: ignore[no-untyped-call]
 
     def release_connection(self, connection: Any) -> None:
-        self._pool.release(connection)  # type: ignore[no-untyped-call]
+        self._pool.release(connection)
 
     def reset_after_fork(self) -> None:
         """Forget inherited sockets without closing them: the parent still uses them."""

@@ -1,4 +1,5 @@
-"""Boot checks on the Redis a worker is about to use (``features.md`` A22).
+"""Boot checks on the Redis a worker is about to use: refuse what cannot work, warn of what
+loses jobs.
 
 1. ``check_server`` refuses a server older than Redis 7.0 with ``UnsupportedServer``, whose
    message names the version found and the one needed.

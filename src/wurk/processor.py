@@ -1,15 +1,16 @@
 """Running jobs: one processor thread loops fetch → run → acknowledge until told to stop.
 
 1. ``JobRunner.run(unit)`` executes one fetched job: parse → validate → look up the registered
-   job → server middleware → perform → acknowledge (``features.md`` A6).
+   job → server middleware → perform → acknowledge (Sidekiq's order: middleware sees the same).
 2. Bad input never stops a thread: unparseable JSON goes raw to the dead set, an invalid
-   payload to the dead set with ``wurk.InvalidPayload`` (``decisions.md`` 6, 7), an unknown
-   job name through retry like any error (8). Nothing a payload names is imported or called.
-   When Redis refuses even that, the job stays unacknowledged and goes back to its queue.
+   payload to the dead set with ``wurk.InvalidPayload`` (no retry can fix it), an unknown
+   job name through retry like any error (a deploy may bring it; never silently dropped).
+   Nothing a payload names is imported or called. When Redis refuses even that, the job
+   stays unacknowledged and goes back to its queue.
 3. A job is acknowledged when it returned or its failure was booked; not when the shutdown
    interrupted it (it is already back on its queue) or when booking the failure failed.
 4. ``Busy`` publishes each running job for the heartbeat's work map for exactly the time it
-   runs (added and removed in one ``try/finally``, seed 000).
+   runs (added and removed in one ``try/finally``, so no dashboard shows a job that ended).
 5. ``Processor`` owns its thread and its fetcher; its owner (the manager) replaces it when it
    dies and interrupts it at the shutdown deadline. A failing fetch (Redis down, refusing,
    or cut) is retried with a capped backoff (``wurk.outage``); the outage is reported once
@@ -230,7 +231,7 @@ class JobRunner:
         unit.acknowledge()
 
     def _bury(self, unit: UnitOfWork, exc: UnparseablePayload) -> None:
-        self.morgue.bury(unit.raw)  # as it came, bytes and all (decisions.md 6)
+        self.morgue.bury(unit.raw)  # as it came, bytes and all, as Sidekiq stores it
         report_error(self.config, exc, {"context": "Invalid JSON for job", "queue": unit.queue})
 
     def _kill_invalid(self, unit: UnitOfWork, exc: InvalidPayload) -> None:

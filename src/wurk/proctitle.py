@@ -1,6 +1,6 @@
 """The process title ``ps`` shows, ``wurk <version> <words…>``, as Sidekiq sets its own.
 
-A worker and a swarm's parent each say what they are doing in it; an embedded worker or a
+A worker and a swarm's parent each say what they are doing in it; an in-process worker or a
 hosted swarm leaves the host's title alone (their callers decide that).
 """
 

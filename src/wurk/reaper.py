@@ -4,10 +4,13 @@
 1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues this
    process serves; at most once an hour cluster-wide (``wurk:reaper:full-scan``) it scans every
    private list, for queues nobody serves any more.
-2. Liveness (``decisions.md`` 11): an owner on this host is dead at once when its pid is gone,
-   or belongs to a process started at another time (pid reuse); otherwise an owner is dead
-   when its heartbeat hash is gone. Membership of ``processes`` proves nothing (it is pruned
-   lazily). A live process's list is never touched — not even a quiet one's.
+2. Liveness: an owner is dead when its heartbeat hash is gone. An owner that sees the same
+   pids as this process — the same hostname, and its heartbeat records the same boot id and
+   pid namespace — is dead at once when its pid is gone, or belongs to a process started at
+   another time (pid reuse): no need to wait for its record to expire. Containers that share
+   one hostname have pid namespaces of their own, so a pid there proves nothing and only the
+   heartbeat counts. Membership of ``processes`` proves nothing (it is pruned lazily). A live
+   process's list is never touched — not even a quiet one's.
 3. Recovery and the poison-pill count happen in one script per list (``scripts/recover.lua``);
    jobs recovered three times are killed as poison pills (``wurk.poison``).
 4. Both layouts are recognised: wurk's (and Ruby wurk's, with or without the nonce) and
@@ -185,36 +188,49 @@ class Reaper:
             return False
         if owner.nonce is None:
             return not self._any_live_identity(owner)
-        if owner.hostname == me.hostname and not psutil.pid_exists(owner.pid):
-            return True
         info = self.pool.run(lambda r: r.hget(self.config.keys.process(owner.identity or ""),
                                               "info"), idempotent=True)
         if info is None:
             return True
-        return owner.hostname == me.hostname and self._pid_reused(owner.pid, info)
+        return self._pid_proves_dead(owner, info)
 
-    def _pid_reused(self, pid: int, info: bytes | str) -> bool:
-        from . import payload as P
+    def _pid_proves_dead(self, owner: Owner, info: bytes | str | None) -> bool:
+        """An owner whose heartbeat is still there is dead only when it sees the same pids
+        as this process (its record says so) and its pid is gone or reused."""
+        if owner.hostname != self.identity.hostname:
+            return False
+        record = _read_info(info)
+        if record is None or not self.identity.shares_pids_with(record):
+            return False  # another pid namespace, or a record that does not say: the heartbeat
+        if not psutil.pid_exists(owner.pid):
+            return True
+        return self._pid_reused(owner.pid, record)
 
+    def _pid_reused(self, pid: int, record: dict[str, Any]) -> bool:
         try:
-            started_at = float(P.loads(info).get("started_at", 0))
+            started_at = float(record.get("started_at", 0))
             created = psutil.Process(pid).create_time()
         except (ValueError, TypeError, psutil.Error):
             return False  # cannot tell: the heartbeat says alive, believe it
         return abs(created - started_at) > PID_REUSE_TOLERANCE
 
     def _any_live_identity(self, owner: Owner) -> bool:
-        if owner.hostname == self.identity.hostname and not psutil.pid_exists(owner.pid):
-            return False
+        """The older layout names no nonce: alive while any ``host:pid:*`` record is."""
         keys = self.config.keys
         pattern = _glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
 
-        def live(r: Any) -> bool:
+        def records(r: Any) -> list[tuple[bool, Any]]:
             members = [m.decode() if isinstance(m, bytes) else m
                        for m in r.sscan_iter(keys.processes, match=pattern)]
-            return any(r.exists(keys.process(m)) for m in members)
+            pipe = r.pipeline(transaction=False)
+            for member in members:
+                pipe.exists(keys.process(member))
+                pipe.hget(keys.process(member), "info")
+            replies = pipe.execute() if members else []
+            return list(zip(replies[0::2], replies[1::2], strict=True))
 
-        return bool(self.pool.run(live, idempotent=True))
+        return any(exists and not self._pid_proves_dead(owner, info)
+                   for exists, info in self.pool.run(records, idempotent=True))
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, key: str, queue: str) -> int:
@@ -280,6 +296,20 @@ class Reaper:
                         "(a lost fetch reply, or a processor that let go of it)", queue)
         return 1 if status == _STRAY_MOVED else 0
 
+
+
+def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
+    """A heartbeat's ``info`` JSON as a mapping, or None when it is missing or not one (it
+    may have been written by anyone)."""
+    from . import payload as P
+
+    if info is None:
+        return None
+    try:
+        record = P.loads(info)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
 
 
 def _recover(r: Any, config: Config, key: str, queue: str, threshold: int) -> Any:

@@ -17,7 +17,7 @@
    private list, escape the shutdown requeue, and run again after a reap.
 4. One script tries the queues in order (strict or weighted); only when all are empty does
    the processor block with ``BLMOVE`` on one queue — processors of a capsule take turns
-   over the queues (``decisions.md`` 14), so an idle worker picks up a job on any queue
+   over the queues, so an idle worker picks up a job on any queue
    within milliseconds. With one queue and ``prefetch: 1`` the fetch is the ``BLMOVE``.
 5. Requeue (fetched after quiet, fetched ahead and not started, or unfinished at the
    deadline) moves each job from the private list to its queue's tail in one script, only

@@ -2,7 +2,7 @@
 
 1. ``report_error`` hands an exception and its context to every ``config.error_handlers``
    entry, accepting Sidekiq 8's ``(exc, context, config)`` and the older ``(exc, context)``
-   form (``features.md`` A8: the arity change broke third-party handlers). With no handler
+   form (Sidekiq's change of arity broke third-party handlers; both keep working). With no handler
    configured it logs the error itself.
 2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
 3. A handler that raises is logged (death handlers: reported) and never propagates, and the

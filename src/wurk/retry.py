@@ -5,7 +5,7 @@
    add jitter and ``ZADD retry``; or, once exhausted, ask ``retries_exhausted`` and bury the
    job (through the one ``Morgue``) unless it is discarded. Death handlers run once per death.
 2. ``kill_invalid``: a payload that cannot be interpreted goes straight to the dead set with
-   ``error_class`` ``wurk.InvalidPayload`` — no retry can fix it (``decisions.md`` 7).
+   ``error_class`` ``wurk.InvalidPayload`` — no retry can fix it.
 3. User hooks are contained: one that raises is reported and the default applies.
 
 Every field this module does not understand is kept as it was: other middleware (Ruby or
@@ -171,7 +171,7 @@ class JobRetry:
 
 def _retry_option(job: dict[str, Any], definition: JobDefinition | None) -> Any:
     """The payload's ``retry`` if it has the key, else the job's option, else on
-    (``decisions.md`` 8: an unknown job without the key retries with the default)."""
+    (an unknown job without the key retries with the default: never silently dropped)."""
     if P.RETRY in job:
         return job[P.RETRY]
     if definition is not None and P.RETRY in definition.options:

@@ -1,22 +1,26 @@
 """The scheduler: moves due jobs from ``retry`` and ``schedule`` to their queues.
 
-1. ``enqueue_due`` makes one pass over ``retry`` then ``schedule`` (``wire-format.md`` §5.2).
-   By default (``scheduler="atomic"``, ``decisions.md`` 13) a Lua script moves up to
-   ``ATOMIC_BATCH`` due jobs per call straight into their queue lists, so a job is never in
-   neither place; payloads whose queue it cannot read are popped one at a time and pushed
-   through the client. ``scheduler="client"`` is Sidekiq OSS: every due job is popped one at
-   a time and pushed through the client, so client middleware runs again.
-2. A payload that cannot be pushed at all goes to the dead set (not JSON: stored raw,
-   ``decisions.md`` 6; invalid: with the error recorded, 7); it never blocks the set.
-3. ``Scheduler.start`` runs the passes on one ``TimerLoop`` thread with Sidekiq's timing
-   (§5.3): an initial wait, one process prune, then a randomised wait per cycle scaled by
-   the number of live processes, so the cluster as a whole polls about once per
+1. ``enqueue_due`` makes one pass over ``retry`` then ``schedule``. By default
+   (``scheduler="atomic"``) a Lua script moves up to ``ATOMIC_BATCH`` due jobs per call
+   straight into their queue lists, so a job is never in neither place, and client middleware
+   does not run again; ``scheduler="client"`` is Sidekiq OSS's way: every due job is pushed
+   through the client one at a time, so client middleware runs again. Payloads whose queue
+   the script cannot read take the one-at-a-time path too.
+2. The one-at-a-time path is lossless: a script moves the due member into the set's claims
+   (``scripts/scheduled_claim.lua``), the client pushes it, and only then is the claim
+   released; a push that fails puts the member back. A process that dies in between leaves
+   its claim, and any scheduler hands the member out again once the claim is older than
+   ``CLAIM_LEASE``: the job may be pushed twice, never lost.
+3. A payload that cannot be pushed at all goes to the dead set (not JSON: stored as the raw
+   bytes; invalid: with the error recorded); it never blocks the set.
+4. ``Scheduler.start`` runs the passes on one ``TimerLoop`` thread with Sidekiq's timing: an
+   initial wait, one process prune, then a randomised wait per cycle scaled by the number of
+   live processes, so the cluster as a whole polls about once per
    ``average_scheduled_poll_interval``.
-4. A failing cycle is reported once per outage, the loop goes on with a capped backoff
-   (``wurk.outage``), and the outage's length is logged when a cycle works again. A job
-   popped for the one-at-a-time path is put back when anything after the pop fails.
+5. A failing cycle is reported once per outage, the loop goes on with a capped backoff
+   (``wurk.outage``), and the outage's length is logged when a cycle works again.
 
-Scripts are registered with redis-py (``EVALSHA``, reloaded on ``NOSCRIPT``, §14.2).
+Scripts are registered with redis-py (``EVALSHA``, reloaded on ``NOSCRIPT``).
 """
 
 from __future__ import annotations
@@ -39,13 +43,16 @@ from .reporting import report_error
 from .retry import JobRetry
 from .timer import TimerLoop
 
-__all__ = ["ATOMIC_BATCH", "INITIAL_JITTER", "LARGE_CLUSTER", "Scheduler"]
+__all__ = ["ATOMIC_BATCH", "CLAIM_LEASE", "INITIAL_JITTER", "LARGE_CLUSTER", "Scheduler"]
 
 log = logging.getLogger("wurk")
 
 # Members one script call moves at most (Sidekiq Pro's number): bounds how long one call
 # holds Redis, while a backlog still drains at a hundred jobs per round trip.
 ATOMIC_BATCH = 100
+# A claim older than this was abandoned by a scheduler that died before it pushed the job:
+# far longer than a push takes (one round trip under ``socket_timeout``, plus middleware).
+CLAIM_LEASE = 60.0
 # Random extra on top of the initial wait, so processes started together (a deploy) do not
 # poll in step. Sidekiq adds up to 5 s. When the initial wait is 0 (tests, or a fixed
 # ``poll_interval_average``) the extra is capped at one average poll interval instead: it
@@ -61,12 +68,13 @@ class Scheduler:
     """Owns the scheduler thread and the two scripts."""
 
     def __init__(self, config: Config, *, pool: RedisPool | None = None,
-                 client: Client | None = None) -> None:
+                 client: Client | None = None, claim_lease: float = CLAIM_LEASE) -> None:
         self.config = config
+        self.claim_lease = claim_lease
         self.pool = pool if pool is not None else config.pool("internal")
         self.client = client if client is not None else Client(config, pool=self.pool)
         self._move = self.pool.client.register_script(scripts.source("scheduled_move.lua"))
-        self._pop = self.pool.client.register_script(scripts.source("scheduled_pop.lua"))
+        self._claim = self.pool.client.register_script(scripts.source("scheduled_claim.lua"))
         self._morgue = Morgue(config, self.pool)
         self._retry = JobRetry(config, self._morgue, self.pool)
         self._timer = TimerLoop(SCHEDULER_THREAD, self._cycle, self.poll_interval,
@@ -94,8 +102,11 @@ class Scheduler:
         return self._drain(keys.retry) + self._drain(keys.schedule)
 
     def _drain(self, key: str) -> int:
-        step = self._atomic_step if self.config.scheduler == "atomic" else self._client_step
-        total = 0
+        atomic = self.config.scheduler == "atomic"
+        step = self._atomic_step if atomic else self._client_step
+        # The atomic path claims nothing unless a member is skipped: look for abandoned
+        # claims first (in client mode every claim looks for them).
+        total = self._take_over_abandoned(key) if atomic else 0
         while not self._timer.stopping:
             moved, more = step(key)
             total += moved
@@ -111,28 +122,47 @@ class Scheduler:
         args: list[str | int] = [P.score(now), stamp, ATOMIC_BATCH, self.config.keys.queue_prefix]
         moved, skipped = self.pool.run(lambda redis: self._move(keys, args, client=redis))
         if skipped:
-            pushed = self._pop_and_push(key)
+            pushed = self._claim_and_push(key)
             return int(moved) + (pushed or 0), True
         return int(moved), int(moved) >= ATOMIC_BATCH
 
     def _client_step(self, key: str) -> tuple[int, bool]:
-        pushed = self._pop_and_push(key)
+        pushed = self._claim_and_push(key)
         return pushed or 0, pushed is not None
 
     # -- the one-at-a-time path -------------------------------------------------------------
-    def _pop_and_push(self, key: str) -> int | None:
-        """Pop the lowest due member and push it: 1 pushed, 0 dead or stopped by middleware,
-        None when nothing was due."""
-        now = P.score(time.time())
-        found = self.pool.run(lambda redis: self._pop([key], [now], client=redis))
+    def _take_over_abandoned(self, key: str) -> int:
+        total = 0
+        while not self._timer.stopping:
+            pushed = self._claim_and_push(key, abandoned_only=True)
+            if pushed is None:
+                break
+            total += pushed
+        return total
+
+    def _claim_and_push(self, key: str, *, abandoned_only: bool = False) -> int | None:
+        """Claim the lowest due member (or one whose claim was abandoned) and push it: 1
+        pushed, 0 dead or stopped by middleware, None when nothing was due."""
+        claims = self.config.keys.claims_of(key)
+        args: list[str | float] = [P.score(time.time()), self.claim_lease,
+                                   1 if abandoned_only else 0]
+        found = self.pool.run(lambda redis: self._claim([key, claims], args, client=redis))
         if not found:
             return None
-        raw, score = found[0], float(found[1])
+        raw, score, abandoned = found[0], float(found[1]), int(found[2])
+        if abandoned:
+            log.warning("scheduler: a due job claimed over %.0f s ago by a scheduler that "
+                        "stopped before pushing it is pushed now (it may have been pushed "
+                        "once already)", self.claim_lease)
         try:
-            return self._dispatch(raw)
+            pushed = self._dispatch(raw)
         except Exception:
-            self._put_back(key, raw, score)
+            self._put_back(key, claims, raw, score)
             raise
+        # Pushed (or buried): the claim goes. Should this fail, the job is pushed again once
+        # the lease ends: a duplicate, never a loss.
+        self.pool.run(lambda redis: redis.zrem(claims, raw), idempotent=True)
+        return pushed
 
     def _dispatch(self, raw: bytes | str) -> int:
         """Push a popped member, or bury it when it cannot be pushed at all."""
@@ -141,7 +171,7 @@ class Scheduler:
         except UnparseablePayload as exc:
             self._bury_unparseable(raw, exc)
             return 0
-        job.pop(P.AT, None)  # an old ActiveJob leftover would schedule it again (§3.1)
+        job.pop(P.AT, None)  # an old ActiveJob leftover would schedule it again
         try:
             return 0 if self.client.push(job) is None else 1
         except InvalidPayload as exc:
@@ -151,23 +181,30 @@ class Scheduler:
             self._retry.kill_invalid(job, InvalidPayload(str(exc), field=P.ARGS))
             return 0
 
-    def _put_back(self, key: str, raw: bytes | str, score: float) -> None:
-        """The push failed after the pop: return the exact member, or log it so it can be
-        recovered by hand."""
+    def _put_back(self, key: str, claims: str, raw: bytes | str, score: float) -> None:
+        """The push failed after the claim: the exact member goes back to its set in one
+        step. Should that fail too, the claim stays and the job is pushed after the lease."""
         member: dict[Any, float] = {raw: score}
+
+        def put_back(redis: Any) -> None:
+            pipe = redis.pipeline(transaction=True)
+            pipe.zadd(key, member)
+            pipe.zrem(claims, raw)
+            pipe.execute()
+
         try:
-            self.pool.run(lambda redis: redis.zadd(key, member))
-        except Exception:
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-            log.error("scheduler: a due job could not be pushed nor put back in %s; its "
-                      "payload: %s", key, text)
+            self.pool.run(put_back)
+        except Exception as exc:
+            log.warning("scheduler: a due job could not be pushed nor put back in %s (%s); "
+                        "it stays claimed and is pushed again within %.0f s", key, exc,
+                        self.claim_lease)
 
     def _bury_unparseable(self, raw: bytes | str, exc: UnparseablePayload) -> None:
         self._morgue.bury(raw)
         report_error(self.config, exc, {"context": "scheduler: unparseable payload moved to "
                                         "the dead set"})
 
-    # -- timing (§5.3) ----------------------------------------------------------------------
+    # -- timing ----------------------------------------------------------------------
     def initial_wait(self) -> float:
         """The wait before the first cycle: ``scheduler_initial_wait`` (skipped when
         ``poll_interval_average`` is set) plus a random spread."""
@@ -206,7 +243,7 @@ class Scheduler:
     # -- the loop ---------------------------------------------------------------------------
     def _cycle(self) -> None:
         if not self._pruned:
-            self._pruned = True  # Sidekiq tries once per process start (§7.5)
+            self._pruned = True  # Sidekiq tries once per process start
             prune_processes(self.config, self.pool)
         self.enqueue_due()
         self._backoff.reset()

@@ -8,18 +8,21 @@
    inline sinks this way; a ``None`` block value means "Redis here", whatever the process
    default is.
 3. Selecting is explicit: nothing here changes at import.
+4. The fake mode's store of kept pushes is registered here when that mode is first chosen,
+   so ``resize.jobs`` / ``resize.drain()`` reach it without the job module importing
+   ``wurk.testing`` (which builds on the job module).
 """
 
 from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .client import Client
+from .config import Config
 
-__all__ = ["UNSET", "Entries", "Sink", "selected", "set_block", "set_process"]
+__all__ = ["UNSET", "Entries", "KeptJobs", "Sink", "keep_in", "kept", "selected", "set_block",
+           "set_process"]
 
 Entries = Sequence[tuple[dict[str, Any], "float | None"]]
 
@@ -28,7 +31,20 @@ class Sink(Protocol):
     """Receives what a push would write: payloads already through middleware, each with
     its ``at`` (epoch seconds) or None for now."""
 
-    def write(self, client: Client, entries: Entries) -> None: ...
+    def write(self, config: Config, entries: Entries) -> None: ...
+
+
+class KeptJobs(Protocol):
+    """What the fake mode keeps, as the job methods (``jobs``, ``drain``…) reach it."""
+
+    def jobs(self, *, queue: str | None = None,
+             name: str | None = None) -> list[dict[str, Any]]: ...
+
+    def drain(self, name: str | None = None) -> int: ...
+
+    def perform_one(self, name: str | None = None) -> Any: ...
+
+    def clear(self, name: str | None = None, *, queue: str | None = None) -> None: ...
 
 
 class _Unset:
@@ -40,6 +56,24 @@ UNSET: Any = _Unset()
 _process: Sink | None = None
 _block: contextvars.ContextVar[Sink | _Unset | None] = contextvars.ContextVar(
     "wurk_sink_block", default=UNSET)
+
+
+_kept: KeptJobs | None = None
+
+
+def keep_in(store: KeptJobs) -> None:
+    """Register the fake mode's store (done when that mode is chosen)."""
+    global _kept
+    _kept = store
+
+
+def kept() -> KeptJobs:
+    """The fake mode's store; an error saying how to switch it on when it never was."""
+    if _kept is None:
+        raise RuntimeError(
+            "no pushes are kept: wurk.testing's fake mode was never switched on in this "
+            "process; use `with wurk.testing.fake():` or wurk.testing.set_mode('fake')")
+    return _kept
 
 
 def selected() -> Sink | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from . import payload as P
-from .batch import block as batch_block
+from .batch.block import current as open_block
 from .client import Client
 
 __all__ = ["TransactionAdapter", "TransactionalClient"]
@@ -46,7 +46,7 @@ class TransactionalClient(Client):
     def push(self, item: Mapping[str, Any]) -> str | None:
         job = dict(item)
         if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
-                batch_block.current() is not None:  # inside a jobs block: it joins at push
+                open_block() is not None:  # inside a jobs block: it joins at push
             return super().push(job)
         if not job.get(P.JID):
             job[P.JID] = P.new_jid()  # the caller gets it now, e.g. to store in the row

@@ -14,8 +14,9 @@
 4. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
    the guarantee gives (``docs/guarantees.md``: one per processor thread the fault hit);
    the jobs seen in flight when each fault struck, and how many duplicates were of a job
-   not among them (``unexplained``: exact for kills, a snapshot taken just before a
-   restart or a cut can miss a job fetched in the last milliseconds).
+   not among them (``unexplained``). The in-flight snapshots are exact: a killed worker is
+   frozen while its lists are read; around a restart or a cut no worker can reach Redis
+   until the lists are read again, after Redis has done with every connection it had.
 
 The short run is ``tests/chaos/test_chaos.py``; the long one is a command::
 
@@ -277,16 +278,34 @@ class ChaosRun:
             self.bound += self.plan.concurrency
             self._spawn()
             return
-        # In flight at the fault: what the lists hold just before, and just after (nothing
-        # can be acknowledged in between: every connection is gone).
+        # In flight at the fault: what the lists hold just before, and just after. No worker
+        # reaches Redis from the fault until the lists are read again (new connections are
+        # refused), and they are read only once Redis has done with every connection it had:
+        # a move still on its way when the fault struck has landed by then, or never will.
         self.in_flight |= self._in_flight("")
         self.bound += self.plan.concurrency * len(self.workers)
-        if fault == RESTART:
-            self.redis.restart(down_for=DOWN_FOR)
-            self.direct = redis.Redis(port=self.redis.port, socket_timeout=10)
-        else:
+        self.proxy.drop()
+        try:
+            if fault == RESTART:
+                self.redis.restart(down_for=DOWN_FOR)
+                self.direct = redis.Redis(port=self.redis.port, socket_timeout=10)
+            else:
+                self.proxy.cut()
+            self._until_only_this_client()
+            self.in_flight |= self._in_flight("")
+        finally:
+            self.proxy.restore()
+
+    def _until_only_this_client(self) -> None:
+        """Until Redis holds no connection but the one reading the lists (a link the proxy
+        admitted in the instant before it began refusing is cut again)."""
+        me = self.direct.client_id()
+        deadline = time.monotonic() + 30
+        while any(int(c["id"]) != me for c in self.direct.client_list()):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Redis still holds connections: {self.direct.client_list()}")
             self.proxy.cut()
-        self.in_flight |= self._in_flight("")
+            threading.Event().wait(0.02)
 
     def _in_flight(self, owner: str) -> set[str]:
         """jids in the private lists (of one owner, by ``|pid|``) right now."""

@@ -12,13 +12,15 @@ from tests.chaos.run import CUT, KILL, RESTART, Plan, chaos
 def test_ten_thousand_jobs_through_kills_restarts_and_cuts(tmp_path: Path) -> None:
     result = chaos(Plan(jobs=10_000, workers=2, concurrency=10), tmp_path)
     print("\n" + result.line())
-    assert result.faults[KILL] >= 5 and result.faults[RESTART] >= 2 and result.faults[CUT] >= 1
+    # What the README and docs/guarantees.md say this run proves, each asserted.
+    assert result.faults[KILL] >= 5 and result.faults[RESTART] >= 2 and result.faults[CUT] >= 3
     assert result.figures.pushed == 10_000
     assert result.figures.lost == 0, f"lost: {result.figures.missing[:10]}"
+    assert result.figures.completed == result.figures.pushed
     assert result.figures.duplicated <= result.bound
-    # `unexplained` (a rerun of a job missing from the in-flight snapshots) is printed, not
-    # asserted: a move that reaches Redis in the instant of a cut or restart lands after the
-    # snapshot was read. Such a job was still in flight at the fault, and within the bound.
+    # Every repeat is of a job that was in flight when a fault struck (the snapshots are
+    # exact, tests/chaos/run.py): a repeat of any other job is a bug.
+    assert result.unexplained == 0, result.line()
     assert result.leftovers == {}, f"left in Redis: {result.leftovers}"
 
 

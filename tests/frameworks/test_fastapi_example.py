@@ -29,7 +29,7 @@ def shop(redis_server: Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 def test_an_endpoint_pushes_and_the_embedded_worker_runs_it(shop: ModuleType, r: redis.Redis,
                                                             tmp_path: Path) -> None:
     outbox = tmp_path / "outbox.txt"
-    with TestClient(shop.create_app(worker=True)) as client:
+    with TestClient(shop.create_app(worker=True), base_url="http://localhost") as client:
         jid = client.post("/orders", json={"id": 7, "email": "ada@example.com"}).json()["jid"]
         deadline = time.monotonic() + 30
         while not (outbox.exists() and outbox.read_text()):
@@ -42,7 +42,7 @@ def test_an_endpoint_pushes_and_the_embedded_worker_runs_it(shop: ModuleType, r:
 
 
 def test_without_the_worker_the_job_waits_in_redis(shop: ModuleType, r: redis.Redis) -> None:
-    with TestClient(shop.create_app(worker=False)) as client:
+    with TestClient(shop.create_app(worker=False), base_url="http://localhost") as client:
         jid = client.post("/orders", json={"id": 8, "email": "bob@example.com"}).json()["jid"]
     (raw,) = r.lrange("queue:default", 0, -1)
     assert json.loads(raw)["jid"] == jid
@@ -51,14 +51,15 @@ def test_without_the_worker_the_job_waits_in_redis(shop: ModuleType, r: redis.Re
 
 def test_the_dashboard_answers_under_the_mount_for_an_admin_only(shop: ModuleType) -> None:
     app = shop.create_app(worker=False)
-    with TestClient(app) as client:
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.get("/wurk/").status_code == 403
         page = client.get("/wurk/", headers={"x-admin-token": "s3cret"})
         assert page.status_code == 200
         assert 'href="/wurk/queues"' in page.text
         assert client.get("/wurk/queues", headers={"x-admin-token": "s3cret"}).status_code \
             == 200
-    with TestClient(app) as client:  # a second lifespan does not mount it twice
+    # A second lifespan does not mount it twice.
+    with TestClient(app, base_url="http://localhost") as client:
         assert client.get("/wurk/", headers={"x-admin-token": "s3cret"}).status_code == 200
     assert sum(1 for route in app.routes if getattr(route, "path", "") == "/wurk") == 1
 

@@ -142,7 +142,7 @@ def _private(rig: Rig) -> list[str]:
 
 # -- what each kind of input must end as ------------------------------------------------------
 def assert_buried_raw(outcome: Outcome, raw: bytes) -> None:
-    """Not JSON, or not an object: stored as it came (decisions.md 6), the error reported.
+    """Not JSON, or not an object: stored as it came (as Sidekiq does), the error reported.
 
     As it came to the worker, that is: one the scheduler could read well enough to move
     (its bytes are not UTF-8, or its arguments nest too deep for Python) carries the
@@ -157,7 +157,7 @@ def assert_buried_raw(outcome: Outcome, raw: bytes) -> None:
 
 
 def assert_killed_naming(outcome: Outcome, field_name: str) -> None:
-    """An uninterpretable field: dead with wurk.InvalidPayload naming it (decisions.md 7)."""
+    """An uninterpretable field: dead with wurk.InvalidPayload naming it (no retry can fix it)."""
     dead = outcome.parsed(outcome.dead)
     assert len(dead) == 1 and not outcome.retry, (dead, outcome.retry)
     assert dead[0]["error_class"] == "wurk.InvalidPayload"

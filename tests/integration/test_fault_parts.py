@@ -153,6 +153,59 @@ def private_server(tmp_path: Path) -> Iterator[Server]:
     server.stop()
 
 
+# -- a failover reply --------------------------------------------------------------------------
+def test_a_failover_reply_retires_only_the_connection_that_read_it(
+    private_server: Server, tmp_path: Path
+) -> None:
+    """After a failover, the connection that reads ``READONLY`` is retired and the block runs
+    once more on a fresh connection (through the proxy: the new master); a connection
+    another thread holds mid-command is not cut under it, and finds out on its own reply."""
+    replica = start_server(tmp_path / "replica")
+    proxy = FaultProxy(replica.port).start()
+    pool = RedisPool(proxy.url, size=4, socket_timeout=5)
+    try:
+        redis.Redis(port=replica.port).replicaof("127.0.0.1", private_server.port)
+        outcome: dict[str, Any] = {}
+        blocking = threading.Event()
+
+        def hold() -> None:  # a processor blocked on its fetch, on the old master
+            def blocked_read(r: redis.Redis) -> Any:
+                blocking.set()
+                return r.xread({"nothing-here": "$"}, block=1500)  # a read: served by replicas
+            started = time.monotonic()
+            try:
+                outcome["read"] = pool.run(blocked_read)
+            except Exception as exc:
+                outcome["read"] = exc
+            outcome["seconds"] = time.monotonic() - started
+            try:  # its own next write meets the refusal, and is retried on the new master
+                pool.run(lambda r: r.set("from-holder", "1"))
+            except Exception as exc:
+                outcome["write"] = exc
+
+        warm = [pool.take_connection(), pool.take_connection()]  # both reach the replica
+        for connection in warm:
+            pool.release_connection(connection)  # one for the holder, one left idle
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert blocking.wait(5)
+        time.sleep(0.2)  # the XREAD is on the wire
+        proxy.retarget(private_server.port)  # the failover: new connections reach the master
+        pool.run(lambda r: r.set("k", "v"))  # the idle connection reads READONLY, then retried
+        holder.join(10)
+        assert outcome["read"] in (None, []) and outcome["seconds"] >= 1.4, outcome
+        assert "write" not in outcome, outcome
+        master = redis.Redis(port=private_server.port)
+        assert master.get("k") == b"v" and master.get("from-holder") == b"1"
+        old = redis.Redis(port=replica.port)  # both connections to it were retired
+        wait_until(lambda: not [c for c in old.client_list() if c.get("name") == "wurk"], 5,
+                   "no connection left on the old master")
+    finally:
+        pool.close()
+        proxy.close()
+        replica.stop()
+
+
 # -- no record, no jobs -----------------------------------------------------------------------
 def test_no_job_is_taken_until_the_heartbeat_record_is_written(
     private_server: Server, redis_server: Server, monkeypatch: pytest.MonkeyPatch

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 import psutil
+import pytest
 import redis
 
 import wurk
@@ -141,6 +142,13 @@ def test_foreign_owner_with_a_heartbeat_is_left_alone_then_recovered_when_it_sto
     assert 0 < r.ttl(config.keys.poison_counter("jid000000000000000000001")) <= 72 * 3600
 
 
+def same_pids(**info: Any) -> str:
+    """An ``info`` JSON that says its process sees this process's pids (same boot, same pid
+    namespace), as every wurk worker on this machine writes it."""
+    me = Identity.current()
+    return json.dumps({"boot_id": me.boot_id, "pid_namespace": me.pid_namespace, **info})
+
+
 def test_same_host_owner_with_a_gone_pid_is_dead_at_once(
     config: wurk.Config, r: redis.Redis
 ) -> None:
@@ -148,7 +156,7 @@ def test_same_host_owner_with_a_gone_pid_is_dead_at_once(
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     owner = f"{me.hostname}:{gone.pid}:bbbbbbbbbbbb"
-    r.hset(owner, mapping={"info": json.dumps({"started_at": time.time()})})  # still "beating"
+    r.hset(owner, mapping={"info": same_pids(started_at=time.time())})  # still "beating"
     foreign_list(r, config, me.hostname, gone.pid, "bbbbbbbbbbbb", [job(1)])
     assert reaper(config).sweep() == 1
 
@@ -158,12 +166,57 @@ def test_same_host_reused_pid_is_dead(config: wurk.Config, r: redis.Redis) -> No
     alive = os.getppid()  # a live process that is not the owner
     started = psutil.Process(alive).create_time()
     owner = f"{me.hostname}:{alive}:cccccccccccc"
-    r.hset(owner, mapping={"info": json.dumps({"started_at": started + 50})})
+    r.hset(owner, mapping={"info": same_pids(started_at=started + 50)})
     foreign_list(r, config, me.hostname, alive, "cccccccccccc", [job(1)])
     assert reaper(config).sweep() == 1
-    r.hset(owner, mapping={"info": json.dumps({"started_at": started})})
+    r.hset(owner, mapping={"info": same_pids(started_at=started)})
     foreign_list(r, config, me.hostname, alive, "cccccccccccc", [job(2)])
     assert reaper(config).sweep() == 0  # same pid, same start: alive
+
+
+@pytest.mark.parametrize("namespace", ["another pid namespace", "another boot", "not recorded",
+                                       "not JSON"])
+def test_same_hostname_in_another_pid_namespace_is_judged_by_its_heartbeat(
+    config: wurk.Config, r: redis.Redis, namespace: str
+) -> None:
+    """Containers given one hostname (``hostNetwork`` pods, ``--hostname``) each have their
+    own pids: a pid that is gone here, or taken by another process here, says nothing about
+    an owner whose record does not prove it sees the same pids. Its heartbeat decides."""
+    me = Identity.current()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    alive = os.getppid()  # a pid that exists here, started at another time than the owner
+    record = {"started_at": psutil.Process(alive).create_time() + 50,
+              "boot_id": me.boot_id, "pid_namespace": me.pid_namespace}
+    if namespace == "another pid namespace":
+        record["pid_namespace"] = (me.pid_namespace or 0) + 1
+    elif namespace == "another boot":
+        record["boot_id"] = "00000000-0000-0000-0000-000000000000"
+    elif namespace == "not recorded":  # Ruby wurk, an older wurk, Sidekiq Pro
+        del record["boot_id"], record["pid_namespace"]
+    info = "{not json" if namespace == "not JSON" else json.dumps(record)
+    keys = []
+    for pid in (gone.pid, alive):
+        r.hset(f"{me.hostname}:{pid}:ffffffffffff", mapping={"info": info})
+        keys.append(foreign_list(r, config, me.hostname, pid, "ffffffffffff", [job(pid)]))
+    assert reaper(config).sweep() == 0
+    assert [r.llen(key) for key in keys] == [1, 1]
+    for pid in (gone.pid, alive):
+        r.delete(f"{me.hostname}:{pid}:ffffffffffff")  # the heartbeats expired
+    assert reaper(config).sweep() == 2
+
+
+def test_a_worker_records_the_boot_and_pid_namespace_it_sees(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    from wurk.launcher import Launcher
+
+    me = Identity.current()
+    assert me.boot_id and me.pid_namespace  # Linux: both readable
+    info = Launcher(config).info()
+    assert info["boot_id"] == me.boot_id and info["pid_namespace"] == me.pid_namespace
+    assert me.shares_pids_with(info)
+    assert not me.shares_pids_with({**info, "pid_namespace": me.pid_namespace + 1})
 
 
 def test_own_lists_and_live_pre_nonce_owners_are_never_touched(

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -241,6 +244,70 @@ def test_a_failing_push_puts_the_exact_member_back(make: Callable[..., Scheduler
     with pytest.raises(RuntimeError, match="middleware broke"):
         scheduler.enqueue_due()
     assert r.zrange("schedule", 0, -1, withscores=True) == [(member, PAST)]
+
+
+# -- a crash between taking a due job and pushing it ------------------------------------------
+_DIES_MID_PUSH = """
+import os, sys
+import wurk
+from wurk.scheduled import Scheduler
+
+config = wurk.Config(redis_url=sys.argv[1], scheduler=sys.argv[2])
+config.client_middleware.add(lambda job_class, payload, queue, call_next: os._exit(9))
+Scheduler(config).enqueue_due()
+"""
+
+
+def holders(r: redis.Redis, member: str) -> list[str]:
+    """Every sorted set that holds ``member`` (wherever the scheduler keeps it)."""
+    return sorted(key for key in r.scan_iter(_type="zset") if r.zscore(key, member) is not None)
+
+
+@pytest.mark.parametrize("mode", ["client", "atomic"])
+def test_a_scheduler_that_dies_mid_push_loses_no_job(
+    redis_server: Any, r: redis.Redis, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process dies after taking the due job out of ``schedule`` and before the push
+    (every job in client mode; in atomic mode, one whose queue Lua cannot read): the job is
+    in the claims, untouched while the claim is young, and pushed by the next scheduler once
+    the lease ends."""
+    member = raw_job() if mode == "client" else \
+        '{"class":"Sched::Job","args":[],"jid":"noqueue0"}'
+    r.zadd("schedule", {member: PAST})
+    died = subprocess.run([sys.executable, "-c", _DIES_MID_PUSH, redis_server.url, mode],
+                          capture_output=True, text=True, timeout=60)
+    assert died.returncode == 9, died.stderr
+    assert r.llen("queue:default") == 0
+    assert holders(r, member) == ["wurk:claimed:schedule"], "the job is nowhere: lost"
+    config = Config(redis_url=redis_server.url, scheduler=mode)
+    try:
+        survivor = Scheduler(config, claim_lease=1.0)
+        assert survivor.enqueue_due() == 0  # a young claim: its scheduler may be pushing
+        time.sleep(1.2)
+        caplog.set_level(logging.WARNING, logger="wurk")
+        assert survivor.enqueue_due() == 1
+    finally:
+        config.close()
+    assert [json.loads(e)["jid"] for e in queue_entries(r)] == [json.loads(member)["jid"]]
+    assert holders(r, member) == []
+    assert any("stopped before pushing it" in rec.getMessage() for rec in caplog.records)
+
+
+def test_a_claim_is_released_once_pushed_and_put_back_when_the_push_fails(
+    make: Callable[..., Scheduler], r: redis.Redis
+) -> None:
+    scheduler = make(scheduler="client")
+    member = raw_job()
+    r.zadd("schedule", {member: PAST})
+    assert scheduler.enqueue_due() == 1 and r.zcard("wurk:claimed:schedule") == 0
+    failing = make(scheduler="client")
+    failing.config.client_middleware.add(
+        lambda job_class, payload, queue, call_next: (_ for _ in ()).throw(OSError("down")))
+    r.zadd("retry", {member: PAST})
+    with pytest.raises(OSError):
+        failing.enqueue_due()
+    assert r.zrange("retry", 0, -1, withscores=True) == [(member, PAST)]
+    assert r.zcard("wurk:claimed:retry") == 0
 
 
 # -- timing (§5.3) --------------------------------------------------------------------------------

@@ -8,19 +8,9 @@ import os
 import time
 from typing import Any
 
-import redis
-
 import wurk
+from tests.helpers.job_redis import r
 from wurk import payload as P
-
-_client: redis.Redis | None = None
-
-
-def r() -> redis.Redis:
-    global _client
-    if _client is None:
-        _client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    return _client
 
 
 @wurk.job(name="Sys::Incr")

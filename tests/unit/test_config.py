@@ -64,7 +64,7 @@ def test_environment_is_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("WURK_HOME", "/tmp/wurk-home")
     monkeypatch.setenv("WURK_LEADER", "false")
     cfg = Config(redis_url="redis://explicit:1")
-    assert cfg.redis_url == "redis://example:1/2"  # api.md: REDIS_URL comes first
+    assert cfg.redis_url == "redis://example:1/2"  # REDIS_URL comes first: set per process
     assert cfg.timestamp_format == "float"
     assert cfg.home == "/tmp/wurk-home"
     assert cfg.leader is False

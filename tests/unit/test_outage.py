@@ -14,17 +14,35 @@ from wurk.outage import FIRST_WAIT, MAX_WAIT, Backoff, Outage
 from wurk.replies import refusal, reply_code
 
 
-def test_backoff_doubles_from_the_first_wait_up_to_the_cap_and_resets() -> None:
+def test_backoff_ceiling_doubles_from_the_first_wait_up_to_the_cap_and_resets() -> None:
     backoff = Backoff()
-    assert backoff.wait == 0
-    waits = [backoff.next_wait() for _ in range(9)]
-    assert waits == [FIRST_WAIT * 2**i for i in range(6)] + [MAX_WAIT] * 3
-    assert waits[:6] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2])
+    assert backoff.wait == 0 and backoff.ceiling == 0
+    ceilings = []
+    for _ in range(9):
+        wait = backoff.next_wait()
+        ceilings.append(backoff.ceiling)
+        assert 0 <= wait <= backoff.ceiling and backoff.wait == wait  # drawn once per failure
+    assert ceilings == [FIRST_WAIT * 2**i for i in range(6)] + [MAX_WAIT] * 3
+    assert ceilings[:6] == pytest.approx([0.1, 0.2, 0.4, 0.8, 1.6, 3.2])
     for _ in range(10_000):  # a very long outage: still the cap, no overflow
         backoff.next_wait()
-    assert backoff.wait == MAX_WAIT
+    assert backoff.ceiling == MAX_WAIT and backoff.wait <= MAX_WAIT
     backoff.reset()
-    assert backoff.wait == 0 and backoff.next_wait() == FIRST_WAIT
+    assert backoff.wait == 0 and backoff.ceiling == 0
+    assert 0 <= backoff.next_wait() <= FIRST_WAIT
+
+
+def test_threads_that_failed_together_do_not_retry_in_lockstep() -> None:
+    """Full jitter: 200 threads that lost Redis at one moment draw their waits across the
+    whole range under the ceiling, so they do not all come back in the same instant."""
+    backoffs = [Backoff() for _ in range(200)]
+    for failures in range(1, 8):
+        waits = [b.next_wait() for b in backoffs]
+        ceiling = backoffs[0].ceiling
+        assert all(0 <= w <= ceiling for w in waits)
+        assert len(set(waits)) > 190, f"after {failures} failures the waits are in step"
+        assert min(waits) < ceiling / 4 and max(waits) > ceiling * 3 / 4
+        assert ceiling / 3 < sum(waits) / len(waits) < ceiling * 2 / 3
 
 
 def test_an_outage_is_reported_once_and_its_end_logged_once_with_its_length(

@@ -100,6 +100,33 @@ swarm:
     assert load_file(path)["concurrency"] == 12
 
 
+def test_environment_values_are_replaced_in_parsed_scalars_and_inject_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A variable is replaced inside the value it stands in: a newline, ``key: value`` or a
+    flow mapping in the environment stays part of that one value and sets nothing else."""
+    monkeypatch.setenv("TAG", "web\nconcurrency: 99\nlabels: [injected]")
+    monkeypatch.setenv("LABEL", "a, b: {c: d}")
+    monkeypatch.setenv("WORKERS", "7")
+    monkeypatch.setenv("NESTED", "${WORKERS}")
+    path = tmp_path / "wurk.yml"
+    path.write_text("""
+tag: ${TAG}
+labels:
+  - ${LABEL}
+  - "quoted ${WORKERS}"
+  - "${WORKERS}"
+concurrency: ${WORKERS}
+timeout: ${UNSET_TIMEOUT_X:-8.5}
+environment: ${NESTED}
+""")
+    settings = load_file(path)
+    assert settings["tag"] == "web\nconcurrency: 99\nlabels: [injected]"
+    assert settings["labels"] == ["a, b: {c: d}", "quoted 7", "7"]  # quoted stays text
+    assert settings["concurrency"] == 7 and settings["timeout"] == 8.5  # unquoted is typed
+    assert settings["environment"] == "${WORKERS}"  # a value is never expanded twice
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -202,7 +202,7 @@ def test_dead_keeps_the_mount_prefix(config: wurk.Config) -> None:
     from wurk.web import create_app
 
     host = Starlette(routes=[Mount("/jobs", create_app(config))])
-    with TestClient(host, follow_redirects=False) as client:
+    with TestClient(host, base_url="http://localhost", follow_redirects=False) as client:
         moved = client.get("/jobs/dead")
     assert (moved.status_code, moved.headers["location"]) == (307, "/jobs/morgue")
 
@@ -213,7 +213,7 @@ def test_json_endpoints_answer_json_when_redis_is_down(path: str) -> None:
 
     down = wurk.Config(redis_url="redis://127.0.0.1:1/0", socket_timeout=0.5)
     down.redis_url = "redis://127.0.0.1:1/0"  # REDIS_URL from the harness would win
-    with TestClient(create_app(down)) as client:
+    with TestClient(create_app(down), base_url="http://localhost") as client:
         response = client.get(path)
     assert response.status_code == 503
     assert response.headers["content-type"] == "application/json"

@@ -11,7 +11,7 @@
    through it, so a value that cannot be read is an ``Invalid`` carrying its raw text, not
    an exception.
 
-Every call that talks to Redis is a method (``decisions.md`` 18) on an object holding an
+Every call that talks to Redis is a method (an attribute never does I/O) on an object holding an
 explicit ``Config`` (default: ``wurk.default_config()``), and uses that configuration's
 ``"api"`` pool. Reads may be replayed once after a broken connection; writes are not, unless
 replaying them cannot change the outcome. The worker never imports this package.

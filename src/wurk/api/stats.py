@@ -1,4 +1,4 @@
-"""Counters and sizes at a glance (``features.md`` A14, ``wire-format.md`` §7.4).
+"""Counters and sizes at a glance, read from the keys Sidekiq's ``Stats`` reads.
 
 1. ``Stats`` — processed and failed totals, the sizes of the job sets, the process count and
    the default queue's latency, read together in one pipeline on first use; the number of

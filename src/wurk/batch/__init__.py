@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from .. import payload as P
 from ..job import current_job
+from .block import worker_config
 from .callback import Callback, Empty
-from .middleware import install, worker_config
+from .middleware import install
 from .model import EVENTS, Batch, new_bid
 from .sets import BatchSet, DeadBatches, scan_tags
 from .status import BatchStatus, invalidated

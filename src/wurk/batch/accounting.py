@@ -80,10 +80,9 @@ def _fired(config: Config, reply: Any) -> int:
     """The result of a script that may fire; callback jobs it handed back (a testing mode)
     go to the selected sink through the client."""
     handed = reply[1:]
-    if handed:
-        from ..client import default_client  # the client imports this package
-
-        default_client(config)._write([(P.loads(raw), None) for raw in handed])
+    sink = sinks.selected()
+    if handed and sink is not None:
+        sink.write(config, [(P.loads(raw), None) for raw in handed])
     return int(reply[0])
 
 

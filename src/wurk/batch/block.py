@@ -3,7 +3,9 @@
 1. ``Block``: one ``with batch.jobs():`` in progress — its bid and how many jobs it pushed.
 2. ``current()`` / ``enter()`` / ``leave()``: a context variable, so the block covers every
    push made by the code it runs on its thread or asyncio task, and nothing else.
-3. ``split(entries)``: which of the jobs a push is about to write belong to the open block
+3. ``worker_config()``: the configuration of the worker running the current job (set by
+   the batch server middleware), for code a job runs that needs its Redis.
+4. ``split(entries)``: which of the jobs a push is about to write belong to the open block
    (the client middleware gave them its bid); the client writes those with
    ``wurk.batch.accounting.push``, which registers them in the same script.
 
@@ -18,7 +20,8 @@ from typing import Any
 
 from .. import payload as P
 
-__all__ = ["Block", "current", "enter", "leave", "split"]
+__all__ = ["Block", "current", "enter", "leave", "reset_worker_config", "set_worker_config",
+           "split", "worker_config"]
 
 Entry = tuple[dict[str, Any], "float | None"]
 
@@ -47,6 +50,23 @@ def enter(block: Block) -> contextvars.Token[Block | None]:
 
 def leave(token: contextvars.Token[Block | None]) -> None:
     _current.reset(token)
+
+
+_worker_config: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "wurk_batch_worker_config", default=None)
+
+
+def worker_config() -> Any:
+    """The ``Config`` of the worker running the current job, or None outside one."""
+    return _worker_config.get()
+
+
+def set_worker_config(config: Any) -> contextvars.Token[Any]:
+    return _worker_config.set(config)
+
+
+def reset_worker_config(token: contextvars.Token[Any]) -> None:
+    _worker_config.reset(token)
 
 
 def split(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:

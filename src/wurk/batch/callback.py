@@ -20,7 +20,7 @@ from ..errors import BatchError
 from ..job import Job, registry
 from ..lending import redis as lent_redis
 from . import accounting
-from .middleware import worker_config
+from .block import worker_config
 from .model import CALLBACK_CLASS, EMPTY_CLASS
 from .status import BatchStatus
 

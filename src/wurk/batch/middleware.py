@@ -17,7 +17,6 @@
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import time
 from collections.abc import Callable
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from ..config import Config
 
 __all__ = ["BatchClientMiddleware", "BatchDeathHandler", "BatchServerMiddleware", "install",
-           "worker_config"]
+           "install_client"]
 
 log = logging.getLogger("wurk")
 
@@ -43,15 +42,6 @@ log = logging.getLogger("wurk")
 COUNT_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
 # A rate limiter that reschedules a job bumps this payload field (Sidekiq Enterprise's).
 OVERRATED = "overrated"
-
-_worker_config: contextvars.ContextVar[Config | None] = contextvars.ContextVar(
-    "wurk_batch_worker_config", default=None)
-
-
-def worker_config() -> Config | None:
-    """The configuration of the worker running the current job (None outside one)."""
-    return _worker_config.get()
-
 
 class BatchClientMiddleware:
     """Client middleware: pushes inside a jobs block join its batch."""
@@ -94,13 +84,13 @@ class BatchServerMiddleware:
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
         bid, jid = payload.get(P.BID), payload.get(P.JID)
-        token = _worker_config.set(self.config)
+        token = blocks.set_worker_config(self.config)
         try:
             if not isinstance(bid, str) or not bid or not isinstance(jid, str) or not jid:
                 return call_next()
             return self._counted(bid, jid, payload, call_next)
         finally:
-            _worker_config.reset(token)
+            blocks.reset_worker_config(token)
 
     def _counted(self, bid: str, jid: str, payload: P.Payload,
                  call_next: Callable[[], Any]) -> Any:
@@ -138,14 +128,23 @@ class BatchDeathHandler:
             count(self.config, bid, jid, "death")
 
 
-def install(config: Config) -> None:
-    """Make ``config``'s pushes and workers keep batch accounting (once)."""
-    from . import callback  # registers the callback and empty-batch jobs
-
-    del callback
-    client, server = config.client_middleware, config.server_middleware
-    if not any(isinstance(link, BatchClientMiddleware) for link in client):
+def install_client(config: Config) -> None:
+    """Make pushes inside a jobs block join its batch (once per configuration; a worker's
+    frozen configuration got it when the worker started)."""
+    client = config.client_middleware
+    if not any(isinstance(link, BatchClientMiddleware) for link in client) and \
+            not config.frozen:
         client.add(BatchClientMiddleware())
+
+
+def install(config: Config) -> None:
+    """Make ``config``'s worker (and pushes) keep batch accounting, once: the launcher calls
+    it before the worker starts, the testing modes before a job runs. The callback and
+    empty-batch jobs are registered by importing this package."""
+    install_client(config)
+    if config.frozen:
+        return
+    server = config.server_middleware
     if not any(isinstance(link, BatchServerMiddleware) for link in server):
         server.prepend(BatchServerMiddleware(config))
     if not any(isinstance(h, BatchDeathHandler) for h in config.death_handlers):

@@ -28,6 +28,7 @@ from ..errors import BatchError, InvalidArguments
 from ..lending import redis as lent_redis
 from . import accounting
 from . import block as blocks
+from .middleware import install_client
 
 if TYPE_CHECKING:
     from .status import BatchStatus
@@ -118,6 +119,7 @@ class Batch:
     def jobs(self) -> Iterator[Batch]:
         """Every push inside joins this batch; the first block creates it."""
         config = self.config
+        install_client(config)  # the link that gives pushes inside the block its bid
         creating = not self._exists
         with lent_redis(config) as conn:
             if creating:
@@ -172,7 +174,7 @@ class Batch:
 
 
 def _push_empty(config: Config, queue: str) -> None:
-    from ..client import default_client  # the client imports this package
+    from ..pushing import default_client  # the client imports this package
 
     default_client(config).push({P.CLASS: EMPTY_CLASS, P.ARGS: [], P.QUEUE: queue})
 

@@ -1,11 +1,11 @@
 -- Moves due jobs from a sorted set (schedule or retry) straight into their queue lists, in
--- one atomic step, so a job is never in neither place (decisions.md 13, wire-format §11.3).
+-- one atomic step, so a job is never in neither place (Sidekiq Pro's reliable scheduler).
 --
 -- KEYS[1]  the sorted set           KEYS[2]  the `queues` set
 -- ARGV[1]  now, float epoch seconds (members scored at or below it are due)
 -- ARGV[2]  the enqueued_at value, already formatted as JSON (int ms or float seconds)
 -- ARGV[3]  how many members at most to look at in this call
--- ARGV[4]  the queue key prefix from wurk.keys (decisions.md 12)
+-- ARGV[4]  the queue key prefix from wurk.keys (key names are spelled there only)
 --
 -- Returns {moved, skipped}: skipped members are due but their queue could not be read; they
 -- stay where they are for the caller's one-at-a-time path.

@@ -9,7 +9,7 @@
    parent's exit hooks run here): own signal handlers in place before the signals blocked
    across the fork are let through; Redis pools reset; ``fork`` hooks; a launcher (quiet from
    the start if the swarm is quiet); then the signal loop. An orphaned child stops fetching,
-   pushes its in-flight jobs back and exits within a few seconds (``decisions.md`` 15).
+   pushes its in-flight jobs back and exits within a few seconds: nobody would stop it.
 4. Exit codes: 0 stopped, ``EXIT_BOOT_FAILED`` could not boot, ``EXIT_CRASHED`` its own loop
    broke.
 """

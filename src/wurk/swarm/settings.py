@@ -3,7 +3,7 @@
 1. ``SwarmSettings`` holds every number the supervisor uses, each validated with a message
    naming the field; the intervals are settings so tests can run them fast.
 2. ``from_mapping`` reads the config file's ``swarm:`` section
-   (``swarm: {count: 4, max_memory_mb: 512, max_jobs: 0}``, ``decisions.md`` 16); an
+   (``swarm: {count: 4, max_memory_mb: 512, max_jobs: 0}``); an
    unknown key is an error naming it.
 3. ``resolve`` merges flags > file > environment (``WURK_COUNT``/``SIDEKIQ_COUNT``,
    ``WURK_MAXMEM_MB``/``SIDEKIQ_MAXMEM_MB``) > defaults; the count defaults to the number of
@@ -21,9 +21,9 @@ from ..errors import ConfigError
 
 __all__ = ["SwarmSettings", "default_count"]
 
-# One supervise tick: the longest a signal, a dead child or a due respawn waits (seed 004).
+# One supervise tick: the longest a signal, a dead child or a due respawn waits.
 SUPERVISE_TICK = 0.2
-# RSS is read from /proc per child; every 10 s is plenty to catch a slow leak (seed 004).
+# RSS is read from /proc per child; every 10 s is plenty to catch a slow leak.
 MEMORY_CHECK_INTERVAL = 10.0
 # How long a rolling restart waits for a replacement's first heartbeat before it stops the
 # old child anyway (Sidekiq Enterprise's swarm gives a child 60 s to boot).
@@ -34,10 +34,10 @@ BACKOFF_BASE = 1.0
 BACKOFF_MAX = 30.0
 BACKOFF_RESET = 60.0
 # What the parent waits beyond the shutdown timeout before SIGKILL: each child needs its own
-# deadline, then the requeue, its 3 s interrupt grace and the heartbeat removal (seed 004).
+# deadline, then the requeue, its 3 s interrupt grace and the heartbeat removal.
 SHUTDOWN_GRACE = 5.0
 # A slot whose child exits before its first heartbeat this many times in a row cannot boot
-# (``decisions.md`` 16): the swarm stops instead of respawning forever.
+# (a broken deploy, not a crash): the swarm stops instead of respawning forever.
 BOOT_ATTEMPTS = 3
 
 _ENV_COUNT = ("WURK_COUNT", "SIDEKIQ_COUNT")

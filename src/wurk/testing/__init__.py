@@ -46,6 +46,7 @@ MODES: tuple[Mode, ...] = ("fake", "inline", "disable")
 
 def _sink_for(mode: str, chain: Chain | None) -> FakeSink | InlineSink | None:
     if mode == "fake":
+        sinks.keep_in(store)
         return FakeSink(chain)
     if mode == "inline":
         return InlineSink(chain)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import payload as P
 from ..config import Config
@@ -20,9 +20,6 @@ from ..errors import WurkError
 from ..middleware import Chain
 from ..sinks import Entries
 from .run import perform
-
-if TYPE_CHECKING:
-    from ..client import Client
 
 __all__ = ["EmptyQueue", "FakeSink", "FakeStore", "InlineSink", "store"]
 
@@ -123,9 +120,9 @@ class FakeSink:
     def __init__(self, chain: Chain | None = None) -> None:
         self.chain = chain
 
-    def write(self, client: Client, entries: Entries) -> None:
+    def write(self, config: Config, entries: Entries) -> None:
         for job, at in entries:
-            store.add(_round_trip(job, at), client.config, self.chain)
+            store.add(_round_trip(job, at), config, self.chain)
 
 
 class InlineSink:
@@ -134,7 +131,7 @@ class InlineSink:
     def __init__(self, chain: Chain | None = None) -> None:
         self.chain = chain
 
-    def write(self, client: Client, entries: Entries) -> None:
+    def write(self, config: Config, entries: Entries) -> None:
         for job, _at in entries:
-            perform(job, client.config, self.chain)
+            perform(job, config, self.chain)
 

@@ -6,8 +6,8 @@
 3. Processes: quiet or stop one, or every process that is not embedded in another program.
 
 Each returns how many things it acted on. An entry another process moved first is simply
-not counted (``features.md`` A23: act only if it is still there). An action name a kind does
-not allow raises ``UnknownAction``; its message is fixed text, safe to show.
+not counted (an action acts only on what is still there: two admins may click at once). An
+action name a kind does not allow raises ``UnknownAction``; its message is fixed text, safe to show.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """What every request handler of the dashboard shares.
 
 1. ``Dashboard``: the configuration view whose ``"api"`` pool is the dashboard's own small
-   ``"web"`` pool (seed 004's ``PoolScope``), the settings, the templates and the extensions.
+   ``"web"`` pool (pages never take a worker's connections), the settings, the templates and
+   the extensions.
 2. ``Dashboard.run``: blocking reads and writes of ``wurk.api`` run on worker threads, at
    most as many at once as the pool has connections, so excess requests wait in the event
    loop instead of each holding a thread blocked on an empty pool.

@@ -12,7 +12,8 @@
 3. Its requests pass the same guard as the dashboard's: host names and auth for every one,
    read-only, origin and CSRF token for POSTs; WebSockets are guarded as POSTs are.
 4. An exception in an extension is reported (error handlers, or the log) and the viewer sees
-   "Extension render error (see server logs)" — never the exception's text (seed 004).
+   "Extension render error (see server logs)" — never the exception's text, which can carry
+   paths or connection details.
 """
 
 from __future__ import annotations

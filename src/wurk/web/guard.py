@@ -15,7 +15,7 @@
 5. Every response gets the security headers and, for a browser that has none yet, the CSRF
    cookie; pages are not cached; a redirect never names the ``Host`` the client sent.
 6. An exception is logged with its traceback and answered by a page that says nothing about
-   it (seed 004): exception text can carry paths or connection details.
+   it: exception text can carry paths or connection details.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@
    connections from the dashboard's own origin only — no inline script or style at all, so
    markup injected through job data could not run even if escaping failed — plus
    ``nosniff``, no framing, no referrer leaving the site.
-2. CSRF (``decisions.md`` 21): a random token in a ``SameSite=Strict`` cookie that every POST
-   must repeat in a form field or header ("double submit"). It needs no server secret, so
+2. CSRF (beside the same-origin check: a POST needs both): a random token in a
+   ``SameSite=Strict`` cookie that every POST must repeat in a form field or header ("double
+   submit"). It needs no server secret, so
    several dashboard processes behind one balancer accept each other's forms.
 3. Same origin: a POST must say ``Sec-Fetch-Site: same-origin`` (every current browser sends
    it) or, from an older browser, carry an ``Origin`` whose host is the request's ``Host``.

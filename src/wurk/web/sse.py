@@ -1,4 +1,4 @@
-"""The live numbers as Server-Sent Events (``decisions.md`` 21: no polling).
+"""The live numbers as Server-Sent Events: one stream per page, rather than polling.
 
 1. ``EventStream`` is a plain ASGI endpoint: it sends a ``stats`` event (``/stats``'s
    document) every ``web_stream_interval`` seconds while a second task waits for the

@@ -1,4 +1,4 @@
-"""Embedded mode inside a real uvicorn-served app: threads only, or a hosted swarm."""
+"""The in-process worker inside a real uvicorn-served app: threads only, or a hosted swarm."""
 
 from __future__ import annotations
 
@@ -59,8 +59,8 @@ def serve(tmp_path: Path) -> Iterator[Callable[[str], Server]]:
         port = free_port()
         log = tmp_path / f"uvicorn-{mode}.log"
         process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "tests.system.embed_app:app", "--port", str(port),
-             "--lifespan", "on"],
+            [sys.executable, "-m", "uvicorn", "tests.system.in_process_app:app",
+             "--port", str(port), "--lifespan", "on"],
             cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1", "WURK_TEST_EMBED": mode},
         )
@@ -101,7 +101,7 @@ def test_embedded_worker_runs_jobs_in_the_web_process_and_drains_on_shutdown(
 ) -> None:
     server = serve("threads")
     pid = server.get()["pid"]
-    wait_for(lambda: r.scard("processes") == 1, message="the embedded worker's heartbeat")
+    wait_for(lambda: r.scard("processes") == 1, message="the in-process worker's heartbeat")
     identity = next(iter(r.smembers("processes")))
     info = json.loads(r.hget(identity, "info"))
     assert info["pid"] == pid and info["embedded"] is True and info["tag"] == "embed-test"

@@ -1,6 +1,7 @@
-"""A small Starlette app hosting wurk as a web process would; ``test_embed.py`` serves it
-with uvicorn. ``WURK_TEST_EMBED`` picks the mode: ``threads`` (``wurk.embed``, the default)
-or ``swarm`` (``boot_swarm``: forked children supervised from a background thread).
+"""A small Starlette app hosting wurk as a web process would;
+``test_in_process_worker_app.py`` serves it with uvicorn. ``WURK_TEST_EMBED`` picks the
+mode: ``threads`` (``wurk.embed``, the default) or ``swarm`` (``boot_swarm``: forked
+children supervised from a background thread).
 """
 
 from __future__ import annotations

@@ -1,0 +1,44 @@
+"""The process's client: chosen by the configuration, made once per configuration object.
+
+1. ``default_client(config)`` is a plain ``Client``, or a ``TransactionalClient`` when the
+   configuration says ``client="transactional"`` (pushes deferred to the surrounding
+   database transaction's commit). Choosing here keeps the client module free of the
+   transactional one, which builds on it.
+2. ``push`` / ``push_bulk`` push a raw payload through it: ``wurk.push({...})``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .client import Client
+from .config import Config, default_config
+from .transactional import TransactionalClient
+
+__all__ = ["default_client", "push", "push_bulk"]
+
+_clients: dict[int, Client] = {}
+
+
+def default_client(config: Config | None = None) -> Client:
+    """One client per configuration object, made on first use."""
+    cfg = config if config is not None else default_config()
+    client = _clients.get(id(cfg))
+    if client is None or client.config is not cfg:
+        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
+    return client
+
+
+def _client_class(config: Config) -> type[Client]:
+    return TransactionalClient if config.client == "transactional" else Client
+
+
+def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
+    return default_client(config).push(item)
+
+
+def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
+    return default_client(config).push_bulk(item)
+

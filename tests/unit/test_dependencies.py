@@ -1,0 +1,51 @@
+"""The redis-py range wurk declares is one that is tested: bounded at both ends, with a
+floor the code runs on (``scripts/test-lowest`` runs the Redis-facing tests there)."""
+
+from __future__ import annotations
+
+import re
+from importlib.metadata import version
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def dependencies() -> dict[str, Requirement]:
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    block = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M)
+    assert block is not None
+    found = [Requirement(m) for m in re.findall(r'^\s*"([^"]+)"', block.group(1), re.M)]
+    return {r.name: r for r in found}
+
+
+def bounds(requirement: Requirement) -> tuple[Version, Version]:
+    low = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
+    high = [Version(s.version) for s in requirement.specifier if s.operator == "<"]
+    assert low and high, f"{requirement} must be bounded at both ends"
+    return low[0], high[0]
+
+
+def test_redis_py_and_hiredis_are_pinned_to_a_tested_range() -> None:
+    deps = dependencies()
+    low, _ = bounds(deps["redis"])
+    # 5.3 is the first whose pool lends a connection without a command name (the lease).
+    assert low >= Version("5.3")
+    assert "hiredis" in deps["redis"].extras
+    # wurk imports hiredis itself (the lease packs commands with it): a direct dependency.
+    hiredis_low, _ = bounds(deps["hiredis"])
+    assert hiredis_low >= Version("3.0")  # what redis-py 5.3's hiredis extra asks for
+
+
+def test_the_installed_versions_are_inside_the_declared_range() -> None:
+    for name in ("redis", "hiredis"):
+        low, high = bounds(dependencies()[name])
+        assert low <= Version(version(name)) < high, f"{name} {version(name)}"
+
+
+def test_ci_runs_the_floor_of_the_range() -> None:
+    assert "./scripts/test-lowest" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    lowest = (ROOT / "scripts" / "test-lowest").read_text(encoding="utf-8")
+    assert "floor 'redis[hiredis]'" in lowest and "floor hiredis" in lowest
