@@ -91,7 +91,9 @@ class Plan:
                    minutes=minutes, **options)  # type: ignore[arg-type]
 
 
-EVENTS = ("complete", "success")  # what each batch of the run must fire (no job dies)
+EVENTS = ("complete", "success")
+# The name of the connection that samples pending counts: a reader of the run, not a worker.
+SAMPLER = "chaos-pending-sampler"  # what each batch of the run must fire (no job dies)
 
 
 @dataclass
@@ -301,7 +303,8 @@ class ChaosRun:
         admitted in the instant before it began refusing is cut again)."""
         me = self.direct.client_id()
         deadline = time.monotonic() + 30
-        while any(int(c["id"]) != me for c in self.direct.client_list()):
+        while any(int(c["id"]) != me and c.get("name") != SAMPLER
+                  for c in self.direct.client_list()):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Redis still holds connections: {self.direct.client_list()}")
             self.proxy.cut()
@@ -351,9 +354,10 @@ class ChaosRun:
     def _sample_pending(self) -> None:
         """Read every batch's pending count over and over while the faults strike."""
         assert self.batch_figures is not None
+        reader = redis.Redis(port=self.redis.port, socket_timeout=2, client_name=SAMPLER)
         while not self._sampling.wait(0.1):
             try:
-                values = [self.direct.hget(f"b-{bid}", "pending") for bid in list(self.bids)]
+                values = [reader.hget(f"b-{bid}", "pending") for bid in list(self.bids)]
             except redis.RedisError:
                 continue  # Redis is restarting
             for value in values:
