@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .block import Entry
 
 __all__ = ["Calls", "Outcome", "callback_done", "close", "create", "invalidate", "push",
-           "record", "register", "reopen", "write"]
+           "push_call", "pushed", "record", "register", "reopen", "write"]
 
 Outcome = Literal["success", "failure", "death"]
 
@@ -122,16 +122,25 @@ def push(conn: Any, config: Config, bid: str, entries: Sequence[Entry],
     """Write ``entries`` (payload, time or None) and register them with batch ``bid``;
     ``locks`` gives each job's unique lock and its lifetime in ms (``("", 0)``: none).
     Returns (jobs newly registered, jids refused as duplicates of a unique job)."""
+    reply = _run(_PUSH, conn, *push_call(config, bid, entries, locks))
+    return pushed(entries, reply)
+
+
+def push_call(config: Config, bid: str, entries: Sequence[Entry],
+              locks: Sequence[tuple[str, int]] | None = None) -> tuple[list[str], list[object]]:
+    """The push script's keys and arguments (for a sync or an async connection)."""
     keys = config.keys
     args: list[object] = [*_common(config), bid]
     for index, (job, at) in enumerate(entries):
         lock, ttl = locks[index] if locks is not None else ("", 0)
         args += [job[P.JID], job[P.QUEUE], "" if at is None else P.score(at), P.dumps(job),
                  lock, ttl]
-    reply = _run(_PUSH, conn, [keys.batch(bid), keys.batch(bid, "jids"), keys.queues,
-                               keys.schedule], args)
-    refused = {str(entries[int(i) - 1][0][P.JID]) for i in reply[1:]}
-    return int(reply[0]), refused
+    return [keys.batch(bid), keys.batch(bid, "jids"), keys.queues, keys.schedule], args
+
+
+def pushed(entries: Sequence[Entry], reply: Any) -> tuple[int, set[str]]:
+    """(jobs newly registered, jids refused as duplicates) from the push script's reply."""
+    return int(reply[0]), {str(entries[int(i) - 1][0][P.JID]) for i in reply[1:]}
 
 
 def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[str]:
