@@ -3,6 +3,7 @@ restart with data kept, and each way it can fail."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -203,7 +204,7 @@ def test_stale_pid_file_of_a_dead_process_is_reported_then_replaced(home: Path) 
     first = EmbeddedServer(home).start()
     push_marker(first.url)
     os.kill(first.pid, signal.SIGKILL)
-    if psutil.pid_exists(first.pid):  # until init has reaped it
+    with contextlib.suppress(psutil.NoSuchProcess):  # reaped already, by its starter
         psutil.Process(first.pid).wait(5)
     status = EmbeddedServer(home).status()
     assert status.state == "stale"
@@ -224,7 +225,8 @@ def test_pid_file_naming_another_program_is_stale(home: Path, file_age: float) -
     os.utime(home / PID_FILE, (written, written))
     status = EmbeddedServer(home).status()
     assert status.state == "stale"
-    assert "now belongs to another program (python" in status.reason
+    # Named as the kernel names this process (python, or a test runner's own title).
+    assert f"now belongs to another program ({psutil.Process().name()[:15]}" in status.reason
     assert EmbeddedServer(home).start().started
 
 

@@ -4,6 +4,7 @@ pauses reach every process, an idle worker picks a job up at once."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -172,19 +173,29 @@ def test_a_lost_foreign_owner_is_recovered_within_ttl_plus_one_sweep(
 ) -> None:
     ttl = 3
     owner = "otherhost:4242:abcdefabcdef"
-    r.hset(owner, "info", "{}")
-    r.expire(owner, ttl)
-    last_beat = time.monotonic()
     key = "queue:default|otherhost|4242|abcdefabcdef|0"
     r.lpush(key, *[json.dumps({"class": "Sys::Mark", "args": ["rel:marks", 0],
                                "jid": f"foreign{i:017d}"}) for i in range(5)])
-    start_worker(settings=RELIABLE)
-    # The owner beats once more now: a worker slow to boot on a loaded machine must not
-    # find its heartbeat expired before the check below.
-    r.expire(owner, ttl)
+    # The owner beats every half second while the worker boots and looks, however slow a
+    # loaded machine makes the boot, then stops: its last beat starts the clock.
+    stop_beating = threading.Event()
+
+    def beat() -> None:
+        while not stop_beating.is_set():
+            r.hset(owner, "info", "{}")
+            r.expire(owner, ttl)
+            stop_beating.wait(0.5)
+
+    beater = threading.Thread(target=beat, name="foreign-owner")
+    beater.start()
+    try:
+        start_worker(settings=RELIABLE)
+        time.sleep(1.5)
+        assert r.llen(key) == 5  # its heartbeat is alive: untouched
+    finally:
+        stop_beating.set()
+        beater.join(5)
     last_beat = time.monotonic()
-    time.sleep(1.5)
-    assert r.llen(key) == 5  # its heartbeat is alive: untouched
     wait_for(lambda: r.llen("rel:marks") == 5, timeout=15, message="foreign jobs recovered")
     took = time.monotonic() - last_beat
     print(f"\nforeign owner recovered {took:.1f}s after its last beat (TTL {ttl}s + sweep 1s)")
