@@ -380,6 +380,12 @@ def test_scheduled_and_bulk_pushes_join_the_block(fast: wurk.Config, r: redis.Re
     assert r.scard(f"b-{batch.bid}-jids") == 4 and outside is not None
 
 
+def test_jobs_takes_a_function_too(fast: wurk.Config) -> None:
+    batch = wurk.Batch()
+    assert batch.jobs(lambda: work.perform_async("via fn")) is batch
+    assert wurk.BatchStatus(batch.bid).total == 1
+
+
 def test_a_block_that_raises_before_pushing_leaves_no_batch(fast: wurk.Config,
                                                            r: redis.Redis) -> None:
     batch = wurk.Batch()

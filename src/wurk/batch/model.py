@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import base64
 import os
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, overload
 
 from .. import payload as P
 from ..config import Config, default_config
@@ -115,9 +115,23 @@ class Batch:
         return self
 
     # -- filling ----------------------------------------------------------------------------
+    @overload
+    def jobs(self) -> AbstractContextManager[Batch]: ...
+
+    @overload
+    def jobs(self, fn: Callable[[], Any]) -> Batch: ...
+
+    def jobs(self, fn: Callable[[], Any] | None = None) -> AbstractContextManager[Batch] | Batch:
+        """``with batch.jobs(): ...`` — every push inside joins this batch; the first block
+        creates it. ``batch.jobs(fn)`` runs ``fn`` inside such a block."""
+        if fn is None:
+            return self._block()
+        with self._block():
+            fn()
+        return self
+
     @contextmanager
-    def jobs(self) -> Iterator[Batch]:
-        """Every push inside joins this batch; the first block creates it."""
+    def _block(self) -> Iterator[Batch]:
         config = self.config
         install_client(config)  # the link that gives pushes inside the block its bid
         creating = not self._exists
