@@ -1,6 +1,7 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
+1. Built: the batch middleware and death handler join the configuration (``wurk.batch``).
+   ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the scheduler and one
    manager per capsule.
@@ -61,6 +62,7 @@ class Launcher:
                  on_remote_signal: Callable[[str], None] | None = None,
                  title: str = "", slot: int | None = None) -> None:
         config.check_worker()
+        install_batches(config)  # its jobs keep their batches' counts (outermost link)
         self.config = config
         self.embedded = embedded
         self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it
@@ -143,7 +145,6 @@ class Launcher:
             if self._started:
                 raise RuntimeError("this launcher was already started")
             self._started = True
-        install_batches(self.config)  # before the freeze: the chains take no edit after
         self.config.freeze()
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
