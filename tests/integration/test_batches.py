@@ -506,3 +506,32 @@ def test_callback_options_reach_the_callback_byte_for_byte(fast: wurk.Config,
     event, bid, target, options = json.loads(raw)["args"]
     assert (event, bid, target) == ("success", batch.bid, "BatchTest::Notes")
     assert options == tricky
+
+
+def test_the_async_write_registers_as_the_sync_one(fast: wurk.Config, r: redis.Redis) -> None:
+    import asyncio
+
+    import redis.asyncio
+
+    class AsyncCalls:
+        def __init__(self, client: Any) -> None:
+            self.client = client
+
+        async def call(self, *args: Any) -> Any:
+            return await self.client.execute_command(*args)
+
+    async def push_two(batch: wurk.Batch) -> set[str]:
+        client = redis.asyncio.Redis.from_url(fast.redis_url)
+        try:
+            await client.script_flush()  # the first call meets NOSCRIPT and loads it
+            entries = [({"class": "BatchTest::work", "args": [n], "queue": "default",
+                         "jid": f"{n:024x}", "bid": batch.bid}, None) for n in range(2)]
+            return await accounting.awrite(AsyncCalls(client), fast, entries)
+        finally:
+            await client.aclose()
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        assert asyncio.run(push_two(batch)) == set()
+    status = wurk.BatchStatus(batch.bid)
+    assert status.total == 2 and r.llen("queue:default") == 2  # no Empty job: it pushed two
