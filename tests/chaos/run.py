@@ -83,6 +83,9 @@ class Plan:
     deadline: float = 120.0  # for every job to have run once the faults stop
     minutes: float | None = None  # strike until then (rounds only spreads the jobs)
     batches: int = 0  # batches per wave; 0: the wave is pushed as plain jobs
+    # Before each fault, wait up to this long for a job in flight: workers booting slowly on
+    # a loaded machine would otherwise meet every fault idle. 0: strike after the settle.
+    wait_in_flight: float = 0.0
 
     @classmethod
     def long(cls, jobs: int, minutes: float, **options: object) -> Plan:
@@ -197,6 +200,7 @@ class ChaosRun:
                 last = self._last_round(round_number, started)
                 self._push_wave(round_number, everything_left=last)
                 threading.Event().wait(self.rng.uniform(*self.plan.settle))
+                self._until_in_flight(self.plan.wait_in_flight)
                 self._strike(CYCLE[round_number % len(CYCLE)])
                 if last:
                     break
@@ -297,6 +301,11 @@ class ChaosRun:
             self.in_flight |= self._in_flight("")
         finally:
             self.proxy.restore()
+
+    def _until_in_flight(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._in_flight(""):
+            threading.Event().wait(0.02)
 
     def _until_only_this_client(self) -> None:
         """Until Redis holds no connection but the one reading the lists (a link the proxy

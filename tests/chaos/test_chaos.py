@@ -25,11 +25,11 @@ def test_ten_thousand_jobs_through_kills_restarts_and_cuts(tmp_path: Path) -> No
 
 
 def test_batches_through_kills_and_a_restart(tmp_path: Path) -> None:
-    """Four waves of three batches each (jobs of 50 ms, so every fault finds some running),
+    """Four waves of three batches each (jobs of 50 ms; each fault waits for some to run),
     through kills, a cut and a Redis restart: every batch fires complete and success exactly
     once, and no pending count goes negative."""
     result = chaos(Plan(jobs=3_000, rounds=4, workers=2, concurrency=10, batches=3,
-                        pause=0.05), tmp_path)
+                        pause=0.05, wait_in_flight=20), tmp_path)
     assert result.batches is not None
     print("\n" + result.line() + "\n" + result.batches.line())
     assert result.faults[KILL] >= 2 and result.faults[RESTART] >= 1
