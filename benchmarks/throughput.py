@@ -3,8 +3,13 @@ with concurrency 10, next to the floor — a bare redis-py loop doing the same R
 (BRPOP a payload, parse it, INCR) — in the same run.
 
     python -m benchmarks.throughput [--jobs 20000] [--runs 3] [--fetch basic] [--concurrency 10]
+                                    [--metrics-off] [--quiet]
 
-Prints jobs/s, worker CPU µs per job and peak RSS, medians of the runs.
+Prints jobs/s, worker CPU µs per job and peak RSS, medians of the runs. ``--metrics-off``
+adds, for each fetch, a column with execution metrics and the history sampler off
+(``metrics: false``, ``retain_history: 0``), run alternately with the default (on) in the
+same run, so the cost of metrics shows as a ratio; the machine's load average is printed.
+``--quiet`` turns the per-job log lines off in every column.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,13 +43,30 @@ class Result:
     rss_mb: float
 
 
-def drain_with_wurk(r: redis.Redis, url: str, jobs: int, fetch: str, concurrency: int) -> Result:
+METRICS_OFF = "metrics: false\nretain_history: 0\n"
+QUIET = "skip_default_job_logging: true\n"
+
+
+def drain_with_wurk(r: redis.Redis, url: str, jobs: int, fetch: str, concurrency: int,
+                    settings: str = "") -> Result:
+    if settings:
+        with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as file:
+            file.write(settings)
+        try:
+            return _drain(r, url, jobs, fetch, concurrency, ["-C", file.name])
+        finally:
+            os.unlink(file.name)
+    return _drain(r, url, jobs, fetch, concurrency, [])
+
+
+def _drain(r: redis.Redis, url: str, jobs: int, fetch: str, concurrency: int,
+           extra: list[str]) -> Result:
     r.flushall()
     wurk.configure(redis_url=url)
     bench_incr.perform_bulk([[] for _ in range(jobs)])
     env = {**os.environ, "REDIS_URL": url}
     command = [sys.executable, "-m", "wurk", "worker", "-r", "benchmarks.throughput_jobs",
-               "-c", str(concurrency), "--fetch", fetch, "--log-format", "plain"]
+               "-c", str(concurrency), "--fetch", fetch, "--log-format", "plain", *extra]
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     watched = psutil.Process(process.pid)
@@ -92,30 +115,52 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--fetch", default="basic,reliable")
+    parser.add_argument("--metrics-off", action="store_true",
+                        help="also drain with metrics off, alternately, for the ratio")
+    parser.add_argument("--quiet", action="store_true", help="no per-job log lines")
     options = parser.parse_args()
+    base = QUIET if options.quiet else ""
+    variants = [(fetch, fetch, base) for fetch in options.fetch.split(",") if fetch]
+    if options.metrics_off:
+        variants = [v for fetch, _, _ in variants
+                    for v in ((fetch, fetch, base), (f"{fetch}-off", fetch, base + METRICS_OFF))]
+    load_before = os.getloadavg()
     servers = contextlib.ExitStack()
     url = servers.enter_context(redis_url())
     r = redis.Redis.from_url(url)
-    fetches = [f for f in options.fetch.split(",") if f]
-    results: dict[str, list[Result]] = {name: [] for name in [*fetches, "floor"]}
+    results: dict[str, list[Result]] = {name: [] for name, _, _ in variants}
+    results["floor"] = []
     try:
         for _ in range(options.runs):  # interleaved so machine noise hits every column alike
-            for fetch in fetches:
-                results[fetch].append(drain_with_wurk(r, url, options.jobs, fetch,
-                                                      options.concurrency))
+            for name, fetch, settings in variants:
+                results[name].append(drain_with_wurk(r, url, options.jobs, fetch,
+                                                     options.concurrency, settings))
             results["floor"].append(drain_floor(r, options.jobs))
     finally:
         r.flushall()
         servers.close()
     floor_rate = statistics.median(x.rate for x in results["floor"])
+    load_after = os.getloadavg()
     print(f"drain {options.jobs} jobs, concurrency {options.concurrency}, "
-          f"median of {options.runs} runs")
-    print(f"{'':<10}{'jobs/s':>10}{'vs floor':>10}{'CPU µs/job':>12}{'peak RSS MB':>13}")
+          f"median of {options.runs} runs; load average {load_before[0]:.2f} before, "
+          f"{load_after[0]:.2f} after, on {os.cpu_count()} CPUs")
+    print(f"{'':<14}{'jobs/s':>10}{'vs floor':>10}{'CPU µs/job':>12}{'peak RSS MB':>13}")
     for name, runs in results.items():
         rate = statistics.median(x.rate for x in runs)
         cpu = statistics.median(x.cpu_us for x in runs)
         rss = statistics.median(x.rss_mb for x in runs)
-        print(f"{name:<10}{rate:>10,.0f}{rate / floor_rate:>9.2f}x{cpu:>12,.0f}{rss:>13.1f}")
+        print(f"{name:<14}{rate:>10,.0f}{rate / floor_rate:>9.2f}x{cpu:>12,.0f}{rss:>13.1f}")
+    for name, _, _ in variants:
+        if name.endswith("-off"):
+            on = statistics.median(x.rate for x in results[name[:-4]])
+            off = statistics.median(x.rate for x in results[name])
+            on_cpu = statistics.median(x.cpu_us for x in results[name[:-4]])
+            off_cpu = statistics.median(x.cpu_us for x in results[name])
+            print(f"metrics on costs {(1 - on / off) * 100:+.1f} % of {name[:-4]} drain "
+                  f"throughput ({on:,.0f} on / {off:,.0f} off jobs/s; runs on "
+                  f"{[round(x.rate) for x in results[name[:-4]]]}, off "
+                  f"{[round(x.rate) for x in results[name]]}) and "
+                  f"{(on_cpu / off_cpu - 1) * 100:+.1f} % worker CPU per job")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from . import context
+from . import context, deploy, metrics
 from .batch import Batch, BatchStatus, current_batch
 from .client import Client
 from .config import Capsule, Config, configure, default_config
@@ -79,9 +79,11 @@ __all__ = [
     "current_jid",
     "current_job",
     "default_config",
+    "deploy",
     "embed",
     "interrupted",
     "job",
+    "metrics",
     "on_poison",
     "push",
     "push_bulk",

@@ -62,6 +62,20 @@ class Client:
         self._write([(job, at)])
         return str(job[P.JID])
 
+    def prepare(self, item: Mapping[str, Any]) -> P.Payload | None:
+        """An immediate job ready to write, for a writer that writes it itself (a Lua script
+        that pushes only under a condition): normalised, through the client middleware,
+        arguments checked, ``enqueued_at`` set. None when a middleware stopped it."""
+        if P.AT in item:
+            raise InvalidPayload("a prepared job is pushed now; it cannot have 'at'",
+                                 field=P.AT)
+        job = self._through_middleware(self.normalize(item))
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        job[P.ENQUEUED_AT] = P.write_time(self.config.timestamp_format)
+        return job
+
     def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
         """Push many jobs of one class: ``item["args"]`` is a list of argument lists.
 

@@ -8,6 +8,8 @@
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
    ``default_config()`` returns it.
 5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
+6. ``periodic`` (the registered cron loops, ``wurk.periodic``) and ``is_leader()`` /
+   ``leader_token()``: what the running worker's leader election says (``wurk.leader``).
 """
 
 from __future__ import annotations
@@ -19,41 +21,49 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from . import affinity
 from .errors import ConfigError
 from .hosts import check_host_pattern
-from .keys import PRIVATE_SEPARATOR, Keys
+from .keys import Keys
 from .locate import resolve_url
 from .middleware import Chain
+from .options import check_queue_name, parse_queue
 from .payload import TimestampFormat
+from .periodic import Periodic
 from .pool import RedisPool
 
-__all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue"]
+__all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue",
+           "statsd_address"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
 LIFECYCLE_EVENTS: tuple[str, ...] = (
-    "startup", "quiet", "shutdown", "exit", "heartbeat", "beat", "leader", "fork",
+    "startup", "quiet", "shutdown", "exit", "heartbeat", "beat", "leader", "follower", "fork",
 )
 
 DAY = 24 * 60 * 60
 
 # Settings with no rule of their own above: their type is checked so that a bad value in a
 # file is an error naming it at load time, not a crash in a thread later.
-_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity")
-_OPTIONAL = ("redis_url", "environment", "cpu_affinity")
-_FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded")
-_TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes")
+_TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity",
+                  "health_host", "metrics_host", "statsd", "statsd_prefix")
+_OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd")
+_FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
+                  "periodic_seconds_field", "metrics", "metrics_compat_v7",
+                  "statsd_datadog_extensions")
+_TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
+_PORT_SETTINGS = ("health_port", "metrics_port")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
-                   "log_slow_jobs_after")
+                   "log_slow_jobs_after", "leader_renew_interval", "leader_check_interval",
+                   "periodic_poll_interval")
 
 
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
-                 "lifecycle")
+                 "lifecycle", "on_recover", "statsd_job_options")
 
 
 def did_you_mean(key: str) -> str:
@@ -65,33 +75,23 @@ def did_you_mean(key: str) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-def parse_queue(spec: str) -> tuple[str, int]:
-    """``"critical,3"`` → ``("critical", 3)``; a bare name has weight 0 (strict order)."""
-    name, _, weight_text = spec.partition(",")
-    name = name.strip()
-    _check_queue_name(name)
-    if not weight_text:
-        return name, 0
-    try:
-        weight = int(weight_text)
-    except ValueError:
-        raise ConfigError(
-            f"queue {spec!r}: the weight {weight_text!r} is not a whole number "
-            "(write NAME or NAME,WEIGHT, e.g. critical,3)"
-        ) from None
-    if weight < 0:
-        raise ConfigError(f"queue {spec!r}: the weight must be 0 or more")
-    return name, weight
+def statsd_address(text: str) -> tuple[str, int]:
+    """``"127.0.0.1:8125"`` → ``("127.0.0.1", 8125)``; the message names the fix."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+        raise ConfigError(f"statsd must be HOST:PORT of a StatsD agent, e.g. "
+                          f"'127.0.0.1:8125', not {text!r}")
+    return host.strip("[]"), int(port_text)
 
 
-def _check_queue_name(name: str) -> None:
-    if not name:
-        raise ConfigError("a queue name is empty")
-    if PRIVATE_SEPARATOR in name:
-        raise ConfigError(
-            f"queue name {name!r} contains {PRIVATE_SEPARATOR!r}, which wurk reserves for "
-            "in-flight lists; choose another name"
-        )
+
+class LeaderState(Protocol):
+    """What a running worker's leader election answers (``wurk.leader.Leadership``)."""
+
+    def is_leader(self) -> bool: ...
+
+    @property
+    def token(self) -> int | None: ...
 
 
 @dataclass(kw_only=True)
@@ -106,7 +106,7 @@ class Capsule:
         self.queues = [parse_queue(q) if isinstance(q, str) else (q[0], int(q[1]))
                        for q in self.queues]
         for queue, _ in self.queues:
-            _check_queue_name(queue)
+            check_queue_name(queue)
         if not self.queues:
             raise ConfigError(f"capsule {self.name!r} has no queues")
         if not isinstance(self.concurrency, int) or self.concurrency < 1:
@@ -209,8 +209,8 @@ class Config:
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
     labels: list[str] = field(default_factory=list)
     environment: str | None = None
-    # Read (WURK_LEADER / SIDEKIQ_LEADER) and kept for leader election; nothing elects a
-    # leader yet, so it changes nothing today.
+    # False (WURK_LEADER / SIDEKIQ_LEADER=false) keeps this process out of leader election,
+    # so it never runs periodic jobs.
     leader: bool = field(default_factory=lambda: _env_bool("WURK_LEADER", True)
                          and _env_bool("SIDEKIQ_LEADER", True))
     # -- retries and the dead set -----------------------------------------------------------
@@ -225,6 +225,19 @@ class Config:
     heartbeat_interval: float = 10.0
     heartbeat_ttl: int = 60
     reaper_interval: float = 60.0
+    # -- leader election and periodic jobs (``wurk.leader``, ``wurk.periodic``) --------------
+    # The leader renews every 15 s and holds ``dear-leader`` for twice that; a follower tries
+    # every 60 s, or as soon as the key's time runs out, whichever comes first.
+    leader_renew_interval: float = 15.0
+    leader_check_interval: float = 60.0
+    periodic: Periodic = field(default_factory=Periodic)
+    # A tick missed (no leader, a slow poll) fires late if it is at most this old; older
+    # ones are warned about, never pushed.
+    periodic_catch_up: float = 300.0
+    # Longest wait between two looks of the leader at its loops (it wakes at the next tick).
+    periodic_poll_interval: float = 5.0
+    # Accept a leading seconds field (6-field cron): Sidekiq Enterprise and Ruby wurk read 5.
+    periodic_seconds_field: bool = False
     # -- logging ----------------------------------------------------------------------------
     log_format: Literal["pretty", "plain", "json"] = "pretty"
     log_level: str = "INFO"
@@ -244,7 +257,27 @@ class Config:
     # Host names the dashboard answers to beside the loopback ones (DNS rebinding):
     # "jobs.example.com", ".example.com" (and subdomains), "10.0.0.5", or "*" for any.
     web_allowed_hosts: list[str] = field(default_factory=list)
+    # -- observability (``docs/metrics.md``) -------------------------------------------------
+    metrics: bool = True  # execution metrics in Sidekiq 8's keys, written every heartbeat
+    metrics_compat_v7: bool = False  # also Sidekiq 7's keys, for a 7.x dashboard
+    # The cluster's numbers sampled by one process every history_interval seconds and kept
+    # retain_history seconds for the dashboard's History tab (and StatsD); 0 keeps none.
+    history_interval: float = 30.0
+    retain_history: float = float(DAY)
+    health_port: int | None = None  # GET / answers 200 while beating and fetching, else 503
+    health_host: str = "0.0.0.0"  # a kubelet probes the pod's address, not loopback
+    metrics_port: int | None = None  # a Prometheus endpoint on the worker (wurk[prometheus])
+    metrics_host: str = "0.0.0.0"
+    statsd: str | None = None  # "host:port" of a StatsD / DogStatsD agent (wurk[statsd])
+    statsd_prefix: str = "wurk"  # "sidekiq" keeps dashboards built for Sidekiq Pro working
+    statsd_tags: list[str] = field(default_factory=list)  # added to every metric, "env:prod"
+    statsd_datadog_extensions: bool = True  # jobs.perform_dist (a Datadog distribution)
+    # (job name, payload, queue) → {"tags": [...], "sample_rate": 0.5}: per-job StatsD options
+    statsd_job_options: Callable[[str, dict[str, Any], str], Mapping[str, Any]] | None = None
     # -- extension points -------------------------------------------------------------------
+    # Told each job the reaper returns from a dead process: (its stored text, None); and each
+    # poison kill: (its text, {jid, klass, count, queue}).
+    on_recover: Callable[[str, dict[str, Any] | None], None] | None = None
     client_middleware: Chain = field(default_factory=Chain)
     server_middleware: Chain = field(default_factory=Chain)
     error_handlers: list[ErrorHandler] = field(default_factory=list)
@@ -264,7 +297,21 @@ class Config:
         self.keys = Keys(self.key_prefix)
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
+        # A box, not the election itself: a view made by ``routed`` (the dashboard's) shares
+        # it, so it sees the election a worker started after the view was made.
+        self._leadership: list[LeaderState] = []
+        self._take_periodic()
         self.validate()
+
+    def _take_periodic(self) -> None:
+        """``periodic`` may be given as the YAML section's list of entries."""
+        given: Any = self.periodic
+        if isinstance(given, Periodic):
+            given.seconds_field = self.periodic_seconds_field is True
+            return
+        loops = Periodic(seconds_field=self.periodic_seconds_field is True)
+        loops.load(given, source="periodic")
+        self.periodic = loops
 
     # -- building ---------------------------------------------------------------------------
     @classmethod
@@ -278,7 +325,12 @@ class Config:
                 f"{source}: unknown setting {unknown[0]!r}"
                 + (hint or "; known settings: " + ", ".join(sorted(known)))
             )
-        return cls(**dict(values))
+        settings = dict(values)
+        entries = settings.pop("periodic", None)
+        config = cls(**settings)
+        if entries is not None:  # loaded here so an error names the file
+            config.periodic.load(entries, source=source)
+        return config
 
     def capsule(self, name: str, *, queues: Sequence[str], concurrency: int) -> Capsule:
         """Add a capsule (Sidekiq 7's ``config.capsule``)."""
@@ -326,7 +378,8 @@ class Config:
                 raise ConfigError(f"{name} must be a positive whole number, not {value!r}")
         for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
                      "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
-                     "socket_timeout", "scheduler_initial_wait", "reaper_interval"):
+                     "socket_timeout", "scheduler_initial_wait", "reaper_interval",
+                     "periodic_catch_up"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
@@ -342,7 +395,9 @@ class Config:
                                                         for q in self.queues):
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
+        self.periodic.check_seconds()
         self._validate_web()
+        self._validate_observability()
 
     def _validate_transaction(self) -> None:
         adapter = self.transaction
@@ -375,6 +430,27 @@ class Config:
                 check_host_pattern(pattern)
             except ValueError as exc:
                 raise ConfigError(f"web_allowed_hosts: {exc}") from None
+
+    def _validate_observability(self) -> None:
+        for name in _PORT_SETTINGS:
+            port = getattr(self, name)
+            if port is not None and (isinstance(port, bool) or not isinstance(port, int)
+                                     or not 0 <= port <= 65535):
+                raise ConfigError(f"{name} must be a TCP port (0-65535; 0 picks a free one), "
+                                  f"not {port!r}")
+        interval = self.history_interval
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+            raise ConfigError(f"history_interval must be a number of seconds > 0, "
+                              f"not {interval!r}")
+        keep = self.retain_history
+        if isinstance(keep, bool) or not isinstance(keep, (int, float)) or keep < 0:
+            raise ConfigError(f"retain_history must be a number of seconds ≥ 0 (0 keeps no "
+                              f"history), not {keep!r}")
+        if self.statsd is not None:
+            statsd_address(self.statsd)
+        if self.statsd_job_options is not None and not callable(self.statsd_job_options):
+            raise ConfigError("statsd_job_options must be a function (job name, payload, "
+                              f"queue) → options, not {self.statsd_job_options!r}")
 
     def _check_types(self) -> None:
         """The settings a file can give any value: caught here, not as a crash later."""
@@ -416,6 +492,7 @@ class Config:
         self.validate()
         self.client_middleware.freeze()
         self.server_middleware.freeze()
+        self.periodic.freeze()
         self._frozen = True
         return self
 
@@ -441,6 +518,19 @@ class Config:
                 f"({self.socket_timeout} s): a fetch waits that long for a reply, and its "
                 "connection would time out first"
             )
+
+    # -- leadership -------------------------------------------------------------------------
+    def is_leader(self) -> bool:
+        """True while this process's running worker holds ``dear-leader`` (Sidekiq Ent's
+        ``leader?``); False with no worker running, or with ``leader`` off."""
+        return any(leadership.is_leader() for leadership in self._leadership)
+
+    def leader_token(self) -> int | None:
+        """The fencing token of this process's current term as leader, else None. It only
+        grows: a write guarded by "my token is still the newest" cannot come from a leader
+        whose term another has since taken."""
+        return next((leadership.token for leadership in self._leadership
+                     if leadership.token is not None), None)
 
     # -- connections ------------------------------------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:

@@ -181,6 +181,11 @@ class Heartbeat:
         # Written longer ago than this, the record may expire before the next beat lands.
         return time.monotonic() - written < max(ttl - self.config.heartbeat_interval, ttl / 2)
 
+    def beat_age(self) -> float | None:
+        """Seconds since the record was last written, None before the first beat."""
+        written = self._written_at
+        return None if written is None else time.monotonic() - written
+
     def _was_written(self) -> None:
         with self._written:
             self._written_at = time.monotonic()

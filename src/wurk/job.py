@@ -29,13 +29,14 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
 from .client import Client
-from .config import Config, parse_queue
-from .errors import ConfigError, InvalidArguments, JobNotRegistered, RegistrationError
+from .config import Config
+from .errors import InvalidArguments, JobNotRegistered, RegistrationError
+from .options import validate_options
 from .pushing import default_client
 from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
-           "current_job", "interrupted", "job", "registry"]
+           "current_job", "interrupted", "job", "registry", "validate_options"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
@@ -90,47 +91,6 @@ def reset_running(token: contextvars.Token[P.Payload | None]) -> None:
 # Options that change how the worker treats the job; anything else is copied into the
 # payload as is (middleware commonly reads custom keys).
 _HOOK_OPTIONS = ("retry_in", "retries_exhausted")
-
-
-def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
-    """Check the options Sidekiq gives meaning to; the message names option, value and fix."""
-    result = dict(options)
-    for key, value in result.items():
-        _check_option(key, value, where)
-    if P.RETRY_FOR in result:
-        result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
-    return result
-
-
-def _check_option(key: str, value: Any, where: str) -> None:
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(f"{where}: option {key}={value!r} is invalid; expected {expected}")
-
-    if key in (P.QUEUE, P.RETRY_QUEUE):
-        if not isinstance(value, str):
-            raise bad("a queue name")
-        parse_queue(value)
-    elif key == P.RETRY:
-        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
-            raise bad("True, False or a number of retries ≥ 0")
-    elif key == P.RETRY_FOR:
-        seconds = value.total_seconds() if isinstance(value, timedelta) else value
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
-            raise bad("a positive number of seconds")
-    elif key == P.DEAD:
-        if not isinstance(value, bool):
-            raise bad("True or False")
-    elif key == P.BACKTRACE:
-        if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
-            raise bad("True, False or a number of lines")
-    elif key == P.TAGS:
-        if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-            raise bad("a list of strings")
-    else:
-        try:
-            P.check_args([value], what=f"option {key!r}")
-        except InvalidArguments as exc:
-            raise ConfigError(f"{where}: {exc}") from None
 
 
 class JobDefinition:

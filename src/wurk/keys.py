@@ -30,9 +30,12 @@ class Keys:
         "batch_died",
         "batches",
         "dead",
+        "history",
+        "history_lock",
         "leader",
         "leader_token",
         "paused",
+        "periodic",
         "prefix",
         "process_cleanup",
         "processes",
@@ -43,7 +46,9 @@ class Keys:
         "schedule",
         "schedule_claims",
         "stat_failed",
+        "stat_poisoned",
         "stat_processed",
+        "stat_recovered",
         "super_processes",
     )
 
@@ -61,12 +66,19 @@ class Keys:
         self.paused = f"{p}paused"
         self.leader = f"{p}dear-leader"
         self.leader_token = f"{p}leader-token"
+        self.periodic = f"{p}periodic"
         self.reaper_lock = f"{p}wurk:reaper:full-scan"
         self.schedule_claims = f"{p}wurk:claimed:schedule"
         self.retry_claims = f"{p}wurk:claimed:retry"
         self.super_processes = f"{p}super_processes"
         self.batches = f"{p}batches"
         self.batch_died = f"{p}batch-died"
+        # wurk's own: cluster-wide counts of reaper recoveries and poison-pill kills, and the
+        # sampled history of the cluster's numbers with the lock that elects its sampler.
+        self.stat_recovered = f"{p}wurk:stat:recovered"
+        self.stat_poisoned = f"{p}wurk:stat:poisoned"
+        self.history = f"{p}wurk:history"
+        self.history_lock = f"{p}wurk:history:lock"
 
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> str:
@@ -128,10 +140,54 @@ class Keys:
     def stat_failed_day(self, day: _dt.date) -> str:
         return f"{self.stat_failed}:{day.isoformat()}"
 
+    # -- execution metrics (Sidekiq 8's layout, and 7's for mixed fleets) -------------------
+    def metrics_minute(self, when: _dt.datetime) -> str:
+        """``j|250214|8:03``: one minute's counts (UTC; hour unpadded, minute two digits)."""
+        return f"{self.prefix}j|{when:%y%m%d}|{when.hour}:{when.minute:02d}"
+
+    def metrics_ten_minutes(self, when: _dt.datetime) -> str:
+        """``j|250214|8:0``: the minute key minus its last digit, ten minutes' counts."""
+        return self.metrics_minute(when)[:-1]
+
+    def histogram(self, job: str, when: _dt.datetime) -> str:
+        """``h|HardJob-14-8:3``: one minute's latency histogram (nothing zero-padded)."""
+        return f"{self.prefix}h|{job}-{when.day}-{when.hour}:{when.minute}"
+
+    def metrics_minute_v7(self, when: _dt.datetime) -> str:
+        """Sidekiq 7's minute key ``j|20250214|8:3`` (hour and minute unpadded)."""
+        return f"{self.prefix}j|{when:%Y%m%d}|{when.hour}:{when.minute}"
+
+    def histogram_v7(self, job: str, when: _dt.datetime) -> str:
+        """Sidekiq 7's histogram key ``HardJob-14-08:3`` (no ``h|``; day and hour padded)."""
+        return f"{self.prefix}{job}-{when:%d-%H}:{when.minute}"
+
+    def deploy_marks(self, day: _dt.date) -> str:
+        return f"{self.prefix}{day:%Y%m%d}-marks"
+
+    def deploy_lock(self, label: str) -> str:
+        return f"{self.prefix}deploylock-{label}"
+
     # -- framework integrations -------------------------------------------------------------
     def task_result(self, result_id: str) -> str:
         """A ``django.tasks`` result (``wurk.contrib.django.tasks``): JSON, with a TTL."""
         return f"{self.prefix}wurk:task-result:{result_id}"
+
+    # -- periodic jobs (Ruby wurk's layout) -------------------------------------------------
+    @property
+    def loop_prefix(self) -> str:
+        return f"{self.prefix}loops:"
+
+    def loop(self, lid: str) -> str:
+        """A loop's hash: schedule, klass, options, tz, paused, lf, nf."""
+        return f"{self.loop_prefix}{lid}"
+
+    @property
+    def loop_history_prefix(self) -> str:
+        return f"{self.prefix}loop-history:"
+
+    def loop_history(self, lid: str) -> str:
+        """A loop's recent pushes, newest first: JSON ``[fired_at_epoch_s, jid]``."""
+        return f"{self.loop_history_prefix}{lid}"
 
     # -- reliability ------------------------------------------------------------------------
     @property

@@ -3,10 +3,12 @@
 1. Built: the batch middleware and death handler join the configuration (``wurk.batch``).
    ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
-   first heartbeat (before any fetch); start the heartbeat thread, the scheduler and one
+   first heartbeat (before any fetch); start the heartbeat thread, the leader election and
+   the periodic poller (``wurk.leader``, ``wurk.periodic_poller``), the scheduler and one
    manager per capsule.
-2. ``quiet``: stop fetching everywhere and stop the scheduler; fire ``quiet``; the heartbeat
-   reports ``quiet="true"``. One-way, as in Sidekiq.
+2. ``quiet``: stop fetching everywhere, stop the scheduler and the periodic poller and step
+   down as leader; fire ``quiet``; the heartbeat reports ``quiet="true"``. One-way, as in
+   Sidekiq.
 3. ``stop``: fire ``shutdown``; quiet; give running jobs until ``timeout`` seconds after the
    stop began; then each manager requeues its unfinished jobs and interrupts its threads;
    last stats flush; remove the process record; fire ``exit``. ``hurry`` (a second Ctrl-C)
@@ -30,9 +32,13 @@ from .batch.middleware import install as install_batches
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
+from .instruments import Instruments
+from .job import registry
+from .leader import Leadership
 from .locate import describe_url
 from .manager import Manager, capsule_pool
 from .pause import PausedCache
+from .periodic_poller import PeriodicPoller
 from .preflight import check_server
 from .processor import Busy, JobRunner
 from .proctitle import set_title
@@ -74,11 +80,14 @@ class Launcher:
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy)
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
-                                   on_signal=on_remote_signal, on_beat=self._update_title)
+                                   on_signal=on_remote_signal, on_beat=self._beaten)
         self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
                                  visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
         self.scheduler = Scheduler(config)
+        self.leadership = Leadership(config, str(self.identity),
+                                     on_change=self._leadership_changed)
+        self.periodic = PeriodicPoller(config, self.leadership)
         self.paused = PausedCache(config)
         self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
         self.slow_jobs = SlowJobs(config, self.busy)
@@ -88,6 +97,10 @@ class Launcher:
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
                              own_lists=self.private_lists()) \
             if config.fetch == "reliable" else None
+        # Metrics, health check, Prometheus, StatsD, history: their one attachment point.
+        self.instruments = Instruments(self)
+        if self.reaper is not None:
+            self.reaper.observers.append(self.instruments.recovered)
         self._state_lock = threading.Lock()
         self._started = False
         self._quiet = False
@@ -146,8 +159,10 @@ class Launcher:
                 raise RuntimeError("this launcher was already started")
             self._started = True
         self.config.freeze()
+        self.config.periodic.check_jobs(registry)
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
+        self.instruments.start()
         log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
                  self.identity, self.concurrency,
                  ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
@@ -159,6 +174,9 @@ class Launcher:
         self._log_flusher.start()
         self.slow_jobs.start()
         self._start_reliability()
+        self.config._leadership[:] = [self.leadership]  # what config.is_leader() asks
+        self.leadership.start()
+        self.periodic.start()
         self.scheduler.start()
         pinning = self._pinning()
         for manager in self.managers:
@@ -217,6 +235,10 @@ class Launcher:
             self._quiet = True
         log.info("quiet: no new jobs will be fetched")
         self.scheduler.stop(timeout=self.config.shutdown_grace)
+        # A quiet process is on its way out (a deploy): it hands its loops to a process that
+        # stays, rather than running the old schedule until it exits.
+        self.periodic.stop(timeout=self.config.shutdown_grace)
+        self.leadership.stop(timeout=self.config.shutdown_grace)
         for manager in self.managers:
             manager.quiet()
         self.heartbeat.quiet = True
@@ -244,6 +266,7 @@ class Launcher:
         self.slow_jobs.stop(timeout=1.0)
         self._stop_reliability()
         self.heartbeat.stop()
+        self.instruments.stop()
         self.runner.close()
         self.heartbeat.clear()
         self.fire("exit")
@@ -303,8 +326,17 @@ class Launcher:
                     raise
                 report_error(self.config, exc, {"context": f"lifecycle event {event}"})
 
+    def _leadership_changed(self, leading: bool) -> None:
+        self._update_title()
+        self.fire("leader" if leading else "follower")
+
+    def _beaten(self) -> None:
+        self._update_title()
+        self.instruments.after_beat()
+
     def _update_title(self) -> None:
         if self.embedded:
             return  # the host's process keeps the host's title
         set_title(self.config.tag, f"[{len(self.busy)} of {self.concurrency} busy]",
-                  self.title, "stopping" if self._quiet else "")
+                  self.title, "leader" if self.leadership.is_leader() else "",
+                  "stopping" if self._quiet else "")

@@ -63,6 +63,11 @@ class Manager:
         self._pinning: Pinning | None = None
 
     @property
+    def outage(self) -> Outage:
+        """The capsule's fetch outage (the health check and the metrics read it)."""
+        return self._outage
+
+    @property
     def processors(self) -> list[Processor]:
         with self._lock:
             return list(self._processors)

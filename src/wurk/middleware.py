@@ -28,9 +28,15 @@ class _Entry:
     factory: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Decided once, not per job: whether each invocation makes a fresh instance.
+    fresh: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        fresh = inspect.isclass(self.factory) or bool(self.args or self.kwargs)
+        object.__setattr__(self, "fresh", fresh)
 
     def make(self) -> Middleware:
-        if inspect.isclass(self.factory) or self.args or self.kwargs:
+        if self.fresh:
             return self.factory(*self.args, **self.kwargs)  # type: ignore[no-any-return]
         return self.factory
 
@@ -101,6 +107,8 @@ class Chain:
         """Run ``final`` inside every link, first added outermost."""
         if not self._entries:
             return final()
+        if len(self._entries) == 1:  # the common case (the metrics link alone): no closures
+            return self._entries[0].make()(job, payload, queue, final)
         links = [entry.make() for entry in self._entries]
 
         def step(position: int) -> Any:

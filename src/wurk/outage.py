@@ -78,6 +78,7 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._failures = 0
+        self.count = 0  # outages begun (for the metrics)
 
     @property
     def active(self) -> bool:
@@ -92,6 +93,7 @@ class Outage:
                           self._failures, exc)
                 return
             self._since = time.monotonic()
+            self.count += 1
         report_error(self.config, exc, {"context": self.component})
 
     def ended(self) -> None:

@@ -76,6 +76,10 @@ ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
 # wurk's own: the context variables ``wurk.context.persist`` saved at push time.
 CONTEXT = "wurk_ctx"
+# W3C trace context of the span that pushed the job (``wurk.otel``); the names are the HTTP
+# headers', as OpenTelemetry's Ruby Sidekiq instrumentation stores them, so traces cross.
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
 
 DEFAULT_QUEUE = "default"
 # wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a

@@ -7,7 +7,8 @@
    error — through the death handlers, so batch callbacks are not stranded — honouring
    ``dead: false`` (discard), then tells the poison callbacks ``{jid, klass, count, queue}``.
 3. ``on_poison(fn)`` registers a callback; the same callable twice is one registration; the
-   returned handle's ``remove()`` is idempotent.
+   returned handle's ``remove()`` is idempotent. The configuration's ``on_recover`` hook gets
+   ``(job text, pill)`` too, and ``wurk:stat:poisoned`` counts kills cluster-wide.
 """
 
 from __future__ import annotations
@@ -76,7 +77,27 @@ def kill_poisoned(config: Config, morgue: Morgue, raw: bytes, queue: str, count:
         morgue.kill(job, error)
     log.warning("%s (jid %s) killed as a poison pill after %d recoveries", klass,
                 job.get(P.JID), count)
-    _notify({"jid": job.get(P.JID), "klass": klass, "count": count, "queue": queue}, config)
+    pill = {"jid": job.get(P.JID), "klass": klass, "count": count, "queue": queue}
+    _count_kill(config)
+    _tell_hook(config, raw, pill)
+    _notify(pill, config)
+
+
+def _count_kill(config: Config) -> None:
+    try:
+        config.pool("internal").run(lambda r: r.incr(config.keys.stat_poisoned))
+    except Exception as exc:  # the kill is done; only its count is lost
+        report_error(config, exc, {"context": "counting a poison kill"})
+
+
+def _tell_hook(config: Config, raw: bytes, pill: dict[str, Any]) -> None:
+    hook = config.on_recover
+    if hook is None:
+        return
+    try:
+        hook(raw.decode("utf-8", "replace"), pill)
+    except Exception as exc:
+        report_error(config, exc, {"context": "on_recover hook", "pill": pill})
 
 
 def _notify(pill: dict[str, Any], config: Config) -> None:

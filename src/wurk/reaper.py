@@ -22,6 +22,9 @@
    job's failure; without this it would wait for the process to exit.
 6. Sweeps that fail are reported once per outage and retried with a capped backoff; the
    outage's length is logged at its end.
+7. Each recovered job is told to the ``on_recover`` hook (its stored text) and counted:
+   cluster-wide in ``wurk:stat:recovered`` (inside the script, with the move) and for the
+   observers (``observers``: Prometheus, StatsD) as ``(queue, count)``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +46,7 @@ from .outage import Backoff, Outage
 from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
 from .pool import RedisPool
 from .reliable import Claims
+from .reporting import report_error
 from .scripts import Script
 from .timer import TimerLoop
 
@@ -118,6 +122,7 @@ class Reaper:
         self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
         self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
         self._outage = Outage(config, "reaper")
+        self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
         self._backoff = Backoff()
         self._timer = TimerLoop("wurk-reaper", self._tick, self._interval,
                                 first_wait=config.reaper_interval, on_error=self._failed)
@@ -236,8 +241,12 @@ class Reaper:
     def recover(self, key: str, queue: str) -> int:
         """Move a dead owner's list back; kill its poison pills. Returns jobs moved."""
         # Not replayed: a replay would count a recovery twice (wire-format §10.4).
-        reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD))
+        keep = self.config.on_recover is not None
+        reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
+                                                 keep=keep))
         moved, poisoned = int(reply[0]), list(reply[1])
+        if moved:
+            self._recovered(queue, moved, list(reply[2]) if len(reply) > 2 else [])
         for index in range(0, len(poisoned), 2):
             raw, count = poisoned[index], int(poisoned[index + 1])
             kill_poisoned(self.config, self.morgue, raw, queue, count)
@@ -245,6 +254,21 @@ class Reaper:
         if moved:
             log.info("reaper: recovered %d job(s) of %s", moved, key)
         return moved
+
+    def _recovered(self, queue: str, moved: int, jobs: list[bytes]) -> None:
+        """Tell the hook each job and the observers the count; their errors stay theirs."""
+        hook = self.config.on_recover
+        for raw in jobs:
+            try:
+                if hook is not None:
+                    hook(raw.decode("utf-8", "replace"), None)
+            except Exception as exc:
+                report_error(self.config, exc, {"context": "on_recover hook", "queue": queue})
+        for observer in self.observers:
+            try:
+                observer(queue, moved)
+            except Exception as exc:
+                report_error(self.config, exc, {"context": "recovery metrics"})
 
     def _remove(self, key: str, raw: bytes) -> None:
         self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
@@ -312,11 +336,12 @@ def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def _recover(r: Any, config: Config, key: str, queue: str, threshold: int) -> Any:
+def _recover(r: Any, config: Config, key: str, queue: str, threshold: int, *,
+             keep: bool = False) -> Any:
     keys = config.keys
     script = r.register_script(_RECOVER.text)  # EVALSHA, loading the script on NOSCRIPT
-    return script(keys=[key, keys.queue(queue), keys.queues],
-                  args=[keys.poison_prefix, threshold, POISON_TTL, queue])
+    return script(keys=[key, keys.queue(queue), keys.queues, keys.stat_recovered],
+                  args=[keys.poison_prefix, threshold, POISON_TTL, queue, "1" if keep else "0"])
 
 
 def _give_back(r: Any, config: Config, key: str, queue: str, raw: bytes,

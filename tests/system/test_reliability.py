@@ -96,6 +96,8 @@ def test_a_job_that_kills_its_worker_dies_as_a_poison_pill(
     assert dead[0]["error_class"] == "wurk.Poisoned"
     assert "recovered 3 times without completing" in dead[0]["error_message"]
     assert r.get("rel:crashes") == "3"
+    assert r.get("wurk:stat:poisoned") == "1"  # the dashboard's wurk_poison_kills_total
+    assert int(r.get("wurk:stat:recovered") or 0) >= 2  # the pill's two recoveries at least
     wait_for(lambda: r.llen("rel:marks") == 20, message="the other jobs")
     wait_for(lambda: r.llen("sys:deaths") == 1, message="death handler for the pill")
     assert json.loads(r.lindex("sys:deaths", 0))[1] == "Poisoned"

@@ -81,6 +81,38 @@ def shoot_variants(page: Any, url: str) -> None:
     page.goto(url + "/")
 
 
+def test_a_workers_jobs_on_the_metrics_pages(
+        r: redis.Redis, start_worker: Callable[..., Worker]) -> None:
+    config = wurk.configure()
+    start_worker("-c", "4")
+    worker_jobs.incr.perform_bulk([["web:metrics"] for _ in range(25)])
+    for n in range(2):
+        worker_jobs.Failing.set(retry=False).perform_async(f"web:fail:{n}")
+    wait_for(lambda: r.get("web:metrics") == "25" and r.get("web:fail:1") == "1",
+             message="the jobs ran")
+    with serve(create_app(config)) as server, \
+            browser_context(viewport={"width": 1280, "height": 900}) as browser:
+        page = browser.new_page()
+        page.set_default_timeout(BROWSER_TIMEOUT_MS)
+        page.goto(server.url + "/")
+        page.click("nav >> text=Metrics")
+        row = "tr[data-job='Sys::Incr'] [data-metric=processed]"
+        for _ in range(40):  # the worker writes its counts with its next heartbeat
+            if page.query_selector(row) and page.text_content(row) == "25":
+                break
+            time.sleep(0.25)
+            page.reload()
+        assert page.text_content(row) == "25"
+        assert page.text_content("tr[data-job='Sys::Fail'] [data-metric=failed]") == "2"
+        shoot(page, "metrics")
+        page.click("a >> text=Sys::Incr")
+        page.wait_for_selector("rect.bar")
+        counts = page.eval_on_selector_all("rect.bar", "bars => bars.map(b => +b.dataset.count)")
+        assert len(counts) == 26 and sum(counts) == 25
+        assert page.text_content(".stat [data-metric=failed]") == "0"
+        shoot(page, "metrics-job")
+
+
 def test_a_page_rebinding_its_name_to_the_dashboard_gets_nothing(config: wurk.Config) -> None:
     """DNS rebinding as a browser lives it: the attacker's name resolves to 127.0.0.1, so
     the browser calls the dashboard same-origin; only the Host header tells."""

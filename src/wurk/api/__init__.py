@@ -6,8 +6,10 @@
 4. ``ProcessSet``, ``Process``, ``WorkSet``, ``Work`` — processes and running jobs
    (``api/processes.py``).
 5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
-6. Paging that tolerates concurrent change (``paging.py``).
-7. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
+6. ``PeriodicSet``, ``LoopRecord`` — periodic loops, their history, pause and enqueue now
+   (``api/periodic.py``).
+7. Paging that tolerates concurrent change (``paging.py``).
+8. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
    through it, so a value that cannot be read is an ``Invalid`` carrying its raw text, not
    an exception.
 
@@ -24,6 +26,7 @@ replaying them cannot change the outcome. The worker never imports this package.
 
 from __future__ import annotations
 
+from .periodic import LoopRecord, PeriodicSet
 from .processes import Process, ProcessSet, Work, WorkSet
 from .queues import Queue
 from .record import JobRecord
@@ -36,6 +39,8 @@ __all__ = [
     "Invalid",
     "JobRecord",
     "JobSet",
+    "LoopRecord",
+    "PeriodicSet",
     "Process",
     "ProcessSet",
     "Queue",

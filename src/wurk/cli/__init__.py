@@ -40,6 +40,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("enqueue", "enqueue_command"),
     ("web", "web_command"),
     ("batches", "batches_command"),
+    ("periodic", "periodic"),
 )
 
 EXIT_ERROR = 1

@@ -113,7 +113,8 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
     swarm = settings.pop("swarm", None) or {}
     for flag, setting in (("concurrency", "concurrency"), ("timeout", "timeout"),
                           ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format"),
-                          ("cpu_affinity", "cpu_affinity")):
+                          ("cpu_affinity", "cpu_affinity"), ("health_port", "health_port"),
+                          ("metrics_port", "metrics_port")):
         if options.get(flag) is not None:
             settings[setting] = options[flag]
     if options.get("queues"):
@@ -169,6 +170,10 @@ def prepare(options: dict[str, Any]) -> Config:
     modules = options.get("modules") or ()
     for spec in modules:
         load_module(spec)
+    try:
+        config.periodic.check_jobs(registry)  # job names can be checked once jobs are loaded
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     # After the modules: logging they configured while imported is theirs to keep.
     if not wurk_log.route_application_logs(handler, config.log_level):
         logger.debug("the application configured logging itself; wurk leaves it as it is")
@@ -218,6 +223,11 @@ def _text(value: bytes | str) -> str:
 
 @click.command()
 @worker_options
+@click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Answer GET / with 200 while beating and fetching, 503 otherwise "
+                   "(a Kubernetes probe), e.g. 7434.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
+              help="Serve this process's Prometheus metrics (needs wurk[prometheus]).")
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
     run_worker(prepare(options))

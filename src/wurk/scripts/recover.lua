@@ -8,15 +8,20 @@
 -- KEYS[1]  the private list
 -- KEYS[2]  the public queue list
 -- KEYS[3]  the `queues` set
+-- KEYS[4]  the cluster's count of recovered jobs (bumped only when counting recoveries)
 -- ARGV[1]  poison counter key prefix (the jid is appended; never used bare)
 -- ARGV[2]  poison threshold; 0 = do not count (a clean shutdown returning its own jobs)
 -- ARGV[3]  poison counter TTL, seconds
 -- ARGV[4]  the queue's name, for `queues`
--- returns  {moved, {poisoned job, its count, …}}; poisoned jobs stay, rotated to the tail
+-- ARGV[5]  "1" to return the moved jobs too (for an on_recover hook), else "0"
+-- returns  {moved, {poisoned job, its count, …}, {moved job, …}}; poisoned jobs stay,
+--          rotated to the tail
 
 local threshold = tonumber(ARGV[2])
 local moved = 0
 local poisoned = {}
+local recovered = {}
+local keep = ARGV[5] == '1'
 local n = redis.call('LLEN', KEYS[1])
 for _ = 1, n do
   local job = redis.call('LINDEX', KEYS[1], 0)
@@ -32,9 +37,11 @@ for _ = 1, n do
   else
     redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
     moved = moved + 1
+    if keep then recovered[#recovered + 1] = job end
   end
 end
 if moved > 0 then
   redis.call('SADD', KEYS[3], ARGV[4])
+  if threshold > 0 then redis.call('INCRBY', KEYS[4], moved) end
 end
-return {moved, poisoned}
+return {moved, poisoned, recovered}

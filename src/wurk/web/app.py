@@ -2,9 +2,10 @@
 
 1. Routes: the pages (``views``), the JSON API and its documentation (``api``,
    ``openapi``), the live stream (``sse``), the package's own assets (``/static``; nothing
-   comes from a CDN, so it works offline) and each extension under its name.
-   The Batches and Dead Batches tabs are such extensions, on every dashboard
-   (``wurk.web.batches``).
+   comes from a CDN, so it works offline) and each extension under its name. The built-in
+   Periodic, Metrics, History, Batches and Dead Batches tabs are extensions registered first;
+   ``/metrics`` itself answers a browser with the Metrics page and a Prometheus scraper with
+   the cluster's figures.
 2. The ``Guard`` middleware around all of them (host names, auth, CSRF, headers); HTTP
    errors as a page, or JSON under ``/api``, with fixed text only.
 3. Mount it anywhere: every link is built from the prefix the host app mounted it at
@@ -27,7 +28,7 @@ from starlette.staticfiles import StaticFiles
 from ..config import Config, default_config
 from ..errors import ConfigError
 from ..hosts import HostNames
-from . import api, batches, openapi, views
+from . import api, batches, history, metrics, openapi, periodic, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, wants_json
@@ -49,7 +50,7 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     ``allowed_hosts`` only (``"*"``: any host); any other ``Host`` gets 400.
     """
     cfg = config if config is not None else default_config()
-    chosen = (*batches.extensions(), *extensions)
+    chosen = (*builtin_extensions(), *extensions)
     check_unique(chosen)
     dash = Dashboard.for_config(
         cfg, read_only=cfg.web_read_only if read_only is None else bool(read_only),
@@ -75,8 +76,15 @@ def routes(extensions: tuple[Extension, ...], config: Config) -> list[BaseRoute]
         *views.routes(), *api.routes(), *openapi.routes(),
         Route(openapi.STREAM_PATH, EventStream(LiveStats()), methods=["GET"]),
         Mount("/static", StaticFiles(packages=[("wurk.web", "static")]), name="static"),
-        *[mount(extension, config) for extension in extensions],
+        Route("/metrics", metrics.root, methods=["GET"]),
+        *[route for extension in extensions for route in mount(extension, config)],
     ]
+
+
+def builtin_extensions() -> tuple[Extension, ...]:
+    """The tabs wurk adds through the extension mechanism (after Sidekiq's own)."""
+    return (periodic.extension(), metrics.extension(), history.extension(),
+            *batches.extensions())
 
 
 def check_unique(extensions: tuple[Extension, ...]) -> None:

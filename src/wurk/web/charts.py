@@ -4,6 +4,8 @@
 round-number grid lines; the template draws them and CSS colours them for light and dark.
 ``plotted`` draws a day whose stored count cannot be read as 0 (the API gives it as invalid).
 The live graph uses the same view box and classes, drawn by ``static/wurk.js``.
+``with_marks`` adds vertical lines (deploys) at fractional bucket positions; ``bar_chart``
+draws a histogram's buckets as bars.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass, field
 
 from ..api.values import Invalid
 
-__all__ = ["HEIGHT", "WIDTH", "Chart", "line_chart", "plotted"]
+__all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "bar_chart", "line_chart", "plotted",
+           "with_marks"]
 
 # The view box: the SVG scales to its container, so these only fix the aspect ratio.
 WIDTH = 600
@@ -31,6 +34,18 @@ class Chart:
     series: list[tuple[str, str, str]] = field(default_factory=list)  # (class, label, points)
     grid: list[tuple[float, str]] = field(default_factory=list)  # (y, value)
     labels: list[tuple[float, str]] = field(default_factory=list)  # (x, text)
+    marks: list[tuple[float, str]] = field(default_factory=list)  # (x, label): deploy lines
+    bars: list[Bar] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    width: float
+    height: float
+    label: str
+    value: int
 
 
 def plotted(counts: Iterable[int | Invalid]) -> list[int]:
@@ -63,3 +78,29 @@ def line_chart(labels: Sequence[str], series: Sequence[tuple[str, str, Sequence[
 
 def _y(value: float, top: float) -> float:
     return HEIGHT - PAD - (HEIGHT - 2 * PAD) * value / top
+
+
+def with_marks(chart: Chart, count: int, positions: Sequence[tuple[float, str]]) -> Chart:
+    """Vertical lines at ``(bucket index, label)``; a fractional index falls between two."""
+    step = (WIDTH - 2 * PAD) / max(count - 1, 1)
+    chart.marks = [(PAD + index * step, label) for index, label in positions
+                   if 0 <= index <= count - 1]
+    return chart
+
+
+def bar_chart(labels: Sequence[str], values: Sequence[int]) -> Chart:
+    """One bar per value, all the same width, scaled to a round top."""
+    top = nice_ceiling(max(values, default=0))
+    chart = Chart()
+    slot = (WIDTH - 2 * PAD) / max(len(values), 1)
+    width = slot * 0.8
+    for index, (label, value) in enumerate(zip(labels, values, strict=True)):
+        y = _y(value, top)
+        chart.bars.append(Bar(PAD + index * slot + (slot - width) / 2, y, width,
+                              HEIGHT - PAD - y, label, value))
+    chart.grid = [(_y(top * n / GRID_LINES, top), f"{top * n / GRID_LINES:,.0f}")
+                  for n in range(1, GRID_LINES + 1)]
+    every = max(1, math.ceil(len(labels) / 13))
+    chart.labels = [(PAD + i * slot + slot / 2, text) for i, text in enumerate(labels)
+                    if i % every == 0]
+    return chart

@@ -5,10 +5,11 @@
    ``create_app(extensions=[...])``.
 2. Its routes are mounted at ``/<name>``; its templates are found as ``"<name>/file.html"``
    and may extend the dashboard's ``layout.html``; its static files are served at
-   ``/<name>/static/``. Handlers use ``wurk.web.render(request, template, context)`` for a
-   page, ``dashboard(request).run(fn, ...)`` for Redis work (through the dashboard's own
-   pool), and read stored values through ``wurk.api.values`` so one bad value shows as
-   invalid instead of failing the page.
+   ``/<name>/static/``; its JSON endpoints (``api``) at ``/api/<name>/…``, listed in the
+   API's documentation with the dashboard's own. Handlers use ``wurk.web.render(request,
+   template, context)`` for a page, ``dashboard(request).run(fn, ...)`` for Redis work
+   (through the dashboard's own pool), and read stored values through ``wurk.api.values`` so
+   one bad value shows as invalid instead of failing the page.
 3. Its requests pass the same guard as the dashboard's: host names and auth for every one,
    read-only, origin and CSRF token for POSTs; WebSockets are guarded as POSTs are.
 4. An exception in an extension is reported (error handlers, or the log) and the viewer sees
@@ -22,11 +23,12 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse
-from starlette.routing import BaseRoute, Mount, Router
+from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -37,9 +39,25 @@ from ..reporting import report_error
 __all__ = ["RESERVED_NAMES", "Extension", "mount"]
 
 NAME_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,39}")
+# Paths of the dashboard's own pages, and of its own API (``/api/<name>`` is an
+# extension's).
 RESERVED_NAMES = frozenset({"api", "static", "stats", "busy", "queues", "retries",
-                            "scheduled", "morgue"})
+                            "scheduled", "morgue", "dashboard", "csrf", "openapi"})
 RENDER_ERROR = "Extension render error (see server logs)"
+
+
+class ApiRoute(Protocol):
+    """A JSON endpoint of an extension: ``wurk.web.api.Endpoint`` is one (its summary and
+    fields also go into the OpenAPI schema)."""
+
+    @property
+    def method(self) -> str: ...
+
+    @property
+    def path(self) -> str: ...
+
+    @property
+    def handler(self) -> Any: ...
 
 
 @dataclass(frozen=True)
@@ -51,6 +69,7 @@ class Extension:
     routes: Sequence[BaseRoute]
     templates: str | Path | None = None
     static: str | Path | None = None
+    api: Sequence[ApiRoute] = ()  # paths relative to /api/<name>
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.fullmatch(self.name) or self.name in RESERVED_NAMES:
@@ -65,12 +84,19 @@ class Extension:
                                   f"{str(folder)!r} does not exist")
 
 
-def mount(extension: Extension, config: Config) -> Mount:
-    """The extension's routes (and static files) under ``/<name>``, errors contained."""
+def mount(extension: Extension, config: Config) -> list[Mount]:
+    """The extension's routes (and static files) under ``/<name>``, its JSON endpoints under
+    ``/api/<name>``, errors contained."""
     routes = list(extension.routes)
     if extension.static is not None:
         routes.insert(0, Mount("/static", StaticFiles(directory=extension.static)))
-    return Mount(f"/{extension.name}", app=Contained(Router(routes), extension.name, config))
+    mounts = [Mount(f"/{extension.name}",
+                    app=Contained(Router(routes), extension.name, config))]
+    if extension.api:
+        endpoints = [Route(e.path, e.handler, methods=[e.method]) for e in extension.api]
+        mounts.insert(0, Mount(f"/api/{extension.name}",
+                               app=Contained(Router(endpoints), extension.name, config)))
+    return mounts
 
 
 class Contained:

@@ -1,12 +1,15 @@
 """The API's documentation: an OpenAPI 3.1 schema and a page that reads it aloud.
 
-Both are made from ``api.ENDPOINTS`` (and the live stream's entry), so they list exactly the
-routes that exist. Served at ``/api/openapi.json`` and ``/api``.
+Both are made from ``api.ENDPOINTS``, the extensions' endpoints (under ``/api/<name>``) and
+the live stream's entry, so they list exactly the routes that exist. Served at
+``/api/openapi.json`` and ``/api``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from starlette.requests import Request
@@ -15,6 +18,8 @@ from starlette.routing import BaseRoute, Route
 
 from .. import __version__
 from .api import ENDPOINTS, Endpoint, describe
+from .context import dashboard
+from .extensions import Extension
 from .guard import SCOPE_ROOT
 from .security import CSRF_HEADER
 from .templating import render
@@ -30,9 +35,18 @@ INVALID_NOTE = ("A value stored in Redis that cannot be read (a time of 1e300, a
                 "object, keyed by the JSON Pointer of where it stood.")
 
 
-def schema(root: str = "") -> dict[str, Any]:
+def all_endpoints(extensions: Sequence[Extension] = ()) -> list[Endpoint]:
+    """The dashboard's endpoints, then each extension's with its full path."""
+    found = list(ENDPOINTS)
+    for extension in extensions:
+        found += [replace(e, path=f"/api/{extension.name}{e.path}") for e in extension.api
+                  if isinstance(e, Endpoint)]
+    return found
+
+
+def schema(root: str = "", extensions: Sequence[Extension] = ()) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
-    for endpoint in ENDPOINTS:
+    for endpoint in all_endpoints(extensions):
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = operation(endpoint)
     paths[STREAM_PATH] = {"get": {
         "summary": STREAM_SUMMARY, "tags": ["stats"],
@@ -77,11 +91,12 @@ def error_response(text: str) -> dict[str, Any]:
 
 
 async def openapi_json(request: Request) -> Response:
-    return JSONResponse(schema(request.scope.get(SCOPE_ROOT, "")))
+    return JSONResponse(schema(request.scope.get(SCOPE_ROOT, ""),
+                               dashboard(request).extensions))
 
 
 async def docs(request: Request) -> Response:
-    endpoints = [describe(e) for e in ENDPOINTS]
+    endpoints = [describe(e) for e in all_endpoints(dashboard(request).extensions)]
     return render(request, "api.html", {"endpoints": endpoints, "stream_path": STREAM_PATH,
                                         "stream_summary": STREAM_SUMMARY,
                                         "csrf_header": CSRF_HEADER})

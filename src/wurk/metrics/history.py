@@ -1,0 +1,178 @@
+"""Historical metrics: the cluster's numbers sampled by one process, kept for the dashboard.
+
+1. Every ``history_interval`` seconds (30) each worker asks ``scripts/history_claim.lua``
+   whether it is the one to sample this interval: the script decides by Redis's clock under
+   its own lock (``wurk:history:lock``), so exactly one process samples per interval however
+   many run and however their clocks drift. (This lock is the history's own; it does not
+   depend on leader election.)
+2. A sample is one JSON member of the sorted set ``wurk:history`` scored by the Redis time:
+   processed and failed totals, enqueued, scheduled, retries, dead, busy, processes, the
+   size of the largest ``QUEUE_LIMIT`` queues and the ``default`` queue's latency (latency
+   costs a read per queue, so only ``default`` is sampled, as Sidekiq Enterprise does).
+   Samples older than ``retain_history`` seconds are trimmed by the sampler.
+3. The same numbers go to StatsD as gauges when it is configured.
+4. ``read_history`` reads them back; every stored value is checked (a member that is not a
+   JSON object, or a number that is not finite and ≥ 0, counts as absent or 0).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import payload as P
+from ..api import Stats
+from ..api.values import Invalid
+from ..config import Config
+from ..errors import UnparseablePayload
+from ..outage import Backoff, Outage
+from ..scripts import Script
+from ..timer import TimerLoop
+
+__all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
+
+_CLAIM = Script("history_claim.lua")
+# Queues kept per sample, largest first: bounds a sample's size on installs with many queues.
+QUEUE_LIMIT = 50
+LATENCY_QUEUES = ("default",)
+GAUGES = ("processed", "failed", "enqueued", "scheduled", "retries", "dead", "busy",
+          "processes")
+# A page reads at most this many samples; a longer period is thinned before it is drawn.
+READ_LIMIT = 10_000
+
+
+@dataclass
+class Sample:
+    at: float
+    values: dict[str, float]
+    queues: dict[str, float] = field(default_factory=dict)
+    latency: dict[str, float] = field(default_factory=dict)
+
+    def get(self, name: str) -> float:
+        return self.values.get(name, 0.0)
+
+
+def take_sample(config: Config, at: float) -> dict[str, Any]:
+    """The cluster's numbers now, as stored (and sent to StatsD)."""
+    stats = Stats(config)
+    processed, failed = stats.processed(), stats.failed()
+    summaries = sorted(stats.queue_summaries(), key=lambda q: (-q.size, q.name))
+    return {
+        "t": at,  # an unreadable counter is stored as null, read back as 0
+        "processed": None if isinstance(processed, Invalid) else processed,
+        "failed": None if isinstance(failed, Invalid) else failed,
+        "enqueued": stats.enqueued(), "scheduled": stats.scheduled_size(),
+        "retries": stats.retry_size(), "dead": stats.dead_size(), "busy": stats.busy(),
+        "processes": stats.processes_size(),
+        "queues": {q.name: q.size for q in summaries[:QUEUE_LIMIT]},
+        "latency": {q.name: round(q.latency, 3) for q in summaries
+                    if q.name in LATENCY_QUEUES and not isinstance(q.latency, Invalid)},
+    }
+
+
+class HistorySampler:
+    """Owned by the launcher: claims, samples and trims every ``history_interval``."""
+
+    def __init__(self, config: Config, *,
+                 on_sample: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.config = config
+        self.pool = config.pool("internal")
+        self._on_sample = on_sample
+        self._outage = Outage(config, "history sampler")
+        self._backoff = Backoff()
+        interval = config.history_interval
+        self._timer = TimerLoop("wurk-history", self.tick, self._next_wait, first_wait=interval,
+                                on_error=self._failed)
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def stop(self, timeout: float) -> None:
+        self._timer.stop(timeout)
+
+    def _next_wait(self) -> float:
+        """The interval; after a failure the backoff, so the outage ends soon after Redis's."""
+        return self._backoff.wait if self._backoff.failures else self.config.history_interval
+
+    def _failed(self, exc: Exception) -> None:
+        self._outage.failed(exc)
+        self._backoff.next_wait()
+
+    def _healthy(self) -> None:
+        self._backoff.reset()
+        self._outage.ended()
+
+    def tick(self) -> dict[str, Any] | None:
+        """Sample if this process won the interval; the sample, or None."""
+        at = self.claim()
+        if at is None:
+            self._healthy()
+            return None
+        sample = take_sample(self.config, at)
+        self._store(sample)
+        self._healthy()
+        if self._on_sample is not None:
+            self._on_sample(sample)
+        return sample
+
+    def claim(self) -> float | None:
+        keys = self.config.keys
+
+        def send(r: Any) -> Any:
+            script = r.register_script(_CLAIM.text)  # EVALSHA, loading it on NOSCRIPT
+            return script(keys=[keys.history_lock], args=[self.config.history_interval])
+
+        won = self.pool.run(send)
+        return float(won) if won else None
+
+    def _store(self, sample: dict[str, Any]) -> None:
+        key, at = self.config.keys.history, float(sample["t"])
+        oldest = at - self.config.retain_history
+
+        def send(r: Any) -> None:
+            pipe = r.pipeline(transaction=True)
+            pipe.zadd(key, {P.dumps(sample): at})
+            pipe.zremrangebyscore(key, "-inf", f"({oldest}")
+            pipe.execute()
+
+        self.pool.run(send)
+
+
+def read_history(config: Config, seconds: float, *, now: float | None = None) -> list[Sample]:
+    """Samples of the last ``seconds``, oldest first."""
+    since = (time.time() if now is None else now) - seconds
+    def read(r: Any) -> list[tuple[bytes, float]]:
+        return list(r.zrangebyscore(config.keys.history, since, "+inf", start=0,
+                                    num=READ_LIMIT, withscores=True))
+
+    raw = config.pool("api").run(read, idempotent=True)
+    samples = [_sample(member, score) for member, score in raw]
+    return [sample for sample in samples if sample is not None]
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    number = float(value)
+    return number if math.isfinite(number) and number >= 0 else 0.0
+
+
+def _numbers(value: Any, limit: int = QUEUE_LIMIT) -> dict[str, float]:
+    if not isinstance(value, dict):
+        return {}
+    return {str(name): _number(n) for name, n in list(value.items())[:limit]}
+
+
+def _sample(member: Any, score: Any) -> Sample | None:
+    try:
+        stored = P.loads(member)
+    except UnparseablePayload:
+        return None
+    at = _number(score)
+    if not at:
+        return None
+    return Sample(at, {name: _number(stored.get(name)) for name in GAUGES},
+                  _numbers(stored.get("queues")), _numbers(stored.get("latency")))

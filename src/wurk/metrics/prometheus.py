@@ -1,0 +1,214 @@
+"""Prometheus (``wurk[prometheus]``): the cluster's numbers on the dashboard, a worker's own
+on its ``--metrics-port``. Every name starts with ``wurk_``.
+
+1. ``ClusterCollector`` reads Redis on every scrape (never one process's memory), so any
+   dashboard reports the whole cluster: ``wurk_processed_total``, ``wurk_failed_total``,
+   ``wurk_enqueued``, ``wurk_scheduled``, ``wurk_retries`` (the retry set), ``wurk_dead``,
+   ``wurk_busy``, ``wurk_processes``, ``wurk_queue_size{queue}``,
+   ``wurk_queue_latency_seconds{queue}``, ``wurk_queue_paused{queue}``,
+   ``wurk_reaper_recoveries_total`` and ``wurk_poison_kills_total``.
+2. ``WorkerExporter`` is one worker process's figures, served by prometheus-client's own
+   HTTP server on its thread: ``wurk_job_duration_seconds{job,queue}`` (a histogram of
+   successful executions, on Sidekiq's bucket bounds), ``wurk_jobs_executed_total`` and
+   ``wurk_jobs_failed_total{job,queue}``, ``wurk_jobs_recovered_total{queue}`` and
+   ``wurk_jobs_poisoned_total{queue}`` (this process's reaper), ``wurk_redis_outages_total``
+   and ``wurk_redis_outage{component}`` (1 while it lasts), ``wurk_busy_threads`` and
+   ``wurk_concurrency``. Job names past ``MAX_JOB_LABELS`` are counted as ``other``: a
+   payload's ``wrapped`` name is anyone's to write, a label set must stay bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ..api import Stats
+from ..api.values import Invalid, count
+from ..config import Config
+from ..errors import ConfigError
+from ..outage import Outage
+from .tracking import BUCKET_BOUNDS
+
+__all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
+
+MAX_JOB_LABELS = 500
+OTHER = "other"
+DURATION_BUCKETS = tuple(bound / 1000 for bound in BUCKET_BOUNDS)
+
+
+def require_client() -> Any:
+    try:
+        import prometheus_client
+    except ImportError:
+        raise ConfigError("the Prometheus endpoint needs prometheus-client: "
+                          "pip install 'wurk[prometheus]'") from None
+    return prometheus_client
+
+
+class ClusterCollector:
+    """Cluster-wide figures read from Redis at each scrape."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def describe(self) -> list[Any]:
+        return []  # no Redis reads when registered; families are known at collect time
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        stats = Stats(self.config)
+        # A counter Redis holds unreadable (hand-edited) is left out, not a failed scrape.
+        yield CounterMetricFamily("wurk_processed", "Jobs processed, every process together",
+                                  value=_valid(stats.processed()))
+        yield CounterMetricFamily("wurk_failed", "Executions that raised, every process "
+                                  "together (each failed retry counts)",
+                                  value=_valid(stats.failed()))
+        for name, help_text, value in (
+                ("wurk_enqueued", "Jobs waiting in every queue", stats.enqueued()),
+                ("wurk_scheduled", "Jobs in the scheduled set", stats.scheduled_size()),
+                ("wurk_retries", "Jobs in the retry set", stats.retry_size()),
+                ("wurk_dead", "Jobs in the dead set", stats.dead_size()),
+                ("wurk_busy", "Jobs running now", stats.busy()),
+                ("wurk_processes", "Worker processes alive", stats.processes_size())):
+            yield GaugeMetricFamily(name, help_text, value=value)
+        yield from self._queues(stats)
+        recovered, poisoned = self._reliability()
+        yield CounterMetricFamily("wurk_reaper_recoveries", "Jobs the reapers returned from "
+                                  "dead processes to their queues", value=recovered)
+        yield CounterMetricFamily("wurk_poison_kills", "Jobs killed as poison pills",
+                                  value=poisoned)
+
+    def _queues(self, stats: Stats) -> Iterator[Any]:
+        from prometheus_client.core import GaugeMetricFamily
+
+        size = GaugeMetricFamily("wurk_queue_size", "Jobs waiting", labels=["queue"])
+        latency = GaugeMetricFamily("wurk_queue_latency_seconds",
+                                    "Age of the oldest waiting job", labels=["queue"])
+        paused = GaugeMetricFamily("wurk_queue_paused", "1 while the queue is paused",
+                                   labels=["queue"])
+        for queue in stats.queue_summaries():
+            size.add_metric([queue.name], queue.size)
+            if not isinstance(queue.latency, Invalid):
+                latency.add_metric([queue.name], queue.latency)
+            paused.add_metric([queue.name], 1 if queue.paused else 0)
+        yield from (size, latency, paused)
+
+    def _reliability(self) -> tuple[int, int]:
+        keys = self.config.keys
+        values = self.config.pool("api").run(
+            lambda r: r.mget(keys.stat_recovered, keys.stat_poisoned), idempotent=True)
+        return _whole(values[0]), _whole(values[1])
+
+
+def _valid(value: float | Invalid) -> float | None:
+    return None if isinstance(value, Invalid) else value
+
+
+def _whole(value: Any) -> int:
+    found = count(value)
+    return 0 if isinstance(found, Invalid) else found  # a hand-edited counter reads 0
+
+
+def cluster_exposition(config: Config, accept: str = "") -> tuple[bytes, str]:
+    """The cluster's figures in the text format the scraper asked for; (body, type)."""
+    client = require_client()
+    registry = client.CollectorRegistry(auto_describe=False)
+    registry.register(ClusterCollector(config))
+    encode, content_type = client.exposition.choose_encoder(accept)
+    return encode(registry), content_type
+
+
+class _Process:
+    """This process's gauges and outage counts, read at scrape time."""
+
+    def __init__(self, outages: Callable[[], Sequence[Outage]], busy: Callable[[], int],
+                 concurrency: int) -> None:
+        self._outages, self._busy, self._concurrency = outages, busy, concurrency
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        total = CounterMetricFamily("wurk_redis_outages", "Redis outages this process rode "
+                                    "out, per component", labels=["component"])
+        now = GaugeMetricFamily("wurk_redis_outage", "1 while the component cannot reach "
+                                "Redis", labels=["component"])
+        for outage in self._outages():
+            total.add_metric([outage.component], outage.count)
+            now.add_metric([outage.component], 1 if outage.active else 0)
+        yield from (total, now)
+        yield GaugeMetricFamily("wurk_busy_threads", "Jobs this process runs now",
+                                value=self._busy())
+        yield GaugeMetricFamily("wurk_concurrency", "Processor threads of this process",
+                                value=self._concurrency)
+
+
+class WorkerExporter:
+    """One worker's metrics and the HTTP server that serves them."""
+
+    def __init__(self, *, outages: Callable[[], Sequence[Outage]], busy: Callable[[], int],
+                 concurrency: int) -> None:
+        client = require_client()
+        self.registry = registry = client.CollectorRegistry(auto_describe=False)
+        self.duration = client.Histogram(
+            "wurk_job_duration_seconds", "Time of successful executions",
+            ["job", "queue"], buckets=DURATION_BUCKETS, registry=registry)
+        self.executed = client.Counter("wurk_jobs_executed", "Executions, failed or not",
+                                       ["job", "queue"], registry=registry)
+        self.failed = client.Counter("wurk_jobs_failed", "Executions that raised",
+                                     ["job", "queue"], registry=registry)
+        self.recovered_jobs = client.Counter(
+            "wurk_jobs_recovered", "Jobs this process's reaper returned from dead processes",
+            ["queue"], registry=registry)
+        self.poisoned_jobs = client.Counter("wurk_jobs_poisoned", "Jobs killed as poison "
+                                            "pills by this process", ["queue"],
+                                            registry=registry)
+        registry.register(_Process(outages, busy, concurrency))
+        self._names: set[str] = set()
+        self._lock = threading.Lock()
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    def _label(self, name: str) -> str:
+        if name in self._names:
+            return name
+        with self._lock:
+            if len(self._names) >= MAX_JOB_LABELS:
+                return OTHER
+            self._names.add(name)
+        return name
+
+    def observe(self, name: str, queue: str, payload: Mapping[str, Any], ms: float | None,
+                error: BaseException | None) -> None:
+        labels = (self._label(name), queue)
+        self.executed.labels(*labels).inc()
+        if error is not None:
+            self.failed.labels(*labels).inc()
+        elif ms is not None:
+            self.duration.labels(*labels).observe(ms / 1000)
+
+    def recovered(self, queue: str, count: int) -> None:
+        self.recovered_jobs.labels(queue).inc(count)
+
+    def poisoned(self, pill: Mapping[str, Any]) -> None:
+        self.poisoned_jobs.labels(str(pill.get("queue"))).inc()
+
+    # -- the endpoint -----------------------------------------------------------------------
+    def start(self, host: str, port: int) -> int:
+        """Serve on ``host:port`` (0 picks a free port); returns the port."""
+        client = require_client()
+        self._server, self._thread = client.start_http_server(port, addr=host,
+                                                              registry=self.registry)
+        return int(self._server.server_address[1])
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout)

@@ -1,0 +1,96 @@
+"""StatsD / DogStatsD: Sidekiq Pro's metric names and tags, sent over UDP (``wurk[statsd]``).
+
+1. ``StatsdSink(config)`` is on when ``statsd = "host:port"`` is set. Its client is Datadog's
+   ``DogStatsd`` (tags in the DogStatsD form, which StatsD servers with tag support read);
+   the socket is connected once, so the name is resolved once, not per packet.
+2. Per execution (an observer of the execution-metrics middleware): ``jobs.count``, then
+   ``jobs.success`` + ``jobs.perform`` (ms) + ``jobs.perform_dist`` (a Datadog distribution,
+   unless ``statsd_datadog_extensions`` is off), or ``jobs.failure`` tagged
+   ``error_type:<class>``; tags ``worker:<job>`` and ``queue:<queue>``, plus whatever
+   ``statsd_job_options(job, payload, queue)`` adds (``tags``, ``sample_rate``).
+3. ``jobs.recovered.fetch`` per job the reaper recovers, ``jobs.poison`` per poison kill, and
+   the history sampler's gauges (``processed``, ``failures``, ``enqueued``, ``retries``,
+   ``dead``, ``scheduled``, ``busy``, ``queue.size`` per queue, ``queue.latency`` for
+   ``default``). Names take ``statsd_prefix`` (``wurk``; ``sidekiq`` for Pro's dashboards).
+4. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .. import payload as P
+from ..config import Config, statsd_address
+from ..errors import ConfigError
+
+__all__ = ["StatsdSink"]
+
+
+class StatsdSink:
+    """The process's StatsD client and the metrics wurk sends through it."""
+
+    def __init__(self, config: Config) -> None:
+        if config.statsd is None:
+            raise ConfigError("StatsD is off: set statsd to 'host:port'")
+        try:
+            from datadog.dogstatsd.base import DogStatsd
+        except ImportError:
+            raise ConfigError("statsd is set, but its client is not installed: "
+                              "pip install 'wurk[statsd]'") from None
+        host, port = statsd_address(config.statsd)
+        self.config = config
+        self.client = DogStatsd(host=host, port=port, namespace=config.statsd_prefix or None,
+                                constant_tags=list(config.statsd_tags), disable_telemetry=True,
+                                origin_detection_enabled=False)
+        self._options = config.statsd_job_options
+        self._distribution = config.statsd_datadog_extensions
+
+    def close(self) -> None:
+        self.client.close_socket()
+
+    # -- per execution ----------------------------------------------------------------------
+    def observe(self, name: str, queue: str, payload: P.Payload, ms: float | None,
+                error: BaseException | None) -> None:
+        tags, rate = self._tags(name, queue, payload)
+        client = self.client
+        client.increment("jobs.count", tags=tags, sample_rate=rate)
+        if error is not None:
+            failure = [*tags, f"error_type:{P.error_class_name(error)}"]
+            client.increment("jobs.failure", tags=failure, sample_rate=rate)
+            return
+        client.increment("jobs.success", tags=tags, sample_rate=rate)
+        if ms is not None:
+            client.timing("jobs.perform", ms, tags=tags, sample_rate=rate)
+            if self._distribution:
+                client.distribution("jobs.perform_dist", ms, tags=tags)
+
+    def _tags(self, name: str, queue: str, payload: P.Payload) -> tuple[list[str], float]:
+        tags = [f"worker:{name}", f"queue:{queue}"]
+        if self._options is None:
+            return tags, 1.0
+        options: Mapping[str, Any] = self._options(name, payload, queue) or {}
+        extra = options.get("tags") or []
+        rate = options.get("sample_rate", 1.0)
+        return [*tags, *(str(tag) for tag in extra)], float(rate)
+
+    # -- reliability ------------------------------------------------------------------------
+    def recovered(self, queue: str, count: int) -> None:
+        self.client.increment("jobs.recovered.fetch", count, tags=[f"queue:{queue}"])
+
+    def poisoned(self, pill: Mapping[str, Any]) -> None:
+        self.client.increment("jobs.poison", tags=[f"worker:{pill.get('klass')}",
+                                                   f"queue:{pill.get('queue')}"])
+
+    # -- history ----------------------------------------------------------------------------
+    def gauges(self, sample: Mapping[str, Any]) -> None:
+        """The cluster's numbers, as Sidekiq Enterprise's history sends them."""
+        client = self.client
+        for name, field in (("processed", "processed"), ("failures", "failed"),
+                            ("enqueued", "enqueued"), ("retries", "retries"),
+                            ("dead", "dead"), ("scheduled", "scheduled"), ("busy", "busy")):
+            client.gauge(name, sample.get(field, 0))
+        for queue, size in (sample.get("queues") or {}).items():
+            client.gauge("queue.size", size, tags=[f"queue:{queue}"])
+        for queue, latency in (sample.get("latency") or {}).items():
+            client.gauge("queue.latency", latency, tags=[f"queue:{queue}"])

@@ -1,0 +1,238 @@
+"""Execution metrics: counted in memory per job, written once per heartbeat in Sidekiq 8's keys.
+
+1. ``ExecutionMetrics`` is a server middleware (the one hook: no change to the processor):
+   it times each execution and tells the ``ExecutionTracker`` (and any observers, such as
+   the Prometheus histogram or StatsD) how it ended.
+2. ``ExecutionTracker`` keeps per job name, since the last flush: executions, failures, the
+   milliseconds of successful executions and a 26-bucket latency histogram. A job costs a
+   lock and a few integer additions, no round trip.
+3. ``flush`` writes one pipeline: ``HINCRBY`` into the minute key (8 h) and the ten-minute
+   key (3 days), ``BITFIELD … OVERFLOW SAT INCRBY u16`` per histogram (8 h), and the
+   Sidekiq 7 keys too when ``metrics_compat_v7`` is on, so a 7.x dashboard sees them. When
+   Redis refuses, the counts are kept for the next flush (they land in that minute).
+4. What counts (as Sidekiq counts it): every execution; a failure is one that raised (its
+   time is not counted: failures take unpredictable times, and the average is of successes);
+   the job name is ``wrapped`` when present (ActiveJob), else ``class``. An execution cut by
+   the shutdown is not counted: it goes back to its queue and is counted when it runs.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import payload as P
+from ..keys import Keys
+from ..pool import RedisPool
+
+__all__ = [
+    "BUCKET_BOUNDS",
+    "BUCKET_LABELS",
+    "HISTOGRAM_TTL",
+    "MINUTE_TTL",
+    "TEN_MINUTE_TTL",
+    "ExecutionMetrics",
+    "ExecutionTracker",
+    "Observer",
+    "bucket_of",
+    "job_name",
+]
+
+log = logging.getLogger("wurk")
+
+# Upper bounds (ms) of the histogram's first 25 buckets; the 26th takes everything slower.
+BUCKET_BOUNDS: tuple[int, ...] = (
+    20, 30, 45, 65, 100, 150, 225, 335, 500, 750, 1100, 1700, 2500, 3800, 5750, 8500,
+    13000, 20000, 30000, 45000, 65000, 100000, 150000, 225000, 335000,
+)
+BUCKET_LABELS: tuple[str, ...] = (
+    "20ms", "30ms", "45ms", "65ms", "100ms", "150ms", "225ms", "335ms", "500ms", "750ms",
+    "1.1s", "1.7s", "2.5s", "3.8s", "5.75s", "8.5s", "13s", "20s", "30s", "45s", "65s",
+    "100s", "150s", "225s", "335s", "Slow",
+)
+BUCKETS = len(BUCKET_LABELS)
+# Sidekiq's lifetimes: minute data 8 h, ten-minute rollups 3 days, histograms 8 h.
+MINUTE_TTL = 8 * 60 * 60
+TEN_MINUTE_TTL = 3 * 24 * 60 * 60
+HISTOGRAM_TTL = 8 * 60 * 60
+
+# (job name, queue, payload, milliseconds or None for a failure, the error or None)
+Observer = Callable[[str, str, P.Payload, "float | None", "BaseException | None"], None]
+
+
+def bucket_of(ms: float) -> int:
+    """The histogram bucket of an execution: the first whose bound exceeds ``ms``."""
+    return bisect.bisect_right(BUCKET_BOUNDS, ms)
+
+
+def job_name(payload: P.Payload) -> str:
+    """The name metrics are kept under: ``wrapped`` (ActiveJob's real class) or ``class``."""
+    wrapped = payload.get(P.WRAPPED)
+    name = wrapped if isinstance(wrapped, str) and wrapped else payload.get(P.CLASS)
+    return name if isinstance(name, str) else str(name)
+
+
+@dataclass
+class JobCounts:
+    """One job's counts since the last flush."""
+
+    processed: int = 0
+    failed: int = 0
+    ms: float = 0.0
+    histogram: list[int] = field(default_factory=lambda: [0] * BUCKETS)
+
+    def merge(self, other: JobCounts) -> None:
+        self.processed += other.processed
+        self.failed += other.failed
+        self.ms += other.ms
+        self.histogram = [a + b for a, b in zip(self.histogram, other.histogram, strict=False)]
+
+
+class ExecutionTracker:
+    """Counts executions per job name between flushes; thread-safe."""
+
+    def __init__(self, *, compat_v7: bool = False) -> None:
+        self.compat_v7 = compat_v7
+        self._lock = threading.Lock()
+        self._jobs: dict[str, JobCounts] = {}
+
+    def succeeded(self, name: str, ms: float) -> None:
+        index = bisect.bisect_right(BUCKET_BOUNDS, ms)
+        with self._lock:
+            counts = self._jobs.get(name)
+            if counts is None:
+                counts = self._jobs[name] = JobCounts()
+            counts.processed += 1
+            counts.ms += ms
+            counts.histogram[index] += 1
+
+    def failed(self, name: str) -> None:
+        with self._lock:
+            counts = self._jobs.get(name)
+            if counts is None:
+                counts = self._jobs[name] = JobCounts()
+            counts.processed += 1
+            counts.failed += 1
+
+    def take(self) -> dict[str, JobCounts]:
+        with self._lock:
+            jobs, self._jobs = self._jobs, {}
+            return jobs
+
+    def put_back(self, jobs: dict[str, JobCounts]) -> None:
+        with self._lock:
+            for name, counts in jobs.items():
+                mine = self._jobs.get(name)
+                if mine is None:
+                    self._jobs[name] = counts
+                else:
+                    mine.merge(counts)
+
+    def pending(self) -> dict[str, JobCounts]:
+        """A copy of what the next flush would write (for tests and the exit log)."""
+        with self._lock:
+            return {name: JobCounts(c.processed, c.failed, c.ms, list(c.histogram))
+                    for name, c in self._jobs.items()}
+
+    def flush(self, pool: RedisPool, keys: Keys, now: dt.datetime | None = None) -> int:
+        """Write what was counted; returns the number of job names written. On any error
+        the counts stay for the next flush."""
+        jobs = self.take()
+        if not jobs:
+            return 0
+        when = now or dt.datetime.now(dt.timezone.utc)
+        try:
+            pool.run(lambda r: self._send(r, keys, jobs, when))
+        except BaseException:
+            self.put_back(jobs)
+            raise
+        return len(jobs)
+
+    def _send(self, r: Any, keys: Keys, jobs: dict[str, JobCounts], when: dt.datetime) -> None:
+        pipe = r.pipeline(transaction=False)
+        hashes = [(keys.metrics_minute(when), MINUTE_TTL),
+                  (keys.metrics_ten_minutes(when), TEN_MINUTE_TTL)]
+        if self.compat_v7:
+            hashes.append((keys.metrics_minute_v7(when), MINUTE_TTL))
+        for name, counts in jobs.items():
+            fields = _fields(name, counts)
+            for key, _ in hashes:
+                for field_name, value in fields:
+                    pipe.hincrby(key, field_name, value)
+            _histogram(pipe, keys.histogram(name, when), counts.histogram)
+            if self.compat_v7:
+                _histogram(pipe, keys.histogram_v7(name, when), counts.histogram)
+        for key, ttl in hashes:
+            pipe.expire(key, ttl)
+        pipe.execute()
+
+
+def _fields(name: str, counts: JobCounts) -> list[tuple[str, int]]:
+    fields = [(f"{name}|p", counts.processed)]
+    if counts.failed:
+        fields.append((f"{name}|f", counts.failed))
+    if counts.processed > counts.failed:
+        fields.append((f"{name}|ms", round(counts.ms)))
+    return fields
+
+
+def _histogram(pipe: Any, key: str, histogram: Sequence[int]) -> None:
+    increments = [(index, n) for index, n in enumerate(histogram) if n]
+    if not increments:
+        return
+    command: list[Any] = ["BITFIELD", key, "OVERFLOW", "SAT"]
+    for index, n in increments:
+        command += ["INCRBY", "u16", f"#{index}", n]
+    pipe.execute_command(*command)
+    pipe.expire(key, HISTOGRAM_TTL)
+
+
+class ExecutionMetrics:
+    """Server middleware timing every execution for the tracker and the observers."""
+
+    __slots__ = ("observers", "tracker")
+
+    def __init__(self, tracker: ExecutionTracker | None,
+                 observers: Sequence[Observer] = ()) -> None:
+        self.tracker = tracker
+        self.observers = tuple(observers)
+
+    def add_observer(self, observer: Observer) -> None:
+        self.observers = (*self.observers, observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        self.observers = tuple(o for o in self.observers if o is not observer)
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        name = job_name(payload)
+        started = time.perf_counter()
+        try:
+            result = call_next()
+        except Exception as exc:
+            if self.tracker is not None:
+                self.tracker.failed(name)
+            for observer in self.observers:
+                _tell(observer, name, queue, payload, None, exc)
+            raise
+        ms = (time.perf_counter() - started) * 1000.0
+        if self.tracker is not None:
+            self.tracker.succeeded(name, ms)
+        for observer in self.observers:
+            _tell(observer, name, queue, payload, ms, None)
+        return result
+
+
+def _tell(observer: Observer, name: str, queue: str, payload: P.Payload, ms: float | None,
+          error: BaseException | None) -> None:
+    """An observer's failure (a StatsD socket error…) never fails the job."""
+    try:
+        observer(name, queue, payload, ms, error)
+    except Exception:
+        log.debug("a metrics observer raised; the job is unaffected", exc_info=True)

@@ -1,0 +1,195 @@
+"""Execution metrics in Sidekiq 8's keys: written, read back, and bad stored values survived."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.metrics import tracked
+from wurk import deploy
+from wurk.metrics import BUCKET_LABELS, ExecutionMetrics, ExecutionTracker, Query, bucket_of
+from wurk.pool import RedisPool
+
+NOW = dt.datetime(2025, 2, 14, 8, 3, 27, tzinfo=dt.timezone.utc)
+
+
+def test_buckets_follow_sidekiqs_bounds() -> None:
+    assert [bucket_of(ms) for ms in (0, 19.9, 20, 29, 30, 334_999, 335_000, 10**9)] == \
+        [0, 0, 1, 1, 2, 24, 25, 25]
+    assert len(BUCKET_LABELS) == 26 and BUCKET_LABELS[-1] == "Slow"
+
+
+def test_flush_writes_sidekiq_8_keys(config: wurk.Config, r: redis.Redis) -> None:
+    tracker = tracked(HardJob=([10.4, 25.0, 700.2], 2))
+    assert tracker.flush(config.pool(), config.keys, now=NOW) == 1
+    for key in ("j|250214|8:03", "j|250214|8:0"):
+        assert r.hgetall(key) == {"HardJob|p": "5", "HardJob|f": "2", "HardJob|ms": "736"}
+    assert 8 * 3600 - 5 < r.ttl("j|250214|8:03") <= 8 * 3600
+    assert 3 * 86400 - 5 < r.ttl("j|250214|8:0") <= 3 * 86400
+    reads = [part for i in range(26) for part in ("GET", "u16", f"#{i}")]
+    histogram = r.execute_command("BITFIELD_RO", "h|HardJob-14-8:3", *reads)
+    assert histogram[0] == 1 and histogram[1] == 1 and histogram[9] == 1
+    assert sum(histogram) == 3  # failures contribute no time
+    assert 8 * 3600 - 5 < r.ttl("h|HardJob-14-8:3") <= 8 * 3600
+    assert tracker.flush(config.pool(), config.keys, now=NOW) == 0  # nothing new: no writes
+
+
+def test_flush_adds_up_and_saturates(config: wurk.Config, r: redis.Redis) -> None:
+    for _ in range(2):
+        tracked(HardJob=([5.0] * 3, 1)).flush(config.pool(), config.keys, now=NOW)
+    assert r.hget("j|250214|8:03", "HardJob|p") == "8"
+    tracker = ExecutionTracker()
+    tracker.put_back({"Busy": _counts(70_000)})
+    tracker.flush(config.pool(), config.keys, now=NOW)
+    assert r.execute_command("BITFIELD_RO", "h|Busy-14-8:3", "GET", "u16", "#0") == [65535]
+
+
+def _counts(n: int) -> Any:
+    from wurk.metrics.tracking import JobCounts
+
+    counts = JobCounts(processed=n, ms=float(n))
+    counts.histogram[0] = n
+    return counts
+
+
+def test_sidekiq_7_keys_when_asked(config: wurk.Config, r: redis.Redis) -> None:
+    tracker = ExecutionTracker(compat_v7=True)
+    tracker.succeeded("HardJob", 50)
+    tracker.flush(config.pool(), config.keys, now=NOW)
+    assert r.hgetall("j|20250214|8:3") == {"HardJob|p": "1", "HardJob|ms": "50"}
+    assert r.execute_command("BITFIELD_RO", "HardJob-14-08:3", "GET", "u16", "#3") == [1]
+
+
+def test_a_refused_flush_keeps_the_counts(config: wurk.Config, r: redis.Redis) -> None:
+    tracker = tracked(HardJob=([5.0], 1))
+    dead = RedisPool("redis://127.0.0.1:1/0", size=1, socket_timeout=0.5)
+    with pytest.raises(Exception):  # noqa: B017 - whichever connection error redis-py raises
+        tracker.flush(dead, config.keys, now=NOW)
+    dead.close()
+    assert tracker.pending()["HardJob"].processed == 2
+    tracker.flush(config.pool(), config.keys, now=NOW)
+    assert r.hget("j|250214|8:03", "HardJob|p") == "2"
+
+
+def test_query_reads_back_what_was_flushed(config: wurk.Config) -> None:
+    tracked(HardJob=([10.0, 30.0], 1), EasyJob=([1.0], 0)).flush(
+        config.pool(), config.keys, now=NOW - dt.timedelta(minutes=2))
+    tracked(HardJob=([50.0], 0)).flush(config.pool(), config.keys, now=NOW)
+    top = Query(config, now=NOW).top_jobs(minutes=5)
+    assert top.granularity == "minutely" and len(top.buckets) == 5
+    hard = top.jobs["HardJob"]
+    assert (hard.total_processed, hard.total_failed, hard.total_ms) == (4, 1, 90)
+    assert hard.average_ms == 30.0
+    assert hard.processed == [0, 0, 3, 0, 1]
+    assert Query(config, now=NOW).top_jobs(minutes=5, class_filter="easy").jobs.keys() == \
+        {"EasyJob"}
+    one = Query(config, now=NOW).for_job("HardJob", minutes=5)
+    assert one.jobs["HardJob"].histogram == [1, 0, 1, 1] + [0] * 22
+    hours = Query(config, now=NOW).top_jobs(hours=1)
+    assert hours.granularity == "ten_minutes" and len(hours.buckets) == 6
+    assert hours.jobs["HardJob"].processed[-1] == 4  # both flushes fell in 08:00-08:09
+
+
+def test_periods_are_clamped_as_sidekiq_clamps_them(config: wurk.Config) -> None:
+    assert len(Query(config, now=NOW).top_jobs(minutes=10_000).buckets) == 60
+    assert len(Query(config, now=NOW).top_jobs(hours=500).buckets) == 72 * 6
+
+
+def test_hostile_stored_values_read_as_nothing(config: wurk.Config, r: redis.Redis) -> None:
+    r.hset("j|250214|8:03", mapping={"Bad|p": "many", "Bad|ms": "-5", "nobar": "3",
+                                     "Odd|x": "1", "<script>|p": "2", "Big|p": "9" * 5000})
+    r.lpush("j|250214|8:02", "a list, not a hash")
+    r.hset("h|Bad-14-8:3", "not", "a string")
+    r.hset("20250214-marks", mapping={"not a time": "x", "2025-02-14T08:01:00Z": "v1" * 500})
+    top = Query(config, now=NOW).top_jobs(minutes=5)
+    assert top.jobs["Bad"].total_processed == 0 and top.jobs["Bad"].total_ms == 0
+    assert top.jobs["<script>"].total_processed == 2
+    assert top.jobs["Big"].total_processed == 0
+    assert "nobar" not in top.jobs and "Odd" not in top.jobs
+    assert Query(config, now=NOW).for_job("Bad", minutes=5).jobs["Bad"].histogram == [0] * 26
+    assert [len(m.label) for m in top.marks] == [200]
+
+
+def test_deploy_marks_once_per_label(config: wurk.Config, r: redis.Redis) -> None:
+    at = dt.datetime(2025, 2, 14, 8, 1, 42, tzinfo=dt.timezone.utc)
+    assert deploy.mark("v1.2 deploy", config=config, at=at) is True
+    assert deploy.mark("v1.2 deploy", config=config, at=at) is False  # another process's call
+    assert r.hgetall("20250214-marks") == {"2025-02-14T08:01:00Z": "v1.2 deploy"}
+    assert 89 * 86400 < r.ttl("20250214-marks") <= 90 * 86400
+    assert 0 < r.ttl("deploylock-v1.2 deploy") <= 60
+    marks = Query(config, now=NOW).top_jobs(minutes=5).marks
+    assert [(m.at, m.label) for m in marks] == [(at.replace(second=0), "v1.2 deploy")]
+    with pytest.raises(ValueError, match="label"):
+        deploy.mark("  ", config=config)
+
+
+def test_the_middleware_counts_what_the_job_did(config: wurk.Config) -> None:
+    tracker = ExecutionTracker()
+    middleware = ExecutionMetrics(tracker)
+    seen: list[tuple[str, float | None, str | None]] = []
+    middleware.add_observer(lambda name, queue, payload, ms, error: seen.append(
+        (name, ms, type(error).__name__ if error else None)))
+    middleware.add_observer(lambda *args: 1 / 0)  # a broken observer changes nothing
+    assert middleware(None, {"class": "Wrapper", "wrapped": "RealJob"}, "q", lambda: 7) == 7
+    with pytest.raises(KeyError):
+        middleware(None, {"class": "Plain"}, "q", lambda: {}["x"])
+    counts = tracker.pending()
+    assert (counts["RealJob"].processed, counts["RealJob"].failed) == (1, 0)
+    assert (counts["Plain"].processed, counts["Plain"].failed, counts["Plain"].ms) == (1, 1, 0)
+    assert [(name, error) for name, _, error in seen] == [("RealJob", None), ("Plain", "KeyError")]
+
+
+def test_recoveries_and_poison_kills_are_counted_and_told(redis_server: Any,
+                                                          r: redis.Redis) -> None:
+    from wurk import payload as P
+    from wurk.heartbeat import Identity
+    from wurk.reaper import Reaper
+
+    told: list[tuple[str, Any]] = []
+    cfg = wurk.configure(redis_url=redis_server.url,
+                         on_recover=lambda raw, pill: told.append((raw, pill)))
+    reaper = Reaper(cfg, Identity.current(), ["default"])
+    counted: list[tuple[str, int]] = []
+    reaper.observers.append(lambda queue, n: counted.append((queue, n)))
+    reaper.observers.append(lambda queue, n: 1 / 0)  # reported, the sweep goes on
+    pill = P.dumps({"class": "X", "args": [], "queue": "default", "jid": "p" * 24})
+    safe = [P.dumps({"class": "X", "args": [n], "queue": "default", "jid": f"{n:024d}"})
+            for n in range(2)]
+    r.set(cfg.keys.poison_counter("p" * 24), 2)  # recovered twice already
+    r.lpush(cfg.keys.private("default", "gone", 9, "ffffffffffff", 0), pill, *safe)
+    assert reaper.sweep() == 2
+    assert r.get("wurk:stat:recovered") == "2" and r.get("wurk:stat:poisoned") == "1"
+    assert counted == [("default", 2)]
+    assert sorted(raw for raw, pill_seen in told if pill_seen is None) == sorted(safe)
+    assert [(raw, p["count"]) for raw, p in told if p is not None] == [(pill, 3)]
+    own = cfg.keys.private("default", "gone", 9, "ffffffffffff", 0)
+    r.lpush(own, safe[0])
+    from wurk.reaper import return_own_lists
+
+    assert return_own_lists(cfg, [(own, "default")]) == 1  # a clean return is no recovery
+    assert r.get("wurk:stat:recovered") == "2"
+
+
+def test_what_ran_since_the_last_beat_is_written_at_exit(redis_server: Any,
+                                                         r: redis.Redis) -> None:
+    import time
+
+    cfg = wurk.configure(redis_url=redis_server.url, heartbeat_interval=3600,
+                         fetch_timeout=0.2, timeout=1, concurrency=2, retain_history=0)
+    wurk.job(name="Metrics::AtExit")(lambda key: r.incr(key))
+    try:
+        for _ in range(3):
+            wurk.push({"class": "Metrics::AtExit", "args": ["exit:ran"]})
+        embedded = wurk.Embedded(cfg).start()
+        deadline = time.monotonic() + 10
+        while r.get("exit:ran") != "3" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert Query(cfg).top_jobs(minutes=2).jobs == {}  # no beat since: nothing written yet
+        embedded.stop()
+    finally:
+        wurk.registry.unregister("Metrics::AtExit")
+    assert Query(cfg).top_jobs(minutes=2).jobs["Metrics::AtExit"].total_processed == 3

@@ -1,0 +1,338 @@
+"""The periodic poller against a real server: the leader registers and prunes loops, each
+tick is pushed once — even by two processes that both believe they lead — and hostile
+marks in Redis never stop a loop."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk import payload as P
+from wurk.config import Config
+from wurk.leader import Leadership
+from wurk.periodic import tick_jid
+from wurk.periodic_poller import PeriodicPoller
+
+# Every second: the tests see several ticks in a few seconds.
+EVERY_SECOND = "* * * * * *"
+FAST = {"periodic_seconds_field": True, "periodic_poll_interval": 0.2,
+        "leader_renew_interval": 0.5, "leader_check_interval": 0.2}
+
+
+@wurk.job(name="Per::Tick", queue="ticks", retry=3)
+def tick_job(*args: Any) -> None:
+    """Never run here: the tests read what was pushed."""
+
+
+@dataclass
+class Believer:
+    """A process that believes it leads, whatever Redis says (paused past its key's life,
+    or cut off in a partition): its ``term`` is fixed."""
+
+    identity: str
+    token: int | None
+    refusals: int = 0
+
+    def term(self) -> int | None:
+        return self.token
+
+    def lost(self) -> None:
+        self.refusals += 1  # and goes on believing
+
+
+@dataclass
+class Built:
+    config: Config
+    pollers: list[PeriodicPoller] = field(default_factory=list)
+    leaders: list[Leadership] = field(default_factory=list)
+
+
+@pytest.fixture
+def world() -> Iterator[Callable[..., Built]]:
+    made: list[Built] = []
+
+    def build(cron: str = EVERY_SECOND, *, catch_up: float = 300.0,
+              **settings: Any) -> Built:
+        config = Config(**{**FAST, "periodic_catch_up": catch_up, **settings})
+        config.periodic.register(cron, tick_job, args=[7])
+        built = Built(config)
+        made.append(built)
+        return built
+
+    yield build
+    for built in made:
+        for poller in built.pollers:
+            poller.stop(2)
+        for leader in built.leaders:
+            leader.stop(2)
+        built.config.close()
+
+
+def elect(built: Built, identity: str) -> Leadership:
+    leadership = Leadership(built.config, identity)
+    built.leaders.append(leadership)
+    leadership.start()
+    deadline = time.monotonic() + 5
+    while not leadership.is_leader():
+        assert time.monotonic() < deadline, "no leader"
+        time.sleep(0.01)
+    return leadership
+
+
+def poller(built: Built, term: Any) -> PeriodicPoller:
+    made = PeriodicPoller(built.config, term)
+    built.pollers.append(made)
+    return made
+
+
+def synced(built: Built) -> tuple[Leadership, PeriodicPoller]:
+    """A leader and its poller after a first look (its loops written to Redis)."""
+    leader = elect(built, "host:1:a")
+    made = poller(built, leader)
+    made.look()
+    return leader, made
+
+
+def pushed(r: redis.Redis, queue: str = "ticks") -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in reversed(r.lrange(f"queue:{queue}", 0, -1))]
+
+
+def lid_of(built: Built) -> str:
+    return built.config.periodic.loops()[0].lid
+
+
+def check_each_tick_once(jobs: list[dict[str, Any]], lid: str) -> list[int]:
+    """The ticks the jobs were pushed for (jid = digest of loop and tick), checked unique."""
+    by_jid = Counter(job["jid"] for job in jobs)
+    doubled = [jid for jid, n in by_jid.items() if n > 1]
+    assert not doubled, f"ticks pushed twice: {doubled}"
+    ticks = []
+    for job in jobs:
+        tick = round(P.read_time(job["enqueued_at"]) or 0)
+        match = [t for t in range(tick - 3, tick + 1) if tick_jid(lid, t) == job["jid"]]
+        assert match, f"{job['jid']} is no tick's jid"
+        ticks.append(match[0])
+    return ticks
+
+
+def test_the_leader_registers_its_loops_in_ruby_wurks_layout(world: Callable[..., Built],
+                                                              r: redis.Redis) -> None:
+    built = world("*/5 * * * *", catch_up=60)
+    synced(built)
+    lid = lid_of(built)
+    assert r.smembers("periodic") == {lid}
+    stored = r.hgetall(f"loops:{lid}")
+    assert stored["schedule"] == "*/5 * * * *" and stored["klass"] == "Per::Tick"
+    assert json.loads(stored["options"]) == {"args": [7]} and stored["tz"] == ""
+    assert stored["paused"] == "0" and int(stored["nf"]) % 300 == 0
+    assert int(stored["nf"]) > time.time() and "lf" not in stored
+
+
+def test_each_tick_is_pushed_once_with_the_jobs_options(world: Callable[..., Built],
+                                                        r: redis.Redis) -> None:
+    built = world()
+    leader = elect(built, "host:1:a")
+    poller(built, leader).start()
+    time.sleep(2.3)
+    built.pollers[0].stop(2)
+    jobs = pushed(r)
+    ticks = check_each_tick_once(jobs, lid_of(built))
+    assert len(jobs) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks)))
+    first = jobs[0]
+    assert (first["class"], first["args"], first["queue"], first["retry"]) == \
+        ("Per::Tick", [7], "ticks", 3)
+    stored = r.hgetall(f"loops:{lid_of(built)}")
+    assert int(stored["lf"]) == ticks[-1] and int(stored["nf"]) == ticks[-1] + 1
+    history = [json.loads(e) for e in r.lrange(f"loop-history:{lid_of(built)}", 0, -1)]
+    assert [h[0] for h in history] == list(reversed(ticks))
+    assert [h[1] for h in history] == [j["jid"] for j in reversed(jobs)]
+
+
+def test_a_stale_leader_that_still_believes_is_fenced_off(world: Callable[..., Built],
+                                                          r: redis.Redis) -> None:
+    """The old leader was paused past its key's life; a new leader took over (token 2);
+    the old one wakes believing it leads with token 1. Both poll for several ticks."""
+    built = world()
+    r.set("leader-token", "1")
+    stale = Believer("host:1:old", 1)
+    new = elect(built, "host:2:new")
+    assert new.token == 2
+    poller(built, stale).start()
+    poller(built, new).start()
+    time.sleep(3)
+    for made in built.pollers:
+        made.stop(2)
+    ticks = check_each_tick_once(pushed(r), lid_of(built))
+    assert len(ticks) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks)))
+    assert stale.refusals > 0
+
+
+def test_two_leaders_the_fence_cannot_tell_apart_still_push_each_tick_once(
+        world: Callable[..., Built], r: redis.Redis) -> None:
+    """Same identity and token (two copies of one leader in a partition): only the loop's
+    last-fired mark, checked and set with the push, stands between them."""
+    built = world()
+    r.set("dear-leader", "host:1:a")
+    r.set("leader-token", "5")
+    twins = [Believer("host:1:a", 5), Believer("host:1:a", 5)]
+    for twin in twins:
+        poller(built, twin).start()
+    time.sleep(3)
+    for made in built.pollers:
+        made.stop(2)
+    ticks = check_each_tick_once(pushed(r), lid_of(built))
+    assert len(ticks) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks)))
+
+
+def test_the_fire_script_refuses_a_tick_already_fired(world: Callable[..., Built],
+                                                      r: redis.Redis) -> None:
+    built = world("* * * * *")
+    leader, poll = synced(built)
+    loop = built.config.periodic.loops()[0]
+    tick = int(time.time()) // 60 * 60
+    assert poll.push(loop, tick, tick + 60, leader.token or 0)
+    assert not poll.push(loop, tick, tick + 60, leader.token or 0)
+    assert not poll.push(loop, tick - 60, tick, leader.token or 0)  # an older tick
+    assert len(pushed(r)) == 1
+
+
+def test_a_new_leader_fires_the_tick_it_missed_and_warns_of_older_ones(
+        world: Callable[..., Built], r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    built = world("* * * * *", catch_up=90)
+    _, poll = synced(built)
+    lid = lid_of(built)
+    minute = int(time.time()) // 60 * 60
+    r.hset(f"loops:{lid}", mapping={"nf": minute - 240, "lf": minute - 300})  # four missed
+    poll.look()
+    jobs = pushed(r)
+    assert [job["jid"] for job in jobs] == [tick_jid(lid, minute)]
+    assert int(r.hget(f"loops:{lid}", "nf") or 0) == minute + 60
+    missed = [rec.getMessage() for rec in caplog.records if "missed" in rec.getMessage()]
+    assert missed and "missed 4 tick(s)" in missed[0]
+
+
+def test_ticks_older_than_catch_up_are_not_pushed(world: Callable[..., Built],
+                                                 r: redis.Redis) -> None:
+    built = world("0 * * * *", catch_up=60)
+    _, poll = synced(built)
+    lid = lid_of(built)
+    hour = int(time.time()) // 3600 * 3600
+    if time.time() - hour < 61:
+        pytest.skip("too close to the hour for this check")
+    r.hset(f"loops:{lid}", "nf", hour)
+    poll.look()
+    assert pushed(r) == [] and int(r.hget(f"loops:{lid}", "nf") or 0) == hour + 3600
+
+
+def test_the_leader_prunes_loops_it_does_not_register_and_a_stale_one_cannot(
+        world: Callable[..., Built], r: redis.Redis) -> None:
+    built = world("*/5 * * * *")
+    r.sadd("periodic", "0123456789abcdef")
+    r.hset("loops:0123456789abcdef", mapping={"schedule": "* * * * *", "klass": "Old"})
+    r.rpush("loop-history:0123456789abcdef", "[1,\"x\"]")
+    stale = poller(built, Believer("host:9:old", 99))
+    stale.look()
+    assert r.smembers("periodic") == {"0123456789abcdef"}, "a stale leader prunes nothing"
+    leader = elect(built, "host:1:a")
+    poller(built, leader).look()
+    assert r.smembers("periodic") == {lid_of(built)}
+    assert not r.exists("loops:0123456789abcdef", "loop-history:0123456789abcdef")
+
+
+def test_a_paused_loop_pushes_nothing_and_moves_on(world: Callable[..., Built],
+                                                   r: redis.Redis) -> None:
+    built = world()
+    _, poll = synced(built)
+    r.hset(f"loops:{lid_of(built)}", "paused", "1")
+    poll.start()
+    time.sleep(1.8)
+    poll.stop(2)
+    assert pushed(r) == []
+    assert int(r.hget(f"loops:{lid_of(built)}", "nf") or 0) > time.time() - 1.5
+
+
+@pytest.mark.parametrize("nf", ["soon", "1e400", "99999999999999"])
+def test_an_unreadable_next_tick_is_repaired_not_fatal(world: Callable[..., Built],
+                                                       r: redis.Redis, nf: str) -> None:
+    built = world()
+    _, poll = synced(built)
+    r.hset(f"loops:{lid_of(built)}", mapping={"nf": nf, "lf": "garbage"})
+    poll.start()
+    time.sleep(1.8)
+    poll.stop(2)
+    assert len(pushed(r)) >= 1
+    assert int(r.hget(f"loops:{lid_of(built)}", "nf") or 0) > time.time() - 1.5
+
+
+def test_loop_keys_of_the_wrong_type_are_replaced(world: Callable[..., Built],
+                                                  r: redis.Redis) -> None:
+    built = world()
+    lid = lid_of(built)
+    r.set(f"loops:{lid}", "a string")
+    r.set(f"loop-history:{lid}", "another")
+    leader = elect(built, "host:1:a")
+    poll = poller(built, leader)
+    poll.start()
+    time.sleep(1.8)
+    poll.stop(2)
+    assert r.type(f"loops:{lid}") == "hash" and len(pushed(r)) >= 1
+    assert r.type(f"loop-history:{lid}") == "list"
+
+
+def test_a_queue_of_the_wrong_type_loses_no_mark(world: Callable[..., Built],
+                                                 r: redis.Redis,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    built = world()
+    leader, poll = synced(built)
+    r.set("queue:ticks", "not a list")
+    loop = built.config.periodic.loops()[0]
+    tick = int(time.time())
+    assert not poll.push(loop, tick, tick + 1, leader.token or 0)
+    assert "lf" not in r.hgetall(f"loops:{loop.lid}")
+    assert any("holds another type" in rec.getMessage() for rec in caplog.records)
+
+
+def test_client_middleware_runs_and_may_stop_a_tick(world: Callable[..., Built],
+                                                   r: redis.Redis) -> None:
+    built = world()
+    seen = threading.Event()
+
+    def tag(job_class: str, job: dict[str, Any], queue: str, call_next: Any) -> Any:
+        seen.set()
+        job["tagged"] = True
+        return None if r.exists("stop-ticks") else call_next()
+
+    built.config.client_middleware.add(tag)
+    leader = elect(built, "host:1:a")
+    poll = poller(built, leader)
+    poll.start()
+    time.sleep(1.8)
+    r.set("stop-ticks", "1")
+    before = len(pushed(r))
+    time.sleep(1.2)
+    poll.stop(2)
+    assert seen.is_set() and before >= 1 and all(job["tagged"] for job in pushed(r))
+    assert len(pushed(r)) <= before + 1  # at most one in flight when the switch flipped
+
+
+def test_a_tick_pushed_late_is_warned_about(world: Callable[..., Built], r: redis.Redis,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    tick = int(time.time()) - 15  # a daily tick 15 s ago: the newest one due
+    due = time.gmtime(tick)
+    built = world(f"{due.tm_sec} {due.tm_min} {due.tm_hour} * * *")
+    _, poll = synced(built)
+    r.hset(f"loops:{lid_of(built)}", "nf", tick)
+    poll.look()
+    assert [job["jid"] for job in pushed(r)] == [tick_jid(lid_of(built), tick)]
+    late = [rec.getMessage() for rec in caplog.records if " late" in rec.getMessage()]
+    assert late and re.search(r"pushed its \S+ tick \d+ s late", late[0])

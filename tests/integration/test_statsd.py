@@ -1,0 +1,94 @@
+"""StatsD / DogStatsD: Sidekiq Pro's names and tags reach a real UDP listener."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+
+import wurk
+from tests.helpers.server import Server
+from wurk.errors import ConfigError
+from wurk.metrics.statsd import StatsdSink
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    yield sock
+    sock.close()
+
+
+def received(sock: socket.socket, until: str, timeout: float = 10) -> list[str]:
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not any(until in line for line in lines):
+        try:
+            lines += sock.recv(65536).decode().splitlines()
+        except TimeoutError:
+            continue
+    return lines
+
+
+def test_a_workers_jobs_are_sent_with_pros_names_and_tags(
+        redis_server: Server, listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    config = wurk.configure(redis_url=redis_server.url, statsd=f"127.0.0.1:{port}",
+                            statsd_prefix="sidekiq", statsd_tags=["env:test"],
+                            heartbeat_interval=0.2, fetch_timeout=0.2, timeout=1,
+                            concurrency=1, retain_history=0,
+                            statsd_job_options=lambda name, job, queue: {"tags": ["team:a"]})
+    wurk.job(name="Stats::Ok")(lambda: None)
+
+    def boom() -> None:
+        raise KeyError("x")
+
+    wurk.job(name="Stats::Boom", retry=False)(boom)
+    try:
+        wurk.push({"class": "Stats::Ok", "args": []})
+        wurk.push({"class": "Stats::Boom", "args": [], "queue": "default"})
+        with wurk.Embedded(config):
+            lines = received(listener, "sidekiq.jobs.failure")
+    finally:
+        wurk.registry.unregister("Stats::Ok")
+        wurk.registry.unregister("Stats::Boom")
+    tags = "worker:Stats::Ok,queue:default,team:a,env:test"
+    assert f"sidekiq.jobs.count:1|c|#{tags}" in lines
+    assert f"sidekiq.jobs.success:1|c|#{tags}" in lines
+    assert any(line.startswith("sidekiq.jobs.perform:") and line.endswith(f"|ms|#{tags}")
+               for line in lines)
+    assert any(line.startswith("sidekiq.jobs.perform_dist:") and f"|d|#{tags}" in line
+               for line in lines)
+    assert "sidekiq.jobs.failure:1|c|#worker:Stats::Boom,queue:default,team:a," \
+           "error_type:KeyError,env:test" in lines
+    assert not any(line.startswith("sidekiq.jobs.perform:") and "Stats::Boom" in line
+                   for line in lines)  # a failure sends no timing
+
+
+def test_history_gauges_and_reliability_counts(redis_server: Server,
+                                               listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    config = wurk.configure(redis_url=redis_server.url, statsd=f"127.0.0.1:{port}")
+    sink = StatsdSink(config)
+    sink.gauges({"processed": 5, "failed": 1, "enqueued": 2, "retries": 0, "dead": 3,
+                 "scheduled": 0, "busy": 1, "queues": {"default": 2},
+                 "latency": {"default": 0.5}})
+    sink.recovered("default", 4)
+    sink.poisoned({"klass": "HardJob", "queue": "default"})
+    sink.close()
+    lines = received(listener, "wurk.jobs.poison")
+    for expected in ("wurk.processed:5|g", "wurk.failures:1|g", "wurk.dead:3|g",
+                     "wurk.queue.size:2|g|#queue:default",
+                     "wurk.queue.latency:0.5|g|#queue:default",
+                     "wurk.jobs.recovered.fetch:4|c|#queue:default",
+                     "wurk.jobs.poison:1|c|#worker:HardJob,queue:default"):
+        assert expected in lines
+
+
+def test_a_bad_address_is_named() -> None:
+    with pytest.raises(ConfigError, match="statsd must be HOST:PORT"):
+        wurk.Config(statsd="localhost")

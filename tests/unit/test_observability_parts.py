@@ -1,0 +1,84 @@
+"""The observability parts without Redis: settings, the health probe, label bounds, extras."""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+import pytest
+
+import wurk
+from wurk.errors import ConfigError
+from wurk.health import WorkerHealth
+from wurk.instruments import _listen
+from wurk.outage import Outage
+
+
+@pytest.mark.parametrize(("settings", "message"), [
+    ({"health_port": 70000}, "health_port must be a TCP port"),
+    ({"metrics_port": "9191"}, "metrics_port must be a TCP port"),
+    ({"history_interval": 0}, "history_interval must be a number of seconds > 0"),
+    ({"retain_history": -1}, "retain_history must be a number of seconds ≥ 0"),
+    ({"statsd": "host:port"}, "statsd must be HOST:PORT"),
+    ({"statsd_tags": "env:prod"}, "statsd_tags must be a list of text"),
+    ({"metrics": "yes"}, "metrics must be true or false"),
+])
+def test_bad_settings_are_named(settings: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        wurk.Config.from_mapping(settings)
+
+
+def probe(*, age: float | None = 1.0, quiet: bool = False, stopping: bool = False,
+          outages: tuple[Outage, ...] = ()) -> tuple[bool, dict[str, object]]:
+    return WorkerHealth(beat_age=lambda: age, interval=10.0, quiet=lambda: quiet,
+                        stopping=lambda: stopping, outages=lambda: outages)()
+
+
+def test_the_health_probe_says_why() -> None:
+    config = wurk.Config()
+    cut = Outage(config, "fetch (capsule default)")
+    cut.failed(ConnectionError("reset"))
+    assert probe() == (True, {"beat_age": 1.0, "status": "ok"})
+    assert probe(age=None)[1]["status"] == "heartbeat stale"  # before the first beat
+    assert probe(age=31.0)[1]["status"] == "heartbeat stale"
+    assert probe(outages=(cut,)) == (False, {"beat_age": 1.0, "status": "redis unreachable",
+                                             "failing": ["fetch (capsule default)"]})
+    assert probe(quiet=True)[1]["status"] == "quiet"
+    assert probe(stopping=True, quiet=True)[1]["status"] == "stopping"
+    cut.ended()
+    assert probe(outages=(cut,))[0] is True and cut.count == 1
+
+
+def test_a_port_in_use_names_the_setting() -> None:
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    from wurk.health import HealthServer
+
+    with pytest.raises(ConfigError, match=f"health_port {port}: cannot listen"):
+        _listen("health_port", "127.0.0.1", port,
+                lambda: HealthServer("127.0.0.1", port, lambda: (True, {})))
+    taken.close()
+
+
+def test_job_labels_are_bounded() -> None:
+    from wurk.metrics import prometheus
+
+    exporter = prometheus.WorkerExporter(outages=list, busy=lambda: 0, concurrency=1)
+    for n in range(prometheus.MAX_JOB_LABELS + 10):
+        exporter.observe(f"Job{n}", "q", {}, 1.0, None)
+    assert exporter.executed.labels("other", "q")._value.get() == 10
+    assert exporter.executed.labels("Job0", "q")._value.get() == 1
+
+
+def test_missing_extras_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from wurk.metrics import prometheus
+    from wurk.metrics.statsd import StatsdSink
+
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)
+    with pytest.raises(ConfigError, match=r"pip install 'wurk\[prometheus\]'"):
+        prometheus.require_client()
+    monkeypatch.setitem(sys.modules, "datadog.dogstatsd.base", None)
+    with pytest.raises(ConfigError, match=r"pip install 'wurk\[statsd\]'"):
+        StatsdSink(wurk.Config(statsd="127.0.0.1:8125"))
