@@ -22,9 +22,6 @@ from typing import Any
 
 from . import payload as P
 from . import sinks
-from .batch.accounting import register as register_in_batch
-from .batch.accounting import write as write_in_batch
-from .batch.block import split as split_batch
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
@@ -211,14 +208,19 @@ class Client:
         if sink is None:
             self._write_redis(entries)
         else:
-            register_in_batch(self.config, entries)  # the batch is in Redis still
+            from .batch.accounting import register  # the batch package imports the client
+
+            register(self.config, entries)  # a batch is in Redis still
             sink.write(self.config, entries)
 
     def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
         keys = self.config.keys
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
-        plain, in_batch = split_batch(entries)
+        from .batch.accounting import write as write_in_batch  # it imports the client
+        from .batch.block import split
+
+        plain, in_batch = split(entries)
         for job, at in plain:
             if at is not None:
                 scheduled[P.dumps(job)] = float(at)

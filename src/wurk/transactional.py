@@ -22,7 +22,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from . import payload as P
-from .batch.block import current as open_block
 from .client import Client
 
 __all__ = ["TransactionAdapter", "TransactionalClient"]
@@ -45,6 +44,8 @@ class TransactionalClient(Client):
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         job = dict(item)
+        from .batch.block import current as open_block  # the batch package imports this one
+
         if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
                 open_block() is not None:  # inside a jobs block: it joins at push
             return super().push(job)

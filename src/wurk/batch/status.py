@@ -16,8 +16,7 @@ import time
 from typing import Any
 
 from .. import payload as P
-from ..api import values
-from ..api.values import Invalid
+from ..api.values import Invalid, count, epoch, invalid, to_json
 from ..config import Config, default_config
 from ..errors import BatchError
 from .accounting import decode_callbacks
@@ -87,13 +86,13 @@ class BatchStatus:
         self.callbacks = decode_callbacks(self.raw.get("callbacks"))
 
     def _count(self, name: str) -> int | Invalid:
-        found = values.count(self.raw.get(name), missing=0)
+        found = count(self.raw.get(name), missing=0)
         if isinstance(found, Invalid):
             self.problems.append(f"{name} is not a whole number: {found.raw}")
         return found
 
     def _time(self, name: str) -> float | Invalid | None:
-        found = values.epoch(self.raw.get(name) or None)
+        found = epoch(self.raw.get(name) or None)
         if isinstance(found, Invalid):
             self.problems.append(f"{name} is not a time: {found.raw}")
         return found
@@ -107,7 +106,7 @@ class BatchStatus:
         except ValueError:
             tags = None
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            shown = values.invalid(value, "a list of tags").raw
+            shown = invalid(value, "a list of tags").raw
             self.problems.append(f"tags is not a list of names: {shown}")
             return []
         return tags
@@ -166,7 +165,7 @@ class BatchStatus:
             "tags": self.tags, "invalidated": self.invalidated,
             "expires_at": self.expires_at, "problems": list(self.problems),
         }
-        found: dict[str, Any] = values.to_json(document)
+        found: dict[str, Any] = to_json(document)
         return found
 
     # -- waiting and deleting ---------------------------------------------------------------
