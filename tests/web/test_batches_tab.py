@@ -10,7 +10,7 @@ import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, browse, post
+from tests.web.conftest import XSS, browse, post, token
 from tests.web.live import browser_context, serve
 from wurk.api import DeadSet, RetrySet
 from wurk.batch import accounting
@@ -128,3 +128,21 @@ def test_batches_tab_in_chromium(config: wurk.Config) -> None:
         assert page.locator("progress").count() == 1
         page.click("text=status JSON")
         assert '"total": 4' in page.content() or '"total":4' in page.content()
+
+
+def test_json_twins_under_the_api(config: wurk.Config, client: TestClient,
+                                  r: redis.Redis) -> None:
+    batch, jids = make(config, 2, tags=["api"])
+    listing = client.get("/api/batches/", params={"tag": "ap"}).json()
+    assert listing["size"] == 1 and listing["batches"][0]["bid"] == batch.bid
+    one = client.get(f"/api/batches/{batch.bid}").json()
+    assert one["total"] == 2 and one["callbacks"] == [["success", "WebBatch::work", {"n": 1}]]
+    assert client.get("/api/batches/nope").status_code == 404
+    with wurk.redis() as conn:
+        accounting.record(conn, config, batch.bid, jids[0], "death")
+    DeadSet(config).schedule(time.time(), entry(jids[0], batch.bid, "dead"))
+    assert [b["bid"] for b in client.get("/api/batches/dead").json()["batches"]] == [batch.bid]
+    answer = client.post(f"/api/batches/{batch.bid}", json={"action": "retry"},
+                         headers={"X-CSRF-Token": token(client)})
+    assert answer.json() == {"action": "retry", "count": 1}
+    assert "/api/batches/{bid}" in client.get("/api/openapi.json").text

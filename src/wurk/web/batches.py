@@ -4,7 +4,9 @@
    paged, with a tag search; ``/batches/{bid}``: one batch — counts, callbacks, parent and
    children, its failed jobs with their errors (linked to the retry set) and its dead jobs
    (linked to the dead set), expiry; buttons to invalidate or delete it.
-2. ``/batches/{bid}.json``: the status summary a front-end progress bar polls.
+2. ``/batches/{bid}.json``: the status summary a front-end progress bar polls; JSON twins
+   under ``/api/batches`` (the list, one batch, the dead ones, and the actions), listed in
+   the API's documentation.
 3. ``/dead-batches``: batches with a dead job; a button sends a batch's dead jobs back to
    their queues, so its success can still fire.
 Every value comes from ``wurk.BatchStatus``, which checks each stored field: an unreadable
@@ -25,6 +27,7 @@ from starlette.routing import Route
 from ..api.sets import DeadSet, RetrySet
 from ..batch import BatchSet, BatchStatus, DeadBatches, scan_tags
 from ..config import Config
+from .api import PAGE, Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
@@ -101,7 +104,8 @@ def errors(config: Config, jids: list[str], kind: type[RetrySet] | type[DeadSet]
 
 def act(config: Config, bid: str, action: str) -> str:
     if action not in ACTIONS:
-        raise HTTPException(400, f"Unknown action; choose one of: {', '.join(ACTIONS)}.")
+        raise HTTPException(400, f"Unknown action; choose one of: {', '.join(ACTIONS)}"
+                                 " (or retry, for a batch's dead jobs).")
     status = BatchStatus(bid, config=config)
     if not status.exists:
         return "gone"
@@ -179,10 +183,53 @@ async def dead_action(request: Request) -> Response:
                                 notice=outcome), 303)
 
 
+# -- the JSON twins ---------------------------------------------------------------------------
+async def api_batches(request: Request) -> Response:
+    dash = dashboard(request)
+    tag = request.query_params.get("tag", "")[:100]
+    return Document(await dash.run(listing, dash.config, page_number(request), tag))
+
+
+async def api_batch(request: Request) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(detail, dash.config, request.path_params["bid"])
+    if found is None:
+        raise HTTPException(404, "No such batch: it expired or was deleted.")
+    return Document(found)
+
+
+async def api_action(request: Request) -> Response:
+    dash, action = dashboard(request), form_value(request, "action")
+    bid = request.path_params["bid"]
+    if action == "retry":
+        outcome = await dash.run(retry_dead, dash.config, bid)
+    else:
+        outcome = await dash.run(act, dash.config, bid, action)
+    return JSONResponse({"action": action, "count": int(outcome == action)})
+
+
+async def api_dead(request: Request) -> Response:
+    dash = dashboard(request)
+    return Document({"batches": await dash.run(dead_listing, dash.config)})
+
+
+API = (
+    Endpoint("GET", "/", api_batches, "Live batches, newest first, with their progress",
+             query=(PAGE, ("tag", "string", "only batches with a tag containing this")),
+             tag=NAME),
+    Endpoint("GET", "/dead", api_dead, "Batches with a job in the dead set", tag=NAME),
+    Endpoint("GET", "/{bid}", api_batch,
+             "One batch: counts, callbacks, children, failed and dead jobs", tag=NAME),
+    Endpoint("POST", "/{bid}", api_action,
+             "Invalidate or delete a batch, or retry its dead jobs",
+             body=(("action", "string", "invalidate | delete | retry"),), tag=NAME),
+)
+
+
 def extensions() -> list[Extension]:
     """The two tabs, registered by ``create_app`` on every dashboard."""
     return [
-        Extension(name=NAME, tab="Batches", templates=TEMPLATES, routes=[
+        Extension(name=NAME, tab="Batches", templates=TEMPLATES, api=API, routes=[
             Route("/", list_page, methods=["GET"]),
             Route("/{bid}.json", batch_json, methods=["GET"]),
             Route("/{bid}", batch_page, methods=["GET"]),
