@@ -535,3 +535,29 @@ def test_the_async_write_registers_as_the_sync_one(fast: wurk.Config, r: redis.R
         assert asyncio.run(push_two(batch)) == set()
     status = wurk.BatchStatus(batch.bid)
     assert status.total == 2 and r.llen("queue:default") == 2  # no Empty job: it pushed two
+
+
+def test_a_count_is_sent_again_through_a_short_outage(redis_server: Server,
+                                                      r: redis.Redis) -> None:
+    """Redis unreachable for half a second while a job's success is counted: the count
+    goes through once it is back, exactly once."""
+    import threading
+
+    from tests.helpers.faults import config_for
+    from tests.helpers.proxy import FaultProxy
+    from wurk.batch.middleware import count
+
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url, socket_timeout=1)
+        try:
+            batch = wurk.Batch(config=config)
+            with batch.jobs():
+                jids = [str(work.set(config=config).perform_async(f"o{i}")) for i in range(2)]
+            proxy.cut()
+            proxy.drop()
+            threading.Timer(0.5, proxy.restore).start()
+            assert count(config, batch.bid, jids[0], "success")
+            assert not count(config, batch.bid, jids[0], "success")  # the replay: nothing
+        finally:
+            config.close()
+    assert r.hget(f"b-{batch.bid}", "pending") == "1"
