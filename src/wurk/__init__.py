@@ -6,7 +6,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 from __future__ import annotations
 
-from . import context, deploy, metrics
+from . import context, deploy, expiry, limiter, metrics, unique
 from .batch import Batch, BatchStatus, current_batch
 from .client import Client
 from .config import Capsule, Config, configure, default_config
@@ -81,12 +81,15 @@ __all__ = [
     "default_config",
     "deploy",
     "embed",
+    "expiry",
     "interrupted",
     "job",
+    "limiter",
     "metrics",
     "on_poison",
     "push",
     "push_bulk",
     "redis",
     "registry",
+    "unique",
 ]

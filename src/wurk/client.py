@@ -9,8 +9,12 @@
    after a broken connection (a replay could push the job twice).
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
-6. Jobs pushed inside a batch's jobs block are written by the batch's script, which
-   registers each with the batch as it pushes it (``wurk.batch.accounting``).
+6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
+   is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
+   returns None. Other jobs pay two dict lookups for this.
+7. Jobs pushed inside a batch's jobs block are written by the batch's script, which
+   registers each with the batch as it pushes it (with a unique job's lock, when it has
+   one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from . import expiry, sinks, unique
 from . import payload as P
-from . import sinks
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
 from .pool import RedisPool
@@ -56,7 +60,8 @@ class Client:
         if job is None:
             return None
         P.check_args(job[P.ARGS])
-        self._write([(job, at)])
+        if self._write([(job, at)]):
+            return None  # a duplicate of a unique job whose lock is held
         return str(job[P.JID])
 
     def prepare(self, item: Mapping[str, Any]) -> P.Payload | None:
@@ -148,6 +153,10 @@ class Client:
                 raise InvalidPayload(f"'retry_for' must be seconds between 1 and "
                                      f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
             job[P.RETRY_FOR] = int(retry_for)
+        if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
+            unique.check_fields(job)
+        if P.EXPIRES_IN in job:
+            expiry.check_fields(job)
         P.validate(job)
 
     def _through_middleware(self, job: P.Payload) -> P.Payload | None:
@@ -192,42 +201,51 @@ class Client:
             entries.append((job, at))
             results.append(str(job[P.JID]))
         if entries:
-            self._write(entries)
+            refused = self._write(entries)
+            if refused:
+                results = [None if jid in refused else jid for jid in results]
         return results
 
     # -- writing ----------------------------------------------------------------------------
-    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
-        """The last step: Redis, or the sink selected for this push (``wurk.sinks``)."""
-        enqueued_at = P.write_time(self.config.timestamp_format)
+    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+        """The last step: Redis, or the sink selected for this push (``wurk.sinks``).
+        Returns the jids of unique jobs refused as duplicates (only Redis holds locks)."""
+        fmt = self.config.timestamp_format
+        enqueued_at = P.write_time(fmt)
         for job, at in entries:
+            if P.EXPIRES_IN in job:
+                expiry.stamp(job, at, fmt)
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
         sink = sinks.selected()
         if sink is None:
-            self._write_redis(entries)
-        else:
-            from .batch.accounting import register  # the batch package imports the client
+            return self._write_redis(entries)
+        from .batch.accounting import register  # the batch package imports the client
 
-            register(self.config, entries)  # a batch is in Redis still
-            sink.write(self.config, entries)
+        register(self.config, entries)  # a batch is in Redis still
+        sink.write(self.config, entries)
+        return set()
 
-    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> None:
+    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
         keys = self.config.keys
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
+        locked: list[tuple[P.Payload, float | None]] = []
         from .batch.accounting import write as write_in_batch  # it imports the client
         from .batch.block import split
 
         plain, in_batch = split(entries)
         for job, at in plain:
-            if at is not None:
+            if P.UNIQUE_FOR in job:
+                locked.append((job, at))  # pushed with its lock, by a script
+            elif at is not None:
                 scheduled[P.dumps(job)] = float(at)
             else:
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
 
-        def send(redis: Any) -> None:
+        def send(redis: Any) -> set[str]:
             if scheduled or by_queue:
                 pipe = redis.pipeline(transaction=False)
                 if scheduled:
@@ -237,11 +255,13 @@ class Client:
                     for queue, jsons in by_queue.items():
                         pipe.lpush(keys.queue(queue), *jsons)
                 pipe.execute()
+            refused = unique.push(redis, keys, locked) if locked else set()
             if in_batch:
-                write_in_batch(redis, self.config, in_batch)
+                refused |= write_in_batch(redis, self.config, in_batch)
+            return refused
 
         try:
-            self.pool.run(send)
+            return self.pool.run(send)
         except RedisUnavailable as exc:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
 

@@ -63,7 +63,8 @@ _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
 
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
-                 "lifecycle", "on_recover", "statsd_job_options")
+                 "lifecycle", "on_recover", "statsd_job_options", "limiter_errors",
+                 "limiter_backoff")
 
 
 def did_you_mean(key: str) -> str:
@@ -254,6 +255,15 @@ class Config:
     # long-held live streams cannot take the connections a co-located worker needs.
     web_pool_size: int = 4
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
+    # -- rate limiters (``wurk.limiter``) ---------------------------------------------------
+    # A job over a limit is rescheduled at most this many times (a limiter's own
+    # ``reschedule`` wins), then its error takes the ordinary retry path; 0: never.
+    limiter_reschedule: int = 20
+    # Exceptions that mean "over a limit" besides wurk.limiter.OverLimit (an HTTP client's
+    # 429 error, say): a job raising one is rescheduled in the same way.
+    limiter_errors: list[type[BaseException]] = field(default_factory=list)
+    # (limiter or None, job, exc) -> seconds before the rescheduled run; None: the default.
+    limiter_backoff: Callable[[Any, dict[str, Any], BaseException], float] | None = None
     # Host names the dashboard answers to beside the loopback ones (DNS rebinding):
     # "jobs.example.com", ".example.com" (and subdomains), "10.0.0.5", or "*" for any.
     web_allowed_hosts: list[str] = field(default_factory=list)
@@ -370,10 +380,11 @@ class Config:
                 f"not {self.timestamp_format!r}"
             )
         for name in ("concurrency", "max_retries", "dead_max_jobs", "bulk_batch_size",
-                     "scheduled_bulk_batch_size", "heartbeat_ttl", "prefetch"):
+                     "scheduled_bulk_batch_size", "heartbeat_ttl", "prefetch",
+                     "limiter_reschedule"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (
-                0 if name == "max_retries" else 1
+                0 if name in ("max_retries", "limiter_reschedule") else 1
             ):
                 raise ConfigError(f"{name} must be a positive whole number, not {value!r}")
         for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
@@ -398,6 +409,17 @@ class Config:
         self.periodic.check_seconds()
         self._validate_web()
         self._validate_observability()
+        self._validate_limiter()
+
+    def _validate_limiter(self) -> None:
+        errors = self.limiter_errors
+        if not isinstance(errors, list) or not all(
+                isinstance(e, type) and issubclass(e, BaseException) for e in errors):
+            raise ConfigError(f"limiter_errors must be a list of exception classes (e.g. "
+                              f"[httpx.HTTPStatusError]), not {errors!r}")
+        if self.limiter_backoff is not None and not callable(self.limiter_backoff):
+            raise ConfigError(f"limiter_backoff must be a function (limiter, job, exc) -> "
+                              f"seconds, not {self.limiter_backoff!r}")
 
     def _validate_transaction(self) -> None:
         adapter = self.transaction

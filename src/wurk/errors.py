@@ -20,13 +20,17 @@
         ├── Poisoned                                a job that kept killing its worker
         ├── JobKilled                               handed to death handlers on an API kill
         ├── InspectionError                         an admin action the data does not allow
+        ├── OverLimit                               a rate limiter refused a call
         └── BatchError                              a batch that cannot take the request
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
-``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it.
+``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it;
+``OverLimit`` says ``wurk.limiter``, the module users catch it from.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "BatchError",
@@ -37,6 +41,7 @@ __all__ = [
     "InvalidPayload",
     "JobKilled",
     "JobNotRegistered",
+    "OverLimit",
     "Poisoned",
     "RedisUnavailable",
     "RegistrationError",
@@ -163,6 +168,34 @@ class InspectionError(WurkError):
     signalling an embedded process, paging a list that changes faster than it can be read."""
 
     __module__ = "wurk"
+
+
+class OverLimit(WurkError):
+    """A rate limiter refused a call: it stayed over its limit for the whole wait.
+
+    ``limiter`` is the limiter that refused. ``retry_after`` is how many seconds until it
+    would allow a call (None when nobody can know: a concurrent limiter frees a slot when a
+    holder finishes), e.g. for an HTTP ``Retry-After``; ``next_drip`` is the same number,
+    under the name leaky-bucket users know it by. Inside a job, wurk reschedules the job
+    instead of failing it (``wurk.limiter``).
+    """
+
+    __module__ = "wurk.limiter"
+
+    def __init__(self, limiter: Any, *, retry_after: float | None = None,
+                 message: str | None = None) -> None:
+        name = getattr(limiter, "name", "?")
+        kind = getattr(limiter, "kind", "limiter")
+        text = message or f"{kind} limiter {name!r} is over its limit"
+        if retry_after is not None:
+            text += f"; capacity frees up in {retry_after:.3f} s"
+        super().__init__(text)
+        self.limiter = limiter
+        self.retry_after = retry_after
+
+    @property
+    def next_drip(self) -> float | None:
+        return self.retry_after
 
 
 class BatchError(WurkError):

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
+from . import unique
 from .client import Client
 from .config import Config
 from .errors import InvalidArguments, JobNotRegistered, RegistrationError
@@ -90,7 +91,7 @@ def reset_running(token: contextvars.Token[P.Payload | None]) -> None:
 
 # Options that change how the worker treats the job; anything else is copied into the
 # payload as is (middleware commonly reads custom keys).
-_HOOK_OPTIONS = ("retry_in", "retries_exhausted")
+_HOOK_OPTIONS = ("retry_in", "retries_exhausted", "unique_context")
 
 
 class JobDefinition:
@@ -168,6 +169,15 @@ class JobDefinition:
     def call(self, instance: Any, args: Sequence[Any]) -> Any:
         return instance.perform(*args) if self.is_class else instance(*args)
 
+    def unique_context(self) -> Callable[[P.Payload], Any] | None:
+        """The job's ``unique_context`` hook, if it defines one (a class method of a class
+        job, the option of a function job)."""
+        if not self.is_class:
+            return self.hooks.get("unique_context")
+        method: Callable[[P.Payload], Any] = self.target.unique_context  # type: ignore[attr-defined]
+        base = getattr(Job.unique_context, "__func__", None)
+        return None if getattr(method, "__func__", None) is base else method
+
     def hook(self, name: str, instance: Any) -> Callable[..., Any] | None:
         if self.is_class:
             method = getattr(instance, name, None)
@@ -231,10 +241,12 @@ class Registry:
                     f"{_describe(existing.target)}; give one of them another name="
                 )
             self._jobs[definition.name] = definition
+            unique.use_context(definition.name, definition.unique_context())
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._jobs.pop(name, None)
+            unique.use_context(name, None)
 
     def lookup(self, name: str) -> JobDefinition:
         definition = self._jobs.get(name)
@@ -455,14 +467,16 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
     return register(func) if func is not None else register
 
 
+_HOOK_EXAMPLES = {"retry_in": "lambda count, exc: 60",
+                  "retries_exhausted": "lambda payload, exc: None",
+                  "unique_context": "lambda payload: payload['args'][:1]"}
+
+
 def _check_hooks(hooks: Mapping[str, Any]) -> None:
     for key, hook in hooks.items():
         if not callable(hook):
-            raise RegistrationError(
-                f"option {key}={hook!r} must be a function, e.g. {key}=lambda count, exc: 60"
-                if key == "retry_in" else
-                f"option {key}={hook!r} must be a function taking (payload, exc)"
-            )
+            raise RegistrationError(f"option {key}={hook!r} must be a function, e.g. "
+                                    f"{key}={_HOOK_EXAMPLES[key]}")
 
 
 class Job:
@@ -527,6 +541,11 @@ class Job:
         from .batch.status import invalidated
 
         return not (self.bid and invalidated(self.bid, config=worker_config()))
+
+    @classmethod
+    def unique_context(cls, payload: P.Payload) -> list[Any] | None:
+        """What makes two pushes of a unique job duplicates; None: class, queue and args."""
+        return None
 
     @classmethod
     def set(cls, **options: Any) -> JobSetter[...]:

@@ -5,7 +5,10 @@
 2. wurk's own keys (§13), kept out of the ``queue:`` namespace unless they hold jobs.
 3. An optional prefix (§0.2) for joining a Sidekiq 6 deployment that used redis-namespace;
    it applies to every key, including those built inside Lua from the prefixes below.
-4. Batches' keys (the ``b-<bid>`` family, the ``batches`` index, ``batch-died`` and the
+4. The limits features' keys: rate limiters (every key of one limiter carries its name in
+   ``{}``, a Redis Cluster hash tag, so one script touches one slot), unique-job locks and
+   the count of expired jobs.
+5. Batches' keys (the ``b-<bid>`` family, the ``batches`` index, ``batch-died`` and the
    ``tags:<tag>`` reverse index), laid out as Ruby wurk lays them so both share batches.
 """
 
@@ -30,10 +33,12 @@ class Keys:
         "batch_died",
         "batches",
         "dead",
+        "expired",
         "history",
         "history_lock",
         "leader",
         "leader_token",
+        "limiter_list",
         "paused",
         "periodic",
         "prefix",
@@ -73,6 +78,8 @@ class Keys:
         self.super_processes = f"{p}super_processes"
         self.batches = f"{p}batches"
         self.batch_died = f"{p}batch-died"
+        self.limiter_list = f"{p}lmtr-list"
+        self.expired = f"{p}stat:expired"
         # wurk's own: cluster-wide counts of reaper recoveries and poison-pill kills, and the
         # sampled history of the cluster's numbers with the lock that elects its sampler.
         self.stat_recovered = f"{p}wurk:stat:recovered"
@@ -199,6 +206,43 @@ class Keys:
             # The bare prefix is a key shared by nobody; deleting or bumping it is a bug.
             raise ValueError("poison counter needs a non-empty jid")
         return f"{self.poison_prefix}{jid}"
+
+    # -- rate limiters ----------------------------------------------------------------------
+    def limiter(self, name: str) -> str:
+        """A limiter's metadata hash: its type, options and their fingerprint."""
+        return f"{self.prefix}lmtr:{name}"
+
+    def limiter_concurrent(self, name: str) -> str:
+        """Held slots of a concurrent limiter: token → lock expiry."""
+        return f"{self.prefix}lmtr-c:{{{name}}}"
+
+    def limiter_wakeups(self, name: str) -> str:
+        """Wake-up tokens a release pushes for the waiters of a concurrent limiter."""
+        return f"{self.prefix}lmtr-cw:{{{name}}}"
+
+    def limiter_bucket_prefix(self, name: str) -> str:
+        """What precedes the interval's start (epoch s) in a bucket limiter's counter key:
+        the start comes from Redis's clock, so the script completes the name."""
+        return f"{self.prefix}lmtr-b:{{{name}}}:"
+
+    def limiter_window(self, name: str) -> str:
+        return f"{self.prefix}lmtr-w:{{{name}}}"
+
+    def limiter_leaky(self, name: str) -> str:
+        return f"{self.prefix}lmtr-l:{{{name}}}"
+
+    def limiter_points(self, name: str) -> str:
+        return f"{self.prefix}lmtr-p:{{{name}}}"
+
+    def limiter_stats(self, name: str) -> str:
+        return f"{self.prefix}lmtr-s:{{{name}}}"
+
+    # -- unique jobs ------------------------------------------------------------------------
+    def unique(self, digest: str) -> str:
+        """The lock of one unique job's (class, queue, args): its value is the holder's jid."""
+        if not digest:
+            raise ValueError("a unique lock needs a non-empty digest")
+        return f"{self.prefix}unique:{digest}"
 
     # -- batches ----------------------------------------------------------------------------
     def batch(self, bid: str, part: str = "") -> str:

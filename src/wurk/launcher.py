@@ -1,6 +1,7 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. Built: the batch middleware and death handler join the configuration (``wurk.batch``).
+1. Built: the limits' middleware and death handler join the configuration (``wurk.limits``),
+   then the batches' (``wurk.batch``), outermost.
    ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the leader election and
@@ -35,6 +36,7 @@ from .heartbeat import Heartbeat, Identity
 from .instruments import Instruments
 from .job import registry
 from .leader import Leadership
+from .limits import install as install_limits
 from .locate import describe_url
 from .manager import Manager, capsule_pool
 from .pause import PausedCache
@@ -68,6 +70,7 @@ class Launcher:
                  on_remote_signal: Callable[[str], None] | None = None,
                  title: str = "", slot: int | None = None) -> None:
         config.check_worker()
+        install_limits(config)  # every worker honours rate limits, unique locks and deadlines
         install_batches(config)  # its jobs keep their batches' counts (outermost link)
         self.config = config
         self.embedded = embedded

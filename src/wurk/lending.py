@@ -25,7 +25,7 @@ from .config import Config, default_config
 from .lease import Lease
 from .pool import RedisPool
 
-__all__ = ["Borrowed", "Connection", "lend_from", "redis"]
+__all__ = ["Borrowed", "Connection", "kept", "lend_from", "redis"]
 
 
 class Connection:
@@ -90,6 +90,12 @@ def redis(config: Config | None = None) -> Borrowed:
     """Borrow a Redis connection for the block: ``with wurk.redis() as conn: conn.call(...)``.
     ``config`` picks the client pool outside a worker (the process-wide default if None)."""
     return Borrowed(config)
+
+
+def kept() -> bool:
+    """Whether ``wurk.redis()`` in this thread lends a processor's own connection, which
+    nobody else waits for (so a blocking wait on it holds up no other thread)."""
+    return _held.pool is not None
 
 
 @contextmanager

@@ -6,19 +6,25 @@ periodic loops and the job definitions share one check.
 2. ``validate_options``: the options Sidekiq gives meaning to (``queue``, ``retry``,
    ``retry_for``…) have the right type; any other must be JSON-native. Each message names
    the option, the value and what was expected.
+3. The limits' fields, for a job's options and for a payload at push: ``unique_for`` (seconds
+   or a timedelta, False for none), ``unique_until`` (``success`` or ``start``) and
+   ``expires_in`` (relative seconds or a timedelta: an absolute time is refused).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import payload as P
-from .errors import ConfigError, InvalidArguments
+from .errors import ConfigError, InvalidArguments, InvalidPayload
 from .keys import PRIVATE_SEPARATOR
 
-__all__ = ["check_queue_name", "parse_queue", "validate_options"]
+__all__ = ["UNIQUE_UNTIL", "check_expiry_fields", "check_queue_name", "check_unique_fields",
+           "expires_in_seconds", "parse_queue", "unique_for_seconds", "validate_options"]
+
+UNIQUE_UNTIL = ("success", "start")
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
@@ -57,7 +63,71 @@ def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any
         _check_option(key, value, where)
     if P.RETRY_FOR in result:
         result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
+    _limits_options(result, where)
     return result
+
+
+def _limits_options(options: dict[str, Any], where: str) -> None:
+    """``unique_for``/``expires_in`` in seconds (timedeltas accepted); False drops the lock."""
+    try:
+        if P.UNIQUE_FOR in options or P.UNIQUE_UNTIL in options:
+            check_unique_fields(options, where)
+            if P.UNIQUE_FOR not in options and P.UNIQUE_UNTIL not in options:
+                options[P.UNIQUE_FOR] = False  # set(unique_for=False) overrides the job's
+        if P.EXPIRES_IN in options:
+            check_expiry_fields(options, where)
+    except InvalidPayload as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def unique_for_seconds(value: Any, where: str) -> float | bool:
+    """``unique_for`` as seconds (a whole number stays an int), or False to push without."""
+    if value is False or value is None:
+        return False
+    given = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not (
+            0 < given < P.ABSOLUTE_EPOCH_FLOOR):
+        raise InvalidPayload(f"{where}: unique_for={value!r} is invalid; expected seconds "
+                             "(or a timedelta) greater than 0, or False to push without a "
+                             "lock", field=P.UNIQUE_FOR)
+    return int(given) if float(given).is_integer() else float(given)
+
+
+def check_unique_fields(job: dict[str, Any], where: str = "push") -> None:
+    """Validate (and normalise) the unique fields of a payload or of a job's options."""
+    if P.UNIQUE_FOR in job:
+        value = unique_for_seconds(job[P.UNIQUE_FOR], where)
+        if value is False:
+            job.pop(P.UNIQUE_FOR)
+            job.pop(P.UNIQUE_UNTIL, None)
+            job.pop(P.UNIQUE_DIGEST, None)
+            return
+        job[P.UNIQUE_FOR] = value
+    until = job.get(P.UNIQUE_UNTIL, "success")
+    if until not in UNIQUE_UNTIL:
+        raise InvalidPayload(f"{where}: unique_until={until!r} is invalid; expected "
+                             "'success' or 'start'", field=P.UNIQUE_UNTIL)
+
+
+def expires_in_seconds(value: Any, where: str) -> int | float:
+    """``expires_in`` as relative seconds; a datetime or a timestamp is refused."""
+    if isinstance(value, datetime):
+        raise InvalidPayload(f"{where}: expires_in={value!r} is an absolute time; give "
+                             "seconds or a timedelta counted from when the job is due",
+                             field=P.EXPIRES_IN)
+    given = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not given > 0:
+        raise InvalidPayload(f"{where}: expires_in={value!r} is invalid; expected seconds "
+                             "(or a timedelta) greater than 0", field=P.EXPIRES_IN)
+    if given >= P.ABSOLUTE_EPOCH_FLOOR:
+        raise InvalidPayload(f"{where}: expires_in={value!r} looks like a timestamp; "
+                             "expires_in is relative: give the seconds from when the job is "
+                             "due", field=P.EXPIRES_IN)
+    return int(given) if float(given).is_integer() else float(given)
+
+
+def check_expiry_fields(job: dict[str, Any], where: str = "push") -> None:
+    job[P.EXPIRES_IN] = expires_in_seconds(job[P.EXPIRES_IN], where)
 
 
 def _check_option(key: str, value: Any, where: str) -> None:
@@ -84,6 +154,8 @@ def _check_option(key: str, value: Any, where: str) -> None:
     elif key == P.TAGS:
         if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
             raise bad("a list of strings")
+    elif key in (P.UNIQUE_FOR, P.EXPIRES_IN):
+        return  # checked and converted to seconds by _limits_options
     else:
         try:
             P.check_args([value], what=f"option {key!r}")

@@ -74,6 +74,13 @@ ERROR_CLASS = "error_class"
 ERROR_MESSAGE = "error_message"
 ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
+# Limits (rate limiters, unique jobs, expiring jobs).
+OVERRATED = "overrated"  # how often a rate limiter rescheduled the job (Sidekiq Enterprise)
+UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)
+UNIQUE_UNTIL = "unique_until"  # "success" (default) or "start"
+UNIQUE_DIGEST = "unique_digest"  # wurk: names the lock, so any process can release it
+EXPIRES_IN = "expires_in"  # seconds, relative (Sidekiq Pro)
+EXPIRES_AT = "expires_at"  # wurk: the deadline, in the timestamp format of created_at
 # wurk's own: the context variables ``wurk.context.persist`` saved at push time.
 CONTEXT = "wurk_ctx"
 # W3C trace context of the span that pushed the job (``wurk.otel``); the names are the HTTP

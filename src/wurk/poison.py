@@ -6,19 +6,20 @@
 2. At the third, ``kill_poisoned`` sends the job to the dead set with a ``wurk.Poisoned``
    error — through the death handlers, so batch callbacks are not stranded — honouring
    ``dead: false`` (discard), then tells the poison callbacks ``{jid, klass, count, queue}``.
-3. ``on_poison(fn)`` registers a callback; the same callable twice is one registration; the
-   returned handle's ``remove()`` is idempotent. The configuration's ``on_recover`` hook gets
-   ``(job text, pill)`` too, and ``wurk:stat:poisoned`` counts kills cluster-wide.
+3. ``on_poison(fn)`` registers a callback (``wurk.callbacks``): the same callable twice is
+   one registration; the returned handle's ``remove()`` is idempotent. The configuration's
+   ``on_recover`` hook gets ``(job text, pill)`` too, and ``wurk:stat:poisoned`` counts kills
+   cluster-wide.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from . import payload as P
+from .callbacks import Callbacks, Registration
 from .config import Config
 from .errors import Poisoned, UnparseablePayload
 from .morgue import Morgue
@@ -34,27 +35,11 @@ POISON_THRESHOLD = 3
 POISON_TTL = 72 * 60 * 60
 
 PoisonCallback = Callable[[dict[str, Any]], None]
-_callbacks: list[PoisonCallback] = []
-_lock = threading.Lock()
-
-
-class Registration:
-    """Handle returned by ``on_poison``; ``remove()`` may be called any number of times."""
-
-    def __init__(self, callback: PoisonCallback) -> None:
-        self.callback = callback
-
-    def remove(self) -> None:
-        with _lock:
-            if self.callback in _callbacks:
-                _callbacks.remove(self.callback)
+_callbacks: Callbacks[dict[str, Any]] = Callbacks()
 
 
 def on_poison(callback: PoisonCallback) -> Registration:
-    with _lock:
-        if callback not in _callbacks:
-            _callbacks.append(callback)
-    return Registration(callback)
+    return _callbacks.add(callback)
 
 
 def kill_poisoned(config: Config, morgue: Morgue, raw: bytes, queue: str, count: int) -> None:
@@ -101,10 +86,4 @@ def _tell_hook(config: Config, raw: bytes, pill: dict[str, Any]) -> None:
 
 
 def _notify(pill: dict[str, Any], config: Config) -> None:
-    with _lock:
-        callbacks = list(_callbacks)
-    for callback in callbacks:
-        try:
-            callback(pill)
-        except Exception as exc:
-            report_error(config, exc, {"context": "poison callback", "pill": pill})
+    _callbacks.notify(config, pill, {"context": "poison callback", "pill": pill})

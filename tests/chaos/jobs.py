@@ -7,6 +7,7 @@ faults under test, and every repeat in the ledger is a repeat by wurk.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -60,6 +61,19 @@ def flaky(pause: float) -> None:
     if job.get("retry_count") is None:
         raise RuntimeError("the first run of a flaky job fails on purpose")
     record()
+
+
+UNIQUE_RUNS = "ledger:unique"  # JSON [key, jid, pid, started, ended] of each completed run
+UNIQUE_FOR = 60  # longer than the chaos run: no lock expires on its own while it lasts
+
+
+@wurk.job(name="Chaos::Unique", unique_for=UNIQUE_FOR)
+def unique_run(key: int, pause: float) -> None:
+    """A unique job per ``key``: its run is recorded with when it started and ended."""
+    started = time.time()
+    time.sleep(pause)
+    ledger().rpush(UNIQUE_RUNS, json.dumps([key, wurk.current_jid(), os.getpid(), started,
+                                            time.time()]))
 
 
 CALLBACKS = "ledger:callbacks"  # event:bid:jid of each batch callback run

@@ -27,7 +27,7 @@ BOUNDED = settings(max_examples=50, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture])
 NO_MODULE = "tests.there_is_no_such_module_here"
 CODE_SETTINGS = {"client_middleware", "server_middleware", "error_handlers", "death_handlers",
-                 "lifecycle"}
+                 "lifecycle", "limiter_errors", "limiter_backoff"}
 SETTINGS = sorted(f.name for f in fields(Config) if f.init and f.name not in CODE_SETTINGS)
 
 yaml_values = st.recursive(

@@ -86,13 +86,15 @@ def test_the_history_tab_charts_what_the_sampler_kept(config: wurk.Config, r: re
     assert "No samples yet" in client.get("/history/").text
     seed_sets(config)
     seed_process(r)
-    cfg = wurk.Config(redis_url=config.redis_url, history_interval=0.05)
+    # Half a second between turns: long enough that the second look below comes within the
+    # first's interval however loaded the machine, short enough for a quick test.
+    cfg = wurk.Config(redis_url=config.redis_url, history_interval=0.5)
     sampler = HistorySampler(cfg)
     first = sampler.tick()
     assert first is not None and first["retries"] == 3 and first["dead"] == 3
     assert sampler.tick() is None  # the same interval: another process's turn was taken
     r.incrby("stat:processed", 40)
-    time.sleep(0.06)
+    time.sleep(0.55)
     assert sampler.tick() is not None
     r.zadd(config.keys.history, {"not json": time.time(), '{"processed": "NaN"}': time.time()})
     page = client.get("/history/")

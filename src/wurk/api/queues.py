@@ -3,7 +3,8 @@
 1. ``Queue.all`` — every queue named in ``queues``, sorted by name.
 2. ``Queue`` — size, latency (age of the oldest job), paused or not, pause/unpause,
    newest-first iteration in pages, find a job by jid, delete one job (by its bytes, or by
-   where it was listed and its digest), clear.
+   where it was listed and its digest), clear. Deleting or clearing a unique job releases
+   its lock (``wurk.unique``): it will never run to do so.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..config import Config, default_config
 from ..keys import PRIVATE_SEPARATOR
 from ..pause import invalidate_local
 from ..pool import RedisPool
+from ..unique import CLEAR_PAGE, MARK, release_stored
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord
 from .values import Invalid
@@ -151,7 +153,10 @@ class Queue:
         def remove(r: Any) -> int:
             return int(r.lrem(self.key, 1, raw))
 
-        return bool(self._pool.run(remove))
+        removed = bool(self._pool.run(remove))
+        if removed:
+            release_stored(self.config, [raw])
+        return removed
 
     def delete_listed(self, index: int, digest: str) -> bool:
         """Remove the job listed at ``index`` whose bytes have this SHA-1 (``JobRecord.digest``),
@@ -169,8 +174,13 @@ class Queue:
     def clear(self) -> int:
         """Delete every job and forget the queue; returns how many jobs there were.
 
-        Never replayed after a broken connection (wire-format §14.1).
+        Never replayed after a broken connection (wire-format §14.1). The unique jobs
+        among them are read first (the whole list, in pages) to release their locks.
         """
+        marked = MARK.encode()
+        holding = [raw for raw in list_entries(self._pool, self.key, CLEAR_PAGE)
+                   if marked in raw]
+
         def run(r: Any) -> int:
             pipe = r.pipeline(transaction=True)
             pipe.llen(self.key)
@@ -178,7 +188,9 @@ class Queue:
             pipe.srem(self.config.keys.queues, self.name)
             return int(pipe.execute()[0])
 
-        return int(self._pool.run(run))
+        cleared = int(self._pool.run(run))
+        release_stored(self.config, holding)
+        return cleared
 
 
 def entry_latency(raw: bytes | None, now: float | None = None) -> float | Invalid:

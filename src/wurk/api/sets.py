@@ -10,6 +10,8 @@
 3. ``ScheduledSet``; ``RetrySet`` (retry all, kill all); ``DeadSet`` (kill, retry all, trim).
 4. ``bury`` — the dead-set write of §6.4 in one ``MULTI``.
 
+Deleting, clearing or killing a unique job releases its lock (``wurk.unique``).
+
 "Retry now" and "add to queue" move a member to its queue in one Lua script
 (``scripts/api_requeue.lua``): removal and push cannot be separated, and a replay after a
 broken connection finds the member gone and pushes nothing.
@@ -29,6 +31,7 @@ from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..pool import RedisPool
 from ..reporting import run_death_handlers
+from ..unique import MARK, release_stored
 from . import values
 from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord
@@ -188,21 +191,29 @@ class JobSet:
         self._read(lambda r: r.zadd(self.key, {raw: float(at)}))  # same member, same score
 
     def delete_by_value(self, raw: bytes | str) -> bool:
-        return bool(self._pool.run(lambda r: r.zrem(self.key, raw)))
+        removed = bool(self._pool.run(lambda r: r.zrem(self.key, raw)))
+        if removed:
+            release_stored(self.config, [raw])
+        return removed
 
     def delete_by_jid(self, score: float, jid: str) -> bool:
         """Remove the entry with this score and jid; False if there is none."""
         return any([entry.delete() for entry in self.fetch(score, jid)])
 
     def clear(self) -> int:
-        """Remove every entry; returns how many there were."""
+        """Remove every entry; returns how many there were (the unique jobs among them are
+        found first, ``ZSCAN MATCH``, to release their locks)."""
+        holding = [member for member, _ in scan_entries(self._pool, self.key, MARK)]
+
         def run(r: Any) -> int:
             pipe = r.pipeline(transaction=True)
             pipe.zcard(self.key)
             pipe.unlink(self.key)
             return int(pipe.execute()[0])
 
-        return int(self._pool.run(run))
+        cleared = int(self._pool.run(run))
+        release_stored(self.config, holding)
+        return cleared
 
     # -- entry actions ----------------------------------------------------------------------
     def _requeue(self, entry: SortedEntry, *, decrement: bool) -> bool:
@@ -260,6 +271,7 @@ class JobSet:
             # Losing a job is worse than finding it twice (in this set and in the dead set).
             self._restore(entries)
             raise
+        release_stored(self.config, [member for member, _ in entries])
 
     def _restore(self, entries: list[ZEntry]) -> None:
         try:
@@ -394,6 +406,7 @@ class DeadSet(JobSet):
         """Add a job to the dead set (as stored, when given as bytes or text)."""
         raw = P.dumps(dict(message)) if isinstance(message, Mapping) else message
         bury(self.config, [raw], trim=trim)
+        release_stored(self.config, [raw])
         if notify_failure:
             record = JobRecord(raw, config=self.config)
             if record.parse_error is None:

@@ -17,6 +17,8 @@ redis-py client wrapped in ``Calls``.
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -31,8 +33,10 @@ if TYPE_CHECKING:
     from ..config import Config
     from .block import Entry
 
-__all__ = ["Calls", "Outcome", "awrite", "callback_done", "close", "create", "invalidate", "push",
-           "push_call", "pushed", "record", "register", "reopen", "write"]
+__all__ = ["Calls", "Outcome", "awrite", "callback_done", "close", "create", "invalidate",
+           "locks", "push", "push_call", "pushed", "record", "register", "reopen", "write"]
+
+log = logging.getLogger("wurk")
 
 Outcome = Literal["success", "failure", "death"]
 
@@ -152,9 +156,24 @@ def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[
     block = current()
     if block is None or not entries:
         return set()
-    _, refused = push(Calls(client), config, block.bid, entries)
+    _, refused = push(Calls(client), config, block.bid, entries, locks(config, entries))
     block.pushed += len(entries) - len(refused)
+    if refused:
+        log.info("%d duplicate(s) of unique jobs not pushed nor added to batch %s",
+                 len(refused), block.bid)
     return refused
+
+
+def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | None:
+    """Each job's unique lock and its lifetime in ms, ``("", 0)`` for a job without one;
+    None when no job has one."""
+    if not any(P.UNIQUE_FOR in job for job, _ in entries):
+        return None
+    from ..unique import lock_for
+
+    now = time.time()
+    return [lock_for(config.keys, job, at, now) if P.UNIQUE_FOR in job else ("", 0)
+            for job, at in entries]
 
 
 async def awrite(conn: Any, config: Config, entries: Sequence[Entry]) -> set[str]:
@@ -165,7 +184,7 @@ async def awrite(conn: Any, config: Config, entries: Sequence[Entry]) -> set[str
     block = current()
     if block is None or not entries:
         return set()
-    keys, args = push_call(config, block.bid, entries)
+    keys, args = push_call(config, block.bid, entries, locks(config, entries))
     try:
         try:
             reply = await conn.call(*_PUSH.evalsha(keys, args))

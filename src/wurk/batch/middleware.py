@@ -69,7 +69,7 @@ def count(config: Config, bid: str, jid: str, outcome: accounting.Outcome) -> bo
 
 def _over_limit(config: Config, exc: BaseException) -> bool:
     try:
-        from ..limiter.reschedule import over_limit_classes  # type: ignore[import-not-found]
+        from ..limiter.reschedule import over_limit_classes
     except ImportError:  # a build without rate limiters
         return False
     return isinstance(exc, over_limit_classes(config))

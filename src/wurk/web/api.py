@@ -27,6 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..api import values
 from . import actions, data
+from . import limits as limits_tab
 from .context import dashboard
 from .guard import SCOPE_CSRF
 from .security import CSRF_FIELD, CSRF_HEADER
@@ -121,6 +122,10 @@ async def csrf(request: Request) -> Response:
                          "field": CSRF_FIELD})
 
 
+async def limits(request: Request) -> Response:
+    return Document(await limits_tab.read(request))
+
+
 # -- acting -----------------------------------------------------------------------------------
 def done(action: str, count: int) -> Response:
     return Document({"action": action, "count": count})
@@ -209,6 +214,9 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("POST", "/api/queues/{name}", queue_action, "Pause, unpause or clear a queue",
              body=(("action", "string", "pause | unpause | clear"),)),
     *[endpoint for kind in data.SET_KINDS.values() for endpoint in set_endpoints(kind)],
+    Endpoint("GET", "/api/limits", limits,
+             "Rate limiters: type, size, current use and stats; and expired jobs",
+             (PAGE, ("substr", "string", "only limiters whose name contains this text"))),
 ]
 
 

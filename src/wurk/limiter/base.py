@@ -1,0 +1,425 @@
+"""What every rate limiter shares: its name, its options, its wait and its block.
+
+1. ``Limiter``: a validated name (letters, digits, ``-``, ``_``: names may be built per
+   call, ``f"stripe-{user_id}"``), the options every type takes (``wait_timeout``, ``policy``,
+   ``reschedule``, ``backoff``, ``ttl``) and the loop that asks Redis, waits and asks again
+   until it is let in or its wait runs out. Every decision is one Lua script run with
+   Redis's clock; the loop only keeps the caller's own deadline.
+2. ``within_limit()`` returns a ``Block``, a context manager for ``with`` and ``async with``;
+   entering it yields a ``Handle`` (``handle.points_used(actual)`` for points limiters).
+   ``run(fn, ...)`` calls ``fn`` inside the limit and honours ``policy="skip"`` (a ``with``
+   block cannot be skipped, so it raises ``OverLimit`` whatever the policy).
+3. A limiter writes its metadata (``lmtr:<name>``, ``lmtr-list``) on its first use in a
+   process and again every ``REGISTER_EVERY`` seconds, never at construction: a module that
+   defines limiters at import does no I/O.
+4. Redis: inside a job, the connection the processor lends its jobs (``wurk.redis()``);
+   elsewhere one of the client pool's, per attempt, given back before any sleep. A limiter
+   given ``config=`` uses that configuration's client pool, even inside a job (it may be
+   another Redis). A concurrent limiter's waiter blocks on its wake-up list only on a
+   processor's own connection; elsewhere it sleeps and asks again (``POLL_OUTSIDE_JOBS``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import hashlib
+import itertools
+import json
+import logging
+import math
+import os
+import re
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+
+from .. import scripts
+from ..api import values
+from ..api.values import Invalid
+from ..config import Config, default_config
+from ..errors import OverLimit
+from ..lease import Lease
+from ..lending import kept
+from ..lending import redis as lent_redis
+
+if TYPE_CHECKING:
+    from ..scripts import _Caller
+
+__all__ = ["DEFAULT_TTL", "MIN_TTL", "Block", "Handle", "Limiter", "Policy", "interval_seconds"]
+
+log = logging.getLogger("wurk")
+T = TypeVar("T")
+
+Policy = Literal["raise", "skip"]
+Backoff = Callable[["Limiter | None", dict[str, Any], BaseException], float]
+
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,200}")
+UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
+DAY = 86400
+# Metadata and counters of a limiter nobody used for this long vanish (Ruby wurk's default);
+# less than a day would drop a daily limiter's record between two uses.
+DEFAULT_TTL = 90 * DAY
+MIN_TTL = DAY
+# The longest single wait: a job being shut down while it waits notices within this, and a
+# blocking read stays well inside the connection's socket timeout.
+WAIT_SLICE = 0.5
+# How often a process re-writes a limiter's metadata while it uses it: often enough that it
+# never expires in use, rarely enough to cost nothing.
+REGISTER_EVERY = 3600.0
+# Processes with many dynamic limiters forget their registrations past this many names (and
+# register each again on its next use) rather than growing without bound.
+REGISTERED_CAP = 10_000
+
+COMMON = ("limiter_common.lua",)
+STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "overages",
+               "reclaimed")
+_REGISTER = scripts.Script("limiter_register.lua")
+_registered: dict[tuple[int, str, str], float] = {}
+_registered_lock = threading.Lock()
+
+
+def forget_registrations() -> None:
+    """Make every limiter write its metadata again on its next use (after a FLUSHALL)."""
+    with _registered_lock:
+        _registered.clear()
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def pairs(reply: Any) -> dict[str, Any]:
+    """HGETALL's reply as a dict, whether it came as a dict (RESP3) or a flat list."""
+    if isinstance(reply, Mapping):
+        return {_text(k): v for k, v in reply.items()}
+    if isinstance(reply, (list, tuple)):
+        return {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+    return {}
+
+
+def read_stats(reply: Any) -> dict[str, int | Invalid]:
+    """The stats hash (``lmtr-s:{name}``): each counter a whole number (0 when absent), or
+    ``Invalid`` when what is stored is not one."""
+    fields = pairs(reply)
+    return {name: values.count(fields.get(name)) for name in STAT_FIELDS}
+
+
+def interval_seconds(value: str | float | timedelta, what: str) -> float:
+    """``"second"``/``"minute"``/``"hour"``/``"day"``, seconds, or a ``timedelta``."""
+    if isinstance(value, str):
+        if value in UNITS:
+            return float(UNITS[value])
+        raise ValueError(f"{what} {value!r} is not a unit; use one of "
+                         f"{', '.join(map(repr, UNITS))} or a number of seconds")
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+            0 < seconds < math.inf):
+        raise ValueError(f"{what} must be a unit or a positive number of seconds, "
+                         f"not {value!r}")
+    return float(seconds)
+
+
+def _whole(value: object, what: str, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what} must be a whole number of at least {minimum}, not {value!r}")
+    return value
+
+
+def _seconds(value: object, what: str, *, zero: bool) -> float:
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
+            (seconds >= 0 if zero else seconds > 0) and seconds < math.inf):
+        bound = "≥ 0" if zero else "> 0"
+        raise ValueError(f"{what} must be a number of seconds {bound}, not {value!r}")
+    return float(seconds)
+
+
+class Handle:
+    """What entering a limit yields: the limiter, how long the call waited, when Redis let
+    it in (``granted_at``, epoch seconds by Redis's clock), and for points limiters
+    ``points_used(actual)`` to correct the estimate once the real cost is known."""
+
+    __slots__ = ("_reported", "granted_at", "limiter", "token", "used", "waited")
+
+    def __init__(self, limiter: Limiter, used: float, token: str, waited: float) -> None:
+        self.limiter = limiter
+        self.used = used
+        self.token = token
+        self.waited = waited
+        self.granted_at: float | None = None
+        self._reported: float | None = None
+
+    def points_used(self, actual: float) -> None:
+        """The call really cost ``actual`` (points limiters; a no-op for the others)."""
+        self.limiter._correct(self, actual)
+
+
+class Block:
+    """``with limiter.within_limit() as handle:`` — and ``async with``."""
+
+    __slots__ = ("_handle", "limiter", "used")
+
+    def __init__(self, limiter: Limiter, used: float) -> None:
+        self.limiter = limiter
+        self.used = used
+        self._handle: Handle | None = None
+
+    def __enter__(self) -> Handle:
+        self._handle = self.limiter._acquire(self.used)
+        return self._handle
+
+    def __exit__(self, *exc_info: object) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self.limiter._finish(handle)
+
+    async def __aenter__(self) -> Handle:
+        """The same wait, on a worker thread, so the event loop keeps running meanwhile."""
+        if not self.limiter.blocking:
+            return self.__enter__()
+        context = contextvars.copy_context()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(None, context.run, self.limiter._acquire, self.used)
+        try:
+            self._handle = await asyncio.shield(future)
+        except asyncio.CancelledError:
+            # The thread goes on; a slot it takes after the cancellation is given back.
+            future.add_done_callback(self.limiter._finish_abandoned)
+            raise
+        return self._handle
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        handle, self._handle = self._handle, None
+        if handle is None:
+            return
+        if self.limiter.blocking:
+            await asyncio.to_thread(self.limiter._finish, handle)
+        else:
+            self.limiter._finish(handle)
+
+
+class Limiter:
+    """A named limit shared by every process on one Redis."""
+
+    kind: ClassVar[str] = ""
+    # Whether entering may wait or talk to Redis (unlimited does neither).
+    blocking: ClassVar[bool] = True
+
+    def __init__(self, name: str, *, wait_timeout: float | timedelta = 5.0,
+                 policy: Policy = "raise", reschedule: int | None = None,
+                 backoff: Backoff | None = None, ttl: float | timedelta = DEFAULT_TTL,
+                 config: Config | None = None) -> None:
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise ValueError(f"limiter name {name!r} must be 1 to 200 letters, digits, '-' "
+                             "or '_' (e.g. f\"stripe-{account_id}\")")
+        if policy not in ("raise", "skip"):
+            raise ValueError(f"policy must be 'raise' or 'skip', not {policy!r}")
+        if reschedule is not None:
+            _whole(reschedule, "reschedule", minimum=0)
+        if backoff is not None and not callable(backoff):
+            raise ValueError(f"backoff must be a function (limiter, job, exc) -> seconds, "
+                             f"not {backoff!r}")
+        self.name = name
+        self.wait_timeout = _seconds(wait_timeout, "wait_timeout", zero=True)
+        self.policy: Policy = policy
+        self.reschedule = reschedule
+        self.backoff = backoff
+        # A floor, not an error: a shorter lifetime could drop a limit between two uses.
+        self.ttl = max(int(_seconds(ttl, "ttl", zero=False)), MIN_TTL)
+        self.config = config
+        self._registry_key: tuple[Any, ...] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # -- public -----------------------------------------------------------------------------
+    def within_limit(self, used: float = 1) -> Block:
+        """``with L.within_limit():`` runs the block when allowed; otherwise waits up to
+        ``wait_timeout`` and raises ``OverLimit``. ``used`` charges that many units."""
+        return Block(self, self._check_used(used))
+
+    def run(self, fn: Callable[..., T], *args: Any, used: float = 1, **kwargs: Any) -> T | None:
+        """``fn(*args, **kwargs)`` within the limit; None without calling it when over the
+        limit and ``policy="skip"``."""
+        block = self.within_limit(used)
+        try:
+            block.__enter__()
+        except OverLimit:
+            if self.policy == "skip":
+                return None
+            raise
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            block.__exit__(None, None, None)
+
+    async def arun(self, fn: Callable[..., Awaitable[T]], *args: Any, used: float = 1,
+                   **kwargs: Any) -> T | None:
+        """The ``async`` form of ``run``."""
+        block = self.within_limit(used)
+        try:
+            await block.__aenter__()
+        except OverLimit:
+            if self.policy == "skip":
+                return None
+            raise
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            await block.__aexit__(None, None, None)
+
+    def options(self) -> dict[str, Any]:
+        """What defines this limiter, as stored in its metadata (``lmtr:<name>``)."""
+        return {"wait_timeout": self.wait_timeout, "policy": self.policy}
+
+    def stats(self) -> dict[str, int | Invalid]:
+        """The counters every process adds to (``lmtr-s:{name}``); one that is not a count
+        (written by hand, say) is a ``wurk.api.values.Invalid``."""
+        key = self._config().keys.limiter_stats(self.name)
+        with self._connection() as conn:
+            return read_stats(conn.call("HGETALL", key))
+
+    # -- what each type defines -------------------------------------------------------------
+    def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
+                 waited_ms: int) -> tuple[int, int]:
+        """Ask Redis once: (1, Redis's time in µs) let in; (0, ms) try again after ms;
+        (-1, ms) refused."""
+        raise NotImplementedError
+
+    def _release(self, conn: _Caller, handle: Handle) -> None:
+        """Leaving the block (concurrent limiters give their slot back)."""
+
+    def _correct(self, handle: Handle, actual: float) -> None:
+        """``handle.points_used``: only points limiters account for it."""
+
+    def _check_used(self, used: float) -> float:
+        _whole(used, "used")
+        return used
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _acquire(self, used: float) -> Handle:
+        handle = Handle(self, used, _token(), 0.0)
+        started = deadline = 0.0
+        registered = False
+        while True:
+            # A connection of the pool is held for one attempt (and a concurrent limiter's
+            # wake-up wait on a processor's own connection), never across a sleep: many
+            # threads waiting must not empty the pool that every other call needs.
+            with self._connection() as conn:
+                if not registered:
+                    self._register(conn)
+                    registered = True
+                    started = time.monotonic()  # the wait starts with the first attempt
+                    deadline = started + self.wait_timeout
+                now = time.monotonic()
+                remaining, waited = max(0.0, deadline - now), now - started
+                status, value = self._attempt(conn, handle, int(remaining * 1000),
+                                              int(waited * 1000))
+                if status == 1:  # then the second number is when, in µs
+                    handle.waited, handle.granted_at = waited, value / 1e6
+                    return handle
+                if status < 0:
+                    raise OverLimit(self, retry_after=self._retry_after(value))
+                pause = max(0.001, min(value / 1000, remaining, self._slice()))
+                if self.config is None and kept():
+                    self._wait_on(conn, pause)
+                    continue
+            time.sleep(self._poll(pause))
+
+    def _slice(self) -> float:
+        timeout = self._config().socket_timeout
+        return min(WAIT_SLICE, timeout / 2) if timeout > 0 else WAIT_SLICE
+
+    def _poll(self, pause: float) -> float:
+        """How long to sleep, holding no connection, before asking again."""
+        return pause
+
+    def _wait_on(self, conn: _Caller, pause: float) -> None:
+        """Wait on a connection only this thread uses (a concurrent limiter blocks on its
+        wake-up list there)."""
+        time.sleep(pause)
+
+    def _retry_after(self, wait_ms: int) -> float | None:
+        return wait_ms / 1000 if wait_ms > 0 else None
+
+    def _finish(self, handle: Handle) -> None:
+        """Leave the block; a release Redis refuses is logged, not raised: the block's own
+        outcome matters more, and the slot comes back when its lock times out."""
+        try:
+            with self._connection() as conn:
+                self._release(conn, handle)
+        except Exception as exc:
+            log.warning("limiter %s: could not give back a slot (%s); it is reclaimed when "
+                        "its lock times out", self.name, exc)
+
+    def _finish_abandoned(self, future: asyncio.Future[Handle]) -> None:
+        if not future.cancelled() and future.exception() is None:
+            threading.Thread(target=self._finish, args=(future.result(),),
+                             name="wurk-limiter-release", daemon=True).start()
+
+    # -- Redis ------------------------------------------------------------------------------
+    def _config(self) -> Config:
+        return self.config if self.config is not None else default_config()
+
+    def _connection(self) -> AbstractContextManager[_Caller]:
+        if self.config is None:
+            return lent_redis()
+        return _OwnLease(self.config)
+
+    def _script(self, conn: _Caller, script: scripts.Script, keys: list[str],
+                args: list[object]) -> tuple[int, int]:
+        reply = script.call(conn, keys, args)
+        return int(reply[0]), int(reply[1])
+
+    def _register(self, conn: _Caller) -> None:
+        """Write the metadata on first use and every ``REGISTER_EVERY`` seconds after."""
+        if self._registry_key is None:  # once per instance: options never change
+            self._registry_key = (id(self.config), self.kind, self.name,
+                                  tuple(sorted(self.options().items())))
+        now = time.monotonic()
+        seen = _registered.get(self._registry_key)
+        if seen is not None and now - seen < min(REGISTER_EVERY, self.ttl / 2):
+            return
+        options = json.dumps(self.options(), sort_keys=True, separators=(",", ":"))
+        fingerprint = hashlib.sha256(f"{self.kind}|{self.name}|{options}".encode()).hexdigest()
+        keys = self._config().keys
+        _REGISTER.call(conn, [keys.limiter(self.name), keys.limiter_list],
+                       [self.name, self.kind, options, fingerprint, self.ttl])
+        with _registered_lock:
+            if len(_registered) >= REGISTERED_CAP:
+                _registered.clear()
+            _registered[self._registry_key] = now
+
+
+class _OwnLease:
+    """A connection of an explicit configuration's client pool, for one attempt."""
+
+    __slots__ = ("_config", "_lease")
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._lease: Lease | None = None
+
+    def __enter__(self) -> Lease:
+        self._lease = Lease(self._config.pool("client"))
+        return self._lease
+
+    def __exit__(self, *exc_info: object) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            lease.release()
+
+
+# Tokens naming one holder or one use: unique across hosts (a random prefix), processes
+# (the pid: forked children inherit the prefix and the count) and threads (``count`` is
+# atomic), without reading random bytes per call.
+_TOKEN_PREFIX = os.urandom(6).hex()
+_token_serial = itertools.count()
+
+
+def _token() -> str:
+    return f"{_TOKEN_PREFIX}{os.getpid():x}-{next(_token_serial):x}"

@@ -1,0 +1,49 @@
+-- Shared by the rate limiter scripts (loaded before each one's own text): Redis's clock and
+-- the stats counters, so no client clock ever decides a limit.
+--
+-- Stats hash fields: held (calls let in), held_ms (time concurrent slots were held),
+-- immediate (let in at the first try), waited / wait_ms (let in after waiting),
+-- refused (over the limit for the whole wait), overages (a concurrent holder outlived its
+-- lock), reclaimed (locks taken back from holders that vanished).
+
+-- Milliseconds since the epoch, with the microseconds as a fraction.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
+end
+
+-- A number read back from Redis, or `fallback` when it is missing, not a number, NaN or
+-- infinite: a hand-edited or corrupted value must not wedge a limiter forever.
+local function finite(value, fallback)
+  local n = tonumber(value)
+  if n == nil or n ~= n or n == math.huge or n == -math.huge then return fallback end
+  return n
+end
+
+local function count(stats, ttl, field, by)
+  redis.call('HINCRBY', stats, field, by)
+  redis.call('EXPIRE', stats, ttl)
+end
+
+-- A call let in: counted as immediate, or as waited with the time it waited.
+local function granted(stats, ttl, waited_ms)
+  redis.call('HINCRBY', stats, 'held', 1)
+  if waited_ms > 0 then
+    redis.call('HINCRBY', stats, 'waited', 1)
+    redis.call('HINCRBY', stats, 'wait_ms', math.floor(waited_ms))
+  else
+    redis.call('HINCRBY', stats, 'immediate', 1)
+  end
+  redis.call('EXPIRE', stats, ttl)
+end
+
+-- What a caller is told: let in (1), try again after wait_ms (0), or refused (-1, counted).
+-- The caller's remaining wait decides between the last two, so a refusal is counted once.
+local function over(stats, ttl, wait_ms, remaining_ms)
+  local wait = math.max(1, math.ceil(wait_ms))
+  if wait > remaining_ms then
+    count(stats, ttl, 'refused', 1)
+    return {-1, wait}
+  end
+  return {0, wait}
+end

@@ -1,0 +1,24 @@
+-- A unique job's push: its lock and the job, together or not at all.
+--
+-- KEYS[1]  unique:<digest>    KEYS[2]  the `queues` set
+-- KEYS[3]  the job's queue list, or the `schedule` set for a scheduled job
+-- ARGV[1]  the job's jid    ARGV[2]  the lock's lifetime, ms    ARGV[3]  the payload
+-- ARGV[4]  the queue's name (immediate jobs)    ARGV[5]  the score ('' for immediate jobs)
+--
+-- Returns nil when pushed, or the jid holding the lock when this push is a duplicate. A
+-- lock held by this very jid does not refuse it: that is the job itself coming back (the
+-- scheduler pushing it through the client), and its lock keeps its original lifetime.
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return holder
+end
+if not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+if ARGV[5] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
+else
+  redis.call('SADD', KEYS[2], ARGV[4])
+  redis.call('LPUSH', KEYS[3], ARGV[3])
+end
+return false

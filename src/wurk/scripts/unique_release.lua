@@ -1,0 +1,9 @@
+-- Releases a unique job's lock, only if that job still holds it: a lock that expired and
+-- was taken by a later push belongs to that push.
+--
+-- KEYS[1]  unique:<digest>    ARGV[1]  the jid whose lock it should be
+-- Returns 1 when released.
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0

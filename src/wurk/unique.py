@@ -1,0 +1,223 @@
+"""Unique jobs: while one job of a (class, queue, args) is pending, a second push is refused.
+
+1. ``@wurk.job(unique_for=600, unique_until="success")``: a push takes the lock
+   ``unique:<digest>`` (value: its jid) for ``unique_for`` seconds — plus the delay, for a
+   scheduled job — in the same Lua script that pushes it (``scripts/unique_push.lua``), so
+   a job is never pushed without its lock nor its lock taken without the job. A duplicate
+   push returns None and the holder's jid is logged.
+2. The digest is base64url(sha256(JSON ``[class, queue, args]``)), or of the list a job's
+   ``unique_context`` hook returns (a class method, or the option of a function job). It is
+   stored in the payload (``unique_digest``), so any process — the dashboard, a worker
+   without the job's module — can release the lock.
+3. Release: at the job's start (``unique_until="start"``) or success (``"success"``, kept
+   across retries), on its death (a death handler: exhausted, killed, poison pill), when it
+   expires unrun, and when the API or dashboard deletes or clears it. Each release deletes
+   the lock only if this jid still holds it (``scripts/unique_release.lua``).
+4. The job's own lock never refuses the job itself: the scheduler pushing it again (client
+   mode) goes through. ``set(unique_for=False)`` pushes without a lock.
+5. ``locked(queue, name, args)``: the jid holding the lock, or None.
+
+Uniqueness is best effort: a job whose retries outlast ``unique_for`` lets a duplicate in.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import payload as P
+from . import scripts
+from .errors import InvalidPayload, RedisUnavailable
+from .lending import redis as lent_redis
+from .options import UNIQUE_UNTIL as UNTIL
+from .options import check_unique_fields, unique_for_seconds
+
+if TYPE_CHECKING:
+    import redis
+
+    from .config import Config
+    from .keys import Keys
+
+__all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "lock_for", "locked", "push",
+           "release",
+           "release_stored", "seconds", "use_context"]
+
+log = logging.getLogger("wurk")
+
+_PUSH = scripts.Script("unique_push.lua")
+_RELEASE = scripts.Script("unique_release.lua")
+# Stored payloads read per round trip when a whole queue or set is cleared.
+CLEAR_PAGE = 500
+# Waits between the attempts to release a lock while Redis cannot be reached: about 3.5 s in
+# all, which covers a restart or a failover without holding a processor much longer.
+RELEASE_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
+# In the stored JSON of every unique job, and of few others: the cheap test before parsing.
+MARK = f'"{P.UNIQUE_DIGEST}"'
+
+
+# -- options ----------------------------------------------------------------------------------
+# The checks live with the other job options (``wurk.options``); named here too.
+seconds = unique_for_seconds
+check_fields = check_unique_fields
+
+
+# -- the lock's name --------------------------------------------------------------------------
+def digest(parts: Sequence[Any]) -> str:
+    """base64url (no padding) of SHA-256 of the compact JSON of ``parts``."""
+    raw = hashlib.sha256(P.dumps(list(parts)).encode("utf-8")).digest()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+ContextHook = Callable[[P.Payload], Any]
+# Job name → its ``unique_context`` hook. The job registry keeps it (``use_context``) so this
+# module needs no import of the registry: the client, which pushes through here, is imported
+# by the registry's module.
+_contexts: dict[str, ContextHook] = {}
+
+
+def use_context(name: str, hook: ContextHook | None) -> None:
+    """Record the ``unique_context`` hook of the job named ``name`` (None forgets it)."""
+    if hook is None:
+        _contexts.pop(name, None)
+    else:
+        _contexts[name] = hook
+
+
+def job_digest(job: P.Payload) -> str:
+    """The digest naming ``job``'s lock: of its ``unique_context`` when its job defines one,
+    else of its class, queue and args."""
+    hook = _contexts.get(str(job.get(P.CLASS)))
+    context = hook(job) if hook is not None else None
+    if context is None:
+        return digest([job.get(P.CLASS), job.get(P.QUEUE), job.get(P.ARGS)])
+    if not isinstance(context, (list, tuple)):
+        raise InvalidPayload(f"{job.get(P.CLASS)}.unique_context must return a list, not "
+                             f"{type(context).__name__}", field=P.UNIQUE_FOR)
+    return digest(context)
+
+
+def locked(queue: str, name: str, args: Sequence[Any], *,
+           config: Config | None = None) -> str | None:
+    """The jid holding the lock of a ``name`` job with these ``args`` on ``queue``, or None.
+
+    Uses the job's ``unique_context`` when this process has the job registered, exactly as a
+    push would."""
+    from .config import default_config
+
+    cfg = config if config is not None else default_config()
+    key = cfg.keys.unique(job_digest({P.CLASS: name, P.QUEUE: queue, P.ARGS: list(args)}))
+    holder = cfg.pool("api").run(lambda r: r.get(key), idempotent=True)
+    if holder is None:
+        return None
+    return holder.decode("utf-8", "replace") if isinstance(holder, bytes) else str(holder)
+
+
+# -- pushing ----------------------------------------------------------------------------------
+def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[str, int]:
+    """The lock a unique job's push takes, and its lifetime in ms (``unique_for`` plus the
+    delay of a scheduled job); stores the digest in the payload."""
+    if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
+        job[P.UNIQUE_DIGEST] = job_digest(job)
+    delay = max(0.0, at - now) if at is not None else 0.0
+    ttl_ms = max(1, math.ceil((float(job[P.UNIQUE_FOR]) + delay) * 1000))
+    return keys.unique(job[P.UNIQUE_DIGEST]), ttl_ms
+
+
+def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+         ) -> set[str]:
+    """Push unique jobs, each with its lock; returns the jids refused as duplicates."""
+    now = time.time()
+    calls: list[tuple[list[str], list[object]]] = []
+    for job, at in entries:
+        lock, ttl_ms = lock_for(keys, job, at, now)
+        raw = P.dumps(job)
+        if at is None:
+            calls.append(([lock, keys.queues, keys.queue(job[P.QUEUE])],
+                          [job[P.JID], ttl_ms, raw, job[P.QUEUE], ""]))
+        else:
+            calls.append(([lock, keys.queues, keys.schedule],
+                          [job[P.JID], ttl_ms, raw, "", P.score(at)]))
+    refused: set[str] = set()
+    for (job, _), reply in zip(entries, _PUSH.call_many(r, calls), strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        if reply is not None:
+            holder = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+            log.info("duplicate of unique job %s (jid %s) not pushed: jid %s holds its lock",
+                     job.get(P.CLASS), job.get(P.JID), holder)
+            refused.add(str(job[P.JID]))
+    return refused
+
+
+# -- releasing --------------------------------------------------------------------------------
+def _lock_of(config: Config, job: P.Payload) -> tuple[str, str] | None:
+    found, jid = job.get(P.UNIQUE_DIGEST), job.get(P.JID)
+    if not isinstance(found, str) or not found or not isinstance(jid, str) or not jid:
+        return None
+    return config.keys.unique(found), jid
+
+
+def release(config: Config, job: P.Payload) -> bool:
+    """Release ``job``'s lock if it still holds it (on the connection a processor lends its
+    jobs, inside a worker). Releasing twice is harmless, so while Redis is unreachable (a
+    restart, a failover) it is sent again for a few seconds, ``RELEASE_RETRIES``; the job
+    has finished, and its processor could not fetch another meanwhile anyway. A failure
+    after that is logged, not raised: the lock then expires on its own."""
+    lock = _lock_of(config, job)
+    if lock is None:
+        return False
+    failure: Exception | None = None
+    for wait in (0.0, *RELEASE_RETRIES):
+        time.sleep(wait)
+        try:
+            with lent_redis(config) as conn:
+                return bool(_RELEASE.call(conn, [lock[0]], [lock[1]]))
+        except RedisUnavailable as exc:
+            failure = exc
+        except Exception as exc:
+            failure = exc
+            break
+    log.warning("could not release the unique lock of %s (jid %s): %s; it expires on its "
+                "own", job.get(P.CLASS), lock[1], failure)
+    return False
+
+
+def release_stored(config: Config, raws: Iterable[bytes | str], *, role: str = "api") -> int:
+    """Release the locks of stored payloads (deleted from a queue or set); returns how many
+    were released. Entries that are not unique jobs, or not JSON at all, are skipped."""
+    calls: list[tuple[list[str], list[object]]] = []
+    for raw in raws:
+        if MARK not in (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw):
+            continue  # the cheap test first: most jobs are not unique
+        try:
+            lock = _lock_of(config, P.loads(raw))
+        except InvalidPayload:
+            continue
+        if lock is not None:
+            calls.append(([lock[0]], [lock[1]]))
+    if not calls:
+        return 0
+    try:
+        replies = config.pool(role).run(lambda r: _RELEASE.call_many(r, calls))
+    except Exception as exc:  # the jobs are gone already; their locks expire on their own
+        log.warning("could not release the unique locks of %d deleted jobs: %s", len(calls),
+                    exc)
+        return 0
+    return sum(1 for reply in replies if reply == 1)
+
+
+class LockRelease:
+    """The death handler that releases a dead job's lock (installed on every ``Config``):
+    a job killed, exhausted or discarded never comes back to release it."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: dict[str, Any], exc: BaseException) -> None:
+        if isinstance(job, dict) and P.UNIQUE_DIGEST in job:
+            release(self.config, job)

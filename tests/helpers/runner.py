@@ -1,0 +1,41 @@
+"""Run queued jobs in the test process: the worker's own fetch, runner and middleware (the
+limits' link, as a worker installs it), no threads."""
+
+from __future__ import annotations
+
+import redis
+
+import wurk
+from wurk.config import Capsule
+from wurk.fetch import BasicFetch
+from wurk.limits import install
+from wurk.processor import Busy, JobRunner
+from wurk.stats import Counters
+
+
+class Drain:
+    """Fetches and runs every job queued on ``queues``, one at a time, in this thread."""
+
+    def __init__(self, config: wurk.Config, *queues: str) -> None:
+        self.config = config
+        self.queues = queues or ("default",)
+        self.counters = Counters()
+        install(config)  # as a worker does when it is built
+        self.runner = JobRunner(config, counters=self.counters, busy=Busy())
+        capsule = Capsule(queues=[(q, 0) for q in self.queues])
+        self.fetcher = BasicFetch(config, capsule, config.pool("drain", size=2))
+        self.raw = redis.Redis.from_url(config.pool("drain").url)
+
+    def __call__(self) -> int:
+        """Run until the queues are empty; returns how many jobs ran."""
+        ran = 0
+        while any(self.raw.llen(self.config.keys.queue(q)) for q in self.queues):
+            unit = self.fetcher.fetch(0.05)
+            if unit is not None:
+                self.runner.run(unit, lambda _: None)
+                ran += 1
+        return ran
+
+    def close(self) -> None:
+        self.fetcher.flush()
+        self.raw.close()

@@ -1,0 +1,398 @@
+"""Rate limiters against the real server: each kind's rule, waits, stats, crashes, bad data."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk.api.values import Invalid
+from wurk.limiter import OverLimit
+from wurk.limiter.base import forget_registrations
+
+
+@pytest.fixture(autouse=True)
+def _registrations_forgotten() -> None:
+    forget_registrations()  # every test starts on a flushed server
+
+
+def refused(block: Any) -> OverLimit:
+    with pytest.raises(OverLimit) as caught, block:
+        pass
+    return caught.value
+
+
+# -- concurrent -------------------------------------------------------------------------------
+def test_concurrent_lets_size_blocks_in_and_refuses_the_next(config: wurk.Config) -> None:
+    erp = wurk.limiter.concurrent("erp", 2, wait_timeout=0)
+    with erp.within_limit(), erp.within_limit():
+        error = refused(erp.within_limit())
+    assert error.limiter is erp and error.retry_after is None
+    assert "concurrent limiter 'erp' is over its limit" in str(error)
+    with erp.within_limit():  # both slots came back
+        pass
+    stats = erp.stats()
+    assert (stats["held"], stats["immediate"], stats["refused"]) == (3, 3, 1)
+
+
+def test_a_waiter_is_woken_by_a_release(config: wurk.Config) -> None:
+    mutex = wurk.limiter.concurrent("mutex", 1, wait_timeout=3)
+    entered = threading.Event()
+
+    def hold() -> None:
+        with mutex.within_limit():
+            entered.set()
+            time.sleep(0.3)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    entered.wait(2)
+    started = time.monotonic()
+    with mutex.within_limit() as handle:
+        waited = time.monotonic() - started
+    holder.join()
+    assert 0.1 < waited < 1.5  # woken by the release, long before its 3 s wait ran out
+    assert handle.waited > 0.1
+    stats = mutex.stats()
+    assert stats["waited"] == 1 and stats["wait_ms"] >= 100 and stats["held_ms"] >= 250
+
+
+def test_inside_a_processor_a_waiter_blocks_on_the_wake_up_list(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    from wurk.lending import lend_from
+
+    mutex = wurk.limiter.concurrent("lent", 1, wait_timeout=3)
+    holder = mutex.within_limit()
+    holder.__enter__()
+    threading.Timer(0.3, holder.__exit__, (None, None, None)).start()
+    r.config_resetstat()
+    with lend_from(config.pool("processor", size=1)), mutex.within_limit():
+        pass
+    stats = r.info("commandstats")
+    assert stats["cmdstat_blpop"]["calls"] >= 1  # woken by the release, not polling
+    assert stats["cmdstat_evalsha"]["calls"] <= 6
+
+
+def test_many_more_waiters_than_pool_connections(config: wurk.Config) -> None:
+    gate = wurk.limiter.window("crowd", 5, 0.5, wait_timeout=5)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            with gate.within_limit():
+                pass
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(30)]  # the pool has 10
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+
+
+def test_never_more_than_size_at_once_across_threads(config: wurk.Config) -> None:
+    pool = wurk.limiter.concurrent("pool", 3, wait_timeout=10, lock_timeout=10)
+    running, most, lock = 0, 0, threading.Lock()
+
+    def work() -> None:
+        nonlocal running, most
+        for _ in range(5):
+            with pool.within_limit():
+                with lock:
+                    running += 1
+                    most = max(most, running)
+                time.sleep(0.01)
+                with lock:
+                    running -= 1
+
+    threads = [threading.Thread(target=work) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most == 3
+    assert pool.stats()["held"] == 50
+
+
+def test_a_vanished_holders_slot_is_reclaimed_after_lock_timeout(config: wurk.Config) -> None:
+    erp = wurk.limiter.concurrent("erp", 1, wait_timeout=0, lock_timeout=0.5)
+    erp.within_limit().__enter__()  # a holder that never leaves (its process died)
+    refused(erp.within_limit())
+    time.sleep(0.6)
+    with erp.within_limit():
+        pass
+    assert erp.stats()["reclaimed"] == 1
+
+
+def test_a_waiter_gets_a_reclaimed_slot_without_any_release(config: wurk.Config) -> None:
+    erp = wurk.limiter.concurrent("erp", 1, wait_timeout=3, lock_timeout=0.4)
+    erp.within_limit().__enter__()
+    started = time.monotonic()
+    with erp.within_limit():
+        assert 0.3 < time.monotonic() - started < 2  # the earliest expiry bounds its sleep
+
+
+def test_a_block_that_outlives_its_lock_counts_an_overage(config: wurk.Config) -> None:
+    erp = wurk.limiter.concurrent("erp", 1, wait_timeout=0, lock_timeout=0.2)
+    with erp.within_limit():
+        time.sleep(0.3)
+    assert erp.stats()["overages"] == 1
+    with erp.within_limit():  # the late release gave nothing away it did not hold
+        pass
+
+
+# -- bucket, window, leaky, points ------------------------------------------------------------
+def test_bucket_counts_per_wall_clock_second(config: wurk.Config, r: redis.Redis) -> None:
+    api = wurk.limiter.bucket("api", 3, "second", wait_timeout=0)
+    _, micros = r.time()
+    if micros > 700_000:  # too close to a boundary to see it reset only once
+        time.sleep(0.35)
+    for _ in range(3):
+        with api.within_limit():
+            pass
+    error = refused(api.within_limit())
+    assert error.retry_after is not None and 0 < error.retry_after <= 1.0
+    time.sleep(error.retry_after + 0.02)
+    with api.within_limit(used=3):  # a fresh interval holds all of it
+        pass
+
+
+def test_bucket_waits_for_the_next_interval(config: wurk.Config) -> None:
+    api = wurk.limiter.bucket("api", 2, 1, wait_timeout=2)
+    started = time.monotonic()
+    for _ in range(5):  # 2 now, 2 in the next second, 1 in the one after
+        with api.within_limit():
+            pass
+    assert 1.0 < time.monotonic() - started < 3.0
+    assert api.stats()["waited"] >= 2
+
+
+def test_window_slides(config: wurk.Config) -> None:
+    search = wurk.limiter.window("search", 2, 0.5, wait_timeout=0)
+    with search.within_limit():
+        pass
+    time.sleep(0.25)
+    with search.within_limit():
+        pass
+    first = refused(search.within_limit())
+    assert first.retry_after is not None and first.retry_after <= 0.3
+    time.sleep(first.retry_after + 0.03)
+    with search.within_limit():  # the first use left the window; the second has not
+        pass
+    refused(search.within_limit())
+
+
+def test_window_used_charges_several_units(config: wurk.Config) -> None:
+    mail = wurk.limiter.window("mail", 10, "minute", wait_timeout=0)
+    with mail.within_limit(used=7):
+        pass
+    refused(mail.within_limit(used=4))
+    with mail.within_limit(used=3):
+        pass
+    with pytest.raises(ValueError, match="can never fit"):
+        mail.within_limit(used=11)
+
+
+def test_leaky_bursts_then_drips(config: wurk.Config) -> None:
+    stripe = wurk.limiter.leaky("stripe", 4, 1, wait_timeout=0)  # one use per 0.25 s
+    for _ in range(4):
+        with stripe.within_limit():
+            pass
+    error = refused(stripe.within_limit())
+    assert error.next_drip is not None and 0.15 < error.next_drip <= 0.26
+    time.sleep(error.next_drip + 0.02)
+    with stripe.within_limit():
+        pass
+    refused(stripe.within_limit())
+
+
+def test_leaky_waits_one_drip_per_use(config: wurk.Config) -> None:
+    stripe = wurk.limiter.leaky("stripe", 2, 0.4, wait_timeout=2)  # one per 0.2 s
+    started = time.monotonic()
+    for _ in range(6):
+        with stripe.within_limit():
+            pass
+    assert 0.7 < time.monotonic() - started < 1.5  # 2 at once, then 4 drips of 0.2 s
+
+
+def test_points_refuse_at_once_and_take_the_correction(config: wurk.Config) -> None:
+    llm = wurk.limiter.points("llm", 100, 10)
+    with llm.within_limit(used=60) as handle:
+        handle.points_used(20)  # cheaper than estimated: 40 points come back
+    with llm.within_limit(used=70):
+        pass
+    started = time.monotonic()
+    error = refused(llm.within_limit(used=50))
+    assert time.monotonic() - started < 0.5  # no wait: refused immediately
+    assert error.retry_after is not None and 3.5 < error.retry_after < 4.5  # 40 short, 10/s
+    with llm.within_limit(used=5) as handle:
+        handle.points_used(30)  # dearer than estimated: a debt the next calls wait out
+    refused(llm.within_limit(used=5))
+
+
+def test_unlimited_takes_anything_and_never_limits(config: wurk.Config, r: redis.Redis) -> None:
+    free = wurk.limiter.unlimited("anything at all", 3, "minute", wait_timeout=0)
+    for _ in range(100):
+        with free.within_limit(used=50) as handle:
+            handle.points_used(7)
+    assert r.dbsize() == 0  # it never talks to Redis
+
+
+# -- the shared surface -----------------------------------------------------------------------
+def test_dynamic_names_are_separate_limits(config: wurk.Config) -> None:
+    def per_account(account: int) -> wurk.limiter.Concurrent:
+        return wurk.limiter.concurrent(f"stripe-{account}", 1, wait_timeout=0)
+
+    with per_account(1).within_limit(), per_account(2).within_limit():
+        refused(per_account(1).within_limit())
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: wurk.limiter.concurrent("bad name", 1), "letters, digits"),
+    (lambda: wurk.limiter.concurrent("", 1), "letters, digits"),
+    (lambda: wurk.limiter.concurrent("x", 0), "size must be a whole number"),
+    (lambda: wurk.limiter.bucket("x", 5, "fortnight"), "not a unit"),
+    (lambda: wurk.limiter.bucket("x", 5, 1.5), "whole seconds"),
+    (lambda: wurk.limiter.window("x", 5, -1), "positive number of seconds"),
+    (lambda: wurk.limiter.leaky("x", 5, 1, wait_timeout=-1), "wait_timeout"),
+    (lambda: wurk.limiter.concurrent("x", 1, lock_timeout=0), "lock_timeout"),
+    (lambda: wurk.limiter.concurrent("x", 1, policy="ignore"), "policy"),
+    (lambda: wurk.limiter.points("x", 10, 0), "refill_per_second"),
+])
+def test_bad_options_name_themselves(call: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_creating_a_limiter_does_no_io(config: wurk.Config, r: redis.Redis) -> None:
+    wurk.limiter.concurrent("erp", 5)
+    wurk.limiter.window("w", 5, "hour")
+    assert r.dbsize() == 0
+    with wurk.limiter.concurrent("erp", 5).within_limit():
+        pass
+    assert r.sismember("lmtr-list", "erp")
+    meta = r.hgetall("lmtr:erp")
+    assert meta["type"] == "concurrent" and '"size":5' in meta["options"]
+    assert len(meta["fingerprint"]) == 64 and 0 < r.ttl("lmtr:erp") <= 90 * 86400
+
+
+def test_policy_skip_skips_the_call_with_run(config: wurk.Config) -> None:
+    once = wurk.limiter.concurrent("once", 1, wait_timeout=0, policy="skip")
+    calls: list[int] = []
+    with once.within_limit():
+        assert once.run(calls.append, 1) is None
+        with pytest.raises(OverLimit), once.within_limit():  # a with block raises
+            pass
+    once.run(calls.append, 2)
+    assert calls == [2]
+
+
+def test_async_with_waits_without_blocking_the_loop(config: wurk.Config) -> None:
+    mutex = wurk.limiter.concurrent("amutex", 1, wait_timeout=3)
+    order: list[str] = []
+
+    async def user(name: str, hold: float) -> None:
+        async with mutex.within_limit():
+            order.append(f"{name} in")
+            await asyncio.sleep(hold)
+            order.append(f"{name} out")
+
+    async def ticker() -> int:
+        ticks = 0
+        for _ in range(10):
+            await asyncio.sleep(0.03)
+            ticks += 1
+        return ticks
+
+    async def main() -> int:
+        first = asyncio.create_task(user("a", 0.3))
+        await asyncio.sleep(0.05)
+        results = await asyncio.gather(user("b", 0), ticker(), first)
+        return int(results[1])
+
+    assert asyncio.run(main()) == 10  # the loop ticked while b waited
+    assert order == ["a in", "a out", "b in", "b out"]
+
+
+def test_an_async_waiter_cancelled_gives_back_the_slot_it_took_later(
+        config: wurk.Config) -> None:
+    mutex = wurk.limiter.concurrent("cancelled", 1, wait_timeout=2)
+
+    async def main() -> None:
+        holder = mutex.within_limit()
+        holder.__enter__()
+        waiter = asyncio.create_task(mutex.within_limit().__aenter__())
+        await asyncio.sleep(0.1)
+        waiter.cancel()
+        holder.__exit__(None, None, None)  # the waiter's thread takes the slot now
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 3
+    while True:  # the abandoned slot is given back by a thread of its own
+        try:
+            with mutex.within_limit():
+                break
+        except OverLimit:
+            assert time.monotonic() < deadline, "the cancelled waiter kept its slot"
+
+
+def test_the_local_clock_decides_nothing(config: wurk.Config,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    search = wurk.limiter.window("skewed", 2, 60, wait_timeout=0)
+    with search.within_limit():
+        pass
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3 * 3600)  # this host is hours ahead
+    with search.within_limit():
+        pass
+    refused(search.within_limit())  # the first use still counts: Redis's clock says so
+
+
+# -- untrusted data ---------------------------------------------------------------------------
+def test_corrupt_stored_state_does_not_wedge_a_limiter(config: wurk.Config,
+                                                       r: redis.Redis) -> None:
+    stripe = wurk.limiter.leaky("stripe", 2, 1, wait_timeout=0)
+    r.hset("lmtr-l:{stripe}", mapping={"level": "nan", "ts": "yesterday"})
+    with stripe.within_limit():
+        pass
+    llm = wurk.limiter.points("llm", 10, 1)
+    r.hset("lmtr-p:{llm}", mapping={"points": "inf", "ts": "-inf"})
+    with llm.within_limit(used=5):
+        pass
+    api = wurk.limiter.bucket("api", 2, "hour", wait_timeout=0)
+    start = int(r.time()[0]) // 3600 * 3600
+    r.set(f"lmtr-b:{{api}}:{start}", "lots")
+    with api.within_limit():
+        pass
+    r.hset("lmtr-s:{api}", "held", "many")
+    held = api.stats()["held"]  # a counter that is not a count reads as what it holds
+    assert isinstance(held, Invalid) and held.raw == "many"
+
+
+# -- Redis unreachable ------------------------------------------------------------------------
+def test_entering_while_redis_is_unreachable_raises_redis_unavailable(
+        tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.helpers.faults import config_for
+    from tests.helpers.server import start_server
+
+    server = start_server(tmp_path / "private")
+    config = config_for(server.url)
+    erp = wurk.limiter.concurrent("erp", 1, wait_timeout=0, config=config)
+    block = erp.within_limit()
+    block.__enter__()
+    server.stop()
+    with caplog.at_level("WARNING", logger="wurk"):
+        block.__exit__(None, None, None)  # the release Redis cannot take: logged, not raised
+    assert "could not give back a slot" in caplog.text
+    with pytest.raises(wurk.RedisUnavailable):
+        erp.within_limit().__enter__()
+    config.close()

@@ -1,0 +1,278 @@
+"""Unique jobs: the lock is taken with the push and released by every way a job can end."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+import wurk.limits
+from tests.helpers.runner import Drain
+from wurk import api
+from wurk import payload as P
+from wurk.errors import ConfigError, InvalidPayload
+from wurk.morgue import Morgue
+from wurk.poison import kill_poisoned
+from wurk.scheduled import Scheduler
+
+ran: list[list[Any]] = []
+gate = threading.Event()
+
+
+@wurk.job(name="Unique::Sync", unique_for=600)
+def sync(account: int) -> None:
+    ran.append([account])
+
+
+@wurk.job(name="Unique::Flaky", unique_for=600, retry=1)
+def flaky(account: int) -> None:
+    ran.append([account])
+    if len(ran) == 1:
+        raise RuntimeError("the first run fails")
+
+
+@wurk.job(name="Unique::Doomed", unique_for=600, retry=0)
+def doomed(account: int) -> None:
+    raise RuntimeError("always")
+
+
+@wurk.job(name="Unique::Start", unique_for=600, unique_until="start")
+def at_start(account: int) -> None:
+    again = at_start.perform_async(account) if not ran else "(the second run pushes none)"
+    ran.append([account, again is not None])
+
+
+class Report(wurk.Job, name="Unique::Report", unique_for=timedelta(minutes=5)):
+    """Unique per account, whatever the date it is asked for."""
+
+    def perform(self, account: int, day: str) -> None:
+        ran.append([account, day])
+
+    @classmethod
+    def unique_context(cls, payload: P.Payload) -> list[Any] | None:
+        return [payload["class"], payload["args"][0]]
+
+
+@wurk.job(name="Unique::Hooked", unique_for=60,
+          unique_context=lambda payload: ["hooked", payload["args"][0] % 10])
+def hooked(n: int) -> None: ...
+
+
+@pytest.fixture
+def drain(config: wurk.Config) -> Iterator[Drain]:
+    ran.clear()
+    runner = Drain(config)
+    yield runner
+    runner.close()
+
+
+def lock_keys(r: redis.Redis) -> list[str]:
+    return sorted(r.scan_iter("unique:*"))
+
+
+def test_a_duplicate_push_returns_none_and_logs_the_holder(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    first = sync.perform_async(1)
+    with caplog.at_level(logging.INFO, logger="wurk"):
+        assert sync.perform_async(1) is None
+    assert f"jid {first} holds its lock" in caplog.text
+    assert sync.perform_async(2) is not None  # other args: another lock
+    assert sync.set(queue="low").perform_async(1) is not None  # another queue: another lock
+    assert r.llen("queue:default") == 2 and r.llen("queue:low") == 1
+
+
+def test_the_lock_is_the_documented_key_holding_the_jid(config: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    jid = sync.perform_async(7)
+    text = json.dumps(["Unique::Sync", "default", [7]], separators=(",", ":"),
+                      ensure_ascii=False)
+    digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+    key = f"unique:{digest.decode()}"
+    assert r.get(key) == jid and 595 < r.ttl(key) <= 600
+    [raw] = r.lrange("queue:default", 0, -1)
+    job = json.loads(raw)
+    assert job["unique_digest"] == digest.decode() and job["unique_for"] == 600
+    assert wurk.unique.locked("default", "Unique::Sync", [7]) == jid
+    assert wurk.unique.locked("default", "Unique::Sync", [8]) is None
+
+
+def test_success_releases_the_lock(config: wurk.Config, r: redis.Redis, drain: Drain) -> None:
+    sync.perform_async(1)
+    drain()
+    assert ran == [[1]] and lock_keys(r) == []
+    assert sync.perform_async(1) is not None
+
+
+def test_a_failure_keeps_the_lock_for_the_retry(config: wurk.Config, r: redis.Redis,
+                                                drain: Drain) -> None:
+    jid = flaky.perform_async(1)
+    drain()
+    assert r.zcard("retry") == 1 and wurk.unique.locked("default", "Unique::Flaky", [1]) == jid
+    assert flaky.perform_async(1) is None
+    api.RetrySet(config).retry_all()
+    drain()
+    assert ran == [[1], [1]] and lock_keys(r) == []
+
+
+def test_unique_until_start_releases_before_the_job_runs(config: wurk.Config,
+                                                         r: redis.Redis, drain: Drain) -> None:
+    at_start.perform_async(3)
+    assert at_start.perform_async(3) is None
+    assert drain() == 2
+    assert ran == [[3, True], [3, True]]  # a push made while it ran was let in
+    assert lock_keys(r) == []
+
+
+def test_death_releases_the_lock(config: wurk.Config, r: redis.Redis, drain: Drain) -> None:
+    doomed.perform_async(1)
+    drain()
+    assert r.zcard("dead") == 1 and lock_keys(r) == []
+
+
+def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
+    from wurk.launcher import Launcher
+    from wurk.limits import LimitsMiddleware
+    from wurk.unique import LockRelease
+
+    for _ in range(2):
+        Launcher(config)
+    chain = list(config.server_middleware)
+    assert sum(isinstance(link, LimitsMiddleware) for link in chain) == 1
+    assert sum(isinstance(h, LockRelease) for h in config.death_handlers) == 1
+
+
+def test_a_poison_kill_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
+    wurk.limits.install(config)  # the reaper runs in a worker, which installs it
+    sync.perform_async(5)
+    raw = r.rpop("queue:default")
+    kill_poisoned(config, Morgue(config), raw, "default", 3)
+    assert r.zcard("dead") == 1 and lock_keys(r) == []
+
+
+@pytest.mark.parametrize("where", ["queue", "schedule", "retry", "dead"])
+def test_deleting_a_job_through_the_api_releases_its_lock(
+        config: wurk.Config, r: redis.Redis, where: str) -> None:
+    if where == "queue":
+        sync.perform_async(1)
+        record = next(iter(api.Queue("default", config)))
+        assert api.Queue("default", config).delete(record)
+    else:
+        sync.perform_in(3600, 1)
+        raw, score = r.zrange("schedule", 0, -1, withscores=True)[0]
+        if where != "schedule":
+            r.delete("schedule")
+            r.zadd(where, {raw: score})
+        entries = {"schedule": api.ScheduledSet, "retry": api.RetrySet, "dead": api.DeadSet}
+        entry = next(iter(entries[where](config)))
+        assert entry.delete()
+    assert lock_keys(r) == [] and sync.perform_async(1) is not None
+
+
+def test_clearing_a_queue_or_a_set_releases_every_lock(config: wurk.Config,
+                                                      r: redis.Redis) -> None:
+    for n in range(30):
+        sync.perform_async(n)
+        sync.perform_in(3600, 100 + n)
+    wurk.push({"class": "Plain", "args": []})
+    assert len(lock_keys(r)) == 60
+    assert api.Queue("default", config).clear() == 31
+    assert len(lock_keys(r)) == 30
+    assert api.ScheduledSet(config).clear() == 30
+    assert lock_keys(r) == []
+
+
+def test_killing_from_the_api_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
+    sync.perform_in(60, 1)
+    sync.perform_in(60, 2)
+    raw, score = r.zrange("schedule", 0, 0, withscores=True)[0]
+    r.zadd("retry", {raw: score})
+    r.zrem("schedule", raw)
+    assert api.RetrySet(config).kill_all() == 1
+    next(iter(api.ScheduledSet(config))).kill(notify_failure=False)
+    assert r.zcard("dead") == 2 and lock_keys(r) == []
+
+
+def test_a_lock_taken_over_after_expiry_is_not_released_by_the_old_job(
+        config: wurk.Config, r: redis.Redis, drain: Drain) -> None:
+    sync.perform_async(1)
+    [key] = lock_keys(r)
+    r.set(key, "a-later-jid")  # the first lock expired and a later push took it
+    drain()
+    assert r.get(key) == "a-later-jid"
+
+
+def test_set_unique_for_false_pushes_without_a_lock(config: wurk.Config,
+                                                    r: redis.Redis) -> None:
+    sync.perform_async(1)
+    bypass = sync.set(unique_for=False)
+    assert bypass.perform_async(1) is not None and bypass.perform_async(1) is not None
+    assert len(lock_keys(r)) == 1
+    entries = [json.loads(raw) for raw in r.lrange("queue:default", 0, 1)]
+    assert all("unique_for" not in job and "unique_digest" not in job for job in entries)
+
+
+def test_a_scheduled_lock_lives_unique_for_plus_the_delay(config: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    sync.perform_in(1000, 1)
+    assert sync.perform_in(10, 1) is None
+    [key] = lock_keys(r)
+    assert 1595 < r.ttl(key) <= 1600
+
+
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+def test_the_scheduler_is_not_blocked_by_the_jobs_own_lock(
+        r: redis.Redis, mode: str) -> None:
+    config = wurk.configure(scheduler=mode)
+    jid = sync.perform_in(3600, 1)
+    raw = r.zrange("schedule", 0, -1)[0]
+    r.zadd("schedule", {raw: time.time() - 1})  # due now
+    scheduler = Scheduler(config)
+    assert scheduler.enqueue_due() == 1
+    [queued] = r.lrange("queue:default", 0, -1)
+    assert json.loads(queued)["jid"] == jid
+    assert wurk.unique.locked("default", "Unique::Sync", [1]) == jid  # still held
+    scheduler.stop(1)
+
+
+def test_a_bulk_push_refuses_the_duplicates_inside_it(config: wurk.Config,
+                                                      r: redis.Redis) -> None:
+    jids = sync.perform_bulk([[1], [2], [1], [3], [2]])
+    assert [jid is None for jid in jids] == [False, False, True, False, True]
+    assert r.llen("queue:default") == 3
+
+
+def test_custom_contexts_decide_what_is_a_duplicate(config: wurk.Config) -> None:
+    assert Report.perform_async(9, "2025-01-01") is not None
+    assert Report.perform_async(9, "2025-01-02") is None  # same account: a duplicate
+    assert wurk.unique.locked("default", "Unique::Report", [9, "any day"]) is not None
+    assert hooked.perform_async(3) is not None
+    assert hooked.perform_async(13) is None
+
+
+def test_a_flushed_script_cache_is_reloaded(config: wurk.Config, r: redis.Redis) -> None:
+    sync.perform_async(1)
+    r.script_flush()
+    assert sync.perform_async(1) is None and sync.perform_async(2) is not None
+
+
+@pytest.mark.parametrize("value", [0, -5, "600", True, 2_000_000_000])
+def test_bad_unique_for_is_refused_with_its_name(value: Any) -> None:
+    with pytest.raises(ConfigError, match="unique_for"):
+        sync.set(unique_for=value)
+    with pytest.raises(InvalidPayload, match="unique_for"):
+        wurk.push({"class": "X", "args": [], "unique_for": value})
+
+
+def test_bad_unique_until_is_refused() -> None:
+    with pytest.raises(ConfigError, match="unique_until"):
+        wurk.job(name="Unique::Bad", unique_for=5, unique_until="finish")(lambda: None)
