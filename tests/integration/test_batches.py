@@ -561,3 +561,72 @@ def test_a_count_is_sent_again_through_a_short_outage(redis_server: Server,
         finally:
             config.close()
     assert r.hget(f"b-{batch.bid}", "pending") == "1"
+
+
+# -- with the limits: unique, expiring and rate-limited jobs ----------------------------------
+@wurk.job(name="BatchTest::unique", unique_for=60)
+def unique_job(n: int) -> None:
+    work(f"unique-{n}")
+
+
+@wurk.job(name="BatchTest::limited")
+def limited(name: str) -> None:
+    """Over its (pretend) rate limit on the first run: rescheduled, then it runs."""
+    from wurk.limiter import OverLimit
+
+    with wurk.redis() as conn:
+        if conn.call("SETNX", f"limited:{name}", 1):
+            raise OverLimit(None, retry_after=0.1)
+    work(name)
+
+
+@pytest.fixture
+def limited_worker(redis_server: Server) -> Iterator[wurk.Embedded]:
+    config = wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
+                            fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                            scheduler_initial_wait=0, average_scheduled_poll_interval=0.2,
+                            concurrency=4, tag="batches",
+                            limiter_backoff=lambda limiter, job, exc: 1.0)
+    running = wurk.embed(config)
+    yield running
+    running.stop()
+
+
+def test_a_duplicate_unique_job_is_not_added_to_the_batch(fast: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    with batch.jobs():
+        first = unique_job.perform_async(1)
+        second = unique_job.perform_async(1)  # its lock is held: not pushed, not registered
+        other = unique_job.perform_async(2)
+    assert first is not None and second is None and other is not None
+    assert wurk.BatchStatus(batch.bid).total == 2 and r.llen("queue:default") == 2
+    assert r.get(f"unique:{json.loads(r.lindex('queue:default', -1))['unique_digest']}")
+
+
+def test_an_expired_job_counts_as_a_success(fast: wurk.Config, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        work.set(expires_in=0.05).perform_async("too late")
+    time.sleep(0.2)  # past its deadline before any worker sees it
+    worker = wurk.embed(fast)
+    try:
+        settle(r, 2)
+    finally:
+        worker.stop()
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.llen("ran") == 0  # dropped unrun
+
+
+def test_a_rate_limited_job_is_not_counted_until_it_runs(limited_worker: wurk.Embedded,
+                                                         r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        limited.perform_async("once")
+    wait_until(lambda: r.zcard("schedule") == 1, what="the reschedule")  # due in 1 s
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.complete) == (1, 0, False)
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.lrange("ran", 0, -1) == ["once"]
+    assert wurk.BatchStatus(batch.bid).failures == 0
