@@ -341,6 +341,10 @@ def test_term_drains_every_child_within_timeout_plus_grace(
     config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
 ) -> None:
     swarm = start_swarm("-c", "2", "-t", "2", count=2)
+    # Both children beating (and so fetching) first: a child alone would take its share of
+    # the backlog ahead, two jobs a thread, and leave the other child none.
+    wait_for(lambda: r.scard("processes") == 2, message="both children beating")
+    time.sleep(0.5)
     jobs.sleep_job.perform_bulk([[30, "sys:long"]] * 4)
     wait_for(lambda: r.llen("sys:long:started") == 4, message="every thread busy")
     started = time.monotonic()
