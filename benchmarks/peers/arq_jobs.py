@@ -29,6 +29,11 @@ async def record(ctx: dict[str, Any], pushed_at: float) -> None:
     await ctx["redis"].rpush(shared.LATENCY, time.time() - pushed_at)
 
 
+async def wait(ctx: dict[str, Any]) -> None:
+    await asyncio.sleep(shared.WAIT_SECONDS)
+    await ctx["redis"].incr(shared.COUNTER)
+
+
 async def on_startup_quiet(_ctx: dict[str, Any]) -> None:
     """arq has no switch for its per-job log lines; with BENCH_QUIET=true (run.py's default)
     its worker logger drops to WARNING once the CLI has set logging up."""
@@ -37,17 +42,21 @@ async def on_startup_quiet(_ctx: dict[str, Any]) -> None:
 
 
 class WorkerSettings:
-    functions: ClassVar[list[Any]] = [incr, record]
+    functions: ClassVar[list[Any]] = [incr, record, wait]
     redis_settings = SETTINGS
     max_jobs = int(os.environ.get("BENCH_CONCURRENCY", "10"))
     on_startup = on_startup_quiet
 
 
-async def _push(jobs: int) -> None:
+async def _push(jobs: int, name: str = "incr") -> None:
     pool = await create_pool(SETTINGS)
     for _ in range(jobs):
-        await pool.enqueue_job("incr")
+        await pool.enqueue_job(name)
     await pool.aclose()
+
+
+def push_waits(jobs: int) -> None:
+    asyncio.run(_push(jobs, "wait"))
 
 
 def push_single(jobs: int) -> None:

@@ -5,7 +5,9 @@
 2. ``WorkerTree``: the worker's OS processes and all their children — start, peak RSS
    sampled by a thread, CPU seconds (live and reaped children), stop.
 3. ``enqueue_rate``, ``drain``, ``latency``: the three measurements; each returns plain
-   numbers for ``run.py`` to take medians of.
+   numbers for ``run.py`` to take medians of. A drain reports the worker's CPU and the
+   server's (``INFO cpu``) per job: on a shared machine Redis's CPU is the worker's
+   competition, and systems differ in commands per job.
 """
 
 from __future__ import annotations
@@ -97,6 +99,11 @@ class PrivateRedis:
         """Commands served so far, leaving out INFO itself (ours)."""
         stats = self.client.info("commandstats")
         return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+    def cpu_seconds(self) -> float:
+        """The server's own user + system CPU so far (``INFO cpu``)."""
+        cpu = self.client.info("cpu")
+        return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
     def counter(self) -> int:
         return int(self.client.get(COUNTER) or 0)
@@ -222,6 +229,7 @@ class Drain:
     with_boot: float      # jobs/s from worker start to the end
     steady: float         # jobs/s from the first job seen done to the end
     cpu_us: float         # worker CPU per job over the steady part, microseconds
+    redis_cpu_us: float   # the server's CPU per job over the same part (INFO cpu)
     commands: float       # Redis commands per job, worker start to end (the job's INCR too)
     capped: bool          # True when the time cap ended the drain before N
 
@@ -235,6 +243,7 @@ class Progress:
     first_at: float = 0.0
     first_count: int = 0
     first_cpu: float = 0.0
+    first_redis_cpu: float = 0.0
 
 
 def going_on(seen: Progress, count: int, jobs: int, elapsed: float, cap: float) -> bool:
@@ -261,24 +270,30 @@ def drain(server: PrivateRedis, tree: WorkerTree, jobs: int, *, cap: float) -> D
         if count and not seen.first_at:
             seen.first_at, seen.first_count = time.perf_counter(), count
             seen.first_cpu = tree.cpu_seconds()
+            seen.first_redis_cpu = server.cpu_seconds()
         failure = tree.failed()
         if failure:
             raise RuntimeError(failure)
     end, cpu_end = time.perf_counter(), tree.cpu_seconds()
+    redis_cpu_end = server.cpu_seconds()
     commands = server.commands() - commands_before - seen.polls
-    return summarize(tree.started, end, count, seen, cpu_end, commands, capped=count < jobs)
+    return summarize(tree.started, end, count, seen, (cpu_end, redis_cpu_end), commands,
+                     capped=count < jobs)
 
 
-def summarize(started: float, end: float, count: int, seen: Progress, cpu_end: float,
-              commands: int, *, capped: bool) -> Drain:
+def summarize(started: float, end: float, count: int, seen: Progress,
+              cpu_end: tuple[float, float], commands: int, *, capped: bool) -> Drain:
+    """``cpu_end``: the worker's and the server's CPU seconds when the drain ended."""
     if not count:
         raise RuntimeError("no job ran before the time cap")
     steady_jobs = count - seen.first_count
     steady_time = end - seen.first_at
     steady = steady_jobs / steady_time if steady_jobs and steady_time > 0 else 0.0
-    cpu = (cpu_end - seen.first_cpu) / steady_jobs * 1e6 if steady_jobs else 0.0
+    cpu = (cpu_end[0] - seen.first_cpu) / steady_jobs * 1e6 if steady_jobs else 0.0
+    # The harness's own GETs are in the server's CPU too: 100 a second, next to nothing.
+    redis_cpu = (cpu_end[1] - seen.first_redis_cpu) / steady_jobs * 1e6 if steady_jobs else 0.0
     return Drain(jobs=count, with_boot=count / (end - started), steady=steady, cpu_us=cpu,
-                 commands=commands / count, capped=capped)
+                 redis_cpu_us=redis_cpu, commands=commands / count, capped=capped)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """wurk side by side with its peers, on one private Redis.
 
     python -m benchmarks.peers.run [--runs 3] [--jobs 20000] [--only sidekiq,dramatiq]
-                                   [--scaling] [--json out.json]
+                                   [--scaling] [--async-row] [--json out.json]
 
 Run it with the peers' interpreter (``benchmarks/peers/.venv/bin/python``, made by
 ``setup.sh``); wurk runs from the project's ``.venv``. Per system and run:
@@ -12,12 +12,15 @@ Run it with the peers' interpreter (``benchmarks/peers/.venv/bin/python``, made 
    INCR is polled until it reaches N. Throughput is shown from the first job seen done
    ("drain/s", boot excluded) and from the worker's start ("+boot/s"); worker CPU per job
    (the process tree, user + system), Redis commands per job (``INFO commandstats``; the
-   job's own INCR included, the harness's polls left out) and peak RSS (the tree, every 50 ms);
+   job's own INCR included, the harness's polls left out), the server's CPU per job (``INFO
+   cpu``) and peak RSS (the tree, every 50 ms); the 1-minute load average as it ended;
 3. latency: on the same worker, 2,000 jobs pushed at 200/s, each carrying its push time;
    the job RPUSHes (start - push), and p50/p99 come from that list.
 
 Runs are interleaved across systems; every figure is the median over runs. ``--scaling``
-instead drains with 1, 2, 4 processes × concurrency 1, 10, 50.
+instead drains with 1, 2, 4 processes × concurrency 10, 50; ``--async-row`` drains 1,000
+async jobs each awaiting 50 ms at concurrency 200 (wurk's async slots, arq's ``max_jobs``,
+SAQ's ``concurrency``).
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import harness
 from .harness import Drain, Latency, PrivateRedis, WorkerTree
-from .systems import ORDER, System, Tools, build
+from .systems import ASYNC_ORDER, ORDER, System, Tools, build
 
 ROOT = Path(__file__).resolve().parents[2]
 # The issue's workload: one worker process, ten jobs at a time.
@@ -51,7 +55,9 @@ DRAIN_CAP = 15.0
 # half a minute on 20,000, and a drain capped anyway needs no more jobs than that.
 ENQUEUE_BUDGET = 10.0
 SCALING_PROCESSES = (1, 2, 4)
-SCALING_CONCURRENCY = (1, 10, 50)
+SCALING_CONCURRENCY = (10, 50)
+# The async row: this many jobs, each awaiting 50 ms, at this concurrency.
+ASYNC_JOBS, ASYNC_CONCURRENCY = 1000, 200
 
 
 @dataclass
@@ -63,6 +69,7 @@ class Row:
     drain: Drain | None = None
     latency: Latency | None = None
     rss_mb: float | None = None
+    load: float | None = None  # the 1-minute load average when the drain ended
 
 
 @dataclass
@@ -102,6 +109,7 @@ class Bench:
         tree = self.start(system, PROCESSES, CONCURRENCY)
         try:
             row.drain = harness.drain(self.server, tree, pushed.jobs, cap=self.cap)
+            row.load = os.getloadavg()[0]
         finally:
             tree.stop()
         row.rss_mb = tree.peak_rss / 2**20
@@ -120,6 +128,21 @@ class Bench:
         finally:
             tree.stop()
         row.rss_mb = max(row.rss_mb or 0.0, tree.peak_rss / 2**20)
+
+    def waits(self, system: System) -> Row:
+        """The async row: ASYNC_JOBS waiting jobs queued, then one worker drains them."""
+        self.server.reset()
+        harness.run_enqueue(system, "waits", ASYNC_JOBS, root=ROOT, env=self.env)
+        self.server.client.config_resetstat()
+        tree = self.start(system, PROCESSES, ASYNC_CONCURRENCY)
+        row = Row()
+        try:
+            row.drain = harness.drain(self.server, tree, ASYNC_JOBS, cap=self.cap)
+            row.load = os.getloadavg()[0]
+        finally:
+            tree.stop()
+        row.rss_mb = tree.peak_rss / 2**20
+        return row
 
     def scale(self, system: System, processes: int, concurrency: int) -> Drain:
         self.server.reset()
@@ -142,8 +165,8 @@ def fmt(value: float | None, digits: int = 0) -> str:
 
 
 COLUMNS = ("system", "drain/s", "+boot/s", "single/s", "bulk/s", "p50 ms", "p99 ms",
-           "RSS MB", "CPU µs/job", "cmds/job")
-WIDTHS = (14, 9, 9, 9, 9, 8, 9, 7, 11, 9)
+           "RSS MB", "CPU µs/job", "Redis µs", "cmds/job", "load")
+WIDTHS = (20, 9, 9, 9, 9, 8, 9, 7, 11, 9, 9, 6)
 
 
 def line(cells: list[str]) -> str:
@@ -164,8 +187,9 @@ def field(rows: list[Row], pick: str) -> float | None:
 
 
 FIELDS = ("drain.steady", "drain.with_boot", "single", "bulk", "latency.p50_ms",
-          "latency.p99_ms", "rss_mb", "drain.cpu_us", "drain.commands")
-DIGITS = (0, 0, 0, 0, 1, 1, 0, 0, 1)
+          "latency.p99_ms", "rss_mb", "drain.cpu_us", "drain.redis_cpu_us", "drain.commands",
+          "load")
+DIGITS = (0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 1)
 
 
 def value_cells(rows: list[Row]) -> list[str]:
@@ -186,7 +210,7 @@ def value_cells(rows: list[Row]) -> list[str]:
 # always means wurk is better: wurk/peer for rates, peer/wurk for everything else.
 RATIOS = (("drain.steady", True), ("single", True), ("bulk", True),
           ("latency.p99_ms", False), ("rss_mb", False), ("drain.cpu_us", False),
-          ("drain.commands", False))
+          ("drain.redis_cpu_us", False), ("drain.commands", False))
 
 
 def ratio_cells(ours: list[Row], theirs: list[Row]) -> list[str]:
@@ -212,17 +236,27 @@ def print_tables(systems: list[System], results: dict[str, list[Row]], runs: int
     print_ratios(systems, results)
 
 
+# Like for like: each wurk row against the Sidekiq row run the same way.
+PAIRS = (("wurk", "sidekiq"), ("wurk_redispy", "sidekiq"),
+         ("wurk_pinned", "sidekiq_pinned"), ("wurk_redispy_pinned", "sidekiq_pinned"),
+         ("wurk", "sidekiq_nojit"))
+
+
 def print_ratios(systems: list[System], results: dict[str, list[Row]]) -> None:
-    if "wurk" not in results:
+    ours = next((name for name in ("wurk", "wurk_async") if name in results), None)
+    if ours is None:
         return
-    print("\nwurk's ratio to each peer (> 1 means wurk is better: wurk/peer for drain and "
-          "enqueue rates,\npeer/wurk for p99 latency, RSS, CPU and Redis commands per job)")
-    heads = ["vs", "drain", "single", "bulk", "p99", "RSS", "CPU/job", "cmds/job"]
-    print(f"{heads[0]:<{WIDTHS[0]}}" + "".join(f"{h:>9}" for h in heads[1:]))
-    for system in systems:
-        if system.name != "wurk":
-            cells = ratio_cells(results["wurk"], results[system.name])
-            print(f"{system.name:<{WIDTHS[0]}}" + "".join(f"{c:>9}" for c in cells))
+    print("\nratios (> 1 means wurk is better: wurk/peer for drain and enqueue rates,\n"
+          "peer/wurk for p99 latency, RSS, worker CPU, Redis CPU and commands per job)")
+    heads = ["wurk row vs peer", "drain", "single", "bulk", "p99", "RSS", "CPU/job",
+             "Redis/job", "cmds/job"]
+    print(f"{heads[0]:<{WIDTHS[0] + 16}}" + "".join(f"{h:>10}" for h in heads[1:]))
+    pairs = [(a, b) for a, b in PAIRS if a in results and b in results]
+    pairs += [(ours, s.name) for s in systems
+              if not s.name.startswith("wurk") and not any(b == s.name for _, b in pairs)]
+    for mine, theirs in pairs:
+        cells = ratio_cells(results[mine], results[theirs])
+        print(f"{mine + ' vs ' + theirs:<{WIDTHS[0] + 16}}" + "".join(f"{c:>10}" for c in cells))
 
 
 def print_notes(systems: list[System], server: PrivateRedis, options: argparse.Namespace,
@@ -243,12 +277,18 @@ def print_notes(systems: list[System], server: PrivateRedis, options: argparse.N
 
 
 def comparison(bench: Bench, systems: list[System], runs: int) -> dict[str, list[Row]]:
+    return interleaved(systems, runs, bench.measure)
+
+
+def interleaved(systems: list[System], runs: int,
+                measure: Callable[[System], Row]) -> dict[str, list[Row]]:
+    """``runs`` rounds over every system, so drift over the session hits each alike."""
     results: dict[str, list[Row]] = {s.name: [] for s in systems}
-    for run in range(runs):  # interleaved, so drift over the session hits every system alike
+    for run in range(runs):
         for system in systems:
             started = time.monotonic()
             try:
-                row = bench.measure(system)
+                row = measure(system)
             except RuntimeError as exc:
                 print(f"run {run + 1} {system.name}: FAILED: {exc}", file=sys.stderr)
                 row = Row()
@@ -261,7 +301,24 @@ def comparison(bench: Bench, systems: list[System], runs: int) -> dict[str, list
 def progress(row: Row) -> str:
     drain = f"drain {row.drain.steady:,.0f}/s" if row.drain else "no drain"
     p99 = f"p99 {row.latency.p99_ms:.1f} ms" if row.latency else ""
-    return f"single {fmt(row.single)}/s, bulk {fmt(row.bulk)}/s, {drain} {p99}"
+    return (f"single {fmt(row.single)}/s, bulk {fmt(row.bulk)}/s, {drain} {p99} "
+            f"load {fmt(row.load, 1)}")
+
+
+def async_row(bench: Bench, systems: list[System], runs: int) -> dict[str, list[Row]]:
+    results = interleaved(systems, runs, bench.waits)
+    print(f"\nasync row: {ASYNC_JOBS:,} jobs each awaiting 50 ms then INCRing, 1 worker "
+          f"process, {ASYNC_CONCURRENCY} at once (wurk --async-concurrency, arq max_jobs, "
+          f"SAQ concurrency); median of {runs}")
+    print(f"{'system':<{WIDTHS[0]}}{'jobs/s':>9}{'+boot/s':>9}{'RSS MB':>9}"
+          f"{'CPU µs/job':>12}{'Redis µs':>10}{'load':>6}")
+    for system in systems:
+        rows = results[system.name]
+        print(f"{system.name:<{WIDTHS[0]}}{fmt(field(rows, 'drain.steady')):>9}"
+              f"{fmt(field(rows, 'drain.with_boot')):>9}{fmt(field(rows, 'rss_mb')):>9}"
+              f"{fmt(field(rows, 'drain.cpu_us')):>12}"
+              f"{fmt(field(rows, 'drain.redis_cpu_us')):>10}{fmt(field(rows, 'load'), 1):>6}")
+    return results
 
 
 def scaling(bench: Bench, systems: list[System], runs: int) -> None:
@@ -280,7 +337,7 @@ def scaling(bench: Bench, systems: list[System], runs: int) -> None:
 def print_scaling(system: System, cells: dict[tuple[int, int], list[Drain]], runs: int,
                   jobs: int) -> None:
     print(f"\nscaling, {system.name}: drain of {jobs:,} jobs, jobs/s (worker CPU µs/job), "
-          f"median of {runs}")
+          f"median of {runs}; load average {os.getloadavg()[0]:.1f} at the end")
     print(f"{'processes':<10}" + "".join(f"{f'c={c}':>18}" for c in SCALING_CONCURRENCY))
     for p in SCALING_PROCESSES:
         row = []
@@ -304,6 +361,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--scaling", action="store_true",
                         help="the processes × concurrency table instead (default --only: "
                              "wurk,sidekiq)")
+    parser.add_argument("--async-row", action="store_true",
+                        help="the async row instead (default --only: "
+                             f"{','.join(ASYNC_ORDER)})")
     parser.add_argument("--drain-cap", type=float, default=DRAIN_CAP,
                         help="seconds after which a drain is stopped and rated on what it did")
     parser.add_argument("--job-logs", action="store_true",
@@ -313,6 +373,8 @@ def parse() -> argparse.Namespace:
     options = parser.parse_args()
     if options.scaling and "--only" not in sys.argv:
         options.only = "wurk,sidekiq"
+    if options.async_row and "--only" not in sys.argv:
+        options.only = ",".join(ASYNC_ORDER)
     if options.runs < 1 or options.jobs < 100:
         parser.error("--runs must be ≥ 1 and --jobs ≥ 100")
     return options
@@ -345,6 +407,11 @@ def main() -> None:
     try:
         if options.scaling:
             scaling(bench, systems, options.runs)
+        elif options.async_row:
+            results = async_row(bench, systems, options.runs)
+            if options.json:
+                options.json.write_text(json.dumps(
+                    {k: [asdict(r) for r in v] for k, v in results.items()}, indent=1))
         else:
             results = comparison(bench, systems, options.runs)
             print_tables(systems, results, options.runs, options.jobs)

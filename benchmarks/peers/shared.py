@@ -3,7 +3,8 @@
 1. The two Redis keys the benchmark jobs write (the Ruby jobs spell the same two names).
 2. The jobs' own Redis client, made on first use from ``BENCH_REDIS_URL``.
 3. ``enqueue_main``: the command line of ``push.py`` — push N jobs singly (within a time
-   budget) or in bulk, or push latency jobs at a steady rate — timed inside the process
+   budget) or in bulk, push latency jobs at a steady rate, or push the async row's waiting
+   jobs — timed inside the process
    (interpreter boot and imports excluded) and reported as one JSON line.
 
 Only the standard library and redis-py are used here: this module runs under the peers'
@@ -26,6 +27,8 @@ import redis
 COUNTER = "bench:counter"
 # The latency job RPUSHes (start time - push time) here, in seconds.
 LATENCY = "bench:latency"
+# The async row's job awaits this long, then INCRs the counter.
+WAIT_SECONDS = 0.05
 # Bulk pushes go out in slices of this many jobs: Sidekiq's own push_bulk default.
 BULK_SLICE = 1000
 # How long a paced producer waits for its warm-up job before giving up.
@@ -80,7 +83,7 @@ def wait_for_warmup(url: str) -> None:
 
 def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers.push SYSTEM")
-    parser.add_argument("mode", choices=("single", "bulk", "paced"))
+    parser.add_argument("mode", choices=("single", "bulk", "paced", "waits"))
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--max-seconds", type=float, default=float("inf"),
@@ -101,12 +104,15 @@ def push_singly(jobs: ModuleType, count: int, budget: float) -> int:
 
 def enqueue_main(jobs: ModuleType, argv: list[str]) -> None:
     """Run one enqueue mode with a job module's ``push_single(n)``, ``push_bulk(n)`` (absent
-    when the system has no bulk push), ``push_warmup()`` and ``push_paced(pushed_at)``;
+    when the system has no bulk push), ``push_warmup()``, ``push_paced(pushed_at)`` and, for
+    the systems with async jobs, ``push_waits(n)`` (jobs awaiting ``WAIT_SECONDS``);
     print ``{"seconds": ..., "jobs": ...}``."""
     options = parse(argv)
     start, pushed = time.perf_counter(), options.jobs
     if options.mode == "single":
         pushed = push_singly(jobs, options.jobs, options.max_seconds)
+    elif options.mode == "waits":
+        jobs.push_waits(options.jobs)
     elif options.mode == "bulk":
         if not hasattr(jobs, "push_bulk"):
             raise SystemExit(f"{jobs.__name__} has no bulk push")

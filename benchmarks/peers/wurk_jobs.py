@@ -10,6 +10,7 @@ peers without such an accessor do, to show what the accessor is worth.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 
@@ -36,6 +37,19 @@ def bench_latency(pushed_at: float) -> None:
         return
     with wurk.redis() as conn:
         conn.call("RPUSH", shared.LATENCY, time.time() - pushed_at)
+
+
+@wurk.job(name="BenchWait")
+async def bench_wait() -> None:
+    """The async row: an I/O-bound job awaiting 50 ms, then one INCR without blocking."""
+    await asyncio.sleep(shared.WAIT_SECONDS)
+    async with wurk.redis() as conn:
+        await conn.call("INCR", shared.COUNTER)
+
+
+def push_waits(jobs: int) -> None:
+    for start in range(0, jobs, shared.BULK_SLICE):
+        bench_wait.perform_bulk([[]] * min(shared.BULK_SLICE, jobs - start))
 
 
 def push_single(jobs: int) -> None:

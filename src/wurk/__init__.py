@@ -41,7 +41,7 @@ from .job import (
 )
 from .lending import Connection, redis
 from .poison import on_poison
-from .pushing import push, push_bulk
+from .pushing import apush, apush_bulk, push, push_bulk
 
 __version__ = "0.1.0"
 
@@ -73,6 +73,8 @@ __all__ = [
     "UnsupportedServer",
     "WurkError",
     "__version__",
+    "apush",
+    "apush_bulk",
     "configure",
     "context",
     "current_batch",

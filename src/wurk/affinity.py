@@ -7,9 +7,10 @@ each hand-off wakes a thread on another core, which then waits for the GIL there
 concurrency 10. With the processor threads on one core a hand-off is a plain switch on that
 core (1.3 per job), and the other cores are left to Redis and to other processes.
 
-The price: jobs that release the GIL to compute (numpy, compression, image work) no longer
-run in parallel on several cores within one process. So it is off by default; run one
-process per core (the swarm does) and turn it on.
+The price would be jobs that release the GIL to compute (numpy, compression, image work):
+pinned, they no longer run in parallel on several cores within one process. So ``auto``
+(the default) pins only while the processor threads are measured not to run in parallel
+anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
 
 1. ``parse`` reads the setting: ``None`` or ``"none"`` (the OS decides), ``"auto"`` (one
    CPU), or a list of CPUs such as ``"1"``, ``"0,2"``, ``"0-3"``. A bad value is a
@@ -21,24 +22,34 @@ process per core (the swarm does) and turn it on.
    while the process is busy — on average at least ``PIN_AT`` jobs running over the last
    half second — and lets them run anywhere again once it is quiet (``UNPIN_AT``): one
    pinned thread woken at a light load waits for its one CPU when Redis or another process
-   is on it (p99 push-to-start 3.2 ms pinned against 1.8 ms unpinned at 200 jobs/s). CPUs
-   given by number are held always. Only processor threads are touched: a host process's
-   own threads (the in-process worker's host) keep theirs.
+   is on it. CPUs given by number are held always. Only processor threads are touched: a
+   host process's own threads (the in-process worker's host) keep theirs.
+4. The guard (``auto`` only) keeps pinning only where it is measured to pay. Busy and
+   unpinned, a ``WINDOW`` measures the jobs done and the processor threads' CPU time: above
+   ``PARALLEL_CORES`` cores the jobs compute in parallel (the GIL released), and the
+   threads stay free for ``HOLD`` seconds. Otherwise the next window runs pinned, on
+   trial: pinning is kept unless it did fewer than ``KEEP`` of the free window's jobs,
+   else the threads stay free for ``HOLD``. Kept, it is tried again after ``RETRY`` seconds
+   (one free window, one trial). A window counts only if the process was busy throughout;
+   a quiet spell starts over unpinned.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import psutil
 
 from .errors import ConfigError
 
-__all__ = ["Pinning", "allowed", "choose", "parse"]
+__all__ = ["Pinning", "allowed", "choose", "parse", "threads_cpu"]
+
+log = logging.getLogger("wurk")
 
 AUTO = "auto"
 NONE = "none"  # the same as no setting: lets a flag undo a config file's choice
@@ -48,6 +59,17 @@ PIN_AT = 1.5
 UNPIN_AT = 0.5  # below PIN_AT, so a load near the line does not flip it on every sample
 SAMPLE_INTERVAL = 0.05
 SAMPLES = 10  # averaged: half a second of samples
+# The guard. GIL-bound threads use about one core (measured 1.0–1.1 with their system
+# calls); jobs that release the GIL use more where there are cores for it. On a machine
+# loaded by others a process may get less than that either way: then the trial decides.
+WINDOW = 0.25
+PARALLEL_CORES = 1.3
+# A pinned trial keeps pinning unless it did clearly fewer jobs than the free window before
+# it: on a busy machine two quarter-seconds differ by more than what pinning moves, so the
+# trial only has to catch pinning that hurts (parallel work starved of its second core).
+KEEP = 0.85
+HOLD = 30.0
+RETRY = 20.0
 
 
 def allowed() -> list[int]:
@@ -115,11 +137,88 @@ def _least_busy(cpus: list[int]) -> int:
     return min(range(len(cpus)), key=lambda i: busy(cpus[i]))
 
 
+def threads_cpu(native_ids: Collection[int]) -> float | None:
+    """CPU seconds (user + system) the threads ``native_ids`` of this process have used;
+    None where the OS does not tell."""
+    try:
+        threads = psutil.Process().threads()
+    except (psutil.Error, OSError, NotImplementedError):
+        return None
+    return sum(t.user_time + t.system_time for t in threads if t.id in native_ids)
+
+
+class _Window:
+    """Jobs done and CPU used since ``start``; ``spoilt`` once the process went quiet."""
+
+    __slots__ = ("cpu", "done", "spoilt", "start")
+
+    def __init__(self, now: float, done: int, cpu: float | None) -> None:
+        self.start, self.done, self.cpu, self.spoilt = now, done, cpu, False
+
+
+class _Guard:
+    """Whether pinning pays, by measurement (``auto`` only): free window, pinned trial,
+    keep the better; see the module's point 4."""
+
+    def __init__(self, cpu: Callable[[Collection[int]], float | None],
+                 done: Callable[[], int]) -> None:
+        self._cpu = cpu
+        self._done = done
+        self.state = "free"  # free: measuring unpinned; trial: measuring pinned; pinned
+        self._window: _Window | None = None
+        self._free_rate = 0.0
+        self.hold_until = 0.0
+        self.pinned_at = 0.0
+
+    def want(self, threads: Collection[int], *, busy: bool, now: float) -> bool:
+        """Whether the threads should be pinned now."""
+        if not busy:
+            self.state, self._window = "free", None
+            return False
+        if self.state == "pinned":
+            if now - self.pinned_at >= RETRY:
+                self.state, self._window = "free", None  # measure again
+            return self.state == "pinned"
+        if now < self.hold_until:
+            return False
+        window = self._window
+        if window is None:
+            self._window = _Window(now, self._done(), self._cpu(threads))
+            return self.state == "trial"
+        if now - window.start < WINDOW:
+            return self.state == "trial"
+        return self._close(window, threads, now)
+
+    def _close(self, window: _Window, threads: Collection[int], now: float) -> bool:
+        elapsed = now - window.start
+        done, cpu = self._done(), self._cpu(threads)
+        rate = (done - window.done) / elapsed
+        self._window = _Window(now, done, cpu)
+        if self.state == "free":
+            cores = (cpu - window.cpu) / elapsed if cpu is not None and \
+                window.cpu is not None else None
+            log.debug("affinity: free window %.0f jobs/s on %s cores", rate,
+                      "?" if cores is None else f"{cores:.2f}")
+            if cores is not None and cores > PARALLEL_CORES:
+                self.hold_until = now + HOLD  # computing in parallel: leave them free
+                return False
+            self.state, self._free_rate = "trial", rate
+            return True
+        log.debug("affinity: pinned trial %.0f jobs/s against %.0f free", rate, self._free_rate)
+        if rate >= self._free_rate * KEEP and rate > 0:
+            self.state, self.pinned_at = "pinned", now
+            return True
+        self.state, self.hold_until = "free", now + HOLD  # pinning did not pay
+        return False
+
+
 class Pinning:
-    """Keeps processor threads on ``cpus``: always, or (``adaptive``) while busy."""
+    """Keeps processor threads on ``cpus``: always, or (``adaptive``) while busy and not
+    computing in parallel."""
 
     def __init__(self, cpus: frozenset[int], running: Callable[[], int], *,
-                 adaptive: bool) -> None:
+                 adaptive: bool, done: Callable[[], int] = lambda: 0,
+                 cpu: Callable[[Collection[int]], float | None] = threads_cpu) -> None:
         self.cpus = cpus
         self.adaptive = adaptive
         self._anywhere = frozenset(allowed())
@@ -127,6 +226,7 @@ class Pinning:
         self._lock = threading.Lock()
         self._threads: set[int] = set()  # native ids of the processor threads
         self._samples: deque[int] = deque(maxlen=SAMPLES)
+        self._guard = _Guard(cpu, done)
         self.pinned = not adaptive
 
     def enter(self) -> None:
@@ -140,17 +240,26 @@ class Pinning:
             self._threads.discard(threading.get_native_id())
 
     def sample(self) -> None:
-        """One look at how many jobs run now; pins or unpins every thread when the average
-        crosses a line. Called every ``SAMPLE_INTERVAL`` by the launcher's timer."""
+        """One look at how many jobs run now (and, once a window, at the jobs done and the
+        threads' CPU); pins or unpins every thread when the rules say so. Called every
+        ``SAMPLE_INTERVAL`` by the launcher's timer."""
         if not self.adaptive:
             return
+        now = time.monotonic()
         self._samples.append(self._running())
         average = sum(self._samples) / len(self._samples)
-        want = average >= PIN_AT if not self.pinned else average > UNPIN_AT
-        if want == self.pinned:
-            return
+        busy = average >= PIN_AT if not self.pinned else average > UNPIN_AT
         with self._lock:
-            self.pinned = want
+            threads = set(self._threads)
+        want = self._guard.want(threads, busy=busy, now=now)
+        if want != self.pinned:
+            self._apply(want)
+
+    def _apply(self, pinned: bool) -> None:
+        log.debug("processor threads %s", f"pinned to CPU {sorted(self.cpus)}" if pinned
+                  else "free to run on any CPU")
+        with self._lock:
+            self.pinned = pinned
             target = self._target()
             for thread in list(self._threads):
                 try:

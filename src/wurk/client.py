@@ -12,16 +12,21 @@
 6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
    is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
    returns None. Other jobs pay two dict lookups for this.
-7. Jobs pushed inside a batch's jobs block are written by the batch's script, which
+7. ``apush`` / ``apush_bulk`` are the same pushes for async code: the very same push, run in
+   a helper thread of the running loop so the loop never waits on Redis. A sync push
+   meeting an async client middleware runs it on a loop of its own.
+8. Jobs pushed inside a batch's jobs block are written by the batch's script, which
    registers each with the batch as it pushes it (with a unique job's lock, when it has
    one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import Any
 
 from . import expiry, sinks, unique
@@ -163,10 +168,26 @@ class Client:
         chain = self.config.client_middleware
         if not chain:
             return job
-        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job)
+        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job,
+                              run_async=_run_async_link)
         if result is None or result is False:
             return None
         return result if isinstance(result, dict) else job
+
+    # -- async code -------------------------------------------------------------------------
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code: ``await client.apush({...})``. The helper thread runs in
+        a copy of the task's context, so a batch's jobs block (or a testing mode's block)
+        open in the task covers the push."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(None, context.run, self.push,
+                                                                item)
+
+    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """``push_bulk`` for async code."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(None, context.run,
+                                                                self.push_bulk, item)
 
     # -- bulk -------------------------------------------------------------------------------
     def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
@@ -264,6 +285,20 @@ class Client:
             return self.pool.run(send)
         except RedisUnavailable as exc:
             raise RedisUnavailable(_push_failed(entries, exc)) from exc
+
+
+def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
+                    payload: dict[str, Any], queue: str, rest: Callable[[], Any]) -> Any:
+    """An async client middleware met by a sync push: run on a loop of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        async def call_next() -> Any:
+            return rest()
+
+        return asyncio.run(link(job, payload, queue, call_next))
+    raise TypeError(f"{link!r} is async client middleware and this sync push runs inside an "
+                    "event loop: push with await job.aperform_async(...) / wurk.apush(...)")
 
 
 def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Exception) -> str:

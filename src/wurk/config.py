@@ -102,6 +102,8 @@ class Capsule:
     name: str = "default"
     queues: list[tuple[str, int]] = field(default_factory=lambda: [("default", 0)])
     concurrency: int = 5
+    # ``async def`` jobs running at once on the worker's event loop (they hold no thread).
+    async_concurrency: int = 100
 
     def __post_init__(self) -> None:
         self.queues = [parse_queue(q) if isinstance(q, str) else (q[0], int(q[1]))
@@ -114,6 +116,12 @@ class Capsule:
             raise ConfigError(
                 f"capsule {self.name!r}: concurrency must be a whole number of at least 1, "
                 f"not {self.concurrency!r}"
+            )
+        value = self.async_concurrency
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(
+                f"capsule {self.name!r}: async_concurrency must be a whole number of at least "
+                f"1, not {value!r} (it caps the async def jobs running at once)"
             )
 
     @property
@@ -193,6 +201,11 @@ class Config:
     scheduled_bulk_batch_size: int = 100
     # -- worker -----------------------------------------------------------------------------
     concurrency: int = field(default_factory=lambda: _env_int("WURK_CONCURRENCY") or 5)
+    # -- async jobs (``wurk.asyncjobs``) ----------------------------------------------------
+    # ``async def`` jobs of the default capsule running at once as tasks on the event loop.
+    async_concurrency: int = 100
+    # A step of an async job that holds the event loop longer than this is logged by name.
+    loop_lag_warning: float = 0.1
     queues: list[str] = field(default_factory=lambda: ["default"])
     capsules: list[Capsule] = field(default_factory=list)
     timeout: float = 25.0
@@ -202,9 +215,9 @@ class Config:
     # Reliable fetch: most jobs a processor takes in one round trip out of a backlog (its
     # share of the queue at most); 1 fetches one job at a time.
     prefetch: int = 8
-    # Pin processor threads: None (the OS decides), "auto" (one CPU) or CPUs "0,2-3"
-    # (``wurk.affinity``).
-    cpu_affinity: str | None = None
+    # Pin processor threads: "auto" (one CPU while busy and not computing in parallel),
+    # None/"none" (the OS decides) or CPUs "0,2-3" (``wurk.affinity``).
+    cpu_affinity: str | None = "auto"
     private_list_layout: Literal["wurk", "pro"] = "wurk"
     paused_cache_ttl: float = 5.0
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
@@ -342,20 +355,22 @@ class Config:
             config.periodic.load(entries, source=source)
         return config
 
-    def capsule(self, name: str, *, queues: Sequence[str], concurrency: int) -> Capsule:
+    def capsule(self, name: str, *, queues: Sequence[str], concurrency: int,
+                async_concurrency: int = 100) -> Capsule:
         """Add a capsule (Sidekiq 7's ``config.capsule``)."""
         self._edit()
         if name == "default" or any(c.name == name for c in self.capsules):
             raise ConfigError(f"a capsule named {name!r} already exists")
         capsule = Capsule(name=name, queues=[parse_queue(q) for q in queues],
-                          concurrency=concurrency)
+                          concurrency=concurrency, async_concurrency=async_concurrency)
         self.capsules.append(capsule)
         return capsule
 
     def all_capsules(self) -> list[Capsule]:
         """The default capsule (from ``queues``/``concurrency``) then the named ones."""
         default = Capsule(name="default", queues=[parse_queue(q) for q in self.queues],
-                          concurrency=self.concurrency)
+                          concurrency=self.concurrency,
+                          async_concurrency=self.async_concurrency)
         return [default, *self.capsules]
 
     def on(self, event: str, fn: Callable[[], None] | None = None) -> Any:
@@ -379,9 +394,9 @@ class Config:
                 f"timestamp_format must be 'ms' (Sidekiq 8) or 'float' (Sidekiq 6/7), "
                 f"not {self.timestamp_format!r}"
             )
-        for name in ("concurrency", "max_retries", "dead_max_jobs", "bulk_batch_size",
-                     "scheduled_bulk_batch_size", "heartbeat_ttl", "prefetch",
-                     "limiter_reschedule"):
+        for name in ("concurrency", "async_concurrency", "max_retries", "dead_max_jobs",
+                     "bulk_batch_size", "scheduled_bulk_batch_size", "heartbeat_ttl",
+                     "prefetch", "limiter_reschedule"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (
                 0 if name in ("max_retries", "limiter_reschedule") else 1
@@ -390,7 +405,7 @@ class Config:
         for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
                      "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
                      "socket_timeout", "scheduler_initial_wait", "reaper_interval",
-                     "periodic_catch_up"):
+                     "loop_lag_warning", "periodic_catch_up"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")

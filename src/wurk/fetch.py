@@ -3,7 +3,9 @@
 1. ``QueueOrder`` turns a capsule's queues and weights into the order to try them in, per
    fetch: strict (declaration order), random, or weighted random (``wire-format.md`` §2.2).
 2. ``UnitOfWork`` is one fetched job: its queue, the raw bytes as stored (kept for removal by
-   value, §0.3), and how to acknowledge or requeue it.
+   value, §0.3), and how to acknowledge or requeue it. A processor that hands a job on (an
+   async job, run on the event loop) tells its fetcher, and the job is acknowledged in
+   batches from that lane's thread (``acknowledge_many``).
 3. ``BasicFetch`` pops with ``BRPOP`` over every queue in order, with a server timeout so a
    stopping processor notices within a second. Acknowledging is a no-op (the job already left
    Redis): a crash loses the jobs in flight. Reliable fetch, which does not, has its own
@@ -82,6 +84,13 @@ class Fetcher(Protocol):
     def flush(self) -> None:
         """Send anything held back (e.g. a deferred ACK); called when a processor stops."""
 
+    def hand_off(self, unit: UnitOfWork) -> None:
+        """``unit`` runs elsewhere now (an async job): it is settled there, not here."""
+
+    def acknowledge_many(self, units: Sequence[UnitOfWork], lease: Lease) -> list[UnitOfWork]:
+        """ACK ``units`` through ``lease`` (any thread's); returns those Redis refused for
+        now, to try again."""
+
 
 class BasicFetch:
     """Sidekiq's default fetch: ``BRPOP`` across the capsule's queues."""
@@ -111,6 +120,12 @@ class BasicFetch:
 
     def acknowledge(self, unit: UnitOfWork) -> None:
         return None
+
+    def hand_off(self, unit: UnitOfWork) -> None:
+        return None
+
+    def acknowledge_many(self, units: Sequence[UnitOfWork], lease: Lease) -> list[UnitOfWork]:
+        return []  # the jobs left Redis when they were popped
 
     def requeue(self, units: Sequence[UnitOfWork]) -> None:
         if not units:

@@ -123,7 +123,8 @@ class Heartbeat:
     def __init__(self, config: Config, identity: Identity, *, busy: Busy, counters: Counters,
                  info: dict[str, Any], pool: RedisPool | None = None,
                  on_signal: Callable[[str], None] | None = None,
-                 on_beat: Callable[[], None] | None = None) -> None:
+                 on_beat: Callable[[], None] | None = None,
+                 health: Callable[[], dict[str, Any]] | None = None) -> None:
         self.config = config
         self.identity = identity
         self.name = str(identity)
@@ -135,6 +136,7 @@ class Heartbeat:
         self._concurrency = int(info.get("concurrency", 0))
         self._on_signal = on_signal
         self._on_beat = on_beat
+        self._health = health  # more live fields (event-loop lag, processor deaths)
         self._first = True
         self._rtts: list[int] = []
         self.outage = Outage(config, "heartbeat")
@@ -249,6 +251,8 @@ class Heartbeat:
             "quiet": "true" if self.quiet else "false",
             "rss": self._rss_kb(),
         }
+        if self._health is not None:
+            fields.update(self._health())
 
         def send(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=True)

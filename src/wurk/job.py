@@ -14,6 +14,8 @@
 5. ``interrupted()`` (``self.interrupted()`` in a ``Job``): whether the worker running this
    job has been told to stop — quiet or shut down — so a long job can save its place and
    return; the processor hands its stop signal over (``set_stop_signal``).
+6. ``aperform_async``/``aperform_in``/``aperform_at``/``aperform_bulk`` are the same pushes
+   for async code (``await job.aperform_async(...)``): same payload, never blocking the loop.
 """
 
 from __future__ import annotations
@@ -352,15 +354,53 @@ class JobSetter(Generic[Params]):
         return self._schedule(_seconds_from_now(_epoch(when)), args, kwargs)
 
     def _schedule(self, at: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
+        return self._client().push(
+            self._scheduled_item(at, args, kwargs))
+
+    def _scheduled_item(self, at: float, args: tuple[Any, ...],
+                        kwargs: dict[str, Any]) -> dict[str, Any]:
         item = self._item(self.definition.positional(args, kwargs))
         if at > time.time():  # a time already past pushes now (Sidekiq's shortcut)
             item[P.AT] = at
-        return self._client().push(item)
+        return item
+
+    # -- the same pushes for async code -----------------------------------------------------
+    async def aperform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
+        if self._wait_until is not None:
+            return await self._aschedule(self._wait_until, args, kwargs)
+        payload = self._item(self.definition.positional(args, kwargs))
+        return await self._client().apush(payload)
+
+    async def aperform_in(self, interval: Interval, /, *args: Params.args,
+                          **kwargs: Params.kwargs) -> str | None:
+        return await self._aschedule(_seconds_from_now(interval), args, kwargs)
+
+    async def aperform_at(self, when: When, /, *args: Params.args,
+                          **kwargs: Params.kwargs) -> str | None:
+        return await self._aschedule(_seconds_from_now(_epoch(when)), args, kwargs)
+
+    async def _aschedule(self, at: float, args: tuple[Any, ...],
+                         kwargs: dict[str, Any]) -> str | None:
+        return await self._client().apush(
+            self._scheduled_item(at, args, kwargs))
+
+    async def aperform_bulk(self, args: Iterable[Sequence[Any]], *,
+                            batch_size: int | None = None,
+                            at: When | Sequence[When] | None = None,
+                            spread_interval: float | None = None) -> list[str | None]:
+        item = self._bulk_item(args, batch_size, at, spread_interval)
+        return await self._client().apush_bulk(item)
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
                      spread_interval: float | None = None) -> list[str | None]:
         """Push one job per argument list, a round trip per ``batch_size`` jobs."""
+        item = self._bulk_item(args, batch_size, at, spread_interval)
+        return self._client().push_bulk(item)
+
+    def _bulk_item(self, args: Iterable[Sequence[Any]], batch_size: int | None,
+                   at: When | Sequence[When] | None,
+                   spread_interval: float | None) -> dict[str, Any]:
         positional = self.definition.positional
         item: dict[str, Any] = self._item([positional(a, {}) for a in args])
         if batch_size is not None:
@@ -370,7 +410,7 @@ class JobSetter(Generic[Params]):
                           else _epoch(at))  # type: ignore[arg-type]
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
-        return self._client().push_bulk(item)
+        return item
 
     def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         """Run now, in this thread, through client and server middleware (Sidekiq's
@@ -585,6 +625,23 @@ class Job:
     @classmethod
     def clear(cls) -> None:
         _fake_store().clear(cls._definition().name)
+
+    @classmethod
+    async def aperform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+        return await cls.set().aperform_async(*args, **kwargs)
+
+    @classmethod
+    async def aperform_in(cls, interval: Interval, /, *args: Any, **kwargs: Any) -> str | None:
+        return await cls.set().aperform_in(interval, *args, **kwargs)
+
+    @classmethod
+    async def aperform_at(cls, when: When, /, *args: Any, **kwargs: Any) -> str | None:
+        return await cls.set().aperform_at(when, *args, **kwargs)
+
+    @classmethod
+    async def aperform_bulk(cls, args: Iterable[Sequence[Any]],
+                            **options: Any) -> list[str | None]:
+        return await cls.set().aperform_bulk(args, **options)
 
     @classmethod
     def _definition(cls) -> JobDefinition:

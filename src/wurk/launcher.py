@@ -29,6 +29,7 @@ from typing import Any
 
 from . import __version__, affinity
 from . import log as wurk_log
+from .asyncjobs import EventLoop, helper_count
 from .batch.middleware import install as install_batches
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
@@ -80,10 +81,12 @@ class Launcher:
         self.busy = Busy()
         self.counters = Counters()
         self.capsules = config.all_capsules()
-        self.runner = JobRunner(config, counters=self.counters, busy=self.busy)
+        self.runner = JobRunner(config, counters=self.counters, busy=self.busy,
+                                loop=EventLoop(helper_count(self.capsules)))
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
-                                   on_signal=on_remote_signal, on_beat=self._beaten)
+                                   on_signal=on_remote_signal, on_beat=self._beaten,
+                                   health=self.health)
         self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
                                  visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
@@ -130,9 +133,11 @@ class Launcher:
             "pid_namespace": self.identity.pid_namespace,
             "tag": self.config.tag,
             "concurrency": self.concurrency,
+            "async_concurrency": sum(c.async_concurrency for c in self.capsules),
             "queues": queues,
             "weights": [c.weights for c in self.capsules],
-            "capsules": {c.name: {"concurrency": c.concurrency, "mode": c.mode,
+            "capsules": {c.name: {"concurrency": c.concurrency,
+                                  "async_concurrency": c.async_concurrency, "mode": c.mode,
                                   "weights": c.weights} for c in self.capsules},
             "labels": list(self.config.labels),
             "identity": str(self.identity),
@@ -140,6 +145,15 @@ class Launcher:
             "framework": "wurk",
             "embedded": self.embedded,
         }
+
+    def health(self) -> dict[str, Any]:
+        """Live fields of the process record beside Sidekiq's: the event loop's worst lag
+        since the last beat, and processor deaths (``processor_deaths``; ``respawning`` 1
+        while a burst of them is being replaced with backoff)."""
+        deaths = [m.health() for m in self.managers]
+        return {"loop_lag_us": int(self.runner.loop.take_lag() * 1e6),
+                "processor_deaths": sum(d["deaths"] for d in deaths),
+                "respawning": max((d["bursting"] for d in deaths), default=0)}
 
     def _make_fetcher(self, capsule: Capsule, slot: int) -> Fetcher:
         pool = capsule_pool(self.config, capsule)
@@ -182,6 +196,7 @@ class Launcher:
         self.periodic.start()
         self.scheduler.start()
         pinning = self._pinning()
+        self.runner.loop.pinning = pinning
         for manager in self.managers:
             manager.start(pinning)
 
@@ -191,9 +206,11 @@ class Launcher:
         if cpus is None:
             return None
         adaptive = self.config.cpu_affinity == affinity.AUTO
-        pinning = affinity.Pinning(cpus, lambda: len(self.busy), adaptive=adaptive)
+        pinning = affinity.Pinning(cpus, lambda: len(self.busy), adaptive=adaptive,
+                                   done=lambda: self.counters.total_processed)
         log.info("processor threads pinned to CPU %s%s", ",".join(map(str, sorted(cpus))),
-                 " while two or more jobs run at once" if adaptive else "")
+                 " while two or more jobs run at once and it is measured to pay "
+                 "(cpu_affinity auto; none turns it off)" if adaptive else "")
         if adaptive:
             self._pin_sampler = TimerLoop("wurk-affinity", pinning.sample,
                                           affinity.SAMPLE_INTERVAL)

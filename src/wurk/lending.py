@@ -7,6 +7,9 @@
    checked out of the client pool for the outermost block and given back at its end.
 3. Nested blocks in one thread share one connection, so a helper that opens its own block
    inside a job does not take a second one.
+4. ``async with wurk.redis() as conn: await conn.call(...)`` is the form for async code (an
+   async job, an ``aperform_async``): a connection of redis-py's asyncio pool (one pool per
+   event loop and configuration) held for the block, so the loop never blocks.
 
 Commands are sent as written and replies come back raw (bytes, ints, lists), the way
 ``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
@@ -16,16 +19,29 @@ short (a shutdown interrupting the job mid-reply), is closed rather than lent ag
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import redis as redis_py
+import redis.asyncio as aredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
 from .config import Config, default_config
 from .lease import Lease
 from .pool import RedisPool
+from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
 
-__all__ = ["Borrowed", "Connection", "kept", "lend_from", "redis"]
+__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "lend_from",
+           "redis"]
+
+# Connections of one event loop's client at most: async jobs take one per command.
+ASYNC_POOL_SIZE = 50
 
 
 class Connection:
@@ -48,6 +64,92 @@ class Connection:
         return self._lease.pipeline(commands)
 
 
+class AsyncConnection:
+    """What ``async with wurk.redis()`` yields: the same two methods, awaited, on one
+    connection held for the block (no pool checkout per command)."""
+
+    __slots__ = ("_connection", "_url", "broken")
+
+    def __init__(self, connection: Any, url: str) -> None:
+        self._connection = connection
+        self._url = url
+        self.broken = False  # out of step (cut, or cancelled mid-reply): closed, not reused
+
+    async def call(self, *args: Any) -> Any:
+        """One command; the raw reply (``await conn.call("INCR", "hits")``)."""
+        return (await self._send([args]))[0]
+
+    async def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; error replies come back in place."""
+        return await self._send(commands, in_place=True)
+
+    async def _send(self, commands: list[tuple[Any, ...]], *, in_place: bool = False
+                    ) -> list[Any]:
+        connection = self._connection
+        self.broken = True  # until every reply is read
+        try:
+            await connection.send_packed_command(connection.pack_commands(commands),
+                                                 check_health=False)
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis_py.ResponseError as exc:
+                    if not in_place:
+                        self.broken = False
+                        raise_refusal(exc, self._url)
+                    replies.append(exc)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self._url) from exc
+        self.broken = False
+        return replies
+
+
+_async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                        dict[int, tuple[Config, Any, str, _Idle]]] = \
+    weakref.WeakKeyDictionary()
+
+
+class _Idle:
+    """One loop's connections: at most ``ASYNC_POOL_SIZE`` blocks hold one at once (the
+    others wait their turn, up to the socket timeout), and a block's connection is kept for
+    the next block, since taking one from redis-py's pool costs more than the command it
+    serves. One idle longer than ``IDLE_RECHECK`` goes back through the pool, whose health
+    check sees a dropped one."""
+
+    __slots__ = ("connections", "turns")
+
+    def __init__(self) -> None:
+        self.connections: list[tuple[Any, float]] = []
+        self.turns = asyncio.Semaphore(ASYNC_POOL_SIZE)
+
+
+# Seconds a kept connection may sit idle before the pool checks it again.
+IDLE_RECHECK = 10.0
+
+
+def async_pool(config: Config | None = None) -> tuple[Any, str]:
+    """The running loop's asyncio connection pool for ``config`` (made on first use) and
+    its URL; nothing taken from it is ever replayed."""
+    cfg = config or default_config()
+    loop = asyncio.get_running_loop()
+    pools = _async_pools.setdefault(loop, {})
+    entry = pools.get(id(cfg))
+    if entry is None or entry[0] is not cfg:
+        url = cfg.pool("client").url
+        pool = aredis.ConnectionPool.from_url(
+            url, max_connections=ASYNC_POOL_SIZE, socket_timeout=cfg.socket_timeout,
+            socket_connect_timeout=cfg.socket_timeout, client_name="wurk-async",
+            retry=Retry(NoBackoff(), 0))
+        entry = pools[id(cfg)] = (cfg, pool, url, _Idle())
+    return entry[1], entry[2]
+
+
+def _idle(config: Config | None) -> _Idle:
+    cfg = config or default_config()
+    return _async_pools[asyncio.get_running_loop()][id(cfg)][3]
+
+
 class _Holding(threading.local):
     def __init__(self) -> None:
         self.connection: Connection | None = None  # the thread's current lent connection
@@ -61,11 +163,12 @@ class Borrowed:
     """The context manager ``wurk.redis()`` returns (a class, not a generator: it runs in
     every job that touches Redis, and this is the cheaper of the two)."""
 
-    __slots__ = ("_config", "_lease")
+    __slots__ = ("_async", "_config", "_lease")
 
     def __init__(self, config: Config | None) -> None:
         self._config = config
         self._lease: Lease | None = None  # checked out by this block, given back at its end
+        self._async: AsyncConnection | None = None  # the async form's held connection
 
     def __enter__(self) -> Connection:
         held = _held
@@ -85,9 +188,55 @@ class Borrowed:
             _held.connection = None
             lease.release()
 
+    async def __aenter__(self) -> AsyncConnection:
+        pool, url = async_pool(self._config)
+        idle = _idle(self._config)
+        timeout = (self._config or default_config()).socket_timeout or None
+        try:
+            await asyncio.wait_for(idle.turns.acquire(), timeout)
+        except TimeoutError:
+            raise unavailable(redis_py.ConnectionError(
+                f"no connection free within {timeout} s ({ASYNC_POOL_SIZE} in use)"),
+                url) from None
+        try:
+            self._async = AsyncConnection(await self._take(pool, idle, url), url)
+        except BaseException:
+            idle.turns.release()
+            raise
+        return self._async
+
+    @staticmethod
+    async def _take(pool: Any, idle: _Idle, url: str) -> Any:
+        now = time.monotonic()
+        while idle.connections:
+            connection, since = idle.connections.pop()
+            if now - since < IDLE_RECHECK:
+                return connection
+            await pool.release(connection)  # through the pool's health check again
+        try:
+            return await pool.get_connection()
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, url) from exc
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        held, self._async = self._async, None
+        if held is None:
+            return
+        idle = _idle(self._config)
+        try:
+            if held.broken:
+                pool, _ = async_pool(self._config)
+                await held._connection.disconnect()
+                await pool.release(held._connection)
+            else:
+                idle.connections.append((held._connection, time.monotonic()))
+        finally:
+            idle.turns.release()
+
 
 def redis(config: Config | None = None) -> Borrowed:
-    """Borrow a Redis connection for the block: ``with wurk.redis() as conn: conn.call(...)``.
+    """Borrow a Redis connection for the block: ``with wurk.redis() as conn: conn.call(...)``,
+    or in async code ``async with wurk.redis() as conn: await conn.call(...)``.
     ``config`` picks the client pool outside a worker (the process-wide default if None)."""
     return Borrowed(config)
 

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -73,6 +74,40 @@ class LimitsMiddleware:
         result = call_next()
         unique.release(self.config, payload)
         return result
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        """The same around an async job, on its loop; the Redis steps in a helper thread.
+        (A sync link there would hold a helper thread for the job's whole run.)"""
+        loop = asyncio.get_running_loop()
+        try:
+            if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
+                return await self._aguarded(payload, call_next, loop)
+            return await call_next()
+        except over_limit_classes(self.config) as exc:
+            if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
+                return None
+            if not await loop.run_in_executor(None, reschedule, self.config, payload, exc):
+                raise
+            return None
+
+    async def _aguarded(self, payload: P.Payload, call_next: Callable[[], Any],
+                        loop: asyncio.AbstractEventLoop) -> Any:
+        if expiry.expired(payload):
+            await loop.run_in_executor(None, self._drop, payload)
+            return None
+        if P.UNIQUE_DIGEST not in payload:
+            return await call_next()
+        if payload.get(P.UNIQUE_UNTIL) == "start":
+            await loop.run_in_executor(None, unique.release, self.config, payload)
+            return await call_next()
+        result = await call_next()
+        await loop.run_in_executor(None, unique.release, self.config, payload)
+        return result
+
+    def _drop(self, payload: P.Payload) -> None:
+        expiry.drop(self.config, payload)
+        unique.release(self.config, payload)
 
 
 def install(config: Config) -> None:

@@ -29,14 +29,13 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from .printable import printable
 
 __all__ = ["VERBATIM", "job_context", "logger", "reopen", "route_application_logs", "setup",
-           "tid", "user_configured"]
+           "short_id", "tid", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -56,6 +55,12 @@ def tid() -> str:
     if value is None:
         value = _thread_ids.tid = _base36(threading.get_ident() ^ os.getpid())
     return value
+
+
+def short_id(number: int) -> str:
+    """A short id in the style of ``tid`` for something that is not a thread (an async
+    job's task): the heartbeat's work map keys each running job by one."""
+    return _base36(number ^ os.getpid())
 
 
 def line(level: int, message: str, *args: Any) -> None:
@@ -80,13 +85,20 @@ def _base36(number: int) -> str:
             return text
 
 
-@contextmanager
-def job_context(fields: Mapping[str, Any]) -> Iterator[None]:
-    token = _context.set(fields)
-    try:
-        yield
-    finally:
-        _context.reset(token)
+class job_context:
+    """The job's fields on every log line within the block. A class, not a generator: it
+    wraps every job, and this is the cheaper of the two."""
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: Mapping[str, Any]) -> None:
+        self._fields = fields
+
+    def __enter__(self) -> None:
+        self._token = _context.set(self._fields)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _context.reset(self._token)
 
 
 def current_context() -> Mapping[str, Any] | None:

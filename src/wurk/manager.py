@@ -1,12 +1,16 @@
 """A capsule's processors: started, watched, replaced, quieted and stopped together.
 
-1. ``start`` makes ``concurrency`` named processor threads, each with its own fetcher.
-2. A processor that dies of an internal error is reported and replaced (unless stopping).
+1. ``start`` makes ``concurrency`` named processor threads, each with its own fetcher, and
+   the capsule's async lane (``wurk.asyncjobs``) where they hand ``async def`` jobs.
+2. A processor that dies of an internal error is replaced (unless stopping). Deaths in a
+   burst (each within ``BURST_GAP`` of the last) are replaced after a doubling wait, and
+   reported once per burst: the first death in full, the end of the burst with its count.
+   ``health()`` gives the heartbeat the deaths so far and whether a burst is on.
 3. ``quiet`` stops fetching; running jobs finish.
-4. ``stop(deadline)`` quiets, waits for running jobs until the deadline, then — the order
-   matters — puts every unfinished job back on its queue, and only then interrupts the job
-   threads and gives them ``shutdown_grace`` seconds. It is worse to lose
-   a job than to run it twice.
+4. ``stop(deadline)`` quiets, waits for running jobs (sync and async) until the deadline,
+   then — the order matters — puts every unfinished job back on its queue, and only then
+   interrupts the job threads, cancels the async jobs and gives them ``shutdown_grace``
+   seconds. It is worse to lose a job than to run it twice.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from collections.abc import Callable
 
 from .affinity import Pinning
+from .asyncjobs import AsyncLane
 from .config import Capsule, Config
 from .fetch import Fetcher, UnitOfWork
 from .outage import Outage
@@ -30,6 +35,12 @@ log = logging.getLogger("wurk")
 
 # How often stop() looks whether the processors are idle yet.
 IDLE_CHECK_INTERVAL = 0.1
+# Processor deaths closer together than this are one burst: the replacement waits, doubling
+# from FIRST_RESPAWN_WAIT up to MAX_RESPAWN_WAIT, so a processor failing at start (a pinning
+# or a connection that cannot be had) does not spin a core and flood the log.
+BURST_GAP = 10.0
+FIRST_RESPAWN_WAIT = 0.1
+MAX_RESPAWN_WAIT = 30.0
 
 FetcherFactory = Callable[[Capsule, int], Fetcher]
 
@@ -61,6 +72,11 @@ class Manager:
         # One outage for all the capsule's processors: two log lines, not two per thread.
         self._outage = Outage(config, f"fetch (capsule {capsule.name})")
         self._pinning: Pinning | None = None
+        self.lane = AsyncLane(config, capsule, runner.loop, capsule_pool(config, capsule))
+        self._respawn = threading.Event()  # set when stopping: a waiting respawn gives up
+        self.deaths = 0
+        self._burst = 0
+        self._last_death = -BURST_GAP
 
     @property
     def outage(self) -> Outage:
@@ -75,6 +91,7 @@ class Manager:
     def start(self, pinning: Pinning | None = None) -> None:
         """Start the processors; ``pinning`` (``wurk.affinity``) places their threads."""
         self._pinning = pinning
+        self.lane.pinning = pinning
         for _ in range(self.capsule.concurrency):
             self._spawn()
 
@@ -94,6 +111,7 @@ class Manager:
                 visible=self._visible,
                 pinning=self._pinning,
                 lend=capsule_pool(self.config, self.capsule),
+                lane=self.lane,
             )
             self._processors.add(processor)
         processor.start()
@@ -103,28 +121,74 @@ class Manager:
             self._processors.discard(processor)
             replace = not self._stopping
             self._all_done.notify_all()
-        if error is not None and replace:
-            report_error(self.config, error, {"context": f"processor {processor.name} died"})
-        if replace:
-            self._spawn()
+        if not replace:
+            return
+        wait = self._died(processor, error) if error is not None else 0.0
+        # In the dying thread, which ends right after: the wait gives up when stop begins.
+        if wait and self._respawn.wait(wait):
+            return
+        self._spawn()
+
+    def _died(self, processor: Processor, error: BaseException) -> float:
+        """Count the death, report it once per burst; the wait before the replacement."""
+        now = time.monotonic()
+        with self._lock:
+            self._end_burst(now)
+            self.deaths += 1
+            self._burst += 1
+            self._last_death = now
+            burst = self._burst
+        if burst == 1:
+            report_error(self.config, error, {
+                "context": f"processor {processor.name} died; it is replaced (further deaths "
+                           "in a row are replaced after a growing wait and counted in the "
+                           "heartbeat)"})
+            return 0.0
+        return float(min(MAX_RESPAWN_WAIT, FIRST_RESPAWN_WAIT * 2.0 ** (burst - 2)))
+
+    def health(self) -> dict[str, int]:
+        """For the heartbeat: processor deaths so far, and 1 while a burst of them is on."""
+        with self._lock:
+            self._end_burst(time.monotonic())
+            return {"deaths": self.deaths, "bursting": int(self._burst > 1)}
+
+    def _end_burst(self, now: float) -> None:
+        """A burst is over once ``BURST_GAP`` passed without a death: its count is logged
+        (the one line besides its first death's report). Called with the lock held."""
+        if not self._burst or now - self._last_death <= BURST_GAP:
+            return
+        if self._burst > 1:
+            log.warning("capsule %s: %d processor deaths in a row, each replaced; the last "
+                        "replacement has lived %.0f s", self.capsule.name, self._burst,
+                        now - self._last_death)
+        self._burst = 0
 
     def quiet(self) -> None:
         with self._lock:
             self._stopping = True
             processors = list(self._processors)
+        self._respawn.set()
+        self.lane.stopping.set()
         for processor in processors:
             processor.stop_fetching()
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait until ``deadline`` (monotonic), then requeue and interrupt."""
         self.quiet()
-        if self._wait_idle(deadline):
+        if self._wait_idle(deadline) and self.lane.wait_idle(deadline):
+            self.lane.close()
             return
         busy = self.processors
-        self._requeue([p.current for p in busy if p.current is not None])
+        in_lane = self.lane.unfinished()
+        self.lane.give_back(in_lane)  # before the requeue: a job ending now is not ACKed
+        self._requeue([p.current for p in busy if p.current is not None] + in_lane)
         for processor in busy:
             processor.interrupt()
-        self._wait_idle(time.monotonic() + self.config.shutdown_grace)
+        self.lane.cancel_all()
+        grace = time.monotonic() + self.config.shutdown_grace
+        self._wait_idle(grace)
+        self.lane.wait_idle(grace)
+        self.lane.close()
         stuck = [p.name for p in self.processors]
         if stuck:
             log.warning("abandoning threads still running after the grace: %s "

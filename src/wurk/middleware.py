@@ -6,6 +6,12 @@
 2. A link calls ``call_next()`` to go on; not calling it, or returning ``None``/``False``
    from a client link, stops the push.
 3. An empty chain costs nothing per job: ``invoke`` calls the final step directly.
+4. A link may be ``async def`` (its ``__call__``, or an ``acall`` method beside a sync
+   ``__call__``). ``ainvoke`` walks the chain inside a coroutine (an async job, an ``a``
+   push): async links are awaited, and a sync link runs in a helper thread whose
+   ``call_next()`` waits for the rest of the chain on the loop, so code after it still runs
+   after the job. ``invoke`` (a sync job, a plain push) hands each async link to
+   ``run_async``, which runs it on an event loop while ``call_next()`` runs the rest here.
 
 Client middleware: ``__call__(self, job, payload, queue, call_next)`` where ``job`` is the
 wire name. Server middleware: the same, with ``job`` the job instance or definition.
@@ -13,14 +19,45 @@ wire name. Server middleware: the same, with ``job`` the job instance or definit
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
 import inspect
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Chain", "Middleware"]
+__all__ = ["AsyncRunner", "Chain", "Middleware", "async_form", "within"]
 
 Middleware = Callable[..., Any]
+# Runs one async link from sync code: (link, job, payload, queue, rest) -> its result.
+AsyncRunner = Callable[[Callable[..., Coroutine[Any, Any, Any]], Any, dict[str, Any], str,
+                        Callable[[], Any]], Any]
+
+
+async def within(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
+    """Await ``coro`` seeing ``context``'s variables (the running job, the log fields): a
+    task started from another thread otherwise copies the loop thread's."""
+    for variable, value in context.items():
+        variable.set(value)
+    return await coro
+
+
+def async_form(link: Middleware, *, prefer_async: bool = True
+               ) -> Callable[..., Coroutine[Any, Any, Any]] | None:
+    """The coroutine function to await for ``link``, or None to call it as a sync link.
+    ``prefer_async`` (inside a coroutine) takes an ``acall`` beside a sync ``__call__``;
+    from sync code only a link with nothing but an async form is async."""
+    if inspect.iscoroutinefunction(link):
+        return link
+    call = getattr(link, "__call__", None)  # noqa: B004 - an instance's own __call__
+    if call is not None and inspect.iscoroutinefunction(call):
+        return call  # type: ignore[no-any-return]
+    acall = getattr(link, "acall", None)
+    if prefer_async and acall is not None and inspect.iscoroutinefunction(acall):
+        return acall  # type: ignore[no-any-return]
+    return None
 
 
 @dataclass(frozen=True)
@@ -28,12 +65,20 @@ class _Entry:
     factory: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    # Decided once, not per job: whether each invocation makes a fresh instance.
+    # Decided once, not per job: whether each invocation makes a fresh instance, and
+    # whether the link is plainly sync (the fast path of a one-link chain needs both).
     fresh: bool = field(init=False)
+    sync: bool = field(init=False)
 
     def __post_init__(self) -> None:
         fresh = inspect.isclass(self.factory) or bool(self.args or self.kwargs)
         object.__setattr__(self, "fresh", fresh)
+        probe = self.factory
+        if inspect.isclass(probe):
+            sync = not inspect.iscoroutinefunction(getattr(probe, "__call__", None))  # noqa: B004
+        else:  # a factory called with arguments may make either kind: not known here
+            sync = not fresh and async_form(probe, prefer_async=False) is None
+        object.__setattr__(self, "sync", sync)
 
     def make(self) -> Middleware:
         if self.fresh:
@@ -102,21 +147,73 @@ class Chain:
         self._frozen = True
 
     def invoke(
-        self, job: Any, payload: dict[str, Any], queue: str, final: Callable[[], Any]
+        self, job: Any, payload: dict[str, Any], queue: str, final: Callable[[], Any],
+        *, run_async: AsyncRunner | None = None,
     ) -> Any:
-        """Run ``final`` inside every link, first added outermost."""
+        """Run ``final`` inside every link, first added outermost; an async link goes to
+        ``run_async`` (a ``TypeError`` without one)."""
         if not self._entries:
             return final()
-        if len(self._entries) == 1:  # the common case (the metrics link alone): no closures
+        if len(self._entries) == 1 and self._entries[0].sync:
+            # the common case (the metrics link alone): no closures
             return self._entries[0].make()(job, payload, queue, final)
         links = [entry.make() for entry in self._entries]
 
         def step(position: int) -> Any:
             if position == len(links):
                 return final()
-            return links[position](job, payload, queue, lambda: step(position + 1))
+            link = links[position]
+            coroutine = async_form(link, prefer_async=False)
+            if coroutine is None:
+                return link(job, payload, queue, lambda: step(position + 1))
+            if run_async is None:
+                raise TypeError(f"{link!r} is async middleware: it runs around async jobs "
+                                "and pushes made with the a- methods (aperform_async)")
+            return run_async(coroutine, job, payload, queue, lambda: step(position + 1))
 
         return step(0)
+
+    async def ainvoke(
+        self, job: Any, payload: dict[str, Any], queue: str,
+        final: Callable[[], Awaitable[Any]], *, sync_inline: bool = False,
+    ) -> Any:
+        """``invoke`` inside a coroutine: async links awaited, sync links in a helper
+        thread of the running loop's executor — or, ``sync_inline`` (client chains, whose
+        links only edit the payload), called on the loop, ``call_next()`` then returning an
+        awaitable the link returns as it is."""
+        if not self._entries:
+            return await final()
+        links = [entry.make() for entry in self._entries]
+        loop = asyncio.get_running_loop()
+
+        async def step(position: int) -> Any:
+            if position == len(links):
+                return await final()
+            link = links[position]
+            coroutine = async_form(link)
+            if coroutine is not None:
+                return await coroutine(job, payload, queue, lambda: step(position + 1))
+            if sync_inline:
+                result = link(job, payload, queue, lambda: step(position + 1))
+                return await result if inspect.isawaitable(result) else result
+            inner: list[concurrent.futures.Future[Any]] = []
+
+            def call_next() -> Any:  # in the helper thread: the rest runs on the loop
+                rest = within(step(position + 1), contextvars.copy_context())
+                future = asyncio.run_coroutine_threadsafe(rest, loop)
+                inner.append(future)
+                return future.result()
+
+            run = functools.partial(contextvars.copy_context().run, link, job, payload,
+                                    queue, call_next)
+            try:
+                return await loop.run_in_executor(None, run)
+            except asyncio.CancelledError:
+                for future in inner:
+                    future.cancel()
+                raise
+
+        return await step(0)
 
     def _index(self, existing: Callable[..., Any]) -> int:
         for index, entry in enumerate(self._entries):

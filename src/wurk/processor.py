@@ -16,8 +16,13 @@
    or cut) is retried with a capped backoff (``wurk.outage``); the outage is reported once
    per capsule when it starts and logged with its length when it ends. It fetches only while
    the heartbeat vouches for the process (``Heartbeat.wait_visible``).
-6. ``async def`` jobs run on an event loop thread owned by the runner; the processing path is
-   the same for both kinds (``_await``).
+6. ``async def`` jobs go from the processor that fetched them to its capsule's lane
+   (``wurk.asyncjobs``) and run as tasks on the runner's event loop; parsing, middleware,
+   logging, the busy map, retries and the ACK decision are the same code for both kinds.
+7. The shutdown interrupt lands only inside a job's own frame: ``JobGuard`` sends it only
+   while the job body runs, and a job leaving its body cancels one sent but not yet
+   raised, so fetch, ACK and ``finally`` code never see it. An interrupted job is never
+   acknowledged (the manager gave it back before interrupting).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import contextvars
 import ctypes
 import inspect
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -37,8 +43,15 @@ import redis
 from . import log as wurk_log
 from . import payload as P
 from .affinity import Pinning
+from .asyncjobs import AsyncLane, EventLoop, timed
 from .config import Config
-from .errors import InvalidPayload, RedisUnavailable, Shutdown, UnparseablePayload
+from .errors import (
+    InvalidPayload,
+    JobNotRegistered,
+    RedisUnavailable,
+    Shutdown,
+    UnparseablePayload,
+)
 from .errors import is_shutdown as _is_shutdown
 from .fetch import Fetcher, UnitOfWork
 from .job import (
@@ -50,7 +63,8 @@ from .job import (
     set_stop_signal,
 )
 from .lending import lend_from
-from .log import job_context, tid
+from .log import job_context, short_id, tid
+from .middleware import within
 from .morgue import Morgue
 from .outage import Backoff, Outage
 from .pool import RedisPool
@@ -58,9 +72,13 @@ from .reporting import report_error
 from .retry import JobRetry
 from .stats import Counters
 
-__all__ = ["Busy", "JobRunner", "Processor"]
+__all__ = ["Busy", "JobGuard", "JobRunner", "Processor"]
 
 log = logging.getLogger("wurk")
+
+# A processor thread waiting for an async middleware link looks this often whether it was
+# interrupted: an interrupt is only raised in a thread that runs Python code.
+BRIDGE_WAIT = 0.1
 
 
 class Busy:
@@ -68,9 +86,9 @@ class Busy:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._work: dict[str, tuple[str, str, int]] = {}
+        self._work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
 
-    def add(self, thread_id: str, queue: str, raw: str) -> None:
+    def add(self, thread_id: str, queue: str, raw: bytes) -> None:
         with self._lock:
             self._work[thread_id] = (queue, raw, int(time.time()))
 
@@ -82,19 +100,41 @@ class Busy:
         """tid → the JSON value Sidekiq's Busy page reads (``wire-format.md`` §7.3)."""
         with self._lock:
             items = list(self._work.items())
-        return {t: P.dumps({"queue": q, "payload": raw, "run_at": run_at})
+        return {t: P.dumps({"queue": q, "payload": raw.decode("utf-8", "replace"),
+                            "run_at": run_at})
                 for t, (q, raw, run_at) in items}
 
     def __len__(self) -> int:
         return len(self._work)
 
 
-async def _in_context(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
-    """Run ``coro`` in a task that sees the submitting thread's context variables (the
-    running job, the log context): a task otherwise copies the loop thread's context."""
-    for variable, value in context.items():
-        variable.set(value)
-    return await coro
+def _never() -> bool:
+    return False
+
+
+class JobGuard:
+    """Marks the stretch of a job's own frame (its middleware and body) in which a shutdown
+    interrupt may be raised; the processor owns one."""
+
+    def enter(self) -> None:
+        return None
+
+    def leave(self) -> bool:
+        """Out of the job's frame: True when it was interrupted (nothing may then be
+        acknowledged: the job is back on its queue)."""
+        return False
+
+
+_NO_GUARD = JobGuard()
+
+
+def _settle(waiter: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if waiter.done():
+        return
+    if error is not None:
+        waiter.set_exception(error)
+    else:
+        waiter.set_result(result)
 
 
 class JobRunner:
@@ -102,20 +142,20 @@ class JobRunner:
 
     def __init__(self, config: Config, *, counters: Counters, busy: Busy,
                  jobs: Registry = registry, morgue: Morgue | None = None,
-                 retry: JobRetry | None = None) -> None:
+                 retry: JobRetry | None = None, loop: EventLoop | None = None) -> None:
         self.config = config
         self.jobs = jobs
         self.counters = counters
         self.busy = busy
         self.morgue = morgue or Morgue(config)
         self.retry = retry or JobRetry(config, self.morgue)
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread: threading.Thread | None = None
-        self._loop_lock = threading.Lock()
+        self.loop = loop if loop is not None else EventLoop()
 
     # -- one job ----------------------------------------------------------------------------
-    def run(self, unit: UnitOfWork, interruptible: Callable[[bool], None]) -> None:
-        """Run one job and acknowledge it, unless it was interrupted by the shutdown."""
+    def run(self, unit: UnitOfWork, guard: JobGuard = _NO_GUARD, *,
+            lane: AsyncLane | None = None, stopping: Callable[[], bool] = _never) -> None:
+        """Run one job and acknowledge it, unless the shutdown interrupted it. An async job
+        goes to ``lane`` (when given) and is acknowledged there when it ends."""
         try:
             job = P.validate(P.loads(unit.raw))
         except InvalidPayload as exc:
@@ -123,51 +163,50 @@ class JobRunner:
             return
         jid = job.get(P.JID)
         unit.jid = jid if isinstance(jid, str) else None
-        if self._execute(unit, job, interruptible):
+        if lane is not None:
+            definition = self._definition(job)
+            if definition is not None and definition.is_async:
+                self._hand_to(lane, unit, job, definition, stopping)
+                return
+        if self._execute(unit, job, guard):
             unit.acknowledge()
 
-    def _execute(self, unit: UnitOfWork, job: P.Payload,
-                 interruptible: Callable[[bool], None]) -> bool:
+    def _definition(self, job: P.Payload) -> JobDefinition | None:
+        try:
+            return self.jobs.lookup(job[P.CLASS])
+        except JobNotRegistered:
+            return None  # the sync path books that failure
+
+    def _execute(self, unit: UnitOfWork, job: P.Payload, guard: JobGuard) -> bool:
         thread_id = tid()
-        raw_text = unit.raw.decode("utf-8", "replace")
-        self.busy.add(thread_id, unit.queue, raw_text)
+        self.busy.add(thread_id, unit.queue, unit.raw)
         running = set_running(job)
         try:
             with job_context(self._log_fields(job, unit.queue)):
-                return self._perform_logged(job, unit.queue, interruptible, unit.raw)
+                return self._perform_logged(job, unit.queue, guard, unit.raw)
         finally:
             reset_running(running)
             self.busy.remove(thread_id)
 
-    def _perform_logged(self, job: P.Payload, queue: str,
-                        interruptible: Callable[[bool], None], raw: bytes) -> bool:
-        quiet = self.config.skip_default_job_logging
-        if not quiet:
-            wurk_log.line(logging.DEBUG, "start")
-        started = time.monotonic()
+    def _perform_logged(self, job: P.Payload, queue: str, guard: JobGuard,
+                        raw: bytes) -> bool:
+        started = self._started()
         definition: JobDefinition | None = None
         instance: Any = None
         try:
             definition = self.jobs.lookup(job[P.CLASS])
             instance = definition.instantiate(job)
-            interruptible(True)
+            guard.enter()
             try:
                 self._invoke(definition, instance, job, queue)
             finally:
-                interruptible(False)
-        except BaseException as exc:
+                if guard.leave():
+                    raise Shutdown("interrupted at the shutdown deadline")
+        except Exception as exc:
             if _is_shutdown(exc):
                 raise
-            if not isinstance(exc, Exception):
-                raise  # KeyboardInterrupt, SystemExit: not a job failure
-            self.counters.record(failed=True)
-            if not quiet:
-                wurk_log.info("fail: %.3f sec", time.monotonic() - started)
-            return self._book_failure(job, exc, definition, instance, raw)
-        self.counters.record(failed=False)
-        if not quiet:
-            wurk_log.info("done: %.3f sec", time.monotonic() - started)
-        return True
+            return self._book_failure(job, exc, definition, instance, raw, started)
+        return self._succeeded(started)
 
     def _invoke(self, definition: JobDefinition, instance: Any, job: P.Payload,
                 queue: str) -> None:
@@ -175,20 +214,41 @@ class JobRunner:
 
         def perform() -> Any:
             result = definition.call(instance, args)
-            if inspect.iscoroutine(result):
+            if inspect.iscoroutine(result):  # a sync def returning a coroutine, or no lane
                 return self._await(result)
             return result
 
         chain = self.config.server_middleware
         if chain:
-            chain.invoke(instance, job, queue, perform)
+            chain.invoke(instance, job, queue, perform, run_async=self._bridge)
         else:
             perform()
 
+    # -- the steps both kinds share ---------------------------------------------------------
+    def _started(self) -> float:
+        if not self.config.skip_default_job_logging:
+            wurk_log.line(logging.DEBUG, "start")
+        return time.monotonic()
+
+    def _succeeded(self, started: float) -> bool:
+        self.counters.record(failed=False)
+        if not self.config.skip_default_job_logging:
+            wurk_log.info("done: %.3f sec", time.monotonic() - started)
+        return True
+
+    @staticmethod
+    def _is_failure(exc: BaseException) -> bool:
+        """A job failure to book, not the shutdown (nor KeyboardInterrupt, SystemExit or a
+        cancelled task): those end the job unacknowledged."""
+        return isinstance(exc, Exception) and not _is_shutdown(exc)
+
     def _book_failure(self, job: P.Payload, exc: Exception, definition: JobDefinition | None,
-                      instance: Any, raw: bytes) -> bool:
+                      instance: Any, raw: bytes, started: float) -> bool:
         """Retry or bury; False (do not acknowledge) when Redis refused that: the job goes
         back to its queue and its failure is booked next time."""
+        self.counters.record(failed=True)
+        if not self.config.skip_default_job_logging:
+            wurk_log.info("fail: %.3f sec", time.monotonic() - started)
         try:
             self.retry.handle(job, exc, definition=definition, instance=instance)
         except (RedisUnavailable, redis.RedisError) as booking_error:
@@ -249,45 +309,148 @@ class JobRunner:
         return fields
 
     # -- async jobs -------------------------------------------------------------------------
-    def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        """Run a coroutine on the runner's event loop and wait for it in this thread."""
-        future = asyncio.run_coroutine_threadsafe(_in_context(coro, contextvars.copy_context()),
-                                                  self._event_loop())
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            raise
+    def _hand_to(self, lane: AsyncLane, unit: UnitOfWork, job: P.Payload,
+                 definition: JobDefinition, stopping: Callable[[], bool]) -> None:
+        unit.fetcher.hand_off(unit)
+        if not lane.take_slot(stopping):
+            unit.requeue()  # quiet came while every slot was taken: back, first in line
+            return
+        lane.start(unit, lambda: self._execute_async(unit, job, definition, lane.stopping))
 
-    def _event_loop(self) -> asyncio.AbstractEventLoop:
-        with self._loop_lock:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(target=loop.run_forever, name="wurk-asyncio",
-                                          daemon=True)
-                thread.start()
-                self._loop, self._loop_thread = loop, thread
-            return self._loop
+    async def _execute_async(self, unit: UnitOfWork, job: P.Payload,
+                             definition: JobDefinition, stopping: threading.Event) -> bool:
+        task_id = short_id(id(asyncio.current_task()))
+        set_stop_signal(stopping)  # the task's own context: interrupted() reads the lane's
+        self.busy.add(task_id, unit.queue, unit.raw)
+        set_running(job)  # the task's own context: nothing to reset
+        try:
+            with job_context(self._log_fields(job, unit.queue)):
+                return await self._perform_async(job, unit.queue, definition, unit.raw)
+        finally:
+            self.busy.remove(task_id)
+
+    async def _perform_async(self, job: P.Payload, queue: str, definition: JobDefinition,
+                             raw: bytes) -> bool:
+        started = self._started()
+        instance: Any = None
+        try:
+            instance = definition.instantiate(job)
+            args = job[P.ARGS]
+            name = f"{definition.name} (jid {job.get(P.JID)})"
+
+            async def perform() -> Any:
+                return await timed(definition.call(instance, args), name,
+                                   self.config.loop_lag_warning)
+
+            chain = self.config.server_middleware
+            if chain:
+                await chain.ainvoke(instance, job, queue, perform)
+            else:
+                await perform()
+        except Exception as exc:
+            if _is_shutdown(exc):
+                raise
+            # Booking talks to Redis: in a helper thread, so the loop runs on meanwhile.
+            return await asyncio.get_running_loop().run_in_executor(
+                None, self._book_failure, job, exc, definition, instance, raw, started)
+        return self._succeeded(started)
+
+    def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
+        """A coroutine met on a processor thread (no lane: ``perform_inline``-like use, or a
+        sync def that returned one): run on the loop, waited for in slices so a shutdown
+        interrupt can land here."""
+        future = self.loop.submit(within(coro, _context()))
+        try:
+            while True:
+                try:
+                    return future.result(timeout=BRIDGE_WAIT)
+                except TimeoutError:
+                    continue
+        finally:
+            future.cancel()
+
+    def _bridge(self, link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
+                payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
+        """An async middleware link around a sync job: the link runs on the loop, and its
+        ``await call_next()`` runs the rest of the chain (the job) back in this thread, so
+        the job keeps its thread's lent connection and its shutdown interrupt."""
+        loop = self.loop.get()
+        requests: queue.SimpleQueue[asyncio.Future[Any] | None] = queue.SimpleQueue()
+
+        async def call_next() -> Any:
+            waiter = loop.create_future()
+            requests.put(waiter)
+            return await waiter
+
+        future = self.loop.submit(within(link(job, payload, queue_name, call_next),
+                                         _context()))
+        future.add_done_callback(lambda _: requests.put(None))
+        try:
+            while True:
+                try:
+                    waiter = requests.get(timeout=BRIDGE_WAIT)
+                except queue.Empty:
+                    continue
+                if waiter is None:
+                    return future.result(timeout=0)
+                try:
+                    result = rest()
+                except BaseException as exc:
+                    loop.call_soon_threadsafe(_settle, waiter, None, exc)
+                    if not self._is_failure(exc):
+                        raise
+                    continue
+                loop.call_soon_threadsafe(_settle, waiter, result, None)
+        finally:
+            future.cancel()
 
     def close(self) -> None:
-        """Cancel async jobs still running and stop the event loop thread."""
-        with self._loop_lock:
-            loop, thread = self._loop, self._loop_thread
-            self._loop = self._loop_thread = None
-        if loop is None or thread is None:
-            return
+        """Cancel async work still running and stop the event loop thread."""
+        self.loop.close()
 
-        def cancel_all() -> None:
-            for task in asyncio.all_tasks(loop):
-                task.cancel()
-            loop.call_soon(loop.stop)
 
-        loop.call_soon_threadsafe(cancel_all)
-        thread.join(timeout=5)
+def _context() -> contextvars.Context:
+    return contextvars.copy_context()
 
 
 def _always(timeout: float) -> bool:
     return True
+
+
+class _Interruptible(JobGuard):
+    """A processor's guard: ``interrupt`` raises ``Shutdown`` in the thread only between
+    ``enter`` and ``leave``, and ``leave`` withdraws one sent but not raised yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_job = False
+        self.interrupted = False
+        self.ident: int | None = None
+
+    def enter(self) -> None:
+        with self._lock:
+            self._in_job = True
+
+    def leave(self) -> bool:
+        with self._lock:
+            self._in_job = False
+            if self.interrupted and self.ident is not None:
+                _async_exc(self.ident, None)  # not raised yet: it never will be
+            return self.interrupted
+
+    def interrupt(self) -> bool:
+        with self._lock:
+            if not self._in_job or self.interrupted or self.ident is None:
+                return False
+            self.interrupted = True
+            _async_exc(self.ident, Shutdown)
+            return True
+
+
+def _async_exc(ident: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in thread ``ident`` at its next bytecode; None withdraws a pending one."""
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(ident), ctypes.py_object(exc) if exc is not None else None)
 
 
 class Processor:
@@ -298,16 +461,15 @@ class Processor:
                  outage: Outage | None = None,
                  visible: Callable[[float], bool] | None = None,
                  pinning: Pinning | None = None,
-                 lend: RedisPool | None = None) -> None:
+                 lend: RedisPool | None = None,
+                 lane: AsyncLane | None = None) -> None:
         self.name = name
         self.fetcher = fetcher
         self.runner = runner
         self.fetch_timeout = fetch_timeout
         self._on_exit = on_exit
         self._stop = threading.Event()
-        self._interrupt_lock = threading.Lock()
-        self._in_job = False
-        self._interrupted = False
+        self._guard = _Interruptible()
         self.current: UnitOfWork | None = None
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.outage = outage if outage is not None else Outage(runner.config, f"fetch ({name})")
@@ -315,6 +477,8 @@ class Processor:
         self._visible = visible if visible is not None else _always
         self._pinning = pinning
         self._lend = lend  # the pool whose connection this thread lends its jobs
+        self._lane = lane  # where its async jobs run
+        self.jobs_run = 0
 
     def start(self) -> None:
         self.thread.start()
@@ -324,21 +488,12 @@ class Processor:
         self._stop.set()
 
     def interrupt(self) -> bool:
-        """Raise ``Shutdown`` in the thread if it is inside a job body; True if sent."""
-        with self._interrupt_lock:
-            if not self._in_job or self.thread.ident is None:
-                return False
-            self._interrupted = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(
-                ctypes.c_ulong(self.thread.ident), ctypes.py_object(Shutdown)
-            )
-            return True
-
-    def _set_in_job(self, value: bool) -> None:
-        with self._interrupt_lock:
-            self._in_job = value
+        """Raise ``Shutdown`` in the thread if it is inside a job body; True if sent. Sent
+        once: a second exception could land in the first one's handling."""
+        return self._guard.interrupt()
 
     def _main(self) -> None:
+        self._guard.ident = threading.get_ident()
         error: BaseException | None = None
         set_stop_signal(self._stop)  # what Job.interrupted() reads in this thread's jobs
         try:
@@ -360,20 +515,22 @@ class Processor:
             self._on_exit(self, error)
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        stopping = self._stop.is_set
+        while not stopping():
             if not self._visible(self.fetch_timeout):
                 continue  # no heartbeat record vouches for us: a reaper would take the job back
             unit = self._fetch()
             if unit is None:
                 continue
-            if self._stop.is_set():
+            if stopping():
                 unit.requeue()  # fetched after quiet: back untouched, first in line
                 return
             self.current = unit
             try:
-                self.runner.run(unit, self._set_in_job)
+                self.runner.run(unit, self._guard, lane=self._lane, stopping=stopping)
             finally:
                 self.current = None
+            self.jobs_run += 1
 
     def _fetch(self) -> UnitOfWork | None:
         try:

@@ -4,7 +4,8 @@
    configuration says ``client="transactional"`` (pushes deferred to the surrounding
    database transaction's commit). Choosing here keeps the client module free of the
    transactional one, which builds on it.
-2. ``push`` / ``push_bulk`` push a raw payload through it: ``wurk.push({...})``.
+2. ``push`` / ``push_bulk`` push a raw payload through it: ``wurk.push({...})``;
+   ``apush`` / ``apush_bulk`` are the same for async code (``await wurk.apush({...})``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from .client import Client
 from .config import Config, default_config
 from .transactional import TransactionalClient
 
-__all__ = ["default_client", "push", "push_bulk"]
+__all__ = ["apush", "apush_bulk", "default_client", "push", "push_bulk"]
 
 _clients: dict[int, Client] = {}
 
@@ -42,3 +43,12 @@ def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None
 def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
     return default_client(config).push_bulk(item)
 
+
+async def apush(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+    """``wurk.push`` for async code: ``await wurk.apush({...})``, never blocking the loop."""
+    return await default_client(config).apush(item)
+
+
+async def apush_bulk(item: Mapping[str, Any], *,
+                     config: Config | None = None) -> list[str | None]:
+    return await default_client(config).apush_bulk(item)

@@ -249,11 +249,15 @@ class ReliableFetch:
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:
         unit.settled = True
+        self._pending.append(unit)
         if not self._ahead:
-            self._pending.append(unit)  # the next fetch is a round trip: it rides that
-            return
-        # Jobs fetched ahead come first: write the ACK now, read its reply later.
-        sending = [*self._pending, unit]
+            return  # the next fetch is a round trip: the ACK rides that
+        self._send_pending()
+
+    def _send_pending(self) -> None:
+        """Jobs fetched ahead come first: write the pending ACKs now, read the replies with
+        the next round trip."""
+        sending = self._pending
         try:
             self.lease.send(self._ack_commands(sending))
         except RedisUnavailable:
@@ -261,6 +265,17 @@ class ReliableFetch:
             return  # sent again with the next round trip
         self._pending = []
         self._sent += sending
+
+    def hand_off(self, unit: UnitOfWork) -> None:
+        if self._out is unit:
+            self._out = None  # settled by whoever runs it: not ours to let go of
+
+    def acknowledge_many(self, units: Sequence[UnitOfWork], lease: Lease) -> list[UnitOfWork]:
+        """The ACKs of jobs that ran elsewhere (async jobs), in one round trip of ``lease``;
+        this processor's own pending ACKs are not touched, so any thread may call it."""
+        for unit in units:
+            unit.settled = True
+        return self._settle(units, lease.pipeline(self._ack_commands(units)))
 
     def _ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
         commands: list[tuple[Any, ...]] = []
@@ -271,10 +286,14 @@ class ReliableFetch:
         return commands
 
     def _acks_sent(self, replies: Sequence[Any]) -> None:
-        """Units whose ``LREM`` went through are done; one refused for now stays pending."""
+        self._pending = self._settle(self._pending, replies)
+
+    def _settle(self, units: Sequence[UnitOfWork], replies: Sequence[Any]) -> list[UnitOfWork]:
+        """Units whose ``LREM`` went through are done; those refused for now are returned,
+        to be sent again."""
         answers = iter(replies)
         kept: list[UnitOfWork] = []
-        for unit in self._pending:
+        for unit in units:
             reply = next(answers)
             if unit.counted and unit.jid:
                 next(answers)  # the poison counter's DEL: nothing depends on it
@@ -284,7 +303,7 @@ class ReliableFetch:
             if isinstance(reply, Exception):
                 log.warning("an ACK was refused by Redis: %s", reply)
             self.claims.release(unit)
-        self._pending = kept
+        return kept
 
     def flush_acks(self) -> None:
         if self._pending or self._sent:

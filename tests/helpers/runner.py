@@ -32,7 +32,7 @@ class Drain:
         while any(self.raw.llen(self.config.keys.queue(q)) for q in self.queues):
             unit = self.fetcher.fetch(0.05)
             if unit is not None:
-                self.runner.run(unit, lambda _: None)
+                self.runner.run(unit)
                 ran += 1
         return ran
 

@@ -97,7 +97,7 @@ class Rig:
         while self.r.llen(f"queue:{QUEUE}") or self.r.llen("queue:default"):
             unit = self.fetcher.fetch(0.01)
             assert unit is not None
-            self.runner.run(unit, lambda _: None)  # must never raise
+            self.runner.run(unit)  # must never raise
             ran += 1
         self.fetcher.flush_acks()
         return ran

@@ -508,33 +508,19 @@ def test_callback_options_reach_the_callback_byte_for_byte(fast: wurk.Config,
     assert options == tricky
 
 
-def test_the_async_write_registers_as_the_sync_one(fast: wurk.Config, r: redis.Redis) -> None:
+def test_async_pushes_inside_a_block_join_the_batch(fast: wurk.Config, r: redis.Redis) -> None:
     import asyncio
 
-    import redis.asyncio
-
-    class AsyncCalls:
-        def __init__(self, client: Any) -> None:
-            self.client = client
-
-        async def call(self, *args: Any) -> Any:
-            return await self.client.execute_command(*args)
-
-    async def push_two(batch: wurk.Batch) -> set[str]:
-        client = redis.asyncio.Redis.from_url(fast.redis_url)
-        try:
-            await client.script_flush()  # the first call meets NOSCRIPT and loads it
-            entries = [({"class": "BatchTest::work", "args": [n], "queue": "default",
-                         "jid": f"{n:024x}", "bid": batch.bid}, None) for n in range(2)]
-            return await accounting.awrite(AsyncCalls(client), fast, entries)
-        finally:
-            await client.aclose()
+    async def push(batch: wurk.Batch) -> list[str | None]:
+        with batch.jobs():
+            one = await work.aperform_async("async one")
+            many = await work.aperform_bulk([["async two"], ["async three"]])
+        return [one, *many]
 
     batch = wurk.Batch()
-    with batch.jobs():
-        assert asyncio.run(push_two(batch)) == set()
-    status = wurk.BatchStatus(batch.bid)
-    assert status.total == 2 and r.llen("queue:default") == 2  # no Empty job: it pushed two
+    jids = asyncio.run(push(batch))
+    assert all(jids) and wurk.BatchStatus(batch.bid).total == 3
+    assert {json.loads(raw)["bid"] for raw in r.lrange("queue:default", 0, -1)} == {batch.bid}
 
 
 def test_a_count_is_sent_again_through_a_short_outage(redis_server: Server,
@@ -630,3 +616,19 @@ def test_a_rate_limited_job_is_not_counted_until_it_runs(limited_worker: wurk.Em
     assert events(r, batch.bid) == ["complete", "success"]
     assert r.lrange("ran", 0, -1) == ["once"]
     assert wurk.BatchStatus(batch.bid).failures == 0
+
+
+@wurk.job(name="BatchTest::async_work")
+async def async_work(name: str) -> None:
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", "ran", name)
+
+
+def test_async_jobs_of_a_batch_are_counted(worker: wurk.Embedded, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        for n in range(5):
+            async_work.perform_async(f"a{n}")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.llen("ran") == 5

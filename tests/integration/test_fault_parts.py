@@ -285,7 +285,7 @@ def test_a_bad_payload_the_dead_set_refuses_is_left_unacknowledged(
     config.error_handlers.append(lambda exc, ctx: reported.append(exc))
     runner = JobRunner(config, counters=Counters(), busy=Busy())
     unit = unit_of(b"not json")
-    runner.run(unit, lambda _: None)  # no exception: the thread lives on
+    runner.run(unit)  # no exception: the thread lives on
     assert unit.fetcher.acked == []  # type: ignore[attr-defined]
     assert any("WRONGTYPE" in str(e) for e in reported)
 
@@ -296,7 +296,7 @@ def test_a_failure_redis_refuses_to_book_is_left_unacknowledged(
     r.set("retry", "not a sorted set")
     runner = JobRunner(config, counters=Counters(), busy=Busy())
     unit = unit_of(job(1, **{"class": "No::Such"}))
-    runner.run(unit, lambda _: None)
+    runner.run(unit)
     assert unit.fetcher.acked == []  # type: ignore[attr-defined]
 
 
@@ -313,7 +313,7 @@ def test_a_failure_the_payload_makes_unbookable_is_buried_as_it_came(
                        retry=UnbookableRetry(config, morgue))
     raw = job(1, **{"class": "No::Such"})
     unit = unit_of(raw)
-    runner.run(unit, lambda _: None)
+    runner.run(unit)
     assert unit.fetcher.acked == [unit]  # type: ignore[attr-defined]
     assert r.zrange("dead", 0, -1) == [raw.decode()]
 

@@ -67,3 +67,21 @@ def crash(key: str) -> None:
     """Takes its whole process down, every time: a poison pill."""
     r().incr(key)
     os._exit(17)
+
+
+@wurk.job(name="Sys::AsyncWait")
+async def async_wait(key: str, seconds: float) -> None:
+    """An I/O-bound async job: waits, then records its jid through ``wurk.redis()``."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", key, wurk.current_jid() or "")
+
+
+@wurk.job(name="Sys::AsyncBlocker")
+async def async_blocker(key: str, seconds: float) -> None:
+    """An async job that wrongly blocks the event loop with a sync sleep."""
+    time.sleep(seconds)
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", key, "1")

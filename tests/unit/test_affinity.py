@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
+import time
+from collections.abc import Callable
 
 import pytest
 
@@ -81,17 +84,69 @@ def test_fixed_pinning_holds_the_entering_thread_only() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is untouched
 
 
-def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
+class Fake:
+    """A process whose jobs run at ``rates[pinned]`` per second, its processor threads
+    using ``cores`` cores: the two things the guard measures."""
+
+    def __init__(self, *, cores: float, pinned_rate: float, free_rate: float) -> None:
+        self.cores = cores
+        self.rates = {True: pinned_rate, False: free_rate}
+        self.pinning: affinity.Pinning | None = None
+        self._cpu = self._done = 0.0
+        self._at = time.monotonic()
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        pinned = self.pinning is not None and self.pinning.pinned
+        self._cpu += (now - self._at) * self.cores
+        self._done += (now - self._at) * self.rates[pinned]
+        self._at = now
+
+    def cpu(self, threads: object) -> float:
+        self._advance()
+        return self._cpu
+
+    def done(self) -> int:
+        self._advance()
+        return int(self._done)
+
+
+def pinning_of(fake: Fake, running: Callable[[], int]) -> affinity.Pinning:
+    cpus = affinity.allowed()
+    fake.pinning = affinity.Pinning(frozenset({cpus[-1]}), running, adaptive=True,
+                                    done=fake.done, cpu=fake.cpu)
+    return fake.pinning
+
+
+def _sample_for(pinning: affinity.Pinning, seconds: float) -> list[bool]:
+    states = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        pinning.sample()
+        states.append(pinning.pinned)
+        time.sleep(0.005)
+    return states
+
+
+@pytest.fixture
+def fast_guard(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(affinity, "WINDOW", 0.1)
+    monkeypatch.setattr(affinity, "RETRY", 0.6)
+    monkeypatch.setattr(affinity, "HOLD", 0.5)
+
+
+def test_adaptive_pinning_follows_the_average_number_of_running_jobs(
+    fast_guard: None,
+) -> None:
     cpus = affinity.allowed()
     running = [0]
-    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: running[0], adaptive=True)
+    pinning = pinning_of(Fake(cores=1.0, pinned_rate=5000, free_rate=3000), lambda: running[0])
     started, done, seen = threading.Event(), threading.Event(), []
     thread = _in_thread(pinning, started, done, seen)
     started.wait(10)
     assert seen == [set(cpus)] and not pinning.pinned  # quiet: anywhere
     running[0] = 4
-    for _ in range(affinity.SAMPLES):
-        pinning.sample()
+    _sample_for(pinning, 0.4)  # a free window, then a pinned trial that pays
     assert pinning.pinned
     native = next(iter(pinning._threads))
     assert os.sched_getaffinity(native) == {cpus[-1]}  # moved from outside the thread
@@ -107,3 +162,30 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
     thread.join()
     assert seen[-1] == set(cpus)
     pinning.sample()  # the thread is gone: nothing to move, no error
+
+
+def test_jobs_computing_in_parallel_are_never_pinned(fast_guard: None) -> None:
+    """Jobs that release the GIL (numpy, compression) use more than one core unpinned:
+    ``auto`` leaves them on every core."""
+    pinning = pinning_of(Fake(cores=1.9, pinned_rate=5000, free_rate=9500), lambda: 10)
+    assert not any(_sample_for(pinning, 1.0))
+
+
+def test_a_trial_that_does_not_pay_leaves_the_threads_free(fast_guard: None) -> None:
+    """On a machine loaded by others a parallel job may get under PARALLEL_CORES cores even
+    unpinned; then the pinned trial finds fewer jobs done and pinning is dropped."""
+    pinning = pinning_of(Fake(cores=0.4, pinned_rate=6000, free_rate=10000), lambda: 10)
+    states = _sample_for(pinning, 1.2)
+    assert not pinning.pinned
+    trials = sum(1 for a, b in itertools.pairwise(states) if b and not a)
+    assert 1 <= trials <= 2, "one trial per hold, not a flip every window"
+
+
+def test_kept_pinning_is_tried_again(fast_guard: None) -> None:
+    fake = Fake(cores=1.0, pinned_rate=5000, free_rate=3000)
+    pinning = pinning_of(fake, lambda: 10)
+    _sample_for(pinning, 0.4)
+    assert pinning.pinned
+    fake.rates[True] = 1000  # the job mix changed: pinning now costs
+    states = _sample_for(pinning, 1.5)
+    assert False in states and not pinning.pinned

@@ -41,7 +41,7 @@ def test_random_order_is_uniform() -> None:
 
 def test_busy_map_entries_are_what_sidekiq_reads() -> None:
     busy = Busy()
-    busy.add("t1", "default", '{"class":"X","args":[]}')
+    busy.add("t1", "default", b'{"class":"X","args":[]}')
     assert len(busy) == 1
     entry = json.loads(busy.snapshot()["t1"])
     assert entry["queue"] == "default" and entry["payload"] == '{"class":"X","args":[]}'
@@ -135,7 +135,8 @@ environment: ${NESTED}
         ("concurrencyy: 3", "unknown setting 'concurrencyy'"),
         ("queues: default", "queues must be a list"),
         ("queues: [[a, 1, 2]]", "queue entry"),
-        ("capsules: {x: {threads: 2}}", "capsule 'x' takes concurrency and queues only"),
+        ("capsules: {x: {threads: 2}}",
+             "capsule 'x' takes concurrency, async_concurrency and queues only"),
         ("tag: ${UNSET_VARIABLE_X}", "UNSET_VARIABLE_X is not set"),
         ("server_middleware: []", "unknown setting 'server_middleware'"),
     ],

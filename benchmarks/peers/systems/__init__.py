@@ -87,16 +87,21 @@ def peers_missing(tools: Tools, script: str, venv: str = ".venv") -> str | None:
     return None
 
 
-ORDER = ("wurk", "wurk_os", "wurk_redispy", "sidekiq", "sidekiq_pinned", "sidekiq_nojit",
-         "dramatiq", "huey", "celery", "arq", "rq_simple", "rq_fork")
+ORDER = ("wurk", "wurk_redispy", "sidekiq", "wurk_pinned", "wurk_redispy_pinned",
+         "sidekiq_pinned", "sidekiq_nojit", "dramatiq", "huey", "celery", "arq", "rq_simple",
+         "rq_fork")
+# The async row (``--async-row``): async jobs awaiting 50 ms at one concurrency.
+ASYNC_ORDER = ("wurk_async", "arq", "saq")
 
 
 def build(name: str, tools: Tools) -> System:
-    """The adapter ``name`` (one of ``ORDER``), probed for availability."""
-    from . import arq, celery, dramatiq, huey, rq, sidekiq, wurk
+    """The adapter ``name`` (of ``ORDER`` or ``ASYNC_ORDER``), probed for availability."""
+    from . import arq, celery, dramatiq, huey, rq, saq, sidekiq, wurk
 
     makers: dict[str, Callable[[Tools], System]] = {
-        "wurk": wurk.system, "wurk_os": wurk.unpinned, "wurk_redispy": wurk.redis_py_jobs,
+        "wurk": wurk.system, "wurk_redispy": wurk.redis_py_jobs,
+        "wurk_pinned": wurk.pinned, "wurk_redispy_pinned": wurk.redis_py_pinned,
+        "wurk_async": wurk.async_jobs, "saq": saq.system,
         "sidekiq": sidekiq.system,
         "sidekiq_pinned": sidekiq.pinned, "sidekiq_nojit": sidekiq.nojit,
         "dramatiq": dramatiq.system,
@@ -104,5 +109,6 @@ def build(name: str, tools: Tools) -> System:
         "rq_simple": rq.simple, "rq_fork": rq.fork,
     }
     if name not in makers:
-        raise ValueError(f"unknown system {name!r}: choose from {', '.join(ORDER)}")
+        raise ValueError(f"unknown system {name!r}: choose from "
+                         f"{', '.join(dict.fromkeys(ORDER + ASYNC_ORDER))}")
     return makers[name](tools)

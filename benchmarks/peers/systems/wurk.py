@@ -1,48 +1,66 @@
 """wurk: ``wurk worker -C benchmarks/peers/wurk.yml -r benchmarks.peers.wurk_jobs -c C``
-from the project's own .venv; several processes are one ``wurk swarm -n P`` (its children
-spread over the CPUs when pinned). ``wurk.yml`` asks for reliable fetch and
-``cpu_affinity: auto`` and follows BENCH_QUIET for per-job logging.
+from the project's own .venv, with wurk's defaults (``wurk.yml`` only follows BENCH_QUIET
+for per-job logging); several processes are one ``wurk swarm -n P``.
 
-"wurk_os" is the same with ``cpu_affinity`` off (wurk's default: the OS places threads).
-"wurk_redispy" is "wurk" with the jobs writing through a redis-py client, as the Python peers'
-jobs do, instead of ``wurk.redis()`` (``wurk_jobs.py``)."""
+"wurk" writes through ``wurk.redis()``, "wurk_redispy" through a redis-py client (as the
+Python peers' jobs do): the two job bodies of the headline. "wurk_pinned" and
+"wurk_redispy_pinned" hold the processor threads to the last CPU always
+(``--cpu-affinity <cpu>``), as "sidekiq_pinned" runs Sidekiq under ``taskset -c <cpu>``:
+the both-pinned pair. (The default, ``auto``, pins only while busy and measured to pay.)
+"wurk_async" is the async row's worker: ``--async-concurrency`` set to the row's
+concurrency."""
 
 from __future__ import annotations
+
+import os
 
 from . import Argv, System, Tools, probe, python_enqueue
 
 CONFIG = "benchmarks/peers/wurk.yml"
+# The CPU the pinned rows hold to: the one sidekiq_pinned's taskset takes.
+LAST_CPU = str(max(os.sched_getaffinity(0)))
 
 
 def system(tools: Tools) -> System:
-    return _system(tools, "wurk", pinned=True)
-
-
-def unpinned(tools: Tools) -> System:
-    return _system(tools, "wurk_os", pinned=False)
+    return _system(tools, "wurk")
 
 
 def redis_py_jobs(tools: Tools) -> System:
-    return _system(tools, "wurk_redispy", pinned=True, redis_py=True)
+    return _system(tools, "wurk_redispy", redis_py=True)
 
 
-def _system(tools: Tools, name: str, *, pinned: bool, redis_py: bool = False) -> System:
+def pinned(tools: Tools) -> System:
+    return _system(tools, "wurk_pinned", pinned=True)
+
+
+def redis_py_pinned(tools: Tools) -> System:
+    return _system(tools, "wurk_redispy_pinned", pinned=True, redis_py=True)
+
+
+def async_jobs(tools: Tools) -> System:
+    return _system(tools, "wurk_async", async_row=True)
+
+
+def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = False,
+            async_row: bool = False) -> System:
     wurk = str(tools.project_bin("wurk"))
     prefix = ["env", "BENCH_WURK_JOB_CLIENT=redis-py"] if redis_py else []
 
     def workers(processes: int, concurrency: int) -> list[Argv]:
         command = ["worker"] if processes == 1 else ["swarm", "-n", str(processes)]
+        threads = ["-c", "10", "--async-concurrency", str(concurrency)] if async_row \
+            else ["-c", str(concurrency)]
         return [[*prefix, wurk, *command, "-C", CONFIG, "-r", "benchmarks.peers.wurk_jobs",
-                 "-c", str(concurrency), *([] if pinned else ["--cpu-affinity", "none"])]]
+                 *threads, *(["--cpu-affinity", LAST_CPU] if pinned else [])]]
 
     missing = probe([wurk, "worker", "--help"], cwd=tools.root)
+    body = "jobs INCR through redis-py" if redis_py else "jobs INCR through wurk.redis()"
     return System(
         name=name, enqueue=python_enqueue(tools.project_bin("python"), "wurk"),
         workers=workers, has_bulk=True,
         unavailable=None if tools.project_bin("python").exists() else
         f"{tools.project_bin('python')} missing: run ./scripts/test",
         no_worker="worker not available yet" if missing else None,
-        notes=[f"{name}: reliable fetch, " + ("processor threads on one CPU (cpu_affinity "
-                                               "auto)" if pinned else "threads placed by the OS")
-               + (", jobs INCR through redis-py" if redis_py else ", jobs INCR through "
-                  "wurk.redis()")])
+        notes=[f"{name}: " + (f"--cpu-affinity {LAST_CPU}" if pinned else "defaults")
+               + f" (reliable fetch{'' if pinned else ', cpu_affinity auto'}), {body}"
+               + (", 10 threads + async slots" if async_row else "")])

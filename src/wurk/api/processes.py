@@ -31,7 +31,7 @@ __all__ = ["Process", "ProcessSet", "Work", "WorkSet"]
 log = logging.getLogger("wurk")
 
 # Hash fields of the heartbeat record, in the order they are read.
-HASH_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency")
+HASH_FIELDS = ("info", "busy", "beat", "quiet", "rss", "rtt_us", "concurrency", "loop_lag_us")
 # Sidekiq's prune lock lasts a minute: one process prunes per minute, cluster-wide.
 CLEANUP_LOCK_SECONDS = 60
 # A signal not popped within a minute is stale: its target stopped beating.
@@ -73,6 +73,8 @@ class Process:
     rtt_us: int | Invalid = 0
     concurrency: int | Invalid = 0
     leader: bool = False
+    # wurk's event loop, at its worst since the previous beat (0: none, or not wurk).
+    loop_lag_us: int | Invalid = 0
     config: Config = field(default_factory=default_config, repr=False, compare=False)
 
     @classmethod
@@ -137,7 +139,8 @@ class Process:
             "identity": self.identity, "hostname": self.hostname, "pid": self.pid,
             "tag": self.tag, "started_at": self.started_at, "concurrency": self.concurrency,
             "busy": self.busy, "beat": self.beat, "quiet": self.stopping, "rss_kb": self.rss_kb,
-            "rtt_us": self.rtt_us, "queues": self.queues, "labels": self.labels,
+            "rtt_us": self.rtt_us, "loop_lag_us": self.loop_lag_us, "queues": self.queues,
+            "labels": self.labels,
             "version": self.version, "embedded": self.embedded, "leader": self.leader,
         }
 
@@ -210,7 +213,8 @@ def parse_process(identity: str, fields: list[bytes | None], config: Config) -> 
         identity=identity, info=info, busy=values.count(raw["busy"]),
         beat=values.epoch(_number_text(raw["beat"])), stopping=raw["quiet"] == b"true",
         rss_kb=values.count(raw["rss"]), rtt_us=values.count(raw["rtt_us"]),
-        concurrency=values.count(concurrency), config=config,
+        concurrency=values.count(concurrency), loop_lag_us=values.count(raw["loop_lag_us"]),
+        config=config,
     )
 
 

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from ..config import Config
     from .block import Entry
 
-__all__ = ["Calls", "Outcome", "awrite", "callback_done", "close", "create", "invalidate",
+__all__ = ["Calls", "Outcome", "callback_done", "close", "create", "invalidate",
            "locks", "push", "push_call", "pushed", "record", "register", "reopen", "write"]
 
 log = logging.getLogger("wurk")
@@ -174,30 +174,6 @@ def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | N
     now = time.time()
     return [lock_for(config.keys, job, at, now) if P.UNIQUE_FOR in job else ("", 0)
             for job, at in entries]
-
-
-async def awrite(conn: Any, config: Config, entries: Sequence[Entry]) -> set[str]:
-    """``write`` for the async client: ``conn`` has an awaitable ``call`` (the async
-    ``wurk.redis()``). The same script; one round trip, two more on a server without it."""
-    from .block import current
-
-    block = current()
-    if block is None or not entries:
-        return set()
-    keys, args = push_call(config, block.bid, entries, locks(config, entries))
-    try:
-        try:
-            reply = await conn.call(*_PUSH.evalsha(keys, args))
-        except redis.exceptions.NoScriptError:  # nothing ran: safe to send again
-            await conn.call(*_PUSH.load())
-            reply = await conn.call(*_PUSH.evalsha(keys, args))
-    except redis.ResponseError as exc:
-        if str(exc).startswith(_REFUSALS):
-            raise BatchError(str(exc).split(" ", 1)[1]) from None
-        raise
-    _, refused = pushed(entries, reply)
-    block.pushed += len(entries) - len(refused)
-    return refused
 
 
 def register(config: Config, entries: Sequence[Entry]) -> set[str]:

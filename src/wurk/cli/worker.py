@@ -112,6 +112,7 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
         settings["environment"] = options["environment"]
     swarm = settings.pop("swarm", None) or {}
     for flag, setting in (("concurrency", "concurrency"), ("timeout", "timeout"),
+                          ("async_concurrency", "async_concurrency"),
                           ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format"),
                           ("cpu_affinity", "cpu_affinity"), ("health_port", "health_port"),
                           ("metrics_port", "metrics_port")):
@@ -133,6 +134,8 @@ def worker_options(fn: Any) -> Any:
                      help="Queue to process, with an optional weight (repeatable)."),
         click.option("-c", "--concurrency", type=click.IntRange(min=1), default=None,
                      help="Processor threads (default 5)."),
+        click.option("--async-concurrency", type=click.IntRange(min=1), default=None,
+                     help="async def jobs running at once on the event loop (default 100)."),
         click.option("-t", "--timeout", type=click.FloatRange(min=0), default=None,
                      help="Shutdown timeout in seconds (default 25)."),
         click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),
@@ -143,7 +146,8 @@ def worker_options(fn: Any) -> Any:
         click.option("--fetch", type=click.Choice(["reliable", "basic"]), default=None,
                      help="Fetch strategy."),
         click.option("--cpu-affinity", default=None, metavar="auto|none|CPUS",
-                     help="Pin processor threads: 'auto' (one CPU; a swarm spreads its "
+                     help="Pin processor threads: 'auto' (the default: one CPU while "
+                          "busy and not computing in parallel; a swarm spreads its "
                           "children), CPUs such as '1' or '0,2-3', or 'none'."),
         click.option("--log-format", type=click.Choice(["pretty", "plain", "json"]),
                      default=None, help="Log line format."),

@@ -216,17 +216,37 @@ class ExecutionMetrics:
         try:
             result = call_next()
         except Exception as exc:
-            if self.tracker is not None:
-                self.tracker.failed(name)
-            for observer in self.observers:
-                _tell(observer, name, queue, payload, None, exc)
+            self._failed(name, queue, payload, exc)
             raise
+        self._succeeded(name, queue, payload, started)
+        return result
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        """The same around an async job, on its event loop: a sync link there would hold a
+        helper thread for the job's whole run."""
+        name = job_name(payload)
+        started = time.perf_counter()
+        try:
+            result = await call_next()
+        except Exception as exc:
+            self._failed(name, queue, payload, exc)
+            raise
+        self._succeeded(name, queue, payload, started)
+        return result
+
+    def _failed(self, name: str, queue: str, payload: P.Payload, exc: Exception) -> None:
+        if self.tracker is not None:
+            self.tracker.failed(name)
+        for observer in self.observers:
+            _tell(observer, name, queue, payload, None, exc)
+
+    def _succeeded(self, name: str, queue: str, payload: P.Payload, started: float) -> None:
         ms = (time.perf_counter() - started) * 1000.0
         if self.tracker is not None:
             self.tracker.succeeded(name, ms)
         for observer in self.observers:
             _tell(observer, name, queue, payload, ms, None)
-        return result
 
 
 def _tell(observer: Observer, name: str, queue: str, payload: P.Payload, ms: float | None,

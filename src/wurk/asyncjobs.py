@@ -1,0 +1,408 @@
+"""Async jobs: the worker's event loop, each capsule's async slots, and a watch on the loop.
+
+1. ``EventLoop`` owns the worker's one event-loop thread, started on first use; ``close``
+   cancels what still runs there and stops the thread. Helper threads (a failure being
+   booked, a sync middleware around an async job) come from its bounded executor.
+2. ``AsyncLane`` is a capsule's share of it: at most ``async_concurrency`` jobs at once. A
+   processor that fetched an ``async def`` job hands it here and fetches on, so a thousand
+   waiting jobs hold no thread. The job runs as a task through the same runner code as a
+   sync job (middleware, perform, retry); its ACK goes through the capsule's one
+   acknowledging thread, in batches, by the same fetcher code. At the deadline the manager
+   gives back what still runs, then the lane cancels it: a job given back is never
+   acknowledged.
+3. ``timed`` drives a job's coroutine step by step and warns, naming the job, when one step
+   holds the loop longer than ``loop_lag_warning``: a blocking call inside an async job
+   stalls every other one.
+4. The lag probe: a timer on the loop measuring how late it fires; the worst lag since the
+   last heartbeat goes into the process record (``loop_lag_us``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+from collections.abc import Awaitable, Callable, Coroutine, Generator
+from typing import Any
+
+from .affinity import Pinning
+from .config import Capsule, Config
+from .errors import RedisUnavailable
+from .fetch import UnitOfWork
+from .lease import Lease
+from .outage import Backoff, Outage
+from .pool import RedisPool
+from .reporting import report_error
+
+__all__ = ["AsyncLane", "EventLoop", "timed"]
+
+log = logging.getLogger("wurk")
+
+# How often the probe measures the loop's lateness.
+PROBE_INTERVAL = 0.05
+# A processor waiting for a free async slot looks this often whether it should stop.
+SLOT_WAIT = 0.1
+# The acknowledging thread looks this often whether its lane is closing.
+ACK_WAIT = 0.5
+# After the first finished job it waits this long for more, so one round trip (and one
+# wake of the thread) serves many.
+ACK_GATHER = 0.002
+# Threads for the blocking parts of async jobs (booking a failure, a sync middleware link)
+# beyond one per async slot.
+SPARE_HELPERS = 4
+
+
+def _placed(pinning: Pinning | None, body: Callable[[], Any]) -> None:
+    """Run a thread's ``body`` where ``pinning`` places the processor threads."""
+    if pinning is None:
+        body()
+        return
+    pinning.enter()
+    try:
+        body()
+    finally:
+        pinning.leave()
+
+
+class EventLoop:
+    """The worker's event loop thread, made on first use (a worker with no async job never
+    starts it)."""
+
+    def __init__(self, helpers: int = 32) -> None:
+        self._helpers = helpers
+        # Set before the first job by the launcher: the loop thread keeps with the processor
+        # threads (``wurk.affinity``), since the GIL passes between them on every job.
+        self.pinning: Pinning | None = None
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._worst_lag = 0.0
+
+    def get(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self._helpers, thread_name_prefix="wurk-async-helper"))
+                loop.call_soon(lambda: loop.create_task(self._probe()))
+                thread = threading.Thread(target=self._run, args=(loop,),
+                                          name="wurk-asyncio", daemon=True)
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _run(self, loop: asyncio.AbstractEventLoop) -> None:
+        _placed(self.pinning, loop.run_forever)
+
+    @property
+    def started(self) -> bool:
+        return self._loop is not None
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.get())
+
+    async def _probe(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time()
+            await asyncio.sleep(PROBE_INTERVAL)
+            late = loop.time() - asked - PROBE_INTERVAL
+            if late > self._worst_lag:
+                self._worst_lag = late
+
+    def take_lag(self) -> float:
+        """The worst lateness (seconds) since the last call; 0 when the loop never ran."""
+        worst, self._worst_lag = self._worst_lag, 0.0
+        return max(worst, 0.0)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Cancel what still runs, stop the thread and free the helpers."""
+        with self._lock:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(loop):
+                task.cancel()
+            loop.call_soon(loop.stop)
+
+        loop.call_soon_threadsafe(cancel_all)
+        thread.join(timeout)
+        if not thread.is_alive():
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+
+
+class _Timed:
+    """An awaitable driving ``coro`` one step at a time, timing each step."""
+
+    __slots__ = ("_coro", "_limit", "_name", "_warned")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], name: str, limit: float) -> None:
+        self._coro = coro
+        self._name = name
+        self._limit = limit
+        self._warned = False
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro = self._coro
+        sent: Any = None
+        error: BaseException | None = None
+        while True:
+            started = time.perf_counter()
+            try:
+                step = coro.send(sent) if error is None else coro.throw(error)
+            except StopIteration as done:
+                self._check(started)
+                return done.value
+            except BaseException:
+                self._check(started)
+                raise
+            self._check(started)
+            sent, error = None, None
+            try:
+                sent = yield step
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # cancellation and the like go into the job
+                error = exc
+
+    def _check(self, started: float) -> None:
+        held = time.perf_counter() - started
+        if held > self._limit and not self._warned:
+            self._warned = True  # once per job: a loop in it would flood the log otherwise
+            log.warning("async job %s held the event loop for %.0f ms in one step; every "
+                        "other async job waited. Move blocking calls off the loop "
+                        "(await asyncio.to_thread(...)) or make the job a plain def",
+                        self._name, held * 1e3)
+
+
+def timed(coro: Coroutine[Any, Any, Any], name: str, limit: float) -> Awaitable[Any]:
+    """``await timed(job_coroutine, "Name jid=…", 0.1)``: as ``await job_coroutine``, with a
+    warning when one step of it blocks the loop longer than ``limit`` seconds."""
+    return _Timed(coro, name, limit)
+
+
+class Slots:
+    """A counting semaphore that wakes its waiters in batches: a finished async job frees
+    a slot, and waking a processor thread for each one would hand the GIL over per job. A
+    release wakes them once ``batch`` slots are free (a waiter's timeout wakes it anyway)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.free = limit
+        self._batch = max(1, min(8, limit // 4))
+        self._changed = threading.Condition(threading.Lock())
+
+    def acquire(self, timeout: float) -> bool:
+        with self._changed:
+            if not self.free and not self._changed.wait_for(lambda: self.free > 0, timeout):
+                return False
+            self.free -= 1
+            return True
+
+    def release(self) -> None:
+        with self._changed:
+            self.free += 1
+            if self.free == self._batch or self.free == self.limit:
+                self._changed.notify_all()
+
+
+class AsyncLane:
+    """A capsule's async jobs: slots, the jobs in flight, and their acknowledging thread."""
+
+    def __init__(self, config: Config, capsule: Capsule, loop: EventLoop,
+                 pool: RedisPool) -> None:
+        self.config = config
+        self.name = capsule.name
+        self.limit = capsule.async_concurrency
+        self.loop = loop
+        self._slots = Slots(self.limit)
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._running: dict[int, tuple[UnitOfWork, asyncio.Task[None] | None]] = {}
+        self._starting: list[tuple[UnitOfWork, Callable[[], Awaitable[bool]]]] = []
+        self._given_back: set[int] = set()
+        self._done: queue.SimpleQueue[UnitOfWork | None] = queue.SimpleQueue()
+        self._unacked = 0  # finished, ACK not through yet
+        self._lease = Lease(pool)
+        self._acker: threading.Thread | None = None
+        self._outage = Outage(config, f"async ACKs (capsule {capsule.name})")
+        self.pinning: Pinning | None = None  # set by the manager, as its processors'
+        self.stopping = threading.Event()  # set at quiet: what interrupted() reads in its jobs
+
+
+    # -- taking jobs ------------------------------------------------------------------------
+    def take_slot(self, stopping: Callable[[], bool]) -> bool:
+        """Wait for a free slot; False when the caller began stopping meanwhile."""
+        while not self._slots.acquire(timeout=SLOT_WAIT):
+            if stopping():
+                return False
+        return True
+
+    def start(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
+        """Run ``run()`` (True: acknowledge) as a task, in the slot the caller took. Starts
+        are gathered: the jobs a processor took in one fetch wake the loop once."""
+        with self._lock:
+            if self._acker is None:
+                self._acker = threading.Thread(target=self._acknowledging,
+                                               name=f"wurk-{self.name}-async-ack", daemon=True)
+                self._acker.start()
+            self._running[id(unit)] = (unit, None)
+            self._starting.append((unit, run))
+            first = len(self._starting) == 1
+        if first:
+            self.loop.get().call_soon_threadsafe(self._start_gathered)
+
+    def _start_gathered(self) -> None:
+        """On the loop: a task for every job handed over since the last call."""
+        with self._lock:
+            batch, self._starting = self._starting, []
+        loop = asyncio.get_running_loop()
+        for unit, run in batch:
+            with self._lock:
+                if id(unit) not in self._running:
+                    continue  # given back and dropped before it started
+                task = loop.create_task(self._task(unit, run))
+                self._running[id(unit)] = (unit, task)
+
+    async def _task(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
+        acknowledge = False
+        try:
+            acknowledge = await run()
+        except asyncio.CancelledError:
+            pass  # given back at the deadline: not acknowledged
+        except BaseException as exc:  # the runner books job errors; this is its own fault
+            report_error(self.config, exc, {"context": "running an async job",
+                                            "queue": unit.queue})
+        finally:
+            with self._lock:
+                self._running.pop(id(unit), None)
+                given_back = id(unit) in self._given_back
+                self._given_back.discard(id(unit))
+                if acknowledge and not given_back:
+                    self._unacked += 1
+                    self._done.put(unit)
+                self._changed.notify_all()
+            self._slots.release()
+
+    # -- the deadline -----------------------------------------------------------------------
+    def unfinished(self) -> list[UnitOfWork]:
+        with self._lock:
+            return [unit for unit, _ in self._running.values()]
+
+    def give_back(self, units: list[UnitOfWork]) -> None:
+        """``units`` were requeued: they must not be acknowledged when they end."""
+        with self._lock:
+            self._given_back.update(id(u) for u in units if id(u) in self._running)
+
+    def cancel_all(self) -> None:
+        """Cancel every running task; a job handed over but not started yet is dropped
+        (it was given back)."""
+        with self._lock:
+            tasks = [task for _, task in self._running.values() if task is not None]
+            dropped, self._starting = self._starting, []
+            for unit, _ in dropped:
+                self._running.pop(id(unit), None)
+                self._given_back.discard(id(unit))
+            self._changed.notify_all()
+        for _ in dropped:
+            self._slots.release()
+        if tasks:
+            loop = self.loop.get()
+            for task in tasks:
+                loop.call_soon_threadsafe(task.cancel)
+
+    def wait_idle(self, deadline: float) -> bool:
+        """Until no async job runs and every finished one's ACK went through."""
+        with self._lock:
+            while self._running or self._unacked:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, SLOT_WAIT))
+            return True
+
+    def __len__(self) -> int:
+        return len(self._running)
+
+    # -- acknowledging ----------------------------------------------------------------------
+    def _acknowledging(self) -> None:
+        _placed(self.pinning, self._acknowledge_until_closed)
+
+    def _acknowledge_until_closed(self) -> None:
+        backoff = Backoff()
+        waiting: list[UnitOfWork] = []
+        closing = False
+        while True:
+            closing = self._collect(waiting, backoff.wait if waiting else ACK_WAIT) or closing
+            if waiting:
+                waiting = self._acknowledge(waiting)
+                if waiting:
+                    backoff.next_wait()
+                else:
+                    backoff.reset()
+            if closing:
+                break  # one last try was made: what is left, the reaper gives back
+        self._lease.release()
+
+    def _collect(self, into: list[UnitOfWork], wait: float) -> bool:
+        """Wait up to ``wait`` for a finished job, then take every one waiting; True when
+        the lane is closing."""
+        try:
+            item = self._done.get(timeout=wait)
+        except queue.Empty:
+            return False
+        time.sleep(ACK_GATHER)  # let the jobs ending with this one ride the same round trip
+        closing = False
+        while True:
+            if item is None:
+                closing = True
+            else:
+                into.append(item)
+            try:
+                item = self._done.get_nowait()
+            except queue.Empty:
+                return closing
+
+    def _acknowledge(self, units: list[UnitOfWork]) -> list[UnitOfWork]:
+        """ACK ``units``, grouped by fetcher; returns those to try again."""
+        left: list[UnitOfWork] = []
+        groups: dict[int, list[UnitOfWork]] = {}
+        for unit in units:
+            groups.setdefault(id(unit.fetcher), []).append(unit)
+        for group in groups.values():
+            try:
+                left += group[0].fetcher.acknowledge_many(group, self._lease)
+            except RedisUnavailable as exc:
+                self._outage.failed(exc)
+                left += group
+        if not left:
+            self._outage.ended()
+        with self._lock:
+            self._unacked -= len(units) - len(left)
+            self._changed.notify_all()
+        return left
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send the ACKs still waiting, then stop the acknowledging thread."""
+        with self._lock:
+            acker = self._acker
+        if acker is None:
+            return
+        self._done.put(None)
+        acker.join(timeout)
+        if acker.is_alive():
+            log.warning("async ACKs of capsule %s did not go through within %.0f s; "
+                        "those jobs go back to their queues", self.name, timeout)
+
+
+def helper_count(capsules: list[Capsule]) -> int:
+    """Helper threads an event loop may need at most."""
+    return sum(c.async_concurrency for c in capsules) + SPARE_HELPERS

@@ -1,0 +1,193 @@
+"""Async jobs' parts on the test server: the async client, ``wurk.redis()``'s async form,
+and middleware mixing sync and async links around both kinds of job."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk.config import Capsule
+from wurk.fetch import Fetcher
+from wurk.heartbeat import Identity
+from wurk.manager import Manager, capsule_pool
+from wurk.processor import Busy, JobRunner
+from wurk.reliable import Claims, ReliableFetch
+from wurk.stats import Counters
+
+QUEUE = "asyncparts"
+EVENTS: list[str] = []
+
+
+@wurk.job(name="AsyncParts::Plain", queue=QUEUE)
+def plain(tag: str) -> None:
+    EVENTS.append(f"{tag}:body:{threading.current_thread().name}")
+
+
+@wurk.job(name="AsyncParts::Waits", queue=QUEUE)
+async def waits(tag: str) -> None:
+    await asyncio.sleep(0.01)
+    EVENTS.append(f"{tag}:body:{'loop' if asyncio.get_running_loop() else ''}")
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", "asyncparts:ran", wurk.current_jid() or "")
+
+
+class SyncLink:
+    def __call__(self, job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        tag = payload["args"][0]
+        EVENTS.append(f"{tag}:sync-before")
+        result = call_next()
+        EVENTS.append(f"{tag}:sync-after")
+        return result
+
+
+class AsyncLink:
+    async def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                       call_next: Any) -> Any:
+        tag = payload["args"][0]
+        EVENTS.append(f"{tag}:async-before")
+        await asyncio.sleep(0)
+        result = await call_next()
+        EVENTS.append(f"{tag}:async-after")
+        return result
+
+
+def run_all(config: wurk.Config, r: redis.Redis, expected: int) -> None:
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=2)
+    claims = Claims()
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return ReliableFetch(config, capsule, capsule_pool(config, capsule),
+                             identity=Identity.current(), capsule_index=0, slot=slot,
+                             claims=claims)
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.start()
+    deadline = time.monotonic() + 20
+    while sum(1 for e in EVENTS if ":body:" in e) < expected:
+        assert time.monotonic() < deadline, EVENTS
+        time.sleep(0.01)
+    manager.stop(time.monotonic() + 5)
+    runner.close()
+    assert not [k for k in r.scan_iter(match=f"queue:{QUEUE}|*") if r.llen(k)], "ACKs missing"
+
+
+@pytest.mark.parametrize("order", [(SyncLink, AsyncLink), (AsyncLink, SyncLink)])
+def test_sync_and_async_middleware_wrap_both_kinds_of_job_in_order(
+    config: wurk.Config, r: redis.Redis, order: tuple[type, type]
+) -> None:
+    EVENTS.clear()
+    for link in order:
+        config.server_middleware.add(link)
+    plain.perform_async("p")
+    waits.perform_async("a")
+    run_all(config, r, 2)
+    first, second = ("sync", "async") if order[0] is SyncLink else ("async", "sync")
+    for tag in ("p", "a"):
+        mine = [e.split(":", 1)[1] for e in EVENTS if e.startswith(f"{tag}:")]
+        assert [m.split(":")[0] for m in mine] == [
+            f"{first}-before", f"{second}-before", "body", f"{second}-after",
+            f"{first}-after"], mine
+    body = next(e for e in EVENTS if e.startswith("p:body:"))
+    assert body.startswith("p:body:wurk-default-"), "a sync job keeps its processor thread"
+
+
+def test_the_async_client_pushes_what_the_sync_one_does(config: wurk.Config,
+                                                        r: redis.Redis) -> None:
+    async def push_all() -> list[str | None]:
+        return [await plain.aperform_async("x"),
+                await plain.set(queue="other").aperform_async("y"),
+                await plain.aperform_in(3600, "later"),
+                *(await plain.aperform_bulk([["b1"], ["b2"]])),
+                await wurk.apush({"class": "RubyJob", "args": [1], "queue": QUEUE})]
+
+    jids = asyncio.run(push_all())
+    sync_jid = plain.perform_async("x")
+    queued = [json.loads(x) for x in r.lrange(f"queue:{QUEUE}", 0, -1)]
+    by_jid = {job["jid"]: job for job in queued}
+    assert set(jids[0:1] + jids[3:6]) <= set(by_jid)
+    a, s = by_jid[jids[0]], by_jid[sync_jid]
+    assert set(a) == set(s) and a["args"] == s["args"] == ["x"]
+    assert a["class"] == "AsyncParts::Plain" and a["retry"] is True
+    assert json.loads(r.lrange("queue:other", 0, -1)[0])["args"] == ["y"]
+    (scheduled, at), = r.zrange("schedule", 0, -1, withscores=True)
+    assert json.loads(scheduled)["args"] == ["later"] and at > time.time() + 3500
+    assert by_jid[jids[5]]["class"] == "RubyJob"
+    assert r.sismember("queues", QUEUE) and r.sismember("queues", "other")
+
+
+def test_async_wurk_redis_gives_raw_replies_and_pipelines(config: wurk.Config) -> None:
+    async def use() -> tuple[Any, Any, list[Any]]:
+        async with wurk.redis() as conn:
+            first = await conn.call("SET", "asyncparts:k", "v")
+            got = await conn.call("GET", "asyncparts:k")
+            replies = await conn.pipeline([("INCR", "asyncparts:n"), ("LPOP", "asyncparts:k"),
+                                           ("INCR", "asyncparts:n")])
+        return first, got, replies
+
+    first, got, replies = asyncio.run(use())
+    assert first == b"OK" and got == b"v"
+    assert replies[0] == 1 and isinstance(replies[1], redis.ResponseError) and replies[2] == 2
+
+
+def test_async_client_middleware_runs_in_both_kinds_of_push(config: wurk.Config,
+                                                            r: redis.Redis) -> None:
+    async def stamp(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        payload["stamped"] = True
+        return await call_next()
+
+    config.client_middleware.add(stamp)
+    jid_sync = plain.perform_async("s")
+
+    async def push() -> str | None:
+        return await plain.aperform_async("a")
+
+    jid_async = asyncio.run(push())
+    jobs = {j["jid"]: j for j in map(json.loads, r.lrange(f"queue:{QUEUE}", 0, -1))}
+    assert jobs[jid_sync]["stamped"] is True and jobs[jid_async]["stamped"] is True
+
+
+@wurk.job(name="AsyncParts::Patient", queue=QUEUE)
+async def patient() -> None:
+    while not wurk.interrupted():  # a long async job saving its place at quiet
+        await asyncio.sleep(0.01)
+    EVENTS.append("patient:saw-quiet:body:")
+
+
+def test_an_async_job_sees_quiet_through_interrupted(config: wurk.Config,
+                                                     r: redis.Redis) -> None:
+    EVENTS.clear()
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return ReliableFetch(config, capsule, capsule_pool(config, capsule),
+                             identity=Identity.current(), capsule_index=0, slot=slot)
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.start()
+    patient.perform_async()
+    deadline = time.monotonic() + 10
+    while not len(manager.lane):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    manager.stop(time.monotonic() + 5)  # quiet first: the job returns within the timeout
+    runner.close()
+    assert EVENTS == ["patient:saw-quiet:body:"]
+    assert not [k for k in r.scan_iter(match=f"queue:{QUEUE}|*") if r.llen(k)]
+
+
+def test_a_lone_async_middleware_wraps_a_sync_job(config: wurk.Config, r: redis.Redis) -> None:
+    """A chain of one link takes a fast path; an async link must not slip through it."""
+    EVENTS.clear()
+    config.server_middleware.add(AsyncLink)
+    plain.perform_async("one")
+    run_all(config, r, 1)
+    assert [e.split(":")[1] for e in EVENTS] == ["async-before", "body", "async-after"]
