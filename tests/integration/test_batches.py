@@ -632,3 +632,18 @@ def test_async_jobs_of_a_batch_are_counted(worker: wurk.Embedded, r: redis.Redis
     settle(r, 2)
     assert events(r, batch.bid) == ["complete", "success"]
     assert r.llen("ran") == 5
+
+
+@wurk.job(name="BatchTest::async_fail", retry=1)
+async def async_fail(name: str) -> None:
+    raise RuntimeError(f"{name} fails")
+
+
+def test_an_async_jobs_failure_is_counted(worker: wurk.Embedded, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jid = async_fail.perform_async("async")
+    settle(r, 1)
+    assert events(r, batch.bid) == ["complete"]
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.failed_jids) == (1, 1, [jid])

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -104,6 +105,33 @@ class BatchServerMiddleware:
         if payload.get(OVERRATED) != overrated:
             return result  # rescheduled by a rate limiter: it has not run yet
         count(self.config, bid, jid, "success")
+        return result
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        """The same around an async job, on its loop; the counts in a helper thread (a sync
+        link there would hold a helper thread for the job's whole run)."""
+        bid, jid = payload.get(P.BID), payload.get(P.JID)
+        token = blocks.set_worker_config(self.config)
+        try:
+            if not isinstance(bid, str) or not bid or not isinstance(jid, str) or not jid:
+                return await call_next()
+            return await self._acounted(bid, jid, payload, call_next)
+        finally:
+            blocks.reset_worker_config(token)
+
+    async def _acounted(self, bid: str, jid: str, payload: P.Payload,
+                        call_next: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        overrated = payload.get(OVERRATED)
+        try:
+            result = await call_next()
+        except Exception as exc:
+            if not is_shutdown(exc) and not _over_limit(self.config, exc):
+                await loop.run_in_executor(None, self._count_failure, bid, jid, payload)
+            raise
+        if payload.get(OVERRATED) == overrated:
+            await loop.run_in_executor(None, count, self.config, bid, jid, "success")
         return result
 
     def _count_failure(self, bid: str, jid: str, payload: P.Payload) -> None:
