@@ -195,12 +195,22 @@ def _replacement(swarm: Swarm, victim: int) -> int:
     return found[0]
 
 
+def occupy_every_thread(r: redis.Redis, key: str, children: int = 2, threads: int = 2) -> None:
+    """A 30 s job on each thread of each child. The children must all beat (and so fetch)
+    before the push: a child alone would take its share of the backlog ahead, two jobs a
+    thread, and leave the others none."""
+    wait_for(lambda: r.scard("processes") == children, message="every child beating")
+    time.sleep(0.5)  # their threads are blocked on the queue by now
+    jobs.sleep_job.perform_bulk([[30, key]] * (children * threads))
+    wait_for(lambda: r.llen(f"{key}:started") == children * threads,
+             message="every thread busy")
+
+
 def test_jobs_held_by_a_killed_child_are_recovered(
     config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
 ) -> None:
     swarm = start_swarm("-c", "2", "--fetch", "reliable", count=2)
-    jobs.sleep_job.perform_bulk([[30, "sys:held"]] * 4)
-    wait_for(lambda: r.llen("sys:held:started") == 4, message="every thread busy")
+    occupy_every_thread(r, "sys:held")
     os.kill(next(iter(swarm.children())), signal.SIGKILL)
     # Its two jobs come back — the respawned child's boot sweep finds the dead sibling's
     # in-flight lists (the reaper's interval is 60 s) — and are started again.
@@ -341,12 +351,7 @@ def test_term_drains_every_child_within_timeout_plus_grace(
     config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
 ) -> None:
     swarm = start_swarm("-c", "2", "-t", "2", count=2)
-    # Both children beating (and so fetching) first: a child alone would take its share of
-    # the backlog ahead, two jobs a thread, and leave the other child none.
-    wait_for(lambda: r.scard("processes") == 2, message="both children beating")
-    time.sleep(0.5)
-    jobs.sleep_job.perform_bulk([[30, "sys:long"]] * 4)
-    wait_for(lambda: r.llen("sys:long:started") == 4, message="every thread busy")
+    occupy_every_thread(r, "sys:long")
     started = time.monotonic()
     swarm.signal("TERM")
     assert swarm.wait(15) == 0
@@ -391,8 +396,7 @@ def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_5s(
     config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
 ) -> None:
     swarm = start_swarm("-c", "2", count=2, settings="")  # the default 3 s interrupt grace
-    jobs.sleep_job.perform_bulk([[30, "sys:orphaned"]] * 4)
-    wait_for(lambda: r.llen("sys:orphaned:started") == 4, message="every thread busy")
+    occupy_every_thread(r, "sys:orphaned")
     children = swarm.children()
     swarm.process.kill()
     swarm.process.wait(5)
