@@ -7,9 +7,11 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 from __future__ import annotations
 
 from . import context, deploy, expiry, limiter, metrics, unique
+from .batch import Batch, BatchStatus, current_batch
 from .client import Client
 from .config import Capsule, Config, configure, default_config
 from .errors import (
+    BatchError,
     ConfigError,
     EmbeddedServerError,
     InspectionError,
@@ -44,6 +46,9 @@ from .pushing import apush, apush_bulk, push, push_bulk
 __version__ = "0.1.0"
 
 __all__ = [
+    "Batch",
+    "BatchError",
+    "BatchStatus",
     "Capsule",
     "Client",
     "Config",
@@ -72,6 +77,7 @@ __all__ = [
     "apush_bulk",
     "configure",
     "context",
+    "current_batch",
     "current_jid",
     "current_job",
     "default_config",

@@ -15,11 +15,15 @@
 7. ``apush`` / ``apush_bulk`` are the same pushes for async code: the very same push, run in
    a helper thread of the running loop so the loop never waits on Redis. A sync push
    meeting an async client middleware runs it on a loop of its own.
+8. Jobs pushed inside a batch's jobs block are written by the batch's script, which
+   registers each with the batch as it pushes it (with a unique job's lock, when it has
+   one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import random
 import time
 from collections.abc import Callable, Coroutine, Mapping, Sequence
@@ -172,12 +176,18 @@ class Client:
 
     # -- async code -------------------------------------------------------------------------
     async def apush(self, item: Mapping[str, Any]) -> str | None:
-        """``push`` for async code: ``await client.apush({...})``."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.push, item)
+        """``push`` for async code: ``await client.apush({...})``. The helper thread runs in
+        a copy of the task's context, so a batch's jobs block (or a testing mode's block)
+        open in the task covers the push."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(None, context.run, self.push,
+                                                                item)
 
     async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
         """``push_bulk`` for async code."""
-        return await asyncio.get_running_loop().run_in_executor(None, self.push_bulk, item)
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(None, context.run,
+                                                                self.push_bulk, item)
 
     # -- bulk -------------------------------------------------------------------------------
     def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
@@ -233,6 +243,9 @@ class Client:
         sink = sinks.selected()
         if sink is None:
             return self._write_redis(entries)
+        from .batch.accounting import register  # the batch package imports the client
+
+        register(self.config, entries)  # a batch is in Redis still
         sink.write(self.config, entries)
         return set()
 
@@ -241,7 +254,11 @@ class Client:
         scheduled: dict[str, float] = {}
         by_queue: dict[str, list[str]] = {}
         locked: list[tuple[P.Payload, float | None]] = []
-        for job, at in entries:
+        from .batch.accounting import write as write_in_batch  # it imports the client
+        from .batch.block import split
+
+        plain, in_batch = split(entries)
+        for job, at in plain:
             if P.UNIQUE_FOR in job:
                 locked.append((job, at))  # pushed with its lock, by a script
             elif at is not None:
@@ -259,7 +276,10 @@ class Client:
                     for queue, jsons in by_queue.items():
                         pipe.lpush(keys.queue(queue), *jsons)
                 pipe.execute()
-            return unique.push(redis, keys, locked) if locked else set()
+            refused = unique.push(redis, keys, locked) if locked else set()
+            if in_batch:
+                refused |= write_in_batch(redis, self.config, in_batch)
+            return refused
 
         try:
             return self.pool.run(send)

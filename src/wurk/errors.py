@@ -20,7 +20,8 @@
         ├── Poisoned                                a job that kept killing its worker
         ├── JobKilled                               handed to death handlers on an API kill
         ├── InspectionError                         an admin action the data does not allow
-        └── OverLimit                               a rate limiter refused a call
+        ├── OverLimit                               a rate limiter refused a call
+        └── BatchError                              a batch that cannot take the request
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
 ``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it;
@@ -32,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "BatchError",
     "ConfigError",
     "EmbeddedServerError",
     "InspectionError",
@@ -48,6 +50,7 @@ __all__ = [
     "UnparseablePayload",
     "UnsupportedServer",
     "WurkError",
+    "is_shutdown",
 ]
 
 
@@ -59,6 +62,19 @@ class Shutdown(BaseException):
     """
 
     __module__ = "wurk"
+
+
+def is_shutdown(exc: BaseException) -> bool:
+    """Whether ``exc`` is, or was caused by, the shutdown's interrupt (a job that wrapped the
+    ``Shutdown`` in an error of its own was interrupted all the same)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, Shutdown):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 class WurkError(Exception):
@@ -180,3 +196,9 @@ class OverLimit(WurkError):
     @property
     def next_drip(self) -> float | None:
         return self.retry_after
+
+
+class BatchError(WurkError):
+    """A batch that does not exist (expired, deleted), already succeeded, or is misused."""
+
+    __module__ = "wurk"

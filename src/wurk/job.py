@@ -567,6 +567,21 @@ class Job:
         """Called once retries run out; return ``"discard"`` to skip the dead set."""
         return None
 
+    @property
+    def batch(self) -> Any:
+        """The ``wurk.Batch`` this job belongs to (to reopen it), or None."""
+        from .batch.block import worker_config
+        from .batch.model import Batch  # batches build on jobs
+
+        return Batch(self.bid, config=worker_config()) if self.bid else None
+
+    def valid_within_batch(self) -> bool:
+        """False once this job's batch was invalidated: return early then."""
+        from .batch.block import worker_config
+        from .batch.status import invalidated
+
+        return not (self.bid and invalidated(self.bid, config=worker_config()))
+
     @classmethod
     def unique_context(cls, payload: P.Payload) -> list[Any] | None:
         """What makes two pushes of a unique job duplicates; None: class, queue and args."""

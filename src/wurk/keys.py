@@ -8,6 +8,8 @@
 4. The limits features' keys: rate limiters (every key of one limiter carries its name in
    ``{}``, a Redis Cluster hash tag, so one script touches one slot), unique-job locks and
    the count of expired jobs.
+5. Batches' keys (the ``b-<bid>`` family, the ``batches`` index, ``batch-died`` and the
+   ``tags:<tag>`` reverse index), laid out as Ruby wurk lays them so both share batches.
 """
 
 from __future__ import annotations
@@ -19,12 +21,17 @@ __all__ = ["Keys"]
 # Separator of the fields of a private in-flight list name; a public queue name may not
 # contain it, or the list could not be parsed back into (queue, owner).
 PRIVATE_SEPARATOR = "|"
+# The sets beside a batch's record, ``b-<bid>-<part>`` (the Lua in scripts/batch_lib.lua
+# lists the same parts to refresh their expiry).
+BATCH_PARTS = ("jids", "failed", "died", "kids", "pkids", "notify", "cbsucc", "tags")
 
 
 class Keys:
     """Key names under one optional prefix."""
 
     __slots__ = (
+        "batch_died",
+        "batches",
         "dead",
         "expired",
         "history",
@@ -69,6 +76,8 @@ class Keys:
         self.schedule_claims = f"{p}wurk:claimed:schedule"
         self.retry_claims = f"{p}wurk:claimed:retry"
         self.super_processes = f"{p}super_processes"
+        self.batches = f"{p}batches"
+        self.batch_died = f"{p}batch-died"
         self.limiter_list = f"{p}lmtr-list"
         self.expired = f"{p}stat:expired"
         # wurk's own: cluster-wide counts of reaper recoveries and poison-pill kills, and the
@@ -234,3 +243,25 @@ class Keys:
         if not digest:
             raise ValueError("a unique lock needs a non-empty digest")
         return f"{self.prefix}unique:{digest}"
+
+    # -- batches ----------------------------------------------------------------------------
+    def batch(self, bid: str, part: str = "") -> str:
+        """``b-<bid>`` (the record) or one of its sets: ``part`` is ``jids``, ``failed``,
+        ``died``, ``kids``, ``pkids``, ``notify``, ``cbsucc`` or ``tags``."""
+        if not bid:
+            raise ValueError("a batch key needs a non-empty bid")
+        if part and part not in BATCH_PARTS:
+            raise ValueError(f"unknown batch key part {part!r}; expected one of {BATCH_PARTS}")
+        return f"{self.prefix}b-{bid}-{part}" if part else f"{self.prefix}b-{bid}"
+
+    def batch_keys(self, bid: str) -> list[str]:
+        """Every key of one batch."""
+        return [self.batch(bid), *(self.batch(bid, part) for part in BATCH_PARTS)]
+
+    def batch_tag(self, tag: str) -> str:
+        """The bids carrying ``tag``."""
+        return f"{self.prefix}tags:{tag}"
+
+    @property
+    def batch_tag_prefix(self) -> str:
+        return f"{self.prefix}tags:"

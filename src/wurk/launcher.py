@@ -1,6 +1,7 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. Built: the limits' middleware and death handler join the configuration (``wurk.limits``).
+1. Built: the limits' middleware and death handler join the configuration (``wurk.limits``),
+   then the batches' (``wurk.batch``), outermost.
    ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the leader election and
@@ -29,6 +30,7 @@ from typing import Any
 from . import __version__, affinity
 from . import log as wurk_log
 from .asyncjobs import EventLoop, helper_count
+from .batch.middleware import install as install_batches
 from .config import Capsule, Config
 from .fetch import BasicFetch, Fetcher
 from .heartbeat import Heartbeat, Identity
@@ -70,6 +72,7 @@ class Launcher:
                  title: str = "", slot: int | None = None) -> None:
         config.check_worker()
         install_limits(config)  # every worker honours rate limits, unique locks and deadlines
+        install_batches(config)  # its jobs keep their batches' counts (outermost link)
         self.config = config
         self.embedded = embedded
         self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it

@@ -52,6 +52,7 @@ from .errors import (
     Shutdown,
     UnparseablePayload,
 )
+from .errors import is_shutdown as _is_shutdown
 from .fetch import Fetcher, UnitOfWork
 from .job import (
     JobDefinition,
@@ -105,17 +106,6 @@ class Busy:
 
     def __len__(self) -> int:
         return len(self._work)
-
-
-def _is_shutdown(exc: BaseException) -> bool:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if isinstance(current, Shutdown):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def _never() -> bool:

@@ -8,8 +8,8 @@
    rollback drops — to ``adapter.after_commit``. A rollback drops it. Outside one, it
    pushes at once.
 3. ``set(transactional=False)`` pushes at once even inside a transaction (for a job that
-   must run whether or not the data is kept); so does a batch member (``bid``), whose batch
-   counts its jobs at push time.
+   must run whether or not the data is kept); so does a batch member (``bid``, or a push
+   inside a batch's jobs block), whose batch counts its jobs at push time.
 4. ``push_bulk`` is not deferred, as in Sidekiq: a long import would otherwise hold every
    payload in memory until its commit.
 5. A push that fails at commit (Redis down) raises from the commit call, after the data
@@ -44,7 +44,10 @@ class TransactionalClient(Client):
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         job = dict(item)
-        if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID):
+        from .batch.block import current as open_block  # the batch package imports this one
+
+        if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
+                open_block() is not None:  # inside a jobs block: it joins at push
             return super().push(job)
         if not job.get(P.JID):
             job[P.JID] = P.new_jid()  # the caller gets it now, e.g. to store in the row

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from .config import Config
     from .keys import Keys
 
-__all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "locked", "push", "release",
+__all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "lock_for", "locked", "push",
+           "release",
            "release_stored", "seconds", "use_context"]
 
 log = logging.getLogger("wurk")
@@ -117,17 +118,24 @@ def locked(queue: str, name: str, args: Sequence[Any], *,
 
 
 # -- pushing ----------------------------------------------------------------------------------
+def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[str, int]:
+    """The lock a unique job's push takes, and its lifetime in ms (``unique_for`` plus the
+    delay of a scheduled job); stores the digest in the payload."""
+    if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
+        job[P.UNIQUE_DIGEST] = job_digest(job)
+    delay = max(0.0, at - now) if at is not None else 0.0
+    ttl_ms = max(1, math.ceil((float(job[P.UNIQUE_FOR]) + delay) * 1000))
+    return keys.unique(job[P.UNIQUE_DIGEST]), ttl_ms
+
+
 def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
          ) -> set[str]:
     """Push unique jobs, each with its lock; returns the jids refused as duplicates."""
     now = time.time()
     calls: list[tuple[list[str], list[object]]] = []
     for job, at in entries:
-        if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
-            job[P.UNIQUE_DIGEST] = job_digest(job)
-        delay = max(0.0, at - now) if at is not None else 0.0
-        ttl_ms = max(1, math.ceil((float(job[P.UNIQUE_FOR]) + delay) * 1000))
-        lock, raw = keys.unique(job[P.UNIQUE_DIGEST]), P.dumps(job)
+        lock, ttl_ms = lock_for(keys, job, at, now)
+        raw = P.dumps(job)
         if at is None:
             calls.append(([lock, keys.queues, keys.queue(job[P.QUEUE])],
                           [job[P.JID], ttl_ms, raw, job[P.QUEUE], ""]))

@@ -74,3 +74,13 @@ def unique_run(key: int, pause: float) -> None:
     time.sleep(pause)
     ledger().rpush(UNIQUE_RUNS, json.dumps([key, wurk.current_jid(), os.getpid(), started,
                                             time.time()]))
+
+
+CALLBACKS = "ledger:callbacks"  # event:bid:jid of each batch callback run
+
+
+@wurk.job(name="Chaos::BatchCallback")
+def batch_callback(status: wurk.BatchStatus, options: dict[str, str]) -> None:
+    """Records the run of a batch callback: one jid twice is a rerun after a fault; two
+    jids for one event of one batch would be the callback fired twice."""
+    ledger().rpush(CALLBACKS, f"{options['event']}:{status.bid}:{wurk.current_jid()}")

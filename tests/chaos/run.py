@@ -7,7 +7,11 @@
    each run there, ``tests.chaos.jobs``), the fault proxy and ``wurk worker`` processes
    connected through it. Each round pushes a wave of jobs (straight to Redis: the client's
    own faults are tested elsewhere), lets them get in flight, then strikes.
-3. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
+3. With ``Plan.batches``, each wave is pushed as that many batches (``wurk.Batch``, their
+   callbacks recorded in the ledger) and ``BatchFigures`` counts batches created, callbacks
+   fired, callbacks fired twice, callbacks missing, and whether a sampled pending count was
+   ever negative.
+4. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
    the guarantee gives (``docs/guarantees.md``: one per processor thread the fault hit);
    the jobs seen in flight when each fault struck, and how many duplicates were of a job
    not among them (``unexplained``). The in-flight snapshots are exact: a killed worker is
@@ -78,12 +82,37 @@ class Plan:
     seed: int = field(default_factory=lambda: random.randrange(1 << 30))
     deadline: float = 120.0  # for every job to have run once the faults stop
     minutes: float | None = None  # strike until then (rounds only spreads the jobs)
+    batches: int = 0  # batches per wave; 0: the wave is pushed as plain jobs
+    # Before each fault, wait up to this long for a job in flight: workers booting slowly on
+    # a loaded machine would otherwise meet every fault idle. 0: strike after the settle.
+    wait_in_flight: float = 0.0
 
     @classmethod
     def long(cls, jobs: int, minutes: float, **options: object) -> Plan:
         rounds = max(len(CYCLE), int(minutes * 60 / LONG_ROUND_SECONDS))
         return cls(jobs=jobs, rounds=rounds, pause=LONG_JOB_PAUSE, deadline=300.0,
                    minutes=minutes, **options)  # type: ignore[arg-type]
+
+
+EVENTS = ("complete", "success")
+# The name of the connection that samples pending counts: a reader of the run, not a worker.
+SAMPLER = "chaos-pending-sampler"  # what each batch of the run must fire (no job dies)
+
+
+@dataclass
+class BatchFigures:
+    created: int = 0
+    fired: int = 0  # distinct (event, batch) callbacks that ran
+    duplicates: int = 0  # callbacks fired more than once (distinct jobs for one event)
+    missing: int = 0  # expected callbacks that never ran
+    negative_pending: int = 0  # samples of a pending count below zero
+    samples: int = 0
+
+    def line(self) -> str:
+        never = "never" if not self.negative_pending else f"{self.negative_pending} times"
+        return (f"batches created={self.created} callbacks fired={self.fired} "
+                f"duplicates={self.duplicates} missing={self.missing} pending<0={never} "
+                f"(of {self.samples} samples)")
 
 
 @dataclass
@@ -96,6 +125,7 @@ class Result:
     seconds: float
     seed: int
     leftovers: dict[str, int]
+    batches: BatchFigures | None = None
 
     def line(self) -> str:
         counts = " ".join(f"{name}s={self.faults.get(name, 0)}" for name in (KILL, RESTART, CUT))
@@ -106,7 +136,10 @@ class Result:
     @property
     def ok(self) -> bool:
         figures = self.figures
-        return figures.lost == 0 and figures.duplicated <= self.bound and not self.unexplained
+        batches_ok = self.batches is None or not (
+            self.batches.duplicates or self.batches.missing or self.batches.negative_pending)
+        return (figures.lost == 0 and figures.duplicated <= self.bound and not self.unexplained
+                and batches_ok)
 
 
 class Worker:
@@ -149,10 +182,17 @@ class ChaosRun:
         self.faults: dict[str, int] = {}
         self.in_flight: set[str] = set()  # jids in flight when a fault struck
         self.bound = 0
+        self.bids: list[str] = []
+        self.batch_figures = BatchFigures() if plan.batches else None
+        self._sampling = threading.Event()
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Result:
         started = time.monotonic()
+        sampler = threading.Thread(target=self._sample_pending, name="chaos-pending",
+                                   daemon=True)
+        if self.batch_figures is not None:
+            sampler.start()
         try:
             for _ in range(self.plan.workers):
                 self._spawn()
@@ -160,18 +200,23 @@ class ChaosRun:
                 last = self._last_round(round_number, started)
                 self._push_wave(round_number, everything_left=last)
                 threading.Event().wait(self.rng.uniform(*self.plan.settle))
+                self._until_in_flight(self.plan.wait_in_flight)
                 self._strike(CYCLE[round_number % len(CYCLE)])
                 if last:
                     break
             self._wait_for_every_job()
+            self._wait_for_callbacks()
         finally:
+            self._sampling.set()
             self._stop_workers()
+        if sampler.is_alive():
+            sampler.join(timeout=10)
         result = figures(self.pushed, self.ledger)
         runs = ledger_runs(self.ledger)
         unexplained = sum(n - 1 for jid, n in runs.items() if n > 1 and jid not in self.in_flight)
         return Result(result, dict(self.faults), len(self.in_flight), unexplained,
                       self.bound, time.monotonic() - started, self.plan.seed,
-                      self._leftovers())
+                      self._leftovers(), self._batch_figures())
 
     def close(self) -> None:
         for worker in self.workers:
@@ -196,12 +241,29 @@ class ChaosRun:
         scheduled = int(size * plan.scheduled_share)
         client = wurk.Client(config_for(self.redis.url))
         try:
-            self._bulk(client, "Chaos::Mark", size - flaky - scheduled)
-            self._bulk(client, "Chaos::Flaky", flaky, retry=5)
-            self._bulk(client, "Chaos::Mark", scheduled,
-                       at=[time.time() + self.rng.uniform(1, 5) for _ in range(scheduled)])
+            if not plan.batches:
+                self._wave(client, size, flaky, scheduled)
+                return
+            for part in range(plan.batches):  # the wave's jobs spread over its batches
+                share = range(part, size, plan.batches)
+                with self._batch(client.config).jobs():
+                    self._wave(client, len(share), len(range(part, flaky, plan.batches)),
+                               len(range(part, scheduled, plan.batches)))
         finally:
             client.config.close()
+
+    def _wave(self, client: wurk.Client, size: int, flaky: int, scheduled: int) -> None:
+        self._bulk(client, "Chaos::Mark", size - flaky - scheduled)
+        self._bulk(client, "Chaos::Flaky", flaky, retry=5)
+        self._bulk(client, "Chaos::Mark", scheduled,
+                   at=[time.time() + self.rng.uniform(1, 5) for _ in range(scheduled)])
+
+    def _batch(self, config: wurk.Config) -> wurk.Batch:
+        batch = wurk.Batch(description="chaos", config=config)
+        for event in EVENTS:
+            batch.on(event, "Chaos::BatchCallback", {"event": event})
+        self.bids.append(batch.bid)
+        return batch
 
     def _bulk(self, client: wurk.Client, name: str, count: int, **options: object) -> None:
         if count:
@@ -240,12 +302,18 @@ class ChaosRun:
         finally:
             self.proxy.restore()
 
+    def _until_in_flight(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._in_flight(""):
+            threading.Event().wait(0.02)
+
     def _until_only_this_client(self) -> None:
         """Until Redis holds no connection but the one reading the lists (a link the proxy
         admitted in the instant before it began refusing is cut again)."""
         me = self.direct.client_id()
         deadline = time.monotonic() + 30
-        while any(int(c["id"]) != me for c in self.direct.client_list()):
+        while any(int(c["id"]) != me and c.get("name") != SAMPLER
+                  for c in self.direct.client_list()):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"Redis still holds connections: {self.direct.client_list()}")
             self.proxy.cut()
@@ -273,6 +341,54 @@ class ChaosRun:
             if time.monotonic() > deadline:
                 return  # the figures will say what was lost
             threading.Event().wait(0.2)
+
+    def _wait_for_callbacks(self) -> None:
+        """Until every batch fired complete and success (or the deadline)."""
+        if not self.bids:
+            return
+        deadline = time.monotonic() + 60
+        while len(self._callback_runs()) < len(self.bids) * len(EVENTS):
+            if time.monotonic() > deadline:
+                return  # the figures will say what is missing
+            threading.Event().wait(0.2)
+
+    def _callback_runs(self) -> dict[str, set[str]]:
+        """event:bid → the distinct callback jobs that ran for it."""
+        runs: dict[str, set[str]] = {}
+        for line in self.ledger.lrange(jobs.CALLBACKS, 0, -1):
+            key, _, jid = line.decode().rpartition(":")
+            runs.setdefault(key, set()).add(jid)
+        return runs
+
+    def _sample_pending(self) -> None:
+        """Read every batch's pending count over and over while the faults strike."""
+        assert self.batch_figures is not None
+        reader = redis.Redis(port=self.redis.port, socket_timeout=2, client_name=SAMPLER)
+        while not self._sampling.wait(0.1):
+            try:
+                values = [reader.hget(f"b-{bid}", "pending") for bid in list(self.bids)]
+            except redis.RedisError:
+                continue  # Redis is restarting
+            for value in values:
+                if value is not None:
+                    self.batch_figures.samples += 1
+                    self.batch_figures.negative_pending += int(value) < 0
+
+    def _batch_figures(self) -> BatchFigures | None:
+        found = self.batch_figures
+        if found is None:
+            return None
+        runs = self._callback_runs()
+        found.created = len(self.bids)
+        found.fired = len(runs)
+        found.duplicates = sum(len(jids) - 1 for jids in runs.values())
+        found.missing = sum(1 for bid in self.bids for event in EVENTS
+                            if f"{event}:{bid}" not in runs)
+        for bid in self.bids:
+            value = self.direct.hget(f"b-{bid}", "pending")
+            found.samples += 1
+            found.negative_pending += value is not None and int(value) < 0
+        return found
 
     def _drained(self) -> bool:
         if self.direct.zcard("retry") or self.direct.zcard("schedule"):
@@ -315,14 +431,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--concurrency", type=int, default=10)
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--batches", type=int, default=0,
+                        help="push each wave as this many batches (with callbacks)")
     args = parser.parse_args(argv)
-    options: dict[str, object] = {"workers": args.workers, "concurrency": args.concurrency}
+    options: dict[str, object] = {"workers": args.workers, "concurrency": args.concurrency,
+                                  "batches": args.batches}
     if args.seed is not None:
         options["seed"] = args.seed
     plan = Plan.long(args.jobs, args.minutes, **options) if args.minutes \
         else Plan(jobs=args.jobs, **options)  # type: ignore[arg-type]
     result = chaos(plan)
     print(result.line())
+    if result.batches is not None:
+        print(result.batches.line())
     if result.leftovers:
         print(f"left in Redis: {result.leftovers}")
     if result.figures.missing:

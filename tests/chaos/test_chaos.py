@@ -22,3 +22,21 @@ def test_ten_thousand_jobs_through_kills_restarts_and_cuts(tmp_path: Path) -> No
     # exact, tests/chaos/run.py): a repeat of any other job is a bug.
     assert result.unexplained == 0, result.line()
     assert result.leftovers == {}, f"left in Redis: {result.leftovers}"
+
+
+def test_batches_through_kills_and_a_restart(tmp_path: Path) -> None:
+    """Four waves of three batches each (jobs of 50 ms; each fault waits for some to run),
+    through kills, a cut and a Redis restart: every batch fires complete and success exactly
+    once, and no pending count goes negative."""
+    result = chaos(Plan(jobs=3_000, rounds=4, workers=2, concurrency=10, batches=3,
+                        pause=0.05, wait_in_flight=20), tmp_path)
+    assert result.batches is not None
+    print("\n" + result.line() + "\n" + result.batches.line())
+    assert result.faults[KILL] >= 2 and result.faults[RESTART] >= 1
+    assert result.in_flight_at_faults > 0  # the faults struck batches mid-run
+    assert result.figures.lost == 0, f"lost: {result.figures.missing[:10]}"
+    assert result.batches.created == 12
+    assert result.batches.fired == 24 and result.batches.missing == 0
+    assert result.batches.duplicates == 0
+    assert result.batches.negative_pending == 0 and result.batches.samples > 0
+    assert result.leftovers == {}, f"left in Redis: {result.leftovers}"

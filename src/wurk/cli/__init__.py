@@ -39,6 +39,7 @@ SUBCOMMANDS: tuple[tuple[str, str], ...] = (
     ("inspect", "kill_command"),
     ("enqueue", "enqueue_command"),
     ("web", "web_command"),
+    ("batches", "batches_command"),
     ("periodic", "periodic"),
 )
 

@@ -27,6 +27,7 @@ import click
 import redis
 
 from .. import log as wurk_log
+from ..batch.callback import BUILTIN_JOBS
 from ..config import Config, configure, parse_queue
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
@@ -187,7 +188,7 @@ def prepare(options: dict[str, Any]) -> Config:
 
 def warn_unregistered(modules: tuple[str, ...]) -> None:
     """A worker with no job registered fails every job it fetches: say so at boot."""
-    if registry.names():
+    if set(registry.names()) - set(BUILTIN_JOBS):  # wurk's own jobs run no one's code
         return
     if not modules:
         logger.warning("no jobs are registered: the worker was started without -r, so every "

@@ -21,6 +21,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .. import payload as P
+from ..batch.middleware import install as install_batches
 from ..config import Config
 from ..job import registry, reset_running, set_running
 from ..middleware import Chain
@@ -41,6 +42,7 @@ def perform(payload: P.Payload, config: Config, chain: Chain | None = None) -> A
     def run() -> Any:
         return _finish(definition.call(instance, job[P.ARGS]))
 
+    install_batches(config)  # a worker's launcher would have: batch jobs are counted
     middleware = chain if chain is not None else config.server_middleware
     token = set_running(job)
     try:

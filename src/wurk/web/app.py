@@ -3,9 +3,10 @@
 1. Routes: the pages (``views``), the JSON API and its documentation (``api``,
    ``openapi``), the live stream (``sse``), the package's own assets (``/static``; nothing
    comes from a CDN, so it works offline) and each extension under its name. The built-in
-   Periodic, Metrics, History and Limits tabs are extensions registered first (a host's own
-   ``limits`` replaces the Limits tab); ``/metrics`` itself answers a browser with the
-   Metrics page and a Prometheus scraper with the cluster's figures.
+   Periodic, Metrics, History, Limits, Batches and Dead Batches tabs are extensions
+   registered first (a host's own ``limits`` replaces the Limits tab); ``/metrics`` itself
+   answers a browser with the Metrics page and a Prometheus scraper with the cluster's
+   figures.
 2. The ``Guard`` middleware around all of them (host names, auth, CSRF, headers); HTTP
    errors as a page, or JSON under ``/api``, with fixed text only.
 3. Mount it anywhere: every link is built from the prefix the host app mounted it at
@@ -28,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from ..config import Config, default_config
 from ..errors import ConfigError
 from ..hosts import HostNames
-from . import api, history, metrics, openapi, periodic, views
+from . import api, batches, history, metrics, openapi, periodic, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, wants_json
@@ -86,7 +87,8 @@ def routes(extensions: tuple[Extension, ...], config: Config) -> list[BaseRoute]
 def builtin_extensions(given: Sequence[Extension] = ()) -> tuple[Extension, ...]:
     """The tabs wurk adds through the extension mechanism (after Sidekiq's own); the Limits
     tab gives way to a host's own extension named ``limits``."""
-    builtin = (periodic.extension(), metrics.extension(), history.extension())
+    builtin = (periodic.extension(), metrics.extension(), history.extension(),
+               *batches.extensions())
     if any(extension.name == LIMITS_TAB for extension in given):
         return builtin
     return (*builtin, limits_tab())

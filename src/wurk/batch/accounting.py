@@ -1,0 +1,204 @@
+"""Every change to a batch's state, as one Lua script call each (``scripts/batch_*.lua``).
+
+1. ``create`` / ``reopen`` / ``close``: a jobs block's start and end. A new batch holds a
+   pending placeholder until its first block closes, so nothing fires while it still pushes.
+2. ``push``: jobs of the open block and their registration, in one script (with a unique
+   job's lock when it has one: a job refused as a duplicate is not registered).
+3. ``record``: one attempt of a batch job ended — success, failure (a retry booked) or death.
+   Counted once per jid, whatever is replayed: an ACK sent twice, a job recovered by the
+   reaper and run again, a failure reported after the success.
+4. ``callback_done`` (a callback job completed; a parent waits for its children's success
+   callbacks) and ``invalidate`` (a batch and its descendants).
+
+A connection is anything with ``call(*command)``: ``wurk.redis()``'s lent connection, or a
+redis-py client wrapped in ``Calls``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import redis
+
+from .. import payload as P
+from .. import sinks
+from ..errors import BatchError
+from ..scripts import Script
+
+if TYPE_CHECKING:
+    from ..config import Config
+    from .block import Entry
+
+__all__ = ["Calls", "Outcome", "callback_done", "close", "create", "invalidate",
+           "locks", "push", "push_call", "pushed", "record", "register", "reopen", "write"]
+
+log = logging.getLogger("wurk")
+
+Outcome = Literal["success", "failure", "death"]
+
+_LIB = ("batch_lib.lua",)
+_OPEN = Script("batch_open.lua", prelude=_LIB)
+_CLOSE = Script("batch_close.lua", prelude=_LIB)
+_PUSH = Script("batch_push.lua", prelude=_LIB)
+_JOB = Script("batch_job.lua", prelude=_LIB)
+_CALLBACK_DONE = Script("batch_callback_done.lua", prelude=_LIB)
+_INVALIDATE = Script("batch_invalidate.lua", prelude=_LIB)
+# Error replies of the scripts that mean "this batch cannot take that", not "Redis failed".
+_REFUSALS = ("NOBATCH", "BATCHDONE", "BATCHEXISTS")
+
+
+class Calls:
+    """A redis-py client seen as a connection with ``call``."""
+
+    __slots__ = ("_redis",)
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._redis = client
+
+    def call(self, *args: Any) -> Any:
+        return self._redis.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _common(config: Config) -> list[object]:
+    """What every batch script takes first; with a testing mode's sink selected, the
+    scripts hand jobs back instead of pushing them, and the sink writes them."""
+    return [config.keys.prefix, config.timestamp_format, int(config.dead_timeout),
+            "1" if sinks.selected() is not None else ""]
+
+
+def _run(script: Script, conn: Any, keys: list[str], args: list[object]) -> Any:
+    try:
+        return script.call(conn, keys, args)
+    except redis.ResponseError as exc:
+        message = str(exc)
+        if message.startswith(_REFUSALS):
+            raise BatchError(message.split(" ", 1)[1]) from None
+        raise
+
+
+def _fired(config: Config, reply: Any) -> int:
+    """The result of a script that may fire; callback jobs it handed back (a testing mode)
+    go to the selected sink through the client."""
+    handed = reply[1:]
+    sink = sinks.selected()
+    if handed and sink is not None:
+        sink.write(config, [(P.loads(raw), None) for raw in handed])
+    return int(reply[0])
+
+
+def create(conn: Any, config: Config, *, bid: str, description: str, callback_queue: str,
+           callback_class: str, parent_bid: str | None, tags: Sequence[str],
+           linger: float | None, callbacks: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+    _run(_OPEN, conn, [], [*_common(config), bid, "create", description, callback_queue,
+                           callback_class, parent_bid or "", P.dumps(list(tags)),
+                           "" if linger is None else repr(linger),
+                           P.dumps([list(cb) for cb in callbacks]), *tags])
+
+
+def reopen(conn: Any, config: Config, bid: str) -> None:
+    _run(_OPEN, conn, [], [*_common(config), bid, "reopen"])
+
+
+def close(conn: Any, config: Config, bid: str) -> bool:
+    return bool(_fired(config, _run(_CLOSE, conn, [], [*_common(config), bid])))
+
+
+def record(conn: Any, config: Config, bid: str, jid: str, outcome: Outcome) -> bool:
+    """Count one attempt's end; True when it changed the batch (False: counted already)."""
+    return bool(_fired(config, _run(_JOB, conn, [], [*_common(config), bid, jid, outcome])))
+
+
+def callback_done(conn: Any, config: Config, bid: str, event: str, jid: str) -> bool:
+    return bool(_fired(config, _run(_CALLBACK_DONE, conn, [],
+                                     [*_common(config), bid, event, jid])))
+
+
+def invalidate(conn: Any, config: Config, bid: str) -> int:
+    return int(_run(_INVALIDATE, conn, [], [*_common(config), bid]))
+
+
+def push(conn: Any, config: Config, bid: str, entries: Sequence[Entry],
+         locks: Sequence[tuple[str, int]] | None = None) -> tuple[int, set[str]]:
+    """Write ``entries`` (payload, time or None) and register them with batch ``bid``;
+    ``locks`` gives each job's unique lock and its lifetime in ms (``("", 0)``: none).
+    Returns (jobs newly registered, jids refused as duplicates of a unique job)."""
+    reply = _run(_PUSH, conn, *push_call(config, bid, entries, locks))
+    return pushed(entries, reply)
+
+
+def push_call(config: Config, bid: str, entries: Sequence[Entry],
+              locks: Sequence[tuple[str, int]] | None = None) -> tuple[list[str], list[object]]:
+    """The push script's keys and arguments (for a sync or an async connection)."""
+    keys = config.keys
+    args: list[object] = [*_common(config), bid]
+    for index, (job, at) in enumerate(entries):
+        lock, ttl = locks[index] if locks is not None else ("", 0)
+        args += [job[P.JID], job[P.QUEUE], "" if at is None else P.score(at), P.dumps(job),
+                 lock, ttl]
+    return [keys.batch(bid), keys.batch(bid, "jids"), keys.queues, keys.schedule], args
+
+
+def pushed(entries: Sequence[Entry], reply: Any) -> tuple[int, set[str]]:
+    """(jobs newly registered, jids refused as duplicates) from the push script's reply."""
+    return int(reply[0]), {str(entries[int(i) - 1][0][P.JID]) for i in reply[1:]}
+
+
+def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[str]:
+    """The client's last step for jobs of the open block: push and register them, and count
+    them towards the block. Returns the jids refused as duplicates of a unique job. With a
+    testing mode's sink selected they are only registered: the sink writes them."""
+    from .block import current
+
+    block = current()
+    if block is None or not entries:
+        return set()
+    _, refused = push(Calls(client), config, block.bid, entries, locks(config, entries))
+    block.pushed += len(entries) - len(refused)
+    if refused:
+        log.info("%d duplicate(s) of unique jobs not pushed nor added to batch %s",
+                 len(refused), block.bid)
+    return refused
+
+
+def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | None:
+    """Each job's unique lock and its lifetime in ms, ``("", 0)`` for a job without one;
+    None when no job has one."""
+    if not any(P.UNIQUE_FOR in job for job, _ in entries):
+        return None
+    from ..unique import lock_for
+
+    now = time.time()
+    return [lock_for(config.keys, job, at, now) if P.UNIQUE_FOR in job else ("", 0)
+            for job, at in entries]
+
+
+def register(config: Config, entries: Sequence[Entry]) -> set[str]:
+    """For a testing mode's sink: register the open block's jobs among ``entries`` with its
+    batch before the sink keeps or runs them."""
+    from .block import split
+
+    _, in_batch = split(entries)
+    if not in_batch:
+        return set()
+    return config.pool("client").run(lambda client: write(client, config, in_batch))
+
+
+def decode_callbacks(raw: str | bytes | None) -> list[tuple[str, str, dict[str, Any]]]:
+    """The stored ``callbacks`` field as (event, target, options); bad entries skipped."""
+    if not raw:
+        return []
+    try:
+        items = json.loads(raw)
+    except ValueError:
+        return []
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    for item in items if isinstance(items, list) else []:
+        if (isinstance(item, list) and len(item) >= 2 and isinstance(item[0], str)
+                and isinstance(item[1], str)):
+            options = item[2] if len(item) > 2 and isinstance(item[2], dict) else {}
+            found.append((item[0], item[1], options))
+    return found

@@ -1,0 +1,81 @@
+"""The jobs block open in this thread or task: which batch its pushes join.
+
+1. ``Block``: one ``with batch.jobs():`` in progress — its bid and how many jobs it pushed.
+2. ``current()`` / ``enter()`` / ``leave()``: a context variable, so the block covers every
+   push made by the code it runs on its thread or asyncio task, and nothing else.
+3. ``worker_config()``: the configuration of the worker running the current job (set by
+   the batch server middleware), for code a job runs that needs its Redis.
+4. ``split(entries)``: which of the jobs a push is about to write belong to the open block
+   (the client middleware gave them its bid); the client writes those with
+   ``wurk.batch.accounting.push``, which registers them in the same script.
+
+Kept free of imports from the rest of the batch package: the client imports it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from typing import Any
+
+from .. import payload as P
+
+__all__ = ["Block", "current", "enter", "leave", "reset_worker_config", "set_worker_config",
+           "split", "worker_config"]
+
+Entry = tuple[dict[str, Any], "float | None"]
+
+
+class Block:
+    """One open jobs block."""
+
+    __slots__ = ("bid", "pushed")
+
+    def __init__(self, bid: str) -> None:
+        self.bid = bid
+        self.pushed = 0  # jobs written through this block (an empty block gets one)
+
+
+_current: contextvars.ContextVar[Block | None] = contextvars.ContextVar(
+    "wurk_batch_block", default=None)
+
+
+def current() -> Block | None:
+    return _current.get()
+
+
+def enter(block: Block) -> contextvars.Token[Block | None]:
+    return _current.set(block)
+
+
+def leave(token: contextvars.Token[Block | None]) -> None:
+    _current.reset(token)
+
+
+_worker_config: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "wurk_batch_worker_config", default=None)
+
+
+def worker_config() -> Any:
+    """The ``Config`` of the worker running the current job, or None outside one."""
+    return _worker_config.get()
+
+
+def set_worker_config(config: Any) -> contextvars.Token[Any]:
+    return _worker_config.set(config)
+
+
+def reset_worker_config(token: contextvars.Token[Any]) -> None:
+    _worker_config.reset(token)
+
+
+def split(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(plain entries, entries of the open block); without a block, no list is built."""
+    block = _current.get()
+    if block is None:
+        return list(entries), []
+    plain: list[Entry] = []
+    registered: list[Entry] = []
+    for entry in entries:
+        (registered if entry[0].get(P.BID) == block.bid else plain).append(entry)
+    return plain, registered

@@ -1,0 +1,179 @@
+"""Where batches attach to the push and to the worker (installed on every ``Config``).
+
+1. ``BatchClientMiddleware``: a push made inside a jobs block gets the block's ``bid``; the
+   client's last step then writes it with the script that registers it
+   (``accounting.write``).
+2. ``BatchServerMiddleware``: the outermost link, so it sees what every inner link decided.
+   A batch job that returned counts as a success — so does one the limits link dropped as
+   expired, or skipped; one a rate limiter rescheduled counts as nothing (it has not run);
+   one that raised counts as a failure once its retry is booked (a shutdown interrupting it
+   counts as nothing: it runs again).
+3. ``BatchDeathHandler``: a batch job that died — retries exhausted, ``retry: false``,
+   killed from the dashboard, a poison pill, a payload no retry can fix — counts as dead.
+4. Counting survives a Redis restart or failover: a count is idempotent per jid, so it is
+   sent again for a few seconds; a success that still cannot be counted fails the
+   execution, which then runs again rather than being lost to its batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import payload as P
+from ..errors import RedisUnavailable, is_shutdown
+from ..lending import redis as lent_redis
+from ..reporting import report_error
+from . import accounting
+from . import block as blocks
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["BatchClientMiddleware", "BatchDeathHandler", "BatchServerMiddleware", "install",
+           "install_client"]
+
+log = logging.getLogger("wurk")
+
+# Waits between the attempts to count while Redis cannot be reached: about 3.5 s in all,
+# enough for a restart or a failover, not enough to hold a processor for long.
+COUNT_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
+# A rate limiter that reschedules a job bumps this payload field (Sidekiq Enterprise's).
+OVERRATED = "overrated"
+
+class BatchClientMiddleware:
+    """Client middleware: pushes inside a jobs block join its batch."""
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        block = blocks.current()
+        if block is not None:
+            payload[P.BID] = block.bid
+        return call_next()
+
+
+def count(config: Config, bid: str, jid: str, outcome: accounting.Outcome) -> bool:
+    """Count one attempt's end, sent again while Redis is unreachable; raises the last
+    ``RedisUnavailable`` when it never got through."""
+    for wait in COUNT_RETRIES:
+        try:
+            with lent_redis(config) as conn:
+                return accounting.record(conn, config, bid, jid, outcome)
+        except RedisUnavailable:
+            time.sleep(wait)  # a restart or a failover: the count is safe to send again
+    with lent_redis(config) as conn:
+        return accounting.record(conn, config, bid, jid, outcome)
+
+
+def _over_limit(config: Config, exc: BaseException) -> bool:
+    try:
+        from ..limiter.reschedule import over_limit_classes
+    except ImportError:  # a build without rate limiters
+        return False
+    return isinstance(exc, over_limit_classes(config))
+
+
+class BatchServerMiddleware:
+    """Server middleware: counts each attempt of a batch job."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        bid, jid = payload.get(P.BID), payload.get(P.JID)
+        token = blocks.set_worker_config(self.config)
+        try:
+            if not isinstance(bid, str) or not bid or not isinstance(jid, str) or not jid:
+                return call_next()
+            return self._counted(bid, jid, payload, call_next)
+        finally:
+            blocks.reset_worker_config(token)
+
+    def _counted(self, bid: str, jid: str, payload: P.Payload,
+                 call_next: Callable[[], Any]) -> Any:
+        overrated = payload.get(OVERRATED)
+        try:
+            result = call_next()
+        except Exception as exc:
+            if not is_shutdown(exc) and not _over_limit(self.config, exc):
+                self._count_failure(bid, jid, payload)
+            raise
+        if payload.get(OVERRATED) != overrated:
+            return result  # rescheduled by a rate limiter: it has not run yet
+        count(self.config, bid, jid, "success")
+        return result
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        """The same around an async job, on its loop; the counts in a helper thread (a sync
+        link there would hold a helper thread for the job's whole run)."""
+        bid, jid = payload.get(P.BID), payload.get(P.JID)
+        token = blocks.set_worker_config(self.config)
+        try:
+            if not isinstance(bid, str) or not bid or not isinstance(jid, str) or not jid:
+                return await call_next()
+            return await self._acounted(bid, jid, payload, call_next)
+        finally:
+            blocks.reset_worker_config(token)
+
+    async def _acounted(self, bid: str, jid: str, payload: P.Payload,
+                        call_next: Callable[[], Any]) -> Any:
+        loop = asyncio.get_running_loop()
+        overrated = payload.get(OVERRATED)
+        try:
+            result = await call_next()
+        except Exception as exc:
+            if not is_shutdown(exc) and not _over_limit(self.config, exc):
+                await loop.run_in_executor(None, self._count_failure, bid, jid, payload)
+            raise
+        if payload.get(OVERRATED) == overrated:
+            await loop.run_in_executor(None, count, self.config, bid, jid, "success")
+        return result
+
+    def _count_failure(self, bid: str, jid: str, payload: P.Payload) -> None:
+        try:
+            count(self.config, bid, jid, "failure")
+        except Exception as exc:  # the retry is booked anyway; complete waits for it
+            report_error(self.config, exc, {"context": "counting a batch job's failure",
+                                            "job": payload})
+
+
+class BatchDeathHandler:
+    """Death handler: a batch job that died counts as dead (``death`` fires once)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: dict[str, Any], exc: BaseException) -> None:
+        if not isinstance(job, dict):
+            return
+        bid, jid = job.get(P.BID), job.get(P.JID)
+        if isinstance(bid, str) and bid and isinstance(jid, str) and jid:
+            count(self.config, bid, jid, "death")
+
+
+def install_client(config: Config) -> None:
+    """Make pushes inside a jobs block join its batch (once per configuration; a worker's
+    frozen configuration got it when the worker started)."""
+    client = config.client_middleware
+    if not any(isinstance(link, BatchClientMiddleware) for link in client) and \
+            not config.frozen:
+        client.add(BatchClientMiddleware())
+
+
+def install(config: Config) -> None:
+    """Make ``config``'s worker (and pushes) keep batch accounting, once: the launcher calls
+    it before the worker starts, the testing modes before a job runs. The callback and
+    empty-batch jobs are registered by importing this package."""
+    install_client(config)
+    if config.frozen:
+        return
+    server = config.server_middleware
+    if not any(isinstance(link, BatchServerMiddleware) for link in server):
+        server.prepend(BatchServerMiddleware(config))
+    if not any(isinstance(h, BatchDeathHandler) for h in config.death_handlers):
+        config.death_handlers.append(BatchDeathHandler(config))

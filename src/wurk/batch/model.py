@@ -1,0 +1,213 @@
+"""``wurk.Batch``: a group of jobs, with callbacks when they have all run or all succeeded.
+
+1. ``Batch(description=..., callback_queue=..., tags=[...], linger=...)`` describes a new
+   batch; ``Batch(bid)`` names an existing one (a job reopening its own batch, a callback
+   reopening its parent) to add jobs to it.
+2. ``on(event, target, options)``: ``complete``, ``success`` or ``death``; the target is a
+   registered job (a ``wurk.Job`` class, whose ``on_<event>`` method runs, or an
+   ``@wurk.job`` function), or its name, or ``"Name#method"``. It runs as an ordinary job
+   ``(status, options)`` on the callback queue.
+3. ``with batch.jobs():`` — every push from the code inside, on this thread or task, joins
+   the batch, registered by the script that pushes it. The first block creates the batch in
+   Redis; a batch created inside another batch's block is its child. A first block that
+   pushed nothing pushes one no-op job, so the callbacks still fire.
+4. ``status`` (``wurk.BatchStatus``), ``invalidate_all()``, ``delete()``.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, overload
+
+from .. import payload as P
+from ..config import Config, default_config
+from ..errors import BatchError, InvalidArguments
+from ..lending import redis as lent_redis
+from . import accounting
+from . import block as blocks
+from .middleware import install_client
+
+if TYPE_CHECKING:
+    from .status import BatchStatus
+
+__all__ = ["CALLBACK_CLASS", "DEFAULT_LINGER", "EMPTY_CLASS", "EVENTS", "MIN_LINGER", "Batch",
+           "new_bid"]
+
+EVENTS = ("complete", "success", "death")
+# The class of callback jobs, and of the no-op job an empty block pushes (Sidekiq Pro 7.1's
+# name, which Ruby wurk registers too).
+CALLBACK_CLASS = "wurk.batch.Callback"
+EMPTY_CLASS = "Sidekiq::Batch::Empty"
+# A batch is kept this long after its success (Sidekiq Pro's default), never less than the
+# floor: a status page polled right after success must still find it.
+DEFAULT_LINGER = 24 * 60 * 60
+MIN_LINGER = 30
+
+
+def new_bid() -> str:
+    """10 random bytes, URL-safe base64 without padding: 14 characters, as Pro's bids."""
+    return base64.urlsafe_b64encode(os.urandom(10)).rstrip(b"=").decode("ascii")
+
+
+def target_name(target: Any) -> str:
+    """The wire name a callback target is stored under."""
+    if isinstance(target, str):
+        name, _, method = target.partition("#")
+        if not name or (target.count("#") > 1) or ("#" in target and not method):
+            raise BatchError(f"callback target {target!r} must be a job name or "
+                             "'Name#method'")
+        return target
+    found = getattr(getattr(target, "definition", None), "name", None)
+    if not isinstance(found, str):
+        raise BatchError(f"callback target {target!r} is not a registered job: give a "
+                         "wurk.Job class, an @wurk.job function, or a job's name")
+    return found
+
+
+class Batch:
+    """A new batch to fill, or an existing one (by bid) to add jobs to."""
+
+    def __init__(self, bid: str | None = None, *, description: str = "",
+                 callback_queue: str = P.DEFAULT_QUEUE, callback_class: str = CALLBACK_CLASS,
+                 tags: Sequence[str] = (), linger: float | None = None,
+                 config: Config | None = None) -> None:
+        if bid is not None and (not isinstance(bid, str) or not bid):
+            raise BatchError(f"bid must be a non-empty string, not {bid!r}")
+        self._config = config
+        self.bid = bid if bid is not None else new_bid()
+        self._exists = bid is not None  # created in Redis already
+        self.parent_bid: str | None = None
+        self.description = _text("description", description)
+        self.callback_queue = _text("callback_queue", callback_queue) or P.DEFAULT_QUEUE
+        self.callback_class = _text("callback_class", callback_class) or CALLBACK_CLASS
+        self.tags = _tags(tags)
+        self.linger = _linger(linger)
+        self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __repr__(self) -> str:
+        return f"<wurk.Batch {self.bid}>"
+
+    @property
+    def config(self) -> Config:
+        return self._config if self._config is not None else default_config()
+
+    # -- describing -------------------------------------------------------------------------
+    def on(self, event: str, target: Any, options: Mapping[str, Any] | None = None) -> Batch:
+        """Run ``target`` as a job ``(status, options)`` when ``event`` happens."""
+        if event not in EVENTS:
+            raise BatchError(f"unknown batch event {event!r}; expected one of {EVENTS}")
+        if self._exists:
+            raise BatchError(f"batch {self.bid} exists already: register callbacks before "
+                             "its first jobs block")
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise BatchError(f"callback options must be a dict of JSON values, not "
+                             f"{type(options).__name__}")
+        try:
+            P.check_args([dict(options)], what="callback option")
+        except InvalidArguments as exc:
+            raise BatchError(str(exc)) from None
+        self.callbacks.append((event, target_name(target), dict(options)))
+        return self
+
+    # -- filling ----------------------------------------------------------------------------
+    @overload
+    def jobs(self) -> AbstractContextManager[Batch]: ...
+
+    @overload
+    def jobs(self, fn: Callable[[], Any]) -> Batch: ...
+
+    def jobs(self, fn: Callable[[], Any] | None = None) -> AbstractContextManager[Batch] | Batch:
+        """``with batch.jobs(): ...`` — every push inside joins this batch; the first block
+        creates it. ``batch.jobs(fn)`` runs ``fn`` inside such a block."""
+        if fn is None:
+            return self._block()
+        with self._block():
+            fn()
+        return self
+
+    @contextmanager
+    def _block(self) -> Iterator[Batch]:
+        config = self.config
+        install_client(config)  # the link that gives pushes inside the block its bid
+        creating = not self._exists
+        with lent_redis(config) as conn:
+            if creating:
+                outer = blocks.current()
+                self.parent_bid = outer.bid if outer is not None else None
+                accounting.create(conn, config, bid=self.bid, description=self.description,
+                                  callback_queue=self.callback_queue,
+                                  callback_class=self.callback_class,
+                                  parent_bid=self.parent_bid, tags=self.tags,
+                                  linger=self.linger, callbacks=self.callbacks)
+                self._exists = True
+            else:
+                accounting.reopen(conn, config, self.bid)
+        block = blocks.Block(self.bid)
+        token = blocks.enter(block)
+        completed = False
+        try:
+            yield self
+            if creating and block.pushed == 0:
+                # an empty batch still fires its callbacks, once its no-op job ran
+                _push_empty(config, self.callback_queue)
+            completed = True
+        finally:
+            blocks.leave(token)
+            if creating:
+                self._close(config, abandon=not completed and block.pushed == 0)
+
+    def _close(self, config: Config, *, abandon: bool) -> None:
+        """End the first block: the batch may fire from now on. A block that raised before
+        pushing anything leaves nothing to wait for: the batch is deleted instead."""
+        if abandon:
+            self.delete()
+            return
+        with lent_redis(config) as conn:
+            accounting.close(conn, config, self.bid)
+
+    # -- reading and changing ---------------------------------------------------------------
+    @property
+    def status(self) -> BatchStatus:
+        from .status import BatchStatus
+
+        return BatchStatus(self.bid, config=self._config)
+
+    def invalidate_all(self) -> int:
+        """Mark this batch and every batch below it invalid; returns how many were marked.
+        Their jobs' ``valid_within_batch()`` turns false: they should return early."""
+        with lent_redis(self.config) as conn:
+            return accounting.invalidate(conn, self.config, self.bid)
+
+    def delete(self) -> None:
+        self.status.delete()
+
+
+def _push_empty(config: Config, queue: str) -> None:
+    from ..pushing import default_client  # the client imports this package
+
+    default_client(config).push({P.CLASS: EMPTY_CLASS, P.ARGS: [], P.QUEUE: queue})
+
+
+def _text(name: str, value: Any) -> str:
+    if not isinstance(value, str):
+        raise BatchError(f"batch {name} must be a string, not {value!r}")
+    return value
+
+
+def _tags(tags: Sequence[str]) -> list[str]:
+    if isinstance(tags, str) or not all(isinstance(t, str) and t for t in tags):
+        raise BatchError(f"batch tags must be a list of non-empty strings, not {tags!r}")
+    return list(dict.fromkeys(tags))
+
+
+def _linger(linger: float | None) -> float | None:
+    if linger is None:
+        return None
+    if isinstance(linger, bool) or not isinstance(linger, (int, float)) or linger < MIN_LINGER:
+        raise BatchError(f"batch linger must be at least {MIN_LINGER} seconds, not {linger!r}")
+    return float(linger)

@@ -1,0 +1,42 @@
+-- Open a batch for a jobs block: create it, or check it may take more jobs (batch_lib.lua).
+--
+-- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back (see batch_lib.lua)
+-- ARGV[5]     bid
+-- ARGV[6]     'create' or 'reopen'
+-- create only:
+-- ARGV[7..13] description, callback_queue, callback_class, parent_bid, tags (JSON array),
+--             linger ('' for the default), callbacks (JSON array of [event, target, options])
+-- ARGV[14..]  the tags, one per argument
+--
+-- A created batch holds one pending placeholder until its first block closes
+-- (batch_close.lua), so jobs that finish while the block still pushes cannot fire it early.
+-- Returns 1; an error reply names what is wrong.
+init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local bid = ARGV[5]
+local h = bkey(bid)
+if ARGV[6] == 'reopen' then
+  if redis.call('EXISTS', h) == 0 then
+    return redis.error_reply('NOBATCH batch ' .. bid .. ' does not exist (expired or deleted)')
+  end
+  if present(redis.call('HGET', h, 'success_at')) then
+    return redis.error_reply('BATCHDONE batch ' .. bid .. ' already succeeded; it takes no '
+                             .. 'more jobs')
+  end
+  return 1
+end
+if redis.call('EXISTS', h) == 1 then
+  return redis.error_reply('BATCHEXISTS batch ' .. bid .. ' exists already')
+end
+local B = lib()
+redis.call('HSET', h, 'created_at', B.stamp(), 'description', ARGV[7], 'callback_queue', ARGV[8],
+           'callback_class', ARGV[9], 'parent_bid', ARGV[10], 'tags', ARGV[11],
+           'linger', ARGV[12], 'callbacks', ARGV[13], 'total', 0, 'pending', 1, 'failures', 0)
+redis.call('ZADD', C.prefix .. 'batches', C.sec, bid)
+for i = 14, #ARGV do
+  redis.call('SADD', bkey(bid, '-tags'), ARGV[i])
+  local index = C.prefix .. 'tags:' .. ARGV[i]
+  redis.call('SADD', index, bid)
+  if redis.call('TTL', index) < PENDING_TTL then redis.call('EXPIRE', index, PENDING_TTL) end
+end
+B.touch(bid)
+return 1

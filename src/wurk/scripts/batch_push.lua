@@ -1,0 +1,53 @@
+-- Push jobs of a batch and register them with it, together or not at all (batch_lib.lua).
+--
+-- KEYS[1]  b-<bid>    KEYS[2]  b-<bid>-jids    KEYS[3]  queues    KEYS[4]  schedule
+-- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back
+-- ARGV[5]     bid
+-- ARGV[6..]   six per job: jid, queue, score ('' for an immediate job), payload,
+--             unique lock key ('' for none), the lock's lifetime in ms
+--
+-- A unique job whose lock another jid holds is neither pushed nor registered. A jid the
+-- batch already has (the same job pushed again) is pushed but counted once.
+-- Returns {jobs newly registered, index (1-based) of each job refused as a duplicate...}.
+-- Handing back (ARGV[4]), the jobs are registered and not pushed: the caller writes them.
+init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local bid = ARGV[5]
+local state = redis.call('HMGET', KEYS[1], 'total', 'success_at')
+if not state[1] then
+  return redis.error_reply('NOBATCH batch ' .. bid .. ' does not exist (expired or deleted)')
+end
+if present(state[2]) then
+  return redis.error_reply('BATCHDONE batch ' .. bid .. ' already succeeded; it takes no '
+                           .. 'more jobs')
+end
+local added, refused = 0, {}
+local job = 0
+for i = 6, #ARGV, 6 do
+  job = job + 1
+  local jid, queue, score, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local lock, ttl = ARGV[i + 4], ARGV[i + 5]
+  local holder = false
+  if lock ~= '' then holder = redis.call('GET', lock) end
+  if holder and holder ~= jid then
+    refused[#refused + 1] = job
+  else
+    if lock ~= '' and not holder then redis.call('SET', lock, jid, 'PX', ttl) end
+    if redis.call('SADD', KEYS[2], jid) == 1 then added = added + 1 end
+    if C.hand_back then
+      -- a testing mode's sink keeps or runs the job: it is only registered here
+    elseif score ~= '' then
+      redis.call('ZADD', KEYS[4], score, payload)
+    else
+      redis.call('SADD', KEYS[3], queue)
+      redis.call('LPUSH', C.prefix .. 'queue:' .. queue, payload)
+    end
+  end
+end
+if added > 0 then
+  redis.call('HINCRBY', KEYS[1], 'total', added)
+  redis.call('HINCRBY', KEYS[1], 'pending', added)
+end
+refresh(bid, '-jids')
+local reply = {added}
+for _, index in ipairs(refused) do reply[#reply + 1] = index end
+return reply

@@ -1,0 +1,242 @@
+"""The Batches and Dead Batches tabs: built-in ``Extension``s on every dashboard.
+
+1. ``/batches``: live batches newest first (progress bar, counts, description, tags),
+   paged, with a tag search; ``/batches/{bid}``: one batch — counts, callbacks, parent and
+   children, its failed jobs with their errors (linked to the retry set) and its dead jobs
+   (linked to the dead set), expiry; buttons to invalidate or delete it.
+2. ``/batches/{bid}.json``: the status summary a front-end progress bar polls; JSON twins
+   under ``/api/batches`` (the list, one batch, the dead ones, and the actions), listed in
+   the API's documentation.
+3. ``/dead-batches``: batches with a dead job; a button sends a batch's dead jobs back to
+   their queues, so its success can still fire.
+Every value comes from ``wurk.BatchStatus``, which checks each stored field: an unreadable
+count or time shows as a problem on the page, never a 500.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from ..api.sets import DeadSet, RetrySet
+from ..batch import BatchSet, BatchStatus, DeadBatches, scan_tags
+from ..config import Config
+from .api import PAGE, Document, Endpoint
+from .context import dashboard
+from .extensions import Extension
+from .guard import SCOPE_ROOT
+from .templating import render, url
+from .views import form_value
+
+__all__ = ["DEAD_NAME", "NAME", "extensions"]
+
+NAME = "batches"
+DEAD_NAME = "dead-batches"
+TEMPLATES = Path(__file__).parent / "templates" / NAME
+PER_PAGE = 25
+# Failed jobs looked up in the retry and dead sets for their errors, on a batch's page: past
+# this the page lists the rest by jid only (a batch can have thousands).
+ERRORS_SHOWN = 50
+ACTIONS = ("invalidate", "delete")
+NOTICES = {"invalidate": "Batch invalidated: its jobs' valid_within_batch() is now false.",
+           "delete": "Batch deleted.", "retry": "Its dead jobs were sent back to their queues.",
+           "gone": "That batch is gone: it expired or was deleted."}
+
+
+# -- what the handlers do, off the event loop -------------------------------------------------
+def listing(config: Config, page: int, tag: str) -> dict[str, Any]:
+    if tag:
+        bids = scan_tags(tag, config=config)
+        chosen = bids[(page - 1) * PER_PAGE: page * PER_PAGE]
+        statuses = [BatchStatus(bid, config=config) for bid in chosen]
+        size = len(bids)
+    else:
+        batches = BatchSet(config=config)
+        size = len(batches)
+        statuses = batches.page((page - 1) * PER_PAGE, PER_PAGE)
+    return {"batches": [summary(s) for s in statuses], "size": size, "page": page,
+            "pages": max(1, math.ceil(size / PER_PAGE)), "tag": tag}
+
+
+def summary(status: BatchStatus) -> dict[str, Any]:
+    found = status.data()
+    total, pending = found["total"], found["pending"]
+    if isinstance(total, int) and isinstance(pending, int) and total > 0:
+        found["percent"] = max(0, min(100, 100 * (total - pending) // total))
+    else:
+        found["percent"] = 0
+    return found
+
+
+def detail(config: Config, bid: str) -> dict[str, Any] | None:
+    status = BatchStatus(bid, config=config)
+    if not status.exists:
+        return None
+    found = summary(status)
+    failed, dead = status.failed_jids, status.dead_jids
+    found.update(callbacks=status.callbacks, children=status.child_bids, dead_jids=dead,
+                 failed=errors(config, [jid for jid in failed if jid not in dead], RetrySet),
+                 dead_jobs=errors(config, dead, DeadSet))
+    return found
+
+
+def errors(config: Config, jids: list[str], kind: type[RetrySet] | type[DeadSet]
+           ) -> list[dict[str, Any]]:
+    """Each jid with the error its entry in the retry (or dead) set records, if found."""
+    wanted = set(jids[:ERRORS_SHOWN])
+    found: dict[str, dict[str, Any]] = {}
+    if wanted:
+        for entry in kind(config):
+            if entry.jid in wanted:
+                found[entry.jid] = {"jid": entry.jid, "key": entry.entry_id,
+                                    "error_class": entry.item.get("error_class"),
+                                    "error_message": entry.item.get("error_message")}
+                if len(found) == len(wanted):
+                    break
+    return [found.get(jid, {"jid": jid, "key": None}) for jid in jids]
+
+
+def act(config: Config, bid: str, action: str) -> str:
+    if action not in ACTIONS:
+        raise HTTPException(400, f"Unknown action; choose one of: {', '.join(ACTIONS)}"
+                                 " (or retry, for a batch's dead jobs).")
+    status = BatchStatus(bid, config=config)
+    if not status.exists:
+        return "gone"
+    if action == "delete":
+        status.delete()
+    else:
+        from ..batch import Batch
+
+        Batch(bid, config=config).invalidate_all()
+    return action
+
+
+def dead_listing(config: Config) -> list[dict[str, Any]]:
+    return [summary(status) | {"dead_count": len(status.dead_jids)}
+            for status in DeadBatches(config=config)]
+
+
+def retry_dead(config: Config, bid: str) -> str:
+    return "retry" if DeadBatches(config=config).retry(bid) else "gone"
+
+
+# -- pages ------------------------------------------------------------------------------------
+def page_number(request: Request) -> int:
+    try:
+        return max(1, int(request.query_params.get("page", "1")))
+    except ValueError:
+        return 1
+
+
+def page_notice(request: Request) -> str | None:
+    return NOTICES.get(request.query_params.get("notice", ""))
+
+
+async def list_page(request: Request) -> Response:
+    dash = dashboard(request)
+    tag = request.query_params.get("tag", "")[:100]
+    found = await dash.run(listing, dash.config, page_number(request), tag)
+    return render(request, f"{NAME}/list.html", {**found, "notice": page_notice(request)})
+
+
+async def batch_page(request: Request) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(detail, dash.config, request.path_params["bid"])
+    if found is None:
+        raise HTTPException(404, "No such batch: it expired or was deleted.")
+    return render(request, f"{NAME}/batch.html", {"b": found, "notice": page_notice(request)})
+
+
+async def batch_json(request: Request) -> Response:
+    dash = dashboard(request)
+    status = await dash.run(BatchStatus, request.path_params["bid"], config=dash.config)
+    if not status.exists:
+        return JSONResponse({"error": "No such batch: it expired or was deleted."}, 404)
+    return JSONResponse(status.data())
+
+
+async def batch_action(request: Request) -> Response:
+    dash, bid = dashboard(request), request.path_params["bid"]
+    outcome = await dash.run(act, dash.config, bid, form_value(request, "action"))
+    back = f"/{NAME}/{bid}" if outcome == "invalidate" else f"/{NAME}/"
+    return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), back, notice=outcome), 303)
+
+
+async def dead_page(request: Request) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(dead_listing, dash.config)
+    return render(request, f"{DEAD_NAME}/dead.html", {"batches": found,
+                                                     "notice": page_notice(request)})
+
+
+async def dead_action(request: Request) -> Response:
+    dash = dashboard(request)
+    outcome = await dash.run(retry_dead, dash.config, request.path_params["bid"])
+    return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), f"/{DEAD_NAME}/",
+                                notice=outcome), 303)
+
+
+# -- the JSON twins ---------------------------------------------------------------------------
+async def api_batches(request: Request) -> Response:
+    dash = dashboard(request)
+    tag = request.query_params.get("tag", "")[:100]
+    return Document(await dash.run(listing, dash.config, page_number(request), tag))
+
+
+async def api_batch(request: Request) -> Response:
+    dash = dashboard(request)
+    found = await dash.run(detail, dash.config, request.path_params["bid"])
+    if found is None:
+        raise HTTPException(404, "No such batch: it expired or was deleted.")
+    return Document(found)
+
+
+async def api_action(request: Request) -> Response:
+    dash, action = dashboard(request), form_value(request, "action")
+    bid = request.path_params["bid"]
+    if action == "retry":
+        outcome = await dash.run(retry_dead, dash.config, bid)
+    else:
+        outcome = await dash.run(act, dash.config, bid, action)
+    return JSONResponse({"action": action, "count": int(outcome == action)})
+
+
+async def api_dead(request: Request) -> Response:
+    dash = dashboard(request)
+    return Document({"batches": await dash.run(dead_listing, dash.config)})
+
+
+API = (
+    Endpoint("GET", "/", api_batches, "Live batches, newest first, with their progress",
+             query=(PAGE, ("tag", "string", "only batches with a tag containing this")),
+             tag=NAME),
+    Endpoint("GET", "/dead", api_dead, "Batches with a job in the dead set", tag=NAME),
+    Endpoint("GET", "/{bid}", api_batch,
+             "One batch: counts, callbacks, children, failed and dead jobs", tag=NAME),
+    Endpoint("POST", "/{bid}", api_action,
+             "Invalidate or delete a batch, or retry its dead jobs",
+             body=(("action", "string", "invalidate | delete | retry"),), tag=NAME),
+)
+
+
+def extensions() -> list[Extension]:
+    """The two tabs, registered by ``create_app`` on every dashboard."""
+    return [
+        Extension(name=NAME, tab="Batches", templates=TEMPLATES, api=API, routes=[
+            Route("/", list_page, methods=["GET"]),
+            Route("/{bid}.json", batch_json, methods=["GET"]),
+            Route("/{bid}", batch_page, methods=["GET"]),
+            Route("/{bid}", batch_action, methods=["POST"]),
+        ]),
+        Extension(name=DEAD_NAME, tab="Dead Batches", templates=TEMPLATES, routes=[
+            Route("/", dead_page, methods=["GET"]),
+            Route("/{bid}", dead_action, methods=["POST"]),
+        ]),
+    ]

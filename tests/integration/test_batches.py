@@ -1,0 +1,649 @@
+"""Batches against a real server and a real (embedded) worker: every callback rule.
+
+Callbacks record what they saw in the Redis list ``fired`` as ``event:bid:options``, so a
+test reads the exact order and count of callback runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.server import Server
+from wurk.api.sets import DeadSet, RetrySet
+from wurk.api.values import Invalid
+from wurk.batch import BatchSet, DeadBatches, accounting, scan_tags
+from wurk.job import reset_running, set_running
+
+FIRED = "fired"
+
+
+def _ledger() -> redis.Redis:
+    return redis.Redis.from_url(wurk.default_config().redis_url, decode_responses=True)
+
+
+def note(event: str, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+    with wurk.redis() as conn:
+        conn.call("RPUSH", FIRED, f"{event}:{status.bid}:{json.dumps(options, sort_keys=True)}")
+
+
+class Notes(wurk.Job, name="BatchTest::Notes"):
+    def on_complete(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("complete", status, options)
+
+    def on_success(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("success", status, options)
+
+    def on_death(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("death", status, options)
+
+    def custom(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("custom", status, options)
+
+
+@wurk.job(name="BatchTest::fn_callback")
+def fn_callback(status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+    note("fn", status, options)
+
+
+@wurk.job(name="BatchTest::work")
+def work(name: str) -> None:
+    """Fails while the key ``fail:<name>`` exists; records each run in ``ran``."""
+    with wurk.redis() as conn:
+        conn.call("RPUSH", "ran", name)
+        if conn.call("EXISTS", f"fail:{name}"):
+            raise RuntimeError(f"{name} was told to fail")
+
+
+@wurk.job(name="BatchTest::work_once", retry=0)
+def work_once(name: str) -> None:
+    work(name)
+
+
+@wurk.job(name="BatchTest::never_retry", retry=False)
+def never_retry(name: str) -> None:
+    work(name)
+
+
+@wurk.job(name="BatchTest::fan_out")
+def fan_out(count: int) -> None:
+    """Reopens its own batch and adds ``count`` jobs to it."""
+    batch = wurk.Batch(wurk.current_job()["bid"])  # type: ignore[index]
+    with batch.jobs():
+        for i in range(count):
+            work.perform_async(f"added-{i}")
+
+
+@wurk.job(name="BatchTest::nest")
+def nest(depth: int) -> None:
+    """Creates a child batch of its own batch, ``depth`` levels further down."""
+    parent = wurk.Batch(wurk.current_job()["bid"])  # type: ignore[index]
+    with parent.jobs():
+        child = wurk.Batch(description=f"level {depth}")
+        child.on("success", Notes, {"level": depth})
+        with child.jobs():
+            if depth > 1:
+                nest.perform_async(depth - 1)
+            else:
+                work.perform_async("leaf")
+
+
+@pytest.fixture
+def fast(redis_server: Server) -> Iterator[wurk.Config]:
+    config = wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
+                            fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                            scheduler_initial_wait=0, average_scheduled_poll_interval=0.2,
+                            concurrency=4, tag="batches")
+    yield config
+
+
+@pytest.fixture
+def worker(fast: wurk.Config) -> Iterator[wurk.Embedded]:
+    running = wurk.embed(fast)
+    yield running
+    running.stop()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 20, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
+        time.sleep(0.02)
+
+
+def fired(r: redis.Redis) -> list[str]:
+    return list(r.lrange(FIRED, 0, -1))
+
+
+def events(r: redis.Redis, bid: str) -> list[str]:
+    """The callbacks that ran for ``bid``, sorted: complete and success are pushed together
+    and may run side by side."""
+    return sorted(line.split(":", 2)[0] for line in fired(r) if line.split(":", 2)[1] == bid)
+
+
+def queued_callbacks(r: redis.Redis) -> list[str]:
+    """The events of the callback jobs waiting in the default queue."""
+    jobs = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+    return [job["args"][0] for job in jobs if job["class"] == "wurk.batch.Callback"]
+
+
+def settle(r: redis.Redis, count: int) -> None:
+    """Wait for ``count`` callback runs, then a little longer: a duplicate would show."""
+    wait_until(lambda: r.llen(FIRED) >= count, what=f"{count} callbacks")
+    time.sleep(0.5)
+
+
+def all_callbacks(batch: wurk.Batch, options: dict[str, Any] | None = None) -> wurk.Batch:
+    for event in ("complete", "success", "death"):
+        batch.on(event, Notes, options or {})
+    return batch
+
+
+# -- the rules --------------------------------------------------------------------------------
+def test_complete_and_success_fire_once_each_with_status_and_options(
+        worker: wurk.Embedded, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch(description="ten"), {"ids": [], "big": 2**62})
+    with batch.jobs():
+        for i in range(10):
+            work.perform_async(f"job-{i}")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    exact = json.dumps({"big": 2**62, "ids": []})  # [] stays a list, 2**62 stays whole
+    assert all(line.endswith(exact) for line in fired(r))
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.total, status.pending, status.failures) == (10, 0, 0)
+    assert status.complete and status.succeeded and not status.dead
+    assert status.created_at <= status.complete_at <= status.success_at  # type: ignore[operator]
+    assert r.llen("ran") == 10
+
+
+def test_an_empty_block_still_fires_its_callbacks(worker: wurk.Embedded,
+                                                  r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        pass
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert wurk.BatchStatus(batch.bid).total == 1  # the no-op job
+
+
+def test_nothing_fires_before_the_first_block_ends(worker: wurk.Embedded,
+                                                   r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        work.perform_async("early")
+        wait_until(lambda: r.llen("ran") == 1, what="the first job to run")
+        time.sleep(0.3)
+        assert wurk.BatchStatus(batch.bid).pending == 1  # the block still holds it open
+        work.perform_async("late")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert wurk.BatchStatus(batch.bid).total == 2
+
+
+def test_complete_fires_after_a_failure_and_success_only_after_the_retry(
+        worker: wurk.Embedded, r: redis.Redis) -> None:
+    r.set("fail:flaky", 1)
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        work.perform_async("fine")
+        flaky = work.perform_async("flaky")
+    settle(r, 1)
+    assert events(r, batch.bid) == ["complete"]
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.failed_jids) == (1, 1, [flaky])
+    r.delete("fail:flaky")
+    wait_until(lambda: RetrySet().retry_all() == 1, what="the retry entry")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    status.refresh()
+    assert (status.pending, status.failures, status.failed_jids) == (0, 0, [])
+
+
+def test_a_dying_job_fires_death_once_and_success_after_its_retry_from_the_dead_set(
+        worker: wurk.Embedded, r: redis.Redis) -> None:
+    r.set("fail:doomed", 1)
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        doomed = work_once.perform_async("doomed")
+        work.perform_async("fine")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "death"]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.dead and status.dead_jids == [doomed] and not status.succeeded
+    assert batch.bid in DeadBatches().bids()
+    assert r.ttl(f"b-{batch.bid}") > 31 * 24 * 3600  # a death keeps it as long as the dead set
+    r.delete("fail:doomed")
+    assert DeadBatches().retry(batch.bid) == 1
+    settle(r, 3)
+    assert events(r, batch.bid) == ["complete", "death", "success"]
+    assert batch.bid not in DeadBatches().bids()
+    assert wurk.BatchStatus(batch.bid).dead_jids == []
+    assert DeadSet().size() == 0
+
+
+def test_a_failure_without_retries_fires_death(worker: wurk.Embedded,
+                                               r: redis.Redis) -> None:
+    r.set("fail:once", 1)
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        never_retry.perform_async("once")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "death"]
+    assert not wurk.BatchStatus(batch.bid).succeeded
+
+
+def test_callback_targets_by_class_method_and_function(worker: wurk.Embedded,
+                                                        r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    batch.on("success", "BatchTest::Notes#custom", {"a": 1})
+    batch.on("success", fn_callback, {"b": 2})
+    with batch.jobs():
+        work.perform_async("x")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["custom", "fn"]
+
+
+def test_a_job_reopens_its_own_batch(worker: wurk.Embedded, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        fan_out.perform_async(5)
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert wurk.BatchStatus(batch.bid).total == 6
+    assert r.llen("ran") == 5  # every added job ran before success
+
+
+def test_nested_three_deep_children_succeed_before_their_parents(
+        worker: wurk.Embedded, r: redis.Redis) -> None:
+    top = wurk.Batch(description="top")
+    top.on("success", Notes, {"level": 0})
+    with top.jobs():
+        nest.perform_async(3)
+    settle(r, 4)
+    levels = [json.loads(line.split(":", 2)[2])["level"] for line in fired(r)]
+    assert levels == [1, 2, 3, 0]  # the deepest first, the top last
+    status = wurk.BatchStatus(top.bid)
+    assert status.child_count == 1 and status.succeeded
+    child = wurk.BatchStatus(status.child_bids[0])
+    grandchild = wurk.BatchStatus(child.child_bids[0])
+    assert child.parent_bid == top.bid and grandchild.parent_bid == child.bid
+    assert len(wurk.BatchStatus(grandchild.child_bids[0]).child_bids) == 0
+
+
+def test_a_childs_death_reaches_every_ancestor(worker: wurk.Embedded,
+                                              r: redis.Redis) -> None:
+    r.set("fail:deep", 1)
+    outer = all_callbacks(wurk.Batch())
+    with outer.jobs():
+        middle = all_callbacks(wurk.Batch())
+        with middle.jobs():
+            inner = all_callbacks(wurk.Batch())
+            with inner.jobs():
+                work_once.perform_async("deep")
+    wait_until(lambda: len([f for f in fired(r) if f.startswith("death")]) == 3)
+    time.sleep(0.5)
+    for batch in (outer, middle, inner):
+        assert events(r, batch.bid).count("death") == 1
+        assert not wurk.BatchStatus(batch.bid).succeeded
+    assert DeadBatches().bids() == [inner.bid]
+
+
+def test_a_parent_completes_only_after_its_children_complete(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    parent = all_callbacks(wurk.Batch())
+    with parent.jobs():
+        work.perform_async("own")
+        child = wurk.Batch()
+        with child.jobs():
+            work.perform_async("childs")
+    ran = r.lpop("queue:default")  # the child's job, pushed last: run by hand below
+    assert ran is not None
+    worker = wurk.embed(fast)
+    try:
+        wait_until(lambda: r.llen("ran") == 1)
+        time.sleep(0.5)
+        assert not wurk.BatchStatus(parent.bid).complete  # the child is not complete yet
+        r.lpush("queue:default", ran)
+        settle(r, 2)
+    finally:
+        worker.stop()
+    assert events(r, parent.bid) == ["complete", "success"]
+
+
+# -- accounting, straight through the scripts ------------------------------------------------
+def test_each_jid_counts_once_whatever_is_replayed(fast: wurk.Config,
+                                                   r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jids = [work.perform_async(f"j{i}") for i in range(3)]
+    with wurk.redis() as conn:
+        record = lambda jid, outcome: accounting.record(conn, fast, batch.bid, jid, outcome)  # noqa: E731
+        assert record(jids[0], "success") and not record(jids[0], "success")  # ACK twice
+        assert not record(jids[0], "failure") and not record(jids[0], "death")  # too late
+        assert record(jids[1], "failure") and not record(jids[1], "failure")
+        assert record(jids[1], "death") and not record(jids[1], "death")
+        assert not record("not-in-batch", "success")
+        assert record(jids[2], "success")
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.dead_jids) == (1, 1, [jids[1]])
+    callbacks = queued_callbacks(r)
+    assert sorted(callbacks) == ["complete", "death"]  # pushed once each
+    with wurk.redis() as conn:
+        assert record(jids[1], "success")  # retried from the dead set
+        assert not record(jids[1], "success")
+    status.refresh()
+    assert (status.pending, status.failures, status.dead_jids) == (0, 0, [])
+    callbacks = queued_callbacks(r)
+    assert sorted(callbacks) == ["complete", "death", "success"]
+
+
+def test_a_push_to_a_batch_that_succeeded_or_vanished_is_refused(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = work.perform_async("only")
+    with wurk.redis() as conn:
+        accounting.record(conn, fast, batch.bid, str(jid), "success")
+    with pytest.raises(wurk.BatchError, match="already succeeded"), \
+            wurk.Batch(batch.bid).jobs():
+        pass
+    with pytest.raises(wurk.BatchError, match="does not exist"), wurk.Batch("nope").jobs():
+        pass
+    with pytest.raises(wurk.BatchError, match="before its first jobs block"):
+        batch.on("success", Notes)
+    with pytest.raises(wurk.BatchError, match="unknown batch event"):
+        wurk.Batch().on("finished", Notes)
+    with pytest.raises(wurk.BatchError, match="JSON"):
+        wurk.Batch().on("success", Notes, {"when": object()})
+    with pytest.raises(wurk.BatchError, match="not a registered job"):
+        wurk.Batch().on("success", print)
+    with pytest.raises(wurk.BatchError, match="linger"):
+        wurk.Batch(linger=5)
+
+
+def test_scheduled_and_bulk_pushes_join_the_block(fast: wurk.Config, r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    with batch.jobs():
+        work.perform_in(60, "later")
+        work.perform_bulk([["a"], ["b"], ["c"]])
+    assert wurk.BatchStatus(batch.bid).total == 4
+    assert r.zcard("schedule") == 1 and r.llen("queue:default") == 3
+    assert all(json.loads(raw)["bid"] == batch.bid for raw in r.lrange("queue:default", 0, -1))
+    outside = work.perform_async("outside")
+    assert r.scard(f"b-{batch.bid}-jids") == 4 and outside is not None
+
+
+def test_jobs_takes_a_function_too(fast: wurk.Config) -> None:
+    batch = wurk.Batch()
+    assert batch.jobs(lambda: work.perform_async("via fn")) is batch
+    assert wurk.BatchStatus(batch.bid).total == 1
+
+
+def test_a_block_that_raises_before_pushing_leaves_no_batch(fast: wurk.Config,
+                                                           r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    with pytest.raises(KeyError), batch.jobs():
+        raise KeyError("boom")
+    assert not r.exists(f"b-{batch.bid}") and r.zcard("batches") == 0
+
+
+def test_invalidate_all_reaches_descendants(fast: wurk.Config, r: redis.Redis) -> None:
+    outer = wurk.Batch()
+    with outer.jobs():
+        work.perform_async("a")
+        inner = wurk.Batch()
+        with inner.jobs():
+            work.perform_async("b")
+    assert outer.invalidate_all() == 2
+    assert wurk.BatchStatus(inner.bid).invalidated
+    seen: list[bool] = []
+
+    class Checks(wurk.Job, name="BatchTest::Checks"):
+        def perform(self) -> None:
+            seen.append(self.valid_within_batch())
+
+    payload = {"class": "BatchTest::Checks", "args": [], "bid": inner.bid, "jid": "x" * 24}
+    token = set_running(payload)
+    try:
+        Checks.definition.instantiate(payload).perform()
+    finally:
+        reset_running(token)
+    assert seen == [False]
+    wurk.registry.unregister("BatchTest::Checks")
+
+
+def test_sets_tags_expiry_and_delete(fast: wurk.Config, r: redis.Redis) -> None:
+    first = wurk.Batch(tags=["import", "user-7"], linger=60)
+    with first.jobs():
+        jid = work.perform_async("a")
+    second = wurk.Batch(tags=["export"])
+    with second.jobs():
+        work.perform_async("b")
+    assert {s.bid for s in BatchSet()} == {first.bid, second.bid}  # same second: any order
+    assert scan_tags("user") == [first.bid] and sorted(scan_tags("port")) == sorted(
+        [first.bid, second.bid])
+    assert r.ttl(f"b-{first.bid}") > 29 * 24 * 3600  # pending: 30 days
+    with wurk.redis() as conn:
+        accounting.record(conn, fast, first.bid, str(jid), "success")
+    assert 50 < r.ttl(f"b-{first.bid}") <= 60  # success: its linger
+    assert all(r.ttl(key) <= 60 for key in r.keys(f"b-{first.bid}*"))
+    wurk.BatchStatus(second.bid).delete()
+    assert not r.keys(f"b-{second.bid}*") and scan_tags("export") == []
+    r.delete(f"b-{first.bid}")  # expired
+    assert list(BatchSet()) == [] and r.zcard("batches") == 0
+
+
+def test_stored_garbage_is_reported_not_raised(fast: wurk.Config, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jid = work.perform_async("a")
+    r.hset(f"b-{batch.bid}", mapping={"total": "many", "created_at": "soon", "tags": "{",
+                                      "callbacks": '[["success", "x", {]]'})
+    status = wurk.BatchStatus(batch.bid)
+    assert isinstance(status.total, Invalid) and isinstance(status.created_at, Invalid)
+    assert status.tags == [] and status.data()["total"] is None
+    assert status.data()["invalid"]["/total"] == "many"
+    assert len(status.problems) == 3
+    with wurk.redis() as conn:
+        assert accounting.record(conn, fast, batch.bid, str(jid), "success")
+    assert wurk.BatchStatus(batch.bid).succeeded  # fired; the broken callback was not pushed
+    assert all(json.loads(raw)["class"] != "wurk.batch.Callback"
+               for raw in r.lrange("queue:default", 0, -1))
+
+
+# -- the server middleware's verdicts ---------------------------------------------------------
+def test_the_worker_link_counts_success_failure_and_nothing_else(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    from wurk.batch.middleware import BatchServerMiddleware
+    from wurk.errors import Shutdown
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        jids = [str(work.perform_async(f"m{i}")) for i in range(4)]
+    link = BatchServerMiddleware(fast)
+    payloads = [{"class": "BatchTest::work", "args": [], "jid": jid, "bid": batch.bid}
+                for jid in jids]
+
+    def raising(exc: BaseException) -> Callable[[], None]:
+        def call() -> None:
+            raise exc
+        return call
+
+    def rescheduled() -> None:  # what a rate limiter does: bump, store, return
+        payloads[3]["overrated"] = 1
+
+    link(None, payloads[0], "default", lambda: None)
+    with pytest.raises(RuntimeError):
+        link(None, payloads[1], "default", raising(RuntimeError("no")))
+    with pytest.raises(Shutdown):
+        link(None, payloads[2], "default", raising(Shutdown()))
+    link(None, payloads[3], "default", rescheduled)
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.failed_jids) == (3, 1, [jids[1]])
+    assert not r.sismember(f"b-{batch.bid}-jids", jids[0])
+    assert r.sismember(f"b-{batch.bid}-jids", jids[2])  # interrupted: it runs again
+    assert r.sismember(f"b-{batch.bid}-jids", jids[3])  # rescheduled: it has not run
+
+
+def test_callback_options_reach_the_callback_byte_for_byte(fast: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    tricky = {"quote": 'a "quoted" ] } , [ {', "nested": [[], {}, [1, [2]]], "n": None,
+              "unicode": "é ✓", "slash": "a\\\\b", "big": 12345678901234567890, "f": 0.1}
+    batch = wurk.Batch()
+    batch.on("success", Notes, tricky)
+    with batch.jobs():
+        jid = work.perform_async("only")
+    with wurk.redis() as conn:
+        accounting.record(conn, fast, batch.bid, str(jid), "success")
+    (raw,) = [raw for raw in r.lrange("queue:default", 0, -1) if "wurk.batch.Callback" in raw]
+    event, bid, target, options = json.loads(raw)["args"]
+    assert (event, bid, target) == ("success", batch.bid, "BatchTest::Notes")
+    assert options == tricky
+
+
+def test_async_pushes_inside_a_block_join_the_batch(fast: wurk.Config, r: redis.Redis) -> None:
+    import asyncio
+
+    async def push(batch: wurk.Batch) -> list[str | None]:
+        with batch.jobs():
+            one = await work.aperform_async("async one")
+            many = await work.aperform_bulk([["async two"], ["async three"]])
+        return [one, *many]
+
+    batch = wurk.Batch()
+    jids = asyncio.run(push(batch))
+    assert all(jids) and wurk.BatchStatus(batch.bid).total == 3
+    assert {json.loads(raw)["bid"] for raw in r.lrange("queue:default", 0, -1)} == {batch.bid}
+
+
+def test_a_count_is_sent_again_through_a_short_outage(redis_server: Server,
+                                                      r: redis.Redis) -> None:
+    """Redis unreachable for half a second while a job's success is counted: the count
+    goes through once it is back, exactly once."""
+    import threading
+
+    from tests.helpers.faults import config_for
+    from tests.helpers.proxy import FaultProxy
+    from wurk.batch.middleware import count
+
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url, socket_timeout=1)
+        try:
+            batch = wurk.Batch(config=config)
+            with batch.jobs():
+                jids = [str(work.set(config=config).perform_async(f"o{i}")) for i in range(2)]
+            proxy.cut()
+            proxy.drop()
+            threading.Timer(0.5, proxy.restore).start()
+            assert count(config, batch.bid, jids[0], "success")
+            assert not count(config, batch.bid, jids[0], "success")  # the replay: nothing
+        finally:
+            config.close()
+    assert r.hget(f"b-{batch.bid}", "pending") == "1"
+
+
+# -- with the limits: unique, expiring and rate-limited jobs ----------------------------------
+@wurk.job(name="BatchTest::unique", unique_for=60)
+def unique_job(n: int) -> None:
+    work(f"unique-{n}")
+
+
+@wurk.job(name="BatchTest::limited")
+def limited(name: str) -> None:
+    """Over its (pretend) rate limit on the first run: rescheduled, then it runs."""
+    from wurk.limiter import OverLimit
+
+    with wurk.redis() as conn:
+        if conn.call("SETNX", f"limited:{name}", 1):
+            raise OverLimit(None, retry_after=0.1)
+    work(name)
+
+
+@pytest.fixture
+def limited_worker(redis_server: Server) -> Iterator[wurk.Embedded]:
+    config = wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
+                            fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                            scheduler_initial_wait=0, average_scheduled_poll_interval=0.2,
+                            concurrency=4, tag="batches",
+                            limiter_backoff=lambda limiter, job, exc: 1.0)
+    running = wurk.embed(config)
+    yield running
+    running.stop()
+
+
+def test_a_duplicate_unique_job_is_not_added_to_the_batch(fast: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    with batch.jobs():
+        first = unique_job.perform_async(1)
+        second = unique_job.perform_async(1)  # its lock is held: not pushed, not registered
+        other = unique_job.perform_async(2)
+    assert first is not None and second is None and other is not None
+    assert wurk.BatchStatus(batch.bid).total == 2 and r.llen("queue:default") == 2
+    assert r.get(f"unique:{json.loads(r.lindex('queue:default', -1))['unique_digest']}")
+
+
+def test_an_expired_job_counts_as_a_success(fast: wurk.Config, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        work.set(expires_in=0.05).perform_async("too late")
+    time.sleep(0.2)  # past its deadline before any worker sees it
+    worker = wurk.embed(fast)
+    try:
+        settle(r, 2)
+    finally:
+        worker.stop()
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.llen("ran") == 0  # dropped unrun
+
+
+def test_a_rate_limited_job_is_not_counted_until_it_runs(limited_worker: wurk.Embedded,
+                                                         r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        limited.perform_async("once")
+    wait_until(lambda: r.zcard("schedule") == 1, what="the reschedule")  # due in 1 s
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.complete) == (1, 0, False)
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.lrange("ran", 0, -1) == ["once"]
+    assert wurk.BatchStatus(batch.bid).failures == 0
+
+
+@wurk.job(name="BatchTest::async_work")
+async def async_work(name: str) -> None:
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", "ran", name)
+
+
+def test_async_jobs_of_a_batch_are_counted(worker: wurk.Embedded, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        for n in range(5):
+            async_work.perform_async(f"a{n}")
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.llen("ran") == 5
+
+
+@wurk.job(name="BatchTest::async_fail", retry=1)
+async def async_fail(name: str) -> None:
+    raise RuntimeError(f"{name} fails")
+
+
+def test_an_async_jobs_failure_is_counted(worker: wurk.Embedded, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jid = async_fail.perform_async("async")
+    settle(r, 1)
+    assert events(r, batch.bid) == ["complete"]
+    status = wurk.BatchStatus(batch.bid)
+    assert (status.pending, status.failures, status.failed_jids) == (1, 1, [jid])
