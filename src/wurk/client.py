@@ -1,10 +1,10 @@
 """Pushing jobs: normalise a payload, run client middleware, write it in one round trip.
 
-1. ``normalize`` applies Sidekiq's push rules (``wire-format.md`` §4.1): defaults under the
+1. ``normalize`` applies Sidekiq's push rules: defaults under the
    item, a jid and ``created_at`` when missing, transient keys dropped, bad fields refused.
 2. Client middleware may change the payload or stop the push (the call then returns None).
-3. Arguments are checked after the middleware, so middleware may convert them (§4.1 step 7).
-4. One pipeline per push or per bulk slice (§4.2): ``SADD queues`` + ``LPUSH`` per queue for
+3. Arguments are checked after the middleware, so middleware may convert them.
+4. One pipeline per push or per bulk slice: ``SADD queues`` + ``LPUSH`` per queue for
    immediate jobs, one ``ZADD schedule`` for scheduled ones. Never a transaction, never replayed
    after a broken connection (a replay could push the job twice).
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs

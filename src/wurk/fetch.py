@@ -1,11 +1,11 @@
 """Taking work off the queues: the ``Fetcher`` interface and Sidekiq's basic fetch.
 
 1. ``QueueOrder`` turns a capsule's queues and weights into the order to try them in, per
-   fetch: strict (declaration order), random, or weighted random (``wire-format.md`` §2.2).
-2. ``UnitOfWork`` is one fetched job: its queue, the raw bytes as stored (kept for removal by
-   value, §0.3), and how to acknowledge or requeue it. A processor that hands a job on (an
-   async job, run on the event loop) tells its fetcher, and the job is acknowledged in
-   batches from that lane's thread (``acknowledge_many``).
+   fetch: strict (declaration order), random, or weighted random.
+2. ``UnitOfWork`` is one fetched job: its queue, the raw bytes as stored (kept for removal
+   by value: re-encoding could change them), and how to acknowledge or requeue it. A
+   processor that hands a job on (an async job, run on the event loop) tells its fetcher,
+   and the job is acknowledged in batches from that lane's thread (``acknowledge_many``).
 3. ``BasicFetch`` pops with ``BRPOP`` over every queue in order, with a server timeout so a
    stopping processor notices within a second. Acknowledging is a no-op (the job already left
    Redis): a crash loses the jobs in flight. Reliable fetch, which does not, has its own

@@ -1,4 +1,4 @@
-"""The heartbeat: who this process is, what it runs, that it is alive (``wire-format.md`` §7).
+"""The heartbeat: who this process is, what it runs, that it is alive.
 
 1. ``Identity``: ``<hostname>:<pid>:<nonce>``; the nonce is made once per process image, so a
    forked child keeps its parent's nonce and a swarm parent knows each child's identity. It

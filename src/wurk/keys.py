@@ -1,9 +1,9 @@
 """Every Redis key name wurk reads or writes — the only place they are spelled.
 
-1. Sidekiq's keys (``wire-format.md`` §1), so a Ruby process sharing the Redis sees the
+1. Sidekiq's keys, so a Ruby process sharing the Redis sees the
    same data.
-2. wurk's own keys (§13), kept out of the ``queue:`` namespace unless they hold jobs.
-3. An optional prefix (§0.2) for joining a Sidekiq 6 deployment that used redis-namespace;
+2. wurk's own keys, kept out of the ``queue:`` namespace unless they hold jobs.
+3. An optional prefix for joining a Sidekiq 6 deployment that used redis-namespace;
    it applies to every key, including those built inside Lua from the prefixes below.
 4. The limits features' keys: rate limiters (every key of one limiter carries its name in
    ``{}``, a Redis Cluster hash tag, so one script touches one slot), unique-job locks and
@@ -102,12 +102,12 @@ class Keys:
         return key[len(self.queue_prefix) :]
 
     def private(self, queue: str, hostname: str, pid: int, nonce: str, index: int) -> str:
-        """A processor's in-flight list, Ruby wurk's layout (§10.3)."""
+        """A processor's in-flight list, Ruby wurk's layout."""
         sep = PRIVATE_SEPARATOR
         return f"{self.queue_prefix}{queue}{sep}{hostname}{sep}{pid}{sep}{nonce}{sep}{index}"
 
     def private_pro(self, identity: str, queue: str) -> str:
-        """Sidekiq Pro's super_fetch private list (§10.1), for ``private_list_layout="pro"``."""
+        """Sidekiq Pro's super_fetch private list, for ``private_list_layout="pro"``."""
         return f"{self.queue_prefix}sq|{identity}|{queue}"
 
     def super_queues(self, identity: str) -> str:

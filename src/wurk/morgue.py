@@ -1,7 +1,7 @@
 """The dead set's one writer: every job that dies in this package is buried here.
 
 1. ``bury`` adds one raw entry and trims the set in the same transaction, with the two
-   commands and limits Sidekiq uses (``wire-format.md`` §6.4) — including the rank trim's
+   commands and limits Sidekiq uses — including the rank trim's
    off-by-one, so Ruby and Python agree on which entries survive.
 2. ``kill`` buries a parsed job and then runs the death handlers (unless told not to).
 

@@ -1,4 +1,4 @@
-"""Paused queues, as every fetcher of a process sees them (``wire-format.md`` §11.1, §11.5).
+"""Paused queues, as every fetcher of a process sees them.
 
 1. ``PausedCache.get()`` returns the ``paused`` set, re-read from Redis at most once per
    ``paused_cache_ttl`` seconds (5 s), so a pause reaches every process within that time

@@ -1,12 +1,12 @@
 """The job payload: Sidekiq's JSON object, built, checked, dumped and loaded here only.
 
-1. Field names (``wire-format.md`` §3) are constants of this module.
+1. Field names are constants of this module.
 2. ``dumps`` writes what Ruby's ``JSON.generate`` writes: compact, raw UTF-8, no NaN.
 3. ``loads`` + ``validate`` turn a raw entry into a dict or an error that names the field.
    ``loads`` reads what Ruby's parser reads: UTF-8, no ``NaN``, at most 100 levels deep.
 4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
    seconds); ``read_time``
-   accepts every form found in the wild (§0.4).
+   accepts every form found in the wild.
 5. Arguments must be JSON-native; ``check_args`` names the first one that is not.
 6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);
    reading one inflates at most ``BACKTRACE_MAX_BYTES`` (a stored value can be a zip bomb).
@@ -92,14 +92,14 @@ DEFAULT_QUEUE = "default"
 # wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a
 # transaction, when transactional push is on.
 TRANSACTIONAL = "transactional"
-# Client-side options that never reach Redis (wire-format §3.1).
+# Client-side options that never reach Redis.
 TRANSIENT_FIELDS = frozenset({"pool", "client_class", "sync", TRANSACTIONAL, AT})
-# Sidekiq truncates error messages to this many characters (§3.2).
+# Sidekiq truncates error messages to this many characters.
 ERROR_MESSAGE_LIMIT = 10_000
 # An epoch value below this cannot be milliseconds after 1973, so wurk's readers take it as
-# seconds (§0.4 rule 2, the defensive extra); wurk never writes one.
+# seconds; wurk never writes one.
 _MS_FLOOR = 10**11
-# Relative intervals are below this; larger numbers are absolute epoch seconds (§4.2).
+# Relative intervals are below this; larger numbers are absolute epoch seconds.
 ABSOLUTE_EPOCH_FLOOR = 1_000_000_000
 
 
@@ -277,7 +277,7 @@ def write_time(fmt: TimestampFormat, at: float | None = None) -> int | float:
 
 
 def read_time(value: Any) -> float | None:
-    """Epoch seconds from any timestamp form Sidekiq ever wrote (§0.4), or None."""
+    """Epoch seconds from any timestamp form Sidekiq ever wrote, or None."""
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, float):
@@ -326,7 +326,7 @@ def score(at: float) -> str:
 
 # -- errors -----------------------------------------------------------------------------------
 def error_class_name(exc: BaseException) -> str:
-    """``module.QualName``, or the bare name for builtins, as §3.2 asks."""
+    """``module.QualName``, or the bare name for builtins, as Sidekiq names errors."""
     cls = type(exc)
     if cls.__module__ == "builtins":
         return cls.__qualname__
@@ -353,7 +353,7 @@ BACKTRACE_MAX_BYTES = 1 << 20
 
 
 def decode_backtrace(value: Any) -> list[str] | None:
-    """Read every stored backtrace form (§3.2); None when it cannot be decoded (Marshal,
+    """Read every stored backtrace form; None when it cannot be decoded (Marshal,
     too large, not a list of lines)."""
     try:
         return read_backtrace(value)

@@ -2,7 +2,7 @@
 
 1. The reaper's recovery script counts each recovery of a jid in
    ``super_fetch:recovered:<jid>`` (72 h TTL); the ACK deletes the counter, so only
-   consecutive recoveries without a completion count (``wire-format.md`` §10.4).
+   consecutive recoveries without a completion count.
 2. At the third, ``kill_poisoned`` sends the job to the dead set with a ``wurk.Poisoned``
    error — through the death handlers, so batch callbacks are not stranded — honouring
    ``dead: false`` (discard), then tells the poison callbacks ``{jid, klass, count, queue}``.

@@ -97,7 +97,7 @@ class Busy:
             self._work.pop(thread_id, None)
 
     def snapshot(self) -> dict[str, str]:
-        """tid → the JSON value Sidekiq's Busy page reads (``wire-format.md`` §7.3)."""
+        """tid → the JSON value Sidekiq's Busy page reads."""
         with self._lock:
             items = list(self._work.items())
         return {t: P.dumps({"queue": q, "payload": raw.decode("utf-8", "replace"),

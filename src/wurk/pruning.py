@@ -1,4 +1,4 @@
-"""Pruning the ``processes`` set of entries whose process is gone (``wire-format.md`` §7.5).
+"""Pruning the ``processes`` set of entries whose process is gone.
 
 1. ``prune_processes`` removes identities whose heartbeat hash has expired, at most once a
    minute across the whole cluster (the ``process_cleanup`` lock), as Sidekiq does.

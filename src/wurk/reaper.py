@@ -1,5 +1,5 @@
-"""The reaper: in-flight lists whose owner died go back to their queues (``wire-format.md``
-§10.3), so a ``kill -9``, an OOM kill or a lost machine loses no job.
+"""The reaper: in-flight lists whose owner died go back to their queues, so a
+``kill -9``, an OOM kill or a lost machine loses no job.
 
 1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues this
    process serves; at most once an hour cluster-wide (``wurk:reaper:full-scan``) it scans every
@@ -240,7 +240,7 @@ class Reaper:
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, key: str, queue: str) -> int:
         """Move a dead owner's list back; kill its poison pills. Returns jobs moved."""
-        # Not replayed: a replay would count a recovery twice (wire-format §10.4).
+        # Not replayed: a replay would count a recovery twice.
         keep = self.config.on_recover is not None
         reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
                                                  keep=keep))

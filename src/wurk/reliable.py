@@ -1,4 +1,4 @@
-"""Reliable fetch: a job never leaves Redis until it finished (``wire-format.md`` §10.3).
+"""Reliable fetch: a job never leaves Redis until it finished.
 
 1. A fetch moves the job atomically from its queue into a private list of this process
    (``queue:<q>|<host>|<pid>|<nonce>|<capsule>``), so a crash, ``kill -9`` or lost machine
@@ -24,7 +24,7 @@
    if it is still in the private list: a job already given back is not pushed twice.
 6. ``private_list_layout="pro"`` writes Sidekiq Pro's ``queue:sq|<identity>|<queue>`` names
    instead and registers them in ``super_processes`` so a Pro process never mistakes them
-   for orphans (§10.2).
+   for orphans.
 7. ``Claims``: which entries of this process's private lists a processor holds (running, or
    finished with the ACK not yet through). An entry nobody holds is a stray — a move whose
    reply a cut connection lost, or the job of a processor that died or could not book its

@@ -1,6 +1,6 @@
 """Booking a failed job: a retry in ``retry``, or its death, as Sidekiq books them.
 
-1. ``JobRetry.handle`` follows ``wire-format.md`` §6.1–§6.3 step for step: resolve ``retry``,
+1. ``JobRetry.handle`` follows Sidekiq's retry steps in its order: resolve ``retry``,
    stamp the error fields, count the failure, test exhaustion, ask the ``retry_in`` hook,
    add jitter and ``ZADD retry``; or, once exhausted, ask ``retries_exhausted`` and bury the
    job (through the one ``Morgue``) unless it is discarded. Death handlers run once per death.
@@ -47,7 +47,7 @@ _VERDICTS: tuple[Verdict, ...] = ("discard", "kill")
 
 
 def default_delay(count: int) -> int:
-    """Seconds before retry number ``count + 1`` when no hook decides (§6.2 step 7)."""
+    """Seconds before retry number ``count + 1`` when no hook decides."""
     return int(min(count**4, MAX_DELAY) + BACKOFF_BASE)
 
 
@@ -69,7 +69,7 @@ class JobRetry:
     # -- public -----------------------------------------------------------------------------
     def handle(self, job: dict[str, Any], exc: BaseException, *,
                definition: JobDefinition | None, instance: object | None) -> None:
-        """Book the failure of ``job`` (§6.1–§6.3); ``job`` is changed in place."""
+        """Book the failure of ``job``; ``job`` is changed in place."""
         try:
             P.validate(job)
         except InvalidPayload as invalid:
@@ -77,7 +77,7 @@ class JobRetry:
             return
         retry = _retry_option(job, definition)
         if retry is None or retry is False:
-            # No retry and no dead set: only the death handlers hear of it (§6.1).
+            # No retry and no dead set: only the death handlers hear of it.
             run_death_handlers(self.config, job, exc)
             return
         self._book(job, exc, retry, definition, instance)
@@ -90,7 +90,7 @@ class JobRetry:
         job.setdefault(P.RETRY_COUNT, 0)
         self.morgue.kill(job, exc)
 
-    # -- §6.2 -------------------------------------------------------------------------------
+    # -- a retry ----------------------------------------------------------------------------------
     def _book(self, job: dict[str, Any], exc: BaseException, retry: int,
               definition: JobDefinition | None, instance: object | None) -> None:
         now = time.time()
@@ -143,7 +143,7 @@ class JobRetry:
         key, member = self.config.keys.retry, P.dumps(job)
         self.pool.run(lambda redis: redis.zadd(key, {member: at}))
 
-    # -- §6.3 -------------------------------------------------------------------------------
+    # -- exhaustion ------------------------------------------------------------------------------
     def _exhaust(self, job: dict[str, Any], exc: BaseException,
                  definition: JobDefinition | None, instance: object | None) -> None:
         answer = self._retries_exhausted(job, exc, definition, instance)

@@ -1,7 +1,7 @@
 """Processed/failed counters: counted in memory per job, flushed with the heartbeat.
 
 1. A job costs no round trip for its stats: ``record`` bumps two integers under a lock.
-2. ``flush`` sends the lifetime and daily counters in one pipeline (``wire-format.md`` §7.4)
+2. ``flush`` sends the lifetime and daily counters in one pipeline
    and, when Redis refuses, puts the counts back so the next beat sends them (Sidekiq 6's
    behaviour; Sidekiq 7+ loses them).
 """

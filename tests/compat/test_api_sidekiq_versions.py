@@ -1,5 +1,5 @@
 """Entries written by real Sidekiq 6.4 (tests/fixtures/sidekiq-6.4) and the Sidekiq 7 and 8
-forms of wire-format §3 and §7, read — and acted on — through wurk.api."""
+payload and heartbeat forms, read — and acted on — through wurk.api."""
 
 from __future__ import annotations
 

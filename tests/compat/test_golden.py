@@ -1,5 +1,5 @@
 """Golden payloads: entries real Sidekiq 6.4 wrote (tests/fixtures/sidekiq-6.4) and the
-Sidekiq 7/8 forms of wire-format §3, loaded and round-tripped field for field."""
+Sidekiq 7/8 payload forms, loaded and round-tripped field for field."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def parses(raw: str) -> bool:
     return True
 
 
-# wire-format §3.4 and §3.2: what Sidekiq 7 and 8 write.
+# Payload fields and backtraces: what Sidekiq 7 and 8 write.
 SIDEKIQ8 = [
     '{"retry":true,"queue":"default","class":"HardJob","args":[1,"x"],'
     '"jid":"4f2c9e0a7b1d3c5e6f708192","created_at":1700000000123,"enqueued_at":1700000000125}',

@@ -1,4 +1,4 @@
-"""Seed Redis with entries exactly as Sidekiq writes them (wire-format §2, §5–§7), and load
+"""Seed Redis with entries exactly as Sidekiq writes them, and load
 the entries real Sidekiq 6.4 wrote (tests/fixtures/sidekiq-6.4)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def load_sidekiq64(r: redis.Redis) -> None:
 def heartbeat(r: redis.Redis, identity: str, *, info: dict[str, Any], busy: int = 0,
               quiet: bool = False, rss: int = 1024, concurrency: int | None = None,
               beat: float | None = None) -> None:
-    """One beat as §7.1 writes it; ``concurrency`` as a hash field only when given (8.1.2+)."""
+    """One beat as Sidekiq writes it; ``concurrency`` as a hash field only when given (8.1.2+)."""
     fields: dict[str, Any] = {"info": json.dumps(info), "busy": busy,
                               "beat": repr(beat if beat is not None else time.time()),
                               "quiet": "true" if quiet else "false", "rss": rss,

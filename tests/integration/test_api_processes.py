@@ -1,4 +1,4 @@
-"""ProcessSet, Process and WorkSet read from heartbeat records written as §7 describes."""
+"""ProcessSet, Process and WorkSet read from heartbeat records written as Sidekiq writes them."""
 
 from __future__ import annotations
 

@@ -320,7 +320,7 @@ def test_entries_are_sorted_entries_with_parents(config: wurk.Config, r: redis.R
 
 
 def test_a_key_prefix_applies_to_every_key(redis_server: Any, r: redis.Redis) -> None:
-    """Sidekiq 6 with redis-namespace (wire-format §0.2): every key under `<ns>:`."""
+    """Sidekiq 6 with redis-namespace: every key under `<ns>:`."""
     config = wurk.configure(redis_url=redis_server.url, key_prefix="ns")
     r.zadd("ns:retry", {member(1, queue="low"): 1.0})
     r.zadd("retry", {member(2): 1.0})  # another app's data, outside the namespace

@@ -1,4 +1,4 @@
-"""Stats and StatsHistory over counters and sets seeded as §7.4 describes."""
+"""Stats and StatsHistory over counters and sets seeded as Sidekiq writes them."""
 
 from __future__ import annotations
 

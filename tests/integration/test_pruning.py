@@ -1,4 +1,4 @@
-"""Pruning ``processes`` (wire-format §7.5): stale identities go, at most once a minute."""
+"""Pruning ``processes``: stale identities go, at most once a minute."""
 
 from __future__ import annotations
 

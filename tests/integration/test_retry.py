@@ -1,4 +1,4 @@
-"""Retries booked exactly as Sidekiq books them (wire-format §6.2–§6.3), read back raw."""
+"""Retries booked exactly as Sidekiq books them, read back raw."""
 
 from __future__ import annotations
 
@@ -127,7 +127,7 @@ def dead(r: redis.Redis) -> list[Job]:
     return [json.loads(m) for m in r.zrange("dead", 0, -1)]
 
 
-# -- §6.2: the fields ---------------------------------------------------------------------------
+# -- the retry fields ---------------------------------------------------------------------------
 def test_first_failure_writes_sidekiq8_fields(book: Book, r: redis.Redis) -> None:
     before = time.time()
     job = new_job()
@@ -300,7 +300,7 @@ def test_retry_for_window_elapsed_means_dead(book: Book, r: redis.Redis) -> None
 
 
 def test_retry_for_replaces_the_count_limit(book: Book, r: redis.Redis) -> None:
-    recent = (time.time() - 10)  # float seconds, Sidekiq 7's form, read per §0.4
+    recent = (time.time() - 10)  # float seconds, Sidekiq 7's form, read as any timestamp form
     book.fail(new_job(retry_for=3600, retry=2, retry_count=40, failed_at=recent))
     assert only_retry(r)[0]["retry_count"] == 41
 

@@ -310,7 +310,7 @@ def test_a_claim_is_released_once_pushed_and_put_back_when_the_push_fails(
     assert r.zcard("wurk:claimed:retry") == 0
 
 
-# -- timing (§5.3) --------------------------------------------------------------------------------
+# -- timing --------------------------------------------------------------------------------
 def test_poll_interval_scales_with_processes(make: Callable[..., Scheduler],
                                              r: redis.Redis) -> None:
     scheduler = make(average_scheduled_poll_interval=2.0)

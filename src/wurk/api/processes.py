@@ -1,4 +1,4 @@
-"""Worker processes and what they are running (``wire-format.md`` §7).
+"""Worker processes and what they are running.
 
 1. ``ProcessSet`` — the live processes: their heartbeat records, total concurrency and
    memory, the leader (``dear-leader``), and pruning of identities whose heartbeat expired
@@ -144,7 +144,7 @@ class Process:
             "version": self.version, "embedded": self.embedded, "leader": self.leader,
         }
 
-    # -- remote signals (§7.6): delivered at the target's next beat -------------------------
+    # -- remote signals: delivered at the target's next beat -------------------------
     def quiet(self) -> None:
         """Ask it to stop fetching and finish its running jobs (TSTP)."""
         self._signal("quiet")

@@ -1,4 +1,4 @@
-"""Queues (``wire-format.md`` §2): the lists jobs wait in, and the ``paused`` set.
+"""Queues: the lists jobs wait in, and the ``paused`` set.
 
 1. ``Queue.all`` — every queue named in ``queues``, sorted by name.
 2. ``Queue`` — size, latency (age of the oldest job), paused or not, pause/unpause,
@@ -174,7 +174,7 @@ class Queue:
     def clear(self) -> int:
         """Delete every job and forget the queue; returns how many jobs there were.
 
-        Never replayed after a broken connection (wire-format §14.1). The unique jobs
+        Never replayed after a broken connection. The unique jobs
         among them are read first (the whole list, in pages) to release their locks.
         """
         marked = MARK.encode()
@@ -194,7 +194,7 @@ class Queue:
 
 
 def entry_latency(raw: bytes | None, now: float | None = None) -> float | Invalid:
-    """The latency of a queue whose oldest entry is ``raw`` (§2.2); 0.0 when unknown,
+    """The latency of a queue whose oldest entry is ``raw``; 0.0 when unknown,
     ``Invalid`` when its time cannot be read."""
     if raw is None:
         return 0.0

@@ -1,13 +1,13 @@
 """One job as it is stored: what the dashboard, the CLI and tests show of it.
 
 1. ``JobRecord`` keeps the exact bytes read from Redis beside the parsed payload: removing an
-   entry matches those bytes (``wire-format.md`` §0.3), never a re-serialised copy. An entry
+   entry matches those bytes, never a re-serialised copy. An entry
    that is not a JSON object (the dead set keeps such entries) is still a record, with
    ``parse_error`` saying what is wrong.
 2. Display: the class and arguments a person recognises — ActiveJob-wrapped jobs unwrapped,
-   mailer jobs shown as ``Mailer#method`` (§3.5), ActiveJob's ``_aj_*`` bookkeeping hidden,
+   mailer jobs shown as ``Mailer#method``, ActiveJob's ``_aj_*`` bookkeeping hidden,
    an encrypted last argument masked — as Sidekiq's dashboard shows them.
-3. Times as epoch seconds, whichever form (float s, integer ms, text) wrote them (§0.4);
+3. Times as epoch seconds, whichever form (float s, integer ms, text) wrote them;
    a time, count or backtrace that cannot be read is an ``Invalid`` (``values.py``).
 4. ``digest``: the SHA-1 of the stored bytes, which names an entry however large it is
    (a page posts it back instead of the entry's text).
@@ -197,7 +197,7 @@ class JobRecord:
 
     @property
     def error_backtrace(self) -> list[str] | Invalid | None:
-        """The stored backtrace lines, decoded from every form Sidekiq wrote (§3.2)."""
+        """The stored backtrace lines, decoded from every form Sidekiq wrote."""
         return values.backtrace(self.item.get(P.ERROR_BACKTRACE))
 
     @property

@@ -1,14 +1,14 @@
-"""The sorted sets of jobs: ``schedule``, ``retry`` and ``dead`` (``wire-format.md`` §5, §6).
+"""The sorted sets of jobs: ``schedule``, ``retry`` and ``dead``.
 
 1. ``JobSet`` — size, newest-first iteration, substring scan, find by jid, fetch by score,
    delete, clear, schedule; the base of the three sets.
 2. ``SortedEntry`` — one member: delete, retry now, add to queue, kill, reschedule. Every
-   action names the member by the bytes it was read as (§0.3, §6.5) and returns whether this
+   action names the member by the bytes it was read as and returns whether this
    call was the one that acted (False when someone else moved it first). Its ``address``
    (``<score>-<digest>``) names it in a URL whatever its size, score (negative, infinite) or
    jid (missing, repeated); ``JobSet.at_address`` finds it again.
 3. ``ScheduledSet``; ``RetrySet`` (retry all, kill all); ``DeadSet`` (kill, retry all, trim).
-4. ``bury`` — the dead-set write of §6.4 in one ``MULTI``.
+4. ``bury`` — the dead-set write (add, trim by age and size) in one ``MULTI``.
 
 Deleting, clearing or killing a unique job releases its lock (``wurk.unique``).
 
@@ -76,7 +76,7 @@ class SortedEntry(JobRecord):
 
     @property
     def entry_id(self) -> str:
-        """``<score>-<jid>``: names one entry even among equal scores (§6.5)."""
+        """``<score>-<jid>``: names one entry even among equal scores."""
         return f"{P.score(self.score)}-{self.jid}"
 
     @property

@@ -27,7 +27,7 @@ __all__ = ["QueueSummary", "Stats", "StatsHistory"]
 
 # Queues whose size and oldest entry are read per pipelined round trip.
 QUEUE_PAGE = 100
-# Daily counters live five years (§7.4), so no longer history exists.
+# Daily counters live five years, so no longer history exists.
 MAX_HISTORY_DAYS = 1825
 COUNTERS = ("processed", "failed")
 

@@ -2,7 +2,7 @@
 
 Every script treats payloads as opaque strings: Redis's cjson would round big integers and
 reorder keys, so a script may decode a payload only to read a field, never re-encode it
-(``wire-format.md`` §14.3).
+.
 """
 
 from __future__ import annotations

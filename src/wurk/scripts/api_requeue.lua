@@ -1,7 +1,7 @@
 -- Move one entry from a sorted set (schedule, retry, dead) to the head of its queue: the
 -- API's "retry now" and "add to queue". Atomic, so the job is never in neither place nor in
 -- both, and two people pressing "retry" at once push it once. The payload is not decoded
--- here (cjson would round large numbers, wire-format 14.3): the client passes both forms.
+-- here (cjson would round large numbers): the client passes both forms.
 --
 -- KEYS[1] the sorted set        ARGV[1] the member exactly as stored
 -- KEYS[2] the `queues` set      ARGV[2] the queue name

@@ -1,5 +1,5 @@
 -- Reliable fetch over a capsule's queues: move the oldest jobs of the first non-empty queue
--- into its private list, in one round trip (wire-format §10.3). Non-blocking; the caller
+-- into its private list, in one round trip. Non-blocking; the caller
 -- blocks with BLMOVE on one queue when this finds nothing.
 --
 -- A processor takes more than one job only out of a backlog, and never more than its share

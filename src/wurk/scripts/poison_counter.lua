@@ -1,5 +1,5 @@
 -- Prepended by wurk.scripts.Script to the scripts that read a job's poison counter
--- (super_fetch:recovered:<jid>, wire-format §10.4), so one place knows how to find it.
+-- (super_fetch:recovered:<jid>, Sidekiq Pro's key), so one place knows how to find it.
 
 -- The counter's key for a payload, or nil when the payload has no usable jid. Decoded only
 -- to read the jid: the payload itself is moved as the bytes it is.

@@ -1,5 +1,4 @@
--- Moves every job of a private in-flight list back to its public queue (wire-format §10.3,
--- §10.4), in one script so a job either goes back with its recovery counted or stays for
+-- Moves every job of a private in-flight list back to its public queue, in one script so a job either goes back with its recovery counted or stays for
 -- the dead set — never both, never neither.
 --
 -- Jobs leave from the head (newest first) onto the queue's tail, so the oldest recovered job

@@ -1,7 +1,7 @@
 -- Gives one stray entry of a live process's own in-flight list back to its queue
 -- (wurk.reaper): an entry no processor of that process holds — a move whose reply a cut
 -- connection lost, or the job of a processor that died or could not book its failure.
--- Only an abandoned job's return is counted towards the poison limit (wire-format §10.4):
+-- Only an abandoned job's return is counted towards the poison limit:
 -- a lost reply is no fault of the job's.
 --
 -- KEYS[1]  the private list        ARGV[1]  the entry, exactly as stored

@@ -10,7 +10,7 @@
 -- Returns {moved, skipped}: skipped members are due but their queue could not be read; they
 -- stay where they are for the caller's one-at-a-time path.
 --
--- Payloads are never re-encoded: cjson would round big integers and reorder keys (§14.3).
+-- Payloads are never re-encoded: cjson would round big integers and reorder keys.
 -- cjson.decode is used only to READ the queue; the enqueued_at field is spliced in as text
 -- before the closing brace (a later duplicate key wins in Ruby's and Python's parsers).
 
