@@ -103,7 +103,9 @@ def _readable_files() -> list[Path]:
     for folder in ("src", "docs", "benchmarks", "tests"):
         files += [p for p in (ROOT / folder).rglob("*")
                   if p.suffix in {".py", ".md", ".lua", ".html", ".rb", ".ru", ".yml", ".js"}
-                  and ".venv" not in p.parts and p.is_file()]
+                  # virtualenvs, benchmarks/peers/.venv-arq among them
+                  and not any(part.startswith(".venv") for part in p.parts)
+                  and p.is_file()]
     return files
 
 
