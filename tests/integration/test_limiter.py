@@ -313,7 +313,10 @@ def test_async_with_waits_without_blocking_the_loop(config: wurk.Config) -> None
 
     async def main() -> int:
         first = asyncio.create_task(user("a", 0.3))
-        await asyncio.sleep(0.05)
+        for _ in range(1000):  # until a holds the slot: its acquire may take a while here
+            if order:
+                break
+            await asyncio.sleep(0.005)
         results = await asyncio.gather(user("b", 0), ticker(), first)
         return int(results[1])
 
