@@ -426,7 +426,9 @@ def test_children_that_ignore_term_are_killed_at_the_deadline(
     started = time.monotonic()
     swarm.signal("TERM")
     assert swarm.wait(15) == 0
-    assert 1 + 3 <= time.monotonic() - started < 1 + 3 + 1.5
+    # The exit after the kill (a tick, the reap, the interpreter's own exit) took 1.65 s once
+    # under a whole-suite load of 10 on 2 cores.
+    assert 1 + 3 <= time.monotonic() - started < 1 + 3 + 2.5
     assert "2 children still running after the shutdown budget; killing them" in \
         swarm.output()
     assert not any(alive(pid) for pid in children)
