@@ -9,7 +9,7 @@
    launcher (waiting up to its timeout for running jobs); while it does, a watcher thread
    keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
    the first) hurries the stop: the unfinished jobs go back to their queues now and the
-   process exits.
+   process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
 5. ``dump_threads`` writes every thread's stack to the log (TTIN).
 """
 
@@ -29,7 +29,8 @@ from typing import Protocol
 
 from .log import VERBATIM
 
-__all__ = ["HANDLED", "SignalPipe", "act_on", "dump_threads", "serve"]
+__all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
+           "dump_threads", "serve", "stop_watched"]
 
 log = logging.getLogger("wurk")
 
@@ -130,18 +131,21 @@ def serve(launcher: _Stoppable, pipe: SignalPipe, *, tick: float) -> None:
         for name in pipe.wait(tick):  # stop signals read together are one request
             stop = act_on(launcher, name) or stop
         if stop:
-            _stop_watched(launcher, pipe)
+            stop_watched(launcher, pipe)
             return
 
 
-def _stop_watched(launcher: _Stoppable, pipe: SignalPipe) -> None:
+def stop_watched(launcher: _Stoppable, pipe: SignalPipe, *, hint: str = HURRY_HINT) -> None:
+    """Stop ``launcher`` on this thread while a watcher reads ``pipe``: a second stop signal,
+    ``HURRY_AFTER`` or more after this call, hurries the stop. ``hint`` ends the stop's log
+    line (empty where another process has told the person already)."""
     done = threading.Event()
     watcher = threading.Thread(target=_watch_stop,
                                args=(launcher, pipe, done, time.monotonic()),
                                name="wurk-signal-watch", daemon=True)
     watcher.start()
     try:
-        launcher.stop(hint=HURRY_HINT)
+        launcher.stop(hint=hint)
     finally:
         done.set()
         watcher.join(timeout=WATCH_TICK * 10)

@@ -1,20 +1,26 @@
-"""The swarm's pure parts: backoff, the rolling-restart machine, settings, notices."""
+"""The swarm's pure parts: backoff, the rolling-restart machine, settings, notices, and the
+supervisor's rule for a second stop signal."""
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import signal
+import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 
+import wurk
 from wurk.errors import ConfigError
+from wurk.signals import HURRY_HINT
 from wurk.swarm.child import NoticePipe, OrphanGuard
 from wurk.swarm.respawn import RespawnSchedule
 from wurk.swarm.restart import Claim, Phase, RestartHooks, RollingRestart
 from wurk.swarm.settings import SwarmSettings, default_count, resolve
-from wurk.swarm.supervisor import describe_status
+from wurk.swarm.supervisor import Child, Supervisor, describe_status
 
 
 class Clock:
@@ -284,3 +290,75 @@ def test_exit_statuses_are_described() -> None:
     assert describe_status(78 << 8) == "exited with status 78"
     assert describe_status(signal.SIGKILL) == "was killed by SIGKILL"
     assert describe_status(None) == "exited (status unknown)"
+
+
+# -- a second stop signal ---------------------------------------------------------------------
+class Recording(Supervisor):
+    """A supervisor whose signals to its children are written down instead of sent."""
+
+    sent: list[tuple[int, int]]
+
+    def _kill(self, pid: int, signum: int) -> None:
+        self.sent.append((pid, signum))
+
+
+@pytest.fixture
+def stopping_swarm() -> Iterator[tuple[Recording, Clock, list[int]]]:
+    """A supervisor of two real (sleeping) child processes, so its reaper finds them alive;
+    timeout 10 s, shutdown grace 5 s, on a clock the test moves."""
+    clock = Clock()
+    supervisor = Recording(wurk.Config(timeout=10),
+                           SwarmSettings(count=2, tick=0.01, shutdown_grace=5), clock=clock)
+    supervisor.sent = []
+    sleepers = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    for slot, sleeper in enumerate(sleepers):
+        supervisor.children[sleeper.pid] = Child(sleeper.pid, slot, f"id{slot}", clock.now)
+    try:
+        yield supervisor, clock, [sleeper.pid for sleeper in sleepers]
+    finally:
+        supervisor.close()
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_a_second_stop_signal_a_second_later_hurries_the_swarm(
+    stopping_swarm: tuple[Recording, Clock, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    supervisor, clock, pids = stopping_swarm
+    caplog.set_level(logging.INFO, logger="wurk")
+
+    def signalled(name: str, after: float) -> list[tuple[int, int]]:
+        clock.now += after
+        del supervisor.sent[:]
+        supervisor._signals.push(name)
+        supervisor.tick()
+        return sorted(supervisor.sent)
+
+    terms = sorted((pid, signal.SIGTERM) for pid in pids)
+    supervisor._signals.push("INT")  # a terminal's Ctrl-C and a process manager's TERM:
+    assert signalled("TERM", 0) == terms  # read together, one stop
+    assert f"swarm: stopping 2 children (up to 15 s); {HURRY_HINT}" in caplog.messages
+    assert signalled("INT", 0.9) == []  # within HURRY_AFTER of the first: the same one
+    assert not any("stopping now" in line for line in caplog.messages)
+
+    assert signalled("INT", 0.2) == terms  # 1.1 s after the first: relayed again
+    assert ("swarm: stopping now: 2 children push their unfinished jobs back to their queues "
+            "and exit (killed in 5 s at the latest)") in caplog.messages
+    assert signalled("TERM", 1.0) == []  # a third changes nothing
+    assert signalled("USR2", 3.9) == [(pid, signal.SIGUSR2) for pid in sorted(pids)]
+    assert signalled("USR2", 0.2) == sorted([(pid, signal.SIGUSR2) for pid in pids]
+                                            + [(pid, signal.SIGKILL) for pid in pids])
+
+
+def test_hurrying_never_moves_the_kill_deadline_later(
+    stopping_swarm: tuple[Recording, Clock, list[int]]
+) -> None:
+    supervisor, clock, pids = stopping_swarm
+    supervisor.stop()
+    clock.now += 14  # the budget is 10 + 5 s: one second is left
+    supervisor.hurry()
+    del supervisor.sent[:]
+    clock.now += 1.05
+    supervisor.tick()
+    assert sorted(supervisor.sent) == [(pid, signal.SIGKILL) for pid in sorted(pids)]

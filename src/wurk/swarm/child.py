@@ -8,8 +8,10 @@
 3. ``run_child`` is the child's whole life and never returns (``os._exit``, so none of the
    parent's exit hooks run here): own signal handlers in place before the signals blocked
    across the fork are let through; Redis pools reset; ``fork`` hooks; a launcher (quiet from
-   the start if the swarm is quiet); then the signal loop. An orphaned child stops fetching,
-   pushes its in-flight jobs back and exits within a few seconds: nobody would stop it.
+   the start if the swarm is quiet); then the signal loop. TERM or INT stops it as a worker
+   stops (``wurk.signals.stop_watched``): a second one, a second or more later, hurries the
+   stop. An orphaned child stops fetching, pushes its in-flight jobs back and exits within a
+   few seconds: nobody would stop it.
 4. Exit codes: 0 stopped, ``EXIT_BOOT_FAILED`` could not boot, ``EXIT_CRASHED`` its own loop
    broke.
 """
@@ -28,7 +30,7 @@ from typing import NoReturn
 from .. import payload as P
 from ..config import Config
 from ..launcher import Launcher
-from ..signals import HANDLED, SignalPipe, act_on
+from ..signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
 
 __all__ = [
     "EXIT_BOOT_FAILED",
@@ -195,8 +197,9 @@ class _Child:
     def _serve(self, launcher: Launcher, pipe: SignalPipe) -> int:
         while True:
             for name in pipe.wait(CHILD_TICK):
-                if name in ("TERM", "INT"):
-                    launcher.stop()
+                if name in STOP_SIGNALS:
+                    # No hint in each child's line: the parent's says it once for the swarm.
+                    stop_watched(launcher, pipe, hint="")
                     return 0
                 self._on_signal(launcher, name)
             if self.guard.orphaned():

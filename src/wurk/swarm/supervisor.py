@@ -6,9 +6,11 @@
 2. ``supervise``: a tick every ``settings.tick`` seconds that never sleeps on anything else —
    read signals and children's notices; reap every exited child; look for first heartbeats;
    respawn slots whose backoff is due; advance the rolling restart; check memory.
-3. Signals: TERM/INT stop (every child drains within timeout + grace, then SIGKILL);
-   TSTP quiets the swarm, globally and for good (children forked later boot quiet); USR1
-   starts a rolling restart; USR2 is relayed (log reopen); TTIN dumps threads everywhere.
+3. Signals: TERM/INT stop (every child drains within timeout + grace, then SIGKILL); a
+   second one, ``HURRY_AFTER`` or more after the first, hurries (TERM relayed again, so each
+   child pushes its unfinished jobs back and exits; SIGKILL within the grace); TSTP quiets
+   the swarm, globally and for good (children forked later boot quiet); USR1 starts a
+   rolling restart; USR2 is relayed (log reopen); TTIN dumps threads everywhere.
 4. A crashed child is respawned after its slot's backoff. A slot whose child exits before
    its first heartbeat ``boot_attempts`` times in a row cannot boot: the swarm stops with
    that child's error (``SwarmError``) instead of respawning forever.
@@ -40,7 +42,7 @@ from ..heartbeat import Identity, hostname, process_nonce
 from ..locate import resolve_url
 from ..pool import RedisPool
 from ..proctitle import set_title
-from ..signals import SignalPipe, dump_threads
+from ..signals import HURRY_AFTER, HURRY_HINT, STOP_SIGNALS, SignalPipe, dump_threads
 from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
 from .respawn import RespawnSchedule
 from .restart import Claim, RestartHooks, RollingRestart
@@ -107,6 +109,8 @@ class Supervisor:
         self._state = "new"  # new → booted → closed
         self._quiet = False
         self._stopping = False
+        self._stop_began = math.inf
+        self._hurried = False
         self._deadline = math.inf
         self._killed_at: float | None = None
         self._probe_failing = False
@@ -194,8 +198,8 @@ class Supervisor:
         self._check_memory()
 
     def _on_signal(self, name: str) -> None:
-        if name in ("TERM", "INT"):
-            self.stop()
+        if name in STOP_SIGNALS:
+            self._on_stop_signal(name)
         elif name == "TSTP":
             self.quiet()
         elif name == "USR1":
@@ -207,19 +211,47 @@ class Supervisor:
             dump_threads()
             self._relay(signal.SIGTTIN)
 
+    def _on_stop_signal(self, name: str) -> None:
+        if not self._stopping:
+            self.stop()
+        elif self._clock() - self._stop_began >= HURRY_AFTER:
+            self.hurry()
+        else:
+            # A terminal's Ctrl-C reaches the whole process group, and a process manager may
+            # pass it on too: the same request arriving twice, not a second one.
+            log.debug("swarm: %s right after the first stop signal: taken as the same one",
+                      name)
+
     # -- requests ---------------------------------------------------------------------------
     def stop(self) -> None:
         """Relay TERM, then wait up to timeout + grace before SIGKILL (non-blocking)."""
         if self._stopping:
             return
         self._stopping = True
+        self._stop_began = self._clock()
         self._restart.abort()
         self._backoff.clear()
         budget = self.config.timeout + self.settings.shutdown_grace
-        self._deadline = self._clock() + budget
-        log.info("swarm: stopping %d children (up to %.0f s)", len(self.children), budget)
+        self._deadline = self._stop_began + budget
+        # Hosted, the host owns the signals: a second Ctrl-C is not ours to promise.
+        hint = "" if self.hosted else f"; {HURRY_HINT}"
+        log.info("swarm: stopping %d children (up to %.0f s)%s", len(self.children), budget,
+                 hint)
         self._relay(signal.SIGTERM)
         self._set_title()
+
+    def hurry(self) -> None:
+        """A stop in progress ends its wait now: TERM is relayed again, which each child
+        takes as its second (its unfinished jobs go back to their queues, then it exits),
+        and the SIGKILL deadline comes in to at most ``shutdown_grace`` from now."""
+        if not self._stopping or self._hurried:
+            return
+        self._hurried = True
+        self._deadline = min(self._deadline, self._clock() + self.settings.shutdown_grace)
+        log.info("swarm: stopping now: %d children push their unfinished jobs back to their "
+                 "queues and exit (killed in %.0f s at the latest)", len(self.children),
+                 max(0.0, self._deadline - self._clock()))
+        self._relay(signal.SIGTERM)
 
     def quiet(self) -> None:
         """Quiet every child, now and later: children forked from now on boot quiet."""
