@@ -57,7 +57,7 @@ def test_a_thousand_async_jobs_run_at_once_on_few_threads(
     """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 1 s, on at most
     thread concurrency + 10 threads all told — the processors, the main thread, the
     heartbeat, the one thread of the periodic duties, the event loop and the ACK thread. The
-    best of three tries counts: on a machine whose cores other work takes, one try can be
+    best of five tries counts: on a machine whose cores other work takes, one try can be
     starved of CPU."""
     threads = 2
     worker = start_worker("-c", str(threads), "--async-concurrency", "200")
@@ -69,7 +69,7 @@ def test_a_thousand_async_jobs_run_at_once_on_few_threads(
     wait_for(lambda: r.llen("async:warm") == 400, message="the warm-up async jobs")
     sequential = 1000 * 0.05
     tries: list[float] = []
-    for attempt in range(3):
+    for attempt in range(5):
         key = f"async:done:{attempt}"
         started = time.monotonic()
         pushed = jobs.async_wait.perform_bulk([[key, 0.05] for _ in range(1000)])
