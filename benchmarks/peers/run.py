@@ -239,7 +239,7 @@ def print_tables(systems: list[System], results: dict[str, list[Row]], runs: int
 # Like for like: each wurk row against the Sidekiq row run the same way.
 PAIRS = (("wurk", "sidekiq"), ("wurk_redispy", "sidekiq"),
          ("wurk_pinned", "sidekiq_pinned"), ("wurk_redispy_pinned", "sidekiq_pinned"),
-         ("wurk", "sidekiq_nojit"))
+         ("wurk", "sidekiq_nojit"), ("wurk", "wurk_nometrics"))
 
 
 def print_ratios(systems: list[System], results: dict[str, list[Row]]) -> None:

@@ -88,8 +88,8 @@ def peers_missing(tools: Tools, script: str, venv: str = ".venv") -> str | None:
 
 
 ORDER = ("wurk", "wurk_redispy", "sidekiq", "wurk_pinned", "wurk_redispy_pinned",
-         "sidekiq_pinned", "sidekiq_nojit", "dramatiq", "huey", "celery", "arq", "rq_simple",
-         "rq_fork")
+         "sidekiq_pinned", "wurk_nometrics", "sidekiq_nojit", "dramatiq", "huey", "celery",
+         "arq", "rq_simple", "rq_fork")
 # The async row (``--async-row``): async jobs awaiting 50 ms at one concurrency.
 ASYNC_ORDER = ("wurk_async", "arq", "saq")
 
@@ -101,7 +101,7 @@ def build(name: str, tools: Tools) -> System:
     makers: dict[str, Callable[[Tools], System]] = {
         "wurk": wurk.system, "wurk_redispy": wurk.redis_py_jobs,
         "wurk_pinned": wurk.pinned, "wurk_redispy_pinned": wurk.redis_py_pinned,
-        "wurk_async": wurk.async_jobs, "saq": saq.system,
+        "wurk_async": wurk.async_jobs, "wurk_nometrics": wurk.no_metrics, "saq": saq.system,
         "sidekiq": sidekiq.system,
         "sidekiq_pinned": sidekiq.pinned, "sidekiq_nojit": sidekiq.nojit,
         "dramatiq": dramatiq.system,

@@ -7,6 +7,7 @@ Python peers' jobs do): the two job bodies of the headline. "wurk_pinned" and
 "wurk_redispy_pinned" hold the processor threads to the last CPU always
 (``--cpu-affinity <cpu>``), as "sidekiq_pinned" runs Sidekiq under ``taskset -c <cpu>``:
 the both-pinned pair. (The default, ``auto``, pins only while busy and measured to pay.)
+"wurk_nometrics" is "wurk" with execution metrics off (``metrics: false``), to price them.
 "wurk_async" is the async row's worker: ``--async-concurrency`` set to the row's
 concurrency."""
 
@@ -37,14 +38,21 @@ def redis_py_pinned(tools: Tools) -> System:
     return _system(tools, "wurk_redispy_pinned", pinned=True, redis_py=True)
 
 
+def no_metrics(tools: Tools) -> System:
+    """The "wurk" row with execution metrics off: what the (default-on) metrics cost."""
+    return _system(tools, "wurk_nometrics", metrics=False)
+
+
 def async_jobs(tools: Tools) -> System:
     return _system(tools, "wurk_async", async_row=True)
 
 
 def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = False,
-            async_row: bool = False) -> System:
+            async_row: bool = False, metrics: bool = True) -> System:
     wurk = str(tools.project_bin("wurk"))
     prefix = ["env", "BENCH_WURK_JOB_CLIENT=redis-py"] if redis_py else []
+    if not metrics:
+        prefix = [*(prefix or ["env"]), "BENCH_WURK_METRICS=false"]  # read by wurk.yml
 
     def workers(processes: int, concurrency: int) -> list[Argv]:
         command = ["worker"] if processes == 1 else ["swarm", "-n", str(processes)]
@@ -63,4 +71,5 @@ def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = F
         no_worker="worker not available yet" if missing else None,
         notes=[f"{name}: " + (f"--cpu-affinity {LAST_CPU}" if pinned else "defaults")
                + f" (reliable fetch{'' if pinned else ', cpu_affinity auto'}), {body}"
+               + ("" if metrics else ", execution metrics off")
                + (", 10 threads + async slots" if async_row else "")])
