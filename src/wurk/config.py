@@ -641,11 +641,16 @@ class Config:
     async def aclose(self) -> None:
         """``close`` for async code (a FastAPI lifespan's end): the running loop's
         connections are closed and awaited on it, the rest as ``close`` does."""
+        await self.aclose_async_pool()
+        self.close()
+
+    async def aclose_async_pool(self) -> None:
+        """Close the running loop's asyncio pool only (an app's loop ending, while the
+        configuration serves on): awaited on its loop; made anew if used again."""
         with self._lock:
             mine = self._async_pools.pop(asyncio.get_running_loop(), None)
         if mine is not None:
             await mine.aclose()
-        self.close()
 
 
 def _as_chain(name: str, value: Any) -> Chain:

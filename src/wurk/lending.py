@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis as redis_py
+
 from .config import Config, default_config
 from .lease import Lease
 from .pool import AsyncRedisPool, RedisPool
