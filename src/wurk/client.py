@@ -134,13 +134,6 @@ class Client:
         ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
         over that many seconds; ``batch_size`` caps the jobs per round trip.
         """
-        base = dict(item)
-        all_args = base.pop(P.ARGS, None)
-        if not isinstance(all_args, (list, tuple)) or not all(
-            isinstance(a, (list, tuple)) for a in all_args
-        ):
-            raise InvalidPayload("bulk push needs 'args' as a list of argument lists",
-                                 field=P.ARGS)
         return self._drive(self._bulk_steps(item))
 
     async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:

@@ -343,7 +343,12 @@ def test_config_close_leaves_no_async_connection(redis_server: Server,
                                for n in range(8)))
 
     run(pushes)
+    first = {c["id"] for c in async_clients(r)}
     run(pushes)  # a second loop: its own pool; the first loop's is closed on the way
+    deadline = time.monotonic() + 5
+    while first & {c["id"] for c in async_clients(r)}:
+        assert time.monotonic() < deadline, "the closed loop's connections stayed open"
+        time.sleep(0.02)
     assert async_clients(r)
     config.close()
     assert wait_for_no_async_clients(r) == []
