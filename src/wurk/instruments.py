@@ -27,6 +27,7 @@ from .metrics.tracking import ExecutionMetrics, ExecutionTracker, Observer
 from .outage import Outage
 from .poison import Registration, on_poison
 from .processor import Busy
+from .timer import Timers
 
 if TYPE_CHECKING:
     from .metrics.history import HistorySampler
@@ -66,6 +67,7 @@ class Host(Protocol):
     heartbeat: Heartbeat
     busy: Busy
     slot: int | None
+    timers: Timers  # the thread the periodic parts run on
 
     @property
     def managers(self) -> Sequence[Manager]: ...
@@ -151,7 +153,8 @@ class Instruments:
 
         statsd = self.statsd
         self.history = HistorySampler(self.config,
-                                      on_sample=statsd.gauges if statsd is not None else None)
+                                      on_sample=statsd.gauges if statsd is not None else None,
+                                      timers=self.launcher.timers)
         self.history.start()
 
     def _observe(self, observer: Observer) -> None:

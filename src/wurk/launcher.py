@@ -6,7 +6,10 @@
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the leader election and
    the periodic poller (``wurk.leader``, ``wurk.periodic_poller``), the scheduler and one
-   manager per capsule.
+   manager per capsule. The periodic duties (scheduler, reaper, leader election, periodic
+   poller, history, slow-job and affinity samplers, log flush) share one thread
+   (``wurk.timer.Timers``), each on its own interval; the heartbeat keeps its own, so no
+   duty's slow tick can delay it.
 2. ``quiet``: stop fetching everywhere, stop the scheduler and the periodic poller and step
    down as leader; fire ``quiet``; the heartbeat reports ``quiet="true"``. One-way, as in
    Sidekiq.
@@ -51,7 +54,7 @@ from .reporting import report_error
 from .scheduled import Scheduler
 from .slow import SlowJobs
 from .stats import Counters
-from .timer import TimerLoop
+from .timer import TimerLoop, Timers
 
 __all__ = ["Launcher"]
 
@@ -62,6 +65,7 @@ log = logging.getLogger("wurk")
 LOG_FLUSH_INTERVAL = 0.5
 # How often a stop looks whether the running jobs have finished; ``hurry`` wakes it at once.
 IDLE_CHECK_INTERVAL = 0.1
+POLLER_THREAD = "wurk-poller"
 
 
 class Launcher:
@@ -80,6 +84,7 @@ class Launcher:
         self.identity = Identity.current()
         self.busy = Busy()
         self.counters = Counters()
+        self.timers = Timers(POLLER_THREAD)  # every periodic duty's thread, stopped last
         self.capsules = config.all_capsules()
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy,
                                 loop=EventLoop(helper_count(self.capsules)))
@@ -90,18 +95,19 @@ class Launcher:
         self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
                                  visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
-        self.scheduler = Scheduler(config)
+        self.scheduler = Scheduler(config, timers=self.timers)
         self.leadership = Leadership(config, str(self.identity),
-                                     on_change=self._leadership_changed)
-        self.periodic = PeriodicPoller(config, self.leadership)
+                                     on_change=self._leadership_changed, timers=self.timers)
+        self.periodic = PeriodicPoller(config, self.leadership, timers=self.timers)
         self.paused = PausedCache(config)
-        self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL)
-        self.slow_jobs = SlowJobs(config, self.busy)
+        self._log_flusher = TimerLoop("wurk-log-flush", wurk_log.flush, LOG_FLUSH_INTERVAL,
+                                      host=self.timers)
+        self.slow_jobs = SlowJobs(config, self.busy, timers=self.timers)
         self._pin_sampler: TimerLoop | None = None  # cpu_affinity "auto" only
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
         self.claims = Claims()  # what this process's processors hold (wurk.reliable)
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
-                             own_lists=self.private_lists()) \
+                             own_lists=self.private_lists(), timers=self.timers) \
             if config.fetch == "reliable" else None
         # Metrics, health check, Prometheus, StatsD, history: their one attachment point.
         self.instruments = Instruments(self)
@@ -213,7 +219,7 @@ class Launcher:
                  "(cpu_affinity auto; none turns it off)" if adaptive else "")
         if adaptive:
             self._pin_sampler = TimerLoop("wurk-affinity", pinning.sample,
-                                          affinity.SAMPLE_INTERVAL)
+                                          affinity.SAMPLE_INTERVAL, host=self.timers)
             self._pin_sampler.start()
         return pinning
 
@@ -292,6 +298,7 @@ class Launcher:
         self.fire("exit")
         log.info("bye")
         self._log_flusher.stop(timeout=1.0)
+        self.timers.stop(timeout=self.config.shutdown_grace)
         wurk_log.flush()
 
     def hurry(self) -> None:

@@ -31,7 +31,7 @@ from .config import Config
 from .outage import Backoff, Outage
 from .pool import RedisPool
 from .reporting import report_error
-from .timer import TimerLoop
+from .timer import TimerLoop, Timers
 
 __all__ = ["Leadership"]
 
@@ -52,7 +52,7 @@ class Leadership:
 
     def __init__(self, config: Config, identity: str, *,
                  on_change: Callable[[bool], None] | None = None,
-                 pool: RedisPool | None = None) -> None:
+                 pool: RedisPool | None = None, timers: Timers | None = None) -> None:
         self.config = config
         self.identity = identity
         self.pool = pool if pool is not None else config.pool("internal")
@@ -69,7 +69,7 @@ class Leadership:
         self._change_lock = threading.Lock()
         self._started = False
         self._timer = TimerLoop(LEADER_THREAD, self._turn, self._next_wait, first_wait=0.0,
-                                on_error=self._turn_failed)
+                                on_error=self._turn_failed, host=timers)
         self._outage = Outage(config, "leader election")
         self._backoff = Backoff()
 

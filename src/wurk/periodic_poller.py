@@ -1,10 +1,10 @@
 """The leader's periodic poller: the configuration's loops become the cluster's, and each
 tick is pushed exactly once.
 
-1. Runs in every worker process on one ``TimerLoop`` thread, and acts only while this
-   process leads (``wurk.leader``). At each new term, and every ``SYNC_INTERVAL`` after,
-   it writes its loops to Redis and prunes the ones it does not register
-   (``periodic_sync.lua``).
+1. Runs in every worker process as a ``TimerLoop`` (on the worker's poller thread), and
+   acts only while this process leads (``wurk.leader``). At each new term, and every
+   ``SYNC_INTERVAL`` after, it writes its loops to Redis and prunes the ones it does not
+   register (``periodic_sync.lua``).
 2. Each look reads Redis's ``TIME`` and every loop's ``lf``/``nf``/``paused`` in one round
    trip, asks ``wurk.periodic.plan`` what is due, and pushes a due tick with
    ``periodic_fire.lua``: fenced by the leader's token, and the loop's last fired tick is
@@ -37,7 +37,7 @@ from .outage import Backoff, Outage
 from .periodic import HISTORY_LIMIT, Due, Loop, epoch_field, plan, tick_jid
 from .pool import RedisPool
 from .reporting import report_error
-from .timer import TimerLoop
+from .timer import TimerLoop, Timers
 
 __all__ = ["LoopState", "PeriodicPoller"]
 
@@ -84,7 +84,7 @@ class PeriodicPoller:
 
     def __init__(self, config: Config, leadership: Term, *, pool: RedisPool | None = None,
                  client: Client | None = None, jobs: Registry = registry,
-                 loops: Sequence[Loop] | None = None) -> None:
+                 loops: Sequence[Loop] | None = None, timers: Timers | None = None) -> None:
         self.config = config
         self.leadership = leadership
         self.loops = list(loops if loops is not None else config.periodic.loops())
@@ -97,7 +97,7 @@ class PeriodicPoller:
         self._advance = register(fence + scripts.source("periodic_advance.lua"))
         self._sync = register(fence + scripts.source("periodic_sync.lua"))
         self._timer = TimerLoop(PERIODIC_THREAD, self.look, self._next_wait,
-                                first_wait=0.0, on_error=self._look_failed)
+                                first_wait=0.0, on_error=self._look_failed, host=timers)
         self._synced: tuple[int, float] | None = None  # (token, monotonic time of the sync)
         self._next_due: float | None = None  # Redis epoch of the earliest next tick
         self._clock: tuple[float, float] = (0.0, 0.0)  # (Redis time, monotonic) of a read

@@ -48,7 +48,7 @@ from .pool import RedisPool
 from .reliable import Claims
 from .reporting import report_error
 from .scripts import Script
-from .timer import TimerLoop
+from .timer import TimerLoop, Timers
 
 __all__ = ["Owner", "Reaper", "parse_private"]
 
@@ -112,7 +112,8 @@ class Reaper:
     def __init__(self, config: Config, identity: Identity, queues: list[str], *,
                  pool: RedisPool | None = None, morgue: Morgue | None = None,
                  claims: Claims | None = None,
-                 own_lists: Sequence[tuple[str, str]] = ()) -> None:
+                 own_lists: Sequence[tuple[str, str]] = (),
+                 timers: Timers | None = None) -> None:
         self.config = config
         self.identity = identity
         self.queues = queues
@@ -125,7 +126,8 @@ class Reaper:
         self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
         self._backoff = Backoff()
         self._timer = TimerLoop("wurk-reaper", self._tick, self._interval,
-                                first_wait=config.reaper_interval, on_error=self._failed)
+                                first_wait=config.reaper_interval, on_error=self._failed,
+                                host=timers)
 
     def start(self) -> None:
         self._timer.start()

@@ -13,10 +13,10 @@
    ``CLAIM_LEASE``: the job may be pushed twice, never lost.
 3. A payload that cannot be pushed at all goes to the dead set (not JSON: stored as the raw
    bytes; invalid: with the error recorded); it never blocks the set.
-4. ``Scheduler.start`` runs the passes on one ``TimerLoop`` thread with Sidekiq's timing: an
-   initial wait, one process prune, then a randomised wait per cycle scaled by the number of
-   live processes, so the cluster as a whole polls about once per
-   ``average_scheduled_poll_interval``.
+4. ``Scheduler.start`` runs the passes on a ``TimerLoop`` (in a worker, on its poller
+   thread, ``wurk.timer.Timers``) with Sidekiq's timing: an initial wait, one process
+   prune, then a randomised wait per cycle scaled by the number of live processes, so the
+   cluster as a whole polls about once per ``average_scheduled_poll_interval``.
 5. A failing cycle is reported once per outage, the loop goes on with a capped backoff
    (``wurk.outage``), and the outage's length is logged when a cycle works again.
 
@@ -41,7 +41,7 @@ from .pool import RedisPool
 from .pruning import prune_processes
 from .reporting import report_error
 from .retry import JobRetry
-from .timer import TimerLoop
+from .timer import TimerLoop, Timers
 
 __all__ = ["ATOMIC_BATCH", "CLAIM_LEASE", "INITIAL_JITTER", "LARGE_CLUSTER", "Scheduler"]
 
@@ -68,7 +68,8 @@ class Scheduler:
     """Owns the scheduler thread and the two scripts."""
 
     def __init__(self, config: Config, *, pool: RedisPool | None = None,
-                 client: Client | None = None, claim_lease: float = CLAIM_LEASE) -> None:
+                 client: Client | None = None, claim_lease: float = CLAIM_LEASE,
+                 timers: Timers | None = None) -> None:
         self.config = config
         self.claim_lease = claim_lease
         self.pool = pool if pool is not None else config.pool("internal")
@@ -78,7 +79,8 @@ class Scheduler:
         self._morgue = Morgue(config, self.pool)
         self._retry = JobRetry(config, self._morgue, self.pool)
         self._timer = TimerLoop(SCHEDULER_THREAD, self._cycle, self.poll_interval,
-                                first_wait=self.initial_wait, on_error=self._cycle_failed)
+                                first_wait=self.initial_wait, on_error=self._cycle_failed,
+                                host=timers)
         self._pruned = False
         self._outage = Outage(config, "scheduler")
         self._backoff = Backoff()

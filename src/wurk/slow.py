@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from . import log as wurk_log
 from . import payload as P
 from .config import Config
-from .timer import TimerLoop
+from .timer import TimerLoop, Timers
 
 __all__ = ["SlowJobs"]
 
@@ -37,13 +37,13 @@ class _Running(Protocol):
 class SlowJobs:
     """Logs ``start`` at INFO for each job running longer than the threshold."""
 
-    def __init__(self, config: Config, busy: _Running) -> None:
+    def __init__(self, config: Config, busy: _Running, *, timers: Timers | None = None) -> None:
         self.config = config
         self.busy = busy
         self.after = float(config.log_slow_jobs_after or 0)
         self._told: set[tuple[str, str]] = set()  # (thread, payload) of jobs announced
         tick = min(MAX_TICK, self.after / 5) if self.after else MAX_TICK
-        self._loop = TimerLoop("wurk-slow-jobs", self.check, tick)
+        self._loop = TimerLoop("wurk-slow-jobs", self.check, tick, host=timers)
 
     @property
     def enabled(self) -> bool:

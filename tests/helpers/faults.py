@@ -115,6 +115,7 @@ class InProcessWorker:
         alive = {p.name: p.thread.is_alive() for m in launcher.managers for p in m.processors}
         heartbeat = launcher.heartbeat._thread
         alive["heartbeat"] = heartbeat is not None and heartbeat.is_alive()
+        alive["poller"] = launcher.timers.is_alive()
         alive["scheduler"] = launcher.scheduler.is_alive()
         if launcher.reaper is not None:
             alive["reaper"] = launcher.reaper._timer.is_alive()

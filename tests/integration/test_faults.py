@@ -171,7 +171,8 @@ def test_redis_unreachable_for_30_seconds(
         attempts = proxy.accepted - attempts_before
     client.config.close()
     wait_until(all_ran(waiting, ledger), 20, "the queued jobs after the outage")
-    # processors, heartbeat, scheduler, reaper, leader election, periodic poller, history
+    # Loops that retry Redis, each with its own backoff: the processors, the heartbeat, and
+    # the poller thread's scheduler, reaper, leader election, periodic poller and history.
     threads = CONCURRENCY + 6
     bound = threads * tries_within(OUTAGE_SECONDS) * CONNECTIONS_PER_TRY
     print(f"\n30 s outage: {attempts} connection attempts by {threads} threads "

@@ -54,10 +54,11 @@ class ThreadWatch:
 def test_a_thousand_async_jobs_run_at_once_on_few_threads(
     config: wurk.Config, r: redis.Redis, start_worker: StartWorker
 ) -> None:
-    """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 1 s, adding no
-    more than the event loop's and the ACK thread to what the worker runs idle. The best of
-    three tries counts: on a machine whose cores other work takes, one try can be starved
-    of CPU."""
+    """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 1 s, on at most
+    thread concurrency + 10 threads all told — the processors, the main thread, the
+    heartbeat, the one thread of the periodic duties, the event loop and the ACK thread. The
+    best of three tries counts: on a machine whose cores other work takes, one try can be
+    starved of CPU."""
     threads = 2
     worker = start_worker("-c", str(threads), "--async-concurrency", "200")
     time.sleep(0.5)  # every background loop started
@@ -84,7 +85,7 @@ def test_a_thousand_async_jobs_run_at_once_on_few_threads(
           f"{', '.join(f'{t:.2f}' for t in tries)} s (sequential {sequential:.0f} s, best "
           f"{sequential / min(tries):.0f}x); most threads {most} (-c {threads}, {idle} idle)")
     assert min(tries) <= sequential / 50
-    assert most <= idle + 2  # the event loop and the capsule's ACK thread
+    assert most <= threads + 10
 
 
 def test_sync_and_async_queues_side_by_side(

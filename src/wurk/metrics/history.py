@@ -30,7 +30,7 @@ from ..config import Config
 from ..errors import UnparseablePayload
 from ..outage import Backoff, Outage
 from ..scripts import Script
-from ..timer import TimerLoop
+from ..timer import TimerLoop, Timers
 
 __all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
 
@@ -77,7 +77,8 @@ class HistorySampler:
     """Owned by the launcher: claims, samples and trims every ``history_interval``."""
 
     def __init__(self, config: Config, *,
-                 on_sample: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_sample: Callable[[dict[str, Any]], None] | None = None,
+                 timers: Timers | None = None) -> None:
         self.config = config
         self.pool = config.pool("internal")
         self._on_sample = on_sample
@@ -85,7 +86,7 @@ class HistorySampler:
         self._backoff = Backoff()
         interval = config.history_interval
         self._timer = TimerLoop("wurk-history", self.tick, self._next_wait, first_wait=interval,
-                                on_error=self._failed)
+                                on_error=self._failed, host=timers)
 
     def start(self) -> None:
         self._timer.start()

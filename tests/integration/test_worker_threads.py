@@ -1,0 +1,100 @@
+"""A worker's periodic duties share one thread; the heartbeat keeps its own, so a duty's
+slow tick (a reaper sweep held for seconds) never delays a beat, and starves no other duty."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk import payload as P
+from wurk.launcher import POLLER_THREAD, Launcher
+
+HEARTBEAT = 0.25
+HELD = 3.0
+# A beat comes one interval after the last one ended; on a loaded 2-core machine a thread
+# can wait a little for its turn. A beat held up by the sweep would come HELD seconds late.
+BEAT_SLACK = 0.75
+
+
+@pytest.fixture
+def launcher(redis_server: Any) -> Iterator[tuple[Launcher, dict[str, Any]]]:
+    hook: dict[str, Any] = {"entered": threading.Event(), "release": threading.Event()}
+
+    def on_recover(text: str, pill: dict[str, Any] | None) -> None:
+        hook["thread"] = threading.current_thread().name
+        hook["entered"].set()
+        hook["release"].wait(10)  # a sweep held up, as a slow hook or a slow Redis would
+
+    config = wurk.Config(heartbeat_interval=HEARTBEAT, reaper_interval=0.3,
+                         poll_interval_average=0.2, scheduler_initial_wait=0,
+                         fetch_timeout=0.5, timeout=1, shutdown_grace=1, concurrency=2,
+                         on_recover=on_recover)
+    worker = Launcher(config)
+    worker.start()
+    yield worker, hook
+    hook["release"].set()
+    worker.stop(timeout=1)
+    config.close()
+
+
+def beats(r: redis.Redis, name: str, seconds: float) -> list[float]:
+    """The distinct ``beat`` times the process record showed over ``seconds``."""
+    seen: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        beat = r.hget(name, "beat")
+        if beat is not None and (not seen or float(beat) != seen[-1]):
+            seen.append(float(beat))
+        time.sleep(0.02)
+    return seen
+
+
+def test_a_held_reaper_sweep_delays_no_heartbeat_and_starves_no_duty(
+    launcher: tuple[Launcher, dict[str, Any]], r: redis.Redis
+) -> None:
+    worker, hook = launcher
+    me = worker.identity
+    # A dead process's in-flight job: the next periodic sweep recovers it and calls the hook.
+    dead = worker.config.keys.private("default", me.hostname, 999_999, "0123456789ab", 0)
+    r.lpush(dead, P.dumps({"class": "Gone", "args": [], "queue": "default", "jid": "a" * 24}))
+    assert hook["entered"].wait(10), "the reaper's periodic sweep"
+    assert hook["thread"] == POLLER_THREAD  # the sweep runs on the shared thread
+    due = {"class": "Later", "args": [], "queue": "parked", "jid": "b" * 24}
+    r.zadd("schedule", {json.dumps(due): time.time() + 0.5})
+    during = beats(r, str(me), HELD)
+    hook["release"].set()
+    released = time.monotonic()
+    gaps = [b - a for a, b in itertools.pairwise(during)]
+    print(f"\nbeats while the sweep was held {HELD:.0f} s: {len(during)}, "
+          f"longest gap {max(gaps, default=0):.2f} s (interval {HEARTBEAT} s)")
+    assert len(during) >= HELD / (HEARTBEAT + BEAT_SLACK)
+    assert max(gaps) <= HEARTBEAT + BEAT_SLACK
+    # The duties that came due meanwhile run once the thread is free: the scheduler moves
+    # the job that fell due; every duty is still on the schedule.
+    while r.llen("queue:parked") == 0 and time.monotonic() - released < 5:
+        time.sleep(0.02)
+    assert r.llen("queue:parked") == 1, "the scheduler ran after the held sweep"
+    assert not r.exists(dead)
+    assert worker.timers.is_alive() and worker.reaper is not None
+    assert worker.scheduler.is_alive() and worker.leadership._timer.is_alive()
+
+
+def test_an_idle_worker_runs_three_threads_beside_its_processors(
+    launcher: tuple[Launcher, dict[str, Any]]
+) -> None:
+    """The processors, the heartbeat and the one poller thread (the test's own main thread
+    stands for the worker's, which waits on its signals)."""
+    worker, _ = launcher
+    time.sleep(0.5)  # every duty has started
+    mine = {t.name for t in threading.enumerate() if t.name.startswith("wurk-")}
+    processors = {p.name for m in worker.managers for p in m.processors}
+    assert mine - processors == {"wurk-heartbeat", POLLER_THREAD}, mine
+    assert len(processors) == 2
