@@ -45,17 +45,24 @@ def create_app(*, worker: bool | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with wurk_ext.lifespan(app):  # wurk's inside the app's own
             yield
-        config.close()  # this app made the configuration: its Redis pools end with it
+        await config.aclose()  # this app made the configuration: its Redis pools end with it
 
     app = FastAPI(lifespan=lifespan)
+    receipts = send_receipt.set(config=config)  # the job, pushed through this app's config
 
     @app.post("/orders")
     # Annotations are evaluated here (no postponed evaluation in this module), so FastAPI
     # sees the dependency on this app's own extension object.
-    def create_order(order: OrderIn,
-                     client: Annotated[wurk.Client, Depends(wurk_ext.client)]
-                     ) -> dict[str, str | None]:
-        jid = client.push({"class": send_receipt.name, "args": [order.id, order.email]})
+    async def create_order(order: OrderIn,
+                           client: Annotated[wurk.Client, Depends(wurk_ext.client)]
+                           ) -> dict[str, str | None]:
+        # On redis-py's asyncio client: the loop serves other requests meanwhile.
+        jid = await client.apush({"class": send_receipt.name,
+                                  "args": [order.id, order.email]})
         return {"jid": jid}
+
+    @app.post("/orders/{order_id}/resend")
+    async def resend_receipt(order_id: int, email: str) -> dict[str, str | None]:
+        return {"jid": await receipts.aperform_async(order_id, email)}
 
     return app

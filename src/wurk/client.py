@@ -12,9 +12,15 @@
 6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
    is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
    returns None. Other jobs pay two dict lookups for this.
-7. ``apush`` / ``apush_bulk`` are the same pushes for async code: the very same push, run in
-   a helper thread of the running loop so the loop never waits on Redis. A sync push
-   meeting an async client middleware runs it on a loop of its own.
+7. ``apush`` / ``apush_bulk`` are the same pushes for async code, on redis-py's asyncio
+   client: the push is written once as steps (``_push_steps``, ``_bulk_steps``) that ask
+   for the middleware and for the write, and a sync or an async driver answers them; the
+   Redis commands are built once (``_commands``) and sent by a sync or an async sender.
+   No thread is used: async client middleware is awaited on the loop, sync client
+   middleware is called there (plain code: one doing blocking I/O blocks the loop; the
+   built-in links only edit the payload). The connections are the running loop's pool
+   (``Config.async_pool``). A sync push meeting an async client middleware runs it on a
+   loop of its own.
 8. Jobs pushed inside a batch's jobs block are written by the batch's script, which
    registers each with the batch as it pushes it (with a unique job's lock, when it has
    one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
@@ -23,11 +29,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import random
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from . import expiry, sinks, unique
 from . import payload as P
@@ -44,6 +50,37 @@ MAX_RETRY_FOR = 1_000_000_000
 
 _DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
 
+Entries = Sequence[tuple[P.Payload, "float | None"]]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Middleware:
+    """A push step's request: run this payload through the client middleware."""
+
+    job: P.Payload
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A push step's request: write these entries; answered with the refused jids."""
+
+    entries: Entries
+
+
+# What a push's steps yield, what they are sent back, and what they return.
+Steps = Generator["_Middleware | _Write", Any, T]
+
+
+@dataclass
+class _Commands:
+    """One write, built once for either sender: plain commands for one pipeline, the
+    unique jobs (pushed by their script), the jobs of an open batch block."""
+
+    pipeline: list[tuple[Any, ...]] = field(default_factory=list)
+    locked: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+    in_batch: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+
 
 class Client:
     """Pushes payloads into one Redis, through the configuration's client middleware."""
@@ -59,13 +96,21 @@ class Client:
     # -- public -----------------------------------------------------------------------------
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job; returns its jid, or None when a middleware stopped it."""
+        return self._drive(self._push_steps(item))
+
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code (``await client.apush({...})``): the same steps on the
+        running loop's asyncio pool, never blocking it on Redis."""
+        return await self._adrive(self._push_steps(item))
+
+    def _push_steps(self, item: Mapping[str, Any]) -> Steps[str | None]:
         normalized = self.normalize(item)
         at = normalized.pop(P.AT, None)
-        job = self._through_middleware(normalized)
+        job = yield _Middleware(normalized)
         if job is None:
             return None
         P.check_args(job[P.ARGS])
-        if self._write([(job, at)]):
+        if (yield _Write([(job, at)])):
             return None  # a duplicate of a unique job whose lock is held
         return str(job[P.JID])
 
@@ -89,6 +134,13 @@ class Client:
         ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
         over that many seconds; ``batch_size`` caps the jobs per round trip.
         """
+        return self._drive(self._bulk_steps(item))
+
+    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """``push_bulk`` for async code, as ``apush`` is for ``push``."""
+        return await self._adrive(self._bulk_steps(item))
+
+    def _bulk_steps(self, item: Mapping[str, Any]) -> Steps[list[str | None]]:
         base = dict(item)
         all_args = base.pop(P.ARGS, None)
         if not isinstance(all_args, (list, tuple)) or not all(
@@ -109,10 +161,35 @@ class Client:
         results: list[str | None] = []
         for start in range(0, len(all_args), size):
             chunk = range(start, min(start + size, len(all_args)))
-            results.extend(self._push_slice(template, own_jid,
-                                            [all_args[i] for i in chunk],
-                                            [ats[i] for i in chunk]))
+            results.extend((yield from self._slice_steps(template, own_jid,
+                                                         [all_args[i] for i in chunk],
+                                                         [ats[i] for i in chunk])))
         return results
+
+    # -- the drivers ------------------------------------------------------------------------
+    def _drive(self, steps: Steps[T]) -> T:
+        """Answer a push's requests from sync code."""
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, _Middleware):
+                    request = steps.send(self._through_middleware(request.job))
+                else:
+                    request = steps.send(self._write(request.entries))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _adrive(self, steps: Steps[T]) -> T:
+        """Answer a push's requests on the running loop."""
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, _Middleware):
+                    request = steps.send(await self._athrough_middleware(request.job))
+                else:
+                    request = steps.send(await self._awrite(request.entries))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
     # -- normalisation ----------------------------------------------------------------------
     def normalize(self, item: Mapping[str, Any]) -> P.Payload:
@@ -174,20 +251,14 @@ class Client:
             return None
         return result if isinstance(result, dict) else job
 
-    # -- async code -------------------------------------------------------------------------
-    async def apush(self, item: Mapping[str, Any]) -> str | None:
-        """``push`` for async code: ``await client.apush({...})``. The helper thread runs in
-        a copy of the task's context, so a batch's jobs block (or a testing mode's block)
-        open in the task covers the push."""
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(None, context.run, self.push,
-                                                                item)
-
-    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
-        """``push_bulk`` for async code."""
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(None, context.run,
-                                                                self.push_bulk, item)
+    async def _athrough_middleware(self, job: P.Payload) -> P.Payload | None:
+        chain = self.config.client_middleware
+        if not chain:
+            return job
+        result = await chain.ainvoke_inline(job[P.CLASS], job, job[P.QUEUE], lambda: job)
+        if result is None or result is False:
+            return None
+        return result if isinstance(result, dict) else job
 
     # -- bulk -------------------------------------------------------------------------------
     def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
@@ -205,8 +276,8 @@ class Client:
             return [float(t) for t in at]
         return [None if at is None else float(at)] * count
 
-    def _push_slice(self, template: P.Payload, own_jid: bool, args_list: list[Any],
-                    ats: list[float | None]) -> list[str | None]:
+    def _slice_steps(self, template: P.Payload, own_jid: bool, args_list: list[Any],
+                     ats: list[float | None]) -> Steps[list[str | None]]:
         results: list[str | None] = []
         entries: list[tuple[P.Payload, float | None]] = []
         for args, at in zip(args_list, ats, strict=True):
@@ -214,7 +285,7 @@ class Client:
             fresh[P.ARGS] = list(args)
             if not own_jid:
                 fresh[P.JID] = P.new_jid()
-            job = self._through_middleware(fresh)
+            job = yield _Middleware(fresh)
             if job is None:
                 results.append(None)
                 continue
@@ -222,15 +293,47 @@ class Client:
             entries.append((job, at))
             results.append(str(job[P.JID]))
         if entries:
-            refused = self._write(entries)
+            refused = yield _Write(entries)
             if refused:
                 results = [None if jid in refused else jid for jid in results]
         return results
 
     # -- writing ----------------------------------------------------------------------------
-    def _write(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+    def _write(self, entries: Entries) -> set[str]:
         """The last step: Redis, or the sink selected for this push (``wurk.sinks``).
         Returns the jids of unique jobs refused as duplicates (only Redis holds locks)."""
+        self._stamp(entries)
+        sink = sinks.selected()
+        if sink is None:
+            commands = self._commands(entries)
+            try:
+                return self.pool.run(lambda redis: self._send(redis, commands))
+            except RedisUnavailable as exc:
+                raise RedisUnavailable(_push_failed(entries, exc)) from exc
+        from .batch.accounting import register  # the batch package imports the client
+
+        register(self.config, entries)  # a batch is in Redis still
+        sink.write(self.config, entries)
+        return set()
+
+    async def _awrite(self, entries: Entries) -> set[str]:
+        """``_write`` on the running loop's asyncio pool."""
+        self._stamp(entries)
+        sink = sinks.selected()
+        if sink is None:
+            commands = self._commands(entries)
+            try:
+                return await self.config.async_pool().run(
+                    lambda redis: self._asend(redis, commands))
+            except RedisUnavailable as exc:
+                raise RedisUnavailable(_push_failed(entries, exc)) from exc
+        from .batch.accounting import aregister
+
+        await aregister(self.config, entries)
+        sink.write(self.config, entries)  # kept in memory, or run inline as a test asks
+        return set()
+
+    def _stamp(self, entries: Entries) -> None:
         fmt = self.config.timestamp_format
         enqueued_at = P.write_time(fmt)
         for job, at in entries:
@@ -240,51 +343,58 @@ class Client:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
-        sink = sinks.selected()
-        if sink is None:
-            return self._write_redis(entries)
-        from .batch.accounting import register  # the batch package imports the client
 
-        register(self.config, entries)  # a batch is in Redis still
-        sink.write(self.config, entries)
-        return set()
-
-    def _write_redis(self, entries: Sequence[tuple[P.Payload, float | None]]) -> set[str]:
+    def _commands(self, entries: Entries) -> _Commands:
+        """What ``entries`` take to write, for either sender."""
         keys = self.config.keys
-        scheduled: dict[str, float] = {}
+        scheduled: list[Any] = []
         by_queue: dict[str, list[str]] = {}
-        locked: list[tuple[P.Payload, float | None]] = []
-        from .batch.accounting import write as write_in_batch  # it imports the client
-        from .batch.block import split
+        from .batch.block import split  # the batch package imports the client
 
         plain, in_batch = split(entries)
+        commands = _Commands(in_batch=list(in_batch))
         for job, at in plain:
             if P.UNIQUE_FOR in job:
-                locked.append((job, at))  # pushed with its lock, by a script
+                commands.locked.append((job, at))  # pushed with its lock, by a script
             elif at is not None:
-                scheduled[P.dumps(job)] = float(at)
+                scheduled += [P.score(float(at)), P.dumps(job)]
             else:
                 by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+        if scheduled:
+            commands.pipeline.append(("ZADD", keys.schedule, *scheduled))
+        if by_queue:
+            commands.pipeline.append(("SADD", keys.queues, *by_queue))
+            for queue, jsons in by_queue.items():
+                commands.pipeline.append(("LPUSH", keys.queue(queue), *jsons))
+        return commands
 
-        def send(redis: Any) -> set[str]:
-            if scheduled or by_queue:
-                pipe = redis.pipeline(transaction=False)
-                if scheduled:
-                    pipe.zadd(keys.schedule, scheduled)
-                if by_queue:
-                    pipe.sadd(keys.queues, *by_queue)
-                    for queue, jsons in by_queue.items():
-                        pipe.lpush(keys.queue(queue), *jsons)
-                pipe.execute()
-            refused = unique.push(redis, keys, locked) if locked else set()
-            if in_batch:
-                refused |= write_in_batch(redis, self.config, in_batch)
-            return refused
+    def _send(self, redis: Any, commands: _Commands) -> set[str]:
+        if commands.pipeline:
+            pipe = redis.pipeline(transaction=False)
+            for command in commands.pipeline:
+                pipe.execute_command(*command)
+            pipe.execute()
+        refused = unique.push(redis, self.config.keys, commands.locked) \
+            if commands.locked else set()
+        if commands.in_batch:
+            from .batch.accounting import write as write_in_batch  # it imports the client
 
-        try:
-            return self.pool.run(send)
-        except RedisUnavailable as exc:
-            raise RedisUnavailable(_push_failed(entries, exc)) from exc
+            refused |= write_in_batch(redis, self.config, commands.in_batch)
+        return refused
+
+    async def _asend(self, redis: Any, commands: _Commands) -> set[str]:
+        if commands.pipeline:
+            pipe = redis.pipeline(transaction=False)
+            for command in commands.pipeline:
+                pipe.execute_command(*command)
+            await pipe.execute()
+        refused = await unique.apush(redis, self.config.keys, commands.locked) \
+            if commands.locked else set()
+        if commands.in_batch:
+            from .batch.accounting import awrite
+
+            refused |= await awrite(redis, self.config, commands.in_batch)
+        return refused
 
 
 def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import difflib
 import logging
@@ -32,7 +33,7 @@ from .middleware import Chain
 from .options import check_queue_name, parse_queue
 from .payload import TimestampFormat
 from .periodic import Periodic
-from .pool import RedisPool
+from .pool import AsyncRedisPool, RedisPool
 
 __all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue",
            "statsd_address"]
@@ -316,6 +317,8 @@ class Config:
         self._frozen = False
         self._lock = threading.Lock()
         self._pools: dict[str, RedisPool] = {}
+        # One per event loop: an asyncio connection works only on the loop that opened it.
+        self._async_pools: dict[asyncio.AbstractEventLoop, AsyncRedisPool] = {}
         self._routes: dict[str, tuple[str, int]] = {}
         self.keys = Keys(self.key_prefix)
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
@@ -596,18 +599,58 @@ class Config:
         view._routes = {**self._routes, role: (to, size)}
         return view
 
+    def async_pool(self) -> AsyncRedisPool:
+        """The running event loop's asyncio pool (the async client's, and async
+        ``wurk.redis()``'s), made on first use. Pools of loops that have closed since are
+        closed then, so a program calling ``asyncio.run`` often keeps no dead loop's
+        connections."""
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is not None:
+            return pool
+        url = self.pool("client").url
+        with self._lock:
+            pool = self._async_pools.get(loop)
+            if pool is None:
+                for old in [p for p in self._async_pools.values() if p.loop.is_closed()]:
+                    old.close()
+                    del self._async_pools[old.loop]
+                pool = self._async_pools[loop] = AsyncRedisPool(
+                    url, loop, socket_timeout=self.socket_timeout)
+            return pool
+
     def reset_pools(self) -> None:
         """Drop every pool without closing its sockets: for a child right after ``fork``."""
         with self._lock:
             for pool in self._pools.values():
                 pool.reset_after_fork()
             self._pools.clear()
+            self._async_pools.clear()  # the parent's loops do not run here
 
     def close(self) -> None:
+        """Close every pool's connections, sync and async (those of any loop: see
+        ``AsyncRedisPool.close``); a pool used again afterwards is made anew."""
         with self._lock:
             for pool in self._pools.values():
                 pool.close()
             self._pools.clear()
+            for async_pool in self._async_pools.values():
+                async_pool.close()
+            self._async_pools.clear()
+
+    async def aclose(self) -> None:
+        """``close`` for async code (a FastAPI lifespan's end): the running loop's
+        connections are closed and awaited on it, the rest as ``close`` does."""
+        await self.aclose_async_pool()
+        self.close()
+
+    async def aclose_async_pool(self) -> None:
+        """Close the running loop's asyncio pool only (an app's loop ending, while the
+        configuration serves on): awaited on its loop; made anew if used again."""
+        with self._lock:
+            mine = self._async_pools.pop(asyncio.get_running_loop(), None)
+        if mine is not None:
+            await mine.aclose()
 
 
 def _as_chain(name: str, value: Any) -> Chain:

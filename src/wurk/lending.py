@@ -9,7 +9,8 @@
    inside a job does not take a second one.
 4. ``async with wurk.redis() as conn: await conn.call(...)`` is the form for async code (an
    async job, an ``aperform_async``): a connection of redis-py's asyncio pool (one pool per
-   event loop and configuration) held for the block, so the loop never blocks.
+   event loop and configuration, ``Config.async_pool``) held for the block, so the loop
+   never blocks.
 
 Commands are sent as written and replies come back raw (bytes, ints, lists), the way
 ``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
@@ -28,19 +29,16 @@ from contextlib import contextmanager
 from typing import Any
 
 import redis as redis_py
-import redis.asyncio as aredis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from .config import Config, default_config
 from .lease import Lease
-from .pool import RedisPool
+from .pool import AsyncRedisPool, RedisPool
 from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
 
 __all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "lend_from",
            "redis"]
 
-# Connections of one event loop's client at most: async jobs take one per command.
+# Blocks holding a connection at once on one loop (the size of its pool).
 ASYNC_POOL_SIZE = 50
 
 
@@ -105,8 +103,10 @@ class AsyncConnection:
         return replies
 
 
-_async_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
-                                        dict[int, tuple[Config, Any, str, _Idle]]] = \
+# Each loop's kept connections, beside the configuration's pool they came from (a pool
+# closed and made anew gets a fresh set).
+_idles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                  dict[int, tuple[Config, AsyncRedisPool, _Idle]]] = \
     weakref.WeakKeyDictionary()
 
 
@@ -129,25 +129,20 @@ IDLE_RECHECK = 10.0
 
 
 def async_pool(config: Config | None = None) -> tuple[Any, str]:
-    """The running loop's asyncio connection pool for ``config`` (made on first use) and
-    its URL; nothing taken from it is ever replayed."""
-    cfg = config or default_config()
-    loop = asyncio.get_running_loop()
-    pools = _async_pools.setdefault(loop, {})
-    entry = pools.get(id(cfg))
-    if entry is None or entry[0] is not cfg:
-        url = cfg.pool("client").url
-        pool = aredis.ConnectionPool.from_url(
-            url, max_connections=ASYNC_POOL_SIZE, socket_timeout=cfg.socket_timeout,
-            socket_connect_timeout=cfg.socket_timeout, client_name="wurk-async",
-            retry=Retry(NoBackoff(), 0))
-        entry = pools[id(cfg)] = (cfg, pool, url, _Idle())
-    return entry[1], entry[2]
+    """The running loop's asyncio connection pool for ``config`` (the configuration's, made
+    on first use) and its URL; nothing taken from it is ever replayed."""
+    pool = (config or default_config()).async_pool()
+    return pool.connections, pool.url
 
 
 def _idle(config: Config | None) -> _Idle:
     cfg = config or default_config()
-    return _async_pools[asyncio.get_running_loop()][id(cfg)][3]
+    pool = cfg.async_pool()
+    idles = _idles.setdefault(pool.loop, {})
+    entry = idles.get(id(cfg))
+    if entry is None or entry[0] is not cfg or entry[1] is not pool:
+        entry = idles[id(cfg)] = (cfg, pool, _Idle())
+    return entry[2]
 
 
 class _Holding(threading.local):

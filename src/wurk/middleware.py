@@ -7,11 +7,13 @@
    from a client link, stops the push.
 3. An empty chain costs nothing per job: ``invoke`` calls the final step directly.
 4. A link may be ``async def`` (its ``__call__``, or an ``acall`` method beside a sync
-   ``__call__``). ``ainvoke`` walks the chain inside a coroutine (an async job, an ``a``
-   push): async links are awaited, and a sync link runs in a helper thread whose
-   ``call_next()`` waits for the rest of the chain on the loop, so code after it still runs
-   after the job. ``invoke`` (a sync job, a plain push) hands each async link to
-   ``run_async``, which runs it on an event loop while ``call_next()`` runs the rest here.
+   ``__call__``). ``ainvoke`` walks a server chain inside a coroutine (an async job): async
+   links are awaited, and a sync link runs in a helper thread whose ``call_next()`` waits
+   for the rest of the chain on the loop, so code after it still runs after the job.
+   ``ainvoke_inline`` walks a client chain for an ``a`` push, all on the loop: a sync
+   client link is plain code called there (one doing blocking I/O blocks the loop).
+   ``invoke`` (a sync job, a plain push) hands each async link to ``run_async``, which runs
+   it on an event loop while ``call_next()`` runs the rest here.
 
 Client middleware: ``__call__(self, job, payload, queue, call_next)`` where ``job`` is the
 wire name. Server middleware: the same, with ``job`` the job instance or definition.
@@ -58,6 +60,26 @@ def async_form(link: Middleware, *, prefer_async: bool = True
     if prefer_async and acall is not None and inspect.iscoroutinefunction(acall):
         return acall  # type: ignore[no-any-return]
     return None
+
+
+def _walk(links: list[Middleware], job: Any, payload: dict[str, Any], queue: str,
+          final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
+    """Call ``links`` around ``final`` from sync code, each async link through
+    ``run_async``."""
+
+    def step(position: int) -> Any:
+        if position == len(links):
+            return final()
+        link = links[position]
+        coroutine = async_form(link, prefer_async=False)
+        if coroutine is None:
+            return link(job, payload, queue, lambda: step(position + 1))
+        if run_async is None:
+            raise TypeError(f"{link!r} is async middleware: it runs around async jobs "
+                            "and pushes made with the a- methods (aperform_async)")
+        return run_async(coroutine, job, payload, queue, lambda: step(position + 1))
+
+    return step(0)
 
 
 @dataclass(frozen=True)
@@ -157,30 +179,15 @@ class Chain:
         if len(self._entries) == 1 and self._entries[0].sync:
             # the common case (the metrics link alone): no closures
             return self._entries[0].make()(job, payload, queue, final)
-        links = [entry.make() for entry in self._entries]
-
-        def step(position: int) -> Any:
-            if position == len(links):
-                return final()
-            link = links[position]
-            coroutine = async_form(link, prefer_async=False)
-            if coroutine is None:
-                return link(job, payload, queue, lambda: step(position + 1))
-            if run_async is None:
-                raise TypeError(f"{link!r} is async middleware: it runs around async jobs "
-                                "and pushes made with the a- methods (aperform_async)")
-            return run_async(coroutine, job, payload, queue, lambda: step(position + 1))
-
-        return step(0)
+        return _walk([entry.make() for entry in self._entries], job, payload, queue, final,
+                     run_async)
 
     async def ainvoke(
         self, job: Any, payload: dict[str, Any], queue: str,
-        final: Callable[[], Awaitable[Any]], *, sync_inline: bool = False,
+        final: Callable[[], Awaitable[Any]],
     ) -> Any:
         """``invoke`` inside a coroutine: async links awaited, sync links in a helper
-        thread of the running loop's executor — or, ``sync_inline`` (client chains, whose
-        links only edit the payload), called on the loop, ``call_next()`` then returning an
-        awaitable the link returns as it is."""
+        thread of the running loop's executor (a server link may block: it wraps a job)."""
         if not self._entries:
             return await final()
         links = [entry.make() for entry in self._entries]
@@ -193,9 +200,6 @@ class Chain:
             coroutine = async_form(link)
             if coroutine is not None:
                 return await coroutine(job, payload, queue, lambda: step(position + 1))
-            if sync_inline:
-                result = link(job, payload, queue, lambda: step(position + 1))
-                return await result if inspect.isawaitable(result) else result
             inner: list[concurrent.futures.Future[Any]] = []
 
             def call_next() -> Any:  # in the helper thread: the rest runs on the loop
@@ -212,6 +216,45 @@ class Chain:
                 for future in inner:
                     future.cancel()
                 raise
+
+        return await step(0)
+
+    async def ainvoke_inline(self, job: Any, payload: dict[str, Any], queue: str,
+                             final: Callable[[], Any]) -> Any:
+        """A client chain walked by an async push, all on the loop (client links edit a
+        payload; the push writes after the chain). Without async links it is ``invoke``'s
+        walk exactly. With them, async links are awaited and a sync link's ``call_next()``
+        returns an awaitable of the rest, which the link returns; if it returns something
+        else the rest is still run (it was called for), unless it stopped the push."""
+        if not self._entries:
+            return final()
+        links = [entry.make() for entry in self._entries]
+        forms = [async_form(link) for link in links]
+        if not any(forms):
+            return _walk(links, job, payload, queue, final, None)
+
+        async def step(position: int) -> Any:
+            if position == len(links):
+                return final()
+            coroutine = forms[position]
+            if coroutine is not None:
+                return await coroutine(job, payload, queue, lambda: step(position + 1))
+            pending: list[Coroutine[Any, Any, Any]] = []
+
+            def call_next() -> Coroutine[Any, Any, Any]:
+                rest = step(position + 1)
+                pending.append(rest)
+                return rest
+
+            result = links[position](job, payload, queue, call_next)
+            if inspect.isawaitable(result):
+                return await result
+            for rest in pending:
+                if result is None or result is False:
+                    rest.close()  # the link stopped the push: the rest never starts
+                else:
+                    await rest
+            return result
 
         return await step(0)
 

@@ -12,22 +12,30 @@
    other refusal and every broken connection reaches the caller as ``RedisUnavailable``.
 4. ``take_connection`` / ``release_connection`` serve a thread that holds one connection
    for many commands (``wurk.lease``).
+5. ``AsyncRedisPool``: the same rules on redis-py's asyncio client, for one event loop
+   (asyncio connections belong to the loop that opened them). ``Config.async_pool()``
+   makes one per loop; ``aclose()`` on its loop, or ``close()`` from anywhere, ends its
+   connections.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
 from typing import Any, TypeVar
 
 import redis
+import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
 
-__all__ = ["RedisPool"]
+__all__ = ["AsyncRedisPool", "RedisPool"]
 
 log = logging.getLogger("wurk")
 T = TypeVar("T")
@@ -150,3 +158,67 @@ class RedisPool:
     def close(self) -> None:
         if os.getpid() == self._pid:
             self._pool.disconnect()
+
+
+class AsyncRedisPool:
+    """A bounded, named pool of asyncio connections to one Redis, for one event loop."""
+
+    def __init__(self, url: str, loop: asyncio.AbstractEventLoop, *, size: int = 100,
+                 name: str = "wurk-async", socket_timeout: float = 3.0) -> None:
+        self.url = url
+        self.loop = loop
+        self.size = size  # half at most kept by async ``wurk.redis()`` blocks (``lending``)
+        # A blocking pool: a caller finding every connection taken waits its turn (up to
+        # the socket timeout) instead of failing while the loop is merely busy.
+        self.connections = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=size, timeout=socket_timeout or None,
+            socket_timeout=socket_timeout or None,
+            socket_connect_timeout=socket_timeout or None, socket_keepalive=True,
+            client_name=name, retry=Retry(NoBackoff(), 0), **_driver_info())
+        self.client: aredis.Redis = aredis.Redis(connection_pool=self.connections)
+
+    async def run(self, fn: Callable[[aredis.Redis], Awaitable[T]]) -> T:
+        """Run ``fn`` against the pool, never replaying it after a broken connection. A
+        failover reply means nothing was applied: the idle connections (to the old master)
+        are closed and ``fn`` runs once more."""
+        try:
+            return await fn(self.client)
+        except redis.ResponseError as exc:
+            if reply_code(exc) not in FAILOVER_REPLIES:
+                raise_refusal(exc, self.url)
+            log.debug("redis answered %s; trying once more on a new connection", exc)
+            await self.connections.disconnect(inuse_connections=False)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.url) from exc
+        try:
+            return await fn(self.client)
+        except redis.ResponseError as exc:
+            raise_refusal(exc, self.url)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.url) from exc
+
+    async def aclose(self) -> None:
+        """Close every connection; on the pool's own loop."""
+        await self.connections.aclose()
+
+    def close(self) -> None:
+        """Close every connection from sync code, whatever the loop is doing now (running
+        here or in another thread, stopped, closed): each socket is shut down, so Redis
+        drops the client at once; a transport on a live loop is closed as well, which
+        frees its file descriptor when that loop next runs. Never awaits."""
+        pool = self.connections
+        idle = list(pool._available_connections)
+        for connection in [*idle, *pool._in_use_connections]:
+            writer = getattr(connection, "_writer", None)
+            if writer is None:
+                continue
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # a command in flight fails at once
+            if not self.loop.is_closed():
+                with suppress(RuntimeError):  # a loop closing in another thread meanwhile
+                    self.loop.call_soon_threadsafe(writer.close)
+        for connection in idle:  # not in use: nothing reads these fields any more
+            connection._writer = connection._reader = None
+        pool._available_connections.clear()

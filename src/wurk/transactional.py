@@ -44,16 +44,30 @@ class TransactionalClient(Client):
 
     def push(self, item: Mapping[str, Any]) -> str | None:
         job = dict(item)
+        if self._deferred(job):
+            return str(job[P.JID])
+        return super().push(job)
+
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code: deferred the same way; pushed at once on the loop's
+        asyncio pool outside a transaction. At commit the push is the sync one (the
+        adapter calls back from sync code)."""
+        job = dict(item)
+        if self._deferred(job):
+            return str(job[P.JID])
+        return await super().apush(job)
+
+    def _deferred(self, job: P.Payload) -> bool:
+        """Hand ``job``'s push to the open transaction's commit (giving it its jid now);
+        False when it is to be pushed at once."""
         from .batch.block import current as open_block  # the batch package imports this one
 
         if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
                 open_block() is not None:  # inside a jobs block: it joins at push
-            return super().push(job)
+            return False
         if not job.get(P.JID):
             job[P.JID] = P.new_jid()  # the caller gets it now, e.g. to store in the row
-        if self.adapter.after_commit(lambda: self._push_now(job)):
-            return str(job[P.JID])
-        return super().push(job)
+        return self.adapter.after_commit(lambda: self._push_now(job))
 
     def _push_now(self, job: P.Payload) -> None:
         Client.push(self, job)

@@ -43,9 +43,9 @@ if TYPE_CHECKING:
     from .config import Config
     from .keys import Keys
 
-__all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "lock_for", "locked", "push",
-           "release",
-           "release_stored", "seconds", "use_context"]
+__all__ = ["UNTIL", "LockRelease", "apush", "check_fields", "digest", "lock_for", "locked",
+           "push", "push_calls", "refused", "release", "release_stored", "seconds",
+           "use_context"]
 
 log = logging.getLogger("wurk")
 
@@ -131,6 +131,18 @@ def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[
 def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
          ) -> set[str]:
     """Push unique jobs, each with its lock; returns the jids refused as duplicates."""
+    return refused(entries, _PUSH.call_many(r, push_calls(keys, entries)))
+
+
+async def apush(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+                ) -> set[str]:
+    """``push`` on redis-py's asyncio client: the same script calls."""
+    return refused(entries, await _PUSH.acall_many(r, push_calls(keys, entries)))
+
+
+def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+               ) -> list[tuple[list[str], list[object]]]:
+    """The push script's keys and arguments, one call per job."""
     now = time.time()
     calls: list[tuple[list[str], list[object]]] = []
     for job, at in entries:
@@ -142,16 +154,22 @@ def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | 
         else:
             calls.append(([lock, keys.queues, keys.schedule],
                           [job[P.JID], ttl_ms, raw, "", P.score(at)]))
-    refused: set[str] = set()
-    for (job, _), reply in zip(entries, _PUSH.call_many(r, calls), strict=True):
+    return calls
+
+
+def refused(entries: Sequence[tuple[P.Payload, float | None]], replies: Sequence[Any]
+            ) -> set[str]:
+    """The jids the push script refused as duplicates (its reply: the holder's jid)."""
+    duplicates: set[str] = set()
+    for (job, _), reply in zip(entries, replies, strict=True):
         if isinstance(reply, Exception):
             raise reply
         if reply is not None:
             holder = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
             log.info("duplicate of unique job %s (jid %s) not pushed: jid %s holds its lock",
                      job.get(P.CLASS), job.get(P.JID), holder)
-            refused.add(str(job[P.JID]))
-    return refused
+            duplicates.add(str(job[P.JID]))
+    return duplicates
 
 
 # -- releasing --------------------------------------------------------------------------------

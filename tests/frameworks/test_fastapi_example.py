@@ -69,3 +69,39 @@ def test_a_dashboard_without_authorize_is_refused() -> None:
 
     with pytest.raises(ConfigError, match="needs authorize="):
         Wurk(dashboard="/wurk")
+
+
+def test_async_endpoints_push_on_the_asyncio_client(shop: ModuleType, r: redis.Redis) -> None:
+    """``await client.apush`` and ``await job.aperform_async`` in ``async def`` endpoints:
+    the app's loop holds asyncio connections (named wurk-async) while it serves, and the
+    lifespan's end closes them."""
+    with TestClient(shop.create_app(worker=False), base_url="http://localhost") as client:
+        first = client.post("/orders", json={"id": 9, "email": "cy@example.com"}).json()["jid"]
+        again = client.post("/orders/9/resend", params={"email": "cy@example.com"}).json()
+        names = [c.get("name") for c in r.client_list()]
+        assert "wurk-async" in names
+        assert "wurk-client" not in names  # no sync push happened
+    jobs = {json.loads(raw)["jid"]: json.loads(raw) for raw in r.lrange("queue:default", 0, -1)}
+    assert set(jobs) == {first, again["jid"]}
+    assert all(job["args"] == [9, "cy@example.com"] for job in jobs.values())
+    deadline = time.monotonic() + 5
+    while "wurk-async" in [c.get("name") for c in r.client_list()]:
+        assert time.monotonic() < deadline, "the lifespan's end left asyncio connections"
+        time.sleep(0.02)
+
+
+def test_async_endpoints_in_fake_mode_keep_the_jobs(shop: ModuleType, r: redis.Redis) -> None:
+    import wurk.testing
+
+    previous = wurk.testing.set_mode("fake")  # the test client runs the app in a thread
+    try:
+        with TestClient(shop.create_app(worker=False), base_url="http://localhost") as client:
+            first = client.post("/orders", json={"id": 3, "email": "d@example.com"}).json()
+            again = client.post("/orders/3/resend", params={"email": "d@example.com"}).json()
+        kept = wurk.testing.jobs()
+        assert [job["jid"] for job in kept] == [first["jid"], again["jid"]]
+        assert [job["args"] for job in kept] == [[3, "d@example.com"]] * 2
+        assert r.llen("queue:default") == 0
+    finally:
+        wurk.testing.clear_all()
+        wurk.testing.set_mode(previous)

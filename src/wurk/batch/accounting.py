@@ -33,8 +33,9 @@ if TYPE_CHECKING:
     from ..config import Config
     from .block import Entry
 
-__all__ = ["Calls", "Outcome", "callback_done", "close", "create", "invalidate",
-           "locks", "push", "push_call", "pushed", "record", "register", "reopen", "write"]
+__all__ = ["Calls", "Outcome", "aregister", "awrite", "callback_done", "close", "create",
+           "invalidate", "locks", "push", "push_call", "pushed", "record", "register",
+           "reopen", "write"]
 
 log = logging.getLogger("wurk")
 
@@ -164,6 +165,33 @@ def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[
     return refused
 
 
+async def awrite(client: Any, config: Config, entries: Sequence[Entry]) -> set[str]:
+    """``write`` on redis-py's asyncio client (the async push): the same script and
+    arguments, one round trip (two more on a server that lacks the script)."""
+    from .block import current
+
+    block = current()
+    if block is None or not entries:
+        return set()
+    keys, args = push_call(config, block.bid, entries, locks(config, entries))
+    try:
+        try:
+            reply = await client.execute_command(*_PUSH.evalsha(keys, args))
+        except redis.exceptions.NoScriptError:  # nothing ran: safe to send again
+            await client.execute_command(*_PUSH.load())
+            reply = await client.execute_command(*_PUSH.evalsha(keys, args))
+    except redis.ResponseError as exc:
+        if str(exc).startswith(_REFUSALS):
+            raise BatchError(str(exc).split(" ", 1)[1]) from None
+        raise
+    _, refused = pushed(entries, reply)
+    block.pushed += len(entries) - len(refused)
+    if refused:
+        log.info("%d duplicate(s) of unique jobs not pushed nor added to batch %s",
+                 len(refused), block.bid)
+    return refused
+
+
 def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | None:
     """Each job's unique lock and its lifetime in ms, ``("", 0)`` for a job without one;
     None when no job has one."""
@@ -185,6 +213,16 @@ def register(config: Config, entries: Sequence[Entry]) -> set[str]:
     if not in_batch:
         return set()
     return config.pool("client").run(lambda client: write(client, config, in_batch))
+
+
+async def aregister(config: Config, entries: Sequence[Entry]) -> set[str]:
+    """``register`` for the async push, on the loop's asyncio pool."""
+    from .block import split
+
+    _, in_batch = split(entries)
+    if not in_batch:
+        return set()
+    return await config.async_pool().run(lambda client: awrite(client, config, in_batch))
 
 
 def decode_callbacks(raw: str | bytes | None) -> list[tuple[str, str, dict[str, Any]]]:

@@ -5,8 +5,12 @@
    process, ``wurk.Embedded``) from startup to shutdown: at shutdown running jobs get the
    configuration's ``timeout`` to finish, then go back to their queue. It nests inside an
    app's own lifespan (``async with wurk_ext.lifespan(app): ...``).
-2. ``Depends(wurk_ext.client)`` gives the configured ``wurk.Client`` to an endpoint.
+2. ``Depends(wurk_ext.client)`` gives the configured ``wurk.Client`` to an endpoint: in an
+   ``async def`` one, ``await client.apush(...)`` (or ``await job.aperform_async(...)``)
+   pushes on redis-py's asyncio client, on the app's loop, with no thread.
 3. The configuration is the one given, else the process default (``wurk.configure``).
+4. The lifespan's end closes the app loop's asyncio connections (the configuration's other
+   pools are the app's to close: it may outlive the app).
 """
 
 from __future__ import annotations
@@ -52,7 +56,8 @@ class Wurk:
         return self._config if self._config is not None else default_config()
 
     def client(self) -> Client:
-        """A FastAPI dependency: ``client: wurk.Client = Depends(wurk_ext.client)``."""
+        """A FastAPI dependency: ``client: wurk.Client = Depends(wurk_ext.client)``; its
+        ``apush`` / ``apush_bulk`` never block the app's loop."""
         return default_client(self.config)
 
     @asynccontextmanager
@@ -70,6 +75,7 @@ class Wurk:
             if embedded is not None:
                 await anyio.to_thread.run_sync(embedded.stop)
                 self.embedded = None
+            await config.aclose_async_pool()  # asyncio connections die with their loop
 
     def _mount(self, app: Any, config: Config) -> None:
         path = self.dashboard_path

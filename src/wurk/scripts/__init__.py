@@ -71,6 +71,26 @@ class Script:
                 replies[index] = reply
         return replies
 
+    async def acall_many(self, r: Any, calls: list[tuple[list[str], list[object]]]
+                         ) -> list[Any]:
+        """``call_many`` on redis-py's asyncio client."""
+        replies = await self._apipelined(r, calls)
+        missing = [i for i, reply in enumerate(replies)
+                   if isinstance(reply, redis.exceptions.NoScriptError)]
+        if missing:
+            await r.execute_command(*self.load())
+            again = await self._apipelined(r, [calls[i] for i in missing])
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
+
+    async def _apipelined(self, r: Any, calls: list[tuple[list[str], list[object]]]
+                          ) -> list[Any]:
+        pipe = r.pipeline(transaction=False)
+        for keys, args in calls:
+            pipe.execute_command(*self.evalsha(keys, args))
+        return list(await pipe.execute(raise_on_error=False))
+
     def _pipelined(self, r: redis.Redis, calls: list[tuple[list[str], list[object]]]
                    ) -> list[Any]:
         pipe = r.pipeline(transaction=False)
