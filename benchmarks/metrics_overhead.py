@@ -3,10 +3,11 @@
     python -m benchmarks.metrics_overhead [--jobs 200000] [--rounds 7]
 
 Runs a no-op job through ``JobRunner``'s execution path (lookup, instantiate, server
-middleware, perform, the stats counters) with an empty server chain and with the metrics
-middleware, alternately, and prints the best round of each in µs per job and the difference.
-A drain on a shared machine cannot resolve a few µs; this can. Compare the difference with
-a worker's CPU per job from ``benchmarks.throughput``.
+middleware, perform, the stats counters) with the links every worker installs (limits,
+batches) and with the metrics middleware ahead of them as well, alternately, and prints
+the best round of each in µs per job and the difference. A drain on a shared machine cannot
+resolve a few µs; this can. Compare the difference with a worker's CPU per job from
+``benchmarks.throughput`` or the peers table.
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ import argparse
 import time
 
 import wurk
+from wurk.batch.middleware import install as install_batches
 from wurk.config import Config
+from wurk.limits import install as install_limits
 from wurk.metrics import ExecutionMetrics, ExecutionTracker
-from wurk.processor import Busy, JobRunner
+from wurk.processor import Busy, JobGuard, JobRunner
 from wurk.stats import Counters
 
 
 def runner(with_metrics: bool) -> JobRunner:
     config = Config(redis_url="redis://127.0.0.1:1/0", skip_default_job_logging=True)
+    install_limits(config)  # as the launcher does: the chain a worker's jobs go through
+    install_batches(config)
     if with_metrics:
         config.server_middleware.prepend(ExecutionMetrics(ExecutionTracker()))
     return JobRunner(config, counters=Counters(), busy=Busy())
@@ -34,9 +39,10 @@ def noop() -> None:
 
 def per_job_us(run: JobRunner, jobs: int) -> float:
     payload = {"class": "Bench::Noop", "args": [], "jid": "0" * 24, "queue": "default"}
+    guard = JobGuard()
     started = time.process_time()
     for _ in range(jobs):
-        run._perform_logged(dict(payload), "default", lambda inside: None, b"")
+        run._perform_logged(dict(payload), "default", guard, b"")
     return (time.process_time() - started) / jobs * 1e6
 
 

@@ -62,6 +62,16 @@ def async_form(link: Middleware, *, prefer_async: bool = True
     return None
 
 
+def _walk_sync(links: tuple[Middleware, ...], position: int, job: Any,
+               payload: dict[str, Any], queue: str, final: Callable[[], Any]) -> Any:
+    """Call plain sync ``links[position:]`` around ``final``: no per-job type checks."""
+    link = links[position]
+    if position == len(links) - 1:
+        return link(job, payload, queue, final)
+    return link(job, payload, queue,
+                lambda: _walk_sync(links, position + 1, job, payload, queue, final))
+
+
 def _walk(links: list[Middleware], job: Any, payload: dict[str, Any], queue: str,
           final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
     """Call ``links`` around ``final`` from sync code, each async link through
@@ -114,6 +124,12 @@ class Chain:
     def __init__(self) -> None:
         self._entries: list[_Entry] = []
         self._frozen = False
+        # The links themselves when every one is a plain sync callable, not a class made
+        # fresh per job (the usual chain: the built-in links and the application's
+        # functions), found once per edit, so a job's walk asks nothing of them; None when
+        # unknown or when any is not.
+        self._sync_links: tuple[Middleware, ...] | None = None
+        self._checked = False
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
         return (entry.factory for entry in self._entries)
@@ -176,9 +192,13 @@ class Chain:
         ``run_async`` (a ``TypeError`` without one)."""
         if not self._entries:
             return final()
-        if len(self._entries) == 1 and self._entries[0].sync:
-            # the common case (the metrics link alone): no closures
-            return self._entries[0].make()(job, payload, queue, final)
+        if not self._checked:
+            self._sync_links = tuple(entry.make() for entry in self._entries) \
+                if all(entry.sync and not entry.fresh for entry in self._entries) else None
+            self._checked = True
+        links = self._sync_links
+        if links is not None:
+            return _walk_sync(links, 0, job, payload, queue, final)
         return _walk([entry.make() for entry in self._entries], job, payload, queue, final,
                      run_async)
 
@@ -265,6 +285,7 @@ class Chain:
         raise ValueError(f"{existing!r} is not in this middleware chain")
 
     def _edit(self) -> None:
+        self._checked = False
         if self._frozen:
             raise RuntimeError(
                 "middleware chains are frozen once the worker starts; add middleware "

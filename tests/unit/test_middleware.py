@@ -72,3 +72,25 @@ def test_a_link_that_does_not_call_next_stops_the_chain() -> None:
 
 def test_empty_chain_calls_final_directly() -> None:
     assert Chain().invoke("J", {}, "q", lambda: 42) == 42
+
+
+def test_an_edit_after_a_walk_is_seen_by_the_next_walk() -> None:
+    """Plain sync links are looked at once per edit, not per job: an edit must still count."""
+    log: list[str] = []
+
+    def first(job: Any, payload: Any, queue: str, call_next: Callable[[], Any]) -> Any:
+        log.append("first")
+        return call_next()
+
+    def second(job: Any, payload: Any, queue: str, call_next: Callable[[], Any]) -> Any:
+        log.append("second")
+        return call_next()
+
+    chain = Chain()
+    chain.add(first)
+    assert chain.invoke("J", {}, "q", lambda: "done") == "done"
+    chain.add(second)
+    assert chain.invoke("J", {}, "q", lambda: "done") == "done"
+    chain.remove(first)
+    assert chain.invoke("J", {}, "q", lambda: "done") == "done"
+    assert log == ["first", "first", "second", "second"]
