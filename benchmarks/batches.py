@@ -15,10 +15,9 @@ Uses REDIS_URL when set, else starts a private server. Prints medians and ratios
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -26,33 +25,12 @@ import redis.connection
 
 import wurk
 from benchmarks._server import redis_url
+from benchmarks._trips import RoundTrips
 from wurk.batch import accounting
 
 
 @wurk.job(name="BatchBench::noop")
 def noop(n: int) -> None: ...
-
-
-class RoundTrips:
-    """Counts writes to Redis sockets (each one is a round trip: a command or a pipeline)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    @contextlib.contextmanager
-    def watching(self) -> Iterator[None]:
-        original = redis.connection.AbstractConnection.send_packed_command
-        counter = self
-
-        def counted(self: Any, command: Any, check_health: bool = True) -> None:
-            counter.count += 1
-            original(self, command, check_health)
-
-        redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            redis.connection.AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
 
 
 def push_plain(pushes: int) -> list[str]:
@@ -85,7 +63,7 @@ def costs(config: wurk.Config, r: redis.Redis, pushes: int, runs: int) -> None:
     trips = RoundTrips()
     rows: dict[str, list[tuple[float, float]]] = {"push plain": [], "push in batch": [],
                                                   "finish in batch": []}
-    with trips.watching():
+    with trips.counting():
         for _ in range(runs):  # interleaved so drift hits both alike
             r.flushall()
             us, rt, _ = per_job(lambda: push_plain(pushes), pushes, trips)

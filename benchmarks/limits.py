@@ -14,17 +14,16 @@ REDIS_URL when set, else starts a private server.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import redis
 import redis.connection
 
 import wurk
 from benchmarks._server import redis_url
+from benchmarks._trips import RoundTrips
 from wurk.lending import lend_from
 
 
@@ -34,28 +33,6 @@ def plain_job(n: int) -> None: ...
 
 @wurk.job(name="Bench::Unique", unique_for=600)
 def unique_job(n: int) -> None: ...
-
-
-class RoundTrips:
-    """Counts requests written to Redis: each is one round trip (a pipeline is one too)."""
-
-    def __init__(self) -> None:
-        self.count = 0
-        self._original = redis.connection.AbstractConnection.send_packed_command
-
-    @contextlib.contextmanager
-    def counting(self) -> Iterator[None]:
-        original = self._original
-
-        def counted(connection: Any, command: Any, check_health: bool = True) -> None:
-            self.count += 1
-            original(connection, command, check_health)
-
-        redis.connection.AbstractConnection.send_packed_command = counted  # type: ignore[method-assign]
-        try:
-            yield
-        finally:
-            redis.connection.AbstractConnection.send_packed_command = original  # type: ignore[method-assign]
 
 
 def timed(operation: Callable[[int], object], calls: int, trips: RoundTrips) -> tuple[float, float]:
