@@ -96,6 +96,9 @@ def test_a_job_that_kills_its_worker_dies_as_a_poison_pill(
     assert dead[0]["error_class"] == "wurk.Poisoned"
     assert "recovered 3 times without completing" in dead[0]["error_message"]
     assert r.get("rel:crashes") == "3"
+    # The kill is counted just after the job is buried (its own command): wait for it.
+    wait_for(lambda: r.get("wurk:stat:poisoned") is not None, timeout=10,
+             message="the poison kill's count")
     assert r.get("wurk:stat:poisoned") == "1"  # the dashboard's wurk_poison_kills_total
     assert int(r.get("wurk:stat:recovered") or 0) >= 2  # the pill's two recoveries at least
     wait_for(lambda: r.llen("rel:marks") == 20, message="the other jobs")
