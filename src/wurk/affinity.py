@@ -19,19 +19,26 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    CPUs (children spread over the cores), else the allowed CPU that was least busy over a
    tenth of a second.
 3. ``Pinning`` holds the processor threads to the choice. With ``auto`` it does so only
-   while the process is busy — on average at least ``PIN_AT`` jobs running over the last
-   half second — and lets them run anywhere again once it is quiet (``UNPIN_AT``): one
-   pinned thread woken at a light load waits for its one CPU when Redis or another process
-   is on it. CPUs given by number are held always. Only processor threads are touched: a
-   host process's own threads (the in-process worker's host) keep theirs.
-4. The guard (``auto`` only) keeps pinning only where it is measured to pay. Busy and
-   unpinned, a ``WINDOW`` measures the jobs done and the processor threads' CPU time: above
-   ``PARALLEL_CORES`` cores the jobs compute in parallel (the GIL released), and the
-   threads stay free for ``HOLD`` seconds. Otherwise the next window runs pinned, on
-   trial: pinning is kept unless it did fewer than ``KEEP`` of the free window's jobs,
-   else the threads stay free for ``HOLD``. Kept, it is tried again after ``RETRY`` seconds
-   (one free window, one trial). A window counts only if the process was busy throughout;
-   a quiet spell starts over unpinned.
+   while the process is busy — on average at least ``PIN_AT`` jobs running over the samples
+   of the last half second (the first sample alone decides for a process that starts with a
+   backlog) — and lets them run anywhere again once it is quiet (``UNPIN_AT``): one pinned
+   thread woken at a light load waits for its one CPU when Redis or another process is on
+   it. CPUs given by number are held always. Only processor threads are touched: a host
+   process's own threads (the in-process worker's host) keep theirs.
+4. The guard (``auto`` only) keeps pinning only where it is measured to pay, pinned first:
+   GIL-bound jobs run unpinned at up to twice the CPU per job, so the trial costs them
+   nothing and the free window is the one kept short. Turning busy with no verdict, the
+   threads are pinned at once for a trial ``WINDOW``, then freed for a second one; each
+   counts the jobs done, the free one also the threads' CPU time. Above ``PARALLEL_CORES``
+   cores free, the jobs compute in parallel (the GIL released) and the threads stay free
+   for ``HOLD`` seconds; so do they if the pinned window did fewer than ``KEEP`` of the free
+   window's jobs, or none at all. Else pinning is kept, and measured again the same way
+   (pinned, then free: the two windows back to back see the same load) after ``RETRY``
+   seconds. A window counts only if the process was busy throughout.
+5. The verdict outlives a quiet spell. Quiet, the threads are free (point 3), but the next
+   busy spell starts where the guard left off: pinned at once if pinning was kept, free
+   while a ``HOLD`` runs, and on trial only once it has run out (or with no verdict yet). So
+   jobs that compute in parallel are pinned for at most one trial window per ``HOLD``.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ SAMPLES = 10  # averaged: half a second of samples
 # loaded by others a process may get less than that either way: then the trial decides.
 WINDOW = 0.25
 PARALLEL_CORES = 1.3
-# A pinned trial keeps pinning unless it did clearly fewer jobs than the free window before
+# A pinned trial keeps pinning unless it did clearly fewer jobs than the free window after
 # it: on a busy machine two quarter-seconds differ by more than what pinning moves, so the
 # trial only has to catch pinning that hurts (parallel work starved of its second core).
 KEEP = 0.85
@@ -148,67 +155,74 @@ def threads_cpu(native_ids: Collection[int]) -> float | None:
 
 
 class _Window:
-    """Jobs done and CPU used since ``start``; ``spoilt`` once the process went quiet."""
+    """Jobs done and CPU used since ``start``."""
 
-    __slots__ = ("cpu", "done", "spoilt", "start")
+    __slots__ = ("cpu", "done", "start")
 
     def __init__(self, now: float, done: int, cpu: float | None) -> None:
-        self.start, self.done, self.cpu, self.spoilt = now, done, cpu, False
+        self.start, self.done, self.cpu = now, done, cpu
 
 
 class _Guard:
-    """Whether pinning pays, by measurement (``auto`` only): free window, pinned trial,
-    keep the better; see the module's point 4."""
+    """Whether pinning pays, by measurement (``auto`` only): a pinned trial window, a free
+    one, keep the better; the verdict held across quiet spells. See the module's points 4
+    and 5."""
 
     def __init__(self, cpu: Callable[[Collection[int]], float | None],
                  done: Callable[[], int]) -> None:
         self._cpu = cpu
         self._done = done
-        self.state = "free"  # free: measuring unpinned; trial: measuring pinned; pinned
+        self.verdict: str | None = None  # None: not measured yet; "pinned"; "free" (held)
+        self.phase: str | None = None  # measuring: "trial" (pinned window), "free"
         self._window: _Window | None = None
-        self._free_rate = 0.0
+        self._trial_rate = 0.0
         self.hold_until = 0.0
         self.pinned_at = 0.0
 
     def want(self, threads: Collection[int], *, busy: bool, now: float) -> bool:
         """Whether the threads should be pinned now."""
         if not busy:
-            self.state, self._window = "free", None
+            self.phase = self._window = None  # a spoilt measurement; the verdict stands
             return False
-        if self.state == "pinned":
-            if now - self.pinned_at >= RETRY:
-                self.state, self._window = "free", None  # measure again
-            return self.state == "pinned"
-        if now < self.hold_until:
-            return False
+        if self.phase is None:
+            if self.verdict == "pinned" and now - self.pinned_at < RETRY:
+                return True
+            if self.verdict == "free" and now < self.hold_until:
+                return False
+            self._open("trial", threads, now)  # no verdict, or it is due again
+            return True
         window = self._window
-        if window is None:
-            self._window = _Window(now, self._done(), self._cpu(threads))
-            return self.state == "trial"
-        if now - window.start < WINDOW:
-            return self.state == "trial"
+        assert window is not None
+        if now - window.start < WINDOW - SAMPLE_INTERVAL / 2:  # ends at the nearest sample
+            return self.phase == "trial"
         return self._close(window, threads, now)
+
+    def _open(self, phase: str, threads: Collection[int], now: float) -> None:
+        self.phase, self._window = phase, _Window(now, self._done(), self._cpu(threads))
 
     def _close(self, window: _Window, threads: Collection[int], now: float) -> bool:
         elapsed = now - window.start
         done, cpu = self._done(), self._cpu(threads)
         rate = (done - window.done) / elapsed
-        self._window = _Window(now, done, cpu)
-        if self.state == "free":
-            cores = (cpu - window.cpu) / elapsed if cpu is not None and \
-                window.cpu is not None else None
-            log.debug("affinity: free window %.0f jobs/s on %s cores", rate,
-                      "?" if cores is None else f"{cores:.2f}")
-            if cores is not None and cores > PARALLEL_CORES:
-                self.hold_until = now + HOLD  # computing in parallel: leave them free
-                return False
-            self.state, self._free_rate = "trial", rate
+        if self.phase == "trial":
+            log.debug("affinity: pinned trial %.0f jobs/s", rate)
+            self._trial_rate = rate
+            self.phase, self._window = "free", _Window(now, done, cpu)
+            return False
+        self.phase = self._window = None
+        cores = (cpu - window.cpu) / elapsed if cpu is not None and \
+            window.cpu is not None else None
+        log.debug("affinity: free window %.0f jobs/s on %s cores, pinned %.0f", rate,
+                  "?" if cores is None else f"{cores:.2f}", self._trial_rate)
+        if cores is not None and cores > PARALLEL_CORES:
+            return self._hold(now)  # computing in parallel: leave them free
+        if self._trial_rate > 0 and self._trial_rate >= rate * KEEP:
+            self.verdict, self.pinned_at = "pinned", now
             return True
-        log.debug("affinity: pinned trial %.0f jobs/s against %.0f free", rate, self._free_rate)
-        if rate >= self._free_rate * KEEP and rate > 0:
-            self.state, self.pinned_at = "pinned", now
-            return True
-        self.state, self.hold_until = "free", now + HOLD  # pinning did not pay
+        return self._hold(now)  # pinning did not pay, or nothing to tell by
+
+    def _hold(self, now: float) -> bool:
+        self.verdict, self.hold_until = "free", now + HOLD
         return False
 
 
@@ -218,7 +232,8 @@ class Pinning:
 
     def __init__(self, cpus: frozenset[int], running: Callable[[], int], *,
                  adaptive: bool, done: Callable[[], int] = lambda: 0,
-                 cpu: Callable[[Collection[int]], float | None] = threads_cpu) -> None:
+                 cpu: Callable[[Collection[int]], float | None] = threads_cpu,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cpus = cpus
         self.adaptive = adaptive
         self._anywhere = frozenset(allowed())
@@ -227,6 +242,8 @@ class Pinning:
         self._threads: set[int] = set()  # native ids of the processor threads
         self._samples: deque[int] = deque(maxlen=SAMPLES)
         self._guard = _Guard(cpu, done)
+        self._clock = clock
+        self.busy = False
         self.pinned = not adaptive
 
     def enter(self) -> None:
@@ -245,13 +262,13 @@ class Pinning:
         ``SAMPLE_INTERVAL`` by the launcher's timer."""
         if not self.adaptive:
             return
-        now = time.monotonic()
+        now = self._clock()
         self._samples.append(self._running())
-        average = sum(self._samples) / len(self._samples)
-        busy = average >= PIN_AT if not self.pinned else average > UNPIN_AT
+        average = sum(self._samples) / len(self._samples)  # of those so far: quick at start
+        self.busy = average > UNPIN_AT if self.busy else average >= PIN_AT
         with self._lock:
             threads = set(self._threads)
-        want = self._guard.want(threads, busy=busy, now=now)
+        want = self._guard.want(threads, busy=self.busy, now=now)
         if want != self.pinned:
             self._apply(want)
 

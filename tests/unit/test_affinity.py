@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -84,23 +82,38 @@ def test_fixed_pinning_holds_the_entering_thread_only() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is untouched
 
 
+class Clock:
+    """The guard's time, moved by the test: no sleeps, no load-dependent timing."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 class Fake:
     """A process whose jobs run at ``rates[pinned]`` per second, its processor threads
-    using ``cores`` cores: the two things the guard measures."""
+    using ``cores`` cores unpinned (at most one pinned): the two things the guard measures,
+    on the synthetic ``clock``."""
 
     def __init__(self, *, cores: float, pinned_rate: float, free_rate: float) -> None:
         self.cores = cores
         self.rates = {True: pinned_rate, False: free_rate}
-        self.pinning: affinity.Pinning | None = None
+        self.running = 10
+        self.clock = Clock()
+        self.pinning = affinity.Pinning(frozenset({affinity.allowed()[-1]}),
+                                        lambda: self.running, adaptive=True, done=self.done,
+                                        cpu=self.cpu, clock=self.clock)
         self._cpu = self._done = 0.0
-        self._at = time.monotonic()
+        self._at = self.clock.now
 
     def _advance(self) -> None:
-        now = time.monotonic()
-        pinned = self.pinning is not None and self.pinning.pinned
-        self._cpu += (now - self._at) * self.cores
-        self._done += (now - self._at) * self.rates[pinned]
-        self._at = now
+        pinned = self.pinning.pinned
+        elapsed = self.clock.now - self._at
+        self._cpu += elapsed * (min(self.cores, 1.0) if pinned else self.cores)
+        self._done += elapsed * self.rates[pinned]
+        self._at = self.clock.now
 
     def cpu(self, threads: object) -> float:
         self._advance()
@@ -110,82 +123,177 @@ class Fake:
         self._advance()
         return int(self._done)
 
+    def run(self, seconds: float) -> list[tuple[float, bool]]:
+        """Samples every SAMPLE_INTERVAL for ``seconds``: the changes of ``pinned``, each as
+        (seconds from the start, pinned), the state before the first sample included."""
+        start, state = self.clock.now, self.pinning.pinned
+        changes = [(0.0, state)]
+        for _ in range(round(seconds / affinity.SAMPLE_INTERVAL)):
+            self.clock.now += affinity.SAMPLE_INTERVAL
+            self.pinning.sample()
+            if self.pinning.pinned != state:
+                state = self.pinning.pinned
+                changes.append((round(self.clock.now - start, 6), state))
+        return changes
 
-def pinning_of(fake: Fake, running: Callable[[], int]) -> affinity.Pinning:
-    cpus = affinity.allowed()
-    fake.pinning = affinity.Pinning(frozenset({cpus[-1]}), running, adaptive=True,
-                                    done=fake.done, cpu=fake.cpu)
-    return fake.pinning
-
-
-def _sample_for(pinning: affinity.Pinning, seconds: float) -> list[bool]:
-    states = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        pinning.sample()
-        states.append(pinning.pinned)
-        time.sleep(0.005)
-    return states
-
-
-@pytest.fixture
-def fast_guard(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(affinity, "WINDOW", 0.1)
-    monkeypatch.setattr(affinity, "RETRY", 0.6)
-    monkeypatch.setattr(affinity, "HOLD", 0.5)
+    def quiet(self, seconds: float) -> list[tuple[float, bool]]:
+        self.running = 0
+        changes = self.run(seconds)
+        self.running = 10
+        return changes
 
 
-def test_adaptive_pinning_follows_the_average_number_of_running_jobs(
-    fast_guard: None,
+W, STEP = affinity.WINDOW, affinity.SAMPLE_INTERVAL
+
+
+def near(changes: list[tuple[float, bool]], expected: list[tuple[float, bool]]) -> bool:
+    """``changes`` are ``expected``, each time within one sample of it."""
+    return len(changes) == len(expected) and all(
+        state == want and abs(at - when) <= STEP + 1e-9
+        for (at, state), (when, want) in zip(changes, expected, strict=True))
+
+
+def gil_bound() -> Fake:
+    """GIL-bound jobs: one core either way, pinned they run faster."""
+    return Fake(cores=1.0, pinned_rate=5000, free_rate=3000)
+
+
+def parallel() -> Fake:
+    """Jobs computing with the GIL released: two cores unpinned, half the jobs pinned."""
+    return Fake(cores=1.9, pinned_rate=5000, free_rate=9500)
+
+
+def test_a_backlog_is_pinned_at_the_first_sample() -> None:
+    """A fresh worker with a backlog: the first sample decides (the average is over the
+    samples so far), and the guard pins at once — the trial runs first."""
+    fake = gil_bound()
+    assert fake.run(STEP) == [(0.0, False), (STEP, True)]
+    fake = gil_bound()
+    fake.running = 0  # the processors still starting: one sample sees nothing
+    fake.pinning.sample()
+    fake.running = 3  # quick jobs: three of ten threads in a job at any sample
+    assert fake.run(STEP) == [(0.0, False), (STEP, True)]
+
+
+def test_the_pinned_trial_comes_first_then_a_free_window_then_the_verdict() -> None:
+    fake = gil_bound()
+    assert near(fake.run(2.0), [(0.0, False), (STEP, True), (STEP + W, False),
+                                (STEP + 2 * W, True)])
+    assert fake.pinning._guard.verdict == "pinned"
+
+
+@pytest.mark.parametrize("pinned_rate, kept", [
+    (9000, True),  # pinning pays
+    (8800, True),  # a little slower: within what two quarter-seconds differ by
+    (8000, False),  # under KEEP of the free window: starved of a core it had
+    (0, False),  # nothing done pinned: nothing to tell by, so not pinned
+])
+def test_the_trial_keeps_pinning_unless_it_did_clearly_fewer_jobs(
+    pinned_rate: float, kept: bool,
 ) -> None:
+    """On a machine loaded by others a parallel job may get under PARALLEL_CORES cores even
+    unpinned: the rates decide."""
+    fake = Fake(cores=0.6, pinned_rate=pinned_rate, free_rate=10000)
+    changes = fake.run(5.0)
+    assert changes[:3] == [(0.0, False), (STEP, True), changes[2]] and not changes[2][1]
+    assert fake.pinning.pinned is kept and len(changes) == (4 if kept else 3)
+    assert fake.pinning._guard.verdict == ("pinned" if kept else "free")
+
+
+def test_jobs_computing_in_parallel_are_held_free_after_one_trial_window() -> None:
+    """Over PARALLEL_CORES cores unpinned the jobs compute in parallel: free for HOLD, even
+    where the rates alone would not tell (here the trial even did more jobs)."""
+    fake = Fake(cores=1.9, pinned_rate=9000, free_rate=8000)
+    assert near(fake.run(affinity.HOLD), [(0.0, False), (STEP, True), (STEP + W, False)])
+
+
+def test_a_kept_verdict_pins_at_once_after_a_quiet_spell() -> None:
+    fake = gil_bound()
+    fake.run(1.0)
+    assert fake.pinning.pinned
+    changes = fake.quiet(5.0)
+    assert changes[-1][1] is False and changes[-1][0] < 1.0  # quiet: free, within UNPIN
+    # busy again (two samples of ten running after the quiet ones): pinned, and kept so
+    assert near(fake.run(affinity.RETRY / 2), [(0.0, False), (2 * STEP, True)])
+
+
+def test_a_free_verdict_outlives_a_quiet_spell_until_hold_runs_out() -> None:
+    fake = parallel()
+    assert near(fake.run(1.0), [(0.0, False), (STEP, True), (STEP + W, False)])
+    held_until = fake.pinning._guard.hold_until
+    fake.quiet(5.0)
+    busy = held_until - fake.clock.now  # the rest of the hold
+    assert fake.run(busy - STEP) == [(0.0, False)]  # never pinned again before HOLD ends
+    assert near(fake.run(1.0), [(0.0, False), (2 * STEP, True), (2 * STEP + W, False)])
+
+
+def test_parallel_jobs_are_pinned_one_window_per_hold() -> None:
+    fake = parallel()
+    changes = fake.run(3 * affinity.HOLD + 3.0)
+    pinned_at = [at for at, state in changes if state]
+    assert len(pinned_at) == 4  # at the start, then once per HOLD
+    for a, b in itertools.pairwise(pinned_at):  # HOLD counts from the end of the free window
+        assert abs(b - a - (affinity.HOLD + 2 * W)) <= STEP + 1e-9
+    durations = [b[0] - a[0] for a, b in itertools.pairwise(changes) if a[1]]
+    assert all(abs(d - W) <= STEP + 1e-9 for d in durations)
+
+
+def test_kept_pinning_is_measured_again_every_retry() -> None:
+    fake = gil_bound()
+    changes = fake.run(2 * affinity.RETRY + 2.0)
+    freed_at = [at for at, state in changes[1:] if not state]
+    assert len(freed_at) == 3  # the first free window, then one per RETRY
+    for a, b in itertools.pairwise(freed_at):  # RETRY counts from the verdict: then a trial
+        assert abs(b - a - (affinity.RETRY + 2 * W)) <= STEP + 1e-9
+    assert fake.pinning.pinned
+    fake.rates[True] = 1000  # the job mix changed: pinning now costs
+    changes = fake.run(affinity.RETRY + 1.0)
+    assert not fake.pinning.pinned and fake.pinning._guard.verdict == "free"
+
+
+def test_a_quiet_spell_during_a_window_spoils_it() -> None:
+    """A window counts only if the process was busy throughout: the next busy spell starts
+    the trial over, and a kept verdict being measured again stays kept."""
+    done, cpu = [0], [0.0]
+    guard = affinity._Guard(lambda threads: cpu[0], lambda: done[0])
+    assert guard.want(set(), busy=True, now=0.0)  # the trial opens
+    done[0] = 1000
+    assert not guard.want(set(), busy=False, now=0.1)  # quiet in the middle of it
+    assert guard.verdict is None and guard.phase is None
+    assert guard.want(set(), busy=True, now=5.0)  # on trial again, from the start
+    assert guard.want(set(), busy=True, now=5.0 + W / 2)
+    done[0] = 3000
+    assert not guard.want(set(), busy=True, now=5.0 + W)  # the trial: 2000 in W
+    done[0], cpu[0] = 4000, W  # free: 1000 in W on one core
+    assert guard.want(set(), busy=True, now=5.0 + 2 * W) and guard.verdict == "pinned"
+    retry = 5.0 + 2 * W + affinity.RETRY
+    assert guard.want(set(), busy=True, now=retry) and guard.phase == "trial"
+    assert not guard.want(set(), busy=False, now=retry + 0.1)
+    assert guard.verdict == "pinned" and guard.phase is None
+    assert guard.want(set(), busy=True, now=retry + 1.0)  # pinned at once: measured again
+
+
+def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
     cpus = affinity.allowed()
-    running = [0]
-    pinning = pinning_of(Fake(cores=1.0, pinned_rate=5000, free_rate=3000), lambda: running[0])
+    fake = gil_bound()
+    fake.running = 0
+    pinning = fake.pinning
     started, done, seen = threading.Event(), threading.Event(), []
     thread = _in_thread(pinning, started, done, seen)
     started.wait(10)
     assert seen == [set(cpus)] and not pinning.pinned  # quiet: anywhere
-    running[0] = 4
-    _sample_for(pinning, 0.4)  # a free window, then a pinned trial that pays
+    fake.running = 4
+    fake.run(1.0)  # a pinned trial, a free window, pinning kept
     assert pinning.pinned
     native = next(iter(pinning._threads))
     assert os.sched_getaffinity(native) == {cpus[-1]}  # moved from outside the thread
-    running[0] = 1  # one job at a time: no GIL contention, but not quiet enough to flip
-    for _ in range(affinity.SAMPLES):
-        pinning.sample()
+    fake.running = 1  # one job at a time: no GIL contention, but not quiet enough to flip
+    fake.run(affinity.SAMPLES * STEP)
     assert pinning.pinned
-    running[0] = 0
-    for _ in range(affinity.SAMPLES):
-        pinning.sample()
+    fake.running = 0
+    fake.run(affinity.SAMPLES * STEP)
     assert not pinning.pinned
     done.set()
     thread.join()
     assert seen[-1] == set(cpus)
     pinning.sample()  # the thread is gone: nothing to move, no error
-
-
-def test_jobs_computing_in_parallel_are_never_pinned(fast_guard: None) -> None:
-    """Jobs that release the GIL (numpy, compression) use more than one core unpinned:
-    ``auto`` leaves them on every core."""
-    pinning = pinning_of(Fake(cores=1.9, pinned_rate=5000, free_rate=9500), lambda: 10)
-    assert not any(_sample_for(pinning, 1.0))
-
-
-def test_a_trial_that_does_not_pay_leaves_the_threads_free(fast_guard: None) -> None:
-    """On a machine loaded by others a parallel job may get under PARALLEL_CORES cores even
-    unpinned; then the pinned trial finds fewer jobs done and pinning is dropped."""
-    pinning = pinning_of(Fake(cores=0.4, pinned_rate=6000, free_rate=10000), lambda: 10)
-    states = _sample_for(pinning, 1.2)
-    assert not pinning.pinned
-    trials = sum(1 for a, b in itertools.pairwise(states) if b and not a)
-    assert 1 <= trials <= 2, "one trial per hold, not a flip every window"
-
-
-def test_kept_pinning_is_tried_again(fast_guard: None) -> None:
-    fake = Fake(cores=1.0, pinned_rate=5000, free_rate=3000)
-    pinning = pinning_of(fake, lambda: 10)
-    _sample_for(pinning, 0.4)
-    assert pinning.pinned
-    fake.rates[True] = 1000  # the job mix changed: pinning now costs
-    states = _sample_for(pinning, 1.5)
-    assert False in states and not pinning.pinned
