@@ -26,12 +26,12 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    it. CPUs given by number are held always. Only processor threads are touched: a host
    process's own threads (the in-process worker's host) keep theirs.
 4. The guard (``auto`` only) keeps pinning only where it is measured to pay, pinned first:
-   GIL-bound jobs run unpinned at up to twice the CPU per job, so the trial costs them
-   nothing and the free window is the one kept short. Turning busy with no verdict, the
-   threads are pinned at once for a trial ``WINDOW``, then freed for a second one; each
-   counts the jobs done, the free one also the threads' CPU time. Above ``PARALLEL_CORES``
+   GIL-bound jobs unpinned cost up to twice the CPU per job, so they run pinned from the
+   first sample and pay for one free window per measurement. Turning busy with no verdict,
+   the threads are pinned at once for a trial ``WINDOW``, then freed for a second one;
+   each counts the jobs done, the free one also the threads' CPU time. Above ``PARALLEL_CORES``
    cores free, the jobs compute in parallel (the GIL released) and the threads stay free
-   for ``HOLD`` seconds; so do they if the pinned window did fewer than ``KEEP`` of the free
+   for ``HOLD`` seconds; so they do if the pinned window did fewer than ``KEEP`` of the free
    window's jobs, or none at all. Else pinning is kept, and measured again the same way
    (pinned, then free: the two windows back to back see the same load) after ``RETRY``
    seconds. A window counts only if the process was busy throughout.
