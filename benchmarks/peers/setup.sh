@@ -3,6 +3,8 @@
 #   - the project's .venv with wurk (editable), unless ./scripts/test already made it;
 #   - benchmarks/peers/.venv with the pinned Python peers (requirements.txt), and
 #     benchmarks/peers/.venv-arq for arq, whose redis-py pin clashes with Celery's;
+#   - benchmarks/peers/.venv-wurk: wurk as a user installs it (no extras, no test tools),
+#     which the wurk rows run from;
 #   - with apt (as root): Debian's redis-server 7 and Ruby Sidekiq 6.4 (+ hiredis driver).
 # Safe to run again. Without apt, the run uses the project's Valkey and skips Sidekiq.
 set -euo pipefail
@@ -15,6 +17,8 @@ for pair in .venv:requirements.txt .venv-arq:requirements-arq.txt; do
   fi
   "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
 done
+[ -x .venv-wurk/bin/python ] || "$PY" -m venv .venv-wurk
+.venv-wurk/bin/python -m pip install -q --disable-pip-version-check -e ../..
 
 apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null

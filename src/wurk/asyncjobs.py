@@ -7,9 +7,12 @@
    processor that fetched an ``async def`` job hands it here and fetches on, so a thousand
    waiting jobs hold no thread. The job runs as a task through the same runner code as a
    sync job (middleware, perform, retry); its ACK goes through the capsule's one
-   acknowledging thread, in batches, by the same fetcher code. At the deadline the manager
-   gives back what still runs, then the lane cancels it: a job given back is never
-   acknowledged.
+   acknowledging thread, in batches, by the same fetcher code. That thread also writes the
+   ACKs of sync jobs that end while their processor has jobs fetched ahead waiting
+   (``acknowledge_later``): no fetch round trip is coming for those to ride, and one round
+   trip for every processor's jobs ending within ``ACK_GATHER`` costs less than one each.
+   At the deadline the manager gives back what still runs, then the lane cancels it: a job
+   given back is never acknowledged.
 3. ``timed`` drives a job's coroutine step by step and warns, naming the job, when one step
    holds the loop longer than ``loop_lag_warning``: a blocking call inside an async job
    stalls every other one.
@@ -250,15 +253,28 @@ class AsyncLane:
         """Run ``run()`` (True: acknowledge) as a task, in the slot the caller took. Starts
         are gathered: the jobs a processor took in one fetch wake the loop once."""
         with self._lock:
-            if self._acker is None:
-                self._acker = threading.Thread(target=self._acknowledging,
-                                               name=f"wurk-{self.name}-async-ack", daemon=True)
-                self._acker.start()
+            self._start_acker()
             self._running[id(unit)] = (unit, None)
             self._starting.append((unit, run))
             first = len(self._starting) == 1
         if first:
             self.loop.get().call_soon_threadsafe(self._start_gathered)
+
+    def acknowledge_later(self, unit: UnitOfWork) -> None:
+        """A finished sync job's ACK, written with the others ending within ``ACK_GATHER``
+        (its processor has jobs fetched ahead, so no round trip of its own is due). Until
+        it is through, ``wait_idle`` waits for it and the job stays held in claims."""
+        with self._lock:
+            self._start_acker()
+            self._unacked += 1
+        self._done.put(unit)
+
+    def _start_acker(self) -> None:
+        """Under ``_lock``: the acknowledging thread, started on first need."""
+        if self._acker is None:
+            self._acker = threading.Thread(target=self._acknowledging,
+                                           name=f"wurk-{self.name}-ack", daemon=True)
+            self._acker.start()
 
     def _start_gathered(self) -> None:
         """On the loop: a task for every job handed over since the last call."""
@@ -377,12 +393,21 @@ class AsyncLane:
         groups: dict[int, list[UnitOfWork]] = {}
         for unit in units:
             groups.setdefault(id(unit.fetcher), []).append(unit)
+        # Every processor's ACKs in one round trip: the point of gathering them.
+        commands: list[tuple[Any, ...]] = []
+        spans: list[tuple[list[UnitOfWork], int, int]] = []
         for group in groups.values():
-            try:
-                left += group[0].fetcher.acknowledge_many(group, self._lease)
-            except RedisUnavailable as exc:
-                self._outage.failed(exc)
-                left += group
+            made = group[0].fetcher.ack_commands(group)
+            spans.append((group, len(commands), len(commands) + len(made)))
+            commands += made
+        try:
+            replies = self._lease.pipeline(commands) if commands else []
+        except RedisUnavailable as exc:
+            self._outage.failed(exc)
+            left = list(units)
+        else:
+            for group, start, end in spans:
+                left += group[0].fetcher.settle_acks(group, replies[start:end])
         if not left:
             self._outage.ended()
         with self._lock:

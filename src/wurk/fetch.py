@@ -5,7 +5,7 @@
 2. ``UnitOfWork`` is one fetched job: its queue, the raw bytes as stored (kept for removal
    by value: re-encoding could change them), and how to acknowledge or requeue it. A
    processor that hands a job on (an async job, run on the event loop) tells its fetcher,
-   and the job is acknowledged in batches from that lane's thread (``acknowledge_many``).
+   and the job is acknowledged in batches from that lane's thread (``ack_commands``).
 3. ``BasicFetch`` pops with ``BRPOP`` over every queue in order, with a server timeout so a
    stopping processor notices within a second. Acknowledging is a no-op (the job already left
    Redis): a crash loses the jobs in flight. Reliable fetch, which does not, has its own
@@ -18,7 +18,7 @@ import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, cast
+from typing import Any, Protocol, cast
 
 from .config import Capsule, Config
 from .lease import Lease
@@ -61,6 +61,7 @@ class UnitOfWork:
     # False when the fetch saw the job had no poison counter: its ACK need not reset one.
     counted: bool = True
     settled: bool = False  # acknowledged or requeued: its fetcher need not let go of it
+    through: bool = False  # its ACK reached Redis (or was refused for good)
 
     def acknowledge(self) -> None:
         self.fetcher.acknowledge(self)
@@ -87,8 +88,18 @@ class Fetcher(Protocol):
     def hand_off(self, unit: UnitOfWork) -> None:
         """``unit`` runs elsewhere now (an async job): it is settled there, not here."""
 
-    def acknowledge_many(self, units: Sequence[UnitOfWork], lease: Lease) -> list[UnitOfWork]:
-        """ACK ``units`` through ``lease`` (any thread's); returns those Redis refused for
+    def share_acks(self, later: Callable[[UnitOfWork], None]) -> None:
+        """ACKs that would cost a round trip of their own may go to ``later`` (the capsule's
+        acknowledging thread) to be written in batches, through ``ack_commands``."""
+
+    def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
+        """The commands acknowledging ``units`` (jobs that ended elsewhere, or ACKs shared
+        with the acknowledging thread), for any thread to send with others in one round
+        trip; their replies go to ``settle_acks``. Marks the units settled."""
+
+    def settle_acks(self, units: Sequence[UnitOfWork], replies: Sequence[Any]
+                    ) -> list[UnitOfWork]:
+        """Book the replies to ``ack_commands(units)``; returns the units Redis refused for
         now, to try again."""
 
 
@@ -124,8 +135,15 @@ class BasicFetch:
     def hand_off(self, unit: UnitOfWork) -> None:
         return None
 
-    def acknowledge_many(self, units: Sequence[UnitOfWork], lease: Lease) -> list[UnitOfWork]:
+    def share_acks(self, later: Callable[[UnitOfWork], None]) -> None:
+        return None  # nothing to acknowledge: the job left Redis when it was popped
+
+    def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
         return []  # the jobs left Redis when they were popped
+
+    def settle_acks(self, units: Sequence[UnitOfWork], replies: Sequence[Any]
+                    ) -> list[UnitOfWork]:
+        return []
 
     def requeue(self, units: Sequence[UnitOfWork]) -> None:
         if not units:

@@ -201,17 +201,25 @@ def _field(value: Any) -> str:
     return '"' + text.replace('"', '\\"') + '"'
 
 
-# A write is a system call, dear on a busy worker: lines are written as they come but the
-# stream is flushed at most this often — at once for warnings, errors and terminals — and by
-# the launcher's flusher when the worker goes idle.
+# A write is a system call, dear on a busy worker (and, with threads, a hand-over of the GIL):
+# lines are kept in the handler and written together at most this often — at once for
+# warnings, errors and terminals — and by the launcher's flusher when the worker goes idle.
+# The handler keeps them itself rather than trusting the stream's buffer, which
+# ``PYTHONUNBUFFERED=1`` (common in container images) turns into one write per line.
 FLUSH_INTERVAL = 0.25
+# Kept lines are written before they reach this many characters, whatever the clock says.
+BUFFER_LIMIT = 64 * 1024
 
 
 class _Buffered:
-    """Mixin for stream handlers: flush by time and severity, not on every line."""
+    """Mixin for stream handlers: lines gathered in the handler, written and flushed by time
+    and severity, not on every line. Callers hold the handler's lock (``Handler.handle``,
+    ``flush``), so one list serves every thread."""
 
     _last_flush = 0.0
     _interactive: bool | None = None
+    _kept: list[str] | None = None
+    _kept_size = 0
 
     def flush_due(self, record: logging.LogRecord) -> bool:
         if self._interactive is None:
@@ -219,22 +227,46 @@ class _Buffered:
             self._interactive = bool(isatty and isatty())
         now = time.monotonic()
         if record.levelno >= logging.WARNING or self._interactive \
-                or now - self._last_flush >= FLUSH_INTERVAL:
+                or now - self._last_flush >= FLUSH_INTERVAL or self._kept_size >= BUFFER_LIMIT:
             self._last_flush = now
             return True
         return False
+
+    def keep(self, text: str) -> None:
+        if self._kept is None:
+            self._kept = []
+        self._kept.append(text)
+        self._kept_size += len(text)
+
+    def write_kept(self, stream: TextIO | None) -> None:
+        kept, self._kept, self._kept_size = self._kept, None, 0
+        if kept and stream is not None:
+            stream.write("".join(kept))
 
 
 class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[type-arg]
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.stream.write(self.format(record) + self.terminator)
+            self.keep(self.format(record) + self.terminator)
             if self.flush_due(record):
-                self.flush()
+                self.write_kept(self.stream)
+                self.stream.flush()
         except RecursionError:
             raise
         except Exception:
             self.handleError(record)
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            self.write_kept(self.stream)
+        finally:
+            self.release()
+            super().flush()
+
+    def close(self) -> None:
+        self.flush()  # lines still kept are written, not lost with the handler
+        super().close()
 
 
 class BufferedFileHandler(BufferedStreamHandler, logging.FileHandler):
@@ -307,6 +339,7 @@ def reopen() -> None:
         if isinstance(handler, logging.FileHandler):
             handler.acquire()
             try:
+                handler.flush()  # lines kept for the old file go to it
                 handler.close()
                 handler.stream = handler._open()
             finally:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -15,7 +17,7 @@ from wurk.config import Capsule
 from wurk.fetch import UnitOfWork
 from wurk.heartbeat import Identity
 from wurk.lease import Lease
-from wurk.reliable import ReliableFetch
+from wurk.reliable import Claims, ReliableFetch
 
 
 def job(n: int) -> str:
@@ -205,3 +207,87 @@ def settles(check: Callable[[], bool], within: float = 2.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def _lane(config: wurk.Config) -> tuple[Any, Any]:
+    from wurk.asyncjobs import AsyncLane, EventLoop
+
+    loop = EventLoop()
+    capsule = Capsule(queues=[("default", 0)], concurrency=10)
+    return AsyncLane(config, capsule, loop, config.pool("acks", size=2)), loop
+
+
+def test_acks_of_jobs_ending_together_share_one_round_trip_of_the_ack_thread(
+    config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With jobs fetched ahead waiting, processors' ACKs go to the capsule's acknowledging
+    thread, which writes those of jobs ending within ``ACK_GATHER`` of each other in one
+    round trip; each job stays held (not a stray for the reaper) until its LREM is through,
+    and ``wait_idle`` waits for them, so a stop never leaves a finished job behind."""
+    push(r, "default", range(100))
+    lane, loop = _lane(config)
+    trips: list[int] = []
+    real = lane._lease.pipeline
+    monkeypatch.setattr(lane._lease, "pipeline", lambda commands: (trips.append(len(commands)),
+                                                                   real(commands))[1])
+    claims = Claims()
+    processors = []
+    for slot in range(5):
+        f = ReliableFetch(config, Capsule(queues=[("default", 0)], concurrency=10),
+                          config.pool("test", size=8), identity=Identity.current(),
+                          capsule_index=0, slot=slot, claims=claims)
+        f.share_acks(lane.acknowledge_later)
+        unit = f.fetch(0.1)
+        assert unit is not None
+        unit.jid = json.loads(unit.raw)["jid"]
+        processors.append((f, unit))
+    private = processors[0][0].private_lists["default"]
+    taken = r.llen(private)
+    assert taken > 5 * 5  # each took several (its share of what was left)
+    for _, unit in processors:
+        unit.acknowledge()  # five jobs ending at once, each with more waiting
+    assert sum(claims.held(private).values()) > taken - 5  # held until through: not strays
+    assert lane.wait_idle(time.monotonic() + 10)
+    assert r.llen(private) == taken - 5 and sum(claims.held(private).values()) == taken - 5
+    assert 5 <= sum(trips) <= 10 and len(trips) <= 2, trips  # an LREM (+ DEL) each, batched
+    lane.close()
+    loop.close()
+    for f, _ in processors:
+        f.flush()
+
+
+def test_a_processor_has_one_ack_waiting_at_a_time(
+    config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a processor's last ACK waits in the acknowledging thread, its next one is
+    written at once: a fault repeats at most the job it runs and the one it just finished."""
+    push(r, "default", range(100))
+    lane, loop = _lane(config)
+    go = threading.Event()
+    real = lane._lease.pipeline
+
+    def held_back(commands: list[Any]) -> list[Any]:
+        go.wait(10)  # the acknowledging thread is slow (a loaded machine, a busy Redis)
+        return real(commands)
+
+    monkeypatch.setattr(lane._lease, "pipeline", held_back)
+    f = fetcher(config, ["default"])
+    f.share_acks(lane.acknowledge_later)
+    private = f.private_lists["default"]
+    first, second = f.fetch(0.1), f.fetch(0.1)
+    assert first is not None and second is not None
+    first.acknowledge()  # to the acknowledging thread, held back there
+    second.acknowledge()  # written at once by the processor itself
+    assert settles(lambda: job(1) not in r.lrange(private, 0, -1))
+    assert job(0) in r.lrange(private, 0, -1)  # the one waiting: still in flight
+    go.set()
+    assert lane.wait_idle(time.monotonic() + 10)
+    assert job(0) not in r.lrange(private, 0, -1)
+    third = f.fetch(0.1)
+    assert third is not None
+    third.acknowledge()  # the first went through: this one may wait in the thread again
+    assert lane.wait_idle(time.monotonic() + 10)
+    assert r.llen(private) == 5
+    lane.close()
+    loop.close()
+    f.flush()

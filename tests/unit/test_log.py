@@ -65,6 +65,59 @@ def test_lines_are_flushed_by_time_and_warnings_at_once(monkeypatch: pytest.Monk
     assert len(flushes) >= 1 and stream.getvalue().count("\n") == 101
 
 
+class _CountingWrites(io.StringIO):
+    """A stream that writes through on every call, as ``PYTHONUNBUFFERED=1`` makes stdout."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+def test_a_burst_of_lines_is_one_write_even_on_an_unbuffered_stream() -> None:
+    stream = _CountingWrites()
+    wurk_log.setup(fmt="plain", stream=stream)
+    wurk_log.logger.warning("first")  # written at once; the interval starts here
+    assert stream.writes == 1
+    for _ in range(100):
+        wurk_log.info("line")
+    assert stream.writes == 1 and stream.getvalue().count("\n") == 1  # kept in the handler
+    wurk_log.logger.warning("now")  # a warning writes what was kept, and itself, at once
+    assert stream.writes == 2 and stream.getvalue().count("\n") == 102
+    wurk_log.info("last")
+    wurk_log.flush()  # the launcher's flusher, when idle and at exit
+    assert stream.writes == 3 and stream.getvalue().endswith("INFO: last\n")
+
+
+def test_kept_lines_are_written_by_time_by_size_and_at_close(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    stream = _CountingWrites()
+    handler = wurk_log.setup(fmt="plain", stream=stream)
+    wurk_log.logger.warning("start")
+    wurk_log.info("kept")
+    assert stream.getvalue().count("\n") == 1
+    monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 0.0)  # the interval has run out
+    wurk_log.info("due")
+    assert stream.getvalue().count("\n") == 3
+    monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 3600.0)
+    monkeypatch.setattr(wurk_log, "BUFFER_LIMIT", 200)
+    for _ in range(10):
+        wurk_log.info("x" * 50)
+    assert stream.getvalue().count("\n") >= 3 + 3  # written once the kept text passed 200
+    wurk_log.info("at close")
+    handler.close()
+    assert stream.getvalue().endswith("INFO: at close\n")
+    path = tmp_path / "file.log"
+    handler = wurk_log.setup(fmt="plain", logfile=str(path))
+    wurk_log.logger.warning("w")
+    wurk_log.info("kept for the file")
+    handler.close()
+    assert path.read_text().endswith("INFO: kept for the file\n")
+
+
 def test_logfile_is_reopened_after_rotation(tmp_path: Path) -> None:
     path = tmp_path / "wurk.log"
     wurk_log.setup(fmt="plain", logfile=str(path))

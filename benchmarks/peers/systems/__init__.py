@@ -37,6 +37,14 @@ class Tools:
     def project_bin(self, name: str) -> Path:
         return self.project_venv / "bin" / name
 
+    def wurk_bin(self, name: str) -> Path:
+        """wurk as a user installs it (``pip install wurk``: no extras, no test tools), from
+        ``.venv-wurk`` (setup.sh); the project's .venv where that is missing. The project's
+        venv holds the test suite's packages, and redis-py imports the OpenTelemetry SDK
+        whenever it is installed: that would count ~3 MB of RSS no user of wurk pays."""
+        own = self.peers_dir / ".venv-wurk" / "bin" / name
+        return own if own.exists() else self.project_bin(name)
+
 
 @dataclass(frozen=True)
 class System:

@@ -1,5 +1,6 @@
 """wurk: ``wurk worker -C benchmarks/peers/wurk.yml -r benchmarks.peers.wurk_jobs -c C``
-from the project's own .venv, with wurk's defaults (``wurk.yml`` only follows BENCH_QUIET
+from ``benchmarks/peers/.venv-wurk`` (wurk installed as a user installs it, no extras;
+``Tools.wurk_bin``), with wurk's defaults (``wurk.yml`` only follows BENCH_QUIET
 for per-job logging); several processes are one ``wurk swarm -n P``.
 
 "wurk" writes through ``wurk.redis()``, "wurk_redispy" through a redis-py client (as the
@@ -49,7 +50,7 @@ def async_jobs(tools: Tools) -> System:
 
 def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = False,
             async_row: bool = False, metrics: bool = True) -> System:
-    wurk = str(tools.project_bin("wurk"))
+    wurk = str(tools.wurk_bin("wurk"))
     prefix = ["env", "BENCH_WURK_JOB_CLIENT=redis-py"] if redis_py else []
     if not metrics:
         prefix = [*(prefix or ["env"]), "BENCH_WURK_METRICS=false"]  # read by wurk.yml
@@ -64,10 +65,10 @@ def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = F
     missing = probe([wurk, "worker", "--help"], cwd=tools.root)
     body = "jobs INCR through redis-py" if redis_py else "jobs INCR through wurk.redis()"
     return System(
-        name=name, enqueue=python_enqueue(tools.project_bin("python"), "wurk"),
+        name=name, enqueue=python_enqueue(tools.wurk_bin("python"), "wurk"),
         workers=workers, has_bulk=True,
-        unavailable=None if tools.project_bin("python").exists() else
-        f"{tools.project_bin('python')} missing: run ./scripts/test",
+        unavailable=None if tools.wurk_bin("python").exists() else
+        f"{tools.wurk_bin('python')} missing: run ./scripts/test",
         no_worker="worker not available yet" if missing else None,
         notes=[f"{name}: " + (f"--cpu-affinity {LAST_CPU}" if pinned else "defaults")
                + f" (reliable fetch{'' if pinned else ', cpu_affinity auto'}), {body}"
