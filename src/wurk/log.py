@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
@@ -202,8 +203,10 @@ def _field(value: Any) -> str:
 
 
 # A write is a system call, dear on a busy worker (and, with threads, a hand-over of the GIL):
-# lines are kept in the handler and written together at most this often — at once for
-# warnings, errors and terminals — and by the launcher's flusher when the worker goes idle.
+# the lines logged while a job runs (its ``done``, the job's own) are kept in the handler and
+# written together at most this often, and by the launcher's flusher when the worker goes
+# idle. The rest — boot, stop, a swarm replacing a child: rare, and read in order with other
+# processes' lines on a shared stdout — and warnings, errors and terminals go out at once.
 # The handler keeps them itself rather than trusting the stream's buffer, which
 # ``PYTHONUNBUFFERED=1`` (common in container images) turns into one write per line.
 FLUSH_INTERVAL = 0.25
@@ -227,6 +230,7 @@ class _Buffered:
             self._interactive = bool(isatty and isatty())
         now = time.monotonic()
         if record.levelno >= logging.WARNING or self._interactive \
+                or not getattr(record, "wurk_ctx", None) \
                 or now - self._last_flush >= FLUSH_INTERVAL or self._kept_size >= BUFFER_LIMIT:
             self._last_flush = now
             return True
@@ -265,7 +269,10 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
             super().flush()
 
     def close(self) -> None:
-        self.flush()  # lines still kept are written, not lost with the handler
+        # Lines still kept are written, not lost with the handler — unless its owner closed
+        # the stream first: then there is nothing left to write to.
+        with contextlib.suppress(OSError, ValueError):
+            self.flush()
         super().close()
 
 

@@ -58,9 +58,10 @@ def test_lines_are_flushed_by_time_and_warnings_at_once(monkeypatch: pytest.Monk
 
     stream = Counting()
     wurk_log.setup(fmt="plain", stream=stream)
-    for _ in range(100):
-        wurk_log.info("line")
-    assert len(flushes) <= 2  # a burst is written with at most a flush or two
+    with wurk_log.job_context({"class": "X", "jid": "abc", "queue": "q"}):
+        for _ in range(100):
+            wurk_log.info("line")
+    assert len(flushes) <= 2  # a burst of job lines is written with at most a flush or two
     wurk_log.logger.warning("now")
     assert len(flushes) >= 1 and stream.getvalue().count("\n") == 101
 
@@ -77,45 +78,59 @@ class _CountingWrites(io.StringIO):
         return super().write(text)
 
 
-def test_a_burst_of_lines_is_one_write_even_on_an_unbuffered_stream() -> None:
+JOB = {"class": "X", "jid": "abc", "queue": "q"}
+
+
+def test_a_burst_of_job_lines_is_one_write_even_on_an_unbuffered_stream() -> None:
     stream = _CountingWrites()
     wurk_log.setup(fmt="plain", stream=stream)
-    wurk_log.logger.warning("first")  # written at once; the interval starts here
+    wurk_log.info("booted")  # outside a job: written at once (read in order with others)
     assert stream.writes == 1
-    for _ in range(100):
-        wurk_log.info("line")
-    assert stream.writes == 1 and stream.getvalue().count("\n") == 1  # kept in the handler
-    wurk_log.logger.warning("now")  # a warning writes what was kept, and itself, at once
-    assert stream.writes == 2 and stream.getvalue().count("\n") == 102
-    wurk_log.info("last")
+    with wurk_log.job_context(JOB):
+        for _ in range(100):
+            wurk_log.info("done")
+        assert stream.writes == 1 and stream.getvalue().count("\n") == 1  # kept
+        wurk_log.logger.warning("now")  # a warning writes what was kept, and itself
+        assert stream.writes == 2 and stream.getvalue().count("\n") == 102
+        wurk_log.info("last")
     wurk_log.flush()  # the launcher's flusher, when idle and at exit
     assert stream.writes == 3 and stream.getvalue().endswith("INFO: last\n")
+    wurk_log.info("stopping")
+    assert stream.writes == 4  # outside a job again: at once
 
 
 def test_kept_lines_are_written_by_time_by_size_and_at_close(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     stream = _CountingWrites()
     handler = wurk_log.setup(fmt="plain", stream=stream)
-    wurk_log.logger.warning("start")
-    wurk_log.info("kept")
-    assert stream.getvalue().count("\n") == 1
-    monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 0.0)  # the interval has run out
-    wurk_log.info("due")
-    assert stream.getvalue().count("\n") == 3
-    monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 3600.0)
-    monkeypatch.setattr(wurk_log, "BUFFER_LIMIT", 200)
-    for _ in range(10):
-        wurk_log.info("x" * 50)
-    assert stream.getvalue().count("\n") >= 3 + 3  # written once the kept text passed 200
-    wurk_log.info("at close")
+    wurk_log.info("start")
+    with wurk_log.job_context(JOB):
+        wurk_log.info("kept")
+        assert stream.getvalue().count("\n") == 1
+        monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 0.0)  # the interval has run out
+        wurk_log.info("due")
+        assert stream.getvalue().count("\n") == 3
+        monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 3600.0)
+        monkeypatch.setattr(wurk_log, "BUFFER_LIMIT", 200)
+        for _ in range(10):
+            wurk_log.info("x" * 50)
+        assert stream.getvalue().count("\n") >= 3 + 3  # written once past 200 characters
+        wurk_log.info("at close")
     handler.close()
     assert stream.getvalue().endswith("INFO: at close\n")
     path = tmp_path / "file.log"
     handler = wurk_log.setup(fmt="plain", logfile=str(path))
-    wurk_log.logger.warning("w")
-    wurk_log.info("kept for the file")
+    wurk_log.info("w")
+    with wurk_log.job_context(JOB):
+        wurk_log.info("kept for the file")
     handler.close()
     assert path.read_text().endswith("INFO: kept for the file\n")
+    stream = _CountingWrites()
+    handler = wurk_log.setup(fmt="plain", stream=stream)
+    with wurk_log.job_context(JOB):
+        wurk_log.info("kept")
+    stream.close()  # its owner closed it first (a test's captured stdout, say)
+    handler.close()  # no error: nothing left to write to
 
 
 def test_logfile_is_reopened_after_rotation(tmp_path: Path) -> None:
