@@ -31,8 +31,10 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    the threads are pinned at once for a trial ``WINDOW``, then freed for a second one;
    each counts the jobs done, the free one also the threads' CPU time. Above ``PARALLEL_CORES``
    cores free, the jobs compute in parallel (the GIL released) and the threads stay free
-   for ``HOLD`` seconds; so they do if the pinned window did fewer than ``KEEP`` of the free
-   window's jobs, or none at all. Else pinning is kept, and measured again the same way
+   for ``HOLD`` seconds — unless free they did fewer than ``KEEP`` of the pinned window's
+   jobs: then the extra core went on threads handing the GIL across cores, not on work, and
+   pinning is kept. Under that, the threads stay free if the pinned window did fewer than
+   ``KEEP`` of the free window's jobs, or none at all. Else pinning is kept, and measured again the same way
    (pinned, then free: the two windows back to back see the same load) after ``RETRY``
    seconds. A window counts only if the process was busy throughout.
 5. The verdict outlives a quiet spell. Quiet, the threads are free (point 3), but the next
@@ -215,7 +217,13 @@ class _Guard:
         log.debug("affinity: free window %.0f jobs/s on %s cores, pinned %.0f", rate,
                   "?" if cores is None else f"{cores:.2f}", self._trial_rate)
         if cores is not None and cores > PARALLEL_CORES:
-            return self._hold(now)  # computing in parallel: leave them free
+            # More than a core unpinned: the jobs compute in parallel (the GIL released) —
+            # unless unpinned they did clearly fewer jobs, and the extra core went on threads
+            # handing the GIL to one another across cores (a redis-py call per job does).
+            if rate >= self._trial_rate * KEEP:
+                return self._hold(now)
+            self.verdict, self.pinned_at = "pinned", now
+            return True
         if self._trial_rate > 0 and self._trial_rate >= rate * KEEP:
             self.verdict, self.pinned_at = "pinned", now
             return True

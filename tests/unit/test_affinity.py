@@ -202,9 +202,19 @@ def test_the_trial_keeps_pinning_unless_it_did_clearly_fewer_jobs(
 
 def test_jobs_computing_in_parallel_are_held_free_after_one_trial_window() -> None:
     """Over PARALLEL_CORES cores unpinned the jobs compute in parallel: free for HOLD, even
-    where the rates alone would not tell (here the trial even did more jobs)."""
+    where the rates alone would not tell (here the trial did a few more jobs)."""
     fake = Fake(cores=1.9, pinned_rate=9000, free_rate=8000)
     assert near(fake.run(affinity.HOLD), [(0.0, False), (STEP, True), (STEP + W, False)])
+
+
+def test_more_cores_for_clearly_fewer_jobs_is_not_parallel_work() -> None:
+    """Unpinned, GIL-bound threads may spread over two cores handing the GIL across them
+    (measured: a redis-py call per job, 1.6 cores for half the jobs): that is waste, not
+    parallel work, and pinning is kept."""
+    fake = Fake(cores=1.6, pinned_rate=4000, free_rate=2000)
+    changes = fake.run(5.0)
+    assert near(changes, [(0.0, False), (STEP, True), (STEP + W, False), (STEP + 2 * W, True)])
+    assert fake.pinning._guard.verdict == "pinned"
 
 
 def test_a_kept_verdict_pins_at_once_after_a_quiet_spell() -> None:
