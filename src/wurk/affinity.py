@@ -34,9 +34,9 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    for ``HOLD`` seconds — unless free they did fewer than ``KEEP`` of the pinned window's
    jobs: then the extra core went on threads handing the GIL across cores, not on work, and
    pinning is kept. Under that, the threads stay free if the pinned window did fewer than
-   ``KEEP`` of the free window's jobs, or none at all. Else pinning is kept, and measured again the same way
-   (pinned, then free: the two windows back to back see the same load) after ``RETRY``
-   seconds. A window counts only if the process was busy throughout.
+   ``KEEP`` of the free window's jobs, or none at all. Else pinning is kept, and measured
+   again the same way (pinned, then free: the two windows back to back see the same load)
+   after ``RETRY`` seconds. A window counts only if the process was busy throughout.
 5. The verdict outlives a quiet spell. Quiet, the threads are free (point 3), but the next
    busy spell starts where the guard left off: pinned at once if pinning was kept, free
    while a ``HOLD`` runs, and on trial only once it has run out (or with no verdict yet). So
