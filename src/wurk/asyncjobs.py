@@ -405,6 +405,10 @@ class AsyncLane:
         except RedisUnavailable as exc:
             self._outage.failed(exc)
             left = list(units)
+        except Exception as exc:  # a fault of ours: kept to try again, the thread goes on
+            report_error(self.config, exc, {"context": "acknowledging finished jobs",
+                                            "jobs": len(units)})
+            left = list(units)
         else:
             for group, start, end in spans:
                 left += group[0].fetcher.settle_acks(group, replies[start:end])

@@ -291,3 +291,32 @@ def test_a_processor_has_one_ack_waiting_at_a_time(
     lane.close()
     loop.close()
     f.flush()
+
+
+def test_an_unexpected_error_in_the_ack_thread_is_reported_and_tried_again(
+    config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The acknowledging thread outlives a fault of its own: the ACK is kept, reported, and
+    goes through on the next try, so the job never sits held in the private list."""
+    push(r, "default", range(100))
+    lane, loop = _lane(config)
+    real = lane._lease.pipeline
+    failures = [RuntimeError("a bug")]
+
+    def once_broken(commands: list[Any]) -> list[Any]:
+        if failures:
+            raise failures.pop()
+        return real(commands)
+
+    monkeypatch.setattr(lane._lease, "pipeline", once_broken)
+    f = fetcher(config, ["default"])
+    f.share_acks(lane.acknowledge_later)
+    private = f.private_lists["default"]
+    first = f.fetch(0.1)
+    assert first is not None
+    first.acknowledge()
+    assert lane.wait_idle(time.monotonic() + 15)
+    assert not failures and job(0) not in r.lrange(private, 0, -1)
+    lane.close()
+    loop.close()
+    f.flush()
