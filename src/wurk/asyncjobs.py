@@ -7,12 +7,10 @@
    processor that fetched an ``async def`` job hands it here and fetches on, so a thousand
    waiting jobs hold no thread. The job runs as a task through the same runner code as a
    sync job (middleware, perform, retry); its ACK goes through the capsule's one
-   acknowledging thread, in batches, by the same fetcher code. That thread also writes the
-   ACKs of sync jobs that end while their processor has jobs fetched ahead waiting
-   (``acknowledge_later``): no fetch round trip is coming for those to ride, and one round
-   trip for every processor's jobs ending within ``ACK_GATHER`` costs less than one each.
-   At the deadline the manager gives back what still runs, then the lane cancels it: a job
-   given back is never acknowledged.
+   acknowledging thread: the ACKs of the jobs ending within ``ACK_GATHER``, whichever
+   processor fetched them, in one round trip, by the same fetcher code. At the deadline the
+   manager gives back what still runs, then the lane cancels it: a job given back is never
+   acknowledged.
 3. ``timed`` drives a job's coroutine step by step and warns, naming the job, when one step
    holds the loop longer than ``loop_lag_warning``: a blocking call inside an async job
    stalls every other one.
@@ -260,20 +258,11 @@ class AsyncLane:
         if first:
             self.loop.get().call_soon_threadsafe(self._start_gathered)
 
-    def acknowledge_later(self, unit: UnitOfWork) -> None:
-        """A finished sync job's ACK, written with the others ending within ``ACK_GATHER``
-        (its processor has jobs fetched ahead, so no round trip of its own is due). Until
-        it is through, ``wait_idle`` waits for it and the job stays held in claims."""
-        with self._lock:
-            self._start_acker()
-            self._unacked += 1
-        self._done.put(unit)
-
     def _start_acker(self) -> None:
         """Under ``_lock``: the acknowledging thread, started on first need."""
         if self._acker is None:
             self._acker = threading.Thread(target=self._acknowledging,
-                                           name=f"wurk-{self.name}-ack", daemon=True)
+                                           name=f"wurk-{self.name}-async-ack", daemon=True)
             self._acker.start()
 
     def _start_gathered(self) -> None:

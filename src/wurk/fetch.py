@@ -61,7 +61,6 @@ class UnitOfWork:
     # False when the fetch saw the job had no poison counter: its ACK need not reset one.
     counted: bool = True
     settled: bool = False  # acknowledged or requeued: its fetcher need not let go of it
-    through: bool = False  # its ACK reached Redis (or was refused for good)
 
     def acknowledge(self) -> None:
         self.fetcher.acknowledge(self)
@@ -88,14 +87,10 @@ class Fetcher(Protocol):
     def hand_off(self, unit: UnitOfWork) -> None:
         """``unit`` runs elsewhere now (an async job): it is settled there, not here."""
 
-    def share_acks(self, later: Callable[[UnitOfWork], None]) -> None:
-        """ACKs that would cost a round trip of their own may go to ``later`` (the capsule's
-        acknowledging thread) to be written in batches, through ``ack_commands``."""
-
     def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
-        """The commands acknowledging ``units`` (jobs that ended elsewhere, or ACKs shared
-        with the acknowledging thread), for any thread to send with others in one round
-        trip; their replies go to ``settle_acks``. Marks the units settled."""
+        """The commands acknowledging ``units`` (jobs that ended elsewhere: async jobs), for
+        any thread to send with other fetchers' in one round trip; their replies go to
+        ``settle_acks``. Marks the units settled."""
 
     def settle_acks(self, units: Sequence[UnitOfWork], replies: Sequence[Any]
                     ) -> list[UnitOfWork]:
@@ -134,9 +129,6 @@ class BasicFetch:
 
     def hand_off(self, unit: UnitOfWork) -> None:
         return None
-
-    def share_acks(self, later: Callable[[UnitOfWork], None]) -> None:
-        return None  # nothing to acknowledge: the job left Redis when it was popped
 
     def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
         return []  # the jobs left Redis when they were popped

@@ -478,8 +478,6 @@ class Processor:
         self._pinning = pinning
         self._lend = lend  # the pool whose connection this thread lends its jobs
         self._lane = lane  # where its async jobs run
-        if lane is not None:
-            fetcher.share_acks(lane.acknowledge_later)  # the capsule's one ACK writer
         self.jobs_run = 0
 
     def start(self) -> None:

@@ -11,18 +11,10 @@
 3. The ACK (``LREM`` by the exact stored bytes, and ``DEL`` of the job's poison counter
    unless the fetch saw it had none) rides the next fetch's round trip: a finished job costs
    no round trip of its own. While jobs fetched ahead are waiting, there is no next round
-   trip soon: the ACK goes to the capsule's acknowledging thread (``share_acks``; the one
-   that acknowledges async jobs), which writes the ACKs of the jobs ending within
-   ``wurk.asyncjobs.ACK_GATHER`` of each other in one round trip — a system call per job
-   is the dearest part of a short job's path — so a finished job lingers in the private
-   list, to run again after a crash, for those milliseconds at most. One ACK of each
-   processor waits there at a time (a second one is written at once, as below), so a
-   fault repeats at most two jobs per processor: the one it ran, and the one it had just
-   finished. Without that thread
-   (a fetcher used alone) the ACK is written at once and its reply read with the next
-   fetch's. A processor that stops fetching flushes its pending ACKs first, or the
-   finished job would sit in the private list, escape the shutdown requeue, and run again
-   after a reap.
+   trip soon: the ACK is written at once and its reply read with the next fetch's, so a
+   finished job never lingers in the private list to run again after a crash. A processor
+   that stops fetching flushes its pending ACKs first, or the finished job would sit in the
+   private list, escape the shutdown requeue, and run again after a reap.
 4. One script tries the queues in order (strict or weighted); only when all are empty does
    the processor block with ``BLMOVE`` on one queue — processors of a capsule take turns
    over the queues, so an idle worker picks up a job on any queue
@@ -143,11 +135,6 @@ class ReliableFetch:
         self._idle = threading.Event()
         self.claims = claims if claims is not None else Claims()
         self._out: UnitOfWork | None = None  # the unit handed out last
-        # Where ACKs go that would otherwise cost a round trip of their own (``share_acks``),
-        # and the last one sent there: one at a time, so a fault repeats at most the job a
-        # processor runs and the one it finished just before.
-        self._later: Callable[[UnitOfWork], None] | None = None
-        self._deferred: UnitOfWork | None = None
 
     @property
     def private_lists(self) -> dict[str, str]:
@@ -260,21 +247,11 @@ class ReliableFetch:
                         unit.queue)
 
     # -- acknowledging ----------------------------------------------------------------------
-    def share_acks(self, later: Callable[[UnitOfWork], None]) -> None:
-        """ACKs of jobs ending while others fetched ahead wait go to ``later`` (the
-        capsule's acknowledging thread), to be written with others in one round trip."""
-        self._later = later
-
     def acknowledge(self, unit: UnitOfWork) -> None:
         unit.settled = True
-        if not self._ahead:
-            self._pending.append(unit)
-            return  # the next fetch is a round trip: the ACK rides that
-        if self._later is not None and (self._deferred is None or self._deferred.through):
-            self._deferred = unit
-            self._later(unit)  # held in claims until its LREM is through, as ever
-            return
         self._pending.append(unit)
+        if not self._ahead:
+            return  # the next fetch is a round trip: the ACK rides that
         self._send_pending()
 
     def _send_pending(self) -> None:
@@ -294,9 +271,9 @@ class ReliableFetch:
             self._out = None  # settled by whoever runs it: not ours to let go of
 
     def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
-        """The ACKs of jobs settled elsewhere (async jobs, shared ACKs), for the
-        acknowledging thread's round trip; this processor's own pending ACKs are not
-        touched, so any thread may call it (and ``settle_acks`` with the replies)."""
+        """The ACKs of jobs that ran elsewhere (async jobs), for the acknowledging thread's
+        round trip; this processor's own pending ACKs are not touched, so any thread may
+        call it (and ``settle_acks`` with the replies)."""
         for unit in units:
             unit.settled = True
         return self._ack_commands(units)
@@ -330,7 +307,6 @@ class ReliableFetch:
                 continue
             if isinstance(reply, Exception):
                 log.warning("an ACK was refused by Redis: %s", reply)
-            unit.through = True
             self.claims.release(unit)
         return kept
 

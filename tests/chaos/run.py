@@ -12,7 +12,7 @@
    fired, callbacks fired twice, callbacks missing, and whether a sampled pending count was
    ever negative.
 4. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
-   the guarantee gives (``docs/guarantees.md``: two per processor thread the fault hit);
+   the guarantee gives (``docs/guarantees.md``: one per processor thread the fault hit);
    the jobs seen in flight when each fault struck, and how many duplicates were of a job
    not among them (``unexplained``). The in-flight snapshots are exact: a killed worker is
    frozen while its lists are read; around a restart or a cut no worker can reach Redis
@@ -281,7 +281,7 @@ class ChaosRun:
             victim.process.send_signal(signal.SIGSTOP)
             self.in_flight |= self._in_flight(f"|{victim.process.pid}|")
             victim.stop(signal.SIGKILL, timeout=10)
-            self.bound += 2 * self.plan.concurrency  # the job each runs, the one just done
+            self.bound += self.plan.concurrency
             self._spawn()
             return
         # In flight at the fault: what the lists hold just before, and just after. No worker
@@ -289,7 +289,7 @@ class ChaosRun:
         # refused), and they are read only once Redis has done with every connection it had:
         # a move still on its way when the fault struck has landed by then, or never will.
         self.in_flight |= self._in_flight("")
-        self.bound += 2 * self.plan.concurrency * len(self.workers)
+        self.bound += self.plan.concurrency * len(self.workers)
         self.proxy.drop()
         try:
             if fault == RESTART:
