@@ -253,8 +253,7 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
         try:
             self.keep(self.format(record) + self.terminator)
             if self.flush_due(record):
-                self.write_kept(self.stream)
-                self.stream.flush()
+                self.flush()
         except RecursionError:
             raise
         except Exception:
