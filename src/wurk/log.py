@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from .printable import printable
+from .printable import UNPRINTABLE_CHARS, printable
 
 __all__ = ["VERBATIM", "job_context", "logger", "reopen", "route_application_logs", "setup",
            "short_id", "tid", "user_configured"]
@@ -66,9 +66,39 @@ def short_id(number: int) -> str:
 
 def line(level: int, message: str, *args: Any) -> None:
     """``logger.log`` without the caller lookup: the job log lines are on every job's path,
-    and finding the calling frame costs more than formatting the line."""
-    if logger.isEnabledFor(level):
+    and finding the calling frame costs more than formatting the line.
+
+    While the ``wurk`` logger is configured as ``setup`` left it (its one handler, that
+    handler's one filter and one of our formats, the standard logger and record classes),
+    an informational line goes straight to the handler: what it writes is what the full
+    path would write, at a quarter of the CPU (a ``done`` line per job is the largest cost
+    of a no-op job after its round trips). Any other handler, filter, format or record
+    factory, and every warning, takes the full path.
+    """
+    if not logger.isEnabledFor(level):
+        return
+    handler = _sole_handler(level)
+    if handler is not None:
+        handler.write_line(level, message % args if args else message)
+    else:
         logger.handle(logger.makeRecord(logger.name, level, "", 0, message, args, None))
+
+
+def _sole_handler(level: int) -> BufferedStreamHandler | None:
+    """The handler ``setup`` installed, when nothing else could see or change the record."""
+    handlers = logger.handlers
+    if level >= logging.WARNING or len(handlers) != 1 or logger.filters \
+            or type(logger) is not logging.Logger \
+            or logging.getLogRecordFactory() is not logging.LogRecord:
+        return None
+    handler = handlers[0]
+    if not isinstance(handler, BufferedStreamHandler) or level < handler.level:
+        return None
+    filters = handler.filters
+    if len(filters) != 1 or type(filters[0]) is not _ContextFilter \
+            or type(handler.formatter) not in _RENDERERS:
+        return None
+    return handler
 
 
 def info(message: str, *args: Any) -> None:
@@ -128,48 +158,84 @@ class _Stamp:
         return self._text
 
 
-class PrettyFormatter(logging.Formatter):
+class _Renderer(logging.Formatter):
+    """A format of ours: ``render`` makes the line from its parts, for ``format`` (a record)
+    and for ``line``'s direct path alike, so both write the same text."""
+
+    def render(self, created: float, levelname: str, message: str,
+               ctx: Mapping[str, Any] | None, thread: str, pid: int | None,
+               verbatim: bool = False) -> str:
+        raise NotImplementedError
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = self.render(record.created, record.levelname, record.getMessage(),
+                           getattr(record, "wurk_ctx", None), getattr(record, "wurk_tid", ""),
+                           record.process, getattr(record, VERBATIM, False))
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return text
+
+
+class PrettyFormatter(_Renderer):
     """``2024-01-01T00:00:00.000Z pid=1 tid=ab class=X jid=… INFO: msg``."""
 
     def __init__(self) -> None:
         super().__init__()
         self._stamp = _Stamp()
 
-    def format(self, record: logging.LogRecord) -> str:
-        ctx = getattr(record, "wurk_ctx", {}) or {}
-        stamp = self._stamp(record.created)
-        millis = int(record.msecs)
-        fields = " ".join(f"{_plain(key)}={_field(value)}" for key, value in ctx.items())
-        head = f"{stamp}.{millis:03d}Z pid={record.process} tid={getattr(record, 'wurk_tid', '')}"
-        line = f"{head}{' ' + fields if fields else ''} {record.levelname}: {_message(record)}"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
-        return line
+    def render(self, created: float, levelname: str, message: str,
+               ctx: Mapping[str, Any] | None, thread: str, pid: int | None,
+               verbatim: bool = False) -> str:
+        millis = int((created - int(created)) * 1000)
+        head = f"{self._stamp(created)}.{millis:03d}Z pid={pid} tid={thread}"
+        fields = _fields(ctx) if ctx else ""
+        text = message if verbatim else printable(message)
+        return f"{head}{' ' + fields if fields else ''} {levelname}: {text}"
 
 
 class PlainFormatter(PrettyFormatter):
     """Like pretty, without the timestamp (for systemd/journald, which adds its own)."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        return super().format(record).split(" ", 1)[1]
+    def render(self, created: float, levelname: str, message: str,
+               ctx: Mapping[str, Any] | None, thread: str, pid: int | None,
+               verbatim: bool = False) -> str:
+        return super().render(created, levelname, message, ctx, thread, pid,
+                              verbatim).split(" ", 1)[1]
 
 
-class JsonFormatter(logging.Formatter):
+class JsonFormatter(_Renderer):
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-            + f".{int(record.msecs):03d}Z",
-            "pid": record.process,
-            "tid": getattr(record, "wurk_tid", ""),
-            "lvl": record.levelname,
-            "msg": record.getMessage(),
-        }
-        ctx = getattr(record, "wurk_ctx", None)
-        if ctx:
-            entry["ctx"] = dict(ctx)
+        entry = self._entry(record.created, record.levelname, record.getMessage(),
+                            getattr(record, "wurk_ctx", None), getattr(record, "wurk_tid", ""),
+                            record.process)
         if record.exc_info:
             entry["ex"] = self.formatException(record.exc_info)
-        return _SEPARATORS.sub(_json_escape, json.dumps(entry, default=str, ensure_ascii=False))
+        return _json(entry)
+
+    def render(self, created: float, levelname: str, message: str,
+               ctx: Mapping[str, Any] | None, thread: str, pid: int | None,
+               verbatim: bool = False) -> str:
+        # JSON escapes every character that needs it: the message goes in as logged.
+        return _json(self._entry(created, levelname, message, ctx, thread, pid))
+
+    @staticmethod
+    def _entry(created: float, levelname: str, message: str, ctx: Mapping[str, Any] | None,
+               thread: str, pid: int | None) -> dict[str, Any]:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+            + f".{int((created - int(created)) * 1000):03d}Z",
+            "pid": pid, "tid": thread, "lvl": levelname, "msg": message,
+        }
+        if ctx:
+            entry["ctx"] = dict(ctx)
+        return entry
+
+
+_RENDERERS = (PrettyFormatter, PlainFormatter, JsonFormatter)
+
+
+def _json(entry: dict[str, Any]) -> str:
+    return _SEPARATORS.sub(_json_escape, json.dumps(entry, default=str, ensure_ascii=False))
 
 
 # JSON leaves these raw with ensure_ascii=False; some viewers break lines at the first two and
@@ -181,11 +247,6 @@ def _json_escape(match: re.Match[str]) -> str:
     return f"\\u{ord(match.group()):04x}"
 
 
-def _message(record: logging.LogRecord) -> str:
-    message = record.getMessage()
-    return message if getattr(record, VERBATIM, False) else printable(message)
-
-
 def _plain(value: Any) -> str:
     text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
     return printable(text)
@@ -193,6 +254,36 @@ def _plain(value: Any) -> str:
 
 # A context field is key=value: a value with a space, '=' or '"' would read as more fields.
 _NEEDS_QUOTES = re.compile(r'[\s="]')
+# Any character that makes a value need escaping or quoting: text without one is written as
+# it is, which is what a job's jid, class and queue almost always are.
+_NEEDS_CARE = re.compile(f'[\\s="{UNPRINTABLE_CHARS}]')
+# Context keys come from the code and the configuration, a handful of names: made printable
+# once each. Bounded, so a context built from data cannot grow it without end.
+_KEY_TEXT: dict[str, str] = {}
+_KEY_TEXT_LIMIT = 64
+
+
+def _fields(ctx: Mapping[str, Any]) -> str:
+    """``key=value …`` for the line: the careful path (escape, quote) only for a context
+    whose values are not all plain non-empty text."""
+    values = list(ctx.values())
+    try:
+        plain = "" not in values and not _NEEDS_CARE.search("".join(values))
+    except TypeError:  # a value that is not text: a list of tags, a number, None
+        plain = False
+    if plain:
+        return " ".join([f"{_KEY_TEXT.get(key) or _key(key)}={value}"
+                         for key, value in zip(ctx, values, strict=True)])
+    return " ".join(f"{_key(key)}={_field(value)}" for key, value in ctx.items())
+
+
+def _key(key: Any) -> str:
+    text = _KEY_TEXT.get(key) if type(key) is str else None
+    if text is None:
+        text = _plain(key)
+        if type(key) is str and len(_KEY_TEXT) < _KEY_TEXT_LIMIT:
+            _KEY_TEXT[key] = text
+    return text
 
 
 def _field(value: Any) -> str:
@@ -224,13 +315,12 @@ class _Buffered:
     _kept: list[str] | None = None
     _kept_size = 0
 
-    def flush_due(self, record: logging.LogRecord) -> bool:
+    def flush_due(self, levelno: int, in_job: bool) -> bool:
         if self._interactive is None:
             isatty = getattr(getattr(self, "stream", None), "isatty", None)
             self._interactive = bool(isatty and isatty())
         now = time.monotonic()
-        if record.levelno >= logging.WARNING or self._interactive \
-                or not getattr(record, "wurk_ctx", None) \
+        if levelno >= logging.WARNING or self._interactive or not in_job \
                 or now - self._last_flush >= FLUSH_INTERVAL or self._kept_size >= BUFFER_LIMIT:
             self._last_flush = now
             return True
@@ -252,12 +342,32 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
     def emit(self, record: logging.LogRecord) -> None:
         try:
             self.keep(self.format(record) + self.terminator)
-            if self.flush_due(record):
+            if self.flush_due(record.levelno, bool(getattr(record, "wurk_ctx", None))):
                 self.flush()
         except RecursionError:
             raise
         except Exception:
             self.handleError(record)
+
+    def write_line(self, level: int, message: str) -> None:
+        """What ``handle`` of a record of ``message`` would write, without the record: the
+        caller (``line``) made sure no filter, format or other handler of the user's is
+        there to see one. A failure is reported as ``emit`` reports one."""
+        ctx = _context.get()
+        formatter: Any = self.formatter  # one of ours: ``line`` checked
+        self.acquire()
+        try:
+            text = formatter.render(time.time(), logging.getLevelName(level), message, ctx,
+                                    tid(), os.getpid() if logging.logProcesses else None)
+            self.keep(text + self.terminator)
+            if self.flush_due(level, bool(ctx)):
+                self.flush()
+        except RecursionError:
+            raise
+        except Exception:
+            self.handleError(logger.makeRecord(logger.name, level, "", 0, message, (), None))
+        finally:
+            self.release()
 
     def flush(self) -> None:
         self.acquire()
@@ -282,6 +392,11 @@ class BufferedFileHandler(BufferedStreamHandler, logging.FileHandler):
         if self.stream is None:
             self.stream = self._open()
         BufferedStreamHandler.emit(self, record)
+
+    def write_line(self, level: int, message: str) -> None:
+        if self.stream is None:
+            self.stream = self._open()
+        BufferedStreamHandler.write_line(self, level, message)
 
 
 def flush() -> None:

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["cut", "printable"]
+__all__ = ["UNPRINTABLE_CHARS", "cut", "printable"]
 
 # C0 controls but tab, DEL, C1 controls, the Unicode line/paragraph separators (terminals and
 # editors break lines there) and the bidi embeddings/overrides/isolates (they reorder what a
 # reader sees after them).
-_UNPRINTABLE = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+UNPRINTABLE_CHARS = "\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069"
+_UNPRINTABLE = re.compile(f"[{UNPRINTABLE_CHARS}]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 

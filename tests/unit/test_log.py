@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -182,3 +184,78 @@ def test_a_thread_dump_keeps_its_lines() -> None:
     wurk_log.flush()
     assert "thread MainThread" in stream.getvalue()
     assert stream.getvalue().count("\n") > len(__import__("threading").enumerate())
+
+
+CONTEXTS = [
+    {"class": "BenchIncr", "jid": "0123456789abcdef01234567", "queue": "default"},
+    {"class": "X", "tags": ["a", "b"], "bid": None, "n": 3},
+    {"class": "", "jid": "a b=c", "queue": 'say "hi"'},
+    HOSTILE_CONTEXT,
+]
+
+
+def _counting(write: Callable[[int, str], None], calls: list[int]) -> Callable[[int, str], None]:
+    def counted(level: int, message: str) -> None:
+        calls.append(1)
+        write(level, message)
+    return counted
+
+
+@pytest.mark.parametrize("fmt", ["pretty", "plain", "json"])
+@pytest.mark.parametrize("ctx", CONTEXTS, ids=["plain", "typed", "quoted", "hostile"])
+def test_the_direct_path_writes_what_the_record_path_writes(
+    fmt: str, ctx: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``line`` skips the LogRecord while the handler is ours alone; the text must not
+    change. The clock is held still so both lines carry the same timestamp."""
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.25)
+    texts = []
+    for direct in (True, False):
+        stream = io.StringIO()
+        handler = wurk_log.setup(fmt=fmt, stream=stream)
+        writes: list[int] = []
+        assert isinstance(handler, wurk_log.BufferedStreamHandler)
+        monkeypatch.setattr(handler, "write_line", _counting(handler.write_line, writes))
+        if not direct:
+            handler.addFilter(lambda record: True)  # anything of the user's: the full path
+        with wurk_log.job_context(ctx):
+            wurk_log.info("done: %.3f sec", 0.25)
+        wurk_log.flush()
+        assert writes == ([1] if direct else [])
+        texts.append(stream.getvalue())
+    assert texts[0] == texts[1] and texts[0].count("\n") == 1
+
+
+def test_anything_of_the_users_on_the_wurk_logger_sees_every_line() -> None:
+    """A second handler, a logger filter or a format of the user's: each gets the record."""
+    seen: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record)
+
+    stream = io.StringIO()
+    handler = wurk_log.setup(fmt="pretty", stream=stream)
+    wurk_log.logger.addHandler(Keep())
+    wurk_log.info("one")
+    wurk_log.logger.handlers.pop()
+    wurk_log.logger.addFilter(lambda record: not seen.append(record))  # type: ignore[func-returns-value]
+    wurk_log.info("two")
+    wurk_log.logger.filters.clear()
+    handler.setFormatter(logging.Formatter("custom %(message)s"))
+    wurk_log.info("three")
+    wurk_log.flush()
+    assert [record.getMessage() for record in seen] == ["one", "two"]
+    assert stream.getvalue().splitlines()[-1] == "custom three"
+
+
+def test_a_broken_stream_on_the_direct_path_is_reported_not_raised(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    class Broken(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("disk full")
+
+    wurk_log.setup(fmt="pretty", stream=Broken())
+    wurk_log.info("lost line")  # outside a job: written at once, and the write fails
+    assert "disk full" in capsys.readouterr().err
