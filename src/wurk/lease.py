@@ -2,8 +2,10 @@
 
 1. ``Lease.call`` sends one command and reads its reply; ``send`` writes commands whose
    replies the next ``pipeline`` reads first; ``pipeline`` sends several in one round trip.
-2. Commands are packed by hiredis and written to the connection as they are, without
-   redis-py's command layers, which cost more CPU than the round trip on the fetch path.
+2. Commands are packed by hiredis and written to the connection as they are, and replies
+   read by a hiredis reader of the lease's own, without redis-py's command and parser
+   layers, which cost more CPU than the round trip on the fetch path. Error replies become
+   the exceptions redis-py would raise (its own parser makes them).
 3. Nothing is ever replayed: a connection gone out of step (broken, or a command cut short
    between request and reply) is dropped and the next call takes a fresh one.
 4. A failover reply retires this connection only; other holders find out on their own reply.
@@ -38,6 +40,61 @@ def _pack_all(commands: list[tuple[Any, ...]]) -> bytes:
     return b"".join([_pack(command) for command in commands])
 
 
+# Bytes asked of the socket per read: redis-py's own default read size.
+READ_SIZE = 65536
+# Marks "the reply is not complete yet": never a reply (RESP3's false is one: not False).
+_INCOMPLETE = object()
+# A RESP3 push message, as hiredis makes it (hiredis releases without RESP3 have none).
+_PUSH: type | None = getattr(hiredis, "PushNotification", None)
+
+
+class _Replies:
+    """A connection's replies read straight off its socket by a hiredis reader.
+
+    RESP2 and RESP3 alike: hiredis parses both, as it does under redis-py. A RESP3 push
+    message (a maintenance notice, the only kind a connection that never subscribes or
+    tracks keys is sent) is no reply: it goes to redis-py's handler, and reading goes on.
+    """
+
+    __slots__ = ("_buffer", "_on_push", "_reader", "_sock")
+
+    def __init__(self, connection: Any) -> None:
+        self._sock = connection._sock
+        # redis-py's parser turns the error text into its exception classes (NoScriptError,
+        # ReadOnlyError…): the reader calls it for each error reply, as redis-py's does.
+        parser = connection._parser
+        self._reader = hiredis.Reader(protocolError=redis.exceptions.InvalidResponse,
+                                      replyError=parser.parse_error,
+                                      notEnoughData=_INCOMPLETE)
+        self._on_push = getattr(parser, "handle_push_response", None)
+        self._buffer = bytearray(READ_SIZE)
+
+    @staticmethod
+    def fit(connection: Any) -> bool:
+        """Replies as bytes (what every holder of a lease reads), on a live socket."""
+        return not connection.encoder.decode_responses and connection._sock is not None
+
+    def read(self) -> Any:
+        """The next reply; an error reply is returned, not raised, as an exception."""
+        while True:
+            reply = self._reader.gets()
+            while reply is _INCOMPLETE:
+                size = self._sock.recv_into(self._buffer)
+                if not size:
+                    raise redis.ConnectionError("Connection closed by server.")
+                # A bytearray with a length, as redis-py feeds it: no copy (the stub is narrow).
+                self._reader.feed(self._buffer, 0, size)  # type: ignore[arg-type]
+                reply = self._reader.gets()
+            if _PUSH is None or not isinstance(reply, _PUSH):
+                return reply
+            if self._on_push is not None:
+                self._on_push(reply)
+
+    def pending(self) -> bool:
+        """Bytes read past the last reply (nothing a request asked for)."""
+        return bool(self._reader.has_data())
+
+
 class Lease:
     """One connection held by one thread across many commands.
 
@@ -51,6 +108,7 @@ class Lease:
     def __init__(self, pool: RedisPool) -> None:
         self.pool = pool
         self._connection: Any = None
+        self._replies: _Replies | None = None  # None: redis-py reads (not a RESP2 connection)
         self._unread = 0  # replies of commands written by ``send``, not read yet
 
     def call(self, *args: Any) -> Any:
@@ -61,12 +119,13 @@ class Lease:
         try:
             connection = self._take()
             connection.send_packed_command([packed], check_health=False)
-            return connection.read_response()
-        except redis.ResponseError as exc:
-            self._after_refusal(exc)
-            raise_refusal(exc, self.pool.url)
+            reply = self._read(connection)
         except BaseException as exc:
             self._lost(exc)
+        if isinstance(reply, redis.ResponseError):
+            self._after_refusal(reply)
+            raise_refusal(reply, self.pool.url)
+        return reply
 
     def send(self, commands: list[tuple[Any, ...]]) -> None:
         """Write commands without waiting for their replies: the next ``pipeline`` returns
@@ -112,8 +171,10 @@ class Lease:
         if reply_code(exc) in FAILOVER_REPLIES:
             self._drop()
 
-    @staticmethod
-    def _read(connection: Any) -> Any:
+    def _read(self, connection: Any) -> Any:
+        """The next reply, an error reply as its exception (returned, not raised)."""
+        if self._replies is not None:
+            return self._replies.read()
         try:
             return connection.read_response()
         except redis.ResponseError as exc:
@@ -123,11 +184,13 @@ class Lease:
         if self._connection is None:
             connection = self.pool.take_connection()
             kernel_timeouts(connection._sock, self.pool.socket_timeout)
+            self._replies = _Replies(connection) if _Replies.fit(connection) else None
             self._connection = connection
         return self._connection
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
+        self._replies = None
         self._unread = 0
         if connection is not None:
             connection.disconnect()
@@ -135,10 +198,11 @@ class Lease:
 
     def release(self) -> None:
         """Give the connection back to the pool (when the holder stops)."""
-        if self._unread:  # replies still on the wire: the connection cannot be reused
-            self._drop()
+        if self._unread or (self._replies is not None and self._replies.pending()):
+            self._drop()  # replies still on the wire, or read ahead: not to be lent again
             return
         connection, self._connection = self._connection, None
+        self._replies = None
         if connection is not None:
             if connection._sock is not None:  # back to redis-py's own way of timing out
                 connection._sock.settimeout(self.pool.socket_timeout)

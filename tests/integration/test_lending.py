@@ -75,14 +75,16 @@ def test_a_command_cut_short_drops_its_connection(config: wurk.Config) -> None:
     lease = Lease(config.pool("lent", size=2))
     lease.call("SET", "k", "before")
     before = lease.call("CLIENT", "ID")
-    connection: Any = lease._take()
-    reads = connection.read_response
+    lease._take()
 
-    def interrupted(*args: Any, **kwargs: Any) -> Any:
-        connection.read_response = reads
-        raise KeyboardInterrupt
+    class Interrupted:
+        """The lease's reply reader, interrupted while it waits for the reply."""
 
-    connection.read_response = interrupted
+        def read(self) -> Any:
+            raise KeyboardInterrupt
+
+    assert lease._replies is not None  # the lease reads its replies itself
+    lease._replies = Interrupted()  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         lease.call("GET", "k")
     assert lease.call("GET", "k") == b"before"  # not the stale reply of the cut command

@@ -1,0 +1,82 @@
+"""``wurk.lease``: replies read off the socket by the lease's own hiredis reader."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk.errors import RedisUnavailable
+from wurk.lease import READ_SIZE, Lease
+
+
+def _lease(config: wurk.Config) -> Lease:
+    return Lease(config.pool("lease-test", size=2))
+
+
+def test_a_reply_longer_than_one_read_comes_whole(config: wurk.Config) -> None:
+    lease = _lease(config)
+    value = b"x" * (READ_SIZE * 3 + 17)
+    assert lease.pipeline([("SET", "big", value), ("GET", "big"), ("STRLEN", "big")]) == [
+        b"OK", value, len(value)]
+    assert lease.call("GET", "big") == value
+
+
+def test_error_replies_are_redis_pys_own_exceptions(config: wurk.Config) -> None:
+    """The same classes redis-py raises: callers test for NoScriptError, read READONLY…"""
+    lease = _lease(config)
+    lease.call("SET", "text", "v")
+    with pytest.raises(redis.exceptions.NoScriptError):
+        lease.call("EVALSHA", "0" * 40, 0)
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        lease.call("LPUSH", "text", "x")
+    replies = lease.pipeline([("INCR", "text"), ("GET", "text")])
+    assert isinstance(replies[0], redis.ResponseError) and replies[1] == b"v"
+    assert lease.call("PING") in (b"PONG", "PONG", True)  # the connection stayed in step
+
+
+def test_a_connection_closed_by_the_server_is_unavailable_then_replaced(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    lease = _lease(config)
+    first = lease.call("CLIENT", "ID")
+    r.client_kill_filter(_id=first)
+    with pytest.raises(RedisUnavailable):
+        lease.call("GET", "k")
+    assert lease.call("CLIENT", "ID") != first
+
+
+def test_push_messages_between_replies_are_not_taken_for_replies(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """A RESP3 connection may be sent a push message at any time (key tracking here; a
+    server's maintenance notices in production): the next reply is still the reply."""
+    lease = _lease(config)
+    lease.call("PING")
+    connection: Any = lease._connection
+    if str(getattr(connection, "protocol", 2)) != "3":
+        pytest.skip("this redis-py speaks RESP2 by default: no push messages")
+    assert lease.call("CLIENT", "TRACKING", "ON") == b"OK"
+    r.set("tracked", "1")
+    assert lease.call("GET", "tracked") == b"1"
+    r.set("tracked", "2")  # an invalidation push is now on the lease's wire
+    assert lease.call("ECHO", "after") == b"after"
+    assert lease.call("GET", "tracked") == b"2"
+
+
+def test_a_reply_read_ahead_keeps_the_connection_from_the_pool(config: wurk.Config) -> None:
+    """Bytes read past the last reply a holder asked for make the connection unfit to lend
+    again: released, it is closed rather than handed to the next holder."""
+    lease = _lease(config)
+    first = lease.call("CLIENT", "ID")
+    connection: Any = lease._connection
+    connection.send_packed_command([b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"],
+                                   check_health=False)
+    time.sleep(0.2)  # both replies wait on the socket: one read takes them both
+    replies: Any = lease._replies
+    assert replies.read() in (b"PONG", "PONG") and replies.pending()
+    lease.release()
+    assert lease.call("CLIENT", "ID") != first
