@@ -49,17 +49,18 @@ _PUSH: type | None = getattr(hiredis, "PushNotification", None)
 
 
 class _Replies:
-    """A connection's replies read straight off its socket by a hiredis reader.
+    """A connection's replies read straight off its socket by a hiredis reader (and its
+    commands written straight to it).
 
     RESP2 and RESP3 alike: hiredis parses both, as it does under redis-py. A RESP3 push
     message (a maintenance notice, the only kind a connection that never subscribes or
     tracks keys is sent) is no reply: it goes to redis-py's handler, and reading goes on.
     """
 
-    __slots__ = ("_buffer", "_on_push", "_reader", "_sock")
+    __slots__ = ("_buffer", "_on_push", "_reader", "sock")
 
     def __init__(self, connection: Any) -> None:
-        self._sock = connection._sock
+        self.sock = connection._sock
         # redis-py's parser turns the error text into its exception classes (NoScriptError,
         # ReadOnlyError…): the reader calls it for each error reply, as redis-py's does.
         parser = connection._parser
@@ -79,7 +80,7 @@ class _Replies:
         while True:
             reply = self._reader.gets()
             while reply is _INCOMPLETE:
-                size = self._sock.recv_into(self._buffer)
+                size = self.sock.recv_into(self._buffer)
                 if not size:
                     raise redis.ConnectionError("Connection closed by server.")
                 # A bytearray with a length, as redis-py feeds it: no copy (the stub is narrow).
@@ -118,7 +119,7 @@ class Lease:
         packed = _pack(args)
         try:
             connection = self._take()
-            connection.send_packed_command([packed], check_health=False)
+            self._write(connection, packed)
             reply = self._read(connection)
         except BaseException as exc:
             self._lost(exc)
@@ -134,7 +135,7 @@ class Lease:
         reached Redis is unknown."""
         packed = _pack_all(commands)
         try:
-            self._take().send_packed_command([packed], check_health=False)
+            self._write(self._take(), packed)
         except BaseException as exc:
             self._lost(exc)
         self._unread += len(commands)
@@ -147,7 +148,7 @@ class Lease:
         try:
             connection = self._take()
             if commands:
-                connection.send_packed_command([packed], check_health=False)
+                self._write(connection, packed)
             replies = [self._read(connection) for _ in range(self._unread + len(commands))]
             self._unread = 0
         except BaseException as exc:
@@ -170,6 +171,12 @@ class Lease:
         reach the new master (through a proxy, Sentinel-aware DNS or a VIP)."""
         if reply_code(exc) in FAILOVER_REPLIES:
             self._drop()
+
+    def _write(self, connection: Any, packed: bytes) -> None:
+        if self._replies is not None:
+            self._replies.sock.sendall(packed)  # a failure drops the connection (``_lost``)
+        else:
+            connection.send_packed_command([packed], check_health=False)
 
     def _read(self, connection: Any) -> Any:
         """The next reply, an error reply as its exception (returned, not raised)."""

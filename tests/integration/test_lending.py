@@ -76,14 +76,17 @@ def test_a_command_cut_short_drops_its_connection(config: wurk.Config) -> None:
     lease.call("SET", "k", "before")
     before = lease.call("CLIENT", "ID")
     lease._take()
+    wire = lease._replies
+    assert wire is not None  # the lease reads its replies itself
 
     class Interrupted:
-        """The lease's reply reader, interrupted while it waits for the reply."""
+        """The lease's wire, interrupted while it waits for the reply."""
+
+        sock = wire.sock
 
         def read(self) -> Any:
             raise KeyboardInterrupt
 
-    assert lease._replies is not None  # the lease reads its replies itself
     lease._replies = Interrupted()  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         lease.call("GET", "k")
