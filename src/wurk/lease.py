@@ -40,7 +40,7 @@ def _pack_all(commands: list[tuple[Any, ...]]) -> bytes:
     return b"".join([_pack(command) for command in commands])
 
 
-# Bytes asked of the socket per read: redis-py's own default read size.
+# Bytes asked of the socket per read, when the connection has no read buffer to share.
 READ_SIZE = 65536
 # Marks "the reply is not complete yet": never a reply (RESP3's false is one: not False).
 _INCOMPLETE = object()
@@ -68,7 +68,11 @@ class _Replies:
                                       replyError=parser.parse_error,
                                       notEnoughData=_INCOMPLETE)
         self._on_push = getattr(parser, "handle_push_response", None)
-        self._buffer = bytearray(READ_SIZE)
+        # redis-py's hiredis parser keeps a read buffer per connection, idle while the lease
+        # reads: shared rather than a second one (the reader copies what it is fed).
+        buffer = getattr(parser, "_buffer", None)
+        self._buffer = buffer if isinstance(buffer, bytearray) and buffer else \
+            bytearray(READ_SIZE)
 
     @staticmethod
     def fit(connection: Any) -> bool:
