@@ -358,7 +358,7 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
         self.acquire()
         try:
             text = formatter.render(time.time(), logging.getLevelName(level), message, ctx,
-                                    tid(), os.getpid() if logging.logProcesses else None)
+                                    tid(), _process_id() if logging.logProcesses else None)
             self.keep(text + self.terminator)
             if self.flush_due(level, bool(ctx)):
                 self.flush()
@@ -399,6 +399,21 @@ class BufferedFileHandler(BufferedStreamHandler, logging.FileHandler):
         BufferedStreamHandler.write_line(self, level, message)
 
 
+# This process's id for the direct path: ``os.getpid`` is a system call, one per job line
+# otherwise. Set by ``setup``, which also has a forked child set its own.
+_pid: int | None = None
+_fork_hook = False
+
+
+def _process_id() -> int:
+    return _pid if _pid is not None else os.getpid()
+
+
+def _remember_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
 def flush() -> None:
     """Flush the ``wurk`` logger's handlers (the launcher calls this when idle and at exit)."""
     for handler in logger.handlers:
@@ -423,6 +438,11 @@ def setup(*, fmt: str = "pretty", level: str | int = "INFO", stream: TextIO | No
         BufferedFileHandler(logfile) if logfile
         else BufferedStreamHandler(stream or sys.stdout)
     )
+    global _fork_hook
+    _remember_pid()
+    if not _fork_hook and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_remember_pid)
+        _fork_hook = True
     setattr(handler, _HANDLER_MARK, True)
     handler.setFormatter(FORMATTERS[fmt]())
     handler.addFilter(_ContextFilter())

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 
@@ -180,43 +180,45 @@ def _excerpt(raw: str | bytes, limit: int = 200) -> str:
 
 # -- validation -------------------------------------------------------------------------------
 def validate(payload: Payload) -> Payload:
-    """Check the fields a worker relies on; raise ``InvalidPayload`` naming the first bad one."""
-    _require(payload, CLASS, isinstance(payload.get(CLASS), str) and payload[CLASS] != "",
-             "a non-empty string")
-    _require(payload, ARGS, isinstance(payload.get(ARGS), list), "an array")
+    """Check the fields a worker relies on; raise ``InvalidPayload`` naming the first bad one.
+
+    Runs for every job: each check is inline, and only a bad field costs a call."""
+    value = payload.get(CLASS)
+    if not (isinstance(value, str) and value != ""):
+        _fail(payload, CLASS, "a non-empty string")
+    if not isinstance(payload.get(ARGS), list):
+        _fail(payload, ARGS, "an array")
     if QUEUE in payload:
-        _require(payload, QUEUE, isinstance(payload[QUEUE], str) and payload[QUEUE] != "",
-                 "a non-empty string")
-    if JID in payload:
-        _require(payload, JID, isinstance(payload[JID], str), "a string")
+        value = payload[QUEUE]
+        if not (isinstance(value, str) and value != ""):
+            _fail(payload, QUEUE, "a non-empty string")
+    if JID in payload and not isinstance(payload[JID], str):
+        _fail(payload, JID, "a string")
     if RETRY in payload:
         value = payload[RETRY]
-        ok = value is None or isinstance(value, bool) or (isinstance(value, int) and value >= 0)
-        _require(payload, RETRY, ok, "true, false or a non-negative integer")
-    if RETRY_FOR in payload:
-        _require(payload, RETRY_FOR, _is_number(payload[RETRY_FOR]), "a number of seconds")
+        if not (value is None or isinstance(value, bool)
+                or (isinstance(value, int) and value >= 0)):
+            _fail(payload, RETRY, "true, false or a non-negative integer")
+    if RETRY_FOR in payload and not _is_number(payload[RETRY_FOR]):
+        _fail(payload, RETRY_FOR, "a number of seconds")
     if RETRY_COUNT in payload:
         value = payload[RETRY_COUNT]
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        _require(payload, RETRY_COUNT, ok, "an integer")
-    if TAGS in payload:
-        _require(payload, TAGS, isinstance(payload[TAGS], list), "an array")
+        if not isinstance(value, int) or isinstance(value, bool):
+            _fail(payload, RETRY_COUNT, "an integer")
+    if TAGS in payload and not isinstance(payload[TAGS], list):
+        _fail(payload, TAGS, "an array")
     if BACKTRACE in payload:
         value = payload[BACKTRACE]
-        ok = isinstance(value, (bool, int)) or value is None
-        _require(payload, BACKTRACE, ok, "true, false or a line count")
-    if DEAD in payload:
-        _require(payload, DEAD, isinstance(payload[DEAD], bool) or payload[DEAD] is None,
-                 "true or false")
+        if not (isinstance(value, (bool, int)) or value is None):
+            _fail(payload, BACKTRACE, "true, false or a line count")
+    if DEAD in payload and not (isinstance(payload[DEAD], bool) or payload[DEAD] is None):
+        _fail(payload, DEAD, "true or false")
     return payload
 
 
-def _require(payload: Mapping[str, Any], field: str, ok: bool, expected: str) -> None:
-    if not ok:
-        shown = _excerpt(dumps(payload.get(field)), 80) if field in payload else "missing"
-        raise InvalidPayload(
-            f"payload field {field!r} is {shown}; expected {expected}", field=field
-        )
+def _fail(payload: Mapping[str, Any], field: str, expected: str) -> NoReturn:
+    shown = _excerpt(dumps(payload.get(field)), 80) if field in payload else "missing"
+    raise InvalidPayload(f"payload field {field!r} is {shown}; expected {expected}", field=field)
 
 
 def _is_number(value: object) -> bool:

@@ -259,3 +259,25 @@ def test_a_broken_stream_on_the_direct_path_is_reported_not_raised(
     wurk_log.setup(fmt="pretty", stream=Broken())
     wurk_log.info("lost line")  # outside a job: written at once, and the write fails
     assert "disk full" in capsys.readouterr().err
+
+
+def test_a_forked_child_writes_its_own_pid(tmp_path: Path) -> None:
+    """The direct path keeps the process id rather than asking the kernel for each line; a
+    child forked after ``setup`` (a swarm's) must still write its own."""
+    import os
+
+    path = tmp_path / "lines.log"
+    wurk_log.setup(fmt="plain", logfile=str(path))
+    wurk_log.info("parent")
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            wurk_log.info("child")
+            wurk_log.flush()
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    wurk_log.flush()
+    lines = path.read_text().splitlines()
+    assert f"pid={os.getpid()} " in next(line for line in lines if line.endswith("parent"))
+    assert f"pid={child} " in next(line for line in lines if line.endswith("child"))
