@@ -59,12 +59,17 @@ def test_push_messages_between_replies_are_not_taken_for_replies(
     connection: Any = lease._connection
     if str(getattr(connection, "protocol", 2)) != "3":
         pytest.skip("this redis-py speaks RESP2 by default: no push messages")
+    wire: Any = lease._replies
+    pushes: list[Any] = []
+    handler = wire._on_push
+    wire._on_push = lambda push: (pushes.append(push), handler and handler(push))
     assert lease.call("CLIENT", "TRACKING", "ON") == b"OK"
     r.set("tracked", "1")
     assert lease.call("GET", "tracked") == b"1"
     r.set("tracked", "2")  # an invalidation push is now on the lease's wire
     assert lease.call("ECHO", "after") == b"after"
     assert lease.call("GET", "tracked") == b"2"
+    assert pushes and pushes[0][0] in (b"invalidate", "invalidate")  # given to redis-py
 
 
 def test_a_reply_read_ahead_keeps_the_connection_from_the_pool(config: wurk.Config) -> None:
