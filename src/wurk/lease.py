@@ -2,10 +2,10 @@
 
 1. ``Lease.call`` sends one command and reads its reply; ``send`` writes commands whose
    replies the next ``pipeline`` reads first; ``pipeline`` sends several in one round trip.
-2. Commands are packed by hiredis and written to the connection as they are, and replies
-   read by a hiredis reader of the lease's own, without redis-py's command and parser
-   layers, which cost more CPU than the round trip on the fetch path. Error replies become
-   the exceptions redis-py would raise (its own parser makes them).
+2. Commands are packed by hiredis and written straight to the socket, and replies read off
+   it by a hiredis reader of the lease's own, without redis-py's command, connection and
+   parser layers, which cost more CPU than the round trip on the fetch path. Error replies
+   become the exceptions redis-py would raise (its own parser makes them).
 3. Nothing is ever replayed: a connection gone out of step (broken, or a command cut short
    between request and reply) is dropped and the next call takes a fresh one.
 4. A failover reply retires this connection only; other holders find out on their own reply.
