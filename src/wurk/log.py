@@ -71,7 +71,7 @@ def line(level: int, message: str, *args: Any) -> None:
     While the ``wurk`` logger is configured as ``setup`` left it (its one handler, that
     handler's one filter and one of our formats, the standard logger and record classes),
     an informational line goes straight to the handler: what it writes is what the full
-    path would write, at a quarter of the CPU (a ``done`` line per job is the largest cost
+    path would write, at about half the CPU (a ``done`` line per job is the largest cost
     of a no-op job after its round trips). Any other handler, filter, format or record
     factory, and every warning, takes the full path.
     """
