@@ -48,9 +48,9 @@ _INCOMPLETE = object()
 _PUSH: type | None = getattr(hiredis, "PushNotification", None)
 
 
-class _Replies:
-    """A connection's replies read straight off its socket by a hiredis reader (and its
-    commands written straight to it).
+class _Wire:
+    """A connection's socket, spoken to directly: commands written to it, replies read off
+    it by a hiredis reader.
 
     RESP2 and RESP3 alike: hiredis parses both, as it does under redis-py. A RESP3 push
     message (a maintenance notice, the only kind a connection that never subscribes or
@@ -113,7 +113,7 @@ class Lease:
     def __init__(self, pool: RedisPool) -> None:
         self.pool = pool
         self._connection: Any = None
-        self._replies: _Replies | None = None  # None: redis-py reads (not a RESP2 connection)
+        self._wire: _Wire | None = None  # None: redis-py reads and writes (a decoding pool)
         self._unread = 0  # replies of commands written by ``send``, not read yet
 
     def call(self, *args: Any) -> Any:
@@ -177,15 +177,15 @@ class Lease:
             self._drop()
 
     def _write(self, connection: Any, packed: bytes) -> None:
-        if self._replies is not None:
-            self._replies.sock.sendall(packed)  # a failure drops the connection (``_lost``)
+        if self._wire is not None:
+            self._wire.sock.sendall(packed)  # a failure drops the connection (``_lost``)
         else:
             connection.send_packed_command([packed], check_health=False)
 
     def _read(self, connection: Any) -> Any:
         """The next reply, an error reply as its exception (returned, not raised)."""
-        if self._replies is not None:
-            return self._replies.read()
+        if self._wire is not None:
+            return self._wire.read()
         try:
             return connection.read_response()
         except redis.ResponseError as exc:
@@ -195,13 +195,13 @@ class Lease:
         if self._connection is None:
             connection = self.pool.take_connection()
             kernel_timeouts(connection._sock, self.pool.socket_timeout)
-            self._replies = _Replies(connection) if _Replies.fit(connection) else None
+            self._wire = _Wire(connection) if _Wire.fit(connection) else None
             self._connection = connection
         return self._connection
 
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
-        self._replies = None
+        self._wire = None
         self._unread = 0
         if connection is not None:
             connection.disconnect()
@@ -209,11 +209,11 @@ class Lease:
 
     def release(self) -> None:
         """Give the connection back to the pool (when the holder stops)."""
-        if self._unread or (self._replies is not None and self._replies.pending()):
+        if self._unread or (self._wire is not None and self._wire.pending()):
             self._drop()  # replies still on the wire, or read ahead: not to be lent again
             return
         connection, self._connection = self._connection, None
-        self._replies = None
+        self._wire = None
         if connection is not None:
             if connection._sock is not None:  # back to redis-py's own way of timing out
                 connection._sock.settimeout(self.pool.socket_timeout)

@@ -272,8 +272,7 @@ def _fields(ctx: Mapping[str, Any]) -> str:
     except TypeError:  # a value that is not text: a list of tags, a number, None
         plain = False
     if plain:
-        return " ".join([f"{_KEY_TEXT.get(key) or _key(key)}={value}"
-                         for key, value in zip(ctx, values, strict=True)])
+        return " ".join([f"{_key(key)}={value}" for key, value in zip(ctx, values, strict=True)])
     return " ".join(f"{_key(key)}={_field(value)}" for key, value in ctx.items())
 
 
@@ -480,8 +479,7 @@ def reopen() -> None:
         if isinstance(handler, logging.FileHandler):
             handler.acquire()
             try:
-                handler.flush()  # lines kept for the old file go to it
-                handler.close()
+                handler.close()  # lines kept for the old file go to it first
                 handler.stream = handler._open()
             finally:
                 handler.release()

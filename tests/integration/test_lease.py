@@ -59,7 +59,7 @@ def test_push_messages_between_replies_are_not_taken_for_replies(
     connection: Any = lease._connection
     if str(getattr(connection, "protocol", 2)) != "3":
         pytest.skip("this redis-py speaks RESP2 by default: no push messages")
-    wire: Any = lease._replies
+    wire: Any = lease._wire
     pushes: list[Any] = []
     handler = wire._on_push
     wire._on_push = lambda push: (pushes.append(push), handler and handler(push))
@@ -81,7 +81,7 @@ def test_a_reply_read_ahead_keeps_the_connection_from_the_pool(config: wurk.Conf
     connection.send_packed_command([b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"],
                                    check_health=False)
     time.sleep(0.2)  # both replies wait on the socket: one read takes them both
-    replies: Any = lease._replies
+    replies: Any = lease._wire
     assert replies.read() in (b"PONG", "PONG") and replies.pending()
     lease.release()
     assert lease.call("CLIENT", "ID") != first

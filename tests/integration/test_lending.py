@@ -76,7 +76,7 @@ def test_a_command_cut_short_drops_its_connection(config: wurk.Config) -> None:
     lease.call("SET", "k", "before")
     before = lease.call("CLIENT", "ID")
     lease._take()
-    wire = lease._replies
+    wire = lease._wire
     assert wire is not None  # the lease reads its replies itself
 
     class Interrupted:
@@ -87,7 +87,7 @@ def test_a_command_cut_short_drops_its_connection(config: wurk.Config) -> None:
         def read(self) -> Any:
             raise KeyboardInterrupt
 
-    lease._replies = Interrupted()  # type: ignore[assignment]
+    lease._wire = Interrupted()  # type: ignore[assignment]
     with pytest.raises(KeyboardInterrupt):
         lease.call("GET", "k")
     assert lease.call("GET", "k") == b"before"  # not the stale reply of the cut command
