@@ -13,15 +13,20 @@ virtual environment and under the project's alike.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import threading
 import time
 from collections.abc import Callable
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import redis
+
+if TYPE_CHECKING:
+    # Imported by the pusher only (``parse``): the worker processes load this module too,
+    # and their memory is measured.
+    import argparse
 
 # The drain job INCRs this; the orchestrator polls it with GET until it reaches N.
 COUNTER = "bench:counter"
@@ -82,6 +87,8 @@ def wait_for_warmup(url: str) -> None:
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
+    import argparse
+
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers.push SYSTEM")
     parser.add_argument("mode", choices=("single", "bulk", "paced", "waits"))
     parser.add_argument("--jobs", type=int, required=True)

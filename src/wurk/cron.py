@@ -20,7 +20,6 @@ when 01:00–02:00 repeats, and not at all at 02:30 when that hour does not exis
 from __future__ import annotations
 
 import datetime as dt
-import zoneinfo
 from dataclasses import dataclass, field
 
 from cronsim import CronSim, CronSimError
@@ -127,6 +126,8 @@ def _zone_name(tz: object) -> str:
 def _zone(name: str) -> dt.tzinfo:
     if not name:
         return UTC
+    import zoneinfo  # only for a named zone: a worker without one does not keep it in memory
+
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError):

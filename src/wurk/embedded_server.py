@@ -44,6 +44,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .errors import EmbeddedServerError
+from .locate import LOCK_FILE, LOG_FILE, PID_FILE, PORT_FILE
 
 __all__ = [
     "BINARY_ENV",
@@ -58,7 +59,6 @@ log = logging.getLogger("wurk")
 
 BINARY_ENV = "WURK_SERVER_BINARY"
 LOOPBACK = "127.0.0.1"
-LOCK_FILE, PID_FILE, PORT_FILE, LOG_FILE = "server.lock", "server.pid", "server.port", "server.log"
 
 # A fresh server answers within ~20 ms; replaying a large append-only file takes longer
 # (about a second per million keys), and a start must still never hang.

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .config import Config
 from .errors import ConfigError
-from .health import HealthServer, WorkerHealth
 from .heartbeat import Heartbeat
 from .manager import Manager
 from .metrics.tracking import ExecutionMetrics, ExecutionTracker, Observer
@@ -30,6 +29,9 @@ from .processor import Busy
 from .timer import Timers
 
 if TYPE_CHECKING:
+    # Imported where they start: the health check's HTTP server alone is about 1 MB of a
+    # worker's memory, and most workers run without it.
+    from .health import HealthServer, WorkerHealth
     from .metrics.history import HistorySampler
     from .metrics.prometheus import WorkerExporter
     from .metrics.statsd import StatsdSink
@@ -101,6 +103,8 @@ class Instruments:
         return [launcher.heartbeat.outage, *(m.outage for m in launcher.managers)]
 
     def probe(self) -> WorkerHealth:
+        from .health import WorkerHealth
+
         heartbeat = self.launcher.heartbeat
         return WorkerHealth(beat_age=heartbeat.beat_age,
                             interval=self.config.heartbeat_interval,
@@ -120,6 +124,8 @@ class Instruments:
         if cfg.metrics_port is not None and not swarmed:
             self._start_exporter(cfg.metrics_host, cfg.metrics_port)
         if cfg.health_port is not None and not swarmed:
+            from .health import HealthServer
+
             self.health = _listen("health_port", cfg.health_host, cfg.health_port,
                                   lambda: HealthServer(cfg.health_host, cfg.health_port or 0,
                                                        self.probe()))

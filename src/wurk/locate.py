@@ -39,6 +39,11 @@ log = logging.getLogger("wurk")
 # stray ``~/.wurk`` is never picked up by a project below it that has none yet.
 PROJECT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
 
+# The embedded server's files in its home. Here rather than with the server's code, so that
+# looking at a home (is a server's port written there?) does not load that code: a worker
+# on a configured Redis keeps none of it.
+LOCK_FILE, PID_FILE, PORT_FILE, LOG_FILE = "server.lock", "server.pid", "server.port", "server.log"
+
 NO_SERVER_HINT = "start one with `wurk server start` or set REDIS_URL"
 
 
@@ -113,7 +118,7 @@ def _note_unused_embedded(redis_url: str, home: str) -> None:
     """An embedded server that was used here holds jobs this process will not see: say so,
     so that a forgotten ``REDIS_URL`` is not mistaken for lost jobs."""
     place = find_home(home)
-    if not place.is_dir() or not (place / _embedded_module().PORT_FILE).is_file():
+    if not place.is_dir() or not (place / PORT_FILE).is_file():
         return
     source = "REDIS_URL is set" if os.environ.get("REDIS_URL") == redis_url \
         else "a Redis URL is configured"

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import ctypes
 import inspect
 import logging
 import queue
@@ -448,7 +447,13 @@ class _Interruptible(JobGuard):
 
 
 def _async_exc(ident: int, exc: type[BaseException] | None) -> None:
-    """Raise ``exc`` in thread ``ident`` at its next bytecode; None withdraws a pending one."""
+    """Raise ``exc`` in thread ``ident`` at its next bytecode; None withdraws a pending one.
+
+    ctypes is imported here, on the way to a deadline or a shutdown, rather than with the
+    module: a third of a megabyte for a rare call, which a worker embedded in an application
+    (``wurk.inprocess``) otherwise never pays."""
+    import ctypes
+
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(ident), ctypes.py_object(exc) if exc is not None else None)
 

@@ -204,6 +204,24 @@ def test_async_jobs_run(config: wurk.Config, r: redis.Redis, start_worker: Start
     wait_for(lambda: r.get("sys:async") == "20", message="async jobs")
 
 
+# What a default worker never runs, so never keeps in memory: the other subcommands (the
+# server commands bring the embedded server's code), the health check's HTTP server, and
+# the time zone database's module (a periodic job with a named zone loads it).
+NOT_IN_A_WORKER = {"wurk.cli.server", "wurk.cli.web", "wurk.cli.inspect", "wurk.cli.swarm",
+                   "wurk.cli.demo", "wurk.embedded_server", "wurk.health", "http.server",
+                   "zoneinfo"}
+
+
+def test_a_worker_keeps_only_the_code_it_runs(config: wurk.Config, r: redis.Redis,
+                                               start_worker: StartWorker) -> None:
+    start_worker("-c", "2")
+    jobs.modules.perform_async("sys:modules")
+    wait_for(lambda: r.llen("sys:modules") > 0, message="the modules job")
+    loaded = set(r.lrange("sys:modules", 0, -1))
+    assert {"wurk.cli.worker", "wurk.processor", "wurk.launcher"} <= loaded
+    assert loaded & NOT_IN_A_WORKER == set()
+
+
 def _thread_affinities(worker: Worker) -> list[set[int]]:
     return [os.sched_getaffinity(t.id) for t in psutil.Process(worker.process.pid).threads()]
 

@@ -85,3 +85,11 @@ async def async_blocker(key: str, seconds: float) -> None:
     time.sleep(seconds)
     async with wurk.redis() as conn:
         await conn.call("RPUSH", key, "1")
+
+
+@wurk.job(name="Sys::Modules")
+def modules(key: str) -> None:
+    """What the worker process has imported, for the test of what a worker keeps."""
+    import sys
+
+    r().rpush(key, *sorted(sys.modules))

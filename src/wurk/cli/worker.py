@@ -242,8 +242,10 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     it traps signals). A framework's command passes its own ``pipe`` to stop it from
     another thread with ``pipe.push("TERM")``."""
     from ..launcher import Launcher
+    from ..malloc import limit_arenas
     from ..signals import serve
 
+    limit_arenas()  # this process is the worker's: before its threads start
     pipe = pipe if pipe is not None else SignalPipe()
     pipe.install()
     try:

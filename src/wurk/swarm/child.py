@@ -30,6 +30,7 @@ from typing import NoReturn
 from .. import payload as P
 from ..config import Config
 from ..launcher import Launcher
+from ..malloc import limit_arenas
 from ..signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
 
 __all__ = [
@@ -185,6 +186,7 @@ class _Child:
         return self._serve(launcher, pipe)
 
     def _boot(self, pipe: SignalPipe) -> Launcher:
+        limit_arenas()  # this process is the worker's: before its threads start
         self.config.reset_pools()
         launcher = Launcher(self.config, on_remote_signal=pipe.push,
                             title=f"swarm child {self.spec.slot}", slot=self.spec.slot)

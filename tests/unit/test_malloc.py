@@ -1,0 +1,62 @@
+"""``wurk.malloc``: a worker process's malloc arenas, counted by glibc itself."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from wurk import malloc
+
+
+def _glibc() -> bool:
+    try:
+        return sys.platform.startswith("linux") and bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _glibc(), reason="the arena limit is glibc's")
+
+# Twelve threads allocate at once, as a worker's processors do; then glibc's malloc_stats
+# prints one "Arena N:" block per arena on stderr.
+THREADS_ALLOCATE = textwrap.dedent("""
+    import ctypes, sys, threading
+    from wurk.malloc import limit_arenas
+    print(limit_arenas() if sys.argv[1] == "limit" else "left", flush=True)
+    start = threading.Barrier(12)
+    def allocate():
+        start.wait()
+        kept = [bytearray(4096) for _ in range(2000)]  # past Python's small-object pools
+        start.wait()
+    threads = [threading.Thread(target=allocate) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ctypes.CDLL(None).malloc_stats()
+""")
+
+
+def _arenas(mode: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+    done = subprocess.run([sys.executable, "-c", THREADS_ALLOCATE, mode], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, **(env or {})}, check=True)
+    arenas = sum(line.startswith("Arena ") for line in done.stderr.splitlines())
+    return done.stdout.strip(), arenas
+
+
+def test_a_worker_process_keeps_two_arenas_however_many_threads_allocate() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    said, arenas = _arenas("limit", env)
+    assert said == "True" and 1 <= arenas <= malloc.WORKER_ARENAS
+    # What the limit changes: glibc's own default gives these threads arenas of their own.
+    assert _arenas("default", env)[1] > malloc.WORKER_ARENAS
+
+
+def test_the_users_malloc_arena_max_is_left_as_set() -> None:
+    said, arenas = _arenas("limit", {"MALLOC_ARENA_MAX": "4"})
+    assert said == "False"
+    assert malloc.WORKER_ARENAS < arenas <= 4
