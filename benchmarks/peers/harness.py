@@ -117,8 +117,13 @@ class PrivateRedis:
 
 def environment(url: str, *, job_logs: bool) -> dict[str, str]:
     """Every command's environment: the server for each system's way of being told, and
-    BENCH_QUIET=true for the files that turn per-job logging off themselves."""
+    BENCH_QUIET=true for the files that turn per-job logging off themselves.
+
+    PYTHONDONTWRITEBYTECODE goes: with it, a checkout's modules (wurk's editable install)
+    are compiled from source at every start, each time costing boot time and memory that an
+    installed package, byte-compiled by pip like every peer here, never pays."""
     env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update(BENCH_REDIS_URL=url, REDIS_URL=url, RQ_REDIS_URL=url,
                BENCH_QUIET="false" if job_logs else "true")
     return env
