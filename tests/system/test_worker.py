@@ -8,9 +8,11 @@ import time
 from collections.abc import Callable
 
 import psutil
+import pytest
 import redis
 
 import wurk
+from tests.helpers.libc import glibc
 from tests.system import worker_jobs as jobs
 from tests.system.conftest import Worker, wait_for
 from wurk import payload as P
@@ -220,6 +222,18 @@ def test_a_worker_keeps_only_the_code_it_runs(config: wurk.Config, r: redis.Redi
     loaded = set(r.lrange("sys:modules", 0, -1))
     assert {"wurk.cli.worker", "wurk.processor", "wurk.launcher"} <= loaded
     assert loaded & NOT_IN_A_WORKER == set()
+
+
+@pytest.mark.skipif(not glibc(), reason="the arena limit is glibc's")
+def test_a_worker_process_keeps_two_malloc_arenas(config: wurk.Config, r: redis.Redis,
+                                                  start_worker: StartWorker) -> None:
+    jobs.incr.perform_bulk([["sys:arena"]] * 500)
+    worker = start_worker("-c", "10")
+    wait_for(lambda: r.get("sys:arena") == "500", message="the jobs")
+    jobs.malloc_stats.perform_async()
+    wait_for(lambda: "Total (incl. mmap)" in worker.output(), message="malloc_stats")
+    arenas = [line for line in worker.output().splitlines() if line.startswith("Arena ")]
+    assert 1 <= len(arenas) <= 2
 
 
 def _thread_affinities(worker: Worker) -> list[set[int]]:

@@ -93,3 +93,11 @@ def modules(key: str) -> None:
     import sys
 
     r().rpush(key, *sorted(sys.modules))
+
+
+@wurk.job(name="Sys::MallocStats")
+def malloc_stats() -> None:
+    """glibc prints one ``Arena N:`` block per malloc arena on the worker's stderr."""
+    import ctypes
+
+    ctypes.CDLL(None).malloc_stats()

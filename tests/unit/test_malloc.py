@@ -9,17 +9,10 @@ import textwrap
 
 import pytest
 
+from tests.helpers.libc import glibc
 from wurk import malloc
 
-
-def _glibc() -> bool:
-    try:
-        return sys.platform.startswith("linux") and bool(os.confstr("CS_GNU_LIBC_VERSION"))
-    except (ValueError, OSError):
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _glibc(), reason="the arena limit is glibc's")
+pytestmark = pytest.mark.skipif(not glibc(), reason="the arena limit is glibc's")
 
 # Twelve threads allocate at once, as a worker's processors do; then glibc's malloc_stats
 # prints one "Arena N:" block per arena on stderr.
