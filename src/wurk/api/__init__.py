@@ -16,7 +16,9 @@
 Every call that talks to Redis is a method (an attribute never does I/O) on an object holding an
 explicit ``Config`` (default: ``wurk.default_config()``), and uses that configuration's
 ``"api"`` pool. Reads may be replayed once after a broken connection; writes are not, unless
-replaying them cannot change the outcome. The worker never imports this package.
+replaying them cannot change the outcome. A worker imports it too: the
+limiters read their stored state through ``values``, the history sampler the cluster's
+numbers through ``Stats``.
 
     from wurk.api import Queue, RetrySet
     Queue("default").size()
