@@ -27,18 +27,23 @@ _M_ARENA_MAX = -8
 WORKER_ARENAS = 2
 
 
+def _glibc() -> bool:
+    """glibc names its version here; musl does not (and its mallopt does nothing)."""
+    try:
+        return sys.platform.startswith("linux") and bool(os.confstr("CS_GNU_LIBC_VERSION"))
+    except (ValueError, OSError):
+        return False
+
+
 def limit_arenas(arenas: int = WORKER_ARENAS) -> bool:
     """Cap this process's malloc arenas at ``arenas``, before its threads start; False when
     left alone: not glibc, or ``MALLOC_ARENA_MAX`` is set (glibc read it at start)."""
-    if not sys.platform.startswith("linux") or "MALLOC_ARENA_MAX" in os.environ:
+    if not _glibc() or "MALLOC_ARENA_MAX" in os.environ:
         return False
     import ctypes  # here, not at import: only the worker's own process pays for it
 
     try:
-        libc = ctypes.CDLL(None)
-        # Only glibc has this function; musl's mallopt accepts the call and does nothing.
-        libc.gnu_get_libc_version  # noqa: B018
-        mallopt = libc.mallopt
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)

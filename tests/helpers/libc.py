@@ -1,4 +1,8 @@
-"""Which C library the tests run on: the malloc arena limit is glibc's."""
+"""Which C library the tests run on: the malloc arena limit is glibc's.
+
+The same question ``wurk.malloc`` asks, asked again here on purpose: the tests' skip must
+not hang on the code under test, or a wrong answer there would skip the tests that catch it.
+"""
 
 from __future__ import annotations
 
