@@ -204,14 +204,17 @@ def _replacement(swarm: Swarm, victim: int) -> int:
 
 def occupy_every_thread(r: redis.Redis, key: str, children: int = 2, threads: int = 2,
                         seconds: float = 30) -> None:
-    """A 30 s job on each thread of each child. The children must all beat (and so fetch)
-    before the push: a child alone would take its share of the backlog ahead, two jobs a
-    thread, and leave the others none."""
+    """A 30 s job on each thread of each child, pushed one at a time: each push waits for the
+    job before it to start. Out of a backlog a processor takes its share ahead (reliable
+    fetch, ``prefetch``), so four jobs pushed at once onto a queue no processor was blocked
+    on at that instant (all between two fetches, or a child still booting on a loaded
+    machine) go two to a thread and leave the other threads idle. A queue one job long is
+    always taken one job at a time, by a processor that is free."""
     wait_for(lambda: r.scard("processes") == children, message="every child beating")
-    time.sleep(0.5)  # their threads are blocked on the queue by now
-    jobs.sleep_job.perform_bulk([[seconds, key]] * (children * threads))
-    wait_for(lambda: r.llen(f"{key}:started") == children * threads,
-             message="every thread busy")
+    for started in range(1, children * threads + 1):
+        jobs.sleep_job.perform_async(seconds, key)
+        wait_for(lambda n=started: r.llen(f"{key}:started") == n,
+                 message=f"{started} of {children * threads} threads busy")
 
 
 def test_jobs_held_by_a_killed_child_are_recovered(
