@@ -34,22 +34,24 @@ THREADS_ALLOCATE = textwrap.dedent("""
 """)
 
 
-def _arenas(mode: str, env: dict[str, str] | None = None) -> tuple[str, int]:
+def _arenas(mode: str, **env: str) -> tuple[str, int]:
+    """Run the threads in a fresh interpreter; ``MALLOC_ARENA_MAX`` only when given here
+    (one set where the tests run would change what glibc does by default)."""
+    environment = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
     done = subprocess.run([sys.executable, "-c", THREADS_ALLOCATE, mode], capture_output=True,
-                          text=True, timeout=60, env={**os.environ, **(env or {})}, check=True)
+                          text=True, timeout=60, env={**environment, **env}, check=True)
     arenas = sum(line.startswith("Arena ") for line in done.stderr.splitlines())
     return done.stdout.strip(), arenas
 
 
 def test_a_worker_process_keeps_two_arenas_however_many_threads_allocate() -> None:
-    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
-    said, arenas = _arenas("limit", env)
+    said, arenas = _arenas("limit")
     assert said == "True" and 1 <= arenas <= malloc.WORKER_ARENAS
     # What the limit changes: glibc's own default gives these threads arenas of their own.
-    assert _arenas("default", env)[1] > malloc.WORKER_ARENAS
+    assert _arenas("default")[1] > malloc.WORKER_ARENAS
 
 
 def test_the_users_malloc_arena_max_is_left_as_set() -> None:
-    said, arenas = _arenas("limit", {"MALLOC_ARENA_MAX": "4"})
+    said, arenas = _arenas("limit", MALLOC_ARENA_MAX="4")
     assert said == "False"
     assert malloc.WORKER_ARENAS < arenas <= 4
