@@ -27,16 +27,21 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    process's own threads (the in-process worker's host) keep theirs.
 4. The guard (``auto`` only) keeps pinning only where it is measured to pay, pinned first:
    GIL-bound jobs unpinned cost up to twice the CPU per job, so they run pinned from the
-   first sample and pay for one free window per measurement. Turning busy with no verdict,
-   the threads are pinned at once for a trial ``WINDOW``, then freed for a second one;
-   each counts the jobs done, the free one also the threads' CPU time. Above ``PARALLEL_CORES``
-   cores free, the jobs compute in parallel (the GIL released) and the threads stay free
-   for ``HOLD`` seconds — unless free they did fewer than ``KEEP`` of the pinned window's
-   jobs: then the extra core went on threads handing the GIL across cores, not on work, and
-   pinning is kept. Under that, the threads stay free if the pinned window did fewer than
-   ``KEEP`` of the free window's jobs, or none at all. Else pinning is kept, and measured
-   again the same way (pinned, then free: the two windows back to back see the same load)
-   after ``RETRY`` seconds. A window counts only if the process was busy throughout.
+   first sample. Turning busy with no verdict, the threads are pinned at once for a trial
+   ``WINDOW``; then one processor thread, the scout, is set free for a second window while
+   the others stay pinned. Each window counts the jobs done, the scout's also the threads'
+   CPU time. Jobs that compute with the GIL released (numpy, compression, image work) show
+   it with one thread: the scout computes on another core beside the pinned ones, and the
+   threads use more than ``PARALLEL_CORES`` cores — then every thread is set free for
+   ``HOLD`` seconds, unless the scout window did fewer than ``KEEP`` of the pinned
+   window's jobs (the extra core went on the scout handing the GIL across cores, not on
+   work): then pinning is kept. Under that, the threads are set free if the pinned window
+   did fewer than ``KEEP`` of the scout window's jobs, or none at all. Else pinning is kept,
+   and measured again the same way after ``RETRY`` seconds. A window counts only if the
+   process was busy throughout. Scouting with one thread rather than freeing them all is
+   what makes the measurement cheap where pinning pays: freeing every GIL-bound thread
+   cost ~70 % of a window's jobs on the 2-core benchmark machine, one scout ~25 %, while
+   GIL-releasing jobs show 1.7 cores with one scout against 1.8 with every thread free.
 5. The verdict outlives a quiet spell. Quiet, the threads are free (point 3), but the next
    busy spell starts where the guard left off: pinned at once if pinning was kept, free
    while a ``HOLD`` runs, and on trial only once it has run out (or with no verdict yet). So
@@ -165,73 +170,80 @@ class _Window:
         self.start, self.done, self.cpu = now, done, cpu
 
 
+# Where the guard wants the processor threads: all on the chosen CPUs, all but the scout
+# there (the scout anywhere), or all anywhere.
+PINNED, SCOUT, FREE = "pinned", "scout", "free"
+
+
 class _Guard:
-    """Whether pinning pays, by measurement (``auto`` only): a pinned trial window, a free
-    one, keep the better; the verdict held across quiet spells. See the module's points 4
-    and 5."""
+    """Whether pinning pays, by measurement (``auto`` only): a pinned trial window, a
+    scout window (one thread free), keep the better; the verdict held across quiet spells.
+    See the module's points 4 and 5."""
 
     def __init__(self, cpu: Callable[[Collection[int]], float | None],
                  done: Callable[[], int]) -> None:
         self._cpu = cpu
         self._done = done
         self.verdict: str | None = None  # None: not measured yet; "pinned"; "free" (held)
-        self.phase: str | None = None  # measuring: "trial" (pinned window), "free"
+        self.phase: str | None = None  # measuring: "trial" (pinned window), "scout"
         self._window: _Window | None = None
         self._trial_rate = 0.0
         self.hold_until = 0.0
         self.pinned_at = 0.0
 
-    def want(self, threads: Collection[int], *, busy: bool, now: float) -> bool:
-        """Whether the threads should be pinned now."""
+    def want(self, threads: Collection[int], *, busy: bool, now: float) -> str:
+        """Where the threads should be now: ``PINNED``, ``SCOUT`` or ``FREE``."""
         if not busy:
             self.phase = self._window = None  # a spoilt measurement; the verdict stands
-            return False
+            return FREE
         if self.phase is None:
             if self.verdict == "pinned" and now - self.pinned_at < RETRY:
-                return True
+                return PINNED
             if self.verdict == "free" and now < self.hold_until:
-                return False
+                return FREE
             self._open("trial", threads, now)  # no verdict, or it is due again
-            return True
+            return PINNED
         window = self._window
         assert window is not None
         if now - window.start < WINDOW - SAMPLE_INTERVAL / 2:  # ends at the nearest sample
-            return self.phase == "trial"
+            return PINNED if self.phase == "trial" else SCOUT
         return self._close(window, threads, now)
 
     def _open(self, phase: str, threads: Collection[int], now: float) -> None:
         self.phase, self._window = phase, _Window(now, self._done(), self._cpu(threads))
 
-    def _close(self, window: _Window, threads: Collection[int], now: float) -> bool:
+    def _close(self, window: _Window, threads: Collection[int], now: float) -> str:
         elapsed = now - window.start
         done, cpu = self._done(), self._cpu(threads)
         rate = (done - window.done) / elapsed
         if self.phase == "trial":
             log.debug("affinity: pinned trial %.0f jobs/s", rate)
             self._trial_rate = rate
-            self.phase, self._window = "free", _Window(now, done, cpu)
-            return False
+            self.phase, self._window = "scout", _Window(now, done, cpu)
+            return SCOUT
         self.phase = self._window = None
         cores = (cpu - window.cpu) / elapsed if cpu is not None and \
             window.cpu is not None else None
-        log.debug("affinity: free window %.0f jobs/s on %s cores, pinned %.0f", rate,
+        log.debug("affinity: scout window %.0f jobs/s on %s cores, pinned %.0f", rate,
                   "?" if cores is None else f"{cores:.2f}", self._trial_rate)
         if cores is not None and cores > PARALLEL_CORES:
-            # More than a core unpinned: the jobs compute in parallel (the GIL released) —
-            # unless unpinned they did clearly fewer jobs, and the extra core went on threads
-            # handing the GIL to one another across cores (a redis-py call per job does).
+            # More than a core with one thread free: the jobs compute in parallel (the GIL
+            # released) — unless the scout window did clearly fewer jobs, and the extra
+            # core went on the scout handing the GIL across cores (a redis-py call per job).
             if rate >= self._trial_rate * KEEP:
                 return self._hold(now)
-            self.verdict, self.pinned_at = "pinned", now
-            return True
+            return self._keep(now)
         if self._trial_rate > 0 and self._trial_rate >= rate * KEEP:
-            self.verdict, self.pinned_at = "pinned", now
-            return True
+            return self._keep(now)
         return self._hold(now)  # pinning did not pay, or nothing to tell by
 
-    def _hold(self, now: float) -> bool:
+    def _keep(self, now: float) -> str:
+        self.verdict, self.pinned_at = "pinned", now
+        return PINNED
+
+    def _hold(self, now: float) -> str:
         self.verdict, self.hold_until = "free", now + HOLD
-        return False
+        return FREE
 
 
 class Pinning:
@@ -248,25 +260,43 @@ class Pinning:
         self._running = running
         self._lock = threading.Lock()
         self._threads: set[int] = set()  # native ids of the processor threads
+        # The threads that may scout (processor threads, in the order they came): the event
+        # loop and ACK threads of async jobs follow the others, since a scout must be
+        # running the sync jobs it measures.
+        self._scouts: list[int] = []
+        self._turn = 0
         self._samples: deque[int] = deque(maxlen=SAMPLES)
         self._guard = _Guard(cpu, done)
         self._clock = clock
         self.busy = False
-        self.pinned = not adaptive
+        self.placement = FREE if adaptive else PINNED
+        self.scout: int | None = None  # the thread set free while scouting
 
-    def enter(self) -> None:
-        """Called by a processor thread as it starts: it follows the current choice."""
+    @property
+    def pinned(self) -> bool:
+        """Every thread held to ``cpus`` (not while scouting)."""
+        return self.placement == PINNED
+
+    def enter(self, *, scout: bool = False) -> None:
+        """Called by a thread as it starts: it follows the current choice. ``scout``: a
+        processor thread, which may be the one set free to scout."""
         with self._lock:
-            self._threads.add(threading.get_native_id())
-            os.sched_setaffinity(0, self._target())
+            native = threading.get_native_id()
+            self._threads.add(native)
+            if scout:
+                self._scouts.append(native)
+            os.sched_setaffinity(0, self._target(native))
 
     def leave(self) -> None:
         with self._lock:
-            self._threads.discard(threading.get_native_id())
+            native = threading.get_native_id()
+            self._threads.discard(native)
+            if native in self._scouts:
+                self._scouts.remove(native)
 
     def sample(self) -> None:
         """One look at how many jobs run now (and, once a window, at the jobs done and the
-        threads' CPU); pins or unpins every thread when the rules say so. Called every
+        threads' CPU); moves the threads when the rules say so. Called every
         ``SAMPLE_INTERVAL`` by the launcher's timer."""
         if not self.adaptive:
             return
@@ -277,20 +307,29 @@ class Pinning:
         with self._lock:
             threads = set(self._threads)
         want = self._guard.want(threads, busy=self.busy, now=now)
-        if want != self.pinned:
+        if want != self.placement:
             self._apply(want)
 
-    def _apply(self, pinned: bool) -> None:
-        log.debug("processor threads %s", f"pinned to CPU {sorted(self.cpus)}" if pinned
-                  else "free to run on any CPU")
+    def _apply(self, placement: str) -> None:
         with self._lock:
-            self.pinned = pinned
-            target = self._target()
+            self.placement = placement
+            self.scout = None
+            if placement == SCOUT and self._scouts:
+                self._turn = (self._turn + 1) % len(self._scouts)  # a new one each time
+                self.scout = self._scouts[self._turn]
+            log.debug("processor threads %s", {
+                PINNED: f"pinned to CPU {sorted(self.cpus)}",
+                SCOUT: f"pinned to CPU {sorted(self.cpus)} but one, the scout",
+                FREE: "free to run on any CPU"}[placement])
             for thread in list(self._threads):
                 try:
-                    os.sched_setaffinity(thread, target)
+                    os.sched_setaffinity(thread, self._target(thread))
                 except OSError:  # the thread ended since: nothing to move
                     self._threads.discard(thread)
+                    if thread in self._scouts:
+                        self._scouts.remove(thread)
 
-    def _target(self) -> frozenset[int]:
-        return self.cpus if self.pinned else self._anywhere
+    def _target(self, thread: int) -> frozenset[int]:
+        if self.placement == FREE or thread == self.scout:
+            return self._anywhere
+        return self.cpus

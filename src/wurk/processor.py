@@ -503,7 +503,7 @@ class Processor:
         set_stop_signal(self._stop)  # what Job.interrupted() reads in this thread's jobs
         try:
             if self._pinning is not None:
-                self._pinning.enter()
+                self._pinning.enter(scout=True)
             if self._lend is None:
                 self._loop()
             else:

@@ -26,7 +26,7 @@ class FailingPinning:
         self.calls = 0
         self._lock = threading.Lock()
 
-    def enter(self) -> None:
+    def enter(self, *, scout: bool = False) -> None:
         with self._lock:
             self.calls += 1
         if self.failing:
