@@ -146,6 +146,7 @@ class Heartbeat:
         self._process = psutil.Process()
         self._written = threading.Condition()
         self._written_at: float | None = None  # monotonic time the record was last written
+        self._fresh_until = float("-inf")  # until when that record vouches for this process
 
     # -- thread -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -170,18 +171,13 @@ class Heartbeat:
     def wait_visible(self, timeout: float) -> bool:
         """Whether this process's record is in Redis, recent enough to outlive the next beat,
         so its processors may take jobs; if not, wait up to ``timeout`` for a beat."""
-        if self._fresh():  # the usual case, on every fetch: no lock
+        if time.monotonic() < self._fresh_until:  # the usual case, on every fetch: no lock
             return True
         with self._written:
             return self._written.wait_for(self._fresh, timeout)
 
     def _fresh(self) -> bool:
-        written = self._written_at
-        if written is None:
-            return False
-        ttl = self.config.heartbeat_ttl
-        # Written longer ago than this, the record may expire before the next beat lands.
-        return time.monotonic() - written < max(ttl - self.config.heartbeat_interval, ttl / 2)
+        return time.monotonic() < self._fresh_until
 
     def beat_age(self) -> float | None:
         """Seconds since the record was last written, None before the first beat."""
@@ -190,7 +186,10 @@ class Heartbeat:
 
     def _was_written(self) -> None:
         with self._written:
-            self._written_at = time.monotonic()
+            self._written_at = written = time.monotonic()
+            ttl = self.config.heartbeat_ttl
+            # Written longer ago than this, the record may expire before the next beat lands.
+            self._fresh_until = written + max(ttl - self.config.heartbeat_interval, ttl / 2)
             self._written.notify_all()
 
     # -- one beat ---------------------------------------------------------------------------

@@ -49,6 +49,8 @@ When = float | int | datetime
 _running: contextvars.ContextVar[P.Payload | None] = contextvars.ContextVar(
     "wurk_running_job", default=None
 )
+# The variable itself, for the processor to set and reset around every job without a call.
+RUNNING = _running
 
 
 def current_job() -> P.Payload | None:
@@ -249,6 +251,10 @@ class Registry:
         with self._lock:
             self._jobs.pop(name, None)
             unique.use_context(name, None)
+
+    def get(self, name: Any) -> JobDefinition | None:
+        """The definition registered as ``name``, or None (``lookup`` raises instead)."""
+        return self._jobs.get(name) if type(name) is str else None
 
     def lookup(self, name: str) -> JobDefinition:
         definition = self._jobs.get(name)

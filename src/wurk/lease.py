@@ -144,6 +144,23 @@ class Lease:
             self._lost(exc)
         self._unread += len(commands)
 
+    def send_one(self, command: tuple[Any, ...]) -> None:
+        """``send`` of one command (a processor's ACK, once per job), without the list."""
+        try:
+            packed = bytes(hiredis.pack_command(command))
+        except TypeError as exc:
+            raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
+        try:
+            connection = self._connection if self._connection is not None else self._take()
+            wire = self._wire
+            if wire is not None:
+                wire.sock.sendall(packed)
+            else:
+                connection.send_packed_command([packed], check_health=False)
+        except BaseException as exc:
+            self._lost(exc)
+        self._unread += 1
+
     def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; error replies come back as exceptions in place,
         so one refused command does not desynchronise the connection. The replies of

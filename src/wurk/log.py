@@ -35,13 +35,16 @@ from typing import Any, TextIO
 
 from .printable import UNPRINTABLE_CHARS, printable
 
-__all__ = ["VERBATIM", "job_context", "logger", "reopen", "route_application_logs", "setup",
-           "short_id", "tid", "user_configured"]
+__all__ = ["JOB_FIELDS", "VERBATIM", "job_context", "logger", "reopen",
+           "route_application_logs", "setup", "short_id", "tid", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "wurk_job_context", default=None
 )
+# The variable itself, for the processor to set and reset around every job without the
+# calls of a ``job_context`` block.
+JOB_FIELDS = _context
 _HANDLER_MARK = "_wurk_handler"
 # ``extra={VERBATIM: True}``: the message is several lines on purpose (a thread dump).
 VERBATIM = "wurk_verbatim"
@@ -146,16 +149,18 @@ class _ContextFilter(logging.Filter):
 class _Stamp:
     """ISO-8601 UTC seconds, formatted once per second rather than once per line."""
 
+    __slots__ = ("second", "text")
+
     def __init__(self) -> None:
-        self._second = -1
-        self._text = ""
+        self.second = -1
+        self.text = ""
 
     def __call__(self, created: float) -> str:
         second = int(created)
-        if second != self._second:
-            self._text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
-            self._second = second
-        return self._text
+        if second != self.second:
+            self.text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+            self.second = second
+        return self.text
 
 
 class _Renderer(logging.Formatter):
@@ -186,11 +191,15 @@ class PrettyFormatter(_Renderer):
     def render(self, created: float, levelname: str, message: str,
                ctx: Mapping[str, Any] | None, thread: str, pid: int | None,
                verbatim: bool = False) -> str:
-        millis = int((created - int(created)) * 1000)
-        head = f"{self._stamp(created)}.{millis:03d}Z pid={pid} tid={thread}"
+        # Every job's done line comes through here: the common case is kept to built-in
+        # calls (the stamp's cache looked at in place, the text checked by isprintable).
+        stamp = self._stamp
+        second = int(created)
+        day = stamp.text if second == stamp.second else stamp(created)
         fields = _fields(ctx) if ctx else ""
-        text = message if verbatim else printable(message)
-        return f"{head}{' ' + fields if fields else ''} {levelname}: {text}"
+        text = message if verbatim or message.isprintable() else printable(message)
+        return f"{day}.{int((created - second) * 1000):03d}Z pid={pid} tid={thread}" \
+            f"{' ' + fields if fields else ''} {levelname}: {text}"
 
 
 class PlainFormatter(PrettyFormatter):
@@ -261,18 +270,27 @@ _NEEDS_CARE = re.compile(f'[\\s="{UNPRINTABLE_CHARS}]')
 # once each. Bounded, so a context built from data cannot grow it without end.
 _KEY_TEXT: dict[str, str] = {}
 _KEY_TEXT_LIMIT = 64
+# The keys seen so far that are plain text themselves (the fast path of ``_fields`` writes
+# them as they are); filled by ``_key`` within its limit.
+_PLAIN_KEYS: set[str] = set()
 
 
 def _fields(ctx: Mapping[str, Any]) -> str:
     """``key=value …`` for the line: the careful path (escape, quote) only for a context
-    whose values are not all plain non-empty text."""
+    whose keys or values are not all plain non-empty text.
+
+    Plain is checked with built-ins (no regular expression, no call per field): text that
+    ``isprintable`` has none of the unprintable characters and no whitespace but the space,
+    so with no space, ``=`` or ``"`` it needs neither escaping nor quotes."""
     values = list(ctx.values())
     try:
-        plain = "" not in values and not _NEEDS_CARE.search("".join(values))
+        joined = "".join(values)
     except TypeError:  # a value that is not text: a list of tags, a number, None
-        plain = False
-    if plain:
-        return " ".join([f"{_key(key)}={value}" for key, value in zip(ctx, values, strict=True)])
+        joined = None
+    if joined is not None and "" not in values and joined.isprintable() \
+            and " " not in joined and "=" not in joined and '"' not in joined \
+            and _PLAIN_KEYS.issuperset(ctx):
+        return " ".join(map("=".join, ctx.items()))
     return " ".join(f"{_key(key)}={_field(value)}" for key, value in ctx.items())
 
 
@@ -282,6 +300,8 @@ def _key(key: Any) -> str:
         text = _plain(key)
         if type(key) is str and len(_KEY_TEXT) < _KEY_TEXT_LIMIT:
             _KEY_TEXT[key] = text
+            if text == key and key and _NEEDS_CARE.search(key) is None:
+                _PLAIN_KEYS.add(key)
     return text
 
 
@@ -351,22 +371,38 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
     def write_line(self, level: int, message: str) -> None:
         """What ``handle`` of a record of ``message`` would write, without the record: the
         caller (``line``) made sure no filter, format or other handler of the user's is
-        there to see one. A failure is reported as ``emit`` reports one."""
+        there to see one. A failure is reported as ``emit`` reports one.
+
+        Every job's ``done`` line comes through here, so it is written out in place (the
+        handler's lock taken directly, ``flush_due`` inlined) rather than through layers."""
         ctx = _context.get()
         formatter: Any = self.formatter  # one of ours: ``line`` checked
-        self.acquire()
+        lock = self.lock
+        assert lock is not None  # made by Handler.__init__
+        lock.acquire()
         try:
-            text = formatter.render(time.time(), logging.getLevelName(level), message, ctx,
-                                    tid(), _process_id() if logging.logProcesses else None)
-            self.keep(text + self.terminator)
-            if self.flush_due(level, bool(ctx)):
+            text = formatter.render(time.time(), _LEVEL_NAMES.get(level) or
+                                    logging.getLevelName(level), message, ctx, tid(),
+                                    (_pid if _pid is not None else os.getpid())
+                                    if logging.logProcesses else None)
+            text += self.terminator
+            kept = self._kept
+            if kept is None:
+                kept = self._kept = []
+            kept.append(text)
+            self._kept_size += len(text)
+            now = time.monotonic()
+            # ``flush_due`` decides; most lines are plainly not due, told without the call.
+            if (level >= logging.WARNING or not ctx or self._interactive is not False
+                    or now - self._last_flush >= FLUSH_INTERVAL
+                    or self._kept_size >= BUFFER_LIMIT) and self.flush_due(level, bool(ctx)):
                 self.flush()
         except RecursionError:
             raise
         except Exception:
             self.handleError(logger.makeRecord(logger.name, level, "", 0, message, (), None))
         finally:
-            self.release()
+            lock.release()
 
     def flush(self) -> None:
         self.acquire()
@@ -406,6 +442,11 @@ _fork_hook = False
 
 def _process_id() -> int:
     return _pid if _pid is not None else os.getpid()
+
+
+# The standard level names, looked up without a call (``logging.getLevelName`` for others).
+_LEVEL_NAMES = {logging.DEBUG: "DEBUG", logging.INFO: "INFO", logging.WARNING: "WARNING",
+                logging.ERROR: "ERROR", logging.CRITICAL: "CRITICAL"}
 
 
 def _remember_pid() -> None:

@@ -64,12 +64,14 @@ def async_form(link: Middleware, *, prefer_async: bool = True
 
 def _walk_sync(links: tuple[Middleware, ...], position: int, job: Any,
                payload: dict[str, Any], queue: str, final: Callable[[], Any]) -> Any:
-    """Call plain sync ``links[position:]`` around ``final``: no per-job type checks."""
+    """Call plain sync ``links[position:]`` around ``final``: no per-job type checks. Each
+    link's ``call_next`` is a ``partial`` of this function (made in C, no Python frame of
+    its own between two links: this runs around every job)."""
     link = links[position]
     if position == len(links) - 1:
         return link(job, payload, queue, final)
     return link(job, payload, queue,
-                lambda: _walk_sync(links, position + 1, job, payload, queue, final))
+                functools.partial(_walk_sync, links, position + 1, job, payload, queue, final))
 
 
 def _walk(links: list[Middleware], job: Any, payload: dict[str, Any], queue: str,

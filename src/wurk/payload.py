@@ -136,14 +136,27 @@ def loads(raw: str | bytes) -> Payload:
 
     Bytes must be UTF-8 (JSON's interchange encoding, and what Sidekiq writes)."""
     try:
-        value = _decoder.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        # What every worker fetches, a JSON object written without surrounding space, is
+        # read in one call (``decode`` adds two: skipping whitespace, then checking for it);
+        # anything else, and all errors, take ``decode`` for its exact message.
+        if text[:1] == "{" and text[-1:] == "}":
+            value, end = _decoder.raw_decode(text)
+            if end != len(text):
+                value = _decoder.decode(text)
+        else:
+            value = _decoder.decode(text)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise UnparseablePayload(
             f"payload is not valid JSON ({exc}): {_excerpt(raw)}", field=None
         ) from None
     except RecursionError:
         value = _TOO_DEEP  # deeper than Python parses: certainly deeper than MAX_NESTING
-    if value is _TOO_DEEP or _too_deep(raw, value):
+    # Walked only when the raw text has that many brackets at all: an ordinary payload
+    # costs two ``count`` calls.
+    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) \
+        else raw.count("[") + raw.count("{")
+    if value is _TOO_DEEP or (brackets > MAX_NESTING and _deeper_than_allowed(value)):
         raise UnparseablePayload(
             f"payload is nested deeper than {MAX_NESTING} levels, the most Ruby's JSON (so "
             f"Sidekiq) reads: {_excerpt(raw)}"
@@ -157,11 +170,13 @@ def loads(raw: str | bytes) -> Payload:
 
 def _too_deep(raw: str | bytes, value: Any) -> bool:
     """Whether ``value`` nests deeper than ``MAX_NESTING``; walked only when the raw text
-    has that many brackets at all, so an ordinary payload costs two ``count`` calls."""
+    has that many brackets at all, so an ordinary value costs two ``count`` calls."""
     brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) \
         else raw.count("[") + raw.count("{")
-    if brackets <= MAX_NESTING:
-        return False
+    return brackets > MAX_NESTING and _deeper_than_allowed(value)
+
+
+def _deeper_than_allowed(value: Any) -> bool:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()

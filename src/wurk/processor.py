@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import inspect
 import logging
 import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
+from types import CoroutineType
 from typing import Any
 
 import redis
@@ -46,7 +46,6 @@ from .asyncjobs import AsyncLane, EventLoop, timed
 from .config import Config
 from .errors import (
     InvalidPayload,
-    JobNotRegistered,
     RedisUnavailable,
     Shutdown,
     UnparseablePayload,
@@ -54,15 +53,15 @@ from .errors import (
 from .errors import is_shutdown as _is_shutdown
 from .fetch import Fetcher, UnitOfWork
 from .job import (
+    RUNNING,
     JobDefinition,
     Registry,
     registry,
-    reset_running,
     set_running,
     set_stop_signal,
 )
 from .lending import lend_from
-from .log import job_context, short_id, tid
+from .log import JOB_FIELDS, job_context, short_id, tid
 from .middleware import within
 from .morgue import Morgue
 from .outage import Backoff, Outage
@@ -81,30 +80,31 @@ BRIDGE_WAIT = 0.1
 
 
 class Busy:
-    """What is running now, by thread id: the heartbeat's ``<identity>:work`` map."""
+    """What is running now, by thread id: the heartbeat's ``<identity>:work`` map.
+
+    No lock: each entry is set and popped by the thread (or task) it names, and a snapshot
+    copies the map in one step — single dict operations, which CPython makes atomic (the
+    free-threaded build locks each dict itself). The processor writes ``work`` in place
+    around every job."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
+        self.work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
 
     def add(self, thread_id: str, queue: str, raw: bytes) -> None:
-        with self._lock:
-            self._work[thread_id] = (queue, raw, int(time.time()))
+        self.work[thread_id] = (queue, raw, int(time.time()))
 
     def remove(self, thread_id: str) -> None:
-        with self._lock:
-            self._work.pop(thread_id, None)
+        self.work.pop(thread_id, None)
 
     def snapshot(self) -> dict[str, str]:
         """tid → the JSON value Sidekiq's Busy page reads."""
-        with self._lock:
-            items = list(self._work.items())
+        items = list(self.work.items())
         return {t: P.dumps({"queue": q, "payload": raw.decode("utf-8", "replace"),
                             "run_at": run_at})
                 for t, (q, raw, run_at) in items}
 
     def __len__(self) -> int:
-        return len(self._work)
+        return len(self.work)
 
 
 def _never() -> bool:
@@ -151,6 +151,9 @@ class JobRunner:
         self.loop = loop if loop is not None else EventLoop()
 
     # -- one job ----------------------------------------------------------------------------
+    # Every job passes here: the steps are written out in few calls (a call costs more than
+    # the work of most of them, the more so between threads handing the GIL around a job's
+    # own round trips), and the context variables are set and reset as variables.
     def run(self, unit: UnitOfWork, guard: JobGuard = _NO_GUARD, *,
             lane: AsyncLane | None = None, stopping: Callable[[], bool] = _never) -> None:
         """Run one job and acknowledge it, unless the shutdown interrupted it. An async job
@@ -162,39 +165,39 @@ class JobRunner:
             return
         jid = job.get(P.JID)
         unit.jid = jid if isinstance(jid, str) else None
-        if lane is not None:
-            definition = self._definition(job)
-            if definition is not None and definition.is_async:
-                self._hand_to(lane, unit, job, definition, stopping)
-                return
-        if self._execute(unit, job, guard):
-            unit.acknowledge()
+        definition = self.jobs.get(job[P.CLASS])  # None: the sync path books that failure
+        if lane is not None and definition is not None and definition.is_async:
+            self._hand_to(lane, unit, job, definition, stopping)
+            return
+        if self._execute(unit, job, guard, definition):
+            unit.fetcher.acknowledge(unit)
 
-    def _definition(self, job: P.Payload) -> JobDefinition | None:
-        try:
-            return self.jobs.lookup(job[P.CLASS])
-        except JobNotRegistered:
-            return None  # the sync path books that failure
-
-    def _execute(self, unit: UnitOfWork, job: P.Payload, guard: JobGuard) -> bool:
+    def _execute(self, unit: UnitOfWork, job: P.Payload, guard: JobGuard,
+                 definition: JobDefinition | None) -> bool:
         thread_id = tid()
-        self.busy.add(thread_id, unit.queue, unit.raw)
-        running = set_running(job)
+        work = self.busy.work
+        work[thread_id] = (unit.queue, unit.raw, int(time.time()))  # Busy.add, in place
+        running = RUNNING.set(job)
+        fields = JOB_FIELDS.set(self._log_fields(job, unit.queue))
         try:
-            with job_context(self._log_fields(job, unit.queue)):
-                return self._perform_logged(job, unit.queue, guard, unit.raw)
+            return self._perform_logged(job, unit.queue, guard, unit.raw, definition)
         finally:
-            reset_running(running)
-            self.busy.remove(thread_id)
+            JOB_FIELDS.reset(fields)
+            RUNNING.reset(running)
+            work.pop(thread_id, None)
 
     def _perform_logged(self, job: P.Payload, queue: str, guard: JobGuard,
-                        raw: bytes) -> bool:
-        started = self._started()
-        definition: JobDefinition | None = None
+                        raw: bytes, definition: JobDefinition | None) -> bool:
+        logged = not self.config.skip_default_job_logging
+        if logged:
+            wurk_log.line(logging.DEBUG, "start")
+        started = time.monotonic()
         instance: Any = None
         try:
-            definition = self.jobs.lookup(job[P.CLASS])
-            instance = definition.instantiate(job)
+            if definition is None:
+                definition = self.jobs.lookup(job[P.CLASS])  # raises JobNotRegistered
+            instance = definition.instantiate(job) if definition.is_class \
+                else definition.target
             guard.enter()
             try:
                 self._invoke(definition, instance, job, queue)
@@ -205,23 +208,25 @@ class JobRunner:
             if _is_shutdown(exc):
                 raise
             return self._book_failure(job, exc, definition, instance, raw, started)
-        return self._succeeded(started)
+        self.counters.record(failed=False)
+        if logged:
+            wurk_log.line(logging.INFO, "done: %.3f sec", time.monotonic() - started)
+        return True
 
     def _invoke(self, definition: JobDefinition, instance: Any, job: P.Payload,
                 queue: str) -> None:
         args = job[P.ARGS]
+        function = instance.perform if definition.is_class else instance
 
         def perform() -> Any:
-            result = definition.call(instance, args)
-            if inspect.iscoroutine(result):  # a sync def returning a coroutine, or no lane
+            result = function(*args)
+            if isinstance(result, CoroutineType):  # a sync def returning one, or no lane
                 return self._await(result)
             return result
 
-        chain = self.config.server_middleware
-        if chain:
-            chain.invoke(instance, job, queue, perform, run_async=self._bridge)
-        else:
-            perform()
+        # An empty chain calls ``perform`` at once (``invoke`` looks).
+        self.config.server_middleware.invoke(instance, job, queue, perform,
+                                             run_async=self._bridge)
 
     # -- the steps both kinds share ---------------------------------------------------------
     def _started(self) -> float:
@@ -232,7 +237,7 @@ class JobRunner:
     def _succeeded(self, started: float) -> bool:
         self.counters.record(failed=False)
         if not self.config.skip_default_job_logging:
-            wurk_log.info("done: %.3f sec", time.monotonic() - started)
+            wurk_log.line(logging.INFO, "done: %.3f sec", time.monotonic() - started)
         return True
 
     @staticmethod
@@ -521,10 +526,19 @@ class Processor:
 
     def _loop(self) -> None:
         stopping = self._stop.is_set
+        visible, fetch, run = self._visible, self.fetcher.fetch, self.runner.run
+        timeout, guard, lane = self.fetch_timeout, self._guard, self._lane
         while not stopping():
-            if not self._visible(self.fetch_timeout):
+            if not visible(timeout):
                 continue  # no heartbeat record vouches for us: a reaper would take the job back
-            unit = self._fetch()
+            try:
+                unit = fetch(timeout)
+            except Exception as exc:
+                self._fetch_failed(exc)
+                continue
+            if self.backoff.failures:
+                self.backoff.reset()
+                self.outage.ended()
             if unit is None:
                 continue
             if stopping():
@@ -532,21 +546,10 @@ class Processor:
                 return
             self.current = unit
             try:
-                self.runner.run(unit, self._guard, lane=self._lane, stopping=stopping)
+                run(unit, guard, lane=lane, stopping=stopping)
             finally:
                 self.current = None
             self.jobs_run += 1
-
-    def _fetch(self) -> UnitOfWork | None:
-        try:
-            unit = self.fetcher.fetch(self.fetch_timeout)
-        except Exception as exc:
-            self._fetch_failed(exc)
-            return None
-        if self.backoff.failures:
-            self.backoff.reset()
-            self.outage.ended()
-        return unit
 
     def _fetch_failed(self, exc: Exception) -> None:
         """Report the outage once, then wait longer after each failure, up to the cap."""

@@ -143,12 +143,18 @@ class ReliableFetch:
 
     # -- fetching ---------------------------------------------------------------------------
     def fetch(self, timeout: float) -> UnitOfWork | None:
-        self._let_go_of_unsettled()
+        out = self._out
+        if out is not None and not out.settled:
+            self._let_go_of_unsettled()
+        self._out = None
         paused = self._paused()
         if self._ahead:
-            unit = self._next_ahead(paused)
-            if unit is not None:
-                return unit
+            if not paused:  # the usual case, once per job: the oldest fetched ahead
+                self._out = self._ahead.popleft()
+                return self._out
+            waiting = self._next_ahead(paused)
+            if waiting is not None:
+                return waiting
         queues = self.order(paused)
         if not queues:
             self.flush_acks()
@@ -249,9 +255,20 @@ class ReliableFetch:
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:
         unit.settled = True
-        self._pending.append(unit)
+        pending = self._pending
+        pending.append(unit)
         if not self._ahead:
             return  # the next fetch is a round trip: the ACK rides that
+        if len(pending) == 1 and not (unit.counted and unit.jid):
+            # The usual case, once per job: this one ACK alone, an LREM, written now.
+            try:
+                self.lease.send_one(("LREM", self._private[unit.queue], 1, unit.raw))
+            except RedisUnavailable:
+                self._pending, self._sent = [*self._sent, unit], []
+                return  # sent again with the next round trip
+            self._pending = []
+            self._sent.append(unit)
+            return
         self._send_pending()
 
     def _send_pending(self) -> None:

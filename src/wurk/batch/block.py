@@ -20,8 +20,7 @@ from typing import Any
 
 from .. import payload as P
 
-__all__ = ["Block", "current", "enter", "leave", "reset_worker_config", "set_worker_config",
-           "split", "worker_config"]
+__all__ = ["WORKER_CONFIG", "Block", "current", "enter", "leave", "split", "worker_config"]
 
 Entry = tuple[dict[str, Any], "float | None"]
 
@@ -52,21 +51,15 @@ def leave(token: contextvars.Token[Block | None]) -> None:
     _current.reset(token)
 
 
-_worker_config: contextvars.ContextVar[Any] = contextvars.ContextVar(
+# The ``Config`` of the worker running the current job: set and reset by the batch server
+# middleware around every job (as the variable itself: that runs for every job).
+WORKER_CONFIG: contextvars.ContextVar[Any] = contextvars.ContextVar(
     "wurk_batch_worker_config", default=None)
 
 
 def worker_config() -> Any:
     """The ``Config`` of the worker running the current job, or None outside one."""
-    return _worker_config.get()
-
-
-def set_worker_config(config: Any) -> contextvars.Token[Any]:
-    return _worker_config.set(config)
-
-
-def reset_worker_config(token: contextvars.Token[Any]) -> None:
-    _worker_config.reset(token)
+    return WORKER_CONFIG.get()
 
 
 def split(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:

@@ -85,13 +85,13 @@ class BatchServerMiddleware:
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
         bid, jid = payload.get(P.BID), payload.get(P.JID)
-        token = blocks.set_worker_config(self.config)
+        token = blocks.WORKER_CONFIG.set(self.config)
         try:
             if not isinstance(bid, str) or not bid or not isinstance(jid, str) or not jid:
                 return call_next()
             return self._counted(bid, jid, payload, call_next)
         finally:
-            blocks.reset_worker_config(token)
+            blocks.WORKER_CONFIG.reset(token)
 
     def _counted(self, bid: str, jid: str, payload: P.Payload,
                  call_next: Callable[[], Any]) -> Any:
@@ -112,13 +112,13 @@ class BatchServerMiddleware:
         """The same around an async job, on its loop; the counts in a helper thread (a sync
         link there would hold a helper thread for the job's whole run)."""
         bid, jid = payload.get(P.BID), payload.get(P.JID)
-        token = blocks.set_worker_config(self.config)
+        token = blocks.WORKER_CONFIG.set(self.config)
         try:
             if not isinstance(bid, str) or not bid or not isinstance(jid, str) or not jid:
                 return await call_next()
             return await self._acounted(bid, jid, payload, call_next)
         finally:
-            blocks.reset_worker_config(token)
+            blocks.WORKER_CONFIG.reset(token)
 
     async def _acounted(self, bid: str, jid: str, payload: P.Payload,
                         call_next: Callable[[], Any]) -> Any:
