@@ -199,8 +199,11 @@ class Chain:
                 if all(entry.sync and not entry.fresh for entry in self._entries) else None
             self._checked = True
         links = self._sync_links
-        if links is not None:
-            return _walk_sync(links, 0, job, payload, queue, final)
+        if links is not None:  # the first link called here: one frame fewer a job
+            if len(links) == 1:
+                return links[0](job, payload, queue, final)
+            return links[0](job, payload, queue,
+                            functools.partial(_walk_sync, links, 1, job, payload, queue, final))
         return _walk([entry.make() for entry in self._entries], job, payload, queue, final,
                      run_async)
 

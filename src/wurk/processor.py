@@ -115,6 +115,10 @@ class JobGuard:
     """Marks the stretch of a job's own frame (its middleware and body) in which a shutdown
     interrupt may be raised; the processor owns one."""
 
+    # The short id of the thread the guard belongs to (``wurk.log.tid``), kept by the
+    # processor so a job does not look it up; None where no processor set it.
+    thread_id: str | None = None
+
     def enter(self) -> None:
         return None
 
@@ -174,7 +178,7 @@ class JobRunner:
 
     def _execute(self, unit: UnitOfWork, job: P.Payload, guard: JobGuard,
                  definition: JobDefinition | None) -> bool:
-        thread_id = tid()
+        thread_id = guard.thread_id or tid()
         work = self.busy.work
         work[thread_id] = (unit.queue, unit.raw, int(time.time()))  # Busy.add, in place
         running = RUNNING.set(job)
@@ -189,18 +193,31 @@ class JobRunner:
     def _perform_logged(self, job: P.Payload, queue: str, guard: JobGuard,
                         raw: bytes, definition: JobDefinition | None) -> bool:
         logged = not self.config.skip_default_job_logging
-        if logged:
+        if logged and wurk_log.logger.isEnabledFor(logging.DEBUG):
             wurk_log.line(logging.DEBUG, "start")
         started = time.monotonic()
         instance: Any = None
         try:
             if definition is None:
                 definition = self.jobs.lookup(job[P.CLASS])  # raises JobNotRegistered
-            instance = definition.instantiate(job) if definition.is_class \
-                else definition.target
+            if definition.is_class:
+                instance = definition.instantiate(job)
+                function = instance.perform
+            else:
+                instance = function = definition.target
+            args = job[P.ARGS]
+
+            def perform() -> Any:
+                result = function(*args)
+                if isinstance(result, CoroutineType):  # a sync def returning one, or no lane
+                    return self._await(result)
+                return result
+
             guard.enter()
             try:
-                self._invoke(definition, instance, job, queue)
+                # An empty chain calls ``perform`` at once (``invoke`` looks).
+                self.config.server_middleware.invoke(instance, job, queue, perform,
+                                                     run_async=self._bridge)
             finally:
                 if guard.leave():
                     raise Shutdown("interrupted at the shutdown deadline")
@@ -212,21 +229,6 @@ class JobRunner:
         if logged:
             wurk_log.line(logging.INFO, "done: %.3f sec", time.monotonic() - started)
         return True
-
-    def _invoke(self, definition: JobDefinition, instance: Any, job: P.Payload,
-                queue: str) -> None:
-        args = job[P.ARGS]
-        function = instance.perform if definition.is_class else instance
-
-        def perform() -> Any:
-            result = function(*args)
-            if isinstance(result, CoroutineType):  # a sync def returning one, or no lane
-                return self._await(result)
-            return result
-
-        # An empty chain calls ``perform`` at once (``invoke`` looks).
-        self.config.server_middleware.invoke(instance, job, queue, perform,
-                                             run_async=self._bridge)
 
     # -- the steps both kinds share ---------------------------------------------------------
     def _started(self) -> float:
@@ -479,6 +481,7 @@ class Processor:
         self.fetch_timeout = fetch_timeout
         self._on_exit = on_exit
         self._stop = threading.Event()
+        self._stopped = False  # set with ``_stop``: what the loop reads before each job
         self._guard = _Interruptible()
         self.current: UnitOfWork | None = None
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
@@ -495,6 +498,7 @@ class Processor:
 
     def stop_fetching(self) -> None:
         """Finish the current job, then exit (quiet and stop both begin with this)."""
+        self._stopped = True
         self._stop.set()
 
     def interrupt(self) -> bool:
@@ -525,10 +529,11 @@ class Processor:
             self._on_exit(self, error)
 
     def _loop(self) -> None:
-        stopping = self._stop.is_set
+        stopping = self._stop.is_set  # for the lane, which waits on a slot with it
         visible, fetch, run = self._visible, self.fetcher.fetch, self.runner.run
         timeout, guard, lane = self.fetch_timeout, self._guard, self._lane
-        while not stopping():
+        guard.thread_id = tid()
+        while not self._stopped:
             if not visible(timeout):
                 continue  # no heartbeat record vouches for us: a reaper would take the job back
             try:
@@ -541,7 +546,7 @@ class Processor:
                 self.outage.ended()
             if unit is None:
                 continue
-            if stopping():
+            if self._stopped:
                 unit.requeue()  # fetched after quiet: back untouched, first in line
                 return
             self.current = unit

@@ -87,6 +87,12 @@ class Claims:
         with self._lock:
             self._units[id(unit)] = (key, unit)
 
+    def hold_all(self, key: str, units: list[UnitOfWork]) -> None:
+        """``hold`` of each of ``units`` (the jobs of one fetch), under one lock."""
+        with self._lock:
+            for unit in units:
+                self._units[id(unit)] = (key, unit)
+
     def release(self, unit: UnitOfWork, *, abandoned: bool = False) -> None:
         with self._lock:
             entry = self._units.pop(id(unit), None)
@@ -197,7 +203,8 @@ class ReliableFetch:
         if reply is None:
             return None
         queue = self._last_order[int(reply[0]) - 1]
-        units = [self._hold(raw, queue, counted=False) for raw in reply[2:]]
+        units = [UnitOfWork(queue, raw, self, counted=False) for raw in reply[2:]]
+        self.claims.hold_all(self._private[queue], units)  # one lock for the lot
         units[0].counted = bool(reply[1])
         self._ahead.extend(units[1:])
         self._out = units[0]
