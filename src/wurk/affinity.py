@@ -37,7 +37,9 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    window's jobs (the extra core went on the scout handing the GIL across cores, not on
    work): then pinning is kept. Under that, the threads are set free if the pinned window
    did fewer than ``KEEP`` of the scout window's jobs, or none at all. Else pinning is kept,
-   and measured again the same way after ``RETRY`` seconds. A window counts only if the
+   and measured again the same way after ``RETRY`` seconds. A scout window plainly losing
+   (one core, under ``LOSING`` of the pinned rate after ``SCOUT_AT_LEAST``) ends early,
+   pinning kept. A window counts only if the
    process was busy throughout. Scouting with one thread rather than freeing them all is
    what makes the measurement cheap where pinning pays: freeing every GIL-bound thread
    cost ~70 % of a window's jobs on the 2-core benchmark machine, one scout ~25 %, while
@@ -82,6 +84,10 @@ PARALLEL_CORES = 1.3
 # it: on a busy machine two quarter-seconds differ by more than what pinning moves, so the
 # trial only has to catch pinning that hurts (parallel work starved of its second core).
 KEEP = 0.85
+# A scout window is ended early, pinning kept, once it has run this long on one core at
+# under LOSING of the pinned window's rate: GIL-bound jobs lose a third and more there.
+SCOUT_AT_LEAST = 0.1
+LOSING = 0.75
 HOLD = 30.0
 RETRY = 20.0
 
@@ -153,7 +159,18 @@ def _least_busy(cpus: list[int]) -> int:
 
 def threads_cpu(native_ids: Collection[int]) -> float | None:
     """CPU seconds (user + system) the threads ``native_ids`` of this process have used;
-    None where the OS does not tell."""
+    None where the OS does not tell.
+
+    Linux's ``schedstat`` counts in nanoseconds; the per-thread times psutil reads elsewhere
+    count in clock ticks (10 ms), too coarse for ten threads over a tenth of a second."""
+    total = 0
+    try:
+        for native in native_ids:
+            with open(f"/proc/self/task/{native}/schedstat", "rb") as stats:
+                total += int(stats.read().split(maxsplit=1)[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass  # no schedstat (not Linux, or a kernel without it), or a thread gone
     try:
         threads = psutil.Process().threads()
     except (psutil.Error, OSError, NotImplementedError):
@@ -205,9 +222,28 @@ class _Guard:
             return PINNED
         window = self._window
         assert window is not None
-        if now - window.start < WINDOW - SAMPLE_INTERVAL / 2:  # ends at the nearest sample
+        elapsed = now - window.start
+        if elapsed < WINDOW - SAMPLE_INTERVAL / 2:  # ends at the nearest sample
+            if self.phase == "scout" and elapsed >= SCOUT_AT_LEAST - SAMPLE_INTERVAL / 2:
+                return self._cut_short(window, threads, now)
             return PINNED if self.phase == "trial" else SCOUT
         return self._close(window, threads, now)
+
+    def _cut_short(self, window: _Window, threads: Collection[int], now: float) -> str:
+        """A scout window that is plainly losing ends early, pinning kept: on one core
+        (no parallel work) and clearly under the pinned window's rate. Anything else runs
+        the whole window."""
+        elapsed = now - window.start
+        cpu = self._cpu(threads)
+        if cpu is None or window.cpu is None or (cpu - window.cpu) / elapsed > PARALLEL_CORES:
+            return SCOUT
+        rate = (self._done() - window.done) / elapsed
+        if rate >= self._trial_rate * LOSING:
+            return SCOUT
+        log.debug("affinity: scout window cut short at %.0f jobs/s, pinned %.0f", rate,
+                  self._trial_rate)
+        self.phase = self._window = None
+        return self._keep(now)
 
     def _open(self, phase: str, threads: Collection[int], now: float) -> None:
         self.phase, self._window = phase, _Window(now, self._done(), self._cpu(threads))
