@@ -207,11 +207,13 @@ def test_async_jobs_run(config: wurk.Config, r: redis.Redis, start_worker: Start
 
 
 # What a default worker never runs, so never keeps in memory: the other subcommands (the
-# server commands bring the embedded server's code), the health check's HTTP server, and
-# the time zone database's module (a periodic job with a named zone loads it).
+# server commands bring the embedded server's code), the health check's HTTP server, the
+# time zone database's module (a periodic job with a named zone loads it), and the parts
+# of the inspection model neither the limiters (its checked values) nor the leader's
+# history sampler (the processes, queues and numbers) read.
 NOT_IN_A_WORKER = {"wurk.cli.server", "wurk.cli.web", "wurk.cli.inspect", "wurk.cli.swarm",
                    "wurk.cli.demo", "wurk.embedded_server", "wurk.health", "http.server",
-                   "zoneinfo"}
+                   "zoneinfo", "wurk.api.sets", "wurk.api.periodic"}
 
 
 def test_a_worker_keeps_only_the_code_it_runs(config: wurk.Config, r: redis.Redis,

@@ -28,13 +28,43 @@ numbers through ``Stats``.
 
 from __future__ import annotations
 
-from .periodic import LoopRecord, PeriodicSet
-from .processes import Process, ProcessSet, Work, WorkSet
-from .queues import Queue
-from .record import JobRecord
-from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
-from .stats import QueueSummary, Stats, StatsHistory
-from .values import Invalid
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .periodic import LoopRecord, PeriodicSet
+    from .processes import Process, ProcessSet, Work, WorkSet
+    from .queues import Queue
+    from .record import JobRecord
+    from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+    from .stats import QueueSummary, Stats, StatsHistory
+    from .values import Invalid
+
+# Each name is imported from its module on first use (PEP 562): a worker reads a few
+# checked values through ``values`` and should not carry the rest of the model (sets,
+# processes, periodic loops…) in its memory.
+_HOME = {
+    "LoopRecord": "periodic", "PeriodicSet": "periodic",
+    "Process": "processes", "ProcessSet": "processes", "Work": "processes",
+    "WorkSet": "processes", "Queue": "queues", "JobRecord": "record",
+    "DeadSet": "sets", "JobSet": "sets", "RetrySet": "sets", "ScheduledSet": "sets",
+    "SortedEntry": "sets", "QueueSummary": "stats", "Stats": "stats",
+    "StatsHistory": "stats", "Invalid": "values",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOME])
+
 
 __all__ = [
     "DeadSet",
