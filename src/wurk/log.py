@@ -382,7 +382,8 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
         lock.acquire()
         try:
             text = formatter.render(time.time(), _LEVEL_NAMES.get(level) or
-                                    logging.getLevelName(level), message, ctx, tid(),
+                                    logging.getLevelName(level), message, ctx,
+                                    getattr(_thread_ids, "tid", None) or tid(),
                                     (_pid if _pid is not None else os.getpid())
                                     if logging.logProcesses else None)
             text += self.terminator
