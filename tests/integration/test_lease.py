@@ -11,6 +11,7 @@ import redis
 import wurk
 from wurk.errors import RedisUnavailable
 from wurk.lease import READ_SIZE, Lease
+from wurk.pool import READ_BUFFER
 
 
 def _lease(config: wurk.Config) -> Lease:
@@ -85,3 +86,22 @@ def test_a_reply_read_ahead_keeps_the_connection_from_the_pool(config: wurk.Conf
     assert replies.read() in (b"PONG", "PONG") and replies.pending()
     lease.release()
     assert lease.call("CLIENT", "ID") != first
+
+
+def test_pooled_connections_read_into_a_small_buffer_and_still_take_big_replies(
+    config: wurk.Config,
+) -> None:
+    """Each pooled connection reads ``READ_BUFFER`` bytes at a time (redis-py's own 64 KiB
+    per connection was 1.3 MB over a worker's connections); a reply many times that size
+    comes whole, through the lease and through redis-py alike."""
+    pool = config.pool("buffer-test", size=2)
+    value = b"y" * (READ_BUFFER * 5 + 3)
+    assert pool.run(lambda r: r.set("big", value) and r.get("big")) == value
+    connection = pool.take_connection()
+    try:
+        assert pool._pool.connection_kwargs["socket_read_size"] == READ_BUFFER
+        buffer = getattr(connection._parser, "_buffer", None)
+        assert buffer is None or len(buffer) == READ_BUFFER  # hiredis keeps one that size
+    finally:
+        pool.release_connection(connection)
+    assert Lease(pool).call("GET", "big") == value
