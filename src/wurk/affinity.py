@@ -44,7 +44,14 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    what makes the measurement cheap where pinning pays: freeing every GIL-bound thread
    cost ~70 % of a window's jobs on the 2-core benchmark machine, one scout ~25 %, while
    GIL-releasing jobs show 1.7 cores with one scout against 1.8 with every thread free.
-5. The verdict outlives a quiet spell. Quiet, the threads are free (point 3), but the next
+5. Pinned to one CPU, the threads watch their neighbours there: once a ``WINDOW`` the time
+   other processes took on that CPU (its busy time less the threads' own) is held against
+   the other allowed CPUs' busy time, and a CPU crowded by others (``CROWDED``) is left for
+   one idler by ``MARGIN`` — at most once per ``MOVE_GAP``. A Redis on the same host, which
+   serves every job, is the usual neighbour: the CPU least busy at boot, when Redis idles,
+   may be the one it runs on once the jobs flow (measured with Redis held to CPU 0 and the
+   worker's choice falling there three times in four: 75 % of a core for the threads).
+6. The verdict outlives a quiet spell. Quiet, the threads are free (point 3), but the next
    busy spell starts where the guard left off: pinned at once if pinning was kept, free
    while a ``HOLD`` runs, and on trial only once it has run out (or with no verdict yet). So
    jobs that compute in parallel are pinned for at most one trial window per ``HOLD``.
@@ -63,7 +70,7 @@ import psutil
 
 from .errors import ConfigError
 
-__all__ = ["Pinning", "allowed", "choose", "parse", "threads_cpu"]
+__all__ = ["Pinning", "allowed", "choose", "cpus_busy", "parse", "threads_cpu"]
 
 log = logging.getLogger("wurk")
 
@@ -90,6 +97,15 @@ SCOUT_AT_LEAST = 0.1
 LOSING = 0.75
 HOLD = 30.0
 RETRY = 20.0
+# Pinned, the threads share their CPU with whatever else runs there — Redis on the same
+# host, above all, which serves every job. Once a WINDOW the time others took on that CPU
+# (its busy time less the threads' own) is held against each other allowed CPU's busy
+# time: at CROWDED of a core taken by others, and another CPU idler by MARGIN, the threads
+# move there; at most once per MOVE_GAP, so two processes cannot chase each other. (A Redis
+# serving a GIL-bound worker on the 2-core benchmark machine took 0.25–0.4 of a core.)
+CROWDED = 0.2
+MARGIN = 0.15
+MOVE_GAP = 2.0
 
 
 def allowed() -> list[int]:
@@ -176,6 +192,16 @@ def threads_cpu(native_ids: Collection[int]) -> float | None:
     except (psutil.Error, OSError, NotImplementedError):
         return None
     return sum(t.user_time + t.system_time for t in threads if t.id in native_ids)
+
+
+def cpus_busy() -> list[float] | None:
+    """Busy seconds (all but idle and I/O wait) of each CPU so far, by CPU number; None
+    where the OS does not tell."""
+    try:
+        times = psutil.cpu_times(percpu=True)
+    except (psutil.Error, OSError, NotImplementedError):
+        return None
+    return [sum(t) - t.idle - getattr(t, "iowait", 0.0) for t in times]
 
 
 class _Window:
@@ -289,6 +315,7 @@ class Pinning:
     def __init__(self, cpus: frozenset[int], running: Callable[[], int], *,
                  adaptive: bool, done: Callable[[], int] = lambda: 0,
                  cpu: Callable[[Collection[int]], float | None] = threads_cpu,
+                 busy: Callable[[], list[float] | None] = cpus_busy,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cpus = cpus
         self.adaptive = adaptive
@@ -303,6 +330,12 @@ class Pinning:
         self._turn = 0
         self._samples: deque[int] = deque(maxlen=SAMPLES)
         self._guard = _Guard(cpu, done)
+        self._cpu = cpu
+        self._cpus_busy = busy
+        # The neighbours' watch: (when, each CPU's busy seconds, the threads' CPU) at the
+        # start of the window being watched; None while not pinned.
+        self._mark: tuple[float, list[float], float] | None = None
+        self._moved_at = float("-inf")
         self._clock = clock
         self.busy = False
         self.placement = FREE if adaptive else PINNED
@@ -345,6 +378,36 @@ class Pinning:
         want = self._guard.want(threads, busy=self.busy, now=now)
         if want != self.placement:
             self._apply(want)
+        self._watch_neighbours(threads, now)
+
+    def _watch_neighbours(self, threads: Collection[int], now: float) -> None:
+        """Pinned to one CPU that others crowd (see ``CROWDED``), move to an idler one."""
+        if self.placement != PINNED or len(self.cpus) != 1 or len(self._anywhere) < 2:
+            self._mark = None
+            return
+        busy, ours = self._cpus_busy(), self._cpu(threads)
+        if busy is None or ours is None:
+            return
+        mark = self._mark
+        if mark is None or now - mark[0] < WINDOW - SAMPLE_INTERVAL / 2:
+            if mark is None:
+                self._mark = (now, busy, ours)
+            return
+        self._mark = (now, busy, ours)
+        start, before, ours_before = mark
+        elapsed = now - start
+        (here,) = self.cpus
+        others = [cpu for cpu in self._anywhere if cpu != here and cpu < len(busy)]
+        if here >= len(busy) or not others or now - self._moved_at < MOVE_GAP:
+            return
+        crowd = (busy[here] - before[here] - (ours - ours_before)) / elapsed
+        idlest = min(others, key=lambda cpu: busy[cpu] - before[cpu])
+        load = (busy[idlest] - before[idlest]) / elapsed
+        if crowd >= CROWDED and load <= crowd - MARGIN:
+            log.debug("affinity: others took %.2f of CPU %d, CPU %d is busy %.2f: moving",
+                      crowd, here, idlest, load)
+            self.cpus, self._moved_at, self._mark = frozenset({idlest}), now, None
+            self._apply(PINNED)
 
     def _apply(self, placement: str) -> None:
         with self._lock:

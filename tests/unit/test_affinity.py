@@ -110,7 +110,7 @@ class Fake:
         self.clock = Clock()
         self.pinning = affinity.Pinning(frozenset({affinity.allowed()[-1]}),
                                         lambda: self.running, adaptive=True, done=self.done,
-                                        cpu=self.cpu, clock=self.clock)
+                                        cpu=self.cpu, busy=lambda: None, clock=self.clock)
         self._cpu = self._done = 0.0
         self._at = self.clock.now
 
@@ -391,3 +391,88 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
     thread.join()
     assert seen[-1] == set(cpus)
     pinning.sample()  # the thread is gone: nothing to move, no error
+
+
+class Neighbours:
+    """Two CPUs' busy seconds and the pinned threads' own CPU, moved by the test: the
+    threads use ``ours`` of their CPU, others ``crowd`` of it and ``elsewhere`` of CPU 1."""
+
+    def __init__(self, *, ours: float, crowd: float, elsewhere: float) -> None:
+        self.ours, self.crowd, self.elsewhere = ours, crowd, elsewhere
+        self.clock = Clock()
+        self.running = 10
+        self._busy = [0.0, 0.0]
+        self._ours = 0.0
+        self._at = self.clock.now
+        self.pinning = affinity.Pinning(frozenset({0}), lambda: self.running, adaptive=True,
+                                        cpu=self.cpu, busy=self.busy, clock=self.clock)
+        self.pinning._anywhere = frozenset({0, 1})  # two CPUs, whatever this machine has
+        self.pinning._guard.verdict, self.pinning._guard.pinned_at = "pinned", self.clock.now
+
+    def _advance(self) -> None:
+        elapsed, self._at = self.clock.now - self._at, self.clock.now
+        if not self.pinning.pinned:
+            return
+        (here,) = self.pinning.cpus
+        self._busy[here] += elapsed * (self.ours + self.crowd)
+        self._busy[1 - here] += elapsed * self.elsewhere
+        self._ours += elapsed * self.ours
+
+    def cpu(self, threads: object) -> float:
+        self._advance()
+        return self._ours
+
+    def busy(self) -> list[float]:
+        self._advance()
+        return list(self._busy)
+
+    def run(self, seconds: float) -> None:
+        for _ in range(round(seconds / affinity.SAMPLE_INTERVAL)):
+            self.clock.now += affinity.SAMPLE_INTERVAL
+            self.pinning.sample()
+
+
+def test_pinned_threads_crowded_by_others_move_to_an_idler_cpu() -> None:
+    """Redis on the threads' CPU takes 0.4 of it while the other CPU idles: the threads
+    move there, within a couple of windows, and stay."""
+    watched = Neighbours(ours=0.6, crowd=0.4, elsewhere=0.05)
+    watched.run(STEP + 2 * W + STEP)
+    assert watched.pinning.cpus == {1} and watched.pinning.pinned
+    watched.crowd, watched.elsewhere = 0.0, 0.4  # the others stayed behind, on CPU 0
+    watched.run(10 * affinity.MOVE_GAP)
+    assert watched.pinning.cpus == {1}
+
+
+@pytest.mark.parametrize("crowd, elsewhere", [
+    (0.1, 0.0),  # others take little of the CPU: not worth a move
+    (0.4, 0.9),  # crowded, but every other CPU is busier
+    (0.4, 0.3),  # crowded, and the other CPU not idler by MARGIN
+])
+def test_threads_stay_unless_crowded_and_an_idler_cpu_is_there(crowd: float,
+                                                               elsewhere: float) -> None:
+    watched = Neighbours(ours=0.9, crowd=crowd, elsewhere=elsewhere)
+    watched.run(5.0)
+    assert watched.pinning.cpus == {0}
+
+
+def test_a_move_waits_move_gap_after_the_last() -> None:
+    """Two processes crowding each other cannot chase one another round the CPUs: after a
+    move the next waits MOVE_GAP, however crowded the new CPU is."""
+    watched = Neighbours(ours=0.6, crowd=0.4, elsewhere=0.0)
+    watched.run(STEP + 2 * W + STEP)
+    assert watched.pinning.cpus == {1}
+    moved_at = watched.pinning._moved_at
+    watched.elsewhere = 0.0  # the crowd followed the threads to CPU 1
+    watched.run(moved_at + affinity.MOVE_GAP - STEP - watched.clock.now)
+    assert watched.pinning.cpus == {1}
+    watched.run(2 * W + 2 * STEP)
+    assert watched.pinning.cpus == {0} and watched.pinning._moved_at >= moved_at + \
+        affinity.MOVE_GAP
+
+
+def test_explicit_cpus_never_move() -> None:
+    watched = Neighbours(ours=0.6, crowd=0.4, elsewhere=0.0)
+    watched.pinning.adaptive = False
+    watched.pinning.placement = affinity.PINNED
+    watched.run(5.0)
+    assert watched.pinning.cpus == {0}
