@@ -385,15 +385,15 @@ class Pinning:
         if self.placement != PINNED or len(self.cpus) != 1 or len(self._anywhere) < 2:
             self._mark = None
             return
+        mark = self._mark
+        if mark is not None and now - mark[0] < WINDOW - SAMPLE_INTERVAL / 2:
+            return  # read only at the window's ends: /proc costs the poller, and the GIL
         busy, ours = self._cpus_busy(), self._cpu(threads)
         if busy is None or ours is None:
             return
-        mark = self._mark
-        if mark is None or now - mark[0] < WINDOW - SAMPLE_INTERVAL / 2:
-            if mark is None:
-                self._mark = (now, busy, ours)
-            return
         self._mark = (now, busy, ours)
+        if mark is None:
+            return
         start, before, ours_before = mark
         elapsed = now - start
         (here,) = self.cpus
