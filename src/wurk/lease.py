@@ -103,13 +103,13 @@ class _Wire:
         gets = self._reader.gets
         while len(replies) < count:
             reply = gets()
-            if reply is _INCOMPLETE or (_PUSH is not None and isinstance(reply, _PUSH)):
-                if reply is not _INCOMPLETE and self._on_push is not None:
+            if reply is _INCOMPLETE:
+                replies.append(self.read())  # the socket read, pushes and all
+            elif _PUSH is not None and isinstance(reply, _PUSH):
+                if self._on_push is not None:
                     self._on_push(reply)
-                if reply is _INCOMPLETE:
-                    replies.append(self.read())
-                continue
-            replies.append(reply)
+            else:
+                replies.append(reply)
         return replies
 
     def pending(self) -> bool:
@@ -163,17 +163,9 @@ class Lease:
 
     def send_one(self, command: tuple[Any, ...]) -> None:
         """``send`` of one command (a processor's ACK, once per job), without the list."""
+        packed = _pack(command)
         try:
-            packed = bytes(hiredis.pack_command(command))
-        except TypeError as exc:
-            raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
-        try:
-            connection = self._connection if self._connection is not None else self._take()
-            wire = self._wire
-            if wire is not None:
-                wire.sock.sendall(packed)
-            else:
-                connection.send_packed_command([packed], check_health=False)
+            self._write(self._take(), packed)
         except BaseException as exc:
             self._lost(exc)
         self._unread += 1

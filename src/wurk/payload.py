@@ -152,11 +152,7 @@ def loads(raw: str | bytes) -> Payload:
         ) from None
     except RecursionError:
         value = _TOO_DEEP  # deeper than Python parses: certainly deeper than MAX_NESTING
-    # Walked only when the raw text has that many brackets at all: an ordinary payload
-    # costs two ``count`` calls.
-    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) \
-        else raw.count("[") + raw.count("{")
-    if value is _TOO_DEEP or (brackets > MAX_NESTING and _deeper_than_allowed(value)):
+    if value is _TOO_DEEP or _too_deep(raw, value):
         raise UnparseablePayload(
             f"payload is nested deeper than {MAX_NESTING} levels, the most Ruby's JSON (so "
             f"Sidekiq) reads: {_excerpt(raw)}"
@@ -170,13 +166,11 @@ def loads(raw: str | bytes) -> Payload:
 
 def _too_deep(raw: str | bytes, value: Any) -> bool:
     """Whether ``value`` nests deeper than ``MAX_NESTING``; walked only when the raw text
-    has that many brackets at all, so an ordinary value costs two ``count`` calls."""
+    has that many brackets at all, so an ordinary payload costs two ``count`` calls."""
     brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) \
         else raw.count("[") + raw.count("{")
-    return brackets > MAX_NESTING and _deeper_than_allowed(value)
-
-
-def _deeper_than_allowed(value: Any) -> bool:
+    if brackets <= MAX_NESTING:
+        return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()

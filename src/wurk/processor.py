@@ -84,27 +84,26 @@ class Busy:
 
     No lock: each entry is set and popped by the thread (or task) it names, and a snapshot
     copies the map in one step — single dict operations, which CPython makes atomic (the
-    free-threaded build locks each dict itself). The processor writes ``work`` in place
-    around every job."""
+    free-threaded build locks each dict itself); a job's path takes no lock for it."""
 
     def __init__(self) -> None:
-        self.work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
+        self._work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
 
     def add(self, thread_id: str, queue: str, raw: bytes) -> None:
-        self.work[thread_id] = (queue, raw, int(time.time()))
+        self._work[thread_id] = (queue, raw, int(time.time()))
 
     def remove(self, thread_id: str) -> None:
-        self.work.pop(thread_id, None)
+        self._work.pop(thread_id, None)
 
     def snapshot(self) -> dict[str, str]:
         """tid → the JSON value Sidekiq's Busy page reads."""
-        items = list(self.work.items())
+        items = list(self._work.items())
         return {t: P.dumps({"queue": q, "payload": raw.decode("utf-8", "replace"),
                             "run_at": run_at})
                 for t, (q, raw, run_at) in items}
 
     def __len__(self) -> int:
-        return len(self.work)
+        return len(self._work)
 
 
 def _never() -> bool:
@@ -179,8 +178,8 @@ class JobRunner:
     def _execute(self, unit: UnitOfWork, job: P.Payload, guard: JobGuard,
                  definition: JobDefinition | None) -> bool:
         thread_id = guard.thread_id or tid()
-        work = self.busy.work
-        work[thread_id] = (unit.queue, unit.raw, int(time.time()))  # Busy.add, in place
+        busy = self.busy
+        busy.add(thread_id, unit.queue, unit.raw)
         running = RUNNING.set(job)
         fields = JOB_FIELDS.set(self._log_fields(job, unit.queue))
         try:
@@ -188,27 +187,21 @@ class JobRunner:
         finally:
             JOB_FIELDS.reset(fields)
             RUNNING.reset(running)
-            work.pop(thread_id, None)
+            busy.remove(thread_id)
 
     def _perform_logged(self, job: P.Payload, queue: str, guard: JobGuard,
                         raw: bytes, definition: JobDefinition | None) -> bool:
-        logged = not self.config.skip_default_job_logging
-        if logged and wurk_log.logger.isEnabledFor(logging.DEBUG):
-            wurk_log.line(logging.DEBUG, "start")
-        started = time.monotonic()
+        started = self._started()
         instance: Any = None
         try:
             if definition is None:
                 definition = self.jobs.lookup(job[P.CLASS])  # raises JobNotRegistered
-            if definition.is_class:
-                instance = definition.instantiate(job)
-                function = instance.perform
-            else:
-                instance = function = definition.target
+            call = definition.call
+            instance = definition.instantiate(job)
             args = job[P.ARGS]
 
             def perform() -> Any:
-                result = function(*args)
+                result = call(instance, args)
                 if isinstance(result, CoroutineType):  # a sync def returning one, or no lane
                     return self._await(result)
                 return result
@@ -225,14 +218,12 @@ class JobRunner:
             if _is_shutdown(exc):
                 raise
             return self._book_failure(job, exc, definition, instance, raw, started)
-        self.counters.record(failed=False)
-        if logged:
-            wurk_log.line(logging.INFO, "done: %.3f sec", time.monotonic() - started)
-        return True
+        return self._succeeded(started)
 
     # -- the steps both kinds share ---------------------------------------------------------
     def _started(self) -> float:
-        if not self.config.skip_default_job_logging:
+        if not self.config.skip_default_job_logging \
+                and wurk_log.logger.isEnabledFor(logging.DEBUG):
             wurk_log.line(logging.DEBUG, "start")
         return time.monotonic()
 

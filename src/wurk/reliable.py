@@ -84,8 +84,7 @@ class Claims:
         self._abandoned: Counter[tuple[str, bytes]] = Counter()
 
     def hold(self, key: str, unit: UnitOfWork) -> None:
-        with self._lock:
-            self._units[id(unit)] = (key, unit)
+        self.hold_all(key, [unit])
 
     def hold_all(self, key: str, units: list[UnitOfWork]) -> None:
         """``hold`` of each of ``units`` (the jobs of one fetch), under one lock."""

@@ -211,23 +211,14 @@ class ExecutionMetrics:
 
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
-        # Around every job: ``job_name`` and ``_succeeded`` are written out here (a call
-        # each per job otherwise); the async form and failures take the helpers.
-        wrapped = payload.get(P.WRAPPED)
-        name = wrapped if isinstance(wrapped, str) and wrapped else payload.get(P.CLASS)
-        if not isinstance(name, str):
-            name = str(name)
+        name = job_name(payload)
         started = time.perf_counter()
         try:
             result = call_next()
         except Exception as exc:
             self._failed(name, queue, payload, exc)
             raise
-        ms = (time.perf_counter() - started) * 1000.0
-        if self.tracker is not None:
-            self.tracker.succeeded(name, ms)
-        for observer in self.observers:
-            _tell(observer, name, queue, payload, ms, None)
+        self._succeeded(name, queue, payload, started)
         return result
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
