@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import difflib
 import logging
 import os
 import threading
@@ -70,6 +69,8 @@ CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "de
 
 def did_you_mean(key: str) -> str:
     """``"; did you mean 'max_retries'?"`` for the setting closest to the unknown ``key``."""
+    import difflib  # here: only a mistyped setting needs it, and a worker keeps what it imports
+
     known = sorted({f.name for f in fields(Config) if f.init} - set(CODE_SETTINGS))
     close = difflib.get_close_matches(key, known, n=1)
     if not close:  # the name without its prefix: ``retries`` for ``max_retries``

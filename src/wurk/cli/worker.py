@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import logging
 import os
@@ -214,6 +213,8 @@ def mention_unseen_queues(config: Config, queues: tuple[str, ...]) -> None:
     for name in dict.fromkeys(asked):
         if name in known:
             continue
+        import difflib  # here: only a queue never pushed to needs it (a worker keeps it)
+
         close = difflib.get_close_matches(name, known, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         logger.log(logging.WARNING if close else logging.INFO,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.resources
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, Protocol
 
 import redis
@@ -38,8 +38,18 @@ class Script:
 
     def __init__(self, name: str, *, prelude: tuple[str, ...] = ()) -> None:
         self.name = name
-        self.text = "".join(source(part) for part in (*prelude, name))
-        self.sha = hashlib.sha1(self.text.encode("utf-8")).hexdigest()
+        self.prelude = prelude
+
+    # Read on first use, not when the module defining the script is imported: a worker
+    # imports every feature's module, and most of their scripts (batches, limiters, unique
+    # locks) never run in it, while the text of each stays in memory for the process's life.
+    @cached_property
+    def text(self) -> str:
+        return "".join(source(part) for part in (*self.prelude, self.name))
+
+    @cached_property
+    def sha(self) -> str:
+        return hashlib.sha1(self.text.encode("utf-8")).hexdigest()
 
     def evalsha(self, keys: list[str], args: list[object]) -> tuple[object, ...]:
         return ("EVALSHA", self.sha, len(keys), *keys, *args)
