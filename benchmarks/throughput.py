@@ -3,13 +3,20 @@ with concurrency 10, next to the floor — a bare redis-py loop doing the same R
 (BRPOP a payload, parse it, INCR) — in the same run.
 
     python -m benchmarks.throughput [--jobs 20000] [--runs 3] [--fetch basic] [--concurrency 10]
-                                    [--metrics-off] [--quiet]
+                                    [--metrics-off] [--quiet] [--bare] [--redis-py]
 
 Prints jobs/s, worker CPU µs per job and peak RSS, medians of the runs. ``--metrics-off``
 adds, for each fetch, a column with execution metrics and the history sampler off
 (``metrics: false``, ``retain_history: 0``), run alternately with the default (on) in the
 same run, so the cost of metrics shows as a ratio; the machine's load average is printed.
 ``--quiet`` turns the per-job log lines off in every column.
+
+``--bare`` adds a column for ``benchmarks/bare_worker.py``: threads shaped as wurk's (one
+CPU, a Lua fetch of eight into a private list, an ACK per job written without waiting, a
+buffered ``done`` line) and nothing else — what wurk's per-job CPU above it buys is
+middleware, retries, metrics, the heartbeat's busy map, payload checks and shutdown
+handling. ``--redis-py`` makes every job body INCR through a redis-py client instead of
+``wurk.redis()`` (the bare worker's body alike).
 """
 
 from __future__ import annotations
@@ -48,25 +55,35 @@ QUIET = "skip_default_job_logging: true\n"
 
 
 def drain_with_wurk(r: redis.Redis, url: str, jobs: int, fetch: str, concurrency: int,
-                    settings: str = "") -> Result:
+                    settings: str = "", *, redis_py: bool = False) -> Result:
+    command = [sys.executable, "-m", "wurk", "worker", "-r", "benchmarks.throughput_jobs",
+               "-c", str(concurrency), "--fetch", fetch, "--log-format", "plain"]
     if settings:
         with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as file:
             file.write(settings)
         try:
-            return _drain(r, url, jobs, fetch, concurrency, ["-C", file.name])
+            return _drain(r, url, jobs, [*command, "-C", file.name], redis_py=redis_py)
         finally:
             os.unlink(file.name)
-    return _drain(r, url, jobs, fetch, concurrency, [])
+    return _drain(r, url, jobs, command, redis_py=redis_py)
 
 
-def _drain(r: redis.Redis, url: str, jobs: int, fetch: str, concurrency: int,
-           extra: list[str]) -> Result:
+def drain_bare(r: redis.Redis, url: str, jobs: int, concurrency: int, *,
+               redis_py: bool = False) -> Result:
+    """The same jobs drained by ``bare_worker``: the least a worker of wurk's shape does."""
+    command = [sys.executable, "-m", "benchmarks.bare_worker", "--jobs", str(jobs),
+               "--concurrency", str(concurrency), *(["--redis-py"] if redis_py else [])]
+    return _drain(r, url, jobs, command, redis_py=redis_py)
+
+
+def _drain(r: redis.Redis, url: str, jobs: int, command: list[str], *,
+           redis_py: bool) -> Result:
     r.flushall()
     wurk.configure(redis_url=url)
     bench_incr.perform_bulk([[] for _ in range(jobs)])
     env = {**os.environ, "REDIS_URL": url}
-    command = [sys.executable, "-m", "wurk", "worker", "-r", "benchmarks.throughput_jobs",
-               "-c", str(concurrency), "--fetch", fetch, "--log-format", "plain", *extra]
+    if redis_py:
+        env["BENCH_JOB_CLIENT"] = "redis-py"
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     watched = psutil.Process(process.pid)
@@ -118,6 +135,11 @@ def main() -> None:
     parser.add_argument("--metrics-off", action="store_true",
                         help="also drain with metrics off, alternately, for the ratio")
     parser.add_argument("--quiet", action="store_true", help="no per-job log lines")
+    parser.add_argument("--bare", action="store_true",
+                        help="also drain with benchmarks/bare_worker.py, the least a worker "
+                             "of wurk's shape does")
+    parser.add_argument("--redis-py", action="store_true",
+                        help="job bodies INCR through a redis-py client, not wurk.redis()")
     options = parser.parse_args()
     base = QUIET if options.quiet else ""
     variants = [(fetch, fetch, base) for fetch in options.fetch.split(",") if fetch]
@@ -129,12 +151,18 @@ def main() -> None:
     url = servers.enter_context(redis_url())
     r = redis.Redis.from_url(url)
     results: dict[str, list[Result]] = {name: [] for name, _, _ in variants}
+    if options.bare:
+        results["bare"] = []
     results["floor"] = []
     try:
         for _ in range(options.runs):  # interleaved so machine noise hits every column alike
             for name, fetch, settings in variants:
                 results[name].append(drain_with_wurk(r, url, options.jobs, fetch,
-                                                     options.concurrency, settings))
+                                                     options.concurrency, settings,
+                                                     redis_py=options.redis_py))
+            if options.bare:
+                results["bare"].append(drain_bare(r, url, options.jobs, options.concurrency,
+                                                  redis_py=options.redis_py))
             results["floor"].append(drain_floor(r, options.jobs))
     finally:
         r.flushall()
@@ -143,13 +171,20 @@ def main() -> None:
     load_after = os.getloadavg()
     print(f"drain {options.jobs} jobs, concurrency {options.concurrency}, "
           f"median of {options.runs} runs; load average {load_before[0]:.2f} before, "
-          f"{load_after[0]:.2f} after, on {os.cpu_count()} CPUs")
+          f"{load_after[0]:.2f} after, on {os.cpu_count()} CPUs; job body: INCR through "
+          f"{'a redis-py client' if options.redis_py else 'wurk.redis()'}")
     print(f"{'':<14}{'jobs/s':>10}{'vs floor':>10}{'CPU µs/job':>12}{'peak RSS MB':>13}")
     for name, runs in results.items():
         rate = statistics.median(x.rate for x in runs)
         cpu = statistics.median(x.cpu_us for x in runs)
         rss = statistics.median(x.rss_mb for x in runs)
         print(f"{name:<14}{rate:>10,.0f}{rate / floor_rate:>9.2f}x{cpu:>12,.0f}{rss:>13.1f}")
+    if options.bare:
+        bare_cpu = statistics.median(x.cpu_us for x in results["bare"])
+        for name, _, _ in variants:
+            cpu = statistics.median(x.cpu_us for x in results[name])
+            print(f"{name}: {cpu - bare_cpu:+,.0f} µs of worker CPU a job above the bare "
+                  f"worker's {bare_cpu:,.0f}")
     for name, _, _ in variants:
         if name.endswith("-off"):
             on = statistics.median(x.rate for x in results[name[:-4]])

@@ -239,7 +239,11 @@ def print_tables(systems: list[System], results: dict[str, list[Row]], runs: int
 # Like for like: each wurk row against the Sidekiq row run the same way.
 PAIRS = (("wurk", "sidekiq"), ("wurk_redispy", "sidekiq"),
          ("wurk_pinned", "sidekiq_pinned"), ("wurk_redispy_pinned", "sidekiq_pinned"),
-         ("wurk", "sidekiq_nojit"), ("wurk", "wurk_nometrics"))
+         ("wurk", "sidekiq_nojit"), ("wurk", "wurk_nometrics"),
+         # The yardstick: how far wurk is from a bare worker of its shape, and how far that
+         # bare worker itself would lead Sidekiq.
+         ("wurk", "bare"), ("wurk_redispy", "bare_redispy"), ("bare", "sidekiq"),
+         ("bare_redispy", "sidekiq"), ("bare", "sidekiq_nojit"))
 
 
 def print_ratios(systems: list[System], results: dict[str, list[Row]]) -> None:
@@ -248,12 +252,13 @@ def print_ratios(systems: list[System], results: dict[str, list[Row]]) -> None:
         return
     print("\nratios (> 1 means wurk is better: wurk/peer for drain and enqueue rates,\n"
           "peer/wurk for p99 latency, RSS, worker CPU, Redis CPU and commands per job)")
-    heads = ["wurk row vs peer", "drain", "single", "bulk", "p99", "RSS", "CPU/job",
+    heads = ["row vs peer", "drain", "single", "bulk", "p99", "RSS", "CPU/job",
              "Redis/job", "cmds/job"]
     print(f"{heads[0]:<{WIDTHS[0] + 16}}" + "".join(f"{h:>10}" for h in heads[1:]))
     pairs = [(a, b) for a, b in PAIRS if a in results and b in results]
     pairs += [(ours, s.name) for s in systems
-              if not s.name.startswith("wurk") and not any(b == s.name for _, b in pairs)]
+              if not s.name.startswith(("wurk", "bare"))
+              and not any(b == s.name for _, b in pairs)]
     for mine, theirs in pairs:
         cells = ratio_cells(results[mine], results[theirs])
         print(f"{mine + ' vs ' + theirs:<{WIDTHS[0] + 16}}" + "".join(f"{c:>10}" for c in cells))

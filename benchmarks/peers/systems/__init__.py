@@ -97,14 +97,14 @@ def peers_missing(tools: Tools, script: str, venv: str = ".venv") -> str | None:
 
 ORDER = ("wurk", "wurk_redispy", "sidekiq", "wurk_pinned", "wurk_redispy_pinned",
          "sidekiq_pinned", "wurk_nometrics", "sidekiq_nojit", "dramatiq", "huey", "celery",
-         "arq", "rq_simple", "rq_fork")
+         "arq", "rq_simple", "rq_fork", "bare", "bare_redispy")
 # The async row (``--async-row``): async jobs awaiting 50 ms at one concurrency.
 ASYNC_ORDER = ("wurk_async", "arq", "saq")
 
 
 def build(name: str, tools: Tools) -> System:
     """The adapter ``name`` (of ``ORDER`` or ``ASYNC_ORDER``), probed for availability."""
-    from . import arq, celery, dramatiq, huey, rq, saq, sidekiq, wurk
+    from . import arq, bare, celery, dramatiq, huey, rq, saq, sidekiq, wurk
 
     makers: dict[str, Callable[[Tools], System]] = {
         "wurk": wurk.system, "wurk_redispy": wurk.redis_py_jobs,
@@ -115,6 +115,7 @@ def build(name: str, tools: Tools) -> System:
         "dramatiq": dramatiq.system,
         "huey": huey.system, "celery": celery.system, "arq": arq.system,
         "rq_simple": rq.simple, "rq_fork": rq.fork,
+        "bare": bare.system, "bare_redispy": bare.redis_py_jobs,
     }
     if name not in makers:
         raise ValueError(f"unknown system {name!r}: choose from "

@@ -1,0 +1,41 @@
+"""The yardstick rows: ``benchmarks/bare_worker.py`` — threads shaped as wurk's (held to one
+CPU, a Lua fetch of eight into a private list, an ACK per job written without waiting, a
+buffered ``done`` line per job) and nothing else: no middleware, retries, metrics,
+heartbeat or shutdown handling. Run from wurk's interpreter (``Tools.wurk_bin``), on jobs
+pushed by wurk. "bare" runs each job's Redis command on the thread's own connection (as
+"wurk" runs it through ``wurk.redis()``), "bare_redispy" through a shared redis-py client
+(as "wurk_redispy"): what any Python worker of this shape needs at the least, on this
+machine and in this run, beside what wurk and Sidekiq take."""
+
+from __future__ import annotations
+
+import os
+
+from ..shared import COUNTER
+from . import Argv, System, Tools, python_enqueue
+
+
+def system(tools: Tools) -> System:
+    return _system(tools, "bare", redis_py=False)
+
+
+def redis_py_jobs(tools: Tools) -> System:
+    return _system(tools, "bare_redispy", redis_py=True)
+
+
+def _system(tools: Tools, name: str, *, redis_py: bool) -> System:
+    python = tools.wurk_bin("python")
+    cpu = str(max(os.sched_getaffinity(0)))
+
+    def workers(processes: int, concurrency: int) -> list[Argv]:
+        # The server comes from REDIS_URL, as every system's does.
+        return [[str(python), "-m", "benchmarks.bare_worker", "--concurrency", str(concurrency),
+                 "--cpu", cpu, "--counter", COUNTER, *(["--redis-py"] if redis_py else [])]
+                for _ in range(processes)]
+
+    body = "a shared redis-py client" if redis_py else "the thread's own connection"
+    return System(
+        name=name, enqueue=python_enqueue(python, "wurk"), workers=workers, has_bulk=True,
+        unavailable=None if python.exists() else f"{python} missing: run ./scripts/test",
+        notes=[f"{name}: benchmarks/bare_worker.py, the least a worker of wurk's shape does "
+               f"(threads on CPU {cpu}); jobs INCR through {body}"])
