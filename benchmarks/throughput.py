@@ -83,7 +83,7 @@ def _drain(r: redis.Redis, url: str, jobs: int, command: list[str], *,
     bench_incr.perform_bulk([[] for _ in range(jobs)])
     env = {**os.environ, "REDIS_URL": url}
     if redis_py:
-        env["BENCH_JOB_CLIENT"] = "redis-py"
+        env.update(BENCH_JOB_CLIENT="redis-py", BENCH_REDIS_URL=url)
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     watched = psutil.Process(process.pid)
