@@ -132,8 +132,11 @@ def main() -> None:
     for index in range(options.concurrency):
         threading.Thread(target=processor, args=(options.url, index, log, body, options.counter),
                          name=f"processor-{index}", daemon=True).start()
+    if not options.jobs:  # until stopped: nothing to poll, so no CPU or commands of its own
+        while True:
+            time.sleep(3600)
     watch = redis.Redis.from_url(options.url)
-    while not options.jobs or int(watch.get(options.counter) or 0) < options.jobs:
+    while int(watch.get(options.counter) or 0) < options.jobs:
         time.sleep(0.005)
 
 
