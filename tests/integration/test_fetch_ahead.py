@@ -13,6 +13,7 @@ import redis
 import wurk
 from wurk import payload as P
 from wurk.config import Capsule
+from wurk.errors import RedisUnavailable
 from wurk.fetch import UnitOfWork
 from wurk.heartbeat import Identity
 from wurk.lease import Lease
@@ -294,3 +295,30 @@ def test_an_unexpected_error_in_the_ack_thread_is_reported_and_tried_again(
     lane.close()
     loop.close()
     f.flush()
+
+
+def test_acks_written_when_the_connection_is_cut_are_sent_again(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """ACKs written while jobs fetched ahead wait — the kernel may still hold the last — and
+    lost with a connection cut before the next round trip are sent again with the one after:
+    no finished job stays in the private list to run again."""
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    done: list[UnitOfWork] = []
+    for _ in range(8):  # 0 fetched, 1–7 from the buffer, each ACK written as it ends
+        unit = f.fetch(0.1)
+        assert unit is not None
+        if not done:
+            connection_id = f.lease.call("CLIENT", "ID")
+        unit.jid = json.loads(unit.raw)["jid"]
+        unit.acknowledge()
+        done.append(unit)
+    r.client_kill_filter(_id=connection_id)
+    with pytest.raises(RedisUnavailable):
+        f.fetch(0.1)  # the round trip that finds the connection gone
+    assert number(f.fetch(0.1)) == 8  # a fresh connection: the ACKs go first
+    left = r.lrange(private, 0, -1)
+    assert not {d.raw.decode() for d in done} & set(left), "an ACK was lost"
+    assert r.llen("queue:default") + len(left) == 92  # 0–7 done, nothing else gone

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -105,3 +109,75 @@ def test_pooled_connections_read_into_a_small_buffer_and_still_take_big_replies(
     finally:
         pool.release_connection(connection)
     assert Lease(pool).call("GET", "big") == value
+
+
+HOLDS = hasattr(socket, "MSG_MORE")  # Linux: the kernel can hold a write for the next one
+
+
+def test_an_ack_is_held_for_the_connections_next_write_and_goes_out_with_it(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """``send_one`` (a processor's ACK) on TCP is held by the kernel for the next write; a
+    second goes out at once and takes the first with it, so no more than one is held."""
+    r.rpush("acks", "a", "b", "c", "d")
+    lease = _lease(config)
+    lease.call("PING")
+    lease.send_one(("LREM", "acks", 1, "a"))
+    assert lease._holding is HOLDS
+    lease.send_one(("LREM", "acks", 1, "b"))
+    assert lease._holding is False  # written: nothing held any more
+    assert lease.pipeline([("LLEN", "acks")]) == [1, 1, 2]  # both ACKs ran, in order
+    lease.send_one(("LREM", "acks", 1, "c"))
+    assert lease.pipeline([]) == [1]  # a round trip takes it out
+
+
+def test_an_ack_held_alone_reaches_redis_without_another_write(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """The kernel sends a held write after 0.2 s at most: an ACK followed by a long job (no
+    other write on its connection) still reaches Redis."""
+    r.rpush("acks", "a", "b")
+    lease = _lease(config)
+    lease.call("PING")
+    written = time.monotonic()
+    lease.send_one(("LREM", "acks", 1, "a"))
+    while r.llen("acks") != 1 and time.monotonic() - written < 2.0:
+        time.sleep(0.01)
+    assert r.lrange("acks", 0, -1) == ["b"]
+    # The kernel's 0.2 s, with room for a loaded test machine's scheduling.
+    assert time.monotonic() - written < 1.0
+
+
+_KILLED_HOLDER = """
+import sys, time
+import wurk
+from wurk.lease import Lease
+lease = Lease(wurk.Config(redis_url=sys.argv[1]).pool("held", size=1))
+lease.call("PING")
+lease.send_one(("LREM", "acks", 1, "a"))
+print(lease._holding, flush=True)
+time.sleep(60)
+"""
+
+
+def test_an_ack_held_when_its_process_is_killed_still_reaches_redis(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """SIGKILL closes the process's sockets, and closing sends what the kernel held: a job
+    acknowledged just before its worker was killed does not run again."""
+    r.rpush("acks", "a", "b")
+    child = subprocess.Popen([sys.executable, "-c", _KILLED_HOLDER, config.redis_url],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == str(HOLDS)
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    deadline = time.monotonic() + 2.0
+    while r.llen("acks") != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert r.lrange("acks", 0, -1) == ["b"]
