@@ -81,8 +81,9 @@ def test_prefetch_one_fetches_one_job_at_a_time(config: wurk.Config, r: redis.Re
 def test_the_ack_of_a_job_with_others_waiting_reaches_redis_at_once(
     config: wurk.Config, r: redis.Redis
 ) -> None:
-    """No round trip is due while jobs fetched ahead wait: the ACK is written right away,
-    so a crash now would not run the finished job again."""
+    """No round trip is due while jobs fetched ahead wait: the ACK is written right away
+    (the kernel may hold it for the connection's next write, never more than one: the
+    second goes out at once and takes it along), so a finished job does not wait for it."""
     push(r, "default", range(100))
     f = fetcher(config, ["default"])
     private = f.private_lists["default"]
