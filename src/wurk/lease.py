@@ -178,8 +178,9 @@ class Lease:
         go out now. So Redis, woken once for two ACKs or for an ACK and the next fetch,
         spends less and so does the worker (waking an idle Redis is most of a small write's
         cost). The kernel sends what it holds after 0.2 s at the latest, and when the
-        process dies (closing the socket sends it): at most one written ACK per connection
-        waits, and only a lost connection or host can lose it (its job then runs again)."""
+        process dies (closing the socket sends it); one lost with a cut connection is sent
+        again by the fetcher, whose next round trip fails. Only a host going down loses it,
+        or a reaper overtakes it: that job may then run again (docs/guarantees.md)."""
         packed = _pack(command)
         try:
             self._write(self._take(), packed, hold=True)
@@ -266,7 +267,9 @@ class Lease:
             return
         connection, self._connection = self._connection, None
         self._wire = None
-        self._holding = False  # nothing is held: a held write leaves its reply unread
+        # A held write leaves its reply unread, and unread replies drop the connection
+        # above: nothing is held here.
+        self._holding = False
         if connection is not None:
             if connection._sock is not None:  # back to redis-py's own way of timing out
                 connection._sock.settimeout(self.pool.socket_timeout)
