@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 
@@ -82,6 +84,35 @@ def test_fixed_pinning_holds_the_entering_thread_only() -> None:
     thread.join()
     assert seen == [{cpus[-1]}, {cpus[-1]}]
     assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is untouched
+
+
+def _policy(thread: int) -> int:
+    return os.sched_getscheduler(thread)
+
+
+def test_held_threads_run_batch_and_what_they_start_inherits_it() -> None:
+    """Held to its CPU a processor thread is SCHED_BATCH (a woken one does not preempt the
+    GIL's holder); a program it starts inherits the policy and the CPU (docs/worker.md);
+    other threads are untouched."""
+    cpus = affinity.allowed()
+    pinning = affinity.Pinning(frozenset({cpus[-1]}), lambda: 0, adaptive=False)
+    seen: list[int] = []
+
+    def run() -> None:
+        pinning.enter()
+        seen.append(_policy(0))
+        child = subprocess.run(
+            [sys.executable, "-c",
+             "import os; print(os.sched_getscheduler(0), *os.sched_getaffinity(0))"],
+            capture_output=True, text=True, timeout=30, check=True)
+        seen.extend(int(word) for word in child.stdout.split())
+        pinning.leave()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert seen == [os.SCHED_BATCH, os.SCHED_BATCH, cpus[-1]]
+    assert _policy(0) == os.SCHED_OTHER
 
 
 class Clock:
@@ -352,6 +383,9 @@ def test_the_scout_is_one_processor_thread_set_free_while_the_rest_stay() -> Non
     placed = {native: os.sched_getaffinity(native) for native in pinning._threads}
     assert placed[first] == set(cpus)
     assert all(where == {cpus[-1]} for native, where in placed.items() if native != first)
+    policies = {native: _policy(native) for native in pinning._threads}
+    assert policies.pop(first) == os.SCHED_OTHER  # free: a normal thread again
+    assert set(policies.values()) == {os.SCHED_BATCH}
     scouts = [first]
     for _ in range(3):  # measured again every RETRY: each time another processor thread
         while pinning.placement == S:
@@ -381,12 +415,14 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
     assert pinning.pinned
     native = next(iter(pinning._threads))
     assert os.sched_getaffinity(native) == {cpus[-1]}  # moved from outside the thread
+    assert _policy(native) == os.SCHED_BATCH
     fake.running = 1  # one job at a time: no GIL contention, but not quiet enough to flip
     fake.run(affinity.SAMPLES * STEP)
     assert pinning.pinned
     fake.running = 0
     fake.run(affinity.SAMPLES * STEP)
     assert pinning.placement == F
+    assert _policy(native) == os.SCHED_OTHER  # set free: a normal thread again
     done.set()
     thread.join()
     assert seen[-1] == set(cpus)
