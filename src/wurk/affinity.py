@@ -47,7 +47,7 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    cost ~70 % of a window's jobs on the 2-core benchmark machine, one scout ~25 %, while
    GIL-releasing jobs show 1.7 cores with one scout against 1.8 with every thread free.
 5. Pinned to one CPU, the threads watch their neighbours there: once a ``WINDOW`` the time
-   other processes took on that CPU (its busy time less the threads' own) is held against
+   other processes took on that CPU (its busy time less this process's own) is held against
    the other allowed CPUs' busy time, and a CPU crowded by others (``CROWDED``) is left for
    one idler by ``MARGIN`` — at most once per ``MOVE_GAP``. A Redis on the same host, which
    serves every job, is the usual neighbour: the CPU least busy at boot, when Redis idles,
@@ -70,6 +70,11 @@ from collections import deque
 from collections.abc import Callable, Collection
 
 import psutil
+
+try:
+    import resource
+except ImportError:  # not Unix
+    resource = None  # type: ignore[assignment]
 
 from .errors import ConfigError
 
@@ -102,7 +107,7 @@ HOLD = 30.0
 RETRY = 20.0
 # Pinned, the threads share their CPU with whatever else runs there — Redis on the same
 # host, above all, which serves every job. Once a WINDOW the time others took on that CPU
-# (its busy time less the threads' own) is held against each other allowed CPU's busy
+# (its busy time less this process's own) is held against each other allowed CPU's busy
 # time: at CROWDED of a core taken by others, and another CPU idler by MARGIN, the threads
 # move there; at most once per MOVE_GAP, so two processes cannot chase each other. (A Redis
 # serving a GIL-bound worker on the 2-core benchmark machine took 0.25–0.4 of a core.)
@@ -195,6 +200,21 @@ def threads_cpu(native_ids: Collection[int]) -> float | None:
     except (psutil.Error, OSError, NotImplementedError):
         return None
     return sum(t.user_time + t.system_time for t in threads if t.id in native_ids)
+
+
+def process_cpu() -> float | None:
+    """CPU seconds (user + system) this process has used, to the microsecond; None where
+    the OS does not tell.
+
+    What the neighbours' watch holds against its CPU's busy time, once a window while
+    pinned: one system call that keeps the GIL. Reading each processor thread's
+    ``schedstat`` there (three calls a thread, each letting go of the GIL, which the pinned
+    threads took on the other CPU and handed back) cost ~1,000 futex calls a window."""
+    try:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+    except (AttributeError, OSError):  # ``resource`` stands in as None where it is missing
+        return None
+    return usage.ru_utime + usage.ru_stime
 
 
 def cpus_busy() -> list[float] | None:
@@ -319,6 +339,7 @@ class Pinning:
                  adaptive: bool, done: Callable[[], int] = lambda: 0,
                  cpu: Callable[[Collection[int]], float | None] = threads_cpu,
                  busy: Callable[[], list[float] | None] = cpus_busy,
+                 own: Callable[[], float | None] = process_cpu,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.cpus = cpus
         self.adaptive = adaptive
@@ -335,6 +356,7 @@ class Pinning:
         self._guard = _Guard(cpu, done)
         self._cpu = cpu
         self._cpus_busy = busy
+        self._own = own
         # The neighbours' watch: (when, each CPU's busy seconds, the threads' CPU) at the
         # start of the window being watched; None while not pinned.
         self._mark: tuple[float, list[float], float] | None = None
@@ -382,9 +404,9 @@ class Pinning:
         want = self._guard.want(threads, busy=self.busy, now=now)
         if want != self.placement:
             self._apply(want)
-        self._watch_neighbours(threads, now)
+        self._watch_neighbours(now)
 
-    def _watch_neighbours(self, threads: Collection[int], now: float) -> None:
+    def _watch_neighbours(self, now: float) -> None:
         """Pinned to one CPU that others crowd (see ``CROWDED``), move to an idler one."""
         if self.placement != PINNED or len(self.cpus) != 1 or len(self._anywhere) < 2:
             self._mark = None
@@ -392,7 +414,7 @@ class Pinning:
         mark = self._mark
         if mark is not None and now - mark[0] < WINDOW - SAMPLE_INTERVAL / 2:
             return  # read only at the window's ends: /proc costs the poller, and the GIL
-        busy, ours = self._cpus_busy(), self._cpu(threads)
+        busy, ours = self._cpus_busy(), self._own()
         if busy is None or ours is None:
             return
         self._mark = (now, busy, ours)

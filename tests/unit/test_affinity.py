@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -430,7 +431,7 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
 
 
 class Neighbours:
-    """Two CPUs' busy seconds and the pinned threads' own CPU, moved by the test: the
+    """Two CPUs' busy seconds and the process's own CPU, moved by the test: the pinned
     threads use ``ours`` of their CPU, others ``crowd`` of it and ``elsewhere`` of CPU 1."""
 
     def __init__(self, *, ours: float, crowd: float, elsewhere: float) -> None:
@@ -441,7 +442,8 @@ class Neighbours:
         self._ours = 0.0
         self._at = self.clock.now
         self.pinning = affinity.Pinning(frozenset({0}), lambda: self.running, adaptive=True,
-                                        cpu=self.cpu, busy=self.busy, clock=self.clock)
+                                        cpu=self.cpu, busy=self.busy, own=self.own,
+                                        clock=self.clock)
         self.pinning._anywhere = frozenset({0, 1})  # two CPUs, whatever this machine has
         self.pinning._guard.verdict, self.pinning._guard.pinned_at = "pinned", self.clock.now
 
@@ -457,6 +459,9 @@ class Neighbours:
     def cpu(self, threads: object) -> float:
         self._advance()
         return self._ours
+
+    def own(self) -> float:
+        return self.cpu(())
 
     def busy(self) -> list[float]:
         self._advance()
@@ -512,3 +517,13 @@ def test_explicit_cpus_never_move() -> None:
     watched.pinning.placement = affinity.PINNED
     watched.run(5.0)
     assert watched.pinning.cpus == {0}
+
+
+def test_process_cpu_counts_this_process_to_the_microsecond() -> None:
+    before = affinity.process_cpu()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    after = affinity.process_cpu()
+    assert before is not None and after is not None
+    assert 0.04 <= after - before < 5.0
