@@ -4,10 +4,10 @@
     python -m benchmarks.bare_worker [--jobs N] [--concurrency 10] [--cpu N] [--redis-py]
                                      [--counter KEY]     (the server: REDIS_URL)
 
-Processor threads, each with its own connection, held to one CPU (what ``cpu_affinity:
-auto`` settles on for jobs that hold the GIL). Each thread fetches up to eight jobs in one
-Lua call that moves them to its private list (reliable fetch, as wurk's; on an empty queue,
-a BRPOPLPUSH of one waits up to a second), and per job:
+Processor threads, each with its own connection, held to one CPU under the SCHED_BATCH
+policy (what ``cpu_affinity: auto`` settles on for jobs that hold the GIL). Each thread
+fetches up to eight jobs in one Lua call that moves them to its private list (reliable
+fetch, as wurk's; on an empty queue, a BRPOPLPUSH of one waits up to a second), and per job:
 parses the payload, runs the body (one INCR of ``bench:count`` on the thread's connection,
 or through a shared redis-py client with ``--redis-py``), appends a ``done`` line to a
 buffer written every 0.25 s, and writes the ACK (LREM from the private list) without
@@ -131,6 +131,9 @@ def main() -> None:
     options = parser.parse_args()
     options.url = os.environ["REDIS_URL"]
     os.sched_setaffinity(0, {options.cpu})
+    # As wurk's threads held to their CPU: a woken thread waits for the running one to block
+    # rather than preempting the GIL's holder. Threads started after inherit both.
+    os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     body = redis.Redis.from_url(options.url, socket_timeout=10) if options.redis_py else None
     log = Log()
     for index in range(options.concurrency):

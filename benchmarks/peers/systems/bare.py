@@ -1,5 +1,5 @@
 """The yardstick rows: ``benchmarks/bare_worker.py`` — threads shaped as wurk's (held to one
-CPU, a Lua fetch of eight into a private list, an ACK per job written without waiting, a
+CPU, SCHED_BATCH, a Lua fetch of eight into a private list, an ACK per job written without waiting, a
 buffered ``done`` line per job) and nothing else: no middleware, retries, metrics,
 heartbeat or shutdown handling. Run from wurk's interpreter (``Tools.wurk_bin``), on jobs
 pushed by wurk. "bare" runs each job's Redis command on the thread's own connection (as
