@@ -1,11 +1,11 @@
 """The yardstick rows: ``benchmarks/bare_worker.py`` — threads shaped as wurk's (held to one
-CPU, SCHED_BATCH, a Lua fetch of eight into a private list, an ACK per job written without waiting, a
-buffered ``done`` line per job) and nothing else: no middleware, retries, metrics,
-heartbeat or shutdown handling. Run from wurk's interpreter (``Tools.wurk_bin``), on jobs
-pushed by wurk. "bare" runs each job's Redis command on the thread's own connection (as
-"wurk" runs it through ``wurk.redis()``), "bare_redispy" through a shared redis-py client
-(as "wurk_redispy"): what any Python worker of this shape needs at the least, on this
-machine and in this run, beside what wurk and Sidekiq take."""
+CPU under SCHED_BATCH, a Lua fetch of eight into a private list, an ACK per job written
+without waiting, a buffered ``done`` line per job) and nothing else: no middleware,
+retries, metrics, heartbeat or shutdown handling. Run from wurk's interpreter
+(``Tools.wurk_bin``), on jobs pushed by wurk. "bare" runs each job's Redis command on the
+thread's own connection (as "wurk" runs it through ``wurk.redis()``), "bare_redispy"
+through a shared redis-py client (as "wurk_redispy"): what any Python worker of this shape
+needs at the least, on this machine and in this run, beside what wurk and Sidekiq take."""
 
 from __future__ import annotations
 
