@@ -100,9 +100,12 @@ PARALLEL_CORES = 1.3
 # trial only has to catch pinning that hurts (parallel work starved of its second core).
 KEEP = 0.85
 # A scout window is ended early, pinning kept, once it has run this long on one core at
-# under LOSING of the pinned window's rate: GIL-bound jobs lose a third and more there.
-SCOUT_AT_LEAST = 0.1
-LOSING = 0.75
+# under LOSING of the pinned window's rate: GIL-bound jobs lose a fifth to a third there
+# (the scout hands the GIL across CPUs: 10,000 and more futex calls in a quarter-second).
+# The whole window would keep pinning too (on one core it frees the threads only at
+# 1 / KEEP of the pinned rate), so ending early changes the cost, not the verdict.
+SCOUT_AT_LEAST = 0.05
+LOSING = 0.9
 HOLD = 30.0
 RETRY = 20.0
 # Pinned, the threads share their CPU with whatever else runs there — Redis on the same

@@ -225,6 +225,13 @@ def gil_bound() -> Fake:
                 scout_rate=3800)
 
 
+def close_call() -> Fake:
+    """GIL-bound jobs whose scout window comes within LOSING of the pinned rate (a machine
+    where handing the GIL across CPUs is cheap): the window runs its whole length."""
+    return Fake(cores=1.0, pinned_rate=5000, free_rate=4600, scout_cores=1.0,
+                scout_rate=4750)
+
+
 def losing() -> Fake:
     """GIL-bound jobs whose scout loses a third and more (redis-py bodies: 6.0k against
     10.9k jobs/s in one measured window)."""
@@ -252,21 +259,44 @@ def test_a_backlog_is_pinned_at_the_first_sample() -> None:
 
 
 def test_the_pinned_trial_comes_first_then_a_scout_window_then_the_verdict() -> None:
-    fake = gil_bound()
+    fake = close_call()
     assert near(fake.run(2.0), [(0.0, F), (STEP, P), (STEP + W, S), (STEP + 2 * W, P)])
     assert fake.pinning._guard.verdict == "pinned"
 
 
-def test_a_plainly_losing_scout_window_is_cut_short_and_pinning_kept() -> None:
+@pytest.mark.parametrize("fake", [losing, gil_bound], ids=["a-third-lost", "a-quarter-lost"])
+def test_a_losing_scout_window_is_cut_short_and_pinning_kept(
+    fake: Callable[[], Fake],
+) -> None:
     """On one core at under LOSING of the pinned rate the scout ends after SCOUT_AT_LEAST,
-    not after a whole window: GIL-bound jobs pay for a tenth of a second, not a quarter."""
-    fake = losing()
+    not after a whole window: GIL-bound jobs pay for a twentieth of a second, not a
+    quarter."""
+    made = fake()
     short = STEP + W + affinity.SCOUT_AT_LEAST
-    assert near(fake.run(2.0), [(0.0, F), (STEP, P), (STEP + W, S), (short, P)])
-    assert fake.pinning._guard.verdict == "pinned"
+    assert near(made.run(2.0), [(0.0, F), (STEP, P), (STEP + W, S), (short, P)])
+    assert made.pinning._guard.verdict == "pinned"
 
 
-@pytest.mark.parametrize("fake", [gil_bound, parallel], ids=["within-LOSING", "parallel"])
+@pytest.mark.parametrize("share", [0.5, 0.75, 0.89])
+def test_ending_a_scout_window_early_gives_the_whole_windows_verdict(
+    share: float, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ending early changes what scouting costs, not what it decides: a scout window on one
+    core under LOSING of the pinned rate, run its whole length, keeps pinning as well."""
+    def made() -> Fake:
+        return Fake(cores=1.0, pinned_rate=5000, free_rate=3000, scout_cores=1.0,
+                    scout_rate=5000 * share)
+
+    early = made()
+    early.run(2.0)
+    monkeypatch.setattr(affinity, "SCOUT_AT_LEAST", 1.0)  # never cut: the whole window
+    whole = made()
+    changes = whole.run(2.0)
+    assert abs(changes[3][0] - (STEP + 2 * W)) <= STEP + 1e-9  # it did run its length
+    assert early.pinning._guard.verdict == whole.pinning._guard.verdict == "pinned"
+
+
+@pytest.mark.parametrize("fake", [close_call, parallel], ids=["within-LOSING", "parallel"])
 def test_a_scout_window_not_plainly_losing_runs_its_whole_length(
     fake: Callable[[], Fake],
 ) -> None:
@@ -350,7 +380,7 @@ def test_parallel_jobs_are_pinned_one_window_per_hold() -> None:
 
 
 def test_kept_pinning_is_measured_again_every_retry() -> None:
-    fake = gil_bound()
+    fake = close_call()
     changes = fake.run(2 * affinity.RETRY + 2.0)
     scouted_at = [at for at, state in changes[1:] if state == S]
     assert len(scouted_at) == 3  # the first scout window, then one per RETRY
