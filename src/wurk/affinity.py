@@ -213,10 +213,9 @@ def process_cpu() -> float | None:
     pinned: one system call that keeps the GIL. Reading each processor thread's
     ``schedstat`` there (three calls a thread, each letting go of the GIL, which the pinned
     threads took on the other CPU and handed back) cost ~1,000 futex calls a window."""
-    try:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-    except (AttributeError, OSError):  # ``resource`` stands in as None where it is missing
+    if resource is None:
         return None
+    usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
 
@@ -360,7 +359,7 @@ class Pinning:
         self._cpu = cpu
         self._cpus_busy = busy
         self._own = own
-        # The neighbours' watch: (when, each CPU's busy seconds, the threads' CPU) at the
+        # The neighbours' watch: (when, each CPU's busy seconds, the process's CPU) at the
         # start of the window being watched; None while not pinned.
         self._mark: tuple[float, list[float], float] | None = None
         self._moved_at = float("-inf")

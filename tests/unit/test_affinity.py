@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import subprocess
@@ -87,10 +88,7 @@ def test_fixed_pinning_holds_the_entering_thread_only() -> None:
     assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is untouched
 
 
-def _policy(thread: int) -> int:
-    return os.sched_getscheduler(thread)
-
-
+@functools.cache
 def _batch_allowed() -> bool:
     """Whether this host lets a thread take SCHED_BATCH (a sandbox may forbid it; wurk then
     only places the threads)."""
@@ -126,7 +124,7 @@ def test_held_threads_run_batch_and_what_they_start_inherits_it() -> None:
 
     def run() -> None:
         pinning.enter()
-        seen.append(_policy(0))
+        seen.append(os.sched_getscheduler(0))
         child = subprocess.run(
             [sys.executable, "-c",
              "import os; print(os.sched_getscheduler(0), *os.sched_getaffinity(0))"],
@@ -138,7 +136,7 @@ def test_held_threads_run_batch_and_what_they_start_inherits_it() -> None:
     thread.start()
     thread.join(30)
     assert seen == [os.SCHED_BATCH, os.SCHED_BATCH, cpus[-1]]
-    assert _policy(0) == os.SCHED_OTHER
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
 
 
 class Clock:
@@ -439,7 +437,7 @@ def test_the_scout_is_one_processor_thread_set_free_while_the_rest_stay() -> Non
     placed = {native: os.sched_getaffinity(native) for native in pinning._threads}
     assert placed[first] == set(cpus)
     assert all(where == {cpus[-1]} for native, where in placed.items() if native != first)
-    policies = {native: _policy(native) for native in pinning._threads}
+    policies = {native: os.sched_getscheduler(native) for native in pinning._threads}
     assert policies.pop(first) == os.SCHED_OTHER  # free: a normal thread again
     assert set(policies.values()) == {_held_policy()}
     scouts = [first]
@@ -471,14 +469,14 @@ def test_adaptive_pinning_follows_the_average_number_of_running_jobs() -> None:
     assert pinning.pinned
     native = next(iter(pinning._threads))
     assert os.sched_getaffinity(native) == {cpus[-1]}  # moved from outside the thread
-    assert _policy(native) == _held_policy()
+    assert os.sched_getscheduler(native) == _held_policy()
     fake.running = 1  # one job at a time: no GIL contention, but not quiet enough to flip
     fake.run(affinity.SAMPLES * STEP)
     assert pinning.pinned
     fake.running = 0
     fake.run(affinity.SAMPLES * STEP)
     assert pinning.placement == F
-    assert _policy(native) == os.SCHED_OTHER  # set free: a normal thread again
+    assert os.sched_getscheduler(native) == os.SCHED_OTHER  # set free: a normal thread again
     done.set()
     thread.join()
     assert seen[-1] == set(cpus)
