@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,10 +115,10 @@ def test_kept_lines_are_written_by_time_by_size_and_at_close(
         wurk_log.info("due")
         assert stream.getvalue().count("\n") == 3
         monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 3600.0)
-        monkeypatch.setattr(wurk_log, "BUFFER_LIMIT", 200)
+        monkeypatch.setattr(wurk_log, "BUFFER_LINES", 4)
         for _ in range(10):
             wurk_log.info("x" * 50)
-        assert stream.getvalue().count("\n") >= 3 + 3  # written once past 200 characters
+        assert stream.getvalue().count("\n") == 3 + 8  # written each time four waited
         wurk_log.info("at close")
     handler.close()
     assert stream.getvalue().endswith("INFO: at close\n")
@@ -133,6 +135,87 @@ def test_kept_lines_are_written_by_time_by_size_and_at_close(
         wurk_log.info("kept")
     stream.close()  # its owner closed it first (a test's captured stdout, say)
     handler.close()  # no error: nothing left to write to
+
+
+def test_lines_from_many_threads_are_each_written_once_whole_and_in_each_threads_order(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads keep their lines without the handler's lock while others flush: none is lost,
+    doubled or torn, and each thread's come out in the order it logged them."""
+    monkeypatch.setattr(wurk_log, "BUFFER_LINES", 7)  # many flushes, from every thread
+    stream = io.StringIO()
+    wurk_log.setup(fmt="plain", stream=stream)
+    threads_, lines_each = 8, 2_000
+    stop = threading.Event()
+
+    def log(n: int) -> None:
+        with wurk_log.job_context({"class": "X", "jid": f"t{n}", "queue": "q"}):
+            for i in range(lines_each):
+                wurk_log.info("line %d", i)
+
+    def flusher() -> None:  # the launcher's idle flush, racing the threads' own
+        while not stop.is_set():
+            wurk_log.flush()
+
+    helper = threading.Thread(target=flusher)
+    helper.start()
+    workers = [threading.Thread(target=log, args=(n,)) for n in range(threads_)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    stop.set()
+    helper.join()
+    wurk_log.flush()
+    seen: dict[str, list[int]] = {}
+    for text in stream.getvalue().splitlines():
+        jid = text.split(" jid=")[1].split(" ")[0]
+        seen.setdefault(jid, []).append(int(text.rsplit("INFO: line ", 1)[1]))
+    assert seen == {f"t{n}": list(range(lines_each)) for n in range(threads_)}
+
+
+def test_a_kept_line_shows_when_and_where_it_was_logged_not_when_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wurk_log, "FLUSH_INTERVAL", 3600.0)
+    stream = io.StringIO()
+    wurk_log.setup(fmt="pretty", stream=stream)
+    wurk_log.flush()  # the interval starts now
+    logged_in: list[str] = []
+
+    def job() -> None:
+        logged_in.append(wurk_log.tid())
+        with wurk_log.job_context(JOB):
+            wurk_log.info("done")
+
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_000.125)
+    worker = threading.Thread(target=job)
+    worker.start()
+    worker.join()
+    assert stream.getvalue() == ""  # kept
+    monkeypatch.setattr(time, "time", lambda: 1_700_000_100.5)
+    wurk_log.flush()  # written from this thread, later
+    assert stream.getvalue() == (f"2023-11-14T22:13:20.125Z pid={os.getpid()} "
+                                 f"tid={logged_in[0]} class=X jid=abc queue=q INFO: done\n")
+    assert logged_in[0] != wurk_log.tid()
+
+
+def test_a_kept_line_that_cannot_be_rendered_is_reported_and_the_rest_written(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    class Unprintable:
+        def __str__(self) -> str:
+            raise ValueError("no text for this")
+
+    stream = io.StringIO()
+    wurk_log.setup(fmt="plain", stream=stream)
+    with wurk_log.job_context(JOB):
+        wurk_log.info("before")
+    with wurk_log.job_context({"class": Unprintable()}):
+        wurk_log.info("broken")
+    with wurk_log.job_context(JOB):
+        wurk_log.info("after")
+    wurk_log.flush()
+    lines = stream.getvalue().splitlines()
+    assert [line.rsplit(": ", 1)[1] for line in lines] == ["before", "after"]
+    assert "no text for this" in capsys.readouterr().err  # logging's report of a failure
 
 
 def test_logfile_is_reopened_after_rotation(tmp_path: Path) -> None:
