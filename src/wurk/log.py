@@ -83,7 +83,7 @@ def line(level: int, message: str, *args: Any) -> None:
         return
     handler = _sole_handler(level)
     if handler is not None:
-        handler.write_line(level, message % args if args else message)
+        handler.write_line(level, message, args)
     else:
         logger.handle(logger.makeRecord(logger.name, level, "", 0, message, args, None))
 
@@ -380,8 +380,10 @@ class _Buffered:
         raise NotImplementedError
 
 
-# What ``write_line`` keeps of a line: the formatter and ``render``'s arguments.
-_Parts = tuple[Any, float, str, str, "Mapping[str, Any] | None", str, "int | None"]
+# What ``write_line`` keeps of a line: the formatter, the time, the level's name, the message
+# and its arguments, the job's context, the thread and the process.
+_Parts = tuple[Any, float, str, str, "tuple[Any, ...]", "Mapping[str, Any] | None", str,
+               "int | None"]
 
 
 class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[type-arg]
@@ -395,19 +397,21 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
         except Exception:
             self.handleError(record)
 
-    def write_line(self, level: int, message: str) -> None:
-        """What ``handle`` of a record of ``message`` would write, without the record: the
-        caller (``line``) made sure no filter, format or other handler of the user's is
-        there to see one. A failure is reported as ``emit`` reports one.
+    def write_line(self, level: int, message: str, args: tuple[Any, ...] = ()) -> None:
+        """What ``handle`` of a record of ``message % args`` would write, without the
+        record: the caller (``line``) made sure no filter, format or other handler of the
+        user's is there to see one. A failure is reported as ``emit`` reports one.
 
         Every job's ``done`` line comes through here: it keeps the line's parts, as they
         are now (the time, the thread, the job's context), to be rendered when written
         (``render_parts``). The context is a mapping nobody changes once set (the processor
-        makes one a job), so the line reads as it would have read now."""
+        makes one a job), so the line reads as it would have read now; ``args`` are
+        formatted into the message then too, as ``logging`` formats a record's."""
         ctx = _context.get()
         pending = self._pending
         pending.append((self.formatter, time.time(),
-                        _LEVEL_NAMES.get(level) or logging.getLevelName(level), message, ctx,
+                        _LEVEL_NAMES.get(level) or logging.getLevelName(level), message, args,
+                        ctx,
                         getattr(_thread_ids, "tid", None) or tid(),
                         (_pid if _pid is not None else os.getpid())
                         if logging.logProcesses else None))
@@ -423,7 +427,7 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
             except RecursionError:
                 raise
             except Exception:
-                self.handleError(logger.makeRecord(logger.name, level, "", 0, message, (),
+                self.handleError(logger.makeRecord(logger.name, level, "", 0, message, args,
                                                    None))
             finally:
                 self.release()
@@ -431,13 +435,15 @@ class BufferedStreamHandler(_Buffered, logging.StreamHandler):  # type: ignore[t
     def render_parts(self, parts: _Parts) -> str | None:
         """The text of a line ``write_line`` kept; None, reported as ``emit`` reports a
         failure, when it cannot be rendered (the other lines are written)."""
+        formatter, created, levelname, message, args, ctx, thread, pid = parts
         try:
-            return str(parts[0].render(*parts[1:])) + self.terminator
+            return str(formatter.render(created, levelname, message % args if args else message,
+                                        ctx, thread, pid)) + self.terminator
         except RecursionError:
             raise
         except Exception:
-            record = logger.makeRecord(logger.name, logging.INFO, "", 0, parts[3], (), None)
-            record.created, record.levelname = parts[1], parts[2]
+            record = logger.makeRecord(logger.name, logging.INFO, "", 0, message, args, None)
+            record.created, record.levelname = created, levelname
             self.handleError(record)
             return None
 
@@ -465,10 +471,10 @@ class BufferedFileHandler(BufferedStreamHandler, logging.FileHandler):
             self.stream = self._open()
         BufferedStreamHandler.emit(self, record)
 
-    def write_line(self, level: int, message: str) -> None:
+    def write_line(self, level: int, message: str, args: tuple[Any, ...] = ()) -> None:
         if self.stream is None:
             self.stream = self._open()
-        BufferedStreamHandler.write_line(self, level, message)
+        BufferedStreamHandler.write_line(self, level, message, args)
 
 
 # This process's id for the direct path: ``os.getpid`` is a system call, one per job line

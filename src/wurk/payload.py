@@ -152,7 +152,10 @@ def loads(raw: str | bytes) -> Payload:
         ) from None
     except RecursionError:
         value = _TOO_DEEP  # deeper than Python parses: certainly deeper than MAX_NESTING
-    if value is _TOO_DEEP or _too_deep(raw, value):
+    # Deeper than MAX_NESTING needs more brackets than that: an ordinary payload is told by
+    # two ``count`` calls, in place (this runs for every job), and walked only past them.
+    if value is _TOO_DEEP or (text.count("[") + text.count("{") > MAX_NESTING
+                              and _too_deep(value, None)):
         raise UnparseablePayload(
             f"payload is nested deeper than {MAX_NESTING} levels, the most Ruby's JSON (so "
             f"Sidekiq) reads: {_excerpt(raw)}"
@@ -164,12 +167,11 @@ def loads(raw: str | bytes) -> Payload:
     return value
 
 
-def _too_deep(raw: str | bytes, value: Any) -> bool:
-    """Whether ``value`` nests deeper than ``MAX_NESTING``; walked only when the raw text
-    has that many brackets at all, so an ordinary payload costs two ``count`` calls."""
-    brackets = raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes) \
-        else raw.count("[") + raw.count("{")
-    if brackets <= MAX_NESTING:
+def _too_deep(value: Any, raw: str | bytes | None) -> bool:
+    """Whether ``value`` nests deeper than ``MAX_NESTING``; with its ``raw`` text, walked
+    only when that has so many brackets at all (``loads`` counts them in place)."""
+    if raw is not None and (raw.count(b"[") + raw.count(b"{") if isinstance(raw, bytes)
+                            else raw.count("[") + raw.count("{")) <= MAX_NESTING:
         return False
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -409,6 +411,6 @@ def loads_json(raw: str | bytes) -> Any:
         value = _decoder.decode(raw.decode("utf-8") if isinstance(raw, bytes) else raw)
     except RecursionError:
         value = _TOO_DEEP
-    if value is _TOO_DEEP or _too_deep(raw, value):
+    if value is _TOO_DEEP or _too_deep(value, raw):
         raise ValueError(f"nested deeper than {MAX_NESTING} levels")
     return value

@@ -277,10 +277,10 @@ CONTEXTS = [
 ]
 
 
-def _counting(write: Callable[[int, str], None], calls: list[int]) -> Callable[[int, str], None]:
-    def counted(level: int, message: str) -> None:
+def _counting(write: Callable[..., None], calls: list[int]) -> Callable[..., None]:
+    def counted(level: int, message: str, args: tuple[object, ...] = ()) -> None:
         calls.append(1)
-        write(level, message)
+        write(level, message, args)
     return counted
 
 

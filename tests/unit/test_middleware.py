@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -94,3 +95,35 @@ def test_an_edit_after_a_walk_is_seen_by_the_next_walk() -> None:
     chain.remove(first)
     assert chain.invoke("J", {}, "q", lambda: "done") == "done"
     assert log == ["first", "first", "second", "second"]
+
+
+def test_objects_partials_and_functions_as_links_each_run_once_in_order() -> None:
+    """Link objects are called through their own ``__call__`` (a bound method, the cheaper
+    call), the one their class's MRO picks; objects whose call is not a Python function (a
+    ``partial``) are called as they are."""
+    log: list[str] = []
+
+    class Louder(Record):
+        def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                     call_next: Callable[[], Any]) -> Any:
+            self.log.append(f"{self.label.upper()}!")
+            return call_next()
+
+    def tagged(label: str, job: Any, payload: Any, queue: str,
+               call_next: Callable[[], Any]) -> Any:
+        log.append(label)
+        return call_next()
+
+    def plain(job: Any, payload: Any, queue: str, call_next: Callable[[], Any]) -> Any:
+        log.append(f"plain {job} {queue}")
+        return call_next()
+
+    chain = Chain()
+    inherited = Other(log, "o")  # Record's __call__, by inheritance
+    chain.add(inherited)
+    chain.add(Louder(log, "l"))
+    chain.add(functools.partial(tagged, "p"))
+    chain.add(plain)
+    for _ in range(2):
+        assert chain.invoke("J", {}, "q", lambda: log.append("job") or "done") == "done"
+    assert log == ["o>", "L!", "p", "plain J q", "job", "<o"] * 2
