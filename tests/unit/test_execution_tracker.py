@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-
+from tests.helpers.threads import race
 from wurk.metrics import ExecutionTracker, bucket_of
 from wurk.metrics.tracking import FOLD_AT, JobCounts
 
@@ -13,25 +12,12 @@ def test_successes_from_many_threads_are_each_counted_once_while_flushes_take_th
     threads_, each = 8, 5_001  # not a multiple of FOLD_AT: the last take folds the rest
     names = ("A", "B", "C")
     taken: list[dict[str, JobCounts]] = []
-    stop = threading.Event()
 
     def work(n: int) -> None:
         for i in range(each):
             tracker.succeeded(names[i % 3], float((n * each + i) % 40))  # whole ms: exact sums
 
-    def flusher() -> None:  # the heartbeat's flush, racing the jobs
-        while not stop.is_set():
-            taken.append(tracker.take())
-
-    helper = threading.Thread(target=flusher)
-    helper.start()
-    workers = [threading.Thread(target=work, args=(n,)) for n in range(threads_)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    stop.set()
-    helper.join()
+    race(work, threads_, against=lambda: taken.append(tracker.take()))  # the beat's flush
     taken.append(tracker.take())
     total: dict[str, JobCounts] = {}
     for part in taken:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.threads import race
 from wurk import log as wurk_log
 
 
@@ -145,26 +146,13 @@ def test_lines_from_many_threads_are_each_written_once_whole_and_in_each_threads
     stream = io.StringIO()
     wurk_log.setup(fmt="plain", stream=stream)
     threads_, lines_each = 8, 2_000
-    stop = threading.Event()
 
     def log(n: int) -> None:
         with wurk_log.job_context({"class": "X", "jid": f"t{n}", "queue": "q"}):
             for i in range(lines_each):
                 wurk_log.info("line %d", i)
 
-    def flusher() -> None:  # the launcher's idle flush, racing the threads' own
-        while not stop.is_set():
-            wurk_log.flush()
-
-    helper = threading.Thread(target=flusher)
-    helper.start()
-    workers = [threading.Thread(target=log, args=(n,)) for n in range(threads_)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join()
-    stop.set()
-    helper.join()
+    race(log, threads_, against=wurk_log.flush)  # the launcher's idle flush, racing theirs
     wurk_log.flush()
     seen: dict[str, list[int]] = {}
     for text in stream.getvalue().splitlines():
