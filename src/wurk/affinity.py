@@ -38,8 +38,10 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    ``HOLD`` seconds, unless the scout window did fewer than ``KEEP`` of the pinned
    window's jobs (the extra core went on the scout handing the GIL across cores, not on
    work): then pinning is kept. Under that, the threads are set free if the pinned window
-   did fewer than ``KEEP`` of the scout window's jobs, or none at all. Else pinning is kept,
-   and measured again the same way after ``RETRY`` seconds. A scout window plainly losing
+   did fewer than ``KEEP`` of the scout window's jobs, or none at all — but only once a
+   second pinned window has confirmed it (the better of the two pinned windows against the
+   scout's: the first may be spoilt by the worker's start). Else pinning is kept, and
+   measured again the same way after ``RETRY`` seconds. A scout window plainly losing
    (one core, under ``LOSING`` of the pinned rate after ``SCOUT_AT_LEAST``) ends early,
    pinning kept. A window counts only if the
    process was busy throughout. Scouting with one thread rather than freeing them all is
@@ -253,9 +255,11 @@ class _Guard:
         self._cpu = cpu
         self._done = done
         self.verdict: str | None = None  # None: not measured yet; "pinned"; "free" (held)
-        self.phase: str | None = None  # measuring: "trial" (pinned window), "scout"
+        # measuring: "trial" (pinned window), "scout", "confirm" (a second pinned window)
+        self.phase: str | None = None
         self._window: _Window | None = None
         self._trial_rate = 0.0
+        self._scout: tuple[float, float | None] = (0.0, None)  # its jobs/s and cores
         self.hold_until = 0.0
         self.pinned_at = 0.0
 
@@ -277,7 +281,7 @@ class _Guard:
         if elapsed < WINDOW - SAMPLE_INTERVAL / 2:  # ends at the nearest sample
             if self.phase == "scout" and elapsed >= SCOUT_AT_LEAST - SAMPLE_INTERVAL / 2:
                 return self._cut_short(window, threads, now)
-            return PINNED if self.phase == "trial" else SCOUT
+            return SCOUT if self.phase == "scout" else PINNED
         return self._close(window, threads, now)
 
     def _cut_short(self, window: _Window, threads: Collection[int], now: float) -> str:
@@ -308,21 +312,49 @@ class _Guard:
             self._trial_rate = rate
             self.phase, self._window = "scout", _Window(now, done, cpu)
             return SCOUT
-        self.phase = self._window = None
+        if self.phase == "confirm":
+            log.debug("affinity: second pinned trial %.0f jobs/s", rate)
+            self.phase = self._window = None
+            scout_rate, cores = self._scout
+            pinned = max(self._trial_rate, rate)
+            if self._frees(pinned, scout_rate, cores):
+                # Once a HOLD at most: worth a line, since it changes what a job costs.
+                log.info("affinity: processor threads free for %.0f s: with one thread "
+                         "free %.0f jobs/s on %s cores, pinned %.0f", HOLD, scout_rate,
+                         "?" if cores is None else f"{cores:.2f}", pinned)
+                return self._hold(now)
+            return self._keep(now)
         cores = (cpu - window.cpu) / elapsed if cpu is not None and \
             window.cpu is not None else None
         log.debug("affinity: scout window %.0f jobs/s on %s cores, pinned %.0f", rate,
                   "?" if cores is None else f"{cores:.2f}", self._trial_rate)
+        if not self._frees(self._trial_rate, rate, cores):
+            self.phase = self._window = None
+            return self._keep(now)
+        if cores is not None and cores > PARALLEL_CORES:
+            self.phase = self._window = None
+            return self._hold(now)  # parallel work, shown by the cores: free at once
+        # On one core, freeing every thread (held for HOLD) is confirmed first: a second
+        # pinned window, the better of the two against the scout. The first trial opens as
+        # the jobs start, and a worker's start can take a share of it — a job module's
+        # client connecting from every thread at its first job, say: a pinned trial so
+        # spoilt lets a scout window win and holds GIL-bound threads free (half the jobs)
+        # for HOLD. Jobs computing in parallel do not wait for it: their cores tell.
+        self._scout = (rate, cores)
+        self.phase, self._window = "confirm", _Window(now, done, cpu)
+        return PINNED
+
+    @staticmethod
+    def _frees(trial_rate: float, scout_rate: float, cores: float | None) -> bool:
+        """Whether a pinned window at ``trial_rate`` against the scout's sets the threads
+        free."""
         if cores is not None and cores > PARALLEL_CORES:
             # More than a core with one thread free: the jobs compute in parallel (the GIL
             # released) — unless the scout window did clearly fewer jobs, and the extra
             # core went on the scout handing the GIL across cores (a redis-py call per job).
-            if rate >= self._trial_rate * KEEP:
-                return self._hold(now)
-            return self._keep(now)
-        if self._trial_rate > 0 and self._trial_rate >= rate * KEEP:
-            return self._keep(now)
-        return self._hold(now)  # pinning did not pay, or nothing to tell by
+            return scout_rate >= trial_rate * KEEP
+        # Pinning did not pay, or nothing to tell by.
+        return not (trial_rate > 0 and trial_rate >= scout_rate * KEEP)
 
     def _keep(self, now: float) -> str:
         self.verdict, self.pinned_at = "pinned", now

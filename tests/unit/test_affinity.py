@@ -320,18 +320,45 @@ def test_the_trial_keeps_pinning_unless_it_did_clearly_fewer_jobs(
     fake = Fake(cores=0.6, pinned_rate=pinned_rate, free_rate=10000, scout_cores=0.6,
                 scout_rate=10000)
     changes = fake.run(5.0)
-    assert near(changes[:3], [(0.0, F), (STEP, P), (STEP + W, S)])
-    assert changes[3][1] == (P if kept else F) and len(changes) == 4
+    assert near(changes[:4], [(0.0, F), (STEP, P), (STEP + W, S), (STEP + 2 * W, P)])
+    # set free only after a second pinned window (confirming) did as badly
+    assert changes[4:] == ([] if kept else [changes[4]]) and \
+        (kept or near(changes[4:], [(STEP + 3 * W, F)]))
     assert fake.pinning._guard.verdict == ("pinned" if kept else "free")
 
 
 def test_jobs_computing_in_parallel_are_held_free_after_one_scout_window() -> None:
     """Over PARALLEL_CORES cores with one thread free the jobs compute in parallel: free for
-    HOLD, even where the rates alone would not tell (here the trial did a few more jobs)."""
+    HOLD, even where the rates alone would not tell (here the trial did a few more jobs),
+    and at once: a second pinned window would cost such jobs their cores for a window."""
     fake = Fake(cores=1.9, pinned_rate=9000, free_rate=8000, scout_cores=1.7,
                 scout_rate=8000)
     assert near(fake.run(affinity.HOLD), [(0.0, F), (STEP, P), (STEP + W, S),
                                           (STEP + 2 * W, F)])
+
+
+def test_a_first_trial_spoilt_by_the_start_does_not_set_the_threads_free() -> None:
+    """The first pinned window opens as the jobs start; if the start takes a share of it
+    (each thread's client connecting at its first job), a scout window can beat it though
+    pinning pays. The second pinned window, before any thread is set free, shows it: the
+    better of the two is what the scout is held against."""
+    fake = Fake(cores=1.0, pinned_rate=5000, free_rate=3000, scout_cores=1.0,
+                scout_rate=3800)
+    fake.rates[P] = 2500  # the trial, half spent starting
+    assert near(fake.run(STEP + W), [(0.0, F), (STEP, P), (STEP + W, S)])
+    fake.rates[P] = 5000
+    changes = fake.run(affinity.RETRY / 2)
+    assert near(changes, [(0.0, S), (W, P)])  # the scout window won, a second trial: kept
+    assert fake.pinning._guard.verdict == "pinned" and fake.pinning.pinned
+
+
+def test_a_second_trial_as_spoilt_as_the_first_sets_them_free() -> None:
+    """Where pinning really loses (both pinned windows), the threads are set free."""
+    fake = Fake(cores=1.0, pinned_rate=2500, free_rate=3000, scout_cores=1.0,
+                scout_rate=3800)
+    assert near(fake.run(2.0), [(0.0, F), (STEP, P), (STEP + W, S), (STEP + 2 * W, P),
+                                (STEP + 3 * W, F)])
+    assert fake.pinning._guard.verdict == "free"
 
 
 def test_more_cores_for_clearly_fewer_jobs_is_not_parallel_work() -> None:
@@ -369,9 +396,9 @@ def test_a_free_verdict_outlives_a_quiet_spell_until_hold_runs_out() -> None:
 def test_parallel_jobs_are_pinned_one_window_per_hold() -> None:
     fake = parallel()
     changes = fake.run(3 * affinity.HOLD + 3.0)
-    pinned_at = [at for at, state in changes if state == P]
-    assert len(pinned_at) == 4  # at the start, then once per HOLD
-    for a, b in itertools.pairwise(pinned_at):  # HOLD counts from the end of the scout
+    trials_at = [b[0] for a, b in itertools.pairwise(changes) if a[1] == F and b[1] == P]
+    assert len(trials_at) == 4  # at the start, then once per HOLD
+    for a, b in itertools.pairwise(trials_at):  # HOLD counts from the end of the scout
         assert abs(b - a - (affinity.HOLD + 2 * W)) <= STEP + 1e-9
     durations = [b[0] - a[0] for a, b in itertools.pairwise(changes) if a[1] != F]
     assert all(abs(d - W) <= STEP + 1e-9 for d in durations)  # a trial, a scout: W each
