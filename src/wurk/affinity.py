@@ -328,12 +328,10 @@ class _Guard:
             window.cpu is not None else None
         log.debug("affinity: scout window %.0f jobs/s on %s cores, pinned %.0f", rate,
                   "?" if cores is None else f"{cores:.2f}", self._trial_rate)
-        if not self._frees(self._trial_rate, rate, cores):
-            self.phase = self._window = None
-            return self._keep(now)
-        if cores is not None and cores > PARALLEL_CORES:
-            self.phase = self._window = None
-            return self._hold(now)  # parallel work, shown by the cores: free at once
+        frees = self._frees(self._trial_rate, rate, cores)
+        if not frees or (cores is not None and cores > PARALLEL_CORES):
+            self.phase = self._window = None  # parallel work, shown by the cores: at once
+            return self._hold(now) if frees else self._keep(now)
         # On one core, freeing every thread (held for HOLD) is confirmed first: a second
         # pinned window, the better of the two against the scout. The first trial opens as
         # the jobs start, and a worker's start can take a share of it — a job module's
