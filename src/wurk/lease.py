@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import hiredis
@@ -25,10 +26,10 @@ from .sockets import kernel_timeouts
 if TYPE_CHECKING:
     from .pool import RedisPool
 
-__all__ = ["Lease"]
+__all__ = ["Lease", "pack", "pack_all"]
 
 
-def _pack(command: tuple[Any, ...]) -> bytes:
+def pack(command: tuple[Any, ...]) -> bytes:
     """One command in the wire protocol, by hiredis (redis-py's packer, without the layers
     a lease does not need: each argument is one word, as given)."""
     try:
@@ -37,8 +38,8 @@ def _pack(command: tuple[Any, ...]) -> bytes:
         raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
 
 
-def _pack_all(commands: list[tuple[Any, ...]]) -> bytes:
-    return b"".join([_pack(command) for command in commands])
+def pack_all(commands: Iterable[tuple[Any, ...]]) -> bytes:
+    return b"".join([pack(command) for command in commands])
 
 
 # Bytes asked of the socket per read, when the connection has no read buffer to share.
@@ -146,7 +147,7 @@ class Lease:
         """One command, one round trip; a transient refusal raises ``RedisUnavailable``."""
         if self._unread:
             raise RuntimeError("Lease.call with replies unread: read them with pipeline()")
-        packed = _pack(args)
+        packed = pack(args)
         try:
             connection = self._take()
             self._write(connection, packed)
@@ -163,7 +164,7 @@ class Lease:
         them first. Redis acts on them now; the caller learns how it went one round trip
         later. A broken connection raises ``RedisUnavailable``, and then whether they
         reached Redis is unknown."""
-        packed = _pack_all(commands)
+        packed = pack_all(commands)
         try:
             self._write(self._take(), packed)
         except BaseException as exc:
@@ -181,7 +182,7 @@ class Lease:
         process dies (closing the socket sends it); one lost with a cut connection is sent
         again by the fetcher, whose next round trip fails. Only a host going down loses it,
         or a reaper overtakes it: that job may then run again (docs/guarantees.md)."""
-        packed = _pack(command)
+        packed = pack(command)
         try:
             self._write(self._take(), packed, hold=True)
         except BaseException as exc:
@@ -192,7 +193,7 @@ class Lease:
         """Several commands in one round trip; error replies come back as exceptions in place,
         so one refused command does not desynchronise the connection. The replies of
         commands written earlier by ``send`` come first."""
-        packed = _pack_all(commands)
+        packed = pack_all(commands)
         try:
             connection = self._take()
             if commands:

@@ -12,7 +12,10 @@
    other refusal and every broken connection reaches the caller as ``RedisUnavailable``.
 4. ``take_connection`` / ``release_connection`` serve a thread that holds one connection
    for many commands (``wurk.lease``).
-5. ``AsyncRedisPool``: the same rules on redis-py's asyncio client, for one event loop
+5. ``send_all`` writes several commands in one write on one connection and reads every
+   reply: a pipeline without redis-py's ``Pipeline`` object, for pushes (whose two commands
+   cost less than that object's machinery). Never replayed; ``run`` applies the rules above.
+6. ``AsyncRedisPool``: the same rules on redis-py's asyncio client, for one event loop
    (asyncio connections belong to the loop that opened them). ``Config.async_pool()``
    makes one per loop; ``aclose()`` on its loop, or ``close()`` from anywhere, ends its
    connections.
@@ -24,7 +27,7 @@ import asyncio
 import logging
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -33,6 +36,7 @@ import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .lease import pack_all
 from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
 
 __all__ = ["AsyncRedisPool", "RedisPool"]
@@ -149,6 +153,33 @@ class RedisPool:
             raise_refusal(exc, self.url)
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc, self.url) from exc
+
+    def send_all(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``commands`` in one write on one connection, every reply read: a pipeline
+        without redis-py's ``Pipeline`` object. A single push is two commands, and the
+        object's command stack, per-command hooks and reply callbacks cost it more CPU than
+        wurk's own work on the push. An error reply is raised once every reply is read (the
+        connection goes back in step); a connection broken or cut short is closed, never
+        replayed. Run it through ``run`` for the failover and outage rules."""
+        packed = pack_all(commands)  # before a connection is taken: a bad argument costs none
+        connection = self.take_connection()
+        try:
+            connection.send_packed_command([packed], check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            connection.disconnect()  # out of step with its replies: never lent as it is
+            raise
+        finally:
+            self.release_connection(connection)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        return replies
 
     def pipeline(self, *, transaction: bool = False) -> Any:
         return self.client.pipeline(transaction=transaction)

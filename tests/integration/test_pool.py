@@ -1,0 +1,81 @@
+"""``RedisPool.send_all``: commands in one write, every reply read, nothing replayed."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+import wurk
+from wurk.pool import RedisPool
+
+
+def _one_connection(config: wurk.Config) -> RedisPool:
+    """A pool of one connection with a short wait: a connection kept out of it, or given
+    back out of step, shows in the next call."""
+    return RedisPool(config.redis_url, size=1, name="send-all-test", socket_timeout=1.0)
+
+
+def test_replies_come_back_in_order(config: wurk.Config) -> None:
+    pool = _one_connection(config)
+    assert pool.send_all([("SADD", "s", "a", "b"), ("LPUSH", "l", "x", "y", "z"),
+                          ("LRANGE", "l", 0, -1)]) == [2, 3, [b"z", b"y", b"x"]]
+
+
+def test_an_error_reply_is_raised_after_every_reply_is_read(config: wurk.Config) -> None:
+    """The command after a refused one is still applied (Redis runs each), and the
+    connection goes back in step: the next call on the pool's only connection reads its
+    own replies, not the ones left over."""
+    pool = _one_connection(config)
+    pool.client.set("queues-as-text", "v")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        pool.send_all([("SADD", "queues-as-text", "default"), ("LPUSH", "queue:x", "job")])
+    assert pool.client.llen("queue:x") == 1
+    assert pool.send_all([("PING",), ("LLEN", "queue:x")]) == [b"PONG", 1]
+
+
+def test_a_command_that_cannot_be_packed_takes_no_connection(config: wurk.Config) -> None:
+    pool = _one_connection(config)
+    with pytest.raises(redis.DataError, match="SET"):
+        pool.send_all([("SET", "k", object())])
+    taken = pool.take_connection()  # the only one: would wait 1 s and fail if kept
+    pool.release_connection(taken)
+    assert pool.send_all([("SET", "k", "v")]) == [b"OK"]
+
+
+def test_a_connection_cut_short_is_closed_not_lent_again(config: wurk.Config,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """An interrupt between the write and the last reply (a signal handler raising, a
+    shutdown) leaves replies on the wire: the connection is closed, so the next call opens
+    a fresh one and reads only its own replies."""
+    pool = _one_connection(config)
+    pool.send_all([("PING",)])
+    connection = pool.take_connection()
+    first_socket = connection._sock
+    pool.release_connection(connection)
+    calls = 0
+
+    def interrupted(self: object, *args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(connection), "read_response", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        pool.send_all([("INCR", "n"), ("INCR", "n")])
+    monkeypatch.undo()
+    assert calls == 1
+    assert connection._sock is None  # closed, replies and all
+    assert pool.send_all([("INCR", "n")]) == [3]  # both INCRs were applied, once each
+    again = pool.take_connection()
+    assert again._sock is not first_socket
+    pool.release_connection(again)
+
+
+def test_a_push_is_one_round_trip_of_its_two_commands(config: wurk.Config) -> None:
+    """What a single push writes: SADD of the queue, LPUSH of the job, as Sidekiq does."""
+    jid = wurk.push({"class": "PoolProbe", "args": [1], "queue": "probe"})
+    r = redis.Redis.from_url(config.redis_url)
+    assert r.smembers("queues") == {b"probe"}
+    [raw] = r.lrange("queue:probe", 0, -1)
+    assert jid is not None and jid.encode() in raw
