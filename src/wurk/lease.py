@@ -14,32 +14,19 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import hiredis
 import redis
 
+from .packing import pack, pack_all
 from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
 from .sockets import kernel_timeouts
 
 if TYPE_CHECKING:
     from .pool import RedisPool
 
-__all__ = ["Lease", "pack", "pack_all"]
-
-
-def pack(command: tuple[Any, ...]) -> bytes:
-    """One command in the wire protocol, by hiredis (redis-py's packer, without the layers
-    a lease does not need: each argument is one word, as given)."""
-    try:
-        return bytes(hiredis.pack_command(command))
-    except TypeError as exc:
-        raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
-
-
-def pack_all(commands: Iterable[tuple[Any, ...]]) -> bytes:
-    return b"".join([pack(command) for command in commands])
+__all__ = ["Lease"]
 
 
 # Bytes asked of the socket per read, when the connection has no read buffer to share.

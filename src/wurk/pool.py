@@ -36,7 +36,7 @@ import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .lease import pack_all
+from .packing import pack_all
 from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
 
 __all__ = ["AsyncRedisPool", "RedisPool"]
