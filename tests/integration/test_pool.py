@@ -21,6 +21,13 @@ def test_replies_come_back_in_order(config: wurk.Config) -> None:
                           ("LRANGE", "l", 0, -1)]) == [2, 3, [b"z", b"y", b"x"]]
 
 
+def test_text_goes_as_utf8_and_numbers_as_their_digits(config: wurk.Config) -> None:
+    pool = _one_connection(config)
+    assert pool.send_all([("SET", "k", "ünïcode ✓"), ("GET", "k"), ("INCRBY", "n", 5),
+                          ("INCRBYFLOAT", "f", 1.5)]) == [
+        b"OK", "ünïcode ✓".encode(), 5, b"1.5"]
+
+
 def test_an_error_reply_is_raised_after_every_reply_is_read(config: wurk.Config) -> None:
     """The command after a refused one is still applied (Redis runs each), and the
     connection goes back in step: the next call on the pool's only connection reads its
