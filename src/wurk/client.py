@@ -40,7 +40,7 @@ from . import expiry, sinks, unique
 from . import payload as P
 from .config import Config, default_config
 from .errors import InvalidPayload, RedisUnavailable
-from .pool import RedisPool
+from .pool import AsyncRedisPool, RedisPool
 
 __all__ = ["Client"]
 
@@ -323,9 +323,9 @@ class Client:
         sink = sinks.selected()
         if sink is None:
             commands = self._commands(entries)
+            pool = self.config.async_pool()
             try:
-                return await self.config.async_pool().run(
-                    lambda redis: self._asend(redis, commands))
+                return await pool.run(lambda redis: self._asend(pool, redis, commands))
             except RedisUnavailable as exc:
                 raise RedisUnavailable(_push_failed(entries, exc)) from exc
         from .batch.accounting import aregister
@@ -382,12 +382,9 @@ class Client:
             refused |= write_in_batch(redis, self.config, commands.in_batch)
         return refused
 
-    async def _asend(self, redis: Any, commands: _Commands) -> set[str]:
+    async def _asend(self, pool: AsyncRedisPool, redis: Any, commands: _Commands) -> set[str]:
         if commands.pipeline:
-            pipe = redis.pipeline(transaction=False)
-            for command in commands.pipeline:
-                pipe.execute_command(*command)
-            await pipe.execute()
+            await pool.send_all(commands.pipeline)  # as ``_send`` does
         refused = await unique.apush(redis, self.config.keys, commands.locked) \
             if commands.locked else set()
         if commands.in_batch:

@@ -15,6 +15,7 @@
 5. ``send_all`` writes several commands in one write on one connection and reads every
    reply: a pipeline without redis-py's ``Pipeline`` object, for pushes (whose two commands
    cost less than that object's machinery). Never replayed; ``run`` applies the rules above.
+   ``AsyncRedisPool.send_all`` is the same on an event loop.
 6. ``AsyncRedisPool``: the same rules on redis-py's asyncio client, for one event loop
    (asyncio connections belong to the loop that opened them). ``Config.async_pool()``
    makes one per loop; ``aclose()`` on its loop, or ``close()`` from anywhere, ends its
@@ -94,6 +95,15 @@ def _driver_info() -> dict[str, Any]:
     except ImportError:  # redis-py < 7.1 spells it differently
         return {"lib_name": "wurk", "lib_version": _version()}
     return {"driver_info": DriverInfo().add_upstream_driver("wurk", _version())}
+
+
+def _raise_first_error(replies: list[Any]) -> list[Any]:
+    """``send_all``'s replies, or the first error reply among them raised: once all are read,
+    so the connection goes back in step (as redis-py's pipelines raise)."""
+    for reply in replies:
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+    return replies
 
 
 # Bytes a connection reads at a time (see ``RedisPool``): a fetch of eight jobs of ordinary
@@ -176,10 +186,7 @@ class RedisPool:
             raise
         finally:
             self.release_connection(connection)
-        for reply in replies:
-            if isinstance(reply, redis.ResponseError):
-                raise reply
-        return replies
+        return _raise_first_error(replies)
 
     def pipeline(self, *, transaction: bool = False) -> Any:
         return self.client.pipeline(transaction=transaction)
@@ -236,6 +243,27 @@ class AsyncRedisPool:
             raise_refusal(exc, self.url)
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc, self.url) from exc
+
+    async def send_all(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``RedisPool.send_all`` on this loop: ``commands`` in one write on one connection,
+        every reply read, an error reply raised once all are read; a connection cancelled
+        or broken between its write and its last reply is closed, never replayed."""
+        packed = pack_all(commands)  # before a connection is taken: a bad argument costs none
+        connection = await self.connections.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.send_packed_command([packed], check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            await connection.disconnect(nowait=True)  # out of step with its replies
+            raise
+        finally:
+            await self.connections.release(connection)
+        return _raise_first_error(replies)
 
     async def aclose(self) -> None:
         """Close every connection; on the pool's own loop."""

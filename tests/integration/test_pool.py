@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 import redis
 
 import wurk
-from wurk.pool import RedisPool
+from wurk.pool import AsyncRedisPool, RedisPool
 
 
 def _one_connection(config: wurk.Config) -> RedisPool:
@@ -86,3 +89,56 @@ def test_a_push_is_one_round_trip_of_its_two_commands(config: wurk.Config) -> No
     assert r.smembers("queues") == {b"probe"}
     [raw] = r.lrange("queue:probe", 0, -1)
     assert jid is not None and jid.encode() in raw
+
+
+# -- AsyncRedisPool.send_all: the same rules on an event loop --------------------------------
+
+def _on_a_loop(config: wurk.Config, work: Any) -> Any:
+    """Run ``work(pool)`` on a fresh loop with a one-connection asyncio pool, closed after."""
+    async def main() -> Any:
+        pool = AsyncRedisPool(config.redis_url, asyncio.get_running_loop(), size=1,
+                              name="send-all-async-test", socket_timeout=1.0)
+        try:
+            return await work(pool)
+        finally:
+            await pool.aclose()
+
+    return asyncio.run(main())
+
+
+def test_async_replies_come_back_in_order_and_an_error_after_all(config: wurk.Config) -> None:
+    redis.Redis.from_url(config.redis_url).set("queues-as-text", "v")
+
+    async def work(pool: AsyncRedisPool) -> list[Any]:
+        first = await pool.send_all([("SADD", "s", "a"), ("LPUSH", "l", "x", "y")])
+        with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+            await pool.send_all([("SADD", "queues-as-text", "q"), ("LPUSH", "queue:q", "j")])
+        return [first, await pool.send_all([("PING",), ("LLEN", "queue:q")])]
+
+    assert _on_a_loop(config, work) == [[1, 2], [b"PONG", 1]]
+
+
+def test_an_async_push_cancelled_before_its_replies_closes_its_connection(
+        config: wurk.Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A task cancelled between the write and the replies (a timeout around the push, a
+    shutdown) leaves replies on the wire: the connection is closed, so the pool's only
+    connection then reads only its own replies (kept open, it would read the first INCR's)."""
+
+    async def work(pool: AsyncRedisPool) -> list[Any]:
+        await pool.send_all([("PING",)])
+        reading = asyncio.Event()
+
+        async def stalled(self: object, *args: object, **kwargs: object) -> object:
+            reading.set()
+            await asyncio.Event().wait()  # until cancelled
+
+        monkeypatch.setattr(pool.connections.connection_class, "read_response", stalled)
+        task = asyncio.ensure_future(pool.send_all([("INCR", "n"), ("INCR", "n")]))
+        await reading.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        monkeypatch.undo()
+        return await pool.send_all([("INCR", "n")])
+
+    assert _on_a_loop(config, work) == [3]  # both INCRs applied once, nothing replayed
