@@ -307,8 +307,9 @@ class Client:
         sink = sinks.selected()
         if sink is None:
             commands = self._commands(entries)
+            pool = self.pool
             try:
-                return self.pool.run(lambda redis: self._send(redis, commands))
+                return pool.run(lambda redis: self._send(pool, redis, commands))
             except RedisUnavailable as exc:
                 raise RedisUnavailable(_push_failed(entries, exc)) from exc
         from .batch.accounting import register  # the batch package imports the client
@@ -369,11 +370,11 @@ class Client:
                 commands.pipeline.append(("LPUSH", keys.queue(queue), *jsons))
         return commands
 
-    def _send(self, redis: Any, commands: _Commands) -> set[str]:
+    def _send(self, pool: RedisPool, redis: Any, commands: _Commands) -> set[str]:
         if commands.pipeline:
             # Not redis-py's Pipeline: its command stack and per-command hooks cost a single
             # push more CPU than the rest of the push (``RedisPool.send_all``).
-            self.pool.send_all(commands.pipeline)
+            pool.send_all(commands.pipeline)
         refused = unique.push(redis, self.config.keys, commands.locked) \
             if commands.locked else set()
         if commands.in_batch:

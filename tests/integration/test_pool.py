@@ -82,7 +82,7 @@ def test_a_connection_cut_short_is_closed_not_lent_again(config: wurk.Config,
     pool.release_connection(again)
 
 
-def test_a_push_is_one_round_trip_of_its_two_commands(config: wurk.Config) -> None:
+def test_a_push_writes_the_queue_and_the_job(config: wurk.Config) -> None:
     """What a single push writes: SADD of the queue, LPUSH of the job, as Sidekiq does."""
     jid = wurk.push({"class": "PoolProbe", "args": [1], "queue": "probe"})
     r = redis.Redis.from_url(config.redis_url)
