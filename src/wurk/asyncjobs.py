@@ -1,8 +1,11 @@
 """Async jobs: the worker's event loop, each capsule's async slots, and a watch on the loop.
 
 1. ``EventLoop`` owns the worker's one event-loop thread, started on first use; ``close``
-   cancels what still runs there and stops the thread. Helper threads (a failure being
-   booked, a sync middleware around an async job) come from its bounded executor.
+   cancels what still runs there and stops the thread. Nothing a job does ends the loop
+   before that (a task it left raising ``SystemExit``, a ``loop.stop()``). Helper threads
+   that may wait long (a sync middleware around an async job) come from its executor, one
+   an async slot; short Redis bookkeeping (a failure booked, a batch count) from two
+   threads of its own (``bookkeeping``).
 2. ``AsyncLane`` is a capsule's share of it: at most ``async_concurrency`` jobs at once. A
    processor that fetched an ``async def`` job hands it here and fetches on, so a thousand
    waiting jobs hold no thread. The job runs as a task through the same runner code as a
@@ -22,25 +25,29 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import functools
 import logging
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any
+from typing import Any, TypeVar
 
 from .affinity import Pinning
 from .config import Capsule, Config
-from .errors import RedisUnavailable
+from .errors import RedisUnavailable, Shutdown
 from .fetch import UnitOfWork
 from .lease import Lease
 from .outage import Backoff, Outage
 from .pool import RedisPool
 from .reporting import report_error
 
-__all__ = ["AsyncLane", "EventLoop", "timed"]
+__all__ = ["AsyncLane", "EventLoop", "bookkeeping", "timed"]
 
 log = logging.getLogger("wurk")
+T = TypeVar("T")
 
 # How often the probe measures the loop's lateness.
 PROBE_INTERVAL = 0.05
@@ -51,9 +58,12 @@ ACK_WAIT = 0.5
 # After the first finished job it waits this long for more, so one round trip (and one
 # wake of the thread) serves many.
 ACK_GATHER = 0.002
-# Threads for the blocking parts of async jobs (booking a failure, a sync middleware link)
-# beyond one per async slot.
+# Threads for the blocking parts of async jobs that may last (a sync middleware link around
+# a job holds one while the job runs, a limiter's wait) beyond one per async slot.
 SPARE_HELPERS = 4
+# Threads for short Redis bookkeeping of async jobs (``bookkeeping``): bounded, so a
+# thousand jobs failing at once do not add a thread each.
+BOOKKEEPERS = 2
 
 
 def _placed(pinning: Pinning | None, body: Callable[[], Any]) -> None:
@@ -80,6 +90,8 @@ class EventLoop:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._serving = False  # in ``run_forever`` (read and written on the loop thread only)
         self._worst_lag = 0.0
 
     def get(self) -> asyncio.AbstractEventLoop:
@@ -88,6 +100,11 @@ class EventLoop:
                 loop = asyncio.new_event_loop()
                 loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
                     max_workers=self._helpers, thread_name_prefix="wurk-async-helper"))
+                # Short Redis bookkeeping (booking a failure, a batch count) gets threads of
+                # its own, so a thousand async jobs failing at once add BOOKKEEPERS threads,
+                # not one each.
+                _bookkeepers[loop] = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=BOOKKEEPERS, thread_name_prefix="wurk-async-bookkeeping")
                 loop.call_soon(lambda: loop.create_task(self._probe()))
                 thread = threading.Thread(target=self._run, args=(loop,),
                                           name="wurk-asyncio", daemon=True)
@@ -96,7 +113,40 @@ class EventLoop:
             return self._loop
 
     def _run(self, loop: asyncio.AbstractEventLoop) -> None:
-        _placed(self.pinning, loop.run_forever)
+        _placed(self.pinning, lambda: self._serve(loop))
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Run ``loop`` until ``close``. asyncio lets a task's ``KeyboardInterrupt`` or
+        ``SystemExit`` (one a job spawned and left running) out of ``run_forever``, and job
+        code may call ``loop.stop()``: either would end this thread, and with it every async
+        job of the process, so the loop is run again."""
+        self._serving = True
+        while not self._closing.is_set():
+            try:
+                loop.run_forever()
+            except BaseException as exc:
+                if not self._closing.is_set():
+                    log.error("a task on the event loop raised %s: %s; the loop goes on "
+                              "(a task an async job started and left running?)",
+                              type(exc).__name__, exc)
+        self._serving = False
+        # What still runs is cancelled and gets to handle that while the helpers stop.
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        try:
+            loop.run_until_complete(loop.shutdown_default_executor())
+        except BaseException as exc:
+            log.warning("stopping the event loop's helper threads: %s: %s",
+                        type(exc).__name__, exc)
+        finally:
+            bookkeepers = _bookkeepers.pop(loop, None)
+            if bookkeepers is not None:
+                bookkeepers.shutdown(wait=False, cancel_futures=True)
+            loop.close()
+
+    def _stop_serving(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._serving:  # not during the final run: that one ends by itself
+            loop.stop()
 
     @property
     def started(self) -> bool:
@@ -124,19 +174,28 @@ class EventLoop:
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+            self._closing.set()
         if loop is None or thread is None:
             return
-
-        def cancel_all() -> None:
-            for task in asyncio.all_tasks(loop):
-                task.cancel()
-            loop.call_soon(loop.stop)
-
-        loop.call_soon_threadsafe(cancel_all)
+        loop.call_soon_threadsafe(self._stop_serving, loop)
         thread.join(timeout)
-        if not thread.is_alive():
-            loop.run_until_complete(loop.shutdown_default_executor())
-            loop.close()
+        if thread.is_alive():
+            log.warning("the event loop did not stop within %.0f s", timeout)
+
+
+# The bookkeeping threads of each worker loop (``EventLoop.get``), for ``bookkeeping``.
+_bookkeepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                        concurrent.futures.ThreadPoolExecutor] = \
+    weakref.WeakKeyDictionary()
+
+
+async def bookkeeping(call: Callable[..., T], *args: Any) -> T:
+    """``call(*args)``, a short blocking Redis round trip or two (booking a failure, a
+    batch count), off the running loop: on the worker loop's few bookkeeping threads, else
+    (a loop of the application's) its default executor. The context goes along."""
+    loop = asyncio.get_running_loop()
+    bound = functools.partial(contextvars.copy_context().run, call, *args)
+    return await loop.run_in_executor(_bookkeepers.get(loop), bound)
 
 
 class _Timed:
@@ -282,10 +341,17 @@ class AsyncLane:
         try:
             acknowledge = await run()
         except asyncio.CancelledError:
-            pass  # given back at the deadline: not acknowledged
-        except BaseException as exc:  # the runner books job errors; this is its own fault
-            report_error(self.config, exc, {"context": "running an async job",
-                                            "queue": unit.queue})
+            # At the deadline the job was given back first; a job cancelled by its own code
+            # (or by code it awaited) is let go of below, as an ended sync job would be.
+            if not self._was_given_back(unit):
+                log.warning("async job from %s (jid %s) ended cancelled, not by the "
+                            "shutdown: not acknowledged", unit.queue, unit.jid)
+        except BaseException as exc:
+            # The runner books job errors (Exception); what reaches here is SystemExit,
+            # KeyboardInterrupt, the job's own Shutdown, or a fault of the runner's.
+            if not isinstance(exc, Shutdown):
+                report_error(self.config, exc, {"context": "running an async job",
+                                                "queue": unit.queue})
         finally:
             with self._lock:
                 self._running.pop(id(unit), None)
@@ -295,7 +361,16 @@ class AsyncLane:
                     self._unacked += 1
                     self._done.put(unit)
                 self._changed.notify_all()
+            if not acknowledge and not given_back:
+                # Its failure could not be booked, or it ended cancelled or with SystemExit:
+                # nobody will settle it, so its entry is let go of and the reaper returns it
+                # within seconds, rather than when this process ends.
+                unit.fetcher.let_go(unit)
             self._slots.release()
+
+    def _was_given_back(self, unit: UnitOfWork) -> bool:
+        with self._lock:
+            return id(unit) in self._given_back
 
     # -- the deadline -----------------------------------------------------------------------
     def unfinished(self) -> list[UnitOfWork]:

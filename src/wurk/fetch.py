@@ -87,6 +87,11 @@ class Fetcher(Protocol):
     def hand_off(self, unit: UnitOfWork) -> None:
         """``unit`` runs elsewhere now (an async job): it is settled there, not here."""
 
+    def let_go(self, unit: UnitOfWork) -> None:
+        """``unit`` ended elsewhere neither acknowledged nor requeued (an async job whose
+        failure could not be booked, or that ended cancelled or with ``SystemExit``): give
+        it up, as a processor gives up its own such job at its next fetch. Any thread."""
+
     def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
         """The commands acknowledging ``units`` (jobs that ended elsewhere: async jobs), for
         any thread to send with other fetchers' in one round trip; their replies go to
@@ -129,6 +134,9 @@ class BasicFetch:
 
     def hand_off(self, unit: UnitOfWork) -> None:
         return None
+
+    def let_go(self, unit: UnitOfWork) -> None:
+        return None  # it left Redis when it was popped: nothing holds it
 
     def ack_commands(self, units: Sequence[UnitOfWork]) -> list[tuple[Any, ...]]:
         return []  # the jobs left Redis when they were popped

@@ -22,13 +22,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import expiry, unique
 from . import payload as P
+from .asyncjobs import bookkeeping
 from .errors import OverLimit
 from .limiter.reschedule import over_limit_classes, reschedule
 from .payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
@@ -77,32 +77,30 @@ class LimitsMiddleware:
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
                     call_next: Callable[[], Any]) -> Any:
-        """The same around an async job, on its loop; the Redis steps in a helper thread.
+        """The same around an async job, on its loop; the Redis steps on a bookkeeping thread.
         (A sync link there would hold a helper thread for the job's whole run.)"""
-        loop = asyncio.get_running_loop()
         try:
             if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
-                return await self._aguarded(payload, call_next, loop)
+                return await self._aguarded(payload, call_next)
             return await call_next()
         except over_limit_classes(self.config) as exc:
             if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
                 return None
-            if not await loop.run_in_executor(None, reschedule, self.config, payload, exc):
+            if not await bookkeeping(reschedule, self.config, payload, exc):
                 raise
             return None
 
-    async def _aguarded(self, payload: P.Payload, call_next: Callable[[], Any],
-                        loop: asyncio.AbstractEventLoop) -> Any:
+    async def _aguarded(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
         if expiry.expired(payload):
-            await loop.run_in_executor(None, self._drop, payload)
+            await bookkeeping(self._drop, payload)
             return None
         if P.UNIQUE_DIGEST not in payload:
             return await call_next()
         if payload.get(P.UNIQUE_UNTIL) == "start":
-            await loop.run_in_executor(None, unique.release, self.config, payload)
+            await bookkeeping(unique.release, self.config, payload)
             return await call_next()
         result = await call_next()
-        await loop.run_in_executor(None, unique.release, self.config, payload)
+        await bookkeeping(unique.release, self.config, payload)
         return result
 
     def _drop(self, payload: P.Payload) -> None:

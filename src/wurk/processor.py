@@ -42,7 +42,7 @@ import redis
 from . import log as wurk_log
 from . import payload as P
 from .affinity import Pinning
-from .asyncjobs import AsyncLane, EventLoop, timed
+from .asyncjobs import AsyncLane, EventLoop, bookkeeping, timed
 from .config import Config
 from .errors import (
     InvalidPayload,
@@ -347,9 +347,9 @@ class JobRunner:
         except Exception as exc:
             if _is_shutdown(exc):
                 raise
-            # Booking talks to Redis: in a helper thread, so the loop runs on meanwhile.
-            return await asyncio.get_running_loop().run_in_executor(
-                None, self._book_failure, job, exc, definition, instance, raw, started)
+            # Booking talks to Redis: off the loop, so it runs on meanwhile.
+            return await bookkeeping(self._book_failure, job, exc, definition, instance, raw,
+                                     started)
         return self._succeeded(started)
 
     def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:

@@ -252,11 +252,16 @@ class ReliableFetch:
         """The last unit was neither acknowledged nor requeued (booking its failure failed,
         or its processor died): its entry is no longer held, so the reaper gives it back."""
         unit, self._out = self._out, None
-        if unit is not None and not unit.settled:
-            unit.settled = True
-            self.claims.release(unit, abandoned=True)
-            log.warning("a job from %s was left unacknowledged; it goes back to its queue",
-                        unit.queue)
+        if unit is not None:
+            self.let_go(unit)
+
+    def let_go(self, unit: UnitOfWork) -> None:
+        if unit.settled:
+            return
+        unit.settled = True
+        self.claims.release(unit, abandoned=True)
+        log.warning("a job from %s (jid %s) was left unacknowledged; it goes back to its "
+                    "queue", unit.queue, unit.jid)
 
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:

@@ -154,3 +154,64 @@ def test_an_async_job_blocking_the_loop_is_named_and_the_lag_reported(
              message="the lag in the heartbeat")
     wait_for(lambda: f"Sys::AsyncBlocker (jid {jid}) held the event loop" in worker.output(),
              message="the warning naming the job")
+
+
+def test_an_async_job_ending_unacknowledged_goes_back_within_seconds(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    """Cancelled by its own code, ``sys.exit``, or ``wurk.Shutdown`` raised by the job: no
+    ACK and no failure to book, so the job is let go of and the reaper returns it while the
+    worker runs on (as a sync job ending so), not when the process exits. Each ran twice:
+    once ending so, once to the end."""
+    worker = start_worker("-c", "2", settings=RELIABLE)
+    pushed = {how: jobs.async_ends_badly.perform_async("badly", how)
+              for how in ("cancel", "exit", "shutdown")}
+    wait_for(lambda: set(r.lrange("badly:done", 0, -1)) == set(pushed.values()), timeout=20,
+             message="every job given back by the reaper and run again")
+    assert {jid: int(n) for jid, n in r.hgetall("badly").items()} == \
+        {jid: 2 for jid in pushed.values()}
+    wait_for(lambda: not private_entries(r), message="every ACK")
+    assert worker.process.poll() is None, worker.output()
+    assert "left unacknowledged" in worker.output()
+    assert "ended cancelled, not by the shutdown" in worker.output()
+
+
+def test_a_task_left_behind_cannot_stop_the_event_loop(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    """A task an async job started ends with KeyboardInterrupt or SystemExit, which asyncio
+    raises out of ``run_forever``, or calls ``loop.stop()``: the loop runs on, later async
+    jobs run, and TERM still exits 0."""
+    worker = start_worker("-c", "2")
+    for how in ("interrupt", "exit", "stop"):
+        jobs.async_leaves_a_task.perform_async("left", how)
+        wait_for(lambda: r.llen("left") >= 1, message=f"the job leaving a task ({how})")
+        r.delete("left")
+        time.sleep(0.2)  # the task it left has ended by now
+        later = jobs.async_wait.perform_bulk([["after", 0.01] for _ in range(20)])
+        wait_for(lambda: r.llen("after") == 20, timeout=10,
+                 message=f"async jobs after the task's {how}")
+        assert set(r.lrange("after", 0, -1)) == set(later)
+        r.delete("after")
+    assert "a task on the event loop raised KeyboardInterrupt" in worker.output()
+    assert "a task on the event loop raised SystemExit" in worker.output()
+    worker.signal("TERM")
+    assert worker.wait(20) == 0, worker.output()
+    assert not r.smembers("processes"), "the process record is cleared at exit"
+
+
+def test_a_thousand_failing_async_jobs_add_few_threads(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    """Booking a failure is a Redis round trip off the loop: on a few bookkeeping threads,
+    so a thousand async jobs failing at once keep the worker within thread concurrency +
+    10 threads, as succeeding ones do."""
+    threads = 2
+    worker = start_worker("-c", str(threads), "--async-concurrency", "1000")
+    watch = ThreadWatch(worker.process.pid)
+    jobs.async_fails.perform_bulk([["failed", 0.2] for _ in range(1000)])
+    wait_for(lambda: int(r.get("failed") or 0) == 1000, timeout=60, message="every failure")
+    wait_for(lambda: not private_entries(r), timeout=20, message="every failure booked")
+    most = watch.stop()
+    print(f"\n1,000 failing async jobs: most threads {most} (-c {threads})")
+    assert most <= threads + 10

@@ -101,3 +101,59 @@ def malloc_stats() -> None:
     import ctypes
 
     ctypes.CDLL(None).malloc_stats()
+
+
+@wurk.job(name="Sys::AsyncEndsBadly")
+async def async_ends_badly(key: str, how: str) -> None:
+    """The first run ends without an ACK — cancelled by its own code, ``sys.exit``, or the
+    job raising ``wurk.Shutdown`` itself — and no failure to book; a run after that records
+    its jid. ``key`` counts the runs of each jid."""
+    import asyncio
+    import sys
+
+    jid = wurk.current_jid() or ""
+    if r().hincrby(key, jid, 1) == 1:
+        await asyncio.sleep(0)
+        if how == "cancel":
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            await asyncio.sleep(5)
+        elif how == "exit":
+            sys.exit(3)
+        elif how == "shutdown":
+            raise wurk.Shutdown("raised by the job")
+    r().rpush(f"{key}:done", jid)
+
+
+_LEFT_BEHIND: set[object] = set()
+
+
+@wurk.job(name="Sys::AsyncLeavesATask")
+async def async_leaves_a_task(key: str, how: str) -> None:
+    """Starts a task that outlives it and ends with ``KeyboardInterrupt`` or ``SystemExit``
+    (which asyncio lets out of the loop's ``run_forever``), or stops the loop itself."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+
+    async def later() -> None:
+        await asyncio.sleep(0.05)
+        if how == "interrupt":
+            raise KeyboardInterrupt
+        if how == "exit":
+            raise SystemExit(1)
+        loop.stop()
+
+    _LEFT_BEHIND.add(loop.create_task(later()))  # kept: the job does not await it
+    r().rpush(key, wurk.current_jid() or "")
+
+
+@wurk.job(name="Sys::AsyncFails", retry=1)
+async def async_fails(key: str, seconds: float) -> None:
+    """Waits, counts itself, and fails: a thousand of them end at about the same time."""
+    import asyncio
+
+    await asyncio.sleep(seconds)
+    r().incr(key)
+    raise ValueError("this job always fails")

@@ -17,13 +17,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import payload as P
+from ..asyncjobs import bookkeeping
 from ..errors import RedisUnavailable, is_shutdown
 from ..lending import redis as lent_redis
 from ..reporting import report_error
@@ -109,7 +109,7 @@ class BatchServerMiddleware:
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
                     call_next: Callable[[], Any]) -> Any:
-        """The same around an async job, on its loop; the counts in a helper thread (a sync
+        """The same around an async job, on its loop; the counts on a bookkeeping thread (a sync
         link there would hold a helper thread for the job's whole run)."""
         bid, jid = payload.get(P.BID), payload.get(P.JID)
         token = blocks.WORKER_CONFIG.set(self.config)
@@ -122,16 +122,15 @@ class BatchServerMiddleware:
 
     async def _acounted(self, bid: str, jid: str, payload: P.Payload,
                         call_next: Callable[[], Any]) -> Any:
-        loop = asyncio.get_running_loop()
         overrated = payload.get(OVERRATED)
         try:
             result = await call_next()
         except Exception as exc:
             if not is_shutdown(exc) and not _over_limit(self.config, exc):
-                await loop.run_in_executor(None, self._count_failure, bid, jid, payload)
+                await bookkeeping(self._count_failure, bid, jid, payload)
             raise
         if payload.get(OVERRATED) == overrated:
-            await loop.run_in_executor(None, count, self.config, bid, jid, "success")
+            await bookkeeping(count, self.config, bid, jid, "success")
         return result
 
     def _count_failure(self, bid: str, jid: str, payload: P.Payload) -> None:
