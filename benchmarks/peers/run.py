@@ -238,6 +238,7 @@ def print_tables(systems: list[System], results: dict[str, list[Row]], runs: int
 
 # Like for like: each wurk row against the Sidekiq row run the same way.
 PAIRS = (("wurk", "sidekiq"), ("wurk_redispy", "sidekiq"),
+         ("wurk", "sidekiq_tuned"), ("wurk_redispy", "sidekiq_tuned"),
          ("wurk_pinned", "sidekiq_pinned"), ("wurk_redispy_pinned", "sidekiq_pinned"),
          ("wurk", "sidekiq_nojit"), ("wurk", "wurk_nometrics"),
          # The yardstick: how far wurk is from a bare worker of its shape, and how far that
@@ -287,10 +288,13 @@ def comparison(bench: Bench, systems: list[System], runs: int) -> dict[str, list
 
 def interleaved(systems: list[System], runs: int,
                 measure: Callable[[System], Row]) -> dict[str, list[Row]]:
-    """``runs`` rounds over every system, so drift over the session hits each alike."""
+    """``runs`` rounds over every system, so drift over the session hits each alike; each
+    round starts one system further on, so no system always follows the same one (what a
+    run leaves behind — a warm cache, a Redis still freeing memory — falls on each)."""
     results: dict[str, list[Row]] = {s.name: [] for s in systems}
     for run in range(runs):
-        for system in systems:
+        shift = run % len(systems) if systems else 0
+        for system in [*systems[shift:], *systems[:shift]]:
             started = time.monotonic()
             try:
                 row = measure(system)

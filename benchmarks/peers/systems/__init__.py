@@ -12,6 +12,7 @@ An adapter only describes commands; the jobs themselves live in ``benchmarks/pee
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -20,6 +21,8 @@ from pathlib import Path
 
 # How long a probe command (``--help``, ``ruby -e 1``) may take before it counts as broken.
 PROBE_TIMEOUT = 30.0
+# The one CPU the pinned rows run on (wurk's and Sidekiq's alike, under taskset).
+LAST_CPU = str(max(os.sched_getaffinity(0)))
 
 Argv = list[str]
 
@@ -96,8 +99,8 @@ def peers_missing(tools: Tools, script: str, venv: str = ".venv") -> str | None:
 
 
 ORDER = ("wurk", "wurk_redispy", "sidekiq", "wurk_pinned", "wurk_redispy_pinned",
-         "sidekiq_pinned", "wurk_nometrics", "sidekiq_nojit", "dramatiq", "huey", "celery",
-         "arq", "rq_simple", "rq_fork", "bare", "bare_redispy")
+         "sidekiq_pinned", "wurk_nometrics", "sidekiq_nojit", "sidekiq_tuned", "dramatiq",
+         "huey", "celery", "arq", "rq_simple", "rq_fork", "bare", "bare_redispy")
 # The async row (``--async-row``): async jobs awaiting 50 ms at one concurrency.
 ASYNC_ORDER = ("wurk_async", "arq", "saq")
 
@@ -112,6 +115,7 @@ def build(name: str, tools: Tools) -> System:
         "wurk_async": wurk.async_jobs, "wurk_nometrics": wurk.no_metrics, "saq": saq.system,
         "sidekiq": sidekiq.system,
         "sidekiq_pinned": sidekiq.pinned, "sidekiq_nojit": sidekiq.nojit,
+        "sidekiq_tuned": sidekiq.tuned,
         "dramatiq": dramatiq.system,
         "huey": huey.system, "celery": celery.system, "arq": arq.system,
         "rq_simple": rq.simple, "rq_fork": rq.fork,

@@ -5,22 +5,19 @@ for per-job logging); several processes are one ``wurk swarm -n P``.
 
 "wurk" writes through ``wurk.redis()``, "wurk_redispy" through a redis-py client (as the
 Python peers' jobs do): the two job bodies of the headline. "wurk_pinned" and
-"wurk_redispy_pinned" hold the processor threads to the last CPU always
-(``--cpu-affinity <cpu>``), as "sidekiq_pinned" runs Sidekiq under ``taskset -c <cpu>``:
-the both-pinned pair. (The default, ``auto``, pins only while busy and measured to pay.)
+"wurk_redispy_pinned" run the whole process under ``taskset -c <cpu>``, as
+"sidekiq_pinned" runs Sidekiq: the both-pinned pair. (wurk's own ``--cpu-affinity``
+would hold only its processor threads, leaving its other threads the other CPU: not the
+same thing as Sidekiq's row, so not used here.)
 "wurk_nometrics" is "wurk" with execution metrics off (``metrics: false``), to price them.
 "wurk_async" is the async row's worker: ``--async-concurrency`` set to the row's
 concurrency."""
 
 from __future__ import annotations
 
-import os
-
-from . import Argv, System, Tools, probe, python_enqueue
+from . import LAST_CPU, Argv, System, Tools, probe, python_enqueue
 
 CONFIG = "benchmarks/peers/wurk.yml"
-# The CPU the pinned rows hold to: the one sidekiq_pinned's taskset takes.
-LAST_CPU = str(max(os.sched_getaffinity(0)))
 
 
 def system(tools: Tools) -> System:
@@ -59,8 +56,9 @@ def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = F
         command = ["worker"] if processes == 1 else ["swarm", "-n", str(processes)]
         threads = ["-c", "10", "--async-concurrency", str(concurrency)] if async_row \
             else ["-c", str(concurrency)]
-        return [[*prefix, wurk, *command, "-C", CONFIG, "-r", "benchmarks.peers.wurk_jobs",
-                 *threads, *(["--cpu-affinity", LAST_CPU] if pinned else [])]]
+        pin = ["taskset", "-c", LAST_CPU] if pinned else []
+        return [[*prefix, *pin, wurk, *command, "-C", CONFIG, "-r",
+                 "benchmarks.peers.wurk_jobs", *threads]]
 
     missing = probe([wurk, "worker", "--help"], cwd=tools.root)
     body = "jobs INCR through redis-py" if redis_py else "jobs INCR through wurk.redis()"
@@ -70,7 +68,7 @@ def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = F
         unavailable=None if tools.wurk_bin("python").exists() else
         f"{tools.wurk_bin('python')} missing: run ./scripts/test",
         no_worker="worker not available yet" if missing else None,
-        notes=[f"{name}: " + (f"--cpu-affinity {LAST_CPU}" if pinned else "defaults")
-               + f" (reliable fetch{'' if pinned else ', cpu_affinity auto'}), {body}"
+        notes=[f"{name}: " + (f"taskset -c {LAST_CPU}" if pinned else "defaults")
+               + f" (reliable fetch, cpu_affinity auto), {body}"
                + ("" if metrics else ", execution metrics off")
                + (", 10 threads + async slots" if async_row else "")])
