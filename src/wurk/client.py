@@ -2,7 +2,9 @@
 
 1. ``normalize`` applies Sidekiq's push rules: defaults under the
    item, a jid and ``created_at`` when missing, transient keys dropped, bad fields refused.
-2. Client middleware may change the payload or stop the push (the call then returns None).
+2. Client middleware may change the payload or stop the push (the call then returns None):
+   a push goes out only if the chain reached its end (every link called ``call_next``) and
+   the result is not None or False.
 3. Arguments are checked after the middleware, so middleware may convert them.
 4. One round trip per push or per bulk slice: ``SADD queues`` + ``LPUSH`` per queue for
    immediate jobs, one ``ZADD schedule`` for scheduled ones, written at once
@@ -20,8 +22,9 @@
    No thread is used: async client middleware is awaited on the loop, sync client
    middleware is called there (plain code: one doing blocking I/O blocks the loop; the
    built-in links only edit the payload). The connections are the running loop's pool
-   (``Config.async_pool``). A sync push meeting an async client middleware runs it on a
-   loop of its own.
+   (``Config.async_pool``). A sync push meeting an async client middleware runs it on an
+   event loop in a short-lived thread of its own, while the link's ``await call_next()``
+   runs the rest of the chain back in the pushing thread (``_run_async_link``).
 8. Jobs pushed inside a batch's jobs block are written by the batch's script, which
    registers each with the batch as it pushes it (with a unique job's lock, when it has
    one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
@@ -30,7 +33,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
 import random
+import threading
 import time
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,7 +45,7 @@ from typing import Any, TypeVar
 from . import expiry, sinks, unique
 from . import payload as P
 from .config import Config, default_config
-from .errors import InvalidPayload, RedisUnavailable
+from .errors import InvalidArguments, InvalidPayload, RedisUnavailable
 from .pool import AsyncRedisPool, RedisPool
 
 __all__ = ["Client"]
@@ -48,6 +54,11 @@ __all__ = ["Client"]
 MIN_SPREAD_INTERVAL = 5.0
 # retry_for must be relative seconds; anything larger was surely meant as a timestamp.
 MAX_RETRY_FOR = 1_000_000_000
+# A sync push waiting on an async client link's thread looks again this often (a wait with no
+# timeout would not see that thread end without an answer); once the link is over, its
+# thread gets this long to close its loop.
+LINK_WAIT = 0.1
+LINK_JOIN_TIMEOUT = 5.0
 
 _DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
 
@@ -83,6 +94,23 @@ class _Commands:
     in_batch: list[tuple[P.Payload, float | None]] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Place:
+    """Where a bulk push's slice starts, for an error that names the job it refused: the
+    arguments are checked slice by slice (after the middleware, which may convert them),
+    so earlier slices may be in Redis already."""
+
+    start: int
+    total: int
+    done: list[str | None]  # the earlier slices' jids (None: not pushed)
+
+    def refused(self, offset: int, exc: InvalidArguments) -> str:
+        pushed = sum(jid is not None for jid in self.done)
+        return (f"job {self.start + offset} of {self.total} in this bulk push: {exc} "
+                f"({pushed} jobs before it were pushed, by earlier round trips; it and the "
+                "jobs after it were not)")
+
+
 class Client:
     """Pushes payloads into one Redis, through the configuration's client middleware."""
 
@@ -97,15 +125,15 @@ class Client:
     # -- public -----------------------------------------------------------------------------
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job; returns its jid, or None when a middleware stopped it."""
-        return self._drive(self._push_steps(item))
+        return self._drive(self._push_steps(self.normalize(item)))
 
     async def apush(self, item: Mapping[str, Any]) -> str | None:
         """``push`` for async code (``await client.apush({...})``): the same steps on the
         running loop's asyncio pool, never blocking it on Redis."""
-        return await self._adrive(self._push_steps(item))
+        return await self._adrive(self._push_steps(self.normalize(item)))
 
-    def _push_steps(self, item: Mapping[str, Any]) -> Steps[str | None]:
-        normalized = self.normalize(item)
+    def _push_steps(self, normalized: P.Payload) -> Steps[str | None]:
+        """The push of a payload ``normalize`` made (and that this takes over)."""
         at = normalized.pop(P.AT, None)
         job = yield _Middleware(normalized)
         if job is None:
@@ -152,9 +180,8 @@ class Client:
         ats = self._bulk_times(base, len(all_args))
         if P.JID in base and len(all_args) > 1:
             raise InvalidPayload("a jid cannot be given for more than one job", field=P.JID)
-        size = base.pop("batch_size", None) or (
-            self.config.scheduled_bulk_batch_size if any(ats) else self.config.bulk_batch_size
-        )
+        size = self._batch_size(base.pop("batch_size", None),
+                                scheduled=any(at is not None for at in ats))
         own_jid = P.JID in base
         # Normalised once, as Sidekiq does: every job of a bulk push shares its options and
         # its created_at; only args and jid differ.
@@ -164,8 +191,20 @@ class Client:
             chunk = range(start, min(start + size, len(all_args)))
             results.extend((yield from self._slice_steps(template, own_jid,
                                                          [all_args[i] for i in chunk],
-                                                         [ats[i] for i in chunk])))
+                                                         [ats[i] for i in chunk],
+                                                         _Place(start, len(all_args), results))))
         return results
+
+    def _batch_size(self, size: Any, *, scheduled: bool) -> int:
+        if size is None:
+            return self.config.scheduled_bulk_batch_size if scheduled \
+                else self.config.bulk_batch_size
+        # Refused, not read as the default or as "nothing": a bulk push given 0 or -1 used to
+        # push every job in one slice, or none, and say nothing (Sidekiq refuses 0 too).
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidPayload(f"'batch_size' must be a positive int (jobs per round trip) "
+                                 f"or None, not {size!r}", field="batch_size")
+        return size
 
     # -- the drivers ------------------------------------------------------------------------
     def _drive(self, steps: Steps[T]) -> T:
@@ -223,9 +262,8 @@ class Client:
         if "|" in queue:
             raise InvalidPayload(f"queue name {queue!r} contains '|', which wurk reserves for "
                                  "in-flight lists", field=P.QUEUE)
-        at = job.get(P.AT)
-        if at is not None and (isinstance(at, bool) or not isinstance(at, (int, float))):
-            raise InvalidPayload(f"'at' must be epoch seconds, not {at!r}", field=P.AT)
+        if job.get(P.AT) is not None:
+            job[P.AT] = _at(job[P.AT])
         if P.TAGS in job and not isinstance(job[P.TAGS], list):
             raise InvalidPayload(f"'tags' must be a list, not {job[P.TAGS]!r}", field=P.TAGS)
         if P.RETRY_FOR in job:
@@ -246,20 +284,29 @@ class Client:
         chain = self.config.client_middleware
         if not chain:
             return job
-        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], lambda: job,
-                              run_async=_run_async_link)
-        if result is None or result is False:
-            return None
-        return result if isinstance(result, dict) else job
+        reached = False
+
+        def final() -> P.Payload:
+            nonlocal reached
+            reached = True
+            return job
+
+        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], final, run_async=_run_async_link)
+        return _let_through(job, result, reached)
 
     async def _athrough_middleware(self, job: P.Payload) -> P.Payload | None:
         chain = self.config.client_middleware
         if not chain:
             return job
-        result = await chain.ainvoke_inline(job[P.CLASS], job, job[P.QUEUE], lambda: job)
-        if result is None or result is False:
-            return None
-        return result if isinstance(result, dict) else job
+        reached = False
+
+        def final() -> P.Payload:
+            nonlocal reached
+            reached = True
+            return job
+
+        result = await chain.ainvoke_inline(job[P.CLASS], job, job[P.QUEUE], final)
+        return _let_through(job, result, reached)
 
     # -- bulk -------------------------------------------------------------------------------
     def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
@@ -268,20 +315,22 @@ class Client:
         if at is not None and spread is not None:
             raise InvalidPayload("give 'at' or 'spread_interval', not both", field=P.AT)
         if spread is not None:
-            window = max(float(spread), MIN_SPREAD_INTERVAL)
+            window = max(P.finite_seconds(spread, "'spread_interval'", "a finite number of "
+                                          "seconds", field="spread_interval"),
+                         MIN_SPREAD_INTERVAL)
             now = time.time()
             return [now + random.random() * window for _ in range(count)]
         if isinstance(at, (list, tuple)):
             if len(at) != count:
                 raise InvalidPayload(f"'at' has {len(at)} times for {count} jobs", field=P.AT)
-            return [float(t) for t in at]
-        return [None if at is None else float(at)] * count
+            return [_at(t, f"'at'[{index}]") for index, t in enumerate(at)]
+        return [None if at is None else _at(at)] * count
 
     def _slice_steps(self, template: P.Payload, own_jid: bool, args_list: list[Any],
-                     ats: list[float | None]) -> Steps[list[str | None]]:
+                     ats: list[float | None], place: _Place) -> Steps[list[str | None]]:
         results: list[str | None] = []
         entries: list[tuple[P.Payload, float | None]] = []
-        for args, at in zip(args_list, ats, strict=True):
+        for offset, (args, at) in enumerate(zip(args_list, ats, strict=True)):
             fresh = template.copy()
             fresh[P.ARGS] = list(args)
             if not own_jid:
@@ -290,7 +339,10 @@ class Client:
             if job is None:
                 results.append(None)
                 continue
-            P.check_args(job[P.ARGS])
+            try:
+                P.check_args(job[P.ARGS])  # after the middleware: it may convert them
+            except InvalidArguments as exc:
+                raise InvalidArguments(place.refused(offset, exc)) from None
             entries.append((job, at))
             results.append(str(job[P.JID]))
         if entries:
@@ -395,18 +447,127 @@ class Client:
         return refused
 
 
+def _at(value: Any, name: str = "'at'") -> float:
+    return P.finite_seconds(value, name, "finite epoch seconds", field=P.AT)
+
+
+def _let_through(job: P.Payload, result: Any, reached: bool) -> P.Payload | None:
+    """What a client chain lets through: nothing unless it reached its end (a link that does
+    not call ``call_next`` stops the push, whatever it returns) or when a link returned None
+    or False; else the dict a link returned, or the payload."""
+    if not reached or result is None or result is False:
+        return None
+    return result if isinstance(result, dict) else job
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A result or an error, handed between an async client link's thread and the pushing
+    thread."""
+
+    result: Any
+    error: BaseException | None
+
+    def settle(self, waiter: asyncio.Future[Any]) -> None:  # on the link's loop
+        if waiter.done():  # cancelled meanwhile: the link is going away
+            return
+        if self.error is None:
+            waiter.set_result(self.result)
+        else:
+            waiter.set_exception(self.error)
+
+
 def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
-                    payload: dict[str, Any], queue: str, rest: Callable[[], Any]) -> Any:
-    """An async client middleware met by a sync push: run on a loop of its own."""
+                    payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
+    """An async client middleware met by a sync push. The link runs on an event loop in a
+    short-lived thread of its own (this thread cannot run a loop while the link waits for the
+    rest: a second async link would find that loop running), and its ``await call_next()``
+    hands the rest of the chain back to this thread, whose result or error its await gets —
+    the shape of the worker's async server links around a sync job (``JobRunner._bridge``).
+    This thread owns the link's thread: it cancels the link if interrupted meanwhile, and
+    joins that thread before the push goes on."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        async def call_next() -> Any:
-            return rest()
+        pass
+    else:  # this thread's loop would stand still while the push waits for the link
+        raise TypeError(f"{link!r} is async client middleware and this sync push runs inside "
+                        "an event loop: push with await job.aperform_async(...) / "
+                        "wurk.apush(...)")
+    requests: queue.SimpleQueue[asyncio.Future[Any] | _Outcome] = queue.SimpleQueue()
 
-        return asyncio.run(link(job, payload, queue, call_next))
-    raise TypeError(f"{link!r} is async client middleware and this sync push runs inside an "
-                    "event loop: push with await job.aperform_async(...) / wurk.apush(...)")
+    async def call_next() -> Any:  # on the link's loop: the rest runs in the pushing thread
+        waiter = asyncio.get_running_loop().create_future()
+        requests.put(waiter)
+        return await waiter
+
+    async def run() -> None:
+        try:
+            requests.put(_Outcome(await link(job, payload, queue_name, call_next), None))
+        except BaseException as exc:  # the pushing thread raises it
+            requests.put(_Outcome(None, exc))
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(run())  # made here: it runs in a copy of this thread's context
+    thread = threading.Thread(target=_serve_link, args=(loop, task), name="wurk-client-link",
+                              daemon=True)
+    thread.start()
+    try:
+        outcome = _answer_link(requests, loop, thread, rest)
+    except BaseException:  # KeyboardInterrupt, or the rest raising one: the link is over too
+        with contextlib.suppress(RuntimeError):  # its loop closed: the link had ended already
+            loop.call_soon_threadsafe(task.cancel)
+        raise
+    finally:
+        thread.join(LINK_JOIN_TIMEOUT)
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.result
+
+
+def _answer_link(requests: queue.SimpleQueue[asyncio.Future[Any] | _Outcome],
+                 loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+                 rest: Callable[[], Any]) -> _Outcome:
+    """The pushing thread's side: run the rest of the chain each time the link awaits it,
+    until the link's own outcome comes."""
+    while True:
+        try:
+            request = requests.get(timeout=LINK_WAIT)
+        except queue.Empty:
+            if thread.is_alive():
+                continue
+            try:  # its outcome may have come just before it ended
+                request = requests.get_nowait()
+            except queue.Empty:
+                raise RuntimeError("an async client middleware's thread ended without an "
+                                   "outcome") from None
+        if isinstance(request, _Outcome):
+            return request
+        try:
+            answer = _Outcome(rest(), None)
+        except Exception as exc:  # the link's await raises it; the link may handle it
+            answer = _Outcome(None, exc)
+        # A closed loop: the link stopped waiting (a timeout) and ended; its outcome is queued.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(answer.settle, request)
+
+
+def _serve_link(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+    """An async client link's thread: its loop runs until the link is over, then closes as
+    ``asyncio.run`` closes one (what the link left running cancelled first)."""
+    try:
+        loop.run_until_complete(asyncio.wait([task]))
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for other in left:
+                other.cancel()
+            if left:
+                loop.run_until_complete(asyncio.wait(left))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
 
 
 def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Exception) -> str:

@@ -302,13 +302,17 @@ def wire_name(target: Any, name: str | None) -> str:
 
 
 # -- pushing ----------------------------------------------------------------------------------
-def _seconds_from_now(interval: Interval) -> float:
-    seconds = interval.total_seconds() if isinstance(interval, timedelta) else float(interval)
+def _seconds_from_now(interval: Interval, name: str = "perform_in's interval") -> float:
+    # A finite number, checked here: a NaN made a time no comparison holds, which pushed the
+    # job at once and said nothing.
+    seconds = interval.total_seconds() if isinstance(interval, timedelta) else \
+        P.finite_seconds(interval, name, "a finite number of seconds or a timedelta",
+                         field=P.AT)
     # Sidekiq: below 10^9 an interval is relative, above it an absolute epoch.
     return seconds if seconds >= P.ABSOLUTE_EPOCH_FLOOR else time.time() + seconds
 
 
-def _epoch(when: When) -> float:
+def _epoch(when: When, name: str = "perform_at's time") -> float:
     if isinstance(when, datetime):
         if when.tzinfo is None:
             raise ValueError(
@@ -316,7 +320,8 @@ def _epoch(when: When) -> float:
                 "(e.g. datetime.now(timezone.utc)) so the time is unambiguous"
             )
         return when.timestamp()
-    return float(when)
+    return P.finite_seconds(when, name, "an aware datetime or finite epoch seconds",
+                            field=P.AT)
 
 
 class JobSetter(Generic[Params]):
@@ -328,9 +333,9 @@ class JobSetter(Generic[Params]):
         self._config = opts.pop("config", config)
         self._wait_until: float | None = None
         if "wait" in opts:
-            self._wait_until = _seconds_from_now(opts.pop("wait"))
+            self._wait_until = _seconds_from_now(opts.pop("wait"), "wait")
         if "wait_until" in opts:
-            self._wait_until = _epoch(opts.pop("wait_until"))
+            self._wait_until = _epoch(opts.pop("wait_until"), "wait_until")
         self._sync = bool(opts.pop("sync", False))
         self.definition = definition
         self.options = validate_options(opts, where=f"{definition.name}.set()")
@@ -374,6 +379,9 @@ class JobSetter(Generic[Params]):
     async def aperform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
         if self._wait_until is not None:
             return await self._aschedule(self._wait_until, args, kwargs)
+        if self._sync:  # as perform_async: run now, in a thread, so the loop goes on meanwhile
+            await asyncio.to_thread(self.perform_inline, *args, **kwargs)
+            return None
         payload = self._item(self.definition.positional(args, kwargs))
         return await self._client().apush(payload)
 
@@ -412,8 +420,9 @@ class JobSetter(Generic[Params]):
         if batch_size is not None:
             item["batch_size"] = batch_size
         if at is not None:
-            item[P.AT] = ([_epoch(t) for t in at] if isinstance(at, (list, tuple))
-                          else _epoch(at))  # type: ignore[arg-type]
+            item[P.AT] = ([_epoch(t, f"'at'[{index}]") for index, t in enumerate(at)]
+                          if isinstance(at, (list, tuple))
+                          else _epoch(at, "'at'"))  # type: ignore[arg-type]
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
         return item

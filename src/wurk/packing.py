@@ -15,10 +15,11 @@ __all__ = ["pack", "pack_all"]
 
 def pack(command: tuple[Any, ...]) -> bytes:
     """One command in the wire protocol, by hiredis (redis-py's packer, without its
-    encoder's layers: each argument is one word, as given; ``str`` goes as UTF-8)."""
+    encoder's layers: each argument is one word, as given; ``str`` goes as UTF-8). A word it
+    cannot send is a ``redis.DataError`` naming the command, before anything is sent."""
     try:
         return bytes(hiredis.pack_command(command))
-    except TypeError as exc:
+    except (TypeError, UnicodeEncodeError) as exc:  # a word of no wire type, or a lone surrogate
         raise redis.DataError(f"cannot send {command[:1]!r} to Redis: {exc}") from exc
 
 

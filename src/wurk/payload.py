@@ -7,7 +7,9 @@
 4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
    seconds); ``read_time``
    accepts every form found in the wild.
-5. Arguments must be JSON-native; ``check_args`` names the first one that is not.
+5. Arguments must be JSON-native, of the exact types (an enum member or a subclass is refused),
+   with text UTF-8 can encode and ints Python writes as text; ``check_args`` names the first
+   one that is not.
 6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);
    reading one inflates at most ``BACKTRACE_MAX_BYTES`` (a stored value can be a zip bomb).
 """
@@ -36,6 +38,7 @@ __all__ = [
     "dumps",
     "encode_backtrace",
     "error_class_name",
+    "finite_seconds",
     "loads",
     "loads_json",
     "new_jid",
@@ -240,42 +243,92 @@ def _is_number(value: object) -> bool:
 def check_args(args: Iterable[Any], *, what: str = "argument") -> None:
     """Refuse anything JSON would not carry back unchanged; name it and say what to do."""
     for index, value in enumerate(args):
-        if type(value) not in _SCALARS:
+        # Runs on every push: the usual argument passes on its exact type and one cheap look
+        # (no encoding, no str()); anything else, even a subclass, takes the careful path.
+        kind = type(value)
+        if kind is str:
+            if not value.isascii():
+                _check_text(value, f"{what} {index}")
+        elif not ((kind is int and value.bit_length() <= _SHORT_INT_BITS)
+                  or value is None or kind is bool):
             _check_native(value, f"{what} {index}")
 
 
-# Exact types that need no further look (floats do: NaN); subclasses take the slow path.
-_SCALARS = frozenset({str, int, bool, type(None)})
+# An int of at most this many bits has at most 603 digits, fewer than the lowest limit Python
+# may be set to write as text (640, ``sys.set_int_max_str_digits``): never too long.
+_SHORT_INT_BITS = 2000
 
 
 def _check_native(value: Any, path: str) -> None:
-    if value is None or isinstance(value, (bool, int, str)):
+    # Exact types: an IntEnum, a str-mixin Enum or a float subclass passes isinstance, but
+    # JSON writes it as its plain value and reads that back (``1``, ``"red"``), not it.
+    kind = type(value)
+    if value is None or kind is bool:
         return
-    if isinstance(value, float):
+    if kind is str:
+        _check_text(value, path)
+        return
+    if kind is int:
+        _check_int(value, path)
+        return
+    if kind is float:
         if not math.isfinite(value):
             raise InvalidArguments(f"{path} is {value!r}; JSON cannot carry NaN or infinity")
         return
-    if type(value) is list:
+    if kind is list:
         for i, item in enumerate(value):
             _check_native(item, f"{path}[{i}]")
         return
-    if type(value) is dict:
+    if kind is dict:
         for key, item in value.items():
-            if not isinstance(key, str):
+            if type(key) is not str:
                 raise InvalidArguments(
                     f"{path} has the key {key!r} of type {type(key).__name__}; JSON object keys "
-                    "must be strings (it would come back as a string)"
+                    "must be plain strings (it would come back as a string)"
                 )
+            if not key.isascii():
+                _check_text(key, f"{path} has the key {key!r}, which")
             _check_native(item, f"{path}[{key!r}]")
         return
     raise InvalidArguments(
         f"{path} is {type(value).__name__} ({_short_repr(value)}), which is not JSON-native; "
-        "pass only None, bool, int, float, str, list and dict with str keys "
-        "(convert it yourself, e.g. a datetime to .isoformat(), a tuple to a list)"
+        "pass only None, bool, int, float, str, list and dict with str keys (convert it "
+        "yourself, e.g. a datetime to .isoformat(), an enum to .value, a tuple to a list)"
     )
 
 
+def _check_text(text: str, path: str) -> None:
+    """A str UTF-8 can encode: any but one holding a lone surrogate (what a bad decode with
+    ``surrogateescape`` leaves), which the push could not write."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidArguments(
+            f"{path} has a lone surrogate ({text[exc.start]!r} at index {exc.start}): UTF-8, "
+            "so JSON in Redis, cannot carry it; decode the text it came from with "
+            "errors='replace'"
+        ) from None
+
+
+def _check_int(number: int, path: str) -> None:
+    """An int Python writes as text: not longer than its int-to-str digit limit."""
+    if number.bit_length() <= _SHORT_INT_BITS:
+        return
+    try:
+        repr(number)  # refused at once past the limit: Python counts before it converts
+    except ValueError:
+        digits = int(number.bit_length() * math.log10(2)) + 1
+        raise InvalidArguments(
+            f"{path} is an int of about {digits} digits, more than Python writes as text "
+            "(sys.get_int_max_str_digits()); pass it as a str"
+        ) from None
+
+
 def _short_repr(value: Any) -> str:
+    if type(value) is int and value.bit_length() > _SHORT_INT_BITS:
+        return f"an int of {value.bit_length()} bits"  # repr may refuse to write it
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
@@ -330,6 +383,21 @@ def _parse_date_text(text: str) -> float | None:
         return parsedate_to_datetime(text).timestamp()
     except (TypeError, ValueError, IndexError):
         return None
+
+
+def finite_seconds(value: Any, name: str, expected: str, *, field: str | None) -> float:
+    """``value`` as float seconds: a finite int or float, not a bool. Anything else —
+    NaN, infinity, an int no float holds — raises ``InvalidPayload`` saying that ``name``
+    must be ``expected``: Redis refuses a NaN score only once the push is sent, and an
+    infinite one holds a job for ever."""
+    if type(value) is not bool and isinstance(value, (int, float)):
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int beyond any float
+            seconds = math.inf
+        if math.isfinite(seconds):
+            return seconds
+    raise InvalidPayload(f"{name} must be {expected}, not {_short_repr(value)}", field=field)
 
 
 def score(at: float) -> str:

@@ -3,28 +3,31 @@
 1. ``wurk.configure(client="transactional", transaction=adapter)`` makes the default client
    a ``TransactionalClient``. The adapter knows the application's transactions:
    ``wurk.contrib.sqlalchemy.SQLAlchemyAdapter`` or Django's (its app installs it).
-2. Inside a transaction, ``push`` gives the job its jid at once and hands the whole push —
-   client middleware included, so a unique lock or a batch count is not taken for a job a
-   rollback drops — to ``adapter.after_commit``. A rollback drops it. Outside one, it
-   pushes at once.
+2. Inside a transaction, ``push`` normalises the payload and checks its arguments at once,
+   so a bad push raises at the call and defers nothing, gives the job its jid, and hands the
+   rest of the push — client middleware included, so a unique lock or a batch count is not
+   taken for a job a rollback drops — to ``adapter.after_commit``. A rollback drops it.
+   Outside one, it pushes at once.
 3. ``set(transactional=False)`` pushes at once even inside a transaction (for a job that
    must run whether or not the data is kept); so does a batch member (``bid``, or a push
    inside a batch's jobs block), whose batch counts its jobs at push time.
 4. ``push_bulk`` is not deferred, as in Sidekiq: a long import would otherwise hold every
    payload in memory until its commit.
-5. A push that fails at commit (Redis down) raises from the commit call, after the data
-   was committed; nothing is kept to push later.
+5. At commit every deferred push is attempted, even past one that raises (Redis down, a
+   middleware refusing); then the first error is raised from the commit call, after the
+   data was committed (``run_all``; Django's adapter makes each push a robust ``on_commit``
+   callback, which Django logs instead); nothing is kept to push later.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from . import payload as P
 from .client import Client
 
-__all__ = ["TransactionAdapter", "TransactionalClient"]
+__all__ = ["TransactionAdapter", "TransactionalClient", "run_all"]
 
 
 class TransactionAdapter(Protocol):
@@ -43,31 +46,56 @@ class TransactionalClient(Client):
         return adapter
 
     def push(self, item: Mapping[str, Any]) -> str | None:
-        job = dict(item)
-        if self._deferred(job):
+        job = self.normalize(item)
+        if self._deferred(item, job):
             return str(job[P.JID])
-        return super().push(job)
+        return self._drive(self._push_steps(job))
 
     async def apush(self, item: Mapping[str, Any]) -> str | None:
         """``push`` for async code: deferred the same way; pushed at once on the loop's
         asyncio pool outside a transaction. At commit the push is the sync one (the
         adapter calls back from sync code)."""
-        job = dict(item)
-        if self._deferred(job):
+        job = self.normalize(item)
+        if self._deferred(item, job):
             return str(job[P.JID])
-        return await super().apush(job)
+        return await self._adrive(self._push_steps(job))
 
-    def _deferred(self, job: P.Payload) -> bool:
-        """Hand ``job``'s push to the open transaction's commit (giving it its jid now);
-        False when it is to be pushed at once."""
+    def _deferred(self, item: Mapping[str, Any], job: P.Payload) -> bool:
+        """Hand the push of ``job`` (``item`` normalised: its jid is the caller's now, e.g.
+        to store in the row) to the open transaction's commit; False when it is to be pushed
+        at once. Its arguments are checked here, before the client middleware that runs at
+        the commit: a bad push raises at the call, not from the commit after the data was
+        kept (design.md: arguments that are not JSON-native are refused at push time)."""
         from .batch.block import current as open_block  # the batch package imports this one
 
-        if job.pop(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
+        if item.get(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
                 open_block() is not None:  # inside a jobs block: it joins at push
             return False
-        if not job.get(P.JID):
-            job[P.JID] = P.new_jid()  # the caller gets it now, e.g. to store in the row
-        return self.adapter.after_commit(lambda: self._push_now(job))
+        checked = False
 
-    def _push_now(self, job: P.Payload) -> None:
-        Client.push(self, job)
+        def push_at_commit() -> None:
+            if checked:  # a push refused at the call leaves this behind, pushing nothing
+                Client.push(self, job)
+
+        # Handed over before the check, since only the adapter knows whether a transaction
+        # is open: outside one the push goes at once, its arguments checked after the
+        # middleware (which may convert them), as any push's.
+        if not self.adapter.after_commit(push_at_commit):
+            return False
+        P.check_args(job[P.ARGS])
+        checked = True
+        return True
+
+
+def run_all(callbacks: Iterable[Callable[[], None]]) -> None:
+    """Run a commit's deferred pushes, every one even past one that raises, then raise the
+    first error: a push that fails (Redis refusing, a middleware raising) must not drop the
+    pushes after it. An adapter of a framework that runs its callbacks itself uses it."""
+    errors: list[Exception] = []
+    for callback in callbacks:
+        try:
+            callback()
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]

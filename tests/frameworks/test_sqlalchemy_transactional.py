@@ -3,6 +3,7 @@ against a real database (SQLite) and the real server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,5 +188,40 @@ def test_a_push_failing_at_commit_raises_from_the_commit_after_the_data_is_kept(
             session.begin():
         session.add(Order(item="book"))
         ship.perform_async(1)
+    sessions.remove()
+    assert [o.item for o in sessions().scalars(select(Order))] == ["book"]
+
+
+def test_a_bad_push_raises_at_the_call_and_defers_nothing(
+        tx: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    with session.begin():
+        session.add(Order(item="book"))
+        with pytest.raises(wurk.InvalidArguments, match="argument 0 is bytes"):
+            ship.perform_async(b"not JSON")  # type: ignore[arg-type]
+        with pytest.raises(wurk.InvalidArguments, match="lone surrogate"):
+            asyncio.run(ship.aperform_async("\ud800"))  # type: ignore[arg-type]
+        with pytest.raises(wurk.InvalidPayload, match=r"queue name 'a\|b'"):
+            wurk.push({"class": "Tx::Ship", "args": [1], "queue": "a|b"})
+        with pytest.raises(wurk.InvalidPayload, match="'at'"):
+            wurk.push({"class": "Tx::Ship", "args": [1], "at": float("nan")})
+        jid = ship.perform_async(1)
+    assert [(job["jid"], job["args"]) for job in queued(r)] == [(jid, [1])]
+
+
+def test_every_push_is_attempted_at_the_commit_and_the_first_error_raised(
+        tx: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    def refuses_even(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        if payload["args"][0] % 2 == 0:  # middleware runs at the commit
+            raise RuntimeError(f"refused {payload['args'][0]}")
+        return call_next()
+
+    tx.client_middleware.add(refuses_even)
+    session = sessions()
+    with pytest.raises(RuntimeError, match="refused 2"), session.begin():
+        session.add(Order(item="book"))
+        for n in range(1, 6):
+            ship.perform_async(n)
+    assert sorted(job["args"][0] for job in queued(r)) == [1, 3, 5]
     sessions.remove()
     assert [o.item for o in sessions().scalars(select(Order))] == ["book"]

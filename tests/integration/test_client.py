@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import json
 import re
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -238,3 +241,267 @@ def count_round_trips(r: redis.Redis, action: Callable[[], Any]) -> dict[str, in
     action()
     after = stats()
     return {k: after[k] - before.get(k, 0) for k in after}
+
+
+# -- async client links around a sync push --------------------------------------------------
+def edits(name: str) -> Callable[..., Any]:
+    """A sync client link that marks the payload with ``name``."""
+    def link(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        payload[name] = True
+        return call_next()
+
+    return link
+
+
+def aedits(name: str) -> Callable[..., Any]:
+    """An async client link that marks the payload with ``name``."""
+    async def link(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        await asyncio.sleep(0)
+        payload[name] = True
+        return await call_next()
+
+    return link
+
+
+def link_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "wurk-client-link"]
+
+
+@pytest.mark.parametrize("kinds", ["aa", "asa", "saa"])
+def test_a_sync_push_runs_every_async_link_of_its_chain(config: wurk.Config, r: redis.Redis,
+                                                        kinds: str) -> None:
+    names = [f"{kind}{position}" for position, kind in enumerate(kinds)]
+    for name in names:
+        config.client_middleware.add(aedits(name) if name[0] == "a" else edits(name))
+    jid = resize.perform_async(1)
+    job = only(r, "queue:default")
+    assert job["jid"] == jid and all(job[name] is True for name in names)
+    assert link_threads() == []  # each link's thread was joined before the push returned
+
+
+def test_an_error_inside_reaches_the_outer_async_link_and_nothing_is_written(
+        config: wurk.Config, r: redis.Redis) -> None:
+    seen: list[BaseException] = []
+
+    async def outer(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        try:
+            return await call_next()
+        except ValueError as exc:
+            seen.append(exc)
+            raise
+
+    async def refuses(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        raise ValueError("refused inside")
+
+    config.client_middleware.add(outer)
+    config.client_middleware.add(edits("between"))
+    config.client_middleware.add(refuses)
+    with pytest.raises(ValueError, match="refused inside"):
+        resize.perform_async(1)
+    assert [str(exc) for exc in seen] == ["refused inside"]
+    assert r.dbsize() == 0 and link_threads() == []
+
+
+def test_an_interrupt_while_the_rest_runs_cancels_the_async_link(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    seen: list[str] = []
+
+    async def outer(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        try:
+            return await call_next()
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    def interrupted(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        raise KeyboardInterrupt
+
+    config.client_middleware.add(outer)
+    config.client_middleware.add(interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        resize.perform_async(1)
+    assert seen == ["cancelled"] and r.dbsize() == 0 and link_threads() == []
+
+
+def test_a_sync_push_inside_a_running_loop_refuses_an_async_link(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    config.client_middleware.add(aedits("a"))
+
+    async def inside() -> str | None:
+        return resize.perform_async(1)
+
+    with pytest.raises(TypeError, match="aperform_async"):
+        asyncio.run(inside())
+    assert r.dbsize() == 0
+
+
+# -- a push in either form ------------------------------------------------------------------
+MODES = ["sync", "async"]
+
+
+def in_mode(mode: str, sync: Callable[[], Any],
+            asynchronous: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    return sync() if mode == "sync" else asyncio.run(asynchronous())
+
+
+def never_calls_next_returns_true(job: str, payload: dict[str, Any], queue: str,
+                                  call_next: Any) -> Any:
+    return True
+
+
+def never_calls_next_returns_the_payload(job: str, payload: dict[str, Any], queue: str,
+                                         call_next: Any) -> Any:
+    return payload
+
+
+async def never_awaits_next_returns_true(job: str, payload: dict[str, Any], queue: str,
+                                         call_next: Any) -> Any:
+    return True
+
+
+async def never_awaits_next_returns_the_payload(job: str, payload: dict[str, Any],
+                                                queue: str, call_next: Any) -> Any:
+    return payload
+
+
+@pytest.mark.parametrize("link", [never_calls_next_returns_true,
+                                  never_calls_next_returns_the_payload,
+                                  never_awaits_next_returns_true,
+                                  never_awaits_next_returns_the_payload])
+@pytest.mark.parametrize("mode", MODES)
+def test_a_link_that_never_calls_call_next_stops_the_push(
+        config: wurk.Config, r: redis.Redis, link: Callable[..., Any], mode: str) -> None:
+    config.client_middleware.add(link)
+
+    async def apushes() -> list[Any]:
+        return [await resize.aperform_async(1), await resize.aperform_bulk([[2], [3]]),
+                await wurk.apush({"class": "X", "args": []})]
+
+    pushed = in_mode(mode, lambda: [resize.perform_async(1), resize.perform_bulk([[2], [3]]),
+                                    wurk.push({"class": "X", "args": []})], apushes)
+    assert pushed == [None, [None, None], None]
+    assert r.dbsize() == 0
+
+
+INLINE_RAN: list[tuple[int, threading.Thread]] = []
+
+
+@wurk.job(name="Client::Inline")
+def runs_inline(n: int) -> None:
+    INLINE_RAN.append((n, threading.current_thread()))
+
+
+def test_set_sync_true_runs_the_job_inline_from_both_forms(config: wurk.Config,
+                                                           r: redis.Redis) -> None:
+    INLINE_RAN.clear()
+    assert runs_inline.set(sync=True).perform_async(1) is None
+
+    async def apush() -> tuple[str | None, threading.Thread]:
+        return await runs_inline.set(sync=True).aperform_async(2), threading.current_thread()
+
+    pushed, loop_thread = asyncio.run(apush())
+    assert pushed is None and [n for n, _ in INLINE_RAN] == [1, 2]
+    assert INLINE_RAN[1][1] is not loop_thread  # off the loop: the caller's loop kept going
+    assert r.dbsize() == 0
+
+
+class Number(enum.IntEnum):
+    ONE = 1
+
+
+class Colour(str, enum.Enum):
+    RED = "red"
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    ([Number.ONE], "argument 0 is Number"),
+    ([Colour.RED], "argument 0 is Colour"),
+    (["a\ud800b"], "argument 0 has a lone surrogate"),
+    ([{"k": ["\udcff"]}], "argument 0['k'][0] has a lone surrogate"),
+    ([{"\ud800": 1}], "argument 0 has the key '\\ud800'"),
+    ([10**5000], "argument 0 is an int of about 5001 digits"),
+])
+@pytest.mark.parametrize("mode", MODES)
+def test_arguments_json_cannot_carry_are_refused_by_name(
+        config: wurk.Config, r: redis.Redis, args: list[Any], named: str, mode: str) -> None:
+    with pytest.raises(InvalidArguments) as info:
+        in_mode(mode, lambda: resize.perform_async(*args),
+                lambda: resize.aperform_async(*args))
+    assert named in str(info.value)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("size", [-1, 0, 2.5, True, "3"])
+@pytest.mark.parametrize("mode", MODES)
+def test_batch_size_must_be_a_positive_int(config: wurk.Config, r: redis.Redis, size: Any,
+                                           mode: str) -> None:
+    item = {"class": "X", "args": [[1], [2], [3]], "batch_size": size}
+    with pytest.raises(InvalidPayload, match="batch_size") as info:
+        in_mode(mode, lambda: wurk.push_bulk(item), lambda: wurk.apush_bulk(item))
+    assert info.value.field == "batch_size" and r.dbsize() == 0
+    with pytest.raises(InvalidPayload, match="batch_size"):
+        in_mode(mode, lambda: resize.perform_bulk([[1]], batch_size=size),
+                lambda: resize.aperform_bulk([[1]], batch_size=size))
+    assert r.dbsize() == 0
+
+
+NAN, INF = float("nan"), float("inf")
+SOON = time.time() + 3600
+BAD_TIMES: list[tuple[str, Callable[[], Any], Callable[[], Coroutine[Any, Any, Any]], str]] = [
+    ("push at nan", lambda: wurk.push({"class": "X", "args": [], "at": NAN}),
+     lambda: wurk.apush({"class": "X", "args": [], "at": NAN}), "'at'"),
+    ("push at inf", lambda: wurk.push({"class": "X", "args": [], "at": INF}),
+     lambda: wurk.apush({"class": "X", "args": [], "at": INF}), "'at'"),
+    ("push at 10**400", lambda: wurk.push({"class": "X", "args": [], "at": 10**400}),
+     lambda: wurk.apush({"class": "X", "args": [], "at": 10**400}), "'at'"),
+    ("push at 10**5000", lambda: wurk.push({"class": "X", "args": [], "at": 10**5000}),
+     lambda: wurk.apush({"class": "X", "args": [], "at": 10**5000}), "an int of 16610 bits"),
+    ("bulk at True", lambda: wurk.push_bulk({"class": "X", "args": [[1]], "at": True}),
+     lambda: wurk.apush_bulk({"class": "X", "args": [[1]], "at": True}), "'at'"),
+    ("bulk at [None]", lambda: wurk.push_bulk({"class": "X", "args": [[1]], "at": [None]}),
+     lambda: wurk.apush_bulk({"class": "X", "args": [[1]], "at": [None]}), "'at'[0]"),
+    ("bulk at nan", lambda: resize.perform_bulk([[1], [2]], at=NAN),
+     lambda: resize.aperform_bulk([[1], [2]], at=NAN), "'at'"),
+    ("bulk at [soon, nan]", lambda: resize.perform_bulk([[1], [2]], at=[SOON, NAN]),
+     lambda: resize.aperform_bulk([[1], [2]], at=[SOON, NAN]), "'at'[1]"),
+    ("bulk at True by job", lambda: resize.perform_bulk([[1]], at=True),
+     lambda: resize.aperform_bulk([[1]], at=True), "'at'"),
+    ("spread nan", lambda: resize.perform_bulk([[1], [2]], spread_interval=NAN),
+     lambda: resize.aperform_bulk([[1], [2]], spread_interval=NAN), "spread_interval"),
+    ("perform_in nan", lambda: resize.perform_in(NAN, 1),
+     lambda: resize.aperform_in(NAN, 1), "perform_in"),
+    ("perform_in inf", lambda: resize.perform_in(INF, 1),
+     lambda: resize.aperform_in(INF, 1), "perform_in"),
+    ("perform_in True", lambda: resize.perform_in(True, 1),
+     lambda: resize.aperform_in(True, 1), "perform_in"),
+    ("perform_at nan", lambda: resize.perform_at(NAN, 1),
+     lambda: resize.aperform_at(NAN, 1), "perform_at"),
+    ("wait nan", lambda: resize.set(wait=NAN).perform_async(1),
+     lambda: resize.set(wait=NAN).aperform_async(1), "wait"),
+]
+
+
+@pytest.mark.parametrize(("push", "apush", "named"), [case[1:] for case in BAD_TIMES],
+                         ids=[case[0] for case in BAD_TIMES])
+@pytest.mark.parametrize("mode", MODES)
+def test_every_time_must_be_a_finite_number(
+        config: wurk.Config, r: redis.Redis, push: Callable[[], Any],
+        apush: Callable[[], Coroutine[Any, Any, Any]], named: str, mode: str) -> None:
+    with pytest.raises(InvalidPayload) as info:
+        in_mode(mode, push, apush)
+    assert named in str(info.value)
+    assert r.dbsize() == 0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_bulk_push_refused_midway_names_the_job_and_what_was_pushed(
+        config: wurk.Config, r: redis.Redis, mode: str) -> None:
+    args: list[list[Any]] = [[n] for n in range(10)]
+    args[7] = ["\ud800"]
+    with pytest.raises(InvalidArguments) as info:
+        in_mode(mode, lambda: resize.perform_bulk(args, batch_size=3),
+                lambda: resize.aperform_bulk(args, batch_size=3))
+    message = str(info.value)
+    assert "job 7 of 10" in message and "argument 0 has a lone surrogate" in message
+    assert "6 jobs before it were pushed" in message
+    assert r.llen("queue:default") == 6

@@ -8,9 +8,11 @@ import re
 import zlib
 
 import pytest
+import redis
 
 from wurk import payload as P
 from wurk.errors import InvalidArguments, InvalidPayload, UnparseablePayload
+from wurk.packing import pack
 
 
 def test_jid_is_24_lowercase_hex_and_random() -> None:
@@ -96,6 +98,46 @@ def test_check_args_names_the_offending_argument(args: list[object], named: str)
 
 def test_check_args_accepts_json_native_values() -> None:
     P.check_args([None, True, 1, 2.5, "s", [1, [2]], {"a": {"b": [None]}}, 2**70])
+    P.check_args(["é ✓ 😀", {"clé": ["ü"]}, -(2**3000), 10**600])  # UTF-8; long, not too long
+
+
+class Level(enum.IntEnum):
+    HIGH = 1
+
+
+class Shade(str, enum.Enum):
+    RED = "red"
+
+
+class Ratio(float):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ([Level.HIGH], "argument 0 is Level"),  # an int to isinstance, not to JSON's reader
+        ([[Shade.RED]], "argument 0[0] is Shade"),
+        ([Ratio(0.5)], "argument 0 is Ratio"),
+        ([{Shade.RED: 1}], "key <Shade.RED: 'red'> of type Shade"),
+        (["a\ud800b"], "argument 0 has a lone surrogate ('\\ud800' at index 1)"),
+        ([{"k": ["ok", "\udcff"]}], "argument 0['k'][1] has a lone surrogate"),
+        ([1, {"\ud800": 1}], "argument 1 has the key '\\ud800', which has a lone surrogate"),
+        ([10**5000], "argument 0 is an int of about 5001 digits"),
+        ([[-(10**4400)]], "argument 0[0] is an int of about 4401 digits"),
+    ],
+)
+def test_check_args_wants_the_exact_types_and_what_utf8_and_str_can_write(
+        args: list[object], named: str) -> None:
+    with pytest.raises(InvalidArguments) as info:
+        P.check_args(args)
+    assert named in str(info.value)
+
+
+def test_pack_refuses_text_utf8_cannot_carry_as_it_refuses_a_wrong_type() -> None:
+    for word in ("a\ud800b", object()):
+        with pytest.raises(redis.DataError, match=r"cannot send \('LPUSH',\) to Redis"):
+            pack(("LPUSH", "queue:default", word))
 
 
 def test_write_time_follows_the_format() -> None:

@@ -45,6 +45,28 @@ def wait_for(predicate, timeout: float = 30.0):
         time.sleep(0.05)
 
 
+def refuse_even_orders(test) -> None:
+    """A client middleware, for this test only, that refuses even order ids (it runs at the
+    commit)."""
+    def refuses_even(job, payload, queue, call_next):
+        if payload["args"][0] % 2 == 0:
+            raise RuntimeError(f"refused {payload['args'][0]}")
+        return call_next()
+
+    chain = wurk.default_config().client_middleware
+    chain.add(refuses_even)
+    test.addCleanup(chain.remove, refuses_even)
+
+
+def push_in_a_savepoint_rolled_back(order_id: int) -> None:
+    try:
+        with transaction.atomic():
+            ship_order.perform_async(order_id)
+            raise ValueError("undo the savepoint")
+    except ValueError:
+        pass
+
+
 class PushInsideAtomic(TransactionTestCase):
     """Real commits (TransactionTestCase), so on_commit runs as in production."""
 
@@ -166,6 +188,25 @@ class Dashboard(TestCase):
         self.assertTrue(response["Location"].startswith("/login/?next=/wurk/queues"))
 
 
+class CapturedCommit(TestCase):
+    """What testing.md suggests for a TestCase: the commit's callbacks run by Django's test
+    helper, each push attempted and every failure logged, as at a real commit."""
+
+    def setUp(self) -> None:
+        flush_redis()
+
+    def test_captured_callbacks_push_every_job_and_log_each_failure(self) -> None:
+        refuse_even_orders(self)
+        # Django's test helper runs robust callbacks as a commit does, logging on its own
+        # logger.
+        with self.assertLogs("django.test", "ERROR") as logged, \
+                self.captureOnCommitCallbacks(execute=True):
+            for n in range(1, 5):
+                ship_order.perform_async(n)
+        self.assertEqual(sorted(job["args"][0] for job in queued()), [1, 3])
+        self.assertEqual(len(logged.records), 2)
+
+
 class SavepointsAndSettings(TransactionTestCase):
     def setUp(self) -> None:
         flush_redis()
@@ -173,13 +214,28 @@ class SavepointsAndSettings(TransactionTestCase):
     def test_a_savepoint_rolled_back_drops_only_its_push(self) -> None:
         with transaction.atomic():
             ship_order.perform_async(1)
-            try:
-                with transaction.atomic():
-                    ship_order.perform_async(2)
-                    raise ValueError("undo the savepoint")
-            except ValueError:
-                pass
+            push_in_a_savepoint_rolled_back(2)
         self.assertEqual([job["args"] for job in queued()], [[1]])
+
+    def test_a_bad_push_inside_atomic_raises_at_the_call(self) -> None:
+        with transaction.atomic():
+            with self.assertRaisesRegex(wurk.InvalidArguments, "argument 0 is bytes"):
+                ship_order.perform_async(b"not JSON")
+            ship_order.perform_async(1)
+        self.assertEqual([job["args"] for job in queued()], [[1]])
+
+    def test_every_push_is_attempted_at_the_commit_and_each_failure_logged(self) -> None:
+        refuse_even_orders(self)
+        after: list[str] = []
+        with self.assertLogs("django.db.backends.base", "ERROR") as logged, \
+                transaction.atomic():
+            for n in range(1, 6):
+                ship_order.perform_async(n)
+            transaction.on_commit(lambda: after.append("ran"))  # the application's own
+        self.assertEqual(sorted(job["args"][0] for job in queued()), [1, 3, 5])
+        self.assertEqual(len(logged.records), 2)
+        self.assertIn("refused 2", logged.output[0])
+        self.assertEqual(after, ["ran"])
 
     def test_an_unknown_setting_is_named(self) -> None:
         from django.core.exceptions import ImproperlyConfigured

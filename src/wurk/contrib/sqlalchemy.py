@@ -4,8 +4,9 @@
    returns the current ``Session`` or None) and, when it is inside a transaction, keeps the
    push with that transaction — the innermost savepoint if one is open.
 2. A savepoint that is released hands its pushes to its parent; one that is rolled back
-   drops them; the outermost commit runs them, after the database committed. A rollback or
-   a session closed without commit drops them.
+   drops them; the outermost commit runs them, after the database committed, every one even
+   past one that raises, then raises the first error (``wurk.transactional.run_all``). A
+   rollback or a session closed without commit drops them.
 3. It listens to the session's own events (``after_commit``, ``after_transaction_end``,
    ``after_soft_rollback``), registered once per session object.
 """
@@ -21,6 +22,8 @@ try:
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.sqlalchemy needs SQLAlchemy: "
                       "pip install 'wurk[sqlalchemy]'") from exc
+
+from ..transactional import run_all
 
 __all__ = ["SQLAlchemyAdapter"]
 
@@ -47,8 +50,7 @@ class _SessionPushes:
         root = session.get_transaction()
         if root is None or root.is_active:
             return  # a savepoint was released; its end hands its pushes up
-        for callback in self.waiting.pop(root, []):
-            callback()
+        run_all(self.waiting.pop(root, []))
 
     def _ended(self, session: Session, transaction: SessionTransaction) -> None:
         callbacks = self.waiting.pop(transaction, [])
