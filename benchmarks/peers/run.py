@@ -240,7 +240,8 @@ def print_tables(systems: list[System], results: dict[str, list[Row]], runs: int
 PAIRS = (("wurk", "sidekiq"), ("wurk_redispy", "sidekiq"),
          ("wurk", "sidekiq_tuned"), ("wurk_redispy", "sidekiq_tuned"),
          ("wurk_pinned", "sidekiq_pinned"), ("wurk_redispy_pinned", "sidekiq_pinned"),
-         ("wurk", "sidekiq_nojit"), ("wurk", "wurk_nometrics"),
+         ("wurk", "sidekiq_nojit"), ("wurk", "sidekiq_nojit_tuned"),
+         ("wurk", "wurk_nometrics"),
          # The yardstick: how far wurk is from a bare worker of its shape, and how far that
          # bare worker itself would lead Sidekiq.
          ("wurk", "bare"), ("wurk_redispy", "bare_redispy"), ("bare", "sidekiq"),

@@ -99,8 +99,9 @@ def peers_missing(tools: Tools, script: str, venv: str = ".venv") -> str | None:
 
 
 ORDER = ("wurk", "wurk_redispy", "sidekiq", "wurk_pinned", "wurk_redispy_pinned",
-         "sidekiq_pinned", "wurk_nometrics", "sidekiq_nojit", "sidekiq_tuned", "dramatiq",
-         "huey", "celery", "arq", "rq_simple", "rq_fork", "bare", "bare_redispy")
+         "sidekiq_pinned", "wurk_nometrics", "sidekiq_nojit", "sidekiq_tuned",
+         "sidekiq_nojit_tuned", "dramatiq", "huey", "celery", "arq", "rq_simple", "rq_fork",
+         "bare", "bare_redispy")
 # The async row (``--async-row``): async jobs awaiting 50 ms at one concurrency.
 ASYNC_ORDER = ("wurk_async", "arq", "saq")
 
@@ -115,7 +116,7 @@ def build(name: str, tools: Tools) -> System:
         "wurk_async": wurk.async_jobs, "wurk_nometrics": wurk.no_metrics, "saq": saq.system,
         "sidekiq": sidekiq.system,
         "sidekiq_pinned": sidekiq.pinned, "sidekiq_nojit": sidekiq.nojit,
-        "sidekiq_tuned": sidekiq.tuned,
+        "sidekiq_tuned": sidekiq.tuned, "sidekiq_nojit_tuned": sidekiq.nojit_tuned,
         "dramatiq": dramatiq.system,
         "huey": huey.system, "celery": celery.system, "arq": arq.system,
         "rq_simple": rq.simple, "rq_fork": rq.fork,
