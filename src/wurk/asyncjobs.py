@@ -364,7 +364,7 @@ class AsyncLane:
             if not acknowledge and not given_back:
                 # Its failure could not be booked, or it ended cancelled or with SystemExit:
                 # nobody will settle it, so its entry is let go of and the reaper returns it
-                # within seconds, rather than when this process ends.
+                # at its next sweep, rather than when this process ends.
                 unit.fetcher.let_go(unit)
             self._slots.release()
 

@@ -46,6 +46,7 @@ from . import expiry, sinks, unique
 from . import payload as P
 from .config import Config, default_config
 from .errors import InvalidArguments, InvalidPayload, RedisUnavailable
+from .middleware import settle
 from .pool import AsyncRedisPool, RedisPool
 
 __all__ = ["Client"]
@@ -469,12 +470,7 @@ class _Outcome:
     error: BaseException | None
 
     def settle(self, waiter: asyncio.Future[Any]) -> None:  # on the link's loop
-        if waiter.done():  # cancelled meanwhile: the link is going away
-            return
-        if self.error is None:
-            waiter.set_result(self.result)
-        else:
-            waiter.set_exception(self.error)
+        settle(waiter, self.result, self.error)
 
 
 def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,

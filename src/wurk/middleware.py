@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["AsyncRunner", "Chain", "Middleware", "async_form", "within"]
+__all__ = ["AsyncRunner", "Chain", "Middleware", "async_form", "settle", "within"]
 
 Middleware = Callable[..., Any]
 # Runs one async link from sync code: (link, job, payload, queue, rest) -> its result.
@@ -45,6 +45,18 @@ async def within(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -
     for variable, value in context.items():
         variable.set(value)
     return await coro
+
+
+def settle(waiter: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    """Answer an async link's ``await call_next()`` (on its loop) with the rest of the chain's
+    result or error, run in another thread; a waiter already cancelled (the link is going
+    away) is left alone."""
+    if waiter.done():
+        return
+    if error is not None:
+        waiter.set_exception(error)
+    else:
+        waiter.set_result(result)
 
 
 def async_form(link: Middleware, *, prefer_async: bool = True

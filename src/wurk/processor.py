@@ -62,7 +62,7 @@ from .job import (
 )
 from .lending import lend_from
 from .log import JOB_FIELDS, job_context, short_id, tid
-from .middleware import within
+from .middleware import settle, within
 from .morgue import Morgue
 from .outage import Backoff, Outage
 from .pool import RedisPool
@@ -128,15 +128,6 @@ class JobGuard:
 
 
 _NO_GUARD = JobGuard()
-
-
-def _settle(waiter: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
-    if waiter.done():
-        return
-    if error is not None:
-        waiter.set_exception(error)
-    else:
-        waiter.set_result(result)
 
 
 class JobRunner:
@@ -393,11 +384,11 @@ class JobRunner:
                 try:
                     result = rest()
                 except BaseException as exc:
-                    loop.call_soon_threadsafe(_settle, waiter, None, exc)
+                    loop.call_soon_threadsafe(settle, waiter, None, exc)
                     if not self._is_failure(exc):
                         raise
                     continue
-                loop.call_soon_threadsafe(_settle, waiter, result, None)
+                loop.call_soon_threadsafe(settle, waiter, result, None)
         finally:
             future.cancel()
 

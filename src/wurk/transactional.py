@@ -75,7 +75,7 @@ class TransactionalClient(Client):
 
         def push_at_commit() -> None:
             if checked:  # a push refused at the call leaves this behind, pushing nothing
-                Client.push(self, job)
+                self._drive(self._push_steps(job))  # normalised at the call already
 
         # Handed over before the check, since only the adapter knows whether a transaction
         # is open: outside one the push goes at once, its arguments checked after the
