@@ -17,9 +17,9 @@ price of those. Exits when the counter reaches N; with none it runs until stoppe
 peer comparison's "bare" rows, where the latency job, ``BenchLatency``, RPUSHes its start
 time minus its push time to ``bench:latency`` as every system's does).
 
-It imports nothing of wurk (its own ten-line socket reader rather than ``wurk.lease``), so
-none of wurk's code or import cost comes along, and it trusts the payloads the benchmark
-pushed: a yardstick, not a worker.
+It imports nothing of wurk (its own ten-line socket reader rather than
+``wurk.connections.lease``), so none of wurk's code or import cost comes along, and it
+trusts the payloads the benchmark pushed: a yardstick, not a worker.
 """
 
 from __future__ import annotations

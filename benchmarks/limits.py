@@ -24,7 +24,7 @@ import redis.connection
 import wurk
 from benchmarks._server import redis_url
 from benchmarks._trips import RoundTrips
-from wurk.lending import lend_from
+from wurk.connections.lending import lend_from
 
 
 @wurk.job(name="Bench::Plain")

@@ -18,10 +18,10 @@ import time
 import wurk
 from wurk.batch.middleware import install as install_batches
 from wurk.config import Config
-from wurk.limits import install as install_limits
+from wurk.limiter.middleware import install as install_limits
 from wurk.metrics import ExecutionMetrics, ExecutionTracker
+from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobGuard, JobRunner
-from wurk.stats import Counters
 
 
 def runner(with_metrics: bool) -> JobRunner:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from . import context, deploy, expiry, limiter, metrics, unique
 from .batch import Batch, BatchStatus, current_batch
-from .client import Client
+from .client.core import Client
+from .client.default import apush, apush_bulk, push, push_bulk
 from .config import Capsule, Config, configure, default_config
+from .connections.lending import Connection, redis
 from .errors import (
     BatchError,
     ConfigError,
@@ -28,6 +30,7 @@ from .errors import (
     UnsupportedServer,
     WurkError,
 )
+from .fetch.poison import on_poison
 from .inprocess import Embedded, embed
 from .job import (
     Job,
@@ -39,9 +42,6 @@ from .job import (
     job,
     registry,
 )
-from .lending import Connection, redis
-from .poison import on_poison
-from .pushing import apush, apush_bulk, push, push_bulk
 
 __version__ = "0.1.0"
 

@@ -35,14 +35,14 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, TypeVar
 
-from .affinity import Pinning
 from .config import Capsule, Config
+from .connections.lease import Lease
+from .connections.pool import RedisPool
 from .errors import RedisUnavailable, Shutdown
-from .fetch import UnitOfWork
-from .lease import Lease
-from .outage import Backoff, Outage
-from .pool import RedisPool
+from .fetch.basic import UnitOfWork
 from .reporting import report_error
+from .runtime.affinity import Pinning
+from .runtime.outage import Backoff, Outage
 
 __all__ = ["AsyncLane", "EventLoop", "bookkeeping", "timed"]
 
@@ -85,7 +85,7 @@ class EventLoop:
     def __init__(self, helpers: int = 32) -> None:
         self._helpers = helpers
         # Set before the first job by the launcher: the loop thread keeps with the processor
-        # threads (``wurk.affinity``), since the GIL passes between them on every job.
+        # threads (``wurk.runtime.affinity``), since the GIL passes between them on every job.
         self.pinning: Pinning | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -8,8 +8,8 @@
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
    ``default_config()`` returns it.
 5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
-6. ``periodic`` (the registered cron loops, ``wurk.periodic``) and ``is_leader()`` /
-   ``leader_token()``: what the running worker's leader election says (``wurk.leader``).
+6. ``periodic`` (the registered cron loops, ``wurk.periodic.loops``) and ``is_leader()`` /
+   ``leader_token()``: what the running worker's leader election says (``wurk.periodic.leader``).
 """
 
 from __future__ import annotations
@@ -23,16 +23,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
-from . import affinity
+from .connections.locate import resolve_url
+from .connections.pool import AsyncRedisPool, RedisPool
 from .errors import ConfigError
 from .hosts import check_host_pattern
 from .keys import Keys
-from .locate import resolve_url
 from .middleware import Chain
 from .options import check_queue_name, parse_queue
 from .payload import TimestampFormat
-from .periodic import Periodic
-from .pool import AsyncRedisPool, RedisPool
+from .periodic.loops import Periodic
+from .runtime import affinity
 
 __all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue",
            "statsd_address"]
@@ -89,7 +89,7 @@ def statsd_address(text: str) -> tuple[str, int]:
 
 
 class LeaderState(Protocol):
-    """What a running worker's leader election answers (``wurk.leader.Leadership``)."""
+    """What a running worker's leader election answers (``wurk.periodic.leader.Leadership``)."""
 
     def is_leader(self) -> bool: ...
 
@@ -194,7 +194,7 @@ class Config:
     timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
     # -- client -----------------------------------------------------------------------------
     # "transactional": a push inside a database transaction waits for its commit and is
-    # dropped on rollback (``wurk.transactional``); ``transaction`` is the adapter that
+    # dropped on rollback (``wurk.client.transactional``); ``transaction`` is the adapter that
     # knows the transaction (SQLAlchemy's, or Django's, which its app sets).
     client: Literal["default", "transactional"] = "default"
     transaction: Any = None
@@ -218,7 +218,7 @@ class Config:
     # share of the queue at most); 1 fetches one job at a time.
     prefetch: int = 8
     # Pin processor threads: "auto" (one CPU while busy and not computing in parallel),
-    # None/"none" (the OS decides) or CPUs "0,2-3" (``wurk.affinity``).
+    # None/"none" (the OS decides) or CPUs "0,2-3" (``wurk.runtime.affinity``).
     cpu_affinity: str | None = "auto"
     private_list_layout: Literal["wurk", "pro"] = "wurk"
     paused_cache_ttl: float = 5.0
@@ -241,7 +241,7 @@ class Config:
     heartbeat_interval: float = 10.0
     heartbeat_ttl: int = 60
     reaper_interval: float = 60.0
-    # -- leader election and periodic jobs (``wurk.leader``, ``wurk.periodic``) --------------
+    # -- leader election and periodic jobs (``wurk.periodic``) -------------------------------
     # The leader renews every 15 s and holds ``dear-leader`` for twice that; a follower tries
     # every 60 s, or as soon as the key's time runs out, whichever comes first.
     leader_renew_interval: float = 15.0
@@ -260,7 +260,7 @@ class Config:
     logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
     skip_default_job_logging: bool = False
     # A job's start line is at DEBUG; one still running after this many seconds gets it at
-    # INFO then (``wurk.slow``). None: never.
+    # INFO then (``wurk.metrics.slow``). None: never.
     log_slow_jobs_after: float | None = 10.0
     # -- dashboard (``wurk.web``) -----------------------------------------------------------
     web_username: str | None = None  # with web_password: HTTP basic auth on every request

@@ -5,7 +5,7 @@
 2. ``queues`` entries are ``name``, ``"name,weight"`` or ``[name, weight]``.
 3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...]}}`` adds Sidekiq 7
    capsules; ``periodic: [{cron: "*/5 * * * *", job: Name, tz: …, args: […], queue: …}]``
-   registers cron loops (checked entry by entry in ``wurk.periodic``).
+   registers cron loops (checked entry by entry in ``wurk.periodic.loops``).
 4. A top-level mapping that is not a setting is an environment section; the one named by
    ``-e`` is merged over the top level, the others are ignored. A file with sections but
    none of that name is an error (a typo would silently run with the top level only); in

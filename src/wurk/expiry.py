@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload as P
 from .callbacks import Callbacks, Registration
-from .lending import redis as lent_redis
+from .connections.lending import redis as lent_redis
 from .options import check_expiry_fields, expires_in_seconds
 from .reporting import report_error
 

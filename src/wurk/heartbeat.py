@@ -16,7 +16,7 @@
    process without a record for a dead one's.
 4. ``clear`` removes the record at exit, after a last stats flush.
 5. A Redis error is reported once when the outage starts and logged once with its length at
-   the end; while it lasts, beats are tried with the capped backoff (``wurk.outage``), so
+   the end; while it lasts, beats are tried with the capped backoff (``wurk.runtime.outage``), so
    the record is back soon after Redis is.
 """
 
@@ -36,11 +36,11 @@ import psutil
 
 from . import payload as P
 from .config import Config
-from .outage import Backoff, Outage
-from .pool import RedisPool
+from .connections.pool import RedisPool
+from .metrics.counters import Counters
 from .processor import Busy
 from .reporting import report_error
-from .stats import Counters
+from .runtime.outage import Backoff, Outage
 
 __all__ = ["Heartbeat", "Identity", "process_nonce"]
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 from . import log as wurk_log
 from .config import Config, default_config
 from .errors import SwarmError
-from .signals import dump_threads
+from .runtime.signals import dump_threads
 
 if TYPE_CHECKING:
     from .launcher import Launcher

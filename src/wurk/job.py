@@ -31,12 +31,12 @@ from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
 
 from . import payload as P
 from . import unique
-from .client import Client
+from .client.core import Client
+from .client.default import default_client
+from .client.writers import KeptJobs, kept
 from .config import Config
 from .errors import InvalidArguments, JobNotRegistered, RegistrationError
 from .options import validate_options
-from .pushing import default_client
-from .sinks import KeptJobs, kept
 
 __all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
            "current_job", "interrupted", "job", "registry", "validate_options"]

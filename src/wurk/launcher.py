@@ -1,14 +1,14 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. Built: the limits' middleware and death handler join the configuration (``wurk.limits``),
-   then the batches' (``wurk.batch``), outermost.
-   ``start``: freeze the configuration; check the server (``wurk.preflight``: Redis ≥ 7,
+1. Built: the limits' middleware and death handler join the configuration
+   (``wurk.limiter.middleware``), then the batches' (``wurk.batch``), outermost.
+   ``start``: freeze the configuration; check the server (``wurk.connections.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the leader election and
-   the periodic poller (``wurk.leader``, ``wurk.periodic_poller``), the scheduler and one
+   the periodic poller (``wurk.periodic.leader``, ``wurk.periodic.poller``), the scheduler and one
    manager per capsule. The periodic duties (scheduler, reaper, leader election, periodic
    poller, history, slow-job and affinity samplers, log flush) share one thread
-   (``wurk.timer.Timers``), each on its own interval; the heartbeat keeps its own, so no
+   (``wurk.runtime.timer.Timers``), each on its own interval; the heartbeat keeps its own, so no
    duty's slow tick can delay it.
 2. ``quiet``: stop fetching everywhere, stop the scheduler and the periodic poller and step
    down as leader; fire ``quiet``; the heartbeat reports ``quiet="true"``. One-way, as in
@@ -30,31 +30,32 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__, affinity
+from . import __version__
 from . import log as wurk_log
 from .asyncjobs import EventLoop, helper_count
 from .batch.middleware import install as install_batches
 from .config import Capsule, Config
-from .fetch import BasicFetch, Fetcher
+from .connections.locate import describe_url
+from .connections.preflight import check_server
+from .fetch.basic import BasicFetch, Fetcher
+from .fetch.pause import PausedCache
+from .fetch.reaper import Reaper, return_own_lists
+from .fetch.reliable import Claims, ReliableFetch, private_list_name
 from .heartbeat import Heartbeat, Identity
-from .instruments import Instruments
 from .job import registry
-from .leader import Leadership
-from .limits import install as install_limits
-from .locate import describe_url
+from .limiter.middleware import install as install_limits
 from .manager import Manager, capsule_pool
-from .pause import PausedCache
-from .periodic_poller import PeriodicPoller
-from .preflight import check_server
+from .metrics.counters import Counters
+from .metrics.instruments import Instruments
+from .metrics.slow import SlowJobs
+from .periodic.leader import Leadership
+from .periodic.poller import PeriodicPoller
 from .processor import Busy, JobRunner
-from .proctitle import set_title
-from .reaper import Reaper, return_own_lists
-from .reliable import Claims, ReliableFetch, private_list_name
 from .reporting import report_error
+from .runtime import affinity
+from .runtime.proctitle import set_title
+from .runtime.timer import TimerLoop, Timers
 from .scheduled import Scheduler
-from .slow import SlowJobs
-from .stats import Counters
-from .timer import TimerLoop, Timers
 
 __all__ = ["Launcher"]
 
@@ -105,7 +106,7 @@ class Launcher:
         self.slow_jobs = SlowJobs(config, self.busy, timers=self.timers)
         self._pin_sampler: TimerLoop | None = None  # cpu_affinity "auto" only
         served = list(dict.fromkeys(q for c in self.capsules for q in c.queue_names))
-        self.claims = Claims()  # what this process's processors hold (wurk.reliable)
+        self.claims = Claims()  # what this process's processors hold (wurk.fetch.reliable)
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
                              own_lists=self.private_lists(), timers=self.timers) \
             if config.fetch == "reliable" else None

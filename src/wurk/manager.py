@@ -20,14 +20,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from .affinity import Pinning
 from .asyncjobs import AsyncLane
 from .config import Capsule, Config
-from .fetch import Fetcher, UnitOfWork
-from .outage import Outage
-from .pool import RedisPool
+from .connections.pool import RedisPool
+from .fetch.basic import Fetcher, UnitOfWork
 from .processor import JobRunner, Processor
 from .reporting import report_error
+from .runtime.affinity import Pinning
+from .runtime.outage import Outage
 
 __all__ = ["Manager", "capsule_pool"]
 
@@ -89,7 +89,7 @@ class Manager:
             return list(self._processors)
 
     def start(self, pinning: Pinning | None = None) -> None:
-        """Start the processors; ``pinning`` (``wurk.affinity``) places their threads."""
+        """Start the processors; ``pinning`` (``wurk.runtime.affinity``) places their threads."""
         self._pinning = pinning
         self.lane.pinning = pinning
         for _ in range(self.capsule.concurrency):

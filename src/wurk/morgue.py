@@ -15,7 +15,7 @@ from typing import Any
 
 from . import payload as P
 from .config import Config
-from .pool import RedisPool
+from .connections.pool import RedisPool
 from .reporting import run_death_handlers
 
 __all__ = ["Morgue"]

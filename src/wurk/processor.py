@@ -13,7 +13,7 @@
    runs (added and removed in one ``try/finally``, so no dashboard shows a job that ended).
 5. ``Processor`` owns its thread and its fetcher; its owner (the manager) replaces it when it
    dies and interrupts it at the shutdown deadline. A failing fetch (Redis down, refusing,
-   or cut) is retried with a capped backoff (``wurk.outage``); the outage is reported once
+   or cut) is retried with a capped backoff (``wurk.runtime.outage``); the outage is reported once
    per capsule when it starts and logged with its length when it ends. It fetches only while
    the heartbeat vouches for the process (``Heartbeat.wait_visible``).
 6. ``async def`` jobs go from the processor that fetched them to its capsule's lane
@@ -41,9 +41,10 @@ import redis
 
 from . import log as wurk_log
 from . import payload as P
-from .affinity import Pinning
 from .asyncjobs import AsyncLane, EventLoop, bookkeeping, timed
 from .config import Config
+from .connections.lending import lend_from
+from .connections.pool import RedisPool
 from .errors import (
     InvalidPayload,
     RedisUnavailable,
@@ -51,7 +52,7 @@ from .errors import (
     UnparseablePayload,
 )
 from .errors import is_shutdown as _is_shutdown
-from .fetch import Fetcher, UnitOfWork
+from .fetch.basic import Fetcher, UnitOfWork
 from .job import (
     RUNNING,
     JobDefinition,
@@ -60,15 +61,14 @@ from .job import (
     set_running,
     set_stop_signal,
 )
-from .lending import lend_from
 from .log import JOB_FIELDS, job_context, short_id, tid
+from .metrics.counters import Counters
 from .middleware import settle, within
 from .morgue import Morgue
-from .outage import Backoff, Outage
-from .pool import RedisPool
 from .reporting import report_error
 from .retry import JobRetry
-from .stats import Counters
+from .runtime.affinity import Pinning
+from .runtime.outage import Backoff, Outage
 
 __all__ = ["Busy", "JobGuard", "JobRunner", "Processor"]
 

@@ -24,10 +24,10 @@ from typing import Any, Literal
 
 from . import payload as P
 from .config import Config
+from .connections.pool import RedisPool
 from .errors import InvalidPayload
 from .job import JobDefinition
 from .morgue import Morgue
-from .pool import RedisPool
 from .reporting import report_error, run_death_handlers
 
 __all__ = ["BACKOFF_BASE", "JITTER_STEP", "JobRetry", "backtrace_lines", "default_delay"]

@@ -14,11 +14,11 @@
 3. A payload that cannot be pushed at all goes to the dead set (not JSON: stored as the raw
    bytes; invalid: with the error recorded); it never blocks the set.
 4. ``Scheduler.start`` runs the passes on a ``TimerLoop`` (in a worker, on its poller
-   thread, ``wurk.timer.Timers``) with Sidekiq's timing: an initial wait, one process
+   thread, ``wurk.runtime.timer.Timers``) with Sidekiq's timing: an initial wait, one process
    prune, then a randomised wait per cycle scaled by the number of live processes, so the
    cluster as a whole polls about once per ``average_scheduled_poll_interval``.
 5. A failing cycle is reported once per outage, the loop goes on with a capped backoff
-   (``wurk.outage``), and the outage's length is logged when a cycle works again.
+   (``wurk.runtime.outage``), and the outage's length is logged when a cycle works again.
 
 Scripts are registered with redis-py (``EVALSHA``, reloaded on ``NOSCRIPT``).
 """
@@ -32,16 +32,16 @@ from typing import Any
 
 from . import payload as P
 from . import scripts
-from .client import Client
+from .client.core import Client
 from .config import Config
+from .connections.pool import RedisPool
 from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
-from .outage import Backoff, Outage
-from .pool import RedisPool
-from .pruning import prune_processes
 from .reporting import report_error
 from .retry import JobRetry
-from .timer import TimerLoop, Timers
+from .runtime.outage import Backoff, Outage
+from .runtime.pruning import prune_processes
+from .runtime.timer import TimerLoop, Timers
 
 __all__ = ["ATOMIC_BATCH", "CLAIM_LEASE", "INITIAL_JITTER", "LARGE_CLUSTER", "Scheduler"]
 

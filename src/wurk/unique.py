@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload as P
 from . import scripts
+from .connections.lending import redis as lent_redis
 from .errors import InvalidPayload, RedisUnavailable
-from .lending import redis as lent_redis
 from .options import UNIQUE_UNTIL as UNTIL
 from .options import check_unique_fields, unique_for_seconds
 

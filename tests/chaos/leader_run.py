@@ -7,7 +7,7 @@ killed (and paused), and every tick's pushes are counted.
    worker started in its place) or ``pause`` (SIGSTOP past its key's life, then SIGCONT:
    an old leader that wakes believing it leads).
 2. The loop pushes to a queue no worker serves, so every push stays countable. Each job's
-   jid is the digest of the loop and its tick (``wurk.periodic.tick_jid``), so the count
+   jid is the digest of the loop and its tick (``wurk.periodic.loops.tick_jid``), so the count
    per tick is exact: ``FailoverResult`` has pushes per tick, the ticks doubled, skipped,
    and pushes matching no tick, and each tick's lateness.
 3. The short run is ``tests/system/test_periodic.py`` (a 3-second tick, ~40 s); the long
@@ -35,7 +35,7 @@ import redis
 
 from tests.helpers.server import start_server
 from wurk import payload as P
-from wurk.periodic import tick_jid
+from wurk.periodic.loops import tick_jid
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL, PAUSE = "kill", "pause"

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from wurk.embedded_server import EmbeddedServer
+from wurk.connections.server import EmbeddedServer
 
 
 def servers_in(home: Path) -> list[psutil.Process]:

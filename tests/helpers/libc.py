@@ -1,6 +1,6 @@
 """Which C library the tests run on: the malloc arena limit is glibc's.
 
-The same question ``wurk.malloc`` asks, asked again here on purpose: the tests' skip must
+The same question ``wurk.runtime.malloc`` asks, asked again here on purpose: the tests' skip must
 not hang on the code under test, or a wrong answer there would skip the tests that catch it.
 """
 

@@ -7,10 +7,10 @@ import redis
 
 import wurk
 from wurk.config import Capsule
-from wurk.fetch import BasicFetch
-from wurk.limits import install
+from wurk.fetch.basic import BasicFetch
+from wurk.limiter.middleware import install
+from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
-from wurk.stats import Counters
 
 
 class Drain:

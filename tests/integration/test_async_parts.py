@@ -14,12 +14,12 @@ import redis
 
 import wurk
 from wurk.config import Capsule
-from wurk.fetch import Fetcher
+from wurk.fetch.basic import Fetcher
+from wurk.fetch.reliable import Claims, ReliableFetch
 from wurk.heartbeat import Identity
 from wurk.manager import Manager, capsule_pool
+from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
-from wurk.reliable import Claims, ReliableFetch
-from wurk.stats import Counters
 
 QUEUE = "asyncparts"
 EVENTS: list[str] = []

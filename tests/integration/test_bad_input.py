@@ -33,11 +33,11 @@ from tests.helpers.server import Server
 from tests.system.conftest import ROOT
 from wurk import payload as P
 from wurk.config import Capsule
+from wurk.fetch.reliable import ReliableFetch
 from wurk.heartbeat import Identity
+from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
-from wurk.reliable import ReliableFetch
 from wurk.scheduled import Scheduler
-from wurk.stats import Counters
 
 QUEUE = "fuzz"
 PLACES = ("queue", "retry", "schedule")

@@ -19,7 +19,7 @@ import redis
 
 import wurk
 from tests.helpers.embedded import home, servers_in
-from wurk.embedded_server import (
+from wurk.connections.server import (
     LOCK_FILE,
     LOG_FILE,
     PID_FILE,
@@ -83,7 +83,7 @@ def test_second_start_reuses_the_running_server(home: Path) -> None:
 
 
 def test_server_outlives_the_process_that_started_it(home: Path) -> None:
-    code = ("import sys; from wurk.embedded_server import ensure_running; "
+    code = ("import sys; from wurk.connections.server import ensure_running; "
             "print(ensure_running(sys.argv[1]))")
     done = subprocess.run([sys.executable, "-c", code, str(home)], capture_output=True,
                           text=True, timeout=60, check=True)
@@ -95,7 +95,7 @@ def test_server_outlives_the_process_that_started_it(home: Path) -> None:
 
 CONCURRENT_STARTER = """
 import sys
-from wurk.embedded_server import ensure_running
+from wurk.connections.server import ensure_running
 print("ready", flush=True)
 sys.stdin.read(1)  # all starters are released at once
 print(ensure_running(sys.argv[1]), flush=True)
@@ -161,7 +161,7 @@ def test_a_started_server_without_its_pid_file_is_adopted_not_doubled(home: Path
 
 
 def test_explicit_port_is_used(home: Path) -> None:
-    from wurk.embedded_server import _free_port
+    from wurk.connections.server import _free_port
 
     port = _free_port()
     assert EmbeddedServer(home, port=port).start().port == port

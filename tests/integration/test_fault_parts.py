@@ -23,18 +23,18 @@ from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, free_port, start_server
 from wurk import payload as P
 from wurk.config import Capsule
-from wurk.fetch import BasicFetch, UnitOfWork
+from wurk.connections.pool import RedisPool
+from wurk.connections.preflight import check_server, eviction_policy, require_version
+from wurk.fetch.basic import BasicFetch, UnitOfWork
+from wurk.fetch.reaper import STRAY_MARGIN, Reaper
+from wurk.fetch.reliable import Claims, ReliableFetch
 from wurk.heartbeat import Identity
+from wurk.metrics.counters import Counters
 from wurk.middleware import Chain
 from wurk.morgue import Morgue
-from wurk.pool import RedisPool
-from wurk.preflight import check_server, eviction_policy, require_version
 from wurk.processor import Busy, JobRunner
-from wurk.reaper import STRAY_MARGIN, Reaper
-from wurk.reliable import Claims, ReliableFetch
 from wurk.retry import JobRetry
 from wurk.scheduled import Scheduler
-from wurk.stats import Counters
 
 SOCKET_TIMEOUT = 0.5
 GRACE = SOCKET_TIMEOUT + STRAY_MARGIN

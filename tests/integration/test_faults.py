@@ -34,7 +34,7 @@ from tests.helpers.faults import (
 )
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
-from wurk.outage import FIRST_WAIT, MAX_WAIT
+from wurk.runtime.outage import FIRST_WAIT, MAX_WAIT
 
 CONCURRENCY = 4
 

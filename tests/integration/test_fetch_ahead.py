@@ -13,11 +13,11 @@ import redis
 import wurk
 from wurk import payload as P
 from wurk.config import Capsule
+from wurk.connections.lease import Lease
 from wurk.errors import RedisUnavailable
-from wurk.fetch import UnitOfWork
+from wurk.fetch.basic import UnitOfWork
+from wurk.fetch.reliable import Claims, ReliableFetch
 from wurk.heartbeat import Identity
-from wurk.lease import Lease
-from wurk.reliable import Claims, ReliableFetch
 
 
 def job(n: int) -> str:

@@ -13,12 +13,12 @@ import redis
 
 import wurk
 from wurk.config import Capsule
-from wurk.fetch import Fetcher, UnitOfWork
+from wurk.fetch.basic import Fetcher, UnitOfWork
+from wurk.fetch.reliable import Claims, ReliableFetch
 from wurk.heartbeat import Identity
 from wurk.manager import Manager, capsule_pool
+from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
-from wurk.reliable import Claims, ReliableFetch
-from wurk.stats import Counters
 
 QUEUE = "boundary"
 RAN = "boundary:ran"

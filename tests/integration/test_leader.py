@@ -14,8 +14,8 @@ import redis
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
 from wurk.config import Config
-from wurk.leader import Leadership
-from wurk.pool import RedisPool
+from wurk.connections.pool import RedisPool
+from wurk.periodic.leader import Leadership
 
 FAST = {"leader_renew_interval": 0.5, "leader_check_interval": 30.0}
 

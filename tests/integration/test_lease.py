@@ -1,4 +1,4 @@
-"""``wurk.lease``: replies read off the socket by the lease's own hiredis reader."""
+"""``wurk.connections.lease``: replies read off the socket by the lease's own hiredis reader."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 import redis
 
 import wurk
+from wurk.connections.lease import READ_SIZE, Lease
+from wurk.connections.pool import READ_BUFFER
 from wurk.errors import RedisUnavailable
-from wurk.lease import READ_SIZE, Lease
-from wurk.pool import READ_BUFFER
 
 
 def _lease(config: wurk.Config) -> Lease:
@@ -151,7 +151,7 @@ def test_an_ack_held_alone_reaches_redis_without_another_write(
 _KILLED_HOLDER = """
 import sys, time
 import wurk
-from wurk.lease import Lease
+from wurk.connections.lease import Lease
 lease = Lease(wurk.Config(redis_url=sys.argv[1]).pool("held", size=1))
 lease.call("PING")
 lease.send_one(("LREM", "acks", 1, "a"))

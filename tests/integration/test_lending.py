@@ -14,9 +14,9 @@ import wurk
 from tests.helpers.faults import InProcessWorker, wait_until
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
-from wurk.lease import Lease
-from wurk.lending import lend_from
-from wurk.pool import RedisPool
+from wurk.connections.lease import Lease
+from wurk.connections.lending import lend_from
+from wurk.connections.pool import RedisPool
 
 LENT = "test:lent"
 

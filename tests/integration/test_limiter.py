@@ -64,7 +64,7 @@ def test_a_waiter_is_woken_by_a_release(config: wurk.Config) -> None:
 
 def test_inside_a_processor_a_waiter_blocks_on_the_wake_up_list(config: wurk.Config,
                                                                  r: redis.Redis) -> None:
-    from wurk.lending import lend_from
+    from wurk.connections.lending import lend_from
 
     mutex = wurk.limiter.concurrent("lent", 1, wait_timeout=3)
     holder = mutex.within_limit()

@@ -11,8 +11,8 @@ import redis
 import wurk
 from tests.helpers.metrics import tracked
 from wurk import deploy
+from wurk.connections.pool import RedisPool
 from wurk.metrics import BUCKET_LABELS, ExecutionMetrics, ExecutionTracker, Query, bucket_of
-from wurk.pool import RedisPool
 
 NOW = dt.datetime(2025, 2, 14, 8, 3, 27, tzinfo=dt.timezone.utc)
 
@@ -146,8 +146,8 @@ def test_the_middleware_counts_what_the_job_did(config: wurk.Config) -> None:
 def test_recoveries_and_poison_kills_are_counted_and_told(redis_server: Any,
                                                           r: redis.Redis) -> None:
     from wurk import payload as P
+    from wurk.fetch.reaper import Reaper
     from wurk.heartbeat import Identity
-    from wurk.reaper import Reaper
 
     told: list[tuple[str, Any]] = []
     cfg = wurk.configure(redis_url=redis_server.url,
@@ -168,7 +168,7 @@ def test_recoveries_and_poison_kills_are_counted_and_told(redis_server: Any,
     assert [(raw, p["count"]) for raw, p in told if p is not None] == [(pill, 3)]
     own = cfg.keys.private("default", "gone", 9, "ffffffffffff", 0)
     r.lpush(own, safe[0])
-    from wurk.reaper import return_own_lists
+    from wurk.fetch.reaper import return_own_lists
 
     assert return_own_lists(cfg, [(own, "default")]) == 1  # a clean return is no recovery
     assert r.get("wurk:stat:recovered") == "2"

@@ -19,9 +19,9 @@ import redis
 import wurk
 from wurk import payload as P
 from wurk.config import Config
-from wurk.leader import Leadership
-from wurk.periodic import tick_jid
-from wurk.periodic_poller import PeriodicPoller
+from wurk.periodic.leader import Leadership
+from wurk.periodic.loops import tick_jid
+from wurk.periodic.poller import PeriodicPoller
 
 # Every second: the tests see several ticks in a few seconds.
 EVERY_SECOND = "* * * * * *"

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 import wurk
-from wurk.pool import AsyncRedisPool, RedisPool
+from wurk.connections.pool import AsyncRedisPool, RedisPool
 
 
 def _one_connection(config: wurk.Config) -> RedisPool:

@@ -12,14 +12,14 @@ import pytest
 import wurk
 from wurk import manager as manager_module
 from wurk.config import Capsule
-from wurk.fetch import BasicFetch, Fetcher
+from wurk.fetch.basic import BasicFetch, Fetcher
 from wurk.manager import Manager, capsule_pool
+from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
-from wurk.stats import Counters
 
 
 class FailingPinning:
-    """Stands in for ``wurk.affinity.Pinning``: its ``enter`` fails while ``failing``."""
+    """Stands in for ``wurk.runtime.affinity.Pinning``: its ``enter`` fails while ``failing``."""
 
     def __init__(self) -> None:
         self.failing = True

@@ -6,9 +6,9 @@ import redis
 
 from tests.helpers.server import free_port
 from wurk.config import Config
+from wurk.connections.pool import RedisPool
 from wurk.errors import RedisUnavailable
-from wurk.pool import RedisPool
-from wurk.pruning import CLEANUP_INTERVAL, prune_processes
+from wurk.runtime.pruning import CLEANUP_INTERVAL, prune_processes
 
 
 def test_removes_identities_whose_hash_is_gone(config: Config, r: redis.Redis) -> None:

@@ -16,9 +16,9 @@ import redis
 import wurk
 from wurk import payload as P
 from wurk.config import Capsule
+from wurk.fetch.reaper import Owner, Reaper, parse_private
+from wurk.fetch.reliable import ReliableFetch
 from wurk.heartbeat import Identity
-from wurk.reaper import Owner, Reaper, parse_private
-from wurk.reliable import ReliableFetch
 
 
 def job(n: int, jid: str | None = None) -> str:

@@ -525,7 +525,7 @@ def test_handle_routes_an_invalid_payload_to_kill_invalid(book: Book, r: redis.R
 
 def test_redis_outage_while_booking_raises_redis_unavailable(redis_server: Any) -> None:
     from tests.helpers.server import free_port
-    from wurk.pool import RedisPool
+    from wurk.connections.pool import RedisPool
 
     config = Config()
     pool = RedisPool(f"redis://127.0.0.1:{free_port()}/0", socket_timeout=0.5)

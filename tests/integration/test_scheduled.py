@@ -18,8 +18,8 @@ import redis
 from tests.helpers.server import free_port
 from wurk import payload as P
 from wurk.config import Config
+from wurk.connections.pool import RedisPool
 from wurk.morgue import Morgue
-from wurk.pool import RedisPool
 from wurk.retry import JobRetry
 from wurk.scheduled import ATOMIC_BATCH, Scheduler
 

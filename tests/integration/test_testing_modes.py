@@ -297,6 +297,7 @@ def test_an_unknown_mode_is_refused() -> None:
 
 
 def test_importing_wurk_testing_changes_nothing() -> None:
-    code = ("import wurk.testing, wurk.testing.plugin, wurk.sinks; "
-            "assert wurk.sinks.selected() is None; assert wurk.testing.mode() == 'disable'")
+    code = ("import wurk.testing, wurk.testing.plugin, wurk.client.writers; "
+            "assert wurk.client.writers.selected() is None; "
+            "assert wurk.testing.mode() == 'disable'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

@@ -16,13 +16,13 @@ import pytest
 import redis
 
 import wurk
-import wurk.limits
+import wurk.limiter.middleware
 from tests.helpers.runner import Drain
 from wurk import api
 from wurk import payload as P
 from wurk.errors import ConfigError, InvalidPayload
+from wurk.fetch.poison import kill_poisoned
 from wurk.morgue import Morgue
-from wurk.poison import kill_poisoned
 from wurk.scheduled import Scheduler
 
 ran: list[list[Any]] = []
@@ -141,7 +141,7 @@ def test_death_releases_the_lock(config: wurk.Config, r: redis.Redis, drain: Dra
 
 def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
     from wurk.launcher import Launcher
-    from wurk.limits import LimitsMiddleware
+    from wurk.limiter.middleware import LimitsMiddleware
     from wurk.unique import LockRelease
 
     for _ in range(2):
@@ -152,7 +152,7 @@ def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
 
 
 def test_a_poison_kill_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
-    wurk.limits.install(config)  # the reaper runs in a worker, which installs it
+    wurk.limiter.middleware.install(config)  # the reaper runs in a worker, which installs it
     sync.perform_async(5)
     raw = r.rpop("queue:default")
     kill_poisoned(config, Morgue(config), raw, "default", 3)

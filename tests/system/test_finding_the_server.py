@@ -21,7 +21,7 @@ import pytest
 import redis
 
 from tests.helpers.embedded import servers_in, stop_everything
-from wurk.embedded_server import EmbeddedServer
+from wurk.connections.server import EmbeddedServer
 
 PUSH_SCRIPT = """
 import wurk
@@ -141,7 +141,7 @@ def test_read_only_commands_refuse_to_start_a_server(project: Project,
 
 def test_start_embedded_false_in_the_file_makes_a_worker_refuse(project: Project) -> None:
     (project.sub / "wurk.yml").write_text("start_embedded: false\n")
-    done = project.wurk("worker", "-C", "wurk.yml", "-r", "wurk.examples")
+    done = project.wurk("worker", "-C", "wurk.yml", "-r", "wurk.cli.examples")
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == (f"Error: no wurk server here (none runs at "
                                             f"{project.home}); {NO_SERVER}")
@@ -178,7 +178,7 @@ def test_redis_url_over_an_existing_embedded_server_is_said_once(
 def test_outside_any_project_the_home_is_the_current_directory(tmp_path: Path) -> None:
     loose = tmp_path / "loose" / "sub"
     loose.mkdir(parents=True)
-    from wurk.locate import PROJECT_MARKERS
+    from wurk.connections.locate import PROJECT_MARKERS
 
     above = [d for d in loose.parents
              if any((d / name).exists() for name in (*PROJECT_MARKERS, ".wurk"))]
@@ -199,7 +199,7 @@ def test_a_stopped_server_is_reaped_by_the_process_that_started_it(project: Proj
     ``wurk server stop`` would stay a zombie unless its starter waits for it."""
     starter = subprocess.Popen(
         [sys.executable, "-c",
-         "import sys, wurk.embedded_server as e\n"
+         "import sys, wurk.connections.server as e\n"
          "print(e.EmbeddedServer(sys.argv[1]).start().pid, flush=True)\n"
          "sys.stdin.readline()\n", str(project.home)],
         cwd=project.sub, env=project.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

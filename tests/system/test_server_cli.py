@@ -18,7 +18,7 @@ import redis
 
 from tests.helpers.embedded import home, servers_in, stop_everything
 from wurk.cli import run
-from wurk.embedded_server import LOG_FILE, PID_FILE, PORT_FILE, EmbeddedServer, ensure_running
+from wurk.connections.server import LOG_FILE, PID_FILE, PORT_FILE, EmbeddedServer, ensure_running
 
 __all__ = ["home"]  # the fixture, imported for pytest
 
@@ -245,7 +245,7 @@ def test_demo_pushes_examples_to_the_embedded_server(
     assert lines[0] == (f"Redis: embedded at {home}, port {status.port} — started it now "
                         f"(pid {status.pid}); it keeps running for your app, worker and "
                         "dashboard, `wurk server stop` stops it")
-    assert lines[1] == "Pushed 5 example jobs (defined in wurk.examples):"
+    assert lines[1] == "Pushed 5 example jobs (defined in wurk.cli.examples):"
     client = redis.Redis.from_url(status.url, decode_responses=True)
     for line in lines[2:7]:
         jid = line.rsplit("jid ", 1)[1]

@@ -212,7 +212,7 @@ def test_async_jobs_run(config: wurk.Config, r: redis.Redis, start_worker: Start
 # of the inspection model neither the limiters (its checked values) nor the leader's
 # history sampler (the processes, queues and numbers) read.
 NOT_IN_A_WORKER = {"wurk.cli.server", "wurk.cli.web", "wurk.cli.inspect", "wurk.cli.swarm",
-                   "wurk.cli.demo", "wurk.embedded_server", "wurk.health", "http.server",
+                   "wurk.cli.demo", "wurk.connections.server", "wurk.metrics.health", "http.server",
                    "zoneinfo", "wurk.api.sets", "wurk.api.periodic"}
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 import wurk
-from wurk import affinity
+from wurk.runtime import affinity
 
 
 def test_parse_reads_auto_lists_and_ranges() -> None:

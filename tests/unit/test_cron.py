@@ -10,9 +10,9 @@ import datetime as dt
 
 import pytest
 
-from wurk.cron import Schedule
 from wurk.errors import ConfigError
-from wurk.periodic import Due, plan
+from wurk.periodic.cron import Schedule
+from wurk.periodic.loops import Due, plan
 
 # The leader looks at its loops this often in the simulation (not a divisor of a minute, so
 # polls drift across tick boundaries as real ones do).

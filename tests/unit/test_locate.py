@@ -1,4 +1,5 @@
-"""``wurk.locate.find_home``: the embedded server's directory, found as git finds ``.git``."""
+"""``wurk.connections.locate.find_home``: the embedded server's directory, found as git
+finds ``.git``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from wurk.locate import PROJECT_MARKERS, find_home
+from wurk.connections.locate import PROJECT_MARKERS, find_home
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def test_job_context_reaches_every_line_in_json() -> None:
     wurk_log.setup(fmt="json", stream=stream)
     with wurk_log.job_context({"class": "X", "jid": "abc", "queue": "q"}):
         wurk_log.info("done: %.3f sec", 0.25)
-        logging.getLogger("wurk.examples").warning("from a job")
+        logging.getLogger("wurk.cli.examples").warning("from a job")
     wurk_log.flush()
     first, second = (json.loads(line) for line in stream.getvalue().splitlines())
     assert first["msg"] == "done: 0.250 sec" and first["lvl"] == "INFO"
@@ -249,7 +249,7 @@ def test_payload_fields_cannot_forge_or_repaint_a_line(fmt: str) -> None:
 
 
 def test_a_thread_dump_keeps_its_lines() -> None:
-    from wurk.signals import dump_threads
+    from wurk.runtime.signals import dump_threads
 
     stream = io.StringIO()
     wurk_log.setup(fmt="pretty", stream=stream)

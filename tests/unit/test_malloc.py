@@ -1,4 +1,4 @@
-"""``wurk.malloc``: a worker process's malloc arenas, counted by glibc itself."""
+"""``wurk.runtime.malloc``: a worker process's malloc arenas, counted by glibc itself."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import textwrap
 import pytest
 
 from tests.helpers.libc import glibc
-from wurk import malloc
+from wurk.runtime import malloc
 
 pytestmark = pytest.mark.skipif(not glibc(), reason="the arena limit is glibc's")
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not glibc(), reason="the arena limit is glibc's"
 # prints one "Arena N:" block per arena on stderr.
 THREADS_ALLOCATE = textwrap.dedent("""
     import ctypes, sys, threading
-    from wurk.malloc import limit_arenas
+    from wurk.runtime.malloc import limit_arenas
     print(limit_arenas() if sys.argv[1] == "limit" else "left", flush=True)
     start = threading.Barrier(12)
     def allocate():

@@ -9,9 +9,9 @@ import pytest
 
 import wurk
 from wurk.errors import ConfigError
-from wurk.health import WorkerHealth
-from wurk.instruments import _listen
-from wurk.outage import Outage
+from wurk.metrics.health import WorkerHealth
+from wurk.metrics.instruments import _listen
+from wurk.runtime.outage import Outage
 
 
 @pytest.mark.parametrize(("settings", "message"), [
@@ -54,7 +54,7 @@ def test_a_port_in_use_names_the_setting() -> None:
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    from wurk.health import HealthServer
+    from wurk.metrics.health import HealthServer
 
     with pytest.raises(ConfigError, match=f"health_port {port}: cannot listen"):
         _listen("health_port", "127.0.0.1", port,

@@ -10,8 +10,8 @@ import pytest
 import redis
 
 import wurk
-from wurk.outage import FIRST_WAIT, MAX_WAIT, Backoff, Outage
-from wurk.replies import refusal, reply_code
+from wurk.connections.replies import refusal, reply_code
+from wurk.runtime.outage import FIRST_WAIT, MAX_WAIT, Backoff, Outage
 
 
 def test_backoff_ceiling_doubles_from_the_first_wait_up_to_the_cap_and_resets() -> None:

@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from wurk import payload as P
+from wurk.connections.packing import pack
 from wurk.errors import InvalidArguments, InvalidPayload, UnparseablePayload
-from wurk.packing import pack
 
 
 def test_jid_is_24_lowercase_hex_and_random() -> None:

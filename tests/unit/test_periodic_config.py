@@ -122,6 +122,6 @@ def test_bad_settings_name_themselves(setting: str, value: object) -> None:
     ("-5", None), ("0", None), ("nan", None), ("inf", None), ("1e400", None),
     ("99999999999999", None), (None, None), (b"\xff\xfe", None), (17, None)])
 def test_stored_marks_are_read_or_refused(raw: object, expected: int | None) -> None:
-    from wurk.periodic import epoch_field
+    from wurk.periodic.loops import epoch_field
 
     assert epoch_field(raw) == expected

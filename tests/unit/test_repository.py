@@ -24,10 +24,10 @@ def test_no_module_keeps_a_name_that_could_mean_two_things(old: str) -> None:
 
 
 def test_each_part_has_its_own_module() -> None:
-    for name in ("pool", "replies", "lease", "sockets", "locate", "inprocess",
-                 "embedded_server", "pruning"):
+    for name in ("connections/pool", "connections/replies", "connections/lease",
+                 "connections/sockets", "connections/locate", "connections/server",
+                 "inprocess", "runtime/pruning", "swarm/respawn"):
         assert (PACKAGE / f"{name}.py").exists(), name
-    assert (PACKAGE / "swarm" / "respawn.py").exists()
     classes = {node.name for path in PACKAGE.rglob("*.py")
                for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                if isinstance(node, ast.ClassDef)}

@@ -15,7 +15,7 @@ import pytest
 
 import wurk
 from wurk.errors import ConfigError
-from wurk.signals import HURRY_HINT
+from wurk.runtime.signals import HURRY_HINT
 from wurk.swarm.child import NoticePipe, OrphanGuard
 from wurk.swarm.respawn import RespawnSchedule
 from wurk.swarm.restart import Claim, Phase, RestartHooks, RollingRestart

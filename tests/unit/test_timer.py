@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from wurk.timer import TimerLoop, Timers
+from wurk.runtime.timer import TimerLoop, Timers
 
 FAST = 0.05
 

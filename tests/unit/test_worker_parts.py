@@ -14,9 +14,9 @@ import pytest
 from wurk.config import Capsule
 from wurk.configfile import load_file
 from wurk.errors import ConfigError
-from wurk.fetch import QueueOrder
+from wurk.fetch.basic import QueueOrder
 from wurk.processor import Busy
-from wurk.signals import SignalPipe
+from wurk.runtime.signals import SignalPipe
 
 
 def test_strict_order_is_declaration_order_without_duplicates() -> None:

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import payload as P
+from ..connections.pool import RedisPool
 from ..errors import InspectionError
-from ..pool import RedisPool
 
 __all__ = ["PAGE_SIZE", "SCAN_COUNT", "escape_glob", "list_entries", "scan_entries",
            "zset_entries"]

@@ -24,12 +24,12 @@ from typing import Any
 
 from .. import payload as P
 from .. import scripts
-from ..client import Client
+from ..client.core import Client
 from ..config import Config, default_config
-from ..cron import Schedule
 from ..errors import InspectionError
-from ..periodic import HISTORY_LIMIT, epoch_field
-from ..printable import cut, printable
+from ..periodic.cron import Schedule
+from ..periodic.loops import HISTORY_LIMIT, epoch_field
+from ..text import cut, printable
 from . import values
 from .queues import sscan_page
 from .values import Invalid

@@ -19,8 +19,8 @@ from functools import partial
 from typing import Any
 
 from ..config import Config, default_config
+from ..connections.pool import RedisPool
 from ..errors import InspectionError
-from ..pool import RedisPool
 from . import values
 from .queues import sscan_page
 from .record import JobRecord

@@ -17,9 +17,9 @@ from typing import Any
 from .. import payload as P
 from .. import scripts
 from ..config import Config, default_config
+from ..connections.pool import RedisPool
+from ..fetch.pause import invalidate_local
 from ..keys import PRIVATE_SEPARATOR
-from ..pause import invalidate_local
-from ..pool import RedisPool
 from ..unique import CLEAR_PAGE, MARK, release_stored
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord

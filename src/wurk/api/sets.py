@@ -27,9 +27,9 @@ from typing import Any, ClassVar
 from .. import payload as P
 from .. import scripts
 from ..config import Config, default_config
+from ..connections.pool import RedisPool
 from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
-from ..pool import RedisPool
 from ..reporting import run_death_handlers
 from ..unique import MARK, release_stored
 from . import values

@@ -17,7 +17,7 @@ from typing import Any
 
 from .. import payload as P
 from ..config import Config, default_config
-from ..pool import RedisPool
+from ..connections.pool import RedisPool
 from . import values
 from .processes import busy_total
 from .queues import entry_latency, queue_names

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import payload as P
-from ..printable import cut, printable
+from ..text import cut, printable
 
 __all__ = ["RAW_LIMIT", "Invalid", "backtrace", "count", "epoch", "integer", "invalid",
            "json_object", "latency", "split_invalid", "to_json", "valid_total"]

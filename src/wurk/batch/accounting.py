@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import redis
 
 from .. import payload as P
-from .. import sinks
+from ..client import writers as sinks
 from ..errors import BatchError
 from ..scripts import Script
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import default_config
+from ..connections.lending import redis as lent_redis
 from ..errors import BatchError
 from ..job import Job, registry
-from ..lending import redis as lent_redis
 from . import accounting
 from .block import worker_config
 from .model import CALLBACK_CLASS, EMPTY_CLASS

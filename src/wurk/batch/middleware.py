@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from .. import payload as P
 from ..asyncjobs import bookkeeping
+from ..connections.lending import redis as lent_redis
 from ..errors import RedisUnavailable, is_shutdown
-from ..lending import redis as lent_redis
 from ..reporting import report_error
 from . import accounting
 from . import block as blocks

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, overload
 
 from .. import payload as P
 from ..config import Config, default_config
+from ..connections.lending import redis as lent_redis
 from ..errors import BatchError, InvalidArguments
-from ..lending import redis as lent_redis
 from . import accounting
 from . import block as blocks
 from .middleware import install_client
@@ -188,7 +188,7 @@ class Batch:
 
 
 def _push_empty(config: Config, queue: str) -> None:
-    from ..pushing import default_client  # the client imports this package
+    from ..client.default import default_client  # the client imports this package
 
     default_client(config).push({P.CLASS: EMPTY_CLASS, P.ARGS: [], P.QUEUE: queue})
 

@@ -1,8 +1,8 @@
 """``wurk demo``: the README's first command — push example jobs and show where they went.
 
-1. Finds Redis as every wurk process does (``wurk.locate``); with no ``REDIS_URL`` that
+1. Finds Redis as every wurk process does (``wurk.connections.locate``); with no ``REDIS_URL`` that
    is the embedded server of the nearest ``.wurk``, started now or reused.
-2. Pushes a handful of the jobs in ``wurk.examples`` and prints the server, each job's
+2. Pushes a handful of the jobs in ``wurk.cli.examples`` and prints the server, each job's
    queue and jid, and the size of each queue.
 3. ``work_off`` is the seam where a worker runs them and the demo reports how many ran.
 """
@@ -17,9 +17,9 @@ from typing import Any
 import click
 
 from ..config import Config
-from ..embedded_server import EmbeddedServer
+from ..connections.locate import describe_url, find_home
+from ..connections.server import EmbeddedServer
 from ..job import JobFunction
-from ..locate import describe_url, find_home
 from ..payload import DEFAULT_QUEUE
 
 __all__ = ["demo", "work_off"]
@@ -31,9 +31,9 @@ DEMO_POLL = 0.05
 
 
 def examples_to_push() -> list[tuple[JobFunction[..., Any], tuple[Any, ...]]]:
-    """The demo's jobs; ``wurk.examples`` is imported here, so that only ``wurk demo``
+    """The demo's jobs; ``wurk.cli.examples`` is imported here, so that only ``wurk demo``
     (not every ``wurk`` command) registers its jobs."""
-    from .. import examples
+    from . import examples
 
     return [
         (examples.add, (2, 3)),
@@ -60,7 +60,7 @@ def demo(push_only: bool) -> None:
     try:
         click.echo(_where(config))
         pushed = push_examples(config)
-        click.echo(f"Pushed {len(pushed)} example jobs (defined in wurk.examples):")
+        click.echo(f"Pushed {len(pushed)} example jobs (defined in wurk.cli.examples):")
         width = max(len(job.call) for job in pushed)
         for job in pushed:
             click.echo(f"  {job.call:<{width}}  queue {job.queue:<8} jid {job.jid}")

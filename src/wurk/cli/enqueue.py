@@ -16,9 +16,9 @@ import click
 
 from .. import default_config
 from .. import payload as P
+from ..client.default import push
 from ..config import parse_queue
 from ..errors import ConfigError
-from ..pushing import push
 from .inspect import friendly
 
 __all__ = ["enqueue_command", "parse_args"]

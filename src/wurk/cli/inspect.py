@@ -7,7 +7,7 @@
    unless ``--yes``; with no terminal to ask on, they refuse (exit 1) instead of waiting for
    an answer that cannot come.
 3. None of them starts the embedded server: where none runs they say so and exit 1, rather
-   than report the empty server they would have started (``wurk.locate``).
+   than report the empty server they would have started (``wurk.connections.locate``).
 4. Errors are one line and exit 1 (usage errors exit 2, click's rule), never a traceback.
 
 Everything goes through ``wurk.api`` with the process-wide configuration.
@@ -40,8 +40,8 @@ from ..api import (
     values,
 )
 from ..config import Config
+from ..connections.locate import find_home, where
 from ..errors import WurkError
-from ..locate import find_home, where
 from . import tables
 
 __all__ = ["dead_command", "kill_command", "processes_command", "queues_command",

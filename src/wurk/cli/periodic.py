@@ -21,7 +21,7 @@ from ..config import Config, configure
 from ..configfile import load_file
 from ..errors import ConfigError
 from ..job import registry
-from ..periodic import Loop, describe_entry, entry_arguments, make_loop
+from ..periodic.loops import Loop, describe_entry, entry_arguments, make_loop
 from . import tables
 from .inspect import emit_json, friendly, json_option
 from .worker import load_module

@@ -1,7 +1,7 @@
 """``wurk server start | stop | status``: the embedded server from the command line.
 
 1. ``start`` starts the server of the home every wurk process here finds (the nearest
-   ``.wurk`` from the current directory up to the project root, ``wurk.locate``; or
+   ``.wurk`` from the current directory up to the project root, ``wurk.connections.locate``; or
    ``WURK_HOME``), or reports the one already running there; any wurk process that pushes
    or works jobs would start it on first use anyway.
 2. ``stop`` stops it; its data stays. Stopping a server that is not running is not an error.
@@ -19,11 +19,11 @@ from typing import Any
 import click
 
 from ..config import Config
-from ..embedded_server import EmbeddedServer, ServerStatus, shown_home
+from ..connections.locate import describe_url, find_home
+from ..connections.pool import RedisPool
+from ..connections.server import EmbeddedServer, ServerStatus, shown_home
 from ..errors import EmbeddedServerError
 from ..keys import Keys
-from ..locate import describe_url, find_home
-from ..pool import RedisPool
 
 __all__ = ["server"]
 

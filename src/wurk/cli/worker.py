@@ -31,7 +31,7 @@ from ..config import Config, configure, parse_queue
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
 from ..job import registry
-from ..signals import SignalPipe
+from ..runtime.signals import SignalPipe
 
 __all__ = ["load_module", "run_worker", "worker"]
 
@@ -243,8 +243,8 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     it traps signals). A framework's command passes its own ``pipe`` to stop it from
     another thread with ``pipe.push("TERM")``."""
     from ..launcher import Launcher
-    from ..malloc import limit_arenas
-    from ..signals import serve
+    from ..runtime.malloc import limit_arenas
+    from ..runtime.signals import serve
 
     limit_arenas()  # this process is the worker's: before its threads start
     pipe = pipe if pipe is not None else SignalPipe()

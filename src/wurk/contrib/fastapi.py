@@ -27,10 +27,10 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.fastapi needs Starlette: pip install 'wurk[fastapi]'") \
         from exc
 
-from ..client import Client
+from ..client.core import Client
+from ..client.default import default_client
 from ..config import Config, default_config
 from ..inprocess import Embedded
-from ..pushing import default_client
 from . import require_authorize
 
 __all__ = ["Wurk"]

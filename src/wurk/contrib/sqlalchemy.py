@@ -5,7 +5,7 @@
    push with that transaction — the innermost savepoint if one is open.
 2. A savepoint that is released hands its pushes to its parent; one that is rolled back
    drops them; the outermost commit runs them, after the database committed, every one even
-   past one that raises, then raises the first error (``wurk.transactional.run_all``). A
+   past one that raises, then raises the first error (``wurk.client.transactional.run_all``). A
    rollback or a session closed without commit drops them.
 3. It listens to the session's own events (``after_commit``, ``after_transaction_end``,
    ``after_soft_rollback``), registered once per session object.
@@ -23,7 +23,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.sqlalchemy needs SQLAlchemy: "
                       "pip install 'wurk[sqlalchemy]'") from exc
 
-from ..transactional import run_all
+from ..client.transactional import run_all
 
 __all__ = ["SQLAlchemyAdapter"]
 

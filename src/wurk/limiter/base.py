@@ -41,10 +41,10 @@ from .. import scripts
 from ..api import values
 from ..api.values import Invalid
 from ..config import Config, default_config
+from ..connections.lease import Lease
+from ..connections.lending import kept
+from ..connections.lending import redis as lent_redis
 from ..errors import OverLimit
-from ..lease import Lease
-from ..lending import kept
-from ..lending import redis as lent_redis
 
 if TYPE_CHECKING:
     from ..scripts import _Caller

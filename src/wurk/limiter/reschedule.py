@@ -25,8 +25,8 @@ from typing import Any
 
 from .. import payload as P
 from ..config import Config
+from ..connections.lending import redis as lent_redis
 from ..errors import OverLimit
-from ..lending import redis as lent_redis
 from ..reporting import report_error
 
 __all__ = ["BACKOFF_JITTER", "BACKOFF_STEP", "default_backoff", "over_limit_classes",

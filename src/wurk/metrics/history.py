@@ -28,9 +28,9 @@ from ..api import Stats
 from ..api.values import Invalid
 from ..config import Config
 from ..errors import UnparseablePayload
-from ..outage import Backoff, Outage
+from ..runtime.outage import Backoff, Outage
+from ..runtime.timer import TimerLoop, Timers
 from ..scripts import Script
-from ..timer import TimerLoop, Timers
 
 __all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
 

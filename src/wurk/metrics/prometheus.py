@@ -27,7 +27,7 @@ from ..api import Stats
 from ..api.values import Invalid, count
 from ..config import Config
 from ..errors import ConfigError
-from ..outage import Outage
+from ..runtime.outage import Outage
 from .tracking import BUCKET_BOUNDS
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import payload as P
+from ..connections.pool import RedisPool
 from ..keys import Keys
-from ..pool import RedisPool
 
 __all__ = [
     "BUCKET_BOUNDS",

@@ -1,5 +1,5 @@
 -- Gives one stray entry of a live process's own in-flight list back to its queue
--- (wurk.reaper): an entry no processor of that process holds — a move whose reply a cut
+-- (wurk.fetch.reaper): an entry no processor of that process holds — a move whose reply a cut
 -- connection lost, or the job of a processor that died or could not book its failure.
 -- Only an abandoned job's return is counted towards the poison limit:
 -- a lost reply is no fault of the job's.

@@ -9,7 +9,7 @@
    parent's exit hooks run here): own signal handlers in place before the signals blocked
    across the fork are let through; Redis pools reset; ``fork`` hooks; a launcher (quiet from
    the start if the swarm is quiet); then the signal loop. TERM or INT stops it as a worker
-   stops (``wurk.signals.stop_watched``): a second one, a second or more later, hurries the
+   stops (``wurk.runtime.signals.stop_watched``): a second one, a second or more later, hurries the
    stop. An orphaned child stops fetching, pushes its in-flight jobs back and exits within a
    few seconds: nobody would stop it.
 4. Exit codes: 0 stopped, ``EXIT_BOOT_FAILED`` could not boot, ``EXIT_CRASHED`` its own loop
@@ -30,8 +30,8 @@ from typing import NoReturn
 from .. import payload as P
 from ..config import Config
 from ..launcher import Launcher
-from ..malloc import limit_arenas
-from ..signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
+from ..runtime.malloc import limit_arenas
+from ..runtime.signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
 
 __all__ = [
     "EXIT_BOOT_FAILED",

@@ -37,12 +37,12 @@ import psutil
 
 from .. import log as wurk_log
 from ..config import Config
+from ..connections.locate import resolve_url
+from ..connections.pool import RedisPool
 from ..errors import SwarmError
 from ..heartbeat import Identity, hostname, process_nonce
-from ..locate import resolve_url
-from ..pool import RedisPool
-from ..proctitle import set_title
-from ..signals import HURRY_AFTER, HURRY_HINT, STOP_SIGNALS, SignalPipe, dump_threads
+from ..runtime.proctitle import set_title
+from ..runtime.signals import HURRY_AFTER, HURRY_HINT, STOP_SIGNALS, SignalPipe, dump_threads
 from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
 from .respawn import RespawnSchedule
 from .restart import Claim, RestartHooks, RollingRestart

@@ -4,7 +4,7 @@
    until the test runs them (``resize.drain()``, ``perform_one()``, ``drain_all()``).
    **inline**: a push runs the job at once, in the pushing thread. **disable**: pushes go
    to Redis, as in production. Client middleware runs in every mode: only the Redis write
-   is replaced (through ``wurk.sinks``, never by patching the client).
+   is replaced (through ``wurk.client.writers``, never by patching the client).
 2. Switched explicitly, never at import: ``set_mode("fake")`` for the whole process, or
    ``with wurk.testing.fake():`` (also a decorator) for this thread and the asyncio tasks
    it starts. A block wins over the process mode; blocks do not nest (a clear error says
@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .. import payload as P
-from .. import sinks
+from ..client import writers as sinks
 from ..middleware import Chain
 from .store import EmptyQueue, FakeSink, FakeStore, InlineSink, store
 

@@ -52,7 +52,7 @@ class RedisServer:
     """The session's private server: its URL, and a way to empty it."""
 
     def __init__(self, home: Path) -> None:
-        from ..embedded_server import EmbeddedServer
+        from ..connections.server import EmbeddedServer
 
         self.home = home
         self._server = EmbeddedServer(home)

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import payload as P
+from ..client.writers import Entries
 from ..config import Config
 from ..errors import WurkError
 from ..middleware import Chain
-from ..sinks import Entries
 from .run import perform
 
 __all__ = ["EmptyQueue", "FakeSink", "FakeStore", "InlineSink", "store"]

@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Route
 
 from ..api import values
 from . import actions, data
-from . import limits as limits_tab
+from . import limiters as limits_tab
 from .context import dashboard
 from .guard import SCOPE_CSRF
 from .security import CSRF_FIELD, CSRF_HEADER

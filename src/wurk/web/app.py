@@ -33,8 +33,8 @@ from . import api, batches, history, metrics, openapi, periodic, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, wants_json
-from .limits import NAME as LIMITS_TAB
-from .limits import extension as limits_tab
+from .limiters import NAME as LIMITS_TAB
+from .limiters import extension as limits_tab
 from .sse import EventStream, LiveStats
 from .templating import build_templates, render
 

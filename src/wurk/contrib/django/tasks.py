@@ -34,9 +34,9 @@ from typing import Any
 from django.conf import settings
 
 from ... import payload as P
+from ...client.default import default_client
 from ...config import default_config
 from ...job import JobDefinition, current_job, registry, validate_options
-from ...pushing import default_client
 from . import results as R
 
 try:  # Django 6

@@ -27,7 +27,7 @@ from wurk import log as wurk_log
 from wurk.cli.worker import run_worker
 from wurk.config import configure
 from wurk.contrib.django.settings import app_settings, build_config
-from wurk.signals import SignalPipe
+from wurk.runtime.signals import SignalPipe
 
 # The exit code that asks the reloading parent for a fresh child (Django's convention).
 RELOAD_EXIT_CODE = 3

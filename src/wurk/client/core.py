@@ -1,0 +1,577 @@
+"""Pushing jobs: normalise a payload, run client middleware, write it in one round trip.
+
+1. ``normalize`` applies Sidekiq's push rules: defaults under the
+   item, a jid and ``created_at`` when missing, transient keys dropped, bad fields refused.
+2. Client middleware may change the payload or stop the push (the call then returns None):
+   a push goes out only if the chain reached its end (every link called ``call_next``) and
+   the result is not None or False.
+3. Arguments are checked after the middleware, so middleware may convert them.
+4. One round trip per push or per bulk slice: ``SADD queues`` + ``LPUSH`` per queue for
+   immediate jobs, one ``ZADD schedule`` for scheduled ones, written at once
+   (``RedisPool.send_all``). Never a transaction, never replayed after a broken connection
+   (a replay could push the job twice).
+5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
+   and what to do; nothing is buffered (reliable push is a later feature).
+6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
+   is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
+   returns None. Other jobs pay two dict lookups for this.
+7. ``apush`` / ``apush_bulk`` are the same pushes for async code, on redis-py's asyncio
+   client: the push is written once as steps (``_push_steps``, ``_bulk_steps``) that ask
+   for the middleware and for the write, and a sync or an async driver answers them; the
+   Redis commands are built once (``_commands``) and sent by a sync or an async sender.
+   No thread is used: async client middleware is awaited on the loop, sync client
+   middleware is called there (plain code: one doing blocking I/O blocks the loop; the
+   built-in links only edit the payload). The connections are the running loop's pool
+   (``Config.async_pool``). A sync push meeting an async client middleware runs it on an
+   event loop in a short-lived thread of its own, while the link's ``await call_next()``
+   runs the rest of the chain back in the pushing thread (``_run_async_link``).
+8. Jobs pushed inside a batch's jobs block are written by the batch's script, which
+   registers each with the batch as it pushes it (with a unique job's lock, when it has
+   one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from .. import expiry, unique
+from .. import payload as P
+from ..config import Config, default_config
+from ..connections.pool import AsyncRedisPool, RedisPool
+from ..errors import InvalidArguments, InvalidPayload, RedisUnavailable
+from ..middleware import settle
+from . import writers as sinks
+
+__all__ = ["Client"]
+
+# Sidekiq raises spread intervals below this to it (8.0.8).
+MIN_SPREAD_INTERVAL = 5.0
+# retry_for must be relative seconds; anything larger was surely meant as a timestamp.
+MAX_RETRY_FOR = 1_000_000_000
+# A sync push waiting on an async client link's thread looks again this often (a wait with no
+# timeout would not see that thread end without an answer); once the link is over, its
+# thread gets this long to close its loop.
+LINK_WAIT = 0.1
+LINK_JOIN_TIMEOUT = 5.0
+
+_DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
+
+Entries = Sequence[tuple[P.Payload, "float | None"]]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class _Middleware:
+    """A push step's request: run this payload through the client middleware."""
+
+    job: P.Payload
+
+
+@dataclass(frozen=True)
+class _Write:
+    """A push step's request: write these entries; answered with the refused jids."""
+
+    entries: Entries
+
+
+# What a push's steps yield, what they are sent back, and what they return.
+Steps = Generator["_Middleware | _Write", Any, T]
+
+
+@dataclass
+class _Commands:
+    """One write, built once for either sender: plain commands for one pipeline, the
+    unique jobs (pushed by their script), the jobs of an open batch block."""
+
+    pipeline: list[tuple[Any, ...]] = field(default_factory=list)
+    locked: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+    in_batch: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where a bulk push's slice starts, for an error that names the job it refused: the
+    arguments are checked slice by slice (after the middleware, which may convert them),
+    so earlier slices may be in Redis already."""
+
+    start: int
+    total: int
+    done: list[str | None]  # the earlier slices' jids (None: not pushed)
+
+    def refused(self, offset: int, exc: InvalidArguments) -> str:
+        pushed = sum(jid is not None for jid in self.done)
+        return (f"job {self.start + offset} of {self.total} in this bulk push: {exc} "
+                f"({pushed} jobs before it were pushed, by earlier round trips; it and the "
+                "jobs after it were not)")
+
+
+class Client:
+    """Pushes payloads into one Redis, through the configuration's client middleware."""
+
+    def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None) -> None:
+        self.config = config if config is not None else default_config()
+        self._pool = pool
+
+    @property
+    def pool(self) -> RedisPool:
+        return self._pool if self._pool is not None else self.config.pool("client")
+
+    # -- public -----------------------------------------------------------------------------
+    def push(self, item: Mapping[str, Any]) -> str | None:
+        """Push one job; returns its jid, or None when a middleware stopped it."""
+        return self._drive(self._push_steps(self.normalize(item)))
+
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code (``await client.apush({...})``): the same steps on the
+        running loop's asyncio pool, never blocking it on Redis."""
+        return await self._adrive(self._push_steps(self.normalize(item)))
+
+    def _push_steps(self, normalized: P.Payload) -> Steps[str | None]:
+        """The push of a payload ``normalize`` made (and that this takes over)."""
+        at = normalized.pop(P.AT, None)
+        job = yield _Middleware(normalized)
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        if (yield _Write([(job, at)])):
+            return None  # a duplicate of a unique job whose lock is held
+        return str(job[P.JID])
+
+    def prepare(self, item: Mapping[str, Any]) -> P.Payload | None:
+        """An immediate job ready to write, for a writer that writes it itself (a Lua script
+        that pushes only under a condition): normalised, through the client middleware,
+        arguments checked, ``enqueued_at`` set. None when a middleware stopped it."""
+        if P.AT in item:
+            raise InvalidPayload("a prepared job is pushed now; it cannot have 'at'",
+                                 field=P.AT)
+        job = self._through_middleware(self.normalize(item))
+        if job is None:
+            return None
+        P.check_args(job[P.ARGS])
+        job[P.ENQUEUED_AT] = P.write_time(self.config.timestamp_format)
+        return job
+
+    def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """Push many jobs of one class: ``item["args"]`` is a list of argument lists.
+
+        ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
+        over that many seconds; ``batch_size`` caps the jobs per round trip.
+        """
+        return self._drive(self._bulk_steps(item))
+
+    async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        """``push_bulk`` for async code, as ``apush`` is for ``push``."""
+        return await self._adrive(self._bulk_steps(item))
+
+    def _bulk_steps(self, item: Mapping[str, Any]) -> Steps[list[str | None]]:
+        base = dict(item)
+        all_args = base.pop(P.ARGS, None)
+        if not isinstance(all_args, (list, tuple)) or not all(
+            isinstance(a, (list, tuple)) for a in all_args
+        ):
+            raise InvalidPayload("bulk push needs 'args' as a list of argument lists",
+                                 field=P.ARGS)
+        ats = self._bulk_times(base, len(all_args))
+        if P.JID in base and len(all_args) > 1:
+            raise InvalidPayload("a jid cannot be given for more than one job", field=P.JID)
+        size = self._batch_size(base.pop("batch_size", None),
+                                scheduled=any(at is not None for at in ats))
+        own_jid = P.JID in base
+        # Normalised once, as Sidekiq does: every job of a bulk push shares its options and
+        # its created_at; only args and jid differ.
+        template = self.normalize({**base, P.ARGS: []})
+        results: list[str | None] = []
+        for start in range(0, len(all_args), size):
+            chunk = range(start, min(start + size, len(all_args)))
+            results.extend((yield from self._slice_steps(template, own_jid,
+                                                         [all_args[i] for i in chunk],
+                                                         [ats[i] for i in chunk],
+                                                         _Place(start, len(all_args), results))))
+        return results
+
+    def _batch_size(self, size: Any, *, scheduled: bool) -> int:
+        if size is None:
+            return self.config.scheduled_bulk_batch_size if scheduled \
+                else self.config.bulk_batch_size
+        # Refused, not read as the default or as "nothing": a bulk push given 0 or -1 used to
+        # push every job in one slice, or none, and say nothing (Sidekiq refuses 0 too).
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise InvalidPayload(f"'batch_size' must be a positive int (jobs per round trip) "
+                                 f"or None, not {size!r}", field="batch_size")
+        return size
+
+    # -- the drivers ------------------------------------------------------------------------
+    def _drive(self, steps: Steps[T]) -> T:
+        """Answer a push's requests from sync code."""
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, _Middleware):
+                    request = steps.send(self._through_middleware(request.job))
+                else:
+                    request = steps.send(self._write(request.entries))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def _adrive(self, steps: Steps[T]) -> T:
+        """Answer a push's requests on the running loop."""
+        try:
+            request = next(steps)
+            while True:
+                if isinstance(request, _Middleware):
+                    request = steps.send(await self._athrough_middleware(request.job))
+                else:
+                    request = steps.send(await self._awrite(request.entries))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    # -- normalisation ----------------------------------------------------------------------
+    def normalize(self, item: Mapping[str, Any]) -> P.Payload:
+        """Sidekiq's ``normalize_item``: a complete payload ready for middleware."""
+        if not isinstance(item, Mapping):
+            raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
+        job: P.Payload = {**_DEFAULTS, **item}
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
+            job.pop(key, None)
+        cls = job.get(P.CLASS)
+        if not isinstance(cls, str) or not cls:
+            raise InvalidPayload(f"'class' must be the job's name (a non-empty string), "
+                                 f"not {cls!r}", field=P.CLASS)
+        if not isinstance(job.get(P.ARGS), list):
+            raise InvalidPayload(f"'args' must be a list, not {type(job.get(P.ARGS)).__name__}",
+                                 field=P.ARGS)
+        self._check_fields(job)
+        if not job.get(P.JID):
+            job[P.JID] = P.new_jid()
+        if P.CREATED_AT not in job:
+            job[P.CREATED_AT] = P.write_time(self.config.timestamp_format)
+        return job
+
+    @staticmethod
+    def _check_fields(job: P.Payload) -> None:
+        queue = job.get(P.QUEUE)
+        if not isinstance(queue, str) or not queue:
+            raise InvalidPayload(f"'queue' must be a non-empty string, not {queue!r}",
+                                 field=P.QUEUE)
+        if "|" in queue:
+            raise InvalidPayload(f"queue name {queue!r} contains '|', which wurk reserves for "
+                                 "in-flight lists", field=P.QUEUE)
+        if job.get(P.AT) is not None:
+            job[P.AT] = _at(job[P.AT])
+        if P.TAGS in job and not isinstance(job[P.TAGS], list):
+            raise InvalidPayload(f"'tags' must be a list, not {job[P.TAGS]!r}", field=P.TAGS)
+        if P.RETRY_FOR in job:
+            retry_for = job[P.RETRY_FOR]
+            if isinstance(retry_for, bool) or not isinstance(retry_for, (int, float)) or not (
+                0 < retry_for <= MAX_RETRY_FOR
+            ):
+                raise InvalidPayload(f"'retry_for' must be seconds between 1 and "
+                                     f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
+            job[P.RETRY_FOR] = int(retry_for)
+        if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
+            unique.check_fields(job)
+        if P.EXPIRES_IN in job:
+            expiry.check_fields(job)
+        P.validate(job)
+
+    def _through_middleware(self, job: P.Payload) -> P.Payload | None:
+        chain = self.config.client_middleware
+        if not chain:
+            return job
+        reached = False
+
+        def final() -> P.Payload:
+            nonlocal reached
+            reached = True
+            return job
+
+        result = chain.invoke(job[P.CLASS], job, job[P.QUEUE], final, run_async=_run_async_link)
+        return _let_through(job, result, reached)
+
+    async def _athrough_middleware(self, job: P.Payload) -> P.Payload | None:
+        chain = self.config.client_middleware
+        if not chain:
+            return job
+        reached = False
+
+        def final() -> P.Payload:
+            nonlocal reached
+            reached = True
+            return job
+
+        result = await chain.ainvoke_inline(job[P.CLASS], job, job[P.QUEUE], final)
+        return _let_through(job, result, reached)
+
+    # -- bulk -------------------------------------------------------------------------------
+    def _bulk_times(self, base: P.Payload, count: int) -> list[float | None]:
+        at = base.pop(P.AT, None)
+        spread = base.pop("spread_interval", None)
+        if at is not None and spread is not None:
+            raise InvalidPayload("give 'at' or 'spread_interval', not both", field=P.AT)
+        if spread is not None:
+            window = max(P.finite_seconds(spread, "'spread_interval'", "a finite number of "
+                                          "seconds", field="spread_interval"),
+                         MIN_SPREAD_INTERVAL)
+            now = time.time()
+            return [now + random.random() * window for _ in range(count)]
+        if isinstance(at, (list, tuple)):
+            if len(at) != count:
+                raise InvalidPayload(f"'at' has {len(at)} times for {count} jobs", field=P.AT)
+            return [_at(t, f"'at'[{index}]") for index, t in enumerate(at)]
+        return [None if at is None else _at(at)] * count
+
+    def _slice_steps(self, template: P.Payload, own_jid: bool, args_list: list[Any],
+                     ats: list[float | None], place: _Place) -> Steps[list[str | None]]:
+        results: list[str | None] = []
+        entries: list[tuple[P.Payload, float | None]] = []
+        for offset, (args, at) in enumerate(zip(args_list, ats, strict=True)):
+            fresh = template.copy()
+            fresh[P.ARGS] = list(args)
+            if not own_jid:
+                fresh[P.JID] = P.new_jid()
+            job = yield _Middleware(fresh)
+            if job is None:
+                results.append(None)
+                continue
+            try:
+                P.check_args(job[P.ARGS])  # after the middleware: it may convert them
+            except InvalidArguments as exc:
+                raise InvalidArguments(place.refused(offset, exc)) from None
+            entries.append((job, at))
+            results.append(str(job[P.JID]))
+        if entries:
+            refused = yield _Write(entries)
+            if refused:
+                results = [None if jid in refused else jid for jid in results]
+        return results
+
+    # -- writing ----------------------------------------------------------------------------
+    def _write(self, entries: Entries) -> set[str]:
+        """The last step: Redis, or the sink selected for this push (``wurk.client.writers``).
+        Returns the jids of unique jobs refused as duplicates (only Redis holds locks)."""
+        self._stamp(entries)
+        sink = sinks.selected()
+        if sink is None:
+            commands = self._commands(entries)
+            pool = self.pool
+            try:
+                return pool.run(lambda redis: self._send(pool, redis, commands))
+            except RedisUnavailable as exc:
+                raise RedisUnavailable(_push_failed(entries, exc)) from exc
+        from ..batch.accounting import register  # the batch package imports the client
+
+        register(self.config, entries)  # a batch is in Redis still
+        sink.write(self.config, entries)
+        return set()
+
+    async def _awrite(self, entries: Entries) -> set[str]:
+        """``_write`` on the running loop's asyncio pool."""
+        self._stamp(entries)
+        sink = sinks.selected()
+        if sink is None:
+            commands = self._commands(entries)
+            pool = self.config.async_pool()
+            try:
+                return await pool.run(lambda redis: self._asend(pool, redis, commands))
+            except RedisUnavailable as exc:
+                raise RedisUnavailable(_push_failed(entries, exc)) from exc
+        from ..batch.accounting import aregister
+
+        await aregister(self.config, entries)
+        sink.write(self.config, entries)  # kept in memory, or run inline as a test asks
+        return set()
+
+    def _stamp(self, entries: Entries) -> None:
+        fmt = self.config.timestamp_format
+        enqueued_at = P.write_time(fmt)
+        for job, at in entries:
+            if P.EXPIRES_IN in job:
+                expiry.stamp(job, at, fmt)
+            if at is not None:
+                job.pop(P.ENQUEUED_AT, None)
+            else:
+                job[P.ENQUEUED_AT] = enqueued_at
+
+    def _commands(self, entries: Entries) -> _Commands:
+        """What ``entries`` take to write, for either sender."""
+        keys = self.config.keys
+        scheduled: list[Any] = []
+        by_queue: dict[str, list[str]] = {}
+        from ..batch.block import split  # the batch package imports the client
+
+        plain, in_batch = split(entries)
+        commands = _Commands(in_batch=list(in_batch))
+        for job, at in plain:
+            if P.UNIQUE_FOR in job:
+                commands.locked.append((job, at))  # pushed with its lock, by a script
+            elif at is not None:
+                scheduled += [P.score(float(at)), P.dumps(job)]
+            else:
+                by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+        if scheduled:
+            commands.pipeline.append(("ZADD", keys.schedule, *scheduled))
+        if by_queue:
+            commands.pipeline.append(("SADD", keys.queues, *by_queue))
+            for queue, jsons in by_queue.items():
+                commands.pipeline.append(("LPUSH", keys.queue(queue), *jsons))
+        return commands
+
+    def _send(self, pool: RedisPool, redis: Any, commands: _Commands) -> set[str]:
+        if commands.pipeline:
+            # Not redis-py's Pipeline: its command stack and per-command hooks cost a single
+            # push more CPU than the rest of the push (``RedisPool.send_all``).
+            pool.send_all(commands.pipeline)
+        refused = unique.push(redis, self.config.keys, commands.locked) \
+            if commands.locked else set()
+        if commands.in_batch:
+            from ..batch.accounting import write as write_in_batch  # it imports the client
+
+            refused |= write_in_batch(redis, self.config, commands.in_batch)
+        return refused
+
+    async def _asend(self, pool: AsyncRedisPool, redis: Any, commands: _Commands) -> set[str]:
+        if commands.pipeline:
+            await pool.send_all(commands.pipeline)  # as ``_send`` does
+        refused = await unique.apush(redis, self.config.keys, commands.locked) \
+            if commands.locked else set()
+        if commands.in_batch:
+            from ..batch.accounting import awrite
+
+            refused |= await awrite(redis, self.config, commands.in_batch)
+        return refused
+
+
+def _at(value: Any, name: str = "'at'") -> float:
+    return P.finite_seconds(value, name, "finite epoch seconds", field=P.AT)
+
+
+def _let_through(job: P.Payload, result: Any, reached: bool) -> P.Payload | None:
+    """What a client chain lets through: nothing unless it reached its end (a link that does
+    not call ``call_next`` stops the push, whatever it returns) or when a link returned None
+    or False; else the dict a link returned, or the payload."""
+    if not reached or result is None or result is False:
+        return None
+    return result if isinstance(result, dict) else job
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """A result or an error, handed between an async client link's thread and the pushing
+    thread."""
+
+    result: Any
+    error: BaseException | None
+
+    def settle(self, waiter: asyncio.Future[Any]) -> None:  # on the link's loop
+        settle(waiter, self.result, self.error)
+
+
+def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
+                    payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
+    """An async client middleware met by a sync push. The link runs on an event loop in a
+    short-lived thread of its own (this thread cannot run a loop while the link waits for the
+    rest: a second async link would find that loop running), and its ``await call_next()``
+    hands the rest of the chain back to this thread, whose result or error its await gets —
+    the shape of the worker's async server links around a sync job (``JobRunner._bridge``).
+    This thread owns the link's thread: it cancels the link if interrupted meanwhile, and
+    joins that thread before the push goes on."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:  # this thread's loop would stand still while the push waits for the link
+        raise TypeError(f"{link!r} is async client middleware and this sync push runs inside "
+                        "an event loop: push with await job.aperform_async(...) / "
+                        "wurk.apush(...)")
+    requests: queue.SimpleQueue[asyncio.Future[Any] | _Outcome] = queue.SimpleQueue()
+
+    async def call_next() -> Any:  # on the link's loop: the rest runs in the pushing thread
+        waiter = asyncio.get_running_loop().create_future()
+        requests.put(waiter)
+        return await waiter
+
+    async def run() -> None:
+        try:
+            requests.put(_Outcome(await link(job, payload, queue_name, call_next), None))
+        except BaseException as exc:  # the pushing thread raises it
+            requests.put(_Outcome(None, exc))
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(run())  # made here: it runs in a copy of this thread's context
+    thread = threading.Thread(target=_serve_link, args=(loop, task), name="wurk-client-link",
+                              daemon=True)
+    thread.start()
+    try:
+        outcome = _answer_link(requests, loop, thread, rest)
+    except BaseException:  # KeyboardInterrupt, or the rest raising one: the link is over too
+        with contextlib.suppress(RuntimeError):  # its loop closed: the link had ended already
+            loop.call_soon_threadsafe(task.cancel)
+        raise
+    finally:
+        thread.join(LINK_JOIN_TIMEOUT)
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome.result
+
+
+def _answer_link(requests: queue.SimpleQueue[asyncio.Future[Any] | _Outcome],
+                 loop: asyncio.AbstractEventLoop, thread: threading.Thread,
+                 rest: Callable[[], Any]) -> _Outcome:
+    """The pushing thread's side: run the rest of the chain each time the link awaits it,
+    until the link's own outcome comes."""
+    while True:
+        try:
+            request = requests.get(timeout=LINK_WAIT)
+        except queue.Empty:
+            if thread.is_alive():
+                continue
+            try:  # its outcome may have come just before it ended
+                request = requests.get_nowait()
+            except queue.Empty:
+                raise RuntimeError("an async client middleware's thread ended without an "
+                                   "outcome") from None
+        if isinstance(request, _Outcome):
+            return request
+        try:
+            answer = _Outcome(rest(), None)
+        except Exception as exc:  # the link's await raises it; the link may handle it
+            answer = _Outcome(None, exc)
+        # A closed loop: the link stopped waiting (a timeout) and ended; its outcome is queued.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(answer.settle, request)
+
+
+def _serve_link(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
+    """An async client link's thread: its loop runs until the link is over, then closes as
+    ``asyncio.run`` closes one (what the link left running cancelled first)."""
+    try:
+        loop.run_until_complete(asyncio.wait([task]))
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for other in left:
+                other.cancel()
+            if left:
+                loop.run_until_complete(asyncio.wait(left))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.run_until_complete(loop.shutdown_default_executor())
+        finally:
+            loop.close()
+
+
+def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Exception) -> str:
+    first = entries[0][0]
+    what = f"{first.get(P.CLASS)} (jid {first.get(P.JID)})"
+    if len(entries) > 1:
+        what = f"{len(entries)} jobs, the first {what}"
+    return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
+            "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
+            "mid-command, the push may have reached Redis.)")

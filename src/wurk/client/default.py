@@ -1,0 +1,54 @@
+"""The process's client: chosen by the configuration, made once per configuration object.
+
+1. ``default_client(config)`` is a plain ``Client``, or a ``TransactionalClient`` when the
+   configuration says ``client="transactional"`` (pushes deferred to the surrounding
+   database transaction's commit). Choosing here keeps the client module free of the
+   transactional one, which builds on it.
+2. ``push`` / ``push_bulk`` push a raw payload through it: ``wurk.push({...})``;
+   ``apush`` / ``apush_bulk`` are the same for async code (``await wurk.apush({...})``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import Config, default_config
+from .core import Client
+from .transactional import TransactionalClient
+
+__all__ = ["apush", "apush_bulk", "default_client", "push", "push_bulk"]
+
+_clients: dict[int, Client] = {}
+
+
+def default_client(config: Config | None = None) -> Client:
+    """One client per configuration object, made on first use."""
+    cfg = config if config is not None else default_config()
+    client = _clients.get(id(cfg))
+    if client is None or client.config is not cfg:
+        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
+    return client
+
+
+def _client_class(config: Config) -> type[Client]:
+    return TransactionalClient if config.client == "transactional" else Client
+
+
+def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
+    return default_client(config).push(item)
+
+
+def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
+    return default_client(config).push_bulk(item)
+
+
+async def apush(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+    """``wurk.push`` for async code: ``await wurk.apush({...})``, never blocking the loop."""
+    return await default_client(config).apush(item)
+
+
+async def apush_bulk(item: Mapping[str, Any], *,
+                     config: Config | None = None) -> list[str | None]:
+    return await default_client(config).apush_bulk(item)

@@ -1,0 +1,10 @@
+"""Reaching Redis: where it is, the connections to it, and what its replies mean.
+
+1. ``locate``: which Redis a process uses (``REDIS_URL``, the configuration, or the
+   embedded server's home); ``server``: the embedded Valkey server wurk starts for you.
+2. ``pool``: bounded, named pools (sync and asyncio) that never replay a write;
+   ``packing``: commands in Redis's wire protocol.
+3. ``lease``: one connection held by one thread across many commands; ``lending``:
+   ``wurk.redis()``, a connection lent to application code; ``sockets``: kernel timeouts.
+4. ``replies``: which error replies mean "not now"; ``preflight``: boot checks on the server.
+"""

@@ -1,0 +1,257 @@
+"""``wurk.redis()``: a connection lent to application code, as ``Sidekiq.redis`` lends one.
+
+1. Inside a job, the processor running it lends its own connection: taken on the first
+   ``wurk.redis()`` of its thread, kept across jobs, given back when the processor stops. A
+   job's Redis command then costs one round trip and no pool checkout.
+2. Anywhere else (a web request, a script, an async job's event loop) a connection is
+   checked out of the client pool for the outermost block and given back at its end.
+3. Nested blocks in one thread share one connection, so a helper that opens its own block
+   inside a job does not take a second one.
+4. ``async with wurk.redis() as conn: await conn.call(...)`` is the form for async code (an
+   async job, an ``aperform_async``): a connection of redis-py's asyncio pool (one pool per
+   event loop and configuration, ``Config.async_pool``) held for the block, so the loop
+   never blocks.
+
+Commands are sent as written and replies come back raw (bytes, ints, lists), the way
+``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
+keep a ``redis.Redis`` of your own. A connection that breaks, or whose command was cut
+short (a shutdown interrupting the job mid-reply), is closed rather than lent again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis as redis_py
+
+from ..config import Config, default_config
+from .lease import Lease
+from .pool import AsyncRedisPool, RedisPool
+from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
+
+__all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "lend_from",
+           "redis"]
+
+# Blocks holding a connection at once on one loop (the size of its pool).
+ASYNC_POOL_SIZE = 50
+
+
+class Connection:
+    """What ``wurk.redis()`` yields: ``call`` one command, or ``pipeline`` several."""
+
+    __slots__ = ("_lease",)
+
+    def __init__(self, lease: Lease) -> None:
+        self._lease = lease
+
+    def call(self, *args: Any) -> Any:
+        """One command, one round trip: ``conn.call("INCR", "hits")`` returns the raw reply.
+        An error reply raises ``redis.ResponseError``; an unreachable or refusing server
+        raises ``wurk.RedisUnavailable``."""
+        return self._lease.call(*args)
+
+    def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; an error reply comes back in its place as a
+        ``redis.ResponseError`` instance, so one refusal does not hide the other replies."""
+        return self._lease.pipeline(commands)
+
+
+class AsyncConnection:
+    """What ``async with wurk.redis()`` yields: the same two methods, awaited, on one
+    connection held for the block (no pool checkout per command)."""
+
+    __slots__ = ("_connection", "_url", "broken")
+
+    def __init__(self, connection: Any, url: str) -> None:
+        self._connection = connection
+        self._url = url
+        self.broken = False  # out of step (cut, or cancelled mid-reply): closed, not reused
+
+    async def call(self, *args: Any) -> Any:
+        """One command; the raw reply (``await conn.call("INCR", "hits")``)."""
+        return (await self._send([args]))[0]
+
+    async def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """Several commands in one round trip; error replies come back in place."""
+        return await self._send(commands, in_place=True)
+
+    async def _send(self, commands: list[tuple[Any, ...]], *, in_place: bool = False
+                    ) -> list[Any]:
+        connection = self._connection
+        self.broken = True  # until every reply is read
+        try:
+            await connection.send_packed_command(connection.pack_commands(commands),
+                                                 check_health=False)
+            replies = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis_py.ResponseError as exc:
+                    if not in_place:
+                        self.broken = False
+                        raise_refusal(exc, self._url)
+                    replies.append(exc)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self._url) from exc
+        self.broken = False
+        return replies
+
+
+# Each loop's kept connections, beside the configuration's pool they came from (a pool
+# closed and made anew gets a fresh set).
+_idles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                  dict[int, tuple[Config, AsyncRedisPool, _Idle]]] = \
+    weakref.WeakKeyDictionary()
+
+
+class _Idle:
+    """One loop's connections: at most ``ASYNC_POOL_SIZE`` blocks hold one at once (the
+    others wait their turn, up to the socket timeout), and a block's connection is kept for
+    the next block, since taking one from redis-py's pool costs more than the command it
+    serves. One idle longer than ``IDLE_RECHECK`` goes back through the pool, whose health
+    check sees a dropped one."""
+
+    __slots__ = ("connections", "turns")
+
+    def __init__(self) -> None:
+        self.connections: list[tuple[Any, float]] = []
+        self.turns = asyncio.Semaphore(ASYNC_POOL_SIZE)
+
+
+# Seconds a kept connection may sit idle before the pool checks it again.
+IDLE_RECHECK = 10.0
+
+
+def async_pool(config: Config | None = None) -> tuple[Any, str]:
+    """The running loop's asyncio connection pool for ``config`` (the configuration's, made
+    on first use) and its URL; nothing taken from it is ever replayed."""
+    pool = (config or default_config()).async_pool()
+    return pool.connections, pool.url
+
+
+def _idle(config: Config | None) -> _Idle:
+    cfg = config or default_config()
+    pool = cfg.async_pool()
+    idles = _idles.setdefault(pool.loop, {})
+    entry = idles.get(id(cfg))
+    if entry is None or entry[0] is not cfg or entry[1] is not pool:
+        entry = idles[id(cfg)] = (cfg, pool, _Idle())
+    return entry[2]
+
+
+class _Holding(threading.local):
+    def __init__(self) -> None:
+        self.connection: Connection | None = None  # the thread's current lent connection
+        self.pool: RedisPool | None = None  # set while a processor lends its own
+
+
+_held = _Holding()
+
+
+class Borrowed:
+    """The context manager ``wurk.redis()`` returns (a class, not a generator: it runs in
+    every job that touches Redis, and this is the cheaper of the two)."""
+
+    __slots__ = ("_async", "_config", "_lease")
+
+    def __init__(self, config: Config | None) -> None:
+        self._config = config
+        self._lease: Lease | None = None  # checked out by this block, given back at its end
+        self._async: AsyncConnection | None = None  # the async form's held connection
+
+    def __enter__(self) -> Connection:
+        held = _held
+        connection = held.connection
+        if connection is not None:  # nested, or a processor's kept connection
+            return connection
+        if held.pool is not None:  # a processor thread's first borrow: kept for later jobs
+            connection = held.connection = Connection(Lease(held.pool))
+            return connection
+        self._lease = Lease((self._config or default_config()).pool("client"))
+        connection = held.connection = Connection(self._lease)
+        return connection
+
+    def __exit__(self, *exc_info: object) -> None:
+        lease, self._lease = self._lease, None
+        if lease is not None:
+            _held.connection = None
+            lease.release()
+
+    async def __aenter__(self) -> AsyncConnection:
+        pool, url = async_pool(self._config)
+        idle = _idle(self._config)
+        timeout = (self._config or default_config()).socket_timeout or None
+        try:
+            await asyncio.wait_for(idle.turns.acquire(), timeout)
+        except TimeoutError:
+            raise unavailable(redis_py.ConnectionError(
+                f"no connection free within {timeout} s ({ASYNC_POOL_SIZE} in use)"),
+                url) from None
+        try:
+            self._async = AsyncConnection(await self._take(pool, idle, url), url)
+        except BaseException:
+            idle.turns.release()
+            raise
+        return self._async
+
+    @staticmethod
+    async def _take(pool: Any, idle: _Idle, url: str) -> Any:
+        now = time.monotonic()
+        while idle.connections:
+            connection, since = idle.connections.pop()
+            if now - since < IDLE_RECHECK:
+                return connection
+            await pool.release(connection)  # through the pool's health check again
+        try:
+            return await pool.get_connection()
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, url) from exc
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        held, self._async = self._async, None
+        if held is None:
+            return
+        idle = _idle(self._config)
+        try:
+            if held.broken:
+                pool, _ = async_pool(self._config)
+                await held._connection.disconnect()
+                await pool.release(held._connection)
+            else:
+                idle.connections.append((held._connection, time.monotonic()))
+        finally:
+            idle.turns.release()
+
+
+def redis(config: Config | None = None) -> Borrowed:
+    """Borrow a Redis connection for the block: ``with wurk.redis() as conn: conn.call(...)``,
+    or in async code ``async with wurk.redis() as conn: await conn.call(...)``.
+    ``config`` picks the client pool outside a worker (the process-wide default if None)."""
+    return Borrowed(config)
+
+
+def kept() -> bool:
+    """Whether ``wurk.redis()`` in this thread lends a processor's own connection, which
+    nobody else waits for (so a blocking wait on it holds up no other thread)."""
+    return _held.pool is not None
+
+
+@contextmanager
+def lend_from(pool: RedisPool) -> Iterator[None]:
+    """For a processor thread's whole life: jobs it runs borrow a connection of ``pool``,
+    taken on first use and given back when the thread leaves the block."""
+    held = _held
+    held.pool = pool
+    try:
+        yield
+    finally:
+        held.pool = None
+        connection, held.connection = held.connection, None
+        if connection is not None:
+            connection._lease.release()

@@ -1,0 +1,147 @@
+"""Finding Redis, and saying which one a process uses.
+
+1. ``find_home``: the embedded server's directory. A bare name (the default ``.wurk``) is
+   looked for the way git looks for ``.git``: in the current directory, then each parent,
+   up to the project root (the nearest directory holding one of ``PROJECT_MARKERS``); the
+   first directory holding it wins. With none on the way, the new home goes in the project
+   root, or in the current directory outside any project. So a script run from a subfolder
+   finds the server the worker started at the top. A path (absolute, or with a ``/``) is
+   used as given.
+2. ``resolve_url``: ``REDIS_URL`` (already folded into the configuration when it was
+   built), else the configured URL, else the embedded server of the home found
+   (``wurk.connections.server``, imported only when it is the answer), started if none runs
+   there — unless starting is not allowed (read-only commands), which is an error naming the
+   way out rather than an empty new server.
+3. What a person must know is said on stderr, once per process: that a server was started,
+   and where; that ``REDIS_URL`` wins over an embedded server that exists here. Which server
+   a process uses is logged once per server on logger ``wurk`` at INFO.
+4. ``describe_url`` hides the password of a URL for logs and errors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import EmbeddedServerError
+
+__all__ = ["PROJECT_MARKERS", "describe_url", "find_home", "resolve_url", "where"]
+
+log = logging.getLogger("wurk")
+
+# What makes a directory a project's root: the walk for ``.wurk`` stops there, so a
+# stray ``~/.wurk`` is never picked up by a project below it that has none yet.
+PROJECT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
+
+# The embedded server's files in its home. Here rather than with the server's code, so that
+# looking at a home (is a server's port written there?) does not load that code: a worker
+# on a configured Redis keeps none of it.
+LOCK_FILE, PID_FILE, PORT_FILE, LOG_FILE = "server.lock", "server.pid", "server.port", "server.log"
+
+NO_SERVER_HINT = "start one with `wurk server start` or set REDIS_URL"
+
+
+def describe_url(url: str) -> str:
+    """The URL without its password, for logs."""
+    parts = urlsplit(url)
+    if parts.password:
+        host = parts.hostname or ""
+        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+        parts = parts._replace(netloc=netloc)
+    return urlunsplit(parts)
+
+
+def find_home(home: str | os.PathLike[str], start: str | os.PathLike[str] | None = None
+              ) -> Path:
+    """The absolute directory of the embedded server for the setting ``home``."""
+    text = os.fspath(home)
+    here = Path(os.path.abspath(start if start is not None else os.getcwd()))
+    if os.path.isabs(text) or "/" in text or text in ("", ".", ".."):
+        return Path(os.path.abspath(here / text))
+    for directory in (here, *here.parents):
+        if (directory / text).is_dir():
+            return directory / text
+        if any((directory / marker).exists() for marker in PROJECT_MARKERS):
+            return directory / text
+    return here / text
+
+
+def resolve_url(redis_url: str | None, home: str, *, start: bool = True) -> str:
+    """``redis_url`` when set (``REDIS_URL`` or the configuration), else the URL of the
+    embedded server of ``find_home(home)``, started if none runs there and ``start``."""
+    if redis_url:
+        _announce(f"Redis: {describe_url(redis_url)}")
+        _note_unused_embedded(redis_url, home)
+        return redis_url
+    embedded = _embedded_module()
+    place = find_home(home)
+    if not start:
+        found = embedded.EmbeddedServer(place).status()
+        if not found.running:
+            why = f": {found.reason}" if found.reason else ""
+            raise EmbeddedServerError(f"no wurk server here (none runs at {place}{why}); "
+                                      f"{NO_SERVER_HINT}")
+        url = str(found.url)
+    else:
+        status = embedded.EmbeddedServer(place).start()
+        url = str(status.url)
+        if status.started:
+            _notice(f"started the embedded server at {place} (port {status.port}, pid "
+                    f"{status.pid}); it keeps running for your app, worker and dashboard, "
+                    "and `wurk server stop` stops it")
+    _announce(f"Redis: {where(url, place)}")
+    return url
+
+
+def where(url: str, home: str | os.PathLike[str] | None = None) -> str:
+    """How to name the server at ``url`` to a person: ``embedded at DIR, port N`` or the
+    URL without its password."""
+    if home is None:
+        return describe_url(url)
+    return f"embedded at {home}, port {urlsplit(url).port}"
+
+
+def _embedded_module() -> ModuleType:
+    try:
+        return importlib.import_module("wurk.connections.server")
+    except ImportError as exc:  # pragma: no cover - the module ships with the package
+        raise EmbeddedServerError(f"the embedded server module failed to load: {exc}") from exc
+
+
+def _note_unused_embedded(redis_url: str, home: str) -> None:
+    """An embedded server that was used here holds jobs this process will not see: say so,
+    so that a forgotten ``REDIS_URL`` is not mistaken for lost jobs."""
+    place = find_home(home)
+    if not place.is_dir() or not (place / PORT_FILE).is_file():
+        return
+    source = "REDIS_URL is set" if os.environ.get("REDIS_URL") == redis_url \
+        else "a Redis URL is configured"
+    _notice(f"{source}, so this process uses {describe_url(redis_url)}, not the embedded "
+            f"server at {place}")
+
+
+# Each pool resolves the URL; saying where Redis is once per process is enough.
+_announced: set[str] = set()
+_noticed: set[str] = set()
+
+
+def _announce(line: str) -> None:
+    if line not in _announced:
+        _announced.add(line)
+        log.info("%s", line)
+
+
+def _notice(text: str) -> None:
+    """One line on stderr, once per process, whatever logging is configured: these are
+    things a person at the terminal must see, and a push script configures no logging."""
+    if text in _noticed:
+        return
+    _noticed.add(text)
+    with contextlib.suppress(OSError, ValueError):  # no stderr (a daemon), or it is closed
+        print(f"wurk: {text}", file=sys.stderr, flush=True)

@@ -1,0 +1,292 @@
+"""Redis connection pools: bounded, named, timed out, and never replaying a write.
+
+1. ``RedisPool`` wraps a bounded redis-py pool whose connections are named (``CLIENT SETNAME``
+   and, where the server knows it, ``CLIENT SETINFO``) and time out (3 s by default).
+2. redis-py's own retry is switched off: after a broken connection a ``LPUSH`` or ``INCR``
+   may already have been applied, and replaying it would duplicate a job or a count.
+   ``run(fn, idempotent=True)`` replays once, for reads and naturally idempotent writes only.
+3. A failover reply (``READONLY``…, ``wurk.connections.replies``) means the command was refused, not
+   applied: the connection that read it is retired (closed when it comes back to the pool)
+   and the block runs once more, on another connection. Connections other threads hold —
+   mid-``BLMOVE``, mid-job — are left alone: each finds out on its own next reply. Every
+   other refusal and every broken connection reaches the caller as ``RedisUnavailable``.
+4. ``take_connection`` / ``release_connection`` serve a thread that holds one connection
+   for many commands (``wurk.connections.lease``).
+5. ``send_all`` writes several commands in one write on one connection and reads every
+   reply: a pipeline without redis-py's ``Pipeline`` object, for pushes (whose two commands
+   cost less than that object's machinery). Never replayed; ``run`` applies the rules above.
+   ``AsyncRedisPool.send_all`` is the same on an event loop.
+6. ``AsyncRedisPool``: the same rules on redis-py's asyncio client, for one event loop
+   (asyncio connections belong to the loop that opened them). ``Config.async_pool()``
+   makes one per loop; ``aclose()`` on its loop, or ``close()`` from anywhere, ends its
+   connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import suppress
+from typing import Any, TypeVar
+
+import redis
+import redis.asyncio as aredis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .packing import pack_all
+from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
+
+__all__ = ["AsyncRedisPool", "RedisPool"]
+
+log = logging.getLogger("wurk")
+T = TypeVar("T")
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+class _RetiresOnFailover:
+    """Mixed into the pool's connection class: a connection that reads a failover reply
+    marks itself, so the pool closes it when it comes back (``_Pool.release``) rather than
+    lending it again. Closing it at once would break a transaction whose later replies are
+    still to be read on it."""
+
+    saw_failover = False
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except redis.ResponseError as exc:
+            if reply_code(exc) in FAILOVER_REPLIES:
+                self.saw_failover = True
+            raise
+
+
+_retiring_classes: dict[type, type] = {}
+
+
+def _retiring(connection_class: type) -> type:
+    """``connection_class`` (TCP, TLS or Unix socket, as the URL chose) with the mark."""
+    if connection_class not in _retiring_classes:
+        _retiring_classes[connection_class] = type(
+            f"Retiring{connection_class.__name__}", (_RetiresOnFailover, connection_class), {})
+    return _retiring_classes[connection_class]
+
+
+class _Pool(redis.BlockingConnectionPool):
+    def release(self, connection: Any) -> None:
+        if getattr(connection, "saw_failover", False):
+            connection.saw_failover = False
+            connection.disconnect()  # reconnects on its next use: maybe to the new master
+        super().release(connection)  # type: ignore[no-untyped-call]
+
+
+def _driver_info() -> dict[str, Any]:
+    """``CLIENT SETINFO`` naming wurk; redis-py ignores an error reply from old servers."""
+    try:
+        from redis.driver_info import DriverInfo
+    except ImportError:  # redis-py < 7.1 spells it differently
+        return {"lib_name": "wurk", "lib_version": _version()}
+    return {"driver_info": DriverInfo().add_upstream_driver("wurk", _version())}
+
+
+def _raise_first_error(replies: list[Any]) -> list[Any]:
+    """``send_all``'s replies, or the first error reply among them raised: once all are read,
+    so the connection goes back in step (as redis-py's pipelines raise)."""
+    for reply in replies:
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+    return replies
+
+
+# Bytes a connection reads at a time (see ``RedisPool``): a fetch of eight jobs of ordinary
+# size is one read.
+READ_BUFFER = 16 * 1024
+
+
+class RedisPool:
+    """A bounded, named pool of connections to one Redis."""
+
+    def __init__(self, url: str, *, size: int = 10, name: str = "wurk",
+                 socket_timeout: float = 3.0) -> None:
+        self.url = url
+        self.size = size
+        self.name = name
+        self.socket_timeout = socket_timeout
+        self._pool = _Pool.from_url(
+            url,
+            max_connections=size,
+            timeout=socket_timeout,  # how long to wait for a free connection
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            socket_keepalive=True,
+            # Each connection's parser keeps a read buffer this size, zeroed, for as long as
+            # the connection lives: redis-py's 64 KiB made 1.3 MB of a worker's memory over
+            # its 20 connections. Replies larger than this take more than one read.
+            socket_read_size=READ_BUFFER,
+            client_name=name,
+            retry=Retry(NoBackoff(), 0),
+            **_driver_info(),
+        )
+        # Before any connection exists: the class the URL's scheme chose, with the mark.
+        self._pool.connection_class = _retiring(self._pool.connection_class)
+        self.client: redis.Redis = redis.Redis(connection_pool=self._pool)
+        self._pid = os.getpid()
+
+    def run(self, fn: Callable[[redis.Redis], T], *, idempotent: bool = False) -> T:
+        """Run ``fn`` against the pool; replay it once only when ``idempotent``."""
+        try:
+            return fn(self.client)
+        except redis.ResponseError as exc:
+            if reply_code(exc) not in FAILOVER_REPLIES:
+                raise_refusal(exc, self.url)
+            # Logged at debug only: the loops that retry report the outage once. The
+            # connection that read the reply was retired as it came back to the pool.
+            log.debug("redis answered %s; trying once more on another connection", exc)
+            return self._second_try(fn)
+        except CONNECTION_ERRORS as exc:
+            if not idempotent:
+                raise unavailable(exc, self.url) from exc
+            return self._second_try(fn)
+
+    def _second_try(self, fn: Callable[[redis.Redis], T]) -> T:
+        try:
+            return fn(self.client)
+        except redis.ResponseError as exc:
+            raise_refusal(exc, self.url)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.url) from exc
+
+    def send_all(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``commands`` in one write on one connection, every reply read: a pipeline
+        without redis-py's ``Pipeline`` object. A single push is two commands, and the
+        object's command stack, per-command hooks and reply callbacks cost it more CPU than
+        wurk's own work on the push. An error reply is raised once every reply is read (the
+        connection goes back in step); a connection broken or cut short is closed, never
+        replayed. Run it through ``run`` for the failover and outage rules."""
+        packed = pack_all(commands)  # before a connection is taken: a bad argument costs none
+        connection = self.take_connection()
+        try:
+            connection.send_packed_command([packed], check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            connection.disconnect()  # out of step with its replies: never lent as it is
+            raise
+        finally:
+            self.release_connection(connection)
+        return _raise_first_error(replies)
+
+    def pipeline(self, *, transaction: bool = False) -> Any:
+        return self.client.pipeline(transaction=transaction)
+
+    def take_connection(self) -> Any:
+        """A redis-py connection of the pool, for a holder that speaks to it directly."""
+        return self._pool.get_connection()  # type: ignore[no-untyped-call]
+
+    def release_connection(self, connection: Any) -> None:
+        self._pool.release(connection)
+
+    def reset_after_fork(self) -> None:
+        """Forget inherited sockets without closing them: the parent still uses them."""
+        self._pool.reset()  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        if os.getpid() == self._pid:
+            self._pool.disconnect()
+
+
+class AsyncRedisPool:
+    """A bounded, named pool of asyncio connections to one Redis, for one event loop."""
+
+    def __init__(self, url: str, loop: asyncio.AbstractEventLoop, *, size: int = 100,
+                 name: str = "wurk-async", socket_timeout: float = 3.0) -> None:
+        self.url = url
+        self.loop = loop
+        self.size = size  # half at most kept by async ``wurk.redis()`` blocks (``lending``)
+        # A blocking pool: a caller finding every connection taken waits its turn (up to
+        # the socket timeout) instead of failing while the loop is merely busy.
+        self.connections = aredis.BlockingConnectionPool.from_url(
+            url, max_connections=size, timeout=socket_timeout or None,
+            socket_timeout=socket_timeout or None,
+            socket_connect_timeout=socket_timeout or None, socket_keepalive=True,
+            client_name=name, retry=Retry(NoBackoff(), 0), **_driver_info())
+        self.client: aredis.Redis = aredis.Redis(connection_pool=self.connections)
+
+    async def run(self, fn: Callable[[aredis.Redis], Awaitable[T]]) -> T:
+        """Run ``fn`` against the pool, never replaying it after a broken connection. A
+        failover reply means nothing was applied: the idle connections (to the old master)
+        are closed and ``fn`` runs once more."""
+        try:
+            return await fn(self.client)
+        except redis.ResponseError as exc:
+            if reply_code(exc) not in FAILOVER_REPLIES:
+                raise_refusal(exc, self.url)
+            log.debug("redis answered %s; trying once more on a new connection", exc)
+            await self.connections.disconnect(inuse_connections=False)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.url) from exc
+        try:
+            return await fn(self.client)
+        except redis.ResponseError as exc:
+            raise_refusal(exc, self.url)
+        except CONNECTION_ERRORS as exc:
+            raise unavailable(exc, self.url) from exc
+
+    async def send_all(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """``RedisPool.send_all`` on this loop: ``commands`` in one write on one connection,
+        every reply read, an error reply raised once all are read; a connection cancelled
+        or broken between its write and its last reply is closed, never replayed."""
+        packed = pack_all(commands)  # before a connection is taken: a bad argument costs none
+        connection = await self.connections.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await connection.send_packed_command([packed], check_health=False)
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            await connection.disconnect(nowait=True)  # out of step with its replies
+            raise
+        finally:
+            await self.connections.release(connection)
+        return _raise_first_error(replies)
+
+    async def aclose(self) -> None:
+        """Close every connection; on the pool's own loop."""
+        await self.connections.aclose()
+
+    def close(self) -> None:
+        """Close every connection from sync code, whatever the loop is doing now (running
+        here or in another thread, stopped, closed): each socket is shut down, so Redis
+        drops the client at once; a transport on a live loop is closed as well, which
+        frees its file descriptor when that loop next runs. Never awaits."""
+        pool = self.connections
+        idle = list(pool._available_connections)
+        for connection in [*idle, *pool._in_use_connections]:
+            writer = getattr(connection, "_writer", None)
+            if writer is None:
+                continue
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                with suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # a command in flight fails at once
+            if not self.loop.is_closed():
+                with suppress(RuntimeError):  # a loop closing in another thread meanwhile
+                    self.loop.call_soon_threadsafe(writer.close)
+        for connection in idle:  # not in use: nothing reads these fields any more
+            connection._writer = connection._reader = None
+        pool._available_connections.clear()

@@ -1,0 +1,69 @@
+"""Paused queues, as every fetcher of a process sees them.
+
+1. ``PausedCache.get()`` returns the ``paused`` set, re-read from Redis at most once per
+   ``paused_cache_ttl`` seconds (5 s), so a pause reaches every process within that time
+   without a round trip per fetch.
+2. ``invalidate_local()`` drops every cache of this process at once: a pause or unpause made
+   here is seen here immediately.
+3. A failed read keeps the last known set: an outage must not un-pause. It is reported once
+   per outage, and the outage's length logged at its end (``wurk.runtime.outage``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+
+from ..config import Config
+from ..connections.pool import RedisPool
+from ..runtime.outage import Outage
+
+__all__ = ["PausedCache", "invalidate_local"]
+
+log = logging.getLogger("wurk")
+
+_caches: weakref.WeakSet[PausedCache] = weakref.WeakSet()
+
+
+def invalidate_local() -> None:
+    for cache in list(_caches):
+        cache.invalidate()
+
+
+class PausedCache:
+    """The ``paused`` set, cached for a short TTL; shared by a process's fetchers."""
+
+    def __init__(self, config: Config, pool: RedisPool | None = None) -> None:
+        self.key = config.keys.paused
+        self.ttl = config.paused_cache_ttl
+        self._pool = pool
+        self._config = config
+        self._lock = threading.Lock()
+        self._value: frozenset[str] = frozenset()
+        self._expires = 0.0
+        self._outage = Outage(config, "paused queues")
+        _caches.add(self)
+
+    def get(self) -> frozenset[str]:
+        if time.monotonic() < self._expires:
+            return self._value
+        with self._lock:
+            if time.monotonic() >= self._expires:
+                self._refresh()
+            return self._value
+
+    def _refresh(self) -> None:
+        pool = self._pool or self._config.pool("internal")
+        try:
+            members = pool.run(lambda r: r.smembers(self.key), idempotent=True)
+        except Exception as exc:
+            self._outage.failed(exc)  # the last known set stays
+        else:
+            self._value = frozenset(m.decode() if isinstance(m, bytes) else m for m in members)
+            self._outage.ended()
+        self._expires = time.monotonic() + self.ttl
+
+    def invalidate(self) -> None:
+        self._expires = 0.0

@@ -1,0 +1,368 @@
+"""The reaper: in-flight lists whose owner died go back to their queues, so a
+``kill -9``, an OOM kill or a lost machine loses no job.
+
+1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues this
+   process serves; at most once an hour cluster-wide (``wurk:reaper:full-scan``) it scans every
+   private list, for queues nobody serves any more.
+2. Liveness: an owner is dead when its heartbeat hash is gone. An owner that sees the same
+   pids as this process — the same hostname, and its heartbeat records the same boot id and
+   pid namespace — is dead at once when its pid is gone, or belongs to a process started at
+   another time (pid reuse): no need to wait for its record to expire. Containers that share
+   one hostname have pid namespaces of their own, so a pid there proves nothing and only the
+   heartbeat counts. Membership of ``processes`` proves nothing (it is pruned lazily). A live
+   process's list is never touched — not even a quiet one's.
+3. Recovery and the poison-pill count happen in one script per list (``scripts/recover.lua``);
+   jobs recovered three times are killed as poison pills (``wurk.fetch.poison``).
+4. Both layouts are recognised: wurk's (and Ruby wurk's, with or without the nonce) and
+   Sidekiq Pro's ``queue:sq|<identity>|<queue>``.
+5. Strays: an entry of this process's own lists that none of its processors holds
+   (``wurk.fetch.reliable.Claims``) for longer than a move's reply can take (the socket timeout
+   plus a margin) goes back to its queue (``scripts/return_stray.lua``). It is a move whose
+   reply a cut connection lost, or the job of a processor that died or could not book the
+   job's failure; without this it would wait for the process to exit.
+6. Sweeps that fail are reported once per outage and retried with a capped backoff; the
+   outage's length is logged at its end.
+7. Each recovered job is told to the ``on_recover`` hook (its stored text) and counted:
+   cluster-wide in ``wurk:stat:recovered`` (inside the script, with the move) and for the
+   observers (``observers``: Prometheus, StatsD) as ``(queue, count)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psutil
+
+from ..config import Config
+from ..connections.pool import RedisPool
+from ..heartbeat import Identity
+from ..morgue import Morgue
+from ..reporting import report_error
+from ..runtime.outage import Backoff, Outage
+from ..runtime.timer import TimerLoop, Timers
+from ..scripts import Script
+from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
+from .reliable import Claims
+
+__all__ = ["Owner", "Reaper", "parse_private"]
+
+log = logging.getLogger("wurk")
+
+_RECOVER = Script("recover.lua", prelude=("poison_counter.lua",))
+_RETURN_STRAY = Script("return_stray.lua", prelude=("poison_counter.lua",))
+# The full keyspace scan is costly on a big Redis: at most once an hour, cluster-wide.
+FULL_SCAN_EVERY = 3600
+# A pid whose process started this much apart from the owner's recorded start is reused.
+PID_REUSE_TOLERANCE = 1.0
+# SCAN page size: large enough to cross a big keyspace in few round trips.
+SCAN_COUNT = 1000
+_NONCE = re.compile(r"^[0-9a-f]{12}$")
+# A stray must stay unheld this much longer than the socket timeout (the longest a move's
+# reply can be on its way before its processor holds the entry): thread scheduling slack.
+STRAY_MARGIN = 1.0
+_STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who a private list belongs to."""
+
+    hostname: str
+    pid: int
+    nonce: str | None  # None: Ruby wurk's older layout, without the nonce
+
+    @property
+    def identity(self) -> str | None:
+        return f"{self.hostname}:{self.pid}:{self.nonce}" if self.nonce else None
+
+
+def parse_private(config: Config, key: str) -> tuple[str, Owner] | None:
+    """``(queue, owner)`` of a private list key, or None when it is not one."""
+    prefix = config.keys.queue_prefix
+    if not key.startswith(prefix):
+        return None
+    rest = key[len(prefix):]
+    if rest.startswith("sq|"):
+        _, identity, queue = rest.split("|", 2)
+        host, _, tail = identity.partition(":")
+        pid, _, nonce = tail.partition(":")
+        return (queue, Owner(host, int(pid), nonce)) if pid.isdigit() and queue else None
+    parts = rest.rsplit("|", 4)
+    if len(parts) == 5 and _NONCE.match(parts[3]) and parts[2].isdigit():
+        return parts[0], Owner(parts[1], int(parts[2]), parts[3])
+    parts = rest.rsplit("|", 3)
+    if len(parts) == 4 and parts[2].isdigit():
+        return parts[0], Owner(parts[1], int(parts[2]), None)
+    return None
+
+
+def _glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
+
+
+class Reaper:
+    """Owned by the launcher: one sweep at boot, then one per ``reaper_interval``."""
+
+    def __init__(self, config: Config, identity: Identity, queues: list[str], *,
+                 pool: RedisPool | None = None, morgue: Morgue | None = None,
+                 claims: Claims | None = None,
+                 own_lists: Sequence[tuple[str, str]] = (),
+                 timers: Timers | None = None) -> None:
+        self.config = config
+        self.identity = identity
+        self.queues = queues
+        self.pool = pool or config.pool("internal")
+        self.morgue = morgue or Morgue(config, self.pool)
+        self.claims = claims
+        self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
+        self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
+        self._outage = Outage(config, "reaper")
+        self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
+        self._backoff = Backoff()
+        self._timer = TimerLoop("wurk-reaper", self._tick, self._interval,
+                                first_wait=config.reaper_interval, on_error=self._failed,
+                                host=timers)
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def stop(self, timeout: float) -> None:
+        self._timer.stop(timeout)
+
+    # -- sweeps -----------------------------------------------------------------------------
+    def _tick(self) -> None:
+        self.sweep()
+        self._backoff.reset()
+        self._outage.ended()
+
+    def _failed(self, exc: Exception) -> None:
+        self._outage.failed(exc)
+        self._backoff.next_wait()
+
+    def _interval(self) -> float:
+        return max(self.config.reaper_interval, self._backoff.wait)
+
+    def sweep(self) -> int:
+        """Scoped sweep, plus the full scan when this process wins the hourly lock, plus
+        this process's strays."""
+        verdicts: dict[Owner, bool] = {}
+        recovered = 0
+        for queue in self.queues:
+            pattern = _glob_escape(self.config.keys.queue(queue)) + "|*"
+            recovered += self._reap_matching(pattern, verdicts)
+        if self._full_scan_due():
+            recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
+        recovered += self.return_strays()
+        if recovered:
+            log.info("reaper: %d job(s) back on their queues", recovered)
+        return recovered
+
+    def reap_all(self) -> int:
+        """Every private list of the keyspace, whoever serves its queue (no lock)."""
+        return self._reap_matching(self.config.keys.private_pattern, {})
+
+    def _full_scan_due(self) -> bool:
+        lock = self.config.keys.reaper_lock
+        return bool(self.pool.run(lambda r: r.set(lock, str(self.identity), nx=True,
+                                                  ex=FULL_SCAN_EVERY)))
+
+    def _reap_matching(self, pattern: str, verdicts: dict[Owner, bool]) -> int:
+        recovered = 0
+        keys = self.pool.run(lambda r: list(r.scan_iter(match=pattern, count=SCAN_COUNT,
+                                                        _type="list")), idempotent=True)
+        for raw_key in keys:
+            key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
+            parsed = parse_private(self.config, key)
+            if parsed is None:
+                continue
+            queue, owner = parsed
+            if owner not in verdicts:
+                verdicts[owner] = self.is_dead(owner)
+            if verdicts[owner]:
+                recovered += self.recover(key, queue)
+        return recovered
+
+    # -- liveness ---------------------------------------------------------------------------
+    def is_dead(self, owner: Owner) -> bool:
+        me = self.identity
+        if (owner.hostname, owner.pid, owner.nonce) == (me.hostname, me.pid, me.nonce):
+            return False
+        if owner.nonce is None:
+            return not self._any_live_identity(owner)
+        info = self.pool.run(lambda r: r.hget(self.config.keys.process(owner.identity or ""),
+                                              "info"), idempotent=True)
+        if info is None:
+            return True
+        return self._pid_proves_dead(owner, info)
+
+    def _pid_proves_dead(self, owner: Owner, info: bytes | str | None) -> bool:
+        """An owner whose heartbeat is still there is dead only when it sees the same pids
+        as this process (its record says so) and its pid is gone or reused."""
+        if owner.hostname != self.identity.hostname:
+            return False
+        record = _read_info(info)
+        if record is None or not self.identity.shares_pids_with(record):
+            return False  # another pid namespace, or a record that does not say: the heartbeat
+        if not psutil.pid_exists(owner.pid):
+            return True
+        return self._pid_reused(owner.pid, record)
+
+    def _pid_reused(self, pid: int, record: dict[str, Any]) -> bool:
+        try:
+            started_at = float(record.get("started_at", 0))
+            created = psutil.Process(pid).create_time()
+        except (ValueError, TypeError, psutil.Error):
+            return False  # cannot tell: the heartbeat says alive, believe it
+        return abs(created - started_at) > PID_REUSE_TOLERANCE
+
+    def _any_live_identity(self, owner: Owner) -> bool:
+        """The older layout names no nonce: alive while any ``host:pid:*`` record is."""
+        keys = self.config.keys
+        pattern = _glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
+
+        def records(r: Any) -> list[tuple[bool, Any]]:
+            members = [m.decode() if isinstance(m, bytes) else m
+                       for m in r.sscan_iter(keys.processes, match=pattern)]
+            pipe = r.pipeline(transaction=False)
+            for member in members:
+                pipe.exists(keys.process(member))
+                pipe.hget(keys.process(member), "info")
+            replies = pipe.execute() if members else []
+            return list(zip(replies[0::2], replies[1::2], strict=True))
+
+        return any(exists and not self._pid_proves_dead(owner, info)
+                   for exists, info in self.pool.run(records, idempotent=True))
+
+    # -- recovery ---------------------------------------------------------------------------
+    def recover(self, key: str, queue: str) -> int:
+        """Move a dead owner's list back; kill its poison pills. Returns jobs moved."""
+        # Not replayed: a replay would count a recovery twice.
+        keep = self.config.on_recover is not None
+        reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
+                                                 keep=keep))
+        moved, poisoned = int(reply[0]), list(reply[1])
+        if moved:
+            self._recovered(queue, moved, list(reply[2]) if len(reply) > 2 else [])
+        for index in range(0, len(poisoned), 2):
+            raw, count = poisoned[index], int(poisoned[index + 1])
+            kill_poisoned(self.config, self.morgue, raw, queue, count)
+            self._remove(key, raw)
+        if moved:
+            log.info("reaper: recovered %d job(s) of %s", moved, key)
+        return moved
+
+    def _recovered(self, queue: str, moved: int, jobs: list[bytes]) -> None:
+        """Tell the hook each job and the observers the count; their errors stay theirs."""
+        hook = self.config.on_recover
+        for raw in jobs:
+            try:
+                if hook is not None:
+                    hook(raw.decode("utf-8", "replace"), None)
+            except Exception as exc:
+                report_error(self.config, exc, {"context": "on_recover hook", "queue": queue})
+        for observer in self.observers:
+            try:
+                observer(queue, moved)
+            except Exception as exc:
+                report_error(self.config, exc, {"context": "recovery metrics"})
+
+    def _remove(self, key: str, raw: bytes) -> None:
+        self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
+
+    # -- strays -----------------------------------------------------------------------------
+    def return_strays(self) -> int:
+        """Own entries unheld since at least the grace go back to their queues."""
+        if self.claims is None:
+            return 0
+        now = time.monotonic()
+        grace = self.config.socket_timeout + STRAY_MARGIN
+        still: dict[tuple[str, bytes], float] = {}
+        moved = 0
+        for key, queue in self.own_lists:
+            for raw in self._unheld(key, self.claims):
+                first = self._strays.get((key, raw), now)
+                if now - first >= grace:
+                    moved += self._return_stray(key, queue, raw, self.claims)
+                else:
+                    still[key, raw] = first
+        self._strays = still
+        return moved
+
+    def _unheld(self, key: str, claims: Claims) -> list[bytes]:
+        """Entries of ``key`` no processor holds (each as many times as it is unheld)."""
+        held = claims.held(key)
+        if self.pool.run(lambda r: r.llen(key), idempotent=True) <= held.total():
+            return []  # the usual case: every entry is held; nothing to read
+
+        def read(r: Any) -> list[bytes]:
+            return list(r.lrange(key, 0, -1))
+
+        entries = Counter(self.pool.run(read, idempotent=True))
+        return list((entries - held).elements())
+
+    def _return_stray(self, key: str, queue: str, raw: bytes, claims: Claims) -> int:
+        abandoned = claims.abandoned(key, raw)
+        threshold = POISON_THRESHOLD if abandoned else 0
+        # Not replayed: a replay could count a return twice.
+        status, count = self.pool.run(
+            lambda r: _give_back(r, self.config, key, queue, raw, threshold))
+        if abandoned and status != _STRAY_GONE:
+            claims.forget_abandoned(key, raw)
+        if status == _STRAY_POISONED:
+            kill_poisoned(self.config, self.morgue, raw, queue, int(count))
+            self._remove(key, raw)
+        elif status == _STRAY_MOVED:
+            log.warning("reaper: a job in flight that no processor held went back to %s "
+                        "(a lost fetch reply, or a processor that let go of it)", queue)
+        return 1 if status == _STRAY_MOVED else 0
+
+
+
+def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
+    """A heartbeat's ``info`` JSON as a mapping, or None when it is missing or not one (it
+    may have been written by anyone)."""
+    from .. import payload as P
+
+    if info is None:
+        return None
+    try:
+        record = P.loads(info)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _recover(r: Any, config: Config, key: str, queue: str, threshold: int, *,
+             keep: bool = False) -> Any:
+    keys = config.keys
+    script = r.register_script(_RECOVER.text)  # EVALSHA, loading the script on NOSCRIPT
+    return script(keys=[key, keys.queue(queue), keys.queues, keys.stat_recovered],
+                  args=[keys.poison_prefix, threshold, POISON_TTL, queue, "1" if keep else "0"])
+
+
+def _give_back(r: Any, config: Config, key: str, queue: str, raw: bytes,
+               threshold: int) -> Any:
+    keys = config.keys
+    script = r.register_script(_RETURN_STRAY.text)  # EVALSHA, loading it on NOSCRIPT
+    return script(keys=[key, keys.queue(queue), keys.queues],
+                  args=[raw, keys.poison_prefix, threshold, POISON_TTL, queue])
+
+
+def return_own_lists(config: Config, private_lists: list[tuple[str, str]],
+                     pool: RedisPool | None = None) -> int:
+    """At clean shutdown: whatever is still in this process's lists goes back, uncounted."""
+    target = pool or config.pool("internal")
+    moved = 0
+    for key, queue in private_lists:
+        moved += _return_list(target, config, key, queue)
+    return moved
+
+
+def _return_list(pool: RedisPool, config: Config, key: str, queue: str) -> int:
+    return int(pool.run(lambda r: _recover(r, config, key, queue, 0))[0])

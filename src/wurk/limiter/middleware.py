@@ -1,0 +1,126 @@
+"""The worker side of the limits — rate limiters, unique jobs, expiring jobs — in one link.
+
+1. ``LimitsMiddleware``: a server middleware of every worker, ahead of the application's
+   (``install``).
+   For each job, in this order:
+
+   - over a rate limit (``OverLimit`` or a class in ``config.limiter_errors``, raised by the
+     job or any inner link): rescheduled with a backoff, counted in ``overrated``, and the
+     execution is done, not failed; with ``policy="skip"`` the job is simply done. Past
+     ``reschedule`` reschedules the error is an ordinary failure (``wurk.limiter``);
+   - expired (``expires_at`` passed): acknowledged unrun, counted, ``on_expired`` told, its
+     unique lock released (``wurk.expiry``);
+   - unique: the lock released before the job runs (``unique_until="start"``) or after it
+     succeeded (``"success"``); a failure keeps it for the retry (``wurk.unique``).
+
+   A job that is none of these pays one call and two dict lookups.
+2. ``install(config)`` puts the link at the head of the server chain and the unique death
+   handler in ``death_handlers``. Every worker does it when it is built (``wurk.launcher``), so
+   ``wurk worker``, a swarm's children and ``wurk.Embedded`` need nothing switched on; code
+   that runs jobs by other means (a test harness) calls it itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .. import expiry, unique
+from .. import payload as P
+from ..asyncjobs import bookkeeping
+from ..errors import OverLimit
+from ..payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
+from .reschedule import over_limit_classes, reschedule
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["LimitsMiddleware", "install"]
+
+log = logging.getLogger("wurk")
+
+
+class LimitsMiddleware:
+    """Server middleware: the limits of one configuration."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        try:
+            # Names bound at import: this runs for every job, most of which need none of it.
+            if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
+                return self._guarded(payload, call_next)
+            return call_next()
+        except over_limit_classes(self.config) as exc:
+            if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
+                return None
+            if not reschedule(self.config, payload, exc):
+                raise
+            return None
+
+    def _guarded(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
+        if expiry.expired(payload):
+            expiry.drop(self.config, payload)
+            unique.release(self.config, payload)
+            return None
+        if P.UNIQUE_DIGEST not in payload:
+            return call_next()
+        if payload.get(P.UNIQUE_UNTIL) == "start":
+            unique.release(self.config, payload)
+            return call_next()
+        result = call_next()
+        unique.release(self.config, payload)
+        return result
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        """The same around an async job, on its loop; the Redis steps on a bookkeeping thread.
+        (A sync link there would hold a helper thread for the job's whole run.)"""
+        try:
+            if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
+                return await self._aguarded(payload, call_next)
+            return await call_next()
+        except over_limit_classes(self.config) as exc:
+            if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
+                return None
+            if not await bookkeeping(reschedule, self.config, payload, exc):
+                raise
+            return None
+
+    async def _aguarded(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
+        if expiry.expired(payload):
+            await bookkeeping(self._drop, payload)
+            return None
+        if P.UNIQUE_DIGEST not in payload:
+            return await call_next()
+        if payload.get(P.UNIQUE_UNTIL) == "start":
+            await bookkeeping(unique.release, self.config, payload)
+            return await call_next()
+        result = await call_next()
+        await bookkeeping(unique.release, self.config, payload)
+        return result
+
+    def _drop(self, payload: P.Payload) -> None:
+        expiry.drop(self.config, payload)
+        unique.release(self.config, payload)
+
+
+def install(config: Config) -> None:
+    """Make ``config``'s worker honour limiters, unique locks and deadlines (once)."""
+    chain = config.server_middleware
+    linked = any(isinstance(link, LimitsMiddleware) for link in chain)
+    handled = any(isinstance(h, unique.LockRelease) for h in config.death_handlers)
+    if linked and handled:
+        return
+    if config.frozen:
+        log.warning("the configuration was frozen before its worker was built: jobs over a "
+                    "rate limit fail instead of rescheduling, unique locks are released only "
+                    "when they expire, expired jobs run; build the worker before freezing it")
+        return
+    if not linked:
+        chain.prepend(LimitsMiddleware(config))
+    if not handled:
+        config.death_handlers.append(unique.LockRelease(config))

@@ -1,0 +1,217 @@
+"""A worker's observers, attached to its launcher in one place.
+
+1. Execution metrics: ``execution_metrics(config)`` puts one server middleware
+   (``wurk.metrics.tracking.ExecutionMetrics``) at the head of the configuration's server
+   chain, once per configuration, when the launcher is built; it is the only hook into job
+   execution. The launcher calls ``after_beat`` after each heartbeat (a flush) and ``stop``
+   at exit (the last flush).
+2. Optional parts, each started with the launcher and stopped at its exit: the health check
+   (``health_port``), the Prometheus endpoint (``metrics_port``), StatsD (``statsd``) and the
+   history sampler (``retain_history`` > 0). Each owns its thread; ``stop`` joins them.
+3. Reaper recoveries and poison kills reach the Prometheus and StatsD counters through the
+   reaper's observers and ``on_poison``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..config import Config
+from ..errors import ConfigError
+from ..fetch.poison import Registration, on_poison
+from ..heartbeat import Heartbeat
+from ..manager import Manager
+from ..processor import Busy
+from ..runtime.outage import Outage
+from ..runtime.timer import Timers
+from .tracking import ExecutionMetrics, ExecutionTracker, Observer
+
+if TYPE_CHECKING:
+    # Imported where they start: the health check's HTTP server alone is about 1 MB of a
+    # worker's memory, and most workers run without it.
+    from .health import HealthServer, WorkerHealth
+    from .history import HistorySampler
+    from .prometheus import WorkerExporter
+    from .statsd import StatsdSink
+
+__all__ = ["Host", "Instruments", "execution_metrics"]
+
+log = logging.getLogger("wurk")
+
+_ATTRIBUTE = "_execution_metrics"
+
+
+def execution_metrics(config: Config) -> ExecutionMetrics | None:
+    """The configuration's metrics middleware, put in its server chain on first use."""
+    existing: ExecutionMetrics | None = getattr(config, _ATTRIBUTE, None)
+    if existing is not None:
+        return existing
+    if not (config.metrics or config.statsd is not None or config.metrics_port is not None):
+        return None
+    if config.frozen:
+        log.warning("execution metrics are off: the configuration was frozen before a worker "
+                    "could add their middleware")
+        return None
+    tracker = ExecutionTracker(compat_v7=config.metrics_compat_v7) if config.metrics else None
+    middleware = ExecutionMetrics(tracker)
+    # Outermost: an execution a later middleware stops (a limiter, a unique lock) counts too.
+    config.server_middleware.prepend(middleware)
+    setattr(config, _ATTRIBUTE, middleware)
+    return middleware
+
+
+class Host(Protocol):
+    """What the instruments read of the launcher that owns them."""
+
+    config: Config
+    heartbeat: Heartbeat
+    busy: Busy
+    slot: int | None
+    timers: Timers  # the thread the periodic parts run on
+
+    @property
+    def managers(self) -> Sequence[Manager]: ...
+
+    @property
+    def concurrency(self) -> int: ...
+
+    @property
+    def stopping(self) -> bool: ...
+
+
+class Instruments:
+    """Owned by the launcher: started after its checks, stopped after its processors."""
+
+    def __init__(self, launcher: Host) -> None:
+        self.launcher = launcher
+        self.config = launcher.config
+        self.metrics = execution_metrics(self.config)
+        self.health: HealthServer | None = None
+        self.exporter: WorkerExporter | None = None
+        self.statsd: StatsdSink | None = None
+        self.history: HistorySampler | None = None
+        self._flush_outage = Outage(self.config, "metrics flush")
+        self._observers: list[Observer] = []
+        self._poison: Registration | None = None
+        self._recovery: list[Callable[[str, int], None]] = []
+
+    # -- what the parts read ----------------------------------------------------------------
+    def outages(self) -> list[Outage]:
+        launcher = self.launcher
+        return [launcher.heartbeat.outage, *(m.outage for m in launcher.managers)]
+
+    def probe(self) -> WorkerHealth:
+        from .health import WorkerHealth
+
+        heartbeat = self.launcher.heartbeat
+        return WorkerHealth(beat_age=heartbeat.beat_age,
+                            interval=self.config.heartbeat_interval,
+                            quiet=lambda: heartbeat.quiet,
+                            stopping=lambda: self.launcher.stopping, outages=self.outages)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        cfg = self.config
+        # A swarm's children would all bind the same port: those listeners are the worker's.
+        swarmed = self.launcher.slot is not None
+        if swarmed and (cfg.metrics_port is not None or cfg.health_port is not None):
+            log.warning("health_port and metrics_port are ignored in a swarm's children "
+                        "(they would share one port); run wurk worker for them")
+        if cfg.statsd is not None:
+            self._start_statsd()
+        if cfg.metrics_port is not None and not swarmed:
+            self._start_exporter(cfg.metrics_host, cfg.metrics_port)
+        if cfg.health_port is not None and not swarmed:
+            from .health import HealthServer
+
+            self.health = _listen("health_port", cfg.health_host, cfg.health_port,
+                                  lambda: HealthServer(cfg.health_host, cfg.health_port or 0,
+                                                       self.probe()))
+            self.health.start()
+        if cfg.retain_history > 0:
+            self._start_history()
+        if self._recovery or self.statsd is not None:
+            self._poison = on_poison(self._poisoned)
+
+    def _start_statsd(self) -> None:
+        from .statsd import StatsdSink
+
+        self.statsd = StatsdSink(self.config)
+        self._observe(self.statsd.observe)
+        self._recovery.append(self.statsd.recovered)
+
+    def _start_exporter(self, host: str, port: int) -> None:
+        from .prometheus import WorkerExporter
+
+        launcher = self.launcher
+        exporter = WorkerExporter(outages=self.outages, busy=lambda: len(launcher.busy),
+                                  concurrency=launcher.concurrency)
+        bound = _listen("metrics_port", host, port, lambda: exporter.start(host, port))
+        log.info("Prometheus metrics on port %d", bound)
+        self.exporter = exporter
+        self._observe(exporter.observe)
+        self._recovery.append(exporter.recovered)
+
+    def _start_history(self) -> None:
+        from .history import HistorySampler
+
+        statsd = self.statsd
+        self.history = HistorySampler(self.config,
+                                      on_sample=statsd.gauges if statsd is not None else None,
+                                      timers=self.launcher.timers)
+        self.history.start()
+
+    def _observe(self, observer: Observer) -> None:
+        if self.metrics is None:
+            return
+        self.metrics.add_observer(observer)
+        self._observers.append(observer)
+
+    def after_beat(self) -> None:
+        """Write the execution metrics counted since the last beat."""
+        tracker = self.metrics.tracker if self.metrics is not None else None
+        if tracker is None:
+            return
+        try:
+            tracker.flush(self.launcher.heartbeat.pool, self.config.keys)
+        except Exception as exc:
+            self._flush_outage.failed(exc)  # kept: the next beat sends them
+        else:
+            self._flush_outage.ended()
+
+    def recovered(self, queue: str, count: int) -> None:
+        for observer in self._recovery:
+            observer(queue, count)
+
+    def _poisoned(self, pill: dict[str, Any]) -> None:
+        for sink in (self.statsd, self.exporter):
+            if sink is not None:
+                sink.poisoned(pill)
+
+    def stop(self) -> None:
+        """After the processors: the last flush, then every part's thread."""
+        if self.history is not None:
+            self.history.stop(timeout=self.config.shutdown_grace)
+        for observer in self._observers:
+            if self.metrics is not None:
+                self.metrics.remove_observer(observer)
+        if self._poison is not None:
+            self._poison.remove()
+        self.after_beat()
+        if self.health is not None:
+            self.health.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
+        if self.statsd is not None:
+            self.statsd.close()
+
+
+def _listen(setting: str, host: str, port: int, bind: Callable[[], Any]) -> Any:
+    """Bind a listener; a port in use is a configuration error naming the setting."""
+    try:
+        return bind()
+    except OSError as exc:
+        raise ConfigError(f"{setting} {port}: cannot listen on {host}:{port} "
+                          f"({exc.strerror or exc}); choose another port") from None

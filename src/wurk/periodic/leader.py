@@ -1,0 +1,196 @@
+"""Leader election: one process per Redis leads, with a fencing token that only grows.
+
+1. ``Leadership.start`` campaigns at once, then the leader renews every
+   ``leader_renew_interval`` (15 s) and holds ``dear-leader`` for twice that; a follower
+   tries again every ``leader_check_interval`` (60 s) or as soon as the holder's key runs
+   out, whichever is sooner, so a killed leader is replaced within the key's life.
+   Campaign and renewal are one Lua script (``leader_campaign.lua``) on Redis's clock.
+2. Each new term increments ``leader-token``; ``token`` is that value while leading (the
+   fencing token: the periodic scripts refuse a write whose token is not the newest).
+3. Leadership lapses locally when a renewal has not succeeded within the key's life,
+   counted from before the renewal was sent, so this process never believes it leads
+   longer than Redis does.
+4. ``on_change(leading)`` runs on every change (the launcher fires the ``leader`` /
+   ``follower`` lifecycle events and updates the process title); it runs on this loop's
+   thread, so hooks must be quick.
+5. ``stop`` steps down (a compare-and-delete, ``leader_resign.lua``); the launcher calls it
+   on quiet and on shutdown. With ``leader=False`` (``WURK_LEADER=false``) nothing runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import scripts
+from ..config import Config
+from ..connections.pool import RedisPool
+from ..reporting import report_error
+from ..runtime.outage import Backoff, Outage
+from ..runtime.timer import TimerLoop, Timers
+
+__all__ = ["Leadership"]
+
+log = logging.getLogger("wurk")
+
+LEADER_THREAD = "wurk-leader"
+# A follower wakes this long after the holder's key should have expired: the key is gone
+# by then even if the two clocks disagree by a few milliseconds.
+EXPIRY_MARGIN = 0.05
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class Leadership:
+    """This process's side of the election (``config.is_leader()`` reads it)."""
+
+    def __init__(self, config: Config, identity: str, *,
+                 on_change: Callable[[bool], None] | None = None,
+                 pool: RedisPool | None = None, timers: Timers | None = None) -> None:
+        self.config = config
+        self.identity = identity
+        self.pool = pool if pool is not None else config.pool("internal")
+        client = self.pool.client
+        self._campaign = client.register_script(scripts.source("leader_campaign.lua"))
+        self._resign = client.register_script(scripts.source("leader_resign.lua"))
+        self._on_change = on_change
+        # (token, monotonic time the term lapses at): one attribute, so a reader on another
+        # thread sees a whole term or none.
+        self._term: tuple[int, float] | None = None
+        self._announced = False
+        self._holder_left: float | None = None  # seconds left on another holder's key
+        self._warned_holder: str | None = None
+        self._change_lock = threading.Lock()
+        self._started = False
+        self._timer = TimerLoop(LEADER_THREAD, self._turn, self._next_wait, first_wait=0.0,
+                                on_error=self._turn_failed, host=timers)
+        self._outage = Outage(config, "leader election")
+        self._backoff = Backoff()
+
+    @property
+    def ttl(self) -> int:
+        """Seconds ``dear-leader`` lives after each renewal: two renewal intervals."""
+        return max(1, math.ceil(2 * self.config.leader_renew_interval))
+
+    # -- what other code asks ---------------------------------------------------------------
+    def is_leader(self) -> bool:
+        term = self._term
+        return term is not None and time.monotonic() < term[1]
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the current term, while this process leads."""
+        term = self._term
+        return term[0] if term is not None and time.monotonic() < term[1] else None
+
+    def term(self) -> int | None:
+        return self.token
+
+    def lost(self) -> None:
+        """A fenced write was refused: another process leads. Believe it at once."""
+        self._term = None
+        self._announce(False)
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self) -> None:
+        if not self.config.leader:
+            log.info("leader election: this process does not campaign (leader=false)")
+            return
+        self._started = True
+        self._timer.start()
+
+    def stop(self, timeout: float) -> None:
+        """Stop campaigning and step down (the key is deleted only if it names us)."""
+        if not self._timer.stop(timeout):
+            log.warning("the leader election thread did not stop within %.1f s", timeout)
+        self._term = None
+        if self._started:  # even after a local lapse the key may still name us
+            try:
+                self.pool.run(lambda r: self._resign(keys=[self.config.keys.leader],
+                                                     args=[self.identity], client=r))
+            except Exception as exc:
+                report_error(self.config, exc, {"context": "leader election: stepping down"})
+            else:
+                log.debug("leader election: stepped down")
+        self._announce(False)
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _turn(self) -> None:
+        if self._term is not None and not self.is_leader():
+            self._lapse()
+        sent = time.monotonic()
+        held = self.token
+        keys = self.config.keys
+        reply = self.pool.run(lambda r: self._campaign(
+            keys=[keys.leader, keys.leader_token],
+            args=[self.identity, self.ttl, "" if held is None else held], client=r))
+        self._backoff.reset()
+        self._outage.ended()
+        if int(reply[0]) == 1:
+            self._lead(int(reply[1]), sent)
+        else:
+            self._follow(_text(reply[1]), int(reply[2]))
+
+    def _lead(self, token: int, sent: float) -> None:
+        previous = self._term
+        self._term = (token, sent + self.ttl)
+        self._holder_left = None
+        if previous is None or previous[0] != token:
+            log.info("leader election: this process leads (term %d)", token)
+        self._announce(True)
+
+    def _follow(self, holder: str, pttl_ms: int) -> None:
+        if self._term is not None:
+            log.warning("leader election: lost leadership to %s", holder[:200])
+        self._term = None
+        self._announce(False)
+        if pttl_ms == -1 and self._warned_holder != holder:
+            self._warned_holder = holder
+            log.warning("leader election: dear-leader is held by %s with no expiry, so it "
+                        "never lapses; delete the key if that process is gone", holder[:200])
+        self._holder_left = pttl_ms / 1000 if pttl_ms >= 0 else (0.0 if pttl_ms == -2 else None)
+
+    def _lapse(self) -> None:
+        log.warning("leader election: leadership lapsed (not renewed within %d s)", self.ttl)
+        self._term = None
+        self._announce(False)
+
+    def _turn_failed(self, exc: Exception) -> None:
+        self._outage.failed(exc)
+        self._backoff.next_wait()
+        if self._term is not None and not self.is_leader():
+            self._lapse()
+
+    def _next_wait(self) -> float:
+        config = self.config
+        if self._backoff.failures:
+            wait = self._backoff.wait
+            term = self._term
+            if term is not None:  # wake when the term lapses, to say so
+                wait = min(wait, max(0.0, term[1] - time.monotonic()))
+            return wait
+        if self._term is not None:
+            return config.leader_renew_interval
+        wait = config.leader_check_interval
+        if self._holder_left is not None:
+            wait = min(wait, self._holder_left + EXPIRY_MARGIN)
+        return wait
+
+    def _announce(self, leading: bool) -> None:
+        with self._change_lock:
+            if self._announced == leading:
+                return
+            self._announced = leading
+        if not leading:
+            log.info("leader election: this process follows")
+        if self._on_change is not None:
+            try:
+                self._on_change(leading)
+            except Exception as exc:
+                report_error(self.config, exc, {"context": "leader election: on change"})

@@ -1,0 +1,174 @@
+"""Signals through a self-pipe: handlers only write a byte; the main loop acts.
+
+1. ``SignalPipe.install`` traps TERM, INT, TSTP, TTIN and USR2; each handler writes the
+   signal's number to a pipe and returns — no application code runs in a signal handler.
+2. ``wait(timeout)`` returns the names of the signals received, blocking on the pipe.
+3. ``push(name)`` queues a signal from elsewhere (the heartbeat's remote signals) on the
+   same path, so local and remote signals are handled alike.
+4. ``serve(launcher, pipe)``: a worker's main loop. The first TERM or INT stops the
+   launcher (waiting up to its timeout for running jobs); while it does, a watcher thread
+   keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
+   the first) hurries the stop: the unfinished jobs go back to their queues now and the
+   process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
+5. ``dump_threads`` writes every thread's stack to the log (TTIN).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import signal
+import sys
+import threading
+import time
+import traceback
+from types import FrameType
+from typing import Protocol
+
+from ..log import VERBATIM
+
+__all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
+           "dump_threads", "serve", "stop_watched"]
+
+log = logging.getLogger("wurk")
+
+HANDLED = ("TERM", "INT", "TSTP", "TTIN", "USR2", "USR1")
+STOP_SIGNALS = ("TERM", "INT")
+# How often the watcher of a stop in progress looks whether the stop is over; a signal
+# itself wakes it at once, so this only bounds how long the exit waits for the watcher.
+WATCH_TICK = 0.1
+# A second stop signal this soon after the first is the same request sent twice — a process
+# manager (honcho, foreman) passing on the terminal's Ctrl-C that reached the worker too —
+# not a person pressing Ctrl-C again after reading the line below.
+HURRY_AFTER = 1.0
+HURRY_HINT = ("a second Ctrl-C (INT or TERM) stops now, pushing unfinished jobs back to their "
+              "queues first")
+
+
+class SignalPipe:
+    """A pipe the signal handlers write into and the main thread reads from."""
+
+    def __init__(self, names: tuple[str, ...] = HANDLED) -> None:
+        self.names = names
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+        self._previous: dict[int, object] = {}
+        self._lock = threading.Lock()
+
+    def install(self) -> None:
+        for name in self.names:
+            number = getattr(signal, f"SIG{name}")
+            self._previous[number] = signal.signal(number, self._handle)
+
+    def restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)  # type: ignore[arg-type]
+        self._previous.clear()
+
+    def _handle(self, number: int, frame: FrameType | None) -> None:
+        # A full pipe means unread signals are waiting; one more changes nothing.
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._write, bytes([number]))
+
+    def push(self, name: str) -> None:
+        number = getattr(signal, f"SIG{name}", None)
+        if number is None:
+            log.warning("ignoring unknown remote signal %r", name)
+            return
+        self._handle(int(number), None)
+
+    def wait(self, timeout: float) -> list[str]:
+        ready, _, _ = select.select([self._read], [], [], timeout)
+        if not ready:
+            return []
+        try:
+            data = os.read(self._read, 64)
+        except BlockingIOError:
+            return []
+        return [signal.Signals(number).name.removeprefix("SIG") for number in data]
+
+    def close(self) -> None:
+        self.restore()
+        os.close(self._read)
+        os.close(self._write)
+
+
+class _Quietable(Protocol):
+    def quiet(self) -> None: ...
+
+
+class _Stoppable(_Quietable, Protocol):
+    def stop(self, timeout: float | None = None, *, hint: str = "") -> None: ...
+
+    def hurry(self) -> None: ...
+
+
+def act_on(launcher: _Quietable, name: str) -> bool:
+    """What a worker process does with a signal; True when it asks the process to stop."""
+    if name in STOP_SIGNALS:
+        return True
+    if name == "TSTP":
+        launcher.quiet()
+    elif name == "TTIN":
+        dump_threads()
+    elif name == "USR2":
+        from .. import log as wurk_log
+
+        wurk_log.reopen()
+    return False
+
+
+def serve(launcher: _Stoppable, pipe: SignalPipe, *, tick: float) -> None:
+    """Obey signals until one asks to stop, then stop ``launcher``; returns once stopped.
+
+    The stop runs on this (the main) thread, where lifecycle hooks expect to run; a watcher
+    thread reads the pipe meanwhile, so that a second stop signal can hurry it."""
+    while True:
+        stop = False
+        for name in pipe.wait(tick):  # stop signals read together are one request
+            stop = act_on(launcher, name) or stop
+        if stop:
+            stop_watched(launcher, pipe)
+            return
+
+
+def stop_watched(launcher: _Stoppable, pipe: SignalPipe, *, hint: str = HURRY_HINT) -> None:
+    """Stop ``launcher`` on this thread while a watcher reads ``pipe``: a second stop signal,
+    ``HURRY_AFTER`` or more after this call, hurries the stop. ``hint`` ends the stop's log
+    line (empty where another process has told the person already)."""
+    done = threading.Event()
+    watcher = threading.Thread(target=_watch_stop,
+                               args=(launcher, pipe, done, time.monotonic()),
+                               name="wurk-signal-watch", daemon=True)
+    watcher.start()
+    try:
+        launcher.stop(hint=hint)
+    finally:
+        done.set()
+        watcher.join(timeout=WATCH_TICK * 10)
+
+
+def _watch_stop(launcher: _Stoppable, pipe: SignalPipe, done: threading.Event,
+                first: float) -> None:
+    """While the stop runs: a second TERM or INT hurries it (unless it came with the first,
+    see ``HURRY_AFTER``); other signals act as ever."""
+    while not done.is_set():
+        for name in pipe.wait(WATCH_TICK):
+            if not act_on(launcher, name):
+                continue
+            if time.monotonic() - first >= HURRY_AFTER:
+                launcher.hurry()
+            else:
+                log.debug("%s right after the first stop signal: taken as the same one", name)
+
+
+def dump_threads() -> None:
+    frames = sys._current_frames()
+    for thread in threading.enumerate():
+        frame = frames.get(thread.ident or -1)
+        stack = "".join(traceback.format_stack(frame)) if frame else "  (no frame)\n"
+        log.warning("thread %s (%s):\n%s", thread.name, thread.ident, stack.rstrip(),
+                    extra={VERBATIM: True})
