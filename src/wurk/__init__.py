@@ -7,6 +7,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 from __future__ import annotations
 
 from . import context, deploy, expiry, limiter, metrics, unique
+from ._version import __version__
 from .batch import Batch, BatchStatus, current_batch
 from .client.core import Client
 from .client.default import apush, apush_bulk, push, push_bulk
@@ -42,8 +43,6 @@ from .job import (
     job,
     registry,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "Batch",

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .config import Config
 
 __all__ = ["Registration", "check_fields", "deadline", "drop", "expired", "expired_count",
-           "on_expired", "seconds", "stamp"]
+           "on_expired", "seconds"]
 
 log = logging.getLogger("wurk")
 
@@ -51,13 +51,6 @@ def on_expired(callback: ExpiredCallback) -> Registration:
 # The checks live with the other job options (``wurk.options``); named here too.
 seconds = expires_in_seconds
 check_fields = check_expiry_fields
-
-
-def stamp(job: P.Payload, at: float | None, fmt: P.TimestampFormat) -> None:
-    """Write ``expires_at`` (the deadline) from ``expires_in`` and when the job is due."""
-    if P.EXPIRES_AT not in job:
-        due = time.time() if at is None else at
-        job[P.EXPIRES_AT] = P.write_time(fmt, due + float(job[P.EXPIRES_IN]))
 
 
 # -- working ----------------------------------------------------------------------------------

@@ -98,6 +98,29 @@ def reset_running(token: contextvars.Token[P.Payload | None]) -> None:
 _HOOK_OPTIONS = ("retry_in", "retries_exhausted", "unique_context")
 
 
+
+# -- a job's batch ------------------------------------------------------------------------------
+# How ``Job.batch`` opens a job's batch. Batches build on this module, so it imports nothing of
+# them: the batch package hands its opener over when it is installed in a worker or a testing
+# mode (``wurk.batch.install``), or when a batch is filled in this process.
+BatchOpener = Callable[[str], Any]
+_batch_opener: BatchOpener | None = None
+
+
+def open_batches_with(opener: BatchOpener) -> None:
+    """Record how ``Job.batch`` opens a batch by its bid (the batch package's ``Batch``)."""
+    global _batch_opener
+    _batch_opener = opener
+
+
+def _open_batch(bid: str) -> Any:
+    if _batch_opener is None:
+        raise RuntimeError(f"this job belongs to batch {bid}, but batches are not set up in "
+                           "this process: run it in a wurk worker or a testing mode, or "
+                           "import wurk.batch and call wurk.batch.install(config)")
+    return _batch_opener(bid)
+
+
 class JobDefinition:
     """A registered job: its wire name, default options and how to run it."""
 
@@ -585,17 +608,12 @@ class Job:
     @property
     def batch(self) -> Any:
         """The ``wurk.Batch`` this job belongs to (to reopen it), or None."""
-        from .batch.block import worker_config
-        from .batch.model import Batch  # batches build on jobs
-
-        return Batch(self.bid, config=worker_config()) if self.bid else None
+        return _open_batch(self.bid) if self.bid else None
 
     def valid_within_batch(self) -> bool:
         """False once this job's batch was invalidated: return early then."""
-        from .batch.block import worker_config
-        from .batch.status import invalidated
-
-        return not (self.bid and invalidated(self.bid, config=worker_config()))
+        batch = self.batch
+        return batch is None or not batch.invalidated()
 
     @classmethod
     def unique_context(cls, payload: P.Payload) -> list[Any] | None:

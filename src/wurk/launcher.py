@@ -30,10 +30,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import __version__
 from . import log as wurk_log
+from ._version import __version__
 from .asyncjobs import EventLoop, helper_count
-from .batch.middleware import install as install_batches
+from .batch import install as install_batches
 from .config import Capsule, Config
 from .connections.locate import describe_url
 from .connections.preflight import check_server

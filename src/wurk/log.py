@@ -13,7 +13,7 @@
 3. ``reopen`` reopens file handlers (USR2), for log rotation.
 4. Every format keeps one record on one line whatever a payload holds: a job class with a
    newline, a NUL or a terminal escape cannot forge a line or repaint a terminal. Pretty
-   and plain escape control characters (``wurk.text``) in the message and in each
+   and plain escape control characters (``wurk.stored``) in the message and in each
    context field, and quote a field holding a space, ``=`` or ``"``; JSON escapes them as
    JSON does, line and paragraph separators and bidi controls included. Tracebacks, and a
    record logged with ``extra={VERBATIM: True}`` (the thread dump), keep their lines.
@@ -34,7 +34,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
-from .text import UNPRINTABLE_CHARS, printable
+from .stored import UNPRINTABLE_CHARS, printable
 
 __all__ = ["JOB_FIELDS", "VERBATIM", "job_context", "logger", "reopen",
            "route_application_logs", "setup", "short_id", "tid", "user_configured"]

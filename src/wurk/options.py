@@ -13,6 +13,7 @@ periodic loops and the job definitions share one check.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -22,7 +23,8 @@ from .errors import ConfigError, InvalidArguments, InvalidPayload
 from .keys import PRIVATE_SEPARATOR
 
 __all__ = ["UNIQUE_UNTIL", "check_expiry_fields", "check_queue_name", "check_unique_fields",
-           "expires_in_seconds", "parse_queue", "unique_for_seconds", "validate_options"]
+           "expires_in_seconds", "parse_queue", "stamp_expiry", "unique_for_seconds",
+           "validate_options"]
 
 UNIQUE_UNTIL = ("success", "start")
 
@@ -161,3 +163,11 @@ def _check_option(key: str, value: Any, where: str) -> None:
             P.check_args([value], what=f"option {key!r}")
         except InvalidArguments as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+
+def stamp_expiry(job: dict[str, Any], at: float | None, fmt: P.TimestampFormat) -> None:
+    """Write a job's ``expires_at`` (its deadline) at push, from ``expires_in`` and when the
+    job is due: a scheduled job's time counts from its ``at``."""
+    if P.EXPIRES_AT not in job:
+        due = time.time() if at is None else at
+        job[P.EXPIRES_AT] = P.write_time(fmt, due + float(job[P.EXPIRES_IN]))

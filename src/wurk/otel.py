@@ -24,8 +24,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from . import __version__
 from . import payload as P
+from ._version import __version__
 from .config import Config
 from .metrics.tracking import job_name
 

@@ -22,34 +22,28 @@ Uniqueness is best effort: a job whose retries outlast ``unique_for`` lets a dup
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
-import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import payload as P
-from . import scripts
+from . import scripts, stored
+from .client.locks import digest, job_digest, lock_for, use_context
 from .connections.lending import redis as lent_redis
 from .errors import InvalidPayload, RedisUnavailable
 from .options import UNIQUE_UNTIL as UNTIL
 from .options import check_unique_fields, unique_for_seconds
 
 if TYPE_CHECKING:
-    import redis
 
     from .config import Config
-    from .keys import Keys
 
-__all__ = ["UNTIL", "LockRelease", "apush", "check_fields", "digest", "lock_for", "locked",
-           "push", "push_calls", "refused", "release", "release_stored", "seconds",
-           "use_context"]
+__all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "job_digest", "lock_for", "locked",
+           "release", "release_stored", "seconds", "use_context"]
 
 log = logging.getLogger("wurk")
 
-_PUSH = scripts.Script("unique_push.lua")
 _RELEASE = scripts.Script("unique_release.lua")
 # Stored payloads read per round trip when a whole queue or set is cleared.
 CLEAR_PAGE = 500
@@ -66,41 +60,6 @@ seconds = unique_for_seconds
 check_fields = check_unique_fields
 
 
-# -- the lock's name --------------------------------------------------------------------------
-def digest(parts: Sequence[Any]) -> str:
-    """base64url (no padding) of SHA-256 of the compact JSON of ``parts``."""
-    raw = hashlib.sha256(P.dumps(list(parts)).encode("utf-8")).digest()
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
-
-
-ContextHook = Callable[[P.Payload], Any]
-# Job name → its ``unique_context`` hook. The job registry keeps it (``use_context``) so this
-# module needs no import of the registry: the client, which pushes through here, is imported
-# by the registry's module.
-_contexts: dict[str, ContextHook] = {}
-
-
-def use_context(name: str, hook: ContextHook | None) -> None:
-    """Record the ``unique_context`` hook of the job named ``name`` (None forgets it)."""
-    if hook is None:
-        _contexts.pop(name, None)
-    else:
-        _contexts[name] = hook
-
-
-def job_digest(job: P.Payload) -> str:
-    """The digest naming ``job``'s lock: of its ``unique_context`` when its job defines one,
-    else of its class, queue and args."""
-    hook = _contexts.get(str(job.get(P.CLASS)))
-    context = hook(job) if hook is not None else None
-    if context is None:
-        return digest([job.get(P.CLASS), job.get(P.QUEUE), job.get(P.ARGS)])
-    if not isinstance(context, (list, tuple)):
-        raise InvalidPayload(f"{job.get(P.CLASS)}.unique_context must return a list, not "
-                             f"{type(context).__name__}", field=P.UNIQUE_FOR)
-    return digest(context)
-
-
 def locked(queue: str, name: str, args: Sequence[Any], *,
            config: Config | None = None) -> str | None:
     """The jid holding the lock of a ``name`` job with these ``args`` on ``queue``, or None.
@@ -114,62 +73,7 @@ def locked(queue: str, name: str, args: Sequence[Any], *,
     holder = cfg.pool("api").run(lambda r: r.get(key), idempotent=True)
     if holder is None:
         return None
-    return holder.decode("utf-8", "replace") if isinstance(holder, bytes) else str(holder)
-
-
-# -- pushing ----------------------------------------------------------------------------------
-def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[str, int]:
-    """The lock a unique job's push takes, and its lifetime in ms (``unique_for`` plus the
-    delay of a scheduled job); stores the digest in the payload."""
-    if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
-        job[P.UNIQUE_DIGEST] = job_digest(job)
-    delay = max(0.0, at - now) if at is not None else 0.0
-    ttl_ms = max(1, math.ceil((float(job[P.UNIQUE_FOR]) + delay) * 1000))
-    return keys.unique(job[P.UNIQUE_DIGEST]), ttl_ms
-
-
-def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-         ) -> set[str]:
-    """Push unique jobs, each with its lock; returns the jids refused as duplicates."""
-    return refused(entries, _PUSH.call_many(r, push_calls(keys, entries)))
-
-
-async def apush(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-                ) -> set[str]:
-    """``push`` on redis-py's asyncio client: the same script calls."""
-    return refused(entries, await _PUSH.acall_many(r, push_calls(keys, entries)))
-
-
-def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-               ) -> list[tuple[list[str], list[object]]]:
-    """The push script's keys and arguments, one call per job."""
-    now = time.time()
-    calls: list[tuple[list[str], list[object]]] = []
-    for job, at in entries:
-        lock, ttl_ms = lock_for(keys, job, at, now)
-        raw = P.dumps(job)
-        if at is None:
-            calls.append(([lock, keys.queues, keys.queue(job[P.QUEUE])],
-                          [job[P.JID], ttl_ms, raw, job[P.QUEUE], ""]))
-        else:
-            calls.append(([lock, keys.queues, keys.schedule],
-                          [job[P.JID], ttl_ms, raw, "", P.score(at)]))
-    return calls
-
-
-def refused(entries: Sequence[tuple[P.Payload, float | None]], replies: Sequence[Any]
-            ) -> set[str]:
-    """The jids the push script refused as duplicates (its reply: the holder's jid)."""
-    duplicates: set[str] = set()
-    for (job, _), reply in zip(entries, replies, strict=True):
-        if isinstance(reply, Exception):
-            raise reply
-        if reply is not None:
-            holder = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
-            log.info("duplicate of unique job %s (jid %s) not pushed: jid %s holds its lock",
-                     job.get(P.CLASS), job.get(P.JID), holder)
-            duplicates.add(str(job[P.JID]))
-    return duplicates
+    return stored.text(holder)
 
 
 # -- releasing --------------------------------------------------------------------------------
@@ -210,7 +114,7 @@ def release_stored(config: Config, raws: Iterable[bytes | str], *, role: str = "
     were released. Entries that are not unique jobs, or not JSON at all, are skipped."""
     calls: list[tuple[list[str], list[object]]] = []
     for raw in raws:
-        if MARK not in (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw):
+        if MARK not in stored.text(raw):
             continue  # the cheap test first: most jobs are not unique
         try:
             lock = _lock_of(config, P.loads(raw))

@@ -39,16 +39,20 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
+
+
 def _imports(path: Path) -> set[str]:
-    """wurk modules ``path`` imports anywhere: at module level, inside a function or under
-    ``if TYPE_CHECKING`` — a circle hidden in a function or a type is still a circle."""
+    """The wurk modules ``path`` needs: every import — at module level, inside a function or
+    under ``if TYPE_CHECKING`` (a circle hidden in a function or a type is still a circle).
+    ``from X import n`` needs the module ``X.n`` when there is one, else ``X`` itself (a name
+    its ``__init__`` defines)."""
     name = _module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            found |= {alias.name for alias in node.names if alias.name.startswith("wurk")}
+            found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -56,39 +60,51 @@ def _imports(path: Path) -> set[str]:
                 target = ".".join([*base, node.module] if node.module else base)
             else:
                 target = node.module or ""
-            if target.startswith("wurk"):
-                if node.module:
-                    found.add(target)
-                found |= {f"{target}.{alias.name}" for alias in node.names}
-    # A package is always imported before its modules: an edge to one's own package (its
-    # ``__init__``) is no dependency.
-    return {m for m in found if not name.startswith(m + ".")}
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                found.add(sub if sub in MODULES else target)
+    return {m for m in found if m in MODULES and m != name}
+
+
+GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+
+
+def _reach(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in GRAPH[todo.pop()]:
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
 def test_wurk_modules_import_no_circle() -> None:
-    """Importing any wurk module never needs a module that needs it back (the old
-    ``config`` ↔ ``connection`` circle included)."""
-    modules = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
-    graph = {name: {m for m in _imports(path) if m in modules and m != name}
-             for name, path in modules.items()}
+    """Importing any wurk module never needs a module that needs it back, counting imports
+    inside functions and under ``TYPE_CHECKING``."""
+    circles = sorted(name for name in GRAPH if name in _reach(name))
+    assert circles == [], f"modules on an import circle: {circles}"
 
-    def circle_from(start: str) -> list[str] | None:
-        stack = [(start, [start])]
-        seen: set[str] = set()
-        while stack:
-            node, trail = stack.pop()
-            for nxt in graph[node]:
-                if nxt == start:
-                    return [*trail, nxt]
-                if nxt not in seen:
-                    seen.add(nxt)
-                    stack.append((nxt, [*trail, nxt]))
-        return None
 
-    # A package's __init__ importing its own submodules is not a circle of two parts.
-    circles = [c for c in map(circle_from, sorted(graph)) if c is not None
-               and not all(m == c[0] or m.startswith(c[0] + ".") for m in c)]
-    assert circles == [], f"import circles: {circles[:3]}"
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def test_no_package_leaves_itself_and_comes_back() -> None:
+    """The hidden circle: importing ``wurk.pkg.mod`` first runs ``wurk.pkg``'s ``__init__``.
+    If what that ``__init__`` imports leads out of the package and back into it (``batch``
+    → ``job`` → ``client`` → ``batch.accounting``), the module that comes back finds its
+    package half made. So no package's imports may leave it and lead back in."""
+    found = []
+    for package, path in MODULES.items():
+        if path.name != "__init__.py" or package == "wurk":
+            continue
+        for outside in sorted(m for m in _reach(package) if not _inside(m, package)):
+            back = sorted(m for m in _reach(outside) if _inside(m, package))
+            if back:
+                found.append(f"{package} -> {outside} -> {back[0]}")
+    assert found == [], "\n".join(found)
 
 
 # A user of the repository has none of the planning documents these name.

@@ -15,7 +15,7 @@ from wurk import payload as P
 from wurk.api import values
 from wurk.api.values import Invalid
 from wurk.hosts import HostNames, check_host_pattern, host_name, local_location
-from wurk.text import cut, printable
+from wurk.stored import cut, printable
 
 
 @pytest.mark.parametrize(("value", "expected"), [

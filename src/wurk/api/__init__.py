@@ -32,13 +32,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..stored import Invalid
     from .periodic import LoopRecord, PeriodicSet
     from .processes import Process, ProcessSet, Work, WorkSet
     from .queues import Queue
     from .record import JobRecord
     from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
     from .stats import QueueSummary, Stats, StatsHistory
-    from .values import Invalid
 
 # Each name is imported from its module on first use (PEP 562): a worker reads a few
 # checked values through ``values`` and should not carry the rest of the model (sets,

@@ -24,15 +24,14 @@ from typing import Any
 
 from .. import payload as P
 from .. import scripts
+from .. import stored as values
 from ..client.core import Client
 from ..config import Config, default_config
 from ..errors import InspectionError
 from ..periodic.cron import Schedule
 from ..periodic.loops import HISTORY_LIMIT, epoch_field
-from ..text import cut, printable
-from . import values
+from ..stored import Invalid
 from .queues import sscan_page
-from .values import Invalid
 
 __all__ = ["LoopRecord", "PeriodicSet"]
 
@@ -41,11 +40,8 @@ TEXT_LIMIT = 200
 FIELDS = ("schedule", "klass", "options", "tz", "paused", "lf", "nf")
 
 
-def _text(raw: Any) -> str:
-    if raw is None:
-        return ""
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    return cut(printable(text), TEXT_LIMIT)
+def _shown(raw: Any) -> str:
+    return values.shown(raw, TEXT_LIMIT)
 
 
 def _mark(raw: Any) -> int | Invalid | None:
@@ -76,7 +72,7 @@ class LoopRecord:
     @classmethod
     def read(cls, lid: str, values: list[Any]) -> LoopRecord:
         schedule, klass, options, tz, paused, lf, nf = values
-        record = cls(lid, _text(schedule), _text(klass), _text(tz), {}, _text(paused) == "1",
+        record = cls(lid, _shown(schedule), _shown(klass), _shown(tz), {}, _shown(paused) == "1",
                      _mark(lf), _mark(nf))
         record._check(options)
         return record
@@ -101,7 +97,7 @@ class LoopRecord:
         try:
             return Schedule.parse(self.schedule, self.tz, seconds=True).zone
         except Exception as exc:  # any text at all may be stored: never a failed page
-            self.problems.append(f"cannot be read: {_text(str(exc))}")
+            self.problems.append(f"cannot be read: {_shown(str(exc))}")
             return None
 
     @property
@@ -241,4 +237,4 @@ def _entry(raw: Any) -> tuple[int, str] | None:
         return None
     when = epoch_field(str(at)) if isinstance(at, (int, float)) and not isinstance(at, bool) \
         else None
-    return (when, _text(jid)) if when is not None and isinstance(jid, str) else None
+    return (when, _shown(jid)) if when is not None and isinstance(jid, str) else None

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from .. import stored as values
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
 from ..errors import InspectionError
-from . import values
+from ..stored import Invalid
 from .queues import sscan_page
 from .record import JobRecord
-from .values import Invalid
 
 __all__ = ["Process", "ProcessSet", "Work", "WorkSet"]
 
@@ -91,7 +91,7 @@ class Process:
 
     @property
     def hostname(self) -> str | Invalid:
-        return _text(self._field("hostname"))
+        return _text_field(self._field("hostname"))
 
     @property
     def pid(self) -> int | Invalid | None:
@@ -99,7 +99,7 @@ class Process:
 
     @property
     def tag(self) -> str | Invalid:
-        return _text(self._field("tag"))
+        return _text_field(self._field("tag"))
 
     @property
     def started_at(self) -> float | Invalid | None:
@@ -192,7 +192,7 @@ def _weight_names(weights: Any) -> list[str]:
     return []
 
 
-def _text(value: Any) -> str | Invalid:
+def _text_field(value: Any) -> str | Invalid:
     if value is None:
         return ""
     if isinstance(value, (str, Invalid)):
@@ -211,14 +211,14 @@ def parse_process(identity: str, fields: list[bytes | None], config: Config) -> 
         concurrency = info.get("concurrency")
     return Process(
         identity=identity, info=info, busy=values.count(raw["busy"]),
-        beat=values.epoch(_number_text(raw["beat"])), stopping=raw["quiet"] == b"true",
+        beat=values.epoch(_number_text_field(raw["beat"])), stopping=raw["quiet"] == b"true",
         rss_kb=values.count(raw["rss"]), rtt_us=values.count(raw["rtt_us"]),
         concurrency=values.count(concurrency), loop_lag_us=values.count(raw["loop_lag_us"]),
         config=config,
     )
 
 
-def _number_text(value: bytes | None) -> str | None:
+def _number_text_field(value: bytes | None) -> str | None:
     """A hash field holding a number as text (``beat``), for ``values.epoch``."""
     return None if value is None else value.decode("utf-8", "replace")
 
@@ -412,7 +412,7 @@ def _parse_work(identity: str, entries: dict[bytes, bytes], config: Config) -> l
         # 6.0.2+ stores the job as a JSON string inside the JSON; 6.0.1 stored the object.
         raw = payload if isinstance(payload, str) else json.dumps(payload)
         works.append(Work(process=identity, thread=tid.decode("utf-8", "replace"),
-                          queue=_text(record.get("queue")),
+                          queue=_text_field(record.get("queue")),
                           run_at=values.epoch(record.get("run_at")),
                           job=JobRecord(raw, config=config)))
     return works

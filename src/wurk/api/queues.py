@@ -20,10 +20,10 @@ from ..config import Config, default_config
 from ..connections.pool import RedisPool
 from ..fetch.pause import invalidate_local
 from ..keys import PRIVATE_SEPARATOR
+from ..stored import Invalid
 from ..unique import CLEAR_PAGE, MARK, release_stored
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord
-from .values import Invalid
 
 __all__ = ["Queue", "queue_names"]
 

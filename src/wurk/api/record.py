@@ -22,10 +22,10 @@ import time
 from typing import Any
 
 from .. import payload as P
+from .. import stored as values
 from ..config import Config, default_config
 from ..errors import UnparseablePayload
-from . import values
-from .values import Invalid
+from ..stored import Invalid
 
 __all__ = ["JobRecord"]
 
@@ -62,7 +62,7 @@ class JobRecord:
         except UnparseablePayload as exc:
             self.item = {}
             self.parse_error = str(exc)
-        self.queue = queue if queue is not None else _text(self.item.get(P.QUEUE))
+        self.queue = queue if queue is not None else _str_or_empty(self.item.get(P.QUEUE))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.display_class} jid={self.jid!r}>"
@@ -80,12 +80,12 @@ class JobRecord:
 
     @property
     def jid(self) -> str:
-        return _text(self.item.get(P.JID))
+        return _str_or_empty(self.item.get(P.JID))
 
     @property
     def klass(self) -> str:
         """The payload's ``class`` (the wire name a worker looks up)."""
-        return _text(self.item.get(P.CLASS))
+        return _str_or_empty(self.item.get(P.CLASS))
 
     @property
     def args(self) -> list[Any]:
@@ -247,7 +247,7 @@ def _unwrap_active_job(value: Any) -> Any:
     return value
 
 
-def _text(value: Any) -> str:
+def _str_or_empty(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 

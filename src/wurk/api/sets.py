@@ -26,16 +26,16 @@ from typing import Any, ClassVar
 
 from .. import payload as P
 from .. import scripts
+from .. import stored as values
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
 from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..reporting import run_death_handlers
+from ..stored import Invalid
 from ..unique import MARK, release_stored
-from . import values
 from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord
-from .values import Invalid
 
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import payload as P
+from .. import stored as values
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
-from . import values
+from ..stored import Invalid
 from .processes import busy_total
 from .queues import entry_latency, queue_names
-from .values import Invalid
 
 __all__ = ["QueueSummary", "Stats", "StatsHistory"]
 

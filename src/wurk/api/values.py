@@ -1,195 +1,23 @@
-"""Checked reading: what is stored in Redis, turned into typed values or ``Invalid``.
-
-Everything the inspection model reads — so the dashboard, its JSON API and the CLI — was
-written by someone else: Ruby Sidekiq, an older wurk, a person at ``redis-cli``, an
-attacker. A value that is not what it should be costs one cell of one page, never the page.
-
-1. ``Invalid`` stands where a value could not be read: it carries what was stored (control
-   characters escaped, cut to ``RAW_LIMIT``) and what was expected. Readers return
-   ``T | Invalid``, and ``None`` for a value that is simply not there.
-2. The readers: ``epoch`` (a time in any form Sidekiq wrote, from 1970 to 9999), ``count`` (a
-   Redis counter or size field: 0 to 2⁶³−1), ``integer`` (a JSON integer in Redis's range),
-   ``json_object`` (a JSON object nested at most 100 deep), ``backtrace`` (a stored
-   backtrace, inflated to at most ``payload.BACKTRACE_MAX_BYTES``), ``latency``.
-3. ``to_json`` makes a document safe for JSON output: every ``Invalid``, NaN or infinity
-   becomes ``null`` and its raw text goes into the top-level ``"invalid"`` object, keyed by
-   the JSON Pointer (RFC 6901) of where it stood — never a 500, never ``Infinity``.
-4. ``valid_total`` sums what is valid of a column.
-
-A new reader of stored values (a dashboard tab, a CLI command) reads through these, returns
-the values as they come (``Invalid`` included) and leaves showing them to the edge: the
-dashboard's templates render ``Invalid`` as a marked cell, ``to_json`` as above.
-"""
+"""Checked reading of stored values, for code built on the inspection API: the readers of
+``wurk.stored`` (``Invalid``, ``epoch``, ``count``, ``to_json``…) under their documented
+name."""
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Any, TypeVar
-
-from .. import payload as P
-from ..text import cut, printable
+from ..stored import (
+    RAW_LIMIT,
+    Invalid,
+    backtrace,
+    count,
+    epoch,
+    integer,
+    invalid,
+    json_object,
+    latency,
+    split_invalid,
+    to_json,
+    valid_total,
+)
 
 __all__ = ["RAW_LIMIT", "Invalid", "backtrace", "count", "epoch", "integer", "invalid",
            "json_object", "latency", "split_invalid", "to_json", "valid_total"]
-
-T = TypeVar("T")
-
-# Enough of a bad value to recognise it; a 1 MiB one is not printed whole.
-RAW_LIMIT = 120
-# Redis integers (INCRBY, HSET counters) are signed 64-bit: nothing Redis counted is larger.
-REDIS_INT_MAX = 2**63 - 1
-# Times a person can be shown: 1970-01-01 up to the last second of year 9999 (Python's
-# datetime ends there; a later "time" is a unit mistake or an attack).
-EPOCH_MAX = 253_402_300_800.0
-# A count as Redis writes it: optional minus, at most 19 digits (anything longer overflows).
-_COUNT_TEXT = re.compile(r"-?[0-9]{1,19}")
-
-
-@dataclass(frozen=True, slots=True)
-class Invalid:
-    """A stored value that is not what it should be."""
-
-    raw: str  # what was stored, printable and cut to RAW_LIMIT characters
-    expected: str  # what it should have been: "a time", "a count", …
-
-    def __str__(self) -> str:
-        return f"invalid ({self.raw})"
-
-
-def invalid(value: Any, expected: str) -> Invalid:
-    """An ``Invalid`` for ``value``, whatever its type."""
-    return Invalid(raw=cut(printable(_as_text(value)[: RAW_LIMIT + 1]), RAW_LIMIT),
-                   expected=expected)
-
-
-def _as_text(value: Any) -> str:
-    if isinstance(value, Invalid):
-        return value.raw
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value[: 4 * (RAW_LIMIT + 1)]).decode("utf-8", "replace")
-    if isinstance(value, str):
-        return value
-    if isinstance(value, float):
-        return repr(value)
-    try:
-        return str(value) if isinstance(value, int) else P.dumps(value)
-    except (ValueError, TypeError, RecursionError):  # a 5 000-digit int, NaN in a list
-        return repr(type(value))
-
-
-# -- readers ----------------------------------------------------------------------------------
-def epoch(value: Any) -> float | Invalid | None:
-    """Epoch seconds from a stored time (float s, integer ms, text, ISO dates); ``None`` when
-    absent; ``Invalid`` when unreadable or outside 1970..9999."""
-    if value is None or isinstance(value, Invalid):
-        return value
-    try:
-        seconds = P.read_time(value)
-    except (OverflowError, ValueError):  # defensive: read_time promises None
-        seconds = None
-    if seconds is None or not 0 <= seconds < EPOCH_MAX:
-        return invalid(value, "a time")
-    return seconds
-
-
-def count(value: Any, *, missing: int = 0) -> int | Invalid:
-    """A Redis counter or size (``bytes``, text or int): 0 to 2⁶³−1; ``missing`` if absent."""
-    if value is None:
-        return missing
-    if isinstance(value, Invalid):
-        return value
-    number: int | None = None
-    if isinstance(value, int) and not isinstance(value, bool):
-        number = value
-    elif isinstance(value, (bytes, str)):
-        text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
-        if _COUNT_TEXT.fullmatch(text.strip()):
-            number = int(text)
-    if number is None or not 0 <= number <= REDIS_INT_MAX:
-        return invalid(value, "a count")
-    return number
-
-
-def integer(value: Any) -> int | Invalid | None:
-    """A JSON integer (a pid, a retry count) within Redis's range; ``None`` when absent."""
-    if value is None or isinstance(value, Invalid):
-        return value
-    if isinstance(value, int) and not isinstance(value, bool) \
-            and -REDIS_INT_MAX - 1 <= value <= REDIS_INT_MAX:
-        return value
-    return invalid(value, "a whole number")
-
-
-def json_object(raw: bytes | str | None) -> dict[str, Any] | Invalid | None:
-    """A stored JSON object (no NaN, at most 100 levels deep); ``None`` when absent."""
-    if raw is None:
-        return None
-    try:
-        value = P.loads_json(raw)
-    except ValueError:
-        return invalid(raw, "a JSON object")
-    return value if isinstance(value, dict) else invalid(raw, "a JSON object")
-
-
-def backtrace(value: Any) -> list[str] | Invalid | None:
-    """A stored backtrace's lines; ``Invalid`` (saying why) when it cannot be read."""
-    if value is None:
-        return None
-    try:
-        return P.read_backtrace(value)
-    except ValueError as exc:
-        return invalid(value, str(exc))
-
-
-def latency(since: float | Invalid | None, now: float) -> float | Invalid:
-    """Seconds from ``since`` to ``now`` (0.0 when unknown); ``Invalid`` passes through."""
-    if since is None:
-        return 0.0
-    if isinstance(since, Invalid):
-        return since
-    return now - since
-
-
-def valid_total(values: Iterable[int | Invalid]) -> int:
-    """The sum of the valid values (an invalid cell does not take the total with it)."""
-    return sum(value for value in values if not isinstance(value, Invalid))
-
-
-# -- JSON output ------------------------------------------------------------------------------
-def to_json(document: Any) -> Any:
-    """``document`` with each bad value as ``null``; a dict gets the raw texts under
-    ``"invalid"`` (JSON Pointer → raw text) when there are any."""
-    clean, found = split_invalid(document)
-    if found and isinstance(clean, dict):
-        clean["invalid"] = found
-    return clean
-
-
-def split_invalid(document: Any) -> tuple[Any, dict[str, str]]:
-    """``(clean document, {JSON Pointer: raw text})``."""
-    found: dict[str, str] = {}
-    return _clean(document, "", found), found
-
-
-def _clean(value: Any, at: str, found: dict[str, str]) -> Any:
-    if isinstance(value, Invalid):
-        found[at] = value.raw
-        return None
-    if isinstance(value, float) and not math.isfinite(value):
-        found[at] = repr(value)
-        return None
-    if isinstance(value, dict):
-        return {str(key): _clean(item, f"{at}/{_pointer(str(key))}", found)
-                for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(item, f"{at}/{index}", found) for index, item in enumerate(value)]
-    if value is None or isinstance(value, (str, int, float)):
-        return value
-    return str(value)
-
-
-def _pointer(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")

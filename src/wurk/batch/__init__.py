@@ -10,10 +10,11 @@ jobs (``callback``). ``docs/batches.md`` tells the whole story.
 from __future__ import annotations
 
 from .. import payload as P
-from ..job import current_job
+from ..config import Config
+from ..job import current_job, open_batches_with
 from .block import worker_config
 from .callback import Callback, Empty
-from .middleware import install
+from .middleware import install as install_middleware
 from .model import EVENTS, Batch, new_bid
 from .sets import BatchSet, DeadBatches, scan_tags
 from .status import BatchStatus, invalidated
@@ -39,3 +40,15 @@ def valid_within_batch() -> bool:
     if not isinstance(bid, str) or not bid:
         return True
     return not invalidated(bid, config=worker_config())
+
+
+def install(config: Config) -> None:
+    """Make ``config``'s worker (and pushes) keep batch accounting, once, and let a job
+    reach its batch (``Job.batch``): the launcher calls it before the worker starts, the
+    testing modes before a job runs."""
+    install_middleware(config)
+    open_batches_with(_open)
+
+
+def _open(bid: str) -> Batch:
+    return Batch(bid, config=worker_config())

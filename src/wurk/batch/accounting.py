@@ -25,17 +25,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import redis
 
 from .. import payload as P
-from ..client import writers as sinks
-from ..errors import BatchError
+from ..client import writers
+from ..client.locks import lock_for
+from ..client.writers import Entries
+from ..connections.pool import RedisPool
+from ..errors import BatchError, RedisUnavailable
 from ..scripts import Script
+from . import block as blocks
+from .block import Block, Entry
 
 if TYPE_CHECKING:
     from ..config import Config
-    from .block import Entry
 
-__all__ = ["Calls", "Outcome", "aregister", "awrite", "callback_done", "close", "create",
-           "invalidate", "locks", "push", "push_call", "pushed", "record", "register",
-           "reopen", "write"]
+__all__ = ["BlockWriter", "Calls", "Outcome", "awrite", "callback_done", "close", "create",
+           "invalidate", "locks", "push", "push_call", "pushed", "record", "reopen", "write"]
 
 log = logging.getLogger("wurk")
 
@@ -68,7 +71,7 @@ def _common(config: Config) -> list[object]:
     """What every batch script takes first; with a testing mode's sink selected, the
     scripts hand jobs back instead of pushing them, and the sink writes them."""
     return [config.keys.prefix, config.timestamp_format, int(config.dead_timeout),
-            "1" if sinks.selected() is not None else ""]
+            "1" if writers.beneath() is not None else ""]
 
 
 def _run(script: Script, conn: Any, keys: list[str], args: list[object]) -> Any:
@@ -85,9 +88,9 @@ def _fired(config: Config, reply: Any) -> int:
     """The result of a script that may fire; callback jobs it handed back (a testing mode)
     go to the selected sink through the client."""
     handed = reply[1:]
-    sink = sinks.selected()
-    if handed and sink is not None:
-        sink.write(config, [(P.loads(raw), None) for raw in handed])
+    keeping = writers.beneath()
+    if handed and keeping is not None:
+        keeping.write(config, config.pool("client"), [(P.loads(raw), None) for raw in handed])
     return int(reply[0])
 
 
@@ -148,31 +151,19 @@ def pushed(entries: Sequence[Entry], reply: Any) -> tuple[int, set[str]]:
     return int(reply[0]), {str(entries[int(i) - 1][0][P.JID]) for i in reply[1:]}
 
 
-def write(client: redis.Redis, config: Config, entries: Sequence[Entry]) -> set[str]:
-    """The client's last step for jobs of the open block: push and register them, and count
-    them towards the block. Returns the jids refused as duplicates of a unique job. With a
-    testing mode's sink selected they are only registered: the sink writes them."""
-    from .block import current
-
-    block = current()
-    if block is None or not entries:
-        return set()
+def write(client: redis.Redis, config: Config, block: Block, entries: Sequence[Entry]
+          ) -> set[str]:
+    """Push the jobs of an open block and register them with its batch, and count them
+    towards the block. Returns the jids refused as duplicates of a unique job. With a testing
+    mode's writer beneath they are only registered: that writer keeps or runs them."""
     _, refused = push(Calls(client), config, block.bid, entries, locks(config, entries))
-    block.pushed += len(entries) - len(refused)
-    if refused:
-        log.info("%d duplicate(s) of unique jobs not pushed nor added to batch %s",
-                 len(refused), block.bid)
-    return refused
+    return _counted(block, entries, refused)
 
 
-async def awrite(client: Any, config: Config, entries: Sequence[Entry]) -> set[str]:
+async def awrite(client: Any, config: Config, block: Block, entries: Sequence[Entry]
+                 ) -> set[str]:
     """``write`` on redis-py's asyncio client (the async push): the same script and
     arguments, one round trip (two more on a server that lacks the script)."""
-    from .block import current
-
-    block = current()
-    if block is None or not entries:
-        return set()
     keys, args = push_call(config, block.bid, entries, locks(config, entries))
     try:
         try:
@@ -185,6 +176,10 @@ async def awrite(client: Any, config: Config, entries: Sequence[Entry]) -> set[s
             raise BatchError(str(exc).split(" ", 1)[1]) from None
         raise
     _, refused = pushed(entries, reply)
+    return _counted(block, entries, refused)
+
+
+def _counted(block: Block, entries: Sequence[Entry], refused: set[str]) -> set[str]:
     block.pushed += len(entries) - len(refused)
     if refused:
         log.info("%d duplicate(s) of unique jobs not pushed nor added to batch %s",
@@ -197,32 +192,50 @@ def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | N
     None when no job has one."""
     if not any(P.UNIQUE_FOR in job for job, _ in entries):
         return None
-    from ..unique import lock_for
-
     now = time.time()
     return [lock_for(config.keys, job, at, now) if P.UNIQUE_FOR in job else ("", 0)
             for job, at in entries]
 
 
-def register(config: Config, entries: Sequence[Entry]) -> set[str]:
-    """For a testing mode's sink: register the open block's jobs among ``entries`` with its
-    batch before the sink keeps or runs them."""
-    from .block import split
+class BlockWriter:
+    """The overlay of an open jobs block (``wurk.client.writers``): the block's jobs are
+    pushed and registered by the batch's script, in one round trip; any other job goes to
+    the client's Redis writer. Under a testing mode the block's jobs are only registered,
+    and that mode's writer keeps or runs every job."""
 
-    _, in_batch = split(entries)
-    if not in_batch:
-        return set()
-    return config.pool("client").run(lambda client: write(client, config, in_batch))
+    def __init__(self, block: Block) -> None:
+        self.block = block
 
+    def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]:
+        plain, mine = blocks.split(self.block, entries)
+        keeping = writers.beneath()
+        refused: set[str] = set()
+        try:
+            if mine:
+                refused = pool.run(lambda client: write(client, config, self.block, mine))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(writers.push_failed(mine, exc)) from exc
+        if keeping is not None:
+            keeping.write(config, pool, entries)
+            return set()
+        return refused | (writers.RedisWriter().write(config, pool, plain) if plain else set())
 
-async def aregister(config: Config, entries: Sequence[Entry]) -> set[str]:
-    """``register`` for the async push, on the loop's asyncio pool."""
-    from .block import split
-
-    _, in_batch = split(entries)
-    if not in_batch:
-        return set()
-    return await config.async_pool().run(lambda client: awrite(client, config, in_batch))
+    async def awrite(self, config: Config, entries: Entries) -> set[str]:
+        plain, mine = blocks.split(self.block, entries)
+        keeping = writers.beneath()
+        refused: set[str] = set()
+        try:
+            if mine:
+                refused = await config.async_pool().run(
+                    lambda client: awrite(client, config, self.block, mine))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(writers.push_failed(mine, exc)) from exc
+        if keeping is not None:
+            await keeping.awrite(config, entries)
+            return set()
+        if plain:
+            refused |= await writers.RedisWriter().awrite(config, plain)
+        return refused
 
 
 def decode_callbacks(raw: str | bytes | None) -> list[tuple[str, str, dict[str, Any]]]:

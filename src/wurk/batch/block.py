@@ -5,11 +5,10 @@
    push made by the code it runs on its thread or asyncio task, and nothing else.
 3. ``worker_config()``: the configuration of the worker running the current job (set by
    the batch server middleware), for code a job runs that needs its Redis.
-4. ``split(entries)``: which of the jobs a push is about to write belong to the open block
-   (the client middleware gave them its bid); the client writes those with
-   ``wurk.batch.accounting.push``, which registers them in the same script.
-
-Kept free of imports from the rest of the batch package: the client imports it.
+4. ``split(block, entries)``: which of the jobs a push is about to write belong to the
+   block (the client middleware gave them its bid); the block's writer
+   (``wurk.batch.accounting.BlockWriter``) pushes those with the batch's script, which
+   registers them in the same round trip.
 """
 
 from __future__ import annotations
@@ -62,11 +61,8 @@ def worker_config() -> Any:
     return WORKER_CONFIG.get()
 
 
-def split(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
-    """(plain entries, entries of the open block); without a block, no list is built."""
-    block = _current.get()
-    if block is None:
-        return list(entries), []
+def split(block: Block, entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(other entries, entries of ``block``: the client middleware gave them its bid)."""
     plain: list[Entry] = []
     registered: list[Entry] = []
     for entry in entries:

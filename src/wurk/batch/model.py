@@ -20,18 +20,18 @@ import base64
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING, Any, overload
+from typing import Any, overload
 
 from .. import payload as P
+from ..client import writers
+from ..client.default import default_client
 from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
 from ..errors import BatchError, InvalidArguments
 from . import accounting
 from . import block as blocks
 from .middleware import install_client
-
-if TYPE_CHECKING:
-    from .status import BatchStatus
+from .status import BatchStatus, invalidated
 
 __all__ = ["CALLBACK_CLASS", "DEFAULT_LINGER", "EMPTY_CLASS", "EVENTS", "MIN_LINGER", "Batch",
            "new_bid"]
@@ -80,9 +80,9 @@ class Batch:
         self.bid = bid if bid is not None else new_bid()
         self._exists = bid is not None  # created in Redis already
         self.parent_bid: str | None = None
-        self.description = _text("description", description)
-        self.callback_queue = _text("callback_queue", callback_queue) or P.DEFAULT_QUEUE
-        self.callback_class = _text("callback_class", callback_class) or CALLBACK_CLASS
+        self.description = _checked_string("description", description)
+        self.callback_queue = _checked_string("callback_queue", callback_queue) or P.DEFAULT_QUEUE
+        self.callback_class = _checked_string("callback_class", callback_class) or CALLBACK_CLASS
         self.tags = _tags(tags)
         self.linger = _linger(linger)
         self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
@@ -149,6 +149,7 @@ class Batch:
                 accounting.reopen(conn, config, self.bid)
         block = blocks.Block(self.bid)
         token = blocks.enter(block)
+        overlay = writers.set_overlay(accounting.BlockWriter(block))
         completed = False
         try:
             yield self
@@ -157,6 +158,7 @@ class Batch:
                 _push_empty(config, self.callback_queue)
             completed = True
         finally:
+            writers.reset_overlay(overlay)
             blocks.leave(token)
             if creating:
                 self._close(config, abandon=not completed and block.pushed == 0)
@@ -173,8 +175,6 @@ class Batch:
     # -- reading and changing ---------------------------------------------------------------
     @property
     def status(self) -> BatchStatus:
-        from .status import BatchStatus
-
         return BatchStatus(self.bid, config=self._config)
 
     def invalidate_all(self) -> int:
@@ -183,17 +183,19 @@ class Batch:
         with lent_redis(self.config) as conn:
             return accounting.invalidate(conn, self.config, self.bid)
 
+    def invalidated(self) -> bool:
+        """Whether this batch (or one above it) was invalidated."""
+        return invalidated(self.bid, config=self._config)
+
     def delete(self) -> None:
         self.status.delete()
 
 
 def _push_empty(config: Config, queue: str) -> None:
-    from ..client.default import default_client  # the client imports this package
-
     default_client(config).push({P.CLASS: EMPTY_CLASS, P.ARGS: [], P.QUEUE: queue})
 
 
-def _text(name: str, value: Any) -> str:
+def _checked_string(name: str, value: Any) -> str:
     if not isinstance(value, str):
         raise BatchError(f"batch {name} must be a string, not {value!r}")
     return value

@@ -14,8 +14,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .. import payload as P
+from .. import stored
 from ..config import Config, default_config
-from .status import BatchStatus, _text
+from .status import BatchStatus
 
 __all__ = ["BatchSet", "DeadBatches", "scan_tags"]
 
@@ -40,7 +41,7 @@ class BatchSet:
     def _read(self, start: int, count: int) -> tuple[list[BatchStatus], int]:
         """(live batches, entries read); entries of expired batches are removed."""
         key = self.config.keys.batches
-        bids = [_text(b) for b in self.config.pool("api").run(
+        bids = [stored.text(b) for b in self.config.pool("api").run(
             lambda r: r.zrevrange(key, start, start + count - 1), idempotent=True)]
         statuses = [BatchStatus(bid, config=self.config) for bid in bids]
         gone = [status.bid for status in statuses if not status.exists]
@@ -66,7 +67,7 @@ class DeadBatches:
 
     def bids(self) -> list[str]:
         key = self.config.keys.batch_died
-        members = sorted(_text(m) for m in self.config.pool("api").run(
+        members = sorted(stored.text(m) for m in self.config.pool("api").run(
             lambda r: r.smembers(key), idempotent=True))
         gone = [bid for bid in members if not self._exists(bid)]
         if gone:
@@ -106,7 +107,7 @@ def scan_tags(text: str, *, config: Config | None = None) -> list[str]:
     def scan(r: Any) -> set[str]:
         found: set[str] = set()
         for key in r.scan_iter(match=pattern, count=500):
-            found.update(_text(m) for m in r.smembers(key))
+            found.update(stored.text(m) for m in r.smembers(key))
         return found
 
     bids = cfg.pool("api").run(scan, idempotent=True)

@@ -16,9 +16,10 @@ import time
 from typing import Any
 
 from .. import payload as P
-from ..api.values import Invalid, count, epoch, invalid, to_json
+from .. import stored
 from ..config import Config, default_config
 from ..errors import BatchError
+from ..stored import Invalid, count, epoch, invalid, to_json
 from .accounting import decode_callbacks
 
 __all__ = ["BatchStatus", "invalidated"]
@@ -27,14 +28,8 @@ __all__ = ["BatchStatus", "invalidated"]
 JOIN_POLL = 0.05
 
 
-def _text(raw: Any) -> str:
-    if raw is None:
-        return ""
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-
-
 def _members(raw: Any) -> list[str]:
-    return sorted(_text(m) for m in raw or ())
+    return sorted(stored.text(m) for m in raw or ())
 
 
 class BatchStatus:
@@ -66,7 +61,7 @@ class BatchStatus:
             return list(pipe.execute())
 
         fields, kids, live, ttl = self.config.pool("api").run(read, idempotent=True)
-        self.raw = {_text(k): _text(v) for k, v in fields.items()}
+        self.raw = {stored.text(k): stored.text(v) for k, v in fields.items()}
         self.exists = bool(self.raw)
         self.child_count = int(kids)
         self.unfinished = int(live)  # jids neither succeeded nor dead
@@ -206,5 +201,5 @@ def invalidated(bid: str, *, config: Config | None = None) -> bool:
     """Whether batch ``bid`` (or an ancestor, which marks it too) was invalidated."""
     cfg = config if config is not None else default_config()
     key = cfg.keys.batch(bid)
-    return _text(cfg.pool("api").run(lambda r: r.hget(key, "invalidated"),
+    return stored.text(cfg.pool("api").run(lambda r: r.hget(key, "invalidated"),
                                      idempotent=True)) == "1"

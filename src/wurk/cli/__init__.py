@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import click
 
-from .. import __version__
+from .._version import __version__
 from ..errors import ConfigError, WurkError
 
 __all__ = ["main"]

@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from .. import stored
 from ..config import Config
 from ..connections.locate import describe_url, find_home
 from ..connections.pool import RedisPool
@@ -132,7 +133,7 @@ def _backlog(pool: RedisPool, keys: Keys) -> _Backlog:
     """
 
     def read(client: Any) -> _Backlog:
-        names = sorted(_text(name) for name in client.smembers(keys.queues))
+        names = sorted(stored.text(name) for name in client.smembers(keys.queues))
         pipe = client.pipeline(transaction=False)
         for name in names:
             pipe.llen(keys.queue(name))
@@ -143,10 +144,6 @@ def _backlog(pool: RedisPool, keys: Keys) -> _Backlog:
                         scheduled, retries, dead)
 
     return pool.run(read, idempotent=True)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 def _report(found: ServerStatus, config: Config) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..api.values import Invalid
+from ..stored import Invalid
 
 __all__ = ["age", "count", "duration", "kilobytes", "plural", "table"]
 

@@ -26,6 +26,7 @@ import click
 import redis
 
 from .. import log as wurk_log
+from .. import stored
 from ..batch.callback import BUILTIN_JOBS
 from ..config import Config, configure, parse_queue
 from ..configfile import load_file
@@ -206,7 +207,7 @@ def mention_unseen_queues(config: Config, queues: tuple[str, ...]) -> None:
         return
     try:
         known = sorted(config.pool("internal").run(
-            lambda r: [_text(name) for name in r.smembers(config.keys.queues)],
+            lambda r: [stored.text(name) for name in r.smembers(config.keys.queues)],
             idempotent=True))
     except (WurkError, redis.RedisError):
         return  # the launcher's boot check reports an unreachable Redis
@@ -220,10 +221,6 @@ def mention_unseen_queues(config: Config, queues: tuple[str, ...]) -> None:
         logger.log(logging.WARNING if close else logging.INFO,
                    "queue %r has never had a job pushed to it (it is not in Redis's "
                    "'queues' set); the worker waits on it anyway%s", name, hint)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 @click.command()

@@ -38,17 +38,18 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Generator, Mapping
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .. import expiry, unique
 from .. import payload as P
 from ..config import Config, default_config
-from ..connections.pool import AsyncRedisPool, RedisPool
-from ..errors import InvalidArguments, InvalidPayload, RedisUnavailable
+from ..connections.pool import RedisPool
+from ..errors import InvalidArguments, InvalidPayload
 from ..middleware import settle
-from . import writers as sinks
+from ..options import check_expiry_fields, check_unique_fields, stamp_expiry
+from . import writers
+from .writers import Entries, RedisWriter, Writer
 
 __all__ = ["Client"]
 
@@ -64,7 +65,6 @@ LINK_JOIN_TIMEOUT = 5.0
 
 _DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
 
-Entries = Sequence[tuple[P.Payload, "float | None"]]
 T = TypeVar("T")
 
 
@@ -84,16 +84,6 @@ class _Write:
 
 # What a push's steps yield, what they are sent back, and what they return.
 Steps = Generator["_Middleware | _Write", Any, T]
-
-
-@dataclass
-class _Commands:
-    """One write, built once for either sender: plain commands for one pipeline, the
-    unique jobs (pushed by their script), the jobs of an open batch block."""
-
-    pipeline: list[tuple[Any, ...]] = field(default_factory=list)
-    locked: list[tuple[P.Payload, float | None]] = field(default_factory=list)
-    in_batch: list[tuple[P.Payload, float | None]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -116,9 +106,11 @@ class _Place:
 class Client:
     """Pushes payloads into one Redis, through the configuration's client middleware."""
 
-    def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, pool: RedisPool | None = None,
+                 writer: Writer | None = None) -> None:
         self.config = config if config is not None else default_config()
         self._pool = pool
+        self.writer: Writer = writer if writer is not None else RedisWriter()
 
     @property
     def pool(self) -> RedisPool:
@@ -277,9 +269,9 @@ class Client:
                                      f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
             job[P.RETRY_FOR] = int(retry_for)
         if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
-            unique.check_fields(job)
+            check_unique_fields(job)
         if P.EXPIRES_IN in job:
-            expiry.check_fields(job)
+            check_expiry_fields(job)
         P.validate(job)
 
     def _through_middleware(self, job: P.Payload) -> P.Payload | None:
@@ -355,98 +347,26 @@ class Client:
 
     # -- writing ----------------------------------------------------------------------------
     def _write(self, entries: Entries) -> set[str]:
-        """The last step: Redis, or the sink selected for this push (``wurk.client.writers``).
-        Returns the jids of unique jobs refused as duplicates (only Redis holds locks)."""
+        """The last step: the writer selected for this push (``wurk.client.writers``), else
+        this client's own. Returns the jids it refused (duplicates of unique jobs)."""
         self._stamp(entries)
-        sink = sinks.selected()
-        if sink is None:
-            commands = self._commands(entries)
-            pool = self.pool
-            try:
-                return pool.run(lambda redis: self._send(pool, redis, commands))
-            except RedisUnavailable as exc:
-                raise RedisUnavailable(_push_failed(entries, exc)) from exc
-        from ..batch.accounting import register  # the batch package imports the client
-
-        register(self.config, entries)  # a batch is in Redis still
-        sink.write(self.config, entries)
-        return set()
+        return (writers.selected() or self.writer).write(self.config, self.pool, entries)
 
     async def _awrite(self, entries: Entries) -> set[str]:
-        """``_write`` on the running loop's asyncio pool."""
+        """``_write`` for async code: the writer's async form (the running loop's pool)."""
         self._stamp(entries)
-        sink = sinks.selected()
-        if sink is None:
-            commands = self._commands(entries)
-            pool = self.config.async_pool()
-            try:
-                return await pool.run(lambda redis: self._asend(pool, redis, commands))
-            except RedisUnavailable as exc:
-                raise RedisUnavailable(_push_failed(entries, exc)) from exc
-        from ..batch.accounting import aregister
-
-        await aregister(self.config, entries)
-        sink.write(self.config, entries)  # kept in memory, or run inline as a test asks
-        return set()
+        return await (writers.selected() or self.writer).awrite(self.config, entries)
 
     def _stamp(self, entries: Entries) -> None:
         fmt = self.config.timestamp_format
         enqueued_at = P.write_time(fmt)
         for job, at in entries:
             if P.EXPIRES_IN in job:
-                expiry.stamp(job, at, fmt)
+                stamp_expiry(job, at, fmt)
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
-
-    def _commands(self, entries: Entries) -> _Commands:
-        """What ``entries`` take to write, for either sender."""
-        keys = self.config.keys
-        scheduled: list[Any] = []
-        by_queue: dict[str, list[str]] = {}
-        from ..batch.block import split  # the batch package imports the client
-
-        plain, in_batch = split(entries)
-        commands = _Commands(in_batch=list(in_batch))
-        for job, at in plain:
-            if P.UNIQUE_FOR in job:
-                commands.locked.append((job, at))  # pushed with its lock, by a script
-            elif at is not None:
-                scheduled += [P.score(float(at)), P.dumps(job)]
-            else:
-                by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
-        if scheduled:
-            commands.pipeline.append(("ZADD", keys.schedule, *scheduled))
-        if by_queue:
-            commands.pipeline.append(("SADD", keys.queues, *by_queue))
-            for queue, jsons in by_queue.items():
-                commands.pipeline.append(("LPUSH", keys.queue(queue), *jsons))
-        return commands
-
-    def _send(self, pool: RedisPool, redis: Any, commands: _Commands) -> set[str]:
-        if commands.pipeline:
-            # Not redis-py's Pipeline: its command stack and per-command hooks cost a single
-            # push more CPU than the rest of the push (``RedisPool.send_all``).
-            pool.send_all(commands.pipeline)
-        refused = unique.push(redis, self.config.keys, commands.locked) \
-            if commands.locked else set()
-        if commands.in_batch:
-            from ..batch.accounting import write as write_in_batch  # it imports the client
-
-            refused |= write_in_batch(redis, self.config, commands.in_batch)
-        return refused
-
-    async def _asend(self, pool: AsyncRedisPool, redis: Any, commands: _Commands) -> set[str]:
-        if commands.pipeline:
-            await pool.send_all(commands.pipeline)  # as ``_send`` does
-        refused = await unique.apush(redis, self.config.keys, commands.locked) \
-            if commands.locked else set()
-        if commands.in_batch:
-            from ..batch.accounting import awrite
-
-            refused |= await awrite(redis, self.config, commands.in_batch)
-        return refused
 
 
 def _at(value: Any, name: str = "'at'") -> float:
@@ -565,13 +485,3 @@ def _serve_link(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> No
             loop.run_until_complete(loop.shutdown_default_executor())
         finally:
             loop.close()
-
-
-def _push_failed(entries: Sequence[tuple[P.Payload, float | None]], exc: Exception) -> str:
-    first = entries[0][0]
-    what = f"{first.get(P.CLASS)} (jid {first.get(P.JID)})"
-    if len(entries) > 1:
-        what = f"{len(entries)} jobs, the first {what}"
-    return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
-            "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
-            "mid-command, the push may have reached Redis.)")

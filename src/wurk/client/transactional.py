@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from .. import payload as P
+from . import writers
 from .core import Client
 
 __all__ = ["TransactionAdapter", "TransactionalClient", "run_all"]
@@ -66,10 +67,8 @@ class TransactionalClient(Client):
         at once. Its arguments are checked here, before the client middleware that runs at
         the commit: a bad push raises at the call, not from the commit after the data was
         kept (design.md: arguments that are not JSON-native are refused at push time)."""
-        from ..batch.block import current as open_block  # the batch package imports this one
-
         if item.get(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
-                open_block() is not None:  # inside a jobs block: it joins at push
+                writers.overlay() is not None:  # inside a batch's jobs block: joins at push
             return False
         checked = False
 

@@ -1,15 +1,23 @@
-"""Where a push ends: the client's last step, selectable without touching the client.
+"""Where a push ends: the writer a client hands its entries to.
 
 1. A push runs normalisation, client middleware and the argument check, then hands its
-   entries (payload, ``at`` or None) to a sink. With none selected the client writes to
-   Redis itself (``Client._write_redis``).
-2. A sink is selected process-wide, or for the current thread and the asyncio tasks it
-   starts (a ``contextvars`` value), which wins. ``wurk.testing`` selects its fake and
-   inline sinks this way; a ``None`` block value means "Redis here", whatever the process
-   default is.
-3. Selecting is explicit: nothing here changes at import.
-4. The fake mode's store of kept pushes is registered here when that mode is first chosen,
-   so ``resize.jobs`` / ``resize.drain()`` reach it without the job module importing
+   entries (payload, ``at`` or None) to a ``Writer``, which writes them and returns the jids
+   it refused (duplicates of a unique job). The client knows nothing of what a writer does:
+   batches, unique jobs and testing modes attach here, never inside the client.
+2. ``RedisWriter``, every client's own unless given another: one round trip per push —
+   ``SADD queues`` + ``LPUSH`` per queue for immediate jobs, one ``ZADD schedule`` for
+   scheduled ones (``RedisPool.send_all``), then unique jobs each with its lock by a script
+   (``wurk.client.locks``). Never a transaction, never replayed after a broken connection.
+3. Another writer is selected for a block of code or for the process: a testing mode
+   (``wurk.testing``: kept in memory, or run inline) process-wide or for the current thread
+   and the asyncio tasks it starts (a ``contextvars`` value), which wins; a ``None`` block
+   value means "Redis here", whatever the process default is. Over that, an **overlay**
+   (a batch's jobs block) takes the pushes made inside it, writes its own and hands the
+   rest to what lies beneath (``beneath()``). Pushes under an overlay go out at the call:
+   a transactional client does not defer them.
+4. Selecting is explicit: nothing here changes at import. The fake mode's store of kept
+   pushes is registered here when that mode is first chosen (``keep_in``), so
+   ``resize.jobs`` / ``resize.drain()`` reach it without the job module importing
    ``wurk.testing`` (which builds on the job module).
 """
 
@@ -17,23 +25,142 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from .. import payload as P
 from ..config import Config
+from ..connections.pool import AsyncRedisPool, RedisPool
+from ..errors import RedisUnavailable
+from . import locks
 
-__all__ = ["UNSET", "Entries", "KeptJobs", "Sink", "keep_in", "kept", "selected", "set_block",
-           "set_process"]
+__all__ = [
+    "UNSET",
+    "Entries",
+    "KeepingWriter",
+    "KeptJobs",
+    "RedisWriter",
+    "Writer",
+    "beneath",
+    "block_value",
+    "keep_in",
+    "kept",
+    "overlay",
+    "reset_block",
+    "reset_overlay",
+    "selected",
+    "set_block",
+    "set_overlay",
+    "set_process",
+]
 
 Entries = Sequence[tuple[dict[str, Any], "float | None"]]
 
 
-class Sink(Protocol):
-    """Receives what a push would write: payloads already through middleware, each with
-    its ``at`` (epoch seconds) or None for now."""
+class Writer(Protocol):
+    """Writes a push's entries (payloads already through middleware, each with its ``at``
+    in epoch seconds or None for now); returns the jids it refused."""
 
-    def write(self, config: Config, entries: Entries) -> None: ...
+    def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]: ...
+
+    async def awrite(self, config: Config, entries: Entries) -> set[str]: ...
 
 
+class KeepingWriter:
+    """A writer that keeps or runs pushes in this process (the testing modes): the same from
+    sync and async code, and it refuses nothing."""
+
+    def keep(self, config: Config, entries: Entries) -> None:
+        raise NotImplementedError
+
+    def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]:
+        self.keep(config, entries)
+        return set()
+
+    async def awrite(self, config: Config, entries: Entries) -> set[str]:
+        self.keep(config, entries)  # kept in memory, or run inline as a test asks
+        return set()
+
+
+# -- Redis --------------------------------------------------------------------------------------
+@dataclass
+class _Commands:
+    """One write, built once for either sender: plain commands for one pipeline, and the
+    unique jobs (pushed by their script)."""
+
+    pipeline: list[tuple[Any, ...]] = field(default_factory=list)
+    locked: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+
+
+class RedisWriter:
+    """Writes to the client's Redis: the sync push on the pool it is given, the async push
+    on the running loop's pool (``Config.async_pool``)."""
+
+    def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]:
+        commands = _commands(config, entries)
+        try:
+            return pool.run(lambda redis: _send(config, pool, redis, commands))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(push_failed(entries, exc)) from exc
+
+    async def awrite(self, config: Config, entries: Entries) -> set[str]:
+        commands = _commands(config, entries)
+        pool = config.async_pool()
+        try:
+            return await pool.run(lambda redis: _asend(config, pool, redis, commands))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(push_failed(entries, exc)) from exc
+
+
+def _commands(config: Config, entries: Entries) -> _Commands:
+    """What ``entries`` take to write, for either sender."""
+    keys = config.keys
+    scheduled: list[Any] = []
+    by_queue: dict[str, list[str]] = {}
+    commands = _Commands()
+    for job, at in entries:
+        if P.UNIQUE_FOR in job:
+            commands.locked.append((job, at))  # pushed with its lock, by a script
+        elif at is not None:
+            scheduled += [P.score(float(at)), P.dumps(job)]
+        else:
+            by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+    if scheduled:
+        commands.pipeline.append(("ZADD", keys.schedule, *scheduled))
+    if by_queue:
+        commands.pipeline.append(("SADD", keys.queues, *by_queue))
+        for queue, jsons in by_queue.items():
+            commands.pipeline.append(("LPUSH", keys.queue(queue), *jsons))
+    return commands
+
+
+def _send(config: Config, pool: RedisPool, redis: Any, commands: _Commands) -> set[str]:
+    if commands.pipeline:
+        # Not redis-py's Pipeline: its command stack and per-command hooks cost a single
+        # push more CPU than the rest of the push (``RedisPool.send_all``).
+        pool.send_all(commands.pipeline)
+    return locks.push(redis, config.keys, commands.locked) if commands.locked else set()
+
+
+async def _asend(config: Config, pool: AsyncRedisPool, redis: Any,
+                 commands: _Commands) -> set[str]:
+    if commands.pipeline:
+        await pool.send_all(commands.pipeline)  # as ``_send`` does
+    return await locks.apush(redis, config.keys, commands.locked) if commands.locked \
+        else set()
+
+
+def push_failed(entries: Entries, exc: Exception) -> str:
+    first = entries[0][0]
+    what = f"{first.get(P.CLASS)} (jid {first.get(P.JID)})"
+    if len(entries) > 1:
+        what = f"{len(entries)} jobs, the first {what}"
+    return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
+            "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
+            "mid-command, the push may have reached Redis.)")
+
+
+# -- selection ----------------------------------------------------------------------------------
 class KeptJobs(Protocol):
     """What the fake mode keeps, as the job methods (``jobs``, ``drain``…) reach it."""
 
@@ -53,11 +180,11 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
-_process: Sink | None = None
-_block: contextvars.ContextVar[Sink | _Unset | None] = contextvars.ContextVar(
-    "wurk_sink_block", default=UNSET)
-
-
+_process: Writer | None = None
+_block: contextvars.ContextVar[Writer | _Unset | None] = contextvars.ContextVar(
+    "wurk_writer_block", default=UNSET)
+_overlay: contextvars.ContextVar[Writer | None] = contextvars.ContextVar(
+    "wurk_writer_overlay", default=None)
 _kept: KeptJobs | None = None
 
 
@@ -76,27 +203,47 @@ def kept() -> KeptJobs:
     return _kept
 
 
-def selected() -> Sink | None:
-    """The sink for a push made here now; None means Redis."""
+def selected() -> Writer | None:
+    """The writer for a push made here now; None means the client's own (Redis)."""
+    over = _overlay.get()
+    return over if over is not None else beneath()
+
+
+def beneath() -> Writer | None:
+    """The writer under any overlay: a testing mode's, or None for Redis."""
     block = _block.get()
     return _process if block is UNSET else block  # type: ignore[return-value]
 
 
-def set_process(sink: Sink | None) -> Sink | None:
-    """Select ``sink`` for every thread without a block of its own; returns the previous."""
+def overlay() -> Writer | None:
+    """The overlay taking the pushes made here now (a batch's jobs block), if any."""
+    return _overlay.get()
+
+
+def set_process(writer: Writer | None) -> Writer | None:
+    """Select ``writer`` for every thread without a block of its own; returns the previous."""
     global _process
-    previous, _process = _process, sink
+    previous, _process = _process, writer
     return previous
 
 
-def set_block(sink: Sink | _Unset | None) -> contextvars.Token[Sink | _Unset | None]:
-    """Select ``sink`` (None: Redis) for this thread and its tasks; reset with the token."""
-    return _block.set(sink)
+def set_block(writer: Writer | _Unset | None) -> contextvars.Token[Writer | _Unset | None]:
+    """Select ``writer`` (None: Redis) for this thread and its tasks; reset with the token."""
+    return _block.set(writer)
 
 
-def reset_block(token: contextvars.Token[Sink | _Unset | None]) -> None:
+def reset_block(token: contextvars.Token[Writer | _Unset | None]) -> None:
     _block.reset(token)
 
 
-def block_value() -> Sink | _Unset | None:
+def block_value() -> Writer | _Unset | None:
     return _block.get()
+
+
+def set_overlay(writer: Writer | None) -> contextvars.Token[Writer | None]:
+    """Lay ``writer`` over whatever is selected, for this thread and its tasks."""
+    return _overlay.set(writer)
+
+
+def reset_overlay(token: contextvars.Token[Writer | None]) -> None:
+    _overlay.reset(token)

@@ -37,6 +37,7 @@ import redis.asyncio as aredis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .._version import __version__
 from .packing import pack_all
 from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
 
@@ -47,8 +48,6 @@ T = TypeVar("T")
 
 
 def _version() -> str:
-    from .. import __version__
-
     return __version__
 
 

@@ -38,13 +38,13 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from .. import scripts
-from ..api import values
-from ..api.values import Invalid
+from .. import stored as values
 from ..config import Config, default_config
 from ..connections.lease import Lease
 from ..connections.lending import kept
 from ..connections.lending import redis as lent_redis
 from ..errors import OverLimit
+from ..stored import Invalid
 
 if TYPE_CHECKING:
     from ..scripts import _Caller
@@ -88,16 +88,12 @@ def forget_registrations() -> None:
         _registered.clear()
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def pairs(reply: Any) -> dict[str, Any]:
     """HGETALL's reply as a dict, whether it came as a dict (RESP3) or a flat list."""
     if isinstance(reply, Mapping):
-        return {_text(k): v for k, v in reply.items()}
+        return {values.text(k): v for k, v in reply.items()}
     if isinstance(reply, (list, tuple)):
-        return {_text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
+        return {values.text(reply[i]): reply[i + 1] for i in range(0, len(reply) - 1, 2)}
     return {}
 
 

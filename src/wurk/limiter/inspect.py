@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
-from ..api import values
-from ..api.values import Invalid
+from .. import stored as values
 from ..config import Config
+from ..stored import Invalid
 from .base import NAME_PATTERN, pairs, read_stats
 
 __all__ = ["LIST_CAP", "TYPES", "average_wait", "limiters"]
@@ -31,13 +31,9 @@ LIST_CAP = 10_000
 PAGE_SIZE = 25
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _number(value: Any) -> float | None:
     try:
-        number = float(_text(value))
+        number = float(values.text(value))
     except (TypeError, ValueError):
         return None
     return number if math.isfinite(number) else None
@@ -78,7 +74,7 @@ def _names(config: Config, substr: str) -> tuple[list[str], int]:
     while len(found) + skipped < LIST_CAP:
         cursor, members = pool.run(partial(_sscan, key, cursor), idempotent=True)
         for member in members:
-            name = _text(member)
+            name = values.text(member)
             if not NAME_PATTERN.fullmatch(name):
                 skipped += 1
             elif substr in name:
@@ -126,7 +122,7 @@ def _read(config: Config, names: list[str]) -> list[dict[str, Any]]:
 
 def _row(name: str, meta: Any, stats: Any) -> dict[str, Any]:
     fields = pairs(meta) if not isinstance(meta, Exception) else {}
-    kind = _text(fields.get("type", ""))
+    kind = values.text(fields.get("type", ""))
     options, problem = _options(fields.get("options", b"{}"))
     if not fields:
         problem = "no metadata (expired, or written by another tool)"

@@ -31,9 +31,9 @@ from .base import (
 )
 
 if TYPE_CHECKING:
-    from ..api.values import Invalid
     from ..config import Config
     from ..scripts import _Caller
+    from ..stored import Invalid
 
 __all__ = ["Bucket", "Concurrent", "Leaky", "Points", "Unlimited", "Window"]
 

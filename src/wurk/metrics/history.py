@@ -25,12 +25,12 @@ from typing import Any
 
 from .. import payload as P
 from ..api import Stats
-from ..api.values import Invalid
 from ..config import Config
 from ..errors import UnparseablePayload
 from ..runtime.outage import Backoff, Outage
 from ..runtime.timer import TimerLoop, Timers
 from ..scripts import Script
+from ..stored import Invalid
 
 __all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
 

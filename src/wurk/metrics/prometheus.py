@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from ..api import Stats
-from ..api.values import Invalid, count
 from ..config import Config
 from ..errors import ConfigError
 from ..runtime.outage import Outage
+from ..stored import Invalid, count
 from .tracking import BUCKET_BOUNDS
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]

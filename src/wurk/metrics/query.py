@@ -18,9 +18,9 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..api import values
-from ..api.values import Invalid
+from .. import stored as values
 from ..config import Config, default_config
+from ..stored import Invalid
 from .tracking import BUCKETS
 
 __all__ = ["JobResult", "Mark", "Query", "Result"]
@@ -194,7 +194,7 @@ class Query:
                         result.note(at)
                     continue
                 if at is not None and start <= at < end:
-                    found.append(Mark(at, _text(label)[:MARK_LABEL_LIMIT]))
+                    found.append(Mark(at, values.text(label)[:MARK_LABEL_LIMIT]))
         return sorted(found, key=lambda mark: (mark.at, mark.label))
 
     # -- reading ----------------------------------------------------------------------------
@@ -239,19 +239,15 @@ class Query:
 _METRICS = {"p": "processed", "f": "failed", "ms": "ms"}
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _field(raw: Any) -> tuple[str, str] | None:
     """``("HardJob", "p")`` of a field ``HardJob|p``; None for anything else."""
-    name, bar, metric = _text(raw).rpartition("|")
+    name, bar, metric = values.text(raw).rpartition("|")
     return (name, metric) if bar and name and metric in _METRICS else None
 
 
 def _stamp(value: Any) -> dt.datetime | Invalid | None:
     """A mark's ISO-8601 UTC minute (``2025-02-14T08:43:00Z``), or ``Invalid``."""
-    seconds = values.epoch(_text(value))
+    seconds = values.epoch(values.text(value))
     if seconds is None or isinstance(seconds, Invalid):
         return seconds
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)

@@ -24,9 +24,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
-from .. import scripts
+from .. import scripts, stored
 from ..config import Config
 from ..connections.pool import RedisPool
 from ..reporting import report_error
@@ -41,10 +40,6 @@ LEADER_THREAD = "wurk-leader"
 # A follower wakes this long after the holder's key should have expired: the key is gone
 # by then even if the two clocks disagree by a few milliseconds.
 EXPIRY_MARGIN = 0.05
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class Leadership:
@@ -135,7 +130,7 @@ class Leadership:
         if int(reply[0]) == 1:
             self._lead(int(reply[1]), sent)
         else:
-            self._follow(_text(reply[1]), int(reply[2]))
+            self._follow(stored.text(reply[1]), int(reply[2]))
 
     def _lead(self, token: int, sent: float) -> None:
         previous = self._term

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .. import payload as P
-from .. import scripts
+from .. import scripts, stored
 from ..client.core import Client
 from ..config import Config
 from ..connections.pool import RedisPool
@@ -73,10 +73,6 @@ class LoopState:
     lf: int | None
     nf: int | None
     paused: bool
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 class PeriodicPoller:
@@ -154,11 +150,11 @@ class PeriodicPoller:
             args += [loop.lid, loop.cron, loop.job, loop.options_json, loop.tz,
                      loop.schedule.next_after(now)]
         reply = self._script(self._sync, [self.config.keys.periodic], args)
-        if _text(reply[0]) != "synced":
-            self._refused(_text(reply[0]))
+        if stored.text(reply[0]) != "synced":
+            self._refused(stored.text(reply[0]))
             return False
         self._synced = (token, time.monotonic())
-        pruned = [_text(lid) for lid in reply[2]]
+        pruned = [stored.text(lid) for lid in reply[2]]
         if pruned:
             log.warning("periodic: pruned %d loop(s) this configuration does not register: "
                         "%s", len(pruned), ", ".join(pruned[:10]))
@@ -185,7 +181,7 @@ class PeriodicPoller:
                 continue
             lf, nf, paused = fields
             states.append(LoopState(exists == 1, epoch_field(lf), epoch_field(nf),
-                                    _text(paused) == "1" if paused is not None else False))
+                                    stored.text(paused) == "1" if paused is not None else False))
         return states
 
     def _handle(self, loop: Loop, state: LoopState, token: int, now: float) -> float | None:
@@ -247,7 +243,7 @@ class PeriodicPoller:
             [keys.loop(loop.lid), keys.queues, keys.queue(queue), keys.loop_history(loop.lid)],
             [self.leadership.identity, token, tick, next_fire, self.config.periodic_catch_up,
              queue, P.dumps(job), job[P.JID], HISTORY_LIMIT])
-        outcome = _text(reply[0])
+        outcome = stored.text(reply[0])
         if outcome == "fired":
             log.debug("periodic: pushed %s for loop %s (tick %d)", job[P.JID], loop.lid, tick)
             return True
@@ -261,7 +257,7 @@ class PeriodicPoller:
             self._synced = None
         elif outcome == "wrong-type":
             log.error("periodic: loop %s not pushed: %s holds another type of value",
-                      loop.describe(), _text(reply[1]))
+                      loop.describe(), stored.text(reply[1]))
         elif outcome == "late":
             log.warning("periodic: loop %s: tick %d is older than periodic_catch_up by "
                         "Redis's clock; not pushed", loop.describe(), tick)
@@ -271,7 +267,7 @@ class PeriodicPoller:
     def _move_on(self, loop: Loop, next_fire: int, token: int) -> None:
         reply = self._script(self._advance, [self.config.keys.loop(loop.lid)], [
             self.leadership.identity, token, next_fire])
-        outcome = _text(reply[0])
+        outcome = stored.text(reply[0])
         if outcome in ("not-leader", "stale-token"):
             self._refused(outcome)
         elif outcome == "gone":

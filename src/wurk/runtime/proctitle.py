@@ -6,7 +6,7 @@ hosted swarm leaves the host's title alone (their callers decide that).
 
 from __future__ import annotations
 
-from .. import __version__
+from .._version import __version__
 
 __all__ = ["set_title"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .. import stored
 from ..config import Config
 from ..connections.pool import RedisPool
 
@@ -32,7 +33,7 @@ def prune_processes(config: Config, pool: RedisPool | None = None) -> int:
     def prune(redis: Any) -> int:
         if not redis.set(keys.process_cleanup, "1", nx=True, ex=CLEANUP_INTERVAL):
             return 0
-        identities = [_text(i) for i in redis.sscan_iter(keys.processes, count=SCAN_COUNT)]
+        identities = [stored.utf8(i) for i in redis.sscan_iter(keys.processes, count=SCAN_COUNT)]
         readable = [i for i in identities if i is not None]
         if not readable:
             return 0
@@ -46,14 +47,3 @@ def prune_processes(config: Config, pool: RedisPool | None = None) -> int:
         return len(gone)
 
     return used.run(prune)
-
-
-def _text(identity: bytes | str) -> str | None:
-    """An identity as text; one that is not UTF-8 was not written by a Sidekiq or wurk
-    process and is left alone rather than guessed at."""
-    if isinstance(identity, str):
-        return identity
-    try:
-        return identity.decode("utf-8")
-    except UnicodeDecodeError:
-        return None

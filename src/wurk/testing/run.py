@@ -21,7 +21,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .. import payload as P
-from ..batch.middleware import install as install_batches
+from ..batch import install as install_batches
 from ..config import Config
 from ..job import registry, reset_running, set_running
 from ..middleware import Chain

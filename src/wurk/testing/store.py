@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import payload as P
-from ..client.writers import Entries
+from ..client.writers import Entries, KeepingWriter
 from ..config import Config
 from ..errors import WurkError
 from ..middleware import Chain
@@ -114,24 +114,24 @@ def _round_trip(job: P.Payload, at: float | None) -> P.Payload:
     return copy
 
 
-class FakeSink:
+class FakeSink(KeepingWriter):
     """Keeps pushes in ``store``; ``chain`` replaces the server middleware when they run."""
 
     def __init__(self, chain: Chain | None = None) -> None:
         self.chain = chain
 
-    def write(self, config: Config, entries: Entries) -> None:
+    def keep(self, config: Config, entries: Entries) -> None:
         for job, at in entries:
             store.add(_round_trip(job, at), config, self.chain)
 
 
-class InlineSink:
+class InlineSink(KeepingWriter):
     """Runs each push at once in the pushing thread; ``at`` is not waited for."""
 
     def __init__(self, chain: Chain | None = None) -> None:
         self.chain = chain
 
-    def write(self, config: Config, entries: Entries) -> None:
+    def keep(self, config: Config, entries: Entries) -> None:
         for job, _at in entries:
             perform(job, config, self.chain)
 

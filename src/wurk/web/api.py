@@ -25,7 +25,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from ..api import values
+from .. import stored as values
 from . import actions, data
 from . import limiters as limits_tab
 from .context import dashboard

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from ..api.values import Invalid
+from ..stored import Invalid
 
 __all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "bar_chart", "line_chart", "plotted",
            "with_marks"]

@@ -38,8 +38,8 @@ from ..api import (
     values,
 )
 from ..api.record import JobRecord
-from ..api.values import Invalid
 from ..config import Config
+from ..stored import Invalid
 
 __all__ = [
     "PAGE_SIZE",

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from .. import __version__
+from .._version import __version__
 from .api import ENDPOINTS, Endpoint, describe
 from .context import dashboard
 from .extensions import Extension

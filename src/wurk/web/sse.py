@@ -19,7 +19,7 @@ from typing import Any
 import anyio
 from starlette.types import Receive, Scope, Send
 
-from ..api import values
+from .. import stored as values
 from ..errors import RedisUnavailable
 from . import data
 from .context import STATE_ATTRIBUTE, Dashboard

@@ -27,8 +27,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from .. import __version__
-from ..api.values import Invalid
+from .._version import __version__
+from ..stored import Invalid
 from .context import dashboard
 from .guard import SCOPE_CSRF, SCOPE_ROOT, route_path
 

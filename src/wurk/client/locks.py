@@ -1,0 +1,132 @@
+"""The unique lock a push takes, and the script that pushes a job with it.
+
+1. ``job_digest``: the lock's name — base64url(sha256(JSON ``[class, queue, args]``)), or of
+   the list a job's ``unique_context`` hook returns (``use_context``, recorded by the job
+   registry, so this module needs no import of it). Stored in the payload
+   (``unique_digest``), so any process can release the lock.
+2. ``lock_for``: the lock and its lifetime (``unique_for``, plus the delay of a scheduled
+   job).
+3. ``push`` / ``apush``: the Redis writer's route for unique jobs — each job pushed with its
+   lock by ``scripts/unique_push.lua``, so a job is never pushed without its lock nor its
+   lock taken without the job; the jids refused as duplicates come back.
+
+The unique-jobs feature (``wurk.unique``: the option, releasing, ``locked``) builds on this;
+the client reaches it only through its Redis writer (``wurk.client.writers``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from .. import payload as P
+from .. import scripts, stored
+from ..errors import InvalidPayload
+
+if TYPE_CHECKING:
+    import redis
+
+    from ..keys import Keys
+
+__all__ = ["ContextHook", "apush", "digest", "job_digest", "lock_for", "push", "push_calls",
+           "refused", "use_context"]
+
+log = logging.getLogger("wurk")
+
+_PUSH = scripts.Script("unique_push.lua")
+
+
+# -- the lock's name --------------------------------------------------------------------------
+def digest(parts: Sequence[Any]) -> str:
+    """base64url (no padding) of SHA-256 of the compact JSON of ``parts``."""
+    raw = hashlib.sha256(P.dumps(list(parts)).encode("utf-8")).digest()
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+ContextHook = Callable[[P.Payload], Any]
+# Job name → its ``unique_context`` hook. The job registry keeps it (``use_context``) so this
+# module needs no import of the registry, which builds on the client.
+_contexts: dict[str, ContextHook] = {}
+
+
+def use_context(name: str, hook: ContextHook | None) -> None:
+    """Record the ``unique_context`` hook of the job named ``name`` (None forgets it)."""
+    if hook is None:
+        _contexts.pop(name, None)
+    else:
+        _contexts[name] = hook
+
+
+def job_digest(job: P.Payload) -> str:
+    """The digest naming ``job``'s lock: of its ``unique_context`` when its job defines one,
+    else of its class, queue and args."""
+    hook = _contexts.get(str(job.get(P.CLASS)))
+    context = hook(job) if hook is not None else None
+    if context is None:
+        return digest([job.get(P.CLASS), job.get(P.QUEUE), job.get(P.ARGS)])
+    if not isinstance(context, (list, tuple)):
+        raise InvalidPayload(f"{job.get(P.CLASS)}.unique_context must return a list, not "
+                             f"{type(context).__name__}", field=P.UNIQUE_FOR)
+    return digest(context)
+
+
+# -- pushing ----------------------------------------------------------------------------------
+def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[str, int]:
+    """The lock a unique job's push takes, and its lifetime in ms (``unique_for`` plus the
+    delay of a scheduled job); stores the digest in the payload."""
+    if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
+        job[P.UNIQUE_DIGEST] = job_digest(job)
+    delay = max(0.0, at - now) if at is not None else 0.0
+    ttl_ms = max(1, math.ceil((float(job[P.UNIQUE_FOR]) + delay) * 1000))
+    return keys.unique(job[P.UNIQUE_DIGEST]), ttl_ms
+
+
+def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+         ) -> set[str]:
+    """Push unique jobs, each with its lock; returns the jids refused as duplicates."""
+    return refused(entries, _PUSH.call_many(r, push_calls(keys, entries)))
+
+
+async def apush(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+                ) -> set[str]:
+    """``push`` on redis-py's asyncio client: the same script calls."""
+    return refused(entries, await _PUSH.acall_many(r, push_calls(keys, entries)))
+
+
+def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+               ) -> list[tuple[list[str], list[object]]]:
+    """The push script's keys and arguments, one call per job."""
+    now = time.time()
+    calls: list[tuple[list[str], list[object]]] = []
+    for job, at in entries:
+        lock, ttl_ms = lock_for(keys, job, at, now)
+        raw = P.dumps(job)
+        if at is None:
+            calls.append(([lock, keys.queues, keys.queue(job[P.QUEUE])],
+                          [job[P.JID], ttl_ms, raw, job[P.QUEUE], ""]))
+        else:
+            calls.append(([lock, keys.queues, keys.schedule],
+                          [job[P.JID], ttl_ms, raw, "", P.score(at)]))
+    return calls
+
+
+def refused(entries: Sequence[tuple[P.Payload, float | None]], replies: Sequence[Any]
+            ) -> set[str]:
+    """The jids the push script refused as duplicates (its reply: the holder's jid)."""
+    duplicates: set[str] = set()
+    for (job, _), reply in zip(entries, replies, strict=True):
+        if isinstance(reply, Exception):
+            raise reply
+        if reply is not None:
+            holder = stored.text(reply)
+            log.info("duplicate of unique job %s (jid %s) not pushed: jid %s holds its lock",
+                     job.get(P.CLASS), job.get(P.JID), holder)
+            duplicates.add(str(job[P.JID]))
+    return duplicates
+
+
