@@ -40,7 +40,7 @@ from .connections.pool import RedisPool
 from .metrics.counters import Counters
 from .processor import Busy
 from .reporting import report_error
-from .runtime.outage import Backoff, Outage
+from .runtime.duty import Duty
 
 __all__ = ["Heartbeat", "Identity", "process_nonce"]
 
@@ -139,10 +139,12 @@ class Heartbeat:
         self._health = health  # more live fields (event-loop lag, processor deaths)
         self._first = True
         self._rtts: list[int] = []
-        self.outage = Outage(config, "heartbeat")
-        self._backoff = Backoff()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # On a thread of its own: a beat must not wait behind another duty's slow tick. While
+        # Redis fails, the backoff: the record must be back (and the processors fetching)
+        # soon after Redis is.
+        self._duty = Duty(config, "wurk-heartbeat", self._beat, lambda: config.heartbeat_interval,
+                          component="heartbeat")
+        self.outage = self._duty.outage
         self._process = psutil.Process()
         self._written = threading.Condition()
         self._written_at: float | None = None  # monotonic time the record was last written
@@ -150,22 +152,13 @@ class Heartbeat:
 
     # -- thread -----------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="wurk-heartbeat", daemon=True)
-        self._thread.start()
+        self._duty.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+        self._duty.stop(timeout)
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._next_wait()):
-            self.beat()
-
-    def _next_wait(self) -> float:
-        """The interval; while Redis fails, the backoff: the record must be back (and the
-        processors fetching) soon after Redis is."""
-        return self._backoff.wait if self._backoff.failures else self.config.heartbeat_interval
+    def is_alive(self) -> bool:
+        return self._duty.is_alive()
 
     # -- visibility -------------------------------------------------------------------------
     def wait_visible(self, timeout: float) -> bool:
@@ -195,23 +188,18 @@ class Heartbeat:
     # -- one beat ---------------------------------------------------------------------------
     def beat(self) -> bool:
         """One heartbeat; returns False (after logging) when Redis refused it."""
-        try:
-            self.counters.flush(self.pool, self.config.keys)
-            self._write_work()
-            rtt = self._ping()
-            signal = self._write_process(rtt)
-        except Exception as exc:
-            self.outage.failed(exc)
-            self._backoff.next_wait()
-            return False
+        return self._duty.run()
+
+    def _beat(self) -> None:
+        self.counters.flush(self.pool, self.config.keys)
+        self._write_work()
+        rtt = self._ping()
+        signal = self._write_process(rtt)
         self._was_written()
-        self._backoff.reset()
-        self.outage.ended()
         if self._on_beat is not None:
             self._on_beat()
         if signal and self._on_signal is not None:
             self._on_signal(signal)
-        return True
 
     def _write_work(self) -> None:
         keys = self.config.keys

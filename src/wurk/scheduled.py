@@ -39,9 +39,9 @@ from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
 from .reporting import report_error
 from .retry import JobRetry
-from .runtime.outage import Backoff, Outage
+from .runtime.duty import Duty
 from .runtime.pruning import prune_processes
-from .runtime.timer import TimerLoop, Timers
+from .runtime.timer import Timers
 
 __all__ = ["ATOMIC_BATCH", "CLAIM_LEASE", "INITIAL_JITTER", "LARGE_CLUSTER", "Scheduler"]
 
@@ -78,24 +78,22 @@ class Scheduler:
         self._claim = self.pool.client.register_script(scripts.source("scheduled_claim.lua"))
         self._morgue = Morgue(config, self.pool)
         self._retry = JobRetry(config, self._morgue, self.pool)
-        self._timer = TimerLoop(SCHEDULER_THREAD, self._cycle, self.poll_interval,
-                                first_wait=self.initial_wait, on_error=self._cycle_failed,
-                                host=timers)
+        # A failed pass waits its turn: never sooner than the poll interval.
+        self._duty = Duty(config, SCHEDULER_THREAD, self._cycle, self.poll_interval,
+                          component="scheduler", first_wait=self.initial_wait,
+                          retry_early=False, host=timers)
         self._pruned = False
-        self._outage = Outage(config, "scheduler")
-        self._backoff = Backoff()
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
-        self._timer.start()
+        self._duty.start()
 
     def stop(self, timeout: float) -> None:
         """Stop polling; a pass in progress ends after its current batch."""
-        if not self._timer.stop(timeout):
-            log.warning("the scheduler did not stop within %.1f s", timeout)
+        self._duty.stop(timeout)
 
     def is_alive(self) -> bool:
-        return self._timer.is_alive()
+        return self._duty.is_alive()
 
     # -- one pass ---------------------------------------------------------------------------
     def enqueue_due(self) -> int:
@@ -109,7 +107,7 @@ class Scheduler:
         # The atomic path claims nothing unless a member is skipped: look for abandoned
         # claims first (in client mode every claim looks for them).
         total = self._take_over_abandoned(key) if atomic else 0
-        while not self._timer.stopping:
+        while not self._duty.stopping:
             moved, more = step(key)
             total += moved
             if not more:
@@ -135,7 +133,7 @@ class Scheduler:
     # -- the one-at-a-time path -------------------------------------------------------------
     def _take_over_abandoned(self, key: str) -> int:
         total = 0
-        while not self._timer.stopping:
+        while not self._duty.stopping:
             pushed = self._claim_and_push(key, abandoned_only=True)
             if pushed is None:
                 break
@@ -231,7 +229,7 @@ class Scheduler:
             interval = random.uniform(average / 2, average * 3 / 2)
         else:
             interval = random.uniform(0, average * 2)
-        return max(interval, self._backoff.wait)  # while Redis fails, back off
+        return interval  # while Redis fails, the duty waits longer (its backoff)
 
     def _process_count(self) -> int:
         key = self.config.keys.processes
@@ -248,9 +246,3 @@ class Scheduler:
             self._pruned = True  # Sidekiq tries once per process start
             prune_processes(self.config, self.pool)
         self.enqueue_due()
-        self._backoff.reset()
-        self._outage.ended()
-
-    def _cycle_failed(self, exc: Exception) -> None:
-        self._outage.failed(exc)
-        self._backoff.next_wait()

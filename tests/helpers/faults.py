@@ -113,12 +113,11 @@ class InProcessWorker:
         """Every long-lived thread this worker owns, and whether it is running."""
         launcher = self.launcher
         alive = {p.name: p.thread.is_alive() for m in launcher.managers for p in m.processors}
-        heartbeat = launcher.heartbeat._thread
-        alive["heartbeat"] = heartbeat is not None and heartbeat.is_alive()
+        alive["heartbeat"] = launcher.heartbeat.is_alive()
         alive["poller"] = launcher.timers.is_alive()
         alive["scheduler"] = launcher.scheduler.is_alive()
         if launcher.reaper is not None:
-            alive["reaper"] = launcher.reaper._timer.is_alive()
+            alive["reaper"] = launcher.reaper.is_alive()
         return alive
 
     def assert_healthy(self, concurrency: int) -> None:

@@ -123,7 +123,7 @@ def test_stepping_down_never_deletes_another_leaders_key(
     old, _ = elect("host:1:a")
     old.start()
     wait_until(old.is_leader, 5, "it to lead")
-    old._timer.stop(2)  # paused: it renews no more
+    old._duty.stop(2)  # paused: it renews no more
     r.set("dear-leader", "host:2:b", ex=30)  # its key expired and another took it
     old.stop(2)
     assert r.get("dear-leader") == "host:2:b"

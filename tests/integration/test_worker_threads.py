@@ -84,7 +84,7 @@ def test_a_held_reaper_sweep_delays_no_heartbeat_and_starves_no_duty(
     assert r.llen("queue:parked") == 1, "the scheduler ran after the held sweep"
     assert not r.exists(dead)
     assert worker.timers.is_alive() and worker.reaper is not None
-    assert worker.scheduler.is_alive() and worker.leadership._timer.is_alive()
+    assert worker.scheduler.is_alive() and worker.leadership.is_alive()
 
 
 def test_an_idle_worker_runs_three_threads_beside_its_processors(

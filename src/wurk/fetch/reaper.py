@@ -44,8 +44,8 @@ from ..connections.pool import RedisPool
 from ..heartbeat import Identity
 from ..morgue import Morgue
 from ..reporting import report_error
-from ..runtime.outage import Backoff, Outage
-from ..runtime.timer import TimerLoop, Timers
+from ..runtime.duty import Duty
+from ..runtime.timer import Timers
 from ..scripts import Script
 from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned
 from .reliable import Claims
@@ -122,31 +122,21 @@ class Reaper:
         self.claims = claims
         self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
         self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
-        self._outage = Outage(config, "reaper")
         self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
-        self._backoff = Backoff()
-        self._timer = TimerLoop("wurk-reaper", self._tick, self._interval,
-                                first_wait=config.reaper_interval, on_error=self._failed,
-                                host=timers)
+        # A failed sweep waits its turn: never sooner than the reaper interval.
+        self._duty = Duty(config, "wurk-reaper", self.sweep, lambda: config.reaper_interval,
+                          component="reaper", retry_early=False, host=timers)
 
     def start(self) -> None:
-        self._timer.start()
+        self._duty.start()
 
     def stop(self, timeout: float) -> None:
-        self._timer.stop(timeout)
+        self._duty.stop(timeout)
+
+    def is_alive(self) -> bool:
+        return self._duty.is_alive()
 
     # -- sweeps -----------------------------------------------------------------------------
-    def _tick(self) -> None:
-        self.sweep()
-        self._backoff.reset()
-        self._outage.ended()
-
-    def _failed(self, exc: Exception) -> None:
-        self._outage.failed(exc)
-        self._backoff.next_wait()
-
-    def _interval(self) -> float:
-        return max(self.config.reaper_interval, self._backoff.wait)
 
     def sweep(self) -> int:
         """Scoped sweep, plus the full scan when this process wins the hourly lock, plus

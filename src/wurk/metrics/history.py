@@ -27,8 +27,8 @@ from .. import payload as P
 from ..api import Stats
 from ..config import Config
 from ..errors import UnparseablePayload
-from ..runtime.outage import Backoff, Outage
-from ..runtime.timer import TimerLoop, Timers
+from ..runtime.duty import Duty
+from ..runtime.timer import Timers
 from ..scripts import Script
 from ..stored import Invalid
 
@@ -82,39 +82,23 @@ class HistorySampler:
         self.config = config
         self.pool = config.pool("internal")
         self._on_sample = on_sample
-        self._outage = Outage(config, "history sampler")
-        self._backoff = Backoff()
-        interval = config.history_interval
-        self._timer = TimerLoop("wurk-history", self.tick, self._next_wait, first_wait=interval,
-                                on_error=self._failed, host=timers)
+        # After a failure the backoff, so the outage ends soon after Redis's.
+        self._duty = Duty(config, "wurk-history", self.tick, lambda: config.history_interval,
+                          component="history sampler", host=timers)
 
     def start(self) -> None:
-        self._timer.start()
+        self._duty.start()
 
     def stop(self, timeout: float) -> None:
-        self._timer.stop(timeout)
-
-    def _next_wait(self) -> float:
-        """The interval; after a failure the backoff, so the outage ends soon after Redis's."""
-        return self._backoff.wait if self._backoff.failures else self.config.history_interval
-
-    def _failed(self, exc: Exception) -> None:
-        self._outage.failed(exc)
-        self._backoff.next_wait()
-
-    def _healthy(self) -> None:
-        self._backoff.reset()
-        self._outage.ended()
+        self._duty.stop(timeout)
 
     def tick(self) -> dict[str, Any] | None:
         """Sample if this process won the interval; the sample, or None."""
         at = self.claim()
         if at is None:
-            self._healthy()
             return None
         sample = take_sample(self.config, at)
         self._store(sample)
-        self._healthy()
         if self._on_sample is not None:
             self._on_sample(sample)
         return sample

@@ -29,8 +29,8 @@ from .. import scripts, stored
 from ..config import Config
 from ..connections.pool import RedisPool
 from ..reporting import report_error
-from ..runtime.outage import Backoff, Outage
-from ..runtime.timer import TimerLoop, Timers
+from ..runtime.duty import Duty
+from ..runtime.timer import Timers
 
 __all__ = ["Leadership"]
 
@@ -63,10 +63,9 @@ class Leadership:
         self._warned_holder: str | None = None
         self._change_lock = threading.Lock()
         self._started = False
-        self._timer = TimerLoop(LEADER_THREAD, self._turn, self._next_wait, first_wait=0.0,
-                                on_error=self._turn_failed, host=timers)
-        self._outage = Outage(config, "leader election")
-        self._backoff = Backoff()
+        self._duty = Duty(config, LEADER_THREAD, self._turn, self._next_wait, first_wait=0.0,
+                          component="leader election", on_failure=self._turn_failed,
+                          wake_by=self._until_lapse, host=timers)
 
     @property
     def ttl(self) -> int:
@@ -98,12 +97,14 @@ class Leadership:
             log.info("leader election: this process does not campaign (leader=false)")
             return
         self._started = True
-        self._timer.start()
+        self._duty.start()
+
+    def is_alive(self) -> bool:
+        return self._duty.is_alive()
 
     def stop(self, timeout: float) -> None:
         """Stop campaigning and step down (the key is deleted only if it names us)."""
-        if not self._timer.stop(timeout):
-            log.warning("the leader election thread did not stop within %.1f s", timeout)
+        self._duty.stop(timeout)
         self._term = None
         if self._started:  # even after a local lapse the key may still name us
             try:
@@ -125,8 +126,6 @@ class Leadership:
         reply = self.pool.run(lambda r: self._campaign(
             keys=[keys.leader, keys.leader_token],
             args=[self.identity, self.ttl, "" if held is None else held], client=r))
-        self._backoff.reset()
-        self._outage.ended()
         if int(reply[0]) == 1:
             self._lead(int(reply[1]), sent)
         else:
@@ -157,25 +156,24 @@ class Leadership:
         self._announce(False)
 
     def _turn_failed(self, exc: Exception) -> None:
-        self._outage.failed(exc)
-        self._backoff.next_wait()
         if self._term is not None and not self.is_leader():
             self._lapse()
 
     def _next_wait(self) -> float:
+        """The renewal while leading, else the next look (while Redis fails, the duty's
+        backoff instead)."""
         config = self.config
-        if self._backoff.failures:
-            wait = self._backoff.wait
-            term = self._term
-            if term is not None:  # wake when the term lapses, to say so
-                wait = min(wait, max(0.0, term[1] - time.monotonic()))
-            return wait
         if self._term is not None:
             return config.leader_renew_interval
         wait = config.leader_check_interval
         if self._holder_left is not None:
             wait = min(wait, self._holder_left + EXPIRY_MARGIN)
         return wait
+
+    def _until_lapse(self) -> float | None:
+        """Seconds until the current term lapses (the duty wakes then, to say so)."""
+        term = self._term
+        return None if term is None else max(0.0, term[1] - time.monotonic())
 
     def _announce(self, leading: bool) -> None:
         with self._change_lock:

@@ -35,8 +35,8 @@ from ..connections.pool import RedisPool
 from ..errors import JobNotRegistered
 from ..job import Registry, registry
 from ..reporting import report_error
-from ..runtime.outage import Backoff, Outage
-from ..runtime.timer import TimerLoop, Timers
+from ..runtime.duty import Duty
+from ..runtime.timer import Timers
 from .loops import HISTORY_LIMIT, Due, Loop, epoch_field, plan, tick_jid
 
 __all__ = ["LoopState", "PeriodicPoller"]
@@ -92,27 +92,24 @@ class PeriodicPoller:
         self._fire = register(fence + scripts.source("periodic_fire.lua"))
         self._advance = register(fence + scripts.source("periodic_advance.lua"))
         self._sync = register(fence + scripts.source("periodic_sync.lua"))
-        self._timer = TimerLoop(PERIODIC_THREAD, self.look, self._next_wait,
-                                first_wait=0.0, on_error=self._look_failed, host=timers)
+        self._duty = Duty(config, PERIODIC_THREAD, self.look, self._next_wait, first_wait=0.0,
+                          component="periodic", host=timers)
         self._synced: tuple[int, float] | None = None  # (token, monotonic time of the sync)
         self._next_due: float | None = None  # Redis epoch of the earliest next tick
         self._clock: tuple[float, float] = (0.0, 0.0)  # (Redis time, monotonic) of a read
-        self._outage = Outage(config, "periodic")
-        self._backoff = Backoff()
         self._failing: set[str] = set()  # loops whose last try raised (reported once)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
         if self.config.leader:
-            self._timer.start()
+            self._duty.start()
 
     def stop(self, timeout: float) -> None:
         """Stop; a look in progress finishes its current loop's push first."""
-        if not self._timer.stop(timeout):
-            log.warning("the periodic poller did not stop within %.1f s", timeout)
+        self._duty.stop(timeout)
 
     def is_alive(self) -> bool:
-        return self._timer.is_alive()
+        return self._duty.is_alive()
 
     # -- one look ---------------------------------------------------------------------------
     def look(self) -> None:
@@ -128,14 +125,12 @@ class PeriodicPoller:
         states = self.read_states()
         upcoming: list[float] = []
         for loop, state in zip(self.loops, states, strict=True):
-            if self._timer.stopping or self.leadership.term() != token:
+            if self._duty.stopping or self.leadership.term() != token:
                 return
             next_fire = self._handle(loop, state, token, now)
             if next_fire is not None:
                 upcoming.append(next_fire)
         self._next_due = min(upcoming, default=None)
-        self._backoff.reset()
-        self._outage.ended()
 
     def _sync_due(self, token: int) -> bool:
         synced = self._synced
@@ -292,8 +287,6 @@ class PeriodicPoller:
     # -- timing -----------------------------------------------------------------------------
     def _next_wait(self) -> float:
         poll = self.config.periodic_poll_interval
-        if self._backoff.failures:
-            return self._backoff.wait
         if self.leadership.term() is None:
             return min(FOLLOWER_LOOK, poll)
         if self._next_due is None:
@@ -302,6 +295,3 @@ class PeriodicPoller:
         redis_now = redis_then + (time.monotonic() - local_then)
         return min(poll, max(0.0, self._next_due - redis_now) + WAKE_MARGIN)
 
-    def _look_failed(self, exc: Exception) -> None:
-        self._outage.failed(exc)
-        self._backoff.next_wait()

@@ -16,7 +16,9 @@
    (the scheduler's randomised poll, a backoff while Redis is down) uses the same primitive.
 5. A tick that raises is handed to ``on_error`` and the loop goes on: one bad cycle must
    not stop a periodic component for the life of the process.
-6. ``stop`` takes the loop off its schedule at once (a wait never delays it) and waits up
+6. Time comes from a ``Clock`` (``wurk.runtime.clock``): the real one, or a test's
+   ``ManualClock``, which runs a loop's ticks when the test advances it.
+7. ``stop`` takes the loop off its schedule at once (a wait never delays it) and waits up
    to its timeout for a tick of its own in progress — never for another loop's.
 """
 
@@ -24,10 +26,10 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 
 from .. import payload as P
+from .clock import SYSTEM, Clock
 
 __all__ = ["Interval", "TimerLoop", "Timers"]
 
@@ -48,8 +50,9 @@ class TimerLoop:
     def __init__(self, name: str, tick: Callable[[], object], interval: Interval, *,
                  first_wait: Interval | None = None,
                  on_error: Callable[[Exception], None] | None = None,
-                 host: Timers | None = None) -> None:
+                 host: Timers | None = None, clock: Clock = SYSTEM) -> None:
         self.name = name
+        self._clock = host.clock if host is not None else clock
         self._tick = tick
         self._interval = interval
         self._first_wait = interval if first_wait is None else first_wait
@@ -97,7 +100,7 @@ class TimerLoop:
     def wait(self, seconds: float) -> bool:
         """Wait up to ``seconds`` unless stopped first; True when a stop was asked. (On a
         shared thread this holds up the other loops: a hosted tick should not wait.)"""
-        return self._stopping.wait(max(0.0, seconds))
+        return self._clock.wait(self._stopping, seconds)
 
     # -- one turn, whichever thread runs it -------------------------------------------------
     def first_delay(self) -> float:
@@ -146,8 +149,9 @@ class Timers:
     """One named daemon thread running many ``TimerLoop`` s; owned by whoever made it, which
     calls ``stop`` (the thread starts with the first loop)."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, *, clock: Clock = SYSTEM) -> None:
         self.name = name
+        self.clock = clock
         self._changed = threading.Condition()
         self._due: dict[TimerLoop, float] = {}  # loop → monotonic time of its next tick
         self._running: TimerLoop | None = None
@@ -159,7 +163,7 @@ class Timers:
         """Schedule ``loop``'s first tick (its first wait from now); starts the thread."""
         if loop.stopping:
             return  # stopped before it started (a swarm child booting quiet): never ticks
-        due = time.monotonic() + max(0.0, loop.first_delay())
+        due = self.clock.monotonic() + max(0.0, loop.first_delay())
         with self._changed:
             if self._closing:
                 raise RuntimeError(f"{self.name} is stopped: cannot run {loop.name!r}")
@@ -217,7 +221,7 @@ class Timers:
                 with self._changed:
                     self._running = None
                     if wait is not None and loop in self._due and not loop.stopping:
-                        self._due[loop] = time.monotonic() + max(0.0, wait)
+                        self._due[loop] = self.clock.monotonic() + max(0.0, wait)
                     self._changed.notify_all()
 
     def _next(self) -> TimerLoop | None:
@@ -225,12 +229,12 @@ class Timers:
         with self._changed:
             while not self._closing:
                 if not self._due:
-                    self._changed.wait(IDLE_WAIT)  # woken by add; the timeout only bounds it
+                    self.clock.wait_on(self._changed, IDLE_WAIT)  # woken by add
                     continue
                 loop = min(self._due, key=self._due.__getitem__)
-                wait = self._due[loop] - time.monotonic()
+                wait = self._due[loop] - self.clock.monotonic()
                 if wait <= 0:
                     self._running = loop
                     return loop
-                self._changed.wait(wait)
+                self.clock.wait_on(self._changed, wait)
             return None
