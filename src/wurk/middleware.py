@@ -7,13 +7,17 @@
    from a client link, stops the push.
 3. An empty chain costs nothing per job: ``invoke`` calls the final step directly.
 4. A link may be ``async def`` (its ``__call__``, or an ``acall`` method beside a sync
-   ``__call__``). ``ainvoke`` walks a server chain inside a coroutine (an async job): async
-   links are awaited, and a sync link runs in a helper thread whose ``call_next()`` waits
-   for the rest of the chain on the loop, so code after it still runs after the job.
-   ``ainvoke_inline`` walks a client chain for an ``a`` push, all on the loop: a sync
-   client link is plain code called there (one doing blocking I/O blocks the loop).
-   ``invoke`` (a sync job, a plain push) hands each async link to ``run_async``, which runs
-   it on an event loop while ``call_next()`` runs the rest here.
+   ``__call__``). There is one walk from sync code and one from async code:
+   ``invoke`` (a sync job, a plain push) calls each sync link in place and hands each async
+   link to ``run_async``; ``ainvoke`` (an async job, an ``a`` push) awaits async links and
+   runs a sync link either in a helper thread whose ``call_next()`` waits for the rest on
+   the loop (a server link may block: it wraps a job) or, for a client chain
+   (``sync_links="inline"``), on the loop itself, its ``call_next()`` returning an
+   awaitable of the rest.
+5. ``bridge`` is the one way an async link runs from sync code: the link runs on an event
+   loop (the worker's, or ``TemporaryLoop``'s for a sync push), and each ``await
+   call_next()`` runs the rest of the chain back in the calling thread, so a job keeps its
+   thread's lent connection and its shutdown interrupt.
 
 Client middleware: ``__call__(self, job, payload, queue, call_next)`` where ``job`` is the
 wire name. Server middleware: the same, with ``job`` the job instance or definition.
@@ -23,15 +27,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import inspect
+import queue
+import threading
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["AsyncRunner", "Chain", "Middleware", "async_form", "settle", "within"]
+from .errors import is_shutdown
+
+__all__ = ["BRIDGE_WAIT", "AsyncRunner", "Chain", "Middleware", "TemporaryLoop", "async_form",
+           "bridge", "settle", "within"]
 
 Middleware = Callable[..., Any]
 # Runs one async link from sync code: (link, job, payload, queue, rest) -> its result.
@@ -88,36 +98,24 @@ def _direct(link: Middleware) -> Middleware:
     return link
 
 
-def _walk_sync(links: tuple[Middleware, ...], position: int, job: Any,
-               payload: dict[str, Any], queue: str, final: Callable[[], Any]) -> Any:
-    """Call plain sync ``links[position:]`` around ``final``: no per-job type checks. Each
-    link's ``call_next`` is a ``partial`` of this function (made in C, no Python frame of
-    its own between two links: this runs around every job)."""
-    link = links[position]
-    if position == len(links) - 1:
-        return link(job, payload, queue, final)
-    return link(job, payload, queue,
-                functools.partial(_walk_sync, links, position + 1, job, payload, queue, final))
+# A link, and its coroutine function when it is an async link.
+Link = tuple[Middleware, "Callable[..., Coroutine[Any, Any, Any]] | None"]
 
 
-def _walk(links: list[Middleware], job: Any, payload: dict[str, Any], queue: str,
-          final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
-    """Call ``links`` around ``final`` from sync code, each async link through
-    ``run_async``."""
-
-    def step(position: int) -> Any:
-        if position == len(links):
-            return final()
-        link = links[position]
-        coroutine = async_form(link, prefer_async=False)
-        if coroutine is None:
-            return link(job, payload, queue, lambda: step(position + 1))
-        if run_async is None:
-            raise TypeError(f"{link!r} is async middleware: it runs around async jobs "
-                            "and pushes made with the a- methods (aperform_async)")
-        return run_async(coroutine, job, payload, queue, lambda: step(position + 1))
-
-    return step(0)
+def _walk(links: tuple[Link, ...], position: int, job: Any, payload: dict[str, Any],
+          queue: str, final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
+    """Call ``links[position:]`` around ``final`` from sync code, each async link through
+    ``run_async``. Each link's ``call_next`` is a ``partial`` of this function (made in C, no
+    Python frame of its own between two links: this runs around every job)."""
+    link, coroutine = links[position]
+    rest = final if position == len(links) - 1 else functools.partial(
+        _walk, links, position + 1, job, payload, queue, final, run_async)
+    if coroutine is None:
+        return link(job, payload, queue, rest)
+    if run_async is None:
+        raise TypeError(f"{link!r} is async middleware: it runs around async jobs "
+                        "and pushes made with the a- methods (aperform_async)")
+    return run_async(coroutine, job, payload, queue, rest)
 
 
 @dataclass(frozen=True)
@@ -125,20 +123,12 @@ class _Entry:
     factory: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    # Decided once, not per job: whether each invocation makes a fresh instance, and
-    # whether the link is plainly sync (the fast path of a one-link chain needs both).
+    # Decided once, not per job: whether each invocation makes a fresh instance.
     fresh: bool = field(init=False)
-    sync: bool = field(init=False)
 
     def __post_init__(self) -> None:
         fresh = inspect.isclass(self.factory) or bool(self.args or self.kwargs)
         object.__setattr__(self, "fresh", fresh)
-        probe = self.factory
-        if inspect.isclass(probe):
-            sync = not inspect.iscoroutinefunction(getattr(probe, "__call__", None))  # noqa: B004
-        else:  # a factory called with arguments may make either kind: not known here
-            sync = not fresh and async_form(probe, prefer_async=False) is None
-        object.__setattr__(self, "sync", sync)
 
     def make(self) -> Middleware:
         if self.fresh:
@@ -152,11 +142,10 @@ class Chain:
     def __init__(self) -> None:
         self._entries: list[_Entry] = []
         self._frozen = False
-        # The links themselves when every one is a plain sync callable, not a class made
-        # fresh per job (the usual chain: the built-in links and the application's
-        # functions), found once per edit, so a job's walk asks nothing of them; None when
-        # unknown or when any is not.
-        self._sync_links: tuple[Middleware, ...] | None = None
+        # The links with their async forms, found once per edit when none is a class made
+        # fresh per call (the usual chain: the built-in links and the application's
+        # functions), so a job's walk asks nothing of them; None when one is.
+        self._links: tuple[Link, ...] | None = None
         self._checked = False
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
@@ -221,91 +210,47 @@ class Chain:
         if not self._entries:
             return final()
         if not self._checked:
-            self._sync_links = tuple(_direct(entry.make()) for entry in self._entries) \
-                if all(entry.sync and not entry.fresh for entry in self._entries) else None
+            self._links = None if any(entry.fresh for entry in self._entries) else tuple(
+                (_direct(link), async_form(link, prefer_async=False))
+                for link in (entry.make() for entry in self._entries))
             self._checked = True
-        links = self._sync_links
-        if links is not None:  # the first link called here: one frame fewer a job
-            if len(links) == 1:
-                return links[0](job, payload, queue, final)
-            return links[0](job, payload, queue,
-                            functools.partial(_walk_sync, links, 1, job, payload, queue, final))
-        return _walk([entry.make() for entry in self._entries], job, payload, queue, final,
-                     run_async)
+        links = self._links
+        if links is None:  # a class made fresh per call: its links are made now
+            links = tuple((link, async_form(link, prefer_async=False))
+                          for link in (entry.make() for entry in self._entries))
+        return _walk(links, 0, job, payload, queue, final, run_async)
 
     async def ainvoke(
-        self, job: Any, payload: dict[str, Any], queue: str,
-        final: Callable[[], Awaitable[Any]],
+        self, job: Any, payload: dict[str, Any], queue: str, final: Callable[[], Any],
+        *, sync_links: Literal["thread", "inline"] = "thread",
     ) -> Any:
-        """``invoke`` inside a coroutine: async links awaited, sync links in a helper
-        thread of the running loop's executor (a server link may block: it wraps a job)."""
+        """``invoke`` inside a coroutine: async links awaited; ``final`` awaited when it
+        returns an awaitable. A sync link runs in a helper thread of the running loop's
+        executor (``"thread"``: a server link may block, it wraps a job), or on the loop
+        itself (``"inline"``: client links edit a payload), where its ``call_next()``
+        returns an awaitable of the rest, which the link returns; if it returns something
+        else the rest is still run (it was called for), unless it stopped the push. A chain
+        of sync links only, inline, is ``invoke``'s walk exactly."""
         if not self._entries:
-            return await final()
+            return await _result(final())
         links = [entry.make() for entry in self._entries]
+        forms = [async_form(link) for link in links]
+        if sync_links == "inline" and not any(forms):
+            return _walk(tuple(zip(links, forms, strict=True)), 0, job, payload, queue, final,
+                         None)
         loop = asyncio.get_running_loop()
 
         async def step(position: int) -> Any:
             if position == len(links):
-                return await final()
-            link = links[position]
-            coroutine = async_form(link)
-            if coroutine is not None:
-                return await coroutine(job, payload, queue, lambda: step(position + 1))
-            inner: list[concurrent.futures.Future[Any]] = []
-
-            def call_next() -> Any:  # in the helper thread: the rest runs on the loop
-                rest = within(step(position + 1), contextvars.copy_context())
-                future = asyncio.run_coroutine_threadsafe(rest, loop)
-                inner.append(future)
-                return future.result()
-
-            run = functools.partial(contextvars.copy_context().run, link, job, payload,
-                                    queue, call_next)
-            try:
-                return await loop.run_in_executor(None, run)
-            except asyncio.CancelledError:
-                for future in inner:
-                    future.cancel()
-                raise
-
-        return await step(0)
-
-    async def ainvoke_inline(self, job: Any, payload: dict[str, Any], queue: str,
-                             final: Callable[[], Any]) -> Any:
-        """A client chain walked by an async push, all on the loop (client links edit a
-        payload; the push writes after the chain). Without async links it is ``invoke``'s
-        walk exactly. With them, async links are awaited and a sync link's ``call_next()``
-        returns an awaitable of the rest, which the link returns; if it returns something
-        else the rest is still run (it was called for), unless it stopped the push."""
-        if not self._entries:
-            return final()
-        links = [entry.make() for entry in self._entries]
-        forms = [async_form(link) for link in links]
-        if not any(forms):
-            return _walk(links, job, payload, queue, final, None)
-
-        async def step(position: int) -> Any:
-            if position == len(links):
-                return final()
+                return await _result(final())
             coroutine = forms[position]
             if coroutine is not None:
                 return await coroutine(job, payload, queue, lambda: step(position + 1))
-            pending: list[Coroutine[Any, Any, Any]] = []
-
-            def call_next() -> Coroutine[Any, Any, Any]:
-                rest = step(position + 1)
-                pending.append(rest)
-                return rest
-
-            result = links[position](job, payload, queue, call_next)
-            if inspect.isawaitable(result):
-                return await result
-            for rest in pending:
-                if result is None or result is False:
-                    rest.close()  # the link stopped the push: the rest never starts
-                else:
-                    await rest
-            return result
+            if sync_links == "inline":
+                return await _inline(links[position], job, payload, queue,
+                                     lambda: step(position + 1))
+            return await _in_thread(loop, links[position], job, payload, queue,
+                                    lambda: step(position + 1))
 
         return await step(0)
 
@@ -322,3 +267,144 @@ class Chain:
                 "middleware chains are frozen once the worker starts; add middleware "
                 "before calling start()"
             )
+
+
+async def _result(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def _inline(link: Middleware, job: Any, payload: dict[str, Any], queue: str,
+                  rest: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """A sync client link on the loop: its ``call_next()`` returns the rest, to await."""
+    pending: list[Coroutine[Any, Any, Any]] = []
+
+    def call_next() -> Coroutine[Any, Any, Any]:
+        pending.append(rest())
+        return pending[-1]
+
+    result = link(job, payload, queue, call_next)
+    if inspect.isawaitable(result):
+        return await result
+    for coroutine in pending:
+        if result is None or result is False:
+            coroutine.close()  # the link stopped the push: the rest never starts
+        else:
+            await coroutine
+    return result
+
+
+async def _in_thread(loop: asyncio.AbstractEventLoop, link: Middleware, job: Any,
+                     payload: dict[str, Any], queue: str,
+                     rest: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+    """A sync server link in a helper thread: its ``call_next()`` runs the rest on the loop
+    and waits for it there."""
+    inner: list[concurrent.futures.Future[Any]] = []
+
+    def call_next() -> Any:  # in the helper thread
+        future = asyncio.run_coroutine_threadsafe(within(rest(), contextvars.copy_context()),
+                                                  loop)
+        inner.append(future)
+        return future.result()
+
+    run = functools.partial(contextvars.copy_context().run, link, job, payload, queue,
+                            call_next)
+    try:
+        return await loop.run_in_executor(None, run)
+    except asyncio.CancelledError:
+        for future in inner:
+            future.cancel()
+        raise
+
+
+# -- the bridge ---------------------------------------------------------------------------------
+# A thread waiting for an async link looks this often whether it was interrupted: an
+# interrupt (the shutdown's) is only raised in a thread that runs Python code.
+BRIDGE_WAIT = 0.1
+_DONE = object()
+Submit = Callable[[Coroutine[Any, Any, Any]], "concurrent.futures.Future[Any]"]
+
+
+def bridge(submit: Submit, link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
+           payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
+    """Run async ``link`` from sync code: ``submit`` starts it on an event loop (in this
+    thread's context), and each ``await call_next()`` of the link runs ``rest`` here, its
+    result or error handed back to the link's await. A failure of the rest (an
+    ``Exception``) is the link's to handle; the shutdown, ``KeyboardInterrupt`` or
+    ``SystemExit`` reach the link's await and are raised here too. The link is cancelled if
+    this thread leaves early; this thread owns it."""
+    requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    async def call_next() -> Any:  # on the link's loop: the rest runs in the calling thread
+        waiter = asyncio.get_running_loop().create_future()
+        requests.put(waiter)
+        return await waiter
+
+    future = submit(within(link(job, payload, queue_name, call_next),
+                           contextvars.copy_context()))
+    future.add_done_callback(lambda _: requests.put(_DONE))
+    try:
+        while True:
+            try:
+                waiter = requests.get(timeout=BRIDGE_WAIT)
+            except queue.Empty:
+                continue
+            if waiter is _DONE:
+                return future.result(timeout=0)
+            try:
+                _answer(waiter, rest(), None)
+            except BaseException as exc:
+                _answer(waiter, None, exc)
+                if not isinstance(exc, Exception) or is_shutdown(exc):
+                    raise
+    finally:
+        future.cancel()
+
+
+def _answer(waiter: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    # A closed loop: the link stopped waiting (a timeout) and ended; its outcome is queued.
+    with contextlib.suppress(RuntimeError):
+        waiter.get_loop().call_soon_threadsafe(settle, waiter, result, error)
+
+
+class TemporaryLoop:
+    """An event loop on a short-lived thread of its own, for an async link met by a sync
+    push (the pushing thread cannot run a loop while the link waits for the rest: a second
+    async link would find that loop running). ``with TemporaryLoop() as loop:
+    bridge(loop.submit, ...)``; leaving closes it as ``asyncio.run`` closes one (what the
+    link left running cancelled first) and joins its thread."""
+
+    JOIN_TIMEOUT = 5.0
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever,
+                                        name="wurk-client-link", daemon=True)
+
+    def __enter__(self) -> TemporaryLoop:
+        self._thread.start()
+        return self
+
+    def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def __exit__(self, *exc_info: object) -> None:
+        done = asyncio.run_coroutine_threadsafe(_wind_down(), self._loop)
+        with contextlib.suppress(Exception):
+            done.result(self.JOIN_TIMEOUT)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(self.JOIN_TIMEOUT)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+
+async def _wind_down() -> None:
+    """Cancel what a link left running on its loop, then its async generators and helpers."""
+    me = asyncio.current_task()
+    left = [task for task in asyncio.all_tasks() if task is not me]
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.wait(left)
+    loop = asyncio.get_running_loop()
+    await loop.shutdown_asyncgens()
+    await loop.shutdown_default_executor()

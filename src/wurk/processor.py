@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -63,7 +62,7 @@ from .job import (
 )
 from .log import JOB_FIELDS, job_context, short_id, tid
 from .metrics.counters import Counters
-from .middleware import settle, within
+from .middleware import BRIDGE_WAIT, bridge, within
 from .morgue import Morgue
 from .reporting import report_error
 from .retry import JobRetry
@@ -74,9 +73,6 @@ __all__ = ["Busy", "JobGuard", "JobRunner", "Processor"]
 
 log = logging.getLogger("wurk")
 
-# A processor thread waiting for an async middleware link looks this often whether it was
-# interrupted: an interrupt is only raised in a thread that runs Python code.
-BRIDGE_WAIT = 0.1
 
 
 class Busy:
@@ -359,38 +355,10 @@ class JobRunner:
 
     def _bridge(self, link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
                 payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
-        """An async middleware link around a sync job: the link runs on the loop, and its
-        ``await call_next()`` runs the rest of the chain (the job) back in this thread, so
-        the job keeps its thread's lent connection and its shutdown interrupt."""
-        loop = self.loop.get()
-        requests: queue.SimpleQueue[asyncio.Future[Any] | None] = queue.SimpleQueue()
-
-        async def call_next() -> Any:
-            waiter = loop.create_future()
-            requests.put(waiter)
-            return await waiter
-
-        future = self.loop.submit(within(link(job, payload, queue_name, call_next),
-                                         _context()))
-        future.add_done_callback(lambda _: requests.put(None))
-        try:
-            while True:
-                try:
-                    waiter = requests.get(timeout=BRIDGE_WAIT)
-                except queue.Empty:
-                    continue
-                if waiter is None:
-                    return future.result(timeout=0)
-                try:
-                    result = rest()
-                except BaseException as exc:
-                    loop.call_soon_threadsafe(settle, waiter, None, exc)
-                    if not self._is_failure(exc):
-                        raise
-                    continue
-                loop.call_soon_threadsafe(settle, waiter, result, None)
-        finally:
-            future.cancel()
+        """An async middleware link around a sync job: the link runs on the worker's loop,
+        and its ``await call_next()`` runs the rest of the chain (the job) back in this
+        thread, so the job keeps its thread's lent connection and its shutdown interrupt."""
+        return bridge(self.loop.submit, link, job, payload, queue_name, rest)
 
     def close(self) -> None:
         """Cancel async work still running and stop the event loop thread."""

@@ -6,37 +6,29 @@
    a push goes out only if the chain reached its end (every link called ``call_next``) and
    the result is not None or False.
 3. Arguments are checked after the middleware, so middleware may convert them.
-4. One round trip per push or per bulk slice: ``SADD queues`` + ``LPUSH`` per queue for
-   immediate jobs, one ``ZADD schedule`` for scheduled ones, written at once
-   (``RedisPool.send_all``). Never a transaction, never replayed after a broken connection
-   (a replay could push the job twice).
+4. The entries end in a writer (``wurk.client.writers``): this client's own, Redis —
+   one round trip per push or per bulk slice, never a transaction, never replayed after a
+   broken connection — unless a testing mode or a batch's jobs block selected another. The
+   client imports neither batches nor unique jobs: they attach there.
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
    and what to do; nothing is buffered (reliable push is a later feature).
-6. A job with ``expires_in`` gets its deadline (``wurk.expiry``); a job with ``unique_for``
-   is pushed together with its lock by a Lua script (``wurk.unique``) and a duplicate
-   returns None. Other jobs pay two dict lookups for this.
+6. A job with ``expires_in`` gets its deadline (``options.stamp_expiry``); a job with
+   ``unique_for`` is pushed together with its lock by the Redis writer's script
+   (``wurk.client.locks``) and a duplicate returns None.
 7. ``apush`` / ``apush_bulk`` are the same pushes for async code, on redis-py's asyncio
    client: the push is written once as steps (``_push_steps``, ``_bulk_steps``) that ask
-   for the middleware and for the write, and a sync or an async driver answers them; the
-   Redis commands are built once (``_commands``) and sent by a sync or an async sender.
+   for the middleware and for the write, and a sync or an async driver answers them.
    No thread is used: async client middleware is awaited on the loop, sync client
    middleware is called there (plain code: one doing blocking I/O blocks the loop; the
-   built-in links only edit the payload). The connections are the running loop's pool
-   (``Config.async_pool``). A sync push meeting an async client middleware runs it on an
-   event loop in a short-lived thread of its own, while the link's ``await call_next()``
-   runs the rest of the chain back in the pushing thread (``_run_async_link``).
-8. Jobs pushed inside a batch's jobs block are written by the batch's script, which
-   registers each with the batch as it pushes it (with a unique job's lock, when it has
-   one: a duplicate is neither pushed nor registered; ``wurk.batch.accounting``).
+   built-in links only edit the payload). A sync push meeting an async client middleware
+   runs it on a ``TemporaryLoop`` through the one bridge (``wurk.middleware.bridge``), its
+   ``await call_next()`` running the rest of the chain back in the pushing thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import queue
 import random
-import threading
 import time
 from collections.abc import Callable, Coroutine, Generator, Mapping
 from dataclasses import dataclass
@@ -46,7 +38,7 @@ from .. import payload as P
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
 from ..errors import InvalidArguments, InvalidPayload
-from ..middleware import settle
+from ..middleware import TemporaryLoop, bridge
 from ..options import check_expiry_fields, check_unique_fields, stamp_expiry
 from . import writers
 from .writers import Entries, RedisWriter, Writer
@@ -57,11 +49,6 @@ __all__ = ["Client"]
 MIN_SPREAD_INTERVAL = 5.0
 # retry_for must be relative seconds; anything larger was surely meant as a timestamp.
 MAX_RETRY_FOR = 1_000_000_000
-# A sync push waiting on an async client link's thread looks again this often (a wait with no
-# timeout would not see that thread end without an answer); once the link is over, its
-# thread gets this long to close its loop.
-LINK_WAIT = 0.1
-LINK_JOIN_TIMEOUT = 5.0
 
 _DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
 
@@ -299,7 +286,8 @@ class Client:
             reached = True
             return job
 
-        result = await chain.ainvoke_inline(job[P.CLASS], job, job[P.QUEUE], final)
+        result = await chain.ainvoke(job[P.CLASS], job, job[P.QUEUE], final,
+                                     sync_links="inline")
         return _let_through(job, result, reached)
 
     # -- bulk -------------------------------------------------------------------------------
@@ -382,27 +370,10 @@ def _let_through(job: P.Payload, result: Any, reached: bool) -> P.Payload | None
     return result if isinstance(result, dict) else job
 
 
-@dataclass(frozen=True)
-class _Outcome:
-    """A result or an error, handed between an async client link's thread and the pushing
-    thread."""
-
-    result: Any
-    error: BaseException | None
-
-    def settle(self, waiter: asyncio.Future[Any]) -> None:  # on the link's loop
-        settle(waiter, self.result, self.error)
-
-
 def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
                     payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
-    """An async client middleware met by a sync push. The link runs on an event loop in a
-    short-lived thread of its own (this thread cannot run a loop while the link waits for the
-    rest: a second async link would find that loop running), and its ``await call_next()``
-    hands the rest of the chain back to this thread, whose result or error its await gets —
-    the shape of the worker's async server links around a sync job (``JobRunner._bridge``).
-    This thread owns the link's thread: it cancels the link if interrupted meanwhile, and
-    joins that thread before the push goes on."""
+    """An async client middleware met by a sync push: the link runs on a loop of its own
+    (``TemporaryLoop``), through the one bridge the worker uses too."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -411,77 +382,5 @@ def _run_async_link(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
         raise TypeError(f"{link!r} is async client middleware and this sync push runs inside "
                         "an event loop: push with await job.aperform_async(...) / "
                         "wurk.apush(...)")
-    requests: queue.SimpleQueue[asyncio.Future[Any] | _Outcome] = queue.SimpleQueue()
-
-    async def call_next() -> Any:  # on the link's loop: the rest runs in the pushing thread
-        waiter = asyncio.get_running_loop().create_future()
-        requests.put(waiter)
-        return await waiter
-
-    async def run() -> None:
-        try:
-            requests.put(_Outcome(await link(job, payload, queue_name, call_next), None))
-        except BaseException as exc:  # the pushing thread raises it
-            requests.put(_Outcome(None, exc))
-
-    loop = asyncio.new_event_loop()
-    task = loop.create_task(run())  # made here: it runs in a copy of this thread's context
-    thread = threading.Thread(target=_serve_link, args=(loop, task), name="wurk-client-link",
-                              daemon=True)
-    thread.start()
-    try:
-        outcome = _answer_link(requests, loop, thread, rest)
-    except BaseException:  # KeyboardInterrupt, or the rest raising one: the link is over too
-        with contextlib.suppress(RuntimeError):  # its loop closed: the link had ended already
-            loop.call_soon_threadsafe(task.cancel)
-        raise
-    finally:
-        thread.join(LINK_JOIN_TIMEOUT)
-    if outcome.error is not None:
-        raise outcome.error
-    return outcome.result
-
-
-def _answer_link(requests: queue.SimpleQueue[asyncio.Future[Any] | _Outcome],
-                 loop: asyncio.AbstractEventLoop, thread: threading.Thread,
-                 rest: Callable[[], Any]) -> _Outcome:
-    """The pushing thread's side: run the rest of the chain each time the link awaits it,
-    until the link's own outcome comes."""
-    while True:
-        try:
-            request = requests.get(timeout=LINK_WAIT)
-        except queue.Empty:
-            if thread.is_alive():
-                continue
-            try:  # its outcome may have come just before it ended
-                request = requests.get_nowait()
-            except queue.Empty:
-                raise RuntimeError("an async client middleware's thread ended without an "
-                                   "outcome") from None
-        if isinstance(request, _Outcome):
-            return request
-        try:
-            answer = _Outcome(rest(), None)
-        except Exception as exc:  # the link's await raises it; the link may handle it
-            answer = _Outcome(None, exc)
-        # A closed loop: the link stopped waiting (a timeout) and ended; its outcome is queued.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(answer.settle, request)
-
-
-def _serve_link(loop: asyncio.AbstractEventLoop, task: asyncio.Task[None]) -> None:
-    """An async client link's thread: its loop runs until the link is over, then closes as
-    ``asyncio.run`` closes one (what the link left running cancelled first)."""
-    try:
-        loop.run_until_complete(asyncio.wait([task]))
-    finally:
-        try:
-            left = asyncio.all_tasks(loop)
-            for other in left:
-                other.cancel()
-            if left:
-                loop.run_until_complete(asyncio.wait(left))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
-        finally:
-            loop.close()
+    with TemporaryLoop() as loop:
+        return bridge(loop.submit, link, job, payload, queue_name, rest)
