@@ -1,17 +1,18 @@
 """TimerLoop: waits before the first tick, ticks on its interval, stops at once, survives
 a raising tick — on a thread of its own and on a shared one (``Timers``), where each loop
-keeps its own interval and a slow tick starves no other loop."""
+keeps its own interval and a slow tick starves no other loop. Timing is checked on a
+``ManualClock``: the test moves time by exact steps and asserts which ticks came when."""
 
 from __future__ import annotations
 
-import itertools
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from tests.helpers.wait import step, wait_until
+from wurk.runtime.clock import ManualClock
 from wurk.runtime.timer import TimerLoop, Timers
 
 FAST = 0.05
@@ -20,8 +21,22 @@ MakeLoop = Callable[..., TimerLoop]
 
 
 @pytest.fixture(params=["own thread", "shared thread"])
+def clock(request: pytest.FixtureRequest) -> Iterator[tuple[ManualClock, MakeLoop]]:
+    """A manual clock, and loops on it: on their own threads, or all on one ``Timers``."""
+    manual = ManualClock()
+    host = Timers("t-host", clock=manual) if request.param == "shared thread" else None
+
+    def build(*args: Any, **kwargs: Any) -> TimerLoop:
+        return TimerLoop(*args, host=host, clock=manual, **kwargs)
+
+    yield manual, build
+    if host is not None:
+        assert host.stop(10)
+
+
+@pytest.fixture(params=["own thread", "shared thread"])
 def make(request: pytest.FixtureRequest) -> Iterator[MakeLoop]:
-    """Loops on their own threads, or all on one ``Timers`` (stopped after the test)."""
+    """Loops on the real clock, for what does not depend on time."""
     host = Timers("t-host") if request.param == "shared thread" else None
 
     def build(*args: Any, **kwargs: Any) -> TimerLoop:
@@ -29,52 +44,60 @@ def make(request: pytest.FixtureRequest) -> Iterator[MakeLoop]:
 
     yield build
     if host is not None:
-        assert host.stop(2)
+        assert host.stop(10)
 
 
-def test_first_tick_comes_one_interval_after_start(make: MakeLoop) -> None:
-    ticked = threading.Event()
-    started = time.monotonic()
-    times: list[float] = []
+class Ticks:
+    """A tick that records the clock's time and lets the test wait for the n-th."""
 
-    def tick() -> None:
-        times.append(time.monotonic() - started)
-        ticked.set()
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.times: list[float] = []
+        self._each = threading.Semaphore(0)
 
-    loop = make("t-first", tick, 0.2)
+    def __call__(self) -> None:
+        self.times.append(self.clock.monotonic())
+        self._each.release()
+
+    def next(self) -> None:
+        assert self._each.acquire(timeout=10), f"no tick after {self.times}"
+
+
+def test_first_tick_comes_one_interval_after_start(
+        clock: tuple[ManualClock, MakeLoop]) -> None:
+    manual, make = clock
+    ticks = Ticks(manual)
+    started = manual.monotonic()
+    loop = make("t-first", ticks, 20.0)
     loop.start()
-    assert ticked.wait(2)
-    assert loop.stop(1)
-    assert times[0] >= 0.19
+    step(manual, 19.0)  # not yet due: a tick now would be stamped 19 s after the start
+    step(manual, 1.0)
+    ticks.next()
+    assert loop.stop(10)
+    assert ticks.times == [started + 20.0]
 
 
-def test_ticks_repeat_on_the_interval(make: MakeLoop) -> None:
-    count = 0
-    enough = threading.Event()
-
-    def tick() -> None:
-        nonlocal count
-        count += 1
-        if count == 5:
-            enough.set()
-
-    loop = make("t-repeat", tick, FAST)
-    started = time.monotonic()
+def test_ticks_repeat_on_the_interval(clock: tuple[ManualClock, MakeLoop]) -> None:
+    manual, make = clock
+    ticks = Ticks(manual)
+    started = manual.monotonic()
+    loop = make("t-repeat", ticks, 10.0)
     loop.start()
-    assert enough.wait(3)
-    elapsed = time.monotonic() - started
-    assert loop.stop(1)
-    # five ticks need five waits of 50 ms: never sooner, and not much later on a busy box
-    assert 5 * FAST * 0.9 <= elapsed < 2.5
+    for _ in range(5):
+        step(manual, 10.0)
+        ticks.next()
+    assert loop.stop(10)
+    assert ticks.times == [started + 10.0 * n for n in range(1, 6)]
 
 
-def test_stop_interrupts_a_long_wait_promptly(make: MakeLoop) -> None:
+def test_stop_interrupts_a_long_wait(clock: tuple[ManualClock, MakeLoop]) -> None:
+    manual, make = clock
     loop = make("t-stop", lambda: None, 30.0)
     loop.start()
     assert loop.is_alive()
-    started = time.monotonic()
-    assert loop.stop(2)
-    assert time.monotonic() - started < 0.5
+    wait_until(lambda: manual.waiting() >= 1, what="the loop to wait")
+    # The clock never moves: only the stop can end this wait.
+    assert loop.stop(10)
     assert not loop.is_alive()
 
 
@@ -88,8 +111,8 @@ def test_thread_is_named_and_a_daemon() -> None:
 
     loop = TimerLoop("wurk-test-named", tick, FAST)
     loop.start()
-    assert done.wait(2)
-    loop.stop(1)
+    assert done.wait(10)
+    loop.stop(10)
     assert seen[0].name == "wurk-test-named" and seen[0].daemon
 
 
@@ -107,8 +130,8 @@ def test_a_raising_tick_is_reported_and_the_loop_goes_on(make: MakeLoop) -> None
 
     loop = make("t-raise", tick, FAST, on_error=errors.append)
     loop.start()
-    assert later.wait(2)
-    loop.stop(1)
+    assert later.wait(10)
+    loop.stop(10)
     assert [str(e) for e in errors] == ["boom"]
 
 
@@ -128,9 +151,9 @@ def test_a_raising_error_callback_does_not_end_the_loop(make: MakeLoop) -> None:
 
     loop = make("t-callback", tick, FAST, on_error=on_error)
     loop.start()
-    assert enough.wait(2)
+    assert enough.wait(10)
     assert loop.is_alive()
-    loop.stop(1)
+    loop.stop(10)
 
 
 def test_interval_function_is_asked_before_every_wait(make: MakeLoop) -> None:
@@ -146,16 +169,20 @@ def test_interval_function_is_asked_before_every_wait(make: MakeLoop) -> None:
 
     loop = make("t-fn", lambda: None, interval, first_wait=0)
     loop.start()
-    assert enough.wait(2)
-    loop.stop(1)
+    assert enough.wait(10)
+    loop.stop(10)
 
 
-def test_first_wait_overrides_the_interval_for_the_first_tick(make: MakeLoop) -> None:
-    ticked = threading.Event()
-    loop = make("t-firstwait", ticked.set, 30.0, first_wait=0)
+def test_first_wait_overrides_the_interval_for_the_first_tick(
+        clock: tuple[ManualClock, MakeLoop]) -> None:
+    manual, make = clock
+    ticks = Ticks(manual)
+    started = manual.monotonic()
+    loop = make("t-firstwait", ticks, 30.0, first_wait=0)
     loop.start()
-    assert ticked.wait(1)
-    assert loop.stop(1)
+    ticks.next()  # the clock never moved: the first wait was 0, not the interval
+    assert loop.stop(10)
+    assert ticks.times == [started]
 
 
 def test_a_raising_interval_function_is_reported_and_the_loop_stops_on_request(
@@ -173,9 +200,9 @@ def test_a_raising_interval_function_is_reported_and_the_loop_stops_on_request(
 
     loop = make("t-badinterval", lambda: None, interval, first_wait=0, on_error=on_error)
     loop.start()
-    assert reported.wait(1)
+    assert reported.wait(10)
     assert loop.is_alive()
-    assert loop.stop(1)
+    assert loop.stop(10)
     assert isinstance(errors[0], OSError)
 
 
@@ -184,7 +211,7 @@ def test_start_twice_is_refused(make: MakeLoop) -> None:
     loop.start()
     with pytest.raises(RuntimeError, match="already started"):
         loop.start()
-    loop.stop(1)
+    loop.stop(10)
 
 
 def test_stop_before_start_and_from_the_tick_itself(make: MakeLoop) -> None:
@@ -194,103 +221,112 @@ def test_stop_before_start_and_from_the_tick_itself(make: MakeLoop) -> None:
     holder: list[TimerLoop] = []
 
     def tick() -> None:
-        results.append(holder[0].stop(1))  # must not deadlock joining itself
+        results.append(holder[0].stop(10))  # must not deadlock joining itself
         done.set()
 
     loop = make("t-self", tick, FAST)
     holder.append(loop)
     loop.start()
-    assert done.wait(2)
+    assert done.wait(10)
     assert results == [True]
-    assert loop.stop(1)
+    assert loop.stop(10)
 
 
 # -- many loops on one thread -----------------------------------------------------------------
-def ticks_of(host: Timers, name: str, interval: float, times: list[float],
-             block: threading.Event | None = None, **kwargs: Any) -> TimerLoop:
-    def tick() -> None:
-        times.append(time.monotonic())
-        if block is not None:
-            block.wait(10)
+class Log:
+    """(loop name, clock time) of every tick, in the order they ran."""
 
-    return TimerLoop(name, tick, interval, host=host, **kwargs)
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.entries: list[tuple[str, float]] = []
+        self.threads: set[str] = set()
+
+    def tick(self, name: str, block: threading.Event | None = None) -> Callable[[], None]:
+        def run() -> None:
+            self.entries.append((name, self.clock.monotonic()))
+            self.threads.add(threading.current_thread().name)
+            if block is not None:
+                block.wait(10)
+        return run
+
+    def of(self, name: str) -> list[float]:
+        return [at for who, at in self.entries if who == name]
+
+    def names(self) -> list[str]:
+        return [who for who, _ in self.entries]
 
 
 def test_loops_sharing_a_thread_keep_their_own_intervals() -> None:
-    host = Timers("t-shared")
-    fast: list[float] = []
-    slow: list[float] = []
-    threads: set[str] = set()
-    loops = [ticks_of(host, "t-fast", 0.05, fast), ticks_of(host, "t-slow", 0.3, slow),
-             TimerLoop("t-where", lambda: threads.add(threading.current_thread().name), 0.1,
-                       host=host)]
-    for loop in loops:
-        loop.start()
-    time.sleep(1.3)
-    assert host.stop(2)
-    assert threads == {"t-shared"}
-    assert [t.name for t in threading.enumerate() if t.name == "t-shared"] == []
-    # About 26 and 4 ticks: never faster than the interval, and each one ticking on its own.
-    assert 8 <= len(fast) <= 27 and 2 <= len(slow) <= 5
-    assert all(b - a >= 0.05 * 0.9 for a, b in itertools.pairwise(fast))
-    assert all(b - a >= 0.3 * 0.9 for a, b in itertools.pairwise(slow))
+    clock = ManualClock()
+    start = clock.monotonic()
+    host = Timers("t-shared", clock=clock)
+    log = Log(clock)
+    for name, interval in (("fast", 1.0), ("slow", 6.0), ("mid", 3.0)):
+        TimerLoop(name, log.tick(name), interval, host=host).start()
+    def due_by_now() -> int:  # every tick due so far, each loop on its own interval
+        seconds = round(clock.monotonic() - start)
+        return seconds + seconds // 6 + seconds // 3
+
+    for _ in range(12):
+        step(clock, 1.0)
+        wait_until(lambda: len(log.entries) == due_by_now(), what="the ticks due")
+    assert host.stop(10)
+    assert log.threads == {"t-shared"}
+    assert [t for t in threading.enumerate() if t.name == "t-shared"] == []
+    # Each loop ticked on its own interval exactly, never faster, none skipped.
+    assert log.of("fast") == [start + n for n in range(1, 13)]
+    assert log.of("slow") == [start + 6.0, start + 12.0]
+    assert log.of("mid") == [start + 3.0, start + 6.0, start + 9.0, start + 12.0]
 
 
 def test_a_slow_tick_delays_the_others_but_starves_none() -> None:
-    """While one loop's tick is held for 1.5 s the others wait; once it ends, every loop
-    that came due meanwhile ticks before the quick loop ticks twice (the one due first
-    runs next), and the held loop itself ticks again on its interval."""
-    host = Timers("t-starve")
+    """While one loop's tick is held the others wait, however long; once it ends, every loop
+    that came due meanwhile ticks before the quick loop ticks twice (the one due first runs
+    next), and the held loop itself ticks again one interval after its tick ended."""
+    clock = ManualClock()
+    start = clock.monotonic()
+    host = Timers("t-starve", clock=clock)
     held = threading.Event()
-    slow: list[float] = []
-    quick: list[float] = []
-    rare: list[float] = []
-    order: list[str] = []
-    blocking = ticks_of(host, "t-block", 0.2, slow, block=held, first_wait=0.0)
-    loops = [blocking, TimerLoop("t-quick", lambda: (quick.append(time.monotonic()),
-                                                     order.append("quick")), 0.01, host=host),
-             TimerLoop("t-rare", lambda: (rare.append(time.monotonic()),
-                                          order.append("rare")), 0.5, host=host)]
-    for loop in loops:
-        loop.start()
-    time.sleep(1.5)
-    assert (len(slow), quick, rare) == (1, [], [])  # the thread is held by t-block
-    released = time.monotonic()
+    log = Log(clock)
+    TimerLoop("block", log.tick("block", held), 2.0, first_wait=0.0, host=host).start()
+    TimerLoop("quick", log.tick("quick"), 0.01, host=host).start()
+    TimerLoop("rare", log.tick("rare"), 5.0, host=host).start()
+    wait_until(lambda: log.names() == ["block"], what="the blocking tick")
+    clock.advance(15.0)  # every loop is overdue; the one thread is held by the blocking tick
+    assert log.names() == ["block"]
     held.set()
-    deadline = time.monotonic() + 5
-    while (len(slow) < 3 or not rare) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert host.stop(2)
-    assert rare and rare[0] - released < 0.5, "the overdue loop runs as soon as the thread is free"
-    assert order[:2].count("rare") == 1, "not behind a run of quick ticks"
-    assert len(slow) >= 3 and slow[1] - released >= 0.2 * 0.9
+    wait_until(lambda: len(log.entries) == 3, what="the overdue loops")
+    # Time stood still: the overdue loops ran as soon as the thread was free, rare second.
+    assert log.entries[1:] == [("quick", start + 15.0), ("rare", start + 15.0)]
+    step(clock, 2.0)
+    wait_until(lambda: len(log.of("block")) == 2, what="the held loop's next tick")
+    assert log.of("block") == [start, start + 17.0]
+    assert host.stop(10)
 
 
 def test_stopping_a_hosted_loop_waits_for_its_own_tick_only() -> None:
     host = Timers("t-stops")
     held = threading.Event()
-    busy: list[float] = []
-    blocking = ticks_of(host, "t-busy", 30.0, busy, block=held, first_wait=0.0)
+    log = Log(ManualClock())
+    blocking = TimerLoop("t-busy", log.tick("busy", held), 30.0, first_wait=0.0, host=host)
     idle = TimerLoop("t-idle", lambda: None, 30.0, host=host)
     blocking.start()
     idle.start()
-    while not busy:
-        time.sleep(0.01)
-    started = time.monotonic()
-    assert idle.stop(2)  # not ticking: no need to wait for t-busy's tick
-    assert time.monotonic() - started < 0.5
+    wait_until(lambda: log.entries, what="the busy tick")
+    # t-busy's tick is held for ten seconds: a stop that waited for it would time out.
+    assert idle.stop(5)
     assert not idle.is_alive() and blocking.is_alive()
     assert not blocking.stop(0.2)  # its own tick is still held
     held.set()
-    assert blocking.stop(2) and not blocking.is_alive()
-    assert host.stop(2) and not host.is_alive()
+    assert blocking.stop(10) and not blocking.is_alive()
+    assert host.stop(10) and not host.is_alive()
 
 
 def test_a_stopped_host_refuses_new_loops_and_stops_the_ones_it_had() -> None:
     host = Timers("t-closed")
     left = TimerLoop("t-left", lambda: None, 30.0, host=host)
     left.start()
-    assert host.stop(2)
+    assert host.stop(10)
     assert left.stopping and not left.is_alive()
     with pytest.raises(RuntimeError, match="t-closed is stopped"):
         TimerLoop("t-late", lambda: None, 1.0, host=host).start()

@@ -7,7 +7,9 @@
    passes returns then (an event set, or a condition notified, wakes it as usual). A test
    of a timer, the scheduler or a leader advances time and asserts what happened — never
    sleeps and counts. Its waits still end after ``REAL_WAIT_CAP`` seconds of real time, so
-   a test that forgets to advance fails instead of hanging.
+   a test that forgets to advance fails instead of hanging. ``waiting()`` counts the waits
+   in progress: a test advances once the loop it drives waits again, so each deadline
+   counts from the moment the loop meant, not from after the advance.
 """
 
 from __future__ import annotations
@@ -47,9 +49,25 @@ class ManualClock(Clock):
         self._now = start
         self._moved = threading.Condition()
         self._conditions: set[threading.Condition] = set()
+        self._waits = 0
 
     def monotonic(self) -> float:
         return self._now
+
+    def waiting(self) -> int:
+        """How many waits on this clock are in progress now."""
+        with self._moved:
+            return self._waits
+
+    def _enter(self, condition: threading.Condition) -> None:
+        with self._moved:
+            self._conditions.add(condition)
+            self._waits += 1
+
+    def _leave(self, condition: threading.Condition) -> None:
+        with self._moved:
+            self._conditions.discard(condition)
+            self._waits -= 1
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every wait, which looks at its deadline again."""
@@ -62,20 +80,24 @@ class ManualClock(Clock):
                 condition.notify_all()
 
     def wait(self, event: threading.Event, seconds: float) -> bool:
-        deadline = self._now + max(0.0, seconds)
         give_up = time.monotonic() + REAL_WAIT_CAP
         with self._moved:
-            while not event.is_set() and self._now < deadline:
-                left = give_up - time.monotonic()
-                if left <= 0:
-                    break
-                # Setting an event notifies nobody here: look again every few milliseconds.
-                self._moved.wait(min(left, 0.005))
+            deadline = self._now + max(0.0, seconds)
+            self._waits += 1
+            try:
+                while not event.is_set() and self._now < deadline:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        break
+                    # Setting an event notifies nobody here: look again every few milliseconds.
+                    self._moved.wait(min(left, 0.005))
+            finally:
+                self._waits -= 1
         return event.is_set()
 
     def wait_on(self, condition: threading.Condition, seconds: float | None) -> None:
-        self._conditions.add(condition)
+        self._enter(condition)
         try:
             condition.wait(REAL_WAIT_CAP if seconds is None else min(REAL_WAIT_CAP, 1.0))
         finally:
-            self._conditions.discard(condition)
+            self._leave(condition)
