@@ -1,7 +1,7 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
-1. Built: the limits' middleware and death handler join the configuration
-   (``wurk.limiter.middleware``), then the batches' (``wurk.batch``), outermost.
+1. Built: the built-in server middleware and death handlers join the configuration, in
+   the order ``BUILT_IN`` lists, ahead of the application's (``install_built_ins``).
    ``start``: freeze the configuration; check the server (``wurk.connections.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread, the leader election and
@@ -33,7 +33,9 @@ from typing import Any
 from . import log as wurk_log
 from ._version import __version__
 from .asyncjobs import EventLoop, helper_count
-from .batch import install as install_batches
+from .batch import open_batch
+from .batch.middleware import BatchDeathHandler, BatchServerMiddleware
+from .batch.middleware import install_client as install_batch_client
 from .config import Capsule, Config
 from .connections.locate import describe_url
 from .connections.preflight import check_server
@@ -42,12 +44,14 @@ from .fetch.pause import PausedCache
 from .fetch.reaper import Reaper, return_own_lists
 from .fetch.reliable import Claims, ReliableFetch, private_list_name
 from .heartbeat import Heartbeat, Identity
-from .job import registry
-from .limiter.middleware import install as install_limits
+from .job import open_batches_with, registry
+from .limiter.middleware import LimitsMiddleware
 from .manager import Manager, capsule_pool
 from .metrics.counters import Counters
-from .metrics.instruments import Instruments
+from .metrics.instruments import Instruments, execution_metrics
 from .metrics.slow import SlowJobs
+from .metrics.tracking import ExecutionMetrics
+from .middleware import Middleware
 from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
 from .processor import Busy, JobRunner
@@ -56,6 +60,7 @@ from .runtime import affinity
 from .runtime.proctitle import set_title
 from .runtime.timer import TimerLoop, Timers
 from .scheduled import Scheduler
+from .unique import LockRelease
 
 __all__ = ["Launcher"]
 
@@ -69,6 +74,44 @@ IDLE_CHECK_INTERVAL = 0.1
 POLLER_THREAD = "wurk-poller"
 
 
+# The built-in server middleware, outermost first, ahead of the application's links: the one
+# place their order is decided.
+#   1. execution metrics (``wurk.metrics``): outermost, so an execution a later link stops (a
+#      limiter, a unique lock, an expired job) is counted too; only when metrics are on;
+#   2. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
+#   3. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
+#      expired jobs dropped — inside the batch link, so a rescheduled job is not counted.
+# And their death handlers: a dead batch job is counted; a dead unique job frees its lock.
+BUILT_IN = (ExecutionMetrics, BatchServerMiddleware, LimitsMiddleware)
+
+
+def install_built_ins(config: Config) -> None:
+    """Put the built-in links at the head of ``config``'s server chain in ``BUILT_IN``'s
+    order (reusing any already there), and their death handlers after the application's."""
+    if config.frozen:
+        log.warning("the configuration was frozen before its worker was built: batch counts, "
+                    "rate limits, unique locks, expiry and execution metrics are off; build "
+                    "the worker before freezing it")
+        return
+    chain = config.server_middleware
+    found = {type(link): link for link in chain if isinstance(link, BUILT_IN)}
+    made: dict[type, Middleware | None] = {
+        ExecutionMetrics: found.get(ExecutionMetrics) or execution_metrics(config),
+        BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
+        LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config)}
+    for present in found.values():
+        chain.remove(present)
+    for kind in reversed(BUILT_IN):
+        link = made[kind]
+        if link is not None:
+            chain.prepend(link)
+    install_batch_client(config)
+    for handler in (BatchDeathHandler, LockRelease):
+        if not any(isinstance(h, handler) for h in config.death_handlers):
+            config.death_handlers.append(handler(config))
+    open_batches_with(open_batch)
+
+
 class Launcher:
     """One worker process: heartbeat, scheduler and a manager per capsule."""
 
@@ -76,8 +119,7 @@ class Launcher:
                  on_remote_signal: Callable[[str], None] | None = None,
                  title: str = "", slot: int | None = None) -> None:
         config.check_worker()
-        install_limits(config)  # every worker honours rate limits, unique locks and deadlines
-        install_batches(config)  # its jobs keep their batches' counts (outermost link)
+        install_built_ins(config)
         self.config = config
         self.embedded = embedded
         self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it

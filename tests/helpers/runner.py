@@ -8,7 +8,7 @@ import redis
 import wurk
 from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch
-from wurk.limiter.middleware import install
+from wurk.launcher import install_built_ins
 from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
 
@@ -20,7 +20,7 @@ class Drain:
         self.config = config
         self.queues = queues or ("default",)
         self.counters = Counters()
-        install(config)  # as a worker does when it is built
+        install_built_ins(config)  # as a worker does when it is built
         self.runner = JobRunner(config, counters=self.counters, busy=Busy())
         capsule = Capsule(queues=[(q, 0) for q in self.queues])
         self.fetcher = BasicFetch(config, capsule, config.pool("drain", size=2))

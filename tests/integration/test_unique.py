@@ -16,12 +16,12 @@ import pytest
 import redis
 
 import wurk
-import wurk.limiter.middleware
 from tests.helpers.runner import Drain
 from wurk import api
 from wurk import payload as P
 from wurk.errors import ConfigError, InvalidPayload
 from wurk.fetch.poison import kill_poisoned
+from wurk.launcher import install_built_ins
 from wurk.morgue import Morgue
 from wurk.scheduled import Scheduler
 
@@ -152,7 +152,7 @@ def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
 
 
 def test_a_poison_kill_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
-    wurk.limiter.middleware.install(config)  # the reaper runs in a worker, which installs it
+    install_built_ins(config)  # the reaper runs in a worker, which installs its links
     sync.perform_async(5)
     raw = r.rpop("queue:default")
     kill_poisoned(config, Morgue(config), raw, "default", 3)

@@ -19,8 +19,21 @@ from .model import EVENTS, Batch, new_bid
 from .sets import BatchSet, DeadBatches, scan_tags
 from .status import BatchStatus, invalidated
 
-__all__ = ["EVENTS", "Batch", "BatchSet", "BatchStatus", "Callback", "DeadBatches", "Empty",
-           "current_batch", "install", "new_bid", "scan_tags", "valid_within_batch"]
+__all__ = [
+    "EVENTS",
+    "Batch",
+    "BatchSet",
+    "BatchStatus",
+    "Callback",
+    "DeadBatches",
+    "Empty",
+    "current_batch",
+    "install",
+    "new_bid",
+    "open_batch",
+    "scan_tags",
+    "valid_within_batch",
+]
 
 
 def current_batch() -> Batch | None:
@@ -47,8 +60,9 @@ def install(config: Config) -> None:
     reach its batch (``Job.batch``): the launcher calls it before the worker starts, the
     testing modes before a job runs."""
     install_middleware(config)
-    open_batches_with(_open)
+    open_batches_with(open_batch)
 
 
-def _open(bid: str) -> Batch:
+def open_batch(bid: str) -> Batch:
+    """The batch ``bid`` as a job of it reopens it (``Job.batch``)."""
     return Batch(bid, config=worker_config())

@@ -1,7 +1,7 @@
 """The worker side of the limits — rate limiters, unique jobs, expiring jobs — in one link.
 
 1. ``LimitsMiddleware``: a server middleware of every worker, ahead of the application's
-   (``install``).
+   (its place among the built-in links: ``wurk.launcher.BUILT_IN``).
    For each job, in this order:
 
    - over a rate limit (``OverLimit`` or a class in ``config.limiter_errors``, raised by the
@@ -14,10 +14,10 @@
      succeeded (``"success"``); a failure keeps it for the retry (``wurk.unique``).
 
    A job that is none of these pays one call and two dict lookups.
-2. ``install(config)`` puts the link at the head of the server chain and the unique death
-   handler in ``death_handlers``. Every worker does it when it is built (``wurk.launcher``), so
-   ``wurk worker``, a swarm's children and ``wurk.Embedded`` need nothing switched on; code
-   that runs jobs by other means (a test harness) calls it itself.
+2. Every worker puts it in place when it is built (``wurk.launcher.install_built_ins``,
+   with the unique death handler), so ``wurk worker``, a swarm's children and the in-process
+   worker need nothing switched on; code that runs jobs by other means (a test harness)
+   calls that function itself.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .reschedule import over_limit_classes, reschedule
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["LimitsMiddleware", "install"]
+__all__ = ["LimitsMiddleware"]
 
 log = logging.getLogger("wurk")
 
@@ -106,21 +106,3 @@ class LimitsMiddleware:
     def _drop(self, payload: P.Payload) -> None:
         expiry.drop(self.config, payload)
         unique.release(self.config, payload)
-
-
-def install(config: Config) -> None:
-    """Make ``config``'s worker honour limiters, unique locks and deadlines (once)."""
-    chain = config.server_middleware
-    linked = any(isinstance(link, LimitsMiddleware) for link in chain)
-    handled = any(isinstance(h, unique.LockRelease) for h in config.death_handlers)
-    if linked and handled:
-        return
-    if config.frozen:
-        log.warning("the configuration was frozen before its worker was built: jobs over a "
-                    "rate limit fail instead of rescheduling, unique locks are released only "
-                    "when they expire, expired jobs run; build the worker before freezing it")
-        return
-    if not linked:
-        chain.prepend(LimitsMiddleware(config))
-    if not handled:
-        config.death_handlers.append(unique.LockRelease(config))

@@ -1,10 +1,10 @@
 """A worker's observers, attached to its launcher in one place.
 
-1. Execution metrics: ``execution_metrics(config)`` puts one server middleware
-   (``wurk.metrics.tracking.ExecutionMetrics``) at the head of the configuration's server
-   chain, once per configuration, when the launcher is built; it is the only hook into job
-   execution. The launcher calls ``after_beat`` after each heartbeat (a flush) and ``stop``
-   at exit (the last flush).
+1. Execution metrics: ``execution_metrics(config)`` makes the server middleware
+   (``wurk.metrics.tracking.ExecutionMetrics``) the launcher puts at the head of the
+   configuration's server chain (``wurk.launcher.BUILT_IN``); it is the only hook into job
+   execution, and ``Instruments`` finds it there. The launcher calls ``after_beat`` after
+   each heartbeat (a flush) and ``stop`` at exit (the last flush).
 2. Optional parts, each started with the launcher and stopped at its exit: the health check
    (``health_port``), the Prometheus endpoint (``metrics_port``), StatsD (``statsd``) and the
    history sampler (``retain_history`` > 0). Each owns its thread; ``stop`` joins them.
@@ -40,26 +40,13 @@ __all__ = ["Host", "Instruments", "execution_metrics"]
 
 log = logging.getLogger("wurk")
 
-_ATTRIBUTE = "_execution_metrics"
-
-
 def execution_metrics(config: Config) -> ExecutionMetrics | None:
-    """The configuration's metrics middleware, put in its server chain on first use."""
-    existing: ExecutionMetrics | None = getattr(config, _ATTRIBUTE, None)
-    if existing is not None:
-        return existing
+    """The metrics middleware a worker of ``config`` needs, or None when nothing reads it
+    (no execution metrics, no StatsD, no Prometheus)."""
     if not (config.metrics or config.statsd is not None or config.metrics_port is not None):
         return None
-    if config.frozen:
-        log.warning("execution metrics are off: the configuration was frozen before a worker "
-                    "could add their middleware")
-        return None
     tracker = ExecutionTracker(compat_v7=config.metrics_compat_v7) if config.metrics else None
-    middleware = ExecutionMetrics(tracker)
-    # Outermost: an execution a later middleware stops (a limiter, a unique lock) counts too.
-    config.server_middleware.prepend(middleware)
-    setattr(config, _ATTRIBUTE, middleware)
-    return middleware
+    return ExecutionMetrics(tracker)
 
 
 class Host(Protocol):
@@ -87,7 +74,8 @@ class Instruments:
     def __init__(self, launcher: Host) -> None:
         self.launcher = launcher
         self.config = launcher.config
-        self.metrics = execution_metrics(self.config)
+        self.metrics = next((link for link in self.config.server_middleware
+                             if isinstance(link, ExecutionMetrics)), None)
         self.health: HealthServer | None = None
         self.exporter: WorkerExporter | None = None
         self.statsd: StatsdSink | None = None
