@@ -39,6 +39,7 @@ from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
 from .reporting import report_error
 from .retry import JobRetry
+from .runtime.clock import SYSTEM, Clock
 from .runtime.duty import Duty
 from .runtime.pruning import prune_processes
 from .runtime.timer import Timers
@@ -69,7 +70,7 @@ class Scheduler:
 
     def __init__(self, config: Config, *, pool: RedisPool | None = None,
                  client: Client | None = None, claim_lease: float = CLAIM_LEASE,
-                 timers: Timers | None = None) -> None:
+                 timers: Timers | None = None, clock: Clock = SYSTEM) -> None:
         self.config = config
         self.claim_lease = claim_lease
         self.pool = pool if pool is not None else config.pool("internal")
@@ -81,7 +82,7 @@ class Scheduler:
         # A failed pass waits its turn: never sooner than the poll interval.
         self._duty = Duty(config, SCHEDULER_THREAD, self._cycle, self.poll_interval,
                           component="scheduler", first_wait=self.initial_wait,
-                          retry_early=False, host=timers)
+                          retry_early=False, host=timers, clock=clock)
         self._pruned = False
 
     # -- lifecycle --------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from wurk.middleware import Chain
 from wurk.morgue import Morgue
 from wurk.processor import Busy, JobRunner
 from wurk.retry import JobRetry
+from wurk.runtime.clock import ManualClock
 from wurk.scheduled import Scheduler
 
 SOCKET_TIMEOUT = 0.5
@@ -56,13 +57,17 @@ class Rig:
                                      identity=self.me, capsule_index=0, slot=0,
                                      claims=self.claims)
         self.private = self.fetcher.private_lists["default"]
+        self.clock = ManualClock()  # the reaper's: strays age only when the test says
         self.reaper = Reaper(self.config, self.me, ["default"], claims=self.claims,
                              own_lists=[(self.private, "default")],
-                             pool=RedisPool(url, socket_timeout=5))
+                             pool=RedisPool(url, socket_timeout=5), clock=self.clock)
 
     def strays_after_grace(self) -> int:
+        """Strays returned by a look now and one a whole grace later (none in between)."""
         first = self.reaper.return_strays()
-        time.sleep(GRACE + 0.1)
+        self.clock.advance(GRACE - 0.001)
+        assert self.reaper.return_strays() == 0, "a stray went back within the grace"
+        self.clock.advance(0.001)
         return first + self.reaper.return_strays()
 
 
@@ -82,7 +87,7 @@ def test_a_move_whose_reply_a_cut_lost_goes_back_uncounted(
         rig.reaper.pool = RedisPool(redis_server.url)
         assert rig.fetcher.fetch(0.05) is None  # connected through the proxy
         r.lpush("queue:default", job(1))
-        proxy.latency(0.3)  # the move is forwarded after 0.3 s, its reply 0.3 s later…
+        proxy.latency(0.3)  # the move is forwarded after 0.3 s, its reply 0.3 s after that…
         failures: list[BaseException] = []
 
         def fetch() -> None:
@@ -93,14 +98,11 @@ def test_a_move_whose_reply_a_cut_lost_goes_back_uncounted(
 
         fetching = threading.Thread(target=fetch)
         fetching.start()
-        time.sleep(0.45)
+        wait_until(lambda: r.llen(rig.private) == 1, 10, "the move to reach Redis")
         proxy.cut()  # …and is lost on its way
         fetching.join(timeout=5)
         assert failures and r.lrange(rig.private, 0, -1) == [job(1).decode()]
-        assert rig.reaper.return_strays() == 0  # first seen: within the grace
-        assert r.llen(rig.private) == 1
-        time.sleep(GRACE + 0.1)
-        assert rig.reaper.return_strays() == 1
+        assert rig.strays_after_grace() == 1  # first seen, then a whole grace later
         assert r.lrange("queue:default", 0, -1) == [job(1).decode()] and not r.exists(
             rig.private)
         assert not r.exists("super_fetch:recovered:jid000000000000000000001")
@@ -207,6 +209,12 @@ def test_a_failover_reply_retires_only_the_connection_that_read_it(
 
 
 # -- no record, no jobs -----------------------------------------------------------------------
+def heartbeat_refusals(admin: redis.Redis) -> int:
+    """How many heartbeat writes the server's ACL refused (each writes the ``…:work`` key)."""
+    return sum(int(entry["count"]) for entry in admin.acl_log()
+               if str(entry["object"]).endswith(":work"))
+
+
 def test_no_job_is_taken_until_the_heartbeat_record_is_written(
     private_server: Server, redis_server: Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -224,7 +232,8 @@ def test_no_job_is_taken_until_the_heartbeat_record_is_written(
                              concurrency=2)
     worker.start()
     try:
-        time.sleep(1.0)
+        # Refused, backed off and refused again: its processors had all that time to fetch.
+        wait_until(lambda: heartbeat_refusals(admin) >= 5, 10, "five refused heartbeats")
         assert ledger.llen(jobs.RAN) == 0 and admin.llen("queue:default") == 5
         assert not list(admin.scan_iter("queue:default|*"))  # nothing fetched
         admin.acl_setuser("worker", enabled=True, passwords=["+pw"], commands=["+@all"],

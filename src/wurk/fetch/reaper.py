@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from ..connections.pool import RedisPool
 from ..heartbeat import Identity
 from ..morgue import Morgue
 from ..reporting import report_error
+from ..runtime.clock import SYSTEM, Clock
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 from ..scripts import Script
@@ -113,8 +113,9 @@ class Reaper:
                  pool: RedisPool | None = None, morgue: Morgue | None = None,
                  claims: Claims | None = None,
                  own_lists: Sequence[tuple[str, str]] = (),
-                 timers: Timers | None = None) -> None:
+                 timers: Timers | None = None, clock: Clock = SYSTEM) -> None:
         self.config = config
+        self._clock = clock
         self.identity = identity
         self.queues = queues
         self.pool = pool or config.pool("internal")
@@ -125,7 +126,7 @@ class Reaper:
         self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
         # A failed sweep waits its turn: never sooner than the reaper interval.
         self._duty = Duty(config, "wurk-reaper", self.sweep, lambda: config.reaper_interval,
-                          component="reaper", retry_early=False, host=timers)
+                          component="reaper", retry_early=False, host=timers, clock=clock)
 
     def start(self) -> None:
         self._duty.start()
@@ -270,7 +271,7 @@ class Reaper:
         """Own entries unheld since at least the grace go back to their queues."""
         if self.claims is None:
             return 0
-        now = time.monotonic()
+        now = self._clock.monotonic()
         grace = self.config.socket_timeout + STRAY_MARGIN
         still: dict[tuple[str, bytes], float] = {}
         moved = 0

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 
 from .. import scripts, stored
 from ..config import Config
 from ..connections.pool import RedisPool
 from ..reporting import report_error
+from ..runtime.clock import SYSTEM, Clock
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 
@@ -47,9 +47,11 @@ class Leadership:
 
     def __init__(self, config: Config, identity: str, *,
                  on_change: Callable[[bool], None] | None = None,
-                 pool: RedisPool | None = None, timers: Timers | None = None) -> None:
+                 pool: RedisPool | None = None, timers: Timers | None = None,
+                 clock: Clock = SYSTEM) -> None:
         self.config = config
         self.identity = identity
+        self._clock = clock
         self.pool = pool if pool is not None else config.pool("internal")
         client = self.pool.client
         self._campaign = client.register_script(scripts.source("leader_campaign.lua"))
@@ -65,7 +67,7 @@ class Leadership:
         self._started = False
         self._duty = Duty(config, LEADER_THREAD, self._turn, self._next_wait, first_wait=0.0,
                           component="leader election", on_failure=self._turn_failed,
-                          wake_by=self._until_lapse, host=timers)
+                          wake_by=self._until_lapse, host=timers, clock=clock)
 
     @property
     def ttl(self) -> int:
@@ -75,13 +77,13 @@ class Leadership:
     # -- what other code asks ---------------------------------------------------------------
     def is_leader(self) -> bool:
         term = self._term
-        return term is not None and time.monotonic() < term[1]
+        return term is not None and self._clock.monotonic() < term[1]
 
     @property
     def token(self) -> int | None:
         """The fencing token of the current term, while this process leads."""
         term = self._term
-        return term[0] if term is not None and time.monotonic() < term[1] else None
+        return term[0] if term is not None and self._clock.monotonic() < term[1] else None
 
     def term(self) -> int | None:
         return self.token
@@ -120,7 +122,7 @@ class Leadership:
     def _turn(self) -> None:
         if self._term is not None and not self.is_leader():
             self._lapse()
-        sent = time.monotonic()
+        sent = self._clock.monotonic()
         held = self.token
         keys = self.config.keys
         reply = self.pool.run(lambda r: self._campaign(
@@ -173,7 +175,7 @@ class Leadership:
     def _until_lapse(self) -> float | None:
         """Seconds until the current term lapses (the duty wakes then, to say so)."""
         term = self._term
-        return None if term is None else max(0.0, term[1] - time.monotonic())
+        return None if term is None else max(0.0, term[1] - self._clock.monotonic())
 
     def _announce(self, leading: bool) -> None:
         with self._change_lock:
