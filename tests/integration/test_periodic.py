@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -17,16 +16,19 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.wait import wait_until
 from wurk import payload as P
 from wurk.config import Config
 from wurk.periodic.leader import Leadership
 from wurk.periodic.loops import tick_jid
 from wurk.periodic.poller import PeriodicPoller
 
-# Every second: the tests see several ticks in a few seconds.
+# Every second: the tests see several ticks in a few seconds (on Redis's clock: they wait
+# for ticks to be pushed, never for a fixed time). A leader's key lives 10 s, so no term
+# lapses on a slow machine and skips a tick.
 EVERY_SECOND = "* * * * * *"
 FAST = {"periodic_seconds_field": True, "periodic_poll_interval": 0.2,
-        "leader_renew_interval": 0.5, "leader_check_interval": 0.2}
+        "leader_renew_interval": 5.0, "leader_check_interval": 0.2}
 
 
 @wurk.job(name="Per::Tick", queue="ticks", retry=3)
@@ -72,9 +74,9 @@ def world() -> Iterator[Callable[..., Built]]:
     yield build
     for built in made:
         for poller in built.pollers:
-            poller.stop(2)
+            poller.stop(10)
         for leader in built.leaders:
-            leader.stop(2)
+            leader.stop(10)
         built.config.close()
 
 
@@ -82,10 +84,7 @@ def elect(built: Built, identity: str) -> Leadership:
     leadership = Leadership(built.config, identity)
     built.leaders.append(leadership)
     leadership.start()
-    deadline = time.monotonic() + 5
-    while not leadership.is_leader():
-        assert time.monotonic() < deadline, "no leader"
-        time.sleep(0.01)
+    wait_until(leadership.is_leader, what="a leader")
     return leadership
 
 
@@ -109,6 +108,15 @@ def pushed(r: redis.Redis, queue: str = "ticks") -> list[dict[str, Any]]:
 
 def lid_of(built: Built) -> str:
     return built.config.periodic.loops()[0].lid
+
+
+def next_tick(r: redis.Redis, built: Built) -> int:
+    return int(r.hget(f"loops:{lid_of(built)}", "nf") or 0)
+
+
+def pushes(r: redis.Redis, count: int) -> None:
+    """Wait for ``count`` ticks pushed (one a second: a few seconds at most)."""
+    wait_until(lambda: len(pushed(r)) >= count, what=f"{count} ticks pushed")
 
 
 def check_each_tick_once(jobs: list[dict[str, Any]], lid: str) -> list[int]:
@@ -143,8 +151,8 @@ def test_each_tick_is_pushed_once_with_the_jobs_options(world: Callable[..., Bui
     built = world()
     leader = elect(built, "host:1:a")
     poller(built, leader).start()
-    time.sleep(2.3)
-    built.pollers[0].stop(2)
+    pushes(r, 2)
+    built.pollers[0].stop(10)
     jobs = pushed(r)
     ticks = check_each_tick_once(jobs, lid_of(built))
     assert len(jobs) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks)))
@@ -169,12 +177,12 @@ def test_a_stale_leader_that_still_believes_is_fenced_off(world: Callable[..., B
     assert new.token == 2
     poller(built, stale).start()
     poller(built, new).start()
-    time.sleep(3)
+    wait_until(lambda: len(pushed(r)) >= 2 and stale.refusals > 0,
+               what="two ticks pushed while the stale leader was refused")
     for made in built.pollers:
-        made.stop(2)
+        made.stop(10)
     ticks = check_each_tick_once(pushed(r), lid_of(built))
     assert len(ticks) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks)))
-    assert stale.refusals > 0
 
 
 def test_two_leaders_the_fence_cannot_tell_apart_still_push_each_tick_once(
@@ -187,9 +195,9 @@ def test_two_leaders_the_fence_cannot_tell_apart_still_push_each_tick_once(
     twins = [Believer("host:1:a", 5), Believer("host:1:a", 5)]
     for twin in twins:
         poller(built, twin).start()
-    time.sleep(3)
+    pushes(r, 2)  # both twins tried each of these ticks
     for made in built.pollers:
-        made.stop(2)
+        made.stop(10)
     ticks = check_each_tick_once(pushed(r), lid_of(built))
     assert len(ticks) >= 2 and ticks == list(range(ticks[0], ticks[0] + len(ticks)))
 
@@ -254,11 +262,11 @@ def test_a_paused_loop_pushes_nothing_and_moves_on(world: Callable[..., Built],
     built = world()
     _, poll = synced(built)
     r.hset(f"loops:{lid_of(built)}", "paused", "1")
+    first = next_tick(r, built)
     poll.start()
-    time.sleep(1.8)
-    poll.stop(2)
+    wait_until(lambda: next_tick(r, built) > first, what="a paused tick passed over")
+    poll.stop(10)
     assert pushed(r) == []
-    assert int(r.hget(f"loops:{lid_of(built)}", "nf") or 0) > time.time() - 1.5
 
 
 @pytest.mark.parametrize("nf", ["soon", "1e400", "99999999999999"])
@@ -268,10 +276,10 @@ def test_an_unreadable_next_tick_is_repaired_not_fatal(world: Callable[..., Buil
     _, poll = synced(built)
     r.hset(f"loops:{lid_of(built)}", mapping={"nf": nf, "lf": "garbage"})
     poll.start()
-    time.sleep(1.8)
-    poll.stop(2)
-    assert len(pushed(r)) >= 1
-    assert int(r.hget(f"loops:{lid_of(built)}", "nf") or 0) > time.time() - 1.5
+    pushes(r, 1)
+    poll.stop(10)
+    now = float(r.time()[0])
+    assert now - 60 < next_tick(r, built) <= now + 60  # an epoch near now again
 
 
 def test_loop_keys_of_the_wrong_type_are_replaced(world: Callable[..., Built],
@@ -283,8 +291,8 @@ def test_loop_keys_of_the_wrong_type_are_replaced(world: Callable[..., Built],
     leader = elect(built, "host:1:a")
     poll = poller(built, leader)
     poll.start()
-    time.sleep(1.8)
-    poll.stop(2)
+    pushes(r, 1)
+    poll.stop(10)
     assert r.type(f"loops:{lid}") == "hash" and len(pushed(r)) >= 1
     assert r.type(f"loop-history:{lid}") == "list"
 
@@ -305,23 +313,25 @@ def test_a_queue_of_the_wrong_type_loses_no_mark(world: Callable[..., Built],
 def test_client_middleware_runs_and_may_stop_a_tick(world: Callable[..., Built],
                                                    r: redis.Redis) -> None:
     built = world()
-    seen = threading.Event()
+    stopped: list[str] = []
 
     def tag(job_class: str, job: dict[str, Any], queue: str, call_next: Any) -> Any:
-        seen.set()
         job["tagged"] = True
-        return None if r.exists("stop-ticks") else call_next()
+        if r.exists("stop-ticks"):
+            stopped.append(job["jid"])
+            return None
+        return call_next()
 
     built.config.client_middleware.add(tag)
     leader = elect(built, "host:1:a")
     poll = poller(built, leader)
     poll.start()
-    time.sleep(1.8)
+    pushes(r, 1)
     r.set("stop-ticks", "1")
     before = len(pushed(r))
-    time.sleep(1.2)
-    poll.stop(2)
-    assert seen.is_set() and before >= 1 and all(job["tagged"] for job in pushed(r))
+    wait_until(lambda: stopped, what="a tick stopped by the middleware")
+    poll.stop(10)
+    assert before >= 1 and all(job["tagged"] for job in pushed(r))
     assert len(pushed(r)) <= before + 1  # at most one in flight when the switch flipped
 
 
