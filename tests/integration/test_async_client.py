@@ -305,24 +305,28 @@ def test_a_push_cut_mid_reply_is_not_sent_again(proxy: FaultProxy, r: redis.Redi
     config = config_for(proxy.url, socket_timeout=3)
     client = wurk.Client(config)
 
-    async def scenario() -> BaseException | None:
+    async def scenario() -> tuple[BaseException | None, int]:
         await client.apush({"class": "Warm", "args": [], "queue": "warm"})
         proxy.latency(0.5)
         push = asyncio.create_task(client.apush({"class": "Cut", "args": [], "queue": QUEUE}))
-        await asyncio.sleep(0.7)  # the command has reached Redis; its reply is on its way
-        proxy.cut()
+        while not r.llen(f"queue:{QUEUE}"):  # the command has reached Redis…
+            await asyncio.sleep(0.005)
+        proxy.cut()  # …and its reply, half a second behind, is lost
+        connections = proxy.accepted
         try:
             await push
         except wurk.RedisUnavailable as exc:
-            return exc
-        return None
+            return exc, connections
+        return None, connections
 
     try:
-        failure = run(scenario)
+        failure, connections = run(scenario)
     finally:
         config.close()
     assert isinstance(failure, wurk.RedisUnavailable) and "Cut (jid" in str(failure)
-    time.sleep(1.2)  # anything replayed would have arrived by now
+    # Sending it again would take a new connection (the cut closed the only one): none was
+    # opened, so nothing can still be on its way.
+    assert proxy.accepted == connections
     assert r.llen(f"queue:{QUEUE}") == 1  # applied once, never twice
 
 

@@ -3,6 +3,7 @@ and the burst shows in the heartbeat's fields."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
@@ -10,27 +11,31 @@ import time
 import pytest
 
 import wurk
+from tests.helpers.wait import wait_until
 from wurk import manager as manager_module
 from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch, Fetcher
-from wurk.manager import Manager, capsule_pool
+from wurk.manager import FIRST_RESPAWN_WAIT, Manager, capsule_pool
 from wurk.metrics.counters import Counters
 from wurk.processor import Busy, JobRunner
 
 
 class FailingPinning:
-    """Stands in for ``wurk.runtime.affinity.Pinning``: its ``enter`` fails while ``failing``."""
+    """Stands in for ``wurk.runtime.affinity.Pinning``: its ``enter`` fails while ``failing``,
+    and records when each try came."""
 
     def __init__(self) -> None:
         self.failing = True
-        self.calls = 0
+        self.tries: list[float] = []
+        self.failures = 0
         self._lock = threading.Lock()
 
     def enter(self, *, scout: bool = False) -> None:
         with self._lock:
-            self.calls += 1
-        if self.failing:
-            raise OSError("sched_setaffinity: Invalid argument")
+            self.tries.append(time.monotonic())
+            if self.failing:
+                self.failures += 1
+                raise OSError("sched_setaffinity: Invalid argument")
 
     def leave(self) -> None:
         return None
@@ -39,7 +44,7 @@ class FailingPinning:
 def test_a_processor_dying_at_start_backs_off_and_reports_once(
     config: wurk.Config, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(manager_module, "BURST_GAP", 0.6)
+    monkeypatch.setattr(manager_module, "BURST_GAP", 1.0)
     reported: list[BaseException] = []
     config.error_handlers.append(lambda exc, context: reported.append(exc))
     capsule = Capsule(queues=[("respawn", 0)], concurrency=1)
@@ -51,21 +56,20 @@ def test_a_processor_dying_at_start_backs_off_and_reports_once(
     manager = Manager(config, capsule, runner, make_fetcher)
     pinning = FailingPinning()
     manager.start(pinning)  # type: ignore[arg-type]
-    time.sleep(1.0)
-    tries = pinning.calls
+    wait_until(lambda: len(pinning.tries) >= 4, what="four tries")
     health = manager.health()
-    # A tight loop makes thousands of tries a second; the doubling wait (0.1, 0.2, 0.4 s…)
-    # allows a handful.
-    assert 2 <= tries <= 6, tries
     assert len(reported) == 1, "one report per burst, not one per death"
-    assert health["deaths"] == tries and health["bursting"] == 1
-    pinning.failing = False
-    deadline = time.monotonic() + 5
-    while len(manager.processors) != 1 or manager.health()["bursting"]:
-        assert time.monotonic() < deadline, "the burst never ended"
-        time.sleep(0.05)
+    assert health["bursting"] == 1
+    pinning.failing = False  # the next try lives
+    # A tight loop makes thousands of tries a second; the wait before each replacement
+    # doubles: none after the first death, then 0.1 s, then 0.2 s.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(pinning.tries[:4])]
+    assert gaps[1] >= FIRST_RESPAWN_WAIT * 0.9 and gaps[2] >= 2 * FIRST_RESPAWN_WAIT * 0.9
+    wait_until(lambda: len(manager.processors) == 1 and not manager.health()["bursting"],
+               what="the burst to end")
+    assert manager.health()["deaths"] == pinning.failures
     assert any("processor deaths in a row" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING)
-    manager.stop(time.monotonic() + 2)
+    manager.stop(time.monotonic() + 10)
     runner.close()
     assert not manager.processors

@@ -86,17 +86,15 @@ def test_the_history_tab_charts_what_the_sampler_kept(config: wurk.Config, r: re
     assert "No samples yet" in client.get("/history/").text
     seed_sets(config)
     seed_process(r)
-    # Intervals are numbered by Redis's clock, so two looks a moment apart can still straddle a
-    # boundary: start just after one, with a whole second before the next.
-    cfg = wurk.Config(redis_url=config.redis_url, history_interval=1.0)
+    # Intervals are numbered by Redis's clock; day-long ones, so two looks a moment apart
+    # fall in the same one. The next interval is made by marking the claimed one as older.
+    cfg = wurk.Config(redis_url=config.redis_url, history_interval=86400.0)
     sampler = HistorySampler(cfg)
-    _, micros = r.time()
-    time.sleep(1.0 - micros / 1_000_000 + 0.02)
     first = sampler.tick()
     assert first is not None and first["retries"] == 3 and first["dead"] == 3
     assert sampler.tick() is None  # the same interval: another process's turn was taken
     r.incrby("stat:processed", 40)
-    time.sleep(1.05)
+    r.set(cfg.keys.history_lock, "0")  # the last claim was for an interval long past
     assert sampler.tick() is not None
     r.zadd(config.keys.history, {"not json": time.time(), '{"processed": "NaN"}': time.time()})
     page = client.get("/history/")
