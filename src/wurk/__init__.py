@@ -2,6 +2,16 @@
 
 Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 ``perform_async``, and run ``wurk -r your.module`` to work it off.
+
+The public surface is this package's ``__all__`` and these modules' (each pinned by a test):
+``wurk.api``, ``wurk.api.values``, ``wurk.batch``, ``wurk.connections.server``,
+``wurk.context``, ``wurk.contrib.django``, ``wurk.contrib.django.settings``,
+``wurk.contrib.django.tasks``, ``wurk.contrib.django.urls``, ``wurk.contrib.fastapi``,
+``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
+``wurk.expiry``, ``wurk.inprocess``, ``wurk.limiter``, ``wurk.metrics``, ``wurk.middleware``,
+``wurk.otel``, ``wurk.scheduled``, ``wurk.swarm``, ``wurk.testing``, ``wurk.unique``,
+``wurk.web``. Every other module is internal: its names may change in any release.
+docs/internals.md walks a job through them.
 """
 
 from __future__ import annotations
@@ -32,7 +42,7 @@ from .errors import (
     WurkError,
 )
 from .fetch.poison import on_poison
-from .inprocess import Embedded, embed
+from .inprocess import Embedded, InProcessWorker, embed
 from .job import (
     Job,
     JobFunction,
@@ -55,6 +65,7 @@ __all__ = [
     "Connection",
     "Embedded",
     "EmbeddedServerError",
+    "InProcessWorker",
     "InspectionError",
     "InvalidArguments",
     "InvalidPayload",

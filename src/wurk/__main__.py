@@ -2,4 +2,6 @@
 
 from .cli import entry
 
+__all__: list[str] = []
+
 entry()

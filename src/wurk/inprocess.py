@@ -1,6 +1,6 @@
 """Running wurk inside another program: a threads-only worker, or a hosted swarm.
 
-1. ``Embedded(config)``: a worker's launcher inside the host's process (a web server),
+1. ``InProcessWorker(config)``: a worker's launcher inside the host's process (a web server),
    threads only, no signal handlers of its own; ``start()`` / ``quiet()`` / ``stop()``.
    The host calls ``stop()`` from its graceful-shutdown hook. ``embed(config)`` is the
    one-line form returning a started one.
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from .launcher import Launcher
     from .swarm.settings import SwarmSettings
 
-__all__ = ["Embedded", "SwarmHost", "boot_swarm", "embed"]
+__all__ = ["Embedded", "InProcessWorker", "SwarmHost", "boot_swarm", "embed"]
 
 log = logging.getLogger("wurk")
 
@@ -48,7 +48,7 @@ def _setup_logging(config: Config) -> None:
         wurk_log.setup(fmt=config.log_format, level=config.log_level)
 
 
-class Embedded:
+class InProcessWorker:
     """A threads-only worker living inside the host's process."""
 
     def __init__(self, config: Config | None = None) -> None:
@@ -65,7 +65,7 @@ class Embedded:
     def running(self) -> bool:
         return self.launcher is not None and not self.launcher.stopping
 
-    def start(self) -> Embedded:
+    def start(self) -> InProcessWorker:
         """Start fetching and running jobs on this process's threads; returns ``self``."""
         from .launcher import Launcher  # here: ``wurk`` imports this module while loading
 
@@ -108,7 +108,7 @@ class Embedded:
             log.warning("in-process worker: ignoring remote %s; the host process owns quiet "
                         "and stop", name)
 
-    def __enter__(self) -> Embedded:
+    def __enter__(self) -> InProcessWorker:
         return self.start() if self.launcher is None else self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -116,9 +116,14 @@ class Embedded:
         self.stop()
 
 
-def embed(config: Config | None = None) -> Embedded:
+
+# The class's name before it was renamed so it could not be mistaken for the embedded server
+# (``wurk.connections.server``); kept so code written against it keeps working.
+Embedded = InProcessWorker
+
+def embed(config: Config | None = None) -> InProcessWorker:
     """Start a threads-only worker in this process and return it (call ``.stop()`` at exit)."""
-    return Embedded(config).start()
+    return InProcessWorker(config).start()
 
 
 class SwarmHost:

@@ -40,8 +40,7 @@ from typing import Any, Literal
 
 from .errors import is_shutdown
 
-__all__ = ["BRIDGE_WAIT", "AsyncRunner", "Chain", "Middleware", "TemporaryLoop", "async_form",
-           "bridge", "settle", "within"]
+__all__ = ["AsyncRunner", "Chain", "Middleware"]
 
 Middleware = Callable[..., Any]
 # Runs one async link from sync code: (link, job, payload, queue, rest) -> its result.

@@ -104,7 +104,7 @@ def fast(redis_server: Server) -> Iterator[wurk.Config]:
 
 
 @pytest.fixture
-def worker(fast: wurk.Config) -> Iterator[wurk.Embedded]:
+def worker(fast: wurk.Config) -> Iterator[wurk.InProcessWorker]:
     running = wurk.embed(fast)
     yield running
     running.stop()
@@ -147,7 +147,7 @@ def all_callbacks(batch: wurk.Batch, options: dict[str, Any] | None = None) -> w
 
 # -- the rules --------------------------------------------------------------------------------
 def test_complete_and_success_fire_once_each_with_status_and_options(
-        worker: wurk.Embedded, r: redis.Redis) -> None:
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch(description="ten"), {"ids": [], "big": 2**62})
     with batch.jobs():
         for i in range(10):
@@ -163,7 +163,7 @@ def test_complete_and_success_fire_once_each_with_status_and_options(
     assert r.llen("ran") == 10
 
 
-def test_an_empty_block_still_fires_its_callbacks(worker: wurk.Embedded,
+def test_an_empty_block_still_fires_its_callbacks(worker: wurk.InProcessWorker,
                                                   r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
@@ -173,7 +173,7 @@ def test_an_empty_block_still_fires_its_callbacks(worker: wurk.Embedded,
     assert wurk.BatchStatus(batch.bid).total == 1  # the no-op job
 
 
-def test_nothing_fires_before_the_first_block_ends(worker: wurk.Embedded,
+def test_nothing_fires_before_the_first_block_ends(worker: wurk.InProcessWorker,
                                                    r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
@@ -188,7 +188,7 @@ def test_nothing_fires_before_the_first_block_ends(worker: wurk.Embedded,
 
 
 def test_complete_fires_after_a_failure_and_success_only_after_the_retry(
-        worker: wurk.Embedded, r: redis.Redis) -> None:
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     r.set("fail:flaky", 1)
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
@@ -207,7 +207,7 @@ def test_complete_fires_after_a_failure_and_success_only_after_the_retry(
 
 
 def test_a_dying_job_fires_death_once_and_success_after_its_retry_from_the_dead_set(
-        worker: wurk.Embedded, r: redis.Redis) -> None:
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     r.set("fail:doomed", 1)
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
@@ -228,7 +228,7 @@ def test_a_dying_job_fires_death_once_and_success_after_its_retry_from_the_dead_
     assert DeadSet().size() == 0
 
 
-def test_a_failure_without_retries_fires_death(worker: wurk.Embedded,
+def test_a_failure_without_retries_fires_death(worker: wurk.InProcessWorker,
                                                r: redis.Redis) -> None:
     r.set("fail:once", 1)
     batch = all_callbacks(wurk.Batch())
@@ -239,7 +239,7 @@ def test_a_failure_without_retries_fires_death(worker: wurk.Embedded,
     assert not wurk.BatchStatus(batch.bid).succeeded
 
 
-def test_callback_targets_by_class_method_and_function(worker: wurk.Embedded,
+def test_callback_targets_by_class_method_and_function(worker: wurk.InProcessWorker,
                                                         r: redis.Redis) -> None:
     batch = wurk.Batch()
     batch.on("success", "BatchTest::Notes#custom", {"a": 1})
@@ -250,7 +250,7 @@ def test_callback_targets_by_class_method_and_function(worker: wurk.Embedded,
     assert events(r, batch.bid) == ["custom", "fn"]
 
 
-def test_a_job_reopens_its_own_batch(worker: wurk.Embedded, r: redis.Redis) -> None:
+def test_a_job_reopens_its_own_batch(worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
         fan_out.perform_async(5)
@@ -261,7 +261,7 @@ def test_a_job_reopens_its_own_batch(worker: wurk.Embedded, r: redis.Redis) -> N
 
 
 def test_nested_three_deep_children_succeed_before_their_parents(
-        worker: wurk.Embedded, r: redis.Redis) -> None:
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     top = wurk.Batch(description="top")
     top.on("success", Notes, {"level": 0})
     with top.jobs():
@@ -277,7 +277,7 @@ def test_nested_three_deep_children_succeed_before_their_parents(
     assert len(wurk.BatchStatus(grandchild.child_bids[0]).child_bids) == 0
 
 
-def test_a_childs_death_reaches_every_ancestor(worker: wurk.Embedded,
+def test_a_childs_death_reaches_every_ancestor(worker: wurk.InProcessWorker,
                                               r: redis.Redis) -> None:
     r.set("fail:deep", 1)
     outer = all_callbacks(wurk.Batch())
@@ -567,7 +567,7 @@ def limited(name: str) -> None:
 
 
 @pytest.fixture
-def limited_worker(redis_server: Server) -> Iterator[wurk.Embedded]:
+def limited_worker(redis_server: Server) -> Iterator[wurk.InProcessWorker]:
     config = wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
                             fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
                             scheduler_initial_wait=0, average_scheduled_poll_interval=0.2,
@@ -604,7 +604,7 @@ def test_an_expired_job_counts_as_a_success(fast: wurk.Config, r: redis.Redis) -
     assert r.llen("ran") == 0  # dropped unrun
 
 
-def test_a_rate_limited_job_is_not_counted_until_it_runs(limited_worker: wurk.Embedded,
+def test_a_rate_limited_job_is_not_counted_until_it_runs(limited_worker: wurk.InProcessWorker,
                                                          r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
@@ -624,7 +624,7 @@ async def async_work(name: str) -> None:
         await conn.call("RPUSH", "ran", name)
 
 
-def test_async_jobs_of_a_batch_are_counted(worker: wurk.Embedded, r: redis.Redis) -> None:
+def test_async_jobs_of_a_batch_are_counted(worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
         for n in range(5):
@@ -639,7 +639,7 @@ async def async_fail(name: str) -> None:
     raise RuntimeError(f"{name} fails")
 
 
-def test_an_async_jobs_failure_is_counted(worker: wurk.Embedded, r: redis.Redis) -> None:
+def test_an_async_jobs_failure_is_counted(worker: wurk.InProcessWorker, r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():
         jid = async_fail.perform_async("async")

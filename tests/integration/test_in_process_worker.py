@@ -1,4 +1,4 @@
-"""``wurk.Embedded`` / ``wurk.embed`` in this very process, against the test server."""
+"""``wurk.InProcessWorker`` / ``wurk.embed`` in this very process, against the test server."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ def test_embed_runs_jobs_on_threads_and_stop_removes_the_record(
 
 def test_stop_drains_then_pushes_unfinished_jobs_back(fast: wurk.Config,
                                                       r: redis.Redis) -> None:
-    worker = wurk.Embedded(fast).start()
+    worker = wurk.InProcessWorker(fast).start()
     push("EmbedMode::Wait", 30)
     wait_until(lambda: r.hget(worker.identity, "busy") == "1")
     started = time.monotonic()
@@ -86,7 +86,7 @@ def test_stop_drains_then_pushes_unfinished_jobs_back(fast: wurk.Config,
 
 def test_remote_quiet_and_stop_are_refused(fast: wurk.Config, r: redis.Redis,
                                            caplog: pytest.LogCaptureFixture) -> None:
-    with wurk.Embedded(fast) as worker:
+    with wurk.InProcessWorker(fast) as worker:
         r.lpush(f"{worker.identity}-signals", "TERM")
         wait_until(lambda: "ignoring remote TERM" in caplog.text)
         assert worker.running and r.hget(worker.identity, "quiet") == "false"
@@ -101,7 +101,7 @@ def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,
         raise RuntimeError("no database")
 
     fast.on("startup", broken)
-    worker = wurk.Embedded(fast)
+    worker = wurk.InProcessWorker(fast)
     with pytest.raises(RuntimeError, match="no database"):
         worker.start()
     assert not worker.running and r.scard("processes") == 0
@@ -110,6 +110,6 @@ def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,
 
 
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
-    worker = wurk.Embedded(fast)
+    worker = wurk.InProcessWorker(fast)
     worker.stop()
     assert worker.identity is None and not worker.running

@@ -166,7 +166,7 @@ def test_an_embedded_worker_answers_is_leader_fires_events_and_steps_down_on_qui
                                                config.leader_token())))
     assert not config.is_leader() and config.leader_token() is None
     view = config.routed("api", "web", size=2)  # as a dashboard in the same process holds
-    worker = wurk.Embedded(config).start()
+    worker = wurk.InProcessWorker(config).start()
     try:
         wait_until(config.is_leader, 10, "the worker to lead")
         assert config.leader_token() == 1 and r.get("dear-leader") == worker.identity

@@ -184,7 +184,7 @@ def test_what_ran_since_the_last_beat_is_written_at_exit(redis_server: Any,
     try:
         for _ in range(3):
             wurk.push({"class": "Metrics::AtExit", "args": ["exit:ran"]})
-        embedded = wurk.Embedded(cfg).start()
+        embedded = wurk.InProcessWorker(cfg).start()
         deadline = time.monotonic() + 10
         while r.get("exit:ran") != "3" and time.monotonic() < deadline:
             time.sleep(0.02)

@@ -57,7 +57,7 @@ def test_the_job_span_is_a_child_of_the_push_span(traced: Any) -> None:
     stored = Queue("default", config).page(0, 1)[0].item
     assert stored["traceparent"].split("-")[1] == format(request.get_span_context().trace_id,
                                                           "032x")
-    with wurk.Embedded(config):
+    with wurk.InProcessWorker(config):
         job = spans_named(exporter, "Otel::Ok process")[0]
     push = spans_named(exporter, "Otel::Ok publish")[0]
     assert push.kind == SpanKind.PRODUCER and job.kind == SpanKind.CONSUMER
@@ -74,7 +74,7 @@ def test_the_job_span_is_a_child_of_the_push_span(traced: Any) -> None:
 def test_an_error_is_recorded_on_the_job_span(traced: Any) -> None:
     config, exporter, _ = traced
     wurk.push({"class": "Otel::Boom", "args": [2], "retry_count": 4})
-    with wurk.Embedded(config):
+    with wurk.InProcessWorker(config):
         job = spans_named(exporter, "Otel::Boom process")[0]
     assert job.status.status_code == StatusCode.ERROR
     assert [e.name for e in job.events] == ["exception"]
@@ -87,6 +87,6 @@ def test_a_bad_stored_traceparent_starts_a_new_trace(traced: Any) -> None:
     config.client_middleware.clear()  # pushed as by a client that writes junk
     wurk.push({"class": "Otel::Ok", "args": [3], "traceparent": "00-zz-<script>-01",
                "tracestate": 7})
-    with wurk.Embedded(config):
+    with wurk.InProcessWorker(config):
         job = spans_named(exporter, "Otel::Ok process")[0]
     assert job.parent is None

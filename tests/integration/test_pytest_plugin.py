@@ -50,7 +50,7 @@ def test_redis_is_private_real_and_empty(suite_in_fake_mode, wurk_redis):
     assert client.dbsize() == 0
     jid = resize.perform_async(3)
     assert client.llen("queue:default") == 1
-    with wurk.Embedded(wurk_redis):
+    with wurk.InProcessWorker(wurk_redis):
         for _ in range(200):
             if client.llen("queue:default") == 0 and 3 in done:
                 break

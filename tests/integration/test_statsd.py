@@ -51,7 +51,7 @@ def test_a_workers_jobs_are_sent_with_pros_names_and_tags(
     try:
         wurk.push({"class": "Stats::Ok", "args": []})
         wurk.push({"class": "Stats::Boom", "args": [], "queue": "default"})
-        with wurk.Embedded(config):
+        with wurk.InProcessWorker(config):
             lines = received(listener, "sidekiq.jobs.failure")
     finally:
         wurk.registry.unregister("Stats::Ok")

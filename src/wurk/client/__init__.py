@@ -8,3 +8,5 @@
 4. ``default``: the process's client, chosen by the configuration; ``wurk.push`` /
    ``wurk.apush``.
 """
+
+__all__: list[str] = []

@@ -8,3 +8,5 @@
    ``wurk.redis()``, a connection lent to application code; ``sockets``: kernel timeouts.
 4. ``replies``: which error replies mean "not now"; ``preflight``: boot checks on the server.
 """
+
+__all__: list[str] = []

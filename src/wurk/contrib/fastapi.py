@@ -2,7 +2,7 @@
 
 1. ``lifespan`` mounts the dashboard at ``dashboard`` (behind ``authorize(request)``,
    required with it) and, with ``worker=True``, runs an embedded worker (threads in this
-   process, ``wurk.Embedded``) from startup to shutdown: at shutdown running jobs get the
+   process, ``wurk.InProcessWorker``) from startup to shutdown: at shutdown running jobs get the
    configuration's ``timeout`` to finish, then go back to their queue. It nests inside an
    app's own lifespan (``async with wurk_ext.lifespan(app): ...``).
 2. ``Depends(wurk_ext.client)`` gives the configured ``wurk.Client`` to an endpoint: in an
@@ -30,7 +30,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 from ..client.core import Client
 from ..client.default import default_client
 from ..config import Config, default_config
-from ..inprocess import Embedded
+from ..inprocess import InProcessWorker
 from . import require_authorize
 
 __all__ = ["Wurk"]
@@ -49,7 +49,7 @@ class Wurk:
         self.dashboard_path = dashboard.rstrip("/") if dashboard else None
         self.authorize = authorize
         self.worker = worker
-        self.embedded: Embedded | None = None
+        self.embedded: InProcessWorker | None = None
 
     @property
     def config(self) -> Config:
@@ -65,7 +65,7 @@ class Wurk:
         config = self.config
         if self.dashboard_path is not None:
             self._mount(app, config)
-        embedded = Embedded(config) if self.worker else None
+        embedded = InProcessWorker(config) if self.worker else None
         if embedded is not None:
             await anyio.to_thread.run_sync(embedded.start)
             self.embedded = embedded

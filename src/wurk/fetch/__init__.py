@@ -7,3 +7,5 @@
 4. ``poison``: a job that keeps taking its worker down is killed, not requeued again.
 5. ``pause``: paused queues, as every fetcher of a process sees them.
 """
+
+__all__: list[str] = []

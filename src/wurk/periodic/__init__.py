@@ -5,3 +5,5 @@
 3. ``leader``: one process per Redis leads, with a fencing token that only grows.
 4. ``poller``: the leader's duty that syncs the loops to Redis and pushes each tick.
 """
+
+__all__: list[str] = []

@@ -6,3 +6,5 @@
 3. ``malloc`` and ``affinity``: a worker's memory arenas and CPU placement.
 4. ``pruning``: the ``processes`` set cleared of processes that are gone.
 """
+
+__all__: list[str] = []

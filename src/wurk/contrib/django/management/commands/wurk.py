@@ -29,6 +29,8 @@ from wurk.config import configure
 from wurk.contrib.django.settings import app_settings, build_config
 from wurk.runtime.signals import SignalPipe
 
+__all__ = ["Command", "discover"]
+
 # The exit code that asks the reloading parent for a fresh child (Django's convention).
 RELOAD_EXIT_CODE = 3
 
