@@ -79,7 +79,8 @@ def test_stop_drains_then_pushes_unfinished_jobs_back(fast: wurk.Config,
     wait_until(lambda: r.hget(worker.identity, "busy") == "1")
     started = time.monotonic()
     worker.stop(timeout=0.3)
-    assert time.monotonic() - started < 0.3 + 0.5 + 1
+    # The timeout and the grace, not the job's 30 s: 0.8 s, 5 s on a busy machine.
+    assert time.monotonic() - started < 5
     (back,) = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert back["class"] == "EmbedMode::Wait"
 

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.wait import wait_until
 from wurk.connections.lease import READ_SIZE, Lease
 from wurk.connections.pool import READ_BUFFER
 from wurk.errors import RedisUnavailable
@@ -85,7 +86,9 @@ def test_a_reply_read_ahead_keeps_the_connection_from_the_pool(config: wurk.Conf
     connection: Any = lease._connection
     connection.send_packed_command([b"*1\r\n$4\r\nPING\r\n*1\r\n$4\r\nPING\r\n"],
                                    check_health=False)
-    time.sleep(0.2)  # both replies wait on the socket: one read takes them both
+    sock = connection._sock  # both replies on the socket (peeked): one read takes them both
+    wait_until(lambda: len(sock.recv(64, socket.MSG_PEEK)) >= len(b"+PONG\r\n") * 2,
+               what="both replies")
     replies: Any = lease._wire
     assert replies.read() in (b"PONG", "PONG") and replies.pending()
     lease.release()
@@ -141,16 +144,17 @@ def test_an_ack_held_alone_reaches_redis_without_another_write(
     lease.call("PING")
     written = time.monotonic()
     lease.send_one(("LREM", "acks", 1, "a"))
-    while r.llen("acks") != 1 and time.monotonic() - written < 2.0:
-        time.sleep(0.01)
+    wait_until(lambda: r.llen("acks") == 1, what="the held ACK")
     assert r.lrange("acks", 0, -1) == ["b"]
-    # The kernel's 0.2 s, with room for a loaded test machine's scheduling.
-    assert time.monotonic() - written < 1.0
+    # The kernel's 0.2 s, with room for a loaded test machine's scheduling; held until
+    # another write, it would never come.
+    assert time.monotonic() - written < 2.0
 
 
 _KILLED_HOLDER = """
 import sys, time
 import wurk
+from tests.helpers.wait import wait_until
 from wurk.connections.lease import Lease
 lease = Lease(wurk.Config(redis_url=sys.argv[1]).pool("held", size=1))
 lease.call("PING")
@@ -177,7 +181,5 @@ def test_an_ack_held_when_its_process_is_killed_still_reaches_redis(
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
-    deadline = time.monotonic() + 2.0
-    while r.llen("acks") != 1 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: r.llen("acks") == 1, what="the ACK the killed process held")
     assert r.lrange("acks", 0, -1) == ["b"]
