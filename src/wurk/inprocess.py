@@ -121,6 +121,7 @@ class InProcessWorker:
 # (``wurk.connections.server``); kept so code written against it keeps working.
 Embedded = InProcessWorker
 
+
 def embed(config: Config | None = None) -> InProcessWorker:
     """Start a threads-only worker in this process and return it (call ``.stop()`` at exit)."""
     return InProcessWorker(config).start()

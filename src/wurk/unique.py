@@ -25,19 +25,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import payload as P
 from . import scripts, stored
 from .client.locks import digest, job_digest, lock_for, use_context
+from .config import Config, default_config
 from .connections.lending import redis as lent_redis
 from .errors import InvalidPayload, RedisUnavailable
 from .options import UNIQUE_UNTIL as UNTIL
 from .options import check_unique_fields, unique_for_seconds
-
-if TYPE_CHECKING:
-
-    from .config import Config
 
 __all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "job_digest", "lock_for", "locked",
            "release", "release_stored", "seconds", "use_context"]
@@ -66,8 +63,6 @@ def locked(queue: str, name: str, args: Sequence[Any], *,
 
     Uses the job's ``unique_context`` when this process has the job registered, exactly as a
     push would."""
-    from .config import default_config
-
     cfg = config if config is not None else default_config()
     key = cfg.keys.unique(job_digest({P.CLASS: name, P.QUEUE: queue, P.ARGS: list(args)}))
     holder = cfg.pool("api").run(lambda r: r.get(key), idempotent=True)

@@ -144,3 +144,31 @@ def test_the_design_rules_are_in_the_repository() -> None:
     for rule in ("At least once", "Lua", "TIME", "middleware", "untrusted", "never replayed"):
         assert rule in design, rule
     assert "docs/design.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+# Where a wurk module may be imported inside a function, and why; anywhere else a feature
+# attaches through middleware, a duty, a push writer or a Lua script, never a lazy import.
+LAZY_IMPORTS_ALLOWED = {
+    "wurk.cli": "each command loads only what it runs: `wurk stats` never loads the worker",
+    "wurk.contrib": "framework glue runs when the framework calls it (Django's ready())",
+    "wurk.inprocess": "`import wurk` in a web app must not load the whole worker",
+    "wurk.batch.sets": "retrying a batch reads the dead set through wurk.api, which a worker "
+                       "(it loads wurk.batch) never loads",
+    "wurk.metrics.instruments": "a listener's HTTP server costs ~1 MB; most workers run none",
+}
+
+
+def test_no_wurk_module_is_imported_inside_a_function_but_where_listed() -> None:
+    found = []
+    for name, path in MODULES.items():
+        if any(name == allowed or name.startswith(allowed + ".")
+               for allowed in LAZY_IMPORTS_ALLOWED):
+            continue
+        for function in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.ImportFrom) and (
+                        node.level or (node.module or "").startswith("wurk")):
+                    found.append(f"{name}:{node.lineno}")
+    assert found == []

@@ -28,6 +28,7 @@ from .. import stored as values
 from ..client.core import Client
 from ..config import Config, default_config
 from ..errors import InspectionError
+from ..job import registry
 from ..periodic.cron import Schedule
 from ..periodic.loops import HISTORY_LIMIT, epoch_field
 from ..stored import Invalid
@@ -205,8 +206,6 @@ class PeriodicSet:
     def _defaults(klass: str) -> dict[str, Any]:
         """The job's own options when this process has it registered (a dashboard process
         may not load the job modules: then the loop's options alone)."""
-        from ..job import registry
-
         return dict(registry.lookup(klass).options) if klass in registry else {}
 
     def _remember(self, lid: str, jid: str) -> None:

@@ -26,6 +26,7 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..connections.lending import redis as lent_redis
 from ..errors import RedisUnavailable, is_shutdown
+from ..limiter.reschedule import over_limit_classes
 from ..reporting import report_error
 from . import accounting
 from . import block as blocks
@@ -69,10 +70,6 @@ def count(config: Config, bid: str, jid: str, outcome: accounting.Outcome) -> bo
 
 
 def _over_limit(config: Config, exc: BaseException) -> bool:
-    try:
-        from ..limiter.reschedule import over_limit_classes
-    except ImportError:  # a build without rate limiters
-        return False
     return isinstance(exc, over_limit_classes(config))
 
 

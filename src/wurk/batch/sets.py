@@ -87,7 +87,7 @@ class DeadBatches:
 
     def retry(self, bid: str) -> int:
         """Send the batch's dead jobs back to their queues; returns how many went."""
-        from ..api.sets import DeadSet
+        from ..api.sets import DeadSet  # not at import: a worker loads this package, never it
 
         wanted = set(BatchStatus(bid, config=self.config).dead_jids)
         moved = 0

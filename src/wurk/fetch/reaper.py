@@ -38,6 +38,7 @@ from typing import Any
 
 import psutil
 
+from .. import payload as P
 from ..config import Config
 from ..connections.pool import RedisPool
 from ..heartbeat import Identity
@@ -318,8 +319,6 @@ class Reaper:
 def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
     """A heartbeat's ``info`` JSON as a mapping, or None when it is missing or not one (it
     may have been written by anyone)."""
-    from .. import payload as P
-
     if info is None:
         return None
     try:

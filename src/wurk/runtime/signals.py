@@ -27,6 +27,7 @@ import traceback
 from types import FrameType
 from typing import Protocol
 
+from .. import log as wurk_log
 from ..log import VERBATIM
 
 __all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
@@ -115,8 +116,6 @@ def act_on(launcher: _Quietable, name: str) -> bool:
     elif name == "TTIN":
         dump_threads()
     elif name == "USR2":
-        from .. import log as wurk_log
-
         wurk_log.reopen()
     return False
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from .. import config as wurk_config
+from ..connections.server import EmbeddedServer
 from . import FakeStore, set_mode, store
 
 __all__ = ["RedisServer", "wurk_fake", "wurk_inline", "wurk_redis", "wurk_redis_server"]
@@ -52,8 +53,6 @@ class RedisServer:
     """The session's private server: its URL, and a way to empty it."""
 
     def __init__(self, home: Path) -> None:
-        from ..connections.server import EmbeddedServer
-
         self.home = home
         self._server = EmbeddedServer(home)
         self.url = self._server.start().url

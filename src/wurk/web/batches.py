@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from ..api.sets import DeadSet, RetrySet
-from ..batch import BatchSet, BatchStatus, DeadBatches, scan_tags
+from ..batch import Batch, BatchSet, BatchStatus, DeadBatches, scan_tags
 from ..config import Config
 from .api import PAGE, Document, Endpoint
 from .context import dashboard
@@ -112,8 +112,6 @@ def act(config: Config, bid: str, action: str) -> str:
     if action == "delete":
         status.delete()
     else:
-        from ..batch import Batch
-
         Batch(bid, config=config).invalidate_all()
     return action
 
