@@ -70,6 +70,12 @@ def start_worker(tmp_path: Path, r: redis.Redis) -> Iterator[Callable[..., Worke
             worker.process.wait(timeout=10)
 
 
+def idle(r: redis.Redis, processors: int) -> bool:
+    """Whether ``processors`` fetches wait on the server (booted, swept, nothing to do): a
+    worker's processors start fetching after its boot sweep."""
+    return int(r.info("clients")["blocked_clients"]) >= processors
+
+
 def wait_for(predicate: Callable[[], bool], timeout: float = 20.0,
              message: str = "condition") -> None:
     deadline = time.monotonic() + timeout

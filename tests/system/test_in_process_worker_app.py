@@ -91,7 +91,7 @@ def _shutdown(server: Server) -> float:
     """SIGTERM uvicorn as a deploy would; returns how long it took to exit."""
     started = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
-    code = server.process.wait(15)
+    code = server.process.wait(30)
     assert code in (0, -signal.SIGTERM), (code, server.output())
     return time.monotonic() - started
 
@@ -114,7 +114,9 @@ def test_embedded_worker_runs_jobs_in_the_web_process_and_drains_on_shutdown(
     assert r.hget(identity, "quiet") == "false"
     jobs.sleep_job.perform_async(30, "sys:embedded-long")
     wait_for(lambda: r.llen("sys:embedded-long:started") == 1, message="long job started")
-    assert _shutdown(server) < 2 + 1 + 3  # timeout + interrupt grace + uvicorn's own exit
+    # Timeout + interrupt grace + uvicorn's own exit, twice over for a busy machine; not the
+    # job's 30 s.
+    assert _shutdown(server) < 2 * (2 + 1 + 3)
     back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert [job["class"] for job in back] == ["Sys::Sleep"]
     assert r.scard("processes") == 0 and not r.exists(identity)
@@ -139,7 +141,7 @@ def test_a_web_process_hosts_a_swarm_supervised_from_a_thread(
     jobs.sleep_job.perform_async(30, "sys:hosted-long")
     wait_for(lambda: r.llen("sys:hosted-long:started") == 1, message="long job started")
     children = server.children()
-    assert _shutdown(server) < 2 + 3 + 1 + 3
+    assert _shutdown(server) < 2 * (2 + 3 + 1 + 3)  # twice the budget at most; not 30 s
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
                    psutil.STATUS_ZOMBIE for pid in children)
     back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]

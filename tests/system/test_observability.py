@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -98,13 +97,22 @@ def test_the_workers_prometheus_endpoint(
     jobs.Failing.set(retry=False).perform_async("obs:fail")
     wait_for(lambda: r.get("obs:count") == "12" and r.get("obs:fail") == "1",
              message="the jobs")
-    time.sleep(0.2)  # the job's own INCR comes before its failure reaches the middleware
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
-        text = reply.read().decode()
-    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in text_string_to_metric_families(text) for s in family.samples}
     incr = (("job", "Sys::Incr"), ("queue", "default"))
     fail = (("job", "Sys::Fail"), ("queue", "default"))
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def scraped() -> bool:
+        """The job's own INCR comes before its failure reaches the middleware: scrape until
+        the failure is counted."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as reply:
+            text = reply.read().decode()
+        samples.clear()
+        samples.update({(s.name, tuple(sorted(s.labels.items()))): s.value
+                        for family in text_string_to_metric_families(text)
+                        for s in family.samples})
+        return samples.get(("wurk_jobs_failed_total", fail)) == 1
+
+    wait_for(scraped, message="the failure counted")
     assert samples["wurk_jobs_executed_total", incr] == 12
     assert samples["wurk_jobs_executed_total", fail] == 1
     assert samples["wurk_jobs_failed_total", fail] == 1

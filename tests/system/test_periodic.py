@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,7 +92,9 @@ leader_check_interval: 1
 def test_the_leader_says_so_in_its_title_and_a_leader_false_process_never_leads(
         r: redis.Redis, start_worker: Callable[..., Worker]) -> None:
     follower = start_worker(settings=LEADER_SETTINGS + "leader: false\n")
-    time.sleep(1.5)
+    # Where a process would start campaigning (at once), this one says it does not.
+    wait_for(lambda: "does not campaign (leader=false)" in follower.output(),
+             message="the follower's choice")
     assert r.get("dear-leader") is None, "leader: false must keep it out of the election"
     leader = start_worker(settings=LEADER_SETTINGS)
     wait_for(lambda: (r.get("dear-leader") or "").split(":")[-2:-1] == [str(leader.process.pid)],

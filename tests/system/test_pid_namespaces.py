@@ -8,6 +8,7 @@ as that neighbour. Only the heartbeat may decide.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ import pytest
 import redis
 
 import wurk
-from tests.system.conftest import FAST_SETTINGS, ROOT, wait_for
+from tests.system.conftest import FAST_SETTINGS, ROOT, idle, wait_for
 
 
 def _unshare_works() -> str | None:
@@ -89,11 +90,16 @@ def test_workers_sharing_a_hostname_in_separate_pid_namespaces_keep_their_own_jo
     in_flight = [key for key in r.scan_iter(match=f"queue:default|{SHARED_HOSTNAME}|*")
                  if r.llen(key)]
     assert len(in_flight) == 1
-    time.sleep(1.2)  # the second starts apart from the first: its pid 1 is not "the same"
+    # The second starts apart from the first (its pid 1 is not "the same"): 1.2 s after the
+    # first's start, which has most often passed already while the job started.
+    first_started = float(json.loads(r.hget(first, "info") or "{}")["started_at"])
+    wait_for(lambda: time.time() > first_started + 1.2, 10, "1.2 s since the first started")
     second = start_in_own_namespace(namespaced_workers, tmp_path, r)
     assert second.startswith(f"{SHARED_HOSTNAME}:1:") and second != first
-    # The second worker's reaper swept at boot and sweeps every 0.3 s: give it several.
-    time.sleep(2.5)
+    # The second worker's reaper swept at boot (its processors fetch only after that: with
+    # the first's idle one, three fetches wait) and sweeps every 0.3 s: give it two more.
+    wait_for(lambda: idle(r, 3), 60, "the second worker idle after its boot sweep")
+    time.sleep(0.7)
     assert r.llen("ns:started") == 1, "the neighbour's running job was taken and run again"
     assert r.llen("ns:done") == 0  # still running where it started: checked mid-job
     assert r.llen(in_flight[0]) == 1 and r.llen("queue:default") == 0

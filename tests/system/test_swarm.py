@@ -21,6 +21,7 @@ import wurk
 from tests.system import swarm_jobs
 from tests.system import worker_jobs as jobs
 from tests.system.conftest import FAST_SETTINGS, ROOT, Worker, wait_for
+from wurk.swarm.child import CHILD_TICK, ORPHAN_STOP_TIMEOUT
 
 # Supervise fast: a tick of 0.1 s, short backoffs, memory looked at every tick. The parent's
 # grace (3 s) must cover a child's own interrupt grace, which the tests set to 1 s.
@@ -351,7 +352,9 @@ def test_quiet_survives_a_crash_the_replacement_boots_quiet(
     replacement = _replacement(swarm, victim)
     assert r.hget(swarm.records()[replacement], "quiet") == "true"
     jobs.incr.perform_bulk([["sys:while-quiet"]] * 5)
-    time.sleep(1.0)
+    # A child that fetched would take the five jobs within milliseconds; half a second is a
+    # hundred times that.
+    time.sleep(0.5)
     assert r.get("sys:while-quiet") is None and r.llen("queue:default") == 5
     swarm.signal("TERM")
     assert swarm.wait(15) == 0
@@ -365,8 +368,8 @@ def test_term_drains_every_child_within_timeout_plus_grace(
     occupy_every_thread(r, "sys:long")
     started = time.monotonic()
     swarm.signal("TERM")
-    assert swarm.wait(15) == 0
-    assert time.monotonic() - started < 2 + 3 + 1
+    assert swarm.wait(30) == 0
+    assert time.monotonic() - started < 2 * (2 + 3)  # twice the timeout and grace, at most
     back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert len(back) == 4 and {job["class"] for job in back} == {"Sys::Sleep"}
     assert r.scard("processes") == 0
@@ -385,12 +388,17 @@ def test_a_second_ctrl_c_pushes_every_unfinished_job_back_and_exits_now(
              in swarm.output(), message=f"the hint:\n{swarm.output()}")
     wait_for(lambda: swarm.output().count("stopping: waiting up to 25 s for 2 running") == 2,
              message=f"both children stopping:\n{swarm.output()}")
-    time.sleep(max(0.0, first + 1.5 - time.monotonic()))
+    # Both signals have reached both children by now; taken for two requests, the second
+    # would hurry the stop within milliseconds: half a second is a hundred times that.
+    time.sleep(0.5)
     # The first Ctrl-C waits for the jobs: INT and the relayed TERM were one request.
     assert swarm.process.poll() is None
     assert r.llen("queue:default") == 0
     assert "stopping now" not in swarm.output()
 
+    # A second request counts only a second or more after the first (so one Ctrl-C relayed
+    # twice stays one): the press waits that out, with room for a late signal handler.
+    time.sleep(max(0.0, first + 1.5 - time.monotonic()))
     pressed = time.monotonic()
     swarm.ctrl_c()
     assert swarm.wait(20) == 0
@@ -428,10 +436,10 @@ def test_children_that_ignore_term_are_killed_at_the_deadline(
     children = swarm.children()
     started = time.monotonic()
     swarm.signal("TERM")
-    assert swarm.wait(15) == 0
-    # The exit after the kill (a tick, the reap, the interpreter's own exit) took 1.65 s once
-    # under a whole-suite load of 10 on 2 cores.
-    assert 1 + 3 <= time.monotonic() - started < 1 + 3 + 2.5
+    assert swarm.wait(30) == 0
+    # Not before the 1 + 3 s budget; the exit after the kill (a tick, the reap, the
+    # interpreter's own exit) took 1.65 s once under a whole-suite load of 10 on 2 cores.
+    assert 1 + 3 <= time.monotonic() - started < 2.5 * (1 + 3)
     assert "2 children still running after the shutdown budget; killing them" in \
         swarm.output()
     assert not any(alive(pid) for pid in children)
@@ -447,13 +455,14 @@ def test_term_during_a_rolling_restart_wins(
     wait_for(lambda: "swarm: replacing child" in swarm.output(), message="restart begun")
     started = time.monotonic()
     swarm.signal("TERM")
-    assert swarm.wait(15) == 0
-    # Not held up by the 10 s heartbeat wait: the stuck replacement is killed at 1 + 3 s.
-    assert time.monotonic() - started < 1 + 3 + 1.5
+    assert swarm.wait(30) == 0
+    # Not held up by the 10 s heartbeat wait: the stuck replacement is killed at 1 + 3 s
+    # (twice that on a busy machine, still short of the wait it must not sit out).
+    assert time.monotonic() - started < 2 * (1 + 3)
     assert "swarm: stopping 3 children" in swarm.output()
 
 
-def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_5s(
+def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_seconds(
     config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
 ) -> None:
     swarm = start_swarm("-c", "2", count=2, settings="")  # the default 3 s interrupt grace
@@ -462,11 +471,13 @@ def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_5s(
     swarm.process.kill()
     swarm.process.wait(5)
     killed = time.monotonic()
-    wait_for(lambda: not any(alive(pid) for pid in children), timeout=5,
+    wait_for(lambda: not any(alive(pid) for pid in children), timeout=20,
              message="orphans gone")
     gone = time.monotonic() - killed
     print(f"\nparent SIGKILLed with 4 jobs running: children gone after {gone:.2f} s")
-    assert gone < 5
+    # Built to be gone within 4 s (a 0.5 s look at the parent, the 0.5 s drain, the 3 s
+    # interrupt grace): twice that on a busy machine; an orphan left running never goes.
+    assert gone < 2 * (CHILD_TICK + ORPHAN_STOP_TIMEOUT + 3)
     back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert len(back) == 4 and {job["class"] for job in back} == {"Sys::Sleep"}
     assert r.scard("processes") == 0

@@ -74,8 +74,9 @@ def test_scheduled_job_runs_after_its_time_not_before(
     wait_for(lambda: r.llen("sys:scheduled") == 2, timeout=15, message="scheduled job")
     entries = [json.loads(x) for x in r.lrange("sys:scheduled", 0, -1)]
     ran = {value: at for value, at in entries}
-    assert ran["now"] < pushed + 1.5
-    assert pushed + 2 <= ran["later"] < pushed + 5
+    # Not before its time; soon after it (a poll every 0.2 s), with room for a busy machine.
+    assert ran["now"] < pushed + 5
+    assert pushed + 2 <= ran["later"] < pushed + 2 + 5
 
 
 def test_term_during_long_jobs_requeues_them_and_exits_in_time(
@@ -86,9 +87,9 @@ def test_term_during_long_jobs_requeues_them_and_exits_in_time(
     wait_for(lambda: r.llen("sys:long:started") == 3, message="long jobs started")
     started = time.monotonic()
     worker.signal("TERM")
-    assert worker.wait(15) == 0
+    assert worker.wait(30) == 0
     elapsed = time.monotonic() - started
-    assert elapsed < 2 + 3 + 3, elapsed  # timeout + grace + a little
+    assert elapsed < 2 * (2 + 3), elapsed  # twice the timeout and the grace, not the 30 s
     back = [json.loads(x) for x in r.lrange("queue:default", 0, -1)]
     assert len(back) == 3 and {j["class"] for j in back} == {"Sys::Sleep"}
     assert r.llen("sys:long:done") == 0
@@ -107,7 +108,9 @@ def test_tstp_stops_fetching_while_running_jobs_finish(
     wait_for(lambda: r.hget(identity, "quiet") == "true", message="quiet in heartbeat")
     jobs.incr.perform_bulk([["sys:after-quiet"]] * 5)
     wait_for(lambda: r.llen("sys:quiet:done") == 2, message="running jobs finished")
-    time.sleep(1.0)
+    # A processor still fetching would take the five jobs within milliseconds of its job's
+    # end; half a second is a hundred times that.
+    time.sleep(0.5)
     assert r.get("sys:after-quiet") is None and r.llen("queue:default") == 5
     worker.signal("TERM")
     assert worker.wait(15) == 0
