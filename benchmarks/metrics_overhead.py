@@ -21,7 +21,8 @@ from wurk.config import Config
 from wurk.limiter.middleware import install as install_limits
 from wurk.metrics import ExecutionMetrics, ExecutionTracker
 from wurk.metrics.counters import Counters
-from wurk.processor import Busy, JobGuard, JobRunner
+from wurk.processor import JobGuard, JobRunner
+from wurk.runtime.busy import Busy
 
 
 def runner(with_metrics: bool) -> JobRunner:

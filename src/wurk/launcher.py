@@ -43,7 +43,7 @@ from .fetch.basic import BasicFetch, Fetcher
 from .fetch.pause import PausedCache
 from .fetch.reaper import Reaper, return_own_lists
 from .fetch.reliable import Claims, ReliableFetch, private_list_name
-from .heartbeat import Heartbeat, Identity
+from .heartbeat import Heartbeat
 from .job import open_batches_with, registry
 from .limiter.middleware import LimitsMiddleware
 from .manager import Manager, capsule_pool
@@ -54,9 +54,11 @@ from .metrics.tracking import ExecutionMetrics
 from .middleware import Middleware
 from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
-from .processor import Busy, JobRunner
+from .processor import JobRunner
 from .reporting import report_error
 from .runtime import affinity
+from .runtime.busy import Busy
+from .runtime.identity import Identity
 from .runtime.proctitle import set_title
 from .runtime.timer import TimerLoop, Timers
 from .scheduled import Scheduler

@@ -67,39 +67,13 @@ from .morgue import Morgue
 from .reporting import report_error
 from .retry import JobRetry
 from .runtime.affinity import Pinning
+from .runtime.busy import Busy
 from .runtime.outage import Backoff, Outage
 
-__all__ = ["Busy", "JobGuard", "JobRunner", "Processor"]
+__all__ = ["JobGuard", "JobRunner", "Processor"]
 
 log = logging.getLogger("wurk")
 
-
-
-class Busy:
-    """What is running now, by thread id: the heartbeat's ``<identity>:work`` map.
-
-    No lock: each entry is set and popped by the thread (or task) it names, and a snapshot
-    copies the map in one step — single dict operations, which CPython makes atomic (the
-    free-threaded build locks each dict itself); a job's path takes no lock for it."""
-
-    def __init__(self) -> None:
-        self._work: dict[str, tuple[str, bytes, int]] = {}  # decoded only for a snapshot
-
-    def add(self, thread_id: str, queue: str, raw: bytes) -> None:
-        self._work[thread_id] = (queue, raw, int(time.time()))
-
-    def remove(self, thread_id: str) -> None:
-        self._work.pop(thread_id, None)
-
-    def snapshot(self) -> dict[str, str]:
-        """tid → the JSON value Sidekiq's Busy page reads."""
-        items = list(self._work.items())
-        return {t: P.dumps({"queue": q, "payload": raw.decode("utf-8", "replace"),
-                            "run_at": run_at})
-                for t, (q, raw, run_at) in items}
-
-    def __len__(self) -> int:
-        return len(self._work)
 
 
 def _never() -> bool:

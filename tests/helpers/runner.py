@@ -10,7 +10,8 @@ from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch
 from wurk.launcher import install_built_ins
 from wurk.metrics.counters import Counters
-from wurk.processor import Busy, JobRunner
+from wurk.processor import JobRunner
+from wurk.runtime.busy import Busy
 
 
 class Drain:

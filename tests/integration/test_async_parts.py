@@ -16,10 +16,11 @@ import wurk
 from wurk.config import Capsule
 from wurk.fetch.basic import Fetcher
 from wurk.fetch.reliable import Claims, ReliableFetch
-from wurk.heartbeat import Identity
 from wurk.manager import Manager, capsule_pool
 from wurk.metrics.counters import Counters
-from wurk.processor import Busy, JobRunner
+from wurk.processor import JobRunner
+from wurk.runtime.busy import Busy
+from wurk.runtime.identity import Identity
 
 QUEUE = "asyncparts"
 EVENTS: list[str] = []

@@ -34,9 +34,10 @@ from tests.system.conftest import ROOT
 from wurk import payload as P
 from wurk.config import Capsule
 from wurk.fetch.reliable import ReliableFetch
-from wurk.heartbeat import Identity
 from wurk.metrics.counters import Counters
-from wurk.processor import Busy, JobRunner
+from wurk.processor import JobRunner
+from wurk.runtime.busy import Busy
+from wurk.runtime.identity import Identity
 from wurk.scheduled import Scheduler
 
 QUEUE = "fuzz"

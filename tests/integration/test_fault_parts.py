@@ -28,13 +28,14 @@ from wurk.connections.preflight import check_server, eviction_policy, require_ve
 from wurk.fetch.basic import BasicFetch, UnitOfWork
 from wurk.fetch.reaper import STRAY_MARGIN, Reaper
 from wurk.fetch.reliable import Claims, ReliableFetch
-from wurk.heartbeat import Identity
 from wurk.metrics.counters import Counters
 from wurk.middleware import Chain
 from wurk.morgue import Morgue
-from wurk.processor import Busy, JobRunner
+from wurk.processor import JobRunner
 from wurk.retry import JobRetry
+from wurk.runtime.busy import Busy
 from wurk.runtime.clock import ManualClock
+from wurk.runtime.identity import Identity
 from wurk.scheduled import Scheduler
 
 SOCKET_TIMEOUT = 0.5

@@ -17,7 +17,7 @@ from wurk.connections.lease import Lease
 from wurk.errors import RedisUnavailable
 from wurk.fetch.basic import UnitOfWork
 from wurk.fetch.reliable import Claims, ReliableFetch
-from wurk.heartbeat import Identity
+from wurk.runtime.identity import Identity
 
 
 def job(n: int) -> str:

@@ -15,10 +15,11 @@ import wurk
 from wurk.config import Capsule
 from wurk.fetch.basic import Fetcher, UnitOfWork
 from wurk.fetch.reliable import Claims, ReliableFetch
-from wurk.heartbeat import Identity
 from wurk.manager import Manager, capsule_pool
 from wurk.metrics.counters import Counters
-from wurk.processor import Busy, JobRunner
+from wurk.processor import JobRunner
+from wurk.runtime.busy import Busy
+from wurk.runtime.identity import Identity
 
 QUEUE = "boundary"
 RAN = "boundary:ran"

@@ -147,7 +147,7 @@ def test_recoveries_and_poison_kills_are_counted_and_told(redis_server: Any,
                                                           r: redis.Redis) -> None:
     from wurk import payload as P
     from wurk.fetch.reaper import Reaper
-    from wurk.heartbeat import Identity
+    from wurk.runtime.identity import Identity
 
     told: list[tuple[str, Any]] = []
     cfg = wurk.configure(redis_url=redis_server.url,

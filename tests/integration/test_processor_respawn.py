@@ -17,7 +17,8 @@ from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch, Fetcher
 from wurk.manager import FIRST_RESPAWN_WAIT, Manager, capsule_pool
 from wurk.metrics.counters import Counters
-from wurk.processor import Busy, JobRunner
+from wurk.processor import JobRunner
+from wurk.runtime.busy import Busy
 
 
 class FailingPinning:

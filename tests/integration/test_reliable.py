@@ -18,7 +18,7 @@ from wurk import payload as P
 from wurk.config import Capsule
 from wurk.fetch.reaper import Owner, Reaper, parse_private
 from wurk.fetch.reliable import ReliableFetch
-from wurk.heartbeat import Identity
+from wurk.runtime.identity import Identity
 
 
 def job(n: int, jid: str | None = None) -> str:

@@ -15,7 +15,7 @@ from wurk.config import Capsule
 from wurk.configfile import load_file
 from wurk.errors import ConfigError
 from wurk.fetch.basic import QueueOrder
-from wurk.processor import Busy
+from wurk.runtime.busy import Busy
 from wurk.runtime.signals import SignalPipe
 
 

@@ -41,11 +41,11 @@ import psutil
 from .. import payload as P
 from ..config import Config
 from ..connections.pool import RedisPool
-from ..heartbeat import Identity
 from ..morgue import Morgue
 from ..reporting import report_error
 from ..runtime.clock import SYSTEM, Clock
 from ..runtime.duty import Duty
+from ..runtime.identity import Identity
 from ..runtime.timer import Timers
 from ..scripts import Script
 from .poison import POISON_THRESHOLD, POISON_TTL, kill_poisoned

@@ -48,8 +48,8 @@ from ..connections.lease import Lease
 from ..connections.pool import RedisPool
 from ..connections.replies import refusal
 from ..errors import RedisUnavailable
-from ..heartbeat import Identity
 from ..reporting import report_error
+from ..runtime.identity import Identity
 from ..scripts import Script
 from .basic import QueueOrder, UnitOfWork
 

@@ -23,7 +23,7 @@ from ..errors import ConfigError
 from ..fetch.poison import Registration, on_poison
 from ..heartbeat import Heartbeat
 from ..manager import Manager
-from ..processor import Busy
+from ..runtime.busy import Busy
 from ..runtime.outage import Outage
 from ..runtime.timer import Timers
 from .tracking import ExecutionMetrics, ExecutionTracker, Observer

@@ -40,7 +40,7 @@ from ..config import Config
 from ..connections.locate import resolve_url
 from ..connections.pool import RedisPool
 from ..errors import SwarmError
-from ..heartbeat import Identity, hostname, process_nonce
+from ..runtime.identity import Identity, hostname, process_nonce
 from ..runtime.proctitle import set_title
 from ..runtime.signals import HURRY_AFTER, HURRY_HINT, STOP_SIGNALS, SignalPipe, dump_threads
 from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
