@@ -24,10 +24,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import payload as P
-from .callbacks import Callbacks, Registration
 from .connections.lending import redis as lent_redis
 from .options import check_expiry_fields, expires_in_seconds
-from .reporting import report_error
+from .reporting import Callbacks, Registration, report_error
 
 if TYPE_CHECKING:
     from .config import Config

@@ -5,8 +5,13 @@
    form (Sidekiq's change of arity broke third-party handlers; both keep working). With no handler
    configured it logs the error itself.
 2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
-3. A handler that raises is logged (death handlers: reported) and never propagates, and the
-   other handlers still run: reporting must not turn one failure into two.
+3. ``Callbacks``: a list of callbacks for an event other code listens to (a poison pill
+   killed, a job expired). ``add(fn)`` registers ``fn`` once (the same callable twice is one
+   entry) and returns a ``Registration`` whose ``remove()`` may be called any number of
+   times; ``notify(config, value, context)`` calls each with ``value``.
+4. A handler or callback that raises is logged (death handlers: reported; callbacks: handed
+   to the error handlers) and never propagates, and the others still run: reporting must
+   not turn one failure into two.
 """
 
 from __future__ import annotations
@@ -15,14 +20,14 @@ import inspect
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from . import payload as P
 
 if TYPE_CHECKING:
     from .config import Config
 
-__all__ = ["report_error", "run_death_handlers"]
+__all__ = ["Callbacks", "Registration", "report_error", "run_death_handlers"]
 
 log = logging.getLogger("wurk")
 
@@ -93,3 +98,46 @@ def _log_error(exc: BaseException, context: dict[str, Any]) -> None:
 
 def _name(handler: Callable[..., Any]) -> str:
     return getattr(handler, "__qualname__", None) or repr(handler)
+
+
+# -- callback lists ------------------------------------------------------------------------------
+T = TypeVar("T")
+
+
+class Registration:
+    """Handle returned by ``Callbacks.add``; ``remove()`` may be called any number of times."""
+
+    def __init__(self, owner: Callbacks[Any], callback: Callable[[Any], None]) -> None:
+        self._owner = owner
+        self.callback = callback
+
+    def remove(self) -> None:
+        self._owner.remove(self.callback)
+
+
+class Callbacks(Generic[T]):
+    """A thread-safe list of callbacks taking one value."""
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[T], None]] = []
+        self._lock = threading.Lock()
+
+    def add(self, callback: Callable[[T], None]) -> Registration:
+        with self._lock:
+            if callback not in self._callbacks:
+                self._callbacks.append(callback)
+        return Registration(self, callback)
+
+    def remove(self, callback: Callable[[T], None]) -> None:
+        with self._lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+    def notify(self, config: Config, value: T, context: dict[str, Any]) -> None:
+        with self._lock:
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            try:
+                callback(value)
+            except Exception as exc:
+                report_error(config, exc, context)

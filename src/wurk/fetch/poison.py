@@ -6,7 +6,7 @@
 2. At the third, ``kill_poisoned`` sends the job to the dead set with a ``wurk.Poisoned``
    error — through the death handlers, so batch callbacks are not stranded — honouring
    ``dead: false`` (discard), then tells the poison callbacks ``{jid, klass, count, queue}``.
-3. ``on_poison(fn)`` registers a callback (``wurk.callbacks``): the same callable twice is
+3. ``on_poison(fn)`` registers a callback (``wurk.reporting.Callbacks``): the same callable twice is
    one registration; the returned handle's ``remove()`` is idempotent. The configuration's
    ``on_recover`` hook gets ``(job text, pill)`` too, and ``wurk:stat:poisoned`` counts kills
    cluster-wide.
@@ -19,11 +19,10 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import payload as P
-from ..callbacks import Callbacks, Registration
 from ..config import Config
 from ..errors import Poisoned, UnparseablePayload
 from ..morgue import Morgue
-from ..reporting import report_error, run_death_handlers
+from ..reporting import Callbacks, Registration, report_error, run_death_handlers
 
 __all__ = ["POISON_THRESHOLD", "POISON_TTL", "Registration", "kill_poisoned", "on_poison"]
 
