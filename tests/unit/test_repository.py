@@ -172,3 +172,16 @@ def test_no_wurk_module_is_imported_inside_a_function_but_where_listed() -> None
                         node.level or (node.module or "").startswith("wurk")):
                     found.append(f"{name}:{node.lineno}")
     assert found == []
+
+
+def test_the_internals_walk_names_only_files_that_exist() -> None:
+    """docs/internals.md walks a job through the code: every path it names is real, and it
+    names the pipeline's files."""
+    text = (ROOT / "docs" / "internals.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"src/wurk/[\w/.]*", text))
+    missing = sorted(path for path in named if not (ROOT / path.rstrip(".")).exists())
+    assert missing == []
+    for stage in ("job", "client/core", "client/writers", "middleware", "launcher", "manager",
+                  "processor", "fetch/reliable", "retry", "morgue", "scheduled", "heartbeat",
+                  "fetch/reaper"):
+        assert f"src/wurk/{stage}.py" in named, stage
