@@ -20,9 +20,9 @@ from types import TracebackType
 from typing import Any, Literal
 
 from .. import payload as P
-from ..client import writers as sinks
+from ..client import writers
 from ..middleware import Chain
-from .store import EmptyQueue, FakeSink, FakeStore, InlineSink, store
+from .store import EmptyQueue, FakeStore, FakeWriter, InlineWriter, store
 
 __all__ = [
     "EmptyQueue",
@@ -44,21 +44,21 @@ Mode = Literal["fake", "inline", "disable"]
 MODES: tuple[Mode, ...] = ("fake", "inline", "disable")
 
 
-def _sink_for(mode: str, chain: Chain | None) -> FakeSink | InlineSink | None:
+def _writer_for(mode: str, chain: Chain | None) -> FakeWriter | InlineWriter | None:
     if mode == "fake":
-        sinks.keep_in(store)
-        return FakeSink(chain)
+        writers.keep_in(store)
+        return FakeWriter(chain)
     if mode == "inline":
-        return InlineSink(chain)
+        return InlineWriter(chain)
     if mode == "disable":
         return None
     raise ValueError(f"unknown testing mode {mode!r}; use one of {', '.join(MODES)}")
 
 
-def _mode_of(sink: object) -> Mode:
-    if isinstance(sink, FakeSink):
+def _mode_of(writer: object) -> Mode:
+    if isinstance(writer, FakeWriter):
         return "fake"
-    if isinstance(sink, InlineSink):
+    if isinstance(writer, InlineWriter):
         return "inline"
     return "disable"
 
@@ -67,13 +67,13 @@ def set_mode(mode: Mode, *, server_middleware: Chain | None = None) -> Mode:
     """Switch the whole process (threads without a block of their own); returns the mode
     it replaces, to switch back to. ``server_middleware`` replaces the configuration's
     chain when jobs run (inline, drain)."""
-    previous = sinks.set_process(_sink_for(mode, server_middleware))
+    previous = writers.set_process(_writer_for(mode, server_middleware))
     return _mode_of(previous)
 
 
 def mode() -> Mode:
     """The mode a push made here now would use."""
-    return _mode_of(sinks.selected())
+    return _mode_of(writers.selected())
 
 
 class _Block(ContextDecorator):
@@ -82,26 +82,26 @@ class _Block(ContextDecorator):
     def __init__(self, mode: Mode, server_middleware: Chain | None) -> None:
         self._mode = mode
         self._chain = server_middleware
-        self._sink = _sink_for(mode, server_middleware)
+        self._writer = _writer_for(mode, server_middleware)
         self._token: Any = None
 
     def _recreate_cm(self) -> _Block:  # a decorated function gets a fresh block per call
         return _Block(self._mode, self._chain)
 
     def __enter__(self) -> _Block:
-        current = sinks.block_value()
-        if current is not sinks.UNSET:
+        current = writers.block_value()
+        if current is not writers.UNSET:
             raise RuntimeError(
                 f"wurk.testing.{self._mode}() inside a {_mode_of(current)}() block: testing "
                 "modes do not nest; leave the outer block first, or switch the whole "
                 "process with wurk.testing.set_mode()"
             )
-        self._token = sinks.set_block(self._sink)
+        self._token = writers.set_block(self._writer)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        sinks.reset_block(self._token)
+        writers.reset_block(self._token)
 
 
 def fake(*, server_middleware: Chain | None = None) -> _Block:

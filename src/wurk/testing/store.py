@@ -1,11 +1,11 @@
 """Fake mode's queues: pushes kept in memory, per queue and per job, until a test runs them.
 
-1. ``FakeSink`` stores each push after a JSON round trip (a non-JSON argument already
+1. ``FakeWriter`` stores each push after a JSON round trip (a non-JSON argument already
    failed, as in production; a tuple comes back a list). A scheduled job keeps its ``at``.
 2. ``FakeStore`` answers what was pushed (``jobs``), runs it (``drain``, ``perform_one``,
    ``drain_all``: jobs pushed while draining are run too) and forgets it (``clear``,
    ``clear_all``). One store per process, shared by every thread, behind a lock.
-3. ``InlineSink`` runs each push at once, in the pushing thread (``wurk.testing.run``).
+3. ``InlineWriter`` runs each push at once, in the pushing thread (``wurk.testing.run``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ..errors import WurkError
 from ..middleware import Chain
 from .run import perform
 
-__all__ = ["EmptyQueue", "FakeSink", "FakeStore", "InlineSink", "store"]
+__all__ = ["EmptyQueue", "FakeStore", "FakeWriter", "InlineWriter", "store"]
 
 
 class EmptyQueue(WurkError):
@@ -114,7 +114,7 @@ def _round_trip(job: P.Payload, at: float | None) -> P.Payload:
     return copy
 
 
-class FakeSink(KeepingWriter):
+class FakeWriter(KeepingWriter):
     """Keeps pushes in ``store``; ``chain`` replaces the server middleware when they run."""
 
     def __init__(self, chain: Chain | None = None) -> None:
@@ -125,7 +125,7 @@ class FakeSink(KeepingWriter):
             store.add(_round_trip(job, at), config, self.chain)
 
 
-class InlineSink(KeepingWriter):
+class InlineWriter(KeepingWriter):
     """Runs each push at once in the pushing thread; ``at`` is not waited for."""
 
     def __init__(self, chain: Chain | None = None) -> None:
