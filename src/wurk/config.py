@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 import os
@@ -23,8 +22,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
-from .connections.locate import resolve_url
 from .connections.pool import AsyncRedisPool, RedisPool
+from .connections.pools import Connections
 from .errors import ConfigError
 from .hosts import check_host_pattern
 from .keys import Keys
@@ -316,11 +315,8 @@ class Config:
         if env_url:  # the environment wins, so a deploy can point any app at its Redis
             self.redis_url = env_url
         self._frozen = False
-        self._lock = threading.Lock()
-        self._pools: dict[str, RedisPool] = {}
-        # One per event loop: an asyncio connection works only on the loop that opened it.
-        self._async_pools: dict[asyncio.AbstractEventLoop, AsyncRedisPool] = {}
-        self._routes: dict[str, tuple[str, int]] = {}
+        # What this configuration opens at run time lives there, not here.
+        self._connections = Connections(self)
         self.keys = Keys(self.key_prefix)
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
@@ -573,21 +569,10 @@ class Config:
         return next((leadership.token for leadership in self._leadership
                      if leadership.token is not None), None)
 
-    # -- connections ------------------------------------------------------------------------
+    # -- connections (``wurk.connections.pools``) --------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
         """The Redis pool for ``role`` (client, internal, a capsule's name, web), made once."""
-        route = self._routes.get(role)
-        if route is not None:
-            role, size = route
-        with self._lock:
-            existing = self._pools.get(role)
-            if existing is not None:
-                return existing
-            url = resolve_url(self.redis_url, self.home, start=self.start_embedded)
-            pool = RedisPool(url, size=size or 10, name=f"wurk-{role}",
-                             socket_timeout=self.socket_timeout)
-            self._pools[role] = pool
-            return pool
+        return self._connections.pool(role, size=size)
 
     def routed(self, role: str, to: str, *, size: int) -> Config:
         """A view of this configuration whose ``pool(role)`` is ``pool(to, size=size)``.
@@ -597,61 +582,33 @@ class Config:
         routing ``"api"`` to its own small ``"web"`` pool.
         """
         view = copy.copy(self)
-        view._routes = {**self._routes, role: (to, size)}
+        view._connections = self._connections.routed(role, to, size=size)
         return view
 
     def async_pool(self) -> AsyncRedisPool:
         """The running event loop's asyncio pool (the async client's, and async
-        ``wurk.redis()``'s), made on first use. Pools of loops that have closed since are
-        closed then, so a program calling ``asyncio.run`` often keeps no dead loop's
-        connections."""
-        loop = asyncio.get_running_loop()
-        pool = self._async_pools.get(loop)
-        if pool is not None:
-            return pool
-        url = self.pool("client").url
-        with self._lock:
-            pool = self._async_pools.get(loop)
-            if pool is None:
-                for old in [p for p in self._async_pools.values() if p.loop.is_closed()]:
-                    old.close()
-                    del self._async_pools[old.loop]
-                pool = self._async_pools[loop] = AsyncRedisPool(
-                    url, loop, socket_timeout=self.socket_timeout)
-            return pool
+        ``wurk.redis()``'s), made on first use."""
+        return self._connections.async_pool()
 
     def reset_pools(self) -> None:
         """Drop every pool without closing its sockets: for a child right after ``fork``."""
-        with self._lock:
-            for pool in self._pools.values():
-                pool.reset_after_fork()
-            self._pools.clear()
-            self._async_pools.clear()  # the parent's loops do not run here
+        self._connections.reset_after_fork()
 
     def close(self) -> None:
-        """Close every pool's connections, sync and async (those of any loop: see
-        ``AsyncRedisPool.close``); a pool used again afterwards is made anew."""
-        with self._lock:
-            for pool in self._pools.values():
-                pool.close()
-            self._pools.clear()
-            for async_pool in self._async_pools.values():
-                async_pool.close()
-            self._async_pools.clear()
+        """Close every pool's connections, sync and async; a pool used again afterwards is
+        made anew."""
+        self._connections.close()
 
     async def aclose(self) -> None:
         """``close`` for async code (a FastAPI lifespan's end): the running loop's
         connections are closed and awaited on it, the rest as ``close`` does."""
-        await self.aclose_async_pool()
+        await self._connections.aclose_async_pool()
         self.close()
 
     async def aclose_async_pool(self) -> None:
         """Close the running loop's asyncio pool only (an app's loop ending, while the
         configuration serves on): awaited on its loop; made anew if used again."""
-        with self._lock:
-            mine = self._async_pools.pop(asyncio.get_running_loop(), None)
-        if mine is not None:
-            await mine.aclose()
+        await self._connections.aclose_async_pool()
 
 
 def _as_chain(name: str, value: Any) -> Chain:

@@ -1,0 +1,109 @@
+"""The Redis connections of one configuration: made on first use, closed together.
+
+1. ``Connections.pool(role)``: one bounded ``RedisPool`` per role (``client``, ``internal``,
+   a capsule's name, ``web``…), made on first use from the settings read then — where Redis
+   is (``wurk.connections.locate``) and the socket timeout.
+2. ``routed(role, to, size)``: a view whose ``pool(role)`` is ``pool(to, size=size)``,
+   sharing every pool (the dashboard reads ``wurk.api`` through a view that routes ``api``
+   to its own small ``web`` pool).
+3. ``async_pool()``: one asyncio pool per running event loop (an asyncio connection works
+   only on the loop that opened it); pools of loops closed since are closed then.
+4. ``reset_after_fork`` drops every pool without closing the parent's sockets; ``close`` /
+   ``aclose`` end every connection; a pool used again afterwards is made anew.
+
+``Config`` holds settings; this object holds what a configuration opens at run time, and
+``Config.pool()`` / ``Config.async_pool()`` / ``Config.close()`` hand over to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+from typing import Protocol
+
+from .locate import resolve_url
+from .pool import AsyncRedisPool, RedisPool
+
+__all__ = ["Connections", "Settings"]
+
+# A pool's size when its role does not ask for one.
+DEFAULT_SIZE = 10
+
+
+class Settings(Protocol):
+    """What a configuration says about reaching Redis, read when a pool is made."""
+
+    redis_url: str | None
+    home: str
+    start_embedded: bool
+    socket_timeout: float
+
+
+class Connections:
+    """A configuration's pools; thread-safe."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._lock = threading.Lock()
+        self._pools: dict[str, RedisPool] = {}
+        self._async_pools: dict[asyncio.AbstractEventLoop, AsyncRedisPool] = {}
+        self._routes: dict[str, tuple[str, int]] = {}
+
+    def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
+        route = self._routes.get(role)
+        if route is not None:
+            role, size = route
+        with self._lock:
+            existing = self._pools.get(role)
+            if existing is not None:
+                return existing
+            settings = self._settings
+            url = resolve_url(settings.redis_url, settings.home, start=settings.start_embedded)
+            made = self._pools[role] = RedisPool(url, size=size or DEFAULT_SIZE,
+                                                 name=f"wurk-{role}",
+                                                 socket_timeout=settings.socket_timeout)
+            return made
+
+    def routed(self, role: str, to: str, *, size: int) -> Connections:
+        view = copy.copy(self)  # the same pools, lock and settings; routes of its own
+        view._routes = {**self._routes, role: (to, size)}
+        return view
+
+    def async_pool(self) -> AsyncRedisPool:
+        loop = asyncio.get_running_loop()
+        pool = self._async_pools.get(loop)
+        if pool is not None:
+            return pool
+        url = self.pool("client").url
+        with self._lock:
+            pool = self._async_pools.get(loop)
+            if pool is None:
+                for old in [p for p in self._async_pools.values() if p.loop.is_closed()]:
+                    old.close()
+                    del self._async_pools[old.loop]
+                pool = self._async_pools[loop] = AsyncRedisPool(
+                    url, loop, socket_timeout=self._settings.socket_timeout)
+            return pool
+
+    def reset_after_fork(self) -> None:
+        with self._lock:
+            for pool in self._pools.values():
+                pool.reset_after_fork()
+            self._pools.clear()
+            self._async_pools.clear()  # the parent's loops do not run here
+
+    def close(self) -> None:
+        with self._lock:
+            for pool in self._pools.values():
+                pool.close()
+            self._pools.clear()
+            for async_pool in self._async_pools.values():
+                async_pool.close()
+            self._async_pools.clear()
+
+    async def aclose_async_pool(self) -> None:
+        with self._lock:
+            mine = self._async_pools.pop(asyncio.get_running_loop(), None)
+        if mine is not None:
+            await mine.aclose()
