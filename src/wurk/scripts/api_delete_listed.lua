@@ -6,14 +6,15 @@
 --
 -- KEYS[1] the queue list   ARGV[1] the index it was listed at   ARGV[2] its SHA-1, hex
 -- ARGV[3] how many entries to look at on either side of the index
--- Returns 1 when deleted, 0 when no entry with that digest was within reach.
+-- Returns the deleted entry (the caller releases its unique lock, if it has one), or 0 when
+-- no entry with that digest was within reach.
 local index, digest, reach = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local CHUNK = 25  -- entries read per LRANGE: a page of large jobs stays a small read
 
 local function take(member)
   if member and redis.sha1hex(member) == digest then
     redis.call('LREM', KEYS[1], 1, member)
-    return true
+    return member
   end
   return false
 end
@@ -24,14 +25,13 @@ local function search(first, last)
     local rows = redis.call('LRANGE', KEYS[1], from, math.min(from + CHUNK - 1, last))
     if #rows == 0 then return false end
     for _, member in ipairs(rows) do
-      if take(member) then return true end
+      if take(member) then return member end
     end
     from = from + CHUNK
   end
   return false
 end
 
-if take(redis.call('LINDEX', KEYS[1], index)) then return 1 end
-if search(index + 1, index + reach) then return 1 end
-if index > 0 and search(math.max(0, index - reach), index - 1) then return 1 end
-return 0
+local found = take(redis.call('LINDEX', KEYS[1], index)) or search(index + 1, index + reach)
+if not found and index > 0 then found = search(math.max(0, index - reach), index - 1) end
+return found or 0
