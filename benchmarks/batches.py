@@ -3,7 +3,8 @@ the drain rate of a 10,000-job batch against 10,000 plain jobs, side by side in 
 
     python -m benchmarks.batches [--jobs 10000] [--pushes 2000] [--runs 3] [--concurrency 10]
 
-1. Push: ``perform_async`` one at a time, inside a jobs block and outside one. Finish: what
+1. Push: ``perform_async`` one at a time, inside a jobs block (without and with
+   ``autoflush=AUTOFLUSH``) and outside one. Finish: what
    the worker adds when a job ends — nothing for a plain job (its ACK rides the next
    fetch's round trip), the accounting script for a batch job (``batch_job.lua``). Round
    trips are counted at redis-py's socket writes; µs are the median per job.
@@ -37,8 +38,12 @@ def push_plain(pushes: int) -> list[str]:
     return [str(noop.perform_async(n)) for n in range(pushes)]
 
 
-def push_batched(pushes: int) -> tuple[wurk.Batch, list[str]]:
-    batch = wurk.Batch(description="bench")
+# Jobs an autoflushing block holds before it writes them: one round trip per 100 pushes.
+AUTOFLUSH = 100
+
+
+def push_batched(pushes: int, autoflush: int | None = None) -> tuple[wurk.Batch, list[str]]:
+    batch = wurk.Batch(description="bench", autoflush=autoflush)
     with batch.jobs():
         jids = [str(noop.perform_async(n)) for n in range(pushes)]
     return batch, jids
@@ -62,7 +67,7 @@ def per_job(fn: Callable[[], Any], jobs: int, trips: RoundTrips) -> tuple[float,
 def costs(config: wurk.Config, r: redis.Redis, pushes: int, runs: int) -> None:
     trips = RoundTrips()
     rows: dict[str, list[tuple[float, float]]] = {"push plain": [], "push in batch": [],
-                                                  "finish in batch": []}
+                                                  "push autoflush": [], "finish in batch": []}
     with trips.counting():
         for _ in range(runs):  # interleaved so drift hits both alike
             r.flushall()
@@ -70,6 +75,8 @@ def costs(config: wurk.Config, r: redis.Redis, pushes: int, runs: int) -> None:
             rows["push plain"].append((us, rt))
             us, rt, (batch, jids) = per_job(lambda: push_batched(pushes), pushes, trips)
             rows["push in batch"].append((us, rt))
+            us, rt, _ = per_job(lambda: push_batched(pushes, AUTOFLUSH), pushes, trips)
+            rows["push autoflush"].append((us, rt))
             us, rt, _ = per_job(lambda b=batch, j=jids: finish_batched(config, b.bid, j),
                                 pushes, trips)
             rows["finish in batch"].append((us, rt))

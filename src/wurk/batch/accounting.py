@@ -8,7 +8,13 @@
    Counted once per jid, whatever is replayed: an ACK sent twice, a job recovered by the
    reaper and run again, a failure reported after the success.
 4. ``callback_done`` (a callback job completed; a parent waits for its children's success
-   callbacks) and ``invalidate`` (a batch and its descendants).
+   callbacks), ``invalidate`` (a batch and its descendants) and ``remove`` (jobs taken out
+   of the batch's counts, which may complete it).
+5. ``on_transition``: a batch was created, completed, succeeded or had a job die — told to
+   every registered callback by the process whose script call did it, once per batch and
+   event (StatsD's batch metrics listen here).
+6. ``BlockWriter``: the writer of an open jobs block; with ``autoflush`` it holds the
+   block's jobs and writes them every N jobs, and at the block's end.
 
 A connection is anything with ``call(*command)``: ``wurk.redis()``'s lent connection, or a
 redis-py client wrapped in ``Calls``.
@@ -18,9 +24,10 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import redis
 
@@ -30,15 +37,18 @@ from ..client.locks import lock_for
 from ..client.writers import Entries
 from ..connections.pool import RedisPool
 from ..errors import BatchError, RedisUnavailable
+from ..reporting import Callbacks, Registration
 from ..scripts import Script
+from ..stored import epoch, text
 from . import block as blocks
 from .block import Block, Entry
 
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["BlockWriter", "Calls", "Outcome", "awrite", "callback_done", "close", "create",
-           "invalidate", "locks", "push", "push_call", "pushed", "record", "reopen", "write"]
+__all__ = ["BlockWriter", "Calls", "Outcome", "Transition", "awrite", "callback_done", "close",
+           "create", "invalidate", "locks", "on_transition", "push", "push_call", "pushed",
+           "record", "remove", "reopen", "write"]
 
 log = logging.getLogger("wurk")
 
@@ -51,6 +61,7 @@ _PUSH = Script("batch_push.lua", prelude=_LIB)
 _JOB = Script("batch_job.lua", prelude=_LIB)
 _CALLBACK_DONE = Script("batch_callback_done.lua", prelude=_LIB)
 _INVALIDATE = Script("batch_invalidate.lua", prelude=_LIB)
+_REMOVE = Script("batch_remove.lua", prelude=_LIB)
 # Error replies of the scripts that mean "this batch cannot take that", not "Redis failed".
 _REFUSALS = ("NOBATCH", "BATCHDONE", "BATCHEXISTS")
 
@@ -84,13 +95,51 @@ def _run(script: Script, conn: Any, keys: list[str], args: list[object]) -> Any:
         raise
 
 
+class Transition(NamedTuple):
+    """A batch changed: ``event`` is ``created``, ``complete``, ``success`` or ``death``;
+    ``duration_ms`` is the time from creation to success (None for the other events, or
+    when a stored time cannot be read)."""
+
+    config: Config
+    bid: str
+    event: str
+    duration_ms: float | None = None
+
+
+_transitions: Callbacks[Transition] = Callbacks()
+
+
+def on_transition(callback: Callable[[Transition], None]) -> Registration:
+    """Call ``callback(transition)`` for each batch change a script call of this process
+    makes; the returned handle's ``remove()`` unregisters it. A callback that raises is
+    reported, never raised: the change is made already."""
+    return _transitions.add(callback)
+
+
+def _announce(config: Config, bid: str, event: str, created: Any = None,
+              at: Any = None) -> None:
+    duration = None
+    if event == "success":
+        start, end = epoch(text(created) or None), epoch(text(at) or None)
+        if isinstance(start, float) and isinstance(end, float):
+            duration = max(0.0, (end - start) * 1000)
+    transition = Transition(config, bid, event, duration)
+    _transitions.notify(config, transition, {"context": "batch transition callback",
+                                             "bid": bid, "event": event})
+
+
 def _fired(config: Config, reply: Any) -> int:
-    """The result of a script that may fire; callback jobs it handed back (a testing mode)
-    go to the selected sink through the client."""
-    handed = reply[1:]
+    """The result of a script that may fire (batch_lib.lua's ``reply``): callback jobs it
+    handed back (a testing mode) go to the selected sink through the client, and the events
+    it fired are announced."""
+    count = int(reply[1])
+    handed, fired = reply[2:2 + count], reply[2 + count:]
     keeping = writers.beneath()
     if handed and keeping is not None:
         keeping.write(config, config.pool("client"), [(P.loads(raw), None) for raw in handed])
+    for index in range(0, len(fired) - 3, 4):
+        bid, event, created, at = fired[index:index + 4]
+        _announce(config, text(bid), text(event), created, at)
     return int(reply[0])
 
 
@@ -101,6 +150,7 @@ def create(conn: Any, config: Config, *, bid: str, description: str, callback_qu
                            callback_class, parent_bid or "", P.dumps(list(tags)),
                            "" if linger is None else repr(linger),
                            P.dumps([list(cb) for cb in callbacks]), *tags])
+    _announce(config, bid, "created")
 
 
 def reopen(conn: Any, config: Config, bid: str) -> None:
@@ -123,6 +173,11 @@ def callback_done(conn: Any, config: Config, bid: str, event: str, jid: str) -> 
 
 def invalidate(conn: Any, config: Config, bid: str) -> int:
     return int(_run(_INVALIDATE, conn, [], [*_common(config), bid]))
+
+
+def remove(conn: Any, config: Config, bid: str, jids: Sequence[str]) -> int:
+    """Take ``jids`` out of the batch's counts; returns how many it held unfinished."""
+    return _fired(config, _run(_REMOVE, conn, [], [*_common(config), bid, *jids]))
 
 
 def push(conn: Any, config: Config, bid: str, entries: Sequence[Entry],
@@ -201,20 +256,35 @@ class BlockWriter:
     """The overlay of an open jobs block (``wurk.client.writers``): the block's jobs are
     pushed and registered by the batch's script, in one round trip; any other job goes to
     the client's Redis writer. Under a testing mode the block's jobs are only registered,
-    and that mode's writer keeps or runs every job."""
+    and that mode's writer keeps or runs every job.
 
-    def __init__(self, block: Block) -> None:
+    With ``autoflush=N`` the block's jobs are held in this process instead and written N at
+    a time, one round trip for N pushes; ``flush()`` writes the rest (the block's end calls
+    it). Held jobs are not in Redis yet, so nothing counts them: the batch's total and
+    pending only ever hold jobs that exist. A unique job is never held (its push must learn
+    whether it was a duplicate): it goes out at once, with the jobs held before it. Under a
+    testing mode nothing is held (inline runs each job at its push).
+    """
+
+    def __init__(self, block: Block, autoflush: int | None = None) -> None:
         self.block = block
+        self.autoflush = autoflush
+        self._lock = threading.Lock()
+        self._held: list[Entry] = []
+        self._held_config: Config | None = None
+
+    @property
+    def held(self) -> int:
+        """Jobs pushed in this block and not written yet."""
+        return len(self._held)
 
     def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]:
         plain, mine = blocks.split(self.block, entries)
         keeping = writers.beneath()
         refused: set[str] = set()
-        try:
-            if mine:
-                refused = pool.run(lambda client: write(client, config, self.block, mine))
-        except RedisUnavailable as exc:
-            raise RedisUnavailable(writers.push_failed(mine, exc)) from exc
+        for target, due in self._due(config, mine, keeping is None):
+            refused |= self._send(target, pool if target is config else
+                                  target.pool("client"), due)
         if keeping is not None:
             keeping.write(config, pool, entries)
             return set()
@@ -224,18 +294,66 @@ class BlockWriter:
         plain, mine = blocks.split(self.block, entries)
         keeping = writers.beneath()
         refused: set[str] = set()
-        try:
-            if mine:
-                refused = await config.async_pool().run(
-                    lambda client: awrite(client, config, self.block, mine))
-        except RedisUnavailable as exc:
-            raise RedisUnavailable(writers.push_failed(mine, exc)) from exc
+        for target, due in self._due(config, mine, keeping is None):
+            refused |= await self._asend(target, due)
         if keeping is not None:
             await keeping.awrite(config, entries)
             return set()
         if plain:
             refused |= await writers.RedisWriter().awrite(config, plain)
         return refused
+
+    def flush(self) -> int:
+        """Write the jobs held so far (sync, on the configuration's client pool); returns
+        how many. A failure raises ``RedisUnavailable`` naming them: they were not pushed."""
+        with self._lock:
+            config, due = self._held_config, self._held
+            self._held, self._held_config = [], None
+        if config is None or not due:
+            return 0
+        self._send(config, config.pool("client"), due)
+        return len(due)
+
+    def _due(self, config: Config, mine: list[Entry], holding: bool
+             ) -> list[tuple[Config, list[Entry]]]:
+        """What to write now, by configuration: ``mine`` at once, or the held jobs once
+        there are ``autoflush`` of them (or a unique job among them, or jobs of another
+        configuration arrive)."""
+        if not mine:
+            return []
+        due: list[tuple[Config, list[Entry]]] = []
+        with self._lock:
+            held_config = self._held_config
+            if self._held and held_config is not None and held_config is not config:
+                due.append((held_config, self._held))
+                self._held, self._held_config = [], None
+            if not holding or not self.autoflush or self.autoflush <= 1:
+                due.append((config, [*self._held, *mine]))
+                self._held, self._held_config = [], None
+                return due
+            self._held += mine
+            self._held_config = config
+            if len(self._held) >= self.autoflush or any(P.UNIQUE_FOR in job
+                                                         for job, _ in mine):
+                due.append((config, self._held))
+                self._held, self._held_config = [], None
+        return due
+
+    def _send(self, config: Config, pool: RedisPool, entries: list[Entry]) -> set[str]:
+        try:
+            found: set[str] = pool.run(lambda client: write(client, config, self.block,
+                                                            entries))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(writers.push_failed(entries, exc)) from exc
+        return found
+
+    async def _asend(self, config: Config, entries: list[Entry]) -> set[str]:
+        try:
+            found: set[str] = await config.async_pool().run(
+                lambda client: awrite(client, config, self.block, entries))
+        except RedisUnavailable as exc:
+            raise RedisUnavailable(writers.push_failed(entries, exc)) from exc
+        return found
 
 
 def decode_callbacks(raw: str | bytes | None) -> list[tuple[str, str, dict[str, Any]]]:

@@ -13,6 +13,9 @@
 4. Counting survives a Redis restart or failover: a count is idempotent per jid, so it is
    sent again for a few seconds; a success that still cannot be counted fails the
    execution, which then runs again rather than being lost to its batch.
+5. With ``statsd`` set, the batch events this process makes (``accounting.on_transition``)
+   go to StatsD: ``batch.created`` where a batch is created, ``batch.complete``,
+   ``batch.success`` and ``batch.duration`` where the count that completes it is made.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..asyncjobs import bookkeeping
 from ..connections.lending import redis as lent_redis
 from ..errors import RedisUnavailable, is_shutdown
 from ..limiter.reschedule import over_limit_classes
+from ..metrics.statsd import sink_for
 from ..reporting import report_error
 from . import accounting
 from . import block as blocks
@@ -35,7 +39,7 @@ if TYPE_CHECKING:
     from ..config import Config
 
 __all__ = ["BatchClientMiddleware", "BatchDeathHandler", "BatchServerMiddleware", "install",
-           "install_client"]
+           "install_client", "to_statsd"]
 
 log = logging.getLogger("wurk")
 
@@ -152,9 +156,19 @@ class BatchDeathHandler:
             count(self.config, bid, jid, "death")
 
 
+def to_statsd(transition: accounting.Transition) -> None:
+    """A batch event to StatsD, when its configuration sends there (UDP: a StatsD that is
+    down loses the metric, never the job)."""
+    if transition.config.statsd is not None:
+        sink_for(transition.config).batch(transition.event, transition.duration_ms)
+
+
 def install_client(config: Config) -> None:
     """Make pushes inside a jobs block join its batch (once per configuration; a worker's
-    frozen configuration got it when the worker started)."""
+    frozen configuration got it when the worker started), and its batch events reach
+    StatsD when it is set."""
+    if config.statsd is not None:
+        accounting.on_transition(to_statsd)
     client = config.client_middleware
     if not any(isinstance(link, BatchClientMiddleware) for link in client) and \
             not config.frozen:

@@ -10,8 +10,10 @@
 3. ``with batch.jobs():`` — every push from the code inside, on this thread or task, joins
    the batch, registered by the script that pushes it. The first block creates the batch in
    Redis; a batch created inside another batch's block is its child. A first block that
-   pushed nothing pushes one no-op job, so the callbacks still fire.
-4. ``status`` (``wurk.BatchStatus``), ``invalidate_all()``, ``delete()``.
+   pushed nothing pushes one no-op job, so the callbacks still fire. ``autoflush=N`` holds
+   the block's pushes and writes them N at a time (``accounting.BlockWriter``); the block's
+   end writes the rest, whether it ended normally or raised.
+4. ``status`` (``wurk.BatchStatus``), ``invalidate_all()``, ``delete()``, ``remove_jobs()``.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..client.default import default_client
 from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
 from ..errors import BatchError, InvalidArguments
+from ..reporting import report_error
 from . import accounting
 from . import block as blocks
 from .middleware import install_client
@@ -73,7 +76,7 @@ class Batch:
     def __init__(self, bid: str | None = None, *, description: str = "",
                  callback_queue: str = P.DEFAULT_QUEUE, callback_class: str = CALLBACK_CLASS,
                  tags: Sequence[str] = (), linger: float | None = None,
-                 config: Config | None = None) -> None:
+                 autoflush: int | None = None, config: Config | None = None) -> None:
         if bid is not None and (not isinstance(bid, str) or not bid):
             raise BatchError(f"bid must be a non-empty string, not {bid!r}")
         self._config = config
@@ -85,6 +88,7 @@ class Batch:
         self.callback_class = _checked_string("callback_class", callback_class) or CALLBACK_CLASS
         self.tags = _tags(tags)
         self.linger = _linger(linger)
+        self.autoflush = _autoflush(autoflush)
         self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
 
     def __repr__(self) -> str:
@@ -149,10 +153,12 @@ class Batch:
                 accounting.reopen(conn, config, self.bid)
         block = blocks.Block(self.bid)
         token = blocks.enter(block)
-        overlay = writers.set_overlay(accounting.BlockWriter(block))
+        writer = accounting.BlockWriter(block, self.autoflush)
+        overlay = writers.set_overlay(writer)
         completed = False
         try:
             yield self
+            writer.flush()
             if creating and block.pushed == 0:
                 # an empty batch still fires its callbacks, once its no-op job ran
                 _push_empty(config, self.callback_queue)
@@ -160,6 +166,8 @@ class Batch:
         finally:
             writers.reset_overlay(overlay)
             blocks.leave(token)
+            if not completed:
+                _flush_after_raise(config, self.bid, writer)
             if creating:
                 self._close(config, abandon=not completed and block.pushed == 0)
 
@@ -183,12 +191,38 @@ class Batch:
         with lent_redis(self.config) as conn:
             return accounting.invalidate(conn, self.config, self.bid)
 
+    def remove_jobs(self, *jids: str) -> int:
+        """Take these jobs out of the batch's counts (Sidekiq Pro's ``remove_jobs``): they
+        no longer count towards ``total`` and ``pending`` (nor ``failures``). Only jobs that
+        have not succeeded are removed; returns how many. The jobs themselves stay where
+        they are (``wurk.api.Queue.delete_job`` deletes one). Removing the last pending jobs
+        completes the batch, and its callbacks fire."""
+        for jid in jids:
+            if not isinstance(jid, str) or not jid:
+                raise BatchError(f"remove_jobs takes jids (non-empty strings), not {jid!r}")
+        if not jids:
+            return 0
+        with lent_redis(self.config) as conn:
+            return accounting.remove(conn, self.config, self.bid, list(dict.fromkeys(jids)))
+
     def invalidated(self) -> bool:
         """Whether this batch (or one above it) was invalidated."""
         return invalidated(self.bid, config=self._config)
 
     def delete(self) -> None:
         self.status.delete()
+
+
+def _flush_after_raise(config: Config, bid: str, writer: accounting.BlockWriter) -> None:
+    """Write the jobs a block held when it raised: their pushes returned jids, as they do
+    without ``autoflush``, so they join the batch all the same. A failure is reported and
+    does not hide the block's own exception."""
+    held = writer.held
+    try:
+        writer.flush()
+    except Exception as exc:
+        report_error(config, exc, {"context": f"writing the {held} jobs held by a jobs block "
+                                              f"of batch {bid} that raised"})
 
 
 def _push_empty(config: Config, queue: str) -> None:
@@ -205,6 +239,15 @@ def _tags(tags: Sequence[str]) -> list[str]:
     if isinstance(tags, str) or not all(isinstance(t, str) and t for t in tags):
         raise BatchError(f"batch tags must be a list of non-empty strings, not {tags!r}")
     return list(dict.fromkeys(tags))
+
+
+def _autoflush(autoflush: int | None) -> int | None:
+    if autoflush is None:
+        return None
+    if isinstance(autoflush, bool) or not isinstance(autoflush, int) or autoflush < 1:
+        raise BatchError(f"batch autoflush must be a whole number of jobs, at least 1, not "
+                         f"{autoflush!r}")
+    return autoflush
 
 
 def _linger(linger: float | None) -> float | None:

@@ -9,7 +9,8 @@
    (``health_port``), the Prometheus endpoint (``metrics_port``), StatsD (``statsd``) and the
    history sampler (``retain_history`` > 0). Each owns its thread; ``stop`` joins them.
 3. Reaper recoveries and poison kills reach the Prometheus and StatsD counters through the
-   reaper's observers and ``on_poison``.
+   reaper's observers and ``on_poison``. (Batch events reach it through ``wurk.batch``'s
+   own hook, in workers and apps alike.)
 """
 
 from __future__ import annotations
@@ -124,9 +125,9 @@ class Instruments:
             self._poison = on_poison(self._poisoned)
 
     def _start_statsd(self) -> None:
-        from .statsd import StatsdSink
+        from .statsd import sink_for
 
-        self.statsd = StatsdSink(self.config)
+        self.statsd = sink_for(self.config)
         self._observe(self.statsd.observe)
         self._recovery.append(self.statsd.recovered)
 

@@ -12,11 +12,17 @@
    the history sampler's gauges (``processed``, ``failures``, ``enqueued``, ``retries``,
    ``dead``, ``scheduled``, ``busy``, ``queue.size`` per queue, ``queue.latency`` for
    ``default``). Names take ``statsd_prefix`` (``wurk``; ``sidekiq`` for Pro's dashboards).
-4. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
+4. Batches (``batch``): ``batch.created``, ``batch.complete``, ``batch.success`` and
+   ``batch.duration`` (ms from creation to success), sent by the process whose script call
+   made the change. ``sink_for(config)`` is the one sink per configuration a process that
+   is not a worker (an app creating batches) sends them through.
+5. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +30,21 @@ from .. import payload as P
 from ..config import Config, statsd_address
 from ..errors import ConfigError
 
-__all__ = ["StatsdSink"]
+__all__ = ["StatsdSink", "sink_for"]
+
+_sinks: weakref.WeakKeyDictionary[Config, StatsdSink] = weakref.WeakKeyDictionary()
+_sinks_lock = threading.Lock()
+
+
+def sink_for(config: Config) -> StatsdSink:
+    """This process's sink for ``config``, made on first use and shared (a worker's
+    instruments and the batch events of the same configuration send through one socket).
+    ``ConfigError`` when StatsD is off or its client is not installed."""
+    with _sinks_lock:
+        sink = _sinks.get(config)
+        if sink is None:
+            sink = _sinks[config] = StatsdSink(config)
+        return sink
 
 
 class StatsdSink:
@@ -81,6 +101,16 @@ class StatsdSink:
     def poisoned(self, pill: Mapping[str, Any]) -> None:
         self.client.increment("jobs.poison", tags=[f"worker:{pill.get('klass')}",
                                                    f"queue:{pill.get('queue')}"])
+
+    # -- batches ----------------------------------------------------------------------------
+    def batch(self, event: str, duration_ms: float | None = None) -> None:
+        """A batch was created, completed or succeeded (Sidekiq Pro's names); a success
+        also sends ``batch.duration``, the ms since its creation."""
+        if event not in ("created", "complete", "success"):
+            return
+        self.client.increment(f"batch.{event}")
+        if event == "success" and duration_ms is not None:
+            self.client.timing("batch.duration", duration_ms)
 
     # -- history ----------------------------------------------------------------------------
     def gauges(self, sample: Mapping[str, Any]) -> None:

@@ -8,7 +8,9 @@
 --   ARGV[3]  seconds a batch with a dead job is kept (the dead set's timeout)
 --   ARGV[4]  '1' to hand jobs back instead of pushing them (a testing mode's sink writes
 --            them); '' in production. Scripts that may fire return `reply(result)`:
---            {result, payload of each callback job handed back...}
+--            {result, how many jobs are handed back, the payload of each...,
+--             then four per event this call fired: bid, event, created_at, the event's time}
+--            (the caller announces the events: StatsD's batch metrics).
 -- Times come from Redis's clock (TIME): every process agrees on them.
 --
 -- Only `init`, `bkey`, `present` and `refresh` are made on every call: the rest — firing
@@ -31,11 +33,15 @@ local function init(prefix, fmt, dead_ttl, hand_back)
   C.dead_ttl = tonumber(dead_ttl) or PENDING_TTL
   C.hand_back = hand_back == '1'
   C.handed = {}
+  C.fired = {}
 end
 
 local function reply(result)
-  local out = {result}
+  local out = {result, #C.handed}
   for _, payload in ipairs(C.handed) do out[#out + 1] = payload end
+  for _, event in ipairs(C.fired) do
+    for _, part in ipairs(event) do out[#out + 1] = part end
+  end
   return out
 end
 
@@ -142,6 +148,7 @@ local function lib()
     if redis.call('SADD', bkey(bid, '-notify'), event) == 0 then return -1 end
     local at = stamp()
     redis.call('HSET', bkey(bid), event .. '_at', at)
+    C.fired[#C.fired + 1] = {bid, event, redis.call('HGET', bkey(bid), 'created_at') or '', at}
     touch(bid)  -- success shortens the lifetime to the linger, a death lengthens it
     local v = redis.call('HMGET', bkey(bid), 'callback_queue', 'callback_class')
     local queue = present(v[1]) and v[1] or 'default'

@@ -1,0 +1,38 @@
+-- Take jobs out of a batch's accounting (batch_lib.lua): Sidekiq Pro's Batch#remove_jobs,
+-- for jobs deleted or given up on that would otherwise hold the batch open for ever.
+-- A removed job no longer counts towards total and pending (nor failures, if it had
+-- failed). Only a job that has not succeeded can be removed: one still pending (-jids) or
+-- dead (-died). The job itself stays wherever it is; should it run later, its count changes
+-- nothing, as for any jid the batch does not hold. Then whatever is now due fires:
+-- removing the last pending jobs completes the batch.
+--
+-- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back
+-- ARGV[5]     bid
+-- ARGV[6..]   the jids
+-- Returns reply(jobs removed), reply(0) when the batch does not exist (batch_lib.lua).
+init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local bid = ARGV[5]
+local h = bkey(bid)
+if redis.call('EXISTS', h) == 0 then return reply(0) end
+local removed, failed, died = 0, 0, false
+for i = 6, #ARGV do
+  local jid = ARGV[i]
+  local gone = redis.call('SREM', bkey(bid, '-jids'), jid) == 1
+  if not gone and redis.call('SREM', bkey(bid, '-died'), jid) == 1 then
+    gone, died = true, true
+  end
+  if gone then
+    removed = removed + 1
+    if redis.call('SREM', bkey(bid, '-failed'), jid) == 1 then failed = failed + 1 end
+  end
+end
+if removed == 0 then return reply(0) end
+redis.call('HINCRBY', h, 'total', -removed)
+redis.call('HINCRBY', h, 'pending', -removed)
+if failed > 0 then redis.call('HINCRBY', h, 'failures', -failed) end
+if died and redis.call('SCARD', bkey(bid, '-died')) == 0 then
+  redis.call('SREM', C.prefix .. 'batch-died', bid)
+end
+refresh(bid, '-failed', '-died')
+lib().try_fire(bid)
+return reply(removed)

@@ -1,0 +1,94 @@
+"""StatsD names beyond the per-execution ones: batch events, reaching a real UDP listener
+(``tests/integration/test_statsd.py`` has the per-execution names)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.server import Server
+from tests.helpers.wait import wait_until
+from wurk.batch import accounting
+
+
+@pytest.fixture
+def listener() -> Iterator[socket.socket]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.settimeout(0.2)
+    yield sock
+    sock.close()
+
+
+def received(sock: socket.socket, until: str, timeout: float = 10) -> list[str]:
+    """Lines the listener got, read until one contains ``until`` (or the timeout)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not any(until in line for line in lines):
+        try:
+            lines += sock.recv(65536).decode().splitlines()
+        except TimeoutError:
+            continue
+    return lines
+
+
+def statsd_config(server: Server, port: int) -> wurk.Config:
+    return wurk.configure(redis_url=server.url, statsd=f"127.0.0.1:{port}",
+                          heartbeat_interval=0.2, fetch_timeout=0.2, timeout=1, concurrency=2,
+                          retain_history=0, shutdown_grace=0.5, statsd_datadog_extensions=False)
+
+
+@wurk.job(name="StatsdEvents::noop")
+def noop(n: int) -> None:
+    """Does nothing: the batch's jobs."""
+
+
+def test_a_batch_sends_created_complete_success_and_duration(
+        redis_server: Server, r: redis.Redis, listener: socket.socket) -> None:
+    config = statsd_config(redis_server, listener.getsockname()[1])
+    batch = wurk.Batch(config=config)
+    with batch.jobs():  # created here, in a process that is not (yet) a worker
+        noop.perform_bulk([[1], [2], [3]])
+    lines = received(listener, "batch.created")
+    assert "wurk.batch.created:1|c" in lines
+    with wurk.InProcessWorker(config):  # the worker whose count completes it sends the rest
+        lines = received(listener, "batch.duration")
+    assert "wurk.batch.complete:1|c" in lines and "wurk.batch.success:1|c" in lines
+    (duration,) = [line for line in lines if line.startswith("wurk.batch.duration:")]
+    status = wurk.BatchStatus(batch.bid, config=config)
+    expected = (status.success_at - status.created_at) * 1000  # type: ignore[operator]
+    assert duration.endswith("|ms")
+    assert float(duration.split(":")[1].split("|")[0]) == pytest.approx(expected, abs=2)
+
+
+def test_each_event_is_announced_once_whatever_is_replayed(config: wurk.Config) -> None:
+    seen: list[tuple[str, str]] = []
+    registration = accounting.on_transition(lambda t: seen.append((t.bid, t.event)))
+    try:
+        batch = wurk.Batch()
+        with batch.jobs():
+            jid = noop.perform_async(1)
+        with wurk.redis() as conn:
+            for _ in range(3):  # an ACK replayed: the batch changes once
+                accounting.record(conn, config, batch.bid, str(jid), "success")
+    finally:
+        registration.remove()
+    assert seen == [(batch.bid, "created"), (batch.bid, "complete"), (batch.bid, "success")]
+
+
+def test_statsd_down_never_fails_a_job_or_a_batch(redis_server: Server, r: redis.Redis) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # nothing listens there once this closes
+    config = statsd_config(redis_server, port)
+    batch = wurk.Batch(config=config)
+    with batch.jobs():
+        noop.perform_bulk([[n] for n in range(5)])
+    with wurk.InProcessWorker(config):
+        wait_until(lambda: wurk.BatchStatus(batch.bid, config=config).succeeded)
+    assert r.get("stat:failed") in (None, "0") and r.zcard("retry") == 0
