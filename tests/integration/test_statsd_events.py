@@ -1,8 +1,10 @@
-"""StatsD names beyond the per-execution ones: batch events, reaching a real UDP listener
-(``tests/integration/test_statsd.py`` has the per-execution names)."""
+"""StatsD names beyond the per-execution ones: expired jobs, batch events, the push-side
+recovery count, each reaching a real UDP listener (``tests/integration/test_statsd.py`` has
+the per-execution names)."""
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ import wurk
 from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
 from wurk.batch import accounting
+from wurk.metrics.statsd import StatsdSink
 
 
 @pytest.fixture
@@ -46,6 +49,19 @@ def statsd_config(server: Server, port: int) -> wurk.Config:
 @wurk.job(name="StatsdEvents::noop")
 def noop(n: int) -> None:
     """Does nothing: the batch's jobs."""
+
+
+def test_an_expired_job_sends_jobs_expired(redis_server: Server, r: redis.Redis,
+                                           listener: socket.socket) -> None:
+    config = statsd_config(redis_server, listener.getsockname()[1])
+    past = int((time.time() - 60) * 1000)
+    r.lpush("queue:default", json.dumps({"class": "StatsdEvents::noop", "args": [1],
+                                         "queue": "default", "jid": "e" * 24,
+                                         "created_at": past, "expires_at": past}))
+    with wurk.InProcessWorker(config):
+        lines = received(listener, "jobs.expired")
+    assert "wurk.jobs.expired:1|c|#worker:StatsdEvents::noop,queue:default" in lines
+    assert not any(line.startswith("wurk.jobs.success") for line in lines)  # never ran
 
 
 def test_a_batch_sends_created_complete_success_and_duration(
@@ -92,3 +108,15 @@ def test_statsd_down_never_fails_a_job_or_a_batch(redis_server: Server, r: redis
     with wurk.InProcessWorker(config):
         wait_until(lambda: wurk.BatchStatus(batch.bid, config=config).succeeded)
     assert r.get("stat:failed") in (None, "0") and r.zcard("retry") == 0
+
+
+def test_the_push_side_recovery_count_has_pros_name(redis_server: Server,
+                                                    listener: socket.socket) -> None:
+    """Nothing sends it yet (wurk has no reliable push); the name is Sidekiq Pro's."""
+    config = wurk.configure(redis_url=redis_server.url,
+                            statsd=f"127.0.0.1:{listener.getsockname()[1]}",
+                            statsd_prefix="sidekiq")
+    sink = StatsdSink(config)
+    sink.recovered_push(3)
+    sink.close()
+    assert "sidekiq.jobs.recovered.push:3|c" in received(listener, "recovered.push")

@@ -9,8 +9,8 @@
    (``health_port``), the Prometheus endpoint (``metrics_port``), StatsD (``statsd``) and the
    history sampler (``retain_history`` > 0). Each owns its thread; ``stop`` joins them.
 3. Reaper recoveries and poison kills reach the Prometheus and StatsD counters through the
-   reaper's observers and ``on_poison``. (Batch events reach it through ``wurk.batch``'s
-   own hook, in workers and apps alike.)
+   reaper's observers and ``on_poison``; expired jobs reach StatsD through ``on_expired``.
+   (Batch events reach it through ``wurk.batch``'s own hook, in workers and apps alike.)
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import Config
 from ..errors import ConfigError
+from ..expiry import on_expired
 from ..fetch.poison import Registration, on_poison
 from ..heartbeat import Heartbeat
 from ..manager import Manager
@@ -84,6 +85,7 @@ class Instruments:
         self._flush_outage = Outage(self.config, "metrics flush")
         self._observers: list[Observer] = []
         self._poison: Registration | None = None
+        self._expired: Registration | None = None
         self._recovery: list[Callable[[str, int], None]] = []
 
     # -- what the parts read ----------------------------------------------------------------
@@ -130,6 +132,7 @@ class Instruments:
         self.statsd = sink_for(self.config)
         self._observe(self.statsd.observe)
         self._recovery.append(self.statsd.recovered)
+        self._expired = on_expired(self.statsd.expired)
 
     def _start_exporter(self, host: str, port: int) -> None:
         from .prometheus import WorkerExporter
@@ -188,6 +191,8 @@ class Instruments:
                 self.metrics.remove_observer(observer)
         if self._poison is not None:
             self._poison.remove()
+        if self._expired is not None:
+            self._expired.remove()
         self.after_beat()
         if self.health is not None:
             self.health.stop()

@@ -8,15 +8,19 @@
    unless ``statsd_datadog_extensions`` is off), or ``jobs.failure`` tagged
    ``error_type:<class>``; tags ``worker:<job>`` and ``queue:<queue>``, plus whatever
    ``statsd_job_options(job, payload, queue)`` adds (``tags``, ``sample_rate``).
-3. ``jobs.recovered.fetch`` per job the reaper recovers, ``jobs.poison`` per poison kill, and
+3. ``jobs.recovered.fetch`` per job the reaper recovers, ``jobs.poison`` per poison kill,
+   ``jobs.expired`` per expiring job dropped unrun (tagged ``worker`` and ``queue``), and
    the history sampler's gauges (``processed``, ``failures``, ``enqueued``, ``retries``,
    ``dead``, ``scheduled``, ``busy``, ``queue.size`` per queue, ``queue.latency`` for
    ``default``). Names take ``statsd_prefix`` (``wurk``; ``sidekiq`` for Pro's dashboards).
-4. Batches (``batch``): ``batch.created``, ``batch.complete``, ``batch.success`` and
+4. ``jobs.recovered.push`` (``recovered_push``): Sidekiq Pro's count of pushes a client
+   buffered while Redis was down and sent later. wurk has no such buffer yet, so nothing
+   calls it: the name is kept so dashboards built for Pro find it, and it reads 0.
+5. Batches (``batch``): ``batch.created``, ``batch.complete``, ``batch.success`` and
    ``batch.duration`` (ms from creation to success), sent by the process whose script call
    made the change. ``sink_for(config)`` is the one sink per configuration a process that
    is not a worker (an app creating batches) sends them through.
-5. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
+6. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from typing import Any
 from .. import payload as P
 from ..config import Config, statsd_address
 from ..errors import ConfigError
+from .tracking import job_name
 
 __all__ = ["StatsdSink", "sink_for"]
 
@@ -98,9 +103,19 @@ class StatsdSink:
     def recovered(self, queue: str, count: int) -> None:
         self.client.increment("jobs.recovered.fetch", count, tags=[f"queue:{queue}"])
 
+    def recovered_push(self, count: int) -> None:
+        """Pushes a client kept while Redis was down and sent once it was back (Sidekiq
+        Pro's reliable push). Nothing calls it yet: wurk has no such buffer."""
+        self.client.increment("jobs.recovered.push", count)
+
     def poisoned(self, pill: Mapping[str, Any]) -> None:
         self.client.increment("jobs.poison", tags=[f"worker:{pill.get('klass')}",
                                                    f"queue:{pill.get('queue')}"])
+
+    def expired(self, payload: P.Payload) -> None:
+        """An expiring job dropped unrun (an ``on_expired`` callback)."""
+        self.client.increment("jobs.expired", tags=[f"worker:{job_name(payload)}",
+                                                    f"queue:{payload.get(P.QUEUE)}"])
 
     # -- batches ----------------------------------------------------------------------------
     def batch(self, event: str, duration_ms: float | None = None) -> None:
