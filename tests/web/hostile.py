@@ -25,7 +25,8 @@ MARK = "<b>mark</b>"  # in hostile text; pages must show it escaped, never as ma
 READ_ROUTES = ["/", "/?days=180", "/busy", "/busy?only=jobs", "/queues", "/retries",
                "/scheduled", "/morgue", "/api", "/stats", "/stats/queues", "/api/dashboard",
                "/api/busy", "/api/queues", "/api/retries", "/api/scheduled", "/api/morgue",
-               "/api/openapi.json", "/retries?substr=a", "/api/morgue?substr=1"]
+               "/api/openapi.json", "/retries?substr=a", "/api/morgue?substr=1",
+               "/api/metrics", "/api/metrics?period=72h"]
 
 
 def refuse_constant(name: str) -> Any:

@@ -28,6 +28,7 @@ from starlette.routing import BaseRoute, Route
 from .. import stored as values
 from . import actions, data
 from . import limiters as limits_tab
+from . import metrics as metrics_tab
 from .context import dashboard
 from .guard import SCOPE_CSRF
 from .security import CSRF_FIELD, CSRF_HEADER
@@ -126,6 +127,16 @@ async def limits(request: Request) -> Response:
     return Document(await limits_tab.read(request))
 
 
+async def metrics(request: Request) -> Response:
+    return Document(await metrics_tab.read_overview(request))
+
+
+async def metrics_job(request: Request) -> Response:
+    if not request.path_params["name"]:  # /api/metrics/ is the list, as /metrics/ is
+        return await metrics(request)
+    return Document(await metrics_tab.read_job(request))
+
+
 # -- acting -----------------------------------------------------------------------------------
 def done(action: str, count: int) -> Response:
     return Document({"action": action, "count": count})
@@ -171,6 +182,9 @@ async def job_entry_action(request: Request, kind: data.SetKind) -> Response:
 
 # -- the list ---------------------------------------------------------------------------------
 PAGE: Field = ("page", "integer", "page number, from 1 (25 entries a page)")
+PERIOD: Field = ("period", "string", " | ".join(metrics_tab.PERIODS) + " (default "
+                 f"{metrics_tab.DEFAULT_PERIOD}; by the minute up to 8h, by ten minutes "
+                 "beyond)")
 ACTION_BODY = ("action", "string", "the action")
 
 
@@ -217,6 +231,15 @@ ENDPOINTS: list[Endpoint] = [
     Endpoint("GET", "/api/limits", limits,
              "Rate limiters: type, size, current use and stats; and expired jobs",
              (PAGE, ("substr", "string", "only limiters whose name contains this text"))),
+    Endpoint("GET", "/api/metrics", metrics,
+             "Execution metrics: every job's executions, failures, total and mean ms over a "
+             "period; the busiest jobs per bucket",
+             (PERIOD, ("substr", "string", "only jobs whose name contains this text"),
+              ("sort", "string", " | ".join(metrics_tab.SORTS) + " (default processed)"),
+              ("direction", "string", "desc (default) | asc"))),
+    Endpoint("GET", "/api/metrics/{name}", metrics_job,
+             "One job's execution metrics: totals, counts and ms per bucket, latency "
+             "histogram (periods up to 8h)", (PERIOD,)),
 ]
 
 

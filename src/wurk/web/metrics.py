@@ -11,6 +11,9 @@
    ``wurk.metrics.query`` through ``wurk.api.values``: a stored value that cannot be read
    counts 0 and the page says how many there were, with the first few; every name shown is
    escaped.
+4. The JSON twins (``overview_data``, ``job_data``; served by ``wurk.web.api`` at
+   ``/api/metrics`` and ``/api/metrics/<job>``): the same numbers, with the same query
+   parameters, as data rather than charts — per bucket where the page draws a chart.
 """
 
 from __future__ import annotations
@@ -23,14 +26,15 @@ from starlette.routing import Route
 
 from ..config import Config
 from ..errors import ConfigError
-from ..metrics import BUCKET_LABELS, Query, Result
+from ..metrics import BUCKET_LABELS, JobResult, Query, Result
 from ..metrics.prometheus import cluster_exposition
 from . import charts
 from .context import dashboard
 from .extensions import Extension
 from .templating import render
 
-__all__ = ["PERIODS", "extension", "job_detail", "overview", "root"]
+__all__ = ["PERIODS", "extension", "job_data", "job_detail", "overview", "overview_data",
+           "read_job", "read_overview", "root"]
 
 # The periods Sidekiq's page offers: (minutes, hours) for wurk.metrics.Query.
 PERIODS: dict[str, tuple[int | None, int | None]] = {
@@ -57,14 +61,21 @@ def _marks(result: Result) -> list[tuple[float, str]]:
             for mark in result.marks]
 
 
-def overview(config: Config, period: str, substr: str = "", sort: str = "processed",
-             descending: bool = True) -> dict[str, Any]:
+def _top(config: Config, period: str, substr: str, sort: str, descending: bool
+         ) -> tuple[Result, list[dict[str, Any]], str, list[JobResult]]:
+    """(the query's result, its rows sorted as asked, the sort column, the busiest jobs)."""
     minutes, hours = PERIODS[period]
     result = Query(config).top_jobs(minutes=minutes, hours=hours, class_filter=substr or None)
     rows = [job.to_dict() for job in result.jobs.values()]
     key = sort if sort in SORTS else "processed"
     rows.sort(key=lambda row: (row[key], row["name"]), reverse=descending)
     busiest = sorted(result.jobs.values(), key=lambda j: (-j.total_processed, j.name))[:CHARTED]
+    return result, rows, key, busiest
+
+
+def overview(config: Config, period: str, substr: str = "", sort: str = "processed",
+             descending: bool = True) -> dict[str, Any]:
+    result, rows, key, busiest = _top(config, period, substr, sort, descending)
     chart = charts.line_chart(result.labels(), [(f"s{i}", job.name, job.processed)
                                                 for i, job in enumerate(busiest)])
     charts.with_marks(chart, len(result.buckets), _marks(result))
@@ -95,6 +106,69 @@ def job_detail(config: Config, name: str, period: str) -> dict[str, Any]:
             "counts": counts, "times": times, "histogram": histogram,
             "invalid": result.invalid, "invalid_count": result.invalid_count,
             "marks": [(m.at.isoformat(), m.label) for m in result.marks]}
+
+
+# -- the JSON twins ---------------------------------------------------------------------------
+def _period_data(result: Result, period: str) -> dict[str, Any]:
+    """What every metrics document starts with: the period, its buckets (each one's start,
+    UTC, oldest first), the deploy marks and the values that could not be read (``null``
+    in the answer, their raw text under its ``"invalid"`` object)."""
+    return {"period": period, "granularity": result.granularity,
+            "starts_at": result.starts_at.isoformat(), "ends_at": result.ends_at.isoformat(),
+            "buckets": [bucket.isoformat() for bucket in result.buckets],
+            "marks": [{"at": m.at.isoformat(), "label": m.label} for m in result.marks],
+            "invalid_count": result.invalid_count, "invalid_values": list(result.invalid)}
+
+
+def overview_data(config: Config, period: str, substr: str = "", sort: str = "processed",
+                  descending: bool = True) -> dict[str, Any]:
+    """The Metrics page as data: every job's executions, failures, total and mean ms over
+    the period (sorted and filtered as the page is, at most ``ROW_LIMIT``), and the busiest
+    jobs' executions per bucket (what the page charts)."""
+    result, rows, key, busiest = _top(config, period, substr, sort, descending)
+    jobs = [{name: row[name] for name in SORTS} for row in rows[:ROW_LIMIT]]
+    return {**_period_data(result, period), "substr": substr, "sort": key,
+            "descending": descending, "total_jobs": len(rows), "jobs": jobs,
+            "busiest": [{"name": job.name, "processed": job.processed} for job in busiest]}
+
+
+def job_data(config: Config, name: str, period: str) -> dict[str, Any]:
+    """A job's metrics page as data: its totals, its executions, failures, ms and mean ms
+    per bucket, and its latency histogram (``null`` past 8 h: histograms are kept 8 h)."""
+    result = Query(config).for_job(name, minutes=PERIODS[period][0], hours=PERIODS[period][1])
+    job = result.jobs[name]
+    summary = job.to_dict()
+    histogram = None
+    if job.histogram is not None:
+        histogram = [{"bucket": label, "count": count}
+                     for label, count in zip(BUCKET_LABELS, job.histogram, strict=True)]
+    return {**_period_data(result, period), "name": name,
+            **{field: summary[field] for field in SORTS if field != "name"},
+            "series": {"processed": job.processed, "failed": job.failed, "ms": job.ms,
+                       "average_ms": [round(ms, 3) for ms in job.average_series()]},
+            "histogram": histogram}
+
+
+async def read_overview(request: Request) -> dict[str, Any]:
+    """What a request for the Metrics page (or its JSON twin) asks to see."""
+    dash = dashboard(request)
+    params = request.query_params
+    period = period_of(params.get("period"))
+    substr = params.get("substr", "").strip()[:FILTER_LIMIT]
+    sort = params.get("sort") or "processed"
+    found: dict[str, Any] = await dash.run(overview_data, dash.config, period, substr,
+                                           sort if sort in SORTS else "processed",
+                                           params.get("direction") != "asc")
+    return found
+
+
+async def read_job(request: Request) -> dict[str, Any]:
+    """What a request for a job's metrics page (or its JSON twin) asks to see."""
+    dash = dashboard(request)
+    period = period_of(request.query_params.get("period"))
+    found: dict[str, Any] = await dash.run(job_data, dash.config, request.path_params["name"],
+                                           period)
+    return found
 
 
 # -- handlers ---------------------------------------------------------------------------------
