@@ -12,11 +12,15 @@ The public surface is this package's ``__all__`` and these modules' (each pinned
 ``wurk.otel``, ``wurk.scheduled``, ``wurk.swarm``, ``wurk.testing``, ``wurk.unique``,
 ``wurk.web``. Every other module is internal: its names may change in any release.
 docs/internals.md walks a job through them.
+
+``wurk.testing`` comes with ``import wurk`` (``with wurk.testing.fake(): ...``): its modules
+are small and import nothing a worker lacks, and importing them switches no mode. Its pytest
+plugin (``wurk.testing.plugin``, which imports pytest) is loaded by pytest alone.
 """
 
 from __future__ import annotations
 
-from . import context, deploy, expiry, limiter, metrics, unique
+from . import context, deploy, expiry, limiter, metrics, testing, unique
 from ._version import __version__
 from .batch import Batch, BatchStatus, current_batch
 from .client.core import Client
@@ -103,5 +107,6 @@ __all__ = [
     "push_bulk",
     "redis",
     "registry",
+    "testing",
     "unique",
 ]
