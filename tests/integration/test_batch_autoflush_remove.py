@@ -12,9 +12,12 @@ import redis
 
 import wurk
 import wurk.testing
+from tests.helpers.faults import config_for
+from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
 from wurk.batch import accounting
+from wurk.errors import RedisUnavailable
 
 
 @wurk.job(name="Autoflush::work")
@@ -66,6 +69,15 @@ def test_pushes_are_written_n_at_a_time_and_the_rest_at_the_end(config: wurk.Con
     assert all(json.loads(raw)["bid"] == batch.bid for raw in r.lrange("queue:default", 0, -1))
 
 
+def test_an_empty_block_still_writes_its_no_op_job(config: wurk.Config,
+                                                   r: redis.Redis) -> None:
+    batch = wurk.Batch(autoflush=5)
+    with batch.jobs():
+        pass
+    (only,) = [json.loads(raw)["class"] for raw in r.lrange("queue:default", 0, -1)]
+    assert only == "Sidekiq::Batch::Empty" and counts(batch.bid) == (1, 1, 0)
+
+
 def test_a_block_that_raises_still_writes_and_counts_what_it_pushed(
         config: wurk.Config, r: redis.Redis) -> None:
     batch = wurk.Batch(autoflush=10)
@@ -96,6 +108,43 @@ def test_a_batch_held_by_autoflush_completes_exactly_once(config: wurk.Config,
         for jid in jids[8:]:
             accounting.record(conn, config, batch.bid, str(jid), "success")
     assert counts(batch.bid) == (10, 0, 0) and callbacks(r) == ["complete", "success"]
+
+
+def test_a_flush_redis_refuses_names_every_job_and_counts_none(redis_server: Server,
+                                                              r: redis.Redis) -> None:
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url, socket_timeout=1)
+        try:
+            batch = wurk.Batch(autoflush=3, config=config)
+            with batch.jobs():
+                work.set(config=config).perform_async(1)
+                work.set(config=config).perform_async(2)
+                proxy.cut()
+                proxy.drop()
+                with pytest.raises(RedisUnavailable, match="could not push 3 jobs") as raised:
+                    work.set(config=config).perform_async(3)  # the third: a flush, refused
+                proxy.restore()
+        finally:
+            config.close()
+    assert "Nothing was kept to retry later" in str(raised.value)
+    (only,) = [json.loads(raw)["class"] for raw in r.lrange("queue:default", 0, -1)]
+    assert only == "Sidekiq::Batch::Empty"  # the block pushed nothing that arrived
+    assert counts(batch.bid)[0] == 1
+
+
+def test_a_failed_flush_after_a_raise_is_reported_and_the_raise_wins(
+        config: wurk.Config, r: redis.Redis) -> None:
+    reported: list[str] = []
+    config.error_handlers.append(lambda exc, context: reported.append(context["context"]))
+    batch = wurk.Batch(autoflush=10)
+    with pytest.raises(KeyError, match="the block's own"), batch.jobs():
+        work.perform_async(1)
+        work.perform_async(2)
+        batch.delete()  # the two held jobs now have no batch to join
+        raise KeyError("the block's own")
+    assert reported == [f"writing the 2 jobs held by a jobs block of batch {batch.bid} that "
+                        "raised"]
+    assert r.llen("queue:default") == 0
 
 
 def test_a_unique_job_goes_out_at_once_with_what_was_held(config: wurk.Config,

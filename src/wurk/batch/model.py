@@ -158,10 +158,10 @@ class Batch:
         completed = False
         try:
             yield self
-            writer.flush()
-            if creating and block.pushed == 0:
+            if creating and block.pushed + writer.held == 0:
                 # an empty batch still fires its callbacks, once its no-op job ran
                 _push_empty(config, self.callback_queue)
+            writer.flush()
             completed = True
         finally:
             writers.reset_overlay(overlay)
