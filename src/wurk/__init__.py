@@ -5,7 +5,7 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 
 The public surface is this package's ``__all__`` and these modules' (each pinned by a test):
 ``wurk.api``, ``wurk.api.values``, ``wurk.batch``, ``wurk.connections.server``,
-``wurk.context``, ``wurk.contrib.django``, ``wurk.contrib.django.settings``,
+``wurk.context``, ``wurk.contrib.django``, ``wurk.crypto``, ``wurk.contrib.django.settings``,
 ``wurk.contrib.django.tasks``, ``wurk.contrib.django.urls``, ``wurk.contrib.fastapi``,
 ``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
 ``wurk.expiry``, ``wurk.inprocess``, ``wurk.limiter``, ``wurk.metrics``, ``wurk.middleware``,
@@ -20,7 +20,7 @@ plugin (``wurk.testing.plugin``, which imports pytest) is loaded by pytest alone
 
 from __future__ import annotations
 
-from . import context, deploy, expiry, limiter, metrics, testing, unique
+from . import context, crypto, deploy, expiry, limiter, metrics, testing, unique
 from ._version import __version__
 from .batch import Batch, BatchStatus, current_batch
 from .client.core import Client
@@ -30,6 +30,7 @@ from .connections.lending import Connection, redis
 from .errors import (
     BatchError,
     ConfigError,
+    DecryptionError,
     EmbeddedServerError,
     InspectionError,
     InvalidArguments,
@@ -42,6 +43,7 @@ from .errors import (
     Shutdown,
     SwarmError,
     UnparseablePayload,
+    Unretryable,
     UnsupportedServer,
     WurkError,
 )
@@ -67,6 +69,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Connection",
+    "DecryptionError",
     "Embedded",
     "EmbeddedServerError",
     "InProcessWorker",
@@ -84,6 +87,7 @@ __all__ = [
     "Shutdown",
     "SwarmError",
     "UnparseablePayload",
+    "Unretryable",
     "UnsupportedServer",
     "WurkError",
     "__version__",
@@ -91,6 +95,7 @@ __all__ = [
     "apush_bulk",
     "configure",
     "context",
+    "crypto",
     "current_batch",
     "current_jid",
     "current_job",

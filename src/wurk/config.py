@@ -3,6 +3,7 @@
 1. ``Config`` holds every setting with Sidekiq's defaults; each interval and timeout is a
    setting so tests can run them fast.
 2. The environment (``REDIS_URL``, ``WURK_TIMESTAMP_FORMAT``, ``WURK_HOME``, ``WURK_LEADER``,
+   ``WURK_ENV``/``APP_ENV``,
    ``WURK_CONCURRENCY``) is read when a ``Config`` is built, never at import.
 3. ``freeze()`` makes it read-only before threads start.
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
@@ -63,6 +64,7 @@ _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
                  "lifecycle", "on_recover", "statsd_job_options", "limiter_errors",
+                 "encryption_keys",
                  "limiter_backoff")
 
 
@@ -223,7 +225,10 @@ class Config:
     paused_cache_ttl: float = 5.0
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
     labels: list[str] = field(default_factory=list)
-    environment: str | None = None
+    # The deployment this process belongs to ("production", "staging"…): ``-e`` picks the
+    # YAML file's section of that name; the process record (``env``), the boot line and the
+    # dashboard's title show it. Default: WURK_ENV, else APP_ENV, else none.
+    environment: str | None = field(default_factory=lambda: _env("WURK_ENV") or _env("APP_ENV"))
     # False (WURK_LEADER / SIDEKIQ_LEADER=false) keeps this process out of leader election,
     # so it never runs periodic jobs.
     leader: bool = field(default_factory=lambda: _env_bool("WURK_LEADER", True)
@@ -281,6 +286,12 @@ class Config:
     # Host names the dashboard answers to beside the loopback ones (DNS rebinding):
     # "jobs.example.com", ".example.com" (and subdomains), "10.0.0.5", or "*" for any.
     web_allowed_hosts: list[str] = field(default_factory=list)
+    # -- encrypted jobs (``wurk.crypto``) -----------------------------------------------------
+    # The key version new pushes of encrypt=True jobs seal with; None: encryption is off, and
+    # such a push is refused. Keys: encryption_keys(version) -> 32 bytes, else the
+    # environment's WURK_ENCRYPTION_KEY_<version> (base64), read when a key is needed.
+    encryption_version: int | None = None
+    encryption_keys: Callable[[int], bytes] | None = None
     # -- observability (``docs/metrics.md``) -------------------------------------------------
     metrics: bool = True  # execution metrics in Sidekiq 8's keys, written every heartbeat
     metrics_compat_v7: bool = False  # also Sidekiq 7's keys, for a 7.x dashboard
@@ -425,6 +436,17 @@ class Config:
         self._validate_web()
         self._validate_observability()
         self._validate_limiter()
+        self._validate_encryption()
+
+    def _validate_encryption(self) -> None:
+        version = self.encryption_version
+        if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                    or version < 0):
+            raise ConfigError(f"encryption_version must be a key version (a whole number ≥ 0) "
+                              f"or None (off), not {version!r}")
+        if self.encryption_keys is not None and not callable(self.encryption_keys):
+            raise ConfigError(f"encryption_keys must be a function (version) -> 32-byte key, "
+                              f"not {self.encryption_keys!r}")
 
     def _validate_limiter(self) -> None:
         errors = self.limiter_errors

@@ -21,7 +21,9 @@
         ├── JobKilled                               handed to death handlers on an API kill
         ├── InspectionError                         an admin action the data does not allow
         ├── OverLimit                               a rate limiter refused a call
-        └── BatchError                              a batch that cannot take the request
+        ├── BatchError                              a batch that cannot take the request
+        └── Unretryable                             a failure no retry can fix: to the dead set
+            └── DecryptionError                     an encrypted argument that cannot be opened
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
 ``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it;
@@ -35,6 +37,7 @@ from typing import Any
 __all__ = [
     "BatchError",
     "ConfigError",
+    "DecryptionError",
     "EmbeddedServerError",
     "InspectionError",
     "InvalidArguments",
@@ -48,6 +51,7 @@ __all__ = [
     "Shutdown",
     "SwarmError",
     "UnparseablePayload",
+    "Unretryable",
     "UnsupportedServer",
     "WurkError",
     "is_shutdown",
@@ -200,5 +204,20 @@ class OverLimit(WurkError):
 
 class BatchError(WurkError):
     """A batch that does not exist (expired, deleted), already succeeded, or is misused."""
+
+    __module__ = "wurk"
+
+
+class Unretryable(WurkError):
+    """A job failure that running the job again cannot fix: the job goes straight to the dead
+    set (its death handlers run), whatever its ``retry`` option says."""
+
+    __module__ = "wurk"
+
+
+class DecryptionError(Unretryable):
+    """An encrypted job's last argument could not be opened: an unknown key version, tampered
+    or truncated bytes, or no envelope at all. The message names the jid and the key version,
+    never the value (``wurk.crypto``)."""
 
     __module__ = "wurk"

@@ -5,7 +5,9 @@
 2. ``Heartbeat.beat`` does, every ``heartbeat_interval`` (10 s): flush stats; rewrite the work
    map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4: both dashboards);
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
-   ``concurrency`` in both places) with a 60 s TTL and pop one remote signal.
+   ``concurrency`` in both places) with a 60 s TTL and pop one remote signal; then fire the
+   ``beat`` lifecycle event (and ``heartbeat`` on the first beat, or the first after the
+   record was gone).
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
    in-flight lists owned) before it holds any job, so no reaper grace is needed. ``wait_visible``
    holds the processors back until a beat has landed — when the first one failed, or after
@@ -31,7 +33,7 @@ from . import payload as P
 from .config import Config
 from .connections.pool import RedisPool
 from .metrics.counters import Counters
-from .reporting import report_error
+from .reporting import fire, report_error
 from .runtime.busy import Busy
 from .runtime.duty import Duty
 from .runtime.identity import Identity
@@ -123,6 +125,7 @@ class Heartbeat:
         rtt = self._ping()
         signal = self._write_process(rtt)
         self._was_written()
+        fire(self.config, "beat")  # every beat, unlike "heartbeat"
         if self._on_beat is not None:
             self._on_beat()
         if signal and self._on_signal is not None:
@@ -180,7 +183,7 @@ class Heartbeat:
         _, existed, _, _, signal = self.pool.run(send)
         if not existed or self._first:
             self._first = False
-            self._fire("heartbeat")
+            fire(self.config, "heartbeat")
         return signal.decode() if isinstance(signal, bytes) else signal
 
     def _rss_kb(self) -> int:
@@ -188,13 +191,6 @@ class Heartbeat:
             return int(self._process.memory_info().rss // 1024)
         except psutil.Error:
             return 0
-
-    def _fire(self, event: str) -> None:
-        for hook in self.config.lifecycle.get(event, []):
-            try:
-                hook()
-            except Exception as exc:
-                report_error(self.config, exc, {"context": f"lifecycle event {event}"})
 
     # -- exit -------------------------------------------------------------------------------
     def clear(self) -> None:

@@ -126,11 +126,14 @@ class JobDefinition:
 
     def __init__(self, name: str, target: Callable[..., Any], options: Mapping[str, Any],
                  *, hooks: Mapping[str, Callable[..., Any]] | None = None,
-                 is_class: bool = False) -> None:
+                 is_class: bool = False, rate_limit: Any = None) -> None:
         self.name = name
         self.target = target
         self.options = dict(options)
         self.hooks = dict(hooks or {})
+        # A ``wurk.limiter`` limiter every run of this job is held to (its ``rate_limit``
+        # option): kept here, not in the payload, which holds JSON only.
+        self.rate_limit = _check_rate_limit(name, rate_limit)
         self.is_class = is_class
         perform = getattr(target, "perform", None) if is_class else target
         self.is_async = inspect.iscoroutinefunction(perform)
@@ -537,12 +540,25 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
         hooks = {k: options.pop(k) for k in _HOOK_OPTIONS if k in options}
         _check_hooks(hooks)
         wire = wire_name(fn, name)
+        limiter = options.pop(RATE_LIMIT, None)
         definition = JobDefinition(wire, fn, validate_options(options, where=f"job {wire!r}"),
-                                   hooks=hooks)
+                                   hooks=hooks, rate_limit=limiter)
         registry.register(definition)
         return JobFunction(fn, definition)
 
     return register(func) if func is not None else register
+
+
+# The job's rate limiter: an option of its definition, never of a push.
+RATE_LIMIT = "rate_limit"
+
+
+def _check_rate_limit(name: str, limiter: Any) -> Any:
+    if limiter is None or callable(getattr(limiter, "within_limit", None)):
+        return limiter
+    raise RegistrationError(f"job {name!r}: rate_limit={limiter!r} must be a limiter, e.g. "
+                            "rate_limit=wurk.limiter.window('api', 10, 1) — every run of the "
+                            "job then waits for that limit, and is rescheduled when over it")
 
 
 _HOOK_EXAMPLES = {"retry_in": "lambda count, exc: 60",
@@ -586,8 +602,10 @@ class Job:
         if abstract:
             return
         wire = wire_name(cls, name)
-        cls.definition = JobDefinition(wire, cls, validate_options(merged, where=f"job {wire!r}"),
-                                       is_class=True)
+        options = dict(merged)
+        limiter = options.pop(RATE_LIMIT, None)
+        cls.definition = JobDefinition(wire, cls, validate_options(options, where=f"job {wire!r}"),
+                                       is_class=True, rate_limit=limiter)
         registry.register(cls.definition)
 
     def perform(self, *args: Any) -> Any:

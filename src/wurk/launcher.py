@@ -39,6 +39,7 @@ from .batch.middleware import install_client as install_batch_client
 from .config import Capsule, Config
 from .connections.locate import describe_url
 from .connections.preflight import check_server
+from .crypto import Opener
 from .fetch.basic import BasicFetch, Fetcher
 from .fetch.pause import PausedCache
 from .fetch.reaper import Reaper, return_own_lists
@@ -55,7 +56,7 @@ from .middleware import Middleware
 from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
 from .processor import JobRunner
-from .reporting import report_error
+from .reporting import fire, report_error
 from .runtime import affinity
 from .runtime.busy import Busy
 from .runtime.identity import Identity
@@ -82,9 +83,11 @@ POLLER_THREAD = "wurk-poller"
 #      limiter, a unique lock, an expired job) is counted too; only when metrics are on;
 #   2. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
 #   3. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
-#      expired jobs dropped — inside the batch link, so a rescheduled job is not counted.
+#      expired jobs dropped — inside the batch link, so a rescheduled job is not counted;
+#   4. the encrypted argument opened (``wurk.crypto``): innermost, so what stores the payload
+#      outside it (a reschedule, a retry, the dead set) stores the envelope, never the value.
 # And their death handlers: a dead batch job is counted; a dead unique job frees its lock.
-BUILT_IN = (ExecutionMetrics, BatchServerMiddleware, LimitsMiddleware)
+BUILT_IN = (ExecutionMetrics, BatchServerMiddleware, LimitsMiddleware, Opener)
 
 
 def install_built_ins(config: Config) -> None:
@@ -100,7 +103,8 @@ def install_built_ins(config: Config) -> None:
     made: dict[type, Middleware | None] = {
         ExecutionMetrics: found.get(ExecutionMetrics) or execution_metrics(config),
         BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
-        LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config)}
+        LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config),
+        Opener: found.get(Opener) or Opener(config)}
     for present in found.values():
         chain.remove(present)
     for kind in reversed(BUILT_IN):
@@ -195,6 +199,7 @@ class Launcher:
             "version": __version__,
             "framework": "wurk",
             "embedded": self.embedded,
+            **({"env": self.config.environment} if self.config.environment else {}),
         }
 
     def health(self) -> dict[str, Any]:
@@ -231,10 +236,11 @@ class Launcher:
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)
         self.instruments.start()
-        log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s", __version__,
+        log.info("wurk %s starting: %s, %d thread(s) over %s; Redis %s%s", __version__,
                  self.identity, self.concurrency,
                  ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
-                 describe_url(self.config.pool("internal").url))
+                 describe_url(self.config.pool("internal").url),
+                 f"; environment {self.config.environment}" if self.config.environment else "")
         if not self.heartbeat.beat():
             log.warning("first heartbeat failed; starting anyway: no job is taken until it is "
                         "written (it is retried)")
@@ -386,17 +392,8 @@ class Launcher:
 
     def fire(self, event: str, *, reverse: bool | None = None,
              raise_errors: bool = False) -> None:
-        """Run lifecycle hooks; quiet/shutdown/exit run in reverse registration order."""
-        hooks = list(self.config.lifecycle.get(event, []))
-        if reverse if reverse is not None else event in ("quiet", "shutdown", "exit"):
-            hooks.reverse()
-        for hook in hooks:
-            try:
-                hook()
-            except Exception as exc:
-                if raise_errors:
-                    raise
-                report_error(self.config, exc, {"context": f"lifecycle event {event}"})
+        """Run lifecycle hooks (``wurk.reporting.fire``)."""
+        fire(self.config, event, reverse=reverse, raise_errors=raise_errors)
 
     def _leadership_changed(self, leading: bool) -> None:
         self._update_title()

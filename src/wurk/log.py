@@ -11,7 +11,11 @@
    ``tags``) into a context variable that the formatters add to each line logged while the
    job runs — by wurk or by the job itself through any logger.
 3. ``reopen`` reopens file handlers (USR2), for log rotation.
-4. Every format keeps one record on one line whatever a payload holds: a job class with a
+4. A job's own ``log_level`` (Sidekiq's per-job ``logger.level``) holds while it runs: its
+   lines below that level are dropped, and a job asking for ``debug`` gets its debug lines
+   even when the worker logs at ``info`` — the logger is lowered the first time such a job
+   runs, and every other line is still held to the configured level (``admit``).
+5. Every format keeps one record on one line whatever a payload holds: a job class with a
    newline, a NUL or a terminal escape cannot forge a line or repaint a terminal. Pretty
    and plain escape control characters (``wurk.stored``) in the message and in each
    context field, and quote a field holding a space, ``=`` or ``"``; JSON escapes them as
@@ -36,8 +40,9 @@ from typing import Any, TextIO
 
 from .stored import UNPRINTABLE_CHARS, printable
 
-__all__ = ["JOB_FIELDS", "VERBATIM", "job_context", "logger", "reopen",
-           "route_application_logs", "setup", "short_id", "tid", "user_configured"]
+__all__ = ["JOB_FIELDS", "JOB_LEVEL", "VERBATIM", "admit", "job_context", "job_level",
+           "level_number", "logger", "reopen", "route_application_logs", "setup", "short_id",
+           "tid", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -49,6 +54,41 @@ JOB_FIELDS = _context
 _HANDLER_MARK = "_wurk_handler"
 # ``extra={VERBATIM: True}``: the message is several lines on purpose (a thread dump).
 VERBATIM = "wurk_verbatim"
+# The running job's own level (its ``log_level`` option), set around it by the processor.
+JOB_LEVEL: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "wurk_job_level", default=None)
+# The configured level (``setup``): what every line outside a job with a level of its own
+# is held to, even after a job lowered the logger itself.
+_threshold = logging.INFO
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
+           "warning": logging.WARNING, "error": logging.ERROR, "fatal": logging.CRITICAL,
+           "critical": logging.CRITICAL}
+
+
+def level_number(name: Any) -> int | None:
+    """A level name as Sidekiq and Python spell them (``debug`` … ``fatal``/``critical``, any
+    case) as its number; None for anything else."""
+    return _LEVELS.get(name.lower()) if isinstance(name, str) else None
+
+
+def job_level(name: Any) -> contextvars.Token[int | None]:
+    """Hold the running job's lines to its ``log_level`` (None: the configured level); reset
+    with the token. A level below the logger's lowers the logger, once."""
+    number = level_number(name)
+    if number is not None and number < logger.getEffectiveLevel():
+        logger.setLevel(number)
+        root = logging.getLogger()
+        if any(getattr(h, _HANDLER_MARK, False) for h in root.handlers) \
+                and number < root.getEffectiveLevel():
+            root.setLevel(number)  # the job's own loggers, routed to wurk's handler
+    return JOB_LEVEL.set(number)
+
+
+def admit(levelno: int) -> bool:
+    """Whether a line of ``levelno`` is written now: the job's level while one with a level
+    of its own runs, else the configured one."""
+    level = JOB_LEVEL.get()
+    return levelno >= (_threshold if level is None else level)
 
 
 _thread_ids = threading.local()
@@ -79,7 +119,7 @@ def line(level: int, message: str, *args: Any) -> None:
     of a no-op job after its round trips). Any other handler, filter, format or record
     factory, and every warning, takes the full path.
     """
-    if not logger.isEnabledFor(level):
+    if not logger.isEnabledFor(level) or not admit(level):
         return
     handler = _sole_handler(level)
     if handler is not None:
@@ -143,6 +183,8 @@ def current_context() -> Mapping[str, Any] | None:
 
 class _ContextFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
+        if not admit(record.levelno):
+            return False
         record.wurk_ctx = _context.get() or {}
         record.wurk_tid = tid()
         return True
@@ -531,6 +573,8 @@ def setup(*, fmt: str = "pretty", level: str | int = "INFO", stream: TextIO | No
     handler.addFilter(_ContextFilter())
     logger.addHandler(handler)
     logger.setLevel(level if isinstance(level, int) else level.upper())
+    global _threshold
+    _threshold = logger.level
     logger.propagate = False
     return handler
 

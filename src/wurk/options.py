@@ -21,6 +21,7 @@ from typing import Any
 from . import payload as P
 from .errors import ConfigError, InvalidArguments, InvalidPayload
 from .keys import PRIVATE_SEPARATOR
+from .log import level_number
 
 __all__ = ["UNIQUE_UNTIL", "check_expiry_fields", "check_queue_name", "check_unique_fields",
            "expires_in_seconds", "parse_queue", "stamp_expiry", "unique_for_seconds",
@@ -158,6 +159,18 @@ def _check_option(key: str, value: Any, where: str) -> None:
             raise bad("a list of strings")
     elif key in (P.UNIQUE_FOR, P.EXPIRES_IN):
         return  # checked and converted to seconds by _limits_options
+    elif key == P.ENCRYPT:
+        if not isinstance(value, bool):
+            raise bad("True or False (True seals the last argument: wurk.crypto)")
+    elif key == P.LOG_LEVEL:
+        if level_number(value) is None:
+            raise bad("a log level: 'debug', 'info', 'warn', 'error' or 'fatal'")
+    elif key == P.PROFILE:
+        raise ConfigError(f"{where}: option profile={value!r}: wurk cannot profile jobs yet; "
+                          "remove the option")
+    elif key == "rate_limit":
+        raise ConfigError(f"{where}: rate_limit is an option of the job's definition "
+                          "(@wurk.job(rate_limit=...) or the class keyword), not of one push")
     else:
         try:
             P.check_args([value], what=f"option {key!r}")

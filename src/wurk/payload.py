@@ -77,6 +77,8 @@ ERROR_CLASS = "error_class"
 ERROR_MESSAGE = "error_message"
 ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
+ENCRYPT = "encrypt"
+PROFILE = "profile"
 # Limits (rate limiters, unique jobs, expiring jobs).
 OVERRATED = "overrated"  # how often a rate limiter rescheduled the job (Sidekiq Enterprise)
 UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)

@@ -60,7 +60,7 @@ from .job import (
     set_running,
     set_stop_signal,
 )
-from .log import JOB_FIELDS, job_context, short_id, tid
+from .log import JOB_FIELDS, JOB_LEVEL, job_context, job_level, short_id, tid
 from .metrics.counters import Counters
 from .middleware import BRIDGE_WAIT, bridge, within
 from .morgue import Morgue
@@ -143,9 +143,11 @@ class JobRunner:
         busy.add(thread_id, unit.queue, unit.raw)
         running = RUNNING.set(job)
         fields = JOB_FIELDS.set(self._log_fields(job, unit.queue))
+        level = job_level(job.get(P.LOG_LEVEL))
         try:
             return self._perform_logged(job, unit.queue, guard, unit.raw, definition)
         finally:
+            JOB_LEVEL.reset(level)
             JOB_FIELDS.reset(fields)
             RUNNING.reset(running)
             busy.remove(thread_id)
@@ -159,10 +161,11 @@ class JobRunner:
                 definition = self.jobs.lookup(job[P.CLASS])  # raises JobNotRegistered
             call = definition.call
             instance = definition.instantiate(job)
-            args = job[P.ARGS]
 
             def perform() -> Any:
-                result = call(instance, args)
+                # The arguments as they are now: a server link may hand the job others (the
+                # encrypted argument opened, ``wurk.crypto``).
+                result = call(instance, job[P.ARGS])
                 if isinstance(result, CoroutineType):  # a sync def returning one, or no lane
                     return self._await(result)
                 return result
@@ -281,6 +284,7 @@ class JobRunner:
         set_stop_signal(stopping)  # the task's own context: interrupted() reads the lane's
         self.busy.add(task_id, unit.queue, unit.raw)
         set_running(job)  # the task's own context: nothing to reset
+        job_level(job.get(P.LOG_LEVEL))  # likewise
         try:
             with job_context(self._log_fields(job, unit.queue)):
                 return await self._perform_async(job, unit.queue, definition, unit.raw)
@@ -293,11 +297,10 @@ class JobRunner:
         instance: Any = None
         try:
             instance = definition.instantiate(job)
-            args = job[P.ARGS]
             name = f"{definition.name} (jid {job.get(P.JID)})"
 
-            async def perform() -> Any:
-                return await timed(definition.call(instance, args), name,
+            async def perform() -> Any:  # the arguments as they are now, as ``perform`` above
+                return await timed(definition.call(instance, job[P.ARGS]), name,
                                    self.config.loop_lag_warning)
 
             chain = self.config.server_middleware

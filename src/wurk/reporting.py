@@ -5,11 +5,12 @@
    form (Sidekiq's change of arity broke third-party handlers; both keep working). With no handler
    configured it logs the error itself.
 2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
-3. ``Callbacks``: a list of callbacks for an event other code listens to (a poison pill
+3. ``fire``: a lifecycle event's hooks (``config.on``), each contained.
+4. ``Callbacks``: a list of callbacks for an event other code listens to (a poison pill
    killed, a job expired). ``add(fn)`` registers ``fn`` once (the same callable twice is one
    entry) and returns a ``Registration`` whose ``remove()`` may be called any number of
    times; ``notify(config, value, context)`` calls each with ``value``.
-4. A handler or callback that raises is logged (death handlers: reported; callbacks: handed
+5. A handler or callback that raises is logged (death handlers: reported; callbacks: handed
    to the error handlers) and never propagates, and the others still run: reporting must
    not turn one failure into two.
 """
@@ -27,7 +28,7 @@ from . import payload as P
 if TYPE_CHECKING:
     from .config import Config
 
-__all__ = ["Callbacks", "Registration", "report_error", "run_death_handlers"]
+__all__ = ["Callbacks", "Registration", "fire", "report_error", "run_death_handlers"]
 
 log = logging.getLogger("wurk")
 
@@ -98,6 +99,24 @@ def _log_error(exc: BaseException, context: dict[str, Any]) -> None:
 
 def _name(handler: Callable[..., Any]) -> str:
     return getattr(handler, "__qualname__", None) or repr(handler)
+
+
+# -- lifecycle events ------------------------------------------------------------------------------
+def fire(config: Config, event: str, *, reverse: bool | None = None,
+         raise_errors: bool = False) -> None:
+    """Run the hooks registered for lifecycle ``event`` (``config.on``); quiet, shutdown and
+    exit run in reverse registration order. A hook that raises is reported and the others
+    still run — unless ``raise_errors`` (``startup``: a failing hook aborts the boot)."""
+    hooks = list(config.lifecycle.get(event, []))
+    if reverse if reverse is not None else event in ("quiet", "shutdown", "exit"):
+        hooks.reverse()
+    for hook in hooks:
+        try:
+            hook()
+        except Exception as exc:
+            if raise_errors:
+                raise
+            report_error(config, exc, {"context": f"lifecycle event {event}"})
 
 
 # -- callback lists ------------------------------------------------------------------------------

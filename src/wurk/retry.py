@@ -5,7 +5,9 @@
    add jitter and ``ZADD retry``; or, once exhausted, ask ``retries_exhausted`` and bury the
    job (through the one ``Morgue``) unless it is discarded. Death handlers run once per death.
 2. ``kill_invalid``: a payload that cannot be interpreted goes straight to the dead set with
-   ``error_class`` ``wurk.InvalidPayload`` — no retry can fix it.
+   ``error_class`` ``wurk.InvalidPayload`` — no retry can fix it; so does a failure of class
+   ``wurk.Unretryable`` (an encrypted argument that cannot be opened: ``DecryptionError``),
+   whatever the job's ``retry`` option says.
 3. User hooks are contained: one that raises is reported and the default applies.
 
 Every field this module does not understand is kept as it was: other middleware (Ruby or
@@ -25,7 +27,7 @@ from typing import Any, Literal
 from . import payload as P
 from .config import Config
 from .connections.pool import RedisPool
-from .errors import InvalidPayload
+from .errors import InvalidPayload, Unretryable
 from .job import JobDefinition
 from .morgue import Morgue
 from .reporting import report_error, run_death_handlers
@@ -75,6 +77,9 @@ class JobRetry:
         except InvalidPayload as invalid:
             self.kill_invalid(job, invalid)
             return
+        if isinstance(exc, Unretryable):
+            self.kill_unretryable(job, exc)
+            return
         retry = _retry_option(job, definition)
         if retry is None or retry is False:
             # No retry and no dead set: only the death handlers hear of it.
@@ -82,7 +87,12 @@ class JobRetry:
             return
         self._book(job, exc, retry, definition, instance)
 
-    def kill_invalid(self, job: dict[str, Any], exc: InvalidPayload) -> None:
+    def kill_unretryable(self, job: dict[str, Any], exc: Unretryable) -> None:
+        """A failure no retry can fix (``wurk.Unretryable``: an envelope that cannot be
+        opened): the dead set, as an invalid payload goes."""
+        self.kill_invalid(job, exc)
+
+    def kill_invalid(self, job: dict[str, Any], exc: InvalidPayload | Unretryable) -> None:
         """Straight to the dead set with the error recorded, death handlers told; no retry."""
         _stamp_error(job, exc)
         if P.FAILED_AT not in job:

@@ -44,6 +44,8 @@ def _slow_boot_when_marked() -> None:
 
 
 _config = wurk.default_config()
+# Every child says it forked: the ``fork`` lifecycle event runs in each (test_swarm reads it).
+_config.on("fork", lambda: r().rpush("sys:forked", os.getpid()))
 if os.environ.get("SWARM_TEST_BOOT_FAIL"):
     _config.on("startup", _fail_to_boot)
 if os.environ.get("SWARM_TEST_HANG_ON_SHUTDOWN"):

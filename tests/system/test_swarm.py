@@ -158,6 +158,7 @@ def test_three_children_share_the_work_and_stop_on_term(
     swarm_jobs.record_pid.perform_bulk([["sys:pids"]] * 300)
     wait_for(lambda: r.llen("sys:pids") == 300, message="300 jobs")
     assert {int(pid) for pid in r.lrange("sys:pids", 0, -1)} == children
+    assert {int(pid) for pid in r.lrange("sys:forked", 0, -1)} == children  # "fork" hooks
     swarm.signal("USR2")  # relayed for log reopening; must not kill anyone
     time.sleep(0.5)
     assert swarm.process.poll() is None and swarm.children() == children

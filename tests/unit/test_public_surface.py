@@ -23,7 +23,7 @@ PINNED = Path(__file__).with_name("public_surface.txt")
 # What the README, docs/ and examples/ tell users to import.
 PUBLIC = (
     "wurk", "wurk.api", "wurk.api.values", "wurk.batch", "wurk.connections.server",
-    "wurk.context", "wurk.contrib.django", "wurk.contrib.django.settings",
+    "wurk.context", "wurk.contrib.django", "wurk.crypto", "wurk.contrib.django.settings",
     "wurk.contrib.django.tasks", "wurk.contrib.django.urls", "wurk.contrib.fastapi",
     "wurk.contrib.flask", "wurk.contrib.sqlalchemy", "wurk.deploy", "wurk.errors",
     "wurk.expiry", "wurk.inprocess", "wurk.limiter", "wurk.metrics", "wurk.middleware",

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from .. import payload as P
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
+from ..crypto import seal
 from ..errors import InvalidArguments, InvalidPayload
 from ..middleware import TemporaryLoop, bridge
 from ..options import check_expiry_fields, check_unique_fields, stamp_expiry
@@ -351,6 +352,8 @@ class Client:
         for job, at in entries:
             if P.EXPIRES_IN in job:
                 stamp_expiry(job, at, fmt)
+            if job.get(P.ENCRYPT) is True:
+                seal(self.config, job)  # the last argument; never an envelope twice
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
             else:

@@ -13,7 +13,10 @@
    - unique: the lock released before the job runs (``unique_until="start"``) or after it
      succeeded (``"success"``); a failure keeps it for the retry (``wurk.unique``).
 
-   A job that is none of these pays one call and two dict lookups.
+   - a job with a ``rate_limit`` (a limiter given to its definition): every run inside
+     ``limiter.within_limit()``, so over the limit it is rescheduled as above.
+
+   A job that is none of these pays one call and three dict lookups.
 2. Every worker puts it in place when it is built (``wurk.launcher.install_built_ins``,
    with the unique death handler), so ``wurk worker``, a swarm's children and the in-process
    worker need nothing switched on; code that runs jobs by other means (a test harness)
@@ -22,6 +25,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,6 +34,7 @@ from .. import expiry, unique
 from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..errors import OverLimit
+from ..job import registry
 from ..payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
 from .reschedule import over_limit_classes, reschedule
 
@@ -50,6 +55,9 @@ class LimitsMiddleware:
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
         try:
+            limiter = _rate_limit(payload)
+            if limiter is not None:  # the job's own limiter holds every run of it
+                call_next = functools.partial(_within, limiter, call_next)
             # Names bound at import: this runs for every job, most of which need none of it.
             if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
                 return self._guarded(payload, call_next)
@@ -80,6 +88,9 @@ class LimitsMiddleware:
         """The same around an async job, on its loop; the Redis steps on a bookkeeping thread.
         (A sync link there would hold a helper thread for the job's whole run.)"""
         try:
+            limiter = _rate_limit(payload)
+            if limiter is not None:
+                call_next = functools.partial(_awithin, limiter, call_next)
             if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
                 return await self._aguarded(payload, call_next)
             return await call_next()
@@ -106,3 +117,19 @@ class LimitsMiddleware:
     def _drop(self, payload: P.Payload) -> None:
         expiry.drop(self.config, payload)
         unique.release(self.config, payload)
+
+
+def _rate_limit(payload: P.Payload) -> Any:
+    """The limiter of the job's definition (``rate_limit``), if this process registered it."""
+    definition = registry.get(payload.get(P.CLASS))
+    return definition.rate_limit if definition is not None else None
+
+
+def _within(limiter: Any, call_next: Callable[[], Any]) -> Any:
+    with limiter.within_limit():
+        return call_next()
+
+
+async def _awithin(limiter: Any, call_next: Callable[[], Any]) -> Any:
+    async with limiter.within_limit():
+        return await call_next()

@@ -74,6 +74,7 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
     common = {
         "root": root, "csrf": request.scope.get(SCOPE_CSRF, ""), "read_only": dash.read_only,
         "version": __version__, "path": route_path(request.scope),
+        "environment": environment_label(dash.config.environment),
         "notice": notice(request),
         "tabs": BUILTIN_TABS + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions),
         "url": lambda path, **query: url(root, path, **query),
@@ -81,6 +82,14 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
     }
     return dash.templates.TemplateResponse(request, template, {**common, **(context or {})},
                                            status_code=status)
+
+
+def environment_label(environment: str | None) -> str:
+    """``[STAGING]`` before every page title outside production, as Sidekiq's dashboard
+    marks it, so a person never mistakes a staging dashboard for production's."""
+    if not environment or environment.lower() == "production":
+        return ""
+    return f"[{environment.upper()[:40]}] "
 
 
 # A count in a notice: what an action can have done (any more digits are not ours).

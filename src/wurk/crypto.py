@@ -1,0 +1,223 @@
+"""Encrypted jobs: the last argument sealed with AES-256-GCM, opened only around the job.
+
+1. ``enable(active_version=..., key_for=...)`` turns encryption on for a configuration: new
+   pushes of jobs with ``encrypt=True`` seal their **last** argument with the active key;
+   ``key_for(version)`` returns the 32-byte key of any version still in use (or, without a
+   function, ``WURK_ENCRYPTION_KEY_<version>`` in the environment: 32 bytes in base64, read
+   when a key is needed). The settings are ``encryption_version`` and ``encryption_keys``.
+2. The envelope replaces the argument: ``{"__wurk_enc__": true, "v": <version>, "iv": <12
+   bytes, base64>, "ct": <ciphertext, base64>, "tag": <16 bytes, base64>}``, the plaintext
+   being the argument's JSON, no associated data — Ruby wurk's layout. ``seal`` never seals
+   an envelope again, so a job pushed a second time (the scheduler in client mode, a limiter
+   rescheduling it, a periodic or batch push of stored options) keeps one envelope.
+3. ``Opener`` is a server middleware of every worker (``wurk.launcher.BUILT_IN``, innermost of
+   the built-ins): it opens the envelope into a copy of the arguments that the job receives,
+   and puts the envelope back before anything after the job — a retry, a reschedule, the
+   dead set — stores the payload. The opened value is never logged.
+4. A job that cannot be opened — an unknown key version, tampered or truncated bytes, bad
+   base64, an argument that is no envelope — raises ``DecryptionError`` naming the jid and
+   the version (never the value): it is unretryable, so the job goes straight to the dead
+   set, its death handlers run, and the execution metrics count a failure of that class.
+5. Without ``cryptography`` installed (``pip install 'wurk[encryption]'``) enabling, sealing
+   or opening raises ``ConfigError`` saying so; a push of ``encrypt=True`` while encryption
+   is off is refused (``wurk.client``), naming the fix.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import json
+import os
+from collections.abc import Callable
+from typing import Any
+
+from . import payload as P
+from .config import Config, default_config
+from .errors import ConfigError, DecryptionError
+
+__all__ = ["ENVELOPE_MARK", "KEY_ENV", "enable", "is_envelope", "open_envelope"]
+
+ENVELOPE_MARK = "__wurk_enc__"
+# The environment variable a key version is read from without a ``key_for`` function.
+KEY_ENV = "WURK_ENCRYPTION_KEY_{version}"
+KEY_BYTES = 32
+NONCE_BYTES = 12
+TAG_BYTES = 16
+_FIELDS = frozenset({ENVELOPE_MARK, "v", "iv", "ct", "tag"})
+
+
+def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *,
+           config: Config | None = None) -> Config:
+    """Seal the last argument of ``encrypt=True`` jobs with key ``active_version`` from now
+    on; ``key_for`` gives any version's key (else the environment). The key of the active
+    version is checked now, so a missing or short key fails at boot, not at a push."""
+    cfg = config if config is not None else default_config()
+    cfg.encryption_version = active_version
+    cfg.encryption_keys = key_for
+    key(cfg, active_version)
+    return cfg
+
+
+def key(config: Config, version: int) -> bytes:
+    """The 32-byte key of ``version``; ``DecryptionError``-free: a missing key is a
+    ``KeyError`` naming the version (the caller decides what it means)."""
+    lookup = config.encryption_keys
+    found: Any = lookup(version) if lookup is not None else _env_key(version)
+    if found is None:
+        raise KeyError(f"no key for encryption version {version}")
+    if isinstance(found, str):
+        found = _decode_key(found, f"the key of version {version}")
+    if not isinstance(found, (bytes, bytearray)) or len(found) != KEY_BYTES:
+        raise ConfigError(f"the key of encryption version {version} must be {KEY_BYTES} bytes "
+                          f"(AES-256), not {type(found).__name__} of "
+                          f"{len(found) if hasattr(found, '__len__') else '?'}")
+    return bytes(found)
+
+
+def _env_key(version: int) -> bytes | None:
+    text = os.environ.get(KEY_ENV.format(version=version))
+    return None if text is None else _decode_key(text, KEY_ENV.format(version=version))
+
+
+def _decode_key(text: str, where: str) -> bytes:
+    try:
+        return base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ConfigError(f"{where} must be {KEY_BYTES} bytes in base64") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _cipher(secret: bytes) -> Any:
+    """AES-256-GCM with ``secret``, made once per key (its key schedule is most of the cost
+    of a small argument). The ``cryptography`` package (the ``encryption`` extra) is
+    imported on first use: a process that never meets an encrypted job never loads it."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError:
+        raise ConfigError("encrypted jobs need the cryptography package: "
+                          "pip install 'wurk[encryption]'") from None
+    return AESGCM(secret)
+
+
+def _invalid_tag() -> type[Exception]:
+    from cryptography.exceptions import InvalidTag
+
+    return InvalidTag
+
+
+# -- sealing ----------------------------------------------------------------------------------
+def is_envelope(value: Any) -> bool:
+    return isinstance(value, dict) and value.get(ENVELOPE_MARK) is True
+
+
+def seal(config: Config, job: P.Payload) -> None:
+    """Seal ``job``'s last argument in place (a push of an ``encrypt`` job), unless it is an
+    envelope already or there is none."""
+    args = job.get(P.ARGS)
+    if not isinstance(args, list) or not args or is_envelope(args[-1]):
+        return
+    version = config.encryption_version
+    if version is None:
+        raise ConfigError(f"{job.get(P.CLASS)} has encrypt=True but encryption is not enabled: "
+                          "call wurk.crypto.enable(active_version=..., key_for=...) (or set "
+                          "encryption_version and WURK_ENCRYPTION_KEY_<version>) first")
+    plaintext = json.dumps(args[-1], ensure_ascii=False, separators=(",", ":"),
+                           allow_nan=False).encode("utf-8")
+    nonce = os.urandom(NONCE_BYTES)
+    sealed = _cipher(key(config, version)).encrypt(nonce, plaintext, None)
+    args[-1] = {ENVELOPE_MARK: True, "v": version, "iv": _b64(nonce),
+                "ct": _b64(sealed[:-TAG_BYTES]), "tag": _b64(sealed[-TAG_BYTES:])}
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+# -- opening ----------------------------------------------------------------------------------
+def open_envelope(config: Config, envelope: Any, jid: Any) -> Any:
+    """The value sealed in ``envelope``; ``DecryptionError`` (naming the jid and version, not
+    the value) when it cannot be opened."""
+    if not is_envelope(envelope) or set(envelope) != _FIELDS:
+        raise DecryptionError(f"job {jid}: its last argument is not a wurk encryption envelope "
+                              "(a dict with __wurk_enc__, v, iv, ct and tag)")
+    version = envelope["v"]
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise DecryptionError(f"job {jid}: the envelope's key version is not a whole number")
+    nonce = _unb64(envelope["iv"], jid, "iv")
+    ciphertext = _unb64(envelope["ct"], jid, "ct")
+    tag = _unb64(envelope["tag"], jid, "tag")
+    if len(nonce) != NONCE_BYTES or len(tag) != TAG_BYTES:
+        raise DecryptionError(f"job {jid}: the envelope's iv or tag has the wrong length "
+                              f"(version {version})")
+    try:
+        secret = key(config, version)
+    except KeyError:
+        raise DecryptionError(f"job {jid}: cannot open encryption version {version}: no key "
+                              "for it (give key_for one, or WURK_ENCRYPTION_KEY_"
+                              f"{version})") from None
+    except ConfigError as exc:
+        raise DecryptionError(f"job {jid}: cannot open encryption version {version}: "
+                              f"{exc}") from None
+    cipher = _cipher(secret)
+    try:
+        plaintext = cipher.decrypt(nonce, ciphertext + tag, None)
+    except _invalid_tag():
+        raise DecryptionError(f"job {jid}: the envelope (version {version}) does not "
+                              "authenticate: tampered, truncated or sealed with another key"
+                              ) from None
+    try:
+        return P.loads_json(plaintext)
+    except ValueError:
+        raise DecryptionError(f"job {jid}: the opened value (version {version}) is not "
+                              "JSON") from None
+
+
+def _unb64(value: Any, jid: Any, field: str) -> bytes:
+    if not isinstance(value, str):
+        raise DecryptionError(f"job {jid}: the envelope's {field} is not base64 text")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise DecryptionError(f"job {jid}: the envelope's {field} is not valid base64"
+                              ) from None
+
+
+def sealed_args(config: Config, job: P.Payload) -> list[Any] | None:
+    """The job's arguments with the last one opened (a new list), or None when the job is not
+    encrypted."""
+    args = job.get(P.ARGS)
+    if job.get(P.ENCRYPT) is not True or not isinstance(args, list) or not args:
+        return None
+    return [*args[:-1], open_envelope(config, args[-1], job.get(P.JID))]
+
+
+class Opener:
+    """Server middleware: the job runs with its last argument opened; the payload keeps the
+    envelope for whatever stores it afterwards."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        opened = sealed_args(self.config, payload)
+        if opened is None:
+            return call_next()
+        sealed, payload[P.ARGS] = payload[P.ARGS], opened
+        try:
+            return call_next()
+        finally:
+            payload[P.ARGS] = sealed
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        opened = sealed_args(self.config, payload)
+        if opened is None:
+            return await call_next()
+        sealed, payload[P.ARGS] = payload[P.ARGS], opened
+        try:
+            return await call_next()
+        finally:
+            payload[P.ARGS] = sealed

@@ -1,0 +1,237 @@
+"""Encrypted jobs: the secret never sits in Redis as plain text, the job gets it opened, a
+retry keeps one envelope, old key versions still open, and an envelope that cannot be opened
+sends its job to the dead set with ``DecryptionError``."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.runner import Drain
+from wurk import api, crypto
+
+SECRET = "4111-1111-1111-1111-sekret"
+KEYS = {1: os.urandom(32), 2: os.urandom(32)}
+SEEN: list[Any] = []
+
+
+@wurk.job(name="test_crypto.charge", encrypt=True, retry=3)
+def charge(order_id: int, card: dict[str, str]) -> None:
+    SEEN.append(card)
+    if card.get("fail"):
+        raise RuntimeError(f"declined for order {order_id}")
+
+
+@wurk.job(name="test_crypto.plain")
+def plain(order_id: int, card: dict[str, str]) -> None:
+    SEEN.append(card)
+
+
+@pytest.fixture
+def config(redis_server: Any) -> wurk.Config:
+    SEEN.clear()
+    cfg = wurk.configure(redis_url=redis_server.url)
+    crypto.enable(active_version=1, key_for=KEYS.get, config=cfg)
+    return cfg
+
+
+def every_byte(client: redis.Redis) -> bytes:
+    """Everything stored in Redis, as raw bytes: each key's DUMP, and its values read back."""
+    found = []
+    for key in client.scan_iter(count=1000):
+        found.append(key)
+        found.append(client.dump(key) or b"")
+        kind = client.type(key)
+        if kind == b"string":
+            found.append(client.get(key) or b"")
+        elif kind == b"list":
+            found += client.lrange(key, 0, -1)
+        elif kind == b"zset":
+            found += client.zrange(key, 0, -1)
+        elif kind == b"hash":
+            for field, value in client.hgetall(key).items():
+                found += [field, value]
+        elif kind == b"set":
+            found += list(client.smembers(key))
+    return b"\n".join(found)
+
+
+def leaks(client: redis.Redis, text: str = SECRET) -> bool:
+    stored = every_byte(client)
+    return text.encode() in stored or base64.b64encode(text.encode()) in stored
+
+
+def test_the_secret_never_reaches_redis_and_the_job_gets_it(config: wurk.Config,
+                                                            redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url)
+    charge.perform_async(7, {"card": SECRET})
+    charge.perform_in(3600, 8, {"card": SECRET})
+    charge.perform_bulk([[9, {"card": SECRET}], [10, {"card": SECRET}]])
+    assert not leaks(raw)
+    stored = json.loads(raw.lrange("queue:default", 0, 0)[0])
+    assert stored["args"][0] in (9, 10, 7) and crypto.is_envelope(stored["args"][-1])
+    assert stored["args"][-1]["v"] == 1 and stored["encrypt"] is True
+    assert Drain(config)() == 3
+    assert SEEN == [{"card": SECRET}] * 3
+    assert not leaks(raw)
+
+
+def test_a_retry_and_the_dead_set_keep_one_envelope(config: wurk.Config,
+                                                    redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url)
+    charge.set(retry=1).perform_async(7, {"card": SECRET, "fail": "yes"})
+    Drain(config)()
+    assert not leaks(raw)
+    entry = json.loads(raw.zrange("retry", 0, -1)[0])
+    assert crypto.is_envelope(entry["args"][-1])
+    assert crypto.ENVELOPE_MARK not in json.dumps(
+        crypto.open_envelope(config, entry["args"][-1], entry["jid"]))  # sealed once
+    assert "declined for order 7" in entry["error_message"]
+    # due now: the scheduler moves it back and the job fails for good
+    raw.zadd("retry", {raw.zrange("retry", 0, -1)[0]: 0})
+    wurk.scheduled.Scheduler(config).enqueue_due()
+    Drain(config)()
+    dead = json.loads(raw.zrange("dead", 0, -1)[0])
+    assert crypto.is_envelope(dead["args"][-1]) and not leaks(raw)
+    assert SEEN == [{"card": SECRET, "fail": "yes"}] * 2
+
+
+def test_key_rotation_old_versions_still_open_a_removed_one_kills(
+        config: wurk.Config, redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    drain = Drain(config)
+    charge.perform_async(1, {"card": "old"})
+    crypto.enable(active_version=2, key_for=KEYS.get, config=config)
+    charge.perform_async(2, {"card": "new"})
+    versions = sorted(json.loads(e)["args"][-1]["v"] for e in raw.lrange("queue:default", 0, -1))
+    assert versions == [1, 2]
+    assert drain() == 2
+    assert sorted(card["card"] for card in SEEN) == ["new", "old"]
+    # version 1 retired while a job sealed with it waits
+    crypto.enable(active_version=1, key_for=KEYS.get, config=config)
+    charge.perform_async(3, {"card": "stranded"})
+    died: list[tuple[str, str]] = []
+    config.death_handlers.append(lambda job, exc: died.append((job["jid"], type(exc).__name__)))
+    crypto.enable(active_version=2, key_for={2: KEYS[2]}.get, config=config)
+    SEEN.clear()
+    failed_before = drain.counters.failed
+    drain()
+    assert SEEN == []
+    dead = json.loads(raw.zrange("dead", 0, -1)[0])
+    assert dead["error_class"] == "wurk.DecryptionError"
+    assert "version 1" in dead["error_message"] and dead["jid"] in dead["error_message"]
+    assert died == [(dead["jid"], "DecryptionError")]
+    assert raw.zcard("retry") == 0  # never retried
+    assert drain.counters.failed == failed_before + 1  # counted as a failure
+    # the key comes back: the dead job, retried, opens and runs
+    crypto.enable(active_version=2, key_for=KEYS.get, config=config)
+    assert next(iter(api.DeadSet(config))).retry()
+    drain()
+    assert SEEN == [{"card": "stranded"}]
+
+
+def envelope(**changes: Any) -> dict[str, Any]:
+    nonce, key = os.urandom(12), KEYS[1]
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+    sealed = AESGCM(key).encrypt(nonce, json.dumps({"card": SECRET}).encode(), None)
+    good = {crypto.ENVELOPE_MARK: True, "v": 1, "iv": base64.b64encode(nonce).decode(),
+            "ct": base64.b64encode(sealed[:-16]).decode(),
+            "tag": base64.b64encode(sealed[-16:]).decode()}
+    good.update(changes)
+    return good
+
+
+def flipped_tag() -> str:
+    tag = bytearray(base64.b64decode(envelope()["tag"]))
+    tag[0] ^= 1
+    return base64.b64encode(bytes(tag)).decode()
+
+
+@pytest.mark.parametrize(("hostile", "says"), [
+    (envelope(ct="%%% not base64 %%%"), "ct is not valid base64"),
+    (envelope(iv=base64.b64encode(b"short").decode()), "wrong length"),
+    ("tag", "does not authenticate"),
+    (envelope(v=9), "version 9"),
+    (envelope(v="1"), "not a whole number"),
+    ({"card": SECRET}, "not a wurk encryption envelope"),
+    ("just text", "not a wurk encryption envelope"),
+    (envelope(ct=""), "does not authenticate"),  # truncated
+])
+def test_a_hostile_envelope_sends_its_job_to_the_dead_set(
+        config: wurk.Config, redis_server: Any, hostile: Any, says: str) -> None:
+    if hostile == "tag":
+        hostile = envelope(tag=flipped_tag())
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    # written as an attacker, a Ruby process or an older version would: straight to the list
+    raw.lpush("queue:default", json.dumps({"class": "test_crypto.charge", "args": [1, hostile],
+                                           "encrypt": True, "jid": "a" * 24, "queue": "default",
+                                           "retry": 3, "created_at": 1_700_000_000_000}))
+    plain.perform_async(2, {"card": "fine"})  # the worker goes on
+    assert Drain(config)() == 2
+    dead = json.loads(raw.zrange("dead", 0, -1)[0])
+    assert dead["error_class"] == "wurk.DecryptionError" and says in dead["error_message"]
+    assert "a" * 24 in dead["error_message"] and SECRET not in dead["error_message"]
+    assert raw.zcard("retry") == 0 and SEEN == [{"card": "fine"}]
+
+
+def test_encrypt_without_encryption_enabled_is_refused_at_push(redis_server: Any) -> None:
+    wurk.configure(redis_url=redis_server.url)
+    with pytest.raises(wurk.ConfigError, match=r"encrypt=True but encryption is not enabled.*"
+                                                 r"wurk\.crypto\.enable"):
+        charge.perform_async(1, {"card": SECRET})
+    assert redis.Redis.from_url(redis_server.url).llen("queue:default") == 0
+
+
+def test_keys_from_the_environment(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WURK_ENCRYPTION_KEY_3", base64.b64encode(KEYS[2]).decode())
+    cfg = wurk.configure(redis_url=redis_server.url, encryption_version=3)
+    charge.perform_async(1, {"card": SECRET})
+    SEEN.clear()
+    Drain(cfg)()
+    assert SEEN == [{"card": SECRET}]
+    monkeypatch.setenv("WURK_ENCRYPTION_KEY_4", base64.b64encode(b"short").decode())
+    with pytest.raises(wurk.ConfigError, match="must be 32 bytes"):
+        crypto.enable(active_version=4, config=cfg)
+
+
+def test_testing_modes_seal_and_open(config: wurk.Config) -> None:
+    with wurk.testing.fake():
+        charge.perform_async(5, {"card": SECRET})
+        assert crypto.is_envelope(charge.jobs[0]["args"][-1])
+        charge.drain()
+    with wurk.testing.inline():
+        charge.perform_async(6, {"card": SECRET})
+    assert SEEN == [{"card": SECRET}] * 2
+
+
+def test_the_dashboard_the_cli_and_the_log_never_show_the_secret(
+        config: wurk.Config, redis_server: Any, caplog: pytest.LogCaptureFixture,
+        tmp_path: Any) -> None:
+    from tests.web.conftest import browse
+    from wurk.web import create_app
+
+    caplog.set_level(logging.DEBUG, logger="wurk")
+    charge.set(retry=2).perform_async(7, {"card": SECRET, "fail": "yes"})
+    Drain(config)()
+    with browse(create_app(config)) as web:
+        pages = [web.get(path).text for path in ("/retries", "/api/retries", "/queues")]
+        entry = web.get("/api/retries").json()
+        assert entry
+    assert all(SECRET not in page for page in pages)
+    assert "[encrypted data]" in pages[0]
+    listing = subprocess.run([sys.executable, "-m", "wurk", "retries", "--json"],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "REDIS_URL": redis_server.url})
+    assert listing.returncode == 0 and "test_crypto.charge" in listing.stdout
+    assert SECRET not in listing.stdout + listing.stderr
+    assert SECRET not in caplog.text
