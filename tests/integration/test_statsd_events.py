@@ -120,3 +120,22 @@ def test_the_push_side_recovery_count_has_pros_name(redis_server: Server,
     sink.recovered_push(3)
     sink.close()
     assert "sidekiq.jobs.recovered.push:3|c" in received(listener, "recovered.push")
+
+
+def test_a_process_that_only_removes_jobs_sends_what_that_completes(
+        redis_server: Server, listener: socket.socket) -> None:
+    """A separate process (an admin script) that never opened a jobs block: its
+    ``remove_jobs`` completes the batch, and it is that process that sends the events."""
+    import subprocess
+    import sys
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = noop.perform_async(1)
+    port = listener.getsockname()[1]
+    code = (f"import wurk; config = wurk.configure(redis_url={redis_server.url!r}, "
+            f"statsd='127.0.0.1:{port}');"
+            f"assert wurk.Batch({batch.bid!r}, config=config).remove_jobs({jid!r}) == 1")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    lines = received(listener, "batch.duration")
+    assert "wurk.batch.complete:1|c" in lines and "wurk.batch.success:1|c" in lines

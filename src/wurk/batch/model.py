@@ -202,6 +202,7 @@ class Batch:
                 raise BatchError(f"remove_jobs takes jids (non-empty strings), not {jid!r}")
         if not jids:
             return 0
+        install_client(self.config)  # the events it may fire reach StatsD, as a block's do
         with lent_redis(self.config) as conn:
             return accounting.remove(conn, self.config, self.bid, list(dict.fromkeys(jids)))
 
