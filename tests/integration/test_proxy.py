@@ -132,7 +132,8 @@ def test_close_ends_every_thread(redis_server: Server) -> None:
     clients = [client(proxy) for _ in range(3)]
     for c in clients:
         c.ping()
-    proxy.close()  # joins them all
-    assert not [t for t in threading.enumerate() if t.name.startswith("proxy-")]
+    proxy.close()
+    wait_until(lambda: not [t for t in threading.enumerate() if t.name.startswith("proxy-")],
+               what="every proxy thread to end")
     with pytest.raises(redis.ConnectionError):
         clients[0].ping()
