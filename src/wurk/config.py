@@ -25,6 +25,7 @@ from typing import Any, Literal, Protocol
 
 from .connections.pool import AsyncRedisPool, RedisPool
 from .connections.pools import Connections
+from .connections.unreached import Unreached
 from .errors import ConfigError
 from .hosts import check_host_pattern
 from .keys import Keys
@@ -595,6 +596,12 @@ class Config:
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
         """The Redis pool for ``role`` (client, internal, a capsule's name, web), made once."""
         return self._connections.pool(role, size=size)
+
+    @property
+    def unreached(self) -> Unreached:
+        """Whether this configuration's worker waits, since boot, for a Redis that never
+        answered (``wurk.connections.unreached``): the components' reports stay quiet."""
+        return self._connections.unreached
 
     def routed(self, role: str, to: str, *, size: int) -> Config:
         """A view of this configuration whose ``pool(role)`` is ``pool(to, size=size)``.

@@ -16,7 +16,8 @@
 4. ``clear`` removes the record at exit, after a last stats flush.
 5. A Redis error is reported once when the outage starts and logged once with its length at
    the end; while it lasts, beats are tried with the capped backoff (``wurk.runtime.outage``), so
-   the record is back soon after Redis is.
+   the record is back soon after Redis is. A beat that lands ends the wait of a worker that
+   found no Redis at boot (``wurk.connections.unreached``).
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ class Heartbeat:
         rtt = self._ping()
         signal = self._write_process(rtt)
         self._was_written()
+        if self.config.unreached.active:  # the first answer of a Redis absent at boot
+            self.config.unreached.answered()
         fire(self.config, "beat")  # every beat, unlike "heartbeat"
         if self._on_beat is not None:
             self._on_beat()

@@ -241,7 +241,7 @@ class Launcher:
                  ", ".join(f"{c.name}={c.queue_names}" for c in self.capsules),
                  describe_url(self.config.pool("internal").url),
                  f"; environment {self.config.environment}" if self.config.environment else "")
-        if not self.heartbeat.beat():
+        if not self.heartbeat.beat() and not self.config.unreached.active:
             log.warning("first heartbeat failed; starting anyway: no job is taken until it is "
                         "written (it is retried)")
         self.heartbeat.start()

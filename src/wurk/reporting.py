@@ -3,7 +3,9 @@
 1. ``report_error`` hands an exception and its context to every ``config.error_handlers``
    entry, accepting Sidekiq 8's ``(exc, context, config)`` and the older ``(exc, context)``
    form (Sidekiq's change of arity broke third-party handlers; both keep working). With no handler
-   configured it logs the error itself.
+   configured it logs the error itself. While a worker waits for a Redis that has not
+   answered since boot, a ``RedisUnavailable`` is not reported: the wait says it once
+   (``wurk.connections.unreached``).
 2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
 3. ``fire``: a lifecycle event's hooks (``config.on``), each contained.
 4. ``Callbacks``: a list of callbacks for an event other code listens to (a poison pill
@@ -40,6 +42,9 @@ _arity_lock = threading.Lock()
 
 def report_error(config: Config, exc: BaseException, context: dict[str, Any]) -> None:
     """Give ``exc`` to every error handler; log it when there is none."""
+    if config.unreached.absorbs(exc):
+        log.debug("%s: %s (Redis has not answered since boot)", context.get("context"), exc)
+        return
     handlers = list(config.error_handlers)
     if not handlers:
         _log_error(exc, context)

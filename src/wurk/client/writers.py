@@ -155,9 +155,10 @@ def push_failed(entries: Entries, exc: Exception) -> str:
     what = f"{first.get(P.CLASS)} (jid {first.get(P.JID)})"
     if len(entries) > 1:
         what = f"{len(entries)} jobs, the first {what}"
-    return (f"could not push {what}: {exc}. Nothing was kept to retry later: push again "
-            "once Redis is back, or catch wurk.RedisUnavailable. (If the connection broke "
-            "mid-command, the push may have reached Redis.)")
+    # The error's own text may end a sentence already (redis-py's do): one period, not two.
+    return (f"could not push {what}: {str(exc).rstrip('.')}. Nothing was kept to retry "
+            "later: push again once Redis is back, or catch wurk.RedisUnavailable. (If the "
+            "connection broke mid-command, the push may have reached Redis.)")
 
 
 # -- selection ----------------------------------------------------------------------------------

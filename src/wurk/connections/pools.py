@@ -10,6 +10,8 @@
    only on the loop that opened it); pools of loops closed since are closed then.
 4. ``reset_after_fork`` drops every pool without closing the parent's sockets; ``close`` /
    ``aclose`` end every connection; a pool used again afterwards is made anew.
+5. ``unreached``: whether a worker of this configuration has been waiting since boot for a
+   Redis that never answered (``wurk.connections.unreached``), shared by every view.
 
 ``Config`` holds settings; this object holds what a configuration opens at run time, and
 ``Config.pool()`` / ``Config.async_pool()`` / ``Config.close()`` hand over to it.
@@ -24,6 +26,7 @@ from typing import Protocol
 
 from .locate import resolve_url
 from .pool import AsyncRedisPool, RedisPool
+from .unreached import Unreached
 
 __all__ = ["Connections", "Settings"]
 
@@ -49,6 +52,7 @@ class Connections:
         self._pools: dict[str, RedisPool] = {}
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncRedisPool] = {}
         self._routes: dict[str, tuple[str, int]] = {}
+        self.unreached = Unreached()
 
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
         route = self._routes.get(role)

@@ -7,8 +7,10 @@ loses jobs.
    would then delete keys — queued jobs, in-flight lists, retries — and the delivery
    guarantee (``docs/guarantees.md``) is void. ``CONFIG GET`` is often refused on managed
    Redis; ``INFO memory`` says the same thing there.
-3. No check ever fails boot for want of an answer: a server that is unreachable, or refuses
-   ``INFO`` too, is logged and the worker starts (its loops ride out the outage).
+3. No check ever fails boot for want of an answer: a server that refuses ``INFO`` too is
+   logged and the worker starts (its loops ride out the outage). Where nothing answers at
+   all, the worker's wait for Redis begins (``wurk.connections.unreached``): one plain
+   message naming the URL and the way out, then one line per step, not one per loop.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..config import Config
 from ..errors import RedisUnavailable, UnsupportedServer
 from .locate import describe_url
 from .pool import RedisPool
+from .unreached import unreachable
 
 __all__ = ["MIN_VERSION", "check_server", "eviction_policy", "require_version",
            "server_version"]
@@ -42,6 +45,9 @@ def check_server(config: Config, pool: RedisPool | None = None) -> None:
         version = server_version(target)
         policy = eviction_policy(target)
     except (RedisUnavailable, redis.RedisError) as exc:
+        if unreachable(exc):
+            config.unreached.begin(exc, target.url)
+            return
         log.warning("could not check the Redis server at boot (%s); starting anyway", exc)
         return
     if version is not None:

@@ -76,4 +76,5 @@ def raise_refusal(exc: redis.ResponseError, url: str) -> NoReturn:
 
 def unavailable(exc: Exception, url: str) -> RedisUnavailable:
     """A broken connection or a refusal, as the one error retrying loops know."""
-    return refusal(exc, url) or RedisUnavailable(f"{describe_url(url)}: {exc}")
+    # redis-py's text ends with a period; a message that goes on after it must not show two.
+    return refusal(exc, url) or RedisUnavailable(f"{describe_url(url)}: {str(exc).rstrip('.')}")

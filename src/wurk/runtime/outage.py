@@ -8,7 +8,10 @@
 2. ``Outage``: one component's outage, shared by its threads (a capsule's processors), so
    an outage makes two lines whatever the concurrency: the first failure is reported (to the
    error handlers, or the log) and the end is logged with its length and the number of
-   failed tries. Thread-safe; the healthy path takes no lock.
+   failed tries. Thread-safe; the healthy path takes no lock. While the worker waits for
+   a Redis that has not answered since boot, neither line is written: that wait is one
+   message for the whole process (``wurk.connections.unreached``; the heartbeat, which
+   writes to Redis, ends it).
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None
         self._failures = 0
+        self._quiet = False  # this outage began while Redis had not answered since boot
         self.count = 0  # outages begun (for the metrics)
 
     @property
@@ -86,6 +90,7 @@ class Outage:
 
     def failed(self, exc: BaseException) -> None:
         """One failed try; the first of an outage is reported, the others only counted."""
+        quiet = self.config.unreached.absorbs(exc)
         with self._lock:
             self._failures += 1
             if self._since is not None:
@@ -93,16 +98,18 @@ class Outage:
                           self._failures, exc)
                 return
             self._since = time.monotonic()
+            self._quiet = quiet
             self.count += 1
-        report_error(self.config, exc, {"context": self.component})
+        if not quiet:
+            report_error(self.config, exc, {"context": self.component})
 
     def ended(self) -> None:
         """A try worked: log the outage's length if there was one."""
         if self._since is None:  # the healthy path: no lock
             return
         with self._lock:
-            since, failures = self._since, self._failures
-            self._since, self._failures = None, 0
-        if since is not None:
+            since, failures, quiet = self._since, self._failures, self._quiet
+            self._since, self._failures, self._quiet = None, 0, False
+        if since is not None and not quiet:
             log.info("%s: Redis is back after %.1f s (%d failed tries)", self.component,
                      time.monotonic() - since, failures)
