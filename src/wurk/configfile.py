@@ -2,7 +2,9 @@
 
 1. Top-level keys are settings (``concurrency``, ``queues``, ``timeout``, any ``Config``
    field); Sidekiq's ``:concurrency:`` symbol spelling is accepted too.
-2. ``queues`` entries are ``name``, ``"name,weight"`` or ``[name, weight]``.
+2. ``queues`` entries are ``name``, ``"name,weight"`` or ``[name, weight]``, checked as
+   ``-q`` is (``wurk.options.parse_queue``): a name with a space, or a ``' - '`` left by a
+   list item indented too deep, is refused with the file's name.
 3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...]}}`` adds Sidekiq 7
    capsules; ``periodic: [{cron: "*/5 * * * *", job: Name, tz: …, args: […], queue: …}]``
    registers cron loops (checked entry by entry in ``wurk.periodic.loops``).
@@ -171,11 +173,17 @@ def _list(value: Any, key: str, source: str) -> list[Any]:
 
 def _queue(entry: Any, source: str) -> str:
     if isinstance(entry, str):
-        return entry
-    if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str):
-        return f"{entry[0]},{entry[1]}"
-    raise ConfigError(f"{source}: queue entry {entry!r} must be a name, 'name,weight' "
-                      "or [name, weight]")
+        spec = entry
+    elif isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str):
+        spec = f"{entry[0]},{entry[1]}"
+    else:
+        raise ConfigError(f"{source}: queue entry {entry!r} must be a name, 'name,weight' "
+                          "or [name, weight]")
+    try:
+        parse_queue(spec)  # the checks -q gets, named with the file
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return spec
 
 
 def _capsules(value: Any, source: str) -> list[Capsule]:

@@ -1,8 +1,9 @@
 """Job options and queue names, checked — below the configuration, so the configuration's
 periodic loops and the job definitions share one check.
 
-1. ``parse_queue``: ``"name"`` or ``"name,weight"``; ``check_queue_name`` refuses an empty
-   name and the separator wurk reserves for in-flight lists.
+1. ``parse_queue``: ``"name"`` or ``"name,weight"``, a name without spaces (the queues a
+   worker listens on); ``check_queue_name`` refuses an empty name and the separator wurk
+   reserves for in-flight lists.
 2. ``validate_options``: the options Sidekiq gives meaning to (``queue``, ``retry``,
    ``retry_for``…) have the right type; any other must be JSON-native. Each message names
    the option, the value and what was expected.
@@ -31,10 +32,19 @@ UNIQUE_UNTIL = ("success", "start")
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
-    """``"critical,3"`` → ``("critical", 3)``; a bare name has weight 0 (strict order)."""
+    """``"critical,3"`` → ``("critical", 3)``; a bare name has weight 0 (strict order). A
+    name with a space inside is refused: a worker would wait on a queue nothing pushes to
+    (``critical - default`` is a YAML list indented one space too deep)."""
     name, _, weight_text = spec.partition(",")
     name = name.strip()
     check_queue_name(name)
+    if " - " in name:
+        raise ConfigError(
+            f"queue name {name!r} holds ' - ': in a YAML list, an item indented deeper than "
+            "the one above continues it; put each '- name' at the same indentation")
+    if any(char.isspace() for char in name):
+        raise ConfigError(f"queue name {name!r} has a space in it; give each queue on its "
+                          "own (-q critical -q default), a weight after a comma (critical,3)")
     if not weight_text:
         return name, 0
     try:

@@ -1,10 +1,11 @@
 """``wurk web``: serve the dashboard alone with uvicorn.
 
-1. Settings as ``wurk worker`` reads them (``-C`` file, ``-e`` section); ``-r`` imports
-   modules first (error handlers, configuration hooks); ``--extension MODULE:NAME`` adds a
-   tab; ``--read-only`` switches actions off; ``--allowed-host NAME`` adds a host name the
-   dashboard answers to (beside the loopback names, the address it listens on and
-   ``web_allowed_hosts``).
+1. Settings as ``wurk worker`` reads them (``-C`` file, ``-e`` section), without the
+   worker's boot warnings (no job registered, queues never pushed to: the dashboard runs no
+   job); ``-r`` imports modules first (error handlers, configuration hooks);
+   ``--extension MODULE:NAME`` adds a tab; ``--read-only`` switches actions off;
+   ``--allowed-host NAME`` adds a host name the dashboard answers to (beside the loopback
+   names, the address it listens on and ``web_allowed_hosts``).
 2. A port already in use, or a missing ``web`` extra, is one line and exit 1.
 3. Ctrl-C stops it; open live streams are cut after ``SHUTDOWN_GRACE`` seconds.
 """
@@ -57,7 +58,7 @@ def web_command(host: str, port: int, extensions: tuple[str, ...], read_only: bo
     except ImportError as exc:
         raise click.ClickException(f"wurk web needs the web extra ({exc.name} is missing): "
                                    "pip install 'wurk[web]'") from None
-    config = prepare(options)
+    config = prepare(options, worker=False)  # no worker's warnings: it runs no job
     names = host_names(host, allowed_hosts)
     app = create_app(config, read_only=True if read_only else None,
                      extensions=[load_extension(spec) for spec in extensions],

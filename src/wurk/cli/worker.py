@@ -5,8 +5,9 @@
 2. A job module that fails while imported is reported with its own traceback (its frames,
    not wurk's or click's) and exits 1.
 3. At boot the worker says what a newcomer gets wrong without noticing: no job registered
-   (every job it fetches would fail), a queue named with ``-q`` that Redis has never seen
-   (a typo waits forever).
+   (every job it fetches would fail), a queue to work (``-q``, or the YAML file's queues
+   and capsules) that Redis has never seen (a typo waits forever). ``wurk web`` shares the
+   loading (``prepare``) but not the worker's warnings: the dashboard runs no job.
 4. Logging: wurk's handler serves the application's loggers too, unless the job modules
    configured logging themselves (``wurk.log.route_application_logs``).
 """
@@ -28,10 +29,11 @@ import redis
 from .. import log as wurk_log
 from .. import stored
 from ..batch.callback import BUILTIN_JOBS
-from ..config import Config, configure, parse_queue
+from ..config import Config, configure
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
 from ..job import registry
+from ..payload import DEFAULT_QUEUE
 from ..runtime.signals import SignalPipe
 
 __all__ = ["load_module", "run_worker", "worker"]
@@ -159,8 +161,9 @@ def worker_options(fn: Any) -> Any:
     return fn
 
 
-def prepare(options: dict[str, Any]) -> Config:
-    """Config + logging + job modules; raises click errors for bad input."""
+def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
+    """Config + logging + job modules; raises click errors for bad input. ``worker``: also
+    the boot warnings of a process that runs jobs (what it would fail or wait for)."""
     try:
         config, _ = build_config(options)
         config.check_worker()
@@ -181,8 +184,9 @@ def prepare(options: dict[str, Any]) -> Config:
     # After the modules: logging they configured while imported is theirs to keep.
     if not wurk_log.route_application_logs(handler, config.log_level):
         logger.debug("the application configured logging itself; wurk leaves it as it is")
-    warn_unregistered(modules)
-    mention_unseen_queues(config, options.get("queues") or ())
+    if worker:
+        warn_unregistered(modules)
+        mention_unseen_queues(config)
     return config
 
 
@@ -200,9 +204,12 @@ def warn_unregistered(modules: tuple[str, ...]) -> None:
                        "JobNotRegistered", ", ".join(modules))
 
 
-def mention_unseen_queues(config: Config, queues: tuple[str, ...]) -> None:
-    """Name each ``-q`` queue Redis has never seen (a typo would wait forever)."""
-    asked = [parse_queue(spec)[0] for spec in queues]
+def mention_unseen_queues(config: Config) -> None:
+    """Name each queue to work (flags, file, capsules) that Redis has never seen: a typo
+    would wait forever. ``default`` is never named (every new project waits on it), nor is
+    anything on a Redis where no job was ever pushed (there is nothing to compare with)."""
+    asked = [name for capsule in config.all_capsules() for name in capsule.queue_names
+             if name != DEFAULT_QUEUE]
     if not asked:
         return
     try:
@@ -211,6 +218,8 @@ def mention_unseen_queues(config: Config, queues: tuple[str, ...]) -> None:
             idempotent=True))
     except (WurkError, redis.RedisError):
         return  # the launcher's boot check reports an unreachable Redis
+    if not known:
+        return
     for name in dict.fromkeys(asked):
         if name in known:
             continue
