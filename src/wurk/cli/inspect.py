@@ -1,7 +1,10 @@
 """``wurk stats | queues | retries | scheduled | dead | processes`` and the admin actions.
 
 1. Read commands print a table a person takes in at a glance, or with ``--json`` one JSON
-   document for scripts (times in epoch seconds, latencies in seconds).
+   document for scripts (times in epoch seconds, latencies in seconds). ``stats`` says how
+   fresh its processed and failed counts are: running workers add theirs at each heartbeat.
+   ``retries`` and ``scheduled`` list the soonest first, ``dead`` the latest death first,
+   as Sidekiq's pages (and the dashboard) do.
 2. ``wurk queues pause|unpause|clear NAME``, ``wurk retries|scheduled|dead clear``,
    ``wurk retry JID``, ``wurk kill JID`` act. Destructive ones (clear, kill) ask first
    unless ``--yes``; with no terminal to ask on, they refuse (exit 1) instead of waiting for
@@ -124,12 +127,16 @@ def stats_command(as_json: bool) -> None:
     """Processed, failed, busy, enqueued, scheduled, retries, dead, processes, latency."""
     config = default_config()
     numbers = Stats(config).to_dict()
+    beats = [p.beat for p in ProcessSet(config).iterate() if isinstance(p.beat, (int, float))]
     if as_json:
-        emit_json(numbers)
+        # Running workers add their counts at each heartbeat: the counts are as of the
+        # oldest of their last beats (null with no worker running: nothing is pending).
+        emit_json({**numbers, "counted_as_of": min(beats) if beats else None})
         return
+    counted = _counted(beats, time.time())
     rows = [("Redis", server_name(config)),
-            ("Processed", tables.count(numbers["processed"])),
-            ("Failed", tables.count(numbers["failed"])),
+            ("Processed", tables.count(numbers["processed"]) + counted),
+            ("Failed", tables.count(numbers["failed"]) + (" (likewise)" if counted else "")),
             ("Busy", tables.count(numbers["busy"])),
             ("Enqueued", tables.count(numbers["enqueued"])),
             ("Scheduled", tables.count(numbers["scheduled"])),
@@ -140,6 +147,15 @@ def stats_command(as_json: bool) -> None:
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         click.echo(f"{label.ljust(width)}  {value}")
+
+
+def _counted(beats: list[float], now: float) -> str:
+    """How fresh the processed and failed counts are: running workers add theirs at each
+    heartbeat, so a job done since a worker's last beat is not counted yet."""
+    if not beats:
+        return ""
+    return (f" (as of each running worker's last heartbeat, the oldest "
+            f"{tables.age(min(beats), now)})")
 
 
 # -- queues -----------------------------------------------------------------------------------
@@ -206,10 +222,14 @@ def clear_command(name: str, yes: bool) -> None:
 
 # -- retries and dead -------------------------------------------------------------------------
 def _entries(job_set: JobSet, limit: int, grep: str | None) -> list[SortedEntry]:
-    """The newest ``limit`` entries, or up to ``limit`` containing ``grep`` (newest first)."""
-    found: Iterable[SortedEntry] = job_set.scan(grep) if grep else job_set.iterate()
-    chosen = list(itertools.islice(found, limit))
-    return sorted(chosen, key=lambda e: e.score, reverse=True) if grep else chosen
+    """The first ``limit`` entries in the set's order — soonest first for the retry and
+    scheduled sets, latest death first for the dead set, as Sidekiq's pages list them — or
+    up to ``limit`` containing ``grep``, in that order."""
+    latest_first = isinstance(job_set, DeadSet)
+    if not grep:
+        return job_set.page(0, limit, descending=latest_first)
+    chosen = list(itertools.islice(job_set.scan(grep), limit))
+    return sorted(chosen, key=lambda e: e.score, reverse=latest_first)
 
 
 def _args(entry: SortedEntry) -> str:
@@ -281,10 +301,10 @@ def _clear_set(job_set: JobSet, *, yes: bool) -> None:
 
 retries_command = _set_group(
     "retries", RetrySet, "NEXT TRY",
-    "Failed jobs waiting for their next attempt, the latest-scheduled first.")
+    "Failed jobs waiting for their next attempt, the soonest first.")
 scheduled_command = _set_group(
     "scheduled", ScheduledSet, "RUNS",
-    "Jobs pushed to run later (perform_in, perform_at), the latest first.")
+    "Jobs pushed to run later (perform_in, perform_at), the soonest first.")
 dead_command = _set_group(
     "dead", DeadSet, "DIED",
     "Jobs whose retries ran out, most recent death first.")
