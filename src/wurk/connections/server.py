@@ -15,7 +15,8 @@
    keeps the recorded port, so the URL every process holds stays valid.
 5. ``stop()`` sends SIGTERM (the server flushes its append-only file and exits) and kills it
    if it has not exited by the deadline.
-6. Every failure is an ``EmbeddedServerError`` whose one-line message names the way out.
+6. Every failure is an ``EmbeddedServerError`` whose one-line message names the way out;
+   a start that fails for want of the binary leaves no new, empty home behind.
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ class EmbeddedServer:
 
     def start(self) -> ServerStatus:
         """Reuse the running server or start one; returns it running and answering."""
+        if self.binary is None and not self.home.is_dir():
+            find_binary()  # no binary: fail before making a home that would stay empty
         self._prepare_home()
         with self._locked():
             found = self._inspect(record=True)
