@@ -14,7 +14,12 @@ import wurk
 from tests.helpers.runner import Drain
 from wurk.limiter import OverLimit
 from wurk.limiter.base import forget_registrations
-from wurk.limiter.reschedule import BACKOFF_JITTER, BACKOFF_STEP, default_backoff
+from wurk.limiter.reschedule import (
+    BACKOFF_JITTER,
+    BACKOFF_STEP,
+    default_backoff,
+    informed_backoff,
+)
 
 FULL = wurk.limiter.concurrent("jobs-full", 1, wait_timeout=0, reschedule=2,
                                backoff=lambda limiter, job, exc: 30)
@@ -138,3 +143,36 @@ def test_the_default_backoff_grows_with_each_reschedule() -> None:
     for count in (1, 2, 10):
         value = default_backoff(count)
         assert BACKOFF_STEP * count < value <= BACKOFF_STEP * count + BACKOFF_JITTER
+
+
+class SlowDown(Exception):
+    """A 429 error that carries the server's Retry-After."""
+
+    def __init__(self, retry_after: float) -> None:
+        super().__init__(f"429, retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
+@wurk.job(name="Limits::SlowDown")
+def slow_down_job() -> None:
+    raise SlowDown(3)
+
+
+def test_a_known_wait_reschedules_after_it_with_jitter_not_the_default(
+        r: redis.Redis, drain: Drain) -> None:
+    drain.config.limiter_errors.append(SlowDown)
+    slow_down_job.perform_async()
+    before = time.time()
+    drain()
+    [(job, at)] = scheduled(r)
+    assert job["overrated"] == 1
+    assert before + 3 <= at <= time.time() + 3 + 3  # the wait, plus up to once more
+
+
+def test_the_jitter_on_a_known_wait_grows_with_each_reschedule() -> None:
+    for overrated in (1, 2, 5):
+        waits = [informed_backoff(6.5, overrated) for _ in range(200)]
+        assert all(6.5 <= w <= 6.5 + 6.5 * overrated for w in waits)
+        assert max(waits) - min(waits) > 6.5 * overrated / 2  # spread, not one instant
+    # A wait of milliseconds still spreads its jobs over a second per reschedule.
+    assert max(informed_backoff(0.01, 1) for _ in range(200)) > 0.5
