@@ -1,8 +1,11 @@
 """The dashboard as a Django view: Django decides who may look, the dashboard does the rest.
 
-1. ``dashboard_view(authorize)`` makes the view: an anonymous visitor is sent to
-   ``LOGIN_URL``; a signed-in user whom ``authorize(request)`` refuses gets 403. The
-   default lets active staff users in.
+1. ``dashboard_view(authorize)`` makes the view: an anonymous visitor is sent to log in —
+   to ``LOGIN_URL`` when the project set it or routes Django's default
+   (``/accounts/login/``), else to the admin's login page, as Django's
+   ``staff_member_required`` does (a fresh ``startproject`` routes only the admin); a
+   signed-in user whom ``authorize(request)`` refuses gets 403. The default lets active
+   staff users in.
 2. The request goes on to the dashboard (``wurk.contrib.wsgi_mount``) under the prefix it
    was routed at; the answer comes back streamed, cookies included.
 3. Django's CSRF check is skipped for it: the dashboard checks its own token and the
@@ -16,13 +19,15 @@ from collections.abc import Callable
 from http.cookies import SimpleCookie
 from typing import Any
 
+from django.conf import global_settings, settings
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.urls import NoReverseMatch, Resolver404, resolve, reverse
 from django.views.decorators.csrf import csrf_exempt
 
 from ..wsgi_mount import WsgiDashboard, environ_for
 
-__all__ = ["dashboard_view", "staff_only"]
+__all__ = ["dashboard_view", "login_url", "staff_only"]
 
 log = logging.getLogger("wurk.web")
 Authorize = Callable[[HttpRequest], bool]
@@ -58,10 +63,27 @@ def _refusal(request: HttpRequest, authorize: Authorize) -> HttpResponseBase | N
                     "to know who is asking; refusing")
         return HttpResponse("Forbidden", status=403, content_type="text/plain")
     if not user.is_authenticated:
-        return redirect_to_login(request.get_full_path())
+        return redirect_to_login(request.get_full_path(), login_url=login_url())
     if authorize(request) is not True:
         return HttpResponse("Forbidden", status=403, content_type="text/plain")
     return None
+
+
+def login_url() -> str:
+    """``LOGIN_URL``, unless it is Django's default and the project does not route it; then
+    the admin's login page when the admin is routed."""
+    configured = settings.LOGIN_URL
+    if configured != global_settings.LOGIN_URL:
+        return str(configured)
+    try:
+        resolve(str(configured))
+        return str(configured)
+    except Resolver404:
+        pass
+    try:
+        return reverse("admin:login")
+    except NoReverseMatch:
+        return str(configured)
 
 
 def _response(status: int, headers: list[tuple[str, str]], body: Any) -> HttpResponseBase:

@@ -7,6 +7,8 @@
    as ``runserver`` does: a parent process starts the worker as a child and starts it
    again when it exits with code 3. The child stops gracefully first (running jobs finish
    or go back to their queue). The parent relays TERM and INT to the child.
+4. A worker that cannot start (no Redis to use, a bad setting) is one ``CommandError`` line,
+   as ``wurk`` prints it, never a traceback.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import sys
 import threading
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+import click
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import autoreload
 from django.utils.module_loading import autodiscover_modules
 
@@ -27,6 +30,7 @@ from wurk import log as wurk_log
 from wurk.cli.worker import run_worker
 from wurk.config import configure
 from wurk.contrib.django.settings import app_settings, build_config
+from wurk.errors import WurkError
 from wurk.runtime.signals import SignalPipe
 
 __all__ = ["Command", "discover"]
@@ -63,11 +67,16 @@ class Command(BaseCommand):
             self._serve(overrides, None)
 
     def _serve(self, overrides: dict[str, Any], pipe: SignalPipe | None) -> None:
-        config = build_config(**overrides)
-        configure(config)
-        wurk_log.setup(fmt=config.log_format, level=config.log_level)
-        discover(app_settings().imports)
-        run_worker(config, pipe)
+        try:
+            config = build_config(**overrides)
+            configure(config)
+            wurk_log.setup(fmt=config.log_format, level=config.log_level)
+            discover(app_settings().imports)
+            run_worker(config, pipe)
+        except click.ClickException as exc:  # what the wurk command prints as one line
+            raise CommandError(exc.format_message()) from None
+        except WurkError as exc:
+            raise CommandError(str(exc)) from None
 
     def _reloading(self, overrides: dict[str, Any]) -> None:
         if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) != "true":
