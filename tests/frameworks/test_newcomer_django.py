@@ -163,7 +163,8 @@ def test_a_url_where_nothing_listens_is_said_once_with_the_way_out(project: Path
     assert ("That URL is the configuration's redis_url (a Django project's "
             "WURK[\"REDIS_URL\"]). Start Redis there, point it at a Redis that runs, or leave "
             "it out to use wurk's embedded server") in output
-    for noisy in ("heartbeat:", "reaper at boot", "leader election", "scheduler:"):
+    for noisy in ("heartbeat: wurk.", "reaper at boot", "leader election: wurk.",
+                  "scheduler: wurk."):
         assert noisy not in output, noisy
 
 

@@ -127,13 +127,17 @@ def stats_command(as_json: bool) -> None:
     """Processed, failed, busy, enqueued, scheduled, retries, dead, processes, latency."""
     config = default_config()
     numbers = Stats(config).to_dict()
-    beats = [p.beat for p in ProcessSet(config).iterate() if isinstance(p.beat, (int, float))]
+    now = time.time()
+    # Running workers: a record whose last beat is older than its life (a crashed process's,
+    # not yet pruned) has nothing more to add.
+    beats = [p.beat for p in ProcessSet(config).iterate() if isinstance(p.beat, (int, float))
+             and now - p.beat <= config.heartbeat_ttl]
     if as_json:
         # Running workers add their counts at each heartbeat: the counts are as of the
         # oldest of their last beats (null with no worker running: nothing is pending).
         emit_json({**numbers, "counted_as_of": min(beats) if beats else None})
         return
-    counted = _counted(beats, time.time())
+    counted = _counted(beats, now)
     rows = [("Redis", server_name(config)),
             ("Processed", tables.count(numbers["processed"]) + counted),
             ("Failed", tables.count(numbers["failed"]) + (" (likewise)" if counted else "")),
