@@ -18,7 +18,13 @@ values; a value that is not what it should be costs one cell of one page, never 
    Redis counter or size field: 0 to 2⁶³−1), ``integer`` (a JSON integer in Redis's range),
    ``json_object`` (a JSON object nested at most 100 deep), ``backtrace`` (a stored
    backtrace, inflated to at most ``payload.BACKTRACE_MAX_BYTES``), ``latency``.
-5. ``to_json`` makes a document safe for JSON output: every ``Invalid``, NaN or infinity
+5. Output is bounded: ``to_json`` cuts a string past ``JSON_TEXT_LIMIT`` characters.
+6. Reading Redis itself, with caps (``checked``, ``replies``, ``hash_fields``, ``members``):
+   an error reply — a key of the wrong Redis type — becomes ``Invalid`` in place of the
+   value, and a collection is read only up to a cap (``FIELD_CAP`` fields or members), so a
+   key holding a million fields costs a page no more than ten thousand would. What is cut
+   says so (``Capped``).
+7. ``to_json`` makes a document safe for JSON output: every ``Invalid``, NaN or infinity
    becomes ``null`` and its raw text goes into the top-level ``"invalid"`` object, keyed by
    the JSON Pointer (RFC 6901) of where it stood — never a 500, never ``Infinity``.
    ``valid_total`` sums what is valid of a column.
@@ -33,14 +39,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from redis.exceptions import ResponseError
+
 from . import payload as P
 
-__all__ = ["RAW_LIMIT", "UNPRINTABLE_CHARS", "Invalid", "backtrace", "count", "cut", "epoch",
-           "integer", "invalid", "json_object", "latency", "printable", "shown",
+__all__ = ["FIELD_CAP", "RAW_LIMIT", "UNPRINTABLE_CHARS", "Capped", "Invalid", "backtrace",
+           "checked", "count", "cut", "epoch", "hash_fields", "integer", "invalid",
+           "json_object", "latency", "members", "printable", "replies", "shown",
            "split_invalid", "text", "to_json", "utf8", "valid_total"]
 
 # C0 controls but tab, DEL, C1 controls, the Unicode line/paragraph separators (terminals and
@@ -219,7 +228,98 @@ def valid_total(values: Iterable[int | Invalid]) -> int:
     return sum(value for value in values if not isinstance(value, Invalid))
 
 
+# -- reading Redis ------------------------------------------------------------------------------
+# Fields of one hash, or members of one set, that one read takes at most: far more than any
+# sensible record holds (a limiter's metadata, a minute's metrics of a few thousand jobs), far
+# less than an attacker's million.
+FIELD_CAP = 10_000
+# Entries one SCAN step asks for.
+SCAN_STEP = 1_000
+
+
+@dataclass(frozen=True, slots=True)
+class Capped:
+    """A collection read only in part: ``items`` (what was read) of ``total`` stored."""
+
+    items: Any
+    total: int
+
+    @property
+    def cut(self) -> bool:
+        return len(self.items) < self.total
+
+
+def _error(reply: Any, expected: str) -> Invalid | None:
+    if isinstance(reply, Exception):
+        message = str(reply)
+        kind = "a key of the wrong type" if "WRONGTYPE" in message else message
+        return Invalid(raw=cut(printable(kind), RAW_LIMIT), expected=expected)
+    return None
+
+
+def checked(reply: Any, expected: str) -> Any:
+    """``reply`` itself, or ``Invalid`` when Redis answered with an error (a key of the wrong
+    type): what the caller reads stands in one cell, not in the way of the page."""
+    found = _error(reply, expected)
+    return reply if found is None else found
+
+
+def replies(pipe: Any) -> list[Any]:
+    """A pipeline's replies, each error reply an ``Invalid`` in its place (the pipeline is
+    run with ``raise_on_error=False``: one bad key must not take the others with it)."""
+    return [checked(reply, "data of the right type") for reply in pipe.execute(
+        raise_on_error=False)]
+
+
+def _call(fn: Callable[[], T], expected: str) -> T | Invalid:
+    try:
+        return fn()
+    except ResponseError as exc:
+        return Invalid(raw=cut(printable(str(exc)), RAW_LIMIT), expected=expected)
+
+
+def hash_fields(r: Any, key: str, *, cap: int = FIELD_CAP) -> Capped | Invalid:
+    """A hash with open-ended fields (a minute's metrics, deploy marks), read whole when it
+    is small and up to ``cap`` fields when it is not: ``Capped`` of a dict of raw bytes."""
+    size = _call(lambda: int(r.hlen(key)), "a hash")
+    if isinstance(size, Invalid):
+        return size
+    if size <= cap:
+        found = _call(lambda: dict(r.hgetall(key)), "a hash")
+        return found if isinstance(found, Invalid) else Capped(found, size)
+    taken: dict[Any, Any] = {}
+    cursor = 0
+    while len(taken) < cap:
+        cursor, page = r.hscan(key, cursor, count=SCAN_STEP)
+        taken.update(page)
+        if not cursor:
+            break
+    return Capped(dict(list(taken.items())[:cap]), size)
+
+
+def members(r: Any, key: str, *, cap: int = FIELD_CAP) -> Capped | Invalid:
+    """A set, up to ``cap`` members: ``Capped`` of a list of raw bytes."""
+    size = _call(lambda: int(r.scard(key)), "a set")
+    if isinstance(size, Invalid):
+        return size
+    if size <= cap:
+        found = _call(lambda: list(r.smembers(key)), "a set")
+        return found if isinstance(found, Invalid) else Capped(found, size)
+    taken: set[Any] = set()
+    cursor = 0
+    while len(taken) < cap:
+        cursor, page = r.sscan(key, cursor, count=SCAN_STEP)
+        taken.update(page)
+        if not cursor:
+            break
+    return Capped(list(taken)[:cap], size)
+
+
 # -- JSON output ------------------------------------------------------------------------------
+# A string in a JSON document for people (the dashboard's API, ``--json`` listings) is cut
+# past this: a 10 MB job name or argument costs a document ten thousand characters.
+JSON_TEXT_LIMIT = 10_000
+
 def to_json(document: Any) -> Any:
     """``document`` with each bad value as ``null``; a dict gets the raw texts under
     ``"invalid"`` (JSON Pointer → raw text) when there are any."""
@@ -243,11 +343,14 @@ def _clean(value: Any, at: str, found: dict[str, str]) -> Any:
         found[at] = repr(value)
         return None
     if isinstance(value, dict):
-        return {str(key): _clean(item, f"{at}/{_pointer(str(key))}", found)
+        return {cut(str(key), JSON_TEXT_LIMIT): _clean(item, f"{at}/{_pointer(str(key))}",
+                                                      found)
                 for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_clean(item, f"{at}/{index}", found) for index, item in enumerate(value)]
-    if value is None or isinstance(value, (str, int, float)):
+    if isinstance(value, str):
+        return value if len(value) <= JSON_TEXT_LIMIT else cut(value, JSON_TEXT_LIMIT)
+    if value is None or isinstance(value, (int, float)):
         return value
     return str(value)
 

@@ -3,6 +3,7 @@ hostile stored values — through TestClient, and once in real headless Chromium
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -49,7 +50,7 @@ def test_list_page_progress_and_tag_search(config: wurk.Config, client: TestClie
     assert "Batches" in client.get("/").text and "Dead Batches" in client.get("/").text
 
 
-def test_a_batchs_page_shows_failures_with_their_errors_and_dead_jobs(
+def test_a_batchs_page_links_each_failed_and_dead_job_to_its_entry(
         config: wurk.Config, client: TestClient) -> None:
     batch, jids = make(config, 3, description=XSS)
     with wurk.redis() as conn:
@@ -60,8 +61,12 @@ def test_a_batchs_page_shows_failures_with_their_errors_and_dead_jobs(
     page = client.get(f"/batches/{batch.bid}")
     assert page.status_code == 200
     assert XSS not in page.text  # escaped
-    assert "retry me" in page.text and "it died" in page.text
-    assert "/retries/" in page.text and "/morgue/" in page.text
+    links = re.findall(r'href="(/(?:retries|morgue)\?substr=[^"]+)"', page.text)
+    assert len(links) == 2, links  # one each: the failed job, the dead one
+    found = {link: client.get(link.replace("&amp;", "&")) for link in links}
+    assert all(answer.status_code == 200 for answer in found.values())  # no link is a 404
+    texts = " ".join(answer.text for answer in found.values())
+    assert "retry me" in texts and "it died" in texts  # each search finds its entry
     assert "WebBatch::work" in page.text  # the callback target
     assert client.get("/batches/nope").status_code == 404
     dead = client.get("/dead-batches/")

@@ -37,6 +37,9 @@ from .queues import sscan_page
 __all__ = ["LoopRecord", "PeriodicSet"]
 
 # What a page shows of a text field at most: a hostile multi-megabyte cron string is cut.
+# Loops listed at most: a deployment has tens; a ``periodic`` set of a million members costs
+# a page what this many do.
+LOOP_CAP = 2_000
 TEXT_LIMIT = 200
 FIELDS = ("schedule", "klass", "options", "tz", "paused", "lf", "nf")
 
@@ -129,18 +132,23 @@ class PeriodicSet:
         self.pool = self.config.pool("api")
 
     def lids(self) -> list[str]:
+        """The loops' ids, sorted; at most ``LOOP_CAP`` of them."""
         found: set[str] = set()
         cursor = 0
         key = self.config.keys.periodic
-        while True:
+        while len(found) < LOOP_CAP:
             cursor, names = self.pool.run(partial(sscan_page, key, cursor), idempotent=True)
             found.update(names)
             if cursor == 0:
-                return sorted(found)
+                break
+        return sorted(found)[:LOOP_CAP]
 
     def loops(self, *, history: int = 0) -> list[LoopRecord]:
-        """Every loop, ordered by next run (unknown last), with ``history`` recent pushes."""
-        lids = self.lids()
+        """Every loop (at most ``LOOP_CAP``), ordered by next run (unknown last), with
+        ``history`` recent pushes."""
+        return self._read(self.lids(), history)
+
+    def _read(self, lids: list[str], history: int) -> list[LoopRecord]:
         keys = self.config.keys
 
         def read(r: Any) -> list[Any]:
@@ -160,7 +168,11 @@ class PeriodicSet:
         return sorted(records, key=_by_next_run)
 
     def loop(self, lid: str, *, history: int = HISTORY_LIMIT) -> LoopRecord | None:
-        return next((rec for rec in self.loops(history=history) if rec.lid == lid), None)
+        """One loop, by id; None when the ``periodic`` set does not list it."""
+        key = self.config.keys.periodic
+        if not self.pool.run(lambda r: r.sismember(key, lid), idempotent=True):
+            return None
+        return self._read([lid], history)[0]
 
     @staticmethod
     def _record(lid: str, stored: Any) -> LoopRecord:

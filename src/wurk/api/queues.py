@@ -45,14 +45,22 @@ _DIGEST_TEXT = frozenset("0123456789abcdef")
 _VERBATIM = frozenset(chr(c) for c in range(0x20, 0x7F)) - set('"\\/')
 
 
-def queue_names(config: Config) -> Iterator[str]:
-    """Names in the ``queues`` set, read with ``SSCAN`` (unsorted, each once or more)."""
+# Queues listed at most (the dashboard, ``wurk queues``, the stats): a deployment has tens;
+# a ``queues`` set of a million names, left by a bug or an attacker, costs a page what a
+# thousand do.
+QUEUE_CAP = 1_000
+
+
+def queue_names(config: Config, cap: int = QUEUE_CAP) -> Iterator[str]:
+    """Names in the ``queues`` set, read with ``SSCAN`` (unsorted, each once or more), at
+    most about ``cap`` of them."""
     pool = config.pool("api")
-    cursor = 0
-    while True:
+    cursor, given = 0, 0
+    while given < cap:
         cursor, names = pool.run(partial(sscan_page, config.keys.queues, cursor),
                                  idempotent=True)
-        yield from names
+        yield from names[:cap - given]
+        given += len(names)
         if cursor == 0:
             return
 
@@ -251,11 +259,13 @@ class Queue:
         return cleared
 
 
-def entry_latency(raw: bytes | None, now: float | None = None) -> float | Invalid:
+def entry_latency(raw: bytes | Invalid | None, now: float | None = None) -> float | Invalid:
     """The latency of a queue whose oldest entry is ``raw``; 0.0 when unknown,
-    ``Invalid`` when its time cannot be read."""
+    ``Invalid`` when its time (or the queue itself) cannot be read."""
     if raw is None:
         return 0.0
+    if isinstance(raw, Invalid):
+        return raw
     record = JobRecord(raw)
     if record.parse_error is not None:
         return 0.0

@@ -35,7 +35,7 @@ COUNTERS = ("processed", "failed")
 @dataclass(frozen=True)
 class QueueSummary:
     name: str
-    size: int
+    size: int | Invalid
     latency: float | Invalid
     paused: bool
 
@@ -70,17 +70,21 @@ class Stats:
         found: int | Invalid = self._fast_stats()["failed"]
         return found
 
-    def scheduled_size(self) -> int:
-        return int(self._fast_stats()["scheduled"])
+    def scheduled_size(self) -> int | Invalid:
+        found: int | Invalid = self._fast_stats()["scheduled"]
+        return found
 
-    def retry_size(self) -> int:
-        return int(self._fast_stats()["retries"])
+    def retry_size(self) -> int | Invalid:
+        found: int | Invalid = self._fast_stats()["retries"]
+        return found
 
-    def dead_size(self) -> int:
-        return int(self._fast_stats()["dead"])
+    def dead_size(self) -> int | Invalid:
+        found: int | Invalid = self._fast_stats()["dead"]
+        return found
 
-    def processes_size(self) -> int:
-        return int(self._fast_stats()["processes"])
+    def processes_size(self) -> int | Invalid:
+        found: int | Invalid = self._fast_stats()["processes"]
+        return found
 
     def default_queue_latency(self) -> float | Invalid:
         found: float | Invalid = self._fast_stats()["default_queue_latency"]
@@ -103,18 +107,19 @@ class Stats:
             pipe.zcard(keys.dead)
             pipe.scard(keys.processes)
             pipe.lindex(keys.queue(P.DEFAULT_QUEUE), -1)
-            return list(pipe.execute())
+            return values.replies(pipe)
 
         processed, failed, scheduled, retries, dead, processes, oldest = self._pool.run(
             read, idempotent=True)
         return {"processed": values.count(processed), "failed": values.count(failed),
-                "scheduled": int(scheduled), "retries": int(retries), "dead": int(dead),
-                "processes": int(processes), "default_queue_latency": entry_latency(oldest)}
+                "scheduled": values.count(scheduled), "retries": values.count(retries),
+                "dead": values.count(dead), "processes": values.count(processes),
+                "default_queue_latency": entry_latency(oldest)}
 
     # -- slow: a command per queue or process -----------------------------------------------
     def enqueued(self) -> int:
         """Jobs waiting in every known queue."""
-        return sum(summary.size for summary in self.queue_summaries())
+        return values.valid_total(summary.size for summary in self.queue_summaries())
 
     def busy(self) -> int:
         """Threads running a job, summed over the processes' last heartbeats."""
@@ -124,8 +129,8 @@ class Stats:
 
     def queues(self) -> dict[str, int]:
         """``{name: size}`` of every known queue, largest first."""
-        ordered = sorted(self.queue_summaries(), key=lambda s: (-s.size, s.name))
-        return {summary.name: summary.size for summary in ordered}
+        ordered = sorted(self.queue_summaries(), key=lambda s: (-_size(s), s.name))
+        return {summary.name: _size(summary) for summary in ordered}
 
     def queue_summaries(self) -> list[QueueSummary]:
         """Size, latency and paused flag of every known queue, sorted by name."""
@@ -146,12 +151,12 @@ class Stats:
                 pipe.llen(keys.queue(name))
                 pipe.lindex(keys.queue(name), -1)
                 pipe.sismember(keys.paused, name)
-            return list(pipe.execute())
+            return values.replies(pipe)
 
         replies = self._pool.run(read, idempotent=True)
-        return [QueueSummary(name=name, size=int(replies[3 * i]),
+        return [QueueSummary(name=name, size=values.count(replies[3 * i]),
                              latency=entry_latency(replies[3 * i + 1]),
-                             paused=bool(replies[3 * i + 2]))
+                             paused=replies[3 * i + 2] is True or replies[3 * i + 2] == 1)
                 for i, name in enumerate(names)]
 
     # -- writing ----------------------------------------------------------------------------
@@ -173,6 +178,10 @@ class Stats:
         fast = dict(self._fast_stats())
         return {**fast, "enqueued": self.enqueued(), "busy": self.busy(),
                 "queues": [summary.to_dict() for summary in self.queue_summaries()]}
+
+
+def _size(summary: QueueSummary) -> int:
+    return summary.size if isinstance(summary.size, int) else 0
 
 
 class StatsHistory:
@@ -202,4 +211,5 @@ class StatsHistory:
         dates = self.dates()
         names = [key_of(day) for day in dates]
         found = self.config.pool("api").run(lambda r: r.mget(names), idempotent=True)
+        # MGET answers nil for a key of the wrong type: it reads as absent (0), never fails
         return {day: values.count(value) for day, value in zip(dates, found, strict=True)}

@@ -15,7 +15,7 @@ from ..job import current_job, open_batches_with
 from .block import worker_config
 from .callback import Callback, Empty
 from .middleware import install as install_middleware
-from .model import EVENTS, Batch, new_bid
+from .model import EVENTS, Batch, new_bid, open_batch
 from .sets import BatchSet, DeadBatches, scan_tags
 from .status import BatchStatus, invalidated
 
@@ -62,7 +62,3 @@ def install(config: Config) -> None:
     install_middleware(config)
     open_batches_with(open_batch)
 
-
-def open_batch(bid: str) -> Batch:
-    """The batch ``bid`` as a job of it reopens it (``Job.batch``)."""
-    return Batch(bid, config=worker_config())

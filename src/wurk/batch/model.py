@@ -30,6 +30,7 @@ from ..client.default import default_client
 from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
 from ..errors import BatchError, InvalidArguments
+from ..job import open_batches_with
 from ..reporting import report_error
 from . import accounting
 from . import block as blocks
@@ -37,7 +38,7 @@ from .middleware import install_client
 from .status import BatchStatus, invalidated
 
 __all__ = ["CALLBACK_CLASS", "DEFAULT_LINGER", "EMPTY_CLASS", "EVENTS", "MIN_LINGER", "Batch",
-           "new_bid"]
+           "new_bid", "open_batch"]
 
 EVENTS = ("complete", "success", "death")
 # The class of callback jobs, and of the no-op job an empty block pushes (Sidekiq Pro 7.1's
@@ -90,6 +91,9 @@ class Batch:
         self.linger = _linger(linger)
         self.autoflush = _autoflush(autoflush)
         self.callbacks: list[tuple[str, str, dict[str, Any]]] = []
+        # A process that fills or reopens a batch can run its jobs (inline, by hand):
+        # ``Job.batch`` then reaches batches as it does in a worker.
+        open_batches_with(open_batch)
 
     def __repr__(self) -> str:
         return f"<wurk.Batch {self.bid}>"
@@ -224,6 +228,12 @@ def _flush_after_raise(config: Config, bid: str, writer: accounting.BlockWriter)
     except Exception as exc:
         report_error(config, exc, {"context": f"writing the {held} jobs held by a jobs block "
                                               f"of batch {bid} that raised"})
+
+
+def open_batch(bid: str) -> Batch:
+    """The batch ``bid`` as a job of it reopens it (``Job.batch``), through the configuration
+    of the worker running that job."""
+    return Batch(bid, config=blocks.worker_config())
 
 
 def _push_empty(config: Config, queue: str) -> None:

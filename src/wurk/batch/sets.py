@@ -35,12 +35,15 @@ class BatchSet:
         return int(self.config.pool("api").run(lambda r: r.zcard(key), idempotent=True))
 
     def page(self, start: int = 0, count: int = PAGE) -> list[BatchStatus]:
-        """Up to ``count`` live batches from position ``start`` (newest first)."""
+        """Up to ``count`` live batches from position ``start`` (newest first); none past
+        the end, however far past it ``start`` is."""
         return self._read(start, count)[0]
 
     def _read(self, start: int, count: int) -> tuple[list[BatchStatus], int]:
         """(live batches, entries read); entries of expired batches are removed."""
         key = self.config.keys.batches
+        if start >= len(self) or count <= 0:
+            return [], 0  # Redis refuses an offset past 2**63: never ask for one
         bids = [stored.text(b) for b in self.config.pool("api").run(
             lambda r: r.zrevrange(key, start, start + count - 1), idempotent=True)]
         statuses = [BatchStatus(bid, config=self.config) for bid in bids]
@@ -60,19 +63,27 @@ class BatchSet:
 
 
 class DeadBatches:
-    """Batches one of whose jobs died."""
+    """Batches one of whose jobs died, in bid order; at most ``stored.FIELD_CAP`` listed."""
 
     def __init__(self, *, config: Config | None = None) -> None:
         self.config = config if config is not None else default_config()
 
     def bids(self) -> list[str]:
+        """The bids, sorted; those of batches gone since are dropped from the set."""
         key = self.config.keys.batch_died
-        members = sorted(stored.text(m) for m in self.config.pool("api").run(
-            lambda r: r.smembers(key), idempotent=True))
-        gone = [bid for bid in members if not self._exists(bid)]
+        found = self.config.pool("api").run(lambda r: stored.members(r, key), idempotent=True)
+        members = [] if isinstance(found, stored.Invalid) else sorted(
+            stored.text(m) for m in found.items)
+        gone = set(_missing(self.config, members))
         if gone:
             self.config.pool("api").run(lambda r: r.srem(key, *gone))
         return [bid for bid in members if bid not in gone]
+
+    def page(self, start: int, count: int) -> tuple[list[BatchStatus], int]:
+        """(the batches at ``start``, how many there are)."""
+        bids = self.bids()
+        return [BatchStatus(bid, config=self.config) for bid in bids[start:start + count]], \
+            len(bids)
 
     def __iter__(self) -> Iterator[BatchStatus]:
         for bid in self.bids():
@@ -80,10 +91,6 @@ class DeadBatches:
 
     def __len__(self) -> int:
         return len(self.bids())
-
-    def _exists(self, bid: str) -> bool:
-        key = self.config.keys.batch(bid)
-        return bool(self.config.pool("api").run(lambda r: r.exists(key), idempotent=True))
 
     def retry(self, bid: str) -> int:
         """Send the batch's dead jobs back to their queues; returns how many went."""
@@ -98,20 +105,53 @@ class DeadBatches:
         return moved
 
 
+def _missing(config: Config, bids: list[str]) -> list[str]:
+    """The bids whose record is gone, asked in one round trip per ``PAGE``."""
+    keys = config.keys
+    gone: list[str] = []
+    for start in range(0, len(bids), PAGE):
+        chunk = bids[start:start + PAGE]
+
+        def exists(r: Any, chunk: list[str] = chunk) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for bid in chunk:
+                pipe.exists(keys.batch(bid))
+            return list(pipe.execute())
+
+        found = config.pool("api").run(exists, idempotent=True)
+        gone += [bid for bid, there in zip(chunk, found, strict=True) if not there]
+    return gone
+
+
+# Keys a tag search looks at, at most: a substring search scans the key space, and a
+# dashboard request must not take the time of a million keys.
+TAG_SCAN_LIMIT = 100_000
+
+
 def scan_tags(text: str, *, config: Config | None = None) -> list[str]:
-    """Bids of live batches with a tag containing ``text`` (case-sensitive), sorted."""
+    """Bids of live batches with a tag containing ``text`` (case-sensitive), sorted; at most
+    ``stored.FIELD_CAP`` of them, found among the first ``TAG_SCAN_LIMIT`` keys."""
     cfg = config if config is not None else default_config()
     prefix = cfg.keys.batch_tag_prefix
     pattern = prefix + "*" + _glob_escape(text) + "*"
 
     def scan(r: Any) -> set[str]:
         found: set[str] = set()
-        for key in r.scan_iter(match=pattern, count=500):
-            found.update(stored.text(m) for m in r.smembers(key))
+        cursor, looked = 0, 0
+        while len(found) < stored.FIELD_CAP and looked < TAG_SCAN_LIMIT:
+            cursor, names = r.scan(cursor, match=pattern, count=1000)
+            looked += 1000
+            for key in names:
+                members = stored.members(r, key, cap=stored.FIELD_CAP - len(found))
+                if not isinstance(members, stored.Invalid):
+                    found.update(stored.text(m) for m in members.items)
+            if not cursor:
+                break
         return found
 
-    bids = cfg.pool("api").run(scan, idempotent=True)
-    return sorted(bid for bid in bids if BatchStatus(bid, config=cfg).exists)
+    bids = sorted(cfg.pool("api").run(scan, idempotent=True))[:stored.FIELD_CAP]
+    gone = set(_missing(cfg, bids))
+    return [bid for bid in bids if bid not in gone]
 
 
 def _glob_escape(text: str) -> str:

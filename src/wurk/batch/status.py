@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -31,6 +30,11 @@ JOIN_POLL = 0.05
 def _members(raw: Any) -> list[str]:
     return sorted(stored.text(m) for m in raw or ())
 
+
+# The record's fields this module reads (``b-<bid>``), read by name.
+FIELDS = ("total", "pending", "failures", "created_at", "complete_at", "success_at",
+          "death_at", "description", "callback_queue", "parent_bid", "invalidated", "tags",
+          "callbacks")
 
 class BatchStatus:
     """A batch as stored now; ``exists`` is False for a batch expired or deleted."""
@@ -54,18 +58,22 @@ class BatchStatus:
 
         def read(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
-            pipe.hgetall(keys.batch(bid))
+            pipe.exists(keys.batch(bid))
+            # The fields this reads, by name: the record may hold anything else besides (a
+            # million fields an attacker left), which nothing reads.
+            pipe.hmget(keys.batch(bid), list(FIELDS))
             pipe.scard(keys.batch(bid, "kids"))
             pipe.scard(keys.batch(bid, "jids"))
             pipe.ttl(keys.batch(bid))
             return list(pipe.execute())
 
-        fields, kids, live, ttl = self.config.pool("api").run(read, idempotent=True)
-        self.raw = {stored.text(k): stored.text(v) for k, v in fields.items()}
-        self.exists = bool(self.raw)
+        exists, fields, kids, live, ttl = self.config.pool("api").run(read, idempotent=True)
+        self.raw = {name: stored.text(value) for name, value in zip(FIELDS, fields, strict=True)
+                    if value is not None}
+        self.exists = bool(exists) and bool(self.raw)
         self.child_count = int(kids)
         self.unfinished = int(live)  # jids neither succeeded nor dead
-        self.expires_at = time.time() + ttl if ttl and ttl > 0 else None
+        self.expires_at = time.time() + ttl if isinstance(ttl, int) and ttl > 0 else None
         self.total = self._count("total")
         self.pending = self._count("pending")
         self.failures = self._count("failures")
@@ -97,7 +105,7 @@ class BatchStatus:
         if not value:
             return []
         try:
-            tags = json.loads(value)
+            tags = P.loads_json(value)  # at most 100 levels deep, as Ruby's parser reads
         except ValueError:
             tags = None
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
@@ -125,8 +133,16 @@ class BatchStatus:
         return bool(self.raw.get("death_at"))
 
     def _set(self, part: str) -> list[str]:
+        """The members of one of the batch's sets, sorted; at most ``stored.FIELD_CAP`` of
+        them (a batch of a million failed jobs lists ten thousand)."""
         key = self.config.keys.batch(self.bid, part)
-        return _members(self.config.pool("api").run(lambda r: r.smembers(key), idempotent=True))
+        found = self.config.pool("api").run(lambda r: stored.members(r, key), idempotent=True)
+        return [] if isinstance(found, Invalid) else _members(found.items)
+
+    def size_of(self, part: str) -> int:
+        """How many members one of the batch's sets holds (``failed``, ``died``…)."""
+        key = self.config.keys.batch(self.bid, part)
+        return int(self.config.pool("api").run(lambda r: r.scard(key), idempotent=True))
 
     @property
     def failed_jids(self) -> list[str]:

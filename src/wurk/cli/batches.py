@@ -13,6 +13,7 @@ from __future__ import annotations
 import click
 
 from ..batch import BatchSet, BatchStatus, DeadBatches, scan_tags
+from ..stored import printable
 from . import tables
 from .inspect import DEFAULT_LIMIT, confirm, default_config, emit_json, friendly, json_option
 
@@ -88,11 +89,11 @@ def show_command(bid: str, as_json: bool) -> None:
     for label, key in (("Failed jobs", "failed_jids"), ("Dead jobs", "dead_jids"),
                        ("Child batches", "child_bids")):
         found = document[key]
-        click.echo(f"{label}: {', '.join(found) if found else 'none'}")
+        click.echo(printable(f"{label}: {', '.join(found) if found else 'none'}"))
     for event, target, _ in status.callbacks:
-        click.echo(f"Callback on {event}: {target}")
+        click.echo(printable(f"Callback on {event}: {target}"))
     for problem in status.problems:
-        click.echo(f"Problem: {problem}", err=True)
+        click.echo(printable(f"Problem: {problem}"), err=True)
 
 
 @batches_command.command("dead")

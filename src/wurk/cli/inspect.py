@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable
@@ -94,6 +95,11 @@ class Cancelled(click.ClickException):
         click.echo(self.message, err=True)
 
 
+# What ``json.dumps`` leaves raw in a string and a terminal acts on (it escapes the C0
+# controls itself, and the document's own newlines are layout).
+_UNPRINTABLE_IN_JSON = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def emit_json(value: Any) -> None:
     """One JSON document; a stored value that cannot be read is ``null``, and its raw text
     goes to ``"invalid"`` (under a document's top level, or on stderr beside a list)."""
@@ -103,7 +109,10 @@ def emit_json(value: Any) -> None:
     elif found:
         for pointer, raw in found.items():
             click.echo(f"invalid value at {pointer}: {raw}", err=True)
-    click.echo(json.dumps(clean, indent=2, ensure_ascii=False))
+    # DEL, C1, line separators and bidi overrides written as \\u escapes: still valid JSON.
+    click.echo(_UNPRINTABLE_IN_JSON.sub(
+        lambda found: f"\\u{ord(found.group()):04x}",
+        json.dumps(clean, indent=2, ensure_ascii=False)))
 
 
 def confirm(question: str, *, yes: bool, action: str) -> None:

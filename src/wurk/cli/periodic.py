@@ -22,6 +22,7 @@ from ..configfile import load_file
 from ..errors import ConfigError
 from ..job import registry
 from ..periodic.loops import Loop, describe_entry, entry_arguments, make_loop
+from ..stored import printable
 from . import tables
 from .inspect import emit_json, friendly, json_option
 from .worker import load_module
@@ -115,5 +116,5 @@ def list_command(as_json: bool) -> None:
     click.echo(tables.table(["LOOP", "CRON", "ZONE", "JOB", "NEXT RUN", "LAST RUN", ""], rows))
     for record in records:
         for problem in record.problems:
-            click.echo(f"note: loop {record.lid}: {problem}")
+            click.echo(printable(f"note: loop {record.lid}: {problem}"))
 

@@ -1,7 +1,7 @@
 """Text a person reads at a glance: aligned tables, counts, durations, ages, sizes.
 
 1. ``table`` — columns padded to their widest cell; numeric columns right-aligned; long
-   cells cut with an ellipsis.
+   cells cut with an ellipsis; control characters escaped (``wurk.stored.printable``).
 2. ``count``, ``duration``, ``age``, ``kilobytes`` — numbers as people say them; a stored
    value that cannot be read (``wurk.api.values.Invalid``) shows as ``invalid (<raw>)``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..stored import Invalid
+from ..stored import Invalid, cut, printable
 
 __all__ = ["age", "count", "duration", "kilobytes", "plural", "table"]
 
@@ -38,7 +38,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str | Invalid]],
 
 def _cut(text: str) -> str:
     text = " ".join(text.split())  # newlines in a message would break the row
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+    # A stored name with a terminal escape must not repaint the screen: escaped, visibly.
+    return cut(printable(text), MAX_CELL)
 
 
 def count(n: int | Invalid) -> str:

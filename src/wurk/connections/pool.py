@@ -114,7 +114,8 @@ class RedisPool:
     """A bounded, named pool of connections to one Redis."""
 
     def __init__(self, url: str, *, size: int = 10, name: str = "wurk",
-                 socket_timeout: float = 3.0) -> None:
+                 socket_timeout: float = 3.0,
+                 client_class: type[redis.Redis] = redis.Redis) -> None:
         self.url = url
         self.size = size
         self.name = name
@@ -136,7 +137,7 @@ class RedisPool:
         )
         # Before any connection exists: the class the URL's scheme chose, with the mark.
         self._pool.connection_class = _retiring(self._pool.connection_class)
-        self.client: redis.Redis = redis.Redis(connection_pool=self._pool)
+        self.client: redis.Redis = client_class(connection_pool=self._pool)
         self._pid = os.getpid()
 
     def run(self, fn: Callable[[redis.Redis], T], *, idempotent: bool = False) -> T:

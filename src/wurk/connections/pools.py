@@ -2,7 +2,8 @@
 
 1. ``Connections.pool(role)``: one bounded ``RedisPool`` per role (``client``, ``internal``,
    a capsule's name, ``web``…), made on first use from the settings read then — where Redis
-   is (``wurk.connections.locate``) and the socket timeout.
+   is (``wurk.connections.locate``) and the socket timeout. The reading roles (``api``,
+   ``web``) get the client that reads a key of the wrong type as absent.
 2. ``routed(role, to, size)``: a view whose ``pool(role)`` is ``pool(to, size=size)``,
    sharing every pool (the dashboard reads ``wurk.api`` through a view that routes ``api``
    to its own small ``web`` pool).
@@ -24,14 +25,21 @@ import copy
 import threading
 from typing import Protocol
 
+import redis
+
 from .locate import resolve_url
 from .pool import AsyncRedisPool, RedisPool
+from .reading import ReadingRedis
 from .unreached import Unreached
 
 __all__ = ["Connections", "Settings"]
 
 # A pool's size when its role does not ask for one.
 DEFAULT_SIZE = 10
+# The roles that read what others wrote, for people: the inspection API and the CLI
+# (``api``), the dashboard (``web``). Their reads take a key of the wrong type as absent
+# (``wurk.connections.reading``).
+READING_ROLES = frozenset({"api", "web"})
 
 
 class Settings(Protocol):
@@ -64,9 +72,10 @@ class Connections:
                 return existing
             settings = self._settings
             url = resolve_url(settings.redis_url, settings.home, start=settings.start_embedded)
-            made = self._pools[role] = RedisPool(url, size=size or DEFAULT_SIZE,
-                                                 name=f"wurk-{role}",
-                                                 socket_timeout=settings.socket_timeout)
+            made = self._pools[role] = RedisPool(
+                url, size=size or DEFAULT_SIZE, name=f"wurk-{role}",
+                socket_timeout=settings.socket_timeout,
+                client_class=ReadingRedis if role in READING_ROLES else redis.Redis)
             return made
 
     def routed(self, role: str, to: str, *, size: int) -> Connections:

@@ -56,21 +56,24 @@ class Sample:
 
 
 def take_sample(config: Config, at: float) -> dict[str, Any]:
-    """The cluster's numbers now, as stored (and sent to StatsD)."""
+    """The cluster's numbers now, as stored (and sent to StatsD); an unreadable number is
+    stored as null, read back as 0."""
     stats = Stats(config)
-    processed, failed = stats.processed(), stats.failed()
-    summaries = sorted(stats.queue_summaries(), key=lambda q: (-q.size, q.name))
+    summaries = sorted(stats.queue_summaries(), key=lambda q: (-_number(q.size), q.name))
     return {
-        "t": at,  # an unreadable counter is stored as null, read back as 0
-        "processed": None if isinstance(processed, Invalid) else processed,
-        "failed": None if isinstance(failed, Invalid) else failed,
-        "enqueued": stats.enqueued(), "scheduled": stats.scheduled_size(),
-        "retries": stats.retry_size(), "dead": stats.dead_size(), "busy": stats.busy(),
-        "processes": stats.processes_size(),
-        "queues": {q.name: q.size for q in summaries[:QUEUE_LIMIT]},
+        "t": at,
+        "processed": _valid(stats.processed()), "failed": _valid(stats.failed()),
+        "enqueued": stats.enqueued(), "scheduled": _valid(stats.scheduled_size()),
+        "retries": _valid(stats.retry_size()), "dead": _valid(stats.dead_size()),
+        "busy": stats.busy(), "processes": _valid(stats.processes_size()),
+        "queues": {q.name: _valid(q.size) for q in summaries[:QUEUE_LIMIT]},
         "latency": {q.name: round(q.latency, 3) for q in summaries
                     if q.name in LATENCY_QUEUES and not isinstance(q.latency, Invalid)},
     }
+
+
+def _valid(value: Any) -> Any:
+    return None if isinstance(value, Invalid) else value
 
 
 class HistorySampler:

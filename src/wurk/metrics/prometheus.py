@@ -72,7 +72,7 @@ class ClusterCollector:
                 ("wurk_dead", "Jobs in the dead set", stats.dead_size()),
                 ("wurk_busy", "Jobs running now", stats.busy()),
                 ("wurk_processes", "Worker processes alive", stats.processes_size())):
-            yield GaugeMetricFamily(name, help_text, value=value)
+            yield GaugeMetricFamily(name, help_text, value=_valid(value))
         yield from self._queues(stats)
         recovered, poisoned = self._reliability()
         yield CounterMetricFamily("wurk_reaper_recoveries", "Jobs the reapers returned from "
@@ -89,7 +89,8 @@ class ClusterCollector:
         paused = GaugeMetricFamily("wurk_queue_paused", "1 while the queue is paused",
                                    labels=["queue"])
         for queue in stats.queue_summaries():
-            size.add_metric([queue.name], queue.size)
+            if not isinstance(queue.size, Invalid):
+                size.add_metric([queue.name], queue.size)
             if not isinstance(queue.latency, Invalid):
                 latency.add_metric([queue.name], queue.latency)
             paused.add_metric([queue.name], 1 if queue.paused else 0)

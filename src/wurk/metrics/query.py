@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from .. import stored as values
@@ -38,6 +39,10 @@ _HISTOGRAM_READ = [part for index in range(BUCKETS) for part in ("GET", "u16", f
 
 Granularity = Literal["minutely", "ten_minutes"]
 
+# Fields of the period's metric keys read for one page at most, and jobs kept: a deployment
+# has hundreds of jobs; a page over a million fields must still answer in a second.
+FIELDS_READ = 100_000
+JOB_CAP = 1_000
 
 @dataclass(frozen=True)
 class Mark:
@@ -101,6 +106,7 @@ class Result:
     marks: list[Mark] = field(default_factory=list)
     invalid: list[Invalid] = field(default_factory=list)  # the first few unreadable values
     invalid_count: int = 0
+    capped: bool = False  # some stored fields (or jobs) were left unread: too many
 
     def count(self, value: Any) -> int:
         """A stored count, or 0 for one that cannot be read (which is kept and counted)."""
@@ -149,15 +155,17 @@ class Query:
         result = self._result(minutes, hours)
         keys = self._keys(result)
         needle = (class_filter or "").lower()
-        hashes = self._read(lambda pipe, key: pipe.hgetall(key), keys)
-        for index, found in enumerate(hashes):
-            for raw_field, raw_value in (found.items() if isinstance(found, dict) else ()):
+        for index, found in enumerate(self._hashes(keys, result)):
+            for raw_field, raw_value in found.items():
                 parsed = _field(raw_field)
                 if parsed is None or (needle and needle not in parsed[0].lower()):
                     continue
                 name, metric = parsed
                 job = result.jobs.get(name)
                 if job is None:
+                    if len(result.jobs) >= JOB_CAP:
+                        result.capped = True
+                        continue
                     job = result.jobs[name] = JobResult.empty(name, len(keys))
                 getattr(job, _METRICS[metric])[index] += result.count(raw_value)
         result.marks = self.marks(result.starts_at, result.ends_at, result)
@@ -186,8 +194,8 @@ class Query:
         days = [(start + dt.timedelta(days=n)).date()
                 for n in range((end.date() - start.date()).days + 1)]
         found: list[Mark] = []
-        for stored in self._read(lambda pipe, day: pipe.hgetall(keys.deploy_marks(day)), days):
-            for stamp, label in (stored.items() if isinstance(stored, dict) else ()):
+        for stored in self._hashes([keys.deploy_marks(day) for day in days], result):
+            for stamp, label in stored.items():
                 at = _stamp(stamp)
                 if isinstance(at, Invalid):
                     if result is not None:
@@ -224,6 +232,29 @@ class Query:
                 total = [t + result.count(v) for t, v in zip(total, row, strict=False)]
         return total
 
+    def _hashes(self, keys: list[str], result: Result | None) -> list[dict[Any, Any]]:
+        """Each hash, read whole when it is small and up to ``values.FIELD_CAP`` fields when it
+        is not, and ``FIELDS_READ`` fields in all: a minute key holding a million fields
+        (a bug, an attacker) costs a page about what ten thousand do. A hash of another type
+        reads as empty."""
+        sizes = self._read(lambda pipe, key: pipe.hlen(key), keys)
+        small = [key for key, size in zip(keys, sizes, strict=True)
+                 if isinstance(size, int) and 0 < size <= values.FIELD_CAP]
+        found = dict(zip(small, self._read(lambda pipe, key: pipe.hgetall(key), small),
+                         strict=True))
+        budget = FIELDS_READ - sum(size for key, size in zip(keys, sizes, strict=True)
+                                   if key in found)
+        pool = self.config.pool("api")
+        for key, size in zip(keys, sizes, strict=True):
+            if isinstance(size, int) and size > values.FIELD_CAP:
+                cap = max(0, min(values.FIELD_CAP, budget))
+                read = pool.run(partial(_capped, key, cap), idempotent=True)
+                found[key] = {} if isinstance(read, Invalid) else read.items
+                budget -= cap
+                if result is not None:
+                    result.capped = True
+        return [found.get(key) or {} for key in keys]
+
     def _read(self, command: Any, items: list[Any]) -> list[Any]:
         """One pipelined command per item; a failed one (a key of another type) is None."""
         def send(r: Any) -> list[Any]:
@@ -251,3 +282,7 @@ def _stamp(value: Any) -> dt.datetime | Invalid | None:
     if seconds is None or isinstance(seconds, Invalid):
         return seconds
     return dt.datetime.fromtimestamp(seconds, dt.timezone.utc)
+
+
+def _capped(key: str, cap: int, r: Any) -> values.Capped | Invalid:
+    return values.hash_fields(r, key, cap=cap)

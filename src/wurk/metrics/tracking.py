@@ -73,11 +73,19 @@ def bucket_of(ms: float) -> int:
     return bisect.bisect_right(BUCKET_BOUNDS, ms)
 
 
+# A job name as metrics keep it, at most this long: a payload's ``wrapped`` or ``class`` goes
+# into Redis keys and fields, Prometheus labels and StatsD tags, where a 1 MB name would
+# make every scrape megabytes and be kept for the life of the process.
+NAME_LIMIT = 200
+
+
 def job_name(payload: P.Payload) -> str:
-    """The name metrics are kept under: ``wrapped`` (ActiveJob's real class) or ``class``."""
+    """The name metrics are kept under: ``wrapped`` (ActiveJob's real class) or ``class``,
+    cut to ``NAME_LIMIT`` characters."""
     wrapped = payload.get(P.WRAPPED)
     name = wrapped if isinstance(wrapped, str) and wrapped else payload.get(P.CLASS)
-    return name if isinstance(name, str) else str(name)
+    text = name if isinstance(name, str) else str(name)
+    return text if len(text) <= NAME_LIMIT else text[:NAME_LIMIT - 1] + "…"
 
 
 @dataclass

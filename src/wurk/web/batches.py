@@ -2,8 +2,8 @@
 
 1. ``/batches``: live batches newest first (progress bar, counts, description, tags),
    paged, with a tag search; ``/batches/{bid}``: one batch — counts, callbacks, parent and
-   children, its failed jobs with their errors (linked to the retry set) and its dead jobs
-   (linked to the dead set), expiry; buttons to invalidate or delete it.
+   children, its first failed and dead jobs (each linked to a search of the retry or dead
+   set for its jid: no page scans those sets), expiry; buttons to invalidate or delete it.
 2. ``/batches/{bid}.json``: the status summary a front-end progress bar polls; JSON twins
    under ``/api/batches`` (the list, one batch, the dead ones, and the actions), listed in
    the API's documentation.
@@ -24,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from ..api.sets import DeadSet, RetrySet
 from ..batch import Batch, BatchSet, BatchStatus, DeadBatches, scan_tags
 from ..config import Config
 from .api import PAGE, Document, Endpoint
@@ -40,9 +39,9 @@ NAME = "batches"
 DEAD_NAME = "dead-batches"
 TEMPLATES = Path(__file__).parent / "templates" / NAME
 PER_PAGE = 25
-# Failed jobs looked up in the retry and dead sets for their errors, on a batch's page: past
-# this the page lists the rest by jid only (a batch can have thousands).
-ERRORS_SHOWN = 50
+# Failed and dead jobs listed by jid on a batch's page (a batch can have thousands; the
+# counts say how many there are).
+JIDS_SHOWN = 50
 ACTIONS = ("invalidate", "delete")
 NOTICES = {"invalidate": "Batch invalidated: its jobs' valid_within_batch() is now false.",
            "delete": "Batch deleted.", "retry": "Its dead jobs were sent back to their queues.",
@@ -53,15 +52,22 @@ NOTICES = {"invalidate": "Batch invalidated: its jobs' valid_within_batch() is n
 def listing(config: Config, page: int, tag: str) -> dict[str, Any]:
     if tag:
         bids = scan_tags(tag, config=config)
+        size = len(bids)
+        page = _within(page, size)
         chosen = bids[(page - 1) * PER_PAGE: page * PER_PAGE]
         statuses = [BatchStatus(bid, config=config) for bid in chosen]
-        size = len(bids)
     else:
         batches = BatchSet(config=config)
         size = len(batches)
+        page = _within(page, size)
         statuses = batches.page((page - 1) * PER_PAGE, PER_PAGE)
     return {"batches": [summary(s) for s in statuses], "size": size, "page": page,
             "pages": max(1, math.ceil(size / PER_PAGE)), "tag": tag}
+
+
+def _within(page: int, size: int) -> int:
+    """``page`` clamped to the pages there are (``?page=10000000000000000000`` is the last)."""
+    return min(max(page, 1), max(1, math.ceil(size / PER_PAGE)))
 
 
 def summary(status: BatchStatus) -> dict[str, Any]:
@@ -79,27 +85,15 @@ def detail(config: Config, bid: str) -> dict[str, Any] | None:
     if not status.exists:
         return None
     found = summary(status)
-    failed, dead = status.failed_jids, status.dead_jids
-    found.update(callbacks=status.callbacks, children=status.child_bids, dead_jids=dead,
-                 failed=errors(config, [jid for jid in failed if jid not in dead], RetrySet),
-                 dead_jobs=errors(config, dead, DeadSet))
+    dead = status.dead_jids
+    dead_set = set(dead)
+    failed = [jid for jid in status.failed_jids if jid not in dead_set]
+    found.update(callbacks=[(event, target, options) for event, target, options
+                            in status.callbacks[:JIDS_SHOWN]],
+                 children=status.child_bids[:JIDS_SHOWN], child_count=status.child_count,
+                 failed=failed[:JIDS_SHOWN], dead_jobs=dead[:JIDS_SHOWN],
+                 failed_count=status.size_of("failed"), dead_count=status.size_of("died"))
     return found
-
-
-def errors(config: Config, jids: list[str], kind: type[RetrySet] | type[DeadSet]
-           ) -> list[dict[str, Any]]:
-    """Each jid with the error its entry in the retry (or dead) set records, if found."""
-    wanted = set(jids[:ERRORS_SHOWN])
-    found: dict[str, dict[str, Any]] = {}
-    if wanted:
-        for entry in kind(config):
-            if entry.jid in wanted:
-                found[entry.jid] = {"jid": entry.jid, "key": entry.entry_id,
-                                    "error_class": entry.item.get("error_class"),
-                                    "error_message": entry.item.get("error_message")}
-                if len(found) == len(wanted):
-                    break
-    return [found.get(jid, {"jid": jid, "key": None}) for jid in jids]
 
 
 def act(config: Config, bid: str, action: str) -> str:
@@ -116,9 +110,11 @@ def act(config: Config, bid: str, action: str) -> str:
     return action
 
 
-def dead_listing(config: Config) -> list[dict[str, Any]]:
-    return [summary(status) | {"dead_count": len(status.dead_jids)}
-            for status in DeadBatches(config=config)]
+def dead_listing(config: Config, page: int) -> dict[str, Any]:
+    statuses, size = DeadBatches(config=config).page((page - 1) * PER_PAGE, PER_PAGE)
+    return {"batches": [summary(status) | {"dead_count": status.size_of("died")}
+                        for status in statuses],
+            "size": size, "page": page, "pages": max(1, math.ceil(size / PER_PAGE))}
 
 
 def retry_dead(config: Config, bid: str) -> str:
@@ -127,10 +123,10 @@ def retry_dead(config: Config, bid: str) -> str:
 
 # -- pages ------------------------------------------------------------------------------------
 def page_number(request: Request) -> int:
-    try:
-        return max(1, int(request.query_params.get("page", "1")))
-    except ValueError:
-        return 1
+    text = request.query_params.get("page", "1")
+    if not text.isdigit() or len(text) > 18:  # a number Redis could take as an offset
+        return 1 if not text.isdigit() else 10**18
+    return max(1, int(text))
 
 
 def page_notice(request: Request) -> str | None:
@@ -169,9 +165,8 @@ async def batch_action(request: Request) -> Response:
 
 async def dead_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(dead_listing, dash.config)
-    return render(request, f"{DEAD_NAME}/dead.html", {"batches": found,
-                                                     "notice": page_notice(request)})
+    found = await dash.run(dead_listing, dash.config, page_number(request))
+    return render(request, f"{DEAD_NAME}/dead.html", {**found, "notice": page_notice(request)})
 
 
 async def dead_action(request: Request) -> Response:
@@ -208,14 +203,15 @@ async def api_action(request: Request) -> Response:
 
 async def api_dead(request: Request) -> Response:
     dash = dashboard(request)
-    return Document({"batches": await dash.run(dead_listing, dash.config)})
+    return Document(await dash.run(dead_listing, dash.config, page_number(request)))
 
 
 API = (
     Endpoint("GET", "/", api_batches, "Live batches, newest first, with their progress",
              query=(PAGE, ("tag", "string", "only batches with a tag containing this")),
              tag=NAME),
-    Endpoint("GET", "/dead", api_dead, "Batches with a job in the dead set", tag=NAME),
+    Endpoint("GET", "/dead", api_dead, "Batches with a job in the dead set", query=(PAGE,),
+             tag=NAME),
     Endpoint("GET", "/{bid}", api_batch,
              "One batch: counts, callbacks, children, failed and dead jobs", tag=NAME),
     Endpoint("POST", "/{bid}", api_action,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
@@ -58,12 +59,26 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
     loader = jinja2.ChoiceLoader([jinja2.PackageLoader("wurk.web", "templates"),
                                   jinja2.PrefixLoader(prefixed)])
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
-                             trim_blocks=True, lstrip_blocks=True)
+                             trim_blocks=True, lstrip_blocks=True, finalize=bounded)
     env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
                        milliseconds=milliseconds, pretty_json=pretty_json,
                        short_json=short_json, segment=segment)
     env.tests["invalid"] = lambda value: isinstance(value, Invalid)
     return Jinja2Templates(env=env)
+
+
+# Any text a page shows is cut past this: a 10 MB job name, tag or loop option costs a page
+# a few kilobytes each time it appears, not megabytes.
+DISPLAY_LIMIT = 2_000
+
+
+def bounded(value: Any) -> Any:
+    """Every ``{{ ... }}`` of every page passes here (Jinja's ``finalize``): text over
+    ``DISPLAY_LIMIT`` characters is cut, saying how long it was. Markup a template built
+    itself is left whole."""
+    if isinstance(value, str) and not isinstance(value, Markup) and len(value) > DISPLAY_LIMIT:
+        return f"{value[:DISPLAY_LIMIT]}… ({len(value):,} characters)"
+    return value
 
 
 def render(request: Request, template: str, context: Mapping[str, Any] | None = None, *,
