@@ -54,7 +54,7 @@ class ThreadWatch:
 def test_a_thousand_async_jobs_run_at_once_on_few_threads(
     config: wurk.Config, r: redis.Redis, start_worker: StartWorker
 ) -> None:
-    """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 1 s, on at most
+    """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 2 s, on at most
     thread concurrency + 10 threads all told — the processors, the main thread, the
     heartbeat, the one thread of the periodic duties, the event loop and the ACK thread. The
     best of five tries counts: on a machine whose cores other work takes, one try can be
@@ -75,16 +75,18 @@ def test_a_thousand_async_jobs_run_at_once_on_few_threads(
         pushed = jobs.async_wait.perform_bulk([[key, 0.05] for _ in range(1000)])
         deadline = started + 60
         while r.llen(key) < 1000 and time.monotonic() < deadline:
-            time.sleep(0.005)  # a fine poll: the whole run is under a second
+            time.sleep(0.005)  # a fine poll: the whole run takes well under a second
         tries.append(time.monotonic() - started)
         assert set(r.lrange(key, 0, -1)) == {j for j in pushed if j}
-        if tries[-1] <= sequential / 50:
+        if tries[-1] <= sequential / 25:
             break
     most = watch.stop()
     print(f"\n1,000 async jobs of 50 ms at async concurrency 200: "
           f"{', '.join(f'{t:.2f}' for t in tries)} s (sequential {sequential:.0f} s, best "
           f"{sequential / min(tries):.0f}x); most threads {most} (-c {threads}, {idle} idle)")
-    assert min(tries) <= sequential / 50
+    # 0.4 s on an idle machine; 2 s (25 times faster than one after the other) leaves room
+    # for a machine whose cores other work takes.
+    assert min(tries) <= sequential / 25
     assert most <= threads + 10
 
 
