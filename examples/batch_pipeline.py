@@ -51,6 +51,9 @@ def start(run: str, pages: int) -> None:
 class Pipeline(wurk.Job, name="Pipeline"):
     """The callbacks that join the steps."""
 
+    # A stored "Pipeline#<method>" target may name only these (and on_* methods).
+    batch_callbacks = ("fetched",)
+
     def fetched(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
         """Step 1 succeeded: reopen the overall batch and add step 2 to it."""
         with wurk.Batch(status.parent_bid).jobs():

@@ -301,9 +301,12 @@ class Config:
     history_interval: float = 30.0
     retain_history: float = float(DAY)
     health_port: int | None = None  # GET / answers 200 while beating and fetching, else 503
-    health_host: str = "0.0.0.0"  # a kubelet probes the pod's address, not loopback
+    # Where the health and metrics listeners bind: loopback unless told otherwise (a pod's
+    # probes and scrapers need "0.0.0.0": --health-host / --metrics-host). Either refuses a
+    # Host that is a name other than a loopback or web_allowed_hosts one; an IP passes.
+    health_host: str = "127.0.0.1"
     metrics_port: int | None = None  # a Prometheus endpoint on the worker (wurk[prometheus])
-    metrics_host: str = "0.0.0.0"
+    metrics_host: str = "127.0.0.1"
     statsd: str | None = None  # "host:port" of a StatsD / DogStatsD agent (wurk[statsd])
     statsd_prefix: str = "wurk"  # "sidekiq" keeps dashboards built for Sidekiq Pro working
     statsd_tags: list[str] = field(default_factory=list)  # added to every metric, "env:prod"

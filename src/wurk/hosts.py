@@ -7,10 +7,14 @@
 2. ``check_host_pattern``: one pattern checked, with the fix in the message (the
    configuration's validation uses it, so it needs nothing of the ``web`` extra).
 3. ``local_location``: a redirect naming the request's own host, made relative.
+4. ``HostNames.allows_probe``: the rule of the worker's health and metrics listeners, which
+   a kubelet or a Prometheus server reaches by the pod's IP address: an IP literal is
+   allowed too (a rebinding page can only send a name), any other name only when allowed.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit
@@ -55,6 +59,17 @@ class HostNames:
         self.any = ANY_HOST in patterns
         self.exact = frozenset(p for p in patterns if not p.startswith("."))
         self.suffixes = tuple(p for p in patterns if p.startswith("."))
+
+    def allows_probe(self, header: str | None) -> bool:
+        """``allows``, and any IP address besides: probes and scrapers address a pod by IP."""
+        if header is None or self.allows(header):
+            return True
+        name = host_name(header).strip("[]")
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
 
     def allows(self, header: str | None) -> bool:
         """Whether a request with this ``Host`` may go on. No header at all is no browser's

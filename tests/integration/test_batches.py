@@ -34,6 +34,8 @@ def note(event: str, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
 
 
 class Notes(wurk.Job, name="BatchTest::Notes"):
+    batch_callbacks = ("custom",)  # a callback method not named on_<event>
+
     def on_complete(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
         note("complete", status, options)
 

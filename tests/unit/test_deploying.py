@@ -156,6 +156,8 @@ def test_the_kubernetes_probes_ask_the_workers_health_port() -> None:
     options = worker_options(args)
     assert options["modules"] == ("myapp.jobs",) and options["log_format"] == "json"
     health_port = int(args[args.index("--health-port") + 1])
+    # a kubelet probes the pod's address: the listener binds every address, not loopback
+    assert args[args.index("--health-host") + 1] == "0.0.0.0"
     ports = {port["name"]: port["containerPort"] for port in container["ports"]}
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         check = container[probe]["httpGet"]

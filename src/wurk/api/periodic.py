@@ -27,7 +27,7 @@ from .. import scripts
 from .. import stored as values
 from ..client.core import Client
 from ..config import Config, default_config
-from ..errors import InspectionError
+from ..errors import ConfigError, InspectionError, InvalidArguments, InvalidPayload
 from ..job import registry
 from ..periodic.cron import Schedule
 from ..periodic.loops import HISTORY_LIMIT, epoch_field
@@ -209,7 +209,10 @@ class PeriodicSet:
                 P.CLASS: record.klass, P.ARGS: record.args}
         for reserved in (P.JID, P.AT):
             item.pop(reserved, None)
-        jid = Client(self.config, pool=self.pool).push(item)
+        try:
+            jid = Client(self.config, pool=self.pool).push(item)
+        except (InvalidPayload, InvalidArguments, ConfigError) as exc:  # stored, so untrusted
+            raise InspectionError(f"periodic loop {lid!r} cannot be pushed: {exc}") from None
         if jid is not None:
             self._remember(lid, jid)
         return jid

@@ -3,8 +3,11 @@
 1. ``Callback`` (``wurk.batch.Callback``; Ruby wurk's ``Wurk::Batch::CallbackJob`` is the
    same job) runs one registered callback with ``(status, options)``: a job class's
    ``on_<event>`` method, a ``"Name#method"`` method, or an ``@wurk.job`` function. The target
-   is looked up in the job registry, never imported: whoever writes to Redis cannot make a
-   worker call arbitrary code. It retries like any job, so a callback must be idempotent.
+   is looked up in the job registry, never imported, and a method must be a callback: its
+   name starts with ``on_``, or the class lists it in ``batch_callbacks``. Whoever writes
+   to Redis cannot make a worker call arbitrary code, nor any other method of a job class
+   (``"MyJob#delete_everything"`` is refused). It retries like any job, so a callback must
+   be idempotent.
 2. Once it returned, its completion is recorded (``accounting.callback_done``): a parent
    batch's success waits until its children's success callbacks have all run.
 3. ``Empty`` (``Sidekiq::Batch::Empty``) does nothing; counting it fires the callbacks of a
@@ -43,8 +46,15 @@ def resolve(target: str, event: str) -> Any:
             raise BatchError(f"batch callback {target!r}: {name} is a function job, which "
                              "has no methods; name it without '#'")
         return definition.target
+    chosen = method or f"on_{event}"
+    declared = getattr(definition.target, "batch_callbacks", ())
+    if not chosen.startswith("on_") and chosen not in (declared if isinstance(
+            declared, (tuple, list, set, frozenset)) else ()):
+        raise BatchError(f"batch callback {target!r}: {chosen} is not a callback of {name} "
+                         "(name it on_<something>, or list it in the class's "
+                         "batch_callbacks)")
     instance = definition.target()
-    found = getattr(instance, method or f"on_{event}", None)
+    found = getattr(instance, chosen, None)
     if not callable(found):
         raise BatchError(f"batch callback {target!r}: {name} has no method "
                          f"{method or f'on_{event}'}(status, options)")

@@ -117,7 +117,8 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
                           ("async_concurrency", "async_concurrency"),
                           ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format"),
                           ("cpu_affinity", "cpu_affinity"), ("health_port", "health_port"),
-                          ("metrics_port", "metrics_port")):
+                          ("metrics_port", "metrics_port"), ("health_host", "health_host"),
+                          ("metrics_host", "metrics_host")):
         if options.get(flag) is not None:
             settings[setting] = options[flag]
     if options.get("queues"):
@@ -237,8 +238,14 @@ def mention_unseen_queues(config: Config) -> None:
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Answer GET / with 200 while beating and fetching, 503 otherwise "
                    "(a Kubernetes probe), e.g. 7434.")
+@click.option("--health-host", default=None, metavar="ADDRESS",
+              help="Address the health check binds (default 127.0.0.1; 0.0.0.0 for a "
+                   "Kubernetes probe of the pod's address).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve this process's Prometheus metrics (needs wurk[prometheus]).")
+@click.option("--metrics-host", default=None, metavar="ADDRESS",
+              help="Address the metrics endpoint binds (default 127.0.0.1; 0.0.0.0 for a "
+                   "scraper outside the pod).")
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
     run_worker(prepare(options))

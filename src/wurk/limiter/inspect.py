@@ -54,11 +54,19 @@ def _options(raw: Any) -> tuple[dict[str, Any], str | None]:
     return {}, "options are not a JSON object"
 
 
-def _positive(options: Mapping[str, Any], name: str) -> float | None:
+# A stored interval outside this range is no limiter's (one of 1e-300 s would make a
+# bucket's start time infinite): the row shows a problem instead.
+INTERVAL_RANGE = (1e-3, 1e12)
+
+
+def _positive(options: Mapping[str, Any], name: str, *,
+              within: tuple[float, float] = (0.0, math.inf)) -> float | None:
     value = options.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value) if math.isfinite(value) and value > 0 else None
+    low, high = within
+    return float(value) if math.isfinite(value) and value > 0 and low <= value <= high \
+        else None
 
 
 def _sscan(key: str, cursor: int, r: Any) -> tuple[int, list[Any]]:
@@ -133,7 +141,7 @@ def _row(name: str, meta: Any, stats: Any) -> dict[str, Any]:
     if problem is None and size is None:
         problem = "options lack a valid size"
     interval = _positive(options, {"leaky": "drain_period", "points": "refill_per_second"}
-                         .get(kind, "interval"))
+                         .get(kind, "interval"), within=INTERVAL_RANGE)
     if problem is None and kind in ("bucket", "window", "leaky", "points") and interval is None:
         problem = "options lack a valid interval"
     lock_timeout = _positive(options, "lock_timeout")

@@ -1,8 +1,10 @@
 """The health check: a tiny HTTP listener for Kubernetes liveness and readiness probes.
 
 1. ``HealthServer`` answers every ``GET`` (and ``HEAD``) with 200 and a small JSON while the
-   probe says healthy, 503 with the reason otherwise. Its thread is owned by whoever starts
-   it; ``stop`` shuts the listener and joins the thread.
+   probe says healthy, 503 with the reason otherwise; it binds 127.0.0.1 unless told
+   another address (``health_host``, ``--health-host``), and refuses a ``Host`` that is a
+   name other than a loopback or allowed one (``HostNames.allows_probe``). Its thread is
+   owned by whoever starts it; ``stop`` shuts the listener and joins the thread.
 2. ``WorkerHealth`` is the worker's probe: healthy while the heartbeat lands (the last one
    within ``STALE_BEATS`` intervals, no outage) and every capsule fetches (no fetch outage);
    503 once the process is quiet or stopping, or cut off from Redis.
@@ -18,6 +20,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from ..hosts import HostNames
 from ..runtime.outage import Outage
 
 __all__ = ["STALE_BEATS", "HealthServer", "Probe", "WorkerHealth"]
@@ -63,10 +66,13 @@ class WorkerHealth:
 
 
 class HealthServer:
-    """``GET /`` → 200 or 503 with the probe's JSON, on its own thread."""
+    """``GET /`` → 200 or 503 with the probe's JSON, on its own thread. A request whose
+    ``Host`` is a name other than a loopback or allowed one is refused (403): DNS
+    rebinding cannot read it from a browser; a probe by IP address always gets through."""
 
-    def __init__(self, host: str, port: int, probe: Probe) -> None:
-        handler = _handler(probe)
+    def __init__(self, host: str, port: int, probe: Probe,
+                 hosts: HostNames | None = None) -> None:
+        handler = _handler(probe, hosts if hosts is not None else HostNames())
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -90,7 +96,7 @@ class HealthServer:
         self._server.server_close()
 
 
-def _handler(probe: Probe) -> type[BaseHTTPRequestHandler]:
+def _handler(probe: Probe, hosts: HostNames) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         timeout = CLIENT_TIMEOUT
 
@@ -101,6 +107,9 @@ def _handler(probe: Probe) -> type[BaseHTTPRequestHandler]:
             self._answer(body=False)
 
         def _answer(self, *, body: bool) -> None:
+            if not hosts.allows_probe(self.headers.get("Host")):
+                self.send_error(403, "Host not allowed (wurk web_allowed_hosts)")
+                return
             try:
                 healthy, report = probe()
             except Exception as exc:  # a probe that cannot tell is not healthy

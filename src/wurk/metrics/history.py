@@ -31,6 +31,7 @@ from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 from ..scripts import Script
 from ..stored import Invalid
+from ..stored import epoch as stored_epoch
 
 __all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
 
@@ -159,8 +160,8 @@ def _sample(member: Any, score: Any) -> Sample | None:
         stored = P.loads(member)
     except UnparseablePayload:
         return None
-    at = _number(score)
-    if not at:
+    at = stored_epoch(score)
+    if not isinstance(at, float) or not at:  # no time a person can be shown: skipped
         return None
     return Sample(at, {name: _number(stored.get(name)) for name in GAUGES},
                   _numbers(stored.get("queues")), _numbers(stored.get("latency")))

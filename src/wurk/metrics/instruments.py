@@ -24,6 +24,7 @@ from ..errors import ConfigError
 from ..expiry import on_expired
 from ..fetch.poison import Registration, on_poison
 from ..heartbeat import Heartbeat
+from ..hosts import HostNames
 from ..manager import Manager
 from ..runtime.busy import Busy
 from ..runtime.outage import Outage
@@ -119,7 +120,8 @@ class Instruments:
 
             self.health = _listen("health_port", cfg.health_host, cfg.health_port,
                                   lambda: HealthServer(cfg.health_host, cfg.health_port or 0,
-                                                       self.probe()))
+                                                       self.probe(),
+                                                       HostNames(cfg.web_allowed_hosts)))
             self.health.start()
         if cfg.retain_history > 0:
             self._start_history()
@@ -140,7 +142,8 @@ class Instruments:
         launcher = self.launcher
         exporter = WorkerExporter(outages=self.outages, busy=lambda: len(launcher.busy),
                                   concurrency=launcher.concurrency)
-        bound = _listen("metrics_port", host, port, lambda: exporter.start(host, port))
+        hosts = HostNames(self.config.web_allowed_hosts)
+        bound = _listen("metrics_port", host, port, lambda: exporter.start(host, port, hosts))
         log.info("Prometheus metrics on port %d", bound)
         self.exporter = exporter
         self._observe(exporter.observe)

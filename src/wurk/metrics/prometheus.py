@@ -21,14 +21,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from ..api import Stats
 from ..config import Config
 from ..errors import ConfigError
+from ..hosts import HostNames
 from ..runtime.outage import Outage
 from ..stored import Invalid, count
-from .tracking import BUCKET_BOUNDS
+from .tracking import BUCKET_BOUNDS, NAME_LIMIT
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
@@ -185,7 +188,9 @@ class WorkerExporter:
 
     def observe(self, name: str, queue: str, payload: Mapping[str, Any], ms: float | None,
                 error: BaseException | None) -> None:
-        labels = (self._label(name), queue)
+        # ``name`` is cut at its source (``tracking.job_name``); a queue a Ruby process
+        # named is cut here, so no label holds a megabyte.
+        labels = (self._label(name), queue[:NAME_LIMIT])
         self.executed.labels(*labels).inc()
         if error is not None:
             self.failed.labels(*labels).inc()
@@ -199,11 +204,17 @@ class WorkerExporter:
         self.poisoned_jobs.labels(str(pill.get("queue"))).inc()
 
     # -- the endpoint -----------------------------------------------------------------------
-    def start(self, host: str, port: int) -> int:
-        """Serve on ``host:port`` (0 picks a free port); returns the port."""
+    def start(self, host: str, port: int, hosts: HostNames | None = None) -> int:
+        """Serve on ``host:port`` (0 picks a free port); returns the port. A scrape whose
+        ``Host`` is a name other than a loopback or allowed one is refused (403); one by
+        IP address is served (``HostNames.allows_probe``)."""
         client = require_client()
-        self._server, self._thread = client.start_http_server(port, addr=host,
-                                                              registry=self.registry)
+        app = _guarded(client.make_wsgi_app(self.registry),
+                       hosts if hosts is not None else HostNames())
+        self._server = make_server(host, port, app, _ThreadingServer, handler_class=_Quiet)
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="wurk-metrics", daemon=True)
+        self._thread.start()
         return int(self._server.server_address[1])
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -213,3 +224,22 @@ class WorkerExporter:
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+class _ThreadingServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes come every few seconds: not one log line each."""
+
+
+def _guarded(app: Any, hosts: HostNames) -> Any:
+    def serve(environ: dict[str, Any], start_response: Any) -> Any:
+        if not hosts.allows_probe(environ.get("HTTP_HOST")):
+            start_response("403 Forbidden", [("Content-Type", "text/plain")])
+            return [b"Host not allowed (wurk web_allowed_hosts)\n"]
+        return app(environ, start_response)
+
+    return serve
