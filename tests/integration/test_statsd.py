@@ -92,3 +92,23 @@ def test_history_gauges_and_reliability_counts(redis_server: Server,
 def test_a_bad_address_is_named() -> None:
     with pytest.raises(ConfigError, match="statsd must be HOST:PORT"):
         wurk.Config(statsd="localhost")
+
+
+def test_an_envelope_no_key_opens_is_counted_as_an_encryption_error(
+        redis_server: Server, listener: socket.socket) -> None:
+    port = listener.getsockname()[1]
+    config = wurk.configure(redis_url=redis_server.url, statsd=f"127.0.0.1:{port}",
+                            heartbeat_interval=0.2, fetch_timeout=0.2, timeout=1,
+                            concurrency=1, retain_history=0)
+    wurk.crypto.enable(active_version=1, key_for={1: b"k" * 32}.get, config=config)
+    wurk.job(name="Stats::Secret", encrypt=True)(lambda order, card: None)
+    try:
+        wurk.push({"class": "Stats::Secret", "args": [1, {"card": "x"}], "encrypt": True})
+        wurk.crypto.enable(active_version=2, key_for={2: b"j" * 32}.get, config=config)
+        with wurk.InProcessWorker(config):
+            lines = received(listener, "wurk.jobs.encryption_error")
+    finally:
+        wurk.registry.unregister("Stats::Secret")
+    assert "wurk.jobs.encryption_error:1|c|#worker:Stats::Secret,queue:default" in lines
+    assert any(line.startswith("wurk.jobs.failure:1|c|") and "DecryptionError" in line
+               for line in lines)

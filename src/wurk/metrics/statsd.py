@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import payload as P
 from ..config import Config, statsd_address
-from ..errors import ConfigError
+from ..errors import ConfigError, DecryptionError
 from .tracking import job_name
 
 __all__ = ["StatsdSink", "sink_for"]
@@ -83,6 +83,8 @@ class StatsdSink:
         if error is not None:
             failure = [*tags, f"error_type:{P.error_class_name(error)}"]
             client.increment("jobs.failure", tags=failure, sample_rate=rate)
+            if isinstance(error, DecryptionError):  # an envelope no key opens (wurk.crypto)
+                client.increment("jobs.encryption_error", tags=tags)
             return
         client.increment("jobs.success", tags=tags, sample_rate=rate)
         if ms is not None:
