@@ -177,6 +177,14 @@ class Dashboard(TestCase):
         # The live stream is off under a WSGI host: 204 tells the browser not to reconnect.
         self.assertEqual(self.client.get("/wurk/stats/stream").status_code, 204)
 
+    def test_the_dashboard_answers_the_hosts_django_allows(self) -> None:
+        self.client.force_login(User.objects.create_user("eve", password="pw", is_staff=True))
+        with self.settings(ALLOWED_HOSTS=["jobs.example.com"]):
+            page = self.client.get("/wurk/queues", HTTP_HOST="jobs.example.com")
+            self.assertEqual(page.status_code, 200)  # a public name, no wurk setting needed
+            self.assertEqual(self.client.get("/wurk/queues", HTTP_HOST="evil.example").status_code,
+                             400)  # Django's own ALLOWED_HOSTS refusal
+
     def test_a_non_staff_user_is_refused(self) -> None:
         self.client.force_login(User.objects.create_user("bob", password="pw"))
         self.assertEqual(self.client.get("/wurk/").status_code, 403)

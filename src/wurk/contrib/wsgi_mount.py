@@ -58,9 +58,13 @@ def environ_for(meta: Mapping[str, Any], *, script_name: str, path_info: str, bo
 class WsgiDashboard:
     """The dashboard for ``config`` as a WSGI callable, built on first use."""
 
-    def __init__(self, config: Config | None = None, *, live: bool = False) -> None:
+    def __init__(self, config: Config | None = None, *, live: bool = False,
+                 hosts_checked: bool = False) -> None:
         self._config = config
         self.live = live
+        # The framework validated the Host already (Django's ALLOWED_HOSTS): the dashboard
+        # answers to whatever host it let through, instead of loopback names only.
+        self._hosts_checked = hosts_checked
         self._app: Any = None
         self._lock = threading.Lock()
 
@@ -75,7 +79,9 @@ class WsgiDashboard:
                 from ..web import create_app
 
                 config = self._config if self._config is not None else default_config()
-                self._app = ASGIMiddleware(create_app(config))  # type: ignore[arg-type]
+                allowed = ["*"] if self._hosts_checked else []
+                self._app = ASGIMiddleware(create_app(  # type: ignore[arg-type]
+                    config, allowed_hosts=allowed))
             return self._app
 
     def respond(self, environ: dict[str, Any]) -> tuple[int, Headers, Iterable[bytes]]:

@@ -10,6 +10,8 @@
    was routed at; the answer comes back streamed, cookies included.
 3. Django's CSRF check is skipped for it: the dashboard checks its own token and the
    request's origin on every POST.
+4. The ``Host`` is Django's to check (``ALLOWED_HOSTS``, through ``request.get_host()``):
+   the dashboard answers to every host Django answers to, with no setting of its own.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ def staff_only(request: HttpRequest) -> bool:
 
 def dashboard_view(authorize: Authorize = staff_only, *, live: bool = False
                    ) -> Callable[..., HttpResponseBase]:
-    dashboard = WsgiDashboard(live=live)
+    dashboard = WsgiDashboard(live=live, hosts_checked=True)
 
     @csrf_exempt
     def view(request: HttpRequest, subpath: str = "") -> HttpResponseBase:
+        request.get_host()  # Django's ALLOWED_HOSTS check (DisallowedHost: Django's 400)
         refusal = _refusal(request, authorize)
         if refusal is not None:
             return refusal
