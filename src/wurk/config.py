@@ -49,8 +49,8 @@ DAY = 24 * 60 * 60
 # Settings with no rule of their own above: their type is checked so that a bad value in a
 # file is an error naming it at load time, not a crash in a thread later.
 _TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity",
-                  "health_host", "metrics_host", "statsd", "statsd_prefix")
-_OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd")
+                  "health_host", "metrics_host", "statsd", "statsd_prefix", "reliable_push_dir")
+_OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd", "reliable_push_dir")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
                   "periodic_seconds_field", "metrics", "metrics_compat_v7",
                   "statsd_datadog_extensions")
@@ -59,7 +59,7 @@ _PORT_SETTINGS = ("health_port", "metrics_port")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
                    "log_slow_jobs_after", "leader_renew_interval", "leader_check_interval",
-                   "periodic_poll_interval")
+                   "periodic_poll_interval", "outbox_poll_interval", "outbox_claim_timeout")
 
 
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
@@ -196,10 +196,28 @@ class Config:
     timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
     # -- client -----------------------------------------------------------------------------
     # "transactional": a push inside a database transaction waits for its commit and is
-    # dropped on rollback (``wurk.client.transactional``); ``transaction`` is the adapter that
-    # knows the transaction (SQLAlchemy's, or Django's, which its app sets).
-    client: Literal["default", "transactional"] = "default"
+    # dropped on rollback (``wurk.client.transactional``); "outbox": it is written into the
+    # database's outbox table in that transaction and relayed to Redis after the commit
+    # (``wurk.client.outbox``). ``transaction`` is the adapter that knows the transaction
+    # (SQLAlchemy's, or Django's, which its app sets).
+    client: Literal["default", "transactional", "outbox"] = "default"
     transaction: Any = None
+    # The outbox relay (``wurk.client.outbox``): rows moved to Redis per round trip; the
+    # worker's poll (a commit in this process wakes its relay at once); how long a claimed
+    # row is held where the database cannot lock rows (SQLite) before another relay may
+    # take it.
+    outbox_batch_size: int = 100
+    outbox_poll_interval: float = 1.0
+    outbox_claim_timeout: float = 60.0
+    # Reliable push (``wurk.client.reliable``): "off" raises RedisUnavailable when a push
+    # cannot reach Redis; "memory" keeps the push in this process until Redis answers (lost
+    # if the process ends first, as Sidekiq Pro's); "disk" keeps it in a file fsync'd before
+    # the push returns, which a successor sends. At most ``reliable_push_size`` jobs wait; a
+    # push that finds the buffer full raises. ``reliable_push_dir``: the disk buffer's
+    # directory (default: ``push-buffer`` in the embedded server's home, ``.wurk``).
+    reliable_push: Literal["off", "memory", "disk"] = "off"
+    reliable_push_size: int = 1000
+    reliable_push_dir: str | None = None
     bulk_batch_size: int = 1000
     # ZADD is dearer than LPUSH, so scheduled bulk pushes go in smaller slices (Sidekiq 8.1.2).
     scheduled_bulk_batch_size: int = 100
@@ -411,7 +429,8 @@ class Config:
             )
         for name in ("concurrency", "async_concurrency", "max_retries", "dead_max_jobs",
                      "bulk_batch_size", "scheduled_bulk_batch_size", "heartbeat_ttl",
-                     "prefetch", "limiter_reschedule"):
+                     "prefetch", "limiter_reschedule", "outbox_batch_size",
+                     "reliable_push_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (
                 0 if name in ("max_retries", "limiter_reschedule") else 1
@@ -425,7 +444,8 @@ class Config:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
         self._check_choice("fetch", ("reliable", "basic"))
-        self._check_choice("client", ("default", "transactional"))
+        self._check_choice("client", ("default", "transactional", "outbox"))
+        self._check_choice("reliable_push", ("off", "memory", "disk"))
         self._validate_transaction()
         self._check_choice("scheduler", ("atomic", "client"))
         self._check_choice("private_list_layout", ("wurk", "pro"))
@@ -468,11 +488,21 @@ class Config:
             raise ConfigError(f"transaction={adapter!r} has no after_commit(callback) method; "
                               "give wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session) or "
                               "an object of your own with one")
-        if self.client == "transactional" and adapter is None:
+        if self.client in ("transactional", "outbox") and adapter is None:
             raise ConfigError(
-                "client='transactional' needs to know your transactions: add "
-                "transaction=wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session), or with "
-                "Django put 'wurk.contrib.django' in INSTALLED_APPS (it sets this itself)")
+                f"client={self.client!r} needs to know your transactions: add "
+                "transaction=wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session"
+                + (", outbox=outbox_table(metadata))" if self.client == "outbox" else ")")
+                + ", or with Django put 'wurk.contrib.django' in INSTALLED_APPS (it sets "
+                "this itself)")
+        if self.client == "outbox" and not (
+                callable(getattr(adapter, "write_outbox", None))
+                and callable(getattr(adapter, "outbox_store", None))):
+            raise ConfigError(
+                f"client='outbox' needs an adapter with an outbox table: {adapter!r} has no "
+                "write_outbox/outbox_store; give "
+                "wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session, outbox=outbox_table("
+                "metadata)), or use Django's app (its model is the outbox)")
 
     def _validate_web(self) -> None:
         if (self.web_username is None) != (self.web_password is None):
