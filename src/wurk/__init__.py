@@ -8,9 +8,9 @@ The public surface is this package's ``__all__`` and these modules' (each pinned
 ``wurk.context``, ``wurk.contrib.django``, ``wurk.crypto``, ``wurk.contrib.django.settings``,
 ``wurk.contrib.django.tasks``, ``wurk.contrib.django.urls``, ``wurk.contrib.fastapi``,
 ``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
-``wurk.expiry``, ``wurk.inprocess``, ``wurk.limiter``, ``wurk.metrics``, ``wurk.middleware``,
-``wurk.otel``, ``wurk.scheduled``, ``wurk.swarm``, ``wurk.testing``, ``wurk.unique``,
-``wurk.web``. Every other module is internal: its names may change in any release.
+``wurk.expiry``, ``wurk.inprocess``, ``wurk.iteration``, ``wurk.limiter``, ``wurk.metrics``,
+``wurk.middleware``, ``wurk.otel``, ``wurk.scheduled``, ``wurk.swarm``, ``wurk.testing``,
+``wurk.unique``, ``wurk.web``. Every other module is internal: its names may change in any release.
 docs/internals.md walks a job through them.
 
 ``wurk.testing`` comes with ``import wurk`` (``with wurk.testing.fake(): ...``): its modules
@@ -20,7 +20,7 @@ plugin (``wurk.testing.plugin``, which imports pytest) is loaded by pytest alone
 
 from __future__ import annotations
 
-from . import context, crypto, deploy, expiry, limiter, metrics, testing, unique
+from . import context, crypto, deploy, expiry, iteration, limiter, metrics, testing, unique
 from ._version import __version__
 from .batch import Batch, BatchStatus, current_batch
 from .client.core import Client
@@ -33,8 +33,10 @@ from .errors import (
     DecryptionError,
     EmbeddedServerError,
     InspectionError,
+    Interrupted,
     InvalidArguments,
     InvalidPayload,
+    IterationStateError,
     JobKilled,
     JobNotRegistered,
     Poisoned,
@@ -49,6 +51,7 @@ from .errors import (
 )
 from .fetch.poison import on_poison
 from .inprocess import Embedded, InProcessWorker, embed
+from .iteration import IterableJob, cancel
 from .job import (
     Job,
     JobFunction,
@@ -74,8 +77,11 @@ __all__ = [
     "EmbeddedServerError",
     "InProcessWorker",
     "InspectionError",
+    "Interrupted",
     "InvalidArguments",
     "InvalidPayload",
+    "IterableJob",
+    "IterationStateError",
     "Job",
     "JobFunction",
     "JobKilled",
@@ -93,6 +99,7 @@ __all__ = [
     "__version__",
     "apush",
     "apush_bulk",
+    "cancel",
     "configure",
     "context",
     "crypto",
@@ -104,6 +111,7 @@ __all__ = [
     "embed",
     "expiry",
     "interrupted",
+    "iteration",
     "job",
     "limiter",
     "metrics",

@@ -22,8 +22,10 @@
         ├── InspectionError                         an admin action the data does not allow
         ├── OverLimit                               a rate limiter refused a call
         ├── BatchError                              a batch that cannot take the request
+        ├── Interrupted                             a job stopped between steps: pushed again
         └── Unretryable                             a failure no retry can fix: to the dead set
-            └── DecryptionError                     an encrypted argument that cannot be opened
+            ├── DecryptionError                     an encrypted argument that cannot be opened
+            └── IterationStateError                 an it-<jid> hash that cannot be read
 
 The classes say ``__module__ = "wurk"`` so a failed job records ``error_class`` as
 ``wurk.InvalidPayload`` — one name Ruby and Python dashboards show — whatever file defines it;
@@ -40,8 +42,10 @@ __all__ = [
     "DecryptionError",
     "EmbeddedServerError",
     "InspectionError",
+    "Interrupted",
     "InvalidArguments",
     "InvalidPayload",
+    "IterationStateError",
     "JobKilled",
     "JobNotRegistered",
     "OverLimit",
@@ -208,6 +212,16 @@ class BatchError(WurkError):
     __module__ = "wurk"
 
 
+class Interrupted(WurkError):
+    """A job stopped between two steps and asks to run again from where it stopped: the worker
+    pushes the same payload (same jid) to the back of its queue, and this execution counts as
+    neither a success nor a failure — no retry, no batch count. An iterable job raises it
+    when its worker quiets or stops, or after its ``max_iteration_runtime``
+    (``wurk.iteration``); any job may raise it to be run again later."""
+
+    __module__ = "wurk"
+
+
 class Unretryable(WurkError):
     """A job failure that running the job again cannot fix: the job goes straight to the dead
     set (its death handlers run), whatever its ``retry`` option says."""
@@ -219,5 +233,14 @@ class DecryptionError(Unretryable):
     """An encrypted job's last argument could not be opened: an unknown key version, tampered
     or truncated bytes, or no envelope at all. The message names the jid and the key version,
     never the value (``wurk.crypto``)."""
+
+    __module__ = "wurk"
+
+
+class IterationStateError(Unretryable):
+    """An iterable job's ``it-<jid>`` hash whose fields are not what Sidekiq writes (a count
+    that is not a number, a cursor that is not JSON, a key of another type): the job stops
+    rather than guess where to go on from. Delete the key to start the job over, or repair
+    the field, then retry the job from the dead set (``wurk.iteration``)."""
 
     __module__ = "wurk"

@@ -174,6 +174,11 @@ class Keys:
     def deploy_lock(self, label: str) -> str:
         return f"{self.prefix}deploylock-{label}"
 
+    # -- iterable jobs (Sidekiq 7.3+/8's layout) --------------------------------------------
+    def iteration(self, jid: str) -> str:
+        """An iterable job's state ``it-<jid>``: ex, c (JSON cursor), rt, cancelled."""
+        return f"{self.prefix}it-{jid}"
+
     # -- framework integrations -------------------------------------------------------------
     def task_result(self, result_id: str) -> str:
         """A ``django.tasks`` result (``wurk.contrib.django.tasks``): JSON, with a TTL."""

@@ -45,6 +45,7 @@ from .fetch.pause import PausedCache
 from .fetch.reaper import Reaper, return_own_lists
 from .fetch.reliable import Claims, ReliableFetch, private_list_name
 from .heartbeat import Heartbeat
+from .iteration.handler import InterruptHandler
 from .job import open_batches_with, registry
 from .limiter.middleware import LimitsMiddleware
 from .manager import Manager, capsule_pool
@@ -81,13 +82,17 @@ POLLER_THREAD = "wurk-poller"
 # place their order is decided.
 #   1. execution metrics (``wurk.metrics``): outermost, so an execution a later link stops (a
 #      limiter, a unique lock, an expired job) is counted too; only when metrics are on;
-#   2. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
-#   3. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
+#   2. interruptions (``wurk.iteration``): a job that raised ``Interrupted`` (an iterable
+#      job stopping between items) is pushed again and its execution ends as handled —
+#      outside the batch link, which counts nothing for it, and outside the opener, so the
+#      payload pushed again holds the envelope;
+#   3. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
+#   4. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
 #      expired jobs dropped — inside the batch link, so a rescheduled job is not counted;
-#   4. the encrypted argument opened (``wurk.crypto``): innermost, so what stores the payload
+#   5. the encrypted argument opened (``wurk.crypto``): innermost, so what stores the payload
 #      outside it (a reschedule, a retry, the dead set) stores the envelope, never the value.
 # And their death handlers: a dead batch job is counted; a dead unique job frees its lock.
-BUILT_IN = (ExecutionMetrics, BatchServerMiddleware, LimitsMiddleware, Opener)
+BUILT_IN = (ExecutionMetrics, InterruptHandler, BatchServerMiddleware, LimitsMiddleware, Opener)
 
 
 def install_built_ins(config: Config) -> None:
@@ -102,6 +107,7 @@ def install_built_ins(config: Config) -> None:
     found = {type(link): link for link in chain if isinstance(link, BUILT_IN)}
     made: dict[type, Middleware | None] = {
         ExecutionMetrics: found.get(ExecutionMetrics) or execution_metrics(config),
+        InterruptHandler: found.get(InterruptHandler) or InterruptHandler(config),
         BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
         LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config),
         Opener: found.get(Opener) or Opener(config)}

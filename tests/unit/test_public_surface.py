@@ -26,7 +26,8 @@ PUBLIC = (
     "wurk.context", "wurk.contrib.django", "wurk.crypto", "wurk.contrib.django.settings",
     "wurk.contrib.django.tasks", "wurk.contrib.django.urls", "wurk.contrib.fastapi",
     "wurk.contrib.flask", "wurk.contrib.sqlalchemy", "wurk.deploy", "wurk.errors",
-    "wurk.expiry", "wurk.inprocess", "wurk.limiter", "wurk.metrics", "wurk.middleware",
+    "wurk.expiry", "wurk.inprocess", "wurk.iteration", "wurk.limiter", "wurk.metrics",
+    "wurk.middleware",
     "wurk.otel", "wurk.scheduled", "wurk.swarm", "wurk.testing", "wurk.unique", "wurk.web",
 )
 

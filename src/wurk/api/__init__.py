@@ -8,6 +8,7 @@
 5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
 6. ``PeriodicSet``, ``LoopRecord`` — periodic loops, their history, pause and enqueue now
    (``api/periodic.py``).
+   ``IterableJobQuery`` — iterable jobs' state and cancellation (``api/iteration.py``).
 7. Paging that tolerates concurrent change (``paging.py``).
 8. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
    through it, so a value that cannot be read is an ``Invalid`` carrying its raw text, not
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..stored import Invalid
+    from .iteration import IterableJobQuery
     from .periodic import LoopRecord, PeriodicSet
     from .processes import Process, ProcessSet, Work, WorkSet
     from .queues import Queue
@@ -49,7 +51,7 @@ _HOME = {
     "WorkSet": "processes", "Queue": "queues", "JobRecord": "record",
     "DeadSet": "sets", "JobSet": "sets", "RetrySet": "sets", "ScheduledSet": "sets",
     "SortedEntry": "sets", "QueueSummary": "stats", "Stats": "stats",
-    "StatsHistory": "stats", "Invalid": "values",
+    "StatsHistory": "stats", "Invalid": "values", "IterableJobQuery": "iteration",
 }
 
 
@@ -69,6 +71,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "DeadSet",
     "Invalid",
+    "IterableJobQuery",
     "JobRecord",
     "JobSet",
     "LoopRecord",

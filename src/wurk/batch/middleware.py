@@ -7,7 +7,8 @@
    A batch job that returned counts as a success — so does one the limits link dropped as
    expired, or skipped; one a rate limiter rescheduled counts as nothing (it has not run);
    one that raised counts as a failure once its retry is booked (a shutdown interrupting it
-   counts as nothing: it runs again).
+   counts as nothing: it runs again; nor does an iterable job's ``Interrupted``: it is
+   pushed again and goes on from its cursor).
 3. ``BatchDeathHandler``: a batch job that died — retries exhausted, ``retry: false``,
    killed from the dashboard, a poison pill, a payload no retry can fix — counts as dead.
 4. Counting survives a Redis restart or failover: a count is idempotent per jid, so it is
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..connections.lending import redis as lent_redis
-from ..errors import RedisUnavailable, is_shutdown
+from ..errors import Interrupted, RedisUnavailable, is_shutdown
 from ..limiter.reschedule import over_limit_classes
 from ..metrics.statsd import sink_for
 from ..reporting import report_error
@@ -73,8 +74,11 @@ def count(config: Config, bid: str, jid: str, outcome: accounting.Outcome) -> bo
         return accounting.record(conn, config, bid, jid, outcome)
 
 
-def _over_limit(config: Config, exc: BaseException) -> bool:
-    return isinstance(exc, over_limit_classes(config))
+def _uncounted(config: Config, exc: BaseException) -> bool:
+    """An end that is no outcome: the shutdown (the job runs again), a rate limiter's
+    refusal (rescheduled, it has not run) or an interruption (pushed again, it goes on from
+    its cursor): none of them may complete the batch."""
+    return is_shutdown(exc) or isinstance(exc, (Interrupted, *over_limit_classes(config)))
 
 
 class BatchServerMiddleware:
@@ -100,7 +104,7 @@ class BatchServerMiddleware:
         try:
             result = call_next()
         except Exception as exc:
-            if not is_shutdown(exc) and not _over_limit(self.config, exc):
+            if not _uncounted(self.config, exc):
                 self._count_failure(bid, jid, payload)
             raise
         if payload.get(OVERRATED) != overrated:
@@ -127,7 +131,7 @@ class BatchServerMiddleware:
         try:
             result = await call_next()
         except Exception as exc:
-            if not is_shutdown(exc) and not _over_limit(self.config, exc):
+            if not _uncounted(self.config, exc):
                 await bookkeeping(self._count_failure, bid, jid, payload)
             raise
         if payload.get(OVERRATED) == overrated:

@@ -1,0 +1,70 @@
+"""The worker's interrupt link: a job that raised ``wurk.Interrupted`` is pushed again.
+
+A built-in server middleware (``wurk.launcher.BUILT_IN``), just inside the execution metrics
+and outside the batch link. When the job raises ``Interrupted`` (an iterable job stopping
+between items for the worker's stop or its ``max_iteration_runtime``), the payload goes back
+to the end of its queue through the client — same jid, client middleware applied, the
+encrypted argument still sealed (the opener restores the envelope on its way out, and the
+client never seals an envelope twice) — and the execution ends as handled: the metrics count
+it as processed, the batch link counts nothing, no retry is booked.
+
+If the push fails (Redis gone at that instant), the error goes on as the job's failure: its
+retry is booked (the cursor was flushed before the raise, so the retry goes on from it), or,
+when Redis refuses that too, the job is not acknowledged and comes back from its queue.
+
+The link also hands the worker's configuration to an iterable job (``IterableJob.config``),
+so its state is read and written on the worker's Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .. import payload as P
+from ..asyncjobs import bookkeeping
+from ..client.default import default_client
+from ..config import Config
+from ..errors import Interrupted
+from .job import IterableJob
+
+__all__ = ["InterruptHandler"]
+
+log = logging.getLogger("wurk")
+
+
+class InterruptHandler:
+    """Server middleware: ``Interrupted`` → the same job pushed again, this run handled."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        if isinstance(job, IterableJob):
+            job.config = self.config
+        try:
+            return call_next()
+        except Interrupted:
+            self.push_again(payload, queue)
+            return None
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        if isinstance(job, IterableJob):
+            job.config = self.config
+        try:
+            return await call_next()
+        except Interrupted:
+            await bookkeeping(self.push_again, payload, queue)
+            return None
+
+    def push_again(self, payload: P.Payload, queue: str) -> None:
+        jid = default_client(self.config).push(dict(payload))
+        if jid is None:
+            log.warning("interrupted, and a client middleware stopped its push again: the job "
+                        "ends here (its state stays in %s)",
+                        self.config.keys.iteration(str(payload.get(P.JID))))
+            return
+        log.info("interrupted: pushed again to queue %s", payload.get(P.QUEUE, queue))

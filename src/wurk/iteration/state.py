@@ -1,0 +1,160 @@
+"""An iterable job's state in ``it-<jid>``, laid out as Sidekiq 7.3+ and 8 lay it out.
+
+1. The hash holds ``ex`` (executions so far), ``c`` (the cursor, JSON), ``rt`` (runtime so
+   far, float seconds) and, once someone asked, ``cancelled`` (epoch seconds of the request).
+   A Ruby process and wurk read and write the same fields, so either can resume, cancel or
+   show a job the other started.
+2. A flush is one transaction: ``HSET`` the three fields, ``EXPIRE … NX`` (30 days, set only
+   when the key has none, as Sidekiq 8 does) and ``HGET cancelled`` — so every flush also
+   learns whether the job was cancelled meanwhile.
+3. ``cancel`` writes ``cancelled`` once (``HSETNX``) with Redis's own clock, in a script:
+   the first request's time stands, whoever makes it and whatever their clock says.
+4. Everything read back is untrusted: a field that is not what Sidekiq writes makes
+   ``wurk.IterationStateError`` (a failure no retry fixes: the job goes to the dead set, the
+   key is left for a person to look at), never a guess. A ``cancelled`` field of any value counts: the
+   request is honoured even when its timestamp cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .. import payload as P
+from .. import scripts, stored
+from ..errors import IterationStateError
+
+__all__ = ["FIELDS", "STATE_TTL", "IterationState", "cancel_script",
+           "flush_commands", "parse", "read_command"]
+
+# Sidekiq's: the state outlives any sane pause between two executions.
+STATE_TTL = 30 * 86400
+EXECUTIONS, CURSOR, RUNTIME, CANCELLED = "ex", "c", "rt", "cancelled"
+FIELDS = (EXECUTIONS, CURSOR, RUNTIME, CANCELLED)
+
+cancel_script = scripts.Script("iteration_cancel.lua")
+
+
+@dataclass(frozen=True)
+class IterationState:
+    """What ``it-<jid>`` says: read by the job itself, ``wurk.api`` and the dashboard."""
+
+    jid: str
+    executions: int = 0
+    cursor: Any = None
+    runtime: float = 0.0
+    # When cancellation was asked for (epoch seconds); None when it was not, or when the
+    # stored time cannot be read (``cancel_requested`` still says it was asked).
+    cancelled_at: float | None = None
+    cancel_requested: bool = False
+    exists: bool = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_requested
+
+
+def read_command(key: str) -> tuple[str, ...]:
+    """One ``HMGET`` of the four fields: bounded whatever else the hash holds."""
+    return ("HMGET", key, *FIELDS)
+
+
+def parse(jid: str, reply: Any) -> IterationState:
+    """The state in an ``HMGET`` reply; ``IterationStateError`` naming the field that cannot be read
+    (a wrong-type key comes back as an error reply)."""
+    if isinstance(reply, Exception):
+        raise IterationStateError(f"it-{jid} cannot be read as a hash: {reply}")
+    if not isinstance(reply, list) or len(reply) != len(FIELDS):
+        raise IterationStateError(f"it-{jid}: unexpected reply "
+                                  f"{stored.shown(reply, stored.RAW_LIMIT)}")
+    ex, cursor, runtime, cancelled = reply
+    if ex is None and cursor is None and runtime is None and cancelled is None:
+        return IterationState(jid)
+    return IterationState(
+        jid,
+        executions=_executions(jid, ex),
+        cursor=_cursor(jid, cursor),
+        runtime=_runtime(jid, runtime),
+        cancelled_at=_cancelled_at(cancelled),
+        cancel_requested=cancelled is not None,
+        exists=True,
+    )
+
+
+def _executions(jid: str, value: Any) -> int:
+    if value is None:
+        return 0
+    number = stored.count(value)
+    if isinstance(number, stored.Invalid):
+        raise IterationStateError(f"it-{jid}: field ex is {number.raw}, not a count of executions")
+    return number
+
+
+def _cursor(jid: str, value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return P.loads_json(value)
+    except (ValueError, RecursionError):
+        raise IterationStateError(f"it-{jid}: field c is {stored.shown(value, stored.RAW_LIMIT)}, "
+                         "not a JSON cursor") from None
+
+
+def _runtime(jid: str, value: Any) -> float:
+    if value is None:
+        return 0.0
+    try:
+        seconds = float(stored.text(value))
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise IterationStateError(f"it-{jid}: field rt is {stored.shown(value, stored.RAW_LIMIT)}, "
+                         "not seconds")
+    return seconds
+
+
+def _cancelled_at(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:  # Ruby writes ``Time.now.to_i``: whole seconds as text
+        when = float(stored.text(value))
+    except ValueError:
+        return None
+    return when if 0 <= when < stored.EPOCH_MAX else None
+
+
+def encode_cursor(jid: str, cursor: Any) -> str:
+    """The cursor as the ``c`` field holds it; a cursor JSON cannot hold is the job's error,
+    named, before anything is written."""
+    try:
+        return json.dumps(cursor, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"job {jid}: the cursor {cursor!r} cannot be stored as JSON ({exc}); "
+                        "yield cursors made of str, int, float, bool, None, lists and dicts"
+                        ) from None
+
+
+def flush_commands(key: str, executions: int, cursor: str, runtime: float
+                   ) -> list[tuple[Any, ...]]:
+    """Sidekiq's flush, one transaction; its last reply is ``[_, _, cancelled]``."""
+    return [("MULTI",),
+            ("HSET", key, EXECUTIONS, executions, CURSOR, cursor, RUNTIME, repr(runtime)),
+            ("EXPIRE", key, STATE_TTL, "NX"),
+            ("HGET", key, CANCELLED),
+            ("EXEC",)]
+
+
+def cancelled_in(jid: str, replies: list[Any]) -> bool:
+    """Whether a flush's replies say the job was cancelled; an error reply raises."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise IterationStateError(f"it-{jid} cannot be written: {reply}")
+    result = replies[-1]
+    if not isinstance(result, list) or len(result) != 3:
+        raise IterationStateError(f"it-{jid}: the flush was not applied ({result!r})")
+    for reply in result:
+        if isinstance(reply, Exception):
+            raise IterationStateError(f"it-{jid} cannot be written: {reply}")
+    return result[2] is not None

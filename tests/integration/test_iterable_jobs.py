@@ -1,0 +1,393 @@
+"""Iterable jobs through the worker's own runner and built-in links: state in ``it-<jid>``
+as Sidekiq 8 writes it, stopping between items, pushed again with the same jid, resuming at
+the cursor, cancellation, hooks, errors, batches and encryption — time from a ManualClock."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.runner import Drain
+from wurk import api, crypto
+from wurk.job import set_stop_signal
+from wurk.runtime.clock import ManualClock
+
+EVENTS: list[Any] = []
+CLOCK = ManualClock()
+STOP = threading.Event()
+# What a test wants done inside the job at an item: item -> callable.
+AT_ITEM: dict[int, Any] = {}
+
+
+def seen() -> list[Any]:
+    return [e[1] for e in EVENTS if e[0] == "item"]
+
+
+def hooks() -> list[str]:
+    return [e[0] for e in EVENTS if e[0] != "item"]
+
+
+class Recorded(wurk.IterableJob):
+    """Items are seconds on the test's clock: each takes one."""
+
+    clock = CLOCK
+
+    def on_start(self) -> None:
+        EVENTS.append(("on_start", self.executions))
+
+    def on_resume(self) -> None:
+        EVENTS.append(("on_resume", self.executions))
+
+    def on_stop(self) -> None:
+        EVENTS.append(("on_stop", self.cursor))
+
+    def on_cancel(self) -> None:
+        EVENTS.append(("on_cancel", self.cursor))
+
+    def on_complete(self) -> None:
+        EVENTS.append(("on_complete", self.executions))
+
+
+class Count(Recorded, name="test_iterable.count"):
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        action = AT_ITEM.pop(item, None)
+        if action is not None:
+            action(self)
+        CLOCK.advance(1)
+
+
+class Limited(Count, name="test_iterable.limited"):
+    max_iteration_runtime = 5
+
+
+class Aborting(Recorded, name="test_iterable.aborting", retry=3):
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        if item == 4 and not AT_ITEM.get(-1):
+            AT_ITEM[-1] = True
+            raise RuntimeError("item 4 failed")
+
+
+class Nothing(Recorded, name="test_iterable.nothing"):
+    def build_enumerator(self, *, cursor: Any) -> None:
+        return None
+
+    def each_iteration(self, item: Any) -> None:
+        EVENTS.append(("item", item))
+
+
+class Letters(Recorded, name="test_iterable.letters"):
+    async def build_enumerator(self, text: str, *, cursor: int | None
+                               ) -> Any:
+        for item, index in wurk.iteration.items(text, cursor=cursor):
+            yield item, index
+
+    async def each_iteration(self, item: str, text: str) -> None:
+        EVENTS.append(("item", item))
+        if item == "d":
+            STOP.set()
+        CLOCK.advance(1)
+
+
+class Secret(Recorded, name="test_iterable.secret", encrypt=True):
+    def build_enumerator(self, n: int, card: dict[str, str], *, cursor: int | None
+                         ) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int, card: dict[str, str]) -> None:
+        EVENTS.append(("item", (item, card["number"])))
+        if item == 2 and not AT_ITEM.get(-2):
+            AT_ITEM[-2] = True
+            STOP.set()
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Iterator[None]:
+    EVENTS.clear()
+    AT_ITEM.clear()
+    STOP.clear()
+    set_stop_signal(STOP)  # interrupted() in this thread (the Drain's) reads STOP
+    yield
+    STOP.clear()
+
+
+@pytest.fixture
+def drain(config: wurk.Config) -> Iterator[Drain]:
+    runner = Drain(config)
+    yield runner
+    runner.close()
+
+
+def state(r: redis.Redis, jid: str) -> dict[str, str]:
+    return r.hgetall(f"it-{jid}")
+
+
+def queued(r: redis.Redis, queue: str = "default") -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in r.lrange(f"queue:{queue}", 0, -1)]
+
+
+def stop_at(item: int) -> None:
+    AT_ITEM[item] = lambda job: STOP.set()
+
+
+def test_a_job_walks_every_item_once_and_leaves_no_state(drain: Drain, r: redis.Redis
+                                                         ) -> None:
+    jid = Count.perform_async(12)
+    assert drain() == 1
+    assert seen() == list(range(12))
+    assert hooks() == ["on_start", "on_stop", "on_complete"]
+    assert not r.exists(f"it-{jid}")
+    assert queued(r) == [] and r.zcard("retry") == 0
+
+
+def test_a_stop_saves_the_next_items_cursor_and_pushes_the_same_job_again(
+        drain: Drain, r: redis.Redis) -> None:
+    jid = Count.perform_async(20)
+    stop_at(6)
+    original = queued(r)[0]
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert seen() == list(range(7))  # items 0-6 ran; the stop came before item 7
+    stored = state(r, jid)
+    assert stored["ex"] == "1" and json.loads(stored["c"]) == 7
+    assert float(stored["rt"]) == 7.0  # seven items of a second each, on the test's clock
+    assert 0 < r.ttl(f"it-{jid}") <= wurk.iteration.STATE_TTL
+    again = queued(r)
+    assert len(again) == 1 and again[0]["jid"] == jid and again[0]["args"] == [20]
+    assert {k: v for k, v in again[0].items() if k != "enqueued_at"} == \
+        {k: v for k, v in original.items() if k != "enqueued_at"}
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert hooks() == ["on_start", "on_stop"]
+    # Started again: from item 7, as a resume.
+    STOP.clear()
+    EVENTS.clear()
+    assert drain() == 1
+    assert seen() == list(range(7, 20))
+    assert hooks() == ["on_resume", "on_stop", "on_complete"]
+    assert not r.exists(f"it-{jid}")
+    assert drain.counters.failed == 0
+
+
+def test_the_state_is_flushed_every_five_seconds_of_the_clock(drain: Drain, r: redis.Redis
+                                                              ) -> None:
+    jid = Count.perform_async(12)
+    seen_state: dict[int, dict[str, str]] = {}
+    for item in (3, 5, 9, 11):
+        AT_ITEM[item] = lambda job, item=item: seen_state.__setitem__(item, state(r, job.jid))
+    drain()
+    assert seen_state[3] == {}  # nothing written before the first five seconds
+    assert json.loads(seen_state[5]["c"]) == 5  # flushed before item 5, at 5 s
+    assert json.loads(seen_state[9]["c"]) == 5
+    assert json.loads(seen_state[11]["c"]) == 10  # and again at 10 s
+    assert float(seen_state[11]["rt"]) == 10.0
+    assert not r.exists(f"it-{jid}")
+
+
+def test_max_iteration_runtime_stops_the_execution_and_pushes_it_again(
+        drain: Drain, r: redis.Redis) -> None:
+    jid = Limited.perform_async(12)
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert seen() == [0, 1, 2, 3, 4]  # five seconds' worth
+    assert json.loads(state(r, jid)["c"]) == 5
+    assert [job["jid"] for job in queued(r)] == [jid]
+    drain()  # 5-9, then 10-11
+    assert seen() == list(range(12))
+    assert [e for e in hooks() if e != "on_stop"] == ["on_start", "on_resume", "on_resume",
+                                                      "on_complete"]
+    assert not r.exists(f"it-{jid}")
+
+
+def test_an_error_flushes_the_failed_items_cursor_so_the_retry_resumes_there(
+        drain: Drain, r: redis.Redis) -> None:
+    jid = Aborting.perform_async(8)
+    drain()
+    assert seen() == [0, 1, 2, 3, 4]
+    assert json.loads(state(r, jid)["c"]) == 4
+    assert r.zcard("retry") == 1
+    api.RetrySet().retry_all()
+    EVENTS.clear()
+    drain()
+    assert seen() == [4, 5, 6, 7]
+    assert hooks() == ["on_resume", "on_stop", "on_complete"]
+    assert not r.exists(f"it-{jid}")
+
+
+def test_a_job_cancelled_before_it_starts_runs_none_of_its_items(drain: Drain, r: redis.Redis
+                                                                 ) -> None:
+    jid = Count.perform_in(60, 5)
+    when = wurk.cancel(jid)
+    assert abs(when - float(r.time()[0])) <= 2
+    assert wurk.cancel(jid) == when  # the first request's time stands
+    r.zremrangebyrank("schedule", 0, -1)
+    Count.perform_async(5)  # another job runs as usual
+    wurk.push({"class": "test_iterable.count", "args": [5], "jid": jid})  # it comes due
+    drain()
+    assert seen() == list(range(5))  # the other job's items only
+    assert hooks().count("on_cancel") == 1
+    stored = state(r, jid)
+    assert stored["cancelled"] == str(int(when)) and r.ttl(f"it-{jid}") > 0
+    found = api.IterableJobQuery().find(jid)
+    assert found is not None and found.cancelled and found.cancelled_at == when
+    assert r.zcard("retry") == 0 and queued(r) == []
+
+
+def test_a_running_job_stops_at_the_flush_after_its_cancel(drain: Drain, r: redis.Redis
+                                                           ) -> None:
+    jid = Count.perform_async(50)
+    AT_ITEM[2] = lambda job: wurk.cancel(job.jid)  # as another process would
+    drain()
+    # Cancelled during item 2 (at 2 s); the flush at 5 s sees it: items 3 and 4 ran, at most
+    # five seconds and one item after the request.
+    assert seen() == [0, 1, 2, 3, 4]
+    assert hooks() == ["on_start", "on_cancel", "on_stop"]
+    assert json.loads(state(r, jid)["c"]) == 5 and "cancelled" in state(r, jid)
+    assert queued(r) == [] and r.zcard("retry") == 0 and drain.counters.failed == 0
+
+
+def test_self_cancel_stops_before_the_next_item(drain: Drain, r: redis.Redis) -> None:
+    jid = Count.perform_async(10)
+    AT_ITEM[1] = lambda job: job.cancel()
+    drain()
+    assert seen() == [0, 1]
+    assert hooks() == ["on_start", "on_cancel", "on_stop"]
+    assert "cancelled" in state(r, jid)
+
+
+def test_a_ruby_cancel_written_by_hand_stops_the_job(drain: Drain, r: redis.Redis) -> None:
+    """Sidekiq's ``cancel!``: HSETNX cancelled <epoch>, nothing else."""
+    Count.perform_async(50)
+    AT_ITEM[1] = lambda job: r.hsetnx(f"it-{job.jid}", "cancelled", "1764930000")
+    drain()
+    assert seen() == [0, 1, 2, 3, 4]
+    assert "on_cancel" in hooks()
+
+
+def test_build_enumerator_returning_none_skips_the_job(drain: Drain, r: redis.Redis) -> None:
+    jid = Nothing.perform_async()
+    assert drain() == 1
+    assert seen() == [] and hooks() == []
+    assert not r.exists(f"it-{jid}") and drain.counters.failed == 0
+
+
+def test_an_async_job_stops_resumes_and_completes(drain: Drain, r: redis.Redis) -> None:
+    jid = Letters.perform_async("abcdefg")
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert seen() == ["a", "b", "c", "d"]
+    assert json.loads(state(r, jid)["c"]) == 4
+    assert [job["jid"] for job in queued(r)] == [jid]
+    STOP.clear()
+    drain()
+    assert seen() == list("abcdefg")
+    assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]
+    assert not r.exists(f"it-{jid}")
+
+
+def test_an_interrupted_encrypted_job_keeps_one_envelope(redis_server: Any, r: redis.Redis
+                                                         ) -> None:
+    config = wurk.configure(redis_url=redis_server.url)
+    crypto.enable(active_version=1, key_for={1: os.urandom(32)}.get, config=config)
+    drain = Drain(config)
+    try:
+        jid = Secret.perform_async(5, {"number": "4111"})
+        drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+        again = queued(r)
+        assert [job["jid"] for job in again] == [jid]
+        assert again[0]["args"][-1]["__wurk_enc__"] is True
+        assert "4111" not in r.lrange("queue:default", 0, -1)[0]
+        STOP.clear()
+        drain()
+        assert seen() == [(i, "4111") for i in range(5)]
+    finally:
+        drain.close()
+
+
+def test_an_interrupted_batch_job_does_not_complete_its_batch(drain: Drain, r: redis.Redis
+                                                              ) -> None:
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = Count.perform_async(10)
+    stop_at(3)
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.pending == 1 and not status.complete and status.failures == 0
+    STOP.clear()
+    drain()
+    status = wurk.BatchStatus(batch.bid)
+    assert status.pending == 0 and status.complete and status.failures == 0
+    assert seen() == list(range(10)) and not r.exists(f"it-{jid}")
+
+
+@pytest.mark.parametrize(("field", "value", "says"), [
+    ("c", "{not json", "field c"),
+    ("ex", "many", "field ex"),
+    ("rt", "-3", "field rt"),
+])
+def test_a_state_that_cannot_be_read_sends_the_job_to_the_dead_set(
+        drain: Drain, r: redis.Redis, field: str, value: str, says: str) -> None:
+    jid = Count.perform_async(5)
+    r.hset(f"it-{jid}", field, value)
+    drain()
+    assert seen() == []
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert [d["jid"] for d in dead] == [jid]
+    assert dead[0]["error_class"] == "wurk.IterationStateError"
+    assert says in dead[0]["error_message"]
+    assert r.hget(f"it-{jid}", field) == value  # left for a person to look at
+    found = api.IterableJobQuery().find_many([jid])
+    assert isinstance(found[jid], api.Invalid)
+
+
+def test_a_state_key_of_another_type_is_refused_the_same_way(drain: Drain, r: redis.Redis
+                                                            ) -> None:
+    jid = Count.perform_async(5)
+    r.set(f"it-{jid}", "a string")
+    drain()
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert dead[0]["error_class"] == "wurk.IterationStateError" and seen() == []
+
+
+def test_a_class_defining_perform_is_refused() -> None:
+    with pytest.raises(wurk.RegistrationError, match="must not define perform"):
+        class Both(wurk.IterableJob, name="test_iterable.both"):
+            def perform(self) -> None: ...
+
+            def each_iteration(self, item: Any) -> None: ...
+
+
+def test_a_push_is_checked_against_each_iteration_less_the_item(config: wurk.Config) -> None:
+    with pytest.raises(wurk.InvalidArguments, match="too many positional arguments"):
+        Count.perform_async(3, 4)
+
+
+def test_an_enumerator_yielding_plain_items_is_a_clear_error(drain: Drain, r: redis.Redis
+                                                             ) -> None:
+    class Plain(wurk.IterableJob, name="test_iterable.plain", retry=0):
+        def build_enumerator(self, *, cursor: Any) -> list[int]:
+            return [1, 2, 3]
+
+        def each_iteration(self, item: Any) -> None: ...
+
+    Plain.perform_async()
+    drain()
+    wurk.registry.unregister("test_iterable.plain")
+    assert drain.counters.failed == 1
+    assert r.zcard("dead") == 1 and "(item, cursor) pairs" in r.zrange("dead", 0, -1)[0]
+
+
+def test_cancel_refuses_what_is_not_a_jid(config: wurk.Config) -> None:
+    for bad in ("", "a b", "x\x1b[2J", "j" * 201):
+        with pytest.raises(ValueError, match="jid"):
+            wurk.cancel(bad)
