@@ -495,12 +495,12 @@ class Config:
                 + (", outbox=outbox_table(metadata))" if self.client == "outbox" else ")")
                 + ", or with Django put 'wurk.contrib.django' in INSTALLED_APPS (it sets "
                 "this itself)")
-        if self.client == "outbox" and not (
-                callable(getattr(adapter, "write_outbox", None))
-                and callable(getattr(adapter, "outbox_store", None))):
+        if self.client == "outbox" and (getattr(adapter, "outbox", True) is None or not all(
+                callable(getattr(adapter, name, None))
+                for name in ("in_transaction", "write_outbox", "outbox_store"))):
             raise ConfigError(
-                f"client='outbox' needs an adapter with an outbox table: {adapter!r} has no "
-                "write_outbox/outbox_store; give "
+                f"client='outbox' needs an adapter with an outbox table, and {adapter!r} has "
+                "none; give "
                 "wurk.contrib.sqlalchemy.SQLAlchemyAdapter(Session, outbox=outbox_table("
                 "metadata)), or use Django's app (its model is the outbox)")
 
