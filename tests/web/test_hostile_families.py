@@ -105,6 +105,9 @@ FAMILIES = [
     *(Family(f"batch:{part}", lambda k, t, part=part: k.batch(BID, part), "set")
       for part in BATCH_PARTS),
     Family("batch_tag", lambda k, t: k.batch_tag(TAG), "set"),
+    # The running job's (Busy) and the retry's (Retries): both pages read their state.
+    Family("iteration", lambda k, t: k.iteration("e" * 24), "hash"),
+    Family("iteration:retry", lambda k, t: k.iteration("c" * 24), "hash"),
 ]
 
 # Members of ``Keys`` that name no key a page, API route or CLI listing reads, and why.
@@ -200,6 +203,9 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
         r.sadd(k.batch(BID, part), "x")
     r.sadd(k.batch(BID, "tags"), TAG)
     r.sadd(k.batch_tag(TAG), BID)
+    for jid in ("e" * 24, "c" * 24):  # an iterable job running, and one retrying
+        r.hset(k.iteration(jid), mapping={"ex": 2, "c": json.dumps([MARK, 7]), "rt": 1.5,
+                                          "cancelled": int(stamp)})
 
 
 # -- hostile kinds ---------------------------------------------------------------------------------

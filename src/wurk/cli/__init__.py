@@ -39,6 +39,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "processes": ("inspect", "processes_command"),
     "retry": ("inspect", "retry_command"),
     "kill": ("inspect", "kill_command"),
+    "cancel": ("cancel", "cancel_command"),
     "enqueue": ("enqueue", "enqueue_command"),
     "web": ("web", "web_command"),
     "batches": ("batches", "batches_command"),

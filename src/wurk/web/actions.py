@@ -4,6 +4,8 @@
 2. Queues: pause, unpause, clear; delete one job by its key (``<index>-<sha1>``, what the
    page lists) or, for API clients written before keys, by its stored text.
 3. Processes: quiet or stop one, or every process that is not embedded in another program.
+4. Cancel a job by its jid (``wurk.cancel``): from a running job's row, or the selected
+   retries.
 
 Each returns how many things it acted on. An entry another process moved first is simply
 not counted (an action acts only on what is still there: two admins may click at once). An
@@ -18,10 +20,11 @@ from collections.abc import Iterable
 from ..api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, SortedEntry
 from ..config import Config
 from ..errors import InspectionError
+from ..iteration.control import cancel, check_jid
 from .data import SetKind, entry, parse_queue_key
 
-__all__ = ["QUEUE_ACTIONS", "UnknownAction", "delete_queue_job", "delete_queue_text",
-           "process_action", "queue_action", "set_action", "set_bulk"]
+__all__ = ["QUEUE_ACTIONS", "UnknownAction", "cancel_jobs", "delete_queue_job",
+           "delete_queue_text", "process_action", "queue_action", "set_action", "set_bulk"]
 
 log = logging.getLogger("wurk.web")
 
@@ -59,6 +62,8 @@ def act_on(found: SortedEntry, action: str) -> bool:
             return found.add_to_queue()
         if action == "kill":
             return found.kill()
+        if action == "cancel":
+            return cancel_jobs(found.parent.config, [found.jid]) == 1
         return found.delete()
     except InspectionError as exc:
         log.warning("dashboard: %s on %s refused: %s", action, found.entry_id, exc)
@@ -128,5 +133,18 @@ def process_action(config: Config, action: str, identity: str | None) -> int:
             process.quiet()
         else:
             process.stop()
+        done += 1
+    return done
+
+
+# -- cancelling -------------------------------------------------------------------------------
+def cancel_jobs(config: Config, jids: Iterable[object]) -> int:
+    """Cancel each of ``jids`` that can be a jid; how many."""
+    done = 0
+    for jid in jids:
+        try:
+            cancel(check_jid(jid), config=config)
+        except ValueError:
+            continue
         done += 1
     return done

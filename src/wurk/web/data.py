@@ -37,6 +37,7 @@ from ..api import (
     WorkSet,
     values,
 )
+from ..api.iteration import IterableJobQuery
 from ..api.record import JobRecord
 from ..config import Config
 from ..stored import Invalid
@@ -86,7 +87,7 @@ class SetKind:
 
 SET_KINDS: dict[str, SetKind] = {
     kind.name: kind for kind in (
-        SetKind("retries", "Retries", RetrySet, False, ("retry", "delete", "kill"),
+        SetKind("retries", "Retries", RetrySet, False, ("retry", "delete", "kill", "cancel"),
                 ("retry", "delete", "kill"), "Next retry"),
         SetKind("scheduled", "Scheduled", ScheduledSet, False, ("add_to_queue", "delete"),
                 ("add_to_queue", "delete"), "When"),
@@ -169,7 +170,23 @@ def busy(config: Config, *, only: str | None = None,
         works = list(WorkSet(config))
         result["jobs"] = [work.to_dict() for work in works[:count]]
         result["jobs_total"] = len(works)
+        with_iteration(config, result["jobs"], lambda work: work["job"].get("jid"))
     return result
+
+
+def with_iteration(config: Config, rows: list[dict[str, Any]],
+                   jid_of: Callable[[dict[str, Any]], Any]) -> None:
+    """Each row gets ``iteration``: its job's iterable state (executions, cursor, runtime,
+    cancelled), ``Invalid`` when the state cannot be read, None when there is none — one
+    round trip for the page (Sidekiq's Busy and Retries pages read ``it-<jid>`` so)."""
+    states = IterableJobQuery(config).find_many(jid_of(row) for row in rows)
+    for row in rows:
+        jid = jid_of(row)
+        state = states.get(jid) if isinstance(jid, str) else None
+        row["iteration"] = state if state is None or isinstance(state, Invalid) else {
+            "executions": state.executions, "cursor": state.cursor,
+            "runtime": state.runtime, "cancelled": state.cancelled,
+            "cancelled_at": state.cancelled_at}
 
 
 # -- queues -----------------------------------------------------------------------------------
@@ -229,9 +246,11 @@ def set_page(config: Config, kind: SetKind, page: int, substr: str = "") -> dict
         size, truncated = job_set.size(), False
         page = clamp_page(page, size)
         entries = job_set.page((page - 1) * PAGE_SIZE, PAGE_SIZE, descending=kind.descending)
+    rows = [entry_dict(e) for e in entries]
+    with_iteration(config, rows, lambda row: row.get("jid"))
     return {"kind": kind.name, "title": kind.title, "size": size, "page": page,
             "pages": page_count(size), "substr": substr, "truncated": truncated,
-            "entries": [entry_dict(e) for e in entries]}
+            "entries": rows}
 
 
 def _matches(job_set: JobSet, text: str) -> list[SortedEntry]:

@@ -83,6 +83,10 @@ async def busy(request: Request) -> Response:
 
 async def busy_action(request: Request) -> Response:
     action = form_value(request, "action")
+    if action == "cancel":  # a running job's row
+        count = await perform(dashboard(request), actions.cancel_jobs,
+                              [form_value(request, "jid")])
+        return redirect(request, "/busy", notice=action, count=count)
     identity = form_value(request, "identity") or None
     count = await perform(dashboard(request), actions.process_action, action, identity)
     return redirect(request, "/busy", notice=action, count=count)
