@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
+from .connections import sentinel
 from .connections.pool import AsyncRedisPool, RedisPool
 from .connections.pools import Connections
 from .connections.unreached import Unreached
@@ -192,6 +193,12 @@ class Config:
     # read-only commands say no, so a command run in the wrong folder refuses instead of
     # reporting an empty new server.
     start_embedded: bool = True
+    # A push returns only once this many replicas confirmed it (Redis's WAIT, on the push's
+    # own connection), else it raises RedisUnavailable: an acknowledged push then survives a
+    # failover (docs/sentinel.md). 0 (Redis's default): the primary's word is enough.
+    push_replicas: int = 0
+    # How long a push waits for those replicas; shorter than socket_timeout.
+    push_replica_timeout: float = 1.0
     # -- wire format ------------------------------------------------------------------------
     timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
     # -- client -----------------------------------------------------------------------------
@@ -461,6 +468,26 @@ class Config:
         self._validate_observability()
         self._validate_limiter()
         self._validate_encryption()
+        self._validate_redis()
+
+    def _validate_redis(self) -> None:
+        if isinstance(self.redis_url, str) and sentinel.is_sentinel(self.redis_url):
+            try:
+                sentinel.parse(self.redis_url)
+            except ConfigError as exc:
+                raise ConfigError(f"redis_url: {exc}") from None
+        count = self.push_replicas
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise ConfigError(f"push_replicas must be a whole number ≥ 0 (replicas that "
+                              f"confirm each push; 0: off), not {count!r}")
+        wait = self.push_replica_timeout
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait <= 0:
+            raise ConfigError(f"push_replica_timeout must be a number of seconds > 0, "
+                              f"not {wait!r}")
+        if count and 0 < self.socket_timeout <= wait:
+            raise ConfigError(f"push_replica_timeout ({wait} s) must be shorter than "
+                              f"socket_timeout ({self.socket_timeout} s): a push waits that "
+                              "long for its replicas, and its connection would time out first")
 
     def _validate_encryption(self) -> None:
         version = self.encryption_version

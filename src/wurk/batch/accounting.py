@@ -340,16 +340,18 @@ class BlockWriter:
 
     def _send(self, config: Config, pool: RedisPool, entries: list[Entry]) -> set[str]:
         try:
-            found: set[str] = pool.run(lambda client: write(client, config, self.block,
-                                                            entries))
+            # With push_replicas, on one connection followed by WAIT (``writers.replicated``).
+            found: set[str] = pool.run(lambda _: writers.replicated(
+                config, pool, lambda client: write(client, config, self.block, entries)))
         except RedisUnavailable as exc:
             raise RedisUnavailable(writers.push_failed(entries, exc)) from exc
         return found
 
     async def _asend(self, config: Config, entries: list[Entry]) -> set[str]:
         try:
-            found: set[str] = await config.async_pool().run(
-                lambda client: awrite(client, config, self.block, entries))
+            pool = config.async_pool()
+            found: set[str] = await pool.run(lambda _: writers.areplicated(
+                config, pool, lambda client: awrite(client, config, self.block, entries)))
         except RedisUnavailable as exc:
             raise RedisUnavailable(writers.push_failed(entries, exc)) from exc
         return found

@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from redis import exceptions as redis_errors
+
 from .. import payload as P
 from .. import scripts, stored
 from ..errors import InvalidPayload
@@ -33,8 +35,8 @@ if TYPE_CHECKING:
 
     from ..keys import Keys
 
-__all__ = ["ContextHook", "apush", "digest", "job_digest", "lock_for", "push", "push_calls",
-           "refused", "use_context"]
+__all__ = ["ContextHook", "apush", "apush_each", "digest", "job_digest", "lock_for", "push",
+           "push_calls", "push_each", "refused", "use_context"]
 
 log = logging.getLogger("wurk")
 
@@ -96,6 +98,38 @@ async def apush(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | N
                 ) -> set[str]:
     """``push`` on redis-py's asyncio client: the same script calls."""
     return refused(entries, await _PUSH.acall_many(r, push_calls(keys, entries)))
+
+
+def push_each(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+              ) -> set[str]:
+    """``push`` one script call at a time on ``r`` (a client of one connection, whose WAIT
+    then covers them: a pipeline would take a connection of its own)."""
+    caller = _Calls(r)
+    return refused(entries, [_PUSH.call(caller, lock_keys, args)
+                             for lock_keys, args in push_calls(keys, entries)])
+
+
+async def apush_each(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
+                     ) -> set[str]:
+    """``push_each`` on redis-py's asyncio client."""
+    replies = []
+    for lock_keys, args in push_calls(keys, entries):
+        try:
+            replies.append(await r.execute_command(*_PUSH.evalsha(lock_keys, args)))
+        except redis_errors.NoScriptError:  # nothing ran: safe to send again
+            await r.execute_command(*_PUSH.load())
+            replies.append(await r.execute_command(*_PUSH.evalsha(lock_keys, args)))
+    return refused(entries, replies)
+
+
+class _Calls:
+    """A redis-py client seen as a connection with ``call`` (``Script.call``'s caller)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self._client = client
+
+    def call(self, *args: Any) -> Any:
+        return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
 def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]

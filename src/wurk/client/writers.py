@@ -24,9 +24,9 @@
 from __future__ import annotations
 
 import contextvars
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from .. import payload as P
 from ..config import Config
@@ -41,11 +41,13 @@ __all__ = [
     "KeptJobs",
     "RedisWriter",
     "Writer",
+    "areplicated",
     "beneath",
     "block_value",
     "keep_in",
     "kept",
     "overlay",
+    "replicated",
     "reset_block",
     "reset_overlay",
     "selected",
@@ -55,6 +57,7 @@ __all__ = [
 ]
 
 Entries = Sequence[tuple[dict[str, Any], "float | None"]]
+T = TypeVar("T")
 
 
 class Writer(Protocol):
@@ -137,17 +140,79 @@ def _commands(config: Config, entries: Entries) -> _Commands:
 def _send(config: Config, pool: RedisPool, redis: Any, commands: _Commands) -> set[str]:
     if commands.pipeline:
         # Not redis-py's Pipeline: its command stack and per-command hooks cost a single
-        # push more CPU than the rest of the push (``RedisPool.send_all``).
-        pool.send_all(commands.pipeline)
-    return locks.push(redis, config.keys, commands.locked) if commands.locked else set()
+        # push more CPU than the rest of the push (``RedisPool.send_all``). WAIT, when
+        # pushes wait for replicas, goes last on the same connection.
+        replies = pool.send_all([*commands.pipeline, *_wait(config)])
+        _check_replicated(config, replies[-1])
+    if not commands.locked:
+        return set()
+    if not config.push_replicas:
+        return locks.push(redis, config.keys, commands.locked)
+    return replicated(config, pool, lambda pinned: locks.push_each(pinned, config.keys,
+                                                                   commands.locked))
 
 
 async def _asend(config: Config, pool: AsyncRedisPool, redis: Any,
                  commands: _Commands) -> set[str]:
     if commands.pipeline:
-        await pool.send_all(commands.pipeline)  # as ``_send`` does
-    return await locks.apush(redis, config.keys, commands.locked) if commands.locked \
-        else set()
+        replies = await pool.send_all([*commands.pipeline, *_wait(config)])  # as ``_send``
+        _check_replicated(config, replies[-1])
+    if not commands.locked:
+        return set()
+    if not config.push_replicas:
+        return await locks.apush(redis, config.keys, commands.locked)
+    return await areplicated(config, pool, lambda pinned: locks.apush_each(
+        pinned, config.keys, commands.locked))
+
+
+# -- pushes that wait for replicas (``push_replicas``) ------------------------------------------
+# Redis's WAIT waits for the writes of the connection it is sent on: a push's commands and
+# its WAIT share one connection, or the WAIT would confirm nothing.
+def _wait(config: Config) -> list[tuple[Any, ...]]:
+    if not config.push_replicas:
+        return []
+    return [("WAIT", config.push_replicas, max(1, round(config.push_replica_timeout * 1000)))]
+
+
+def _check_replicated(config: Config, reply: Any) -> None:
+    wanted = config.push_replicas
+    if not wanted:
+        return
+    confirmed = reply if isinstance(reply, int) else 0
+    if confirmed < wanted:
+        raise RedisUnavailable(
+            f"the primary took it, but {confirmed} of the {wanted} replica(s) push_replicas "
+            f"asks for confirmed it within {config.push_replica_timeout} s, so a failover "
+            "now could lose it (it may also still run: pushing it again may run it twice)")
+
+
+def replicated(config: Config, pool: RedisPool, write: Callable[[Any], T]) -> T:
+    """``write(client)`` on a client of one connection, then, when pushes wait for
+    replicas, WAIT on that connection; ``RedisUnavailable`` when too few confirm. Without
+    ``push_replicas``, ``write`` gets the pool's own client."""
+    if not config.push_replicas:
+        return write(pool.client)
+    pinned: Any = pool.client.client()  # type: ignore[no-untyped-call]  # one connection
+    try:
+        result = write(pinned)
+        _check_replicated(config, pinned.execute_command(*_wait(config)[0]))
+        return result
+    finally:
+        pinned.close()
+
+
+async def areplicated(config: Config, pool: AsyncRedisPool,
+                      write: Callable[[Any], Awaitable[T]]) -> T:
+    """``replicated`` on the running loop's pool."""
+    if not config.push_replicas:
+        return await write(pool.client)
+    pinned: Any = pool.client.client()
+    try:
+        result = await write(pinned)
+        _check_replicated(config, await pinned.execute_command(*_wait(config)[0]))
+        return result
+    finally:
+        await pinned.aclose()
 
 
 def push_failed(entries: Entries, exc: Exception) -> str:

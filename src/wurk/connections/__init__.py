@@ -1,7 +1,8 @@
 """Reaching Redis: where it is, the connections to it, and what its replies mean.
 
 1. ``locate``: which Redis a process uses (``REDIS_URL``, the configuration, or the
-   embedded server's home); ``server``: the embedded Valkey server wurk starts for you.
+   embedded server's home); ``server``: the embedded Valkey server wurk starts for you;
+   ``sentinel``: the ``redis+sentinel://`` URL and pools that follow the primary it names.
 2. ``pool``: bounded, named pools (sync and asyncio) that never replay a write;
    ``packing``: commands in Redis's wire protocol.
 3. ``lease``: one connection held by one thread across many commands; ``lending``:

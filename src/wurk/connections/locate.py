@@ -31,6 +31,7 @@ from types import ModuleType
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EmbeddedServerError
+from . import sentinel
 
 __all__ = ["PROJECT_MARKERS", "describe_url", "find_home", "resolve_url", "where"]
 
@@ -53,6 +54,8 @@ NO_SERVER_HINT = "start one with `wurk server start` or set REDIS_URL"
 
 def describe_url(url: str) -> str:
     """The URL without its password, for logs."""
+    if sentinel.is_sentinel(url):
+        return sentinel.describe(url)
     parts = urlsplit(url)
     if parts.password:
         host = parts.hostname or ""

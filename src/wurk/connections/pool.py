@@ -20,6 +20,9 @@
    (asyncio connections belong to the loop that opened them). ``Config.async_pool()``
    makes one per loop; ``aclose()`` on its loop, or ``close()`` from anywhere, ends its
    connections.
+7. A ``redis+sentinel://`` URL makes both pools ask the sentinels where the primary is for
+   each new connection (``wurk.connections.sentinel``): after a failover, every connection
+   made anew reaches the promoted replica; the rules above stay as they are.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._version import __version__
+from . import sentinel
 from .packing import pack_all
 from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
 
@@ -105,6 +109,32 @@ def _raise_first_error(replies: list[Any]) -> list[Any]:
     return replies
 
 
+def _sync_pool(url: str, **options: Any) -> _Pool:
+    """The bounded pool for ``url``: a ``redis+sentinel://`` one follows the primary the
+    sentinels name (``wurk.connections.sentinel``)."""
+    if sentinel.is_sentinel(url):
+        return sentinel.blocking_pool(url, _Pool, **options)  # type: ignore[no-any-return]
+    return _Pool.from_url(url, **options)
+
+
+def _async_pool(url: str, **options: Any) -> aredis.BlockingConnectionPool:
+    if sentinel.is_sentinel(url):
+        return sentinel.async_blocking_pool(  # type: ignore[no-any-return]
+            url, aredis.BlockingConnectionPool, **options)
+    return aredis.BlockingConnectionPool.from_url(url, **options)
+
+
+def _sentinel_clients(pool: Any) -> list[Any]:
+    """The clients a Sentinel pool keeps to the sentinels themselves (none otherwise)."""
+    return list(getattr(getattr(pool, "sentinel_manager", None), "sentinels", ()))
+
+
+def _close_sentinels(pool: Any) -> None:
+    for client in _sentinel_clients(pool):
+        with suppress(Exception):
+            client.close()
+
+
 # Bytes a connection reads at a time (see ``RedisPool``): a fetch of eight jobs of ordinary
 # size is one read.
 READ_BUFFER = 16 * 1024
@@ -120,7 +150,7 @@ class RedisPool:
         self.size = size
         self.name = name
         self.socket_timeout = socket_timeout
-        self._pool = _Pool.from_url(
+        self._pool = _sync_pool(
             url,
             max_connections=size,
             timeout=socket_timeout,  # how long to wait for a free connection
@@ -205,6 +235,7 @@ class RedisPool:
     def close(self) -> None:
         if os.getpid() == self._pid:
             self._pool.disconnect()
+            _close_sentinels(self._pool)
 
 
 class AsyncRedisPool:
@@ -217,7 +248,7 @@ class AsyncRedisPool:
         self.size = size  # half at most kept by async ``wurk.redis()`` blocks (``lending``)
         # A blocking pool: a caller finding every connection taken waits its turn (up to
         # the socket timeout) instead of failing while the loop is merely busy.
-        self.connections = aredis.BlockingConnectionPool.from_url(
+        self.connections = _async_pool(
             url, max_connections=size, timeout=socket_timeout or None,
             socket_timeout=socket_timeout or None,
             socket_connect_timeout=socket_timeout or None, socket_keepalive=True,
@@ -268,13 +299,19 @@ class AsyncRedisPool:
     async def aclose(self) -> None:
         """Close every connection; on the pool's own loop."""
         await self.connections.aclose()
+        for client in _sentinel_clients(self.connections):
+            await client.aclose()
 
     def close(self) -> None:
         """Close every connection from sync code, whatever the loop is doing now (running
         here or in another thread, stopped, closed): each socket is shut down, so Redis
         drops the client at once; a transport on a live loop is closed as well, which
         frees its file descriptor when that loop next runs. Never awaits."""
-        pool = self.connections
+        for pool in (self.connections,
+                     *(client.connection_pool for client in _sentinel_clients(self.connections))):
+            self._shut(pool)
+
+    def _shut(self, pool: Any) -> None:
         idle = list(pool._available_connections)
         for connection in [*idle, *pool._in_use_connections]:
             writer = getattr(connection, "_writer", None)

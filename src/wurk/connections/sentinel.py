@@ -1,0 +1,191 @@
+"""Redis Sentinel: a ``redis+sentinel://`` URL, and pools that follow the primary it names.
+
+1. ``parse`` reads the URL form (``docs/sentinel.md``)::
+
+       redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]…]/SERVICE[/DB]
+           [?sentinel_username=NAME&sentinel_password=SECRET]
+
+   Hosts are the sentinels (port 26379 when left out); the user and password are the data
+   nodes' (primary and replicas); ``sentinel_username`` / ``sentinel_password`` the
+   sentinels' own, when they have ``requirepass``. Anything else in it is refused with a
+   ``ConfigError`` naming it: an option accepted that did nothing would be a lie.
+2. ``blocking_pool`` / ``async_blocking_pool`` make redis-py's own Sentinel machinery
+   (``redis.sentinel``) serve wurk's bounded pools: every new connection asks the
+   sentinels where the primary is, so a connection closed after a failover (a broken one,
+   or one retired for reading ``READONLY``) reconnects to the new primary.
+3. A ``READONLY`` reply stays a ``READONLY`` reply here (redis-py's Sentinel connection
+   turns it into a connection error): wurk's pools know it means "refused, not applied",
+   retire the connection and try once more (``wurk.connections.pool``); a push is never
+   replayed after a broken connection, and a refusal is no broken connection.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, unquote
+
+import redis.asyncio.sentinel as async_sentinel
+import redis.sentinel as sync_sentinel
+from redis.asyncio.connection import Connection as AsyncConnection
+from redis.connection import Connection
+
+from ..errors import ConfigError
+
+__all__ = ["DEFAULT_PORT", "SCHEME", "SentinelTarget", "async_blocking_pool",
+           "blocking_pool", "describe", "is_sentinel", "parse"]
+
+SCHEME = "redis+sentinel"
+DEFAULT_PORT = 26379
+# The query parameters the URL form takes; any other is refused.
+_QUERY = ("sentinel_username", "sentinel_password")
+_BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")  # [::1]:26379
+_PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")  # host:26379
+FORM = ("redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]"
+        "[?sentinel_password=SECRET]")
+
+
+@dataclass(frozen=True)
+class SentinelTarget:
+    """What a ``redis+sentinel://`` URL says."""
+
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    sentinel_username: str | None = None
+    sentinel_password: str | None = None
+
+
+def is_sentinel(url: str) -> bool:
+    return url.lower().startswith(f"{SCHEME}://")
+
+
+def parse(url: str) -> SentinelTarget:
+    """The sentinels, service, db and credentials of ``url``; ``ConfigError`` naming what is
+    wrong and the form otherwise."""
+    if not is_sentinel(url):
+        raise ConfigError(f"not a Sentinel URL (it must start with {SCHEME}://): {FORM}")
+    rest = url[len(SCHEME) + 3:]
+    netloc, _, tail = rest.partition("/")
+    path, _, query = tail.partition("?")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    parts = [part for part in path.split("/") if part]
+    if not parts or len(parts) > 2:
+        raise ConfigError(f"a Sentinel URL names the service (the master's name in the "
+                          f"sentinels' configuration) and optionally a db: {FORM}")
+    db = _db(parts[1]) if len(parts) == 2 else 0
+    options = _query(query)
+    return SentinelTarget(sentinels=_hosts(hosts), service=unquote(parts[0]), db=db,
+                          username=username, password=password,
+                          sentinel_username=options.get("sentinel_username"),
+                          sentinel_password=options.get("sentinel_password"))
+
+
+def _hosts(text: str) -> tuple[tuple[str, int], ...]:
+    found: list[tuple[str, int]] = []
+    for item in text.split(","):
+        match = _BRACKETED.match(item.strip()) or _PLAIN.match(item.strip())
+        if match is None:
+            raise ConfigError(f"Sentinel URL: {item!r} is not HOST or HOST:PORT of a "
+                              f"sentinel: {FORM}")
+        port = int(match.group(2)) if match.group(2) else DEFAULT_PORT
+        if not 0 < port < 65536:
+            raise ConfigError(f"Sentinel URL: port {port} of {item!r} is not a TCP port: {FORM}")
+        found.append((match.group(1), port))
+    return tuple(found)
+
+
+def _db(text: str) -> int:
+    if not text.isdigit():
+        raise ConfigError(f"Sentinel URL: the db after the service must be a number, not "
+                          f"{text!r}: {FORM}")
+    return int(text)
+
+
+def _query(query: str) -> dict[str, str]:
+    options = dict(parse_qsl(query, keep_blank_values=True))
+    unknown = sorted(set(options) - set(_QUERY))
+    if unknown:
+        raise ConfigError(f"Sentinel URL: unknown option {unknown[0]!r}; it takes "
+                          f"{' and '.join(_QUERY)} only: {FORM}")
+    return options
+
+
+def describe(url: str) -> str:
+    """``url`` without either password, for logs and errors."""
+    try:
+        target = parse(url)
+    except ConfigError:
+        return f"{SCHEME}://(not a valid Sentinel URL)"
+    user = target.username or ""
+    auth = f"{user}:***@" if target.password is not None else (f"{user}@" if user else "")
+    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in target.sentinels)
+    query = "?sentinel_password=***" if target.sentinel_password is not None else ""
+    return f"{SCHEME}://{auth}{hosts}/{target.service}/{target.db}{query}"
+
+
+def _sentinel_kwargs(target: SentinelTarget, options: dict[str, Any]) -> dict[str, Any]:
+    """How to reach the sentinels: the pool's timeouts and the sentinels' own credentials."""
+    chosen = {name: value for name, value in options.items() if name.startswith("socket_")}
+    if target.sentinel_username is not None:
+        chosen["username"] = target.sentinel_username
+    if target.sentinel_password is not None:
+        chosen["password"] = target.sentinel_password
+    return chosen
+
+
+class _Connection(sync_sentinel.SentinelManagedConnection):
+    """redis-py's Sentinel connection, minus its turning ``READONLY`` into a connection
+    error: the pool retires a connection that read it and tries once more (point 3)."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        return Connection.read_response(self, *args, **kwargs)
+
+
+class _AsyncConnection(async_sentinel.SentinelManagedConnection):
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        return await AsyncConnection.read_response(self, *args, **kwargs)
+
+
+_pool_classes: dict[tuple[type, type], type] = {}
+
+
+def _with_sentinel(sentinel_pool: type, base: type) -> type:
+    """``base`` (a bounded, blocking pool of wurk's) that asks the sentinels where to
+    connect: redis-py's Sentinel pool first in the method order, so its address lookup and
+    its "a connection to an old primary is not mine" rule apply."""
+    key = (sentinel_pool, base)
+    if key not in _pool_classes:
+        _pool_classes[key] = type(f"Sentinel{base.__name__}", (sentinel_pool, base), {})
+    return _pool_classes[key]
+
+
+def blocking_pool(url: str, base: type, **options: Any) -> Any:
+    """A pool of class ``base`` (a ``redis.BlockingConnectionPool``) for the primary of the
+    Sentinel ``url``; ``options`` are the pool's and its connections' settings."""
+    target = parse(url)
+    manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
+    pool_class = _with_sentinel(sync_sentinel.SentinelConnectionPool, base)
+    return pool_class(target.service, manager, is_master=True, connection_class=_Connection,
+                      db=target.db, username=target.username, password=target.password,
+                      **options)
+
+
+def async_blocking_pool(url: str, base: type, **options: Any) -> Any:
+    """``blocking_pool`` for redis-py's asyncio client (``base`` its blocking pool)."""
+    target = parse(url)
+    manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
+    pool_class = _with_sentinel(async_sentinel.SentinelConnectionPool, base)
+    return pool_class(target.service, manager, is_master=True,
+                      connection_class=_AsyncConnection, db=target.db,
+                      username=target.username, password=target.password, **options)

@@ -1,0 +1,142 @@
+"""Sentinel and the durability knob, against real servers.
+
+1. A ``redis+sentinel://`` configuration — the sync and async client, the dashboard and the
+   CLI — reaches the primary, and after its SIGKILL each reaches the replica the sentinels
+   promote, within the failover's time + 5 s, with no new configuration and no restart.
+2. ``push_replicas``: a push waits for its replicas on its own connection (plain, unique and
+   batch pushes alike), and raises ``RedisUnavailable`` saying so when too few confirm.
+
+The 10,000-job failover with workers is ``tests/chaos/test_sentinel.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.sentinel import Topology, skip_reason
+from tests.helpers.server import Server, start_server
+from tests.helpers.wait import wait_until
+from tests.web.conftest import browse
+from wurk.cli import run
+from wurk.web import create_app
+
+REASON = skip_reason()
+needs_sentinel = pytest.mark.skipif(REASON is not None, reason=REASON or "")
+# Each process follows within the failover's own time plus the longest backoff step.
+FOLLOW_WITHIN = 5.0
+
+
+@wurk.job(name="SentinelProbe")
+def probe(n: int) -> None:
+    """Never run here: pushed and counted."""
+
+
+@pytest.fixture
+def topology(tmp_path: Path) -> Iterator[Topology]:
+    started = Topology.start(tmp_path / "sentinel")
+    yield started
+    started.stop()
+
+
+def _enqueued(dashboard: object) -> int | None:
+    try:
+        reply = dashboard.get("/stats")  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return int(reply.json()["sidekiq"]["enqueued"]) if reply.status_code == 200 else None
+
+
+@needs_sentinel
+def test_clients_dashboard_and_cli_follow_a_failover(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REDIS_URL", topology.url)
+    config = wurk.configure(socket_timeout=2.0)
+    probe.perform_async(1)
+    asyncio.run(probe.aperform_async(2))
+    with browse(create_app(config)) as dashboard:
+        assert _enqueued(dashboard) == 2
+        assert topology.data[0].client().llen("queue:default") == 2  # on the first primary
+        wait_until(lambda: topology.data[1].client().llen("queue:default") == 2,
+                   what="the replica having both")
+        old, killed = topology.kill_primary()
+        promoted = topology.wait_for_promotion(old)
+        deadline = promoted + FOLLOW_WITHIN
+
+        def pushes() -> bool:
+            try:
+                probe.perform_async(3)
+            except wurk.RedisUnavailable:
+                return False
+            return True
+
+        wait_until(pushes, deadline - time.monotonic(), "a sync push to the new primary")
+        assert asyncio.run(probe.aperform_async(4)) is not None
+        wait_until(lambda: _enqueued(dashboard) == 4, max(deadline - time.monotonic(), 0.1),
+                   "the dashboard reading the new primary")
+    new = topology.primary()
+    assert new is topology.data[1] and new.client().llen("queue:default") == 4
+    code = run(["stats", "--json"])
+    out, _ = capsys.readouterr()
+    assert code == 0 and json.loads(out)["enqueued"] == 4
+    print(f"\nfailover {promoted - killed:.1f} s; every client followed within "
+          f"{time.monotonic() - killed:.1f} s of the kill")
+
+
+# -- push_replicas ------------------------------------------------------------------------------
+@pytest.fixture
+def replica(redis_server: Server, tmp_path: Path) -> Iterator[Server]:
+    started = start_server(tmp_path / "replica",
+                           extra=["--replicaof", "127.0.0.1", str(redis_server.port)])
+    client = redis.Redis(port=started.port, decode_responses=True)
+    wait_until(lambda: client.info("replication")["master_link_status"] == "up",
+               what="the replica in sync")
+    yield started
+    started.stop()
+
+
+def _durable(**settings: object) -> wurk.Config:
+    return wurk.configure(push_replicas=1, push_replica_timeout=0.3, **settings)
+
+
+def test_a_push_returns_once_a_replica_has_it(replica: Server) -> None:
+    _durable()
+    follower = redis.Redis(port=replica.port)
+    probe.perform_async(1)
+    # WAIT returned: the replica has the job already, with no waiting here.
+    assert follower.llen("queue:default") == 1
+    probe.perform_in(60, 2)
+    assert follower.zcard("schedule") == 1
+    probe.set(unique_for=60).perform_async(3)
+    assert follower.llen("queue:default") == 2 and follower.keys("unique:*")
+    asyncio.run(probe.set(unique_for=60).aperform_async(4))
+    assert follower.llen("queue:default") == 3
+    batch = wurk.Batch()
+    with batch.jobs():
+        probe.perform_async(5)
+    assert follower.llen("queue:default") == 4 and follower.exists(f"b-{batch.bid}")
+
+
+@pytest.mark.parametrize("kind", ["plain", "unique", "batch", "async"])
+def test_a_push_no_replica_confirms_raises_saying_so(kind: str) -> None:
+    _durable()
+    with pytest.raises(wurk.RedisUnavailable,
+                       match=r"the primary took it, but 0 of the 1 replica\(s\) push_replicas "
+                             r"asks for confirmed it within 0.3 s"):
+        if kind == "plain":
+            probe.perform_async(1)
+        elif kind == "unique":
+            probe.set(unique_for=60).perform_async(1)
+        elif kind == "async":
+            asyncio.run(probe.aperform_async(1))
+        else:
+            with wurk.Batch().jobs():
+                probe.perform_async(1)
