@@ -42,7 +42,7 @@ def test_a_wrong_url_is_refused_naming_what_and_the_form(url: str, says: str) ->
 def test_the_configuration_refuses_it_at_build_naming_the_setting(
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
-    with pytest.raises(wurk.ConfigError, match="^redis_url: Sentinel URL: unknown option"):
+    with pytest.raises(wurk.ConfigError, match=r"^redis_url: Sentinel URL: unknown option"):
         wurk.Config(redis_url="redis+sentinel://s1/jobs?tls=1")
 
 
