@@ -146,7 +146,7 @@ def _sqlalchemy_pages(session: Any, statement: Any, key: Any, cursor: Any, batch
     column, so any ``select`` (entities, columns, joins) pages the same way."""
     size = _size(batch_size)
     start = _key_cursor(cursor, what)
-    single = len(statement.selected_columns) == 1
+    single = len(statement.column_descriptions) == 1  # one entity or one column
     last: Any = None
     while True:
         page = statement.add_columns(key).order_by(None).order_by(key).limit(size)

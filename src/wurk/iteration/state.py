@@ -11,8 +11,8 @@
    the first request's time stands, whoever makes it and whatever their clock says.
 4. Everything read back is untrusted: a field that is not what Sidekiq writes makes
    ``wurk.IterationStateError`` (a failure no retry fixes: the job goes to the dead set, the
-   key is left for a person to look at), never a guess. A ``cancelled`` field of any value counts: the
-   request is honoured even when its timestamp cannot be read.
+   key is left for a person to look at), never a guess. A ``cancelled`` field of any value
+   counts: the request is honoured even when its timestamp cannot be read.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def flush_commands(key: str, executions: int, cursor: str, runtime: float
                    ) -> list[tuple[Any, ...]]:
     """Sidekiq's flush, one transaction; its last reply is ``[_, _, cancelled]``."""
     return [("MULTI",),
-            ("HSET", key, EXECUTIONS, executions, CURSOR, cursor, RUNTIME, repr(runtime)),
+            ("HSET", key, EXECUTIONS, executions, CURSOR, cursor, RUNTIME, f"{runtime:.6f}"),
             ("EXPIRE", key, STATE_TTL, "NX"),
             ("HGET", key, CANCELLED),
             ("EXEC",)]
