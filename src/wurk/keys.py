@@ -10,6 +10,9 @@
    the count of expired jobs.
 5. Batches' keys (the ``b-<bid>`` family, the ``batches`` index, ``batch-died`` and the
    ``tags:<tag>`` reverse index), laid out as Ruby wurk lays them so both share batches.
+6. Job profiles as Sidekiq 8 stores them: the ``profiles`` sorted set and one hash per
+   profiled run, named by its member ``<token>-<jid>`` (under the prefix, as redis-namespace
+   puts it).
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class Keys:
         "prefix",
         "process_cleanup",
         "processes",
+        "profiles",
         "queues",
         "reaper_lock",
         "retry",
@@ -86,6 +90,8 @@ class Keys:
         self.stat_poisoned = f"{p}wurk:stat:poisoned"
         self.history = f"{p}wurk:history"
         self.history_lock = f"{p}wurk:history:lock"
+        # Job profiles (Sidekiq 8's layout): ``<token>-<jid>`` members scored by expiry.
+        self.profiles = f"{p}profiles"
 
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> str:
@@ -139,6 +145,13 @@ class Keys:
 
     def signals(self, identity: str) -> str:
         return f"{self.prefix}{identity}-signals"
+
+    # -- job profiles -----------------------------------------------------------------------
+    def profile(self, member: str) -> str:
+        """A profile's hash, named by its ``profiles`` member ``<token>-<jid>``."""
+        if not member:
+            raise ValueError("a profile key needs a non-empty member")
+        return f"{self.prefix}{member}"
 
     # -- stats ------------------------------------------------------------------------------
     def stat_processed_day(self, day: _dt.date) -> str:

@@ -57,6 +57,7 @@ from .middleware import Middleware
 from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
 from .processor import JobRunner
+from .profiling.middleware import JobProfiler
 from .reporting import fire, report_error
 from .runtime import affinity
 from .runtime.busy import Busy
@@ -110,7 +111,8 @@ def install_built_ins(config: Config) -> None:
         InterruptHandler: found.get(InterruptHandler) or InterruptHandler(config),
         BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
         LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config),
-        Opener: found.get(Opener) or Opener(config)}
+        Opener: found.get(Opener) or Opener(config),
+        JobProfiler: found.get(JobProfiler) or JobProfiler(config)}
     for present in found.values():
         chain.remove(present)
     for kind in reversed(BUILT_IN):

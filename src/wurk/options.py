@@ -10,6 +10,8 @@ periodic loops and the job definitions share one check.
 3. The limits' fields, for a job's options and for a payload at push: ``unique_for`` (seconds
    or a timedelta, False for none), ``unique_until`` (``success`` or ``start``) and
    ``expires_in`` (relative seconds or a timedelta: an absolute time is refused).
+4. Profiling: ``profile`` is a token (a non-empty string; it names the stored profile) and
+   ``profiler_options`` only what wurk's profiler honours (``check_profiler_options``).
 """
 
 from __future__ import annotations
@@ -24,11 +26,19 @@ from .errors import ConfigError, InvalidArguments, InvalidPayload
 from .keys import PRIVATE_SEPARATOR
 from .log import level_number
 
-__all__ = ["UNIQUE_UNTIL", "check_expiry_fields", "check_queue_name", "check_unique_fields",
-           "expires_in_seconds", "parse_queue", "stamp_expiry", "unique_for_seconds",
-           "validate_options"]
+__all__ = ["PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX", "UNIQUE_UNTIL",
+           "check_expiry_fields", "check_profiler_options", "check_queue_name",
+           "check_unique_fields", "expires_in_seconds", "parse_queue", "stamp_expiry",
+           "unique_for_seconds", "validate_options"]
 
 UNIQUE_UNTIL = ("success", "start")
+# A profile token is part of a Redis key (``<token>-<jid>``): long enough for any name.
+PROFILE_TOKEN_MAX = 100
+# ``profiler_options``: what wurk's profiler honours, and the sampling interval's bounds in
+# µs (Vernier's unit): under 100 µs the sampler costs more than the job; over 1 s a job of
+# minutes gives a handful of samples.
+PROFILER_OPTIONS = ("interval", "mode")
+PROFILE_INTERVAL_RANGE = (100, 1_000_000)
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
@@ -176,8 +186,11 @@ def _check_option(key: str, value: Any, where: str) -> None:
         if level_number(value) is None:
             raise bad("a log level: 'debug', 'info', 'warn', 'error' or 'fatal'")
     elif key == P.PROFILE:
-        raise ConfigError(f"{where}: option profile={value!r}: wurk cannot profile jobs yet; "
-                          "remove the option")
+        if not isinstance(value, str) or not value or len(value) > PROFILE_TOKEN_MAX:
+            raise bad(f"a non-empty string of at most {PROFILE_TOKEN_MAX} characters that "
+                      "names the profile (its key is <token>-<jid>)")
+    elif key == P.PROFILER_OPTIONS:
+        check_profiler_options(value, where)
     elif key == "rate_limit":
         raise ConfigError(f"{where}: rate_limit is an option of the job's definition "
                           "(@wurk.job(rate_limit=...) or the class keyword), not of one push")
@@ -186,6 +199,28 @@ def _check_option(key: str, value: Any, where: str) -> None:
             P.check_args([value], what=f"option {key!r}")
         except InvalidArguments as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+
+def check_profiler_options(value: Any, where: str) -> None:
+    """``profiler_options`` as wurk can honour them: ``interval`` (µs between samples, as
+    Vernier counts) and ``mode`` ``"wall"`` (what the sampler measures); anything else is
+    refused, so no option does nothing."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: option profiler_options={value!r} is invalid; expected "
+                          "a dict such as {'interval': 500} (microseconds between samples)")
+    unknown = sorted(set(value) - set(PROFILER_OPTIONS))
+    if unknown:
+        raise ConfigError(f"{where}: profiler_options {unknown[0]!r} is not one wurk's "
+                          f"profiler has; it takes {', '.join(PROFILER_OPTIONS)}")
+    interval = value.get("interval", PROFILE_INTERVAL_RANGE[0])
+    low, high = PROFILE_INTERVAL_RANGE
+    if isinstance(interval, bool) or not isinstance(interval, int) \
+            or not low <= interval <= high:
+        raise ConfigError(f"{where}: profiler_options interval={interval!r} is invalid; "
+                          f"expected whole microseconds from {low} to {high:,}")
+    if value.get("mode", "wall") != "wall":
+        raise ConfigError(f"{where}: profiler_options mode={value['mode']!r} is invalid; "
+                          "wurk's profiler samples wall-clock time only: 'wall'")
 
 
 def stamp_expiry(job: dict[str, Any], at: float | None, fmt: P.TimestampFormat) -> None:

@@ -79,6 +79,7 @@ ERROR_BACKTRACE = "error_backtrace"
 LOG_LEVEL = "log_level"
 ENCRYPT = "encrypt"
 PROFILE = "profile"
+PROFILER_OPTIONS = "profiler_options"  # Sidekiq 8: options for the profiler (Vernier's)
 # Limits (rate limiters, unique jobs, expiring jobs).
 OVERRATED = "overrated"  # how often a rate limiter rescheduled the job (Sidekiq Enterprise)
 UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)

@@ -203,10 +203,19 @@ def check_hooks(config: wurk.Config, r: redis.Redis) -> None:
 
 
 def check_profile(config: wurk.Config, r: redis.Redis) -> None:
-    with pytest.raises(wurk.ConfigError, match="cannot profile jobs yet"):
-        wurk.job(name="opts.profiled", profile="t")(lambda: None)
-    with pytest.raises(wurk.ConfigError, match="cannot profile jobs yet"):
-        work.set(profile="t")
+    jid = work.set(profile="t").perform_async("p1")
+    Drain(config)()
+    assert RAN == ["p1"] and r.hget(f"t-{jid}", "jid") == jid  # its profile, kept a day
+    with pytest.raises(wurk.ConfigError, match="profile='' is invalid"):
+        wurk.job(name="opts.profiled", profile="")(lambda: None)
+
+
+def check_profiler_options(config: wurk.Config, r: redis.Redis) -> None:
+    jid = work.set(profile="t", profiler_options={"interval": 200}).perform_async("p2")
+    Drain(config)()
+    assert RAN == ["p2"] and r.exists(f"t-{jid}")
+    with pytest.raises(wurk.ConfigError, match="'allocation_interval' is not one"):
+        work.set(profiler_options={"allocation_interval": 1})
 
 
 OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
@@ -216,7 +225,7 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "expires_in": check_expires_in, "unique_for": check_unique_for,
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
-    "profile": check_profile,
+    "profile": check_profile, "profiler_options": check_profiler_options,
 }
 
 

@@ -15,6 +15,7 @@ history, a unique lock) so every page has something to read.
 from __future__ import annotations
 
 import datetime as dt
+import gzip
 import json
 import os
 import re
@@ -41,6 +42,7 @@ IDENTITY = "host:1:abababababab"
 LIMITER = "hostile-limiter"
 JOB = "Hostile::Job"
 TAG = "t1"
+PROFILE = f"tok-{'f' * 24}"  # a profile's member, and (under the prefix) its hash
 # Entries in each collection of the "many" kind: twice the read cap (wurk.stored.FIELD_CAP),
 # so every capped read is exercised; a longer hunt: WURK_HOSTILE_MANY=1000000.
 MANY = int(os.environ.get("WURK_HOSTILE_MANY", "20000"))
@@ -108,6 +110,8 @@ FAMILIES = [
     # The running job's (Busy) and the retry's (Retries): both pages read their state.
     Family("iteration", lambda k, t: k.iteration("e" * 24), "hash"),
     Family("iteration:retry", lambda k, t: k.iteration("c" * 24), "hash"),
+    Family("profiles", lambda k, t: k.profiles, "zset"),
+    Family("profile", lambda k, t: k.profile(PROFILE), "hash"),
 ]
 
 # Members of ``Keys`` that name no key a page, API route or CLI listing reads, and why.
@@ -203,6 +207,14 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
         r.sadd(k.batch(BID, part), "x")
     r.sadd(k.batch(BID, "tags"), TAG)
     r.sadd(k.batch_tag(TAG), BID)
+    data = gzip.compress(json.dumps({  # a profile whose only frame is markup
+        "shared": {"frames": [{"name": MARK, "file": MARK, "line": 1}]},
+        "profiles": [{"type": "evented", "unit": "seconds", "events": [
+            {"type": "O", "at": 0, "frame": 0}, {"type": "C", "at": 0.5, "frame": 0}]}]}).encode())
+    r.zadd(k.profiles, {PROFILE: stamp + 86_400})
+    r.hset(k.profile(PROFILE), mapping={
+        "started_at": int(stamp), "token": MARK, "type": JOB, "jid": "f" * 24,
+        "filename": MARK, "elapsed": 0.5, "data": data, "size": len(data)})
     for jid in ("e" * 24, "c" * 24):  # an iterable job running, and one retrying
         r.hset(k.iteration(jid), mapping={"ex": 2, "c": json.dumps([MARK, 7]), "rt": 1.5,
                                           "cancelled": int(stamp)})
@@ -277,7 +289,9 @@ ROUTES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", 
           "/periodic/", f"/periodic/{LID}", "/api/periodic/", f"/api/periodic/{LID}",
           "/batches/", f"/batches/{BID}", f"/batches/{BID}.json", "/batches/?page=99",
           f"/batches/?tag={TAG}", "/batches/?page=10000000000000000000", "/dead-batches/",
-          "/api/batches/", f"/api/batches/{BID}"]
+          "/api/batches/", f"/api/batches/{BID}", "/profiles/", "/profiles/?page=99",
+          "/profiles/?page=10000000000000000000", f"/profiles/view?key={quote(PROFILE)}",
+          f"/profiles/data?key={quote(PROFILE)}", "/profiles/view?key=nope"]
 # Each entry's own pages: read_everything visits them for the entries the lists give.
 ENTRY_ROUTES = [f"{prefix}/{kind}/KEY" for prefix in ("", "/api")
                 for kind in ("retries", "scheduled", "morgue", "dead")]

@@ -7,7 +7,8 @@
    (``api/processes.py``).
 5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
 6. ``PeriodicSet``, ``LoopRecord`` — periodic loops, their history, pause and enqueue now
-   (``api/periodic.py``).
+   (``api/periodic.py``); ``ProfileSet``, ``ProfileRecord`` — job profiles kept a day
+   (``api/profiles.py``).
    ``IterableJobQuery`` — iterable jobs' state and cancellation (``api/iteration.py``).
 7. Paging that tolerates concurrent change (``paging.py``).
 8. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from .iteration import IterableJobQuery
     from .periodic import LoopRecord, PeriodicSet
     from .processes import Process, ProcessSet, Work, WorkSet
+    from .profiles import ProfileRecord, ProfileSet
     from .queues import Queue
     from .record import JobRecord
     from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
@@ -51,7 +53,8 @@ _HOME = {
     "WorkSet": "processes", "Queue": "queues", "JobRecord": "record",
     "DeadSet": "sets", "JobSet": "sets", "RetrySet": "sets", "ScheduledSet": "sets",
     "SortedEntry": "sets", "QueueSummary": "stats", "Stats": "stats",
-    "StatsHistory": "stats", "Invalid": "values", "IterableJobQuery": "iteration",
+    "StatsHistory": "stats", "Invalid": "values",
+    "ProfileRecord": "profiles", "ProfileSet": "profiles", "IterableJobQuery": "iteration",
 }
 
 
@@ -78,6 +81,8 @@ __all__ = [
     "PeriodicSet",
     "Process",
     "ProcessSet",
+    "ProfileRecord",
+    "ProfileSet",
     "Queue",
     "QueueSummary",
     "RetrySet",

@@ -5,19 +5,23 @@ round-number grid lines; the template draws them and CSS colours them for light 
 ``plotted`` draws a day whose stored count cannot be read as 0 (the API gives it as invalid).
 The live graph uses the same view box and classes, drawn by ``static/wurk.js``.
 ``with_marks`` adds vertical lines (deploys) at fractional bucket positions; ``bar_chart``
-draws a histogram's buckets as bars.
+draws a histogram's buckets as bars. ``flame_graph`` lays out a profile's call tree
+(``wurk.profiling.flame``) as rectangles, the root along the bottom.
 """
 
 from __future__ import annotations
 
 import math
+import zlib
+from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from ..profiling.flame import Node
 from ..stored import Invalid
 
-__all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "bar_chart", "line_chart", "plotted",
-           "with_marks"]
+__all__ = ["HEIGHT", "WIDTH", "Bar", "Chart", "FlameChart", "FlameRect", "bar_chart",
+           "flame_graph", "line_chart", "plotted", "with_marks"]
 
 # The view box: the SVG scales to its container, so these only fix the aspect ratio.
 WIDTH = 600
@@ -104,3 +108,81 @@ def bar_chart(labels: Sequence[str], values: Sequence[int]) -> Chart:
     chart.labels = [(PAD + i * slot + slot / 2, text) for i, text in enumerate(labels)
                     if i % every == 0]
     return chart
+
+
+# -- flame graphs ---------------------------------------------------------------------------------
+FLAME_WIDTH = 1200
+FLAME_ROW = 18
+# A frame narrower than this is not drawn (nor what it called): half a pixel at full width.
+FLAME_MIN_WIDTH = 0.5
+# Rectangles drawn at most, widest stacks first: a page of a few hundred kilobytes.
+FLAME_RECTS = 2000
+FLAME_TONES = 6  # colour classes ``f0``…``f5`` in wurk.css, picked by the frame's name
+CHAR_WIDTH = 7.0  # of the label font, to cut a label to its frame
+
+
+@dataclass(frozen=True)
+class FlameRect:
+    x: float
+    y: float
+    width: float
+    label: str  # what fits inside; the whole name is in ``title``
+    title: str
+    tone: str
+
+
+@dataclass
+class FlameChart:
+    width: int = FLAME_WIDTH
+    height: int = FLAME_ROW
+    row: int = FLAME_ROW
+    rects: list[FlameRect] = field(default_factory=list)
+    hidden: int = 0  # frames too narrow to draw, or past FLAME_RECTS
+
+
+def flame_graph(root: Node, unit: str) -> FlameChart:
+    """A flame graph of ``root``'s call tree: the root along the bottom, each frame above
+    the one that called it, as wide as its share of the total; the widest first, breadth
+    first, so the cap leaves out the thinnest and deepest frames."""
+    chart = FlameChart()
+    total = root.value
+    if not total > 0:
+        return chart
+    placed: list[tuple[Node, float, float, int]] = []
+    todo: deque[tuple[Node, float, int]] = deque([(root, 0.0, 0)])
+    while todo:
+        node, x, depth = todo.popleft()
+        width = node.value / total * FLAME_WIDTH
+        if width < FLAME_MIN_WIDTH or len(placed) >= FLAME_RECTS:
+            chart.hidden += 1
+            continue
+        placed.append((node, x, width, depth))
+        for child in sorted(node.children.values(), key=lambda c: -c.value):
+            todo.append((child, x, depth + 1))
+            x += child.value / total * FLAME_WIDTH
+    chart.height = (max(depth for *_, depth in placed) + 1) * FLAME_ROW
+    chart.rects = [FlameRect(x, chart.height - (depth + 1) * FLAME_ROW, width,
+                             _label(node.name, width), _flame_title(node, total, unit),
+                             "root" if depth == 0 else _tone(node.name))
+                   for node, x, width, depth in placed]
+    return chart
+
+
+def _tone(name: str) -> str:
+    """The same function is the same colour wherever it appears."""
+    return f"f{zlib.crc32(name.encode('utf-8', 'replace')) % FLAME_TONES}"
+
+
+def _label(name: str, width: float) -> str:
+    room = int((width - 6) / CHAR_WIDTH)
+    if room < 3:
+        return ""
+    return name if len(name) <= room else name[:room - 1] + "…"
+
+
+def _flame_title(node: Node, total: float, unit: str) -> str:
+    share = node.value / total * 100
+    amount = (f"{node.value * 1000:,.1f} ms" if unit == "seconds" else
+              f"{node.value:,.1f} ms" if unit == "milliseconds" else f"{node.value:,.0f} {unit}")
+    where = f" · {node.file}" if node.file else ""
+    return f"{node.name}{where} — {amount}, {share:.1f} %"

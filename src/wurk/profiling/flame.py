@@ -1,0 +1,271 @@
+"""A stored profile read back as one call tree, whoever wrote it, for a flame graph.
+
+Everything here reads what Redis holds, so it trusts nothing: each step has a bound, and
+what cannot be read is an ``Unreadable`` naming why, never another exception.
+
+1. ``inflate``: the gzip ``data``, inflated to at most ``DRAW_LIMIT`` bytes (a stored value
+   can be a zip bomb).
+2. ``parse``: speedscope's file format (wurk writes it: pyinstrument's ``evented`` profiles;
+   ``sampled`` ones are read too) or the Firefox Profiler's processed format (Ruby's Vernier
+   writes it: samples → stack table → frame table → function table → string table, the
+   strings per thread or shared), into a ``Flame``: a tree of ``Node`` (name, file, value)
+   whose values add up the time (or samples) spent in each stack.
+3. Bounds: at most ``MAX_NODES`` distinct stacks, ``MAX_DEPTH`` frames deep and
+   ``MAX_STEPS`` events or samples are read; a profile past one is drawn as far as it was
+   read and says so (``Flame.cut``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["DRAW_LIMIT", "MAX_DEPTH", "MAX_NODES", "MAX_STEPS", "Flame", "Node",
+           "Unreadable", "inflate", "parse"]
+
+# Inflated JSON drawn at most: a page parses it in its request, and parsed JSON takes ~8×
+# its text in memory. Larger profiles are downloaded and opened in a viewer.
+DRAW_LIMIT = 8 * 1024 * 1024
+MAX_NODES = 100_000
+MAX_DEPTH = 256
+MAX_STEPS = 2_000_000
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class Unreadable(Exception):
+    """A stored profile that cannot be drawn; the message says why, in fixed words."""
+
+
+@dataclass
+class Node:
+    name: str
+    file: str = ""
+    value: float = 0.0
+    children: dict[tuple[str, str], Node] = field(default_factory=dict)
+
+    def child(self, name: str, file: str) -> Node:
+        found = self.children.get((name, file))
+        if found is None:
+            found = self.children[(name, file)] = Node(name, file)
+        return found
+
+
+@dataclass
+class Flame:
+    """The call tree of one profile: ``root.value`` is the total."""
+
+    root: Node
+    kind: str  # "speedscope" or "firefox"
+    unit: str  # "seconds", "milliseconds", "samples"…
+    title: str = ""
+    cut: bool = False
+    nodes: int = 0
+
+    def add(self, stack: list[tuple[str, str]], value: float) -> None:
+        """``value`` spent in ``stack`` (outermost frame first)."""
+        if not math.isfinite(value) or value <= 0:
+            return
+        node = self.root
+        node.value += value
+        for depth, (name, file) in enumerate(stack):
+            if depth >= MAX_DEPTH:
+                self.cut = True
+                return
+            if (name, file) not in node.children:
+                if self.nodes >= MAX_NODES:
+                    self.cut = True
+                    return
+                self.nodes += 1
+            node = node.child(name, file)
+            node.value += value
+
+
+def inflate(data: bytes, limit: int = DRAW_LIMIT) -> bytes:
+    """The JSON text inside gzip ``data``; ``Unreadable`` past ``limit`` bytes or if broken."""
+    if not data.startswith(GZIP_MAGIC):
+        raise Unreadable("the stored data is not gzip")
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        text = inflater.decompress(data, limit + 1)
+    except zlib.error:
+        raise Unreadable("the stored gzip is damaged") from None
+    if len(text) > limit:
+        raise Unreadable(f"the profile is over {limit // (1024 * 1024)} MB of JSON: too "
+                         "large to draw here")
+    return text
+
+
+def parse(data: bytes) -> Flame:
+    """The call tree of a stored profile (gzip JSON of either format)."""
+    try:
+        document = json.loads(inflate(data))
+    except (ValueError, RecursionError):
+        raise Unreadable("the stored profile is not JSON") from None
+    if isinstance(document, dict) and isinstance(document.get("shared"), dict) \
+            and isinstance(document.get("profiles"), list):
+        return from_speedscope(document)
+    if isinstance(document, dict) and isinstance(document.get("threads"), list):
+        return from_firefox(document)
+    raise Unreadable("the stored profile is neither speedscope's format nor the Firefox "
+                     "Profiler's")
+
+
+# -- speedscope ---------------------------------------------------------------------------------
+def from_speedscope(document: dict[str, Any]) -> Flame:
+    frames = _frames(_list(document["shared"].get("frames")))
+    profiles = [p for p in document["profiles"] if isinstance(p, dict)]
+    unit = _text(profiles[0].get("unit")) if profiles else ""
+    flame = Flame(Node("all"), "speedscope", unit or "seconds",
+                  title=_text(document.get("name")))
+    steps = 0
+    for profile in profiles:
+        if profile.get("type") == "sampled":
+            steps = _sampled(flame, profile, frames, steps)
+        elif profile.get("type") == "evented":
+            steps = _evented(flame, profile, frames, steps)
+    return flame
+
+
+def _frames(raw: list[Any]) -> list[tuple[str, str]]:
+    found = []
+    for frame in raw:
+        frame = frame if isinstance(frame, dict) else {}
+        file = _text(frame.get("file"))
+        line = frame.get("line")
+        if file and isinstance(line, int) and not isinstance(line, bool):
+            file = f"{file}:{line}"
+        found.append((_text(frame.get("name")) or "?", file))
+    return found
+
+
+def _sampled(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]],
+             steps: int) -> int:
+    samples = _list(profile.get("samples"))
+    weights = _list(profile.get("weights"))
+    for index, sample in enumerate(samples):
+        steps += 1
+        if steps > MAX_STEPS:
+            flame.cut = True
+            break
+        weight = _number(weights[index]) if index < len(weights) else 1.0
+        stack = [frames[i] for i in _list(sample) if _index(i, frames)]
+        flame.add(stack, weight)
+    return steps
+
+
+def _evented(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]],
+             steps: int) -> int:
+    """Open and close events: the time between two events is spent in the stack then
+    open. A close that is not of the innermost open frame closes down to it (or is
+    ignored when that frame is not open)."""
+    stack: list[int] = []
+    last: float | None = None
+    for event in _list(profile.get("events")):
+        steps += 1
+        if steps > MAX_STEPS:
+            flame.cut = True
+            break
+        if not isinstance(event, dict) or not _index(event.get("frame"), frames):
+            continue
+        at = _number(event.get("at"), missing=math.nan)
+        if math.isnan(at):
+            continue
+        if last is not None and stack and at > last:
+            flame.add([frames[i] for i in stack], at - last)
+        last = at if last is None else max(last, at)
+        if event.get("type") == "O":
+            stack.append(event["frame"])
+        elif event.get("type") == "C" and event["frame"] in stack:
+            del stack[len(stack) - 1 - stack[::-1].index(event["frame"]):]
+    return steps
+
+
+# -- Firefox processed format -----------------------------------------------------------------
+def from_firefox(document: dict[str, Any]) -> Flame:
+    meta, shared = _table(document.get("meta")), _table(document.get("shared"))
+    shared_strings = _list(shared.get("stringArray"))
+    flame = Flame(Node("all"), "firefox", "samples", title=_text(meta.get("product")))
+    steps = 0
+    for thread in document["threads"]:
+        if isinstance(thread, dict):
+            strings = _list(thread.get("stringArray")) or shared_strings
+            steps = _thread(flame, thread, strings, steps)
+    return flame
+
+
+def _thread(flame: Flame, thread: dict[str, Any], strings: list[Any], steps: int) -> int:
+    samples = _table(thread.get("samples"))
+    stacks, frames, funcs = (_table(thread.get(name)) for name in
+                             ("stackTable", "frameTable", "funcTable"))
+    prefix, frame_of = _list(stacks.get("prefix")), _list(stacks.get("frame"))
+    func_of = _list(frames.get("func"))
+    names, files = _list(funcs.get("name")), _list(funcs.get("fileName"))
+    weights = _list(samples.get("weight"))
+    memo: dict[int, list[tuple[str, str]]] = {}
+
+    def label(func: Any) -> tuple[str, str]:
+        if not _index(func, names):
+            return "?", ""
+        file = files[func] if _index(func, files) else None
+        return _string(strings, names[func]) or "?", _string(strings, file)
+
+    def walk(stack: Any) -> list[tuple[str, str]]:
+        if stack in memo:
+            return memo[stack]
+        found: list[tuple[str, str]] = []
+        at, seen = stack, 0
+        while _index(at, frame_of) and seen < MAX_DEPTH:
+            frame = frame_of[at]
+            found.append(label(func_of[frame]) if _index(frame, func_of) else ("?", ""))
+            at, seen = (prefix[at] if _index(at, prefix) else None), seen + 1
+        found.reverse()
+        memo[stack] = found
+        return found
+
+    for index, stack in enumerate(_list(samples.get("stack"))):
+        steps += 1
+        if steps > MAX_STEPS:
+            flame.cut = True
+            break
+        if isinstance(stack, int) and not isinstance(stack, bool):
+            weight = _number(weights[index]) if index < len(weights) else 1.0
+            flame.add(walk(stack), weight)
+    return steps
+
+
+# -- checked reads ----------------------------------------------------------------------------
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _index(value: Any, into: list[Any]) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(into)
+
+
+def _number(value: Any, missing: float = 1.0) -> float:
+    """A finite number, ``missing`` for null (a sample without a weight counts once), else
+    0 (nothing is added for it)."""
+    if value is None:
+        return missing
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 0.0
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
+def _string(strings: list[Any], index: Any) -> str:
+    return _text(strings[index]) if _index(index, strings) else ""
