@@ -58,6 +58,7 @@ from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
 from .processor import JobRunner
 from .profiling.middleware import JobProfiler
+from .profiling.middleware import JobProfiler
 from .reporting import fire, report_error
 from .runtime import affinity
 from .runtime.busy import Busy
@@ -90,10 +91,13 @@ POLLER_THREAD = "wurk-poller"
 #   3. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
 #   4. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
 #      expired jobs dropped — inside the batch link, so a rescheduled job is not counted;
-#   5. the encrypted argument opened (``wurk.crypto``): innermost, so what stores the payload
-#      outside it (a reschedule, a retry, the dead set) stores the envelope, never the value.
+#   5. the encrypted argument opened (``wurk.crypto``): so what stores the payload outside
+#      it (a reschedule, a retry, the dead set) stores the envelope, never the value;
+#   6. the profiler (``wurk.profiling``): innermost, so a profile is of the job (and the
+#      application's links) only; a job without ``profile`` pays one dict lookup.
 # And their death handlers: a dead batch job is counted; a dead unique job frees its lock.
-BUILT_IN = (ExecutionMetrics, InterruptHandler, BatchServerMiddleware, LimitsMiddleware, Opener)
+BUILT_IN = (ExecutionMetrics, InterruptHandler, BatchServerMiddleware, LimitsMiddleware, Opener,
+            JobProfiler)
 
 
 def install_built_ins(config: Config) -> None:
