@@ -47,6 +47,8 @@ class Keys:
         "prefix",
         "process_cleanup",
         "processes",
+        "push_buffers",
+        "push_sent",
         "profiles",
         "queues",
         "reaper_lock",
@@ -58,6 +60,7 @@ class Keys:
         "stat_poisoned",
         "stat_processed",
         "stat_recovered",
+        "stat_recovered_push",
         "super_processes",
     )
 
@@ -90,6 +93,15 @@ class Keys:
         self.stat_poisoned = f"{p}wurk:stat:poisoned"
         self.history = f"{p}wurk:history"
         self.history_lock = f"{p}wurk:history:lock"
+        # Pushes that record their jid (reliable push, the outbox relay): jid -> when Redis
+        # took it (ZSET, Redis's clock), so a replay of that jid is not pushed again; the
+        # jids are forgotten once their pusher knows they landed (wurk.client.idempotent).
+        self.push_sent = f"{p}wurk:push-sent"
+        # Reliable push's reports: identity -> last report (ZSET), each report a JSON key
+        # with a TTL (``push_buffer``); and the cluster-wide count of pushes sent from a
+        # buffer after Redis came back.
+        self.push_buffers = f"{p}wurk:push-buffers"
+        self.stat_recovered_push = f"{p}wurk:stat:recovered-push"
         # Job profiles (Sidekiq 8's layout): ``<token>-<jid>`` members scored by expiry.
         self.profiles = f"{p}profiles"
 
@@ -152,6 +164,10 @@ class Keys:
         if not member:
             raise ValueError("a profile key needs a non-empty member")
         return f"{self.prefix}{member}"
+
+    def push_buffer(self, identity: str) -> str:
+        """One process's reliable-push report (JSON, with a TTL): buffered, oldest, sent."""
+        return f"{self.prefix}wurk:push-buffer:{identity}"
 
     # -- stats ------------------------------------------------------------------------------
     def stat_processed_day(self, day: _dt.date) -> str:

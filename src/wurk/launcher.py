@@ -7,7 +7,8 @@
    first heartbeat (before any fetch); start the heartbeat thread, the leader election and
    the periodic poller (``wurk.periodic.leader``, ``wurk.periodic.poller``), the scheduler and one
    manager per capsule. The periodic duties (scheduler, reaper, leader election, periodic
-   poller, history, slow-job and affinity samplers, log flush) share one thread
+   poller, history, slow-job and affinity samplers, log flush, the outbox's poll with
+   ``client="outbox"``) share one thread
    (``wurk.runtime.timer.Timers``), each on its own interval; the heartbeat keeps its own, so no
    duty's slow tick can delay it.
 2. ``quiet``: stop fetching everywhere, stop the scheduler and the periodic poller and step
@@ -36,6 +37,8 @@ from .asyncjobs import EventLoop, helper_count
 from .batch import open_batch
 from .batch.middleware import BatchDeathHandler, BatchServerMiddleware
 from .batch.middleware import install_client as install_batch_client
+from .client.outbox import OutboxDuty
+from .client.reliable import writer_for
 from .config import Capsule, Config
 from .connections.locate import describe_url
 from .connections.preflight import check_server
@@ -170,6 +173,8 @@ class Launcher:
         self.reaper = Reaper(config, self.identity, served, claims=self.claims,
                              own_lists=self.private_lists(), timers=self.timers) \
             if config.fetch == "reliable" else None
+        # The outbox's fallback poll (``client="outbox"``): rows no commit hook relayed.
+        self.outbox = OutboxDuty(config, self.timers) if config.client == "outbox" else None
         # Metrics, health check, Prometheus, StatsD, history: their one attachment point.
         self.instruments = Instruments(self)
         if self.reaper is not None:
@@ -264,6 +269,9 @@ class Launcher:
         self.leadership.start()
         self.periodic.start()
         self.scheduler.start()
+        if self.outbox is not None:
+            self.outbox.start()
+        writer_for(self.config)  # reliable push: a disk buffer looks for what a dead one left
         pinning = self._pinning()
         self.runner.loop.pinning = pinning
         for manager in self.managers:

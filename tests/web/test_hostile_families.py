@@ -112,6 +112,9 @@ FAMILIES = [
     Family("iteration:retry", lambda k, t: k.iteration("c" * 24), "hash"),
     Family("profiles", lambda k, t: k.profiles, "zset"),
     Family("profile", lambda k, t: k.profile(PROFILE), "hash"),
+    Family("push_buffers", lambda k, t: k.push_buffers, "zset"),
+    Family("push_buffer", lambda k, t: k.push_buffer(IDENTITY), "string"),
+    Family("stat_recovered_push", lambda k, t: k.stat_recovered_push, "string"),
 ]
 
 # Members of ``Keys`` that name no key a page, API route or CLI listing reads, and why.
@@ -136,6 +139,7 @@ NOT_READ = {
     "unique": "a lock whose value no page reads (only released by actions)",
     "batch_keys": "lists batch keys (covered one by one above)",
     "batch_tag_prefix": "a prefix",
+    "push_sent": "the recording pushes' own record of jids sent, read by their script only",
 }
 
 
@@ -219,6 +223,11 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
         r.hset(k.iteration(jid), mapping={"ex": 2, "c": json.dumps([MARK, 7]), "rt": 1.5,
                                           "cancelled": int(stamp)})
 
+    r.zadd(k.push_buffers, {IDENTITY: stamp})
+    r.set(k.push_buffer(IDENTITY), json.dumps({
+        "identity": IDENTITY, "hostname": "host", "pid": 1, "kind": "disk", "where": MARK,
+        "buffered": 2, "oldest": stamp - 5, "sent": 3, "at": stamp}))
+    r.set(k.stat_recovered_push, 3)
 
 # -- hostile kinds ---------------------------------------------------------------------------------
 def write(r: redis.Redis, kind: str, key: str, values: list[str]) -> None:
@@ -295,8 +304,9 @@ ROUTES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", 
 # Each entry's own pages: read_everything visits them for the entries the lists give.
 ENTRY_ROUTES = [f"{prefix}/{kind}/KEY" for prefix in ("", "/api")
                 for kind in ("retries", "scheduled", "morgue", "dead")]
-CLI = [["stats"], ["queues"], ["retries"], ["scheduled"], ["dead"], ["processes"],
-       ["batches"], ["batches", "show", BID], ["batches", "dead"], ["periodic", "list"]]
+CLI = [["stats"], ["push-buffer", "status"], ["queues"], ["retries"], ["scheduled"],
+       ["dead"], ["processes"], ["batches"], ["batches", "show", BID], ["batches", "dead"],
+       ["periodic", "list"]]
 UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\u202e]")
 
 

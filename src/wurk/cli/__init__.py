@@ -44,6 +44,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "web": ("web", "web_command"),
     "batches": ("batches", "batches_command"),
     "periodic": ("periodic", "periodic"),
+    "push-buffer": ("pushbuffer", "push_buffer"),
 }
 
 EXIT_ERROR = 1

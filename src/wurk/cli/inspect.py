@@ -2,7 +2,9 @@
 
 1. Read commands print a table a person takes in at a glance, or with ``--json`` one JSON
    document for scripts (times in epoch seconds, latencies in seconds). ``stats`` says how
-   fresh its processed and failed counts are: running workers add theirs at each heartbeat.
+   fresh its processed and failed counts are: running workers add theirs at each heartbeat;
+   and, where reliable push kept jobs, each process's buffer as it reported it and the disk
+   buffers of this host's directory.
    ``retries`` and ``scheduled`` list the soonest first, ``dead`` the latest death first,
    as Sidekiq's pages (and the dashboard) do.
 2. ``wurk queues pause|unpause|clear NAME``, ``wurk retries|scheduled|dead clear``,
@@ -43,6 +45,9 @@ from ..api import (
     Stats,
     values,
 )
+from ..api.pushbuffers import PushBuffers
+from ..client.buffer import survey
+from ..client.reliable import buffer_directory
 from ..config import Config
 from ..connections.locate import find_home, where
 from ..errors import WurkError
@@ -141,10 +146,12 @@ def stats_command(as_json: bool) -> None:
     # not yet pruned) has nothing more to add.
     beats = [p.beat for p in ProcessSet(config).iterate() if isinstance(p.beat, (int, float))
              and now - p.beat <= config.heartbeat_ttl]
+    buffers = _push_buffers(config)
     if as_json:
         # Running workers add their counts at each heartbeat: the counts are as of the
         # oldest of their last beats (null with no worker running: nothing is pending).
-        emit_json({**numbers, "counted_as_of": min(beats) if beats else None})
+        emit_json({**numbers, "counted_as_of": min(beats) if beats else None,
+                   "push_buffers": buffers})
         return
     counted = _counted(beats, now)
     rows = [("Redis", server_name(config)),
@@ -157,9 +164,46 @@ def stats_command(as_json: bool) -> None:
             ("Dead", tables.count(numbers["dead"])),
             ("Processes", tables.count(numbers["processes"])),
             ("Latency", tables.duration(numbers["default_queue_latency"]) + " (default queue)")]
+    rows += _push_buffer_rows(buffers, now)
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         click.echo(f"{label.ljust(width)}  {value}")
+
+
+def _push_buffers(config: Config) -> dict[str, Any]:
+    """Reliable push: what processes reported (``wurk.api.pushbuffers``), and the disk
+    buffers in this host's directory, read without Redis."""
+    found = PushBuffers(config)
+    place = buffer_directory(config)
+    return {"sent": found.sent(),
+            "reports": [report.to_dict() for report in found.reports()],
+            "directory": str(place),
+            "files": [{"path": str(r.path), "held": r.held, "pending": r.pending,
+                       "oldest": r.oldest, "pid": r.pid, "host": r.host}
+                      for r in survey(place)]}
+
+
+def _push_buffer_rows(buffers: dict[str, Any], now: float) -> list[tuple[str, str]]:
+    """One line per process that reported a buffer, and one per file here: nothing at all
+    where reliable push never kept a job."""
+    rows: list[tuple[str, str]] = []
+    for report in buffers["reports"]:
+        rows.append(("Push buffer", f"{report['hostname']}:{report['pid']} ({report['kind']}): "
+                     f"{tables.count(report['buffered'])} waiting, the oldest "
+                     f"{tables.age(report['oldest'], now)}; "
+                     f"{tables.count(report['sent'])} sent; reported "
+                     f"{tables.age(report['at'], now)}"))
+    for file in buffers["files"]:
+        if not file["pending"]:
+            continue
+        owner = "its process runs" if file["held"] else \
+            "its process is gone: `wurk push-buffer flush` sends them"
+        rows.append(("Push buffer", f"{file['path']}: {tables.count(file['pending'])} waiting, "
+                     f"the oldest {tables.age(file['oldest'], now)}; {owner}"))
+    if rows or buffers["sent"]:
+        rows.insert(0, ("Recovered pushes", f"{tables.count(buffers['sent'])} sent from reliable "
+                        "push buffers after Redis came back"))
+    return rows
 
 
 def _counted(beats: list[float], now: float) -> str:

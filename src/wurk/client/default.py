@@ -1,9 +1,11 @@
 """The process's client: chosen by the configuration, made once per configuration object.
 
-1. ``default_client(config)`` is a plain ``Client``, or a ``TransactionalClient`` when the
+1. ``default_client(config)`` is a plain ``Client``, a ``TransactionalClient`` when the
    configuration says ``client="transactional"`` (pushes deferred to the surrounding
-   database transaction's commit). Choosing here keeps the client module free of the
-   transactional one, which builds on it.
+   database transaction's commit), or an ``OutboxClient`` for ``client="outbox"`` (pushes
+   written into the database's outbox table in that transaction). Its writer is a
+   ``ReliableWriter`` when ``reliable_push`` is on (a push Redis cannot take is kept and
+   sent later). Choosing here keeps the client module free of the ones that build on it.
 2. ``push`` / ``push_bulk`` push a raw payload through it: ``wurk.push({...})``;
    ``apush`` / ``apush_bulk`` are the same for async code (``await wurk.apush({...})``).
 """
@@ -15,6 +17,8 @@ from typing import Any
 
 from ..config import Config, default_config
 from .core import Client
+from .outbox import OutboxClient
+from .reliable import writer_for
 from .transactional import TransactionalClient
 
 __all__ = ["apush", "apush_bulk", "default_client", "push", "push_bulk"]
@@ -27,11 +31,13 @@ def default_client(config: Config | None = None) -> Client:
     cfg = config if config is not None else default_config()
     client = _clients.get(id(cfg))
     if client is None or client.config is not cfg:
-        client = _clients[id(cfg)] = _client_class(cfg)(cfg)
+        client = _clients[id(cfg)] = _client_class(cfg)(cfg, writer=writer_for(cfg))
     return client
 
 
 def _client_class(config: Config) -> type[Client]:
+    if config.client == "outbox":
+        return OutboxClient
     return TransactionalClient if config.client == "transactional" else Client
 
 

@@ -14,8 +14,8 @@
    ``dead``, ``scheduled``, ``busy``, ``queue.size`` per queue, ``queue.latency`` for
    ``default``). Names take ``statsd_prefix`` (``wurk``; ``sidekiq`` for Pro's dashboards).
 4. ``jobs.recovered.push`` (``recovered_push``): Sidekiq Pro's count of pushes a client
-   buffered while Redis was down and sent later. wurk has no such buffer yet, so nothing
-   calls it: the name is kept so dashboards built for Pro find it, and it reads 0.
+   buffered while Redis was down and sent later, sent by the process whose reliable push
+   (``wurk.client.reliable``) sent them.
 5. Batches (``batch``): ``batch.created``, ``batch.complete``, ``batch.success`` and
    ``batch.duration`` (ms from creation to success), sent by the process whose script call
    made the change. ``sink_for(config)`` is the one sink per configuration a process that
@@ -107,7 +107,7 @@ class StatsdSink:
 
     def recovered_push(self, count: int) -> None:
         """Pushes a client kept while Redis was down and sent once it was back (Sidekiq
-        Pro's reliable push). Nothing calls it yet: wurk has no such buffer."""
+        Pro's reliable push; ``wurk.client.reliable``)."""
         self.client.increment("jobs.recovered.push", count)
 
     def poisoned(self, pill: Mapping[str, Any]) -> None:

@@ -38,6 +38,7 @@ from ..api import (
     values,
 )
 from ..api.iteration import IterableJobQuery
+from ..api.pushbuffers import PushBuffers
 from ..api.record import JobRecord
 from ..config import Config
 from ..stored import Invalid
@@ -166,6 +167,10 @@ def busy(config: Config, *, only: str | None = None,
             "busy": values.valid_total(p["busy"] for p in processes),
             "rss_kb": values.valid_total(p["rss_kb"] for p in processes),
         }
+        # Reliable push: the processes that kept pushes while Redis was out of reach.
+        buffers = PushBuffers(config)
+        result["push_buffers"] = [report.to_dict() for report in buffers.reports()]
+        result["push_sent"] = buffers.sent()
     if only != "processes":
         works = list(WorkSet(config))
         result["jobs"] = [work.to_dict() for work in works[:count]]

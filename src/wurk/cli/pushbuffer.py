@@ -1,0 +1,75 @@
+"""``wurk push-buffer status | flush [DIR]``: reliable push's disk buffers on this host.
+
+1. ``status`` reads the buffer files in DIR (default: the configuration's,
+   ``reliable_push_dir`` or ``.wurk/push-buffer``) without Redis: per file, the jobs waiting,
+   the oldest one's age, and whether a running process holds it (it sends its own) or a
+   dead one left it. ``--json`` for scripts.
+2. ``flush`` sends the jobs of every file no running process holds — what a process killed
+   with jobs buffered left, when no successor runs on this host — each recorded as sent in
+   its file, the file deleted once empty. Exit 1 when Redis cannot take them (they stay).
+   Sending a job its owner had sent already pushes nothing (``wurk.client.idempotent``).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from ..client.buffer import survey
+from ..client.reliable import buffer_directory, flush_directory
+from . import tables
+from .inspect import default_config, emit_json, friendly, json_option, server_name
+
+__all__ = ["push_buffer"]
+
+directory_argument = click.argument("directory", required=False,
+                                    type=click.Path(file_okay=False, path_type=Path))
+
+
+@click.group("push-buffer")
+def push_buffer() -> None:
+    """Reliable push's disk buffers on this host (reliable_push: disk)."""
+
+
+@push_buffer.command("status")
+@directory_argument
+@json_option
+@friendly
+def status_command(directory: Path | None, as_json: bool) -> None:
+    """The jobs each buffer file in DIRECTORY holds, and whether its process runs."""
+    place = directory or buffer_directory(default_config())
+    reports = survey(place)
+    if as_json:
+        emit_json({"directory": str(place), "files": [
+            {"path": str(r.path), "held": r.held, "pending": r.pending, "oldest": r.oldest,
+             "pid": r.pid, "host": r.host} for r in reports]})
+        return
+    if not reports:
+        click.echo(f"{place}: no buffer files")
+        return
+    now = time.time()
+    rows = [(r.path.name, "running" if r.held else "left by a dead process",
+             tables.count(r.pending), tables.age(r.oldest, now)) for r in reports]
+    click.echo(f"{place}:")
+    click.echo(tables.table(("file", "process", "jobs", "oldest"), rows, right=(2,)))
+    if any(not r.held and r.pending for r in reports):
+        click.echo(f"`wurk push-buffer flush {place}` sends what dead processes left")
+
+
+@push_buffer.command("flush")
+@directory_argument
+@friendly
+def flush_command(directory: Path | None) -> None:
+    """Send the jobs that processes no longer running left in DIRECTORY."""
+    config = default_config()
+    place = directory or buffer_directory(config)
+    pushed, left, held = flush_directory(config, place)
+    line = f"sent {tables.plural(pushed, 'job')} from {place} to {server_name(config)}"
+    if held:
+        line += f"; {tables.plural(held, 'file')} held by a running process (it sends its own)"
+    click.echo(line)
+    if left:
+        raise click.ClickException(f"{tables.plural(left, 'job')} could not be sent and "
+                                   "stay in their files")

@@ -1,0 +1,422 @@
+"""Where reliable push keeps the jobs Redis did not take: in memory, or in a file per process.
+
+1. ``Entry``: a job ready to send (``wurk.client.idempotent.Sendable``) and when it was
+   buffered. A buffer hands its entries out oldest first and holds ``size`` at most:
+   ``keep`` raises ``BufferFull`` rather than drop one.
+2. ``MemoryBuffer``: in this process's memory, lost with it (Sidekiq Pro's kind).
+3. ``DiskBuffer``: every change appended to a file of this process's own,
+   ``push-<host>-<pid>-<nonce>.jobs`` in its directory, and fsync'd before ``keep`` returns.
+   The file is made with the first job kept (a process that never loses Redis never
+   writes one) and held with an exclusive ``flock`` while the process lives; the kernel
+   lets go of it when the process ends, killed or not, which is how a successor knows the
+   file is an orphan. Emptied (truncated) when everything in it was sent; deleted at a
+   clean exit when empty, left for a successor otherwise.
+4. The file is JSON lines: a header, ``{"+": jid, "t": buffered at, "at": epoch or null,
+   "job": payload text}`` per job kept, ``{"-": [jids]}`` per jobs sent. A torn last line
+   (a process killed mid-write: before its fsync, so before its push returned) is ignored.
+5. ``Orphan``: another process's file whose lock could be taken. Its pending jobs are sent
+   by whoever claimed it (a successor's background flush, ``wurk push-buffer flush``), each
+   sent one recorded in that file, and the file deleted once none is left.
+6. ``survey(directory)``: what each file there holds and whether its owner lives, for
+   ``wurk stats`` and ``wurk push-buffer status`` (read without Redis).
+7. Fork: a child never sends its parent's jobs. ``reset_after_fork`` empties the child's
+   copy and closes its copy of the parent's file (the lock stays with the parent's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import logging
+import os
+import re
+import secrets
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from ..runtime.identity import hostname
+from .idempotent import Sendable
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock; the disk kind refuses to start
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "SUFFIX",
+    "BufferFull",
+    "DiskBuffer",
+    "Entry",
+    "FileReport",
+    "MemoryBuffer",
+    "Orphan",
+    "orphans",
+    "survey",
+]
+
+log = logging.getLogger("wurk")
+
+SUFFIX = ".jobs"
+_HEADER = "wurk-push-buffer"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class BufferFull(Exception):
+    """``keep`` found no room: the push is not kept (the caller raises)."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    job: Sendable
+    buffered_at: float
+
+
+# -- memory ---------------------------------------------------------------------------------
+class MemoryBuffer:
+    """Pending pushes in this process's memory, oldest first."""
+
+    kind = "memory"
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._pending: dict[str, Entry] = {}
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def where(self) -> str:
+        return "memory"
+
+    def oldest(self) -> float | None:
+        with self._lock:
+            first = next(iter(self._pending.values()), None)
+        return first.buffered_at if first is not None else None
+
+    def keep(self, entries: list[Entry]) -> None:
+        with self._lock:
+            self._room(entries)
+            for entry in entries:
+                self._pending[entry.job.jid] = entry
+
+    def _room(self, entries: list[Entry]) -> None:
+        new = sum(1 for entry in entries if entry.job.jid not in self._pending)
+        if len(self._pending) + new > self.size:
+            raise BufferFull(f"{len(self._pending)} jobs wait already, at most {self.size} "
+                             f"(reliable_push_size)")
+
+    def take(self, limit: int) -> list[Entry]:
+        """The oldest ``limit`` entries, left in place until ``done``."""
+        with self._lock:
+            return list(itertools.islice(self._pending.values(), limit))
+
+    def done(self, jids: Iterable[str]) -> None:
+        with self._lock:
+            for jid in jids:
+                self._pending.pop(jid, None)
+
+    def reset_after_fork(self) -> None:
+        self._lock = threading.Lock()
+        self._pending = {}
+
+    def close(self) -> int:
+        """At exit: the jobs still waiting (lost with this kind)."""
+        return len(self._pending)
+
+
+# -- disk -----------------------------------------------------------------------------------
+def _need_flock() -> Any:
+    if fcntl is None:  # pragma: no cover - Windows
+        raise ConfigError("reliable_push='disk' needs POSIX file locks (fcntl.flock), which "
+                          "this platform lacks; use reliable_push='memory'")
+    return fcntl
+
+
+def _line(record: dict[str, Any]) -> bytes:
+    return (json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make a file's creation or removal durable (its name lives in the directory)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class _Parsed:
+    header: dict[str, Any]
+    pending: dict[str, tuple[str, float, float | None]]  # jid -> (payload text, t, at)
+    bad_lines: int = 0
+
+
+def _parse(data: bytes) -> _Parsed:
+    """A buffer file's contents: its header and the jobs kept and not yet sent."""
+    parsed = _Parsed({}, {})
+    # After the last newline: nothing, or a line cut by a crash — never fsync'd whole, so
+    # its push never returned its jid: not a promise, and dropped.
+    lines = data.split(b"\n")[:-1]
+    for number, raw in enumerate(lines):
+        try:
+            record = json.loads(raw)
+        except ValueError:
+            parsed.bad_lines += 1
+            continue
+        if not isinstance(record, dict):
+            parsed.bad_lines += 1
+        elif number == 0 and record.get(_HEADER) is not None:
+            parsed.header = record
+        elif isinstance(record.get("+"), str) and isinstance(record.get("job"), str):
+            at = record.get("at")
+            t = record.get("t")
+            parsed.pending[record["+"]] = (
+                record["job"], float(t) if isinstance(t, (int, float)) else 0.0,
+                float(at) if isinstance(at, (int, float)) else None)
+        elif isinstance(record.get("-"), list):
+            for jid in record["-"]:
+                parsed.pending.pop(str(jid), None)
+        else:
+            parsed.bad_lines += 1
+    return parsed
+
+
+class DiskBuffer:
+    """Pending pushes in a file of this process's own, fsync'd before ``keep`` returns."""
+
+    kind = "disk"
+
+    def __init__(self, directory: Path, size: int) -> None:
+        _need_flock()
+        self.directory = directory
+        self.size = size
+        self._lock = threading.Lock()
+        self._pending: dict[str, Entry] = {}
+        self._fd: int | None = None
+        self.path: Path | None = None
+        self._header_size = 0
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    @property
+    def where(self) -> str:
+        return str(self.path or self.directory)
+
+    def oldest(self) -> float | None:
+        with self._lock:
+            first = next(iter(self._pending.values()), None)
+        return first.buffered_at if first is not None else None
+
+    def keep(self, entries: list[Entry]) -> None:
+        with self._lock:
+            new = sum(1 for entry in entries if entry.job.jid not in self._pending)
+            if len(self._pending) + new > self.size:
+                raise BufferFull(f"{len(self._pending)} jobs wait already in {self.where}, "
+                                 f"at most {self.size} (reliable_push_size)")
+            fd = self._open()
+            _write_all(fd, b"".join(_line({"+": e.job.jid, "t": e.buffered_at, "at": e.job.at,
+                                           "job": e.job.text}) for e in entries))
+            os.fsync(fd)  # before the push returns its jid: the job is the file's now
+            for entry in entries:
+                self._pending[entry.job.jid] = entry
+
+    def take(self, limit: int) -> list[Entry]:
+        with self._lock:
+            return list(itertools.islice(self._pending.values(), limit))
+
+    def done(self, jids: Iterable[str]) -> None:
+        """Record ``jids`` as sent (fsync'd before their records in Redis may be forgotten);
+        the file is emptied once nothing in it waits."""
+        with self._lock:
+            gone = [jid for jid in jids if self._pending.pop(jid, None) is not None]
+            if not gone or self._fd is None:
+                return
+            if self._pending:
+                _write_all(self._fd, _line({"-": gone}))
+            else:
+                os.ftruncate(self._fd, self._header_size)
+            os.fsync(self._fd)
+
+    def _open(self) -> int:
+        """This process's file, made and locked on first use."""
+        if self._fd is not None:
+            return self._fd
+        lock = _need_flock()
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        name = f"push-{_UNSAFE.sub('_', hostname())}-{os.getpid()}-{secrets.token_hex(4)}"
+        path = self.directory / f"{name}{SUFFIX}"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        try:
+            lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
+            header = _line({_HEADER: 1, "host": hostname(), "pid": os.getpid(),
+                            "created": time.time()})
+            _write_all(fd, header)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        _fsync_directory(self.directory)
+        self._fd, self.path, self._header_size = fd, path, len(header)
+        return fd
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: forget the parent's jobs and its file (closing the child's
+        copy of the descriptor leaves the parent's lock in place)."""
+        fd = self._fd
+        self._lock = threading.Lock()
+        self._pending = {}
+        self._fd, self.path, self._header_size = None, None, 0
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def close(self) -> int:
+        """At exit: delete the file when nothing waits in it; else leave it for a successor
+        (the lock goes with the descriptor). Returns the jobs left."""
+        with self._lock:
+            left = len(self._pending)
+            fd, path = self._fd, self.path
+            self._fd = None
+            if fd is None or path is None:
+                return left
+            if not left:
+                path.unlink(missing_ok=True)
+                _fsync_directory(self.directory)
+            os.close(fd)
+            return left
+
+
+# -- another process's file -----------------------------------------------------------------
+class Orphan:
+    """A buffer file whose owner is gone, claimed (locked) by this process to send its jobs."""
+
+    def __init__(self, path: Path, fd: int, parsed: _Parsed) -> None:
+        self.path = path
+        self._fd = fd
+        self.header = parsed.header
+        self.pending = parsed.pending
+
+    @classmethod
+    def claim(cls, path: Path) -> Orphan | None:
+        """The file at ``path`` locked for this process, or None when its owner still holds
+        it (alive), another process claimed it, or it is gone."""
+        lock = _need_flock()
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND)
+        except FileNotFoundError:
+            return None
+        try:
+            lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                raise FileNotFoundError(path)  # emptied and deleted by a claimer before us
+            parsed = _parse(_read(fd))
+        except (BlockingIOError, FileNotFoundError):
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        if parsed.bad_lines:
+            log.warning("push buffer %s: %d line(s) could not be read and were skipped",
+                        path, parsed.bad_lines)
+        return cls(path, fd, parsed)
+
+    def take(self, limit: int) -> list[tuple[str, str, float, float | None]]:
+        """The oldest ``limit`` jobs: (jid, payload text, buffered at, at)."""
+        return [(jid, text, t, at) for jid, (text, t, at)
+                in itertools.islice(self.pending.items(), limit)]
+
+    def done(self, jids: Iterable[str]) -> None:
+        gone = [jid for jid in jids if self.pending.pop(jid, None) is not None]
+        if gone:
+            _write_all(self._fd, _line({"-": gone}))
+            os.fsync(self._fd)
+
+    def release(self) -> None:
+        """Delete the file when every job in it was sent; unlock it either way."""
+        if not self.pending:
+            self.path.unlink(missing_ok=True)
+            _fsync_directory(self.path.parent)
+        os.close(self._fd)
+
+
+def _read(fd: int) -> bytes:
+    chunks: list[bytes] = []
+    offset = 0
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
+
+
+def _files(directory: Path) -> Iterator[Path]:
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    for name in names:
+        if name.endswith(SUFFIX):
+            yield directory / name
+
+
+def orphans(directory: Path, own: Path | None = None) -> list[Path]:
+    """The buffer files in ``directory`` but this process's own (whether their owners live
+    is known only by trying their locks: ``Orphan.claim``)."""
+    return [path for path in _files(directory) if path != own]
+
+
+@dataclass(frozen=True)
+class FileReport:
+    path: Path
+    held: bool  # its owner (or a process sending its jobs) holds it: alive
+    pending: int
+    oldest: float | None
+    pid: int | None
+    host: str | None
+
+
+def survey(directory: Path) -> list[FileReport]:
+    """What each buffer file in ``directory`` holds, and whether a process holds it."""
+    reports = []
+    lock = _need_flock()
+    for path in _files(directory):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                lock.flock(fd, lock.LOCK_SH | lock.LOCK_NB)
+                held = False
+            except BlockingIOError:
+                held = True
+            parsed = _parse(_read(fd))
+        finally:
+            os.close(fd)  # a shared lock taken here goes with it
+        times = [t for _, t, _ in parsed.pending.values()]
+        pid = parsed.header.get("pid")
+        host = parsed.header.get("host")
+        reports.append(FileReport(path, held, len(parsed.pending), min(times, default=None),
+                                  pid if isinstance(pid, int) else None,
+                                  host if isinstance(host, str) else None))
+    return reports

@@ -1,0 +1,315 @@
+"""The transactional outbox: a push inside a transaction is a row of that transaction.
+
+1. ``client="outbox"`` makes the process's client an ``OutboxClient``. Inside a database
+   transaction a push runs whole at the call — normalised, through the client middleware,
+   arguments checked, stamped — and its payload is written into the outbox table through
+   the adapter (``write_outbox``), in the same transaction: committed means pushed at least
+   once, rolled back means never pushed, and Redis need not answer at commit.
+2. Outside a transaction, with ``set(transactional=False)``, for a batch member, or inside a
+   batch's jobs block it pushes at once, as the default client does. Under a testing mode
+   (fake, inline) it defers to the commit as the transactional client does, so a test sees
+   exactly the committed pushes and needs no table. ``push_bulk`` inside a transaction
+   writes its rows too (they wait in the database, not in memory).
+3. ``Relay`` moves rows to Redis and deletes them: the store (``OutboxStore``, the
+   adapter's) takes a batch of rows no other relay holds — ``SELECT … FOR UPDATE SKIP
+   LOCKED`` where the database has it, a claim column with a lease
+   (``outbox_claim_timeout``) where it does not (SQLite) — hands them to the relay, which
+   pushes them with the recording script (``wurk.client.idempotent``: a row pushed before a
+   crash undid its deletion is not pushed twice), then deletes them. A unique job takes its
+   lock then; a duplicate is dropped, its row deleted. A row that is not a JSON object goes
+   to the dead set as the text it was.
+4. Promptly: each push into the outbox asks the transaction to wake this process's relay
+   thread after the commit (``after_commit``); every worker polls the table every
+   ``outbox_poll_interval`` as the fallback (``OutboxDuty``, on the worker's shared timer
+   thread), so rows a killed process left, or written while Redis was down, go too.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .. import payload as P
+from ..config import Config
+from ..errors import UnparseablePayload
+from ..runtime.duty import Duty
+from ..runtime.timer import Timers
+from . import idempotent, writers
+from .transactional import TransactionAdapter, TransactionalClient
+from .writers import Entries
+
+__all__ = ["OutboxAdapter", "OutboxClient", "OutboxDuty", "OutboxRow", "OutboxStore", "Relay",
+           "relay_for"]
+
+log = logging.getLogger("wurk")
+
+# How long the relay thread waits, with nothing to do, before dropping the records of the
+# jids it pushed (wurk.client.idempotent) in a round trip of their own.
+FORGET_AFTER = 1.0
+
+
+@dataclass(frozen=True)
+class OutboxRow:
+    """One row of the outbox table: the payload as it will be stored in Redis."""
+
+    id: int | None  # the table's key (None before it is written)
+    jid: str
+    payload: str
+    at: float | None  # epoch seconds of a scheduled job
+
+
+class OutboxStore(Protocol):
+    """The outbox table, as a framework reaches it (``wurk.contrib.django``,
+    ``wurk.contrib.sqlalchemy``)."""
+
+    def relay(self, limit: int, lease: float, push: Callable[[list[OutboxRow]], None]) -> int:
+        """Take up to ``limit`` rows no other relay holds, oldest first (a claim that cannot
+        be a row lock lasts ``lease`` seconds); call ``push`` with them; delete them once it
+        returned. Rows ``push`` raised on stay for a later try. Returns how many were
+        taken."""
+        ...
+
+    def pending(self) -> int:
+        """Rows waiting in the table."""
+        ...
+
+
+class OutboxAdapter(TransactionAdapter, Protocol):
+    """A transaction adapter with an outbox table."""
+
+    def in_transaction(self) -> bool: ...
+
+    def write_outbox(self, rows: list[OutboxRow]) -> None:
+        """Insert ``rows`` into the outbox table, in the transaction open now."""
+        ...
+
+    def outbox_store(self) -> OutboxStore: ...
+
+
+_into_outbox: contextvars.ContextVar[bool] = contextvars.ContextVar("wurk_into_outbox",
+                                                                     default=False)
+
+
+class OutboxClient(TransactionalClient):
+    """Writes the pushes made inside a transaction into the outbox table of that
+    transaction (see the module's notes)."""
+
+    @property
+    def outbox(self) -> OutboxAdapter:
+        adapter: OutboxAdapter = self.config.transaction
+        return adapter
+
+    def push(self, item: Mapping[str, Any]) -> str | None:
+        job = self.normalize(item)
+        route = self._route(item, job)
+        if route == "commit" and self._deferred(item, job):
+            return str(job[P.JID])
+        if route == "outbox":
+            token = _into_outbox.set(True)
+            try:
+                return self._drive(self._push_steps(job))
+            finally:
+                _into_outbox.reset(token)
+        return self._drive(self._push_steps(job))
+
+    async def apush(self, item: Mapping[str, Any]) -> str | None:
+        """``push`` for async code. Inside a transaction the row is written on this thread
+        (a transaction belongs to its thread's connection), as a sync push would."""
+        job = self.normalize(item)
+        route = self._route(item, job)
+        if route == "commit" and self._deferred(item, job):
+            return str(job[P.JID])
+        if route == "outbox":
+            token = _into_outbox.set(True)
+            try:
+                return self._drive(self._push_steps(job))
+            finally:
+                _into_outbox.reset(token)
+        return await self._adrive(self._push_steps(job))
+
+    def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
+        if item.get(P.TRANSACTIONAL, True) is not False and not item.get(P.BID) and \
+                writers.selected() is None and self.outbox.in_transaction():
+            token = _into_outbox.set(True)
+            try:
+                return self._drive(self._bulk_steps(item))
+            finally:
+                _into_outbox.reset(token)
+        return super().push_bulk(item)
+
+    def _route(self, item: Mapping[str, Any], job: P.Payload) -> str:
+        """"now", "commit" (a testing mode: deferred as the transactional client does) or
+        "outbox"."""
+        if item.get(P.TRANSACTIONAL, True) is False or job.get(P.BID) or \
+                writers.overlay() is not None:
+            return "now"
+        if writers.selected() is not None:
+            return "commit"
+        return "outbox" if self.outbox.in_transaction() else "now"
+
+    def _write(self, entries: Entries) -> set[str]:
+        if not _into_outbox.get():
+            return super()._write(entries)
+        self._stamp(entries)
+        keys = self.config.keys
+        rows = []
+        for job, at in entries:
+            ready = idempotent.sendable(keys, job, at)
+            rows.append(OutboxRow(None, ready.jid, ready.text, ready.at))
+        self.outbox.write_outbox(rows)
+        relay = relay_for(self.config)
+        self.outbox.after_commit(relay.wake)
+        return set()  # a unique job's duplicate is found when the row is relayed
+
+
+class Relay:
+    """Moves the outbox's rows to Redis: ``run_once`` from any thread (the worker's duty),
+    and a thread of its own that a commit wakes (``wake``)."""
+
+    def __init__(self, config: Config, store: OutboxStore) -> None:
+        self.config = config
+        self.store = store
+        self.forgets = idempotent.Forgets()
+        self.relayed = 0  # rows pushed (or found pushed) by this process
+        self.duty = Duty(config, "wurk-outbox-relay", self.run_once, self._interval,
+                         component="outbox relay", retry_early=True)
+        self._wake = threading.Event()
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._behind = False  # the last pass left rows (a full batch)
+
+    # -- one pass ---------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """Relay until the table holds nothing this relay may take; the rows pushed.
+        Raises when Redis or the database fails (the rows stay)."""
+        total = 0
+        limit = self.config.outbox_batch_size
+        self._behind = True
+        while True:
+            landed: list[str] = []
+
+            def push(rows: list[OutboxRow], into: list[str] = landed) -> None:
+                into.extend(self._push(rows))
+
+            taken = self.store.relay(limit, self.config.outbox_claim_timeout, push)
+            self.forgets.add(landed)  # their deletion is committed: the records may go
+            total += taken
+            if taken < limit:
+                break
+        self._behind = False
+        self.relayed += total
+        return total
+
+    def _push(self, rows: list[OutboxRow]) -> list[str]:
+        """Push ``rows``; the jids now in Redis (or refused there), for forgetting once
+        their rows' deletion is committed."""
+        jobs = []
+        for row in rows:
+            try:
+                jobs.append(idempotent.from_text(self.config.keys, row.payload, row.at))
+            except UnparseablePayload as exc:
+                self._bury(row, exc)
+        pool = self.config.pool("client")
+        forget = self.forgets.take()
+        try:
+            outcome = idempotent.send(self.config, pool, jobs, forget)
+        except BaseException:
+            self.forgets.add(forget)
+            raise
+        for jid, holder in outcome.refused.items():
+            log.info("outbox: unique job %s not pushed: jid %s holds its lock", jid, holder)
+        return outcome.landed
+
+    def _bury(self, row: OutboxRow, exc: Exception) -> None:
+        """A row that is not a job: to the dead set as the text it was, as a worker does
+        with such an entry."""
+        log.error("outbox: row %s is not a job (%s); moved to the dead set", row.id, exc)
+        keys, pool = self.config.keys, self.config.pool("client")
+        pool.run(lambda r: r.zadd(keys.dead, {row.payload: time.time()}))
+
+    def forget_now(self) -> None:
+        """Drop the records of what was relayed (normally sent with the next push)."""
+        forget = self.forgets.take()
+        if not forget:
+            return
+        pool = self.config.pool("client")
+        try:
+            pool.run(lambda _: pool.send_all([("ZREM", self.config.keys.push_sent,
+                                               *forget)]))
+        except BaseException:
+            self.forgets.add(forget)
+            raise
+
+    # -- the thread a commit wakes ----------------------------------------------------------
+    def _interval(self) -> float:
+        return 0.0 if self._behind else FORGET_AFTER
+
+    def wake(self) -> None:
+        """After a commit that wrote rows: relay them now, on the relay's thread."""
+        with self._start_lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="wurk-outbox-relay",
+                                                daemon=True)
+                self._thread.start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            if self.duty.failing:
+                timeout: float | None = self.duty.next_wait()  # the outage's backoff
+            elif self._behind:
+                timeout = 0.0
+            elif len(self.forgets):
+                timeout = FORGET_AFTER
+            else:
+                timeout = None  # until the next commit
+            woken = self._wake.wait(timeout)
+            self._wake.clear()
+            if woken or self.duty.failing or self._behind:
+                self.duty.run()
+                continue
+            try:
+                self.forget_now()
+            except Exception as exc:  # the records age out; the next push sends them
+                log.debug("outbox relay: %s", exc)
+
+
+class OutboxDuty:
+    """A worker's poll of the outbox table: the fallback for rows no commit hook relayed
+    (their process died, Redis was down)."""
+
+    def __init__(self, config: Config, timers: Timers) -> None:
+        self.relay = relay_for(config)
+        self.duty = Duty(config, "wurk-outbox-poll", self._tick,
+                         config.outbox_poll_interval, component="outbox relay",
+                         retry_early=False, host=timers)
+
+    def _tick(self) -> None:
+        if not self.relay.run_once():
+            self.relay.forget_now()
+
+    def start(self) -> None:
+        self.duty.start()
+
+    def stop(self, timeout: float) -> bool:
+        return self.duty.stop(timeout)
+
+
+_relays: weakref.WeakKeyDictionary[Config, Relay] = weakref.WeakKeyDictionary()
+_relays_lock = threading.Lock()
+
+
+def relay_for(config: Config) -> Relay:
+    """This process's relay of ``config``'s outbox (made on first use)."""
+    with _relays_lock:
+        relay = _relays.get(config)
+        if relay is None:
+            adapter: OutboxAdapter = config.transaction
+            relay = _relays[config] = Relay(config, adapter.outbox_store())
+        return relay

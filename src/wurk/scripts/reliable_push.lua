@@ -1,0 +1,40 @@
+-- A push that records its jid, so that sending the same job again pushes nothing: the path
+-- of reliable push (a first try, and every replay from its buffer) and of the outbox relay.
+--
+-- KEYS[1]  the `wurk:push-sent` set (jid -> when it was pushed, Redis's clock)
+-- KEYS[2]  the `queues` set
+-- KEYS[3]  the job's queue list, or the `schedule` set for a scheduled job
+-- KEYS[4]  a unique job's lock (unique:<digest>); absent for other jobs
+-- ARGV[1]  the job's jid    ARGV[2]  the payload, as it is to be stored
+-- ARGV[3]  the queue's name (immediate jobs)    ARGV[4]  the score ('' for immediate jobs)
+-- ARGV[5]  the lock's lifetime in ms (unique jobs)
+-- ARGV[6]  seconds a record of a jid is kept at most (records whose pusher never said the
+--          push landed: it died, or its push's reply was lost)
+--
+-- Returns 0 when pushed; 1 when this jid was pushed already (a replay of a push whose reply
+-- was lost, or of a relayed row whose deletion was not committed): nothing is written; or
+-- the jid holding the lock when a unique job is a duplicate. The record and the job are
+-- written together or not at all: a script runs whole.
+local now = redis.call('TIME')
+local seconds = tonumber(now[1]) + tonumber(now[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', seconds - tonumber(ARGV[6]))
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  return 1
+end
+if #KEYS == 4 then
+  local holder = redis.call('GET', KEYS[4])
+  if holder and holder ~= ARGV[1] then
+    return holder
+  end
+  if not holder then
+    redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
+  end
+end
+if ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[3], ARGV[4], ARGV[2])
+else
+  redis.call('SADD', KEYS[2], ARGV[3])
+  redis.call('LPUSH', KEYS[3], ARGV[2])
+end
+redis.call('ZADD', KEYS[1], seconds, ARGV[1])
+return 0

@@ -1,0 +1,253 @@
+"""Reliable push against a real server that is stopped and started: a push Redis cannot take
+returns its jid and is sent later, oldest first, by the next push or by the background flush;
+only connection errors are kept; a full buffer raises; a forked child never sends its
+parent's jobs; nothing is sent twice because of the buffer."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.faults import Restartable, config_for
+from tests.helpers.wait import wait_until
+from wurk.client import idempotent, reliable
+from wurk.client.buffer import DiskBuffer, Orphan
+from wurk.client.default import default_client
+
+
+@pytest.fixture(autouse=True)
+def _close_writers() -> Iterator[None]:
+    yield
+    for writer in list(reliable._writers):
+        writer.close()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Restartable]:
+    made = Restartable(tmp_path / "redis")
+    yield made
+    made.stop()
+
+
+def client_for(server: Restartable, **settings: Any) -> wurk.Client:
+    config = config_for(server.url, **{"reliable_push": "memory", **settings})
+    return default_client(config)
+
+
+def queued(server: Restartable, queue: str = "default") -> list[dict[str, Any]]:
+    """Oldest first (LPUSH puts the newest at the head)."""
+    raw = server.client().lrange(f"queue:{queue}", 0, -1)
+    return [json.loads(entry) for entry in reversed(raw)]
+
+
+def writer(client: wurk.Client) -> reliable.ReliableWriter:
+    assert isinstance(client.writer, reliable.ReliableWriter)
+    return client.writer
+
+
+def test_a_push_redis_cannot_reach_returns_its_jid_and_goes_once_redis_is_back(
+        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
+    """memory: flushed after Redis returns with no further push (the background flush)."""
+    client = client_for(server)
+    server.stop()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        jids = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
+    assert all(jids) and len(writer(client).buffer) == 3
+    assert "keeping pushes in memory until it answers" in caplog.text
+    server.start()
+    wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the background flush")
+    assert [job["jid"] for job in queued(server)] == jids  # oldest first
+    assert len(writer(client).buffer) == 0
+
+
+def test_the_next_push_sends_the_buffered_ones_first(server: Restartable) -> None:
+    client = client_for(server)
+    writer(client).flusher.stop()  # only the next push may send them here
+    server.stop()
+    kept = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
+    server.start()
+    writer(client)._down_until = 0.0  # the backoff's wait is over: the next push tries
+    last = client.push({"class": "Report", "args": [3]})
+    assert [job["jid"] for job in queued(server)] == [*kept, last]
+
+
+def test_scheduled_jobs_keep_their_at_and_unique_jobs_their_lock(server: Restartable) -> None:
+    client = client_for(server)
+    server.stop()
+    at = time.time() + 3600
+    later = client.push({"class": "Report", "args": [1], "at": at})
+    first = client.push({"class": "Once", "args": [1], "unique_for": 60})
+    second = client.push({"class": "Once", "args": [1], "unique_for": 60})
+    assert later and first and second  # a duplicate is found only when sent
+    server.start()
+    r = server.client(decode_responses=True)
+    wait_until(lambda: not len(writer(client).buffer), timeout=15, what="the flush")
+    ((raw, score),) = r.zrange("schedule", 0, -1, withscores=True)
+    assert json.loads(raw)["jid"] == later and abs(score - at) < 0.01
+    assert [job["jid"] for job in queued(server)] == [first]
+    assert len(r.keys("unique:*")) == 1
+
+
+def test_an_error_reply_still_raises_and_keeps_nothing(server: Restartable) -> None:
+    client = client_for(server)
+    server.client().set("queue:broken", "not a list")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        client.push({"class": "Report", "args": [1], "queue": "broken"})
+    assert len(writer(client).buffer) == 0
+
+
+def test_a_full_buffer_raises_and_drops_nothing(server: Restartable) -> None:
+    client = client_for(server, reliable_push_size=3)
+    server.stop()
+    kept = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
+    with pytest.raises(wurk.RedisUnavailable, match="the reliable push buffer is full: 3 jobs "
+                       "wait already, at most 3 .reliable_push_size."):
+        client.push({"class": "Report", "args": [3]})
+    with pytest.raises(wurk.RedisUnavailable, match="buffer is full"):
+        client.push_bulk({"class": "Report", "args": [[4], [5]]})
+    server.start()
+    wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the kept three")
+    assert [job["jid"] for job in queued(server)] == kept
+
+
+def test_off_raises_as_before(server: Restartable) -> None:
+    client = default_client(config_for(server.url))
+    assert not isinstance(client.writer, reliable.ReliableWriter)
+    server.stop()
+    with pytest.raises(wurk.RedisUnavailable, match="Nothing was kept to retry later"):
+        client.push({"class": "Report", "args": [1]})
+
+
+def test_async_pushes_are_kept_the_same_way(server: Restartable) -> None:
+    client = client_for(server)
+
+    async def pushes() -> list[str | None]:
+        first = await client.apush({"class": "Report", "args": [0]})
+        server.stop()
+        kept = [await client.apush({"class": "Report", "args": [n]}) for n in (1, 2)]
+        return [first, *kept]
+
+    jids = asyncio.run(pushes())
+    assert len(writer(client).buffer) == 2
+    server.start()
+    wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the background flush")
+    assert [job["jid"] for job in queued(server)] == jids
+
+
+def test_a_job_recorded_as_sent_is_not_sent_again(server: Restartable) -> None:
+    """A push whose reply was lost (applied, then the connection broke) is kept and replayed:
+    its jid's record, written with the job in one script, keeps the replay from pushing it
+    twice. Here the first push landed, its reply unread; then the replay."""
+    client = client_for(server)
+    config = client.config
+    job = idempotent.sendable(config.keys, client.normalize({"class": "Report", "args": [1]}),
+                              None)
+    assert idempotent.send(config, config.pool("client"), [job]).pushed == [job.jid]
+    again = idempotent.send(config, config.pool("client"), [job])
+    assert again.pushed == [] and again.already == [job.jid]
+    assert [q["jid"] for q in queued(server)] == [job.jid]
+    # The same through the buffer: a kept copy of a job Redis already has is dropped.
+    writer(client)._keep([job])
+    wait_until(lambda: not len(writer(client).buffer), timeout=15, what="the flush")
+    assert [q["jid"] for q in queued(server)] == [job.jid]
+    assert server.client().get("wurk:stat:recovered-push") is None  # nothing was recovered
+
+
+def test_recovered_pushes_are_counted_and_reported(server: Restartable) -> None:
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    try:
+        client = client_for(server, statsd=f"127.0.0.1:{listener.getsockname()[1]}")
+        server.stop()
+        for n in range(4):
+            client.push({"class": "Report", "args": [n]})
+        server.start()
+        r = server.client(decode_responses=True)
+        wait_until(lambda: r.get("wurk:stat:recovered-push") == "4", timeout=15,
+                   what="the count")
+        lines: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any("recovered.push" in x for x in lines):
+            try:
+                lines += listener.recv(65536).decode().splitlines()
+            except TimeoutError:
+                continue
+        assert "wurk.jobs.recovered.push:4|c" in lines
+        (identity,) = r.zrange("wurk:push-buffers", 0, -1)
+        report = json.loads(r.get(f"wurk:push-buffer:{identity}") or "{}")
+        assert report["pid"] == os.getpid() and report["kind"] == "memory"
+        assert report["sent"] == 4 and report["buffered"] == 0 and report["oldest"] is None
+        assert 0 < r.ttl(f"wurk:push-buffer:{identity}") <= reliable.REPORT_TTL
+    finally:
+        listener.close()
+
+
+def test_a_forked_child_never_sends_its_parents_buffer(server: Restartable,
+                                                       tmp_path: Path) -> None:
+    client = client_for(server)
+    server.stop()
+    kept = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its buffer is empty, and its pushes are its own
+        status = 1
+        try:
+            os.close(read)
+            mine = writer(client)
+            report = {"buffered": len(mine.buffer), "thread": mine.flusher._thread is None}
+            os.write(write, json.dumps(report).encode())
+            status = 0
+        finally:
+            os._exit(status)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0
+    assert json.loads(os.read(read, 1000)) == {"buffered": 0, "thread": True}
+    os.close(read)
+    server.start()
+    wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the parent's flush")
+    assert [job["jid"] for job in queued(server)] == kept
+
+
+def test_a_disk_buffer_is_a_locked_file_that_a_forked_child_leaves_alone(
+        server: Restartable, tmp_path: Path) -> None:
+    client = client_for(server, reliable_push="disk", reliable_push_dir=str(tmp_path / "buf"))
+    server.stop()
+    jid = client.push({"class": "Report", "args": [1]})
+    buffer = writer(client).buffer
+    assert isinstance(buffer, DiskBuffer) and buffer.path is not None
+    path = buffer.path
+    lines = path.read_text().splitlines()
+    assert json.loads(lines[-1])["+"] == jid  # on disk before the push returned
+    assert Orphan.claim(path) is None  # its owner holds it
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            child = writer(client).buffer
+            # The child forgot the parent's file, and cannot claim it: the parent lives.
+            ok = len(child) == 0 and isinstance(child, DiskBuffer) and child.path is None \
+                and Orphan.claim(path) is None
+            status = 0 if ok else 2
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert Orphan.claim(path) is None  # the child's exit left the parent's lock in place
+    server.start()
+    wait_until(lambda: len(queued(server)) == 1, timeout=15, what="the flush")
+    wait_until(lambda: path.read_text().splitlines() == lines[:1], what="the file emptied")
+    writer(client).close()
+    assert not path.exists()  # a clean exit with nothing left deletes it
