@@ -111,8 +111,8 @@ def test_a_full_buffer_raises_and_drops_nothing(server: Restartable) -> None:
     client = client_for(server, reliable_push_size=3)
     server.stop()
     kept = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
-    with pytest.raises(wurk.RedisUnavailable, match="the reliable push buffer is full: 3 jobs "
-                       "wait already, at most 3 .reliable_push_size."):
+    with pytest.raises(wurk.RedisUnavailable, match=r"the reliable push buffer is full: 3 jobs "
+                       r"wait already, at most 3 \(reliable_push_size\)"):
         client.push({"class": "Report", "args": [3]})
     with pytest.raises(wurk.RedisUnavailable, match="buffer is full"):
         client.push_bulk({"class": "Report", "args": [[4], [5]]})
