@@ -15,6 +15,7 @@ import redis
 
 import wurk
 import wurk.config
+from tests.helpers.postgres import INSTALL_HINT, Cluster, find_binaries, start_cluster
 from tests.helpers.server import Server, start_server
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -61,3 +62,22 @@ def r(redis_server: Server) -> Iterator[redis.Redis]:
 def config(redis_server: Server) -> Iterator[wurk.Config]:
     cfg = wurk.configure(redis_url=redis_server.url)
     yield cfg
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A private PostgreSQL cluster for this test process (``tests.helpers.postgres``),
+    started on first use; the tests that need it are skipped, saying why, where PostgreSQL
+    is not installed."""
+    if find_binaries() is None:
+        pytest.skip(f"SKIPPED, no PostgreSQL: {INSTALL_HINT}")
+    cluster = start_cluster()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster, request: pytest.FixtureRequest) -> str:
+    """A new, empty database on the cluster (``postgresql://`` URL)."""
+    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:55]
+    return pg_cluster.database(name)

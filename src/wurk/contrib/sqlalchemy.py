@@ -1,4 +1,4 @@
-"""Transactional push for SQLAlchemy sessions: ``SQLAlchemyAdapter(Session)``.
+"""Transactional push and the outbox for SQLAlchemy sessions: ``SQLAlchemyAdapter(Session)``.
 
 1. ``after_commit`` finds the session in use (a ``scoped_session``, or any callable that
    returns the current ``Session`` or None) and, when it is inside a transaction, keeps the
@@ -9,23 +9,53 @@
    rollback or a session closed without commit drops them.
 3. It listens to the session's own events (``after_commit``, ``after_transaction_end``,
    ``after_soft_rollback``), registered once per session object.
+4. The outbox (``client="outbox"``): ``outbox_table(metadata)`` is the ``wurk_outbox``
+   table in your metadata (``create_all`` or Alembic makes it; its DDL is in
+   docs/outbox.md); ``SQLAlchemyAdapter(Session, outbox=table)`` writes each push made in a
+   transaction into it through that session (same transaction), and its store
+   (``SQLAlchemyOutbox``) lets a relay take rows: ``SELECT … FOR UPDATE SKIP LOCKED`` on
+   PostgreSQL, MySQL and Oracle; elsewhere (SQLite) a claim (``claimed_by``, with a lease in
+   ``claimed_until``) taken in a transaction of its own, since SQLite locks the whole file.
 """
 
 from __future__ import annotations
 
+import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
 try:
-    from sqlalchemy import event
+    from sqlalchemy import (
+        BigInteger,
+        Column,
+        Double,
+        Engine,
+        Integer,
+        MetaData,
+        String,
+        Table,
+        Text,
+        delete,
+        event,
+        func,
+        insert,
+        or_,
+        select,
+        update,
+    )
     from sqlalchemy.orm import Session, SessionTransaction
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.sqlalchemy needs SQLAlchemy: "
                       "pip install 'wurk[sqlalchemy]'") from exc
 
+from ..client.outbox import OutboxRow
 from ..client.transactional import run_all
 
-__all__ = ["SQLAlchemyAdapter"]
+__all__ = ["SQLAlchemyAdapter", "SQLAlchemyOutbox", "outbox_table"]
+
+# Dialects that lock rows and skip the locked ones: a relay takes rows in one transaction.
+_SKIP_LOCKED = frozenset({"postgresql", "mysql", "mariadb", "oracle"})
 
 Callback = Callable[[], None]
 _INFO_KEY = "wurk.after_commit"
@@ -70,14 +100,85 @@ class _SessionPushes:
         self.handed_up = {t: v for t, v in self.handed_up.items() if t.parent is not previous}
 
 
-class SQLAlchemyAdapter:
-    """``wurk.configure(client="transactional", transaction=SQLAlchemyAdapter(Session))``."""
+def outbox_table(metadata: MetaData, name: str = "wurk_outbox") -> Table:
+    """The outbox table, added to ``metadata`` (``create_all``, or Alembic's autogenerate,
+    makes it)."""
+    return Table(
+        name, metadata,
+        # BIGINT where it is a sequence of its own; SQLite's rowid is INTEGER PRIMARY KEY.
+        Column("id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True,
+               autoincrement=True),
+        Column("jid", String(64), nullable=False),
+        Column("payload", Text(), nullable=False),  # the job as it will be stored in Redis
+        Column("at", Double(), nullable=True),  # a scheduled job's time (epoch seconds)
+        Column("created_at", Double(), nullable=False),
+        Column("claimed_by", String(64), nullable=True),  # where rows cannot be locked
+        Column("claimed_until", Double(), nullable=True),
+    )
 
-    def __init__(self, sessions: Callable[[], Session | None]) -> None:
+
+class SQLAlchemyOutbox:
+    """The outbox table as a relay reaches it (``wurk.client.outbox.OutboxStore``)."""
+
+    def __init__(self, engine: Engine, table: Table) -> None:
+        self.engine = engine
+        self.table = table
+        self.skip_locked = engine.dialect.name in _SKIP_LOCKED
+
+    def relay(self, limit: int, lease: float, push: Callable[[list[OutboxRow]], None]) -> int:
+        t = self.table
+        columns = (t.c.id, t.c.jid, t.c.payload, t.c.at)
+        if self.skip_locked:
+            with self.engine.begin() as conn:
+                found = conn.execute(select(*columns).order_by(t.c.id).limit(limit)
+                                     .with_for_update(skip_locked=True)).all()
+                if found:
+                    push([OutboxRow(*row) for row in found])
+                    conn.execute(delete(t).where(t.c.id.in_([row[0] for row in found])))
+            return len(found)
+        token, now = secrets.token_hex(8), time.time()
+        free = select(t.c.id).where(or_(t.c.claimed_until.is_(None), t.c.claimed_until < now)) \
+            .order_by(t.c.id).limit(limit)
+        with self.engine.begin() as conn:
+            conn.execute(update(t).where(t.c.id.in_(free))
+                         .values(claimed_by=token, claimed_until=now + lease))
+        with self.engine.connect() as conn:
+            found = conn.execute(select(*columns).where(t.c.claimed_by == token)
+                                 .order_by(t.c.id)).all()
+        if not found:
+            return 0
+        try:
+            push([OutboxRow(*row) for row in found])
+        except BaseException:
+            with self.engine.begin() as conn:  # free for the next try, not after the lease
+                conn.execute(update(t).where(t.c.claimed_by == token)
+                             .values(claimed_by=None, claimed_until=None))
+            raise
+        with self.engine.begin() as conn:
+            conn.execute(delete(t).where(t.c.claimed_by == token))
+        return len(found)
+
+    def pending(self) -> int:
+        with self.engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
+
+
+class SQLAlchemyAdapter:
+    """``wurk.configure(client="transactional", transaction=SQLAlchemyAdapter(Session))``;
+    with ``outbox=outbox_table(metadata)``, ``client="outbox"`` too."""
+
+    def __init__(self, sessions: Callable[[], Session | None], *,
+                 outbox: Table | None = None, engine: Engine | None = None) -> None:
         if not callable(sessions):
             raise TypeError(f"SQLAlchemyAdapter takes a scoped_session or a function "
                             f"returning the current Session, not {sessions!r}")
+        if outbox is not None and not isinstance(outbox, Table):
+            raise TypeError(f"outbox= takes the table outbox_table(metadata) made, not "
+                            f"{outbox!r}")
         self._sessions = sessions
+        self.outbox = outbox  # client="outbox" refuses an adapter without one
+        self._engine = engine
+        self._store: SQLAlchemyOutbox | None = None
 
     def after_commit(self, callback: Callback) -> bool:
         session = self._sessions()
@@ -88,6 +189,39 @@ class SQLAlchemyAdapter:
             return False
         self._pushes(session).add(transaction, callback)
         return True
+
+    # -- the outbox -------------------------------------------------------------------------
+    def in_transaction(self) -> bool:
+        session = self._sessions()
+        return session is not None and session.in_transaction()
+
+    def write_outbox(self, rows: list[OutboxRow]) -> None:
+        session = self._sessions()
+        if session is None or not session.in_transaction():
+            raise RuntimeError("no transaction is open to write the outbox rows in")
+        now = time.time()
+        session.execute(insert(self._table()), [
+            {"jid": row.jid, "payload": row.payload, "at": row.at, "created_at": now}
+            for row in rows])
+
+    def outbox_store(self) -> SQLAlchemyOutbox:
+        if self._store is None:
+            engine = self._engine
+            if engine is None:
+                session = self._sessions()
+                if session is None:
+                    raise RuntimeError("the outbox relay needs an engine: give "
+                                       "SQLAlchemyAdapter(..., engine=engine)")
+                engine = session.get_bind()  # type: ignore[assignment]
+            assert engine is not None
+            self._store = SQLAlchemyOutbox(engine, self._table())
+        return self._store
+
+    def _table(self) -> Table:
+        if self.outbox is None:
+            raise RuntimeError("client='outbox' needs the outbox table: "
+                               "SQLAlchemyAdapter(Session, outbox=outbox_table(metadata))")
+        return self.outbox
 
     @staticmethod
     def _pushes(session: Session) -> _SessionPushes:

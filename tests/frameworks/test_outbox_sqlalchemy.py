@@ -1,0 +1,371 @@
+"""The transactional outbox with SQLAlchemy, against a real PostgreSQL and SQLite and the real
+server: a push inside a transaction is a row of it; committed means pushed, rolled back
+means never pushed, Redis down at commit loses nothing; relays never share a row."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from sqlalchemy import Engine, Integer, String, create_engine, func, select, text
+from sqlalchemy.orm import (
+    DeclarativeBase,
+    Mapped,
+    Session,
+    mapped_column,
+    scoped_session,
+    sessionmaker,
+)
+
+import wurk
+import wurk.testing
+from tests.helpers.faults import Restartable, config_for
+from tests.helpers.server import Server
+from tests.helpers.wait import wait_until
+from wurk.client.outbox import OutboxDuty, OutboxRow, relay_for
+from wurk.contrib.sqlalchemy import SQLAlchemyAdapter, SQLAlchemyOutbox, outbox_table
+from wurk.runtime.timer import Timers
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+OUTBOX = outbox_table(Base.metadata)
+
+
+class Order(Base):
+    __tablename__ = "orders"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    item: Mapped[str] = mapped_column(String(50))
+
+
+@wurk.job(name="Outbox::Ship")
+def ship(order_id: int) -> None: ...
+
+
+@wurk.job(name="Outbox::Once", unique_for=60)
+def once(key: int) -> None: ...
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'shop.db'}"
+    else:
+        url = request.getfixturevalue("pg_url").replace("postgresql://",
+                                                        "postgresql+psycopg://")
+    made = create_engine(url)
+    Base.metadata.create_all(made)
+    yield made
+    made.dispose()
+
+
+@pytest.fixture
+def sessions(engine: Engine) -> Iterator[scoped_session[Session]]:
+    registry = scoped_session(sessionmaker(engine))
+    yield registry
+    registry.remove()
+
+
+def outbox_config(url: str, sessions: scoped_session[Session], engine: Engine,
+                  **settings: Any) -> wurk.Config:
+    return wurk.configure(config_for(url, client="outbox", transaction=SQLAlchemyAdapter(
+        sessions, outbox=OUTBOX, engine=engine), **settings))
+
+
+@pytest.fixture
+def box(redis_server: Server, sessions: scoped_session[Session], engine: Engine
+        ) -> wurk.Config:
+    return outbox_config(redis_server.url, sessions, engine)
+
+
+def queued(r: redis.Redis, queue: str = "default") -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in r.lrange(f"queue:{queue}", 0, -1)]
+
+
+def rows(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(OUTBOX)).scalar_one())
+
+
+def test_a_push_in_a_transaction_is_a_row_of_it_and_is_relayed_after_the_commit(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    session = sessions()
+    with session.begin():
+        order = Order(item="book")
+        session.add(order)
+        session.flush()
+        jid = ship.perform_async(order.id)
+        assert jid is not None
+        # In the transaction: a row of it, nothing in Redis.
+        assert session.execute(select(OUTBOX.c.jid)).scalars().all() == [jid]
+        assert queued(r) == []
+    # The commit woke this process's relay: no worker, no poll.
+    wait_until(lambda: queued(r), what="the relayed job")
+    (job,) = queued(r)
+    assert job["jid"] == jid and job["args"] == [order.id]
+    assert "transactional" not in job
+    wait_until(lambda: rows(engine) == 0, what="the row's deletion")
+    # The jid's record in Redis is dropped once the row's deletion was committed.
+    wait_until(lambda: r.zcard("wurk:push-sent") == 0, what="the record forgotten")
+
+
+def test_a_rollback_pushes_nothing_and_leaves_no_row(box: wurk.Config, r: redis.Redis,
+                                                      sessions: scoped_session[Session],
+                                                      engine: Engine) -> None:
+    session = sessions()
+    with pytest.raises(RuntimeError), session.begin():
+        ship.perform_async(1)
+        raise RuntimeError("out of stock")
+    relay_for(box).run_once()
+    assert rows(engine) == 0
+    assert queued(r) == []
+
+
+def test_a_savepoint_rolled_back_drops_only_its_rows(box: wurk.Config, r: redis.Redis,
+                                                      sessions: scoped_session[Session]
+                                                      ) -> None:
+    session = sessions()
+    with session.begin():
+        ship.perform_async(1)
+        nested = session.begin_nested()
+        ship.perform_async(2)
+        nested.rollback()
+        ship.perform_async(3)
+    wait_until(lambda: len(queued(r)) == 2, what="two jobs")
+    assert sorted(job["args"][0] for job in queued(r)) == [1, 3]
+
+
+def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_session[Session],
+                                            engine: Engine) -> None:
+    server = Restartable(tmp_path / "redis")
+    try:
+        config = outbox_config(server.url, sessions, engine)
+        server.stop()
+        session = sessions()
+        with session.begin():
+            jids = [ship.perform_async(n) for n in range(5)]
+        # The commit went through; the rows wait while the relay backs off.
+        assert rows(engine) == 5
+        server.start()
+        direct = server.client(decode_responses=True)
+        wait_until(lambda: direct.llen("queue:default") == 5, timeout=20,
+                   what="the rows relayed once Redis is back, with no push or poll")
+        assert sorted(json.loads(raw)["jid"] for raw in direct.lrange("queue:default", 0, -1)) \
+            == sorted(jids)
+        wait_until(lambda: rows(engine) == 0, what="the rows' deletion")
+        assert not relay_for(config).duty.outage.active  # its end was logged
+    finally:
+        server.stop()
+
+
+def test_outside_a_transaction_and_with_transactional_false_it_pushes_at_once(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    ship.perform_async(1)
+    assert [job["args"] for job in queued(r)] == [[1]]
+    session = sessions()
+    with session.begin():
+        ship.set(transactional=False).perform_async(2)
+        assert len(queued(r)) == 2
+        assert rows(engine) == 0
+
+
+def test_bulk_pushes_and_scheduled_jobs_go_through_the_outbox(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    session = sessions()
+    at = time.time() + 3600
+    with session.begin():
+        jids = ship.perform_bulk([[n] for n in range(10)])
+        later = ship.perform_at(at, 99)
+        assert queued(r) == [] and r.zcard("schedule") == 0
+    wait_until(lambda: len(queued(r)) == 10 and r.zcard("schedule") == 1,
+               what="the bulk and the scheduled job")
+    assert sorted(job["jid"] for job in queued(r)) == sorted(jids)
+    ((raw, score),) = r.zrange("schedule", 0, -1, withscores=True)
+    assert json.loads(raw)["jid"] == later and abs(score - at) < 0.01
+
+
+def test_a_unique_jobs_duplicate_is_dropped_when_relayed(box: wurk.Config, r: redis.Redis,
+                                                         sessions: scoped_session[Session],
+                                                         engine: Engine) -> None:
+    session = sessions()
+    with session.begin():
+        first = once.perform_async(7)
+        second = once.perform_async(7)  # the lock is taken when the row is relayed
+        assert first and second and first != second
+    wait_until(lambda: rows(engine) == 0, what="both rows relayed")
+    assert [job["jid"] for job in queued(r)] == [first]
+
+
+def test_fake_mode_keeps_only_committed_pushes_and_needs_no_table(
+        box: wurk.Config, sessions: scoped_session[Session], engine: Engine) -> None:
+    session = sessions()
+    with wurk.testing.fake():
+        with session.begin():
+            ship.perform_async(1)
+            assert ship.jobs == []
+        with pytest.raises(ValueError), session.begin():
+            ship.perform_async(2)
+            raise ValueError("rolled back")
+        assert [job["args"] for job in ship.jobs] == [[1]]
+        ship.clear()
+    assert rows(engine) == 0
+
+
+class Counting:
+    """A store that counts how often each row is handed to a relay's push."""
+
+    def __init__(self, store: SQLAlchemyOutbox) -> None:
+        self.store = store
+        self.handed: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def relay(self, limit: int, lease: float, push: Callable[[list[OutboxRow]], None]) -> int:
+        def counted(batch: list[OutboxRow]) -> None:
+            with self._lock:
+                self.handed.update(row.id for row in batch if row.id is not None)
+            time.sleep(0.005)  # hold the rows a moment: the other relays run meanwhile
+            push(batch)
+
+        return self.store.relay(limit, lease, counted)
+
+    def pending(self) -> int:
+        return self.store.pending()
+
+
+def test_four_relays_never_take_one_row_twice(box: wurk.Config, r: redis.Redis,
+                                              engine: Engine) -> None:
+    """SKIP LOCKED on PostgreSQL, the claim column on SQLite: 400 rows written by another
+    process (no commit hook here), taken by four relays at once, each row handed to exactly
+    one of them."""
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [
+            {"jid": f"{n:024x}", "payload": json.dumps({
+                "class": "Outbox::Ship", "args": [n], "queue": "default", "jid": f"{n:024x}",
+                "retry": True, "created_at": 1}), "at": None, "created_at": time.time()}
+            for n in range(400)])
+    store = Counting(SQLAlchemyOutbox(engine, OUTBOX))
+    relays = [wurk.client.outbox.Relay(box, store) for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def work(relay: wurk.client.outbox.Relay) -> None:
+        try:
+            while store.pending():
+                relay.run_once()
+        except BaseException as exc:  # pragma: no cover - the assertion below says it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(relay,)) for relay in relays]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert len(store.handed) == 400 and set(store.handed.values()) == {1}
+    assert sum(1 for relay in relays if relay.relayed) >= 2  # they did share the work
+    assert r.llen("queue:default") == 400
+
+
+def test_a_row_pushed_before_its_deletion_failed_is_not_pushed_twice(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """A relay that dies between the push and the deletion's commit leaves its rows for
+    another; the jids' records in Redis keep the second relay from pushing them again."""
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [{"jid": "a" * 24, "payload": json.dumps({
+            "class": "Outbox::Ship", "args": [1], "queue": "default", "jid": "a" * 24,
+            "retry": True, "created_at": 1}), "at": None, "created_at": time.time()}])
+
+    class DiesBeforeDeleting(SQLAlchemyOutbox):
+        def relay(self, limit: int, lease: float,
+                  push: Callable[[list[OutboxRow]], None]) -> int:
+            def then_die(batch: list[OutboxRow]) -> None:
+                push(batch)
+                raise ConnectionError("the relay's database connection died")
+            return super().relay(limit, lease, then_die)
+
+    with pytest.raises(ConnectionError):
+        wurk.client.outbox.Relay(box, DiesBeforeDeleting(engine, OUTBOX)).run_once()
+    assert rows(engine) == 1 and r.llen("queue:default") == 1
+    second = wurk.client.outbox.Relay(box, SQLAlchemyOutbox(engine, OUTBOX))
+    assert second.run_once() == 1
+    assert rows(engine) == 0
+    assert r.llen("queue:default") == 1  # pushed once
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)  # PostgreSQL locks rows
+def test_a_claim_a_dead_relay_left_is_taken_after_its_lease(
+        redis_server: Server, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """Where rows cannot be locked (SQLite), a relay claims them for a lease; a dead one's
+    claim stops holding them when the lease ends (PostgreSQL lets a dead relay's row locks
+    go with its connection)."""
+    config = outbox_config(redis_server.url, sessions, engine, outbox_claim_timeout=0.3)
+    with engine.begin() as conn:  # a row another relay claimed, then died
+        conn.execute(OUTBOX.insert(), [{"jid": "c" * 24, "payload": json.dumps({
+            "class": "Outbox::Ship", "args": [1], "queue": "default", "jid": "c" * 24,
+            "retry": True, "created_at": 1}), "at": None, "created_at": time.time(),
+            "claimed_by": "dead", "claimed_until": time.time() + 0.3}])
+    relay = wurk.client.outbox.Relay(config, SQLAlchemyOutbox(engine, OUTBOX))
+    assert relay.run_once() == 0  # held by its claim
+    time.sleep(0.35)  # past the dead relay's lease (a lower bound: this is what is tested)
+    assert relay.run_once() == 1
+    assert rows(engine) == 0 and r.llen("queue:default") == 1
+
+
+def test_a_row_that_is_not_a_job_goes_to_the_dead_set(box: wurk.Config, r: redis.Redis,
+                                                      engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [{"jid": "x", "payload": "{not json", "at": None,
+                                        "created_at": time.time()}])
+    assert relay_for(box).run_once() == 1
+    assert r.zrange("dead", 0, -1) == ["{not json"]
+    assert rows(engine) == 0
+
+
+def test_a_worker_relays_rows_no_commit_hook_woke(redis_server: Server, r: redis.Redis,
+                                                  sessions: scoped_session[Session],
+                                                  engine: Engine) -> None:
+    """Rows another process committed (it died before its relay ran) go with the worker's
+    poll."""
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [{"jid": "b" * 24, "payload": json.dumps({
+            "class": "Outbox::Ship", "args": [5], "queue": "default", "jid": "b" * 24,
+            "retry": True, "created_at": 1}), "at": None, "created_at": time.time()}])
+    config = outbox_config(redis_server.url, sessions, engine, outbox_poll_interval=0.1)
+    timers = Timers("test-outbox")
+    duty = OutboxDuty(config, timers)
+    duty.start()
+    try:
+        wait_until(lambda: r.llen("queue:default") == 1, what="the worker's poll")
+    finally:
+        duty.stop(5)
+        timers.stop(5)
+    assert rows(engine) == 0
+
+
+def test_the_outbox_client_needs_the_table(redis_server: Server,
+                                           sessions: scoped_session[Session]) -> None:
+    with pytest.raises(wurk.ConfigError, match="needs an adapter with an outbox table"):
+        wurk.Config(client="outbox", transaction=SQLAlchemyAdapter(sessions))
+
+
+def test_the_table_ddl_is_what_the_docs_show(engine: Engine) -> None:
+    """docs/outbox.md prints the DDL; the table create_all made has those columns."""
+    with engine.connect() as conn:
+        names = [row[0] for row in conn.execute(text(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = "
+            "'wurk_outbox' ORDER BY ordinal_position") if engine.dialect.name != "sqlite"
+            else text("SELECT name FROM pragma_table_info('wurk_outbox')"))]
+    assert names == ["id", "jid", "payload", "at", "created_at", "claimed_by",
+                     "claimed_until"]
