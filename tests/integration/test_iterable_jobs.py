@@ -391,3 +391,49 @@ def test_cancel_refuses_what_is_not_a_jid(config: wurk.Config) -> None:
     for bad in ("", "a b", "x\x1b[2J", "j" * 201):
         with pytest.raises(ValueError, match="jid"):
             wurk.cancel(bad)
+
+
+class Slow(Recorded, name="test_iterable.slow"):
+    def build_enumerator(self, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, 2, cursor=cursor)
+
+    def each_iteration(self, item: int) -> None:
+        EVENTS.append(("item", item))
+        CLOCK.advance(60)  # longer than the worker's 25 s shutdown timeout
+
+
+def test_an_item_longer_than_the_shutdown_timeout_is_warned_about(
+        drain: Drain, caplog: pytest.LogCaptureFixture) -> None:
+    Slow.perform_async()
+    with caplog.at_level("WARNING", logger="wurk"):
+        drain()
+    warned = [r.getMessage() for r in caplog.records if "longer than the shutdown" in
+              r.getMessage()]
+    assert len(warned) == 2 and "60.00 s" in warned[0]
+
+
+class Dated(Recorded, name="test_iterable.dated", retry=0):
+    def build_enumerator(self, *, cursor: Any) -> Iterator[tuple[int, Any]]:
+        import datetime as dt
+        yield 1, dt.datetime.now()
+
+    def each_iteration(self, item: int) -> None:
+        EVENTS.append(("item", item))
+
+
+def test_a_cursor_json_cannot_hold_fails_before_anything_is_written(
+        drain: Drain, r: redis.Redis) -> None:
+    jid = Dated.set(retry=0).perform_async()
+    STOP.set()  # a stop before the first item makes the job write its state
+    drain()
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert dead[0]["error_class"] == "TypeError" and "cannot be stored as JSON" in \
+        dead[0]["error_message"]
+    assert not r.exists(f"it-{jid}") and seen() == []
+
+
+def test_in_a_testing_mode_the_job_runs_to_its_end(config: wurk.Config, r: redis.Redis
+                                                   ) -> None:
+    with wurk.testing.inline():
+        jid = Count.perform_async(6)
+    assert seen() == list(range(6)) and not r.exists(f"it-{jid}")
