@@ -23,6 +23,8 @@
         ├── OverLimit                               a rate limiter refused a call
         ├── BatchError                              a batch that cannot take the request
         ├── Interrupted                             a job stopped between steps: pushed again
+        ├── JobCancelled                            raised in a job that wurk.cancel stopped
+        ├── JobTimeout                              raised in a job past its time limit
         └── Unretryable                             a failure no retry can fix: to the dead set
             ├── DecryptionError                     an encrypted argument that cannot be opened
             └── IterationStateError                 an it-<jid> hash that cannot be read
@@ -46,8 +48,10 @@ __all__ = [
     "InvalidArguments",
     "InvalidPayload",
     "IterationStateError",
+    "JobCancelled",
     "JobKilled",
     "JobNotRegistered",
+    "JobTimeout",
     "OverLimit",
     "Poisoned",
     "RedisUnavailable",
@@ -220,6 +224,26 @@ class Interrupted(WurkError):
     (``wurk.iteration``); any job may raise it to be run again later."""
 
     __module__ = "wurk"
+
+
+class JobCancelled(WurkError):
+    """Raised inside a running job that ``wurk.cancel(jid)`` stopped (in a sync job's own
+    frame, as the shutdown interrupt is; an async job's task is cancelled and this takes the
+    ``CancelledError``'s place). The job ends as cancelled: not a failure, not retried, its
+    result (when it keeps one) says so."""
+
+    __module__ = "wurk"
+
+
+class JobTimeout(WurkError):
+    """Raised inside a job that ran past its time limit (``timeout=`` seconds): a normal
+    failure, so its retry policy applies."""
+
+    __module__ = "wurk"
+
+    def __init__(self, message: str, *, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds
 
 
 class Unretryable(WurkError):
