@@ -25,7 +25,7 @@ from ._version import __version__
 from .batch import Batch, BatchStatus, current_batch
 from .client.core import Client
 from .client.default import apush, apush_bulk, push, push_bulk
-from .config import Capsule, Config, configure, default_config
+from .config import Capsule, Config, configure, default_config, via
 from .connections.lending import Connection, redis
 from .errors import (
     BatchError,
@@ -126,4 +126,5 @@ __all__ = [
     "registry",
     "testing",
     "unique",
+    "via",
 ]

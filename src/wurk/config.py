@@ -11,15 +11,22 @@
 5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
 6. ``periodic`` (the registered cron loops, ``wurk.periodic.loops``) and ``is_leader()`` /
    ``leader_token()``: what the running worker's leader election says (``wurk.periodic.leader``).
+7. Shards (``docs/scaling.md``): ``shards`` names other Redis servers; ``shard(name)`` is
+   this configuration seen through one of them (the same settings, its own pools), and
+   ``with via(name):`` makes it the process-wide configuration for a block of code, as
+   Sidekiq's ``Client.via`` does. A capsule may be bound to a shard (``Capsule.shard``).
 """
 
 from __future__ import annotations
 
+import contextvars
 import copy
 import logging
 import os
+import re
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
@@ -36,8 +43,8 @@ from .payload import TimestampFormat
 from .periodic.loops import Periodic
 from .runtime import affinity
 
-__all__ = ["Capsule", "Config", "configure", "default_config", "did_you_mean", "parse_queue",
-           "statsd_address"]
+__all__ = ["DEFAULT_SHARD", "Capsule", "Config", "chosen_shard", "configure", "default_config",
+           "did_you_mean", "parse_queue", "statsd_address", "via"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
@@ -67,7 +74,14 @@ _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
                  "lifecycle", "on_recover", "statsd_job_options", "limiter_errors",
                  "encryption_keys",
-                 "limiter_backoff")
+                 "limiter_backoff", "shard_router")
+
+# The shard of the configuration's own Redis (``redis_url``); ``shards`` names the others.
+DEFAULT_SHARD = "default"
+# What a shard's name may be: it is written in job options, URLs of the dashboard and logs.
+SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# (job name, queue, args) -> the shard a push goes to, or None for the default one.
+ShardRouter = Callable[[str, str, list[Any]], "str | None"]
 
 
 def did_you_mean(key: str) -> str:
@@ -109,6 +123,8 @@ class Capsule:
     concurrency: int = 5
     # ``async def`` jobs running at once on the worker's event loop (they hold no thread).
     async_concurrency: int = 100
+    # The shard whose queues it serves (a name in ``Config.shards``); None: the default one.
+    shard: str | None = None
 
     def __post_init__(self) -> None:
         self.queues = [parse_queue(q) if isinstance(q, str) else (q[0], int(q[1]))
@@ -128,6 +144,9 @@ class Capsule:
                 f"capsule {self.name!r}: async_concurrency must be a whole number of at least "
                 f"1, not {value!r} (it caps the async def jobs running at once)"
             )
+        if self.shard is not None and not isinstance(self.shard, str):
+            raise ConfigError(f"capsule {self.name!r}: shard must be a shard's name (a key "
+                              f"of shards), not {self.shard!r}")
 
     @property
     def queue_names(self) -> list[str]:
@@ -199,6 +218,12 @@ class Config:
     push_replicas: int = 0
     # How long a push waits for those replicas; shorter than socket_timeout.
     push_replica_timeout: float = 1.0
+    # Other Redis servers jobs can be pushed to and served from: name -> URL (any form
+    # redis_url takes). ``redis_url`` is the shard named "default" (docs/scaling.md).
+    shards: dict[str, str] = field(default_factory=dict)
+    # (job name, queue, args) -> a shard's name, or None for the default shard: where a push
+    # goes when neither ``via`` nor the job's ``shard`` option says.
+    shard_router: ShardRouter | None = None
     # -- wire format ------------------------------------------------------------------------
     timestamp_format: TimestampFormat = field(default_factory=lambda: _env_timestamp_format())
     # -- client -----------------------------------------------------------------------------
@@ -363,6 +388,9 @@ class Config:
         # A box, not the election itself: a view made by ``routed`` (the dashboard's) shares
         # it, so it sees the election a worker started after the view was made.
         self._leadership: list[LeaderState] = []
+        # Which shard this is: a view made by ``shard`` says another, and knows its root.
+        self._shard = DEFAULT_SHARD
+        self._root = self
         self._take_periodic()
         self.validate()
 
@@ -469,6 +497,7 @@ class Config:
         self._validate_limiter()
         self._validate_encryption()
         self._validate_redis()
+        self._validate_shards()
 
     def _validate_redis(self) -> None:
         if isinstance(self.redis_url, str) and sentinel.is_sentinel(self.redis_url):
@@ -488,6 +517,38 @@ class Config:
             raise ConfigError(f"push_replica_timeout ({wait} s) must be shorter than "
                               f"socket_timeout ({self.socket_timeout} s): a push waits that "
                               "long for its replicas, and its connection would time out first")
+
+    def _validate_shards(self) -> None:
+        shards = self.shards
+        if not isinstance(shards, dict):
+            raise ConfigError(f"shards must map a shard's name to its Redis URL, not "
+                              f"{shards!r}")
+        for name, url in shards.items():
+            if not isinstance(name, str) or not SHARD_NAME.fullmatch(name) \
+                    or name == DEFAULT_SHARD:
+                raise ConfigError(f"shards: {name!r} is not a shard name: letters, digits, "
+                                  f"'_', '.' or '-' (64 at most), and not {DEFAULT_SHARD!r}, "
+                                  "which is redis_url's own")
+            if not isinstance(url, str) or not url:
+                raise ConfigError(f"shards: {name!r} must be a Redis URL, not {url!r}")
+            if sentinel.is_sentinel(url):
+                try:
+                    sentinel.parse(url)
+                except ConfigError as exc:
+                    raise ConfigError(f"shards: {name!r}: {exc}") from None
+        if self.shard_router is not None and not callable(self.shard_router):
+            raise ConfigError(f"shard_router must be a function (job name, queue, args) -> "
+                              f"a shard's name or None, not {self.shard_router!r}")
+        for capsule in self.capsules:
+            if capsule.shard is not None:
+                self.check_shard(capsule.shard, f"capsule {capsule.name!r}")
+
+    def check_shard(self, name: Any, where: str) -> None:
+        """``ConfigError`` unless ``name`` is a shard of this configuration."""
+        if name != DEFAULT_SHARD and name not in self._root.shards:
+            known = ", ".join(repr(n) for n in self._root.shard_names())
+            raise ConfigError(f"{where}: no shard named {name!r}; the shards are {known} "
+                              "(add it to shards: name -> Redis URL)")
 
     def _validate_encryption(self) -> None:
         version = self.encryption_version
@@ -652,6 +713,35 @@ class Config:
         return next((leadership.token for leadership in self._leadership
                      if leadership.token is not None), None)
 
+    # -- shards (``docs/scaling.md``) --------------------------------------------------------
+    @property
+    def shard_name(self) -> str:
+        """The shard this configuration reaches: ``"default"``, or a name of ``shards``."""
+        return self._shard
+
+    def shard_names(self) -> list[str]:
+        """``"default"`` then the names of ``shards``, as configured."""
+        return [DEFAULT_SHARD, *self._root.shards]
+
+    def shard(self, name: str) -> Config:
+        """This configuration seen through shard ``name``: every setting, handler and hook
+        the same, its own pools to that shard's Redis (made on first use, closed with this
+        configuration). ``"default"`` is the configuration itself; views are made once."""
+        root = self._root
+        if name == DEFAULT_SHARD:
+            return root
+        root.check_shard(name, "shard")
+        found: Config = root._connections.view(name, lambda: root._shard_view(name))
+        return found
+
+    def _shard_view(self, name: str) -> Config:
+        view = copy.copy(self)
+        object.__setattr__(view, "redis_url", self.shards[name])
+        view._shard = name
+        view._root = self
+        view._connections = Connections(view)
+        return view
+
     # -- connections (``wurk.connections.pools``) --------------------------------------------
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
         """The Redis pool for ``role`` (client, internal, a capsule's name, web), made once."""
@@ -722,10 +812,16 @@ def _as_chain(name: str, value: Any) -> Chain:
 
 _default: Config | None = None
 _default_lock = threading.Lock()
+# The shard a ``via`` block chose, for this thread and the tasks it starts.
+_via: contextvars.ContextVar[Config | None] = contextvars.ContextVar("wurk_via", default=None)
 
 
 def default_config() -> Config:
-    """The process-wide configuration, built on first use (reading the environment then)."""
+    """The process-wide configuration, built on first use (reading the environment then);
+    inside ``with via(shard):``, that shard's view of it."""
+    chosen = _via.get()
+    if chosen is not None:
+        return chosen
     global _default
     current = _default
     if current is not None:  # the hot path of every push: no lock once built
@@ -734,6 +830,31 @@ def default_config() -> Config:
         if _default is None:
             _default = Config()
         return _default
+
+
+def chosen_shard() -> Config | None:
+    """The configuration a ``via`` block chose here, if any."""
+    return _via.get()
+
+
+@contextmanager
+def via(shard: str | Config) -> Iterator[Config]:
+    """``with wurk.via("eu"):`` — inside the block (this thread, and the asyncio tasks it
+    starts) the process-wide configuration is shard ``eu``'s view of it, as Sidekiq's
+    ``Client.via(pool)``: every push goes there (the job's own ``shard`` option and the
+    router give way), and so do ``wurk.redis()``, ``wurk.api`` and batches made inside.
+    ``shard`` is a name of ``shards`` (or ``"default"``), or a ``Config`` of its own."""
+    if isinstance(shard, Config):
+        target = shard
+    elif isinstance(shard, str):
+        target = default_config().shard(shard)
+    else:
+        raise TypeError(f"wurk.via takes a shard's name or a wurk.Config, not {shard!r}")
+    token = _via.set(target)
+    try:
+        yield target
+    finally:
+        _via.reset(token)
 
 
 def configure(config: Config | None = None, /, **settings: Any) -> Config:

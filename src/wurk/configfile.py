@@ -5,9 +5,10 @@
 2. ``queues`` entries are ``name``, ``"name,weight"`` or ``[name, weight]``, checked as
    ``-q`` is (``wurk.options.parse_queue``): a name with a space, or a ``' - '`` left by a
    list item indented too deep, is refused with the file's name.
-3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...]}}`` adds Sidekiq 7
-   capsules; ``periodic: [{cron: "*/5 * * * *", job: Name, tz: …, args: […], queue: …}]``
-   registers cron loops (checked entry by entry in ``wurk.periodic.loops``).
+3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...], shard: S}}``
+   adds Sidekiq 7 capsules (``shard``: the one of ``shards: {S: URL}`` it serves);
+   ``periodic: [{cron: "*/5 * * * *", job: Name, tz: …, args: […], queue: …}]`` registers
+   cron loops (checked entry by entry in ``wurk.periodic.loops``).
 4. A top-level mapping that is not a setting is an environment section; the one named by
    ``-e`` is merged over the top level, the others are ignored. A file with sections but
    none of that name is an error (a typo would silently run with the top level only); in
@@ -38,8 +39,8 @@ __all__ = ["load_file", "settings_from_mapping"]
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # Keys that take a mapping as their value, so they are not environment sections.
-_MAPPING_SETTINGS = {"capsules", "swarm"}
-_CAPSULE_KEYS = {"concurrency", "async_concurrency", "queues"}
+_MAPPING_SETTINGS = {"capsules", "swarm", "shards"}
+_CAPSULE_KEYS = {"concurrency", "async_concurrency", "queues", "shard"}
 _SETTINGS = {f.name for f in fields(Config) if f.init}
 # The file may not set these: they hold Python objects, not data.
 _CODE_SETTINGS = set(CODE_SETTINGS)
@@ -193,11 +194,12 @@ def _capsules(value: Any, source: str) -> list[Capsule]:
     for name, spec in value.items():
         if not isinstance(spec, dict) or set(map(_key, spec)) - _CAPSULE_KEYS:
             raise ConfigError(f"{source}: capsule {name!r} takes concurrency, "
-                              "async_concurrency and queues only")
+                              "async_concurrency, queues and shard only")
         spec = {_key(k): v for k, v in spec.items()}
         queues = [_queue(q, source) for q in _list(spec.get("queues", ["default"]),
                                                    "queues", source)]
         capsules.append(Capsule(name=str(name), queues=[parse_queue(q) for q in queues],
                                 concurrency=spec.get("concurrency", 5),
-                                async_concurrency=spec.get("async_concurrency", 100)))
+                                async_concurrency=spec.get("async_concurrency", 100),
+                                shard=spec.get("shard")))
     return capsules

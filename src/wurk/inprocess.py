@@ -31,6 +31,7 @@ from .runtime.signals import dump_threads
 
 if TYPE_CHECKING:
     from .launcher import Launcher
+    from .sharding import ShardedLauncher
     from .swarm.settings import SwarmSettings
 
 __all__ = ["Embedded", "InProcessWorker", "SwarmHost", "boot_swarm", "embed"]
@@ -53,7 +54,7 @@ class InProcessWorker:
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config if config is not None else default_config()
-        self.launcher: Launcher | None = None
+        self.launcher: Launcher | ShardedLauncher | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
@@ -67,13 +68,14 @@ class InProcessWorker:
 
     def start(self) -> InProcessWorker:
         """Start fetching and running jobs on this process's threads; returns ``self``."""
-        from .launcher import Launcher  # here: ``wurk`` imports this module while loading
+        # here: ``wurk`` imports this module while loading
+        from .sharding import launcher_for
 
         with self._lock:
             if self.launcher is not None:
                 raise RuntimeError("this in-process worker was already started")
-            self.launcher = Launcher(self.config, embedded=True,
-                                     on_remote_signal=self._remote_signal)
+            self.launcher = launcher_for(self.config, embedded=True,
+                                         on_remote_signal=self._remote_signal)
         _setup_logging(self.config)
         atexit.register(self._at_exit)
         try:

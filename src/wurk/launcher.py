@@ -39,10 +39,11 @@ from .batch.middleware import BatchDeathHandler, BatchServerMiddleware
 from .batch.middleware import install_client as install_batch_client
 from .client.outbox import OutboxDuty
 from .client.reliable import writer_for
-from .config import Capsule, Config
+from .config import DEFAULT_SHARD, Capsule, Config
 from .connections.locate import describe_url
 from .connections.preflight import check_server
 from .crypto import Opener
+from .errors import ConfigError
 from .fetch.basic import BasicFetch, Fetcher
 from .fetch.pause import PausedCache
 from .fetch.reaper import Reaper, return_own_lists
@@ -133,23 +134,41 @@ def install_built_ins(config: Config) -> None:
     open_batches_with(open_batch)
 
 
+def _refuse_shards(config: Config) -> None:
+    """A capsule bound to another shard needs a launcher per shard (``wurk.sharding``): a
+    lone launcher would serve its queues on the wrong Redis."""
+    bound = [c for c in config.capsules if c.shard not in (None, DEFAULT_SHARD)]
+    if bound:
+        raise ConfigError(f"capsule {bound[0].name!r} serves shard {bound[0].shard!r}: start "
+                          "this worker with wurk.sharding.launcher_for(config), which runs a "
+                          "launcher per shard (the wurk command, the swarm and "
+                          "InProcessWorker do)")
+
+
 class Launcher:
     """One worker process: heartbeat, scheduler and a manager per capsule."""
 
     def __init__(self, config: Config, *, embedded: bool = False,
                  on_remote_signal: Callable[[str], None] | None = None,
-                 title: str = "", slot: int | None = None) -> None:
+                 title: str = "", slot: int | None = None,
+                 capsules: list[Capsule] | None = None, owns_title: bool = True) -> None:
+        """``capsules`` (default: the configuration's) and ``owns_title`` are for a process
+        serving several shards (``wurk.sharding``): a launcher per shard, each with that
+        shard's capsules, one of them keeping the process title."""
         config.check_worker()
+        if capsules is None:
+            _refuse_shards(config)
         install_built_ins(config)
         self.config = config
         self.embedded = embedded
         self.slot = slot  # a swarm child's slot: cpu_affinity "auto" spreads children by it
         self.title = title  # extra words for the process title (a swarm child's slot)
+        self.owns_title = owns_title
         self.identity = Identity.current()
         self.busy = Busy()
         self.counters = Counters()
         self.timers = Timers(POLLER_THREAD)  # every periodic duty's thread, stopped last
-        self.capsules = config.all_capsules()
+        self.capsules = capsules if capsules is not None else config.all_capsules()
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy,
                                 loop=EventLoop(helper_count(self.capsules)))
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
@@ -424,7 +443,7 @@ class Launcher:
         self.instruments.after_beat()
 
     def _update_title(self) -> None:
-        if self.embedded:
+        if self.embedded or not self.owns_title:
             return  # the host's process keeps the host's title
         set_title(self.config.tag, f"[{len(self.busy)} of {self.concurrency} busy]",
                   self.title, "leader" if self.leadership.is_leader() else "",

@@ -26,7 +26,8 @@ from .errors import ConfigError, InvalidArguments, InvalidPayload
 from .keys import PRIVATE_SEPARATOR
 from .log import level_number
 
-__all__ = ["PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX", "UNIQUE_UNTIL",
+__all__ = ["PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX", "SHARD",
+           "UNIQUE_UNTIL",
            "check_expiry_fields", "check_profiler_options", "check_queue_name",
            "check_unique_fields", "expires_in_seconds", "parse_queue", "stamp_expiry",
            "unique_for_seconds", "validate_options"]
@@ -38,6 +39,9 @@ PROFILE_TOKEN_MAX = 100
 # µs (Vernier's unit): under 100 µs the sampler costs more than the job; over 1 s a job of
 # minutes gives a handful of samples.
 PROFILER_OPTIONS = ("interval", "mode")
+# The option naming the shard a job is pushed to (``docs/scaling.md``): read by the client,
+# never written into the payload.
+SHARD = "shard"
 PROFILE_INTERVAL_RANGE = (100, 1_000_000)
 
 
@@ -191,6 +195,9 @@ def _check_option(key: str, value: Any, where: str) -> None:
                       "names the profile (its key is <token>-<jid>)")
     elif key == P.PROFILER_OPTIONS:
         check_profiler_options(value, where)
+    elif key == SHARD:
+        if not isinstance(value, str) or not value:
+            raise bad("the name of a shard of the configuration (its shards setting)")
     elif key == "rate_limit":
         raise ConfigError(f"{where}: rate_limit is an option of the job's definition "
                           "(@wurk.job(rate_limit=...) or the class keyword), not of one push")

@@ -136,7 +136,7 @@ environment: ${NESTED}
         ("queues: default", "queues must be a list"),
         ("queues: [[a, 1, 2]]", "queue entry"),
         ("capsules: {x: {threads: 2}}",
-             "capsule 'x' takes concurrency, async_concurrency and queues only"),
+             "capsule 'x' takes concurrency, async_concurrency, queues and shard only"),
         ("tag: ${UNSET_VARIABLE_X}", "UNSET_VARIABLE_X is not set"),
         ("server_middleware: []", "unknown setting 'server_middleware'"),
     ],

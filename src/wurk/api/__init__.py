@@ -5,7 +5,8 @@
 3. ``JobRecord`` — one stored job, shown as a person recognises it (``record.py``).
 4. ``ProcessSet``, ``Process``, ``WorkSet``, ``Work`` — processes and running jobs
    (``api/processes.py``).
-5. ``Stats``, ``StatsHistory`` — the numbers (``stats.py``).
+5. ``Stats``, ``StatsHistory`` — the numbers; ``ShardStats`` — each shard's and their sum
+   (``stats.py``).
 6. ``PeriodicSet``, ``LoopRecord`` — periodic loops, their history, pause and enqueue now
    (``api/periodic.py``); ``ProfileSet``, ``ProfileRecord`` — job profiles kept a day
    (``api/profiles.py``).
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from .queues import Queue
     from .record import JobRecord
     from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
-    from .stats import QueueSummary, Stats, StatsHistory
+    from .stats import QueueSummary, ShardNumbers, ShardStats, Stats, StatsHistory
 
 # Each name is imported from its module on first use (PEP 562): a worker reads a few
 # checked values through ``values`` and should not carry the rest of the model (sets,
@@ -53,7 +54,8 @@ _HOME = {
     "WorkSet": "processes", "Queue": "queues", "JobRecord": "record",
     "DeadSet": "sets", "JobSet": "sets", "RetrySet": "sets", "ScheduledSet": "sets",
     "SortedEntry": "sets", "QueueSummary": "stats", "Stats": "stats",
-    "StatsHistory": "stats", "Invalid": "values",
+    "StatsHistory": "stats", "ShardNumbers": "stats", "ShardStats": "stats",
+    "Invalid": "values",
     "ProfileRecord": "profiles", "ProfileSet": "profiles", "IterableJobQuery": "iteration",
 }
 
@@ -87,6 +89,8 @@ __all__ = [
     "QueueSummary",
     "RetrySet",
     "ScheduledSet",
+    "ShardNumbers",
+    "ShardStats",
     "SortedEntry",
     "Stats",
     "StatsHistory",

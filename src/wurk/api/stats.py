@@ -6,24 +6,31 @@
    first use of either. ``refresh()`` forgets both. ``reset()`` sets the counters to 0.
 2. ``queues()`` and ``queue_summaries()`` — sizes, latencies and paused flags of every queue.
 3. ``StatsHistory`` — processed and failed per UTC day for the last N days.
+4. ``ShardStats`` — the numbers of each shard of a configuration (``Config.shards``), side
+   by side, and their sum: a shard that cannot be read is named with its error and left
+   out of the sum, which then says it is partial.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
+
+import redis
 
 from .. import payload as P
 from .. import stored as values
 from ..config import Config, default_config
+from ..connections.locate import describe_url
 from ..connections.pool import RedisPool
+from ..errors import WurkError
 from ..stored import Invalid
 from .processes import busy_total
 from .queues import entry_latency, queue_names
 
-__all__ = ["QueueSummary", "Stats", "StatsHistory"]
+__all__ = ["SUMMED", "QueueSummary", "ShardNumbers", "ShardStats", "Stats", "StatsHistory"]
 
 # Queues whose size and oldest entry are read per pipelined round trip.
 QUEUE_PAGE = 100
@@ -182,6 +189,69 @@ class Stats:
 
 def _size(summary: QueueSummary) -> int:
     return summary.size if isinstance(summary.size, int) else 0
+
+
+# The numbers that add up across shards (a latency does not).
+SUMMED = ("processed", "failed", "busy", "enqueued", "scheduled", "retries", "dead",
+          "processes")
+
+
+@dataclass(frozen=True)
+class ShardNumbers:
+    """One shard's numbers (``Stats.to_dict``), or why it could not be read."""
+
+    name: str
+    redis: str  # where it is, without its password
+    numbers: dict[str, Any] | None = None
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "redis": self.redis, "error": self.error,
+                **(self.numbers or {})}
+
+
+@dataclass
+class ShardStats:
+    """The numbers of every shard of ``config`` (``"default"`` first), or of the given
+    configurations, read one shard after another; ``total`` adds up ``SUMMED``."""
+
+    config: Config | None = None
+    configs: Sequence[tuple[str, Config]] = ()
+    shards: list[ShardNumbers] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        chosen = list(self.configs)
+        if not chosen:
+            cfg = self.config if self.config is not None else default_config()
+            chosen = [(name, cfg.shard(name)) for name in cfg.shard_names()]
+        self.shards = [_read_shard(name, cfg) for name, cfg in chosen]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every shard could be read (the total counts them all)."""
+        return all(shard.error is None for shard in self.shards)
+
+    def total(self) -> dict[str, int]:
+        total = dict.fromkeys(SUMMED, 0)
+        for shard in self.shards:
+            for name in SUMMED:
+                value = (shard.numbers or {}).get(name)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    total[name] += value
+        return total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shards": [shard.to_dict() for shard in self.shards], "total": self.total(),
+                "complete": self.complete}
+
+
+def _read_shard(name: str, config: Config) -> ShardNumbers:
+    try:
+        where = describe_url(config.pool("api").url)
+        return ShardNumbers(name, where, Stats(config).to_dict())
+    except (WurkError, redis.RedisError) as exc:
+        where = describe_url(config.redis_url or "") if config.redis_url else "(embedded)"
+        return ShardNumbers(name, where, error=f"{type(exc).__name__}: {exc}")
 
 
 class StatsHistory:

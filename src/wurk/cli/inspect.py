@@ -4,7 +4,8 @@
    document for scripts (times in epoch seconds, latencies in seconds). ``stats`` says how
    fresh its processed and failed counts are: running workers add theirs at each heartbeat;
    and, where reliable push kept jobs, each process's buffer as it reported it and the disk
-   buffers of this host's directory.
+   buffers of this host's directory. ``stats --redis-url URL`` reads that Redis; given
+   once per shard, it shows each shard's numbers in a row and their sum (``docs/scaling.md``).
    ``retries`` and ``scheduled`` list the soonest first, ``dead`` the latest death first,
    as Sidekiq's pages (and the dashboard) do.
 2. ``wurk queues pause|unpause|clear NAME``, ``wurk retries|scheduled|dead clear``,
@@ -41,15 +42,17 @@ from ..api import (
     Queue,
     RetrySet,
     ScheduledSet,
+    ShardStats,
     SortedEntry,
     Stats,
     values,
 )
 from ..api.pushbuffers import PushBuffers
+from ..api.stats import SUMMED
 from ..client.buffer import survey
 from ..client.reliable import buffer_directory
 from ..config import Config
-from ..connections.locate import find_home, where
+from ..connections.locate import describe_url, find_home, where
 from ..errors import WurkError
 from . import tables
 
@@ -136,10 +139,16 @@ def confirm(question: str, *, yes: bool, action: str) -> None:
 # -- stats ------------------------------------------------------------------------------------
 @click.command("stats")
 @json_option
+@click.option("--redis-url", "redis_urls", multiple=True, metavar="URL",
+              help="Read this Redis instead of REDIS_URL's; once per shard to see each "
+                   "shard's numbers and their sum.")
 @friendly
-def stats_command(as_json: bool) -> None:
+def stats_command(as_json: bool, redis_urls: tuple[str, ...]) -> None:
     """Processed, failed, busy, enqueued, scheduled, retries, dead, processes, latency."""
-    config = default_config()
+    if len(redis_urls) > 1:
+        _shards_stats(redis_urls, as_json)
+        return
+    config = _shard_configs(redis_urls)[0][1] if redis_urls else default_config()
     numbers = Stats(config).to_dict()
     now = time.time()
     # Running workers: a record whose last beat is older than its life (a crashed process's,
@@ -168,6 +177,34 @@ def stats_command(as_json: bool) -> None:
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         click.echo(f"{label.ljust(width)}  {value}")
+
+
+def _shard_configs(urls: tuple[str, ...]) -> list[tuple[str, Config]]:
+    """A configuration for each URL, named by it (without its password): shards of the
+    process-wide one, so every setting but where Redis is stays the same."""
+    base = default_config()
+    holder = Config(**{**{name: getattr(base, name) for name in ("key_prefix",
+                                                                "socket_timeout")},
+                       "shards": {f"url{index}": url for index, url in enumerate(urls)},
+                       "start_embedded": False})
+    return [(describe_url(url), holder.shard(f"url{index}")) for index, url in enumerate(urls)]
+
+
+def _shards_stats(urls: tuple[str, ...], as_json: bool) -> None:
+    """Each shard's numbers in a row, and their sum; a shard not read says why."""
+    found = ShardStats(configs=_shard_configs(urls))
+    if as_json:
+        emit_json(found.to_dict())
+        return
+    rows = [[shard.redis, *([tables.count(shard.numbers[name]) for name in SUMMED]
+                            if shard.numbers is not None else
+                            [f"not read: {shard.error}", *[""] * (len(SUMMED) - 1)])]
+            for shard in found.shards]
+    total = found.total()
+    rows.append(["all" if found.complete else "all read",
+                 *[tables.count(total[name]) for name in SUMMED]])
+    click.echo(tables.table(("REDIS", *(name.upper() for name in SUMMED)), rows,
+                            right=tuple(range(1, len(SUMMED) + 1))))
 
 
 def _push_buffers(config: Config) -> dict[str, Any]:

@@ -255,15 +255,15 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     """Run a worker for ``config`` in this process until TERM or INT (the main thread only:
     it traps signals). A framework's command passes its own ``pipe`` to stop it from
     another thread with ``pipe.push("TERM")``."""
-    from ..launcher import Launcher
     from ..runtime.malloc import limit_arenas
     from ..runtime.signals import serve
+    from ..sharding import launcher_for
 
     limit_arenas()  # this process is the worker's: before its threads start
     pipe = pipe if pipe is not None else SignalPipe()
     pipe.install()
     try:
-        launcher = Launcher(config, on_remote_signal=pipe.push)
+        launcher = launcher_for(config, on_remote_signal=pipe.push)
         launcher.start()
     except WurkError as exc:
         pipe.close()

@@ -23,6 +23,12 @@
    built-in links only edit the payload). A sync push meeting an async client middleware
    runs it on a ``TemporaryLoop`` through the one bridge (``wurk.middleware.bridge``), its
    ``await call_next()`` running the rest of the chain back in the pushing thread.
+8. Shards (``docs/scaling.md``): a push goes to the shard a ``wurk.via`` block chose, else
+   the one its job's ``shard`` option names, else the one the configuration's
+   ``shard_router`` answers for it, else this client's own; a bulk push with a router is
+   split by the shard of each job. Another shard's pushes go through a client of that
+   shard's configuration, made once. Inside a batch's jobs block nothing is routed: a
+   batch and its jobs live on one shard.
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import payload as P
-from ..config import Config, default_config
+from ..config import Config, chosen_shard, default_config
 from ..connections.pool import RedisPool
 from ..crypto import seal
 from ..errors import InvalidArguments, InvalidPayload
 from ..middleware import TemporaryLoop, bridge
-from ..options import check_expiry_fields, check_unique_fields, stamp_expiry
+from ..options import SHARD, check_expiry_fields, check_unique_fields, stamp_expiry
 from . import writers
 from .writers import Entries, RedisWriter, Writer
 
@@ -99,6 +105,7 @@ class Client:
         self.config = config if config is not None else default_config()
         self._pool = pool
         self.writer: Writer = writer if writer is not None else RedisWriter()
+        self._shard_clients: dict[int, Client] = {}  # id(shard's config) -> its client
 
     @property
     def pool(self) -> RedisPool:
@@ -107,11 +114,17 @@ class Client:
     # -- public -----------------------------------------------------------------------------
     def push(self, item: Mapping[str, Any]) -> str | None:
         """Push one job; returns its jid, or None when a middleware stopped it."""
+        other = self._routed(item)
+        if other is not None:
+            return other.push(item)
         return self._drive(self._push_steps(self.normalize(item)))
 
     async def apush(self, item: Mapping[str, Any]) -> str | None:
         """``push`` for async code (``await client.apush({...})``): the same steps on the
         running loop's asyncio pool, never blocking it on Redis."""
+        other = self._routed(item)
+        if other is not None:
+            return await other.apush(item)
         return await self._adrive(self._push_steps(self.normalize(item)))
 
     def _push_steps(self, normalized: P.Payload) -> Steps[str | None]:
@@ -145,11 +158,83 @@ class Client:
         ``at`` may be one time or one per job; ``spread_interval`` spreads them at random
         over that many seconds; ``batch_size`` caps the jobs per round trip.
         """
-        return self._drive(self._bulk_steps(item))
+        parts = self._bulk_routes(item)
+        if parts is None:
+            return self._drive(self._bulk_steps(item))
+        results: list[str | None] = [None] * len(item[P.ARGS])
+        for client, indices, part in parts:
+            for index, jid in zip(indices, client.push_bulk(part), strict=True):
+                results[index] = jid
+        return results
 
     async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
         """``push_bulk`` for async code, as ``apush`` is for ``push``."""
-        return await self._adrive(self._bulk_steps(item))
+        parts = self._bulk_routes(item)
+        if parts is None:
+            return await self._adrive(self._bulk_steps(item))
+        results: list[str | None] = [None] * len(item[P.ARGS])
+        for client, indices, part in parts:
+            for index, jid in zip(indices, await client.apush_bulk(part), strict=True):
+                results[index] = jid
+        return results
+
+    # -- shards -----------------------------------------------------------------------------
+    def _routed(self, item: Mapping[str, Any]) -> Client | None:
+        """The client of the shard ``item`` goes to, when that is not this one's."""
+        if not isinstance(item, Mapping):
+            return None  # refused by the push itself, naming what it must be
+        target = self._shard_of(item, item.get(P.ARGS))
+        return None if target is self.config else self._client_of(target)
+
+    def _shard_of(self, item: Mapping[str, Any], args: Any) -> Config:
+        """Where a push of ``item`` (with these ``args``) goes: ``via``'s shard, else the
+        job's ``shard`` option, else the router's answer, else this client's own."""
+        if writers.overlay() is not None:  # a batch's jobs block: its batch's shard
+            return self.config
+        chosen = chosen_shard()
+        if chosen is not None:
+            return chosen
+        name = item.get(SHARD)
+        router = self.config.shard_router
+        if name is None and router is not None:
+            name = router(str(item.get(P.CLASS)), str(item.get(P.QUEUE) or P.DEFAULT_QUEUE),
+                          list(args) if isinstance(args, (list, tuple)) else [])
+        if name is None:
+            return self.config
+        if not isinstance(name, str):
+            raise InvalidPayload(f"'shard' must be a shard's name, not {name!r}", field=SHARD)
+        return self.config.shard(name)
+
+    def _client_of(self, target: Config) -> Client:
+        if target is self.config:
+            return self
+        found = self._shard_clients.get(id(target))
+        if found is None or found.config is not target:
+            found = self._shard_clients[id(target)] = type(self)(target, writer=self.writer)
+        return found
+
+    def _bulk_routes(self, item: Mapping[str, Any]
+                     ) -> list[tuple[Client, list[int], dict[str, Any]]] | None:
+        """None when every job of a bulk push goes where this client writes; else, per
+        shard, its client, the jobs' places in the push and the push of those jobs (the
+        router may send each job elsewhere)."""
+        all_args = item.get(P.ARGS) if isinstance(item, Mapping) else None
+        if not isinstance(all_args, (list, tuple)) or not all_args:
+            return None  # refused by the push itself, naming the field
+        targets = [self._shard_of(item, args) for args in all_args]
+        if all(target is self.config for target in targets):
+            return None
+        places: dict[int, tuple[Config, list[int]]] = {}
+        for index, target in enumerate(targets):
+            places.setdefault(id(target), (target, []))[1].append(index)
+        at = item.get(P.AT)
+        parts = []
+        for target, indices in places.values():
+            part = {**item, P.ARGS: [all_args[i] for i in indices]}
+            if isinstance(at, (list, tuple)) and len(at) == len(all_args):
+                part[P.AT] = [at[i] for i in indices]
+            parts.append((self._client_of(target), indices, part))
+        return parts
 
     def _bulk_steps(self, item: Mapping[str, Any]) -> Steps[list[str | None]]:
         base = dict(item)
@@ -219,7 +304,7 @@ class Client:
         if not isinstance(item, Mapping):
             raise InvalidPayload(f"a job must be a dict, not {type(item).__name__}")
         job: P.Payload = {**_DEFAULTS, **item}
-        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL):
+        for key in ("pool", "client_class", "sync", P.TRANSACTIONAL, SHARD):
             job.pop(key, None)
         cls = job.get(P.CLASS)
         if not isinstance(cls, str) or not cls:

@@ -47,6 +47,9 @@ class TransactionalClient(Client):
         return adapter
 
     def push(self, item: Mapping[str, Any]) -> str | None:
+        other = self._routed(item)  # another shard's client defers it in its own right
+        if other is not None:
+            return other.push(item)
         job = self.normalize(item)
         if self._deferred(item, job):
             return str(job[P.JID])
@@ -56,6 +59,9 @@ class TransactionalClient(Client):
         """``push`` for async code: deferred the same way; pushed at once on the loop's
         asyncio pool outside a transaction. At commit the push is the sync one (the
         adapter calls back from sync code)."""
+        other = self._routed(item)
+        if other is not None:
+            return await other.apush(item)
         job = self.normalize(item)
         if self._deferred(item, job):
             return str(job[P.JID])

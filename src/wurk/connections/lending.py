@@ -11,6 +11,8 @@
    async job, an ``aperform_async``): a connection of redis-py's asyncio pool (one pool per
    event loop and configuration, ``Config.async_pool``) held for the block, so the loop
    never blocks.
+5. Inside ``wurk.via(shard)`` a block borrows from that shard's client pool, in a job too
+   (the processor's own connection reaches the shard its capsule serves).
 
 Commands are sent as written and replies come back raw (bytes, ints, lists), the way
 ``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
@@ -30,7 +32,7 @@ from typing import Any
 
 import redis as redis_py
 
-from ..config import Config, default_config
+from ..config import Config, chosen_shard, default_config
 from .lease import Lease
 from .pool import AsyncRedisPool, RedisPool
 from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
@@ -167,6 +169,10 @@ class Borrowed:
 
     def __enter__(self) -> Connection:
         held = _held
+        shard = chosen_shard() if self._config is None else None
+        if shard is not None:  # inside ``wurk.via``: that shard's, for this block only
+            self._lease = Lease(shard.pool("client"))
+            return Connection(self._lease)
         connection = held.connection
         if connection is not None:  # nested, or a processor's kept connection
             return connection
@@ -180,7 +186,9 @@ class Borrowed:
     def __exit__(self, *exc_info: object) -> None:
         lease, self._lease = self._lease, None
         if lease is not None:
-            _held.connection = None
+            held = _held.connection
+            if held is not None and held._lease is lease:
+                _held.connection = None
             lease.release()
 
     async def __aenter__(self) -> AsyncConnection:

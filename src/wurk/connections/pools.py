@@ -13,6 +13,8 @@
    ``aclose`` end every connection; a pool used again afterwards is made anew.
 5. ``unreached``: whether a worker of this configuration has been waiting since boot for a
    Redis that never answered (``wurk.connections.unreached``), shared by every view.
+6. ``view(name, make)``: the configuration's view of shard ``name`` (``Config.shard``),
+   made once; ``close`` and ``reset_after_fork`` reach the views' pools too.
 
 ``Config`` holds settings; this object holds what a configuration opens at run time, and
 ``Config.pool()`` / ``Config.async_pool()`` / ``Config.close()`` hand over to it.
@@ -23,7 +25,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import threading
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import redis
 
@@ -60,6 +63,7 @@ class Connections:
         self._pools: dict[str, RedisPool] = {}
         self._async_pools: dict[asyncio.AbstractEventLoop, AsyncRedisPool] = {}
         self._routes: dict[str, tuple[str, int]] = {}
+        self._views: dict[str, Any] = {}  # shard name -> its Config view
         self.unreached = Unreached()
 
     def pool(self, role: str = "client", *, size: int | None = None) -> RedisPool:
@@ -99,7 +103,21 @@ class Connections:
                     url, loop, socket_timeout=self._settings.socket_timeout)
             return pool
 
+    def view(self, name: str, make: Callable[[], Any]) -> Any:
+        """The view of shard ``name``, made by ``make`` the first time."""
+        with self._lock:
+            found = self._views.get(name)
+            if found is None:
+                found = self._views[name] = make()
+            return found
+
+    def _view_connections(self) -> list[Connections]:
+        with self._lock:
+            return [view._connections for view in self._views.values()]
+
     def reset_after_fork(self) -> None:
+        for connections in self._view_connections():
+            connections.reset_after_fork()
         with self._lock:
             for pool in self._pools.values():
                 pool.reset_after_fork()
@@ -107,6 +125,8 @@ class Connections:
             self._async_pools.clear()  # the parent's loops do not run here
 
     def close(self) -> None:
+        for connections in self._view_connections():
+            connections.close()
         with self._lock:
             for pool in self._pools.values():
                 pool.close()

@@ -32,6 +32,7 @@ from ..config import Config
 from ..launcher import Launcher
 from ..runtime.malloc import limit_arenas
 from ..runtime.signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
+from ..sharding import ShardedLauncher, launcher_for
 
 __all__ = [
     "EXIT_BOOT_FAILED",
@@ -185,18 +186,18 @@ class _Child:
             return EXIT_BOOT_FAILED
         return self._serve(launcher, pipe)
 
-    def _boot(self, pipe: SignalPipe) -> Launcher:
+    def _boot(self, pipe: SignalPipe) -> Launcher | ShardedLauncher:
         limit_arenas()  # this process is the worker's: before its threads start
         self.config.reset_pools()
-        launcher = Launcher(self.config, on_remote_signal=pipe.push,
-                            title=f"swarm child {self.spec.slot}", slot=self.spec.slot)
+        launcher = launcher_for(self.config, on_remote_signal=pipe.push,
+                                title=f"swarm child {self.spec.slot}", slot=self.spec.slot)
         launcher.fire("fork", reverse=False, raise_errors=True)
         if self.spec.quiet:
             launcher.quiet()  # before start: a child of a quiet swarm never fetches
         launcher.start()
         return launcher
 
-    def _serve(self, launcher: Launcher, pipe: SignalPipe) -> int:
+    def _serve(self, launcher: Launcher | ShardedLauncher, pipe: SignalPipe) -> int:
         while True:
             for name in pipe.wait(CHILD_TICK):
                 if name in STOP_SIGNALS:
@@ -211,14 +212,14 @@ class _Child:
                 return 0
             self._check_max_jobs(launcher)
 
-    def _on_signal(self, launcher: Launcher, name: str) -> None:
+    def _on_signal(self, launcher: Launcher | ShardedLauncher, name: str) -> None:
         if act_on(launcher, name):
             return
         if name == "USR1":
             log.warning("USR1 restarts a swarm: send it to the parent, pid %d",
                         self.spec.parent_pid)
 
-    def _check_max_jobs(self, launcher: Launcher) -> None:
+    def _check_max_jobs(self, launcher: Launcher | ShardedLauncher) -> None:
         limit = self.spec.max_jobs
         if not limit or self._announced or launcher.counters.total_processed < limit:
             return

@@ -6,7 +6,8 @@
    Periodic, Metrics, History, Profiles, Limits, Batches and Dead Batches tabs are extensions
    registered first (a host's own ``limits`` replaces the Limits tab); ``/metrics`` itself
    answers a browser with the Metrics page and a Prometheus scraper with the cluster's
-   figures.
+   figures. With ``shards`` configured, a Shards tab shows each shard's numbers and their
+   sum, and mounts each other shard's own dashboard under it (``wurk.web.shards``).
 2. The ``Guard`` middleware around all of them (host names, auth, CSRF, headers); HTTP
    errors as a page, or JSON under ``/api``, with fixed text only.
 3. Mount it anywhere: every link is built from the prefix the host app mounted it at
@@ -29,7 +30,7 @@ from starlette.staticfiles import StaticFiles
 from ..config import Config, default_config
 from ..errors import ConfigError
 from ..hosts import HostNames
-from . import api, batches, history, metrics, openapi, periodic, profiles, views
+from . import api, batches, history, metrics, openapi, periodic, profiles, shards, views
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, wants_json
@@ -54,6 +55,11 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     """
     cfg = config if config is not None else default_config()
     chosen = (*builtin_extensions(extensions), *extensions)
+    shard_tab = shards.extension(cfg, lambda view: create_app(
+        view, authorize=authorize, read_only=read_only, extensions=extensions,
+        allowed_hosts=allowed_hosts))
+    if shard_tab is not None:  # every shard's numbers, and each shard's own pages
+        chosen = (*chosen, shard_tab)
     check_unique(chosen)
     dash = Dashboard.for_config(
         cfg, read_only=cfg.web_read_only if read_only is None else bool(read_only),

@@ -1,0 +1,162 @@
+"""One worker process serving several shards: a launcher per shard its capsules name.
+
+1. ``launcher_for(config)`` is a plain ``Launcher`` when every capsule serves the default
+   shard, else a ``ShardedLauncher``: the configuration's own launcher for the capsules of
+   the default shard, and one per other shard for the capsules bound to it
+   (``Capsule.shard``). Each is a whole worker on its shard's Redis — its heartbeat and
+   process record, fetch, retries and dead set, scheduler, reaper, metrics and history —
+   so each shard's dashboard shows this process serving it, and a job's retry or death is
+   booked on the shard it came from.
+2. A shard's launcher runs on ``worker_view(config, name)``: the configuration's view of
+   that shard with what belongs to the process, not to a shard, left to the default one —
+   it holds no leader election (periodic jobs are pushed by the default shard's leader),
+   fires no lifecycle hooks, binds no health or metrics port, and keeps the process title
+   alone; its server middleware and death handlers are the application's, with built-in
+   links of its own (a batch count or a unique lock of its jobs lands on its shard). Its
+   StatsD metrics carry the tag ``shard:<name>``.
+3. ``ShardedLauncher`` answers as a ``Launcher`` does (``start``, ``quiet``, ``stop``,
+   ``hurry``): it starts the default shard's launcher first, quiets them all, and stops
+   them together under one deadline. A shard that cannot be reached at boot is waited for
+   by its own loops, as one Redis is.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from .config import DEFAULT_SHARD, Capsule, Config
+from .launcher import BUILT_IN, Launcher
+from .middleware import Chain
+from .runtime.identity import Identity
+
+__all__ = ["ShardedLauncher", "launcher_for", "worker_view"]
+
+
+def launcher_for(config: Config, **options: Any) -> Launcher | ShardedLauncher:
+    """The worker for ``config``: one launcher, or one per shard its capsules serve."""
+    if all(capsule.shard in (None, DEFAULT_SHARD) for capsule in config.capsules):
+        return Launcher(config, **options)
+    return ShardedLauncher(config, **options)
+
+
+def worker_view(config: Config, name: str) -> Config:
+    """``config`` seen through shard ``name``, for that shard's launcher (point 2)."""
+    view = copy.copy(config.shard(name))
+    view._connections = type(config._connections)(view)  # pools of its own, closed by us
+    view._leadership = []
+    view.leader = False
+    view.health_port = None
+    view.metrics_port = None
+    view.statsd_tags = [*config.statsd_tags, f"shard:{name}"]
+    view.lifecycle = {event: [] for event in config.lifecycle}
+    view.server_middleware = _without_built_ins(config.server_middleware, config)
+    view.client_middleware = config.client_middleware.copy()
+    view.death_handlers = [handler for handler in config.death_handlers
+                           if getattr(handler, "config", None) is not config]
+    if view.client == "outbox":  # the application's outbox is relayed once, by the default
+        view.client = "default"
+    return view
+
+
+def _without_built_ins(chain: Chain, config: Config) -> Chain:
+    """``chain``'s links but the built-in ones (and any other bound to ``config``): the
+    shard's launcher puts in links of its own."""
+    kept = chain.copy()
+    for link in list(kept):
+        if isinstance(link, BUILT_IN) or getattr(link, "config", None) is config:
+            kept.remove(link)
+    return kept
+
+
+class _Counts:
+    """The processed count of every shard's launcher, as one launcher's ``counters``."""
+
+    def __init__(self, launchers: list[Launcher]) -> None:
+        self._launchers = launchers
+
+    @property
+    def total_processed(self) -> int:
+        return sum(launcher.counters.total_processed for launcher in self._launchers)
+
+
+class ShardedLauncher:
+    """A worker process serving several shards (point 3)."""
+
+    def __init__(self, config: Config, **options: Any) -> None:
+        self.config = config
+        by_shard: dict[str, list[Capsule]] = {}
+        for capsule in config.all_capsules():
+            by_shard.setdefault(capsule.shard or DEFAULT_SHARD, []).append(capsule)
+        self.home = Launcher(config, capsules=by_shard.pop(DEFAULT_SHARD), **options)
+        self.shards = {name: Launcher(worker_view(config, name), capsules=capsules,
+                                      owns_title=False, **options)
+                       for name, capsules in by_shard.items()}
+        self.launchers = [self.home, *self.shards.values()]
+        self.counters = _Counts(self.launchers)
+
+    @property
+    def identity(self) -> Identity:
+        return self.home.identity
+
+    @property
+    def stopping(self) -> bool:
+        return self.home.stopping
+
+    @property
+    def managers(self) -> list[Any]:
+        return [manager for launcher in self.launchers for manager in launcher.managers]
+
+    def fire(self, event: str, *, reverse: bool | None = None,
+             raise_errors: bool = False) -> None:
+        self.home.fire(event, reverse=reverse, raise_errors=raise_errors)
+
+    def start(self) -> None:
+        started: list[Launcher] = []
+        try:
+            for launcher in self.launchers:
+                launcher.start()
+                started.append(launcher)
+        except BaseException:
+            self._together([partial(launcher.stop, 0) for launcher in started])
+            raise
+
+    def quiet(self) -> None:
+        for launcher in self.launchers:
+            launcher.quiet()
+
+    def hurry(self) -> None:
+        for launcher in self.launchers:
+            launcher.hurry()
+
+    def stop(self, timeout: float | None = None, *, hint: str = "") -> None:
+        """Stop every shard's launcher at once, each within ``timeout`` (one deadline for
+        the process, as one launcher's); then close the shards' pools."""
+        self._together([partial(launcher.stop, timeout, hint=hint)
+                        for launcher in self.launchers])
+        for launcher in self.shards.values():
+            launcher.config.close()
+
+    @staticmethod
+    def _together(calls: list[Callable[[], None]]) -> None:
+        """Run ``calls`` in threads of their own and wait for all; the first error is
+        raised once every call has ended."""
+        errors: list[BaseException] = []
+
+        def run(call: Callable[[], None]) -> None:
+            try:
+                call()
+            except BaseException as exc:  # reported once every stop has ended
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(call,), name="wurk-shard-stop")
+                   for call in calls]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]

@@ -1,0 +1,288 @@
+"""Shards against two real servers: where pushes go, one worker serving both, and the numbers.
+
+The session's server is the default shard; a second server, started once for the module and
+flushed before each test, is shard ``eu``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.faults import FAST
+from tests.helpers.server import Server, start_server
+from tests.helpers.wait import wait_until
+from tests.web.conftest import browse
+from wurk.api import ProcessSet, Queue, RetrySet, ShardStats
+from wurk.cli import run
+from wurk.launcher import Launcher
+from wurk.web import create_app
+
+ran: list[tuple[str, Any]] = []
+ran_lock = threading.Lock()
+
+
+@wurk.job(name="Shards::Home")
+def home(n: int) -> None:
+    with ran_lock:
+        ran.append(("home", n))
+
+
+@wurk.job(name="Shards::Euro", shard="eu")
+def euro(n: int) -> None:
+    with ran_lock:
+        ran.append(("eu", n))
+
+
+@wurk.job(name="Shards::Failing", shard="eu", retry=3)
+def failing() -> None:
+    raise RuntimeError("fails on purpose, on shard eu")
+
+
+@pytest.fixture(scope="module")
+def second(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    started = start_server(tmp_path_factory.mktemp("shard-eu"))
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def eu(second: Server) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(second.url, decode_responses=True)
+    client.flushall()
+    ran.clear()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def sharded(second: Server, eu: redis.Redis) -> wurk.Config:
+    return wurk.configure(shards={"eu": second.url})
+
+
+def queued(client: redis.Redis, queue: str = "default") -> list[dict[str, Any]]:
+    return [json.loads(raw) for raw in client.lrange(f"queue:{queue}", 0, -1)]
+
+
+# -- where pushes go ----------------------------------------------------------------------------
+def test_via_pushes_land_on_the_named_shard(sharded: wurk.Config, r: redis.Redis,
+                                            eu: redis.Redis) -> None:
+    home.perform_async(1)
+    with wurk.via("eu") as chosen:
+        assert chosen is sharded.shard("eu") and wurk.default_config() is chosen
+        home.perform_async(2)
+        wurk.push({"class": "RubyJob", "args": [3]})
+        asyncio.run(home.aperform_async(4))
+        home.perform_bulk([[5], [6]])
+        with wurk.redis() as conn:
+            conn.call("SET", "written-here", "1")
+        with wurk.via("default"):
+            home.perform_async(7)
+    assert [job["args"] for job in queued(r)] == [[7], [1]]
+    assert sorted(job["args"][0] for job in queued(eu)) == [2, 3, 4, 5, 6]
+    assert eu.get("written-here") == "1" and r.get("written-here") is None
+    assert all("shard" not in job for job in queued(eu))  # never written into a payload
+
+
+def test_via_wins_over_the_jobs_own_shard_and_takes_a_config(
+        sharded: wurk.Config, r: redis.Redis, eu: redis.Redis) -> None:
+    with wurk.via("default"):
+        euro.perform_async(1)
+    with wurk.via(sharded.shard("eu")):
+        euro.perform_async(2)
+    assert [job["args"] for job in queued(r)] == [[1]]
+    assert [job["args"] for job in queued(eu)] == [[2]]
+
+
+def test_jobs_are_routed_by_class_and_by_set(sharded: wurk.Config, r: redis.Redis,
+                                            eu: redis.Redis) -> None:
+    euro.perform_async(1)
+    home.perform_async(2)
+    home.set(shard="eu").perform_async(3)
+    euro.set(shard="default").perform_async(4)
+    euro.perform_in(60, 5)
+    assert sorted(job["args"][0] for job in queued(eu)) == [1, 3]
+    assert sorted(job["args"][0] for job in queued(r)) == [2, 4]
+    assert eu.zcard("schedule") == 1 and r.zcard("schedule") == 0
+
+
+def test_a_router_splits_a_bulk_push_by_each_jobs_shard(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    def by_region(job: str, queue: str, args: list[Any]) -> str | None:
+        return "eu" if args and args[0] % 2 else None
+
+    wurk.configure(shards={"eu": second.url}, shard_router=by_region)
+    jids = home.perform_bulk([[n] for n in range(6)])
+    assert sorted(job["args"][0] for job in queued(eu)) == [1, 3, 5]
+    assert sorted(job["args"][0] for job in queued(r)) == [0, 2, 4]
+    by_jid = {job["jid"]: job["args"][0] for job in [*queued(r), *queued(eu)]}
+    assert [by_jid[jid] for jid in jids] == list(range(6))  # jids in the order pushed
+    later = time.time() + 60
+    home.perform_bulk([[n] for n in range(4)], at=[later + n for n in range(4)])
+    assert [int(score) for _, score in eu.zrange("schedule", 0, -1, withscores=True)] \
+        == [int(later) + 1, int(later) + 3]  # each job's own time went with it
+    assert r.zcard("schedule") == 2
+
+
+def test_a_batch_and_its_jobs_stay_on_one_shard(sharded: wurk.Config, r: redis.Redis,
+                                                eu: redis.Redis) -> None:
+    with wurk.via("eu"):
+        batch = wurk.Batch()
+        with batch.jobs():
+            home.perform_async(1)
+            euro.set(shard="default").perform_async(2)  # not routed inside a jobs block
+    assert eu.exists(f"b-{batch.bid}") and not r.exists(f"b-{batch.bid}")
+    assert len(queued(eu)) == 2 and not queued(r)
+
+
+def test_an_unknown_shard_is_refused_naming_the_known_ones(sharded: wurk.Config) -> None:
+    with pytest.raises(wurk.ConfigError, match="no shard named 'us'; the shards are "
+                                               "'default', 'eu'"):
+        home.set(shard="us").perform_async(1)
+    with pytest.raises(wurk.ConfigError, match="no shard named 'us'"), wurk.via("us"):
+        pass
+
+
+# -- one worker serving both --------------------------------------------------------------------
+def test_one_worker_serves_both_shards_each_on_its_own_redis(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    config = wurk.configure(**FAST, shards={"eu": second.url},
+                            capsules=[wurk.Capsule(name="europe", shard="eu", concurrency=2)])
+    worker = wurk.InProcessWorker(config).start()
+    try:
+        home.perform_bulk([[n] for n in range(20)])
+        euro.perform_bulk([[n] for n in range(20)])
+        failing.perform_async()
+        wait_until(lambda: len(ran) == 40, what="both shards' jobs")
+        wait_until(lambda: RetrySet(config.shard("eu")).size() == 1, what="the retry on eu")
+        assert sorted(ran) == sorted([("home", n) for n in range(20)]
+                                     + [("eu", n) for n in range(20)])
+        assert RetrySet(config).size() == 0  # booked where the job came from
+        [on_eu] = ProcessSet(config.shard("eu")).iterate()
+        [at_home] = ProcessSet(config).iterate()
+        assert on_eu.identity == at_home.identity == worker.identity
+        assert on_eu.queues == ["default"] and "europe" in on_eu.info["capsules"]
+        assert "europe" not in at_home.info["capsules"]
+    finally:
+        worker.stop()
+    assert not eu.smembers("processes") and not r.smembers("processes")
+    # Each shard counts what ran from it (the failure among eu's).
+    assert (r.get("stat:processed"), r.get("stat:failed") or "0") == ("20", "0")
+    assert (eu.get("stat:processed"), eu.get("stat:failed")) == ("21", "1")
+
+
+def test_a_lone_launcher_refuses_a_capsule_bound_to_a_shard(second: Server) -> None:
+    config = wurk.Config(shards={"eu": second.url},
+                         capsules=[wurk.Capsule(name="europe", shard="eu")])
+    with pytest.raises(wurk.ConfigError, match=r"capsule 'europe' serves shard 'eu': start "
+                                               r"this worker with wurk\.sharding\.launcher_for"):
+        Launcher(config)
+
+
+def test_a_capsule_of_an_unknown_shard_is_refused_at_build() -> None:
+    with pytest.raises(wurk.ConfigError, match="capsule 'europe': no shard named 'eu'"):
+        wurk.Config(capsules=[wurk.Capsule(name="europe", shard="eu")])
+
+
+@pytest.mark.parametrize(("shards", "says"), [
+    ({"default": "redis://x"}, "is not a shard name"),
+    ({"e u": "redis://x"}, "is not a shard name"),
+    ({"eu": ""}, "must be a Redis URL"),
+    ({"eu": "redis+sentinel://s1"}, "shards: 'eu': a Sentinel URL names the service"),
+])
+def test_shards_are_checked(shards: dict[str, str], says: str) -> None:
+    with pytest.raises(wurk.ConfigError, match=says):
+        wurk.Config(shards=shards)
+
+
+# -- the numbers ---------------------------------------------------------------------------------
+def test_shard_stats_count_each_shard_and_the_sum(sharded: wurk.Config, r: redis.Redis,
+                                                  eu: redis.Redis) -> None:
+    home.perform_bulk([[n] for n in range(3)])
+    euro.perform_bulk([[n] for n in range(5)])
+    found = ShardStats(sharded)
+    assert [(s.name, s.numbers["enqueued"] if s.numbers else None) for s in found.shards] \
+        == [("default", 3), ("eu", 5)]
+    assert found.total()["enqueued"] == 8 and found.complete
+
+
+def test_the_dashboard_shows_each_shard_and_all_together(
+        sharded: wurk.Config, r: redis.Redis, eu: redis.Redis) -> None:
+    home.perform_bulk([[n] for n in range(3)])
+    euro.perform_bulk([[n] for n in range(5)])
+    with browse(create_app(sharded)) as client:
+        page = client.get("/shards/")
+        assert page.status_code == 200
+        text = page.text
+        row = {name: text.split(f'data-shard="{name}"', 1)[1].split("</tr>", 1)[0]
+               for name in ("default", "eu", "all")}
+        assert ">3<" in row["default"] and ">5<" in row["eu"] and ">8<" in row["all"]
+        eu_queue = client.get("/shards/eu/queues")
+        assert eu_queue.status_code == 200 and ">5<" in eu_queue.text
+        home_queue = client.get("/queues")
+        assert ">3<" in home_queue.text and ">5<" not in home_queue.text
+        assert client.get("/shards/eu/shards/").status_code == 404  # no tab in a shard's own
+
+
+def test_the_dashboard_names_a_shard_it_cannot_read(r: redis.Redis) -> None:
+    config = wurk.configure(shards={"gone": "redis://127.0.0.1:1/0"}, socket_timeout=0.5)
+    home.perform_async(1)
+    with browse(create_app(config)) as client:
+        page = client.get("/shards/")
+    assert page.status_code == 200 and "not read: RedisUnavailable" in page.text
+    assert "without the shards not read" in page.text
+
+
+def test_stats_reads_each_redis_url_and_their_sum(
+        second: Server, redis_server: Server, r: redis.Redis, eu: redis.Redis,
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    wurk.configure(shards={"eu": second.url})
+    home.perform_bulk([[n] for n in range(3)])
+    euro.perform_bulk([[n] for n in range(5)])
+    assert run(["stats", "--json", "--redis-url", redis_server.url,
+                "--redis-url", second.url]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert [s["enqueued"] for s in found["shards"]] == [3, 5]
+    assert found["total"]["enqueued"] == 8 and found["complete"]
+    assert run(["stats", "--redis-url", second.url, "--redis-url", redis_server.url]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split()[:5] == ["REDIS", "PROCESSED", "FAILED", "BUSY", "ENQUEUED"]
+    assert table[-1].split()[:5] == ["all", "0", "0", "0", "8"]
+    assert run(["stats", "--json", "--redis-url", second.url]) == 0  # one: that Redis alone
+    assert json.loads(capsys.readouterr().out)["enqueued"] == 5
+    assert Queue("default", wurk.default_config().shard("eu")).size() == 5
+
+
+# -- the docs' example -------------------------------------------------------------------------
+ROOT = Path(__file__).resolve().parents[2]
+MARKER = "<!-- run by tests/integration/test_shards.py -->\n```python\n"
+
+
+def test_the_routing_example_of_docs_scaling_md_runs_as_it_says(
+        second: Server, redis_server: Server, eu: redis.Redis) -> None:
+    """docs/scaling.md's example, its shards pointed at this test's servers (``us`` is
+    the session server's db 1)."""
+    page = (ROOT / "docs" / "scaling.md").read_text(encoding="utf-8")
+    code = page.split(MARKER, 1)[1].split("```", 1)[0]
+    us_url = redis_server.url.rsplit("/", 1)[0] + "/1"
+    code = code.replace("redis://redis-eu/0", second.url).replace("redis://redis-us/0", us_url)
+    us = redis.Redis.from_url(us_url, decode_responses=True)
+    us.flushdb()
+    try:
+        exec(compile(code, "docs/scaling.md", "exec"), {})
+        assert [(j["class"], j["args"]) for j in queued(eu)] == [("resize", [42])]
+        assert sorted((j["class"], j["args"]) for j in queued(us)) == [
+            ("Report", ["us-17"]), ("resize", [7])]
+    finally:
+        wurk.registry.unregister("resize")
+        us.flushdb()
+        us.close()
