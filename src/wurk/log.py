@@ -540,9 +540,12 @@ def _remember_pid() -> None:
 
 
 def flush() -> None:
-    """Flush the ``wurk`` logger's handlers (the launcher calls this when idle and at exit)."""
+    """Flush the ``wurk`` logger's handlers (the launcher calls this when idle and at exit).
+    A stream its owner closed (a host that closed stdout, a test's captured output) loses
+    the lines kept for it, as ``close`` does; it never stops the worker's stop."""
     for handler in logger.handlers:
-        handler.flush()
+        with contextlib.suppress(OSError, ValueError):
+            handler.flush()
 
 
 FORMATTERS: dict[str, type[logging.Formatter]] = {

@@ -74,7 +74,8 @@ class ProfileRecord:
         elif all(value is None for value in found):
             self.problem = "its hash is gone (expired or deleted)"
         raw = dict(zip(FIELDS, found, strict=True))
-        self.started_at = values.epoch(raw["started_at"])
+        started = raw["started_at"]
+        self.started_at = values.epoch(None if started is None else values.text(started))
         self.jid = values.text(raw["jid"])
         self.type = values.text(raw["type"])
         self.token = values.text(raw["token"])

@@ -101,7 +101,7 @@ def inflate(data: bytes, limit: int = DRAW_LIMIT) -> bytes:
 def parse(data: bytes) -> Flame:
     """The call tree of a stored profile (gzip JSON of either format)."""
     try:
-        document = json.loads(inflate(data))
+        document = json.loads(inflate(data), parse_constant=_no_constant)
     except (ValueError, RecursionError):
         raise Unreadable("the stored profile is not JSON") from None
     if isinstance(document, dict) and isinstance(document.get("shared"), dict) \
@@ -170,8 +170,8 @@ def _evented(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]
             break
         if not isinstance(event, dict) or not _index(event.get("frame"), frames):
             continue
-        at = _number(event.get("at"), missing=math.nan)
-        if math.isnan(at):
+        at = _number(event.get("at"), missing=math.nan, other=math.nan)
+        if math.isnan(at):  # no time, or not a number: the event says nothing
             continue
         if last is not None and stack and at > last:
             flame.add([frames[i] for i in stack], at - last)
@@ -237,6 +237,10 @@ def _thread(flame: Flame, thread: dict[str, Any], strings: list[Any], steps: int
 
 
 # -- checked reads ----------------------------------------------------------------------------
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")  # NaN, Infinity: no other JSON reader takes them
+
+
 def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
@@ -253,18 +257,18 @@ def _index(value: Any, into: list[Any]) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(into)
 
 
-def _number(value: Any, missing: float = 1.0) -> float:
-    """A finite number, ``missing`` for null (a sample without a weight counts once), else
-    0 (nothing is added for it)."""
+def _number(value: Any, missing: float = 1.0, other: float = 0.0) -> float:
+    """A finite number; ``missing`` for null (a sample without a weight counts once);
+    ``other`` for anything else (by default 0: nothing is added for it)."""
     if value is None:
         return missing
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return 0.0
+        return other
     try:
         number = float(value)
     except OverflowError:  # an integer of hundreds of digits
-        return 0.0
-    return number if math.isfinite(number) else 0.0
+        return other
+    return number if math.isfinite(number) else other
 
 
 def _string(strings: list[Any], index: Any) -> str:

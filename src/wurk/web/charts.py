@@ -137,7 +137,7 @@ class FlameChart:
     height: int = FLAME_ROW
     row: int = FLAME_ROW
     rects: list[FlameRect] = field(default_factory=list)
-    hidden: int = 0  # frames too narrow to draw, or past FLAME_RECTS
+    hidden: int = 0  # frames too narrow to draw or past FLAME_RECTS (not what they called)
 
 
 def flame_graph(root: Node, unit: str) -> FlameChart:

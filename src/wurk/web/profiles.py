@@ -92,8 +92,9 @@ def download(config: Config, key: str) -> tuple[bytes, str] | None:
     data = record.data() if record is not None else None
     if record is None or data is None:
         return None
-    stem = _UNSAFE_NAME.sub("_", record.filename or key)[:120]
-    for suffix in (".gz", ".json"):
+    name = record.filename.rpartition("/")[2] or key  # Ruby stores the temporary file's path
+    stem = _UNSAFE_NAME.sub("_", name)[-120:].lstrip("._-")
+    for suffix in (".gz", ".json"):  # the format's suffix is the response's to give
         stem = stem.removesuffix(suffix)
     return data, stem or "profile"
 
