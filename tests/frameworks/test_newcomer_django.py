@@ -62,17 +62,22 @@ def project(tmp_path: Path) -> Path:
     lines, blocks = walkthrough()
     assert lines[0] == "pip install 'wurk[django]'"  # this virtualenv has what it brings
     env = newcomer_env()
+    settings, urls, jobs, _shell = blocks
+    pasted = False
     for line in lines[1:]:
         if line.startswith("python manage.py wurk"):
             break  # the worker is started by each test, as the page starts it
+        if line.startswith("python manage.py migrate") and not pasted:
+            # The page pastes its blocks between making the app and migrating.
+            with (folder / "shop_site" / "settings.py").open("a") as file:
+                file.write("\n" + settings)
+            with (folder / "shop_site" / "urls.py").open("a") as file:
+                file.write("\n" + urls)
+            (folder / "shop" / "jobs.py").write_text(jobs)
+            pasted = True
         done = run(folder, command(line), env)
         assert done.returncode == 0, (line, done.stderr)
-    settings, urls, jobs, _shell = blocks
-    with (folder / "shop_site" / "settings.py").open("a") as file:
-        file.write("\n" + settings)
-    with (folder / "shop_site" / "urls.py").open("a") as file:
-        file.write("\n" + urls)
-    (folder / "shop" / "jobs.py").write_text(jobs)
+    assert pasted, "the page migrates after pasting its blocks"
     return folder
 
 

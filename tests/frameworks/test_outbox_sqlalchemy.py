@@ -5,6 +5,7 @@ means never pushed, Redis down at commit loses nothing; relays never share a row
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections import Counter
@@ -14,7 +15,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Engine, Integer, String, create_engine, func, select, text
+from sqlalchemy import Engine, Integer, String, create_engine, func, select
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -146,7 +147,9 @@ def test_a_savepoint_rolled_back_drops_only_its_rows(box: wurk.Config, r: redis.
 
 
 def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_session[Session],
-                                            engine: Engine) -> None:
+                                            engine: Engine,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="wurk")
     server = Restartable(tmp_path / "redis")
     try:
         config = outbox_config(server.url, sessions, engine)
@@ -155,6 +158,7 @@ def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_ses
         with session.begin():
             jids = [ship.perform_async(n) for n in range(5)]
         # The commit went through; the rows wait while the relay backs off.
+        wait_until(lambda: relay_for(config).duty.outage.active, what="the relay's try")
         assert rows(engine) == 5
         server.start()
         direct = server.client(decode_responses=True)
@@ -163,7 +167,11 @@ def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_ses
         assert sorted(json.loads(raw)["jid"] for raw in direct.lrange("queue:default", 0, -1)) \
             == sorted(jids)
         wait_until(lambda: rows(engine) == 0, what="the rows' deletion")
-        assert not relay_for(config).duty.outage.active  # its end was logged
+        assert not relay_for(config).duty.outage.active
+        # The outage was said once, at its start, and its end logged.
+        said = [r.getMessage() for r in caplog.records if "outbox relay" in r.getMessage()]
+        assert any("RedisUnavailable" in line for line in said), said
+        assert any("Redis is back after" in line for line in said), said
     finally:
         server.stop()
 
@@ -360,12 +368,46 @@ def test_the_outbox_client_needs_the_table(redis_server: Server,
         wurk.Config(client="outbox", transaction=SQLAlchemyAdapter(sessions))
 
 
-def test_the_table_ddl_is_what_the_docs_show(engine: Engine) -> None:
-    """docs/outbox.md prints the DDL; the table create_all made has those columns."""
-    with engine.connect() as conn:
-        names = [row[0] for row in conn.execute(text(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = "
-            "'wurk_outbox' ORDER BY ordinal_position") if engine.dialect.name != "sqlite"
-            else text("SELECT name FROM pragma_table_info('wurk_outbox')"))]
-    assert names == ["id", "jid", "payload", "at", "created_at", "claimed_by",
-                     "claimed_until"]
+def test_the_table_ddl_is_what_the_docs_show() -> None:
+    """docs/outbox.md prints the PostgreSQL DDL of outbox_table(): the same, line by line."""
+    from sqlalchemy import MetaData
+    from sqlalchemy.dialects import postgresql
+    from sqlalchemy.schema import CreateTable
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "outbox.md").read_text()
+    shown = page.split("<!-- the outbox DDL -->\n```sql\n", 1)[1].split("```", 1)[0]
+    made = str(CreateTable(outbox_table(MetaData())).compile(dialect=postgresql.dialect()))
+    lines = [line.strip() for line in made.strip().splitlines()]
+    assert [line.strip() for line in shown.strip().splitlines()] == [*lines[:-1], ");"]
+
+
+def test_a_client_middleware_runs_at_the_call_and_its_payload_is_the_row(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    def stamp(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        if payload["args"] == [13]:
+            raise ValueError("refused at the call")
+        payload["stamped"] = "at the call"
+        return call_next()
+
+    box.client_middleware.add(stamp)
+    session = sessions()
+    with session.begin():
+        with pytest.raises(ValueError, match="refused at the call"):
+            ship.perform_async(13)
+        jid = ship.perform_async(1)
+        (payload,) = session.execute(select(OUTBOX.c.payload)).scalars().all()
+        assert json.loads(payload)["stamped"] == "at the call"
+    wait_until(lambda: queued(r), what="the relayed job")
+    assert [(job["jid"], job["stamped"]) for job in queued(r)] == [(jid, "at the call")]
+
+
+def test_the_default_client_pushes_at_once_even_what_a_rollback_undoes(
+        redis_server: Server, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    """What docs/outbox.md says of client="default", for comparison."""
+    wurk.configure(redis_url=redis_server.url)
+    session = sessions()
+    with pytest.raises(RuntimeError), session.begin():
+        ship.perform_async(1)
+        raise RuntimeError("rolled back")
+    assert [job["args"] for job in queued(r)] == [[1]]

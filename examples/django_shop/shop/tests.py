@@ -45,9 +45,18 @@ def wait_for(predicate, timeout: float = 30.0):
         time.sleep(0.05)
 
 
+def use_on_commit(test) -> None:
+    """client="transactional" for this test: pushes wait in memory for on_commit (the mode
+    for a project without the outbox table), instead of being rows of the transaction."""
+    from wurk.contrib.django.settings import build_config
+
+    wurk.configure(build_config(client="transactional"))
+    test.addCleanup(lambda: wurk.configure(build_config()))
+
+
 def refuse_even_orders(test) -> None:
-    """A client middleware, for this test only, that refuses even order ids (it runs at the
-    commit)."""
+    """A client middleware, for this test only, that refuses even order ids (with
+    client="transactional" it runs at the commit)."""
     def refuses_even(job, payload, queue, call_next):
         if payload["args"][0] % 2 == 0:
             raise RuntimeError(f"refused {payload['args'][0]}")
@@ -68,7 +77,8 @@ def push_in_a_savepoint_rolled_back(order_id: int) -> None:
 
 
 class PushInsideAtomic(TransactionTestCase):
-    """Real commits (TransactionTestCase), so on_commit runs as in production."""
+    """Real commits (TransactionTestCase): the push is a row of the outbox table, relayed to
+    Redis by this process once the transaction commits."""
 
     def setUp(self) -> None:
         flush_redis()
@@ -78,7 +88,7 @@ class PushInsideAtomic(TransactionTestCase):
         self.assertEqual(response.status_code, 200)
         body = response.json()
         self.assertEqual(body["queued_inside"], 0)  # nothing while the transaction was open
-        (job,) = queued()
+        (job,) = wait_for(queued)  # relayed after the commit
         self.assertEqual(job["args"], [body["order"]])
         self.assertEqual(job["jid"], body["jid"])
 
@@ -93,7 +103,17 @@ class PushInsideAtomic(TransactionTestCase):
             ship_order.set(transactional=False).perform_async(1)
             ship_order.perform_async(2)
             self.assertEqual([job["args"] for job in queued()], [[1]])
+        wait_for(lambda: len(queued()) == 2)
         self.assertEqual(sorted(job["args"][0] for job in queued()), [1, 2])
+
+    def test_the_push_is_a_row_of_the_transaction(self) -> None:
+        from wurk.contrib.django.models import OutboxEntry
+
+        with transaction.atomic():
+            jid = ship_order.perform_async(1)
+            self.assertEqual(list(OutboxEntry.objects.values_list("jid", flat=True)), [jid])
+        wurk.testing.relay_outbox()  # now, rather than when its thread gets to it
+        self.assertEqual([job["jid"] for job in queued()], [jid])
 
     def test_fake_mode_sees_the_committed_push(self) -> None:
         with wurk.testing.fake():
@@ -197,11 +217,13 @@ class Dashboard(TestCase):
 
 
 class CapturedCommit(TestCase):
-    """What testing.md suggests for a TestCase: the commit's callbacks run by Django's test
-    helper, each push attempted and every failure logged, as at a real commit."""
+    """What testing.md suggests for a TestCase with client="transactional": the commit's
+    callbacks run by Django's test helper, each push attempted and every failure logged, as
+    at a real commit."""
 
     def setUp(self) -> None:
         flush_redis()
+        use_on_commit(self)
 
     def test_captured_callbacks_push_every_job_and_log_each_failure(self) -> None:
         refuse_even_orders(self)
@@ -223,6 +245,7 @@ class SavepointsAndSettings(TransactionTestCase):
         with transaction.atomic():
             ship_order.perform_async(1)
             push_in_a_savepoint_rolled_back(2)
+        wurk.testing.relay_outbox()
         self.assertEqual([job["args"] for job in queued()], [[1]])
 
     def test_a_bad_push_inside_atomic_raises_at_the_call(self) -> None:
@@ -230,9 +253,11 @@ class SavepointsAndSettings(TransactionTestCase):
             with self.assertRaisesRegex(wurk.InvalidArguments, "argument 0 is bytes"):
                 ship_order.perform_async(b"not JSON")
             ship_order.perform_async(1)
+        wurk.testing.relay_outbox()
         self.assertEqual([job["args"] for job in queued()], [[1]])
 
     def test_every_push_is_attempted_at_the_commit_and_each_failure_logged(self) -> None:
+        use_on_commit(self)
         refuse_even_orders(self)
         after: list[str] = []
         with self.assertLogs("django.db.backends.base", "ERROR") as logged, \
@@ -259,7 +284,9 @@ class SavepointsAndSettings(TransactionTestCase):
 
         with self.settings(WURK={"CLIENT": "default"}):
             self.assertEqual(build_config().client, "default")
-        self.assertEqual(build_config().client, "transactional")
+        with self.settings(WURK={"CLIENT": "transactional"}):
+            self.assertEqual(build_config().client, "transactional")
+        self.assertEqual(build_config().client, "outbox")
 
     def test_the_dashboard_refuses_without_authentication_middleware(self) -> None:
         middleware = ["django.contrib.sessions.middleware.SessionMiddleware"]

@@ -19,13 +19,15 @@
    lock then; a duplicate is dropped, its row deleted. A row that is not a JSON object goes
    to the dead set as the text it was.
 4. Promptly: each push into the outbox asks the transaction to wake this process's relay
-   thread after the commit (``after_commit``); every worker polls the table every
+   thread after the commit (``after_commit``); a process that exits lets that thread finish
+   (one last pass for rows it was woken for). Every worker polls the table every
    ``outbox_poll_interval`` as the fallback (``OutboxDuty``, on the worker's shared timer
    thread), so rows a killed process left, or written while Redis was down, go too.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import logging
 import threading
@@ -180,14 +182,24 @@ class Relay:
         self.duty = Duty(config, "wurk-outbox-relay", self.run_once, self._interval,
                          component="outbox relay", retry_early=True)
         self._wake = threading.Event()
+        self._stopping = threading.Event()
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._behind = False  # the last pass left rows (a full batch)
+        # One pass at a time in this process: a pass run from a test (``relay_outbox``)
+        # starts once the thread's own is over, so every row committed before it is sent.
+        self._pass = threading.Lock()
+        self._woken_since_pass = False
 
     # -- one pass ---------------------------------------------------------------------------
     def run_once(self) -> int:
         """Relay until the table holds nothing this relay may take; the rows pushed.
         Raises when Redis or the database fails (the rows stay)."""
+        with self._pass:
+            self._woken_since_pass = False
+            return self._run_pass()
+
+    def _run_pass(self) -> int:
         total = 0
         limit = self.config.outbox_batch_size
         self._behind = True
@@ -253,11 +265,24 @@ class Relay:
     def wake(self) -> None:
         """After a commit that wrote rows: relay them now, on the relay's thread."""
         with self._start_lock:
+            if self._stopping.is_set():
+                return  # the rows wait for a worker's poll
+            self._woken_since_pass = True
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="wurk-outbox-relay",
                                                 daemon=True)
                 self._thread.start()
         self._wake.set()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """End the relay's thread: a pass in progress finishes first, and rows a commit
+        woke it for and it has not taken yet get one last pass (a short-lived process —
+        a script, ``manage.py shell`` — sends what it committed before it exits)."""
+        self._stopping.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _run(self) -> None:
         while True:
@@ -271,6 +296,10 @@ class Relay:
                 timeout = None  # until the next commit
             woken = self._wake.wait(timeout)
             self._wake.clear()
+            if self._stopping.is_set():
+                if self._woken_since_pass:
+                    self.duty.run()  # the last pass: a commit woke the relay for it
+                return
             if woken or self.duty.failing or self._behind:
                 self.duty.run()
                 continue
@@ -303,6 +332,16 @@ class OutboxDuty:
 
 _relays: weakref.WeakKeyDictionary[Config, Relay] = weakref.WeakKeyDictionary()
 _relays_lock = threading.Lock()
+
+
+def _at_exit() -> None:
+    """A process ending sends what its commits woke its relay for, if Redis answers (else
+    the rows wait for a worker's poll): bounded by the socket timeout."""
+    for relay in list(_relays.values()):
+        relay.stop(timeout=2 * relay.config.socket_timeout + 1)
+
+
+atexit.register(_at_exit)
 
 
 def relay_for(config: Config) -> Relay:

@@ -11,6 +11,8 @@
    which mode is already on).
 3. The pytest plugin (``wurk.testing.plugin``, registered on install) gives the fixtures
    ``wurk_fake``, ``wurk_inline`` and ``wurk_redis``.
+4. ``relay_outbox()``: with ``client="outbox"``, move the committed rows of the outbox table
+   to Redis now, in the test's thread, rather than wait for the relay's own thread.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any, Literal
 
 from .. import payload as P
 from ..client import writers
+from ..client.outbox import relay_for
+from ..config import Config, default_config
 from ..middleware import Chain
 from .store import EmptyQueue, FakeStore, FakeWriter, InlineWriter, store
 
@@ -36,6 +40,7 @@ __all__ = [
     "jobs",
     "mode",
     "perform_one",
+    "relay_outbox",
     "set_mode",
     "store",
 ]
@@ -137,3 +142,12 @@ def drain_all() -> int:
 def clear_all() -> None:
     """Forget every fake-mode job."""
     store.clear_all()
+
+
+def relay_outbox(config: Config | None = None) -> int:
+    """``client="outbox"``: push the outbox table's committed rows to Redis now, in this
+    thread, and delete them; returns how many this call moved. It waits for a pass of this
+    process's relay thread in progress, so once it returns every row committed before the
+    call is in Redis: a test that committed (Django's ``TransactionTestCase``) reads Redis
+    right after, without waiting for the relay."""
+    return relay_for(config if config is not None else default_config()).run_once()

@@ -6,9 +6,11 @@
    loads besides each app's ``jobs.py`` and ``tasks.py``) and ``AUTORELOAD`` (restart the
    worker when code changes; default ``DEBUG``). Built when the app is ready
    (``apps.py``), made the process default.
-2. Pushes inside ``transaction.atomic()`` wait for ``on_commit`` (``client`` defaults to
-   ``"transactional"`` here; ``"default"`` turns that off, ``set(transactional=False)``
-   skips it for one push).
+2. Pushes inside ``transaction.atomic()`` are rows of the outbox table (``models.py``, its
+   migration), written in the same transaction and relayed to Redis after the commit
+   (``client`` defaults to ``"outbox"`` here; ``"transactional"`` waits for ``on_commit``
+   without a table; ``"default"`` pushes at once; ``set(transactional=False)`` skips it for
+   one push).
 3. Each job runs between ``close_old_connections()`` calls, as a request does.
 4. ``manage.py wurk``: the worker (``management/commands/wurk.py``).
 5. The dashboard: ``path("wurk/", include("wurk.contrib.django.urls"))``, staff only

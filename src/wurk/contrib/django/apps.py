@@ -1,4 +1,5 @@
-"""The Django app: builds wurk's configuration from ``settings.WURK`` once Django is ready."""
+"""The Django app: builds wurk's configuration from ``settings.WURK`` once Django is ready;
+its model is the outbox table (``models.py``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ class WurkAppConfig(AppConfig):
     verbose_name = "wurk"
 
     def ready(self) -> None:
+        from ...client.reliable import writer_for
         from ...config import configure
         from .settings import build_config
 
-        configure(build_config())
+        config = configure(build_config())
+        # reliable_push="disk": what a process before this one left in the buffer's
+        # directory is sent from now on, not at this process's first push.
+        writer_for(config)

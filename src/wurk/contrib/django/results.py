@@ -40,10 +40,13 @@ class ResultStore:
     def config(self) -> Config:
         return self._config if self._config is not None else default_config()
 
-    def save(self, result_id: str, record: Record) -> None:
+    def save(self, result_id: str, record: Record, *, only_new: bool = False) -> None:
+        """Write the record; ``only_new``: unless one is there (the job's own, written
+        when it started)."""
         ttl = record.get("ttl") if isinstance(record.get("ttl"), int) else self.ttl
         key, value = self.config.keys.task_result(result_id), P.dumps(record)
-        self.config.pool("client").run(lambda redis: redis.set(key, value, ex=ttl))
+        self.config.pool("client").run(lambda redis: redis.set(key, value, ex=ttl,
+                                                               nx=only_new))
 
     def load(self, result_id: str) -> Record | None:
         key = self.config.keys.task_result(result_id)

@@ -3,7 +3,11 @@
 1. Keys are ``wurk.Config`` settings in any case (``"REDIS_URL"`` or ``"redis_url"``);
    an unknown one is an error naming it. ``DATABASE``, ``IMPORTS`` and ``AUTORELOAD`` are
    this app's own.
-2. ``client`` defaults to ``"transactional"`` with Django's ``on_commit`` as the adapter.
+2. ``client`` defaults to ``"outbox"``: a push inside ``atomic()`` is a row of the
+   ``wurk_outbox`` table in the same transaction (``manage.py migrate`` makes it), relayed
+   to Redis after the commit. ``"transactional"`` keeps the push in memory until
+   ``on_commit`` instead (no table), ``"default"`` pushes at once. Either of the first two
+   uses Django's transactions as the adapter (``DjangoAdapter``).
 3. The server middleware closes stale database connections around each job; a death
    handler marks a ``django.tasks`` result ``FAILED`` once its job will not run again.
 """
@@ -63,8 +67,8 @@ def build_config(**overrides: Any) -> Config:
     """The configuration ``settings.WURK`` describes, ``overrides`` (command flags) on top."""
     chosen = app_settings()
     values = {**chosen.config, **overrides}
-    values.setdefault("client", "transactional")
-    if values["client"] == "transactional":
+    values.setdefault("client", "outbox")
+    if values["client"] in ("transactional", "outbox"):
         values.setdefault("transaction", DjangoAdapter(chosen.database))
     try:
         config = Config.from_mapping(values, source="settings.WURK")

@@ -14,8 +14,9 @@
    after a failed attempt, ``READY`` again with the error recorded while a retry is due,
    ``FAILED`` once none is (death handler). ``get_result`` / ``refresh()`` read it from
    any process.
-4. Inside ``atomic()`` the record and the push wait for the commit, as every push does
-   with Django's transactional push on.
+4. Inside ``atomic()`` the push is a row of the outbox table (``client="outbox"``, this
+   app's default), relayed after the commit, and the record is written at the commit; with
+   ``client="transactional"`` both wait for the commit in memory.
 5. ``task_enqueued`` / ``task_started`` / ``task_finished`` are sent as Django's own
    backends send them.
 """
@@ -34,6 +35,7 @@ from typing import Any
 from django.conf import settings
 
 from ... import payload as P
+from ...client import writers
 from ...client.default import default_client
 from ...config import default_config
 from ...job import JobDefinition, current_job, registry, validate_options
@@ -173,14 +175,24 @@ class WurkBackend(BaseTaskBackend):
         if task.run_after is not None and task.run_after.timestamp() > R.now():
             item[P.AT] = task.run_after.timestamp()
 
-        def send() -> None:
-            self.store.save(result_id, record)
-            default_client().push(item)
-
         config = default_config()
-        deferred = config.client == "transactional" and config.transaction.after_commit(send)
-        if not deferred:
-            send()
+        if config.client == "outbox" and writers.selected() is None and \
+                config.transaction.in_transaction():
+            # The outbox's path: the job is a row of this transaction, relayed after the
+            # commit; the record is written at the commit (before the relay is woken), and
+            # never over one the job itself wrote first.
+            config.transaction.after_commit(
+                lambda: self.store.save(result_id, record, only_new=True))
+            default_client().push({**item, P.TRANSACTIONAL: True})
+        else:
+            def send() -> None:
+                self.store.save(result_id, record)
+                default_client().push(item)
+
+            deferred = config.client in ("transactional", "outbox") and \
+                config.transaction.after_commit(send)
+            if not deferred:
+                send()
         result = self.to_result(result_id, record, task)
         task_enqueued.send(sender=type(self), task_result=result)
         return result

@@ -1,32 +1,60 @@
-"""Django's transactions for transactional push: ``on_commit`` of one database alias.
+"""Django's transactions for transactional push and the outbox: one database alias.
 
-Each deferred push is a *robust* ``on_commit`` callback: Django otherwise stops at the first
-callback that raises and drops every one after it (wurk's pushes and the application's
-own), so one push failing at commit (Redis down) would lose the others. Robust, Django logs
-the failure and runs the rest.
+1. ``after_commit``: each deferred push (``client="transactional"``) is a *robust*
+   ``on_commit`` callback: Django otherwise stops at the first callback that raises and
+   drops every one after it (wurk's pushes and the application's own), so one push failing
+   at commit (Redis down) would lose the others. Robust, Django logs the failure and runs
+   the rest.
+2. The outbox (``client="outbox"``, this app's default): ``write_outbox`` inserts the rows
+   into ``wurk_outbox`` (``OutboxEntry``) on the alias, inside the ``atomic()`` block open
+   now; ``outbox_store`` is what the relay takes them through (``wurk.contrib.django.outbox``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+
+if TYPE_CHECKING:
+    from ...client.outbox import OutboxRow
+    from .outbox import DjangoOutbox
 
 __all__ = ["DjangoAdapter"]
 
 
 class DjangoAdapter:
     """Inside ``atomic()`` a push waits for ``on_commit`` (a savepoint rolled back drops
-    what it pushed, as Django drops its callbacks); outside one it pushes at once."""
+    what it pushed, as Django drops its callbacks), or is written into the outbox table with
+    the transaction's other rows; outside one it pushes at once."""
+
+    outbox = "wurk.OutboxEntry"  # the outbox table's model (client="outbox")
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
+        self._store: Any = None
+
+    def in_transaction(self) -> bool:
+        return bool(transaction.get_connection(self.using).in_atomic_block)
 
     def after_commit(self, callback: Callable[[], None]) -> bool:
-        if not transaction.get_connection(self.using).in_atomic_block:
+        if not self.in_transaction():
             return False
         transaction.on_commit(callback, using=self.using, robust=True)
         return True
+
+    def write_outbox(self, rows: list[OutboxRow]) -> None:
+        self.outbox_store().write(rows)
+
+    def outbox_store(self) -> DjangoOutbox:
+        if self._store is None:
+            # Here, not at import: the model exists once Django's apps are ready.
+            from .outbox import DjangoOutbox
+
+            self._store = DjangoOutbox(self.using)
+        store: DjangoOutbox = self._store
+        return store
 
     def __repr__(self) -> str:
         return f"DjangoAdapter(using={self.using!r})"

@@ -1,0 +1,3 @@
+"""The outbox table's migrations (``manage.py migrate wurk``)."""
+
+__all__: list[str] = []
