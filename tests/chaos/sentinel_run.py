@@ -63,6 +63,9 @@ leader_check_interval: 2
 skip_default_job_logging: true
 """
 PAUSE = 0.001  # each job's work, seconds
+# A finished job's ACK reaches Redis within this: the kernel holds a lone ACK up to 0.2 s
+# (docs/guarantees.md), and the ledger records the run just before the ACK is sent.
+ACK_FLUSH = 0.25
 BULK = 20  # jobs per push of a pusher
 # Seconds between two pushes of one pusher: up to 2,000 jobs/s each, so the live pushes span
 # the failover rather than ending before it.
@@ -95,12 +98,19 @@ class Result:
     failed_that_ran: int
     failover_seconds: float  # kill → the sentinels name the new primary
     followed_after: dict[str, float]  # process → seconds from the kill to its following
-    bound: int
+    in_flight_bound: int
+    unreplicated_acks: int  # jobs that finished while the replica got nothing more
     seconds: float
     processor_deaths: int
     leader: str | None
     leftovers: dict[str, int]
     missing: list[str] = field(default_factory=list)
+
+    @property
+    def bound(self) -> int:
+        """What the guarantee allows to repeat (docs/guarantees.md: a failover that loses
+        writes repeats each job whose move or ACK it lost)."""
+        return self.in_flight_bound + self.unreplicated_acks
 
     def line(self) -> str:
         followed = " ".join(f"{name}={after:.1f}s" for name, after in
@@ -108,7 +118,8 @@ class Result:
         return (f"sentinel failover: push_replicas={self.push_replicas} replica_lag="
                 f"{self.replica_lag}s acknowledged="
                 f"{self.jobs} lost={self.lost} duplicated={self.duplicated} (bound "
-                f"{self.bound}) failed_pushes={self.failed_pushes} (of which ran "
+                f"{self.bound} = in flight {self.in_flight_bound} + finished unreplicated "
+                f"{self.unreplicated_acks}) failed_pushes={self.failed_pushes} (of which ran "
                 f"{self.failed_that_ran}) failover={self.failover_seconds:.1f}s followed: "
                 f"{followed} processor_deaths={self.processor_deaths} "
                 f"seconds={self.seconds:.1f}")
@@ -138,6 +149,7 @@ class SentinelRun:
         self._stop_pushing = threading.Event()
         self._promoted_wall: float | None = None
         self._killed_wall: float | None = None
+        self._held_wall = 0.0  # since when the replica got nothing more (the kill, or lag)
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -177,13 +189,14 @@ class SentinelRun:
         link, a busy host). The kill takes what the link held with it, as a dead host takes
         its unsent buffers: the primary acknowledged it, the replica never gets it."""
         link = self.topology.link
+        self._held_wall = time.time()
         if link is not None:
             link.blackhole()
             threading.Event().wait(self.replica_lag)
-        self._killed_wall = time.time()
         try:
             old, killed = self.topology.kill_primary()
         finally:
+            self._killed_wall = time.time()
             if link is not None:
                 link.cut()
                 link.restore()
@@ -345,10 +358,20 @@ class SentinelRun:
             failed_pushes=sum(record.failed for record in self.pushers),
             failed_that_ran=len(set(runs) - acknowledged),
             failover_seconds=failover, followed_after=followed,
-            bound=2 * self.concurrency * prefetch * len(self.workers),
+            # What a fault may repeat: the jobs in flight (two per processor thread, each move
+            # carrying up to prefetch), and every job that finished after the replica got its
+            # last write — the ACK the new primary never saw (ACKs are sent within
+            # ACK_FLUSH of a job's end, and its run is recorded just before).
+            in_flight_bound=2 * self.concurrency * prefetch * len(self.workers),
+            unreplicated_acks=self._runs_between(self._held_wall - ACK_FLUSH, killed_wall),
             seconds=time.monotonic() - started, processor_deaths=deaths, leader=leader,
             leftovers=_leftovers(self.topology.primary().client(socket_timeout=5)),
             missing=missing)
+
+    def _runs_between(self, since: float, until: float) -> int:
+        """Runs the ledger recorded between two wall times."""
+        return sum(since <= float(line.decode().split()[2]) <= until
+                   for line in self.ledger.lrange(jobs.WHO, 0, -1))
 
     def _workers_followed(self) -> list[float]:
         """Each worker's first finished job after the promotion (wall time), from the
