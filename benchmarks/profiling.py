@@ -1,10 +1,11 @@
 """What profiling a job costs it: a CPU-bound job through wurk's profiler middleware, profiled
 and not, in the same run, with the other samplers considered beside it.
 
-    python -m benchmarks.profiling [--jobs 20] [--rounds 3]
+    python -m benchmarks.profiling [--jobs 30] [--rounds 3]
 
-Each round runs the job ``--jobs`` times in each mode, interleaved, and takes the median
-job time; the figures are the medians of ``--rounds`` rounds. Two jobs: ``mixed`` (JSON,
+Each round runs the job ``--jobs`` times in each mode, the modes taking turns job by job,
+and takes each mode's median job time (wall clock); the figures are the medians of
+``--rounds`` rounds. Two jobs: ``mixed`` (JSON,
 sorting, a loop: little time in calls) and ``calls`` (a recursive Fibonacci: nearly all
 time in Python calls, the worst case for a profiler that hooks calls). Modes:
 
@@ -150,7 +151,7 @@ def py_spy_round(job: Job, jobs: int) -> tuple[float, float] | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=30)
     parser.add_argument("--rounds", type=int, default=3)
     options = parser.parse_args()
     with redis_url() as url:
@@ -161,14 +162,25 @@ def main() -> None:
         config.close()
 
 
+def interleaved(runs: dict[str, Callable[[], Any]], jobs: int) -> dict[str, float]:
+    """The median seconds of one job in each mode, the modes taking turns job by job, so a
+    machine's load changing meanwhile weighs on each alike."""
+    times: dict[str, list[float]] = {mode: [] for mode in runs}
+    for _ in range(jobs):
+        for mode, run in runs.items():
+            started = time.perf_counter()
+            run()
+            times[mode].append(time.perf_counter() - started)
+    return {mode: statistics.median(found) for mode, found in times.items()}
+
+
 def report(name: str, job: Job, link: JobProfiler, jobs: int, rounds: int) -> None:
-    runs = modes(link, job)
-    found: dict[str, list[float]] = {mode: [] for mode, run in runs.items() if run}
+    runs = {mode: run for mode, run in modes(link, job).items() if run is not None}
+    found: dict[str, list[float]] = {mode: [] for mode in runs}
     spy: list[tuple[float, float]] = []
     for _ in range(rounds):
-        for mode, run in runs.items():
-            if run is not None:
-                found[mode].append(timed(run, jobs))
+        for mode, median in interleaved(runs, jobs).items():
+            found[mode].append(median)
         measured = py_spy_round(job, jobs)
         if measured is not None:
             spy.append(measured)
