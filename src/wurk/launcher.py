@@ -62,7 +62,6 @@ from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
 from .processor import JobRunner
 from .profiling.middleware import JobProfiler
-from .profiling.middleware import JobProfiler
 from .reporting import fire, report_error
 from .runtime import affinity
 from .runtime.busy import Busy
