@@ -2,7 +2,9 @@
 loses jobs.
 
 1. ``check_server`` refuses a server older than Redis 7.0 with ``UnsupportedServer``, whose
-   message names the version found and the one needed.
+   message names the version found and the one needed; and a node of a Redis Cluster
+   (``cluster_enabled:1``): wurk's scripts and pipelines touch keys of many hash slots
+   (``docs/scaling.md`` says what to use instead).
 2. It warns when ``maxmemory-policy`` is not ``noeviction``: under memory pressure Redis
    would then delete keys — queued jobs, in-flight lists, retries — and the delivery
    guarantee (``docs/guarantees.md``) is void. ``CONFIG GET`` is often refused on managed
@@ -25,10 +27,11 @@ from ..config import Config
 from ..errors import RedisUnavailable, UnsupportedServer
 from .locate import describe_url
 from .pool import RedisPool
+from .replies import cluster_refusal
 from .unreached import unreachable
 
-__all__ = ["MIN_VERSION", "check_server", "eviction_policy", "require_version",
-           "server_version"]
+__all__ = ["MIN_VERSION", "check_server", "eviction_policy", "refuse_cluster",
+           "require_version", "server_version"]
 
 log = logging.getLogger("wurk")
 
@@ -52,11 +55,23 @@ def check_server(config: Config, pool: RedisPool | None = None) -> None:
         return
     if version is not None:
         require_version(version, target.url)
+    refuse_cluster(target)
     if policy is not None and policy != SAFE_POLICY:
         log.warning("Redis maxmemory-policy is %r: under memory pressure Redis will delete "
                     "wurk's data (queued and in-flight jobs). Set it to %r "
                     "(CONFIG SET maxmemory-policy noeviction, or in redis.conf)",
                     policy, SAFE_POLICY)
+
+
+def refuse_cluster(pool: RedisPool) -> None:
+    """``UnsupportedServer`` when the server is a Redis Cluster node; nothing when it does
+    not say (a server that refuses ``INFO cluster`` is no cluster wurk could use anyway)."""
+    try:
+        info = pool.run(lambda r: r.info("cluster"), idempotent=True)
+    except (RedisUnavailable, redis.RedisError):
+        return
+    if str(info.get("cluster_enabled", "0")) == "1":
+        raise UnsupportedServer(cluster_refusal(pool.url))
 
 
 def require_version(version: tuple[int, int], url: str) -> None:

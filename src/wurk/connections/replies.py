@@ -9,6 +9,8 @@
    type and is raised as it is.
 3. ``FAILOVER_REPLIES`` mark a connection that reaches a demoted master: the command was
    refused, not applied, and another connection may reach the new master.
+4. ``CLUSTER_REPLIES`` (``MOVED``, ``ASK``, ``CROSSSLOT``) mean a Redis Cluster node, which
+   wurk does not run on: ``UnsupportedServer`` says so and what to use instead.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from typing import NoReturn
 
 import redis
 
-from ..errors import RedisUnavailable
+from ..errors import RedisUnavailable, UnsupportedServer
 from .locate import describe_url
 
-__all__ = ["CONNECTION_ERRORS", "FAILOVER_REPLIES", "raise_refusal", "refusal", "reply_code",
-           "unavailable"]
+__all__ = ["CLUSTER_REPLIES", "CONNECTION_ERRORS", "FAILOVER_REPLIES", "cluster_refusal",
+           "raise_refusal", "refusal", "reply_code", "unavailable"]
 
 FAILOVER_REPLIES = frozenset({"READONLY", "NOREPLICAS", "UNBLOCKED"})
+# A Redis Cluster node redirecting a command, or refusing keys of several slots.
+CLUSTER_REPLIES = frozenset({"MOVED", "ASK", "CROSSSLOT"})
 # Error replies that mean "not now" rather than "never": the command was refused, not applied.
 _TRANSIENT_REPLIES = FAILOVER_REPLIES | {"LOADING", "BUSY", "OOM", "MASTERDOWN", "TRYAGAIN",
                                          "CLUSTERDOWN"}
@@ -37,6 +41,9 @@ _CODE_OF_CLASS: tuple[tuple[type[Exception], str], ...] = (
     (redis.exceptions.TryAgainError, "TRYAGAIN"),
     (redis.exceptions.MasterDownError, "MASTERDOWN"),
     (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+    (redis.exceptions.MovedError, "MOVED"),
+    (redis.exceptions.AskError, "ASK"),
+    (redis.exceptions.ClusterCrossSlotError, "CROSSSLOT"),
 )
 # redis-py prefixes the first error of a pipeline with this (and the command's position).
 _PIPELINE_NOTE = "caused error: "
@@ -65,9 +72,19 @@ def refusal(exc: BaseException, url: str) -> RedisUnavailable | None:
     return RedisUnavailable(f"{describe_url(url)} refused the command: {shown}")
 
 
+def cluster_refusal(url: str) -> str:
+    """Why wurk refuses a Redis Cluster node, and what to use instead."""
+    return (f"Redis at {describe_url(url)} is a Redis Cluster node; wurk does not run on "
+            "Redis Cluster: its Lua scripts and pipelines move jobs between keys of different "
+            "hash slots. Use several independent Redis servers as shards (each may have "
+            "Sentinel failover): docs/scaling.md")
+
+
 def raise_refusal(exc: redis.ResponseError, url: str) -> NoReturn:
-    """``RedisUnavailable`` for a transient refusal; any other reply (a bug, a wrong type)
-    is raised as it is."""
+    """``RedisUnavailable`` for a transient refusal; ``UnsupportedServer`` for a Redis Cluster
+    node's redirect; any other reply (a bug, a wrong type) is raised as it is."""
+    if reply_code(exc) in CLUSTER_REPLIES:
+        raise UnsupportedServer(cluster_refusal(url)) from exc
     refused = refusal(exc, url)
     if refused is None:
         raise exc
