@@ -42,6 +42,8 @@ DEFAULT_PORT = 26379
 _QUERY = ("sentinel_username", "sentinel_password")
 _BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")  # [::1]:26379
 _PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")  # host:26379
+# The pool's settings the connections to the sentinels take too.
+_SENTINEL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
 FORM = ("redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]"
         "[?sentinel_password=SECRET]")
 
@@ -134,7 +136,7 @@ def describe(url: str) -> str:
 
 def _sentinel_kwargs(target: SentinelTarget, options: dict[str, Any]) -> dict[str, Any]:
     """How to reach the sentinels: the pool's timeouts and the sentinels' own credentials."""
-    chosen = {name: value for name, value in options.items() if name.startswith("socket_")}
+    chosen = {name: value for name, value in options.items() if name in _SENTINEL_OPTIONS}
     if target.sentinel_username is not None:
         chosen["username"] = target.sentinel_username
     if target.sentinel_password is not None:
@@ -155,16 +157,34 @@ class _AsyncConnection(async_sentinel.SentinelManagedConnection):
         return await AsyncConnection.read_response(self, *args, **kwargs)
 
 
+class _SparesInUse:
+    """When the sentinels name a new primary, redis-py's Sentinel pool closes the idle
+    connections (``disconnect(inuse_connections=False)``); redis-py before 6 has no such
+    argument on its blocking pool, whose ``disconnect()`` would close connections other
+    threads are using. Here the idle ones (those in the pool's queue) are closed alone."""
+
+    pool: Any
+
+    def disconnect(self, inuse_connections: bool = True) -> None:
+        if inuse_connections:
+            super().disconnect()  # type: ignore[misc]
+            return
+        for connection in list(self.pool.queue):
+            if connection is not None:
+                connection.disconnect()
+
+
 _pool_classes: dict[tuple[type, type], type] = {}
 
 
-def _with_sentinel(sentinel_pool: type, base: type) -> type:
+def _with_sentinel(sentinel_pool: type, base: type, *mixins: type) -> type:
     """``base`` (a bounded, blocking pool of wurk's) that asks the sentinels where to
     connect: redis-py's Sentinel pool first in the method order, so its address lookup and
     its "a connection to an old primary is not mine" rule apply."""
     key = (sentinel_pool, base)
     if key not in _pool_classes:
-        _pool_classes[key] = type(f"Sentinel{base.__name__}", (sentinel_pool, base), {})
+        _pool_classes[key] = type(f"Sentinel{base.__name__}",
+                                  (*mixins, sentinel_pool, base), {})
     return _pool_classes[key]
 
 
@@ -174,7 +194,7 @@ def blocking_pool(url: str, base: type, **options: Any) -> Any:
     target = parse(url)
     manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
         list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
-    pool_class = _with_sentinel(sync_sentinel.SentinelConnectionPool, base)
+    pool_class = _with_sentinel(sync_sentinel.SentinelConnectionPool, base, _SparesInUse)
     return pool_class(target.service, manager, is_master=True, connection_class=_Connection,
                       db=target.db, username=target.username, password=target.password,
                       **options)
