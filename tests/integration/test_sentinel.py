@@ -3,8 +3,9 @@
 1. A ``redis+sentinel://`` configuration — the sync and async client, the dashboard and the
    CLI — reaches the primary, and after its SIGKILL each reaches the replica the sentinels
    promote, within the failover's time + 5 s, with no new configuration and no restart.
-2. ``push_replicas``: a push waits for its replicas on its own connection (plain, unique and
-   batch pushes alike), and raises ``RedisUnavailable`` saying so when too few confirm.
+2. ``push_replicas``: a push waits for its replicas on its own connection (plain, unique,
+   batch and reliable pushes alike), and raises ``RedisUnavailable`` saying so when too few
+   confirm.
 
 The 10,000-job failover with workers is ``tests/chaos/test_sentinel.py``.
 """
@@ -123,19 +124,23 @@ def test_a_push_returns_once_a_replica_has_it(replica: Server) -> None:
     with batch.jobs():
         probe.perform_async(5)
     assert follower.llen("queue:default") == 4 and follower.exists(f"b-{batch.bid}")
+    _durable(reliable_push="memory")  # reliable push's own path waits as well
+    probe.perform_async(6)
+    assert follower.llen("queue:default") == 5
 
 
-@pytest.mark.parametrize("kind", ["plain", "unique", "batch", "async"])
+@pytest.mark.parametrize("kind", ["plain", "unique", "batch", "async", "reliable",
+                                  "reliable-async"])
 def test_a_push_no_replica_confirms_raises_saying_so(kind: str) -> None:
-    _durable()
+    _durable(**({"reliable_push": "memory"} if kind.startswith("reliable") else {}))
     with pytest.raises(wurk.RedisUnavailable,
                        match=r"the primary took it, but 0 of the 1 replica\(s\) push_replicas "
                              r"asks for confirmed it within 0.3 s"):
-        if kind == "plain":
+        if kind in ("plain", "reliable"):
             probe.perform_async(1)
         elif kind == "unique":
             probe.set(unique_for=60).perform_async(1)
-        elif kind == "async":
+        elif kind in ("async", "reliable-async"):
             asyncio.run(probe.aperform_async(1))
         else:
             with wurk.Batch().jobs():

@@ -35,6 +35,7 @@ from ..config import Config
 from ..connections.pool import RedisPool
 from ..keys import Keys
 from . import locks
+from .writers import check_replicated, replica_wait
 
 __all__ = ["RECORD_SECONDS", "Forgets", "Outcome", "Sendable", "asend", "from_text", "send",
            "sendable"]
@@ -156,7 +157,7 @@ def send(config: Config, pool: RedisPool, jobs: Sequence[Sendable],
     trip (two more the first time a server lacks the script). Raises ``RedisUnavailable``
     as every push does; nothing is replayed here after a broken connection — a caller that
     sends again is safe, since recorded jids are not pushed twice."""
-    commands = _commands(config.keys, jobs, forget)
+    commands = [*_commands(config.keys, jobs, forget), *replica_wait(config)]
 
     def run(_: redis.Redis) -> list[Any]:
         try:
@@ -166,13 +167,13 @@ def send(config: Config, pool: RedisPool, jobs: Sequence[Sendable],
         pool.send_all([_SCRIPT.load()])
         return pool.send_all(commands)
 
-    return _outcome(jobs, pool.run(run))
+    return _outcome(jobs, _replicated(config, pool.run(run)))
 
 
 async def asend(config: Config, jobs: Sequence[Sendable], forget: Sequence[str] = ()
                 ) -> Outcome:
     """``send`` on the running loop's asyncio pool."""
-    commands = _commands(config.keys, jobs, forget)
+    commands = [*_commands(config.keys, jobs, forget), *replica_wait(config)]
     pool = config.async_pool()
 
     async def run(_: Any) -> list[Any]:
@@ -183,4 +184,13 @@ async def asend(config: Config, jobs: Sequence[Sendable], forget: Sequence[str] 
         await pool.send_all([_SCRIPT.load()])
         return await pool.send_all(commands)
 
-    return _outcome(jobs, await pool.run(run))
+    return _outcome(jobs, _replicated(config, await pool.run(run)))
+
+
+def _replicated(config: Config, replies: list[Any]) -> list[Any]:
+    """The replies without the WAIT that ends them when pushes wait for replicas
+    (``push_replicas``), which raises ``RedisUnavailable`` when too few confirmed."""
+    if not config.push_replicas:
+        return replies
+    check_replicated(config, replies[-1])
+    return replies[:-1]

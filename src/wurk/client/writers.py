@@ -44,9 +44,11 @@ __all__ = [
     "areplicated",
     "beneath",
     "block_value",
+    "check_replicated",
     "keep_in",
     "kept",
     "overlay",
+    "replica_wait",
     "replicated",
     "reset_block",
     "reset_overlay",
@@ -142,8 +144,8 @@ def _send(config: Config, pool: RedisPool, redis: Any, commands: _Commands) -> s
         # Not redis-py's Pipeline: its command stack and per-command hooks cost a single
         # push more CPU than the rest of the push (``RedisPool.send_all``). WAIT, when
         # pushes wait for replicas, goes last on the same connection.
-        replies = pool.send_all([*commands.pipeline, *_wait(config)])
-        _check_replicated(config, replies[-1])
+        replies = pool.send_all([*commands.pipeline, *replica_wait(config)])
+        check_replicated(config, replies[-1])
     if not commands.locked:
         return set()
     if not config.push_replicas:
@@ -155,8 +157,8 @@ def _send(config: Config, pool: RedisPool, redis: Any, commands: _Commands) -> s
 async def _asend(config: Config, pool: AsyncRedisPool, redis: Any,
                  commands: _Commands) -> set[str]:
     if commands.pipeline:
-        replies = await pool.send_all([*commands.pipeline, *_wait(config)])  # as ``_send``
-        _check_replicated(config, replies[-1])
+        replies = await pool.send_all([*commands.pipeline, *replica_wait(config)])  # as ``_send``
+        check_replicated(config, replies[-1])
     if not commands.locked:
         return set()
     if not config.push_replicas:
@@ -168,13 +170,15 @@ async def _asend(config: Config, pool: AsyncRedisPool, redis: Any,
 # -- pushes that wait for replicas (``push_replicas``) ------------------------------------------
 # Redis's WAIT waits for the writes of the connection it is sent on: a push's commands and
 # its WAIT share one connection, or the WAIT would confirm nothing.
-def _wait(config: Config) -> list[tuple[Any, ...]]:
+def replica_wait(config: Config) -> list[tuple[Any, ...]]:
+    """The WAIT that ends a push's commands when pushes wait for replicas; none otherwise."""
     if not config.push_replicas:
         return []
     return [("WAIT", config.push_replicas, max(1, round(config.push_replica_timeout * 1000)))]
 
 
-def _check_replicated(config: Config, reply: Any) -> None:
+def check_replicated(config: Config, reply: Any) -> None:
+    """``RedisUnavailable`` when the WAIT's reply counts fewer replicas than asked for."""
     wanted = config.push_replicas
     if not wanted:
         return
@@ -195,7 +199,7 @@ def replicated(config: Config, pool: RedisPool, write: Callable[[Any], T]) -> T:
     pinned: Any = pool.client.client()  # type: ignore[no-untyped-call]  # one connection
     try:
         result = write(pinned)
-        _check_replicated(config, pinned.execute_command(*_wait(config)[0]))
+        check_replicated(config, pinned.execute_command(*replica_wait(config)[0]))
         return result
     finally:
         pinned.close()
@@ -209,7 +213,7 @@ async def areplicated(config: Config, pool: AsyncRedisPool,
     pinned: Any = pool.client.client()
     try:
         result = await write(pinned)
-        _check_replicated(config, await pinned.execute_command(*_wait(config)[0]))
+        check_replicated(config, await pinned.execute_command(*replica_wait(config)[0]))
         return result
     finally:
         await pinned.aclose()
