@@ -46,6 +46,9 @@ WURK = {
     "HEARTBEAT_INTERVAL": 0.5,
     "SCHEDULER_INITIAL_WAIT": 0,
     "OUTBOX_POLL_INTERVAL": 0.2,
+    # A fetch whose reply a Redis restart lost leaves its job in the worker's in-flight list
+    # until the reaper's next sweep gives it back: every second here, not every minute.
+    "REAPER_INTERVAL": 1,
     "SKIP_DEFAULT_JOB_LOGGING": True,
     "AUTORELOAD": False,
 }
