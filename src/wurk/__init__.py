@@ -27,6 +27,7 @@ from .client.core import Client
 from .client.default import apush, apush_bulk, push, push_bulk
 from .config import Capsule, Config, configure, default_config, via
 from .connections.lending import Connection, redis
+from .control import cancel
 from .errors import (
     BatchError,
     ConfigError,
@@ -53,7 +54,7 @@ from .errors import (
 )
 from .fetch.poison import on_poison
 from .inprocess import Embedded, InProcessWorker, embed
-from .iteration import IterableJob, cancel
+from .iteration import IterableJob
 from .job import (
     Job,
     JobFunction,

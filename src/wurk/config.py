@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import copy
 import logging
+import math
 import os
 import re
 import threading
@@ -66,6 +67,7 @@ _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
+                   "control_interval",
                    "log_slow_jobs_after", "leader_renew_interval", "leader_check_interval",
                    "periodic_poll_interval", "outbox_poll_interval", "outbox_claim_timeout")
 
@@ -264,6 +266,11 @@ class Config:
     capsules: list[Capsule] = field(default_factory=list)
     timeout: float = 25.0
     shutdown_grace: float = 3.0
+    # The time limit of a job without a ``timeout`` option of its own, seconds; None (the
+    # default, as Sidekiq's users expect): no limit (``wurk.control``).
+    job_timeout: float | None = None
+    # How often a worker looks for cancels of jobs it may be running (``wurk.cancel``).
+    control_interval: float = 1.0
     fetch: Literal["reliable", "basic"] = "reliable"
     fetch_timeout: float = 1.0
     # Reliable fetch: most jobs a processor takes in one round trip out of a backlog (its
@@ -496,6 +503,7 @@ class Config:
         self._validate_observability()
         self._validate_limiter()
         self._validate_encryption()
+        self._validate_job_timeout()
         self._validate_redis()
         self._validate_shards()
 
@@ -549,6 +557,13 @@ class Config:
             known = ", ".join(repr(n) for n in self._root.shard_names())
             raise ConfigError(f"{where}: no shard named {name!r}; the shards are {known} "
                               "(add it to shards: name -> Redis URL)")
+
+    def _validate_job_timeout(self) -> None:
+        value = self.job_timeout
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value <= 0):
+            raise ConfigError(f"job_timeout must be a number of seconds > 0, or none for no "
+                              f"limit, not {value!r}")
 
     def _validate_encryption(self) -> None:
         version = self.encryption_version

@@ -56,6 +56,7 @@ class Keys:
         "retry_claims",
         "schedule",
         "schedule_claims",
+        "stat_cancelled",
         "stat_failed",
         "stat_poisoned",
         "stat_processed",
@@ -91,6 +92,8 @@ class Keys:
         # sampled history of the cluster's numbers with the lock that elects its sampler.
         self.stat_recovered = f"{p}wurk:stat:recovered"
         self.stat_poisoned = f"{p}wurk:stat:poisoned"
+        # Jobs ``wurk.cancel`` stopped or removed, every process together.
+        self.stat_cancelled = f"{p}wurk:stat:cancelled"
         self.history = f"{p}wurk:history"
         self.history_lock = f"{p}wurk:history:lock"
         # Pushes that record their jid (reliable push, the outbox relay): jid -> when Redis
@@ -157,6 +160,10 @@ class Keys:
 
     def signals(self, identity: str) -> str:
         return f"{self.prefix}{identity}-signals"
+
+    def cancels(self, identity: str) -> str:
+        """jids ``wurk.cancel`` asks this process to stop if it runs them (LIST, a TTL)."""
+        return f"{self.prefix}wurk:cancel:{identity}"
 
     # -- job profiles -----------------------------------------------------------------------
     def profile(self, member: str) -> str:

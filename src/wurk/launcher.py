@@ -42,6 +42,8 @@ from .client.reliable import writer_for
 from .config import DEFAULT_SHARD, Capsule, Config
 from .connections.locate import describe_url
 from .connections.preflight import check_server
+from .control.handler import CancelHandler
+from .control.worker import WorkerStops
 from .crypto import Opener
 from .errors import ConfigError
 from .fetch.basic import BasicFetch, Fetcher
@@ -91,6 +93,9 @@ POLLER_THREAD = "wurk-poller"
 #      job stopping between items) is pushed again and its execution ends as handled —
 #      outside the batch link, which counts nothing for it, and outside the opener, so the
 #      payload pushed again holds the envelope;
+#   2b. cancels (``wurk.control``): a job ``wurk.cancel`` stopped (``JobCancelled``) ends as
+#      cancelled, counted and acknowledged, never retried — outside the batch link, which
+#      counts it as dead;
 #   3. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
 #   4. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
 #      expired jobs dropped — inside the batch link, so a rescheduled job is not counted;
@@ -99,8 +104,8 @@ POLLER_THREAD = "wurk-poller"
 #   6. the profiler (``wurk.profiling``): innermost, so a profile is of the job (and the
 #      application's links) only; a job without ``profile`` pays one dict lookup.
 # And their death handlers: a dead batch job is counted; a dead unique job frees its lock.
-BUILT_IN = (ExecutionMetrics, InterruptHandler, BatchServerMiddleware, LimitsMiddleware, Opener,
-            JobProfiler)
+BUILT_IN = (ExecutionMetrics, InterruptHandler, CancelHandler, BatchServerMiddleware,
+            LimitsMiddleware, Opener, JobProfiler)
 
 
 def install_built_ins(config: Config) -> None:
@@ -116,6 +121,7 @@ def install_built_ins(config: Config) -> None:
     made: dict[type, Middleware | None] = {
         ExecutionMetrics: found.get(ExecutionMetrics) or execution_metrics(config),
         InterruptHandler: found.get(InterruptHandler) or InterruptHandler(config),
+        CancelHandler: found.get(CancelHandler) or CancelHandler(config),
         BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
         LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config),
         Opener: found.get(Opener) or Opener(config),
@@ -167,6 +173,9 @@ class Launcher:
         self.busy = Busy()
         self.counters = Counters()
         self.timers = Timers(POLLER_THREAD)  # every periodic duty's thread, stopped last
+        # Time limits and cancels: the tail link, the deadline thread, the cancel poller.
+        self.stops = WorkerStops(config, str(self.identity), self.busy, self.timers)
+        self.stops.install()
         self.capsules = capsules if capsules is not None else config.all_capsules()
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy,
                                 loop=EventLoop(helper_count(self.capsules)))
@@ -287,6 +296,7 @@ class Launcher:
         self.leadership.start()
         self.periodic.start()
         self.scheduler.start()
+        self.stops.start()
         if self.outbox is not None:
             self.outbox.start()
         writer_for(self.config)  # reliable push: a disk buffer looks for what a dead one left
@@ -376,6 +386,7 @@ class Launcher:
         deadline = self._wait_for_jobs(deadline)
         for manager in self.managers:
             manager.stop(deadline)
+        self.stops.stop(timeout=1.0)
         if self._pin_sampler is not None:
             self._pin_sampler.stop(timeout=1.0)
         self.slow_jobs.stop(timeout=1.0)

@@ -43,6 +43,8 @@ PROFILER_OPTIONS = ("interval", "mode")
 # never written into the payload.
 SHARD = "shard"
 PROFILE_INTERVAL_RANGE = (100, 1_000_000)
+# The longest time limit a job may ask for (``timeout``): a week.
+MAX_TIMEOUT = 7 * 86400
 
 
 def parse_queue(spec: str) -> tuple[str, int]:
@@ -195,6 +197,10 @@ def _check_option(key: str, value: Any, where: str) -> None:
                       "names the profile (its key is <token>-<jid>)")
     elif key == P.PROFILER_OPTIONS:
         check_profiler_options(value, where)
+    elif key == P.TIMEOUT:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not 0 < value <= MAX_TIMEOUT:
+            raise bad(f"a time limit in seconds, above 0 and at most {MAX_TIMEOUT} (7 days)")
     elif key == SHARD:
         if not isinstance(value, str) or not value:
             raise bad("the name of a shard of the configuration (its shards setting)")

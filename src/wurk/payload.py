@@ -80,6 +80,7 @@ LOG_LEVEL = "log_level"
 ENCRYPT = "encrypt"
 PROFILE = "profile"
 PROFILER_OPTIONS = "profiler_options"  # Sidekiq 8: options for the profiler (Vernier's)
+TIMEOUT = "timeout"  # wurk: the job's time limit, seconds (``wurk.control``)
 # Limits (rate limiters, unique jobs, expiring jobs).
 OVERRATED = "overrated"  # how often a rate limiter rescheduled the job (Sidekiq Enterprise)
 UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)

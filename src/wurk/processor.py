@@ -44,6 +44,7 @@ from .asyncjobs import AsyncLane, EventLoop, bookkeeping, timed
 from .config import Config
 from .connections.lending import lend_from
 from .connections.pool import RedisPool
+from .control.stops import Guard, JobGuard, set_guard
 from .errors import (
     InvalidPayload,
     RedisUnavailable,
@@ -78,23 +79,6 @@ log = logging.getLogger("wurk")
 
 def _never() -> bool:
     return False
-
-
-class JobGuard:
-    """Marks the stretch of a job's own frame (its middleware and body) in which a shutdown
-    interrupt may be raised; the processor owns one."""
-
-    # The short id of the thread the guard belongs to (``wurk.log.tid``), kept by the
-    # processor so a job does not look it up; None where no processor set it.
-    thread_id: str | None = None
-
-    def enter(self) -> None:
-        return None
-
-    def leave(self) -> bool:
-        """Out of the job's frame: True when it was interrupted (nothing may then be
-        acknowledged: the job is back on its queue)."""
-        return False
 
 
 _NO_GUARD = JobGuard()
@@ -350,48 +334,6 @@ def _always(timeout: float) -> bool:
     return True
 
 
-class _Interruptible(JobGuard):
-    """A processor's guard: ``interrupt`` raises ``Shutdown`` in the thread only between
-    ``enter`` and ``leave``, and ``leave`` withdraws one sent but not raised yet."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._in_job = False
-        self.interrupted = False
-        self.ident: int | None = None
-
-    def enter(self) -> None:
-        with self._lock:
-            self._in_job = True
-
-    def leave(self) -> bool:
-        with self._lock:
-            self._in_job = False
-            if self.interrupted and self.ident is not None:
-                _async_exc(self.ident, None)  # not raised yet: it never will be
-            return self.interrupted
-
-    def interrupt(self) -> bool:
-        with self._lock:
-            if not self._in_job or self.interrupted or self.ident is None:
-                return False
-            self.interrupted = True
-            _async_exc(self.ident, Shutdown)
-            return True
-
-
-def _async_exc(ident: int, exc: type[BaseException] | None) -> None:
-    """Raise ``exc`` in thread ``ident`` at its next bytecode; None withdraws a pending one.
-
-    ctypes is imported here, on the way to a deadline or a shutdown, rather than with the
-    module: a third of a megabyte for a rare call, which a worker embedded in an application
-    (``wurk.inprocess``) otherwise never pays."""
-    import ctypes
-
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(
-        ctypes.c_ulong(ident), ctypes.py_object(exc) if exc is not None else None)
-
-
 class Processor:
     """One named thread: fetch, run, acknowledge, until stopped."""
 
@@ -409,7 +351,7 @@ class Processor:
         self._on_exit = on_exit
         self._stop = threading.Event()
         self._stopped = False  # set with ``_stop``: what the loop reads before each job
-        self._guard = _Interruptible()
+        self._guard = Guard()
         self.current: UnitOfWork | None = None
         self.thread = threading.Thread(target=self._main, name=name, daemon=True)
         self.outage = outage if outage is not None else Outage(runner.config, f"fetch ({name})")
@@ -437,6 +379,7 @@ class Processor:
         self._guard.ident = threading.get_ident()
         error: BaseException | None = None
         set_stop_signal(self._stop)  # what Job.interrupted() reads in this thread's jobs
+        set_guard(self._guard)  # what the innermost link opens around a job's body
         try:
             if self._pinning is not None:
                 self._pinning.enter(scout=True)

@@ -63,6 +63,23 @@ def flaky(pause: float) -> None:
     record()
 
 
+# A time limit a loaded 2-core machine never reaches with a short job's second run.
+TIMED_LIMIT = 2.0
+
+
+@wurk.job(name="Chaos::Timed", retry=5, retry_in=_soon, timeout=TIMED_LIMIT)
+def timed(pause: float) -> None:
+    """Runs past its time limit the first time (a Python loop that only the limit's
+    ``JobTimeout`` stops), so it travels through the retry set; then it passes."""
+    job = wurk.current_job() or {}
+    if job.get("retry_count") is None:
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            pass
+    time.sleep(pause)
+    record()
+
+
 UNIQUE_RUNS = "ledger:unique"  # JSON [key, jid, pid, started, ended] of each completed run
 UNIQUE_FOR = 60  # longer than the chaos run: no lock expires on its own while it lasts
 

@@ -83,6 +83,10 @@ class Plan:
     concurrency: int = 10
     pause: float = 0.001  # each job's work, seconds
     flaky_share: float = 0.01  # fail once, then pass through retry and the scheduler
+    timed_share: float = 0.002  # run past the time limit once (JobTimeout), then pass
+    # Cancelled right after the wave is pushed (``wurk.cancel``): waiting, running or done by
+    # then; each runs at most once and is not counted as pushed.
+    cancel_share: float = 0.01
     scheduled_share: float = 0.05  # pushed to run 1–5 s later
     settle: tuple[float, float] = (0.2, 0.8)  # wait after a wave before striking, seconds
     seed: int = field(default_factory=lambda: random.randrange(1 << 30))
@@ -132,12 +136,18 @@ class Result:
     seed: int
     leftovers: dict[str, int]
     batches: BatchFigures | None = None
+    cancelled: int = 0  # jobs cancelled during the run (not counted as pushed)
+    cancelled_waiting: int = 0  # of those, removed before they ran
+    cancelled_ran: int = 0  # of those, how many ran anyway (done before the cancel came)
+    cancelled_twice: int = 0  # of those, how many ran more than once: must be 0
 
     def line(self) -> str:
         counts = " ".join(f"{name}s={self.faults.get(name, 0)}" for name in (KILL, RESTART, CUT))
         return (f"{self.figures.line()} bound={self.bound} in_flight_at_faults="
                 f"{self.in_flight_at_faults} unexplained={self.unexplained} {counts} "
-                f"seconds={self.seconds:.1f} seed={self.seed}")
+                f"cancelled={self.cancelled} (waiting {self.cancelled_waiting}, ran to its end "
+                f"{self.cancelled_ran}, twice "
+                f"{self.cancelled_twice}) seconds={self.seconds:.1f} seed={self.seed}")
 
     @property
     def ok(self) -> bool:
@@ -145,7 +155,7 @@ class Result:
         batches_ok = self.batches is None or not (
             self.batches.duplicates or self.batches.missing or self.batches.negative_pending)
         return (figures.lost == 0 and figures.duplicated <= self.bound and not self.unexplained
-                and batches_ok)
+                and batches_ok and not self.cancelled_twice)
 
 
 class Worker:
@@ -185,6 +195,8 @@ class ChaosRun:
         self.workers: list[Worker] = []
         self.serial = itertools.count(1)
         self.pushed: list[str] = []
+        self.cancelled: list[str] = []  # run at most once; not in ``pushed``
+        self.cancelled_waiting = 0  # of those, removed from their queue (the rest ran)
         self.faults: dict[str, int] = {}
         self.in_flight: set[str] = set()  # jids in flight when a fault struck
         self.bound = 0  # REPEATS_PER_THREAD for each processor thread each fault hit
@@ -222,7 +234,10 @@ class ChaosRun:
         unexplained = sum(n - 1 for jid, n in runs.items() if n > 1 and jid not in self.in_flight)
         return Result(result, dict(self.faults), len(self.in_flight), unexplained,
                       self.bound, time.monotonic() - started, self.plan.seed,
-                      self._leftovers(), self._batch_figures())
+                      self._leftovers(), self._batch_figures(),
+                      cancelled=len(self.cancelled), cancelled_waiting=self.cancelled_waiting,
+                      cancelled_ran=sum(runs[jid] > 0 for jid in self.cancelled),
+                      cancelled_twice=sum(runs[jid] > 1 for jid in self.cancelled))
 
     def close(self) -> None:
         for worker in self.workers:
@@ -248,7 +263,9 @@ class ChaosRun:
         client = wurk.Client(config_for(self.redis.url))
         try:
             if not plan.batches:
+                cancelling = self._push_cancellable(client, int(size * plan.cancel_share))
                 self._wave(client, size, flaky, scheduled)
+                self._cancel(client, cancelling)
                 return
             for part in range(plan.batches):  # the wave's jobs spread over its batches
                 share = range(part, size, plan.batches)
@@ -259,10 +276,30 @@ class ChaosRun:
             client.config.close()
 
     def _wave(self, client: wurk.Client, size: int, flaky: int, scheduled: int) -> None:
-        self._bulk(client, "Chaos::Mark", size - flaky - scheduled)
+        timed = int(size * self.plan.timed_share) if not self.plan.batches else 0
+        self._bulk(client, "Chaos::Mark", size - flaky - scheduled - timed)
         self._bulk(client, "Chaos::Flaky", flaky, retry=5)
+        self._bulk(client, "Chaos::Timed", timed, retry=5, timeout=jobs.TIMED_LIMIT)
         self._bulk(client, "Chaos::Mark", scheduled,
                    at=[time.time() + self.rng.uniform(1, 5) for _ in range(scheduled)])
+
+    def _push_cancellable(self, client: wurk.Client, count: int) -> list[str]:
+        """Jobs of 0.3 s pushed ahead of the wave, to be cancelled once it is pushed: some
+        are done by then, some run, some wait — none may run twice, and they are left out
+        of the others' count."""
+        if not count:
+            return []
+        return [jid for jid in client.push_bulk({"class": "Chaos::Mark",
+                                                 "args": [[0.3]] * count}) if jid]
+
+    def _cancel(self, client: wurk.Client, jids: list[str]) -> None:
+        for jid in jids:
+            try:
+                if wurk.cancel(jid, config=client.config).removed_from:
+                    self.cancelled_waiting += 1
+            except (wurk.RedisUnavailable, redis.RedisError):
+                pass  # a fault meanwhile: the job runs, once
+            self.cancelled.append(jid)
 
     def _batch(self, config: wurk.Config) -> wurk.Batch:
         batch = wurk.Batch(description="chaos", config=config)

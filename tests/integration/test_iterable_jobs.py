@@ -228,10 +228,11 @@ def test_an_error_flushes_the_failed_items_cursor_so_the_retry_resumes_there(
 def test_a_job_cancelled_before_it_starts_runs_none_of_its_items(drain: Drain, r: redis.Redis
                                                                  ) -> None:
     jid = Count.perform_in(60, 5)
-    when = wurk.cancel(jid)
+    done = wurk.cancel(jid)
+    assert done.removed_from == ["schedule"] and r.zcard("schedule") == 0
+    when = done.cancelled_at
     assert abs(when - float(r.time()[0])) <= 2
-    assert wurk.cancel(jid) == when  # the first request's time stands
-    r.zremrangebyrank("schedule", 0, -1)
+    assert wurk.cancel(jid).cancelled_at == when  # the first request's time stands
     Count.perform_async(5)  # another job runs as usual
     wurk.push({"class": "test_iterable.count", "args": [5], "jid": jid})  # it comes due
     drain()

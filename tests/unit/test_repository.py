@@ -154,6 +154,8 @@ LAZY_IMPORTS_ALLOWED = {
     "wurk.inprocess": "`import wurk` in a web app must not load the whole worker",
     "wurk.batch.sets": "retrying a batch reads the dead set through wurk.api, which a worker "
                        "(it loads wurk.batch) never loads",
+    "wurk.control": "wurk.cancel reads queues and sets through wurk.api, which neither "
+                    "`import wurk` nor a worker loads",
     "wurk.metrics.instruments": "a listener's HTTP server costs ~1 MB; most workers run none",
 }
 

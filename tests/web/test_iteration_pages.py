@@ -28,14 +28,14 @@ def test_busy_shows_a_running_jobs_iteration_and_cancels_it(client: TestClient,
     assert r.hexists(f"it-{RUNNING}", "cancelled")
     after = client.get("/busy").text
     assert "<strong>cancelled</strong>" in after and 'value="cancel"' not in after
-    assert "1 cancelled: a running iterable job stops" in \
+    assert "1 cancelled: a waiting job is removed" in \
         client.get(response.headers["location"]).text
 
 
-def test_a_job_without_state_has_no_cancel_button(client: TestClient, r: redis.Redis) -> None:
+def test_any_running_job_has_a_cancel_button(client: TestClient, r: redis.Redis) -> None:
     seed_process(r)
     page = client.get("/busy").text
-    assert "iteration:" not in page and 'value="cancel"' not in page
+    assert "iteration:" not in page and 'value="cancel"' in page
 
 
 def test_cancel_refuses_what_is_not_a_jid(client: TestClient, r: redis.Redis) -> None:
@@ -56,7 +56,7 @@ def test_retries_show_the_state_and_cancel_the_selected(client: TestClient,
     response = post(client, "/retries", action="cancel", key=key)
     assert response.headers["location"] == "/retries?notice=cancel&count=1"
     assert r.hexists(f"it-{payload['jid']}", "cancelled")
-    assert RetrySet(config).size() == 1  # the entry stays: it is dropped when it runs
+    assert RetrySet(config).size() == 0  # a waiting job is removed
 
 
 def test_an_unreadable_state_is_marked_not_a_500(client: TestClient, r: redis.Redis) -> None:

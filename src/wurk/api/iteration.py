@@ -3,8 +3,9 @@
 ``find(jid)`` gives the ``IterationState`` in ``it-<jid>`` (executions, cursor, runtime,
 cancelled) or None when there is none; ``find_many(jids)`` the same for a page of jobs in one
 round trip, a state that cannot be read as ``Invalid`` in its place (the dashboard's Busy and
-Retries pages show it so, never fail on it); ``cancel(jid)`` asks the job to stop
-(``wurk.cancel``). The state is Sidekiq 8's, so a job a Ruby process runs shows the same.
+Retries pages show it so, never fail on it); ``cancel(jid)`` writes Sidekiq's ``cancelled``
+mark only, as Ruby's ``cancel!`` does (``wurk.cancel`` also removes a waiting job and stops
+any running one). The state is Sidekiq 8's, so a job a Ruby process runs shows the same.
 """
 
 from __future__ import annotations
@@ -70,5 +71,6 @@ class IterableJobQuery:
         return found
 
     def cancel(self, jid: str) -> float:
-        """``wurk.cancel(jid)`` on this configuration."""
+        """Sidekiq's ``cancel!``: the ``cancelled`` mark only; the epoch seconds it stands
+        from."""
         return cancel(jid, config=self.config)

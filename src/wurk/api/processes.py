@@ -321,6 +321,9 @@ class Work:
     queue: str | Invalid
     run_at: float | Invalid | None
     job: JobRecord
+    # Since when the job has ignored being told to stop (a time limit or a cancel): stuck
+    # in C code, most likely (``wurk.control``); None for a job running as it should.
+    stuck_at: float | Invalid | None = None
 
     @property
     def order(self) -> tuple[float, str, str]:
@@ -330,7 +333,7 @@ class Work:
 
     def to_dict(self) -> dict[str, Any]:
         return {"process": self.process, "thread": self.thread, "queue": self.queue,
-                "run_at": self.run_at, "job": self.job.to_dict()}
+                "run_at": self.run_at, "job": self.job.to_dict(), "stuck_at": self.stuck_at}
 
 
 class WorkSet:
@@ -414,5 +417,6 @@ def _parse_work(identity: str, entries: dict[bytes, bytes], config: Config) -> l
         works.append(Work(process=identity, thread=tid.decode("utf-8", "replace"),
                           queue=_text_field(record.get("queue")),
                           run_at=values.epoch(record.get("run_at")),
-                          job=JobRecord(raw, config=config)))
+                          job=JobRecord(raw, config=config),
+                          stuck_at=values.epoch(record.get("stuck_at"))))
     return works

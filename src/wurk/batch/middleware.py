@@ -8,7 +8,8 @@
    expired, or skipped; one a rate limiter rescheduled counts as nothing (it has not run);
    one that raised counts as a failure once its retry is booked (a shutdown interrupting it
    counts as nothing: it runs again; nor does an iterable job's ``Interrupted``: it is
-   pushed again and goes on from its cursor).
+   pushed again and goes on from its cursor). One ``wurk.cancel`` stopped counts as dead:
+   it will not run again, and the batch still completes.
 3. ``BatchDeathHandler``: a batch job that died — retries exhausted, ``retry: false``,
    killed from the dashboard, a poison pill, a payload no retry can fix — counts as dead.
 4. Counting survives a Redis restart or failover: a count is idempotent per jid, so it is
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..connections.lending import redis as lent_redis
-from ..errors import Interrupted, RedisUnavailable, is_shutdown
+from ..errors import Interrupted, JobCancelled, RedisUnavailable, is_shutdown
 from ..limiter.reschedule import over_limit_classes
 from ..metrics.statsd import sink_for
 from ..reporting import report_error
@@ -104,7 +105,9 @@ class BatchServerMiddleware:
         try:
             result = call_next()
         except Exception as exc:
-            if not _uncounted(self.config, exc):
+            if isinstance(exc, JobCancelled):
+                count(self.config, bid, jid, "death")  # it will not run again
+            elif not _uncounted(self.config, exc):
                 self._count_failure(bid, jid, payload)
             raise
         if payload.get(OVERRATED) != overrated:
@@ -131,7 +134,9 @@ class BatchServerMiddleware:
         try:
             result = await call_next()
         except Exception as exc:
-            if not _uncounted(self.config, exc):
+            if isinstance(exc, JobCancelled):
+                await bookkeeping(count, self.config, bid, jid, "death")
+            elif not _uncounted(self.config, exc):
                 await bookkeeping(self._count_failure, bid, jid, payload)
             raise
         if payload.get(OVERRATED) == overrated:

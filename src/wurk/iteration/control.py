@@ -1,4 +1,6 @@
-"""``wurk.cancel(jid)``: ask an iterable job to stop, as Sidekiq's ``cancel!`` does.
+"""``wurk.iteration.cancel(jid)``: ask an iterable job to stop, as Sidekiq's ``cancel!`` does
+(the mark only; ``wurk.cancel`` also removes a waiting job and stops a running one of any
+kind, ``wurk.control``).
 
 It writes ``cancelled`` (Redis's time, epoch seconds) into ``it-<jid>`` once, and keeps the
 state 30 days: a running job sees it at its next flush (within 5 s and one item) and stops

@@ -141,7 +141,7 @@ class Instruments:
 
         launcher = self.launcher
         exporter = WorkerExporter(outages=self.outages, busy=lambda: len(launcher.busy),
-                                  concurrency=launcher.concurrency)
+                                  concurrency=launcher.concurrency, stuck=launcher.busy.marked)
         hosts = HostNames(self.config.web_allowed_hosts)
         bound = _listen("metrics_port", host, port, lambda: exporter.start(host, port, hosts))
         log.info("Prometheus metrics on port %d", bound)

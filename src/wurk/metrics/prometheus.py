@@ -77,11 +77,13 @@ class ClusterCollector:
                 ("wurk_processes", "Worker processes alive", stats.processes_size())):
             yield GaugeMetricFamily(name, help_text, value=_valid(value))
         yield from self._queues(stats)
-        recovered, poisoned = self._reliability()
+        recovered, poisoned, cancelled = self._reliability()
         yield CounterMetricFamily("wurk_reaper_recoveries", "Jobs the reapers returned from "
                                   "dead processes to their queues", value=recovered)
         yield CounterMetricFamily("wurk_poison_kills", "Jobs killed as poison pills",
                                   value=poisoned)
+        yield CounterMetricFamily("wurk_jobs_cancelled", "Jobs wurk.cancel removed or stopped",
+                                  value=cancelled)
 
     def _queues(self, stats: Stats) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily
@@ -99,11 +101,12 @@ class ClusterCollector:
             paused.add_metric([queue.name], 1 if queue.paused else 0)
         yield from (size, latency, paused)
 
-    def _reliability(self) -> tuple[int, int]:
+    def _reliability(self) -> tuple[int, int, int]:
         keys = self.config.keys
         values = self.config.pool("api").run(
-            lambda r: r.mget(keys.stat_recovered, keys.stat_poisoned), idempotent=True)
-        return _whole(values[0]), _whole(values[1])
+            lambda r: r.mget(keys.stat_recovered, keys.stat_poisoned, keys.stat_cancelled),
+            idempotent=True)
+        return _whole(values[0]), _whole(values[1]), _whole(values[2])
 
 
 def _valid(value: float | Invalid) -> float | None:
@@ -128,8 +131,9 @@ class _Process:
     """This process's gauges and outage counts, read at scrape time."""
 
     def __init__(self, outages: Callable[[], Sequence[Outage]], busy: Callable[[], int],
-                 concurrency: int) -> None:
+                 concurrency: int, stuck: Callable[[], int] | None = None) -> None:
         self._outages, self._busy, self._concurrency = outages, busy, concurrency
+        self._stuck = stuck
 
     def describe(self) -> list[Any]:
         return []
@@ -149,13 +153,17 @@ class _Process:
                                 value=self._busy())
         yield GaugeMetricFamily("wurk_concurrency", "Processor threads of this process",
                                 value=self._concurrency)
+        if self._stuck is not None:
+            yield GaugeMetricFamily("wurk_jobs_stuck", "Jobs running past a time limit or a "
+                                    "cancel they were told of (in C code?)",
+                                    value=self._stuck())
 
 
 class WorkerExporter:
     """One worker's metrics and the HTTP server that serves them."""
 
     def __init__(self, *, outages: Callable[[], Sequence[Outage]], busy: Callable[[], int],
-                 concurrency: int) -> None:
+                 concurrency: int, stuck: Callable[[], int] | None = None) -> None:
         client = require_client()
         self.registry = registry = client.CollectorRegistry(auto_describe=False)
         self.duration = client.Histogram(
@@ -171,7 +179,7 @@ class WorkerExporter:
         self.poisoned_jobs = client.Counter("wurk_jobs_poisoned", "Jobs killed as poison "
                                             "pills by this process", ["queue"],
                                             registry=registry)
-        registry.register(_Process(outages, busy, concurrency))
+        registry.register(_Process(outages, busy, concurrency, stuck))
         self._names: set[str] = set()
         self._lock = threading.Lock()
         self._server: Any = None

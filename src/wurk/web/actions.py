@@ -19,8 +19,9 @@ from collections.abc import Iterable
 
 from ..api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, SortedEntry
 from ..config import Config
+from ..control.cancel import cancel
 from ..errors import InspectionError
-from ..iteration.control import cancel, check_jid
+from ..iteration.control import check_jid
 from .data import SetKind, entry, parse_queue_key
 
 __all__ = ["QUEUE_ACTIONS", "UnknownAction", "cancel_jobs", "delete_queue_job",

@@ -48,8 +48,8 @@ NOTICES = {
     "unpause": "Queue unpaused.", "clear": "Queue cleared: {n} jobs deleted.",
     "quiet": "{n} processes told to go quiet.", "stop": "{n} processes told to stop.",
     "gone": "That job was already gone: it has run, moved or been deleted.",
-    "cancel": "{n} cancelled: a running iterable job stops at its next flush (within 5 s and "
-              "one item), a waiting one runs none of its items when it starts.",
+    "cancel": "{n} cancelled: a waiting job is removed, a running one stops within a second "
+              "(an iterable job at its next flush); none is retried.",
 }
 # Arguments longer than this are cut in lists; the job's own page shows them whole.
 ARGS_PREVIEW_CHARS = 160

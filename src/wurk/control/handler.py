@@ -1,0 +1,92 @@
+"""The worker's side of ``wurk.cancel``: the link that ends a cancelled job as cancelled,
+and the poller that brings this process its cancels.
+
+1. ``CancelHandler`` (a built-in link, outside the batch and result links): a job that raised
+   ``JobCancelled`` ends as cancelled — counted in ``wurk:stat:cancelled``, acknowledged,
+   never retried.
+2. ``CancelPoller`` (a duty on the worker's timer thread): pops ``wurk:cancel:<identity>``
+   every ``control_interval`` seconds and tells the jobs it names to stop (``Running``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from .. import payload as P
+from ..asyncjobs import bookkeeping
+from ..config import Config
+from ..errors import JobCancelled
+from ..runtime.timer import TimerLoop, Timers
+from .deadlines import Deadlines
+from .running import Running
+
+__all__ = ["POLL_BATCH", "CancelHandler", "CancelPoller"]
+
+log = logging.getLogger("wurk")
+
+# Cancels one poll takes at most.
+POLL_BATCH = 100
+
+
+class CancelHandler:
+    """Server middleware (built-in, outside the batch and result links): a job that raised
+    ``JobCancelled`` ends as cancelled — counted, acknowledged, never retried."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        try:
+            return call_next()
+        except JobCancelled as exc:
+            self._count(payload, exc)
+            return None
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        try:
+            return await call_next()
+        except JobCancelled as exc:
+            await bookkeeping(self._count, payload, exc)
+            return None
+
+    def _count(self, payload: P.Payload, exc: JobCancelled) -> None:
+        log.info("cancelled: %s", exc)
+        try:
+            self.config.pool("internal").run(
+                lambda r: r.incr(self.config.keys.stat_cancelled))
+        except Exception as error:  # the count is lost, the job is still cancelled
+            log.warning("could not count a cancelled job: %s", error)
+
+
+class CancelPoller:
+    """Pops this process's cancels every ``control_interval`` seconds and stops the jobs
+    they name (a duty on the worker's timer thread)."""
+
+    def __init__(self, config: Config, identity: str, running: Running,
+                 deadlines: Deadlines, timers: Timers) -> None:
+        self.config = config
+        self.key = config.keys.cancels(identity)
+        self.running = running
+        self.deadlines = deadlines
+        self.loop = TimerLoop("wurk-cancels", self.poll, config.control_interval,
+                              host=timers)
+
+    def start(self) -> None:
+        self.loop.start()
+
+    def stop(self, timeout: float) -> None:
+        self.loop.stop(timeout)
+
+    def poll(self) -> int:
+        """One pop: how many cancels it brought."""
+        popped = self.config.pool("internal").run(
+            lambda r: r.lpop(self.key, POLL_BATCH))
+        for raw in popped or []:
+            jid = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+            for target in self.running.cancel(jid):
+                self.deadlines.told(target)
+        return len(popped or [])

@@ -1,0 +1,150 @@
+"""Stopping a sync job from outside its thread: the processor's guard.
+
+Python cannot kill a thread; it can raise an exception in one at its next bytecode
+(``PyThreadState_SetAsyncExc``). That is safe only where the job's own code runs, so a
+processor's ``Guard`` marks two nested windows:
+
+1. The **frame** (``enter``/``leave``): the job's middleware and body. The shutdown deadline
+   raises ``Shutdown`` there (``interrupt``); fetch, ACK and ``finally`` code outside never
+   see it, and ``leave`` withdraws one sent but not raised yet.
+2. The **body** (``open_body``/``close_body``): the job's own code, inside the innermost
+   link. A time limit or a cancel raises there (``stop_body``) — never in a middleware's
+   bookkeeping, so a batch count or a lock release is never cut in half. ``close_body``
+   withdraws one not raised yet; a shutdown interrupt always wins over a stop (one pending
+   exception per thread: a stop never replaces it).
+
+The exception raised is a class (the C API raises a class, instantiated without
+arguments): the link that opened the body turns it into the full error.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import threading
+
+from ..errors import JobCancelled, JobTimeout, Shutdown
+
+__all__ = ["CancelRaised", "Guard", "JobGuard", "TimeoutRaised", "current_guard", "set_guard"]
+
+
+class TimeoutRaised(JobTimeout):
+    """What a time limit raises in a sync job's thread (the link re-raises a JobTimeout that
+    says which limit)."""
+
+    def __init__(self) -> None:
+        super().__init__("the job ran past its time limit")
+
+
+class CancelRaised(JobCancelled):
+    """What a cancel raises in a sync job's thread."""
+
+    def __init__(self) -> None:
+        super().__init__("the job was cancelled")
+
+
+class JobGuard:
+    """Marks where in a job's run an exception may be raised from outside; this base marks
+    nothing (a job run where no processor watches: ``perform_inline``-like uses)."""
+
+    # The short id of the thread the guard belongs to (``wurk.log.tid``), kept by the
+    # processor so a job does not look it up; None where no processor set it.
+    thread_id: str | None = None
+
+    def enter(self) -> None:
+        return None
+
+    def leave(self) -> bool:
+        """Out of the job's frame: True when it was interrupted (nothing may then be
+        acknowledged: the job is back on its queue)."""
+        return False
+
+    def open_body(self) -> None:
+        return None
+
+    def close_body(self) -> None:
+        return None
+
+    def stop_body(self, exc: type[BaseException]) -> bool:
+        return False
+
+
+class Guard(JobGuard):
+    """A processor's guard (see the module's docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_job = False
+        self._in_body = False
+        self._pending: type[BaseException] | None = None
+        self.interrupted = False
+        self.ident: int | None = None
+
+    def enter(self) -> None:
+        with self._lock:
+            self._in_job = True
+
+    def leave(self) -> bool:
+        with self._lock:
+            self._in_job = self._in_body = False
+            if self._pending is not None and self.ident is not None:
+                _async_exc(self.ident, None)  # not raised yet: it never will be
+            self._pending = None
+            return self.interrupted
+
+    def interrupt(self) -> bool:
+        """Raise ``Shutdown`` in the thread if it is inside a job's frame; True if sent. Sent
+        once: a second exception could land in the first one's handling."""
+        with self._lock:
+            if not self._in_job or self.interrupted or self.ident is None:
+                return False
+            self.interrupted = True
+            self._pending = Shutdown
+            _async_exc(self.ident, Shutdown)
+            return True
+
+    def open_body(self) -> None:
+        with self._lock:
+            self._in_body = True
+
+    def close_body(self) -> None:
+        with self._lock:
+            self._in_body = False
+            if self._pending is not None and self._pending is not Shutdown and \
+                    self.ident is not None:
+                _async_exc(self.ident, None)
+                self._pending = None
+
+    def stop_body(self, exc: type[BaseException]) -> bool:
+        """Raise ``exc`` in the thread if its job's body runs and nothing is pending; True
+        if sent."""
+        with self._lock:
+            if not self._in_body or self._pending is not None or self.ident is None:
+                return False
+            self._pending = exc
+            _async_exc(self.ident, exc)
+            return True
+
+
+def _async_exc(ident: int, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in thread ``ident`` at its next bytecode; None withdraws a pending one.
+
+    ctypes is imported here, on the way to a deadline or a stop, rather than with the
+    module: a third of a megabyte for a rare call, which a worker embedded in an application
+    (``wurk.inprocess``) otherwise never pays."""
+    import ctypes
+
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(ident), ctypes.py_object(exc) if exc is not None else None)
+
+
+_guard: contextvars.ContextVar[JobGuard | None] = contextvars.ContextVar("wurk_guard",
+                                                                         default=None)
+
+
+def set_guard(guard: JobGuard) -> None:
+    """Called by a processor thread once: the guard its jobs' innermost link opens."""
+    _guard.set(guard)
+
+
+def current_guard() -> JobGuard | None:
+    return _guard.get()

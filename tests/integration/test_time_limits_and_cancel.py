@@ -1,0 +1,327 @@
+"""Time limits and ``wurk.cancel`` in a real worker (a launcher in this process, its
+threads and event loop as in production): a job past its limit fails with ``JobTimeout``
+and its thread runs the next job; a job stuck in C code is reported; cancel removes a
+waiting job and stops a running one, sync, async or iterable, touching nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.faults import InProcessWorker
+from tests.helpers.runner import Drain
+from tests.helpers.wait import wait_until
+from wurk.api import RetrySet, WorkSet
+from wurk.control.running import STUCK_AFTER
+from wurk.metrics.prometheus import cluster_exposition
+
+LEDGER = "limits:ledger"
+_client: redis.Redis | None = None
+
+
+def ledger() -> redis.Redis:
+    assert _client is not None
+    return _client
+
+
+def note(*parts: object) -> None:
+    ledger().rpush(LEDGER, ":".join(str(p) for p in parts))
+
+
+def notes(r: redis.Redis) -> list[str]:
+    return list(r.lrange(LEDGER, 0, -1))
+
+
+@wurk.job(name="limits.spin", timeout=1, retry=1)
+def spin(seconds: float) -> None:
+    """Loops in Python (no I/O): only an exception raised in its thread stops it."""
+    note("start", wurk.current_jid(), time.time())
+    end = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    note("done", wurk.current_jid())
+
+
+@wurk.job(name="limits.nap", timeout=1, retry=1)
+async def nap(seconds: float) -> None:
+    note("start", wurk.current_jid(), time.time())
+    await asyncio.sleep(seconds)
+    note("done", wurk.current_jid())
+
+
+@wurk.job(name="limits.stuck", timeout=0.5, retry=0)
+def stuck(seconds: float) -> None:
+    """Inside C code (time.sleep) the interrupt waits until it returns."""
+    note("start", wurk.current_jid(), time.time())
+    time.sleep(seconds)
+    note("done", wurk.current_jid())
+
+
+@wurk.job(name="limits.mark")
+def mark(text: str) -> None:
+    note("mark", text)
+
+
+@wurk.job(name="limits.busy_loop", retry=3)
+def busy_loop() -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        ledger().incr("limits:ticks")
+        time.sleep(0.01)
+
+
+@wurk.job(name="limits.async_loop", retry=3)
+async def async_loop() -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        ledger().incr("limits:ticks")
+        await asyncio.sleep(0.01)
+
+
+class Walk(wurk.IterableJob, name="limits.walk"):
+    flush_interval = 0.2
+
+    def build_enumerator(self, *, cursor: int | None) -> Any:
+        return wurk.iteration.ids(0, 100_000, cursor=cursor)
+
+    def each_iteration(self, item: int) -> None:
+        if item == 0:
+            note("start", self.jid, time.time())
+        ledger().incr("limits:ticks")
+        time.sleep(0.01)
+
+    def on_cancel(self) -> None:
+        note("on_cancel", self.jid)
+
+
+@pytest.fixture
+def worker(redis_server: Any, r: redis.Redis) -> Iterator[InProcessWorker]:
+    global _client
+    _client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    running = InProcessWorker(redis_server.url, concurrency=2, control_interval=0.1,
+                              heartbeat_interval=0.2).start()
+    wurk.configure(redis_url=redis_server.url)
+    yield running
+    running.stop()
+    _client.close()
+    _client = None
+
+
+def started(r: redis.Redis, jid: str) -> float:
+    line = next(n for n in notes(r) if n.startswith(f"start:{jid}:"))
+    return float(line.rsplit(":", 1)[1])
+
+
+def retry_entry(r: redis.Redis, jid: str) -> dict[str, Any] | None:
+    for raw in r.zrange("retry", 0, -1):
+        job = json.loads(raw)
+        if job["jid"] == jid:
+            return job  # type: ignore[no-any-return]
+    return None
+
+
+# -- time limits ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("job", [spin, nap], ids=["sync", "async"])
+def test_a_job_past_its_limit_fails_with_job_timeout_and_its_thread_goes_on(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    jid = job.perform_async(30)
+    wait_until(lambda: retry_entry(r, jid) is not None, timeout=20, what="the retry")
+    failed = retry_entry(r, jid)
+    assert failed is not None and failed["error_class"] == "wurk.JobTimeout"
+    assert "time limit of 1 s" in failed["error_message"]
+    took = failed["failed_at"] / 1000 - started(r, jid)
+    print(f"\n{job.name}: JobTimeout {took:.2f} s after the job started (limit 1 s)")
+    assert took <= 1.5
+    assert f"done:{jid}" not in notes(r)
+    mark.perform_async("after")  # the worker's threads go on
+    wait_until(lambda: "mark:after" in notes(r), what="the next job")
+    worker.assert_healthy(2)
+
+
+def test_the_workers_default_limit_applies_and_the_jobs_own_wins(redis_server: Any,
+                                                                 r: redis.Redis) -> None:
+    global _client
+    _client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    running = InProcessWorker(redis_server.url, concurrency=1, job_timeout=0.5).start()
+    try:
+        wurk.configure(redis_url=redis_server.url)
+        no_limit = wurk.push({"class": "limits.spin", "args": [0.8], "timeout": 5})
+        limited = wurk.push({"class": "limits.busy_loop", "args": [], "retry": 0})
+        wait_until(lambda: f"done:{no_limit}" in notes(r), what="the job with its own limit")
+        wait_until(lambda: r.zcard("dead") == 1, what="the job under the default")
+        dead = json.loads(r.zrange("dead", 0, -1)[0])
+        assert dead["jid"] == limited and dead["error_class"] == "wurk.JobTimeout"
+    finally:
+        running.stop()
+        _client.close()
+        _client = None
+
+
+def test_a_job_stuck_in_c_code_is_reported_then_times_out(worker: InProcessWorker,
+                                                          r: redis.Redis) -> None:
+    jid = stuck.perform_async(0.5 + STUCK_AFTER + 1.5)
+
+    def shown_stuck() -> bool:
+        return any(w.job.jid == jid and w.stuck_at is not None for w in WorkSet())
+
+    wait_until(shown_stuck, timeout=20, what="the Busy page's stuck mark")
+    assert worker.launcher.stops.stuck() == 1 and worker.launcher.stops.stuck_total == 1
+    assert worker.launcher.busy.marked() == 1  # the wurk_jobs_stuck gauge reads this
+    wait_until(lambda: r.zcard("dead") == 1, timeout=20, what="the job to end")
+    dead = json.loads(r.zrange("dead", 0, -1)[0])
+    assert dead["error_class"] == "wurk.JobTimeout"  # raised once it came back to Python
+    wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="the job to leave")
+
+
+def test_a_timeout_option_that_is_not_a_time_is_refused_at_definition() -> None:
+    with pytest.raises(wurk.ConfigError, match="time limit in seconds"):
+        wurk.job(name="limits.bad", timeout=0)(lambda: None)
+    with pytest.raises(wurk.ConfigError, match="time limit in seconds"):
+        spin.set(timeout="soon")
+
+
+# -- cancel ------------------------------------------------------------------------------------
+def test_cancel_removes_a_queued_job_and_touches_nothing_else(config: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    jids = [mark.perform_async(str(n)) for n in range(5)]
+    before = r.lrange("queue:default", 0, -1)
+    done = wurk.cancel(jids[2])
+    assert done.removed_from == ["queue:default"] and done.found
+    after = r.lrange("queue:default", 0, -1)
+    assert after == [raw for raw in before if jids[2] not in raw]
+    assert r.get("wurk:stat:cancelled") == "1"
+    body, _ = cluster_exposition(config)
+    assert b"wurk_jobs_cancelled_total 1.0" in body
+
+
+def test_cancel_removes_a_scheduled_job(config: wurk.Config, r: redis.Redis) -> None:
+    keep, gone = mark.perform_in(60, "keep"), mark.perform_in(60, "gone")
+    assert wurk.cancel(gone).removed_from == ["schedule"]
+    assert [json.loads(raw)["jid"] for raw in r.zrange("schedule", 0, -1)] == [keep]
+
+
+def test_cancel_removes_a_retrying_job(config: wurk.Config, r: redis.Redis) -> None:
+    for n in (1, 2):
+        RetrySet(config).schedule(time.time() + 60, {
+            "class": "limits.mark", "args": [str(n)], "queue": "default", "jid": f"{n:024x}",
+            "retry_count": 1, "error_class": "E", "error_message": "m", "failed_at": 1})
+    assert wurk.cancel(f"{1:024x}").removed_from == ["retry"]
+    assert [json.loads(raw)["jid"] for raw in r.zrange("retry", 0, -1)] == [f"{2:024x}"]
+
+
+@pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
+def test_cancel_stops_a_running_job_which_is_not_retried(worker: InProcessWorker,
+                                                         r: redis.Redis, job: Any) -> None:
+    other = job.perform_async()
+    jid = job.perform_async()
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    done = wurk.cancel(jid)
+    assert done.running_on and not done.removed_from
+    wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), timeout=10,
+               what="the job to stop")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0  # not a failure
+    assert r.get("wurk:stat:cancelled") == "1"
+    assert any(w.job.jid == other for w in WorkSet())  # the other one runs on
+    wurk.cancel(other)
+    wait_until(lambda: not any(True for _ in WorkSet()), what="the other job to stop")
+    worker.assert_healthy(2)
+    mark.perform_async("after")
+    wait_until(lambda: "mark:after" in notes(r), what="the next job")
+
+
+def test_cancel_stops_a_running_iterable_job_at_its_flush(worker: InProcessWorker,
+                                                          r: redis.Redis) -> None:
+    jid = Walk.perform_async()
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wurk.cancel(jid)
+    wait_until(lambda: f"on_cancel:{jid}" in notes(r), what="on_cancel")
+    assert r.hexists(f"it-{jid}", "cancelled")
+    assert r.zcard("retry") == 0 and r.llen("queue:default") == 0
+
+
+def test_a_job_fetched_after_its_cancel_arrived_never_runs(worker: InProcessWorker,
+                                                           r: redis.Redis) -> None:
+    jid = "f" * 24
+    wait_until(lambda: worker.launcher.heartbeat.beat_age() is not None, what="a heartbeat")
+    assert not wurk.cancel(jid).found  # nowhere yet: every live process remembers it
+    wait_until(lambda: r.llen(f"wurk:cancel:{worker.launcher.identity}") == 0,
+               what="the worker to take the cancel")
+    wurk.push({"class": "limits.mark", "args": ["late"], "jid": jid})
+    mark.perform_async("after")
+    wait_until(lambda: "mark:after" in notes(r), what="the next job")
+    assert "mark:late" not in notes(r) and r.zcard("retry") == 0
+
+
+def test_cancelling_an_unknown_jid_says_so(config: wurk.Config) -> None:
+    done = wurk.cancel("0" * 24)
+    assert not done.found and "was not found waiting or running" in str(done)
+
+
+@wurk.job(name="limits.stubborn", timeout=0.5, retry=0)
+def stubborn() -> None:
+    try:
+        end = time.monotonic() + 30
+        while time.monotonic() < end:
+            pass
+    except wurk.JobTimeout:
+        note("caught", wurk.current_jid())
+
+
+def test_a_job_that_catches_its_timeout_and_returns_counts_as_finished(
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="wurk"):
+        jid = stubborn.perform_async()
+        wait_until(lambda: f"caught:{jid}" in notes(r), what="the job to catch it")
+        wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
+        wait_until(lambda: any("caught the error and returned" in rec.getMessage()
+                               for rec in caplog.records), what="the warning")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_a_bad_timeout_in_a_payload_from_elsewhere_falls_back_to_the_default() -> None:
+    from wurk.control.stopper import limit_of
+
+    for bad in (0, -1, "30", True, float("nan"), float("inf"), None):
+        assert limit_of({"timeout": bad}, 7.0) == 7.0
+    assert limit_of({"timeout": 2}, 7.0) == 2.0
+    assert limit_of({}, None) is None
+
+
+def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(
+        config: wurk.Config, r: redis.Redis) -> None:
+    batch = wurk.Batch()
+    with batch.jobs():
+        jids = [mark.perform_async(str(n)) for n in range(2)]
+    assert jids[0] is not None and wurk.cancel(jids[0]).found
+    status = wurk.BatchStatus(batch.bid)
+    assert status.failures == 1 and status.dead_jids == [jids[0]] and not status.complete
+    drain = Drain(config)
+    try:
+        assert drain() == 1  # the other one
+    finally:
+        drain.close()
+    assert wurk.BatchStatus(batch.bid).complete
+
+
+def test_wurk_cancel_on_the_command_line(config: wurk.Config, r: redis.Redis) -> None:
+    from click.testing import CliRunner
+
+    from wurk.cli import main
+
+    jid = mark.perform_async("x")
+    runner = CliRunner()
+    found = runner.invoke(main, ["cancel", jid or ""])
+    assert found.exit_code == 0 and "removed from queue:default" in found.output
+    gone = runner.invoke(main, ["cancel", jid or ""])
+    assert gone.exit_code == 1 and "was not found waiting or running" in gone.output
+    bad = runner.invoke(main, ["cancel", "a b"])
+    assert bad.exit_code == 2 and "is not a jid" in bad.output
