@@ -9,8 +9,9 @@ The public surface is this package's ``__all__`` and these modules' (each pinned
 ``wurk.contrib.django.tasks``, ``wurk.contrib.django.urls``, ``wurk.contrib.fastapi``,
 ``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
 ``wurk.expiry``, ``wurk.inprocess``, ``wurk.iteration``, ``wurk.limiter``, ``wurk.metrics``,
-``wurk.middleware``, ``wurk.otel``, ``wurk.scheduled``, ``wurk.swarm``, ``wurk.testing``,
-``wurk.unique``, ``wurk.web``. Every other module is internal: its names may change in any release.
+``wurk.middleware``, ``wurk.otel``, ``wurk.results``, ``wurk.scheduled``, ``wurk.swarm``,
+``wurk.testing``, ``wurk.unique``, ``wurk.web``. Every other module is internal: its names may
+change in any release.
 docs/internals.md walks a job through them.
 
 ``wurk.testing`` comes with ``import wurk`` (``with wurk.testing.fake(): ...``): its modules
@@ -20,7 +21,18 @@ plugin (``wurk.testing.plugin``, which imports pytest) is loaded by pytest alone
 
 from __future__ import annotations
 
-from . import context, crypto, deploy, expiry, iteration, limiter, metrics, testing, unique
+from . import (
+    context,
+    crypto,
+    deploy,
+    expiry,
+    iteration,
+    limiter,
+    metrics,
+    results,
+    testing,
+    unique,
+)
 from ._version import __version__
 from .batch import Batch, BatchStatus, current_batch
 from .client.core import Client
@@ -39,6 +51,7 @@ from .errors import (
     InvalidPayload,
     IterationStateError,
     JobCancelled,
+    JobFailed,
     JobKilled,
     JobNotRegistered,
     JobTimeout,
@@ -48,7 +61,9 @@ from .errors import (
     Shutdown,
     SwarmError,
     UnparseablePayload,
+    UnreadableResult,
     Unretryable,
+    UnstorableResult,
     UnsupportedServer,
     WurkError,
 )
@@ -56,6 +71,7 @@ from .fetch.poison import on_poison
 from .inprocess import Embedded, InProcessWorker, embed
 from .iteration import IterableJob
 from .job import (
+    AsyncJobFunction,
     Job,
     JobFunction,
     JobSetter,
@@ -65,8 +81,10 @@ from .job import (
     job,
     registry,
 )
+from .results import ResultHandle
 
 __all__ = [
+    "AsyncJobFunction",
     "Batch",
     "BatchError",
     "BatchStatus",
@@ -87,6 +105,7 @@ __all__ = [
     "IterationStateError",
     "Job",
     "JobCancelled",
+    "JobFailed",
     "JobFunction",
     "JobKilled",
     "JobNotRegistered",
@@ -95,10 +114,13 @@ __all__ = [
     "Poisoned",
     "RedisUnavailable",
     "RegistrationError",
+    "ResultHandle",
     "Shutdown",
     "SwarmError",
     "UnparseablePayload",
+    "UnreadableResult",
     "Unretryable",
+    "UnstorableResult",
     "UnsupportedServer",
     "WurkError",
     "__version__",
@@ -125,6 +147,7 @@ __all__ = [
     "push_bulk",
     "redis",
     "registry",
+    "results",
     "testing",
     "unique",
     "via",

@@ -25,6 +25,9 @@
         ├── Interrupted                             a job stopped between steps: pushed again
         ├── JobCancelled                            raised in a job that wurk.cancel stopped
         ├── JobTimeout                              raised in a job past its time limit
+        ├── JobFailed                               a job whose result was awaited failed
+        ├── UnstorableResult    (also TypeError)    a job kept no result JSON can carry
+        ├── UnreadableResult    (also ValueError)   a stored result that cannot be read
         └── Unretryable                             a failure no retry can fix: to the dead set
             ├── DecryptionError                     an encrypted argument that cannot be opened
             └── IterationStateError                 an it-<jid> hash that cannot be read
@@ -49,6 +52,7 @@ __all__ = [
     "InvalidPayload",
     "IterationStateError",
     "JobCancelled",
+    "JobFailed",
     "JobKilled",
     "JobNotRegistered",
     "JobTimeout",
@@ -59,7 +63,9 @@ __all__ = [
     "Shutdown",
     "SwarmError",
     "UnparseablePayload",
+    "UnreadableResult",
     "Unretryable",
+    "UnstorableResult",
     "UnsupportedServer",
     "WurkError",
     "is_shutdown",
@@ -244,6 +250,42 @@ class JobTimeout(WurkError):
     def __init__(self, message: str, *, seconds: float | None = None) -> None:
         super().__init__(message)
         self.seconds = seconds
+
+
+class JobFailed(WurkError):
+    """What a result handle raises for a job whose last run failed (``wurk.results``):
+    ``error_class`` and ``message`` are the remote error's (``ValueError``,
+    ``billing.CardDeclined``…), ``retries_remain`` whether a retry is due — the job may still
+    succeed, and a later wait sees that — and ``backtrace`` its lines, innermost first, when
+    the job keeps backtraces (its ``backtrace`` option), else None."""
+
+    __module__ = "wurk"
+
+    def __init__(self, jid: str, error_class: str, message: str, *, retries_remain: bool,
+                 backtrace: list[str] | None = None) -> None:
+        due = "; a retry is due" if retries_remain else ""
+        super().__init__(f"job {jid} failed: {error_class}: {message}{due}")
+        self.jid = jid
+        self.error_class = error_class
+        self.message = message
+        self.retries_remain = retries_remain
+        self.backtrace = backtrace
+
+
+class UnstorableResult(WurkError, TypeError):
+    """A job that keeps its result (``result_ttl``) returned a value JSON would not carry
+    back unchanged (a tuple, a ``datetime``, an object): the run is a failure naming the
+    value's type, never a silent ``str()``."""
+
+    __module__ = "wurk"
+
+
+class UnreadableResult(WurkError, ValueError):
+    """The result stored for a jid is not what wurk writes (not JSON, an unknown status, a
+    field of the wrong type, a key of another Redis type): the message names the problem
+    and shows the start of what is stored."""
+
+    __module__ = "wurk"
 
 
 class Unretryable(WurkError):

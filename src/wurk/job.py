@@ -16,6 +16,10 @@
    return; the processor hands its stop signal over (``set_stop_signal``).
 6. ``aperform_async``/``aperform_in``/``aperform_at``/``aperform_bulk`` are the same pushes
    for async code (``await job.aperform_async(...)``): same payload, never blocking the loop.
+7. A push returns a ``wurk.results.ResultHandle`` — the jid, still a ``str`` — generic in the
+   job's return type: ``@wurk.job`` on ``def f() -> int`` makes a ``JobFunction[P, int]``,
+   on ``async def f() -> int`` an ``AsyncJobFunction[P, int]``, and both push
+   ``ResultHandle[int]``; ``handle.result()`` waits for a job with ``result_ttl``.
 """
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ import contextvars
 import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, ClassVar, Generic, ParamSpec, TypeVar, overload
+from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from . import payload as P
 from . import unique
@@ -37,9 +41,10 @@ from .client.writers import KeptJobs, kept
 from .config import Config
 from .errors import InvalidArguments, JobNotRegistered, RegistrationError
 from .options import validate_options
+from .results.handle import ResultHandle
 
-__all__ = ["Job", "JobDefinition", "JobFunction", "JobSetter", "Registry", "current_jid",
-           "current_job", "interrupted", "job", "registry", "validate_options"]
+__all__ = ["AsyncJobFunction", "Job", "JobDefinition", "JobFunction", "JobSetter", "Registry",
+           "current_jid", "current_job", "interrupted", "job", "registry", "validate_options"]
 
 Params = ParamSpec("Params")
 R = TypeVar("R")
@@ -350,8 +355,10 @@ def _epoch(when: When, name: str = "perform_at's time") -> float:
                             field=P.AT)
 
 
-class JobSetter(Generic[Params]):
-    """``job.set(queue=..., retry=...)``: pushes with some options overridden."""
+class JobSetter(Generic[Params, R]):
+    """``job.set(queue=..., retry=...)``: pushes with some options overridden. Each push
+    returns a ``ResultHandle[R]`` (the jid), or None when a client middleware stopped it
+    (a unique job's duplicate among them)."""
 
     def __init__(self, definition: JobDefinition, options: Mapping[str, Any],
                  config: Config | None = None) -> None:
@@ -369,30 +376,37 @@ class JobSetter(Generic[Params]):
     def _client(self) -> Client:
         return default_client(self._config)
 
+    @staticmethod
+    def _handle(jid: str | None, client: Client) -> ResultHandle[R] | None:
+        return None if jid is None else ResultHandle(jid, client.config)
+
     def _item(self, args: list[Any]) -> dict[str, Any]:
         return {**self.definition.options, **self.options,
                 P.CLASS: self.definition.name, P.ARGS: args}
 
-    def perform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
+    def perform_async(self, *args: Params.args,
+                      **kwargs: Params.kwargs) -> ResultHandle[R] | None:
         if self._wait_until is not None:
             return self._schedule(self._wait_until, args, kwargs)
         if self._sync:
             self.perform_inline(*args, **kwargs)
             return None
         payload = self._item(self.definition.positional(args, kwargs))
-        return self._client().push(payload)
+        client = self._client()
+        return self._handle(client.push(payload), client)
 
     def perform_in(self, interval: Interval, /, *args: Params.args,
-                   **kwargs: Params.kwargs) -> str | None:
+                   **kwargs: Params.kwargs) -> ResultHandle[R] | None:
         return self._schedule(_seconds_from_now(interval), args, kwargs)
 
     def perform_at(self, when: When, /, *args: Params.args,
-                   **kwargs: Params.kwargs) -> str | None:
+                   **kwargs: Params.kwargs) -> ResultHandle[R] | None:
         return self._schedule(_seconds_from_now(_epoch(when)), args, kwargs)
 
-    def _schedule(self, at: float, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str | None:
-        return self._client().push(
-            self._scheduled_item(at, args, kwargs))
+    def _schedule(self, at: float, args: tuple[Any, ...],
+                  kwargs: dict[str, Any]) -> ResultHandle[R] | None:
+        client = self._client()
+        return self._handle(client.push(self._scheduled_item(at, args, kwargs)), client)
 
     def _scheduled_item(self, at: float, args: tuple[Any, ...],
                         kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -402,41 +416,47 @@ class JobSetter(Generic[Params]):
         return item
 
     # -- the same pushes for async code -----------------------------------------------------
-    async def aperform_async(self, *args: Params.args, **kwargs: Params.kwargs) -> str | None:
+    async def aperform_async(self, *args: Params.args,
+                             **kwargs: Params.kwargs) -> ResultHandle[R] | None:
         if self._wait_until is not None:
             return await self._aschedule(self._wait_until, args, kwargs)
         if self._sync:  # as perform_async: run now, in a thread, so the loop goes on meanwhile
             await asyncio.to_thread(self.perform_inline, *args, **kwargs)
             return None
         payload = self._item(self.definition.positional(args, kwargs))
-        return await self._client().apush(payload)
+        client = self._client()
+        return self._handle(await client.apush(payload), client)
 
     async def aperform_in(self, interval: Interval, /, *args: Params.args,
-                          **kwargs: Params.kwargs) -> str | None:
+                          **kwargs: Params.kwargs) -> ResultHandle[R] | None:
         return await self._aschedule(_seconds_from_now(interval), args, kwargs)
 
     async def aperform_at(self, when: When, /, *args: Params.args,
-                          **kwargs: Params.kwargs) -> str | None:
+                          **kwargs: Params.kwargs) -> ResultHandle[R] | None:
         return await self._aschedule(_seconds_from_now(_epoch(when)), args, kwargs)
 
     async def _aschedule(self, at: float, args: tuple[Any, ...],
-                         kwargs: dict[str, Any]) -> str | None:
-        return await self._client().apush(
-            self._scheduled_item(at, args, kwargs))
+                         kwargs: dict[str, Any]) -> ResultHandle[R] | None:
+        client = self._client()
+        return self._handle(await client.apush(self._scheduled_item(at, args, kwargs)),
+                            client)
 
     async def aperform_bulk(self, args: Iterable[Sequence[Any]], *,
                             batch_size: int | None = None,
                             at: When | Sequence[When] | None = None,
-                            spread_interval: float | None = None) -> list[str | None]:
+                            spread_interval: float | None = None
+                            ) -> list[ResultHandle[R] | None]:
         item = self._bulk_item(args, batch_size, at, spread_interval)
-        return await self._client().apush_bulk(item)
+        client = self._client()
+        return [self._handle(jid, client) for jid in await client.apush_bulk(item)]
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
-                     spread_interval: float | None = None) -> list[str | None]:
+                     spread_interval: float | None = None) -> list[ResultHandle[R] | None]:
         """Push one job per argument list, a round trip per ``batch_size`` jobs."""
         item = self._bulk_item(args, batch_size, at, spread_interval)
-        return self._client().push_bulk(item)
+        client = self._client()
+        return [self._handle(jid, client) for jid in client.push_bulk(item)]
 
     def _bulk_item(self, args: Iterable[Sequence[Any]], batch_size: int | None,
                    at: When | Sequence[When] | None,
@@ -472,10 +492,11 @@ class JobSetter(Generic[Params]):
         return client.config.server_middleware.invoke(instance, job, job[P.QUEUE], run)
 
 
-class JobFunction(JobSetter[Params], Generic[Params, R]):
-    """What ``@wurk.job`` returns: the function, still callable, plus the push methods."""
+class JobFunction(JobSetter[Params, R]):
+    """What ``@wurk.job`` returns: the function, still callable, plus the push methods, each
+    returning a ``ResultHandle[R]`` for a job returning ``R``."""
 
-    def __init__(self, func: Callable[Params, R], definition: JobDefinition) -> None:
+    def __init__(self, func: Callable[Params, Any], definition: JobDefinition) -> None:
         super().__init__(definition, {})
         self.func = func
         self.name = definition.name
@@ -486,9 +507,10 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
         self.__module__ = func.__module__
 
     def __call__(self, *args: Params.args, **kwargs: Params.kwargs) -> R:
-        return self.func(*args, **kwargs)
+        value: R = self.func(*args, **kwargs)
+        return value
 
-    def set(self, **options: Any) -> JobSetter[Params]:
+    def set(self, **options: Any) -> JobSetter[Params, R]:
         return JobSetter(self.definition, options)
 
     # -- wurk.testing's fake mode: this job's pushes ----------------------------------------
@@ -509,6 +531,16 @@ class JobFunction(JobSetter[Params], Generic[Params, R]):
         return f"<wurk job {self.name!r}>"
 
 
+class AsyncJobFunction(JobFunction[Params, R]):
+    """What ``@wurk.job`` returns for an ``async def`` returning ``R``: called, a coroutine
+    of ``R``; pushed, a ``ResultHandle[R]`` (the result is what the coroutine returned)."""
+
+    def __call__(  # type: ignore[override]  # a coroutine of R, not R
+            self, *args: Params.args, **kwargs: Params.kwargs) -> Coroutine[Any, Any, R]:
+        coroutine: Coroutine[Any, Any, R] = self.func(*args, **kwargs)
+        return coroutine
+
+
 def _fake_store() -> KeptJobs:
     return kept()
 
@@ -520,13 +552,27 @@ class _FakeJobs:
         return _fake_store().jobs(name=owner._definition().name)
 
 
+class JobDecorator(Protocol):
+    """What ``@wurk.job(...)`` with options returns: the decorator, typed as ``job``."""
+
+    @overload
+    def __call__(self, func: Callable[Params, Coroutine[Any, Any, R]], /
+                 ) -> AsyncJobFunction[Params, R]: ...
+
+    @overload
+    def __call__(self, func: Callable[Params, R], /) -> JobFunction[Params, R]: ...
+
+
+@overload
+def job(func: Callable[Params, Coroutine[Any, Any, R]], /) -> AsyncJobFunction[Params, R]: ...
+
+
 @overload
 def job(func: Callable[Params, R], /) -> JobFunction[Params, R]: ...
 
 
 @overload
-def job(*, name: str | None = None, **options: Any
-        ) -> Callable[[Callable[Params, R]], JobFunction[Params, R]]: ...
+def job(*, name: str | None = None, **options: Any) -> JobDecorator: ...
 
 
 def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
@@ -544,7 +590,8 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
         definition = JobDefinition(wire, fn, validate_options(options, where=f"job {wire!r}"),
                                    hooks=hooks, rate_limit=limiter)
         registry.register(definition)
-        return JobFunction(fn, definition)
+        kind = AsyncJobFunction if definition.is_async else JobFunction
+        return kind(fn, definition)
 
     return register(func) if func is not None else register
 
@@ -639,23 +686,26 @@ class Job:
         return None
 
     @classmethod
-    def set(cls, **options: Any) -> JobSetter[...]:
+    def set(cls, **options: Any) -> JobSetter[..., Any]:
         return JobSetter(cls._definition(), options)
 
     @classmethod
-    def perform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+    def perform_async(cls, *args: Any, **kwargs: Any) -> ResultHandle[Any] | None:
         return cls.set().perform_async(*args, **kwargs)
 
     @classmethod
-    def perform_in(cls, interval: Interval, /, *args: Any, **kwargs: Any) -> str | None:
+    def perform_in(cls, interval: Interval, /, *args: Any,
+                   **kwargs: Any) -> ResultHandle[Any] | None:
         return cls.set().perform_in(interval, *args, **kwargs)
 
     @classmethod
-    def perform_at(cls, when: When, /, *args: Any, **kwargs: Any) -> str | None:
+    def perform_at(cls, when: When, /, *args: Any,
+                   **kwargs: Any) -> ResultHandle[Any] | None:
         return cls.set().perform_at(when, *args, **kwargs)
 
     @classmethod
-    def perform_bulk(cls, args: Iterable[Sequence[Any]], **options: Any) -> list[str | None]:
+    def perform_bulk(cls, args: Iterable[Sequence[Any]],
+                     **options: Any) -> list[ResultHandle[Any] | None]:
         return cls.set().perform_bulk(args, **options)
 
     @classmethod
@@ -678,20 +728,22 @@ class Job:
         _fake_store().clear(cls._definition().name)
 
     @classmethod
-    async def aperform_async(cls, *args: Any, **kwargs: Any) -> str | None:
+    async def aperform_async(cls, *args: Any, **kwargs: Any) -> ResultHandle[Any] | None:
         return await cls.set().aperform_async(*args, **kwargs)
 
     @classmethod
-    async def aperform_in(cls, interval: Interval, /, *args: Any, **kwargs: Any) -> str | None:
+    async def aperform_in(cls, interval: Interval, /, *args: Any,
+                          **kwargs: Any) -> ResultHandle[Any] | None:
         return await cls.set().aperform_in(interval, *args, **kwargs)
 
     @classmethod
-    async def aperform_at(cls, when: When, /, *args: Any, **kwargs: Any) -> str | None:
+    async def aperform_at(cls, when: When, /, *args: Any,
+                          **kwargs: Any) -> ResultHandle[Any] | None:
         return await cls.set().aperform_at(when, *args, **kwargs)
 
     @classmethod
     async def aperform_bulk(cls, args: Iterable[Sequence[Any]],
-                            **options: Any) -> list[str | None]:
+                            **options: Any) -> list[ResultHandle[Any] | None]:
         return await cls.set().aperform_bulk(args, **options)
 
     @classmethod

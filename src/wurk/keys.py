@@ -13,6 +13,8 @@
 6. Job profiles as Sidekiq 8 stores them: the ``profiles`` sorted set and one hash per
    profiled run, named by its member ``<token>-<jid>`` (under the prefix, as redis-namespace
    puts it).
+7. Job results (``wurk.results``), wurk's own: ``wurk:result:<jid>``, the channel that
+   announces one, and a batch's index of the jids that stored one.
 """
 
 from __future__ import annotations
@@ -214,6 +216,25 @@ class Keys:
     def iteration(self, jid: str) -> str:
         """An iterable job's state ``it-<jid>``: ex, c (JSON cursor), rt, cancelled."""
         return f"{self.prefix}it-{jid}"
+
+    # -- job results (wurk's own: Sidekiq keeps none) ---------------------------------------
+    def result(self, jid: str) -> str:
+        """A job's last outcome, JSON with the job's ``result_ttl`` (``wurk.results``)."""
+        if not jid:
+            raise ValueError("a result key needs a non-empty jid")
+        return f"{self.prefix}wurk:result:{jid}"
+
+    def result_channel(self, jid: str) -> str:
+        """The pub/sub channel a stored outcome is published on (its JSON), for waiters."""
+        if not jid:
+            raise ValueError("a result channel needs a non-empty jid")
+        return f"{self.prefix}wurk:result-ready:{jid}"
+
+    def batch_results(self, bid: str) -> str:
+        """The jids of a batch's jobs that stored an outcome, scored by when (ZSET)."""
+        if not bid:
+            raise ValueError("a batch's result index needs a non-empty bid")
+        return f"{self.prefix}wurk:batch-results:{bid}"
 
     # -- framework integrations -------------------------------------------------------------
     def task_result(self, result_id: str) -> str:

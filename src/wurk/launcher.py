@@ -65,6 +65,7 @@ from .periodic.poller import PeriodicPoller
 from .processor import JobRunner
 from .profiling.middleware import JobProfiler
 from .reporting import fire, report_error
+from .results.recorder import ResultDeathHandler, ResultRecorder
 from .runtime import affinity
 from .runtime.busy import Busy
 from .runtime.identity import Identity
@@ -99,13 +100,19 @@ POLLER_THREAD = "wurk-poller"
 #   3. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
 #   4. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
 #      expired jobs dropped — inside the batch link, so a rescheduled job is not counted;
+#   4b. results (``wurk.results``): a job with ``result_ttl`` stores its run's outcome —
+#      inside the cancel link (it records "cancelled" and lets ``JobCancelled`` go on),
+#      inside the limits, so a job rescheduled, expired or skipped stores nothing, and
+#      inside the batch link, so a result is stored before the count that completes its
+#      batch; a job without ``result_ttl`` pays one dict lookup;
 #   5. the encrypted argument opened (``wurk.crypto``): so what stores the payload outside
 #      it (a reschedule, a retry, the dead set) stores the envelope, never the value;
 #   6. the profiler (``wurk.profiling``): innermost, so a profile is of the job (and the
 #      application's links) only; a job without ``profile`` pays one dict lookup.
-# And their death handlers: a dead batch job is counted; a dead unique job frees its lock.
+# And their death handlers: a dead batch job is counted; a dead unique job frees its lock; a
+# dead job that keeps its result stores its final failure.
 BUILT_IN = (ExecutionMetrics, InterruptHandler, CancelHandler, BatchServerMiddleware,
-            LimitsMiddleware, Opener, JobProfiler)
+            LimitsMiddleware, ResultRecorder, Opener, JobProfiler)
 
 
 def install_built_ins(config: Config) -> None:
@@ -124,6 +131,7 @@ def install_built_ins(config: Config) -> None:
         CancelHandler: found.get(CancelHandler) or CancelHandler(config),
         BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
         LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config),
+        ResultRecorder: found.get(ResultRecorder) or ResultRecorder(config),
         Opener: found.get(Opener) or Opener(config),
         JobProfiler: found.get(JobProfiler) or JobProfiler(config)}
     for present in found.values():
@@ -133,7 +141,7 @@ def install_built_ins(config: Config) -> None:
         if link is not None:
             chain.prepend(link)
     install_batch_client(config)
-    for handler in (BatchDeathHandler, LockRelease):
+    for handler in (BatchDeathHandler, LockRelease, ResultDeathHandler):
         if not any(isinstance(h, handler) for h in config.death_handlers):
             config.death_handlers.append(handler(config))
     open_batches_with(open_batch)

@@ -12,10 +12,13 @@ periodic loops and the job definitions share one check.
    ``expires_in`` (relative seconds or a timedelta: an absolute time is refused).
 4. Profiling: ``profile`` is a token (a non-empty string; it names the stored profile) and
    ``profiler_options`` only what wurk's profiler honours (``check_profiler_options``).
+5. Results: ``result_ttl``, the seconds a job's outcome is kept (or a timedelta), as whole
+   seconds (``result_ttl_seconds``); False keeps none, and overrides a job's own.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -29,8 +32,8 @@ from .log import level_number
 __all__ = ["PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX", "SHARD",
            "UNIQUE_UNTIL",
            "check_expiry_fields", "check_profiler_options", "check_queue_name",
-           "check_unique_fields", "expires_in_seconds", "parse_queue", "stamp_expiry",
-           "unique_for_seconds", "validate_options"]
+           "check_result_ttl", "check_unique_fields", "expires_in_seconds", "parse_queue",
+           "result_ttl_seconds", "stamp_expiry", "unique_for_seconds", "validate_options"]
 
 UNIQUE_UNTIL = ("success", "start")
 # A profile token is part of a Redis key (``<token>-<jid>``): long enough for any name.
@@ -92,6 +95,8 @@ def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any
         _check_option(key, value, where)
     if P.RETRY_FOR in result:
         result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
+    if P.RESULT_TTL in result:
+        result[P.RESULT_TTL] = result_ttl_seconds(result[P.RESULT_TTL], where)
     _limits_options(result, where)
     return result
 
@@ -185,6 +190,8 @@ def _check_option(key: str, value: Any, where: str) -> None:
             raise bad("a list of strings")
     elif key in (P.UNIQUE_FOR, P.EXPIRES_IN):
         return  # checked and converted to seconds by _limits_options
+    elif key == P.RESULT_TTL:
+        return  # checked and converted to whole seconds by validate_options
     elif key == P.ENCRYPT:
         if not isinstance(value, bool):
             raise bad("True or False (True seals the last argument: wurk.crypto)")
@@ -212,6 +219,33 @@ def _check_option(key: str, value: Any, where: str) -> None:
             P.check_args([value], what=f"option {key!r}")
         except InvalidArguments as exc:
             raise ConfigError(f"{where}: {exc}") from None
+
+
+def result_ttl_seconds(value: Any, where: str) -> int | bool:
+    """``result_ttl`` as whole seconds (a fraction rounds up: Redis keeps keys by the
+    second), or False for no result; ``ConfigError`` naming the value otherwise."""
+    if value is False or value is None:
+        return False
+    given = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(given, bool) or not isinstance(given, (int, float)) or not (
+            0 < given < P.ABSOLUTE_EPOCH_FLOOR):
+        raise ConfigError(f"{where}: result_ttl={value!r} is invalid; expected the seconds "
+                          "the job's result is kept (or a timedelta), above 0 and below "
+                          f"{P.ABSOLUTE_EPOCH_FLOOR:,}, or False to keep none")
+    return math.ceil(given)
+
+
+def check_result_ttl(job: dict[str, Any], where: str = "push") -> None:
+    """A payload's ``result_ttl`` at push: whole seconds, or gone when it is False/None (a
+    push that turned off its job's result)."""
+    try:
+        seconds = result_ttl_seconds(job[P.RESULT_TTL], where)
+    except ConfigError as exc:
+        raise InvalidPayload(str(exc), field=P.RESULT_TTL) from None
+    if seconds is False:
+        job.pop(P.RESULT_TTL)
+    else:
+        job[P.RESULT_TTL] = seconds
 
 
 def check_profiler_options(value: Any, where: str) -> None:

@@ -7,9 +7,10 @@
 4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
    seconds); ``read_time``
    accepts every form found in the wild.
-5. Arguments must be JSON-native, of the exact types (an enum member or a subclass is refused),
-   with text UTF-8 can encode and ints Python writes as text; ``check_args`` names the first
-   one that is not.
+5. Arguments must be JSON-native, of the exact types (an enum member or a subclass is refused,
+   but for ``Jid``, the text a push returned), with text UTF-8 can encode and ints Python
+   writes as text; ``check_args`` names the first one that is not, ``check_value`` checks
+   one value (a job's return value) by the same rules.
 6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);
    reading one inflates at most ``BACKTRACE_MAX_BYTES`` (a stored value can be a zip bomb).
 """
@@ -31,9 +32,11 @@ from typing import Any, Literal, NoReturn
 from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
 
 __all__ = [
+    "Jid",
     "Payload",
     "TimestampFormat",
     "check_args",
+    "check_value",
     "decode_backtrace",
     "dumps",
     "encode_backtrace",
@@ -80,7 +83,11 @@ LOG_LEVEL = "log_level"
 ENCRYPT = "encrypt"
 PROFILE = "profile"
 PROFILER_OPTIONS = "profiler_options"  # Sidekiq 8: options for the profiler (Vernier's)
+# wurk's own: seconds the job's outcome is kept under ``wurk:result:<jid>`` (``wurk.results``);
+# a Ruby worker ignores it and keeps nothing.
+RESULT_TTL = "result_ttl"
 TIMEOUT = "timeout"  # wurk: the job's time limit, seconds (``wurk.control``)
+
 # Limits (rate limiters, unique jobs, expiring jobs).
 OVERRATED = "overrated"  # how often a rate limiter rescheduled the job (Sidekiq Enterprise)
 UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)
@@ -108,6 +115,14 @@ ERROR_MESSAGE_LIMIT = 10_000
 _MS_FLOOR = 10**11
 # Relative intervals are below this; larger numbers are absolute epoch seconds.
 ABSOLUTE_EPOCH_FLOOR = 1_000_000_000
+
+
+class Jid(str):
+    """A jid as a push returns it (``wurk.results.ResultHandle`` is one): the only ``str``
+    subclass a payload takes, since it is nothing but its text — JSON writes that, and the
+    job reads back a ``str`` equal to it, as it did before pushes returned handles."""
+
+    __slots__ = ()
 
 
 def new_jid() -> str:
@@ -258,6 +273,12 @@ def check_args(args: Iterable[Any], *, what: str = "argument") -> None:
             _check_native(value, f"{what} {index}")
 
 
+def check_value(value: Any, what: str) -> None:
+    """``check_args``'s rules for one value (a job's return value): ``InvalidArguments``
+    naming ``what``, the value's type and what to do when JSON would not bring it back."""
+    _check_native(value, what)
+
+
 # An int of at most this many bits has at most 603 digits, fewer than the lowest limit Python
 # may be set to write as text (640, ``sys.set_int_max_str_digits``): never too long.
 _SHORT_INT_BITS = 2000
@@ -269,7 +290,7 @@ def _check_native(value: Any, path: str) -> None:
     kind = type(value)
     if value is None or kind is bool:
         return
-    if kind is str:
+    if kind is str or isinstance(value, Jid):
         _check_text(value, path)
         return
     if kind is int:

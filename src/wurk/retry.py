@@ -9,6 +9,10 @@
    ``wurk.Unretryable`` (an encrypted argument that cannot be opened: ``DecryptionError``),
    whatever the job's ``retry`` option says.
 3. User hooks are contained: one that raises is reported and the default applies.
+4. ``will_retry``: whether ``handle`` will book a retry of a failure, by the same rules,
+   before it is booked (a job's stored result says so: ``wurk.results``). Only the
+   ``retry_in`` hook is not asked — its ``"kill"`` or ``"discard"`` is known once it runs,
+   and a death handler then says so.
 
 Every field this module does not understand is kept as it was: other middleware (Ruby or
 Python) may own it.
@@ -32,7 +36,8 @@ from .job import JobDefinition
 from .morgue import Morgue
 from .reporting import report_error, run_death_handlers
 
-__all__ = ["BACKOFF_BASE", "JITTER_STEP", "JobRetry", "backtrace_lines", "default_delay"]
+__all__ = ["BACKOFF_BASE", "JITTER_STEP", "JobRetry", "backtrace_lines", "default_delay",
+           "kept_backtrace", "will_retry"]
 
 # Sidekiq's backoff is count⁴ + 15 s: 15 s, 16 s, 31 s, 96 s, … about 20 days over 25 retries.
 BACKOFF_BASE = 15
@@ -81,7 +86,7 @@ class JobRetry:
             self.kill_unretryable(job, exc)
             return
         retry = _retry_option(job, definition)
-        if retry is None or retry is False:
+        if not _retries(retry):
             # No retry and no dead set: only the death handlers hear of it.
             run_death_handlers(self.config, job, exc)
             return
@@ -104,7 +109,7 @@ class JobRetry:
     def _book(self, job: dict[str, Any], exc: BaseException, retry: int,
               definition: JobDefinition | None, instance: object | None) -> None:
         now = time.time()
-        limit = self.config.max_retries if retry is True else retry
+        limit = _limit(self.config, retry)
         retry_queue = job.get(P.RETRY_QUEUE)
         if isinstance(retry_queue, str) and retry_queue:
             job[P.QUEUE] = retry_queue
@@ -127,13 +132,8 @@ class JobRetry:
 
     def _count_failure(self, job: dict[str, Any], now: float) -> int:
         stamp = P.write_time(self.config.timestamp_format, now)
-        previous = job.get(P.RETRY_COUNT)
-        if previous is None:
-            job[P.FAILED_AT] = stamp
-            job[P.RETRY_COUNT] = 0
-        else:
-            job[P.RETRIED_AT] = stamp
-            job[P.RETRY_COUNT] = previous + 1
+        job[P.FAILED_AT if job.get(P.RETRY_COUNT) is None else P.RETRIED_AT] = stamp
+        job[P.RETRY_COUNT] = _next_count(job)
         return int(job[P.RETRY_COUNT])
 
     def _delay(self, job: dict[str, Any], exc: BaseException, count: int,
@@ -179,16 +179,55 @@ class JobRetry:
         return P.write_time(self.config.timestamp_format)
 
 
-def _retry_option(job: dict[str, Any], definition: JobDefinition | None) -> Any:
+def will_retry(config: Config, job: dict[str, Any], exc: BaseException,
+               definition: JobDefinition | None) -> bool:
+    """Whether ``JobRetry.handle`` will schedule a retry of this failure of ``job`` (read
+    before it is booked; ``job`` is not changed): a payload it can read, an error a retry
+    may fix, retries on and not used up (``retry_for``'s window included). The ``retry_in``
+    hook is not asked: its ``"kill"`` or ``"discard"`` is known only when it is."""
+    try:
+        P.validate(job)
+    except InvalidPayload:
+        return False
+    retry = _retry_setting(job, definition)
+    if isinstance(exc, Unretryable) or not _retries(retry):
+        return False
+    return not _exhausted(job, _next_count(job), _limit(config, retry), time.time())
+
+
+def _retry_setting(job: dict[str, Any], definition: JobDefinition | None) -> Any:
     """The payload's ``retry`` if it has the key, else the job's option, else on
     (an unknown job without the key retries with the default: never silently dropped)."""
     if P.RETRY in job:
         return job[P.RETRY]
     if definition is not None and P.RETRY in definition.options:
-        # Sidekiq writes the class's value into the payload, so the retry entry carries it.
-        job[P.RETRY] = definition.options[P.RETRY]
-        return job[P.RETRY]
+        return definition.options[P.RETRY]
     return True
+
+
+def _retry_option(job: dict[str, Any], definition: JobDefinition | None) -> Any:
+    """``_retry_setting``, written into the payload when it came from the job's option:
+    Sidekiq writes the class's value there, so the retry entry carries it."""
+    retry = _retry_setting(job, definition)
+    if P.RETRY not in job and definition is not None and P.RETRY in definition.options:
+        job[P.RETRY] = retry
+    return retry
+
+
+def _retries(retry: Any) -> bool:
+    """Whether a ``retry`` setting allows retries at all (None and False do not)."""
+    return retry is not None and retry is not False
+
+
+def _limit(config: Config, retry: Any) -> int:
+    """How many retries a ``retry`` setting allows: ``True`` means the configuration's."""
+    return config.max_retries if retry is True else int(retry)
+
+
+def _next_count(job: dict[str, Any]) -> int:
+    """The ``retry_count`` booking this failure writes: 0 for the first, else one more."""
+    previous = job.get(P.RETRY_COUNT)
+    return 0 if previous is None else int(previous) + 1
 
 
 def _stamp_error(job: dict[str, Any], exc: BaseException) -> None:
@@ -196,14 +235,22 @@ def _stamp_error(job: dict[str, Any], exc: BaseException) -> None:
     job[P.ERROR_CLASS] = P.error_class_name(exc)
 
 
-def _store_backtrace(job: dict[str, Any], exc: BaseException) -> None:
+def kept_backtrace(job: dict[str, Any], exc: BaseException) -> list[str] | None:
+    """The backtrace lines the job's ``backtrace`` option keeps (all for True, the first N
+    for a count), or None when it keeps none."""
     wanted = job.get(P.BACKTRACE)
     if wanted is None or wanted is False:
-        return
+        return None
     lines = backtrace_lines(exc)
     if wanted is not True:  # a line count; Ruby's 0 is truthy and stores an empty list
         lines = lines[: int(wanted)]
-    job[P.ERROR_BACKTRACE] = P.encode_backtrace(lines)
+    return lines
+
+
+def _store_backtrace(job: dict[str, Any], exc: BaseException) -> None:
+    lines = kept_backtrace(job, exc)
+    if lines is not None:
+        job[P.ERROR_BACKTRACE] = P.encode_backtrace(lines)
 
 
 def _exhausted(job: dict[str, Any], count: int, limit: int, now: float) -> bool:

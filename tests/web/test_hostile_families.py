@@ -110,6 +110,9 @@ FAMILIES = [
     # The running job's (Busy) and the retry's (Retries): both pages read their state.
     Family("iteration", lambda k, t: k.iteration("e" * 24), "hash"),
     Family("iteration:retry", lambda k, t: k.iteration("c" * 24), "hash"),
+    # The results of the retrying and the dead job: each entry's own page reads its jid's.
+    Family("result", lambda k, t: k.result("c" * 24), "string"),
+    Family("result:dead", lambda k, t: k.result("d" * 24), "string"),
     Family("profiles", lambda k, t: k.profiles, "zset"),
     Family("profile", lambda k, t: k.profile(PROFILE), "hash"),
     Family("push_buffers", lambda k, t: k.push_buffers, "zset"),
@@ -140,6 +143,10 @@ NOT_READ = {
     "batch_keys": "lists batch keys (covered one by one above)",
     "batch_tag_prefix": "a prefix",
     "push_sent": "the recording pushes' own record of jids sent, read by their script only",
+    "cancels": "jids wurk.cancel leaves for a process: its CancelPoller pops them, no page",
+    "stat_cancelled": "read by the Prometheus exposition only (wurk_jobs_cancelled_total)",
+    "result_channel": "a pub/sub channel, not a key: waiters subscribe to it",
+    "batch_results": "a batch's index of jids with a result: BatchStatus.results(), no page",
 }
 
 
@@ -223,6 +230,10 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
         r.hset(k.iteration(jid), mapping={"ex": 2, "c": json.dumps([MARK, 7]), "rt": 1.5,
                                           "cancelled": int(stamp)})
 
+    for jid in ("c" * 24, "d" * 24):  # the retrying job's last run, the dead one's final
+        r.set(k.result(jid), json.dumps({
+            "status": "failed", "error_class": MARK, "error_message": MARK,
+            "retries_remain": jid == "c" * 24, "class": JOB, "finished_at": stamp}), ex=60)
     r.zadd(k.push_buffers, {IDENTITY: stamp})
     r.set(k.push_buffer(IDENTITY), json.dumps({
         "identity": IDENTITY, "hostname": "host", "pid": 1, "kind": "disk", "where": MARK,

@@ -164,6 +164,20 @@ class WithARealWorker(TransactionTestCase):
         wait_for(lambda: (result.refresh(), result.is_finished)[1])
         self.assertEqual(result.return_value, 42)
 
+    def test_a_tasks_result_is_kept_in_wurks_result_store(self) -> None:
+        """The return value lives where any wurk job keeps its own: a ResultHandle made from
+        the result id waits for it, woken by Redis, and a failure is typed."""
+        result = add.enqueue(4, 5)
+        self.assertEqual(wurk.ResultHandle(result.id).result(timeout=30), 9)
+        result.refresh()
+        self.assertTrue(result.is_finished)
+        self.assertEqual(result.return_value, 9)
+        failed = refuse.enqueue("not today")
+        with self.assertRaises(wurk.JobFailed) as raised:
+            wurk.ResultHandle(failed.id).result(timeout=30)
+        self.assertEqual(raised.exception.error_class, "PermissionError")
+        self.assertEqual(raised.exception.message, "not today")
+
     def test_a_task_that_takes_its_context(self) -> None:
         result = attempt_number.enqueue("first")
         wait_for(lambda: (result.refresh(), result.is_finished)[1])

@@ -11,6 +11,7 @@
    (``api/periodic.py``); ``ProfileSet``, ``ProfileRecord`` — job profiles kept a day
    (``api/profiles.py``).
    ``IterableJobQuery`` — iterable jobs' state and cancellation (``api/iteration.py``).
+   ``ResultQuery`` — jobs' stored results, by jid or by batch (``api/results.py``).
 7. Paging that tolerates concurrent change (``paging.py``).
 8. Checked values (``values.py``): everything above reads times, counts, JSON and backtraces
    through it, so a value that cannot be read is an ``Invalid`` carrying its raw text, not
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from .profiles import ProfileRecord, ProfileSet
     from .queues import Queue
     from .record import JobRecord
+    from .results import ResultQuery
     from .sets import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
     from .stats import QueueSummary, ShardNumbers, ShardStats, Stats, StatsHistory
 
@@ -57,6 +59,7 @@ _HOME = {
     "StatsHistory": "stats", "ShardNumbers": "stats", "ShardStats": "stats",
     "Invalid": "values",
     "ProfileRecord": "profiles", "ProfileSet": "profiles", "IterableJobQuery": "iteration",
+    "ResultQuery": "results",
 }
 
 
@@ -87,6 +90,7 @@ __all__ = [
     "ProfileSet",
     "Queue",
     "QueueSummary",
+    "ResultQuery",
     "RetrySet",
     "ScheduledSet",
     "ShardNumbers",

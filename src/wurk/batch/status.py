@@ -6,6 +6,8 @@
    ``problems``), never an exception.
 2. ``complete`` / ``succeeded`` / ``dead``; ``data()`` is the JSON summary the dashboard's
    status endpoint serves; ``join(timeout)`` waits for ``complete`` (for tests).
+   ``results()``: the stored outcomes of the batch's jobs that keep one (``result_ttl``),
+   by jid, in the order they finished (``wurk.results``).
 3. ``delete()`` removes every key of the batch and its entries in the indexes.
 """
 
@@ -18,6 +20,7 @@ from .. import payload as P
 from .. import stored
 from ..config import Config, default_config
 from ..errors import BatchError
+from ..results.store import BATCH_READ_CAP, Outcome, batch_outcomes
 from ..stored import Invalid, count, epoch, invalid, to_json
 from .accounting import decode_callbacks
 
@@ -156,6 +159,13 @@ class BatchStatus:
     @property
     def child_bids(self) -> list[str]:
         return self._set("kids")
+
+    def results(self, *, limit: int = BATCH_READ_CAP) -> dict[str, Outcome | Invalid]:
+        """The outcomes stored by this batch's jobs that keep theirs (``result_ttl``): jid →
+        ``wurk.results.Outcome`` (``.value``, or ``.unwrap()`` to raise a failure), in the
+        order they finished, at most ``limit``; one that cannot be read is an ``Invalid``.
+        A job that keeps no result, has not finished, or whose result expired is absent."""
+        return batch_outcomes(self.config, self.bid, limit=limit)
 
     def includes(self, jid: str) -> bool:
         """Whether ``jid`` is a job of this batch that has not finished yet."""

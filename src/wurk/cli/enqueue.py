@@ -85,8 +85,9 @@ def enqueue_command(name: str, args: tuple[str, ...], modules: tuple[str, ...],
     values = parse_args(args)
     if modules:
         definition = registered(name, modules)
-        setter: JobSetter[Any] = JobSetter(definition, {} if queue is None else {"queue": queue},
-                                           config=default_config())
+        setter: JobSetter[..., Any] = JobSetter(
+            definition, {} if queue is None else {"queue": queue}, config=default_config())
+        jid: str | None
         try:
             jid = setter.perform_async(*values) if delay is None \
                 else setter.perform_in(delay, *values)

@@ -46,7 +46,13 @@ from ..connections.pool import RedisPool
 from ..crypto import seal
 from ..errors import InvalidArguments, InvalidPayload
 from ..middleware import TemporaryLoop, bridge
-from ..options import SHARD, check_expiry_fields, check_unique_fields, stamp_expiry
+from ..options import (
+    SHARD,
+    check_expiry_fields,
+    check_result_ttl,
+    check_unique_fields,
+    stamp_expiry,
+)
 from . import writers
 from .writers import Entries, RedisWriter, Writer
 
@@ -345,6 +351,8 @@ class Client:
             check_unique_fields(job)
         if P.EXPIRES_IN in job:
             check_expiry_fields(job)
+        if P.RESULT_TTL in job:
+            check_result_ttl(job)
         P.validate(job)
 
     def _through_middleware(self, job: P.Payload) -> P.Payload | None:

@@ -14,6 +14,8 @@
 
 A running job that was cancelled ends as cancelled — not a failure, not retried: the
 built-in ``CancelHandler`` link counts it in ``wurk:stat:cancelled`` and acknowledges it.
+A job that keeps its result (``result_ttl``) has it say "cancelled" either way (removed here,
+or stopped by the worker's ``ResultRecorder``): its handle raises ``wurk.JobCancelled``.
 ``cancel`` returns a ``Cancellation`` saying where the job was found; a jid found nowhere
 (finished long ago, or never pushed) says so.
 
@@ -36,6 +38,7 @@ from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
 from ..iteration import state as iteration_state
 from ..iteration.control import check_jid
+from ..results.store import record_cancelled
 
 __all__ = ["CONTROL_TTL", "Cancellation", "cancel"]
 
@@ -97,9 +100,16 @@ def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
 
 
 def _never_ran(config: Config, raw: bytes | str) -> None:
-    """A waiting job removed by a cancel: counted, and its batch told it will not run."""
+    """A waiting job removed by a cancel: counted, its result (when it keeps one) says
+    "cancelled", and its batch told it will not run — after the result, so a batch callback
+    reads it."""
     job = P.loads(raw)
     config.pool("api").run(lambda r: r.incr(config.keys.stat_cancelled))
+    try:
+        record_cancelled(config, job)
+    except Exception as exc:  # the job is removed all the same; a waiter times out
+        log.warning("job %s is cancelled, but its result could not say so: %s",
+                    job.get(P.JID), exc)
     bid, jid = job.get(P.BID), job.get(P.JID)
     if isinstance(bid, str) and bid and isinstance(jid, str) and jid:
         count_in_batch(config, bid, jid, "death")

@@ -111,11 +111,11 @@ async def job_set(request: Request, kind: data.SetKind) -> Response:
 
 async def job_entry(request: Request, kind: data.SetKind) -> Response:
     dash = dashboard(request)
-    found = await dash.run(data.entry, dash.config, kind, request.path_params["key"])
+    found = await dash.run(data.entry_page, dash.config, kind, request.path_params["key"])
     if found is None:
         raise HTTPException(404, f"No such entry in {kind.title}: it has run, moved or "
                                  "been deleted.")
-    return Document(data.entry_detail(found))
+    return Document(found)
 
 
 async def csrf(request: Request) -> Response:
@@ -201,7 +201,7 @@ def set_endpoints(kind: data.SetKind) -> list[Endpoint]:
                        ("keys", "array", "entry keys as listed (<score>-<sha1>)"),
                        ("all", "boolean", "act on every entry"))),
         Endpoint("GET", base + "/{key}", partial(job_entry, kind=kind),
-                 f"{kind.title}: one entry, with its error and backtrace"),
+                 f"{kind.title}: one entry, with its error, backtrace and stored result"),
         Endpoint("POST", base + "/{key}", partial(job_entry_action, kind=kind),
                  f"{kind.title}: act on one entry", body=(("action", "string", one),)),
     ]

@@ -11,6 +11,8 @@
    (``wurk.api.values``), which the templates and the API's JSON know how to show.
 5. Entries are named by short keys, never by their text: ``<score>-<sha1>`` in a job set,
    ``<index>-<sha1>`` in a queue (``entry``, ``queue_key``).
+6. An entry's own page shows the job's stored result (``wurk.results``) when it keeps one:
+   its last run's value or failure, an unreadable record marked (``entry_page``).
 
 Everything here blocks on Redis: the handlers run it through ``Dashboard.run``.
 """
@@ -40,6 +42,7 @@ from ..api import (
 from ..api.iteration import IterableJobQuery
 from ..api.pushbuffers import PushBuffers
 from ..api.record import JobRecord
+from ..api.results import ResultQuery
 from ..config import Config
 from ..stored import Invalid
 
@@ -49,6 +52,7 @@ __all__ = [
     "SetKind",
     "busy",
     "entry",
+    "entry_page",
     "history",
     "overview",
     "ping",
@@ -271,6 +275,21 @@ def entry(config: Config, kind: SetKind, key: str) -> SortedEntry | None:
     """The entry whose key (``<score>-<sha1>``, ``SortedEntry.address``) this is, or None
     when it is gone or the key is not one."""
     return kind.job_set(config).at_address(key)
+
+
+def entry_page(config: Config, kind: SetKind, key: str) -> dict[str, Any] | None:
+    """What an entry's own page shows (``entry_detail``) and its job's stored ``result``
+    (None: it keeps none; ``Invalid``: one that cannot be read); None when the entry is
+    gone or the key is not one."""
+    found = entry(config, kind, key)
+    if found is None:
+        return None
+    detail = entry_detail(found)
+    jid = detail.get("jid")
+    outcome = ResultQuery(config).find(jid) if isinstance(jid, str) and jid else None
+    detail["result"] = outcome.to_dict() if outcome is not None and not isinstance(
+        outcome, Invalid) else outcome
+    return detail
 
 
 def entry_dict(entry: SortedEntry) -> dict[str, Any]:

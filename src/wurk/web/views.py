@@ -144,11 +144,11 @@ async def job_set_action(request: Request, kind: data.SetKind) -> Response:
 
 async def job_entry(request: Request, kind: data.SetKind) -> Response:
     dash = dashboard(request)
-    found = await dash.run(data.entry, dash.config, kind, request.path_params["key"])
+    found = await dash.run(data.entry_page, dash.config, kind, request.path_params["key"])
     if found is None:
         raise HTTPException(404, f"This job is no longer in {kind.title}: it has run, moved "
                                  "or been deleted.")
-    return render(request, "job.html", {"e": data.entry_detail(found), "kind": kind})
+    return render(request, "job.html", {"e": found, "kind": kind})
 
 
 async def job_entry_action(request: Request, kind: data.SetKind) -> Response:

@@ -9,11 +9,17 @@
    imports what a payload names. Its args travel as ``[args, kwargs]``; ``run_after``
    schedules it; ``queue_name`` is its queue. ``OPTIONS`` other than ``RESULT_TTL`` are
    wurk job options (``RETRY``, ``RETRY_FOR``, ``DEAD``, ``TAGS``…).
-3. The result id is the jid. The result lives in Redis (``wurk.contrib.django.results``):
-   ``READY`` → ``RUNNING`` → ``SUCCESSFUL`` (with the return value, JSON-normalised) or,
-   after a failed attempt, ``READY`` again with the error recorded while a retry is due,
-   ``FAILED`` once none is (death handler). ``get_result`` / ``refresh()`` read it from
-   any process.
+3. The result id is the jid. A task keeps its result as any wurk job does: the job carries
+   ``result_ttl`` (``RESULT_TTL``, a day by default), so the worker stores the outcome in
+   ``wurk.results``' store (``wurk:result:<jid>``: the return value, JSON-normalised, or
+   the final error) and ``wurk.ResultHandle(result.id).result(timeout=...)`` waits for it
+   from any process, woken by Redis. Beside it, the task's own record
+   (``wurk.contrib.django.results``) keeps what ``django.tasks`` shows and wurk's outcome
+   does not: ``READY`` → ``RUNNING`` → ``SUCCESSFUL`` or, after a failed attempt, ``READY``
+   again with the error's traceback while a retry is due, ``FAILED`` once none is (death
+   handler); the times, the worker ids, the arguments. ``get_result`` / ``refresh()`` read
+   both: the return value, and a final status the record has not caught up with, come from
+   the outcome.
 4. Inside ``atomic()`` the push is a row of the outbox table (``client="outbox"``, this
    app's default), relayed after the commit, and the record is written at the commit; with
    ``client="transactional"`` both wait for the commit in memory.
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import socket
 import traceback
@@ -39,6 +46,7 @@ from ...client import writers
 from ...client.default import default_client
 from ...config import default_config
 from ...job import JobDefinition, current_job, registry, validate_options
+from ...results import store as outcomes
 from . import results as R
 
 try:  # Django 6
@@ -55,6 +63,8 @@ except ImportError:  # the backport, for Django < 6
     from django_tasks.utils import normalize_json
 
 __all__ = ["WurkBackend", "WurkTask"]
+
+log = logging.getLogger("wurk")
 
 # Django 6.0 names a success SUCCESSFUL, later versions SUCCEEDED.
 _SUCCESS = getattr(TaskResultStatus, "SUCCESSFUL", None) or TaskResultStatus.SUCCEEDED
@@ -85,7 +95,7 @@ class _TaskJob:
         self.__module__ = __name__
         self.__qualname__ = f"task {path}"
 
-    def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> None:
+    def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         job = current_job() or {}
         result_id = str(job.get(P.JID, ""))
         task = _tasks[self.path]
@@ -107,10 +117,11 @@ class _TaskJob:
                 task_finished.send(sender=type(backend),
                                    task_result=backend.to_result(result_id, record, task))
             raise
-        record = backend.store.update(result_id, lambda r: _attempt_succeeded(r, value))
+        record = backend.store.update(result_id, _attempt_succeeded)
         if record is not None:
-            task_finished.send(sender=type(backend),
-                               task_result=backend.to_result(result_id, record, task))
+            task_finished.send(sender=type(backend), task_result=backend.to_result(
+                result_id, record, task, value=value))
+        return value  # stored by the worker's result link (``wurk.results``)
 
 
 def _worker_id() -> str:
@@ -133,10 +144,9 @@ def _attempt_failed(record: R.Record, *, exc: BaseException) -> None:
     })
 
 
-def _attempt_succeeded(record: R.Record, value: Any) -> None:
+def _attempt_succeeded(record: R.Record) -> None:
     record["status"] = R.SUCCESSFUL
     record["finished_at"] = R.now()
-    record["return_value"] = value
 
 
 def _when(value: Any) -> datetime | None:
@@ -171,7 +181,7 @@ class WurkBackend(BaseTaskBackend):
         item: dict[str, Any] = {**self.job_options, P.CLASS: task.module_path,
                                 P.ARGS: [record["args"], record["kwargs"]],
                                 P.QUEUE: task.queue_name, P.JID: result_id,
-                                P.TRANSACTIONAL: False}
+                                P.RESULT_TTL: self.store.ttl, P.TRANSACTIONAL: False}
         if task.run_after is not None and task.run_after.timestamp() > R.now():
             item[P.AT] = task.run_after.timestamp()
 
@@ -203,8 +213,7 @@ class WurkBackend(BaseTaskBackend):
                 "status": R.READY, "enqueued_at": R.now(), "started_at": None,
                 "finished_at": None, "last_attempted_at": None,
                 "args": normalize_json(args), "kwargs": normalize_json(dict(kwargs)),
-                "errors": [], "worker_ids": [], "return_value": None,
-                "ttl": self.store.ttl}
+                "errors": [], "worker_ids": [], "ttl": self.store.ttl}
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, result_id: str) -> TaskResult[Any]:
@@ -212,10 +221,16 @@ class WurkBackend(BaseTaskBackend):
         task = _tasks.get(record["task"]) if record is not None else None
         if record is None or task is None:
             raise TaskResultDoesNotExist(result_id)
+        outcome = outcomes.find(self.store.config, result_id)
+        if isinstance(outcome, outcomes.Outcome):
+            return self.to_result(result_id, _caught_up(record, outcome), task,
+                                  value=outcome.value)
+        if outcome is not None:  # a record wurk did not write: the task's own record stands
+            log.warning("task result %s: %s", result_id, outcome.expected)
         return self.to_result(result_id, record, task)
 
-    def to_result(self, result_id: str, record: R.Record, task: Task[Any, Any]
-                  ) -> TaskResult[Any]:
+    def to_result(self, result_id: str, record: R.Record, task: Task[Any, Any], *,
+                  value: Any = None) -> TaskResult[Any]:
         errors = [TaskError(exception_class_path=str(e.get("exception_class_path", "")),
                             traceback=str(e.get("traceback", "")))
                   for e in record.get("errors") or [] if isinstance(e, dict)]
@@ -231,5 +246,18 @@ class WurkBackend(BaseTaskBackend):
             "worker_ids": [str(w) for w in record.get("worker_ids") or []], "metadata": {},
         }
         result = TaskResult(**{k: v for k, v in values.items() if k in _RESULT_FIELDS})
-        object.__setattr__(result, "_return_value", record.get("return_value"))
+        # ``return_value`` in the record: written by releases before wurk.results kept it
+        object.__setattr__(result, "_return_value",
+                           record.get("return_value") if value is None else value)
         return result
+
+
+def _caught_up(record: R.Record, outcome: outcomes.Outcome) -> R.Record:
+    """The task's record with the final status wurk's outcome gives, when the record has not
+    been brought to it (a write that failed, or a worker stopped between the two)."""
+    final = R.SUCCESSFUL if outcome.succeeded else R.FAILED if (
+        outcome.status == "cancelled" or not outcome.retries_remain) else None
+    if final is None or record.get("status") == final:
+        return record
+    return {**record, "status": final,
+            "finished_at": record.get("finished_at") or outcome.finished_at}

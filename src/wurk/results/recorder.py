@@ -1,0 +1,143 @@
+"""``ResultRecorder``: the built-in server middleware that stores each run's outcome.
+
+1. A job without ``result_ttl`` costs one dict lookup. One with it has its run's outcome
+   stored (``wurk.results.store.record``, one round trip) before it is acknowledged:
+   - returned: the value, once checked JSON-native — a tuple, a ``datetime``, an object
+     fails the run with ``wurk.UnstorableResult`` naming its type, never a silent ``str()``;
+   - raised, with a retry due (``wurk.retry.will_retry``, the retry's own rules): the
+     failure, ``retries_remain`` true;
+   - raised, with no retry left: stored by ``ResultDeathHandler`` once the death is booked
+     (death handlers run for every death: retries used up, ``retry: false``, discarded,
+     killed, a poison pill), so the record says what the retry decided, ``retry_in``'s
+     ``"kill"`` included;
+   - ``wurk.JobCancelled``: "cancelled", and the error goes on (the cancel link, outside,
+     ends the run); an iterable job that found it was cancelled (it returns, as Sidekiq's
+     do, after ``on_cancel``): "cancelled" too;
+   - no outcome, nothing stored: the shutdown's interrupt (the job runs again),
+     ``Interrupted`` (pushed again), a rate limiter's refusal (rescheduled).
+2. Its place (``wurk.launcher.BUILT_IN``): inside the limits link, so a job a limit
+   rescheduled, dropped as expired or skipped never reaches it; inside the batch link, so a
+   result is stored before the batch counts the success that may complete it (a callback
+   reads every result); outside the opener and the profiler.
+3. A record that cannot be written (Redis refusing, or gone) fails the run, which then runs
+   again: a waiter is never left without the outcome of a run that was acknowledged.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import payload as P
+from ..config import Config
+from ..errors import (
+    Interrupted,
+    InvalidArguments,
+    JobCancelled,
+    UnstorableResult,
+    is_shutdown,
+)
+from ..iteration.job import IterableJob
+from ..job import registry
+from ..limiter.reschedule import over_limit_classes
+from ..reporting import report_error
+from ..retry import kept_backtrace, will_retry
+from .store import Outcome, arecord, cancelled, failed, record, succeeded, ttl_of
+
+__all__ = ["ResultDeathHandler", "ResultRecorder"]
+
+RESULT_TTL = P.RESULT_TTL  # bound once: looked up for every job
+
+
+class ResultRecorder:
+    """Server middleware: a job with ``result_ttl`` keeps its run's outcome."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: Any, payload: P.Payload, queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        if RESULT_TTL not in payload:
+            return call_next()
+        ttl = ttl_of(payload)
+        if ttl is None:
+            return call_next()
+        started = time.time()
+        try:
+            value = call_next()
+            outcome = _succeeded(job, payload, value, started)
+        except JobCancelled:
+            record(self.config, payload, cancelled(payload, started), ttl)
+            raise
+        except Exception as exc:
+            found = self._failure(payload, exc, started)
+            if found is not None:
+                record(self.config, payload, found, ttl)
+            raise
+        record(self.config, payload, outcome, ttl)
+        return value
+
+    async def acall(self, job: Any, payload: P.Payload, queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        if RESULT_TTL not in payload:
+            return await call_next()
+        ttl = ttl_of(payload)
+        if ttl is None:
+            return await call_next()
+        started = time.time()
+        try:
+            value = await call_next()
+            outcome = _succeeded(job, payload, value, started)
+        except JobCancelled:
+            await arecord(self.config, payload, cancelled(payload, started), ttl)
+            raise
+        except Exception as exc:
+            found = self._failure(payload, exc, started)
+            if found is not None:
+                await arecord(self.config, payload, found, ttl)
+            raise
+        await arecord(self.config, payload, outcome, ttl)
+        return value
+
+    def _failure(self, payload: P.Payload, exc: Exception, started: float) -> Outcome | None:
+        """The failure to store now: only one a retry follows (the death handler stores a
+        final one); None for an end that is no outcome."""
+        if is_shutdown(exc) or isinstance(exc, (Interrupted, *over_limit_classes(self.config))):
+            return None
+        definition = registry.get(payload.get(P.CLASS))
+        if not will_retry(self.config, payload, exc, definition):
+            return None
+        return failed(payload, exc, started, retries_remain=True,
+                      backtrace=kept_backtrace(payload, exc))
+
+
+def _succeeded(job: Any, payload: P.Payload, value: Any, started: float) -> Outcome:
+    if isinstance(job, IterableJob) and job._cancel_asked:
+        return cancelled(payload, started)
+    try:
+        return succeeded(payload, value, started)
+    except InvalidArguments as exc:
+        raise UnstorableResult(f"{exc}; the job keeps its result (result_ttl), which must "
+                               "be JSON") from None
+
+
+class ResultDeathHandler:
+    """Death handler: a job that keeps its result and will not run again stores its final
+    failure (``retries_remain`` false)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    def __call__(self, job: dict[str, Any], exc: BaseException) -> None:
+        if not isinstance(job, dict) or RESULT_TTL not in job:
+            return
+        ttl = ttl_of(job)
+        if ttl is None:
+            return
+        try:
+            record(self.config, job, failed(job, exc, None, retries_remain=False,
+                                            backtrace=kept_backtrace(job, exc)), ttl)
+        except Exception as error:  # the death is booked: its record is reported, not raised
+            report_error(self.config, error, {"context": "storing a dead job's result",
+                                              "job": job})

@@ -1,0 +1,347 @@
+"""Waiting for a job's outcome: woken by Redis (pub/sub), never by asking it again and again.
+
+A stored outcome is announced on its channel (``wurk:result-ready:<jid>``) in the round trip
+that stores it (``wurk.results.store.record``). A waiter subscribes first, then — once Redis
+confirms the subscription — looks for a record already stored: stored before, it is found;
+stored after, it is announced to a subscriber. Either way nothing is missed, and nothing is
+sent to Redis while the wait goes on.
+
+1. ``wait(config, jid, timeout)``: a sync wait, on a connection of its own for the wait (the
+   ``results`` pool's, ``WAIT_POOL_SIZE`` at most at once), given back at its end.
+2. ``await_outcome(config, jid, timeout)``: an async wait. Every waiter of one event loop and
+   one configuration shares one ``Listener``: one pub/sub connection, subscriptions sent a
+   batch per loop turn (``SUBSCRIBE`` of every channel asked for meanwhile, in one command),
+   and the records of the newly confirmed ones read in one ``MGET``. Channels nobody waits
+   on any more are left until ``UNSUBSCRIBE_AT`` of them gather (an outcome is announced
+   once a run: a stale channel costs the server a few bytes, an ``UNSUBSCRIBE`` per result
+   would cost a command each). A thousand waiters cost a few commands and one connection,
+   not a thousand. The listener closes its connection after ``LINGER`` seconds without a
+   waiter.
+3. A timeout raises ``TimeoutError``; a connection lost mid-wait raises
+   ``wurk.RedisUnavailable`` (every waiter of that listener): wait again once Redis is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Coroutine, Iterator
+from typing import Any
+
+from .. import stored
+from ..config import Config
+from ..connections.replies import CONNECTION_ERRORS, unavailable
+from ..errors import RedisUnavailable
+from ..stored import Invalid
+from .store import Outcome, decode
+
+__all__ = ["LINGER", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome", "wait"]
+
+# Sync waits holding a connection at once, per configuration: each blocks a thread anyway.
+WAIT_POOL_SIZE = 100
+WAIT_ROLE = "results"
+# A blocking read returns at least this often (never sending anything): a wait without a
+# timeout still checks it is wanted, and redis-py's older releases take no "forever".
+READ_SLICE = 30.0
+# An async listener without a waiter keeps its connection this long for the next one (a
+# loop awaiting handles one after another reconnects once, not per handle).
+LINGER = 10.0
+# Channels one SUBSCRIBE (or UNSUBSCRIBE) names, and keys one MGET reads, at most.
+BATCH = 1_000
+# Channels nobody waits on that a listener keeps subscribed before it unsubscribes them in
+# one command.
+UNSUBSCRIBE_AT = 500
+
+
+def _timed_out(jid: str, timeout: float | None) -> TimeoutError:
+    return TimeoutError(f"job {jid} stored no result within {timeout} s")
+
+
+def _remaining(deadline: float | None) -> float:
+    if deadline is None:
+        return READ_SLICE
+    return max(0.0, min(deadline - time.monotonic(), READ_SLICE))
+
+
+def _text(value: Any) -> str:
+    return stored.text(value)
+
+
+# -- sync -----------------------------------------------------------------------------------------
+def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
+    """The outcome of ``jid`` once it is stored; ``TimeoutError`` after ``timeout`` seconds
+    (None: no limit)."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pool = config.pool(WAIT_ROLE, size=WAIT_POOL_SIZE)
+    pubsub = pool.client.pubsub()  # type: ignore[no-untyped-call]
+    try:
+        pubsub.subscribe(config.keys.result_channel(jid))
+        while deadline is None or time.monotonic() < deadline:
+            message = pubsub.get_message(timeout=_remaining(deadline))
+            found = _heard(config, jid, message)
+            if found is not None:
+                return found
+    except CONNECTION_ERRORS as exc:
+        raise unavailable(exc, pool.url) from exc
+    finally:
+        pubsub.close()
+    raise _timed_out(jid, timeout)
+
+
+def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
+    """What one pub/sub message tells a sync waiter: the subscription confirmed (look for a
+    record stored before it), or the outcome announced."""
+    if message is None:
+        return None
+    if message["type"] == "subscribe":
+        key = config.keys.result(jid)
+        raw = config.pool("api").run(lambda r: r.get(key), idempotent=True)
+        return decode(jid, raw)
+    if message["type"] == "message":
+        return decode(jid, message["data"])
+    return None
+
+
+# -- async ----------------------------------------------------------------------------------------
+class _Session:
+    """One pub/sub connection of a listener, and the pump task reading it. A session that
+    is lost or idle is ended whole; the next waiter opens a new one."""
+
+    def __init__(self, pubsub: Any) -> None:
+        self.pubsub = pubsub
+        self.subscribed: set[str] = set()  # jids whose SUBSCRIBE is sent
+        self.pump: asyncio.Task[None] | None = None
+        self.ended = False
+
+
+class Listener:
+    """The waiters of one event loop on one configuration's Redis: one pub/sub connection
+    (a ``_Session``), read by one task; subscriptions and record reads batched per loop
+    turn."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.channel_prefix = config.keys.result_channel("-")[:-1]
+        self.waiters: dict[str, list[asyncio.Future[Outcome | Invalid]]] = {}
+        self.session: _Session | None = None
+        self.to_check: list[str] = []  # confirmed, their stored record not read yet
+        self.sending = asyncio.Lock()  # one writer on the connection at a time
+        self._sync_due = False
+        self._check_due = False
+        self._tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs only
+        self.commands = 0  # commands sent (subscribe, unsubscribe, mget): for tests
+
+    async def wait(self, jid: str, timeout: float | None) -> Outcome | Invalid:
+        future: asyncio.Future[Outcome | Invalid] = asyncio.get_running_loop().create_future()
+        self.waiters.setdefault(jid, []).append(future)
+        session = self.session
+        if session is not None and jid in session.subscribed:
+            # Subscribed already (another waiter's, maybe one that has gone): its outcome
+            # may have been announced before this waiter came, so it is looked for.
+            self._check_soon(jid)
+        self._sync_soon()
+        try:
+            return await asyncio.wait_for(future, timeout)
+        except asyncio.TimeoutError:  # not the builtin one on 3.10
+            raise _timed_out(jid, timeout) from None
+        finally:
+            self._drop(jid, future)
+
+    def _drop(self, jid: str, future: asyncio.Future[Outcome | Invalid]) -> None:
+        futures = self.waiters.get(jid)
+        if futures is not None and future in futures:
+            futures.remove(future)
+            if not futures:
+                del self.waiters[jid]
+                self._sync_soon()
+
+    def _start(self, step: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(step)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def _sync_soon(self) -> None:
+        """Bring the subscriptions in line at the next loop turn (once for every waiter
+        that came or went meanwhile)."""
+        if not self._sync_due:
+            self._sync_due = True
+            asyncio.get_running_loop().call_soon(lambda: self._start(self._sync()))
+
+    def _check_soon(self, jid: str) -> None:
+        self.to_check.append(jid)
+        if not self._check_due:
+            self._check_due = True
+            asyncio.get_running_loop().call_soon(lambda: self._start(self._check()))
+
+    # -- subscribing --------------------------------------------------------------------------
+    async def _sync(self) -> None:
+        """Subscribe to the channels waited on and not subscribed yet, then unsubscribe from
+        those nobody waits on once ``UNSUBSCRIBE_AT`` have gathered — unless nobody waits at
+        all: the pump then ends the session after ``LINGER`` (a connection is never
+        unsubscribed down to no channel)."""
+        self._sync_due = False
+        async with self.sending:
+            try:
+                await self._send()
+            except (*CONNECTION_ERRORS, RedisUnavailable) as exc:
+                await self._fail(exc)
+
+    async def _send(self) -> None:
+        session = self.session
+        new = [jid for jid in self.waiters
+               if session is None or jid not in session.subscribed]
+        if new:
+            if session is None:
+                session = self.session = _Session(self.config.async_pool().client.pubsub())
+            for batch in _batches(new):
+                await session.pubsub.subscribe(*(self._channel(jid) for jid in batch))
+                self.commands += 1
+            session.subscribed.update(new)
+            if session.pump is None:
+                session.pump = self._start(self._read(session))
+        if session is None or not self.waiters:
+            return
+        stale = [jid for jid in session.subscribed if jid not in self.waiters]
+        if len(stale) < UNSUBSCRIBE_AT:
+            return
+        for batch in _batches(stale):
+            await session.pubsub.unsubscribe(*(self._channel(jid) for jid in batch))
+            self.commands += 1
+        session.subscribed.difference_update(stale)
+
+    def _channel(self, jid: str) -> str:
+        return f"{self.channel_prefix}{jid}"
+
+    # -- reading ------------------------------------------------------------------------------
+    async def _read(self, session: _Session) -> None:
+        """The pump: every message of the session's connection, until ``LINGER`` without a
+        waiter."""
+        idle_since = time.monotonic()
+        try:
+            while not session.ended:
+                message = await session.pubsub.get_message(timeout=min(LINGER, READ_SLICE))
+                if message is not None:
+                    self._heard(message)
+                if self.waiters:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since >= LINGER and await self._end_idle(session):
+                    return
+        except asyncio.CancelledError:
+            await self._end(session)
+            raise
+        except (*CONNECTION_ERRORS, RedisUnavailable) as exc:
+            if self.session is session:
+                await self._fail(exc)
+            else:
+                await self._end(session)  # an ended session's own read: nobody waits on it
+
+    def _heard(self, message: dict[str, Any]) -> None:
+        channel = _text(message.get("channel"))
+        if not channel.startswith(self.channel_prefix):
+            return
+        jid = channel[len(self.channel_prefix):]
+        if message["type"] == "subscribe" and jid in self.waiters:
+            self._check_soon(jid)
+        elif message["type"] == "message":
+            found = decode(jid, message["data"])
+            if found is not None:
+                self._resolve(jid, found)
+
+    async def _check(self) -> None:
+        """Read the records of the newly confirmed jids: one stored before its subscription
+        was in place is found here."""
+        self._check_due = False
+        jids = [jid for jid in dict.fromkeys(self.to_check) if jid in self.waiters]
+        self.to_check.clear()
+        keys, pool = self.config.keys, self.config.async_pool()
+        try:
+            for batch in _batches(jids):
+                names = [keys.result(jid) for jid in batch]
+                raws = await pool.run(functools.partial(_mget, names=names))
+                self.commands += 1
+                for jid, raw in zip(batch, raws, strict=True):
+                    found = decode(jid, raw)
+                    if found is not None:
+                        self._resolve(jid, found)
+        except (*CONNECTION_ERRORS, RedisUnavailable) as exc:
+            await self._fail(exc)
+
+    def _resolve(self, jid: str, found: Outcome | Invalid) -> None:
+        for future in self.waiters.get(jid, ()):
+            if not future.done():
+                future.set_result(found)
+
+    # -- ending -------------------------------------------------------------------------------
+    async def _end_idle(self, session: _Session) -> bool:
+        async with self.sending:
+            if self.waiters:
+                return False
+            await self._end(session)
+            return True
+
+    async def _end(self, session: _Session) -> None:
+        if session.ended:
+            return
+        session.ended = True
+        if self.session is session:
+            self.session = None
+        try:
+            await session.pubsub.aclose()
+        except (*CONNECTION_ERRORS, RedisUnavailable):
+            pass  # closing a connection that is already broken
+
+    async def _fail(self, exc: BaseException) -> None:
+        """Redis was lost: every waiter hears it (``wurk.RedisUnavailable``; they may wait
+        again), and the next waiter opens a new session."""
+        error = exc if isinstance(exc, RedisUnavailable) else unavailable(
+            exc if isinstance(exc, Exception) else RuntimeError(str(exc)),
+            self.config.async_pool().url)
+        for futures in self.waiters.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(error)
+        session = self.session
+        if session is not None:
+            await self._end(session)
+            if session.pump is not None and session.pump is not asyncio.current_task():
+                session.pump.cancel()
+
+
+def _mget(r: Any, *, names: list[str]) -> Awaitable[list[Any]]:
+    # A key of another Redis type reads as nil in an MGET: as no result yet.
+    found: Awaitable[list[Any]] = r.mget(names)
+    return found
+
+
+def _batches(jids: list[str]) -> Iterator[list[str]]:
+    for start in range(0, len(jids), BATCH):
+        yield jids[start:start + BATCH]
+
+
+# One listener per event loop and configuration (kept beside the configuration it serves: an
+# ``id`` alone could be a later configuration's).
+_listeners: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
+                                      dict[int, tuple[Config, Listener]]] = \
+    weakref.WeakKeyDictionary()
+_listeners_lock = threading.Lock()
+
+
+def listener(config: Config) -> Listener:
+    """The running loop's listener for ``config``, made on first use."""
+    loop = asyncio.get_running_loop()
+    with _listeners_lock:
+        per_loop = _listeners.setdefault(loop, {})
+        held = per_loop.get(id(config))
+        if held is None or held[0] is not config:
+            held = per_loop[id(config)] = (config, Listener(config))
+        return held[1]
+
+
+async def await_outcome(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
+    """The outcome of ``jid`` once it is stored, woken by the loop's listener;
+    ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
+    return await listener(config).wait(jid, timeout)
