@@ -42,6 +42,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("cancel", "cancel_command"),
     "enqueue": ("enqueue", "enqueue_command"),
     "web": ("web", "web_command"),
+    "top": ("top", "top_command"),
     "batches": ("batches", "batches_command"),
     "periodic": ("periodic", "periodic"),
     "push-buffer": ("pushbuffer", "push_buffer"),
