@@ -32,6 +32,8 @@ def test_without_a_terminal_it_says_what_to_use_instead(
 
 def test_a_redis_out_of_reach_is_one_line_before_anything_is_drawn(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    # without Textual the extra is what is missing, said first (the other tests need none)
+    pytest.importorskip("textual", reason="wurk top needs the tui extra: pip install 'wurk[tui]'")
     monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:9/0")
     monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
