@@ -15,6 +15,13 @@ processor's ``Guard`` marks two nested windows:
 
 The exception raised is a class (the C API raises a class, instantiated without
 arguments): the link that opened the body turns it into the full error.
+
+Withdrawing is done by the guarded thread itself, and never by handing the C API ``NULL``:
+on CPython 3.11 that clears the thread's exception but leaves the interpreter's "an
+exception is pending" flag set for good, so every thread of the process then stops at every
+bytecode check, and a thread under a profiler or tracer (``profile``, coverage, a debugger)
+spins at its next function entry forever. ``_withdraw`` replaces the pending exception
+with one of its own and takes it at once, which clears the flag as any raised one does.
 """
 
 from __future__ import annotations
@@ -87,7 +94,7 @@ class Guard(JobGuard):
         with self._lock:
             self._in_job = self._in_body = False
             if self._pending is not None and self.ident is not None:
-                _async_exc(self.ident, None)  # not raised yet: it never will be
+                _withdraw(self.ident)  # not raised yet (or raised): it never will be again
             self._pending = None
             return self.interrupted
 
@@ -111,7 +118,7 @@ class Guard(JobGuard):
             self._in_body = False
             if self._pending is not None and self._pending is not Shutdown and \
                     self.ident is not None:
-                _async_exc(self.ident, None)
+                _withdraw(self.ident)
                 self._pending = None
 
     def stop_body(self, exc: type[BaseException]) -> bool:
@@ -135,6 +142,30 @@ def _async_exc(ident: int, exc: type[BaseException] | None) -> None:
 
     ctypes.pythonapi.PyThreadState_SetAsyncExc(
         ctypes.c_ulong(ident), ctypes.py_object(exc) if exc is not None else None)
+
+
+class _Withdrawn(BaseException):
+    """Takes the place of a pending exception being withdrawn; caught where it is sent."""
+
+
+# How many backward jumps the thread makes for its own exception to be raised: the first one
+# does (a backward jump checks for pending exceptions); the bound only keeps a broken
+# interpreter from looping.
+_WITHDRAW_SPINS = 10_000
+
+
+def _withdraw(ident: int) -> None:
+    """Withdraw what is pending for thread ``ident`` (see the module's docstring)."""
+    if ident != threading.get_ident():
+        _async_exc(ident, None)  # not the guarded thread: only the C API's way is left
+        return
+    try:
+        _async_exc(ident, _Withdrawn)
+        for _ in range(_WITHDRAW_SPINS):
+            pass
+    except _Withdrawn:
+        return
+    _async_exc(ident, None)  # never raised: withdraw it the plain way rather than leave it
 
 
 _guard: contextvars.ContextVar[JobGuard | None] = contextvars.ContextVar("wurk_guard",
