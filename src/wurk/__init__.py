@@ -6,7 +6,8 @@ Define a job with ``@wurk.job`` (or subclass ``wurk.Job``), push it with
 The public surface is this package's ``__all__`` and these modules' (each pinned by a test):
 ``wurk.api``, ``wurk.api.values``, ``wurk.batch``, ``wurk.connections.server``,
 ``wurk.context``, ``wurk.contrib.django``, ``wurk.crypto``, ``wurk.contrib.django.settings``,
-``wurk.contrib.django.tasks``, ``wurk.contrib.django.urls``, ``wurk.contrib.fastapi``,
+``wurk.contrib.django.models``, ``wurk.contrib.django.tasks``, ``wurk.contrib.django.urls``,
+``wurk.contrib.fastapi``,
 ``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
 ``wurk.expiry``, ``wurk.inprocess``, ``wurk.iteration``, ``wurk.limiter``, ``wurk.metrics``,
 ``wurk.middleware``, ``wurk.otel``, ``wurk.results``, ``wurk.scheduled``, ``wurk.swarm``,

@@ -19,7 +19,9 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.faults import InProcessWorker
 from tests.helpers.runner import Drain
+from tests.helpers.wait import wait_until
 from wurk import crypto
 from wurk import log as wurk_log
 from wurk.scheduled import Scheduler
@@ -218,6 +220,29 @@ def check_profiler_options(config: wurk.Config, r: redis.Redis) -> None:
         work.set(profiler_options={"allocation_interval": 1})
 
 
+@wurk.job(name="opts.spin", retry=0)
+def spin(seconds: float) -> None:
+    end = time.monotonic() + seconds  # a loop in Python: only its time limit stops it early
+    while time.monotonic() < end:
+        pass
+    RAN.append("spun")
+
+
+def check_timeout(config: wurk.Config, r: redis.Redis) -> None:
+    # A worker's processor thread is what a time limit stops (a drain in this thread is not
+    # watched); tests/integration/test_time_limits_and_cancel.py has the rest.
+    worker = InProcessWorker(config.redis_url, concurrency=1, heartbeat_interval=0.2).start()
+    try:
+        spin.set(timeout=0.5).perform_async(20)
+        wait_until(lambda: r.zcard("dead") == 1, timeout=30, what="the job past its limit")
+    finally:
+        worker.stop()
+    assert json.loads(r.zrange("dead", 0, -1)[0])["error_class"] == "wurk.JobTimeout"
+    assert RAN == []
+    with pytest.raises(wurk.ConfigError, match="time limit in seconds"):
+        spin.set(timeout=0)
+
+
 OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "queue": check_queue, "retry": check_retry, "retry_for": check_retry_for,
     "retry_queue": check_retry_queue, "dead": check_dead, "backtrace": check_backtrace,
@@ -226,6 +251,7 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
     "profile": check_profile, "profiler_options": check_profiler_options,
+    "timeout": check_timeout,
 }
 
 

@@ -24,7 +24,8 @@ PINNED = Path(__file__).with_name("public_surface.txt")
 PUBLIC = (
     "wurk", "wurk.api", "wurk.api.values", "wurk.batch", "wurk.connections.server",
     "wurk.context", "wurk.contrib.django", "wurk.crypto", "wurk.contrib.django.settings",
-    "wurk.contrib.django.tasks", "wurk.contrib.django.urls", "wurk.contrib.fastapi",
+    "wurk.contrib.django.models", "wurk.contrib.django.tasks", "wurk.contrib.django.urls",
+    "wurk.contrib.fastapi",
     "wurk.contrib.flask", "wurk.contrib.sqlalchemy", "wurk.deploy", "wurk.errors",
     "wurk.expiry", "wurk.inprocess", "wurk.iteration", "wurk.limiter", "wurk.metrics",
     "wurk.middleware",
