@@ -6,6 +6,8 @@ and the poller that brings this process its cancels.
    never retried.
 2. ``CancelPoller`` (a duty on the worker's timer thread): pops ``wurk:cancel:<identity>``
    every ``control_interval`` seconds and tells the jobs it names to stop (``Running``).
+   While Redis cannot be reached it rides the outage as every duty does (``Duty``): one
+   line when it starts, one when it ends, tries spaced by the backoff.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..config import Config
 from ..errors import JobCancelled
-from ..runtime.timer import TimerLoop, Timers
+from ..runtime.duty import Duty
+from ..runtime.timer import Timers
 from .deadlines import Deadlines
 from .running import Running
 
@@ -72,14 +75,14 @@ class CancelPoller:
         self.key = config.keys.cancels(identity)
         self.running = running
         self.deadlines = deadlines
-        self.loop = TimerLoop("wurk-cancels", self.poll, config.control_interval,
-                              host=timers)
+        self.duty = Duty(config, "wurk-cancels", self.poll, config.control_interval,
+                         component="cancel poller", host=timers)
 
     def start(self) -> None:
-        self.loop.start()
+        self.duty.start()
 
     def stop(self, timeout: float) -> None:
-        self.loop.stop(timeout)
+        self.duty.stop(timeout)
 
     def poll(self) -> int:
         """One pop: how many cancels it brought."""
