@@ -67,12 +67,18 @@ def flaky(pause: float) -> None:
 TIMED_LIMIT = 2.0
 
 
+TIMED_STARTED = "ledger:timed:"  # + jid: set by a timed job's first start
+
+
 @wurk.job(name="Chaos::Timed", retry=5, retry_in=_soon, timeout=TIMED_LIMIT)
 def timed(pause: float) -> None:
-    """Runs past its time limit the first time (a Python loop that only the limit's
-    ``JobTimeout`` stops), so it travels through the retry set; then it passes."""
+    """Runs past its time limit the first time it starts (a Python loop that only the
+    limit's ``JobTimeout`` stops), so it travels through the retry set; then it passes.
+    Only the first start, as the ledger knows it: a run a kill cut short and the reaper
+    returned must not spin again, or three kills within its runs make it a poison pill."""
     job = wurk.current_job() or {}
-    if job.get("retry_count") is None:
+    first = ledger().set(f"{TIMED_STARTED}{wurk.current_jid()}", 1, nx=True)
+    if job.get("retry_count") is None and first:
         end = time.monotonic() + 30
         while time.monotonic() < end:
             pass

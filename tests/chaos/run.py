@@ -11,7 +11,12 @@
    callbacks recorded in the ledger) and ``BatchFigures`` counts batches created, callbacks
    fired, callbacks fired twice, callbacks missing, and whether a sampled pending count was
    ever negative.
-4. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
+4. With ``Plan.reliable_push`` (``memory``, ``disk`` or both), a ``Pusher`` per kind pushes
+   jobs from a thread of this process *through the fault proxy* with reliable push on, all
+   through the run: pushes made while Redis restarts or every connection is cut are kept
+   and sent once it answers. ``PushFigures`` counts them: pushed (jids returned), sent from
+   the buffer, pushes that raised, and how many of those jids never ran.
+5. ``Result`` has the figures: pushed, completed, duplicated, lost; the bound on duplicates
    the guarantee gives (``docs/guarantees.md``: two per processor thread the fault hit);
    the jobs seen in flight when each fault struck, and how many duplicates were of a job
    not among them (``unexplained``). The in-flight snapshots are exact: a killed worker is
@@ -21,6 +26,7 @@
 The short run is ``tests/chaos/test_chaos.py``; the long one is a command::
 
     python -m tests.chaos.run --jobs 100000 --minutes 10
+    python -m tests.chaos.run --jobs 40000 --minutes 4 --reliable-push memory,disk
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,6 +53,8 @@ from tests.chaos import jobs
 from tests.helpers.faults import Figures, Restartable, config_for, figures, ledger_runs
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, start_server
+from wurk.client.default import default_client
+from wurk.client.reliable import ReliableWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL, RESTART, CUT = "kill", "restart", "cut"
@@ -96,6 +105,10 @@ class Plan:
     # Before each fault, wait up to this long for a job in flight: workers booting slowly on
     # a loaded machine would otherwise meet every fault idle. 0: strike after the settle.
     wait_in_flight: float = 0.0
+    # Pushers through the proxy with reliable push on, one per kind ("memory", "disk"),
+    # each pushing one job every ``push_interval`` seconds (10 % scheduled 1–3 s ahead).
+    reliable_push: tuple[str, ...] = ()
+    push_interval: float = 0.01
 
     @classmethod
     def long(cls, jobs: int, minutes: float, **options: object) -> Plan:
@@ -126,6 +139,79 @@ class BatchFigures:
 
 
 @dataclass
+class PushFigures:
+    kind: str
+    pushed: int = 0  # jids the pusher was given back
+    sent_from_buffer: int = 0  # of those, kept while Redis could not be reached, sent later
+    raised: int = 0  # pushes that raised (the caller knows): none expected
+    lost: int = 0  # jids given back that never ran: must be 0
+    errors: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (f"reliable push {self.kind}: pushed={self.pushed} "
+                f"sent_from_buffer={self.sent_from_buffer} raised={self.raised} "
+                f"lost={self.lost}")
+
+
+class Pusher:
+    """Pushes one job every ``interval`` from a thread, through the proxy, with reliable
+    push of one ``kind`` on: the pushes meet every fault the workers meet."""
+
+    def __init__(self, kind: str, url: str, directory: Path, plan: Plan, seed: int) -> None:
+        self.figures = PushFigures(kind)
+        self.config = config_for(url, reliable_push=kind, reliable_push_size=100_000,
+                                 reliable_push_dir=str(directory / f"push-buffer-{kind}"))
+        self.client = default_client(self.config)
+        self.pause = plan.pause
+        self.interval = plan.push_interval
+        self.rng = random.Random(seed)
+        self.jids: list[str] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"chaos-pusher-{kind}",
+                                       daemon=True)
+
+    @property
+    def writer(self) -> ReliableWriter:
+        writer = self.client.writer
+        assert isinstance(writer, ReliableWriter)
+        return writer
+
+    def start(self) -> Pusher:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            job: dict[str, object] = {"class": "Chaos::Mark", "args": [self.pause]}
+            if self.rng.random() < 0.1:
+                job["at"] = time.time() + self.rng.uniform(1, 3)
+            try:
+                jid = self.client.push(job)
+            except Exception as exc:  # the caller is told: not a loss, but not expected
+                self.figures.raised += 1
+                self.figures.errors.append(repr(exc))
+                continue
+            if jid:
+                self.jids.append(jid)
+
+    def finish(self, timeout: float = 60) -> None:
+        """Stop pushing, and wait for the buffer to be sent (the background flush)."""
+        self._stop.set()
+        self.thread.join(timeout=10)
+        deadline = time.monotonic() + timeout
+        while len(self.writer.buffer) and time.monotonic() < deadline:
+            threading.Event().wait(0.1)
+        self.figures.pushed = len(self.jids)
+        self.figures.sent_from_buffer = self.writer.sent
+
+    def close(self) -> None:
+        self._stop.set()
+        self.thread.join(timeout=10)
+        self.writer.close()
+        self.config.close()
+
+
+@dataclass
 class Result:
     figures: Figures
     faults: dict[str, int]
@@ -140,22 +226,26 @@ class Result:
     cancelled_waiting: int = 0  # of those, removed before they ran
     cancelled_ran: int = 0  # of those, how many ran anyway (done before the cancel came)
     cancelled_twice: int = 0  # of those, how many ran more than once: must be 0
+    pushes: list[PushFigures] = field(default_factory=list)  # the reliable pushers'
 
     def line(self) -> str:
         counts = " ".join(f"{name}s={self.faults.get(name, 0)}" for name in (KILL, RESTART, CUT))
+        pushers = "".join(f"\n{figures.line()}" for figures in self.pushes)
         return (f"{self.figures.line()} bound={self.bound} in_flight_at_faults="
                 f"{self.in_flight_at_faults} unexplained={self.unexplained} {counts} "
                 f"cancelled={self.cancelled} (waiting {self.cancelled_waiting}, ran to its end "
                 f"{self.cancelled_ran}, twice "
-                f"{self.cancelled_twice}) seconds={self.seconds:.1f} seed={self.seed}")
+                f"{self.cancelled_twice}) seconds={self.seconds:.1f} seed={self.seed}"
+                f"{pushers}")
 
     @property
     def ok(self) -> bool:
         figures = self.figures
         batches_ok = self.batches is None or not (
             self.batches.duplicates or self.batches.missing or self.batches.negative_pending)
+        pushes_ok = not any(push.lost or push.raised for push in self.pushes)
         return (figures.lost == 0 and figures.duplicated <= self.bound and not self.unexplained
-                and batches_ok and not self.cancelled_twice)
+                and batches_ok and not self.cancelled_twice and pushes_ok)
 
 
 class Worker:
@@ -203,6 +293,8 @@ class ChaosRun:
         self.bids: list[str] = []
         self.batch_figures = BatchFigures() if plan.batches else None
         self._sampling = threading.Event()
+        self.pushers = [Pusher(kind, self.proxy.url, directory, plan, plan.seed + serial)
+                        for serial, kind in enumerate(plan.reliable_push)]
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -214,6 +306,8 @@ class ChaosRun:
         try:
             for _ in range(self.plan.workers):
                 self._spawn()
+            for pusher in self.pushers:
+                pusher.start()
             for round_number in itertools.count():
                 last = self._last_round(round_number, started)
                 self._push_wave(round_number, everything_left=last)
@@ -222,6 +316,9 @@ class ChaosRun:
                 self._strike(CYCLE[round_number % len(CYCLE)])
                 if last:
                     break
+            for pusher in self.pushers:
+                pusher.finish()
+                self.pushed += pusher.jids
             self._wait_for_every_job()
             self._wait_for_callbacks()
         finally:
@@ -237,11 +334,20 @@ class ChaosRun:
                       self._leftovers(), self._batch_figures(),
                       cancelled=len(self.cancelled), cancelled_waiting=self.cancelled_waiting,
                       cancelled_ran=sum(runs[jid] > 0 for jid in self.cancelled),
-                      cancelled_twice=sum(runs[jid] > 1 for jid in self.cancelled))
+                      cancelled_twice=sum(runs[jid] > 1 for jid in self.cancelled),
+                      pushes=[self._push_figures(pusher, runs) for pusher in self.pushers])
+
+    @staticmethod
+    def _push_figures(pusher: Pusher, runs: Counter[str]) -> PushFigures:
+        found = pusher.figures
+        found.lost = sum(1 for jid in pusher.jids if not runs[jid])
+        return found
 
     def close(self) -> None:
         for worker in self.workers:
             worker.stop(signal.SIGKILL, timeout=10)
+        for pusher in self.pushers:
+            pusher.close()
         self.proxy.close()
         self.redis.stop()
         self.ledger_server.stop()
@@ -476,9 +582,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--batches", type=int, default=0,
                         help="push each wave as this many batches (with callbacks)")
+    parser.add_argument("--reliable-push", default="",
+                        help="push through the faults as well, with reliable push of these "
+                             "kinds: memory, disk or memory,disk (one pushing thread each)")
+    parser.add_argument("--push-interval", type=float, default=0.01,
+                        help="seconds between two pushes of a reliable pusher")
     args = parser.parse_args(argv)
+    kinds = tuple(kind for kind in args.reliable_push.split(",") if kind)
+    if set(kinds) - {"memory", "disk"}:
+        parser.error(f"--reliable-push takes memory, disk or both, not {args.reliable_push!r}")
     options: dict[str, object] = {"workers": args.workers, "concurrency": args.concurrency,
-                                  "batches": args.batches}
+                                  "batches": args.batches, "reliable_push": kinds,
+                                  "push_interval": args.push_interval}
     if args.seed is not None:
         options["seed"] = args.seed
     plan = Plan.long(args.jobs, args.minutes, **options) if args.minutes \
@@ -487,6 +602,9 @@ def main(argv: list[str] | None = None) -> int:
     print(result.line())
     if result.batches is not None:
         print(result.batches.line())
+    for push in result.pushes:
+        if push.errors:
+            print(f"reliable push {push.kind} raised (first 3): {push.errors[:3]}")
     if result.leftovers:
         print(f"left in Redis: {result.leftovers}")
     if result.figures.missing:
