@@ -243,6 +243,23 @@ def check_timeout(config: wurk.Config, r: redis.Redis) -> None:
         spin.set(timeout=0)
 
 
+@wurk.job(name="opts.add")
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+def check_result_ttl(config: wurk.Config, r: redis.Redis) -> None:
+    handle = add.set(result_ttl=60).perform_async(2, 3)
+    Drain(config)()
+    assert handle.result(timeout=5) == 5
+    assert 0 < r.ttl(f"wurk:result:{handle}") <= 60  # kept as long as asked, no longer
+    unkept = add.perform_async(1, 1)
+    Drain(config)()
+    assert not r.exists(f"wurk:result:{unkept}")  # without the option nothing is stored
+    with pytest.raises(wurk.ConfigError):
+        add.set(result_ttl=-1)
+
+
 OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "queue": check_queue, "retry": check_retry, "retry_for": check_retry_for,
     "retry_queue": check_retry_queue, "dead": check_dead, "backtrace": check_backtrace,
@@ -251,7 +268,7 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
     "profile": check_profile, "profiler_options": check_profiler_options,
-    "timeout": check_timeout,
+    "timeout": check_timeout, "result_ttl": check_result_ttl,
 }
 
 
