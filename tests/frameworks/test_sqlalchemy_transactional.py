@@ -1,5 +1,6 @@
 """Transactional push with SQLAlchemy: pushes wait for the commit, a rollback drops them,
-against a real database (SQLite) and the real server."""
+a push Redis cannot take at the commit raises from it (or, with reliable push, is kept and
+sent later), against a real database (SQLite) and the real server."""
 
 from __future__ import annotations
 
@@ -23,7 +24,10 @@ from sqlalchemy.orm import (
 
 import wurk
 import wurk.testing
+from tests.helpers.faults import Restartable, config_for
 from tests.helpers.server import Server
+from tests.helpers.wait import wait_until
+from wurk.client import reliable
 from wurk.contrib.sqlalchemy import SQLAlchemyAdapter
 
 
@@ -190,6 +194,31 @@ def test_a_push_failing_at_commit_raises_from_the_commit_after_the_data_is_kept(
         ship.perform_async(1)
     sessions.remove()
     assert [o.item for o in sessions().scalars(select(Order))] == ["book"]
+
+
+def test_with_reliable_push_a_push_redis_cannot_take_at_commit_is_kept_and_sent_later(
+        sessions: scoped_session[Session], tmp_path: Path) -> None:
+    """client="transactional" with reliable_push="memory": Redis down at the commit, the
+    commit does not raise and the job is kept; it is in Redis once Redis is back, with no
+    further push (the background flush)."""
+    server = Restartable(tmp_path / "redis")
+    try:
+        wurk.configure(config_for(server.url, client="transactional",
+                                  transaction=SQLAlchemyAdapter(sessions),
+                                  reliable_push="memory"))
+        server.stop()
+        session = sessions()
+        with session.begin():
+            session.add(Order(item="book"))
+            jid = ship.perform_async(1)
+        server.start()
+        r = server.client()
+        wait_until(lambda: r.llen("queue:default") == 1, timeout=15, what="the kept push")
+        assert [job["jid"] for job in queued(r)] == [jid]
+    finally:
+        for writer in list(reliable._writers):
+            writer.close()
+        server.stop()
 
 
 def test_a_bad_push_raises_at_the_call_and_defers_nothing(
