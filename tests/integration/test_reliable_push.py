@@ -121,6 +121,18 @@ def test_a_full_buffer_raises_and_drops_nothing(server: Restartable) -> None:
     assert [job["jid"] for job in queued(server)] == kept
 
 
+def test_a_memory_buffer_ending_with_its_process_says_how_many_jobs_it_loses(
+        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
+    client = client_for(server)
+    server.stop()
+    for n in range(2):
+        client.push({"class": "Report", "args": [n]})
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        writer(client).close()  # what the process's exit runs
+    assert "2 buffered job(s) are lost with this process (reliable_push='memory'" \
+        in caplog.text
+
+
 def test_off_raises_as_before(server: Restartable) -> None:
     client = default_client(config_for(server.url))
     assert not isinstance(client.writer, reliable.ReliableWriter)
