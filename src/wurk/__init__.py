@@ -11,8 +11,8 @@ The public surface is this package's ``__all__`` and these modules' (each pinned
 ``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
 ``wurk.expiry``, ``wurk.inprocess``, ``wurk.iteration``, ``wurk.limiter``, ``wurk.metrics``,
 ``wurk.middleware``, ``wurk.otel``, ``wurk.results``, ``wurk.scheduled``, ``wurk.swarm``,
-``wurk.testing``, ``wurk.unique``, ``wurk.web``. Every other module is internal: its names may
-change in any release.
+``wurk.testing``, ``wurk.unique``, ``wurk.web``, ``wurk.workflow``. Every other module is
+internal: its names may change in any release.
 docs/internals.md walks a job through them.
 
 ``wurk.testing`` comes with ``import wurk`` (``with wurk.testing.fake(): ...``): its modules

@@ -22,6 +22,7 @@
         ├── InspectionError                         an admin action the data does not allow
         ├── OverLimit                               a rate limiter refused a call
         ├── BatchError                              a batch that cannot take the request
+        ├── WorkflowError                           a workflow that cannot be built or found
         ├── Interrupted                             a job stopped between steps: pushed again
         ├── JobCancelled                            raised in a job that wurk.cancel stopped
         ├── JobTimeout                              raised in a job past its time limit
@@ -67,6 +68,7 @@ __all__ = [
     "Unretryable",
     "UnstorableResult",
     "UnsupportedServer",
+    "WorkflowError",
     "WurkError",
     "is_shutdown",
 ]
@@ -218,6 +220,12 @@ class OverLimit(WurkError):
 
 class BatchError(WurkError):
     """A batch that does not exist (expired, deleted), already succeeded, or is misused."""
+
+    __module__ = "wurk"
+
+
+class WorkflowError(WurkError):
+    """A workflow that cannot be built (a cycle, an unknown step, a bad name) or found."""
 
     __module__ = "wurk"
 

@@ -15,6 +15,8 @@
    puts it).
 7. Job results (``wurk.results``), wurk's own: ``wurk:result:<jid>``, the channel that
    announces one, and a batch's index of the jids that stored one.
+8. Workflows (``wurk.workflow``), wurk's own: ``wurk:workflow:<wid>`` and its parts (the Lua
+   in scripts/workflow_lib.lua spells the same names), and the ``wurk:workflows`` index.
 """
 
 from __future__ import annotations
@@ -29,6 +31,9 @@ PRIVATE_SEPARATOR = "|"
 # The sets beside a batch's record, ``b-<bid>-<part>`` (the Lua in scripts/batch_lib.lua
 # lists the same parts to refresh their expiry).
 BATCH_PARTS = ("jids", "failed", "died", "kids", "pkids", "notify", "cbsucc", "tags")
+# The hashes beside a workflow's record, ``wurk:workflow:<wid>:<part>`` (listed with their
+# contents in scripts/workflow_lib.lua).
+WORKFLOW_PARTS = ("steps", "then", "state", "waiting", "jids", "values", "kids")
 
 
 class Keys:
@@ -65,6 +70,7 @@ class Keys:
         "stat_recovered",
         "stat_recovered_push",
         "super_processes",
+        "workflows",
     )
 
     def __init__(self, prefix: str = "") -> None:
@@ -88,6 +94,7 @@ class Keys:
         self.super_processes = f"{p}super_processes"
         self.batches = f"{p}batches"
         self.batch_died = f"{p}batch-died"
+        self.workflows = f"{p}wurk:workflows"
         self.limiter_list = f"{p}lmtr-list"
         self.expired = f"{p}stat:expired"
         # wurk's own: cluster-wide counts of reaper recoveries and poison-pill kills, and the
@@ -305,6 +312,20 @@ class Keys:
         if not digest:
             raise ValueError("a unique lock needs a non-empty digest")
         return f"{self.prefix}unique:{digest}"
+
+    # -- workflows (wurk's own) -------------------------------------------------------------
+    def workflow(self, wid: str, part: str = "") -> str:
+        """A workflow's record (hash), or one of its ``WORKFLOW_PARTS`` (hashes)."""
+        if not wid:
+            raise ValueError("a workflow key needs a non-empty workflow id")
+        if part and part not in WORKFLOW_PARTS:
+            raise ValueError(f"unknown workflow key part {part!r}; expected one of "
+                             f"{WORKFLOW_PARTS}")
+        return f"{self.prefix}wurk:workflow:{wid}{':' + part if part else ''}"
+
+    def workflow_keys(self, wid: str) -> list[str]:
+        """Every key of one workflow (its batch's are ``batch_keys``)."""
+        return [self.workflow(wid), *(self.workflow(wid, part) for part in WORKFLOW_PARTS)]
 
     # -- batches ----------------------------------------------------------------------------
     def batch(self, bid: str, part: str = "") -> str:

@@ -73,6 +73,8 @@ from .runtime.proctitle import set_title
 from .runtime.timer import TimerLoop, Timers
 from .scheduled import Scheduler
 from .unique import LockRelease
+from .workflow.middleware import WorkflowMiddleware
+from .workflow.middleware import install as install_workflow_handler
 
 __all__ = ["Launcher"]
 
@@ -100,6 +102,10 @@ POLLER_THREAD = "wurk-poller"
 #   3. batches (``wurk.batch``): each attempt of a batch job counted toward its batch;
 #   4. limits (``wurk.limiter``): over a rate limit → rescheduled, unique locks released,
 #      expired jobs dropped — inside the batch link, so a rescheduled job is not counted;
+#   4a. workflows (``wurk.workflow``): a step counted once, its ready dependants pushed —
+#      inside the limits (a rescheduled step has not run), inside the batch link (what it
+#      pushes joins the batch before the batch counts the step), outside the results (the
+#      step's result is stored before it counts); a job of no workflow pays one dict lookup;
 #   4b. results (``wurk.results``): a job with ``result_ttl`` stores its run's outcome —
 #      inside the cancel link (it records "cancelled" and lets ``JobCancelled`` go on),
 #      inside the limits, so a job rescheduled, expired or skipped stores nothing, and
@@ -110,9 +116,10 @@ POLLER_THREAD = "wurk-poller"
 #   6. the profiler (``wurk.profiling``): innermost, so a profile is of the job (and the
 #      application's links) only; a job without ``profile`` pays one dict lookup.
 # And their death handlers: a dead batch job is counted; a dead unique job frees its lock; a
-# dead job that keeps its result stores its final failure.
+# dead job that keeps its result stores its final failure; a dead workflow step is counted
+# (before its batch counts it).
 BUILT_IN = (ExecutionMetrics, InterruptHandler, CancelHandler, BatchServerMiddleware,
-            LimitsMiddleware, ResultRecorder, Opener, JobProfiler)
+            LimitsMiddleware, WorkflowMiddleware, ResultRecorder, Opener, JobProfiler)
 
 
 def install_built_ins(config: Config) -> None:
@@ -131,6 +138,7 @@ def install_built_ins(config: Config) -> None:
         CancelHandler: found.get(CancelHandler) or CancelHandler(config),
         BatchServerMiddleware: found.get(BatchServerMiddleware) or BatchServerMiddleware(config),
         LimitsMiddleware: found.get(LimitsMiddleware) or LimitsMiddleware(config),
+        WorkflowMiddleware: found.get(WorkflowMiddleware) or WorkflowMiddleware(config),
         ResultRecorder: found.get(ResultRecorder) or ResultRecorder(config),
         Opener: found.get(Opener) or Opener(config),
         JobProfiler: found.get(JobProfiler) or JobProfiler(config)}
@@ -144,6 +152,7 @@ def install_built_ins(config: Config) -> None:
     for handler in (BatchDeathHandler, LockRelease, ResultDeathHandler):
         if not any(isinstance(h, handler) for h in config.death_handlers):
             config.death_handlers.append(handler(config))
+    install_workflow_handler(config)
     open_batches_with(open_batch)
 
 

@@ -30,7 +30,7 @@ PUBLIC = (
     "wurk.expiry", "wurk.inprocess", "wurk.iteration", "wurk.limiter", "wurk.metrics",
     "wurk.middleware",
     "wurk.otel", "wurk.results", "wurk.scheduled", "wurk.swarm", "wurk.testing", "wurk.unique",
-    "wurk.web",
+    "wurk.web", "wurk.workflow",
 )
 
 

@@ -156,6 +156,8 @@ LAZY_IMPORTS_ALLOWED = {
                        "(it loads wurk.batch) never loads",
     "wurk.control": "wurk.cancel reads queues and sets through wurk.api, which neither "
                     "`import wurk` nor a worker loads",
+    "wurk.workflow": "cancelling a workflow stops its running steps with wurk.cancel, which "
+                     "reads wurk.api, which a worker (it loads wurk.workflow) never loads",
     "wurk.metrics.instruments": "a listener's HTTP server costs ~1 MB; most workers run none",
 }
 

@@ -1,0 +1,39 @@
+-- Start a workflow: write its graph and push the steps that wait for nothing
+-- (workflow_lib.lua). The batch of the same id exists already, its first block open.
+--
+-- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back (batch_lib.lua's init)
+-- ARGV[5..9]  wid, name, policy, ttl, index key (the workflows zset)
+-- ARGV[10..]  three per step: name, template, how many dependencies it waits for; then
+--             '--', then pairs for the 'then' hash: node, its dependants (space separated)
+-- Returns the number of steps pushed; an error when the workflow id is taken.
+init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
+local wid, name, policy, ttl, index = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
+if redis.call('EXISTS', wkey(wid)) == 1 then
+  return redis.error_reply('WORKFLOWEXISTS workflow ' .. wid .. ' exists already')
+end
+local steps = 0
+local i = 10
+local roots = {}
+while ARGV[i] ~= '--' do
+  local step, template, deps = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local jid = cut(template)[2]
+  redis.call('HSET', wkey(wid, 'steps'), step, template)
+  redis.call('HSET', wkey(wid, 'state'), step, 'waiting')
+  redis.call('HSET', wkey(wid, 'jids'), step, jid)
+  redis.call('HSET', wkey(wid, 'waiting'), step, deps)
+  if deps == 0 then roots[#roots + 1] = step end
+  steps = steps + 1
+  i = i + 3
+end
+for j = i + 1, #ARGV, 2 do redis.call('HSET', wkey(wid, 'then'), ARGV[j], ARGV[j + 1]) end
+redis.call('HSET', wkey(wid), 'state', 'running', 'policy', policy, 'pending', steps,
+           'total', steps, 'dead', 0, 'ttl', ttl, 'name', name, 'created_at', lib().stamp())
+W.ttl = ttl
+for _, step in ipairs(roots) do push(wid, step) end
+for _, part in ipairs({'', 'steps', 'then', 'state', 'waiting', 'jids'}) do
+  local key = wkey(wid, part)
+  if redis.call('EXISTS', key) == 1 then redis.call('EXPIRE', key, ttl) end
+end
+redis.call('ZADD', index, C.sec, wid)
+refresh(wid, '-jids')
+return #roots

@@ -1,0 +1,107 @@
+"""Every change to a workflow's state, as one Lua script call each (``scripts/workflow_*.lua``).
+
+1. ``start``: the graph written and the steps that wait for nothing pushed, in one call,
+   inside the first jobs block of the workflow's batch (same id): the batch is created
+   first and closed after, so nothing fires while the workflow is still being written.
+2. ``finish``: a step ended — succeeded (its value and the children it added go with it) or
+   died. Counted once per step: whatever is replayed (an ACK lost, a worker killed after the
+   count, a death reported after the success), a step no longer queued changes nothing.
+   Its dependants whose dependencies are all met are pushed by the same call, their
+   arguments filled with the results' JSON text, byte for byte.
+3. ``cancel``: the workflow pushes nothing more; its waiting and queued steps are cancelled,
+   the queued ones still in a queue taken out of it (the others are the caller's to cancel).
+
+Each script includes ``batch_lib.lua``: the steps it pushes are registered with the batch as
+``batch_push.lua`` would register them, before the batch counts the step that pushed them,
+so the batch never sees a moment with nothing pending while the workflow goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis
+
+from ..batch import accounting
+from ..connections.lending import redis as lent_redis
+from ..errors import RedisUnavailable, WorkflowError
+from ..scripts import Script
+from ..stored import text
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+__all__ = ["COUNT_RETRIES", "Child", "cancel", "finish", "finish_retried", "start"]
+
+_LIB = ("batch_lib.lua", "workflow_lib.lua")
+_START = Script("workflow_start.lua", prelude=_LIB)
+_STEP = Script("workflow_step.lua", prelude=_LIB)
+_CANCEL = Script("workflow_cancel.lua", prelude=_LIB)
+# Waits between the attempts to count a step while Redis cannot be reached (as a batch
+# count does): about 3.5 s, enough for a restart or a failover.
+COUNT_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
+
+# A child a step added at run time: (name, queue, jid, payload text).
+Child = tuple[str, str, str, str]
+
+
+def _common(config: Config) -> list[object]:
+    return [config.keys.prefix, config.timestamp_format, int(config.dead_timeout), ""]
+
+
+def start(conn: Any, config: Config, *, wid: str, name: str, policy: str, ttl: int,
+          steps: Sequence[tuple[str, str, int]], then: dict[str, list[str]]) -> int:
+    """Write the graph (steps: name, template, dependencies) and push its first steps;
+    returns how many were pushed."""
+    args: list[object] = [*_common(config), wid, name, policy, ttl, config.keys.workflows]
+    for step in steps:
+        args += list(step)
+    args.append("--")
+    for node, dependants in then.items():
+        args += [node, " ".join(dependants)]
+    try:
+        return int(_START.call(conn, [], args))
+    except redis.ResponseError as exc:
+        if str(exc).startswith("WORKFLOWEXISTS"):
+            raise WorkflowError(str(exc).split(" ", 1)[1]) from None
+        raise
+
+
+def finish(conn: Any, config: Config, wid: str, step: str, outcome: str, value: str = "",
+           children: Sequence[Child] = ()) -> bool:
+    """Count a step's end (``success`` with its value's JSON, or ``death``); True when it
+    changed the workflow, False when it was counted already."""
+    args: list[object] = [*_common(config), wid, step, outcome, value]
+    for child in children:
+        args += list(child)
+    return bool(_STEP.call(conn, [], args))
+
+
+def finish_retried(config: Config, wid: str, step: str, outcome: str, value: str = "",
+                   children: Sequence[Child] = ()) -> bool:
+    """``finish``, sent again while Redis is unreachable (it is idempotent per step); raises
+    the last ``RedisUnavailable`` when it never got through."""
+    for wait in COUNT_RETRIES:
+        try:
+            with lent_redis(config) as conn:
+                return finish(conn, config, wid, step, outcome, value, children)
+        except RedisUnavailable:
+            time.sleep(wait)  # a restart or a failover: safe to send again
+    with lent_redis(config) as conn:
+        return finish(conn, config, wid, step, outcome, value, children)
+
+
+def cancel(conn: Any, config: Config, wid: str) -> tuple[str, list[str], list[str]]:
+    """Cancel workflow ``wid``: (its state before, jids taken out of their queue, jids of
+    queued steps not found in a queue — running, retrying or scheduled). A workflow that
+    had ended already is left as it was; one that does not exist raises ``WorkflowError``."""
+    reply = [text(part) for part in _CANCEL.call(conn, [], [*_common(config), wid])]
+    if not reply[0]:
+        raise WorkflowError(f"workflow {wid} does not exist (expired, or never started)")
+    split = reply.index("--")
+    removed, others = reply[1:split], reply[split + 1:]
+    if removed:
+        accounting.remove(conn, config, wid, removed)  # the batch: they will not run
+    return reply[0], removed, others
