@@ -83,8 +83,9 @@ def variants(jobs: int) -> dict[str, Callable[[], None]]:
 
 
 def run(url: str, jobs: int, rounds: int) -> dict[str, dict[str, float]]:
-    import wurk
     from tests.helpers.runner import Drain
+
+    import wurk
 
     client = redis.Redis.from_url(url)
     config = wurk.configure(redis_url=url, skip_default_job_logging=True)
