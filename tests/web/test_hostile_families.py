@@ -44,6 +44,7 @@ IDENTITY = "host:1:abababababab"
 LIMITER = "hostile-limiter"
 JOB = "Hostile::Job"
 TAG = "t1"
+DONE = "9" * 24  # a job that succeeded and kept its result: only the Results tab shows it
 PROFILE = f"tok-{'f' * 24}"  # a profile's member, and (under the prefix) its hash
 # Entries in each collection of the "many" kind: twice the read cap (wurk.stored.FIELD_CAP),
 # so every capped read is exercised; a longer hunt: WURK_HOSTILE_MANY=1000000.
@@ -115,6 +116,8 @@ FAMILIES = [
     # The results of the retrying and the dead job: each entry's own page reads its jid's.
     Family("result", lambda k, t: k.result("c" * 24), "string"),
     Family("result:dead", lambda k, t: k.result("d" * 24), "string"),
+    # A finished job's, read by the Results tab by its jid only.
+    Family("result:done", lambda k, t: k.result(DONE), "string"),
     Family("profiles", lambda k, t: k.profiles, "zset"),
     Family("profile", lambda k, t: k.profile(PROFILE), "hash"),
     Family("push_buffers", lambda k, t: k.push_buffers, "zset"),
@@ -236,6 +239,9 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
         r.set(k.result(jid), json.dumps({
             "status": "failed", "error_class": MARK, "error_message": MARK,
             "retries_remain": jid == "c" * 24, "class": JOB, "finished_at": stamp}), ex=60)
+    r.set(k.result(DONE), json.dumps({"status": "succeeded", "value": {MARK: [MARK]},
+                                      "class": MARK, "started_at": stamp - 1,
+                                      "finished_at": stamp}), ex=60)
     r.zadd(k.push_buffers, {IDENTITY: stamp})
     r.set(k.push_buffer(IDENTITY), json.dumps({
         "identity": IDENTITY, "hostname": "host", "pid": 1, "kind": "disk", "where": MARK,
@@ -313,7 +319,10 @@ ROUTES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", 
           f"/batches/?tag={TAG}", "/batches/?page=10000000000000000000", "/dead-batches/",
           "/api/batches/", f"/api/batches/{BID}", "/profiles/", "/profiles/?page=99",
           "/profiles/?page=10000000000000000000", f"/profiles/view?key={quote(PROFILE)}",
-          f"/profiles/data?key={quote(PROFILE)}", "/profiles/view?key=nope"]
+          f"/profiles/data?key={quote(PROFILE)}", "/profiles/view?key=nope",
+          "/results/", f"/results/{DONE}", f"/results/{'c' * 24}", f"/results/{'d' * 24}",
+          "/results/nope", f"/api/results/{DONE}",
+          f"/api/results/{'c' * 24}", "/api/results/nope"]
 # Each entry's own pages: read_everything visits them for the entries the lists give.
 ENTRY_ROUTES = [f"{prefix}/{kind}/KEY" for prefix in ("", "/api")
                 for kind in ("retries", "scheduled", "morgue", "dead")]

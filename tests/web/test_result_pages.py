@@ -68,3 +68,91 @@ def test_a_record_that_cannot_be_read_is_marked_on_the_page(client: TestClient,
     assert "status &#39;exploded&#39; is none of" in response.text or \
         "status 'exploded' is none of" in response.text
     assert client.get(f"/api/retries/{key}").status_code == 200
+
+
+# -- the Results tab: a job's stored result by its jid ------------------------------------------
+def stored(config: wurk.Config, n: int, outcome_of: str = "succeeded", **extra: object) -> str:
+    """A finished job's result, as the worker stores it; its jid."""
+    payload = failed(n, result_ttl=60, **extra)
+    started = time.time() - 2.5
+    if outcome_of == "succeeded":
+        outcome = store.succeeded(payload, extra.get("value", {"rows": [1, 2]}), started)
+    elif outcome_of == "failed":
+        outcome = store.failed(payload, ValueError(f"card {XSS} declined"), started,
+                               retries_remain=False, backtrace=[f"line {XSS}", "line 2"])
+    else:
+        outcome = store.cancelled(payload, None)
+    store.record(config, payload, outcome, 60)
+    return str(payload["jid"])
+
+
+def test_the_results_tab_is_in_the_nav_and_its_form_leads_to_a_jids_page(
+        client: TestClient) -> None:
+    assert '<a href="/results">Results</a>' in client.get("/").text
+    form = client.get("/results/")
+    assert form.status_code == 200 and 'name="jid"' in form.text
+    went = client.get("/results/?jid=%20abc%2Fdef%20")
+    assert went.status_code == 303 and went.headers["location"] == "/results/abc%2Fdef"
+
+
+def test_a_succeeded_jobs_result_page_shows_its_value_pretty_printed_and_escaped(
+        client: TestClient, config: wurk.Config) -> None:
+    jid = stored(config, 10, value={"html": XSS, "n": [1, 2]})
+    response = client.get(f"/results/{jid}")
+    assert response.status_code == 200
+    page = response.text
+    assert "<strong>succeeded</strong>" in page and "<dd>HardJob</dd>" in page
+    assert "<dt>Runtime</dt><dd>2." in page  # started 2.5 s before it finished
+    assert "&#34;html&#34;: &#34;&lt;script&gt;" in page and XSS not in page
+    assert '\n  &#34;n&#34;: [\n    1,' in page  # indented
+    document = client.get(f"/api/results/{jid}").json()
+    assert document["jid"] == jid and document["result"]["status"] == "succeeded"
+    assert document["result"]["value"] == {"html": XSS, "n": [1, 2]}
+    assert document["result"]["class"] == "HardJob"
+
+
+def test_a_long_value_is_cut_with_a_note(client: TestClient, config: wurk.Config) -> None:
+    jid = stored(config, 11, value=["y" * 1000] * 100)  # ~100 kB as JSON
+    page = client.get(f"/results/{jid}").text
+    assert "this is its beginning" in page and page.count("y" * 1000) < 25
+    assert len(client.get(f"/api/results/{jid}").json()["result"]["value"]) == 100  # whole
+
+
+def test_a_failed_jobs_result_page_shows_the_error_and_backtrace_escaped(
+        client: TestClient, config: wurk.Config) -> None:
+    jid = stored(config, 12, "failed")
+    page = client.get(f"/results/{jid}").text
+    assert "<strong>failed</strong>" in page and "<strong>ValueError</strong>" in page
+    assert "card &lt;script&gt;" in page and XSS not in page
+    assert "<dt>Retry due</dt><dd>no</dd>" in page
+    assert "line &lt;script&gt;" in page and "<h2>Backtrace</h2>" in page
+    document = client.get(f"/api/results/{jid}").json()["result"]
+    assert document["error_message"] == f"card {XSS} declined"
+    assert document["retries_remain"] is False and document["backtrace"][1] == "line 2"
+
+
+def test_a_cancelled_jobs_result_page_says_so(client: TestClient, config: wurk.Config) -> None:
+    jid = stored(config, 13, "cancelled")
+    page = client.get(f"/results/{jid}").text
+    assert "<strong>cancelled</strong>" in page and "cancelled before it ran" in page
+    assert client.get(f"/api/results/{jid}").json()["result"]["status"] == "cancelled"
+
+
+def test_a_jid_without_a_result_is_a_plain_404(client: TestClient) -> None:
+    response = client.get(f"/results/{XSS}")
+    assert response.status_code == 404
+    assert "No result is stored for this job" in response.text and XSS not in response.text
+    answer = client.get("/api/results/nope")
+    assert answer.status_code == 404 and "No result is stored" in answer.json()["error"]
+
+
+def test_an_unreadable_record_is_shown_as_invalid(client: TestClient, r: redis.Redis) -> None:
+    r.set("wurk:result:bad1", json.dumps({"status": XSS}))
+    r.hset("wurk:result:bad2", "a", "hash")  # a key of another type
+    page = client.get("/results/bad1")
+    assert page.status_code == 200 and "The stored result cannot be read" in page.text
+    assert XSS not in page.text and "&lt;script&gt;" in page.text
+    assert client.get("/results/bad2").status_code == 200
+    document = client.get("/api/results/bad1").json()
+    assert document["result"] is None and "/result" in document["invalid"]
+    assert "is none of" in document["problem"]
