@@ -150,6 +150,9 @@ NOT_READ = {
     "push_sent": "the recording pushes' own record of jids sent, read by their script only",
     "cancels": "jids wurk.cancel leaves for a process: its CancelPoller pops them, no page",
     "stat_cancelled": "read by the Prometheus exposition only (wurk_jobs_cancelled_total)",
+    "workflow": "a workflow's state: read by WorkflowStatus and its Lua scripts, no page yet",
+    "workflow_keys": "the list of a workflow's keys (for its cancel), not a key of its own",
+    "workflows": "the index of workflows, read by no page or command yet",
     "result_channel": "a pub/sub channel, not a key: waiters subscribe to it",
     "batch_results": "a batch's index of jids with a result: BatchStatus.results(), no page",
 }
