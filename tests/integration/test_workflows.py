@@ -213,13 +213,14 @@ def test_a_workflow_is_checked_before_it_starts(config: wurk.Config) -> None:
 
 
 def test_the_docs_examples_run_as_workflows(redis_server: Server) -> None:
-    """Every ``workflow-example`` block of docs/workflows.md, on an embedded worker: each
-    asserts its own result."""
+    """Every block of docs/workflows.md marked as run by this file, on an embedded worker:
+    each asserts its own result."""
     config = wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
                             fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
                             scheduler_initial_wait=0, concurrency=4, tag="workflows")
     text = DOCS.read_text(encoding="utf-8")
-    blocks = re.findall(r"<!-- workflow-example -->\n```python\n(.*?)```", text, re.S)
+    marker = "<!-- run by tests/integration/test_workflows.py -->"
+    blocks = re.findall(re.escape(marker) + r"\n```python\n(.*?)```", text, re.S)
     assert len(blocks) == 3
     worker = wurk.embed(config)
     try:
