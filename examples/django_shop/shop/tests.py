@@ -323,6 +323,17 @@ class TaskResults(TransactionTestCase):
         self.assertEqual([json.loads(raw)["jid"] for raw in scheduled], [result.id])
         self.assertEqual(str(add.get_result(result.id).status), "READY")
 
+    def test_a_task_marked_done_before_its_value_landed_is_still_running(self) -> None:
+        # A worker marks the task's record inside the job and stores the value just outside
+        # it: between the two, a reader must not see it finished with None.
+        from wurk.results import find
+
+        result = add.enqueue(2, 3)
+        backend = add.get_backend()
+        backend.store.update(result.id, lambda record: record.update(status="SUCCESSFUL"))
+        self.assertIsNone(find(wurk.default_config(), result.id))
+        self.assertEqual(str(add.get_result(result.id).status), "RUNNING")
+
     def test_enqueue_sends_task_enqueued(self) -> None:
         try:
             from django.tasks.signals import task_enqueued

@@ -227,6 +227,11 @@ class WurkBackend(BaseTaskBackend):
                                   value=outcome.value)
         if outcome is not None:  # a record wurk did not write: the task's own record stands
             log.warning("task result %s: %s", result_id, outcome.expected)
+        elif record.get("status") == R.SUCCESSFUL and "return_value" not in record:
+            # The task's record is marked inside the job, its value stored by the result link
+            # just outside it: until the value lands the task is still finishing, not finished
+            # with None.
+            record = {**record, "status": R.RUNNING, "finished_at": None}
         return self.to_result(result_id, record, task)
 
     def to_result(self, result_id: str, record: R.Record, task: Task[Any, Any], *,
