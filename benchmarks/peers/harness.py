@@ -130,8 +130,8 @@ def environment(url: str, *, job_logs: bool) -> dict[str, str]:
 
 
 class WorkerTree:
-    """The worker processes of one measurement; a sampler thread records their peak RSS
-    until ``stop``, which also joins it."""
+    """The worker processes of one measurement; a sampler thread records their peak RSS and
+    peak thread count until ``stop``, which also joins it."""
 
     def __init__(self, argvs: list[Argv], *, root: Path, env: dict[str, str],
                  log: Path) -> None:
@@ -141,6 +141,7 @@ class WorkerTree:
                                            stdout=self._log, stderr=subprocess.STDOUT,
                                            start_new_session=True) for argv in argvs]
         self.peak_rss = 0
+        self.peak_threads = 0
         self._done = threading.Event()
         self._sampler = threading.Thread(target=self._sample, name="rss-sampler", daemon=True)
         self._sampler.start()
@@ -155,18 +156,22 @@ class WorkerTree:
                 continue
         return members
 
-    def _rss(self) -> int:
-        total = 0
+    def _rss_threads(self) -> tuple[int, int]:
+        """The tree's summed RSS and OS thread count."""
+        rss = threads = 0
         for member in self._members():
             try:
-                total += member.memory_info().rss
+                rss += member.memory_info().rss
+                threads += member.num_threads()
             except psutil.NoSuchProcess:
                 continue  # a forked job child that just ended
-        return total
+        return rss, threads
 
     def _sample(self) -> None:
         while not self._done.wait(RSS_INTERVAL):
-            self.peak_rss = max(self.peak_rss, self._rss())
+            rss, threads = self._rss_threads()
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_threads = max(self.peak_threads, threads)
 
     def cpu_seconds(self) -> float:
         """User + system CPU of every live process and of the children they reaped."""

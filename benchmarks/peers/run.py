@@ -1,7 +1,8 @@
 """wurk side by side with its peers, on one private Redis.
 
     python -m benchmarks.peers.run [--runs 3] [--jobs 20000] [--only sidekiq,dramatiq]
-                                   [--scaling] [--async-row] [--json out.json]
+                                   [--scaling] [--async-row [--async-concurrency 100,1000]]
+                                   [--json out.json]
 
 Run it with the peers' interpreter (``benchmarks/peers/.venv/bin/python``, made by
 ``setup.sh``); wurk runs from the project's ``.venv``. Per system and run:
@@ -18,9 +19,9 @@ Run it with the peers' interpreter (``benchmarks/peers/.venv/bin/python``, made 
    the job RPUSHes (start - push), and p50/p99 come from that list.
 
 Runs are interleaved across systems; every figure is the median over runs. ``--scaling``
-instead drains with 1, 2, 4 processes × concurrency 10, 50; ``--async-row`` drains 1,000
-async jobs each awaiting 50 ms at concurrency 200 (wurk's async slots, arq's ``max_jobs``,
-SAQ's ``concurrency``).
+instead drains with 1, 2, 4 processes × concurrency 10, 50; ``--async-row`` drains N async
+jobs each awaiting 50 ms then INCRing through redis-py's asyncio client, at equal
+concurrency (100 and 1,000: wurk's async slots, arq's ``max_jobs``, SAQ's ``concurrency``).
 """
 
 from __future__ import annotations
@@ -33,10 +34,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from . import harness
+from . import harness, shared
 from .harness import Drain, Latency, PrivateRedis, WorkerTree
 from .systems import ASYNC_ORDER, ORDER, System, Tools, build
 
@@ -56,8 +57,9 @@ DRAIN_CAP = 15.0
 ENQUEUE_BUDGET = 10.0
 SCALING_PROCESSES = (1, 2, 4)
 SCALING_CONCURRENCY = (10, 50)
-# The async row: this many jobs, each awaiting 50 ms, at this concurrency.
-ASYNC_JOBS, ASYNC_CONCURRENCY = 1000, 200
+# The async row: each system at each of these concurrencies, its jobs awaiting
+# shared.WAIT_SECONDS; the cap a concurrency implies is concurrency / WAIT_SECONDS jobs/s.
+ASYNC_CONCURRENCY = (100, 1000)
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Row:
     latency: Latency | None = None
     rss_mb: float | None = None
     load: float | None = None  # the 1-minute load average when the drain ended
+    threads: int | None = None  # peak OS threads of the worker's tree (the async row)
 
 
 @dataclass
@@ -129,19 +132,21 @@ class Bench:
             tree.stop()
         row.rss_mb = max(row.rss_mb or 0.0, tree.peak_rss / 2**20)
 
-    def waits(self, system: System) -> Row:
-        """The async row: ASYNC_JOBS waiting jobs queued, then one worker drains them."""
+    def waits(self, system: System, concurrency: int) -> Row:
+        """The async row: N waiting jobs queued, then one worker drains them, ``concurrency``
+        at once."""
         self.server.reset()
-        harness.run_enqueue(system, "waits", ASYNC_JOBS, root=ROOT, env=self.env)
+        harness.run_enqueue(system, "waits", self.jobs, root=ROOT, env=self.env)
         self.server.client.config_resetstat()
-        tree = self.start(system, PROCESSES, ASYNC_CONCURRENCY)
+        tree = self.start(system, PROCESSES, concurrency)
         row = Row()
         try:
-            row.drain = harness.drain(self.server, tree, ASYNC_JOBS, cap=self.cap)
+            row.drain = harness.drain(self.server, tree, self.jobs, cap=self.cap)
             row.load = os.getloadavg()[0]
         finally:
             tree.stop()
         row.rss_mb = tree.peak_rss / 2**20
+        row.threads = tree.peak_threads
         return row
 
     def scale(self, system: System, processes: int, concurrency: int) -> Drain:
@@ -315,20 +320,60 @@ def progress(row: Row) -> str:
             f"load {fmt(row.load, 1)}")
 
 
-def async_row(bench: Bench, systems: list[System], runs: int) -> dict[str, list[Row]]:
-    results = interleaved(systems, runs, bench.waits)
-    print(f"\nasync row: {ASYNC_JOBS:,} jobs each awaiting 50 ms then INCRing, 1 worker "
-          f"process, {ASYNC_CONCURRENCY} at once (wurk --async-concurrency, arq max_jobs, "
-          f"SAQ concurrency); median of {runs}")
-    print(f"{'system':<{WIDTHS[0]}}{'jobs/s':>9}{'+boot/s':>9}{'RSS MB':>9}"
-          f"{'CPU µs/job':>12}{'Redis µs':>10}{'load':>6}")
-    for system in systems:
-        rows = results[system.name]
-        print(f"{system.name:<{WIDTHS[0]}}{fmt(field(rows, 'drain.steady')):>9}"
-              f"{fmt(field(rows, 'drain.with_boot')):>9}{fmt(field(rows, 'rss_mb')):>9}"
-              f"{fmt(field(rows, 'drain.cpu_us')):>12}"
-              f"{fmt(field(rows, 'drain.redis_cpu_us')):>10}{fmt(field(rows, 'load'), 1):>6}")
+def async_row(bench: Bench, systems: list[System], runs: int,
+              concurrencies: tuple[int, ...]) -> dict[str, list[Row]]:
+    """Each system at each concurrency, all of them interleaved as one set of rows."""
+    variants: dict[str, tuple[System, int]] = {
+        f"{s.name}@{c}": (s, c) for c in concurrencies for s in systems}
+    rows = [replace(s, name=name) for name, (s, _) in variants.items()]
+    results = interleaved(rows, runs, lambda row: bench.waits(*variants[row.name]))
+    wait_ms = shared.WAIT_SECONDS * 1e3
+    print(f"\nasync row: {bench.jobs:,} jobs each awaiting {wait_ms:.0f} ms then one INCR "
+          "through redis-py's asyncio client, 1 worker process, equal concurrency (wurk "
+          f"--async-concurrency, arq max_jobs, SAQ concurrency); median of {runs}; cap = "
+          f"concurrency / {shared.WAIT_SECONDS} s")
+    heads = ("jobs/s", "+boot/s", "% cap", "CPU µs/job", "Redis µs", "cmds/job", "RSS MB",
+             "threads", "load")
+    print(f"{'system@concurrency':<{WIDTHS[0]}}" + "".join(f"{h:>11}" for h in heads))
+    for name, (_, concurrency) in variants.items():
+        got = results[name]
+        rate = field(got, "drain.steady")
+        cap = concurrency / shared.WAIT_SECONDS
+        mark = "*" if any(r.drain is not None and r.drain.capped for r in got) else ""
+        cells = [fmt(rate) + mark, fmt(field(got, "drain.with_boot")) + mark,
+                 "—" if rate is None else f"{100 * rate / cap:.0f} %",
+                 fmt(field(got, "drain.cpu_us")), fmt(field(got, "drain.redis_cpu_us")),
+                 fmt(field(got, "drain.commands"), 1), fmt(field(got, "rss_mb")),
+                 fmt(field(got, "threads")), fmt(field(got, "load"), 1)]
+        print(f"{name:<{WIDTHS[0]}}" + "".join(f"{c:>11}" for c in cells))
+    print_async_ratios(variants, results)
+    print("* drain stopped at the cap; rate over the jobs done by then. SAQ's clients get a "
+          "redis-py pool of 2 × concurrency + 20 connections\n  (redis-py's default cap of "
+          "100 makes SAQ fail from concurrency 100 up), and so does wurk's job client; arq's "
+          "pool is unbounded.")
     return results
+
+
+def print_async_ratios(variants: dict[str, tuple[System, int]],
+                       results: dict[str, list[Row]]) -> None:
+    """wurk against each peer at the same concurrency, > 1 meaning wurk is better."""
+    picks = (("drain", "drain.steady", True), ("CPU/job", "drain.cpu_us", False),
+             ("Redis/job", "drain.redis_cpu_us", False), ("RSS", "rss_mb", False),
+             ("threads", "threads", False))
+    print("\nratios (> 1 means wurk is better: wurk/peer for jobs/s, peer/wurk for the rest)")
+    print(f"{'row vs peer':<{WIDTHS[0] + 16}}" + "".join(f"{h:>10}" for h, _, _ in picks))
+    for name, (system, concurrency) in variants.items():
+        ours = f"wurk_async@{concurrency}"
+        if system.name == "wurk_async" or ours not in results:
+            continue
+        cells = []
+        for _, pick, higher in picks:
+            a, b = field(results[ours], pick), field(results[name], pick)
+            if a is None or b is None or min(a, b) <= 0:
+                cells.append("—")
+            else:
+                cells.append(f"{(a / b if higher else b / a):.2f}×")
+        print(f"{ours + ' vs ' + name:<{WIDTHS[0] + 16}}" + "".join(f"{c:>10}" for c in cells))
 
 
 def scaling(bench: Bench, systems: list[System], runs: int) -> None:
@@ -374,6 +419,8 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--async-row", action="store_true",
                         help="the async row instead (default --only: "
                              f"{','.join(ASYNC_ORDER)})")
+    parser.add_argument("--async-concurrency", default=",".join(map(str, ASYNC_CONCURRENCY)),
+                        help="with --async-row: the concurrencies, comma-separated")
     parser.add_argument("--drain-cap", type=float, default=DRAIN_CAP,
                         help="seconds after which a drain is stopped and rated on what it did")
     parser.add_argument("--job-logs", action="store_true",
@@ -418,7 +465,8 @@ def main() -> None:
         if options.scaling:
             scaling(bench, systems, options.runs)
         elif options.async_row:
-            results = async_row(bench, systems, options.runs)
+            concurrencies = tuple(int(c) for c in options.async_concurrency.split(","))
+            results = async_row(bench, systems, options.runs, concurrencies)
             if options.json:
                 options.json.write_text(json.dumps(
                     {k: [asdict(r) for r in v] for k, v in results.items()}, indent=1))

@@ -5,7 +5,9 @@ The worker runs ``wurk worker -r benchmarks.peers.wurk_jobs``; the server comes 
 through ``wurk.redis()``, as the Sidekiq jobs write through ``Sidekiq.redis`` and arq's
 through its ``ctx["redis"]``: each system's own way for a job to reach Redis.
 BENCH_WURK_JOB_CLIENT=redis-py makes them use the shared redis-py client instead, as the
-peers without such an accessor do, to show what the accessor is worth.
+peers without such an accessor do, to show what the accessor is worth; for the async job,
+redis-py's asyncio client (as arq's ``ctx["redis"]`` and the SAQ job are), with a pool as
+large as SAQ's for the same concurrency (``BENCH_CONCURRENCY``).
 """
 
 from __future__ import annotations
@@ -14,11 +16,16 @@ import asyncio
 import os
 import time
 
+import redis.asyncio as aredis
+
 import wurk
 from benchmarks.peers import shared
 
 # Read at import in the worker process only: it picks the job bodies below.
 _REDIS_PY = os.environ.get("BENCH_WURK_JOB_CLIENT") == "redis-py"
+# The async job's redis-py client: made on first use, on the worker's one event loop.
+_CONNECTIONS = 2 * int(os.environ.get("BENCH_CONCURRENCY", "10")) + 20
+_async_client: aredis.Redis | None = None
 
 
 @wurk.job(name="BenchIncr")
@@ -42,7 +49,14 @@ def bench_latency(pushed_at: float) -> None:
 @wurk.job(name="BenchWait")
 async def bench_wait() -> None:
     """The async row: an I/O-bound job awaiting 50 ms, then one INCR without blocking."""
+    global _async_client
     await asyncio.sleep(shared.WAIT_SECONDS)
+    if _REDIS_PY:
+        if _async_client is None:
+            _async_client = aredis.from_url(os.environ["BENCH_REDIS_URL"],
+                                            max_connections=_CONNECTIONS)
+        await _async_client.incr(shared.COUNTER)
+        return
     async with wurk.redis() as conn:
         await conn.call("INCR", shared.COUNTER)
 

@@ -11,7 +11,7 @@ would hold only its processor threads, leaving its other threads the other CPU: 
 same thing as Sidekiq's row, so not used here.)
 "wurk_nometrics" is "wurk" with execution metrics off (``metrics: false``), to price them.
 "wurk_async" is the async row's worker: ``--async-concurrency`` set to the row's
-concurrency."""
+concurrency, its jobs INCRing through redis-py's asyncio client as arq's and SAQ's do."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def no_metrics(tools: Tools) -> System:
 
 
 def async_jobs(tools: Tools) -> System:
-    return _system(tools, "wurk_async", async_row=True)
+    return _system(tools, "wurk_async", async_row=True, redis_py=True)
 
 
 def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = False,
@@ -57,7 +57,9 @@ def _system(tools: Tools, name: str, *, pinned: bool = False, redis_py: bool = F
         threads = ["-c", "10", "--async-concurrency", str(concurrency)] if async_row \
             else ["-c", str(concurrency)]
         pin = ["taskset", "-c", LAST_CPU] if pinned else []
-        return [[*prefix, *pin, wurk, *command, "-C", CONFIG, "-r",
+        sized = [*(prefix or ["env"]), f"BENCH_CONCURRENCY={concurrency}"] if async_row \
+            else prefix
+        return [[*sized, *pin, wurk, *command, "-C", CONFIG, "-r",
                  "benchmarks.peers.wurk_jobs", *threads]]
 
     missing = probe([wurk, "worker", "--help"], cwd=tools.root)
