@@ -146,6 +146,10 @@ class Chain:
         # functions), so a job's walk asks nothing of them; None when one is.
         self._links: tuple[Link, ...] | None = None
         self._checked = False
+        # The same for ``ainvoke`` (async forms preferred): the links and their forms, found
+        # on its first call after an edit, so an async job does not ask every link with
+        # ``inspect`` again; None until then, or while a link is made fresh per call.
+        self._async_links: tuple[list[Middleware], list[Any]] | None = None
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
         return (entry.factory for entry in self._entries)
@@ -232,8 +236,14 @@ class Chain:
         of sync links only, inline, is ``invoke``'s walk exactly."""
         if not self._entries:
             return await _result(final())
-        links = [entry.make() for entry in self._entries]
-        forms = [async_form(link) for link in links]
+        found = self._async_links
+        if found is None:
+            links = [entry.make() for entry in self._entries]
+            forms = [async_form(link) for link in links]
+            if not any(entry.fresh for entry in self._entries):
+                self._async_links = (links, forms)
+        else:
+            links, forms = found
         if sync_links == "inline" and not any(forms):
             return _walk(tuple(zip(links, forms, strict=True)), 0, job, payload, queue, final,
                          None)
@@ -261,6 +271,7 @@ class Chain:
 
     def _edit(self) -> None:
         self._checked = False
+        self._async_links = None
         if self._frozen:
             raise RuntimeError(
                 "middleware chains are frozen once the worker starts; add middleware "

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -95,6 +96,40 @@ def test_an_edit_after_a_walk_is_seen_by_the_next_walk() -> None:
     chain.remove(first)
     assert chain.invoke("J", {}, "q", lambda: "done") == "done"
     assert log == ["first", "first", "second", "second"]
+
+
+def test_an_edit_after_an_async_walk_is_seen_by_the_next_async_walk() -> None:
+    """The async walk is found once per edit too (not per job): an edit must still count,
+    and a class made fresh per call still gets a fresh instance each walk."""
+    log: list[str] = []
+
+    async def first(job: Any, payload: Any, queue: str, call_next: Callable[[], Any]) -> Any:
+        log.append("first")
+        return await call_next()
+
+    class Fresh:
+        def __init__(self) -> None:
+            log.append("made")
+
+        async def acall(self, job: Any, payload: Any, queue: str,
+                        call_next: Callable[[], Any]) -> Any:
+            log.append("fresh")
+            return await call_next()
+
+    async def done() -> str:
+        return "done"
+
+    chain = Chain()
+    chain.add(first)
+    for _ in range(2):
+        assert asyncio.run(chain.ainvoke("J", {}, "q", done)) == "done"
+    chain.add(Fresh)
+    for _ in range(2):
+        assert asyncio.run(chain.ainvoke("J", {}, "q", done)) == "done"
+    chain.remove(Fresh)
+    chain.remove(first)
+    assert asyncio.run(chain.ainvoke("J", {}, "q", done)) == "done"
+    assert log == ["first", "first", "made", "first", "fresh", "made", "first", "fresh"]
 
 
 def test_objects_partials_and_functions_as_links_each_run_once_in_order() -> None:
