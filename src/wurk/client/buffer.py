@@ -262,16 +262,21 @@ class DiskBuffer:
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         name = f"push-{_UNSAFE.sub('_', hostname())}-{os.getpid()}-{secrets.token_hex(4)}"
         path = self.directory / f"{name}{SUFFIX}"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
+        # Made under a name no scan lists, locked, then renamed: a file with the buffer's
+        # suffix is never seen unlocked, so another process's flush (or this one's) cannot
+        # take it for an orphan in the moment between its creation and its lock.
+        making = self.directory / f"{name}.making"
+        fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
             header = _line({_HEADER: 1, "host": hostname(), "pid": os.getpid(),
                             "created": time.time()})
             _write_all(fd, header)
             os.fsync(fd)
+            os.rename(making, path)
         except BaseException:
             os.close(fd)
-            path.unlink(missing_ok=True)
+            making.unlink(missing_ok=True)
             raise
         _fsync_directory(self.directory)
         self._fd, self.path, self._header_size = fd, path, len(header)
