@@ -223,6 +223,9 @@ def test_a_retried_job_keeps_its_last_runs_result(worker: wurk.Config, r: redis.
     handle = flaky.perform_async("k")
     assert handle is not None
     for attempt in (1, 2):  # each failed run stores its failure, a retry due
+        # a wait returns the outcome stored now: the first run's until the second run's lands
+        wait_until(lambda n=attempt: f"attempt {n}" in str(
+            getattr(handle.outcome(), "error_message", "")), what=f"run {attempt}'s failure")
         with pytest.raises(wurk.JobFailed, match=f"attempt {attempt}") as failed:
             handle.result(timeout=10)
         assert failed.value.retries_remain
