@@ -67,6 +67,8 @@ PAUSE = 0.001  # each job's work, seconds
 # (docs/guarantees.md), and the ledger records the run just before the ACK is sent.
 ACK_FLUSH = 0.25
 BULK = 20  # jobs per push of a pusher
+# How long the figures wait for a leader on the new primary after the drain.
+LEADER_PATIENCE = 20.0
 # Seconds between two pushes of one pusher: up to 2,000 jobs/s each, so the live pushes span
 # the failover rather than ending before it.
 PUSH_EVERY = 0.01
@@ -324,7 +326,14 @@ class SentinelRun:
         deaths = 0
         for identity in direct.smembers("processes"):
             deaths += int(direct.hget(identity, "processor_deaths") or 0)
-        return deaths, direct.get("dear-leader")
+        # The election goes on on the new primary: a term lapses (2 s here) and a follower
+        # checks every 2 s, which a loaded machine may stretch past the drain's end.
+        deadline = time.monotonic() + LEADER_PATIENCE
+        leader = direct.get("dear-leader")
+        while leader is None and time.monotonic() < deadline:
+            threading.Event().wait(0.2)
+            leader = direct.get("dear-leader")
+        return deaths, leader
 
     def _stop_workers(self) -> None:
         for process, _ in self.workers:
