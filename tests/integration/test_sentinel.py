@@ -104,12 +104,13 @@ def replica(redis_server: Server, tmp_path: Path) -> Iterator[Server]:
     started.stop()
 
 
-def _durable(**settings: object) -> wurk.Config:
-    return wurk.configure(push_replicas=1, push_replica_timeout=0.3, **settings)
+def _durable(timeout: float = 0.3, **settings: object) -> wurk.Config:
+    return wurk.configure(push_replicas=1, push_replica_timeout=timeout, **settings)
 
 
 def test_a_push_returns_once_a_replica_has_it(replica: Server) -> None:
-    _durable()
+    # A replica on a loaded machine may take longer than the refusal tests' 0.3 s to confirm.
+    _durable(timeout=2.5)
     follower = redis.Redis(port=replica.port)
     probe.perform_async(1)
     # WAIT returned: the replica has the job already, with no waiting here.
@@ -124,7 +125,7 @@ def test_a_push_returns_once_a_replica_has_it(replica: Server) -> None:
     with batch.jobs():
         probe.perform_async(5)
     assert follower.llen("queue:default") == 4 and follower.exists(f"b-{batch.bid}")
-    _durable(reliable_push="memory")  # reliable push's own path waits as well
+    _durable(timeout=2.5, reliable_push="memory")  # reliable push's own path waits as well
     probe.perform_async(6)
     assert follower.llen("queue:default") == 5
 
