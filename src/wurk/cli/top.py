@@ -21,6 +21,7 @@ import click
 from ..config import Config
 from ..errors import ConfigError
 from .inspect import default_config, friendly, server_name
+from .worker import build_config
 
 __all__ = ["top_command"]
 
@@ -59,8 +60,6 @@ def top_command(read_only: bool, interval: float, **options: Any) -> None:
 def _config(options: dict[str, Any]) -> Config:
     if not options.get("config_file") and not options.get("environment"):
         return default_config()
-    from .worker import build_config
-
     try:
         config, _ = build_config(options)
     except ConfigError as exc:

@@ -23,6 +23,7 @@ from typing import Any
 
 from rich.text import Text
 
+from ..cli.tables import duration as spoken_duration
 from ..stored import Invalid, cut, printable, text
 
 __all__ = ["CELL_LIMIT", "INVALID_STYLE", "LINE_CAP", "ago", "brief", "cell", "count",
@@ -35,7 +36,6 @@ CELL_LIMIT = 240
 LINE_CAP = 500
 LINE_LIMIT = 1_000
 INVALID_STYLE = "bold red"
-MINUTE, HOUR, DAY = 60, 3600, 86400
 
 
 def plain(value: Any, limit: int = CELL_LIMIT) -> str:
@@ -120,22 +120,6 @@ def count(value: int | Invalid | None) -> Text:
     return Text(f"{value:,}", end="")
 
 
-def _duration(seconds: float) -> str:
-    s = abs(seconds)
-    if s == 0:
-        return "0s"
-    if s < 1:
-        return f"{s * 1000:.0f}ms"
-    if s < MINUTE:
-        return f"{s:.1f}s"
-    whole = int(s)
-    if s < HOUR:
-        return f"{whole // MINUTE}m {whole % MINUTE:02d}s"
-    if s < DAY:
-        return f"{whole // HOUR}h {whole % HOUR // MINUTE:02d}m"
-    return f"{whole // DAY}d {whole % DAY // HOUR}h"
-
-
 def duration(seconds: float | Invalid | None) -> Text:
     """``0.25`` → ``250ms``, ``75`` → ``1m 15s``, ``90000`` → ``1d 1h``."""
     if seconds is None:
@@ -144,7 +128,7 @@ def duration(seconds: float | Invalid | None) -> Text:
         return cell(seconds)
     if not math.isfinite(seconds):
         return cell(repr(seconds), style=INVALID_STYLE)
-    return Text(_duration(seconds), end="")
+    return Text(spoken_duration(seconds), end="")
 
 
 def ago(at: float | Invalid | None, now: float | None = None) -> Text:
@@ -154,7 +138,7 @@ def ago(at: float | Invalid | None, now: float | None = None) -> Text:
     if isinstance(at, Invalid):
         return cell(at)
     delta = at - (time.time() if now is None else now)
-    words = f"in {_duration(delta)}" if delta > 0 else f"{_duration(delta)} ago"
+    words = f"in {spoken_duration(delta)}" if delta > 0 else f"{spoken_duration(delta)} ago"
     return Text(words, end="")
 
 
@@ -177,7 +161,7 @@ def milliseconds(ms: float | Invalid | None) -> Text:
         return label("-")
     if isinstance(ms, Invalid):
         return cell(ms)
-    return Text(f"{ms:,.1f}ms" if ms < 1000 else _duration(ms / 1000), end="")
+    return Text(f"{ms:,.1f}ms" if ms < 1000 else spoken_duration(ms / 1000), end="")
 
 
 def rate(per_second: float | None) -> Text:
