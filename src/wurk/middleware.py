@@ -59,10 +59,14 @@ async def within(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -
 def settle(waiter: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     """Answer an async link's ``await call_next()`` (on its loop) with the rest of the chain's
     result or error, run in another thread; a waiter already cancelled (the link is going
-    away) is left alone."""
+    away) is left alone. ``KeyboardInterrupt`` and ``SystemExit`` cancel the link's await
+    instead, as ``asyncio.run`` does: raised in a task they would escape the loop and end
+    its thread, the link never told."""
     if waiter.done():
         return
-    if error is not None:
+    if isinstance(error, (KeyboardInterrupt, SystemExit)):
+        waiter.cancel()
+    elif error is not None:
         waiter.set_exception(error)
     else:
         waiter.set_result(result)
@@ -339,8 +343,9 @@ def bridge(submit: Submit, link: Callable[..., Coroutine[Any, Any, Any]], job: A
     """Run async ``link`` from sync code: ``submit`` starts it on an event loop (in this
     thread's context), and each ``await call_next()`` of the link runs ``rest`` here, its
     result or error handed back to the link's await. A failure of the rest (an
-    ``Exception``) is the link's to handle; the shutdown, ``KeyboardInterrupt`` or
-    ``SystemExit`` reach the link's await and are raised here too. The link is cancelled if
+    ``Exception``) is the link's to handle; the shutdown reaches the link's await and is
+    raised here too, as are ``KeyboardInterrupt`` and ``SystemExit`` (the link's await is
+    cancelled by them). The link is cancelled if
     this thread leaves early; this thread owns it."""
     requests: queue.SimpleQueue[Any] = queue.SimpleQueue()
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from wurk.middleware import Chain
+from wurk.middleware import Chain, settle
 
 
 class Record:
@@ -162,3 +162,24 @@ def test_objects_partials_and_functions_as_links_each_run_once_in_order() -> Non
     for _ in range(2):
         assert chain.invoke("J", {}, "q", lambda: log.append("job") or "done") == "done"
     assert log == ["o>", "L!", "p", "plain J q", "job", "<o"] * 2
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_an_interrupt_answering_an_async_link_cancels_its_await(
+        interrupt: type[BaseException]) -> None:
+    """Set into the link's await, the interrupt would escape the task and end the loop's
+    thread with the link never told; it is cancelled instead, as asyncio.run does."""
+    seen: list[str] = []
+
+    async def link() -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        asyncio.get_running_loop().call_soon(settle, waiter, None, interrupt())
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            seen.append("cancelled")
+            raise
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(link())
+    assert seen == ["cancelled"]
