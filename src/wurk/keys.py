@@ -33,7 +33,8 @@ PRIVATE_SEPARATOR = "|"
 BATCH_PARTS = ("jids", "failed", "died", "kids", "pkids", "notify", "cbsucc", "tags")
 # The hashes beside a workflow's record, ``wurk:workflow:<wid>:<part>`` (listed with their
 # contents in scripts/workflow_lib.lua).
-WORKFLOW_PARTS = ("steps", "then", "state", "waiting", "jids", "values", "kids")
+WORKFLOW_PARTS = ("steps", "then", "state", "waiting", "jids", "values", "kids", "subs",
+                  "left")
 
 
 class Keys:

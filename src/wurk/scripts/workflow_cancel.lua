@@ -15,7 +15,7 @@ local queued, queues = {}, {}
 local flat = redis.call('HGETALL', wkey(wid, 'state'))
 for i = 1, #flat, 2 do
   local step, state = flat[i], flat[i + 1]
-  if state == 'waiting' or state == 'queued' then
+  if state == 'waiting' or state == 'queued' or state == 'running' then  -- running: nested
     redis.call('HSET', wkey(wid, 'state'), step, 'cancelled')
   end
   if state == 'queued' then

@@ -13,10 +13,17 @@
 --   jids     hash: step -> jid
 --   values   hash: step -> its return value, JSON text exactly as the worker wrote it
 --   kids     hash: step -> its children (added at run time), space separated, in order
+--   subs     hash: nested workflow -> its policy, then its leaves (space separated)
+--   left     hash: nested workflow -> its job steps not finished; '<name>#bad' -> those of
+--            them that died or were stopped
+-- A nested workflow's steps are named by their path, 'outer/inner' ('/' is no name's own);
+-- its own state is in 'state' too (waiting, running, succeeded, failed, stopped, cancelled)
+-- and its value, once it succeeded, in 'values': an object of its leaves' values.
 -- Payloads are never decoded: a dependant's arguments are the template's text with the
 -- values' text put in the cut places, byte for byte.
 
 local W = {}
+local stop, settle  -- each calls the other (through a nested workflow's end)
 
 local function wkey(wid, part)
   if part and part ~= '' then return C.prefix .. 'wurk:workflow:' .. wid .. ':' .. part end
@@ -66,6 +73,19 @@ local function fill(wid, ref)
   return '[' .. table.concat(values_of(wid, kids), ',') .. ']'
 end
 
+-- The nested workflow a step is in ('' at the top): 'a/b/c[3]' is in 'a/b'.
+local function within(name)
+  return string.match(name, '^(.*)/[^/]*$') or ''
+end
+
+-- The policy that applies when a step (or nested workflow) died: that of the workflow
+-- it is in.
+local function policy_of(wid, name)
+  local sub = within(name)
+  if sub == '' then return W.policy end
+  return string.match(redis.call('HGET', wkey(wid, 'subs'), sub) or '', '^(%S+)') or W.policy
+end
+
 -- Push a job of the workflow and register it with the workflow's batch.
 local function enqueue(wid, queue, jid, payload)
   redis.call('SADD', C.prefix .. 'queues', queue)
@@ -87,6 +107,11 @@ local function push(wid, step)
   payload = string.sub(payload, 1, -2) .. ',"enqueued_at":' .. lib().stamp() .. '}'
   enqueue(wid, parts[1], parts[2], payload)
   redis.call('HSET', wkey(wid, 'state'), step, 'queued')
+  local sub = within(step)
+  while sub ~= '' and redis.call('HGET', wkey(wid, 'state'), sub) == 'waiting' do
+    redis.call('HSET', wkey(wid, 'state'), sub, 'running')
+    sub = within(sub)
+  end
 end
 
 -- A node finished (a step, or 'X[*]': all of X's children): its dependants each have one
@@ -102,14 +127,59 @@ local function satisfy(wid, node)
 end
 
 -- Every step after a node that died (policy 'stop') will not run.
-local function stop(wid, node)
+stop = function(wid, node)
   for _, dependant in ipairs(words(redis.call('HGET', wkey(wid, 'then'), node))) do
     if redis.call('HGET', wkey(wid, 'state'), dependant) == 'waiting' then
       redis.call('HSET', wkey(wid, 'state'), dependant, 'stopped')
       redis.call('HINCRBY', wkey(wid), 'pending', -1)
+      settle(wid, dependant, true)
       stop(wid, dependant)
       stop(wid, dependant .. '[*]')
     end
+  end
+end
+
+-- Children added to a step count in every nested workflow it is in.
+local function grow(wid, step, count)
+  local sub = within(step)
+  while sub ~= '' do
+    redis.call('HINCRBY', wkey(wid, 'left'), sub, count)
+    sub = within(sub)
+  end
+end
+
+-- A nested workflow whose every step finished: it succeeded (its value: an object of its
+-- leaves' values, by their names in it) or failed — or was stopped, when none of its steps
+-- was pushed — and the policy of the workflow it is in applies, as to a step that died.
+local function end_sub(wid, sub)
+  local states = wkey(wid, 'state')
+  local before = redis.call('HGET', states, sub)
+  if before ~= 'waiting' and before ~= 'running' then return end
+  local bad = tonumber(redis.call('HGET', wkey(wid, 'left'), sub .. '#bad') or '0') or 0
+  if bad == 0 then
+    redis.call('HSET', states, sub, 'succeeded')
+    local info, parts = words(redis.call('HGET', wkey(wid, 'subs'), sub)), {}
+    for i = 2, #info do
+      local value = redis.call('HGET', wkey(wid, 'values'), info[i]) or 'null'
+      parts[#parts + 1] = '"' .. string.sub(info[i], #sub + 2) .. '":' .. value
+    end
+    redis.call('HSET', wkey(wid, 'values'), sub, '{' .. table.concat(parts, ',') .. '}')
+    keep(wkey(wid, 'values'))
+    satisfy(wid, sub)
+    return
+  end
+  redis.call('HSET', states, sub, before == 'waiting' and 'stopped' or 'failed')
+  if policy_of(wid, sub) == 'continue' then satisfy(wid, sub) else stop(wid, sub) end
+end
+
+-- A job step reached its end (succeeded, dead or stopped): one fewer left in every nested
+-- workflow it is in, innermost first; one that has none left ends.
+settle = function(wid, step, bad)
+  local sub = within(step)
+  while sub ~= '' do
+    if bad then redis.call('HINCRBY', wkey(wid, 'left'), sub .. '#bad', 1) end
+    if redis.call('HINCRBY', wkey(wid, 'left'), sub, -1) == 0 then end_sub(wid, sub) end
+    sub = within(sub)
   end
 end
 

@@ -4,7 +4,9 @@
 -- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back (batch_lib.lua's init)
 -- ARGV[5..9]  wid, name, policy, ttl, index key (the workflows zset)
 -- ARGV[10..]  three per step: name, template, how many dependencies it waits for; then
---             '--', then pairs for the 'then' hash: node, its dependants (space separated)
+--             '--', then pairs for the 'then' hash: node, its dependants (space separated);
+--             then '--', then four per nested workflow: name, policy, its leaves (space
+--             separated), how many job steps it holds
 -- Returns the number of steps pushed; an error when the workflow id is taken.
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid, name, policy, ttl, index = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
@@ -25,12 +27,21 @@ while ARGV[i] ~= '--' do
   steps = steps + 1
   i = i + 3
 end
-for j = i + 1, #ARGV, 2 do redis.call('HSET', wkey(wid, 'then'), ARGV[j], ARGV[j + 1]) end
+local j = i + 1
+while ARGV[j] ~= '--' do
+  redis.call('HSET', wkey(wid, 'then'), ARGV[j], ARGV[j + 1])
+  j = j + 2
+end
+for k = j + 1, #ARGV, 4 do  -- nested workflows: name, policy, leaves, job steps
+  redis.call('HSET', wkey(wid, 'subs'), ARGV[k], ARGV[k + 1] .. ' ' .. ARGV[k + 2])
+  redis.call('HSET', wkey(wid, 'left'), ARGV[k], ARGV[k + 3])
+  redis.call('HSET', wkey(wid, 'state'), ARGV[k], 'waiting')
+end
 redis.call('HSET', wkey(wid), 'state', 'running', 'policy', policy, 'pending', steps,
            'total', steps, 'dead', 0, 'ttl', ttl, 'name', name, 'created_at', lib().stamp())
 W.ttl = ttl
 for _, step in ipairs(roots) do push(wid, step) end
-for _, part in ipairs({'', 'steps', 'then', 'state', 'waiting', 'jids'}) do
+for _, part in ipairs({'', 'steps', 'then', 'state', 'waiting', 'jids', 'subs', 'left'}) do
   local key = wkey(wid, part)
   if redis.call('EXISTS', key) == 1 then redis.call('EXPIRE', key, ttl) end
 end

@@ -32,13 +32,14 @@ if outcome == 'success' then
     redis.call('HSET', wkey(wid, 'waiting'), step .. '[*]', #kids)
     redis.call('HINCRBY', wkey(wid), 'pending', #kids)
     redis.call('HINCRBY', wkey(wid), 'total', #kids)
+    grow(wid, step, #kids)
   end
   satisfy(wid, step)
   if #kids == 0 then satisfy(wid, step .. '[*]') end
 else
   redis.call('HSET', states, step, W.cancelled and 'cancelled' or 'dead')
   if not W.cancelled then redis.call('HINCRBY', wkey(wid), 'dead', 1) end
-  if W.policy == 'continue' then
+  if policy_of(wid, step) == 'continue' then
     satisfy(wid, step)
     satisfy(wid, step .. '[*]')
   else
@@ -52,6 +53,7 @@ if parent and redis.call('HINCRBY', wkey(wid, 'waiting'), parent .. '[*]', -1) =
 end
 if not W.cancelled then
   redis.call('HINCRBY', wkey(wid), 'pending', -1)
+  settle(wid, step, outcome ~= 'success')
   finish_if_done(wid)
 end
 refresh(wid, '-jids')

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .. import payload as P
@@ -66,12 +67,13 @@ class Children:
 class Step:
     """One step of a workflow: a job, its arguments, what it waits for."""
 
-    def __init__(self, workflow: Workflow, job: JobSetter[Any, Any], args: list[Any],
-                 name: str) -> None:
+    def __init__(self, workflow: Workflow, job: JobSetter[Any, Any] | None, args: list[Any],
+                 name: str, sub: Workflow | None = None) -> None:
         self.workflow = workflow
         self.job = job
         self.args = args
         self.name = name
+        self.sub = sub  # a nested workflow: this step is done when all of its steps are
         self.waits_for: list[Step | Children] = []
 
     def __repr__(self) -> str:
@@ -130,6 +132,7 @@ class Workflow:
         self.steps: list[Step] = []
         self._names: dict[str, Step] = {}
         self.started = False
+        self.nested_in: Workflow | None = None  # the workflow this one is a step of
 
     def __repr__(self) -> str:
         return f"<wurk.workflow.Workflow {self.id}>"
@@ -141,12 +144,34 @@ class Workflow:
     # -- describing -------------------------------------------------------------------------
     def step(self, job: Any, *args: Any, **kwargs: Any) -> Step:
         """Add a step running ``job(*args, **kwargs)``; a ``Step`` or ``step.children`` in
-        the arguments is that result, and a dependency."""
+        the arguments is that result, and a dependency. ``job`` may be a ``Workflow`` not
+        started: a nested workflow, done when all of its steps are (no arguments)."""
         self._check_open()
+        if isinstance(job, Workflow):
+            return self._nest(job, args, kwargs)
         setter = setter_of(job)
         positional = setter.definition.positional(args, kwargs)
         base = setter.definition.name.rsplit(".", 1)[-1].rsplit(":", 1)[-1] or "step"
         step = Step(self, setter, positional, self._free_name(_clean(base)))
+        self.steps.append(step)
+        self._names[step.name] = step
+        return step
+
+    def _nest(self, inner: Workflow, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Step:
+        if args or kwargs:
+            raise WorkflowError("a nested workflow takes no arguments: its own steps take "
+                                "them (and may take this workflow's steps' results)")
+        if inner.started or inner.nested_in is not None:
+            raise WorkflowError(f"workflow {inner.id} has started or is nested already")
+        if inner is self or self in _lineage(inner) or inner in _lineage(self):
+            raise WorkflowError("a workflow cannot be nested in itself")
+        if not inner.steps:
+            raise WorkflowError("a nested workflow needs at least one step")
+        if inner._batch.callbacks:
+            raise WorkflowError("a nested workflow has no callbacks of its own: register "
+                                "them on the outermost workflow")
+        inner.nested_in = self
+        step = Step(self, None, [], self._free_name(_clean(inner.name or "workflow")), inner)
         self.steps.append(step)
         self._names[step.name] = step
         return step
@@ -161,6 +186,8 @@ class Workflow:
     def _check_open(self) -> None:
         if self.started:
             raise WorkflowError(f"workflow {self.id} has started: it takes no more steps")
+        if self.nested_in is not None and self.nested_in.started:
+            raise WorkflowError(f"workflow {self.id} is nested in one that has started")
 
     def _free_name(self, base: str) -> str:
         name, n = base, 1
@@ -182,17 +209,22 @@ class Workflow:
 
     # -- starting ---------------------------------------------------------------------------
     def start(self) -> str:
-        """Write the workflow to Redis and push its first steps; returns its id."""
+        """Write the workflow (and those nested in it) to Redis and push its first steps;
+        returns its id."""
         self._check_open()
+        if self.nested_in is not None:
+            raise WorkflowError(f"workflow {self.id} is nested in {self.nested_in.id}: start "
+                                "that one")
         if not self.steps:
             raise WorkflowError("a workflow needs at least one step")
-        ordered = _ordered(self.steps)
+        flat = _flatten(self)
         config = self.config
-        templates = [(step.name, *self._template(step, config)) for step in ordered]
+        templates = [(full, *self._template(step, full, deps, flat.names, config))
+                     for step, full, deps in flat.steps]
         then: dict[str, list[str]] = {}
-        for step in ordered:
-            for node in _nodes(step):
-                then.setdefault(node, []).append(step.name)
+        for _, full, deps in flat.steps:
+            for node in deps:
+                then.setdefault(node, []).append(full)
         batch = self._batch
         with lent_redis(config) as conn:
             accounting.create(conn, config, bid=self.id, description=batch.description,
@@ -202,24 +234,23 @@ class Workflow:
             try:
                 transitions.start(conn, config, wid=self.id, name=self.name,
                                   policy=self.on_death, ttl=self.ttl, steps=templates,
-                                  then=then)
+                                  then=then, subs=flat.subs)
             finally:
                 accounting.close(conn, config, self.id)
         return self.id
 
-    def _template(self, step: Step, config: Config) -> tuple[str, int]:
+    def _template(self, step: Step, full: str, deps: list[str], names: dict[int, str],
+                  config: Config) -> tuple[str, int]:
         """The step's payload cut where results go, and how many dependencies it waits for."""
         refs: list[str] = []
         token = uuid.uuid4().hex
 
         def mark(value: Any) -> Any:
             if isinstance(value, Step):
-                _check_member(self, step, value)
-                refs.append(value.name)
+                refs.append(names[id(value)])
                 return f"wurk-ref:{token}:{len(refs) - 1}"
             if isinstance(value, Children):
-                _check_member(self, step, value.step)
-                refs.append(f"{value.step.name}[*]")
+                refs.append(f"{names[id(value.step)]}[*]")
                 return f"wurk-ref:{token}:{len(refs) - 1}"
             if isinstance(value, list):
                 return [mark(item) for item in value]
@@ -230,14 +261,13 @@ class Workflow:
             return value
 
         args = [mark(arg) for arg in step.args]
-        for waited in step.waits_for:
-            _check_member(self, step, waited.step if isinstance(waited, Children) else waited)
-        payload = prepare(config, step.job, args, wid=self.id, step=step.name, ttl=self.ttl)
+        assert step.job is not None  # a nested workflow's step has no template
+        payload = prepare(config, step.job, args, wid=self.id, step=full, ttl=self.ttl)
         pieces = re.split(f'"wurk-ref:{token}:([0-9]+)"', P.dumps(payload))
         parts = [payload[P.QUEUE], payload[P.JID]]
         for index, piece in enumerate(pieces):
             parts.append(refs[int(piece)] if index % 2 else piece)
-        return "\0".join(parts), len(_nodes(step))
+        return "\0".join(parts), len(deps)
 
 
 def prepare(config: Config, job: JobSetter[Any, Any], args: list[Any], *, wid: str,
@@ -259,21 +289,21 @@ def _clean(base: str) -> str:
     return cleaned or "step"
 
 
-def _check_member(workflow: Workflow, step: Step, other: Step) -> None:
-    if other.workflow is not workflow:
-        raise WorkflowError(f"step {step.name} waits for {other.name}, a step of another "
-                            "workflow")
+def _lineage(workflow: Workflow) -> list[Workflow]:
+    """The workflow and those it is nested in, innermost first."""
+    out = [workflow]
+    while out[-1].nested_in is not None:
+        out.append(out[-1].nested_in)
+    return out
 
 
-def _nodes(step: Step) -> list[str]:
-    """What a step waits for, as the Lua's nodes: ``X`` and ``X[*]``, each once."""
-    found: list[str] = []
+def _nodes(step: Step) -> list[Step | Children]:
+    """What a step waits for (its arguments' steps and ``after``), each once."""
+    found: list[Step | Children] = []
 
     def walk(value: Any) -> None:
-        if isinstance(value, Step):
-            found.append(value.name)
-        elif isinstance(value, Children):
-            found.append(f"{value.step.name}[*]")
+        if isinstance(value, (Step, Children)):
+            found.append(value)
         elif isinstance(value, (list, tuple)):
             for item in value:
                 walk(item)
@@ -283,34 +313,102 @@ def _nodes(step: Step) -> list[str]:
 
     walk(step.args)
     walk(step.waits_for)
-    return list(dict.fromkeys(found))
+    unique: dict[tuple[int, bool], Step | Children] = {}
+    for node in found:
+        unique.setdefault((id(node.step if isinstance(node, Children) else node),
+                           isinstance(node, Children)), node)
+    return list(unique.values())
 
 
-def _ordered(steps: Sequence[Step]) -> list[Step]:
-    """The steps with each after what it waits for; ``WorkflowError`` naming a cycle."""
-    by_name = {step.name: step for step in steps}
+@dataclass
+class Flat:
+    """A workflow and those nested in it as one graph: names are paths (``outer/inner``).
+
+    ``steps``: each job step, its full name and the nodes it waits for (``X``, ``X[*]``,
+    or a nested workflow's name, done when all its steps are); ``subs``: each nested
+    workflow, its policy, its leaves (the steps of it no other of its steps waits for:
+    its result is their values, by their names in it) and how many job steps it holds."""
+
+    names: dict[int, str] = field(default_factory=dict)
+    steps: list[tuple[Step, str, list[str]]] = field(default_factory=list)
+    subs: list[tuple[str, str, list[str], int]] = field(default_factory=list)
+
+
+def _flatten(top: Workflow) -> Flat:
+    flat = Flat()
+
+    def name_all(workflow: Workflow, prefix: str) -> None:
+        for step in workflow.steps:
+            flat.names[id(step)] = prefix + step.name
+            if step.sub is not None:
+                name_all(step.sub, prefix + step.name + "/")
+
+    name_all(top, "")
+    graph: dict[str, list[str]] = {}
+
+    def node_of(step: Step, waited: Step | Children) -> str:
+        other = waited.step if isinstance(waited, Children) else waited
+        if id(other) not in flat.names or other.workflow not in _lineage(step.workflow):
+            raise WorkflowError(f"step {step.name} waits for {other.name}, which is not a "
+                                "step of this workflow (or of one it is nested in)")
+        if isinstance(waited, Children):
+            if other.sub is not None:
+                raise WorkflowError(f"{other.name} is a nested workflow: it adds no children")
+            return f"{flat.names[id(other)]}[*]"
+        return flat.names[id(other)]
+
+    def walk(workflow: Workflow, inherited: list[str]) -> tuple[int, list[str]]:
+        """(its job steps, its leaves)"""
+        count = 0
+        waited_inside: set[int] = set()
+        for step in workflow.steps:
+            full = flat.names[id(step)]
+            nodes = [node_of(step, waited) for waited in _nodes(step)]
+            for waited in _nodes(step):
+                waited_inside.add(id(waited.step if isinstance(waited, Children) else waited))
+            deps = list(dict.fromkeys([*nodes, *inherited]))
+            graph[full] = [node.removesuffix("[*]") for node in deps]
+            if step.sub is None:
+                flat.steps.append((step, full, deps))
+                count += 1
+                continue
+            inner, leaves = walk(step.sub, deps)
+            graph[full] = [flat.names[id(member)] for member in step.sub.steps]
+            flat.subs.append((full, step.sub.on_death, leaves, inner))
+            count += inner
+        return count, [flat.names[id(step)] for step in workflow.steps
+                       if id(step) not in waited_inside]
+
+    walk(top, [])
+    _check_acyclic(graph)
+    return flat
+
+
+def _check_acyclic(graph: dict[str, list[str]]) -> None:
+    """``WorkflowError`` naming a cycle of the flattened graph."""
     done: set[str] = set()
-    visiting: list[str] = []
-    out: list[Step] = []
-
-    def visit(step: Step) -> None:
-        if step.name in done:
-            return
-        if step.name in visiting:
-            cycle = [*visiting[visiting.index(step.name):], step.name]
-            raise WorkflowError(f"the workflow's steps wait for each other: "
-                                f"{' -> '.join(cycle)}")
-        visiting.append(step.name)
-        for node in _nodes(step):
-            other = by_name.get(node.removesuffix("[*]"))
-            if other is None:
-                raise WorkflowError(f"step {step.name} waits for {node}, which is not a step "
-                                    "of this workflow")
-            visit(other)
-        visiting.pop()
-        done.add(step.name)
-        out.append(step)
-
-    for step in steps:
-        visit(step)
-    return out
+    for first in graph:
+        if first in done:
+            continue
+        stack: list[tuple[str, int]] = [(first, 0)]
+        path: list[str] = [first]
+        on_path = {first}
+        while stack:
+            node, index = stack[-1]
+            following = graph.get(node, [])
+            if index < len(following):
+                stack[-1] = (node, index + 1)
+                after = following[index]
+                if after in on_path:
+                    cycle = [*path[path.index(after):], after]
+                    raise WorkflowError(f"the workflow's steps wait for each other: "
+                                        f"{' -> '.join(cycle)}")
+                if after not in done:
+                    stack.append((after, 0))
+                    path.append(after)
+                    on_path.add(after)
+            else:
+                stack.pop()
+                path.pop()
+                on_path.discard(node)
+                done.add(node)

@@ -8,11 +8,16 @@
    ``succeeded``, ``dead``, ``stopped`` (after a step that died, policy ``stop``) or
    ``cancelled`` — its jid, and its stored outcome (``wurk.results``: the value, or the
    error of its last failure), read with ``find_many``, a page a round trip.
-3. What is stored is untrusted: a field that cannot be read shows as absent, never raises.
+3. A nested workflow is a step too (``kind`` ``"workflow"``), its steps named by their path
+   (``outer/inner``, ``within`` says which it is in, ``members`` lists them): ``waiting``,
+   ``running``, ``succeeded`` (its ``value`` an object of its leaves' values), ``failed``
+   (one of its steps died or was stopped), ``stopped`` (none ran) or ``cancelled``.
+4. What is stored is untrusted: a field that cannot be read shows as absent, never raises.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +30,8 @@ from ..stored import Invalid, epoch, text
 __all__ = ["JOIN_POLL", "STATES", "STEP_STATES", "StepStatus", "WorkflowStatus"]
 
 STATES = ("running", "succeeded", "failed", "cancelled")
-STEP_STATES = ("waiting", "queued", "succeeded", "dead", "stopped", "cancelled")
+STEP_STATES = ("waiting", "queued", "running", "succeeded", "failed", "dead", "stopped",
+               "cancelled")
 # How often ``join`` looks again (it is for tests and scripts).
 JOIN_POLL = 0.05
 
@@ -38,10 +44,14 @@ class StepStatus:
     state: str
     jid: str
     outcome: Outcome | Invalid | None
+    kind: str = "job"  # or "workflow": a nested workflow
+    sub_value: Any = None  # a nested workflow's value, once it succeeded
 
     @property
     def value(self) -> Any:
         """The step's return value (None unless it succeeded and its result is kept)."""
+        if self.kind == "workflow":
+            return self.sub_value
         outcome = self.outcome
         return outcome.value if isinstance(outcome, Outcome) and outcome.succeeded else None
 
@@ -49,6 +59,11 @@ class StepStatus:
     def parent(self) -> str | None:
         """The step that added this one (``fan_out``), or None."""
         return self.name.rsplit("[", 1)[0] if self.name.endswith("]") else None
+
+    @property
+    def within(self) -> str | None:
+        """The nested workflow this step is a step of, or None (the outermost)."""
+        return self.name.rsplit("/", 1)[0] if "/" in self.name else None
 
 
 class WorkflowStatus:
@@ -69,12 +84,18 @@ class WorkflowStatus:
 
         def read(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
-            for part in ("", "state", "jids"):
+            for part in ("", "state", "jids", "subs"):
                 pipe.hgetall(keys.workflow(self.wid, part))
             return list(pipe.execute(raise_on_error=False))
 
-        meta, states, jids = (_texts(reply) for reply in
-                              self.config.pool("api").run(read, idempotent=True))
+        def read_values(r: Any) -> Any:
+            return r.hmget(keys.workflow(self.wid, "values"), subs) if subs else []
+
+        meta, states, jids, subs_found = (_texts(reply) for reply in
+                                          self.config.pool("api").run(read, idempotent=True))
+        subs = sorted(subs_found)
+        sub_values = dict(zip(subs, self.config.pool("api").run(read_values, idempotent=True),
+                              strict=False))
         if not meta:
             raise WorkflowError(f"workflow {self.wid} does not exist (expired, or never "
                                 "started)")
@@ -88,9 +109,17 @@ class WorkflowStatus:
         self.finished_at = _time(meta.get("finished_at"))
         outcomes = find_many(self.config, jids.values())
         self.steps = {name: StepStatus(name, state, jids.get(name, ""),
-                                       outcomes.get(jids.get(name, "")))
+                                       outcomes.get(jids.get(name, "")) if name in jids
+                                       else None,
+                                       "workflow" if name in subs_found else "job",
+                                       _json(sub_values.get(name)))
                       for name, state in sorted(states.items(), key=lambda kv: _order(kv[0]))}
         return self
+
+    def members(self, sub: str | None = None) -> list[StepStatus]:
+        """The steps of nested workflow ``sub`` (None: of the outermost), children after
+        their parent."""
+        return [step for step in self.steps.values() if step.within == sub]
 
     @property
     def done(self) -> bool:
@@ -102,6 +131,11 @@ class WorkflowStatus:
         found = self.steps.get(step)
         if found is None:
             raise WorkflowError(f"workflow {self.wid} has no step {step!r}")
+        if found.kind == "workflow":
+            if found.state != "succeeded":
+                raise WorkflowError(f"nested workflow {step} of workflow {self.wid} has no "
+                                    f"value (it is {found.state})")
+            return found.value
         if not isinstance(found.outcome, Outcome):
             raise WorkflowError(f"step {step} of workflow {self.wid} has no readable outcome "
                                 f"(it is {found.state})")
@@ -125,6 +159,15 @@ def _texts(reply: Any) -> dict[str, str]:
     return {text(k): text(v) for k, v in reply.items()}
 
 
+def _json(value: Any) -> Any:
+    if value is None:
+        return None
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _int(value: str | None) -> int:
     try:
         return int(value or 0)
@@ -139,5 +182,6 @@ def _time(value: str | None) -> float | None:
 
 def _order(name: str) -> tuple[Any, ...]:
     """Children after their parent, in the order they were added."""
-    parts = name.replace("]", "").split("[")
-    return (parts[0], *(int(p) if p.isdigit() else 0 for p in parts[1:]))
+    return tuple((part.split("[")[0], *(int(p) if p.isdigit() else 0 for p in
+                                         part.replace("]", "").split("[")[1:]))
+                 for part in name.split("/"))

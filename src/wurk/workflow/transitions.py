@@ -52,15 +52,20 @@ def _common(config: Config) -> list[object]:
 
 
 def start(conn: Any, config: Config, *, wid: str, name: str, policy: str, ttl: int,
-          steps: Sequence[tuple[str, str, int]], then: dict[str, list[str]]) -> int:
-    """Write the graph (steps: name, template, dependencies) and push its first steps;
-    returns how many were pushed."""
+          steps: Sequence[tuple[str, str, int]], then: dict[str, list[str]],
+          subs: Sequence[tuple[str, str, list[str], int]] = ()) -> int:
+    """Write the graph (steps: name, template, dependencies; subs: each nested workflow's
+    name, policy, leaves and job steps) and push its first steps; returns how many were
+    pushed."""
     args: list[object] = [*_common(config), wid, name, policy, ttl, config.keys.workflows]
     for step in steps:
         args += list(step)
     args.append("--")
     for node, dependants in then.items():
         args += [node, " ".join(dependants)]
+    args.append("--")
+    for sub, policy, leaves, count in subs:
+        args += [sub, policy, " ".join(leaves), count]
     try:
         return int(_START.call(conn, [], args))
     except redis.ResponseError as exc:
