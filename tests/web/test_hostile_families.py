@@ -35,7 +35,7 @@ from starlette.testclient import TestClient
 import wurk
 from tests.web.conftest import browse
 from tests.web.hostile import MARK, check, next_event, strict_json
-from wurk.keys import BATCH_PARTS, Keys
+from wurk.keys import BATCH_PARTS, WORKFLOW_PARTS, Keys
 from wurk.web import create_app
 
 BID = "hostilebid0001"
@@ -45,6 +45,7 @@ LIMITER = "hostile-limiter"
 JOB = "Hostile::Job"
 TAG = "t1"
 DONE = "9" * 24  # a job that succeeded and kept its result: only the Results tab shows it
+WID = "wf-hostile0001"
 PROFILE = f"tok-{'f' * 24}"  # a profile's member, and (under the prefix) its hash
 # Entries in each collection of the "many" kind: twice the read cap (wurk.stored.FIELD_CAP),
 # so every capped read is exercised; a longer hunt: WURK_HOSTILE_MANY=1000000.
@@ -123,6 +124,11 @@ FAMILIES = [
     Family("push_buffers", lambda k, t: k.push_buffers, "zset"),
     Family("push_buffer", lambda k, t: k.push_buffer(IDENTITY), "string"),
     Family("stat_recovered_push", lambda k, t: k.stat_recovered_push, "string"),
+    # The Workflows tab: the index, and one workflow's record and every part of it.
+    Family("workflows", lambda k, t: k.workflows, "zset"),
+    Family("workflow", lambda k, t: k.workflow(WID), "hash"),
+    *(Family(f"workflow:{part}", lambda k, t, part=part: k.workflow(WID, part), "hash")
+      for part in WORKFLOW_PARTS),
 ]
 
 # Members of ``Keys`` that name no key a page, API route or CLI listing reads, and why.
@@ -150,9 +156,7 @@ NOT_READ = {
     "push_sent": "the recording pushes' own record of jids sent, read by their script only",
     "cancels": "jids wurk.cancel leaves for a process: its CancelPoller pops them, no page",
     "stat_cancelled": "read by the Prometheus exposition only (wurk_jobs_cancelled_total)",
-    "workflow": "a workflow's state: read by WorkflowStatus and its Lua scripts, no page yet",
     "workflow_keys": "the list of a workflow's keys (for its cancel), not a key of its own",
-    "workflows": "the index of workflows, read by no page or command yet",
     "result_channel": "a pub/sub channel, not a key: waiters subscribe to it",
     "batch_results": "a batch's index of jids with a result: BatchStatus.results(), no page",
 }
@@ -250,6 +254,16 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
         "identity": IDENTITY, "hostname": "host", "pid": 1, "kind": "disk", "where": MARK,
         "buffered": 2, "oldest": stamp - 5, "sent": 3, "at": stamp}))
     r.set(k.stat_recovered_push, 3)
+    r.zadd(k.workflows, {WID: stamp})  # a workflow: a step, its fan-out, a nested workflow
+    r.hset(k.workflow(WID), mapping={"state": "running", "policy": "stop", "name": MARK,
+                                     "total": 4, "pending": 2, "dead": 0, "created_at": stamp})
+    r.hset(k.workflow(WID, "state"), mapping={"a": "succeeded", "a[0]": "queued", "b": "waiting",
+                                              "s": "running", "s/c": "queued"})
+    r.hset(k.workflow(WID, "then"), mapping={"a[*]": "b", "s": "b"})
+    r.hset(k.workflow(WID, "subs"), "s", "stop s/c")
+    r.hset(k.workflow(WID, "left"), "s", 1)
+    for part in ("steps", "waiting", "jids", "values", "kids"):
+        r.hset(k.workflow(WID, part), "a", MARK)
 
 # -- hostile kinds ---------------------------------------------------------------------------------
 def write(r: redis.Redis, kind: str, key: str, values: list[str]) -> None:
@@ -324,7 +338,9 @@ ROUTES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", 
           "/profiles/?page=10000000000000000000", f"/profiles/view?key={quote(PROFILE)}",
           f"/profiles/data?key={quote(PROFILE)}", "/profiles/view?key=nope",
           "/results/", f"/results/{DONE}", f"/results/{'c' * 24}", f"/results/{'d' * 24}",
-          "/results/nope", f"/api/results/{DONE}",
+          "/results/nope", f"/api/results/{DONE}", "/workflows/", f"/workflows/{WID}",
+          "/workflows/?page=10000000000000000000", "/workflows/wf-nothing",
+          "/api/workflows/", f"/api/workflows/{WID}",
           f"/api/results/{'c' * 24}", "/api/results/nope"]
 # Each entry's own pages: read_everything visits them for the entries the lists give.
 ENTRY_ROUTES = [f"{prefix}/{kind}/KEY" for prefix in ("", "/api")

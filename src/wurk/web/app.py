@@ -3,8 +3,9 @@
 1. Routes: the pages (``views``), the JSON API and its documentation (``api``,
    ``openapi``), the live stream (``sse``), the package's own assets (``/static``; nothing
    comes from a CDN, so it works offline) and each extension under its name. The built-in
-   Periodic, Metrics, History, Profiles, Results, Limits, Batches and Dead Batches tabs are
-   extensions registered first (a host's own ``limits`` replaces the Limits tab);
+   Periodic, Metrics, History, Profiles, Results, Limits, Batches, Dead Batches and
+   Workflows tabs are extensions registered first (a host's own ``limits`` replaces the
+   Limits tab);
    ``/metrics`` itself answers a browser with the Metrics page and a Prometheus scraper with
    the cluster's figures. With ``shards`` configured, a Shards tab shows each shard's
    numbers and their sum, and mounts each other shard's own dashboard under it
@@ -31,7 +32,19 @@ from starlette.staticfiles import StaticFiles
 from ..config import Config, default_config
 from ..errors import ConfigError
 from ..hosts import HostNames
-from . import api, batches, history, metrics, openapi, periodic, profiles, results, shards, views
+from . import (
+    api,
+    batches,
+    history,
+    metrics,
+    openapi,
+    periodic,
+    profiles,
+    results,
+    shards,
+    views,
+    workflows,
+)
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
 from .guard import Authorize, Guard, wants_json
@@ -95,7 +108,8 @@ def builtin_extensions(given: Sequence[Extension] = ()) -> tuple[Extension, ...]
     """The tabs wurk adds through the extension mechanism (after Sidekiq's own); the Limits
     tab gives way to a host's own extension named ``limits``."""
     builtin = (periodic.extension(), metrics.extension(), history.extension(),
-               profiles.extension(), results.extension(), *batches.extensions())
+               profiles.extension(), results.extension(), *batches.extensions(),
+               workflows.extension())
     if any(extension.name == LIMITS_TAB for extension in given):
         return builtin
     return (*builtin, limits_tab())
