@@ -11,11 +11,13 @@ import wurk
 from tests.chaos.jobs import ledger
 from wurk.workflow import fan_out
 
-__all__ = ["CHILDREN", "FINAL", "GATHERED", "child", "final", "gather", "split"]
+__all__ = ["AFTER", "CHILDREN", "FINAL", "GATHERED", "after", "child", "doomed", "final",
+           "gather", "split"]
 
 CHILDREN = "ledger:wf-children"  # each child run's index
 GATHERED = "ledger:wf-gathered"  # what each fan-in run received, JSON
 FINAL = "ledger:wf-final"  # each final run's arguments, JSON
+AFTER = "ledger:wf-after"  # each run of a step after one that dies: [its tag, its argument]
 
 
 @wurk.job(name="ChaosWf::split")
@@ -41,3 +43,14 @@ def gather(values: list[int]) -> int:
 def final(total: int, count: int) -> str:
     ledger().rpush(FINAL, json.dumps([total, count]))
     return f"{count}:{total}"
+
+
+@wurk.job(name="ChaosWf::doomed", retry=False)
+def doomed() -> None:
+    raise RuntimeError("this step dies: its workflow's policy says what follows")
+
+
+@wurk.job(name="ChaosWf::after")
+def after(tag: str, value: object) -> str:
+    ledger().rpush(AFTER, json.dumps([tag, value]))
+    return tag
