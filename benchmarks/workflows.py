@@ -12,7 +12,9 @@ jobs each:
 - ``result_ttl``: the same with its result stored (what every step pays for its result);
 - ``group``: one workflow of ``--jobs`` independent steps;
 - ``chain``: one workflow of ``--jobs`` steps, each taking the one before's result;
-- ``fan-out``: one step that fans out ``--jobs`` children, and a fan-in over their results.
+- ``fan-out``: one step that fans out ``--jobs`` children, and a fan-in over their results;
+- ``nested``: one workflow of ``--jobs``/10 nested workflows of 10 independent steps each
+  (what a nested workflow's end adds to its steps).
 
 Per job: the worker's CPU (µs), the server's CPU (µs, ``INFO cpu``) and the commands it
 ran (``INFO commandstats``, those a script ran included, INFO left out), the median of
@@ -76,10 +78,19 @@ def variants(jobs: int) -> dict[str, Callable[[], None]]:
         wf.step(gather, wf.step(spread, jobs).children)
         wf.start()
 
+    def nested() -> None:
+        wf = Workflow("nested")
+        for start in range(0, jobs, 10):
+            inner = Workflow("inner")
+            for n in range(start, min(start + 10, jobs)):
+                inner.step(value, n)
+            wf.step(inner)
+        wf.start()
+
     return {"plain": lambda: value.perform_bulk([[n] for n in range(jobs)]) and None,
             "result_ttl": lambda: value.set(result_ttl=600).perform_bulk(
                 [[n] for n in range(jobs)]) and None,
-            "group": group, "chain": chain, "fan-out": fan}
+            "group": group, "chain": chain, "fan-out": fan, "nested": nested}
 
 
 def run(url: str, jobs: int, rounds: int) -> dict[str, dict[str, float]]:

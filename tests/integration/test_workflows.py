@@ -221,7 +221,7 @@ def test_the_docs_examples_run_as_workflows(redis_server: Server) -> None:
     text = DOCS.read_text(encoding="utf-8")
     marker = "<!-- run by tests/integration/test_workflows.py -->"
     blocks = re.findall(re.escape(marker) + r"\n```python\n(.*?)```", text, re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 5
     worker = wurk.embed(config)
     try:
         for block in blocks:

@@ -280,9 +280,8 @@ def layout(states: dict[str, str], then: dict[str, str], subs: dict[str, str]) -
                 box_of[member] = key
         else:
             for member in members:
-                state = _state(states[member])
-                boxes[member] = Node(member, _short(member), printable(member)[:NAME_CHARS],
-                                     state, kind, [member])
+                # labelled once drawn: a graph of 10,000 steps labels 400
+                boxes[member] = Node(member, "", "", _state(states[member]), kind, [member])
                 box_of[member] = member
     links: set[tuple[str, str, str]] = {(box_of[s], box_of[t], kind) for s, t, kind in edges
                                         if box_of[s] != box_of[t]}
@@ -301,6 +300,8 @@ def layout(states: dict[str, str], then: dict[str, str], subs: dict[str, str]) -
     height = int(max((n.y for n in shown), default=0) + BOX_H + MARGIN)
     for box in shown:
         box.bars = _bars(box)
+        if box.kind != "group":
+            box.label, box.title = _short(box.key), printable(box.key)[:NAME_CHARS]
     return Graph(shown, lines, width, height, hidden, len(states), cut_edges)
 
 
