@@ -16,6 +16,10 @@ receive those steps' results as arguments.
    handler), and ``fan_out``, by which a running step adds children.
 4. ``status``: ``WorkflowStatus``, each step's state and stored result.
 
+A step may be a whole workflow (``wf.step(inner)``): flattened into the outer one at
+``start()``, its steps named by path (``outer/inner``), done when all of them are, its
+result an object of its leaves' values; the dashboard's Workflows tab draws the graph.
+
 Built on batches and results: a workflow is a batch of the same id (its steps are the
 batch's jobs, its callbacks fire once), and each step keeps its result (``result_ttl``,
 ``wurk.results``). ``docs/workflows.md`` tells the whole story, and how a Celery canvas
