@@ -105,6 +105,8 @@ def test_a_workflow_run_by_a_worker_is_drawn_with_each_steps_state(
     assert one["state"] == "failed" and one["total"] == 1005
     assert {s["name"]: s["state"] for s in one["steps"]}["dies"] == "dead"
     assert client.get("/api/workflows/").json()["workflows"][0]["wid"] == wid
+    batch = client.get(f"/batches/{wid}")  # the workflow's batch links its graph
+    assert batch.status_code == 200 and f'href="/workflows/{wid}"' in batch.text
 
 
 def test_an_unknown_or_corrupted_workflow_answers_a_sentence_never_a_500(

@@ -92,8 +92,17 @@ def detail(config: Config, bid: str) -> dict[str, Any] | None:
                             in status.callbacks[:JIDS_SHOWN]],
                  children=status.child_bids[:JIDS_SHOWN], child_count=status.child_count,
                  failed=failed[:JIDS_SHOWN], dead_jobs=dead[:JIDS_SHOWN],
-                 failed_count=status.size_of("failed"), dead_count=status.size_of("died"))
+                 failed_count=status.size_of("failed"), dead_count=status.size_of("died"),
+                 workflow=is_workflow(config, bid))
     return found
+
+
+def is_workflow(config: Config, bid: str) -> bool:
+    """Whether the batch is a workflow's (same id): its page links the workflow's graph."""
+    def read(r: Any) -> bool:
+        return bool(r.exists(config.keys.workflow(bid)))
+
+    return config.pool("api").run(read, idempotent=True)
 
 
 def act(config: Config, bid: str, action: str) -> str:
