@@ -159,6 +159,12 @@ def test_nesting_is_checked(config: wurk.Config) -> None:
         Workflow().step(inner)
     with pytest.raises(WorkflowError, match="start that one"):
         inner.start()
+    with pytest.raises(WorkflowError, match="register callbacks on the outermost"):
+        inner.on("success", square)
+    with_callback = Workflow().on("success", square)
+    with_callback.step(square, 1)
+    with pytest.raises(WorkflowError, match="no callbacks of its own"):
+        Workflow().step(with_callback)
     with pytest.raises(WorkflowError, match="no arguments"):
         Workflow().step(Workflow(), 1)
     with pytest.raises(WorkflowError, match="at least one step"):

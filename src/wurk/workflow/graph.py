@@ -180,6 +180,9 @@ class Workflow:
            ) -> Workflow:
         """A callback of the workflow's batch (``success``, ``complete``, ``death``)."""
         self._check_open()
+        if self.nested_in is not None:
+            raise WorkflowError(f"workflow {self.id} is nested: register callbacks on the "
+                                "outermost workflow")
         self._batch.on(event, target, options)
         return self
 
