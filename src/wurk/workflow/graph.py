@@ -7,6 +7,10 @@
    it adds at run time (``fan_out``). Either makes the new step wait for it. ``.after(*steps)``
    adds dependencies that pass no data; ``.named(name)`` names it (``fetch``, ``fetch-2``…
    by default).
+   ``wf.step(inner)``, ``inner`` a ``Workflow`` not started, nests it: a step done when all
+   of its steps are, whose result is an object of its leaves' values (its steps no other of
+   its steps waits for). ``start()`` flattens it into this workflow (``Flat``): its steps
+   named by path (``outer/inner``), ``.after`` on it a dependency of each of its steps.
 2. ``start()`` checks the graph (no cycle, every dependency in it), builds each step's
    payload as a push would (the client's normalisation and middleware; the arguments
    that are results stay placeholders), cuts its JSON where the results go, and writes it
