@@ -115,6 +115,7 @@ def dying(config: wurk.Config, policy: str) -> str:
     return wf.start()
 
 
+@pytest.mark.timeout(600)  # the waits' own bounds (below) decide, not the suite's 120 s
 def test_fan_out_a_thousand_through_a_kill_cuts_and_a_restart(setting: Setting) -> None:
     server, proxy, ledger, workers = setting
     config = config_for(server.url)
