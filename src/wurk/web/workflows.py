@@ -90,7 +90,7 @@ class Node:
 @dataclass
 class Graph:
     nodes: list[Node]
-    edges: list[tuple[float, float, float, float, str]]  # x1, y1, x2, y2, kind
+    edges: list[tuple[str, str]]  # an SVG path's d, and the arrow's kind
     width: int
     height: int
     hidden: int  # boxes left out (past NODES_DRAWN)
@@ -144,8 +144,9 @@ def read_workflow(config: Config, wid: str) -> dict[str, Any] | None:
     graph = layout(states, then, subs)
     graph.cut = graph.cut or cut_states or cut_then or cut_subs
     counts: dict[str, int] = defaultdict(int)
-    for state in states.values():
-        counts[state if state in STEP_STATES else "unreadable"] += 1
+    for name, state in states.items():
+        if name not in subs:  # job steps, as the record's total counts them
+            counts[state if state in STEP_STATES else "unreadable"] += 1
     rows = []
     for node in graph.nodes[:ROWS_SHOWN]:
         jid = jids.get(node.members[0], "") if node.kind == "job" else ""
@@ -291,13 +292,30 @@ def layout(states: dict[str, str], then: dict[str, str], subs: dict[str, str]) -
     shown = shown[:NODES_DRAWN]
     _place(shown, links)
     placed = {node.key: node for node in shown}
-    lines = []
+    # An arrow between neighbouring columns is one curve; a longer one runs below the boxes
+    # of the columns it passes (never through a box), then up or down into its target.
+    bottoms: dict[int, float] = defaultdict(float)
+    for drawn in shown:
+        bottoms[drawn.column] = max(bottoms[drawn.column], drawn.y + BOX_H)
+    lines: list[tuple[str, str]] = []
+    lowest = 0.0
     for source, target, kind in sorted(links):
         a, b = placed.get(source), placed.get(target)
-        if a is not None and b is not None:
-            lines.append((a.x + BOX_W, a.y + BOX_H / 2, b.x, b.y + BOX_H / 2, kind))
+        if a is None or b is None:
+            continue
+        x1, y1, x2, y2 = a.x + BOX_W, a.y + BOX_H / 2, b.x, b.y + BOX_H / 2
+        passed = range(a.column + 1, b.column)
+        if not passed:
+            lines.append((f"M{x1:.1f},{y1:.1f} C{x1 + 28:.1f},{y1:.1f} {x2 - 28:.1f},{y2:.1f} "
+                          f"{x2:.1f},{y2:.1f}", kind))
+            continue
+        low = max(bottoms[column] for column in passed) + GAP_Y / 2
+        lowest = max(lowest, low)
+        lines.append((f"M{x1:.1f},{y1:.1f} C{x1 + 24:.1f},{y1:.1f} {x1 + 4:.1f},{low:.1f} "
+                      f"{x1 + 28:.1f},{low:.1f} L{x2 - 28:.1f},{low:.1f} C{x2 - 4:.1f},{low:.1f} "
+                      f"{x2 - 24:.1f},{y2:.1f} {x2:.1f},{y2:.1f}", kind))
     width = int(max((n.x for n in shown), default=0) + BOX_W + MARGIN)
-    height = int(max((n.y for n in shown), default=0) + BOX_H + MARGIN)
+    height = int(max(max((n.y for n in shown), default=0) + BOX_H, lowest) + MARGIN)
     for box in shown:
         box.bars = _bars(box)
         if box.kind != "group":
