@@ -40,6 +40,7 @@ from .hosts import check_host_pattern
 from .keys import Keys
 from .middleware import Chain
 from .options import check_queue_name, parse_queue
+from .partitions import check_partitions
 from .payload import TimestampFormat
 from .periodic.loops import Periodic
 from .runtime import affinity
@@ -276,6 +277,10 @@ class Config:
     # Reliable fetch: most jobs a processor takes in one round trip out of a backlog (its
     # share of the queue at most); 1 fetches one job at a time.
     prefetch: int = 8
+    # Fair, partitioned queues (``wurk.partitions``, docs/partitions.md): queue name → most
+    # jobs of one partition in flight at once, cluster-wide; fetched round-robin across the
+    # partitions. Needs reliable fetch.
+    partitions: dict[str, int] = field(default_factory=dict)
     # Pin processor threads: "auto" (one CPU while busy and not computing in parallel),
     # None/"none" (the OS decides) or CPUs "0,2-3" (``wurk.runtime.affinity``).
     cpu_affinity: str | None = "auto"
@@ -506,6 +511,14 @@ class Config:
         self._validate_job_timeout()
         self._validate_redis()
         self._validate_shards()
+        self._validate_partitions()
+
+    def _validate_partitions(self) -> None:
+        self.partitions = check_partitions(self.partitions)
+        if self.partitions and self.fetch != "reliable":
+            raise ConfigError("partitions need fetch='reliable': a partitioned queue is "
+                              "fetched by a script that takes its jobs into in-flight lists "
+                              "(docs/partitions.md)")
 
     def _validate_redis(self) -> None:
         if isinstance(self.redis_url, str) and sentinel.is_sentinel(self.redis_url):

@@ -15,7 +15,12 @@
    puts it).
 7. Job results (``wurk.results``), wurk's own: ``wurk:result:<jid>``, the channel that
    announces one, and a batch's index of the jids that stored one.
-8. Workflows (``wurk.workflow``), wurk's own: ``wurk:workflow:<wid>`` and its parts (the Lua
+8. Partitioned queues (``wurk.partitions``), wurk's own layout: a list per partition
+   ``wurk:part:<queue>:<partition>``, and ``wurk:part:<queue>|ring`` (partitions with work,
+   scored by turn), ``|running`` (in-flight count per partition), ``|holders`` (the
+   in-flight lists that took jobs of the queue). A partition name holds neither ``:`` nor
+   ``|``, a queue name no ``|``, so no two of these names meet.
+9. Workflows (``wurk.workflow``), wurk's own: ``wurk:workflow:<wid>`` and its parts (the Lua
    in scripts/workflow_lib.lua spells the same names), and the ``wurk:workflows`` index.
 """
 
@@ -156,6 +161,30 @@ class Keys:
         if scheduled_set not in claims:
             raise ValueError(f"{scheduled_set!r} is neither the schedule nor the retry set")
         return claims[scheduled_set]
+
+    # -- partitioned queues (wurk's own layout) ---------------------------------------------
+    def partition_prefix(self, queue: str) -> str:
+        """What precedes a partition's name in its job list's key (passed to Lua, which
+        completes it from a job's ``partition`` field)."""
+        return f"{self.prefix}wurk:part:{queue}:"
+
+    def partition(self, queue: str, name: str) -> str:
+        """One partition's jobs (LIST: pushed at the head, taken from the tail)."""
+        if not name:
+            raise ValueError("a partition key needs a non-empty partition name")
+        return f"{self.partition_prefix(queue)}{name}"
+
+    def partition_ring(self, queue: str) -> str:
+        """The partitions with work, scored by turn: the lowest is served next (ZSET)."""
+        return f"{self.prefix}wurk:part:{queue}|ring"
+
+    def partition_running(self, queue: str) -> str:
+        """Jobs of each partition in flight: partition → count (HASH)."""
+        return f"{self.prefix}wurk:part:{queue}|running"
+
+    def partition_holders(self, queue: str) -> str:
+        """The in-flight lists that took jobs of the queue (SET), read to recount."""
+        return f"{self.prefix}wurk:part:{queue}|holders"
 
     # -- processes --------------------------------------------------------------------------
     def process(self, identity: str) -> str:

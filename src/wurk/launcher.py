@@ -47,6 +47,7 @@ from .control.worker import WorkerStops
 from .crypto import Opener
 from .errors import ConfigError
 from .fetch.basic import BasicFetch, Fetcher
+from .fetch.partitioned import PartitionedFetch
 from .fetch.pause import PausedCache
 from .fetch.reaper import Reaper, return_own_lists
 from .fetch.reliable import Claims, ReliableFetch, private_list_name
@@ -276,9 +277,11 @@ class Launcher:
         pool = capsule_pool(self.config, capsule)
         if self.config.fetch == "basic":
             return BasicFetch(self.config, capsule, pool, paused=self.paused.get)
-        return ReliableFetch(self.config, capsule, pool, identity=self.identity,
-                             capsule_index=self.capsules.index(capsule), slot=slot,
-                             paused=self.paused.get, claims=self.claims)
+        kind = PartitionedFetch if any(q in self.config.partitions
+                                       for q in capsule.queue_names) else ReliableFetch
+        return kind(self.config, capsule, pool, identity=self.identity,
+                    capsule_index=self.capsules.index(capsule), slot=slot,
+                    paused=self.paused.get, claims=self.claims)
 
     def private_lists(self) -> list[tuple[str, str]]:
         """(private list, queue) of every in-flight list this process may own."""

@@ -192,6 +192,11 @@ def _check_option(key: str, value: Any, where: str) -> None:
         return  # checked and converted to seconds by _limits_options
     elif key == P.RESULT_TTL:
         return  # checked and converted to whole seconds by validate_options
+    elif key == P.PARTITION:
+        if isinstance(value, bool) or not isinstance(value, (str, int)) or (
+                isinstance(value, str) and (not value or "|" in value or ":" in value)):
+            raise bad("a partition: a non-empty string (or a whole number) without ':' or "
+                      "'|' (docs/partitions.md)")
     elif key == P.ENCRYPT:
         if not isinstance(value, bool):
             raise bad("True or False (True seals the last argument: wurk.crypto)")

@@ -94,6 +94,7 @@ UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)
 UNIQUE_UNTIL = "unique_until"  # "success" (default) or "start"
 UNIQUE_DIGEST = "unique_digest"  # wurk: names the lock, so any process can release it
 EXPIRES_IN = "expires_in"  # seconds, relative (Sidekiq Pro)
+PARTITION = "partition"  # wurk: the job's partition of a partitioned queue (wurk.partitions)
 EXPIRES_AT = "expires_at"  # wurk: the deadline, in the timestamp format of created_at
 # wurk's own: the context variables ``wurk.context.persist`` saved at push time.
 CONTEXT = "wurk_ctx"

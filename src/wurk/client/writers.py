@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from .. import partitions
 from .. import payload as P
 from ..config import Config
 from ..connections.pool import AsyncRedisPool, RedisPool
@@ -90,11 +91,13 @@ class KeepingWriter:
 # -- Redis --------------------------------------------------------------------------------------
 @dataclass
 class _Commands:
-    """One write, built once for either sender: plain commands for one pipeline, and the
-    unique jobs (pushed by their script)."""
+    """One write, built once for either sender: plain commands for one pipeline, the
+    unique jobs (pushed by their script) and the jobs of partitioned queues (pushed by
+    theirs, ``wurk.partitions``)."""
 
     pipeline: list[tuple[Any, ...]] = field(default_factory=list)
     locked: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+    partitioned: dict[str, list[str]] = field(default_factory=dict)
 
 
 class RedisWriter:
@@ -128,6 +131,9 @@ def _commands(config: Config, entries: Entries) -> _Commands:
             commands.locked.append((job, at))  # pushed with its lock, by a script
         elif at is not None:
             scheduled += [P.score(float(at)), P.dumps(job)]
+        elif job[P.QUEUE] in config.partitions:
+            partitions.stamp(job)
+            commands.partitioned.setdefault(job[P.QUEUE], []).append(P.dumps(job))
         else:
             by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
     if scheduled:
@@ -146,6 +152,9 @@ def _send(config: Config, pool: RedisPool, redis: Any, commands: _Commands) -> s
         # pushes wait for replicas, goes last on the same connection.
         replies = pool.send_all([*commands.pipeline, *replica_wait(config)])
         check_replicated(config, replies[-1])
+    if commands.partitioned:
+        replicated(config, pool, lambda pinned: partitions.push(
+            pinned, config.keys, commands.partitioned))
     if not commands.locked:
         return set()
     if not config.push_replicas:
@@ -159,6 +168,9 @@ async def _asend(config: Config, pool: AsyncRedisPool, redis: Any,
     if commands.pipeline:
         replies = await pool.send_all([*commands.pipeline, *replica_wait(config)])  # as ``_send``
         check_replicated(config, replies[-1])
+    if commands.partitioned:
+        await areplicated(config, pool, lambda pinned: partitions.apush(
+            pinned, config.keys, commands.partitioned))
     if not commands.locked:
         return set()
     if not config.push_replicas:

@@ -61,6 +61,8 @@ class UnitOfWork:
     # False when the fetch saw the job had no poison counter: its ACK need not reset one.
     counted: bool = True
     settled: bool = False  # acknowledged or requeued: its fetcher need not let go of it
+    # Its partition, when it came from a partitioned queue (``wurk.partitions``).
+    partition: str | None = None
 
     def acknowledge(self) -> None:
         self.fetcher.acknowledge(self)

@@ -34,10 +34,12 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import psutil
 
+from .. import partitions
 from .. import payload as P
 from ..config import Config
 from ..connections.pool import RedisPool
@@ -55,8 +57,8 @@ __all__ = ["Owner", "Reaper", "parse_private"]
 
 log = logging.getLogger("wurk")
 
-_RECOVER = Script("recover.lua", prelude=("poison_counter.lua",))
-_RETURN_STRAY = Script("return_stray.lua", prelude=("poison_counter.lua",))
+_RECOVER = Script("recover.lua", prelude=("poison_counter.lua", "partition_lib.lua"))
+_RETURN_STRAY = Script("return_stray.lua", prelude=("poison_counter.lua", "partition_lib.lua"))
 # The full keyspace scan is costly on a big Redis: at most once an hour, cluster-wide.
 FULL_SCAN_EVERY = 3600
 # A pid whose process started this much apart from the owner's recorded start is reused.
@@ -151,9 +153,19 @@ class Reaper:
         if self._full_scan_due():
             recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
         recovered += self.return_strays()
+        self.recount_partitions()
         if recovered:
             log.info("reaper: %d job(s) back on their queues", recovered)
         return recovered
+
+    def recount_partitions(self) -> None:
+        """Recount the in-flight jobs of each partitioned queue served here from the
+        in-flight lists (``wurk.partitions``): after the lists of dead owners went back,
+        whatever count a killed worker or a hand edit left wrong is right again."""
+        keys = self.config.keys
+        for queue in self.queues:
+            if queue in self.config.partitions:
+                self.pool.run(partial(partitions.recount, keys=keys, queue=queue))
 
     def reap_all(self) -> int:
         """Every private list of the keyspace, whoever serves its queue (no lock)."""
@@ -332,7 +344,9 @@ def _recover(r: Any, config: Config, key: str, queue: str, threshold: int, *,
              keep: bool = False) -> Any:
     keys = config.keys
     script = r.register_script(_RECOVER.text)  # EVALSHA, loading the script on NOSCRIPT
-    return script(keys=[key, keys.queue(queue), keys.queues, keys.stat_recovered],
+    # A partitioned queue's jobs are counted out of flight as they go back (wurk.partitions).
+    counts = [keys.partition_running(queue)] if queue in config.partitions else []
+    return script(keys=[key, keys.queue(queue), keys.queues, keys.stat_recovered, *counts],
                   args=[keys.poison_prefix, threshold, POISON_TTL, queue, "1" if keep else "0"])
 
 
@@ -340,7 +354,8 @@ def _give_back(r: Any, config: Config, key: str, queue: str, raw: bytes,
                threshold: int) -> Any:
     keys = config.keys
     script = r.register_script(_RETURN_STRAY.text)  # EVALSHA, loading it on NOSCRIPT
-    return script(keys=[key, keys.queue(queue), keys.queues],
+    counts = [keys.partition_running(queue)] if queue in config.partitions else []
+    return script(keys=[key, keys.queue(queue), keys.queues, *counts],
                   args=[raw, keys.poison_prefix, threshold, POISON_TTL, queue])
 
 

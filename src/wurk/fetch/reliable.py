@@ -165,6 +165,11 @@ class ReliableFetch:
             self.flush_acks()
             self._idle.wait(timeout)  # every queue paused: wait, don't spin on Redis
             return None
+        return self._fetch_from(queues, timeout)
+
+    def _fetch_from(self, queues: list[str], timeout: float) -> UnitOfWork | None:
+        """A job of ``queues`` (in the order to try them, none paused), blocking up to
+        ``timeout`` when they are all empty."""
         if len(queues) == 1 and self.prefetch == 1:
             return self._round_trip(self._blocking_move(queues[0], timeout), queues[0])
         unit = self._round_trip(self._take(queues), None)

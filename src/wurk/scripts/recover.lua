@@ -13,6 +13,9 @@
 -- ARGV[3]  poison counter TTL, seconds
 -- ARGV[4]  the queue's name, for `queues`
 -- ARGV[5]  "1" to return the moved jobs too (for an on_recover hook), else "0"
+-- KEYS[5]  (a partitioned queue's only) its in-flight counts: each job moved is one fewer
+--          in flight for its partition; the next fetch routes it from the plain list back
+--          to its partition (wurk.partitions)
 -- returns  {moved, {poisoned job, its count, …}, {moved job, …}}; poisoned jobs stay,
 --          rotated to the tail
 
@@ -36,6 +39,7 @@ for _ = 1, n do
   else
     redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
     moved = moved + 1
+    if KEYS[5] then part_release(KEYS[5], part_of(job)) end
     if keep then recovered[#recovered + 1] = job end
   end
 end

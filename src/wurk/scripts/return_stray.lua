@@ -9,6 +9,8 @@
 -- KEYS[3]  the `queues` set        ARGV[3]  poison threshold; 0 = do not count
 --                                  ARGV[4]  poison counter TTL, seconds
 --                                  ARGV[5]  the queue's name, for `queues`
+-- KEYS[4]  (a partitioned queue's only) its in-flight counts: one fewer in flight for the
+--          job's partition (wurk.partitions)
 -- returns  {0, 0} gone already; {1, count} moved to the queue's tail (next to run);
 --          {2, count} a poison pill, left in place for the caller to kill
 
@@ -26,4 +28,5 @@ end
 redis.call('LREM', KEYS[1], 1, ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[5])
+if KEYS[4] then part_release(KEYS[4], part_of(ARGV[1])) end
 return {1, count}

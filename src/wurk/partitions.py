@@ -1,0 +1,199 @@
+"""Fair, partitioned queues: round-robin across a queue's partitions, a per-partition limit
+of jobs in flight enforced when jobs are fetched (docs/partitions.md).
+
+1. Declared in the configuration: ``Config(partitions={"imports": 5})`` makes the queue
+   ``imports`` partitioned, at most 5 jobs of any one partition in flight at once, every
+   process of the cluster together. A job names its partition with the ``partition`` job
+   option (``job.set(partition=account_id)``), which the payload carries, so a retry or a
+   scheduled job comes back to its partition; a job without one is in ``default``.
+2. Layout (``wurk.keys``): one list per partition, a ring of the partitions with work
+   (scored by turn), the in-flight count per partition and the in-flight lists that took
+   jobs of the queue. Partitions appear with their first job and leave the ring when found
+   empty: nothing registers them.
+3. Push (``scripts/partition_push.lua``, chosen by the push writer when the job's queue is
+   declared partitioned), fetch (``partition_fetch.lua``, by ``wurk.fetch.partitioned``), ACK
+   (``partition_ack.lua``) and requeue (``partition_requeue.lua``) keep the counts in the same
+   script as the move; the reaper's return of a dead worker's jobs counts them out
+   (``recover.lua``), and recounts every partitioned queue it serves from the in-flight
+   lists each sweep (``partition_recount.lua``), repairing a count a killed worker or a hand
+   edit left wrong. A count that is not a whole number ≥ 0 is recounted at once by the fetch.
+4. Jobs that reach the queue's plain list (the reaper's returns, the scheduler's moves, a push
+   from a process that does not declare the queue partitioned, a Ruby client) are routed to
+   their partitions by the next fetch.
+5. wurk's own layout: a Ruby Sidekiq process cannot fetch a partitioned queue.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import payload as P
+from .errors import ConfigError, InvalidPayload
+from .keys import Keys
+from .options import check_queue_name
+from .scripts import Script
+
+__all__ = [
+    "DEFAULT_PARTITION",
+    "PARTITION_MAX",
+    "Partition",
+    "apush",
+    "check_partitions",
+    "partition_name",
+    "partitions_of",
+    "push",
+    "recount",
+]
+
+# The partition of a job that names none (the Lua in scripts/partition_lib.lua agrees).
+DEFAULT_PARTITION = "default"
+PARTITION_MAX = 200
+_BAD = re.compile(r"[:|\x00-\x1f\x7f]")
+# The dashboard shows at most this many partitions of one queue, the largest first.
+SHOWN = 200
+
+_LIB = ("partition_lib.lua",)
+PUSH = Script("partition_push.lua", prelude=_LIB)
+FETCH = Script("partition_fetch.lua", prelude=_LIB)
+ACK = Script("partition_ack.lua", prelude=_LIB)
+REQUEUE = Script("partition_requeue.lua", prelude=_LIB)
+RECOUNT = Script("partition_recount.lua", prelude=_LIB)
+
+
+def partition_name(value: Any, where: str = "push") -> str:
+    """A job's ``partition`` as stored: a string (a whole number becomes its digits) of 1 to
+    200 characters without ``:``, ``|`` or control characters."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value or len(value.encode()) > PARTITION_MAX \
+            or _BAD.search(value):
+        raise InvalidPayload(
+            f"{where}: partition={value!r} is invalid; expected a string (or a whole number) "
+            f"of 1 to {PARTITION_MAX} bytes without ':', '|' or control characters",
+            field=P.PARTITION)
+    return value
+
+
+def check_partitions(value: Any) -> dict[str, int]:
+    """The ``partitions`` setting: queue name → in-flight limit per partition (≥ 1)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"partitions must map queue names to a limit per partition, e.g. "
+                          f"{{'imports': 5}}, not {value!r}")
+    checked: dict[str, int] = {}
+    for queue, limit in value.items():
+        if not isinstance(queue, str):
+            raise ConfigError(f"partitions: {queue!r} is not a queue name")
+        check_queue_name(queue)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigError(f"partitions: the limit of {queue!r} must be a whole number of "
+                              f"jobs in flight per partition, at least 1, not {limit!r}")
+        checked[queue] = limit
+    return checked
+
+
+def stamp(job: dict[str, Any]) -> None:
+    """A job pushed to a partitioned queue: its partition checked and stored as a string."""
+    if P.PARTITION in job:
+        job[P.PARTITION] = partition_name(job[P.PARTITION])
+
+
+def _push_call(keys: Keys, queue: str, jsons: Sequence[str]) -> tuple[list[str], list[object]]:
+    return ([keys.partition_ring(queue), keys.queues],
+            [keys.partition_prefix(queue), queue, *jsons])
+
+
+def push(r: Any, keys: Keys, by_queue: Mapping[str, Sequence[str]]) -> None:
+    """Push each queue's jobs (JSON) to their partitions, one script per queue, one round
+    trip."""
+    replies = PUSH.call_many(r, [_push_call(keys, q, jsons) for q, jsons in by_queue.items()])
+    _raise_first(replies)
+
+
+async def apush(r: Any, keys: Keys, by_queue: Mapping[str, Sequence[str]]) -> None:
+    """``push`` on redis-py's asyncio client."""
+    replies = await PUSH.acall_many(r, [_push_call(keys, q, jsons)
+                                        for q, jsons in by_queue.items()])
+    _raise_first(replies)
+
+
+def _raise_first(replies: list[Any]) -> None:
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
+def recount(r: Any, keys: Keys, queue: str) -> int:
+    """Recount the queue's in-flight jobs per partition from the in-flight lists (exact, in
+    one script); returns how many partitions have jobs in flight."""
+    return int(RECOUNT.call(_Conn(r), [keys.partition_running(queue),
+                                        keys.partition_holders(queue)], []))
+
+
+class _Conn:
+    """A redis-py client as a ``Script.call`` target."""
+
+    def __init__(self, r: Any) -> None:
+        self.r = r
+
+    def call(self, *args: Any) -> Any:
+        return self.r.execute_command(*args)
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """One partition as the dashboard shows it."""
+
+    name: str
+    size: int  # jobs waiting
+    running: int  # jobs in flight, as counted
+
+
+def partitions_of(r: Any, keys: Keys, queue: str) -> tuple[list[Partition], int]:
+    """The queue's partitions with work or jobs in flight, the largest first (at most
+    ``SHOWN``), and how many there are in all. Read defensively: a bad member or count is
+    shown as it can be, never raised."""
+    ring = keys.partition_ring(queue)
+    running_key = keys.partition_running(queue)
+    types = r.pipeline(transaction=False)
+    types.type(ring)
+    types.type(running_key)
+    ring_type, running_type = (_text(t) for t in types.execute())
+    names = [_text(m) for m in r.zrange(ring, 0, -1)] if ring_type == "zset" else []
+    counts = {_text(k): _count(v) for k, v in r.hgetall(running_key).items()} \
+        if running_type == "hash" else {}
+    every = list(dict.fromkeys([*names, *counts]))
+    valid = [name for name in every if _valid(name)]
+    pipe = r.pipeline(transaction=False)
+    for name in valid:
+        pipe.type(keys.partition(queue, name))
+        pipe.llen(keys.partition(queue, name))
+    replies = pipe.execute(raise_on_error=False) if valid else []
+    sizes = {}
+    for index, name in enumerate(valid):
+        kind, size = replies[2 * index], replies[2 * index + 1]
+        sizes[name] = int(size) if _text(kind) == "list" and isinstance(size, int) else 0
+    shown = [Partition(name, sizes.get(name, 0), counts.get(name, 0)) for name in every]
+    shown.sort(key=lambda p: (-p.size, -p.running, p.name))
+    return shown[:SHOWN], len(shown)
+
+
+def _valid(name: str) -> bool:
+    try:
+        partition_name(name)
+    except InvalidPayload:
+        return False
+    return True
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _count(value: Any) -> int:
+    try:
+        return int(_text(value))
+    except ValueError:
+        return 0

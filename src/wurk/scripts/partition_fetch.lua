@@ -1,0 +1,57 @@
+-- Fetch from a partitioned queue (wurk.partitions): round-robin across the partitions with
+-- work, never past a partition's in-flight limit — an over-limit job is never taken.
+--
+-- 1. Jobs that reached the queue's plain list (a job the reaper or a requeue gave back, a
+--    scheduled job the scheduler moved, a push by a process that does not know the queue is
+--    partitioned) are routed to their partitions first, at most `route` of them.
+-- 2. The ring holds the partitions with work, scored by turn. They are visited lowest turn
+--    first; an empty partition leaves the ring (it comes back with its next push); one at
+--    its limit, or served, takes the next turn. At most one job per partition per fetch, at
+--    most `most` jobs in all. Each job taken moves into the fetcher's in-flight list and
+--    counts one more in flight for its partition; that list is noted in `holders`.
+--
+-- KEYS[1]  the queue's plain list     KEYS[2]  the fetcher's in-flight list
+-- KEYS[3]  the ring (ZSET)            KEYS[4]  the in-flight counts (HASH)
+-- KEYS[5]  the holders (SET)
+-- ARGV[1]  partition list key prefix  ARGV[2]  in-flight limit per partition
+-- ARGV[3]  most jobs to take          ARGV[4]  most plain-list jobs to route
+-- ARGV[5]  most partitions to visit
+-- returns  {job, partition, job, partition, …} or nil
+
+local limit = tonumber(ARGV[2])
+local most = tonumber(ARGV[3])
+
+for _ = 1, tonumber(ARGV[4]) do
+  local job = redis.call('RPOP', KEYS[1])
+  if not job then break end
+  local name = part_of(job)
+  redis.call('RPUSH', ARGV[1] .. name, job)  -- the tail: next to run
+  redis.call('ZADD', KEYS[3], 'NX', 0, name)
+end
+
+local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+local turn = tonumber(top[2]) or 0
+local taken = {}
+for _, name in ipairs(redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[5]) - 1)) do
+  if #taken >= 2 * most then break end
+  if not part_valid(name) then
+    redis.call('ZREM', KEYS[3], name)  -- written by hand: no push makes such a member
+  else
+    local list = ARGV[1] .. name
+    if redis.call('TYPE', list)['ok'] ~= 'list' then
+      redis.call('ZREM', KEYS[3], name)  -- no work (or not a list: not ours to touch)
+    else
+      turn = turn + 1
+      redis.call('ZADD', KEYS[3], 'XX', turn, name)
+      if part_running(KEYS[4], KEYS[5], name) < limit then
+        local job = redis.call('LMOVE', list, KEYS[2], 'RIGHT', 'LEFT')
+        redis.call('HINCRBY', KEYS[4], name, 1)
+        taken[#taken + 1] = job
+        taken[#taken + 1] = name
+      end
+    end
+  end
+end
+if #taken == 0 then return nil end
+redis.call('SADD', KEYS[5], KEYS[2])
+return taken

@@ -1,0 +1,74 @@
+-- Prepended by wurk.scripts.Script to the scripts that touch partitioned queues
+-- (wurk.partitions): how a job's partition is read, and how the in-flight counts are kept
+-- and recounted. Everything read here may have been written by hand: a payload without a
+-- usable `partition` goes to the default partition, never lost; a count that is not a whole
+-- number ≥ 0 is recounted from the in-flight lists.
+
+local PART_DEFAULT = 'default'
+local PART_MAX = 200
+
+-- Whether `name` may name a partition: a non-empty string of at most PART_MAX bytes without
+-- ':' or '|' (they separate the parts of the keys) or control characters.
+local function part_valid(name)
+  return type(name) == 'string' and #name > 0 and #name <= PART_MAX
+    and not string.find(name, '[:|%c]')
+end
+
+-- The partition of a payload: its `partition` field, or the default partition.
+local function part_of(job)
+  local ok, decoded = pcall(cjson.decode, job)
+  if ok and type(decoded) == 'table' then
+    local name = decoded['partition']
+    if type(name) == 'number' and name == math.floor(name) then
+      name = string.format('%d', name)
+    end
+    if part_valid(name) then return name end
+  end
+  return PART_DEFAULT
+end
+
+-- A job of partition `name` left flight (ACK, return to its queue): one fewer in flight.
+local function part_release(running, name)
+  local left = tonumber(redis.call('HGET', running, name))
+  if left == nil or left <= 1 then
+    redis.call('HDEL', running, name)
+  else
+    redis.call('HINCRBY', running, name, -1)
+  end
+end
+
+-- Recount the in-flight jobs of every partition from the in-flight lists that took jobs of
+-- the queue (`holders`): exact, as it runs in one script. Lists gone are forgotten.
+-- Returns the number of partitions with jobs in flight.
+local function part_recount(running, holders)
+  local counts = {}
+  for _, list in ipairs(redis.call('SMEMBERS', holders)) do
+    if redis.call('TYPE', list)['ok'] ~= 'list' then
+      redis.call('SREM', holders, list)
+    else
+      for _, job in ipairs(redis.call('LRANGE', list, 0, -1)) do
+        local name = part_of(job)
+        counts[name] = (counts[name] or 0) + 1
+      end
+    end
+  end
+  redis.call('DEL', running)
+  local n = 0
+  for name, count in pairs(counts) do
+    redis.call('HSET', running, name, count)
+    n = n + 1
+  end
+  return n
+end
+
+-- The in-flight count of partition `name`, recounting all when it is not a whole number ≥ 0.
+local function part_running(running, holders, name)
+  local raw = redis.call('HGET', running, name)
+  if not raw then return 0 end
+  local count = tonumber(raw)
+  if count == nil or count < 0 or count ~= math.floor(count) then
+    part_recount(running, holders)
+    count = tonumber(redis.call('HGET', running, name)) or 0
+  end
+  return count
+end

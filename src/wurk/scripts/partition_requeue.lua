@@ -1,0 +1,23 @@
+-- Gives jobs of a partitioned queue back from an in-flight list to their partitions' tails
+-- (next to run), each only if it was still in the in-flight list, one fewer in flight for
+-- each (wurk.partitions; a job already given back is not pushed a second time).
+--
+-- KEYS[1]  the ring (ZSET)         KEYS[2]  the in-flight counts (HASH)
+-- KEYS[3…] the in-flight list of each job
+-- ARGV[1]  partition list key prefix
+-- ARGV     then pairs: the job as stored, its partition
+-- returns  how many went back
+
+local moved = 0
+for i = 3, #KEYS do
+  local job = ARGV[2 * (i - 2)]
+  local name = ARGV[2 * (i - 2) + 1]
+  if not part_valid(name) then name = part_of(job) end
+  if redis.call('LREM', KEYS[i], 1, job) == 1 then
+    redis.call('RPUSH', ARGV[1] .. name, job)
+    redis.call('ZADD', KEYS[1], 'NX', 0, name)
+    part_release(KEYS[2], name)
+    moved = moved + 1
+  end
+end
+return moved

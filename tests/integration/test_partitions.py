@@ -1,0 +1,282 @@
+"""Fair, partitioned queues (``wurk.partitions``): push, round-robin fetch under a limit per
+partition, ACK, requeue, the reaper's return and recount, retries and scheduled jobs back to
+their partition, and the Lua's answer to hand-written data."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import wurk
+from wurk import partitions
+from wurk import payload as P
+from wurk.config import Capsule
+from wurk.fetch.basic import UnitOfWork
+from wurk.fetch.partitioned import PartitionedFetch
+from wurk.fetch.reaper import Reaper, return_own_lists
+from wurk.fetch.reliable import Claims
+from wurk.runtime.identity import Identity
+from wurk.scheduled import Scheduler
+
+Q = "imports"
+
+
+@pytest.fixture
+def pconfig(redis_server: Any) -> Iterator[wurk.Config]:
+    yield wurk.configure(redis_url=redis_server.url, partitions={Q: 2})
+
+
+@wurk.job(name="parts.work", queue=Q)
+def work(n: int) -> None:
+    return None
+
+
+def fetcher(config: wurk.Config, queues: tuple[str, ...] = (Q,), *, prefetch: int = 1,
+            claims: Claims | None = None, nonce: str | None = None) -> PartitionedFetch:
+    cfg = config if config.prefetch == prefetch else wurk.Config(
+        redis_url=config.redis_url, partitions=config.partitions, prefetch=prefetch)
+    identity = Identity.current()
+    if nonce is not None:
+        identity = Identity(identity.hostname, identity.pid, nonce)
+    capsule = Capsule(queues=[(q, 0) for q in queues], concurrency=10)
+    return PartitionedFetch(cfg, capsule, cfg.pool("test", size=4), identity=identity,
+                            capsule_index=0, slot=0, claims=claims)
+
+
+def part_of(unit: UnitOfWork | None) -> str:
+    assert unit is not None
+    return str(json.loads(unit.raw)["partition"])
+
+
+def arg(unit: UnitOfWork | None) -> int:
+    assert unit is not None
+    return int(json.loads(unit.raw)["args"][0])
+
+
+def test_a_push_lands_in_its_partition_and_the_ring(pconfig: wurk.Config,
+                                                    r: redis.Redis) -> None:
+    work.set(partition="acct-1").perform_async(1)
+    work.set(partition=42).perform_async(2)
+    work.perform_async(3)  # no partition: the default one
+    keys = pconfig.keys
+    assert r.llen(keys.partition(Q, "acct-1")) == 1
+    assert json.loads(r.lrange(keys.partition(Q, "42"), 0, -1)[0])["partition"] == "42"
+    assert r.llen(keys.partition(Q, "default")) == 1
+    assert set(r.zrange(keys.partition_ring(Q), 0, -1)) == {"acct-1", "42", "default"}
+    assert Q in r.smembers(keys.queues) and not r.exists(keys.queue(Q))
+
+
+def test_a_bad_partition_is_refused_at_push_naming_it(pconfig: wurk.Config) -> None:
+    with pytest.raises(wurk.ConfigError, match="partition='a:b' is invalid"):
+        work.set(partition="a:b").perform_async(1)
+    with pytest.raises(wurk.InvalidPayload, match="partition="):
+        wurk.Client(pconfig).push({"class": "parts.work", "args": [1], "queue": Q,
+                                   "partition": "x" * 201})
+
+
+def test_fetch_takes_round_robin_and_never_past_the_limit(pconfig: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    for n in range(20):
+        work.set(partition="a").perform_async(n)
+    for n in range(100, 103):
+        work.set(partition="b").perform_async(n)
+    f = fetcher(pconfig)
+    units = [f.fetch(0.05) for _ in range(6)]
+    taken = [part_of(u) for u in units if u is not None]
+    # a, b, a, b — then both at their limit of 2: nothing more, though a has 18 waiting
+    assert sorted(taken) == ["a", "a", "b", "b"] and taken[0] != taken[1]
+    assert [arg(u) for u in units if u is not None and part_of(u) == "a"] == [0, 1]
+    running = pconfig.keys.partition_running(Q)
+    assert r.hgetall(running) == {"a": "2", "b": "2"}
+    first = next(u for u in units if u is not None)
+    first.acknowledge()
+    nxt = f.fetch(0.05)  # the ACK rides this fetch, freeing a slot of its partition
+    assert nxt is not None and part_of(nxt) == part_of(first)
+    assert r.hgetall(running) == {"a": "2", "b": "2"}
+    assert r.llen(f.private_lists[Q]) == 4
+
+
+def test_prefetch_takes_one_job_per_partition_per_round_trip(pconfig: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    for p in ("a", "b", "c"):
+        for n in range(5):
+            work.set(partition=p).perform_async(n)
+    f = fetcher(pconfig, prefetch=8)
+    assert f.fetch(0.05) is not None
+    assert Counter(json.loads(j)["partition"] for j in r.lrange(f.private_lists[Q], 0, -1)) \
+        == {"a": 1, "b": 1, "c": 1}
+
+
+def test_an_emptied_partition_leaves_the_ring_and_comes_back_with_its_next_push(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    work.set(partition="a").perform_async(1)
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert unit is not None
+    unit.acknowledge()
+    assert f.fetch(0.05) is None
+    ring = pconfig.keys.partition_ring(Q)
+    assert r.zcard(ring) == 0 and r.hlen(pconfig.keys.partition_running(Q)) == 0
+    work.set(partition="a").perform_async(2)
+    assert r.zrange(ring, 0, -1) == ["a"] and arg(f.fetch(0.05)) == 2
+
+
+def test_requeue_puts_jobs_back_to_their_partitions_tail(pconfig: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    for n in range(3):
+        work.set(partition="a").perform_async(n)
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert arg(unit) == 0 and unit is not None
+    f.requeue([unit])
+    assert r.hlen(pconfig.keys.partition_running(Q)) == 0
+    assert r.llen(f.private_lists[Q]) == 0
+    assert arg(f.fetch(0.05)) == 0  # next to run again
+    f.requeue([unit])  # already given back: not pushed twice
+    assert r.llen(pconfig.keys.partition(Q, "a")) == 3
+
+
+def test_plain_queues_of_the_capsule_are_still_fetched(pconfig: wurk.Config,
+                                                       r: redis.Redis) -> None:
+    f = fetcher(pconfig, (Q, "default"))
+    r.lpush("queue:default", P.dumps({"class": "X", "args": [7], "queue": "default",
+                                      "jid": "plainjob0000000000000000"}))
+    unit = f.fetch(0.05)
+    assert unit is not None and unit.queue == "default" and unit.partition is None
+    unit.acknowledge()
+    started = time.monotonic()
+    assert f.fetch(0.5) is None  # nothing anywhere: a short poll, not the whole timeout
+    assert time.monotonic() - started < 0.45
+    f.flush()
+
+
+def test_jobs_on_the_plain_list_are_routed_to_their_partitions(pconfig: wurk.Config,
+                                                               r: redis.Redis) -> None:
+    """A job given back by the reaper, moved by the scheduler or pushed by a process that
+    does not know the queue is partitioned lands on ``queue:<q>``: the fetch routes it."""
+    r.lpush(pconfig.keys.queue(Q), json.dumps({"class": "X", "args": [1], "queue": Q,
+                                               "partition": "z", "jid": "j1"}),
+            json.dumps({"class": "X", "args": [2], "queue": Q, "partition": "no:good",
+                        "jid": "j2"}), "not json at all")
+    f = fetcher(pconfig, prefetch=8)
+    assert f.fetch(0.05) is not None
+    assert not r.exists(pconfig.keys.queue(Q))
+    # one job per partition per fetch: "z"'s, and one of the two in the default partition
+    # (a bad name, or no payload to read one from, is the default partition: never lost)
+    assert r.llen(f.private_lists[Q]) == 2
+    assert r.llen(pconfig.keys.partition(Q, partitions.DEFAULT_PARTITION)) == 1
+    assert r.hgetall(pconfig.keys.partition_running(Q)) == {"z": "1", "default": "1"}
+
+
+def test_a_bad_count_is_recounted_and_bad_ring_members_dropped(pconfig: wurk.Config,
+                                                               r: redis.Redis) -> None:
+    for n in range(3):
+        work.set(partition="a").perform_async(n)
+    keys = pconfig.keys
+    r.hset(keys.partition_running(Q), "a", "lots")
+    f = fetcher(pconfig)
+    assert part_of(f.fetch(0.05)) == "a"  # the bad count recounted (0), then one taken
+    assert r.hgetall(keys.partition_running(Q)) == {"a": "1"}
+    r.hset(keys.partition_running(Q), "a", "-3")
+    r.zadd(keys.partition_ring(Q), {"bad|member": 0, "x:y": 0})
+    assert part_of(f.fetch(0.05)) == "a"  # the bad members visited first, and dropped
+    assert r.hgetall(keys.partition_running(Q)) == {"a": "2"}
+    assert r.zrange(keys.partition_ring(Q), 0, -1) == ["a"]
+    r.hset(keys.partition_running(Q), "a", "9")  # too high, but a whole number: the
+    assert f.fetch(0.05) is None  # reaper's recount repairs it
+    Reaper(pconfig, Identity.current(), [Q]).recount_partitions()
+    assert r.hgetall(keys.partition_running(Q)) == {"a": "2"}
+
+
+def test_a_partition_list_of_the_wrong_type_is_skipped_not_an_error(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    keys = pconfig.keys
+    r.set(keys.partition(Q, "s"), "a string")
+    r.zadd(keys.partition_ring(Q), {"s": 0})
+    work.set(partition="a").perform_async(1)
+    f = fetcher(pconfig, prefetch=8)
+    assert part_of(f.fetch(0.05)) == "a"
+    assert r.get(keys.partition(Q, "s")) == "a string"  # not ours to touch
+    assert r.zrange(keys.partition_ring(Q), 0, -1) == ["a"]
+
+
+def test_the_reaper_returns_a_dead_workers_jobs_and_counts_them_out(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    for n in range(4):
+        work.set(partition="a").perform_async(n)
+    dead = fetcher(pconfig, nonce="deadbeef0001")
+    units = [dead.fetch(0.05), dead.fetch(0.05)]
+    assert all(units) and r.hget(pconfig.keys.partition_running(Q), "a") == "2"
+    assert dead.fetch(0.05) is None  # at its limit
+    # the worker is killed: its heartbeat record never existed, so it is dead
+    recovered = Reaper(pconfig, Identity.current(), [Q]).sweep()
+    assert recovered == 2 and r.hlen(pconfig.keys.partition_running(Q)) == 0
+    live = fetcher(pconfig)
+    taken = sorted(arg(live.fetch(0.05)) for _ in range(2))
+    assert taken == [0, 1]  # the returned jobs, routed back to their partition, first
+
+
+def test_a_killed_workers_count_is_repaired_by_the_recount(pconfig: wurk.Config,
+                                                           r: redis.Redis) -> None:
+    work.set(partition="a").perform_async(1)
+    f = fetcher(pconfig)
+    assert f.fetch(0.05) is not None
+    r.delete(f.private_lists[Q])  # the in-flight list gone by hand: the count is stale
+    Reaper(pconfig, Identity.current(), [Q]).recount_partitions()
+    assert r.hlen(pconfig.keys.partition_running(Q)) == 0
+    assert r.smembers(pconfig.keys.partition_holders(Q)) == set()
+
+
+def test_a_clean_shutdowns_return_counts_out(pconfig: wurk.Config, r: redis.Redis) -> None:
+    work.set(partition="a").perform_async(1)
+    f = fetcher(pconfig)
+    assert f.fetch(0.05) is not None
+    assert return_own_lists(pconfig, [(f.private_lists[Q], Q)]) == 1
+    assert r.hlen(pconfig.keys.partition_running(Q)) == 0
+    assert arg(f.fetch(0.05)) == 1
+
+
+def test_ack_survives_a_script_flush(pconfig: wurk.Config, r: redis.Redis) -> None:
+    for n in range(3):
+        work.set(partition="a").perform_async(n)
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert unit is not None
+    unit.acknowledge()
+    r.script_flush()
+    assert f.fetch(0.05) is not None  # loads the fetch script; the ACK is refused for now
+    f.flush_acks()  # sent again, with the script loaded
+    assert r.llen(f.private_lists[Q]) == 1
+    assert r.hget(pconfig.keys.partition_running(Q), "a") == "1"
+
+
+@wurk.job(name="parts.flaky", queue=Q, retry=3)
+def flaky(n: int) -> None:
+    raise RuntimeError("flaky")
+
+
+def test_a_retry_and_a_scheduled_job_come_back_to_their_partition(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    flaky.set(partition="t1").perform_in(0.01, 1)
+    r.zadd(pconfig.keys.schedule, {r.zrange(pconfig.keys.schedule, 0, -1)[0]: 0})
+    Scheduler(pconfig).enqueue_due()
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert unit is not None and part_of(unit) == "t1"
+    # the worker's failure path: the job goes to the retry set with its partition
+    retried = json.loads(unit.raw)
+    r.zadd(pconfig.keys.retry, {json.dumps({**retried, "retry_count": 0}): 0})
+    unit.acknowledge()
+    Scheduler(pconfig).enqueue_due()
+    again = f.fetch(0.05)
+    assert again is not None and part_of(again) == "t1" and again.partition == "t1"
