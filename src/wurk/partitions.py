@@ -54,6 +54,8 @@ PARTITION_MAX = 200
 _BAD = re.compile(r"[:|\x00-\x1f\x7f]")
 # The dashboard shows at most this many partitions of one queue, the largest first.
 SHOWN = 200
+# ... out of at most this many ring members and counts read.
+READ = 1000
 
 _LIB = ("partition_lib.lua",)
 PUSH = Script("partition_push.lua", prelude=_LIB)
@@ -153,31 +155,38 @@ class Partition:
 
 def partitions_of(r: Any, keys: Keys, queue: str) -> tuple[list[Partition], int]:
     """The queue's partitions with work or jobs in flight, the largest first (at most
-    ``SHOWN``), and how many there are in all. Read defensively: a bad member or count is
-    shown as it can be, never raised."""
+    ``SHOWN``), and how many there are (at least). Read defensively and in bounded time: at
+    most ``READ`` ring members and counts are looked at, a name no push could have written is
+    left out, a count that is not a whole number shows as 0 — never raised."""
     ring = keys.partition_ring(queue)
     running_key = keys.partition_running(queue)
     types = r.pipeline(transaction=False)
     types.type(ring)
     types.type(running_key)
     ring_type, running_type = (_text(t) for t in types.execute())
-    names = [_text(m) for m in r.zrange(ring, 0, -1)] if ring_type == "zset" else []
-    counts = {_text(k): _count(v) for k, v in r.hgetall(running_key).items()} \
-        if running_type == "hash" else {}
-    every = list(dict.fromkeys([*names, *counts]))
-    valid = [name for name in every if _valid(name)]
+    names, in_ring = [], 0
+    if ring_type == "zset":
+        in_ring = int(r.zcard(ring))
+        names = [_text(m) for m in r.zrange(ring, 0, READ - 1)]
+    counts: dict[str, int] = {}
+    if running_type == "hash":
+        for field, value in r.hscan_iter(running_key, count=READ):
+            counts[_text(field)] = _count(value)
+            if len(counts) >= READ:
+                break
+    every = [name for name in dict.fromkeys([*names, *counts]) if _valid(name)]
     pipe = r.pipeline(transaction=False)
-    for name in valid:
+    for name in every:
         pipe.type(keys.partition(queue, name))
         pipe.llen(keys.partition(queue, name))
-    replies = pipe.execute(raise_on_error=False) if valid else []
-    sizes = {}
-    for index, name in enumerate(valid):
+    replies = pipe.execute(raise_on_error=False) if every else []
+    shown = []
+    for index, name in enumerate(every):
         kind, size = replies[2 * index], replies[2 * index + 1]
-        sizes[name] = int(size) if _text(kind) == "list" and isinstance(size, int) else 0
-    shown = [Partition(name, sizes.get(name, 0), counts.get(name, 0)) for name in every]
+        waiting = int(size) if _text(kind) == "list" and isinstance(size, int) else 0
+        shown.append(Partition(name, waiting, counts.get(name, 0)))
     shown.sort(key=lambda p: (-p.size, -p.running, p.name))
-    return shown[:SHOWN], len(shown)
+    return shown[:SHOWN], max(len(shown), in_ring)
 
 
 def _valid(name: str) -> bool:
@@ -193,7 +202,5 @@ def _text(value: Any) -> str:
 
 
 def _count(value: Any) -> int:
-    try:
-        return int(_text(value))
-    except ValueError:
-        return 0
+    text = _text(value)
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0

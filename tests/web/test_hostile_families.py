@@ -46,6 +46,8 @@ JOB = "Hostile::Job"
 TAG = "t1"
 DONE = "9" * 24  # a job that succeeded and kept its result: only the Results tab shows it
 WID = "wf-hostile0001"
+PARTED = "parted"  # a partitioned queue (wurk.partitions) and one of its partitions
+PART = "p1"
 PROFILE = f"tok-{'f' * 24}"  # a profile's member, and (under the prefix) its hash
 # Entries in each collection of the "many" kind: twice the read cap (wurk.stored.FIELD_CAP),
 # so every capped read is exercised; a longer hunt: WURK_HOSTILE_MANY=1000000.
@@ -129,6 +131,9 @@ FAMILIES = [
     Family("workflow", lambda k, t: k.workflow(WID), "hash"),
     *(Family(f"workflow:{part}", lambda k, t, part=part: k.workflow(WID, part), "hash")
       for part in WORKFLOW_PARTS),
+    Family("partition", lambda k, t: k.partition(PARTED, PART), "list"),
+    Family("partition_ring", lambda k, t: k.partition_ring(PARTED), "zset"),
+    Family("partition_running", lambda k, t: k.partition_running(PARTED), "hash"),
 ]
 
 # Members of ``Keys`` that name no key a page, API route or CLI listing reads, and why.
@@ -159,6 +164,8 @@ NOT_READ = {
     "workflow_keys": "the list of a workflow's keys (for its cancel), not a key of its own",
     "result_channel": "a pub/sub channel, not a key: waiters subscribe to it",
     "batch_results": "a batch's index of jids with a result: BatchStatus.results(), no page",
+    "partition_prefix": "a prefix",
+    "partition_holders": "in-flight lists of a partitioned queue: the recount reads them",
 }
 
 
@@ -264,6 +271,10 @@ def build_world(r: redis.Redis, at: dt.datetime) -> None:
     r.hset(k.workflow(WID, "left"), "s", 1)
     for part in ("steps", "waiting", "jids", "values", "kids"):
         r.hset(k.workflow(WID, part), "a", MARK)
+    r.sadd(k.queues, PARTED)
+    r.lpush(k.partition(PARTED, PART), payload("g" * 24, queue=PARTED, partition=PART))
+    r.zadd(k.partition_ring(PARTED), {PART: 0})
+    r.hset(k.partition_running(PARTED), PART, 1)
 
 # -- hostile kinds ---------------------------------------------------------------------------------
 def write(r: redis.Redis, kind: str, key: str, values: list[str]) -> None:
@@ -324,7 +335,8 @@ HOSTILE: dict[str, Callable[[redis.Redis, Family, str], None]] = {
 
 
 # -- reading everything -------------------------------------------------------------------------
-ROUTES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", "/morgue",
+ROUTES = ["/", "/busy", "/queues", "/queues/default", f"/queues/{PARTED}",
+          f"/api/queues/{PARTED}", "/retries", "/scheduled", "/morgue",
           "/stats", "/stats/queues", "/api", "/api/dashboard", "/api/busy",
           "/api/queues", "/api/queues/default", "/api/retries", "/api/scheduled",
           "/api/morgue", "/api/openapi.json", "/api/limits", "/limits/", "/limits/?page=9",
@@ -392,6 +404,11 @@ def read_everything(client: TestClient, capsys: pytest.CaptureFixture[str]) -> N
     _trim()
     grown = (process.memory_info().rss - before) / 1e6
     assert grown < GROWTH_MB, f"the process grew {grown:.0f} MB"
+
+
+@pytest.fixture
+def config(redis_server: Any) -> Iterator[wurk.Config]:
+    yield wurk.configure(redis_url=redis_server.url, partitions={PARTED: 2})
 
 
 @pytest.fixture

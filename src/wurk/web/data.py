@@ -43,6 +43,7 @@ from ..api.iteration import IterableJobQuery
 from ..api.pushbuffers import PushBuffers
 from ..api.record import JobRecord
 from ..api.results import ResultQuery
+from .. import partitions
 from ..config import Config
 from ..stored import Invalid
 
@@ -218,10 +219,23 @@ def queue_page(config: Config, name: str, page: int, *,
     # Where each one is in the list, counted from the head (newest) end.
     places = [size - 1 - start - i if oldest_first else start + i for i in range(len(jobs))]
     return {"name": name, "size": size, "latency": rounded(queue.latency()),
+            "partitions": partitions_page(config, name),
             "paused": queue.paused(), "page": page, "pages": page_count(size),
             "direction": "asc" if oldest_first else "desc",
             "jobs": [job_dict(job, max(place, 0)) for job, place in zip(jobs, places,
                                                                           strict=True)]}
+
+
+def partitions_page(config: Config, name: str) -> dict[str, Any] | None:
+    """A partitioned queue's partitions (``wurk.partitions``), the largest first: jobs
+    waiting and in flight of each; None for a queue this configuration does not partition."""
+    if name not in config.partitions:
+        return None
+    shown, total = config.pool("api").run(
+        lambda r: partitions.partitions_of(r, config.keys, name), idempotent=True)
+    return {"limit": config.partitions[name], "total": total,
+            "waiting": sum(p.size for p in shown), "running": sum(p.running for p in shown),
+            "rows": [{"name": p.name, "size": p.size, "running": p.running} for p in shown]}
 
 
 def job_dict(job: JobRecord, index: int) -> dict[str, Any]:

@@ -1,0 +1,69 @@
+"""The queue page of a partitioned queue (``wurk.partitions``): its partitions, their sizes
+and in-flight counts, in the page and in the JSON API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+import wurk
+from tests.web.conftest import XSS, browse
+from wurk.config import Capsule
+from wurk.fetch.partitioned import PartitionedFetch
+from wurk.runtime.identity import Identity
+from wurk.web import create_app
+
+Q = "imports"
+
+
+@pytest.fixture
+def pconfig(redis_server: Any) -> Iterator[wurk.Config]:
+    yield wurk.configure(redis_url=redis_server.url, partitions={Q: 2})
+
+
+@pytest.fixture
+def pclient(pconfig: wurk.Config) -> Iterator[TestClient]:
+    with browse(create_app(pconfig)) as found:
+        yield found
+
+
+@wurk.job(name="parts.page", queue=Q)
+def page_job(n: int) -> None:
+    return None
+
+
+def test_the_queue_page_shows_partitions_sizes_and_in_flight(
+    pconfig: wurk.Config, pclient: TestClient, r: redis.Redis
+) -> None:
+    for n in range(7):
+        page_job.set(partition="acme").perform_async(n)
+    for n in range(3):
+        page_job.set(partition="globex").perform_async(n)
+    fetcher = PartitionedFetch(pconfig, Capsule(queues=[(Q, 0)]), pconfig.pool("t", size=2),
+                               identity=Identity.current(), capsule_index=0, slot=0)
+    assert fetcher.fetch(0.05) is not None  # one of each partition now in flight
+    text = pclient.get(f"/queues/{Q}").text
+    rows = re.findall(r'<tr><td class="name">([^<]+)</td><td>(\d+)</td><td>(\d+)', text)
+    assert rows == [("acme", "6", "1"), ("globex", "2", "1")]
+    assert "2 partitions with work or in flight" in text and "at most 2 in flight" in text
+    found = pclient.get(f"/api/queues/{Q}").json()["partitions"]
+    assert found["rows"] == [{"name": "acme", "size": 6, "running": 1},
+                             {"name": "globex", "size": 2, "running": 1}]
+    assert (found["limit"], found["total"], found["waiting"], found["running"]) == (2, 2, 8, 2)
+    fetcher.flush()
+
+
+def test_a_partition_at_its_limit_says_so_and_a_plain_queue_shows_none(
+    pconfig: wurk.Config, pclient: TestClient, r: redis.Redis
+) -> None:
+    r.hset(pconfig.keys.partition_running(Q), "acme", 2)
+    r.zadd(pconfig.keys.partition_ring(Q), {"acme": 0, XSS: 0})  # a member no push writes
+    text = pclient.get(f"/queues/{Q}").text
+    assert "at limit" in text and XSS not in text
+    assert pclient.get("/api/queues/default").json()["partitions"] is None
+    assert "Partitions" not in pclient.get("/queues/default").text
