@@ -204,6 +204,16 @@ def check_hooks(config: wurk.Config, r: redis.Redis) -> None:
     assert exhausted == [jid]
 
 
+def check_partition(config: wurk.Config, r: redis.Redis) -> None:
+    parted = wurk.configure(redis_url=config.redis_url, partitions={"low": 1})
+    work.set(queue="low", partition="acct-7").perform_async("p")
+    assert only(r, parted.keys.partition("low", "acct-7"))["partition"] == "acct-7"
+    assert r.zrange(parted.keys.partition_ring("low"), 0, -1) == ["acct-7"]
+    assert not r.exists("queue:low")
+    with pytest.raises(wurk.ConfigError, match="partition='a:b' is invalid"):
+        work.set(partition="a:b").perform_async("bad")
+
+
 def check_profile(config: wurk.Config, r: redis.Redis) -> None:
     jid = work.set(profile="t").perform_async("p1")
     Drain(config)()
@@ -267,7 +277,7 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "expires_in": check_expires_in, "unique_for": check_unique_for,
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
-    "profile": check_profile, "profiler_options": check_profiler_options,
+    "partition": check_partition, "profile": check_profile, "profiler_options": check_profiler_options,
     "timeout": check_timeout, "result_ttl": check_result_ttl,
 }
 

@@ -32,22 +32,33 @@ end
 local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
 local turn = tonumber(top[2]) or 0
 local taken = {}
-for _, name in ipairs(redis.call('ZRANGE', KEYS[3], 0, tonumber(ARGV[5]) - 1)) do
-  if #taken >= 2 * most then break end
-  if not part_valid(name) then
-    redis.call('ZREM', KEYS[3], name)  -- written by hand: no push makes such a member
-  else
-    local list = ARGV[1] .. name
-    if redis.call('TYPE', list)['ok'] ~= 'list' then
-      redis.call('ZREM', KEYS[3], name)  -- no work (or not a list: not ours to touch)
+local seen = {}
+local visits = tonumber(ARGV[5])
+-- Read a page at a time from the front: a visited partition takes the next turn (the back),
+-- one found empty or bad leaves, so the front always holds the partitions not yet visited.
+local page = 2 * most + 8
+while visits > 0 and #taken < 2 * most do
+  local names = redis.call('ZRANGE', KEYS[3], 0, math.min(page, visits) - 1)
+  if #names == 0 or seen[names[1]] then break end
+  for _, name in ipairs(names) do
+    if #taken >= 2 * most or seen[name] then break end
+    seen[name] = true
+    visits = visits - 1
+    if not part_valid(name) then
+      redis.call('ZREM', KEYS[3], name)  -- written by hand: no push makes such a member
     else
-      turn = turn + 1
-      redis.call('ZADD', KEYS[3], 'XX', turn, name)
-      if part_running(KEYS[4], KEYS[5], name) < limit then
-        local job = redis.call('LMOVE', list, KEYS[2], 'RIGHT', 'LEFT')
-        redis.call('HINCRBY', KEYS[4], name, 1)
-        taken[#taken + 1] = job
-        taken[#taken + 1] = name
+      local list = ARGV[1] .. name
+      if redis.call('TYPE', list)['ok'] ~= 'list' then
+        redis.call('ZREM', KEYS[3], name)  -- no work (or not a list: not ours to touch)
+      else
+        turn = turn + 1
+        redis.call('ZADD', KEYS[3], 'XX', turn, name)
+        if part_running(KEYS[4], KEYS[5], name) < limit then
+          local job = redis.call('LMOVE', list, KEYS[2], 'RIGHT', 'LEFT')
+          redis.call('HINCRBY', KEYS[4], name, 1)
+          taken[#taken + 1] = job
+          taken[#taken + 1] = name
+        end
       end
     end
   end
