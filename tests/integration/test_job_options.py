@@ -277,8 +277,8 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "expires_in": check_expires_in, "unique_for": check_unique_for,
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
-    "partition": check_partition, "profile": check_profile, "profiler_options": check_profiler_options,
-    "timeout": check_timeout, "result_ttl": check_result_ttl,
+    "profile": check_profile, "profiler_options": check_profiler_options,
+    "partition": check_partition, "timeout": check_timeout, "result_ttl": check_result_ttl,
 }
 
 

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import partitions
 from ..api import (
     DeadSet,
     JobSet,
@@ -43,7 +44,6 @@ from ..api.iteration import IterableJobQuery
 from ..api.pushbuffers import PushBuffers
 from ..api.record import JobRecord
 from ..api.results import ResultQuery
-from .. import partitions
 from ..config import Config
 from ..stored import Invalid
 
