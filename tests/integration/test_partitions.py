@@ -21,6 +21,10 @@ from wurk.fetch.basic import UnitOfWork
 from wurk.fetch.partitioned import PartitionedFetch
 from wurk.fetch.reaper import Reaper, return_own_lists
 from wurk.fetch.reliable import Claims
+from wurk.launcher import install_built_ins
+from wurk.metrics.counters import Counters
+from wurk.processor import JobRunner
+from wurk.runtime.busy import Busy
 from wurk.runtime.identity import Identity
 from wurk.scheduled import Scheduler
 
@@ -267,16 +271,44 @@ def flaky(n: int) -> None:
 def test_a_retry_and_a_scheduled_job_come_back_to_their_partition(
     pconfig: wurk.Config, r: redis.Redis
 ) -> None:
-    flaky.set(partition="t1").perform_in(0.01, 1)
-    r.zadd(pconfig.keys.schedule, {r.zrange(pconfig.keys.schedule, 0, -1)[0]: 0})
+    install_built_ins(pconfig)
+    runner = JobRunner(pconfig, counters=Counters(), busy=Busy())
+    flaky.set(partition="t1").perform_in(30, 1)
+    r.zadd(pconfig.keys.schedule, {r.zrange(pconfig.keys.schedule, 0, -1)[0]: 0})  # due now
     Scheduler(pconfig).enqueue_due()
     f = fetcher(pconfig)
     unit = f.fetch(0.05)
-    assert unit is not None and part_of(unit) == "t1"
-    # the worker's failure path: the job goes to the retry set with its partition
-    retried = json.loads(unit.raw)
-    r.zadd(pconfig.keys.retry, {json.dumps({**retried, "retry_count": 0}): 0})
-    unit.acknowledge()
+    assert unit is not None and unit.partition == "t1"
+    runner.run(unit)  # fails: the worker's own failure path books its retry
+    f.flush_acks()  # (the ACK rides the next round trip)
+    assert r.hlen(pconfig.keys.partition_running(Q)) == 0  # acknowledged
+    (retry,) = r.zrange(pconfig.keys.retry, 0, -1)
+    assert json.loads(retry)["partition"] == "t1"
+    r.zadd(pconfig.keys.retry, {retry: 0})
     Scheduler(pconfig).enqueue_due()
     again = f.fetch(0.05)
-    assert again is not None and part_of(again) == "t1" and again.partition == "t1"
+    assert again is not None and again.partition == "t1"
+    assert json.loads(again.raw)["retry_count"] == 0
+
+
+def test_an_async_jobs_ack_sent_by_another_thread_counts_it_out(pconfig: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    work.set(partition="a").perform_async(1)
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert unit is not None
+    f.hand_off(unit)  # runs on the event loop: its lane acknowledges it
+    raw = redis.Redis.from_url(pconfig.redis_url)
+
+    def send(commands: list[tuple[Any, ...]]) -> list[Any]:
+        pipe = raw.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        return list(pipe.execute(raise_on_error=False))
+
+    r.script_flush()
+    commands = f.ack_commands([unit])
+    assert f.settle_acks([unit], send(commands)) == [unit]  # refused for now: sent again
+    assert f.settle_acks([unit], send(f.ack_commands([unit]))) == []
+    assert r.llen(f.private_lists[Q]) == 0 and r.hlen(pconfig.keys.partition_running(Q)) == 0
+    raw.close()

@@ -138,8 +138,9 @@ class PartitionedFetch(ReliableFetch):
 
     def _settle(self, units: Sequence[UnitOfWork], replies: Sequence[Any]) -> list[UnitOfWork]:
         if any(isinstance(reply, redis.exceptions.NoScriptError) for reply in replies):
-            # The ACK did not run: load the script, and send the ACK again next time.
-            self.lease.call(*partitions.ACK.load())
+            # The ACK did not run: load the script, and send the ACK again next time. On the
+            # pool: an async job's ACK is settled on another thread than the lease's.
+            self.pool.run(_load_ack)
             replies = [redis.exceptions.ResponseError("TRYAGAIN the ACK script was not loaded")
                        if isinstance(reply, redis.exceptions.NoScriptError) else reply
                        for reply in replies]
@@ -165,6 +166,10 @@ class PartitionedFetch(ReliableFetch):
         for unit in parted:
             unit.settled = True
             self.claims.release(unit)
+
+
+def _load_ack(r: Any) -> Any:
+    return r.execute_command(*partitions.ACK.load())
 
 
 def _requeue(r: Any, keys: list[str], args: list[object]) -> Any:
