@@ -30,3 +30,15 @@ def fair_work(tenant: str, n: int, seconds: float) -> None:
     if seconds:
         time.sleep(seconds)
     os.write(_log(), f"{tenant} {n} {start:.6f} {time.time():.6f}\n".encode())
+
+
+@wurk.job(name="Fair::Hold", queue=QUEUE)
+def fair_hold(tenant: str, n: int, seconds: float) -> None:
+    """Holds its slot ``seconds`` on its first run only, logging its start first (so a killed
+    run is seen); a run again after its worker was killed ends at once."""
+    os.write(_log(), f"start {tenant} {n} {time.time():.6f}\n".encode())
+    marker = os.path.join(os.environ["WURK_FAIR_LOG"], f"held-{tenant}-{n}")
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        time.sleep(seconds)
+    os.write(_log(), f"{tenant} {n} {time.time():.6f} {time.time():.6f}\n".encode())

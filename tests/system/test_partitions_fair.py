@@ -1,4 +1,4 @@
-"""Fair, partitioned queues with two real worker processes (issue 43's "done when").
+"""Fair, partitioned queues with two real worker processes.
 
 Tenant A pushes 100,000 jobs, then tenant B 100, onto a queue partitioned by tenant with a
 limit of 5 jobs in flight per partition; two workers of 10 threads each drain it. B's jobs
@@ -21,7 +21,7 @@ import redis
 
 import wurk
 from tests.system.conftest import Worker, wait_for
-from tests.system.partition_jobs import QUEUE, fair_work
+from tests.system.partition_jobs import QUEUE, fair_hold, fair_work
 
 A_JOBS = 100_000
 B_JOBS = 100
@@ -111,3 +111,39 @@ def test_a_small_tenant_is_not_stuck_behind_a_big_ones_backlog(
     print(f"A pushed in {pushed_a:.1f} s; all drained {drained:.1f} s after the first push; "
           f"B's last start {last_b_start - b_pushed_at:.2f} s after its push; most at once: "
           f"A {most_a}, B {most_b}")
+
+
+def test_a_killed_workers_jobs_come_back_and_free_their_partitions_slots(
+        r: redis.Redis, redis_server: Any, start_worker: Callable[..., Worker],
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 a worker holding both slots of a partition (limit 2): the other worker's
+    reaper finds it dead, its jobs go back to their partition and run, and the counts end
+    at zero."""
+    log_dir = tmp_path / "runs"
+    log_dir.mkdir()
+    monkeypatch.setenv("WURK_FAIR_LOG", str(log_dir))
+    settings = f"partitions:\n  {QUEUE}: 2\nreaper_interval: 0.5\n"
+    victim = start_worker("-r", "tests.system.partition_jobs", "-q", QUEUE, "-c", "4",
+                          settings=settings)
+    config = wurk.configure(redis_url=redis_server.url, partitions={QUEUE: 2})
+    fair_hold.set(partition="K").perform_bulk([["K", n, 30] for n in range(2)])
+    running = config.keys.partition_running(QUEUE)
+    wait_for(lambda: r.hget(running, "K") == "2", timeout=20, message="both slots held")
+    wait_for(lambda: sum(p.read_text().count("start") for p in log_dir.glob("runs-*.txt")) >= 2,
+             timeout=20, message="both jobs running")
+    victim.signal("KILL")
+    victim.wait(10)
+    fair_hold.set(partition="K").perform_bulk([["K", n, 0] for n in range(2, 4)])
+    assert r.hget(running, "K") == "2"  # a dead worker's jobs still count until reaped
+    survivor = start_worker("-r", "tests.system.partition_jobs", "-q", QUEUE, "-c", "4",
+                            settings=settings)
+    # the killed jobs (at once, the second time) and the two pushed since all run
+    wait_for(lambda: sum(p.read_text().count("start") for p in log_dir.glob("runs-*.txt"))
+             >= 6, timeout=30, message="the returned jobs to run again")
+    wait_for(lambda: sum(p.read_text().count("\nK ") + p.read_text().startswith("K ")
+                         for p in log_dir.glob("runs-*.txt")) == 4,
+             timeout=30, message="all four to run to their end")
+    assert int(r.get("wurk:stat:recovered") or 0) == 2
+    wait_for(lambda: r.hlen(running) == 0, timeout=10, message="the counts back to zero")
+    survivor.signal("TERM")
+    survivor.wait(30)
