@@ -40,7 +40,7 @@ from .hosts import check_host_pattern
 from .keys import Keys
 from .middleware import Chain
 from .options import check_queue_name, parse_queue
-from .partitions import check_partitions
+from .partitions import check_partition_rates, check_partitions
 from .payload import TimestampFormat
 from .periodic.loops import Periodic
 from .runtime import affinity
@@ -281,6 +281,9 @@ class Config:
     # jobs of one partition in flight at once, cluster-wide; fetched round-robin across the
     # partitions. Needs reliable fetch.
     partitions: dict[str, int] = field(default_factory=dict)
+    # ... and optionally a rate: partitioned queue → most jobs of one partition fetched in
+    # one second of Redis's clock.
+    partition_rates: dict[str, int] = field(default_factory=dict)
     # Pin processor threads: "auto" (one CPU while busy and not computing in parallel),
     # None/"none" (the OS decides) or CPUs "0,2-3" (``wurk.runtime.affinity``).
     cpu_affinity: str | None = "auto"
@@ -515,6 +518,7 @@ class Config:
 
     def _validate_partitions(self) -> None:
         self.partitions = check_partitions(self.partitions)
+        self.partition_rates = check_partition_rates(self.partition_rates, self.partitions)
         if self.partitions and self.fetch != "reliable":
             raise ConfigError("partitions need fetch='reliable': a partitioned queue is "
                               "fetched by a script that takes its jobs into in-flight lists "

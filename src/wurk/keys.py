@@ -17,7 +17,8 @@
    announces one, and a batch's index of the jids that stored one.
 8. Partitioned queues (``wurk.partitions``), wurk's own layout: a list per partition
    ``wurk:part:<queue>:<partition>``, and ``wurk:part:<queue>|ring`` (partitions with work,
-   scored by turn), ``|running`` (in-flight count per partition), ``|holders`` (the
+   scored by turn), ``|running`` (in-flight count per partition), ``|rate`` (jobs fetched
+   this second per partition, for a queue with a rate), ``|holders`` (the
    in-flight lists that took jobs of the queue). A partition name holds neither ``:`` nor
    ``|``, a queue name no ``|``, so no two of these names meet.
 9. Workflows (``wurk.workflow``), wurk's own: ``wurk:workflow:<wid>`` and its parts (the Lua
@@ -181,6 +182,11 @@ class Keys:
     def partition_running(self, queue: str) -> str:
         """Jobs of each partition in flight: partition → count (HASH)."""
         return f"{self.prefix}wurk:part:{queue}|running"
+
+    def partition_rates(self, queue: str) -> str:
+        """Jobs of each partition fetched in the current second (``partition_rates``):
+        partition → ``"<epoch s> <count>"``, Redis's clock (HASH)."""
+        return f"{self.prefix}wurk:part:{queue}|rate"
 
     def partition_holders(self, queue: str) -> str:
         """The in-flight lists that took jobs of the queue (SET), read to recount."""

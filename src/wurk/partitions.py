@@ -6,6 +6,8 @@ of jobs in flight enforced when jobs are fetched (docs/partitions.md).
    process of the cluster together. A job names its partition with the ``partition`` job
    option (``job.set(partition=account_id)``), which the payload carries, so a retry or a
    scheduled job comes back to its partition; a job without one is in ``default``.
+   ``Config(partition_rates={"imports": 10})`` also caps the jobs of one partition fetched
+   in one second of Redis's clock.
 2. Layout (``wurk.keys``): one list per partition, a ring of the partitions with work
    (scored by turn), the in-flight count per partition and the in-flight lists that took
    jobs of the queue. Partitions appear with their first job and leave the ring when found
@@ -41,6 +43,7 @@ __all__ = [
     "PARTITION_MAX",
     "Partition",
     "apush",
+    "check_partition_rates",
     "check_partitions",
     "partition_name",
     "partitions_of",
@@ -96,6 +99,24 @@ def check_partitions(value: Any) -> dict[str, int]:
     return checked
 
 
+def check_partition_rates(value: Any, partitioned: Mapping[str, int]) -> dict[str, int]:
+    """The ``partition_rates`` setting: partitioned queue → most jobs of one partition
+    fetched in one second (≥ 1)."""
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"partition_rates must map partitioned queues to jobs per second "
+                          f"per partition, e.g. {{'imports': 10}}, not {value!r}")
+    checked: dict[str, int] = {}
+    for queue, rate in value.items():
+        if queue not in partitioned:
+            raise ConfigError(f"partition_rates: {queue!r} is not a partitioned queue; "
+                              f"declare it in partitions first")
+        if isinstance(rate, bool) or not isinstance(rate, int) or rate < 1:
+            raise ConfigError(f"partition_rates: the rate of {queue!r} must be a whole number "
+                              f"of jobs per second per partition, at least 1, not {rate!r}")
+        checked[queue] = rate
+    return checked
+
+
 def stamp(job: dict[str, Any]) -> None:
     """A job pushed to a partitioned queue: its partition checked and stored as a string."""
     if P.PARTITION in job:
@@ -131,7 +152,8 @@ def recount(r: Any, keys: Keys, queue: str) -> int:
     """Recount the queue's in-flight jobs per partition from the in-flight lists (exact, in
     one script); returns how many partitions have jobs in flight."""
     return int(RECOUNT.call(_Conn(r), [keys.partition_running(queue),
-                                        keys.partition_holders(queue)], []))
+                                        keys.partition_holders(queue),
+                                        keys.partition_rates(queue)], []))
 
 
 class _Conn:

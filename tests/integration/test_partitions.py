@@ -44,7 +44,8 @@ def work(n: int) -> None:
 def fetcher(config: wurk.Config, queues: tuple[str, ...] = (Q,), *, prefetch: int = 1,
             claims: Claims | None = None, nonce: str | None = None) -> PartitionedFetch:
     cfg = config if config.prefetch == prefetch else wurk.Config(
-        redis_url=config.redis_url, partitions=config.partitions, prefetch=prefetch)
+        redis_url=config.redis_url, partitions=config.partitions,
+        partition_rates=config.partition_rates, prefetch=prefetch)
     identity = Identity.current()
     if nonce is not None:
         identity = Identity(identity.hostname, identity.pid, nonce)
@@ -312,3 +313,41 @@ def test_an_async_jobs_ack_sent_by_another_thread_counts_it_out(pconfig: wurk.Co
     assert f.settle_acks([unit], send(f.ack_commands([unit]))) == []
     assert r.llen(f.private_lists[Q]) == 0 and r.hlen(pconfig.keys.partition_running(Q)) == 0
     raw.close()
+
+
+def test_a_rate_caps_the_jobs_of_one_partition_fetched_in_a_second(
+    redis_server: Any, r: redis.Redis
+) -> None:
+    config = wurk.configure(redis_url=redis_server.url, partitions={Q: 100},
+                            partition_rates={Q: 3})
+    for n in range(40):
+        work.set(partition="a").perform_async(n)
+    for n in range(2):
+        work.set(partition="b").perform_async(n)
+    f = fetcher(config)
+    rates = config.keys.partition_rates(Q)
+    r.hset(rates, "b", "not a count")  # written by hand: counts as none this second
+    per_second: Counter[tuple[str, str]] = Counter()
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:  # spans at least one whole second
+        unit = f.fetch(0.01)
+        if unit is None:
+            continue
+        assert unit.partition is not None
+        second, count = r.hget(rates, unit.partition).split()  # the second it was taken in
+        per_second[unit.partition, second] += 1
+        assert int(count) == per_second[unit.partition, second]
+        unit.acknowledge()
+    a_seconds = [n for (p, _), n in per_second.items() if p == "a"]
+    assert max(a_seconds) == 3 and sum(a_seconds) <= 3 * len(a_seconds)
+    assert sum(n for (p, _), n in per_second.items() if p == "b") == 2  # its own rate
+    r.hset(rates, "gone", "12 1")  # a second long past
+    Reaper(config, Identity.current(), [Q]).recount_partitions()
+    assert not r.hexists(rates, "gone")
+
+
+def test_a_rate_needs_a_partitioned_queue() -> None:
+    with pytest.raises(wurk.ConfigError, match="'other' is not a partitioned queue"):
+        wurk.Config(partitions={Q: 5}, partition_rates={"other": 3})
+    with pytest.raises(wurk.ConfigError, match="at least 1"):
+        wurk.Config(partitions={Q: 5}, partition_rates={Q: 0})

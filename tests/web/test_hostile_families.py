@@ -166,6 +166,7 @@ NOT_READ = {
     "batch_results": "a batch's index of jids with a result: BatchStatus.results(), no page",
     "partition_prefix": "a prefix",
     "partition_holders": "in-flight lists of a partitioned queue: the recount reads them",
+    "partition_rates": "per-second counts: the fetch script reads them, no page",
 }
 
 

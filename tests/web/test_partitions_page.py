@@ -55,7 +55,16 @@ def test_the_queue_page_shows_partitions_sizes_and_in_flight(
     assert found["rows"] == [{"name": "acme", "size": 6, "running": 1},
                              {"name": "globex", "size": 2, "running": 1}]
     assert (found["limit"], found["total"], found["waiting"], found["running"]) == (2, 2, 8, 2)
+    assert found["rate"] is None
     fetcher.flush()
+
+
+def test_the_page_says_a_queues_rate(redis_server: Any, r: redis.Redis) -> None:
+    config = wurk.configure(redis_url=redis_server.url, partitions={Q: 2},
+                            partition_rates={Q: 10})
+    with browse(create_app(config)) as client:
+        assert "at most 2 in flight each, 10 started a second" in client.get(f"/queues/{Q}").text
+        assert client.get(f"/api/queues/{Q}").json()["partitions"]["rate"] == 10
 
 
 def test_a_partition_at_its_limit_says_so_and_a_plain_queue_shows_none(

@@ -52,6 +52,7 @@ class PartitionedFetch(ReliableFetch):
                          slot=slot, paused=paused, claims=claims)
         self.limits = {q: config.partitions[q] for q in capsule.queue_names
                        if q in config.partitions}
+        self.rates = {q: config.partition_rates.get(q, 0) for q in self.limits}
         self._poll = POLL_MIN
         self._ack_loaded = False
 
@@ -93,8 +94,10 @@ class PartitionedFetch(ReliableFetch):
         keys = self.keys
         command = partitions.FETCH.evalsha(
             [keys.queue(queue), self._private[queue], keys.partition_ring(queue),
-             keys.partition_running(queue), keys.partition_holders(queue)],
-            [keys.partition_prefix(queue), self.limits[queue], self.prefetch, ROUTE, VISIT])
+             keys.partition_running(queue), keys.partition_holders(queue),
+             keys.partition_rates(queue)],
+            [keys.partition_prefix(queue), self.limits[queue], self.prefetch, ROUTE, VISIT,
+             self.rates[queue]])
         reply = self._with_acks([command])[0]
         if isinstance(reply, redis.exceptions.NoScriptError):  # first use, or SCRIPT FLUSH
             self.lease.call(*partitions.FETCH.load())

@@ -7,19 +7,32 @@
 -- 2. The ring holds the partitions with work, scored by turn. They are visited lowest turn
 --    first; an empty partition leaves the ring (it comes back with its next push); one at
 --    its limit, or served, takes the next turn. At most one job per partition per fetch, at
---    most `most` jobs in all. Each job taken moves into the fetcher's in-flight list and
+--    most `most` jobs in all; with a rate, a partition that had `rate` jobs fetched in this
+--    second of Redis's clock is skipped like one at its limit. Each job taken moves into the fetcher's in-flight list and
 --    counts one more in flight for its partition; that list is noted in `holders`.
 --
 -- KEYS[1]  the queue's plain list     KEYS[2]  the fetcher's in-flight list
 -- KEYS[3]  the ring (ZSET)            KEYS[4]  the in-flight counts (HASH)
--- KEYS[5]  the holders (SET)
+-- KEYS[5]  the holders (SET)         KEYS[6]  the jobs fetched this second (HASH)
 -- ARGV[1]  partition list key prefix  ARGV[2]  in-flight limit per partition
 -- ARGV[3]  most jobs to take          ARGV[4]  most plain-list jobs to route
--- ARGV[5]  most partitions to visit
+-- ARGV[5]  most partitions to visit ARGV[6]  most jobs of one partition fetched in one
+--          second of Redis's clock (0: no rate)
 -- returns  {job, partition, job, partition, …} or nil
 
 local limit = tonumber(ARGV[2])
 local most = tonumber(ARGV[3])
+local rate = tonumber(ARGV[6]) or 0
+local now = rate > 0 and redis.call('TIME')[1] or nil
+
+-- Jobs of partition `name` fetched in this second (a field written by hand counts as none).
+local function fetched_now(name)
+  local raw = redis.call('HGET', KEYS[6], name)
+  if not raw then return 0 end
+  local second, count = string.match(raw, '^(%d+) (%d+)$')
+  if second ~= now then return 0 end
+  return tonumber(count)
+end
 
 for _ = 1, tonumber(ARGV[4]) do
   local job = redis.call('RPOP', KEYS[1])
@@ -53,9 +66,11 @@ while visits > 0 and #taken < 2 * most do
       else
         turn = turn + 1
         redis.call('ZADD', KEYS[3], 'XX', turn, name)
-        if part_running(KEYS[4], KEYS[5], name) < limit then
+        local this_second = rate > 0 and fetched_now(name) or 0
+        if part_running(KEYS[4], KEYS[5], name) < limit and (rate == 0 or this_second < rate) then
           local job = redis.call('LMOVE', list, KEYS[2], 'RIGHT', 'LEFT')
           redis.call('HINCRBY', KEYS[4], name, 1)
+          if rate > 0 then redis.call('HSET', KEYS[6], name, now .. ' ' .. (this_second + 1)) end
           taken[#taken + 1] = job
           taken[#taken + 1] = name
         end

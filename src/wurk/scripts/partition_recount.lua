@@ -2,7 +2,18 @@
 -- took its jobs (wurk.partitions; the reaper runs it each sweep): repairs counts a killed
 -- worker, a hand edit or a lost script reply left wrong.
 --
+-- Also forgets the per-second counts of a rate (KEYS[3]) from seconds gone by.
+--
 -- KEYS[1]  the in-flight counts (HASH)   KEYS[2]  the holders (SET)
+-- KEYS[3]  the jobs fetched per second (HASH)
 -- returns  the number of partitions with jobs in flight
 
+if redis.call('TYPE', KEYS[3])['ok'] == 'hash' then
+  local now = tonumber(redis.call('TIME')[1])
+  local fields = redis.call('HGETALL', KEYS[3])
+  for i = 1, #fields, 2 do
+    local second = tonumber(string.match(fields[i + 1], '^(%d+) %d+$'))
+    if second == nil or second < now then redis.call('HDEL', KEYS[3], fields[i]) end
+  end
+end
 return part_recount(KEYS[1], KEYS[2])

@@ -233,7 +233,8 @@ def partitions_page(config: Config, name: str) -> dict[str, Any] | None:
         return None
     shown, total = config.pool("api").run(
         lambda r: partitions.partitions_of(r, config.keys, name), idempotent=True)
-    return {"limit": config.partitions[name], "total": total,
+    return {"limit": config.partitions[name], "rate": config.partition_rates.get(name),
+            "total": total,
             "waiting": sum(p.size for p in shown), "running": sum(p.running for p in shown),
             "rows": [{"name": p.name, "size": p.size, "running": p.running} for p in shown]}
 
