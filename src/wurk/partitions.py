@@ -42,6 +42,7 @@ __all__ = [
     "DEFAULT_PARTITION",
     "PARTITION_MAX",
     "Partition",
+    "Partitions",
     "apush",
     "check_partition_rates",
     "check_partitions",
@@ -175,11 +176,22 @@ class Partition:
     running: int  # jobs in flight, as counted
 
 
-def partitions_of(r: Any, keys: Keys, queue: str) -> tuple[list[Partition], int]:
+@dataclass(frozen=True, slots=True)
+class Partitions:
+    """A partitioned queue's partitions as the dashboard shows them."""
+
+    shown: list[Partition]  # the largest first, at most ``SHOWN``
+    total: int  # partitions with work or in flight (at least)
+    waiting: int  # jobs waiting in the partitions read
+    running: int  # jobs in flight in the partitions read
+
+
+def partitions_of(r: Any, keys: Keys, queue: str) -> Partitions:
     """The queue's partitions with work or jobs in flight, the largest first (at most
-    ``SHOWN``), and how many there are (at least). Read defensively and in bounded time: at
-    most ``READ`` ring members and counts are looked at, a name no push could have written is
-    left out, a count that is not a whole number shows as 0 — never raised."""
+    ``SHOWN``), how many there are (at least), and their jobs waiting and in flight. Read
+    defensively and in bounded time: at most ``READ`` ring members and counts are looked
+    at, a name no push could have written is left out, a count that is not a whole number
+    shows as 0 — never raised."""
     ring = keys.partition_ring(queue)
     running_key = keys.partition_running(queue)
     types = r.pipeline(transaction=False)
@@ -208,7 +220,8 @@ def partitions_of(r: Any, keys: Keys, queue: str) -> tuple[list[Partition], int]
         waiting = int(size) if _text(kind) == "list" and isinstance(size, int) else 0
         shown.append(Partition(name, waiting, counts.get(name, 0)))
     shown.sort(key=lambda p: (-p.size, -p.running, p.name))
-    return shown[:SHOWN], max(len(shown), in_ring)
+    return Partitions(shown[:SHOWN], max(len(shown), in_ring), sum(p.size for p in shown),
+                      sum(p.running for p in shown))
 
 
 def _valid(name: str) -> bool:

@@ -51,6 +51,9 @@ def test_the_queue_page_shows_partitions_sizes_and_in_flight(
     rows = re.findall(r'<tr><td class="name">([^<]+)</td><td>(\d+)</td><td>(\d+)', text)
     assert rows == [("acme", "6", "1"), ("globex", "2", "1")]
     assert "2 partitions with work or in flight" in text and "at most 2 in flight" in text
+    assert "8 jobs in partitions · 0 not yet routed" in text
+    listed = {q["name"]: q["size"] for q in pclient.get("/api/queues").json()["queues"]}
+    assert listed[Q] == 8  # the queues list counts the jobs waiting in the partitions
     found = pclient.get(f"/api/queues/{Q}").json()["partitions"]
     assert found["rows"] == [{"name": "acme", "size": 6, "running": 1},
                              {"name": "globex", "size": 2, "running": 1}]

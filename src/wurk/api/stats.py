@@ -16,10 +16,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import redis
 
+from .. import partitions
 from .. import payload as P
 from .. import stored as values
 from ..config import Config, default_config
@@ -161,7 +163,13 @@ class Stats:
             return values.replies(pipe)
 
         replies = self._pool.run(read, idempotent=True)
-        return [QueueSummary(name=name, size=values.count(replies[3 * i]),
+        # A partitioned queue's jobs wait in its partitions (wurk.partitions), beside any not
+        # routed yet on its plain list.
+        waiting = {name: self._pool.run(partial(partitions.partitions_of, keys=keys,
+                                                queue=name), idempotent=True).waiting
+                   for name in names if name in self.config.partitions}
+        return [QueueSummary(name=name, size=_plus(values.count(replies[3 * i]),
+                                                   waiting.get(name, 0)),
                              latency=entry_latency(replies[3 * i + 1]),
                              paused=replies[3 * i + 2] is True or replies[3 * i + 2] == 1)
                 for i, name in enumerate(names)]
@@ -283,3 +291,8 @@ class StatsHistory:
         found = self.config.pool("api").run(lambda r: r.mget(names), idempotent=True)
         # MGET answers nil for a key of the wrong type: it reads as absent (0), never fails
         return {day: values.count(value) for day, value in zip(dates, found, strict=True)}
+
+
+def _plus(size: int | Invalid, more: int) -> int | Invalid:
+    """A queue's size with its partitions' jobs; an unreadable size stays unreadable."""
+    return size if isinstance(size, Invalid) else size + more

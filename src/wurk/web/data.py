@@ -231,12 +231,12 @@ def partitions_page(config: Config, name: str) -> dict[str, Any] | None:
     waiting and in flight of each; None for a queue this configuration does not partition."""
     if name not in config.partitions:
         return None
-    shown, total = config.pool("api").run(
+    found = config.pool("api").run(
         lambda r: partitions.partitions_of(r, config.keys, name), idempotent=True)
     return {"limit": config.partitions[name], "rate": config.partition_rates.get(name),
-            "total": total,
-            "waiting": sum(p.size for p in shown), "running": sum(p.running for p in shown),
-            "rows": [{"name": p.name, "size": p.size, "running": p.running} for p in shown]}
+            "total": found.total, "waiting": found.waiting, "running": found.running,
+            "rows": [{"name": p.name, "size": p.size, "running": p.running}
+                     for p in found.shown]}
 
 
 def job_dict(job: JobRecord, index: int) -> dict[str, Any]:
