@@ -25,6 +25,7 @@ from wurk.launcher import install_built_ins
 from wurk.metrics.counters import Counters
 from wurk.processor import JobRunner
 from wurk.runtime.busy import Busy
+from wurk.runtime.clock import ManualClock
 from wurk.runtime.identity import Identity
 from wurk.scheduled import Scheduler
 
@@ -351,3 +352,40 @@ def test_a_rate_needs_a_partitioned_queue() -> None:
         wurk.Config(partitions={Q: 5}, partition_rates={"other": 3})
     with pytest.raises(wurk.ConfigError, match="at least 1"):
         wurk.Config(partitions={Q: 5}, partition_rates={Q: 0})
+
+
+def test_a_stray_of_a_live_process_goes_back_counted_out(pconfig: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    """A job no processor holds any more (its processor died, or its fetch reply was lost)
+    goes back to its partition through the plain list, one fewer in flight."""
+    for n in range(2):
+        work.set(partition="a").perform_async(n)
+    claims = Claims()
+    f = fetcher(pconfig, claims=claims)
+    unit = f.fetch(0.05)
+    assert unit is not None
+    f.let_go(unit)  # its processor could not book it
+    clock = ManualClock()
+    reaper = Reaper(pconfig, Identity.current(), [Q], claims=claims,
+                    own_lists=[(f.private_lists[Q], Q)], clock=clock)
+    assert reaper.return_strays() == 0  # not yet: a reply may still be on its way
+    clock.advance(pconfig.socket_timeout + 2)
+    assert reaper.return_strays() == 1
+    assert r.hlen(pconfig.keys.partition_running(Q)) == 0
+    assert arg(f.fetch(0.05)) == 0  # routed back to its partition, next to run
+
+
+def test_an_ack_leaves_a_count_written_by_hand_for_the_fetch_to_recount(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    for n in range(3):
+        work.set(partition="a").perform_async(n)
+    f = fetcher(pconfig)
+    first = f.fetch(0.05)
+    assert first is not None and f.fetch(0.05) is not None
+    r.hset(pconfig.keys.partition_running(Q), "a", "garbage")
+    first.acknowledge()
+    f.flush_acks()
+    assert r.hget(pconfig.keys.partition_running(Q), "a") == "garbage"
+    assert f.fetch(0.05) is not None  # recounted: 1 in flight, so one more fits
+    assert r.hget(pconfig.keys.partition_running(Q), "a") == "2"

@@ -27,10 +27,12 @@ local function part_of(job)
   return PART_DEFAULT
 end
 
--- A job of partition `name` left flight (ACK, return to its queue): one fewer in flight.
+-- A job of partition `name` left flight (ACK, return to its queue): one fewer in flight. A
+-- count that is not a number is left for the next fetch to recount.
 local function part_release(running, name)
   local left = tonumber(redis.call('HGET', running, name))
-  if left == nil or left <= 1 then
+  if left == nil then return end
+  if left <= 1 then
     redis.call('HDEL', running, name)
   else
     redis.call('HINCRBY', running, name, -1)
