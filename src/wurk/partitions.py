@@ -46,7 +46,9 @@ __all__ = [
     "apush",
     "check_partition_rates",
     "check_partitions",
+    "is_partition_name",
     "partition_name",
+    "partition_of",
     "partitions_of",
     "push",
     "recount",
@@ -67,6 +69,8 @@ FETCH = Script("partition_fetch.lua", prelude=_LIB)
 ACK = Script("partition_ack.lua", prelude=_LIB)
 REQUEUE = Script("partition_requeue.lua", prelude=_LIB)
 RECOUNT = Script("partition_recount.lua", prelude=_LIB)
+CLEAR = Script("partition_clear.lua")
+FORGET = Script("partition_forget.lua")
 
 
 def partition_name(value: Any, where: str = "push") -> str:
@@ -81,6 +85,21 @@ def partition_name(value: Any, where: str = "push") -> str:
             f"of 1 to {PARTITION_MAX} bytes without ':', '|' or control characters",
             field=P.PARTITION)
     return value
+
+
+def partition_of(raw: bytes | str) -> str:
+    """The partition a stored job is in, as the Lua reads it (``part_of`` in
+    ``scripts/partition_lib.lua``): its ``partition`` field when that is a valid name (a
+    whole number as its digits), else ``DEFAULT_PARTITION`` — never raised."""
+    try:
+        name = P.loads(raw).get(P.PARTITION)
+    except (InvalidPayload, ValueError):  # not a JSON object: the default partition
+        return DEFAULT_PARTITION
+    if isinstance(name, float) and name.is_integer():
+        name = int(name)
+    if isinstance(name, int) and not isinstance(name, bool):
+        name = str(name)
+    return name if isinstance(name, str) and _valid(name) else DEFAULT_PARTITION
 
 
 def check_partitions(value: Any) -> dict[str, int]:
@@ -222,6 +241,11 @@ def partitions_of(r: Any, keys: Keys, queue: str) -> Partitions:
     shown.sort(key=lambda p: (-p.size, -p.running, p.name))
     return Partitions(shown[:SHOWN], max(len(shown), in_ring), sum(p.size for p in shown),
                       sum(p.running for p in shown))
+
+
+def is_partition_name(name: str) -> bool:
+    """Whether a push could have written ``name`` as a partition (``partition_name``)."""
+    return _valid(name)
 
 
 def _valid(name: str) -> bool:

@@ -77,7 +77,10 @@ def test_paging_input_is_forgiving() -> None:
     assert page_number("3") == 3 and page_number("x") == 1 and page_number("-4") == 1
     assert clamp_page(9, 30) == 2 and clamp_page(1, 0) == 1
     assert history_days("500") == 180 and history_days("0") == 1 and history_days("x") == 30
-    assert parse_queue_key("12-abc") == (12, "abc") and parse_queue_key("abc") is None
+    assert parse_queue_key("12-abc") == (12, "abc", None) and parse_queue_key("abc") is None
+    sha = "a" * 40
+    assert parse_queue_key(f"3-{sha}-acct-7") == (3, sha, "acct-7")
+    assert parse_queue_key(f"3-{sha}x") is None and parse_queue_key(f"3-{sha}-") is None
     assert parse_queue_key("-1-abc") is None and parse_queue_key("²-abc") is None
 
 

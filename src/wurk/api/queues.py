@@ -9,17 +9,26 @@
    Redis (``scripts/api_delete_matching.lua``), a page of ``DELETE_PAGE`` entries per script
    call, so a queue of a million jobs never holds Redis for long; entries that are not JSON
    objects are skipped.
+4. A partitioned queue (``wurk.partitions``, declared in the configuration's
+   ``partitions``): every call covers the whole queue — its plain list (jobs not routed yet)
+   and each partition with work (the ring's members, read with ``ZSCAN``), listed in that
+   order: the plain list, then the partitions by name, each newest first. A page reads the
+   lists' lengths and then only the entries it shows. ``clear`` empties each partition a page
+   at a time in Lua (``scripts/partition_clear.lua``), taking an emptied partition out of
+   the ring in the same script and leaving the in-flight counts alone, so the jobs already
+   running are ACKed as before.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+from .. import partitions, scripts
 from .. import payload as P
-from .. import scripts
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
 from ..fetch.pause import invalidate_local
@@ -29,7 +38,7 @@ from ..unique import CLEAR_PAGE, MARK, release_stored
 from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
 from .record import JobRecord
 
-__all__ = ["Queue", "queue_names"]
+__all__ = ["Listed", "Queue", "queue_names"]
 
 DELETE_LISTED_SCRIPT = "api_delete_listed.lua"
 _DELETE_MATCHING = scripts.Script("api_delete_matching.lua")
@@ -43,6 +52,21 @@ _DIGEST_TEXT = frozenset("0123456789abcdef")
 # Characters a JSON writer never escapes: a value made only of these appears in a matching
 # payload exactly as given, so the script may look for it before decoding.
 _VERBATIM = frozenset(chr(c) for c in range(0x20, 0x7F)) - set('"\\/')
+
+
+# Lists whose length one pipeline reads (a partitioned queue's partitions), and entries of a
+# partition one call of the clear script removes.
+LENGTHS_PAGE = 1000
+PARTITION_CLEAR_PAGE = CLEAR_PAGE
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A job as a page listed it: where it is, to delete it by that (``delete_listed``)."""
+
+    record: JobRecord
+    partition: str | None  # None: the queue's plain list
+    index: int  # its place in that list, counted from the head (newest) end
 
 
 # Queues listed at most (the dashboard, ``wurk queues``, the stats): a deployment has tens;
@@ -111,8 +135,68 @@ class Queue:
     def _read(self, fn: Callable[[Any], Any]) -> Any:
         return self._pool.run(fn, idempotent=True)
 
+    # -- a partitioned queue's lists ----------------------------------------------------------
+    @property
+    def partitioned(self) -> bool:
+        """Whether this configuration declares the queue partitioned (``wurk.partitions``)."""
+        return self.name in self.config.partitions
+
+    def partition_names(self) -> list[str]:
+        """The partitions with work (the ring's members that name one), sorted; [] for a
+        plain queue. Read with ``ZSCAN``, a page per round trip; a member no push could
+        have written is left out."""
+        if not self.partitioned:
+            return []
+        ring = self.config.keys.partition_ring(self.name)
+        if self._read(lambda r: _text(r.type(ring))) != "zset":
+            return []
+        found: set[str] = set()
+        cursor = 0
+        while True:
+            def step(r: Any, at: int = cursor) -> tuple[int, Any]:
+                next_cursor, rows = r.zscan(ring, at, count=SCAN_COUNT)
+                return int(next_cursor), rows
+
+            cursor, rows = self._read(step)
+            found.update(name for name in (_text(m) for m, _ in rows)
+                         if partitions.is_partition_name(name))
+            if cursor == 0:
+                return sorted(found)
+
+    def _lists(self) -> list[tuple[str | None, str]]:
+        """``(partition, key)`` of each list holding the queue's jobs, in listing order: the
+        plain list (partition None), then a partitioned queue's partitions by name."""
+        keys = self.config.keys
+        return [(None, self.key), *((name, keys.partition(self.name, name))
+                                    for name in self.partition_names())]
+
+    def _lengths(self, lists: list[tuple[str | None, str]]) -> list[int]:
+        """The length of each list, ``LENGTHS_PAGE`` per round trip; a key that is not a
+        list (written by hand) holds none."""
+        lengths: list[int] = []
+        for start in range(0, len(lists), LENGTHS_PAGE):
+            chunk = [key for _, key in lists[start:start + LENGTHS_PAGE]]
+
+            def read(r: Any, chunk: list[str] = chunk) -> list[Any]:
+                pipe = r.pipeline(transaction=False)
+                for key in chunk:
+                    pipe.llen(key)
+                return list(pipe.execute(raise_on_error=False))
+
+            lengths += [n if isinstance(n, int) else 0 for n in self._read(read)]
+        return lengths
+
+    def partitioned_size(self) -> int:
+        """Jobs waiting in a partitioned queue's partitions (not its plain list); 0 for a
+        plain queue."""
+        lists = self._lists()[1:]
+        return sum(self._lengths(lists)) if lists else 0
+
     # -- reading ----------------------------------------------------------------------------
     def size(self) -> int:
+        """Jobs waiting; a partitioned queue's in its plain list and every partition."""
+        if self.partitioned:
+            return sum(self._lengths(self._lists()))
         return int(self._read(lambda r: r.llen(self.key)))
 
     def latency(self) -> float | Invalid:
@@ -124,9 +208,11 @@ class Queue:
         return bool(self._read(lambda r: r.sismember(self.config.keys.paused, self.name)))
 
     def iterate(self, page_size: int = PAGE_SIZE) -> Iterator[JobRecord]:
-        """Every job, newest first, in pages (``wurk.api.paging``'s guarantee)."""
-        for raw in list_entries(self._pool, self.key, page_size):
-            yield JobRecord(raw, queue=self.name, config=self.config)
+        """Every job, newest first, in pages (``wurk.api.paging``'s guarantee); a
+        partitioned queue's plain list, then each partition by name."""
+        for _, key in self._lists():
+            for raw in list_entries(self._pool, key, page_size):
+                yield JobRecord(raw, queue=self.name, config=self.config)
 
     def __iter__(self) -> Iterator[JobRecord]:
         return self.iterate()
@@ -134,25 +220,81 @@ class Queue:
     def page(self, start: int, count: int, *, oldest_first: bool = False) -> list[JobRecord]:
         """``count`` jobs from position ``start``, newest first (oldest first when asked):
         one ``LRANGE``, for screens that show page N of a long queue."""
+        return [listed.record for listed in self.listing(start, count,
+                                                         oldest_first=oldest_first)]
+
+    def listing(self, start: int, count: int, *, oldest_first: bool = False) -> list[Listed]:
+        """``page``'s jobs, each with the list it is in and its place there. A partitioned
+        queue's page reads every list's length (``LENGTHS_PAGE`` a round trip), then only
+        the entries shown, in one round trip."""
         if start < 0 or count < 1:
             raise ValueError(f"page needs start ≥ 0 and count ≥ 1, not {start!r}, {count!r}")
+        if self.partitioned:
+            return self._partitioned_listing(start, count, oldest_first)
         if oldest_first:  # the tail of the list is its oldest end
             rows = self._read(lambda r: r.lrange(self.key, -start - count, -start - 1))
             rows = list(reversed(rows))
         else:
             rows = self._read(lambda r: r.lrange(self.key, start, start + count - 1))
-        return [JobRecord(raw, queue=self.name, config=self.config) for raw in rows]
+        length = int(self._read(lambda r: r.llen(self.key))) if oldest_first else 0
+        return [Listed(JobRecord(raw, queue=self.name, config=self.config), None,
+                       max(0, length - 1 - start - i) if oldest_first else start + i)
+                for i, raw in enumerate(rows)]
+
+    def _partitioned_listing(self, start: int, count: int,
+                             oldest_first: bool) -> list[Listed]:
+        lists = self._lists()
+        lengths = self._lengths(lists)
+        order = list(zip(lists, lengths, strict=True))
+        if oldest_first:
+            order.reverse()
+        # (partition, key, offset from the end read, how many, the list's length)
+        wanted: list[tuple[str | None, str, int, int, int]] = []
+        skip, need = start, count
+        for (name, key), length in order:
+            if need == 0:
+                break
+            if skip >= length:
+                skip -= length
+                continue
+            take = min(need, length - skip)
+            wanted.append((name, key, skip, take, length))
+            skip, need = 0, need - take
+        if not wanted:
+            return []
+
+        def read(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for _, key, offset, take, _ in wanted:
+                if oldest_first:  # the tail of a list is its oldest end
+                    pipe.lrange(key, -offset - take, -offset - 1)
+                else:
+                    pipe.lrange(key, offset, offset + take - 1)
+            return list(pipe.execute(raise_on_error=False))
+
+        listed: list[Listed] = []
+        for (name, _, offset, _, length), rows in zip(wanted, self._read(read), strict=True):
+            if not isinstance(rows, list):
+                continue  # the key changed type meanwhile
+            if oldest_first:
+                rows.reverse()
+            for i, raw in enumerate(rows):
+                index = length - 1 - offset - i if oldest_first else offset + i
+                listed.append(Listed(JobRecord(raw, queue=self.name, config=self.config),
+                                     name, max(0, index)))
+        return listed
 
     def find_job(self, jid: str) -> JobRecord | None:
         """The job with this jid (reads the whole queue in pages: O(n))."""
         if not jid:
             return None
         needle = jid.encode("utf-8")
-        for raw in list_entries(self._pool, self.key):
-            if needle in raw:  # cheap test before parsing
-                record = JobRecord(raw, queue=self.name, config=self.config)
-                if record.jid == jid:
-                    return record
+        for _, key in self._lists():
+            for raw in list_entries(self._pool, key):
+                if needle in raw:  # cheap test before parsing
+                    record = JobRecord(raw, queue=self.name, config=self.config)
+                    if record.jid == jid:
+                        return record
         return None
 
     # -- writing ----------------------------------------------------------------------------
@@ -166,28 +308,42 @@ class Queue:
         invalidate_local()
 
     def delete(self, job: JobRecord | bytes | str) -> bool:
-        """Remove one job by its stored bytes; False if it was not there."""
+        """Remove one job by its stored bytes; False if it was not there. A partitioned
+        queue's job is looked for in the plain list, then in the partition it names."""
         raw = job.raw if isinstance(job, JobRecord) else job
+        keys = [self.key]
+        if self.partitioned:
+            keys.append(self.config.keys.partition(self.name, partitions.partition_of(raw)))
 
         def remove(r: Any) -> int:
-            return int(r.lrem(self.key, 1, raw))
+            for key in keys:
+                if r.type(key) in (b"list", "list") and int(r.lrem(key, 1, raw)):
+                    return 1
+            return 0
 
         removed = bool(self._pool.run(remove))
         if removed:
             release_stored(self.config, [raw])
         return removed
 
-    def delete_listed(self, index: int, digest: str) -> bool:
+    def delete_listed(self, index: int, digest: str, partition: str | None = None) -> bool:
         """Remove the job listed at ``index`` whose bytes have this SHA-1 (``JobRecord.digest``),
         looking up to ``LISTED_REACH`` entries either side; False if it is not there. A
-        unique job's lock is released."""
+        unique job's lock is released. ``partition`` names the partition of a partitioned
+        queue it was listed in (``Listed.partition``); None, the plain list."""
         if index < 0 or len(digest) != 40 or not set(digest) <= _DIGEST_TEXT:
             return False
+        key = self.key
+        if partition is not None:
+            if not self.partitioned or not partitions.is_partition_name(partition):
+                return False
+            key = self.config.keys.partition(self.name, partition)
         script = scripts.source(DELETE_LISTED_SCRIPT)
 
         def remove(r: Any) -> Any:
-            return r.register_script(script)(keys=[self.key], args=[index, digest,
-                                                                    LISTED_REACH])
+            if r.type(key) not in (b"list", "list"):
+                return 0
+            return r.register_script(script)(keys=[key], args=[index, digest, LISTED_REACH])
 
         found = self._pool.run(remove)
         if not isinstance(found, (bytes, str)):
@@ -200,7 +356,7 @@ class Queue:
         Pro's ``delete_job``); False when no entry has it. A unique job's lock is released."""
         if not isinstance(jid, str) or not jid:
             return False
-        return self._delete_matching(P.JID, jid) > 0
+        return any(self._delete_matching(P.JID, jid, key) > 0 for _, key in self._lists())
 
     def delete_by_class(self, name: str | Any) -> int:
         """Remove every job whose ``class`` is ``name`` (a job name, or an ``@wurk.job``
@@ -212,14 +368,16 @@ class Queue:
         if not isinstance(wanted, str) or not wanted:
             raise ValueError(f"delete_by_class needs a job name or a registered job, not "
                              f"{name!r}")
-        return self._delete_matching(P.CLASS, wanted)
+        return sum(self._delete_matching(P.CLASS, wanted, key) for _, key in self._lists())
 
-    def _delete_matching(self, field: str, value: str) -> int:
+    def _delete_matching(self, field: str, value: str, key: str) -> int:
         """Run the delete script page by page from the head; returns the jobs deleted.
         Never replayed: a broken connection raises, and what the pages before it deleted
         stays deleted (their locks released)."""
         verbatim = "1" if set(value) <= _VERBATIM else ""
-        keys = [self.key]
+        keys = [key]
+        if key != self.key and self._read(lambda r: _text(r.type(key))) != "list":
+            return 0  # a partition written by hand as another type: not ours to touch
         start, deleted = 0, 0
         while start >= 0:
             args: list[object] = [field, value, start, DELETE_PAGE, verbatim, MARK]
@@ -241,8 +399,12 @@ class Queue:
         """Delete every job and forget the queue; returns how many jobs there were.
 
         Never replayed after a broken connection. The unique jobs
-        among them are read first (the whole list, in pages) to release their locks.
+        among them are read first (the whole list, in pages) to release their locks. A
+        partitioned queue's partitions are emptied after its plain list, each a page at a
+        time (``partition_clear.lua``); see the module's notes.
         """
+        if self.partitioned:
+            return self._clear_partitioned()
         marked = MARK.encode()
         holding = [raw for raw in list_entries(self._pool, self.key, CLEAR_PAGE)
                    if marked in raw]
@@ -257,6 +419,77 @@ class Queue:
         cleared = int(self._pool.run(run))
         release_stored(self.config, holding)
         return cleared
+
+    def _clear_partitioned(self) -> int:
+        keys = self.config.keys
+        marked = MARK.encode()
+        ring = keys.partition_ring(self.name)
+        cleared = 0
+        if self._read(lambda r: _text(r.type(self.key))) == "list":
+            holding = [raw for raw in list_entries(self._pool, self.key, CLEAR_PAGE)
+                       if marked in raw]
+
+            def take(r: Any) -> int:
+                pipe = r.pipeline(transaction=True)
+                pipe.llen(self.key)
+                pipe.unlink(self.key)
+                return int(pipe.execute()[0])
+
+            cleared += int(self._pool.run(take))
+            release_stored(self.config, holding)
+        for name in self.partition_names():
+            cleared += self._clear_partition(name)
+        self._drop_bad_members(ring)
+
+        def forget(r: Any) -> Any:
+            return partitions.FORGET.call_many(r, [([self.key, ring, keys.queues],
+                                                    [self.name])])[0]
+
+        self._pool.run(forget)
+        return cleared
+
+    def _clear_partition(self, name: str) -> int:
+        """Empty one partition, ``PARTITION_CLEAR_PAGE`` jobs per script call, at most the
+        jobs it held at the first call (a steady stream of pushes cannot keep it going)."""
+        keys = self.config.keys
+        call = ([keys.partition(self.name, name), keys.partition_ring(self.name)],
+                [name, PARTITION_CLEAR_PAGE, MARK])
+        removed, budget = 0, None
+        while budget is None or removed < budget:
+
+            def run(r: Any) -> Any:
+                reply = partitions.CLEAR.call_many(r, [call])[0]
+                if isinstance(reply, Exception):
+                    raise reply
+                return reply
+
+            reply = self._pool.run(run)
+            taken, left = int(reply[0]), int(reply[1])
+            if budget is None:
+                budget = taken + left
+            removed += taken
+            if len(reply) > 2:
+                release_stored(self.config, reply[2:])
+            if left == 0 or taken == 0:
+                break
+        return removed
+
+    def _drop_bad_members(self, ring: str) -> None:
+        """Ring members no push could have written (the fetch drops them too): gone, so a
+        cleared queue is forgotten."""
+        def run(r: Any) -> None:
+            if _text(r.type(ring)) != "zset":
+                return
+            bad = [m for m, _ in r.zscan_iter(ring, count=SCAN_COUNT)
+                   if not partitions.is_partition_name(_text(m))]
+            for start in range(0, len(bad), LENGTHS_PAGE):
+                r.zrem(ring, *bad[start:start + LENGTHS_PAGE])
+
+        self._pool.run(run)
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def entry_latency(raw: bytes | Invalid | None, now: float | None = None) -> float | Invalid:

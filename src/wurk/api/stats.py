@@ -16,12 +16,10 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import redis
 
-from .. import partitions
 from .. import payload as P
 from .. import stored as values
 from ..config import Config, default_config
@@ -30,7 +28,7 @@ from ..connections.pool import RedisPool
 from ..errors import WurkError
 from ..stored import Invalid
 from .processes import busy_total
-from .queues import entry_latency, queue_names
+from .queues import Queue, entry_latency, queue_names
 
 __all__ = ["SUMMED", "QueueSummary", "ShardNumbers", "ShardStats", "Stats", "StatsHistory"]
 
@@ -165,8 +163,7 @@ class Stats:
         replies = self._pool.run(read, idempotent=True)
         # A partitioned queue's jobs wait in its partitions (wurk.partitions), beside any not
         # routed yet on its plain list.
-        waiting = {name: self._pool.run(partial(partitions.partitions_of, keys=keys,
-                                                queue=name), idempotent=True).waiting
+        waiting = {name: Queue(name, self.config).partitioned_size()
                    for name in names if name in self.config.partitions}
         return [QueueSummary(name=name, size=_plus(values.count(replies[3 * i]),
                                                    waiting.get(name, 0)),

@@ -215,15 +215,14 @@ def queue_page(config: Config, name: str, page: int, *,
     size = queue.size()
     page = clamp_page(page, size)
     start = (page - 1) * PAGE_SIZE
-    jobs = queue.page(start, PAGE_SIZE, oldest_first=oldest_first)
-    # Where each one is in the list, counted from the head (newest) end.
-    places = [size - 1 - start - i if oldest_first else start + i for i in range(len(jobs))]
+    # Each with where it is (its list, its place from the head end), to delete it by that.
+    listed = queue.listing(start, PAGE_SIZE, oldest_first=oldest_first)
     return {"name": name, "size": size, "latency": rounded(queue.latency()),
             "partitions": partitions_page(config, name),
             "paused": queue.paused(), "page": page, "pages": page_count(size),
             "direction": "asc" if oldest_first else "desc",
-            "jobs": [job_dict(job, max(place, 0)) for job, place in zip(jobs, places,
-                                                                          strict=True)]}
+            "jobs": [job_dict(found.record, found.index, found.partition)
+                     for found in listed]}
 
 
 def partitions_page(config: Config, name: str) -> dict[str, Any] | None:
@@ -239,21 +238,28 @@ def partitions_page(config: Config, name: str) -> dict[str, Any] | None:
                      for p in found.shown]}
 
 
-def job_dict(job: JobRecord, index: int) -> dict[str, Any]:
+def job_dict(job: JobRecord, index: int, partition: str | None = None) -> dict[str, Any]:
     """A queue job for display, with its stored text and the key deleting it names."""
-    return {**job.to_dict(), "raw": job.text, "key": queue_key(index, job.digest)}
+    return {**job.to_dict(), "raw": job.text, "key": queue_key(index, job.digest, partition)}
 
 
-def queue_key(index: int, digest: str) -> str:
-    """``<index>-<sha1>``: where a queued job was listed, and which job it was."""
-    return f"{index}-{digest}"
+def queue_key(index: int, digest: str, partition: str | None = None) -> str:
+    """``<index>-<sha1>``: where a queued job was listed, and which job it was; a partitioned
+    queue's job listed in a partition adds ``-<partition>``."""
+    return f"{index}-{digest}" if partition is None else f"{index}-{digest}-{partition}"
 
 
-def parse_queue_key(key: str) -> tuple[int, str] | None:
-    index_text, dash, digest = key.partition("-")
+def parse_queue_key(key: str) -> tuple[int, str, str | None] | None:
+    """``(index, sha1, partition or None)`` of a ``queue_key``; None when it is not one."""
+    index_text, dash, rest = key.partition("-")
     if not dash or not index_text.isascii() or not index_text.isdigit() or len(index_text) > 18:
         return None
-    return int(index_text), digest
+    digest, tail = rest[:40], rest[40:]
+    if not tail:
+        return int(index_text), digest, None
+    if tail[0] != "-" or len(tail) < 2:
+        return None
+    return int(index_text), digest, tail[1:]
 
 
 # -- job sets ---------------------------------------------------------------------------------
