@@ -309,11 +309,13 @@ class Queue:
 
     def delete(self, job: JobRecord | bytes | str) -> bool:
         """Remove one job by its stored bytes; False if it was not there. A partitioned
-        queue's job is looked for in the plain list, then in the partition it names."""
+        queue's job is looked for in the plain list, then in the partition it names, then
+        (a job written by hand into another) in the others, one round trip each."""
         raw = job.raw if isinstance(job, JobRecord) else job
         keys = [self.key]
         if self.partitioned:
-            keys.append(self.config.keys.partition(self.name, partitions.partition_of(raw)))
+            named = self.config.keys.partition(self.name, partitions.partition_of(raw))
+            keys += [named, *(key for _, key in self._lists()[1:] if key != named)]
 
         def remove(r: Any) -> int:
             for key in keys:
