@@ -126,7 +126,9 @@ def test_delete_by_class_and_by_stored_text_cover_the_partitions(pconfig: wurk.C
     assert queue.delete_by_class("parts.api.other") == 1
     record = next(record for record in queue if record.args == [1])
     assert queue.delete(record) is True and queue.delete(record) is False
-    assert args_of(list(queue)) == [20, 11, 10, 2, 0]
+    in_a = next(record for record in queue if record.args == [10])
+    assert in_a.delete() is True and in_a.delete() is False  # the record's own delete
+    assert args_of(list(queue)) == [20, 11, 2, 0]
 
 
 def test_delete_a_job_where_a_page_listed_it(pconfig: wurk.Config) -> None:

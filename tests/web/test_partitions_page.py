@@ -12,7 +12,7 @@ import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, browse
+from tests.web.conftest import XSS, browse, post
 from wurk.config import Capsule
 from wurk.fetch.partitioned import PartitionedFetch
 from wurk.runtime.identity import Identity
@@ -79,3 +79,65 @@ def test_a_partition_at_its_limit_says_so_and_a_plain_queue_shows_none(
     assert "at limit" in text and XSS not in text
     assert pclient.get("/api/queues/default").json()["partitions"] is None
     assert "Partitions" not in pclient.get("/queues/default").text
+
+
+def test_the_queue_page_lists_deletes_and_clears_the_partitions_jobs(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    for n in range(3):
+        page_job.set(partition="acme").perform_async(n)
+    page_job.set(partition="globex").perform_async(10)
+    with browse(create_app(pconfig), follow_redirects=False) as client:
+        found = client.get(f"/api/queues/{Q}").json()
+        assert found["size"] == 4
+        assert [job["args"] for job in found["jobs"]] == [[2], [1], [0], [10]]
+        text = client.get(f"/queues/{Q}").text
+        assert text.count('name="key"') == 4
+        listed = found["jobs"][1]
+        assert listed["key"].endswith("-acme")
+        response = post(client, f"/queues/{Q}/delete", key=listed["key"])
+        assert response.headers["location"] == f"/queues/{Q}?notice=delete&count=1"
+        assert [j["args"] for j in client.get(f"/api/queues/{Q}").json()["jobs"]] == \
+            [[2], [0], [10]]
+        again = post(client, f"/queues/{Q}/delete", key=listed["key"])
+        assert again.headers["location"] == f"/queues/{Q}?notice=gone&count=0"
+        oldest = client.get(f"/api/queues/{Q}?direction=asc").json()["jobs"]
+        assert [j["args"] for j in oldest] == [[10], [0], [2]]
+        response = post(client, f"/queues/{Q}", action="clear")
+        assert response.headers["location"] == "/queues?notice=clear&count=3"
+        assert r.zcard(pconfig.keys.partition_ring(Q)) == 0
+        assert Q not in {q["name"] for q in client.get("/api/queues").json()["queues"]}
+
+
+@pytest.mark.parametrize("key", [
+    "0-" + "a" * 40 + "-a:b", "0-" + "a" * 40 + "-" + XSS, "0-" + "a" * 40 + "-",
+    "0-" + "a" * 40 + "-" + "p" * 300, "x-y-z",
+])
+def test_a_delete_key_naming_no_partition_deletes_nothing(
+    pconfig: wurk.Config, r: redis.Redis, key: str
+) -> None:
+    page_job.set(partition="acme").perform_async(1)
+    with browse(create_app(pconfig), follow_redirects=False) as client:
+        response = post(client, f"/queues/{Q}/delete", key=key)
+        assert response.headers["location"] == f"/queues/{Q}?notice=gone&count=0"
+    assert r.llen(pconfig.keys.partition(Q, "acme")) == 1
+
+
+def test_the_queue_page_of_hand_written_partitions_answers(
+    pconfig: wurk.Config, pclient: TestClient, r: redis.Redis
+) -> None:
+    keys = pconfig.keys
+    r.lpush(keys.partition(Q, "acme"), "not json", XSS, '{"class": 5, "args": "x"}')
+    r.set(keys.partition(Q, "str"), "not a list")
+    r.zadd(keys.partition_ring(Q), {"acme": 0, "str": 0, "a:b": 0, XSS: 0})
+    r.sadd(keys.queues, Q)
+    text = pclient.get(f"/queues/{Q}").text
+    assert XSS not in text
+    found = pclient.get(f"/api/queues/{Q}").json()
+    assert found["size"] == 3 and len(found["jobs"]) == 3
+    sizes = {q["name"]: q["size"] for q in pclient.get("/api/queues").json()["queues"]}
+    assert sizes[Q] == 3
+    r.delete(keys.partition_ring(Q))
+    r.set(keys.partition_ring(Q), "not a zset")
+    assert pclient.get(f"/queues/{Q}").status_code == 200
+    assert pclient.get(f"/api/queues/{Q}").json()["size"] == 0

@@ -186,6 +186,11 @@ class Queue:
             lengths += [n if isinstance(n, int) else 0 for n in self._read(read)]
         return lengths
 
+    def unrouted(self) -> int:
+        """Jobs on the plain list (for a partitioned queue: not routed to a partition yet);
+        a key that is not a list holds none."""
+        return self._lengths([(None, self.key)])[0]
+
     def partitioned_size(self) -> int:
         """Jobs waiting in a partitioned queue's partitions (not its plain list); 0 for a
         plain queue."""

@@ -21,6 +21,7 @@ import hashlib
 import time
 from typing import Any
 
+from .. import partitions
 from .. import payload as P
 from .. import stored as values
 from ..config import Config, default_config
@@ -224,13 +225,20 @@ class JobRecord:
 
     # -- actions ----------------------------------------------------------------------------
     def delete(self) -> bool:
-        """Remove this entry from its queue (``LREM`` of the stored bytes); False if gone."""
+        """Remove this entry from its queue (``LREM`` of the stored bytes); False if gone.
+        A partitioned queue's job (``wurk.partitions``) is looked for in its plain list, then
+        in the partition it names (``Queue.delete`` also looks in the others)."""
         config = self._config if self._config is not None else default_config()
-        key = config.keys.queue(self.queue)
+        keys = [config.keys.queue(self.queue)]
+        if self.queue in config.partitions:
+            keys.append(config.keys.partition(self.queue, partitions.partition_of(self.raw)))
         raw = self.raw
 
         def remove(r: Any) -> int:
-            return int(r.lrem(key, 1, raw))
+            for key in keys:
+                if r.type(key) in (b"list", "list") and int(r.lrem(key, 1, raw)):
+                    return 1
+            return 0
 
         return bool(config.pool("api").run(remove))
 

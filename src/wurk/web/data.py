@@ -219,6 +219,7 @@ def queue_page(config: Config, name: str, page: int, *,
     listed = queue.listing(start, PAGE_SIZE, oldest_first=oldest_first)
     return {"name": name, "size": size, "latency": rounded(queue.latency()),
             "partitions": partitions_page(config, name),
+            "unrouted": queue.unrouted() if queue.partitioned else 0,
             "paused": queue.paused(), "page": page, "pages": page_count(size),
             "direction": "asc" if oldest_first else "desc",
             "jobs": [job_dict(found.record, found.index, found.partition)
@@ -240,7 +241,8 @@ def partitions_page(config: Config, name: str) -> dict[str, Any] | None:
 
 def job_dict(job: JobRecord, index: int, partition: str | None = None) -> dict[str, Any]:
     """A queue job for display, with its stored text and the key deleting it names."""
-    return {**job.to_dict(), "raw": job.text, "key": queue_key(index, job.digest, partition)}
+    return {**job.to_dict(), "raw": job.text, "key": queue_key(index, job.digest, partition),
+            "partition": partition}
 
 
 def queue_key(index: int, digest: str, partition: str | None = None) -> str:
