@@ -33,13 +33,13 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overload
 
+from . import partitions, unique
 from . import payload as P
-from . import unique
 from .client.core import Client
 from .client.default import default_client
 from .client.writers import KeptJobs, kept
 from .config import Config
-from .errors import InvalidArguments, JobNotRegistered, RegistrationError
+from .errors import InvalidArguments, InvalidPayload, JobNotRegistered, RegistrationError
 from .options import validate_options
 from .results.handle import ResultHandle
 
@@ -131,7 +131,8 @@ class JobDefinition:
 
     def __init__(self, name: str, target: Callable[..., Any], options: Mapping[str, Any],
                  *, hooks: Mapping[str, Callable[..., Any]] | None = None,
-                 is_class: bool = False, rate_limit: Any = None) -> None:
+                 is_class: bool = False, rate_limit: Any = None,
+                 partition_by: Any = None) -> None:
         self.name = name
         self.target = target
         self.options = dict(options)
@@ -139,6 +140,9 @@ class JobDefinition:
         # A ``wurk.limiter`` limiter every run of this job is held to (its ``rate_limit``
         # option): kept here, not in the payload, which holds JSON only.
         self.rate_limit = _check_rate_limit(name, rate_limit)
+        # Each push's partition from its arguments (``partition_by``, wurk.partitions); a
+        # push's own ``partition`` wins.
+        self.partition_by = _check_partition_by(name, partition_by, self.options)
         self.is_class = is_class
         perform = getattr(target, "perform", None) if is_class else target
         self.is_async = inspect.iscoroutinefunction(perform)
@@ -146,6 +150,24 @@ class JobDefinition:
 
     def __repr__(self) -> str:
         return f"<JobDefinition {self.name!r}>"
+
+    def partition_of(self, args: Sequence[Any]) -> str:
+        """The partition ``partition_by`` gives a push of ``args``; ``InvalidPayload`` naming
+        the job when it raises or returns what cannot name a partition."""
+        by = self.partition_by
+        if by is None:
+            raise RegistrationError(f"job {self.name!r} has no partition_by")
+        try:
+            value = by(*args)
+        except Exception as exc:
+            raise InvalidPayload(
+                f"job {self.name!r}: its partition_by raised {type(exc).__name__} for args "
+                f"{_short(args)}: {exc}", field=P.PARTITION) from exc
+        try:
+            return partitions.partition_name(value, where=f"job {self.name!r}: partition_by")
+        except InvalidPayload as exc:
+            raise InvalidPayload(f"{exc} (it returned that for args {_short(args)})",
+                                 field=P.PARTITION) from None
 
     def positional(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> list[Any]:
         """Arguments as the payload's positional ``args`` list, checked against the job's
@@ -381,6 +403,13 @@ class JobSetter(Generic[Params, R]):
         return None if jid is None else ResultHandle(jid, client.config)
 
     def _item(self, args: list[Any]) -> dict[str, Any]:
+        """One job's push: its partition from ``partition_by`` when it names none."""
+        item = self._bulk_base(args)
+        if self.definition.partition_by is not None and P.PARTITION not in item:
+            item[P.PARTITION] = self.definition.partition_of(args)
+        return item
+
+    def _bulk_base(self, args: list[Any]) -> dict[str, Any]:
         return {**self.definition.options, **self.options,
                 P.CLASS: self.definition.name, P.ARGS: args}
 
@@ -448,7 +477,11 @@ class JobSetter(Generic[Params, R]):
                             ) -> list[ResultHandle[R] | None]:
         item = self._bulk_item(args, batch_size, at, spread_interval)
         client = self._client()
-        return [self._handle(jid, client) for jid in await client.apush_bulk(item)]
+        jids: list[str | None] = [None] * len(item[P.ARGS])
+        for indices, part in self._by_partition(item):
+            for index, jid in zip(indices, await client.apush_bulk(part), strict=True):
+                jids[index] = jid
+        return [self._handle(jid, client) for jid in jids]
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
@@ -456,13 +489,36 @@ class JobSetter(Generic[Params, R]):
         """Push one job per argument list, a round trip per ``batch_size`` jobs."""
         item = self._bulk_item(args, batch_size, at, spread_interval)
         client = self._client()
-        return [self._handle(jid, client) for jid in client.push_bulk(item)]
+        jids: list[str | None] = [None] * len(item[P.ARGS])
+        for indices, part in self._by_partition(item):
+            for index, jid in zip(indices, client.push_bulk(part), strict=True):
+                jids[index] = jid
+        return [self._handle(jid, client) for jid in jids]
+
+    def _by_partition(self, item: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]]:
+        """A bulk push split by the partition ``partition_by`` gives each job (every
+        partition computed before anything is pushed), each part with the indices of its
+        jobs; the whole push when there is no ``partition_by`` or the push names one."""
+        all_args: list[Any] = item[P.ARGS]
+        if self.definition.partition_by is None or P.PARTITION in item:
+            return [(list(range(len(all_args))), item)]
+        groups: dict[str, list[int]] = {}
+        for index, args in enumerate(all_args):
+            groups.setdefault(self.definition.partition_of(args), []).append(index)
+        at = item.get(P.AT)
+        parts = []
+        for name, indices in groups.items():
+            part = {**item, P.ARGS: [all_args[i] for i in indices], P.PARTITION: name}
+            if isinstance(at, list):
+                part[P.AT] = [at[i] for i in indices]
+            parts.append((indices, part))
+        return parts
 
     def _bulk_item(self, args: Iterable[Sequence[Any]], batch_size: int | None,
                    at: When | Sequence[When] | None,
                    spread_interval: float | None) -> dict[str, Any]:
         positional = self.definition.positional
-        item: dict[str, Any] = self._item([positional(a, {}) for a in args])
+        item: dict[str, Any] = self._bulk_base([positional(a, {}) for a in args])
         if batch_size is not None:
             item["batch_size"] = batch_size
         if at is not None:
@@ -587,8 +643,9 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
         _check_hooks(hooks)
         wire = wire_name(fn, name)
         limiter = options.pop(RATE_LIMIT, None)
+        by = options.pop(PARTITION_BY, None)
         definition = JobDefinition(wire, fn, validate_options(options, where=f"job {wire!r}"),
-                                   hooks=hooks, rate_limit=limiter)
+                                   hooks=hooks, rate_limit=limiter, partition_by=by)
         registry.register(definition)
         kind = AsyncJobFunction if definition.is_async else JobFunction
         return kind(fn, definition)
@@ -606,6 +663,29 @@ def _check_rate_limit(name: str, limiter: Any) -> Any:
     raise RegistrationError(f"job {name!r}: rate_limit={limiter!r} must be a limiter, e.g. "
                             "rate_limit=wurk.limiter.window('api', 10, 1) — every run of the "
                             "job then waits for that limit, and is rescheduled when over it")
+
+
+# The function naming each push's partition from its arguments: an option of the job's
+# definition (a function is not JSON: never in the payload).
+PARTITION_BY = "partition_by"
+
+
+def _check_partition_by(name: str, by: Any, options: Mapping[str, Any]) -> Any:
+    if by is None:
+        return None
+    if not callable(by):
+        raise RegistrationError(f"job {name!r}: partition_by={by!r} must be a function of the "
+                                "job's arguments returning its partition, e.g. "
+                                "partition_by=lambda account_id, *rest: account_id")
+    if P.PARTITION in options:
+        raise RegistrationError(f"job {name!r}: give partition or partition_by, not both (a "
+                                "push's own partition= already wins over partition_by)")
+    return by
+
+
+def _short(args: Sequence[Any]) -> str:
+    text = repr(list(args))
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 _HOOK_EXAMPLES = {"retry_in": "lambda count, exc: 60",
@@ -651,8 +731,9 @@ class Job:
         wire = wire_name(cls, name)
         options = dict(merged)
         limiter = options.pop(RATE_LIMIT, None)
+        by = options.pop(PARTITION_BY, None)
         cls.definition = JobDefinition(wire, cls, validate_options(options, where=f"job {wire!r}"),
-                                       is_class=True, rate_limit=limiter)
+                                       is_class=True, rate_limit=limiter, partition_by=by)
         registry.register(cls.definition)
 
     def perform(self, *args: Any) -> Any:

@@ -216,6 +216,10 @@ def _check_option(key: str, value: Any, where: str) -> None:
     elif key == SHARD:
         if not isinstance(value, str) or not value:
             raise bad("the name of a shard of the configuration (its shards setting)")
+    elif key == "partition_by":
+        raise ConfigError(f"{where}: partition_by is an option of the job's definition "
+                          "(@wurk.job(partition_by=...) or the class keyword); give one push "
+                          "its partition with partition=")
     elif key == "rate_limit":
         raise ConfigError(f"{where}: rate_limit is an option of the job's definition "
                           "(@wurk.job(rate_limit=...) or the class keyword), not of one push")

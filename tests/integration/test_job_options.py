@@ -214,6 +214,23 @@ def check_partition(config: wurk.Config, r: redis.Redis) -> None:
         work.set(partition="a:b").perform_async("bad")
 
 
+def check_partition_by(config: wurk.Config, r: redis.Redis) -> None:
+    parted = wurk.configure(redis_url=config.redis_url, partitions={"low": 1})
+    by_account = wurk.job(name="opts.by_account", queue="low",
+                          partition_by=lambda account, tag: f"acct-{account}")(
+        lambda account, tag: RAN.append(tag))
+    by_account.perform_async(7, "p")
+    assert only(r, parted.keys.partition("low", "acct-7"))["args"] == [7, "p"]
+    by_account.set(partition="mine").perform_async(7, "q")  # the push's own wins
+    assert only(r, parted.keys.partition("low", "mine"))["partition"] == "mine"
+    with pytest.raises(wurk.InvalidPayload, match="job 'opts.by_account'.*partition="):
+        by_account.perform_async("a:b", "bad")
+    with pytest.raises(wurk.ConfigError, match="partition_by is an option of the job's"):
+        by_account.set(partition_by=lambda *a: "x")
+    with pytest.raises(wurk.RegistrationError, match="must be a function"):
+        wurk.job(name="opts.bad_by", partition_by="account")(lambda: None)
+
+
 def check_profile(config: wurk.Config, r: redis.Redis) -> None:
     jid = work.set(profile="t").perform_async("p1")
     Drain(config)()
@@ -278,7 +295,7 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
     "profile": check_profile, "profiler_options": check_profiler_options,
-    "partition": check_partition, "timeout": check_timeout, "result_ttl": check_result_ttl,
+    "partition": check_partition, "partition_by": check_partition_by, "timeout": check_timeout, "result_ttl": check_result_ttl,
 }
 
 
