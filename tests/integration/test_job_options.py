@@ -223,7 +223,7 @@ def check_partition_by(config: wurk.Config, r: redis.Redis) -> None:
     assert only(r, parted.keys.partition("low", "acct-7"))["args"] == [7, "p"]
     by_account.set(partition="mine").perform_async(7, "q")  # the push's own wins
     assert only(r, parted.keys.partition("low", "mine"))["partition"] == "mine"
-    with pytest.raises(wurk.InvalidPayload, match="job 'opts.by_account'.*partition="):
+    with pytest.raises(wurk.InvalidPayload, match=r"job 'opts\.by_account'.*partition="):
         by_account.perform_async("a:b", "bad")
     with pytest.raises(wurk.ConfigError, match="partition_by is an option of the job's"):
         by_account.set(partition_by=lambda *a: "x")
@@ -295,7 +295,8 @@ OPTIONS: dict[str, Callable[[wurk.Config, redis.Redis], None]] = {
     "unique_until": check_unique_until, "rate_limit": check_rate_limit,
     "retry_in": check_hooks, "retries_exhausted": check_hooks, "unique_context": check_hooks,
     "profile": check_profile, "profiler_options": check_profiler_options,
-    "partition": check_partition, "partition_by": check_partition_by, "timeout": check_timeout, "result_ttl": check_result_ttl,
+    "partition": check_partition, "partition_by": check_partition_by,
+    "timeout": check_timeout, "result_ttl": check_result_ttl,
 }
 
 

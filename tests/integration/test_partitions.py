@@ -4,7 +4,9 @@ their partition, and the Lua's answer to hand-written data."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -389,3 +391,106 @@ def test_an_ack_leaves_a_count_written_by_hand_for_the_fetch_to_recount(
     assert r.hget(pconfig.keys.partition_running(Q), "a") == "garbage"
     assert f.fetch(0.05) is not None  # recounted: 1 in flight, so one more fits
     assert r.hget(pconfig.keys.partition_running(Q), "a") == "2"
+
+
+# -- partition_by: the partition as a function of the arguments -------------------------------
+@wurk.job(name="parts.by_account", queue=Q, partition_by=lambda account, batch: account)
+def by_account(account: int, batch: int) -> None:
+    return None
+
+
+class ByTenant(wurk.Job, name="parts.by_tenant", queue=Q,
+               partition_by=lambda tenant, *rest: f"tenant-{tenant}"):
+    def perform(self, tenant: str, n: int) -> None:
+        return None
+
+
+def waiting(r: redis.Redis, config: wurk.Config, name: str) -> list[Any]:
+    return [json.loads(raw)["args"] for raw in r.lrange(config.keys.partition(Q, name), 0, -1)]
+
+
+def test_partition_by_names_each_pushs_partition_from_its_args(pconfig: wurk.Config,
+                                                               r: redis.Redis) -> None:
+    by_account.perform_async(42, 0)
+    by_account.perform_async(account=7, batch=1)  # bound to positions first
+    ByTenant.perform_async("acme", 2)
+    by_account.set(partition="override").perform_async(42, 3)  # the push's own wins
+    by_account.perform_in(60, 42, 4)  # a scheduled job carries it, to come back to it
+    assert waiting(r, pconfig, "42") == [[42, 0]] and waiting(r, pconfig, "7") == [[7, 1]]
+    assert waiting(r, pconfig, "tenant-acme") == [["acme", 2]]
+    assert waiting(r, pconfig, "override") == [[42, 3]]
+    scheduled = json.loads(r.zrange(pconfig.keys.schedule, 0, -1)[0])
+    assert scheduled["partition"] == "42"
+
+
+def test_a_bulk_push_goes_to_each_jobs_partition_in_order(pconfig: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    handles = by_account.perform_bulk([[1, 0], [2, 0], [1, 1], [3, 0]])
+    jids = [handle.jid for handle in handles if handle is not None]
+    assert len(jids) == 4
+    assert waiting(r, pconfig, "1") == [[1, 1], [1, 0]]
+    assert waiting(r, pconfig, "2") == [[2, 0]] and waiting(r, pconfig, "3") == [[3, 0]]
+    by_jid = {json.loads(raw)["jid"]: json.loads(raw)["args"]
+              for name in ("1", "2", "3")
+              for raw in r.lrange(pconfig.keys.partition(Q, name), 0, -1)}
+    assert [by_jid[jid] for jid in jids] == [[1, 0], [2, 0], [1, 1], [3, 0]]
+    at = time.time() + 600
+    by_account.perform_bulk([[5, 0], [6, 0]], at=[at, at + 1])
+    assert sorted(json.loads(raw)["partition"] for raw in
+                  r.zrange(pconfig.keys.schedule, 0, -1)) == ["5", "6"]
+
+    async def push() -> list[Any]:
+        return await by_account.aperform_bulk([[8, 0], [9, 0]])
+
+    assert all(asyncio.run(push()))
+    assert waiting(r, pconfig, "8") == [[8, 0]] and waiting(r, pconfig, "9") == [[9, 0]]
+
+
+def boom(account: int, batch: int) -> str:
+    raise KeyError("no such account")
+
+
+BAD_BY: list[tuple[Any, str]] = [
+    (boom, r"its partition_by raised KeyError for args \[1, 2\]: 'no such account'"),
+    (lambda account, batch: None, r"partition_by: partition=None is invalid.*for args "
+                                  r"\[1, 2\]"),
+    (lambda account, batch: "a|b", r"partition='a\|b' is invalid"),
+    (lambda account, batch: "x" * 201, r"of 1 to 200 bytes"),
+    (lambda account, batch: True, r"partition=True is invalid"),
+    (lambda *args: 1 / 0, r"raised ZeroDivisionError"),
+    (lambda: "no args taken", r"raised TypeError"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(BAD_BY)))
+def test_a_partition_by_that_raises_or_returns_a_bad_name_fails_the_push(
+    pconfig: wurk.Config, r: redis.Redis, case: int
+) -> None:
+    by, problem = BAD_BY[case]
+    name = f"parts.by_bad{case}"
+    bad = wurk.job(name=name, queue=Q, partition_by=by)(lambda account, batch: None)
+    with pytest.raises(wurk.InvalidPayload, match=f"job '{re.escape(name)}': .*{problem}"):
+        bad.perform_async(1, 2)
+    with pytest.raises(wurk.InvalidPayload, match=problem):
+        bad.perform_bulk([[1, 2], [3, 4]])
+    assert r.zcard(pconfig.keys.partition_ring(Q)) == 0 and r.zcard(pconfig.keys.schedule) == 0
+
+
+def test_partition_by_is_refused_where_it_cannot_work() -> None:
+    with pytest.raises(wurk.RegistrationError, match="must be a function of the job's"):
+        wurk.job(name="parts.by_str", partition_by="account_id")(lambda account_id: None)
+    with pytest.raises(wurk.RegistrationError, match="give partition or partition_by"):
+        wurk.job(name="parts.by_both", partition="a", partition_by=lambda *a: "b")(
+            lambda: None)
+    with pytest.raises(wurk.ConfigError, match="partition_by is an option of the job's"):
+        by_account.set(partition_by=lambda *a: "b")
+
+
+def test_a_bulk_push_with_one_bad_partition_pushes_none(pconfig: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    picky = wurk.job(name="parts.by_picky", queue=Q,
+                     partition_by=lambda account, batch: account if account != 3 else "")(
+        lambda account, batch: None)
+    with pytest.raises(wurk.InvalidPayload, match=r"partition='' is invalid.*args \[3, 4\]"):
+        picky.perform_bulk([[1, 2], [3, 4]])
+    assert r.zcard(pconfig.keys.partition_ring(Q)) == 0  # every partition computed first
