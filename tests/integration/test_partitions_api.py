@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import wurk
+from wurk import partitions
 from wurk import payload as P
 from wurk.api import Queue, Stats
 from wurk.api import queues as api_queues
@@ -224,7 +225,26 @@ def test_clear_releases_unique_locks_of_jobs_in_partitions(pconfig: wurk.Config,
     r.zadd(keys.partition_ring(Q), {"a": 0})
     assert once.set(partition="a").perform_async(1) is None  # a duplicate while it waits
     assert Queue(Q, pconfig).clear() == 1
+    handle = once.set(partition="a").perform_async(1)
+    assert handle is not None
+    r.lmove(keys.queue(Q), keys.partition(Q, "a"), "RIGHT", "LEFT")
+    r.zadd(keys.partition_ring(Q), {"a": 0})
+    assert Queue(Q, pconfig).delete_job(handle.jid) is True  # its lock released as well
     assert once.set(partition="a").perform_async(1) is not None
+
+
+def test_a_cleared_queue_is_forgotten_only_when_nothing_waits(pconfig: wurk.Config,
+                                                              r: redis.Redis) -> None:
+    keys = pconfig.keys
+    work.set(partition="a").perform_async(1)  # as if pushed while a clear ran
+
+    def forget(conn: Any) -> Any:
+        return partitions.FORGET.call_many(conn, [([keys.queue(Q), keys.partition_ring(Q),
+                                                    keys.queues], [Q])])[0]
+
+    assert pconfig.pool("api").run(forget) == 0 and Q in r.smembers(keys.queues)
+    assert Queue(Q, pconfig).clear() == 1
+    assert Q not in r.smembers(keys.queues)
 
 
 def test_hand_written_data_is_read_and_cleared_without_an_error(pconfig: wurk.Config,
