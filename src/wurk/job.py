@@ -20,6 +20,10 @@
    job's return type: ``@wurk.job`` on ``def f() -> int`` makes a ``JobFunction[P, int]``,
    on ``async def f() -> int`` an ``AsyncJobFunction[P, int]``, and both push
    ``ResultHandle[int]``; ``handle.result()`` waits for a job with ``result_ttl``.
+8. Options of the definition only, never of one push nor in the payload: ``rate_limit`` (a
+   limiter) and ``partition_by`` (a function of the arguments naming each push's partition
+   on a partitioned queue, ``wurk.partitions``; a push's own ``partition`` wins, and a bulk
+   push is split by partition).
 """
 
 from __future__ import annotations

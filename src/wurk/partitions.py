@@ -4,7 +4,8 @@ of jobs in flight enforced when jobs are fetched (docs/partitions.md).
 1. Declared in the configuration: ``Config(partitions={"imports": 5})`` makes the queue
    ``imports`` partitioned, at most 5 jobs of any one partition in flight at once, every
    process of the cluster together. A job names its partition with the ``partition`` job
-   option (``job.set(partition=account_id)``), which the payload carries, so a retry or a
+   option (``job.set(partition=account_id)``), or its definition's ``partition_by`` (a
+   function of the arguments, ``wurk.job``), which the payload carries, so a retry or a
    scheduled job comes back to its partition; a job without one is in ``default``.
    ``Config(partition_rates={"imports": 10})`` also caps the jobs of one partition fetched
    in one second of Redis's clock.
@@ -23,6 +24,8 @@ of jobs in flight enforced when jobs are fetched (docs/partitions.md).
    from a process that does not declare the queue partitioned, a Ruby client) are routed to
    their partitions by the next fetch.
 5. wurk's own layout: a Ruby Sidekiq process cannot fetch a partitioned queue.
+6. Inspection (``wurk.api.Queue``) covers the plain list and every partition; its clear
+   empties a partition a page per script (``scripts/partition_clear.lua``).
 """
 
 from __future__ import annotations
