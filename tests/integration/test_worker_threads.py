@@ -99,6 +99,15 @@ def test_an_idle_worker_runs_three_threads_beside_its_processors(
     def threads() -> set[str]:
         return {t.name for t in threading.enumerate() if t.name.startswith("wurk-")}
 
-    wait_until(lambda: threads() - processors == {"wurk-heartbeat", POLLER_THREAD},
-               what="the heartbeat and poller threads, and no other")
+    seen: list[set[str]] = [set()]
+
+    def only_those() -> bool:
+        seen[0] = threads() - processors
+        return seen[0] == {"wurk-heartbeat", POLLER_THREAD}
+
+    try:
+        wait_until(only_those, what="the heartbeat and poller threads, and no other")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; last seen beside the processors: {sorted(seen[0])}") \
+            from None
     assert len(processors) == 2 and processors <= threads()
