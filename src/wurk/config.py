@@ -15,6 +15,13 @@
    this configuration seen through one of them (the same settings, its own pools), and
    ``with via(name):`` makes it the process-wide configuration for a block of code, as
    Sidekiq's ``Client.via`` does. A capsule may be bound to a shard (``Capsule.shard``).
+8. Redis Cluster (``docs/scaling.md``): a ``redis+cluster://`` ``redis_url`` makes every
+   queue a shard of its own, a *keyspace* whose keys all carry the queue's name as their
+   hash tag (``{mail}:queue:mail``, ``{mail}:retry``…), so each keyspace lives in one slot
+   on one primary. The configuration itself is the keyspace of the queue ``default``;
+   ``shard(queue)`` is any other queue's; a push goes to its queue's keyspace. What cannot
+   work there (periodic jobs, batches and workflows, capsules bound to shards, ``shards``)
+   is refused with the reason.
 """
 
 from __future__ import annotations
@@ -31,19 +38,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
-from .connections import sentinel
+from .connections import cluster, sentinel
 from .connections.pool import AsyncRedisPool, RedisPool
 from .connections.pools import Connections
 from .connections.unreached import Unreached
 from .errors import ConfigError
 from .hosts import check_host_pattern
-from .keys import Keys
+from .keys import Keys, keyspace_prefix
 from .middleware import Chain
 from .options import check_queue_name, parse_queue
 from .partitions import check_partition_rates, check_partitions
 from .payload import TimestampFormat
 from .periodic.loops import Periodic
 from .runtime import affinity
+
+log = logging.getLogger("wurk")
 
 __all__ = ["DEFAULT_SHARD", "Capsule", "Config", "chosen_shard", "configure", "default_config",
            "did_you_mean", "parse_queue", "statsd_address", "via"]
@@ -397,7 +406,7 @@ class Config:
         self._frozen = False
         # What this configuration opens at run time lives there, not here.
         self._connections = Connections(self)
-        self.keys = Keys(self.key_prefix)
+        self.keys = Keys(self._prefix_of(self.redis_url))
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
         # A box, not the election itself: a view made by ``routed`` (the dashboard's) shares
@@ -515,6 +524,7 @@ class Config:
         self._validate_redis()
         self._validate_shards()
         self._validate_partitions()
+        self._validate_cluster()
 
     def _validate_partitions(self) -> None:
         self.partitions = check_partitions(self.partitions)
@@ -543,6 +553,63 @@ class Config:
                               f"socket_timeout ({self.socket_timeout} s): a push waits that "
                               "long for its replicas, and its connection would time out first")
 
+    def _prefix_of(self, url: Any) -> str:
+        """The keys' prefix: ``key_prefix``, and on a cluster the keyspace's hash tag."""
+        if isinstance(url, str) and cluster.is_cluster(url) and isinstance(self.key_prefix, str):
+            try:
+                return keyspace_prefix(self.key_prefix, cluster.parse(url).keyspace)
+            except ConfigError:
+                return self.key_prefix  # validate() names what is wrong with the URL
+        return self.key_prefix
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether this configuration's Redis is a Redis Cluster (a ``redis+cluster://`` URL):
+        its keys then follow the cluster layout, a keyspace per queue (``docs/scaling.md``)."""
+        return cluster.is_cluster(self.redis_url)
+
+    def _validate_cluster(self) -> None:
+        if not self.is_cluster:
+            return
+        try:
+            target = cluster.parse(str(self.redis_url))
+        except ConfigError as exc:
+            raise ConfigError(f"redis_url: {exc}") from None
+        why = ("on Redis Cluster, wurk keeps each queue's keys in one hash slot "
+               "(docs/scaling.md)")
+        if "{" in self.key_prefix or "}" in self.key_prefix:
+            raise ConfigError(f"key_prefix {self.key_prefix!r} holds a brace: {why}, and a "
+                              "brace in the prefix would be the keys' hash tag instead")
+        if self._root is self and target.keyspace != cluster.DEFAULT_KEYSPACE:
+            raise ConfigError(f"redis_url: a worker's or pusher's cluster URL names no "
+                              f"keyspace ({target.keyspace!r} given): {why}, and a push "
+                              "finds its queue's keyspace by itself")
+        if self.shard_router is not None:
+            raise ConfigError(f"shard_router cannot be set with a Redis Cluster redis_url: "
+                              f"{why}; a push goes to its queue's keyspace")
+        if self.shards:
+            raise ConfigError(f"shards cannot be combined with a Redis Cluster redis_url: {why}; "
+                              "the cluster's primaries are the shards")
+        for capsule in self.capsules:
+            if capsule.shard is not None:
+                raise ConfigError(f"capsule {capsule.name!r}: shard cannot be set on Redis "
+                                  f"Cluster: {why}, and each queue is served from its own")
+        for capsule in self.all_capsules():
+            for queue in capsule.queue_names:
+                cluster.keyspace_name(queue, f"capsule {capsule.name!r}")
+        self.refuse_periodic_on_cluster()
+
+    def refuse_periodic_on_cluster(self) -> None:
+        """``ConfigError`` when periodic jobs are registered on a cluster configuration: the
+        leader's loops, their history and the queues they push to span keyspaces."""
+        if self.is_cluster and len(self.periodic):
+            raise ConfigError(
+                "periodic jobs are not supported on Redis Cluster: a loop's record, its "
+                "history and the queue it pushes to live in different hash slots, and the "
+                "leader that fires them would need cross-slot transactions. Push them from "
+                "a cron of your own, or run them on a Redis that is not a cluster "
+                "(docs/scaling.md)")
+
     def _validate_shards(self) -> None:
         shards = self.shards
         if not isinstance(shards, dict):
@@ -569,7 +636,12 @@ class Config:
                 self.check_shard(capsule.shard, f"capsule {capsule.name!r}")
 
     def check_shard(self, name: Any, where: str) -> None:
-        """``ConfigError`` unless ``name`` is a shard of this configuration."""
+        """``ConfigError`` unless ``name`` is a shard of this configuration (on a cluster:
+        any queue's name)."""
+        if self._root.is_cluster:
+            if name != DEFAULT_SHARD:
+                cluster.keyspace_name(name, where)
+            return
         if name != DEFAULT_SHARD and name not in self._root.shards:
             known = ", ".join(repr(n) for n in self._root.shard_names())
             raise ConfigError(f"{where}: no shard named {name!r}; the shards are {known} "
@@ -752,8 +824,26 @@ class Config:
         return self._shard
 
     def shard_names(self) -> list[str]:
-        """``"default"`` then the names of ``shards``, as configured."""
-        return [DEFAULT_SHARD, *self._root.shards]
+        """``"default"`` then the names of ``shards``, as configured; on a cluster, the
+        keyspaces: the queues this configuration serves and those the cluster's index
+        records (every queue a wurk process has pushed to)."""
+        root = self._root
+        if not root.is_cluster:
+            return [DEFAULT_SHARD, *root.shards]
+        served = [queue for capsule in root.all_capsules() for queue in capsule.queue_names]
+        return list(dict.fromkeys([DEFAULT_SHARD, *served, *root.cluster_index()]))
+
+    def cluster_index(self) -> list[str]:
+        """The queues the cluster's index records (sorted); empty when it cannot be read."""
+        root = self._root
+        try:
+            members = root.pool("internal").run(
+                lambda r: r.smembers(root.keys.cluster_queues), idempotent=True)
+        except Exception as exc:  # noqa: BLE001 - the index only adds to what is served
+            log.warning("could not read the Redis Cluster's queue index: %s", exc)
+            return []
+        names = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        return [name for name in names if cluster.KEYSPACE.fullmatch(name)]
 
     def shard(self, name: str) -> Config:
         """This configuration seen through shard ``name``: every setting, handler and hook
@@ -768,7 +858,12 @@ class Config:
 
     def _shard_view(self, name: str) -> Config:
         view = copy.copy(self)
-        object.__setattr__(view, "redis_url", self.shards[name])
+        if self.is_cluster:  # a queue's keyspace: its keys carry its name as hash tag
+            url = cluster.with_keyspace(str(self.redis_url), name)
+            object.__setattr__(view, "redis_url", url)
+            object.__setattr__(view, "keys", Keys(self._prefix_of(url)))
+        else:
+            object.__setattr__(view, "redis_url", self.shards[name])
         view._shard = name
         view._root = self
         view._connections = Connections(view)

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-__all__ = ["Keys"]
+__all__ = ["Keys", "keyspace_prefix"]
 
 # Separator of the fields of a private in-flight list name; a public queue name may not
 # contain it, or the list could not be parsed back into (queue, owner).
@@ -43,12 +43,20 @@ WORKFLOW_PARTS = ("steps", "then", "state", "waiting", "jids", "values", "kids",
                   "left")
 
 
+def keyspace_prefix(key_prefix: str, keyspace: str) -> str:
+    """The prefix of one queue's keyspace on Redis Cluster: its name as the hash tag, after
+    ``key_prefix`` (``app:{mail}``), so the first ``{…}`` of every key is the queue's."""
+    tag = f"{{{keyspace}}}"
+    return f"{key_prefix}:{tag}" if key_prefix else tag
+
+
 class Keys:
     """Key names under one optional prefix."""
 
     __slots__ = (
         "batch_died",
         "batches",
+        "cluster_queues",
         "dead",
         "expired",
         "history",
@@ -123,6 +131,9 @@ class Keys:
         self.stat_recovered_push = f"{p}wurk:stat:recovered-push"
         # Job profiles (Sidekiq 8's layout): ``<token>-<jid>`` members scored by expiry.
         self.profiles = f"{p}profiles"
+        # Redis Cluster: the queues wurk processes have pushed to (SET), in the keyspace of
+        # the queue ``default``, so the dashboard and ``wurk stats`` find every keyspace.
+        self.cluster_queues = f"{p}wurk:cluster-queues"
 
     # -- queues -----------------------------------------------------------------------------
     def queue(self, name: str) -> str:

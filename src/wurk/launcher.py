@@ -160,6 +160,11 @@ def install_built_ins(config: Config) -> None:
 def _refuse_shards(config: Config) -> None:
     """A capsule bound to another shard needs a launcher per shard (``wurk.sharding``): a
     lone launcher would serve its queues on the wrong Redis."""
+    if config.is_cluster and config.shard_name == DEFAULT_SHARD:
+        raise ConfigError("on Redis Cluster each queue is served from its own keyspace: start "
+                          "this worker with wurk.sharding.launcher_for(config), which runs a "
+                          "launcher per queue (the wurk command, the swarm and "
+                          "InProcessWorker do)")
     bound = [c for c in config.capsules if c.shard not in (None, DEFAULT_SHARD)]
     if bound:
         raise ConfigError(f"capsule {bound[0].name!r} serves shard {bound[0].shard!r}: start "

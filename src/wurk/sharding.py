@@ -18,6 +18,12 @@
    ``hurry``): it starts the default shard's launcher first, quiets them all, and stops
    them together under one deadline. A shard that cannot be reached at boot is waited for
    by its own loops, as one Redis is.
+4. On Redis Cluster (``Config.is_cluster``) every queue is a keyspace of its own
+   (``docs/scaling.md``): ``cluster_capsules`` gives each queue a launcher, with a capsule
+   serving that queue alone. A capsule's threads are shared out between its queues by
+   weight (an unweighted queue counts 1), at least one each; the queue ``default`` is the
+   configuration's own keyspace, whose launcher (serving it, or no queue) keeps the
+   process's duties.
 """
 
 from __future__ import annotations
@@ -38,9 +44,26 @@ __all__ = ["ShardedLauncher", "launcher_for", "worker_view"]
 
 def launcher_for(config: Config, **options: Any) -> Launcher | ShardedLauncher:
     """The worker for ``config``: one launcher, or one per shard its capsules serve."""
+    if config.is_cluster:
+        return ShardedLauncher(config, **options)
     if all(capsule.shard in (None, DEFAULT_SHARD) for capsule in config.capsules):
         return Launcher(config, **options)
     return ShardedLauncher(config, **options)
+
+
+def cluster_capsules(config: Config) -> dict[str, list[Capsule]]:
+    """Each queue's capsules on a cluster (point 4): keyspace name -> capsules."""
+    config.refuse_periodic_on_cluster()
+    by_queue: dict[str, list[Capsule]] = {}
+    for capsule in config.all_capsules():
+        weights = {queue: max(weight, 1) for queue, weight in capsule.queues}
+        total = sum(weights.values())
+        for queue, weight in weights.items():
+            threads = max(1, round(capsule.concurrency * weight / total))
+            by_queue.setdefault(queue, []).append(Capsule(
+                name=capsule.name, queues=[(queue, 0)], concurrency=threads,
+                async_concurrency=capsule.async_concurrency))
+    return by_queue
 
 
 def worker_view(config: Config, name: str) -> Config:
@@ -89,9 +112,12 @@ class ShardedLauncher:
     def __init__(self, config: Config, **options: Any) -> None:
         self.config = config
         by_shard: dict[str, list[Capsule]] = {}
-        for capsule in config.all_capsules():
-            by_shard.setdefault(capsule.shard or DEFAULT_SHARD, []).append(capsule)
-        self.home = Launcher(config, capsules=by_shard.pop(DEFAULT_SHARD), **options)
+        if config.is_cluster:
+            by_shard = cluster_capsules(config)
+        else:
+            for capsule in config.all_capsules():
+                by_shard.setdefault(capsule.shard or DEFAULT_SHARD, []).append(capsule)
+        self.home = Launcher(config, capsules=by_shard.pop(DEFAULT_SHARD, []), **options)
         self.shards = {name: Launcher(worker_view(config, name), capsules=capsules,
                                       owns_title=False, **options)
                        for name, capsules in by_shard.items()}

@@ -81,6 +81,11 @@ class Batch:
         if bid is not None and (not isinstance(bid, str) or not bid):
             raise BatchError(f"bid must be a non-empty string, not {bid!r}")
         self._config = config
+        if self.config.is_cluster:
+            raise BatchError(
+                "batches are not supported on Redis Cluster: a batch's record and its jobs' "
+                "queues live in different hash slots, and its bookkeeping is one transaction "
+                "(docs/scaling.md); workflows are built on batches")
         self.bid = bid if bid is not None else new_bid()
         self._exists = bid is not None  # created in Redis already
         self.parent_bid: str | None = None

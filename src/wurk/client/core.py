@@ -28,7 +28,9 @@
    ``shard_router`` answers for it, else this client's own; a bulk push with a router is
    split by the shard of each job. Another shard's pushes go through a client of that
    shard's configuration, made once. Inside a batch's jobs block nothing is routed: a
-   batch and its jobs live on one shard.
+   batch and its jobs live on one shard. On Redis Cluster a push goes to its queue's
+   keyspace, whatever else says (``docs/scaling.md``); the first push of a process to a
+   queue records it in the cluster's index of queues.
 """
 
 from __future__ import annotations
@@ -41,10 +43,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import payload as P
-from ..config import Config, chosen_shard, default_config
+from ..config import DEFAULT_SHARD, Config, chosen_shard, default_config
 from ..connections.pool import RedisPool
 from ..crypto import seal
-from ..errors import InvalidArguments, InvalidPayload
+from ..errors import ConfigError, InvalidArguments, InvalidPayload
 from ..middleware import TemporaryLoop, bridge
 from ..options import (
     SHARD,
@@ -57,6 +59,9 @@ from . import writers
 from .writers import Entries, RedisWriter, Writer
 
 __all__ = ["Client"]
+
+# The queues this process has recorded in the Redis Cluster's index (``Keys.cluster_queues``).
+_indexed: set[str] = set()
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -197,6 +202,8 @@ class Client:
         job's ``shard`` option, else the router's answer, else this client's own."""
         if writers.overlay() is not None:  # a batch's jobs block: its batch's shard
             return self.config
+        if self.config.is_cluster:
+            return self._keyspace_of(item)
         chosen = chosen_shard()
         if chosen is not None:
             return chosen
@@ -210,6 +217,23 @@ class Client:
         if not isinstance(name, str):
             raise InvalidPayload(f"'shard' must be a shard's name, not {name!r}", field=SHARD)
         return self.config.shard(name)
+
+    def _keyspace_of(self, item: Mapping[str, Any]) -> Config:
+        """On Redis Cluster: the keyspace of the queue ``item`` goes to, recorded in the
+        cluster's index the first time this process pushes there."""
+        queue = item.get(P.QUEUE) or P.DEFAULT_QUEUE
+        if not isinstance(queue, str):
+            return self.config  # refused by the push itself, naming the field
+        try:
+            target = self.config.shard(queue)
+        except ConfigError as exc:
+            raise InvalidPayload(str(exc), field=P.QUEUE) from None
+        root = self.config.shard(DEFAULT_SHARD)
+        if queue not in _indexed:
+            root.pool("client").run(lambda r: r.sadd(root.keys.cluster_queues, queue),
+                                    idempotent=True)
+            _indexed.add(queue)
+        return target
 
     def _client_of(self, target: Config) -> Client:
         if target is self.config:

@@ -31,7 +31,7 @@ from types import ModuleType
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import EmbeddedServerError
-from . import sentinel
+from . import cluster, sentinel
 
 __all__ = ["PROJECT_MARKERS", "describe_url", "find_home", "resolve_url", "where"]
 
@@ -56,6 +56,8 @@ def describe_url(url: str) -> str:
     """The URL without its password, for logs."""
     if sentinel.is_sentinel(url):
         return sentinel.describe(url)
+    if cluster.is_cluster(url):
+        return cluster.describe(url)
     parts = urlsplit(url)
     if parts.password:
         host = parts.hostname or ""

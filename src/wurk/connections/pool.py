@@ -22,7 +22,9 @@
    connections.
 7. A ``redis+sentinel://`` URL makes both pools ask the sentinels where the primary is for
    each new connection (``wurk.connections.sentinel``): after a failover, every connection
-   made anew reaches the promoted replica; the rules above stay as they are.
+   made anew reaches the promoted replica; the rules above stay as they are. A
+   ``redis+cluster://`` URL makes them ask the cluster's nodes where its keyspace's slot is
+   (``wurk.connections.cluster``), and a ``MOVED`` reply counts as a failover reply.
 """
 
 from __future__ import annotations
@@ -41,9 +43,17 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._version import __version__
-from . import sentinel
+from . import cluster, sentinel
 from .packing import pack_all
-from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
+from .replies import (
+    CONNECTION_ERRORS,
+    FAILOVER_REPLIES,
+    SLOT_MOVED,
+    raise_refusal,
+    reply_code,
+    retry_replies,
+    unavailable,
+)
 
 __all__ = ["AsyncRedisPool", "RedisPool"]
 
@@ -67,7 +77,7 @@ class _RetiresOnFailover:
         try:
             return super().read_response(*args, **kwargs)  # type: ignore[misc]
         except redis.ResponseError as exc:
-            if reply_code(exc) in FAILOVER_REPLIES:
+            if reply_code(exc) in FAILOVER_REPLIES or reply_code(exc) in SLOT_MOVED:
                 self.saw_failover = True
             raise
 
@@ -114,6 +124,9 @@ def _sync_pool(url: str, **options: Any) -> _Pool:
     sentinels name (``wurk.connections.sentinel``)."""
     if sentinel.is_sentinel(url):
         return sentinel.blocking_pool(url, _Pool, **options)  # type: ignore[no-any-return]
+    if cluster.is_cluster(url):
+        return cluster.blocking_pool(  # type: ignore[no-any-return]
+            url, _Pool, redis.Connection, **options)
     return _Pool.from_url(url, **options)
 
 
@@ -121,6 +134,8 @@ def _async_pool(url: str, **options: Any) -> aredis.BlockingConnectionPool:
     if sentinel.is_sentinel(url):
         return sentinel.async_blocking_pool(  # type: ignore[no-any-return]
             url, aredis.BlockingConnectionPool, **options)
+    if cluster.is_cluster(url):
+        return cluster.async_blocking_pool(url, **options)
     return aredis.BlockingConnectionPool.from_url(url, **options)
 
 
@@ -169,13 +184,14 @@ class RedisPool:
         self._pool.connection_class = _retiring(self._pool.connection_class)
         self.client: redis.Redis = client_class(connection_pool=self._pool)
         self._pid = os.getpid()
+        self._retry_replies = retry_replies(url)
 
     def run(self, fn: Callable[[redis.Redis], T], *, idempotent: bool = False) -> T:
         """Run ``fn`` against the pool; replay it once only when ``idempotent``."""
         try:
             return fn(self.client)
         except redis.ResponseError as exc:
-            if reply_code(exc) not in FAILOVER_REPLIES:
+            if reply_code(exc) not in self._retry_replies:
                 raise_refusal(exc, self.url)
             # Logged at debug only: the loops that retry report the outage once. The
             # connection that read the reply was retired as it came back to the pool.
@@ -262,7 +278,7 @@ class AsyncRedisPool:
         try:
             return await fn(self.client)
         except redis.ResponseError as exc:
-            if reply_code(exc) not in FAILOVER_REPLIES:
+            if reply_code(exc) not in retry_replies(self.url):
                 raise_refusal(exc, self.url)
             log.debug("redis answered %s; trying once more on a new connection", exc)
             await self.connections.disconnect(inuse_connections=False)

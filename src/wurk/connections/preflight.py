@@ -3,8 +3,8 @@ loses jobs.
 
 1. ``check_server`` refuses a server older than Redis 7.0 with ``UnsupportedServer``, whose
    message names the version found and the one needed; and a node of a Redis Cluster
-   (``cluster_enabled:1``): wurk's scripts and pipelines touch keys of many hash slots
-   (``docs/scaling.md`` says what to use instead).
+   (``cluster_enabled:1``) reached by a plain URL: Sidekiq's layout touches keys of many
+   hash slots; a ``redis+cluster://`` URL selects wurk's cluster layout (``docs/scaling.md``).
 2. It warns when ``maxmemory-policy`` is not ``noeviction``: under memory pressure Redis
    would then delete keys — queued jobs, in-flight lists, retries — and the delivery
    guarantee (``docs/guarantees.md``) is void. ``CONFIG GET`` is often refused on managed
@@ -25,6 +25,7 @@ import redis
 
 from ..config import Config
 from ..errors import RedisUnavailable, UnsupportedServer
+from . import cluster
 from .locate import describe_url
 from .pool import RedisPool
 from .replies import cluster_refusal
@@ -64,8 +65,11 @@ def check_server(config: Config, pool: RedisPool | None = None) -> None:
 
 
 def refuse_cluster(pool: RedisPool) -> None:
-    """``UnsupportedServer`` when the server is a Redis Cluster node; nothing when it does
-    not say (a server that refuses ``INFO cluster`` is no cluster wurk could use anyway)."""
+    """``UnsupportedServer`` when the server is a Redis Cluster node named by a plain URL;
+    nothing when it does not say (a server that refuses ``INFO cluster`` is no cluster wurk
+    could use anyway), or when the URL is a ``redis+cluster://`` one."""
+    if cluster.is_cluster(pool.url):
+        return
     try:
         info = pool.run(lambda r: r.info("cluster"), idempotent=True)
     except (RedisUnavailable, redis.RedisError):

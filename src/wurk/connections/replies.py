@@ -9,8 +9,13 @@
    type and is raised as it is.
 3. ``FAILOVER_REPLIES`` mark a connection that reaches a demoted master: the command was
    refused, not applied, and another connection may reach the new master.
-4. ``CLUSTER_REPLIES`` (``MOVED``, ``ASK``, ``CROSSSLOT``) mean a Redis Cluster node, which
-   wurk does not run on: ``UnsupportedServer`` says so and what to use instead.
+4. ``CLUSTER_REPLIES`` (``MOVED``, ``ASK``, ``CROSSSLOT``) from a server reached by a plain
+   ``redis://`` URL mean a Redis Cluster node used as one Redis: ``UnsupportedServer`` says
+   so and names the ``redis+cluster://`` form. Through a ``redis+cluster://`` URL,
+   ``MOVED`` and ``ASK`` mean the keyspace's slot has moved (a failover, resharding): the
+   command was refused, not applied — ``RedisUnavailable``, and a new connection asks the
+   nodes where the slot is now (``wurk.connections.cluster``). ``CROSSSLOT`` stays an
+   error there: every key of one keyspace carries its hash tag, so it is a bug.
 """
 
 from __future__ import annotations
@@ -20,14 +25,18 @@ from typing import NoReturn
 import redis
 
 from ..errors import RedisUnavailable, UnsupportedServer
+from . import cluster
 from .locate import describe_url
 
-__all__ = ["CLUSTER_REPLIES", "CONNECTION_ERRORS", "FAILOVER_REPLIES", "cluster_refusal",
-           "raise_refusal", "refusal", "reply_code", "unavailable"]
+__all__ = ["CLUSTER_REPLIES", "CONNECTION_ERRORS", "FAILOVER_REPLIES", "SLOT_MOVED",
+           "cluster_refusal", "raise_refusal", "refusal", "reply_code", "retry_replies",
+           "unavailable"]
 
 FAILOVER_REPLIES = frozenset({"READONLY", "NOREPLICAS", "UNBLOCKED"})
 # A Redis Cluster node redirecting a command, or refusing keys of several slots.
 CLUSTER_REPLIES = frozenset({"MOVED", "ASK", "CROSSSLOT"})
+# Through a ``redis+cluster://`` URL: the keyspace's slot is served elsewhere now.
+SLOT_MOVED = frozenset({"MOVED", "ASK"})
 # Error replies that mean "not now" rather than "never": the command was refused, not applied.
 _TRANSIENT_REPLIES = FAILOVER_REPLIES | {"LOADING", "BUSY", "OOM", "MASTERDOWN", "TRYAGAIN",
                                          "CLUSTERDOWN"}
@@ -60,12 +69,19 @@ def reply_code(exc: BaseException) -> str:
     return text.split(" ", 1)[0]
 
 
+def retry_replies(url: str) -> frozenset[str]:
+    """The replies after which a pool tries a command once more on another connection."""
+    return FAILOVER_REPLIES | SLOT_MOVED if cluster.is_cluster(url) else FAILOVER_REPLIES
+
+
 def refusal(exc: BaseException, url: str) -> RedisUnavailable | None:
     """A ``RedisUnavailable`` naming the refusal when ``exc`` is a transient error reply."""
     if not isinstance(exc, redis.RedisError):
         return None
     code = reply_code(exc)
-    if code not in _TRANSIENT_REPLIES:
+    transient = _TRANSIENT_REPLIES | SLOT_MOVED if cluster.is_cluster(url) \
+        else _TRANSIENT_REPLIES
+    if code not in transient:
         return None
     text = str(exc)
     shown = text if text.startswith(code) else f"{code} {text}"
@@ -74,16 +90,21 @@ def refusal(exc: BaseException, url: str) -> RedisUnavailable | None:
 
 def cluster_refusal(url: str) -> str:
     """Why wurk refuses a Redis Cluster node, and what to use instead."""
-    return (f"Redis at {describe_url(url)} is a Redis Cluster node; wurk does not run on "
-            "Redis Cluster: its Lua scripts and pipelines move jobs between keys of different "
-            "hash slots. Use several independent Redis servers as shards (each may have "
-            "Sentinel failover): docs/scaling.md")
+    return (f"Redis at {describe_url(url)} is a Redis Cluster node, named by a plain URL; "
+            "wurk's Sidekiq key layout moves jobs between keys of different hash slots, so "
+            "on a cluster it needs its own layout: name the cluster as "
+            f"{cluster.FORM} (docs/scaling.md; Ruby Sidekiq cannot read that layout)")
 
 
 def raise_refusal(exc: redis.ResponseError, url: str) -> NoReturn:
     """``RedisUnavailable`` for a transient refusal; ``UnsupportedServer`` for a Redis Cluster
     node's redirect; any other reply (a bug, a wrong type) is raised as it is."""
-    if reply_code(exc) in CLUSTER_REPLIES:
+    code = reply_code(exc)
+    if code in CLUSTER_REPLIES and not (cluster.is_cluster(url) and code in SLOT_MOVED):
+        if cluster.is_cluster(url):
+            raise UnsupportedServer(f"{describe_url(url)} refused a command whose keys span "
+                                    f"hash slots ({exc}); this is a bug in wurk's Redis "
+                                    "Cluster layout, please report it") from exc
         raise UnsupportedServer(cluster_refusal(url)) from exc
     refused = refusal(exc, url)
     if refused is None:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
 
 from .. import scripts
 from .. import stored as values
-from ..config import Config, default_config
+from ..config import DEFAULT_SHARD, Config, default_config
 from ..connections.lease import Lease
 from ..connections.lending import kept
 from ..connections.lending import redis as lent_redis
@@ -359,12 +359,15 @@ class Limiter:
 
     # -- Redis ------------------------------------------------------------------------------
     def _config(self) -> Config:
-        return self.config if self.config is not None else default_config()
+        config = self.config if self.config is not None else default_config()
+        return config.shard(DEFAULT_SHARD) if config.is_cluster else config
 
     def _connection(self) -> AbstractContextManager[_Caller]:
-        if self.config is None:
+        # On Redis Cluster a job's lent connection reaches its queue's keyspace; a limiter
+        # lives in the configuration's own (``docs/scaling.md``).
+        if self.config is None and not default_config().is_cluster:
             return lent_redis()
-        return _OwnLease(self.config)
+        return _OwnLease(self._config())
 
     def _script(self, conn: _Caller, script: scripts.Script, keys: list[str],
                 args: list[object]) -> tuple[int, int]:

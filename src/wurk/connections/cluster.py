@@ -1,0 +1,255 @@
+"""Redis Cluster: a ``redis+cluster://`` URL, and pools that follow the primary of one slot.
+
+1. ``parse`` reads the URL form (``docs/scaling.md``)::
+
+       redis+cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]…][/KEYSPACE]
+
+   Hosts are seed nodes of the cluster (port 6379 when left out); any node answers where
+   the others are. ``KEYSPACE`` is the hash tag every key of that wurk keyspace carries
+   (``{KEYSPACE}:queue:…``); without it, ``default``. A cluster has one db, so a db, a
+   query or a keyspace that is no queue name is refused with a ``ConfigError`` naming it.
+2. Every key of one keyspace hashes to one slot, so one keyspace lives on one primary:
+   ``blocking_pool`` / ``async_blocking_pool`` make wurk's bounded pools connect straight
+   to the primary serving that slot, asked of the nodes (``CLUSTER SLOTS``) for each new
+   connection — as a Sentinel pool asks the sentinels. Every Lua script, ``MULTI`` and
+   pipeline of wurk then runs unchanged on that node; none can cross a slot, since the
+   keyspace has only one.
+3. After a failover (or a slot moved by resharding) a connection to the old primary reads
+   ``MOVED``, or breaks if the node died: the pool retires it (``MOVED`` means refused, not
+   applied, as ``READONLY`` does) and a new connection asks the nodes again and reaches
+   the promoted replica. Until the cluster has promoted one, connecting fails or nodes
+   answer ``CLUSTERDOWN``: ``RedisUnavailable``, which wurk's loops ride out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import unquote
+
+import redis
+import redis.asyncio as aredis
+from redis.crc import key_slot
+
+from ..errors import ConfigError
+
+__all__ = ["DEFAULT_KEYSPACE", "SCHEME", "ClusterTarget", "SlotLocator", "async_blocking_pool",
+           "blocking_pool", "describe", "is_cluster", "keyspace_name", "parse", "with_keyspace"]
+
+SCHEME = "redis+cluster"
+DEFAULT_PORT = 6379
+# The keyspace of the configuration's own URL: the queue named "default" lives there, and
+# so do the leader election, the limiters and the index of the cluster's queues.
+DEFAULT_KEYSPACE = "default"
+# A keyspace is a queue's name, written inside ``{}``: no braces, no separators of ours.
+KEYSPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+_BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")
+_PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")
+FORM = "redis+cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/KEYSPACE]"
+# What the locator's own short-lived connections take from the pool's settings.
+_NODE_OPTIONS = ("socket_timeout", "socket_connect_timeout")
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """What a ``redis+cluster://`` URL says."""
+
+    nodes: tuple[tuple[str, int], ...]
+    keyspace: str = DEFAULT_KEYSPACE
+    username: str | None = None
+    password: str | None = None
+
+    @property
+    def slot(self) -> int:
+        """The hash slot of every key of this keyspace (``{keyspace}``'s)."""
+        return key_slot(f"{{{self.keyspace}}}".encode())
+
+
+def is_cluster(url: str | None) -> bool:
+    return isinstance(url, str) and url.lower().startswith(f"{SCHEME}://")
+
+
+def keyspace_name(name: str, where: str = "keyspace") -> str:
+    """``name`` when it can be a keyspace (a queue's name in ``{}``); ``ConfigError`` else."""
+    if not isinstance(name, str) or not KEYSPACE.fullmatch(name):
+        raise ConfigError(f"{where}: {name!r} cannot be a Redis Cluster keyspace: on a cluster "
+                          "a queue's name is its keys' hash tag, so it must be letters, "
+                          "digits, '_', '.' or '-' (64 at most)")
+    return name
+
+
+def parse(url: str) -> ClusterTarget:
+    """The seed nodes, keyspace and credentials of ``url``; ``ConfigError`` naming what is
+    wrong and the form otherwise."""
+    if not is_cluster(url):
+        raise ConfigError(f"not a Redis Cluster URL (it must start with {SCHEME}://): {FORM}")
+    rest = url[len(SCHEME) + 3:]
+    netloc, _, tail = rest.partition("/")
+    path, question, _query = tail.partition("?")
+    if question:
+        raise ConfigError(f"Redis Cluster URL: it takes no options after '?': {FORM}")
+    userinfo, at, hosts = netloc.rpartition("@")
+    username = password = None
+    if at:
+        user, colon, secret = userinfo.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if colon else None
+    parts = [part for part in path.split("/") if part]
+    if len(parts) > 1:
+        raise ConfigError(f"Redis Cluster URL: a cluster has no db; after the nodes comes at "
+                          f"most a keyspace: {FORM}")
+    keyspace = keyspace_name(unquote(parts[0]), "Redis Cluster URL") if parts \
+        else DEFAULT_KEYSPACE
+    return ClusterTarget(nodes=_hosts(hosts), keyspace=keyspace, username=username,
+                         password=password)
+
+
+def _hosts(text: str) -> tuple[tuple[str, int], ...]:
+    found: list[tuple[str, int]] = []
+    for item in text.split(","):
+        match = _BRACKETED.match(item.strip()) or _PLAIN.match(item.strip())
+        if match is None:
+            raise ConfigError(f"Redis Cluster URL: {item!r} is not HOST or HOST:PORT of a "
+                              f"node: {FORM}")
+        port = int(match.group(2)) if match.group(2) else DEFAULT_PORT
+        if not 0 < port < 65536:
+            raise ConfigError(f"Redis Cluster URL: port {port} of {item!r} is not a TCP "
+                              f"port: {FORM}")
+        found.append((match.group(1), port))
+    return tuple(found)
+
+
+def _netloc(target: ClusterTarget, *, hide: bool) -> str:
+    user = target.username or ""
+    if target.password is not None:
+        auth = f"{user}:{'***' if hide else target.password}@"
+    else:
+        auth = f"{user}@" if user else ""
+    hosts = ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in target.nodes)
+    return f"{auth}{hosts}"
+
+
+def with_keyspace(url: str, keyspace: str) -> str:
+    """``url`` naming ``keyspace`` instead of its own (a shard view's URL)."""
+    target = parse(url)
+    return f"{SCHEME}://{_netloc(target, hide=False)}/{keyspace_name(keyspace)}"
+
+
+def describe(url: str) -> str:
+    """``url`` without its password, for logs and errors."""
+    try:
+        target = parse(url)
+    except ConfigError:
+        return f"{SCHEME}://(not a valid Redis Cluster URL)"
+    return f"{SCHEME}://{_netloc(target, hide=True)}/{target.keyspace}"
+
+
+class SlotLocator:
+    """Where the primary serving one slot is: asked of the nodes, the seeds and every node
+    a previous answer named, in turn, until one answers (point 2)."""
+
+    def __init__(self, target: ClusterTarget, options: dict[str, Any]) -> None:
+        self.target = target
+        self.slot = target.slot
+        self._options = {name: options[name] for name in _NODE_OPTIONS if name in options}
+        self._lock = threading.Lock()
+        self._known: list[tuple[str, int]] = list(target.nodes)
+
+    def primary(self) -> tuple[str, int]:
+        """``(host, port)`` of the slot's primary; ``redis.ConnectionError`` when no node
+        answers, ``redis.ResponseError`` when no node serves the slot."""
+        with self._lock:
+            nodes = list(dict.fromkeys(self._known))
+        errors: list[str] = []
+        for host, port in nodes:
+            try:
+                slots = self._ask(host, port)
+            except (redis.RedisError, OSError) as exc:
+                errors.append(f"{host}:{port}: {exc}")
+                continue
+            found = self._owner(slots, host)
+            if found is not None:
+                return found
+            errors.append(f"{host}:{port}: no node serves slot {self.slot}")
+        raise redis.ConnectionError(
+            f"no node of the Redis Cluster named the primary of keyspace "
+            f"{{{self.target.keyspace}}} (slot {self.slot}): {'; '.join(errors)}")
+
+    def _ask(self, host: str, port: int) -> Any:
+        client = redis.Redis(host=host, port=port, username=self.target.username,
+                             password=self.target.password, **self._options)
+        try:
+            return client.execute_command("CLUSTER SLOTS")
+        finally:
+            client.close()
+
+    def _owner(self, slots: Any, asked: str) -> tuple[str, int] | None:
+        owner: tuple[str, int] | None = None
+        seen: list[tuple[str, int]] = []
+        for entry in slots or ():
+            start, end, *nodes = entry
+            for node in nodes:
+                host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
+                seen.append((host or asked, int(node[1])))
+            if int(start) <= self.slot <= int(end) and nodes:
+                primary = nodes[0]
+                host = primary[0].decode() if isinstance(primary[0], bytes) else str(primary[0])
+                owner = (host or asked, int(primary[1]))
+        with self._lock:
+            self._known = list(dict.fromkeys([*self._known, *seen]))
+        return owner
+
+
+class _SlotConnection:
+    """Mixed into the pool's connection class: each new connection goes where the locator
+    says the slot's primary is now."""
+
+    locator: SlotLocator
+
+    def _connect(self) -> Any:
+        self.host, self.port = self.locator.primary()  # type: ignore[attr-defined]
+        return super()._connect()  # type: ignore[misc]
+
+
+class _AsyncSlotConnection:
+    locator: SlotLocator
+
+    async def _connect(self) -> Any:
+        host, port = await asyncio.to_thread(self.locator.primary)
+        self.host, self.port = host, port  # type: ignore[attr-defined]
+        return await super()._connect()  # type: ignore[misc]
+
+
+def _pool_options(target: ClusterTarget, options: dict[str, Any]) -> dict[str, Any]:
+    chosen = dict(options)
+    chosen.pop("db", None)
+    if target.username is not None:
+        chosen["username"] = target.username
+    if target.password is not None:
+        chosen["password"] = target.password
+    return chosen
+
+
+def blocking_pool(url: str, base: type, connection_class: type, **options: Any) -> Any:
+    """A pool of class ``base`` (a ``redis.BlockingConnectionPool``) whose connections (of
+    ``connection_class``) reach the primary of the URL's keyspace."""
+    target = parse(url)
+    locator = SlotLocator(target, options)
+    connection = type(f"Slot{connection_class.__name__}",
+                      (_SlotConnection, connection_class), {"locator": locator})
+    return base(connection_class=connection, host=target.nodes[0][0], port=target.nodes[0][1],
+                **_pool_options(target, options))
+
+
+def async_blocking_pool(url: str, **options: Any) -> aredis.BlockingConnectionPool:
+    """``blocking_pool`` for redis-py's asyncio client."""
+    target = parse(url)
+    locator = SlotLocator(target, options)
+    connection = type("AsyncSlotConnection", (_AsyncSlotConnection, aredis.Connection),
+                      {"locator": locator})
+    return aredis.BlockingConnectionPool(
+        connection_class=connection, host=target.nodes[0][0], port=target.nodes[0][1],
+        **_pool_options(target, options))
