@@ -67,17 +67,19 @@ class Cluster:
     nodes: list[Node] = field(default_factory=list)
 
     @classmethod
-    def start(cls, directory: Path, *, primaries: int = 3, replicas: int = 1) -> Cluster:
+    def start(cls, directory: Path, *, primaries: int = 3, replicas: int = 1,
+              appendonly: bool = False) -> Cluster:
+        """With ``appendonly`` a node stopped and started again keeps its data."""
         directory.mkdir(parents=True, exist_ok=True)
         found = cls(directory)
         try:
-            found._start(primaries, replicas)
+            found._start(primaries, replicas, appendonly)
         except BaseException:
             found.stop()
             raise
         return found
 
-    def _start(self, primaries: int, replicas: int) -> None:
+    def _start(self, primaries: int, replicas: int, appendonly: bool) -> None:
         for index in range(primaries * (1 + replicas)):
             port = cluster_port()
             node_dir = self.directory / f"node{index}"
@@ -86,7 +88,8 @@ class Cluster:
                 "redis-server", "--port", str(port), "--bind", "127.0.0.1",
                 "--cluster-enabled", "yes", "--cluster-config-file",
                 str(node_dir / "nodes.conf"), "--cluster-node-timeout", str(NODE_TIMEOUT_MS),
-                "--dir", str(node_dir), "--save", "", "--appendonly", "no",
+                "--dir", str(node_dir), "--save", "",
+                "--appendonly", "yes" if appendonly else "no",
                 "--maxmemory-policy", "noeviction"], self.directory)
             node.start()
             self.nodes.append(node)
