@@ -15,6 +15,7 @@ import redis
 
 import wurk
 import wurk.config
+from tests.helpers import cluster as redis_clusters
 from tests.helpers.postgres import INSTALL_HINT, Cluster, find_binaries, start_cluster
 from tests.helpers.server import Server, start_server
 
@@ -62,6 +63,18 @@ def r(redis_server: Server) -> Iterator[redis.Redis]:
 def config(redis_server: Server) -> Iterator[wurk.Config]:
     cfg = wurk.configure(redis_url=redis_server.url)
     yield cfg
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis_clusters.Cluster]:
+    """A real Redis Cluster (3 primaries + 3 replicas, ``tests.helpers.cluster``), started
+    only for the tests that ask for it, once per session."""
+    reason = redis_clusters.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    started = redis_clusters.Cluster.start(tmp_path_factory.mktemp("redis-cluster"))
+    yield started
+    started.stop()
 
 
 @pytest.fixture(scope="session")

@@ -164,6 +164,26 @@ class Cluster:
         ports = {port for _, _, port in self.slots()}
         return [node for node in self.nodes if node.port in ports]
 
+    def replica_of(self, primary: Node) -> Node:
+        """A replica of ``primary`` (a node whose CLUSTER NODES line names it as master)."""
+        client = primary.client(socket_timeout=5)
+        try:
+            myself = client.execute_command("CLUSTER MYID")
+        finally:
+            client.close()
+        myself = myself.decode() if isinstance(myself, bytes) else str(myself)
+        for node in self.nodes:
+            if node is primary or not node.running:
+                continue
+            direct = node.client(socket_timeout=5)
+            try:
+                info = direct.execute_command("ROLE")
+            finally:
+                direct.close()
+            if info[0] in (b"slave", "slave") and int(info[2]) == primary.port:
+                return node
+        raise LookupError(f"no replica of {primary.name} (id {myself})")
+
     def kill(self, node: Node) -> None:
         node.kill()
 

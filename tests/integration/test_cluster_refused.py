@@ -1,5 +1,6 @@
-"""Redis Cluster is refused, saying why and what to use instead (docs/scaling.md): a worker at
-boot, and a push that a cluster node redirects.
+"""A Redis Cluster node named by a plain ``redis://`` URL is refused, saying why and naming
+the ``redis+cluster://`` form that selects wurk's cluster layout (docs/scaling.md): a worker
+at boot, and a push that a cluster node redirects.
 
 Two nodes of the Valkey test server with ``--cluster-enabled yes``, each given half of the
 hash slots by hand (``CLUSTER ADDSLOTSRANGE`` and ``CLUSTER MEET``): the least that makes a
@@ -20,7 +21,8 @@ from tests.helpers.server import Server, start_server
 from tests.helpers.wait import wait_until
 from wurk.launcher import Launcher
 
-SAYS = r"is a Redis Cluster node.*does not run on Redis Cluster.*shards.*docs/scaling.md"
+SAYS = (r"is a Redis Cluster node, named by a plain URL.*needs its own layout.*"
+        r"redis\+cluster://.*docs/scaling.md; Ruby Sidekiq cannot read that layout")
 
 
 def cluster_port() -> int:

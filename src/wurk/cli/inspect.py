@@ -146,7 +146,10 @@ def confirm(question: str, *, yes: bool, action: str) -> None:
 def stats_command(as_json: bool, redis_urls: tuple[str, ...]) -> None:
     """Processed, failed, busy, enqueued, scheduled, retries, dead, processes, latency."""
     if len(redis_urls) > 1:
-        _shards_stats(redis_urls, as_json)
+        _shards_stats(ShardStats(configs=_shard_configs(redis_urls)), as_json)
+        return
+    if not redis_urls and default_config().is_cluster:  # a row per queue's keyspace
+        _shards_stats(ShardStats(default_config()), as_json)
         return
     config = _shard_configs(redis_urls)[0][1] if redis_urls else default_config()
     numbers = Stats(config).to_dict()
@@ -190,9 +193,8 @@ def _shard_configs(urls: tuple[str, ...]) -> list[tuple[str, Config]]:
     return [(describe_url(url), holder.shard(f"url{index}")) for index, url in enumerate(urls)]
 
 
-def _shards_stats(urls: tuple[str, ...], as_json: bool) -> None:
+def _shards_stats(found: ShardStats, as_json: bool) -> None:
     """Each shard's numbers in a row, and their sum; a shard not read says why."""
-    found = ShardStats(configs=_shard_configs(urls))
     if as_json:
         emit_json(found.to_dict())
         return

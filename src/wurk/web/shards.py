@@ -7,6 +7,9 @@
 2. Each other shard's own dashboard is mounted at ``/shards/<name>/``: the same pages, on
    that shard's Redis, behind the same guard (host names, auth, read-only, CSRF) as this
    one; the default shard's pages are this dashboard's.
+3. On Redis Cluster (``Config.is_cluster``) the shards are the queues' keyspaces
+   (``docs/scaling.md``): the tab lists every keyspace ``Config.shard_names`` knows when the
+   page is read, and mounts the pages of those known when the dashboard was made.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ async def page(request: Request) -> Response:
 def extension(config: Config, make_app: Callable[[Config], Any]) -> Extension | None:
     """The tab for ``config``'s shards, with each other shard's dashboard made by
     ``make_app``; None without shards, or for a shard's own dashboard."""
-    if not config.shards or config.shard_name != DEFAULT_SHARD:
+    if not (config.shards or config.is_cluster) or config.shard_name != DEFAULT_SHARD:
         return None
+    others = config.shard_names()[1:] if config.is_cluster else list(config.shards)
     routes: list[BaseRoute] = [Route("/", page, methods=["GET"])]
-    routes += [Mount(f"/{name}", app=make_app(config.shard(name))) for name in config.shards]
+    routes += [Mount(f"/{name}", app=make_app(config.shard(name))) for name in others]
     return Extension(name=NAME, tab="Shards", routes=routes)

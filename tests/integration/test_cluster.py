@@ -1,0 +1,191 @@
+"""Redis Cluster's layout on a real cluster (the session's ``redis_cluster``: 3 primaries + 3
+replicas of ``redis-server --cluster-enabled yes``): each feature's path run by a worker on
+the cluster, every key it wrote in its queue's hash slot, the numbers of every keyspace added
+up, a slot moved by a failover followed (docs/scaling.md)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from redis.crc import key_slot
+
+import wurk
+import wurk.limiter
+from tests.helpers.cluster import Cluster, slot_of
+from tests.helpers.wait import wait_until
+from tests.web.conftest import browse
+from wurk.api.stats import ShardStats
+from wurk.cli import run
+from wurk.client import core
+from wurk.connections.pool import RedisPool
+from wurk.inprocess import InProcessWorker
+from wurk.web import create_app
+
+QUEUES = ["default", "mail", "exports"]  # three keyspaces, on three different primaries
+runs: Counter[str] = Counter()
+lock = threading.Lock()
+
+
+def _ran(what: str) -> None:
+    with lock:
+        runs[what] += 1
+
+
+@wurk.job(name="ClusterIt::Plain")
+def plain(n: int) -> None:
+    _ran(f"plain:{wurk.current_job()['queue']}")  # type: ignore[index]
+
+
+@wurk.job(name="ClusterIt::Failing", retry=1, retry_in=lambda count, exc: 0.1)
+def failing() -> None:
+    _ran("failing")
+    raise RuntimeError("fails on purpose")
+
+
+@wurk.job(name="ClusterIt::Unique", unique_for=60)
+def unique(key: int) -> None:
+    _ran("unique")
+
+
+@wurk.job(name="ClusterIt::Limited")
+def limited() -> None:
+    with wurk.limiter.concurrent("cluster-it", 1, lock_timeout=30).within_limit():
+        _ran("limited")
+
+
+@pytest.fixture
+def on_cluster(redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+               ) -> Iterator[wurk.Config]:
+    """The process-wide configuration on the cluster, every keyspace empty."""
+    redis_cluster.flush()
+    core._indexed.clear()  # the cluster's index was flushed with the rest
+    runs.clear()
+    monkeypatch.setenv("REDIS_URL", redis_cluster.url)
+    config = wurk.configure(queues=QUEUES, concurrency=6, heartbeat_interval=0.5,
+                            poll_interval_average=0.2, scheduler_initial_wait=0,
+                            fetch_timeout=0.5, reaper_interval=1)
+    yield config
+    config.close()
+
+
+def _all_keys(cluster: Cluster) -> dict[str, int]:
+    """Every key on every primary, with the port of the primary holding it."""
+    found: dict[str, int] = {}
+    for node in cluster.primaries():
+        direct = node.client()
+        found.update({key.decode(): node.port for key in direct.scan_iter(count=1000)})
+        direct.close()
+    return found
+
+
+def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
+        on_cluster: wurk.Config, redis_cluster: Cluster) -> None:
+    assert len({redis_cluster.primary_port(q) for q in QUEUES}) == 3
+    for queue in QUEUES:
+        plain.set(queue=queue).perform_bulk([[n] for n in range(3)])
+    plain.set(queue="mail").perform_in(1, 99)  # scheduled
+    failing.set(queue="exports").perform_async()  # retried once, then dead
+    assert unique.set(queue="mail").perform_async(1) is not None
+    assert unique.set(queue="mail").perform_async(1) is None  # held by the first
+    limited.set(queue="exports").perform_async()
+    worker = InProcessWorker(on_cluster).start()
+    try:
+        wait_until(lambda: runs["plain:default"] == 3 and runs["plain:mail"] == 4
+                   and runs["plain:exports"] == 3 and runs["failing"] == 2
+                   and runs["unique"] == 1 and runs["limited"] == 1, timeout=30,
+                   what=f"every job run once (so far {dict(runs)})")
+        exports = on_cluster.shard("exports")
+        wait_until(lambda: exports.pool("api").run(
+            lambda r: r.zcard(exports.keys.dead)) == 1, what="the failing job dead")
+    finally:
+        worker.stop()
+    keys = _all_keys(redis_cluster)
+    # Each keyspace's own record of the queue, its retry/dead sets, its stats;
+    # the limiter in the configuration's own keyspace (default's).
+    assert f"{{mail}}:queues" in keys and "{exports}:dead" in keys
+    assert "{default}:stat:processed" in keys and "{mail}:stat:processed" in keys
+    assert any(key.startswith("{default}:lmtr") for key in keys)
+    for key, port in keys.items():
+        tag = key[1:key.index("}")] if key.startswith("{") else None
+        assert tag in {*QUEUES, "default"}, f"{key} is outside the cluster layout"
+        assert key_slot(key.encode()) == slot_of(tag), key
+        assert port == redis_cluster.primary_port(tag), f"{key} on the wrong primary"
+
+
+def test_every_keyspace_is_counted_by_stats_the_dashboard_and_the_cli(
+        on_cluster: wurk.Config, redis_cluster: Cluster,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for queue in QUEUES:
+        plain.set(queue=queue).perform_bulk([[n] for n in range(2)])
+    plain.set(queue="reports").perform_async(0)  # a queue no worker serves: the index knows
+    assert on_cluster.shard_names() == ["default", "mail", "exports", "reports"]
+    found = ShardStats(on_cluster)
+    assert [s.name for s in found.shards] == ["default", "mail", "exports", "reports"]
+    assert [s.numbers["enqueued"] for s in found.shards if s.numbers] == [2, 2, 2, 1]
+    assert found.total()["enqueued"] == 7 and found.complete
+    with browse(create_app(on_cluster)) as client:
+        page = client.get("/shards/").text
+        mail = client.get("/shards/mail/queues").text
+    assert 'data-shard="all"' in page
+    assert page.split('data-shard="all"', 1)[1].split("</tr>", 1)[0].count(">7<") == 1
+    assert "mail" in mail
+    assert run(["stats", "--json"]) == 0
+    printed = capsys.readouterr().out
+    assert '"enqueued": 7' in printed.replace("\n", "").replace("  ", " ") or \
+        '"enqueued":7' in printed
+
+
+def test_a_slot_moved_by_a_failover_is_followed(on_cluster: wurk.Config,
+                                                redis_cluster: Cluster) -> None:
+    """A pool's connections reach the old primary, which answers MOVED once demoted: the
+    pool retires them and asks the nodes where the slot is now (no error reaches wurk)."""
+    mail = on_cluster.shard("mail")
+    pool = mail.pool("client")
+    assert pool.run(lambda r: r.set(mail.keys.queue("mail") + ":probe", 1))
+    old = redis_cluster.primary_of("mail")
+    replica = redis_cluster.replica_of(old)
+    direct = replica.client()
+    direct.execute_command("CLUSTER FAILOVER")  # the replica takes over, the primary demoted
+    direct.close()
+    wait_until(lambda: redis_cluster.primary_port("mail") == replica.port
+               and redis_cluster.healthy(), timeout=30, what="the manual failover")
+    # The session's other tests ask where each keyspace is; three primaries still serve.
+    deadline = time.monotonic() + 10
+    while True:  # the first command after may meet the demoted node mid-handover
+        try:
+            value = pool.run(lambda r: r.get(mail.keys.queue("mail") + ":probe"))
+            break
+        except wurk.RedisUnavailable:
+            assert time.monotonic() < deadline
+    assert value == b"1"
+    connection = pool.take_connection()
+    assert connection.port == replica.port  # the pool's connections now reach the new one
+    pool.release_connection(connection)
+
+
+def test_a_plain_url_to_a_cluster_node_still_names_the_cluster_form(
+        redis_cluster: Cluster) -> None:
+    config = wurk.Config()
+    object.__setattr__(config, "redis_url", f"redis://127.0.0.1:{redis_cluster.nodes[0].port}")
+    with pytest.raises(wurk.UnsupportedServer, match=r"redis\+cluster://"):
+        for n in range(50):  # some key of these is on another primary: MOVED
+            wurk.Client(config).push({"class": "X", "args": [], "queue": f"q{n}"})
+    config.close()
+
+
+def test_one_seed_node_finds_the_primary_of_any_keyspace(redis_cluster: Cluster) -> None:
+    """A keyspace's pool asks the nodes it knows: one seed, whichever, finds every slot."""
+    for queue in QUEUES:
+        pool = RedisPool(f"redis+cluster://127.0.0.1:{redis_cluster.nodes[0].port}/{queue}")
+        connection = pool.take_connection()
+        try:
+            connection.send_command("PING")
+            assert connection.read_response() in (b"PONG", "PONG")
+            assert connection.port == redis_cluster.primary_port(queue)
+        finally:
+            pool.release_connection(connection)
+            pool.close()
