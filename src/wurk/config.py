@@ -38,11 +38,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
 
+import redis
+
 from .connections import cluster, sentinel
 from .connections.pool import AsyncRedisPool, RedisPool
 from .connections.pools import Connections
 from .connections.unreached import Unreached
-from .errors import ConfigError
+from .errors import ConfigError, WurkError
 from .hosts import check_host_pattern
 from .keys import Keys, keyspace_prefix
 from .middleware import Chain
@@ -839,7 +841,7 @@ class Config:
         try:
             members = root.pool("internal").run(
                 lambda r: r.smembers(root.keys.cluster_queues), idempotent=True)
-        except Exception as exc:  # noqa: BLE001 - the index only adds to what is served
+        except (WurkError, redis.RedisError) as exc:  # the index only adds to what is served
             log.warning("could not read the Redis Cluster's queue index: %s", exc)
             return []
         names = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)

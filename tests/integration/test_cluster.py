@@ -106,7 +106,7 @@ def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
     keys = _all_keys(redis_cluster)
     # Each keyspace's own record of the queue, its retry/dead sets, its stats;
     # the limiter in the configuration's own keyspace (default's).
-    assert f"{{mail}}:queues" in keys and "{exports}:dead" in keys
+    assert "{mail}:queues" in keys and "{exports}:dead" in keys
     assert "{default}:stat:processed" in keys and "{mail}:stat:processed" in keys
     assert any(key.startswith("{default}:lmtr") for key in keys)
     for key, port in keys.items():

@@ -86,9 +86,8 @@ def parse(url: str) -> ClusterTarget:
     wrong and the form otherwise."""
     if not is_cluster(url):
         raise ConfigError(f"not a Redis Cluster URL (it must start with {SCHEME}://): {FORM}")
-    rest = url[len(SCHEME) + 3:]
-    netloc, _, tail = rest.partition("/")
-    path, question, _query = tail.partition("?")
+    rest, question, _query = url[len(SCHEME) + 3:].partition("?")
+    netloc, _, path = rest.partition("/")
     if question:
         raise ConfigError(f"Redis Cluster URL: it takes no options after '?': {FORM}")
     userinfo, at, hosts = netloc.rpartition("@")
@@ -182,7 +181,7 @@ class SlotLocator:
         client = redis.Redis(host=host, port=port, username=self.target.username,
                              password=self.target.password, **self._options)
         try:
-            return client.execute_command("CLUSTER SLOTS")
+            return client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
         finally:
             client.close()
 
@@ -210,7 +209,7 @@ class _SlotConnection:
     locator: SlotLocator
 
     def _connect(self) -> Any:
-        self.host, self.port = self.locator.primary()  # type: ignore[attr-defined]
+        self.host, self.port = self.locator.primary()
         return super()._connect()  # type: ignore[misc]
 
 
@@ -219,7 +218,7 @@ class _AsyncSlotConnection:
 
     async def _connect(self) -> Any:
         host, port = await asyncio.to_thread(self.locator.primary)
-        self.host, self.port = host, port  # type: ignore[attr-defined]
+        self.host, self.port = host, port
         return await super()._connect()  # type: ignore[misc]
 
 

@@ -1,0 +1,130 @@
+"""Redis Cluster without a server: the ``redis+cluster://`` URL, the keyspace layout, the split
+of a capsule's threads over its queues, the replies a cluster pool rides out, and what is
+refused at boot with the reason (docs/scaling.md)."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+import wurk
+from wurk.connections import cluster
+from wurk.connections.replies import raise_refusal, retry_replies
+from wurk.errors import BatchError, ConfigError, RedisUnavailable, UnsupportedServer
+from wurk.keys import keyspace_prefix
+from wurk.launcher import Launcher
+from wurk.sharding import ShardedLauncher, cluster_capsules, launcher_for
+from wurk.workflow import Workflow
+
+URL = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
+
+
+@pytest.fixture
+def on_cluster(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.setenv("REDIS_URL", URL)  # REDIS_URL wins over redis_url, as in production
+    return monkeypatch
+
+
+def test_the_url_names_seed_nodes_credentials_and_a_keyspace() -> None:
+    found = cluster.parse("redis+cluster://bob:s%40cret@a:7000,[::1]:7001,b/mail")
+    assert found.nodes == (("a", 7000), ("::1", 7001), ("b", 6379))
+    assert (found.username, found.password, found.keyspace) == ("bob", "s@cret", "mail")
+    assert found.slot == redis.crc.key_slot(b"{mail}")
+    assert cluster.parse(URL).keyspace == "default"
+    assert cluster.describe("redis+cluster://bob:secret@a:7000/mail") == \
+        "redis+cluster://bob:***@a:7000/mail"
+    assert cluster.with_keyspace(URL, "exports") == \
+        "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/exports"
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("redis+cluster://a:7000/mail/0", "a cluster has no db"),
+    ("redis+cluster://a:7000?x=1", "no options"),
+    ("redis+cluster://a:99999", "not a TCP port"),
+    ("redis+cluster://a:7000/ma{il}", "cannot be a Redis Cluster keyspace"),
+])
+def test_a_bad_url_is_refused_naming_the_problem(url: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        cluster.parse(url)
+
+
+def test_every_key_of_a_queue_carries_its_name_as_hash_tag(on_cluster: pytest.MonkeyPatch
+                                                           ) -> None:
+    config = wurk.Config(queues=["default", "mail"])
+    assert config.is_cluster
+    assert config.keys.queue("default") == "{default}:queue:default"
+    assert config.keys.cluster_queues == "{default}:wurk:cluster-queues"
+    mail = config.shard("mail")
+    assert mail.redis_url == f"{URL}/mail" and mail.is_cluster
+    assert (mail.keys.queue("mail"), mail.keys.retry, mail.keys.dead, mail.keys.processes) == \
+        ("{mail}:queue:mail", "{mail}:retry", "{mail}:dead", "{mail}:processes")
+    assert mail.keys.private("mail", "h", 1, "n", 0) == "{mail}:queue:mail|h|1|n|0"
+    assert keyspace_prefix("app", "mail") == "app:{mail}"
+    prefixed = wurk.Config(key_prefix="app")
+    assert prefixed.shard("mail").keys.schedule == "app:{mail}:schedule"
+    assert config.shard("mail") is mail  # made once
+
+
+def test_a_capsule_s_threads_are_shared_out_by_weight_at_least_one_each(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    config = wurk.Config(queues=["default,6", "mail,2"], concurrency=10)
+    config.capsule("low", queues=["exports", "bulk"], concurrency=1)
+    split = cluster_capsules(config)
+    assert {q: [(c.name, c.concurrency, c.queue_names) for c in capsules]
+            for q, capsules in split.items()} == {
+        "default": [("default", 8, ["default"])], "mail": [("default", 2, ["mail"])],
+        "exports": [("low", 1, ["exports"])], "bulk": [("low", 1, ["bulk"])]}
+    assert isinstance(launcher_for(config), ShardedLauncher)
+
+
+def test_a_lone_launcher_is_refused_on_a_cluster(on_cluster: pytest.MonkeyPatch) -> None:
+    with pytest.raises(ConfigError, match="launcher per queue"):
+        Launcher(wurk.Config())
+
+
+@pytest.mark.parametrize(("settings", "says"), [
+    ({"shards": {"eu": "redis://eu"}}, "shards cannot be combined"),
+    ({"shard_router": lambda *a: None}, "shard_router cannot be set"),
+    ({"key_prefix": "a{b}"}, "holds a brace"),
+    ({"queues": ["default", "a:b"]}, "cannot be a Redis Cluster keyspace"),
+    ({"periodic": [{"cron": "* * * * *", "job": "Report"}]},
+     "periodic jobs are not supported on Redis Cluster"),
+])
+def test_what_cannot_work_on_a_cluster_is_refused_at_boot_with_the_reason(
+        on_cluster: pytest.MonkeyPatch, settings: dict[str, object], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        wurk.Config(**settings)  # type: ignore[arg-type]
+
+
+def test_a_capsule_bound_to_a_shard_and_a_keyspace_in_the_url_are_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REDIS_URL", URL)
+    config = wurk.Config()
+    config.capsule("eu", queues=["mail"], concurrency=1).shard = "eu"
+    with pytest.raises(ConfigError, match="shard cannot be set on Redis Cluster"):
+        config.validate()
+    monkeypatch.setenv("REDIS_URL", f"{URL}/mail")
+    with pytest.raises(ConfigError, match="names no keyspace"):
+        wurk.Config()
+
+
+def test_batches_and_workflows_are_refused_with_the_reason(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    wurk.configure()
+    with pytest.raises(BatchError, match="batches are not supported on Redis Cluster"):
+        wurk.Batch()
+    with pytest.raises(BatchError, match="workflows are built on batches"):
+        Workflow("w")
+
+
+def test_a_slot_moved_is_an_outage_through_a_cluster_url_and_a_refusal_through_a_plain_one(
+        ) -> None:
+    moved = redis.exceptions.MovedError("3999 127.0.0.1:7002")
+    assert "MOVED" in retry_replies(URL) and "MOVED" not in retry_replies("redis://x")
+    with pytest.raises(RedisUnavailable, match="MOVED"):
+        raise_refusal(moved, URL)
+    with pytest.raises(UnsupportedServer, match=r"redis\+cluster://"):
+        raise_refusal(moved, "redis://127.0.0.1:7000/0")
+    crossed = redis.exceptions.ClusterCrossSlotError()
+    with pytest.raises(UnsupportedServer, match="bug in wurk's Redis Cluster layout"):
+        raise_refusal(crossed, URL)
