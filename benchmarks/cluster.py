@@ -1,0 +1,213 @@
+"""Redis Cluster: drain throughput and Redis CPU per job per node with 1, 2 and 3 primaries,
+side by side in one run.
+
+    python -m benchmarks.cluster [--jobs 20000] [--runs 3] [--primaries 1,2,3]
+                                 [--workers 2] [--concurrency 12]
+
+Each layout is a real cluster of Debian's ``redis-server --cluster-enabled yes`` (no
+replicas: a replica's CPU is not the primary's), given to wurk as a ``redis+cluster://`` URL
+(``docs/scaling.md``). Six queues are chosen so each primary serves the same number of their
+keyspaces; ``--jobs`` one-``INCR`` jobs are pushed spread evenly over them, then
+``--workers`` ``wurk worker`` processes, each serving the six queues (``--concurrency``
+threads shared out over them), drain them. Per layout it prints, medians of the runs
+(interleaved, so the machine's noise hits every layout alike):
+
+- jobs/s, from the first job done to the last;
+- each primary's own CPU (``INFO cpu``, user + system) per job it served, in µs, and the
+  fleet's Redis CPU per job (every primary's CPU over every job);
+- the workers' CPU per job;
+- the projection the Redis CPU figures imply: one primary saturates at 10⁶ / (its µs per
+  job) jobs/s, so N primaries carry N times that — with enough worker CPU beside them,
+  which a 2-core machine does not have (there the workers' CPU is the ceiling).
+
+The load average before and after is printed: figures taken while other work loads the
+machine must say so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import redis
+from redis.crc import key_slot
+
+import wurk
+from benchmarks.cluster_jobs import cluster_incr
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = "skip_default_job_logging: true\nheartbeat_interval: 1\n"
+QUEUE_COUNT = 6
+
+
+@dataclass
+class Run:
+    rate: float  # jobs/s
+    node_cpu_us: list[float]  # each primary's CPU per job it served
+    fleet_cpu_us: float  # every primary's CPU over every job
+    worker_cpu_us: float
+
+
+@dataclass
+class Layout:
+    url: str
+    ports: list[int]  # the primaries
+    queues: list[str]  # QUEUE_COUNT queues, as many on each primary
+    owner: dict[str, int]  # queue -> its primary's port
+
+
+@contextmanager
+def cluster(primaries: int) -> Iterator[Layout]:
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.cluster import Cluster
+
+    started = Cluster.start(Path(tempfile.mkdtemp(prefix=f"wurk-cluster-{primaries}-")),
+                            primaries=primaries, replicas=0)
+    try:
+        ranges = started.slots()
+        ports = sorted({port for _, _, port in ranges})
+
+        def owner(queue: str) -> int:
+            slot = key_slot(f"{{{queue}}}".encode())
+            return next(port for start, end, port in ranges if start <= slot <= end)
+
+        each = QUEUE_COUNT // len(ports)
+        chosen: dict[int, list[str]] = {port: [] for port in ports}
+        for n in range(1000):
+            name = f"q{n}"
+            if len(chosen[owner(name)]) < each:
+                chosen[owner(name)].append(name)
+            if all(len(names) == each for names in chosen.values()):
+                break
+        queues = [name for names in chosen.values() for name in names]
+        yield Layout(started.url, ports, queues, {q: owner(q) for q in queues})
+    finally:
+        started.stop()
+
+
+def _cpu(client: redis.Redis) -> float:
+    info: dict[str, Any] = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _done(nodes: dict[int, redis.Redis], layout: Layout) -> int:
+    return sum(int(nodes[layout.owner[q]].get(f"{{{q}}}:bench:count") or 0)
+               for q in layout.queues)
+
+
+def drain(layout: Layout, jobs: int, workers: int, concurrency: int) -> Run:
+    nodes = {port: redis.Redis(port=port) for port in layout.ports}
+    for client in nodes.values():
+        client.flushall()
+    previous = os.environ.get("REDIS_URL")
+    os.environ["REDIS_URL"] = layout.url  # REDIS_URL wins over redis_url
+    try:
+        config = wurk.configure()
+        per_queue = jobs // len(layout.queues)
+        for queue in layout.queues:
+            cluster_incr.set(queue=queue).perform_bulk([[n] for n in range(per_queue)])
+        config.close()
+    finally:
+        if previous is None:
+            os.environ.pop("REDIS_URL", None)
+        else:
+            os.environ["REDIS_URL"] = previous
+    total = per_queue * len(layout.queues)
+    served = {port: per_queue * sum(1 for q in layout.queues if layout.owner[q] == port)
+              for port in layout.ports}
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as file:
+        file.write(QUIET + f"concurrency: {concurrency}\n"
+                   f"queues: [{', '.join(layout.queues)}]\n")
+    env = {**os.environ, "REDIS_URL": layout.url}
+    processes = [subprocess.Popen(
+        [sys.executable, "-m", "wurk", "worker", "-r", "benchmarks.cluster_jobs",
+         "-C", file.name, "--log-format", "plain"], cwd=ROOT, env=env,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
+    watched = [psutil.Process(process.pid) for process in processes]
+    try:
+        started = None
+        while True:
+            done = _done(nodes, layout)
+            if done and started is None:
+                started = time.perf_counter()
+                cpu_start = {port: _cpu(client) for port, client in nodes.items()}
+                worker_start = sum(sum(p.cpu_times()[:2]) for p in watched)
+            if done >= total:
+                finished = time.perf_counter()
+                cpu_end = {port: _cpu(client) for port, client in nodes.items()}
+                worker_end = sum(sum(p.cpu_times()[:2]) for p in watched)
+                break
+            if any(process.poll() is not None for process in processes):
+                raise RuntimeError("a worker exited early")
+            time.sleep(0.005)
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            process.wait(30)
+        os.unlink(file.name)
+        for client in nodes.values():
+            client.close()
+    assert started is not None
+    spent = {port: cpu_end[port] - cpu_start[port] for port in layout.ports}
+    return Run(rate=total / (finished - started),
+               node_cpu_us=[spent[port] / max(served[port], 1) * 1e6 for port in layout.ports],
+               fleet_cpu_us=sum(spent.values()) / total * 1e6,
+               worker_cpu_us=(worker_end - worker_start) / total * 1e6)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--primaries", default="1,2,3")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--concurrency", type=int, default=12)
+    options = parser.parse_args(argv)
+    counts = [int(n) for n in options.primaries.split(",") if n]
+    load_before = os.getloadavg()
+    results: dict[int, list[Run]] = {n: [] for n in counts}
+    with ExitStack() as stack:
+        layouts = {n: stack.enter_context(cluster(n)) for n in counts}
+        for _ in range(options.runs):
+            for count in counts:
+                results[count].append(drain(layouts[count], options.jobs, options.workers,
+                                            options.concurrency))
+    load_after = os.getloadavg()
+    print(f"drain {options.jobs} jobs over {QUEUE_COUNT} queues spread evenly over the "
+          f"primaries of a Redis Cluster, {options.workers} worker processes each serving "
+          f"every queue ({options.concurrency} threads), median of {options.runs} runs; load "
+          f"average {load_before[0]:.2f} before, {load_after[0]:.2f} after, on "
+          f"{os.cpu_count()} CPUs")
+    print(f"{'primaries':<11}{'jobs/s':>9}{'Redis CPU µs/job, each node':>30}"
+          f"{'fleet µs/job':>14}{'worker µs/job':>15}{'one node saturates at':>24}")
+    for count, runs in results.items():
+        rate = statistics.median(run.rate for run in runs)
+        nodes = [statistics.median(run.node_cpu_us[i] for run in runs) for i in range(count)]
+        fleet = statistics.median(run.fleet_cpu_us for run in runs)
+        worker = statistics.median(run.worker_cpu_us for run in runs)
+        saturates = 1e6 / statistics.median(nodes)
+        print(f"{count:<11}{rate:>9,.0f}{' / '.join(f'{n:.1f}' for n in nodes):>30}"
+              f"{fleet:>14.1f}{worker:>15.0f}{saturates:>18,.0f} jobs/s")
+    per_node = statistics.median(statistics.median(run.node_cpu_us) for runs in
+                                 results.values() for run in runs)
+    print(f"projection: at {per_node:.1f} µs of Redis CPU a job, one primary saturates at "
+          f"{1e6 / per_node:,.0f} jobs/s; " + ", ".join(
+              f"{n} primaries {n * 1e6 / per_node:,.0f}" for n in (1, 2, 3, 6, 10)) +
+          " jobs/s, given the worker CPU to match")
+
+
+if __name__ == "__main__":
+    main()
