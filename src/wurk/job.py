@@ -402,9 +402,14 @@ class JobSetter(Generic[Params, R]):
     def _client(self) -> Client:
         return default_client(self._config)
 
-    @staticmethod
-    def _handle(jid: str | None, client: Client) -> ResultHandle[R] | None:
-        return None if jid is None else ResultHandle(jid, client.config)
+    def _handle(self, jid: str | None, client: Client) -> ResultHandle[R] | None:
+        if jid is None:
+            return None
+        config = client.config
+        if config.is_cluster:  # the outcome is stored in the job's queue's keyspace
+            queue = self._item([]).get(P.QUEUE) or P.DEFAULT_QUEUE
+            config = config.shard(str(queue))
+        return ResultHandle(jid, config)
 
     def _item(self, args: list[Any]) -> dict[str, Any]:
         """One job's push: its partition from ``partition_by`` when it names none."""

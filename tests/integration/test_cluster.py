@@ -5,6 +5,7 @@ up, a slot moved by a failover followed (docs/scaling.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -55,6 +56,16 @@ def unique(key: int) -> None:
 def limited() -> None:
     with wurk.limiter.concurrent("cluster-it", 1, lock_timeout=30).within_limit():
         _ran("limited")
+
+
+@wurk.job(name="ClusterIt::Add", result_ttl=60)
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@wurk.job(name="ClusterIt::Later")
+def later() -> None:
+    _ran("later")
 
 
 @pytest.fixture
@@ -114,6 +125,25 @@ def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
         assert tag in {*QUEUES, "default"}, f"{key} is outside the cluster layout"
         assert key_slot(key.encode()) == slot_of(tag), key
         assert port == redis_cluster.primary_port(tag), f"{key} on the wrong primary"
+
+
+def test_results_async_pushes_and_cancel_reach_the_queue_s_keyspace(
+        on_cluster: wurk.Config) -> None:
+    """A push's result handle waits in its queue's keyspace; an async push is routed as a
+    sync one is; ``wurk.cancel`` given the queue's keyspace finds the job there."""
+    handle = add.set(queue="mail").perform_async(2, 3)
+    pushed = asyncio.run(wurk.Client(on_cluster).apush(
+        {"class": "ClusterIt::Later", "queue": "exports", "args": []}))
+    waiting = later.set(queue="mail").perform_in(3600)
+    cancelled = wurk.cancel(waiting, config=on_cluster.shard("mail"))
+    assert cancelled.removed_from == ["schedule"]
+    worker = InProcessWorker(on_cluster).start()
+    try:
+        assert handle.result(timeout=20) == 5
+        wait_until(lambda: runs["later"] == 1, timeout=20, what="the async push run")
+    finally:
+        worker.stop()
+    assert pushed is not None and runs["later"] == 1
 
 
 def test_every_keyspace_is_counted_by_stats_the_dashboard_and_the_cli(
