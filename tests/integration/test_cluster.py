@@ -103,9 +103,11 @@ def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
     assert unique.set(queue="mail").perform_async(1) is not None
     assert unique.set(queue="mail").perform_async(1) is None  # held by the first
     limited.set(queue="exports").perform_async()
+    with wurk.via("exports"):  # a push goes to its queue's keyspace whatever via says
+        plain.set(queue="default").perform_async(3)
     worker = InProcessWorker(on_cluster).start()
     try:
-        wait_until(lambda: runs["plain:default"] == 3 and runs["plain:mail"] == 4
+        wait_until(lambda: runs["plain:default"] == 4 and runs["plain:mail"] == 4
                    and runs["plain:exports"] == 3 and runs["failing"] == 2
                    and runs["unique"] == 1 and runs["limited"] == 1, timeout=30,
                    what=f"every job run once (so far {dict(runs)})")
@@ -120,6 +122,8 @@ def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
     assert "{mail}:queues" in keys and "{exports}:dead" in keys
     assert "{default}:stat:processed" in keys and "{mail}:stat:processed" in keys
     assert any(key.startswith("{default}:lmtr") for key in keys)
+    assert any(key.startswith("{mail}:j|") for key in keys)  # execution metrics
+    assert not any(key.startswith("{exports}:queue:default") for key in keys)
     for key, port in keys.items():
         tag = key[1:key.index("}")] if key.startswith("{") else None
         assert tag in {*QUEUES, "default"}, f"{key} is outside the cluster layout"

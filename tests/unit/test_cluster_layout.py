@@ -128,3 +128,10 @@ def test_a_slot_moved_is_an_outage_through_a_cluster_url_and_a_refusal_through_a
     crossed = redis.exceptions.ClusterCrossSlotError()
     with pytest.raises(UnsupportedServer, match="bug in wurk's Redis Cluster layout"):
         raise_refusal(crossed, URL)
+
+
+def test_a_push_to_a_queue_that_cannot_be_a_keyspace_is_refused_naming_it(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    client = wurk.Client(wurk.Config())
+    with pytest.raises(wurk.InvalidPayload, match="cannot be a Redis Cluster keyspace"):
+        client.push({"class": "Report", "args": [], "queue": "mail:eu"})
