@@ -67,6 +67,7 @@ ACK_FLUSH = 0.25  # docs/guarantees.md: a finished job's ACK reaches Redis withi
 REPEATS_PER_THREAD = 2
 DOWN_FOR = 0.3  # a restarted primary stays down this long (well under the node timeout)
 BULK = 1000
+AFTER = 20  # jobs of each kind pushed to each queue of a promoted replica
 DIED = re.compile(r"processor \S+ died")  # wurk.manager's report of a processor's death
 
 
@@ -81,6 +82,8 @@ class Placement:
 @dataclass
 class Result:
     pushed: int
+    pushed_after_failover: int
+    leader: str | None  # who holds the leadership once the drain is done
     lost: int
     duplicated: int
     bound: int
@@ -100,7 +103,9 @@ class Result:
         where = " ".join(f"{p.queue}=slot{p.slot}@{p.node}({p.keys} keys)"
                          for p in self.placements)
         failover = "-" if self.failover_seconds is None else f"{self.failover_seconds:.1f}s"
-        return (f"cluster: pushed={self.pushed} lost={self.lost} duplicated={self.duplicated} "
+        return (f"cluster: pushed={self.pushed} (after a failover "
+                f"{self.pushed_after_failover}) leader={self.leader} lost={self.lost} "
+                f"duplicated={self.duplicated} "
                 f"(bound {self.bound}) faults={','.join(self.faults) or '-'} "
                 f"failover={failover} processor_deaths={self.processor_deaths} "
                 f"seconds={self.seconds:.1f} placement: {where}")
@@ -129,6 +134,7 @@ class ClusterRun:
         self.ledger = redis.Redis.from_url(self.ledger_server.url)
         self.workers: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.threads_hit = 0
+        self.late_jids: list[str | None] = []  # pushed after a failover
 
     # -- the run ----------------------------------------------------------------------------
     def run(self) -> Result:
@@ -147,13 +153,17 @@ class ClusterRun:
                         self.plan.deadline, f"{ran_before} runs before a fault")
             seconds = self._strike(fault)
             failover = seconds if seconds is not None else failover
+        pushed += [jid for jid in self.late_jids if jid]
         self._until(lambda: set(pushed) <= set(ledger_runs(self.ledger)), self.plan.deadline,
                     "every job to run")
         runs = ledger_runs(self.ledger)
         missing = sorted(set(pushed) - set(runs))
         leftovers = self._leftovers()
+        leader = self._leader()  # before the workers stop: a stopping leader resigns
         deaths = self._stop_workers()
-        return Result(pushed=len(pushed), lost=len(missing),
+        return Result(pushed=len(pushed),
+                      pushed_after_failover=len([j for j in self.late_jids if j]),
+                      leader=leader, lost=len(missing),
                       duplicated=sum(n - 1 for jid, n in runs.items() if n > 1),
                       bound=self.threads_hit * REPEATS_PER_THREAD * wurk.Config().prefetch
                       + self._late_runs, faults=list(self.plan.faults),
@@ -227,7 +237,9 @@ class ClusterRun:
             # Its ACKs of the last moments may not have reached its replica.
             self._late_runs += self._runs_between(killed - ACK_FLUSH - 0.05, killed)
             self.threads_hit += per_queue * len(served) * len(live)
-            return self.cluster.wait_for_promotion(victim, QUEUES[0])
+            seconds = self.cluster.wait_for_promotion(victim, QUEUES[0])
+            self._after_failover(served)
+            return seconds
         if fault == WORKER:
             live[0].send_signal(signal.SIGKILL)
             live[0].wait(timeout=10)
@@ -250,9 +262,39 @@ class ClusterRun:
             raise ValueError(f"unknown fault {fault!r}")
         return None
 
+    def _after_failover(self, queues: list[str]) -> None:
+        """Jobs pushed to the promoted replica's queues once it serves them: a share fails
+        once and a share is scheduled a second ahead, so their running shows the retry and
+        the scheduler of those keyspaces carried on after the failover."""
+        config = config_for(self.cluster.url)
+        client = wurk.Client(config)
+        for queue in queues:
+            self.late_jids += client.push_bulk({"class": "Chaos::Flaky", "queue": queue,
+                                                "retry": 5,
+                                                "args": [[self.plan.pause]] * AFTER})
+            self.late_jids += client.push_bulk({"class": "Chaos::Mark", "queue": queue,
+                                                "at": time.time() + 1.0,
+                                                "args": [[self.plan.pause]] * AFTER})
+        config.close()
+
     def _runs_between(self, since: float, until: float) -> int:
         return sum(since <= float(line.decode().split()[2]) <= until
                    for line in self.ledger.lrange(jobs.WHO, 0, -1))
+
+    def _leader(self) -> str | None:
+        """The leader's identity in the ``default`` keyspace, waited for a while: after a
+        failover of its primary the election goes on on the promoted replica."""
+        config = config_for(self.cluster.url)
+        key = config.keys.leader
+        found: str | None = None
+        deadline = time.monotonic() + 20
+        while found is None and time.monotonic() < deadline:
+            value = config.pool("api").run(lambda r: r.get(key), idempotent=True)
+            found = value.decode() if isinstance(value, bytes) else value
+            if found is None:
+                threading.Event().wait(0.2)
+        config.close()
+        return found
 
     def _leftovers(self) -> dict[str, int]:
         found: dict[str, int] = {}
