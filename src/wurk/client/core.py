@@ -60,8 +60,9 @@ from .writers import Entries, RedisWriter, Writer
 
 __all__ = ["Client"]
 
-# The queues this process has recorded in the Redis Cluster's index (``Keys.cluster_queues``).
-_indexed: set[str] = set()
+# The queues this process has recorded in a Redis Cluster's index (``Keys.cluster_queues``):
+# (the cluster's URL, the index's key, the queue).
+_indexed: set[tuple[str | None, str, str]] = set()
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
@@ -229,10 +230,10 @@ class Client:
         except ConfigError as exc:
             raise InvalidPayload(str(exc), field=P.QUEUE) from None
         root = self.config.shard(DEFAULT_SHARD)
-        if queue not in _indexed:
-            root.pool("client").run(lambda r: r.sadd(root.keys.cluster_queues, queue),
-                                    idempotent=True)
-            _indexed.add(queue)
+        index = root.keys.cluster_queues
+        if (root.redis_url, index, queue) not in _indexed:
+            root.pool("client").run(lambda r: r.sadd(index, queue), idempotent=True)
+            _indexed.add((root.redis_url, index, queue))
         return target
 
     def _client_of(self, target: Config) -> Client:
