@@ -135,3 +135,12 @@ def test_a_push_to_a_queue_that_cannot_be_a_keyspace_is_refused_naming_it(
     client = wurk.Client(wurk.Config())
     with pytest.raises(wurk.InvalidPayload, match="cannot be a Redis Cluster keyspace"):
         client.push({"class": "Report", "args": [], "queue": "mail:eu"})
+
+
+def test_a_retry_queue_other_than_the_job_s_queue_is_refused_at_push(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    """Its retries would land in the job's queue's keyspace, under another queue's name,
+    where no worker of that queue looks."""
+    client = wurk.Client(wurk.Config())
+    with pytest.raises(wurk.InvalidPayload, match="retry_queue 'low' is not supported"):
+        client.push({"class": "Report", "args": [], "queue": "mail", "retry_queue": "low"})

@@ -225,6 +225,12 @@ class Client:
         queue = item.get(P.QUEUE) or P.DEFAULT_QUEUE
         if not isinstance(queue, str):
             return self.config  # refused by the push itself, naming the field
+        retry_queue = item.get(P.RETRY_QUEUE)
+        if retry_queue not in (None, "", queue):
+            raise InvalidPayload(
+                f"retry_queue {retry_queue!r} is not supported on Redis Cluster: a job's "
+                f"retries stay in its queue's keyspace ({queue!r}), where no worker of "
+                f"{retry_queue!r} would see them (docs/scaling.md)", field=P.RETRY_QUEUE)
         try:
             target = self.config.shard(queue)
         except ConfigError as exc:
