@@ -59,6 +59,12 @@ def limited() -> None:
         _ran("limited")
 
 
+@wurk.job(name="ClusterIt::Windowed")
+def windowed() -> None:
+    with wurk.limiter.window("cluster-it-window", 1, "hour", wait_timeout=0).within_limit():
+        _ran("windowed")
+
+
 @wurk.job(name="ClusterIt::Add", result_ttl=60)
 def add(a: int, b: int) -> int:
     return a + b
@@ -149,6 +155,23 @@ def test_results_async_pushes_and_cancel_reach_the_queue_s_keyspace(
     finally:
         worker.stop()
     assert pushed is not None and runs["later"] == 1
+
+
+def test_a_job_over_its_limit_is_rescheduled_in_its_queue_s_keyspace(
+        on_cluster: wurk.Config) -> None:
+    """One use an hour: the second job meets the limit (kept in the default keyspace) and
+    goes back to its own queue's scheduled set, to run later."""
+    windowed.set(queue="exports").perform_bulk([[], []])
+    exports = on_cluster.shard("exports")
+    worker = InProcessWorker(on_cluster).start()
+    try:
+        wait_until(lambda: runs["windowed"] == 1 and exports.pool("api").run(
+            lambda r: r.zcard(exports.keys.schedule)) == 1, timeout=20,
+            what="one run and one job rescheduled")
+    finally:
+        worker.stop()
+    raw = exports.pool("api").run(lambda r: r.zrange(exports.keys.schedule, 0, -1))
+    assert json.loads(raw[0])["overrated"] == 1
 
 
 def test_every_keyspace_is_counted_by_stats_the_dashboard_and_the_cli(
