@@ -18,11 +18,13 @@ from redis.crc import key_slot
 import wurk
 import wurk.limiter
 from tests.helpers.cluster import Cluster, slot_of
+from tests.helpers.server import free_port
 from tests.helpers.wait import wait_until
 from tests.web.conftest import browse
 from wurk.api.stats import ShardStats
 from wurk.cli import run
 from wurk.client import core
+from wurk.connections.cluster import SlotLocator, parse
 from wurk.connections.pool import RedisPool
 from wurk.inprocess import InProcessWorker
 from wurk.web import create_app
@@ -248,3 +250,14 @@ def test_one_seed_node_finds_the_primary_of_any_keyspace(redis_cluster: Cluster)
         finally:
             pool.release_connection(connection)
             pool.close()
+
+
+def test_a_seed_that_is_down_is_passed_over_and_asked_last(redis_cluster: Cluster) -> None:
+    """The locator asks the node that answered last first: a dead seed costs one failed
+    connect, not one per new connection."""
+    dead = free_port()  # nothing listens there
+    live = redis_cluster.live().port
+    locator = SlotLocator(parse(f"redis+cluster://127.0.0.1:{dead},127.0.0.1:{live}/mail"),
+                          {"socket_connect_timeout": 1})
+    assert locator.primary()[1] == redis_cluster.primary_port("mail")
+    assert locator._known[0] == ("127.0.0.1", live)

@@ -144,3 +144,4 @@ def test_a_retry_queue_other_than_the_job_s_queue_is_refused_at_push(
     client = wurk.Client(wurk.Config())
     with pytest.raises(wurk.InvalidPayload, match="retry_queue 'low' is not supported"):
         client.push({"class": "Report", "args": [], "queue": "mail", "retry_queue": "low"})
+

@@ -148,7 +148,8 @@ def describe(url: str) -> str:
 
 class SlotLocator:
     """Where the primary serving one slot is: asked of the nodes, the seeds and every node
-    a previous answer named, in turn, until one answers (point 2)."""
+    a previous answer named, in turn, until one answers (point 2); the last node that
+    answered is asked first."""
 
     def __init__(self, target: ClusterTarget, options: dict[str, Any]) -> None:
         self.target = target
@@ -171,6 +172,8 @@ class SlotLocator:
                 continue
             found = self._owner(slots, host)
             if found is not None:
+                with self._lock:  # asked first next time: a dead seed costs no timeout
+                    self._known = [(host, port), *(n for n in self._known if n != (host, port))]
                 return found
             errors.append(f"{host}:{port}: no node serves slot {self.slot}")
         raise redis.ConnectionError(
