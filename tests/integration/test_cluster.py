@@ -176,6 +176,32 @@ def test_a_job_over_its_limit_is_rescheduled_in_its_queue_s_keyspace(
     assert json.loads(raw[0])["overrated"] == 1
 
 
+def test_a_partitioned_queue_runs_on_the_cluster_in_its_keyspace(
+        redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Partitions (docs/partitions.md) keep their lists and counts under the queue's
+    prefix, so in its keyspace: fetched round-robin there, every key in the queue's slot."""
+    redis_cluster.flush()
+    core._indexed.clear()
+    runs.clear()
+    monkeypatch.setenv("REDIS_URL", redis_cluster.url)
+    config = wurk.configure(queues=["mail"], concurrency=2, partitions={"mail": 1},
+                            heartbeat_interval=0.5, poll_interval_average=0.2,
+                            fetch_timeout=0.5)
+    for account in ("a", "b"):
+        plain.set(queue="mail", partition=account).perform_bulk([[n] for n in range(3)])
+    assert {"{mail}:wurk:part:mail:a", "{mail}:wurk:part:mail:b"} <= set(
+        _all_keys(redis_cluster))  # the partitions' lists, in the queue's keyspace
+    worker = InProcessWorker(config).start()
+    try:
+        wait_until(lambda: runs["plain:mail"] == 6, timeout=20, what="every partition's jobs")
+    finally:
+        worker.stop()
+        config.close()
+    for key in _all_keys(redis_cluster):
+        tag = key[1:key.index("}")]
+        assert key_slot(key.encode()) == slot_of(tag), key
+
+
 def test_every_keyspace_is_counted_by_stats_the_dashboard_and_the_cli(
         on_cluster: wurk.Config, redis_cluster: Cluster,
         capsys: pytest.CaptureFixture[str]) -> None:
