@@ -226,6 +226,25 @@ def test_every_keyspace_is_counted_by_stats_the_dashboard_and_the_cli(
     assert printed["total"]["enqueued"] == 7 and printed["complete"] is True
 
 
+def test_a_hostile_queue_index_lists_only_what_can_be_a_keyspace(
+        on_cluster: wurk.Config, redis_cluster: Cluster) -> None:
+    """The index is read from Redis, so untrusted: names that cannot be a keyspace are left
+    out, and an index of the wrong type lists nothing more than the served queues."""
+    index = on_cluster.keys.cluster_queues
+    direct = redis_cluster.primary_of("default").client()
+    try:
+        direct.sadd(index, "reports", "a:b", "{x}", "é" * 3, "q" * 65)
+        assert on_cluster.shard_names() == ["default", "mail", "exports", "reports"]
+        direct.delete(index)
+        direct.set(index, "not a set")
+        assert on_cluster.shard_names() == ["default", "mail", "exports"]
+        with browse(create_app(on_cluster)) as client:
+            assert client.get("/shards/").status_code == 200
+    finally:
+        direct.delete(index)
+        direct.close()
+
+
 def test_a_slot_moved_by_a_failover_is_followed(on_cluster: wurk.Config,
                                                 redis_cluster: Cluster) -> None:
     """A pool's connections reach the old primary, which answers MOVED once demoted: the

@@ -167,6 +167,8 @@ NOT_READ = {
     "partition_prefix": "a prefix",
     "partition_holders": "in-flight lists of a partitioned queue: the recount reads them",
     "partition_rates": "per-second counts: the fetch script reads them, no page",
+    "cluster_queues": "read on a Redis Cluster only (the Shards tab's keyspaces); its hostile "
+                      "forms: tests/integration/test_cluster.py",
 }
 
 
