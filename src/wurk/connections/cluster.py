@@ -32,7 +32,9 @@ from urllib.parse import unquote
 
 import redis
 import redis.asyncio as aredis
+from redis.backoff import NoBackoff
 from redis.crc import key_slot
+from redis.retry import Retry
 
 from ..errors import ConfigError
 
@@ -181,8 +183,10 @@ class SlotLocator:
             f"{{{self.target.keyspace}}} (slot {self.slot}): {'; '.join(errors)}")
 
     def _ask(self, host: str, port: int) -> Any:
+        # No retry of redis-py's own: a node that does not answer is passed over at once.
         client = redis.Redis(host=host, port=port, username=self.target.username,
-                             password=self.target.password, **self._options)
+                             password=self.target.password, retry=Retry(NoBackoff(), 0),
+                             **self._options)
         try:
             return client.execute_command("CLUSTER SLOTS")  # type: ignore[no-untyped-call]
         finally:
