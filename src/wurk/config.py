@@ -20,8 +20,8 @@
    hash tag (``{mail}:queue:mail``, ``{mail}:retry``…), so each keyspace lives in one slot
    on one primary. The configuration itself is the keyspace of the queue ``default``;
    ``shard(queue)`` is any other queue's; a push goes to its queue's keyspace. What cannot
-   work there (periodic jobs, batches and workflows, capsules bound to shards, ``shards``)
-   is refused with the reason.
+   work there (batches and workflows, a periodic loop whose queue cannot be a keyspace,
+   capsules bound to shards, ``shards``) is refused with the reason.
 """
 
 from __future__ import annotations
@@ -599,18 +599,24 @@ class Config:
         for capsule in self.all_capsules():
             for queue in capsule.queue_names:
                 cluster.keyspace_name(queue, f"capsule {capsule.name!r}")
-        self.refuse_periodic_on_cluster()
+        self.check_periodic_on_cluster()
 
-    def refuse_periodic_on_cluster(self) -> None:
-        """``ConfigError`` when periodic jobs are registered on a cluster configuration: the
-        leader's loops, their history and the queues they push to span keyspaces."""
-        if self.is_cluster and len(self.periodic):
-            raise ConfigError(
-                "periodic jobs are not supported on Redis Cluster: a loop's record, its "
-                "history and the queue it pushes to live in different hash slots, and the "
-                "leader that fires them would need cross-slot transactions. Push them from "
-                "a cron of your own, or run them on a Redis that is not a cluster "
-                "(docs/scaling.md)")
+    def check_periodic_on_cluster(self) -> None:
+        """``ConfigError`` for a periodic loop that cannot run on a cluster configuration:
+        its queue must be a keyspace, and its retries stay in that queue's keyspace
+        (``wurk.periodic.cluster`` pushes each run into its queue's keyspace)."""
+        if not self.is_cluster:
+            return
+        for loop in self.periodic.loops():
+            queue = loop.options.get("queue")
+            if queue is not None:
+                cluster.keyspace_name(str(queue), f"periodic loop {loop.describe()}")
+            retry_queue = loop.options.get("retry_queue")
+            if retry_queue not in (None, "", queue or "default"):
+                raise ConfigError(
+                    f"periodic loop {loop.describe()}: retry_queue {retry_queue!r} is not "
+                    "supported on Redis Cluster: a job's retries stay in its queue's "
+                    "keyspace (docs/scaling.md)")
 
     def _validate_shards(self) -> None:
         shards = self.shards

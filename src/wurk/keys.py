@@ -312,6 +312,19 @@ class Keys:
         """A loop's recent pushes, newest first: JSON ``[fired_at_epoch_s, jid]``."""
         return f"{self.loop_history_prefix}{lid}"
 
+    def loop_pending(self, lid: str) -> str:
+        """Redis Cluster only, wurk's own: a loop's run marked but not yet confirmed pushed
+        into its queue's keyspace (``wurk.periodic.cluster``): a hash of tick, jid, queue,
+        payload, with an expiry."""
+        return f"{self.prefix}wurk:loop-pending:{lid}"
+
+    def periodic_run(self, jid: str) -> str:
+        """Redis Cluster only, wurk's own, in the pushed job's queue's keyspace: set (NX)
+        by the push of one periodic run, so a second push of that run is refused."""
+        if not jid:
+            raise ValueError("a periodic run's key needs a non-empty jid")
+        return f"{self.prefix}wurk:periodic-run:{jid}"
+
     # -- reliability ------------------------------------------------------------------------
     @property
     def poison_prefix(self) -> str:

@@ -53,7 +53,7 @@ def launcher_for(config: Config, **options: Any) -> Launcher | ShardedLauncher:
 
 def cluster_capsules(config: Config) -> dict[str, list[Capsule]]:
     """Each queue's capsules on a cluster (point 4): keyspace name -> capsules."""
-    config.refuse_periodic_on_cluster()
+    config.check_periodic_on_cluster()
     by_queue: dict[str, list[Capsule]] = {}
     for capsule in config.all_capsules():
         weights = {queue: max(weight, 1) for queue, weight in capsule.queues}

@@ -219,6 +219,12 @@ class Client:
             raise InvalidPayload(f"'shard' must be a shard's name, not {name!r}", field=SHARD)
         return self.config.shard(name)
 
+    def keyspace_of(self, item: Mapping[str, Any]) -> Config:
+        """On Redis Cluster: the keyspace a push of ``item`` goes to, for a writer that pushes
+        by a script of its own (``wurk.periodic.cluster``); ``InvalidPayload`` for a queue
+        that cannot be a keyspace or a ``retry_queue`` naming another queue."""
+        return self._keyspace_of(item)
+
     def _keyspace_of(self, item: Mapping[str, Any]) -> Config:
         """On Redis Cluster: the keyspace of the queue ``item`` goes to, recorded in the
         cluster's index the first time this process pushes there."""

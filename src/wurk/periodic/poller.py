@@ -37,6 +37,7 @@ from ..job import Registry, registry
 from ..reporting import report_error
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
+from .cluster import ClusterRuns, Pending, read_pending
 from .loops import HISTORY_LIMIT, Due, Loop, epoch_field, plan, tick_jid
 
 __all__ = ["LoopState", "PeriodicPoller"]
@@ -73,6 +74,7 @@ class LoopState:
     lf: int | None
     nf: int | None
     paused: bool
+    pending: Pending | str | None = None  # Redis Cluster: a run marked, not yet settled
 
 
 class PeriodicPoller:
@@ -92,6 +94,9 @@ class PeriodicPoller:
         self._fire = register(fence + scripts.source("periodic_fire.lua"))
         self._advance = register(fence + scripts.source("periodic_advance.lua"))
         self._sync = register(fence + scripts.source("periodic_sync.lua"))
+        # On Redis Cluster a run is marked, pushed into its queue's keyspace, then settled.
+        self._runs = ClusterRuns(config, self.client, self._script) if config.is_cluster \
+            else None
         self._duty = Duty(config, PERIODIC_THREAD, self.look, self._next_wait, first_wait=0.0,
                           component="periodic", host=timers)
         self._synced: tuple[int, float] | None = None  # (token, monotonic time of the sync)
@@ -167,16 +172,28 @@ class PeriodicPoller:
                 pipe.hmget(keys.loop(loop.lid), "lf", "nf", "paused")
             return list(pipe.execute(raise_on_error=False))
 
+        def read_pending_runs(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=False)
+            for loop in self.loops:
+                pipe.hmget(keys.loop_pending(loop.lid), "tick", "jid", "queue", "payload")
+            return list(pipe.execute(raise_on_error=False))
+
         replies = self.pool.run(read, idempotent=True)
+        pending: list[Any] = [None] * len(self.loops)
+        if self._runs is not None:
+            pending = self.pool.run(read_pending_runs, idempotent=True)
         states = []
-        for exists, fields in zip(replies[0::2], replies[1::2], strict=True):
+        for loop, exists, fields, run in zip(self.loops, replies[0::2], replies[1::2], pending,
+                                             strict=True):
+            found = read_pending(loop, run) if isinstance(run, list) else None
             if isinstance(fields, Exception):  # not a hash: the next sync replaces it
                 self._synced = None
-                states.append(LoopState(False, None, None, False))
+                states.append(LoopState(False, None, None, False, found))
                 continue
             lf, nf, paused = fields
             states.append(LoopState(exists == 1, epoch_field(lf), epoch_field(nf),
-                                    stored.text(paused) == "1" if paused is not None else False))
+                                    stored.text(paused) == "1" if paused is not None else False,
+                                    found))
         return states
 
     def _handle(self, loop: Loop, state: LoopState, token: int, now: float) -> float | None:
@@ -186,9 +203,14 @@ class PeriodicPoller:
             return None
         due = plan(loop.schedule, nf=state.nf, lf=state.lf, paused=state.paused, now=now,
                    catch_up=self.config.periodic_catch_up)
-        if due is None:
+        if due is None and state.pending is None:
             return state.nf
         try:
+            if state.pending is not None and self._runs is not None:
+                # A run marked by a leader lost before it pushed or settled: finished first.
+                self._runs.complete(loop, state.pending)
+            if due is None:
+                return state.nf
             self._act(loop, due, token, now)
         except Exception as exc:
             # The tick is tried again at the next look, until it is past catching up; the
@@ -199,7 +221,8 @@ class PeriodicPoller:
                                                 "lid": loop.lid})
             else:
                 log.debug("periodic: loop %s still failing: %s", loop.lid, exc)
-            return min(due.next_fire, now + self.config.periodic_poll_interval)
+            retry = now + self.config.periodic_poll_interval
+            return retry if due is None else min(due.next_fire, retry)
         self._failing.discard(loop.lid)
         return due.next_fire
 
@@ -230,6 +253,13 @@ class PeriodicPoller:
             log.info("periodic: a client middleware stopped loop %s's %s tick",
                      loop.describe(), loop.schedule.local(tick).isoformat())
             self._move_on(loop, next_fire, token)
+            return False
+        if self._runs is not None:  # Redis Cluster: the queue is in another keyspace
+            outcome, reply = self._runs.fire(loop, job, tick, next_fire,
+                                             self.leadership.identity, token)
+            if outcome == "fired":
+                return True
+            self._not_fired(loop, outcome, reply, tick)
             return False
         keys = self.config.keys
         queue = str(job[P.QUEUE])
