@@ -87,13 +87,24 @@ def test_a_lone_launcher_is_refused_on_a_cluster(on_cluster: pytest.MonkeyPatch)
     ({"shard_router": lambda *a: None}, "shard_router cannot be set"),
     ({"key_prefix": "a{b}"}, "holds a brace"),
     ({"queues": ["default", "a:b"]}, "cannot be a Redis Cluster keyspace"),
-    ({"periodic": [{"cron": "* * * * *", "job": "Report"}]},
-     "periodic jobs are not supported on Redis Cluster"),
+    ({"periodic": [{"cron": "* * * * *", "job": "Report", "queue": "mail:eu"}]},
+     "cannot be a Redis Cluster keyspace"),
+    ({"periodic": [{"cron": "* * * * *", "job": "Report", "queue": "mail",
+                    "retry_queue": "low"}]},
+     "retry_queue 'low' is not supported on Redis Cluster"),
 ])
 def test_what_cannot_work_on_a_cluster_is_refused_at_boot_with_the_reason(
         on_cluster: pytest.MonkeyPatch, settings: dict[str, object], says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         wurk.Config(**settings)  # type: ignore[arg-type]
+
+
+def test_periodic_loops_are_accepted_on_a_cluster(on_cluster: pytest.MonkeyPatch) -> None:
+    """A loop pushing to any queue that can be a keyspace boots (wurk.periodic.cluster)."""
+    config = wurk.Config(periodic=[{"cron": "* * * * *", "job": "Report", "queue": "mail"},
+                                   {"cron": "0 * * * *", "job": "Other"}])
+    assert len(config.periodic) == 2
+    assert len(cluster_capsules(config)) == 1  # the default queue's launcher leads
 
 
 def test_a_capsule_bound_to_a_shard_and_a_keyspace_in_the_url_are_refused(
