@@ -289,6 +289,8 @@ def test_a_pending_run_past_catch_up_or_not_this_loop_s_is_cleared_not_pushed(
         poll.look()
         assert not internal.run(lambda r: r.exists(keys.loop_pending(loop.lid)))
         assert any("is not valid" in rec.getMessage() for rec in caplog.records)
+        internal.run(lambda r: r.set(keys.loop_pending(loop.lid), "not a hash"))
+        poll.look()  # a record of the wrong type reads as none; the next mark replaces it
     finally:
         leader.stop(10)
     assert mail_jobs(on_cluster) == [] and history(on_cluster, loop.lid) == []

@@ -169,6 +169,9 @@ NOT_READ = {
     "partition_rates": "per-second counts: the fetch script reads them, no page",
     "cluster_queues": "read on a Redis Cluster only (the Shards tab's keyspaces); its hostile "
                       "forms: tests/integration/test_cluster.py",
+    "loop_pending": "read on a Redis Cluster only, by the leader's periodic poller (no page); "
+                    "its hostile forms: tests/integration/test_cluster_periodic.py",
+    "periodic_run": "a run's NX mark on a Redis Cluster, read by the push script only",
 }
 
 
