@@ -241,6 +241,11 @@ def test_a_leader_lost_between_the_steps_neither_loses_the_run_nor_pushes_it_twi
         tick_jid(loop.lid, tick).encode()
     assert len(mail_jobs(on_cluster)) == (0 if fault == "after the mark" else 1)
     assert history(on_cluster, loop.lid) == []
+    later = {"class": "ClusterPeriodic::Report", "queue": "mail", "args": [1],
+             "jid": tick_jid(loop.lid, tick + 60)}
+    assert old.token is not None  # a loop with a pending run marks no newer tick
+    assert poll._runs.fire(loop, later, tick + 60, tick + 120, "host:1:old",
+                           old.token)[0] == "pending"
     old.stop(10)  # its successor is elected in a new term
     new = elect(on_cluster, "host:2:new")
     try:
