@@ -19,6 +19,7 @@ from redis.crc import key_slot
 import wurk
 from tests.helpers.cluster import Cluster, slot_of
 from tests.helpers.wait import wait_until
+from wurk.api.periodic import PeriodicSet
 from wurk.client import core
 from wurk.config import Config
 from wurk.inprocess import InProcessWorker
@@ -299,3 +300,18 @@ def test_a_pending_run_past_catch_up_or_not_this_loop_s_is_cleared_not_pushed(
     finally:
         leader.stop(10)
     assert mail_jobs(on_cluster) == [] and history(on_cluster, loop.lid) == []
+
+
+def test_the_dashboard_s_enqueue_now_pushes_into_the_loop_s_queue_keyspace(
+        on_cluster: Config) -> None:
+    """`POST /api/periodic/loops/<lid>` (enqueue) reads the loop in the default keyspace and
+    pushes its job as any push is routed: into `mail`'s keyspace; history stays in default."""
+    loop = on_cluster.periodic.loops()[0]
+    leader = elect(on_cluster, "host:1:a")
+    try:
+        clocked(on_cluster, leader, redis_now(on_cluster)).look()  # registers the loop
+    finally:
+        leader.stop(10)
+    jid = PeriodicSet(on_cluster).enqueue_now(loop.lid)
+    assert [job["jid"] for job in mail_jobs(on_cluster)] == [jid]
+    assert [entry[1] for entry in history(on_cluster, loop.lid)] == [jid]

@@ -17,6 +17,9 @@ tick is pushed exactly once.
    (``Client.prepare``); its jid is a digest of the loop and the tick (``tick_jid``).
 5. A failing look is reported once per outage and retried with a capped backoff; one
    loop's failure (its job not registered, a raising middleware) does not stop the others.
+6. On Redis Cluster the queue is in another keyspace than the loop, so a run is marked,
+   pushed once and settled in three scripts (``wurk.periodic.cluster``); each look first
+   completes a run a lost leader left pending. One Redis keeps the single script above.
 """
 
 from __future__ import annotations
