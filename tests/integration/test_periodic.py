@@ -164,6 +164,10 @@ def test_each_tick_is_pushed_once_with_the_jobs_options(world: Callable[..., Bui
     history = [json.loads(e) for e in r.lrange(f"loop-history:{lid_of(built)}", 0, -1)]
     assert [h[0] for h in history] == list(reversed(ticks))
     assert [h[1] for h in history] == [j["jid"] for j in reversed(jobs)]
+    # One Redis keeps the one-script fire: no key of the cluster's mark/push/settle steps.
+    assert set(r.keys()) == {"dear-leader", "leader-token", "periodic", "queues",
+                             "queue:ticks", f"loops:{lid_of(built)}",
+                             f"loop-history:{lid_of(built)}"}
 
 
 def test_a_stale_leader_that_still_believes_is_fenced_off(world: Callable[..., Built],
