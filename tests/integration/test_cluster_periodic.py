@@ -216,11 +216,13 @@ def fail_once(monkeypatch: pytest.MonkeyPatch, target: Any, name: str) -> list[i
     return calls
 
 
-@pytest.mark.parametrize("fault", ["after the mark", "after the push"])
+@pytest.mark.parametrize("fault", ["after the mark", "after the push", "the queue refusing"])
 def test_a_leader_lost_between_the_steps_neither_loses_the_run_nor_pushes_it_twice(
         on_cluster: Config, monkeypatch: pytest.MonkeyPatch, fault: str) -> None:
     """The crash window of a cluster run: the old leader marks a minute's run (lf set, run
-    pending) and is lost before pushing it — or after pushing, before settling. A new
+    pending) and is lost before pushing it — or after pushing, before settling; or, with no
+    fault injected, the push itself fails in the queue's keyspace (a key of the wrong type,
+    repaired before the next look). A new
     leader's next look completes it: one job, one history entry, nothing pending; a third
     pusher completing the same run concurrently changes nothing."""
     loop = on_cluster.periodic.loops()[0]
@@ -230,17 +232,22 @@ def test_a_leader_lost_between_the_steps_neither_loses_the_run_nor_pushes_it_twi
     poll = clocked(on_cluster, old, tick - 30)
     poll.look()
     assert poll._runs is not None
+    mail = on_cluster.shard("mail")
     if fault == "after the mark":
         fail_once(monkeypatch, poll._runs, "complete")
-    else:
+    elif fault == "after the push":
         fail_once(monkeypatch, poll._runs, "_settle_run")
+    else:  # no patch: the push script itself fails in the queue's keyspace, after the mark
+        mail.pool("internal").run(lambda r: r.set(mail.keys.queue("mail"), "not a list"))
     poll.now = tick + 1
     poll.look()  # marks, then the leader is lost (the Crash is reported, nothing else runs)
+    if fault == "the queue refusing":
+        mail.pool("internal").run(lambda r: r.delete(mail.keys.queue("mail")))
     internal = on_cluster.pool("internal")
     assert int(internal.run(lambda r: r.hget(keys.loop(loop.lid), "lf"))) == tick
     assert internal.run(lambda r: r.hget(keys.loop_pending(loop.lid), "jid")) == \
         tick_jid(loop.lid, tick).encode()
-    assert len(mail_jobs(on_cluster)) == (0 if fault == "after the mark" else 1)
+    assert len(mail_jobs(on_cluster)) == (1 if fault == "after the push" else 0)
     assert history(on_cluster, loop.lid) == []
     later = {"class": "ClusterPeriodic::Report", "queue": "mail", "args": [1],
              "jid": tick_jid(loop.lid, tick + 60)}
@@ -264,7 +271,6 @@ def test_a_leader_lost_between_the_steps_neither_loses_the_run_nor_pushes_it_twi
     assert [job["jid"] for job in mail_jobs(on_cluster)] == [tick_jid(loop.lid, tick)]
     assert history(on_cluster, loop.lid) == [[tick, tick_jid(loop.lid, tick)]]
     assert not internal.run(lambda r: r.exists(keys.loop_pending(loop.lid)))
-    mail = on_cluster.shard("mail")
     assert mail.pool("internal").run(
         lambda r: r.ttl(mail.keys.periodic_run(tick_jid(loop.lid, tick)))) > 3600
 
