@@ -213,6 +213,7 @@ class PeriodicPoller:
                 # A run marked by a leader lost before it pushed or settled: finished first.
                 self._runs.complete(loop, state.pending)
             if due is None:
+                self._failing.discard(loop.lid)
                 return state.nf
             self._act(loop, due, token, now)
         except Exception as exc:
