@@ -271,7 +271,9 @@ class Slots:
         with self._changed:
             self.free += 1
             if self.free == self._batch or self.free == self.limit:
-                self._changed.notify_all()
+                # As many waiters as there are slots: each takes one, and a thread woken to
+                # find none taken by others is a wake (and a GIL hand-over) for nothing.
+                self._changed.notify(self.free)
 
 
 class AsyncLane:

@@ -36,6 +36,7 @@ from typing import Any
 from . import payload as P
 from .config import Config, default_config
 from .errors import ConfigError, DecryptionError
+from .middleware import Leave
 
 __all__ = ["ENVELOPE_MARK", "KEY_ENV", "enable", "is_envelope", "open_envelope"]
 
@@ -193,6 +194,14 @@ def sealed_args(config: Config, job: P.Payload) -> list[Any] | None:
     return [*args[:-1], open_envelope(config, args[-1], job.get(P.JID))]
 
 
+def _seal_again(payload: P.Payload, sealed: Any, result: Any,
+                error: BaseException | None) -> Any:
+    payload[P.ARGS] = sealed
+    if error is not None:
+        raise error
+    return result
+
+
 class Opener:
     """Server middleware: the job runs with its last argument opened; the payload keeps the
     envelope for whatever stores it afterwards."""
@@ -210,6 +219,15 @@ class Opener:
             return call_next()
         finally:
             payload[P.ARGS] = sealed
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``); a job
+        not encrypted: nothing."""
+        opened = sealed_args(self.config, payload)
+        if opened is None:
+            return None
+        sealed, payload[P.ARGS] = payload[P.ARGS], opened
+        return functools.partial(_seal_again, payload, sealed)
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
                     call_next: Callable[[], Any]) -> Any:

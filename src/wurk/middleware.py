@@ -14,7 +14,16 @@
    the loop (a server link may block: it wraps a job) or, for a client chain
    (``sync_links="inline"``), on the loop itself, its ``call_next()`` returning an
    awaitable of the rest.
-5. ``bridge`` is the one way an async link runs from sync code: the link runs on an event
+5. A link may also say, per job, what it has to do around it (``plan``), which the async
+   walk asks before it would await the link: nothing (``None``: the link is not a frame on
+   that job's await chain), its coroutine as ever (``AWAIT``), or its work before the job
+   done and a ``leave(result, error)`` for after. The leaves of the links planned in a row
+   run innermost first once the rest has ended, each given what the rest returned or
+   raised, as the links' own ``try`` blocks would be; a leave that must await (a Redis
+   round trip off the loop) returns ``Later(awaitable)``. A resume of an async job passes
+   through every frame of its await chain, so a link the job does not need costs it on
+   every step, not once (``docs/design.md``, "Async jobs: where the CPU goes").
+6. ``bridge`` is the one way an async link runs from sync code: the link runs on an event
    loop (the worker's, or ``TemporaryLoop``'s for a sync push), and each ``await
    call_next()`` runs the rest of the chain back in the calling thread, so a job keeps its
    thread's lent connection and its shutdown interrupt.
@@ -34,18 +43,61 @@ import inspect
 import queue
 import threading
 import types
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .errors import is_shutdown
 
-__all__ = ["AsyncRunner", "Chain", "Middleware"]
+__all__ = ["AWAIT", "AsyncRunner", "Chain", "Later", "Leave", "Middleware"]
 
 Middleware = Callable[..., Any]
 # Runs one async link from sync code: (link, job, payload, queue, rest) -> its result.
 AsyncRunner = Callable[[Callable[..., Coroutine[Any, Any, Any]], Any, dict[str, Any], str,
                         Callable[[], Any]], Any]
+
+
+# After the rest of the chain: (its result, its error or None) -> the link's result, or raises.
+Leave = Callable[[Any, "BaseException | None"], Any]
+
+
+class _Await:
+    """``plan``'s answer for a job the link has work around: await its coroutine."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "AWAIT"
+
+
+AWAIT = _Await()
+
+
+class Later:
+    """A leave's answer when it must await: the link's result is what ``awaitable`` gives."""
+
+    __slots__ = ("awaitable",)
+
+    def __init__(self, awaitable: Awaitable[Any]) -> None:
+        self.awaitable = awaitable
+
+
+def _planner(link: Middleware, form: Callable[..., Coroutine[Any, Any, Any]] | None
+             ) -> Callable[..., Leave | _Await | None] | None:
+    """``link.plan`` when the async walk may use it: an async link whose ``plan`` is of the
+    same class as its coroutine, or of a subclass (a subclass that wrote its own ``acall``
+    and left its base's ``plan`` is awaited as ever)."""
+    plan = getattr(link, "plan", None)
+    if form is None or not callable(plan) or not inspect.ismethod(plan):
+        return None
+    mro = type(link).__mro__
+
+    def owner(name: str) -> int:
+        return next((i for i, kind in enumerate(mro) if name in vars(kind)), len(mro))
+
+    if owner("plan") > owner(getattr(form, "__name__", "")):
+        return None
+    return plan
 
 
 async def within(coro: Coroutine[Any, Any, Any], context: contextvars.Context) -> Any:
@@ -153,7 +205,8 @@ class Chain:
         # The same for ``ainvoke`` (async forms preferred): the links and their forms, found
         # on its first call after an edit, so an async job does not ask every link with
         # ``inspect`` again; None until then, or while a link is made fresh per call.
-        self._async_links: tuple[list[Middleware], list[Any]] | None = None
+        # And each link's ``plan`` where the walk may use it.
+        self._async_links: tuple[list[Middleware], list[Any], list[Any]] | None = None
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
         return (entry.factory for entry in self._entries)
@@ -227,45 +280,82 @@ class Chain:
                           for link in (entry.make() for entry in self._entries))
         return _walk(links, 0, job, payload, queue, final, run_async)
 
-    async def ainvoke(
+    def ainvoke(
         self, job: Any, payload: dict[str, Any], queue: str, final: Callable[[], Any],
         *, sync_links: Literal["thread", "inline"] = "thread",
-    ) -> Any:
+    ) -> Coroutine[Any, Any, Any]:
         """``invoke`` inside a coroutine: async links awaited; ``final`` awaited when it
         returns an awaitable. A sync link runs in a helper thread of the running loop's
         executor (``"thread"``: a server link may block, it wraps a job), or on the loop
         itself (``"inline"``: client links edit a payload), where its ``call_next()``
         returns an awaitable of the rest, which the link returns; if it returns something
         else the rest is still run (it was called for), unless it stopped the push. A chain
-        of sync links only, inline, is ``invoke``'s walk exactly."""
+        of sync links only, inline, is ``invoke``'s walk exactly. (The coroutine to await is
+        the walk's own: no frame of ``ainvoke`` stays on the job's await chain.)"""
         if not self._entries:
-            return await _result(final())
+            return _finished(final)
         found = self._async_links
         if found is None:
             links = [entry.make() for entry in self._entries]
             forms = [async_form(link) for link in links]
+            plans = [_planner(link, form) for link, form in zip(links, forms, strict=True)]
             if not any(entry.fresh for entry in self._entries):
-                self._async_links = (links, forms)
+                self._async_links = (links, forms, plans)
         else:
-            links, forms = found
+            links, forms, plans = found
         if sync_links == "inline" and not any(forms):
-            return _walk(tuple(zip(links, forms, strict=True)), 0, job, payload, queue, final,
-                         None)
-        loop = asyncio.get_running_loop()
+            return _walked(tuple(zip(links, forms, strict=True)), job, payload, queue, final)
+        count = len(links)
 
         async def step(position: int) -> Any:
-            if position == len(links):
-                return await _result(final())
-            coroutine = forms[position]
-            if coroutine is not None:
-                return await coroutine(job, payload, queue, lambda: step(position + 1))
-            if sync_links == "inline":
-                return await _inline(links[position], job, payload, queue,
-                                     lambda: step(position + 1))
-            return await _in_thread(loop, links[position], job, payload, queue,
-                                    lambda: step(position + 1))
+            # The links from ``position`` that plan their work are not frames: their leaves
+            # gather here, and one link awaited (or the end) is the rest.
+            leaves: list[Leave] = []
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                while True:
+                    if position == count:
+                        result = final()
+                        if inspect.isawaitable(result):
+                            result = await result
+                        break
+                    plan = plans[position]
+                    if plan is not None:
+                        leave = plan(job, payload, queue)
+                        if leave is not AWAIT:
+                            if leave is not None:
+                                leaves.append(leave)  # type: ignore[arg-type]
+                            position += 1
+                            continue
+                    rest = functools.partial(step, position + 1)
+                    coroutine = forms[position]
+                    if coroutine is not None:
+                        result = await coroutine(job, payload, queue, rest)
+                    elif sync_links == "inline":
+                        result = await _inline(links[position], job, payload, queue,
+                                               rest)
+                    else:
+                        result = await _in_thread(asyncio.get_running_loop(), links[position],
+                                                  job, payload, queue, rest)
+                    break
+            except BaseException as exc:
+                if not leaves:
+                    raise
+                error = exc
+            while leaves:  # innermost first, as their links' frames would end
+                try:
+                    result = leaves.pop()(result, error)
+                    if type(result) is Later:
+                        result = await result.awaitable
+                    error = None
+                except BaseException as exc:
+                    result, error = None, exc
+            if error is not None:
+                raise error
+            return result
 
-        return await step(0)
+        return step(0)
 
     def _index(self, existing: Callable[..., Any]) -> int:
         for index, entry in enumerate(self._entries):
@@ -281,6 +371,15 @@ class Chain:
                 "middleware chains are frozen once the worker starts; add middleware "
                 "before calling start()"
             )
+
+
+async def _finished(final: Callable[[], Any]) -> Any:
+    return await _result(final())
+
+
+async def _walked(links: tuple[Link, ...], job: Any, payload: dict[str, Any], queue: str,
+                  final: Callable[[], Any]) -> Any:
+    return _walk(links, 0, job, payload, queue, final, None)
 
 
 async def _result(value: Any) -> Any:

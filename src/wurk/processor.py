@@ -32,7 +32,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from types import CoroutineType
 from typing import Any
 
@@ -269,36 +269,37 @@ class JobRunner:
         self.busy.add(task_id, unit.queue, unit.raw)
         set_running(job)  # the task's own context: nothing to reset
         job_level(job.get(P.LOG_LEVEL))  # likewise
+        queue, raw = unit.queue, unit.raw
+        # One coroutine for the whole run, not one calling another as on the sync path:
+        # every resume of the job passes through each frame around it.
         try:
-            with job_context(self._log_fields(job, unit.queue)):
-                return await self._perform_async(job, unit.queue, definition, unit.raw)
+            with job_context(self._log_fields(job, queue)):
+                started = self._started()
+                instance: Any = None
+                try:
+                    instance = definition.instantiate(job)
+                    name = f"{definition.name} (jid {job.get(P.JID)})"
+
+                    def perform() -> Awaitable[Any]:  # the arguments as they are now, as
+                        # above; the job's own awaitable, not a coroutine around it: a
+                        # frame less on every step
+                        return timed(definition.call(instance, job[P.ARGS]), name,
+                                     self.config.loop_lag_warning)
+
+                    chain = self.config.server_middleware
+                    if chain:
+                        await chain.ainvoke(instance, job, queue, perform)
+                    else:
+                        await perform()
+                except Exception as exc:
+                    if _is_shutdown(exc):
+                        raise
+                    # Booking talks to Redis: off the loop, so it runs on meanwhile.
+                    return await bookkeeping(self._book_failure, job, exc, definition,
+                                             instance, raw, started)
+                return self._succeeded(started)
         finally:
             self.busy.remove(task_id)
-
-    async def _perform_async(self, job: P.Payload, queue: str, definition: JobDefinition,
-                             raw: bytes) -> bool:
-        started = self._started()
-        instance: Any = None
-        try:
-            instance = definition.instantiate(job)
-            name = f"{definition.name} (jid {job.get(P.JID)})"
-
-            async def perform() -> Any:  # the arguments as they are now, as ``perform`` above
-                return await timed(definition.call(instance, job[P.ARGS]), name,
-                                   self.config.loop_lag_warning)
-
-            chain = self.config.server_middleware
-            if chain:
-                await chain.ainvoke(instance, job, queue, perform)
-            else:
-                await perform()
-        except Exception as exc:
-            if _is_shutdown(exc):
-                raise
-            # Booking talks to Redis: off the loop, so it runs on meanwhile.
-            return await bookkeeping(self._book_failure, job, exc, definition, instance, raw,
-                                     started)
-        return self._succeeded(started)
 
     def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """A coroutine met on a processor thread (no lane: ``perform_inline``-like use, or a

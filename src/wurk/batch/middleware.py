@@ -22,6 +22,8 @@
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +35,7 @@ from ..connections.lending import redis as lent_redis
 from ..errors import Interrupted, JobCancelled, RedisUnavailable, is_shutdown
 from ..limiter.reschedule import over_limit_classes
 from ..metrics.statsd import sink_for
+from ..middleware import AWAIT, Leave
 from ..reporting import report_error
 from . import accounting
 from . import block as blocks
@@ -128,6 +131,14 @@ class BatchServerMiddleware:
         finally:
             blocks.WORKER_CONFIG.reset(token)
 
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
+        """A batch job: ``acall``. Any other: the worker's configuration set for the job's
+        run (what a batch opened inside it is made with), without a frame of its own."""
+        bid, jid = payload.get(P.BID), payload.get(P.JID)
+        if isinstance(bid, str) and bid and isinstance(jid, str) and jid:
+            return AWAIT
+        return functools.partial(_reset, blocks.WORKER_CONFIG.set(self.config))
+
     async def _acounted(self, bid: str, jid: str, payload: P.Payload,
                         call_next: Callable[[], Any]) -> Any:
         overrated = payload.get(OVERRATED)
@@ -149,6 +160,13 @@ class BatchServerMiddleware:
         except Exception as exc:  # the retry is booked anyway; complete waits for it
             report_error(self.config, exc, {"context": "counting a batch job's failure",
                                             "job": payload})
+
+
+def _reset(token: contextvars.Token[Any], result: Any, error: BaseException | None) -> Any:
+    blocks.WORKER_CONFIG.reset(token)
+    if error is not None:
+        raise error
+    return result
 
 
 class BatchDeathHandler:

@@ -12,6 +12,7 @@ and the poller that brings this process its cancels.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..config import Config
 from ..errors import JobCancelled
+from ..middleware import Later, Leave
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 from .deadlines import Deadlines
@@ -55,6 +57,20 @@ class CancelHandler:
         except JobCancelled as exc:
             await bookkeeping(self._count, payload, exc)
             return None
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
+        return functools.partial(self._after, payload)
+
+    def _after(self, payload: P.Payload, result: Any, error: BaseException | None) -> Any:
+        if error is None:
+            return result
+        if isinstance(error, JobCancelled):
+            return Later(self._acount(payload, error))
+        raise error
+
+    async def _acount(self, payload: P.Payload, exc: JobCancelled) -> None:
+        await bookkeeping(self._count, payload, exc)
 
     def _count(self, payload: P.Payload, exc: JobCancelled) -> None:
         log.info("cancelled: %s", exc)

@@ -18,6 +18,7 @@ A job that swallows the error and returns anyway is let be (it finished), with a
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from ..config import Config
 from ..errors import JobCancelled
 from ..iteration.job import IterableJob
 from ..log import short_id
+from ..middleware import Leave
 from .deadlines import Deadlines
 from .running import AsyncTarget, Running, SyncTarget, Target
 from .stops import CancelRaised, TimeoutRaised, current_guard
@@ -104,6 +106,36 @@ class Stopper:
             if uncancel is not None:
                 uncancel()
             raise target.error() from None
+        finally:
+            self._unwatch(target)
+        self._swallowed(target)
+        return result
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
+        jid = payload.get(P.JID)
+        self._refuse_cancelled(jid)
+        task = asyncio.current_task()
+        if task is None or not isinstance(jid, str):
+            return None
+        target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
+                             limit=limit_of(payload, self.config.job_timeout),
+                             cooperative=isinstance(job, IterableJob))
+        self._watch(target)
+        return functools.partial(self._after, task, target)
+
+    def _after(self, task: asyncio.Task[Any], target: AsyncTarget, result: Any,
+               error: BaseException | None) -> Any:
+        try:
+            if error is None:
+                pass
+            elif isinstance(error, asyncio.CancelledError) and target.reason is not None:
+                uncancel = getattr(task, "uncancel", None)
+                if uncancel is not None:
+                    uncancel()
+                raise target.error() from None
+            else:
+                raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
             self._unwatch(target)
         self._swallowed(target)

@@ -18,6 +18,7 @@ so its state is read and written on the worker's Redis.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +28,7 @@ from ..asyncjobs import bookkeeping
 from ..client.default import default_client
 from ..config import Config
 from ..errors import Interrupted
+from ..middleware import Later, Leave
 from .job import IterableJob
 
 __all__ = ["InterruptHandler"]
@@ -59,6 +61,23 @@ class InterruptHandler:
         except Interrupted:
             await bookkeeping(self.push_again, payload, queue)
             return None
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
+        if isinstance(job, IterableJob):
+            job.config = self.config
+        return functools.partial(self._after, payload, queue)
+
+    def _after(self, payload: P.Payload, queue: str, result: Any,
+               error: BaseException | None) -> Any:
+        if error is None:
+            return result
+        if isinstance(error, Interrupted):
+            return Later(self._pushed_again(payload, queue))
+        raise error
+
+    async def _pushed_again(self, payload: P.Payload, queue: str) -> None:
+        await bookkeeping(self.push_again, payload, queue)
 
     def push_again(self, payload: P.Payload, queue: str) -> None:
         jid = default_client(self.config).push(dict(payload))

@@ -35,6 +35,7 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..errors import OverLimit
 from ..job import registry
+from ..middleware import AWAIT, Later, Leave
 from ..payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
 from .reschedule import over_limit_classes, reschedule
 
@@ -113,6 +114,27 @@ class LimitsMiddleware:
         result = await call_next()
         await bookkeeping(unique.release, self.config, payload)
         return result
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
+        """A job with a limiter of its own, a unique lock or an expiry: ``acall``. Any other
+        only needs the leave: an ``OverLimit`` of a limiter used inside its body."""
+        if _rate_limit(payload) is not None or UNIQUE_DIGEST in payload \
+                or EXPIRES_AT in payload or EXPIRES_IN in payload:
+            return AWAIT
+        return functools.partial(self._after, payload)
+
+    def _after(self, payload: P.Payload, result: Any, error: BaseException | None) -> Any:
+        if error is None:
+            return result
+        if isinstance(error, over_limit_classes(self.config)):
+            if isinstance(error, OverLimit) and getattr(error.limiter, "policy", None) == "skip":
+                return None
+            return Later(self._rescheduled(payload, error))
+        raise error
+
+    async def _rescheduled(self, payload: P.Payload, error: BaseException) -> None:
+        if not await bookkeeping(reschedule, self.config, payload, error):
+            raise error
 
     def _drop(self, payload: P.Payload) -> None:
         expiry.drop(self.config, payload)

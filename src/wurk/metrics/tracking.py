@@ -22,6 +22,7 @@ from __future__ import annotations
 import bisect
 import collections
 import datetime as dt
+import functools
 import logging
 import threading
 import time
@@ -32,6 +33,7 @@ from typing import Any
 from .. import payload as P
 from ..connections.pool import RedisPool
 from ..keys import Keys
+from ..middleware import Leave
 
 __all__ = [
     "BUCKET_BOUNDS",
@@ -269,6 +271,20 @@ class ExecutionMetrics:
             raise
         self._succeeded(name, queue, payload, started)
         return result
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
+        return functools.partial(self._after, job_name(payload), queue, payload,
+                                 time.perf_counter())
+
+    def _after(self, name: str, queue: str, payload: P.Payload, started: float, result: Any,
+               error: BaseException | None) -> Any:
+        if error is None:
+            self._succeeded(name, queue, payload, started)
+            return result
+        if isinstance(error, Exception):
+            self._failed(name, queue, payload, error)
+        raise error
 
     def _failed(self, name: str, queue: str, payload: P.Payload, exc: Exception) -> None:
         if self.tracker is not None:

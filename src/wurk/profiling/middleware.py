@@ -32,6 +32,7 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..config import Config
 from ..errors import ConfigError
+from ..middleware import AWAIT
 from ..options import PROFILE_TOKEN_MAX, check_profiler_options
 from .record import Run, capped, store
 
@@ -163,6 +164,10 @@ class JobProfiler:
             raise
         await bookkeeping(self.keep, *sampling.end())
         return result
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
+        """A job to profile: ``acall``; any other: nothing (no frame on its await chain)."""
+        return None if PROFILE not in payload else AWAIT
 
     def keep(self, run: Run, render: Callable[[float], str]) -> None:
         """Render within the cap and store; nothing here can fail the job."""

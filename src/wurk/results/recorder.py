@@ -41,6 +41,7 @@ from ..errors import (
 from ..iteration.job import IterableJob
 from ..job import registry
 from ..limiter.reschedule import over_limit_classes
+from ..middleware import AWAIT
 from ..reporting import report_error
 from ..retry import kept_backtrace, will_retry
 from .store import Outcome, arecord, cancelled, failed, record, succeeded, ttl_of
@@ -99,6 +100,13 @@ class ResultRecorder:
             raise
         await arecord(self.config, payload, outcome, ttl)
         return value
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
+        """A job keeping its result: ``acall``; any other: nothing (no frame on its await
+        chain)."""
+        if RESULT_TTL not in payload or ttl_of(payload) is None:
+            return None
+        return AWAIT
 
     def _failure(self, payload: P.Payload, exc: Exception, started: float) -> Outcome | None:
         """The failure to store now: only one a retry follows (the death handler stores a

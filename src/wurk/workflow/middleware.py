@@ -30,6 +30,7 @@ from ..asyncjobs import bookkeeping
 from ..batch.middleware import BatchDeathHandler
 from ..errors import InvalidArguments, JobCancelled, UnstorableResult, WorkflowError
 from ..job import current_job
+from ..middleware import AWAIT
 from ..reporting import report_error
 from .graph import STEP, WORKFLOW, prepare, setter_of
 from .transitions import Child, finish_retried
@@ -140,6 +141,11 @@ class WorkflowMiddleware:
         await bookkeeping(finish_retried, self.config, running.wid, running.step, "success",
                           _value_text(payload, value), running.children)
         return value
+
+
+    def plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
+        """A step: ``acall``; any other job: nothing (no frame on its await chain)."""
+        return None if _step_of(payload) is None else AWAIT
 
 
 class WorkflowDeathHandler:
