@@ -8,7 +8,9 @@
    threads of its own (``bookkeeping``).
 2. ``AsyncLane`` is a capsule's share of it: at most ``async_concurrency`` jobs at once. A
    processor that fetched an ``async def`` job hands it here and fetches on, so a thousand
-   waiting jobs hold no thread. The job runs as a task through the same runner code as a
+   waiting jobs hold no thread. A few more than that (``BACKLOG``) may wait on the loop for
+   a slot, so a job ending starts the next at once, without a thread's wake; at quiet they
+   go back to their queues. The job runs as a task through the same runner code as a
    sync job (middleware, perform, retry); its ACK goes through the capsule's one
    acknowledging thread: the ACKs of the jobs ending within ``ACK_GATHER``, whichever
    processor fetched them, in one round trip, by the same fetcher code. At the deadline the
@@ -61,6 +63,10 @@ ACK_GATHER = 0.002
 # Threads for the blocking parts of async jobs that may last (a sync middleware link around
 # a job holds one while the job runs, a limiter's wait) beyond one per async slot.
 SPARE_HELPERS = 4
+# Jobs a lane holds handed over beyond its slots, each waiting on the loop for one: a job
+# ending starts the next there and then, instead of the freed slot waiting for a processor
+# thread to wake, take the GIL and hand one over (which it then does for a batch at once).
+BACKLOG = 16
 # Threads for short Redis bookkeeping of async jobs (``bookkeeping``): bounded, so a
 # thousand jobs failing at once do not add a thread each.
 BOOKKEEPERS = 2
@@ -285,7 +291,9 @@ class AsyncLane:
         self.name = capsule.name
         self.limit = capsule.async_concurrency
         self.loop = loop
-        self._slots = Slots(self.limit)
+        # Places: a job running, or handed over and waiting for a slot on the loop.
+        self._slots = Slots(self.limit + min(BACKLOG, self.limit))
+        self._tasks = 0  # jobs running as tasks (at most ``limit``), under ``_lock
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._running: dict[int, tuple[UnitOfWork, asyncio.Task[None] | None]] = {}
@@ -302,15 +310,17 @@ class AsyncLane:
 
     # -- taking jobs ------------------------------------------------------------------------
     def take_slot(self, stopping: Callable[[], bool]) -> bool:
-        """Wait for a free slot; False when the caller began stopping meanwhile."""
+        """Wait for a free place (a slot, or one of the few waiting for a slot on the
+        loop); False when the caller began stopping meanwhile."""
         while not self._slots.acquire(timeout=SLOT_WAIT):
             if stopping():
                 return False
         return True
 
     def start(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
-        """Run ``run()`` (True: acknowledge) as a task, in the slot the caller took. Starts
-        are gathered: the jobs a processor took in one fetch wake the loop once."""
+        """Run ``run()`` (True: acknowledge) as a task, in the place the caller took: at
+        once when a slot is free, else when a job ends. Starts are gathered: the jobs a
+        processor took in one fetch wake the loop once."""
         with self._lock:
             self._start_acker()
             self._running[id(unit)] = (unit, None)
@@ -327,16 +337,30 @@ class AsyncLane:
             self._acker.start()
 
     def _start_gathered(self) -> None:
-        """On the loop: a task for every job handed over since the last call."""
-        with self._lock:
-            batch, self._starting = self._starting, []
+        """On the loop: a task for each job handed over, while slots are free; the rest
+        start as jobs end (``_task``)."""
         loop = asyncio.get_running_loop()
-        for unit, run in batch:
-            with self._lock:
-                if id(unit) not in self._running:
-                    continue  # given back and dropped before it started
-                task = loop.create_task(self._task(unit, run))
-                self._running[id(unit)] = (unit, task)
+        with self._lock:
+            while self._starting and self._tasks < self.limit:
+                self._start_next(loop)
+
+    def _start_next(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Under ``_lock``, on the loop: the oldest job waiting becomes a task."""
+        unit, run = self._starting.pop(0)
+        self._running[id(unit)] = (unit, loop.create_task(self._task(unit, run)))
+        self._tasks += 1
+
+    def take_waiting(self) -> list[UnitOfWork]:
+        """At quiet: the jobs handed over and not started, taken back (to requeue), as a
+        processor requeues the job it holds when quiet comes while it waits for a place."""
+        with self._lock:
+            waiting, self._starting = self._starting, []
+            for unit, _ in waiting:
+                self._running.pop(id(unit), None)
+            self._changed.notify_all()
+        for _ in waiting:
+            self._slots.release()
+        return [unit for unit, _ in waiting]
 
     async def _task(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
         acknowledge = False
@@ -356,6 +380,9 @@ class AsyncLane:
                                                 "queue": unit.queue})
         finally:
             with self._lock:
+                self._tasks -= 1
+                if self._starting:  # its slot goes to the next job waiting, here and now
+                    self._start_next(asyncio.get_running_loop())
                 self._running.pop(id(unit), None)
                 given_back = id(unit) in self._given_back
                 self._given_back.discard(id(unit))

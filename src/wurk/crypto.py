@@ -220,7 +220,7 @@ class Opener:
         finally:
             payload[P.ARGS] = sealed
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
         """``acall`` without its frame on the job's await chain (``wurk.middleware``); a job
         not encrypted: nothing."""
         opened = sealed_args(self.config, payload)

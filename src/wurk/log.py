@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import contextvars
+import functools
 import json
 import logging
 import os
@@ -105,7 +106,7 @@ def tid() -> str:
 def short_id(number: int) -> str:
     """A short id in the style of ``tid`` for something that is not a thread (an async
     job's task): the heartbeat's work map keys each running job by one."""
-    return _base36(number ^ os.getpid())
+    return _base36_of(number ^ os.getpid())
 
 
 def line(level: int, message: str, *args: Any) -> None:
@@ -158,6 +159,11 @@ def _base36(number: int) -> str:
         text = digits[rest] + text
         if not number:
             return text
+
+
+# Two per async job (its busy entry, its stop target), of addresses the allocator hands out
+# again and again: remembered rather than divided out digit by digit each time.
+_base36_of = functools.lru_cache(maxsize=4096)(_base36)
 
 
 class job_context:

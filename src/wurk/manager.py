@@ -171,6 +171,9 @@ class Manager:
         self.lane.stopping.set()
         for processor in processors:
             processor.stop_fetching()
+        # Async jobs handed over and still waiting for a slot go back, first in line, as a
+        # processor's job does when quiet comes while it waits for a place in the lane.
+        self._requeue(self.lane.take_waiting())
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait until ``deadline`` (monotonic), then requeue and interrupt."""

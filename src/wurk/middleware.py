@@ -14,7 +14,7 @@
    the loop (a server link may block: it wraps a job) or, for a client chain
    (``sync_links="inline"``), on the loop itself, its ``call_next()`` returning an
    awaitable of the rest.
-5. A link may also say, per job, what it has to do around it (``plan``), which the async
+5. A link may also say, per job, what it has to do around it (``wurk_plan``), which the async
    walk asks before it would await the link: nothing (``None``: the link is not a frame on
    that job's await chain), its coroutine as ever (``AWAIT``), or its work before the job
    done and a ``leave(result, error)`` for after. The leaves of the links planned in a row
@@ -62,7 +62,7 @@ Leave = Callable[[Any, "BaseException | None"], Any]
 
 
 class _Await:
-    """``plan``'s answer for a job the link has work around: await its coroutine."""
+    """``wurk_plan``'s answer for a job the link has work around: await its coroutine."""
 
     __slots__ = ()
 
@@ -84,10 +84,10 @@ class Later:
 
 def _planner(link: Middleware, form: Callable[..., Coroutine[Any, Any, Any]] | None
              ) -> Callable[..., Leave | _Await | None] | None:
-    """``link.plan`` when the async walk may use it: an async link whose ``plan`` is of the
-    same class as its coroutine, or of a subclass (a subclass that wrote its own ``acall``
-    and left its base's ``plan`` is awaited as ever)."""
-    plan = getattr(link, "plan", None)
+    """``link.wurk_plan`` when the async walk may use it: an async link whose ``wurk_plan``
+    is of the same class as its coroutine, or of a subclass (a subclass that wrote its own
+    ``acall`` and left its base's ``wurk_plan`` is awaited as ever)."""
+    plan = getattr(link, "wurk_plan", None)
     if form is None or not callable(plan) or not inspect.ismethod(plan):
         return None
     mro = type(link).__mro__
@@ -95,7 +95,7 @@ def _planner(link: Middleware, form: Callable[..., Coroutine[Any, Any, Any]] | N
     def owner(name: str) -> int:
         return next((i for i, kind in enumerate(mro) if name in vars(kind)), len(mro))
 
-    if owner("plan") > owner(getattr(form, "__name__", "")):
+    if owner("wurk_plan") > owner(getattr(form, "__name__", "")):
         return None
     return plan
 
@@ -205,7 +205,7 @@ class Chain:
         # The same for ``ainvoke`` (async forms preferred): the links and their forms, found
         # on its first call after an edit, so an async job does not ask every link with
         # ``inspect`` again; None until then, or while a link is made fresh per call.
-        # And each link's ``plan`` where the walk may use it.
+        # And each link's ``wurk_plan`` where the walk may use it.
         self._async_links: tuple[list[Middleware], list[Any], list[Any]] | None = None
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
@@ -316,9 +316,8 @@ class Chain:
             try:
                 while True:
                     if position == count:
-                        result = final()
-                        if inspect.isawaitable(result):
-                            result = await result
+                        outcome = final()
+                        result = await outcome if inspect.isawaitable(outcome) else outcome
                         break
                     plan = plans[position]
                     if plan is not None:

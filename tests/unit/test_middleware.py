@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from wurk.middleware import Chain, settle
+from wurk.middleware import AWAIT, Chain, Later, settle
 
 
 class Record:
@@ -183,3 +183,130 @@ def test_an_interrupt_answering_an_async_link_cancels_its_await(
     with pytest.raises(asyncio.CancelledError):
         asyncio.run(link())
     assert seen == ["cancelled"]
+
+
+class Planned:
+    """An async link with a ``wurk_plan``: what it does before the job happens in the plan,
+    what it does after in the leave; ``acall`` (the same, as a frame) must not run."""
+
+    def __init__(self, log: list[str], label: str, answer: str = "leave") -> None:
+        self.log = log
+        self.label = label
+        self.answer = answer
+
+    async def acall(self, job: Any, payload: dict[str, Any], queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        self.log.append(f"{self.label} acall>")
+        result = await call_next()
+        self.log.append(f"<{self.label} acall")
+        return result
+
+    def wurk_plan(self, job: Any, payload: dict[str, Any], queue: str) -> Any:
+        self.log.append(f"{self.label} plan")
+        if self.answer == "skip":
+            return None
+        if self.answer == "await":
+            return AWAIT
+        if self.answer == "raise":
+            raise LookupError(self.label)
+        return functools.partial(self.leave)
+
+    def leave(self, result: Any, error: BaseException | None) -> Any:
+        self.log.append(f"{self.label} leave {result!r} {type(error).__name__}")
+        if error is not None:
+            raise error
+        return result
+
+
+def test_planned_links_are_no_frames_and_their_leaves_run_innermost_first() -> None:
+    log: list[str] = []
+    chain = Chain()
+    chain.add(Planned(log, "a"))
+    chain.add(Planned(log, "skipped", "skip"))
+    chain.add(Planned(log, "awaited", "await"))
+    chain.add(Planned(log, "b"))
+    frames: list[str] = []
+
+    async def done() -> str:
+        task = asyncio.current_task()
+        assert task is not None
+
+        async def look() -> None:  # the job's await chain while it waits, outermost first
+            awaited: Any = task.get_coro()
+            while getattr(awaited, "cr_code", None) is not None:
+                frames.append(awaited.cr_code.co_name)
+                awaited = awaited.cr_await
+
+        looking = asyncio.ensure_future(look())
+        await asyncio.sleep(0)
+        await looking
+        log.append("job")
+        return "done"
+
+    for _ in range(2):  # the second walk uses what the first found
+        log.clear()
+        assert asyncio.run(chain.ainvoke("J", {}, "q", done)) == "done"
+        assert log == ["a plan", "skipped plan", "awaited plan", "awaited acall>", "b plan",
+                       "job", "b leave 'done' NoneType", "<awaited acall",
+                       "a leave 'done' NoneType"]
+    # Only the link that had work is a frame of its own on the job's await chain.
+    assert frames == ["step", "acall", "step", "done", "sleep"] * 2
+
+
+def test_a_leave_sees_the_error_and_may_end_it_or_await_first() -> None:
+    log: list[str] = []
+
+    class Handles(Planned):
+        def leave(self, result: Any, error: BaseException | None) -> Any:
+            log.append(f"handles {type(error).__name__}")
+            return Later(self.later())
+
+        async def later(self) -> str:
+            await asyncio.sleep(0)
+            return "handled"
+
+    chain = Chain()
+    chain.add(Planned(log, "outer"))
+    chain.add(Handles(log, "handles"))
+    chain.add(Planned(log, "inner"))
+
+    async def fails() -> str:
+        raise ValueError("job")
+
+    assert asyncio.run(chain.ainvoke("J", {}, "q", fails)) == "handled"
+    assert log == ["outer plan", "handles plan", "inner plan", "inner leave None ValueError",
+                   "handles ValueError", "outer leave 'handled' NoneType"]
+
+
+def test_a_plan_that_raises_is_the_link_raising_before_the_rest() -> None:
+    log: list[str] = []
+    chain = Chain()
+    chain.add(Planned(log, "outer"))
+    chain.add(Planned(log, "broken", "raise"))
+    chain.add(Planned(log, "never"))
+
+    async def done() -> str:
+        log.append("job")
+        return "done"
+
+    with pytest.raises(LookupError, match="broken"):
+        asyncio.run(chain.ainvoke("J", {}, "q", done))
+    assert log == ["outer plan", "broken plan", "outer leave None LookupError"]
+
+
+def test_a_subclass_with_its_own_acall_is_awaited_not_planned() -> None:
+    log: list[str] = []
+
+    class Own(Planned):
+        async def acall(self, job: Any, payload: dict[str, Any], queue: str,
+                        call_next: Callable[[], Any]) -> Any:
+            log.append("own acall")
+            return await call_next()
+
+    async def done() -> str:
+        return "done"
+
+    chain = Chain()
+    chain.add(Own(log, "own"))
+    assert asyncio.run(chain.ainvoke("J", {}, "q", done)) == "done"
+    assert log == ["own acall"]

@@ -131,7 +131,7 @@ class BatchServerMiddleware:
         finally:
             blocks.WORKER_CONFIG.reset(token)
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
         """A batch job: ``acall``. Any other: the worker's configuration set for the job's
         run (what a batch opened inside it is made with), without a frame of its own."""
         bid, jid = payload.get(P.BID), payload.get(P.JID)

@@ -58,7 +58,7 @@ class CancelHandler:
             await bookkeeping(self._count, payload, exc)
             return None
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
         """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
         return functools.partial(self._after, payload)
 

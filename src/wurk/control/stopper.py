@@ -111,7 +111,7 @@ class Stopper:
         self._swallowed(target)
         return result
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
         """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
         jid = payload.get(P.JID)
         self._refuse_cancelled(jid)

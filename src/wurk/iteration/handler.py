@@ -62,7 +62,7 @@ class InterruptHandler:
             await bookkeeping(self.push_again, payload, queue)
             return None
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
         """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
         if isinstance(job, IterableJob):
             job.config = self.config

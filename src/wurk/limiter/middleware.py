@@ -115,7 +115,7 @@ class LimitsMiddleware:
         await bookkeeping(unique.release, self.config, payload)
         return result
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
         """A job with a limiter of its own, a unique lock or an expiry: ``acall``. Any other
         only needs the leave: an ``OverLimit`` of a limiter used inside its body."""
         if _rate_limit(payload) is not None or UNIQUE_DIGEST in payload \

@@ -272,7 +272,7 @@ class ExecutionMetrics:
         self._succeeded(name, queue, payload, started)
         return result
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave:
         """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
         return functools.partial(self._after, job_name(payload), queue, payload,
                                  time.perf_counter())

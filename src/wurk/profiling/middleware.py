@@ -165,7 +165,7 @@ class JobProfiler:
         await bookkeeping(self.keep, *sampling.end())
         return result
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
         """A job to profile: ``acall``; any other: nothing (no frame on its await chain)."""
         return None if PROFILE not in payload else AWAIT
 

@@ -101,7 +101,7 @@ class ResultRecorder:
         await arecord(self.config, payload, outcome, ttl)
         return value
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
         """A job keeping its result: ``acall``; any other: nothing (no frame on its await
         chain)."""
         if RESULT_TTL not in payload or ttl_of(payload) is None:

@@ -143,7 +143,7 @@ class WorkflowMiddleware:
         return value
 
 
-    def plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
+    def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
         """A step: ``acall``; any other job: nothing (no frame on its await chain)."""
         return None if _step_of(payload) is None else AWAIT
 
