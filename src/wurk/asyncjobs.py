@@ -315,6 +315,9 @@ class AsyncLane:
         while not self._slots.acquire(timeout=SLOT_WAIT):
             if stopping():
                 return False
+        if stopping():  # the place came free as quiet came: the job goes back all the same
+            self._slots.release()
+            return False
         return True
 
     def start(self, unit: UnitOfWork, run: Callable[[], Awaitable[bool]]) -> None:
@@ -351,10 +354,12 @@ class AsyncLane:
         self._tasks += 1
 
     def take_waiting(self) -> list[UnitOfWork]:
-        """At quiet: the jobs handed over and not started, taken back (to requeue), as a
-        processor requeues the job it holds when quiet comes while it waits for a place."""
+        """At quiet: the jobs handed over that wait for a slot, taken back (to requeue), as a
+        processor requeues the job it holds when quiet comes while it waits for a place.
+        (Those with a slot free for them start: they were handed over before quiet.)"""
         with self._lock:
-            waiting, self._starting = self._starting, []
+            starts = max(0, self.limit - self._tasks)  # these have their slots: they run
+            waiting, self._starting = self._starting[starts:], self._starting[:starts]
             for unit, _ in waiting:
                 self._running.pop(id(unit), None)
             self._changed.notify_all()

@@ -168,12 +168,13 @@ class Manager:
             self._stopping = True
             processors = list(self._processors)
         self._respawn.set()
-        self.lane.stopping.set()
         for processor in processors:
             processor.stop_fetching()
         # Async jobs handed over and still waiting for a slot go back, first in line, as a
-        # processor's job does when quiet comes while it waits for a place in the lane.
+        # processor's job does when quiet comes while it waits for a place in the lane;
+        # then the running ones are told (one ending must not start a job waiting).
         self._requeue(self.lane.take_waiting())
+        self.lane.stopping.set()
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait until ``deadline`` (monotonic), then requeue and interrupt."""

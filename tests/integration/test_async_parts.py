@@ -185,6 +185,33 @@ def test_an_async_job_sees_quiet_through_interrupted(config: wurk.Config,
     assert not [k for k in r.scan_iter(match=f"queue:{QUEUE}|*") if r.llen(k)]
 
 
+def test_at_quiet_async_jobs_waiting_for_a_slot_go_back_to_their_queue(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """One slot: one job runs, one waits in the lane for it, one in the processor's hands.
+    Quiet sends both waiting ones back, unstarted; the running one sees quiet and ends."""
+    EVENTS.clear()
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1, async_concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return ReliableFetch(config, capsule, capsule_pool(config, capsule),
+                             identity=Identity.current(), capsule_index=0, slot=slot)
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    jids = [patient.perform_async() for _ in range(3)]
+    manager.start()
+    deadline = time.monotonic() + 10
+    while len(manager.lane) < 2:  # the running one and the one waiting for its slot
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    manager.stop(time.monotonic() + 5)
+    runner.close()
+    assert EVENTS == ["patient:saw-quiet:body:"]
+    back = [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)]
+    assert len(back) == len(set(back)) == 2 and set(back) < set(jids)
+    assert not [k for k in r.scan_iter(match=f"queue:{QUEUE}|*") if r.llen(k)]
+
+
 def test_a_lone_async_middleware_wraps_a_sync_job(config: wurk.Config, r: redis.Redis) -> None:
     """A chain of one link takes a fast path; an async link must not slip through it."""
     EVENTS.clear()
