@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from wurk.middleware import AWAIT, Chain, Later, settle
+from wurk.config import Config
+from wurk.control.deadlines import Deadlines
+from wurk.control.running import Running
+from wurk.control.stopper import Stopper
+from wurk.launcher import BUILT_IN
+from wurk.metrics.tracking import ExecutionMetrics
+from wurk.middleware import AWAIT, Chain, Later, _planner, async_form, settle
 
 
 class Record:
@@ -310,3 +316,13 @@ def test_a_subclass_with_its_own_acall_is_awaited_not_planned() -> None:
     chain.add(Own(log, "own"))
     assert asyncio.run(chain.ainvoke("J", {}, "q", done)) == "done"
     assert log == ["own acall"]
+
+
+def test_every_built_in_server_link_plans_around_async_jobs() -> None:
+    """What async-jobs.md says: the built-in links all plan (none is a frame on the await
+    chain of a job it has nothing to do for)."""
+    config = Config()
+    links = [kind(None) if kind is ExecutionMetrics else kind(config) for kind in BUILT_IN]
+    links.append(Stopper(config, Running(), Deadlines()))
+    for link in links:
+        assert _planner(link, async_form(link)) is not None, link
