@@ -6,6 +6,7 @@ talk to the same private server. Nothing here reads ``../shared``.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,19 @@ def _fresh_state(redis_server: Server) -> Iterator[None]:
     wurk.config._default = None
     if old is not None:
         old.close()
+    _drop_wurk_log_handlers()
+
+
+def _drop_wurk_log_handlers() -> None:
+    """A CLI run in a test gives the ``wurk`` logger a handler on the stream of that test's
+    capture, closed once it ends: a later test's log line would meet it ("--- Logging
+    error ---" on its stderr). Each test starts with the logger as a fresh process has it."""
+    wurk_logger = logging.getLogger("wurk")
+    for owner in (wurk_logger, logging.getLogger()):
+        for handler in list(owner.handlers):
+            if getattr(handler, "_wurk_handler", False):
+                owner.removeHandler(handler)
+    wurk_logger.propagate = True
 
 
 @pytest.fixture
