@@ -179,10 +179,18 @@ class Launcher:
     def __init__(self, config: Config, *, embedded: bool = False,
                  on_remote_signal: Callable[[str], None] | None = None,
                  title: str = "", slot: int | None = None,
-                 capsules: list[Capsule] | None = None, owns_title: bool = True) -> None:
+                 capsules: list[Capsule] | None = None, owns_title: bool = True,
+                 threads: bool = True,
+                 stop_first: Callable[[float], None] | None = None) -> None:
         """``capsules`` (default: the configuration's) and ``owns_title`` are for a process
         serving several shards (``wurk.sharding``): a launcher per shard, each with that
-        shard's capsules, one of them keeping the process title."""
+        shard's capsules, one of them keeping the process title. ``threads=False`` starts
+        no processor of its own: on Redis Cluster a capsule's processors are shared by its
+        queues' launchers (``wurk.fetch.keyspaces``), which fetch through ``fetcher_for``;
+        ``stop_first(deadline)`` stops those processors before this launcher's managers and
+        its in-flight lists are given back."""
+        self.threads = threads
+        self.stop_first = stop_first
         config.check_worker()
         if capsules is None:
             _refuse_shards(config)
@@ -278,6 +286,11 @@ class Launcher:
                 "processor_deaths": sum(d["deaths"] for d in deaths),
                 "respawning": max((d["bursting"] for d in deaths), default=0)}
 
+    def fetcher_for(self, capsule: Capsule, slot: int) -> Fetcher:
+        """The fetcher of processor ``slot`` of ``capsule`` (one of this launcher's), on this
+        launcher's Redis, its in-flight lists and its claims."""
+        return self._make_fetcher(capsule, slot)
+
     def _make_fetcher(self, capsule: Capsule, slot: int) -> Fetcher:
         pool = capsule_pool(self.config, capsule)
         if self.config.fetch == "basic":
@@ -325,6 +338,8 @@ class Launcher:
         if self.outbox is not None:
             self.outbox.start()
         writer_for(self.config)  # reliable push: a disk buffer looks for what a dead one left
+        if not self.threads:
+            return  # processors of its own: none (a cluster's shared ones fetch through it)
         pinning = self._pinning()
         self.runner.loop.pinning = pinning
         for manager in self.managers:
@@ -409,6 +424,8 @@ class Launcher:
         log.info("stopping: waiting up to %.0f s for %d running job(s)%s", timeout,
                  len(self.busy), f"; {hint}" if hint else "")
         deadline = self._wait_for_jobs(deadline)
+        if self.stop_first is not None:
+            self.stop_first(deadline)
         for manager in self.managers:
             manager.stop(deadline)
         self.stops.stop(timeout=1.0)

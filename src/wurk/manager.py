@@ -57,8 +57,9 @@ class Manager:
 
     def __init__(self, config: Config, capsule: Capsule, runner: JobRunner,
                  make_fetcher: FetcherFactory, *, index: int = 0,
-                 visible: Callable[[float], bool] | None = None) -> None:
+                 visible: Callable[[float], bool] | None = None, lend: bool = True) -> None:
         self.config = config
+        self._lends = lend  # False: the runner lends each job its own connection
         self.capsule = capsule
         self.runner = runner
         self.index = index
@@ -110,7 +111,7 @@ class Manager:
                 outage=self._outage,
                 visible=self._visible,
                 pinning=self._pinning,
-                lend=capsule_pool(self.config, self.capsule),
+                lend=capsule_pool(self.config, self.capsule) if self._lends else None,
                 lane=self.lane,
             )
             self._processors.add(processor)

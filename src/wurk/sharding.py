@@ -20,22 +20,31 @@
    by its own loops, as one Redis is.
 4. On Redis Cluster (``Config.is_cluster``) every queue is a keyspace of its own
    (``docs/scaling.md``): ``cluster_capsules`` gives each queue a launcher, with a capsule
-   serving that queue alone. A capsule's threads are shared out between its queues by
-   weight (an unweighted queue counts 1), at least one each; the queue ``default`` is the
-   configuration's own keyspace, whose launcher (serving it, or no queue) keeps the
-   process's duties.
+   serving that queue alone; the queue ``default`` is the configuration's own keyspace,
+   whose launcher (serving it, or no queue) keeps the process's duties. With reliable
+   fetch those launchers start no processor: each capsule has one set of ``concurrency``
+   processors shared by its queues (``wurk.fetch.keyspaces``), every fetch picking a queue
+   in the capsule's order (strict or weighted) and taking from that queue's keyspace; they
+   are stopped before any launcher gives back its in-flight lists. With basic fetch or a
+   partitioned queue a capsule's threads are shared out between its queues once, by weight
+   (an unweighted queue counts 1), at least one each.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from .config import DEFAULT_SHARD, Capsule, Config
-from .launcher import BUILT_IN, Launcher
+from .fetch.basic import Fetcher
+from .fetch.keyspaces import Keyspace, KeyspaceFetch, KeyspaceRunner
+from .fetch.reliable import ReliableFetch
+from .launcher import BUILT_IN, IDLE_CHECK_INTERVAL, Launcher
+from .manager import Manager, capsule_pool
 from .middleware import Chain
 from .runtime.identity import Identity
 
@@ -51,15 +60,26 @@ def launcher_for(config: Config, **options: Any) -> Launcher | ShardedLauncher:
     return ShardedLauncher(config, **options)
 
 
+def shares_processors(config: Config) -> bool:
+    """Whether a capsule's processors are shared by its queues on a cluster (point 4):
+    reliable fetch of queues none of which is partitioned."""
+    return config.fetch == "reliable" and not any(
+        queue in config.partitions for c in config.all_capsules() for queue in c.queue_names)
+
+
 def cluster_capsules(config: Config) -> dict[str, list[Capsule]]:
-    """Each queue's capsules on a cluster (point 4): keyspace name -> capsules."""
+    """Each queue's capsules on a cluster (point 4): keyspace name -> capsules. Shared
+    processors: each keeps its capsule's concurrency (the share of a queue each of them
+    fetches ahead, and what the queue's process record says); else the threads split."""
     config.check_periodic_on_cluster()
+    shared = shares_processors(config)
     by_queue: dict[str, list[Capsule]] = {}
     for capsule in config.all_capsules():
         weights = {queue: max(weight, 1) for queue, weight in capsule.queues}
         total = sum(weights.values())
         for queue, weight in weights.items():
-            threads = max(1, round(capsule.concurrency * weight / total))
+            threads = capsule.concurrency if shared \
+                else max(1, round(capsule.concurrency * weight / total))
             by_queue.setdefault(queue, []).append(Capsule(
                 name=capsule.name, queues=[(queue, 0)], concurrency=threads,
                 async_concurrency=capsule.async_concurrency))
@@ -112,17 +132,71 @@ class ShardedLauncher:
     def __init__(self, config: Config, **options: Any) -> None:
         self.config = config
         by_shard: dict[str, list[Capsule]] = {}
+        shared = False
         if config.is_cluster:
             by_shard = cluster_capsules(config)
+            shared = shares_processors(config)
         else:
             for capsule in config.all_capsules():
                 by_shard.setdefault(capsule.shard or DEFAULT_SHARD, []).append(capsule)
-        self.home = Launcher(config, capsules=by_shard.pop(DEFAULT_SHARD, []), **options)
+        stop_first = self._stop_shared if shared else None
+        self.home = Launcher(config, capsules=by_shard.pop(DEFAULT_SHARD, []),
+                             threads=not shared, stop_first=stop_first, **options)
         self.shards = {name: Launcher(worker_view(config, name), capsules=capsules,
-                                      owns_title=False, **options)
+                                      owns_title=False, threads=not shared,
+                                      stop_first=stop_first, **options)
                        for name, capsules in by_shard.items()}
         self.launchers = [self.home, *self.shards.values()]
         self.counters = _Counts(self.launchers)
+        # A cluster's processors, shared by each capsule's queues (point 4).
+        self.shared = [self._shared_manager(capsule, index)
+                       for index, capsule in enumerate(config.all_capsules())] if shared else []
+        self._shared_lock = threading.Lock()
+        self._shared_stopped = False
+        self._hurried = threading.Event()
+
+    def _launcher_of(self, queue: str) -> Launcher:
+        return self.home if queue == DEFAULT_SHARD else self.shards[queue]
+
+    def _shared_manager(self, capsule: Capsule, index: int) -> Manager:
+        """``capsule``'s processors, each fetching through every queue's launcher."""
+        launchers = {queue: self._launcher_of(queue) for queue in capsule.queue_names}
+        managers = {queue: next(m for m in launcher.managers if m.capsule.name == capsule.name)
+                    for queue, launcher in launchers.items()}
+        keyspaces = {queue: Keyspace(runner=launchers[queue].runner, lane=manager.lane,
+                                     pool=capsule_pool(launchers[queue].config, manager.capsule),
+                                     visible=launchers[queue].heartbeat.wait_visible)
+                     for queue, manager in managers.items()}
+
+        def make_fetcher(_capsule: Capsule, slot: int) -> Fetcher:
+            fetchers: dict[str, ReliableFetch] = {}
+            for queue, launcher in launchers.items():
+                fetcher = launcher.fetcher_for(managers[queue].capsule, slot)
+                assert isinstance(fetcher, ReliableFetch)  # shares_processors says so
+                fetchers[queue] = fetcher
+            return KeyspaceFetch(capsule, fetchers, slot=slot,
+                                 visible={q: k.visible for q, k in keyspaces.items()})
+
+        return Manager(self.config, capsule, KeyspaceRunner(self.home.runner, keyspaces),
+                       make_fetcher, index=index, lend=False)
+
+    def _stop_shared(self, deadline: float) -> None:
+        """Stop the shared processors, once, before any launcher stops its own managers:
+        wait for their jobs until ``deadline`` (or ``hurry``), then each job unfinished goes
+        back to its keyspace's queue (``Manager.stop``)."""
+        with self._shared_lock:
+            if self._shared_stopped:
+                return
+            self._shared_stopped = True
+            for manager in self.shared:
+                manager.quiet()
+            while any(manager.processors for manager in self.shared):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._hurried.wait(min(remaining, IDLE_CHECK_INTERVAL)):
+                    break
+            deadline = time.monotonic() if self._hurried.is_set() else deadline
+            for manager in self.shared:
+                manager.stop(deadline)
 
     @property
     def identity(self) -> Identity:
@@ -134,7 +208,8 @@ class ShardedLauncher:
 
     @property
     def managers(self) -> list[Any]:
-        return [manager for launcher in self.launchers for manager in launcher.managers]
+        return [*(manager for launcher in self.launchers for manager in launcher.managers),
+                *self.shared]
 
     def fire(self, event: str, *, reverse: bool | None = None,
              raise_errors: bool = False) -> None:
@@ -146,15 +221,20 @@ class ShardedLauncher:
             for launcher in self.launchers:
                 launcher.start()
                 started.append(launcher)
+            for manager in self.shared:  # every keyspace's heartbeat written first
+                manager.start()
         except BaseException:
             self._together([partial(launcher.stop, 0) for launcher in started])
             raise
 
     def quiet(self) -> None:
+        for manager in self.shared:
+            manager.quiet()
         for launcher in self.launchers:
             launcher.quiet()
 
     def hurry(self) -> None:
+        self._hurried.set()
         for launcher in self.launchers:
             launcher.hurry()
 

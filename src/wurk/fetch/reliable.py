@@ -148,24 +148,61 @@ class ReliableFetch:
 
     # -- fetching ---------------------------------------------------------------------------
     def fetch(self, timeout: float) -> UnitOfWork | None:
-        out = self._out
-        if out is not None and not out.settled:
-            self._let_go_of_unsettled()
-        self._out = None
-        paused = self._paused()
-        if self._ahead:
-            if not paused:  # the usual case, once per job: the oldest fetched ahead
-                self._out = self._ahead.popleft()
-                return self._out
-            waiting = self._next_ahead(paused)
-            if waiting is not None:
-                return waiting
-        queues = self.order(paused)
+        unit, queues = self._ready()
+        if unit is not None:
+            return unit
         if not queues:
             self.flush_acks()
             self._idle.wait(timeout)  # every queue paused: wait, don't spin on Redis
             return None
         return self._fetch_from(queues, timeout)
+
+    def _ready(self) -> tuple[UnitOfWork | None, list[str]]:
+        """The oldest job fetched ahead, if any; else the queues to ask, none paused (the
+        last unit handed out and still unsettled is let go of first)."""
+        self.let_go_of_last()
+        paused = self._paused()
+        if self._ahead:
+            if not paused:  # the usual case, once per job: the oldest fetched ahead
+                self._out = self._ahead.popleft()
+                return self._out, []
+            waiting = self._next_ahead(paused)
+            if waiting is not None:
+                return waiting, []
+        return None, self.order(paused)
+
+    def let_go_of_last(self) -> None:
+        """The unit handed out last, if it is neither settled nor handed off, is let go of
+        (its processor is past it)."""
+        out = self._out
+        if out is not None and not out.settled:
+            self._let_go_of_unsettled()
+        self._out = None
+
+    def poll(self) -> tuple[UnitOfWork | None, bool]:
+        """A job without blocking (``wurk.fetch.keyspaces``): one fetched ahead, or one
+        round trip trying the queues in order, with the pending ACKs. The flag says whether
+        a queue was asked (False: every queue paused)."""
+        unit, queues = self._ready()
+        if unit is not None:
+            return unit, True
+        if not queues:
+            return None, False
+        return self._round_trip(self._take(queues), None), True
+
+    def wait(self, timeout: float) -> UnitOfWork | None:
+        """Block up to ``timeout`` on this fetcher's first queue not paused (``poll`` found
+        every queue empty)."""
+        queues = self.order(self._paused())
+        if not queues:
+            return None
+        queue = queues[0] if len(queues) == 1 else self._turn(queues)
+        return self._move_reply(self.lease.call(*self._blocking_move(queue, timeout)), queue)
+
+    @property
+    def acks_pending(self) -> bool:
+        """ACKs not yet sent or not yet read."""
+        return bool(self._pending or self._sent)
 
     def _fetch_from(self, queues: list[str], timeout: float) -> UnitOfWork | None:
         """A job of ``queues`` (in the order to try them, none paused), blocking up to
