@@ -1,6 +1,6 @@
-"""Redis Cluster without a server: the ``redis+cluster://`` URL, the keyspace layout, the split
-of a capsule's threads over its queues, the replies a cluster pool rides out, and what is
-refused at boot with the reason (docs/scaling.md)."""
+"""Redis Cluster without a server: the ``redis+cluster://`` URL, the keyspace layout, a
+capsule's processors shared by its queues (or split, with basic fetch), the replies a
+cluster pool rides out, and what is refused at boot with the reason (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from wurk.connections.replies import raise_refusal, retry_replies
 from wurk.errors import BatchError, ConfigError, RedisUnavailable, UnsupportedServer
 from wurk.keys import keyspace_prefix
 from wurk.launcher import Launcher
-from wurk.sharding import ShardedLauncher, cluster_capsules, launcher_for
+from wurk.sharding import ShardedLauncher, cluster_capsules, launcher_for, shares_processors
 from wurk.workflow import Workflow
 
 URL = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
@@ -65,16 +65,37 @@ def test_every_key_of_a_queue_carries_its_name_as_hash_tag(on_cluster: pytest.Mo
     assert config.shard("mail") is mail  # made once
 
 
-def test_a_capsule_s_threads_are_shared_out_by_weight_at_least_one_each(
+def test_reliable_fetch_shares_a_capsule_s_processors_by_all_its_queues(
         on_cluster: pytest.MonkeyPatch) -> None:
+    """Each queue's launcher gets a capsule of the whole concurrency and starts no thread:
+    the capsule's processors are shared (wurk.fetch.keyspaces)."""
     config = wurk.Config(queues=["default,6", "mail,2"], concurrency=10)
     config.capsule("low", queues=["exports", "bulk"], concurrency=1)
+    assert shares_processors(config)
+    layout = cluster_capsules(config)
+    assert {q: [(c.name, c.concurrency, c.queue_names) for c in capsules]
+            for q, capsules in layout.items()} == {
+        "default": [("default", 10, ["default"])], "mail": [("default", 10, ["mail"])],
+        "exports": [("low", 1, ["exports"])], "bulk": [("low", 1, ["bulk"])]}
+    launcher = launcher_for(config)
+    assert isinstance(launcher, ShardedLauncher)
+    assert [(m.capsule.name, m.capsule.concurrency) for m in launcher.shared] == [
+        ("default", 10), ("low", 1)]
+    assert not any(inner.threads for inner in launcher.launchers)
+
+
+def test_basic_fetch_shares_a_capsule_s_threads_out_by_weight_at_least_one_each(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    config = wurk.Config(queues=["default,6", "mail,2"], concurrency=10, fetch="basic")
+    config.capsule("low", queues=["exports", "bulk"], concurrency=1)
+    assert not shares_processors(config)
     split = cluster_capsules(config)
     assert {q: [(c.name, c.concurrency, c.queue_names) for c in capsules]
             for q, capsules in split.items()} == {
         "default": [("default", 8, ["default"])], "mail": [("default", 2, ["mail"])],
         "exports": [("low", 1, ["exports"])], "bulk": [("low", 1, ["bulk"])]}
-    assert isinstance(launcher_for(config), ShardedLauncher)
+    launcher = launcher_for(config)
+    assert isinstance(launcher, ShardedLauncher) and launcher.shared == []
 
 
 def test_a_lone_launcher_is_refused_on_a_cluster(on_cluster: pytest.MonkeyPatch) -> None:
