@@ -115,7 +115,7 @@ class Result:
 class ClusterPlan:
     jobs: int = 20_000
     workers: int = 2
-    concurrency: int = 12  # per worker process, shared out over the six queues
+    concurrency: int = 12  # per worker process, its processors shared by the six queues
     faults: tuple[str, ...] = (PRIMARY,)
     pause: float = 0.0005  # each job's work, seconds
     flaky_share: float = 0.01
@@ -227,8 +227,9 @@ class ClusterRun:
 
     def _strike(self, fault: str) -> float | None:
         live = [process for process, _ in self.workers if process.poll() is None]
-        per_queue = max(1, round(self.plan.concurrency / len(QUEUES)))  # wurk.sharding
-        threads = per_queue * len(QUEUES)
+        # A worker's processors are shared by the six queues (wurk.fetch.keyspaces): any of
+        # them may hold jobs of any keyspace, those fetched ahead in one at a time.
+        threads = self.plan.concurrency
         if fault == PRIMARY:
             victim = self.cluster.primary_of(QUEUES[0])
             served = [q for q in QUEUES if self.cluster.primary_port(q) == victim.port]
@@ -236,7 +237,7 @@ class ClusterRun:
             victim.kill()
             # Its ACKs of the last moments may not have reached its replica.
             self._late_runs += self._runs_between(killed - ACK_FLUSH - 0.05, killed)
-            self.threads_hit += per_queue * len(served) * len(live)
+            self.threads_hit += threads * len(live)
             seconds = self.cluster.wait_for_promotion(victim, QUEUES[0])
             self._after_failover(served)
             return seconds

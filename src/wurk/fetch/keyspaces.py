@@ -9,8 +9,9 @@ queue's keyspace (``docs/scaling.md``).
 2. ``KeyspaceFetch.fetch`` orders the capsule's queues as one Redis would
    (``QueueOrder``: strict, random or weighted), then asks them in that order, one round trip
    each (``ReliableFetch.poll``: a job fetched ahead first, else the fetch-ahead script),
-   and takes the first job found. No command can wait on keys of several slots, so when
-   every queue is empty the processor blocks (``BLMOVE``, up to ``fetch_timeout``) on one
+   and takes the first job found; jobs fetched ahead come first, as on one Redis, so a
+   processor holds jobs fetched ahead in one keyspace at a time. No command can wait on
+   keys of several slots, so when every queue is empty the processor blocks (``BLMOVE``, up to ``fetch_timeout``) on one
    queue, the capsule's processors taking turns over the queues — what one Redis does too
    (``wurk.fetch.reliable`` point 4). A job pushed to an idle worker is then taken at once
    by the processor blocked on its queue; a queue no processor blocks on (fewer processors
@@ -86,6 +87,9 @@ class KeyspaceFetch:
 
     def fetch(self, timeout: float) -> UnitOfWork | None:
         order = self.order()
+        ahead = [queue for queue in order if self.fetchers[queue].has_ahead]
+        if ahead:  # jobs fetched ahead come first, as on one Redis: one keyspace holds any
+            order = [*ahead, *(queue for queue in order if queue not in ahead)]
         asked: list[str] = []
         error: Exception | None = None
         now = time.monotonic()

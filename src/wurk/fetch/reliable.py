@@ -200,6 +200,11 @@ class ReliableFetch:
         return self._move_reply(self.lease.call(*self._blocking_move(queue, timeout)), queue)
 
     @property
+    def has_ahead(self) -> bool:
+        """Jobs fetched ahead wait in this fetcher's buffer."""
+        return bool(self._ahead)
+
+    @property
     def acks_pending(self) -> bool:
         """ACKs not yet sent or not yet read."""
         return bool(self._pending or self._sent)
