@@ -11,8 +11,8 @@ queue's keyspace (``docs/scaling.md``).
    each (``ReliableFetch.poll``: a job fetched ahead first, else the fetch-ahead script),
    and takes the first job found; jobs fetched ahead come first, as on one Redis, so a
    processor holds jobs fetched ahead in one keyspace at a time. No command can wait on
-   keys of several slots, so when every queue is empty the processor blocks (``BLMOVE``, up to ``fetch_timeout``) on one
-   queue, the capsule's processors taking turns over the queues — what one Redis does too
+   keys of several slots, so when every queue is empty the processor blocks (``BLMOVE``,
+   up to ``fetch_timeout``) on one queue, the capsule's processors taking turns over the queues — what one Redis does too
    (``wurk.fetch.reliable`` point 4). A job pushed to an idle worker is then taken at once
    by the processor blocked on its queue; a queue no processor blocks on (fewer processors
    than queues) is seen at the next pass, within ``fetch_timeout``.
