@@ -6,16 +6,16 @@ queue's keyspace (``docs/scaling.md``).
    retries and dead set, in-flight lists. A capsule's processors are shared by its queues:
    each holds a ``KeyspaceFetch``, which holds one ``ReliableFetch`` per queue, made by that
    queue's launcher — its pool, its keys, its in-flight list, its claims.
-2. ``KeyspaceFetch.fetch`` orders the capsule's queues as one Redis would
-   (``QueueOrder``: strict, random or weighted), then asks them in that order, one round trip
-   each (``ReliableFetch.poll``: a job fetched ahead first, else the fetch-ahead script),
-   and takes the first job found; jobs fetched ahead come first, as on one Redis, so a
-   processor holds jobs fetched ahead in one keyspace at a time. No command can wait on
-   keys of several slots, so when every queue is empty the processor blocks (``BLMOVE``,
-   up to ``fetch_timeout``) on one queue, the capsule's processors taking turns over the queues — what one Redis does too
-   (``wurk.fetch.reliable`` point 4). A job pushed to an idle worker is then taken at once
-   by the processor blocked on its queue; a queue no processor blocks on (fewer processors
-   than queues) is seen at the next pass, within ``fetch_timeout``.
+2. ``KeyspaceFetch.fetch`` orders the capsule's queues as one Redis would (``QueueOrder``:
+   strict, random or weighted), then asks them in that order, one round trip each
+   (``ReliableFetch.poll``), and takes the first job found. Jobs fetched ahead come first,
+   as on one Redis, so a processor holds jobs fetched ahead in one keyspace at a time. No
+   command can wait on keys of several slots, so when every queue is empty the processor
+   blocks (``BLMOVE``, up to ``fetch_timeout``) on one queue, the capsule's processors
+   taking turns over the queues — what one Redis does too (``wurk.fetch.reliable`` point
+   4). A job pushed to an idle worker is taken at once by the processor blocked on its
+   queue; a queue no processor blocks on (fewer processors than queues) is seen at the next
+   pass, within ``fetch_timeout``.
 3. The unit fetched is the keyspace fetcher's own (``unit.fetcher``; ``unit.queue`` is its
    keyspace): its ACK, requeue, hand-off and let-go go to its keyspace. ``KeyspaceRunner``
    runs it with its keyspace's ``JobRunner`` (retries, dead set, busy map, counters, server
