@@ -1,0 +1,178 @@
+"""A capsule's processors shared by its queues on a real cluster (``wurk.fetch.keyspaces``,
+docs/scaling.md): each fetch picks a queue in the capsule's order, strict or weighted, and
+takes from that queue's keyspace; the job's ACK, retry and death land in its keyspace; a
+``kill -9`` leaves jobs of every keyspace to their keyspace's reaper; the worker runs the
+capsule's concurrency in processor threads, not a share per queue."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import wurk
+from tests.helpers import cluster_jobs
+from tests.helpers.cluster import Cluster
+from tests.helpers.wait import wait_until
+from wurk.client import core
+from wurk.inprocess import InProcessWorker
+
+ROOT = Path(__file__).resolve().parents[2]
+SETTINGS = dict(heartbeat_interval=0.5, poll_interval_average=0.2, scheduler_initial_wait=0,
+                fetch_timeout=0.5, reaper_interval=1)
+failures: list[str] = []
+
+
+@wurk.job(name="ClusterFetch::Failing", retry=1, retry_in=lambda count, exc: 0.1)
+def failing() -> None:
+    failures.append(str(wurk.current_job()["queue"]))  # type: ignore[index]
+    raise RuntimeError("fails on purpose")
+
+
+@pytest.fixture
+def cluster(redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
+    redis_cluster.flush()
+    core._indexed.clear()
+    cluster_jobs.ran.clear()
+    failures.clear()
+    monkeypatch.setenv("REDIS_URL", redis_cluster.url)
+    monkeypatch.delenv(cluster_jobs.SLEEP_ENV, raising=False)
+    yield redis_cluster
+
+
+def _configure(queues: list[str], **settings: Any) -> wurk.Config:
+    return wurk.configure(queues=queues, **{**SETTINGS, **settings})
+
+
+def _in_flight(cluster: Cluster, queue: str) -> int:
+    """Jobs in every in-flight list of ``queue``'s keyspace, read on its primary."""
+    direct = cluster.primary_of(queue).client()
+    try:
+        return sum(int(direct.llen(key)) for key in direct.scan_iter(
+            match=f"{{{queue}}}:queue:{queue}|*", count=1000))
+    finally:
+        direct.close()
+
+
+def _push(queue: str, count: int) -> None:
+    cluster_jobs.record.set(queue=queue).perform_bulk([[] for _ in range(count)])
+
+
+def test_strict_order_holds_across_keyspaces(cluster: Cluster) -> None:
+    """``queues: [mail, exports]`` on two primaries: every job of mail is taken before any
+    of exports, though exports' were pushed first."""
+    assert cluster.primary_port("mail") != cluster.primary_port("exports")
+    config = _configure(["mail", "exports"], concurrency=1)
+    _push("exports", 20)
+    _push("mail", 20)
+    worker = InProcessWorker(config).start()
+    try:
+        wait_until(lambda: len(cluster_jobs.ran) == 40, timeout=30, what="40 jobs run")
+    finally:
+        worker.stop()
+        config.close()
+    assert cluster_jobs.ran == ["mail"] * 20 + ["exports"] * 20
+
+
+def test_weights_share_the_processors_between_keyspaces(cluster: Cluster) -> None:
+    """``mail,3`` and ``exports,1``, both with work all along: mail's share of the first
+    100 jobs is about 3/4 (75; the bounds are beyond 3.5 standard deviations)."""
+    config = _configure(["mail,3", "exports,1"], concurrency=1, prefetch=1)
+    _push("exports", 200)
+    _push("mail", 200)
+    worker = InProcessWorker(config).start()
+    try:
+        wait_until(lambda: len(cluster_jobs.ran) >= 100, timeout=60, what="100 jobs run")
+    finally:
+        worker.stop()
+        config.close()
+    first = cluster_jobs.ran[:100]
+    assert 60 <= first.count("mail") <= 90, first.count("mail")
+
+
+def test_ack_retry_and_death_land_in_the_job_s_own_keyspace(cluster: Cluster) -> None:
+    config = _configure(["mail", "exports"], concurrency=2)
+    _push("mail", 5)
+    failing.set(queue="exports").perform_async()
+    mail, exports, home = config.shard("mail"), config.shard("exports"), config
+
+    def count(view: wurk.Config, key: str) -> int:
+        return int(view.pool("api").run(lambda r: r.zcard(key)))
+
+    def processed(view: wurk.Config) -> int:
+        return int(view.pool("api").run(lambda r: r.get(view.keys.stat_processed)) or 0)
+
+    worker = InProcessWorker(config).start()
+    try:
+        wait_until(lambda: len(cluster_jobs.ran) == 5 and count(exports, exports.keys.dead)
+                   == 1, timeout=30, what="mail's jobs run, the failing one dead")
+        # The ACKs reached each keyspace while the worker runs; the counts were booked in it.
+        wait_until(lambda: _in_flight(cluster, "mail") == 0
+                   and _in_flight(cluster, "exports") == 0, what="every ACK through")
+        wait_until(lambda: processed(mail) == 5 and processed(exports) == 2,
+                   what="each keyspace's processed count")
+    finally:
+        worker.stop()
+        config.close()
+    assert failures == ["exports", "exports"]  # run, retried once in exports, then dead
+    assert count(mail, mail.keys.dead) == 0 and count(home, home.keys.dead) == 0
+    assert count(mail, mail.keys.retry) == 0 and count(exports, exports.keys.retry) == 0
+
+
+def test_a_worker_killed_leaves_each_keyspace_s_jobs_to_its_reaper(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """A ``wurk worker`` whose two shared processors hold a job of mail and one of exports
+    is SIGKILLed; a new worker's reapers give each back in its own keyspace, and it runs."""
+    settings = tmp_path / "wurk.yml"
+    settings.write_text("queues: [mail, exports]\nconcurrency: 2\nheartbeat_interval: 0.5\n"
+                        "fetch_timeout: 0.5\n")
+    log = (tmp_path / "worker.log").open("wb")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "wurk", "worker", "-r", "tests.helpers.cluster_jobs",
+         "-C", str(settings)], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        env={**os.environ, cluster_jobs.SLEEP_ENV: "120", "PYTHONUNBUFFERED": "1"})
+    try:
+        config = _configure(["mail", "exports"], concurrency=2)
+        _push("mail", 1)
+        _push("exports", 1)
+        wait_until(lambda: _in_flight(cluster, "mail") == 1
+                   and _in_flight(cluster, "exports") == 1, timeout=30,
+                   what="the worker holding a job of each keyspace")
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=10)
+        log.close()
+    worker = InProcessWorker(config).start()
+    try:
+        wait_until(lambda: sorted(cluster_jobs.ran) == ["exports", "mail"], timeout=30,
+                   what=f"both jobs recovered and run (worker log: {settings.parent})")
+        wait_until(lambda: _in_flight(cluster, "mail") == 0
+                   and _in_flight(cluster, "exports") == 0, what="nothing left in flight")
+    finally:
+        worker.stop()
+        config.close()
+
+
+def test_the_worker_runs_the_capsule_s_concurrency_in_processor_threads(
+        cluster: Cluster) -> None:
+    """Six queues at ``concurrency: 12``: 12 processor threads, shared (the weighted split
+    made 12 too, but ``concurrency: 2`` made 6: at least one a queue)."""
+    queues = ["default", "critical", "mail", "reports", "exports", "low"]
+    for concurrency in (12, 2):
+        config = _configure(queues, concurrency=concurrency)
+        before = set(threading.enumerate())
+        worker = InProcessWorker(config).start()
+        try:
+            processors = [t for t in set(threading.enumerate()) - before
+                          if t.name.startswith("wurk-default-")]
+        finally:
+            worker.stop()
+            config.close()
+        assert len(processors) == concurrency, sorted(t.name for t in processors)
