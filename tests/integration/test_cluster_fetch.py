@@ -65,10 +65,13 @@ def _push(queue: str, count: int) -> None:
     cluster_jobs.record.set(queue=queue).perform_bulk([[] for _ in range(count)])
 
 
-def test_strict_order_holds_across_keyspaces(cluster: Cluster) -> None:
+def test_strict_order_holds_across_keyspaces(cluster: Cluster,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
     """``queues: [mail, exports]`` on two primaries: every job of mail is taken before any
-    of exports, though exports' were pushed first."""
+    of exports, though exports' were pushed first (each job takes 20 ms, so a thread of
+    exports' own would have run some meanwhile)."""
     assert cluster.primary_port("mail") != cluster.primary_port("exports")
+    monkeypatch.setenv(cluster_jobs.SLEEP_ENV, "0.02")
     config = _configure(["mail", "exports"], concurrency=1)
     _push("exports", 20)
     _push("mail", 20)
