@@ -179,3 +179,26 @@ def test_the_worker_runs_the_capsule_s_concurrency_in_processor_threads(
             worker.stop()
             config.close()
         assert len(processors) == concurrency, sorted(t.name for t in processors)
+
+
+def test_a_job_unfinished_at_the_stop_deadline_goes_back_to_its_own_queue(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shared processors running a job of mail and one of exports when the stop's deadline
+    passes: each job is pushed back to its own queue, in its own keyspace."""
+    monkeypatch.setenv(cluster_jobs.SLEEP_ENV, "30")
+    config = _configure(["mail", "exports"], concurrency=2, shutdown_grace=0.5)
+    _push("mail", 1)
+    _push("exports", 1)
+    worker = InProcessWorker(config).start()
+    try:
+        wait_until(lambda: _in_flight(cluster, "mail") == 1
+                   and _in_flight(cluster, "exports") == 1, timeout=30,
+                   what="a job of each keyspace running")
+    finally:
+        worker.stop(timeout=0.5)
+        config.close()
+    for queue in ("mail", "exports"):
+        view = config.shard(queue)
+        assert view.pool("api").run(lambda r, v=view, q=queue: r.llen(v.keys.queue(q))) == 1
+        assert _in_flight(cluster, queue) == 0
+    assert cluster_jobs.ran == []  # interrupted, never finished
