@@ -165,20 +165,24 @@ def test_a_worker_killed_leaves_each_keyspace_s_jobs_to_its_reaper(
 
 def test_the_worker_runs_the_capsule_s_concurrency_in_processor_threads(
         cluster: Cluster) -> None:
-    """Six queues at ``concurrency: 12``: 12 processor threads, shared (the weighted split
-    made 12 too, but ``concurrency: 2`` made 6: at least one a queue)."""
+    """Six queues: ``concurrency`` processor threads, shared (the split this replaces gave
+    ``concurrency: 2`` six, at least one a queue), and two threads per keyspace."""
     queues = ["default", "critical", "mail", "reports", "exports", "low"]
+    others: dict[int, list[str]] = {}
     for concurrency in (12, 2):
         config = _configure(queues, concurrency=concurrency)
         before = set(threading.enumerate())
         worker = InProcessWorker(config).start()
         try:
-            processors = [t for t in set(threading.enumerate()) - before
-                          if t.name.startswith("wurk-default-")]
+            started = set(threading.enumerate()) - before
         finally:
             worker.stop()
             config.close()
+        processors = [t for t in started if t.name.startswith("wurk-default-")]
         assert len(processors) == concurrency, sorted(t.name for t in processors)
+        others[concurrency] = sorted(t.name for t in started if t not in processors)
+    # Beside them, whatever the size: each keyspace's heartbeat and its pollers' thread.
+    assert others[12] == others[2] == ["wurk-heartbeat"] * 6 + ["wurk-poller"] * 6
 
 
 def test_a_job_unfinished_at_the_stop_deadline_goes_back_to_its_own_queue(
