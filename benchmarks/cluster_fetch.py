@@ -1,10 +1,11 @@
 """Redis Cluster: how soon an idle worker takes a job, and what idling costs the cluster.
 
     python -m benchmarks.cluster_fetch [--probes 60] [--runs 3] [--concurrency 12,2]
+                                       [--fetch-timeout 1.0]
 
 A real cluster of 3 primaries (Debian's ``redis-server --cluster-enabled yes``, no
 replicas); a worker in this process serving six queues (two keyspaces on each primary) in
-strict order, ``fetch_timeout`` 1 s (the default). Per ``--concurrency`` it prints, medians
+strict order, ``fetch_timeout`` 1 s (the default; ``--fetch-timeout``). Per ``--concurrency`` it prints, medians
 of the runs:
 
 - the latency from a push to the job's start, one job at a time into an idle worker, each
@@ -56,11 +57,12 @@ def _commands(cluster: Cluster) -> int:
     return total
 
 
-def one_run(cluster: Cluster, concurrency: int, probes: int) -> tuple[list[float], float, int]:
+def one_run(cluster: Cluster, concurrency: int, probes: int, fetch_timeout: float
+            ) -> tuple[list[float], float, int]:
     cluster.flush()
     started.clear()
     os.environ["REDIS_URL"] = cluster.url
-    config = wurk.configure(queues=QUEUES, concurrency=concurrency, fetch_timeout=1.0,
+    config = wurk.configure(queues=QUEUES, concurrency=concurrency, fetch_timeout=fetch_timeout,
                             skip_default_job_logging=True)
     before = set(threading.enumerate())
     worker = InProcessWorker(config).start()
@@ -78,7 +80,7 @@ def one_run(cluster: Cluster, concurrency: int, probes: int) -> tuple[list[float
             pushed = time.monotonic()
             probe.set(queue=QUEUES[index % len(QUEUES)]).perform_async(token)
             with _seen:
-                if not _seen.wait_for(lambda token=token: token in started,  # type: ignore[misc]
+                if not _seen.wait_for(lambda token=token: token in started,
                                       timeout=30):
                     raise RuntimeError(f"probe {token} never started")
             latencies.append((started[token] - pushed) * 1000)
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--probes", type=int, default=60)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--concurrency", default="12,2")
+    parser.add_argument("--fetch-timeout", type=float, default=1.0)
     args = parser.parse_args(argv)
     levels = [int(c) for c in args.concurrency.split(",")]
     print(f"load average before: {os.getloadavg()[0]:.1f}")
@@ -102,13 +105,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for _ in range(args.runs):
             for concurrency in levels:  # interleaved: the machine's noise hits each alike
-                latencies, idle, threads = one_run(cluster, concurrency, args.probes)
+                latencies, idle, threads = one_run(cluster, concurrency, args.probes,
+                                                   args.fetch_timeout)
                 ordered = sorted(latencies)
                 results[concurrency].append((
                     statistics.median(ordered), ordered[int(0.95 * (len(ordered) - 1))],
                     ordered[-1], idle, threads))
     finally:
         cluster.stop()
+    print(f"fetch_timeout {args.fetch_timeout} s")
     print("| concurrency | processor threads | median ms | p95 ms | max ms | idle commands/s |")
     print("|---|---|---|---|---|---|")
     for concurrency, rows in results.items():
