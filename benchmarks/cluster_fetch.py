@@ -5,8 +5,8 @@
 
 A real cluster of 3 primaries (Debian's ``redis-server --cluster-enabled yes``, no
 replicas); a worker in this process serving six queues (two keyspaces on each primary) in
-strict order, ``fetch_timeout`` 1 s (the default; ``--fetch-timeout``). Per ``--concurrency`` it prints, medians
-of the runs:
+strict order, ``fetch_timeout`` 1 s (the default; ``--fetch-timeout``). Per
+``--concurrency`` it prints, medians of the runs:
 
 - the latency from a push to the job's start, one job at a time into an idle worker, each
   to the next of the six queues, after a random pause of 0.1–0.4 s (so the processors are
