@@ -36,6 +36,12 @@ def failing() -> None:
     raise RuntimeError("fails on purpose")
 
 
+@wurk.job(name="ClusterFetch::Counts")
+def counts(queue: str) -> None:
+    with wurk.redis() as conn:  # lent from the job's own keyspace: no MOVED
+        conn.call("INCR", f"{{{queue}}}:probe")
+
+
 @pytest.fixture
 def cluster(redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cluster]:
     redis_cluster.flush()
@@ -101,9 +107,13 @@ def test_weights_share_the_processors_between_keyspaces(cluster: Cluster) -> Non
 
 
 def test_ack_retry_and_death_land_in_the_job_s_own_keyspace(cluster: Cluster) -> None:
+    """And ``wurk.redis()`` inside a job reaches the job's keyspace, whichever queue the
+    processor fetched from before."""
     config = _configure(["mail", "exports"], concurrency=2)
     _push("mail", 5)
     failing.set(queue="exports").perform_async()
+    for queue in ("mail", "exports", "mail"):
+        counts.set(queue=queue).perform_async(queue)
     mail, exports, home = config.shard("mail"), config.shard("exports"), config
 
     def count(view: wurk.Config, key: str) -> int:
@@ -119,7 +129,7 @@ def test_ack_retry_and_death_land_in_the_job_s_own_keyspace(cluster: Cluster) ->
         # The ACKs reached each keyspace while the worker runs; the counts were booked in it.
         wait_until(lambda: _in_flight(cluster, "mail") == 0
                    and _in_flight(cluster, "exports") == 0, what="every ACK through")
-        wait_until(lambda: processed(mail) == 5 and processed(exports) == 2,
+        wait_until(lambda: processed(mail) == 7 and processed(exports) == 3,
                    what="each keyspace's processed count")
     finally:
         worker.stop()
@@ -127,6 +137,9 @@ def test_ack_retry_and_death_land_in_the_job_s_own_keyspace(cluster: Cluster) ->
     assert failures == ["exports", "exports"]  # run, retried once in exports, then dead
     assert count(mail, mail.keys.dead) == 0 and count(home, home.keys.dead) == 0
     assert count(mail, mail.keys.retry) == 0 and count(exports, exports.keys.retry) == 0
+    probes = {queue: int(config.shard(queue).pool("api").run(
+        lambda r, q=queue: r.get(f"{{{q}}}:probe")) or 0) for queue in ("mail", "exports")}
+    assert probes == {"mail": 2, "exports": 1}
 
 
 def test_a_worker_killed_leaves_each_keyspace_s_jobs_to_its_reaper(
