@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import shutil
 import socket
@@ -183,6 +184,33 @@ class Cluster:
             if info[0] in (b"slave", "slave") and int(info[2]) == primary.port:
                 return node
         raise LookupError(f"no replica of {primary.name} (id {myself})")
+
+    def fail_over_to(self, replica: Node, keyspace: str, timeout: float = 60.0) -> None:
+        """A manual ``CLUSTER FAILOVER`` on ``replica``, once its link to its primary is up
+        and synced (a replica still syncing lets the failover time out unannounced: it is
+        asked again until it serves ``keyspace``)."""
+        direct = replica.client(socket_timeout=5)
+        try:
+            def linked() -> bool:
+                info = direct.info("replication")
+                return (info.get("master_link_status") == "up"
+                        and not info.get("master_sync_in_progress"))
+
+            wait_until(linked, timeout=timeout, what=f"{replica.name}'s link to its primary")
+            deadline = time.monotonic() + timeout
+            while True:
+                direct.execute_command("CLUSTER FAILOVER")
+                asked = time.monotonic()
+                while time.monotonic() - asked < 8:
+                    with contextlib.suppress(redis.RedisError, StopIteration):
+                        if self.primary_port(keyspace) == replica.port and self.healthy():
+                            return
+                    time.sleep(0.1)
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{replica.name} did not take over {keyspace} "
+                                         f"within {timeout:.0f} s of CLUSTER FAILOVER")
+        finally:
+            direct.close()
 
     def kill(self, node: Node) -> None:
         node.kill()

@@ -254,11 +254,7 @@ def test_a_slot_moved_by_a_failover_is_followed(on_cluster: wurk.Config,
     assert pool.run(lambda r: r.set(mail.keys.queue("mail") + ":probe", 1))
     old = redis_cluster.primary_of("mail")
     replica = redis_cluster.replica_of(old)
-    direct = replica.client()
-    direct.execute_command("CLUSTER FAILOVER")  # the replica takes over, the primary demoted
-    direct.close()
-    wait_until(lambda: redis_cluster.primary_port("mail") == replica.port
-               and redis_cluster.healthy(), timeout=30, what="the manual failover")
+    redis_cluster.fail_over_to(replica, "mail")  # the replica takes over, the primary demoted
     # The session's other tests ask where each keyspace is; three primaries still serve.
     deadline = time.monotonic() + 10
     while True:  # the first command after may meet the demoted node mid-handover
