@@ -2,7 +2,9 @@
 
 1. ``locate``: which Redis a process uses (``REDIS_URL``, the configuration, or the
    embedded server's home); ``server``: the embedded Valkey server wurk starts for you;
-   ``sentinel``: the ``redis+sentinel://`` URL and pools that follow the primary it names.
+   ``sentinel``: the ``redis+sentinel://`` URL and pools that follow the primary it names;
+   ``cluster``: the ``redis+cluster://`` URL and pools that reach the primary of a queue's
+   slot; ``hostlist``: the list of hosts both URLs take.
 2. ``pool``: bounded, named pools (sync and asyncio) that never replay a write;
    ``packing``: commands in Redis's wire protocol.
 3. ``lease``: one connection held by one thread across many commands; ``lending``:

@@ -37,6 +37,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from ..errors import ConfigError
+from .hostlist import host_list
 
 __all__ = ["DEFAULT_KEYSPACE", "SCHEME", "ClusterTarget", "SlotLocator", "async_blocking_pool",
            "blocking_pool", "describe", "is_cluster", "keyspace_name", "parse", "with_keyspace"]
@@ -48,8 +49,6 @@ DEFAULT_PORT = 6379
 DEFAULT_KEYSPACE = "default"
 # A keyspace is a queue's name, written inside ``{}``: no braces, no separators of ours.
 KEYSPACE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")
-_PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")
 FORM = "redis+cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/KEYSPACE]"
 # What the locator's own short-lived connections take from the pool's settings.
 _NODE_OPTIONS = ("socket_timeout", "socket_connect_timeout")
@@ -109,18 +108,8 @@ def parse(url: str) -> ClusterTarget:
 
 
 def _hosts(text: str) -> tuple[tuple[str, int], ...]:
-    found: list[tuple[str, int]] = []
-    for item in text.split(","):
-        match = _BRACKETED.match(item.strip()) or _PLAIN.match(item.strip())
-        if match is None:
-            raise ConfigError(f"Redis Cluster URL: {item!r} is not HOST or HOST:PORT of a "
-                              f"node: {FORM}")
-        port = int(match.group(2)) if match.group(2) else DEFAULT_PORT
-        if not 0 < port < 65536:
-            raise ConfigError(f"Redis Cluster URL: port {port} of {item!r} is not a TCP "
-                              f"port: {FORM}")
-        found.append((match.group(1), port))
-    return tuple(found)
+    return host_list(text, url="Redis Cluster URL", member="node", form=FORM,
+                     default_port=DEFAULT_PORT)
 
 
 def _netloc(target: ClusterTarget, *, hide: bool) -> str:

@@ -21,7 +21,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -32,6 +31,7 @@ from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 from ..errors import ConfigError
+from .hostlist import host_list
 
 __all__ = ["DEFAULT_PORT", "SCHEME", "SentinelTarget", "async_blocking_pool",
            "blocking_pool", "describe", "is_sentinel", "parse"]
@@ -40,8 +40,6 @@ SCHEME = "redis+sentinel"
 DEFAULT_PORT = 26379
 # The query parameters the URL form takes; any other is refused.
 _QUERY = ("sentinel_username", "sentinel_password")
-_BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")  # [::1]:26379
-_PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")  # host:26379
 # The pool's settings the connections to the sentinels take too.
 _SENTINEL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
 FORM = ("redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]"
@@ -92,17 +90,8 @@ def parse(url: str) -> SentinelTarget:
 
 
 def _hosts(text: str) -> tuple[tuple[str, int], ...]:
-    found: list[tuple[str, int]] = []
-    for item in text.split(","):
-        match = _BRACKETED.match(item.strip()) or _PLAIN.match(item.strip())
-        if match is None:
-            raise ConfigError(f"Sentinel URL: {item!r} is not HOST or HOST:PORT of a "
-                              f"sentinel: {FORM}")
-        port = int(match.group(2)) if match.group(2) else DEFAULT_PORT
-        if not 0 < port < 65536:
-            raise ConfigError(f"Sentinel URL: port {port} of {item!r} is not a TCP port: {FORM}")
-        found.append((match.group(1), port))
-    return tuple(found)
+    return host_list(text, url="Sentinel URL", member="sentinel", form=FORM,
+                     default_port=DEFAULT_PORT)
 
 
 def _db(text: str) -> int:

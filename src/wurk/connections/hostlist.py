@@ -1,0 +1,31 @@
+"""The ``HOST[:PORT][,HOST[:PORT]...]`` list of a URL naming several servers: the sentinels
+of a ``redis+sentinel://`` URL, the seed nodes of a ``redis+cluster://`` one. IPv6 hosts are
+written in brackets (``[::1]:26379``)."""
+
+from __future__ import annotations
+
+import re
+
+from ..errors import ConfigError
+
+__all__ = ["host_list"]
+
+_BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")  # [::1]:26379
+_PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")  # host:26379
+
+
+def host_list(text: str, *, url: str, member: str, form: str,
+              default_port: int) -> tuple[tuple[str, int], ...]:
+    """``(host, port)`` of each item of ``text``; a ``ConfigError`` naming the item, the
+    ``url`` kind (e.g. "Sentinel URL"), what an item is (``member``) and the ``form``."""
+    found: list[tuple[str, int]] = []
+    for item in text.split(","):
+        match = _BRACKETED.match(item.strip()) or _PLAIN.match(item.strip())
+        if match is None:
+            raise ConfigError(f"{url}: {item!r} is not HOST or HOST:PORT of a {member}: "
+                              f"{form}")
+        port = int(match.group(2)) if match.group(2) else default_port
+        if not 0 < port < 65536:
+            raise ConfigError(f"{url}: port {port} of {item!r} is not a TCP port: {form}")
+        found.append((match.group(1), port))
+    return tuple(found)
