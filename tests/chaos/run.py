@@ -55,6 +55,7 @@ from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, start_server
 from wurk.client.default import default_client
 from wurk.client.reliable import ReliableWriter
+from wurk.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL, RESTART, CUT = "kill", "restart", "cut"
@@ -540,7 +541,11 @@ class ChaosRun:
         return found
 
     def _drained(self) -> bool:
-        if self.direct.zcard("retry") or self.direct.zcard("schedule"):
+        """Nothing left to run, the scheduler's claims (due jobs taken out of their set, not
+        yet pushed) included."""
+        keys = Keys()
+        if any(self.direct.zcard(name) for name in (keys.retry, keys.schedule,
+                                                    keys.retry_claims, keys.schedule_claims)):
             return False
         return not any(self.direct.llen(key)
                        for key in self.direct.scan_iter(match="queue:*", count=1000))

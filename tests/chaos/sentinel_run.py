@@ -48,6 +48,7 @@ from tests.chaos import jobs
 from tests.helpers.faults import config_for, ledger_runs
 from tests.helpers.sentinel import Node, Topology
 from tests.helpers.server import Server, start_server
+from wurk.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER_SETTINGS = """\
@@ -404,8 +405,12 @@ class SentinelRun:
 
 
 def _drained(direct: redis.Redis) -> bool:
+    """Nothing left to run: the sets, the scheduler's claims (a due job taken out of its set,
+    not yet pushed: a queue empty meanwhile is not drained), every queue and private list."""
+    keys = Keys()
     try:
-        if direct.zcard("retry") or direct.zcard("schedule"):
+        if any(direct.zcard(name) for name in (keys.retry, keys.schedule, keys.retry_claims,
+                                               keys.schedule_claims)):
             return False
         return not any(direct.llen(key) for key in direct.scan_iter(match="queue:*", count=1000))
     except redis.RedisError:

@@ -31,6 +31,7 @@ from tests.chaos import jobs
 from tests.chaos.run import DOWN_FOR, WORKER_SETTINGS, Plan, Worker
 from tests.helpers.faults import Restartable, config_for
 from tests.helpers.server import start_server
+from wurk.keys import Keys
 from wurk.unique import RELEASE_RETRIES
 
 KEYS = 16
@@ -135,7 +136,9 @@ class UniqueChaos:
         return found
 
     def drained(self, direct: redis.Redis) -> bool:
-        if direct.zcard("retry") or direct.zcard("schedule"):
+        keys = Keys()  # the scheduler's claims too: a due job taken out, not yet pushed
+        if any(direct.zcard(name) for name in (keys.retry, keys.schedule, keys.retry_claims,
+                                               keys.schedule_claims)):
             return False
         return not any(direct.llen(key) for key in direct.scan_iter(match="queue:*"))
 
