@@ -110,12 +110,14 @@ def test_pushes_wait_for_a_replica_of_their_queue_s_primary(cluster: Cluster) ->
     """``push_replicas: 1``: each push (one, bulk, scheduled) is followed by ``WAIT`` on
     its queue's primary, which a replica of that primary confirms (a push too few confirm
     raises ``wurk.RedisUnavailable``); the jobs run once, in that keyspace."""
+    replica = cluster.replica_of(cluster.primary_of("mail")).client()
+    wait_until(lambda: replica.info("replication").get("master_link_status") == "up",
+               timeout=60, what="the replica synced with mail's primary")  # a fresh cluster's
     config = wurk.configure(queues=["mail"], push_replicas=1, push_replica_timeout=2,
                             **SETTINGS)
     assert plain.set(queue="mail").perform_async(0) is not None
     assert all(plain.set(queue="mail").perform_bulk([[1], [2]]))
     assert plain.set(queue="mail").perform_in(0.1, 3) is not None
-    replica = cluster.replica_of(cluster.primary_of("mail")).client()
     try:  # what WAIT confirmed is on the replica already
         replica.execute_command("READONLY")  # a cluster replica answers reads then
         assert replica.llen("{mail}:queue:mail") == 3 and replica.zcard("{mail}:schedule") == 1
