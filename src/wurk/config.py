@@ -599,6 +599,20 @@ class Config:
         for capsule in self.all_capsules():
             for queue in capsule.queue_names:
                 cluster.keyspace_name(queue, f"capsule {capsule.name!r}")
+        if self.reliable_push != "off":
+            raise ConfigError(
+                f"reliable_push={self.reliable_push!r} is not supported on Redis Cluster yet: "
+                f"{why}, and the buffer sends what it kept through the configuration's own "
+                "keyspace (default's), where a job of another queue would land under a key "
+                "no worker of that queue reads; use reliable_push='off' (a push Redis cannot "
+                "take raises wurk.RedisUnavailable)")
+        if self.client == "outbox":
+            raise ConfigError(
+                f"client='outbox' is not supported on Redis Cluster yet: {why}, and the "
+                "outbox relay pushes every row into the configuration's own keyspace "
+                "(default's), where a job of another queue would land under a key no worker "
+                "of that queue reads; use client='transactional' (pushed at commit, "
+                "docs/transactional-push.md)")
         self.check_periodic_on_cluster()
 
     def check_periodic_on_cluster(self) -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import pytest
 import redis
+from sqlalchemy import MetaData, create_engine
+from sqlalchemy.orm import scoped_session, sessionmaker
 
 import wurk
 from wurk.connections import cluster
 from wurk.connections.replies import raise_refusal, retry_replies
+from wurk.contrib.sqlalchemy import SQLAlchemyAdapter, outbox_table
 from wurk.errors import BatchError, ConfigError, RedisUnavailable, UnsupportedServer
 from wurk.keys import keyspace_prefix
 from wurk.launcher import Launcher
@@ -113,11 +116,29 @@ def test_a_lone_launcher_is_refused_on_a_cluster(on_cluster: pytest.MonkeyPatch)
     ({"periodic": [{"cron": "* * * * *", "job": "Report", "queue": "mail",
                     "retry_queue": "low"}]},
      "retry_queue 'low' is not supported on Redis Cluster"),
+    ({"reliable_push": "memory"}, "reliable_push='memory' is not supported on Redis Cluster"),
+    ({"reliable_push": "disk"}, "reliable_push='disk' is not supported on Redis Cluster"),
 ])
 def test_what_cannot_work_on_a_cluster_is_refused_at_boot_with_the_reason(
         on_cluster: pytest.MonkeyPatch, settings: dict[str, object], says: str) -> None:
     with pytest.raises(ConfigError, match=says):
         wurk.Config(**settings)  # type: ignore[arg-type]
+
+
+def test_the_outbox_is_refused_on_a_cluster_and_the_transactional_client_accepted(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    """The relay would push every row into the default keyspace: refused with the reason,
+    given a working outbox (SQLAlchemy on SQLite); ``client='transactional'`` pushes at
+    commit through the client, which routes each job to its queue's keyspace."""
+    engine = create_engine("sqlite://")
+    table = outbox_table(MetaData())
+    session = scoped_session(sessionmaker(engine))
+    with pytest.raises(ConfigError, match="client='outbox' is not supported on Redis Cluster"):
+        wurk.Config(client="outbox",
+                    transaction=SQLAlchemyAdapter(session, outbox=table, engine=engine))
+    assert wurk.Config(client="transactional",
+                       transaction=SQLAlchemyAdapter(session)).client == "transactional"
+    engine.dispose()
 
 
 def test_periodic_loops_are_accepted_on_a_cluster(on_cluster: pytest.MonkeyPatch) -> None:
