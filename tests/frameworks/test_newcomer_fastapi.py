@@ -61,16 +61,22 @@ def user_env() -> dict[str, str]:
 def test_main_py_serves_orders_whose_jobs_its_worker_runs(tmp_path: Path,
                                                           r: redis.Redis) -> None:
     folder = project(tmp_path)
-    port = free_port()
     log = folder / "uvicorn.log"
-    with log.open("w") as out:
-        server = subprocess.Popen([str(Path(sys.executable).parent / "uvicorn"), "main:app",
-                                   "--port", str(port)], cwd=folder, env=user_env(),
-                                  stdout=out, stderr=subprocess.STDOUT)
+    # A port free a moment ago may be taken by then (the suite's many outgoing connections
+    # draw on the same ephemeral range): uvicorn then exits at startup and is started again.
+    for _ in range(3):
+        port = free_port()
+        with log.open("w") as out:
+            server = subprocess.Popen([str(Path(sys.executable).parent / "uvicorn"),
+                                       "main:app", "--port", str(port)], cwd=folder,
+                                      env=user_env(), stdout=out, stderr=subprocess.STDOUT)
+        wait_for(lambda started=server: "Application startup complete" in log.read_text()
+                 or started.poll() is not None, timeout=30, message="uvicorn's startup")
+        if server.poll() is None or "address already in use" not in log.read_text():
+            break
     base = f"http://127.0.0.1:{port}"
     try:
-        wait_for(lambda: "Application startup complete" in log.read_text()
-                 or server.poll() is not None, timeout=30, message="uvicorn's startup")
+        assert server.poll() is None, log.read_text()
         status, text = request(f"{base}/orders", body={"id": 7})
         assert status == 200, text
         first = json.loads(text)["jid"]
