@@ -217,11 +217,15 @@ class WurkBackend(BaseTaskBackend):
 
     # -- results ----------------------------------------------------------------------------
     def get_result(self, result_id: str) -> TaskResult[Any]:
+        # The outcome first: the job's writes to its record (its attempt, its worker) come
+        # before its outcome is stored, so a record read after an outcome holds them. Read
+        # the other way round, a job run between the two reads gave a finished result with
+        # the record of before it started (no attempt).
+        outcome = outcomes.find(self.store.config, result_id)
         record = self.store.load(result_id)
         task = _tasks.get(record["task"]) if record is not None else None
         if record is None or task is None:
             raise TaskResultDoesNotExist(result_id)
-        outcome = outcomes.find(self.store.config, result_id)
         if isinstance(outcome, outcomes.Outcome):
             return self.to_result(result_id, _caught_up(record, outcome), task,
                                   value=outcome.value)
