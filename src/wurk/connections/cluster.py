@@ -37,7 +37,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from ..errors import ConfigError
-from .hostlist import host_list
+from .hostlist import credentials, host_list
 
 __all__ = ["DEFAULT_KEYSPACE", "SCHEME", "ClusterTarget", "SlotLocator", "async_blocking_pool",
            "blocking_pool", "describe", "is_cluster", "keyspace_name", "parse", "with_keyspace"]
@@ -91,12 +91,7 @@ def parse(url: str) -> ClusterTarget:
     netloc, _, path = rest.partition("/")
     if question:
         raise ConfigError(f"Redis Cluster URL: it takes no options after '?': {FORM}")
-    userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    hosts, username, password = credentials(netloc)
     parts = [part for part in path.split("/") if part]
     if len(parts) > 1:
         raise ConfigError(f"Redis Cluster URL: a cluster has no db; after the nodes comes at "

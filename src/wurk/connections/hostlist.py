@@ -5,10 +5,11 @@ written in brackets (``[::1]:26379``)."""
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote
 
 from ..errors import ConfigError
 
-__all__ = ["host_list"]
+__all__ = ["credentials", "host_list"]
 
 _BRACKETED = re.compile(r"^\[([^\]]+)\](?::(\d+))?$")  # [::1]:26379
 _PLAIN = re.compile(r"^([^:\[\]]+)(?::(\d+))?$")  # host:26379
@@ -29,3 +30,12 @@ def host_list(text: str, *, url: str, member: str, form: str,
             raise ConfigError(f"{url}: port {port} of {item!r} is not a TCP port: {form}")
         found.append((match.group(1), port))
     return tuple(found)
+
+
+def credentials(netloc: str) -> tuple[str, str | None, str | None]:
+    """``netloc`` (``[[USER]:PASSWORD@]HOSTS``) split into its hosts, user and password."""
+    userinfo, at, hosts = netloc.rpartition("@")
+    if not at:
+        return hosts, None, None
+    user, colon, secret = userinfo.partition(":")
+    return hosts, unquote(user) or None, unquote(secret) if colon else None

@@ -31,7 +31,7 @@ from redis.asyncio.connection import Connection as AsyncConnection
 from redis.connection import Connection
 
 from ..errors import ConfigError
-from .hostlist import host_list
+from .hostlist import credentials, host_list
 
 __all__ = ["DEFAULT_PORT", "SCHEME", "SentinelTarget", "async_blocking_pool",
            "blocking_pool", "describe", "is_sentinel", "parse"]
@@ -71,12 +71,7 @@ def parse(url: str) -> SentinelTarget:
     rest = url[len(SCHEME) + 3:]
     netloc, _, tail = rest.partition("/")
     path, _, query = tail.partition("?")
-    userinfo, at, hosts = netloc.rpartition("@")
-    username = password = None
-    if at:
-        user, colon, secret = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(secret) if colon else None
+    hosts, username, password = credentials(netloc)
     parts = [part for part in path.split("/") if part]
     if not parts or len(parts) > 2:
         raise ConfigError(f"a Sentinel URL names the service (the master's name in the "
