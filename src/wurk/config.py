@@ -274,6 +274,9 @@ class Config:
     async_concurrency: int = 100
     # A step of an async job that holds the event loop longer than this is logged by name.
     loop_lag_warning: float = 0.1
+    # The garbage collector's first threshold in a process the worker owns, which also
+    # freezes what exists at its start (``wurk.runtime.collector``); None: Python's own.
+    gc_threshold: int | None = 10_000
     queues: list[str] = field(default_factory=lambda: ["default"])
     capsules: list[Capsule] = field(default_factory=list)
     timeout: float = 25.0
@@ -523,6 +526,11 @@ class Config:
         self._validate_limiter()
         self._validate_encryption()
         self._validate_job_timeout()
+        if self.gc_threshold is not None and (isinstance(self.gc_threshold, bool) or not
+                                              isinstance(self.gc_threshold, int)
+                                              or self.gc_threshold < 1):
+            raise ConfigError("gc_threshold must be a positive whole number or null (Python's "
+                              f"own threshold), not {self.gc_threshold!r}")
         self._validate_redis()
         self._validate_shards()
         self._validate_partitions()

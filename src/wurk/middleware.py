@@ -45,7 +45,7 @@ import threading
 import types
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .errors import is_shutdown
 
@@ -206,7 +206,7 @@ class Chain:
         # on its first call after an edit, so an async job does not ask every link with
         # ``inspect`` again; None until then, or while a link is made fresh per call.
         # And each link's ``wurk_plan`` where the walk may use it.
-        self._async_links: tuple[list[Middleware], list[Any], list[Any]] | None = None
+        self._async_links: tuple[_AsyncWalk, _AsyncWalk] | None = None
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
         return (entry.factory for entry in self._entries)
@@ -294,67 +294,20 @@ class Chain:
         the walk's own: no frame of ``ainvoke`` stays on the job's await chain.)"""
         if not self._entries:
             return _finished(final)
-        found = self._async_links
-        if found is None:
+        walks = self._async_links
+        if walks is None:
             links = [entry.make() for entry in self._entries]
             forms = [async_form(link) for link in links]
             plans = [_planner(link, form) for link, form in zip(links, forms, strict=True)]
+            walks = (_AsyncWalk(links, forms, plans, len(links), False),
+                     _AsyncWalk(links, forms, plans, len(links), True))
             if not any(entry.fresh for entry in self._entries):
-                self._async_links = (links, forms, plans)
-        else:
-            links, forms, plans = found
-        if sync_links == "inline" and not any(forms):
-            return _walked(tuple(zip(links, forms, strict=True)), job, payload, queue, final)
-        count = len(links)
-
-        async def step(position: int) -> Any:
-            # The links from ``position`` that plan their work are not frames: their leaves
-            # gather here, and one link awaited (or the end) is the rest.
-            leaves: list[Leave] = []
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                while True:
-                    if position == count:
-                        outcome = final()
-                        result = await outcome if inspect.isawaitable(outcome) else outcome
-                        break
-                    plan = plans[position]
-                    if plan is not None:
-                        leave = plan(job, payload, queue)
-                        if leave is not AWAIT:
-                            if leave is not None:
-                                leaves.append(leave)  # type: ignore[arg-type]
-                            position += 1
-                            continue
-                    rest = functools.partial(step, position + 1)
-                    coroutine = forms[position]
-                    if coroutine is not None:
-                        result = await coroutine(job, payload, queue, rest)
-                    elif sync_links == "inline":
-                        result = await _inline(links[position], job, payload, queue,
-                                               rest)
-                    else:
-                        result = await _in_thread(asyncio.get_running_loop(), links[position],
-                                                  job, payload, queue, rest)
-                    break
-            except BaseException as exc:
-                if not leaves:
-                    raise
-                error = exc
-            while leaves:  # innermost first, as their links' frames would end
-                try:
-                    result = leaves.pop()(result, error)
-                    if type(result) is Later:
-                        result = await result.awaitable
-                    error = None
-                except BaseException as exc:
-                    result, error = None, exc
-            if error is not None:
-                raise error
-            return result
-
-        return step(0)
+                self._async_links = walks
+        walk = walks[sync_links == "inline"]
+        if walk.inline and not any(walk.forms):
+            return _walked(tuple(zip(walk.links, walk.forms, strict=True)), job, payload, queue,
+                           final)
+        return _step(walk, 0, job, payload, queue, final)
 
     def _index(self, existing: Callable[..., Any]) -> int:
         for index, entry in enumerate(self._entries):
@@ -370,6 +323,73 @@ class Chain:
                 "middleware chains are frozen once the worker starts; add middleware "
                 "before calling start()"
             )
+
+
+class _AsyncWalk(NamedTuple):
+    """What ``ainvoke``'s walk needs of its chain, found once per chain."""
+
+    links: list[Middleware]
+    forms: list[Any]
+    plans: list[Any]
+    size: int
+    inline: bool  # sync links run on the loop (client links), else in a helper thread
+
+
+async def _step(walk: _AsyncWalk, position: int, job: Any, payload: dict[str, Any],
+                queue: str, final: Callable[[], Any]) -> Any:
+    """The links of ``walk`` from ``position`` around ``final``. Those that plan their work
+    are not frames: their leaves gather here, and one link awaited (or the end) is the rest.
+    A function of the module with its state in arguments, not a closure calling itself:
+    that would be a reference cycle per job, left for the garbage collector to find."""
+    leaves: list[Leave] = []
+    result: Any = None
+    error: BaseException | None = None
+    plans, count = walk.plans, walk.size
+    try:
+        while True:
+            if position == count:
+                outcome = final()
+                result = await outcome if _awaitable(outcome) else outcome
+                break
+            plan = plans[position]
+            if plan is not None:
+                leave = plan(job, payload, queue)
+                if leave is not AWAIT:
+                    if leave is not None:
+                        leaves.append(leave)
+                    position += 1
+                    continue
+            rest = functools.partial(_step, walk, position + 1, job, payload, queue, final)
+            coroutine = walk.forms[position]
+            if coroutine is not None:
+                result = await coroutine(job, payload, queue, rest)
+            elif walk.inline:
+                result = await _inline(walk.links[position], job, payload, queue, rest)
+            else:
+                result = await _in_thread(asyncio.get_running_loop(), walk.links[position],
+                                          job, payload, queue, rest)
+            break
+    except BaseException as exc:
+        if not leaves:
+            raise
+        error = exc
+    while leaves:  # innermost first, as their links' frames would end
+        try:
+            result = leaves.pop()(result, error)
+            if type(result) is Later:
+                result = await result.awaitable
+            error = None
+        except BaseException as exc:
+            result, error = None, exc
+    if error is not None:
+        raise error
+    return result
+
+
+def _awaitable(value: Any) -> bool:
+    """``inspect.isawaitable``, answering at once for a coroutine and for nothing."""
+    return type(value) is types.CoroutineType or (value is not None
+                                                  and inspect.isawaitable(value))
 
 
 async def _finished(final: Callable[[], Any]) -> Any:

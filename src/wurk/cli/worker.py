@@ -255,6 +255,7 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     """Run a worker for ``config`` in this process until TERM or INT (the main thread only:
     it traps signals). A framework's command passes its own ``pipe`` to stop it from
     another thread with ``pipe.push("TERM")``."""
+    from ..runtime.collector import tune_collector
     from ..runtime.malloc import limit_arenas
     from ..runtime.signals import serve
     from ..sharding import launcher_for
@@ -264,6 +265,7 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     pipe.install()
     try:
         launcher = launcher_for(config, on_remote_signal=pipe.push)
+        tune_collector(config.gc_threshold)  # the application is loaded, no job has run
         launcher.start()
     except WurkError as exc:
         pipe.close()

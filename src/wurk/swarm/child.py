@@ -30,6 +30,7 @@ from typing import NoReturn
 from .. import payload as P
 from ..config import Config
 from ..launcher import Launcher
+from ..runtime.collector import tune_collector
 from ..runtime.malloc import limit_arenas
 from ..runtime.signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
 from ..sharding import ShardedLauncher, launcher_for
@@ -194,6 +195,7 @@ class _Child:
         launcher.fire("fork", reverse=False, raise_errors=True)
         if self.spec.quiet:
             launcher.quiet()  # before start: a child of a quiet swarm never fetches
+        tune_collector(self.config.gc_threshold)  # the application is loaded, no job has run
         launcher.start()
         return launcher
 
