@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,7 +36,6 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import psutil
 import redis
@@ -45,18 +43,11 @@ from redis.crc import key_slot
 
 import wurk
 from benchmarks.cluster_jobs import cluster_incr
+from benchmarks.scaling import Run, _cpu, report
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = "skip_default_job_logging: true\nheartbeat_interval: 1\n"
 QUEUE_COUNT = 6
-
-
-@dataclass
-class Run:
-    rate: float  # jobs/s
-    node_cpu_us: list[float]  # each primary's CPU per job it served
-    fleet_cpu_us: float  # every primary's CPU over every job
-    worker_cpu_us: float
 
 
 @dataclass
@@ -94,11 +85,6 @@ def cluster(primaries: int) -> Iterator[Layout]:
         yield Layout(started.url, ports, queues, {q: owner(q) for q in queues})
     finally:
         started.stop()
-
-
-def _cpu(client: redis.Redis) -> float:
-    info: dict[str, Any] = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _done(nodes: dict[int, redis.Redis], layout: Layout) -> int:
@@ -191,22 +177,7 @@ def main(argv: list[str] | None = None) -> None:
           f"every queue ({options.concurrency} threads), median of {options.runs} runs; load "
           f"average {load_before[0]:.2f} before, {load_after[0]:.2f} after, on "
           f"{os.cpu_count()} CPUs")
-    print(f"{'primaries':<11}{'jobs/s':>9}{'Redis CPU µs/job, each node':>30}"
-          f"{'fleet µs/job':>14}{'worker µs/job':>15}{'one node saturates at':>24}")
-    for count, runs in results.items():
-        rate = statistics.median(run.rate for run in runs)
-        nodes = [statistics.median(run.node_cpu_us[i] for run in runs) for i in range(count)]
-        fleet = statistics.median(run.fleet_cpu_us for run in runs)
-        worker = statistics.median(run.worker_cpu_us for run in runs)
-        saturates = 1e6 / statistics.median(nodes)
-        print(f"{count:<11}{rate:>9,.0f}{' / '.join(f'{n:.1f}' for n in nodes):>30}"
-              f"{fleet:>14.1f}{worker:>15.0f}{saturates:>18,.0f} jobs/s")
-    per_node = statistics.median(statistics.median(run.node_cpu_us) for runs in
-                                 results.values() for run in runs)
-    print(f"projection: at {per_node:.1f} µs of Redis CPU a job, one primary saturates at "
-          f"{1e6 / per_node:,.0f} jobs/s; " + ", ".join(
-              f"{n} primaries {n * 1e6 / per_node:,.0f}" for n in (1, 2, 3, 6, 10)) +
-          " jobs/s, given the worker CPU to match")
+    report(results, "primary", "primaries")
 
 
 if __name__ == "__main__":

@@ -164,6 +164,12 @@ def main(argv: list[str] | None = None) -> None:
           f"processes each serving every primary ({options.concurrency} threads a primary), "
           f"median of {options.runs} runs; load average {load_before[0]:.2f} before, "
           f"{load_after[0]:.2f} after, on {os.cpu_count()} CPUs")
+    report(results, "node", "nodes")
+
+
+def report(results: dict[int, list[Run]], node: str, nodes_: str) -> None:
+    """The table of medians per layout, and what one ``node`` (a server, a primary) would
+    serve at the median Redis CPU a job; also ``benchmarks.cluster``'s."""
     print(f"{'primaries':<11}{'jobs/s':>9}{'Redis CPU µs/job, each node':>30}"
           f"{'fleet µs/job':>14}{'worker µs/job':>15}{'one node saturates at':>24}")
     for count, runs in results.items():
@@ -176,9 +182,9 @@ def main(argv: list[str] | None = None) -> None:
               f"{fleet:>14.1f}{worker:>15.0f}{saturates:>18,.0f} jobs/s")
     per_node = statistics.median(statistics.median(run.node_cpu_us) for runs in
                                  results.values() for run in runs)
-    print(f"projection: at {per_node:.1f} µs of Redis CPU a job, one node saturates at "
+    print(f"projection: at {per_node:.1f} µs of Redis CPU a job, one {node} saturates at "
           f"{1e6 / per_node:,.0f} jobs/s; " + ", ".join(
-              f"{n} nodes {n * 1e6 / per_node:,.0f}" for n in (1, 2, 3, 6, 10)) +
+              f"{n} {nodes_} {n * 1e6 / per_node:,.0f}" for n in (2, 3, 6, 10)) +
           " jobs/s, given the worker CPU to match")
 
 
