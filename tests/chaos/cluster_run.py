@@ -45,7 +45,7 @@ import redis
 import wurk
 from tests.chaos import jobs
 from tests.helpers.cluster import Cluster, slot_of
-from tests.helpers.faults import config_for, ledger_runs
+from tests.helpers.faults import config_for, ledger_runs, spawn_worker
 from tests.helpers.server import Server, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -218,11 +218,9 @@ class ClusterRun:
         settings.write_text(WORKER_SETTINGS + f"queues: [{', '.join(QUEUES)}]\n"
                             f"concurrency: {self.plan.concurrency}\n")
         log = self.directory / f"worker-{len(self.workers)}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "wurk", "worker", "-r", "tests.chaos.jobs",
-             "-C", str(settings)], cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-            env={**os.environ, "REDIS_URL": self.cluster.url, "PYTHONUNBUFFERED": "1",
-                 jobs.LEDGER_ENV: self.ledger_server.url})
+        process = spawn_worker(log, settings, {**os.environ, "REDIS_URL": self.cluster.url,
+                                               "PYTHONUNBUFFERED": "1",
+                                               jobs.LEDGER_ENV: self.ledger_server.url})
         self.workers.append((process, log))
 
     def _strike(self, fault: str) -> float | None:

@@ -50,7 +50,14 @@ import redis
 
 import wurk
 from tests.chaos import jobs
-from tests.helpers.faults import Figures, Restartable, config_for, figures, ledger_runs
+from tests.helpers.faults import (
+    Figures,
+    Restartable,
+    config_for,
+    figures,
+    ledger_runs,
+    spawn_worker,
+)
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, start_server
 from wurk.client.default import default_client
@@ -254,11 +261,7 @@ class Worker:
 
     def __init__(self, serial: int, directory: Path, env: dict[str, str], plan: Plan) -> None:
         self.log = directory / f"worker-{serial}.log"
-        config = directory / "wurk.yml"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "wurk", "worker", "-r", "tests.chaos.jobs",
-             "-c", str(plan.concurrency), "-C", str(config)],
-            cwd=ROOT, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        self.process = spawn_worker(self.log, directory / "wurk.yml", env, plan.concurrency)
 
     def stop(self, how: int = signal.SIGTERM, timeout: float = 30) -> None:
         if self.process.poll() is None:

@@ -45,7 +45,7 @@ import redis
 
 import wurk
 from tests.chaos import jobs
-from tests.helpers.faults import config_for, ledger_runs
+from tests.helpers.faults import config_for, ledger_runs, spawn_worker
 from tests.helpers.sentinel import Node, Topology
 from tests.helpers.server import Server, start_server
 from wurk.keys import Keys
@@ -295,11 +295,7 @@ class SentinelRun:
     # -- the deployment -----------------------------------------------------------------------
     def _worker(self, serial: int) -> tuple[subprocess.Popen[bytes], Path]:
         log = self.directory / f"worker-{serial}.log"
-        process = subprocess.Popen(
-            [sys.executable, "-m", "wurk", "worker", "-r", "tests.chaos.jobs",
-             "-c", str(self.concurrency), "-C", str(self.directory / "wurk.yml")],
-            cwd=ROOT, env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT)
-        return process, log
+        return spawn_worker(log, self.directory / "wurk.yml", self.env, self.concurrency), log
 
     def _restart(self, node: Node) -> None:
         """The killed node back on its port as a replica of the new primary, as a deploy

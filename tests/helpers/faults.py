@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -188,3 +190,14 @@ def use_ledger(monkeypatch: pytest.MonkeyPatch, url: str) -> redis.Redis:
     monkeypatch.setenv(jobs.LEDGER_ENV, url)
     monkeypatch.setattr(jobs, "_ledger", None)
     return redis.Redis.from_url(url)
+
+
+def spawn_worker(log: Path, settings: Path, env: dict[str, str],
+                 concurrency: int | None = None) -> subprocess.Popen[bytes]:
+    """A ``wurk worker`` of the chaos runs' jobs (``tests.chaos.jobs``), its output in
+    ``log``; ``concurrency`` when the settings file does not say it."""
+    threads = [] if concurrency is None else ["-c", str(concurrency)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "wurk", "worker", "-r", "tests.chaos.jobs", *threads,
+         "-C", str(settings)], cwd=Path(__file__).resolve().parents[2], env=env,
+        stdout=log.open("wb"), stderr=subprocess.STDOUT)
