@@ -28,22 +28,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import psutil
 import redis
 from redis.crc import key_slot
 
 import wurk
 from benchmarks.cluster_jobs import cluster_incr
-from benchmarks.scaling import Run, _cpu, report
+from benchmarks.scaling import Run, measured, report
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = "skip_default_job_logging: true\nheartbeat_interval: 1\n"
@@ -112,45 +109,12 @@ def drain(layout: Layout, jobs: int, workers: int, concurrency: int) -> Run:
     total = per_queue * len(layout.queues)
     served = {port: per_queue * sum(1 for q in layout.queues if layout.owner[q] == port)
               for port in layout.ports}
-    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as file:
-        file.write(QUIET + f"concurrency: {concurrency}\n"
-                   f"queues: [{', '.join(layout.queues)}]\n")
-    env = {**os.environ, "REDIS_URL": layout.url}
-    processes = [subprocess.Popen(
-        [sys.executable, "-m", "wurk", "worker", "-r", "benchmarks.cluster_jobs",
-         "-C", file.name, "--log-format", "plain"], cwd=ROOT, env=env,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
-    watched = [psutil.Process(process.pid) for process in processes]
-    try:
-        started = None
-        while True:
-            done = _done(nodes, layout)
-            if done and started is None:
-                started = time.perf_counter()
-                cpu_start = {port: _cpu(client) for port, client in nodes.items()}
-                worker_start = sum(sum(p.cpu_times()[:2]) for p in watched)
-            if done >= total:
-                finished = time.perf_counter()
-                cpu_end = {port: _cpu(client) for port, client in nodes.items()}
-                worker_end = sum(sum(p.cpu_times()[:2]) for p in watched)
-                break
-            if any(process.poll() is not None for process in processes):
-                raise RuntimeError("a worker exited early")
-            time.sleep(0.005)
-    finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            process.wait(30)
-        os.unlink(file.name)
-        for client in nodes.values():
-            client.close()
-    assert started is not None
-    spent = {port: cpu_end[port] - cpu_start[port] for port in layout.ports}
-    return Run(rate=total / (finished - started),
-               node_cpu_us=[spent[port] / max(served[port], 1) * 1e6 for port in layout.ports],
-               fleet_cpu_us=sum(spent.values()) / total * 1e6,
-               worker_cpu_us=(worker_end - worker_start) / total * 1e6)
+    settings = (QUIET + f"concurrency: {concurrency}\n"
+                f"queues: [{', '.join(layout.queues)}]\n")
+    return measured(settings=settings, module="benchmarks.cluster_jobs", url=layout.url,
+                    workers=workers, nodes=[nodes[port] for port in layout.ports],
+                    served=[served[port] for port in layout.ports], total=total,
+                    done=lambda: _done(nodes, layout))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,25 +101,37 @@ def drain(urls: Sequence[str], jobs: int, workers: int, concurrency: int) -> Run
     scale_incr.perform_bulk([[n] for n in range(jobs)])
     served = [int(client.llen("queue:default")) for client in clients]
     config.close()
+    return measured(settings=_settings(urls, concurrency), module="benchmarks.scaling_jobs",
+                    url=urls[0], workers=workers, nodes=clients, served=served, total=jobs,
+                    done=lambda: sum(int(client.get(COUNTER) or 0) for client in clients))
+
+
+def measured(*, settings: str, module: str, url: str, workers: int,
+             nodes: Sequence[redis.Redis], served: Sequence[int], total: int,
+             done: Callable[[], int]) -> Run:
+    """``workers`` worker processes of ``module`` with ``settings`` drain ``total`` queued
+    jobs: the rate from the first job done (``done()``) to the last, each node's CPU per job
+    it served, the worker processes' CPU; the nodes' clients are closed. Also
+    ``benchmarks.cluster``'s."""
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as file:
-        file.write(_settings(urls, concurrency))
-    env = {**os.environ, "REDIS_URL": urls[0]}
+        file.write(settings)
+    env = {**os.environ, "REDIS_URL": url}
     processes = [subprocess.Popen(
-        [sys.executable, "-m", "wurk", "worker", "-r", "benchmarks.scaling_jobs",
+        [sys.executable, "-m", "wurk", "worker", "-r", module,
          "-C", file.name, "--log-format", "plain"], cwd=ROOT, env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(workers)]
     watched = [psutil.Process(process.pid) for process in processes]
     try:
         started = None
         while True:
-            done = sum(int(client.get(COUNTER) or 0) for client in clients)
-            if done and started is None:
+            finished_jobs = done()
+            if finished_jobs and started is None:
                 started = time.perf_counter()
-                cpu_start = [_cpu(client) for client in clients]
+                cpu_start = [_cpu(client) for client in nodes]
                 worker_start = sum(sum(p.cpu_times()[:2]) for p in watched)
-            if done >= jobs:
+            if finished_jobs >= total:
                 finished = time.perf_counter()
-                cpu_end = [_cpu(client) for client in clients]
+                cpu_end = [_cpu(client) for client in nodes]
                 worker_end = sum(sum(p.cpu_times()[:2]) for p in watched)
                 break
             if any(process.poll() is not None for process in processes):
@@ -131,15 +143,15 @@ def drain(urls: Sequence[str], jobs: int, workers: int, concurrency: int) -> Run
         for process in processes:
             process.wait(30)
         os.unlink(file.name)
-        for client in clients:
+        for client in nodes:
             client.close()
     assert started is not None
     spent = [end - start for start, end in zip(cpu_start, cpu_end, strict=True)]
-    return Run(rate=jobs / (finished - started),
+    return Run(rate=total / (finished - started),
                node_cpu_us=[cpu / max(n, 1) * 1e6 for cpu, n in zip(spent, served,
                                                                      strict=True)],
-               fleet_cpu_us=sum(spent) / jobs * 1e6,
-               worker_cpu_us=(worker_end - worker_start) / jobs * 1e6)
+               fleet_cpu_us=sum(spent) / total * 1e6,
+               worker_cpu_us=(worker_end - worker_start) / total * 1e6)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -45,7 +45,7 @@ import redis
 import wurk
 from tests.chaos import jobs
 from tests.helpers.cluster import Cluster, slot_of
-from tests.helpers.faults import config_for, ledger_runs, spawn_worker
+from tests.helpers.faults import WORKER_SETTINGS, config_for, ledger_runs, spawn_worker
 from tests.helpers.server import Server, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,16 +53,6 @@ PRIMARY, WORKER, CUT, RESTART = "primary", "worker", "cut", "restart"
 # Six queues whose keyspaces land two on each primary of a 3-primary cluster made by
 # ``redis-cli --cluster create`` (slots 0-5460, 5461-10922, 10923-16383).
 QUEUES = ("default", "critical", "mail", "reports", "exports", "low")
-WORKER_SETTINGS = """\
-heartbeat_interval: 0.5
-reaper_interval: 1
-poll_interval_average: 0.2
-scheduler_initial_wait: 0
-fetch_timeout: 0.5
-socket_timeout: 1
-timeout: 5
-skip_default_job_logging: true
-"""
 ACK_FLUSH = 0.25  # docs/guarantees.md: a finished job's ACK reaches Redis within this
 REPEATS_PER_THREAD = 2
 DOWN_FOR = 0.3  # a restarted primary stays down this long (well under the node timeout)

@@ -51,6 +51,7 @@ import redis
 import wurk
 from tests.chaos import jobs
 from tests.helpers.faults import (
+    WORKER_SETTINGS,
     Figures,
     Restartable,
     config_for,
@@ -74,16 +75,6 @@ DOWN_FOR = 0.5
 # take longer, so that a fault finds the waves half done, as the short run's do.
 LONG_ROUND_SECONDS = 0.8
 LONG_JOB_PAUSE = 0.02
-WORKER_SETTINGS = """\
-heartbeat_interval: 0.5
-reaper_interval: 1
-poll_interval_average: 0.2
-scheduler_initial_wait: 0
-fetch_timeout: 0.5
-socket_timeout: 1
-timeout: 5
-skip_default_job_logging: true
-"""
 
 
 # The guarantee (docs/guarantees.md): a fault repeats at most the job a processor thread

@@ -45,24 +45,14 @@ import redis
 
 import wurk
 from tests.chaos import jobs
+from tests.helpers.faults import WORKER_SETTINGS as CHAOS_SETTINGS
 from tests.helpers.faults import config_for, ledger_runs, spawn_worker
 from tests.helpers.sentinel import Node, Topology
 from tests.helpers.server import Server, start_server
 from wurk.keys import Keys
 
 ROOT = Path(__file__).resolve().parents[2]
-WORKER_SETTINGS = """\
-heartbeat_interval: 0.5
-reaper_interval: 1
-poll_interval_average: 0.2
-scheduler_initial_wait: 0
-fetch_timeout: 0.5
-socket_timeout: 1
-timeout: 5
-leader_renew_interval: 1
-leader_check_interval: 2
-skip_default_job_logging: true
-"""
+WORKER_SETTINGS = CHAOS_SETTINGS + "leader_renew_interval: 1\nleader_check_interval: 2\n"
 PAUSE = 0.001  # each job's work, seconds
 # A finished job's ACK reaches Redis within this: the kernel holds a lone ACK up to 0.2 s
 # (docs/guarantees.md), and the ledger records the run just before the ACK is sent.

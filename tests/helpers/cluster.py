@@ -165,6 +165,15 @@ class Cluster:
         ports = {port for _, _, port in self.slots()}
         return [node for node in self.nodes if node.port in ports]
 
+    def all_keys(self) -> dict[str, int]:
+        """Every key on every primary, with the port of the primary holding it."""
+        found: dict[str, int] = {}
+        for node in self.primaries():
+            direct = node.client()
+            found.update({key.decode(): node.port for key in direct.scan_iter(count=1000)})
+            direct.close()
+        return found
+
     def replica_of(self, primary: Node) -> Node:
         """A replica of ``primary`` (a node whose CLUSTER NODES line names it as master)."""
         client = primary.client(socket_timeout=5)

@@ -201,3 +201,17 @@ def spawn_worker(log: Path, settings: Path, env: dict[str, str],
         [sys.executable, "-m", "wurk", "worker", "-r", "tests.chaos.jobs", *threads,
          "-C", str(settings)], cwd=Path(__file__).resolve().parents[2], env=env,
         stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+# The chaos runs' worker settings: quick heartbeats, reaps and polls, short timeouts, so
+# faults show and heal within a run; no line per job.
+WORKER_SETTINGS = """\
+heartbeat_interval: 0.5
+reaper_interval: 1
+poll_interval_average: 0.2
+scheduler_initial_wait: 0
+fetch_timeout: 0.5
+socket_timeout: 1
+timeout: 5
+skip_default_job_logging: true
+"""

@@ -92,16 +92,6 @@ def on_cluster(redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch
     config.close()
 
 
-def _all_keys(cluster: Cluster) -> dict[str, int]:
-    """Every key on every primary, with the port of the primary holding it."""
-    found: dict[str, int] = {}
-    for node in cluster.primaries():
-        direct = node.client()
-        found.update({key.decode(): node.port for key in direct.scan_iter(count=1000)})
-        direct.close()
-    return found
-
-
 def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
         on_cluster: wurk.Config, redis_cluster: Cluster) -> None:
     assert len({redis_cluster.primary_port(q) for q in QUEUES}) == 3
@@ -125,7 +115,7 @@ def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
             lambda r: r.zcard(exports.keys.dead)) == 1, what="the failing job dead")
     finally:
         worker.stop()
-    keys = _all_keys(redis_cluster)
+    keys = redis_cluster.all_keys()
     # Each keyspace's own record of the queue, its retry/dead sets, its stats;
     # the limiter in the configuration's own keyspace (default's).
     assert "{mail}:queues" in keys and "{exports}:dead" in keys
@@ -190,14 +180,14 @@ def test_a_partitioned_queue_runs_on_the_cluster_in_its_keyspace(
     for account in ("a", "b"):
         plain.set(queue="mail", partition=account).perform_bulk([[n] for n in range(3)])
     assert {"{mail}:wurk:part:mail:a", "{mail}:wurk:part:mail:b"} <= set(
-        _all_keys(redis_cluster))  # the partitions' lists, in the queue's keyspace
+        redis_cluster.all_keys())  # the partitions' lists, in the queue's keyspace
     worker = InProcessWorker(config).start()
     try:
         wait_until(lambda: runs["plain:mail"] == 6, timeout=20, what="every partition's jobs")
     finally:
         worker.stop()
         config.close()
-    for key in _all_keys(redis_cluster):
+    for key in redis_cluster.all_keys():
         tag = key[1:key.index("}")]
         assert key_slot(key.encode()) == slot_of(tag), key
 

@@ -60,20 +60,10 @@ def cluster(redis_cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> Iterator
     yield redis_cluster
 
 
-def _all_keys(cluster: Cluster) -> dict[str, int]:
-    """Every key on every primary, with the port of the primary holding it."""
-    found: dict[str, int] = {}
-    for node in cluster.primaries():
-        direct = node.client()
-        found.update({key.decode(): node.port for key in direct.scan_iter(count=1000)})
-        direct.close()
-    return found
-
-
 def _in_their_slots(cluster: Cluster, queue: str) -> dict[str, int]:
     """Every key is in its hash tag's slot on that slot's primary, and the queue's keyspace
     holds some: the keys found."""
-    keys = _all_keys(cluster)
+    keys = cluster.all_keys()
     for key, port in keys.items():
         assert key.startswith("{"), f"{key} is outside the cluster layout"
         tag = key[1:key.index("}")]

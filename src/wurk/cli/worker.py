@@ -34,6 +34,8 @@ from ..configfile import load_file
 from ..errors import ConfigError, WurkError
 from ..job import registry
 from ..payload import DEFAULT_QUEUE
+from ..runtime.collector import tune_collector
+from ..runtime.malloc import limit_arenas
 from ..runtime.signals import SignalPipe
 
 __all__ = ["load_module", "run_worker", "worker"]
@@ -255,8 +257,6 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     """Run a worker for ``config`` in this process until TERM or INT (the main thread only:
     it traps signals). A framework's command passes its own ``pipe`` to stop it from
     another thread with ``pipe.push("TERM")``."""
-    from ..runtime.collector import tune_collector
-    from ..runtime.malloc import limit_arenas
     from ..runtime.signals import serve
     from ..sharding import launcher_for
 

@@ -24,17 +24,8 @@ if redis.call('EXISTS', KEYS[3]) == 0 then return {'gone'} end
 if kind(KEYS[4]) ~= 'set' and kind(KEYS[4]) ~= 'none' then return {'wrong-type', KEYS[4]} end
 if kind(KEYS[5]) ~= 'list' and kind(KEYS[5]) ~= 'none' then return {'wrong-type', KEYS[5]} end
 if kind(KEYS[6]) ~= 'list' then redis.call('DEL', KEYS[6]) end
-local tick = tonumber(ARGV[3])
-local last = redis.call('HGET', KEYS[3], 'lf')
-if tonumber(last) and tonumber(last) >= tick then return {'done', last} end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
-if tick > now then return {'early'} end
-if now - tick > tonumber(ARGV[5]) then return {'late'} end
-if redis.call('HGET', KEYS[3], 'paused') == '1' then
-  redis.call('HSET', KEYS[3], 'nf', ARGV[4])
-  return {'paused'}
-end
+local not_due = undue()
+if not_due then return not_due end
 redis.call('HSET', KEYS[3], 'lf', ARGV[3], 'nf', ARGV[4])
 redis.call('SADD', KEYS[4], ARGV[6])
 redis.call('LPUSH', KEYS[5], ARGV[7])

@@ -21,17 +21,8 @@ local pending_type = redis.call('TYPE', KEYS[4])['ok']
 if pending_type ~= 'none' and pending_type ~= 'hash' then redis.call('DEL', KEYS[4]) end
 local waiting = redis.call('HGET', KEYS[4], 'tick')
 if waiting then return {'pending', waiting} end
-local tick = tonumber(ARGV[3])
-local last = redis.call('HGET', KEYS[3], 'lf')
-if tonumber(last) and tonumber(last) >= tick then return {'done', last} end
-local time = redis.call('TIME')
-local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
-if tick > now then return {'early'} end
-if now - tick > tonumber(ARGV[5]) then return {'late'} end
-if redis.call('HGET', KEYS[3], 'paused') == '1' then
-  redis.call('HSET', KEYS[3], 'nf', ARGV[4])
-  return {'paused'}
-end
+local not_due = undue()
+if not_due then return not_due end
 redis.call('HSET', KEYS[3], 'lf', ARGV[3], 'nf', ARGV[4])
 redis.call('HSET', KEYS[4], 'tick', ARGV[3], 'jid', ARGV[8], 'queue', ARGV[6],
            'payload', ARGV[7])
