@@ -16,11 +16,10 @@
    processor fetched them, in one round trip, by the same fetcher code. At the deadline the
    manager gives back what still runs, then the lane cancels it: a job given back is never
    acknowledged.
-3. ``timed`` drives a job's coroutine step by step and warns, naming the job, when one step
-   holds the loop longer than ``loop_lag_warning``: a blocking call inside an async job
-   stalls every other one.
-4. The lag probe: a timer on the loop measuring how late it fires; the worst lag since the
-   last heartbeat goes into the process record (``loop_lag_us``).
+3. The loop's watch (``wurk.runtime.loopwatch``): a tick on the loop measures how late it
+   runs (the process record's ``loop_lag_us``), and a thread of the watch's names the async
+   job holding the loop longer than ``loop_lag_warning``, while it holds it: a blocking
+   call inside an async job stalls every other one. Nothing wraps a job's steps for it.
 """
 
 from __future__ import annotations
@@ -34,7 +33,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Generator
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from .config import Capsule, Config
@@ -44,15 +43,14 @@ from .errors import RedisUnavailable, Shutdown
 from .fetch.basic import UnitOfWork
 from .reporting import report_error
 from .runtime.affinity import Pinning
+from .runtime.loopwatch import LoopWatch
 from .runtime.outage import Backoff, Outage
 
-__all__ = ["AsyncLane", "EventLoop", "bookkeeping", "timed"]
+__all__ = ["AsyncLane", "EventLoop", "bookkeeping"]
 
 log = logging.getLogger("wurk")
 T = TypeVar("T")
 
-# How often the probe measures the loop's lateness.
-PROBE_INTERVAL = 0.05
 # A processor waiting for a free async slot looks this often whether it should stop.
 SLOT_WAIT = 0.1
 # The acknowledging thread looks this often whether its lane is closing.
@@ -88,17 +86,20 @@ class EventLoop:
     """The worker's event loop thread, made on first use (a worker with no async job never
     starts it)."""
 
-    def __init__(self, helpers: int = 32) -> None:
+    def __init__(self, helpers: int = 32, watch: LoopWatch | None = None) -> None:
         self._helpers = helpers
+        # The loop's lag, and the async job holding it (named when ``watch.limit`` is set;
+        # the runner tells it how to name a job).
+        self.watch = watch if watch is not None else LoopWatch(None)
         # Set before the first job by the launcher: the loop thread keeps with the processor
         # threads (``wurk.runtime.affinity``), since the GIL passes between them on every job.
         self.pinning: Pinning | None = None
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
         self._serving = False  # in ``run_forever`` (read and written on the loop thread only)
-        self._worst_lag = 0.0
 
     def get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -111,10 +112,15 @@ class EventLoop:
                 # not one each.
                 _bookkeepers[loop] = concurrent.futures.ThreadPoolExecutor(
                     max_workers=BOOKKEEPERS, thread_name_prefix="wurk-async-bookkeeping")
-                loop.call_soon(lambda: loop.create_task(self._probe()))
+                loop.call_soon(self.watch.start_ticking, loop)
                 thread = threading.Thread(target=self._run, args=(loop,),
                                           name="wurk-asyncio", daemon=True)
                 thread.start()
+                if self.watch.limit is not None:
+                    self._watcher = threading.Thread(
+                        target=self.watch.run, args=(loop, thread, self._closing),
+                        name="wurk-loop-watch", daemon=True)
+                    self._watcher.start()
                 self._loop, self._thread = loop, thread
             return self._loop
 
@@ -161,30 +167,22 @@ class EventLoop:
     def submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         return asyncio.run_coroutine_threadsafe(coro, self.get())
 
-    async def _probe(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            asked = loop.time()
-            await asyncio.sleep(PROBE_INTERVAL)
-            late = loop.time() - asked - PROBE_INTERVAL
-            if late > self._worst_lag:
-                self._worst_lag = late
-
     def take_lag(self) -> float:
         """The worst lateness (seconds) since the last call; 0 when the loop never ran."""
-        worst, self._worst_lag = self._worst_lag, 0.0
-        return max(worst, 0.0)
+        return self.watch.take_lag()
 
     def close(self, timeout: float = 5.0) -> None:
         """Cancel what still runs, stop the thread and free the helpers."""
         with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
+            loop, thread, watcher = self._loop, self._thread, self._watcher
+            self._loop = self._thread = self._watcher = None
             self._closing.set()
         if loop is None or thread is None:
             return
         loop.call_soon_threadsafe(self._stop_serving, loop)
         thread.join(timeout)
+        if watcher is not None:
+            watcher.join(timeout)  # it wakes at once: ``_closing`` is what it waits on
         if thread.is_alive():
             log.warning("the event loop did not stop within %.0f s", timeout)
 
@@ -202,57 +200,6 @@ async def bookkeeping(call: Callable[..., T], *args: Any) -> T:
     loop = asyncio.get_running_loop()
     bound = functools.partial(contextvars.copy_context().run, call, *args)
     return await loop.run_in_executor(_bookkeepers.get(loop), bound)
-
-
-class _Timed:
-    """An awaitable driving ``coro`` one step at a time, timing each step."""
-
-    __slots__ = ("_coro", "_limit", "_name", "_warned")
-
-    def __init__(self, coro: Coroutine[Any, Any, Any], name: str, limit: float) -> None:
-        self._coro = coro
-        self._name = name
-        self._limit = limit
-        self._warned = False
-
-    def __await__(self) -> Generator[Any, Any, Any]:
-        coro = self._coro
-        sent: Any = None
-        error: BaseException | None = None
-        while True:
-            started = time.perf_counter()
-            try:
-                step = coro.send(sent) if error is None else coro.throw(error)
-            except StopIteration as done:
-                self._check(started)
-                return done.value
-            except BaseException:
-                self._check(started)
-                raise
-            self._check(started)
-            sent, error = None, None
-            try:
-                sent = yield step
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as exc:  # cancellation and the like go into the job
-                error = exc
-
-    def _check(self, started: float) -> None:
-        held = time.perf_counter() - started
-        if held > self._limit and not self._warned:
-            self._warned = True  # once per job: a loop in it would flood the log otherwise
-            log.warning("async job %s held the event loop for %.0f ms in one step; every "
-                        "other async job waited. Move blocking calls off the loop "
-                        "(await asyncio.to_thread(...)) or make the job a plain def",
-                        self._name, held * 1e3)
-
-
-def timed(coro: Coroutine[Any, Any, Any], name: str, limit: float) -> Awaitable[Any]:
-    """``await timed(job_coroutine, "Name jid=…", 0.1)``: as ``await job_coroutine``, with a
-    warning when one step of it blocks the loop longer than ``limit`` seconds."""
-    return _Timed(coro, name, limit)
 
 
 class Slots:

@@ -70,6 +70,7 @@ from .results.recorder import ResultDeathHandler, ResultRecorder
 from .runtime import affinity
 from .runtime.busy import Busy
 from .runtime.identity import Identity
+from .runtime.loopwatch import LoopWatch
 from .runtime.proctitle import set_title
 from .runtime.timer import TimerLoop, Timers
 from .scheduled import Scheduler
@@ -209,7 +210,8 @@ class Launcher:
         self.stops.install()
         self.capsules = capsules if capsules is not None else config.all_capsules()
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy,
-                                loop=EventLoop(helper_count(self.capsules)))
+                                loop=EventLoop(helper_count(self.capsules),
+                                               LoopWatch(config.loop_lag_warning)))
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
                                    on_signal=on_remote_signal, on_beat=self._beaten,

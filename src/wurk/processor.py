@@ -32,7 +32,7 @@ import contextvars
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from types import CoroutineType
 from typing import Any
 
@@ -40,7 +40,7 @@ import redis
 
 from . import log as wurk_log
 from . import payload as P
-from .asyncjobs import AsyncLane, EventLoop, bookkeeping, timed
+from .asyncjobs import AsyncLane, EventLoop, bookkeeping
 from .config import Config
 from .connections.lending import lend_from
 from .connections.pool import RedisPool
@@ -69,6 +69,7 @@ from .reporting import report_error
 from .retry import JobRetry
 from .runtime.affinity import Pinning
 from .runtime.busy import Busy
+from .runtime.loopwatch import LoopWatch
 from .runtime.outage import Backoff, Outage
 
 __all__ = ["JobGuard", "JobRunner", "Processor"]
@@ -96,7 +97,9 @@ class JobRunner:
         self.busy = busy
         self.morgue = morgue or Morgue(config)
         self.retry = retry or JobRetry(config, self.morgue)
-        self.loop = loop if loop is not None else EventLoop()
+        self.loop = loop if loop is not None else \
+            EventLoop(watch=LoopWatch(config.loop_lag_warning))
+        self.loop.watch.describe = self.describe_task
 
     # -- one job ----------------------------------------------------------------------------
     # Every job passes here: the steps are written out in few calls (a call costs more than
@@ -278,13 +281,10 @@ class JobRunner:
                 instance: Any = None
                 try:
                     instance = definition.instantiate(job)
-                    name = f"{definition.name} (jid {job.get(P.JID)})"
 
-                    def perform() -> Awaitable[Any]:  # the arguments as they are now, as
-                        # above; the job's own awaitable, not a coroutine around it: a
-                        # frame less on every step
-                        return timed(definition.call(instance, job[P.ARGS]), name,
-                                     self.config.loop_lag_warning)
+                    def perform() -> Any:  # the arguments as they are now, as above; the
+                        # job's own coroutine, not one around it: a frame less on every step
+                        return definition.call(instance, job[P.ARGS])
 
                     chain = self.config.server_middleware
                     if chain:
@@ -300,6 +300,20 @@ class JobRunner:
                 return self._succeeded(started)
         finally:
             self.busy.remove(task_id)
+
+    def describe_task(self, task: asyncio.Task[Any]) -> str | None:
+        """``Name (jid …)`` of the async job ``task`` runs, as the loop's watch names it (from
+        its thread: the busy map only); None for a task running no job."""
+        raw = self.busy.payload_of(short_id(id(task)))
+        if raw is None:
+            return None
+        try:
+            job = P.loads(raw)
+        except InvalidPayload:  # it ran, so it parsed once: never, but a warning must not fail
+            return "(a job whose payload no longer parses)"
+        name = job.get(P.CLASS)
+        definition = self.jobs.get(name) if isinstance(name, str) else None
+        return f"{definition.name if definition is not None else name} (jid {job.get(P.JID)})"
 
     def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """A coroutine met on a processor thread (no lane: ``perform_inline``-like use, or a

@@ -154,8 +154,14 @@ def test_an_async_job_blocking_the_loop_is_named_and_the_lag_reported(
     name = next(iter(r.smembers("processes")))
     wait_for(lambda: int(r.hget(name, "loop_lag_us") or 0) >= 300_000, timeout=10,
              message="the lag in the heartbeat")
-    wait_for(lambda: f"Sys::AsyncBlocker (jid {jid}) held the event loop" in worker.output(),
-             message="the warning naming the job")
+    # Named while it held the loop, with the line it held it on (the job's own sleep).
+    wait_for(lambda: f"async job Sys::AsyncBlocker (jid {jid}) has held the event loop for "
+             in worker.output(), message="the warning naming the job")
+    warning = next(line for line in worker.output().splitlines()
+                   if f"Sys::AsyncBlocker (jid {jid}) has held" in line)
+    assert "worker_jobs.py:" in warning and " in async_blocker; every other async job waits" \
+        in warning, warning
+    assert worker.output().count("has held the event loop") == 1
 
 
 def test_an_async_job_ending_unacknowledged_goes_back_within_seconds(

@@ -33,6 +33,11 @@ class Busy:
         if self._marks:
             self._marks.pop(thread_id, None)
 
+    def payload_of(self, thread_id: str) -> bytes | None:
+        """The payload of the job ``thread_id`` runs now, as fetched; None when it runs none."""
+        entry = self._work.get(thread_id)
+        return entry[1] if entry is not None else None
+
     def mark(self, thread_id: str, **fields: object) -> None:
         """Add fields to a running job's entry (until it is removed)."""
         if thread_id in self._work:

@@ -1,0 +1,185 @@
+"""The loop's watch decides on a clock the test holds: ``tick(now)`` on the loop's side,
+``look(now, current, where)`` on the watch thread's."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from wurk.runtime.loopwatch import TICK, LoopWatch, where_thread_is
+
+
+@pytest.fixture
+def tasks() -> Iterator[tuple[asyncio.Task[Any], asyncio.Task[Any]]]:
+    """Two real tasks (never run): the watch only compares and names them."""
+    loop = asyncio.new_event_loop()
+
+    async def idle() -> None:
+        await asyncio.sleep(0)
+
+    first, second = loop.create_task(idle(), name="one"), loop.create_task(idle(), name="two")
+    yield first, second
+    for task in (first, second):
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(first, second, return_exceptions=True))
+    loop.close()
+
+
+def here() -> str:
+    return "jobs.py:12 in deliver"
+
+
+def describe(task: asyncio.Task[Any]) -> str | None:
+    return "Hooks::Deliver (jid abc)" if task.get_name() == "one" else None
+
+
+def test_a_task_running_at_two_looks_a_limit_apart_with_no_tick_between_is_named_once(
+    tasks: tuple[asyncio.Task[Any], asyncio.Task[Any]]
+) -> None:
+    one, _ = tasks
+    watch = LoopWatch(0.1, describe)
+    due = watch.tick(100.0)
+    assert due == 100.0 + TICK
+    assert watch.look(due + 0.01, one, here) is None  # first seen: no time held yet
+    assert watch.look(due + 0.06, one, here) is None  # 50 ms: under the limit
+    warning = watch.look(due + 0.12, one, here)
+    assert warning == ("async job Hooks::Deliver (jid abc) has held the event loop for "
+                       "110 ms at jobs.py:12 in deliver; every other async job waits. Move "
+                       "blocking calls off the loop (await asyncio.to_thread(...)) or make "
+                       "the job a plain def")
+    assert watch.look(due + 0.5, one, here) is None  # once a job
+
+
+def test_nothing_is_named_while_the_tick_is_not_overdue(
+    tasks: tuple[asyncio.Task[Any], asyncio.Task[Any]]
+) -> None:
+    """Before the tick is due the loop may have turned many times: the same task at two
+    looks proves nothing."""
+    one, _ = tasks
+    watch = LoopWatch(0.01, describe)
+    due = watch.tick(100.0)
+    for now in (100.0, due - 0.02, due - 0.001):
+        assert watch.look(now, one, here) is None
+
+
+def test_a_tick_between_two_looks_means_the_loop_turned(
+    tasks: tuple[asyncio.Task[Any], asyncio.Task[Any]]
+) -> None:
+    one, _ = tasks
+    watch = LoopWatch(0.1, describe)
+    due = watch.tick(100.0)
+    assert watch.look(due + 0.01, one, here) is None
+    due = watch.tick(due + 0.05)  # a turn began: the task's step then was another step
+    assert watch.look(due + 0.01, one, here) is None
+    assert watch.look(due + 0.08, one, here) is None
+    assert watch.look(due + 0.12, one, here) is not None  # held since due + 0.01
+
+
+def test_another_task_or_none_at_the_second_look_starts_over(
+    tasks: tuple[asyncio.Task[Any], asyncio.Task[Any]]
+) -> None:
+    one, two = tasks
+    watch = LoopWatch(0.1, describe)
+    due = watch.tick(100.0)
+    assert watch.look(due + 0.01, one, here) is None
+    assert watch.look(due + 0.2, two, here) is None  # two just came: seen from here
+    assert watch.look(due + 0.25, None, here) is None  # in no task (a callback, the select)
+    assert watch.look(due + 0.3, two, here) is None
+    warning = watch.look(due + 0.4, two, here)
+    assert warning is not None and warning.startswith(
+        "a task on the event loop (two running tasks.<locals>.idle, not a "
+        "job's own) has held the event loop for 100 ms at jobs.py:12 in deliver")
+
+
+def test_without_a_limit_the_watch_keeps_the_lag_only(
+    tasks: tuple[asyncio.Task[Any], asyncio.Task[Any]]
+) -> None:
+    one, _ = tasks
+    for limit in (None, 0.0):
+        watch = LoopWatch(limit, describe)
+        assert watch.limit is None
+        due = watch.tick(100.0)
+        assert watch.look(due + 1, one, here) is None
+        assert watch.look(due + 9, one, here) is None
+
+
+def test_the_lag_is_the_worst_lateness_of_the_tick_since_it_was_taken() -> None:
+    watch = LoopWatch(0.1)
+    assert watch.take_lag() == 0.0  # never ticked
+    due = watch.tick(10.0)
+    due = watch.tick(due + 0.002)
+    due = watch.tick(due + 0.3)
+    due = watch.tick(due + 0.01)
+    assert watch.take_lag() == pytest.approx(0.3)
+    assert watch.take_lag() == 0.0
+    watch.tick(due - 0.001)  # early (the loop's timer resolution): no lag, never negative
+    assert watch.take_lag() == 0.0
+
+
+def test_where_names_the_innermost_line_outside_the_libraries() -> None:
+    """A thread blocked in ``time.sleep`` inside ``threading``'s frames: the line named is
+    this file's, where it called the sleep."""
+    started, done = threading.Event(), threading.Event()
+
+    def blocked_here() -> None:
+        started.set()
+        while not done.is_set():
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=blocked_here)
+    thread.start()
+    try:
+        started.wait(5)
+        where = where_thread_is(thread.ident)
+        assert where is not None
+        assert where.startswith("tests/unit/test_loopwatch.py:"), where
+        assert where.endswith(" in blocked_here")
+    finally:
+        done.set()
+        thread.join(5)
+    assert where_thread_is(None) is None
+
+
+def test_the_watch_thread_names_a_task_blocking_a_real_loop(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """The watch's own thread, on a real loop: a task that sleeps in ``time.sleep`` for
+    0.5 s while the limit is 0.1 s is named, with its line, while it still blocks."""
+    from wurk.asyncjobs import EventLoop
+
+    watch = LoopWatch(0.1, lambda task: "Sys::Blocker (jid j1)"
+                      if task.get_name() == "blocker" else None)
+    loop = EventLoop(2, watch)
+    caplog.set_level(logging.WARNING, logger="wurk")
+    named_while_blocking: list[bool] = []
+
+    async def blocker() -> None:
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
+        named_while_blocking.append(any("has held the event loop" in r.getMessage()
+                                        for r in caplog.records))
+
+    try:
+        running = loop.get()
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), running).result(5)  # ticking
+        future = asyncio.run_coroutine_threadsafe(_named(blocker(), "blocker"), running)
+        future.result(10)
+    finally:
+        loop.close()
+    warnings = [r.getMessage() for r in caplog.records if "has held" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("async job Sys::Blocker (jid j1) has held the event loop for ")
+    assert " in blocker; every other async job waits" in warnings[0]
+    assert named_while_blocking == [True]
+    assert loop.take_lag() >= 0.3
+
+
+async def _named(coro: Any, name: str) -> None:
+    await asyncio.get_running_loop().create_task(coro, name=name)
