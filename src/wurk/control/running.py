@@ -79,7 +79,10 @@ class Target:
 class SyncTarget(Target):
     def __init__(self, jid: str, busy_id: str, guard: JobGuard, *, limit: float | None,
                  cooperative: bool = False) -> None:
-        super().__init__(jid, busy_id, limit=limit, cooperative=cooperative)
+        # ``Target.__init__`` written out: one is made for every sync job.
+        self.jid, self.busy_id, self.limit, self.cooperative = jid, busy_id, limit, cooperative
+        self.reason = self.told_at = None
+        self.stuck = False
         self.guard = guard
 
     def _send(self, reason: str) -> bool:
@@ -103,38 +106,35 @@ class AsyncTarget(Target):
 
 
 class Running:
-    """jid → the targets running it in this process; the cancels remembered."""
+    """The targets running in this process; the cancels remembered.
+
+    A job's start and end add and remove its target with one dict operation each, keyed by
+    the target itself (atomic in CPython; the free-threaded build locks each dict): they are
+    on every job's path and take no lock. A cancel, rare, looks through a copy for its jid."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._lock = threading.Lock()
-        self._targets: dict[str, list[Target]] = {}
-        self._cancelled: dict[str, float] = {}  # jid → when the cancel is forgotten
+        self._lock = threading.Lock()  # the cancels remembered
+        self._targets: dict[int, Target] = {}
+        # jid → when the cancel is forgotten; read without the lock while empty (most jobs).
+        self.cancels: dict[str, float] = {}
         self._clock = clock
 
     def add(self, target: Target) -> None:
-        with self._lock:
-            self._targets.setdefault(target.jid, []).append(target)
+        self._targets[id(target)] = target
 
     def remove(self, target: Target) -> None:
-        with self._lock:
-            found = self._targets.get(target.jid)
-            if found is not None:
-                if target in found:
-                    found.remove(target)
-                if not found:
-                    del self._targets[target.jid]
+        self._targets.pop(id(target), None)
 
     def targets(self) -> list[Target]:
-        with self._lock:
-            return [t for found in self._targets.values() for t in found]
+        return list(self._targets.copy().values())
 
     def cancel(self, jid: str) -> list[Target]:
         """Stop the jobs running ``jid`` here, and remember the cancel; the targets told."""
         now = self._clock()
         with self._lock:
-            self._cancelled[jid] = now + REMEMBER_CANCELS
+            self.cancels[jid] = now + REMEMBER_CANCELS
             self._forget(now)
-            found = list(self._targets.get(jid, ()))
+        found = [target for target in self.targets() if target.jid == jid]
         told = [target for target in found if target.stop(CANCEL, now)]
         if told:
             log.info("cancelling job %s: told %d running execution(s) to stop", jid, len(told))
@@ -142,12 +142,12 @@ class Running:
 
     def was_cancelled(self, jid: object) -> bool:
         """Whether a cancel of ``jid`` arrived lately (read as a job starts)."""
-        if not self._cancelled or not isinstance(jid, str):
+        if not self.cancels or not isinstance(jid, str):
             return False
         with self._lock:
-            until = self._cancelled.get(jid)
+            until = self.cancels.get(jid)
             return until is not None and until > self._clock()
 
     def _forget(self, now: float) -> None:
-        for jid in [j for j, until in self._cancelled.items() if until <= now]:
-            del self._cancelled[jid]
+        for jid in [j for j, until in self.cancels.items() if until <= now]:
+            del self.cancels[jid]

@@ -64,15 +64,23 @@ class Stopper:
 
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
+        # The steps of ``_watch`` and ``_unwatch`` written out, each done only when it has
+        # something to do: this runs around every sync job (a call is dear there, docs/
+        # design.md "Sync jobs").
         jid = payload.get(P.JID)
-        self._refuse_cancelled(jid)
+        running = self.running
+        if running.cancels:
+            self._refuse_cancelled(jid)
         guard = current_guard()
-        if guard is None or not isinstance(jid, str):
+        if guard is None or type(jid) is not str:
             return call_next()  # not on a processor thread: nothing can stop it from outside
-        target = SyncTarget(jid, guard.thread_id or "", guard,
-                            limit=limit_of(payload, self.config.job_timeout),
+        limit = self.config.job_timeout if P.TIMEOUT not in payload else \
+            limit_of(payload, self.config.job_timeout)
+        target = SyncTarget(jid, guard.thread_id or "", guard, limit=limit,
                             cooperative=isinstance(job, IterableJob))
-        self._watch(target)
+        running.add(target)
+        if limit is not None:
+            self.deadlines.arm(target)
         try:
             try:
                 guard.open_body()
@@ -82,8 +90,12 @@ class Stopper:
         except (TimeoutRaised, CancelRaised):
             raise target.error() from None
         finally:
-            self._unwatch(target)
-        self._swallowed(target)
+            # The deadlines hold a target only when it had a limit or was told to stop.
+            if limit is not None or target.told_at is not None:
+                self.deadlines.ended(target)
+            running.remove(target)
+        if target.reason is not None:
+            self._swallowed(target)
         return result
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import threading
+from collections.abc import Callable
 
 from ..errors import JobCancelled, JobTimeout, Shutdown
 
@@ -177,5 +178,6 @@ def set_guard(guard: JobGuard) -> None:
     _guard.set(guard)
 
 
-def current_guard() -> JobGuard | None:
-    return _guard.get()
+# The guard of the running thread's job (None off a processor thread): the context
+# variable's own method, no Python frame of its own — the innermost link asks it per job.
+current_guard: Callable[[], JobGuard | None] = _guard.get
