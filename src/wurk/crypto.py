@@ -206,6 +206,8 @@ class Opener:
     """Server middleware: the job runs with its last argument opened; the payload keeps the
     envelope for whatever stores it afterwards."""
 
+    wurk_keys = frozenset({P.ENCRYPT})  # every other job's walk leaves it out
+
     def __init__(self, config: Config) -> None:
         self.config = config
 

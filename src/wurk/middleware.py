@@ -23,7 +23,11 @@
    round trip off the loop) returns ``Later(awaitable)``. A resume of an async job passes
    through every frame of its await chain, so a link the job does not need costs it on
    every step, not once (``docs/design.md``, "Async jobs: where the CPU goes").
-6. ``bridge`` is the one way an async link runs from sync code: the link runs on an event
+6. A link may also say which jobs it has anything to do for at all: those whose payload has
+   one of its ``wurk_keys`` (a collection of payload keys), or whose job object is one of
+   its ``wurk_job_types``. Every other job's walk, sync or async, leaves it out: no frame,
+   no plan (the built-in links for batches aside, most jobs use none of their features).
+7. ``bridge`` is the one way an async link runs from sync code: the link runs on an event
    loop (the worker's, or ``TemporaryLoop``'s for a sync push), and each ``await
    call_next()`` runs the rest of the chain back in the calling thread, so a job keeps its
    thread's lent connection and its shutdown interrupt.
@@ -157,6 +161,46 @@ def _direct(link: Middleware) -> Middleware:
 Link = tuple[Middleware, "Callable[..., Coroutine[Any, Any, Any]] | None"]
 
 
+class _Skips(NamedTuple):
+    """What lets a job's walk leave links out: the payload keys and job types some link
+    declared (``wurk_keys``, ``wurk_job_types``), and which links a job with none of them
+    passes through."""
+
+    keys: frozenset[str]
+    types: tuple[type, ...]
+    kept: tuple[int, ...]  # the positions of the links such a job passes through
+
+    def plain(self, job: Any, payload: dict[str, Any]) -> bool:
+        """Whether ``job`` needs none of the links that declared what they need."""
+        return self.keys.isdisjoint(payload) and not isinstance(job, self.types)
+
+
+def _skips(links: list[Middleware]) -> _Skips | None:
+    """The chain's ``_Skips``; None when no link declared what it needs."""
+    keys: set[str] = set()
+    types: list[type] = []
+    kept: list[int] = []
+    for position, link in enumerate(links):
+        owner = getattr(link, "__self__", link)  # a link's bound ``__call__`` (``_direct``)
+        wanted_keys = getattr(owner, "wurk_keys", None)
+        wanted_types = getattr(owner, "wurk_job_types", None)
+        if wanted_keys is None and wanted_types is None:
+            kept.append(position)
+            continue
+        if isinstance(wanted_keys, str) or not all(
+                isinstance(key, str) for key in wanted_keys or ()):
+            raise TypeError(f"{owner!r}: wurk_keys must be a collection of payload keys "
+                            f"(text), not {wanted_keys!r}")
+        if not all(isinstance(kind, type) for kind in wanted_types or ()):
+            raise TypeError(f"{owner!r}: wurk_job_types must be a tuple of classes, not "
+                            f"{wanted_types!r}")
+        keys.update(wanted_keys or ())
+        types.extend(wanted_types or ())
+    if len(kept) == len(links):
+        return None
+    return _Skips(frozenset(keys), tuple(dict.fromkeys(types)), tuple(kept))
+
+
 def _walk(links: tuple[Link, ...], position: int, job: Any, payload: dict[str, Any],
           queue: str, final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
     """Call ``links[position:]`` around ``final`` from sync code, each async link through
@@ -202,11 +246,14 @@ class Chain:
         # functions), so a job's walk asks nothing of them; None when one is.
         self._links: tuple[Link, ...] | None = None
         self._checked = False
+        # And the walk of a job none of the links that said what they need has anything for:
+        # what tells one, and its links (``_Skips``); None when no link said.
+        self._skips: tuple[_Skips, tuple[Link, ...]] | None = None
         # The same for ``ainvoke`` (async forms preferred): the links and their forms, found
         # on its first call after an edit, so an async job does not ask every link with
         # ``inspect`` again; None until then, or while a link is made fresh per call.
         # And each link's ``wurk_plan`` where the walk may use it.
-        self._async_links: tuple[_AsyncWalk, _AsyncWalk] | None = None
+        self._async_links: _AsyncWalks | None = None
 
     def __iter__(self) -> Iterator[Callable[..., Any]]:
         return (entry.factory for entry in self._entries)
@@ -273,11 +320,19 @@ class Chain:
             self._links = None if any(entry.fresh for entry in self._entries) else tuple(
                 (_direct(link), async_form(link, prefer_async=False))
                 for link in (entry.make() for entry in self._entries))
+            skips = _skips([link for link, _ in self._links]) \
+                if self._links is not None else None
+            self._skips = None if skips is None or self._links is None else \
+                (skips, tuple(self._links[position] for position in skips.kept))
             self._checked = True
         links = self._links
         if links is None:  # a class made fresh per call: its links are made now
             links = tuple((link, async_form(link, prefer_async=False))
                           for link in (entry.make() for entry in self._entries))
+        elif self._skips is not None and self._skips[0].plain(job, payload):
+            links = self._skips[1]
+            if not links:
+                return final()
         return _walk(links, 0, job, payload, queue, final, run_async)
 
     def ainvoke(
@@ -299,11 +354,22 @@ class Chain:
             links = [entry.make() for entry in self._entries]
             forms = [async_form(link) for link in links]
             plans = [_planner(link, form) for link, form in zip(links, forms, strict=True)]
-            walks = (_AsyncWalk(links, forms, plans, len(links), False),
-                     _AsyncWalk(links, forms, plans, len(links), True))
+            skips = _skips(links)
+            kept = skips.kept if skips is not None else range(len(links))
+            few = ([links[i] for i in kept], [forms[i] for i in kept], [plans[i] for i in kept])
+            walks = _AsyncWalks(
+                (_AsyncWalk(links, forms, plans, len(links), False),
+                 _AsyncWalk(links, forms, plans, len(links), True)),
+                skips,
+                (_AsyncWalk(*few, len(kept), False), _AsyncWalk(*few, len(kept), True)))
             if not any(entry.fresh for entry in self._entries):
                 self._async_links = walks
-        walk = walks[sync_links == "inline"]
+        if walks.skips is not None and walks.skips.plain(job, payload):
+            walk = walks.plain[sync_links == "inline"]
+            if not walk.size:
+                return _finished(final)
+        else:
+            walk = walks.full[sync_links == "inline"]
         if walk.inline and not any(walk.forms):
             return _walked(tuple(zip(walk.links, walk.forms, strict=True)), job, payload, queue,
                            final)
@@ -323,6 +389,15 @@ class Chain:
                 "middleware chains are frozen once the worker starts; add middleware "
                 "before calling start()"
             )
+
+
+class _AsyncWalks(NamedTuple):
+    """``ainvoke``'s walks of a chain (its sync links in a helper thread, or inline), and
+    those of a job none of the links that said what they need has anything for."""
+
+    full: tuple[_AsyncWalk, _AsyncWalk]
+    skips: _Skips | None
+    plain: tuple[_AsyncWalk, _AsyncWalk]
 
 
 class _AsyncWalk(NamedTuple):

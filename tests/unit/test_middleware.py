@@ -331,6 +331,119 @@ def test_every_built_in_server_link_plans_around_async_jobs() -> None:
         assert _planner(link, async_form(link)) is not None, link
 
 
+class _Keyed:
+    """A link for jobs whose payload has ``"mine"`` only; another for ``Special`` jobs."""
+
+    wurk_keys = frozenset({"mine"})
+
+    def __init__(self, seen: list[str]) -> None:
+        self.seen = seen
+
+    def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        self.seen.append(f"keyed {payload['jid']}")
+        return call_next()
+
+    async def acall(self, job: Any, payload: dict[str, Any], queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        self.seen.append(f"keyed {payload['jid']}")
+        return await call_next()
+
+
+class _Special:
+    pass
+
+
+class _Typed(_Keyed):
+    wurk_keys = None  # type: ignore[assignment]
+    wurk_job_types = (_Special,)
+
+    def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                 call_next: Callable[[], Any]) -> Any:
+        self.seen.append(f"typed {payload['jid']}")
+        return call_next()
+
+    async def acall(self, job: Any, payload: dict[str, Any], queue: str,
+                    call_next: Callable[[], Any]) -> Any:
+        self.seen.append(f"typed {payload['jid']}")
+        return await call_next()
+
+
+def test_a_link_that_says_what_it_needs_is_left_out_of_other_jobs_walks() -> None:
+    """``wurk_keys`` / ``wurk_job_types``: a job with none of the keys and of none of the
+    types passes only the other links, sync and async; a job with either passes all, in
+    order."""
+    seen: list[str] = []
+
+    def plain(job: Any, payload: dict[str, Any], queue: str,
+              call_next: Callable[[], Any]) -> Any:
+        seen.append(f"plain {payload['jid']}")
+        return call_next()
+
+    chain = Chain()
+    chain.add(_Keyed(seen))
+    chain.add(plain)
+    chain.add(_Typed(seen))
+
+    def walk(job: Any, jid: str, **extra: Any) -> Any:
+        return chain.invoke(job, {"jid": jid, **extra}, "q", lambda: jid)
+
+    async def awalk(job: Any, jid: str, **extra: Any) -> Any:
+        return await chain.ainvoke(job, {"jid": jid, **extra}, "q", lambda: jid)
+
+    for run in (walk, lambda *a, **k: asyncio.run(awalk(*a, **k))):
+        seen.clear()
+        assert run("J", "a") == "a"
+        assert run("J", "b", mine=None) == "b"  # the key present, whatever its value
+        assert run(_Special(), "c") == "c"
+        assert seen == ["plain a",
+                        "keyed b", "plain b", "typed b",
+                        "keyed c", "plain c", "typed c"]
+
+
+def test_a_chain_of_links_each_saying_what_it_needs_calls_a_plain_job_directly() -> None:
+    seen: list[str] = []
+    chain = Chain()
+    chain.add(_Keyed(seen))
+    assert chain.invoke("J", {"jid": "a"}, "q", lambda: "done") == "done"
+    assert asyncio.run(chain.ainvoke("J", {"jid": "b"}, "q", lambda: "done")) == "done"
+    assert seen == []
+    assert chain.invoke("J", {"jid": "c", "mine": 1}, "q", lambda: "done") == "done"
+    assert seen == ["keyed c"]
+
+
+@pytest.mark.parametrize("keys, types, named", [
+    ("mine", None, "wurk_keys"), ({1}, None, "wurk_keys"), (None, ("x",), "wurk_job_types")])
+def test_a_wrong_declaration_of_what_a_link_needs_is_refused_naming_it(
+    keys: Any, types: Any, named: str
+) -> None:
+    link = _Keyed([])
+    link.wurk_keys = keys  # type: ignore[misc]
+    link.wurk_job_types = types  # type: ignore[attr-defined]
+    chain = Chain()
+    chain.add(link)
+    with pytest.raises(TypeError, match=named):
+        chain.invoke("J", {"jid": "a"}, "q", lambda: None)
+    with pytest.raises(TypeError, match=named):
+        asyncio.run(chain.ainvoke("J", {"jid": "a"}, "q", lambda: None))
+
+
+def test_the_built_in_links_for_features_a_plain_job_does_not_use_are_left_out() -> None:
+    """Which built-in links a plain job (no batch, workflow, result, encryption, profile,
+    not iterable) passes: the metrics, the cancel's count, the batch's configuration, the
+    limits' handling of a limiter used inside it, and the innermost stop."""
+    config = Config()
+    chain = Chain()
+    for kind in BUILT_IN:
+        chain.add(kind(None) if kind is ExecutionMetrics else kind(config))
+    chain.add(Stopper(config, Running(), Deadlines()))
+    chain.invoke("J", {"jid": "a", "class": "J"}, "q", lambda: None)
+    assert chain._skips is not None
+    assert [type(getattr(link, "__self__", link)).__name__ for link, _ in chain._skips[1]] == [
+        "ExecutionMetrics", "CancelHandler", "BatchServerMiddleware", "LimitsMiddleware",
+        "Stopper"]
+
+
 # In a fresh interpreter: threads other tests left running make garbage of their own.
 WALKS_MAKE_NO_GARBAGE = textwrap.dedent("""
     import asyncio, gc

@@ -39,6 +39,9 @@ log = logging.getLogger("wurk")
 class InterruptHandler:
     """Server middleware: ``Interrupted`` → the same job pushed again, this run handled."""
 
+    # Only an iterable job is ever interrupted so (``wurk.middleware``).
+    wurk_job_types: tuple[type, ...] = (IterableJob,)
+
     def __init__(self, config: Config) -> None:
         self.config = config
 

@@ -132,6 +132,8 @@ def job_type(payload: P.Payload) -> str:
 class JobProfiler:
     """Server middleware: a job with ``profile`` runs under the profiler."""
 
+    wurk_keys = frozenset({PROFILE})  # every other job's walk leaves it out
+
     def __init__(self, config: Config) -> None:
         self.config = config
 

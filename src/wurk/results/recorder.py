@@ -54,6 +54,8 @@ RESULT_TTL = P.RESULT_TTL  # bound once: looked up for every job
 class ResultRecorder:
     """Server middleware: a job with ``result_ttl`` keeps its run's outcome."""
 
+    wurk_keys = frozenset({RESULT_TTL})  # every other job's walk leaves it out
+
     def __init__(self, config: Config) -> None:
         self.config = config
 

@@ -102,6 +102,9 @@ def _ttl(payload: P.Payload) -> int:
 class WorkflowMiddleware:
     """Server middleware: counts each step of a workflow once."""
 
+    # Only a workflow's step has anything to do here (``wurk.middleware``).
+    wurk_keys = frozenset({WORKFLOW, STEP})
+
     def __init__(self, config: Config) -> None:
         self.config = config
 
