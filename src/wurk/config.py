@@ -272,7 +272,8 @@ class Config:
     # -- async jobs (``wurk.asyncjobs``) ----------------------------------------------------
     # ``async def`` jobs of the default capsule running at once as tasks on the event loop.
     async_concurrency: int = 100
-    # A step of an async job that holds the event loop longer than this is logged by name.
+    # An async job holding the event loop longer than this is named by the loop's watch
+    # (``wurk.runtime.loopwatch``); 0 turns the watch off.
     loop_lag_warning: float = 0.1
     # The garbage collector's first threshold in a process the worker owns, which also
     # freezes what exists at its start (``wurk.runtime.collector``); None: Python's own.

@@ -56,9 +56,9 @@ def test_a_thousand_async_jobs_run_at_once_on_few_threads(
 ) -> None:
     """1,000 jobs each awaiting 50 ms (50 s one after the other) in at most 2 s, on at most
     thread concurrency + 10 threads all told — the processors, the main thread, the
-    heartbeat, the one thread of the periodic duties, the event loop and the ACK thread. The
-    best of five tries counts: on a machine whose cores other work takes, one try can be
-    starved of CPU."""
+    heartbeat, the one thread of the periodic duties, the event loop, its watch and the ACK
+    thread. The best of five tries counts: on a machine whose cores other work takes, one
+    try can be starved of CPU."""
     threads = 2
     worker = start_worker("-c", str(threads), "--async-concurrency", "200")
     time.sleep(0.5)  # every background loop started
