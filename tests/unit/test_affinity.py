@@ -327,6 +327,22 @@ def test_the_trial_keeps_pinning_unless_it_did_clearly_fewer_jobs(
     assert fake.pinning._guard.verdict == ("pinned" if kept else "free")
 
 
+def test_windows_in_which_no_job_ended_keep_pinning_and_measure_again_later() -> None:
+    """No job ended in the pinned windows nor in the scout's, on one core (a thousand async
+    jobs' clients connecting at the start, or jobs longer than a window): nothing to tell
+    by, so the threads stay pinned, and are measured again after RETRY — not set free for
+    HOLD on no evidence (which made the async row at 1,000 at once run unpinned in some
+    runs and pinned in others)."""
+    fake = Fake(cores=0.9, pinned_rate=0, free_rate=0, scout_cores=0.9, scout_rate=0)
+    changes = fake.run(affinity.RETRY)
+    assert near(changes, [(0.0, F), (STEP, P), (STEP + W, S), (STEP + 2 * W, P)])
+    assert fake.pinning._guard.verdict == "pinned"
+    fake.rates = {P: 9000, S: 8000, F: 8000}  # the jobs flow now: measured again, kept
+    changes = fake.run(2.0)
+    assert [state for _, state in changes] == [P, S, P]  # a scout again, plainly losing
+    assert fake.pinning._guard.verdict == "pinned"
+
+
 def test_jobs_computing_in_parallel_are_held_free_after_one_scout_window() -> None:
     """Over PARALLEL_CORES cores with one thread free the jobs compute in parallel: free for
     HOLD, even where the rates alone would not tell (here the trial did a few more jobs),

@@ -38,7 +38,8 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    ``HOLD`` seconds, unless the scout window did fewer than ``KEEP`` of the pinned
    window's jobs (the extra core went on the scout handing the GIL across cores, not on
    work): then pinning is kept. Under that, the threads are set free if the pinned window
-   did fewer than ``KEEP`` of the scout window's jobs, or none at all — but only once a
+   did fewer than ``KEEP`` of the scout window's jobs, or none where it did some — but only
+   once a
    second pinned window has confirmed it (the better of the two pinned windows against the
    scout's: the first may be spoilt by the worker's start). Else pinning is kept, and
    measured again the same way after ``RETRY`` seconds. A scout window plainly losing
@@ -351,7 +352,12 @@ class _Guard:
             # released) — unless the scout window did clearly fewer jobs, and the extra
             # core went on the scout handing the GIL across cores (a redis-py call per job).
             return scout_rate >= trial_rate * KEEP
-        # Pinning did not pay, or nothing to tell by.
+        if trial_rate <= 0 and scout_rate <= 0:
+            # No job ended in any window (a start connecting a thousand async jobs' clients,
+            # or jobs longer than a window) on one core: nothing to tell by, so the threads
+            # stay as GIL-bound work wants them, and are measured again after RETRY.
+            return False
+        # Pinning did not pay: the scout window did jobs, the pinned ones clearly fewer.
         return not (trial_rate > 0 and trial_rate >= scout_rate * KEEP)
 
     def _keep(self, now: float) -> str:
