@@ -93,7 +93,10 @@ class AsyncTarget(Target):
     def __init__(self, jid: str, busy_id: str, task: asyncio.Task[Any],
                  loop: asyncio.AbstractEventLoop, *, limit: float | None,
                  cooperative: bool = False) -> None:
-        super().__init__(jid, busy_id, limit=limit, cooperative=cooperative)
+        # ``Target.__init__`` written out: one is made for every async job.
+        self.jid, self.busy_id, self.limit, self.cooperative = jid, busy_id, limit, cooperative
+        self.reason = self.told_at = None
+        self.stuck = False
         self.task = task
         self.loop = loop
 

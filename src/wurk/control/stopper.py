@@ -124,16 +124,21 @@ class Stopper:
         return result
 
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
-        """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``); as
+        ``__call__``, each step only when the job gives it work."""
         jid = payload.get(P.JID)
-        self._refuse_cancelled(jid)
+        if self.running.cancels:
+            self._refuse_cancelled(jid)
         task = asyncio.current_task()
-        if task is None or not isinstance(jid, str):
+        if task is None or type(jid) is not str:
             return None
-        target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
-                             limit=limit_of(payload, self.config.job_timeout),
+        limit = self.config.job_timeout if P.TIMEOUT not in payload else \
+            limit_of(payload, self.config.job_timeout)
+        target = AsyncTarget(jid, short_id(id(task)), task, task.get_loop(), limit=limit,
                              cooperative=isinstance(job, IterableJob))
-        self._watch(target)
+        self.running.add(target)
+        if limit is not None:
+            self.deadlines.arm(target)
         return functools.partial(self._after, task, target)
 
     def _after(self, task: asyncio.Task[Any], target: AsyncTarget, result: Any,
@@ -149,8 +154,12 @@ class Stopper:
             else:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
-            self._unwatch(target)
-        self._swallowed(target)
+            # The deadlines hold a target only when it had a limit or was told to stop.
+            if target.limit is not None or target.told_at is not None:
+                self.deadlines.ended(target)
+            self.running.remove(target)
+        if target.reason is not None:
+            self._swallowed(target)
         return result
 
     def _watch(self, target: Target) -> None:
