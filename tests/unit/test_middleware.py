@@ -440,8 +440,34 @@ def test_the_built_in_links_for_features_a_plain_job_does_not_use_are_left_out()
     chain.invoke("J", {"jid": "a", "class": "J"}, "q", lambda: None)
     assert chain._skips is not None
     assert [type(getattr(link, "__self__", link)).__name__ for link, _ in chain._skips[1]] == [
-        "ExecutionMetrics", "CancelHandler", "BatchServerMiddleware", "LimitsMiddleware",
-        "Stopper"]
+        "ExecutionMetrics", "CancelHandler", "LimitsMiddleware", "Stopper"]
+
+
+def test_a_batch_callback_and_a_batch_job_see_the_workers_configuration() -> None:
+    """The batch link is left out of a plain job's walk, but still sets the worker's
+    configuration (what a batch reopened inside the job is made with) for a job of a batch
+    and for a batch callback, which reads it; sync and async alike."""
+    from wurk.batch.block import worker_config
+    from wurk.batch.callback import Callback
+
+    config = Config()
+    chain = Chain()
+    for kind in BUILT_IN:
+        chain.add(kind(None) if kind is ExecutionMetrics else kind(config))
+    seen: list[object] = []
+
+    def final() -> None:
+        seen.append(worker_config())
+
+    async def afinal() -> None:
+        seen.append(worker_config())
+
+    callback = Callback()
+    for job, payload in ((callback, {"jid": "c", "class": "Wurk::Batch::Callback"}),
+                         ("J", {"jid": "p", "class": "J"})):
+        chain.invoke(job, payload, "q", final)
+        asyncio.run(chain.ainvoke(job, payload, "q", afinal))
+    assert seen == [config, config, None, None]
 
 
 # In a fresh interpreter: threads other tests left running make garbage of their own.

@@ -19,7 +19,8 @@ from typing import Any
 
 from .. import payload as P
 
-__all__ = ["WORKER_CONFIG", "Block", "current", "enter", "leave", "split", "worker_config"]
+__all__ = ["WORKER_CONFIG", "Block", "ReadsWorkerConfig", "current", "enter", "leave", "split",
+           "worker_config"]
 
 Entry = tuple[dict[str, Any], "float | None"]
 
@@ -57,8 +58,15 @@ WORKER_CONFIG: contextvars.ContextVar[Any] = contextvars.ContextVar(
 
 
 def worker_config() -> Any:
-    """The ``Config`` of the worker running the current job, or None outside one."""
+    """The ``Config`` of the worker running the current job, or None outside one. Set for a
+    job of a batch and for a job class marked ``ReadsWorkerConfig``; other jobs' walks leave
+    the batch link out, so for them it is None."""
     return WORKER_CONFIG.get()
+
+
+class ReadsWorkerConfig:
+    """Marks a job class whose runs read ``worker_config()`` without being a batch's jobs
+    (a batch callback): the batch link runs around them too."""
 
 
 def split(block: Block, entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:

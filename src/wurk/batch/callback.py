@@ -23,7 +23,7 @@ from ..connections.lending import redis as lent_redis
 from ..errors import BatchError
 from ..job import Job, registry
 from . import accounting
-from .block import worker_config
+from .block import ReadsWorkerConfig, worker_config
 from .model import CALLBACK_CLASS, EMPTY_CLASS
 from .status import BatchStatus
 
@@ -61,7 +61,7 @@ def resolve(target: str, event: str) -> Any:
     return found
 
 
-class Callback(Job, name=CALLBACK_CLASS):
+class Callback(Job, ReadsWorkerConfig, name=CALLBACK_CLASS):
     """Runs one batch callback."""
 
     def perform(self, event: str, bid: str, target: str, options: dict[str, Any]) -> None:

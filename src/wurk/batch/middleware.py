@@ -88,6 +88,11 @@ def _uncounted(config: Config, exc: BaseException) -> bool:
 class BatchServerMiddleware:
     """Server middleware: counts each attempt of a batch job."""
 
+    # A batch's job, or a batch callback (which reads the worker's configuration,
+    # ``worker_config``): any other job's walk leaves the link out (``wurk.middleware``).
+    wurk_keys = frozenset({P.BID})
+    wurk_job_types: tuple[type, ...] = (blocks.ReadsWorkerConfig,)
+
     def __init__(self, config: Config) -> None:
         self.config = config
 
