@@ -26,7 +26,9 @@
 6. A link may also say which jobs it has anything to do for at all: those whose payload has
    one of its ``wurk_keys`` (a collection of payload keys), or whose job object is one of
    its ``wurk_job_types``. Every other job's walk, sync or async, leaves it out: no frame,
-   no plan (the built-in links for batches aside, most jobs use none of their features).
+   no plan (most jobs use none of the features the built-in links serve). It is decided
+   once, from the payload as the walk begins: a key an outer link adds on the way does not
+   bring an inner link back.
 7. ``bridge`` is the one way an async link runs from sync code: the link runs on an event
    loop (the worker's, or ``TemporaryLoop``'s for a sync push), and each ``await
    call_next()`` runs the rest of the chain back in the calling thread, so a job keeps its

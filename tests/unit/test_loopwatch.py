@@ -183,3 +183,37 @@ def test_the_watch_thread_names_a_task_blocking_a_real_loop(
 
 async def _named(coro: Any, name: str) -> None:
     await asyncio.get_running_loop().create_task(coro, name=name)
+
+
+def test_a_failure_to_name_a_job_is_logged_and_the_watch_goes_on(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """``describe`` raising (a bug, a payload it cannot read) is a warning; the watch goes
+    on and names the next job that blocks."""
+    from wurk.asyncjobs import EventLoop
+
+    calls: list[str] = []
+
+    def describe_badly(task: asyncio.Task[Any]) -> str | None:
+        calls.append(task.get_name())
+        if len(calls) == 1:
+            raise ValueError("unreadable")
+        return "Sys::Second (jid j2)"
+
+    loop = EventLoop(2, LoopWatch(0.1, describe_badly))
+    caplog.set_level(logging.WARNING, logger="wurk")
+
+    async def blocker() -> None:
+        time.sleep(0.35)
+
+    try:
+        running = loop.get()
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0.2), running).result(5)
+        for name in ("first", "second"):
+            asyncio.run_coroutine_threadsafe(_named(blocker(), name), running).result(10)
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0.1), running).result(5)
+    finally:
+        loop.close()
+    messages = [r.getMessage() for r in caplog.records]
+    assert "the event loop's watch could not look: ValueError: unreadable" in messages
+    assert any(m.startswith("async job Sys::Second (jid j2) has held") for m in messages)

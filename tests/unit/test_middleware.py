@@ -401,6 +401,26 @@ def test_a_link_that_says_what_it_needs_is_left_out_of_other_jobs_walks() -> Non
                         "keyed c", "plain c", "typed c"]
 
 
+def test_what_a_walk_leaves_out_is_decided_from_the_payload_as_it_begins() -> None:
+    """A key an outer link adds on the way does not bring in an inner link that declared
+    it (docs/async-jobs.md): set such keys when pushing."""
+    seen: list[str] = []
+
+    def adder(job: Any, payload: dict[str, Any], queue: str,
+              call_next: Callable[[], Any]) -> Any:
+        payload["mine"] = True
+        return call_next()
+
+    chain = Chain()
+    chain.add(adder)
+    chain.add(_Keyed(seen))
+    assert chain.invoke("J", {"jid": "a"}, "q", lambda: "a") == "a"
+    assert asyncio.run(chain.ainvoke("J", {"jid": "b"}, "q", lambda: "b")) == "b"
+    assert seen == []
+    chain.invoke("J", {"jid": "c", "mine": False}, "q", lambda: None)
+    assert seen == ["keyed c"]
+
+
 def test_a_chain_of_links_each_saying_what_it_needs_calls_a_plain_job_directly() -> None:
     seen: list[str] = []
     chain = Chain()

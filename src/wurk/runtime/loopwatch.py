@@ -122,8 +122,13 @@ class LoopWatch:
         while not closing.wait(interval):
             if not thread.is_alive():
                 return
-            warning = self.look(loop.time(), asyncio.current_task(loop),
-                                lambda: where_thread_is(thread.ident))
+            try:
+                warning = self.look(loop.time(), asyncio.current_task(loop),
+                                    lambda: where_thread_is(thread.ident))
+            except Exception as exc:  # naming a job must never end the watch
+                log.warning("the event loop's watch could not look: %s: %s",
+                            type(exc).__name__, exc)
+                continue
             if warning is not None:
                 log.warning("%s", warning)
 
