@@ -322,8 +322,7 @@ class Chain:
             self._links = None if any(entry.fresh for entry in self._entries) else tuple(
                 (_direct(link), async_form(link, prefer_async=False))
                 for link in (entry.make() for entry in self._entries))
-            skips = _skips([link for link, _ in self._links]) \
-                if self._links is not None else None
+            skips = _skips([link for link, _ in self._links]) if self._links else None
             self._skips = None if skips is None or self._links is None else \
                 (skips, tuple(self._links[position] for position in skips.kept))
             self._checked = True

@@ -83,6 +83,8 @@ def _never() -> bool:
 
 
 _NO_GUARD = JobGuard()
+# At most this much of a payload's class or jid goes into a warning about its job.
+NAME_SHOWN = 200
 
 
 class JobRunner:
@@ -313,7 +315,9 @@ class JobRunner:
             return "(a job whose payload no longer parses)"
         name = job.get(P.CLASS)
         definition = self.jobs.get(name) if isinstance(name, str) else None
-        return f"{definition.name if definition is not None else name} (jid {job.get(P.JID)})"
+        # What a payload says is cut short: it came from Redis, and a warning is one line.
+        shown = definition.name if definition is not None else str(name)[:NAME_SHOWN]
+        return f"{shown} (jid {str(job.get(P.JID))[:NAME_SHOWN]})"
 
     def _await(self, coro: Coroutine[Any, Any, Any]) -> Any:
         """A coroutine met on a processor thread (no lane: ``perform_inline``-like use, or a

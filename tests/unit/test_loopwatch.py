@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -217,3 +218,45 @@ def test_a_failure_to_name_a_job_is_logged_and_the_watch_goes_on(
     messages = [r.getMessage() for r in caplog.records]
     assert "the event loop's watch could not look: ValueError: unreadable" in messages
     assert any(m.startswith("async job Sys::Second (jid j2) has held") for m in messages)
+
+
+def test_a_limit_of_zero_starts_no_watch_thread() -> None:
+    """``loop_lag_warning: 0`` turns the watch off (docs/configuration.md): the loop runs
+    without the ``wurk-loop-watch`` thread, and with a limit it has one."""
+    from wurk.asyncjobs import EventLoop
+
+    def watchers() -> int:
+        return sum(t.name == "wurk-loop-watch" for t in threading.enumerate())
+
+    before = watchers()
+    for limit, expected in ((0.0, 0), (0.1, 1)):
+        loop = EventLoop(2, LoopWatch(limit))
+        try:
+            asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop.get()).result(5)
+            assert watchers() - before == expected
+        finally:
+            loop.close()
+        assert watchers() == before  # joined at close
+
+
+def test_a_payload_named_in_a_warning_is_cut_short() -> None:
+    """The class and jid the watch names come from Redis: at most ``NAME_SHOWN`` characters
+    of each go into the line."""
+    from wurk.config import Config
+    from wurk.log import short_id
+    from wurk.metrics.counters import Counters
+    from wurk.processor import NAME_SHOWN, JobRunner
+    from wurk.runtime.busy import Busy
+
+    busy = Busy()
+    runner = JobRunner(Config(), counters=Counters(), busy=busy)
+
+    async def main() -> str | None:
+        task = asyncio.current_task()
+        assert task is not None
+        busy.add(short_id(id(task)), "q", json.dumps(
+            {"class": "X" * 100_000, "jid": "j" * 100_000, "args": []}).encode())
+        return runner.describe_task(task)
+
+    described = asyncio.run(main())
+    assert described == f"{'X' * NAME_SHOWN} (jid {'j' * NAME_SHOWN})"

@@ -62,6 +62,8 @@ class Deadlines:
 
     def ended(self, target: Target) -> None:
         """``target``'s job left its body: nothing more to do for it."""
+        if target.limit is None and target.told_at is None:
+            return  # never armed nor told (most jobs): nothing here is its, no lock taken
         with self._changed:
             if any(entry[3] is target for entry in self._due):
                 self._done.add(id(target))

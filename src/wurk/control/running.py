@@ -79,10 +79,7 @@ class Target:
 class SyncTarget(Target):
     def __init__(self, jid: str, busy_id: str, guard: JobGuard, *, limit: float | None,
                  cooperative: bool = False) -> None:
-        # ``Target.__init__`` written out: one is made for every sync job.
-        self.jid, self.busy_id, self.limit, self.cooperative = jid, busy_id, limit, cooperative
-        self.reason = self.told_at = None
-        self.stuck = False
+        super().__init__(jid, busy_id, limit=limit, cooperative=cooperative)
         self.guard = guard
 
     def _send(self, reason: str) -> bool:
@@ -93,10 +90,7 @@ class AsyncTarget(Target):
     def __init__(self, jid: str, busy_id: str, task: asyncio.Task[Any],
                  loop: asyncio.AbstractEventLoop, *, limit: float | None,
                  cooperative: bool = False) -> None:
-        # ``Target.__init__`` written out: one is made for every async job.
-        self.jid, self.busy_id, self.limit, self.cooperative = jid, busy_id, limit, cooperative
-        self.reason = self.told_at = None
-        self.stuck = False
+        super().__init__(jid, busy_id, limit=limit, cooperative=cooperative)
         self.task = task
         self.loop = loop
 
@@ -118,8 +112,7 @@ class Running:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()  # the cancels remembered
         self._targets: dict[int, Target] = {}
-        # jid → when the cancel is forgotten; read without the lock while empty (most jobs).
-        self.cancels: dict[str, float] = {}
+        self._cancelled: dict[str, float] = {}  # jid → when the cancel is forgotten
         self._clock = clock
 
     def add(self, target: Target) -> None:
@@ -135,7 +128,7 @@ class Running:
         """Stop the jobs running ``jid`` here, and remember the cancel; the targets told."""
         now = self._clock()
         with self._lock:
-            self.cancels[jid] = now + REMEMBER_CANCELS
+            self._cancelled[jid] = now + REMEMBER_CANCELS
             self._forget(now)
         found = [target for target in self.targets() if target.jid == jid]
         told = [target for target in found if target.stop(CANCEL, now)]
@@ -145,12 +138,12 @@ class Running:
 
     def was_cancelled(self, jid: object) -> bool:
         """Whether a cancel of ``jid`` arrived lately (read as a job starts)."""
-        if not self.cancels or not isinstance(jid, str):
+        if not self._cancelled or not isinstance(jid, str):
             return False
         with self._lock:
-            until = self.cancels.get(jid)
+            until = self._cancelled.get(jid)
             return until is not None and until > self._clock()
 
     def _forget(self, now: float) -> None:
-        for jid in [j for j, until in self.cancels.items() if until <= now]:
-            del self.cancels[jid]
+        for jid in [j for j, until in self._cancelled.items() if until <= now]:
+            del self._cancelled[jid]

@@ -64,23 +64,15 @@ class Stopper:
 
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
-        # The steps of ``_watch`` and ``_unwatch`` written out, each done only when it has
-        # something to do: this runs around every sync job (a call is dear there, docs/
-        # design.md "Sync jobs").
         jid = payload.get(P.JID)
-        running = self.running
-        if running.cancels:
-            self._refuse_cancelled(jid)
+        self._refuse_cancelled(jid)
         guard = current_guard()
-        if guard is None or type(jid) is not str:
+        if guard is None or not isinstance(jid, str):
             return call_next()  # not on a processor thread: nothing can stop it from outside
-        limit = self.config.job_timeout if P.TIMEOUT not in payload else \
-            limit_of(payload, self.config.job_timeout)
-        target = SyncTarget(jid, guard.thread_id or "", guard, limit=limit,
+        target = SyncTarget(jid, guard.thread_id or "", guard,
+                            limit=limit_of(payload, self.config.job_timeout),
                             cooperative=isinstance(job, IterableJob))
-        running.add(target)
-        if limit is not None:
-            self.deadlines.arm(target)
+        self._watch(target)
         try:
             try:
                 guard.open_body()
@@ -90,12 +82,8 @@ class Stopper:
         except (TimeoutRaised, CancelRaised):
             raise target.error() from None
         finally:
-            # The deadlines hold a target only when it had a limit or was told to stop.
-            if limit is not None or target.told_at is not None:
-                self.deadlines.ended(target)
-            running.remove(target)
-        if target.reason is not None:
-            self._swallowed(target)
+            self._unwatch(target)
+        self._swallowed(target)
         return result
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
@@ -124,21 +112,16 @@ class Stopper:
         return result
 
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
-        """``acall`` without its frame on the job's await chain (``wurk.middleware``); as
-        ``__call__``, each step only when the job gives it work."""
+        """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
         jid = payload.get(P.JID)
-        if self.running.cancels:
-            self._refuse_cancelled(jid)
+        self._refuse_cancelled(jid)
         task = asyncio.current_task()
-        if task is None or type(jid) is not str:
+        if task is None or not isinstance(jid, str):
             return None
-        limit = self.config.job_timeout if P.TIMEOUT not in payload else \
-            limit_of(payload, self.config.job_timeout)
-        target = AsyncTarget(jid, short_id(id(task)), task, task.get_loop(), limit=limit,
+        target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
+                             limit=limit_of(payload, self.config.job_timeout),
                              cooperative=isinstance(job, IterableJob))
-        self.running.add(target)
-        if limit is not None:
-            self.deadlines.arm(target)
+        self._watch(target)
         return functools.partial(self._after, task, target)
 
     def _after(self, task: asyncio.Task[Any], target: AsyncTarget, result: Any,
@@ -154,12 +137,8 @@ class Stopper:
             else:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
-            # The deadlines hold a target only when it had a limit or was told to stop.
-            if target.limit is not None or target.told_at is not None:
-                self.deadlines.ended(target)
-            self.running.remove(target)
-        if target.reason is not None:
-            self._swallowed(target)
+            self._unwatch(target)
+        self._swallowed(target)
         return result
 
     def _watch(self, target: Target) -> None:

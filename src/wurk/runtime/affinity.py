@@ -39,10 +39,9 @@ anyway: their CPU time, unpinned, stays under ``PARALLEL_CORES`` cores.
    window's jobs (the extra core went on the scout handing the GIL across cores, not on
    work): then pinning is kept. Under that, the threads are set free if the pinned window
    did fewer than ``KEEP`` of the scout window's jobs, or none where it did some — but only
-   once a
-   second pinned window has confirmed it (the better of the two pinned windows against the
-   scout's: the first may be spoilt by the worker's start). Else pinning is kept, and
-   measured again the same way after ``RETRY`` seconds. A scout window plainly losing
+   once a second pinned window has confirmed it (the better of the two pinned windows
+   against the scout's: the first may be spoilt by the worker's start). Else pinning is
+   kept, and measured again the same way after ``RETRY`` seconds. A scout window plainly losing
    (one core, under ``LOSING`` of the pinned rate after ``SCOUT_AT_LEAST``) ends early,
    pinning kept. A window counts only if the
    process was busy throughout. Scouting with one thread rather than freeing them all is

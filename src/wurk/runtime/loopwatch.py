@@ -20,6 +20,7 @@ drive them with a clock of their own.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import sys
@@ -38,12 +39,16 @@ log = logging.getLogger("wurk")
 TICK = 0.05
 # The watch's thread looks at least this often, however small the limit.
 SHORTEST_LOOK = 0.01
-# Frames of these trees are the interpreter's or a library's: the line named is the
-# innermost one outside them (the job's own), when there is one.
-_LIBRARY_DIRS = tuple(dict.fromkeys(
-    os.path.realpath(path) + os.sep
-    for key in ("stdlib", "platstdlib", "purelib", "platlib")
-    if (path := sysconfig.get_paths().get(key))))
+
+
+@functools.cache
+def _library_dirs() -> tuple[str, ...]:
+    """The interpreter's and the libraries' trees: the line named is the innermost one
+    outside them (the job's own), when there is one. Found at the first warning."""
+    return tuple(dict.fromkeys(
+        os.path.realpath(path) + os.sep
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (path := sysconfig.get_paths().get(key))))
 
 
 def _nobody(task: asyncio.Task[Any]) -> str | None:
@@ -137,10 +142,10 @@ def where_thread_is(ident: int | None) -> str | None:
     """``path:line in function`` of the innermost frame of thread ``ident`` outside the
     interpreter's and the libraries' trees (else its innermost), or None."""
     frame: FrameType | None = sys._current_frames().get(ident) if ident is not None else None
-    innermost = frame
+    innermost, libraries = frame, _library_dirs()
     while frame is not None:
         path = os.path.realpath(frame.f_code.co_filename)
-        if not path.startswith(_LIBRARY_DIRS) and not frame.f_code.co_filename.startswith("<"):
+        if not path.startswith(libraries) and not frame.f_code.co_filename.startswith("<"):
             break
         frame = frame.f_back
     chosen = frame or innermost
