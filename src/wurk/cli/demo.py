@@ -110,14 +110,19 @@ def queue_sizes(config: Config, queues: Sequence[str]) -> dict[str, int]:
 
 def work_off(config: Config, jids: Sequence[str], *,
              timeout: float = WORK_TIMEOUT) -> int | None:
-    """Run a worker in this process until the examples' queues are empty (or ``timeout``
-    passed), stop it, and return how many jobs it ran."""
+    """Run a worker in this process until it ran as many jobs as were pushed and nothing
+    waits or runs (or ``timeout`` passed), stop it, and return how many jobs it ran.
+
+    Empty queues and an empty busy map alone do not say the jobs ran: a processor holds the
+    jobs it fetched ahead in its own list, and between two of them nothing is busy; stopped
+    then, it would give them back unrun."""
     from .. import log as wurk_log
     from ..launcher import Launcher
 
     queues = ["default", "low"]
     worker_config = Config(redis_url=config.pool().url, key_prefix=config.key_prefix,
                            queues=queues, concurrency=2, timeout=5, heartbeat_interval=1,
+                           fetch_timeout=0.2,  # an idle processor stops within this
                            scheduler_initial_wait=0, poll_interval_average=1,
                            log_format="plain")
     wurk_log.setup(fmt="plain")
@@ -127,7 +132,8 @@ def work_off(config: Config, jids: Sequence[str], *,
     try:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and (
-            any(queue_sizes(config, queues).values()) or len(launcher.busy)
+            launcher.total_processed < len(jids)
+            or any(queue_sizes(config, queues).values()) or len(launcher.busy)
         ):
             time.sleep(DEMO_POLL)
     finally:
