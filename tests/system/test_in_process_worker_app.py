@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -19,6 +18,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.processes import kill_seen, running
 from tests.system import swarm_jobs
 from tests.system import worker_jobs as jobs
 from tests.system.conftest import ROOT, wait_for
@@ -29,6 +29,7 @@ class Server:
         self.process = process
         self.log = log
         self.port = port
+        self.seen: dict[int, psutil.Process] = {}  # every child seen, by pid
 
     def get(self) -> dict[str, int]:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=5) as reply:
@@ -42,7 +43,21 @@ class Server:
             kids = psutil.Process(self.process.pid).children()
         except psutil.NoSuchProcess:
             return set()
+        for kid in kids:
+            self.seen.setdefault(kid.pid, kid)
         return {kid.pid for kid in kids if kid.status() != psutil.STATUS_ZOMBIE}
+
+    def living(self, pids: set[int]) -> list[int]:
+        """Which of the children seen with these pids still run: asked of the processes
+        seen, so a pid the system gave to another program since is not theirs."""
+        return [pid for pid in pids if pid in self.seen and running(self.seen[pid])]
+
+    def kill_children(self) -> None:
+        """SIGKILL every child ever seen that still runs. Through the process objects kept
+        when they were seen: a pid signalled afresh after its child died may belong to
+        anything by then — another test's worker (a thread's id counts: a signal to it
+        kills its whole process)."""
+        kill_seen(self.seen.values())
 
 
 def free_port() -> int:
@@ -78,13 +93,11 @@ def serve(tmp_path: Path) -> Iterator[Callable[[str], Server]]:
 
     yield start
     for server in started:
-        pids = server.children()
+        server.children()  # the last ones seen, to kill below if they outlive the server
         if server.process.poll() is None:
             server.process.kill()
         server.process.wait(10)
-        for pid in pids:
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).kill()
+        server.kill_children()
 
 
 def _shutdown(server: Server) -> float:
@@ -142,8 +155,7 @@ def test_a_web_process_hosts_a_swarm_supervised_from_a_thread(
     wait_for(lambda: r.llen("sys:hosted-long:started") == 1, message="long job started")
     children = server.children()
     assert _shutdown(server) < 2 * (2 + 3 + 1 + 3)  # twice the budget at most; not 30 s
-    assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() !=
-                   psutil.STATUS_ZOMBIE for pid in children)
+    assert server.living(children) == []
     back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
     assert [job["class"] for job in back] == ["Sys::Sleep"]
     # Only the SIGKILLed child's record is left (for the reaper); the drained ones are gone.

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.processes import kill_seen, running
 from tests.system import swarm_jobs
 from tests.system import worker_jobs as jobs
 from tests.system.conftest import FAST_SETTINGS, ROOT, Worker, wait_for
@@ -44,6 +45,7 @@ class Swarm(Worker):
         super().__init__(process, log)
         self.r = r
         self.known: set[int] = set()
+        self._seen: dict[int, psutil.Process] = {}  # the children behind ``known``
 
     @property
     def pid(self) -> int:
@@ -60,8 +62,17 @@ class Swarm(Worker):
         except psutil.NoSuchProcess:
             return set()
         pids = {kid.pid for kid in kids if alive(kid.pid)}
+        for kid in kids:
+            if kid.pid in pids:
+                self._seen.setdefault(kid.pid, kid)
         self.known |= pids
         return pids
+
+    def any_known_alive(self, pids: set[int] | None = None) -> bool:
+        """Whether a child ever seen (of ``pids``, or any) still runs, asked of the process
+        seen: its pid may belong to another program since."""
+        return any(running(kid) for pid, kid in self._seen.items()
+                   if pids is None or pid in pids)
 
     def records(self) -> dict[int, str]:
         """pid → identity of the children that have a process record in Redis."""
@@ -81,17 +92,15 @@ class Swarm(Worker):
             time.sleep(0.05)
 
     def kill_all(self) -> None:
-        pids = self.children() | self.known
+        """The parent, then every child ever seen that still runs — through the process
+        objects kept when they were seen: a pid signalled afresh after its child died may
+        belong to anything by then, another test's worker too (a thread's id counts: a
+        signal to it kills its whole process)."""
+        self.children()
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=10)
-        for pid in pids:
-            try:
-                process = psutil.Process(pid)
-                if "wurk" in " ".join(process.cmdline()):
-                    process.kill()
-            except psutil.Error:
-                pass
+        kill_seen(self._seen.values())
 
 
 def alive(pid: int) -> bool:
@@ -243,7 +252,7 @@ def test_a_child_that_cannot_boot_stops_the_swarm(
     assert "Traceback" in output  # the child's own log shows where it failed
     # Bounded: at most 3 attempts per slot, then the whole swarm stopped.
     assert output.count("before its first heartbeat (") <= 6
-    assert not any(alive(pid) for pid in swarm.known)
+    assert not swarm.any_known_alive()
     assert r.scard("processes") == 0
 
 
@@ -472,7 +481,7 @@ def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_seconds
     swarm.process.kill()
     swarm.process.wait(5)
     killed = time.monotonic()
-    wait_for(lambda: not any(alive(pid) for pid in children), timeout=20,
+    wait_for(lambda: not swarm.any_known_alive(children), timeout=20,
              message="orphans gone")
     gone = time.monotonic() - killed
     print(f"\nparent SIGKILLed with 4 jobs running: children gone after {gone:.2f} s")
