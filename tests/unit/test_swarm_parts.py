@@ -20,7 +20,7 @@ from wurk.swarm.child import NoticePipe, OrphanGuard
 from wurk.swarm.respawn import RespawnSchedule
 from wurk.swarm.restart import Claim, Phase, RestartHooks, RollingRestart
 from wurk.swarm.settings import SwarmSettings, default_count, resolve
-from wurk.swarm.supervisor import Child, Supervisor, describe_status
+from wurk.swarm.supervisor import Child, Supervisor, _handle_of, describe_status
 
 
 class Clock:
@@ -362,3 +362,81 @@ def test_hurrying_never_moves_the_kill_deadline_later(
     clock.now += 1.05
     supervisor.tick()
     assert sorted(supervisor.sent) == [(pid, signal.SIGKILL) for pid in sorted(pids)]
+
+
+# -- signals reach the child, never a pid's next owner ----------------------------------------
+needs_pidfd = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="no pidfds here")
+
+
+@pytest.fixture
+def one_child() -> Iterator[tuple[Supervisor, subprocess.Popen[bytes]]]:
+    """A supervisor with one real (sleeping) child, registered as a fork would."""
+    supervisor = Supervisor(wurk.Config(timeout=10), SwarmSettings(count=1, tick=0.01),
+                            clock=Clock())
+    sleeper = subprocess.Popen(["sleep", "60"])
+    supervisor.children[sleeper.pid] = Child(sleeper.pid, 0, "id0", 0.0,
+                                             handle=_handle_of(sleeper.pid))
+    try:
+        yield supervisor, sleeper
+    finally:
+        supervisor.close()
+        sleeper.kill()
+        sleeper.wait()
+
+
+@needs_pidfd
+def test_a_signal_goes_through_the_childs_pidfd(
+        one_child: tuple[Supervisor, subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervisor, sleeper = one_child
+    assert supervisor.children[sleeper.pid].handle is not None
+    monkeypatch.setattr(os, "kill", _no_kill_by_pid)
+    supervisor._kill(sleeper.pid, signal.SIGTERM)
+    assert sleeper.wait(10) == -signal.SIGTERM
+
+
+@needs_pidfd
+def test_a_child_reaped_by_someone_else_is_never_signalled_by_its_pid(
+        one_child: tuple[Supervisor, subprocess.Popen[bytes]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host ignoring SIGCHLD has the kernel reap a child at once: its pid is free for any
+    new process before the supervisor notices. The signal still goes to the child's own
+    pidfd, which answers that it is gone — the pid is never used."""
+    supervisor, sleeper = one_child
+    sleeper.kill()
+    sleeper.wait()  # reaped, not by the supervisor
+    monkeypatch.setattr(os, "kill", _no_kill_by_pid)
+    supervisor._kill(sleeper.pid, signal.SIGTERM)  # no error: gone, the reaper will see it
+    supervisor._reap()  # waitpid says "not my child": counted as exited
+    assert supervisor.children == {}
+
+
+def test_a_pid_that_is_no_child_any_more_is_not_signalled(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    supervisor = Supervisor(wurk.Config(timeout=10), SwarmSettings(count=1), clock=Clock())
+    try:
+        monkeypatch.setattr(os, "kill", _no_kill_by_pid)
+        supervisor._kill(os.getpid(), signal.SIGTERM)  # reaped earlier: not ours to signal
+    finally:
+        supervisor.close()
+
+
+@needs_pidfd
+def test_the_pidfd_is_closed_when_the_child_is_reaped(
+        one_child: tuple[Supervisor, subprocess.Popen[bytes]]) -> None:
+    supervisor, sleeper = one_child
+    handle = supervisor.children[sleeper.pid].handle
+    assert handle is not None
+    supervisor._kill(sleeper.pid, signal.SIGKILL)
+    for _ in range(1000):  # up to 10 s for the kernel to let it go
+        supervisor._reap()
+        if not supervisor.children:
+            break
+        select.select([], [], [], 0.01)
+    assert supervisor.children == {}
+    with pytest.raises(OSError):
+        os.fstat(handle)
+
+
+def _no_kill_by_pid(pid: int, signum: int) -> None:
+    raise AssertionError(f"os.kill({pid}, {signum}): a signal by pid")

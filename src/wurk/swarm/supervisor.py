@@ -71,6 +71,30 @@ class Child:
     spawned_at: float
     seen: bool = False  # its first heartbeat is in Redis
     error: str | None = None  # what it announced when it could not boot
+    # A pidfd (Linux): a signal sent through it reaches this child only, never a process
+    # that got its pid after it was reaped. None where there is none: the pid is used.
+    handle: int | None = None
+
+
+def _handle_of(pid: int) -> int | None:
+    """A pidfd for the child ``pid``, just forked; None where the system has none. A host
+    that ignores SIGCHLD has the kernel reap its children the moment they exit, and their
+    pids are free at once: signals by pid could then reach whatever got one since."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        handle: int = opener(pid)
+    except OSError:  # gone already, or pidfds unsupported by this kernel
+        return None
+    return handle
+
+
+def _close_handle(child: Child) -> None:
+    if child.handle is not None:
+        with contextlib.suppress(OSError):
+            os.close(child.handle)
+        child.handle = None
 
 
 def describe_status(status: int | None) -> str:
@@ -282,7 +306,7 @@ class Supervisor:
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         identity = str(Identity(hostname(), pid, process_nonce()))
-        self.children[pid] = Child(pid, slot, identity, self._clock())
+        self.children[pid] = Child(pid, slot, identity, self._clock(), handle=_handle_of(pid))
         self._set_title()
         return pid
 
@@ -292,6 +316,8 @@ class Supervisor:
             # the parent's loop (the handlers are replaced before signals are unblocked).
             self._signals.close()
             self._notices.close_reader()
+            for sibling in self.children.values():  # the parent's handles on its siblings
+                _close_handle(sibling)
             if self._probe is not None:
                 self._probe.reset_after_fork()
         except BaseException:
@@ -314,8 +340,16 @@ class Supervisor:
             self._respawn(slot)
 
     def _kill(self, pid: int, signum: int) -> None:
+        """Signal the child ``pid``; nothing for a pid that is no child of ours (any more):
+        once reaped, its number may be anyone's."""
+        child = self.children.get(pid)
+        if child is None:
+            return
         with contextlib.suppress(ProcessLookupError):  # already gone: the reaper sees it
-            os.kill(pid, signum)
+            if child.handle is not None:
+                signal.pidfd_send_signal(child.handle, signum)
+            else:
+                os.kill(pid, signum)
 
     def _relay(self, signum: int) -> None:
         for pid in list(self.children):
@@ -332,7 +366,9 @@ class Supervisor:
                 done, status = pid, None
             if done:
                 exited = True
-                self._on_exit(self.children.pop(pid), status)
+                child = self.children.pop(pid)
+                _close_handle(child)
+                self._on_exit(child, status)
         if exited:
             self._set_title()
 
@@ -381,6 +417,8 @@ class Supervisor:
         elif self._killed_at is not None and now - self._killed_at > KILL_REAP_WAIT:
             log.error("swarm: children %s survive SIGKILL; giving up on them",
                       sorted(self.children))
+            for child in self.children.values():
+                _close_handle(child)
             self.children.clear()
 
     # -- what children tell us --------------------------------------------------------------
