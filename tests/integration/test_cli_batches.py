@@ -11,7 +11,8 @@ import redis
 import wurk
 from tests.integration.test_cli_inspect import cli
 from wurk.api import DeadSet
-from wurk.batch import accounting
+from wurk.batch import accounting, model
+from wurk.batch.model import new_bid
 
 
 @wurk.job(name="CliBatch::work")
@@ -70,3 +71,26 @@ def test_garbage_is_shown_not_raised(config: wurk.Config, r: redis.Redis,
     assert code == 0 and "invalid (lots)" in out
     code, out, _ = cli(capsys, "batches", "show", batch.bid, "--json")
     assert code == 0 and json.loads(out)["invalid"]["/total"] == "lots"
+
+
+def test_a_batch_id_that_begins_with_a_dash(config: wurk.Config,
+                                            capsys: pytest.CaptureFixture[str],
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sidekiq Pro's bids are URL-safe base64 and may begin with '-', which a command line
+    reads as an option: after '--' it is a batch id, and without it the error says so.
+    wurk's own bids never begin with one."""
+    bid = "-yAbCdEfGhIjKl"  # as Pro may make one; '-y' is also delete's short option
+    monkeypatch.setattr(model, "new_bid", lambda: bid)
+    assert make(config, 1)[0].bid == bid
+    code, out, _ = cli(capsys, "batches", "show", "--", bid, "--json")
+    assert code == 2  # options go before '--': everything after it is arguments
+    code, out, _ = cli(capsys, "batches", "show", "--json", "--", bid)
+    assert code == 0 and json.loads(out)["bid"] == bid
+    code, _, err = cli(capsys, "batches", "show", bid)
+    assert code == 2
+    assert "A batch id that begins with '-' goes after '--': wurk batches show -- -" in err
+    code, _, err = cli(capsys, "batches", "delete", bid, "--yes")
+    assert code == 2 and "wurk batches delete -- -" in err
+    code, out, _ = cli(capsys, "batches", "delete", "--yes", "--", bid)
+    assert code == 0 and f"Batch {bid} deleted." in out
+    assert not any(new_bid().startswith("-") for _ in range(5_000))  # 1 in 64 did

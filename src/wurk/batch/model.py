@@ -52,8 +52,14 @@ MIN_LINGER = 30
 
 
 def new_bid() -> str:
-    """10 random bytes, URL-safe base64 without padding: 14 characters, as Pro's bids."""
-    return base64.urlsafe_b64encode(os.urandom(10)).rstrip(b"=").decode("ascii")
+    """10 random bytes, URL-safe base64 without padding: 14 characters, as Pro's bids —
+    drawn again when it would begin with ``-`` (one in 64), which a command line would take
+    for an option (``wurk batches show -Xb…``). Pro's own may: the CLI says to write them
+    after ``--``."""
+    while True:
+        bid = base64.urlsafe_b64encode(os.urandom(10)).rstrip(b"=").decode("ascii")
+        if not bid.startswith("-"):
+            return bid
 
 
 def target_name(target: Any) -> str:

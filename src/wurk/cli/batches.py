@@ -72,7 +72,20 @@ def batches_command(ctx: click.Context, tag: str | None, limit: int, as_json: bo
     _print(statuses[:limit], as_json, "No batches." if not tag else "No batch has that tag.")
 
 
-@batches_command.command("show")
+class BidCommand(click.Command):
+    """A command taking a batch id: one that begins with ``-`` (Sidekiq Pro's bids may)
+    reads as an option, so the error says to write it after ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            raise click.UsageError(
+                f"{exc.format_message()}. A batch id that begins with '-' goes after '--': "
+                f"wurk batches {self.name} -- {exc.option_name}…", ctx) from exc
+
+
+@batches_command.command("show", cls=BidCommand)
 @click.argument("bid")
 @json_option
 @friendly
@@ -104,7 +117,7 @@ def dead_command(as_json: bool) -> None:
     _print(list(DeadBatches(config=default_config())), as_json, "No dead batches.")
 
 
-@batches_command.command("retry")
+@batches_command.command("retry", cls=BidCommand)
 @click.argument("bid")
 @friendly
 def retry_command(bid: str) -> None:
@@ -114,7 +127,7 @@ def retry_command(bid: str) -> None:
     click.echo(f"{tables.plural(moved, 'dead job')} of batch {bid} sent back to their queues.")
 
 
-@batches_command.command("delete")
+@batches_command.command("delete", cls=BidCommand)
 @click.argument("bid")
 @click.option("--yes", "-y", is_flag=True, help="Do it without asking.")
 @friendly
