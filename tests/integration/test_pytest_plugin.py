@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.helpers.embedded import stop_everything
+
 USER_TESTS = '''
 import redis
 import wurk
@@ -67,8 +69,11 @@ def test_the_plugin_loads_from_its_entry_point(tmp_path: Path) -> None:
     (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "PYTEST_ADDOPTS")}
     env["WURK_HOME"] = str(tmp_path / "home")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    finally:  # the embedded server its session started stays up, as it would for a user
+        stop_everything(tmp_path / "home")
     assert "5 passed" in result.stdout, result.stdout + result.stderr
     assert result.returncode == 0

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.embedded import stop_everything
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,8 +26,11 @@ def test_the_guide_file_passes_under_pytest(name: str, count: int, tmp_path: Pat
     env = {k: v for k, v in os.environ.items()
            if k not in ("REDIS_URL", "PYTEST_ADDOPTS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD")}
     env["WURK_HOME"] = str(tmp_path / "home")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), name], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=180)
+    try:
+        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "--rootdir", str(tmp_path), name], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=180)
+    finally:  # the embedded server its session started stays up, as it would for a user
+        stop_everything(tmp_path / "home")
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{count} passed" in done.stdout
