@@ -20,7 +20,13 @@ from wurk.swarm.child import NoticePipe, OrphanGuard
 from wurk.swarm.respawn import RespawnSchedule
 from wurk.swarm.restart import Claim, Phase, RestartHooks, RollingRestart
 from wurk.swarm.settings import SwarmSettings, default_count, resolve
-from wurk.swarm.supervisor import Child, Supervisor, _handle_of, describe_status
+from wurk.swarm.supervisor import (
+    Child,
+    Supervisor,
+    _close_handle,
+    _handle_of,
+    describe_status,
+)
 
 
 class Clock:
@@ -379,6 +385,8 @@ def one_child() -> Iterator[tuple[Supervisor, subprocess.Popen[bytes]]]:
     try:
         yield supervisor, sleeper
     finally:
+        for child in supervisor.children.values():  # not reaped by the test: its pidfd
+            _close_handle(child)
         supervisor.close()
         sleeper.kill()
         sleeper.wait()
