@@ -47,7 +47,7 @@ CASES = {
             finally:
                 guard.close_body(); guard.leave()
         thread = threading.Thread(target=job); thread.start()
-        while not guard.stop_body(CancelRaised):
+        while not guard.stop_body(CancelRaised, guard.run):
             time.sleep(0.01)
         thread.join(20)
         assert raised == [True] and not thread.is_alive()

@@ -1,14 +1,19 @@
 """Time limits: one thread tells each job past its limit to stop, and reports one that does
 not stop.
 
-``Deadlines`` keeps a heap of due times. A job's limit comes due → its target is told to stop
-(``JobTimeout``: a normal failure, so its retry policy applies); a target told to stop (by
-its limit or by a cancel) and still running ``STUCK_AFTER`` seconds later is reported
-stuck (``on_stuck``). The thread is owned by the worker's ``WorkerStops``; it waits on a
-condition with a timeout (``Clock.wait_on``), so a test moves a ``ManualClock`` instead of
-sleeping, and ``stop`` ends it within one wait. It starts with the first job that needs
-it (a time limit, or a cancel to watch): an idle worker, or one whose jobs have no limits,
-runs no extra thread.
+``Deadlines`` keeps a heap of due times, each for one run of a target (``running.py``). A
+job's limit comes due → its run is told to stop (``JobTimeout``: a normal failure, so its
+retry policy applies); a run told to stop (by its limit or by a cancel) and still going
+``STUCK_AFTER`` seconds later is reported stuck (``on_stuck``). An entry whose run ended is
+dropped when it comes due, and all such are swept out once they outnumber the rest: a fast
+worker with a long limit on every job keeps about as many entries as it runs jobs at once,
+not every job it ran within the limit.
+
+The thread is owned by the worker's ``WorkerStops``; it waits on a condition with a
+timeout (``Clock.wait_on``), so a test moves a ``ManualClock`` instead of sleeping, and
+``stop`` ends it within one wait. It starts with the first job that needs it (a time
+limit, or a cancel to watch): an idle worker, or one whose jobs have no limits, runs no
+extra thread.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ log = logging.getLogger("wurk")
 RETRY_STOP = 0.05
 # The longest wait: the loop looks at its heap at least this often.
 LONGEST_WAIT = 5.0
+# The heap is swept of ended runs' entries when it grows past this, or past twice what the
+# last sweep kept.
+SWEEP_AT = 1024
 
 _STOP, _CHECK = "stop", "check"
 
@@ -41,42 +49,45 @@ class Deadlines:
                  on_stuck: Callable[[Target], None] | None = None) -> None:
         self.clock = clock
         self.on_stuck = on_stuck
-        self._due: list[tuple[float, int, str, Target]] = []
+        self._due: list[tuple[float, int, str, Target, int]] = []
         self._order = itertools.count()
-        self._done: set[int] = set()  # ids of targets whose job ended
+        self._sweep_at = SWEEP_AT
         self._changed = threading.Condition()
         self._stopping = False
         self._enabled = False
         self._thread: threading.Thread | None = None
 
     # -- what the jobs' link calls ----------------------------------------------------------
-    def arm(self, target: Target) -> None:
-        """Watch ``target``'s time limit (``target.limit`` seconds from now)."""
+    def arm(self, target: Target, run: int) -> None:
+        """Watch the time limit of ``target``'s run ``run`` (``target.limit`` seconds from
+        now)."""
         if target.limit is None:
             return
-        self._push(self.clock.monotonic() + target.limit, _STOP, target)
+        self._push(self.clock.monotonic() + target.limit, _STOP, target, run)
 
-    def told(self, target: Target) -> None:
-        """``target`` was told to stop (a cancel): check later that it did."""
-        self._push(self.clock.monotonic() + STUCK_AFTER, _CHECK, target)
+    def told(self, target: Target, run: int) -> None:
+        """``target``'s run ``run`` was told to stop (a cancel): check later that it did."""
+        self._push(self.clock.monotonic() + STUCK_AFTER, _CHECK, target, run)
 
-    def ended(self, target: Target) -> None:
-        """``target``'s job left its body: nothing more to do for it."""
-        if target.limit is None and target.told_at is None:
-            return  # never armed nor told (most jobs): nothing here is its, no lock taken
+    def pending(self) -> int:
+        """Entries in the heap, ended runs' included (for tests)."""
         with self._changed:
-            if any(entry[3] is target for entry in self._due):
-                self._done.add(id(target))
+            return len(self._due)
 
-    def _push(self, when: float, what: str, target: Target) -> None:
+    def _push(self, when: float, what: str, target: Target, run: int) -> None:
         with self._changed:
-            self._done.discard(id(target))
-            heapq.heappush(self._due, (when, next(self._order), what, target))
+            if len(self._due) >= self._sweep_at:
+                self._sweep()
+            # The thread waits until the earliest entry: woken only for an earlier one (a
+            # limit on every job would otherwise wake it at every job's start).
+            earliest = not self._due or when < self._due[0][0]
+            heapq.heappush(self._due, (when, next(self._order), what, target, run))
             if self._enabled and self._thread is None and not self._stopping:
                 self._thread = threading.Thread(target=self._main, name="wurk-deadlines",
                                                 daemon=True)
                 self._thread.start()
-            self._changed.notify()
+            elif earliest:
+                self._changed.notify()
 
     # -- the thread -------------------------------------------------------------------------
     def start(self) -> None:
@@ -107,36 +118,52 @@ class Deadlines:
                         else LONGEST_WAIT
                     self.clock.wait_on(self._changed, min(max(wait, 0.0), LONGEST_WAIT))
                     continue
-            for what, target in due:
-                try:
-                    self._handle(what, target)
-                except Exception:  # one bad target must not end time limits for all
-                    log.exception("time limit of job %s", target.jid)
+            self._handle_all(due)
 
-    def _take_due(self) -> list[tuple[str, Target]]:
+    def tick(self) -> int:
+        """Handle what is due now, as the thread's loop does: how many entries (a test drives
+        a ``Deadlines`` it never started with this and a ``ManualClock``)."""
+        with self._changed:
+            due = self._take_due()
+        self._handle_all(due)
+        return len(due)
+
+    def _handle_all(self, due: list[tuple[str, Target, int]]) -> None:
+        for what, target, run in due:
+            try:
+                self._handle(what, target, run)
+            except Exception:  # one bad target must not end time limits for all
+                log.exception("time limit of job %s", target.jid)
+
+    def _sweep(self) -> None:
+        """Drop the entries of runs that ended (the lock held)."""
+        self._due = [entry for entry in self._due if entry[3].run == entry[4]]
+        heapq.heapify(self._due)
+        self._sweep_at = max(SWEEP_AT, 2 * len(self._due))
+
+    def _take_due(self) -> list[tuple[str, Target, int]]:
         now = self.clock.monotonic()
         due = []
         while self._due and self._due[0][0] <= now:
-            _, _, what, target = heapq.heappop(self._due)
-            if id(target) in self._done:
-                if not any(entry[3] is target for entry in self._due):
-                    self._done.discard(id(target))
-                continue
-            due.append((what, target))
+            _, _, what, target, run = heapq.heappop(self._due)
+            if target.run == run:  # else that run ended: nothing to do for it
+                due.append((what, target, run))
         return due
 
-    def _handle(self, what: str, target: Target) -> None:
+    def _handle(self, what: str, target: Target, run: int) -> None:
         now = self.clock.monotonic()
         if what == _STOP:
-            if target.stop(TIMEOUT, now):
+            if target.stop(TIMEOUT, run):
                 log.warning("job %s ran past its time limit of %g s: stopping it",
                             target.jid, target.limit or 0)
-                self._push(now + STUCK_AFTER, _CHECK, target)
-            elif target.reason is None:
-                self._push(now + RETRY_STOP, _STOP, target)
+                self._push(now + STUCK_AFTER, _CHECK, target, run)
+            elif target.reason is None and target.run == run:
+                self._push(now + RETRY_STOP, _STOP, target, run)
             return
-        if not target.stuck:
-            target.stuck = True
+        if target.stuck_run != run and target.reason is not None:
+            target.stuck_run = run
+            if target.run != run:
+                return  # it ended meanwhile after all
             log.warning("job %s did not stop %g s after it was told to (%s): it is stuck, "
                         "most likely in C code that never returns to Python; it runs on "
                         "until it returns or its process exits", target.jid, STUCK_AFTER,

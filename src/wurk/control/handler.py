@@ -106,6 +106,6 @@ class CancelPoller:
             lambda r: r.lpop(self.key, POLL_BATCH))
         for raw in popped or []:
             jid = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            for target in self.running.cancel(jid):
-                self.deadlines.told(target)
+            for target, run in self.running.cancel(jid):
+                self.deadlines.told(target, run)
         return len(popped or [])

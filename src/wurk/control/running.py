@@ -1,14 +1,18 @@
 """The jobs a worker runs now, as things that can be stopped: by a time limit or a cancel.
 
-1. A ``Target`` is one running job: a sync job stops through its processor's guard (an
-   exception raised in its body), an async one through its task (cancelled on its loop,
-   the link turning the ``CancelledError`` into the error). An iterable job is stopped
-   cooperatively instead: a cancel reaches it through its state's ``cancelled`` field,
-   which it reads at its next flush.
-2. ``Running`` maps jids to targets (a jid may run twice at once: a duplicate after a
-   crash), and remembers the jids cancelled lately, so a job this process fetches after the
-   cancel arrived is stopped before its body runs.
-3. A target that does not stop within ``STUCK_AFTER`` seconds of being told — a sync job
+1. A ``Target`` is what runs a job and can stop it: a sync job stops through its
+   processor's guard (an exception raised in its body), an async one through its task
+   (cancelled on its loop, the link turning the ``CancelledError`` into the error). An
+   iterable job is stopped cooperatively instead: a cancel reaches it through its state's
+   ``cancelled`` field, which it reads at its next flush.
+2. A target watches one **run** of a job at a time (``run``; 0 when none): a stop names the
+   run it is for and does nothing to any other. A processor thread has one ``SyncTarget``
+   for all its jobs, registered at its first, so a sync job's start registers nothing (its
+   run is the guard's); an async job has a target of its own.
+3. ``Running`` holds the targets (a jid may run twice at once: a duplicate after a crash),
+   and remembers the jids cancelled lately, so a job this process fetches after the cancel
+   arrived is stopped before its body runs.
+4. A target that does not stop within ``STUCK_AFTER`` seconds of being told — a sync job
    inside C code that never returns to Python, an async job that swallows its cancellation —
    is marked stuck: the Busy page shows it, a warning is logged and the ``on_stuck``
    observers hear of it (metrics). It is never abandoned silently, and never killed: only
@@ -21,6 +25,7 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -39,81 +44,161 @@ REMEMBER_CANCELS = 300.0
 
 TIMEOUT, CANCEL = "timeout", "cancel"
 
+_RAISED = {TIMEOUT: TimeoutRaised, CANCEL: CancelRaised}
+_REASONS: dict[type[BaseException] | None, str | None] = {
+    TimeoutRaised: TIMEOUT, CancelRaised: CANCEL, None: None}
+
 
 class Target:
-    """One running job that can be told to stop."""
+    """What runs a job and can tell it to stop."""
 
-    def __init__(self, jid: str, busy_id: str, *, limit: float | None,
-                 cooperative: bool = False) -> None:
-        self.jid = jid
-        self.busy_id = busy_id  # its key in the process's work map
-        self.limit = limit  # its time limit, seconds (None: none)
-        self.cooperative = cooperative  # an iterable job: cancelled through its state
-        self.reason: str | None = None
-        self.told_at: float | None = None
-        self.stuck = False
+    jid: str
+    limit: float | None  # the run's time limit, seconds (None: none)
+    cooperative: bool  # an iterable job: cancelled through its state
+    stuck_run = 0  # the run reported stuck
 
-    def stop(self, reason: str, now: float) -> bool:
-        """Tell the job to stop; False when it cannot be told (already told, or outside
-        its body)."""
-        if self.reason is not None or (reason == CANCEL and self.cooperative):
+    @property
+    def run(self) -> int:
+        """The run watched now; 0 when none."""
+        raise NotImplementedError
+
+    @property
+    def reason(self) -> str | None:
+        """Why the run was told to stop (``"timeout"``, ``"cancel"``); None if it was not."""
+        raise NotImplementedError
+
+    @property
+    def busy_id(self) -> str:
+        """Its key in the process's work map."""
+        raise NotImplementedError
+
+    @property
+    def stuck(self) -> bool:
+        """Its run was told to stop and did not."""
+        run = self.run
+        return run != 0 and self.stuck_run == run
+
+    def stop(self, reason: str, run: int) -> bool:
+        """Tell run ``run`` to stop; False when it cannot be told (already told, outside its
+        body, an iterable job's cancel, or that run is over)."""
+        if reason == CANCEL and self.cooperative:
             return False
-        self.reason = reason
-        self.told_at = now
-        if not self._send(reason):
-            self.reason = self.told_at = None
-            return False
-        return True
+        return self._tell(reason, run)
 
-    def _send(self, reason: str) -> bool:
+    def _tell(self, reason: str, run: int) -> bool:
         raise NotImplementedError
 
     def error(self) -> Exception:
         """The error the job ends with, once stopped."""
         if self.reason == TIMEOUT:
-            return JobTimeout(f"job {self.jid} ran past its time limit of {self.limit:g} s",
+            return JobTimeout(f"job {self.jid} ran past its time limit of {self.limit or 0:g} s",
                               seconds=self.limit)
         return JobCancelled(f"job {self.jid} was cancelled while it ran")
 
 
 class SyncTarget(Target):
-    def __init__(self, jid: str, busy_id: str, guard: JobGuard, *, limit: float | None,
-                 cooperative: bool = False) -> None:
-        super().__init__(jid, busy_id, limit=limit, cooperative=cooperative)
-        self.guard = guard
+    """A processor thread's jobs, one after another: its run is its guard's open body, and
+    a stop is raised in that body by the guard (under its lock, so a stop meant for one job
+    never reaches the next)."""
 
-    def _send(self, reason: str) -> bool:
-        return self.guard.stop_body(TimeoutRaised if reason == TIMEOUT else CancelRaised)
+    def __init__(self, guard: JobGuard) -> None:
+        self.guard = guard
+        self.jid = ""
+        self.limit = None
+        self.cooperative = False
+
+    @property
+    def run(self) -> int:
+        return self.guard.run
+
+    @property
+    def reason(self) -> str | None:
+        return _REASONS.get(self.guard.stopped_with)
+
+    @property
+    def busy_id(self) -> str:
+        return self.guard.thread_id or ""
+
+    def begin(self, jid: str, limit: float | None, cooperative: bool) -> int:
+        """The thread's next job enters its body: its run number. Called by the thread
+        itself, between two runs (nothing reads these while ``run`` is 0)."""
+        self.jid = jid
+        self.limit = limit
+        self.cooperative = cooperative
+        return self.guard.open_body()
+
+    def _tell(self, reason: str, run: int) -> bool:
+        return self.guard.stop_body(_RAISED[reason], run)
+
+
+# Tells to async targets come from two threads (the time limits', the cancels').
+_TELLING = threading.Lock()
 
 
 class AsyncTarget(Target):
+    """One async job: its task, cancelled on its loop when told."""
+
     def __init__(self, jid: str, busy_id: str, task: asyncio.Task[Any],
                  loop: asyncio.AbstractEventLoop, *, limit: float | None,
                  cooperative: bool = False) -> None:
-        super().__init__(jid, busy_id, limit=limit, cooperative=cooperative)
+        self.jid = jid
+        self._busy_id = busy_id
+        self.limit = limit
+        self.cooperative = cooperative
         self.task = task
         self.loop = loop
+        self._run = 1
+        self._reason: str | None = None
 
-    def _send(self, reason: str) -> bool:
-        try:
-            self.loop.call_soon_threadsafe(self.task.cancel)
-        except RuntimeError:  # the loop is closed: the task is gone with it
-            return False
-        return True
+    @property
+    def run(self) -> int:
+        return self._run
+
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    @property
+    def busy_id(self) -> str:
+        return self._busy_id
+
+    def end(self) -> None:
+        """Its job left its body: no stop reaches it any more."""
+        self._run = 0
+
+    def _tell(self, reason: str, run: int) -> bool:
+        with _TELLING:
+            if self._run != run or self._reason is not None:
+                return False
+            self._reason = reason  # read on the loop when the cancellation lands: set first
+            try:
+                self.loop.call_soon_threadsafe(self.task.cancel)
+            except RuntimeError:  # the loop is closed: the task is gone with it
+                self._reason = None
+                return False
+            return True
 
 
 class Running:
-    """The targets running in this process; the cancels remembered.
+    """The targets in this process; the cancels remembered.
 
-    A job's start and end add and remove its target with one dict operation each, keyed by
-    the target itself (atomic in CPython; the free-threaded build locks each dict): they are
-    on every job's path and take no lock. A cancel, rare, looks through a copy for its jid."""
+    A processor thread's target is registered once (``keep``), held weakly: it goes with its
+    thread. An async job's start and end add and remove its own with one dict operation
+    each, keyed by the target itself (atomic in CPython; the free-threaded build locks each
+    dict): they are on every async job's path and take no lock. A cancel, rare, looks
+    through a copy for its jid."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._lock = threading.Lock()  # the cancels remembered
+        self._lock = threading.Lock()  # the cancels remembered, the threads' targets
+        self._threads: weakref.WeakSet[SyncTarget] = weakref.WeakSet()
         self._targets: dict[int, Target] = {}
         self._cancelled: dict[str, float] = {}  # jid → when the cancel is forgotten
         self._clock = clock
+
+    def keep(self, target: SyncTarget) -> None:
+        """Watch a processor thread's target from now on (once, at its first job)."""
+        with self._lock:
+            self._threads.add(target)
 
     def add(self, target: Target) -> None:
         self._targets[id(target)] = target
@@ -122,16 +207,24 @@ class Running:
         self._targets.pop(id(target), None)
 
     def targets(self) -> list[Target]:
-        return list(self._targets.copy().values())
+        """The targets running a job now."""
+        with self._lock:
+            threads: list[Target] = list(self._threads)
+        return [target for target in threads + list(self._targets.copy().values())
+                if target.run]
 
-    def cancel(self, jid: str) -> list[Target]:
-        """Stop the jobs running ``jid`` here, and remember the cancel; the targets told."""
+    def cancel(self, jid: str) -> list[tuple[Target, int]]:
+        """Stop the jobs running ``jid`` here, and remember the cancel; the targets told,
+        each with the run it was told in."""
         now = self._clock()
         with self._lock:
             self._cancelled[jid] = now + REMEMBER_CANCELS
             self._forget(now)
-        found = [target for target in self.targets() if target.jid == jid]
-        told = [target for target in found if target.stop(CANCEL, now)]
+        told = []
+        for target in self.targets():
+            run = target.run  # read before the jid: a stop names its run, checked again
+            if run and target.jid == jid and target.stop(CANCEL, run):
+                told.append((target, run))
         if told:
             log.info("cancelling job %s: told %d running execution(s) to stop", jid, len(told))
         return told

@@ -4,13 +4,15 @@
 the job's own code, never a middleware's bookkeeping. For each job it:
 
 1. refuses to start a job whose cancel arrived before it started (``JobCancelled``);
-2. registers the running job (``Running``) so a cancel can find it, and arms its time limit
-   (``Deadlines``) when it has one: the job's ``timeout`` option, else the worker's
-   ``job_timeout`` (off by default);
-3. sync: opens the body on its processor's guard, which raises there when told; async:
-   watches its task, which is cancelled when told, and turns that ``CancelledError`` into the
-   error (``JobTimeout``, ``JobCancelled``) — a cancellation it did not ask for (the
-   worker's own shutdown) goes on as it came.
+2. makes the job findable by a cancel (``Running``): sync, by opening its body on the
+   processor thread's target, registered once with the thread's first job, which raises in
+   the body when told; async, by registering a target of its own for its task, which is
+   cancelled when told, and turning that ``CancelledError`` into the error (``JobTimeout``,
+   ``JobCancelled``) — a cancellation it did not ask for (the worker's own shutdown) goes
+   on as it came;
+3. arms the job's time limit (``Deadlines``) when it has one: its ``timeout`` option, else
+   the worker's ``job_timeout`` (off by default). A job with neither, the usual case, costs
+   the time limits nothing.
 
 A job that swallows the error and returns anyway is let be (it finished), with a warning.
 """
@@ -31,7 +33,7 @@ from ..iteration.job import IterableJob
 from ..log import short_id
 from ..middleware import Leave
 from .deadlines import Deadlines
-from .running import AsyncTarget, Running, SyncTarget, Target
+from .running import AsyncTarget, Running, SyncTarget
 from .stops import CancelRaised, TimeoutRaised, current_guard
 
 __all__ = ["Stopper", "limit_of"]
@@ -69,21 +71,24 @@ class Stopper:
         guard = current_guard()
         if guard is None or not isinstance(jid, str):
             return call_next()  # not on a processor thread: nothing can stop it from outside
-        target = SyncTarget(jid, guard.thread_id or "", guard,
-                            limit=limit_of(payload, self.config.job_timeout),
-                            cooperative=isinstance(job, IterableJob))
-        self._watch(target)
+        target = guard.target
+        if target is None:  # the thread's first job
+            made = SyncTarget(guard)
+            self.running.keep(made)
+            target = guard.target = made
+        limit = limit_of(payload, self.config.job_timeout)
         try:
             try:
-                guard.open_body()
+                run = target.begin(jid, limit, isinstance(job, IterableJob))
+                if limit is not None and isinstance(target, SyncTarget):  # it is one
+                    self.deadlines.arm(target, run)
                 result = call_next()
             finally:
                 guard.close_body()
         except (TimeoutRaised, CancelRaised):
             raise target.error() from None
-        finally:
-            self._unwatch(target)
-        self._swallowed(target)
+        if guard.stopped_with is not None:
+            self._swallowed(jid, target.reason)
         return result
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
@@ -108,7 +113,8 @@ class Stopper:
             raise target.error() from None
         finally:
             self._unwatch(target)
-        self._swallowed(target)
+        if target.reason is not None:
+            self._swallowed(jid, target.reason)
         return result
 
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
@@ -138,19 +144,20 @@ class Stopper:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
             self._unwatch(target)
-        self._swallowed(target)
+        if target.reason is not None:
+            self._swallowed(target.jid, target.reason)
         return result
 
-    def _watch(self, target: Target) -> None:
+    def _watch(self, target: AsyncTarget) -> None:
         self.running.add(target)
-        self.deadlines.arm(target)
+        if target.limit is not None:
+            self.deadlines.arm(target, target.run)
 
-    def _unwatch(self, target: Target) -> None:
-        self.deadlines.ended(target)
+    def _unwatch(self, target: AsyncTarget) -> None:
+        target.end()
         self.running.remove(target)
 
     @staticmethod
-    def _swallowed(target: Target) -> None:
-        if target.reason is not None:
-            log.warning("job %s was told to stop (%s) but caught the error and returned; it "
-                        "counts as finished", target.jid, target.reason)
+    def _swallowed(jid: str, reason: str | None) -> None:
+        log.warning("job %s was told to stop (%s) but caught the error and returned; it "
+                    "counts as finished", jid, reason)

@@ -13,6 +13,10 @@ processor's ``Guard`` marks two nested windows:
    withdraws one not raised yet; a shutdown interrupt always wins over a stop (one pending
    exception per thread: a stop never replaces it).
 
+Each body opened gets a new **run** number (``run``; 0 while none is open). A stop names
+the run it is meant for and is refused for any other: the thread runs job after job, and a
+time limit or a cancel that comes due as one job ends must never reach the next.
+
 The exception raised is a class (the C API raises a class, instantiated without
 arguments): the link that opened the body turns it into the full error.
 
@@ -27,12 +31,19 @@ with one of its own and takes it at once, which clears the flag as any raised on
 from __future__ import annotations
 
 import contextvars
+import itertools
 import threading
 from collections.abc import Callable
+from typing import Protocol
 
 from ..errors import JobCancelled, JobTimeout, Shutdown
 
-__all__ = ["CancelRaised", "Guard", "JobGuard", "TimeoutRaised", "current_guard", "set_guard"]
+__all__ = ["BodyTarget", "CancelRaised", "Guard", "JobGuard", "TimeoutRaised", "current_guard",
+           "set_guard"]
+
+
+# Run numbers of bodies, unique in the process (``next`` on it is atomic).
+_RUNS = itertools.count(1)
 
 
 class TimeoutRaised(JobTimeout):
@@ -50,6 +61,18 @@ class CancelRaised(JobCancelled):
         super().__init__("the job was cancelled")
 
 
+class BodyTarget(Protocol):
+    """What the innermost link keeps on a thread's guard for all its jobs (``running.py``'s
+    ``SyncTarget``): it opens each job's body, and says how a stopped one ends."""
+
+    @property
+    def reason(self) -> str | None: ...
+
+    def begin(self, jid: str, limit: float | None, cooperative: bool) -> int: ...
+
+    def error(self) -> Exception: ...
+
+
 class JobGuard:
     """Marks where in a job's run an exception may be raised from outside; this base marks
     nothing (a job run where no processor watches: ``perform_inline``-like uses)."""
@@ -57,6 +80,10 @@ class JobGuard:
     # The short id of the thread the guard belongs to (``wurk.log.tid``), kept by the
     # processor so a job does not look it up; None where no processor set it.
     thread_id: str | None = None
+    # What the innermost link registers for the thread's jobs (None: nothing can stop them).
+    target: BodyTarget | None = None
+    run = 0  # the body open now (0: none)
+    stopped_with: type[BaseException] | None = None  # what stopped that run
 
     def enter(self) -> None:
         return None
@@ -66,13 +93,13 @@ class JobGuard:
         acknowledged: the job is back on its queue)."""
         return False
 
-    def open_body(self) -> None:
-        return None
+    def open_body(self) -> int:
+        return 0
 
     def close_body(self) -> None:
         return None
 
-    def stop_body(self, exc: type[BaseException]) -> bool:
+    def stop_body(self, exc: type[BaseException], run: int) -> bool:
         return False
 
 
@@ -86,6 +113,8 @@ class Guard(JobGuard):
         self._pending: type[BaseException] | None = None
         self.interrupted = False
         self.ident: int | None = None
+        self.run = 0
+        self.stopped_with = None
 
     def enter(self) -> None:
         with self._lock:
@@ -94,6 +123,7 @@ class Guard(JobGuard):
     def leave(self) -> bool:
         with self._lock:
             self._in_job = self._in_body = False
+            self.run = 0  # a body left by an exception raised before its close
             if self._pending is not None and self.ident is not None:
                 _withdraw(self.ident)  # not raised yet (or raised): it never will be again
             self._pending = None
@@ -110,27 +140,34 @@ class Guard(JobGuard):
             _async_exc(self.ident, Shutdown)
             return True
 
-    def open_body(self) -> None:
+    def open_body(self) -> int:
+        """The job's body begins: its run number."""
         with self._lock:
             self._in_body = True
+            self.stopped_with = None
+            self.run = run = next(_RUNS)
+            return run
 
     def close_body(self) -> None:
         with self._lock:
             self._in_body = False
+            self.run = 0
             if self._pending is not None and self._pending is not Shutdown and \
                     self.ident is not None:
                 _withdraw(self.ident)
                 self._pending = None
 
-    def stop_body(self, exc: type[BaseException]) -> bool:
-        """Raise ``exc`` in the thread if its job's body runs and nothing is pending; True
-        if sent."""
+    def stop_body(self, exc: type[BaseException], run: int) -> bool:
+        """Raise ``exc`` in the thread if the body of run ``run`` is open, nothing is pending
+        and no stop was sent to it; True if sent."""
         with self._lock:
-            if not self._in_body or self._pending is not None or self.ident is None:
+            if not self._in_body or self.run != run or self.stopped_with is not None or \
+                    self._pending is not None or self.ident is None:
                 return False
-            self._pending = exc
+            self._pending = self.stopped_with = exc
             _async_exc(self.ident, exc)
             return True
+
 
 
 def _async_exc(ident: int, exc: type[BaseException] | None) -> None:

@@ -1,0 +1,314 @@
+"""Time limits and cancels, part by part, on a clock the test moves (``wurk.control``).
+
+A processor thread keeps one target for all its jobs and each job's body is a new run of
+it: what is meant for one run — a time limit, a cancel, a stuck report — must never reach
+the next, and the limits of runs that ended must not pile up in the time-limit heap. The
+threads here are real; time is a ``ManualClock`` and the time-limit thread's steps are
+taken by the test (``Deadlines.tick``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.helpers.wait import wait_until
+from wurk.config import Config
+from wurk.control.deadlines import SWEEP_AT, Deadlines
+from wurk.control.running import CANCEL, STUCK_AFTER, TIMEOUT, Running, SyncTarget, Target
+from wurk.control.stopper import Stopper
+from wurk.control.stops import CancelRaised, Guard, TimeoutRaised, set_guard
+from wurk.errors import JobCancelled, JobTimeout
+from wurk.runtime.clock import ManualClock
+
+PATIENCE = 20.0
+
+
+class JobThread:
+    """A processor-like thread: its own guard, jobs handed to it one at a time through the
+    ``Stopper``, each job's body waiting until the test releases it (or a stop lands)."""
+
+    def __init__(self, stopper: Stopper) -> None:
+        self.stopper = stopper
+        self.guard = Guard()
+        self.jobs: list[tuple[str, dict[str, Any]]] = []
+        self.outcomes: list[str] = []
+        self.release = threading.Event()
+        self.in_body = threading.Event()
+        self._work = threading.Condition()
+        self._stopping = False
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.thread.start()
+
+    def run(self, jid: str, **options: Any) -> None:
+        with self._work:
+            self.release.clear()
+            self.in_body.clear()
+            self.jobs.append((jid, options))
+            self._work.notify()
+
+    def finish(self) -> str:
+        """Let the current body return; what its job ended with."""
+        count = len(self.outcomes)
+        self.release.set()
+        wait_until(lambda: len(self.outcomes) > count, PATIENCE, "the job to end")
+        return self.outcomes[-1]
+
+    def stop(self) -> None:
+        with self._work:
+            self._stopping = True
+            self._work.notify()
+        self.release.set()
+        self.thread.join(PATIENCE)
+
+    def _main(self) -> None:
+        self.guard.ident = threading.get_ident()
+        self.guard.thread_id = "t1"
+        set_guard(self.guard)
+        while True:
+            with self._work:
+                while not self.jobs and not self._stopping:
+                    self._work.wait(PATIENCE)
+                if self._stopping:
+                    return
+                jid, options = self.jobs.pop(0)
+            payload = {"jid": jid, "class": "Spin", "args": [], **options}
+            self.guard.enter()
+            try:
+                self.stopper(None, payload, "default", self._body)
+                self.outcomes.append("done")
+            except (JobTimeout, JobCancelled) as exc:
+                self.outcomes.append(type(exc).__name__)
+            finally:
+                self.guard.leave()
+
+    def _body(self) -> None:
+        self.in_body.set()
+        while not self.release.is_set():  # Python bytecode: where a stop is raised
+            self.release.wait(0.001)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def parts(clock: ManualClock) -> tuple[Running, Deadlines, Stopper]:
+    running = Running(clock=clock.monotonic)
+    deadlines = Deadlines(clock=clock)
+    return running, deadlines, Stopper(Config(), running, deadlines)
+
+
+@pytest.fixture
+def worker(parts: tuple[Running, Deadlines, Stopper]) -> Iterator[JobThread]:
+    thread = JobThread(parts[2])
+    yield thread
+    thread.stop()
+
+
+def test_a_thread_keeps_one_target_for_all_its_jobs(
+        parts: tuple[Running, Deadlines, Stopper], worker: JobThread) -> None:
+    running, deadlines, _ = parts
+    runs = []
+    for jid in ("a1", "a2", "a3"):
+        worker.run(jid)
+        assert worker.in_body.wait(PATIENCE)
+        [target] = running.targets()
+        assert isinstance(target, SyncTarget) and target.jid == jid
+        runs.append(target.run)
+        assert worker.finish() == "done"
+        assert running.targets() == []  # between jobs nothing is running
+    assert len(set(runs)) == 3 and 0 not in runs
+    assert worker.guard.target is not None and len(running._threads) == 1
+    assert deadlines.pending() == 0  # no limit: nothing armed
+
+
+def test_a_time_limit_stops_its_run_and_never_the_next(
+        clock: ManualClock, parts: tuple[Running, Deadlines, Stopper],
+        worker: JobThread) -> None:
+    _, deadlines, _ = parts
+    worker.run("b1", timeout=5)
+    assert worker.in_body.wait(PATIENCE)
+    assert worker.finish() == "done"  # it ended within its limit
+    worker.run("b2")  # no limit of its own; the same target, a new run
+    assert worker.in_body.wait(PATIENCE)
+    clock.advance(5)
+    assert deadlines.tick() == 0  # b1's limit came due, but b1's run is over
+    assert not worker.release.is_set() and worker.guard.stopped_with is None
+    assert worker.finish() == "done"
+
+    worker.run("b3", timeout=5)
+    assert worker.in_body.wait(PATIENCE)
+    clock.advance(5)
+    assert deadlines.tick() == 1
+    wait_until(lambda: len(worker.outcomes) == 3, PATIENCE, "b3 to stop")
+    assert worker.outcomes[-1] == "JobTimeout"
+
+
+def test_a_cancel_reaches_the_run_of_its_jid_only(
+        parts: tuple[Running, Deadlines, Stopper], worker: JobThread) -> None:
+    running = parts[0]
+    worker.run("c1")
+    assert worker.in_body.wait(PATIENCE)
+    assert running.cancel("other") == []
+    assert worker.finish() == "done"
+    worker.run("c2")
+    assert worker.in_body.wait(PATIENCE)
+    [target] = running.targets()
+    run = target.run
+    # A cancel found its target in run ``run``; the run ended and the next began before
+    # it was sent: the stop names the run and is refused.
+    assert worker.finish() == "done"
+    worker.run("c3")
+    assert worker.in_body.wait(PATIENCE)
+    assert not target.stop(CANCEL, run) and worker.guard.stopped_with is None
+    run = target.run
+    assert running.cancel("c3") == [(target, run)] and target.reason == CANCEL
+    wait_until(lambda: len(worker.outcomes) == 3, PATIENCE, "c3 to stop")
+    assert worker.outcomes[-1] == "JobCancelled"
+    worker.run("c3")  # fetched again after the cancel: refused before its body
+    wait_until(lambda: len(worker.outcomes) == 4, PATIENCE, "the refusal")
+    assert worker.outcomes[-1] == "JobCancelled" and not worker.in_body.is_set()
+
+
+def test_a_job_that_does_not_stop_is_reported_stuck_once(
+        clock: ManualClock, parts: tuple[Running, Deadlines, Stopper],
+        caplog: pytest.LogCaptureFixture) -> None:
+    running, _, _ = parts
+    stuck: list[str] = []
+    deadlines = Deadlines(clock=clock, on_stuck=lambda target: stuck.append(target.jid))
+    target = _Recording()
+    running.add(target)
+    assert target.stop(CANCEL, target.run)
+    deadlines.told(target, target.run)
+    clock.advance(STUCK_AFTER)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert deadlines.tick() == 1
+    assert stuck == ["r1"] and target.stuck and "is stuck" in caplog.text
+    assert running.targets() == [target]
+    # a told run that ended before its check is not stuck; nor is the next run
+    target.begin("r2")
+    assert target.stop(CANCEL, target.run)
+    deadlines.told(target, target.run)
+    target.end()
+    clock.advance(STUCK_AFTER)
+    assert deadlines.tick() == 0 and stuck == ["r1"] and not target.stuck
+
+
+def test_the_limits_of_ended_runs_do_not_pile_up(clock: ManualClock) -> None:
+    deadlines = Deadlines(clock=clock)
+    live = [_Recording(limit=300) for _ in range(50)]
+    for target in live:
+        deadlines.arm(target, target.run)
+    ended = _Recording(limit=300)
+    for i in range(20_000):  # a fast worker, a 300 s limit on every job
+        ended.begin(f"e{i}")
+        deadlines.arm(ended, ended.run)
+        ended.end()
+    assert deadlines.pending() <= max(SWEEP_AT, 2 * len(live)) + 1
+    clock.advance(300)
+    assert deadlines.tick() == len(live)  # the live runs' limits were kept
+    assert all(target.told == [(TIMEOUT, target.run)] for target in live)
+    assert ended.told == []
+
+
+def test_a_stop_that_cannot_be_sent_yet_is_tried_again(clock: ManualClock) -> None:
+    deadlines = Deadlines(clock=clock)
+    target = _Recording(limit=1)
+    target.refuse = True  # e.g. the shutdown's interrupt is pending in its thread
+    deadlines.arm(target, target.run)
+    clock.advance(1)
+    assert deadlines.tick() == 1 and target.told == []
+    target.refuse = False
+    clock.advance(0.05)
+    assert deadlines.tick() == 1 and target.told == [(TIMEOUT, target.run)]
+    target.end()  # and once its run ends, nothing more is tried
+    clock.advance(10)
+    assert deadlines.tick() == 0
+
+
+def test_an_async_job_is_stopped_through_its_own_target(
+        clock: ManualClock, parts: tuple[Running, Deadlines, Stopper]) -> None:
+    running, deadlines, stopper = parts
+    seen: list[Any] = []
+
+    async def body() -> None:
+        seen.extend(running.targets())
+        await asyncio.sleep(PATIENCE)
+
+    async def job(jid: str, **options: Any) -> Any:
+        payload = {"jid": jid, "class": "Nap", "args": [], **options}
+        return await stopper.acall(None, payload, "default", body)
+
+    async def main() -> None:
+        task = asyncio.create_task(job("n1", timeout=2))
+        await asyncio.sleep(0)
+        clock.advance(2)
+        await asyncio.to_thread(deadlines.tick)
+        with pytest.raises(JobTimeout):
+            await task
+        assert running.targets() == [] and seen[0].run == 0  # ended: no stop reaches it
+        task = asyncio.create_task(job("n2"))
+        await asyncio.sleep(0)
+        assert [(t, r) for t, r in running.cancel("n2")] == [(seen[1], 1)]
+        with pytest.raises(JobCancelled):
+            await task
+
+    asyncio.run(main())
+
+
+class _Recording(Target):
+    """A target whose stops are recorded, not raised: the time-limit heap's view of a
+    processor thread's target, run after run."""
+
+    _runs = iter(range(1, 1 << 30))
+
+    def __init__(self, limit: float | None = None) -> None:
+        self.limit = limit
+        self.cooperative = False
+        self.refuse = False
+        self.told: list[tuple[str, int]] = []
+        self._now = 0
+        self._reason: str | None = None
+        self.begin("r1")
+
+    @property
+    def run(self) -> int:
+        return self._now
+
+    @property
+    def reason(self) -> str | None:
+        return self._reason
+
+    @property
+    def busy_id(self) -> str:
+        return "t1"
+
+    def begin(self, jid: str) -> None:
+        self.jid = jid
+        self._now = next(self._runs)
+        self._reason = None
+
+    def end(self) -> None:
+        self._now = 0
+
+    def _tell(self, reason: str, run: int) -> bool:
+        if self.refuse or run != self._now:
+            return False
+        self._reason = reason
+        self.told.append((reason, run))
+        return True
+
+
+def test_the_raised_classes_match_the_reasons() -> None:
+    guard = Guard()
+    target = SyncTarget(guard)
+    guard.stopped_with = TimeoutRaised
+    assert target.reason == TIMEOUT
+    guard.stopped_with = CancelRaised
+    assert target.reason == CANCEL
