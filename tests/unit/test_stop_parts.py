@@ -312,3 +312,28 @@ def test_the_raised_classes_match_the_reasons() -> None:
     assert target.reason == TIMEOUT
     guard.stopped_with = CancelRaised
     assert target.reason == CANCEL
+
+
+def test_a_stop_landing_after_an_async_job_ended_does_not_cancel_its_task(
+        parts: tuple[Running, Deadlines, Stopper]) -> None:
+    """The stop is told from another thread and lands on the loop later: if the job left
+    its body meanwhile, the task goes on (it acknowledges the job next)."""
+    running, _, stopper = parts
+    finished: list[str] = []
+
+    async def body() -> str:
+        return "ran"
+
+    async def job_then_ack() -> None:
+        payload = {"jid": "n3", "class": "Nap", "args": []}
+        plan = stopper.wurk_plan(None, payload, "default")
+        assert plan is not None
+        [target] = running.targets()
+        assert target.stop(CANCEL, target.run)  # told: the cancel is on its way to the loop
+        finished.append(plan(await body(), None))  # the job ends before it lands
+        await asyncio.sleep(0)  # the cancel lands here
+        await asyncio.sleep(0)
+        finished.append("acknowledged")
+
+    asyncio.run(job_then_ack())
+    assert finished == ["ran", "acknowledged"]

@@ -166,13 +166,20 @@ class AsyncTarget(Target):
         """Its job left its body: no stop reaches it any more."""
         self._run = 0
 
+    def _cancel(self, run: int) -> None:
+        """On the loop: cancel the task if run ``run`` is still in its body. Its end runs on
+        the loop too, so a stop that lands after it cannot cut what the task does next (the
+        job's acknowledgement)."""
+        if self._run == run:
+            self.task.cancel()
+
     def _tell(self, reason: str, run: int) -> bool:
         with _TELLING:
             if self._run != run or self._reason is not None:
                 return False
             self._reason = reason  # read on the loop when the cancellation lands: set first
             try:
-                self.loop.call_soon_threadsafe(self.task.cancel)
+                self.loop.call_soon_threadsafe(self._cancel, run)
             except RuntimeError:  # the loop is closed: the task is gone with it
                 self._reason = None
                 return False
