@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from wurk.runtime.loopwatch import TICK, LoopWatch, where_thread_is
+from wurk.runtime.loopwatch import REPEAT_FAILURE, TICK, LoopWatch, where_thread_is
 
 
 @pytest.fixture
@@ -260,3 +260,24 @@ def test_a_payload_named_in_a_warning_is_cut_short() -> None:
 
     described = asyncio.run(main())
     assert described == f"{'X' * NAME_SHOWN} (jid {'j' * NAME_SHOWN})"
+
+
+def test_a_lasting_failure_to_look_is_logged_once_a_minute_with_its_count() -> None:
+    """A fault that fails every look (20 a second at the default limit) gives one warning,
+    then one a ``REPEAT_FAILURE`` seconds saying how often it came; another fault is logged
+    at once; a huge text is cut short."""
+    watch = LoopWatch(0.1)
+    boom = RuntimeError("the loop is gone")
+    first = watch.failed(100.0, boom)
+    assert first == "the event loop's watch could not look: RuntimeError: the loop is gone"
+    looks = [watch.failed(100.0 + n * 0.05, boom) for n in range(1, 1000)]  # 50 s of looks
+    assert looks == [None] * 999
+    assert watch.failed(100.0 + REPEAT_FAILURE - 0.01, boom) is None
+    again = watch.failed(100.0 + REPEAT_FAILURE, boom)
+    assert again is not None and again.endswith("(and 1000 more time(s) in the last 60 s)")
+    other = watch.failed(100.0 + REPEAT_FAILURE + 1, ValueError("x" * 100_000))
+    assert other is not None and other.startswith(
+        "the event loop's watch could not look: ValueError: xxx")
+    assert len(other) < 400
+    back = watch.failed(100.0 + REPEAT_FAILURE + 2, boom)  # not the last one: logged at once
+    assert back == first

@@ -13,8 +13,12 @@ finds it at no cost to the jobs (no wrapper around their steps):
    tick between, has held the loop all that while. It is named once — the job (``describe``)
    and the line the loop's thread is on — while it still holds the loop.
 
-The decisions take the time as an argument (``tick(now)``, ``look(now, …)``): the tests
-drive them with a clock of their own.
+A look that fails (a bug, a task it cannot describe) is a warning and the watch goes on;
+the same failure again is logged at most once a ``REPEAT_FAILURE`` seconds, with how many
+times it came meanwhile, so a lasting fault cannot fill the log twenty lines a second.
+
+The decisions take the time as an argument (``tick(now)``, ``look(now, …)``,
+``failed(now, …)``): the tests drive them with a clock of their own.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import sys
 import sysconfig
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from types import FrameType
@@ -39,6 +44,10 @@ log = logging.getLogger("wurk")
 TICK = 0.05
 # The watch's thread looks at least this often, however small the limit.
 SHORTEST_LOOK = 0.01
+# The same failure to look is logged at most once in this many seconds.
+REPEAT_FAILURE = 60.0
+# At most this much of a failure's text goes into its warning.
+FAILURE_SHOWN = 300
 
 
 @functools.cache
@@ -71,6 +80,8 @@ class LoopWatch:
         # The task running at the last look: itself, when first seen, the tick due then.
         self._seen: tuple[weakref.ref[asyncio.Task[Any]], float, float] | None = None
         self._named: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
+        # The last failure logged: its text, when, and how often it came since.
+        self._failure: tuple[str, float, int] | None = None
 
     # -- on the loop ------------------------------------------------------------------------
     def tick(self, now: float) -> float:
@@ -118,6 +129,22 @@ class LoopWatch:
                 "async job waits. Move blocking calls off the loop (await "
                 "asyncio.to_thread(...)) or make the job a plain def")
 
+    def failed(self, now: float, exc: Exception) -> str | None:
+        """A look that raised ``exc`` at ``now``: the warning to log, or None for the same
+        failure within ``REPEAT_FAILURE`` seconds of its last warning."""
+        text = f"{type(exc).__name__}: {exc}"[:FAILURE_SHOWN]
+        last = self._failure
+        if last is not None and last[0] == text:
+            if now - last[1] < REPEAT_FAILURE:
+                self._failure = (text, last[1], last[2] + 1)
+                return None
+            since = f" (and {last[2]} more time(s) in the last {now - last[1]:.0f} s)" \
+                if last[2] else ""
+        else:
+            since = ""
+        self._failure = (text, now, 0)
+        return f"the event loop's watch could not look: {text}{since}"
+
     def run(self, loop: asyncio.AbstractEventLoop, thread: threading.Thread,
             closing: threading.Event) -> None:
         """The watch's thread: looks until ``closing`` is set. Started by the owner of the
@@ -131,8 +158,9 @@ class LoopWatch:
                 warning = self.look(loop.time(), asyncio.current_task(loop),
                                     lambda: where_thread_is(thread.ident))
             except Exception as exc:  # naming a job must never end the watch
-                log.warning("the event loop's watch could not look: %s: %s",
-                            type(exc).__name__, exc)
+                failure = self.failed(time.monotonic(), exc)
+                if failure is not None:
+                    log.warning("%s", failure)
                 continue
             if warning is not None:
                 log.warning("%s", warning)
