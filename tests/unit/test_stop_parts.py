@@ -32,9 +32,9 @@ class JobThread:
     """A processor-like thread: its own guard, jobs handed to it one at a time through the
     ``Stopper``, each job's body waiting until the test releases it (or a stop lands)."""
 
-    def __init__(self, stopper: Stopper) -> None:
+    def __init__(self, stopper: Stopper, guard: Guard | None = None) -> None:
         self.stopper = stopper
-        self.guard = Guard()
+        self.guard = guard or Guard()
         self.jobs: list[tuple[str, dict[str, Any]]] = []
         self.outcomes: list[str] = []
         self.release = threading.Event()
@@ -337,3 +337,42 @@ def test_a_stop_landing_after_an_async_job_ended_does_not_cancel_its_task(
 
     asyncio.run(job_then_ack())
     assert finished == ["ran", "acknowledged"]
+
+
+def test_a_cancel_arriving_as_a_job_starts_is_never_missed(
+        parts: tuple[Running, Deadlines, Stopper]) -> None:
+    """The cancel lands after the job's start looked for one, before its body opened (the
+    cancel's look then finds no body open): the job is refused all the same, sync and
+    async."""
+    running, _, stopper = parts
+
+    class Racing(Guard):
+        def open_body(self) -> int:
+            running.cancel("s1")
+            return super().open_body()
+
+    worker = JobThread(stopper, Racing())
+    try:
+        worker.run("s1")
+        wait_until(lambda: worker.outcomes, PATIENCE, "s1 to end")
+        assert worker.outcomes == ["JobCancelled"] and not worker.in_body.is_set()
+    finally:
+        worker.stop()
+
+    ran: list[str] = []
+    add = running.add
+
+    def racing_add(target: Any) -> None:
+        running.cancel("a1")  # the same moment for an async job: before it is findable
+        add(target)
+
+    async def job() -> None:
+        payload = {"jid": "a1", "class": "Nap", "args": []}
+        with pytest.raises(JobCancelled):
+            stopper.wurk_plan(None, payload, "default")
+            ran.append("a1")
+        assert running.targets() == []
+
+    running.add = racing_add  # type: ignore[method-assign]
+    asyncio.run(job())
+    assert ran == []

@@ -3,7 +3,8 @@
 ``Stopper`` is added after every other link (``WorkerStops.install``), so what it stops is
 the job's own code, never a middleware's bookkeeping. For each job it:
 
-1. refuses to start a job whose cancel arrived before it started (``JobCancelled``);
+1. refuses to start a job whose cancel arrived before it started (``JobCancelled``) — looked
+   at once the job can be found by a cancel, so one arriving as it starts is never missed;
 2. makes the job findable by a cancel (``Running``): sync, by opening its body on the
    processor thread's target, registered once with the thread's first job, which raises in
    the body when told; async, by registering a target of its own for its task, which is
@@ -67,9 +68,9 @@ class Stopper:
     def __call__(self, job: Any, payload: P.Payload, queue: str,
                  call_next: Callable[[], Any]) -> Any:
         jid = payload.get(P.JID)
-        self._refuse_cancelled(jid)
         guard = current_guard()
         if guard is None or not isinstance(jid, str):
+            self._refuse_cancelled(jid)
             return call_next()  # not on a processor thread: nothing can stop it from outside
         target = guard.target
         if target is None:  # the thread's first job
@@ -80,6 +81,7 @@ class Stopper:
         try:
             try:
                 run = target.begin(jid, limit, isinstance(job, IterableJob))
+                self._refuse_cancelled(jid)  # once findable (see ``_watch``)
                 if limit is not None and isinstance(target, SyncTarget):  # it is one
                     self.deadlines.arm(target, run)
                 result = call_next()
@@ -94,9 +96,9 @@ class Stopper:
     async def acall(self, job: Any, payload: P.Payload, queue: str,
                     call_next: Callable[[], Any]) -> Any:
         jid = payload.get(P.JID)
-        self._refuse_cancelled(jid)
         task = asyncio.current_task()
         if task is None or not isinstance(jid, str):
+            self._refuse_cancelled(jid)
             return await call_next()
         target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
                              limit=limit_of(payload, self.config.job_timeout),
@@ -120,9 +122,9 @@ class Stopper:
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | None:
         """``acall`` without its frame on the job's await chain (``wurk.middleware``)."""
         jid = payload.get(P.JID)
-        self._refuse_cancelled(jid)
         task = asyncio.current_task()
         if task is None or not isinstance(jid, str):
+            self._refuse_cancelled(jid)
             return None
         target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
                              limit=limit_of(payload, self.config.job_timeout),
@@ -150,6 +152,13 @@ class Stopper:
 
     def _watch(self, target: AsyncTarget) -> None:
         self.running.add(target)
+        # Refused only now that a cancel can find it: a cancel is remembered before it
+        # looks for the jobs running, so it is either seen here or finds this one.
+        try:
+            self._refuse_cancelled(target.jid)
+        except JobCancelled:
+            self._unwatch(target)
+            raise
         if target.limit is not None:
             self.deadlines.arm(target, target.run)
 
