@@ -9,6 +9,7 @@ taken by the test (``Deadlines.tick``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Iterator
@@ -315,9 +316,10 @@ def test_the_raised_classes_match_the_reasons() -> None:
 
 
 def test_a_stop_landing_after_an_async_job_ended_does_not_cancel_its_task(
-        parts: tuple[Running, Deadlines, Stopper]) -> None:
+        parts: tuple[Running, Deadlines, Stopper], caplog: pytest.LogCaptureFixture) -> None:
     """The stop is told from another thread and lands on the loop later: if the job left
-    its body meanwhile, the task goes on (it acknowledges the job next)."""
+    its body meanwhile, the task goes on (it acknowledges the job next), and the job is not
+    said to have caught its stop."""
     running, _, stopper = parts
     finished: list[str] = []
 
@@ -335,8 +337,31 @@ def test_a_stop_landing_after_an_async_job_ended_does_not_cancel_its_task(
         await asyncio.sleep(0)
         finished.append("acknowledged")
 
-    asyncio.run(job_then_ack())
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        asyncio.run(job_then_ack())
     assert finished == ["ran", "acknowledged"]
+    assert "caught the error" not in caplog.text
+
+
+def test_an_async_job_that_swallows_its_cancellation_is_said_to(
+        parts: tuple[Running, Deadlines, Stopper], caplog: pytest.LogCaptureFixture) -> None:
+    running, _, stopper = parts
+
+    async def stubborn() -> str:
+        with contextlib.suppress(asyncio.CancelledError):  # swallowed: it returns anyway
+            await asyncio.sleep(PATIENCE)
+        return "ran"
+
+    async def main() -> Any:
+        payload = {"jid": "n4", "class": "Nap", "args": []}
+        task = asyncio.create_task(stopper.acall(None, payload, "default", stubborn))
+        await asyncio.sleep(0)
+        assert [t.jid for t, _ in running.cancel("n4")] == ["n4"]
+        return await task
+
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert asyncio.run(main()) == "ran"
+    assert "job n4 was told to stop (cancel) but caught the error and returned" in caplog.text
 
 
 def test_a_cancel_arriving_as_a_job_starts_is_never_missed(

@@ -149,6 +149,7 @@ class AsyncTarget(Target):
         self.loop = loop
         self._run = 1
         self._reason: str | None = None
+        self.delivered = False  # its task was cancelled (on the loop) for the stop
 
     @property
     def run(self) -> int:
@@ -171,6 +172,7 @@ class AsyncTarget(Target):
         the loop too, so a stop that lands after it cannot cut what the task does next (the
         job's acknowledgement)."""
         if self._run == run:
+            self.delivered = True
             self.task.cancel()
 
     def _tell(self, reason: str, run: int) -> bool:

@@ -115,7 +115,7 @@ class Stopper:
             raise target.error() from None
         finally:
             self._unwatch(target)
-        if target.reason is not None:
+        if target.delivered:  # the cancellation reached the job, which returned all the same
             self._swallowed(jid, target.reason)
         return result
 
@@ -146,7 +146,7 @@ class Stopper:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
             self._unwatch(target)
-        if target.reason is not None:
+        if target.delivered:
             self._swallowed(target.jid, target.reason)
         return result
 
