@@ -168,10 +168,15 @@ def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_ses
             == sorted(jids)
         wait_until(lambda: rows(engine) == 0, what="the rows' deletion")
         assert not relay_for(config).duty.outage.active
-        # The outage was said once, at its start, and its end logged.
-        said = [r.getMessage() for r in caplog.records if "outbox relay" in r.getMessage()]
-        assert any("RedisUnavailable" in line for line in said), said
-        assert any("Redis is back after" in line for line in said), said
+
+        # The outage was said once, at its start, and its end logged (by the relay's thread,
+        # just after the outage reads as over).
+        def said() -> list[str]:
+            return [r.getMessage() for r in caplog.records if "outbox relay" in r.getMessage()]
+
+        wait_until(lambda: any("Redis is back after" in line for line in said()),
+                   what="the outage's end logged")
+        assert any("RedisUnavailable" in line for line in said()), said()
     finally:
         server.stop()
 
