@@ -74,7 +74,6 @@ CASES = {
         guard = Guard()
         guard.ident = threading.get_ident()
         guard.enter(); guard.open_body()
-        guard._in_body = True
         with guard._lock:  # what stop_body does, from this very thread, raised nowhere yet
             guard._pending = CancelRaised
         guard.close_body(); guard.leave()

@@ -160,13 +160,12 @@ class Deadlines:
             elif target.reason is None and target.run == run:
                 self._push(now + RETRY_STOP, _STOP, target, run)
             return
-        if target.stuck_run != run and target.reason is not None:
-            target.stuck_run = run
-            if target.run != run:
-                return  # it ended meanwhile after all
-            log.warning("job %s did not stop %g s after it was told to (%s): it is stuck, "
-                        "most likely in C code that never returns to Python; it runs on "
-                        "until it returns or its process exits", target.jid, STUCK_AFTER,
-                        target.reason)
-            if self.on_stuck is not None:
-                self.on_stuck(target)
+        if target.stuck_run == run or target.reason is None or target.run != run:
+            return  # reported already, never told, or it ended meanwhile
+        target.stuck_run = run
+        log.warning("job %s did not stop %g s after it was told to (%s): it is stuck, "
+                    "most likely in C code that never returns to Python; it runs on "
+                    "until it returns or its process exits", target.jid, STUCK_AFTER,
+                    target.reason)
+        if self.on_stuck is not None:
+            self.on_stuck(target)

@@ -45,8 +45,7 @@ REMEMBER_CANCELS = 300.0
 TIMEOUT, CANCEL = "timeout", "cancel"
 
 _RAISED = {TIMEOUT: TimeoutRaised, CANCEL: CancelRaised}
-_REASONS: dict[type[BaseException] | None, str | None] = {
-    TimeoutRaised: TIMEOUT, CancelRaised: CANCEL, None: None}
+_REASONS: dict[type[BaseException] | None, str] = {TimeoutRaised: TIMEOUT, CancelRaised: CANCEL}
 
 
 class Target:

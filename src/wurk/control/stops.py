@@ -109,7 +109,6 @@ class Guard(JobGuard):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._in_job = False
-        self._in_body = False
         self._pending: type[BaseException] | None = None
         self.interrupted = False
         self.ident: int | None = None
@@ -122,7 +121,7 @@ class Guard(JobGuard):
 
     def leave(self) -> bool:
         with self._lock:
-            self._in_job = self._in_body = False
+            self._in_job = False
             self.run = 0  # a body left by an exception raised before its close
             if self._pending is not None and self.ident is not None:
                 _withdraw(self.ident)  # not raised yet (or raised): it never will be again
@@ -143,14 +142,12 @@ class Guard(JobGuard):
     def open_body(self) -> int:
         """The job's body begins: its run number."""
         with self._lock:
-            self._in_body = True
             self.stopped_with = None
             self.run = run = next(_RUNS)
             return run
 
     def close_body(self) -> None:
         with self._lock:
-            self._in_body = False
             self.run = 0
             if self._pending is not None and self._pending is not Shutdown and \
                     self.ident is not None:
@@ -161,13 +158,12 @@ class Guard(JobGuard):
         """Raise ``exc`` in the thread if the body of run ``run`` is open, nothing is pending
         and no stop was sent to it; True if sent."""
         with self._lock:
-            if not self._in_body or self.run != run or self.stopped_with is not None or \
+            if run == 0 or self.run != run or self.stopped_with is not None or \
                     self._pending is not None or self.ident is None:
                 return False
             self._pending = self.stopped_with = exc
             _async_exc(self.ident, exc)
             return True
-
 
 
 def _async_exc(ident: int, exc: type[BaseException] | None) -> None:
