@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextvars
 import copy
+import importlib.util
 import logging
 import math
 import os
@@ -275,6 +276,9 @@ class Config:
     # An async job holding the event loop longer than this is named by the loop's watch
     # (``wurk.runtime.loopwatch``); 0 turns the watch off.
     loop_lag_warning: float = 0.1
+    # The event loop async jobs run on: "auto" (uvloop where installed, else asyncio's),
+    # "uvloop" or "asyncio" (``wurk.asyncjobs.loop_factory``).
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
     # The garbage collector's first threshold in a process the worker owns, which also
     # freezes what exists at its start (``wurk.runtime.collector``); None: Python's own.
     gc_threshold: int | None = 10_000
@@ -509,6 +513,10 @@ class Config:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
         self._check_choice("fetch", ("reliable", "basic"))
+        self._check_choice("event_loop", ("auto", "uvloop", "asyncio"))
+        if self.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
+            raise ConfigError("event_loop is 'uvloop' but uvloop is not installed (pip "
+                              "install uvloop; it has no Windows build), or use 'auto'")
         self._check_choice("client", ("default", "transactional", "outbox"))
         self._check_choice("reliable_push", ("off", "memory", "disk"))
         self._validate_transaction()

@@ -211,7 +211,8 @@ class Launcher:
         self.capsules = capsules if capsules is not None else config.all_capsules()
         self.runner = JobRunner(config, counters=self.counters, busy=self.busy,
                                 loop=EventLoop(helper_count(self.capsules),
-                                               LoopWatch(config.loop_lag_warning)))
+                                               LoopWatch(config.loop_lag_warning),
+                                               config.event_loop))
         self.heartbeat = Heartbeat(config, self.identity, busy=self.busy,
                                    counters=self.counters, info=self.info(),
                                    on_signal=on_remote_signal, on_beat=self._beaten,
@@ -266,6 +267,7 @@ class Launcher:
             "tag": self.config.tag,
             "concurrency": self.concurrency,
             "async_concurrency": sum(c.async_concurrency for c in self.capsules),
+            "event_loop": self.runner.loop.kind,
             "queues": queues,
             "weights": [c.weights for c in self.capsules],
             "capsules": {c.name: {"concurrency": c.concurrency,

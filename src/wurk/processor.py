@@ -100,7 +100,7 @@ class JobRunner:
         self.morgue = morgue or Morgue(config)
         self.retry = retry or JobRetry(config, self.morgue)
         self.loop = loop if loop is not None else \
-            EventLoop(watch=LoopWatch(config.loop_lag_warning))
+            EventLoop(watch=LoopWatch(config.loop_lag_warning), kind=config.event_loop)
         self.loop.watch.describe = self.describe_task
 
     # -- one job ----------------------------------------------------------------------------

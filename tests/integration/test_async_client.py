@@ -19,6 +19,7 @@ from tests.helpers.faults import config_for
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server, free_port
 from wurk import payload as P
+from wurk.asyncjobs import loop_factory
 
 QUEUE = "asyncclient"
 RAN: list[Any] = []
@@ -456,3 +457,36 @@ def test_transactional_apush_waits_for_the_commit(redis_server: Server,
         {deferred, at_once}
     assert run(lambda: plain.aperform_async(3))  # no transaction open: at once
     assert r.llen(f"queue:{QUEUE}") == 3
+
+
+@pytest.mark.parametrize("kind", ["asyncio", "uvloop"])
+def test_config_close_from_another_thread_cuts_a_command_in_flight(
+        redis_server: Server, r: redis.Redis, kind: str) -> None:
+    """As the worker closes its connections while its event loop (asyncio's or uvloop's,
+    whose transports refuse a socket's ``shutdown``) waits on Redis: the wait ends at once
+    and Redis drops the client."""
+    config = config_for(redis_server.url, socket_timeout=30)
+    loop = loop_factory(kind)[1]()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    async def waits() -> Any:
+        async with wurk.redis(config) as conn:
+            return await conn.call("BLPOP", "nothing-comes", 20)
+
+    future = asyncio.run_coroutine_threadsafe(waits(), loop)
+    try:
+        deadline = time.monotonic() + 5
+        while not any(c.get("cmd") == "blpop" for c in async_clients(r)):
+            assert time.monotonic() < deadline, "the BLPOP never reached Redis"
+            time.sleep(0.01)
+        started = time.monotonic()
+        config.close()
+        with pytest.raises(wurk.RedisUnavailable):
+            future.result(timeout=10)
+        assert time.monotonic() - started < 5
+        assert wait_for_no_async_clients(r) == []
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()

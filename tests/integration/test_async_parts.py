@@ -219,3 +219,23 @@ def test_a_lone_async_middleware_wraps_a_sync_job(config: wurk.Config, r: redis.
     plain.perform_async("one")
     run_all(config, r, 1)
     assert [e.split(":")[1] for e in EVENTS] == ["async-before", "body", "async-after"]
+
+
+@wurk.job(name="AsyncParts::LoopKind", queue=QUEUE)
+async def loop_kind(tag: str) -> None:
+    loop = asyncio.get_running_loop()
+    EVENTS.append(f"{tag}:body:{type(loop).__module__}.{type(loop).__name__}")
+
+
+@pytest.mark.parametrize(("setting", "made"), [
+    ("auto", "uvloop.Loop"), ("uvloop", "uvloop.Loop"),
+    ("asyncio", "asyncio.unix_events._UnixSelectorEventLoop")])
+def test_async_jobs_run_on_the_event_loop_the_setting_names(
+        config: wurk.Config, r: redis.Redis, setting: str, made: str) -> None:
+    """uvloop by default (installed with wurk on Linux and macOS), asyncio's own loop when
+    ``event_loop: asyncio`` asks for it; the job goes through and is acknowledged either way."""
+    EVENTS.clear()
+    config.event_loop = setting  # type: ignore[assignment]
+    loop_kind.perform_async("k")
+    run_all(config, r, 1)
+    assert [f"k:body:{made}"] == EVENTS

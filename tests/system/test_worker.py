@@ -183,6 +183,7 @@ def test_heartbeat_and_busy_map_use_sidekiqs_field_names(
     assert info["concurrency"] == 4 and info["queues"] == ["default", "other"]
     assert info["capsules"]["default"]["mode"] == "weighted"
     assert info["framework"] == "wurk" and info["embedded"] is False
+    assert info["event_loop"] == "uvloop"  # the default where it is installed
     assert isinstance(info["started_at"], float)
     for suffix in (":work", ":workers"):
         work = r.hgetall(identity + suffix)
@@ -190,6 +191,19 @@ def test_heartbeat_and_busy_map_use_sidekiqs_field_names(
         entry = json.loads(next(iter(work.values())))
         assert entry["queue"] == "default" and isinstance(entry["run_at"], int)
         assert json.loads(entry["payload"])["class"] == "Sys::Sleep"
+
+
+def test_the_event_loop_flag_is_used_and_shown(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    """``--event-loop asyncio``: async jobs run on asyncio's own loop, and the process
+    record says which."""
+    start_worker("--event-loop", "asyncio")
+    identity = next(iter(r.smembers("processes")))
+    assert json.loads(r.hget(identity, "info") or "{}")["event_loop"] == "asyncio"
+    jobs.loop_kind.perform_async("sys:loop")
+    wait_for(lambda: r.llen("sys:loop") == 1, message="the async job")
+    assert r.lrange("sys:loop", 0, -1) == ["asyncio.unix_events._UnixSelectorEventLoop"]
 
 
 def test_remote_quiet_through_the_signals_list(

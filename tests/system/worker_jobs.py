@@ -69,6 +69,16 @@ def crash(key: str) -> None:
     os._exit(17)
 
 
+@wurk.job(name="Sys::LoopKind")
+async def loop_kind(key: str) -> None:
+    """Records which event loop it ran on (module and class)."""
+    import asyncio
+
+    loop = type(asyncio.get_running_loop())
+    async with wurk.redis() as conn:
+        await conn.call("RPUSH", key, f"{loop.__module__}.{loop.__name__}")
+
+
 @wurk.job(name="Sys::AsyncWait")
 async def async_wait(key: str, seconds: float) -> None:
     """An I/O-bound async job: waits, then records its jid through ``wurk.redis()``."""

@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import asyncio
 import re
+import sys
 from typing import Any
 
 import pytest
 
 import wurk
+from wurk import asyncjobs
 from wurk.config import Capsule, Config, parse_queue
 from wurk.errors import ConfigError
 
@@ -42,12 +45,37 @@ def test_unknown_setting_is_named() -> None:
         ({"concurrency": 0}, "concurrency"),
         ({"timeout": -1}, "timeout"),
         ({"fetch": "magic"}, "fetch must be one of"),
+        ({"event_loop": "trio"}, "event_loop must be one of 'auto', 'uvloop', 'asyncio'"),
         ({"queues": "default"}, "queues must be a list"),
     ],
 )
 def test_bad_settings_are_refused(settings: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Config.from_mapping(settings)
+
+
+def test_uvloop_asked_for_by_name_where_it_is_not_installed_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``None`` in ``sys.modules`` is how Python spells a module that cannot be imported:
+    what a machine without uvloop (Windows, PyPy) sees. "auto" falls back to asyncio there."""
+    monkeypatch.setitem(sys.modules, "uvloop", None)
+    monkeypatch.setattr(asyncjobs, "uvloop", None)
+    with pytest.raises(ConfigError, match=r"event_loop is 'uvloop' but uvloop is not "
+                                          r"installed \(pip install uvloop"):
+        Config.from_mapping({"event_loop": "uvloop"})
+    Config.from_mapping({"event_loop": "auto"})
+    assert asyncjobs.loop_factory("auto") == ("asyncio", asyncio.new_event_loop)
+    assert asyncjobs.EventLoop(kind="auto").kind == "asyncio"
+
+
+def test_the_event_loop_setting_picks_the_loop() -> None:
+    for kind, name in (("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")):
+        made, new_loop = asyncjobs.loop_factory(kind)
+        loop = new_loop()
+        try:
+            assert made == name and type(loop).__module__.split(".")[0] == name
+        finally:
+            loop.close()
 
 
 def test_a_worker_needs_fetches_shorter_than_the_socket_timeout() -> None:

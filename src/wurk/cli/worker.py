@@ -117,6 +117,7 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
     swarm = settings.pop("swarm", None) or {}
     for flag, setting in (("concurrency", "concurrency"), ("timeout", "timeout"),
                           ("async_concurrency", "async_concurrency"),
+                          ("event_loop", "event_loop"),
                           ("tag", "tag"), ("fetch", "fetch"), ("log_format", "log_format"),
                           ("cpu_affinity", "cpu_affinity"), ("health_port", "health_port"),
                           ("metrics_port", "metrics_port"), ("health_host", "health_host"),
@@ -141,6 +142,9 @@ def worker_options(fn: Any) -> Any:
                      help="Processor threads (default 5)."),
         click.option("--async-concurrency", type=click.IntRange(min=1), default=None,
                      help="async def jobs running at once on the event loop (default 100)."),
+        click.option("--event-loop", type=click.Choice(["auto", "uvloop", "asyncio"]),
+                     default=None, help="The event loop of async def jobs: 'auto' (the "
+                     "default: uvloop where installed), 'uvloop' or 'asyncio'."),
         click.option("-t", "--timeout", type=click.FloatRange(min=0), default=None,
                      help="Shutdown timeout in seconds (default 25)."),
         click.option("-C", "--config", "config_file", type=click.Path(dir_okay=False),

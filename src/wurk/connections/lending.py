@@ -160,12 +160,15 @@ class Borrowed:
     """The context manager ``wurk.redis()`` returns (a class, not a generator: it runs in
     every job that touches Redis, and this is the cheaper of the two)."""
 
-    __slots__ = ("_async", "_config", "_lease")
+    __slots__ = ("_async", "_config", "_from", "_lease")
 
     def __init__(self, config: Config | None) -> None:
         self._config = config
         self._lease: Lease | None = None  # checked out by this block, given back at its end
         self._async: AsyncConnection | None = None  # the async form's held connection
+        # The pool and idle set the async form's connection came from, where it goes back
+        # (the configuration's may be closed and made anew while the block runs).
+        self._from: tuple[Any, _Idle] | None = None
 
     def __enter__(self) -> Connection:
         held = _held
@@ -206,6 +209,7 @@ class Borrowed:
         except BaseException:
             idle.turns.release()
             raise
+        self._from = (pool, idle)
         return self._async
 
     @staticmethod
@@ -223,12 +227,11 @@ class Borrowed:
 
     async def __aexit__(self, *exc_info: object) -> None:
         held, self._async = self._async, None
-        if held is None:
+        if held is None or self._from is None:
             return
-        idle = _idle(self._config)
+        (pool, idle), self._from = self._from, None
         try:
             if held.broken:
-                pool, _ = async_pool(self._config)
                 await held._connection.disconnect()
                 await pool.release(held._connection)
             else:

@@ -110,6 +110,22 @@ def _driver_info() -> dict[str, Any]:
     return {"driver_info": DriverInfo().add_upstream_driver("wurk", _version())}
 
 
+def _shut_down(sock: Any) -> None:
+    """Shut down a transport's socket from any thread. asyncio's stand-in for it does this
+    itself; uvloop's refuses (a ``TypeError``), so it goes through a duplicate of the
+    descriptor: ``shutdown`` acts on the socket both name, and only the duplicate is closed."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+        return
+    except TypeError:
+        pass
+    fd = sock.fileno()
+    if fd < 0:  # closed already
+        return
+    with socket.socket(fileno=os.dup(fd)) as duplicate:
+        duplicate.shutdown(socket.SHUT_RDWR)
+
+
 def _raise_first_error(replies: list[Any]) -> list[Any]:
     """``send_all``'s replies, or the first error reply among them raised: once all are read,
     so the connection goes back in step (as redis-py's pipelines raise)."""
@@ -336,7 +352,7 @@ class AsyncRedisPool:
             sock = writer.get_extra_info("socket")
             if sock is not None:
                 with suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)  # a command in flight fails at once
+                    _shut_down(sock)  # a command in flight fails at once
             if not self.loop.is_closed():
                 with suppress(RuntimeError):  # a loop closing in another thread meanwhile
                     self.loop.call_soon_threadsafe(writer.close)
