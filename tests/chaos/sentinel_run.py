@@ -97,6 +97,9 @@ class Result:
     processor_deaths: int
     leader: str | None
     leftovers: dict[str, int]
+    failovers: int = 1  # the sentinels' count: more than the one the run made
+    drained_after: float | None = None  # seconds; None: not drained within DRAIN_DEADLINE
+    undrained: tuple[int, dict[str, int]] | None = None  # (port, what was left) if not
     missing: list[str] = field(default_factory=list)
 
     @property
@@ -115,6 +118,8 @@ class Result:
                 f"{self.unreplicated_acks}) failed_pushes={self.failed_pushes} (of which ran "
                 f"{self.failed_that_ran}) failover={self.failover_seconds:.1f}s followed: "
                 f"{followed} processor_deaths={self.processor_deaths} "
+                f"failovers={self.failovers} drained_after="
+                f"{'never' if self.drained_after is None else f'{self.drained_after:.1f}s'} "
                 f"seconds={self.seconds:.1f}")
 
 
@@ -143,6 +148,10 @@ class SentinelRun:
         self._promoted_wall: float | None = None
         self._killed_wall: float | None = None
         self._held_wall = 0.0  # since when the replica got nothing more (the kill, or lag)
+        # How long the drain took once the pushers were done; or, if it never came, the
+        # port the drain was read on and what was left there.
+        self._drained_after: float | None = None
+        self._undrained: tuple[int, dict[str, int]] | None = None
 
     # -- the run ------------------------------------------------------------------------------
     def run(self) -> Result:
@@ -296,7 +305,8 @@ class SentinelRun:
     def _wait_for_drain(self) -> None:
         """Until nothing is left to run (the pushers are done): every queue, private list,
         the retry and the scheduled set empty. A lost job never comes: no waiting for it."""
-        deadline = time.monotonic() + DRAIN_DEADLINE
+        began = time.monotonic()
+        deadline = began + DRAIN_DEADLINE
         primary = self.topology.primary()
         direct = primary.client(socket_timeout=5)
         while not _drained(direct):
@@ -304,8 +314,11 @@ class SentinelRun:
                 if process.poll() is not None:
                     raise RuntimeError(f"a worker exited:\n{log.read_text()[-3000:]}")
             if time.monotonic() > deadline:
-                return  # the figures will say what was lost
+                # The figures will say what was lost; what was left, and where, is kept.
+                self._undrained = (primary.port, _leftovers(direct))
+                return
             threading.Event().wait(0.2)
+        self._drained_after = time.monotonic() - began
 
     def _worker_health(self) -> tuple[int, str | None]:
         """Processor deaths the workers' records report, and who holds the leadership."""
@@ -362,7 +375,8 @@ class SentinelRun:
             unreplicated_acks=self._runs_between(self._held_wall - ACK_FLUSH, killed_wall),
             seconds=time.monotonic() - started, processor_deaths=deaths, leader=leader,
             leftovers=_leftovers(self.topology.primary().client(socket_timeout=5)),
-            missing=missing)
+            failovers=self.topology.failovers(), drained_after=self._drained_after,
+            undrained=self._undrained, missing=missing)
 
     def _runs_between(self, since: float, until: float) -> int:
         """Runs the ledger recorded between two wall times."""
@@ -439,6 +453,8 @@ def main(argv: list[str] | None = None) -> int:
         print(result.line(), flush=True)
         if result.missing:
             print(f"  lost jids (first 10): {result.missing[:10]}", flush=True)
+        if result.leftovers:
+            print(f"  left in Redis: {result.leftovers}", flush=True)
         ok = ok and (result.lost == 0 or args.push_replicas == 0)
     return 0 if ok else 1
 

@@ -235,6 +235,21 @@ class Topology:
         wait_until(promoted, timeout, "the sentinels promoting the replica")
         return time.monotonic()
 
+    def failovers(self) -> int:
+        """Failovers so far: the highest configuration epoch a sentinel reports (each
+        failover takes a new one; 0 before the first)."""
+        epochs = [0]
+        for node in self.sentinels:
+            client = node.client(socket_timeout=1, decode_responses=True)
+            try:
+                epochs.append(int(client.execute_command("SENTINEL", "MASTER", SERVICE)
+                                  .get("config-epoch", 0)))
+            except (redis.RedisError, AttributeError, ValueError):
+                continue
+            finally:
+                client.close()
+        return max(epochs)
+
     @staticmethod
     def _named_by(node: Node) -> int | None:
         client = node.client(socket_timeout=1)
