@@ -66,9 +66,13 @@ def test_uvloop_asked_for_by_name_where_it_is_not_installed_is_refused(
     Config.from_mapping({"event_loop": "auto"})
     assert asyncjobs.loop_factory("auto") == ("asyncio", asyncio.new_event_loop)
     assert asyncjobs.EventLoop(kind="auto").kind == "asyncio"
+    with pytest.raises(ConfigError, match="uvloop is not installed"):  # a Config not checked
+        asyncjobs.EventLoop(kind="uvloop")
 
 
 def test_the_event_loop_setting_picks_the_loop() -> None:
+    with pytest.raises(ConfigError, match="event_loop must be one of"):
+        asyncjobs.loop_factory("trio")
     for kind, name in (("auto", "uvloop"), ("uvloop", "uvloop"), ("asyncio", "asyncio")):
         made, new_loop = asyncjobs.loop_factory(kind)
         loop = new_loop()
