@@ -67,7 +67,7 @@ def flaky(pause: float) -> None:
 TIMED_LIMIT = 2.0
 
 
-TIMED_STARTED = "ledger:timed:"  # + jid: set by a timed job's first start
+TIMED_STARTED = "ledger:timed:"  # + jid: "pid time" of a timed job's first start
 
 
 @wurk.job(name="Chaos::Timed", retry=5, retry_in=_soon, timeout=TIMED_LIMIT)
@@ -77,7 +77,8 @@ def timed(pause: float) -> None:
     Only the first start, as the ledger knows it: a run a kill cut short and the reaper
     returned must not spin again, or three kills within its runs make it a poison pill."""
     job = wurk.current_job() or {}
-    first = ledger().set(f"{TIMED_STARTED}{wurk.current_jid()}", 1, nx=True)
+    first = ledger().set(f"{TIMED_STARTED}{wurk.current_jid()}",
+                         f"{os.getpid()} {time.time():.3f}", nx=True)
     if job.get("retry_count") is None and first:
         end = time.monotonic() + 30
         while time.monotonic() < end:

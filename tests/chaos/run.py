@@ -229,6 +229,8 @@ class Result:
     # ACK runs it again, at least once.)
     cancelled_twice: int = 0
     pushes: list[PushFigures] = field(default_factory=list)  # the reliable pushers'
+    # For a job left dead: its entry, its runs and the faults, to tell how it got there.
+    dead_story: str = ""
 
     def line(self) -> str:
         counts = " ".join(f"{name}s={self.faults.get(name, 0)}" for name in (KILL, RESTART, CUT))
@@ -286,6 +288,7 @@ class ChaosRun:
         self.cancelled: list[str] = []  # run at most once; not in ``pushed``
         self.cancelled_waiting = 0  # of those, removed from their queue (the rest ran)
         self.faults: dict[str, int] = {}
+        self.strikes: list[str] = []  # "time fault [victim pid]", in order
         self.in_flight: set[str] = set()  # jids in flight when a fault struck
         self.bound = 0  # REPEATS_PER_THREAD for each processor thread each fault hit
         self.bids: list[str] = []
@@ -334,7 +337,8 @@ class ChaosRun:
                       cancelled_ran=sum(runs[jid] > 0 for jid in self.cancelled),
                       cancelled_twice=sum(runs[jid] > 1 and jid not in self.in_flight
                                           for jid in self.cancelled),
-                      pushes=[self._push_figures(pusher, runs) for pusher in self.pushers])
+                      pushes=[self._push_figures(pusher, runs) for pusher in self.pushers],
+                      dead_story=self._dead_story())
 
     @staticmethod
     def _push_figures(pusher: Pusher, runs: Counter[str]) -> PushFigures:
@@ -423,6 +427,8 @@ class ChaosRun:
     # -- faults -------------------------------------------------------------------------------
     def _strike(self, fault: str) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.strikes.append(f"{time.time():.3f} {fault}"
+                            + (f" {self.workers[0].process.pid}" if fault == KILL else ""))
         if fault == KILL:
             victim = self.workers.pop(0)  # the oldest: it has been busy longest
             # Frozen first, so its lists can be read as the kill finds them (another
@@ -554,6 +560,28 @@ class ChaosRun:
             worker.process.send_signal(signal.SIGTERM)
         for worker in self.workers:
             worker.stop(timeout=30)
+
+    def _dead_story(self, most: int = 3) -> str:
+        """Each of the first few jobs in the dead set: its class, jid, error and retry count,
+        the runs the ledger has of it (pid, time), when a timed job first started, and every
+        fault with its time (a kill with its victim's pid)."""
+        lines = []
+        for raw in self.direct.zrange("dead", 0, most - 1):
+            try:
+                job = json.loads(raw)
+            except ValueError:
+                lines.append(f"dead, unparseable: {raw[:200]!r}")
+                continue
+            jid = str(job.get("jid"))
+            runs = [line.decode() for line in self.ledger.lrange(jobs.WHO, 0, -1)
+                    if line.decode().startswith(f"{jid} ")]
+            first = self.ledger.get(f"{jobs.TIMED_STARTED}{jid}")
+            lines.append(f"dead: {job.get('class')} {jid} {job.get('error_class')}: "
+                         f"{job.get('error_message')} retry_count={job.get('retry_count')} "
+                         f"runs={runs} first_start={first.decode() if first else None}")
+        if lines:
+            lines.append(f"faults: {self.strikes}")
+        return "\n".join(lines)
 
     def _leftovers(self) -> dict[str, int]:
         """What is still in Redis once the workers are gone: nothing, when all went well."""

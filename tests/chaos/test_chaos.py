@@ -31,7 +31,7 @@ def test_ten_thousand_jobs_through_kills_restarts_and_cuts(tmp_path: Path) -> No
     # Every repeat is of a job that was in flight when a fault struck (the snapshots are
     # exact, tests/chaos/run.py): a repeat of any other job is a bug.
     assert result.unexplained == 0, result.line()
-    assert result.leftovers == {}, f"left in Redis: {result.leftovers}"
+    assert result.leftovers == {}, f"left in Redis: {result.leftovers}\n{result.dead_story}"
     # Jobs that ran past their time limit once (JobTimeout, then a retry) are among the
     # completed above; jobs cancelled mid-run ran at most once each.
     assert result.cancelled >= 50 and result.cancelled_twice == 0, result.line()
@@ -52,4 +52,4 @@ def test_batches_through_kills_and_a_restart(tmp_path: Path) -> None:
     assert result.batches.fired == 24 and result.batches.missing == 0
     assert result.batches.duplicates == 0
     assert result.batches.negative_pending == 0 and result.batches.samples > 0
-    assert result.leftovers == {}, f"left in Redis: {result.leftovers}"
+    assert result.leftovers == {}, f"left in Redis: {result.leftovers}\n{result.dead_story}"
