@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -114,3 +115,34 @@ def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
     worker = wurk.InProcessWorker(fast)
     worker.stop()
     assert worker.identity is None and not worker.running
+
+
+def test_async_jobs_of_an_embedded_worker_run_on_its_own_loop_not_the_hosts(
+        fast: wurk.Config) -> None:
+    """A host application on asyncio's loop embeds a worker: the worker's async jobs run on
+    its own loop thread (uvloop by default), and the host's loop is left as it was."""
+    seen: list[str] = []
+
+    async def where() -> None:
+        loop = asyncio.get_running_loop()
+        seen.append(f"{type(loop).__module__}:{threading.current_thread().name}")
+
+    wurk.job(name="EmbedMode::Where")(where)
+
+    async def host() -> str:
+        worker = wurk.embed(fast)
+        try:
+            push("EmbedMode::Where")
+            deadline = time.monotonic() + 10
+            while not seen:
+                assert time.monotonic() < deadline, "the async job never ran"
+                await asyncio.sleep(0.02)  # the host's loop keeps running meanwhile
+        finally:
+            worker.stop()
+        return type(asyncio.get_running_loop()).__module__
+
+    try:
+        assert asyncio.run(host()) == "asyncio.unix_events"
+    finally:
+        wurk.registry.unregister("EmbedMode::Where")
+    assert seen == ["uvloop:wurk-asyncio"]
