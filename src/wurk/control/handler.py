@@ -21,21 +21,20 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..config import Config
 from ..errors import JobCancelled
+from ..iteration.control import JID_LIMIT, check_jid
 from ..middleware import Later, Leave
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
+from ..stored import printable
 from .deadlines import Deadlines
 from .running import Running
 
-__all__ = ["MAX_JID", "POLL_BATCH", "CancelHandler", "CancelPoller"]
+__all__ = ["POLL_BATCH", "CancelHandler", "CancelPoller"]
 
 log = logging.getLogger("wurk")
 
 # Cancels one poll takes at most.
 POLL_BATCH = 100
-# The longest jid a cancel list may name (Sidekiq's are 24 characters): anything longer was
-# not written by ``wurk.cancel`` for a real job, and is dropped rather than remembered.
-MAX_JID = 256
 
 
 class CancelHandler:
@@ -109,9 +108,12 @@ class CancelPoller:
             lambda r: r.lpop(self.key, POLL_BATCH))
         for raw in popped or []:
             jid = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-            if not jid or len(jid) > MAX_JID:
-                log.warning("dropped a cancel from %s: a jid of %d characters (1 to %d): "
-                            "%.40r", self.key, len(jid), MAX_JID, jid)
+            try:  # what ``wurk.cancel`` would send: anything else is not kept in memory
+                check_jid(jid)
+            except ValueError:
+                log.warning("dropped a cancel from %s: not a jid (non-empty, at most %d "
+                            "characters, no spaces or control characters), %d characters: "
+                            "%s", self.key, JID_LIMIT, len(jid), printable(jid[:40]))
                 continue
             for target, run in self.running.cancel(jid):
                 self.deadlines.told(target, run)
