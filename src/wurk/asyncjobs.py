@@ -36,7 +36,7 @@ import weakref
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from .config import Capsule, Config
+from .config import EVENT_LOOPS, UVLOOP_MISSING, Capsule, Config
 from .connections.lease import Lease
 from .connections.pool import RedisPool
 from .errors import ConfigError, RedisUnavailable, Shutdown
@@ -80,13 +80,13 @@ def loop_factory(kind: str) -> tuple[str, Callable[[], asyncio.AbstractEventLoop
     where it is installed (libuv's loop: the same asyncio API, each task step and socket
     read cheaper), else asyncio's own; "asyncio" and "uvloop" ask for one by name (the
     configuration's check refuses "uvloop" where it is not installed)."""
-    if kind not in ("auto", "uvloop", "asyncio"):
-        raise ConfigError(f"event_loop must be one of 'auto', 'uvloop', 'asyncio', not {kind!r}")
+    if kind not in EVENT_LOOPS:
+        raise ConfigError(f"event_loop must be one of {', '.join(map(repr, EVENT_LOOPS))}, "
+                          f"not {kind!r}")
     if kind == "asyncio" or (kind == "auto" and uvloop is None):
         return "asyncio", asyncio.new_event_loop
     if uvloop is None:
-        raise ConfigError("event_loop is 'uvloop' but uvloop is not installed (pip install "
-                          "uvloop; it has no Windows build), or use 'auto'")
+        raise ConfigError(UVLOOP_MISSING)
     return "uvloop", uvloop.new_event_loop
 
 

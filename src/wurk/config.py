@@ -129,6 +129,13 @@ class LeaderState(Protocol):
     def token(self) -> int | None: ...
 
 
+# The ``event_loop`` setting's choices (``wurk.asyncjobs.loop_factory`` makes each), and what
+# asking for uvloop where it is not installed says.
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+UVLOOP_MISSING = ("event_loop is 'uvloop' but uvloop is not installed (pip install uvloop; "
+                  "it has no Windows build), or use 'auto'")
+
+
 @dataclass(kw_only=True)
 class Capsule:
     """A set of queues served by ``concurrency`` processors with their own Redis pool."""
@@ -513,10 +520,9 @@ class Config:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
         self._check_choice("fetch", ("reliable", "basic"))
-        self._check_choice("event_loop", ("auto", "uvloop", "asyncio"))
+        self._check_choice("event_loop", EVENT_LOOPS)
         if self.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
-            raise ConfigError("event_loop is 'uvloop' but uvloop is not installed (pip "
-                              "install uvloop; it has no Windows build), or use 'auto'")
+            raise ConfigError(UVLOOP_MISSING)
         self._check_choice("client", ("default", "transactional", "outbox"))
         self._check_choice("reliable_push", ("off", "memory", "disk"))
         self._validate_transaction()

@@ -29,7 +29,7 @@ import redis
 from .. import log as wurk_log
 from .. import stored
 from ..batch.callback import BUILTIN_JOBS
-from ..config import Config, configure
+from ..config import EVENT_LOOPS, Config, configure
 from ..configfile import load_file
 from ..errors import ConfigError, WurkError
 from ..job import registry
@@ -142,7 +142,7 @@ def worker_options(fn: Any) -> Any:
                      help="Processor threads (default 5)."),
         click.option("--async-concurrency", type=click.IntRange(min=1), default=None,
                      help="async def jobs running at once on the event loop (default 100)."),
-        click.option("--event-loop", type=click.Choice(["auto", "uvloop", "asyncio"]),
+        click.option("--event-loop", type=click.Choice(EVENT_LOOPS),
                      default=None, help="The event loop of async def jobs: 'auto' (the "
                      "default: uvloop where installed), 'uvloop' or 'asyncio'."),
         click.option("-t", "--timeout", type=click.FloatRange(min=0), default=None,

@@ -160,15 +160,14 @@ class Borrowed:
     """The context manager ``wurk.redis()`` returns (a class, not a generator: it runs in
     every job that touches Redis, and this is the cheaper of the two)."""
 
-    __slots__ = ("_async", "_config", "_from", "_lease")
+    __slots__ = ("_async", "_config", "_lease")
 
     def __init__(self, config: Config | None) -> None:
         self._config = config
         self._lease: Lease | None = None  # checked out by this block, given back at its end
-        self._async: AsyncConnection | None = None  # the async form's held connection
-        # The pool and idle set the async form's connection came from, where it goes back
-        # (the configuration's may be closed and made anew while the block runs).
-        self._from: tuple[Any, _Idle] | None = None
+        # The async form's held connection, with the pool and idle set it came from, where it
+        # goes back (the configuration's may be closed and made anew while the block runs).
+        self._async: tuple[AsyncConnection, Any, _Idle] | None = None
 
     def __enter__(self) -> Connection:
         held = _held
@@ -205,12 +204,12 @@ class Borrowed:
                 f"no connection free within {timeout} s ({ASYNC_POOL_SIZE} in use)"),
                 url) from None
         try:
-            self._async = AsyncConnection(await self._take(pool, idle, url), url)
+            connection = AsyncConnection(await self._take(pool, idle, url), url)
         except BaseException:
             idle.turns.release()
             raise
-        self._from = (pool, idle)
-        return self._async
+        self._async = (connection, pool, idle)
+        return connection
 
     @staticmethod
     async def _take(pool: Any, idle: _Idle, url: str) -> Any:
@@ -226,10 +225,10 @@ class Borrowed:
             raise unavailable(exc, url) from exc
 
     async def __aexit__(self, *exc_info: object) -> None:
-        held, self._async = self._async, None
-        if held is None or self._from is None:
+        taken, self._async = self._async, None
+        if taken is None:
             return
-        (pool, idle), self._from = self._from, None
+        held, pool, idle = taken
         try:
             if held.broken:
                 await held._connection.disconnect()
