@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ import wurk
 from wurk.errors import ConfigError
 from wurk.launcher import BUILT_IN, install_built_ins
 from wurk.options import check_profiler_options
+from wurk.profiling import middleware as profiling
 from wurk.profiling import record
 from wurk.profiling.flame import MAX_DEPTH, Flame, Node, Unreadable, parse
 from wurk.profiling.middleware import JobProfiler
@@ -241,3 +245,40 @@ def test_a_job_without_profile_goes_straight_through() -> None:
     payload = {"class": "X", "args": [], "jid": "a" * 24}
     assert link(None, payload, "default", lambda: "ran") == "ran"
     assert payload == {"class": "X", "args": [], "jid": "a" * 24}
+
+
+class _SlowMissing:
+    """A finder for ``pyinstrument`` that takes a while to say it is missing: long enough
+    for a second job asking at the same time to ask too, if it is let in."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pyinstrument":
+            self.asked += 1
+            threading.Event().wait(0.3)
+            raise ImportError("No module named 'pyinstrument'")
+        return None
+
+
+def test_two_jobs_asking_for_pyinstrument_at_once_look_once_and_warn_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    finder = _SlowMissing()
+    for name in [m for m in sys.modules if m == "pyinstrument" or m.startswith("pyinstrument.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [finder, *sys.meta_path])
+    profiling._pyinstrument.cache_clear()
+    caplog.set_level(logging.WARNING, logger="wurk")
+    try:
+        threads = [threading.Thread(target=profiling._profiler_tools) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(5)
+    finally:
+        monkeypatch.undo()
+        profiling._pyinstrument.cache_clear()
+    assert finder.asked == 1
+    said = [r for r in caplog.records if "pyinstrument is not installed" in r.getMessage()]
+    assert len(said) == 1

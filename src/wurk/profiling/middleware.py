@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,16 @@ log = logging.getLogger("wurk")
 DEFAULT_INTERVAL = 0.001
 EXTRA = "pip install 'wurk[profile]'"
 PROFILE = P.PROFILE  # bound once: looked up for every job
+
+
+# Held while ``_pyinstrument`` is looked up: the cache keeps its answer, but two jobs asking
+# first at once would each look (and each say that pyinstrument is missing).
+_LOOKUP = threading.Lock()
+
+
+def _profiler_tools() -> tuple[Any, Any] | None:
+    with _LOOKUP:
+        return _pyinstrument()
 
 
 @functools.cache
@@ -92,7 +103,7 @@ class Sampling:
                         "at most %d characters): the job runs unprofiled", token,
                         PROFILE_TOKEN_MAX)
             return None
-        tools = _pyinstrument()
+        tools = _profiler_tools()
         if tools is None:
             return None
         profiler_class, renderer = tools
