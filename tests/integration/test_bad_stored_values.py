@@ -13,11 +13,19 @@ import pytest
 import redis
 
 import wurk
+from wurk import payload as P
+from wurk.config import Capsule
+from wurk.fetch.pause import PausedCache
+from wurk.fetch.reliable import ReliableFetch
 from wurk.heartbeat import Heartbeat
 from wurk.metrics.counters import Counters
 from wurk.runtime.busy import Busy
 from wurk.runtime.identity import Identity
 from wurk.runtime.signals import SignalPipe
+
+
+def job(n: int) -> str:
+    return P.dumps({"class": "X", "args": [n], "queue": "default", "jid": f"jid{n:021d}"})
 
 
 # -- remote signals (<identity>-signals) ------------------------------------------------------
@@ -48,3 +56,28 @@ def test_a_remote_signal_that_is_no_signal_is_ignored_with_a_warning(
     finally:
         pipe.close()
         heartbeat.clear()
+
+
+# -- the paused set (paused) --------------------------------------------------------------------
+def test_a_paused_member_that_is_no_utf8_pauses_nothing_and_stops_no_fetch(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Every fetch read the set through one decode: a member that is no UTF-8 made every
+    fetch of every processor fail (an outage that never ended: no job ran anywhere). It names
+    no queue, so it is left out with one warning; the queue paused beside it stays paused."""
+    r.sadd(config.keys.paused, b"\xff\xfe", "a")
+    r.lpush(config.keys.queue("a"), job(1))
+    r.lpush(config.keys.queue("b"), job(2))
+    cache = PausedCache(config)
+    fetch = ReliableFetch(config, Capsule(queues=[("a", 0), ("b", 0)]), config.pool("t"),
+                          identity=Identity.current(), capsule_index=0, slot=0, paused=cache.get)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        unit = fetch.fetch(0.1)
+        assert unit is not None and unit.queue == "b"
+        unit.acknowledge()
+        cache.invalidate()
+        assert fetch.fetch(0.1) is None  # "a" is still paused
+    assert cache.get() == frozenset({"a"})
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings == ["paused queues: ignoring a member of paused that is no queue's name "
+                        "(not UTF-8): b'\\xff\\xfe'"]
+    fetch.flush()
