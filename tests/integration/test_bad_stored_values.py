@@ -7,15 +7,18 @@ no thread or process stops for it.
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
 import redis
 
 import wurk
+from tests.helpers.server import Server
 from wurk import payload as P
 from wurk.config import Capsule
 from wurk.fetch.pause import PausedCache
+from wurk.fetch.reaper import Reaper
 from wurk.fetch.reliable import ReliableFetch
 from wurk.heartbeat import Heartbeat
 from wurk.metrics.counters import Counters
@@ -81,3 +84,49 @@ def test_a_paused_member_that_is_no_utf8_pauses_nothing_and_stops_no_fetch(
     assert warnings == ["paused queues: ignoring a member of paused that is no queue's name "
                         "(not UTF-8): b'\\xff\\xfe'"]
     fetch.flush()
+
+
+# -- the names of in-flight lists (queue:<q>|…) -------------------------------------------------
+def test_a_list_named_like_an_in_flight_list_that_names_no_owner_stops_no_sweep(
+        config: wurk.Config, redis_server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """The reaper read an owner out of every list name matching ``queue:*|*``: a name with
+    one '|' after ``sq``, a pid written '²' (``str.isdigit`` says yes, ``int`` no) or in 5,000
+    digits, a name that is no UTF-8, a member of ``processes`` that is no UTF-8, a pid too big
+    for the system's call — each raised, the whole sweep failed at every interval, and the
+    jobs of every dead worker after it stayed in flight for good. Such lists are now left
+    alone with one warning each; the dead worker's jobs beside them go back."""
+    raw = redis.Redis.from_url(redis_server.url)
+    me = Identity.current()
+    huge = "9" * 20  # a pid as a name may write it; no system has it
+    hostile: list[bytes] = [b"queue:sq|x", b"queue:default|h|\xc2\xb2|2",
+                            f"queue:default|h|{'9' * 5000}|2".encode(),
+                            b"queue:default|\xff|1|aaaaaaaaaaaa|0"]
+    try:
+        for key in hostile:
+            raw.lpush(key, job(9))
+        # A heartbeat on this host, its pid more than the system's calls take: cannot tell,
+        # so its record is believed (as for any owner whose pid says nothing).
+        alive = config.keys.private("default", me.hostname, int(huge), "dddddddddddd", 0)
+        raw.lpush(alive, job(8))
+        raw.hset(f"{me.hostname}:{huge}:dddddddddddd",
+                 mapping={"info": json.dumps({"boot_id": me.boot_id,
+                                              "pid_namespace": me.pid_namespace})})
+        # An owner of the older layout (no nonce) whose only match in processes is no UTF-8.
+        raw.sadd(config.keys.processes, b"oldhost:5:\xff")
+        raw.lpush("queue:default|oldhost|5|2", job(2))
+        dead = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+        raw.lpush(dead, job(1))
+        reaper = Reaper(config, me, ["default"])
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            assert reaper.sweep() == 2
+            assert reaper.reap_all() == 0  # a second look warns no more
+        assert sorted(raw.lrange(config.keys.queue("default"), 0, -1)) == [job(1).encode(),
+                                                                           job(2).encode()]
+        assert [raw.lrange(key, 0, -1) for key in hostile] == [[job(9).encode()]] * 4
+        assert raw.lrange(alive, 0, -1) == [job(8).encode()]
+        warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+        assert sorted(warned) == sorted(
+            f"reaper: the list {key[:200]!r} is named like an in-flight list but its name "
+            "does not say whose (host, pid, queue); left alone" for key in hostile)
+    finally:
+        raw.close()
