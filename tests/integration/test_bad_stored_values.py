@@ -130,3 +130,33 @@ def test_a_list_named_like_an_in_flight_list_that_names_no_owner_stops_no_sweep(
             "does not say whose (host, pid, queue); left alone" for key in hostile)
     finally:
         raw.close()
+
+
+# -- poison counters (super_fetch:recovered:<jid>) ----------------------------------------------
+def test_a_poison_counter_that_holds_no_count_starts_again_and_stops_no_recovery(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The recovery script INCRed each job's counter: one that held text, a number past
+    2^63 or another type failed the script, so the dead worker's list was never given back
+    (the sweep failed at every interval, and the lists after it with it). Such a counter now
+    starts again from this recovery, with a warning naming it; a good counter counts on."""
+    jids = {"text": "a" * 24, "big": "b" * 24, "hash": "c" * 24, "good": "d" * 24}
+    counters = {name: config.keys.poison_counter(jid) for name, jid in jids.items()}
+    r.set(counters["text"], "not a count")
+    r.set(counters["big"], str(2**63 - 1))  # one more is past what INCR holds
+    r.hset(counters["hash"], "n", "1")
+    r.set(counters["good"], 1)
+    dead = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(dead, *(P.dumps({"class": "X", "args": [], "queue": "default", "jid": jid})
+                    for jid in jids.values()))
+    second = config.keys.private("default", "gone", 8, "ffffffffffff", 0)
+    r.lpush(second, job(1))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default"]).sweep() == 5
+    assert not r.exists(dead, second) and r.llen(config.keys.queue("default")) == 5
+    assert [r.get(counters[name]) for name in ("text", "big", "hash", "good")] == \
+        ["1", "1", "1", "2"]
+    assert all(0 < r.ttl(key) <= 72 * 3600 for key in counters.values())
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert sorted(warned) == sorted(
+        f"reaper: the poison counter {counters[name]} held no count (written by something "
+        "else); it starts again from this recovery" for name in ("text", "big", "hash"))

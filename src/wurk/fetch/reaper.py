@@ -287,8 +287,9 @@ class Reaper:
         reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
                                                  keep=keep))
         moved, poisoned = int(reply[0]), list(reply[1])
+        _warn_restarted(reply[3])
         if moved:
-            self._recovered(queue, moved, list(reply[2]) if len(reply) > 2 else [])
+            self._recovered(queue, moved, list(reply[2]))
         for index in range(0, len(poisoned), 2):
             raw, count = poisoned[index], int(poisoned[index + 1])
             kill_poisoned(self.config, self.morgue, raw, queue, count)
@@ -350,8 +351,10 @@ class Reaper:
         abandoned = claims.abandoned(key, raw)
         threshold = POISON_THRESHOLD if abandoned else 0
         # Not replayed: a replay could count a return twice.
-        status, count = self.pool.run(
+        status, count, *restarted = self.pool.run(
             lambda r: _give_back(r, self.config, key, queue, raw, threshold))
+        if restarted:
+            _warn_restarted(restarted[0])
         if abandoned and status != _STRAY_GONE:
             claims.forget_abandoned(key, raw)
         if status == _STRAY_POISONED:
@@ -362,6 +365,14 @@ class Reaper:
                         "(a lost fetch reply, or a processor that let go of it)", queue)
         return 1 if status == _STRAY_MOVED else 0
 
+
+
+def _warn_restarted(keys: list[bytes | str]) -> None:
+    """Poison counters the scripts found holding no count, and started again from 1."""
+    for key in keys:
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        log.warning("reaper: the poison counter %s held no count (written by something else); "
+                    "it starts again from this recovery", name[:300])
 
 
 def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
