@@ -187,7 +187,8 @@ class Heartbeat:
         if not existed or self._first:
             self._first = False
             fire(self.config, "heartbeat")
-        return signal.decode() if isinstance(signal, bytes) else signal
+        # Anyone may have pushed it: bytes that are no UTF-8 read as a name no signal has.
+        return signal.decode("utf-8", "replace") if isinstance(signal, bytes) else signal
 
     def _rss_kb(self) -> int:
         try:

@@ -7,6 +7,7 @@
    here is seen here immediately.
 3. A failed read keeps the last known set: an outage must not un-pause. It is reported once
    per outage, and the outage's length logged at its end (``wurk.runtime.outage``).
+4. A member that is no UTF-8 names no queue: it is left out, with a warning once.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import logging
 import threading
 import time
 import weakref
+from collections.abc import Iterable, Iterator
 
 from ..config import Config
 from ..connections.pool import RedisPool
@@ -44,6 +46,7 @@ class PausedCache:
         self._value: frozenset[str] = frozenset()
         self._expires = 0.0
         self._outage = Outage(config, "paused queues")
+        self._ignored: set[bytes] = set()  # members already warned about
         _caches.add(self)
 
     def get(self) -> frozenset[str]:
@@ -61,9 +64,24 @@ class PausedCache:
         except Exception as exc:
             self._outage.failed(exc)  # the last known set stays
         else:
-            self._value = frozenset(m.decode() if isinstance(m, bytes) else m for m in members)
+            self._value = frozenset(self._names(members))
             self._outage.ended()
         self._expires = time.monotonic() + self.ttl
+
+    def _names(self, members: Iterable[bytes | str]) -> Iterator[str]:
+        """The queue names of the set's members. Anyone may have added one: a member that is
+        no UTF-8 names no queue, and is left out with a warning (once per member)."""
+        for member in members:
+            if isinstance(member, str):
+                yield member
+                continue
+            try:
+                yield member.decode()
+            except UnicodeDecodeError:
+                if member not in self._ignored:
+                    self._ignored.add(member)
+                    log.warning("paused queues: ignoring a member of %s that is no queue's "
+                                "name (not UTF-8): %r", self.key, member[:100])
 
     def invalidate(self) -> None:
         self._expires = 0.0

@@ -66,6 +66,8 @@ PID_REUSE_TOLERANCE = 1.0
 # SCAN page size: large enough to cross a big keyspace in few round trips.
 SCAN_COUNT = 1000
 _NONCE = re.compile(r"^[0-9a-f]{12}$")
+# More digits than any system's pid has: a list name with a longer one is no private list.
+PID_DIGITS = 20
 # A stray must stay unheld this much longer than the socket timeout (the longest a move's
 # reply can be on its way before its processor holds the entry): thread scheduling slack.
 STRAY_MARGIN = 1.0
@@ -86,22 +88,35 @@ class Owner:
 
 
 def parse_private(config: Config, key: str) -> tuple[str, Owner] | None:
-    """``(queue, owner)`` of a private list key, or None when it is not one."""
+    """``(queue, owner)`` of a private list key, or None when it is not one (the name was
+    read from Redis: anything may be in it)."""
     prefix = config.keys.queue_prefix
     if not key.startswith(prefix):
         return None
     rest = key[len(prefix):]
     if rest.startswith("sq|"):
-        _, identity, queue = rest.split("|", 2)
-        host, _, tail = identity.partition(":")
+        parts = rest.split("|", 2)
+        if len(parts) < 3:
+            return None
+        host, _, tail = parts[1].partition(":")
         pid, _, nonce = tail.partition(":")
-        return (queue, Owner(host, int(pid), nonce)) if pid.isdigit() and queue else None
+        number = _pid(pid)
+        return (parts[2], Owner(host, number, nonce)) if number is not None and parts[2] \
+            else None
     parts = rest.rsplit("|", 4)
-    if len(parts) == 5 and _NONCE.match(parts[3]) and parts[2].isdigit():
-        return parts[0], Owner(parts[1], int(parts[2]), parts[3])
+    if len(parts) == 5 and _NONCE.match(parts[3]) and (number := _pid(parts[2])) is not None:
+        return parts[0], Owner(parts[1], number, parts[3])
     parts = rest.rsplit("|", 3)
-    if len(parts) == 4 and parts[2].isdigit():
-        return parts[0], Owner(parts[1], int(parts[2]), None)
+    if len(parts) == 4 and (number := _pid(parts[2])) is not None:
+        return parts[0], Owner(parts[1], number, None)
+    return None
+
+
+def _pid(text: str) -> int | None:
+    """A pid as a list's name writes it: ASCII digits (``str.isdigit`` takes '²' too, which
+    ``int`` refuses), no more than any system's pid has (``int`` refuses 4,300 digits)."""
+    if text.isascii() and text.isdigit() and len(text) <= PID_DIGITS:
+        return int(text)
     return None
 
 
@@ -126,6 +141,7 @@ class Reaper:
         self.claims = claims
         self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
         self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
+        self._unowned: set[bytes | str] = set()  # list names already warned about
         self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
         # A failed sweep waits its turn: never sooner than the reaper interval.
         self._duty = Duty(config, "wurk-reaper", self.sweep, lambda: config.reaper_interval,
@@ -181,9 +197,14 @@ class Reaper:
         keys = self.pool.run(lambda r: list(r.scan_iter(match=pattern, count=SCAN_COUNT,
                                                         _type="list")), idempotent=True)
         for raw_key in keys:
-            key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
-            parsed = parse_private(self.config, key)
+            try:
+                key = raw_key.decode() if isinstance(raw_key, bytes) else raw_key
+            except UnicodeDecodeError:
+                parsed = None
+            else:
+                parsed = parse_private(self.config, key)
             if parsed is None:
+                self._warn_unowned(raw_key)
                 continue
             queue, owner = parsed
             if owner not in verdicts:
@@ -191,6 +212,16 @@ class Reaper:
             if verdicts[owner]:
                 recovered += self.recover(key, queue)
         return recovered
+
+    def _warn_unowned(self, key: bytes | str) -> None:
+        """A list named like an in-flight list whose name says no owner (written by hand or
+        by something else): left alone, said once per reaper."""
+        if key in self._unowned:
+            return
+        self._unowned.add(key)
+        shown = key if isinstance(key, bytes) else key.encode("utf-8", "replace")
+        log.warning("reaper: the list %r is named like an in-flight list but its name does not "
+                    "say whose (host, pid, queue); left alone", shown[:200])
 
     # -- liveness ---------------------------------------------------------------------------
     def is_dead(self, owner: Owner) -> bool:
@@ -213,7 +244,11 @@ class Reaper:
         record = _read_info(info)
         if record is None or not self.identity.shares_pids_with(record):
             return False  # another pid namespace, or a record that does not say: the heartbeat
-        if not psutil.pid_exists(owner.pid):
+        try:
+            exists = psutil.pid_exists(owner.pid)
+        except (OverflowError, ValueError):  # a pid no process can have here: cannot tell
+            return False
+        if not exists:
             return True
         return self._pid_reused(owner.pid, record)
 
@@ -231,7 +266,8 @@ class Reaper:
         pattern = _glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
 
         def records(r: Any) -> list[tuple[bool, Any]]:
-            members = [m.decode() if isinstance(m, bytes) else m
+            # A member that is no UTF-8 is no identity wurk wrote: read as one with no record.
+            members = [m.decode("utf-8", "replace") if isinstance(m, bytes) else m
                        for m in r.sscan_iter(keys.processes, match=pattern)]
             pipe = r.pipeline(transaction=False)
             for member in members:
@@ -251,8 +287,9 @@ class Reaper:
         reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
                                                  keep=keep))
         moved, poisoned = int(reply[0]), list(reply[1])
+        _warn_restarted(reply[3])
         if moved:
-            self._recovered(queue, moved, list(reply[2]) if len(reply) > 2 else [])
+            self._recovered(queue, moved, list(reply[2]))
         for index in range(0, len(poisoned), 2):
             raw, count = poisoned[index], int(poisoned[index + 1])
             kill_poisoned(self.config, self.morgue, raw, queue, count)
@@ -314,8 +351,10 @@ class Reaper:
         abandoned = claims.abandoned(key, raw)
         threshold = POISON_THRESHOLD if abandoned else 0
         # Not replayed: a replay could count a return twice.
-        status, count = self.pool.run(
+        status, count, *restarted = self.pool.run(
             lambda r: _give_back(r, self.config, key, queue, raw, threshold))
+        if restarted:
+            _warn_restarted(restarted[0])
         if abandoned and status != _STRAY_GONE:
             claims.forget_abandoned(key, raw)
         if status == _STRAY_POISONED:
@@ -326,6 +365,14 @@ class Reaper:
                         "(a lost fetch reply, or a processor that let go of it)", queue)
         return 1 if status == _STRAY_MOVED else 0
 
+
+
+def _warn_restarted(keys: list[bytes | str]) -> None:
+    """Poison counters the scripts found holding no count, and started again from 1."""
+    for key in keys:
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        log.warning("reaper: the poison counter %s held no count (written by something else); "
+                    "it starts again from this recovery", name[:300])
 
 
 def _read_info(info: bytes | str | None) -> dict[str, Any] | None:

@@ -44,6 +44,8 @@ WATCH_TICK = 0.1
 # manager (honcho, foreman) passing on the terminal's Ctrl-C that reached the worker too —
 # not a person pressing Ctrl-C again after reading the line below.
 HURRY_AFTER = 1.0
+# Of a remote signal's name that is no signal, this many characters are logged.
+REMOTE_NAME_SHOWN = 100
 HURRY_HINT = ("a second Ctrl-C (INT or TERM) stops now, pushing unfinished jobs back to their "
               "queues first")
 
@@ -75,9 +77,11 @@ class SignalPipe:
             os.write(self._write, bytes([number]))
 
     def push(self, name: str) -> None:
-        number = getattr(signal, f"SIG{name}", None)
+        # A remote signal's name is read from Redis: only a signal's own name counts, not
+        # the signal module's other SIG names (SIG_DFL, SIG_SETMASK: 0 and 2 as numbers).
+        number = signal.Signals.__members__.get(f"SIG{name}")
         if number is None:
-            log.warning("ignoring unknown remote signal %r", name)
+            log.warning("ignoring unknown remote signal %r", name[:REMOTE_NAME_SHOWN])
             return
         self._handle(int(number), None)
 

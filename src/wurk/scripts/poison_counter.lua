@@ -12,11 +12,22 @@ local function poison_key(job, prefix)
   return nil
 end
 
--- One more recovery of `job`, kept for `ttl` seconds; 0 when it has no jid to count by.
+-- The counters found holding no count, started again (the caller returns them, to be warned
+-- about).
+local restarted_counters = {}
+
+-- One more recovery of `job`, kept for `ttl` seconds; 0 when it has no jid to count by. A
+-- counter that holds no count (anyone may have written it: text, another type, past 2^63)
+-- would fail the whole script; it starts again from this recovery instead.
 local function count_recovery(job, prefix, ttl)
   local key = poison_key(job, prefix)
   if not key then return 0 end
-  local count = redis.call('INCR', key)
+  local count = redis.pcall('INCR', key)
+  if type(count) == 'table' then
+    redis.call('DEL', key)
+    count = redis.call('INCR', key)
+    restarted_counters[#restarted_counters + 1] = key
+  end
   redis.call('EXPIRE', key, ttl)
   return count
 end

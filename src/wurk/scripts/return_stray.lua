@@ -12,7 +12,8 @@
 -- KEYS[4]  (a partitioned queue's only) its in-flight counts: one fewer in flight for the
 --          job's partition (wurk.partitions)
 -- returns  {0, 0} gone already; {1, count} moved to the queue's tail (next to run);
---          {2, count} a poison pill, left in place for the caller to kill
+--          {2, count} a poison pill, left in place for the caller to kill; a third item
+--          lists the counters that held no count and started again
 
 if not redis.call('LPOS', KEYS[1], ARGV[1]) then
   return {0, 0}
@@ -23,10 +24,10 @@ if threshold > 0 then
   count = count_recovery(ARGV[1], ARGV[2], ARGV[4])
 end
 if threshold > 0 and count >= threshold then
-  return {2, count}
+  return {2, count, restarted_counters}
 end
 redis.call('LREM', KEYS[1], 1, ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
 redis.call('SADD', KEYS[3], ARGV[5])
 if KEYS[4] then part_release(KEYS[4], part_of(ARGV[1])) end
-return {1, count}
+return {1, count, restarted_counters}

@@ -1,0 +1,162 @@
+"""Hostile values in what a worker's own threads read from Redis — not job payloads
+(``test_bad_input``) but the keys beside them: remote signals, the paused set, the names of
+in-flight lists, poison counters. Each is written by anyone (Ruby, an older version, a hand
+or an attacker): a bad one is named in a warning, the good values beside it still work, and
+no thread or process stops for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import redis
+
+import wurk
+from tests.helpers.server import Server
+from wurk import payload as P
+from wurk.config import Capsule
+from wurk.fetch.pause import PausedCache
+from wurk.fetch.reaper import Reaper
+from wurk.fetch.reliable import ReliableFetch
+from wurk.heartbeat import Heartbeat
+from wurk.metrics.counters import Counters
+from wurk.runtime.busy import Busy
+from wurk.runtime.identity import Identity
+from wurk.runtime.signals import SignalPipe
+
+
+def job(n: int) -> str:
+    return P.dumps({"class": "X", "args": [n], "queue": "default", "jid": f"jid{n:021d}"})
+
+
+# -- remote signals (<identity>-signals) ------------------------------------------------------
+@pytest.mark.parametrize("hostile", ["_DFL", "_BLOCK", "_SETMASK", "_IGN", "NOPE", b"\xff\xfe",
+                                     "X" * 10_000])
+def test_a_remote_signal_that_is_no_signal_is_ignored_with_a_warning(
+        config: wurk.Config, r: redis.Redis, hostile: str | bytes,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The signal module's other SIG names are no signals: SIG_DFL and SIG_BLOCK are 0, which
+    the worker's main loop then failed to name (ValueError: the process exited), and
+    SIG_SETMASK is 2, which stopped the worker as an INT. Bytes that are no UTF-8 failed the
+    beat. Each is now ignored with a warning; a TSTP sent after it is obeyed."""
+    pipe = SignalPipe()
+    identity = Identity.current()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=Counters(),
+                          info={"concurrency": 1}, on_signal=pipe.push)
+    try:
+        r.lpush(config.keys.signals(str(identity)), hostile, "TSTP")  # popped from the right
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            assert heartbeat.beat()
+            assert pipe.wait(0.05) == []
+            assert heartbeat.beat()
+            assert pipe.wait(0.05) == ["TSTP"]
+        shown = (hostile.decode("utf-8", "replace") if isinstance(hostile, bytes)
+                 else hostile)[:100]
+        assert f"ignoring unknown remote signal {shown!r}" in caplog.text
+        assert len(caplog.text) < 2_000  # the name is cut, not logged whole
+    finally:
+        pipe.close()
+        heartbeat.clear()
+
+
+# -- the paused set (paused) --------------------------------------------------------------------
+def test_a_paused_member_that_is_no_utf8_pauses_nothing_and_stops_no_fetch(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Every fetch read the set through one decode: a member that is no UTF-8 made every
+    fetch of every processor fail (an outage that never ended: no job ran anywhere). It names
+    no queue, so it is left out with one warning; the queue paused beside it stays paused."""
+    r.sadd(config.keys.paused, b"\xff\xfe", "a")
+    r.lpush(config.keys.queue("a"), job(1))
+    r.lpush(config.keys.queue("b"), job(2))
+    cache = PausedCache(config)
+    fetch = ReliableFetch(config, Capsule(queues=[("a", 0), ("b", 0)]), config.pool("t"),
+                          identity=Identity.current(), capsule_index=0, slot=0, paused=cache.get)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        unit = fetch.fetch(0.1)
+        assert unit is not None and unit.queue == "b"
+        unit.acknowledge()
+        cache.invalidate()
+        assert fetch.fetch(0.1) is None  # "a" is still paused
+    assert cache.get() == frozenset({"a"})
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings == ["paused queues: ignoring a member of paused that is no queue's name "
+                        "(not UTF-8): b'\\xff\\xfe'"]
+    fetch.flush()
+
+
+# -- the names of in-flight lists (queue:<q>|…) -------------------------------------------------
+def test_a_list_named_like_an_in_flight_list_that_names_no_owner_stops_no_sweep(
+        config: wurk.Config, redis_server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """The reaper read an owner out of every list name matching ``queue:*|*``: a name with
+    one '|' after ``sq``, a pid written '²' (``str.isdigit`` says yes, ``int`` no) or in 5,000
+    digits, a name that is no UTF-8, a member of ``processes`` that is no UTF-8, a pid too big
+    for the system's call — each raised, the whole sweep failed at every interval, and the
+    jobs of every dead worker after it stayed in flight for good. Such lists are now left
+    alone with one warning each; the dead worker's jobs beside them go back."""
+    raw = redis.Redis.from_url(redis_server.url)
+    me = Identity.current()
+    huge = "9" * 20  # a pid as a name may write it; no system has it
+    hostile: list[bytes] = [b"queue:sq|x", b"queue:default|h|\xc2\xb2|2",
+                            f"queue:default|h|{'9' * 5000}|2".encode(),
+                            b"queue:default|\xff|1|aaaaaaaaaaaa|0"]
+    try:
+        for key in hostile:
+            raw.lpush(key, job(9))
+        # A heartbeat on this host, its pid more than the system's calls take: cannot tell,
+        # so its record is believed (as for any owner whose pid says nothing).
+        alive = config.keys.private("default", me.hostname, int(huge), "dddddddddddd", 0)
+        raw.lpush(alive, job(8))
+        raw.hset(f"{me.hostname}:{huge}:dddddddddddd",
+                 mapping={"info": json.dumps({"boot_id": me.boot_id,
+                                              "pid_namespace": me.pid_namespace})})
+        # An owner of the older layout (no nonce) whose only match in processes is no UTF-8.
+        raw.sadd(config.keys.processes, b"oldhost:5:\xff")
+        raw.lpush("queue:default|oldhost|5|2", job(2))
+        dead = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+        raw.lpush(dead, job(1))
+        reaper = Reaper(config, me, ["default"])
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            assert reaper.sweep() == 2
+            assert reaper.reap_all() == 0  # a second look warns no more
+        assert sorted(raw.lrange(config.keys.queue("default"), 0, -1)) == [job(1).encode(),
+                                                                           job(2).encode()]
+        assert [raw.lrange(key, 0, -1) for key in hostile] == [[job(9).encode()]] * 4
+        assert raw.lrange(alive, 0, -1) == [job(8).encode()]
+        warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+        assert sorted(warned) == sorted(
+            f"reaper: the list {key[:200]!r} is named like an in-flight list but its name "
+            "does not say whose (host, pid, queue); left alone" for key in hostile)
+    finally:
+        raw.close()
+
+
+# -- poison counters (super_fetch:recovered:<jid>) ----------------------------------------------
+def test_a_poison_counter_that_holds_no_count_starts_again_and_stops_no_recovery(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The recovery script INCRed each job's counter: one that held text, a number past
+    2^63 or another type failed the script, so the dead worker's list was never given back
+    (the sweep failed at every interval, and the lists after it with it). Such a counter now
+    starts again from this recovery, with a warning naming it; a good counter counts on."""
+    jids = {"text": "a" * 24, "big": "b" * 24, "hash": "c" * 24, "good": "d" * 24}
+    counters = {name: config.keys.poison_counter(jid) for name, jid in jids.items()}
+    r.set(counters["text"], "not a count")
+    r.set(counters["big"], str(2**63 - 1))  # one more is past what INCR holds
+    r.hset(counters["hash"], "n", "1")
+    r.set(counters["good"], 1)
+    dead = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(dead, *(P.dumps({"class": "X", "args": [], "queue": "default", "jid": jid})
+                    for jid in jids.values()))
+    second = config.keys.private("default", "gone", 8, "ffffffffffff", 0)
+    r.lpush(second, job(1))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default"]).sweep() == 5
+    assert not r.exists(dead, second) and r.llen(config.keys.queue("default")) == 5
+    assert [r.get(counters[name]) for name in ("text", "big", "hash", "good")] == \
+        ["1", "1", "1", "2"]
+    assert all(0 < r.ttl(key) <= 72 * 3600 for key in counters.values())
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert sorted(warned) == sorted(
+        f"reaper: the poison counter {counters[name]} held no count (written by something "
+        "else); it starts again from this recovery" for name in ("text", "big", "hash"))
