@@ -887,7 +887,10 @@ class Config:
         except (WurkError, redis.RedisError) as exc:  # the index only adds to what is served
             log.warning("could not read the Redis Cluster's queue index: %s", exc)
             return []
-        names = sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        # Anyone may have added a member: one that is no UTF-8 reads with a replacement
+        # character, which no keyspace's name has, so the check below leaves it out.
+        names = sorted(m.decode("utf-8", "replace") if isinstance(m, bytes) else str(m)
+                       for m in members)
         return [name for name in names if cluster.KEYSPACE.fullmatch(name)]
 
     def shard(self, name: str) -> Config:

@@ -223,7 +223,7 @@ def test_a_hostile_queue_index_lists_only_what_can_be_a_keyspace(
     index = on_cluster.keys.cluster_queues
     direct = redis_cluster.primary_of("default").client()
     try:
-        direct.sadd(index, "reports", "a:b", "{x}", "é" * 3, "q" * 65)
+        direct.sadd(index, "reports", "a:b", "{x}", "é" * 3, "q" * 65, b"\xff\xfe")
         assert on_cluster.shard_names() == ["default", "mail", "exports", "reports"]
         direct.delete(index)
         direct.set(index, "not a set")
