@@ -381,10 +381,14 @@ class AsyncLane:
         with self._lock:
             return [unit for unit, _ in self._running.values()]
 
-    def give_back(self, units: list[UnitOfWork]) -> None:
-        """``units`` were requeued: they must not be acknowledged when they end."""
+    def give_back(self, units: list[UnitOfWork]) -> list[UnitOfWork]:
+        """``units`` are to be requeued: they must not be acknowledged when they end. Returns
+        those still running, the ones to requeue: one that ended since ``unfinished`` was
+        settled by its own end (acknowledged, or let go of)."""
         with self._lock:
-            self._given_back.update(id(u) for u in units if id(u) in self._running)
+            kept = [u for u in units if id(u) in self._running]
+            self._given_back.update(id(u) for u in kept)
+        return kept
 
     def cancel_all(self) -> None:
         """Cancel every running task; a job handed over but not started yet is dropped

@@ -184,8 +184,9 @@ class Manager:
             self.lane.close()
             return
         busy = self.processors
-        in_lane = self.lane.unfinished()
-        self.lane.give_back(in_lane)  # before the requeue: a job ending now is not ACKed
+        # Before the requeue: a job ending now is not ACKed. Only those still running are
+        # requeued; one that ended since the look was settled by its end.
+        in_lane = self.lane.give_back(self.lane.unfinished())
         self._requeue([p.current for p in busy if p.current is not None] + in_lane)
         for processor in busy:
             processor.interrupt()

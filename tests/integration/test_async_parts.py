@@ -13,8 +13,9 @@ import pytest
 import redis
 
 import wurk
+from wurk.asyncjobs import AsyncLane
 from wurk.config import Capsule
-from wurk.fetch.basic import Fetcher
+from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
 from wurk.fetch.reliable import Claims, ReliableFetch
 from wurk.manager import Manager, capsule_pool
 from wurk.metrics.counters import Counters
@@ -239,3 +240,51 @@ def test_async_jobs_run_on_the_event_loop_the_setting_names(
     loop_kind.perform_async("k")
     run_all(config, r, 1)
     assert [f"k:body:{made}"] == EVENTS
+
+
+RELEASE = threading.Event()
+
+
+@wurk.job(name="AsyncParts::Held", queue=QUEUE)
+async def held() -> None:
+    while not RELEASE.is_set():  # deaf to quiet: it ends when the test lets it
+        await asyncio.sleep(0.005)
+    EVENTS.append("held:body:")
+
+
+class EndsAfterTheLook(AsyncLane):
+    """The deadline looks at the jobs still running, and one of them ends before they are
+    given back: the interleaving forced, not hoped for."""
+
+    def unfinished(self) -> list[UnitOfWork]:
+        units = super().unfinished()
+        RELEASE.set()
+        with self._changed:
+            assert self._changed.wait_for(lambda: not self._running, 10)
+        return units
+
+
+def test_an_async_job_ending_as_the_deadline_looks_is_not_given_back(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """It finished (and its ACK is on its way): pushed back, it would run a second time."""
+    EVENTS.clear()
+    RELEASE.clear()
+    config.shutdown_grace = 0.2
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return BasicFetch(config, capsule, capsule_pool(config, capsule))
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.lane = EndsAfterTheLook(config, capsule, runner.loop, capsule_pool(config, capsule))
+    held.perform_async()
+    manager.start()
+    deadline = time.monotonic() + 10
+    while not len(manager.lane):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    manager.stop(time.monotonic())  # the deadline now: what runs is given back
+    runner.close()
+    assert EVENTS == ["held:body:"]
+    assert r.llen(f"queue:{QUEUE}") == 0, "a finished job was pushed back to run again"
