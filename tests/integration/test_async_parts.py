@@ -288,3 +288,53 @@ def test_an_async_job_ending_as_the_deadline_looks_is_not_given_back(
     runner.close()
     assert EVENTS == ["held:body:"]
     assert r.llen(f"queue:{QUEUE}") == 0, "a finished job was pushed back to run again"
+
+
+@wurk.job(name="AsyncParts::Long", queue=QUEUE)
+async def long_one(tag: str) -> None:
+    await asyncio.sleep(30)  # past any deadline here: the deadline cancels it
+    EVENTS.append(f"{tag}:body:")
+
+
+class HandsOverSlowly(AsyncLane):
+    """The processor that hands the job over is still in that call when the deadline
+    looks at what runs (forced: it goes on once the deadline cancels the lane's jobs), so
+    the job is both its processor's current one and one in the lane."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.handed = threading.Event()
+        self.go_on = threading.Event()
+
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        super().start(*args, **kwargs)
+        self.handed.set()
+        assert self.go_on.wait(10)
+
+    def cancel_all(self) -> None:
+        self.go_on.set()
+        super().cancel_all()
+
+
+def test_an_async_job_held_by_its_processor_and_its_lane_goes_back_once(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """Basic fetch pushes back whatever it is given: the same job given twice would be on
+    its queue twice, and run twice."""
+    EVENTS.clear()
+    config.shutdown_grace = 0.2
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return BasicFetch(config, capsule, capsule_pool(config, capsule))
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    lane = manager.lane = HandsOverSlowly(config, capsule, runner.loop,
+                                          capsule_pool(config, capsule))
+    jid = long_one.perform_async("only")
+    manager.start()
+    assert lane.handed.wait(10)
+    manager.stop(time.monotonic())  # the deadline now
+    runner.close()
+    assert EVENTS == []
+    assert [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)] == [jid]
