@@ -34,6 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from .config import EVENT_LOOPS, UVLOOP_MISSING, Capsule, Config
@@ -202,7 +203,10 @@ class EventLoop:
             self._closing.set()
         if loop is None or thread is None:
             return
-        loop.call_soon_threadsafe(self._stop_serving, loop)
+        # The thread may have closed the loop already: back from ``run_forever`` (a job's
+        # ``loop.stop()``, a stray task's ``SystemExit``), it saw ``_closing`` and ended.
+        with suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._stop_serving, loop)
         thread.join(timeout)
         if watcher is not None:
             watcher.join(timeout)  # it wakes at once: ``_closing`` is what it waits on

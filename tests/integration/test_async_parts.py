@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import wurk
-from wurk.asyncjobs import AsyncLane
+from wurk.asyncjobs import AsyncLane, EventLoop
 from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
 from wurk.fetch.reliable import Claims, ReliableFetch
@@ -338,3 +338,25 @@ def test_an_async_job_held_by_its_processor_and_its_lane_goes_back_once(
     runner.close()
     assert EVENTS == []
     assert [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)] == [jid]
+
+
+def test_closing_the_event_loop_as_a_job_stops_it_does_not_raise() -> None:
+    """A job's ``loop.stop()`` (or a stray task's ``SystemExit``) lets the loop's thread see
+    the close before the close's own wake reaches the loop: the thread ends and closes the
+    loop first (forced here), and the close must still end quietly."""
+    event_loop = EventLoop(kind="asyncio")
+    loop = event_loop.get()
+    assert asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(10) is None
+
+    class StoppedAsItCloses(threading.Event):
+        def set(self) -> None:
+            super().set()
+            loop.call_soon_threadsafe(loop.stop)  # a job's loop.stop(), just now
+            deadline = time.monotonic() + 10
+            while not loop.is_closed():  # the loop's thread sees the close and ends
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+
+    event_loop._closing = StoppedAsItCloses()
+    event_loop.close()
+    assert loop.is_closed()
