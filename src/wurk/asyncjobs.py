@@ -34,6 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import suppress
 from typing import Any, TypeVar
 
 from .config import EVENT_LOOPS, UVLOOP_MISSING, Capsule, Config
@@ -202,7 +203,10 @@ class EventLoop:
             self._closing.set()
         if loop is None or thread is None:
             return
-        loop.call_soon_threadsafe(self._stop_serving, loop)
+        # The thread may have closed the loop already: back from ``run_forever`` (a job's
+        # ``loop.stop()``, a stray task's ``SystemExit``), it saw ``_closing`` and ended.
+        with suppress(RuntimeError):
+            loop.call_soon_threadsafe(self._stop_serving, loop)
         thread.join(timeout)
         if watcher is not None:
             watcher.join(timeout)  # it wakes at once: ``_closing`` is what it waits on
@@ -381,10 +385,14 @@ class AsyncLane:
         with self._lock:
             return [unit for unit, _ in self._running.values()]
 
-    def give_back(self, units: list[UnitOfWork]) -> None:
-        """``units`` were requeued: they must not be acknowledged when they end."""
+    def give_back(self, units: list[UnitOfWork]) -> list[UnitOfWork]:
+        """``units`` are to be requeued: they must not be acknowledged when they end. Returns
+        those still running, the ones to requeue: one that ended since ``unfinished`` was
+        settled by its own end (acknowledged, or let go of)."""
         with self._lock:
-            self._given_back.update(id(u) for u in units if id(u) in self._running)
+            kept = [u for u in units if id(u) in self._running]
+            self._given_back.update(id(u) for u in kept)
+        return kept
 
     def cancel_all(self) -> None:
         """Cancel every running task; a job handed over but not started yet is dropped

@@ -184,9 +184,15 @@ class Manager:
             self.lane.close()
             return
         busy = self.processors
-        in_lane = self.lane.unfinished()
-        self.lane.give_back(in_lane)  # before the requeue: a job ending now is not ACKed
-        self._requeue([p.current for p in busy if p.current is not None] + in_lane)
+        # Before the requeue: a job ending now is not ACKed. Only those still running are
+        # requeued; one that ended since the look was settled by its end.
+        in_lane = self.lane.give_back(self.lane.unfinished())
+        # A processor still handing its job to the lane holds it as its current one too:
+        # it goes back once (a basic fetch would push it twice, and it would run twice).
+        handed = {id(unit) for unit in in_lane}
+        current = [unit for unit in (p.current for p in busy)
+                   if unit is not None and id(unit) not in handed]
+        self._requeue(current + in_lane)
         for processor in busy:
             processor.interrupt()
         self.lane.cancel_all()

@@ -490,3 +490,36 @@ def test_config_close_from_another_thread_cuts_a_command_in_flight(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_a_close_between_a_blocks_pool_and_its_kept_connections_keeps_them_together(
+        redis_server: Server) -> None:
+    """Another thread's close lands just after an async ``wurk.redis()`` block found its pool
+    (forced here: the close is made right after that look). The connection it takes must go
+    back where it came from: kept with the pool made anew since, it fails the next block
+    that cuts a command short, released to a pool that never lent it."""
+    config = config_for(redis_server.url)
+    looks = 0
+    find_pool = config.async_pool
+
+    def closed_after_the_first_look() -> Any:
+        nonlocal looks
+        pool = find_pool()
+        looks += 1
+        if looks == 1:
+            config.close()  # as another thread's close, between this look and the next
+        return pool
+
+    config.async_pool = closed_after_the_first_look  # type: ignore[method-assign]
+
+    async def two_blocks() -> None:
+        async with wurk.redis(config) as conn:
+            assert await conn.call("SET", "asyncclient:k", "v") == b"OK"
+        async with wurk.redis(config) as conn:
+            with pytest.raises(TimeoutError):  # cut short: its connection is closed
+                await asyncio.wait_for(conn.call("BLPOP", "nothing-comes", 5), 0.05)
+
+    try:
+        run(two_blocks)
+    finally:
+        config.close()

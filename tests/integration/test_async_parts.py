@@ -13,8 +13,9 @@ import pytest
 import redis
 
 import wurk
+from wurk.asyncjobs import AsyncLane, EventLoop
 from wurk.config import Capsule
-from wurk.fetch.basic import Fetcher
+from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
 from wurk.fetch.reliable import Claims, ReliableFetch
 from wurk.manager import Manager, capsule_pool
 from wurk.metrics.counters import Counters
@@ -239,3 +240,123 @@ def test_async_jobs_run_on_the_event_loop_the_setting_names(
     loop_kind.perform_async("k")
     run_all(config, r, 1)
     assert [f"k:body:{made}"] == EVENTS
+
+
+RELEASE = threading.Event()
+
+
+@wurk.job(name="AsyncParts::Held", queue=QUEUE)
+async def held() -> None:
+    while not RELEASE.is_set():  # deaf to quiet: it ends when the test lets it
+        await asyncio.sleep(0.005)
+    EVENTS.append("held:body:")
+
+
+class EndsAfterTheLook(AsyncLane):
+    """The deadline looks at the jobs still running, and one of them ends before they are
+    given back: the interleaving forced, not hoped for."""
+
+    def unfinished(self) -> list[UnitOfWork]:
+        units = super().unfinished()
+        RELEASE.set()
+        with self._changed:
+            assert self._changed.wait_for(lambda: not self._running, 10)
+        return units
+
+
+def test_an_async_job_ending_as_the_deadline_looks_is_not_given_back(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """It finished (and its ACK is on its way): pushed back, it would run a second time."""
+    EVENTS.clear()
+    RELEASE.clear()
+    config.shutdown_grace = 0.2
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return BasicFetch(config, capsule, capsule_pool(config, capsule))
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.lane = EndsAfterTheLook(config, capsule, runner.loop, capsule_pool(config, capsule))
+    held.perform_async()
+    manager.start()
+    deadline = time.monotonic() + 10
+    while not len(manager.lane):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    manager.stop(time.monotonic())  # the deadline now: what runs is given back
+    runner.close()
+    assert EVENTS == ["held:body:"]
+    assert r.llen(f"queue:{QUEUE}") == 0, "a finished job was pushed back to run again"
+
+
+@wurk.job(name="AsyncParts::Long", queue=QUEUE)
+async def long_one(tag: str) -> None:
+    await asyncio.sleep(30)  # past any deadline here: the deadline cancels it
+    EVENTS.append(f"{tag}:body:")
+
+
+class HandsOverSlowly(AsyncLane):
+    """The processor that hands the job over is still in that call when the deadline
+    looks at what runs (forced: it goes on once the deadline cancels the lane's jobs), so
+    the job is both its processor's current one and one in the lane."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.handed = threading.Event()
+        self.go_on = threading.Event()
+
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        super().start(*args, **kwargs)
+        self.handed.set()
+        assert self.go_on.wait(10)
+
+    def cancel_all(self) -> None:
+        self.go_on.set()
+        super().cancel_all()
+
+
+def test_an_async_job_held_by_its_processor_and_its_lane_goes_back_once(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """Basic fetch pushes back whatever it is given: the same job given twice would be on
+    its queue twice, and run twice."""
+    EVENTS.clear()
+    config.shutdown_grace = 0.2
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return BasicFetch(config, capsule, capsule_pool(config, capsule))
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    lane = manager.lane = HandsOverSlowly(config, capsule, runner.loop,
+                                          capsule_pool(config, capsule))
+    jid = long_one.perform_async("only")
+    manager.start()
+    assert lane.handed.wait(10)
+    manager.stop(time.monotonic())  # the deadline now
+    runner.close()
+    assert EVENTS == []
+    assert [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)] == [jid]
+
+
+def test_closing_the_event_loop_as_a_job_stops_it_does_not_raise() -> None:
+    """A job's ``loop.stop()`` (or a stray task's ``SystemExit``) lets the loop's thread see
+    the close before the close's own wake reaches the loop: the thread ends and closes the
+    loop first (forced here), and the close must still end quietly."""
+    event_loop = EventLoop(kind="asyncio")
+    loop = event_loop.get()
+    assert asyncio.run_coroutine_threadsafe(asyncio.sleep(0), loop).result(10) is None
+
+    class StoppedAsItCloses(threading.Event):
+        def set(self) -> None:
+            super().set()
+            loop.call_soon_threadsafe(loop.stop)  # a job's loop.stop(), just now
+            deadline = time.monotonic() + 10
+            while not loop.is_closed():  # the loop's thread sees the close and ends
+                assert time.monotonic() < deadline
+                time.sleep(0.005)
+
+    event_loop._closing = StoppedAsItCloses()
+    event_loop.close()
+    assert loop.is_closed()

@@ -137,14 +137,16 @@ def async_pool(config: Config | None = None) -> tuple[Any, str]:
     return pool.connections, pool.url
 
 
-def _idle(config: Config | None) -> _Idle:
+def _idle(config: Config | None) -> tuple[AsyncRedisPool, _Idle]:
+    """The running loop's pool for ``config`` and its kept connections, from one look: a
+    close from another thread between two looks would pair a pool with another's set."""
     cfg = config or default_config()
     pool = cfg.async_pool()
     idles = _idles.setdefault(pool.loop, {})
     entry = idles.get(id(cfg))
     if entry is None or entry[0] is not cfg or entry[1] is not pool:
         entry = idles[id(cfg)] = (cfg, pool, _Idle())
-    return entry[2]
+    return pool, entry[2]
 
 
 class _Holding(threading.local):
@@ -194,8 +196,8 @@ class Borrowed:
             lease.release()
 
     async def __aenter__(self) -> AsyncConnection:
-        pool, url = async_pool(self._config)
-        idle = _idle(self._config)
+        found, idle = _idle(self._config)
+        pool, url = found.connections, found.url
         timeout = (self._config or default_config()).socket_timeout or None
         try:
             await asyncio.wait_for(idle.turns.acquire(), timeout)
