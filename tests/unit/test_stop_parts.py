@@ -343,6 +343,49 @@ def test_a_stop_landing_after_an_async_job_ended_does_not_cancel_its_task(
     assert "caught the error" not in caplog.text
 
 
+@pytest.mark.parametrize("path", ["acall", "plan"])
+def test_a_stop_and_the_shutdown_cancelling_one_async_job_end_it_as_the_shutdowns(
+        parts: tuple[Running, Deadlines, Stopper], path: str) -> None:
+    """The shutdown's deadline cancels a task a cancel has also reached: the job was given
+    back to its queue, so it must end as the shutdown's cancellation, not as the cancel's
+    error, which the runner would book as a failure (a retry beside the job given back: it
+    would run twice). Either order of the two cancels; the stop's alone is its error."""
+    running, _, stopper = parts
+
+    async def body() -> str:
+        await asyncio.sleep(PATIENCE)
+        return "ran"
+
+    async def job(payload: dict[str, Any]) -> Any:
+        if path == "acall":
+            return await stopper.acall(None, payload, "default", body)
+        plan = stopper.wurk_plan(None, payload, "default")
+        assert plan is not None
+        try:
+            result = await body()
+        except BaseException as exc:
+            return plan(None, exc)
+        return plan(result, None)
+
+    async def main(shutdown: str | None, jid: str) -> BaseException | Any:
+        payload = {"jid": jid, "class": "Nap", "args": []}
+        task = asyncio.create_task(job(payload))
+        await asyncio.sleep(0)  # in its body
+        if shutdown == "first":
+            task.cancel()
+        assert [t.jid for t, _ in running.cancel(jid)] == [jid]  # lands on the next turn
+        if shutdown == "after":
+            await asyncio.sleep(0)  # the cancel's cancellation is pending on the task
+            task.cancel()
+        [outcome] = await asyncio.gather(task, return_exceptions=True)
+        assert running.targets() == []
+        return outcome
+
+    assert isinstance(asyncio.run(main("first", "n5")), asyncio.CancelledError)
+    assert isinstance(asyncio.run(main("after", "n6")), asyncio.CancelledError)
+    assert isinstance(asyncio.run(main(None, "n7")), JobCancelled)
+
+
 def test_an_async_job_that_swallows_its_cancellation_is_said_to(
         parts: tuple[Running, Deadlines, Stopper], caplog: pytest.LogCaptureFixture) -> None:
     running, _, stopper = parts

@@ -53,6 +53,16 @@ def limit_of(payload: P.Payload, default: float | None) -> float | None:
     return default
 
 
+def _others_cancel(task: asyncio.Task[Any]) -> bool:
+    """The stop's own cancellation of ``task`` landed (``AsyncTarget.delivered``): take it
+    back (3.11+), and say whether another was asked for as well — the worker's shutdown
+    cancelling the same task, which goes on as a cancellation rather than turning into the
+    stop's error (the job was given back: booked as a failure too, it would run twice). A
+    cancellation the stop did not deliver is never its own, even with a stop told."""
+    uncancel = getattr(task, "uncancel", None)
+    return uncancel is not None and uncancel() > 0
+
+
 class Stopper:
     """Server middleware, innermost: time limits and cancels for the job's body."""
 
@@ -107,11 +117,8 @@ class Stopper:
         try:
             result = await call_next()
         except asyncio.CancelledError:
-            if target.reason is None:
+            if not target.delivered or _others_cancel(task):
                 raise  # the worker's own (its shutdown): not ours to turn into an error
-            uncancel = getattr(task, "uncancel", None)  # 3.11+: the request is handled here
-            if uncancel is not None:
-                uncancel()
             raise target.error() from None
         finally:
             self._unwatch(target)
@@ -137,10 +144,8 @@ class Stopper:
         try:
             if error is None:
                 pass
-            elif isinstance(error, asyncio.CancelledError) and target.reason is not None:
-                uncancel = getattr(task, "uncancel", None)
-                if uncancel is not None:
-                    uncancel()
+            elif isinstance(error, asyncio.CancelledError) and target.delivered \
+                    and not _others_cancel(task):
                 raise target.error() from None
             else:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
