@@ -559,3 +559,30 @@ def test_a_record_redis_cannot_take_fails_the_run_and_the_job_runs_again(
     assert in_outage_runs == [handle, handle]  # ran again: the first run was never acknowledged
     assert r.llen("queue:default") == 0
     assert r.keys("queue:*") == []  # no private list holds it any more
+
+
+def test_a_batchs_results_come_in_the_order_they_finished_at_most_limit(
+        config: wurk.Config) -> None:
+    import inspect
+
+    from tests.helpers.runner import Drain
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        pushed = [add.perform_async(i, 0) for i in range(5)]
+    raw = redis.Redis.from_url(config.redis_url)
+    queued = raw.lrange("queue:default", 0, -1)
+    raw.delete("queue:default")
+    raw.rpush("queue:default", *reversed(queued))  # the newest at the tail: it runs first
+    raw.close()
+    drain = Drain(config)  # one at a time, in queue order
+    try:
+        assert drain() == 5
+    finally:
+        drain.close()
+    finished = pushed[::-1]
+    assert list(batch.status.results()) == finished
+    assert list(batch.status.results(limit=2)) == finished[:2]
+    assert list(wurk.api.ResultQuery(config).batch(batch.bid, limit=3)) == finished[:3]
+    for read in (wurk.BatchStatus.results, wurk.api.ResultQuery.batch):
+        assert inspect.signature(read).parameters["limit"].default == 10_000
