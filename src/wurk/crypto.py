@@ -55,16 +55,25 @@ def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *
     on; ``key_for`` gives any version's key (else the environment). The key of the active
     version is checked now, so a missing or short key fails at boot, not at a push."""
     cfg = config if config is not None else default_config()
+    try:  # checked before anything changes: a refused key leaves the configuration as it was
+        _key_from(key_for, active_version)
+    except KeyError:
+        where = ("key_for" if key_for is not None
+                 else f"the environment ({KEY_ENV.format(version=active_version)})")
+        raise ConfigError(f"no key for encryption version {active_version} in {where}: "
+                          f"give its {KEY_BYTES}-byte key before making it active") from None
     cfg.encryption_version = active_version
     cfg.encryption_keys = key_for
-    key(cfg, active_version)
     return cfg
 
 
 def key(config: Config, version: int) -> bytes:
     """The 32-byte key of ``version``; ``DecryptionError``-free: a missing key is a
     ``KeyError`` naming the version (the caller decides what it means)."""
-    lookup = config.encryption_keys
+    return _key_from(config.encryption_keys, version)
+
+
+def _key_from(lookup: Callable[[int], bytes] | None, version: int) -> bytes:
     found: Any = lookup(version) if lookup is not None else _env_key(version)
     if found is None:
         raise KeyError(f"no key for encryption version {version}")

@@ -230,6 +230,70 @@ def test_a_dying_job_fires_death_once_and_success_after_its_retry_from_the_dead_
     assert DeadSet().size() == 0
 
 
+@wurk.job(name="BatchTest::careful")
+def careful(name: str) -> None:
+    """Returns early once its batch was invalidated, as docs/batches.md tells jobs to."""
+    if not wurk.batch.valid_within_batch():
+        return
+    work(name)
+
+
+def hold_then_release(r: redis.Redis, change: Callable[[dict[str, Any]], None] | None = None
+                      ) -> None:
+    """Move the jobs pushed to ``queue:held`` (which the worker does not serve) to
+    ``queue:default``, each changed by ``change`` first."""
+    while (raw := r.rpop("queue:held")) is not None:
+        job = json.loads(raw)
+        job["queue"] = "default"
+        if change is not None:
+            change(job)
+        r.lpush("queue:default", json.dumps(job))
+
+
+def test_a_job_killed_from_the_api_fires_death_once(worker: wurk.InProcessWorker,
+                                                    r: redis.Redis) -> None:
+    r.set("fail:killed", 1)
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jid = work.perform_async("killed")  # retried (25 times) until the kill
+    settle(r, 1)
+    assert events(r, batch.bid) == ["complete"]  # it ran once, and failed
+    wait_until(lambda: RetrySet().size() == 1, what="the retry entry")
+    [entry] = list(RetrySet())
+    assert entry.jid == jid and entry.kill()
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "death"]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.dead and status.dead_jids == [jid] and not status.succeeded
+
+
+def test_a_job_whose_payload_cannot_be_read_fires_death(worker: wurk.InProcessWorker,
+                                                        r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jid = work.set(queue="held").perform_async("unreadable")
+    hold_then_release(r, lambda job: job.update(args={"not": "a list"}))
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "death"]
+    [dead] = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert dead["jid"] == jid and dead["error_class"] == "wurk.InvalidPayload"
+    assert r.lrange("ran", 0, -1) == []
+
+
+def test_jobs_of_an_invalidated_batch_return_early_and_count_as_succeeded(
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        careful.set(queue="held").perform_async("a")
+        careful.set(queue="held").perform_async("b")
+    assert batch.invalidate_all() == 1
+    hold_then_release(r)
+    settle(r, 2)
+    assert events(r, batch.bid) == ["complete", "success"]
+    assert r.lrange("ran", 0, -1) == []  # neither did its work
+    assert wurk.BatchStatus(batch.bid).succeeded
+
+
 def test_a_failure_without_retries_fires_death(worker: wurk.InProcessWorker,
                                                r: redis.Redis) -> None:
     r.set("fail:once", 1)

@@ -235,3 +235,95 @@ def test_the_dashboard_the_cli_and_the_log_never_show_the_secret(
     assert listing.returncode == 0 and "test_crypto.charge" in listing.stdout
     assert SECRET not in listing.stdout + listing.stderr
     assert SECRET not in caplog.text
+
+
+def test_a_missing_or_short_key_fails_at_enable_and_leaves_the_configuration_as_it_was(
+        config: wurk.Config, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(wurk.ConfigError, match=r"no key for encryption version 9 in key_for"):
+        crypto.enable(active_version=9, key_for=KEYS.get, config=config)
+    monkeypatch.delenv("WURK_ENCRYPTION_KEY_8", raising=False)
+    with pytest.raises(wurk.ConfigError, match=r"version 8 in the environment "
+                                                 r"\(WURK_ENCRYPTION_KEY_8\)"):
+        crypto.enable(active_version=8, config=config)
+    with pytest.raises(wurk.ConfigError, match="must be 32 bytes"):
+        crypto.enable(active_version=7, key_for={7: b"short"}.get, config=config)
+    # still version 1 with its keys: pushes seal and jobs open as before the refusals
+    assert config.encryption_version == 1 and config.encryption_keys == KEYS.get
+    charge.perform_async(1, {"card": SECRET})
+    raw = redis.Redis.from_url(redis_server.url)
+    assert json.loads(raw.lrange("queue:default", 0, 0)[0])["args"][-1]["v"] == 1
+    assert Drain(config)() == 1 and SEEN == [{"card": SECRET}]
+
+
+def test_every_push_draws_a_fresh_nonce(config: wurk.Config, redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url)
+    for _ in range(3):
+        charge.perform_async(1, {"card": SECRET})
+    charge.perform_bulk([[1, {"card": SECRET}], [1, {"card": SECRET}]])
+    sealed = [json.loads(e)["args"][-1] for e in raw.lrange("queue:default", 0, -1)]
+    assert len({e["iv"] for e in sealed}) == len({e["ct"] for e in sealed}) == 5
+    assert all(len(base64.b64decode(e["iv"])) == crypto.NONCE_BYTES for e in sealed)
+
+
+def opens_once(config: wurk.Config, stored: dict[str, Any]) -> Any:
+    """The stored job's last argument opened, which must be the plain value: no envelope
+    inside an envelope."""
+    assert crypto.is_envelope(stored["args"][-1])
+    opened = crypto.open_envelope(config, stored["args"][-1], stored["jid"])
+    assert crypto.ENVELOPE_MARK not in json.dumps(opened)
+    return opened
+
+
+def test_the_client_mode_scheduler_pushes_the_one_envelope_again(
+        config: wurk.Config, redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url)
+    charge.perform_in(3600, 7, {"card": SECRET})
+    [member] = raw.zrange("schedule", 0, -1)
+    raw.zadd("schedule", {member: 0})  # due now
+    config.scheduler = "client"
+    assert wurk.scheduled.Scheduler(config).enqueue_due() == 1
+    queued = json.loads(raw.lrange("queue:default", 0, 0)[0])
+    assert queued["args"][-1] == json.loads(member)["args"][-1]  # the same envelope, unsealed
+    assert opens_once(config, queued) == {"card": SECRET} and not leaks(raw)
+    assert Drain(config)() == 1 and SEEN == [{"card": SECRET}]
+
+
+CRYPTO_LIMIT = wurk.limiter.concurrent("crypto-full", 1, wait_timeout=0, reschedule=2,
+                                       backoff=lambda limiter, job, exc: 30)
+
+
+@wurk.job(name="test_crypto.limited", encrypt=True)
+def limited(order_id: int, card: dict[str, str]) -> None:
+    with CRYPTO_LIMIT.within_limit():
+        SEEN.append(card)
+
+
+def test_a_rate_limiter_reschedules_the_one_envelope(config: wurk.Config,
+                                                     redis_server: Any) -> None:
+    raw = redis.Redis.from_url(redis_server.url)
+    holder = CRYPTO_LIMIT.within_limit()
+    holder.__enter__()  # someone else holds the only slot
+    try:
+        limited.perform_async(7, {"card": SECRET})
+        pushed = json.loads(raw.lrange("queue:default", 0, 0)[0])["args"][-1]
+        assert Drain(config)() == 1 and SEEN == []
+        [member] = raw.zrange("schedule", 0, -1)
+        rescheduled = json.loads(member)
+        assert rescheduled["overrated"] == 1 and rescheduled["args"][-1] == pushed
+        assert opens_once(config, rescheduled) == {"card": SECRET} and not leaks(raw)
+    finally:
+        holder.__exit__(None, None, None)
+
+
+def test_a_push_of_a_sealed_job_keeps_its_envelope(config: wurk.Config,
+                                                   redis_server: Any) -> None:
+    """What a re-push of a stored job does (``wurk enqueue`` of a payload's arguments, a
+    retry from the dashboard, another process's client): an envelope is never sealed again."""
+    raw = redis.Redis.from_url(redis_server.url)
+    charge.perform_async(7, {"card": SECRET})
+    first = json.loads(raw.lpop("queue:default"))
+    charge.perform_async(*first["args"])
+    wurk.push({"class": "test_crypto.charge", "args": first["args"], "encrypt": True})
+    again = [json.loads(e) for e in raw.lrange("queue:default", 0, -1)]
+    assert [job["args"][-1] for job in again] == [first["args"][-1]] * 2
+    assert all(opens_once(config, job) == {"card": SECRET} for job in again)

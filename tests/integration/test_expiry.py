@@ -13,6 +13,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.proxy import FaultProxy
 from tests.helpers.runner import Drain
 from wurk import payload as P
 from wurk.errors import ConfigError, InvalidPayload
@@ -183,3 +184,38 @@ def test_the_deadline_is_checked_when_the_job_starts(config: wurk.Config,
     finally:
         runner.close()
     assert [what for what, _ in ran] == ["quick"]
+
+
+def test_a_count_redis_cannot_take_is_reported_and_the_job_still_dropped_unrun(
+        redis_server: Any, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran.clear()
+    with FaultProxy(redis_server.port) as proxy:
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over configure's
+        config = wurk.configure()
+        reported: list[tuple[BaseException, dict[str, Any]]] = []
+        config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+        seen: list[dict[str, Any]] = []
+        registration = wurk.expiry.on_expired(seen.append)
+        # written by Sidekiq Pro long ago: its deadline is created_at + expires_in
+        r.lpush("queue:default", json.dumps({
+            "class": "Expiry::Quick", "args": [1], "jid": "e" * 24, "queue": "default",
+            "retry": True, "created_at": 1_700_000_000.0, "expires_in": 60}))
+        drain = Drain(config)
+        try:
+            unit = drain.fetcher.fetch(1)
+            assert unit is not None
+            proxy.drop()  # Redis unreachable from here on: the count cannot be written
+            proxy.cut()
+            drain.runner.run(unit)
+        finally:
+            registration.remove()
+            proxy.restore()
+            drain.close()
+            config.close()
+    assert ran == []  # never run
+    assert [job["jid"] for job in seen] == ["e" * 24]  # dropped as expired all the same
+    [(exc, context)] = reported
+    assert isinstance(exc, wurk.RedisUnavailable)
+    assert context["context"] == "counting an expired job" and context["job"]["jid"] == "e" * 24
+    assert drain.counters.failed == 0 and r.get("stat:expired") is None  # the count is lost
+    assert r.llen("queue:default") == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0

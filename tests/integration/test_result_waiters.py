@@ -160,3 +160,5 @@ def test_a_sync_wait_holds_one_connection_for_its_time(worker: wurk.Config,
     thread.join(20)
     assert found == [9]
     wait_until(lambda: subscribers(r) == [], what="its connection given back")
+    # from the configuration's "results" pool: 100 waits at once (docs/results.md)
+    assert worker.pool("results").size == 100

@@ -10,6 +10,7 @@ import asyncio
 import copy
 import json
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -515,3 +516,73 @@ def record_args(*args: Any) -> None:
 
 
 _ = P  # the payload module: its Jid is what lets a handle travel as an argument
+
+
+# -- a record Redis cannot take ------------------------------------------------------------------
+OUTAGES: list[Any] = []
+in_outage_runs: list[str] = []
+
+
+@wurk.job(name="res.in_outage", result_ttl=TTL)
+def in_outage(a: int) -> int:
+    in_outage_runs.append(wurk.current_jid() or "")
+    if len(in_outage_runs) == 1:  # the first run's record cannot be written: Redis is gone
+        proxy = OUTAGES[0]
+        proxy.drop()
+        proxy.cut()
+        threading.Timer(0.5, proxy.restore).start()
+    return a * 10
+
+
+def test_a_record_redis_cannot_take_fails_the_run_and_the_job_runs_again(
+        redis_server: Any, r: redis.Redis) -> None:
+    """The record is written before the job is acknowledged: a run whose record was lost is
+    not acknowledged, and runs again until its outcome is stored."""
+    from tests.helpers.faults import config_for
+    from tests.helpers.proxy import FaultProxy
+
+    in_outage_runs.clear()
+    with FaultProxy(redis_server.port) as proxy:
+        OUTAGES[:] = [proxy]
+        config = config_for(proxy.url, concurrency=1)
+        running = wurk.InProcessWorker(config).start()
+        try:
+            # pushed and awaited past the proxy: the outage is the worker's alone
+            handle = in_outage.set(config=wurk.configure(redis_url=redis_server.url)
+                                   ).perform_async(4)
+            wait_until(lambda: r.get(f"wurk:result:{handle}") is not None, timeout=30,
+                       what="the second run's record")
+            assert handle.result(timeout=5) == 40
+        finally:
+            running.stop()
+            config.close()
+    assert in_outage_runs == [handle, handle]  # ran again: the first run was never acknowledged
+    assert r.llen("queue:default") == 0
+    assert r.keys("queue:*") == []  # no private list holds it any more
+
+
+def test_a_batchs_results_come_in_the_order_they_finished_at_most_limit(
+        config: wurk.Config) -> None:
+    import inspect
+
+    from tests.helpers.runner import Drain
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        pushed = [add.perform_async(i, 0) for i in range(5)]
+    raw = redis.Redis.from_url(config.redis_url)
+    queued = raw.lrange("queue:default", 0, -1)
+    raw.delete("queue:default")
+    raw.rpush("queue:default", *reversed(queued))  # the newest at the tail: it runs first
+    raw.close()
+    drain = Drain(config)  # one at a time, in queue order
+    try:
+        assert drain() == 5
+    finally:
+        drain.close()
+    finished = pushed[::-1]
+    assert list(batch.status.results()) == finished
+    assert list(batch.status.results(limit=2)) == finished[:2]
+    assert list(wurk.api.ResultQuery(config).batch(batch.bid, limit=3)) == finished[:3]
+    for read in (wurk.BatchStatus.results, wurk.api.ResultQuery.batch):
+        assert inspect.signature(read).parameters["limit"].default == 10_000

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.proxy import FaultProxy
 from tests.helpers.runner import Drain
 from wurk import api
 from wurk import payload as P
@@ -276,3 +277,75 @@ def test_bad_unique_for_is_refused_with_its_name(value: Any) -> None:
 def test_bad_unique_until_is_refused() -> None:
     with pytest.raises(ConfigError, match="unique_until"):
         wurk.job(name="Unique::Bad", unique_for=5, unique_until="finish")(lambda: None)
+
+
+# -- Redis unreachable when the job ends ----------------------------------------------------------
+@wurk.job(name="Unique::Outage", unique_for=600)
+def in_outage(account: int) -> None:
+    ran.append([account])
+    assert OUTAGE, "the test sets the proxy"
+    OUTAGE[0].drop()  # Redis unreachable from now on, for the release too
+    OUTAGE[0].cut()
+
+
+OUTAGE: list[FaultProxy] = []
+
+
+class Waits:
+    """Stands in for ``time`` in ``wurk.unique``: records each wait between the release's
+    attempts (without waiting) and ends the outage once ``until`` seconds have passed."""
+
+    def __init__(self, proxy: FaultProxy, until: float) -> None:
+        self.proxy, self.until = proxy, until
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if sum(self.waits) >= self.until:
+            self.proxy.restore()
+
+
+def test_a_release_redis_refuses_is_sent_again_for_about_three_and_a_half_seconds(
+        redis_server: Any, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    with FaultProxy(redis_server.port) as proxy:
+        OUTAGE[:] = [proxy]
+        ran.clear()
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over configure's
+        config = wurk.configure()
+        waits = Waits(proxy, until=1.0)  # an outage of a second: a restart
+        monkeypatch.setattr(wurk.unique, "time", waits)
+        in_outage.perform_async(1)
+        drain = Drain(config)  # its parts, as its loop's read of the queue is cut too
+        try:
+            unit = drain.fetcher.fetch(1)
+            assert unit is not None
+            drain.runner.run(unit)
+        finally:
+            drain.close()
+        assert ran == [[1]] and lock_keys(r) == []  # released once Redis answered again
+        assert waits.waits == [0.0, 0.1, 0.25, 0.5, 1.0]
+        config.close()
+    assert 3.0 <= sum(wurk.unique.RELEASE_RETRIES) <= 4.0  # "about 3.5 s" in all
+
+
+def test_a_release_given_up_is_logged_and_the_lock_expires_on_its_own(
+        redis_server: Any, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with FaultProxy(redis_server.port) as proxy:
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over configure's
+        config = wurk.configure()
+        jid = sync.perform_async(5)
+        job = json.loads(r.lindex("queue:default", 0))
+        waits = Waits(proxy, until=float("inf"))  # Redis never answers in time
+        monkeypatch.setattr(wurk.unique, "time", waits)
+        proxy.drop()
+        proxy.cut()
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            assert wurk.unique.release(config, job) is False  # not raised
+        assert waits.waits == [0.0, *wurk.unique.RELEASE_RETRIES]
+        assert f"could not release the unique lock of Unique::Sync (jid {jid})" in caplog.text
+        assert "it expires on its own" in caplog.text
+        proxy.restore()
+        [key] = lock_keys(r)
+        assert r.get(key) == jid and 0 < r.ttl(key) <= 600  # no longer than unique_for
+        config.close()
