@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
@@ -394,6 +395,95 @@ def test_corrupt_stored_state_does_not_wedge_a_limiter(config: wurk.Config,
     r.hset("lmtr-s:{api}", "held", "many")
     held = api.stats()["held"]  # a counter that is not a count reads as what it holds
     assert isinstance(held, Invalid) and held.raw == "many"
+
+
+KINDS: dict[str, Any] = {
+    "concurrent": lambda: wurk.limiter.concurrent("L", 2, wait_timeout=0),
+    "bucket": lambda: wurk.limiter.bucket("L", 5, "hour", wait_timeout=0),
+    "window": lambda: wurk.limiter.window("L", 5, 60, wait_timeout=0),
+    "leaky": lambda: wurk.limiter.leaky("L", 5, 60, wait_timeout=0),
+    "points": lambda: wurk.limiter.points("L", 10, 1),
+}
+
+
+def restarted(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+
+
+def said(what: str) -> str:
+    return (f"limiter L: {what} held what wurk never writes there (written by something "
+            "else); started again")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("field", "value"), [("held", "many"), ("held", str(2**63 - 1)),
+                                              ("immediate", "1.5")])
+def test_a_stats_counter_that_holds_no_count_starts_again_and_stops_no_use(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture, kind: str,
+        field: str, value: str) -> None:
+    """Every use HINCRBYs the stats hash: one field holding text, 1.5 or 2^63-1 made every
+    use of the limiter, in every process, raise Redis's "hash value is not an integer"
+    (naming no key) until the hash expired — a counter for the dashboard stopped the limit
+    itself. The counter starts again, with a warning naming it."""
+    limiter = KINDS[kind]()
+    r.hset("lmtr-s:{L}", mapping={field: value, "refused": "7"})
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        with limiter.within_limit():
+            pass
+        with limiter.within_limit():
+            pass
+    stats = limiter.stats()
+    assert stats["held"] == 2 and stats["immediate"] == 2 and stats["refused"] == 7
+    assert restarted(caplog) == [said(f"lmtr-s:{{L}} field {field} (not a count)")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_limiter_key_of_another_type_starts_again_and_stops_no_use(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        kind: str) -> None:
+    """A limiter's keys of another Redis type (its state, its stats, its metadata, the
+    index of limiters, a concurrent limiter's wake-up list) made every use raise WRONGTYPE
+    until the key expired — one written without a TTL, for good. Each is deleted and
+    starts again, with a warning naming it."""
+    state = {"concurrent": ["lmtr-c:{L}", "lmtr-cw:{L}"], "bucket": [],
+             "window": ["lmtr-w:{L}"], "leaky": ["lmtr-l:{L}"], "points": ["lmtr-p:{L}"]}
+    for key in ("lmtr:L", "lmtr-list", "lmtr-s:{L}", *state[kind]):
+        r.flushall()
+        forget_registrations()
+        kind_of = {"lmtr:L": "hash", "lmtr-list": "set", "lmtr-s:{L}": "hash",
+                   "lmtr-cw:{L}": "list", "lmtr-l:{L}": "hash", "lmtr-p:{L}": "hash"}.get(
+                       key, "zset")
+        found = "string" if kind_of == "list" else "list"
+        if found == "string":
+            r.set(key, "x")
+        else:
+            r.rpush(key, "x")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="wurk"), KINDS[kind]().within_limit():
+            pass
+        assert restarted(caplog) == [said(f"{key} (a {found}, not a {kind_of})")], key
+        assert r.type(key) in ("none", kind_of)
+
+
+@pytest.mark.parametrize("value", ["1.5", "0x10", " 5", "-100", "nan", "1e400", "9" * 30])
+def test_a_bucket_counter_that_is_no_count_starts_the_interval_afresh(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        value: str) -> None:
+    """Lua reads more than INCRBY writes: '0x10', ' 5', 'nan', '1e400' were believed (over
+    the limit for the rest of the interval, an hour or a day), '1.5' passed and then failed
+    INCRBY (every use raised), '-100' let 105 uses in. Only digits INCRBY could go on from
+    count; anything else starts the interval afresh, with a warning."""
+    api = wurk.limiter.bucket("L", 2, "hour", wait_timeout=0)
+    start = int(r.time()[0]) // 3600 * 3600
+    counter = f"lmtr-b:{{L}}:{start}"
+    r.set(counter, value)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        for _ in range(2):
+            with api.within_limit():
+                pass
+        refused(api.within_limit())
+    assert r.get(counter) == "2"
+    assert restarted(caplog) == [said(f"{counter} (not a count)")]
 
 
 # -- Redis unreachable ------------------------------------------------------------------------

@@ -393,6 +393,48 @@ def test_an_ack_leaves_a_count_written_by_hand_for_the_fetch_to_recount(
     assert r.hget(pconfig.keys.partition_running(Q), "a") == "2"
 
 
+@pytest.mark.parametrize("count", ["5.0", "0x3", " 1", "1e400", "99999999999999999999", "-0"])
+def test_a_count_written_by_hand_that_lua_reads_as_a_number_is_recounted(
+    pconfig: wurk.Config, r: redis.Redis, count: str
+) -> None:
+    """Lua's tonumber reads more than HINCRBY writes: '5.0', '0x3', '1e400' were believed
+    (the partition was held at its limit until the reaper's next recount), and ' 1' passed
+    the limit, so the fetch moved the job to its in-flight list and then failed on HINCRBY:
+    every fetch of the queue failed, each one leaving another job in flight unrun. Such a
+    count is recounted from the in-flight lists at once, as a count that reads as no
+    number is; an ACK meeting one leaves it for that recount."""
+    for n in range(3):
+        work.set(partition="a").perform_async(n)
+    running = pconfig.keys.partition_running(Q)
+    r.hset(running, "a", count)
+    f = fetcher(pconfig)
+    first = f.fetch(0.05)
+    assert arg(first) == 0 and r.hget(running, "a") == "1"
+    assert first is not None
+    first.acknowledge()
+    f.flush_acks()
+    assert r.hget(running, "a") is None
+    r.hset(running, "a", count)  # an ACK meeting it leaves it for the next fetch
+    second = f.fetch(0.05)
+    assert arg(second) == 1 and second is not None
+    r.hset(running, "a", count)
+    second.acknowledge()
+    f.flush_acks()
+    assert r.hget(running, "a") == count
+    assert arg(f.fetch(0.05)) == 2 and r.hget(running, "a") == "1"
+    assert r.llen(pconfig.keys.partition(Q, "a")) == 0
+
+
+def test_an_in_flight_count_hash_of_another_type_is_recounted(pconfig: wurk.Config,
+                                                               r: redis.Redis) -> None:
+    work.set(partition="a").perform_async(0)
+    running = pconfig.keys.partition_running(Q)
+    r.set(running, "not a hash")
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert arg(unit) == 0 and r.hgetall(running) == {"a": "1"}
+
+
 # -- partition_by: the partition as a function of the arguments -------------------------------
 @wurk.job(name="parts.by_account", queue=Q, partition_by=lambda account, batch: account)
 def by_account(account: int, batch: int) -> None:

@@ -420,6 +420,12 @@ UNREADABLE = [
     (b'{"status": "succeeded"}', "a success without a value"),
     (b'{"status": "succeeded", "value": 1, "finished_at": "soon"}', "finished_at is not a time"),
     (b"[" * 5000 + b"]" * 5000, "a stored result (a JSON object)"),
+    # Whole numbers past a float's range: math.isfinite raised OverflowError out of every
+    # read (the handle's, the API's, the dashboard's).
+    (b'{"status": "succeeded", "value": 1, "started_at": 1' + b"0" * 400 + b"}",
+     "started_at is not a time"),
+    (b'{"status": "cancelled", "finished_at": -1' + b"0" * 400 + b"}",
+     "finished_at is not a time"),
 ]
 
 

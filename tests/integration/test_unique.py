@@ -140,6 +140,38 @@ def test_death_releases_the_lock(config: wurk.Config, r: redis.Redis, drain: Dra
     assert r.zcard("dead") == 1 and lock_keys(r) == []
 
 
+def test_a_lock_of_another_type_is_replaced_with_a_warning_not_a_failed_push(
+        config: wurk.Config, r: redis.Redis, drain: Drain,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A ``unique:<digest>`` key of another Redis type holds no jid: the push script's GET
+    raised WRONGTYPE, so every push of that job and those args failed (for good: such a
+    key has no TTL) with an error naming no key. It is replaced by the push's lock, with a
+    warning naming it; the job runs and releases its lock."""
+    jid = sync.perform_async(1)
+    key = lock_keys(r)[0]
+    r.delete(key)
+    r.hset(key, "jid", jid)  # written by someone else
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        second = sync.perform_async(1)
+        r.delete(key)
+        r.sadd(key, "x")
+        third = sync.perform_in(60, 1)
+    assert second is not None and third is not None
+    assert r.llen("queue:default") == 2 and r.zcard("schedule") == 1
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warned == [f"unique job Unique::Sync (jid {pushed}): its lock {key} was a {kind}, "
+                      "not a jid (written by something else); replaced by this push's lock"
+                      for pushed, kind in ((second, "hash"), (third, "set"))]
+    assert r.get(key) == third and 655 < r.ttl(key) <= 660
+    r.delete(key)
+    r.hset(key, "a", "b")  # a release meeting one leaves it alone: not this job's lock
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        drain()
+    assert ran == [[1], [1]] and r.hgetall(key) == {"a": "b"}
+    assert "could not release" not in caplog.text
+
+
 def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
     from wurk.launcher import Launcher
     from wurk.limiter.middleware import LimitsMiddleware

@@ -156,7 +156,12 @@ def refused(entries: Sequence[tuple[P.Payload, float | None]], replies: Sequence
     for (job, _), reply in zip(entries, replies, strict=True):
         if isinstance(reply, Exception):
             raise reply
-        if reply is not None:
+        if isinstance(reply, (list, tuple)):  # a lock of another type, replaced
+            lock, kind = (stored.shown(part, 200) for part in (*reply, "?", "?")[:2])
+            log.warning("unique job %s (jid %s): its lock %s was a %s, not a jid (written "
+                        "by something else); replaced by this push's lock",
+                        job.get(P.CLASS), job.get(P.JID), lock, kind)
+        elif reply is not None:
             holder = stored.text(reply)
             log.info("duplicate of unique job %s (jid %s) not pushed: jid %s holds its lock",
                      job.get(P.CLASS), job.get(P.JID), holder)

@@ -77,7 +77,7 @@ REGISTERED_CAP = 10_000
 COMMON = ("limiter_common.lua",)
 STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "overages",
                "reclaimed")
-_REGISTER = scripts.Script("limiter_register.lua")
+_REGISTER = scripts.Script("limiter_register.lua", prelude=COMMON)
 _registered: dict[tuple[int, str, str], float] = {}
 _registered_lock = threading.Lock()
 
@@ -372,7 +372,18 @@ class Limiter:
     def _script(self, conn: _Caller, script: scripts.Script, keys: list[str],
                 args: list[object]) -> tuple[int, int]:
         reply = script.call(conn, keys, args)
+        self._warn_restarted(reply)
         return int(reply[0]), int(reply[1])
+
+    def _warn_restarted(self, reply: Any) -> None:
+        """Name what a script found holding what wurk never writes there (its reply's third
+        element) and started again: a key of another type, a stats counter that is no
+        count, a bucket's counter that is no count."""
+        found = reply[2] if isinstance(reply, (list, tuple)) and len(reply) > 2 else None
+        for what in found if isinstance(found, (list, tuple)) else ():
+            log.warning("limiter %s: %s held what wurk never writes there (written by "
+                        "something else); started again", self.name,
+                        values.shown(what, 300))
 
     def _register(self, conn: _Caller) -> None:
         """Write the metadata on first use and every ``REGISTER_EVERY`` seconds after."""
@@ -386,8 +397,9 @@ class Limiter:
         options = json.dumps(self.options(), sort_keys=True, separators=(",", ":"))
         fingerprint = hashlib.sha256(f"{self.kind}|{self.name}|{options}".encode()).hexdigest()
         keys = self._config().keys
-        _REGISTER.call(conn, [keys.limiter(self.name), keys.limiter_list],
-                       [self.name, self.kind, options, fingerprint, self.ttl])
+        self._warn_restarted(_REGISTER.call(
+            conn, [keys.limiter(self.name), keys.limiter_list],
+            [self.name, self.kind, options, fingerprint, self.ttl]))
         with _registered_lock:
             if len(_registered) >= REGISTERED_CAP:
                 _registered.clear()

@@ -83,8 +83,8 @@ class Concurrent(Limiter):
 
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
                  waited_ms: int) -> tuple[int, int]:
-        held, _, stats = self._keys()
-        return self._script(conn, _CONCURRENT_ACQUIRE, [held, stats], [
+        held, wakeups, stats = self._keys()
+        return self._script(conn, _CONCURRENT_ACQUIRE, [held, stats, wakeups], [
             self.size, int(self.lock_timeout * 1000), handle.token,
             max(self.ttl, math.ceil(self.lock_timeout)), remaining_ms, waited_ms])
 
@@ -103,9 +103,9 @@ class Concurrent(Limiter):
 
     def _release(self, conn: _Caller, handle: Handle) -> None:
         held, wakeups, stats = self._keys()
-        _CONCURRENT_RELEASE.call(conn, [held, wakeups, stats], [
+        self._warn_restarted(_CONCURRENT_RELEASE.call(conn, [held, wakeups, stats], [
             handle.token, int(self.lock_timeout * 1000), self.size,
-            max(self.ttl, math.ceil(self.lock_timeout))])
+            max(self.ttl, math.ceil(self.lock_timeout))]))
 
 
 class Bucket(Limiter):

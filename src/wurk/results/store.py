@@ -213,10 +213,20 @@ def _problem(found: dict[str, Any]) -> str | None:
         return "class is not text"
     for name in ("started_at", "finished_at"):
         value = found.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(
-                value, (int, float)) or not math.isfinite(value)):
+        if value is not None and not _is_time(value):
             return f"{name} is not a time"
     return None
+
+
+def _is_time(value: Any) -> bool:
+    """A finite number of epoch seconds (an integer past a float's range is none: it would
+    raise ``OverflowError`` where it is read)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 _KNOWN = {"status", "value", "error_class", "error_message", "retries_remain", "backtrace",

@@ -15,15 +15,22 @@ local now = now_ms()
 local start = math.floor(now / 1000 / interval) * interval
 local key = ARGV[1] .. string.format('%d', start)
 
-local current = tonumber(redis.call('GET', key) or '0')
-if current == nil then  -- not a number: written by hand; start the interval afresh
+own(key, 'string')
+local raw = redis.call('GET', key) or '0'
+local current = 0
+-- Only a count INCRBY could go on from (digits, below 2^63): Lua would also read '1.5',
+-- '0x10', 'nan', '1e400' as numbers, and the limiter was over its limit, or failed on
+-- INCRBY, for the rest of the interval. Written by hand: the interval starts afresh.
+if #raw <= 18 and string.find(raw, '^%d+$') then
+  current = tonumber(raw)
+else
   redis.call('DEL', key)
-  current = 0
+  restarted[#restarted + 1] = key .. ' (not a count)'
 end
 if current + used <= limit then
   redis.call('INCRBY', key, used)
   redis.call('EXPIRE', key, 2 * interval)
   granted(KEYS[1], ttl, waited)
-  return {1, math.floor(now * 1000)}
+  return reply(1, math.floor(now * 1000))
 end
 return over(KEYS[1], ttl, (start + interval) * 1000 - now, remaining)

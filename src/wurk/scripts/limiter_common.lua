@@ -20,19 +20,52 @@ local function finite(value, fallback)
   return n
 end
 
+-- What this call found holding what wurk never writes there (a key of another type, a stats
+-- counter that is no count) and started again; returned as each reply's third element, for
+-- the caller to warn about. Anyone may write these keys: one bad value must not make every
+-- use of the limiter fail until the key expires.
+local restarted = {}
+
+-- `key` as a `kind` (or absent): a key of another type is deleted, to start again.
+local function own(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= kind and found ~= 'none' then
+    redis.call('DEL', key)
+    restarted[#restarted + 1] = key .. ' (a ' .. found .. ', not a ' .. kind .. ')'
+  end
+end
+
+-- HINCRBY, starting the counter again when it holds no count (text, past 2^63).
+local function incr(stats, field, by)
+  if type(redis.pcall('HINCRBY', stats, field, by)) == 'table' then
+    local before = #restarted
+    own(stats, 'hash')
+    if #restarted == before then
+      redis.call('HDEL', stats, field)
+      restarted[#restarted + 1] = stats .. ' field ' .. field .. ' (not a count)'
+    end
+    redis.call('HINCRBY', stats, field, by)
+  end
+end
+
+-- A script's reply: {status, value, what was started again}.
+local function reply(status, value)
+  return {status, value, restarted}
+end
+
 local function count(stats, ttl, field, by)
-  redis.call('HINCRBY', stats, field, by)
+  incr(stats, field, by)
   redis.call('EXPIRE', stats, ttl)
 end
 
 -- A call let in: counted as immediate, or as waited with the time it waited.
 local function granted(stats, ttl, waited_ms)
-  redis.call('HINCRBY', stats, 'held', 1)
+  incr(stats, 'held', 1)
   if waited_ms > 0 then
-    redis.call('HINCRBY', stats, 'waited', 1)
-    redis.call('HINCRBY', stats, 'wait_ms', math.floor(waited_ms))
+    incr(stats, 'waited', 1)
+    incr(stats, 'wait_ms', math.floor(waited_ms))
   else
-    redis.call('HINCRBY', stats, 'immediate', 1)
+    incr(stats, 'immediate', 1)
   end
   redis.call('EXPIRE', stats, ttl)
 end
@@ -43,7 +76,7 @@ local function over(stats, ttl, wait_ms, remaining_ms)
   local wait = math.max(1, math.ceil(wait_ms))
   if wait > remaining_ms then
     count(stats, ttl, 'refused', 1)
-    return {-1, wait}
+    return reply(-1, wait)
   end
-  return {0, wait}
+  return reply(0, wait)
 end

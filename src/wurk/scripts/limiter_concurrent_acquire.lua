@@ -1,6 +1,7 @@
 -- A concurrent limiter's slot: taken when fewer than `size` live locks exist.
 --
 -- KEYS[1]  lmtr-c:{name}, ZSET token → lock expiry (ms)   KEYS[2]  lmtr-s:{name}, stats
+-- KEYS[3]  lmtr-cw:{name}, the wake-up list a waiter blocks on (only made sure of here)
 -- ARGV[1]  size             ARGV[2]  lock_timeout, ms      ARGV[3]  this holder's token
 -- ARGV[4]  ttl of the keys, s                              ARGV[5]  the caller's wait left, ms
 -- ARGV[6]  how long the caller has waited so far, ms
@@ -11,6 +12,8 @@
 local size, lock_timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, remaining, waited = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_ms()
+own(KEYS[1], 'zset')
+if KEYS[3] then own(KEYS[3], 'list') end  -- the wake-up list a waiter blocks on
 
 local reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if reclaimed > 0 then count(KEYS[2], ttl, 'reclaimed', reclaimed) end
@@ -20,11 +23,11 @@ if redis.call('ZCARD', KEYS[1]) < size then
   redis.call('ZADD', KEYS[1], expiry, ARGV[3])
   redis.call('EXPIRE', KEYS[1], ttl)
   granted(KEYS[2], ttl, waited)
-  return {1, math.floor(now * 1000)}
+  return reply(1, math.floor(now * 1000))
 end
 if remaining <= 0 then
   count(KEYS[2], ttl, 'refused', 1)
-  return {-1, 0}
+  return reply(-1, 0)
 end
 local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-return {0, math.max(1, math.ceil(finite(first[2], now + lock_timeout) - now))}
+return reply(0, math.max(1, math.ceil(finite(first[2], now + lock_timeout) - now)))

@@ -5,13 +5,16 @@
 -- ARGV[4]  ttl of the keys, s
 --
 -- A holder whose lock was already reclaimed, or that releases after its lock expired, held
--- the slot longer than lock_timeout: an overage. Returns 1 when the slot was still ours.
+-- the slot longer than lock_timeout: an overage. Returns {1, 0, …} when the slot was still
+-- ours, {0, 0, …} when not (the third element: what was started again, limiter_common).
 local lock_timeout, size, ttl = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_ms()
+own(KEYS[1], 'zset')
+own(KEYS[2], 'list')
 local expiry = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not expiry then
   count(KEYS[3], ttl, 'overages', 1)
-  return 0
+  return reply(0, 0)
 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 expiry = finite(expiry, now)
@@ -23,4 +26,4 @@ if expiry < now then count(KEYS[3], ttl, 'overages', 1) end
 redis.call('LPUSH', KEYS[2], '1')
 redis.call('LTRIM', KEYS[2], 0, math.min(size, 64) - 1)
 redis.call('PEXPIRE', KEYS[2], math.max(1000, lock_timeout))
-return 1
+return reply(1, 0)

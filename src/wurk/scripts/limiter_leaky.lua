@@ -10,6 +10,7 @@
 local size, drain, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local remaining, waited, ttl = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_ms()
+own(KEYS[1], 'hash')
 local rate = size / drain  -- uses drained per ms
 
 local state = redis.call('HMGET', KEYS[1], 'level', 'ts')
@@ -22,6 +23,6 @@ if level + used <= size then
              'ts', string.format('%.6f', now / 1000))
   redis.call('EXPIRE', KEYS[1], ttl)
   granted(KEYS[2], ttl, waited)
-  return {1, math.floor(now * 1000)}
+  return reply(1, math.floor(now * 1000))
 end
 return over(KEYS[2], ttl, (level + used - size) / rate, remaining)

@@ -12,6 +12,7 @@
 local capacity, refill, amount = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local ttl = tonumber(ARGV[5])
 local now = now_ms()
+own(KEYS[1], 'hash')
 
 local state = redis.call('HMGET', KEYS[1], 'points', 'ts')
 local points = math.min(math.max(finite(state[1], capacity), -capacity), capacity)
@@ -26,12 +27,12 @@ end
 
 if ARGV[4] == 'adjust' then
   save(math.min(capacity, points + amount))
-  return {1, 0}
+  return reply(1, 0)
 end
 if points >= amount then
   save(points - amount)
   granted(KEYS[2], ttl, 0)
-  return {1, math.floor(now * 1000)}
+  return reply(1, math.floor(now * 1000))
 end
 count(KEYS[2], ttl, 'refused', 1)
-return {-1, math.max(1, math.ceil((amount - points) / refill))}
+return reply(-1, math.max(1, math.ceil((amount - points) / refill)))

@@ -12,6 +12,7 @@
 local limit, interval, used = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local remaining, waited, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local now = now_ms()
+own(KEYS[1], 'zset')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - interval)
 
 local current = redis.call('ZCARD', KEYS[1])
@@ -22,7 +23,7 @@ if current + used <= limit then
   end
   redis.call('PEXPIRE', KEYS[1], math.ceil(interval))
   granted(KEYS[2], ttl, waited)
-  return {1, math.floor(now * 1000)}
+  return reply(1, math.floor(now * 1000))
 end
 -- The (current + used - limit)-th oldest use must leave before this call fits.
 local rank = current + used - limit - 1

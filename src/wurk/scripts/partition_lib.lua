@@ -27,10 +27,20 @@ local function part_of(job)
   return PART_DEFAULT
 end
 
+-- An in-flight count as stored (HGET's reply), or nil when it is none HINCRBY could go on
+-- from: only the digits it writes, below 2^63. Lua's tonumber takes more ('5.0', '0x3',
+-- ' 1', '1e400'): such a count was believed, so a partition stayed "at its limit" for
+-- good, or HINCRBY failed the script after the job had been moved. An error reply (the hash
+-- is of another type) is none either.
+local function part_count(raw)
+  if type(raw) ~= 'string' or #raw > 18 or not string.find(raw, '^%d+$') then return nil end
+  return tonumber(raw)
+end
+
 -- A job of partition `name` left flight (ACK, return to its queue): one fewer in flight. A
 -- count that is not a number is left for the next fetch to recount.
 local function part_release(running, name)
-  local left = tonumber(redis.call('HGET', running, name))
+  local left = part_count(redis.pcall('HGET', running, name))
   if left == nil then return end
   if left <= 1 then
     redis.call('HDEL', running, name)
@@ -65,12 +75,12 @@ end
 
 -- The in-flight count of partition `name`, recounting all when it is not a whole number ≥ 0.
 local function part_running(running, holders, name)
-  local raw = redis.call('HGET', running, name)
+  local raw = redis.pcall('HGET', running, name)
   if not raw then return 0 end
-  local count = tonumber(raw)
-  if count == nil or count < 0 or count ~= math.floor(count) then
+  local count = part_count(raw)
+  if count == nil then
     part_recount(running, holders)
-    count = tonumber(redis.call('HGET', running, name)) or 0
+    count = part_count(redis.call('HGET', running, name)) or 0
   end
   return count
 end

@@ -8,7 +8,17 @@
 -- Returns nil when pushed, or the jid holding the lock when this push is a duplicate. A
 -- lock held by this very jid does not refuse it: that is the job itself coming back (the
 -- scheduler pushing it through the client), and its lock keeps its original lifetime.
-local holder = redis.call('GET', KEYS[1])
+--
+-- A lock of another Redis type holds no jid (anyone may write the key): it made every push
+-- of the job fail with WRONGTYPE, for good when written without a TTL. It is replaced by
+-- this push's lock, and the reply is {the lock's key, the type it was}, to be warned about.
+local replaced = nil
+local holder = redis.pcall('GET', KEYS[1])
+if type(holder) == 'table' then
+  replaced = {KEYS[1], redis.call('TYPE', KEYS[1])['ok']}
+  redis.call('DEL', KEYS[1])
+  holder = false
+end
 if holder and holder ~= ARGV[1] then
   return holder
 end
@@ -21,4 +31,5 @@ else
   redis.call('SADD', KEYS[2], ARGV[4])
   redis.call('LPUSH', KEYS[3], ARGV[3])
 end
+if replaced then return replaced end
 return false
