@@ -5,6 +5,11 @@
    ``key_for(version)`` returns the 32-byte key of any version still in use (or, without a
    function, ``WURK_ENCRYPTION_KEY_<version>`` in the environment: 32 bytes in base64, read
    when a key is needed). The settings are ``encryption_version`` and ``encryption_keys``.
+   However encryption was turned on (``enable``, the YAML file, ``wurk.configure``), a
+   missing or short key of the active version is a ``ConfigError`` naming the version and
+   where it was looked for: at ``enable``, when a worker starts (``check_active_key``, from
+   ``Config.check_worker``) and at a push — never a bare KeyError. The dashboard never
+   needs a key: it shows ``[encrypted data]`` and opens nothing.
 2. The envelope replaces the argument: ``{"__wurk_enc__": true, "v": <version>, "iv": <12
    bytes, base64>, "ct": <ciphertext, base64>, "tag": <16 bytes, base64>}``, the plaintext
    being the argument's JSON, no associated data — Ruby wurk's layout. ``seal`` never seals
@@ -38,7 +43,8 @@ from .config import Config, default_config
 from .errors import ConfigError, DecryptionError
 from .middleware import Leave
 
-__all__ = ["ENVELOPE_MARK", "KEY_ENV", "enable", "is_envelope", "open_envelope"]
+__all__ = ["ENVELOPE_MARK", "KEY_ENV", "check_active_key", "enable", "is_envelope",
+           "open_envelope"]
 
 ENVELOPE_MARK = "__wurk_enc__"
 # The environment variable a key version is read from without a ``key_for`` function.
@@ -55,16 +61,34 @@ def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *
     on; ``key_for`` gives any version's key (else the environment). The key of the active
     version is checked now, so a missing or short key fails at boot, not at a push."""
     cfg = config if config is not None else default_config()
-    try:  # checked before anything changes: a refused key leaves the configuration as it was
-        _key_from(key_for, active_version)
-    except KeyError:
-        where = ("key_for" if key_for is not None
-                 else f"the environment ({KEY_ENV.format(version=active_version)})")
-        raise ConfigError(f"no key for encryption version {active_version} in {where}: "
-                          f"give its {KEY_BYTES}-byte key before making it active") from None
+    # checked before anything changes: a refused key leaves the configuration as it was
+    _active_key(key_for, active_version)
     cfg.encryption_version = active_version
     cfg.encryption_keys = key_for
     return cfg
+
+
+def check_active_key(config: Config) -> None:
+    """``ConfigError`` naming the version and where it was looked for, unless encryption is
+    off or the active version has a 32-byte key: what a worker checks before it starts
+    (``Config.check_worker``), so a missing key fails at boot, not at the first push."""
+    if config.encryption_version is not None:
+        _active_key(config.encryption_keys, config.encryption_version)
+
+
+def _active_key(lookup: Callable[[int], bytes] | None, version: int) -> bytes:
+    """The key new pushes seal with; a missing one is a ``ConfigError``, not a KeyError."""
+    try:
+        return _key_from(lookup, version)
+    except KeyError:
+        raise ConfigError(f"no key for encryption version {version} in {_where(lookup, version)}: "
+                          f"give its {KEY_BYTES}-byte key before making it active") from None
+
+
+def _where(lookup: Callable[[int], bytes] | None, version: int) -> str:
+    """Where the key of ``version`` is looked for, for a message."""
+    return ("key_for (the encryption_keys setting)" if lookup is not None
+            else f"the environment ({KEY_ENV.format(version=version)})")
 
 
 def key(config: Config, version: int) -> bytes:
@@ -80,8 +104,9 @@ def _key_from(lookup: Callable[[int], bytes] | None, version: int) -> bytes:
     if isinstance(found, str):
         found = _decode_key(found, f"the key of version {version}")
     if not isinstance(found, (bytes, bytearray)) or len(found) != KEY_BYTES:
-        raise ConfigError(f"the key of encryption version {version} must be {KEY_BYTES} bytes "
-                          f"(AES-256), not {type(found).__name__} of "
+        raise ConfigError(f"the key of encryption version {version} in "
+                          f"{_where(lookup, version)} must be {KEY_BYTES} bytes (AES-256), not "
+                          f"{type(found).__name__} of "
                           f"{len(found) if hasattr(found, '__len__') else '?'}")
     return bytes(found)
 
@@ -136,7 +161,8 @@ def seal(config: Config, job: P.Payload) -> None:
     plaintext = json.dumps(args[-1], ensure_ascii=False, separators=(",", ":"),
                            allow_nan=False).encode("utf-8")
     nonce = os.urandom(NONCE_BYTES)
-    sealed = _cipher(key(config, version)).encrypt(nonce, plaintext, None)
+    sealed = _cipher(_active_key(config.encryption_keys, version)).encrypt(nonce, plaintext,
+                                                                          None)
     args[-1] = {ENVELOPE_MARK: True, "v": version, "iv": _b64(nonce),
                 "ct": _b64(sealed[:-TAG_BYTES]), "tag": _b64(sealed[-TAG_BYTES:])}
 

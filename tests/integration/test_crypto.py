@@ -327,3 +327,127 @@ def test_a_push_of_a_sealed_job_keeps_its_envelope(config: wurk.Config,
     again = [json.loads(e) for e in raw.lrange("queue:default", 0, -1)]
     assert [job["args"][-1] for job in again] == [first["args"][-1]] * 2
     assert all(opens_once(config, job) == {"card": SECRET} for job in again)
+
+
+def no_key_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [n for n in os.environ if n.startswith("WURK_ENCRYPTION_KEY_")]:
+        monkeypatch.delenv(name)
+
+
+def test_a_version_set_without_enable_and_no_key_is_a_config_error_at_push_and_start(
+        redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``encryption_version`` given to ``wurk.configure`` (or a ``Config``, or the YAML file)
+    with no key for it: the push and the worker's check raise ``ConfigError`` naming the
+    version and where the key was looked for — never a bare KeyError — and nothing is
+    pushed."""
+    no_key_in_the_environment(monkeypatch)
+    raw = redis.Redis.from_url(redis_server.url)
+    cfg = wurk.configure(redis_url=redis_server.url, encryption_version=6)  # the dashboard's too
+    in_env = r"no key for encryption version 6 in the environment \(WURK_ENCRYPTION_KEY_6\)"
+    with pytest.raises(wurk.ConfigError, match=in_env):
+        charge.perform_async(1, {"card": SECRET})
+    assert raw.llen("queue:default") == 0
+    with pytest.raises(wurk.ConfigError, match=in_env):
+        cfg.check_worker()
+    with pytest.raises(wurk.ConfigError, match=in_env):
+        wurk.launcher.Launcher(cfg)
+    cfg.check_worker(keys=False)  # what a dashboard checks: it needs no key
+    # a short key in the environment: named with its version and variable
+    monkeypatch.setenv("WURK_ENCRYPTION_KEY_6", base64.b64encode(b"short").decode())
+    short = (r"key of encryption version 6 in the environment \(WURK_ENCRYPTION_KEY_6\) "
+             r"must be 32 bytes")
+    with pytest.raises(wurk.ConfigError, match=short):
+        cfg.check_worker()
+    with pytest.raises(wurk.ConfigError, match=short):
+        charge.perform_async(1, {"card": SECRET})
+    # a key_for function that has no key for the active version
+    keyed = wurk.configure(redis_url=redis_server.url, encryption_version=6,
+                           encryption_keys=KEYS.get)
+    with pytest.raises(wurk.ConfigError, match=r"no key for encryption version 6 in key_for"):
+        charge.perform_async(1, {"card": SECRET})
+    with pytest.raises(wurk.ConfigError, match=r"no key for encryption version 6 in key_for"):
+        keyed.check_worker()
+    assert raw.llen("queue:default") == 0
+    # once the key is there, the same configuration pushes and runs
+    monkeypatch.setenv("WURK_ENCRYPTION_KEY_6", base64.b64encode(KEYS[1]).decode())
+    cfg = wurk.configure(redis_url=redis_server.url, encryption_version=6)
+    cfg.check_worker()
+    charge.perform_async(1, {"card": SECRET})
+    SEEN.clear()
+    assert Drain(cfg)() == 1 and SEEN == [{"card": SECRET}]
+
+
+def test_a_job_of_a_version_with_no_key_still_dies_with_decryption_error(
+        config: wurk.Config, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's side is unchanged: an envelope of a version it has no key for is a
+    ``DecryptionError`` (dead set), not the ``ConfigError`` a push gets."""
+    no_key_in_the_environment(monkeypatch)
+    monkeypatch.setenv("WURK_ENCRYPTION_KEY_5", base64.b64encode(KEYS[2]).decode())
+    wurk.configure(redis_url=redis_server.url, encryption_version=5)
+    charge.perform_async(3, {"card": SECRET})
+    worker = wurk.configure(redis_url=redis_server.url)
+    crypto.enable(active_version=1, key_for=KEYS.get, config=worker)
+    Drain(worker)()
+    raw = redis.Redis.from_url(redis_server.url)
+    dead = json.loads(raw.zrange("dead", 0, -1)[0])
+    assert dead["error_class"] == "wurk.DecryptionError"
+    assert "cannot open encryption version 5: no key" in dead["error_message"]
+    assert SEEN == [] and not leaks(raw)
+
+
+def test_the_dashboard_shows_encrypted_jobs_without_any_key(
+        redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/encryption.md: "Every process that pushes or runs encrypted jobs needs the keys;
+    the dashboard does not." Jobs sealed by a process with the key sit in a queue, the
+    scheduled set, the retry set and the dead set; a dashboard whose configuration turns
+    encryption on (the shared YAML's ``encryption_version``) but that has no key at all —
+    no key_for, no WURK_ENCRYPTION_KEY_* — shows every page with status 200, the last
+    argument as ``[encrypted data]``, and never the secret."""
+    from tests.web.conftest import browse
+    from wurk.web import create_app
+
+    no_key_in_the_environment(monkeypatch)
+    pusher = wurk.configure(redis_url=redis_server.url)
+    crypto.enable(active_version=1, key_for=KEYS.get, config=pusher)
+    charge.set(retry=1).perform_async(11, {"card": SECRET, "fail": "yes"})  # -> retries
+    charge.set(retry=0).perform_async(12, {"card": SECRET, "fail": "yes"})  # -> dead
+    Drain(pusher)()
+    charge.perform_async(13, {"card": SECRET})                               # queued
+    charge.perform_in(3600, 14, {"card": SECRET})                            # scheduled
+    raw = redis.Redis.from_url(redis_server.url)
+    assert [raw.llen("queue:default"), raw.zcard("schedule"), raw.zcard("retry"),
+            raw.zcard("dead")] == [1, 1, 1, 1]
+
+    dashboard = wurk.Config.from_mapping({"redis_url": redis_server.url,
+                                          "encryption_version": 1})
+    assert dashboard.encryption_keys is None
+    with pytest.raises(KeyError):  # no key at all, here
+        crypto.key(dashboard, 1)
+    pages: dict[str, str] = {}
+    with browse(create_app(dashboard)) as web:
+
+        def get(path: str) -> str:
+            response = web.get(path)
+            assert response.status_code == 200, (path, response.status_code)
+            pages[path] = response.text
+            return response.text
+
+        get("/")
+        get("/queues")
+        get("/queues/default")
+        get("/api/queues/default")
+        for kind, order in (("retries", 11), ("scheduled", 14), ("morgue", 12)):
+            listing = json.loads(get(f"/api/{kind}"))
+            entries = listing["entries"] if isinstance(listing, dict) else listing
+            (entry,) = entries
+            assert entry["args"][0] == order
+            get(f"/{kind}")
+            get(f"/{kind}/{entry['key']}")
+            get(f"/api/{kind}/{entry['key']}")
+    for path in ("/queues/default", "/retries", "/scheduled", "/morgue"):
+        assert "[encrypted data]" in pages[path], path
+    for kind in ("retries", "scheduled", "morgue"):
+        (page,) = [text for path, text in pages.items()
+                   if path.startswith(f"/{kind}/")]
+        assert "[encrypted data]" in page, kind  # the job's own page too
+    assert not [path for path, text in pages.items() if SECRET in text]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +15,8 @@ import redis
 
 import wurk
 from tests.helpers.wait import wait_until
-from wurk.results import waiting
+from wurk.results import store, waiting
+from wurk.runtime.clock import ManualClock
 
 JOBS = 1_000
 RELEASE = threading.Event()
@@ -162,3 +163,75 @@ def test_a_sync_wait_holds_one_connection_for_its_time(worker: wurk.Config,
     wait_until(lambda: subscribers(r) == [], what="its connection given back")
     # from the configuration's "results" pool: 100 waits at once (docs/results.md)
     assert worker.pool("results").size == 100
+
+
+def test_the_connection_closes_linger_seconds_after_its_last_waiter(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """docs/results.md: "The connection closes 10 s after its last waiter." On a clock the
+    test moves: still open just before 10 s after the last waiter left, closed at 10 s; a
+    waiter that comes meanwhile keeps it, and the 10 s count again from when that one left
+    (however it left: its outcome, or cancelled).
+    The pump is woken by a message on a channel it still holds (its read blocks in real
+    time); each assertion waits for a wake-up that came after the clock moved."""
+    assert waiting.LINGER == 10.0
+    clock = ManualClock(start=1000.0)
+
+    async def main() -> None:
+        listener = waiting.Listener(config, clock=clock)
+
+        async def until(predicate: Callable[[], object], what: str) -> None:
+            deadline = time.monotonic() + 10  # generous: fails only when it never happens
+            while not predicate():
+                assert time.monotonic() < deadline, f"timed out waiting for {what}"
+                await asyncio.sleep(0.005)
+
+        def wait_on(jid: str) -> asyncio.Future[Any]:
+            return asyncio.ensure_future(listener.wait(jid, None))
+
+        async def answer(jid: str, waiter: asyncio.Future[Any]) -> None:
+            """Store and announce ``jid``'s outcome; its waiter takes it and leaves."""
+            payload = {"jid": jid, "class": "Linger", "args": [], "queue": "default"}
+            await until(lambda: listener.session is not None
+                        and jid in listener.session.subscribed, f"{jid} subscribed")
+            await store.arecord(config, payload, store.succeeded(payload, jid, 0.0), 60)
+            assert (await waiter).value == jid
+            assert not listener.waiters
+
+        async def open_after(seconds: float) -> bool:
+            """Move the clock, wake the pump, and say whether the connection is still open
+            (checked on the server too)."""
+            clock.advance(seconds)
+            woke = listener.wakes
+            r.publish(config.keys.result_channel("a"), "nudge")  # "a" stays subscribed
+            await until(lambda: listener.wakes > woke, "the pump to wake")
+            if listener.session is not None:
+                assert len(subscribers(r)) == 1
+                return True
+            await until(lambda: subscribers(r) == [], "the connection closed")
+            return False
+
+        first = wait_on("a")
+        await answer("a", first)                      # the last waiter leaves at 1000
+        assert await open_after(9.9375)               # 1009.9375: just before 10 s
+        second = wait_on("b")                         # a new waiter comes
+        await until(lambda: listener.session is not None
+                    and "b" in listener.session.subscribed, "b subscribed")
+        assert await open_after(0.125)                # 1010.0625: past 10 s, b waits
+        await answer("b", second)                     # the last waiter leaves at 1010.0625
+        assert await open_after(9.9375)               # 1020.0: just before 10 s after b
+        # A waiter that leaves with no message (cancelled, or its timeout): the count starts
+        # when it left, not when the pump last heard something.
+        woke = listener.wakes
+        third = wait_on("c")                          # comes at 1020.0
+        await until(lambda: listener.wakes > woke and not listener.to_check,
+                    "c's subscription confirmed")
+        clock.advance(5)
+        third.cancel()                                # leaves at 1025.0
+        with pytest.raises(asyncio.CancelledError):
+            await third
+        assert not listener.waiters
+        assert await open_after(9.9375)               # 1034.9375: just before 10 s after c
+        assert not await open_after(0.0625)           # 1035.0: 10 s after c: closed
+        assert listener.session is None
+
+    asyncio.run(main())

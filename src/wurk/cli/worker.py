@@ -173,7 +173,7 @@ def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
     the boot warnings of a process that runs jobs (what it would fail or wait for)."""
     try:
         config, _ = build_config(options)
-        config.check_worker()
+        config.check_worker(keys=False)  # the key once the modules had their say
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     handler = wurk_log.setup(fmt=config.log_format, level=config.log_level,
@@ -186,6 +186,8 @@ def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
         load_module(spec)
     try:
         config.periodic.check_jobs(registry)  # job names can be checked once jobs are loaded
+        if worker:  # a module may have called crypto.enable; the dashboard needs no key
+            config.check_worker()
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     # After the modules: logging they configured while imported is theirs to keep.

@@ -147,11 +147,15 @@ def worker_command(queues: tuple[str, ...], concurrency: int | None,
         overrides["timeout"] = timeout
     try:
         config = Wurk.build_config(app, **overrides)
-        config.check_worker()
+        config.check_worker(keys=False)  # the key once the modules had their say
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure(config)
     wurk_log.setup(fmt=config.log_format, level=config.log_level)
     for module in settings_of(app)[1]:
         importlib.import_module(module)
+    try:
+        config.check_worker()
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
     run_worker(config)

@@ -15,8 +15,10 @@ sent to Redis while the wait goes on.
    on any more are left until ``UNSUBSCRIBE_AT`` of them gather (an outcome is announced
    once a run: a stale channel costs the server a few bytes, an ``UNSUBSCRIBE`` per result
    would cost a command each). A thousand waiters cost a few commands and one connection,
-   not a thousand. The listener closes its connection after ``LINGER`` seconds without a
-   waiter.
+   not a thousand. The listener closes its connection ``LINGER`` seconds after its last
+   waiter left (however it left: its outcome, its timeout, a cancellation); a waiter that
+   comes meanwhile keeps it. Time is read from the listener's ``clock`` (``Listener(config,
+   clock=...)``; a test gives a ``ManualClock``).
 3. A timeout raises ``TimeoutError``; a connection lost mid-wait raises
    ``wurk.RedisUnavailable`` (every waiter of that listener): wait again once Redis is back.
 """
@@ -35,6 +37,7 @@ from .. import stored
 from ..config import Config
 from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
+from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
 from .store import Outcome, decode
 
@@ -122,8 +125,11 @@ class Listener:
     (a ``_Session``), read by one task; subscriptions and record reads batched per loop
     turn."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, clock: Clock = SYSTEM) -> None:
         self.config = config
+        self.clock = clock
+        # When the last waiter left (the clock's time); the session ends LINGER after it.
+        self.idle_since = clock.monotonic()
         self.channel_prefix = config.keys.result_channel("-")[:-1]
         self.waiters: dict[str, list[asyncio.Future[Outcome | Invalid]]] = {}
         self.session: _Session | None = None
@@ -133,6 +139,7 @@ class Listener:
         self._check_due = False
         self._tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs only
         self.commands = 0  # commands sent (subscribe, unsubscribe, mget): for tests
+        self.wakes = 0  # times the pump woke (a message or its read's timeout): for tests
 
     async def wait(self, jid: str, timeout: float | None) -> Outcome | Invalid:
         future: asyncio.Future[Outcome | Invalid] = asyncio.get_running_loop().create_future()
@@ -156,6 +163,8 @@ class Listener:
             futures.remove(future)
             if not futures:
                 del self.waiters[jid]
+                if not self.waiters:
+                    self.idle_since = self.clock.monotonic()
                 self._sync_soon()
 
     def _start(self, step: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -218,17 +227,17 @@ class Listener:
 
     # -- reading ------------------------------------------------------------------------------
     async def _read(self, session: _Session) -> None:
-        """The pump: every message of the session's connection, until ``LINGER`` without a
-        waiter."""
-        idle_since = time.monotonic()
+        """The pump: every message of the session's connection, until ``LINGER`` after the
+        last waiter left. While waiters wait it wakes every ``LINGER`` at the latest (it
+        cannot hear the last one leave), then reads until the linger's end."""
         try:
             while not session.ended:
-                message = await session.pubsub.get_message(timeout=min(LINGER, READ_SLICE))
+                message = await session.pubsub.get_message(timeout=self._read_for())
+                self.wakes += 1
                 if message is not None:
                     self._heard(message)
-                if self.waiters:
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since >= LINGER and await self._end_idle(session):
+                if not self.waiters and self._idle_for() >= LINGER \
+                        and await self._end_idle(session):
                     return
         except asyncio.CancelledError:
             await self._end(session)
@@ -238,6 +247,15 @@ class Listener:
                 await self._fail(exc)
             else:
                 await self._end(session)  # an ended session's own read: nobody waits on it
+
+    def _idle_for(self) -> float:
+        return self.clock.monotonic() - self.idle_since
+
+    def _read_for(self) -> float:
+        """How long the pump's next read may block: to the linger's end when nobody waits."""
+        if self.waiters:
+            return min(LINGER, READ_SLICE)
+        return max(0.0, min(LINGER - self._idle_for(), READ_SLICE))
 
     def _heard(self, message: dict[str, Any]) -> None:
         channel = _text(message.get("channel"))
