@@ -839,15 +839,11 @@ class Config:
         if self._frozen:
             raise ConfigError("the configuration is frozen once the worker starts")
 
-    def check_worker(self, *, keys: bool = True) -> None:
+    def check_worker(self) -> None:
         """What only a worker needs of the settings (a dashboard may well use a socket
-        timeout shorter than any fetch, and needs no encryption key): raises ``ConfigError``
-        naming the clash. ``keys``: also the active encryption version's key (``False``
-        before the job modules, which may give ``key_for``, are imported)."""
-        if keys:
-            from .crypto import check_active_key  # crypto builds on this module
-
-            check_active_key(self)
+        timeout shorter than any fetch): raises ``ConfigError`` naming the clash. The active
+        encryption key is checked beside it (``wurk.crypto.check_active_key``), once the job
+        modules, which may give ``key_for``, are imported."""
         if 0 < self.socket_timeout <= self.fetch_timeout:
             raise ConfigError(
                 f"fetch_timeout ({self.fetch_timeout} s) must be shorter than socket_timeout "

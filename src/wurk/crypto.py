@@ -7,7 +7,7 @@
    when a key is needed). The settings are ``encryption_version`` and ``encryption_keys``.
    However encryption was turned on (``enable``, the YAML file, ``wurk.configure``), a
    missing or short key of the active version is a ``ConfigError`` naming the version and
-   where it was looked for: at ``enable``, when a worker starts (``check_active_key``, from
+   where it was looked for: at ``enable``, when a worker starts (``check_active_key``, beside
    ``Config.check_worker``) and at a push — never a bare KeyError. The dashboard never
    needs a key: it shows ``[encrypted data]`` and opens nothing.
 2. The envelope replaces the argument: ``{"__wurk_enc__": true, "v": <version>, "iv": <12
@@ -71,7 +71,7 @@ def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *
 def check_active_key(config: Config) -> None:
     """``ConfigError`` naming the version and where it was looked for, unless encryption is
     off or the active version has a 32-byte key: what a worker checks before it starts
-    (``Config.check_worker``), so a missing key fails at boot, not at the first push."""
+    (beside ``Config.check_worker``), so a missing key fails at boot, not at the first push."""
     if config.encryption_version is not None:
         _active_key(config.encryption_keys, config.encryption_version)
 

@@ -44,7 +44,7 @@ from .connections.locate import describe_url
 from .connections.preflight import check_server
 from .control.handler import CancelHandler
 from .control.worker import WorkerStops
-from .crypto import Opener
+from .crypto import Opener, check_active_key
 from .errors import ConfigError
 from .fetch.basic import BasicFetch, Fetcher
 from .fetch.partitioned import PartitionedFetch
@@ -193,6 +193,7 @@ class Launcher:
         self.threads = threads
         self.stop_first = stop_first
         config.check_worker()
+        check_active_key(config)  # a missing key fails at start, not at the first push
         if capsules is None:
             _refuse_shards(config)
         install_built_ins(config)

@@ -31,6 +31,7 @@ from .. import stored
 from ..batch.callback import BUILTIN_JOBS
 from ..config import EVENT_LOOPS, Config, configure
 from ..configfile import load_file
+from ..crypto import check_active_key
 from ..errors import ConfigError, WurkError
 from ..job import registry
 from ..payload import DEFAULT_QUEUE
@@ -173,7 +174,7 @@ def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
     the boot warnings of a process that runs jobs (what it would fail or wait for)."""
     try:
         config, _ = build_config(options)
-        config.check_worker(keys=False)  # the key once the modules had their say
+        config.check_worker()  # the encryption key once the modules had their say
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     handler = wurk_log.setup(fmt=config.log_format, level=config.log_level,
@@ -187,7 +188,7 @@ def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
     try:
         config.periodic.check_jobs(registry)  # job names can be checked once jobs are loaded
         if worker:  # a module may have called crypto.enable; the dashboard needs no key
-            config.check_worker()
+            check_active_key(config)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     # After the modules: logging they configured while imported is theirs to keep.

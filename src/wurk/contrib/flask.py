@@ -28,6 +28,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.flask needs Flask: pip install 'wurk[flask]'") from exc
 
 from ..config import Config, configure
+from ..crypto import check_active_key
 from ..errors import ConfigError
 from . import require_authorize
 from .wsgi_mount import WsgiDashboard, environ_for
@@ -147,7 +148,7 @@ def worker_command(queues: tuple[str, ...], concurrency: int | None,
         overrides["timeout"] = timeout
     try:
         config = Wurk.build_config(app, **overrides)
-        config.check_worker(keys=False)  # the key once the modules had their say
+        config.check_worker()  # the encryption key once the modules had their say
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     configure(config)
@@ -155,7 +156,7 @@ def worker_command(queues: tuple[str, ...], concurrency: int | None,
     for module in settings_of(app)[1]:
         importlib.import_module(module)
     try:
-        config.check_worker()
+        check_active_key(config)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     run_worker(config)
