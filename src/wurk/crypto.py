@@ -61,8 +61,9 @@ def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *
     on; ``key_for`` gives any version's key (else the environment). The key of the active
     version is checked now, so a missing or short key fails at boot, not at a push."""
     cfg = config if config is not None else default_config()
-    # checked before anything changes: a refused key leaves the configuration as it was
-    _active_key(key_for, active_version)
+    # checked before anything changes: a refused key, or no cryptography package, leaves
+    # the configuration as it was
+    _cipher(_active_key(key_for, active_version))
     cfg.encryption_version = active_version
     cfg.encryption_keys = key_for
     return cfg
@@ -70,10 +71,11 @@ def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *
 
 def check_active_key(config: Config) -> None:
     """``ConfigError`` naming the version and where it was looked for, unless encryption is
-    off or the active version has a 32-byte key: what a worker checks before it starts
-    (beside ``Config.check_worker``), so a missing key fails at boot, not at the first push."""
+    off or the active version has a 32-byte key (and the ``cryptography`` package is there
+    to use it): what a worker checks before it starts (beside ``Config.check_worker``), so
+    a missing key fails at boot, not at the first push."""
     if config.encryption_version is not None:
-        _active_key(config.encryption_keys, config.encryption_version)
+        _cipher(_active_key(config.encryption_keys, config.encryption_version))
 
 
 def _active_key(lookup: Callable[[int], bytes] | None, version: int) -> bytes:

@@ -452,3 +452,27 @@ def test_the_dashboard_shows_encrypted_jobs_without_any_key(
                    if path.startswith(f"/{kind}/")]
         assert "[encrypted data]" in page, kind  # the job's own page too
     assert not [path for path, text in pages.items() if SECRET in text]
+
+
+def test_without_the_cryptography_package_enable_and_the_worker_check_say_so(
+        redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``cryptography`` is an extra: without it, turning encryption on (``enable``, or a
+    worker starting with ``encryption_version`` set) is a ``ConfigError`` naming the extra,
+    not a failure at the first push or job; ``enable`` leaves the configuration as it was."""
+    for name in [n for n in sys.modules if n == "cryptography" or n.startswith("cryptography.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "cryptography", None)  # its import now fails
+    crypto._cipher.cache_clear()
+    try:
+        cfg = wurk.configure(redis_url=redis_server.url)
+        with pytest.raises(wurk.ConfigError, match=r"pip install 'wurk\[encryption\]'"):
+            crypto.enable(1, KEYS.get, config=cfg)
+        assert cfg.encryption_version is None and cfg.encryption_keys is None
+        keyed = wurk.configure(redis_url=redis_server.url, encryption_version=1,
+                               encryption_keys=KEYS.get)
+        with pytest.raises(wurk.ConfigError, match="need the cryptography package"):
+            check_active_key(keyed)
+        with pytest.raises(wurk.ConfigError, match="need the cryptography package"):
+            wurk.launcher.Launcher(keyed)
+    finally:
+        crypto._cipher.cache_clear()  # keys seen without the package are not kept as ciphers
