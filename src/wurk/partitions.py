@@ -30,6 +30,7 @@ of jobs in flight enforced when jobs are fetched (docs/partitions.md).
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,9 @@ from .errors import ConfigError, InvalidPayload
 from .keys import Keys
 from .options import check_queue_name
 from .scripts import Script
+from .stored import shown
+
+log = logging.getLogger("wurk")
 
 __all__ = [
     "DEFAULT_PARTITION",
@@ -55,6 +59,7 @@ __all__ = [
     "partitions_of",
     "push",
     "recount",
+    "warn_restarted",
 ]
 
 # The partition of a job that names none (the Lua in scripts/partition_lib.lua agrees).
@@ -174,9 +179,20 @@ def _raise_first(replies: list[Any]) -> None:
 def recount(r: Any, keys: Keys, queue: str) -> int:
     """Recount the queue's in-flight jobs per partition from the in-flight lists (exact, in
     one script); returns how many partitions have jobs in flight."""
-    return int(RECOUNT.call(_Conn(r), [keys.partition_running(queue),
-                                        keys.partition_holders(queue),
-                                        keys.partition_rates(queue)], []))
+    reply = RECOUNT.call(_Conn(r), [keys.partition_running(queue),
+                                    keys.partition_holders(queue),
+                                    keys.partition_rates(queue)], [])
+    warn_restarted(queue, reply[1:])
+    return int(reply[0])
+
+
+def warn_restarted(queue: str, restarted: Sequence[Any]) -> None:
+    """Name each key of the queue a script found holding another Redis type than wurk
+    writes there (written by something else) and deleted, to start again."""
+    for key in restarted:
+        log.warning("partitioned queue %s: %s held another Redis type than wurk writes "
+                    "there (written by something else); deleted, it starts again",
+                    queue, shown(key, 300))
 
 
 class _Conn:

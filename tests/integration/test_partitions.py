@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import time
 from collections import Counter
@@ -434,6 +435,43 @@ def test_an_in_flight_count_hash_of_another_type_is_recounted(pconfig: wurk.Conf
     unit = f.fetch(0.05)
     assert arg(unit) == 0 and r.hgetall(running) == {"a": "1"}
 
+
+
+@pytest.mark.parametrize("which", ["holders", "rates"])
+def test_a_holders_set_or_rate_hash_of_another_type_starts_again_with_a_warning(
+    redis_server: Any, r: redis.Redis, which: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Holders of another type than a set made every fetch of the queue move a job into
+    its in-flight list, count it, then fail on SADD: two fetches left the partition at its
+    limit with two jobs in flight that nothing ran, and the reaper's recount failed at every
+    sweep. Rate counts of another type failed every fetch. Neither has a TTL: for good.
+    Each is deleted before anything moves, with a warning naming it."""
+    config = wurk.configure(redis_url=redis_server.url, partitions={Q: 2},
+                            partition_rates={Q: 5})
+    for n in range(3):
+        work.set(partition="a").perform_async(n)
+    key = (config.keys.partition_holders(Q) if which == "holders"
+           else config.keys.partition_rates(Q))
+    r.set(key, "not ours")
+    f = fetcher(config)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        first = f.fetch(0.05)
+        assert arg(first) == 0 and first is not None
+        first.acknowledge()
+        f.flush_acks()
+        assert arg(f.fetch(0.05)) == 1
+        r.set(key, "not ours")  # the reaper's recount meets one too
+        assert partitions.recount(r, config.keys, Q) == 1
+    assert r.hgetall(config.keys.partition_running(Q)) == {"a": "1"}
+    if which == "holders":  # the count is kept: without holders a recount finds nothing
+        assert not r.exists(key)
+        assert partitions.recount(r, config.keys, Q) == 0  # …until a fetch notes its list
+    else:
+        assert r.smembers(config.keys.partition_holders(Q)) == {f.private_lists[Q]}
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warned == [f"partitioned queue {Q}: {key} held another Redis type than wurk writes "
+                      "there (written by something else); deleted, it starts again"] * 2
+    f.flush()
 
 # -- partition_by: the partition as a function of the arguments -------------------------------
 @wurk.job(name="parts.by_account", queue=Q, partition_by=lambda account, batch: account)

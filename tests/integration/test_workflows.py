@@ -8,6 +8,7 @@ how often each step ran and with what.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,6 +193,64 @@ def test_cancel_takes_queued_steps_out_and_pushes_nothing_more(
     assert cancel(wid) == "cancelled"  # a second cancel changes nothing
     with pytest.raises(WorkflowError):
         cancel("wf-nothing")
+
+
+
+# What a hand (or another version) may have written in place of what the workflow stored:
+# (what is changed, field or None for the whole key, the value, what the warning names).
+HOSTILE = {
+    "pending": ("", "pending", "many", ':wf field "pending" holds no count: "many"'),
+    "waiting": ("waiting", "b", "x", ':wf:waiting field "b" holds no count: "x"'),
+    "template": ("steps", "b", "garbage",
+                 ':wf:steps field "b" holds no step template: "garbage"; the step is not '
+                 "pushed"),
+    "state type": ("state", None, "a string",
+                   ":wf:state holds a string, not a hash (written by something else); the "
+                   "step's end is not counted"),
+    "ttl": ("", "ttl", "-5", None),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_stored_state_is_named_and_no_step_fails_or_runs_twice(
+        drain: Drain, r: redis.Redis, config: wurk.Config, case: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The step script failed half-way on what it read back: a count that is none
+    (HINCRBY), a template that is none, a key of another type, a ttl EXPIRE refuses (or,
+    negative, one that deleted the values at once: the dependant received null). The step
+    was counted but what came after it was not done, and its job failed with a Redis error
+    naming no key, so it ran again (and again, with every retry) while the workflow stayed
+    running for good. Now nothing fails: a key of another type stops the count (and a
+    cancel) before any write, anything else waits where it is, and a warning names the key
+    and field."""
+    part, field, value, named = HOSTILE[case]
+    wf = Workflow("hostile")
+    a = wf.step(square, 3).named("a")
+    wf.step(echo, a).named("b")
+    wf.step(echo, "beside").named("c")
+    wid = wf.start()
+    key = config.keys.workflow(wid, part)
+    if field is None:
+        r.delete(key)
+        r.set(key, "not a hash")
+    else:
+        r.hset(key, field, value)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        run_all(drain)
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0  # no step failed...
+    pushed = case in ("pending", "ttl")  # b's own inputs are intact: it runs, with a's value
+    assert sorted(map(json.dumps, runs(r, "echo"))) == (
+        ['["beside"]', "[9]"] if pushed else ['["beside"]'])
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    if named is None:  # the ttl is the default: nothing lost, the dependant got its value
+        assert warned == []
+        assert WorkflowStatus(wid).state == "succeeded"
+        return
+    assert warned and all(named.replace(":wf", f"wurk:workflow:{wid}") in w for w in warned)
+    if field is None:  # a cancel says so and changes nothing (it failed half-way on WRONGTYPE)
+        with pytest.raises(WorkflowError, match=f"wurk:workflow:{wid}:state holds a string"):
+            cancel(wid)
+        assert r.hget(config.keys.workflow(wid), "state") == "running"
 
 
 def test_a_workflow_is_checked_before_it_starts(config: wurk.Config) -> None:

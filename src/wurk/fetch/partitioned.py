@@ -107,10 +107,12 @@ class PartitionedFetch(ReliableFetch):
             if unavailable is not None:
                 raise unavailable from reply
             raise reply
-        if not reply:
+        taken, restarted = reply
+        partitions.warn_restarted(queue, restarted)
+        if not taken:
             return None
         units = [UnitOfWork(queue, raw, self, partition=_text(name))
-                 for raw, name in zip(reply[0::2], reply[1::2], strict=True)]
+                 for raw, name in zip(taken[0::2], taken[1::2], strict=True)]
         self.claims.hold_all(self._private[queue], units)
         self._ahead.extend(units[1:])
         self._out = units[0]

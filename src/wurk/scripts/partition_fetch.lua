@@ -18,12 +18,18 @@
 -- ARGV[3]  most jobs to take          ARGV[4]  most plain-list jobs to route
 -- ARGV[5]  most partitions to visit ARGV[6]  most jobs of one partition fetched in one
 --          second of Redis's clock (0: no rate)
--- returns  {job, partition, job, partition, …} or nil
+-- returns  {{job, partition, job, partition, …}, {key started again, …}}: the holders of
+--          another type than a set, or the rate counts of another type than a hash, written
+--          by something else, are deleted before anything moves (each made every fetch
+--          fail, the first after moving a job into the in-flight list)
 
 local limit = tonumber(ARGV[2])
 local most = tonumber(ARGV[3])
 local rate = tonumber(ARGV[6]) or 0
 local now = rate > 0 and redis.call('TIME')[1] or nil
+local restarted = {}
+part_restart(KEYS[5], 'set', restarted)
+if rate > 0 then part_restart(KEYS[6], 'hash', restarted) end
 
 -- Jobs of partition `name` fetched in this second (a field written by hand counts as none).
 local function fetched_now(name)
@@ -78,6 +84,5 @@ while visits > 0 and #taken < 2 * most do
     end
   end
 end
-if #taken == 0 then return nil end
-redis.call('SADD', KEYS[5], KEYS[2])
-return taken
+if #taken > 0 then redis.call('SADD', KEYS[5], KEYS[2]) end
+return {taken, restarted}

@@ -37,6 +37,17 @@ local function part_count(raw)
   return tonumber(raw)
 end
 
+-- A key of the queue's that holds another Redis type than wurk writes there (`kind`): written
+-- by something else, and every command on it would fail — deleted, to start again, and its
+-- name added to `restarted` for the caller to warn about. Absent is fine.
+local function part_restart(key, kind, restarted)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= kind and found ~= 'none' then
+    redis.call('DEL', key)
+    restarted[#restarted + 1] = key
+  end
+end
+
 -- A job of partition `name` left flight (ACK, return to its queue): one fewer in flight. A
 -- count that is not a number is left for the next fetch to recount.
 local function part_release(running, name)

@@ -6,8 +6,15 @@
 --
 -- KEYS[1]  the in-flight counts (HASH)   KEYS[2]  the holders (SET)
 -- KEYS[3]  the jobs fetched per second (HASH)
--- returns  the number of partitions with jobs in flight
+-- returns  {the number of partitions with jobs in flight, key started again, …}: the holders
+--          of another type than a set (written by something else: the recount failed at
+--          every sweep) are deleted, as are the rate counts of another type than a hash;
+--          without its holders the recount would count nothing in flight, so the counts
+--          are kept as they are until the next sweep (the fetches note their lists again)
 
+local restarted = {}
+part_restart(KEYS[3], 'hash', restarted)
+part_restart(KEYS[2], 'set', restarted)
 if redis.call('TYPE', KEYS[3])['ok'] == 'hash' then
   local now = tonumber(redis.call('TIME')[1])
   local fields = redis.call('HGETALL', KEYS[3])
@@ -16,4 +23,8 @@ if redis.call('TYPE', KEYS[3])['ok'] == 'hash' then
     if second == nil or second < now then redis.call('HDEL', KEYS[3], fields[i]) end
   end
 end
-return part_recount(KEYS[1], KEYS[2])
+if restarted[#restarted] == KEYS[2] then
+  local kept = redis.pcall('HLEN', KEYS[1])
+  return {type(kept) == 'number' and kept or 0, unpack(restarted)}
+end
+return {part_recount(KEYS[1], KEYS[2]), unpack(restarted)}

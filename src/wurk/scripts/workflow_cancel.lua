@@ -7,6 +7,10 @@
 -- the others run, retry or wait in a schedule — the caller cancels them one by one.
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid = ARGV[5]
+if broken(wid) then  -- nothing written: a cancel half-way would leave it neither
+  return redis.error_reply('WORKFLOWBROKEN workflow ' .. wid .. ' cannot be cancelled: '
+                           .. table.concat(W.problems, '; ') .. ' (written by something else)')
+end
 local before = wf_init(wid)
 if not before then return {''} end
 if before ~= 'running' then return {before, '--'} end
@@ -19,7 +23,8 @@ for i = 1, #flat, 2 do
     redis.call('HSET', wkey(wid, 'state'), step, 'cancelled')
   end
   if state == 'queued' then
-    queued[redis.call('HGET', wkey(wid, 'jids'), step)] = true
+    local jid = redis.call('HGET', wkey(wid, 'jids'), step)
+    if jid then queued[jid] = true end
     local template = redis.call('HGET', wkey(wid, 'steps'), step)
     if template then queues[cut(template)[1]] = true end
   end

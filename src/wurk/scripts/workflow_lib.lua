@@ -21,8 +21,16 @@
 -- and its value, once it succeeded, in 'values': an object of its leaves' values.
 -- Payloads are never decoded: a dependant's arguments are the template's text with the
 -- values' text put in the cut places, byte for byte.
+--
+-- Everything read back is untrusted (a hand, another version): a key of another Redis type
+-- stops the script before it writes anything (W.problems, for the caller to name); a count
+-- that HINCRBY could not go on from, or a template that is none, is left as it is and
+-- named in W.problems, and what depended on it waits — never a script error half-way,
+-- which left the step counted with nothing after it done.
 
-local W = {}
+local W = {problems = {}}
+local PARTS = {'', 'steps', 'then', 'state', 'waiting', 'jids', 'values', 'kids', 'subs',
+               'left'}
 local stop, settle  -- each calls the other (through a nested workflow's end)
 
 local function wkey(wid, part)
@@ -48,6 +56,40 @@ local function cut(text)
     out[#out + 1] = string.sub(text, start, at - 1)
     start = at + 1
   end
+end
+
+local function problem(text)
+  if #W.problems < 20 then W.problems[#W.problems + 1] = text end
+end
+
+local function shown(value)
+  if type(value) ~= 'string' then return tostring(value) end
+  if #value > 100 then value = string.sub(value, 1, 100) .. '...' end
+  return string.format('%q', value)
+end
+
+-- HINCRBY, when the field holds a count it can go on from (absent is 0); else nil, the
+-- field left as it is and named in W.problems.
+local function incr(key, field, by)
+  local raw = redis.call('HGET', key, field)
+  if raw and raw ~= '0' and (#raw > 19 or not string.find(raw, '^%-?[1-9]%d*$')
+                            or #string.match(raw, '%d+') > 18) then
+    problem(key .. ' field ' .. shown(field) .. ' holds no count: ' .. shown(raw))
+    return nil
+  end
+  return redis.call('HINCRBY', key, field, by)
+end
+
+-- The workflow's keys that hold another Redis type than the hashes wurk writes: named in
+-- W.problems; the caller writes nothing.
+local function broken(wid)
+  for _, part in ipairs(PARTS) do
+    local kind = redis.call('TYPE', wkey(wid, part))['ok']
+    if kind ~= 'hash' and kind ~= 'none' then
+      problem(wkey(wid, part) .. ' holds a ' .. kind .. ', not a hash')
+    end
+  end
+  return #W.problems > 0
 end
 
 -- Written keys live as long as the workflow: a key created by this write gets its TTL.
@@ -98,7 +140,14 @@ end
 
 -- A step whose dependencies are met: its payload made from its template, then pushed.
 local function push(wid, step)
-  local parts = cut(redis.call('HGET', wkey(wid, 'steps'), step))
+  local template = redis.call('HGET', wkey(wid, 'steps'), step)
+  local parts = template and cut(template) or {}
+  if #parts < 3 or #parts % 2 == 0 or parts[1] == '' or parts[2] == ''
+      or string.sub(parts[#parts], -1) ~= '}' then
+    problem(wkey(wid, 'steps') .. ' field ' .. shown(step) .. ' holds no step template: '
+            .. shown(template) .. '; the step is not pushed')
+    return
+  end
   local out = {}
   for i = 3, #parts do
     if i % 2 == 1 then out[#out + 1] = parts[i] else out[#out + 1] = fill(wid, parts[i]) end
@@ -119,8 +168,8 @@ end
 local function satisfy(wid, node)
   if W.cancelled then return end
   for _, dependant in ipairs(words(redis.call('HGET', wkey(wid, 'then'), node))) do
-    local left = redis.call('HINCRBY', wkey(wid, 'waiting'), dependant, -1)
-    if left <= 0 and redis.call('HGET', wkey(wid, 'state'), dependant) == 'waiting' then
+    local left = incr(wkey(wid, 'waiting'), dependant, -1)
+    if left and left <= 0 and redis.call('HGET', wkey(wid, 'state'), dependant) == 'waiting' then
       push(wid, dependant)
     end
   end
@@ -131,7 +180,7 @@ stop = function(wid, node)
   for _, dependant in ipairs(words(redis.call('HGET', wkey(wid, 'then'), node))) do
     if redis.call('HGET', wkey(wid, 'state'), dependant) == 'waiting' then
       redis.call('HSET', wkey(wid, 'state'), dependant, 'stopped')
-      redis.call('HINCRBY', wkey(wid), 'pending', -1)
+      incr(wkey(wid), 'pending', -1)
       settle(wid, dependant, true)
       stop(wid, dependant)
       stop(wid, dependant .. '[*]')
@@ -143,7 +192,7 @@ end
 local function grow(wid, step, count)
   local sub = within(step)
   while sub ~= '' do
-    redis.call('HINCRBY', wkey(wid, 'left'), sub, count)
+    incr(wkey(wid, 'left'), sub, count)
     sub = within(sub)
   end
 end
@@ -177,23 +226,28 @@ end
 settle = function(wid, step, bad)
   local sub = within(step)
   while sub ~= '' do
-    if bad then redis.call('HINCRBY', wkey(wid, 'left'), sub .. '#bad', 1) end
-    if redis.call('HINCRBY', wkey(wid, 'left'), sub, -1) == 0 then end_sub(wid, sub) end
+    if bad then incr(wkey(wid, 'left'), sub .. '#bad', 1) end
+    if incr(wkey(wid, 'left'), sub, -1) == 0 then end_sub(wid, sub) end
     sub = within(sub)
   end
 end
 
 -- The workflow ends when no step is waiting or queued: failed if one died.
 local function finish_if_done(wid)
-  if tonumber(redis.call('HGET', wkey(wid), 'pending')) > 0 then return end
-  local dead = tonumber(redis.call('HGET', wkey(wid), 'dead') or '0')
+  local pending = tonumber(redis.call('HGET', wkey(wid), 'pending'))
+  if pending == nil or pending > 0 then return end  -- none: named when it was counted
+  local dead = tonumber(redis.call('HGET', wkey(wid), 'dead') or '0') or 0
   redis.call('HSET', wkey(wid), 'state', dead > 0 and 'failed' or 'succeeded',
              'finished_at', lib().stamp())
 end
 
 local function wf_init(wid)
   local meta = redis.call('HMGET', wkey(wid), 'state', 'policy', 'ttl')
-  W.state, W.policy, W.ttl = meta[1], meta[2], tonumber(meta[3]) or 86400
+  -- A ttl that is no whole number of seconds ≥ 1 (EXPIRE would fail on it, or delete the
+  -- key at once) is the default.
+  local ttl = tonumber(meta[3])
+  if ttl == nil or ttl < 1 or ttl > 2^31 or ttl ~= math.floor(ttl) then ttl = 86400 end
+  W.state, W.policy, W.ttl = meta[1], meta[2], string.format('%d', ttl)
   W.cancelled = W.state == 'cancelled'
   return W.state
 end

@@ -5,12 +5,15 @@
 -- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back (batch_lib.lua's init)
 -- ARGV[5..8]  wid, step, outcome ('success' or 'death'), the value's JSON ('' on a death)
 -- ARGV[9..]   four per child added: name, queue, jid, payload
--- Returns 1 when the step was counted, 0 when it was already (or the workflow is gone).
+-- Returns {1 when the step was counted, 0 when it was already (or the workflow is gone, or
+-- one of its keys holds another Redis type: nothing written), what was found that wurk
+-- never writes (W.problems)...}.
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid, step, outcome, value = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-if not wf_init(wid) then return 0 end
+if broken(wid) then return {0, unpack(W.problems)} end
+if not wf_init(wid) then return {0} end
 local states = wkey(wid, 'state')
-if redis.call('HGET', states, step) ~= 'queued' then return 0 end
+if redis.call('HGET', states, step) ~= 'queued' then return {0} end
 local parent = string.match(step, '^(.*)%[%d+%]$')
 if outcome == 'success' then
   redis.call('HSET', states, step, 'succeeded')
@@ -30,15 +33,15 @@ if outcome == 'success' then
     redis.call('HSET', wkey(wid, 'kids'), step, table.concat(kids, ' '))
     keep(wkey(wid, 'kids'))
     redis.call('HSET', wkey(wid, 'waiting'), step .. '[*]', #kids)
-    redis.call('HINCRBY', wkey(wid), 'pending', #kids)
-    redis.call('HINCRBY', wkey(wid), 'total', #kids)
+    incr(wkey(wid), 'pending', #kids)
+    incr(wkey(wid), 'total', #kids)
     grow(wid, step, #kids)
   end
   satisfy(wid, step)
   if #kids == 0 then satisfy(wid, step .. '[*]') end
 else
   redis.call('HSET', states, step, W.cancelled and 'cancelled' or 'dead')
-  if not W.cancelled then redis.call('HINCRBY', wkey(wid), 'dead', 1) end
+  if not W.cancelled then incr(wkey(wid), 'dead', 1) end
   if policy_of(wid, step) == 'continue' then
     satisfy(wid, step)
     satisfy(wid, step .. '[*]')
@@ -48,13 +51,13 @@ else
     if parent then stop(wid, parent .. '[*]') end
   end
 end
-if parent and redis.call('HINCRBY', wkey(wid, 'waiting'), parent .. '[*]', -1) == 0 then
+if parent and incr(wkey(wid, 'waiting'), parent .. '[*]', -1) == 0 then
   satisfy(wid, parent .. '[*]')
 end
 if not W.cancelled then
-  redis.call('HINCRBY', wkey(wid), 'pending', -1)
+  incr(wkey(wid), 'pending', -1)
   settle(wid, step, outcome ~= 'success')
   finish_if_done(wid)
 end
 refresh(wid, '-jids')
-return 1
+return {1, unpack(W.problems)}

@@ -18,6 +18,7 @@ so the batch never sees a moment with nothing pending while the workflow goes on
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -28,12 +29,14 @@ from ..batch import accounting
 from ..connections.lending import redis as lent_redis
 from ..errors import RedisUnavailable, WorkflowError
 from ..scripts import Script
-from ..stored import text
+from ..stored import shown, text
 
 if TYPE_CHECKING:
     from ..config import Config
 
 __all__ = ["COUNT_RETRIES", "Child", "cancel", "finish", "finish_retried", "start"]
+
+log = logging.getLogger("wurk")
 
 _LIB = ("batch_lib.lua", "workflow_lib.lua")
 _START = Script("workflow_start.lua", prelude=_LIB)
@@ -77,11 +80,20 @@ def start(conn: Any, config: Config, *, wid: str, name: str, policy: str, ttl: i
 def finish(conn: Any, config: Config, wid: str, step: str, outcome: str, value: str = "",
            children: Sequence[Child] = ()) -> bool:
     """Count a step's end (``success`` with its value's JSON, or ``death``); True when it
-    changed the workflow, False when it was counted already."""
+    changed the workflow, False when it was counted already. What the script found stored
+    that wurk never writes (a key of another Redis type: nothing was counted; a count that
+    is none, a step template that is none: what depends on it waits) is named in a
+    warning."""
     args: list[object] = [*_common(config), wid, step, outcome, value]
     for child in children:
         args += list(child)
-    return bool(_STEP.call(conn, [], args))
+    reply = _STEP.call(conn, [], args)
+    counted, problems = int(reply[0]), reply[1:]
+    for problem in problems:
+        log.warning("workflow %s, step %s: %s (written by something else)%s", wid,
+                    shown(step, 200), shown(problem, 500),
+                    "" if counted else "; the step's end is not counted")
+    return bool(counted)
 
 
 def finish_retried(config: Config, wid: str, step: str, outcome: str, value: str = "",
@@ -101,8 +113,14 @@ def finish_retried(config: Config, wid: str, step: str, outcome: str, value: str
 def cancel(conn: Any, config: Config, wid: str) -> tuple[str, list[str], list[str]]:
     """Cancel workflow ``wid``: (its state before, jids taken out of their queue, jids of
     queued steps not found in a queue — running, retrying or scheduled). A workflow that
-    had ended already is left as it was; one that does not exist raises ``WorkflowError``."""
-    reply = [text(part) for part in _CANCEL.call(conn, [], [*_common(config), wid])]
+    had ended already is left as it was; one that does not exist, or one of whose keys holds
+    another Redis type (nothing is changed), raises ``WorkflowError``."""
+    try:
+        reply = [text(part) for part in _CANCEL.call(conn, [], [*_common(config), wid])]
+    except redis.ResponseError as exc:
+        if str(exc).startswith("WORKFLOWBROKEN"):
+            raise WorkflowError(str(exc).split(" ", 1)[1]) from None
+        raise
     if not reply[0]:
         raise WorkflowError(f"workflow {wid} does not exist (expired, or never started)")
     split = reply.index("--")
