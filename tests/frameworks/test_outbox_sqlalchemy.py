@@ -367,6 +367,27 @@ def test_a_worker_relays_rows_no_commit_hook_woke(redis_server: Server, r: redis
     assert rows(engine) == 0
 
 
+def test_a_relay_takes_at_most_a_batch_of_rows_oldest_first(engine: Engine) -> None:
+    """docs: a relay takes at most `outbox_batch_size` rows at a time, oldest first (both
+    ways of holding them: SKIP LOCKED on PostgreSQL, a claim on SQLite)."""
+    from sqlalchemy import insert
+
+    from wurk.contrib.sqlalchemy import SQLAlchemyOutbox
+
+    with engine.begin() as conn:
+        conn.execute(insert(OUTBOX), [{"jid": f"j{n:02d}", "payload": "{}", "at": None,
+                                       "created_at": 1.0 + n} for n in range(7)])
+    store = SQLAlchemyOutbox(engine, OUTBOX)
+    batches: list[list[str]] = []
+    while store.relay(3, 60.0, lambda found: batches.append([row.jid for row in found])):
+        pass
+    assert batches == [["j00", "j01", "j02"], ["j03", "j04", "j05"], ["j06"]]
+    assert rows(engine) == 0
+    defaults = wurk.Config()
+    assert (defaults.outbox_batch_size, defaults.outbox_poll_interval,
+            defaults.outbox_claim_timeout) == (100, 1.0, 60.0)
+
+
 def test_the_outbox_client_needs_the_table(redis_server: Server,
                                            sessions: scoped_session[Session]) -> None:
     with pytest.raises(wurk.ConfigError, match="needs an adapter with an outbox table"):

@@ -138,6 +138,21 @@ def test_transactional_false_and_bulk_push_at_once(tx: wurk.Config, r: redis.Red
     assert all("transactional" not in j for j in queued(r))
 
 
+def test_a_batch_member_pushes_at_once_inside_a_transaction(
+        tx: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    """docs: a batch member (a payload with `bid`) pushes at once, even inside a
+    transaction — a rollback does not take it back."""
+    session = sessions()
+    session.begin()
+    session.add(Order(item="book"))
+    batch = wurk.Batch()
+    with batch.jobs():
+        ship.perform_async(5)
+    assert [(j["args"], j["bid"]) for j in queued(r)] == [([5], batch.bid)]
+    session.rollback()
+    assert [j["args"] for j in queued(r)] == [[5]]
+
+
 def test_client_middleware_runs_at_the_commit(tx: wurk.Config, r: redis.Redis,
                                               sessions: scoped_session[Session]) -> None:
     calls: list[str] = []

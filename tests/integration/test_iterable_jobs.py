@@ -181,6 +181,24 @@ def test_a_stop_saves_the_next_items_cursor_and_pushes_the_same_job_again(
     assert drain.counters.failed == 0
 
 
+def test_a_flush_sets_the_30_day_expiry_only_when_the_state_has_none(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: a flush is `EXPIRE it-<jid> 2592000 NX` — set only when the key has none, as
+    Sidekiq 8 does; a later flush does not reset it. An interrupted execution is counted
+    as processed, not failed."""
+    jid = Count.perform_async(20)
+    stop_at(3)
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert 30 * 86400 - 60 < r.ttl(f"it-{jid}") <= 30 * 86400
+    assert drain.counters.processed == 1 and drain.counters.failed == 0
+    r.expire(f"it-{jid}", 1000)  # as if written days ago
+    STOP.clear()
+    stop_at(8)
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert json.loads(state(r, jid)["c"]) == 9 and state(r, jid)["ex"] == "2"
+    assert 0 < r.ttl(f"it-{jid}") <= 1000  # the second flush left the expiry alone
+
+
 def test_the_state_is_flushed_every_five_seconds_of_the_clock(drain: Drain, r: redis.Redis
                                                               ) -> None:
     jid = Count.perform_async(12)

@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import re
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -163,6 +164,38 @@ def test_plain_queues_of_the_capsule_are_still_fetched(pconfig: wurk.Config,
     started = time.monotonic()
     assert f.fetch(0.5) is None  # nothing anywhere: a short poll, not the whole timeout
     assert time.monotonic() - started < 0.45
+    f.flush()
+
+
+def test_an_idle_fetch_waits_5_ms_doubling_to_200_ms_and_5_ms_again_after_a_job(
+    pconfig: wurk.Config
+) -> None:
+    """docs: with no plain queue to block on, a processor sleeps; the wait starts at 5 ms and
+    doubles to 200 ms while nothing comes, and is back to 5 ms after a job."""
+
+    class Waits(threading.Event):
+        def __init__(self) -> None:
+            super().__init__()
+            self.seen: list[float] = []
+
+        def wait(self, timeout: float | None = None) -> bool:
+            assert timeout is not None
+            self.seen.append(timeout)
+            return False  # a real wait adds nothing the test reads but time
+
+    f = fetcher(pconfig)
+    waits = Waits()
+    f._idle = waits
+    for _ in range(8):
+        assert f.fetch(5.0) is None
+    assert waits.seen == pytest.approx([0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.2, 0.2])
+    work.set(partition="a").perform_async(1)
+    unit = f.fetch(5.0)
+    assert unit is not None
+    unit.acknowledge()
+    waits.seen.clear()
+    assert f.fetch(5.0) is None
+    assert waits.seen == pytest.approx([0.005])
     f.flush()
 
 

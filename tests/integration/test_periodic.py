@@ -350,3 +350,48 @@ def test_a_tick_pushed_late_is_warned_about(world: Callable[..., Built], r: redi
     assert [job["jid"] for job in pushed(r)] == [tick_jid(lid_of(built), tick)]
     late = [rec.getMessage() for rec in caplog.records if " late" in rec.getMessage()]
     assert late and re.search(r"pushed its \S+ tick \d+ s late", late[0])
+
+
+def test_a_push_that_raises_is_reported_once_and_retried_at_each_look(
+        world: Callable[..., Built], r: redis.Redis) -> None:
+    """docs: a push that raises (a middleware error) is reported once, retried at each look
+    until the tick is older than `periodic_catch_up`."""
+    tick = int(time.time()) - 15  # a daily tick 15 s ago: the newest one due
+    due = time.gmtime(tick)
+    built = world(f"{due.tm_sec} {due.tm_min} {due.tm_hour} * * *")
+    tries: list[str] = []
+
+    def broken(job_class: str, job: dict[str, Any], queue: str, call_next: Any) -> Any:
+        tries.append(job["jid"])
+        if r.exists("broken"):
+            raise RuntimeError("middleware down")
+        return call_next()
+
+    built.config.client_middleware.add(broken)
+    reported: list[BaseException] = []
+    built.config.error_handlers.append(lambda exc, context: reported.append(exc))
+    _, poll = synced(built)
+    r.set("broken", "1")
+    r.hset(f"loops:{lid_of(built)}", "nf", tick)
+    for _ in range(3):
+        poll.look()
+    assert len(tries) == 3 and pushed(r) == []  # tried at each look...
+    assert [str(exc) for exc in reported] == ["middleware down"]  # ...reported once
+    r.delete("broken")
+    poll.look()
+    assert [job["jid"] for job in pushed(r)] == [tick_jid(lid_of(built), tick)]
+
+
+def test_a_loops_history_keeps_its_25_newest_runs(world: Callable[..., Built],
+                                                  r: redis.Redis) -> None:
+    tick = int(time.time()) - 15
+    due = time.gmtime(tick)
+    built = world(f"{due.tm_sec} {due.tm_min} {due.tm_hour} * * *")
+    _, poll = synced(built)
+    history = f"loop-history:{lid_of(built)}"
+    r.rpush(history, *[json.dumps([n, f"old{n}"]) for n in range(40)])
+    r.hset(f"loops:{lid_of(built)}", "nf", tick)
+    poll.look()
+    kept = [json.loads(e) for e in r.lrange(history, 0, -1)]
+    assert len(kept) == 25 and kept[0] == [tick, tick_jid(lid_of(built), tick)]
+    assert kept[1:] == [[n, f"old{n}"] for n in range(24)]

@@ -176,6 +176,27 @@ def test_a_job_recorded_as_sent_is_not_sent_again(server: Restartable) -> None:
     assert server.client().get("wurk:stat:recovered-push") is None  # nothing was recovered
 
 
+def test_a_sent_record_is_kept_7_days_then_dropped(server: Restartable) -> None:
+    """docs: a record in `wurk:push-sent` is dropped after 7 days (Redis's clock): a job
+    kept longer than that after a lost reply could be pushed twice; a younger record still
+    stops the replay."""
+    client = client_for(server)
+    config = client.config
+    r = server.client(decode_responses=True)
+    old, young = (idempotent.sendable(config.keys, client.normalize(
+        {"class": "Report", "args": [n]}), None) for n in (1, 2))
+    now = int(r.time()[0])
+    r.zadd("wurk:push-sent", {old.jid: now - 7 * 86400 - 5, young.jid: now - 7 * 86400 + 120})
+    sent = idempotent.send(config, config.pool("client"), [old, young])
+    assert sent.pushed == [old.jid] and sent.already == [young.jid]
+    assert [q["jid"] for q in queued(server)] == [old.jid]
+
+
+def test_the_buffer_keeps_1000_jobs_by_default() -> None:
+    assert wurk.Config().reliable_push_size == 1000
+    assert wurk.Config().reliable_push == "off"
+
+
 def test_recovered_pushes_are_counted_and_reported(server: Restartable) -> None:
     listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     listener.bind(("127.0.0.1", 0))

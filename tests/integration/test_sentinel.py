@@ -130,6 +130,22 @@ def test_a_push_returns_once_a_replica_has_it(replica: Server) -> None:
     assert follower.llen("queue:default") == 5
 
 
+def test_a_bulk_push_and_wurk_push_wait_for_a_replica_once_per_1000_jobs(
+        redis_server: Server, replica: Server) -> None:
+    """docs: push_replicas covers `perform_bulk` and `wurk.push` too; bulk pushes wait once
+    per 1,000 jobs."""
+    _durable(timeout=2.5)
+    follower = redis.Redis(port=replica.port)
+    primary = redis.Redis(port=redis_server.port)
+    primary.config_resetstat()
+    probe.perform_bulk([[n] for n in range(2500)])
+    assert follower.llen("queue:default") == 2500  # on the replica when the call returned
+    assert primary.info("commandstats")["cmdstat_wait"]["calls"] == 3
+    wurk.push({"class": "SentinelProbe", "args": [1]})
+    assert follower.llen("queue:default") == 2501
+    assert primary.info("commandstats")["cmdstat_wait"]["calls"] == 4
+
+
 @pytest.mark.parametrize("kind", ["plain", "unique", "batch", "async", "reliable",
                                   "reliable-async"])
 def test_a_push_no_replica_confirms_raises_saying_so(kind: str) -> None:

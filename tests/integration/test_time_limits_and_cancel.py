@@ -188,6 +188,22 @@ def test_a_timeout_option_that_is_not_a_time_is_refused_at_definition() -> None:
         spin.set(timeout="soon")
 
 
+@pytest.mark.parametrize("bad", [-1, 0.0, 7 * 86400 + 1, float("nan"), "30"])
+def test_a_negative_or_over_seven_days_timeout_is_refused_at_definition_and_push(
+        bad: object) -> None:
+    """docs: "A bad `timeout` (0, negative, not a number, over 7 days) is refused when the
+    job is defined or the push is made, naming the option" — and 7 days itself is taken."""
+    with pytest.raises(wurk.ConfigError, match=r"option timeout=.* is invalid"):
+        wurk.job(name="limits.bad", timeout=bad)(lambda: None)
+    with pytest.raises(wurk.ConfigError, match=r"option timeout=.* is invalid"):
+        spin.set(timeout=bad)
+    assert spin.set(timeout=7 * 86400) is not None
+
+
+def test_the_worker_wide_time_limit_is_off_by_default() -> None:
+    assert wurk.Config().job_timeout is None
+
+
 # -- cancel ------------------------------------------------------------------------------------
 def test_cancel_removes_a_queued_job_and_touches_nothing_else(config: wurk.Config,
                                                              r: redis.Redis) -> None:
@@ -325,6 +341,33 @@ def test_wurk_cancel_on_the_command_line(config: wurk.Config, r: redis.Redis) ->
     assert gone.exit_code == 1 and "was not found waiting or running" in gone.output
     bad = runner.invoke(main, ["cancel", "a b"])
     assert bad.exit_code == 2 and "is not a jid" in bad.output
+
+
+def test_a_cancel_list_lives_60_s_and_the_iterable_mark_30_days(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    """docs: `wurk:cancel:<identity>` has a 60 s TTL (a worker down when the cancel is sent
+    never sees it), and the `it-<jid>` mark every cancel writes lives 30 days."""
+    r.sadd("processes", "host-a:1:0123456789ab")
+    jid = "c" * 24
+    done = wurk.cancel(jid)
+    assert done.told == 1 and not done.found
+    assert r.lrange("wurk:cancel:host-a:1:0123456789ab", 0, -1) == [jid]
+    assert 0 < r.ttl("wurk:cancel:host-a:1:0123456789ab") <= 60
+    assert 29 * 86400 < r.ttl(f"it-{jid}") <= 30 * 86400
+
+
+def test_cancel_with_redis_unreachable_raises_redis_unavailable(tmp_path: Any) -> None:
+    from tests.helpers.faults import config_for
+    from tests.helpers.server import start_server
+
+    server = start_server(tmp_path / "private")
+    config = config_for(server.url)
+    server.stop()
+    try:
+        with pytest.raises(wurk.RedisUnavailable):
+            wurk.cancel("d" * 24, config=config)
+    finally:
+        config.close()
 
 
 def test_a_cancel_list_entry_that_is_no_jid_is_dropped_and_said(

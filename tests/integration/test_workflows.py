@@ -287,3 +287,134 @@ def test_the_docs_examples_run_as_workflows(redis_server: Server) -> None:
             exec(compile(block, str(DOCS), "exec"), {"__name__": "docs_workflows"})
     finally:
         worker.stop()
+
+
+# -- promises of docs/workflows.md that the tests above do not reach ---------------------------
+def test_steps_are_named_after_their_job_then_dash_2_and_names_are_1_to_200(
+        config: wurk.Config) -> None:
+    """docs: `.named(name)` names it (default: the job's name after its last `.` or `:`, then
+    `-2`, `-3`…); step names are 1–200 of `A-Z a-z 0-9 _ . : @ -`."""
+    wf = Workflow()
+    names = [wf.step(square, n).name for n in range(3)]
+    assert names == ["square", "square-2", "square-3"]  # the job is WfTest::square
+    assert wf.step(gather.set(queue="other"), [1]).name == "gather"
+    assert wf.step(square, 4).named("a" * 200).name == "a" * 200
+    for bad in ("", "a" * 201, "a b", "a/b"):
+        with pytest.raises(WorkflowError, match="1 to 200"):
+            wf.step(square, 5).named(bad)
+
+
+@wurk.job(name="WfTest::fans_out_nothing")
+def fans_out_nothing() -> int:
+    fan_out(square, [])
+    return 0
+
+
+def test_a_step_that_fans_out_nothing_leaves_its_children_an_empty_list(
+        drain: Drain, r: redis.Redis) -> None:
+    wf = Workflow("empty")
+    parent = wf.step(fans_out_nothing)
+    wf.step(echo, parent.children).named("after")
+    wid = wf.start()
+    run_all(drain)
+    assert runs(r, "echo") == [[[]]]
+    assert WorkflowStatus(wid).state == "succeeded"
+
+
+def test_a_workflows_keys_and_its_steps_results_live_three_days_by_default(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: a workflow's keys live `ttl` seconds from its start (3 days by default), and
+    its steps keep their results as long."""
+    wf = Workflow("ttl")
+    first = wf.step(square, 3)
+    wf.step(square, first).named("second")
+    wid = wf.start()
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert status.state == "succeeded"
+    three_days = 3 * 86400
+    keys = r.keys(f"wurk:workflow:{wid}*")
+    assert f"wurk:workflow:{wid}" in keys and len(keys) >= 4
+    for key in keys:
+        assert three_days - 60 < r.ttl(key) <= three_days, key
+    for step in status.steps.values():
+        assert step.jid is not None
+        assert three_days - 60 < r.ttl(f"wurk:result:{step.jid}") <= three_days
+
+
+class Callbacks(wurk.Job, name="WfTest::Callbacks"):
+    def on_success(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("cb", "success")
+
+    def on_death(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("cb", "death")
+
+    def on_complete(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("cb", "complete")
+
+
+def test_the_death_callback_fires_once_and_success_never(drain: Drain, r: redis.Redis) -> None:
+    """docs: when steps die, the batch's `death` callback fires once; `success` never
+    fires (and `complete` once every step that was pushed has run)."""
+    wf = Workflow("callbacks", on_death="continue")
+    wf.step(boom)
+    wf.step(boom)
+    wf.step(square, 2)
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    run_all(drain)
+    run_all(drain)  # the callbacks' own jobs
+    assert WorkflowStatus(wid).state == "failed"
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+@wurk.job(name="WfTest::unstorable", retry=0)
+def unstorable() -> object:
+    return object()
+
+
+def test_a_result_that_is_not_json_fails_the_step_with_unstorable_result(
+        drain: Drain, r: redis.Redis) -> None:
+    wf = Workflow("unstorable")
+    bad = wf.step(unstorable)
+    wf.step(echo, bad).named("after")
+    wid = wf.start()
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert status.steps["unstorable"].state == "dead" and status.state == "failed"
+    (dead,) = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert dead["error_class"] == "wurk.UnstorableResult"
+    assert runs(r, "echo") == []
+
+
+def test_a_step_that_runs_after_its_workflow_expired_counts_nothing(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: a step that runs after the workflow's keys expired finds no workflow: it counts
+    nothing (its job still succeeds; nothing is written back)."""
+    wf = Workflow("expired")
+    first = wf.step(square, 3)
+    wf.step(echo, first).named("after")
+    wid = wf.start()
+    for key in r.keys(f"wurk:workflow:{wid}*"):
+        r.delete(key)  # as the TTL would
+    run_all(drain)
+    assert drain.counters.failed == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert r.keys(f"wurk:workflow:{wid}*") == []
+    assert runs(r, "echo") == [] and r.llen("queue:default") == 0
+
+
+def test_a_step_dropped_unrun_by_expires_in_never_counts(drain: Drain, r: redis.Redis) -> None:
+    """docs: a step with `expires_in` dropped unrun never counts: the workflow stays
+    `running`."""
+    import time
+
+    wf = Workflow("dropped")
+    first = wf.step(square.set(expires_in=0.2), 3)
+    wf.step(echo, first).named("after")
+    wid = wf.start()
+    time.sleep(0.4)
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert r.get("stat:expired") == "1"
+    assert status.state == "running" and status.steps["square"].state == "queued"
+    assert status.steps["after"].state == "waiting" and runs(r, "echo") == []

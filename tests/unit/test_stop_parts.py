@@ -444,3 +444,16 @@ def test_a_cancel_arriving_as_a_job_starts_is_never_missed(
     running.add = racing_add  # type: ignore[method-assign]
     asyncio.run(job())
     assert ran == []
+
+
+def test_a_cancel_is_remembered_for_five_minutes(clock: ManualClock,
+                                                 parts: tuple[Running, Deadlines, Stopper]
+                                                 ) -> None:
+    """docs: every process remembers a cancelled jid for five minutes, so a job it fetches
+    meanwhile is refused before its body runs; after that it is forgotten."""
+    running = parts[0]
+    running.cancel("j" * 24)
+    clock.advance(299.0)
+    assert running.was_cancelled("j" * 24)
+    clock.advance(1.5)
+    assert not running.was_cancelled("j" * 24)

@@ -141,3 +141,24 @@ def test_the_queue_page_of_hand_written_partitions_answers(
     r.set(keys.partition_ring(Q), "not a zset")
     assert pclient.get(f"/queues/{Q}").status_code == 200
     assert pclient.get(f"/api/queues/{Q}").json()["size"] == 0
+
+
+def test_the_queue_api_lists_at_most_200_partitions_largest_first(
+    pconfig: wurk.Config, pclient: TestClient, r: redis.Redis
+) -> None:
+    """docs: the queue page lists the partitions, largest first (200 at most)."""
+    keys = pconfig.keys
+    pipe = r.pipeline(transaction=False)
+    for n in range(250):  # partition p<n> holds n + 1 jobs
+        name = f"p{n:03d}"
+        pipe.rpush(keys.partition(Q, name), *[f'{{"jid":"{name}-{i}"}}' for i in range(n + 1)])
+        pipe.zadd(keys.partition_ring(Q), {name: n})
+    pipe.execute()
+    found = pclient.get(f"/api/queues/{Q}").json()["partitions"]
+    assert found["total"] == 250
+    rows = found["rows"]
+    assert len(rows) == 200
+    assert [row["name"] for row in rows] == [f"p{n:03d}" for n in range(249, 49, -1)]
+    assert [row["size"] for row in rows] == list(range(250, 50, -1))
+    text = pclient.get(f"/queues/{Q}").text
+    assert len(re.findall(r'<tr><td class="name">p\d{3}</td>', text)) == 200
