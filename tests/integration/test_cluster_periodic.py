@@ -321,3 +321,24 @@ def test_the_dashboard_s_enqueue_now_pushes_into_the_loop_s_queue_keyspace(
     jid = PeriodicSet(on_cluster).enqueue_now(loop.lid)
     assert [job["jid"] for job in mail_jobs(on_cluster)] == [jid]
     assert [entry[1] for entry in history(on_cluster, loop.lid)] == [jid]
+
+
+def test_a_pending_run_with_a_tick_and_no_jid_is_cleared(
+        on_cluster: Config, caplog: pytest.LogCaptureFixture) -> None:
+    """Its jid was read as '' and the settle compared '' with none: the record stayed, and
+    with it the mark's 'pending' answer — the loop pushed nothing again (for good: a record
+    written by hand has no TTL), warned about at every look."""
+    loop = on_cluster.periodic.loops()[0]
+    keys = on_cluster.keys
+    internal = on_cluster.pool("internal")
+    leader = elect(on_cluster, "host:1:a")
+    try:
+        now = redis_now(on_cluster)
+        poll = clocked(on_cluster, leader, now)
+        poll.look()
+        internal.run(lambda r: r.hset(keys.loop_pending(loop.lid), "tick", int(now)))
+        poll.look()
+        assert not internal.run(lambda r: r.exists(keys.loop_pending(loop.lid)))
+        assert sum("is not valid" in rec.getMessage() for rec in caplog.records) == 1
+    finally:
+        leader.stop(10)

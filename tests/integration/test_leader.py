@@ -179,3 +179,44 @@ def test_an_embedded_worker_answers_is_leader_fires_events_and_steps_down_on_qui
     finally:
         worker.stop()
         config.close()
+
+
+@pytest.mark.parametrize("token", ["0123", "99999999999999999999"])
+def test_a_token_redis_cannot_count_on_is_refused_naming_it_before_any_write(
+        elect: Callable[..., tuple[Leadership, Events]], r: redis.Redis, token: str) -> None:
+    """Digits INCR refuses (a leading zero, past 2^63) passed the check: the key was taken,
+    then INCR failed naming no key, at every turn, the key left naming a process that does
+    not lead."""
+    r.set("leader-token", token)
+    leadership, _ = elect("host:1:a")
+    with pytest.raises(redis.ResponseError, match=r"leader-token holds .*not a whole number"):
+        leadership._turn()
+    assert not leadership.is_leader() and r.get("dear-leader") is None
+    assert r.get("leader-token") == token
+
+
+@pytest.mark.parametrize("key", ["dear-leader", "leader-token"])
+def test_a_leader_key_of_another_type_is_replaced_with_a_warning(
+        elect: Callable[..., tuple[Leadership, Events]], r: redis.Redis,
+        caplog: pytest.LogCaptureFixture, key: str) -> None:
+    """Either key holding another type (no TTL) failed every campaign, and every step down,
+    with a WRONGTYPE naming no key: no process could lead again."""
+    r.hset(key, "holder", "host:9:z")
+    leadership, events = elect("host:1:a")
+    leadership._turn()
+    assert leadership.is_leader() and events.seen == [True]
+    assert r.get("dear-leader") == "host:1:a" and r.get("leader-token") == str(leadership.token)
+    assert any(f"{key} held a hash" in rec.getMessage() for rec in caplog.records)
+    r.delete("dear-leader")
+    r.hset("dear-leader", "holder", "host:9:z")
+    leadership.stop(2)  # stepping down meets it too, and leaves it alone: it is not ours
+    assert r.type("dear-leader") == "hash"
+
+
+def test_a_holder_is_named_printable(elect: Callable[..., tuple[Leadership, Events]],
+                                     r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    r.set("dear-leader", "host:9:z\nFORGED line")
+    leadership, _ = elect("host:1:a")
+    leadership._turn()
+    assert not leadership.is_leader()
+    assert "FORGED" in caplog.text and "\nFORGED" not in caplog.text

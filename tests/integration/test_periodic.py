@@ -395,3 +395,25 @@ def test_a_loops_history_keeps_its_25_newest_runs(world: Callable[..., Built],
     kept = [json.loads(e) for e in r.lrange(history, 0, -1)]
     assert len(kept) == 25 and kept[0] == [tick, tick_jid(lid_of(built), tick)]
     assert kept[1:] == [[n, f"old{n}"] for n in range(24)]
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("nf", "99999999999"),  # a time (year 5138): the loop waited for it
+    ("lf", "99999999999"),  # fired "then": every tick counted as done
+    ("lf", "inf"), ("lf", "1e400"),  # Lua's tonumber takes both: the fire script said done
+])
+def test_a_mark_no_tick_of_the_loop_could_have_is_repaired_with_a_warning(
+        world: Callable[..., Built], r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        field: str, value: str) -> None:
+    built = world()
+    _, poll = synced(built)
+    key = f"loops:{lid_of(built)}"
+    r.hset(key, field, value)
+    poll.start()
+    pushes(r, 2)
+    poll.stop(10)
+    now = float(r.time()[0])
+    assert now - 60 < next_tick(r, built) <= now + 60
+    assert now - 60 < float(r.hget(key, "lf") or 0) <= now
+    warned = [rec.getMessage() for rec in caplog.records if f"{key} {field}" in rec.getMessage()]
+    assert len(warned) == 1 and value in warned[0], warned

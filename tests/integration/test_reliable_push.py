@@ -284,3 +284,58 @@ def test_a_disk_buffer_is_a_locked_file_that_a_forked_child_leaves_alone(
     wait_until(lambda: path.read_text().splitlines() == lines[:1], what="the file emptied")
     writer(client).close()
     assert not path.exists()  # a clean exit with nothing left deletes it
+
+
+@pytest.mark.parametrize("foreign", ["string", "hash"])
+def test_a_push_sent_key_of_another_type_is_replaced_and_loses_no_job(
+        server: Restartable, caplog: pytest.LogCaptureFixture, foreign: str) -> None:
+    """``wurk:push-sent`` holding another type (no TTL) failed every recording push with a
+    WRONGTYPE naming no key: a first try raised it to the caller, and a buffered job was
+    dropped as refused for good. It is replaced, and the warning names it."""
+    client = client_for(server)
+    writer(client).flusher.stop()
+    r = server.client(decode_responses=True)
+    writes = {"string": lambda: r.set("wurk:push-sent", "hand-written"),
+              "hash": lambda: r.hset("wurk:push-sent", "a", "1")}
+
+    def write_foreign() -> None:
+        r.delete("wurk:push-sent")
+        writes[foreign]()
+
+    write_foreign()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        first = client.push({"class": "Report", "args": [1]})
+    assert r.type("wurk:push-sent") == "zset" and r.zscore("wurk:push-sent", str(first))
+    assert f"wurk:push-sent held a {foreign}" in caplog.text
+    write_foreign()  # and a buffered job, sent by the flush
+    job = idempotent.sendable(client.config.keys,
+                              client.normalize({"class": "Report", "args": [2]}), None)
+    writer(client)._keep([job])
+    writer(client).drain(client.config.pool("client"))
+    assert [q["jid"] for q in queued(server)] == [first, job.jid]
+    assert len(writer(client).buffer) == 0
+
+
+def test_a_unique_lock_of_another_type_is_replaced_by_the_reliable_push(
+        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
+    client = client_for(server)
+    r = server.client(decode_responses=True)
+    job = client.normalize({"class": "Once", "args": [1], "unique_for": 60})
+    lock = idempotent.sendable(client.config.keys, dict(job), None).lock
+    assert lock is not None
+    r.rpush(lock, "not a lock")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        jid = client.push(job)
+    assert jid and [q["jid"] for q in queued(server)] == [jid] and r.get(lock) == jid
+    assert f"{lock} held a list" in caplog.text
+
+
+def test_a_lock_holder_that_is_no_utf8_refuses_the_duplicate_without_raising(
+        server: Restartable) -> None:
+    client = client_for(server)
+    first = client.push({"class": "Once", "args": [1], "unique_for": 60})
+    raw = server.client()
+    (lock,) = raw.keys("unique:*")
+    raw.set(lock, b"\xff\xfe holder", keepttl=True)
+    assert client.push({"class": "Once", "args": [1], "unique_for": 60}) is None
+    assert [q["jid"] for q in queued(server)] == [first]

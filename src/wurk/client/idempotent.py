@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -30,7 +31,7 @@ from typing import Any
 import redis
 
 from .. import payload as P
-from .. import scripts
+from .. import scripts, stored
 from ..config import Config
 from ..connections.pool import RedisPool
 from ..keys import Keys
@@ -39,6 +40,8 @@ from .writers import check_replicated, replica_wait
 
 __all__ = ["RECORD_SECONDS", "Forgets", "Outcome", "Sendable", "asend", "from_text", "send",
            "sendable"]
+
+log = logging.getLogger("wurk")
 
 _SCRIPT = scripts.Script("reliable_push.lua")
 # The longest a jid's record is kept when its pusher never forgets it.
@@ -141,14 +144,27 @@ def _commands(keys: Keys, jobs: Sequence[Sendable], forget: Sequence[str]
 def _outcome(jobs: Sequence[Sendable], replies: Sequence[Any]) -> Outcome:
     outcome = Outcome()
     for job, reply in zip(jobs, replies[len(replies) - len(jobs):], strict=True):
+        if isinstance(reply, list):  # keys of another type the script replaced first
+            reply, replaced = reply[0], reply[1:]
+            for key, kind in zip(replaced[0::2], replaced[1::2], strict=True):
+                _warn_replaced(stored.text(key), stored.text(kind), job.jid)
         if reply == 0:
             outcome.pushed.append(job.jid)
         elif reply == 1:
             outcome.already.append(job.jid)
-        else:
-            holder = reply.decode() if isinstance(reply, bytes) else str(reply)
-            outcome.refused[job.jid] = holder
+        else:  # the lock's holder: stored by anyone, so maybe no UTF-8
+            outcome.refused[job.jid] = stored.shown(reply, 200)
     return outcome
+
+
+def _warn_replaced(key: str, kind: str, jid: str) -> None:
+    if key.endswith("wurk:push-sent"):
+        what = ("its records of pushed jids went with it: a push replayed now after a lost "
+                "reply may run twice")
+    else:
+        what = f"it is now the lock of job {jid}"
+    log.warning("recording push: %s held a %s, not what wurk keeps there; deleted (%s)",
+                stored.shown(key, 200), stored.shown(kind, 20), what)
 
 
 def send(config: Config, pool: RedisPool, jobs: Sequence[Sendable],

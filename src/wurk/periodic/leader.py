@@ -128,10 +128,15 @@ class Leadership:
         reply = self.pool.run(lambda r: self._campaign(
             keys=[keys.leader, keys.leader_token],
             args=[self.identity, self.ttl, "" if held is None else held], client=r))
-        if int(reply[0]) == 1:
+        leading = int(reply[0]) == 1
+        replaced = reply[2:] if leading else reply[3:]
+        for key, kind in zip(replaced[0::2], replaced[1::2], strict=True):
+            log.warning("leader election: %s held a %s, not wurk's; deleted",
+                        stored.shown(key, 200), stored.shown(kind, 20))
+        if leading:
             self._lead(int(reply[1]), sent)
         else:
-            self._follow(stored.text(reply[1]), int(reply[2]))
+            self._follow(stored.shown(reply[1], 200), int(reply[2]))
 
     def _lead(self, token: int, sent: float) -> None:
         previous = self._term
@@ -143,13 +148,13 @@ class Leadership:
 
     def _follow(self, holder: str, pttl_ms: int) -> None:
         if self._term is not None:
-            log.warning("leader election: lost leadership to %s", holder[:200])
+            log.warning("leader election: lost leadership to %s", holder)
         self._term = None
         self._announce(False)
         if pttl_ms == -1 and self._warned_holder != holder:
             self._warned_holder = holder
             log.warning("leader election: dear-leader is held by %s with no expiry, so it "
-                        "never lapses; delete the key if that process is gone", holder[:200])
+                        "never lapses; delete the key if that process is gone", holder)
         self._holder_left = pttl_ms / 1000 if pttl_ms >= 0 else (0.0 if pttl_ms == -2 else None)
 
     def _lapse(self) -> None:

@@ -29,7 +29,8 @@ from ..errors import ConfigError, InvalidArguments
 from ..options import validate_options
 from .cron import Schedule
 
-__all__ = ["HISTORY_LIMIT", "Due", "Loop", "Periodic", "epoch_field", "plan", "tick_jid"]
+__all__ = ["CLOCK_SLACK", "HISTORY_LIMIT", "Due", "Loop", "Periodic", "epoch_field", "plan",
+           "tick_jid"]
 
 # Options a loop may not set: the job's identity and timing belong to the loop itself.
 RESERVED_OPTIONS = frozenset({P.CLASS, P.JID, P.AT, "wait", "wait_until", "sync",
@@ -44,6 +45,10 @@ MISSED_COUNT_LIMIT = 10_000
 HISTORY_LIMIT = 25
 # Epoch seconds outside (0, this) are not a time any loop fired or will fire at.
 EPOCH_LIMIT = 10**11
+# A last fired tick (lf) later than Redis's time by more than this is no tick that fired
+# (none fires before its time; this much allows Redis's clock to be set back): it is
+# disregarded, here and in periodic_fence.lua (the same 3600).
+CLOCK_SLACK = 3600
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from ..reporting import report_error
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 from .cluster import ClusterRuns, Pending, read_pending
-from .loops import HISTORY_LIMIT, Due, Loop, epoch_field, plan, tick_jid
+from .loops import CLOCK_SLACK, HISTORY_LIMIT, Due, Loop, epoch_field, plan, tick_jid
 
 __all__ = ["LoopState", "PeriodicPoller"]
 
@@ -78,6 +78,7 @@ class LoopState:
     nf: int | None
     paused: bool
     pending: Pending | str | None = None  # Redis Cluster: a run marked, not yet settled
+    raw: tuple[Any, Any] = (None, None)  # lf and nf as stored, to name them when unusable
 
 
 class PeriodicPoller:
@@ -106,6 +107,7 @@ class PeriodicPoller:
         self._next_due: float | None = None  # Redis epoch of the earliest next tick
         self._clock: tuple[float, float] = (0.0, 0.0)  # (Redis time, monotonic) of a read
         self._failing: set[str] = set()  # loops whose last try raised (reported once)
+        self._distrusted: dict[tuple[str, str], str] = {}  # (lid, field) -> value warned of
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -196,25 +198,49 @@ class PeriodicPoller:
             lf, nf, paused = fields
             states.append(LoopState(exists == 1, epoch_field(lf), epoch_field(nf),
                                     stored.text(paused) == "1" if paused is not None else False,
-                                    found))
+                                    found, (lf, nf)))
         return states
+
+    def _believed(self, loop: Loop, state: LoopState, now: float
+                  ) -> tuple[int | None, int | None]:
+        """The loop's (lf, nf) that can be marks of its ticks; each that cannot (not an
+        epoch, an lf past Redis's time, an nf past the loop's next tick) is None, and named
+        in a warning once: the loop starts again from now."""
+        lf, nf = state.lf, state.nf
+        raw_lf, raw_nf = state.raw
+        if raw_lf is not None and (lf is None or lf > now + CLOCK_SLACK):
+            self._distrust(loop, "lf", raw_lf, "no tick it fired")
+            lf = None
+        if raw_nf is not None and (nf is None or nf > loop.schedule.next_after(now)):
+            self._distrust(loop, "nf", raw_nf, "no next tick of its schedule")
+            nf = None
+        return lf, nf
+
+    def _distrust(self, loop: Loop, field: str, raw: Any, what: str) -> None:
+        shown = stored.shown(raw, 60)
+        if self._distrusted.get((loop.lid, field)) == shown:
+            return
+        self._distrusted[(loop.lid, field)] = shown
+        log.warning("periodic: %s %s holds %r, %s; disregarded (loop %s goes on from now)",
+                    self.config.keys.loop(loop.lid), field, shown, what, loop.describe())
 
     def _handle(self, loop: Loop, state: LoopState, token: int, now: float) -> float | None:
         """Act on one loop; its next tick (None when it must wait for a sync)."""
         if not state.exists:
             self._synced = None  # deleted by hand or pruned by another: write it back
             return None
-        due = plan(loop.schedule, nf=state.nf, lf=state.lf, paused=state.paused, now=now,
+        lf, nf = self._believed(loop, state, now)
+        due = plan(loop.schedule, nf=nf, lf=lf, paused=state.paused, now=now,
                    catch_up=self.config.periodic_catch_up)
         if due is None and state.pending is None:
-            return state.nf
+            return nf
         try:
             if state.pending is not None and self._runs is not None:
                 # A run marked by a leader lost before it pushed or settled: finished first.
                 self._runs.complete(loop, state.pending)
             if due is None:
                 self._failing.discard(loop.lid)
-                return state.nf
+                return nf
             self._act(loop, due, token, now)
         except Exception as exc:
             # The tick is tried again at the next look, until it is past catching up; the

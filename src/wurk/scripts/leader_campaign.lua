@@ -10,21 +10,42 @@
 -- clock, never the caller's: a leader whose key expired and was taken cannot renew over
 -- the new leader, because the holder is compared in the same step that renews.
 
+--
+-- Either key holding another Redis type (written by hand or by something else, with no TTL)
+-- failed every campaign with WRONGTYPE: it names no process and counts no term, so it is
+-- deleted, and the reply ends with {key, the type it held, ...}, to be warned about. A
+-- token INCR cannot count on (not digits, a leading zero, 19 digits or more) is refused
+-- before any write, naming the key.
+
+local replaced = {}
+for _, key in ipairs(KEYS) do
+  local held = redis.call('TYPE', key)['ok']
+  if held ~= 'none' and held ~= 'string' then
+    redis.call('DEL', key)
+    replaced[#replaced + 1] = key
+    replaced[#replaced + 1] = held
+  end
+end
+local function reply(values)
+  for _, value in ipairs(replaced) do values[#values + 1] = value end
+  return values
+end
+
 local token = redis.call('GET', KEYS[2])
-if token and not string.match(token, '^%d+$') then
+if token and token ~= '0' and not (string.match(token, '^[1-9]%d*$') and #token <= 18) then
   return redis.error_reply('leader-token holds ' .. string.format('%q', string.sub(token, 1, 40)) ..
-    ', not a whole number; delete the key so the count starts again')
+    ', not a whole number Redis can count on; delete the key so the count starts again')
 end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] then
   redis.call('EXPIRE', KEYS[1], ARGV[2])
   if ARGV[3] ~= '' and token == ARGV[3] then
-    return {1, token}
+    return reply({1, token})
   end
-  return {1, tostring(redis.call('INCR', KEYS[2]))}
+  return reply({1, tostring(redis.call('INCR', KEYS[2]))})
 end
 if holder then
-  return {0, holder, redis.call('PTTL', KEYS[1])}
+  return reply({0, holder, redis.call('PTTL', KEYS[1])})
 end
 redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
-return {1, tostring(redis.call('INCR', KEYS[2]))}
+return reply({1, tostring(redis.call('INCR', KEYS[2]))})

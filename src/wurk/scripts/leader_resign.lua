@@ -4,7 +4,9 @@
 -- KEYS[1]  dear-leader        ARGV[1]  our identity
 -- Returns 1 when we held it, else 0.
 
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+-- A key of another type names nobody: left alone (the next campaign replaces it).
+
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0

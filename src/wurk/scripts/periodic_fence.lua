@@ -15,13 +15,17 @@ end
 
 -- Whether the tick is not to fire now, by Redis's clock: {'done', lf} when it (or a later
 -- one) already fired, {'early'} / {'late'} when it has not come or is past catching up,
--- {'paused'} (nf moves on); nil when it is due.
+-- {'paused'} (nf moves on); nil when it is due. An lf more than an hour past Redis's time
+-- (inf, 1e400, year 5138: no tick fires before its time) is no tick that fired, and is
+-- disregarded as the poller does (wurk.periodic.loops.CLOCK_SLACK): believed, it stopped
+-- the loop for good.
 local function undue()
   local tick = tonumber(ARGV[3])
-  local last = redis.call('HGET', KEYS[3], 'lf')
-  if tonumber(last) and tonumber(last) >= tick then return {'done', last} end
   local time = redis.call('TIME')
   local now = tonumber(time[1]) + tonumber(time[2]) / 1000000
+  local last = redis.call('HGET', KEYS[3], 'lf')
+  local fired = tonumber(last)
+  if fired and fired >= tick and fired <= now + 3600 then return {'done', last} end
   if tick > now then return {'early'} end
   if now - tick > tonumber(ARGV[5]) then return {'late'} end
   if redis.call('HGET', KEYS[3], 'paused') == '1' then

@@ -10,7 +10,8 @@
 -- Returns 1 when this call cleared the record, else 0 (another did, or it names another run).
 
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'hash' then return 0 end
-if redis.call('HGET', KEYS[1], 'jid') ~= ARGV[1] then return 0 end
+-- A record with no jid (written by hand) is cleared by the jid '' read_pending gives it.
+if (redis.call('HGET', KEYS[1], 'jid') or '') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 if ARGV[4] == '1' then
   if redis.call('TYPE', KEYS[2])['ok'] ~= 'list' then redis.call('DEL', KEYS[2]) end

@@ -15,16 +15,35 @@
 -- was lost, or of a relayed row whose deletion was not committed): nothing is written; or
 -- the jid holding the lock when a unique job is a duplicate. The record and the job are
 -- written together or not at all: a script runs whole.
+--
+-- `wurk:push-sent` or a unique lock holding another Redis type (anyone may write them; the
+-- set has no TTL) failed every push with WRONGTYPE: each is deleted first, and the reply is
+-- then {the reply above, key, the type it held, ...}, to be warned about.
+local replaced = {}
+local function own(key, kind)
+  local held = redis.call('TYPE', key)['ok']
+  if held ~= 'none' and held ~= kind then
+    redis.call('DEL', key)
+    replaced[#replaced + 1] = key
+    replaced[#replaced + 1] = held
+  end
+end
+local function reply(value)
+  if #replaced == 0 then return value end
+  return {value, unpack(replaced)}
+end
+own(KEYS[1], 'zset')
+if #KEYS == 4 then own(KEYS[4], 'string') end
 local now = redis.call('TIME')
 local seconds = tonumber(now[1]) + tonumber(now[2]) / 1000000
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', seconds - tonumber(ARGV[6]))
 if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
-  return 1
+  return reply(1)
 end
 if #KEYS == 4 then
   local holder = redis.call('GET', KEYS[4])
   if holder and holder ~= ARGV[1] then
-    return holder
+    return reply(holder)
   end
   if not holder then
     redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
@@ -37,4 +56,4 @@ else
   redis.call('LPUSH', KEYS[3], ARGV[2])
 end
 redis.call('ZADD', KEYS[1], seconds, ARGV[1])
-return 0
+return reply(0)
