@@ -111,6 +111,46 @@ def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,
         worker.start()
 
 
+def test_lifecycle_hooks_fire_in_order_and_one_that_raises_is_reported(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """worker.md: quiet, shutdown and exit run in reverse registration order; a hook that
+    raises is reported to the error handlers and the others still run; ``heartbeat`` fires
+    at the first beat and the first after the record had expired, ``beat`` at every one;
+    ``exit`` once the process record is gone."""
+    fired: list[str] = []
+    reported: list[tuple[str, str]] = []
+    fast.error_handlers.append(
+        lambda exc, ctx, config: reported.append((str(exc), ctx.get("context", ""))))
+    worker = wurk.InProcessWorker(fast)
+
+    def hook(event: str, n: int) -> Any:
+        def run() -> None:
+            if event == "exit":
+                fired.append(f"exit{n}:record={r.exists(str(worker.identity))}")
+                return
+            fired.append(f"{event}{n}")
+            if n == 2 and event != "startup":
+                raise RuntimeError(f"{event} hook fails")
+        return run
+
+    for event in ("startup", "quiet", "shutdown", "exit", "heartbeat", "beat"):
+        for n in (1, 2, 3):
+            fast.on(event, hook(event, n))
+    worker.start()
+    wait_until(lambda: fired.count("beat1") >= 2)
+    r.delete(str(worker.identity))  # the record expired: the next beat writes it anew
+    wait_until(lambda: fired.count("heartbeat1") == 2)
+    worker.stop()
+    assert fired[:3] == ["startup1", "startup2", "startup3"]
+    assert [e for e in fired if e.startswith(("heartbeat", "beat"))][:6] == [
+        "heartbeat1", "heartbeat2", "heartbeat3", "beat1", "beat2", "beat3"]
+    assert [e for e in fired if e.startswith(("quiet", "shutdown", "exit"))] == [
+        "shutdown3", "shutdown2", "shutdown1", "quiet3", "quiet2", "quiet1",  # a stop began
+        "exit3:record=0", "exit2:record=0", "exit1:record=0"]
+    assert ("quiet hook fails", "lifecycle event quiet") in reported
+    assert ("shutdown hook fails", "lifecycle event shutdown") in reported
+
+
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
     worker = wurk.InProcessWorker(fast)
     worker.stop()
