@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -92,6 +96,9 @@ def test_remote_quiet_and_stop_are_refused(fast: wurk.Config, r: redis.Redis,
         r.lpush(f"{worker.identity}-signals", "TERM")
         wait_until(lambda: "ignoring remote TERM" in caplog.text)
         assert worker.running and r.hget(worker.identity, "quiet") == "false"
+        r.lpush(f"{worker.identity}-signals", "TTIN")  # a remote TTIN still dumps threads
+        wait_until(lambda: "thread MainThread (" in caplog.text)
+        assert worker.running
         worker.quiet()
         wait_until(lambda: r.hget(worker.identity, "quiet") == "true")
     assert not worker.running
@@ -149,6 +156,45 @@ def test_lifecycle_hooks_fire_in_order_and_one_that_raises_is_reported(
         "exit3:record=0", "exit2:record=0", "exit1:record=0"]
     assert ("quiet hook fails", "lifecycle event quiet") in reported
     assert ("shutdown hook fails", "lifecycle event shutdown") in reported
+
+
+def test_the_exit_hook_is_removed_by_stop_and_does_nothing_in_a_forked_child(
+        fast: wurk.Config) -> None:
+    """in-process-worker.md: ``start()`` registers the drain with ``atexit``; ``stop()``
+    removes that hook; it does nothing in a forked child."""
+    worker = wurk.InProcessWorker(fast).start()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the hook must not stop the parent's worker from here
+            try:
+                worker._at_exit()
+                assert worker.launcher is not None and not worker.launcher.stopping
+            except BaseException:
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and worker.running
+    finally:
+        worker.stop()
+    left = atexit._ncallbacks()
+    atexit.unregister(worker._at_exit)  # removes nothing: stop() has removed it
+    assert atexit._ncallbacks() == left
+
+
+@pytest.mark.parametrize(("host_logging", "wurk_handlers"), [
+    ("", 1), ("import logging; logging.basicConfig()", 0)])
+def test_wurk_installs_a_log_handler_only_in_a_host_without_logging(
+        redis_server: Server, host_logging: str, wurk_handlers: int) -> None:
+    """in-process-worker.md: if neither the ``wurk`` logger nor the root logger has a
+    handler, wurk installs its own; otherwise the host's logging configuration decides."""
+    code = (f"{host_logging}\nimport logging, wurk\n"
+            f"config = wurk.Config(redis_url={redis_server.url!r}, heartbeat_interval=0.2)\n"
+            "worker = wurk.embed(config)\n"
+            "print('handlers:', len(logging.getLogger('wurk').handlers))\n"
+            "worker.stop(timeout=0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert f"handlers: {wurk_handlers}\n" in done.stdout
 
 
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
