@@ -6,6 +6,7 @@ import asyncio
 import atexit
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -195,6 +196,25 @@ def test_wurk_installs_a_log_handler_only_in_a_host_without_logging(
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert f"handlers: {wurk_handlers}\n" in done.stdout
+
+
+@pytest.mark.parametrize("setting", ["health_port", "metrics_port"])
+def test_a_port_in_use_stops_the_start_naming_the_setting_and_the_port(
+        fast: wurk.Config, r: redis.Redis, setting: str) -> None:
+    """metrics.md: a port in use stops the worker at start, naming the setting and the port."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        setattr(fast, setting, port)
+        worker = wurk.InProcessWorker(fast)
+        with pytest.raises(wurk.ConfigError, match=rf"{setting} {port}: cannot listen on "
+                                                   rf"127\.0\.0\.1:{port}"):
+            worker.start()
+        assert not worker.running and r.scard("processes") == 0
+    finally:
+        taken.close()
 
 
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
