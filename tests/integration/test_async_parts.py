@@ -360,3 +360,69 @@ def test_closing_the_event_loop_as_a_job_stops_it_does_not_raise() -> None:
     event_loop._closing = StoppedAsItCloses()
     event_loop.close()
     assert loop.is_closed()
+
+
+RUNNING = [0, 0]  # running now, the most at once
+
+
+@wurk.job(name="AsyncParts::Counted", queue=QUEUE)
+async def counted(tag: str) -> None:
+    RUNNING[0] += 1  # all on the one loop thread: no lock needed
+    RUNNING[1] = max(RUNNING)
+    await asyncio.sleep(0.1)
+    RUNNING[0] -= 1
+    EVENTS.append(f"{tag}:body:")
+
+
+def test_a_capsule_runs_at_most_async_concurrency_async_jobs_at_once_default_100(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """async-jobs.md: each capsule runs at most ``async_concurrency`` async jobs at once
+    (default 100)."""
+    assert wurk.Config().async_concurrency == 100 and Capsule().async_concurrency == 100
+    EVENTS.clear()
+    RUNNING[:] = [0, 0]
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=2, async_concurrency=3)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return ReliableFetch(config, capsule, capsule_pool(config, capsule),
+                             identity=Identity.current(), capsule_index=0, slot=slot)
+
+    counted.perform_bulk([[str(n)] for n in range(12)])
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.start()
+    deadline = time.monotonic() + 20
+    while len(EVENTS) < 12:
+        assert time.monotonic() < deadline, EVENTS
+        time.sleep(0.01)
+    manager.stop(time.monotonic() + 5)
+    runner.close()
+    assert RUNNING == [0, 3]
+
+
+def test_async_wurk_redis_blocks_hold_at_most_50_connections_named_wurk_async(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """async-jobs.md: connections come from the loop's pool (named ``wurk-async``), 50 held
+    by blocks at most; a block past them waits its turn and goes on when one is given back."""
+    async def main() -> tuple[int, int]:
+        release = asyncio.Event()
+        entered = [0]
+
+        async def block() -> None:
+            async with wurk.redis() as conn:
+                await conn.call("PING")
+                entered[0] += 1
+                await release.wait()
+
+        tasks = [asyncio.create_task(block()) for _ in range(60)]
+        while entered[0] < 50:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # the ten past the limit still wait
+        held = (entered[0], len([c for c in r.client_list() if c.get("name") == "wurk-async"]))
+        release.set()
+        await asyncio.gather(*tasks)
+        assert entered[0] == 60
+        await config.aclose()
+        return held
+
+    assert asyncio.run(main()) == (50, 50)

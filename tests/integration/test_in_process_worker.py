@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import json
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -92,6 +97,9 @@ def test_remote_quiet_and_stop_are_refused(fast: wurk.Config, r: redis.Redis,
         r.lpush(f"{worker.identity}-signals", "TERM")
         wait_until(lambda: "ignoring remote TERM" in caplog.text)
         assert worker.running and r.hget(worker.identity, "quiet") == "false"
+        r.lpush(f"{worker.identity}-signals", "TTIN")  # a remote TTIN still dumps threads
+        wait_until(lambda: "thread MainThread (" in caplog.text)
+        assert worker.running
         worker.quiet()
         wait_until(lambda: r.hget(worker.identity, "quiet") == "true")
     assert not worker.running
@@ -109,6 +117,104 @@ def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,
     assert not worker.running and r.scard("processes") == 0
     with pytest.raises(RuntimeError, match="already started"):
         worker.start()
+
+
+def test_lifecycle_hooks_fire_in_order_and_one_that_raises_is_reported(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """worker.md: quiet, shutdown and exit run in reverse registration order; a hook that
+    raises is reported to the error handlers and the others still run; ``heartbeat`` fires
+    at the first beat and the first after the record had expired, ``beat`` at every one;
+    ``exit`` once the process record is gone."""
+    fired: list[str] = []
+    reported: list[tuple[str, str]] = []
+    fast.error_handlers.append(
+        lambda exc, ctx, config: reported.append((str(exc), ctx.get("context", ""))))
+    worker = wurk.InProcessWorker(fast)
+
+    def hook(event: str, n: int) -> Any:
+        def run() -> None:
+            if event == "exit":
+                fired.append(f"exit{n}:record={r.exists(str(worker.identity))}")
+                return
+            fired.append(f"{event}{n}")
+            if n == 2 and event != "startup":
+                raise RuntimeError(f"{event} hook fails")
+        return run
+
+    for event in ("startup", "quiet", "shutdown", "exit", "heartbeat", "beat"):
+        for n in (1, 2, 3):
+            fast.on(event, hook(event, n))
+    worker.start()
+    wait_until(lambda: fired.count("beat1") >= 2)
+    r.delete(str(worker.identity))  # the record expired: the next beat writes it anew
+    wait_until(lambda: fired.count("heartbeat1") == 2)
+    worker.stop()
+    assert fired[:3] == ["startup1", "startup2", "startup3"]
+    assert [e for e in fired if e.startswith(("heartbeat", "beat"))][:6] == [
+        "heartbeat1", "heartbeat2", "heartbeat3", "beat1", "beat2", "beat3"]
+    assert [e for e in fired if e.startswith(("quiet", "shutdown", "exit"))] == [
+        "shutdown3", "shutdown2", "shutdown1", "quiet3", "quiet2", "quiet1",  # a stop began
+        "exit3:record=0", "exit2:record=0", "exit1:record=0"]
+    assert ("quiet hook fails", "lifecycle event quiet") in reported
+    assert ("shutdown hook fails", "lifecycle event shutdown") in reported
+
+
+def test_the_exit_hook_is_removed_by_stop_and_does_nothing_in_a_forked_child(
+        fast: wurk.Config) -> None:
+    """in-process-worker.md: ``start()`` registers the drain with ``atexit``; ``stop()``
+    removes that hook; it does nothing in a forked child."""
+    worker = wurk.InProcessWorker(fast).start()
+    try:
+        pid = os.fork()
+        if pid == 0:  # the child: the hook must not stop the parent's worker from here
+            try:
+                worker._at_exit()
+                assert worker.launcher is not None and not worker.launcher.stopping
+            except BaseException:
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0 and worker.running
+    finally:
+        worker.stop()
+    left = atexit._ncallbacks()
+    atexit.unregister(worker._at_exit)  # removes nothing: stop() has removed it
+    assert atexit._ncallbacks() == left
+
+
+@pytest.mark.parametrize(("host_logging", "wurk_handlers"), [
+    ("", 1), ("import logging; logging.basicConfig()", 0)])
+def test_wurk_installs_a_log_handler_only_in_a_host_without_logging(
+        redis_server: Server, host_logging: str, wurk_handlers: int) -> None:
+    """in-process-worker.md: if neither the ``wurk`` logger nor the root logger has a
+    handler, wurk installs its own; otherwise the host's logging configuration decides."""
+    code = (f"{host_logging}\nimport logging, wurk\n"
+            f"config = wurk.Config(redis_url={redis_server.url!r}, heartbeat_interval=0.2)\n"
+            "worker = wurk.embed(config)\n"
+            "print('handlers:', len(logging.getLogger('wurk').handlers))\n"
+            "worker.stop(timeout=0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert f"handlers: {wurk_handlers}\n" in done.stdout
+
+
+@pytest.mark.parametrize("setting", ["health_port", "metrics_port"])
+def test_a_port_in_use_stops_the_start_naming_the_setting_and_the_port(
+        fast: wurk.Config, r: redis.Redis, setting: str) -> None:
+    """metrics.md: a port in use stops the worker at start, naming the setting and the port."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    try:
+        setattr(fast, setting, port)
+        worker = wurk.InProcessWorker(fast)
+        with pytest.raises(wurk.ConfigError, match=rf"{setting} {port}: cannot listen on "
+                                                   rf"127\.0\.0\.1:{port}"):
+            worker.start()
+        assert not worker.running and r.scard("processes") == 0
+    finally:
+        taken.close()
 
 
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.server import Server
 from wurk.api.values import Invalid
 from wurk.limiter import OverLimit
 from wurk.limiter.base import forget_registrations
@@ -504,3 +505,33 @@ def test_entering_while_redis_is_unreachable_raises_redis_unavailable(
     with pytest.raises(wurk.RedisUnavailable):
         erp.within_limit().__enter__()
     config.close()
+
+
+def test_names_are_1_to_200_characters_and_the_ttl_at_least_a_day(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """rate-limiting.md: names are 1 to 200 letters, digits, '-' and '_'; ``ttl`` is at
+    least a day; ``handle.granted_at`` is when Redis let the call in, by Redis's clock."""
+    with pytest.raises(ValueError, match="1 to 200"):
+        wurk.limiter.concurrent("x" * 201, 1)
+    longest = wurk.limiter.window("A-_9" * 50, 5, 10, ttl=60)
+    assert longest.ttl == 86400
+    with longest.within_limit() as handle:
+        seconds, micros = r.time()
+        assert handle.granted_at is not None
+        assert abs(handle.granted_at - (seconds + micros / 1e6)) < 1
+    assert 86400 - 5 < r.ttl(f"lmtr:{'A-_9' * 50}") <= 86400
+
+
+def test_every_key_takes_the_key_prefix(redis_server: Server, r: redis.Redis) -> None:
+    """rate-limiting.md: with ``key_prefix`` each key is ``<prefix>:<key>``."""
+    wurk.configure(redis_url=redis_server.url, key_prefix="app")
+    for limiter in (wurk.limiter.concurrent("pc", 1), wurk.limiter.window("pw", 5, 10),
+                    wurk.limiter.bucket("pb", 5, "hour"), wurk.limiter.leaky("pl", 5, 10),
+                    wurk.limiter.points("pp", 10, 1)):
+        with limiter.within_limit():
+            pass
+    keys = set(r.keys("*"))
+    assert keys and all(key.startswith("app:") for key in keys), keys
+    assert {"app:lmtr-list", "app:lmtr:pc", "app:lmtr-s:{pc}", "app:lmtr-w:{pw}",
+            "app:lmtr-l:{pl}", "app:lmtr-p:{pp}"} <= keys
+    assert any(key.startswith("app:lmtr-b:{pb}:") for key in keys)

@@ -176,3 +176,22 @@ def test_the_jitter_on_a_known_wait_grows_with_each_reschedule() -> None:
         assert max(waits) - min(waits) > 6.5 * overrated / 2  # spread, not one instant
     # A wait of milliseconds still spreads its jobs over a second per reschedule.
     assert max(informed_backoff(0.01, 1) for _ in range(200)) > 0.5
+
+
+@pytest.mark.parametrize(("answer", "low", "high"), [
+    (-1.0, 300, 600), (float("nan"), 300, 600),  # outside 0 s - 1 day: the default backoff
+    (10 * 86400.0, 86400 - 1, 86400 + 1),  # capped at a day
+])
+def test_a_backoff_hook_answer_outside_a_day_falls_back_or_is_capped(
+        r: redis.Redis, drain: Drain, answer: float, low: float, high: float) -> None:
+    """rate-limiting.md: ``limiter_backoff`` answers outside 0 s - 1 day fall back (to
+    300 x overrated s plus up to 300 s of jitter) or are capped; ``limiter_reschedule``
+    defaults to 20."""
+    assert wurk.Config().limiter_reschedule == 20
+    drain.config.limiter_errors.append(TooManyRequests)
+    drain.config.limiter_backoff = lambda limiter, job, exc: answer
+    http_job.perform_async()
+    before = time.time()
+    drain()
+    [(_, at)] = scheduled(r)
+    assert before + low <= at <= time.time() + high

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import redis
 
 import wurk
 from tests.helpers.faults import FAST
-from tests.helpers.server import Server, start_server
+from tests.helpers.server import Server, free_port, start_server
 from tests.helpers.wait import wait_until
 from tests.web.conftest import browse
 from wurk.api import ProcessSet, Queue, RetrySet, ShardStats
@@ -178,6 +180,56 @@ def test_one_worker_serves_both_shards_each_on_its_own_redis(
     # Each shard counts what ran from it (the failure among eu's).
     assert (r.get("stat:processed"), r.get("stat:failed") or "0") == ("20", "0")
     assert (eu.get("stat:processed"), eu.get("stat:failed")) == ("21", "1")
+
+
+@wurk.job(name="Shards::FromEu", shard="eu")
+def from_eu() -> None:
+    home.perform_async(99)  # not routed: to the default shard, wherever this job came from
+    with wurk.redis() as conn:  # the processor's own connection: the shard it fetched from
+        conn.call("SET", "written-by-job", "1")
+
+
+def test_what_belongs_to_the_process_is_the_default_shard_s(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # scaling.md: lifecycle hooks fire once, the health check and metrics ports are bound
+    # once, leader election runs on the default shard only; another shard's StatsD metrics
+    # carry shard:<name>; a push from a running job goes to the default shard unless routed,
+    # and wurk.redis() inside it reaches the shard the job was fetched from.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    health = free_port()
+    config = wurk.configure(**FAST, shards={"eu": second.url}, health_port=health,
+                            metrics_port=free_port(),
+                            statsd=f"127.0.0.1:{listener.getsockname()[1]}",
+                            statsd_tags=["env:test"],
+                            capsules=[wurk.Capsule(name="europe", shard="eu", concurrency=1)])
+    fired: list[str] = []
+    for event in ("startup", "shutdown"):
+        config.on(event, lambda event=event: fired.append(event))
+    worker = wurk.InProcessWorker(config).start()
+    try:
+        wait_until(config.is_leader, what="the default shard's leader")
+        assert r.exists("dear-leader") and not eu.exists("dear-leader")
+        from_eu.perform_async()
+        wait_until(lambda: ("home", 99) in ran, what="the job's push, run at home")
+        assert eu.get("written-by-job") == "1" and r.get("written-by-job") is None
+        lines: list[str] = []
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any("Shards::FromEu" in x for x in lines):
+            try:
+                lines += listener.recv(65536).decode().splitlines()
+            except TimeoutError:
+                continue
+        [count] = [x for x in lines if x.startswith("wurk.jobs.count:") and "Shards::FromEu" in x]
+        assert count.endswith(",env:test,shard:eu")
+        with urllib.request.urlopen(f"http://127.0.0.1:{health}/", timeout=5) as answer:
+            assert answer.status == 200
+        assert fired == ["startup"]
+    finally:
+        worker.stop()
+        listener.close()
+    assert fired == ["startup", "shutdown"]
 
 
 def test_a_lone_launcher_refuses_a_capsule_bound_to_a_shard(second: Server) -> None:

@@ -115,3 +115,46 @@ def test_an_idle_worker_runs_three_threads_beside_its_processors(
         raise AssertionError(f"{exc}; last seen beside the processors: {sorted(seen[0])}") \
             from None
     assert len(processors) == 2 and processors <= threads()
+
+
+def test_processors_take_no_job_until_the_heartbeat_record_is_written(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """worker.md: processors take no job until the heartbeat record is written (a reaper
+    would otherwise take a job held by a process it cannot see)."""
+    from wurk.config import Capsule
+    from wurk.fetch.reliable import ReliableFetch
+    from wurk.heartbeat import Heartbeat
+    from wurk.manager import Manager, capsule_pool
+    from wurk.metrics.counters import Counters
+    from wurk.processor import JobRunner
+    from wurk.runtime.busy import Busy
+    from wurk.runtime.identity import Identity
+
+    ran: list[int] = []
+    wurk.job(name="Threads::Unseen")(ran.append)
+    config.fetch_timeout = 0.2
+    identity = Identity.current()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=Counters(),
+                          info={"concurrency": 1})
+    capsule = Capsule(queues=["default"], concurrency=1)
+    # worker.md: each capsule has one pool of 2 x concurrency + 2 connections.
+    assert capsule_pool(config, Capsule(name="x", concurrency=7)).size == 16
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner,
+                      lambda capsule, slot: ReliableFetch(
+                          config, capsule, capsule_pool(config, capsule), identity=identity,
+                          capsule_index=0, slot=slot),
+                      visible=heartbeat.wait_visible)
+    wurk.push({"class": "Threads::Unseen", "args": [1]})
+    manager.start()
+    try:
+        time.sleep(0.6)  # three fetch timeouts: no record, so no fetch
+        assert ran == [] and r.llen("queue:default") == 1
+        assert not r.exists(str(identity))
+        assert heartbeat.beat()
+        wait_until(lambda: ran == [1], what="the job, once the record is written")
+    finally:
+        manager.stop(time.monotonic() + 2)
+        runner.close()
+        heartbeat.clear()
+        wurk.registry.unregister("Threads::Unseen")

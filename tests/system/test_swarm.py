@@ -252,6 +252,7 @@ def test_a_child_that_cannot_boot_stops_the_swarm(
     assert "Traceback" in output  # the child's own log shows where it failed
     # Bounded: at most 3 attempts per slot, then the whole swarm stopped.
     assert output.count("before its first heartbeat (") <= 6
+    assert "exited with status 78 before its first heartbeat" in output  # EX_CONFIG
     assert not swarm.any_known_alive()
     assert r.scard("processes") == 0
 

@@ -102,6 +102,47 @@ def test_environment_is_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None
     assert cfg.leader is False
 
 
+def test_every_default_is_the_one_configuration_md_states(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """configuration.md's table of settings, default by default; ``WURK_CONCURRENCY`` and
+    ``SIDEKIQ_LEADER`` are read when a ``Config`` is built."""
+    for name in ("REDIS_URL", "WURK_TIMESTAMP_FORMAT", "WURK_HOME", "WURK_LEADER",
+                 "SIDEKIQ_LEADER", "WURK_CONCURRENCY"):
+        monkeypatch.delenv(name, raising=False)
+    day = 86400
+    cfg = Config()
+    stated = {
+        "push_replicas": 0, "push_replica_timeout": 1.0, "shards": {}, "shard_router": None,
+        "home": ".wurk", "start_embedded": True, "key_prefix": "", "socket_timeout": 3.0,
+        "timestamp_format": "ms", "client": "default", "transaction": None,
+        "outbox_batch_size": 100, "outbox_poll_interval": 1.0, "outbox_claim_timeout": 60.0,
+        "reliable_push": "off", "reliable_push_size": 1000, "reliable_push_dir": None,
+        "bulk_batch_size": 1000, "scheduled_bulk_batch_size": 100, "concurrency": 5,
+        "capsules": [], "timeout": 25, "shutdown_grace": 3, "job_timeout": None,
+        "control_interval": 1.0, "fetch": "reliable", "fetch_timeout": 1.0, "prefetch": 8,
+        "partitions": {}, "partition_rates": {}, "cpu_affinity": "auto",
+        "async_concurrency": 100, "event_loop": "auto", "loop_lag_warning": 0.1,
+        "gc_threshold": 10000, "max_retries": 25, "dead_max_jobs": 10000,
+        "dead_timeout": 180 * day, "average_scheduled_poll_interval": 5,
+        "heartbeat_interval": 10, "heartbeat_ttl": 60, "log_format": "pretty",
+        "log_level": "INFO", "log_slow_jobs_after": 10, "limiter_reschedule": 20,
+        "limiter_errors": [], "limiter_backoff": None, "web_allowed_hosts": [],
+        "leader": True, "leader_renew_interval": 15, "leader_check_interval": 60,
+        "periodic_catch_up": 300, "periodic_poll_interval": 5,
+        "periodic_seconds_field": False, "metrics": True, "metrics_compat_v7": False,
+        "history_interval": 30, "retain_history": day, "health_port": None,
+        "health_host": "127.0.0.1", "metrics_port": None, "metrics_host": "127.0.0.1",
+        "statsd": None, "statsd_prefix": "wurk", "statsd_tags": [],
+        "statsd_datadog_extensions": True,
+    }
+    assert {name: getattr(cfg, name) for name in stated} == stated
+    assert cfg.all_capsules()[0].queue_names == ["default"]
+    monkeypatch.setenv("WURK_CONCURRENCY", "7")
+    monkeypatch.setenv("SIDEKIQ_LEADER", "false")
+    cfg = Config()
+    assert cfg.concurrency == 7 and cfg.leader is False
+
+
 def test_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WURK_TIMESTAMP_FORMAT", "seconds")
     with pytest.raises(ConfigError, match="WURK_TIMESTAMP_FORMAT"):

@@ -106,6 +106,8 @@ def test_a_burst_of_job_lines_is_one_write_even_on_an_unbuffered_stream() -> Non
 
 def test_kept_lines_are_written_by_time_by_size_and_at_close(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # worker.md: job lines are written at most a quarter-second apart; at most 500 wait.
+    assert (wurk_log.FLUSH_INTERVAL, wurk_log.BUFFER_LINES) == (0.25, 500)
     stream = _CountingWrites()
     handler = wurk_log.setup(fmt="plain", stream=stream)
     wurk_log.info("start")

@@ -448,3 +448,15 @@ def test_the_pidfd_is_closed_when_the_child_is_reaped(
 
 def _no_kill_by_pid(pid: int, signum: int) -> None:
     raise AssertionError(f"os.kill({pid}, {signum}): a signal by pid")
+
+
+def test_the_swarm_settings_default_to_what_swarm_md_lists() -> None:
+    """swarm.md's table of settings and their defaults; the count is the CPU cores."""
+    settings = resolve(None, {}, environ={})
+    assert settings.count == default_count() == len(os.sched_getaffinity(0))
+    assert (settings.max_memory_mb, settings.max_jobs) == (0, 0)
+    assert (settings.tick, settings.memory_check_interval, settings.heartbeat_wait) \
+        == (0.2, 10, 60)
+    assert (settings.backoff_base, settings.backoff_max, settings.backoff_reset) == (1, 30, 60)
+    assert (settings.shutdown_grace, settings.boot_attempts) == (5, 3)
+    assert resolve(None, {}, environ={"WURK_COUNT": "3", "SIDEKIQ_COUNT": "5"}).count == 3

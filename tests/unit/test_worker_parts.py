@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -152,3 +153,41 @@ def test_bad_config_files_name_the_problem(tmp_path: Path, text: str, message: s
 def test_missing_config_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_file(tmp_path / "nope.yml")
+
+
+def test_a_second_stop_signal_within_a_second_is_the_same_one_and_later_stops_now() -> None:
+    """worker.md: a second TERM or INT during the stop's wait, a second or more after the
+    first, stops now; a stop signal within a second of the first counts as the same one."""
+    from wurk.runtime.signals import HURRY_AFTER, stop_watched
+
+    class Stopping:
+        def __init__(self) -> None:
+            self.hurried = threading.Event()
+            self.hurried_at: float | None = None
+            self.hint = ""
+
+        def quiet(self) -> None: ...
+
+        def hurry(self) -> None:
+            self.hurried_at = time.monotonic()
+            self.hurried.set()
+
+        def stop(self, timeout: float | None = None, *, hint: str = "") -> None:
+            self.hint = hint
+            pipe.push("INT")  # a process manager passing the same Ctrl-C on, at once
+            assert not self.hurried.wait(HURRY_AFTER - 0.2), "the same stop hurried it"
+            pipe.push("TERM")  # within a second of the first still: the same one
+            time.sleep(0.4)  # a second and more after the first
+            pipe.push("TERM")
+            assert self.hurried.wait(2), "a second stop a second later did not hurry it"
+
+    assert HURRY_AFTER == 1.0
+    pipe = SignalPipe()
+    launcher = Stopping()
+    started = time.monotonic()
+    try:
+        stop_watched(launcher, pipe)
+    finally:
+        pipe.close()
+    assert launcher.hurried_at is not None and launcher.hurried_at - started >= HURRY_AFTER
+    assert "a second Ctrl-C (INT or TERM) stops now" in launcher.hint
