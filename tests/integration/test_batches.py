@@ -598,6 +598,51 @@ def test_hostile_stored_batch_state_is_named_and_no_job_fails_or_runs_twice(
     assert all(f"batch {batch.bid}: " in line for line in warned), warned
 
 
+def test_hostile_stored_batch_state_stops_push_close_remove_and_invalidate_by_name(
+        fast: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The push, block-end, remove and invalidate scripts HINCRBYed and SADDed as blindly:
+    a push into a batch whose pending or total held text pushed its jobs and then raised
+    (the caller, told the push failed, could push them again), a key of another type did
+    the same part-way through. Now a count that is none is rebuilt (total, which no set
+    holds, is left as it is), and a key of another type refuses the push before anything
+    is written and stops the others, each with the key named."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = work.perform_async("a")
+    bid = batch.bid
+    r.hset(f"b-{bid}", mapping={"pending": "many", "total": "lots"})
+    with caplog.at_level(logging.WARNING, logger="wurk"), wurk.Batch(bid).jobs():
+        work.perform_async("b")
+    assert r.hmget(f"b-{bid}", "pending", "total") == ["2", "lots"]  # rebuilt; left
+    warned = " | ".join(rec.getMessage() for rec in caplog.records)
+    assert f'b-{bid} field pending held no count: "many"' in warned
+    assert f'b-{bid} field total holds no count: "lots"' in warned
+    r.delete(f"b-{bid}-jids")
+    r.set(f"b-{bid}-jids", "written by something else")
+    refused = pytest.raises(wurk.BatchError, match=f"b-{bid}-jids holds a string, not a set")
+    with refused, wurk.Batch(bid).jobs():
+        work.perform_async("c")
+    assert r.llen("queue:default") == 2  # a and b: nothing more pushed
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert batch.remove_jobs(str(jid)) == 0
+        assert batch.invalidate_all() == 0
+    warned = " | ".join(rec.getMessage() for rec in caplog.records)
+    assert "no job is removed from it" in warned and "it is not invalidated" in warned
+    assert r.hget(f"b-{bid}", "invalidated") is None
+
+    fresh = all_callbacks(wurk.Batch())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"), fresh.jobs():
+        work.perform_async("d")
+        r.delete(f"b-{fresh.bid}-notify")
+        r.hset(f"b-{fresh.bid}-notify", "x", "y")
+    assert r.hget(f"b-{fresh.bid}", "pending") == "2"  # the block's end was not counted
+    assert any(f"b-{fresh.bid}-notify holds a hash, not a set" in rec.getMessage() and
+               "first jobs block is not counted" in rec.getMessage()
+               for rec in caplog.records)
+
+
 # -- the server middleware's verdicts ---------------------------------------------------------
 def test_the_worker_link_counts_success_failure_and_nothing_else(
         fast: wurk.Config, r: redis.Redis) -> None:
