@@ -7,6 +7,7 @@ test reads the exact order and count of callback runs.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -522,6 +523,124 @@ def test_stored_garbage_is_reported_not_raised(fast: wurk.Config, r: redis.Redis
     assert wurk.BatchStatus(batch.bid).succeeded  # fired; the broken callback was not pushed
     assert all(json.loads(raw)["class"] != "wurk.batch.Callback"
                for raw in r.lrange("queue:default", 0, -1))
+
+
+# What a hand (or another version) may have written in place of what a batch stored, and the
+# job's outcome it is met with: (outcome, key suffix, field or None for the whole key given
+# another type, the value, the callbacks that then run, what the warning names).
+_SKIPPED = "is not counted, and the batch fires none of its callbacks"
+HOSTILE: dict[str, tuple[str, str, str | None, str, list[str], str]] = {
+    "pending": ("success", "", "pending", "many", ["complete", "success"],
+                ':b field pending held no count: "many"'),
+    "pending lua reads": ("death", "", "pending", "0x0", ["complete", "death"],
+                          ':b field pending held no count: "0x0"'),
+    "failures": ("death", "", "failures", "x", ["complete", "death"],
+                 ':b field failures held no count: "x"'),
+    "record type": ("success", "", None, "", [], f":b holds a list, not a hash (written by "
+                    f"something else); this success of job :j {_SKIPPED}"),
+    "jids type": ("success", "-jids", None, "", [], ":b-jids holds a list, not a set"),
+    "failed type": ("death", "-failed", None, "", [], ":b-failed holds a list, not a set"),
+    "died type": ("death", "-died", None, "", [], ":b-died holds a list, not a set"),
+    "notify type": ("success", "-notify", None, "", [], ":b-notify holds a list, not a set"),
+    "batch-died type": ("death", "batch-died", None, "", ["complete", "death"],
+                        "batch-died held a list, not a set (written by something else); "
+                        "deleted, it starts again"),
+    "cbsucc type": ("success", "-cbsucc", None, "", ["complete", "success"],
+                    ":b-cbsucc holds a list, not a set"),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+def test_hostile_stored_batch_state_is_named_and_no_job_fails_or_runs_twice(
+        worker: wurk.InProcessWorker, r: redis.Redis, case: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The batch scripts failed half-way on what they read back: a count HINCRBY refuses
+    (pending 'many'), a key of another Redis type (the record, -jids, -failed, -died,
+    -notify, batch-died). Redis does not roll back: the jid had left -jids, then the script
+    raised a Redis error naming no key, so the job failed and ran again — and the rerun
+    counted nothing (its jid was gone), so the batch never fired and nothing said why. A
+    callback job met -cbsucc of another type after its callback ran: it failed, and ran
+    the callback again. A count Lua believed and HINCRBY does not ('0x0') fired complete
+    early. Now a count that is none is rebuilt from the sets and the batch fires as it
+    should; a key of another type stops the count before any write (batch-died, an index
+    of wurk's own, starts again); nothing fails, and a warning names the key."""
+    outcome, suffix, field, value, expected, named = HOSTILE[case]
+    if outcome == "death":
+        r.set("fail:hostile", 1)
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        job = (work_once if outcome == "death" else work).set(queue="held")
+        jid = job.perform_async("hostile")
+        work.perform_async("other")  # done before the hostile value is written
+    wait_until(lambda: r.llen("ran") == 1, what="the other job")
+    key = "batch-died" if suffix == "batch-died" else f"b-{batch.bid}{suffix}"
+    if field is not None:
+        r.hset(key, field, value)
+    elif suffix != "-cbsucc":
+        r.delete(key)
+        r.rpush(key, "written by something else")
+    else:  # only a callback job reads it
+        r.rpush(key, "written by something else")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        hold_then_release(r)
+        wait_until(lambda: r.llen("ran") == 2, what="the hostile job")
+        if expected:
+            settle(r, len(expected))
+        wait_until(lambda: any(named.replace(":b", f"b-{batch.bid}").replace(":j", str(jid))
+                               in rec.getMessage() for rec in caplog.records),
+                   timeout=5, what="the warning")
+        time.sleep(0.5)  # a duplicate callback, a failure booked late, would show
+    assert r.lrange("ran", 0, -1) == ["other", "hostile"]  # ran once...
+    assert RetrySet().size() == 0  # ...and nothing (a job, a callback) fails to run again
+    assert DeadSet().size() == (1 if outcome == "death" else 0)
+    assert events(r, batch.bid) == expected  # each callback once, or none, and a warning
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert all(f"batch {batch.bid}: " in line for line in warned), warned
+
+
+def test_hostile_stored_batch_state_stops_push_close_remove_and_invalidate_by_name(
+        fast: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The push, block-end, remove and invalidate scripts HINCRBYed and SADDed as blindly:
+    a push into a batch whose pending or total held text pushed its jobs and then raised
+    (the caller, told the push failed, could push them again), a key of another type did
+    the same part-way through. Now a count that is none is rebuilt (total, which no set
+    holds, is left as it is), and a key of another type refuses the push before anything
+    is written and stops the others, each with the key named."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = work.perform_async("a")
+    bid = batch.bid
+    r.hset(f"b-{bid}", mapping={"pending": "many", "total": "lots"})
+    with caplog.at_level(logging.WARNING, logger="wurk"), wurk.Batch(bid).jobs():
+        work.perform_async("b")
+    assert r.hmget(f"b-{bid}", "pending", "total") == ["2", "lots"]  # rebuilt; left
+    warned = " | ".join(rec.getMessage() for rec in caplog.records)
+    assert f'b-{bid} field pending held no count: "many"' in warned
+    assert f'b-{bid} field total holds no count: "lots"' in warned
+    r.delete(f"b-{bid}-jids")
+    r.set(f"b-{bid}-jids", "written by something else")
+    refused = pytest.raises(wurk.BatchError, match=f"b-{bid}-jids holds a string, not a set")
+    with refused, wurk.Batch(bid).jobs():
+        work.perform_async("c")
+    assert r.llen("queue:default") == 2  # a and b: nothing more pushed
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert batch.remove_jobs(str(jid)) == 0
+        assert batch.invalidate_all() == 0
+    warned = " | ".join(rec.getMessage() for rec in caplog.records)
+    assert "no job is removed from it" in warned and "it is not invalidated" in warned
+    assert r.hget(f"b-{bid}", "invalidated") is None
+
+    fresh = all_callbacks(wurk.Batch())
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"), fresh.jobs():
+        work.perform_async("d")
+        r.delete(f"b-{fresh.bid}-notify")
+        r.hset(f"b-{fresh.bid}-notify", "x", "y")
+    assert r.hget(f"b-{fresh.bid}", "pending") == "2"  # the block's end was not counted
+    assert any(f"b-{fresh.bid}-notify holds a hash, not a set" in rec.getMessage() and
+               "first jobs block is not counted" in rec.getMessage()
+               for rec in caplog.records)
 
 
 # -- the server middleware's verdicts ---------------------------------------------------------

@@ -38,7 +38,7 @@ from ..connections.pool import RedisPool
 from ..errors import BatchError, RedisUnavailable
 from ..reporting import Callbacks, Registration
 from ..scripts import Script
-from ..stored import epoch, text
+from ..stored import epoch, shown, text
 from . import block as blocks
 from .block import Block, Entry
 
@@ -61,8 +61,9 @@ _JOB = Script("batch_job.lua", prelude=_LIB)
 _CALLBACK_DONE = Script("batch_callback_done.lua", prelude=_LIB)
 _INVALIDATE = Script("batch_invalidate.lua", prelude=_LIB)
 _REMOVE = Script("batch_remove.lua", prelude=_LIB)
-# Error replies of the scripts that mean "this batch cannot take that", not "Redis failed".
-_REFUSALS = ("NOBATCH", "BATCHDONE", "BATCHEXISTS")
+# Error replies of the scripts that mean "this batch cannot take that", not "Redis failed"
+# (BATCHBROKEN: one of its keys holds another Redis type; nothing was written).
+_REFUSALS = ("NOBATCH", "BATCHDONE", "BATCHEXISTS", "BATCHBROKEN")
 
 
 class Calls:
@@ -127,12 +128,23 @@ def _announce(config: Config, bid: str, event: str, created: Any = None,
                                              "bid": bid, "event": event})
 
 
-def _fired(config: Config, reply: Any) -> int:
+def _warn(bid: str, problems: Sequence[Any]) -> None:
+    """What a batch script found stored that wurk never writes, and what it did about it
+    (batch_lib.lua's problems: a key of another Redis type, and what was not done for it;
+    a count rebuilt from the batch's sets)."""
+    for found in problems:
+        log.warning("batch %s: %s", shown(bid, 200), shown(found, 1000))
+
+
+def _fired(config: Config, bid: str, reply: Any) -> int:
     """The result of a script that may fire (batch_lib.lua's ``reply``): callback jobs it
-    handed back (a testing mode) go to the selected sink through the client, and the events
-    it fired are announced."""
+    handed back (a testing mode) go to the selected sink through the client, what it found
+    stored that wurk never writes is warned about, and the events it fired are announced."""
     count = int(reply[1])
-    handed, fired = reply[2:2 + count], reply[2 + count:]
+    handed = reply[2:2 + count]
+    found = int(reply[2 + count])
+    _warn(bid, reply[3 + count:3 + count + found])
+    fired = reply[3 + count + found:]
     keeping = writers.beneath()
     if handed and keeping is not None:
         keeping.write(config, config.pool("client"), [(P.loads(raw), None) for raw in handed])
@@ -157,26 +169,31 @@ def reopen(conn: Any, config: Config, bid: str) -> None:
 
 
 def close(conn: Any, config: Config, bid: str) -> bool:
-    return bool(_fired(config, _run(_CLOSE, conn, [], [*_common(config), bid])))
+    return bool(_fired(config, bid, _run(_CLOSE, conn, [], [*_common(config), bid])))
 
 
 def record(conn: Any, config: Config, bid: str, jid: str, outcome: Outcome) -> bool:
-    """Count one attempt's end; True when it changed the batch (False: counted already)."""
-    return bool(_fired(config, _run(_JOB, conn, [], [*_common(config), bid, jid, outcome])))
+    """Count one attempt's end; True when it changed the batch (False: counted already,
+    or one of the batch's keys holds another Redis type — a warning names it, and the
+    attempt is not counted: the job is not failed for it, so it does not run again)."""
+    return bool(_fired(config, bid, _run(_JOB, conn, [],
+                                         [*_common(config), bid, jid, outcome])))
 
 
 def callback_done(conn: Any, config: Config, bid: str, event: str, jid: str) -> bool:
-    return bool(_fired(config, _run(_CALLBACK_DONE, conn, [],
-                                     [*_common(config), bid, event, jid])))
+    return bool(_fired(config, bid, _run(_CALLBACK_DONE, conn, [],
+                                          [*_common(config), bid, event, jid])))
 
 
 def invalidate(conn: Any, config: Config, bid: str) -> int:
-    return int(_run(_INVALIDATE, conn, [], [*_common(config), bid]))
+    reply = _run(_INVALIDATE, conn, [], [*_common(config), bid])
+    _warn(bid, reply[1:])
+    return int(reply[0])
 
 
 def remove(conn: Any, config: Config, bid: str, jids: Sequence[str]) -> int:
     """Take ``jids`` out of the batch's counts; returns how many it held unfinished."""
-    return _fired(config, _run(_REMOVE, conn, [], [*_common(config), bid, *jids]))
+    return _fired(config, bid, _run(_REMOVE, conn, [], [*_common(config), bid, *jids]))
 
 
 def push(conn: Any, config: Config, bid: str, entries: Sequence[Entry],
@@ -185,7 +202,7 @@ def push(conn: Any, config: Config, bid: str, entries: Sequence[Entry],
     ``locks`` gives each job's unique lock and its lifetime in ms (``("", 0)``: none).
     Returns (jobs newly registered, jids refused as duplicates of a unique job)."""
     reply = _run(_PUSH, conn, *push_call(config, bid, entries, locks))
-    return pushed(entries, reply)
+    return pushed(entries, reply, bid)
 
 
 def push_call(config: Config, bid: str, entries: Sequence[Entry],
@@ -200,9 +217,12 @@ def push_call(config: Config, bid: str, entries: Sequence[Entry],
     return [keys.batch(bid), keys.batch(bid, "jids"), keys.queues, keys.schedule], args
 
 
-def pushed(entries: Sequence[Entry], reply: Any) -> tuple[int, set[str]]:
-    """(jobs newly registered, jids refused as duplicates) from the push script's reply."""
-    return int(reply[0]), {str(entries[int(i) - 1][0][P.JID]) for i in reply[1:]}
+def pushed(entries: Sequence[Entry], reply: Any, bid: str) -> tuple[int, set[str]]:
+    """(jobs newly registered, jids refused as duplicates) from the push script's reply;
+    a count it rebuilt is warned about."""
+    refused = int(reply[1])
+    _warn(bid, reply[2 + refused:])
+    return int(reply[0]), {str(entries[int(i) - 1][0][P.JID]) for i in reply[2:2 + refused]}
 
 
 def write(client: redis.Redis, config: Config, block: Block, entries: Sequence[Entry]
@@ -229,7 +249,7 @@ async def awrite(client: Any, config: Config, block: Block, entries: Sequence[En
         if str(exc).startswith(_REFUSALS):
             raise BatchError(str(exc).split(" ", 1)[1]) from None
         raise
-    _, refused = pushed(entries, reply)
+    _, refused = pushed(entries, reply, block.bid)
     return _counted(block, entries, refused)
 
 

@@ -13,6 +13,15 @@
 --            (the caller announces the events: StatsD's batch metrics).
 -- Times come from Redis's clock (TIME): every process agrees on them.
 --
+-- Everything read back is untrusted (a hand, another version, an attacker): a script checks
+-- the batch's keys with `broken` before it writes anything, and a key of another Redis type
+-- stops it there — a script error half-way (Redis does not roll back) counted a job and did
+-- nothing after it, so the job failed, ran again, and its batch never fired. A count that
+-- HINCRBY cannot go on from is rebuilt from the sets (`add`, `count`). Each is named in
+-- C.problems, which `reply` returns for the caller to warn about:
+--            {result, how many jobs are handed back, the payload of each...,
+--             how many problems, each problem..., then the events as above}
+--
 -- Only `init`, `bkey`, `present` and `refresh` are made on every call: the rest — firing
 -- callbacks, nesting, expiry — is built by `lib()` when a script needs it. Making two dozen
 -- closures costs a job's count more than its commands do, and most counts fire nothing.
@@ -24,6 +33,10 @@ local MAX_DEPTH = 64                 -- nesting deeper than this is treated as c
 local CALLBACK_CLASS = 'wurk.batch.Callback'
 local SUFFIXES = {'', '-jids', '-failed', '-died', '-kids', '-pkids', '-notify', '-cbsucc',
                   '-tags'}
+-- The keys the scripts read and write as they count (-tags and -cbsucc are only read by
+-- batch_open and batch_callback_done; EXPIRE takes a key of any type).
+local STATE = {'', '-jids', '-failed', '-died', '-kids', '-pkids', '-notify'}
+local MAX_PROBLEMS = 20
 
 local C = {}
 
@@ -34,11 +47,15 @@ local function init(prefix, fmt, dead_ttl, hand_back)
   C.hand_back = hand_back == '1'
   C.handed = {}
   C.fired = {}
+  C.problems = {}
+  C.broken = {}
 end
 
 local function reply(result)
   local out = {result, #C.handed}
   for _, payload in ipairs(C.handed) do out[#out + 1] = payload end
+  out[#out + 1] = #C.problems
+  for _, text in ipairs(C.problems) do out[#out + 1] = text end
   for _, event in ipairs(C.fired) do
     for _, part in ipairs(event) do out[#out + 1] = part end
   end
@@ -51,6 +68,98 @@ end
 
 local function present(value)
   return value ~= false and value ~= nil and value ~= ''
+end
+
+local function problem(text)
+  if #C.problems < MAX_PROBLEMS then C.problems[#C.problems + 1] = text end
+end
+
+-- A stored value in a problem: quoted, at most 100 bytes of it.
+local function shown(value)
+  if type(value) ~= 'string' then return tostring(value) end
+  if #value > 100 then value = string.sub(value, 1, 100) .. '...' end
+  return string.format('%q', value)
+end
+
+-- True when any of the batch's keys (STATE, and the suffixes given) holds another Redis
+-- type than wurk writes there: each is named in C.problems, with `what` (what the caller
+-- then does not do), and the caller writes nothing of that batch. Checked once per call.
+local function broken(bid, what, ...)
+  if C.broken[bid] ~= nil then return C.broken[bid] end
+  local bad = false
+  for _, list in ipairs({STATE, {...}}) do
+    for _, suffix in ipairs(list) do
+      local key = bkey(bid, suffix)
+      local want = suffix == '' and 'hash' or 'set'
+      local kind = redis.call('TYPE', key)['ok']
+      if kind ~= want and kind ~= 'none' then
+        problem(key .. ' holds a ' .. kind .. ', not a ' .. want .. ' (written by something '
+                .. 'else); ' .. what)
+        bad = true
+      end
+    end
+  end
+  C.broken[bid] = bad
+  return bad
+end
+
+-- `key`, an index of wurk's own (batch-died), as a set: one of another type is deleted
+-- with a problem naming it, to start again — it held nothing wurk wrote.
+local function own_set(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'set' and kind ~= 'none' then
+    redis.call('DEL', key)
+    problem(key .. ' held a ' .. kind .. ', not a set (written by something else); deleted, '
+            .. 'it starts again')
+  end
+end
+
+-- A count as HINCRBY takes it: a whole number, no sign but '-', no leading zero, 64 bits.
+local function is_count(raw)
+  if raw == '0' then return true end
+  if type(raw) ~= 'string' then return false end
+  local digits = string.match(raw, '^%-?([1-9]%d*)$')
+  return digits ~= nil and (#digits < 19 or (#digits == 19 and
+                                             digits <= '9223372036854775807'))
+end
+
+-- The batch's count `field` as it stands in the hash, given it holds `raw`, which is no
+-- count: pending (jobs neither succeeded nor removed: -jids and -died) and failures
+-- (-failed) are rebuilt from the sets; total, which no set holds, is left as it is (nil).
+local function rebuild(bid, field, raw)
+  local h, n = bkey(bid), nil
+  if field == 'pending' then
+    n = redis.call('SCARD', bkey(bid, '-jids')) + redis.call('SCARD', bkey(bid, '-died'))
+  elseif field == 'failures' then
+    n = redis.call('SCARD', bkey(bid, '-failed'))
+  end
+  if n then
+    redis.call('HSET', h, field, n)
+    problem(h .. ' field ' .. field .. ' held no count: ' .. shown(raw) .. ' (written by '
+            .. 'something else); rebuilt from the batch\'s sets as ' .. n)
+  else
+    problem(h .. ' field ' .. field .. ' holds no count: ' .. shown(raw) .. ' (written by '
+            .. 'something else); left as it is')
+  end
+  return n
+end
+
+-- The batch's count `field` (nil when absent); one that is no count is rebuilt first.
+local function count(bid, field)
+  local raw = redis.call('HGET', bkey(bid), field)
+  if not raw then return nil end
+  if is_count(raw) then return tonumber(raw) end
+  return rebuild(bid, field, raw)
+end
+
+-- HINCRBY the batch's count `field`, after the set operation it follows: a count rebuilt
+-- from the sets holds that change already.
+local function add(bid, field, by)
+  local raw = redis.call('HGET', bkey(bid), field)
+  if raw and not is_count(raw) then return rebuild(bid, field, raw) end
+  local n = redis.pcall('HINCRBY', bkey(bid), field, by)
+  if type(n) == 'table' then return rebuild(bid, field, raw) end  -- past 64 bits
+  return n
 end
 
 local L
@@ -145,14 +254,27 @@ local function lib()
   -- Enqueue the callbacks of `event` and mark it fired, once: -1 if it had fired already,
   -- else the number of callback jobs pushed. The mark and the pushes happen together.
   local function fire(bid, event)
+    local v = redis.call('HMGET', bkey(bid), 'callback_queue', 'callback_class')
+    local queue = present(v[1]) and v[1] or 'default'
+    local class = present(v[2]) and v[2] or CALLBACK_CLASS
+    if not C.hand_back and redis.call('SISMEMBER', bkey(bid, '-notify'), event) == 0 then
+      -- The pushes must not fail after the mark: a key of another type leaves it unfired.
+      for _, pair in ipairs({{C.prefix .. 'queues', 'set'},
+                             {C.prefix .. 'queue:' .. queue, 'list'}}) do
+        local kind = redis.call('TYPE', pair[1])['ok']
+        if kind ~= pair[2] and kind ~= 'none' then
+          problem(pair[1] .. ' holds a ' .. kind .. ', not a ' .. pair[2] .. ' (written by '
+                  .. 'something else); the ' .. event .. ' callbacks of batch ' .. bid ..
+                  ' are not pushed, and it is not marked fired')
+          return -1
+        end
+      end
+    end
     if redis.call('SADD', bkey(bid, '-notify'), event) == 0 then return -1 end
     local at = stamp()
     redis.call('HSET', bkey(bid), event .. '_at', at)
     C.fired[#C.fired + 1] = {bid, event, redis.call('HGET', bkey(bid), 'created_at') or '', at}
     touch(bid)  -- success shortens the lifetime to the linger, a death lengthens it
-    local v = redis.call('HMGET', bkey(bid), 'callback_queue', 'callback_class')
-    local queue = present(v[1]) and v[1] or 'default'
-    local class = present(v[2]) and v[2] or CALLBACK_CLASS
     local pushed = 0
     for i, cb in ipairs(callbacks(bid)) do
       if cb[1] == event then
@@ -187,9 +309,12 @@ local function lib()
 
   local function kids_complete(bid)
     for _, kid in ipairs(redis.call('SMEMBERS', bkey(bid, '-kids'))) do
-      if redis.call('EXISTS', bkey(kid)) == 1 and
-          not present(redis.call('HGET', bkey(kid), 'complete_at')) then
-        return false
+      local kind = redis.call('TYPE', bkey(kid))['ok']
+      if kind == 'hash' then
+        if not present(redis.call('HGET', bkey(kid), 'complete_at')) then return false end
+      elseif kind ~= 'none' then  -- as if it had expired: it cannot complete
+        problem(bkey(kid) .. ' holds a ' .. kind .. ', not a hash (written by something '
+                .. 'else); batch ' .. bid .. ' does not wait for that child')
       end
     end
     return true
@@ -201,7 +326,8 @@ local function lib()
   -- longer waits for it.
   local function release_parent(bid, depth)
     local parent = parent_of(bid)
-    if parent and redis.call('SREM', bkey(parent, '-pkids'), bid) == 1 then
+    if parent and not broken(parent, 'it is not told that its child ' .. bid .. ' succeeded')
+        and redis.call('SREM', bkey(parent, '-pkids'), bid) == 1 then
       try_fire(parent, depth + 1)
     end
   end
@@ -212,10 +338,11 @@ local function lib()
   try_fire = function(bid, depth)
     depth = depth or 0
     if depth > MAX_DEPTH then return end
-    local v = redis.call('HMGET', bkey(bid), 'pending', 'failures')
-    if not present(v[1]) then return end
-    local pending = tonumber(v[1]) or 1
-    local failures = tonumber(v[2]) or 0
+    if broken(bid, 'it fires nothing') then return end  -- a parent (the caller checked its own)
+    -- A count Lua would believe and HINCRBY would not ('0x0', ' 1', '1e400') is rebuilt.
+    local pending = count(bid, 'pending')
+    if pending == nil then return end
+    local failures = count(bid, 'failures') or 0
     local notify = bkey(bid, '-notify')
     if pending <= failures and redis.call('SISMEMBER', notify, 'complete') == 0 and
         kids_complete(bid) then
@@ -235,6 +362,7 @@ local function lib()
   local function fire_death(bid)
     local current, depth = bid, 0
     while current and depth <= MAX_DEPTH do
+      if broken(current, 'its death callbacks are not fired') then return end
       fire(current, 'death')
       touch(current)
       current = parent_of(current)

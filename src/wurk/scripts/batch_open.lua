@@ -18,6 +18,10 @@ if ARGV[6] == 'reopen' then
   if redis.call('EXISTS', h) == 0 then
     return redis.error_reply('NOBATCH batch ' .. bid .. ' does not exist (expired or deleted)')
   end
+  if broken(bid, 'it takes no jobs') then
+    return redis.error_reply('BATCHBROKEN batch ' .. bid .. ' cannot be reopened: '
+                             .. table.concat(C.problems, '; '))
+  end
   if present(redis.call('HGET', h, 'success_at')) then
     return redis.error_reply('BATCHDONE batch ' .. bid .. ' already succeeded; it takes no '
                              .. 'more jobs')

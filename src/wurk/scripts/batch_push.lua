@@ -8,10 +8,16 @@
 --
 -- A unique job whose lock another jid holds is neither pushed nor registered. A jid the
 -- batch already has (the same job pushed again) is pushed but counted once.
--- Returns {jobs newly registered, index (1-based) of each job refused as a duplicate...}.
+-- Returns {jobs newly registered, how many jobs were refused as duplicates, the index
+-- (1-based) of each..., what was found that wurk never writes (batch_lib.lua's problems)...}.
+-- A batch one of whose keys holds another Redis type takes nothing: an error names them.
 -- Handing back (ARGV[4]), the jobs are registered and not pushed: the caller writes them.
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local bid = ARGV[5]
+if broken(bid, 'no job is pushed') then
+  return redis.error_reply('BATCHBROKEN batch ' .. bid .. ' takes no jobs: '
+                           .. table.concat(C.problems, '; '))
+end
 local state = redis.call('HMGET', KEYS[1], 'total', 'success_at')
 if not state[1] then
   return redis.error_reply('NOBATCH batch ' .. bid .. ' does not exist (expired or deleted)')
@@ -44,10 +50,11 @@ for i = 6, #ARGV, 6 do
   end
 end
 if added > 0 then
-  redis.call('HINCRBY', KEYS[1], 'total', added)
-  redis.call('HINCRBY', KEYS[1], 'pending', added)
+  add(bid, 'total', added)
+  add(bid, 'pending', added)
 end
 refresh(bid, '-jids')
-local reply = {added}
-for _, index in ipairs(refused) do reply[#reply + 1] = index end
-return reply
+local out = {added, #refused}
+for _, index in ipairs(refused) do out[#out + 1] = index end
+for _, text in ipairs(C.problems) do out[#out + 1] = text end
+return out

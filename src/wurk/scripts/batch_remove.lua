@@ -9,11 +9,13 @@
 -- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back
 -- ARGV[5]     bid
 -- ARGV[6..]   the jids
--- Returns reply(jobs removed), reply(0) when the batch does not exist (batch_lib.lua).
+-- Returns reply(jobs removed), reply(0) when the batch does not exist or one of its keys
+-- holds another Redis type (nothing removed; the problem says so) (batch_lib.lua).
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local bid = ARGV[5]
 local h = bkey(bid)
 if redis.call('EXISTS', h) == 0 then return reply(0) end
+if broken(bid, 'no job is removed from it') then return reply(0) end
 local removed, failed, died = 0, 0, false
 for i = 6, #ARGV do
   local jid = ARGV[i]
@@ -27,10 +29,11 @@ for i = 6, #ARGV do
   end
 end
 if removed == 0 then return reply(0) end
-redis.call('HINCRBY', h, 'total', -removed)
-redis.call('HINCRBY', h, 'pending', -removed)
-if failed > 0 then redis.call('HINCRBY', h, 'failures', -failed) end
+add(bid, 'total', -removed)
+add(bid, 'pending', -removed)
+if failed > 0 then add(bid, 'failures', -failed) end
 if died and redis.call('SCARD', bkey(bid, '-died')) == 0 then
+  own_set(C.prefix .. 'batch-died')
   redis.call('SREM', C.prefix .. 'batch-died', bid)
 end
 refresh(bid, '-failed', '-died')
