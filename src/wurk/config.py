@@ -818,7 +818,10 @@ class Config:
 
     # -- freezing ---------------------------------------------------------------------------
     def freeze(self) -> Config:
-        """Validate and make read-only; done before any worker thread starts."""
+        """Validate and make read-only; done before any worker thread starts. Once is
+        enough: a configuration frozen by one worker serves the next one as it is."""
+        if self._frozen:
+            return self
         self.validate()
         self.client_middleware.freeze()
         self.server_middleware.freeze()

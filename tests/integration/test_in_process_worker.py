@@ -217,6 +217,22 @@ def test_a_port_in_use_stops_the_start_naming_the_setting_and_the_port(
         taken.close()
 
 
+def test_a_configuration_serves_a_second_worker_after_the_first_stopped(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """A test suite or a benchmark starts a worker, stops it and starts another on the same
+    configuration: the second starts (the configuration, frozen by the first, is not
+    validated into a change again) and runs jobs."""
+    first = wurk.InProcessWorker(fast).start()
+    push("EmbedMode::Record", 1)
+    wait_until(lambda: ran == [1])
+    first.stop()
+    with wurk.InProcessWorker(fast):
+        push("EmbedMode::Record", 2)
+        wait_until(lambda: ran == [1, 2])
+        assert r.scard("processes") == 1
+    assert r.scard("processes") == 0
+
+
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
     worker = wurk.InProcessWorker(fast)
     worker.stop()
