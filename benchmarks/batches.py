@@ -7,9 +7,11 @@ the drain rate of a 10,000-job batch against 10,000 plain jobs, side by side in 
    ``autoflush=AUTOFLUSH``) and outside one. Finish: what
    the worker adds when a job ends — nothing for a plain job (its ACK rides the next
    fetch's round trip), the accounting script for a batch job (``batch_job.lua``). Round
-   trips are counted at redis-py's socket writes; µs are the median per job.
+   trips are the requests written to Redis by redis-py and by wurk's own connections
+   (``benchmarks._trips``); µs are the median per job.
 2. Drain: the same jobs through an in-process worker (``wurk.embed``), from the first push
-   until the last job finished — for the batch, until its success was recorded.
+   until every job was acknowledged (queue and in-flight list empty) — for the batch, and
+   its success recorded — with the round trips per job it took (the polling's left out).
 Uses REDIS_URL when set, else starts a private server. Prints medians and ratios.
 """
 
@@ -90,28 +92,58 @@ def costs(config: wurk.Config, r: redis.Redis, pushes: int, runs: int) -> None:
     print(f"{'finish plain':<18}{0.0:>10.1f}{0.0:>11.3f}   (the ACK rides the next fetch)")
 
 
-def drain(config: wurk.Config, r: redis.Redis, jobs: int, batched: bool) -> float:
-    """Jobs per second from the first push until every job finished."""
+def drained(config: wurk.Config, r: redis.Redis) -> bool:
+    """Every job acknowledged: the queue empty and no in-flight (private) list left (Redis
+    deletes an empty list). The ACK is the last write of a job's run, batch job or plain,
+    and goes out with the processor's next fetch at the latest — unlike ``stat:processed``,
+    which the heartbeat flushes once per ``heartbeat_interval`` (1 s here): waiting on it
+    added up to that delay to the plain run alone."""
+    pipe = r.pipeline(transaction=False)
+    pipe.llen(config.keys.queue("default"))
+    pipe.keys(config.keys.private_pattern)
+    waiting, private = pipe.execute()
+    return waiting == 0 and not private
+
+
+def drain(settings: dict[str, Any], r: redis.Redis, jobs: int, batched: bool
+          ) -> tuple[float, float]:
+    """(jobs per second, round trips per job) from the first push until every job was
+    acknowledged — for the batch, and its success recorded. The trips are the push's, the
+    worker's (its heartbeat's too), not the polling's. Each run on a configuration of its
+    own: a worker freezes the one it is built on, and one built on a frozen configuration
+    warns and installs nothing."""
     r.flushall()
+    config = wurk.configure(**settings)
     worker = wurk.embed(config)
+    trips = RoundTrips()
+    polls = 0
+    key = ""
+
+    def done() -> bool:
+        nonlocal polls
+        polls += 1
+        if not drained(config, r):
+            return False
+        polls += batched
+        return not batched or bool(r.hexists(key, "success_at"))
+
     try:
-        started = time.perf_counter()
-        args = [[n] for n in range(jobs)]
-        if batched:
-            batch = wurk.Batch(description="drain")
-            with batch.jobs():
+        with trips.counting():
+            started = time.perf_counter()
+            args = [[n] for n in range(jobs)]
+            if batched:
+                batch = wurk.Batch(description="drain")
+                with batch.jobs():
+                    noop.perform_bulk(args)
+                key = f"b-{batch.bid}"
+            else:
                 noop.perform_bulk(args)
-            key = f"b-{batch.bid}"
-            while not r.hexists(key, "success_at"):
+            while not done():
                 time.sleep(0.002)
-        else:
-            noop.perform_bulk(args)
-            while int(r.get("stat:processed") or 0) < jobs:
-                time.sleep(0.002)
-        elapsed = time.perf_counter() - started
+            elapsed = time.perf_counter() - started
     finally:
         worker.stop()
-    return jobs / elapsed
+    return jobs / elapsed, (trips.count - polls) / jobs
 
 
 def main() -> None:
@@ -122,20 +154,25 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=10)
     options = parser.parse_args()
     with redis_url() as url:
-        config = wurk.configure(redis_url=url, concurrency=options.concurrency,
-                                skip_default_job_logging=True, heartbeat_interval=1,
-                                fetch_timeout=0.5, shutdown_grace=1, timeout=2)
+        settings: dict[str, Any] = dict(
+            redis_url=url, concurrency=options.concurrency, skip_default_job_logging=True,
+            heartbeat_interval=1, fetch_timeout=0.5, shutdown_grace=1, timeout=2)
+        config = wurk.configure(**settings)
         r = redis.Redis.from_url(url)
         try:
             costs(config, r, options.pushes, options.runs)
-            plain_rates, batch_rates = [], []
+            plain, batched = [], []
             for _ in range(options.runs):
-                plain_rates.append(drain(config, r, options.jobs, batched=False))
-                batch_rates.append(drain(config, r, options.jobs, batched=True))
-            p, b = statistics.median(plain_rates), statistics.median(batch_rates)
+                plain.append(drain(settings, r, options.jobs, batched=False))
+                batched.append(drain(settings, r, options.jobs, batched=True))
+            p = statistics.median(rate for rate, _ in plain)
             print(f"\ndrain, {options.jobs} jobs, c={options.concurrency}, in-process "
-                  f"worker, median of {options.runs} runs (jobs/s)")
-            print(f"{'plain':<8}{p:>10,.0f}\n{'batch':<8}{b:>10,.0f}{b / p:>9.2f}x")
+                  f"worker, median of {options.runs} runs")
+            print(f"{'':<8}{'jobs/s':>10}{'trips/job':>11}{'vs plain':>10}")
+            for name, samples in (("plain", plain), ("batch", batched)):
+                rate = statistics.median(s[0] for s in samples)
+                rt = statistics.median(s[1] for s in samples)
+                print(f"{name:<8}{rate:>10,.0f}{rt:>11.3f}{rate / p:>9.2f}x")
         finally:
             r.flushall()
 
