@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -218,19 +219,29 @@ def test_a_port_in_use_stops_the_start_naming_the_setting_and_the_port(
 
 
 def test_a_configuration_serves_a_second_worker_after_the_first_stopped(
-        fast: wurk.Config, r: redis.Redis) -> None:
+        fast: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     """A test suite or a benchmark starts a worker, stops it and starts another on the same
     configuration: the second starts (the configuration, frozen by the first, is not
-    validated into a change again) and runs jobs."""
+    validated into a change again) with the built-in links the first put in place — not
+    said to be off — and runs jobs."""
     first = wurk.InProcessWorker(fast).start()
     push("EmbedMode::Record", 1)
     wait_until(lambda: ran == [1])
     first.stop()
-    with wurk.InProcessWorker(fast):
+    with caplog.at_level(logging.WARNING, logger="wurk"), wurk.InProcessWorker(fast):
         push("EmbedMode::Record", 2)
         wait_until(lambda: ran == [1, 2])
         assert r.scard("processes") == 1
     assert r.scard("processes") == 0
+    assert "frozen before its worker was built" not in caplog.text
+
+
+def test_a_configuration_frozen_by_hand_says_its_built_in_links_are_off(
+        fast: wurk.Config, caplog: pytest.LogCaptureFixture) -> None:
+    fast.freeze()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        wurk.InProcessWorker(fast).start().stop()
+    assert "frozen before its worker was built: batch counts" in caplog.text
 
 
 def test_stop_before_start_does_nothing(fast: wurk.Config) -> None:
