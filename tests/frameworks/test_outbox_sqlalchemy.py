@@ -146,6 +146,21 @@ def test_a_savepoint_rolled_back_drops_only_its_rows(box: wurk.Config, r: redis.
     assert sorted(job["args"][0] for job in queued(r)) == [1, 3]
 
 
+class WaitsSeen(threading.Event):
+    """The relay's wake event, noting each wait its thread takes while the relay fails:
+    (the wait, the backoff's ceiling then)."""
+
+    def __init__(self, relay: Any) -> None:
+        super().__init__()
+        self.relay = relay
+        self.failing: list[tuple[float, float]] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        if self.relay.duty.failing and timeout is not None:
+            self.failing.append((timeout, self.relay.duty.backoff.ceiling))
+        return super().wait(timeout)
+
+
 def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_session[Session],
                                             engine: Engine,
                                             caplog: pytest.LogCaptureFixture) -> None:
@@ -153,12 +168,21 @@ def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_ses
     server = Restartable(tmp_path / "redis")
     try:
         config = outbox_config(server.url, sessions, engine)
+        relay = relay_for(config)
+        waits = WaitsSeen(relay)
+        relay._wake = waits  # the event the relay's thread waits on between its tries
         server.stop()
         session = sessions()
         with session.begin():
             jids = [ship.perform_async(n) for n in range(5)]
-        # The commit went through; the rows wait while the relay backs off.
-        wait_until(lambda: relay_for(config).duty.outage.active, what="the relay's try")
+        # The commit went through; the rows wait while the relay backs off: waits drawn
+        # below a ceiling that starts at 0.1 s and doubles, up to 5 s (outbox.md).
+        wait_until(lambda: relay.duty.outage.active, what="the relay's try")
+        wait_until(lambda: len(waits.failing) >= 4, what="four tries, backed off")
+        ceilings = [ceiling for _, ceiling in waits.failing[:4]]
+        assert ceilings == pytest.approx([0.1, 0.2, 0.4, 0.8])
+        assert all(0 <= wait <= ceiling for wait, ceiling in waits.failing)
+        assert relay.duty.backoff.cap == 5.0
         assert rows(engine) == 5
         server.start()
         direct = server.client(decode_responses=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from typing import Any
 
 import pytest
@@ -193,3 +194,17 @@ def test_what_ran_since_the_last_beat_is_written_at_exit(redis_server: Any,
     finally:
         wurk.registry.unregister("Metrics::AtExit")
     assert Query(cfg).top_jobs(minutes=2).jobs["Metrics::AtExit"].total_processed == 3
+
+
+def test_a_history_sample_keeps_the_50_largest_queues(config: wurk.Config,
+                                                      r: redis.Redis) -> None:
+    """metrics.md: a sample holds "the 50 largest queues' sizes" (and the default latency)."""
+    from wurk.metrics.history import take_sample
+
+    pipe = r.pipeline(transaction=False)
+    for n in range(1, 61):  # q01 holds 1 job … q60 holds 60
+        pipe.sadd("queues", f"q{n:02}")
+        pipe.rpush(f"queue:q{n:02}", *["{}"] * n)
+    pipe.execute()
+    sample = take_sample(config, time.time())
+    assert sample["queues"] == {f"q{n:02}": n for n in range(11, 61)}

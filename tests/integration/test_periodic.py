@@ -417,3 +417,35 @@ def test_a_mark_no_tick_of_the_loop_could_have_is_repaired_with_a_warning(
     assert now - 60 < float(r.hget(key, "lf") or 0) <= now
     warned = [rec.getMessage() for rec in caplog.records if f"{key} {field}" in rec.getMessage()]
     assert len(warned) == 1 and value in warned[0], warned
+
+
+def test_looks_redis_refuses_are_reported_once_per_outage(
+        redis_server: Any, world: Callable[..., Built], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """periodic.md: "the leader's looks fail and are reported once per outage" — one error
+    for a run of failed looks, the outage's end logged once, and a second outage reported
+    once again."""
+    import logging
+
+    from tests.helpers.proxy import FaultProxy
+
+    caplog.set_level(logging.DEBUG, logger="wurk")
+    with FaultProxy(redis_server.port) as proxy:
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over a Config's own
+        built = world()
+        made = poller(built, Believer("host:1:a", token=None))  # follows: looks do nothing
+        duty = made._duty
+
+        def errors() -> list[str]:
+            return [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.ERROR]
+
+        for outage in (1, 2):
+            with proxy.outage():
+                made.leadership = Believer("host:1:a", token=1)  # leads: looks read Redis
+                assert [duty.run() for _ in range(4)] == [False] * 4
+                assert len(errors()) == outage and "periodic" in errors()[-1]
+            assert duty.run()  # Redis answers again: the outage ends
+            back = [rec.getMessage() for rec in caplog.records
+                    if "Redis is back" in rec.getMessage()]
+            assert len(back) == outage and "(4 failed tries)" in back[-1]
+        assert duty.outage.count == 2

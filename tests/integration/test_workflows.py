@@ -418,3 +418,95 @@ def test_a_step_dropped_unrun_by_expires_in_never_counts(drain: Drain, r: redis.
     assert r.get("stat:expired") == "1"
     assert status.state == "running" and status.steps["square"].state == "queued"
     assert status.steps["after"].state == "waiting" and runs(r, "echo") == []
+
+
+# -- Redis unreachable when a step ends (workflows.md: "sent again for about 3.5 s") ----------
+
+class CountWaits:
+    """Stands in for ``time`` in ``wurk.workflow.transitions``: records each wait between
+    the count's attempts (without waiting) and ends the outage once ``until`` seconds of
+    them have passed (never, with ``until=None``)."""
+
+    def __init__(self, proxy: Any, until: float | None) -> None:
+        self.proxy, self.until = proxy, until
+        self.waits: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        if self.until is not None and sum(self.waits) >= self.until:
+            self.proxy.restore()
+
+
+def test_a_steps_count_redis_refuses_is_sent_again_and_lands_once_redis_is_back(
+        redis_server: Server, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outage begins as the step's count is sent (its result is stored already): the
+    count waits it out and lands, the step runs once and its dependant is pushed."""
+    from contextlib import contextmanager
+
+    from tests.helpers.proxy import FaultProxy
+    from wurk.errors import RedisUnavailable
+    from wurk.workflow import transitions
+
+    real_lent = transitions.lent_redis
+    with FaultProxy(redis_server.port) as proxy:
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over configure's
+        config = wurk.configure()
+        wf = Workflow("outage")
+        wf.step(echo, wf.step(square, 3))
+        wid = wf.start()
+        cut: list[bool] = []
+
+        @contextmanager
+        def lent_in_outage(cfg: wurk.Config) -> Iterator[Any]:
+            if not cut:  # the first count: Redis unreachable from now on
+                cut.append(True)
+                proxy.drop()
+                proxy.cut()
+            with real_lent(cfg) as conn:
+                yield conn
+
+        monkeypatch.setattr(transitions, "lent_redis", lent_in_outage)
+        waits = CountWaits(proxy, until=1.0)  # an outage of a second: a restart
+        monkeypatch.setattr(transitions, "time", waits)
+        drain = Drain(config)  # its parts: its loop's own client is cut with the rest
+        try:
+            while r.llen("queue:default"):
+                try:
+                    unit = drain.fetcher.fetch(1)
+                except RedisUnavailable:  # its connection was cut too: a worker fetches again
+                    continue
+                assert unit is not None
+                drain.runner.run(unit)
+        finally:
+            drain.close()
+            config.close()
+    assert waits.waits == [0.1, 0.25, 0.5, 1.0]  # sent again until Redis answered
+    assert runs(r, "echo") == [[9]]  # counted once: its dependant pushed, given its result
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    assert WorkflowStatus(wid, config=wurk.configure()).state == "succeeded"
+    assert 3.0 <= sum(transitions.COUNT_RETRIES) <= 4.0  # "about 3.5 s" in all
+
+
+def test_a_count_still_refused_after_about_three_and_a_half_seconds_raises(
+        redis_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past its waits the count gives up with ``RedisUnavailable``: the step's run fails, to
+    be retried like any failure (the count is idempotent per step)."""
+    from tests.helpers.proxy import FaultProxy
+    from wurk.errors import RedisUnavailable
+    from wurk.workflow import transitions
+
+    with FaultProxy(redis_server.port) as proxy:
+        proxy.drop()
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over a Config's own
+        config = wurk.Config()
+        waits = CountWaits(proxy, until=None)
+        monkeypatch.setattr(transitions, "time", waits)
+        attempts_before = proxy.accepted
+        try:
+            with pytest.raises(RedisUnavailable):
+                transitions.finish_retried(config, "wf-gone", "step", "success", "1")
+        finally:
+            config.close()
+        assert waits.waits == list(transitions.COUNT_RETRIES)
+        assert 3.0 <= sum(waits.waits) <= 4.0
+        assert proxy.accepted - attempts_before >= len(transitions.COUNT_RETRIES) + 1

@@ -82,3 +82,42 @@ def test_missing_extras_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setitem(sys.modules, "datadog.dogstatsd.base", None)
     with pytest.raises(ConfigError, match=r"pip install 'wurk\[statsd\]'"):
         StatsdSink(wurk.Config(statsd="127.0.0.1:8125"))
+
+
+@pytest.mark.parametrize("server", ["health", "metrics"])
+def test_a_foreign_host_name_is_refused_and_an_ip_address_served(server: str) -> None:
+    """metrics.md: on the health port and the worker's metrics port "a Host name other than
+    a loopback or web_allowed_hosts one is refused with 403, an IP address always
+    answered" (a rebinding page's name is refused; a kubelet or a scraper by IP is not)."""
+    import http.client
+
+    from wurk.hosts import HostNames
+    from wurk.metrics.health import HealthServer
+    from wurk.metrics.prometheus import WorkerExporter
+
+    hosts = HostNames(["jobs.example.com"])
+    if server == "health":
+        health = HealthServer("127.0.0.1", 0, lambda: (True, {"status": "ok"}), hosts).start()
+        port, stop = health.port, health.stop
+    else:
+        exporter = WorkerExporter(outages=lambda: (), busy=lambda: 0, concurrency=1)
+        port, stop = exporter.start("127.0.0.1", 0, hosts), exporter.stop
+
+    def status(host: str) -> int:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        try:
+            conn.putrequest("GET", "/", skip_host=True)
+            conn.putheader("Host", host)
+            conn.endheaders()
+            return conn.getresponse().status
+        finally:
+            conn.close()
+
+    try:
+        for refused in ("evil.example", f"evil.example:{port}", "example.com"):
+            assert status(refused) == 403, refused
+        for served in (f"localhost:{port}", f"127.0.0.1:{port}", "[::1]", "jobs.example.com",
+                       "10.1.2.3:7434", "192.168.0.9", "[fd00::1]:9191"):
+            assert status(served) == 200, served
+    finally:
+        stop()
