@@ -128,8 +128,9 @@ def install_built_ins(config: Config) -> None:
     """Put the built-in links at the head of ``config``'s server chain in ``BUILT_IN``'s
     order (reusing any already there), and their death handlers after the application's."""
     if config.frozen:  # as it was left: by an earlier worker (all in place), or by hand
-        present = {type(link) for link in config.server_middleware if isinstance(link, BUILT_IN)}
-        if any(kind not in present for kind in BUILT_IN if kind is not ExecutionMetrics):
+        installed = {type(link) for link in config.server_middleware
+                     if isinstance(link, BUILT_IN)}
+        if any(kind not in installed for kind in BUILT_IN if kind is not ExecutionMetrics):
             log.warning("the configuration was frozen before its worker was built: batch "
                         "counts, rate limits, unique locks, expiry and execution metrics are "
                         "off; build the worker before freezing it")
