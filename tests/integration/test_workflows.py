@@ -245,6 +245,8 @@ def test_hostile_stored_state_is_named_and_no_step_fails_or_runs_twice(
     if named is None:  # the ttl is the default: nothing lost, the dependant got its value
         assert warned == []
         assert WorkflowStatus(wid).state == "succeeded"
+        values = config.keys.workflow(wid, "values")  # made by a's end: the default's 3 days
+        assert 3 * 86400 - 60 < r.ttl(values) <= 3 * 86400
         return
     assert warned and all(named.replace(":wf", f"wurk:workflow:{wid}") in w for w in warned)
     if field is None:  # a cancel says so and changes nothing (it failed half-way on WRONGTYPE)

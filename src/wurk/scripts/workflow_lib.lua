@@ -246,7 +246,8 @@ local function wf_init(wid)
   -- A ttl that is no whole number of seconds ≥ 1 (EXPIRE would fail on it, or delete the
   -- key at once) is the default.
   local ttl = tonumber(meta[3])
-  if ttl == nil or ttl < 1 or ttl > 2^31 or ttl ~= math.floor(ttl) then ttl = 86400 end
+  -- the default is wurk.workflow.DEFAULT_TTL's three days
+  if ttl == nil or ttl < 1 or ttl > 2^31 or ttl ~= math.floor(ttl) then ttl = 259200 end
   W.state, W.policy, W.ttl = meta[1], meta[2], string.format('%d', ttl)
   W.cancelled = W.state == 'cancelled'
   return W.state
