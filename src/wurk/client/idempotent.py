@@ -43,7 +43,7 @@ __all__ = ["RECORD_SECONDS", "Forgets", "Outcome", "Sendable", "asend", "from_te
 
 log = logging.getLogger("wurk")
 
-_SCRIPT = scripts.Script("reliable_push.lua")
+_SCRIPT = scripts.Script("reliable_push.lua", prelude=("owned.lua",))
 # The longest a jid's record is kept when its pusher never forgets it.
 RECORD_SECONDS = 7 * 24 * 60 * 60
 

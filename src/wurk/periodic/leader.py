@@ -54,7 +54,8 @@ class Leadership:
         self._clock = clock
         self.pool = pool if pool is not None else config.pool("internal")
         client = self.pool.client
-        self._campaign = client.register_script(scripts.source("leader_campaign.lua"))
+        self._campaign = client.register_script(
+            scripts.Script("leader_campaign.lua", prelude=("owned.lua",)).text)
         self._resign = client.register_script(scripts.source("leader_resign.lua"))
         self._on_change = on_change
         # (token, monotonic time the term lapses at): one attribute, so a reader on another

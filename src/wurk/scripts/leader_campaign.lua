@@ -17,15 +17,8 @@
 -- token INCR cannot count on (not digits, a leading zero, 19 digits or more) is refused
 -- before any write, naming the key.
 
-local replaced = {}
-for _, key in ipairs(KEYS) do
-  local held = redis.call('TYPE', key)['ok']
-  if held ~= 'none' and held ~= 'string' then
-    redis.call('DEL', key)
-    replaced[#replaced + 1] = key
-    replaced[#replaced + 1] = held
-  end
-end
+-- (``own`` and ``replaced``: owned.lua, the prelude.)
+for _, key in ipairs(KEYS) do own(key, 'string') end
 local function reply(values)
   for _, value in ipairs(replaced) do values[#values + 1] = value end
   return values

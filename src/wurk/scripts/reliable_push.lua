@@ -19,15 +19,7 @@
 -- `wurk:push-sent` or a unique lock holding another Redis type (anyone may write them; the
 -- set has no TTL) failed every push with WRONGTYPE: each is deleted first, and the reply is
 -- then {the reply above, key, the type it held, ...}, to be warned about.
-local replaced = {}
-local function own(key, kind)
-  local held = redis.call('TYPE', key)['ok']
-  if held ~= 'none' and held ~= kind then
-    redis.call('DEL', key)
-    replaced[#replaced + 1] = key
-    replaced[#replaced + 1] = held
-  end
-end
+-- (``own`` and ``replaced``: owned.lua, the prelude.)
 local function reply(value)
   if #replaced == 0 then return value end
   return {value, unpack(replaced)}
