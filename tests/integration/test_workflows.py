@@ -347,6 +347,34 @@ def test_children_for_a_queue_of_another_type_stop_the_count_before_any_write(
     assert r.get("queue:elsewhere") == "not a list"
 
 
+def test_a_stored_value_that_is_no_json_leaves_its_dependant_unpushed_and_named(
+        drain: Drain, r: redis.Redis, config: wurk.Config,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A dependant's arguments are its template with its dependencies' stored values put
+    in, byte for byte: a value that is no JSON (written by a hand) made a payload no worker
+    can read. It was pushed, went raw to the dead set, and was never counted: the workflow
+    stayed running for good, with nothing naming why. Now the step is not pushed (it waits,
+    as for a template that is none) and a warning names the values key and the step."""
+    wf = Workflow("values")
+    a = wf.step(square, 3).named("a")
+    c = wf.step(echo, "c").named("c")
+    wf.step(echo, a).named("b").after(c)
+    wid = wf.start()
+    drain.runner.run(drain.fetcher.fetch(1))  # a: its value stored, b still waits for c
+    assert r.hget(config.keys.workflow(wid, "values"), "a") == "9"
+    r.hset(config.keys.workflow(wid, "values"), "a", '9, "x": }')
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        run_all(drain)
+    assert r.zcard("dead") == 0 and r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert runs(r, "echo") == [["c"]]
+    status = WorkflowStatus(wid)
+    assert status.steps["c"].state == "succeeded" and status.steps["b"].state == "waiting"
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warned == [f"workflow {wid}, step c: wurk:workflow:{wid}:values holds what makes no "
+                      "JSON of step \"b\"'s arguments (the values of \"a\", or its template); "
+                      "the step is not pushed (written by something else)"]
+
+
 def test_a_step_in_a_queue_of_another_type_stops_a_start_before_any_write(
         r: redis.Redis, config: wurk.Config) -> None:
     """The start script pushed its first steps after writing the whole graph: a queue of

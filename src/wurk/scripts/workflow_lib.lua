@@ -191,12 +191,25 @@ local function push(wid, step)
     return
   end
   if unusable(parts[1], 'step ' .. shown(step) .. ' is not pushed') then return end
-  local out = {}
+  local out, refs = {}, {}
   for i = 3, #parts do
-    if i % 2 == 1 then out[#out + 1] = parts[i] else out[#out + 1] = fill(wid, parts[i]) end
+    if i % 2 == 1 then
+      out[#out + 1] = parts[i]
+    else
+      out[#out + 1] = fill(wid, parts[i])
+      refs[#refs + 1] = parts[i]
+    end
   end
   local payload = table.concat(out)
   payload = string.sub(payload, 1, -2) .. ',"enqueued_at":' .. lib().stamp() .. '}'
+  -- The values' text goes in byte for byte: one that is no JSON made a payload no worker
+  -- could read (it went raw to the dead set, and the step was never counted).
+  if not pcall(cjson.decode, payload) then
+    problem(wkey(wid, 'values') .. ' holds what makes no JSON of step ' .. shown(step)
+            .. '\'s arguments (the values of ' .. shown(table.concat(refs, ' ')) .. ', or '
+            .. 'its template); the step is not pushed')
+    return
+  end
   enqueue(wid, parts[1], parts[2], payload)
   redis.call('HSET', wkey(wid, 'state'), step, 'queued')
   local sub = within(step)
@@ -253,7 +266,7 @@ local function end_sub(wid, sub)
     local info, parts = words(redis.call('HGET', wkey(wid, 'subs'), sub)), {}
     for i = 2, #info do
       local value = redis.call('HGET', wkey(wid, 'values'), info[i]) or 'null'
-      parts[#parts + 1] = '"' .. string.sub(info[i], #sub + 2) .. '":' .. value
+      parts[#parts + 1] = cjson.encode(string.sub(info[i], #sub + 2)) .. ':' .. value
     end
     redis.call('HSET', wkey(wid, 'values'), sub, '{' .. table.concat(parts, ',') .. '}')
     keep(wkey(wid, 'values'))
