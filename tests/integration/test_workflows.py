@@ -392,6 +392,20 @@ def test_a_step_in_a_queue_of_another_type_stops_a_start_before_any_write(
     assert r.llen("queue:default") == 0 and r.get("queue:elsewhere") == "not a list"
 
 
+def test_a_status_reads_step_names_whose_index_is_no_number(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """Children are ordered by their index: a step name whose index str.isdigit() took and
+    int() refused ('²', or past Python's 4,300 digits) made WorkflowStatus raise ValueError."""
+    wf = Workflow("names")
+    wf.step(square, 1).named("a")
+    wid = wf.start()
+    for name in ("a[\u00b2]", "a[" + "9" * 5000 + "]", "a[1]"):
+        r.hset(config.keys.workflow(wid, "state"), name, "queued")
+    status = WorkflowStatus(wid)
+    assert list(status.steps) == ["a", "a[\u00b2]", "a[" + "9" * 5000 + "]", "a[1]"]
+    assert status.steps["a[\u00b2]"].state == "queued"
+
+
 def test_a_workflow_is_checked_before_it_starts(config: wurk.Config) -> None:
     wf = Workflow()
     a = wf.step(square, 1)
