@@ -59,6 +59,7 @@ __all__ = [
     "partitions_of",
     "push",
     "recount",
+    "warn_dropped",
     "warn_restarted",
 ]
 
@@ -181,9 +182,26 @@ def recount(r: Any, keys: Keys, queue: str) -> int:
     one script); returns how many partitions have jobs in flight."""
     reply = RECOUNT.call(_Conn(r), [keys.partition_running(queue),
                                     keys.partition_holders(queue),
-                                    keys.partition_rates(queue)], [])
-    warn_restarted(queue, reply[1:])
+                                    keys.partition_rates(queue)], [keys.queue_prefix, queue])
+    warn_restarted(queue, reply[1])
+    warn_dropped(keys, queue, reply[2])
     return int(reply[0])
+
+
+def warn_dropped(keys: Keys, queue: str, dropped: Sequence[Any]) -> None:
+    """Name the holders a recount dropped as no in-flight list of the queue (a script's
+    ``{how many, the first 20...}``): written by something else, their jobs held partitions
+    at their limit."""
+    if not dropped or not int(dropped[0]):
+        return
+    names = ", ".join(shown(name, 300) for name in dropped[1:])
+    more = int(dropped[0]) - len(dropped) + 1
+    log.warning("partitioned queue %s: %s named %s%s, which %s no in-flight list of the queue "
+                "(written by something else); dropped from it, %s jobs not counted in flight",
+                queue, keys.partition_holders(queue), names,
+                f" and {more} more" if more > 0 else "",
+                "is" if int(dropped[0]) == 1 else "are",
+                "its" if int(dropped[0]) == 1 else "their")
 
 
 def warn_restarted(queue: str, restarted: Sequence[Any]) -> None:

@@ -202,3 +202,25 @@ def test_an_inner_step_takes_an_outer_steps_result(drain: Drain, r: redis.Redis)
     assert WorkflowStatus(wid).result("inner") == {"uses-seed": [9]}
 
 
+
+
+def test_a_hostile_leaf_name_in_subs_still_makes_the_nested_value_json(
+        drain: Drain, r: redis.Redis, config: wurk.Config) -> None:
+    """A nested workflow's value was written as '"' name '":' value from the leaves its
+    `subs` field lists: a leaf name holding a quote (written by a hand) made it no JSON,
+    and the step after it was pushed with a payload no worker can read — it went raw to
+    the dead set, was never counted, and the workflow stayed running for good. The name is
+    encoded now: the step after it runs with the value, the leaf that is no step a null."""
+    inner = Workflow("inner")
+    inner.step(square, 2).named("x")
+    outer = Workflow("outer")
+    nested = outer.step(inner)
+    outer.step(echo, nested).named("after")
+    wid = outer.start()
+    r.hset(config.keys.workflow(wid, "subs"), "inner", 'stop inner/x inner/"}\\')
+    run_all(drain)
+    assert r.zcard("dead") == 0 and r.zcard("retry") == 0
+    assert runs(r, "echo") == [[{"x": 4, '"}\\': None}]]
+    status = WorkflowStatus(wid)
+    assert status.state == "succeeded"
+    assert status.result("inner") == {"x": 4, '"}\\': None}

@@ -506,6 +506,56 @@ def test_a_holders_set_or_rate_hash_of_another_type_starts_again_with_a_warning(
                       "there (written by something else); deleted, it starts again"] * 2
     f.flush()
 
+
+def test_a_holder_that_is_no_in_flight_list_of_the_queue_is_dropped_and_counts_nothing(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The recount counted every list the holders set named: a member naming another
+    queue's plain list, another partitioned queue's in-flight list or a partition's own
+    list (written by something else) had its jobs counted in flight, so their partitions
+    stayed at their limit and the fetch took nothing — at every recount, for good. Now a
+    member that is not named as an in-flight list of this queue (either layout) is dropped
+    with a warning naming it; the queue's own in-flight lists are counted as before."""
+    keys = pconfig.keys
+    job = json.dumps({"class": "parts.work", "args": [0], "jid": "f" * 24, "queue": Q,
+                      "partition": "a"})
+    own = keys.private(Q, "host", 12, "0123456789ab", 0)
+    own_pro = keys.private_pro("host:34:0123456789ab", Q)
+    foreign = [keys.queue("other"), keys.private("other", "host", 12, "0123456789ab", 0),
+               keys.partition(Q, "a"), keys.private_pro("host:34:nonce", "other")]
+    for name in [own, own_pro, *foreign]:
+        r.rpush(name, job)
+    holders = keys.partition_holders(Q)
+    r.sadd(holders, own, own_pro, *foreign)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert partitions.recount(r, keys, Q) == 1
+    assert r.hgetall(keys.partition_running(Q)) == {"a": "2"}  # the queue's own two lists
+    assert r.smembers(holders) == {own, own_pro}
+    assert all(r.llen(name) == 1 for name in foreign)  # not ours to touch: only forgotten
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(warned) == 1 and warned[0].startswith(
+        f"partitioned queue {Q}: {holders} named ")
+    assert warned[0].endswith(", which are no in-flight list of the queue (written by "
+                              "something else); dropped from it, their jobs not counted in "
+                              "flight")
+    assert all(name in warned[0] for name in foreign)
+
+    # The fetch's own recount (a count that is none) meets them too: a partition held at its
+    # limit (2) by a foreign list's jobs took nothing.
+    r.delete(own, own_pro, keys.partition(Q, "a"))
+    r.sadd(holders, *foreign)
+    r.hset(keys.partition_running(Q), "a", "x")
+    work.set(partition="a").perform_async(7)
+    f = fetcher(pconfig)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert arg(f.fetch(0.05)) == 7
+    assert r.hgetall(keys.partition_running(Q)) == {"a": "1"}
+    assert r.smembers(holders) == {f.private_lists[Q]}
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert len(warned) == 1 and all(name in warned[0] for name in foreign)
+    f.flush()
+
+
 # -- partition_by: the partition as a function of the arguments -------------------------------
 @wurk.job(name="parts.by_account", queue=Q, partition_by=lambda account, batch: account)
 def by_account(account: int, batch: int) -> None:

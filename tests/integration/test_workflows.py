@@ -70,6 +70,12 @@ def echo(*values: Any) -> list[Any]:
     return list(values)
 
 
+@wurk.job(name="WfTest::split_elsewhere")
+def split_elsewhere(count: int) -> int:
+    fan_out(square.set(queue="elsewhere"), [[i] for i in range(count)])
+    return count
+
+
 @pytest.fixture
 def drain(config: wurk.Config) -> Iterator[Drain]:
     running = Drain(config)
@@ -253,6 +259,153 @@ def test_hostile_stored_state_is_named_and_no_step_fails_or_runs_twice(
         with pytest.raises(WorkflowError, match=f"wurk:workflow:{wid}:state holds a string"):
             cancel(wid)
         assert r.hget(config.keys.workflow(wid), "state") == "running"
+
+
+# What a hand may have written where a step's end registers the dependant it pushes: the
+# workflow's batch (same id) or the dependant's queue. (key, field or None for the whole key,
+# the value, what the warning names; whether b, pushed by a's end, runs).
+REGISTER_HOSTILE = {
+    "total": ("b-{wid}", "total", "many",
+              'b-{wid} field total holds no count: "many" (written by something else); left '
+              "as it is", True),
+    "pending": ("b-{wid}", "pending", "lots",
+                'b-{wid} field pending held no count: "lots" (written by something else); '
+                "rebuilt from the batch's sets as ", True),
+    "batch type": ("b-{wid}", None, None,
+                   "b-{wid} holds a string, not a hash (written by something else); the "
+                   "step's end is not counted", False),
+    "jids type": ("b-{wid}-jids", None, None,
+                  "b-{wid}-jids holds a string, not a set (written by something else); the "
+                  "step's end is not counted", False),
+    "queue type": ("queue:elsewhere", None, None,
+                   'queue:elsewhere holds a string, not a list; step "b" is not pushed '
+                   "(written by something else)", False),
+}
+
+
+@pytest.mark.parametrize("case", list(REGISTER_HOSTILE))
+def test_hostile_batch_or_queue_stops_no_step_half_way(
+        drain: Drain, r: redis.Redis, case: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A step's end pushed its dependant and registered it with the batch by a plain LPUSH,
+    SADD and HINCRBY: a batch count that is none, or a batch key or queue of another type,
+    failed the script after it had marked the step succeeded (Redis does not roll back) and,
+    for the counts, pushed the dependant. The step's job failed on a Redis error naming no
+    key and retried, its rerun counted nothing, the dependant (if pushed) ran uncounted, and
+    the workflow stayed running for good. Now a batch count that is none is rebuilt from the
+    sets (pending) or left as it is (total) and the dependant runs; a batch key of another
+    type stops the count before any write; a queue of another type leaves the dependant
+    waiting, unpushed. A warning names each."""
+    key, field, value, named, pushed = REGISTER_HOSTILE[case]
+    wf = Workflow("hostile batch")
+    a = wf.step(square, 3).named("a")
+    wf.step(echo.set(queue="elsewhere" if case == "queue type" else "default"), a).named("b")
+    wid = wf.start()
+    key = key.format(wid=wid)
+    if field is None:
+        r.delete(key)
+        r.set(key, "not wurk's")
+    else:
+        r.hset(key, field, value)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        run_all(drain)
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0  # no step failed, none runs again
+    assert runs(r, "echo") == ([[9]] if pushed else [])
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    named = named.format(wid=wid)
+    assert any(w.startswith(f"workflow {wid}, step a: ") and named in w
+               for w in warned), warned
+    status = WorkflowStatus(wid)
+    if pushed:
+        assert status.state == "succeeded"
+        assert r.hget(key, field) == ("many" if case == "total" else "0")
+        assert wurk.BatchStatus(wid).succeeded
+        return
+    assert r.get(key) == "not wurk's"
+    assert status.state == "running" and status.steps["b"].state == "waiting"
+    # a key of the batch: nothing written, a is still queued to be counted; a queue: a is
+    # counted, b waits (as a step whose template is none)
+    assert status.steps["a"].state == ("succeeded" if case == "queue type" else "queued")
+
+
+def test_children_for_a_queue_of_another_type_stop_the_count_before_any_write(
+        drain: Drain, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A step's children were pushed after the step was marked succeeded: a queue of another
+    type failed the script there, the step's job failed on a Redis error naming no key and
+    retried, and its rerun counted nothing (the workflow ran for good). Now the count stops
+    before any write, the job does not fail, and a warning names the queue and the child."""
+    r.set("queue:elsewhere", "not a list")
+    wf = Workflow("fans out")
+    wf.step(split_elsewhere, 2).named("s")
+    wid = wf.start()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        run_all(drain)
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert (f'workflow {wid}, step s: queue:elsewhere holds a string, not a list; its child '
+            '"s[0]" cannot be pushed (written by something else); the step\'s end is not '
+            "counted") in warned
+    status = WorkflowStatus(wid)
+    assert status.state == "running" and status.steps["s"].state == "queued"
+    assert r.get("queue:elsewhere") == "not a list"
+
+
+def test_a_stored_value_that_is_no_json_leaves_its_dependant_unpushed_and_named(
+        drain: Drain, r: redis.Redis, config: wurk.Config,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A dependant's arguments are its template with its dependencies' stored values put
+    in, byte for byte: a value that is no JSON (written by a hand) made a payload no worker
+    can read. It was pushed, went raw to the dead set, and was never counted: the workflow
+    stayed running for good, with nothing naming why. Now the step is not pushed (it waits,
+    as for a template that is none) and a warning names the values key and the step."""
+    wf = Workflow("values")
+    a = wf.step(square, 3).named("a")
+    c = wf.step(echo, "c").named("c")
+    wf.step(echo, a).named("b").after(c)
+    wid = wf.start()
+    drain.runner.run(drain.fetcher.fetch(1))  # a: its value stored, b still waits for c
+    assert r.hget(config.keys.workflow(wid, "values"), "a") == "9"
+    r.hset(config.keys.workflow(wid, "values"), "a", '9, "x": }')
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        run_all(drain)
+    assert r.zcard("dead") == 0 and r.zcard("retry") == 0 and r.llen("queue:default") == 0
+    assert runs(r, "echo") == [["c"]]
+    status = WorkflowStatus(wid)
+    assert status.steps["c"].state == "succeeded" and status.steps["b"].state == "waiting"
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warned == [f"workflow {wid}, step c: wurk:workflow:{wid}:values holds what makes no "
+                      "JSON of step \"b\"'s arguments (the values of \"a\", or its template); "
+                      "the step is not pushed (written by something else)"]
+
+
+def test_a_step_in_a_queue_of_another_type_stops_a_start_before_any_write(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """The start script pushed its first steps after writing the whole graph: a queue of
+    another type failed it there with a Redis error naming no key, and the workflow stayed
+    written, running, with nothing pushed (for its ttl). Now the start refuses first."""
+    r.set("queue:elsewhere", "not a list")
+    wf = Workflow("refused")
+    wf.step(square, 1)
+    wf.step(square.set(queue="elsewhere"), 2)
+    with pytest.raises(WorkflowError, match=f"workflow {wf.id} cannot start: queue:elsewhere "
+                                            'holds a string, not a list; step "square-2" '
+                                            "cannot be pushed"):
+        wf.start()
+    assert r.exists(config.keys.workflow(wf.id)) == 0
+    assert r.llen("queue:default") == 0 and r.get("queue:elsewhere") == "not a list"
+
+
+def test_a_status_reads_step_names_whose_index_is_no_number(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """Children are ordered by their index: a step name whose index str.isdigit() took and
+    int() refused ('²', or past Python's 4,300 digits) made WorkflowStatus raise ValueError."""
+    wf = Workflow("names")
+    wf.step(square, 1).named("a")
+    wid = wf.start()
+    for name in ("a[\u00b2]", "a[" + "9" * 5000 + "]", "a[1]"):
+        r.hset(config.keys.workflow(wid, "state"), name, "queued")
+    status = WorkflowStatus(wid)
+    assert list(status.steps) == ["a", "a[\u00b2]", "a[" + "9" * 5000 + "]", "a[1]"]
+    assert status.steps["a[\u00b2]"].state == "queued"
 
 
 def test_a_workflow_is_checked_before_it_starts(config: wurk.Config) -> None:

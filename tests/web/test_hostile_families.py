@@ -336,6 +336,8 @@ HOSTILE: dict[str, Callable[[redis.Redis, Family, str], None]] = {
     "non-finite": values_of(["nan", "inf", "-inf", "NaN"]),
     "10 MB": values_of([BIG]),
     "control characters": values_of([CONTROL, json.dumps(CONTROL)]),
+    # str.isdigit() says yes, int() says no: a check by isdigit alone let them through.
+    "unicode digits": values_of(["\u00b2", "\u00b9\u00b2\u00b3", "\u2460", "\u0663"]),
     "many entries": many,
 }
 
@@ -358,6 +360,8 @@ ROUTES = ["/", "/busy", "/queues", "/queues/default", f"/queues/{PARTED}",
           "/results/", f"/results/{DONE}", f"/results/{'c' * 24}", f"/results/{'d' * 24}",
           "/results/nope", f"/api/results/{DONE}", "/workflows/", f"/workflows/{WID}",
           "/workflows/?page=10000000000000000000", "/workflows/wf-nothing",
+          "/workflows/?page=%C2%B2", "/batches/?page=%C2%B2", "/dead-batches/?page=%C2%B2",
+          "/api/workflows/?page=%C2%B2",
           "/api/workflows/", f"/api/workflows/{WID}",
           f"/api/results/{'c' * 24}", "/api/results/nope"]
 # Each entry's own pages: read_everything visits them for the entries the lists give.
@@ -461,7 +465,7 @@ def test_a_million_metric_fields_cost_the_metrics_pages_little(
 def test_the_test_reaches_what_it_claims() -> None:
     """The hostile kinds are what the issue names, each kind reaches every family."""
     assert set(HOSTILE) == {"wrong type", "deep JSON", "huge numbers", "non-finite", "10 MB",
-                            "control characters", "many entries"}
+                            "control characters", "many entries", "unicode digits"}
     assert MANY > wurk.stored.FIELD_CAP
     kinds = {family.kind for family in FAMILIES}
     assert kinds == {"string", "hash", "list", "set", "zset"}

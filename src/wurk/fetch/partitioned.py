@@ -97,7 +97,7 @@ class PartitionedFetch(ReliableFetch):
              keys.partition_running(queue), keys.partition_holders(queue),
              keys.partition_rates(queue)],
             [keys.partition_prefix(queue), self.limits[queue], self.prefetch, ROUTE, VISIT,
-             self.rates[queue]])
+             self.rates[queue], keys.queue_prefix, queue])
         reply = self._with_acks([command])[0]
         if isinstance(reply, redis.exceptions.NoScriptError):  # first use, or SCRIPT FLUSH
             self.lease.call(*partitions.FETCH.load())
@@ -107,8 +107,9 @@ class PartitionedFetch(ReliableFetch):
             if unavailable is not None:
                 raise unavailable from reply
             raise reply
-        taken, restarted = reply
+        taken, restarted, dropped = reply
         partitions.warn_restarted(queue, restarted)
+        partitions.warn_dropped(self.keys, queue, dropped)
         if not taken:
             return None
         units = [UnitOfWork(queue, raw, self, partition=_text(name))

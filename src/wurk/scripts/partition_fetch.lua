@@ -18,7 +18,9 @@
 -- ARGV[3]  most jobs to take          ARGV[4]  most plain-list jobs to route
 -- ARGV[5]  most partitions to visit ARGV[6]  most jobs of one partition fetched in one
 --          second of Redis's clock (0: no rate)
--- returns  {{job, partition, job, partition, …}, {key started again, …}}: the holders of
+-- ARGV[7]  the prefix of the queue's lists (Keys.queue_prefix)   ARGV[8]  the queue
+-- returns  {{job, partition, job, partition, …}, {key started again, …}, {holders dropped by
+--          a recount, as partition_recount.lua's}}: the holders of
 --          another type than a set, or the rate counts of another type than a hash, written
 --          by something else, are deleted before anything moves (each made every fetch
 --          fail, the first after moving a job into the in-flight list)
@@ -27,6 +29,7 @@ local limit = tonumber(ARGV[2])
 local most = tonumber(ARGV[3])
 local rate = tonumber(ARGV[6]) or 0
 local now = rate > 0 and redis.call('TIME')[1] or nil
+part_queue(ARGV[7], ARGV[8])
 local restarted = {}
 part_restart(KEYS[5], 'set', restarted)
 if rate > 0 then part_restart(KEYS[6], 'hash', restarted) end
@@ -85,4 +88,4 @@ while visits > 0 and #taken < 2 * most do
   end
 end
 if #taken > 0 then redis.call('SADD', KEYS[5], KEYS[2]) end
-return {taken, restarted}
+return {taken, restarted, PQ.dropped}

@@ -60,13 +60,54 @@ local function part_release(running, name)
   end
 end
 
+-- The queue a script recounts (`part_queue`, before any recount): the prefix of its lists
+-- (Keys.queue_prefix) and its name; and the holders dropped as no in-flight list of it.
+local PQ = {dropped = {0}}
+
+local function part_queue(qprefix, queue)
+  PQ.prefix, PQ.queue = qprefix, queue
+end
+
+-- Whether `list` is named as an in-flight list of the queue (wurk.fetch.reaper.parse_private):
+-- wurk's layout, <prefix><queue>|host|pid|nonce|index or <prefix><queue>|host|pid|index, or
+-- Sidekiq Pro's, <prefix>sq|host:pid[:nonce]|<queue>. A holder named otherwise (another
+-- queue's plain or in-flight list, a partition's list) was written by something else: its
+-- jobs are not this queue's in flight, and counted they held partitions at their limit.
+local function part_holder(list)
+  local own = PQ.prefix .. PQ.queue .. '|'
+  if string.sub(list, 1, #own) == own then
+    local rest = string.sub(list, #own + 1)
+    local pid, nonce = string.match(rest, '^[^|]*|(%d+)|([^|]*)|[^|]*$')
+    if pid and #pid <= 20 and #nonce == 12 and not string.find(nonce, '[^0-9a-f]') then
+      return true
+    end
+    pid = string.match(rest, '^[^|]*|(%d+)|[^|]*$')
+    return pid ~= nil and #pid <= 20
+  end
+  local pro, tail = PQ.prefix .. 'sq|', '|' .. PQ.queue
+  if #list > #pro + #tail and string.sub(list, 1, #pro) == pro
+      and string.sub(list, -#tail) == tail then
+    local identity = string.sub(list, #pro + 1, -#tail - 1)  -- host:pid[:nonce]
+    local pid = not string.find(identity, '|', 1, true)
+      and (string.match(identity, '^[^:]*:(%d+)$') or string.match(identity, '^[^:]*:(%d+):'))
+    return pid and #pid <= 20 or false
+  end
+  return false
+end
+
 -- Recount the in-flight jobs of every partition from the in-flight lists that took jobs of
--- the queue (`holders`): exact, as it runs in one script. Lists gone are forgotten.
+-- the queue (`holders`): exact, as it runs in one script. Lists gone are forgotten; a member
+-- that names no in-flight list of the queue is dropped, counted in PQ.dropped (the first
+-- element), the first 20 named after it for the caller to warn about.
 -- Returns the number of partitions with jobs in flight.
 local function part_recount(running, holders)
   local counts = {}
   for _, list in ipairs(redis.call('SMEMBERS', holders)) do
-    if redis.call('TYPE', list)['ok'] ~= 'list' then
+    if not part_holder(list) then
+      redis.call('SREM', holders, list)
+      PQ.dropped[1] = PQ.dropped[1] + 1
+      if #PQ.dropped <= 20 then PQ.dropped[#PQ.dropped + 1] = list end
+    elseif redis.call('TYPE', list)['ok'] ~= 'list' then
       redis.call('SREM', holders, list)
     else
       for _, job in ipairs(redis.call('LRANGE', list, 0, -1)) do

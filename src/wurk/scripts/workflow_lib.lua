@@ -23,9 +23,12 @@
 -- values' text put in the cut places, byte for byte.
 --
 -- Everything read back is untrusted (a hand, another version): a key of another Redis type
--- stops the script before it writes anything (W.problems, for the caller to name); a count
+-- (or one of its batch's that a step's registration uses: `batch_broken`) stops the script
+-- before it writes anything (W.problems, for the caller to name); a count
 -- that HINCRBY could not go on from, or a template that is none, is left as it is and
--- named in W.problems, and what depended on it waits — never a script error half-way,
+-- named in W.problems, and what depended on it waits (so does a step whose queue holds
+-- another Redis type; a batch count that is none is batch_lib's `add`'s to rebuild, named in
+-- C.problems: a reply carries both) — never a script error half-way,
 -- which left the step counted with nothing after it done.
 
 local W = {problems = {}}
@@ -92,6 +95,35 @@ local function broken(wid)
   return #W.problems > 0
 end
 
+-- The workflow's batch (bid = wid), which `enqueue` registers each pushed step with: its
+-- hash and the sets the registration writes or reads (a pending that is no count is rebuilt
+-- from -jids and -died) when one holds another Redis type, named in W.problems; the caller
+-- writes nothing. The batch's other keys are its own scripts' to check.
+local function batch_broken(wid)
+  local bad = false
+  for _, pair in ipairs({{'', 'hash'}, {'-jids', 'set'}, {'-died', 'set'}}) do
+    local kind = redis.call('TYPE', bkey(wid, pair[1]))['ok']
+    if kind ~= pair[2] and kind ~= 'none' then
+      problem(bkey(wid, pair[1]) .. ' holds a ' .. kind .. ', not a ' .. pair[2])
+      bad = true
+    end
+  end
+  return bad
+end
+
+-- A queue a step cannot be pushed to (the queues set or its list holds another Redis
+-- type): named in W.problems, with what is not done for it.
+local function unusable(queue, what)
+  for _, pair in ipairs({{C.prefix .. 'queues', 'set'}, {C.prefix .. 'queue:' .. queue, 'list'}}) do
+    local kind = redis.call('TYPE', pair[1])['ok']
+    if kind ~= pair[2] and kind ~= 'none' then
+      problem(pair[1] .. ' holds a ' .. kind .. ', not a ' .. pair[2] .. '; ' .. what)
+      return true
+    end
+  end
+  return false
+end
+
 -- Written keys live as long as the workflow: a key created by this write gets its TTL.
 local function keep(key)
   if redis.call('TTL', key) == -1 then redis.call('EXPIRE', key, W.ttl) end
@@ -128,14 +160,24 @@ local function policy_of(wid, name)
   return string.match(redis.call('HGET', wkey(wid, 'subs'), sub) or '', '^(%S+)') or W.policy
 end
 
--- Push a job of the workflow and register it with the workflow's batch.
+-- Push a job of the workflow and register it with the workflow's batch (its keys and the
+-- queue checked by the caller): a count that is none is rebuilt from the batch's sets, or
+-- left as it is (batch_lib.lua's `add`, which names it in C.problems).
 local function enqueue(wid, queue, jid, payload)
   redis.call('SADD', C.prefix .. 'queues', queue)
   redis.call('LPUSH', C.prefix .. 'queue:' .. queue, payload)
   if redis.call('SADD', bkey(wid, '-jids'), jid) == 1 then
-    redis.call('HINCRBY', bkey(wid), 'total', 1)
-    redis.call('HINCRBY', bkey(wid), 'pending', 1)
+    add(wid, 'total', 1)
+    add(wid, 'pending', 1)
   end
+end
+
+-- Every problem found, the workflow's and its batch's, after `head` (a script's reply).
+local function with_problems(head)
+  for _, list in ipairs({W.problems, C.problems}) do
+    for _, text in ipairs(list) do head[#head + 1] = text end
+  end
+  return head
 end
 
 -- A step whose dependencies are met: its payload made from its template, then pushed.
@@ -148,12 +190,26 @@ local function push(wid, step)
             .. shown(template) .. '; the step is not pushed')
     return
   end
-  local out = {}
+  if unusable(parts[1], 'step ' .. shown(step) .. ' is not pushed') then return end
+  local out, refs = {}, {}
   for i = 3, #parts do
-    if i % 2 == 1 then out[#out + 1] = parts[i] else out[#out + 1] = fill(wid, parts[i]) end
+    if i % 2 == 1 then
+      out[#out + 1] = parts[i]
+    else
+      out[#out + 1] = fill(wid, parts[i])
+      refs[#refs + 1] = parts[i]
+    end
   end
   local payload = table.concat(out)
   payload = string.sub(payload, 1, -2) .. ',"enqueued_at":' .. lib().stamp() .. '}'
+  -- The values' text goes in byte for byte: one that is no JSON made a payload no worker
+  -- could read (it went raw to the dead set, and the step was never counted).
+  if not pcall(cjson.decode, payload) then
+    problem(wkey(wid, 'values') .. ' holds what makes no JSON of step ' .. shown(step)
+            .. '\'s arguments (the values of ' .. shown(table.concat(refs, ' ')) .. ', or '
+            .. 'its template); the step is not pushed')
+    return
+  end
   enqueue(wid, parts[1], parts[2], payload)
   redis.call('HSET', wkey(wid, 'state'), step, 'queued')
   local sub = within(step)
@@ -210,7 +266,7 @@ local function end_sub(wid, sub)
     local info, parts = words(redis.call('HGET', wkey(wid, 'subs'), sub)), {}
     for i = 2, #info do
       local value = redis.call('HGET', wkey(wid, 'values'), info[i]) or 'null'
-      parts[#parts + 1] = '"' .. string.sub(info[i], #sub + 2) .. '":' .. value
+      parts[#parts + 1] = cjson.encode(string.sub(info[i], #sub + 2)) .. ':' .. value
     end
     redis.call('HSET', wkey(wid, 'values'), sub, '{' .. table.concat(parts, ',') .. '}')
     keep(wkey(wid, 'values'))

@@ -7,11 +7,26 @@
 --             '--', then pairs for the 'then' hash: node, its dependants (space separated);
 --             then '--', then four per nested workflow: name, policy, its leaves (space
 --             separated), how many job steps it holds
--- Returns the number of steps pushed; an error when the workflow id is taken.
+-- Returns the number of steps pushed; an error when the workflow id is taken, or when its
+-- batch's keys or the queue of a step it would push now hold another Redis type (nothing
+-- written).
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid, name, policy, ttl, index = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 if redis.call('EXISTS', wkey(wid)) == 1 then
   return redis.error_reply('WORKFLOWEXISTS workflow ' .. wid .. ' exists already')
+end
+-- Checked before any write: the batch's keys, and the queue of each step pushed now.
+local bad = batch_broken(wid)
+for k = 10, #ARGV, 3 do
+  if ARGV[k] == '--' then break end
+  if tonumber(ARGV[k + 2]) == 0 and unusable(cut(ARGV[k + 1])[1], 'step ' .. shown(ARGV[k])
+                                             .. ' cannot be pushed') then
+    bad = true
+  end
+end
+if bad then
+  return redis.error_reply('WORKFLOWBROKEN workflow ' .. wid .. ' cannot start: '
+                           .. table.concat(W.problems, '; ') .. ' (written by something else)')
 end
 local steps = 0
 local i = 10

@@ -6,15 +6,23 @@
 -- ARGV[5..8]  wid, step, outcome ('success' or 'death'), the value's JSON ('' on a death)
 -- ARGV[9..]   four per child added: name, queue, jid, payload
 -- Returns {1 when the step was counted, 0 when it was already (or the workflow is gone, or
--- one of its keys holds another Redis type: nothing written), what was found that wurk
--- never writes (W.problems)...}.
+-- one of its keys or its batch's holds another Redis type, or a child's queue does: nothing
+-- written), what was found that wurk never writes (W.problems, then the batch's
+-- C.problems)...}.
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid, step, outcome, value = ARGV[5], ARGV[6], ARGV[7], ARGV[8]
-if broken(wid) then return {0, unpack(W.problems)} end
+if broken(wid) or batch_broken(wid) then return {0, unpack(W.problems)} end
 if not wf_init(wid) then return {0} end
 local states = wkey(wid, 'state')
 if redis.call('HGET', states, step) ~= 'queued' then return {0} end
 local parent = string.match(step, '^(.*)%[%d+%]$')
+if outcome == 'success' and not W.cancelled then  -- the children's queues, before any write
+  for i = 9, #ARGV, 4 do
+    if unusable(ARGV[i + 1], 'its child ' .. shown(ARGV[i]) .. ' cannot be pushed') then
+      return {0, unpack(W.problems)}
+    end
+  end
+end
 if outcome == 'success' then
   redis.call('HSET', states, step, 'succeeded')
   redis.call('HSET', wkey(wid, 'values'), step, value)
@@ -60,4 +68,4 @@ if not W.cancelled then
   finish_if_done(wid)
 end
 refresh(wid, '-jids')
-return {1, unpack(W.problems)}
+return with_problems({1})

@@ -133,8 +133,9 @@ def retry_dead(config: Config, bid: str) -> str:
 # -- pages ------------------------------------------------------------------------------------
 def page_number(request: Request) -> int:
     text = request.query_params.get("page", "1")
-    if not text.isdigit() or len(text) > 18:  # a number Redis could take as an offset
-        return 1 if not text.isdigit() else 10**18
+    digits = text.isascii() and text.isdigit()  # '²' is a digit to isdigit, not to int
+    if not digits or len(text) > 18:  # a number Redis could take as an offset
+        return 1 if not digits else 10**18
     return max(1, int(text))
 
 

@@ -206,7 +206,7 @@ def listing(config: Config, page: int) -> dict[str, Any]:
 
 
 def _number(value: str | None) -> int | None:
-    if value is None or not value.isdigit() or len(value) > 15:
+    if value is None or not (value.isascii() and value.isdigit()) or len(value) > 15:
         return None
     return int(value)
 

@@ -182,6 +182,11 @@ def _time(value: str | None) -> float | None:
 
 def _order(name: str) -> tuple[Any, ...]:
     """Children after their parent, in the order they were added."""
-    return tuple((part.split("[")[0], *(int(p) if p.isdigit() else 0 for p in
+    return tuple((part.split("[")[0], *(_index(p) for p in
                                          part.replace("]", "").split("[")[1:]))
                  for part in name.split("/"))
+
+
+def _index(text: str) -> int:
+    """A child's index; 0 for what is none ('²' is a digit to ``isdigit``, not to ``int``)."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0

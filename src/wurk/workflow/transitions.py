@@ -59,7 +59,8 @@ def start(conn: Any, config: Config, *, wid: str, name: str, policy: str, ttl: i
           subs: Sequence[tuple[str, str, list[str], int]] = ()) -> int:
     """Write the graph (steps: name, template, dependencies; subs: each nested workflow's
     name, policy, leaves and job steps) and push its first steps; returns how many were
-    pushed."""
+    pushed. ``WorkflowError`` when the id is taken, or when the workflow's batch or the
+    queue of a step it would push now holds another Redis type (nothing written)."""
     args: list[object] = [*_common(config), wid, name, policy, ttl, config.keys.workflows]
     for step in steps:
         args += list(step)
@@ -72,7 +73,7 @@ def start(conn: Any, config: Config, *, wid: str, name: str, policy: str, ttl: i
     try:
         return int(_START.call(conn, [], args))
     except redis.ResponseError as exc:
-        if str(exc).startswith("WORKFLOWEXISTS"):
+        if str(exc).startswith(("WORKFLOWEXISTS", "WORKFLOWBROKEN")):
             raise WorkflowError(str(exc).split(" ", 1)[1]) from None
         raise
 
@@ -90,8 +91,10 @@ def finish(conn: Any, config: Config, wid: str, step: str, outcome: str, value: 
     reply = _STEP.call(conn, [], args)
     counted, problems = int(reply[0]), reply[1:]
     for problem in problems:
-        log.warning("workflow %s, step %s: %s (written by something else)%s", wid,
-                    shown(step, 200), shown(problem, 500),
+        found = text(problem)  # the batch's (batch_lib.lua's) say by what already
+        log.warning("workflow %s, step %s: %s%s%s", wid, shown(step, 200), shown(found, 500),
+                    "" if "written by something else" in found
+                    else " (written by something else)",
                     "" if counted else "; the step's end is not counted")
     return bool(counted)
 
