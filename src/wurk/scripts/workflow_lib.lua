@@ -65,11 +65,7 @@ local function problem(text)
   if #W.problems < 20 then W.problems[#W.problems + 1] = text end
 end
 
-local function shown(value)
-  if type(value) ~= 'string' then return tostring(value) end
-  if #value > 100 then value = string.sub(value, 1, 100) .. '...' end
-  return string.format('%q', value)
-end
+-- (``shown``, a stored value quoted for a problem: batch_lib.lua, which comes first.)
 
 -- HINCRBY, when the field holds a count it can go on from (absent is 0); else nil, the
 -- field left as it is and named in W.problems.
