@@ -184,9 +184,11 @@ def test_one_worker_serves_both_shards_each_on_its_own_redis(
 
 @wurk.job(name="Shards::FromEu", shard="eu")
 def from_eu() -> None:
-    home.perform_async(99)  # not routed: to the default shard, wherever this job came from
     with wurk.redis() as conn:  # the processor's own connection: the shard it fetched from
         conn.call("SET", "written-by-job", "1")
+    # Not routed: to the default shard, wherever this job came from. Pushed last, so the
+    # test that waits for it to run finds the write above done.
+    home.perform_async(99)
 
 
 def test_what_belongs_to_the_process_is_the_default_shard_s(

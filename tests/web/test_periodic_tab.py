@@ -159,4 +159,3 @@ def test_in_a_browser_the_tab_pauses_a_loop(seeded: redis.Redis,
         page.wait_for_url("**/periodic/?notice=pause")
         assert "Loop paused" in page.text_content(".notice")
         assert seeded.hget(f"loops:{GOOD}", "paused") == "1"
-        page.screenshot(path="test-output/screenshots/periodic.png", full_page=True)
