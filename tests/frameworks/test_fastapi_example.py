@@ -4,6 +4,7 @@ job, the dashboard answers under the mount for an admin only."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +13,7 @@ import pytest
 import redis
 from starlette.testclient import TestClient
 
+import wurk
 from tests.frameworks.conftest import EXAMPLES, load_example
 from tests.helpers.server import Server
 from wurk.errors import ConfigError
@@ -105,3 +107,61 @@ def test_async_endpoints_in_fake_mode_keep_the_jobs(shop: ModuleType, r: redis.R
     finally:
         wurk.testing.clear_all()
         wurk.testing.set_mode(previous)
+
+
+STARTED = threading.Event()
+
+
+@wurk.job(name="FastClaims::Slow")
+def a_job_longer_than_the_timeout() -> None:
+    STARTED.set()
+    time.sleep(30)  # the shutdown's interrupt ends it first
+
+
+def test_the_lifespans_end_gives_running_jobs_timeout_seconds_then_requeues_them(
+        redis_server: Server, r: redis.Redis) -> None:
+    """fastapi.md: with worker=True the lifespan "stops it at shutdown: running jobs get
+    `timeout` seconds, then go back to their queue"."""
+    from fastapi import FastAPI
+
+    from wurk.contrib.fastapi import Wurk
+
+    STARTED.clear()
+    config = wurk.Config(redis_url=redis_server.url, timeout=1, fetch_timeout=0.2,
+                         concurrency=1, heartbeat_interval=0.2)
+    ext = Wurk(config, worker=True)
+    jid = a_job_longer_than_the_timeout.set(config=config).perform_async()
+    with TestClient(FastAPI(lifespan=ext.lifespan)):
+        assert STARTED.wait(20), "the embedded worker did not start the job"
+        assert r.llen("queue:default") == 0
+        stopping = time.monotonic()
+    took = time.monotonic() - stopping
+    assert 0.9 <= took < 10, took  # the timeout, then the requeue; not the job's 30 s
+    [raw] = r.lrange("queue:default", 0, -1)
+    assert json.loads(raw)["jid"] == jid
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_an_async_authorize_decides_too(redis_server: Server) -> None:
+    from fastapi import FastAPI
+    from starlette.requests import Request
+
+    from wurk.contrib.fastapi import Wurk
+
+    async def admin(request: Request) -> bool:
+        return request.headers.get("x-admin") == "yes"
+
+    ext = Wurk(wurk.Config(redis_url=redis_server.url), dashboard="/jobs", authorize=admin)
+    with TestClient(FastAPI(lifespan=ext.lifespan), base_url="http://localhost") as client:
+        assert client.get("/jobs/").status_code == 403
+        assert client.get("/jobs/", headers={"x-admin": "yes"}).status_code == 200
+
+
+def test_the_client_dependency_is_of_the_given_configuration_else_the_default(
+        redis_server: Server) -> None:
+    from wurk.contrib.fastapi import Wurk
+
+    given = wurk.Config(redis_url=redis_server.url, key_prefix="given")
+    assert Wurk(given).client().config is given
+    default = wurk.configure(redis_url=redis_server.url)
+    assert Wurk().client().config is default

@@ -4,11 +4,13 @@ context, the dashboard answers under the app's mount only for an admin."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 import redis
@@ -100,3 +102,102 @@ def test_unknown_settings_are_named(redis_server: Server) -> None:
     with pytest.raises(ConfigError, match="unknown setting 'concurency'"):
         Wurk(app)
     assert wurk.default_config() is not None
+
+
+def mounted(authorize: Any, **options: Any) -> Any:
+    """A Flask app of its own with the dashboard at ``/wurk`` (the example's is fixed)."""
+    from flask import Flask, g
+
+    from wurk.contrib.flask import Wurk
+
+    app = Flask("claims")
+    app.config.update(SECRET_KEY="test-only", WURK_REDIS_URL=os.environ["REDIS_URL"],
+                      WURK_CONCURRENCY=5)
+
+    @app.before_request
+    def who() -> None:
+        g.user = "admin"
+
+    Wurk(app, dashboard="/wurk", authorize=authorize, **options)
+    return app
+
+
+@pytest.mark.parametrize("answer", [1, "yes", [True], None, False])
+def test_authorize_must_return_exactly_true_anything_else_is_403(
+        redis_server: Server, answer: Any) -> None:
+    """flask.md: authorize() "runs inside the request (so session, g ... are there) and must
+    return exactly True; anything else answers 403"."""
+    from flask import g
+
+    refused = mounted(lambda: answer).test_client()
+    assert refused.get("/wurk/").status_code == 403
+    assert refused.get("/wurk/queues").status_code == 403
+    allowed = mounted(lambda: g.user == "admin").test_client()  # g, set by the request
+    assert allowed.get("/wurk/").status_code == 200
+
+
+def test_init_app_makes_its_settings_the_process_default(redis_server: Server) -> None:
+    mounted(lambda: True)
+    config = wurk.default_config()
+    assert config.concurrency == 5 and config.redis_url == os.environ["REDIS_URL"]
+
+
+def test_the_dashboard_checks_its_own_token_and_origin_on_posts(r: redis.Redis) -> None:
+    r.zadd("retry", {json.dumps({"class": "X", "args": [], "jid": "e" * 24}): time.time()})
+    client = mounted(lambda: True).test_client()
+    form = {"action": "delete", "all": "1"}
+    assert client.post("/wurk/retries", data=form).status_code == 403  # no token
+    token = client.get("/wurk/api/csrf").json["token"]
+    assert client.post("/wurk/retries", data={**form, "csrf_token": token},
+                       headers={"Origin": "http://evil.example"}).status_code == 403
+    assert r.zcard("retry") == 1
+    assert client.post("/wurk/retries", data={**form, "csrf_token": token},
+                       headers={"Origin": "http://localhost"}).status_code == 303
+    assert r.zcard("retry") == 0
+
+
+def test_the_live_stream_answers_204_unless_live_is_true(redis_server: Server) -> None:
+    assert mounted(lambda: True).test_client().get("/wurk/stats/stream").status_code == 204
+    live = mounted(lambda: True, live=True).test_client()
+    stream = live.get("/wurk/stats/stream", buffered=False)
+    try:
+        assert stream.status_code == 200
+        assert stream.headers["content-type"].startswith("text/event-stream")
+    finally:
+        stream.close()
+
+
+def test_flask_wurk_worker_imports_the_modules_of_wurk_imports(
+        example_env: dict[str, str], r: redis.Redis, tmp_path: Path) -> None:
+    """flask.md: "WURK_IMPORTS lists modules the worker imports besides what the app
+    imports": the job's module is imported by the worker only, and its job runs."""
+    (tmp_path / "jobs_elsewhere.py").write_text(
+        "import os, wurk\n\n"
+        "@wurk.job(name='Elsewhere::Mark')\n"
+        "def mark(text):\n"
+        "    with open(os.environ['MARK_FILE'], 'a') as out:\n"
+        "        out.write(text)\n")
+    (tmp_path / "bare_app.py").write_text(
+        "from flask import Flask\n"
+        "from wurk.contrib.flask import Wurk\n\n"
+        "app = Flask(__name__)\n"
+        "app.config.update(WURK_IMPORTS=['jobs_elsewhere'], WURK_FETCH_TIMEOUT=0.2)\n"
+        "Wurk(app)\n")
+    mark = tmp_path / "mark.txt"
+    wurk.push({"class": "Elsewhere::Mark", "args": ["ran"]})
+    env = {**example_env, "MARK_FILE": str(mark), "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), *filter(None, [example_env.get("PYTHONPATH")])])}
+    worker = subprocess.Popen([sys.executable, "-m", "flask", "--app", "bare_app", "wurk",
+                               "worker", "-c", "1", "-t", "1"], cwd=tmp_path, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 40
+        while not (mark.exists() and mark.read_text()):
+            assert worker.poll() is None, worker.communicate()[0]
+            assert time.monotonic() < deadline, "the worker did not run the job"
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        output, _ = worker.communicate(timeout=30)
+    assert mark.read_text() == "ran", output
+    assert worker.returncode == 0, output

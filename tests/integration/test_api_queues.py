@@ -224,3 +224,21 @@ def test_records_keep_their_queue_for_delete(config: wurk.Config, r: redis.Redis
     (record,) = Queue("low", config).iterate()
     assert isinstance(record, JobRecord) and record.queue == "low"
     assert record.delete() and r.llen("queue:low") == 0
+
+
+def _cut_the_api_pools_connections(config: wurk.Config, r: redis.Redis) -> int:
+    """Kill, from another client, every connection the configuration's "api" pool holds."""
+    name = config.pool("api").client.get_connection_kwargs().get("client_name")
+    assert name
+    return sum(int(r.client_kill_filter(_id=c["id"])) for c in r.client_list()
+               if c.get("name") == name)
+
+
+def test_a_read_is_replayed_once_after_a_broken_connection(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """inspection.md: "Reads are replayed once after a broken connection"."""
+    queue = Queue("default", config)
+    r.lpush("queue:default", '{"class": "X", "args": [], "jid": "a"}')
+    assert queue.size() == 1  # the pool holds a connection now
+    assert _cut_the_api_pools_connections(config, r) >= 1
+    assert queue.size() == 1  # replayed on a new connection, not raised

@@ -153,3 +153,69 @@ def test_two_variables_of_one_name_are_refused(fast: wurk.Config) -> None:
     with pytest.raises(ValueError, match="another context variable named 'tenant'"):
         wurk.context.persist(contextvars.ContextVar("tenant"), config=fast)
     assert wurk.context.persisted(fast) == ["request_id", "tenant"]
+
+
+locale: contextvars.ContextVar[str] = contextvars.ContextVar("locale_name")
+
+
+def test_persist_adds_its_two_links_once_to_the_default_configuration(
+        fast: wurk.Config) -> None:
+    """context-propagation.md: ``persist`` "adds a client and a server middleware to the
+    configuration (once; the default one unless ``config=`` is given)"."""
+    from wurk.context import RestoreContext, SaveContext
+
+    assert wurk.default_config() is fast  # wurk.configure made it the default
+    wurk.context.persist(locale)  # no config=: the default one
+    wurk.context.persist(tenant, locale)  # again: no second pair of links
+    assert [type(link) for link in fast.client_middleware
+            if isinstance(link, SaveContext)] == [SaveContext]
+    assert [type(link) for link in fast.server_middleware
+            if isinstance(link, RestoreContext)] == [RestoreContext]
+    assert wurk.context.persisted() == ["locale_name", "request_id", "tenant"]
+    other = wurk.Config(redis_url=fast.redis_url)
+    wurk.context.persist(locale, config=other)
+    assert wurk.context.persisted(other) == ["locale_name"]
+
+
+def test_names_the_worker_does_not_know_are_ignored(fast: wurk.Config, r: redis.Redis) -> None:
+    r.lpush("queue:default", json.dumps({
+        "class": "Context::Record", "args": ["known"], "queue": "default", "jid": "c" * 24,
+        "wurk_ctx": {"tenant": "acme", "Current.unknown": 5}, "created_at": time.time(),
+    }))
+    r.sadd("queues", "default")
+    with wurk.embed(fast):
+        wait_until(lambda: len(seen) == 1)
+    assert seen == [("known", "acme", None)]
+    assert r.zcard("retry") == 0
+
+
+def test_ruby_context_keys_pass_through_a_push_and_the_dead_set_untouched(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    cattr = {"Current.user_id": 7}
+    token = tenant.set("acme")
+    try:
+        wurk.push({"class": "Context::Fail", "args": [], "retry": 0, "cattr": cattr,
+                   "locale": "de"})
+    finally:
+        tenant.reset(token)
+    pushed = only(r, "queue:default")
+    assert (pushed["cattr"], pushed["locale"], pushed["wurk_ctx"]) == (
+        cattr, "de", {"tenant": "acme"})
+    with wurk.embed(fast):
+        wait_until(lambda: r.zcard("dead") == 1)
+    dead = only(r, "dead")
+    assert (dead["cattr"], dead["locale"], dead["wurk_ctx"]) == (cattr, "de", {"tenant": "acme"})
+
+
+def test_a_bad_wurk_ctx_goes_through_its_retries_to_the_dead_set(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    r.lpush("queue:default", json.dumps({
+        "class": "Context::Record", "args": ["bad"], "queue": "default", "jid": "d" * 24,
+        "retry": 1, "retry_count": 0, "wurk_ctx": "tenant=acme", "created_at": time.time(),
+    }))  # its first retry: the last one retry=1 allows
+    r.sadd("queues", "default")
+    with wurk.embed(fast):
+        wait_until(lambda: r.zcard("dead") == 1)
+    dead = only(r, "dead")
+    assert dead["error_class"] == "wurk.InvalidPayload" and "wurk_ctx" in dead["error_message"]
+    assert r.zcard("retry") == 0 and seen == []

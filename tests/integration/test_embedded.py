@@ -8,6 +8,7 @@ import fcntl
 import logging
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -71,6 +72,25 @@ def test_start_runs_a_loopback_server_with_its_files_in_home(home: Path) -> None
     client = redis.Redis.from_url(status.url)
     assert client.config_get("appendonly") == {"appendonly": "yes"}
     client.close()
+
+
+def test_the_home_is_private_the_aof_synced_each_second_no_snapshots_no_maxmemory(
+        home: Path) -> None:
+    """embedded-server.md: ".wurk/ is made with mode 0700"; "The append-only file is on
+    (appendfsync everysec) and RDB snapshots are off"; "No maxmemory"; "server.lock | the
+    starters' lock; empty"."""
+    assert not home.exists()
+    status = EmbeddedServer(home).start()
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert (home / LOCK_FILE).read_bytes() == b""
+    client = redis.Redis.from_url(status.url, decode_responses=True)
+    try:
+        assert client.config_get("appendonly") == {"appendonly": "yes"}
+        assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+        assert client.config_get("save") == {"save": ""}
+        assert client.config_get("maxmemory") == {"maxmemory": "0"}
+    finally:
+        client.close()
 
 
 def test_second_start_reuses_the_running_server(home: Path) -> None:

@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -20,9 +21,14 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.runner import Drain
 from tests.helpers.wait import wait_until
+from wurk.api import RetrySet
+from wurk.limiter import OverLimit
 from wurk.profiling import middleware
-from wurk.profiling.flame import parse
+from wurk.profiling.flame import DRAW_LIMIT, Unreadable, parse
+from wurk.profiling.middleware import JobProfiler
+from wurk.profiling.record import STORED_MAX_BYTES
 
 FIELDS = {"started_at", "token", "type", "jid", "filename", "elapsed", "data", "size"}
 DONE: list[str] = []
@@ -173,3 +179,227 @@ def test_the_profile_option_is_checked_where_the_job_is_defined_or_set() -> None
     with pytest.raises(wurk.ConfigError, match="'hooks' is not one"):
         crunch_the_numbers.set(profile="t", profiler_options={"hooks": []})
     assert crunch_the_numbers.set(profile="t", profiler_options={"interval": 250})
+
+
+# -- what is in a profile, and what is not (profiling.md, "What it does") ----
+NEIGHBOUR_STARTED = threading.Event()
+PROFILED_DONE = threading.Event()
+
+
+def neighbours_own_work() -> None:
+    sum(range(2_000))
+
+
+@wurk.job(name="prof.neighbour")
+def neighbour() -> None:
+    NEIGHBOUR_STARTED.set()
+    while not PROFILED_DONE.is_set():
+        neighbours_own_work()
+    DONE.append("neighbour")
+
+
+@wurk.job(name="prof.alongside")
+def crunch_alongside_a_neighbour() -> None:
+    NEIGHBOUR_STARTED.wait(5)
+    started = time.perf_counter()
+    while time.perf_counter() - started < 0.3:
+        fib(12)
+    PROFILED_DONE.set()
+    DONE.append("alongside")
+
+
+@wurk.job(name="prof.aneighbour")
+async def busy_job_on_the_same_loop() -> None:
+    NEIGHBOUR_STARTED.set()
+    while not PROFILED_DONE.is_set():
+        neighbours_own_work()
+        await asyncio.sleep(0)
+    DONE.append("aneighbour")
+
+
+@wurk.job(name="prof.await")
+async def await_alongside_a_busy_job() -> None:
+    while not NEIGHBOUR_STARTED.is_set():
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    PROFILED_DONE.set()
+    DONE.append("await")
+
+
+@wurk.job(name="prof.spawns")
+async def starts_a_task_of_its_own() -> None:
+    async def the_jobs_own_task() -> None:
+        started = time.perf_counter()
+        while time.perf_counter() - started < 0.2:
+            neighbours_own_work()
+            await asyncio.sleep(0)
+
+    await asyncio.get_running_loop().create_task(the_jobs_own_task())
+    DONE.append("spawns")
+
+
+def frame_names(r: redis.Redis) -> set[str]:
+    [(member, _)] = profiles(r)
+    data = redis.Redis.from_url(os.environ["REDIS_URL"]).hget(member, "data")
+    return {frame["name"] for frame in json.loads(gzip.decompress(data))["shared"]["frames"]}
+
+
+def test_a_sync_jobs_profile_leaves_out_the_job_on_the_workers_other_thread(
+        worker: wurk.Config, r: redis.Redis) -> None:
+    NEIGHBOUR_STARTED.clear()
+    PROFILED_DONE.clear()
+    neighbour.perform_async()
+    crunch_alongside_a_neighbour.set(profile="alone").perform_async()
+    wait_until(lambda: sorted(DONE) == ["alongside", "neighbour"] and profiles(r),
+               what="both jobs and the profile")
+    names = frame_names(r)
+    assert "crunch_alongside_a_neighbour" in names and "fib" in names
+    assert not names & {"neighbour", "neighbours_own_work"}
+
+
+def test_an_async_jobs_await_is_one_await_frame_and_other_jobs_tasks_are_left_out(
+        worker: wurk.Config, r: redis.Redis) -> None:
+    NEIGHBOUR_STARTED.clear()
+    PROFILED_DONE.clear()
+    busy_job_on_the_same_loop.perform_async()
+    await_alongside_a_busy_job.set(profile="awaits").perform_async()
+    wait_until(lambda: sorted(DONE) == ["aneighbour", "await"] and profiles(r),
+               what="both jobs and the profile")
+    names = frame_names(r)
+    assert "await_alongside_a_busy_job" in names and "[await]" in names
+    assert not names & {"busy_job_on_the_same_loop", "neighbours_own_work"}
+
+
+def test_a_task_the_async_job_starts_itself_is_in_its_profile(worker: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    starts_a_task_of_its_own.set(profile="spawns").perform_async()
+    wait_until(lambda: DONE == ["spawns"] and profiles(r), what="the job and its profile")
+    assert "the_jobs_own_task" in frame_names(r)
+
+
+# -- what is stored, and when nothing is (profiling.md, "How it fails") ----
+@wurk.job(name="prof.limited", retry=1)
+def over_its_rate_limit() -> None:
+    fib(12)
+    DONE.append("limited")
+    raise OverLimit(None, retry_after=60.0)
+
+
+@wurk.job(name="prof.flaky", retry=1)
+def fails_once_then_succeeds() -> None:
+    fib(12)
+    DONE.append("flaky")
+    if DONE.count("flaky") == 1:
+        raise RuntimeError("the first run fails")
+
+
+def test_a_rate_limiters_reschedule_and_the_shutdown_store_nothing(
+        config: wurk.Config, r: redis.Redis) -> None:
+    DONE.clear()
+    over_its_rate_limit.set(profile="limited").perform_async()
+    drain = Drain(config, "default")
+    try:
+        assert drain() == 1
+    finally:
+        drain.close()
+    assert DONE == ["limited"] and r.zcard("schedule") == 1 and r.zcard("retry") == 0
+    assert not r.exists("profiles") and r.keys("limited-*") == []
+
+    def interrupted() -> None:
+        fib(12)
+        raise wurk.Shutdown()
+
+    payload = {"class": "prof.crunch", "args": [], "jid": "c" * 24, "profile": "stopped"}
+    with pytest.raises(wurk.Shutdown):
+        JobProfiler(config)(None, payload, "default", interrupted)
+    assert not r.exists("profiles") and r.keys("stopped-*") == []
+
+
+def test_the_retry_that_succeeds_is_profiled(config: wurk.Config, r: redis.Redis) -> None:
+    DONE.clear()
+    jid = fails_once_then_succeeds.set(profile="flaky").perform_async()
+    drain = Drain(config, "default")
+    try:
+        drain()
+        assert r.zcard("retry") == 1 and not r.exists("profiles")
+        assert RetrySet(config).retry_all() == 1
+        drain()
+    finally:
+        drain.close()
+    assert DONE == ["flaky", "flaky"]
+    assert [m for m, _ in profiles(r)] == [f"flaky-{jid}"]
+
+
+def test_when_storing_fails_the_error_handlers_hear_and_the_job_still_succeeds(
+        config: wurk.Config, r: redis.Redis) -> None:
+    reported: list[tuple[BaseException, dict[str, Any]]] = []
+    config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+    r.set("profiles", "a string: the MULTI's ZADD is refused")
+    jid = crunch_the_numbers.set(profile="unstored").perform_async(2)
+    drain = Drain(config, "default")
+    try:
+        assert drain() == 1
+    finally:
+        drain.close()
+    [(exc, context)] = reported
+    assert "WRONGTYPE" in str(exc)
+    assert context == {"context": "storing a job's profile", "jid": jid}
+    assert drain.counters.processed == 1 and drain.counters.failed == 0
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.llen("queue:default") == 0
+
+
+@pytest.mark.parametrize("token", ["", "t" * 101], ids=["empty", "over 100 characters"])
+def test_a_token_from_elsewhere_that_is_empty_or_too_long_runs_unprofiled_and_says_so(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        token: str) -> None:
+    caplog.set_level(logging.WARNING, logger="wurk")
+    DONE.clear()
+    wurk.push({"class": "prof.crunch", "args": [1], "profile": token})
+    drain = Drain(config, "default")
+    try:
+        assert drain() == 1
+    finally:
+        drain.close()
+    assert DONE == ["crunch"] and not r.exists("profiles")
+    assert "is not a token wurk can store (a non-empty string of at most 100 characters)" \
+        in caplog.text
+    wurk.push({"class": "prof.crunch", "args": [1], "profile": "t" * 100})
+    drain = Drain(config, "default")
+    try:
+        drain()
+    finally:
+        drain.close()
+    assert next(m for m, _ in profiles(r)).startswith("t" * 100 + "-")  # 100 is a token
+
+
+def test_the_sampling_interval_defaults_to_1000_us_and_tops_out_at_a_second(
+        config: wurk.Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    intervals: list[float] = []
+    real = middleware._pyinstrument()
+    assert real is not None
+    profiler_class, renderer = real
+
+    def recording_profiler(*args: Any, interval: float, **kwargs: Any) -> Any:
+        intervals.append(interval)
+        return profiler_class(*args, interval=interval, **kwargs)
+
+    monkeypatch.setattr(middleware, "_profiler_tools", lambda: (recording_profiler, renderer))
+    link = JobProfiler(config)
+    for options in [None, {"mode": "wall"}, {"interval": 1_000_000}]:
+        payload = {"class": "prof.crunch", "args": [], "jid": "d" * 24, "profile": "iv"}
+        if options is not None:
+            payload["profiler_options"] = options
+        link(None, payload, "default", lambda: None)
+    assert intervals == [0.001, 0.001, 1.0]
+    with pytest.raises(wurk.ConfigError, match="interval=1000001 is invalid"):
+        crunch_the_numbers.set(profile="t", profiler_options={"interval": 1_000_001})
+    assert crunch_the_numbers.set(profile="t", profiler_options={"interval": 1_000_000})
+
+
+def test_stored_data_is_capped_at_5_mb_and_drawing_at_8_mb_of_json() -> None:
+    assert STORED_MAX_BYTES == 5 * 1024 * 1024
+    assert DRAW_LIMIT == 8 * 1024 * 1024
+    with pytest.raises(Unreadable, match="over 8 MB of JSON"):
+        parse(gzip.compress(b" " * (DRAW_LIMIT + 1)))
+    with pytest.raises(Unreadable, match="not JSON"):  # 8 MB itself is read, then judged
+        parse(gzip.compress(b" " * DRAW_LIMIT))

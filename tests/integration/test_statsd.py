@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,32 @@ def test_an_envelope_no_key_opens_is_counted_as_an_encryption_error(
     assert "wurk.jobs.encryption_error:1|c|#worker:Stats::Secret,queue:default" in lines
     assert any(line.startswith("wurk.jobs.failure:1|c|") and "DecryptionError" in line
                for line in lines)
+
+
+def test_the_socket_is_connected_once_with_one_name_lookup(
+        listener: socket.socket, monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.md: "its UDP socket is connected once (one name lookup, not one per
+    packet)". Every lookup of the address goes through ``socket.getaddrinfo``: counted."""
+    port = listener.getsockname()[1]
+    lookups: list[tuple[object, object]] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def counted(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        lookups.append((host, port))
+        return real_getaddrinfo(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    sink = StatsdSink(wurk.Config(statsd=f"127.0.0.1:{port}", statsd_prefix="once"))
+    try:
+        for n in range(30):
+            sink.observe("Stats::Once", "default", {}, float(n), None)
+            sink.client.flush()  # one packet each: each could have looked the name up
+        lines = received(listener, "once.jobs.count")
+        first = sink.client.socket
+        sink.observe("Stats::Once", "default", {}, 1.0, None)
+        sink.client.flush()
+        assert sink.client.socket is first
+    finally:
+        sink.close()
+    assert any(line.startswith("once.jobs.count:1|c|") for line in lines)
+    assert lookups == [("127.0.0.1", port)]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import time
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
@@ -132,3 +134,15 @@ def test_prometheus_scrapes_the_cluster_from_redis(config: wurk.Config, r: redis
     assert samples["wurk_poison_kills_total", ()] == 0
     open_metrics = client.get("/metrics", headers={"accept": "application/openmetrics-text"})
     assert open_metrics.headers["content-type"].startswith("application/openmetrics-text")
+
+
+def test_without_the_prometheus_extra_the_dashboards_metrics_answers_501_saying_so(
+        config: wurk.Config, client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    """metrics.md: "the dashboard's /metrics answers 501 saying so" when prometheus-client
+    is missing; the page for a browser still draws."""
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # its import now fails
+    reply = client.get("/metrics", headers={"accept": "text/plain;version=0.0.4"})
+    assert reply.status_code == 501
+    assert reply.text == ("the Prometheus endpoint needs prometheus-client: "
+                          "pip install 'wurk[prometheus]'")
+    assert client.get("/metrics", headers=HTML).status_code == 200

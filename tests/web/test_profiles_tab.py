@@ -76,6 +76,10 @@ def test_a_wurk_profile_page_draws_the_flame_graph_and_downloads_speedscope(
     assert page.status_code == 200
     assert "<svg" in page.text and "compute_the_quarterly_report" in page.text
     assert "speedscope" in page.text
+    figure = page.text[page.text.index('<figure class="flame">'):]
+    figure = figure[:figure.index("</figure>")]
+    assert "<svg" in figure  # drawn on the server: no script in it, nothing from elsewhere
+    assert not any(part in figure.lower() for part in ("<script", "href=", "src=", "http"))
     data = client.get("/profiles/data", params={"key": key})
     assert data.status_code == 200
     assert data.headers["content-encoding"] == "gzip"
@@ -188,8 +192,12 @@ def test_in_chromium_the_tab_opens_a_profiled_jobs_flame_graph(
         page.goto(server.url + "/")
         page.click("nav >> text=Profiles")
         page.wait_for_url("**/profiles/")
+        requested: list[str] = []
+        page.on("request", lambda request: requested.append(request.url))
         page.click(f"tr:has-text('{jid}') >> a:has-text('Web::Profiled')")
         page.wait_for_selector("figure.flame svg")
+        page.wait_for_load_state("networkidle")
+        assert requested and all(url.startswith(server.url) for url in requested)
         svg = page.inner_html("figure.flame")
         assert "compute_the_quarterly_report" in svg
         names = page.eval_on_selector_all("figure.flame svg title",

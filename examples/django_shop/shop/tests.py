@@ -5,10 +5,13 @@ Run: ``python manage.py test shop`` (REDIS_URL, or wurk's embedded server).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import User
 from django.db import connection, transaction
@@ -136,7 +139,14 @@ class WithARealWorker(TransactionTestCase):
     def setUpClass(cls) -> None:
         super().setUpClass()
         flush_redis()
-        env = {**os.environ, "SHOP_DB": str(connection.settings_dict["NAME"])}
+        cls.probe = Path(tempfile.mkdtemp(prefix="shop-probe-"))
+        (cls.probe / "probe_never_imported.py").write_text(
+            "from pathlib import Path\n"
+            "Path(__file__).with_name('imported').touch()\n"
+            "def Job(*args):\n    pass\n")
+        env = {**os.environ, "SHOP_DB": str(connection.settings_dict["NAME"]),
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(cls.probe),
+                                                           os.environ.get("PYTHONPATH")]))}
         cls.worker = subprocess.Popen(
             [sys.executable, "manage.py", "wurk", "--noreload", "-c", "2"],
             cwd=PROJECT, env=env)
@@ -145,7 +155,19 @@ class WithARealWorker(TransactionTestCase):
     def tearDownClass(cls) -> None:
         cls.worker.terminate()
         cls.worker.wait(30)
+        shutil.rmtree(cls.probe, ignore_errors=True)
         super().tearDownClass()
+
+    def test_a_payloads_class_name_is_never_imported(self) -> None:
+        # django.md: "A worker only runs jobs of modules it loaded: a payload's class name
+        # is never imported" (the module is on the worker's path; importing it leaves a file).
+        jid = wurk.push({"class": "probe_never_imported.Job", "args": [], "retry": 1})
+        config = wurk.default_config()
+        retried = wait_for(lambda: config.pool("client").run(
+            lambda r: r.zrange(config.keys.retry, 0, -1)))
+        [entry] = [json.loads(raw) for raw in retried]
+        self.assertEqual(entry["jid"], jid)
+        self.assertFalse((self.probe / "imported").exists())
 
     def test_a_task_enqueued_from_a_view_runs_and_its_result_is_read_back(self) -> None:
         response = self.client.post("/compute", json.dumps({"a": 2, "b": 3}),
@@ -218,6 +240,27 @@ class Dashboard(TestCase):
             self.assertEqual(page.status_code, 200)  # a public name, no wurk setting needed
             self.assertEqual(self.client.get("/wurk/queues", HTTP_HOST="evil.example").status_code,
                              400)  # Django's own ALLOWED_HOSTS refusal
+
+    def test_djangos_csrf_check_is_skipped_and_the_dashboards_own_is_not(self) -> None:
+        from django.test import Client
+
+        flush_redis()
+        config = wurk.default_config()
+        config.pool("client").run(lambda r: r.zadd(config.keys.retry, {
+            json.dumps({"class": "X", "args": [], "jid": "e" * 24}): time.time()}))
+        client = Client(enforce_csrf_checks=True)  # Django's check on, as in a browser
+        client.force_login(User.objects.create_user("csrf", password="pw", is_staff=True))
+        form = {"action": "delete", "all": "1"}
+        same_origin = {"HTTP_SEC_FETCH_SITE": "same-origin",
+                       "content_type": "application/x-www-form-urlencoded"}  # as a <form>
+        refused = client.post("/wurk/retries", urlencode(form), **same_origin)
+        self.assertEqual(refused.status_code, 403)
+        self.assertIn("CSRF", refused.content.decode())
+        token = client.get("/wurk/api/csrf").json()["token"]
+        done = client.post("/wurk/retries", urlencode({**form, "csrf_token": token}),
+                           **same_origin)
+        self.assertEqual(done.status_code, 303)  # no Django token: the dashboard's sufficed
+        self.assertEqual(config.pool("client").run(lambda r: r.zcard(config.keys.retry)), 0)
 
     def test_a_non_staff_user_is_refused(self) -> None:
         self.client.force_login(User.objects.create_user("bob", password="pw"))
@@ -292,6 +335,21 @@ class SavepointsAndSettings(TransactionTestCase):
         with self.settings(WURK={"CONCURENCY": 3}), \
                 self.assertRaisesRegex(ImproperlyConfigured, "unknown setting 'concurency'"):
             build_config()
+
+    def test_keys_in_any_case_the_apps_own_defaults_and_redis_url_from_the_environment(
+            self) -> None:
+        from wurk.contrib.django.settings import app_settings, build_config
+
+        with self.settings(WURK={"concurrency": 3, "Shutdown_Grace": 2}):
+            config = build_config()
+            self.assertEqual((config.concurrency, config.shutdown_grace), (3, 2))
+        with self.settings(WURK={}, DEBUG=True):
+            own = app_settings()
+            self.assertEqual((own.database, own.imports, own.autoreload), ("default", (), True))
+        with self.settings(WURK={}, DEBUG=False):
+            self.assertFalse(app_settings().autoreload)
+        with self.settings(WURK={"REDIS_URL": "redis://127.0.0.1:1/0"}):
+            self.assertEqual(build_config().redis_url, os.environ["REDIS_URL"])  # env wins
 
     def test_client_default_turns_the_deferral_off(self) -> None:
         from wurk.contrib.django.settings import build_config

@@ -5,9 +5,10 @@ pyinstrument, and stores the profile of a run that succeeded.
    profiler sampling every millisecond (``profiler_options={"interval": µs}`` changes that,
    as Vernier's option does in Ruby): a sync job in its own thread (``async_mode
    "disabled"``: the job's thread is all the job), an ``async def`` job in its own task
-   (``"enabled"``: the time it awaits is shown as ``<await>``, other tasks on the loop are
-   not in it). The link is innermost of the built-ins (``wurk.launcher.BUILT_IN``), so the
-   application's server middleware is in the profile with the job, as in Sidekiq.
+   (``"enabled"``: the time it awaits is shown as ``[await]``, other jobs' tasks on the loop
+   are not in it; a task the job starts inherits its context, so is). The link is innermost
+   of the built-ins (``wurk.launcher.BUILT_IN``), so the application's server middleware is
+   in the profile with the job, as in Sidekiq.
 2. A run that raised (a failure, a rate limit's reschedule, the shutdown) stores nothing; a
    run that returned is rendered and stored (``wurk.profiling.record``) before the job is
    acknowledged — off the event loop for an async job.
