@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from typing import Any
 
@@ -10,9 +11,12 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.faults import config_for
+from tests.helpers.proxy import FaultProxy
+from tests.helpers.server import Server
 from tests.helpers.sidekiq import heartbeat, work
 from wurk.api import Invalid, Process, ProcessSet, WorkSet
-from wurk.errors import InspectionError
+from wurk.errors import InspectionError, RedisUnavailable
 
 
 def info(identity: str, **extra: Any) -> dict[str, Any]:
@@ -99,6 +103,41 @@ def test_embedded_processes_refuse_signals(config: wurk.Config, r: redis.Redis) 
     with pytest.raises(InspectionError, match="embedded"):
         process.stop()
     assert r.exists(f"{WURK_8}-signals") == 0
+
+
+def test_a_signal_whose_reply_a_broken_connection_lost_is_not_sent_twice(
+        redis_server: Server, r: redis.Redis) -> None:
+    """inspection.md: "writes are not [replayed]": the LPUSH of a quiet reached Redis, its
+    reply was lost with the connection; the call raises rather than push TSTP again."""
+    heartbeat(r, WURK_8, info=info(WURK_8))
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url)
+        try:
+            found = Process.find(WURK_8, config)  # its record read: the write comes first
+            assert found is not None
+            proxy.latency(0.3)  # each way: the reply waits 0.3 s in the proxy
+            outcome: list[BaseException | None] = []
+
+            def quiet() -> None:
+                try:
+                    found.quiet()
+                    outcome.append(None)
+                except Exception as exc:
+                    outcome.append(exc)
+
+            quieting = threading.Thread(target=quiet)
+            quieting.start()
+            deadline = time.monotonic() + 10
+            while not r.exists(f"{WURK_8}-signals"):  # applied; its reply in the proxy
+                assert time.monotonic() < deadline, "the signal never reached Redis"
+                time.sleep(0.01)
+            assert proxy.cut() >= 1
+            quieting.join(10)
+            assert [type(exc) for exc in outcome] == [RedisUnavailable]
+            time.sleep(0.5)  # a replay would have pushed by now, through the proxy
+            assert r.lrange(f"{WURK_8}-signals", 0, -1) == ["TSTP"]
+        finally:
+            config.close()
 
 
 def test_a_process_by_its_identity(config: wurk.Config, r: redis.Redis) -> None:

@@ -15,8 +15,11 @@ import redis
 
 import wurk
 import wurk.api
+from tests.helpers.faults import config_for
+from tests.helpers.proxy import FaultProxy
+from tests.helpers.server import Server
 from wurk.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
-from wurk.errors import InspectionError, JobKilled
+from wurk.errors import InspectionError, JobKilled, RedisUnavailable
 
 
 def payload(n: int, **extra: Any) -> dict[str, Any]:
@@ -143,6 +146,63 @@ def test_unparseable_or_unpushable_entries_refuse_retry(config: wurk.Config,
         entries[3.0].retry()
     assert r.zcard("dead") == 3 and r.exists("queue:default") == 0
     assert entries[1.0].delete() is True  # removable by its exact bytes
+
+
+@pytest.mark.parametrize("spoiled", ["queue:default", "queues"])
+def test_a_retry_into_a_key_of_another_type_moves_nothing(config: wurk.Config, r: redis.Redis,
+                                                           spoiled: str) -> None:
+    """inspection.md: retry() is "all in one Lua script: never in neither place". A script
+    is not rolled back: a push refused after the removal lost the job, so the keys it
+    writes are checked before anything is removed."""
+    r.zadd("retry", {member(1): 1.0, member(2): 2.0})
+    r.zadd("dead", {member(3): 3.0})
+    r.set(spoiled, "a string, as a person at redis-cli left it")
+    first = RetrySet(config).page(0, 1)[0]
+    for move in (first.retry, first.add_to_queue, RetrySet(config).retry_all,
+                 DeadSet(config).retry_all):
+        with pytest.raises(redis.ResponseError, match=r"WRONGTYPE.*nothing was moved"):
+            move()
+    assert r.zrange("retry", 0, -1) == [member(1), member(2)]  # both still where they were
+    assert r.zrange("dead", 0, -1) == [member(3)]
+    assert r.get(spoiled) == "a string, as a person at redis-cli left it"
+    r.delete(spoiled)
+    assert first.retry() is True and r.zcard("retry") == 1  # the same call, keys put right
+
+
+def test_a_write_is_not_replayed_after_its_connection_breaks(
+        redis_server: Server, r: redis.Redis) -> None:
+    """inspection.md: "writes are not [replayed]". The connection breaks after the ZREM
+    reached Redis and before its reply came back: the call raises, and it is not sent
+    again (a replay would have answered False, the entry being gone)."""
+    r.zadd("retry", {member(1): 1.0})
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url)
+        try:
+            (entry,) = RetrySet(config).iterate()  # a connection to the proxy, open
+            proxy.latency(0.3)  # each way: the reply waits 0.3 s in the proxy
+            r.config_resetstat()
+            outcome: list[object] = []
+            deleting = threading.Thread(target=lambda: outcome.append(_called(entry.delete)))
+            deleting.start()
+            deadline = time.monotonic() + 10
+            while r.zcard("retry"):  # applied by Redis; its reply still in the proxy
+                assert time.monotonic() < deadline, "the ZREM never reached Redis"
+                time.sleep(0.01)
+            assert proxy.cut() >= 1
+            deleting.join(10)
+            (raised,) = outcome
+            assert isinstance(raised, RedisUnavailable), raised
+            commands = r.info("commandstats").get("cmdstat_zrem", {}).get("calls")
+            assert commands == 1, commands  # once: the test's client sent none
+        finally:
+            config.close()
+
+
+def _called(fn: Any) -> object:
+    try:
+        return fn()
+    except Exception as exc:
+        return exc
 
 
 def test_kill_moves_as_stored_and_runs_death_handlers(config: wurk.Config, r: redis.Redis,

@@ -405,8 +405,10 @@ class Queue:
     def clear(self) -> int:
         """Delete every job and forget the queue; returns how many jobs there were.
 
-        Never replayed after a broken connection. The unique jobs
-        among them are read first (the whole list, in pages) to release their locks. A
+        The unique jobs among them are read first (the whole list, in pages) to release
+        their locks; those reads are replayed once after a broken connection, as every
+        read is. The delete itself (one ``MULTI``) is not: a connection broken under it
+        raises ``RedisUnavailable``, whether or not Redis applied it. A
         partitioned queue's partitions are emptied after its plain list, each a page at a
         time (``partition_clear.lua``); see the module's notes.
         """
