@@ -57,6 +57,26 @@ def test_bad_input_is_one_line_and_exit_2(config: wurk.Config, r: redis.Redis,
     assert r.dbsize() == 0
 
 
+def test_with_r_the_jobs_own_options_apply_and_queue_still_wins(
+        config: wurk.Config, r: redis.Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """inspection.md: with -r "the job's own options apply (its queue, `retry`…; `--queue`
+    still wins)"."""
+    (tmp_path / "claims_enqueue_jobs.py").write_text(
+        "import wurk\n\n\n@wurk.job(name='Claims::Nightly', queue='reports', retry=2)\n"
+        "def nightly(day: str) -> None:\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert run(["enqueue", "-r", "claims_enqueue_jobs", "Claims::Nightly", '"mon"']) == 0
+    (own,) = [json.loads(raw) for raw in r.lrange("queue:reports", 0, -1)]
+    assert (own["args"], own["retry"]) == (["mon"], 2)
+    assert run(["enqueue", "-r", "claims_enqueue_jobs", "Claims::Nightly", '"tue"',
+                "--queue", "low"]) == 0
+    (moved,) = [json.loads(raw) for raw in r.lrange("queue:low", 0, -1)]
+    assert (moved["args"], moved["retry"], moved["queue"]) == (["tue"], 2, "low")
+    assert r.llen("queue:reports") == 1
+    assert "Enqueued Claims::Nightly on queue 'low' now." in capsys.readouterr().err
+
+
 def test_enqueue_as_a_command(r: redis.Redis) -> None:
     done = subprocess.run([sys.executable, "-m", "wurk", "enqueue", "Sys::Incr", '"k"'],
                           cwd=ROOT, capture_output=True, text=True, timeout=60,

@@ -201,3 +201,19 @@ def test_wrong_type_in_redis_reads_as_empty_and_says_which_key(
     code, _, err = cli(capsys, "retries")
     assert code == 0 and "Traceback" not in err
     assert "'retry' holds a value of another type" in caplog.text
+
+
+def test_a_key_of_the_wrong_type_a_command_writes_is_one_line_and_exit_1(
+        config: wurk.Config, r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """inspection.md: "Errors are one line on stderr with exit 1 (…, a key of the wrong
+    type)": a key the command writes (one it only reads reads as absent, the test above)."""
+    r.set("paused", "oops")
+    code, out, err = cli(capsys, "queues", "pause", "default")
+    assert (code, out) == (1, "") and err.startswith("Error: WRONGTYPE")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    r.zadd("retry", {job(1): 10.0})
+    r.set("queue:default", "oops")
+    code, out, err = cli(capsys, "retry", f"{1:024x}")
+    assert (code, out) == (1, "") and err.startswith("Error: WRONGTYPE")
+    assert err.count("\n") == 1 and "nothing was moved" in err
+    assert r.zrange("retry", 0, -1) == [job(1)]  # still in the retry set, not lost
