@@ -14,17 +14,32 @@ from pathlib import Path
 from urllib.parse import urlencode
 
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.core.signals import request_finished
+from django.db import close_old_connections, connection, transaction
 from django.test import TestCase, TransactionTestCase
+from django.urls import include, path
 
 import wurk
 import wurk.testing
+from wurk.contrib.django.urls import dashboard_urls
 
 from .jobs import ship_order
 from .models import Order
 from .tasks import add, attempt_number, refuse
 
 PROJECT = Path(__file__).resolve().parent.parent
+
+# The dashboard mounted with the live stream on (``ROOT_URLCONF="shop.tests"`` in a test).
+urlpatterns = [path("wurk/", include(dashboard_urls(live=True)))]
+
+# What ``look_at_the_connection`` saw as it started: (no connection open, queries logged).
+SEEN: list[tuple[bool, int]] = []
+
+
+@wurk.job
+def look_at_the_connection() -> None:
+    SEEN.append((connection.connection is None, len(connection.queries_log)))
+    connection.ensure_connection()  # the job's own, for the close after it
 
 
 def flush_redis() -> None:
@@ -129,6 +144,18 @@ class PushInsideAtomic(TransactionTestCase):
         self.assertTrue(Order.objects.get(item="pen").shipped)
         self.assertEqual(queued(), [])
 
+    def test_each_job_runs_between_two_close_old_connections_calls(self) -> None:
+        # django.md: "a connection past CONN_MAX_AGE, or broken, is closed before the job and
+        # after it; the query log (DEBUG) is reset" (CONN_MAX_AGE is 0 here: each is past it).
+        SEEN.clear()
+        with wurk.testing.fake():
+            look_at_the_connection.perform_async()
+            connection.ensure_connection()  # opened before the job, as a request left it
+            connection.queries_log.append({"sql": "SELECT 'before the job'", "time": "0"})
+            look_at_the_connection.drain()
+            self.assertEqual(SEEN, [(True, 0)])  # closed and the log reset before it ran
+            self.assertIsNone(connection.connection)  # the job's own, closed after it
+
 
 class WithARealWorker(TransactionTestCase):
     """``manage.py wurk`` in a subprocess, on the test database."""
@@ -232,6 +259,25 @@ class Dashboard(TestCase):
         self.assertIn("processed", stats.content.decode())
         # The live stream is off under a WSGI host: 204 tells the browser not to reconnect.
         self.assertEqual(self.client.get("/wurk/stats/stream").status_code, 204)
+
+    def test_dashboard_urls_live_true_turns_the_stream_on(self) -> None:
+        # django.md: "on a threaded or async server, dashboard_urls(live=True) turns the
+        # stream on" (off, it answers 204: test_staff_see_the_dashboard_under_the_mount).
+        self.client.force_login(User.objects.create_user("liv", password="pw", is_staff=True))
+        with self.settings(ROOT_URLCONF="shop.tests"):
+            stream = self.client.get("/wurk/stats/stream")
+            try:
+                self.assertEqual(stream.status_code, 200)
+                self.assertTrue(stream["Content-Type"].startswith("text/event-stream"))
+                self.assertTrue(stream.streaming)
+            finally:
+                # Closed unread: Django's request_finished would close this test's database
+                # connection (its client does this same dance for a stream read to the end).
+                request_finished.disconnect(close_old_connections)
+                try:
+                    stream.close()
+                finally:
+                    request_finished.connect(close_old_connections)
 
     def test_the_dashboard_answers_the_hosts_django_allows(self) -> None:
         self.client.force_login(User.objects.create_user("eve", password="pw", is_staff=True))
@@ -351,6 +397,15 @@ class SavepointsAndSettings(TransactionTestCase):
         with self.settings(WURK={"REDIS_URL": "redis://127.0.0.1:1/0"}):
             self.assertEqual(build_config().redis_url, os.environ["REDIS_URL"])  # env wins
 
+    def test_the_outbox_is_polled_every_second_by_default(self) -> None:
+        # django.md: "every worker's poll (OUTBOX_POLL_INTERVAL, 1 s)".
+        from wurk.contrib.django.settings import build_config
+
+        with self.settings(WURK={}):
+            self.assertEqual(build_config().outbox_poll_interval, 1.0)
+        with self.settings(WURK={"OUTBOX_POLL_INTERVAL": 0.25}):
+            self.assertEqual(build_config().outbox_poll_interval, 0.25)
+
     def test_client_default_turns_the_deferral_off(self) -> None:
         from wurk.contrib.django.settings import build_config
 
@@ -391,6 +446,33 @@ class TaskResults(TransactionTestCase):
         backend.store.update(result.id, lambda record: record.update(status="SUCCESSFUL"))
         self.assertIsNone(find(wurk.default_config(), result.id))
         self.assertEqual(str(add.get_result(result.id).status), "RUNNING")
+
+    def test_a_result_is_kept_a_day_by_default(self) -> None:
+        # django.md: "RESULT_TTL (seconds a result is kept after its last change, default
+        # 86400)": the task's job carries it, and its record expires after it.
+        result = add.enqueue(1, 2)
+        (job,) = queued()
+        self.assertEqual((job["jid"], job["result_ttl"]), (result.id, 86400))
+        config = wurk.default_config()
+        ttl = config.pool("client").run(lambda r: r.ttl(config.keys.task_result(result.id)))
+        self.assertTrue(86400 - 60 <= ttl <= 86400, ttl)
+
+    def test_a_result_whose_tasks_module_is_not_loaded_does_not_exist(self) -> None:
+        # django.md: "A task's module not loaded in the process reading the result:
+        # TaskResultDoesNotExist."
+        try:
+            from django.tasks.exceptions import TaskResultDoesNotExist
+        except ImportError:
+            from django_tasks.exceptions import TaskResultDoesNotExist
+        import sys
+
+        result = add.enqueue(3, 4)
+        self.assertEqual(str(add.get_result(result.id).status), "READY")
+        add.get_backend().store.update(
+            result.id, lambda record: record.update(task="shop.reports.total"))
+        self.assertNotIn("shop.reports", sys.modules)
+        with self.assertRaises(TaskResultDoesNotExist):
+            add.get_result(result.id)
 
     def test_enqueue_sends_task_enqueued(self) -> None:
         try:
