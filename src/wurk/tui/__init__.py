@@ -18,9 +18,10 @@ from __future__ import annotations
 
 try:
     import textual  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on what is installed
+except ImportError as exc:  # tests/tui/test_cli.py hides Textual
+    # The missing module's name goes on: ``wurk top`` says it (without it, "None is missing").
     raise ImportError(f"wurk top needs the tui extra ({exc.name} is missing): "
-                      "pip install 'wurk[tui]'") from exc
+                      "pip install 'wurk[tui]'", name=exc.name) from exc
 
 from .app import TopApp
 
