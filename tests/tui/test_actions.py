@@ -261,3 +261,22 @@ def test_read_only_offers_no_action_and_does_none(config: wurk.Config, world: Wo
     drive(config, scenario, read_only=True)
     after = {key: r.dump(key) for key in r.keys("*") if not key.startswith("process")}
     assert after == before and dashboard == []
+
+
+def test_enter_answers_yes_escape_no_and_a_job_moved_first_is_not_counted(
+        config: wurk.Config, world: World) -> None:
+    """tui.md: answered "`y` (or Enter) or `n` (or Escape)"; what was done counts "only what
+    was still there: a job a worker moved first is not counted"."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "retries")
+        await confirm(app, pilot, "D", "escape")
+        assert RetrySet(config).size() == 3 and app.done == []
+        await press(app, pilot, "x", "j", "x")  # the two soonest selected
+        assert RetrySet(config).page(0, 1)[0].delete()  # a worker took the first meanwhile
+        assert await confirm(app, pilot, "R", "enter") == \
+            "Retry the 2 selected jobs in Retries?"
+        assert app.done == ["Retried 1 job."]
+        assert RetrySet(config).size() == 1 and Queue("default", config).size() == 7
+
+    drive(config, scenario)

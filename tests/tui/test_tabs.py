@@ -19,8 +19,12 @@ pytest.importorskip("textual", reason="wurk top needs the tui extra: pip install
 from textual.pilot import Pilot
 from textual.widgets import Sparkline
 
+from tests.helpers.faults import config_for
 from tests.helpers.metrics import tracked
+from tests.helpers.proxy import FaultProxy
+from tests.helpers.server import Server
 from tests.tui.drive import (
+    confirm,
     drive,
     press,
     refresh,
@@ -300,6 +304,59 @@ def test_redis_out_of_reach_is_said_in_the_masthead_and_the_ui_carries_on(
         drive(gone, scenario, size=(200, 30))
     finally:
         gone.close()
+
+
+def test_the_masthead_names_a_url_without_its_password(
+        redis_server: Server, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """tui.md: "The top line names the Redis it reads (a URL without its password …)"."""
+    monkeypatch.delenv("REDIS_URL")  # it would win over the URL given here
+    url = f"redis://default:s3cret-pw@127.0.0.1:{redis_server.port}/0"
+    with_password = wurk.Config(redis_url=url)
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        top = shown(app).splitlines()[0]
+        assert f"Redis redis://default:***@127.0.0.1:{redis_server.port}/0" in top, top
+        assert "s3cret" not in shown(app)
+        assert "Processed 1,234" in shown(app)  # the password was used: Redis answered
+
+    try:
+        drive(with_password, scenario)
+    finally:
+        with_password.close()
+
+
+def test_redis_lost_while_it_runs_keeps_the_last_numbers_until_it_answers_again(
+        redis_server: Server, world: World, r: redis.Redis) -> None:
+    """tui.md: "Redis lost while it runs": the top line says so, "the last numbers stay on
+    screen, every tick tries again and the line goes once Redis answers; an action asked
+    meanwhile says it failed, and did nothing"."""
+    with FaultProxy(redis_server.port) as proxy:
+        through = config_for(proxy.url)
+
+        async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+            await tab(app, pilot, "retries")
+            with proxy.outage():
+                await refresh(app, pilot)
+                assert app.problem is not None
+                assert app.problem.startswith("Redis cannot be reached right now (")
+                assert app.problem.endswith("); retrying")
+                screen = shown(app)
+                assert "Redis cannot be reached right now" in screen.splitlines()[0]
+                assert "Processed 1,234" in screen and "Import::Row" in screen  # kept
+                await confirm(app, pilot, "R")
+                assert app.done[-1].startswith("Retry failed: Redis cannot be reached")
+                assert r.zcard("retry") == 3 and r.llen("queue:default") == 6  # nothing
+            r.set("stat:processed", 4321)
+            app.request_refresh()  # a tick
+            await settle(app, pilot)
+            assert app.problem is None
+            screen = shown(app)
+            assert "cannot be reached" not in screen and "Processed 4,321" in screen
+
+        try:
+            drive(through, scenario)
+        finally:
+            through.close()
 
 
 def test_iteration_state_is_read_where_an_it_hash_exists_and_checked(
