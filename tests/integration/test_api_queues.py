@@ -12,6 +12,9 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.faults import config_for
+from tests.helpers.proxy import FaultProxy
+from tests.helpers.server import Server
 from wurk.api import JobRecord, Queue, paging
 from wurk.errors import InspectionError, RedisUnavailable
 
@@ -226,19 +229,36 @@ def test_records_keep_their_queue_for_delete(config: wurk.Config, r: redis.Redis
     assert record.delete() and r.llen("queue:low") == 0
 
 
-def _cut_the_api_pools_connections(config: wurk.Config, r: redis.Redis) -> int:
-    """Kill, from another client, every connection the configuration's "api" pool holds."""
-    name = config.pool("api").client.get_connection_kwargs().get("client_name")
-    assert name
-    return sum(int(r.client_kill_filter(_id=c["id"])) for c in r.client_list()
-               if c.get("name") == name)
-
-
 def test_a_read_is_replayed_once_after_a_broken_connection(
-        config: wurk.Config, r: redis.Redis) -> None:
-    """inspection.md: "Reads are replayed once after a broken connection"."""
-    queue = Queue("default", config)
+        redis_server: Server, r: redis.Redis) -> None:
+    """inspection.md: "Reads are replayed once after a broken connection". The connection
+    breaks after the LLEN reached Redis and before its reply came back (an idle connection
+    killed between calls would not do: the pool finds it closed at checkout and connects
+    anew before sending anything): the call answers, from a second LLEN on a new
+    connection."""
     r.lpush("queue:default", '{"class": "X", "args": [], "jid": "a"}')
-    assert queue.size() == 1  # the pool holds a connection now
-    assert _cut_the_api_pools_connections(config, r) >= 1
-    assert queue.size() == 1  # replayed on a new connection, not raised
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url)
+        try:
+            queue = Queue("default", config)
+            assert queue.size() == 1  # a connection to the proxy, open
+            proxy.latency(0.3)  # each way: the reply waits 0.3 s in the proxy
+            r.config_resetstat()
+            outcome: list[object] = []
+            reading = threading.Thread(target=lambda: outcome.append(queue.size()))
+            reading.start()
+            deadline = time.monotonic() + 10
+            while not _calls(r, "llen"):  # reached Redis; its reply still in the proxy
+                assert time.monotonic() < deadline, "the LLEN never reached Redis"
+                time.sleep(0.01)
+            assert proxy.cut() >= 1
+            reading.join(10)
+            assert outcome == [1]  # answered, not raised
+            assert _calls(r, "llen") == 2  # the replay, once
+        finally:
+            config.close()
+
+
+def _calls(r: redis.Redis, command: str) -> int:
+    stats: dict[str, Any] = r.info("commandstats").get(f"cmdstat_{command}", {})
+    return int(stats.get("calls", 0))
