@@ -8,6 +8,7 @@ import datetime as dt
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -304,6 +305,29 @@ def test_redis_out_of_reach_is_said_in_the_masthead_and_the_ui_carries_on(
         drive(gone, scenario, size=(200, 30))
     finally:
         gone.close()
+
+
+@pytest.mark.parametrize("step", ["read", "shown"])
+def test_a_view_that_fails_otherwise_is_named_and_the_rest_goes_on(
+        config: wurk.Config, world: World, monkeypatch: pytest.MonkeyPatch, step: str) -> None:
+    """tui.md: a read or a value that fails for another reason than Redis: the top line
+    names it ("Could not show this view: …"); the other tabs and the keys go on working."""
+    from wurk.tui.panes import MetricsPane
+
+    def broken(self: Any, *args: Any) -> Any:
+        raise TypeError("a value no view expected")
+
+    monkeypatch.setattr(MetricsPane, step, broken)
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "metrics")
+        assert app.problem == "Could not show this view: TypeError: a value no view expected"
+        assert "Could not show this view" in shown(app)
+        await tab(app, pilot, "retries")
+        await press(app, pilot, "question_mark", "escape")  # the keys answer
+        assert app.problem is None
+
+    drive(config, scenario)
 
 
 def test_the_masthead_names_a_url_without_its_password(

@@ -381,9 +381,11 @@ class TopApp(App[None]):
             totals = reads.totals(self.config)
             found = view.read(self.config, params) if view is not None and due else None
         except Exception as exc:  # Redis down, or a read that failed: say so, carry on
-            if not isinstance(exc, (redis.RedisError, WurkError)):
-                log.debug("wurk top: a read failed", exc_info=True)
-            return Loaded(view, params, None, None, describe(exc))
+            if isinstance(exc, (redis.RedisError, WurkError)):
+                return Loaded(view, params, None, None, describe(exc))
+            log.debug("wurk top: a read failed", exc_info=True)
+            return Loaded(view, params, None, None,
+                          f"Could not show this view: {describe(exc)}")
         return Loaded(view, params, totals, found, None)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
