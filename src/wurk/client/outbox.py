@@ -23,6 +23,9 @@
    (one last pass for rows it was woken for). Every worker polls the table every
    ``outbox_poll_interval`` as the fallback (``OutboxDuty``, on the worker's shared timer
    thread), so rows a killed process left, or written while Redis was down, go too.
+5. Fork: a forked child starts its relay afresh (``os.register_at_fork``): no thread, no
+   lock held by a thread of its parent's (a pass in progress holds one through a database
+   query and a Redis round trip), so the child's own passes are never held up by one.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import atexit
 import contextvars
 import logging
+import os
 import threading
 import time
 import weakref
@@ -177,9 +181,15 @@ class Relay:
     def __init__(self, config: Config, store: OutboxStore) -> None:
         self.config = config
         self.store = store
+        self._fresh()
+        _live.add(self)
+
+    def _fresh(self) -> None:
+        """Per-process state (again in a forked child, where the parent's thread is gone
+        and a lock it held would stay held for good)."""
         self.forgets = idempotent.Forgets()
         self.relayed = 0  # rows pushed (or found pushed) by this process
-        self.duty = Duty(config, "wurk-outbox-relay", self.run_once, self._interval,
+        self.duty = Duty(self.config, "wurk-outbox-relay", self.run_once, self._interval,
                          component="outbox relay", retry_early=True)
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -190,6 +200,10 @@ class Relay:
         # starts once the thread's own is over, so every row committed before it is sent.
         self._pass = threading.Lock()
         self._woken_since_pass = False
+
+    def after_fork(self) -> None:
+        """In a forked child: none of the parent's thread, locks or records."""
+        self._fresh()
 
     # -- one pass ---------------------------------------------------------------------------
     def run_once(self) -> int:
@@ -332,6 +346,18 @@ class OutboxDuty:
 
 _relays: weakref.WeakKeyDictionary[Config, Relay] = weakref.WeakKeyDictionary()
 _relays_lock = threading.Lock()
+_live: weakref.WeakSet[Relay] = weakref.WeakSet()  # every relay of this process
+
+
+def _after_fork_in_child() -> None:
+    global _relays_lock
+    _relays_lock = threading.Lock()  # a thread of the parent's may have held it
+    for relay in list(_live):
+        relay.after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _at_exit() -> None:
