@@ -132,6 +132,45 @@ def test_stepping_down_never_deletes_another_leaders_key(
     assert r.get("dear-leader") == "host:2:b"
 
 
+class Held(RedisPool):
+    """A pool whose next call, once armed, waits until released: a campaign held up on its
+    way to a slow Redis."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, size=2)
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, fn: Callable[[redis.Redis], Any], *, idempotent: bool = False) -> Any:
+        if self.armed:
+            self.armed = False
+            self.entered.set()
+            self.release.wait(30)
+        return super().run(fn, idempotent=idempotent)
+
+
+def test_a_campaign_that_outlives_stop_leaves_no_leader_behind(
+        elect: Callable[..., tuple[Leadership, Events]], redis_server: Server,
+        r: redis.Redis) -> None:
+    """``stop`` waits up to its timeout for a turn in progress, then steps down. A campaign
+    slower than that still reaches Redis afterwards: it must not leave ``dear-leader``
+    naming a process that stopped polling (no process would fire a tick for the key's
+    life), nor make it lead, nor announce a term, after its stop."""
+    pool = Held(redis_server.url)
+    leadership, events = elect("host:1:a", pool=pool)
+    pool.armed = True
+    leadership.start()  # campaigns at once: held on its way
+    assert pool.entered.wait(10), "the campaign never started"
+    leadership.stop(0.1)  # gives up waiting for the held turn; nothing to step down from yet
+    pool.release.set()
+    wait_until(lambda: not leadership.is_alive(), 10, "the held turn to end")
+    assert r.get("dear-leader") is None, "the key names a process that stopped"
+    assert not leadership.is_leader() and leadership.token is None
+    assert events.seen == []
+    pool.close()
+
+
 def test_leader_false_never_campaigns(elect: Callable[..., tuple[Leadership, Events]],
                                       r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WURK_LEADER", "false")

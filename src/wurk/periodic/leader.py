@@ -14,7 +14,9 @@
    ``follower`` lifecycle events and updates the process title); it runs on this loop's
    thread, so hooks must be quick.
 5. ``stop`` steps down (a compare-and-delete, ``leader_resign.lua``); the launcher calls it
-   on quiet and on shutdown. With ``leader=False`` (``WURK_LEADER=false``) nothing runs.
+   on quiet and on shutdown. A campaign still on its way when ``stop`` stopped waiting
+   for it steps down again once it is answered: it never leads after the stop. With
+   ``leader=False`` (``WURK_LEADER=false``) nothing runs.
 """
 
 from __future__ import annotations
@@ -110,14 +112,17 @@ class Leadership:
         self._duty.stop(timeout)
         self._term = None
         if self._started:  # even after a local lapse the key may still name us
-            try:
-                self.pool.run(lambda r: self._resign(keys=[self.config.keys.leader],
-                                                     args=[self.identity], client=r))
-            except Exception as exc:
-                report_error(self.config, exc, {"context": "leader election: stepping down"})
-            else:
-                log.debug("leader election: stepped down")
+            self._step_down()
         self._announce(False)
+
+    def _step_down(self) -> None:
+        try:
+            self.pool.run(lambda r: self._resign(keys=[self.config.keys.leader],
+                                                 args=[self.identity], client=r))
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "leader election: stepping down"})
+        else:
+            log.debug("leader election: stepped down")
 
     # -- the loop ---------------------------------------------------------------------------
     def _turn(self) -> None:
@@ -134,6 +139,13 @@ class Leadership:
         for key, kind in zip(replaced[0::2], replaced[1::2], strict=True):
             log.warning("leader election: %s held a %s, not wurk's; deleted",
                         stored.shown(key, 200), stored.shown(kind, 20))
+        if self._duty.stopping:
+            # ``stop`` gave up waiting for this turn (a slow Redis) and has stepped down
+            # already: a term won now would outlive it, the key naming a process that no
+            # longer polls for its whole life.
+            if leading:
+                self._step_down()
+            return
         if leading:
             self._lead(int(reply[1]), sent)
         else:
