@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import wurk
 from tests.helpers.faults import Restartable, config_for
 from tests.helpers.wait import wait_until
 from wurk.client import idempotent, reliable
-from wurk.client.buffer import DiskBuffer, Orphan
+from wurk.client.buffer import DiskBuffer, MemoryBuffer, Orphan
 from wurk.client.default import default_client
 
 
@@ -252,6 +253,57 @@ def test_a_forked_child_never_sends_its_parents_buffer(server: Restartable,
     server.start()
     wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the parent's flush")
     assert [job["jid"] for job in queued(server)] == kept
+
+
+def test_a_child_forked_while_another_thread_makes_the_writer_can_make_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's writer is made under a module lock on the first push. A fork while
+    another thread is making it (a web process forking its swarm as a request pushes for
+    the first time) must not leave the child that lock held by a thread it does not have:
+    every push of the child would wait on it forever."""
+    parent = os.getpid()
+    inside, release = threading.Event(), threading.Event()
+
+    class Slow(MemoryBuffer):
+        def __init__(self, size: int) -> None:
+            if os.getpid() == parent:  # the parent's writer is being made: held here
+                inside.set()
+                release.wait(30)
+            super().__init__(size)
+
+    monkeypatch.setattr(reliable, "MemoryBuffer", Slow)
+    config = wurk.Config(redis_url="redis://127.0.0.1:1/0", reliable_push="memory")
+    maker = threading.Thread(target=reliable.writer_for, args=(config,))
+    maker.start()
+    try:
+        assert inside.wait(10), "the writer was never made"
+        pid = os.fork()
+        if pid == 0:  # the child: its first push makes its writer
+            status = 1
+            try:
+                made = threading.Event()
+
+                def make() -> None:
+                    if isinstance(reliable.writer_for(config), reliable.ReliableWriter):
+                        made.set()
+
+                threading.Thread(target=make, daemon=True).start()
+                status = 0 if made.wait(5) else 2  # at once unless held by the lock
+            finally:
+                os._exit(status)
+        deadline = time.monotonic() + 25
+        done, status = os.waitpid(pid, os.WNOHANG)
+        while not done and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+            done, status = os.waitpid(pid, os.WNOHANG)
+        if not done:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    finally:
+        release.set()
+        maker.join(10)
+    assert done and os.waitstatus_to_exitcode(status) == 0, \
+        "the child's writer waited on a lock its parent's thread held at the fork"
 
 
 def test_a_disk_buffer_is_a_locked_file_that_a_forked_child_leaves_alone(

@@ -20,9 +20,9 @@
 5. The ``disk`` kind (``wurk.client.buffer``) survives the process: a successor using the
    same directory sends what a dead process left (its writer looks when it is made, then
    at each idle tick), as does ``wurk push-buffer flush DIR``.
-6. Fork: a forked child starts with an empty buffer, no file and no thread of its parent's
-   (``os.register_at_fork``); at exit a memory buffer with jobs left says how many were
-   lost, a disk buffer leaves its file for a successor.
+6. Fork: a forked child starts with an empty buffer, no file, no thread and no lock held
+   by a thread of its parent's (``os.register_at_fork``); at exit a memory buffer with
+   jobs left says how many were lost, a disk buffer leaves its file for a successor.
 """
 
 from __future__ import annotations
@@ -471,6 +471,9 @@ def writer_for(config: Config) -> ReliableWriter | None:
 
 
 def _after_fork_in_child() -> None:
+    global _made_lock
+    # A thread of the parent's may have been making a writer: its lock would stay held.
+    _made_lock = threading.Lock()
     for writer in list(_writers):
         writer.after_fork()
 
