@@ -69,6 +69,58 @@ def test_signal_pipe_turns_signals_into_names() -> None:
     assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL
 
 
+def test_a_push_after_the_pipe_is_closed_writes_nowhere() -> None:
+    """Another thread may push after the worker has returned and closed its pipe (Django's
+    reloader seeing a second change as the worker exits): the push must neither raise in
+    that thread nor write into whatever descriptor now has the closed pipe's number."""
+    pipe = SignalPipe(())
+    pipe.close()
+    # The lowest free descriptors are handed out first: most likely the closed pipe's.
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    try:
+        pipe.push("TERM")
+        with pytest.raises(BlockingIOError):
+            os.read(read, 64)  # nothing was written into the stranger
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_forked_child_closes_the_pipe_while_a_parents_thread_was_pushing() -> None:
+    """A hosted swarm forks while a thread of the host may be pushing TERM (``request_stop``)
+    into the supervisor's pipe; the child closes its copy first thing, and must not wait on
+    the push's lock, which no thread of the child will ever release."""
+    pipe = SignalPipe(())
+    pushing, release = threading.Event(), threading.Event()
+
+    def push_held() -> None:
+        with pipe._guard():  # a push in progress holds this
+            pushing.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=push_held)
+    holder.start()
+    try:
+        assert pushing.wait(10)
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                closed = threading.Event()
+                threading.Thread(target=lambda: (pipe.close(), closed.set()),
+                                 daemon=True).start()
+                status = 0 if closed.wait(5) else 2
+            finally:
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release.set()
+        holder.join(10)
+        pipe.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_yaml_config_in_sidekiq_shape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORKERS", "12")
     path = tmp_path / "wurk.yml"

@@ -4,7 +4,8 @@
    signal's number to a pipe and returns — no application code runs in a signal handler.
 2. ``wait(timeout)`` returns the names of the signals received, blocking on the pipe.
 3. ``push(name)`` queues a signal from elsewhere (the heartbeat's remote signals) on the
-   same path, so local and remote signals are handled alike.
+   same path, so local and remote signals are handled alike; from any thread, and after
+   ``close`` it does nothing.
 4. ``serve(launcher, pipe)``: a worker's main loop. The first TERM or INT stops the
    launcher (waiting up to its timeout for running jobs); while it does, a watcher thread
    keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
@@ -59,7 +60,12 @@ class SignalPipe:
         os.set_blocking(self._read, False)
         os.set_blocking(self._write, False)
         self._previous: dict[int, object] = {}
+        # ``push`` (any thread) against ``close``: once closed, the descriptors' numbers
+        # may be another file's. The handlers take no lock (they run on the main thread,
+        # which may hold it); ``close`` restores them first.
         self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._closed = False
 
     def install(self) -> None:
         for name in self.names:
@@ -83,7 +89,15 @@ class SignalPipe:
         if number is None:
             log.warning("ignoring unknown remote signal %r", name[:REMOTE_NAME_SHOWN])
             return
-        self._handle(int(number), None)
+        with self._guard():
+            if not self._closed:  # closed: nobody reads it any more
+                self._handle(int(number), None)
+
+    def _guard(self) -> threading.Lock:
+        if os.getpid() != self._pid:  # a forked child (a swarm's) closing its parent's pipe:
+            self._pid = os.getpid()  # a thread of the parent's may have held the lock
+            self._lock = threading.Lock()
+        return self._lock
 
     def wait(self, timeout: float) -> list[str]:
         ready, _, _ = select.select([self._read], [], [], timeout)
@@ -97,8 +111,12 @@ class SignalPipe:
 
     def close(self) -> None:
         self.restore()
-        os.close(self._read)
-        os.close(self._write)
+        with self._guard():
+            if self._closed:
+                return
+            self._closed = True
+            os.close(self._read)
+            os.close(self._write)
 
 
 class _Quietable(Protocol):
