@@ -129,6 +129,9 @@ class Manager:
             replace = not self._stopping
             self._all_done.notify_all()
         if not replace:
+            if error is not None:  # no replacement to report it with: said here
+                report_error(self.config, error, {
+                    "context": f"processor {processor.name} died while its capsule stopped"})
             return
         wait = self._died(processor, error) if error is not None else 0.0
         # In the dying thread, which ends right after: the wait gives up when stop begins.

@@ -14,7 +14,8 @@ import wurk
 from tests.helpers.wait import wait_until
 from wurk import manager as manager_module
 from wurk.config import Capsule
-from wurk.fetch.basic import BasicFetch, Fetcher
+from wurk.errors import RedisUnavailable
+from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
 from wurk.manager import FIRST_RESPAWN_WAIT, Manager, capsule_pool
 from wurk.metrics.counters import Counters
 from wurk.processor import JobRunner
@@ -127,3 +128,42 @@ def test_a_replacement_that_cannot_be_made_is_reported_and_tried_again(
     assert time.monotonic() - stopping < 5, "the stop waited for a thread never started"
     assert not manager.processors
 
+
+class QuietThenFetch:
+    """A fetcher whose fetch returns a job only once quiet has come, and whose requeue
+    fails (Redis gone at that moment)."""
+
+    def __init__(self, quiet: threading.Event) -> None:
+        self.quiet = quiet
+
+    def fetch(self, timeout: float) -> UnitOfWork | None:
+        if not self.quiet.wait(timeout):
+            return None
+        return UnitOfWork("respawn", b'{"class":"X","args":[],"jid":"j1"}', self)  # type: ignore[arg-type]
+
+    def requeue(self, units: object) -> None:
+        raise RedisUnavailable("Redis is gone")
+
+    def flush(self) -> None:
+        return None
+
+
+def test_a_processor_dying_while_its_manager_stops_is_reported(config: wurk.Config) -> None:
+    """A processor that died while quiet or stop was under way went unreported: its error
+    was dropped with its replacement (none is made then). With basic fetch, a job fetched
+    after quiet whose requeue failed was lost without a word."""
+    reported: list[tuple[BaseException, dict[str, object]]] = []
+    config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+    capsule = Capsule(queues=[("respawn", 0)], concurrency=1)
+    quiet = threading.Event()
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner,
+                      lambda capsule, slot: QuietThenFetch(quiet))  # type: ignore[arg-type,return-value]
+    manager.start()
+    wait_until(lambda: len(manager.processors) == 1, what="the processor")
+    manager.quiet()
+    quiet.set()  # the fetch under way returns a job, after quiet: its requeue fails
+    manager.stop(time.monotonic() + 10)
+    runner.close()
+    assert [exc for exc, _ in reported if isinstance(exc, RedisUnavailable)], \
+        "the processor's death while stopping was not reported"
