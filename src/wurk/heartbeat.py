@@ -2,7 +2,8 @@
 
 1. Who the process is (``Identity``, ``wurk.runtime.identity``) goes into its record's
    ``info`` JSON.
-2. ``Heartbeat.beat`` does, every ``heartbeat_interval`` (10 s): flush stats; rewrite the work
+2. ``Heartbeat.beat`` does, every ``heartbeat_interval`` (10 s): flush stats (a stats key
+   Redis refuses to count in is reported once, and the beat goes on); rewrite the work
    map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4: both dashboards);
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
    ``concurrency`` in both places) with a 60 s TTL and pop one remote signal; then fire the
@@ -29,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
+import redis
 
 from . import payload as P
 from .config import Config
@@ -38,6 +40,7 @@ from .reporting import fire, report_error
 from .runtime.busy import Busy
 from .runtime.duty import Duty
 from .runtime.identity import Identity
+from .runtime.outage import Outage
 
 __all__ = ["Heartbeat"]
 
@@ -75,6 +78,10 @@ class Heartbeat:
         self._duty = Duty(config, "wurk-heartbeat", self._beat, lambda: config.heartbeat_interval,
                           component="heartbeat")
         self.outage = self._duty.outage
+        # A stats key Redis will not count in (another type, no number): reported once, the
+        # counts kept for a later flush; the beat goes on, or the record would expire under
+        # a live worker and a reaper take its jobs in flight.
+        self._stats_outage = Outage(config, "stats flush")
         self._process = psutil.Process()
         self._written = threading.Condition()
         self._written_at: float | None = None  # monotonic time the record was last written
@@ -121,7 +128,12 @@ class Heartbeat:
         return self._duty.run()
 
     def _beat(self) -> None:
-        self.counters.flush(self.pool, self.config.keys)
+        try:
+            self.counters.flush(self.pool, self.config.keys)
+        except redis.ResponseError as exc:  # refused for good; not for now (RedisUnavailable)
+            self._stats_outage.failed(exc)
+        else:
+            self._stats_outage.ended()
         self._write_work()
         rtt = self._ping()
         signal = self._write_process(rtt)

@@ -407,13 +407,14 @@ class Launcher:
                 return
             self._quiet = True
         log.info("quiet: no new jobs will be fetched")
+        # First: each stop below may wait up to the grace for a tick under way.
+        for manager in self.managers:
+            manager.quiet()
         self.scheduler.stop(timeout=self.config.shutdown_grace)
         # A quiet process is on its way out (a deploy): it hands its loops to a process that
         # stays, rather than running the old schedule until it exits.
         self.periodic.stop(timeout=self.config.shutdown_grace)
         self.leadership.stop(timeout=self.config.shutdown_grace)
-        for manager in self.managers:
-            manager.quiet()
         self.heartbeat.quiet = True
         self._update_title()
         self.fire("quiet")

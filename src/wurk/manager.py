@@ -115,7 +115,13 @@ class Manager:
                 lane=self.lane,
             )
             self._processors.add(processor)
-        processor.start()
+        try:
+            processor.start()
+        except BaseException:
+            with self._lock:  # never started: no thread of it to wait for at the stop
+                self._processors.discard(processor)
+                self._all_done.notify_all()
+            raise
 
     def _processor_exited(self, processor: Processor, error: BaseException | None) -> None:
         with self._lock:
@@ -123,14 +129,22 @@ class Manager:
             replace = not self._stopping
             self._all_done.notify_all()
         if not replace:
+            if error is not None:  # no replacement to report it with: said here
+                report_error(self.config, error, {
+                    "context": f"processor {processor.name} died while its capsule stopped"})
             return
         wait = self._died(processor, error) if error is not None else 0.0
         # In the dying thread, which ends right after: the wait gives up when stop begins.
-        if wait and self._respawn.wait(wait):
-            return
-        self._spawn()
+        # A replacement that cannot be made (its fetcher, or its thread) is a death too.
+        while not (wait and self._respawn.wait(wait)):
+            try:
+                self._spawn()
+                return
+            except Exception as exc:
+                wait = self._died(processor, exc, "its replacement could not be made")
 
-    def _died(self, processor: Processor, error: BaseException) -> float:
+    def _died(self, processor: Processor, error: BaseException,
+              what: str = "died") -> float:
         """Count the death, report it once per burst; the wait before the replacement."""
         now = time.monotonic()
         with self._lock:
@@ -141,7 +155,7 @@ class Manager:
             burst = self._burst
         if burst == 1:
             report_error(self.config, error, {
-                "context": f"processor {processor.name} died; it is replaced (further deaths "
+                "context": f"processor {processor.name} {what}; it is replaced (further deaths "
                            "in a row are replaced after a growing wait and counted in the "
                            "heartbeat)"})
             return 0.0

@@ -61,6 +61,41 @@ def test_a_remote_signal_that_is_no_signal_is_ignored_with_a_warning(
         heartbeat.clear()
 
 
+# -- stats counters (stat:processed, stat:failed) ---------------------------------------------
+@pytest.mark.parametrize("hostile", ["not a number", "list"])
+def test_a_stats_counter_that_holds_no_count_stops_no_heartbeat(
+        config: wurk.Config, r: redis.Redis, hostile: str) -> None:
+    """Each beat flushes the stats first. A ``stat:processed`` holding no count (a string, or
+    another type) failed that flush, and the whole beat with it, at every beat: the process
+    record expired while the worker ran, so another worker's reaper took the jobs it was
+    running (and ran them again), and its own processors stopped fetching for good. The
+    flush's failure is reported now, the counts are kept for a later flush, the record is
+    written all the same."""
+    reported: list[tuple[BaseException, dict[str, object]]] = []
+    config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+    identity = Identity.current()
+    counters = Counters()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=counters,
+                          info={"concurrency": 1})
+    key = config.keys.stat_processed
+    if hostile == "list":
+        r.rpush(key, "x")
+    else:
+        r.set(key, hostile)
+    try:
+        counters.record(failed=False)
+        assert heartbeat.beat(), "the beat failed for the stats"
+        assert r.exists(config.keys.process(str(identity)))
+        assert heartbeat.wait_visible(0)
+        assert reported and reported[0][1]["context"] == "stats flush"
+        assert heartbeat.beat() and len(reported) == 1  # once, not at every beat
+        r.delete(key)
+        assert heartbeat.beat()
+        assert r.get(key) == "1", "the count was lost"
+    finally:
+        heartbeat.clear()
+
+
 # -- the paused set (paused) --------------------------------------------------------------------
 def test_a_paused_member_that_is_no_utf8_pauses_nothing_and_stops_no_fetch(
         config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:

@@ -14,7 +14,8 @@ import wurk
 from tests.helpers.wait import wait_until
 from wurk import manager as manager_module
 from wurk.config import Capsule
-from wurk.fetch.basic import BasicFetch, Fetcher
+from wurk.errors import RedisUnavailable
+from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
 from wurk.manager import FIRST_RESPAWN_WAIT, Manager, capsule_pool
 from wurk.metrics.counters import Counters
 from wurk.processor import JobRunner
@@ -74,3 +75,95 @@ def test_a_processor_dying_at_start_backs_off_and_reports_once(
     manager.stop(time.monotonic() + 10)
     runner.close()
     assert not manager.processors
+
+
+class DiesOnce(FailingPinning):
+    """A pinning whose first ``enter`` fails: the first processor dies at once."""
+
+    def enter(self, *, scout: bool = False) -> None:
+        if self.failures == 0:
+            self.failures += 1
+            raise OSError("sched_setaffinity: Invalid argument")
+
+
+@pytest.mark.parametrize("failing", ["fetcher", "thread"])
+def test_a_replacement_that_cannot_be_made_is_reported_and_tried_again(
+    config: wurk.Config, monkeypatch: pytest.MonkeyPatch, failing: str
+) -> None:
+    """The replacement is made in the dying thread: its fetcher failing to be made, or its
+    thread failing to start ("can't start new thread"), ended that thread with the error
+    uncounted and unreported, and the capsule ran a processor short for good; a thread never
+    started was even kept as a processor, which the stop then waited for until its deadline."""
+    reported: list[BaseException] = []
+    config.error_handlers.append(lambda exc, context: reported.append(exc))
+    capsule = Capsule(queues=[("respawn", 0)], concurrency=1)
+    made = itertools.count()
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        if failing == "fetcher" and next(made) == 1:  # the first replacement's
+            raise OSError("no fetcher for you")
+        return BasicFetch(config, capsule, capsule_pool(config, capsule))
+
+    started = itertools.count()
+    real_start = manager_module.Processor.start
+
+    def start(self: manager_module.Processor) -> None:
+        if failing == "thread" and next(started) == 1:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(manager_module.Processor, "start", start)
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    manager.start(DiesOnce())  # type: ignore[arg-type]
+    wait_until(lambda: len(manager.processors) == 1
+               and all(p.thread.is_alive() for p in manager.processors),
+               what="a replacement that runs")
+    # Counted as a death of the burst the first one began (reported once, as every burst).
+    assert manager.health()["deaths"] == 2, "the failed replacement was not counted"
+    assert len(reported) == 1
+    stopping = time.monotonic()
+    manager.stop(time.monotonic() + 10)
+    runner.close()
+    assert time.monotonic() - stopping < 5, "the stop waited for a thread never started"
+    assert not manager.processors
+
+
+class QuietThenFetch:
+    """A fetcher whose fetch returns a job only once quiet has come, and whose requeue
+    fails (Redis gone at that moment)."""
+
+    def __init__(self, quiet: threading.Event) -> None:
+        self.quiet = quiet
+
+    def fetch(self, timeout: float) -> UnitOfWork | None:
+        if not self.quiet.wait(timeout):
+            return None
+        return UnitOfWork("respawn", b'{"class":"X","args":[],"jid":"j1"}', self)  # type: ignore[arg-type]
+
+    def requeue(self, units: object) -> None:
+        raise RedisUnavailable("Redis is gone")
+
+    def flush(self) -> None:
+        return None
+
+
+def test_a_processor_dying_while_its_manager_stops_is_reported(config: wurk.Config) -> None:
+    """A processor that died while quiet or stop was under way went unreported: its error
+    was dropped with its replacement (none is made then). With basic fetch, a job fetched
+    after quiet whose requeue failed was lost without a word."""
+    reported: list[tuple[BaseException, dict[str, object]]] = []
+    config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+    capsule = Capsule(queues=[("respawn", 0)], concurrency=1)
+    quiet = threading.Event()
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner,
+                      lambda capsule, slot: QuietThenFetch(quiet))  # type: ignore[arg-type,return-value]
+    manager.start()
+    wait_until(lambda: len(manager.processors) == 1, what="the processor")
+    manager.quiet()
+    quiet.set()  # the fetch under way returns a job, after quiet: its requeue fails
+    manager.stop(time.monotonic() + 10)
+    runner.close()
+    assert [exc for exc, _ in reported if isinstance(exc, RedisUnavailable)], \
+        "the processor's death while stopping was not reported"

@@ -158,3 +158,29 @@ def test_processors_take_no_job_until_the_heartbeat_record_is_written(
         runner.close()
         heartbeat.clear()
         wurk.registry.unregister("Threads::Unseen")
+
+
+def test_quiet_stops_the_processors_fetching_before_it_waits_on_other_duties(
+        launcher: tuple[Launcher, dict[str, Any]]) -> None:
+    """Quiet's first step is to stop fetching everywhere (launcher.py, signals.md). It waited
+    first on the scheduler, the periodic poller and the leader election to stop (up to
+    ``shutdown_grace`` each, when a tick is under way), while every processor went on
+    taking new jobs."""
+    worker, _ = launcher
+    assert any(manager.processors for manager in worker.managers)
+    fetching_meanwhile: list[bool] = []
+    real_stop = worker.scheduler.stop
+
+    def held_stop(timeout: float) -> None:  # a pass under way, as a slow Redis makes one
+        pause = threading.Event()
+        while any(manager.processors for manager in worker.managers) \
+                and time.monotonic() < held_until:
+            pause.wait(0.01)
+        fetching_meanwhile.append(any(manager.processors for manager in worker.managers))
+        real_stop(timeout)
+
+    held_until = time.monotonic() + 5  # the processors end within fetch_timeout (0.5 s)
+    worker.scheduler.stop = held_stop  # type: ignore[method-assign]
+    worker.quiet()
+    assert fetching_meanwhile == [False], \
+        "processors were still fetching while quiet waited on the scheduler's stop"
