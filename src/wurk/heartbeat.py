@@ -186,21 +186,52 @@ class Heartbeat:
         if self._health is not None:
             fields.update(self._health())
 
-        def send(r: Any) -> list[Any]:
+        def send(r: Any, pop: bool = True) -> list[Any]:
             pipe = r.pipeline(transaction=True)
             pipe.sadd(keys.processes, self.name)
             pipe.exists(keys.process(self.name))
             pipe.hset(keys.process(self.name), mapping=fields)
             pipe.expire(keys.process(self.name), self.config.heartbeat_ttl)
-            pipe.rpop(keys.signals(self.name))
-            return pipe.execute()  # type: ignore[no-any-return]
+            if pop:
+                pipe.rpop(keys.signals(self.name))
+            return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
-        _, existed, _, _, signal = self.pool.run(send)
+        replies = self.pool.run(send)
+        if any(isinstance(reply, redis.ResponseError) for reply in replies):
+            self._own_registry_keys(replies)
+            popped = not isinstance(replies[4], redis.ResponseError)  # kept, not popped twice
+            again = self.pool.run(lambda r: send(r, pop=not popped))
+            for reply in again:
+                if isinstance(reply, redis.ResponseError):
+                    raise reply
+            replies = [*again[:4], replies[4] if popped else again[4]]
+        _, existed, _, _, signal = replies
         if not existed or self._first:
             self._first = False
             fire(self.config, "heartbeat")
         # Anyone may have pushed it: bytes that are no UTF-8 read as a name no signal has.
         return signal.decode("utf-8", "replace") if isinstance(signal, bytes) else signal
+
+    def _own_registry_keys(self, replies: list[Any]) -> None:
+        """A beat's registry key holding another Redis type than wurk keeps there (anyone may
+        write one: ``processes``, this process's record or its signals list) failed that
+        command at every beat — the record never written, or the process never listed, or a
+        remote signal popped and lost. Such a key is deleted, with a warning naming it: the
+        live processes put themselves back in ``processes`` at their next beat. Any other
+        refusal is raised."""
+        keys = self.config.keys
+        owned = ((keys.processes, "set"), (keys.process(self.name), "hash"),
+                 (keys.signals(self.name), "list"))
+        found = self.pool.run(lambda r: [r.type(key) for key, _ in owned])
+        wrong = [(key, kind, held if isinstance(held, str) else held.decode())
+                 for (key, kind), held in zip(owned, found, strict=True)
+                 if held not in (kind, "none", kind.encode(), b"none")]
+        if not wrong:
+            raise next(reply for reply in replies if isinstance(reply, redis.ResponseError))
+        for key, kind, held in wrong:
+            log.warning("heartbeat: %s held a %s, not the %s wurk keeps there (written by "
+                        "something else); deleted", key, held, kind)
+        self.pool.run(lambda r: r.delete(*(key for key, _, _ in wrong)))
 
     def _rss_kb(self) -> int:
         try:

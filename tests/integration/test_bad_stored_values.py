@@ -96,6 +96,38 @@ def test_a_stats_counter_that_holds_no_count_stops_no_heartbeat(
         heartbeat.clear()
 
 
+# -- the registry a beat writes (processes, the record, the signals list) ----------------------
+@pytest.mark.parametrize("which", ["processes", "record", "signals"])
+def test_a_registry_key_of_another_type_is_deleted_and_the_beat_goes_on(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        which: str) -> None:
+    """A beat's MULTI wrote the record, listed the process and popped a remote signal in
+    one; any of those keys holding another Redis type failed its command at every beat —
+    the beat raised, so the processors (waiting to be vouched for) never fetched, and a
+    signal popped beside it was lost. Such a key is deleted with a warning naming it; the
+    beat writes what it writes and reads the signal."""
+    identity = Identity.current()
+    signals: list[str] = []
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=Counters(),
+                          info={"concurrency": 1}, on_signal=signals.append)
+    key = {"processes": config.keys.processes, "record": config.keys.process(str(identity)),
+           "signals": config.keys.signals(str(identity))}[which]
+    r.set(key, "a string, as a hand left it")
+    if which != "signals":
+        r.lpush(config.keys.signals(str(identity)), "TSTP")
+    try:
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            assert heartbeat.beat(), "the beat failed"
+        assert f"heartbeat: {key} held a string" in caplog.text
+        assert r.sismember(config.keys.processes, str(identity))
+        assert r.hget(config.keys.process(str(identity)), "concurrency") == "1"
+        assert heartbeat.wait_visible(0)
+        # The signal the failed command's MULTI popped is obeyed, not lost nor popped twice.
+        assert signals == ([] if which == "signals" else ["TSTP"])
+    finally:
+        heartbeat.clear()
+
+
 # -- the paused set (paused) --------------------------------------------------------------------
 def test_a_paused_member_that_is_no_utf8_pauses_nothing_and_stops_no_fetch(
         config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
