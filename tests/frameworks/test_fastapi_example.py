@@ -110,12 +110,14 @@ def test_async_endpoints_in_fake_mode_keep_the_jobs(shop: ModuleType, r: redis.R
 
 
 STARTED = threading.Event()
+FINISH = threading.Event()
 
 
 @wurk.job(name="FastClaims::Slow")
 def a_job_longer_than_the_timeout() -> None:
     STARTED.set()
-    time.sleep(30)  # the shutdown's interrupt ends it first
+    while not FINISH.wait(0.01):  # until the test ends; the shutdown's interrupt lands
+        pass                      # between these short waits first
 
 
 def test_the_lifespans_end_gives_running_jobs_timeout_seconds_then_requeues_them(
@@ -127,15 +129,19 @@ def test_the_lifespans_end_gives_running_jobs_timeout_seconds_then_requeues_them
     from wurk.contrib.fastapi import Wurk
 
     STARTED.clear()
+    FINISH.clear()
     config = wurk.Config(redis_url=redis_server.url, timeout=1, fetch_timeout=0.2,
                          concurrency=1, heartbeat_interval=0.2)
     ext = Wurk(config, worker=True)
     jid = a_job_longer_than_the_timeout.set(config=config).perform_async()
-    with TestClient(FastAPI(lifespan=ext.lifespan)):
-        assert STARTED.wait(20), "the embedded worker did not start the job"
-        assert r.llen("queue:default") == 0
-        stopping = time.monotonic()
-    took = time.monotonic() - stopping
+    try:
+        with TestClient(FastAPI(lifespan=ext.lifespan)):
+            assert STARTED.wait(20), "the embedded worker did not start the job"
+            assert r.llen("queue:default") == 0
+            stopping = time.monotonic()
+        took = time.monotonic() - stopping
+    finally:
+        FINISH.set()  # a job the interrupt missed ends here, not 30 s later
     assert 0.9 <= took < 10, took  # the timeout, then the requeue; not the job's 30 s
     [raw] = r.lrange("queue:default", 0, -1)
     assert json.loads(raw)["jid"] == jid

@@ -142,6 +142,13 @@ def settle(r: redis.Redis, count: int) -> None:
     time.sleep(0.5)
 
 
+def idle(r: redis.Redis) -> bool:
+    """Nothing waits in ``queue:default`` and no job is in flight (an in-flight list is
+    deleted by Redis once its last entry is acknowledged)."""
+    return r.llen("queue:default") == 0 and not any(
+        r.llen(key) for key in r.scan_iter(match="queue:default|*", _type="list"))
+
+
 def all_callbacks(batch: wurk.Batch, options: dict[str, Any] | None = None) -> wurk.Batch:
     for event in ("complete", "success", "death"):
         batch.on(event, Notes, options or {})
@@ -589,7 +596,9 @@ def test_hostile_stored_batch_state_is_named_and_no_job_fails_or_runs_twice(
         wait_until(lambda: any(named.replace(":b", f"b-{batch.bid}").replace(":j", str(jid))
                                in rec.getMessage() for rec in caplog.records),
                    timeout=5, what="the warning")
-        time.sleep(0.5)  # a duplicate callback, a failure booked late, would show
+        # A duplicate callback or a retry is pushed before the job's ACK: once nothing
+        # waits in the queue or in flight, what the hostile job led to has all run.
+        wait_until(lambda: idle(r), what="the queue and the in-flight lists to empty")
     assert r.lrange("ran", 0, -1) == ["other", "hostile"]  # ran once...
     assert RetrySet().size() == 0  # ...and nothing (a job, a callback) fails to run again
     assert DeadSet().size() == (1 if outcome == "death" else 0)
