@@ -117,10 +117,11 @@ class Scheduler:
 
     def _atomic_step(self, key: str) -> tuple[int, bool]:
         """(jobs moved, whether to call again)."""
-        now = time.time()
-        stamp = P.dumps(P.write_time(self.config.timestamp_format, now))
+        # Due is judged on Redis's clock, in the script; enqueued_at is this process's
+        # time, as a push writes it.
+        stamp = P.dumps(P.write_time(self.config.timestamp_format, time.time()))
         keys = [key, self.config.keys.queues]
-        args: list[str | int] = [P.score(now), stamp, ATOMIC_BATCH, self.config.keys.queue_prefix]
+        args: list[str | int] = [stamp, ATOMIC_BATCH, self.config.keys.queue_prefix]
         moved, skipped = self.pool.run(lambda redis: self._move(keys, args, client=redis))
         if skipped:
             pushed = self._claim_and_push(key)
@@ -145,8 +146,7 @@ class Scheduler:
         """Claim the lowest due member (or one whose claim was abandoned) and push it: 1
         pushed, 0 dead or stopped by middleware, None when nothing was due."""
         claims = self.config.keys.claims_of(key)
-        args: list[str | float] = [P.score(time.time()), self.claim_lease,
-                                   1 if abandoned_only else 0]
+        args: list[str | float] = [self.claim_lease, 1 if abandoned_only else 0]
         found = self.pool.run(lambda redis: self._claim([key, claims], args, client=redis))
         if not found:
             return None

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -72,6 +73,25 @@ def test_due_jobs_move_and_future_ones_stay(make: Callable[..., Scheduler], r: r
         json.loads(retry_due)["jid"]]
     assert r.smembers("queues") == {"default", "low"}
     assert make(scheduler=mode).enqueue_due() == 0
+
+
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+@pytest.mark.parametrize("skew", [-86400.0, 86400.0])
+def test_due_is_judged_on_redis_clock_not_the_schedulers(
+        make: Callable[..., Scheduler], r: redis.Redis, monkeypatch: pytest.MonkeyPatch,
+        mode: str, skew: float) -> None:
+    # A scheduler whose clock is a day off (either way) moves what Redis's clock says is
+    # due, and nothing else: every process moves a job at the same moment.
+    redis_now = float(r.time()[0])
+    due, future = raw_job(), raw_job()
+    r.zadd("schedule", {due: redis_now - 5, future: redis_now + 3600})
+    scheduler = make(scheduler=mode)
+    # the scheduler's module alone sees the skewed clock (the client's stamps keep theirs)
+    monkeypatch.setattr("wurk.scheduled.time", types.SimpleNamespace(
+        time=lambda: redis_now + skew))
+    assert scheduler.enqueue_due() == 1
+    assert r.zrange("schedule", 0, -1) == [future]
+    assert [json.loads(e)["jid"] for e in queue_entries(r)] == [json.loads(due)["jid"]]
 
 
 def test_atomic_splices_enqueued_at_and_keeps_every_other_byte(

@@ -6,9 +6,10 @@
 -- taking a due job and pushing it can repeat the job, never lose it.
 --
 -- KEYS[1]  the sorted set           KEYS[2]  its claims (ZSET: member -> claimed at)
--- ARGV[1]  now, float epoch seconds (members scored at or below it are due)
--- ARGV[2]  the lease: a claim older than this many seconds was abandoned
--- ARGV[3]  1: take over an abandoned claim only, claim nothing new
+-- ARGV[1]  the lease: a claim older than this many seconds was abandoned
+-- ARGV[2]  1: take over an abandoned claim only, claim nothing new
+--
+-- Due and abandoned are both judged on Redis's clock, whatever the caller's clock says.
 --
 -- Returns nil when nothing is due, else {member, score, abandoned}: score is the member's
 -- due time (the claim's time when it was taken over from an abandoned claim), abandoned is
@@ -17,15 +18,15 @@
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 
-local stale = redis.call('ZRANGE', KEYS[2], '-inf', now - tonumber(ARGV[2]), 'BYSCORE',
+local stale = redis.call('ZRANGE', KEYS[2], '-inf', now - tonumber(ARGV[1]), 'BYSCORE',
                          'LIMIT', 0, 1)
 if #stale > 0 then
   redis.call('ZADD', KEYS[2], now, stale[1])
   return {stale[1], tostring(now), 1}
 end
 
-if ARGV[3] == '1' then return nil end
-local found = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, 1,
+if ARGV[2] == '1' then return nil end
+local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1,
                          'WITHSCORES')
 if #found == 0 then return nil end
 redis.call('ZREM', KEYS[1], found[1])

@@ -2,10 +2,12 @@
 -- one atomic step, so a job is never in neither place (Sidekiq Pro's reliable scheduler).
 --
 -- KEYS[1]  the sorted set           KEYS[2]  the `queues` set
--- ARGV[1]  now, float epoch seconds (members scored at or below it are due)
--- ARGV[2]  the enqueued_at value, already formatted as JSON (int ms or float seconds)
--- ARGV[3]  how many members at most to look at in this call
--- ARGV[4]  the queue key prefix from wurk.keys (key names are spelled there only)
+-- ARGV[1]  the enqueued_at value, already formatted as JSON (int ms or float seconds)
+-- ARGV[2]  how many members at most to look at in this call
+-- ARGV[3]  the queue key prefix from wurk.keys (key names are spelled there only)
+--
+-- Members scored at or below Redis's clock are due: every scheduler, whatever its own clock,
+-- moves a job at the same moment.
 --
 -- Returns {moved, skipped}: skipped members are due but their queue could not be read; they
 -- stay where they are for the caller's one-at-a-time path.
@@ -14,9 +16,11 @@
 -- cjson.decode is used only to READ the queue; the enqueued_at field is spliced in as text
 -- before the closing brace (a later duplicate key wins in Ruby's and Python's parsers).
 
-local due = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0,
-                       tonumber(ARGV[3]))
-local stamp = ',"enqueued_at":' .. ARGV[2] .. '}'
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0,
+                       tonumber(ARGV[2]))
+local stamp = ',"enqueued_at":' .. ARGV[1] .. '}'
 local moved, skipped = 0, 0
 
 local function queue_of(member)
@@ -36,7 +40,7 @@ for _, member in ipairs(due) do
   if head then
     redis.call('ZREM', KEYS[1], member)
     redis.call('SADD', KEYS[2], queue)
-    redis.call('LPUSH', ARGV[4] .. queue, head .. stamp)
+    redis.call('LPUSH', ARGV[3] .. queue, head .. stamp)
     moved = moved + 1
   else
     skipped = skipped + 1
