@@ -391,6 +391,67 @@ def test_a_worker_relays_rows_no_commit_hook_woke(redis_server: Server, r: redis
     assert rows(engine) == 0
 
 
+def insert_jobs(engine: Engine, count: int) -> None:
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [
+            {"jid": f"{n:024x}", "payload": json.dumps({
+                "class": "Outbox::Ship", "args": [n], "queue": "default", "jid": f"{n:024x}",
+                "retry": True, "created_at": 1}), "at": None, "created_at": time.time() + n}
+            for n in range(count)])
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_workers_poll_takes_one_batch_a_turn_and_comes_back_at_once(
+        redis_server: Server, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """docs/outbox.md: the poll on the shared timer thread takes one batch a turn and, when
+    it was full, comes back at once; otherwise after `outbox_poll_interval`."""
+    insert_jobs(engine, 25)
+    config = outbox_config(redis_server.url, sessions, engine, outbox_batch_size=10,
+                           outbox_poll_interval=7.0)
+    duty = OutboxDuty(config, Timers("test-outbox"))  # ticked by hand, never started
+    seen = []
+    for _ in range(4):
+        duty._tick()
+        seen.append((rows(engine), r.llen("queue:default"), duty._interval()))
+    assert seen == [(15, 10, 0.0), (5, 20, 0.0), (0, 25, 7.0), (0, 25, 7.0)]
+
+
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)
+def test_a_workers_poll_does_not_wait_on_a_pass_of_its_process(
+        redis_server: Server, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """docs/outbox.md: the poll skips its turn while the process's relay is in a pass: the
+    timer thread's other duties never wait on that pass's database or Redis."""
+    insert_jobs(engine, 3)
+    config = outbox_config(redis_server.url, sessions, engine)
+    entered, release = threading.Event(), threading.Event()
+
+    class Slow(SQLAlchemyOutbox):
+        def relay(self, limit: int, lease: float,
+                  push: Callable[[list[OutboxRow]], None]) -> int:
+            entered.set()
+            assert release.wait(30)
+            return super().relay(limit, lease, push)
+
+    relay = relay_for(config)
+    relay.store = Slow(engine, OUTBOX)
+    passing = threading.Thread(target=relay.run_once)
+    passing.start()
+    try:
+        assert entered.wait(10)
+        duty = OutboxDuty(config, Timers("test-outbox"))
+        assert duty.relay is relay
+        started = time.monotonic()
+        duty._tick()  # returns at once: the pass holds the relay
+        assert time.monotonic() - started < 5 and duty._interval() == config.outbox_poll_interval
+        assert rows(engine) == 3
+    finally:
+        release.set()
+        passing.join(30)
+    assert rows(engine) == 0 and r.llen("queue:default") == 3
+
+
 def test_a_relay_takes_at_most_a_batch_of_rows_oldest_first(engine: Engine) -> None:
     """docs: a relay takes at most `outbox_batch_size` rows at a time, oldest first (both
     ways of holding them: SKIP LOCKED on PostgreSQL, a claim on SQLite)."""

@@ -22,7 +22,9 @@
    thread after the commit (``after_commit``); a process that exits lets that thread finish
    (one last pass for rows it was woken for). Every worker polls the table every
    ``outbox_poll_interval`` as the fallback (``OutboxDuty``, on the worker's shared timer
-   thread), so rows a killed process left, or written while Redis was down, go too.
+   thread), so rows a killed process left, or written while Redis was down, go too. A poll
+   takes one batch and, when it was full, comes again at once: the thread's other duties
+   run between batches; it skips while a pass of the same process is under way.
 5. Fork: a forked child starts its relay afresh (``os.register_at_fork``): no thread, no
    lock held by a thread of its parent's (a pass in progress holds one through a database
    query and a Redis round trip), so the child's own passes are never held up by one.
@@ -213,24 +215,46 @@ class Relay:
             self._woken_since_pass = False
             return self._run_pass()
 
+    def poll(self) -> bool:
+        """A worker's poll, on its shared timer thread: one batch at most, so the thread's
+        other duties (the leader's renewal, the scheduler, cancels) have their turn between
+        batches; nothing when a pass of this process is under way (it is sending the rows),
+        so the timer thread never waits on it. Returns whether a full batch was taken (more
+        rows may wait: poll again at once)."""
+        if not self._pass.acquire(blocking=False):
+            return False
+        try:
+            taken = self._batch()
+        finally:
+            self._pass.release()
+        self.relayed += taken
+        if not taken:
+            self.forget_now()
+        return taken >= self.config.outbox_batch_size
+
     def _run_pass(self) -> int:
         total = 0
-        limit = self.config.outbox_batch_size
         self._behind = True
         while True:
-            landed: list[str] = []
-
-            def push(rows: list[OutboxRow], into: list[str] = landed) -> None:
-                into.extend(self._push(rows))
-
-            taken = self.store.relay(limit, self.config.outbox_claim_timeout, push)
-            self.forgets.add(landed)  # their deletion is committed: the records may go
+            taken = self._batch()
             total += taken
-            if taken < limit:
+            if taken < self.config.outbox_batch_size:
                 break
         self._behind = False
         self.relayed += total
         return total
+
+    def _batch(self) -> int:
+        """Relay one batch of rows (one database transaction); the rows taken."""
+        landed: list[str] = []
+
+        def push(rows: list[OutboxRow]) -> None:
+            landed.extend(self._push(rows))
+
+        taken = self.store.relay(self.config.outbox_batch_size,
+                                 self.config.outbox_claim_timeout, push)
+        self.forgets.add(landed)  # their deletion is committed: the records may go
+        return taken
 
     def _push(self, rows: list[OutboxRow]) -> list[str]:
         """Push ``rows``; the jids now in Redis (or refused there), for forgetting once
@@ -329,13 +353,17 @@ class OutboxDuty:
 
     def __init__(self, config: Config, timers: Timers) -> None:
         self.relay = relay_for(config)
-        self.duty = Duty(config, "wurk-outbox-poll", self._tick,
-                         config.outbox_poll_interval, component="outbox relay",
-                         retry_early=False, host=timers)
+        self.poll_interval = config.outbox_poll_interval
+        self._more = False  # the last poll took a full batch: poll again at once
+        self.duty = Duty(config, "wurk-outbox-poll", self._tick, self._interval,
+                         component="outbox relay", retry_early=False, host=timers)
 
     def _tick(self) -> None:
-        if not self.relay.run_once():
-            self.relay.forget_now()
+        self._more = False
+        self._more = self.relay.poll()
+
+    def _interval(self) -> float:
+        return 0.0 if self._more else self.poll_interval
 
     def start(self) -> None:
         self.duty.start()
