@@ -383,7 +383,33 @@ def test_a_cancel_list_entry_that_is_no_jid_is_dropped_and_said(
     dropped = [rec.getMessage() for rec in caplog.records if "dropped a cancel" in rec.getMessage()]
     assert len(dropped) == 2, dropped
     rule = "not a jid (non-empty, at most 200 characters, no spaces or control characters)"
-    assert rule in dropped[0] and "0 characters" in dropped[0]
-    assert rule in dropped[1] and "10000 characters: " + "x" * 40 in dropped[1]
+    assert rule in dropped[0] and "0 bytes" in dropped[0]
+    assert rule in dropped[1] and "10000 bytes: " + "x" * 40 in dropped[1]
     assert len(dropped[1]) < 250
     assert not running.was_cancelled("x" * 10_000) and not running.was_cancelled("")
+
+
+def test_the_cancel_poll_never_reads_a_huge_entry_whole(r: redis.Redis) -> None:
+    """A hand-written 4 MB entry of the cancels list: the poll's script sends a jid's
+    longest plus one byte of it and its length, so a worker never holds it."""
+    from wurk.control.handler import _POP
+
+    r.rpush("wurk:cancel:h:1:x", "y" * 4_000_000, "e" * 24)
+    reply = _POP.call_many(r, [(["wurk:cancel:h:1:x"], [100, 801])])[0]
+    assert reply[0] == "" and reply[3:] == ["e" * 24, 24]
+    assert reply[1] == "y" * 801 and reply[2] == 4_000_000
+    assert r.llen("wurk:cancel:h:1:x") == 0
+
+
+def test_a_cancel_list_of_another_type_is_replaced_and_cancels_arrive(
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A string where the cancels list should be made every poll fail (WRONGTYPE) for the
+    key's life: it is deleted with a warning, and the next cancel arrives."""
+    key = f"wurk:cancel:{worker.launcher.identity}"
+    running = worker.launcher.stops.running
+    with caplog.at_level("WARNING", logger="wurk"):
+        r.set(key, "not a list")
+        wait_until(lambda: not r.exists(key), what="the poll replacing the string")
+        r.rpush(key, "f" * 24)
+        wait_until(lambda: running.was_cancelled("f" * 24), what="the cancel after it")
+    assert any(f"{key} held a Redis string" in rec.getMessage() for rec in caplog.records)

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import payload as P
+from .. import scripts
 from ..asyncjobs import bookkeeping
 from ..config import Config
 from ..errors import JobCancelled
@@ -25,7 +26,7 @@ from ..iteration.control import JID_LIMIT, check_jid
 from ..middleware import Later, Leave
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
-from ..stored import printable
+from ..stored import printable, text
 from .deadlines import Deadlines
 from .running import Running
 
@@ -35,6 +36,7 @@ log = logging.getLogger("wurk")
 
 # Cancels one poll takes at most.
 POLL_BATCH = 100
+_POP = scripts.Script("cancel_pop.lua", prelude=("owned.lua",))
 
 
 class CancelHandler:
@@ -104,17 +106,27 @@ class CancelPoller:
 
     def poll(self) -> int:
         """One pop: how many cancels it brought."""
-        popped = self.config.pool("internal").run(
-            lambda r: r.lpop(self.key, POLL_BATCH))
-        for raw in popped or []:
-            jid = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+        # At most JID_LIMIT characters of UTF-8 (4 bytes each) plus one byte tell a jid
+        # from what is too long to be one; the script sends no more of any entry.
+        reply = self.config.pool("internal").run(lambda r: _POP.call_many(
+            r, [([self.key], [POLL_BATCH, 4 * JID_LIMIT + 1])])[0])
+        if isinstance(reply, Exception):
+            raise reply
+        replaced, entries = reply[0], reply[1:]
+        if replaced:
+            log.warning("%s held a Redis %s, not the list of cancels wurk.cancel pushes: "
+                        "deleted", self.key, text(replaced))
+        for raw, length in zip(entries[0::2], entries[1::2], strict=True):
+            jid = text(raw)
             try:  # what ``wurk.cancel`` would send: anything else is not kept in memory
+                if int(length) > len(raw if isinstance(raw, bytes) else jid.encode()):
+                    raise ValueError("cut short by the script: too long for a jid")
                 check_jid(jid)
             except ValueError:
                 log.warning("dropped a cancel from %s: not a jid (non-empty, at most %d "
-                            "characters, no spaces or control characters), %d characters: "
-                            "%s", self.key, JID_LIMIT, len(jid), printable(jid[:40]))
+                            "characters, no spaces or control characters), %d bytes: "
+                            "%s", self.key, JID_LIMIT, int(length), printable(jid[:40]))
                 continue
             for target, run in self.running.cancel(jid):
                 self.deadlines.told(target, run)
-        return len(popped or [])
+        return len(entries) // 2
