@@ -136,17 +136,19 @@ def queued_callbacks(r: redis.Redis) -> list[str]:
     return [job["args"][0] for job in jobs if job["class"] == "wurk.batch.Callback"]
 
 
-def settle(r: redis.Redis, count: int) -> None:
-    """Wait for ``count`` callback runs, then a little longer: a duplicate would show."""
-    wait_until(lambda: r.llen(FIRED) >= count, what=f"{count} callbacks")
-    time.sleep(0.5)
-
-
 def idle(r: redis.Redis) -> bool:
     """Nothing waits in ``queue:default`` and no job is in flight (an in-flight list is
     deleted by Redis once its last entry is acknowledged)."""
     return r.llen("queue:default") == 0 and not any(
         r.llen(key) for key in r.scan_iter(match="queue:default|*", _type="list"))
+
+
+def settle(r: redis.Redis, count: int) -> None:
+    """Wait for ``count`` callback runs, then until no job waits or runs: a duplicate
+    callback (or the next one) is pushed before the ACK of the job that fires it, so once
+    the queue and its in-flight lists are empty, every callback that will run has."""
+    wait_until(lambda: r.llen(FIRED) >= count, what=f"{count} callbacks")
+    wait_until(lambda: idle(r), what="the queue and its in-flight lists to empty")
 
 
 def all_callbacks(batch: wurk.Batch, options: dict[str, Any] | None = None) -> wurk.Batch:
