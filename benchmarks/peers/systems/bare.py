@@ -23,6 +23,24 @@ def redis_py_jobs(tools: Tools) -> System:
     return _system(tools, "bare_redispy", redis_py=True)
 
 
+def async_jobs(tools: Tools) -> System:
+    """The async row's yardstick: ``benchmarks/bare_async.py``, one thread and one event loop
+    fetching eight jobs a round trip, a task a job (sleep 50 ms, INCR through redis-py's
+    asyncio client), ACKs carried by the next fetch; nothing else."""
+    python = tools.wurk_bin("python")
+
+    def workers(processes: int, concurrency: int) -> list[Argv]:
+        return [[str(python), "-m", "benchmarks.bare_async", "--concurrency", str(concurrency),
+                 "--counter", COUNTER] for _ in range(processes)]
+
+    return System(
+        name="bare_async", enqueue=python_enqueue(python, "wurk"), workers=workers,
+        has_bulk=True,
+        unavailable=None if python.exists() else f"{python} missing: run ./scripts/test",
+        notes=["bare_async: benchmarks/bare_async.py, the least an asyncio worker does a job "
+               "(one thread, uvloop, a task a job, eight fetched a round trip)"])
+
+
 def _system(tools: Tools, name: str, *, redis_py: bool) -> System:
     python = tools.wurk_bin("python")
     cpu = str(max(os.sched_getaffinity(0)))
