@@ -62,7 +62,8 @@ def test_interrupts_at_the_job_boundary_lose_and_double_no_ack(
     Recording.given_back.clear()
     rng = random.Random(16)
     rounds = interrupted = 0
-    while r.llen(f"queue:{QUEUE}") and rounds < 400:
+    # 150 stops send about 80 interrupts at job boundaries (400 sent 223 in 42 s)
+    while r.llen(f"queue:{QUEUE}") and rounds < 150:
         rounds += 1
         manager = Recording(config, capsule, runner, make_fetcher)
         manager.start()
