@@ -28,14 +28,14 @@
 5. Fork: a forked child starts its relay afresh (``os.register_at_fork``): no thread, no
    lock held by a thread of its parent's (a pass in progress holds one through a database
    query and a Redis round trip), so the child's own passes are never held up by one.
+   The fork and exit hooks are registered when the first relay is made
+   (``wurk.runtime.hooks``), not at import.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextvars
 import logging
-import os
 import threading
 import time
 import weakref
@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from .. import payload as P
 from ..config import Config
 from ..errors import UnparseablePayload
+from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 from . import idempotent, writers
@@ -184,6 +185,7 @@ class Relay:
         self.config = config
         self.store = store
         self._fresh()
+        _hook_process()
         _live.add(self)
 
     def _fresh(self) -> None:
@@ -377,15 +379,18 @@ _relays_lock = threading.Lock()
 _live: weakref.WeakSet[Relay] = weakref.WeakSet()  # every relay of this process
 
 
+def _hook_process() -> None:
+    """On first use, not at import: a forked child's relays start afresh (and their
+    registry's lock), and the exit sends what commits woke the relays for."""
+    hooks.install(__name__, after_fork_in_child=_after_fork_in_child, at_exit=_at_exit)
+
+
 def _after_fork_in_child() -> None:
     global _relays_lock
     _relays_lock = threading.Lock()  # a thread of the parent's may have held it
     for relay in list(_live):
         relay.after_fork()
 
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _at_exit() -> None:
@@ -395,11 +400,10 @@ def _at_exit() -> None:
         relay.stop(timeout=2 * relay.config.socket_timeout + 1)
 
 
-atexit.register(_at_exit)
-
 
 def relay_for(config: Config) -> Relay:
     """This process's relay of ``config``'s outbox (made on first use)."""
+    _hook_process()  # before the lock: a fork from now on gives the child a fresh one
     with _relays_lock:
         relay = _relays.get(config)
         if relay is None:

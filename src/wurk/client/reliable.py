@@ -22,13 +22,14 @@
    at each idle tick), as does ``wurk push-buffer flush DIR``.
 6. Fork: a forked child starts with an empty buffer, no file, no thread and no lock held
    by a thread of its parent's (``os.register_at_fork``); at exit a memory buffer with
-   jobs left says how many were lost, a disk buffer leaves its file for a successor.
+   jobs left says how many were lost, a disk buffer leaves its file for a successor. Both
+   hooks are registered when the first writer is made (``wurk.runtime.hooks``), not at
+   import.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import json
 import logging
 import os
@@ -48,6 +49,7 @@ from ..connections.replies import CONNECTION_ERRORS
 from ..errors import RedisUnavailable
 from ..metrics.statsd import sink_for
 from ..reporting import report_error
+from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.identity import hostname, process_nonce
 from . import idempotent
@@ -97,6 +99,7 @@ class ReliableWriter:
             if config.reliable_push == "disk" else MemoryBuffer(config.reliable_push_size))
         self._fresh()
         self._closed = False
+        _hook_process()
         _writers.add(self)
         if isinstance(self.buffer, DiskBuffer):
             self.flusher.wake()  # a dead predecessor's file may be waiting
@@ -463,11 +466,18 @@ def writer_for(config: Config) -> ReliableWriter | None:
     ``reliable_push`` is off."""
     if config.reliable_push == "off":
         return None
+    _hook_process()  # before the lock: a fork from now on gives the child a fresh one
     with _made_lock:
         writer = _made.get(config)
         if writer is None:
             writer = _made[config] = ReliableWriter(config)
         return writer
+
+
+def _hook_process() -> None:
+    """On first use, not at import: a forked child's writers start afresh (and its lock),
+    and the exit closes the writers."""
+    hooks.install(__name__, after_fork_in_child=_after_fork_in_child, at_exit=_at_exit)
 
 
 def _after_fork_in_child() -> None:
@@ -485,7 +495,3 @@ def _at_exit() -> None:
         except Exception as exc:  # pragma: no cover - exiting anyway
             log.debug("reliable push at exit: %s", exc)
 
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-atexit.register(_at_exit)
