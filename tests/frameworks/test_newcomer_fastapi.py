@@ -70,7 +70,9 @@ def test_main_py_serves_orders_whose_jobs_its_worker_runs(tmp_path: Path,
             server = subprocess.Popen([str(Path(sys.executable).parent / "uvicorn"),
                                        "main:app", "--port", str(port)], cwd=folder,
                                       env=user_env(), stdout=out, stderr=subprocess.STDOUT)
-        wait_for(lambda started=server: "Application startup complete" in log.read_text()
+        # uvicorn binds its socket after the application's startup: "running on" says it
+        # listens ("Application startup complete" comes first, and a request then is refused)
+        wait_for(lambda started=server: "Uvicorn running on" in log.read_text()
                  or started.poll() is not None, timeout=30, message="uvicorn's startup")
         if server.poll() is None or "address already in use" not in log.read_text():
             break

@@ -108,10 +108,13 @@ class CancelPoller:
         """One pop: how many cancels it brought."""
         # At most JID_LIMIT characters of UTF-8 (4 bytes each) plus one byte tell a jid
         # from what is too long to be one; the script sends no more of any entry.
-        reply = self.config.pool("internal").run(lambda r: _POP.call_many(
-            r, [([self.key], [POLL_BATCH, 4 * JID_LIMIT + 1])])[0])
-        if isinstance(reply, Exception):
-            raise reply
+        def pop(r: Any) -> Any:
+            reply = _POP.call_many(r, [([self.key], [POLL_BATCH, 4 * JID_LIMIT + 1])])[0]
+            if isinstance(reply, Exception):
+                raise reply  # inside the pool's run: BUSY, LOADING… are an outage, as elsewhere
+            return reply
+
+        reply = self.config.pool("internal").run(pop)
         replaced, entries = reply[0], reply[1:]
         if replaced:
             log.warning("%s held a Redis %s, not the list of cancels wurk.cancel pushes: "
