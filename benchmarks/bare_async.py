@@ -98,9 +98,12 @@ async def main_async(options: argparse.Namespace) -> None:
     poller = asyncio.create_task(poll()) if options.jobs else None
     try:
         await worker.run(lambda: bool(options.jobs) and seen["at"] >= options.jobs)
-    finally:
-        if poller is not None:
-            poller.cancel()
+    finally:  # what is still running (a job of someone else's queue) ends with the loop
+        for task in [*worker.tasks, *([poller] if poller is not None else [])]:
+            task.cancel()
+        await asyncio.gather(*worker.tasks, return_exceptions=True)
+        await worker.client.aclose()
+        await watch.aclose()
 
 
 def loop_factory(kind: str) -> Callable[[], asyncio.AbstractEventLoop]:
