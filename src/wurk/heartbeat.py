@@ -41,6 +41,7 @@ from .runtime.busy import Busy
 from .runtime.duty import Duty
 from .runtime.identity import Identity
 from .runtime.outage import Outage
+from .stored import text
 
 __all__ = ["Heartbeat"]
 
@@ -222,10 +223,9 @@ class Heartbeat:
         keys = self.config.keys
         owned = ((keys.processes, "set"), (keys.process(self.name), "hash"),
                  (keys.signals(self.name), "list"))
-        found = self.pool.run(lambda r: [r.type(key) for key, _ in owned])
-        wrong = [(key, kind, held if isinstance(held, str) else held.decode())
-                 for (key, kind), held in zip(owned, found, strict=True)
-                 if held not in (kind, "none", kind.encode(), b"none")]
+        found = self.pool.run(lambda r: [text(r.type(key)) for key, _ in owned])
+        wrong = [(key, kind, held) for (key, kind), held in zip(owned, found, strict=True)
+                 if held not in (kind, "none")]
         if not wrong:
             raise next(reply for reply in replies if isinstance(reply, redis.ResponseError))
         for key, kind, held in wrong:

@@ -41,7 +41,7 @@ from .errors import ConfigError, InvalidPayload
 from .keys import Keys
 from .options import check_queue_name
 from .scripts import Script
-from .stored import shown
+from .stored import count_or_zero, shown, text
 
 log = logging.getLogger("wurk")
 
@@ -253,15 +253,15 @@ def partitions_of(r: Any, keys: Keys, queue: str) -> Partitions:
     types = r.pipeline(transaction=False)
     types.type(ring)
     types.type(running_key)
-    ring_type, running_type = (_text(t) for t in types.execute())
+    ring_type, running_type = (text(t) for t in types.execute())
     names, in_ring = [], 0
     if ring_type == "zset":
         in_ring = int(r.zcard(ring))
-        names = [_text(m) for m in r.zrange(ring, 0, READ - 1)]
+        names = [text(m) for m in r.zrange(ring, 0, READ - 1)]
     counts: dict[str, int] = {}
     if running_type == "hash":
         for field, value in r.hscan_iter(running_key, count=READ):
-            counts[_text(field)] = _count(value)
+            counts[text(field)] = count_or_zero(value)
             if len(counts) >= READ:
                 break
     every = [name for name in dict.fromkeys([*names, *counts]) if _valid(name)]
@@ -273,7 +273,7 @@ def partitions_of(r: Any, keys: Keys, queue: str) -> Partitions:
     shown = []
     for index, name in enumerate(every):
         kind, size = replies[2 * index], replies[2 * index + 1]
-        waiting = int(size) if _text(kind) == "list" and isinstance(size, int) else 0
+        waiting = int(size) if text(kind) == "list" and isinstance(size, int) else 0
         shown.append(Partition(name, waiting, counts.get(name, 0)))
     shown.sort(key=lambda p: (-p.size, -p.running, p.name))
     return Partitions(shown[:SHOWN], max(len(shown), in_ring), sum(p.size for p in shown),
@@ -293,10 +293,3 @@ def _valid(name: str) -> bool:
     return True
 
 
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _count(value: Any) -> int:
-    text = _text(value)
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0

@@ -183,6 +183,13 @@ def count(value: Any, *, missing: int = 0) -> int | Invalid:
     return number
 
 
+def count_or_zero(value: Any) -> int:
+    """``count``, with what is no count (text, another number, absent) read as 0: for an
+    order or a tally that a stray value must not stop."""
+    found = count(value)
+    return 0 if isinstance(found, Invalid) else found
+
+
 def integer(value: Any) -> int | Invalid | None:
     """A JSON integer (a pid, a retry count) within Redis's range; ``None`` when absent."""
     if value is None or isinstance(value, Invalid):

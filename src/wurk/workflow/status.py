@@ -25,7 +25,7 @@ from typing import Any
 from ..config import Config, default_config
 from ..errors import WorkflowError
 from ..results.store import Outcome, find_many
-from ..stored import Invalid, epoch, text
+from ..stored import Invalid, count_or_zero, epoch, text
 
 __all__ = ["JOIN_POLL", "STATES", "STEP_STATES", "StepStatus", "WorkflowStatus"]
 
@@ -182,11 +182,7 @@ def _time(value: str | None) -> float | None:
 
 def _order(name: str) -> tuple[Any, ...]:
     """Children after their parent, in the order they were added."""
-    return tuple((part.split("[")[0], *(_index(p) for p in
+    return tuple((part.split("[")[0], *(count_or_zero(p) for p in
                                          part.replace("]", "").split("[")[1:]))
                  for part in name.split("/"))
 
-
-def _index(text: str) -> int:
-    """A child's index; 0 for what is none ('²' is a digit to ``isdigit``, not to ``int``)."""
-    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else 0
