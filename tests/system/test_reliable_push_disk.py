@@ -119,6 +119,12 @@ def test_a_killed_processes_buffered_jobs_run_after_push_buffer_flush(
     assert pushed_at - 10 < found["oldest"] <= pushed_at
     said = wurk_cli("push-buffer", "status", str(directory), env=env).stdout
     assert "left by a dead process" in said and "wurk push-buffer flush" in said
+    # reliable-push.md: "flush … exit 1 if Redis cannot take them" — and they stay.
+    refused = wurk_cli("push-buffer", "flush", str(directory), env=env)
+    assert refused.returncode == 1, (refused.stdout, refused.stderr)
+    assert refused.stderr.startswith("Error:") and len(refused.stderr.splitlines()) == 1
+    (kept,) = list(directory.glob("*.jobs"))
+    assert len([line for line in kept.read_text().splitlines() if '"+"' in line]) == JOBS
     store.start()
     flushed = wurk_cli("push-buffer", "flush", str(directory), env=env)
     assert flushed.returncode == 0, flushed.stderr
