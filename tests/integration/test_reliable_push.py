@@ -62,14 +62,21 @@ def test_a_push_redis_cannot_reach_returns_its_jid_and_goes_once_redis_is_back(
     """memory: flushed after Redis returns with no further push (the background flush)."""
     client = client_for(server)
     server.stop()
-    with caplog.at_level(logging.WARNING, logger="wurk"):
+    with caplog.at_level(logging.INFO, logger="wurk"):
         jids = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
-    assert all(jids) and len(writer(client).buffer) == 3
-    assert "keeping pushes in memory until it answers" in caplog.text
-    server.start()
-    wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the background flush")
+        assert all(jids) and len(writer(client).buffer) == 3
+        wait_until(lambda: writer(client).flusher.failing, what="the flush to find Redis down")
+        server.start()
+        wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the background flush")
     assert [job["jid"] for job in queued(server)] == jids  # oldest first
     assert len(writer(client).buffer) == 0
+    # reliable-push.md: "one WARNING when a process starts keeping pushes, one line when
+    # Redis is back" — three pushes kept, and the flush's failed tries, say it once each.
+    said = [r.getMessage() for r in caplog.records]
+    keeping = [m for m in said if "keeping pushes in memory until it answers" in m]
+    back = [m for m in said if "Redis is back after" in m]
+    assert len(keeping) == 1 and len(back) == 1, said
+    assert [r.levelno for r in caplog.records if r.getMessage() in keeping] == [logging.WARNING]
 
 
 def test_the_next_push_sends_the_buffered_ones_first(server: Restartable) -> None:
