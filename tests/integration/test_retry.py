@@ -193,6 +193,30 @@ def test_jitter_covers_its_whole_range(book: Book, r: redis.Redis) -> None:
     assert offsets <= set(range(10)) and len(offsets) >= 5
 
 
+CENTURY = 100 * 365 * 24 * 60 * 60
+
+
+@pytest.mark.parametrize("count", [10**6, 10**30, 10**400, -(10**30)],
+                         ids=["1e6", "1e30", "1e400", "-1e30"])
+def test_no_retry_is_scheduled_more_than_a_century_ahead(book: Book, r: redis.Redis,
+                                                         count: int) -> None:
+    """guarantees.md: "absurd values of the right type (a retry count of 10⁴⁰⁰): booked like
+    any failure; no retry is scheduled more than a century ahead" — the jitter included."""
+    book.fail(new_job(retry=10**500, retry_count=count))
+    _, score = only_retry(r)
+    assert score <= time.time() + CENTURY
+
+
+@pytest.mark.parametrize("answer", [1e300, CENTURY])
+def test_a_retry_in_answer_beyond_a_century_is_held_to_one(book: Book, r: redis.Redis,
+                                                           answer: Any) -> None:
+    HookedJob.answer = answer
+    before = time.time()
+    fail_hooked(book, hooked(retry=10**500, retry_count=10**6))  # a jitter of up to 10⁷ s on top
+    _, score = only_retry(r)
+    assert before + CENTURY - 1 <= score <= time.time() + CENTURY
+
+
 def test_retry_queue_rewrites_the_queue(book: Book, r: redis.Redis) -> None:
     book.fail(new_job(queue="critical", retry_queue="slow"))
     stored, _ = only_retry(r)
