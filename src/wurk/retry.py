@@ -282,7 +282,10 @@ def _interpret_delay(answer: object, count: int) -> float | Verdict:
     if isinstance(answer, timedelta):
         answer = answer.total_seconds()
     if isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        seconds = float(answer)
+        try:
+            seconds = float(answer)
+        except OverflowError:  # an int past any float: as far off as a retry may be, if ahead
+            seconds = float(MAX_DELAY if answer > 0 else 0)
         if 0 < seconds < math.inf:
             return seconds
     return default_delay(count)

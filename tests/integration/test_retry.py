@@ -207,7 +207,7 @@ def test_no_retry_is_scheduled_more_than_a_century_ahead(book: Book, r: redis.Re
     assert score <= time.time() + CENTURY
 
 
-@pytest.mark.parametrize("answer", [1e300, CENTURY])
+@pytest.mark.parametrize("answer", [1e300, 10**400, CENTURY], ids=["1e300", "1e400", "century"])
 def test_a_retry_in_answer_beyond_a_century_is_held_to_one(book: Book, r: redis.Redis,
                                                            answer: Any) -> None:
     HookedJob.answer = answer
@@ -352,7 +352,8 @@ def test_retry_in_number_sets_the_delay(book: Book, r: redis.Redis, answer: Any)
     assert before + 120 <= score < time.time() + 120 + 30  # count 2: jitter < 30
 
 
-@pytest.mark.parametrize("answer", [None, 0, -5, True, "default", "later", float("nan")])
+@pytest.mark.parametrize("answer", [None, 0, -5, True, "default", "later", float("nan"),
+                                    -(10**400)])
 def test_retry_in_anything_else_uses_the_default(book: Book, r: redis.Redis,
                                                  answer: Any) -> None:
     HookedJob.answer = answer
