@@ -45,6 +45,10 @@ class Order(Base):
 def ship(order_id: int) -> None: ...
 
 
+@wurk.job(name="Tx::Once", unique_for=60)
+def once(order_id: int) -> None: ...
+
+
 @pytest.fixture
 def sessions(tmp_path: Path) -> Iterator[scoped_session[Session]]:
     engine = create_engine(f"sqlite:///{tmp_path / 'shop.db'}")
@@ -79,6 +83,21 @@ def test_a_push_waits_for_the_commit_and_keeps_its_jid(tx: wurk.Config, r: redis
     assert job["jid"] == jid
     assert job["args"] == [order.id]
     assert "transactional" not in job
+
+
+def test_a_unique_duplicate_gets_a_jid_and_is_dropped_only_at_the_commit(
+        tx: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    """unique-jobs.md: "Transactional pushes return the jid when the push is deferred to the
+    commit; a duplicate is found, and not pushed, only at the commit." """
+    held = once.set(transactional=False).perform_async(7)  # pending: it holds the lock
+    session = sessions()
+    with session.begin():
+        session.add(Order(item="book"))
+        deferred = once.perform_async(7)
+        assert deferred is not None and deferred != held  # no lock was looked at yet
+        assert len(queued(r)) == 1 and r.get(next(r.scan_iter("unique:*"))) == held
+    assert [job["jid"] for job in queued(r)] == [held]  # the duplicate was not pushed
+    assert session.scalars(select(Order)).one().item == "book"
 
 
 def test_a_rollback_pushes_nothing(tx: wurk.Config, r: redis.Redis,
