@@ -33,6 +33,11 @@ def fan_out(count: int) -> None:
         fan_out.perform_async(count - 1)
 
 
+@wurk.job(unique_for=600)
+def once(account: int) -> None:
+    ran.append(("once", account))
+
+
 @wurk.job
 def explode() -> None:
     raise ValueError("boom")
@@ -79,6 +84,18 @@ def test_fake_keeps_pushes_in_memory_per_job_and_queue(config: wurk.Config,
         assert set(wurk.testing.store.queues()) == {"default", "low", "critical"}
     assert in_redis(r) == 0
     assert ran == []
+
+
+def test_fake_and_inline_take_no_unique_lock(config: wurk.Config, r: redis.Redis) -> None:
+    """unique-jobs.md: "wurk.testing's fake and inline modes take no lock: nothing is written
+    to Redis" — so a second push of the same unique job is not refused either."""
+    with wurk.testing.fake():
+        assert once.perform_async(1) is not None and once.perform_async(1) is not None
+        assert len(once.jobs) == 2
+    with wurk.testing.inline():
+        assert once.perform_async(2) is not None and once.perform_async(2) is not None
+    assert ran == [("once", 2), ("once", 2)]
+    assert r.keys("*") == []
 
 
 def test_fake_stores_a_json_round_trip_and_refuses_what_production_refuses(
