@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -72,16 +73,22 @@ def test_a_scheduled_jobs_deadline_counts_from_its_scheduled_time(config: wurk.C
 
 
 def test_an_expired_job_is_acknowledged_unrun_counted_and_announced(
-        config: wurk.Config, r: redis.Redis, drain: Drain) -> None:
+        config: wurk.Config, r: redis.Redis, drain: Drain,
+        caplog: pytest.LogCaptureFixture) -> None:
     seen: list[dict[str, Any]] = []
     registration = wurk.expiry.on_expired(seen.append)
     try:
         jid = slow.perform_async(0)
         time.sleep(0.4)
-        assert drain() == 1
+        with caplog.at_level(logging.INFO, logger="wurk"):
+            assert drain() == 1
     finally:
         registration.remove()
     assert ran == []
+    # expiring-jobs.md: "is logged at INFO ("expired: not started by its deadline…")"
+    said = [(rec.levelno, rec.getMessage()) for rec in caplog.records
+            if rec.getMessage().startswith("expired: not started by its deadline")]
+    assert [level for level, _ in said] == [logging.INFO], caplog.text
     assert [job["jid"] for job in seen] == [jid]
     assert r.get("stat:expired") == "1" and wurk.expiry.expired_count(config) == 1
     assert drain.counters.failed == 0 and r.zcard("retry") == 0 and r.zcard("dead") == 0
