@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from tests.helpers.server import free_port
-from tests.helpers.wait import step
+from tests.helpers.wait import step, wait_until
 from wurk import payload as P
 from wurk.config import Config
 from wurk.connections.pool import RedisPool
@@ -268,6 +268,31 @@ def test_a_failing_push_puts_the_exact_member_back(make: Callable[..., Scheduler
     with pytest.raises(RuntimeError, match="middleware broke"):
         scheduler.enqueue_due()
     assert r.zrange("schedule", 0, -1, withscores=True) == [(member, PAST)]
+
+
+def test_a_push_that_raises_in_the_thread_is_put_back_and_reported(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    """scheduler.md: "A job whose push raises is put back in the set with its original score
+    and the error is reported" — by the running scheduler, which lives on."""
+    clock = ManualClock()
+    scheduler = make(scheduler="client", poll_interval_average=1.0, clock=clock)
+    reported: list[tuple[BaseException, dict[str, Any]]] = []
+    scheduler.config.error_handlers.append(lambda e, ctx, cfg: reported.append((e, ctx)))
+
+    def broken(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        raise RuntimeError("middleware broke")
+
+    scheduler.config.client_middleware.add(broken)
+    member = raw_job()
+    r.zadd("schedule", {member: PAST})
+    scheduler.start()
+    step(clock, MAX_WAIT + 60)  # past the initial wait: the first pass
+    wait_until(lambda: bool(reported), what="the failed push to be reported")
+    assert [(str(e), ctx) for e, ctx in reported] == [("middleware broke",
+                                                       {"context": "scheduler"})]
+    assert r.zrange("schedule", 0, -1, withscores=True) == [(member, PAST)]
+    assert r.zcard("wurk:claimed:schedule") == 0 and r.llen("queue:default") == 0
+    assert scheduler.is_alive()
 
 
 # -- a crash between taking a due job and pushing it ------------------------------------------
