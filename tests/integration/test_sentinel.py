@@ -23,7 +23,7 @@ import redis
 
 import wurk
 from tests.helpers.sentinel import Topology, skip_reason
-from tests.helpers.server import Server, start_server
+from tests.helpers.server import Server, free_port, start_server
 from tests.helpers.wait import wait_until
 from tests.web.conftest import browse
 from wurk.cli import run
@@ -90,6 +90,32 @@ def test_clients_dashboard_and_cli_follow_a_failover(
     assert code == 0 and json.loads(out)["enqueued"] == 4
     print(f"\nfailover {promoted - killed:.1f} s; every client followed within "
           f"{time.monotonic() - killed:.1f} s of the kill")
+
+
+@needs_sentinel
+def test_a_dead_sentinel_is_passed_over_and_a_push_with_no_primary_raises(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sentinel.md: "Name several: wurk asks each in turn until one answers", and "A push made
+    while there is no primary raises wurk.RedisUnavailable"."""
+    dead = free_port()  # nothing listens there: the first sentinel named never answers
+    url = topology.url.replace("redis+sentinel://", f"redis+sentinel://127.0.0.1:{dead},")
+    monkeypatch.setenv("REDIS_URL", url)
+    assert wurk.configure(socket_timeout=2.0).redis_url == url
+    assert probe.perform_async(1) is not None
+    assert topology.primary().client().llen("queue:default") == 1
+    old, _ = topology.kill_primary()  # the sentinels name it for a second more
+    with pytest.raises(wurk.RedisUnavailable):
+        probe.perform_async(2)
+    topology.wait_for_promotion(old)
+
+    def pushes() -> bool:
+        try:
+            probe.perform_async(3)
+        except wurk.RedisUnavailable:
+            return False
+        return True
+
+    wait_until(pushes, FOLLOW_WITHIN, "a push to the new primary, past the dead sentinel")
 
 
 # -- push_replicas ------------------------------------------------------------------------------
