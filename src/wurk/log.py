@@ -611,12 +611,15 @@ def route_application_logs(handler: logging.Handler, level: str | int) -> bool:
 
 
 def reopen() -> None:
-    """Close and reopen every file handler of the ``wurk`` logger (after log rotation)."""
+    """Close and reopen every file handler of the ``wurk`` logger (after log rotation). A
+    file that cannot be opened raises ``OSError`` and leaves its handler writing to the old
+    one: closed first, every later line would try to open it again and raise."""
     for handler in logger.handlers:
         if isinstance(handler, logging.FileHandler):
             handler.acquire()
             try:
+                stream = handler._open()
                 handler.close()  # lines kept for the old file go to it first
-                handler.stream = handler._open()
+                handler.stream = stream
             finally:
                 handler.release()

@@ -25,6 +25,7 @@ from wurk.api.stats import ShardStats
 from wurk.cli import run
 from wurk.client import core
 from wurk.connections.cluster import SlotLocator, parse
+from wurk.connections.lease import Lease
 from wurk.connections.pool import RedisPool
 from wurk.inprocess import InProcessWorker
 from wurk.web import create_app
@@ -257,6 +258,39 @@ def test_a_slot_moved_by_a_failover_is_followed(on_cluster: wurk.Config,
     connection = pool.take_connection()
     assert connection.port == replica.port  # the pool's connections now reach the new one
     pool.release_connection(connection)
+
+
+def test_a_held_connection_that_reads_moved_is_dropped_and_the_slot_followed(
+        on_cluster: wurk.Config, redis_cluster: Cluster) -> None:
+    """A lease (a processor's fetch, a job's ``wurk.redis()``) holds its connection across
+    commands: once the old primary is demoted and answers MOVED, the lease drops that
+    connection, so its next command asks the nodes again and reaches the new primary
+    instead of meeting MOVED on the old node for good."""
+    mail = on_cluster.shard("mail")
+    key = mail.keys.queue("mail") + ":held"
+    lease = Lease(mail.pool("client"))
+    try:
+        assert lease.call("SET", key, "1") == b"OK"
+        old = redis_cluster.primary_of("mail")
+        assert lease._connection.port == old.port
+        replica = redis_cluster.replica_of(old)
+        redis_cluster.fail_over_to(replica, "mail")
+        demoted = old.client(socket_timeout=5)
+        try:  # the old primary knows it was demoted: it answers MOVED, not the value
+            wait_until(lambda: demoted.execute_command("ROLE")[0] in (b"slave", "slave"),
+                       what="the old primary to become a replica")
+        finally:
+            demoted.close()
+
+        def answered() -> bool:
+            try:  # a node that has not heard of the failover yet may still name the old one
+                return lease.call("GET", key) == b"1" and lease._connection.port == replica.port
+            except wurk.RedisUnavailable:  # MOVED from the demoted node
+                return False
+
+        wait_until(answered, what="the lease's command on the new primary")
+    finally:
+        lease.release()
 
 
 def test_a_plain_url_to_a_cluster_node_still_names_the_cluster_form(

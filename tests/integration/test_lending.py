@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
 import wurk
-from tests.helpers.faults import InProcessWorker, wait_until
+from tests.helpers.faults import InProcessWorker, config_for, wait_until
 from tests.helpers.proxy import FaultProxy
-from tests.helpers.server import Server
+from tests.helpers.server import Server, start_server
 from wurk.connections.lease import Lease
 from wurk.connections.lending import lend_from
 from wurk.connections.pool import RedisPool
@@ -159,3 +162,49 @@ def test_stop_interrupts_a_job_waiting_on_its_lent_connection(
     assert not any(thread.is_alive() for thread in threads)
     queued = r.lrange("queue:default", 0, -1)
     assert [json.loads(raw)["class"] for raw in queued] == ["LendingBlocked"]  # not lost
+
+
+@pytest.fixture
+def demoted_pair(tmp_path: Path) -> Iterator[tuple[Server, Server, FaultProxy]]:
+    """Two servers and a proxy in front of the first (the primary, until a test demotes it
+    and points the proxy at the second, as a failover behind a VIP or a proxy does)."""
+    old, new = start_server(tmp_path / "old"), start_server(tmp_path / "new")
+    proxy = FaultProxy(old.port).start()
+    yield old, new, proxy
+    proxy.close()
+    old.stop()
+    new.stop()
+
+
+def test_an_async_block_s_connection_that_reads_readonly_is_not_kept(
+    demoted_pair: tuple[Server, Server, FaultProxy],
+) -> None:
+    """The async form keeps its connection for the next block; one that read a failover
+    reply (it reaches a demoted primary) is closed instead, so the next block reaches the
+    new primary rather than reading READONLY on the old one for good."""
+    old, new, proxy = demoted_pair
+    config = config_for(proxy.url)
+
+    async def main() -> tuple[BaseException | None, Any]:
+        async with wurk.redis(config) as conn:
+            assert await conn.call("SET", "k", "before") == b"OK"  # kept for the next block
+        redis.Redis(port=old.port).replicaof("127.0.0.1", new.port)  # demoted
+        proxy.retarget(new.port)  # new connections reach the new primary
+        refused: BaseException | None = None
+        try:
+            async with wurk.redis(config) as conn:
+                await conn.call("SET", "k", "refused")
+        except wurk.RedisUnavailable as exc:
+            refused = exc
+        async with wurk.redis(config) as conn:
+            after = await conn.call("SET", "k", "after")
+        await config.aclose()
+        return refused, after
+
+    try:
+        refused, after = asyncio.run(main())
+    finally:
+        config.close()
+    assert refused is not None and "READONLY" in str(refused)
+    assert after == b"OK"
+    assert redis.Redis(port=new.port).get("k") == b"after"

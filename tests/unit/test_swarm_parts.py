@@ -10,10 +10,12 @@ import signal
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 import wurk
+from wurk import log as wurk_log
 from wurk.errors import ConfigError
 from wurk.runtime.signals import HURRY_HINT
 from wurk.swarm.child import NoticePipe, OrphanGuard
@@ -368,6 +370,27 @@ def test_hurrying_never_moves_the_kill_deadline_later(
     clock.now += 1.05
     supervisor.tick()
     assert sorted(supervisor.sent) == [(pid, signal.SIGKILL) for pid in sorted(pids)]
+
+
+def test_a_log_file_that_cannot_be_reopened_does_not_end_the_supervise_loop(
+    stopping_swarm: tuple[Recording, Clock, list[int]], tmp_path: Path
+) -> None:
+    """USR2 reopens the parent's log file and is relayed to every child; a file that cannot
+    be reopened is reported, and the signal still reaches the children and the swarm goes
+    on (a supervise loop ended by it would leave the children to their orphan guard)."""
+    supervisor, _, pids = stopping_swarm
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    wurk_log.setup(fmt="plain", logfile=str(logs / "wurk.log"))
+    (logs / "wurk.log").unlink()
+    logs.rmdir()  # reopening the file now fails
+    supervisor._signals.push("USR2")
+    supervisor.tick()
+    assert sorted(supervisor.sent) == [(pid, signal.SIGUSR2) for pid in sorted(pids)]
+    del supervisor.sent[:]
+    supervisor._signals.push("TERM")
+    supervisor.tick()
+    assert sorted(supervisor.sent) == [(pid, signal.SIGTERM) for pid in sorted(pids)]
 
 
 # -- signals reach the child, never a pid's next owner ----------------------------------------

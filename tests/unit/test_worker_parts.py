@@ -243,3 +243,39 @@ def test_a_second_stop_signal_within_a_second_is_the_same_one_and_later_stops_no
         pipe.close()
     assert launcher.hurried_at is not None and launcher.hurried_at - started >= HURRY_AFTER
     assert "a second Ctrl-C (INT or TERM) stops now" in launcher.hint
+
+
+def test_a_log_file_that_cannot_be_reopened_does_not_end_the_signal_loop(
+        tmp_path: Path) -> None:
+    """USR2 reopens the log file (after a rotation); a file that cannot be reopened (its
+    directory gone, a rotation that left it unwritable) is reported, and the worker's
+    main loop goes on obeying signals: the TERM read with it still stops the worker."""
+    from wurk import log as wurk_log
+    from wurk.runtime.signals import serve
+
+    class Worker:
+        stopped = False
+
+        def quiet(self) -> None: ...
+
+        def hurry(self) -> None: ...
+
+        def stop(self, timeout: float | None = None, *, hint: str = "") -> None:
+            self.stopped = True
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    wurk_log.setup(fmt="plain", logfile=str(logs / "wurk.log"))
+    (logs / "wurk.log").unlink()
+    logs.rmdir()  # reopening the file now fails
+    pipe = SignalPipe()
+    worker = Worker()
+    pipe.push("USR2")
+    pipe.push("TERM")
+    try:
+        serve(worker, pipe, tick=0.01)
+    finally:
+        pipe.close()
+    assert worker.stopped
+    wurk_log.logger.warning("still logging")  # to the old file: no line raises
+    wurk_log.flush()

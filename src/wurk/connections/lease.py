@@ -8,7 +8,8 @@
    become the exceptions redis-py would raise (its own parser makes them).
 3. Nothing is ever replayed: a connection gone out of step (broken, or a command cut short
    between request and reply) is dropped and the next call takes a fresh one.
-4. A failover reply retires this connection only; other holders find out on their own reply.
+4. A failover reply (on a cluster, ``MOVED`` and ``ASK`` too) retires this connection only;
+   other holders find out on their own reply.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hiredis
 import redis
 
 from .packing import pack, pack_all
-from .replies import CONNECTION_ERRORS, FAILOVER_REPLIES, raise_refusal, reply_code, unavailable
+from .replies import CONNECTION_ERRORS, raise_refusal, reply_code, retry_replies, unavailable
 from .sockets import kernel_timeouts
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class Lease:
 
     def __init__(self, pool: RedisPool) -> None:
         self.pool = pool
+        # The replies that mean "this connection reaches the wrong node": it is dropped.
+        self._retire_on = retry_replies(pool.url)
         self._connection: Any = None
         self._wire: _Wire | None = None  # None: redis-py reads and writes (a decoding pool)
         self._unread = 0  # replies of commands written by ``send``, not read yet
@@ -207,8 +210,9 @@ class Lease:
 
     def _after_refusal(self, exc: redis.ResponseError) -> None:
         """A failover reply: this connection reaches a demoted master; the next one may
-        reach the new master (through a proxy, Sentinel-aware DNS or a VIP)."""
-        if reply_code(exc) in FAILOVER_REPLIES:
+        reach the new master (through a proxy, Sentinel-aware DNS or a VIP). On a cluster,
+        ``MOVED`` too: the next connection asks the nodes where the slot is now."""
+        if reply_code(exc) in self._retire_on:
             self._drop()
 
     def _write(self, connection: Any, packed: bytes, *, hold: bool = False) -> None:

@@ -35,7 +35,7 @@ import redis as redis_py
 from ..config import Config, chosen_shard, default_config
 from .lease import Lease
 from .pool import AsyncRedisPool, RedisPool
-from .replies import CONNECTION_ERRORS, raise_refusal, unavailable
+from .replies import CONNECTION_ERRORS, raise_refusal, reply_code, retry_replies, unavailable
 
 __all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "lend_from",
            "redis"]
@@ -73,7 +73,9 @@ class AsyncConnection:
     def __init__(self, connection: Any, url: str) -> None:
         self._connection = connection
         self._url = url
-        self.broken = False  # out of step (cut, or cancelled mid-reply): closed, not reused
+        # Out of step (cut, or cancelled mid-reply), or reaching a demoted primary (it read a
+        # failover reply): closed at the block's end, not kept for the next block.
+        self.broken = False
 
     async def call(self, *args: Any) -> Any:
         """One command; the raw reply (``await conn.call("INCR", "hits")``)."""
@@ -87,6 +89,7 @@ class AsyncConnection:
                     ) -> list[Any]:
         connection = self._connection
         self.broken = True  # until every reply is read
+        refused: redis_py.ResponseError | None = None
         try:
             await connection.send_packed_command(connection.pack_commands(commands),
                                                  check_health=False)
@@ -95,13 +98,17 @@ class AsyncConnection:
                 try:
                     replies.append(await connection.read_response())
                 except redis_py.ResponseError as exc:
-                    if not in_place:
-                        self.broken = False
-                        raise_refusal(exc, self._url)
+                    refused = refused or exc
                     replies.append(exc)
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc, self._url) from exc
         self.broken = False
+        if refused is not None:
+            retire = retry_replies(self._url)
+            self.broken = any(isinstance(reply, redis_py.ResponseError)
+                              and reply_code(reply) in retire for reply in replies)
+            if not in_place:
+                raise_refusal(refused, self._url)
         return replies
 
 

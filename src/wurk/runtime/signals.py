@@ -11,7 +11,8 @@
    keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
    the first) hurries the stop: the unfinished jobs go back to their queues now and the
    process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
-5. ``dump_threads`` writes every thread's stack to the log (TTIN).
+5. ``dump_threads`` writes every thread's stack to the log (TTIN); ``reopen_logs`` reopens
+   the log files (USR2), reporting a file it cannot reopen rather than raising.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .. import log as wurk_log
 from ..log import VERBATIM
 
 __all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
-           "dump_threads", "serve", "stop_watched"]
+           "dump_threads", "reopen_logs", "serve", "stop_watched"]
 
 log = logging.getLogger("wurk")
 
@@ -138,8 +139,17 @@ def act_on(launcher: _Quietable, name: str) -> bool:
     elif name == "TTIN":
         dump_threads()
     elif name == "USR2":
-        wurk_log.reopen()
+        reopen_logs()
     return False
+
+
+def reopen_logs() -> None:
+    """USR2: reopen the log files. One that cannot be reopened (its directory gone, left
+    unwritable by a rotation) is reported, never raised: the loop reading signals goes on."""
+    try:
+        wurk_log.reopen()
+    except OSError as exc:
+        log.error("USR2: could not reopen the log file: %s", exc)
 
 
 def serve(launcher: _Stoppable, pipe: SignalPipe, *, tick: float) -> None:

@@ -35,14 +35,20 @@ from typing import Any, NoReturn
 
 import psutil
 
-from .. import log as wurk_log
 from ..config import Config
 from ..connections.locate import resolve_url
 from ..connections.pool import RedisPool
 from ..errors import SwarmError
 from ..runtime.identity import Identity, hostname, process_nonce
 from ..runtime.proctitle import set_title
-from ..runtime.signals import HURRY_AFTER, HURRY_HINT, STOP_SIGNALS, SignalPipe, dump_threads
+from ..runtime.signals import (
+    HURRY_AFTER,
+    HURRY_HINT,
+    STOP_SIGNALS,
+    SignalPipe,
+    dump_threads,
+    reopen_logs,
+)
 from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
 from .respawn import RespawnSchedule
 from .restart import Claim, RestartHooks, RollingRestart
@@ -229,7 +235,7 @@ class Supervisor:
         elif name == "USR1":
             self.rolling_restart()
         elif name == "USR2":
-            wurk_log.reopen()
+            reopen_logs()
             self._relay(signal.SIGUSR2)
         elif name == "TTIN":
             dump_threads()
