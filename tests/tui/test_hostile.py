@@ -12,6 +12,7 @@ One app is driven through every kind of a group (its start costs what a dozen vi
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -29,7 +30,8 @@ from rich.text import Text
 from textual.pilot import Pilot
 from textual.widgets import Static
 
-from tests.tui.drive import drive, press, refresh, shown, tab
+from tests.tui.drive import drive, press, refresh, sheet_rows, shown, tab
+from tests.tui.world import LEADER, World, process
 from tests.web.test_hostile_families import FAMILIES, HOSTILE, build_world, now
 from wurk.api import RetrySet
 from wurk.keys import Keys
@@ -218,3 +220,23 @@ def test_markup_and_control_characters_in_a_job_show_as_typed_escaped(
         assert UNPRINTABLE.search(screen) is None
 
     drive(config, scenario, size=(200, 40))
+
+
+def test_running_jobs_whose_names_read_alike_are_each_listed(
+        config: wurk.Config, world: World, raw: redis.Redis) -> None:
+    # Two threads whose names are not UTF-8 read as the same text ("t\ufffd"), and a
+    # process and thread joined into the name another pair makes: the table's row keys.
+    work = json.dumps({"queue": "default", "run_at": time.time() - 5,
+                       "payload": json.dumps({"class": "Twin", "args": [], "jid": "d" * 24})})
+    raw.hset(f"{LEADER}:work", mapping={b"t\xff": work, b"t\xfe": work, "x|y": work})
+    process(raw, f"{LEADER}|x", tag="twin", quiet=False, jobs=[])
+    raw.hset(f"{LEADER}|x:work", "y", work)
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "busy")
+        assert app.problem is None
+        jobs = [row[1] for row in sheet_rows(app, "#jobs")]
+        assert sorted(jobs) == ["Export::Csv", "Mail::Deliver", *["Twin"] * 4,
+                                "Video::Encode"]
+
+    drive(config, scenario, size=(200, 50))

@@ -10,9 +10,11 @@ what cannot be read is an ``Unreadable`` naming why, never another exception.
    writes it: samples → stack table → frame table → function table → string table, the
    strings per thread or shared), into a ``Flame``: a tree of ``Node`` (name, file, value)
    whose values add up the time (or samples) spent in each stack.
-3. Bounds: at most ``MAX_NODES`` distinct stacks, ``MAX_DEPTH`` frames deep and
-   ``MAX_STEPS`` events or samples are read; a profile past one is drawn as far as it was
-   read and says so (``Flame.cut``).
+3. Bounds: at most ``MAX_NODES`` distinct stacks, ``MAX_DEPTH`` frames deep,
+   ``MAX_STEPS`` events or samples and ``MAX_FRAMES`` frames in all (a sample's stack is
+   read up to ``MAX_DEPTH`` frames deep, so ``MAX_STEPS`` alone would allow hundreds of
+   millions) are read; a profile past one is drawn as far as it was read and says so
+   (``Flame.cut``).
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DRAW_LIMIT", "MAX_DEPTH", "MAX_NODES", "MAX_STEPS", "Flame", "Node",
-           "Unreadable", "inflate", "parse"]
+__all__ = ["DRAW_LIMIT", "MAX_DEPTH", "MAX_FRAMES", "MAX_NODES", "MAX_STEPS", "Flame",
+           "Node", "Unreadable", "inflate", "parse"]
 
 # Inflated JSON drawn at most: a page parses it in its request, and parsed JSON takes ~8×
 # its text in memory. Larger profiles are downloaded and opened in a viewer.
@@ -32,6 +34,9 @@ DRAW_LIMIT = 8 * 1024 * 1024
 MAX_NODES = 100_000
 MAX_DEPTH = 256
 MAX_STEPS = 2_000_000
+# Frames read in all, over every stack walked and added: a few seconds of a page's time (a
+# hostile profile of two million samples of a stack 256 deep would take minutes).
+MAX_FRAMES = 5_000_000
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -63,9 +68,16 @@ class Flame:
     title: str = ""
     cut: bool = False
     nodes: int = 0
+    frames: int = 0  # frames read so far (``MAX_FRAMES`` at most)
+
+    @property
+    def full(self) -> bool:
+        """Whether ``MAX_FRAMES`` are read: the rest of the profile is not."""
+        return self.frames >= MAX_FRAMES
 
     def add(self, stack: list[tuple[str, str]], value: float) -> None:
         """``value`` spent in ``stack`` (outermost frame first)."""
+        self.frames += min(len(stack), MAX_DEPTH)
         if not math.isfinite(value) or value <= 0:
             return
         node = self.root
@@ -147,7 +159,7 @@ def _sampled(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]
     weights = _list(profile.get("weights"))
     for index, sample in enumerate(samples):
         steps += 1
-        if steps > MAX_STEPS:
+        if steps > MAX_STEPS or flame.full:
             flame.cut = True
             break
         weight = _number(weights[index]) if index < len(weights) else 1.0
@@ -160,12 +172,16 @@ def _evented(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]
              steps: int) -> int:
     """Open and close events: the time between two events is spent in the stack then
     open. A close that is not of the innermost open frame closes down to it (or is
-    ignored when that frame is not open)."""
-    stack: list[int] = []
+    ignored when that frame is not open). Each event costs the same however deep the
+    stack is: the open frames are kept as they are added (``opened``), and where each
+    frame is open (``at_depths``), so neither is searched or copied."""
+    stack: list[tuple[str, str]] = []
+    at_depths: dict[int, list[int]] = {}  # frame → the depths it is open at, innermost last
+    opened: list[int] = []  # the open frames' indices, outermost first
     last: float | None = None
     for event in _list(profile.get("events")):
         steps += 1
-        if steps > MAX_STEPS:
+        if steps > MAX_STEPS or flame.full:
             flame.cut = True
             break
         if not isinstance(event, dict) or not _index(event.get("frame"), frames):
@@ -174,12 +190,18 @@ def _evented(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]
         if math.isnan(at):  # no time, or not a number: the event says nothing
             continue
         if last is not None and stack and at > last:
-            flame.add([frames[i] for i in stack], at - last)
+            flame.add(stack, at - last)
         last = at if last is None else max(last, at)
+        frame = event["frame"]
         if event.get("type") == "O":
-            stack.append(event["frame"])
-        elif event.get("type") == "C" and event["frame"] in stack:
-            del stack[len(stack) - 1 - stack[::-1].index(event["frame"]):]
+            at_depths.setdefault(frame, []).append(len(stack))
+            stack.append(frames[frame])
+            opened.append(frame)
+        elif event.get("type") == "C" and at_depths.get(frame):
+            depth = at_depths[frame][-1]
+            for closed in opened[depth:]:  # each open frame is closed once: no search
+                at_depths[closed].pop()
+            del stack[depth:], opened[depth:]
     return steps
 
 
@@ -223,11 +245,12 @@ def _thread(flame: Flame, thread: dict[str, Any], strings: list[Any], steps: int
             at, seen = (prefix[at] if _index(at, prefix) else None), seen + 1
         found.reverse()
         memo[stack] = found
+        flame.frames += seen
         return found
 
     for index, stack in enumerate(_list(samples.get("stack"))):
         steps += 1
-        if steps > MAX_STEPS:
+        if steps > MAX_STEPS or flame.full:
             flame.cut = True
             break
         if isinstance(stack, int) and not isinstance(stack, bool):

@@ -10,7 +10,9 @@
 3. Rows are named by what an action needs (an entry's key, a queue's name, a process's
    identity): ``current()`` is the row under the cursor, ``chosen()`` the selected rows
    (``x`` toggles one, ``A`` all of the page) or else the cursor's. A stored name of any
-   length is kept whole for the action but names its row by a short digest.
+   length is kept whole for the action but names its row by a short digest. Two rows
+   named alike (two stored names that are not UTF-8 and read as the same text, or parts
+   joined into one name) each get a key of their own: a table never holds a key twice.
 4. Every cell is a ``rich.text.Text`` made by ``wurk.tui.text``: never markup, escaped, cut.
 """
 
@@ -50,6 +52,22 @@ def _row_key(ident: str) -> str:
         return ident
     return "#" + hashlib.sha1(ident.encode("utf-8", "replace"),
                               usedforsecurity=False).hexdigest()
+
+
+def _row_keys(rows: Sequence[Row]) -> list[str]:
+    """Each row's key, a repeated one numbered (``name#2``): ``DataTable`` refuses a key
+    it holds already, and the rows after it would not be shown."""
+    keys: list[str] = []
+    taken: set[str] = set()
+    repeats: dict[str, int] = {}
+    for row in rows:
+        key = base = _row_key(row.ident)
+        while key in taken:
+            repeats[base] = repeats.get(base, 1) + 1
+            key = f"{base}#{repeats[base]}"
+        taken.add(key)
+        keys.append(key)
+    return keys
 
 
 class Sheet(DataTable[Text]):
@@ -103,7 +121,7 @@ class Sheet(DataTable[Text]):
         if not self.columns:
             self.rows_shown, self.keys_shown = list(rows), []
             return
-        keys = [_row_key(row.ident) for row in rows]
+        keys = _row_keys(rows)
         old = self.keys_shown
         self.idents = {key: row.ident for key, row in zip(keys, rows, strict=True)}
         self.selected &= set(keys)
