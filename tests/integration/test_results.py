@@ -450,8 +450,23 @@ def test_a_key_of_another_type_is_unreadable_not_a_crash(config: wurk.Config,
     jid = "b" * 24
     r.hset(f"wurk:result:{jid}", "status", "succeeded")
     handle = wurk.ResultHandle(jid, config)
-    with pytest.raises(wurk.UnreadableResult, match="a key of the wrong type"):
-        handle.outcome()
+    # Every way a handle reads it, its waits too (which waited for their timeout, or for
+    # good without one, reading the key as "no result yet").
+    for look in (handle.outcome, lambda: handle.result(timeout=2),
+                 lambda: asyncio.run(handle.aresult(timeout=2)),
+                 lambda: asyncio.run(handle.aoutcome())):
+        with pytest.raises(wurk.UnreadableResult, match="a key of the wrong type"):
+            look()
+
+    async def beside_others() -> None:  # one read of many records: the others still found
+        r.set("wurk:result:" + "c" * 24, json.dumps({
+            "status": "succeeded", "value": 5, "finished_at": time.time()}))
+        other = wurk.ResultHandle("c" * 24, config)
+        outcomes = await asyncio.gather(handle.aresult(timeout=2), other.aresult(timeout=2),
+                                        return_exceptions=True)
+        assert isinstance(outcomes[0], wurk.UnreadableResult) and outcomes[1] == 5
+
+    asyncio.run(beside_others())
     found = wurk.api.ResultQuery(config).find_many([jid, "x" * 24])
     assert list(found) == [jid] and isinstance(found[jid], wurk.api.Invalid)
 

@@ -8,17 +8,18 @@ sent to Redis while the wait goes on.
 
 1. ``wait(config, jid, timeout)``: a sync wait, on a connection of its own for the wait (the
    ``results`` pool's, ``WAIT_POOL_SIZE`` at most at once), given back at its end.
-2. ``await_outcome(config, jid, timeout)``: an async wait. Every waiter of one event loop and
-   one configuration shares one ``Listener``: one pub/sub connection, subscriptions sent a
-   batch per loop turn (``SUBSCRIBE`` of every channel asked for meanwhile, in one command),
-   and the records of the newly confirmed ones read in one ``MGET``. Channels nobody waits
-   on any more are left until ``UNSUBSCRIBE_AT`` of them gather (an outcome is announced
-   once a run: a stale channel costs the server a few bytes, an ``UNSUBSCRIBE`` per result
-   would cost a command each). A thousand waiters cost a few commands and one connection,
-   not a thousand. The listener closes its connection ``LINGER`` seconds after its last
-   waiter left (however it left: its outcome, its timeout, a cancellation); a waiter that
-   comes meanwhile keeps it. Time is read from the listener's ``clock`` (``Listener(config,
-   clock=...)``; a test gives a ``ManualClock``).
+2. ``await_outcome(config, jid, timeout)``: an async wait. Every waiter of one event loop
+   and one configuration shares one ``Listener``: one pub/sub connection, subscriptions sent
+   a batch per loop turn (``SUBSCRIBE`` of every channel asked for meanwhile, in one
+   command), and the records of the newly confirmed ones read in one ``MGET`` (``_records``:
+   a key of another type is told apart). Channels nobody waits on any more are left until
+   ``UNSUBSCRIBE_AT`` of them gather (an outcome is announced once a run: a stale channel
+   costs the server a few bytes, an ``UNSUBSCRIBE`` per result would cost a command each). A
+   thousand waiters cost a few commands and one connection, not a thousand. The listener
+   closes its connection ``LINGER`` seconds after its last waiter left (however it left: its
+   outcome, its timeout, a cancellation); a waiter that comes meanwhile keeps it. Time is
+   read from the listener's ``clock`` (``Listener(config, clock=...)``; a test gives a
+   ``ManualClock``).
 3. A timeout raises ``TimeoutError``; a connection lost mid-wait raises
    ``wurk.RedisUnavailable`` (every waiter of that listener): wait again once Redis is back.
 """
@@ -30,7 +31,7 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Coroutine, Iterator
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from .. import stored
@@ -39,7 +40,7 @@ from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
 from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
-from .store import Outcome, decode
+from .store import Outcome, decode, find
 
 __all__ = ["LINGER", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome", "wait"]
 
@@ -100,9 +101,7 @@ def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
     if message is None:
         return None
     if message["type"] == "subscribe":
-        key = config.keys.result(jid)
-        raw = config.pool("api").run(lambda r: r.get(key), idempotent=True)
-        return decode(jid, raw)
+        return find(config, jid)  # a key of another type is an ``Invalid``, not "none yet"
     if message["type"] == "message":
         return decode(jid, message["data"])
     return None
@@ -279,7 +278,7 @@ class Listener:
         try:
             for batch in _batches(jids):
                 names = [keys.result(jid) for jid in batch]
-                raws = await pool.run(functools.partial(_mget, names=names))
+                raws = await pool.run(functools.partial(_records, names=names))
                 self.commands += 1
                 for jid, raw in zip(batch, raws, strict=True):
                     found = decode(jid, raw)
@@ -329,9 +328,24 @@ class Listener:
                 session.pump.cancel()
 
 
-def _mget(r: Any, *, names: list[str]) -> Awaitable[list[Any]]:
-    # A key of another Redis type reads as nil in an MGET: as no result yet.
-    found: Awaitable[list[Any]] = r.mget(names)
+async def _records(r: Any, *, names: list[str]) -> list[Any]:
+    """The records stored at ``names``, in one ``MGET``. A key of another Redis type reads
+    as nil there, as an absent one does: the ``EXISTS`` sent with it counts the keys there,
+    and only when it counts more than the ``MGET`` found are the nil ones read again, a
+    ``GET`` each, whose error reply in place makes that record an ``Invalid`` (one written
+    between the two reads is found by its ``GET``)."""
+    pipe = r.pipeline(transaction=False)
+    pipe.mget(names)
+    pipe.exists(*names)
+    found, present = await pipe.execute()
+    found = list(found)
+    nil = [index for index, raw in enumerate(found) if raw is None]
+    if nil and present > len(found) - len(nil):
+        again = r.pipeline(transaction=False)
+        for index in nil:
+            again.get(names[index])
+        for index, raw in zip(nil, await again.execute(raise_on_error=False), strict=True):
+            found[index] = raw
     return found
 
 
