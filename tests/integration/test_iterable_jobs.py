@@ -414,6 +414,25 @@ def test_cancel_refuses_what_is_not_a_jid(config: wurk.Config) -> None:
             wurk.cancel(bad)
 
 
+@pytest.mark.parametrize(("write", "says"), [
+    (lambda r, key: r.set(key, "a string"), "a string"),
+    (lambda r, key: r.hset(key, "cancelled", "garbage"), "field cancelled"),
+], ids=["another-type", "unreadable-time"])
+def test_a_hostile_state_does_not_stop_a_cancel_of_a_waiting_job(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        write: Any, says: str) -> None:
+    jid = Count.perform_async(5)
+    write(r, f"it-{jid}")
+    with caplog.at_level("WARNING", logger="wurk"):
+        done = wurk.cancel(jid)
+    assert done.removed_from == ["queue:default"] and queued(r) == []
+    assert done.cancelled_at == 0.0
+    assert any(f"it-{jid}" in rec.getMessage() and says in rec.getMessage()
+               for rec in caplog.records)
+    with pytest.raises(wurk.IterationStateError, match=f"it-{jid}.*{says}"):
+        wurk.iteration.cancel(jid)
+
+
 class Slow(Recorded, name="test_iterable.slow"):
     def build_enumerator(self, *, cursor: int | None) -> Iterator[tuple[int, int]]:
         return wurk.iteration.ids(0, 2, cursor=cursor)

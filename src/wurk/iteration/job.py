@@ -147,7 +147,8 @@ class IterableJob(Job, abstract=True):
         would make it stop at its next flush."""
         self._cancel_asked = True
         with lent_redis(self._config()) as conn:
-            S.cancel_script.call(conn, [self._key()], [S.STATE_TTL])
+            reply = S.cancel_script.call(conn, [self._key()], [S.STATE_TTL])
+        S.cancel_time(self.jid, reply)
 
     def _config(self) -> Config:
         return self.config if self.config is not None else default_config()
