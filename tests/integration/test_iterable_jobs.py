@@ -388,6 +388,20 @@ def test_a_class_defining_perform_is_refused() -> None:
             def each_iteration(self, item: Any) -> None: ...
 
 
+@pytest.mark.parametrize(("attribute", "value"), [
+    ("max_iteration_runtime", 0), ("max_iteration_runtime", -1),
+    ("max_iteration_runtime", float("nan")), ("max_iteration_runtime", "10"),
+    ("flush_interval", float("nan")), ("flush_interval", -1), ("flush_interval", None),
+])
+def test_a_bad_class_attribute_is_refused_when_the_class_is_defined(
+        attribute: str, value: Any) -> None:
+    """``max_iteration_runtime = 0`` stopped every execution before its first item, so the
+    job was pushed again for ever; nan or a string failed each execution, or never flushed."""
+    with pytest.raises(wurk.RegistrationError, match=f"{attribute}.*{value!r}"):
+        type("Bad", (wurk.IterableJob,), {attribute: value, "__module__": __name__},
+             name="test_iterable.bad")
+
+
 def test_a_push_is_checked_against_each_iteration_less_the_item(config: wurk.Config) -> None:
     with pytest.raises(wurk.InvalidArguments, match="too many positional arguments"):
         Count.perform_async(3, 4)
