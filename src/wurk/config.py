@@ -224,14 +224,19 @@ def _env_timestamp_format() -> TimestampFormat:
     return value  # type: ignore[return-value]
 
 
-def _env_int(name: str) -> int | None:
+def _env_count(name: str, default: int) -> int:
+    """A whole number ≥ 1 from the environment, ``default`` when unset; a ``ConfigError``
+    naming the variable otherwise (``0`` is not taken for unset)."""
     value = _env(name)
     if value is None:
-        return None
+        return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        raise ConfigError(f"environment variable {name}={value!r} is not a whole number") from None
+        number = 0
+    if number < 1:
+        raise ConfigError(f"environment variable {name}={value!r} is not a whole number ≥ 1")
+    return number
 
 
 @dataclass(kw_only=True, eq=False)
@@ -291,7 +296,7 @@ class Config:
     # ZADD is dearer than LPUSH, so scheduled bulk pushes go in smaller slices (Sidekiq 8.1.2).
     scheduled_bulk_batch_size: int = 100
     # -- worker -----------------------------------------------------------------------------
-    concurrency: int = field(default_factory=lambda: _env_int("WURK_CONCURRENCY") or 5)
+    concurrency: int = field(default_factory=lambda: _env_count("WURK_CONCURRENCY", 5))
     # -- async jobs (``wurk.asyncjobs``) ----------------------------------------------------
     # ``async def`` jobs of the default capsule running at once as tasks on the event loop.
     async_concurrency: int = 100
