@@ -99,6 +99,21 @@ SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 ShardRouter = Callable[[str, str, list[Any]], "str | None"]
 
 
+def _not_seconds(value: Any, *, zero: bool = False) -> bool:
+    """Whether ``value`` is no number of seconds: not an int or float (a bool is neither),
+    NaN, infinite or an integer no float holds (``.nan``, ``-t inf``, 400 digits: no
+    comparison refuses them), or below zero (at zero too, unless ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return True
+    try:
+        seconds = float(value)
+    except OverflowError:
+        return True
+    if not math.isfinite(seconds):
+        return True
+    return seconds < 0 if zero else seconds <= 0
+
+
 def did_you_mean(key: str) -> str:
     """``"; did you mean 'max_retries'?"`` for the setting closest to the unknown ``key``."""
     import difflib  # here: only a mistyped setting needs it, and a worker keeps what it imports
@@ -209,14 +224,19 @@ def _env_timestamp_format() -> TimestampFormat:
     return value  # type: ignore[return-value]
 
 
-def _env_int(name: str) -> int | None:
+def _env_count(name: str, default: int) -> int:
+    """A whole number ≥ 1 from the environment, ``default`` when unset; a ``ConfigError``
+    naming the variable otherwise (``0`` is not taken for unset)."""
     value = _env(name)
     if value is None:
-        return None
+        return default
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
-        raise ConfigError(f"environment variable {name}={value!r} is not a whole number") from None
+        number = 0
+    if number < 1:
+        raise ConfigError(f"environment variable {name}={value!r} is not a whole number ≥ 1")
+    return number
 
 
 @dataclass(kw_only=True, eq=False)
@@ -276,7 +296,7 @@ class Config:
     # ZADD is dearer than LPUSH, so scheduled bulk pushes go in smaller slices (Sidekiq 8.1.2).
     scheduled_bulk_batch_size: int = 100
     # -- worker -----------------------------------------------------------------------------
-    concurrency: int = field(default_factory=lambda: _env_int("WURK_CONCURRENCY") or 5)
+    concurrency: int = field(default_factory=lambda: _env_count("WURK_CONCURRENCY", 5))
     # -- async jobs (``wurk.asyncjobs``) ----------------------------------------------------
     # ``async def`` jobs of the default capsule running at once as tasks on the event loop.
     async_concurrency: int = 100
@@ -517,7 +537,7 @@ class Config:
                      "socket_timeout", "scheduler_initial_wait", "reaper_interval",
                      "loop_lag_warning", "periodic_catch_up"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if _not_seconds(value, zero=True):
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
         self._check_choice("fetch", ("reliable", "basic"))
         self._check_choice("event_loop", EVENT_LOOPS)
@@ -570,7 +590,7 @@ class Config:
             raise ConfigError(f"push_replicas must be a whole number ≥ 0 (replicas that "
                               f"confirm each push; 0: off), not {count!r}")
         wait = self.push_replica_timeout
-        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait <= 0:
+        if _not_seconds(wait):
             raise ConfigError(f"push_replica_timeout must be a number of seconds > 0, "
                               f"not {wait!r}")
         if count and 0 < self.socket_timeout <= wait:
@@ -694,8 +714,7 @@ class Config:
 
     def _validate_job_timeout(self) -> None:
         value = self.job_timeout
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value <= 0):
+        if value is not None and _not_seconds(value):
             raise ConfigError(f"job_timeout must be a number of seconds > 0, or none for no "
                               f"limit, not {value!r}")
 
@@ -749,7 +768,7 @@ class Config:
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ConfigError(f"web_pool_size must be a whole number of at least 1, not {size!r}")
         interval = self.web_stream_interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        if _not_seconds(interval):
             raise ConfigError(f"web_stream_interval must be a number of seconds > 0, "
                               f"not {interval!r}")
         hosts = self.web_allowed_hosts
@@ -769,11 +788,11 @@ class Config:
                 raise ConfigError(f"{name} must be a TCP port (0-65535; 0 picks a free one), "
                                   f"not {port!r}")
         interval = self.history_interval
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or interval <= 0:
+        if _not_seconds(interval):
             raise ConfigError(f"history_interval must be a number of seconds > 0, "
                               f"not {interval!r}")
         keep = self.retain_history
-        if isinstance(keep, bool) or not isinstance(keep, (int, float)) or keep < 0:
+        if _not_seconds(keep, zero=True):
             raise ConfigError(f"retain_history must be a number of seconds ≥ 0 (0 keeps no "
                               f"history), not {keep!r}")
         if self.statsd is not None:
@@ -797,8 +816,7 @@ class Config:
                 raise ConfigError(f"{name} must be a list of text, not {value!r}")
         for name in _LOOP_INTERVALS:  # a loop that waits 0 s between turns would spin
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool)
-                                      or not isinstance(value, (int, float)) or value <= 0):
+            if value is not None and _not_seconds(value):
                 raise ConfigError(f"{name} must be a number of seconds > 0, not {value!r}")
         if not isinstance(self.log_level, str) or \
                 not isinstance(logging.getLevelName(self.log_level.upper()), int):

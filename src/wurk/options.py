@@ -177,7 +177,8 @@ def _check_option(key: str, value: Any, where: str) -> None:
             raise bad("True, False or a number of retries ≥ 0")
     elif key == P.RETRY_FOR:
         seconds = value.total_seconds() if isinstance(value, timedelta) else value
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0 \
+                or (isinstance(seconds, float) and not math.isfinite(seconds)):
             raise bad("a positive number of seconds")
     elif key == P.DEAD:
         if not isinstance(value, bool):

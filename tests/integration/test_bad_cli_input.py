@@ -158,3 +158,11 @@ def test_any_words_after_wurk(capsys: pytest.CaptureFixture[str], argv: list[str
     err = capsys.readouterr().err
     assert code in (0, 1, 2, 3), (argv, code, err)
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("flag", [("-t", "nan"), ("-t", "inf")])
+def test_a_timeout_that_is_no_number_is_one_clear_line(capsys: pytest.CaptureFixture[str],
+                                                       flag: tuple[str, str]) -> None:
+    code, err = worker_exit(capsys, *flag)
+    assert_one_clear_line(code, err)
+    assert "timeout must be a number of seconds" in err

@@ -388,6 +388,20 @@ def test_a_class_defining_perform_is_refused() -> None:
             def each_iteration(self, item: Any) -> None: ...
 
 
+@pytest.mark.parametrize(("attribute", "value"), [
+    ("max_iteration_runtime", 0), ("max_iteration_runtime", -1),
+    ("max_iteration_runtime", float("nan")), ("max_iteration_runtime", "10"),
+    ("flush_interval", float("nan")), ("flush_interval", -1), ("flush_interval", None),
+])
+def test_a_bad_class_attribute_is_refused_when_the_class_is_defined(
+        attribute: str, value: Any) -> None:
+    """``max_iteration_runtime = 0`` stopped every execution before its first item, so the
+    job was pushed again for ever; nan or a string failed each execution, or never flushed."""
+    with pytest.raises(wurk.RegistrationError, match=f"{attribute}.*{value!r}"):
+        type("Bad", (wurk.IterableJob,), {attribute: value, "__module__": __name__},
+             name="test_iterable.bad")
+
+
 def test_a_push_is_checked_against_each_iteration_less_the_item(config: wurk.Config) -> None:
     with pytest.raises(wurk.InvalidArguments, match="too many positional arguments"):
         Count.perform_async(3, 4)
@@ -412,6 +426,25 @@ def test_cancel_refuses_what_is_not_a_jid(config: wurk.Config) -> None:
     for bad in ("", "a b", "x\x1b[2J", "j" * 201):
         with pytest.raises(ValueError, match="jid"):
             wurk.cancel(bad)
+
+
+@pytest.mark.parametrize(("write", "says"), [
+    (lambda r, key: r.set(key, "a string"), "a string"),
+    (lambda r, key: r.hset(key, "cancelled", "garbage"), "field cancelled"),
+], ids=["another-type", "unreadable-time"])
+def test_a_hostile_state_does_not_stop_a_cancel_of_a_waiting_job(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        write: Any, says: str) -> None:
+    jid = Count.perform_async(5)
+    write(r, f"it-{jid}")
+    with caplog.at_level("WARNING", logger="wurk"):
+        done = wurk.cancel(jid)
+    assert done.removed_from == ["queue:default"] and queued(r) == []
+    assert done.cancelled_at == 0.0
+    assert any(f"it-{jid}" in rec.getMessage() and says in rec.getMessage()
+               for rec in caplog.records)
+    with pytest.raises(wurk.IterationStateError, match=f"it-{jid}.*{says}"):
+        wurk.iteration.cancel(jid)
 
 
 class Slow(Recorded, name="test_iterable.slow"):

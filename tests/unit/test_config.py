@@ -143,6 +143,14 @@ def test_every_default_is_the_one_configuration_md_states(
     assert cfg.concurrency == 7 and cfg.leader is False
 
 
+@pytest.mark.parametrize("value", ["0", "-3", "x", "0x10", "²"])
+def test_a_bad_wurk_concurrency_is_named(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """``WURK_CONCURRENCY=0`` was taken as unset: the worker ran 5 threads, silently."""
+    monkeypatch.setenv("WURK_CONCURRENCY", value)
+    with pytest.raises(ConfigError, match=f"WURK_CONCURRENCY={value!r}"):
+        Config()
+
+
 def test_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WURK_TIMESTAMP_FORMAT", "seconds")
     with pytest.raises(ConfigError, match="WURK_TIMESTAMP_FORMAT"):

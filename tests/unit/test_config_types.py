@@ -34,3 +34,23 @@ def test_good_values_pass() -> None:
                                   "labels": ["a"], "poll_interval_average": 0.5,
                                   "environment": None, "redis_url": None})
     assert config.log_level == "debug"
+
+
+SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
+                    "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
+                    "socket_timeout", "scheduler_initial_wait", "reaper_interval",
+                    "loop_lag_warning", "periodic_catch_up", "poll_interval_average",
+                    "control_interval", "log_slow_jobs_after", "leader_renew_interval",
+                    "leader_check_interval", "periodic_poll_interval", "outbox_poll_interval",
+                    "outbox_claim_timeout", "push_replica_timeout", "web_stream_interval",
+                    "history_interval", "retain_history")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 10 ** 400],
+                         ids=["nan", "inf", "400-digits"])
+@pytest.mark.parametrize("setting", SECONDS_SETTINGS)
+def test_seconds_that_are_no_number_are_refused(setting: str, value: float) -> None:
+    """YAML's .nan and .inf, click's FLOAT ("-t nan"): no comparison refuses them by itself,
+    and a worker that took them waited forever to stop; 400 digits overflowed in a thread."""
+    with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds"):
+        Config.from_mapping({setting: value})

@@ -56,6 +56,16 @@ def test_a_cursor_of_the_wrong_kind_is_named(bad: Any) -> None:
         list(ids(0, 10, step=2, cursor=bad if bad != -1 else 3))
 
 
+@pytest.mark.parametrize(("start", "stop", "step", "cursor"), [
+    (0, 10, 1, -4), (10, 20, 2, 4), (5, 0, -1, 8)])
+def test_an_ids_cursor_before_the_range_is_named(start: int, stop: int, step: int,
+                                                 cursor: int) -> None:
+    """A cursor before ``start`` (written by hand, or a range moved between executions)
+    walked ids the job was never given."""
+    with pytest.raises(ValueError, match=f"cursor {cursor}"):
+        list(ids(start, stop, step=step, cursor=cursor))
+
+
 def test_csv_rows_and_batches(tmp_path: Path) -> None:
     path = tmp_path / "people.csv"
     path.write_text('name,city\nada,"London, UK"\nalan,"Wilmslow"\n"grace\nhopper",NYC\n'

@@ -138,6 +138,8 @@ def test_duplicate_wire_name_is_refused() -> None:
         ({"dead": "no"}, "dead='no'"),
         ({"tags": "a"}, "tags='a'"),
         ({"retry_for": 0}, "retry_for=0"),
+        ({"retry_for": float("nan")}, "retry_for=nan"),
+        ({"retry_for": float("inf")}, "retry_for=inf"),
         ({"custom": {1, 2}}, "option 'custom' 0 is set"),
     ],
 )

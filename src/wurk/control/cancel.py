@@ -10,7 +10,8 @@
    the job is refused at its start if it was fetched meanwhile.
 3. **Iterable jobs** are cancelled Sidekiq's way: ``cancelled`` in ``it-<jid>`` (written for
    every cancel, so a Ruby process honours it too); the job stops at its next flush and runs
-   ``on_cancel`` (``wurk.iteration``).
+   ``on_cancel`` (``wurk.iteration``). An ``it-<jid>`` of another type, or whose time cannot
+   be read, is a warning: the cancel goes on (``cancelled_at`` stays 0).
 
 A running job that was cancelled ends as cancelled — not a failure, not retried: the
 built-in ``CancelHandler`` link counts it in ``wurk:stat:cancelled`` and acknowledges it.
@@ -36,6 +37,7 @@ from ..api.sets import RetrySet, ScheduledSet
 from ..batch.middleware import count as count_in_batch
 from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
+from ..errors import IterationStateError
 from ..iteration import state as iteration_state
 from ..iteration.control import check_jid
 from ..results.store import record_cancelled
@@ -80,8 +82,12 @@ def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
     check_jid(jid)
     done = Cancellation(jid)
     with lent_redis(cfg) as conn:
-        done.cancelled_at = float(iteration_state.cancel_script.call(
-            conn, [cfg.keys.iteration(jid)], [iteration_state.STATE_TTL]))
+        reply = iteration_state.cancel_script.call(
+            conn, [cfg.keys.iteration(jid)], [iteration_state.STATE_TTL])
+    try:
+        done.cancelled_at = iteration_state.cancel_time(jid, reply)
+    except IterationStateError as exc:  # a stray key must not keep the job from its cancel
+        log.warning("%s", exc)
     for queue in Queue.all(cfg):
         record = queue.find_job(jid)
         if record is not None and queue.delete(record):

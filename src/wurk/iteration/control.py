@@ -6,7 +6,8 @@ It writes ``cancelled`` (Redis's time, epoch seconds) into ``it-<jid>`` once, an
 state 30 days: a running job sees it at its next flush (within 5 s and one item) and stops
 after running ``on_cancel``; a queued, scheduled or retrying one sees it when it starts and
 runs none of its items. A job that is not iterable ignores it. Returns the time the
-cancellation stands from (a second request keeps the first's).
+cancellation stands from (a second request keeps the first's); a state key of another type
+(left as it is) or a stored time that cannot be read is an ``IterationStateError``.
 """
 
 from __future__ import annotations
@@ -36,6 +37,6 @@ def cancel(jid: str, *, config: Config | None = None) -> float:
     """Cancel the iterable job ``jid``; the epoch seconds its cancellation stands from."""
     cfg = config or default_config()
     with lent_redis(cfg) as conn:
-        stood = S.cancel_script.call(conn, [cfg.keys.iteration(check_jid(jid))],
+        reply = S.cancel_script.call(conn, [cfg.keys.iteration(check_jid(jid))],
                                      [S.STATE_TTL])
-    return float(stood)
+    return S.cancel_time(jid, reply)

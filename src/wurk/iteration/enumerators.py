@@ -72,8 +72,10 @@ def ids(start: int, stop: int, *, step: int = 1, cursor: int | None = None
         raise ValueError("ids: step must not be zero")
     first = start
     if cursor is not None:
+        # before ``start`` it would walk ids the job was never given; past ``stop`` it walks
+        # none (a range that shrank between two executions ends there)
         if isinstance(cursor, bool) or not isinstance(cursor, int) or \
-                (cursor - start) % step != 0:
+                (cursor - start) % step != 0 or (cursor - start) * step < 0:
             raise ValueError(f"ids: the cursor {cursor!r} is not an id of "
                              f"range({start}, {stop}, {step})")
         first = cursor

@@ -36,6 +36,7 @@ from __future__ import annotations
 import enum
 import inspect
 import logging
+import math
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
 from functools import partial
 from typing import Any, ClassVar
@@ -92,6 +93,9 @@ class IterableJob(Job, abstract=True):
             raise RegistrationError(
                 f"{cls.__qualname__} is an iterable job and must not define perform(): "
                 "define build_enumerator(*args, cursor) and each_iteration(item, *args)")
+        _check_seconds(cls, "max_iteration_runtime", cls.max_iteration_runtime,
+                       "above 0, or None for no limit", optional=True)
+        _check_seconds(cls, "flush_interval", cls.flush_interval, "0 or more")
         cls.perform = _performer(cls)  # type: ignore[method-assign]
         super().__init_subclass__(**options)
 
@@ -147,13 +151,29 @@ class IterableJob(Job, abstract=True):
         would make it stop at its next flush."""
         self._cancel_asked = True
         with lent_redis(self._config()) as conn:
-            S.cancel_script.call(conn, [self._key()], [S.STATE_TTL])
+            reply = S.cancel_script.call(conn, [self._key()], [S.STATE_TTL])
+        S.cancel_time(self.jid, reply)
 
     def _config(self) -> Config:
         return self.config if self.config is not None else default_config()
 
     def _key(self) -> str:
         return self._config().keys.iteration(self.jid)
+
+
+def _check_seconds(cls: type[IterableJob], name: str, value: Any, expected: str, *,
+                   optional: bool = False) -> None:
+    """A class attribute in seconds, checked when the class is made: a limit of 0 stopped
+    every execution before its first item (pushed again for ever), NaN never stopped or
+    flushed, and text failed each execution."""
+    if optional and value is None:
+        return
+    if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            and (isinstance(value, int) or math.isfinite(value)) \
+            and (value > 0 if optional else value >= 0):
+        return
+    raise RegistrationError(f"{cls.__qualname__}.{name} = {value!r} is invalid; expected "
+                            f"seconds {expected}")
 
 
 def _is_async(cls: type[IterableJob]) -> bool:

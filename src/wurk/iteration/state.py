@@ -8,7 +8,9 @@
    when the key has none, as Sidekiq 8 does) and ``HGET cancelled`` — so every flush also
    learns whether the job was cancelled meanwhile.
 3. ``cancel`` writes ``cancelled`` once (``HSETNX``) with Redis's own clock, in a script:
-   the first request's time stands, whoever makes it and whatever their clock says.
+   the first request's time stands, whoever makes it and whatever their clock says. A key
+   of another type is left as it is and the cancel is an ``IterationStateError``
+   (``cancel_time``), as is a ``cancelled`` time that cannot be read.
 4. Everything read back is untrusted: a field that is not what Sidekiq writes makes
    ``wurk.IterationStateError`` (a failure no retry fixes: the job goes to the dead set, the
    key is left for a person to look at), never a guess. A ``cancelled`` field of any value
@@ -26,7 +28,7 @@ from .. import payload as P
 from .. import scripts, stored
 from ..errors import IterationStateError
 
-__all__ = ["FIELDS", "STATE_TTL", "IterationState", "cancel_script",
+__all__ = ["FIELDS", "STATE_TTL", "IterationState", "cancel_script", "cancel_time",
            "flush_commands", "parse", "read_command"]
 
 # Sidekiq's: the state outlives any sane pause between two executions.
@@ -123,6 +125,22 @@ def _cancelled_at(value: Any) -> float | None:
     except ValueError:
         return None
     return when if 0 <= when < stored.EPOCH_MAX else None
+
+
+def cancel_time(jid: str, reply: Any) -> float:
+    """The epoch seconds a cancel stands from, in ``cancel_script``'s reply;
+    ``IterationStateError`` naming the problem when nothing could be written (a key of
+    another type) or the stored time cannot be read (the job counts it as cancelled)."""
+    if isinstance(reply, list) and len(reply) == 1:
+        raise IterationStateError(f"it-{jid} is a {stored.text(reply[0])}, not an iterable "
+                                  "job's state hash: the cancel mark was not written")
+    stood = reply[1] if isinstance(reply, list) and len(reply) == 2 else None
+    when = _cancelled_at(stood)
+    if when is None:
+        raise IterationStateError(f"it-{jid}: field cancelled is "
+                                  f"{stored.shown(stood, stored.RAW_LIMIT)}, not epoch seconds; "
+                                  "the job counts it as cancelled all the same")
+    return when
 
 
 def encode_cursor(jid: str, cursor: Any) -> str:
