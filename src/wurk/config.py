@@ -151,6 +151,12 @@ UVLOOP_MISSING = ("event_loop is 'uvloop' but uvloop is not installed (pip insta
                   "it has no Windows build), or use 'auto'")
 
 
+# Processor threads of one capsule at most: each is a thread with a Redis connection (two
+# in its pool), and a process of ten thousand threads spends its time switching between them
+# (a huge value hung the worker while it filled its pool, deaf to TERM).
+MAX_CONCURRENCY = 1_000
+
+
 @dataclass(kw_only=True)
 class Capsule:
     """A set of queues served by ``concurrency`` processors with their own Redis pool."""
@@ -170,10 +176,13 @@ class Capsule:
             check_queue_name(queue)
         if not self.queues:
             raise ConfigError(f"capsule {self.name!r} has no queues")
-        if not isinstance(self.concurrency, int) or self.concurrency < 1:
+        value = self.concurrency
+        if isinstance(value, bool) or not isinstance(value, int) or not \
+                1 <= value <= MAX_CONCURRENCY:
             raise ConfigError(
-                f"capsule {self.name!r}: concurrency must be a whole number of at least 1, "
-                f"not {self.concurrency!r}"
+                f"capsule {self.name!r}: concurrency must be a whole number from 1 to "
+                f"{MAX_CONCURRENCY:,} (a thread each; for more at once run more processes, "
+                f"or async def jobs), not {value!r}"
             )
         value = self.async_concurrency
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -151,6 +151,18 @@ def test_a_bad_wurk_concurrency_is_named(monkeypatch: pytest.MonkeyPatch, value:
         Config()
 
 
+@pytest.mark.parametrize("value", [1_001, 10**12, True])
+def test_a_capsule_s_threads_are_bounded(value: int) -> None:
+    """``concurrency: 1000000000000`` hung the worker at full CPU filling its pool, deaf
+    to TERM: a capsule's threads are refused past ``MAX_CONCURRENCY`` (and a bool is no
+    count)."""
+    with pytest.raises(ConfigError, match=r"concurrency must be a (positive )?whole number"):
+        Config(concurrency=value).all_capsules()
+    with pytest.raises(ConfigError, match=r"capsule 'big': concurrency must be"):
+        Config().capsule("big", queues=["q"], concurrency=value)
+    assert Config(concurrency=1_000).all_capsules()[0].concurrency == 1_000
+
+
 def test_bad_environment_value_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WURK_TIMESTAMP_FORMAT", "seconds")
     with pytest.raises(ConfigError, match="WURK_TIMESTAMP_FORMAT"):
