@@ -722,6 +722,21 @@ def test_cancel_cancels_a_step_in_the_retry_set_with_wurk_cancel(
     assert runs(r, "flaky") == [[]] and runs(r, "echo") == []
 
 
+def test_wurk_cancel_of_a_steps_jid_is_a_death(drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: a step "dies" when `wurk.cancel` is called on its jid: it is dead, the
+    workflow ends failed, and under "stop" the step after it is stopped."""
+    wf = Workflow("cancelled step")
+    first = wf.step(square, 3)
+    wf.step(echo, first)
+    wid = wf.start()
+    jid = WorkflowStatus(wid).steps["square"].jid
+    assert jid is not None and wurk.cancel(jid).removed_from == ["queue:default"]
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert (status.steps["square"].state, status.steps["echo"].state) == ("dead", "stopped")
+    assert status.state == "failed" and runs(r, "echo") == []
+
+
 def test_a_steps_own_result_ttl_wins_over_the_workflows(drain: Drain, r: redis.Redis) -> None:
     """workflows.md: "its steps keep their results as long (a step's own result_ttl
     wins)"."""
