@@ -235,7 +235,8 @@ class Interrupted(WurkError):
     pushes the same payload (same jid) to the back of its queue, and this execution counts as
     neither a success nor a failure — no retry, no batch count. An iterable job raises it
     when its worker quiets or stops, or after its ``max_iteration_runtime``
-    (``wurk.iteration``); any job may raise it to be run again later."""
+    (``wurk.iteration``), and may raise it itself; in any other job it is an ordinary
+    failure (the interrupt link is an iterable job's only)."""
 
     __module__ = "wurk"
 

@@ -522,3 +522,44 @@ def test_the_default_client_pushes_at_once_even_what_a_rollback_undoes(
         ship.perform_async(1)
         raise RuntimeError("rolled back")
     assert [job["args"] for job in queued(r)] == [[1]]
+
+
+def test_a_batch_member_pushes_at_once_and_writes_no_row(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """outbox.md: "for a batch member or inside a batch's jobs block, it pushes at once as
+    any push does" — inside a transaction too: the batch counts it when it is pushed."""
+    session = sessions()
+    with session.begin():
+        batch = wurk.Batch()
+        with batch.jobs():
+            jid = ship.perform_async(1)
+        assert [job["jid"] for job in queued(r)] == [jid]
+        member = wurk.push({"class": "Outbox::Ship", "args": [2], "bid": batch.bid})
+        assert [job["jid"] for job in queued(r)] == [member, jid]  # a payload with a bid
+        assert session.execute(select(OUTBOX.c.jid)).scalars().all() == []
+        assert wurk.BatchStatus(batch.bid).total == 1
+
+
+def test_a_missing_table_raises_at_the_call_and_the_transaction_rolls_back(
+        redis_server: Server, r: redis.Redis, tmp_path: Path) -> None:
+    """outbox.md: "The table missing (migration not run): the push raises at the call (no
+    such table) and the transaction rolls back: loud, never a lost job"."""
+    from sqlalchemy.exc import DBAPIError
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'unmigrated.db'}")
+    Order.__table__.create(engine)  # the application's table, not wurk_outbox
+    registry = scoped_session(sessionmaker(engine))
+    try:
+        outbox_config(redis_server.url, registry, engine)
+        session = registry()
+        with pytest.raises(DBAPIError, match="no such table: wurk_outbox"), session.begin():
+            session.add(Order(item="book"))
+            session.flush()
+            ship.perform_async(1)
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(Order)).scalar_one() == 0
+        assert queued(r) == []
+    finally:
+        registry.remove()
+        engine.dispose()

@@ -288,3 +288,41 @@ def test_every_push_is_attempted_at_the_commit_and_the_first_error_raised(
     assert sorted(job["args"][0] for job in queued(r)) == [1, 3, 5]
     sessions.remove()
     assert [o.item for o in sessions().scalars(select(Order))] == ["book"]
+
+
+def test_created_at_is_the_time_of_the_call_not_of_the_commit(
+        tx: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    """transactional-push.md: the push is normalised at the call, "so its created_at is the
+    time of the call, not of the commit"."""
+    import time
+
+    session = sessions()
+    with session.begin():
+        session.add(Order(item="book"))
+        before = time.time()
+        ship.perform_async(1)
+        after = time.time()
+        wait_until(lambda: time.time() > after + 0.05, what="the clock to move on")
+        committed = time.time()
+    (job,) = queued(r)
+    created = job["created_at"] / (1000 if job["created_at"] > 1e11 else 1)
+    assert before - 0.001 <= created <= after + 0.001 < committed - 0.04
+
+
+def test_a_middleware_refusing_at_the_commit_makes_the_push_a_no_op(
+        tx: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    """transactional-push.md: "a middleware that refuses the job then makes that push a
+    no-op, though the caller already has the jid" — nothing raised, nothing pushed."""
+
+    def refuses(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        return None if payload["args"] == [2] else call_next()
+
+    tx.client_middleware.add(refuses)
+    session = sessions()
+    with session.begin():
+        session.add(Order(item="book"))
+        kept = ship.perform_async(1)
+        refused = ship.perform_async(2)
+        assert kept is not None and refused is not None and kept != refused
+    assert [job["jid"] for job in queued(r)] == [kept]
+    assert r.zcard("schedule") == 0 and r.zcard("retry") == 0

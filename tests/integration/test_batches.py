@@ -843,3 +843,50 @@ def test_an_async_jobs_failure_is_counted(worker: wurk.InProcessWorker, r: redis
     assert events(r, batch.bid) == ["complete"]
     status = wurk.BatchStatus(batch.bid)
     assert (status.pending, status.failures, status.failed_jids) == (1, 1, [jid])
+
+
+# -- failure modes -----------------------------------------------------------------------------
+class Vanishing(wurk.Job, name="BatchTest::Vanishing"):
+    """A callback class the worker loses (unregistered) after the batch named it."""
+
+    def on_success(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+        note("success", status, options)
+
+
+def test_a_callback_target_missing_in_the_worker_fails_then_retries_once_it_is_there(
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
+    """batches.md: "A callback target missing in the worker fails the callback job
+    (wurk.BatchError naming the target); it retries like any job once a worker has it"."""
+    batch = wurk.Batch()
+    batch.on("success", Vanishing, {})
+    definition = wurk.registry.lookup("BatchTest::Vanishing")
+    wurk.registry.unregister("BatchTest::Vanishing")
+    try:
+        with batch.jobs():
+            work.perform_async("only")
+        wait_until(lambda: RetrySet().size() == 1, what="the failed callback job")
+        [entry] = list(RetrySet())
+        assert entry.item["class"] == "wurk.batch.Callback"
+        assert entry.item["error_class"] == "wurk.BatchError"
+        assert "'BatchTest::Vanishing' is not a job registered" in entry.item["error_message"]
+        assert fired(r) == []
+    finally:
+        wurk.registry.register(definition)
+    assert RetrySet().retry_all() == 1
+    settle(r, 1)
+    assert events(r, batch.bid) == ["success"]
+
+
+def test_dead_batches_drops_the_entries_of_batches_that_expired(
+        worker: wurk.InProcessWorker, r: redis.Redis) -> None:
+    """batches.md: "The batches index and batch-died have no expiry of their own: entries
+    whose batch expired are removed when they are listed"."""
+    r.set("fail:gone", 1)
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        work_once.perform_async("gone")
+    settle(r, 2)
+    assert DeadBatches().bids() == [batch.bid] and r.smembers("batch-died") == {batch.bid}
+    r.delete(f"b-{batch.bid}")  # expired
+    assert DeadBatches().bids() == [] and len(DeadBatches()) == 0
+    assert not r.exists("batch-died")  # removed, not only hidden

@@ -96,7 +96,9 @@ def test_remote_quiet_and_stop_are_refused(fast: wurk.Config, r: redis.Redis,
                                            caplog: pytest.LogCaptureFixture) -> None:
     with wurk.InProcessWorker(fast) as worker:
         r.lpush(f"{worker.identity}-signals", "TERM")
+        r.lpush(f"{worker.identity}-signals", "TSTP")  # the dashboard's quiet
         wait_until(lambda: "ignoring remote TERM" in caplog.text)
+        wait_until(lambda: "ignoring remote TSTP" in caplog.text)
         assert worker.running and r.hget(worker.identity, "quiet") == "false"
         r.lpush(f"{worker.identity}-signals", "TTIN")  # a remote TTIN still dumps threads
         wait_until(lambda: "thread MainThread (" in caplog.text)
@@ -104,6 +106,25 @@ def test_remote_quiet_and_stop_are_refused(fast: wurk.Config, r: redis.Redis,
         worker.quiet()
         wait_until(lambda: r.hget(worker.identity, "quiet") == "true")
     assert not worker.running
+
+
+def test_quiet_stops_fetching_and_lets_running_jobs_finish(fast: wurk.Config,
+                                                           r: redis.Redis) -> None:
+    """in-process-worker.md: ".quiet() — stop fetching; running jobs finish (one-way)"."""
+    with wurk.InProcessWorker(fast) as worker:
+        push("EmbedMode::Wait", 30)
+        wait_until(lambda: r.hget(worker.identity, "busy") == "1")
+        worker.quiet()
+        wait_until(lambda: r.hget(worker.identity, "quiet") == "true")
+        push("EmbedMode::Record", 1)
+        release.set()  # the running job finishes...
+        wait_until(lambda: r.hget(worker.identity, "busy") == "0")
+        assert r.lrange("queue:default", 0, -1) != []  # ...and nothing more is fetched
+        assert ran == [] and worker.running
+        time.sleep(0.5)  # a negative check: more than two fetch timeouts (0.2 s) pass
+        assert ran == [] and r.llen("queue:default") == 1
+        assert int(r.get("stat:processed") or 0) <= 1  # the Wait job's count, no other
+    assert ran == []
 
 
 def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,

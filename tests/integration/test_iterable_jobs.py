@@ -491,3 +491,98 @@ def test_in_a_testing_mode_the_job_runs_to_its_end(config: wurk.Config, r: redis
     with wurk.testing.inline():
         jid = Count.perform_async(6)
     assert seen() == list(range(6)) and not r.exists(f"it-{jid}")
+
+
+class Wrapped(Recorded, name="test_iterable.wrapped"):
+    """around_iteration wraps each item; item 2 it skips (never calls call_next)."""
+
+    def build_enumerator(self, n: int, label: str, *, cursor: int | None
+                         ) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def around_iteration(self, item: int, call_next: Any) -> Any:
+        EVENTS.append(("before", item, self.cursor, list(self.arguments)))
+        if item == 2:
+            return None
+        result = call_next()
+        EVENTS.append(("after", item))
+        return result
+
+    def each_iteration(self, item: int, n: int, label: str) -> None:
+        EVENTS.append(("item", item))
+
+
+class AsyncWrapped(Recorded, name="test_iterable.async_wrapped"):
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    async def around_iteration(self, item: int, call_next: Any) -> Any:
+        EVENTS.append(("before", item))
+        await call_next()
+        EVENTS.append(("after", item))
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+
+
+def test_around_iteration_wraps_each_item_and_arguments_are_the_jobs(
+        drain: Drain, r: redis.Redis) -> None:
+    """iterable-jobs.md: "around_iteration(item, call_next) — around each item: return
+    call_next() (await it in an async job)"; self.cursor is the item's cursor and
+    self.arguments the job's arguments."""
+    Wrapped.perform_async(4, "x")
+    assert drain() == 1
+    walked = [e for e in EVENTS if e[0] in ("before", "item", "after")]
+    assert walked == [("before", 0, 0, [4, "x"]), ("item", 0), ("after", 0),
+                      ("before", 1, 1, [4, "x"]), ("item", 1), ("after", 1),
+                      ("before", 2, 2, [4, "x"]),  # not called on: item 2 never ran
+                      ("before", 3, 3, [4, "x"]), ("item", 3), ("after", 3)]
+    EVENTS.clear()
+    AsyncWrapped.perform_async(2)
+    assert drain() == 1
+    assert [e for e in EVENTS if e[0] in ("before", "item", "after")] == [
+        ("before", 0), ("item", 0), ("after", 0), ("before", 1), ("item", 1), ("after", 1)]
+    assert drain.counters.failed == 0
+
+
+class SelfInterrupting(Recorded, name="test_iterable.self_interrupting"):
+    """Raises wurk.Interrupted itself at item 2 of its first execution."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int) -> None:
+        if item == 2 and self.executions == 1:
+            raise wurk.Interrupted()
+        EVENTS.append(("item", item))
+
+
+@wurk.job(name="test_iterable.plain_interrupted")
+def plain_interrupted(n: int) -> None:
+    EVENTS.append(("item", n))
+    raise wurk.Interrupted()
+
+
+def test_an_iterable_job_raising_interrupted_goes_back_and_a_plain_one_fails(
+        drain: Drain, r: redis.Redis) -> None:
+    """iterable-jobs.md: "An iterable job may also raise wurk.Interrupted() itself: it is
+    pushed again the same way" (same payload, same jid, to the back of its queue; not a
+    failure, not a retry) — "in any other job it is an ordinary failure"."""
+    jid = SelfInterrupting.perform_async(4)
+    ahead = Count.perform_async(0)
+    original = queued(r)[-1]
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert seen() == [0, 1]
+    again = queued(r)
+    assert [job["jid"] for job in again] == [jid, ahead]  # pushed behind the one waiting
+    assert {k: v for k, v in again[0].items() if k != "enqueued_at"} == \
+        {k: v for k, v in original.items() if k != "enqueued_at"}
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and drain.counters.failed == 0
+    assert drain() == 2
+    assert seen() == [0, 1, 2, 3] and not r.exists(f"it-{jid}")
+
+    plain = plain_interrupted.perform_async(1)
+    assert drain() == 1
+    [failed] = [json.loads(raw) for raw in r.zrange("retry", 0, -1)]
+    assert (failed["jid"], failed["error_class"]) == (plain, "wurk.Interrupted")
+    assert queued(r) == [] and drain.counters.failed == 1

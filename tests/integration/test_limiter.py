@@ -535,3 +535,29 @@ def test_every_key_takes_the_key_prefix(redis_server: Server, r: redis.Redis) ->
     assert {"app:lmtr-list", "app:lmtr:pc", "app:lmtr-s:{pc}", "app:lmtr-w:{pw}",
             "app:lmtr-l:{pl}", "app:lmtr-p:{pp}"} <= keys
     assert any(key.startswith("app:lmtr-b:{pb}:") for key in keys)
+
+
+def test_a_limiter_given_a_config_uses_its_pool_even_inside_a_job(
+        config: wurk.Config, r: redis.Redis, tmp_path: Any) -> None:
+    """rate-limiting.md: "config — which Redis; a limiter given one uses that
+    configuration's client pool even inside a job" (not the connection the job is lent)."""
+    from tests.helpers.faults import config_for
+    from tests.helpers.server import start_server
+    from wurk.connections.lending import lend_from
+
+    other = start_server(tmp_path / "other")
+    elsewhere = config_for(other.url)
+    try:
+        mine = wurk.limiter.window("mine", 5, 10)
+        theirs = wurk.limiter.window("theirs", 5, 10, config=elsewhere)
+        with lend_from(config.pool("processor", size=1)), mine.within_limit(), \
+                theirs.within_limit():
+            pass
+        there = redis.Redis(port=other.port, decode_responses=True)
+        assert there.zcard("lmtr-w:{theirs}") == 1 and there.exists("lmtr:theirs")
+        assert not r.exists("lmtr-w:{theirs}", "lmtr:theirs")
+        assert r.zcard("lmtr-w:{mine}") == 1  # the default limiter takes the lent one
+        there.close()
+    finally:
+        elsewhere.close()
+        other.stop()

@@ -607,3 +607,44 @@ def test_a_batchs_results_come_in_the_order_they_finished_at_most_limit(
     assert list(wurk.api.ResultQuery(config).batch(batch.bid, limit=3)) == finished[:3]
     for read in (wurk.BatchStatus.results, wurk.api.ResultQuery.batch):
         assert inspect.signature(read).parameters["limit"].default == 10_000
+
+
+def test_a_batchs_result_index_lives_as_long_as_its_longest_kept_result(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """results.md: wurk:batch-results:<bid> "lives as long as its longest-kept result" —
+    a shorter one stored after a longer one does not cut it."""
+    from tests.helpers.runner import Drain
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        add.set(result_ttl=600).perform_async(1, 1)
+        add.set(result_ttl=60).perform_async(2, 2)
+    drain = Drain(config)
+    try:
+        assert drain() == 2
+    finally:
+        drain.close()
+    assert len(batch.status.results()) == 2
+    assert 540 < r.ttl(f"wurk:batch-results:{batch.bid}") <= 600
+
+
+def test_a_dead_jobs_record_redis_refuses_is_reported_and_the_death_stays_booked(
+        tmp_path: Any) -> None:
+    """results.md: "A failed write of a dead job's record is reported to the error handlers
+    (the death stays booked)" — the death handler raises nothing."""
+    from tests.helpers.faults import config_for
+    from tests.helpers.server import start_server
+
+    server = start_server(tmp_path / "gone")
+    config = config_for(server.url)
+    reported: list[tuple[BaseException, dict[str, Any]]] = []
+    config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+    server.stop()
+    try:
+        payload = {"class": "res.add", "jid": "d" * 24, "args": [1, 2], "result_ttl": 60}
+        ResultDeathHandler(config)(payload, Poisoned("killed its worker 3 times"))
+    finally:
+        config.close()
+    [(exc, context)] = reported
+    assert isinstance(exc, wurk.RedisUnavailable)
+    assert context["context"] == "storing a dead job's result" and context["job"] == payload

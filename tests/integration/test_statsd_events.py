@@ -139,3 +139,25 @@ def test_a_process_that_only_removes_jobs_sends_what_that_completes(
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     lines = received(listener, "batch.duration")
     assert "wurk.batch.complete:1|c" in lines and "wurk.batch.success:1|c" in lines
+
+
+def test_a_missing_statsd_client_is_reported_and_the_batch_still_succeeds(
+        redis_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """batches.md: "a missing datadog package (pip install 'wurk[statsd]') is reported to
+    the error handlers" — and, being UDP's metric only, costs the batch nothing."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "datadog.dogstatsd.base", None)
+    reported: list[tuple[BaseException, dict[str, object]]] = []
+    config = wurk.configure(redis_url=redis_server.url, statsd="127.0.0.1:9")
+    config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
+    batch = wurk.Batch(config=config)
+    with batch.jobs():
+        jid = noop.perform_async(1)
+    with wurk.redis() as conn:
+        assert accounting.record(conn, config, batch.bid, str(jid), "success")
+    assert wurk.BatchStatus(batch.bid, config=config).succeeded
+    events = [context["event"] for exc, context in reported]
+    assert events == ["created", "complete", "success"]
+    assert all(isinstance(exc, wurk.ConfigError) and "pip install 'wurk[statsd]'" in str(exc)
+               for exc, _ in reported)

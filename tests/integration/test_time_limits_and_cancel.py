@@ -165,14 +165,24 @@ def test_the_workers_default_limit_applies_and_the_jobs_own_wins(redis_server: A
         _client = None
 
 
-def test_a_job_stuck_in_c_code_is_reported_then_times_out(worker: InProcessWorker,
-                                                          r: redis.Redis) -> None:
-    jid = stuck.perform_async(0.5 + STUCK_AFTER + 1.5)
+def test_a_job_stuck_in_c_code_is_reported_then_times_out(
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.web.conftest import browse
+    from wurk.web import create_app
 
-    def shown_stuck() -> bool:
-        return any(w.job.jid == jid and w.stuck_at is not None for w in WorkSet())
+    with caplog.at_level("WARNING", logger="wurk"):
+        jid = stuck.perform_async(0.5 + STUCK_AFTER + 1.5)
 
-    wait_until(shown_stuck, timeout=20, what="the Busy page's stuck mark")
+        def shown_stuck() -> bool:
+            return any(w.job.jid == jid and w.stuck_at is not None for w in WorkSet())
+
+        wait_until(shown_stuck, timeout=20, what="the Busy page's stuck mark")
+        wait_until(lambda: any(f"job {jid} did not stop" in rec.getMessage()
+                               and "it is stuck" in rec.getMessage()
+                               for rec in caplog.records), what="the warning")
+    with browse(create_app(wurk.default_config())) as client:
+        busy = client.get("/busy").text
+    assert "stuck: told to stop" in busy and "and still running" in busy
     assert worker.launcher.stops.stuck() == 1 and worker.launcher.stops.stuck_total == 1
     assert worker.launcher.busy.marked() == 1  # the wurk_jobs_stuck gauge reads this
     wait_until(lambda: r.zcard("dead") == 1, timeout=20, what="the job to end")
@@ -216,6 +226,25 @@ def test_cancel_removes_a_queued_job_and_touches_nothing_else(config: wurk.Confi
     assert r.get("wurk:stat:cancelled") == "1"
     body, _ = cluster_exposition(config)
     assert b"wurk_jobs_cancelled_total 1.0" in body
+
+
+@wurk.job(name="limits.unique_mark", unique_for=600)
+def unique_mark(text: str) -> None:
+    note("mark", text)
+
+
+@pytest.mark.parametrize("where", ["queue:default", "schedule"])
+def test_cancel_of_a_waiting_unique_job_releases_its_lock(config: wurk.Config,
+                                                          r: redis.Redis, where: str) -> None:
+    """time-limits-and-cancel.md: a job in a queue is "removed (its unique lock
+    released)": the same job can be pushed again at once."""
+    push = unique_mark.perform_async if where == "queue:default" else \
+        (lambda text: unique_mark.perform_in(60, text))
+    jid = push("once")
+    assert jid is not None and push("once") is None  # the lock is held
+    assert wurk.cancel(jid).removed_from == [where]
+    assert not r.keys("unique:*")
+    assert push("once") is not None
 
 
 def test_cancel_removes_a_scheduled_job(config: wurk.Config, r: redis.Redis) -> None:

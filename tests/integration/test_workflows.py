@@ -665,3 +665,86 @@ def test_a_count_still_refused_after_about_three_and_a_half_seconds_raises(
         assert waits.waits == list(transitions.COUNT_RETRIES)
         assert 3.0 <= sum(waits.waits) <= 4.0
         assert proxy.accepted - attempts_before >= len(transitions.COUNT_RETRIES) + 1
+
+
+@wurk.job(name="WfTest::flaky", retry=3)
+def flaky() -> int:
+    """Fails while the key ``fail:flaky`` exists."""
+    note("flaky")
+    with wurk.redis() as conn:
+        if conn.call("EXISTS", "fail:flaky"):
+            raise RuntimeError("flaky was told to fail")
+    return 7
+
+
+def flaky_workflow(drain: Drain, r: redis.Redis) -> str:
+    """flaky -> echo(flaky), run until flaky's first run failed and waits in the retry set."""
+    r.set("fail:flaky", 1)
+    wf = Workflow("flaky")
+    first = wf.step(flaky)
+    wf.step(echo, first)
+    wid = wf.start()
+    run_all(drain)
+    assert r.zcard("retry") == 1 and runs(r, "flaky") == [[]]
+    return wid
+
+
+def test_a_failure_with_a_retry_due_changes_nothing_and_the_step_runs_again(
+        drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: "A failure with a retry due changes nothing: the step stays queued and
+    runs again"."""
+    from wurk.api.sets import RetrySet
+
+    wid = flaky_workflow(drain, r)
+    status = WorkflowStatus(wid)
+    assert status.state == "running"
+    assert (status.steps["flaky"].state, status.steps["echo"].state) == ("queued", "waiting")
+    assert runs(r, "echo") == []
+    r.delete("fail:flaky")
+    assert RetrySet().retry_all() == 1
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert status.state == "succeeded" and status.result("echo") == [7]
+    assert runs(r, "flaky") == [[], []] and runs(r, "echo") == [[7]]
+
+
+def test_cancel_cancels_a_step_in_the_retry_set_with_wurk_cancel(
+        drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: on cancel, steps "in the retry or scheduled set" are cancelled with
+    wurk.cancel: taken out, never run again."""
+    wid = flaky_workflow(drain, r)
+    assert cancel(wid) == "running"
+    assert r.zcard("retry") == 0
+    status = WorkflowStatus(wid)
+    assert status.state == "cancelled"
+    assert {s.state for s in status.steps.values()} == {"cancelled"}
+    run_all(drain)
+    assert runs(r, "flaky") == [[]] and runs(r, "echo") == []
+
+
+def test_wurk_cancel_of_a_steps_jid_is_a_death(drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: a step "dies" when `wurk.cancel` is called on its jid: it is dead, the
+    workflow ends failed, and under "stop" the step after it is stopped."""
+    wf = Workflow("cancelled step")
+    first = wf.step(square, 3)
+    wf.step(echo, first)
+    wid = wf.start()
+    jid = WorkflowStatus(wid).steps["square"].jid
+    assert jid is not None and wurk.cancel(jid).removed_from == ["queue:default"]
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert (status.steps["square"].state, status.steps["echo"].state) == ("dead", "stopped")
+    assert status.state == "failed" and runs(r, "echo") == []
+
+
+def test_a_steps_own_result_ttl_wins_over_the_workflows(drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: "its steps keep their results as long (a step's own result_ttl
+    wins)"."""
+    wf = Workflow("own ttl")
+    wf.step(square.set(result_ttl=120), 3).named("short")
+    wf.step(square, 4).named("long")
+    wid = wf.start()
+    run_all(drain)
+    steps = WorkflowStatus(wid).steps
+    assert 60 < r.ttl(f"wurk:result:{steps['short'].jid}") <= 120
+    assert r.ttl(f"wurk:result:{steps['long'].jid}") > 3 * 86400 - 60

@@ -71,6 +71,16 @@ def test_busy_lists_processes_and_running_jobs(client: TestClient, seeded: wurk.
     assert "Jobs running" not in only and "host:1" in only
 
 
+def test_busy_shows_each_processs_event_loop_lag(client: TestClient, r: redis.Redis) -> None:
+    """async-jobs.md: "The loop's lag ... is written to the process record as loop_lag_us
+    and shown on the dashboard's Busy page"."""
+    r.hset(seed_process(r, "host:1:lagging"), "loop_lag_us", 12_345)
+    seed_process(r, "host:2:calm")  # no lag measured: a dash
+    text = client.get("/busy").text
+    assert '<th class="num opt">Loop lag</th>' in text
+    assert text.count(">12.3 ms<") == 1  # the lagging process's, no other
+
+
 def test_queue_page_pages_and_orders(client: TestClient, config: wurk.Config,
                                      r: redis.Redis) -> None:
     for n in range(30):

@@ -79,13 +79,32 @@ def test_pause_unpause_and_enqueue_now(client: TestClient, seeded: redis.Redis) 
     assert "Loop paused" in client.get("/periodic/?notice=pause").text
     post(client, f"/periodic/{GOOD}", action="unpause")
     assert seeded.hget(f"loops:{GOOD}", "paused") == "0"
+    marks = seeded.hmget(f"loops:{GOOD}", "lf", "nf")
     done = post(client, f"/periodic/{GOOD}", action="enqueue", back="loop")
     assert done.headers["location"] == f"/periodic/{GOOD}?notice=enqueue"
     (pushed,) = [json.loads(raw) for raw in seeded.lrange("queue:low", 0, -1)]
     assert (pushed["class"], pushed["args"]) == ("Per::Web", [1, "two"])
     assert json.loads(seeded.lindex(f"loop-history:{GOOD}", 0) or "")[1] == pushed["jid"]
-    assert seeded.hget(f"loops:{GOOD}", "lf") is not None  # its own ticks are untouched
+    assert seeded.hmget(f"loops:{GOOD}", "lf", "nf") == marks  # its own ticks are untouched
+    assert pushed["retry"] is True and "tags" not in pushed  # Per::Web: not registered here
     assert post(client, f"/periodic/{GOOD}", action="explode").status_code == 400
+
+
+def test_enqueue_now_uses_the_jobs_own_options_when_the_job_is_registered(
+        client: TestClient, seeded: redis.Redis) -> None:
+    """periodic.md: "the job's own options are used when the dashboard process has the job
+    registered, else the loop's alone" — the loop's still win over the job's."""
+
+    @wurk.job(name="Per::Web", retry=3, tags=["own"], queue="high")
+    def per_web(*args: Any) -> None: ...
+
+    try:
+        post(client, f"/periodic/{GOOD}", action="enqueue")
+    finally:
+        wurk.registry.unregister("Per::Web")
+    (pushed,) = [json.loads(raw) for raw in seeded.lrange("queue:low", 0, -1)]
+    assert (pushed["retry"], pushed["tags"], pushed["queue"]) == (3, ["own"], "low")
+    assert seeded.llen("queue:high") == 0
 
 
 def test_a_loop_whose_definition_cannot_be_read_is_refused_with_fixed_text(

@@ -37,10 +37,11 @@ from ..api.sets import RetrySet, ScheduledSet
 from ..batch.middleware import count as count_in_batch
 from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
-from ..errors import IterationStateError
+from ..errors import IterationStateError, JobCancelled
 from ..iteration import state as iteration_state
 from ..iteration.control import check_jid
 from ..results.store import record_cancelled
+from ..workflow.middleware import WorkflowDeathHandler
 
 __all__ = ["CONTROL_TTL", "Cancellation", "cancel"]
 
@@ -116,6 +117,10 @@ def _never_ran(config: Config, raw: bytes | str) -> None:
     except Exception as exc:  # the job is removed all the same; a waiter times out
         log.warning("job %s is cancelled, but its result could not say so: %s",
                     job.get(P.JID), exc)
+    # A workflow's step is dead, as one stopped running is: its policy applies. Counted
+    # before the batch, as the death handlers are, so the dependants ``continue`` pushes
+    # join the batch before it counts the death.
+    WorkflowDeathHandler(config)(job, JobCancelled(f"job {job.get(P.JID)} was cancelled"))
     bid, jid = job.get(P.BID), job.get(P.JID)
     if isinstance(bid, str) and bid and isinstance(jid, str) and jid:
         count_in_batch(config, bid, jid, "death")
