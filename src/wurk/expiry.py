@@ -19,6 +19,7 @@ process, as Sidekiq's scheduled times are.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -54,16 +55,32 @@ check_fields = check_expiry_fields
 
 # -- working ----------------------------------------------------------------------------------
 def deadline(job: P.Payload) -> float | None:
-    """Epoch seconds after which ``job`` must not start; None when it never expires."""
-    at = P.read_time(job.get(P.EXPIRES_AT))
+    """Epoch seconds after which ``job`` must not start; None when it never expires. A
+    deadline field that cannot be read is a warning naming it: the job runs as if it had
+    none (dropping a job for a field nobody can read would lose it)."""
+    raw_at = job.get(P.EXPIRES_AT)
+    at = P.read_time(raw_at)
     if at is not None:
         return at
     expires_in = job.get(P.EXPIRES_IN)
+    if raw_at is not None:
+        _unreadable(job, P.EXPIRES_AT, raw_at)
+    if expires_in is None:
+        return None
+    if isinstance(expires_in, bool) or not isinstance(expires_in, (int, float)) \
+            or not math.isfinite(expires_in):
+        _unreadable(job, P.EXPIRES_IN, expires_in)
+        return None
     created = P.read_time(job.get(P.CREATED_AT))
-    if created is None or isinstance(expires_in, bool) or not isinstance(
-            expires_in, (int, float)):
+    if created is None:
+        _unreadable(job, P.CREATED_AT, job.get(P.CREATED_AT))
         return None
     return created + expires_in
+
+
+def _unreadable(job: P.Payload, name: str, value: Any) -> None:
+    log.warning("job %s: %s=%.80r cannot be read as a time: it runs as if it had no "
+                "deadline", job.get(P.JID), name, value)
 
 
 def expired(job: P.Payload, now: float | None = None) -> bool:

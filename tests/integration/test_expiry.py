@@ -133,6 +133,26 @@ def test_deadlines_written_by_others_are_honoured(config: wurk.Config, r: redis.
     assert ran == [] and r.get("stat:expired") == "1"
 
 
+@pytest.mark.parametrize(("fields", "named"), [
+    ({"expires_at": "garbage"}, "expires_at='garbage'"),
+    ({"expires_in": "60"}, "expires_in='60'"),
+    ({"expires_in": True}, "expires_in=True"),
+    ({"expires_in": 5, "created_at": "yesterday"}, "created_at='yesterday'"),
+])
+def test_a_deadline_that_cannot_be_read_is_named_and_the_job_runs(
+        config: wurk.Config, r: redis.Redis, drain: Drain, caplog: pytest.LogCaptureFixture,
+        fields: dict[str, Any], named: str) -> None:
+    """An unreadable deadline field read as "no deadline" without a word."""
+    job: dict[str, Any] = {"class": "Expiry::Quick", "args": [1], "queue": "default",
+                           "jid": P.new_jid(), "created_at": time.time() - 60, **fields}
+    r.lpush("queue:default", P.dumps(job))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        drain()
+    assert [name for name, _ in ran] == ["quick"] and r.get("stat:expired") is None
+    [warning] = [m for m in caplog.messages if "cannot be read as a time" in m]
+    assert named in warning and job["jid"] in warning and "no deadline" in warning
+
+
 def test_an_expired_unique_job_releases_its_lock(config: wurk.Config, r: redis.Redis,
                                                 drain: Drain) -> None:
     unique_expiring.perform_async(1)
