@@ -72,14 +72,7 @@ def test_clients_dashboard_and_cli_follow_a_failover(
         promoted = topology.wait_for_promotion(old)
         deadline = promoted + FOLLOW_WITHIN
 
-        def pushes() -> bool:
-            try:
-                probe.perform_async(3)
-            except wurk.RedisUnavailable:
-                return False
-            return True
-
-        wait_until(pushes, deadline - time.monotonic(), "a sync push to the new primary")
+        wait_until(_pushes, deadline - time.monotonic(), "a sync push to the new primary")
         assert asyncio.run(probe.aperform_async(4)) is not None
         wait_until(lambda: _enqueued(dashboard) == 4, max(deadline - time.monotonic(), 0.1),
                    "the dashboard reading the new primary")
@@ -108,14 +101,16 @@ def test_a_dead_sentinel_is_passed_over_and_a_push_with_no_primary_raises(
         probe.perform_async(2)
     topology.wait_for_promotion(old)
 
-    def pushes() -> bool:
-        try:
-            probe.perform_async(3)
-        except wurk.RedisUnavailable:
-            return False
-        return True
+    wait_until(_pushes, FOLLOW_WITHIN, "a push to the new primary, past the dead sentinel")
 
-    wait_until(pushes, FOLLOW_WITHIN, "a push to the new primary, past the dead sentinel")
+
+def _pushes() -> bool:
+    """Whether a push (of 3) went through: False while there is no primary to take it."""
+    try:
+        probe.perform_async(3)
+    except wurk.RedisUnavailable:
+        return False
+    return True
 
 
 # -- push_replicas ------------------------------------------------------------------------------
