@@ -227,6 +227,40 @@ class WithARealWorker(TransactionTestCase):
         self.assertEqual(raised.exception.error_class, "PermissionError")
         self.assertEqual(raised.exception.message, "not today")
 
+    def test_a_hostile_record_neither_stops_the_task_nor_fails_its_result(self) -> None:
+        """A record written by hand or by something else: a key of another type reads as
+        missing, a field of the wrong shape as absent, and the task runs all the same."""
+        try:
+            from django.tasks.exceptions import TaskResultDoesNotExist
+        except ImportError:
+            from django_tasks.exceptions import TaskResultDoesNotExist
+        config = wurk.default_config()
+        other_type, odd = config.keys.task_result("h" * 24), config.keys.task_result("j" * 24)
+        hostile = {"task": "shop.tasks.add", "status": "READY", "worker_ids": "me",
+                   "errors": 5, "enqueued_at": 1e300, "ttl": 10**30, "args": "x"}
+        config.pool("client").run(lambda r: (r.hset(other_type, "task", "shop.tasks.add"),
+                                             r.set(odd, json.dumps(hostile))))
+        with self.assertRaises(TaskResultDoesNotExist), self.assertLogs("wurk", "WARNING"):
+            add.get_result("h" * 24)
+        with self.assertLogs("wurk", "WARNING") as logged:
+            read = add.get_result("j" * 24)
+        self.assertEqual((str(read.status), read.enqueued_at, read.args), ("READY", None, []))
+        self.assertIn("worker_ids, errors, args, ttl, enqueued_at", logged.output[0])
+        for jid in ("h" * 24, "j" * 24):
+            wurk.push({"class": "shop.tasks.add", "args": [[2, 3], {}], "jid": jid,
+                       "result_ttl": 600})
+
+        def finished(jid):  # the key of another type reads as missing until the job's write
+            try:
+                return (r := add.get_result(jid)).is_finished and r
+            except TaskResultDoesNotExist:
+                return None
+
+        for jid in ("h" * 24, "j" * 24):
+            done = wait_for(lambda jid=jid: finished(jid))
+            self.assertEqual((str(done.status), done.return_value, done.attempts),
+                             ("SUCCESSFUL", 5, 1))
+
     def test_a_task_that_takes_its_context(self) -> None:
         result = attempt_number.enqueue("first")
         wait_for(lambda: (result.refresh(), result.is_finished)[1])

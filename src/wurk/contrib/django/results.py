@@ -50,8 +50,11 @@ class ResultStore:
 
     def load(self, result_id: str) -> Record | None:
         key = self.config.keys.task_result(result_id)
-        raw = self.config.pool("client").run(lambda redis: redis.get(key))
+        raw = self.config.pool("client").run(lambda redis: _get(redis, key))
         if raw is None:
+            return None
+        if isinstance(raw, Exception):  # a key of another Redis type
+            log.warning("task result %s is unreadable: %s", result_id, raw)
             return None
         try:
             record = P.loads(raw)
@@ -61,6 +64,14 @@ class ResultStore:
         if not isinstance(record.get("task"), str):
             log.warning("task result %s names no task; ignoring it", result_id)
             return None
+        wrong = [name for name, kind in _SHAPES.items()
+                 if name in record and record[name] is not None
+                 and not _fits(record[name], kind)]
+        if wrong:
+            log.warning("task result %s: %s not of its type; read as absent", result_id,
+                        ", ".join(wrong))
+            for name in wrong:
+                del record[name]
         return record
 
     def update(self, result_id: str, change: Callable[[Record], None]) -> Record | None:
@@ -71,6 +82,37 @@ class ResultStore:
         change(record)
         self.save(result_id, record)
         return record
+
+
+# A record's fields a reader or a worker relies on, and their types: a field of another
+# shape (written by hand or by something else) is read as absent, not a failure of every
+# attempt of the task (``worker_ids.append``) or a view's 500 (a time no date holds).
+_SHAPES: dict[str, type | tuple[type, ...]] = {
+    "worker_ids": list, "errors": list, "args": list, "kwargs": dict, "ttl": int,
+    "enqueued_at": float, "started_at": float, "finished_at": float,
+    "last_attempted_at": float,
+}
+# Seconds a record is kept at most (Redis refuses an expiry past its range), and the latest
+# time it holds (a date in year 9999).
+_MAX_TTL = 10 ** 9
+_MAX_TIME = 253_402_300_799.0
+
+
+def _fits(value: Any, kind: type | tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return False
+    if kind is float:  # a time: seconds since the epoch that a date holds
+        return isinstance(value, (int, float)) and 0 <= value <= _MAX_TIME
+    if kind is int:
+        return isinstance(value, int) and 1 <= value <= _MAX_TTL
+    return isinstance(value, kind)
+
+
+def _get(redis: Any, key: str) -> Any:
+    """``GET key``, an error reply (a key of another type) returned, not raised."""
+    pipe = redis.pipeline(transaction=False)
+    pipe.get(key)
+    return pipe.execute(raise_on_error=False)[0]
 
 
 def now() -> float:
