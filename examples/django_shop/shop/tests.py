@@ -228,8 +228,8 @@ class WithARealWorker(TransactionTestCase):
         self.assertEqual(raised.exception.message, "not today")
 
     def test_a_hostile_record_neither_stops_the_task_nor_fails_its_result(self) -> None:
-        """A record written by hand or by something else: a key of another type reads as
-        missing, a field of the wrong shape as absent, and the task runs all the same."""
+        # A record written by hand or by something else: a key of another type reads as
+        # missing, a field of the wrong shape as absent, and the task runs all the same.
         try:
             from django.tasks.exceptions import TaskResultDoesNotExist
         except ImportError:
