@@ -16,8 +16,9 @@
    (``outbox_claim_timeout``) where it does not (SQLite) — hands them to the relay, which
    pushes them with the recording script (``wurk.client.idempotent``: a row pushed before a
    crash undid its deletion is not pushed twice), then deletes them. A unique job takes its
-   lock then; a duplicate is dropped, its row deleted. A row that is not a JSON object goes
-   to the dead set as the text it was.
+   lock then; a duplicate is dropped, its row deleted. A row that is not a JSON object, or
+   no job a push can send (``idempotent.from_text``), goes to the dead set as the text it
+   was.
 4. Promptly: each push into the outbox asks the transaction to wake this process's relay
    thread after the commit (``after_commit``); a process that exits lets that thread finish
    (one last pass for rows it was woken for). Every worker polls the table every
@@ -45,7 +46,7 @@ from typing import Any, Protocol
 
 from .. import payload as P
 from ..config import Config
-from ..errors import UnparseablePayload
+from ..errors import InvalidPayload
 from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
@@ -265,7 +266,7 @@ class Relay:
         for row in rows:
             try:
                 jobs.append(idempotent.from_text(self.config.keys, row.payload, row.at))
-            except UnparseablePayload as exc:
+            except InvalidPayload as exc:  # not JSON, or a field no push can send
                 self._bury(row, exc)
         pool = self.config.pool("client")
         forget = self.forgets.take()
