@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -167,6 +168,16 @@ class _Parsed:
     bad_lines: int = 0
 
 
+def _number(value: Any) -> float | None:
+    """A JSON number as a float (an int no float holds: infinity); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _parse(data: bytes) -> _Parsed:
     """A buffer file's contents: its header and the jobs kept and not yet sent."""
     parsed = _Parsed({}, {})
@@ -176,7 +187,7 @@ def _parse(data: bytes) -> _Parsed:
     for number, raw in enumerate(lines):
         try:
             record = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
             parsed.bad_lines += 1
             continue
         if not isinstance(record, dict):
@@ -184,11 +195,10 @@ def _parse(data: bytes) -> _Parsed:
         elif number == 0 and record.get(_HEADER) is not None:
             parsed.header = record
         elif isinstance(record.get("+"), str) and isinstance(record.get("job"), str):
-            at = record.get("at")
-            t = record.get("t")
+            at, t = _number(record.get("at")), _number(record.get("t"))
+            # An ``at`` that is no finite time is kept as it is, for the sender to refuse.
             parsed.pending[record["+"]] = (
-                record["job"], float(t) if isinstance(t, (int, float)) else 0.0,
-                float(at) if isinstance(at, (int, float)) else None)
+                record["job"], t if t is not None and math.isfinite(t) else 0.0, at)
         elif isinstance(record.get("-"), list):
             for jid in record["-"]:
                 parsed.pending.pop(str(jid), None)
