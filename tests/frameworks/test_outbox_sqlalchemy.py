@@ -397,6 +397,25 @@ def test_a_row_that_is_not_a_job_goes_to_the_dead_set_and_holds_up_no_other(
     assert rows(engine) == 0
 
 
+def test_a_row_redis_refuses_for_good_goes_to_the_dead_set_and_holds_up_no_other(
+        box: wurk.Config, r: redis.Redis, engine: Engine) -> None:
+    """A queue's key of another type made Redis refuse its row's push (WRONGTYPE) on every
+    pass: the rows taken with it were pushed but never deleted, and once a batch of them
+    waited behind it no later row was taken at all."""
+    r.set("queue:blocked", "not a list")
+
+    def row(queue: str, jid: str) -> dict[str, Any]:
+        return {"jid": jid, "at": None, "created_at": time.time(), "payload": json.dumps(
+            {"class": "Outbox::Ship", "args": [1], "queue": queue, "jid": jid})}
+
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [row("blocked", "a" * 24), row("default", "b" * 24)])
+    assert relay_for(box).run_once() == 2
+    assert [json.loads(job)["jid"] for job in r.zrange("dead", 0, -1)] == ["a" * 24]
+    assert [job["jid"] for job in queued(r)] == ["b" * 24]
+    assert rows(engine) == 0
+
+
 def test_a_worker_relays_rows_no_commit_hook_woke(redis_server: Server, r: redis.Redis,
                                                   sessions: scoped_session[Session],
                                                   engine: Engine) -> None:
