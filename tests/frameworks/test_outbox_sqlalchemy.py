@@ -370,6 +370,52 @@ def test_a_row_that_is_not_a_job_goes_to_the_dead_set(box: wurk.Config, r: redis
     assert rows(engine) == 0
 
 
+@pytest.mark.parametrize(("payload", "at"), [
+    ({"class": "Outbox::Ship", "args": [1]}, None),  # no jid
+    ({"class": "Outbox::Ship", "args": [1], "jid": "c" * 24, "unique_for": "an hour"}, None),
+    ({"class": "Outbox::Ship", "args": [1], "jid": "c" * 24, "unique_for": 10**400}, None),
+    ({"class": "Outbox::Ship", "args": [1], "jid": "c" * 24}, float("inf")),
+])
+def test_a_row_that_is_not_a_job_goes_to_the_dead_set_and_holds_up_no_other(
+        box: wurk.Config, r: redis.Redis, engine: Engine, payload: dict[str, Any],
+        at: float | None) -> None:
+    """A JSON object with a field of the wrong type, or a row whose ``at`` is no time (a
+    row written by hand, or by another version), raised out of every pass (KeyError,
+    ValueError, OverflowError) or held its job for ever: the relay takes the oldest rows
+    first, so no row after it was ever relayed."""
+    text = json.dumps(payload)
+    good = json.dumps({"class": "Outbox::Ship", "args": [2], "queue": "default",
+                       "jid": "d" * 24})
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [
+            {"jid": "x", "payload": text, "at": at, "created_at": time.time()},
+            {"jid": "d" * 24, "payload": good, "at": None, "created_at": time.time()}])
+    assert relay_for(box).run_once() == 2
+    assert r.zrange("dead", 0, -1) == [text]
+    assert [job["jid"] for job in queued(r)] == ["d" * 24]
+    assert r.zcard("schedule") == 0
+    assert rows(engine) == 0
+
+
+def test_a_row_redis_refuses_for_good_goes_to_the_dead_set_and_holds_up_no_other(
+        box: wurk.Config, r: redis.Redis, engine: Engine) -> None:
+    """A queue's key of another type made Redis refuse its row's push (WRONGTYPE) on every
+    pass: the rows taken with it were pushed but never deleted, and once a batch of them
+    waited behind it no later row was taken at all."""
+    r.set("queue:blocked", "not a list")
+
+    def row(queue: str, jid: str) -> dict[str, Any]:
+        return {"jid": jid, "at": None, "created_at": time.time(), "payload": json.dumps(
+            {"class": "Outbox::Ship", "args": [1], "queue": queue, "jid": jid})}
+
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [row("blocked", "a" * 24), row("default", "b" * 24)])
+    assert relay_for(box).run_once() == 2
+    assert [json.loads(job)["jid"] for job in r.zrange("dead", 0, -1)] == ["a" * 24]
+    assert [job["jid"] for job in queued(r)] == ["b" * 24]
+    assert rows(engine) == 0
+
+
 def test_a_worker_relays_rows_no_commit_hook_woke(redis_server: Server, r: redis.Redis,
                                                   sessions: scoped_session[Session],
                                                   engine: Engine) -> None:

@@ -398,3 +398,36 @@ def test_a_lock_holder_that_is_no_utf8_refuses_the_duplicate_without_raising(
     raw.set(lock, b"\xff\xfe holder", keepttl=True)
     assert client.push({"class": "Once", "args": [1], "unique_for": 60}) is None
     assert [q["jid"] for q in queued(server)] == [first]
+
+
+def test_a_dead_processes_file_with_lines_no_push_can_send_holds_up_no_job(
+        server: Restartable, tmp_path: Path) -> None:
+    """A buffer file is untrusted (a crash, a hand, another version wrote it): a kept line
+    whose job is not JSON or has no jid, whose time is an int no float holds, or a line
+    nested deeper than Python parses, raised out
+    of every flush — the dead file's other jobs, and every file after it, never went. A job
+    that cannot be sent goes to the dead set as the text it was; the others are pushed."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+
+    def job(n: int) -> str:
+        return json.dumps({"class": "Report", "args": [n], "queue": "default",
+                           "jid": f"{n:024d}"})
+
+    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    bad = [{"+": "a" * 24, "t": 1.0, "at": None, "job": "{not json"},
+           {"+": "b" * 24, "t": 1.0, "at": None, "job": json.dumps({"class": "R", "args": []})},
+           {"+": "c" * 24, "t": 1.0, "at": 10**400, "job": job(9)}]
+    first = [header, *bad, {"+": f"{1:024d}", "t": 10**400, "at": None, "job": job(1)},
+             {"+": f"{2:024d}", "t": 1.0, "at": None, "job": job(2)}]
+    second = [header, {"+": f"{3:024d}", "t": 1.0, "at": None, "job": job(3)}]
+    for name, lines in (("push-a.jobs", first), ("push-b.jobs", second)):
+        (directory / name).write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with (directory / "push-a.jobs").open("a") as torn:
+        torn.write("[" * 100_000 + "\n")  # deeper than Python's parser goes
+    client_for(server, reliable_push="disk", reliable_push_dir=str(directory))  # a successor
+    wait_until(lambda: not list(directory.glob("*.jobs")), timeout=15,
+               what="the dead process's files sent and deleted")
+    assert sorted(q["jid"] for q in queued(server)) == [f"{n:024d}" for n in (1, 2, 3)]
+    dead = server.client(decode_responses=True).zrange("dead", 0, -1)
+    assert sorted(dead) == sorted(line["job"] for line in bad)

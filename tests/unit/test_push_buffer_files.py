@@ -7,6 +7,8 @@ full suite run). Files are made under another name, locked, then renamed."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -44,3 +46,46 @@ def test_a_new_buffer_file_is_never_claimed_from_its_owner(tmp_path: Path) -> No
     assert len(orphans(tmp_path)) == FILES
     for buffer in buffers:
         buffer.close()
+
+
+# A process whose write of a kept job stops part way (a disk full, EFBIG) and that pushes
+# again once there is room, then dies: the file must hold the later job.
+TORN_WRITE = """
+import os, resource, signal, sys, time
+from pathlib import Path
+from wurk.client.buffer import DiskBuffer, Entry
+from wurk.client.idempotent import Sendable
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead
+buffer = DiskBuffer(Path(sys.argv[1]), size=10)
+def keep(jid, text):
+    buffer.keep([Entry(Sendable(jid, text, "default", None), time.time())])
+keep("a" * 24, "{}")
+assert buffer.path is not None
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(buffer.path) + 40, hard))
+try:
+    keep("b" * 24, '{"big":"' + "x" * 200 + '"}')
+except OSError:
+    pass  # the push raised: it returned no jid, so it is no promise
+else:
+    raise SystemExit("the write past the limit did not fail")
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+keep("c" * 24, "{}")  # returned: a promise
+os._exit(0)  # dies without closing: the file is left for a successor
+"""
+
+
+def test_a_write_that_failed_part_way_costs_no_later_kept_job(tmp_path: Path) -> None:
+    """A kept job's line written only in part (the disk full, then room again) stayed in
+    the file, and the next job's line was appended to it: one line that was no JSON, so a
+    successor skipped it, and that job — whose push had returned its jid — was lost."""
+    done = subprocess.run([sys.executable, "-c", TORN_WRITE, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (path,) = orphans(tmp_path)
+    orphan = Orphan.claim(path)
+    assert orphan is not None
+    try:
+        assert [jid for jid, *_ in orphan.take(10)] == ["a" * 24, "c" * 24]
+    finally:
+        orphan.release()

@@ -29,6 +29,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -150,6 +151,19 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _append(fd: int, data: bytes) -> None:
+    """Append ``data`` and fsync; on a failure (a disk full part way) cut the file back to
+    where it ended, so the next line is not appended to a torn one and lost with it."""
+    end = os.fstat(fd).st_size
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, end)
+        raise
+
+
 def _fsync_directory(directory: Path) -> None:
     """Make a file's creation or removal durable (its name lives in the directory)."""
     with contextlib.suppress(OSError):
@@ -167,6 +181,16 @@ class _Parsed:
     bad_lines: int = 0
 
 
+def _number(value: Any) -> float | None:
+    """A JSON number as a float (an int no float holds: infinity); None for anything else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+
+
 def _parse(data: bytes) -> _Parsed:
     """A buffer file's contents: its header and the jobs kept and not yet sent."""
     parsed = _Parsed({}, {})
@@ -176,7 +200,7 @@ def _parse(data: bytes) -> _Parsed:
     for number, raw in enumerate(lines):
         try:
             record = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
             parsed.bad_lines += 1
             continue
         if not isinstance(record, dict):
@@ -184,11 +208,10 @@ def _parse(data: bytes) -> _Parsed:
         elif number == 0 and record.get(_HEADER) is not None:
             parsed.header = record
         elif isinstance(record.get("+"), str) and isinstance(record.get("job"), str):
-            at = record.get("at")
-            t = record.get("t")
+            at, t = _number(record.get("at")), _number(record.get("t"))
+            # An ``at`` that is no finite time is kept as it is, for the sender to refuse.
             parsed.pending[record["+"]] = (
-                record["job"], float(t) if isinstance(t, (int, float)) else 0.0,
-                float(at) if isinstance(at, (int, float)) else None)
+                record["job"], t if t is not None and math.isfinite(t) else 0.0, at)
         elif isinstance(record.get("-"), list):
             for jid in record["-"]:
                 parsed.pending.pop(str(jid), None)
@@ -231,9 +254,9 @@ class DiskBuffer:
                 raise BufferFull(f"{len(self._pending)} jobs wait already in {self.where}, "
                                  f"at most {self.size} (reliable_push_size)")
             fd = self._open()
-            _write_all(fd, b"".join(_line({"+": e.job.jid, "t": e.buffered_at, "at": e.job.at,
-                                           "job": e.job.text}) for e in entries))
-            os.fsync(fd)  # before the push returns its jid: the job is the file's now
+            # fsync'd before the push returns its jid: the job is the file's now
+            _append(fd, b"".join(_line({"+": e.job.jid, "t": e.buffered_at, "at": e.job.at,
+                                        "job": e.job.text}) for e in entries))
             for entry in entries:
                 self._pending[entry.job.jid] = entry
 
@@ -249,10 +272,10 @@ class DiskBuffer:
             if not gone or self._fd is None:
                 return
             if self._pending:
-                _write_all(self._fd, _line({"-": gone}))
+                _append(self._fd, _line({"-": gone}))
             else:
                 os.ftruncate(self._fd, self._header_size)
-            os.fsync(self._fd)
+                os.fsync(self._fd)
 
     def _open(self) -> int:
         """This process's file, made and locked on first use."""
@@ -352,8 +375,7 @@ class Orphan:
     def done(self, jids: Iterable[str]) -> None:
         gone = [jid for jid in jids if self.pending.pop(jid, None) is not None]
         if gone:
-            _write_all(self._fd, _line({"-": gone}))
-            os.fsync(self._fd)
+            _append(self._fd, _line({"-": gone}))
 
     def release(self) -> None:
         """Delete the file when every job in it was sent; unlock it either way."""

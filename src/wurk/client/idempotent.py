@@ -34,6 +34,7 @@ from .. import payload as P
 from .. import scripts, stored
 from ..config import Config
 from ..connections.pool import RedisPool
+from ..errors import InvalidPayload
 from ..keys import Keys
 from . import locks
 from .writers import check_replicated, replica_wait
@@ -71,10 +72,19 @@ def sendable(keys: Keys, job: P.Payload, at: float | None) -> Sendable:
 
 
 def from_text(keys: Keys, text: str, at: float | None) -> Sendable:
-    """A stored payload (a buffer's line, an outbox row) ready to send again."""
+    """A stored payload (a buffer's line, an outbox row) ready to send again.
+    ``InvalidPayload`` naming the field when it cannot be sent: not a JSON object, no jid,
+    a ``unique_for`` or an ``at`` that is not a finite number (written by hand or by
+    another version: untrusted)."""
     job = P.loads(text)
+    if not isinstance(job.get(P.JID), str) or not job[P.JID]:
+        raise InvalidPayload(f"stored job has no jid: {text[:200]!r}", field=P.JID)
+    if at is not None:
+        at = P.finite_seconds(at, "a stored job's 'at'", "finite epoch seconds", field=P.AT)
     lock = None
     if P.UNIQUE_FOR in job:
+        P.finite_seconds(job[P.UNIQUE_FOR], "'unique_for'", "a finite number of seconds",
+                         field=P.UNIQUE_FOR)
         had_digest = isinstance(job.get(P.UNIQUE_DIGEST), str) and job[P.UNIQUE_DIGEST]
         lock, _ = locks.lock_for(keys, job, at, time.time())
         if not had_digest:

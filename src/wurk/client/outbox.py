@@ -16,8 +16,9 @@
    (``outbox_claim_timeout``) where it does not (SQLite) — hands them to the relay, which
    pushes them with the recording script (``wurk.client.idempotent``: a row pushed before a
    crash undid its deletion is not pushed twice), then deletes them. A unique job takes its
-   lock then; a duplicate is dropped, its row deleted. A row that is not a JSON object goes
-   to the dead set as the text it was.
+   lock then; a duplicate is dropped, its row deleted. A row that is not a JSON object, or
+   no job a push can send (``idempotent.from_text``), goes to the dead set as the text it
+   was.
 4. Promptly: each push into the outbox asks the transaction to wake this process's relay
    thread after the commit (``after_commit``); a process that exits lets that thread finish
    (one last pass for rows it was woken for). Every worker polls the table every
@@ -43,9 +44,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import redis
+
 from .. import payload as P
 from ..config import Config
-from ..errors import UnparseablePayload
+from ..errors import InvalidPayload
 from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
@@ -261,16 +264,31 @@ class Relay:
     def _push(self, rows: list[OutboxRow]) -> list[str]:
         """Push ``rows``; the jids now in Redis (or refused there), for forgetting once
         their rows' deletion is committed."""
-        jobs = []
+        jobs, kept = [], []
         for row in rows:
             try:
                 jobs.append(idempotent.from_text(self.config.keys, row.payload, row.at))
-            except UnparseablePayload as exc:
+                kept.append(row)
+            except InvalidPayload as exc:  # not JSON, or a field no push can send
                 self._bury(row, exc)
         pool = self.config.pool("client")
         forget = self.forgets.take()
         try:
             outcome = idempotent.send(self.config, pool, jobs, forget)
+        except redis.ResponseError:
+            # Redis refused one for good (its queue's key of another type): each alone, so
+            # that row goes to the dead set and cannot hold up the rows after it for ever.
+            self.forgets.add(forget)
+            outcome = idempotent.Outcome()
+            for row, job in zip(kept, jobs, strict=True):
+                try:
+                    one = idempotent.send(self.config, pool, [job])
+                except redis.ResponseError as exc:
+                    self._bury(row, exc)
+                    continue
+                outcome.pushed += one.pushed
+                outcome.already += one.already
+                outcome.refused.update(one.refused)
         except BaseException:
             self.forgets.add(forget)
             raise
@@ -279,9 +297,9 @@ class Relay:
         return outcome.landed
 
     def _bury(self, row: OutboxRow, exc: Exception) -> None:
-        """A row that is not a job: to the dead set as the text it was, as a worker does
-        with such an entry."""
-        log.error("outbox: row %s is not a job (%s); moved to the dead set", row.id, exc)
+        """A row that is not a job, or whose push Redis refused for good: to the dead set as
+        the text it was, as a worker does with such an entry."""
+        log.error("outbox: row %s cannot be pushed (%s); moved to the dead set", row.id, exc)
         keys, pool = self.config.keys, self.config.pool("client")
         pool.run(lambda r: r.zadd(keys.dead, {row.payload: time.time()}))
 

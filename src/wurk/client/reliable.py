@@ -46,7 +46,7 @@ from ..config import Config
 from ..connections.locate import find_home
 from ..connections.pool import RedisPool
 from ..connections.replies import CONNECTION_ERRORS
-from ..errors import RedisUnavailable
+from ..errors import InvalidPayload, RedisUnavailable
 from ..metrics.statsd import sink_for
 from ..reporting import report_error
 from ..runtime import hooks
@@ -274,8 +274,14 @@ class ReliableWriter:
                 batch = orphan.take(FLUSH_BATCH)
                 if not batch:
                     break
-                jobs = [idempotent.from_text(self.config.keys, text, at)
-                        for _, text, _, at in batch]
+                jobs, buried = [], []
+                for jid, text, _, at in batch:
+                    try:
+                        jobs.append(idempotent.from_text(self.config.keys, text, at))
+                    except InvalidPayload as exc:  # the file is untrusted: no job to send
+                        self._bury(pool, path, text, exc)
+                        buried.append(jid)
+                orphan.done(buried)
                 outcome = self._send_kept(pool, jobs)
                 orphan.done(outcome.landed)
                 self.forgets.add(outcome.landed)
@@ -288,6 +294,14 @@ class ReliableWriter:
                          path)
                 self._sent(pool, pushed)
         return pushed, left
+
+    def _bury(self, pool: RedisPool, path: Path, text: str, exc: InvalidPayload) -> None:
+        """A kept line of a dead process's file that no push can send: to the dead set as
+        the text it was, as the outbox relay does with such a row."""
+        log.error("reliable push: a job in %s cannot be sent (%s); moved to the dead set",
+                  path, exc)
+        dead = self.config.keys.dead
+        pool.run(lambda r: r.zadd(dead, {text: time.time()}))
 
     def _sent(self, pool: RedisPool, count: int) -> None:
         """Count jobs sent from a buffer, and report this process's buffer."""
