@@ -375,6 +375,27 @@ def test_a_push_sent_key_of_another_type_is_replaced_and_loses_no_job(
     assert len(writer(client).buffer) == 0
 
 
+def test_a_kept_job_redis_refuses_for_good_goes_to_the_dead_set(
+        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
+    """A kept job whose queue's key holds another type is refused at every try: it was
+    dropped (its payload only in a log line). It goes to the dead set, the others on."""
+    client = client_for(server)
+    writer(client).flusher.stop()
+    r = server.client(decode_responses=True)
+    r.set("queue:blocked", "not a list")
+    jobs = [idempotent.sendable(client.config.keys, client.normalize(
+        {"class": "Report", "args": [n], "queue": queue}), None)
+        for n, queue in enumerate(("blocked", "default"))]
+    writer(client)._keep(jobs)
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        writer(client).drain(client.config.pool("client"))
+    assert [q["jid"] for q in queued(server)] == [jobs[1].jid]
+    assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [jobs[0].jid]
+    assert len(writer(client).buffer) == 0
+    assert f"refused buffered job {jobs[0].jid} for good" in caplog.text
+    assert "moved to the dead set" in caplog.text
+
+
 def test_a_unique_lock_of_another_type_is_replaced_by_the_reliable_push(
         server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
     client = client_for(server)

@@ -234,7 +234,7 @@ class ReliableWriter:
     def _send_kept(self, pool: RedisPool, jobs: Sequence[idempotent.Sendable]
                    ) -> idempotent.Outcome:
         """Send kept jobs; one Redis refuses for good (a queue key of another type) is
-        reported, logged with its payload and dropped, so it cannot hold up the others."""
+        reported and goes to the dead set, so it cannot hold up the others."""
         forget = self.forgets.take()
         try:
             outcome = idempotent.send(self.config, pool, jobs, forget)
@@ -246,8 +246,7 @@ class ReliableWriter:
                     one = idempotent.send(self.config, pool, [job])
                 except redis.ResponseError as exc:
                     report_error(self.config, exc, {"context": "reliable push", "jid": job.jid})
-                    log.error("reliable push: Redis refused buffered job %s for good (%s); "
-                              "it is dropped: %s", job.jid, exc, job.text)
+                    self._bury_refused(pool, job, exc)
                     outcome.refused[job.jid] = ""
                     continue
                 outcome.pushed += one.pushed
@@ -261,6 +260,21 @@ class ReliableWriter:
             log.info("reliable push: buffered unique job %s not pushed: jid %s holds its lock",
                      jid, holder)
         return outcome
+
+    def _bury_refused(self, pool: RedisPool, job: idempotent.Sendable,
+                      exc: redis.ResponseError) -> None:
+        """A kept job Redis refused for good: to the dead set as the text it was (where
+        the dashboard shows it and a retry pushes it); logged with its payload and dropped
+        only when the dead set refuses it too."""
+        dead = self.config.keys.dead
+        try:
+            pool.run(lambda r: r.zadd(dead, {job.text: time.time()}))
+        except Exception as error:
+            log.error("reliable push: Redis refused buffered job %s for good (%s), and the "
+                      "dead set too (%s); it is dropped: %s", job.jid, exc, error, job.text)
+            return
+        log.error("reliable push: Redis refused buffered job %s for good (%s); moved to the "
+                  "dead set", job.jid, exc)
 
     def adopt(self, pool: RedisPool, path: Path) -> tuple[int, int]:
         """Send the jobs of a dead process's buffer file (if its owner is gone and nobody
