@@ -208,3 +208,34 @@ def test_a_history_sample_keeps_the_50_largest_queues(config: wurk.Config,
     pipe.execute()
     sample = take_sample(config, time.time())
     assert sample["queues"] == {f"q{n:02}": n for n in range(11, 61)}
+
+
+def test_a_job_name_utf8_cannot_carry_is_counted_and_scraped(config: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    """A stored payload's ``wrapped`` may hold a lone surrogate (``"\\ud800"`` in its JSON,
+    which Python reads and UTF-8 cannot write): it made every flush of every job's counts
+    fail, and every scrape of the worker's endpoint answer 500, for the life of the
+    process."""
+    import urllib.request
+
+    from wurk import payload as P
+    from wurk.metrics.prometheus import WorkerExporter
+    from wurk.metrics.tracking import job_name
+
+    name = job_name(P.loads('{"class": "HardJob", "wrapped": "Bad\\ud800Job", "args": []}'))
+    tracker = ExecutionTracker()
+    tracker.succeeded(name, 5.0)
+    tracker.succeeded("HardJob", 5.0)
+    assert tracker.flush(config.pool(), config.keys, now=NOW) == 2
+    assert r.hgetall("j|250214|8:03") == {"HardJob|p": "1", "HardJob|ms": "5",
+                                           "Bad?Job|p": "1", "Bad?Job|ms": "5"}
+    exporter = WorkerExporter(outages=list, busy=lambda: 0, concurrency=1)
+    port = exporter.start("127.0.0.1", 0)
+    try:
+        exporter.observe(name, "default", {}, 5.0, None)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as scrape:
+            assert scrape.status == 200
+            assert 'wurk_jobs_executed_total{job="Bad?Job",queue="default"} 1.0' in \
+                scrape.read().decode()
+    finally:
+        exporter.stop()

@@ -83,10 +83,14 @@ NAME_LIMIT = 200
 
 def job_name(payload: P.Payload) -> str:
     """The name metrics are kept under: ``wrapped`` (ActiveJob's real class) or ``class``,
-    cut to ``NAME_LIMIT`` characters."""
+    cut to ``NAME_LIMIT`` characters, a lone surrogate as ``?``."""
     wrapped = payload.get(P.WRAPPED)
     name = wrapped if isinstance(wrapped, str) and wrapped else payload.get(P.CLASS)
     text = name if isinstance(name, str) else str(name)
+    if not text.isascii():
+        # A stored JSON's "\ud800" reads as a lone surrogate, which UTF-8 cannot carry: kept,
+        # it failed every flush of every job's counts and every Prometheus scrape.
+        text = text.encode("utf-8", "replace").decode("utf-8")
     return text if len(text) <= NAME_LIMIT else text[:NAME_LIMIT - 1] + "…"
 
 
