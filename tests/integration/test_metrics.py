@@ -76,6 +76,21 @@ def test_a_refused_flush_keeps_the_counts(config: wurk.Config, r: redis.Redis) -
     assert r.hget("j|250214|8:03", "HardJob|p") == "2"
 
 
+def test_a_metrics_key_of_another_type_costs_its_own_counts_not_double_others(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """A minute key holding another type refused its ``HINCRBY`` while the ten-minute key
+    and the histogram took theirs, yet every count was kept for the next flush: each
+    heartbeat of that minute added them again there. The key that refused is named, and
+    the others are counted once."""
+    r.set("j|250214|8:03", "not a hash")
+    tracker = tracked(HardJob=([5.0], 1))
+    with pytest.raises(redis.ResponseError, match=r"j\|250214\|8:03"):
+        tracker.flush(config.pool(), config.keys, now=NOW)
+    assert tracker.flush(config.pool(), config.keys, now=NOW) == 0
+    assert r.hgetall("j|250214|8:0") == {"HardJob|p": "2", "HardJob|f": "1", "HardJob|ms": "5"}
+    assert r.execute_command("BITFIELD_RO", "h|HardJob-14-8:3", "GET", "u16", "#0") == [1]
+
+
 def test_query_reads_back_what_was_flushed(config: wurk.Config) -> None:
     tracked(HardJob=([10.0, 30.0], 1), EasyJob=([1.0], 0)).flush(
         config.pool(), config.keys, now=NOW - dt.timedelta(minutes=2))
