@@ -145,7 +145,10 @@ def read_history(config: Config, seconds: float, *, now: float | None = None) ->
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int of hundreds of digits: JSON reads it, no float holds it
+        return 0.0
     return number if math.isfinite(number) and number >= 0 else 0.0
 
 
