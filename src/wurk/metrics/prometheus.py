@@ -19,6 +19,7 @@ on its ``--metrics-port``. Every name starts with ``wurk_``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from socketserver import ThreadingMixIn
@@ -36,6 +37,9 @@ from .tracking import BUCKET_BOUNDS, NAME_LIMIT
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
 MAX_JOB_LABELS = 500
+# A scrape connection that sends no request within this long is closed (as the health
+# check's): each open connection holds a thread.
+CLIENT_TIMEOUT = 5.0
 OTHER = "other"
 DURATION_BUCKETS = tuple(bound / 1000 for bound in BUCKET_BOUNDS)
 
@@ -237,8 +241,15 @@ class WorkerExporter:
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went quiet (``CLIENT_TIMEOUT``) or away is no error to print."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
 
 class _Quiet(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes come every few seconds: not one log line each."""
 
