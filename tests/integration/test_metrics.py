@@ -254,3 +254,23 @@ def test_a_job_name_utf8_cannot_carry_is_counted_and_scraped(config: wurk.Config
                 scrape.read().decode()
     finally:
         exporter.stop()
+
+
+def test_queue_names_are_cut_in_history_samples_and_cluster_labels(config: wurk.Config,
+                                                                   r: redis.Redis) -> None:
+    """Queue names are anyone's to write into ``queues``: fifty of 10,000 characters made
+    each history sample half a megabyte, kept every 30 s for a day (over a gigabyte of
+    Redis), and every dashboard scrape megabytes of labels. They are cut as job names are."""
+    from wurk import payload as P
+    from wurk.metrics.history import take_sample
+    from wurk.metrics.prometheus import cluster_exposition
+
+    pipe = r.pipeline(transaction=False)
+    for n in range(50):
+        name = f"{n:02}" + "q" * 10_000
+        pipe.sadd("queues", name)
+        pipe.rpush(f"queue:{name}", "{}")
+    pipe.execute()
+    assert len(P.dumps(take_sample(config, time.time()))) < 50 * 250
+    body, _ = cluster_exposition(config)
+    assert len(body) < 3 * 50 * 300

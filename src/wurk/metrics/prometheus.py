@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..hosts import HostNames
 from ..runtime.outage import Outage
 from ..stored import Invalid, count
-from .tracking import BUCKET_BOUNDS, NAME_LIMIT
+from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
@@ -98,11 +98,12 @@ class ClusterCollector:
         paused = GaugeMetricFamily("wurk_queue_paused", "1 while the queue is paused",
                                    labels=["queue"])
         for queue in stats.queue_summaries():
+            name = cut_name(queue.name)  # anyone's to write: a label must stay small
             if not isinstance(queue.size, Invalid):
-                size.add_metric([queue.name], queue.size)
+                size.add_metric([name], queue.size)
             if not isinstance(queue.latency, Invalid):
-                latency.add_metric([queue.name], queue.latency)
-            paused.add_metric([queue.name], 1 if queue.paused else 0)
+                latency.add_metric([name], queue.latency)
+            paused.add_metric([name], 1 if queue.paused else 0)
         yield from (size, latency, paused)
 
     def _reliability(self) -> tuple[int, int, int]:

@@ -93,6 +93,11 @@ def job_name(payload: P.Payload) -> str:
         # A stored JSON's "\ud800" reads as a lone surrogate, which UTF-8 cannot carry: kept,
         # it failed every flush of every job's counts and every Prometheus scrape.
         text = text.encode("utf-8", "replace").decode("utf-8")
+    return cut_name(text)
+
+
+def cut_name(text: str) -> str:
+    """A job or queue name as metrics keep it: at most ``NAME_LIMIT`` characters."""
     return text if len(text) <= NAME_LIMIT else text[:NAME_LIMIT - 1] + "…"
 
 
