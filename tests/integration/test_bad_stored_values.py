@@ -96,6 +96,36 @@ def test_a_stats_counter_that_holds_no_count_stops_no_heartbeat(
         heartbeat.clear()
 
 
+def test_a_stats_counter_that_holds_no_count_leaves_the_others_counted_once(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """The flush's other keys (the daily counters, ``stat:failed``) took their counts when
+    ``stat:processed`` refused its own, yet all the counts were kept for the next flush: each
+    beat added them again, so three failures read 3, 6, 9 … in every other stats key for as
+    long as the key stayed bad. Only the refusing key's counts are kept now."""
+    import datetime as dt
+
+    identity = Identity.current()
+    counters = Counters()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=counters,
+                          info={"concurrency": 1})
+    key, keys = config.keys.stat_processed, config.keys
+    r.set(key, "not a number")
+    try:
+        for _ in range(3):
+            counters.record(failed=True)
+        today = dt.datetime.now(dt.timezone.utc).date()
+        for _ in range(3):
+            assert heartbeat.beat()
+        assert r.mget(keys.stat_failed, keys.stat_processed_day(today),
+                      keys.stat_failed_day(today)) == ["3", "3", "3"]
+        r.delete(key)
+        assert heartbeat.beat()
+        assert r.mget(key, keys.stat_failed, keys.stat_processed_day(today)) == \
+            ["3", "3", "3"]
+    finally:
+        heartbeat.clear()
+
+
 # -- the registry a beat writes (processes, the record, the signals list) ----------------------
 @pytest.mark.parametrize("which", ["processes", "record", "signals"])
 def test_a_registry_key_of_another_type_is_deleted_and_the_beat_goes_on(

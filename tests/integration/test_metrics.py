@@ -76,6 +76,21 @@ def test_a_refused_flush_keeps_the_counts(config: wurk.Config, r: redis.Redis) -
     assert r.hget("j|250214|8:03", "HardJob|p") == "2"
 
 
+def test_a_metrics_key_of_another_type_costs_its_own_counts_not_double_others(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """A minute key holding another type refused its ``HINCRBY`` while the ten-minute key
+    and the histogram took theirs, yet every count was kept for the next flush: each
+    heartbeat of that minute added them again there. The key that refused is named, and
+    the others are counted once."""
+    r.set("j|250214|8:03", "not a hash")
+    tracker = tracked(HardJob=([5.0], 1))
+    with pytest.raises(redis.ResponseError, match=r"j\|250214\|8:03"):
+        tracker.flush(config.pool(), config.keys, now=NOW)
+    assert tracker.flush(config.pool(), config.keys, now=NOW) == 0
+    assert r.hgetall("j|250214|8:0") == {"HardJob|p": "2", "HardJob|f": "1", "HardJob|ms": "5"}
+    assert r.execute_command("BITFIELD_RO", "h|HardJob-14-8:3", "GET", "u16", "#0") == [1]
+
+
 def test_query_reads_back_what_was_flushed(config: wurk.Config) -> None:
     tracked(HardJob=([10.0, 30.0], 1), EasyJob=([1.0], 0)).flush(
         config.pool(), config.keys, now=NOW - dt.timedelta(minutes=2))
@@ -208,3 +223,54 @@ def test_a_history_sample_keeps_the_50_largest_queues(config: wurk.Config,
     pipe.execute()
     sample = take_sample(config, time.time())
     assert sample["queues"] == {f"q{n:02}": n for n in range(11, 61)}
+
+
+def test_a_job_name_utf8_cannot_carry_is_counted_and_scraped(config: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    """A stored payload's ``wrapped`` may hold a lone surrogate (``"\\ud800"`` in its JSON,
+    which Python reads and UTF-8 cannot write): it made every flush of every job's counts
+    fail, and every scrape of the worker's endpoint answer 500, for the life of the
+    process."""
+    import urllib.request
+
+    from wurk import payload as P
+    from wurk.metrics.prometheus import WorkerExporter
+    from wurk.metrics.tracking import job_name
+
+    name = job_name(P.loads('{"class": "HardJob", "wrapped": "Bad\\ud800Job", "args": []}'))
+    tracker = ExecutionTracker()
+    tracker.succeeded(name, 5.0)
+    tracker.succeeded("HardJob", 5.0)
+    assert tracker.flush(config.pool(), config.keys, now=NOW) == 2
+    assert r.hgetall("j|250214|8:03") == {"HardJob|p": "1", "HardJob|ms": "5",
+                                           "Bad?Job|p": "1", "Bad?Job|ms": "5"}
+    exporter = WorkerExporter(outages=list, busy=lambda: 0, concurrency=1)
+    port = exporter.start("127.0.0.1", 0)
+    try:
+        exporter.observe(name, "default", {}, 5.0, None)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as scrape:
+            assert scrape.status == 200
+            assert 'wurk_jobs_executed_total{job="Bad?Job",queue="default"} 1.0' in \
+                scrape.read().decode()
+    finally:
+        exporter.stop()
+
+
+def test_queue_names_are_cut_in_history_samples_and_cluster_labels(config: wurk.Config,
+                                                                   r: redis.Redis) -> None:
+    """Queue names are anyone's to write into ``queues``: fifty of 10,000 characters made
+    each history sample half a megabyte, kept every 30 s for a day (over a gigabyte of
+    Redis), and every dashboard scrape megabytes of labels. They are cut as job names are."""
+    from wurk import payload as P
+    from wurk.metrics.history import take_sample
+    from wurk.metrics.prometheus import cluster_exposition
+
+    pipe = r.pipeline(transaction=False)
+    for n in range(50):
+        name = f"{n:02}" + "q" * 10_000
+        pipe.sadd("queues", name)
+        pipe.rpush(f"queue:{name}", "{}")
+    pipe.execute()
+    assert len(P.dumps(take_sample(config, time.time()))) < 50 * 250
+    body, _ = cluster_exposition(config)
+    assert len(body) < 3 * 50 * 300

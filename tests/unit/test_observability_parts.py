@@ -121,3 +121,27 @@ def test_a_foreign_host_name_is_refused_and_an_ip_address_served(server: str) ->
             assert status(served) == 200, served
     finally:
         stop()
+
+
+@pytest.mark.parametrize("server", ["health", "metrics"])
+def test_a_client_that_sends_nothing_is_let_go(server: str,
+                                               capfd: pytest.CaptureFixture[str]) -> None:
+    """The worker's metrics port kept a thread for each connection that sent no request, for
+    as long as the client kept it open: a scanner's or a stuck scraper's idle connections
+    piled up threads without end. Both listeners close such a connection after
+    ``CLIENT_TIMEOUT`` seconds (real time: the kernel's socket timeout), saying nothing."""
+    from wurk.metrics.health import CLIENT_TIMEOUT, HealthServer
+    from wurk.metrics.prometheus import WorkerExporter
+
+    if server == "health":
+        health = HealthServer("127.0.0.1", 0, lambda: (True, {})).start()
+        port, stop = health.port, health.stop
+    else:
+        exporter = WorkerExporter(outages=lambda: (), busy=lambda: 0, concurrency=1)
+        port, stop = exporter.start("127.0.0.1", 0), exporter.stop
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=6 * CLIENT_TIMEOUT) as idle:
+            assert idle.recv(1) == b""  # closed by the server, well before this side's timeout
+    finally:
+        stop()
+    assert "Traceback" not in capfd.readouterr().err

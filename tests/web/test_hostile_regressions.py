@@ -113,6 +113,23 @@ def test_a_limiter_of_absurd_interval_and_history_of_absurd_values_show(
     assert row["problem"]  # shown as a problem of that limiter
 
 
+def test_history_holding_a_number_past_a_floats_range_shows(
+        client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    """A sample's number of 400 digits (JSON reads it as an int no float holds) made the
+    History tab answer 500 for as long as the sample was kept (a day); it reads as 0."""
+    from wurk.metrics.history import read_history
+
+    keys = Keys()
+    r.zadd(keys.history, {json.dumps({"t": time.time(), "processed": 10**400, "failed": 2,
+                                      "queues": {"default": -(10**400)},
+                                      "latency": {"default": 10**400}}): time.time()})
+    for path in ("/history/", "/history/?period=72h"):
+        assert client.get(path).status_code == 200, path
+    [sample] = read_history(config, 3600)
+    assert (sample.get("processed"), sample.get("failed")) == (0.0, 2.0)
+    assert sample.queues == {"default": 0.0} and sample.latency == {"default": 0.0}
+
+
 # -- 7 ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("options", [{"queue": ""}, {"queue": 5}, {"queue": "a|b"},
                                      {"retry": "<script>"}, {"unique_for": -1},

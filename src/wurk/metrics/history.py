@@ -32,6 +32,7 @@ from ..runtime.timer import Timers
 from ..scripts import Script
 from ..stored import Invalid
 from ..stored import epoch as stored_epoch
+from .tracking import cut_name
 
 __all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
 
@@ -67,8 +68,9 @@ def take_sample(config: Config, at: float) -> dict[str, Any]:
         "enqueued": stats.enqueued(), "scheduled": _valid(stats.scheduled_size()),
         "retries": _valid(stats.retry_size()), "dead": _valid(stats.dead_size()),
         "busy": stats.busy(), "processes": _valid(stats.processes_size()),
-        "queues": {q.name: _valid(q.size) for q in summaries[:QUEUE_LIMIT]},
-        "latency": {q.name: round(q.latency, 3) for q in summaries
+        # A queue name is anyone's to write: cut, or a sample of long ones weighs megabytes.
+        "queues": {cut_name(q.name): _valid(q.size) for q in summaries[:QUEUE_LIMIT]},
+        "latency": {cut_name(q.name): round(q.latency, 3) for q in summaries
                     if q.name in LATENCY_QUEUES and not isinstance(q.latency, Invalid)},
     }
 
@@ -145,7 +147,10 @@ def read_history(config: Config, seconds: float, *, now: float | None = None) ->
 def _number(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return 0.0
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int of hundreds of digits: JSON reads it, no float holds it
+        return 0.0
     return number if math.isfinite(number) and number >= 0 else 0.0
 
 

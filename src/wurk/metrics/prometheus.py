@@ -19,6 +19,7 @@ on its ``--metrics-port``. Every name starts with ``wurk_``.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from socketserver import ThreadingMixIn
@@ -31,11 +32,14 @@ from ..errors import ConfigError
 from ..hosts import HostNames
 from ..runtime.outage import Outage
 from ..stored import Invalid, count
-from .tracking import BUCKET_BOUNDS, NAME_LIMIT
+from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
 MAX_JOB_LABELS = 500
+# A scrape connection that sends no request within this long is closed (as the health
+# check's): each open connection holds a thread.
+CLIENT_TIMEOUT = 5.0
 OTHER = "other"
 DURATION_BUCKETS = tuple(bound / 1000 for bound in BUCKET_BOUNDS)
 
@@ -94,11 +98,12 @@ class ClusterCollector:
         paused = GaugeMetricFamily("wurk_queue_paused", "1 while the queue is paused",
                                    labels=["queue"])
         for queue in stats.queue_summaries():
+            name = cut_name(queue.name)  # anyone's to write: a label must stay small
             if not isinstance(queue.size, Invalid):
-                size.add_metric([queue.name], queue.size)
+                size.add_metric([name], queue.size)
             if not isinstance(queue.latency, Invalid):
-                latency.add_metric([queue.name], queue.latency)
-            paused.add_metric([queue.name], 1 if queue.paused else 0)
+                latency.add_metric([name], queue.latency)
+            paused.add_metric([name], 1 if queue.paused else 0)
         yield from (size, latency, paused)
 
     def _reliability(self) -> tuple[int, int, int]:
@@ -237,8 +242,15 @@ class WorkerExporter:
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
     daemon_threads = True
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went quiet (``CLIENT_TIMEOUT``) or away is no error to print."""
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
+
 
 class _Quiet(WSGIRequestHandler):
+    timeout = CLIENT_TIMEOUT
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes come every few seconds: not one log line each."""
 

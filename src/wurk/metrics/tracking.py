@@ -30,6 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis
+
 from .. import payload as P
 from ..connections.pool import RedisPool
 from ..keys import Keys
@@ -83,10 +85,19 @@ NAME_LIMIT = 200
 
 def job_name(payload: P.Payload) -> str:
     """The name metrics are kept under: ``wrapped`` (ActiveJob's real class) or ``class``,
-    cut to ``NAME_LIMIT`` characters."""
+    cut to ``NAME_LIMIT`` characters, a lone surrogate as ``?``."""
     wrapped = payload.get(P.WRAPPED)
     name = wrapped if isinstance(wrapped, str) and wrapped else payload.get(P.CLASS)
     text = name if isinstance(name, str) else str(name)
+    if not text.isascii():
+        # A stored JSON's "\ud800" reads as a lone surrogate, which UTF-8 cannot carry: kept,
+        # it failed every flush of every job's counts and every Prometheus scrape.
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    return cut_name(text)
+
+
+def cut_name(text: str) -> str:
+    """A job or queue name as metrics keep it: at most ``NAME_LIMIT`` characters."""
     return text if len(text) <= NAME_LIMIT else text[:NAME_LIMIT - 1] + "…"
 
 
@@ -180,14 +191,22 @@ class ExecutionTracker:
             return 0
         when = now or dt.datetime.now(dt.timezone.utc)
         try:
-            pool.run(lambda r: self._send(r, keys, jobs, when))
+            refused = pool.run(lambda r: self._send(r, keys, jobs, when))
         except BaseException:
             self.put_back(jobs)
             raise
+        if refused:  # the other keys took their counts: kept, they would count there twice
+            key, reply = refused[0]
+            raise redis.ResponseError(f"{reply} (metrics key {key}; its counts are lost)")
         return len(jobs)
 
-    def _send(self, r: Any, keys: Keys, jobs: dict[str, JobCounts], when: dt.datetime) -> None:
+    def _send(self, r: Any, keys: Keys, jobs: dict[str, JobCounts],
+              when: dt.datetime) -> list[tuple[str, redis.ResponseError]]:
+        """The pipeline; the (key, error) of each count a key refused (another type). When
+        every count was refused (a failover's ``READONLY``…) the first refusal is raised:
+        nothing counted, so all is kept for the next flush."""
         pipe = r.pipeline(transaction=False)
+        counted: list[tuple[int, str]] = []  # (place in the pipeline, key) of each count
         hashes = [(keys.metrics_minute(when), MINUTE_TTL),
                   (keys.metrics_ten_minutes(when), TEN_MINUTE_TTL)]
         if self.compat_v7:
@@ -196,13 +215,23 @@ class ExecutionTracker:
             fields = _fields(name, counts)
             for key, _ in hashes:
                 for field_name, value in fields:
+                    counted.append((len(pipe), key))
                     pipe.hincrby(key, field_name, value)
-            _histogram(pipe, keys.histogram(name, when), counts.histogram)
+            histograms = [keys.histogram(name, when)]
             if self.compat_v7:
-                _histogram(pipe, keys.histogram_v7(name, when), counts.histogram)
+                histograms.append(keys.histogram_v7(name, when))
+            for key in histograms:
+                at = len(pipe)
+                if _histogram(pipe, key, counts.histogram):
+                    counted.append((at, key))
         for key, ttl in hashes:
             pipe.expire(key, ttl)
-        pipe.execute()
+        replies = pipe.execute(raise_on_error=False)
+        refused = [(key, replies[at]) for at, key in counted
+                   if isinstance(replies[at], redis.ResponseError)]
+        if refused and len(refused) == len(counted):
+            raise refused[0][1]
+        return refused
 
 
 def _fields(name: str, counts: JobCounts) -> list[tuple[str, int]]:
@@ -214,15 +243,17 @@ def _fields(name: str, counts: JobCounts) -> list[tuple[str, int]]:
     return fields
 
 
-def _histogram(pipe: Any, key: str, histogram: Sequence[int]) -> None:
+def _histogram(pipe: Any, key: str, histogram: Sequence[int]) -> bool:
+    """The ``BITFIELD`` (then ``EXPIRE``) of a histogram's counts; whether any was sent."""
     increments = [(index, n) for index, n in enumerate(histogram) if n]
     if not increments:
-        return
+        return False
     command: list[Any] = ["BITFIELD", key, "OVERFLOW", "SAT"]
     for index, n in increments:
         command += ["INCRBY", "u16", f"#{index}", n]
     pipe.execute_command(*command)
     pipe.expire(key, HISTOGRAM_TTL)
+    return True
 
 
 class ExecutionMetrics:
