@@ -34,6 +34,21 @@ def test_each_part_has_its_own_module() -> None:
     assert "Backoff" in classes and "RespawnSchedule" in classes  # not two Backoffs
 
 
+def test_no_package_defines_a_name_one_of_its_modules_has() -> None:
+    """``wurk.control`` defined a function ``cancel`` beside its module ``cancel.py``,
+    imported inside the function: once it ran, the package's attribute was the module, and
+    ``from wurk.control import cancel`` in a later import got something not callable."""
+    clashes = []
+    for init in PACKAGE.rglob("__init__.py"):
+        tree = ast.parse(init.read_text(encoding="utf-8"))
+        defined = {node.name for node in tree.body
+                   if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        modules = {p.stem for p in init.parent.glob("*.py")} | {
+            p.parent.name for p in init.parent.glob("*/__init__.py")}
+        clashes += [f"{_module_name(init)}.{name}" for name in sorted(defined & modules)]
+    assert clashes == []
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

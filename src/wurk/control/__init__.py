@@ -8,7 +8,7 @@
 - ``stopper.py``: the innermost link, which opens a job's body to stops.
 - ``handler.py``: the built-in ``CancelHandler`` link and the poller that brings a worker
   its cancels.
-- ``cancel.py``: ``wurk.cancel(jid)`` itself, which reads queues and sets through
+- ``withdraw.py``: ``wurk.cancel(jid)``'s steps, which read queues and sets through
   ``wurk.api``: imported when it is called, so neither ``import wurk`` nor a worker loads
   the inspection model.
 - ``worker.py``: what a worker owns of all this.
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..config import Config
-    from .cancel import Cancellation
+    from .withdraw import Cancellation
 
 __all__ = ["cancel"]
 
@@ -32,6 +32,11 @@ def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
     retry set if it waits; stopped if it runs (``wurk.JobCancelled`` in a sync job's body, its
     task cancelled for an async job; an iterable job at its next flush). Returns a
     ``Cancellation`` saying where it was found."""
-    from .cancel import cancel as cancel_job
+    from ..config import default_config
+    from ..workflow.middleware import WorkflowDeathHandler
+    from .withdraw import withdraw
 
-    return cancel_job(jid, config=config)
+    cfg = config or default_config()
+    # A workflow's step taken out of its queue is dead, as one stopped running is: its
+    # policy applies (``wurk.workflow.cancel`` cancels its steps without it).
+    return withdraw(jid, config=cfg, removed=WorkflowDeathHandler(cfg))

@@ -45,11 +45,11 @@ def cancel(wid: str, *, config: Config | None = None) -> str:
     cancelled — taken out of their queue, or (running, retrying, scheduled) cancelled with
     ``wurk.cancel``. Returns its state before: ``running``, or the state it had ended in
     (then nothing changes). ``WorkflowError`` when it does not exist."""
-    from ..control.cancel import cancel as cancel_job  # the admin side: read only here
+    from ..control.withdraw import withdraw  # the admin side: read only here
 
     cfg = config if config is not None else default_config()
     with lent_redis(cfg) as conn:
         before, _, others = _cancel_script(conn, cfg, wid)
     for jid in others:
-        cancel_job(jid, config=cfg)
+        withdraw(jid, config=cfg)  # no step death: the workflow is cancelled whole
     return before

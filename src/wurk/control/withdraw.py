@@ -1,4 +1,4 @@
-"""``wurk.cancel(jid)``: stop a job wherever it is.
+"""Withdrawing a job for ``wurk.cancel(jid)``: stopped wherever it is.
 
 1. **Waiting** — in a queue, the scheduled set or the retry set: removed (its unique lock
    released), never to run; it counts as cancelled, and a batch it belongs to counts it as
@@ -27,6 +27,7 @@ This is the admin side (it reads queues and sets through ``wurk.api``); a worker
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +42,8 @@ from ..errors import IterationStateError, JobCancelled
 from ..iteration import state as iteration_state
 from ..iteration.control import check_jid
 from ..results.store import record_cancelled
-from ..workflow.middleware import WorkflowDeathHandler
 
-__all__ = ["CONTROL_TTL", "Cancellation", "cancel"]
+__all__ = ["CONTROL_TTL", "Cancellation", "Removed", "withdraw"]
 
 log = logging.getLogger("wurk")
 
@@ -77,8 +77,15 @@ class Cancellation:
                 "just started")
 
 
-def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
-    """Cancel the job ``jid``: removed if it waits, stopped if it runs (see the module)."""
+# Told of a job a cancel took out of its queue or set, before its batch is (``wurk.cancel``
+# passes the workflow's death handler: the step is dead, as one stopped running is).
+Removed = Callable[[dict[str, Any], BaseException], None]
+
+
+def withdraw(jid: str, *, config: Config | None = None,
+             removed: Removed | None = None) -> Cancellation:
+    """Cancel the job ``jid``: removed if it waits, stopped if it runs (see the module).
+    ``removed`` is told of a waiting job taken out, as a death handler is."""
     cfg = config or default_config()
     check_jid(jid)
     done = Cancellation(jid)
@@ -93,12 +100,12 @@ def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
         record = queue.find_job(jid)
         if record is not None and queue.delete(record):
             done.removed_from.append(f"queue:{queue.name}")
-            _never_ran(cfg, record.raw)
+            _never_ran(cfg, record.raw, removed)
     for name, job_set in (("schedule", ScheduledSet(cfg)), ("retry", RetrySet(cfg))):
         entry = job_set.find_job(jid)
         if entry is not None and entry.delete():
             done.removed_from.append(name)
-            _never_ran(cfg, entry.raw)
+            _never_ran(cfg, entry.raw, removed)
     done.running_on = sorted({work.process for work in WorkSet(cfg)
                               if getattr(work.job, "jid", None) == jid})
     done.told = _tell(cfg, jid)
@@ -106,7 +113,7 @@ def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
     return done
 
 
-def _never_ran(config: Config, raw: bytes | str) -> None:
+def _never_ran(config: Config, raw: bytes | str, removed: Removed | None) -> None:
     """A waiting job removed by a cancel: counted, its result (when it keeps one) says
     "cancelled", and its batch told it will not run — after the result, so a batch callback
     reads it."""
@@ -117,10 +124,10 @@ def _never_ran(config: Config, raw: bytes | str) -> None:
     except Exception as exc:  # the job is removed all the same; a waiter times out
         log.warning("job %s is cancelled, but its result could not say so: %s",
                     job.get(P.JID), exc)
-    # A workflow's step is dead, as one stopped running is: its policy applies. Counted
-    # before the batch, as the death handlers are, so the dependants ``continue`` pushes
-    # join the batch before it counts the death.
-    WorkflowDeathHandler(config)(job, JobCancelled(f"job {job.get(P.JID)} was cancelled"))
+    # Before the batch, as the death handlers are: a workflow's dependants that
+    # ``continue`` pushes join the batch before it counts the death.
+    if removed is not None:
+        removed(job, JobCancelled(f"job {job.get(P.JID)} was cancelled"))
     bid, jid = job.get(P.BID), job.get(P.JID)
     if isinstance(bid, str) and bid and isinstance(jid, str) and jid:
         count_in_batch(config, bid, jid, "death")
