@@ -166,6 +166,34 @@ def test_a_huge_graph_is_drawn_in_part_and_fast(config: wurk.Config, client: Tes
     assert "g0 …×5,000" in page.text  # the independent ones: one box
 
 
+@pytest.mark.parametrize("shape", ["fan-out's dependants", "deep names", "subs' leaves"])
+def test_a_hostile_graph_costs_the_page_bounded_time(config: wurk.Config, client: TestClient,
+                                                     r: redis.Redis, shape: str) -> None:
+    """Hashes no workflow writes, each within the read caps, that made the drawing do work
+    by their product: 10,000 children each naming 2,000 dependants (20 million pairs
+    looked at), 10,000 names nested 390 deep (each sorted by walking every level), or
+    10,000 nested workflows each naming 2,000 leaves."""
+    keys = Keys()
+    wid = "wf-hostile"
+    r.hset(keys.workflow(wid), mapping={"state": "running", "total": 1, "pending": 1})
+    many = " ".join(f"x{n}" for n in range(2000))
+    if shape == "fan-out's dependants":
+        states = {"p": "running", **{f"p[{n}]": "queued" for n in range(9999)}}
+        r.hset(keys.workflow(wid, "then"), mapping={"p[*]": many, **{
+            f"p[{n}]": many for n in range(9999)}})
+    elif shape == "deep names":
+        states = {"x" + "[0]" * 390 + f"[{n}]": "queued" for n in range(10_000)}
+    else:
+        states = {f"s{n}": "running" for n in range(10_000)}
+        r.hset(keys.workflow(wid, "subs"), mapping={name: f"stop {many}" for name in states})
+    r.hset(keys.workflow(wid, "state"), mapping=states)
+    started = time.monotonic()
+    page = client.get(f"/workflows/{wid}")
+    took = time.monotonic() - started
+    assert page.status_code == 200 and "<svg" in page.text
+    assert took < 3.0, f"{shape}: {took:.2f} s"
+
+
 def test_layout_groups_only_steps_alike_beyond_the_threshold() -> None:
     few = {"p": "succeeded", **{f"p[{n}]": "succeeded" for n in range(GROUP_OVER)}}
     graph = layout(few, {"p[*]": "q"}, {})

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,11 @@ NODES_DRAWN = 400
 # Dependants of one step read at most, and edges kept at most over the whole graph.
 DEPENDANTS_READ = 2_000
 EDGES_KEPT = 20_000
+# Pairs of steps looked at for arrows, at most: hashes within the read caps can name
+# billions (10,000 children each naming 2,000 dependants), a workflow wurk wrote a few.
+PAIRS_READ = 200_000
+# Levels of nesting (``a[1][2]``) a step is ordered by: hostile names nest hundreds deep.
+ORDER_LEVELS = 16
 # Steps listed in the table below the graph (groups count as one row).
 ROWS_SHOWN = 500
 # Characters of a name shown in a box (its whole name, cut at NAME_CHARS, is its tooltip).
@@ -228,29 +234,30 @@ def layout(states: dict[str, str], then: dict[str, str], subs: dict[str, str]) -
     edges: set[tuple[str, str, str]] = set()  # (from, to, kind)
     cut_edges = False
 
-    def add(source: str, target: str, kind: str) -> None:
-        nonlocal cut_edges
-        if len(edges) >= EDGES_KEPT:
-            cut_edges = True
-        elif source in names and target in names and source != target:
-            edges.add((source, target, kind))
+    def pairs() -> Iterator[tuple[str, str, str]]:
+        for parent, children in parents.items():
+            for child in children:
+                yield parent, child, "added"
+        for node, dependants in then.items():
+            targets = dependants.split()[:DEPENDANTS_READ]
+            if node.endswith("[*]"):
+                parent = node[:-3]
+                sources = parents.get(parent) or [parent]
+            else:
+                sources = [node]
+            for target in targets:
+                for source in sources:
+                    yield source, target, "dep"
+        for sub, info in subs.items():
+            for leaf in info.split()[1:DEPENDANTS_READ]:
+                yield leaf, sub, "ends"
 
-    for parent, children in parents.items():
-        for child in children:
-            add(parent, child, "added")
-    for node, dependants in then.items():
-        targets = dependants.split()[:DEPENDANTS_READ]
-        if node.endswith("[*]"):
-            parent = node[:-3]
-            sources = parents.get(parent) or [parent]
-        else:
-            sources = [node]
-        for target in targets:
-            for source in sources:
-                add(source, target, "dep")
-    for sub, info in subs.items():
-        for leaf in info.split()[1:DEPENDANTS_READ]:
-            add(leaf, sub, "ends")
+    for looked, (source, target, kind) in enumerate(pairs()):
+        if looked >= PAIRS_READ or len(edges) >= EDGES_KEPT:
+            cut_edges = True
+            break
+        if source in names and target in names and source != target:
+            edges.add((source, target, kind))
     preds: dict[str, set[str]] = defaultdict(set)
     succs: dict[str, set[str]] = defaultdict(set)
     for source, target, _ in edges:
@@ -396,7 +403,7 @@ def _order(name: str) -> tuple[Any, ...]:
     """Children after their parent, in the order they were added."""
     numbers: list[int] = []
     match = _CHILD.match(name)
-    while match and len(match.group(2)) < 12:
+    while match and len(match.group(2)) < 12 and len(numbers) < ORDER_LEVELS:
         numbers.append(int(match.group(2)))
         name = match.group(1)
         match = _CHILD.match(name)
