@@ -4,6 +4,8 @@
    commands and limits Sidekiq uses — including the rank trim's
    off-by-one, so Ruby and Python agree on which entries survive.
 2. ``kill`` buries a parsed job and then runs the death handlers (unless told not to).
+3. ``take`` moves entries of another sorted set (the API's kill) in one script each
+   (``scripts/api_kill.lua``), with the same trims.
 
 Sidekiq wrote the trimming twice (retry and API); keeping one writer keeps one rule.
 """
@@ -14,11 +16,14 @@ import time
 from typing import Any
 
 from . import payload as P
+from . import scripts
 from .config import Config
 from .connections.pool import RedisPool
 from .reporting import run_death_handlers
 
 __all__ = ["Morgue"]
+
+_TAKE = "api_kill.lua"
 
 
 class Morgue:
@@ -34,9 +39,7 @@ class Morgue:
         ``trim=False`` skips the trims (the API's kill-all trims once at the end)."""
         at = time.time() if now is None else now
         key = self.config.keys.dead
-        oldest_kept = at - self.config.dead_timeout
-        # Sidekiq's rank trim: ranks 0..-N go, so at most N - 1 entries stay.
-        last_rank = -self.config.dead_max_jobs
+        oldest_kept, last_rank = self._limits(at)
 
         def write(redis: Any) -> None:
             pipe = redis.pipeline(transaction=True)
@@ -50,6 +53,30 @@ class Morgue:
         # Not replayed after a broken connection: only reads are (a write may apply twice); a lost
         # reply surfaces as RedisUnavailable to the caller, which decides.
         self.pool.run(write)
+
+    def take(self, source: str, raws: list[bytes], *, now: float | None = None) -> list[bool]:
+        """Move each member of the sorted set ``source`` to the dead set, removal, add and
+        trims in one script each; whether each was there to move. Never replayed: a lost
+        reply raises ``RedisUnavailable``, the job then in one place or the other."""
+        at = time.time() if now is None else now
+        oldest_kept, last_rank = self._limits(at)
+        keys = [source, self.config.keys.dead]
+        text = scripts.source(_TAKE)
+
+        def move(redis: Any) -> list[bool]:
+            pipe = redis.pipeline(transaction=False)
+            moving = redis.register_script(text)
+            for raw in raws:
+                moving(keys=keys, args=[raw, P.score(at), P.score(oldest_kept), last_rank],
+                       client=pipe)
+            return [bool(int(done)) for done in pipe.execute()]
+
+        return self.pool.run(move) if raws else []
+
+    def _limits(self, at: float) -> tuple[float, int]:
+        """The oldest score kept and the last rank trimmed, for entries buried ``at``."""
+        # Sidekiq's rank trim: ranks 0..-N go, so at most N - 1 entries stay.
+        return at - self.config.dead_timeout, -self.config.dead_max_jobs
 
     def kill(self, job: dict[str, Any], exc: BaseException, *, raw: str | None = None,
              notify: bool = True) -> None:

@@ -198,6 +198,38 @@ def test_a_write_is_not_replayed_after_its_connection_breaks(
             config.close()
 
 
+
+@pytest.mark.parametrize("action", ["kill", "kill_all"])
+def test_a_kill_whose_reply_is_lost_leaves_the_job_in_one_place(
+        redis_server: Server, r: redis.Redis, action: str) -> None:
+    """inspection.md: a move is "never in neither place". The connection breaks once the
+    job has left the retry set and before the reply came back: the job is in the dead set
+    (it was one step), not gone from both."""
+    r.zadd("retry", {member(1): 1.0})
+    with FaultProxy(redis_server.port) as proxy:
+        config = config_for(proxy.url)
+        try:
+            retries = RetrySet(config)
+            (entry,) = retries.iterate()  # a connection to the proxy, open
+            proxy.latency(0.3)  # each way: the reply waits 0.3 s in the proxy
+            move = entry.kill if action == "kill" else retries.kill_all
+            outcome: list[object] = []
+            killing = threading.Thread(target=lambda: outcome.append(_called(move)))
+            killing.start()
+            deadline = time.monotonic() + 10
+            while r.zcard("retry"):  # applied by Redis; its reply still in the proxy
+                assert time.monotonic() < deadline, "the kill never reached Redis"
+                time.sleep(0.01)
+            assert proxy.cut() >= 1
+            with proxy.outage():
+                killing.join(10)
+            (raised,) = outcome
+            assert isinstance(raised, RedisUnavailable), raised
+            assert r.zrange("dead", 0, -1) == [member(1)] and r.zcard("retry") == 0
+        finally:
+            config.close()
+
+
 def _called(fn: Any) -> object:
     try:
         return fn()

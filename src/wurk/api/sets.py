@@ -14,12 +14,12 @@ Deleting, clearing or killing a unique job releases its lock (``wurk.unique``).
 
 "Retry now" and "add to queue" move a member to its queue in one Lua script
 (``scripts/api_requeue.lua``): removal and push cannot be separated, and a replay after a
-broken connection finds the member gone and pushes nothing.
+broken connection finds the member gone and pushes nothing. "Kill" moves a member to the
+dead set in one script too (``scripts/api_kill.lua``, through ``Morgue.take``).
 """
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -38,8 +38,6 @@ from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord
 
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
-
-log = logging.getLogger("wurk")
 
 REQUEUE_SCRIPT = "api_requeue.lua"
 # Entries moved per round trip by retry_all / kill_all: one pipeline of this many script
@@ -256,29 +254,17 @@ class JobSet:
 
     def _kill(self, entry: SortedEntry, *, notify_failure: bool,
               exc: BaseException | None) -> bool:
-        if not self.delete_by_value(entry.raw):
+        if not self._take([entry.raw])[0]:
             return False
-        self._bury_or_restore([(entry.raw, entry.score)])
+        release_stored(self.config, [entry.raw])
         if notify_failure and entry.parse_error is None:
             notify_death(self.config, entry.item, exc or JobKilled(KILLED_BY_API))
         return True
 
-    def _bury_or_restore(self, entries: list[ZEntry]) -> None:
-        """Bury entries already removed from this set; on failure put them back."""
-        try:
-            bury(self.config, [member for member, _ in entries])
-        except Exception:
-            # Losing a job is worse than finding it twice (in this set and in the dead set).
-            self._restore(entries)
-            raise
-        release_stored(self.config, [member for member, _ in entries])
-
-    def _restore(self, entries: list[ZEntry]) -> None:
-        try:
-            self._read(lambda r: r.zadd(self.key, dict(entries)))
-        except Exception:
-            log.exception("could not put %d entries back into %s: %r", len(entries),
-                          self.key, [m for m, _ in entries])
+    def _take(self, members: list[bytes]) -> list[bool]:
+        """Move each member to the dead set in one script each (``scripts/api_kill.lua``):
+        never in neither place; whether each was still here."""
+        return Morgue(self.config, self._pool).take(self.key, members)
 
     def _reschedule(self, entry: SortedEntry, at: float) -> bool:
         def run(r: Any) -> bool:
@@ -373,22 +359,11 @@ class RetrySet(JobSet):
             if not rows:
                 break
             budget -= len(rows)
-            gone = self._remove_each(rows)
-            if gone:
-                self._bury_or_restore(gone)
+            members = [member for member, _ in rows]
+            gone = [m for m, done in zip(members, self._take(members), strict=True) if done]
+            release_stored(self.config, gone)
             killed += len(gone)
         return killed
-
-    def _remove_each(self, rows: list[ZEntry]) -> list[ZEntry]:
-        """ZREM each row; the ones this call removed (the poller may take some first)."""
-        def run(r: Any) -> list[int]:
-            pipe = r.pipeline(transaction=False)
-            for member, _ in rows:
-                pipe.zrem(self.key, member)
-            return list(pipe.execute())
-
-        removed = self._pool.run(run)
-        return [row for row, done in zip(rows, removed, strict=True) if done]
 
 
 class DeadSet(JobSet):
