@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from typing import Any
@@ -17,6 +18,7 @@ from tests.helpers.server import Server
 from tests.helpers.sidekiq import heartbeat, work
 from wurk.api import Invalid, Process, ProcessSet, WorkSet
 from wurk.errors import InspectionError, RedisUnavailable
+from wurk.stored import FIELD_CAP
 
 
 def info(identity: str, **extra: Any) -> dict[str, Any]:
@@ -175,6 +177,32 @@ def test_work_set_reads_work_and_the_64_workers_hash(config: wurk.Config,
     found = WorkSet(config).find_work("b" * 24)
     assert found is not None and found.thread == "t2"
     assert WorkSet(config).find_work("z" * 24) is None
+
+
+
+def test_a_work_hash_of_many_fields_is_read_only_up_to_a_cap(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """docs/design.md: "collections are read up to a cap". A ``:work`` hash of a million
+    fields (an attacker, a bug) cost the busy page seconds and a gigabyte per load."""
+    now = int(time.time())
+    heartbeat(r, WURK_8, info=info(WURK_8), busy=1)
+    heartbeat(r, SIDEKIQ_7, info=info(SIDEKIQ_7), busy=1)
+    work(r, SIDEKIQ_7, "t1", {"class": "Real", "args": [], "jid": "a" * 24}, run_at=now)
+    stored = FIELD_CAP + 5000
+    pipe = r.pipeline(transaction=False)
+    for start in range(0, stored, 1000):
+        pipe.hset(f"{WURK_8}:work", mapping={f"t{n}": "{not json" if n % 2 else json.dumps(
+            {"queue": "q", "run_at": now, "payload": '{"class":"Junk","jid":"j"}'})
+            for n in range(start, min(stored, start + 1000))})
+    pipe.execute()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        works = list(WorkSet(config))
+    assert [w.job.klass for w in works if w.process == SIDEKIQ_7] == ["Real"]
+    junk = [w for w in works if w.process == WURK_8]
+    assert 0 < len(junk) <= FIELD_CAP // 2 + 1000  # about half of what was read is JSON
+    warnings = [rec.getMessage() for rec in caplog.records if WURK_8 in rec.getMessage()]
+    assert len(warnings) <= 2, warnings[:3]  # one line per problem, not one per entry
+    assert any(f"{stored:,}" in text for text in warnings), warnings
 
 
 def test_empty_cluster(config: wurk.Config) -> None:

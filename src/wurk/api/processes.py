@@ -366,22 +366,38 @@ class WorkSet:
         return next((work for work in self.iterate() if work.job.jid == jid), None)
 
     def _page(self, identities: list[str]) -> list[Work]:
+        """The running jobs of these processes; each one's work hash read up to
+        ``values.FIELD_CAP`` fields (a million written by hand cost a page ten thousand)."""
         keys = self.config.keys
 
-        def read(r: Any) -> list[Any]:
+        def sizes(r: Any) -> list[Any]:
             pipe = r.pipeline(transaction=False)
             for identity in identities:
                 pipe.exists(keys.process(identity))
-                pipe.hgetall(keys.work(identity))
-                pipe.hgetall(keys.workers(identity))
+                pipe.hlen(keys.work(identity))
+                pipe.hlen(keys.workers(identity))
             return list(pipe.execute())
 
-        replies = self._pool.run(read, idempotent=True)
-        works: list[Work] = []
+        replies = self._pool.run(sizes, idempotent=True)
+        chosen: list[tuple[str, str]] = []
         for index, identity in enumerate(identities):
             alive, work, workers = replies[3 * index : 3 * index + 3]
-            if alive:
-                works.extend(_parse_work(identity, work or workers, self.config))
+            if alive and (work or workers):
+                chosen.append((identity, keys.work(identity) if work else
+                               keys.workers(identity)))
+
+        def read(r: Any) -> list[values.Capped | Invalid]:
+            return [values.hash_fields(r, key) for _, key in chosen]
+
+        works: list[Work] = []
+        for (identity, key), found in zip(chosen, self._pool.run(read, idempotent=True),
+                                          strict=True):
+            if isinstance(found, Invalid):
+                continue  # changed type since its length was read
+            if found.cut:
+                log.warning("%s holds %s running jobs, more than any process runs: read "
+                            "only %s of them", key, f"{found.total:,}", f"{len(found.items):,}")
+            works.extend(_parse_work(identity, found.items, self.config))
         return works
 
 
@@ -406,10 +422,11 @@ def busy_total(config: Config) -> int:
 
 def _parse_work(identity: str, entries: dict[bytes, bytes], config: Config) -> list[Work]:
     works = []
+    unreadable: list[bytes] = []
     for tid, value in entries.items():
         record = values.json_object(value)
         if not isinstance(record, dict):
-            log.warning("skipping an unreadable work entry of %s: %r", identity, value[:200])
+            unreadable.append(value)
             continue
         payload = record.get("payload")
         # 6.0.2+ stores the job as a JSON string inside the JSON; 6.0.1 stored the object.
@@ -419,4 +436,7 @@ def _parse_work(identity: str, entries: dict[bytes, bytes], config: Config) -> l
                           run_at=values.epoch(record.get("run_at")),
                           job=JobRecord(raw, config=config),
                           stuck_at=values.epoch(record.get("stuck_at"))))
+    if unreadable:  # one line per process, however many there are
+        log.warning("skipping %d unreadable work entries of %s, the first: %r",
+                    len(unreadable), identity, unreadable[0][:200])
     return works
