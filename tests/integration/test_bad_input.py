@@ -305,6 +305,20 @@ def test_non_utf8(rig: Rig, prefix: bytes, bad: bytes, where: str) -> None:
 
 
 @pytest.mark.parametrize("where", PLACES)
+@pytest.mark.parametrize("raw", [
+    b'{"class":"","args":[],"queue":"fuzz","x":1e400}',
+    b'{"class":"No::Such","args":[],"queue":"fuzz","retry_count":1e400}',
+    b'{"class":"No::Such","args":[],"queue":"fuzz","failed_at":-1e400}',
+    b'{"class":"No::Such","args":[],"x":1e400}',
+], ids=["invalid", "retry_count", "failed_at", "no_queue"])
+def test_a_number_beyond_any_float(rig: Rig, where: str, raw: bytes) -> None:
+    """``1e400`` is JSON, but no float holds it and no JSON writer writes it back: were it
+    read as infinity, the job could be neither buried with its error nor retried (the
+    thread's runner raised, the scheduler's pass raised at every poll)."""
+    assert_buried_raw(run_one(rig, where, raw), raw)
+
+
+@pytest.mark.parametrize("where", PLACES)
 def test_huge_arguments(rig: Rig, where: str) -> None:
     """10 MB of arguments: carried intact to the job, whose error goes to retry."""
     huge = "x" * 10_000_000

@@ -13,6 +13,8 @@ from wurk.retry import MAX_DELAY, default_delay
     (b'{"class":"X","args":[NaN]}', "NaN is not JSON"),
     (b'{"class":"X","args":[Infinity]}', "Infinity is not JSON"),
     (b'{"class":"X","args":[-Infinity]}', "-Infinity is not JSON"),
+    (b'{"class":"X","args":[1e400]}', "1e400 is beyond any float"),
+    (b'{"class":"X","args":[],"failed_at":-1.5E999}', "-1.5E999 is beyond any float"),
     ('{"class":"X","args":[1]}'.encode("utf-16"), "codec can't decode"),
     (b'{"class":"X","args":["\xff"]}', "codec can't decode"),
     (b'{"class":"X","args":[1', "Expecting"),
