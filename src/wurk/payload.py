@@ -4,7 +4,8 @@
 2. ``dumps`` writes what Ruby's ``JSON.generate`` writes: compact, raw UTF-8, no NaN.
 3. ``loads`` + ``validate`` turn a raw entry into a dict or an error that names the field.
    ``loads`` reads what Ruby's parser reads: UTF-8, no ``NaN``, at most 100 levels deep;
-   and no number beyond a float (``1e400``), which would come back as no JSON.
+   and no number beyond a float (``1e400``), which would come back as no JSON, nor an
+   escaped lone surrogate (``"\\ud800"``), which UTF-8 cannot carry.
 4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
    seconds); ``read_time``
    accepts every form found in the wild.
@@ -193,6 +194,14 @@ def loads(raw: str | bytes) -> Payload:
             f"payload is nested deeper than {MAX_NESTING} levels, the most Ruby's JSON (so "
             f"Sidekiq) reads: {_excerpt(raw)}"
         )
+    # An escape of half a UTF-16 pair (``"\\ud800"``) reads as a lone surrogate, which UTF-8
+    # cannot carry: the job could be written back nowhere (not retried, buried or pushed).
+    # Only text that has such an escape is looked at again.
+    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(value):
+        raise UnparseablePayload(
+            f"payload is no UTF-8 text: it holds a lone surrogate (an escape like \\ud800, "
+            f"half a UTF-16 pair), which UTF-8 cannot carry: {_excerpt(raw)}"
+        )
     if not isinstance(value, dict):
         raise UnparseablePayload(
             f"payload is JSON but not an object ({type(value).__name__}): {_excerpt(raw)}"
@@ -214,6 +223,14 @@ def _too_deep(value: Any, raw: str | bytes | None) -> bool:
         children = item.values() if isinstance(item, dict) else item
         stack.extend((child, depth + 1) for child in children
                      if isinstance(child, (dict, list)))
+    return False
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        dumps(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     return False
 
 
