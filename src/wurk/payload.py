@@ -3,7 +3,9 @@
 1. Field names are constants of this module.
 2. ``dumps`` writes what Ruby's ``JSON.generate`` writes: compact, raw UTF-8, no NaN.
 3. ``loads`` + ``validate`` turn a raw entry into a dict or an error that names the field.
-   ``loads`` reads what Ruby's parser reads: UTF-8, no ``NaN``, at most 100 levels deep.
+   ``loads`` reads what Ruby's parser reads: UTF-8, no ``NaN``, at most 100 levels deep;
+   and no number beyond a float (``1e400``), which would come back as no JSON, nor an
+   escaped lone surrogate (``"\\ud800"``), which UTF-8 cannot carry.
 4. Time values: ``write_time`` follows ``timestamp_format`` (Sidekiq 8's ms, or 6/7's float
    seconds); ``read_time``
    accepts every form found in the wild.
@@ -144,9 +146,18 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"the number {text} is beyond any float")
+    return value
+
+
 # Python's parser takes NaN and Infinity, which no other JSON reader (Ruby's included) does
-# and which wurk could not write back into a retry: refused as not JSON.
-_decoder = json.JSONDecoder(parse_constant=_refuse_constant)
+# and which wurk could not write back into a retry: refused as not JSON. So is a number no
+# float holds (``1e400``): Python would read it as infinity, which no JSON writer writes back,
+# so the job could be neither retried nor buried with its error.
+_decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite_float)
 # Ruby's JSON parser (so Sidekiq) reads at most 100 levels of nesting; deeper payloads are
 # refused here too, which also keeps re-encoding one (into retry, or dead) far from Python's
 # recursion limit.
@@ -183,6 +194,14 @@ def loads(raw: str | bytes) -> Payload:
             f"payload is nested deeper than {MAX_NESTING} levels, the most Ruby's JSON (so "
             f"Sidekiq) reads: {_excerpt(raw)}"
         )
+    # An escape of half a UTF-16 pair (``"\\ud800"``) reads as a lone surrogate, which UTF-8
+    # cannot carry: the job could be written back nowhere (not retried, buried or pushed).
+    # Only text that has such an escape is looked at again.
+    if ("\\ud" in text or "\\uD" in text) and _has_lone_surrogate(value):
+        raise UnparseablePayload(
+            f"payload is no UTF-8 text: it holds a lone surrogate (an escape like \\ud800, "
+            f"half a UTF-16 pair), which UTF-8 cannot carry: {_excerpt(raw)}"
+        )
     if not isinstance(value, dict):
         raise UnparseablePayload(
             f"payload is JSON but not an object ({type(value).__name__}): {_excerpt(raw)}"
@@ -204,6 +223,14 @@ def _too_deep(value: Any, raw: str | bytes | None) -> bool:
         children = item.values() if isinstance(item, dict) else item
         stack.extend((child, depth + 1) for child in children
                      if isinstance(child, (dict, list)))
+    return False
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    try:
+        dumps(value).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
     return False
 
 

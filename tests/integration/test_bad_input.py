@@ -152,7 +152,7 @@ def assert_buried_raw(outcome: Outcome, raw: bytes) -> None:
     assert outcome.dead[0] == raw or re.fullmatch(
         re.escape(raw[:-1]) + rb',"enqueued_at":\d+}', outcome.dead[0], re.DOTALL)
     assert not outcome.retry
-    says = ("not valid JSON", "not an object", "nested deeper than")
+    says = ("not valid JSON", "not an object", "nested deeper than", "lone surrogate")
     assert any(isinstance(e, wurk.UnparseablePayload) and any(s in str(e) for s in says)
                for e in outcome.reported), outcome.reported
 
@@ -301,6 +301,33 @@ def test_absurd_values_of_the_right_type(rig: Rig, fields: dict[str, Any], where
 def test_non_utf8(rig: Rig, prefix: bytes, bad: bytes, where: str) -> None:
     raw = b'{"class":"Chaos::Mark","queue":"fuzz","args":["' + prefix.replace(b'"', b"") \
         .replace(b"\\", b"") + bad + b'"]}'
+    assert_buried_raw(run_one(rig, where, raw), raw)
+
+
+@pytest.mark.parametrize("where", PLACES)
+@pytest.mark.parametrize("raw", [
+    b'{"class":"","args":[],"queue":"fuzz","x":1e400}',
+    b'{"class":"No::Such","args":[],"queue":"fuzz","retry_count":1e400}',
+    b'{"class":"No::Such","args":[],"queue":"fuzz","failed_at":-1e400}',
+    b'{"class":"No::Such","args":[],"x":1e400}',
+], ids=["invalid", "retry_count", "failed_at", "no_queue"])
+def test_a_number_beyond_any_float(rig: Rig, where: str, raw: bytes) -> None:
+    """``1e400`` is JSON, but no float holds it and no JSON writer writes it back: were it
+    read as infinity, the job could be neither buried with its error nor retried (the
+    thread's runner raised, the scheduler's pass raised at every poll)."""
+    assert_buried_raw(run_one(rig, where, raw), raw)
+
+
+@pytest.mark.parametrize("where", PLACES)
+@pytest.mark.parametrize("raw", [
+    b'{"class":"","args":[],"queue":"fuzz","x":"\\ud800"}',
+    b'{"class":"No::Such","args":[],"queue":"fuzz","x":"\\udc80"}',
+    b'{"class":"No::Such","args":[],"queue":"a|b","x":"\\ud800"}',
+], ids=["invalid", "unknown", "bad_queue"])
+def test_an_escaped_lone_surrogate(rig: Rig, where: str, raw: bytes) -> None:
+    """``"\\ud800"`` is JSON text, but no character: UTF-8 cannot carry it, so read as one
+    the job could not be written back anywhere (not buried, not retried, not pushed: it
+    stayed in flight, or made every scheduler pass raise)."""
     assert_buried_raw(run_one(rig, where, raw), raw)
 
 

@@ -227,17 +227,16 @@ def test_a_history_sample_keeps_the_50_largest_queues(config: wurk.Config,
 
 def test_a_job_name_utf8_cannot_carry_is_counted_and_scraped(config: wurk.Config,
                                                              r: redis.Redis) -> None:
-    """A stored payload's ``wrapped`` may hold a lone surrogate (``"\\ud800"`` in its JSON,
-    which Python reads and UTF-8 cannot write): it made every flush of every job's counts
-    fail, and every scrape of the worker's endpoint answer 500, for the life of the
-    process."""
+    """A payload's ``wrapped`` may hold a lone surrogate (``"\\ud800"`` in its JSON, which
+    Python reads and UTF-8 cannot write; ``P.loads`` now refuses such a payload, so here
+    the job is made directly): it made every flush of every job's counts fail, and every
+    scrape of the worker's endpoint answer 500, for the life of the process."""
     import urllib.request
 
-    from wurk import payload as P
     from wurk.metrics.prometheus import WorkerExporter
     from wurk.metrics.tracking import job_name
 
-    name = job_name(P.loads('{"class": "HardJob", "wrapped": "Bad\\ud800Job", "args": []}'))
+    name = job_name({"class": "HardJob", "wrapped": "Bad\ud800Job", "args": []})
     tracker = ExecutionTracker()
     tracker.succeeded(name, 5.0)
     tracker.succeeded("HardJob", 5.0)

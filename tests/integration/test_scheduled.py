@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import redis
 
-from tests.helpers.server import free_port
+from tests.helpers.server import Server, free_port
 from tests.helpers.wait import step, wait_until
 from wurk import payload as P
 from wurk.config import Config
@@ -175,6 +175,14 @@ def test_key_prefix_applies_inside_lua(make: Callable[..., Scheduler], r: redis.
 
 
 # -- payloads the script cannot read --------------------------------------------------------------
+def test_a_queue_name_of_any_utf8_moves(make: Callable[..., Scheduler],
+                                       r: redis.Redis) -> None:
+    name = "caf\u00e9-\u4e2d-\U0001F600-\U0010FFFD"
+    r.zadd("schedule", {raw_job(queue=name): PAST})
+    assert make().enqueue_due() == 1
+    assert len(queue_entries(r, name)) == 1 and r.smembers("queues") == {name}
+
+
 def test_a_payload_without_queue_takes_the_client_path(make: Callable[..., Scheduler],
                                                        r: redis.Redis) -> None:
     no_queue = '{"class":"Sched::Job","args":[],"jid":"noqueue0"}'
@@ -196,6 +204,27 @@ def test_unparseable_member_goes_raw_to_the_dead_set(make: Callable[..., Schedul
     assert r.zrange("dead", 0, -1) == ["{not json"] and r.zcard("schedule") == 0
     [(error, context)] = reported
     assert "not valid JSON" in str(error) and "scheduler" in context["context"]
+
+
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+@pytest.mark.parametrize("queue", [b"fu\xffzz", b"fu\xed\xa0\x80zz", b"fu\\ud800zz",
+                                   b"fu\xc0\xafzz", b"fu\xf4\x90\x80\x80zz", b"fu\xe2\x82"],
+                         ids=["byte", "raw_surrogate", "escaped_surrogate", "overlong",
+                              "past_unicode", "cut"])
+def test_a_queue_name_that_is_no_utf8_goes_to_the_dead_set(
+    make: Callable[..., Scheduler], redis_server: Server, mode: str, queue: bytes
+) -> None:
+    """No worker can name such a queue (nor any reader decode it): moved there, the job
+    would sit where nothing fetches it. It goes raw to the dead set, as a member that is
+    not UTF-8 does on the one-at-a-time path; the good job beside it moves."""
+    raw = redis.Redis.from_url(redis_server.url)
+    member = b'{"class":"Sched::Job","args":[],"queue":"' + queue + b'"}'
+    raw.zadd("schedule", {member: PAST, raw_job().encode(): PAST + 1})
+    assert make(scheduler=mode).enqueue_due() == 1
+    assert raw.zrange("dead", 0, -1) == [member]
+    assert raw.smembers("queues") == {b"default"} and raw.llen("queue:default") == 1
+    assert raw.keys(b"queue:fu*") == [] and raw.zcard("schedule") == 0
+    raw.close()
 
 
 @pytest.mark.parametrize("mode", ["atomic", "client"])

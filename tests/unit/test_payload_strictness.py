@@ -13,6 +13,11 @@ from wurk.retry import MAX_DELAY, default_delay
     (b'{"class":"X","args":[NaN]}', "NaN is not JSON"),
     (b'{"class":"X","args":[Infinity]}', "Infinity is not JSON"),
     (b'{"class":"X","args":[-Infinity]}', "-Infinity is not JSON"),
+    (b'{"class":"X","args":[1e400]}', "1e400 is beyond any float"),
+    (b'{"class":"X","args":[],"failed_at":-1.5E999}', "-1.5E999 is beyond any float"),
+    (b'{"class":"X","args":["\\ud800"]}', "lone surrogate"),
+    (b'{"class":"X","args":[{"a\\uDC80":1}]}', "lone surrogate"),
+    (b'{"class":"X","args":["\\ude00\\ud83d"]}', "lone surrogate"),
     ('{"class":"X","args":[1]}'.encode("utf-16"), "codec can't decode"),
     (b'{"class":"X","args":["\xff"]}', "codec can't decode"),
     (b'{"class":"X","args":[1', "Expecting"),
@@ -24,6 +29,11 @@ def test_refused_with_the_reason(raw: bytes | str, says: str) -> None:
     with pytest.raises(UnparseablePayload, match="payload is") as caught:
         P.loads(raw)
     assert says in str(caught.value)
+
+
+def test_escaped_surrogate_pairs_and_backslashes_are_read() -> None:
+    assert P.loads(b'{"args":["\\ud83d\\ude00","\\\\ud800"]}')["args"] == [
+        "\U0001F600", "\\ud800"]
 
 
 def test_nesting_up_to_rubys_limit_is_read() -> None:

@@ -9,8 +9,8 @@
 -- Members scored at or below Redis's clock are due: every scheduler, whatever its own clock,
 -- moves a job at the same moment.
 --
--- Returns {moved, skipped}: skipped members are due but their queue could not be read; they
--- stay where they are for the caller's one-at-a-time path.
+-- Returns {moved, skipped}: skipped members are due but their queue could not be read (or is
+-- not UTF-8); they stay where they are for the caller's one-at-a-time path.
 --
 -- Payloads are never re-encoded: cjson would round big integers and reorder keys.
 -- cjson.decode is used only to READ the queue; the enqueued_at field is spliced in as text
@@ -23,12 +23,40 @@ local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0,
 local stamp = ',"enqueued_at":' .. ARGV[1] .. '}'
 local moved, skipped = 0, 0
 
+-- Whether `s` is UTF-8: no stray byte, cut sequence, overlong form, surrogate or code point
+-- past U+10FFFF. A queue name that is not could be named by no worker.
+local function is_utf8(s)
+  if not string.find(s, '[\128-\255]') then return true end
+  local i, n = 1, #s
+  while i <= n do
+    local c = string.byte(s, i)
+    local len, low, high = 1, 0x80, 0xBF
+    if c >= 0xC2 and c <= 0xDF then len = 2
+    elseif c >= 0xE0 and c <= 0xEF then
+      len = 3
+      if c == 0xE0 then low = 0xA0 elseif c == 0xED then high = 0x9F end
+    elseif c >= 0xF0 and c <= 0xF4 then
+      len = 4
+      if c == 0xF0 then low = 0x90 elseif c == 0xF4 then high = 0x8F end
+    elseif c >= 0x80 then return false end
+    for j = i + 1, i + len - 1 do
+      local d = string.byte(s, j)
+      if d == nil or d < low or d > high then return false end
+      low, high = 0x80, 0xBF
+    end
+    i = i + len
+  end
+  return true
+end
+
 local function queue_of(member)
   local ok, job = pcall(cjson.decode, member)
   if not ok or type(job) ~= 'table' then return nil end
   local queue = job['queue']
-  -- '|' is reserved for in-flight lists; such a payload is refused by the slow path.
-  if type(queue) ~= 'string' or queue == '' or string.find(queue, '|', 1, true) then
+  -- '|' is reserved for in-flight lists; such a payload is refused by the slow path, and one
+  -- whose queue is not UTF-8 goes raw to the dead set there.
+  if type(queue) ~= 'string' or queue == '' or string.find(queue, '|', 1, true)
+      or not is_utf8(queue) then
     return nil
   end
   return queue
