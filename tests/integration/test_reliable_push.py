@@ -68,6 +68,9 @@ def test_a_push_redis_cannot_reach_returns_its_jid_and_goes_once_redis_is_back(
         wait_until(lambda: writer(client).flusher.failing, what="the flush to find Redis down")
         server.start()
         wait_until(lambda: len(queued(server)) == 3, timeout=15, what="the background flush")
+        # its line comes once the sent jobs are counted, a moment after they land
+        wait_until(lambda: any("Redis is back after" in r.getMessage() for r in caplog.records),
+                   what="the line saying Redis is back")
     assert [job["jid"] for job in queued(server)] == jids  # oldest first
     assert len(writer(client).buffer) == 0
     # reliable-push.md: "one WARNING when a process starts keeping pushes, one line when
