@@ -7,6 +7,7 @@ import atexit
 import json
 import logging
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -21,6 +22,7 @@ import redis
 
 import wurk
 from tests.helpers.server import Server
+from tests.helpers.wait import wait_until
 
 ran: list[int] = []
 release = threading.Event()
@@ -50,13 +52,6 @@ def fast(redis_server: Server) -> Iterator[wurk.Config]:
 
 def push(name: str, *args: Any) -> None:
     wurk.push({"class": name, "args": list(args)})
-
-
-def wait_until(predicate: Any, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_embed_runs_jobs_on_threads_and_stop_removes_the_record(
@@ -121,7 +116,11 @@ def test_quiet_stops_fetching_and_lets_running_jobs_finish(fast: wurk.Config,
         wait_until(lambda: r.hget(worker.identity, "busy") == "0")
         assert r.lrange("queue:default", 0, -1) != []  # ...and nothing more is fetched
         assert ran == [] and worker.running
-        time.sleep(0.5)  # a negative check: more than two fetch timeouts (0.2 s) pass
+        # Quiet ends each processor's fetch loop (a job fetched as it came goes back first):
+        # once none is left, nothing more can be fetched.
+        wait_until(lambda: not [t for t in threading.enumerate()
+                                if re.fullmatch(r"wurk-default-\d+", t.name)],
+                   what="every processor's fetch loop ended")
         assert ran == [] and r.llen("queue:default") == 1
         assert int(r.get("stat:processed") or 0) <= 1  # the Wait job's count, no other
     assert ran == []
