@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..control import cancel
+from ..control.cancelling import cancel
 from ..iteration.control import check_jid
 from ..stored import printable
 from .inspect import default_config, emit_json, friendly, json_option

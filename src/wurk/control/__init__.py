@@ -9,8 +9,9 @@
 - ``handler.py``: the built-in ``CancelHandler`` link and the poller that brings a worker
   its cancels.
 - ``withdraw.py``: ``wurk.cancel(jid)``'s steps, which read queues and sets through
-  ``wurk.api``: imported when it is called, so neither ``import wurk`` nor a worker loads
-  the inspection model.
+  ``wurk.api``; ``cancelling.py``: ``wurk.cancel`` itself, which also tells a workflow of
+  its step taken out. Imported when it is called, so neither ``import wurk`` nor a worker
+  loads the inspection model.
 - ``worker.py``: what a worker owns of all this.
 
 docs/time-limits-and-cancel.md teaches them.
@@ -32,11 +33,6 @@ def cancel(jid: str, *, config: Config | None = None) -> Cancellation:
     retry set if it waits; stopped if it runs (``wurk.JobCancelled`` in a sync job's body, its
     task cancelled for an async job; an iterable job at its next flush). Returns a
     ``Cancellation`` saying where it was found."""
-    from ..config import default_config
-    from ..workflow.middleware import WorkflowDeathHandler
-    from .withdraw import withdraw
+    from .cancelling import cancel as cancel_job
 
-    cfg = config or default_config()
-    # A workflow's step taken out of its queue is dead, as one stopped running is: its
-    # policy applies (``wurk.workflow.cancel`` cancels its steps without it).
-    return withdraw(jid, config=cfg, removed=WorkflowDeathHandler(cfg))
+    return cancel_job(jid, config=config)

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from ..api import DeadSet, ProcessSet, Queue, RetrySet, ScheduledSet, SortedEntry
 from ..config import Config
-from ..control import cancel
+from ..control.cancelling import cancel
 from ..errors import InspectionError
 from ..iteration.control import check_jid
 from .data import SetKind, entry, parse_queue_key
