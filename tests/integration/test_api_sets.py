@@ -18,6 +18,7 @@ import wurk.api
 from tests.helpers.faults import config_for
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
+from tests.helpers.wait import wait_until
 from wurk.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
 from wurk.errors import InspectionError, JobKilled, RedisUnavailable
 
@@ -179,18 +180,9 @@ def test_a_write_is_not_replayed_after_its_connection_breaks(
         config = config_for(proxy.url)
         try:
             (entry,) = RetrySet(config).iterate()  # a connection to the proxy, open
-            proxy.latency(0.3)  # each way: the reply waits 0.3 s in the proxy
             r.config_resetstat()
-            outcome: list[object] = []
-            deleting = threading.Thread(target=lambda: outcome.append(_called(entry.delete)))
-            deleting.start()
-            deadline = time.monotonic() + 10
-            while r.zcard("retry"):  # applied by Redis; its reply still in the proxy
-                assert time.monotonic() < deadline, "the ZREM never reached Redis"
-                time.sleep(0.01)
-            assert proxy.cut() >= 1
-            deleting.join(10)
-            (raised,) = outcome
+            raised = _cut_once_applied(proxy, entry.delete, lambda: not r.zcard("retry"),
+                                       "the ZREM applied by Redis")
             assert isinstance(raised, RedisUnavailable), raised
             commands = r.info("commandstats").get("cmdstat_zrem", {}).get("calls")
             assert commands == 1, commands  # once: the test's client sent none
@@ -211,23 +203,34 @@ def test_a_kill_whose_reply_is_lost_leaves_the_job_in_one_place(
         try:
             retries = RetrySet(config)
             (entry,) = retries.iterate()  # a connection to the proxy, open
-            proxy.latency(0.3)  # each way: the reply waits 0.3 s in the proxy
             move = entry.kill if action == "kill" else retries.kill_all
-            outcome: list[object] = []
-            killing = threading.Thread(target=lambda: outcome.append(_called(move)))
-            killing.start()
-            deadline = time.monotonic() + 10
-            while r.zcard("retry"):  # applied by Redis; its reply still in the proxy
-                assert time.monotonic() < deadline, "the kill never reached Redis"
-                time.sleep(0.01)
-            assert proxy.cut() >= 1
-            with proxy.outage():
-                killing.join(10)
-            (raised,) = outcome
+            raised = _cut_once_applied(proxy, move, lambda: not r.zcard("retry"),
+                                       "the kill applied by Redis", down_after=True)
             assert isinstance(raised, RedisUnavailable), raised
             assert r.zrange("dead", 0, -1) == [member(1)] and r.zcard("retry") == 0
         finally:
             config.close()
+
+
+def _cut_once_applied(proxy: FaultProxy, call: Any, applied: Any, what: str, *,
+                      down_after: bool = False) -> object:
+    """``call()`` in a thread while each reply waits 0.3 s in the proxy; once Redis applied
+    it (``applied()``), its connection is cut before the reply comes back. What the call
+    returned or raised; ``down_after``: Redis stays unreachable until the call ends (no
+    second connection finishes its work)."""
+    proxy.latency(0.3)
+    outcome: list[object] = []
+    calling = threading.Thread(target=lambda: outcome.append(_called(call)))
+    calling.start()
+    wait_until(applied, what=what)
+    assert proxy.cut() >= 1
+    if down_after:
+        with proxy.outage():
+            calling.join(10)
+    else:
+        calling.join(10)
+    (result,) = outcome
+    return result
 
 
 def _called(fn: Any) -> object:
