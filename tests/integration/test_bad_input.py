@@ -310,24 +310,17 @@ def test_non_utf8(rig: Rig, prefix: bytes, bad: bytes, where: str) -> None:
     b'{"class":"No::Such","args":[],"queue":"fuzz","retry_count":1e400}',
     b'{"class":"No::Such","args":[],"queue":"fuzz","failed_at":-1e400}',
     b'{"class":"No::Such","args":[],"x":1e400}',
-], ids=["invalid", "retry_count", "failed_at", "no_queue"])
-def test_a_number_beyond_any_float(rig: Rig, where: str, raw: bytes) -> None:
-    """``1e400`` is JSON, but no float holds it and no JSON writer writes it back: were it
-    read as infinity, the job could be neither buried with its error nor retried (the
-    thread's runner raised, the scheduler's pass raised at every poll)."""
-    assert_buried_raw(run_one(rig, where, raw), raw)
-
-
-@pytest.mark.parametrize("where", PLACES)
-@pytest.mark.parametrize("raw", [
     b'{"class":"","args":[],"queue":"fuzz","x":"\\ud800"}',
     b'{"class":"No::Such","args":[],"queue":"fuzz","x":"\\udc80"}',
     b'{"class":"No::Such","args":[],"queue":"a|b","x":"\\ud800"}',
-], ids=["invalid", "unknown", "bad_queue"])
-def test_an_escaped_lone_surrogate(rig: Rig, where: str, raw: bytes) -> None:
-    """``"\\ud800"`` is JSON text, but no character: UTF-8 cannot carry it, so read as one
-    the job could not be written back anywhere (not buried, not retried, not pushed: it
-    stayed in flight, or made every scheduler pass raise)."""
+], ids=["1e400-invalid", "1e400-retry_count", "1e400-failed_at", "1e400-no_queue",
+        "surrogate-invalid", "surrogate-unknown", "surrogate-bad_queue"])
+def test_json_no_writer_writes_back(rig: Rig, where: str, raw: bytes) -> None:
+    """A number no float holds (``1e400``) or an escaped lone surrogate (``"\\ud800"``, no
+    character: UTF-8 cannot carry it) is JSON, but read as infinity or as such a character
+    the job could be written back nowhere — not buried with its error, not retried, not
+    pushed: the thread's runner raised, it stayed in flight, or every scheduler pass raised.
+    It is buried as the bytes it was."""
     assert_buried_raw(run_one(rig, where, raw), raw)
 
 
