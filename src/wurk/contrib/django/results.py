@@ -50,11 +50,9 @@ class ResultStore:
 
     def load(self, result_id: str) -> Record | None:
         key = self.config.keys.task_result(result_id)
-        raw = self.config.pool("client").run(lambda redis: _get(redis, key))
+        # The reading pool: a key of another Redis type reads as absent, with a warning.
+        raw = self.config.pool("api").run(lambda redis: redis.get(key))
         if raw is None:
-            return None
-        if isinstance(raw, Exception):  # a key of another Redis type
-            log.warning("task result %s is unreadable: %s", result_id, raw)
             return None
         try:
             record = P.loads(raw)
@@ -106,13 +104,6 @@ def _fits(value: Any, kind: type | tuple[type, ...]) -> bool:
     if kind is int:
         return isinstance(value, int) and 1 <= value <= _MAX_TTL
     return isinstance(value, kind)
-
-
-def _get(redis: Any, key: str) -> Any:
-    """``GET key``, an error reply (a key of another type) returned, not raised."""
-    pipe = redis.pipeline(transaction=False)
-    pipe.get(key)
-    return pipe.execute(raise_on_error=False)[0]
 
 
 def now() -> float:
