@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ... import payload as P
+from ... import stored
 from ...config import Config, default_config
 from ...errors import UnparseablePayload
 
@@ -90,17 +91,15 @@ _SHAPES: dict[str, type | tuple[type, ...]] = {
     "enqueued_at": float, "started_at": float, "finished_at": float,
     "last_attempted_at": float,
 }
-# Seconds a record is kept at most (Redis refuses an expiry past its range), and the latest
-# time it holds (a date in year 9999).
+# Seconds a record is kept at most (Redis refuses an expiry past its range).
 _MAX_TTL = 10 ** 9
-_MAX_TIME = 253_402_300_799.0
 
 
 def _fits(value: Any, kind: type | tuple[type, ...]) -> bool:
     if isinstance(value, bool):
         return False
     if kind is float:  # a time: seconds since the epoch that a date holds
-        return isinstance(value, (int, float)) and 0 <= value <= _MAX_TIME
+        return isinstance(value, (int, float)) and 0 <= value < stored.EPOCH_MAX
     if kind is int:
         return isinstance(value, int) and 1 <= value <= _MAX_TTL
     return isinstance(value, kind)
