@@ -38,6 +38,7 @@ from tests.tui.drive import (
 from tests.tui.world import ITERATING, LEADER, World
 from wurk.api import RetrySet
 from wurk.tui import TopApp
+from wurk.tui import reads as tui_reads
 from wurk.tui.iteration import iterations, summary
 from wurk.tui.screens import BatchScreen, EntryScreen, HelpScreen, LoopScreen, QueueScreen
 from wurk.tui.sheet import Sheet
@@ -153,6 +154,40 @@ def test_each_job_set_lists_its_jobs_and_opens_one_with_its_error_and_backtrace(
         assert "Dead: Legacy::Sync" in shown(app) and "Died" in shown(app)
 
     drive(config, scenario, size=(160, 50))
+
+
+def test_a_job_screen_shows_the_masthead_and_totals_while_its_own_read_is_under_way(
+        config: wurk.Config, world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not a blank screen until the job is read: the app's masthead and totals at once, and
+    a title saying the read is under way; then the job."""
+    held, reading = threading.Event(), threading.Event()
+    real = tui_reads.entry
+
+    def entry(*args: Any) -> Any:
+        reading.set()
+        assert held.wait(20), "the test never let the read go"
+        return real(*args)
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "retries")
+        monkeypatch.setattr(tui_reads, "entry", entry)
+        await pilot.press("enter")
+        deadline = time.monotonic() + 20
+        while not reading.is_set():
+            assert time.monotonic() < deadline, "the job's read never started"
+            await pilot.pause(0.02)
+        await pilot.pause()
+        assert isinstance(app.screen, EntryScreen)
+        screen = shown(app)
+        assert f"Redis {config.redis_url}" in screen and "updated " in screen
+        assert "Processed 1,234" in screen and "Retries 3" in screen
+        assert "Reading…" in screen and "Import::Row" not in screen
+        held.set()
+        await settle(app, pilot)
+        screen = shown(app)
+        assert "Retries: Import::Row" in screen and "Reading…" not in screen
+
+    drive(config, scenario)
 
 
 def test_a_set_pages_by_rank_and_filters_by_substring(config: wurk.Config, world: World) -> None:

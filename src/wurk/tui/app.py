@@ -363,6 +363,15 @@ class TopApp(App[None]):
         if not self._loading:
             self._start()
 
+    def opened(self, screen: Screen[Any]) -> None:
+        """A detail screen just mounted: its masthead and totals as last read, then its read."""
+        self.draw_masthead()
+        if self.totals is not None:
+            line = totals_line(self.totals)
+            for widget in screen.query(TotalsLine):
+                widget.update(line)
+        self.request_refresh(force=True)
+
     def action_refresh(self) -> None:
         self.request_refresh(force=True)
 

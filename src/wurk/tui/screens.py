@@ -120,9 +120,12 @@ class DetailScreen(Screen[None], View):
         Binding("x", "select", "Select", show=False)]
 
     def on_mount(self) -> None:
-        refresh = getattr(self.app, "request_refresh", None)  # read it now, not next tick
-        if refresh is not None:
-            refresh(force=True)
+        # Drawn at once from what the app holds (its masthead and totals) with a title saying
+        # the screen's own read is under way, then read now, not at the next tick.
+        self.query_one("#detail-title", Static).update(Text("Reading…", style="dim", end=""))
+        opened = getattr(self.app, "opened", None)
+        if opened is not None:
+            opened(self)
 
     def compose(self) -> ComposeResult:
         yield Masthead(classes="masthead")
