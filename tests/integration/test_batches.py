@@ -654,6 +654,33 @@ def test_hostile_stored_batch_state_stops_push_close_remove_and_invalidate_by_na
                for rec in caplog.records)
 
 
+@pytest.mark.parametrize("linger", ["nan", "inf", "1e300", "1e15"])
+def test_a_stored_linger_that_expire_refuses_still_pushes_the_success_callbacks(
+        fast: wurk.Config, r: redis.Redis, linger: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The success's expiry read the stored linger with tonumber, which takes 'nan' and
+    'inf', and EXPIRE refused the result after success was marked fired: the script failed
+    half-way, the success callbacks were never pushed, and the batch could not fire again.
+    Now such a linger is warned about, the default is kept, and every callback is pushed."""
+    batch = all_callbacks(wurk.Batch())
+    with batch.jobs():
+        jid = work.perform_async("a")
+    r.hset(f"b-{batch.bid}", "linger", linger)
+    with caplog.at_level(logging.WARNING, logger="wurk"), wurk.redis() as conn:
+        assert accounting.record(conn, fast, batch.bid, str(jid), "success")
+    assert sorted(queued_callbacks(r)) == ["complete", "success"]
+    assert 24 * 3600 - 60 < r.ttl(f"b-{batch.bid}") <= 24 * 3600
+    assert any(f"b-{batch.bid} field linger holds no number of seconds" in rec.getMessage()
+               for rec in caplog.records)
+
+
+@pytest.mark.parametrize("linger", [float("nan"), float("inf"), 11 * 365 * 24 * 3600])
+def test_a_linger_expire_cannot_take_is_refused_when_the_batch_is_described(
+        linger: float) -> None:
+    with pytest.raises(wurk.BatchError, match="linger must be a number of seconds"):
+        wurk.Batch(linger=linger)
+
+
 # -- the server middleware's verdicts ---------------------------------------------------------
 def test_the_worker_link_counts_success_failure_and_nothing_else(
         fast: wurk.Config, r: redis.Redis) -> None:

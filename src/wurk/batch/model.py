@@ -37,7 +37,8 @@ from . import block as blocks
 from .middleware import install_client
 from .status import BatchStatus, invalidated
 
-__all__ = ["CALLBACK_CLASS", "DEFAULT_LINGER", "EMPTY_CLASS", "EVENTS", "MIN_LINGER", "Batch",
+__all__ = ["CALLBACK_CLASS", "DEFAULT_LINGER", "EMPTY_CLASS", "EVENTS", "MAX_LINGER",
+           "MIN_LINGER", "Batch",
            "new_bid", "open_batch"]
 
 EVENTS = ("complete", "success", "death")
@@ -49,6 +50,8 @@ EMPTY_CLASS = "Sidekiq::Batch::Empty"
 # floor: a status page polled right after success must still find it.
 DEFAULT_LINGER = 24 * 60 * 60
 MIN_LINGER = 30
+# Ten years, the most batch_lib.lua keeps one (a longer stored linger is warned about).
+MAX_LINGER = 10 * 365 * 24 * 60 * 60
 
 
 def new_bid() -> str:
@@ -275,6 +278,9 @@ def _autoflush(autoflush: int | None) -> int | None:
 def _linger(linger: float | None) -> float | None:
     if linger is None:
         return None
-    if isinstance(linger, bool) or not isinstance(linger, (int, float)) or linger < MIN_LINGER:
-        raise BatchError(f"batch linger must be at least {MIN_LINGER} seconds, not {linger!r}")
+    # ``not MIN <= linger <= MAX`` refuses nan too, which every comparison lets through.
+    if isinstance(linger, bool) or not isinstance(linger, (int, float)) or \
+            not MIN_LINGER <= linger <= MAX_LINGER:
+        raise BatchError(f"batch linger must be a number of seconds from {MIN_LINGER} to "
+                         f"{MAX_LINGER} (ten years), not {linger!r}")
     return float(linger)

@@ -29,6 +29,7 @@
 local PENDING_TTL = 30 * 24 * 3600   -- a batch that has not succeeded lives 30 days
 local DEFAULT_LINGER = 24 * 3600     -- after success, unless the batch says otherwise
 local MIN_LINGER = 30
+local MAX_LINGER = 10 * 365 * 24 * 3600  -- ten years: EXPIRE takes it, and Lua writes it whole
 local MAX_DEPTH = 64                 -- nesting deeper than this is treated as corrupt data
 local CALLBACK_CLASS = 'wurk.batch.Callback'
 local SUFFIXES = {'', '-jids', '-failed', '-died', '-kids', '-pkids', '-notify', '-cbsucc',
@@ -237,6 +238,14 @@ local function lib()
     local v = redis.call('HMGET', bkey(bid), 'success_at', 'linger', 'death_at')
     if present(v[1]) then
       local linger = tonumber(v[2]) or DEFAULT_LINGER
+      -- 'nan', 'inf' or '1e300' (another writer, a hand) made EXPIRE refuse after the
+      -- success was marked: its callbacks were never pushed.
+      if linger ~= linger or linger > MAX_LINGER then
+        problem(bkey(bid) .. ' field linger holds no number of seconds wurk keeps a batch: '
+                .. shown(v[2]) .. ' (written by something else); it is kept '
+                .. DEFAULT_LINGER .. ' s after its success')
+        linger = DEFAULT_LINGER
+      end
       if linger < MIN_LINGER then linger = MIN_LINGER end
       return math.floor(linger)
     end
