@@ -286,8 +286,10 @@ end
 
 -- The workflow ends when no step is waiting or queued: failed if one died.
 local function finish_if_done(wid)
-  local pending = tonumber(redis.call('HGET', wkey(wid), 'pending'))
-  if pending == nil or pending > 0 then return end  -- none: named when it was counted
+  -- A pending that is no count was named when it was counted; tonumber alone took 'nan',
+  -- '0x0' or '-inf' for done, and the workflow succeeded with its steps still to run.
+  local raw = redis.call('HGET', wkey(wid), 'pending')
+  if not is_count(raw) or tonumber(raw) > 0 then return end
   local dead = tonumber(redis.call('HGET', wkey(wid), 'dead') or '0') or 0
   redis.call('HSET', wkey(wid), 'state', dead > 0 and 'failed' or 'succeeded',
              'finished_at', lib().stamp())
