@@ -38,8 +38,7 @@ from .middleware import install_client
 from .status import BatchStatus, invalidated
 
 __all__ = ["CALLBACK_CLASS", "DEFAULT_LINGER", "EMPTY_CLASS", "EVENTS", "MAX_LINGER",
-           "MIN_LINGER", "Batch",
-           "new_bid", "open_batch"]
+           "MIN_LINGER", "Batch", "new_bid", "open_batch"]
 
 EVENTS = ("complete", "success", "death")
 # The class of callback jobs, and of the no-op job an empty block pushes (Sidekiq Pro 7.1's
