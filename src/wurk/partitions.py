@@ -82,6 +82,11 @@ CLEAR = Script("partition_clear.lua")
 FORGET = Script("partition_forget.lua")
 
 
+# A stored number is a partition only below this: cjson (the scripts' JSON) reads numbers as
+# doubles, which hold every whole number below it and not all above.
+EXACT_NUMBERS = 2 ** 53
+
+
 def partition_name(value: Any, where: str = "push") -> str:
     """A job's ``partition`` as stored: a string (a whole number becomes its digits) of 1 to
     200 characters without ``:``, ``|`` or control characters."""
@@ -107,7 +112,8 @@ def partition_of(raw: bytes | str) -> str:
     if isinstance(name, float) and name.is_integer():
         name = int(name)
     if isinstance(name, int) and not isinstance(name, bool):
-        name = str(name)
+        # Past 2**53 the Lua's JSON holds a number only roughly: none, on both sides.
+        name = str(name) if abs(name) < EXACT_NUMBERS else None
     return name if isinstance(name, str) and _valid(name) else DEFAULT_PARTITION
 
 

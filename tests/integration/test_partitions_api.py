@@ -284,3 +284,19 @@ def test_the_queues_list_counts_every_partition(pconfig: wurk.Config, r: redis.R
     pipe.execute()
     assert {s.name: s.size for s in Stats(pconfig).queue_summaries()}[Q] == 1_200
     assert Queue(Q, pconfig).size() == 1_200
+
+
+@pytest.mark.parametrize("number", ["7", "7.0", "-3", "9007199254740993", "1e19", "1e300",
+                                    "-1e300", "2.5"])
+def test_a_stored_number_partition_is_the_one_the_push_script_put_the_job_in(
+        pconfig: wurk.Config, r: redis.Redis, number: str) -> None:
+    """Python reads a job's partition where Lua put it, or the dashboard's delete looks in
+    the wrong list: a number past 2**53 (which Lua holds only roughly) is no partition on
+    either side, so the default."""
+    head = json.dumps({"class": "parts.api", "args": [1], "queue": Q, "jid": "e" * 24})
+    raw = f'{head[:-1]}, "partition": {number}}}'  # the number as written, not as Python's
+    partitions.push(r, pconfig.keys, {Q: [raw]})
+    ring = list(r.zrange(pconfig.keys.partition_ring(Q), 0, -1))
+    assert ring == [partitions.partition_of(raw)]
+    assert r.lrange(pconfig.keys.partition_prefix(Q) + ring[0], 0, -1) == [raw]
+    assert Queue(Q, pconfig).delete_job("e" * 24) is True

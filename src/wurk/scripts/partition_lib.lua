@@ -19,8 +19,15 @@ local function part_of(job)
   local ok, decoded = pcall(cjson.decode, job)
   if ok and type(decoded) == 'table' then
     local name = decoded['partition']
-    if type(name) == 'number' and name == math.floor(name) then
-      name = string.format('%d', name)
+    -- A whole number is its digits, but only below 2^53: past that cjson holds it roughly
+    -- (and '%d' writes 1e300 as -2^63), so such a number is no partition (the default), as
+    -- partitions.partition_of reads it.
+    if type(name) == 'number' then
+      if name == math.floor(name) and math.abs(name) < 9007199254740992 then
+        name = string.format('%d', name)
+      else
+        name = nil
+      end
     end
     if part_valid(name) then return name end
   end
