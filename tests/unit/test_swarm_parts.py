@@ -47,6 +47,14 @@ def test_backoff_doubles_per_slot_up_to_the_cap() -> None:
     assert backoff.fail(1, lifetime=1) == 1  # another slot has its own count
 
 
+def test_backoff_stays_at_the_cap_however_long_a_slot_keeps_crashing() -> None:
+    # Hours of a crash loop at the cap: 2.0 ** 1024 overflows, and the supervise loop must
+    # not die of it (the slot is respawned every ``cap`` seconds for as long as it takes).
+    backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
+    delays = [backoff.fail(0, lifetime=1) for _ in range(2_000)]
+    assert delays[-1] == 30 and backoff.failures(0) == 2_000
+
+
 def test_a_long_lived_child_counts_as_a_fresh_failure() -> None:
     backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
     backoff.fail(0, lifetime=1)
@@ -233,6 +241,9 @@ def test_settings_from_the_config_file_section() -> None:
         ({"max_jobs": True}, "swarm max_jobs must be a whole number"),
         ({"tick": 0}, "swarm tick must be a number of seconds > 0"),
         ({"heartbeat_wait": -1}, "swarm heartbeat_wait must be a number of seconds ≥ 0"),
+        ({"tick": float("nan")}, "swarm tick must be a number of seconds > 0, not nan"),
+        ({"backoff_max": float("inf")}, "swarm backoff_max must be a number of seconds"),
+        ({"heartbeat_wait": float("nan")}, "swarm heartbeat_wait must be a number of seconds"),
         ({"children": 2}, "unknown swarm setting 'children'"),
     ],
 )
@@ -261,6 +272,12 @@ def test_environment_counts_as_sidekiq_reads_them() -> None:
     assert resolve(None, {}, environ={"SIDEKIQ_MAXMEM_MB": "300"}).max_memory_mb == 300
     with pytest.raises(ConfigError, match="WURK_COUNT='lots' is not a number"):
         resolve(None, {}, environ={"WURK_COUNT": "lots"})
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "1e400"])
+def test_an_infinite_count_in_the_environment_is_named(text: str) -> None:
+    with pytest.raises(ConfigError, match=f"WURK_COUNT='{text}' is not a number"):
+        resolve(None, {}, environ={"WURK_COUNT": text})
 
 
 # -- notices, the orphan guard, exit statuses ------------------------------------------------
