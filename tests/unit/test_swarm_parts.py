@@ -47,6 +47,14 @@ def test_backoff_doubles_per_slot_up_to_the_cap() -> None:
     assert backoff.fail(1, lifetime=1) == 1  # another slot has its own count
 
 
+def test_backoff_stays_at_the_cap_however_long_a_slot_keeps_crashing() -> None:
+    # Hours of a crash loop at the cap: 2.0 ** 1024 overflows, and the supervise loop must
+    # not die of it (the slot is respawned every ``cap`` seconds for as long as it takes).
+    backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
+    delays = [backoff.fail(0, lifetime=1) for _ in range(2_000)]
+    assert delays[-1] == 30 and backoff.failures(0) == 2_000
+
+
 def test_a_long_lived_child_counts_as_a_fresh_failure() -> None:
     backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
     backoff.fail(0, lifetime=1)
