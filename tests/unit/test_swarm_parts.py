@@ -501,3 +501,37 @@ def test_the_swarm_settings_default_to_what_swarm_md_lists() -> None:
     assert (settings.backoff_base, settings.backoff_max, settings.backoff_reset) == (1, 30, 60)
     assert (settings.shutdown_grace, settings.boot_attempts) == (5, 3)
     assert resolve(None, {}, environ={"WURK_COUNT": "3", "SIDEKIQ_COUNT": "5"}).count == 3
+
+
+# -- a TERM while the parent is still forking --------------------------------------------------
+class TermedWhileForking(Recording):
+    """Its first fork is a sleeper, and the parent is sent TERM in the middle of it."""
+
+    sleepers: list[subprocess.Popen[bytes]]
+
+    def _spawn(self, slot: int) -> int:
+        sleeper = subprocess.Popen(["sleep", "60"])
+        self.sleepers.append(sleeper)
+        self.children[sleeper.pid] = Child(sleeper.pid, slot, f"id{slot}", self._clock())
+        if slot == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return sleeper.pid
+
+
+def test_a_term_while_the_parent_is_forking_is_queued_not_fatal() -> None:
+    """swarm.md: the parent installs its handlers before the first fork, so a TERM that
+    arrives while it is still forking is queued (taken at the next tick), not fatal."""
+    config = wurk.Config(timeout=10, redis_url="redis://127.0.0.1:1/0")
+    supervisor = TermedWhileForking(config, SwarmSettings(count=2, tick=0.01))
+    supervisor.sent, supervisor.sleepers = [], []
+    try:
+        supervisor.boot()  # would end this process with TERM's default action
+        assert len(supervisor.children) == 2  # the second slot is forked all the same
+        supervisor.tick()
+        pids = sorted(sleeper.pid for sleeper in supervisor.sleepers)
+        assert sorted(supervisor.sent) == [(pid, signal.SIGTERM) for pid in pids]
+    finally:
+        supervisor.close()  # the handlers it installed are put back
+        for sleeper in supervisor.sleepers:
+            sleeper.kill()
+            sleeper.wait()
