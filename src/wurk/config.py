@@ -85,6 +85,10 @@ _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "periodic_poll_interval", "outbox_poll_interval", "outbox_claim_timeout")
 
 
+# The shortest periodic_catch_up: every tick is pushed a little after it comes (the leader
+# wakes just past it, then asks Redis), so a shorter one finds each tick already too old.
+MIN_CATCH_UP = 1
+
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
                  "lifecycle", "on_recover", "statsd_job_options", "limiter_errors",
@@ -548,6 +552,10 @@ class Config:
             value = getattr(self, name)
             if _not_seconds(value, zero=True):
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
+        if self.periodic_catch_up < MIN_CATCH_UP:
+            raise ConfigError(f"periodic_catch_up must be at least {MIN_CATCH_UP} s, not "
+                              f"{self.periodic_catch_up!r}: the leader pushes a tick a moment "
+                              "after it comes, so with less no tick would ever be pushed")
         self._check_choice("fetch", ("reliable", "basic"))
         self._check_choice("event_loop", EVENT_LOOPS)
         if self.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:

@@ -39,6 +39,7 @@ def test_bad_flags_exit_2_with_one_line(args: list[str], message: str) -> None:
         ("swarm: {children: 2}", "unknown swarm setting 'children'"),
         ("swarm: {count: 0}", "swarm count must be a whole number of at least 1, not 0"),
         ("swarm: [4]", "swarm must be a mapping"),
+        ("swarm: {tick: .nan}", "swarm tick must be a number of seconds > 0, not nan"),
     ],
 )
 def test_bad_swarm_section_exits_2(tmp_path: Path, section: str, message: str) -> None:
@@ -49,9 +50,11 @@ def test_bad_swarm_section_exits_2(tmp_path: Path, section: str, message: str) -
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_bad_count_in_the_environment_exits_2() -> None:
-    result = run(env={"WURK_COUNT": "lots"})
-    assert result.returncode == 2 and "WURK_COUNT='lots' is not a number" in result.stderr
+@pytest.mark.parametrize("text", ["lots", "inf"])
+def test_bad_count_in_the_environment_exits_2(text: str) -> None:
+    result = run(env={"WURK_COUNT": text})
+    assert result.returncode == 2 and f"WURK_COUNT='{text}' is not a number" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_help_lists_swarm_and_worker_flags() -> None:

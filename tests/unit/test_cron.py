@@ -195,6 +195,8 @@ def test_aliases(alias: str, expression: str) -> None:
     ("@reboot", None, "has 1 fields"),
     ("* * * * *", "Mars/Olympus", "not a known IANA zone"),
     ("* * * * *", "../../etc/passwd", "not a known IANA zone"),
+    ("* * * * *", "Europe", "not a known IANA zone"),  # a directory of zones, no zone
+    ("* * * * *", "A" * 5000, "not a known IANA zone"),  # longer than a file name can be
     ("* * * * *", 3, "must be an IANA zone name"),
 ])
 def test_bad_schedules_name_the_problem(cron: object, tz: object, message: str) -> None:

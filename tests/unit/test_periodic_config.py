@@ -117,6 +117,15 @@ def test_bad_settings_name_themselves(setting: str, value: object) -> None:
         Config.from_mapping({setting: value})
 
 
+@pytest.mark.parametrize("catch_up", [0, 0.5])
+def test_a_catch_up_too_short_for_any_tick_is_refused(catch_up: float) -> None:
+    # Each tick is pushed a few ms after it comes: a catch-up of 0 found every tick late,
+    # pushed none, and warned of each as "missed while no process could push them".
+    with pytest.raises(ConfigError, match="periodic_catch_up must be at least 1 s"):
+        Config(periodic_catch_up=catch_up)
+    assert Config(periodic_catch_up=1).periodic_catch_up == 1
+
+
 @pytest.mark.parametrize(("raw", "expected"), [
     (b"1700000000", 1700000000), ("1700000000.75", 1700000000), (b"", None), ("soon", None),
     ("-5", None), ("0", None), ("nan", None), ("inf", None), ("1e400", None),

@@ -47,6 +47,14 @@ def test_backoff_doubles_per_slot_up_to_the_cap() -> None:
     assert backoff.fail(1, lifetime=1) == 1  # another slot has its own count
 
 
+def test_backoff_stays_at_the_cap_however_long_a_slot_keeps_crashing() -> None:
+    # Hours of a crash loop at the cap: 2.0 ** 1024 overflows, and the supervise loop must
+    # not die of it (the slot is respawned every ``cap`` seconds for as long as it takes).
+    backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
+    delays = [backoff.fail(0, lifetime=1) for _ in range(2_000)]
+    assert delays[-1] == 30 and backoff.failures(0) == 2_000
+
+
 def test_a_long_lived_child_counts_as_a_fresh_failure() -> None:
     backoff = RespawnSchedule(base=1, cap=30, reset_after=60, clock=Clock())
     backoff.fail(0, lifetime=1)
@@ -233,6 +241,10 @@ def test_settings_from_the_config_file_section() -> None:
         ({"max_jobs": True}, "swarm max_jobs must be a whole number"),
         ({"tick": 0}, "swarm tick must be a number of seconds > 0"),
         ({"heartbeat_wait": -1}, "swarm heartbeat_wait must be a number of seconds ≥ 0"),
+        ({"tick": float("nan")}, "swarm tick must be a number of seconds > 0, not nan"),
+        ({"backoff_max": float("inf")}, "swarm backoff_max must be a number of seconds"),
+        ({"heartbeat_wait": float("nan")}, "swarm heartbeat_wait must be a number of seconds"),
+        ({"backoff_base": 10**400}, "swarm backoff_base must be a number of seconds"),
         ({"children": 2}, "unknown swarm setting 'children'"),
     ],
 )
@@ -261,6 +273,12 @@ def test_environment_counts_as_sidekiq_reads_them() -> None:
     assert resolve(None, {}, environ={"SIDEKIQ_MAXMEM_MB": "300"}).max_memory_mb == 300
     with pytest.raises(ConfigError, match="WURK_COUNT='lots' is not a number"):
         resolve(None, {}, environ={"WURK_COUNT": "lots"})
+
+
+@pytest.mark.parametrize("text", ["inf", "-inf", "1e400"])
+def test_an_infinite_count_in_the_environment_is_named(text: str) -> None:
+    with pytest.raises(ConfigError, match=f"WURK_COUNT='{text}' is not a number"):
+        resolve(None, {}, environ={"WURK_COUNT": text})
 
 
 # -- notices, the orphan guard, exit statuses ------------------------------------------------
@@ -483,3 +501,37 @@ def test_the_swarm_settings_default_to_what_swarm_md_lists() -> None:
     assert (settings.backoff_base, settings.backoff_max, settings.backoff_reset) == (1, 30, 60)
     assert (settings.shutdown_grace, settings.boot_attempts) == (5, 3)
     assert resolve(None, {}, environ={"WURK_COUNT": "3", "SIDEKIQ_COUNT": "5"}).count == 3
+
+
+# -- a TERM while the parent is still forking --------------------------------------------------
+class TermedWhileForking(Recording):
+    """Its first fork is a sleeper, and the parent is sent TERM in the middle of it."""
+
+    sleepers: list[subprocess.Popen[bytes]]
+
+    def _spawn(self, slot: int) -> int:
+        sleeper = subprocess.Popen(["sleep", "60"])
+        self.sleepers.append(sleeper)
+        self.children[sleeper.pid] = Child(sleeper.pid, slot, f"id{slot}", self._clock())
+        if slot == 0:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return sleeper.pid
+
+
+def test_a_term_while_the_parent_is_forking_is_queued_not_fatal() -> None:
+    """swarm.md: the parent installs its handlers before the first fork, so a TERM that
+    arrives while it is still forking is queued (taken at the next tick), not fatal."""
+    config = wurk.Config(timeout=10, redis_url="redis://127.0.0.1:1/0")
+    supervisor = TermedWhileForking(config, SwarmSettings(count=2, tick=0.01))
+    supervisor.sent, supervisor.sleepers = [], []
+    try:
+        supervisor.boot()  # would end this process with TERM's default action
+        assert len(supervisor.children) == 2  # the second slot is forked all the same
+        supervisor.tick()
+        pids = sorted(sleeper.pid for sleeper in supervisor.sleepers)
+        assert sorted(supervisor.sent) == [(pid, signal.SIGTERM) for pid in pids]
+    finally:
+        supervisor.close()  # the handlers it installed are put back
+        for sleeper in supervisor.sleepers:
+            sleeper.kill()
+            sleeper.wait()

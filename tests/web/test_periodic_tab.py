@@ -178,3 +178,16 @@ def test_in_a_browser_the_tab_pauses_a_loop(seeded: redis.Redis,
         page.wait_for_url("**/periodic/?notice=pause")
         assert "Loop paused" in page.text_content(".notice")
         assert seeded.hget(f"loops:{GOOD}", "paused") == "1"
+
+
+def test_a_stored_zone_that_is_a_directory_is_named_not_a_server_path(
+        client: TestClient, r: redis.Redis) -> None:
+    """zoneinfo answers 'Europe' with IsADirectoryError, whose text is a path on the server:
+    the problem shown is the zone's, as for any unknown zone."""
+    r.sadd("periodic", GOOD)
+    r.hset(f"loops:{GOOD}", mapping={"schedule": "* * * * *", "klass": "Per::Web",
+                                     "tz": "Europe", "options": "{}",
+                                     "nf": int(time.time()) + 60})
+    loop = client.get(f"/api/periodic/loops/{GOOD}").json()
+    assert any("is not a known IANA zone" in problem for problem in loop["problems"]), loop
+    assert "zoneinfo" not in json.dumps(loop) and client.get("/periodic/").status_code == 200

@@ -130,6 +130,7 @@ def _zone(name: str) -> dt.tzinfo:
 
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    # OSError: a name that is a directory of zones ('Europe') or too long for a file name
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         raise ConfigError(f"tz {name!r} is not a known IANA zone; write one such as "
                           "'Europe/Berlin', 'America/New_York' or 'UTC'") from None

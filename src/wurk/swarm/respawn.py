@@ -15,6 +15,9 @@ from collections.abc import Callable
 
 __all__ = ["RespawnSchedule"]
 
+# Doublings of the base counted at most (2.0 ** 1024 is no float).
+MAX_DOUBLINGS = 1000
+
 
 class RespawnSchedule:
     """Consecutive failures and respawn due times, per slot; owned by one thread."""
@@ -34,7 +37,9 @@ class RespawnSchedule:
             self._failures[slot] = 0
         count = self._failures.get(slot, 0) + 1
         self._failures[slot] = count
-        delay = min(self.cap, self.base * 2.0 ** (count - 1))
+        # The exponent is bounded: 2.0 ** 1024 raises OverflowError, and a slot may crash
+        # that often at the cap (1024 crashes: 8.5 h at 30 s); past 2 ** 1000 any base is.
+        delay = min(self.cap, self.base * 2.0 ** min(count - 1, MAX_DOUBLINGS))
         self._due[slot] = self._clock() + delay
         return delay
 

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
@@ -126,7 +127,7 @@ def _env_number(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
             continue
         try:
             return max(1, int(float(text)))
-        except ValueError:
+        except (ValueError, OverflowError):  # OverflowError: inf, 1e400
             raise ConfigError(f"environment variable {name}={text!r} is not a number") from None
     return None
 
@@ -138,7 +139,15 @@ def _check_whole(name: str, value: Any, *, minimum: int) -> None:
 
 
 def _check_seconds(name: str, value: Any, *, positive: bool) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (
-            positive and value == 0):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not math.isfinite(_as_float(value)) or value < 0 or (positive and value == 0):
         bound = "> 0" if positive else "≥ 0"
         raise ConfigError(f"swarm {name} must be a number of seconds {bound}, not {value!r}")
+
+
+def _as_float(value: int | float) -> float:
+    """``value`` as a float; inf for an integer no float holds (400 digits)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
