@@ -487,6 +487,39 @@ def test_a_bucket_counter_that_is_no_count_starts_the_interval_afresh(
     assert restarted(caplog) == [said(f"{counter} (not a count)")]
 
 
+@pytest.mark.parametrize(("kind", "key"), [("concurrent", "lmtr-c:{L}"),
+                                           ("window", "lmtr-w:{L}")])
+@pytest.mark.parametrize("score", ["+inf", "1e300"])
+def test_a_use_stamped_beyond_any_lifetime_does_not_fill_a_limiter_forever(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture, kind: str,
+        key: str, score: str) -> None:
+    """rate-limiting.md: corrupt state is "never 'full forever'". A lock (concurrent) or a
+    use (window) stamped +inf or far in the future is never old enough to be dropped: it
+    held its slot for good — each use refused, with no warning — once the key had no TTL.
+    A stamp later than any this limiter could write (past its keys' lifetime, or one
+    window ahead) is dropped, with a warning naming the key."""
+    limiter = {"concurrent": lambda: wurk.limiter.concurrent("L", 1, wait_timeout=0),
+               "window": lambda: wurk.limiter.window("L", 1, 60, wait_timeout=0)}[kind]()
+    r.zadd(key, {"written-by-hand": score})
+    with caplog.at_level(logging.WARNING, logger="wurk"), limiter.within_limit():
+        pass
+    assert restarted(caplog) == [said(f"{key} (1 stamped in the future)")]
+    assert r.zscore(key, "written-by-hand") is None
+    if kind == "window":
+        refused(limiter.within_limit())  # the rule itself is untouched
+
+
+def test_a_concurrent_lock_of_another_process_with_a_longer_lock_timeout_is_kept(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Only stamps past any lifetime are dropped: a live lock another process took with a
+    longer ``lock_timeout`` still holds its slot."""
+    now_ms = r.time()[0] * 1000
+    r.zadd("lmtr-c:{L}", {"other-process": now_ms + 3600_000})
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        refused(wurk.limiter.concurrent("L", 1, wait_timeout=0).within_limit())
+    assert restarted(caplog) == []
+
+
 # -- Redis unreachable ------------------------------------------------------------------------
 def test_entering_while_redis_is_unreachable_raises_redis_unavailable(
         tmp_path: Any, caplog: pytest.LogCaptureFixture) -> None:
