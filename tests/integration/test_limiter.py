@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -286,6 +287,45 @@ def test_dynamic_names_are_separate_limits(config: wurk.Config) -> None:
 def test_bad_options_name_themselves(call: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
+
+
+@pytest.mark.parametrize("call, message", [
+    # Below a millisecond the scripts' whole milliseconds rounded to 0: never limited.
+    (lambda: wurk.limiter.window("x", 1, 0.0004), "interval"),
+    (lambda: wurk.limiter.leaky("x", 1, timedelta(microseconds=400)), "drain_period"),
+    (lambda: wurk.limiter.concurrent("x", 1, lock_timeout=0.0004), "lock_timeout"),
+    # Past Redis's range every use failed on the key's expiry, after the script had written.
+    (lambda: wurk.limiter.window("x", 1, 1e300), "interval"),
+    (lambda: wurk.limiter.bucket("x", 1, 10**20), "interval"),
+    (lambda: wurk.limiter.leaky("x", 1, 1e300), "drain_period"),
+    (lambda: wurk.limiter.concurrent("x", 1, lock_timeout=1e300), "lock_timeout"),
+    (lambda: wurk.limiter.window("x", 1, 10, ttl=1e300), "ttl"),
+    (lambda: wurk.limiter.points("x", 10, 1, ttl=timedelta(days=10**6)), "ttl"),
+])
+def test_an_interval_lock_or_ttl_redis_cannot_keep_is_refused_at_definition(
+        call: Any, message: str) -> None:
+    """A window, drain period or lock below a millisecond was accepted and the limiter let
+    every call in; one of 1e300 s (or a ttl as long) was accepted and then every use raised
+    Redis's "value is not an integer or out of range". Both are refused when defined."""
+    bounds = "at most" if message == "ttl" else "between 1 ms and"
+    with pytest.raises(ValueError, match=f"{message} must be {bounds} 100 years"):
+        call()
+
+
+def test_the_shortest_and_longest_intervals_work(config: wurk.Config, r: redis.Redis) -> None:
+    """The bounds themselves are limits Redis keeps."""
+    century = timedelta(days=100 * 365)
+    for limiter in (wurk.limiter.window("w", 1, 0.001, wait_timeout=0),
+                    wurk.limiter.window("W", 1, century, ttl=century, wait_timeout=0),
+                    wurk.limiter.bucket("B", 1, century, wait_timeout=0),
+                    wurk.limiter.leaky("L", 1, century, wait_timeout=0),
+                    wurk.limiter.concurrent("C", 1, lock_timeout=century, wait_timeout=0)):
+        block = limiter.within_limit()
+        block.__enter__()
+        if limiter.name != "w":
+            refused(limiter.within_limit())
+        block.__exit__(None, None, None)
+    assert r.ttl("lmtr-w:{W}") > 99 * 365 * 86400
 
 
 def test_creating_a_limiter_does_no_io(config: wurk.Config, r: redis.Redis) -> None:
