@@ -172,6 +172,25 @@ def test_a_lock_of_another_type_is_replaced_with_a_warning_not_a_failed_push(
     assert "could not release" not in caplog.text
 
 
+@pytest.mark.parametrize(("key", "scheduled"), [("queue:default", False),
+                                                 ("queues", False), ("schedule", True)])
+def test_a_push_meeting_a_key_of_another_type_takes_no_lock_without_its_job(
+        config: wurk.Config, r: redis.Redis, key: str, scheduled: bool) -> None:
+    """unique-jobs.md: a job is never pushed without its lock "nor its lock taken without the
+    job". A queue, the ``queues`` set or the schedule of another Redis type made the script
+    fail after it had taken the lock (a script is not rolled back): the push raised, and
+    the caller's next push of the same job, once the key was repaired, was refused as a
+    duplicate of a job that was never pushed — lost. The push now fails before writing
+    anything, naming the key."""
+    r.set(key, "written by someone else")
+    with pytest.raises(redis.ResponseError, match=f"WRONGTYPE {key} holds"):
+        sync.perform_in(60, 1) if scheduled else sync.perform_async(1)
+    assert lock_keys(r) == []
+    r.delete(key)
+    jid = sync.perform_in(60, 1) if scheduled else sync.perform_async(1)
+    assert jid is not None and r.get(lock_keys(r)[0]) == jid
+
+
 def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
     from wurk.launcher import Launcher
     from wurk.limiter.middleware import LimitsMiddleware
