@@ -595,6 +595,45 @@ def test_names_are_1_to_200_characters_and_the_ttl_at_least_a_day(
     assert 86400 - 5 < r.ttl(f"lmtr:{'A-_9' * 50}") <= 86400
 
 
+def test_each_key_lives_as_long_as_the_keys_table_says(config: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    """rate-limiting.md's keys table: a bucket's counter lives two intervals, a window's uses
+    one interval; metadata, stats and the other kinds' state live ``ttl``."""
+    day, hour = 86400, 3600
+    wurk.limiter.concurrent("c", 2, lock_timeout=30, ttl=2 * day).within_limit().__enter__()
+    kinds = (wurk.limiter.bucket("b", 5, "hour", ttl=2 * day),
+             wurk.limiter.window("w", 5, 600, ttl=2 * day),
+             wurk.limiter.leaky("l", 5, 60, ttl=2 * day),
+             wurk.limiter.points("p", 10, 1, ttl=2 * day))
+    for limiter in kinds:
+        with limiter.within_limit():
+            pass
+    start = int(r.time()[0]) // hour * hour
+    assert 2 * hour - 5 < r.ttl(f"lmtr-b:{{b}}:{start}") <= 2 * hour
+    assert 600_000 - 5000 < r.pttl("lmtr-w:{w}") <= 600_000
+    for key in ("lmtr:c", "lmtr-c:{c}", "lmtr-l:{l}", "lmtr-p:{p}",
+                *(f"lmtr-s:{{{name}}}" for name in "cbwlp")):
+        assert 2 * day - 5 < r.ttl(key) <= 2 * day, key
+
+
+def test_a_processs_metadata_is_written_again_an_hour_after(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rate-limiting.md: a limiter's first use in a process, and one an hour after, also
+    writes its metadata — not every use."""
+    erp = wurk.limiter.concurrent("erp", 5)
+    with erp.within_limit():
+        pass
+    r.delete("lmtr:erp")
+    with erp.within_limit():
+        pass
+    assert not r.exists("lmtr:erp")  # within the hour: not written again
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() + 3601)
+    with erp.within_limit():
+        pass
+    assert r.hget("lmtr:erp", "type") == "concurrent"
+
+
 def test_every_key_takes_the_key_prefix(redis_server: Server, r: redis.Redis) -> None:
     """rate-limiting.md: with ``key_prefix`` each key is ``<prefix>:<key>``."""
     wurk.configure(redis_url=redis_server.url, key_prefix="app")
