@@ -506,6 +506,24 @@ def test_a_limiter_key_of_another_type_starts_again_and_stops_no_use(
         assert r.type(key) in ("none", kind_of)
 
 
+@pytest.mark.parametrize("kind", ["window", "concurrent"])
+def test_stats_of_another_type_read_as_none_with_a_warning_not_an_error(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        kind: str) -> None:
+    """``L.stats()`` met a stats key of another Redis type with Redis's bare WRONGTYPE error,
+    naming no key (the dashboard showed the same limiter fine). It reads as no stats, with
+    a warning naming the key, as every other read of a key of the wrong type."""
+    name = f"stats-{kind}"  # a key is warned about once per process
+    limiter = {"window": lambda: wurk.limiter.window(name, 5, 60),
+               "concurrent": lambda: wurk.limiter.concurrent(name, 2)}[kind]()
+    r.rpush(f"lmtr-s:{{{name}}}", "x")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        stats = limiter.stats()
+    assert stats["held"] == 0 and stats["refused"] == 0
+    assert f"'lmtr-s:{{{name}}}' holds a value of another type" in caplog.text
+    assert r.lrange(f"lmtr-s:{{{name}}}", 0, -1) == ["x"]  # a read repairs nothing
+
+
 @pytest.mark.parametrize("value", ["1.5", "0x10", " 5", "-100", "nan", "1e400", "9" * 30])
 def test_a_bucket_counter_that_is_no_count_starts_the_interval_afresh(
         config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,

@@ -289,10 +289,12 @@ class Limiter:
 
     def stats(self) -> dict[str, int | Invalid]:
         """The counters every process adds to (``lmtr-s:{name}``); one that is not a count
-        (written by hand, say) is a ``wurk.api.values.Invalid``."""
-        key = self._config().keys.limiter_stats(self.name)
-        with self._connection() as conn:
-            return read_stats(conn.call("HGETALL", key))
+        (written by hand, say) is a ``wurk.api.values.Invalid``. Read, as the dashboard
+        reads it, through the ``api`` pool: a key of another type reads as absent, with a
+        warning naming it."""
+        config = self._config()
+        key = config.keys.limiter_stats(self.name)
+        return read_stats(config.pool("api").run(lambda r: r.hgetall(key), idempotent=True))
 
     # -- what each type defines -------------------------------------------------------------
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,
