@@ -174,6 +174,24 @@ def test_a_lock_of_another_type_is_replaced_with_a_warning_not_a_failed_push(
     assert "could not release" not in caplog.text
 
 
+def test_a_lock_without_an_expiry_is_replaced_with_a_warning_not_held_for_good(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """unique-jobs.md: "No lock outlives its job by more than unique_for". A lock written
+    without a TTL (by hand, or a PERSIST) — which no push of wurk or Sidekiq writes —
+    refused every push of the job, for good, each logged as a mere duplicate. It is
+    replaced by the push's lock, with a warning naming it."""
+    sync.perform_async(1)
+    key = lock_keys(r)[0]
+    r.set(key, "a-jid-from-nowhere")  # a plain SET: no expiry
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        jid = sync.perform_async(1)
+    assert jid is not None and r.get(key) == jid and 595 < r.ttl(key) <= 600
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING] == [
+        f"unique job Unique::Sync (jid {jid}): its lock {key} was a string without an "
+        "expiry, not a jid (written by something else); replaced by this push's lock"]
+    assert sync.perform_async(1) is None  # the new lock refuses duplicates as ever
+
+
 @pytest.mark.parametrize(("key", "scheduled"), [("queue:default", False),
                                                  ("queues", False), ("schedule", True)])
 def test_a_push_meeting_a_key_of_another_type_takes_no_lock_without_its_job(

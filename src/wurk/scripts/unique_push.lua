@@ -11,7 +11,8 @@
 --
 -- A lock of another Redis type holds no jid (anyone may write the key): it made every push
 -- of the job fail with WRONGTYPE, for good when written without a TTL. It is replaced by
--- this push's lock, and the reply is {the lock's key, the type it was}, to be warned about.
+-- this push's lock, and the reply is {the lock's key, the type it was}, to be warned about;
+-- so is a lock without an expiry, which no push writes.
 --
 -- The queue, the `queues` set or the schedule of another type refuses the push before anything
 -- is written: a script is not rolled back, and a lock taken for a job the push then failed
@@ -29,6 +30,11 @@ local holder = redis.pcall('GET', KEYS[1])
 if type(holder) == 'table' then
   replaced = {KEYS[1], redis.call('TYPE', KEYS[1])['ok']}
   redis.call('DEL', KEYS[1])
+  holder = false
+elseif holder and holder ~= ARGV[1] and redis.call('PTTL', KEYS[1]) == -1 then
+  -- No push (wurk's or Sidekiq's) takes a lock without an expiry: one written so refused
+  -- every push of the job for good. Replaced, as a lock of another type is.
+  replaced = {KEYS[1], 'string without an expiry'}
   holder = false
 end
 if holder and holder ~= ARGV[1] then
