@@ -25,9 +25,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import payload as P
+from . import stored
 from .connections.lending import redis as lent_redis
 from .options import check_expiry_fields, expires_in_seconds
 from .reporting import Callbacks, Registration, report_error
+from .stored import Invalid
 
 if TYPE_CHECKING:
     from .config import Config
@@ -99,11 +101,8 @@ def drop(config: Config, job: P.Payload) -> None:
     _callbacks.notify(config, job, {"context": "on_expired callback", "job": job})
 
 
-def expired_count(config: Config) -> int:
-    """Jobs dropped as expired, by every process on this Redis."""
+def expired_count(config: Config) -> int | Invalid:
+    """Jobs dropped as expired, by every process on this Redis; ``Invalid`` when what is
+    stored is no count (written by hand, say), rather than a 0 that hides it."""
     key = config.keys.expired
-    value = config.pool("api").run(lambda r: r.get(key), idempotent=True)
-    try:
-        return max(0, int(value or 0))
-    except ValueError:
-        return 0
+    return stored.count(config.pool("api").run(lambda r: r.get(key), idempotent=True))

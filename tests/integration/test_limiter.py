@@ -6,6 +6,7 @@ import asyncio
 import logging
 import threading
 import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -288,6 +289,45 @@ def test_bad_options_name_themselves(call: Any, message: str) -> None:
         call()
 
 
+@pytest.mark.parametrize("call, message", [
+    # Below a millisecond the scripts' whole milliseconds rounded to 0: never limited.
+    (lambda: wurk.limiter.window("x", 1, 0.0004), "interval"),
+    (lambda: wurk.limiter.leaky("x", 1, timedelta(microseconds=400)), "drain_period"),
+    (lambda: wurk.limiter.concurrent("x", 1, lock_timeout=0.0004), "lock_timeout"),
+    # Past Redis's range every use failed on the key's expiry, after the script had written.
+    (lambda: wurk.limiter.window("x", 1, 1e300), "interval"),
+    (lambda: wurk.limiter.bucket("x", 1, 10**20), "interval"),
+    (lambda: wurk.limiter.leaky("x", 1, 1e300), "drain_period"),
+    (lambda: wurk.limiter.concurrent("x", 1, lock_timeout=1e300), "lock_timeout"),
+    (lambda: wurk.limiter.window("x", 1, 10, ttl=1e300), "ttl"),
+    (lambda: wurk.limiter.points("x", 10, 1, ttl=timedelta(days=10**6)), "ttl"),
+])
+def test_an_interval_lock_or_ttl_redis_cannot_keep_is_refused_at_definition(
+        call: Any, message: str) -> None:
+    """A window, drain period or lock below a millisecond was accepted and the limiter let
+    every call in; one of 1e300 s (or a ttl as long) was accepted and then every use raised
+    Redis's "value is not an integer or out of range". Both are refused when defined."""
+    bounds = "at most" if message == "ttl" else "between 1 ms and"
+    with pytest.raises(ValueError, match=f"{message} must be {bounds} 100 years"):
+        call()
+
+
+def test_the_shortest_and_longest_intervals_work(config: wurk.Config, r: redis.Redis) -> None:
+    """The bounds themselves are limits Redis keeps."""
+    century = timedelta(days=100 * 365)
+    for limiter in (wurk.limiter.window("w", 1, 0.001, wait_timeout=0),
+                    wurk.limiter.window("W", 1, century, ttl=century, wait_timeout=0),
+                    wurk.limiter.bucket("B", 1, century, wait_timeout=0),
+                    wurk.limiter.leaky("L", 1, century, wait_timeout=0),
+                    wurk.limiter.concurrent("C", 1, lock_timeout=century, wait_timeout=0)):
+        block = limiter.within_limit()
+        block.__enter__()
+        if limiter.name != "w":
+            refused(limiter.within_limit())
+        block.__exit__(None, None, None)
+    assert r.ttl("lmtr-w:{W}") > 99 * 365 * 86400
+
+
 def test_creating_a_limiter_does_no_io(config: wurk.Config, r: redis.Redis) -> None:
     wurk.limiter.concurrent("erp", 5)
     wurk.limiter.window("w", 5, "hour")
@@ -466,6 +506,24 @@ def test_a_limiter_key_of_another_type_starts_again_and_stops_no_use(
         assert r.type(key) in ("none", kind_of)
 
 
+@pytest.mark.parametrize("kind", ["window", "concurrent"])
+def test_stats_of_another_type_read_as_none_with_a_warning_not_an_error(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        kind: str) -> None:
+    """``L.stats()`` met a stats key of another Redis type with Redis's bare WRONGTYPE error,
+    naming no key (the dashboard showed the same limiter fine). It reads as no stats, with
+    a warning naming the key, as every other read of a key of the wrong type."""
+    name = f"stats-{kind}"  # a key is warned about once per process
+    limiter = {"window": lambda: wurk.limiter.window(name, 5, 60),
+               "concurrent": lambda: wurk.limiter.concurrent(name, 2)}[kind]()
+    r.rpush(f"lmtr-s:{{{name}}}", "x")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        stats = limiter.stats()
+    assert stats["held"] == 0 and stats["refused"] == 0
+    assert f"'lmtr-s:{{{name}}}' holds a value of another type" in caplog.text
+    assert r.lrange(f"lmtr-s:{{{name}}}", 0, -1) == ["x"]  # a read repairs nothing
+
+
 @pytest.mark.parametrize("value", ["1.5", "0x10", " 5", "-100", "nan", "1e400", "9" * 30])
 def test_a_bucket_counter_that_is_no_count_starts_the_interval_afresh(
         config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
@@ -485,6 +543,39 @@ def test_a_bucket_counter_that_is_no_count_starts_the_interval_afresh(
         refused(api.within_limit())
     assert r.get(counter) == "2"
     assert restarted(caplog) == [said(f"{counter} (not a count)")]
+
+
+@pytest.mark.parametrize(("kind", "key"), [("concurrent", "lmtr-c:{L}"),
+                                           ("window", "lmtr-w:{L}")])
+@pytest.mark.parametrize("score", ["+inf", "1e300"])
+def test_a_use_stamped_beyond_any_lifetime_does_not_fill_a_limiter_forever(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture, kind: str,
+        key: str, score: str) -> None:
+    """rate-limiting.md: corrupt state is "never 'full forever'". A lock (concurrent) or a
+    use (window) stamped +inf or far in the future is never old enough to be dropped: it
+    held its slot for good — each use refused, with no warning — once the key had no TTL.
+    A stamp later than any this limiter could write (past its keys' lifetime, or one
+    window ahead) is dropped, with a warning naming the key."""
+    limiter = {"concurrent": lambda: wurk.limiter.concurrent("L", 1, wait_timeout=0),
+               "window": lambda: wurk.limiter.window("L", 1, 60, wait_timeout=0)}[kind]()
+    r.zadd(key, {"written-by-hand": score})
+    with caplog.at_level(logging.WARNING, logger="wurk"), limiter.within_limit():
+        pass
+    assert restarted(caplog) == [said(f"{key} (1 stamped in the future)")]
+    assert r.zscore(key, "written-by-hand") is None
+    if kind == "window":
+        refused(limiter.within_limit())  # the rule itself is untouched
+
+
+def test_a_concurrent_lock_of_another_process_with_a_longer_lock_timeout_is_kept(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Only stamps past any lifetime are dropped: a live lock another process took with a
+    longer ``lock_timeout`` still holds its slot."""
+    now_ms = r.time()[0] * 1000
+    r.zadd("lmtr-c:{L}", {"other-process": now_ms + 3600_000})
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        refused(wurk.limiter.concurrent("L", 1, wait_timeout=0).within_limit())
+    assert restarted(caplog) == []
 
 
 # -- Redis unreachable ------------------------------------------------------------------------
@@ -520,6 +611,45 @@ def test_names_are_1_to_200_characters_and_the_ttl_at_least_a_day(
         assert handle.granted_at is not None
         assert abs(handle.granted_at - (seconds + micros / 1e6)) < 1
     assert 86400 - 5 < r.ttl(f"lmtr:{'A-_9' * 50}") <= 86400
+
+
+def test_each_key_lives_as_long_as_the_keys_table_says(config: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    """rate-limiting.md's keys table: a bucket's counter lives two intervals, a window's uses
+    one interval; metadata, stats and the other kinds' state live ``ttl``."""
+    day, hour = 86400, 3600
+    wurk.limiter.concurrent("c", 2, lock_timeout=30, ttl=2 * day).within_limit().__enter__()
+    kinds = (wurk.limiter.bucket("b", 5, "hour", ttl=2 * day),
+             wurk.limiter.window("w", 5, 600, ttl=2 * day),
+             wurk.limiter.leaky("l", 5, 60, ttl=2 * day),
+             wurk.limiter.points("p", 10, 1, ttl=2 * day))
+    for limiter in kinds:
+        with limiter.within_limit():
+            pass
+    start = int(r.time()[0]) // hour * hour
+    assert 2 * hour - 5 < r.ttl(f"lmtr-b:{{b}}:{start}") <= 2 * hour
+    assert 600_000 - 5000 < r.pttl("lmtr-w:{w}") <= 600_000
+    for key in ("lmtr:c", "lmtr-c:{c}", "lmtr-l:{l}", "lmtr-p:{p}",
+                *(f"lmtr-s:{{{name}}}" for name in "cbwlp")):
+        assert 2 * day - 5 < r.ttl(key) <= 2 * day, key
+
+
+def test_a_processs_metadata_is_written_again_an_hour_after(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """rate-limiting.md: a limiter's first use in a process, and one an hour after, also
+    writes its metadata — not every use."""
+    erp = wurk.limiter.concurrent("erp", 5)
+    with erp.within_limit():
+        pass
+    r.delete("lmtr:erp")
+    with erp.within_limit():
+        pass
+    assert not r.exists("lmtr:erp")  # within the hour: not written again
+    real = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: real() + 3601)
+    with erp.within_limit():
+        pass
+    assert r.hget("lmtr:erp", "type") == "concurrent"
 
 
 def test_every_key_takes_the_key_prefix(redis_server: Server, r: redis.Redis) -> None:

@@ -86,7 +86,9 @@ def test_a_duplicate_push_returns_none_and_logs_the_holder(
     first = sync.perform_async(1)
     with caplog.at_level(logging.INFO, logger="wurk"):
         assert sync.perform_async(1) is None
-    assert f"jid {first} holds its lock" in caplog.text
+    # unique-jobs.md: "A refused push logs, at INFO, which jid holds the lock."
+    assert [rec.levelno for rec in caplog.records
+            if f"jid {first} holds its lock" in rec.getMessage()] == [logging.INFO]
     assert sync.perform_async(2) is not None  # other args: another lock
     assert sync.set(queue="low").perform_async(1) is not None  # another queue: another lock
     assert r.llen("queue:default") == 2 and r.llen("queue:low") == 1
@@ -170,6 +172,43 @@ def test_a_lock_of_another_type_is_replaced_with_a_warning_not_a_failed_push(
         drain()
     assert ran == [[1], [1]] and r.hgetall(key) == {"a": "b"}
     assert "could not release" not in caplog.text
+
+
+def test_a_lock_without_an_expiry_is_replaced_with_a_warning_not_held_for_good(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """unique-jobs.md: "No lock outlives its job by more than unique_for". A lock written
+    without a TTL (by hand, or a PERSIST) — which no push of wurk or Sidekiq writes —
+    refused every push of the job, for good, each logged as a mere duplicate. It is
+    replaced by the push's lock, with a warning naming it."""
+    sync.perform_async(1)
+    key = lock_keys(r)[0]
+    r.set(key, "a-jid-from-nowhere")  # a plain SET: no expiry
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        jid = sync.perform_async(1)
+    assert jid is not None and r.get(key) == jid and 595 < r.ttl(key) <= 600
+    assert [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING] == [
+        f"unique job Unique::Sync (jid {jid}): its lock {key} was a string without an "
+        "expiry, not a jid (written by something else); replaced by this push's lock"]
+    assert sync.perform_async(1) is None  # the new lock refuses duplicates as ever
+
+
+@pytest.mark.parametrize(("key", "scheduled"), [("queue:default", False),
+                                                 ("queues", False), ("schedule", True)])
+def test_a_push_meeting_a_key_of_another_type_takes_no_lock_without_its_job(
+        config: wurk.Config, r: redis.Redis, key: str, scheduled: bool) -> None:
+    """unique-jobs.md: a job is never pushed without its lock "nor its lock taken without the
+    job". A queue, the ``queues`` set or the schedule of another Redis type made the script
+    fail after it had taken the lock (a script is not rolled back): the push raised, and
+    the caller's next push of the same job, once the key was repaired, was refused as a
+    duplicate of a job that was never pushed — lost. The push now fails before writing
+    anything, naming the key."""
+    r.set(key, "written by someone else")
+    with pytest.raises(redis.ResponseError, match=f"WRONGTYPE {key} holds"):
+        sync.perform_in(60, 1) if scheduled else sync.perform_async(1)
+    assert lock_keys(r) == []
+    r.delete(key)
+    jid = sync.perform_in(60, 1) if scheduled else sync.perform_async(1)
+    assert jid is not None and r.get(lock_keys(r)[0]) == jid
 
 
 def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import redis
 from starlette.testclient import TestClient
 
@@ -11,6 +12,7 @@ import wurk
 from tests.web.conftest import XSS, browse
 from tests.web.live import browser_context, serve
 from wurk.limiter.base import forget_registrations
+from wurk.stored import Invalid
 from wurk.web import Extension, create_app
 
 
@@ -106,6 +108,19 @@ def test_hostile_stored_values_render_as_problems(config: wurk.Config, client: T
     assert "invalid (lots)" in page.text
     assert next(row for row in found["limiters"] if row["name"] == "bad-type")["type"] == \
         "unknown"
+
+
+@pytest.mark.parametrize("stored", ["lots", "-3", "1e400"])
+def test_an_expired_count_that_is_no_count_is_shown_as_invalid_not_zero(
+        config: wurk.Config, client: TestClient, r: redis.Redis, stored: str) -> None:
+    """``stat:expired`` holding text, a negative number or 1e400 (written by hand) read as
+    0 expired jobs, with nothing saying so; it is shown as what it holds, as every other
+    counter that is no count."""
+    r.set("stat:expired", stored)
+    found = client.get("/api/limits").json()
+    assert found["expired_jobs"] is None and found["invalid"]["/expired_jobs"] == stored
+    assert f"dropped unrun): invalid ({stored})" in client.get("/limits/").text
+    assert isinstance(wurk.expiry.expired_count(config), Invalid)
 
 
 def test_paging_and_an_empty_listing(config: wurk.Config, client: TestClient,

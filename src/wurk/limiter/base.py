@@ -64,6 +64,12 @@ DAY = 86400
 # less than a day would drop a daily limiter's record between two uses.
 DEFAULT_TTL = 90 * DAY
 MIN_TTL = DAY
+# The shortest interval, drain period or lock a limiter takes: the scripts count whole
+# milliseconds, and a shorter one rounded to 0 — a limiter that let every call in.
+SHORTEST = 0.001
+# The longest interval, drain period, lock or ttl: Redis keeps expiries this long, while one
+# of 1e300 s made it refuse the key's expiry on every use, after the script had written.
+LONGEST = 100 * 365 * DAY
 # The longest single wait: a job being shut down while it waits notices within this, and a
 # blocking read stays well inside the connection's socket timeout.
 WAIT_SLICE = 0.5
@@ -116,6 +122,14 @@ def interval_seconds(value: str | float | timedelta, what: str) -> float:
             0 < seconds < math.inf):
         raise ValueError(f"{what} must be a unit or a positive number of seconds, "
                          f"not {value!r}")
+    return _span(seconds, what, value)
+
+
+def _span(seconds: float, what: str, value: object, *, shortest: float = SHORTEST) -> float:
+    """``seconds`` (positive, finite) when Redis can keep it: ``SHORTEST`` to ``LONGEST``."""
+    if not shortest <= seconds <= LONGEST:
+        bounds = "between 1 ms and 100 years" if shortest else "at most 100 years"
+        raise ValueError(f"{what} must be {bounds}, not {value!r}")
     return float(seconds)
 
 
@@ -225,7 +239,8 @@ class Limiter:
         self.reschedule = reschedule
         self.backoff = backoff
         # A floor, not an error: a shorter lifetime could drop a limit between two uses.
-        self.ttl = max(int(_seconds(ttl, "ttl", zero=False)), MIN_TTL)
+        self.ttl = max(int(_span(_seconds(ttl, "ttl", zero=False), "ttl", ttl, shortest=0)),
+                       MIN_TTL)
         self.config = config
         self._registry_key: tuple[Any, ...] | None = None
 
@@ -274,10 +289,12 @@ class Limiter:
 
     def stats(self) -> dict[str, int | Invalid]:
         """The counters every process adds to (``lmtr-s:{name}``); one that is not a count
-        (written by hand, say) is a ``wurk.api.values.Invalid``."""
-        key = self._config().keys.limiter_stats(self.name)
-        with self._connection() as conn:
-            return read_stats(conn.call("HGETALL", key))
+        (written by hand, say) is a ``wurk.api.values.Invalid``. Read, as the dashboard
+        reads it, through the ``api`` pool: a key of another type reads as absent, with a
+        warning naming it."""
+        config = self._config()
+        key = config.keys.limiter_stats(self.name)
+        return read_stats(config.pool("api").run(lambda r: r.hgetall(key), idempotent=True))
 
     # -- what each type defines -------------------------------------------------------------
     def _attempt(self, conn: _Caller, handle: Handle, remaining_ms: int,

@@ -26,6 +26,7 @@ from .base import (
     Limiter,
     Policy,
     _seconds,
+    _span,
     _whole,
     interval_seconds,
 )
@@ -66,7 +67,8 @@ class Concurrent(Limiter):
                  lock_timeout: float | timedelta = 30.0, **options: Any) -> None:
         super().__init__(name, wait_timeout=wait_timeout, **options)
         self.size = _whole(size, "size")
-        self.lock_timeout = _seconds(lock_timeout, "lock_timeout", zero=False)
+        self.lock_timeout = _span(_seconds(lock_timeout, "lock_timeout", zero=False),
+                                  "lock_timeout", lock_timeout)
 
     def options(self) -> dict[str, Any]:
         return {**super().options(), "size": self.size, "lock_timeout": self.lock_timeout}

@@ -35,6 +35,17 @@ local function own(key, kind)
   end
 end
 
+-- Drops the members of a ZSET of stamps (ms) later than `latest`, a stamp no use of this
+-- limiter could have written (+inf, 1e300 by hand): such a member never grows old enough to
+-- leave, and held its slot for good.
+local function drop_future(key, latest)
+  local dropped = redis.call('ZREMRANGEBYSCORE', key, '(' .. string.format('%.3f', latest),
+                             '+inf')
+  if dropped > 0 then
+    restarted[#restarted + 1] = key .. ' (' .. dropped .. ' stamped in the future)'
+  end
+end
+
 -- HINCRBY, starting the counter again when it holds no count (text, past 2^63).
 local function incr(stats, field, by)
   if type(redis.pcall('HINCRBY', stats, field, by)) == 'table' then

@@ -7,14 +7,18 @@
 -- ARGV[6]  how long the caller has waited so far, ms
 --
 -- Locks past their expiry belong to holders that crashed (or overran): they are reclaimed
--- first, and counted. Returns {1, Redis's time in µs} when taken; {0, ms until the
--- earliest lock expires} to wait for a release; {-1, 0} when refused.
+-- first, and counted; one expiring after the key itself is dropped with a warning.
+-- Returns {1, Redis's time in µs} when taken; {0, ms until the earliest lock expires} to
+-- wait for a release; {-1, 0} when refused.
 local size, lock_timeout = tonumber(ARGV[1]), tonumber(ARGV[2])
 local ttl, remaining, waited = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local now = now_ms()
 own(KEYS[1], 'zset')
 if KEYS[3] then own(KEYS[3], 'list') end  -- the wake-up list a waiter blocks on
 
+-- A lock expiring after the key itself would (its ttl is at least lock_timeout) was taken by
+-- no holder: written by hand.
+drop_future(KEYS[1], now + ttl * 1000)
 local reclaimed = redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if reclaimed > 0 then count(KEYS[2], ttl, 'reclaimed', reclaimed) end
 

@@ -14,6 +14,9 @@ local remaining, waited, ttl = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(AR
 local now = now_ms()
 own(KEYS[1], 'zset')
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - interval)
+-- A use is stamped with Redis's time: one more than a window ahead is no use (written by
+-- hand, +inf) and would never leave.
+drop_future(KEYS[1], now + interval)
 
 local current = redis.call('ZCARD', KEYS[1])
 if current + used <= limit then
