@@ -813,6 +813,41 @@ def test_a_duplicate_unique_job_is_not_added_to_the_batch(fast: wurk.Config,
     assert r.get(f"unique:{json.loads(r.lindex('queue:default', -1))['unique_digest']}")
 
 
+def test_a_batch_push_meeting_a_queue_of_another_type_takes_no_lock(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """The script took each job's unique lock, then raised at the queue key holding another
+    type: the locks stayed, and every later push of those jobs was refused as a duplicate
+    of a job nobody had. It now refuses before writing anything, naming the key."""
+    r.set("queue:blocked", "not a list")
+    batch = wurk.Batch()
+    with pytest.raises(redis.ResponseError, match="queue:blocked holds a string"), \
+            batch.jobs():
+        unique_job.set(queue="blocked").perform_bulk([[1], [2]])
+    assert r.keys("unique:*") == [] and not r.sismember("queues", "blocked")
+
+
+@pytest.mark.parametrize("lock", ["hash", "no expiry"])
+def test_a_batch_push_replaces_a_lock_no_push_writes_and_names_it(
+        fast: wurk.Config, r: redis.Redis, lock: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A unique lock of another type raised half-way through a bulk push (the jobs before it
+    pushed, the batch counting none); one holding a jid without an expiry refused its job
+    for good. Each is replaced by the job's lock, with a warning naming it."""
+    unique_job.perform_async(2)  # once outside a batch, to learn its lock
+    key = f"unique:{json.loads(r.lindex('queue:default', 0))['unique_digest']}"
+    r.delete("queue:default", key)
+    if lock == "hash":
+        r.hset(key, "x", "1")
+    else:
+        r.set(key, "someone-else")
+    batch = wurk.Batch()
+    with caplog.at_level(logging.WARNING, logger="wurk"), batch.jobs():
+        jids = unique_job.perform_bulk([[1], [2]])
+    assert all(jids) and r.get(key) == str(jids[1]) and r.pttl(key) > 0
+    assert wurk.BatchStatus(batch.bid).total == 2 and r.llen("queue:default") == 2
+    assert key in caplog.text and "replaced by the lock of job" in caplog.text
+
+
 def test_an_expired_job_counts_as_a_success(fast: wurk.Config, r: redis.Redis) -> None:
     batch = all_callbacks(wurk.Batch())
     with batch.jobs():

@@ -413,6 +413,39 @@ def test_a_unique_lock_of_another_type_is_replaced_by_the_reliable_push(
     assert f"{lock} held a list" in caplog.text
 
 
+def test_a_unique_lock_without_an_expiry_is_replaced_by_the_reliable_push(
+        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
+    """No push writes a lock without an expiry: one written by hand refused the job for
+    good. It is replaced, with a warning."""
+    client = client_for(server)
+    r = server.client(decode_responses=True)
+    job = client.normalize({"class": "Once", "args": [1], "unique_for": 60})
+    lock = idempotent.sendable(client.config.keys, dict(job), None).lock
+    assert lock is not None
+    r.set(lock, "someone-else")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        jid = client.push(job)
+    assert jid and [q["jid"] for q in queued(server)] == [jid]
+    assert r.get(lock) == jid and r.pttl(lock) > 0
+    assert f"{lock} held a string without an expiry" in caplog.text
+
+
+def test_a_kept_unique_job_redis_refuses_for_good_leaves_no_lock(server: Restartable) -> None:
+    """The script took the lock, then failed at the queue key of another type: the job went
+    to the dead set and its lock refused every other push of it until it expired."""
+    client = client_for(server)
+    writer(client).flusher.stop()
+    r = server.client(decode_responses=True)
+    r.set("queue:blocked", "not a list")
+    job = idempotent.sendable(client.config.keys, client.normalize(
+        {"class": "Once", "args": [1], "unique_for": 600, "queue": "blocked"}), None)
+    assert job.lock is not None
+    writer(client)._keep([job])
+    writer(client).drain(client.config.pool("client"))
+    assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [job.jid]
+    assert not r.exists(job.lock)
+
+
 def test_a_lock_holder_that_is_no_utf8_refuses_the_duplicate_without_raising(
         server: Restartable) -> None:
     client = client_for(server)

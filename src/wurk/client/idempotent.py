@@ -174,7 +174,7 @@ def _warn_replaced(key: str, kind: str, jid: str) -> None:
     else:
         what = f"it is now the lock of job {jid}"
     log.warning("recording push: %s held a %s, not what wurk keeps there; deleted (%s)",
-                stored.shown(key, 200), stored.shown(kind, 20), what)
+                stored.shown(key, 200), stored.shown(kind, 40), what)
 
 
 def send(config: Config, pool: RedisPool, jobs: Sequence[Sendable],

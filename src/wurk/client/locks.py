@@ -40,7 +40,7 @@ __all__ = ["ContextHook", "apush", "apush_each", "digest", "job_digest", "lock_f
 
 log = logging.getLogger("wurk")
 
-_PUSH = scripts.Script("unique_push.lua")
+_PUSH = scripts.Script("unique_push.lua", prelude=("owned.lua",))
 
 
 # -- the lock's name --------------------------------------------------------------------------

@@ -26,6 +26,31 @@ if present(state[2]) then
   return redis.error_reply('BATCHDONE batch ' .. bid .. ' already succeeded; it takes no '
                            .. 'more jobs')
 end
+-- Every key a job is written to, checked before anything is: a queue or lock of another
+-- type raised half-way, the jobs before it pushed and their batch never counting them.
+local seen, checks = {}, {}
+local function check(key, kind)
+  if not seen[key] then
+    seen[key] = true
+    checks[#checks + 1] = {key, kind}
+  end
+end
+for i = 6, #ARGV, 6 do
+  if C.hand_back then break end  -- a testing mode's sink writes the jobs, not this script
+  if ARGV[i + 2] ~= '' then
+    check(KEYS[4], 'zset')
+  else
+    check(KEYS[3], 'set')
+    check(C.prefix .. 'queue:' .. ARGV[i + 1], 'list')
+  end
+end
+for _, check in ipairs(checks) do
+  local held = redis.call('TYPE', check[1])['ok']
+  if held ~= 'none' and held ~= check[2] then
+    return redis.error_reply('WRONGTYPE ' .. check[1] .. ' holds a ' .. held .. ', not a '
+                             .. check[2] .. '; no job of batch ' .. bid .. ' was pushed')
+  end
+end
 local added, refused = 0, {}
 local job = 0
 for i = 6, #ARGV, 6 do
@@ -33,7 +58,23 @@ for i = 6, #ARGV, 6 do
   local jid, queue, score, payload = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local lock, ttl = ARGV[i + 4], ARGV[i + 5]
   local holder = false
-  if lock ~= '' then holder = redis.call('GET', lock) end
+  if lock ~= '' then
+    -- A lock of another type, or one without an expiry (no push writes one), would refuse
+    -- the job for good: replaced, and named.
+    local held = redis.call('TYPE', lock)['ok']
+    if held ~= 'none' and held ~= 'string' then
+      redis.call('DEL', lock)
+      problem(lock .. ' held a ' .. held .. ', not a unique lock; replaced by the lock of '
+              .. 'job ' .. jid)
+    end
+    holder = redis.call('GET', lock)
+    if holder and holder ~= jid and redis.call('PTTL', lock) == -1 then
+      redis.call('DEL', lock)
+      problem(lock .. ' held ' .. shown(holder) .. ' without an expiry, which no push '
+              .. 'writes; replaced by the lock of job ' .. jid)
+      holder = false
+    end
+  end
   if holder and holder ~= jid then
     refused[#refused + 1] = job
   else

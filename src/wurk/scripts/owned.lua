@@ -14,3 +14,32 @@ local function own(key, kind)
   end
 end
 
+
+-- A unique lock's holder, or false when `jid`'s push may take it. A lock of another type, or
+-- one without an expiry (no push, wurk's or Sidekiq's, writes one: it refused every push of
+-- its job for good), is deleted first and noted in `replaced`.
+local function lock_holder(lock, jid)
+  own(lock, 'string')
+  local holder = redis.call('GET', lock)
+  if holder and holder ~= jid and redis.call('PTTL', lock) == -1 then
+    redis.call('DEL', lock)
+    replaced[#replaced + 1] = lock
+    replaced[#replaced + 1] = 'string without an expiry'
+    return false
+  end
+  return holder
+end
+
+-- An error reply naming the first of `targets` ({key, type}, ...) holding another Redis type,
+-- or nil. Checked before a push writes anything: a script is not rolled back, and a lock
+-- taken for a job whose push then failed refused every later push of it as a duplicate.
+local function other_type(targets, what)
+  for _, target in ipairs(targets) do
+    local held = redis.call('TYPE', target[1])['ok']
+    if held ~= 'none' and held ~= target[2] then
+      return redis.error_reply('WRONGTYPE ' .. target[1] .. ' holds a ' .. held .. ', not a '
+                               .. target[2] .. '; ' .. what)
+    end
+  end
+  return nil
+end

@@ -18,14 +18,18 @@
 --
 -- `wurk:push-sent` or a unique lock holding another Redis type (anyone may write them; the
 -- set has no TTL) failed every push with WRONGTYPE: each is deleted first, and the reply is
--- then {the reply above, key, the type it held, ...}, to be warned about.
+-- then {the reply above, key, the type it held, ...}, to be warned about; so is a lock
+-- without an expiry (`lock_holder`). The queue, `queues` or the schedule of another type
+-- refuses the push with an error before anything is written (the caller buries the job).
 -- (``own`` and ``replaced``: owned.lua, the prelude.)
 local function reply(value)
   if #replaced == 0 then return value end
   return {value, unpack(replaced)}
 end
+local refused = other_type(ARGV[4] ~= '' and {{KEYS[3], 'zset'}}
+                           or {{KEYS[2], 'set'}, {KEYS[3], 'list'}}, 'nothing was pushed')
+if refused then return refused end
 own(KEYS[1], 'zset')
-if #KEYS == 4 then own(KEYS[4], 'string') end
 local now = redis.call('TIME')
 local seconds = tonumber(now[1]) + tonumber(now[2]) / 1000000
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', seconds - tonumber(ARGV[6]))
@@ -33,7 +37,7 @@ if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
   return reply(1)
 end
 if #KEYS == 4 then
-  local holder = redis.call('GET', KEYS[4])
+  local holder = lock_holder(KEYS[4], ARGV[1])
   if holder and holder ~= ARGV[1] then
     return reply(holder)
   end

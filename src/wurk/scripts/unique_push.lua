@@ -17,26 +17,11 @@
 -- The queue, the `queues` set or the schedule of another type refuses the push before anything
 -- is written: a script is not rolled back, and a lock taken for a job the push then failed
 -- to write refused every later push of it as a duplicate of a job nobody had.
-local targets = ARGV[5] ~= '' and {{KEYS[3], 'zset'}} or {{KEYS[2], 'set'}, {KEYS[3], 'list'}}
-for _, target in ipairs(targets) do
-  local found = redis.call('TYPE', target[1])['ok']
-  if found ~= 'none' and found ~= target[2] then
-    return redis.error_reply('WRONGTYPE ' .. target[1] .. ' holds a ' .. found ..
-      ', not a ' .. target[2] .. '; nothing was pushed, no lock taken')
-  end
-end
-local replaced = nil
-local holder = redis.pcall('GET', KEYS[1])
-if type(holder) == 'table' then
-  replaced = {KEYS[1], redis.call('TYPE', KEYS[1])['ok']}
-  redis.call('DEL', KEYS[1])
-  holder = false
-elseif holder and holder ~= ARGV[1] and redis.call('PTTL', KEYS[1]) == -1 then
-  -- No push (wurk's or Sidekiq's) takes a lock without an expiry: one written so refused
-  -- every push of the job for good. Replaced, as a lock of another type is.
-  replaced = {KEYS[1], 'string without an expiry'}
-  holder = false
-end
+local refused = other_type(ARGV[5] ~= '' and {{KEYS[3], 'zset'}}
+                           or {{KEYS[2], 'set'}, {KEYS[3], 'list'}},
+                           'nothing was pushed, no lock taken')
+if refused then return refused end
+local holder = lock_holder(KEYS[1], ARGV[1])
 if holder and holder ~= ARGV[1] then
   return holder
 end
@@ -49,5 +34,5 @@ else
   redis.call('SADD', KEYS[2], ARGV[4])
   redis.call('LPUSH', KEYS[3], ARGV[3])
 end
-if replaced then return replaced end
+if #replaced > 0 then return replaced end
 return false
