@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -399,35 +399,24 @@ def test_a_kept_job_redis_refuses_for_good_goes_to_the_dead_set(
     assert "moved to the dead set" in caplog.text
 
 
-def test_a_unique_lock_of_another_type_is_replaced_by_the_reliable_push(
-        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(("write", "named"), [
+    (lambda r, lock: r.rpush(lock, "not a lock"), "held a list"),
+    # no push writes a lock without an expiry: one written by hand refused the job for good
+    (lambda r, lock: r.set(lock, "someone-else"), "held a string without an expiry")])
+def test_a_unique_lock_no_push_writes_is_replaced_by_the_reliable_push(
+        server: Restartable, caplog: pytest.LogCaptureFixture,
+        write: Callable[[redis.Redis, str], object], named: str) -> None:
     client = client_for(server)
     r = server.client(decode_responses=True)
     job = client.normalize({"class": "Once", "args": [1], "unique_for": 60})
     lock = idempotent.sendable(client.config.keys, dict(job), None).lock
     assert lock is not None
-    r.rpush(lock, "not a lock")
-    with caplog.at_level(logging.WARNING, logger="wurk"):
-        jid = client.push(job)
-    assert jid and [q["jid"] for q in queued(server)] == [jid] and r.get(lock) == jid
-    assert f"{lock} held a list" in caplog.text
-
-
-def test_a_unique_lock_without_an_expiry_is_replaced_by_the_reliable_push(
-        server: Restartable, caplog: pytest.LogCaptureFixture) -> None:
-    """No push writes a lock without an expiry: one written by hand refused the job for
-    good. It is replaced, with a warning."""
-    client = client_for(server)
-    r = server.client(decode_responses=True)
-    job = client.normalize({"class": "Once", "args": [1], "unique_for": 60})
-    lock = idempotent.sendable(client.config.keys, dict(job), None).lock
-    assert lock is not None
-    r.set(lock, "someone-else")
+    write(r, lock)
     with caplog.at_level(logging.WARNING, logger="wurk"):
         jid = client.push(job)
     assert jid and [q["jid"] for q in queued(server)] == [jid]
     assert r.get(lock) == jid and r.pttl(lock) > 0
-    assert f"{lock} held a string without an expiry" in caplog.text
+    assert f"{lock} {named}" in caplog.text
 
 
 def test_a_kept_unique_job_redis_refuses_for_good_leaves_no_lock(server: Restartable) -> None:
