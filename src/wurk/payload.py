@@ -243,6 +243,8 @@ def _excerpt(raw: str | bytes, limit: int = 200) -> str:
 def validate(payload: Payload) -> Payload:
     """Check the fields a worker relies on; raise ``InvalidPayload`` naming the first bad one.
 
+    An option given as null (``tags``, ``retry_for``, ``retry_count``, ``retry``…) is one not
+    set, as Sidekiq reads it: its client keeps ``set(tags: nil)`` as null.
     Runs for every job: each check is inline, and only a bad field costs a call."""
     value = payload.get(CLASS)
     if not (isinstance(value, str) and value != ""):
@@ -260,13 +262,14 @@ def validate(payload: Payload) -> Payload:
         if not (value is None or isinstance(value, bool)
                 or (isinstance(value, int) and value >= 0)):
             _fail(payload, RETRY, "true, false or a non-negative integer")
-    if RETRY_FOR in payload and not _is_number(payload[RETRY_FOR]):
+    value = payload.get(RETRY_FOR)
+    if value is not None and not _is_number(value):
         _fail(payload, RETRY_FOR, "a number of seconds")
-    if RETRY_COUNT in payload:
-        value = payload[RETRY_COUNT]
-        if not isinstance(value, int) or isinstance(value, bool):
-            _fail(payload, RETRY_COUNT, "an integer")
-    if TAGS in payload and not isinstance(payload[TAGS], list):
+    value = payload.get(RETRY_COUNT)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        _fail(payload, RETRY_COUNT, "an integer")
+    value = payload.get(TAGS)
+    if value is not None and not isinstance(value, list):
         _fail(payload, TAGS, "an array")
     if BACKTRACE in payload:
         value = payload[BACKTRACE]

@@ -211,6 +211,16 @@ def test_bad_input_is_refused_and_nothing_is_written(
     assert r.dbsize() == 0
 
 
+def test_options_given_as_none_are_kept_as_null_as_sidekiqs_client_keeps_them(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    # A Ruby app's `set(tags: nil, retry_for: nil)`: its scheduled job comes back through
+    # this client when scheduler="client" moves it, and must not be refused then.
+    wurk.push({"class": "X", "args": [], "tags": None, "retry_for": None, "retry": None})
+    job = only(r, "queue:default")
+    assert (job["tags"], job["retry_for"], job["retry"]) == (None, None, None)
+
+
 def test_push_while_redis_is_down_raises_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL")
     wurk.configure(redis_url="redis://127.0.0.1:1/0", socket_timeout=0.5)

@@ -70,6 +70,16 @@ def test_validate_accepts_retry_zero_and_false() -> None:
         P.validate({"class": "J", "args": [], "retry": retry})
 
 
+@pytest.mark.parametrize("field", ["retry", "tags", "retry_for", "retry_count", "backtrace",
+                                   "dead"])
+def test_validate_reads_null_as_an_absent_option(field: str) -> None:
+    # Sidekiq's client keeps `set(tags: nil)`, `retry_for: nil`… as JSON null (6.4 checks
+    # only truthy tags; 8.x coerces retry_for only when truthy) and its worker reads null as
+    # the option unset: wurk runs such a job rather than burying it as invalid.
+    payload = {"class": "J", "args": [], "queue": "default", "jid": "x" * 24, field: None}
+    assert P.validate(payload) is payload
+
+
 class Color(enum.Enum):
     RED = 1
 
