@@ -162,6 +162,10 @@ _decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite
 # refused here too, which also keeps re-encoding one (into retry, or dead) far from Python's
 # recursion limit.
 MAX_NESTING = 100
+# A payload is an object holding the ``args`` array: an argument may nest this many levels
+# (``[]`` is one), or the payload is deeper than Ruby reads — Sidekiq's client refuses such a
+# push (its generator has the same limit) and every worker would bury the job unread.
+ARG_NESTING = MAX_NESTING - 2
 _TOO_DEEP = object()
 
 
@@ -301,7 +305,7 @@ def check_args(args: Iterable[Any], *, what: str = "argument") -> None:
                 _check_text(value, f"{what} {index}")
         elif not ((kind is int and value.bit_length() <= _SHORT_INT_BITS)
                   or value is None or kind is bool):
-            _check_native(value, f"{what} {index}")
+            _check_native(value, f"{what} {index}", ARG_NESTING)
 
 
 def check_value(value: Any, what: str) -> None:
@@ -315,7 +319,8 @@ def check_value(value: Any, what: str) -> None:
 _SHORT_INT_BITS = 2000
 
 
-def _check_native(value: Any, path: str) -> None:
+def _check_native(value: Any, path: str, levels: int | None = None) -> None:
+    """``levels``: how deep ``value`` may nest (None: no limit)."""
     # Exact types: an IntEnum, a str-mixin Enum or a float subclass passes isinstance, but
     # JSON writes it as its plain value and reads that back (``1``, ``"red"``), not it.
     kind = type(value)
@@ -331,9 +336,16 @@ def _check_native(value: Any, path: str) -> None:
         if not math.isfinite(value):
             raise InvalidArguments(f"{path} is {value!r}; JSON cannot carry NaN or infinity")
         return
+    if kind is list or kind is dict:
+        if levels is not None and levels < 1:
+            raise InvalidArguments(
+                f"{path} is nested too deep: its job's payload would be nested deeper than "
+                f"{MAX_NESTING} levels, the most Ruby's JSON (so Sidekiq) reads and wurk reads "
+                "too; flatten it")
+        inner = None if levels is None else levels - 1
     if kind is list:
         for i, item in enumerate(value):
-            _check_native(item, f"{path}[{i}]")
+            _check_native(item, f"{path}[{i}]", inner)
         return
     if kind is dict:
         for key, item in value.items():
@@ -344,7 +356,7 @@ def _check_native(value: Any, path: str) -> None:
                 )
             if not key.isascii():
                 _check_text(key, f"{path} has the key {key!r}, which")
-            _check_native(item, f"{path}[{key!r}]")
+            _check_native(item, f"{path}[{key!r}]", inner)
         return
     raise InvalidArguments(
         f"{path} is {type(value).__name__} ({_short_repr(value)}), which is not JSON-native; "
