@@ -162,6 +162,10 @@ _decoder = json.JSONDecoder(parse_constant=_refuse_constant, parse_float=_finite
 # refused here too, which also keeps re-encoding one (into retry, or dead) far from Python's
 # recursion limit.
 MAX_NESTING = 100
+# A payload is an object holding the ``args`` array: an argument may nest this many levels
+# (``[]`` is one), or the payload is deeper than Ruby reads — Sidekiq's client refuses such a
+# push (its generator has the same limit) and every worker would bury the job unread.
+ARG_NESTING = MAX_NESTING - 2
 _TOO_DEEP = object()
 
 
@@ -243,6 +247,8 @@ def _excerpt(raw: str | bytes, limit: int = 200) -> str:
 def validate(payload: Payload) -> Payload:
     """Check the fields a worker relies on; raise ``InvalidPayload`` naming the first bad one.
 
+    An option given as null (``tags``, ``retry_for``, ``retry_count``, ``retry``…) is one not
+    set, as Sidekiq reads it: its client keeps ``set(tags: nil)`` as null.
     Runs for every job: each check is inline, and only a bad field costs a call."""
     value = payload.get(CLASS)
     if not (isinstance(value, str) and value != ""):
@@ -260,13 +266,14 @@ def validate(payload: Payload) -> Payload:
         if not (value is None or isinstance(value, bool)
                 or (isinstance(value, int) and value >= 0)):
             _fail(payload, RETRY, "true, false or a non-negative integer")
-    if RETRY_FOR in payload and not _is_number(payload[RETRY_FOR]):
+    value = payload.get(RETRY_FOR)
+    if value is not None and not _is_number(value):
         _fail(payload, RETRY_FOR, "a number of seconds")
-    if RETRY_COUNT in payload:
-        value = payload[RETRY_COUNT]
-        if not isinstance(value, int) or isinstance(value, bool):
-            _fail(payload, RETRY_COUNT, "an integer")
-    if TAGS in payload and not isinstance(payload[TAGS], list):
+    value = payload.get(RETRY_COUNT)
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool)):
+        _fail(payload, RETRY_COUNT, "an integer")
+    value = payload.get(TAGS)
+    if value is not None and not isinstance(value, list):
         _fail(payload, TAGS, "an array")
     if BACKTRACE in payload:
         value = payload[BACKTRACE]
@@ -298,7 +305,7 @@ def check_args(args: Iterable[Any], *, what: str = "argument") -> None:
                 _check_text(value, f"{what} {index}")
         elif not ((kind is int and value.bit_length() <= _SHORT_INT_BITS)
                   or value is None or kind is bool):
-            _check_native(value, f"{what} {index}")
+            _check_native(value, f"{what} {index}", ARG_NESTING)
 
 
 def check_value(value: Any, what: str) -> None:
@@ -312,7 +319,8 @@ def check_value(value: Any, what: str) -> None:
 _SHORT_INT_BITS = 2000
 
 
-def _check_native(value: Any, path: str) -> None:
+def _check_native(value: Any, path: str, levels: int | None = None) -> None:
+    """``levels``: how deep ``value`` may nest (None: no limit)."""
     # Exact types: an IntEnum, a str-mixin Enum or a float subclass passes isinstance, but
     # JSON writes it as its plain value and reads that back (``1``, ``"red"``), not it.
     kind = type(value)
@@ -328,9 +336,16 @@ def _check_native(value: Any, path: str) -> None:
         if not math.isfinite(value):
             raise InvalidArguments(f"{path} is {value!r}; JSON cannot carry NaN or infinity")
         return
+    if kind is list or kind is dict:
+        if levels is not None and levels < 1:
+            raise InvalidArguments(
+                f"{path} is nested too deep: its job's payload would be nested deeper than "
+                f"{MAX_NESTING} levels, the most Ruby's JSON (so Sidekiq) reads and wurk reads "
+                "too; flatten it")
+        inner = None if levels is None else levels - 1
     if kind is list:
         for i, item in enumerate(value):
-            _check_native(item, f"{path}[{i}]")
+            _check_native(item, f"{path}[{i}]", inner)
         return
     if kind is dict:
         for key, item in value.items():
@@ -341,7 +356,7 @@ def _check_native(value: Any, path: str) -> None:
                 )
             if not key.isascii():
                 _check_text(key, f"{path} has the key {key!r}, which")
-            _check_native(item, f"{path}[{key!r}]")
+            _check_native(item, f"{path}[{key!r}]", inner)
         return
     raise InvalidArguments(
         f"{path} is {type(value).__name__} ({_short_repr(value)}), which is not JSON-native; "

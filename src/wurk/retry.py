@@ -196,9 +196,10 @@ def will_retry(config: Config, job: dict[str, Any], exc: BaseException,
 
 
 def _retry_setting(job: dict[str, Any], definition: JobDefinition | None) -> Any:
-    """The payload's ``retry`` if it has the key, else the job's option, else on
-    (an unknown job without the key retries with the default: never silently dropped)."""
-    if P.RETRY in job:
+    """The payload's ``retry`` if it has one, else the job's option, else on (an unknown
+    job without one retries with the default: never silently dropped). A null ``retry`` is
+    none, as Sidekiq reads it (``msg["retry"].nil?``): its client keeps ``set(retry: nil)``."""
+    if job.get(P.RETRY) is not None:
         return job[P.RETRY]
     if definition is not None and P.RETRY in definition.options:
         return definition.options[P.RETRY]
@@ -209,7 +210,7 @@ def _retry_option(job: dict[str, Any], definition: JobDefinition | None) -> Any:
     """``_retry_setting``, written into the payload when it came from the job's option:
     Sidekiq writes the class's value there, so the retry entry carries it."""
     retry = _retry_setting(job, definition)
-    if P.RETRY not in job and definition is not None and P.RETRY in definition.options:
+    if job.get(P.RETRY) is None and definition is not None and P.RETRY in definition.options:
         job[P.RETRY] = retry
     return retry
 

@@ -31,6 +31,14 @@ def ruby_named(image_id: int) -> None: ...
 SIDEKIQ8_KEYS = {"retry", "queue", "class", "args", "jid", "created_at", "enqueued_at"}
 
 
+def _deep(levels: int) -> list[Any]:
+    """A list ``levels`` deep (``[]`` is one): at 99, its payload nests past Ruby's 100."""
+    outer: list[Any] = []
+    for _ in range(levels - 1):
+        outer = [outer]
+    return outer
+
+
 def only(r: redis.Redis, key: str) -> dict[str, Any]:
     entries = r.lrange(key, 0, -1)
     assert len(entries) == 1, entries
@@ -189,6 +197,8 @@ def test_middleware_may_convert_arguments_before_the_check(
         (lambda: resize.perform_async(datetime.now()), InvalidArguments, "datetime"),
         (lambda: resize.perform_async({1: 2}), InvalidArguments, "key 1 of type int"),
         (lambda: resize.perform_bulk([[1], [b"x"]]), InvalidArguments, "bytes"),
+        (lambda: wurk.push({"class": "X", "args": [_deep(99)]}), InvalidArguments,
+         "nested deeper than 100 levels"),
         (lambda: wurk.push({"class": "", "args": []}), InvalidPayload, "'class'"),
         (lambda: wurk.push({"class": "X", "args": {}}), InvalidPayload, "'args' must be a list"),
         (lambda: wurk.push({"class": "X", "args": [], "queue": ""}), InvalidPayload, "'queue'"),
@@ -209,6 +219,16 @@ def test_bad_input_is_refused_and_nothing_is_written(
         push()
     assert message in str(info.value)
     assert r.dbsize() == 0
+
+
+def test_options_given_as_none_are_kept_as_null_as_sidekiqs_client_keeps_them(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    # A Ruby app's `set(tags: nil, retry_for: nil)`: its scheduled job comes back through
+    # this client when scheduler="client" moves it, and must not be refused then.
+    wurk.push({"class": "X", "args": [], "tags": None, "retry_for": None, "retry": None})
+    job = only(r, "queue:default")
+    assert (job["tags"], job["retry_for"], job["retry"]) == (None, None, None)
 
 
 def test_push_while_redis_is_down_raises_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

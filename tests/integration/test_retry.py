@@ -275,12 +275,36 @@ def test_default_max_is_25(book: Book, r: redis.Redis) -> None:
     assert retries(r) == [] and dead(r)[0]["retry_count"] == 25
 
 
-@pytest.mark.parametrize("value", [False, None])
-def test_retry_false_runs_death_handlers_only(book: Book, r: redis.Redis, value: Any) -> None:
-    job = new_job(retry=value)
+def test_retry_false_runs_death_handlers_only(book: Book, r: redis.Redis) -> None:
+    job = new_job(retry=False)
     exc = book.fail(job)
     assert retries(r) == [] and dead(r) == []
     assert book.deaths == [(job, exc)]
+
+
+def test_retry_null_is_read_as_no_retry_key(book: Book, r: redis.Redis) -> None:
+    # Sidekiq's client keeps `set(retry: nil)` as "retry":null and its worker then takes the
+    # class's option (`msg["retry"].nil?`): the job is retried, never silently dropped.
+    flaky = new_job(**{"class": "Retry::Flaky"}, retry=None, retry_count=2)
+    book.fail(flaky, definition=FlakyJob.definition, instance=FlakyJob())
+    assert retries(r) == [] and dead(r)[0]["retry_count"] == 3  # the class's retry=3
+    assert dead(r)[0]["retry"] == 3  # written into the payload, as Sidekiq does
+    never = new_job(**{"class": "Retry::Never"}, retry=None)
+    book.fail(never, definition=NoRetryJob.definition, instance=NoRetryJob())
+    assert len(dead(r)) == 1 and len(book.deaths) == 2  # the class's retry=False
+    unknown = new_job(**{"class": "Nobody::Knows"}, retry=None)
+    book.fail(unknown)  # an unknown job: the default, as without the key
+    stored, _ = only_retry(r)
+    assert stored["jid"] == unknown["jid"] and stored["retry_count"] == 0
+    assert stored["retry"] is None  # kept as it was: no class option to write there
+
+
+def test_retry_for_null_leaves_the_count_limit(book: Book, r: redis.Redis) -> None:
+    book.fail(new_job(retry=2, retry_for=None, retry_count=0))
+    assert only_retry(r)[0]["retry_count"] == 1 and dead(r) == []
+    r.delete("retry")
+    book.fail(new_job(retry=2, retry_for=None, retry_count=1))
+    assert retries(r) == [] and dead(r)[0]["retry_count"] == 2
 
 
 def test_retry_taken_from_the_definition_when_the_payload_has_none(book: Book,

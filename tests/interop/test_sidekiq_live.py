@@ -83,6 +83,25 @@ def test_ruby_pushes_plain_scheduled_and_bulk_jobs_and_wurk_runs_them_with_the_s
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.zcard("schedule") == 0
 
 
+def test_options_ruby_unset_with_nil_read_as_absent_so_the_job_runs_and_retries(
+    tmp_path: Path, r: redis.Redis, processes: Processes
+) -> None:
+    pushed = ruby("push_nil.rb", "py")
+    (failing,) = [json.loads(raw) for raw in r.lrange("queue:py", 0, -1)
+                  if json.loads(raw)["jid"] == pushed["failing"]]
+    assert failing["retry"] is None and failing["tags"] is None and failing["retry_for"] is None
+    start_wurk_worker(processes, tmp_path, r)
+    wait_until(lambda: r.llen(wurk_jobs.RAN) >= 1 and r.zcard("retry") >= 1, 30,
+               "wurk to run the Ruby job and book the failure of the other")
+    assert [entry["jid"] for entry in runs(r, wurk_jobs.RAN)] == [pushed["plain"]]
+    (retried,) = [json.loads(raw) for raw in r.zrange("retry", 0, -1)]
+    # "retry":null is no retry key: the job's own retry=3 applies, as Sidekiq applies its
+    # class's option, and is written into the payload.
+    assert (retried["jid"], retried["retry_count"], retried["retry"]) == (
+        pushed["failing"], 0, 3)
+    assert r.zcard("dead") == 0
+
+
 # -- wurk pushes, Sidekiq runs -----------------------------------------------------------------
 def test_wurk_pushes_plain_scheduled_and_bulk_jobs_and_sidekiq_runs_them_with_the_same_args(
     r: redis.Redis, processes: Processes, redis_server: Any

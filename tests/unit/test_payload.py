@@ -70,6 +70,16 @@ def test_validate_accepts_retry_zero_and_false() -> None:
         P.validate({"class": "J", "args": [], "retry": retry})
 
 
+@pytest.mark.parametrize("field", ["retry", "tags", "retry_for", "retry_count", "backtrace",
+                                   "dead"])
+def test_validate_reads_null_as_an_absent_option(field: str) -> None:
+    # Sidekiq's client keeps `set(tags: nil)`, `retry_for: nil`… as JSON null (6.4 checks
+    # only truthy tags; 8.x coerces retry_for only when truthy) and its worker reads null as
+    # the option unset: wurk runs such a job rather than burying it as invalid.
+    payload = {"class": "J", "args": [], "queue": "default", "jid": "x" * 24, field: None}
+    assert P.validate(payload) is payload
+
+
 class Color(enum.Enum):
     RED = 1
 
@@ -99,6 +109,35 @@ def test_check_args_names_the_offending_argument(args: list[object], named: str)
 def test_check_args_accepts_json_native_values() -> None:
     P.check_args([None, True, 1, 2.5, "s", [1, [2]], {"a": {"b": [None]}}, 2**70])
     P.check_args(["é ✓ 😀", {"clé": ["ü"]}, -(2**3000), 10**600])  # UTF-8; long, not too long
+
+
+def _nested(levels: int) -> list[object]:
+    """A list ``levels`` deep: ``[]`` is one level, ``[[]]`` two."""
+    outer: list[object] = []
+    inner = outer
+    for _ in range(levels - 1):
+        inner.append([])
+        inner = inner[0]  # type: ignore[assignment]
+    return outer
+
+
+def test_check_args_refuses_arguments_nested_past_what_ruby_reads() -> None:
+    # Ruby's JSON reads and writes at most 100 levels; a payload is an object holding the
+    # args array, so an argument may nest 98. Deeper, Sidekiq's own client refuses the push
+    # (JSON::NestingError) and every worker, Ruby's or wurk's, would bury the job unread.
+    deepest = _nested(P.MAX_NESTING - 2)
+    P.check_args([deepest])
+    assert P.loads(P.dumps({"class": "J", "args": [deepest]}))["args"] == [deepest]
+    for args, named in (([_nested(P.MAX_NESTING - 1)], "argument 0" + "[0]" * 98),
+                        ([1, {"k": _nested(P.MAX_NESTING - 2)}],
+                         "argument 1['k']" + "[0]" * 97)):
+        with pytest.raises(InvalidArguments, match="nested deeper than 100 levels") as info:
+            P.check_args(args)
+        assert str(info.value).startswith(f"{named} is nested too deep")
+        with pytest.raises(UnparseablePayload):  # what a worker would have made of it
+            P.loads(P.dumps({"class": "J", "args": args}))
+    with pytest.raises(InvalidArguments, match="nested too deep"):  # not a RecursionError
+        P.check_args([_nested(100_000)])
 
 
 class Level(enum.IntEnum):

@@ -374,9 +374,11 @@ class Client:
                                  "in-flight lists", field=P.QUEUE)
         if job.get(P.AT) is not None:
             job[P.AT] = _at(job[P.AT])
-        if P.TAGS in job and not isinstance(job[P.TAGS], list):
+        # None (Ruby's nil) is an option not set, kept as Sidekiq's client keeps it: a job
+        # Ruby pushed so passes here again when the scheduler pushes it through the client.
+        if job.get(P.TAGS) is not None and not isinstance(job[P.TAGS], list):
             raise InvalidPayload(f"'tags' must be a list, not {job[P.TAGS]!r}", field=P.TAGS)
-        if P.RETRY_FOR in job:
+        if job.get(P.RETRY_FOR) is not None:
             retry_for = job[P.RETRY_FOR]
             if isinstance(retry_for, bool) or not isinstance(retry_for, (int, float)) or not (
                 0 < retry_for <= MAX_RETRY_FOR
