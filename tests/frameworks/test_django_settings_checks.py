@@ -67,3 +67,48 @@ def test_a_database_alias_django_does_not_have_stops_the_startup(value: object) 
     assert code == 1, output
     assert "ImproperlyConfigured: settings.WURK['DATABASE'] must name a database of " \
            f"settings.DATABASES ('default'), not {value!r}" in output, output
+
+
+@pytest.mark.parametrize("name", ["high priority", "in|flight", "mail,3", ""])
+def test_a_queue_name_a_worker_cannot_be_given_stops_the_startup(name: str) -> None:
+    # Django's QUEUES take any string; a worker's -q refuses a space, '|' and reads what
+    # follows ',' as a weight: tasks of that queue would never run.
+    code, output = start_django(tasks={"QUEUES": ["default", name]})
+    assert code == 1, output
+    assert "ConfigError: TASKS['default']['QUEUES']: " in output, output
+    assert repr(name) in output or "empty" in output, output
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"RETRIES": 3}, "unknown option RETRIES; the options are RESULT_TTL and RETRY, "),
+    ({"JID": "x" * 24}, "unknown option JID;"),
+    ({"QUEUE": "mail"}, "QUEUE is not an option here; a task's queue is its queue_name"),
+])
+def test_an_option_the_backend_does_not_take_stops_the_startup(
+        options: dict[str, object], message: str) -> None:
+    # A typo (RETRIES) went into every payload as a field nobody reads; QUEUE and JID were
+    # overwritten by the task's own at each enqueue, silently.
+    code, output = start_django(tasks={"OPTIONS": options})
+    assert code == 1, output
+    assert f"ConfigError: TASKS['default']['OPTIONS']: {message}" in output, output
+
+
+def test_a_task_on_a_queue_a_worker_cannot_be_given_is_refused_at_enqueue() -> None:
+    # With QUEUES empty Django lets a task use any queue name: wurk's check is at enqueue.
+    script = SCRIPT % {"wurk": {}, "tasks": {"QUEUES": []}} + textwrap.dedent("""
+        from django_tasks import task
+        from django_tasks.exceptions import InvalidTaskError
+
+        def send(): ...
+        send.__module__ = "__main__"
+        try:
+            task(queue_name="high priority")(send)
+        except InvalidTaskError as exc:
+            print(f"refused: {exc}")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PYTHONPATH"] = str(SRC)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert "refused: task __main__.send: queue name 'high priority' has a space in it" \
+        in done.stdout, done.stdout + done.stderr
