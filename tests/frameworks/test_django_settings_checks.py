@@ -53,6 +53,19 @@ def test_good_settings_start() -> None:
     assert (code, output.splitlines()[-1]) == (0, "started"), output
 
 
+def test_a_project_without_databases_starts() -> None:
+    # Django gives a project without DATABASES a "default" of the dummy backend.
+    script = SCRIPT.replace('DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", '
+                            '"NAME": ":memory:"}},', "")
+    assert script != SCRIPT
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PYTHONPATH"] = str(SRC)
+    done = subprocess.run([sys.executable, "-c", script % {"wurk": {"CLIENT": "default"},
+                                                           "tasks": {}}],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[-1:] == ["started"], done.stdout + done.stderr
+
+
 @pytest.mark.parametrize("value", ["no", 0, None])
 def test_autoreload_that_is_not_a_bool_stops_the_startup(value: object) -> None:
     code, output = start_django({"AUTORELOAD": value})

@@ -21,6 +21,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 
 from ...config import Config
 from ...errors import ConfigError
@@ -60,8 +61,10 @@ def app_settings() -> AppSettings:
         raise ImproperlyConfigured(f"settings.WURK['IMPORTS'] must be a list of module "
                                    f"paths, not {imports!r}")
     database = own.get("database", "default")
-    if not isinstance(database, str) or database not in django_settings.DATABASES:
-        aliases = ", ".join(map(repr, django_settings.DATABASES))
+    # connections.settings: DATABASES as Django reads it (a project without any has a
+    # "default" of the dummy backend, where autocommit pushes go at once)
+    if not isinstance(database, str) or database not in connections.settings:
+        aliases = ", ".join(map(repr, connections.settings))
         raise ImproperlyConfigured(f"settings.WURK['DATABASE'] must name a database of "
                                    f"settings.DATABASES ({aliases}), not {database!r}")
     autoreload = own.get("autoreload", django_settings.DEBUG)
