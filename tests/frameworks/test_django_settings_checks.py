@@ -49,7 +49,13 @@ def start_django(wurk: dict[str, Any] | None = None,
 
 def test_good_settings_start() -> None:
     code, output = start_django({"DATABASE": "default", "AUTORELOAD": False},
-                                {"QUEUES": ["default", "mail"], "OPTIONS": {"RETRY": 3}})
+                                {"QUEUES": ["default", "mail"], "OPTIONS": {
+                                    "RETRY": 3, "RETRY_FOR": 60, "RETRY_QUEUE": "low",
+                                    "DEAD": False, "BACKTRACE": 5, "TAGS": ["a"],
+                                    "LOG_LEVEL": "info", "TIMEOUT": 10, "EXPIRES_IN": 60,
+                                    "UNIQUE_FOR": 60, "UNIQUE_UNTIL": "start",
+                                    "PARTITION": "p", "PROFILE": "t", "SHARD": "s",
+                                    "RESULT_TTL": 60}})
     assert (code, output.splitlines()[-1]) == (0, "started"), output
 
 

@@ -49,7 +49,7 @@ from ...client.default import default_client
 from ...config import default_config
 from ...errors import ConfigError
 from ...job import JobDefinition, current_job, registry, validate_options
-from ...options import parse_queue
+from ...options import SHARD, parse_queue
 from ...results import store as outcomes
 from . import results as R
 
@@ -84,7 +84,7 @@ _RESULT_FIELDS = {f.name for f in dataclasses.fields(TaskResult) if f.init}
 # is a typo (RETRIES) or one the backend sets itself (QUEUE, JID…), refused at startup.
 TASK_OPTIONS = (P.RETRY, P.RETRY_FOR, P.RETRY_QUEUE, P.DEAD, P.BACKTRACE, P.TAGS,
                 P.LOG_LEVEL, P.TIMEOUT, P.ENCRYPT, P.EXPIRES_IN, P.UNIQUE_FOR,
-                P.UNIQUE_UNTIL, P.PARTITION, P.PROFILE, P.PROFILER_OPTIONS)
+                P.UNIQUE_UNTIL, P.PARTITION, P.PROFILE, P.PROFILER_OPTIONS, SHARD)
 _tasks: dict[str, Task[Any, Any]] = {}  # module path → the task, as its @task made it
 
 
