@@ -5,8 +5,10 @@
    The host calls ``stop()`` from its graceful-shutdown hook. ``embed(config)`` is the
    one-line form returning a started one.
 2. The drain is registered with ``atexit`` before anything starts, so a boot that fails
-   half-way still drains what did start; ``stop()`` removes it, and it does nothing in a
-   forked child.
+   half-way still drains what did start; ``stop()`` removes it. The worker belongs to the
+   process that started it: in a forked child it is not ``running`` (its threads stayed in
+   the parent), and the hook, ``quiet()`` and ``stop()`` do nothing there but warn (a stop
+   would push the parent's running jobs back and remove the parent's process record).
 3. Remote quiet and stop (the dashboard's buttons) are refused: the host owns its shutdown.
 4. ``boot_swarm(config, settings)``: a swarm whose supervisor runs on a background thread of
    the host: at-exit drain registered before the first fork; at exit it asks the
@@ -64,7 +66,12 @@ class InProcessWorker:
 
     @property
     def running(self) -> bool:
-        return self.launcher is not None and not self.launcher.stopping
+        """False in a forked child too: the worker's threads stayed in the parent."""
+        return self.launcher is not None and not self.launcher.stopping and self._owned()
+
+    def _owned(self) -> bool:
+        """Whether this process started the worker (a forked child did not)."""
+        return os.getpid() == self._pid
 
     def start(self) -> InProcessWorker:
         """Start fetching and running jobs on this process's threads; returns ``self``."""
@@ -74,6 +81,7 @@ class InProcessWorker:
         with self._lock:
             if self.launcher is not None:
                 raise RuntimeError("this in-process worker was already started")
+            self._pid = os.getpid()  # made in a preloading master, started in a child
             self.launcher = launcher_for(self.config, embedded=True,
                                          on_remote_signal=self._remote_signal)
         _setup_logging(self.config)
@@ -88,19 +96,30 @@ class InProcessWorker:
 
     def quiet(self) -> None:
         """Stop fetching; running jobs finish (one-way)."""
-        if self.launcher is not None:
+        if self.launcher is not None and self._refuse_in_child("quiet"):
             self.launcher.quiet()
 
     def stop(self, timeout: float | None = None) -> None:
         """Drain: running jobs get ``timeout`` (default ``config.timeout``) s, then go back."""
         launcher = self.launcher
-        if launcher is None:
+        if launcher is None or not self._refuse_in_child("stop"):
             return
         atexit.unregister(self._at_exit)
         launcher.stop(timeout)
 
+    def _refuse_in_child(self, what: str) -> bool:
+        """True in the process that started the worker; in a forked child, a warning and
+        False: its stop would push back the jobs the parent is running and remove the
+        parent's process record."""
+        if self._owned():
+            return True
+        log.warning("in-process worker: ignoring %s() in process %d, forked from %d that "
+                    "runs this worker; start a worker in this process instead", what,
+                    os.getpid(), self._pid)
+        return False
+
     def _at_exit(self) -> None:
-        if os.getpid() == self._pid:  # a forked child does not own this worker
+        if self._owned():  # a forked child does not own this worker
             self.stop()
 
     def _remote_signal(self, name: str) -> None:

@@ -203,6 +203,58 @@ def test_the_exit_hook_is_removed_by_stop_and_does_nothing_in_a_forked_child(
     assert atexit._ncallbacks() == left
 
 
+def test_a_forked_child_neither_sees_the_worker_running_nor_stops_the_parents(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """Threads do not survive fork(): in the child the parent's worker is not running, and
+    its quiet()/stop() (a gunicorn worker_exit of a preloaded app) must not push the jobs
+    the parent is running back to their queue, nor remove the parent's process record."""
+    worker = wurk.InProcessWorker(fast).start()
+    try:
+        push("EmbedMode::Wait", 30)
+        wait_until(lambda: r.hget(worker.identity, "busy") == "1", what="the job running")
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                code = 2 if worker.running else 0
+                worker.quiet()
+                worker.stop(timeout=0)
+            except BaseException:
+                code = 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0, "the child saw the worker running"
+        assert worker.running
+        assert r.exists(worker.identity) and r.hget(worker.identity, "quiet") == "false"
+        assert r.llen("queue:default") == 0  # the parent's job was not pushed back
+        assert r.hget(worker.identity, "busy") == "1"
+    finally:
+        release.set()
+        worker.stop()
+
+
+def test_a_worker_made_before_a_fork_and_started_after_it_belongs_to_the_child(
+        fast: wurk.Config) -> None:
+    """Made in a preloading master, started in the forked worker (post_fork): the child
+    owns it, so its stop() and its exit hook drain it there."""
+    worker = wurk.InProcessWorker(fast)
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            worker.start()
+            code = 0 if worker.running else 2
+            worker.stop(timeout=0)
+            code = code or (3 if worker.running else 0)
+            code = code or (4 if worker.launcher is None or
+                            not worker.launcher.stopping else 0)
+        except BaseException:
+            code = 1
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 @pytest.mark.parametrize(("host_logging", "wurk_handlers"), [
     ("", 1), ("import logging; logging.basicConfig()", 0)])
 def test_wurk_installs_a_log_handler_only_in_a_host_without_logging(

@@ -308,6 +308,29 @@ def test_a_block_works_as_a_decorator(config: wurk.Config) -> None:
     assert wurk.testing.mode() == "disable"
 
 
+def test_a_block_decorates_an_async_function_for_the_whole_of_its_body(
+        config: wurk.Config, r: redis.Redis) -> None:
+    # contextlib's ContextDecorator ends the block as the coroutine is made, before its body
+    # runs: the pushes of a decorated async test went to Redis.
+    @wurk.testing.fake()
+    async def body() -> tuple[str, int]:
+        await asyncio.sleep(0)
+        await resize.aperform_async(1)
+        return wurk.testing.mode(), len(resize.jobs)
+
+    @wurk.testing.inline()
+    async def inline_body() -> str:
+        await asyncio.sleep(0)
+        resize.perform_async(2)
+        return wurk.testing.mode()
+
+    assert asyncio.run(body()) == ("fake", 1)
+    assert asyncio.run(inline_body()) == "inline"
+    assert [entry[0] for entry in ran] == [2]
+    assert in_redis(r) == 0
+    assert wurk.testing.mode() == "disable"
+
+
 def test_an_unknown_mode_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown testing mode 'fakes'"):
         wurk.testing.set_mode("fakes")  # type: ignore[arg-type]

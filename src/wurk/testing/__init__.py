@@ -6,9 +6,9 @@
    to Redis, as in production. Client middleware runs in every mode: only the Redis write
    is replaced (through ``wurk.client.writers``, never by patching the client).
 2. Switched explicitly, never at import: ``set_mode("fake")`` for the whole process, or
-   ``with wurk.testing.fake():`` (also a decorator) for this thread and the asyncio tasks
-   it starts. A block wins over the process mode; blocks do not nest (a clear error says
-   which mode is already on).
+   ``with wurk.testing.fake():`` (also a decorator, of a function or an ``async def``
+   one) for this thread and the asyncio tasks it starts. A block wins over the process
+   mode; blocks do not nest (a clear error says which mode is already on).
 3. The pytest plugin (``wurk.testing.plugin``, registered on install) gives the fixtures
    ``wurk_fake``, ``wurk_inline`` and ``wurk_redis``.
 4. ``relay_outbox()``: with ``client="outbox"``, move the committed rows of the outbox table
@@ -17,9 +17,12 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from contextlib import ContextDecorator
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .. import payload as P
 from ..client import writers
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 Mode = Literal["fake", "inline", "disable"]
+F = TypeVar("F", bound=Callable[..., Any])
 MODES: tuple[Mode, ...] = ("fake", "inline", "disable")
 
 
@@ -92,6 +96,19 @@ class _Block(ContextDecorator):
 
     def _recreate_cm(self) -> _Block:  # a decorated function gets a fresh block per call
         return _Block(self._mode, self._chain)
+
+    def __call__(self, func: F) -> F:
+        """Decorate ``func``; an ``async def`` one gets the block around the whole of its
+        body (``ContextDecorator`` would end it as the coroutine is made, before it runs)."""
+        if not inspect.iscoroutinefunction(func):
+            return super().__call__(func)
+
+        @functools.wraps(func)
+        async def inner(*args: Any, **kwargs: Any) -> Any:
+            with self._recreate_cm():
+                return await func(*args, **kwargs)
+
+        return inner  # type: ignore[return-value]
 
     def __enter__(self) -> _Block:
         current = writers.block_value()

@@ -4,23 +4,28 @@
    ``wurk:task-result:<id>`` (the id is the job's jid); each write renews the TTL.
 2. A record read back is untrusted: one that is not a JSON object, or lacks its task path,
    is reported as missing (``load`` returns None) and logged, never an exception in a view.
-3. ``mark_dead`` is a death handler: a task whose retries ran out (or that had none) is
+3. Under a testing mode that keeps or runs pushes in this process (``wurk.testing``'s fake
+   and inline), records are kept in this process's memory, not in Redis: those modes never
+   talk to Redis (docs/testing.md). ``in_memory()`` says which.
+4. ``mark_dead`` is a death handler: a task whose retries ran out (or that had none) is
    recorded ``FAILED``; until then a failed attempt leaves it ``READY`` for the retry.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from ... import payload as P
 from ... import stored
+from ...client import writers
 from ...config import Config, default_config
 from ...errors import UnparseablePayload
 
-__all__ = ["DEFAULT_RESULT_TTL", "ResultStore", "mark_dead"]
+__all__ = ["DEFAULT_RESULT_TTL", "ResultStore", "in_memory", "mark_dead"]
 
 log = logging.getLogger("wurk")
 
@@ -30,6 +35,15 @@ DEFAULT_RESULT_TTL = 24 * 60 * 60
 READY, RUNNING, FAILED, SUCCESSFUL = "READY", "RUNNING", "FAILED", "SUCCESSFUL"
 
 Record = dict[str, Any]
+
+# Records written under a testing mode (fake, inline): key → the JSON Redis would hold.
+_kept: dict[str, str] = {}
+_kept_lock = threading.Lock()
+
+
+def in_memory() -> bool:
+    """Whether a testing mode keeps this thread's pushes (and so the task records) here."""
+    return isinstance(writers.beneath(), writers.KeepingWriter)
 
 
 class ResultStore:
@@ -46,13 +60,22 @@ class ResultStore:
         when it started)."""
         ttl = record.get("ttl") if isinstance(record.get("ttl"), int) else self.ttl
         key, value = self.config.keys.task_result(result_id), P.dumps(record)
+        if in_memory():
+            with _kept_lock:
+                if not (only_new and key in _kept):
+                    _kept[key] = value
+            return
         self.config.pool("client").run(lambda redis: redis.set(key, value, ex=ttl,
                                                                nx=only_new))
 
     def load(self, result_id: str) -> Record | None:
         key = self.config.keys.task_result(result_id)
         # The reading pool: a key of another Redis type reads as absent, with a warning.
-        raw = self.config.pool("api").run(lambda redis: redis.get(key))
+        if in_memory():
+            with _kept_lock:
+                raw: Any = _kept.get(key)
+        else:
+            raw = self.config.pool("api").run(lambda redis: redis.get(key))
         if raw is None:
             return None
         try:

@@ -2,7 +2,8 @@
 
 1. Keys are ``wurk.Config`` settings in any case (``"REDIS_URL"`` or ``"redis_url"``);
    an unknown one is an error naming it. ``DATABASE``, ``IMPORTS`` and ``AUTORELOAD`` are
-   this app's own.
+   this app's own, checked as the rest: an alias ``DATABASES`` does not have, or an
+   ``AUTORELOAD`` that is not a bool (``"no"`` is true to Python), stops the startup.
 2. ``client`` defaults to ``"outbox"``: a push inside ``atomic()`` is a row of the
    ``wurk_outbox`` table in the same transaction (``manage.py migrate`` makes it), relayed
    to Redis after the commit. ``"transactional"`` keeps the push in memory until
@@ -20,6 +21,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections
 
 from ...config import Config
 from ...errors import ConfigError
@@ -58,8 +60,18 @@ def app_settings() -> AppSettings:
     if isinstance(imports, str) or not all(isinstance(m, str) for m in imports):
         raise ImproperlyConfigured(f"settings.WURK['IMPORTS'] must be a list of module "
                                    f"paths, not {imports!r}")
-    return AppSettings(database=str(own.get("database", "default")), imports=tuple(imports),
-                       autoreload=bool(own.get("autoreload", django_settings.DEBUG)),
+    database = own.get("database", "default")
+    # connections.settings: DATABASES as Django reads it (a project without any has a
+    # "default" of the dummy backend, where autocommit pushes go at once)
+    if not isinstance(database, str) or database not in connections.settings:
+        aliases = ", ".join(map(repr, connections.settings))
+        raise ImproperlyConfigured(f"settings.WURK['DATABASE'] must name a database of "
+                                   f"settings.DATABASES ({aliases}), not {database!r}")
+    autoreload = own.get("autoreload", django_settings.DEBUG)
+    if not isinstance(autoreload, bool):
+        raise ImproperlyConfigured(f"settings.WURK['AUTORELOAD'] must be True or False, not "
+                                   f"{autoreload!r}")
+    return AppSettings(database=database, imports=tuple(imports), autoreload=autoreload,
                        config=lowered)
 
 

@@ -7,8 +7,10 @@
 2. A task is a wurk job named by its module path (the payload's ``class``), registered
    when its ``@task`` decorator runs: the worker loads each app's ``tasks.py``, and never
    imports what a payload names. Its args travel as ``[args, kwargs]``; ``run_after``
-   schedules it; ``queue_name`` is its queue. ``OPTIONS`` other than ``RESULT_TTL`` are
-   wurk job options (``RETRY``, ``RETRY_FOR``, ``DEAD``, ``TAGS``…).
+   schedules it; ``queue_name`` is its queue, one a worker can be given (checked for
+   ``QUEUES`` at startup, for any other at ``@task`` and enqueue). ``OPTIONS`` other than
+   ``RESULT_TTL`` are wurk job options (``TASK_OPTIONS``: ``RETRY``, ``DEAD``, ``TAGS``…);
+   another key is an error at startup.
 3. The result id is the jid. A task keeps its result as any wurk job does: the job carries
    ``result_ttl`` (``RESULT_TTL``, a day by default), so the worker stores the outcome in
    ``wurk.results``' store (``wurk:result:<jid>``: the return value, JSON-normalised, or
@@ -45,17 +47,21 @@ from ... import payload as P
 from ...client import writers
 from ...client.default import default_client
 from ...config import default_config
+from ...errors import ConfigError
 from ...job import JobDefinition, current_job, registry, validate_options
+from ...options import SHARD, parse_queue
 from ...results import store as outcomes
 from . import results as R
 
 try:  # Django 6
+    from django.tasks import exceptions as task_exceptions
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import TaskResultDoesNotExist
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.tasks.utils import normalize_json
 except ImportError:  # the backport, for Django < 6
+    from django_tasks import exceptions as task_exceptions
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.exceptions import TaskResultDoesNotExist
@@ -68,9 +74,17 @@ log = logging.getLogger("wurk")
 
 # Django 6.0 names a success SUCCESSFUL, later versions SUCCEEDED.
 _SUCCESS = getattr(TaskResultStatus, "SUCCESSFUL", None) or TaskResultStatus.SUCCEEDED
+# Django 6 names a task it refuses InvalidTask, the backport InvalidTaskError.
+InvalidTask: type[Exception] = getattr(task_exceptions, "InvalidTask", None) or \
+    task_exceptions.InvalidTaskError
 _STATUSES = {R.READY: TaskResultStatus.READY, R.RUNNING: TaskResultStatus.RUNNING,
              R.FAILED: TaskResultStatus.FAILED, R.SUCCESSFUL: _SUCCESS}
 _RESULT_FIELDS = {f.name for f in dataclasses.fields(TaskResult) if f.init}
+# The wurk job options a backend's OPTIONS may give its tasks (RESULT_TTL aside): another key
+# is a typo (RETRIES) or one the backend sets itself (QUEUE, JID…), refused at startup.
+TASK_OPTIONS = (P.RETRY, P.RETRY_FOR, P.RETRY_QUEUE, P.DEAD, P.BACKTRACE, P.TAGS,
+                P.LOG_LEVEL, P.TIMEOUT, P.ENCRYPT, P.EXPIRES_IN, P.UNIQUE_FOR,
+                P.UNIQUE_UNTIL, P.PARTITION, P.PROFILE, P.PROFILER_OPTIONS, SHARD)
 _tasks: dict[str, Task[Any, Any]] = {}  # module path → the task, as its @task made it
 
 
@@ -117,7 +131,9 @@ class _TaskJob:
                 task_finished.send(sender=type(backend),
                                    task_result=backend.to_result(result_id, record, task))
             raise
-        record = backend.store.update(result_id, _attempt_succeeded)
+        # Under a testing mode no worker stores the outcome: the record keeps the value.
+        record = backend.store.update(result_id, functools.partial(
+            _attempt_succeeded, value=value, keep_value=R.in_memory()))
         if record is not None:
             task_finished.send(sender=type(backend), task_result=backend.to_result(
                 result_id, record, task, value=value))
@@ -144,9 +160,11 @@ def _attempt_failed(record: R.Record, *, exc: BaseException) -> None:
     })
 
 
-def _attempt_succeeded(record: R.Record) -> None:
+def _attempt_succeeded(record: R.Record, *, value: Any, keep_value: bool) -> None:
     record["status"] = R.SUCCESSFUL
     record["finished_at"] = R.now()
+    if keep_value:
+        record["return_value"] = value
 
 
 def _when(value: Any) -> datetime | None:
@@ -165,13 +183,32 @@ class WurkBackend(BaseTaskBackend):
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
+        where = f"TASKS[{alias!r}]"
+        for name in self.queues:
+            _check_queue(name, where=f"{where}['QUEUES']")
         options = {str(k).lower(): v for k, v in (params.get("OPTIONS") or {}).items()}
         ttl = options.pop("result_ttl", R.DEFAULT_RESULT_TTL)
         if isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1:
-            raise ValueError(f"TASKS[{alias!r}]['OPTIONS']['RESULT_TTL'] must be a number of "
+            raise ValueError(f"{where}['OPTIONS']['RESULT_TTL'] must be a number of "
                              f"seconds ≥ 1, not {ttl!r}")
-        self.job_options = validate_options(options, where=f"TASKS[{alias!r}]['OPTIONS']")
+        if P.QUEUE in options:
+            raise ConfigError(f"{where}['OPTIONS']: QUEUE is not an option here; a task's "
+                              "queue is its queue_name (@task(queue_name=...)), one of QUEUES")
+        unknown = sorted(key.upper() for key in options if key not in TASK_OPTIONS)
+        if unknown:
+            raise ConfigError(f"{where}['OPTIONS']: unknown option {', '.join(unknown)}; "
+                              f"the options are RESULT_TTL and "
+                              f"{', '.join(k.upper() for k in TASK_OPTIONS)}")
+        self.job_options = validate_options(options, where=f"{where}['OPTIONS']")
         self.store = R.ResultStore(ttl=ttl)
+
+    def validate_task(self, task: Task[Any, Any]) -> None:
+        super().validate_task(task)
+        # Django takes any queue name (any at all with QUEUES empty); a worker does not.
+        try:
+            _check_queue(task.queue_name, where=f"task {task.module_path}")
+        except ConfigError as exc:
+            raise InvalidTask(str(exc)) from None
 
     # -- enqueueing -------------------------------------------------------------------------
     def enqueue(self, task: Task[Any, Any], args: Any, kwargs: Any) -> TaskResult[Any]:
@@ -221,7 +258,7 @@ class WurkBackend(BaseTaskBackend):
         # before its outcome is stored, so a record read after an outcome holds them. Read
         # the other way round, a job run between the two reads gave a finished result with
         # the record of before it started (no attempt).
-        outcome = outcomes.find(self.store.config, result_id)
+        outcome = None if R.in_memory() else outcomes.find(self.store.config, result_id)
         record = self.store.load(result_id)
         task = _tasks.get(record["task"]) if record is not None else None
         if record is None or task is None:
@@ -259,6 +296,19 @@ class WurkBackend(BaseTaskBackend):
         object.__setattr__(result, "_return_value",
                            record.get("return_value") if value is None else value)
         return result
+
+
+def _check_queue(name: object, *, where: str) -> None:
+    """A queue name a worker can be given: no ``|``, no space, no ``,`` (``-q`` reads what
+    follows a comma as the queue's weight)."""
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}: a queue name is a string, not {name!r}")
+    try:
+        if parse_queue(name) != (name, 0) or "," in name:
+            raise ConfigError(f"queue name {name!r} has a ',' in it (a worker's -q reads "
+                              "what follows it as a weight)")
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
 
 
 def _caught_up(record: R.Record, outcome: outcomes.Outcome) -> R.Record:
