@@ -172,6 +172,11 @@ def _check_option(key: str, value: Any, where: str) -> None:
         if not isinstance(value, str):
             raise bad("a queue name")
         parse_queue(value)
+        if "," in value or value != value.strip():
+            # "a,3" passed as the queue "a" of weight 3, and the job went to "a,3", a queue
+            # no worker can be given: -q (Sidekiq's too) reads what follows a comma as a weight
+            raise bad("a queue name without ',' or spaces around it (a worker's -q reads what "
+                      "follows a comma as the queue's weight)")
     elif key == P.RETRY:
         if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
             raise bad("True, False or a number of retries ≥ 0")

@@ -203,6 +203,7 @@ def test_middleware_may_convert_arguments_before_the_check(
         (lambda: wurk.push({"class": "X", "args": {}}), InvalidPayload, "'args' must be a list"),
         (lambda: wurk.push({"class": "X", "args": [], "queue": ""}), InvalidPayload, "'queue'"),
         (lambda: wurk.push({"class": "X", "args": [], "queue": "a|b"}), InvalidPayload, "'|'"),
+        (lambda: wurk.push({"class": "X", "args": [], "queue": "a,3"}), InvalidPayload, "','"),
         (lambda: wurk.push({"class": "X", "args": [], "retry": "yes"}), InvalidPayload, "retry"),
         (lambda: wurk.push({"class": "X", "args": [], "at": "soon"}), InvalidPayload, "'at'"),
         (lambda: wurk.push({"class": "X", "args": [], "tags": "t"}), InvalidPayload, "'tags'"),

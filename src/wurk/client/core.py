@@ -372,6 +372,10 @@ class Client:
         if "|" in queue:
             raise InvalidPayload(f"queue name {queue!r} contains '|', which wurk reserves for "
                                  "in-flight lists", field=P.QUEUE)
+        if "," in queue:
+            raise InvalidPayload(f"queue name {queue!r} contains ',': no worker can be given "
+                                 "that queue (-q, Sidekiq's too, reads what follows a comma "
+                                 "as the queue's weight)", field=P.QUEUE)
         if job.get(P.AT) is not None:
             job[P.AT] = _at(job[P.AT])
         # None (Ruby's nil) is an option not set, kept as Sidekiq's client keeps it: a job
