@@ -463,8 +463,9 @@ class Launcher:
 
     def _wait_for_jobs(self, deadline: float) -> float:
         """Wait until the processors are done, ``deadline`` passes or ``hurry`` is called;
-        returns the deadline the managers get (now, once hurried)."""
-        while any(manager.processors for manager in self.managers):
+        returns the deadline the managers get (now, once hurried). Async jobs count: their
+        processors end at quiet while they run on."""
+        while any(manager.working for manager in self.managers):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break

@@ -89,6 +89,11 @@ class Manager:
         with self._lock:
             return list(self._processors)
 
+    @property
+    def working(self) -> bool:
+        """A processor alive or an async job in the lane: what a stop waits for."""
+        return bool(self.processors) or len(self.lane) > 0
+
     def start(self, pinning: Pinning | None = None) -> None:
         """Start the processors; ``pinning`` (``wurk.runtime.affinity``) places their threads."""
         self._pinning = pinning

@@ -13,10 +13,12 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.wait import wait_until
 from wurk.asyncjobs import AsyncLane, EventLoop
 from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
 from wurk.fetch.reliable import Claims, ReliableFetch
+from wurk.launcher import Launcher
 from wurk.manager import Manager, capsule_pool
 from wurk.metrics.counters import Counters
 from wurk.processor import JobRunner
@@ -336,6 +338,51 @@ def test_an_async_job_held_by_its_processor_and_its_lane_goes_back_once(
     assert lane.handed.wait(10)
     manager.stop(time.monotonic())  # the deadline now
     runner.close()
+    assert EVENTS == []
+    assert [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)] == [jid]
+
+
+def test_a_second_stop_signal_hurries_a_stop_waiting_for_async_jobs(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """worker.md: a second Ctrl-C stops now, the unfinished jobs pushed back first. The
+    processors end at quiet while an async job runs on: the stop's wait must still hear it,
+    not sit out the whole timeout."""
+    EVENTS.clear()
+    config.queues = [QUEUE]
+    config.concurrency = 1
+    config.fetch_timeout = 0.2
+    config.timeout = 60  # far past the test's patience: only the hurry can end the wait
+    config.shutdown_grace = 0.5
+    worker = Launcher(config)
+    jid = long_one.perform_async("hurried")
+    worker.start()
+    manager = worker.managers[0]
+    waiting = threading.Event()  # the stop waits for the async job, its processor gone
+    wait_idle = manager.lane.wait_idle
+
+    def waits_for_the_lane(deadline: float) -> bool:
+        waiting.set()
+        return wait_idle(deadline)
+
+    class Hurry(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            if not manager.processors:
+                waiting.set()
+            return super().wait(timeout)
+
+    manager.lane.wait_idle = waits_for_the_lane  # type: ignore[method-assign]
+    worker._hurried = Hurry()
+    stopping = threading.Thread(target=worker.stop, name="test-stop", daemon=True)
+    try:
+        wait_until(lambda: len(manager.lane), what="the async job running")
+        stopping.start()
+        wait_until(lambda: not manager.processors, what="the processor ending at quiet")
+        wait_until(waiting.is_set, what="the stop waiting for the async job")
+        worker.hurry()  # the second Ctrl-C
+        wait_until(lambda: not stopping.is_alive(), what="the hurried stop ending")
+    finally:
+        if not stopping.is_alive() and not worker.stopping:
+            worker.stop(timeout=0)
     assert EVENTS == []
     assert [json.loads(raw)["jid"] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)] == [jid]
 
