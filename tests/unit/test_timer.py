@@ -330,3 +330,30 @@ def test_a_stopped_host_refuses_new_loops_and_stops_the_ones_it_had() -> None:
     assert left.stopping and not left.is_alive()
     with pytest.raises(RuntimeError, match="t-closed is stopped"):
         TimerLoop("t-late", lambda: None, 1.0, host=host).start()
+
+
+def test_a_hosted_loop_stopped_while_it_starts_never_ticks() -> None:
+    """A stop that returned True promises no tick will come. A stop from another thread
+    while ``start`` puts the loop on the host's schedule (forced: it comes while the first
+    wait is asked) must still keep the loop off it."""
+    clock = ManualClock()
+    host = Timers("t-racing", clock=clock)
+    log = Log(clock)
+    stopped: list[bool] = []
+
+    def first_wait() -> float:
+        stopper = threading.Thread(target=lambda: stopped.append(racing.stop(10)),
+                                   name="t-stopper")
+        stopper.start()
+        stopper.join(10)
+        return 0.0  # due at once, ahead of the witness below
+
+    racing = TimerLoop("t-racing-loop", log.tick("racing"), 1.0, first_wait=first_wait,
+                       host=host)
+    racing.start()
+    assert stopped == [True]
+    TimerLoop("t-witness", log.tick("witness"), 30.0, first_wait=0.0, host=host).start()
+    wait_until(lambda: log.of("witness"), what="the witness's tick")
+    assert log.names() == ["witness"], "a loop stopped while it started ticked"
+    assert not racing.is_alive()
+    assert host.stop(10)

@@ -161,12 +161,15 @@ class Timers:
     # -- what the loops call ----------------------------------------------------------------
     def add(self, loop: TimerLoop) -> None:
         """Schedule ``loop``'s first tick (its first wait from now); starts the thread."""
-        if loop.stopping:
-            return  # stopped before it started (a swarm child booting quiet): never ticks
         due = self.clock.monotonic() + max(0.0, loop.first_delay())
         with self._changed:
             if self._closing:
                 raise RuntimeError(f"{self.name} is stopped: cannot run {loop.name!r}")
+            # Looked at under the lock ``remove`` takes after a stop sets it: a loop stopped
+            # before it started (a swarm child booting quiet), or while it was starting on
+            # another thread, never goes on the schedule, where nothing would take it off.
+            if loop.stopping:
+                return
             self._due[loop] = due
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -222,6 +225,8 @@ class Timers:
                     self._running = None
                     if wait is not None and loop in self._due and not loop.stopping:
                         self._due[loop] = self.clock.monotonic() + max(0.0, wait)
+                    elif loop.stopping:  # left due, it would tick again before ``remove``
+                        self._due.pop(loop, None)
                     self._changed.notify_all()
 
     def _next(self) -> TimerLoop | None:
