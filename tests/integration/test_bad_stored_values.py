@@ -257,3 +257,25 @@ def test_a_poison_counter_that_holds_no_count_starts_again_and_stops_no_recovery
     assert sorted(warned) == sorted(
         f"reaper: the poison counter {counters[name]} held no count (written by something "
         "else); it starts again from this recovery" for name in ("text", "big", "hash"))
+
+
+def test_a_dead_set_of_another_type_stops_no_sweep_and_loses_no_poison_pill(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A poison pill's kill wrote to a dead set that held another type (WRONGTYPE): the error
+    ended the sweep there, so every dead owner's list after it stayed unrecovered, at every
+    interval. The pill now stays where it was, with a warning naming the dead set, and the
+    sweep goes on."""
+    r.set(config.keys.dead, "not a sorted set")
+    pill = P.dumps({"class": "X", "args": [], "queue": "default", "jid": "p" * 24})
+    r.set(config.keys.poison_counter("p" * 24), 2)
+    first = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(first, pill)
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(1))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
+    assert r.lrange(first, 0, -1) == [pill]  # not lost: tried again at the next sweep
+    assert not r.exists(after) and r.lrange(config.keys.queue("other"), 0, -1) == [job(1)]
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(config.keys.dead in message and first in message and "WRONGTYPE" in message
+               for message in warned), warned

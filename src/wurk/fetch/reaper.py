@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any
 
 import psutil
+import redis
 
 from .. import partitions
 from .. import payload as P
@@ -291,9 +292,7 @@ class Reaper:
         if moved:
             self._recovered(queue, moved, list(reply[2]))
         for index in range(0, len(poisoned), 2):
-            raw, count = poisoned[index], int(poisoned[index + 1])
-            kill_poisoned(self.config, self.morgue, raw, queue, count)
-            self._remove(key, raw)
+            self._kill(key, queue, poisoned[index], int(poisoned[index + 1]))
         if moved:
             log.info("reaper: recovered %d job(s) of %s", moved, key)
         return moved
@@ -312,6 +311,19 @@ class Reaper:
                 observer(queue, moved)
             except Exception as exc:
                 report_error(self.config, exc, {"context": "recovery metrics"})
+
+    def _kill(self, key: str, queue: str, raw: bytes, count: int) -> None:
+        """A poison pill to the dead set, then out of ``key``. A dead set Redis refuses to
+        write (another type: written by something else) leaves the pill in ``key``, with a
+        warning naming both, for the next sweep: the sweep goes on with the other lists."""
+        try:
+            kill_poisoned(self.config, self.morgue, raw, queue, count)
+        except redis.ResponseError as exc:
+            log.warning("reaper: a poison pill of %s could not go to the dead set %s (%s); "
+                        "it stays in %s until the next sweep", queue, self.config.keys.dead,
+                        exc, key)
+            return
+        self._remove(key, raw)
 
     def _remove(self, key: str, raw: bytes) -> None:
         self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
@@ -358,8 +370,7 @@ class Reaper:
         if abandoned and status != _STRAY_GONE:
             claims.forget_abandoned(key, raw)
         if status == _STRAY_POISONED:
-            kill_poisoned(self.config, self.morgue, raw, queue, int(count))
-            self._remove(key, raw)
+            self._kill(key, queue, raw, int(count))
         elif status == _STRAY_MOVED:
             log.warning("reaper: a job in flight that no processor held went back to %s "
                         "(a lost fetch reply, or a processor that let go of it)", queue)
