@@ -279,3 +279,30 @@ def test_a_dead_set_of_another_type_stops_no_sweep_and_loses_no_poison_pill(
     warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
     assert any(config.keys.dead in message and first in message and "WRONGTYPE" in message
                for message in warned), warned
+
+
+def test_a_queues_set_or_recovered_count_of_another_type_stops_no_recovery(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The recovery script moved a dead owner's jobs, then failed on `queues` or the
+    recovered count holding another type: the script errored half-way, its jobs moved but
+    neither counted nor told to the on_recover hook, and the sweep ended there, leaving every
+    list after it unrecovered. The bookkeeping such a key refuses is skipped now, with a
+    warning naming it; the recovery goes on."""
+    told: list[str] = []
+    config.on_recover = lambda text, pill: told.append(text)
+    r.set(config.keys.queues, "not a set")
+    r.lpush(config.keys.stat_recovered, "not a count")
+    first = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(first, job(1))
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(2))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 2
+    assert not r.exists(first, after)
+    assert r.lrange(config.keys.queue("default"), 0, -1) == [job(1)]
+    assert r.lrange(config.keys.queue("other"), 0, -1) == [job(2)]
+    assert told == [job(1), job(2)]
+    warned = {rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING}
+    assert warned == {
+        f"reaper: {key} holds another Redis type (written by something else); the recovery "
+        "went on without updating it" for key in (config.keys.queues, config.keys.stat_recovered)}

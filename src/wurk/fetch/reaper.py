@@ -289,6 +289,7 @@ class Reaper:
                                                  keep=keep))
         moved, poisoned = int(reply[0]), list(reply[1])
         _warn_restarted(reply[3])
+        _warn_refused(reply[4])
         if moved:
             self._recovered(queue, moved, list(reply[2]))
         for index in range(0, len(poisoned), 2):
@@ -363,10 +364,12 @@ class Reaper:
         abandoned = claims.abandoned(key, raw)
         threshold = POISON_THRESHOLD if abandoned else 0
         # Not replayed: a replay could count a return twice.
-        status, count, *restarted = self.pool.run(
+        status, count, *lists = self.pool.run(
             lambda r: _give_back(r, self.config, key, queue, raw, threshold))
-        if restarted:
-            _warn_restarted(restarted[0])
+        if lists:
+            _warn_restarted(lists[0])
+        if len(lists) > 1:
+            _warn_refused(lists[1])
         if abandoned and status != _STRAY_GONE:
             claims.forget_abandoned(key, raw)
         if status == _STRAY_POISONED:
@@ -384,6 +387,14 @@ def _warn_restarted(keys: list[bytes | str]) -> None:
         name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
         log.warning("reaper: the poison counter %s held no count (written by something else); "
                     "it starts again from this recovery", name[:300])
+
+
+def _warn_refused(keys: list[bytes | str]) -> None:
+    """Keys the scripts found holding another type than their bookkeeping writes there."""
+    for key in keys:
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        log.warning("reaper: %s holds another Redis type (written by something else); the "
+                    "recovery went on without updating it", name[:300])
 
 
 def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
