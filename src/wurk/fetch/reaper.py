@@ -314,20 +314,16 @@ class Reaper:
                 report_error(self.config, exc, {"context": "recovery metrics"})
 
     def _kill(self, key: str, queue: str, raw: bytes, count: int) -> None:
-        """A poison pill to the dead set, then out of ``key``. A dead set Redis refuses to
-        write (another type: written by something else) leaves the pill in ``key``, with a
-        warning naming both, for the next sweep: the sweep goes on with the other lists."""
+        """A poison pill out of ``key`` and into the dead set, in one script: a reaper racing
+        this one finds it gone. A dead set Redis refuses to write (another type: written by
+        something else) leaves the pill in ``key``, with a warning naming both, for the next
+        sweep: the sweep goes on with the other lists."""
         try:
-            kill_poisoned(self.config, self.morgue, raw, queue, count)
+            kill_poisoned(self.config, self.morgue, raw, queue, count, source=key)
         except redis.ResponseError as exc:
             log.warning("reaper: a poison pill of %s could not go to the dead set %s (%s); "
                         "it stays in %s until the next sweep", queue, self.config.keys.dead,
                         exc, key)
-            return
-        self._remove(key, raw)
-
-    def _remove(self, key: str, raw: bytes) -> None:
-        self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
 
     # -- strays -----------------------------------------------------------------------------
     def return_strays(self) -> int:
