@@ -306,3 +306,31 @@ def test_a_queues_set_or_recovered_count_of_another_type_stops_no_recovery(
     assert warned == {
         f"reaper: {key} holds another Redis type (written by something else); the recovery "
         "went on without updating it" for key in (config.keys.queues, config.keys.stat_recovered)}
+
+
+def test_a_queue_of_another_type_stops_no_fetch_of_the_queues_beside_it(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The fetch script moved from each queue in turn with a plain call: a queue key holding
+    another type (written by hand) failed every fetch that reached it, so in strict order no
+    queue after it was ever served (the processors backed off as in an outage that never
+    ended). Such a queue is now passed over, with one warning naming it, and never waited on."""
+    r.set(config.keys.queue("a"), "not a list")
+    r.lpush(config.keys.queue("b"), job(1))
+    fetch = ReliableFetch(config, Capsule(queues=[("a", 0), ("b", 0)]), config.pool("t"),
+                          identity=Identity.current(), capsule_index=0, slot=0)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        unit = fetch.fetch(0.1)
+        assert unit is not None and unit.queue == "b" and unit.raw == job(1).encode()
+        unit.acknowledge()
+        assert fetch.fetch(0.1) is None  # every queue empty or refused: waits, no error
+        assert fetch.fetch(0.1) is None
+        r.lpush(config.keys.queue("b"), job(2))
+        unit = fetch.fetch(0.1)
+        assert unit is not None and unit.raw == job(2).encode()
+        unit.acknowledge()
+    assert r.get(config.keys.queue("a")) == "not a list"
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings == [f"fetch: {config.keys.queue('a')} or its in-flight list holds another "
+                        "Redis type than a list (written by something else); the queue is "
+                        "passed over"]
+    fetch.flush()
