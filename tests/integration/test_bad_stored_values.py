@@ -334,3 +334,24 @@ def test_a_queue_of_another_type_stops_no_fetch_of_the_queues_beside_it(
                         "Redis type than a list (written by something else); the queue is "
                         "passed over"]
     fetch.flush()
+
+
+def test_a_processes_set_of_another_type_stops_no_sweep(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """An in-flight list of the older layout (no nonce) is judged by the `processes` set; one
+    holding another type failed that read, and the error ended the sweep, leaving every dead
+    owner's list after it unrecovered. Such a list is now left for the next sweep (its owner
+    cannot be told dead; the heartbeat puts `processes` right), with a warning naming the
+    set, and the sweep goes on."""
+    r.set(config.keys.processes, "not a set")
+    older = config.keys.queue("default") + "|oldhost|11|0"
+    r.lpush(older, job(1))
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(2))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
+    assert r.lrange(older, 0, -1) == [job(1)]
+    assert not r.exists(after) and r.lrange(config.keys.queue("other"), 0, -1) == [job(2)]
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(config.keys.processes in message and "another" in message
+               for message in warned), warned

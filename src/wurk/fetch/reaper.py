@@ -277,8 +277,14 @@ class Reaper:
             replies = pipe.execute() if members else []
             return list(zip(replies[0::2], replies[1::2], strict=True))
 
-        return any(exists and not self._pid_proves_dead(owner, info)
-                   for exists, info in self.pool.run(records, idempotent=True))
+        try:
+            found = self.pool.run(records, idempotent=True)
+        except redis.ResponseError as exc:  # `processes` of another type: cannot tell
+            log.warning("reaper: %s holds another Redis type than a set (written by something "
+                        "else; the heartbeat replaces it): the list of %s:%s is left for the "
+                        "next sweep (%s)", keys.processes, owner.hostname, owner.pid, exc)
+            return True
+        return any(exists and not self._pid_proves_dead(owner, info) for exists, info in found)
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, key: str, queue: str) -> int:
