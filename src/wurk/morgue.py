@@ -6,6 +6,9 @@
 2. ``kill`` buries a parsed job and then runs the death handlers (unless told not to).
 3. ``take`` moves entries of another sorted set (the API's kill) in one script each
    (``scripts/api_kill.lua``), with the same trims.
+4. ``take_listed`` takes a poison pill out of an in-flight list and buries it in one script
+   (``scripts/poison_kill.lua``), with the same trims: only the reaper that finds it there
+   kills it.
 
 Sidekiq wrote the trimming twice (retry and API); keeping one writer keeps one rule.
 """
@@ -24,6 +27,7 @@ from .reporting import run_death_handlers
 __all__ = ["Morgue"]
 
 _TAKE = "api_kill.lua"
+_TAKE_LISTED = "poison_kill.lua"
 
 
 class Morgue:
@@ -72,6 +76,19 @@ class Morgue:
             return [bool(int(done)) for done in pipe.execute()]
 
         return self.pool.run(move) if raws else []
+
+    def take_listed(self, source: str, raw: bytes, entry: str | bytes | None, *,
+                    now: float | None = None) -> bool:
+        """Remove ``raw`` from the list ``source`` and bury ``entry`` (None: discard), in one
+        script; whether ``raw`` was there to take. Never replayed: a lost reply raises
+        ``RedisUnavailable``, the pill then in one place or the other."""
+        at = time.time() if now is None else now
+        oldest_kept, last_rank = self._limits(at)
+        keys = [source, self.config.keys.dead]
+        args = [raw, entry if entry is not None else "", P.score(at), P.score(oldest_kept),
+                last_rank, "0" if entry is None else "1"]
+        text = scripts.source(_TAKE_LISTED)
+        return bool(int(self.pool.run(lambda r: r.register_script(text)(keys=keys, args=args))))
 
     def _limits(self, at: float) -> tuple[float, int]:
         """The oldest score kept and the last rank trimmed, for entries buried ``at``."""

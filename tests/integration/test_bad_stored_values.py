@@ -257,3 +257,101 @@ def test_a_poison_counter_that_holds_no_count_starts_again_and_stops_no_recovery
     assert sorted(warned) == sorted(
         f"reaper: the poison counter {counters[name]} held no count (written by something "
         "else); it starts again from this recovery" for name in ("text", "big", "hash"))
+
+
+def test_a_dead_set_of_another_type_stops_no_sweep_and_loses_no_poison_pill(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A poison pill's kill wrote to a dead set that held another type (WRONGTYPE): the error
+    ended the sweep there, so every dead owner's list after it stayed unrecovered, at every
+    interval. The pill now stays where it was, with a warning naming the dead set, and the
+    sweep goes on."""
+    r.set(config.keys.dead, "not a sorted set")
+    pill = P.dumps({"class": "X", "args": [], "queue": "default", "jid": "p" * 24})
+    r.set(config.keys.poison_counter("p" * 24), 2)
+    first = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(first, pill)
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(1))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
+    assert r.lrange(first, 0, -1) == [pill]  # not lost: tried again at the next sweep
+    assert not r.exists(after) and r.lrange(config.keys.queue("other"), 0, -1) == [job(1)]
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(config.keys.dead in message and first in message and "WRONGTYPE" in message
+               for message in warned), warned
+
+
+def test_a_queues_set_or_recovered_count_of_another_type_stops_no_recovery(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The recovery script moved a dead owner's jobs, then failed on `queues` or the
+    recovered count holding another type: the script errored half-way, its jobs moved but
+    neither counted nor told to the on_recover hook, and the sweep ended there, leaving every
+    list after it unrecovered. The bookkeeping such a key refuses is skipped now, with a
+    warning naming it; the recovery goes on."""
+    told: list[str] = []
+    config.on_recover = lambda text, pill: told.append(text)
+    r.set(config.keys.queues, "not a set")
+    r.lpush(config.keys.stat_recovered, "not a count")
+    first = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(first, job(1))
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(2))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 2
+    assert not r.exists(first, after)
+    assert r.lrange(config.keys.queue("default"), 0, -1) == [job(1)]
+    assert r.lrange(config.keys.queue("other"), 0, -1) == [job(2)]
+    assert told == [job(1), job(2)]
+    warned = {rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING}
+    assert warned == {
+        f"reaper: {key} holds another Redis type (written by something else); the recovery "
+        "went on without updating it" for key in (config.keys.queues, config.keys.stat_recovered)}
+
+
+def test_a_queue_of_another_type_stops_no_fetch_of_the_queues_beside_it(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The fetch script moved from each queue in turn with a plain call: a queue key holding
+    another type (written by hand) failed every fetch that reached it, so in strict order no
+    queue after it was ever served (the processors backed off as in an outage that never
+    ended). Such a queue is now passed over, with one warning naming it, and never waited on."""
+    r.set(config.keys.queue("a"), "not a list")
+    r.lpush(config.keys.queue("b"), job(1))
+    fetch = ReliableFetch(config, Capsule(queues=[("a", 0), ("b", 0)]), config.pool("t"),
+                          identity=Identity.current(), capsule_index=0, slot=0)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        unit = fetch.fetch(0.1)
+        assert unit is not None and unit.queue == "b" and unit.raw == job(1).encode()
+        unit.acknowledge()
+        assert fetch.fetch(0.1) is None  # every queue empty or refused: waits, no error
+        assert fetch.fetch(0.1) is None
+        r.lpush(config.keys.queue("b"), job(2))
+        unit = fetch.fetch(0.1)
+        assert unit is not None and unit.raw == job(2).encode()
+        unit.acknowledge()
+    assert r.get(config.keys.queue("a")) == "not a list"
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings == [f"fetch: {config.keys.queue('a')} or its in-flight list holds another "
+                        "Redis type than a list (written by something else); the queue is "
+                        "passed over"]
+    fetch.flush()
+
+
+def test_a_processes_set_of_another_type_stops_no_sweep(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """An in-flight list of the older layout (no nonce) is judged by the `processes` set; one
+    holding another type failed that read, and the error ended the sweep, leaving every dead
+    owner's list after it unrecovered. Such a list is now left for the next sweep (its owner
+    cannot be told dead; the heartbeat puts `processes` right), with a warning naming the
+    set, and the sweep goes on."""
+    r.set(config.keys.processes, "not a set")
+    older = config.keys.queue("default") + "|oldhost|11|0"
+    r.lpush(older, job(1))
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(2))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
+    assert r.lrange(older, 0, -1) == [job(1)]
+    assert not r.exists(after) and r.lrange(config.keys.queue("other"), 0, -1) == [job(2)]
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(config.keys.processes in message and "another" in message
+               for message in warned), warned

@@ -287,3 +287,33 @@ def test_pro_layout_registers_and_is_recovered_by_either_layout(
     dead_pro = "queue:sq|other:1:aaaaaaaaaaaa|default"
     r.lpush(dead_pro, job(1))
     assert reaper(cfg).sweep() == 1
+
+
+def test_a_poison_pill_is_killed_once_with_two_reapers_racing(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """The recovery script leaves a pill in the dead owner's list for the reaper to kill, and
+    the kill removed it from there only after the dead set and the death handlers: a second
+    reaper sweeping meanwhile counted it again and killed it too — two dead entries, the
+    handlers and poison callbacks told twice. Only the reaper whose kill takes it out of the
+    list buries it and tells anyone."""
+    pills: list[dict[str, Any]] = []
+    registration = wurk.on_poison(pills.append)
+    deaths: list[str] = []
+    other = Reaper(config, Identity("gone", 1, "111111111111"), ["default"])
+
+    def slow_handler(payload: dict[str, Any], exc: BaseException) -> None:
+        deaths.append(payload["jid"])
+        if len(deaths) == 1:
+            other.sweep()  # the other reaper's sweep lands while the first still kills
+
+    config.death_handlers.append(slow_handler)
+    try:
+        r.set(config.keys.poison_counter("jid000000000000000000001"), 2)
+        key = foreign_list(r, config, "gone", 9, "ffffffffffff", [job(1)])
+        reaper(config).sweep()
+        assert r.zcard("dead") == 1 and not r.exists(key, "queue:default")
+        assert deaths == ["jid000000000000000000001"]
+        assert [pill["count"] for pill in pills] == [3]
+    finally:
+        registration.remove()

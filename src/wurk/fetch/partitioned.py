@@ -69,8 +69,8 @@ class PartitionedFetch(ReliableFetch):
                 return unit
         wait = max(0.001, min(timeout, self._poll))
         self._poll = min(POLL_MAX, self._poll * 2)
-        if plain:
-            waiting_on = self._turn(plain)
+        waiting_on = self._turn(plain) if plain else None  # None: all passed over
+        if waiting_on is not None:
             return self._move_reply(self.lease.call(*self._blocking_move(waiting_on, wait)),
                                     waiting_on)
         self.flush_acks()

@@ -3,9 +3,11 @@
 1. The reaper's recovery script counts each recovery of a jid in
    ``super_fetch:recovered:<jid>`` (72 h TTL); the ACK deletes the counter, so only
    consecutive recoveries without a completion count.
-2. At the third, ``kill_poisoned`` sends the job to the dead set with a ``wurk.Poisoned``
-   error — through the death handlers, so batch callbacks are not stranded — honouring
-   ``dead: false`` (discard), then tells the poison callbacks ``{jid, klass, count, queue}``.
+2. At the third, ``kill_poisoned`` takes the job out of its in-flight list and into the
+   dead set with a ``wurk.Poisoned`` error in one script (``Morgue.take_listed``), honouring
+   ``dead: false`` (discard), then runs the death handlers, so batch callbacks are not
+   stranded, and tells the poison callbacks ``{jid, klass, count, queue}``. Only the reaper
+   that took it does: another reaper racing it finds the list without it.
 3. ``on_poison(fn)`` registers a callback (``wurk.reporting.Callbacks``): the same callable twice is
    one registration; the returned handle's ``remove()`` is idempotent. The configuration's
    ``on_recover`` hook gets ``(job text, pill)`` too, and ``wurk:stat:poisoned`` counts kills
@@ -41,30 +43,36 @@ def on_poison(callback: PoisonCallback) -> Registration:
     return _callbacks.add(callback)
 
 
-def kill_poisoned(config: Config, morgue: Morgue, raw: bytes, queue: str, count: int) -> None:
-    """Dead set (or discard) with a ``Poisoned`` error, death handlers, poison callbacks."""
+def kill_poisoned(config: Config, morgue: Morgue, raw: bytes, queue: str, count: int, *,
+                  source: str) -> bool:
+    """Out of the in-flight list ``source`` and into the dead set (or discarded) with a
+    ``Poisoned`` error, then death handlers and poison callbacks; False when ``raw`` was no
+    longer in ``source`` (another reaper took it): nothing done."""
     try:
         job = P.loads(raw)
     except UnparseablePayload:
-        morgue.bury(raw)
-        log.warning("killed an unparseable poison pill from queue %s", queue)
-        return
+        if morgue.take_listed(source, raw, raw):
+            log.warning("killed an unparseable poison pill from queue %s", queue)
+            return True
+        return False
     klass = str(job.get(P.WRAPPED) or job.get(P.CLASS) or "?")
     error = Poisoned(f"{klass} was recovered {count} times without completing")
     job[P.ERROR_CLASS] = P.error_class_name(error)
     job[P.ERROR_MESSAGE] = str(error)
     job.setdefault(P.FAILED_AT, P.write_time(config.timestamp_format))
-    if job.get(P.DEAD) is False:
+    discard = job.get(P.DEAD) is False
+    if discard:
         job[P.DISCARDED_AT] = P.write_time(config.timestamp_format)
-        run_death_handlers(config, job, error)
-    else:
-        morgue.kill(job, error)
+    if not morgue.take_listed(source, raw, None if discard else P.dumps(job)):
+        return False
+    run_death_handlers(config, job, error)
     log.warning("%s (jid %s) killed as a poison pill after %d recoveries", klass,
                 job.get(P.JID), count)
     pill = {"jid": job.get(P.JID), "klass": klass, "count": count, "queue": queue}
     _count_kill(config)
     _tell_hook(config, raw, pill)
     _notify(pill, config)
+    return True
 
 
 def _count_kill(config: Config) -> None:

@@ -38,6 +38,7 @@ from functools import partial
 from typing import Any
 
 import psutil
+import redis
 
 from .. import partitions
 from .. import payload as P
@@ -276,8 +277,14 @@ class Reaper:
             replies = pipe.execute() if members else []
             return list(zip(replies[0::2], replies[1::2], strict=True))
 
-        return any(exists and not self._pid_proves_dead(owner, info)
-                   for exists, info in self.pool.run(records, idempotent=True))
+        try:
+            found = self.pool.run(records, idempotent=True)
+        except redis.ResponseError as exc:  # `processes` of another type: cannot tell
+            log.warning("reaper: %s holds another Redis type than a set (written by something "
+                        "else; the heartbeat replaces it): the list of %s:%s is left for the "
+                        "next sweep (%s)", keys.processes, owner.hostname, owner.pid, exc)
+            return True
+        return any(exists and not self._pid_proves_dead(owner, info) for exists, info in found)
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, key: str, queue: str) -> int:
@@ -288,12 +295,11 @@ class Reaper:
                                                  keep=keep))
         moved, poisoned = int(reply[0]), list(reply[1])
         _warn_restarted(reply[3])
+        _warn_refused(reply[4])
         if moved:
             self._recovered(queue, moved, list(reply[2]))
         for index in range(0, len(poisoned), 2):
-            raw, count = poisoned[index], int(poisoned[index + 1])
-            kill_poisoned(self.config, self.morgue, raw, queue, count)
-            self._remove(key, raw)
+            self._kill(key, queue, poisoned[index], int(poisoned[index + 1]))
         if moved:
             log.info("reaper: recovered %d job(s) of %s", moved, key)
         return moved
@@ -313,8 +319,17 @@ class Reaper:
             except Exception as exc:
                 report_error(self.config, exc, {"context": "recovery metrics"})
 
-    def _remove(self, key: str, raw: bytes) -> None:
-        self.pool.run(lambda r: r.lrem(key, 1, raw))  # type: ignore[arg-type]
+    def _kill(self, key: str, queue: str, raw: bytes, count: int) -> None:
+        """A poison pill out of ``key`` and into the dead set, in one script: a reaper racing
+        this one finds it gone. A dead set Redis refuses to write (another type: written by
+        something else) leaves the pill in ``key``, with a warning naming both, for the next
+        sweep: the sweep goes on with the other lists."""
+        try:
+            kill_poisoned(self.config, self.morgue, raw, queue, count, source=key)
+        except redis.ResponseError as exc:
+            log.warning("reaper: a poison pill of %s could not go to the dead set %s (%s); "
+                        "it stays in %s until the next sweep", queue, self.config.keys.dead,
+                        exc, key)
 
     # -- strays -----------------------------------------------------------------------------
     def return_strays(self) -> int:
@@ -351,15 +366,16 @@ class Reaper:
         abandoned = claims.abandoned(key, raw)
         threshold = POISON_THRESHOLD if abandoned else 0
         # Not replayed: a replay could count a return twice.
-        status, count, *restarted = self.pool.run(
+        status, count, *lists = self.pool.run(
             lambda r: _give_back(r, self.config, key, queue, raw, threshold))
-        if restarted:
-            _warn_restarted(restarted[0])
+        if lists:
+            _warn_restarted(lists[0])
+        if len(lists) > 1:
+            _warn_refused(lists[1])
         if abandoned and status != _STRAY_GONE:
             claims.forget_abandoned(key, raw)
         if status == _STRAY_POISONED:
-            kill_poisoned(self.config, self.morgue, raw, queue, int(count))
-            self._remove(key, raw)
+            self._kill(key, queue, raw, int(count))
         elif status == _STRAY_MOVED:
             log.warning("reaper: a job in flight that no processor held went back to %s "
                         "(a lost fetch reply, or a processor that let go of it)", queue)
@@ -373,6 +389,14 @@ def _warn_restarted(keys: list[bytes | str]) -> None:
         name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
         log.warning("reaper: the poison counter %s held no count (written by something else); "
                     "it starts again from this recovery", name[:300])
+
+
+def _warn_refused(keys: list[bytes | str]) -> None:
+    """Keys the scripts found holding another type than their bookkeeping writes there."""
+    for key in keys:
+        name = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        log.warning("reaper: %s holds another Redis type (written by something else); the "
+                    "recovery went on without updating it", name[:300])
 
 
 def _read_info(info: bytes | str | None) -> dict[str, Any] | None:

@@ -137,6 +137,7 @@ class ReliableFetch:
         self._pending: list[UnitOfWork] = []  # ACKs to send with the next round trip
         self._sent: list[UnitOfWork] = []  # ACKs written, their replies not read yet
         self._last_order: list[str] = []
+        self._refused: frozenset[str] = frozenset()  # queues passed over: not lists
         self._idle = threading.Event()
         self.claims = claims if claims is not None else Claims()
         self._out: UnitOfWork | None = None  # the unit handed out last
@@ -196,7 +197,10 @@ class ReliableFetch:
         queues = self.order(self._paused())
         if not queues:
             return None
-        queue = queues[0] if len(queues) == 1 else self._turn(queues)
+        queue = self._turn(queues)
+        if queue is None:
+            self._idle.wait(timeout)
+            return None
         return self._move_reply(self.lease.call(*self._blocking_move(queue, timeout)), queue)
 
     @property
@@ -218,6 +222,9 @@ class ReliableFetch:
         if unit is not None:
             return unit
         waiting_on = self._turn(queues)
+        if waiting_on is None:
+            self._idle.wait(timeout)  # every queue refused the move: wait, don't spin
+            return None
         return self._move_reply(self.lease.call(*self._blocking_move(waiting_on, timeout)),
                                 waiting_on)
 
@@ -247,6 +254,11 @@ class ReliableFetch:
         if queue is not None:
             return self._move_reply(reply, queue)
         if reply is None:
+            if self._refused:  # every queue asked answered: none refuses any more
+                self._refused -= frozenset(self._last_order)
+            return None
+        if not reply[0]:
+            self._passed_over(frozenset(self._last_order[int(i) - 1] for i in reply[1]))
             return None
         queue = self._last_order[int(reply[0]) - 1]
         units = [UnitOfWork(queue, raw, self, counted=False) for raw in reply[2:]]
@@ -281,10 +293,21 @@ class ReliableFetch:
             keys += [self.keys.queue(queue), self._private[queue]]
         return _FETCH_AHEAD.evalsha(keys, [self.prefetch, self._share, self.keys.poison_prefix])
 
-    def _turn(self, queues: list[str]) -> str:
-        """The queue this processor blocks on: processors take turns over the queues."""
-        names = [name for name in self.order.names if name in queues]
-        return names[self.slot % len(names)]
+    def _turn(self, queues: list[str]) -> str | None:
+        """The queue this processor blocks on: processors take turns over the queues (None:
+        every one of them is passed over)."""
+        names = [name for name in self.order.names if name in queues and name not in self._refused]
+        return names[self.slot % len(names)] if names else None
+
+    def _passed_over(self, queues: frozenset[str]) -> None:
+        """Queues whose key or private list holds another type than a list: passed over, and
+        not waited on, until a fetch finds them lists again; each warned about when it
+        starts."""
+        for queue in sorted(queues - self._refused):
+            log.warning("fetch: %s or its in-flight list holds another Redis type than a list "
+                        "(written by something else); the queue is passed over",
+                        self.keys.queue(queue))
+        self._refused = (self._refused - frozenset(self._last_order)) | queues
 
     def _move_reply(self, raw: Any, queue: str) -> UnitOfWork | None:
         return None if raw is None else self._hold(raw, queue)

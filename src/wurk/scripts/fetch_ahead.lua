@@ -16,7 +16,10 @@
 -- ARGV[3]  poison counter key prefix (the jid is appended)
 -- returns  {pair index (1-based), first recovered (1/0), job, job, …} oldest first, or nil.
 --          Only the first job can have been recovered; the ACK of a job that was not need
---          not reset a counter.
+--          not reset a counter. When no job was found and a queue or its private list held
+--          another type than a list (anyone may write one), {0, {pair index, …}} names them:
+--          such a pair is passed over, not the end of the fetch, or no queue after it would
+--          ever be served.
 
 local most = tonumber(ARGV[1])
 local share = tonumber(ARGV[2])
@@ -26,9 +29,12 @@ local function recovered(job)
   return key ~= nil and redis.call('EXISTS', key) == 1
 end
 
+local refused = {}
 for i = 1, #KEYS, 2 do
-  local job = redis.call('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
-  if job then
+  local job = redis.pcall('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
+  if type(job) == 'table' then
+    refused[#refused + 1] = (i + 1) / 2
+  elseif job then
     local first_recovered = recovered(job)
     local taken = {(i + 1) / 2, first_recovered and 1 or 0, job}
     local n = 1
@@ -47,5 +53,8 @@ for i = 1, #KEYS, 2 do
     end
     return taken
   end
+end
+if #refused > 0 then
+  return {0, refused}
 end
 return nil

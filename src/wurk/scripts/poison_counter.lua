@@ -32,3 +32,14 @@ local function count_recovery(job, prefix, ttl)
   return count
 end
 
+
+-- The keys found holding another type than the bookkeeping writes there (anyone may write
+-- one: `queues`, the recovered count), left as they were (the caller returns them, to be
+-- warned about): a refused SADD or INCRBY after the moves would fail the script half-way.
+local refused_keys = {}
+
+local function keep_book(command, key, arg)
+  if type(redis.pcall(command, key, arg)) == 'table' then
+    refused_keys[#refused_keys + 1] = key
+  end
+end

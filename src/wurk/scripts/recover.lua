@@ -16,8 +16,8 @@
 -- KEYS[5]  (a partitioned queue's only) its in-flight counts: each job moved is one fewer
 --          in flight for its partition; the next fetch routes it from the plain list back
 --          to its partition (wurk.partitions)
--- returns  {moved, {poisoned job, its count, …}, {moved job, …}, {counter started again, …}};
---          poisoned jobs stay, rotated to the tail
+-- returns  {moved, {poisoned job, its count, …}, {moved job, …}, {counter started again, …},
+--          {key that refused its bookkeeping, …}}; poisoned jobs stay, rotated to the tail
 
 local threshold = tonumber(ARGV[2])
 local moved = 0
@@ -44,7 +44,7 @@ for _ = 1, n do
   end
 end
 if moved > 0 then
-  redis.call('SADD', KEYS[3], ARGV[4])
-  if threshold > 0 then redis.call('INCRBY', KEYS[4], moved) end
+  keep_book('SADD', KEYS[3], ARGV[4])
+  if threshold > 0 then keep_book('INCRBY', KEYS[4], moved) end
 end
-return {moved, poisoned, recovered, restarted_counters}
+return {moved, poisoned, recovered, restarted_counters, refused_keys}

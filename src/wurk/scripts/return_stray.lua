@@ -13,7 +13,8 @@
 --          job's partition (wurk.partitions)
 -- returns  {0, 0} gone already; {1, count} moved to the queue's tail (next to run);
 --          {2, count} a poison pill, left in place for the caller to kill; a third item
---          lists the counters that held no count and started again
+--          lists the counters that held no count and started again, a fourth the keys that
+--          refused their bookkeeping
 
 if not redis.call('LPOS', KEYS[1], ARGV[1]) then
   return {0, 0}
@@ -28,6 +29,6 @@ if threshold > 0 and count >= threshold then
 end
 redis.call('LREM', KEYS[1], 1, ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[1])
-redis.call('SADD', KEYS[3], ARGV[5])
+keep_book('SADD', KEYS[3], ARGV[5])
 if KEYS[4] then part_release(KEYS[4], part_of(ARGV[1])) end
-return {1, count, restarted_counters}
+return {1, count, restarted_counters, refused_keys}
