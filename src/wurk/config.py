@@ -57,8 +57,8 @@ from .runtime import affinity
 
 log = logging.getLogger("wurk")
 
-__all__ = ["DEFAULT_SHARD", "Capsule", "Config", "chosen_shard", "configure", "default_config",
-           "did_you_mean", "parse_queue", "statsd_address", "via"]
+__all__ = ["DEFAULT_SHARD", "Capsule", "Config", "check_redis_url", "chosen_shard", "configure",
+           "default_config", "did_you_mean", "parse_queue", "statsd_address", "via"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
@@ -116,6 +116,22 @@ def _not_seconds(value: Any, *, zero: bool = False) -> bool:
     if not math.isfinite(seconds):
         return True
     return seconds < 0 if zero else seconds <= 0
+
+
+def check_redis_url(url: str) -> None:
+    """A ``ConfigError`` when ``url`` is no URL a pool can be made from (``ftp://``, a port
+    that is no number): said when the configuration is built, not as redis-py's traceback
+    when the first command connects. Sentinel and Cluster URLs are checked by their own
+    rules (a cluster's where it is used)."""
+    if cluster.is_cluster(url):
+        return
+    if sentinel.is_sentinel(url):
+        sentinel.parse(url)
+        return
+    try:
+        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ConfigError(f"not a Redis URL: {exc}") from None
 
 
 def did_you_mean(key: str) -> str:
@@ -597,9 +613,9 @@ class Config:
                               "(docs/partitions.md)")
 
     def _validate_redis(self) -> None:
-        if isinstance(self.redis_url, str) and sentinel.is_sentinel(self.redis_url):
+        if isinstance(self.redis_url, str):
             try:
-                sentinel.parse(self.redis_url)
+                check_redis_url(self.redis_url)
             except ConfigError as exc:
                 raise ConfigError(f"redis_url: {exc}") from None
         count = self.push_replicas
@@ -705,11 +721,10 @@ class Config:
                                   "which is redis_url's own")
             if not isinstance(url, str) or not url:
                 raise ConfigError(f"shards: {name!r} must be a Redis URL, not {url!r}")
-            if sentinel.is_sentinel(url):
-                try:
-                    sentinel.parse(url)
-                except ConfigError as exc:
-                    raise ConfigError(f"shards: {name!r}: {exc}") from None
+            try:
+                check_redis_url(url)
+            except ConfigError as exc:
+                raise ConfigError(f"shards: {name!r}: {exc}") from None
         if self.shard_router is not None and not callable(self.shard_router):
             raise ConfigError(f"shard_router must be a function (job name, queue, args) -> "
                               f"a shard's name or None, not {self.shard_router!r}")
