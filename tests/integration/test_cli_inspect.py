@@ -243,3 +243,17 @@ def test_a_bad_setting_in_the_environment_is_exit_2(
     code, out, err = cli(capsys, "retries")
     assert (code, out) == (2, "") and err.count("\n") == 1
     assert err.startswith("Error: environment variable WURK_CONCURRENCY='many'")
+
+
+def test_retry_and_kill_escape_the_stored_class_they_name(
+        config: wurk.Config, r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """A class name from Redis is untrusted: its terminal escapes (here one that retitles
+    the terminal window) are printed escaped, as the listings print them."""
+    hostile = "Evil\x1b]0;pwned\x07\x1b[2J"
+    r.zadd("retry", {job(1, **{"class": hostile}): 10.0, job(2, **{"class": hostile}): 10.0})
+    code, out, err = cli(capsys, "retry", f"{1:024x}")
+    assert code == 0 and "\x1b" not in out + err and "\x07" not in out + err
+    assert out.startswith("Pushed Evil\\x1b]0;pwned\\x07\\x1b[2J ")
+    code, out, err = cli(capsys, "kill", f"{2:024x}", "--yes")
+    assert code == 0 and "\x1b" not in out + err and "\x07" not in out + err
+    assert out.startswith("Killed Evil\\x1b]0;pwned\\x07\\x1b[2J ")

@@ -54,6 +54,7 @@ from ..client.reliable import buffer_directory
 from ..config import Config, check_redis_url
 from ..connections.locate import describe_url, find_home, where
 from ..errors import ConfigError, WurkError
+from ..stored import printable
 from . import tables
 
 __all__ = ["dead_command", "kill_command", "processes_command", "queues_command",
@@ -475,8 +476,8 @@ def retry_command(jid: str) -> None:
     moved = entry.add_to_queue() if isinstance(entry.parent, ScheduledSet) else entry.retry()
     if not moved:
         raise click.ClickException(f"job {jid} left the {label} before it could be retried")
-    click.echo(f"Pushed {entry.display_class} {jid} from the {label} to queue "
-               f"{entry.queue!r}.")
+    click.echo(printable(f"Pushed {entry.display_class} {jid} from the {label} to queue "
+                         f"{entry.queue!r}."))
 
 
 @click.command("kill")
@@ -492,8 +493,9 @@ def kill_command(jid: str, yes: bool) -> None:
         raise click.ClickException(f"no job with jid {jid!r} in the retry or scheduled "
                                    f"set{where}")
     label = entry.parent.label
-    confirm(f"Kill {entry.display_class} {jid} (move it from the {label} to the dead set)?",
-            yes=yes, action=f"killing job {jid}")
+    confirm(printable(f"Kill {entry.display_class} {jid} (move it from the {label} to the "
+                      "dead set)?"), yes=yes, action=f"killing job {jid}")
     if not entry.kill():
         raise click.ClickException(f"job {jid} left the {label} before it could be killed")
-    click.echo(f"Killed {entry.display_class} {jid}: moved from the {label} to the dead set.")
+    click.echo(printable(f"Killed {entry.display_class} {jid}: moved from the {label} to the "
+                         "dead set."))
