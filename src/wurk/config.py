@@ -239,10 +239,18 @@ def _env(name: str) -> str | None:
 
 
 def _env_bool(name: str, default: bool) -> bool:
+    """``true``/``false`` (or ``1``/``0``, ``yes``/``no``, ``on``/``off``); anything else is
+    a ``ConfigError`` naming the variable: a typo (``fasle``) must not read as true."""
     value = _env(name)
     if value is None:
         return default
-    return value.strip().lower() not in {"0", "false", "no", "off"}
+    word = value.strip().lower()
+    if word in {"0", "false", "no", "off"}:
+        return False
+    if word in {"1", "true", "yes", "on"}:
+        return True
+    raise ConfigError(f"environment variable {name}={value!r} is neither true nor false "
+                      "(true/false, 1/0, yes/no, on/off)")
 
 
 def _env_timestamp_format() -> TimestampFormat:
