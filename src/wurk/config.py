@@ -78,6 +78,19 @@ _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
                   "statsd_datadog_extensions")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
+# Every setting in seconds. None may be longer than the longest wait a thread can make
+# (``threading.TIMEOUT_MAX``, about 292 years): a longer one raised OverflowError in the
+# thread that waited (``heartbeat_interval: 10000000000`` killed the heartbeat).
+_SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
+                     "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
+                     "socket_timeout", "scheduler_initial_wait", "reaper_interval",
+                     "loop_lag_warning", "periodic_catch_up", "poll_interval_average",
+                     "control_interval", "log_slow_jobs_after", "leader_renew_interval",
+                     "leader_check_interval", "periodic_poll_interval",
+                     "outbox_poll_interval", "outbox_claim_timeout", "push_replica_timeout",
+                     "web_stream_interval", "history_interval", "retain_history",
+                     "job_timeout")
+MAX_SECONDS = threading.TIMEOUT_MAX
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
                    "control_interval",
@@ -555,6 +568,13 @@ class Config:
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> None:
+        for name in _SECONDS_SETTINGS:
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and value > MAX_SECONDS:
+                raise ConfigError(f"{name} must be a number of seconds up to "
+                                  f"{MAX_SECONDS:,.0f} (about 292 years: no thread can wait "
+                                  f"longer), not {value!r}")
         if self.timestamp_format not in ("ms", "float"):
             raise ConfigError(
                 f"timestamp_format must be 'ms' (Sidekiq 8) or 'float' (Sidekiq 6/7), "

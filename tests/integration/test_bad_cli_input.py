@@ -166,3 +166,16 @@ def test_a_timeout_that_is_no_number_is_one_clear_line(capsys: pytest.CaptureFix
     code, err = worker_exit(capsys, *flag)
     assert_one_clear_line(code, err)
     assert "timeout must be a number of seconds" in err
+
+
+def test_an_interval_no_thread_can_wait_is_one_clear_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It started a worker whose heartbeat thread died of an OverflowError."""
+    path = tmp_path / "wurk.yml"
+    path.write_text("heartbeat_interval: 10000000000\n")
+    code, err = worker_exit(capsys, "-C", str(path))
+    assert_one_clear_line(code, err)
+    assert "heartbeat_interval must be a number of seconds up to 9,223,372,036" in err
+    code, err = worker_exit(capsys, "-t", "1e10")
+    assert_one_clear_line(code, err)
+    assert "timeout must be a number of seconds up to" in err

@@ -54,3 +54,13 @@ def test_seconds_that_are_no_number_are_refused(setting: str, value: float) -> N
     and a worker that took them waited forever to stop; 400 digits overflowed in a thread."""
     with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds"):
         Config.from_mapping({setting: value})
+
+
+@pytest.mark.parametrize("setting", [*SECONDS_SETTINGS, "job_timeout"])
+def test_seconds_longer_than_a_thread_can_wait_are_refused(setting: str) -> None:
+    """``heartbeat_interval: 10000000000`` was taken, and the heartbeat thread died of an
+    OverflowError at its first wait: nothing waits longer than ``threading.TIMEOUT_MAX``."""
+    with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds up to "):
+        Config.from_mapping({setting: 10**10})
+    with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds up to "):
+        Config.from_mapping({setting: 1e10})
