@@ -75,7 +75,7 @@ _TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_
 _OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd", "reliable_push_dir")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
                   "periodic_seconds_field", "metrics", "metrics_compat_v7",
-                  "statsd_datadog_extensions")
+                  "statsd_datadog_extensions", "web_read_only")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
 # Every setting in seconds. None may be longer than the longest wait a thread can make
