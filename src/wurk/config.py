@@ -91,6 +91,8 @@ _SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache
                      "web_stream_interval", "history_interval", "retain_history",
                      "job_timeout")
 MAX_SECONDS = threading.TIMEOUT_MAX
+# The largest gc_threshold ``gc.set_threshold`` takes (a C int).
+GC_MAX = 2**31 - 1
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
                    "control_interval",
@@ -624,9 +626,10 @@ class Config:
         self._validate_job_timeout()
         if self.gc_threshold is not None and (isinstance(self.gc_threshold, bool) or not
                                               isinstance(self.gc_threshold, int)
-                                              or self.gc_threshold < 1):
-            raise ConfigError("gc_threshold must be a positive whole number or null (Python's "
-                              f"own threshold), not {self.gc_threshold!r}")
+                                              or not 1 <= self.gc_threshold <= GC_MAX):
+            raise ConfigError(f"gc_threshold must be a whole number from 1 to {GC_MAX:,} (a C "
+                              "int, what gc.set_threshold takes) or null (Python's own "
+                              f"threshold), not {self.gc_threshold!r}")
         self._validate_redis()
         self._validate_shards()
         self._validate_partitions()
