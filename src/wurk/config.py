@@ -80,7 +80,8 @@ _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
 # Every setting in seconds. None may be longer than the longest wait a thread can make
 # (``threading.TIMEOUT_MAX``, about 292 years): a longer one raised OverflowError in the
-# thread that waited (``heartbeat_interval: 10000000000`` killed the heartbeat).
+# thread that waited (``heartbeat_interval: 10000000000`` killed the heartbeat), or Redis
+# refused the expiry (``heartbeat_ttl: 100000000000000000000``: no beat was ever written).
 _SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
                      "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
                      "socket_timeout", "scheduler_initial_wait", "reaper_interval",
@@ -89,7 +90,7 @@ _SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache
                      "leader_check_interval", "periodic_poll_interval",
                      "outbox_poll_interval", "outbox_claim_timeout", "push_replica_timeout",
                      "web_stream_interval", "history_interval", "retain_history",
-                     "job_timeout")
+                     "job_timeout", "heartbeat_ttl")
 MAX_SECONDS = threading.TIMEOUT_MAX
 # The largest gc_threshold ``gc.set_threshold`` takes (a C int).
 GC_MAX = 2**31 - 1
@@ -575,8 +576,8 @@ class Config:
             if isinstance(value, (int, float)) and not isinstance(value, bool) \
                     and value > MAX_SECONDS:
                 raise ConfigError(f"{name} must be a number of seconds up to "
-                                  f"{MAX_SECONDS:,.0f} (about 292 years: no thread can wait "
-                                  f"longer), not {value!r}")
+                                  f"{MAX_SECONDS:,.0f} (about 292 years: the longest wait "
+                                  f"a thread can make), not {value!r}")
         if self.timestamp_format not in ("ms", "float"):
             raise ConfigError(
                 f"timestamp_format must be 'ms' (Sidekiq 8) or 'float' (Sidekiq 6/7), "

@@ -59,10 +59,11 @@ def test_seconds_that_are_no_number_are_refused(setting: str, value: float) -> N
         Config.from_mapping({setting: value})
 
 
-@pytest.mark.parametrize("setting", [*SECONDS_SETTINGS, "job_timeout"])
+@pytest.mark.parametrize("setting", [*SECONDS_SETTINGS, "job_timeout", "heartbeat_ttl"])
 def test_seconds_longer_than_a_thread_can_wait_are_refused(setting: str) -> None:
     """``heartbeat_interval: 10000000000`` was taken, and the heartbeat thread died of an
-    OverflowError at its first wait: nothing waits longer than ``threading.TIMEOUT_MAX``."""
+    OverflowError at its first wait; ``heartbeat_ttl: 10**20`` made Redis refuse every
+    beat: nothing is longer than ``threading.TIMEOUT_MAX``."""
     with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds up to "):
         Config.from_mapping({setting: 10**10})
     with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds up to "):
