@@ -57,8 +57,8 @@ from .runtime import affinity
 
 log = logging.getLogger("wurk")
 
-__all__ = ["DEFAULT_SHARD", "Capsule", "Config", "chosen_shard", "configure", "default_config",
-           "did_you_mean", "parse_queue", "statsd_address", "via"]
+__all__ = ["DEFAULT_SHARD", "Capsule", "Config", "check_redis_url", "chosen_shard", "configure",
+           "default_config", "did_you_mean", "parse_queue", "statsd_address", "via"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
@@ -75,9 +75,25 @@ _TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_
 _OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd", "reliable_push_dir")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
                   "periodic_seconds_field", "metrics", "metrics_compat_v7",
-                  "statsd_datadog_extensions")
+                  "statsd_datadog_extensions", "web_read_only")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
+# Every setting in seconds. None may be longer than the longest wait a thread can make
+# (``threading.TIMEOUT_MAX``, about 292 years): a longer one raised OverflowError in the
+# thread that waited (``heartbeat_interval: 10000000000`` killed the heartbeat), or Redis
+# refused the expiry (``heartbeat_ttl: 100000000000000000000``: no beat was ever written).
+_SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
+                     "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
+                     "socket_timeout", "scheduler_initial_wait", "reaper_interval",
+                     "loop_lag_warning", "periodic_catch_up", "poll_interval_average",
+                     "control_interval", "log_slow_jobs_after", "leader_renew_interval",
+                     "leader_check_interval", "periodic_poll_interval",
+                     "outbox_poll_interval", "outbox_claim_timeout", "push_replica_timeout",
+                     "web_stream_interval", "history_interval", "retain_history",
+                     "job_timeout", "heartbeat_ttl")
+MAX_SECONDS = threading.TIMEOUT_MAX
+# The largest gc_threshold ``gc.set_threshold`` takes (a C int).
+GC_MAX = 2**31 - 1
 _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
                    "control_interval",
@@ -116,6 +132,22 @@ def _not_seconds(value: Any, *, zero: bool = False) -> bool:
     if not math.isfinite(seconds):
         return True
     return seconds < 0 if zero else seconds <= 0
+
+
+def check_redis_url(url: str) -> None:
+    """A ``ConfigError`` when ``url`` is no URL a pool can be made from (``ftp://``, a port
+    that is no number): said when the configuration is built, not as redis-py's traceback
+    when the first command connects. Sentinel and Cluster URLs are checked by their own
+    rules (a cluster's where it is used)."""
+    if cluster.is_cluster(url):
+        return
+    if sentinel.is_sentinel(url):
+        sentinel.parse(url)
+        return
+    try:
+        redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
+    except ValueError as exc:
+        raise ConfigError(f"not a Redis URL: {exc}") from None
 
 
 def did_you_mean(key: str) -> str:
@@ -223,10 +255,18 @@ def _env(name: str) -> str | None:
 
 
 def _env_bool(name: str, default: bool) -> bool:
+    """``true``/``false`` (or ``1``/``0``, ``yes``/``no``, ``on``/``off``); anything else is
+    a ``ConfigError`` naming the variable: a typo (``fasle``) must not read as true."""
     value = _env(name)
     if value is None:
         return default
-    return value.strip().lower() not in {"0", "false", "no", "off"}
+    word = value.strip().lower()
+    if word in {"0", "false", "no", "off"}:
+        return False
+    if word in {"1", "true", "yes", "on"}:
+        return True
+    raise ConfigError(f"environment variable {name}={value!r} is neither true nor false "
+                      "(true/false, 1/0, yes/no, on/off)")
 
 
 def _env_timestamp_format() -> TimestampFormat:
@@ -531,6 +571,13 @@ class Config:
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> None:
+        for name in _SECONDS_SETTINGS:
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) \
+                    and value > MAX_SECONDS:
+                raise ConfigError(f"{name} must be a number of seconds up to "
+                                  f"{MAX_SECONDS:,.0f} (about 292 years: the longest wait "
+                                  f"a thread can make), not {value!r}")
         if self.timestamp_format not in ("ms", "float"):
             raise ConfigError(
                 f"timestamp_format must be 'ms' (Sidekiq 8) or 'float' (Sidekiq 6/7), "
@@ -580,9 +627,10 @@ class Config:
         self._validate_job_timeout()
         if self.gc_threshold is not None and (isinstance(self.gc_threshold, bool) or not
                                               isinstance(self.gc_threshold, int)
-                                              or self.gc_threshold < 1):
-            raise ConfigError("gc_threshold must be a positive whole number or null (Python's "
-                              f"own threshold), not {self.gc_threshold!r}")
+                                              or not 1 <= self.gc_threshold <= GC_MAX):
+            raise ConfigError(f"gc_threshold must be a whole number from 1 to {GC_MAX:,} (a C "
+                              "int, what gc.set_threshold takes) or null (Python's own "
+                              f"threshold), not {self.gc_threshold!r}")
         self._validate_redis()
         self._validate_shards()
         self._validate_partitions()
@@ -597,9 +645,9 @@ class Config:
                               "(docs/partitions.md)")
 
     def _validate_redis(self) -> None:
-        if isinstance(self.redis_url, str) and sentinel.is_sentinel(self.redis_url):
+        if isinstance(self.redis_url, str):
             try:
-                sentinel.parse(self.redis_url)
+                check_redis_url(self.redis_url)
             except ConfigError as exc:
                 raise ConfigError(f"redis_url: {exc}") from None
         count = self.push_replicas
@@ -705,11 +753,10 @@ class Config:
                                   "which is redis_url's own")
             if not isinstance(url, str) or not url:
                 raise ConfigError(f"shards: {name!r} must be a Redis URL, not {url!r}")
-            if sentinel.is_sentinel(url):
-                try:
-                    sentinel.parse(url)
-                except ConfigError as exc:
-                    raise ConfigError(f"shards: {name!r}: {exc}") from None
+            try:
+                check_redis_url(url)
+            except ConfigError as exc:
+                raise ConfigError(f"shards: {name!r}: {exc}") from None
         if self.shard_router is not None and not callable(self.shard_router):
             raise ConfigError(f"shard_router must be a function (job name, queue, args) -> "
                               f"a shard's name or None, not {self.shard_router!r}")

@@ -50,6 +50,11 @@ PROFILE_INTERVAL_RANGE = (100, 1_000_000)
 MAX_TIMEOUT = 7 * 86400
 
 
+# The largest weight: a weighted fetch shuffles each queue's name weight times, so a weight
+# of 10**9 took gigabytes at boot and a long shuffle at every fetch.
+MAX_WEIGHT = 1_000
+
+
 def parse_queue(spec: str) -> tuple[str, int]:
     """``"critical,3"`` → ``("critical", 3)``; a bare name has weight 0 (strict order). A
     name with a space inside is refused: a worker would wait on a queue nothing pushes to
@@ -73,8 +78,8 @@ def parse_queue(spec: str) -> tuple[str, int]:
             f"queue {spec!r}: the weight {weight_text!r} is not a whole number "
             "(write NAME or NAME,WEIGHT, e.g. critical,3)"
         ) from None
-    if weight < 0:
-        raise ConfigError(f"queue {spec!r}: the weight must be 0 or more")
+    if not 0 <= weight <= MAX_WEIGHT:
+        raise ConfigError(f"queue {spec!r}: the weight must be from 0 to {MAX_WEIGHT:,}")
     return name, weight
 
 

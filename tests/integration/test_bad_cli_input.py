@@ -166,3 +166,27 @@ def test_a_timeout_that_is_no_number_is_one_clear_line(capsys: pytest.CaptureFix
     code, err = worker_exit(capsys, *flag)
     assert_one_clear_line(code, err)
     assert "timeout must be a number of seconds" in err
+
+
+def test_an_interval_no_thread_can_wait_is_one_clear_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It started a worker whose heartbeat thread died of an OverflowError."""
+    path = tmp_path / "wurk.yml"
+    path.write_text("heartbeat_interval: 10000000000\n")
+    code, err = worker_exit(capsys, "-C", str(path))
+    assert_one_clear_line(code, err)
+    assert "heartbeat_interval must be a number of seconds up to 9,223,372,036" in err
+    code, err = worker_exit(capsys, "-t", "1e10")
+    assert_one_clear_line(code, err)
+    assert "timeout must be a number of seconds up to" in err
+
+
+@pytest.mark.parametrize("spec", ["a,1001", "a,1000000000", "a,-1"])
+def test_a_queue_weight_out_of_bounds_is_one_clear_line(
+        capsys: pytest.CaptureFixture[str], spec: str) -> None:
+    """``-q a,1000000000`` was taken: a weighted fetch lists each name weight times, so the
+    worker spent gigabytes at boot and a long shuffle at every fetch."""
+    code, err = worker_exit(capsys, "-q", spec)
+    assert_one_clear_line(code, err)
+    assert f"queue {spec!r}: the weight must be from 0 to 1,000" in err
+    assert Config(queues=["a,1000"]).all_capsules()[0].queues == [("a", 1000)]

@@ -84,3 +84,17 @@ def test_enqueue_as_a_command(r: redis.Redis) -> None:
     assert done.returncode == 0, done.stderr
     (stored,) = r.lrange("queue:default", 0, -1)
     assert json.loads(stored)["jid"] == done.stdout.strip()
+
+
+@pytest.mark.parametrize(("delay", "said"), [("nan", "finite"), ("inf", "finite"),
+                                             ("1e400", "finite"), ("1e300", "year 9999")])
+def test_an_in_that_is_no_number_of_seconds_is_a_usage_error(
+        delay: str, said: str, config: wurk.Config, r: redis.Redis,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """``--in nan`` is a bad flag value (exit 2 naming ``--in``), not a push that fails; so
+    is a time no listing can show (``wurk scheduled`` would call it invalid)."""
+    assert run(["enqueue", "Later", "--in", delay]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "Traceback" not in err
+    assert "Error: Invalid value for '--in': " in err and said in err
+    assert r.zcard("schedule") == 0

@@ -217,3 +217,43 @@ def test_a_key_of_the_wrong_type_a_command_writes_is_one_line_and_exit_1(
     assert (code, out) == (1, "") and err.startswith("Error: WRONGTYPE")
     assert err.count("\n") == 1 and "nothing was moved" in err
     assert r.zrange("retry", 0, -1) == [job(1)]  # still in the retry set, not lost
+
+
+@pytest.mark.parametrize("url", ["ftp://example.com", "redis://localhost:notaport",
+                                 "redis://localhost:99999"])
+def test_a_redis_url_that_is_no_redis_url_is_one_line_and_exit_2(
+        url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A bad ``REDIS_URL`` or ``--redis-url`` is a bad configuration (exit 2, one line naming
+    it), not redis-py's traceback when the first command connects."""
+    code, out, err = cli(capsys, "stats", "--redis-url", url)
+    assert (code, out) == (2, "") and "Traceback" not in err
+    assert "Error: Invalid value for '--redis-url': not a Redis URL" in err
+    monkeypatch.setenv("REDIS_URL", url)
+    for argv in (["stats"], ["queues"], ["retries"], ["processes"]):
+        code, out, err = cli(capsys, *argv)
+        assert (code, out) == (2, "") and "Traceback" not in err
+        assert err.startswith("Error: redis_url: not a Redis URL") and err.count("\n") == 1
+
+
+def test_a_bad_setting_in_the_environment_is_exit_2(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """wurk.cli: a bad configuration exits 2 — for the inspection commands as for the
+    worker, not 1 as a Redis error."""
+    monkeypatch.setenv("WURK_CONCURRENCY", "many")
+    code, out, err = cli(capsys, "retries")
+    assert (code, out) == (2, "") and err.count("\n") == 1
+    assert err.startswith("Error: environment variable WURK_CONCURRENCY='many'")
+
+
+def test_retry_and_kill_escape_the_stored_class_they_name(
+        config: wurk.Config, r: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    """A class name from Redis is untrusted: its terminal escapes (here one that retitles
+    the terminal window) are printed escaped, as the listings print them."""
+    hostile = "Evil\x1b]0;pwned\x07\x1b[2J"
+    r.zadd("retry", {job(1, **{"class": hostile}): 10.0, job(2, **{"class": hostile}): 10.0})
+    code, out, err = cli(capsys, "retry", f"{1:024x}")
+    assert code == 0 and "\x1b" not in out + err and "\x07" not in out + err
+    assert out.startswith("Pushed Evil\\x1b]0;pwned\\x07\\x1b[2J ")
+    code, out, err = cli(capsys, "kill", f"{2:024x}", "--yes")
+    assert code == 0 and "\x1b" not in out + err and "\x07" not in out + err
+    assert out.startswith("Killed Evil\\x1b]0;pwned\\x07\\x1b[2J ")

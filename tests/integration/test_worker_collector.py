@@ -63,17 +63,21 @@ def test_gc_threshold_null_leaves_pythons_collector_alone(
     assert seen == {"threshold": [700, 10, 10], "frozen": 0}
 
 
+@pytest.mark.parametrize("value", ["many", "0", "3000000000"])
 def test_a_threshold_that_is_no_whole_number_is_refused(
-    redis_server: Server, tmp_path: Path
+    redis_server: Server, tmp_path: Path, value: str
 ) -> None:
+    """3,000,000,000 (more than a C int) was taken, and the worker crashed at its start
+    with gc.set_threshold's OverflowError and a traceback."""
     settings_file = tmp_path / "wurk.yml"
-    settings_file.write_text("gc_threshold: many\n")
+    settings_file.write_text(f"gc_threshold: {value}\n")
     done = subprocess.run(
         [sys.executable, "-m", "wurk", "worker", "-r", "tests.helpers.collector_jobs",
          "-C", str(settings_file)], cwd=ROOT, capture_output=True, text=True, timeout=60,
         env={**os.environ, "REDIS_URL": redis_server.url})
-    assert done.returncode != 0
-    assert "gc_threshold must be a positive whole number or null" in done.stderr
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "gc_threshold must be a whole number from 1 to 2,147,483,647 (a C int, what " \
+        "gc.set_threshold takes) or null" in done.stderr
 
 
 def test_a_worker_inside_an_application_leaves_its_collector_alone(

@@ -49,3 +49,28 @@ def test_help_lists_sidekiq_flags() -> None:
     assert result.returncode == 0
     for flag in ("-r", "-q", "-c", "-t", "-C", "-e", "-g", "-v"):
         assert f"{flag}, " in result.stdout
+
+
+def test_flags_win_over_the_file_and_the_file_over_wurk_concurrency(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """worker.md: defaults < ``WURK_CONCURRENCY`` < the ``-C`` file (its ``-e`` section over
+    its top level) < flags; ``REDIS_URL`` wins over the file's ``redis_url``."""
+    from wurk.cli.worker import build_config
+
+    monkeypatch.setenv("WURK_CONCURRENCY", "3")
+    monkeypatch.setenv("REDIS_URL", "redis://from-env:6379/0")
+    path = tmp_path / "wurk.yml"
+    path.write_text("concurrency: 7\ntimeout: 9\nqueues: [a]\nfetch: basic\n"
+                    "redis_url: redis://from-file:6379/0\nproduction:\n  timeout: 11\n")
+    assert build_config({})[0].concurrency == 3
+    from_file, _ = build_config({"config_file": str(path)})
+    assert (from_file.concurrency, from_file.timeout, from_file.queues, from_file.fetch) == (
+        7, 9, ["a"], "basic")
+    assert from_file.redis_url == "redis://from-env:6379/0"
+    assert build_config({"config_file": str(path), "environment": "production"})[0].timeout \
+        == 11
+    from_flags, _ = build_config({"config_file": str(path), "environment": "production",
+                                  "concurrency": 2, "timeout": 1.0, "queues": ("z",),
+                                  "fetch": "reliable"})
+    assert (from_flags.concurrency, from_flags.timeout, from_flags.queues, from_flags.fetch) \
+        == (2, 1.0, ["z"], "reliable")

@@ -244,3 +244,26 @@ def test_middleware_given_as_lists() -> None:
 def test_middleware_that_is_not_is_refused_at_once(value: Any, text: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(text)):
         wurk.configure(server_middleware=value)
+
+
+@pytest.mark.parametrize("value", ["fasle", "maybe", "2"])
+def test_a_wurk_leader_that_is_neither_true_nor_false_is_named(
+        monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    """``WURK_LEADER=fasle`` was read as true: the process a deploy meant to keep out of
+    elections ran the periodic jobs. A value that is neither is named instead."""
+    monkeypatch.setenv("WURK_LEADER", value)
+    with pytest.raises(ConfigError, match=f"WURK_LEADER={value!r}"):
+        Config()
+    monkeypatch.delenv("WURK_LEADER")
+    monkeypatch.setenv("SIDEKIQ_LEADER", value)
+    with pytest.raises(ConfigError, match=f"SIDEKIQ_LEADER={value!r}"):
+        Config()
+
+
+@pytest.mark.parametrize(("value", "leader"), [("false", False), ("No", False), ("0", False),
+                                               ("off", False), ("true", True), ("1", True),
+                                               ("YES", True), (" on ", True)])
+def test_wurk_leader_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPatch, value: str,
+                                               leader: bool) -> None:
+    monkeypatch.setenv("WURK_LEADER", value)
+    assert Config().leader is leader

@@ -16,6 +16,9 @@ from wurk.errors import ConfigError
     ("tag", ["a"], "tag must be text"),
     ("key_prefix", 7, "key_prefix must be text"),
     ("leader", "yes", "leader must be true or false"),
+    # Was taken as it was: "false" (quoted) or .nan read as true, 0 as false.
+    ("web_read_only", "false", "web_read_only must be true or false"),
+    ("web_read_only", float("nan"), "web_read_only must be true or false"),
     ("labels", "a,b", "labels must be a list of text"),
     ("logged_job_attributes", [1], "logged_job_attributes must be a list of text"),
     ("heartbeat_interval", 0, "heartbeat_interval must be a number of seconds > 0"),
@@ -54,3 +57,24 @@ def test_seconds_that_are_no_number_are_refused(setting: str, value: float) -> N
     and a worker that took them waited forever to stop; 400 digits overflowed in a thread."""
     with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds"):
         Config.from_mapping({setting: value})
+
+
+@pytest.mark.parametrize("setting", [*SECONDS_SETTINGS, "job_timeout", "heartbeat_ttl"])
+def test_seconds_longer_than_a_thread_can_wait_are_refused(setting: str) -> None:
+    """``heartbeat_interval: 10000000000`` was taken, and the heartbeat thread died of an
+    OverflowError at its first wait; ``heartbeat_ttl: 10**20`` made Redis refuse every
+    beat: nothing is longer than ``threading.TIMEOUT_MAX``."""
+    with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds up to "):
+        Config.from_mapping({setting: 10**10})
+    with pytest.raises(ConfigError, match=f"{setting} must be a number of seconds up to "):
+        Config.from_mapping({setting: 1e10})
+
+
+def test_every_true_or_false_setting_is_type_checked() -> None:
+    """A bool setting missing from the checked ones took any value from a file."""
+    from dataclasses import fields
+
+    from wurk.config import _FLAG_SETTINGS
+
+    flags = {f.name for f in fields(Config) if f.init and f.type in ("bool", bool)}
+    assert flags <= set(_FLAG_SETTINGS)

@@ -134,7 +134,7 @@ def retry_command(bid: str) -> None:
 def delete_command(bid: str, yes: bool) -> None:
     """Delete a batch (its jobs stay queued; its callbacks will not fire)."""
     status = _existing(bid)
-    confirm(f"Delete batch {bid} ({status.description or 'no description'})?", yes=yes,
-            action="deleting")
+    confirm(printable(f"Delete batch {bid} ({status.description or 'no description'})?"),
+            yes=yes, action="deleting")
     status.delete()
     click.echo(f"Batch {bid} deleted.")

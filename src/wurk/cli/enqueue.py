@@ -18,6 +18,7 @@ from a shell.
 from __future__ import annotations
 
 import difflib
+import math
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from ..client.default import push
 from ..config import parse_queue
 from ..errors import ConfigError, InvalidArguments
 from ..job import JobDefinition, JobSetter, registry
+from ..stored import EPOCH_MAX
 from .inspect import friendly
 from .worker import load_module
 
@@ -64,6 +66,17 @@ def registered(name: str, modules: tuple[str, ...]) -> JobDefinition:
                              param_hint="NAME")
 
 
+def finite_delay(ctx: click.Context, param: click.Parameter,
+                 value: float | None) -> float | None:
+    """``--in``: ``nan``, ``inf`` and ``1e400`` (read as inf) are no number of seconds, and
+    a time after the year 9999 (``1e300``) no time a listing can show."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{value!r} is not a finite number of seconds")
+    if value is not None and time.time() + value > EPOCH_MAX:
+        raise click.BadParameter(f"{value:g} seconds from now is after the year 9999")
+    return value
+
+
 @click.command("enqueue")
 @click.argument("name")
 @click.argument("args", nargs=-1, metavar="[ARG_JSON]...")
@@ -72,7 +85,7 @@ def registered(name: str, modules: tuple[str, ...]) -> JobDefinition:
 @click.option("--queue", "-q", default=None,
               help="The queue to push to (default: the job's own with -r, else default).")
 @click.option("--in", "delay", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
-              help="Run it this many seconds from now instead of now.")
+              callback=finite_delay, help="Run it this many seconds from now instead of now.")
 @friendly
 def enqueue_command(name: str, args: tuple[str, ...], modules: tuple[str, ...],
                     queue: str | None, delay: float | None) -> None:

@@ -51,9 +51,10 @@ from ..api.pushbuffers import PushBuffers
 from ..api.stats import SUMMED
 from ..client.buffer import survey
 from ..client.reliable import buffer_directory
-from ..config import Config
+from ..config import Config, check_redis_url
 from ..connections.locate import describe_url, find_home, where
-from ..errors import WurkError
+from ..errors import ConfigError, WurkError
+from ..stored import printable
 from . import tables
 
 __all__ = ["dead_command", "kill_command", "processes_command", "queues_command",
@@ -84,12 +85,21 @@ def server_name(config: Config) -> str:
     return where(url, None if config.redis_url else find_home(config.home))
 
 
+class BadConfiguration(click.ClickException):
+    """A bad setting (``REDIS_URL``, ``WURK_CONCURRENCY``…): one ``Error:`` line, exit 2 —
+    the configuration is wrong, as ``wurk.cli`` says of a ``ConfigError``."""
+
+    exit_code = 2
+
+
 def friendly(fn: F) -> F:
-    """Turn wurk and Redis errors into one-line CLI errors (exit 1)."""
+    """Turn wurk and Redis errors into one-line CLI errors (exit 1; a bad configuration 2)."""
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except ConfigError as exc:
+            raise BadConfiguration(str(exc)) from exc
         except (WurkError, redis.RedisError) as exc:
             raise click.ClickException(str(exc) or type(exc).__name__) from exc
 
@@ -185,6 +195,11 @@ def stats_command(as_json: bool, redis_urls: tuple[str, ...]) -> None:
 def _shard_configs(urls: tuple[str, ...]) -> list[tuple[str, Config]]:
     """A configuration for each URL, named by it (without its password): shards of the
     process-wide one, so every setting but where Redis is stays the same."""
+    for url in urls:
+        try:
+            check_redis_url(url)
+        except ConfigError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--redis-url'") from None
     base = default_config()
     holder = Config(**{**{name: getattr(base, name) for name in ("key_prefix",
                                                                 "socket_timeout")},
@@ -461,8 +476,8 @@ def retry_command(jid: str) -> None:
     moved = entry.add_to_queue() if isinstance(entry.parent, ScheduledSet) else entry.retry()
     if not moved:
         raise click.ClickException(f"job {jid} left the {label} before it could be retried")
-    click.echo(f"Pushed {entry.display_class} {jid} from the {label} to queue "
-               f"{entry.queue!r}.")
+    click.echo(printable(f"Pushed {entry.display_class} {jid} from the {label} to queue "
+                         f"{entry.queue!r}."))
 
 
 @click.command("kill")
@@ -478,8 +493,9 @@ def kill_command(jid: str, yes: bool) -> None:
         raise click.ClickException(f"no job with jid {jid!r} in the retry or scheduled "
                                    f"set{where}")
     label = entry.parent.label
-    confirm(f"Kill {entry.display_class} {jid} (move it from the {label} to the dead set)?",
-            yes=yes, action=f"killing job {jid}")
+    confirm(printable(f"Kill {entry.display_class} {jid} (move it from the {label} to the "
+                      "dead set)?"), yes=yes, action=f"killing job {jid}")
     if not entry.kill():
         raise click.ClickException(f"job {jid} left the {label} before it could be killed")
-    click.echo(f"Killed {entry.display_class} {jid}: moved from the {label} to the dead set.")
+    click.echo(printable(f"Killed {entry.display_class} {jid}: moved from the {label} to the "
+                         "dead set."))
