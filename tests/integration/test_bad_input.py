@@ -208,7 +208,8 @@ WRONG = {
         isinstance(v, int) and v >= 0)),
     "retry_count": json_values.filter(lambda v: v is not None and (
         isinstance(v, bool) or not isinstance(v, int))),
-    "tags": json_values.filter(lambda v: not isinstance(v, list)),
+    # null is Ruby's nil: an option not set, as Sidekiq reads it (docs/wire-format.md)
+    "tags": json_values.filter(lambda v: v is not None and not isinstance(v, list)),
     "dead": json_values.filter(lambda v: v is not None and not isinstance(v, bool)),
 }
 

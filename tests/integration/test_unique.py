@@ -226,9 +226,9 @@ def test_a_worker_installs_the_limits_once(config: wurk.Config) -> None:
 def test_a_poison_kill_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
     install_built_ins(config)  # the reaper runs in a worker, which installs its links
     sync.perform_async(5)
-    raw = r.rpop("queue:default")
-    kill_poisoned(config, Morgue(config), raw, "default", 3)
-    assert r.zcard("dead") == 1 and lock_keys(r) == []
+    raw = r.lmove("queue:default", "inflight", "RIGHT", "LEFT")  # where the reaper finds it
+    assert kill_poisoned(config, Morgue(config), raw, "default", 3, source="inflight")
+    assert r.zcard("dead") == 1 and lock_keys(r) == [] and r.llen("inflight") == 0
 
 
 @pytest.mark.parametrize("where", ["queue", "schedule", "retry", "dead"])

@@ -33,6 +33,12 @@ local refused = {}
 for i = 1, #KEYS, 2 do
   local job = redis.pcall('LMOVE', KEYS[i], KEYS[i + 1], 'RIGHT', 'LEFT')
   if type(job) == 'table' then
+    -- Only a key of another type is passed over. Any other error (READONLY after a
+    -- failover, OOM) is the server's, not the queue's: raised, so the fetch backs off and
+    -- reconnects as for any refused command, instead of reading as an empty queue.
+    if not string.find(job['err'] or '', '^WRONGTYPE') then
+      error(job)
+    end
     refused[#refused + 1] = (i + 1) / 2
   elseif job then
     local first_recovered = recovered(job)

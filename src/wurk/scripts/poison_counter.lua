@@ -39,7 +39,13 @@ end
 local refused_keys = {}
 
 local function keep_book(command, key, arg)
-  if type(redis.pcall(command, key, arg)) == 'table' then
+  local reply = redis.pcall(command, key, arg)
+  if type(reply) == 'table' and reply['err'] then
+    -- Another type is the key's: named and left. Any other error (OOM, READONLY) is the
+    -- server's, raised as before the pcall (the moves before it stand: it is bookkeeping).
+    if not string.find(reply['err'], '^WRONGTYPE') then
+      error(reply)
+    end
     refused_keys[#refused_keys + 1] = key
   end
 end
