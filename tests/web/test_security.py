@@ -55,6 +55,22 @@ def test_every_post_route_needs_the_token(client: TestClient, one_retry: wurk.Co
     assert RetrySet(one_retry).size() == 1
 
 
+@pytest.mark.parametrize("send", [
+    lambda client, good: client.post("/api/retries", json={**ACTION, "csrf_token": 5}),
+    lambda client, good: client.post("/api/retries", json={**ACTION, "csrf_token": [good]}),
+    lambda client, good: client.post("/api/retries",
+                                     json={**ACTION, "csrf_token": {"t": good}}),
+    lambda client, good: client.post(
+        "/retries", content=f"action=delete&all=1&csrf_token={good}&csrf_token={good}",
+        headers={"content-type": "application/x-www-form-urlencoded"}),
+], ids=["number", "list", "object", "repeated-field"])
+def test_a_token_that_is_not_one_string_is_refused_not_a_500(
+        client: TestClient, one_retry: wurk.Config, send: Any) -> None:
+    response = send(client, token(client))
+    assert response.status_code == 403 and "CSRF" in response.text
+    assert RetrySet(one_retry).size() == 1
+
+
 @pytest.mark.parametrize("headers", [
     {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
     {"Origin": "http://evil.example"}, {"Origin": "null"},

@@ -125,6 +125,8 @@ class Guard:
         body = await read_body(receive)
         form = parse_form(request, body)
         submitted = request.headers.get(security.CSRF_HEADER) or form.get(security.CSRF_FIELD)
+        if not isinstance(submitted, str):  # a JSON number or object, a repeated field
+            submitted = None
         if not security.token_matches(request.cookies.get(security.CSRF_COOKIE), submitted):
             raise Refused(403, "Refused: the form was stale or not sent by the dashboard "
                                "(missing or wrong CSRF token). Reload the page and try again.")
