@@ -171,3 +171,30 @@ def test_api_reads_match_the_pages(client: TestClient, config: wurk.Config,
     assert client.get("/api/retries/1.0-gone").status_code == 404
     assert client.get("/api/retries/1.0-gone").json() == {
         "error": "No such entry in Retries: it has run, moved or been deleted."}
+
+
+# -- a field sent twice -------------------------------------------------------------------------
+@pytest.mark.parametrize("path", ["/retries", "/retries/{key}", "/queues/default", "/busy",
+                                  "/periodic/nope", "/batches/nope"])
+def test_a_repeated_form_field_is_refused_and_changes_nothing(
+        client: TestClient, config: wurk.Config, r: redis.Redis, path: str) -> None:
+    seed_sets(config, 2)
+    seed_process(r)
+    path = path.format(key=keys(client, "retries")[0])
+    body = f"csrf_token={token(client)}&action=kill&action=delete&all=1"
+    response = client.post(path, content=body,
+                           headers={"content-type": "application/x-www-form-urlencoded"})
+    assert response.status_code == 400 and "“action” more than once" in response.text
+    assert RetrySet(config).size() == 2 and DeadSet(config).size() == 2
+    assert r.hget("host:1:abc", "quiet") == "false"
+
+
+@pytest.mark.parametrize("path", ["/api/retries", "/api/queues/default", "/api/busy",
+                                  "/api/periodic/loops/nope", "/api/batches/nope"])
+def test_a_list_where_the_api_wants_one_value_is_refused(
+        client: TestClient, config: wurk.Config, path: str) -> None:
+    seed_sets(config, 2)
+    response = client.post(path, json={"action": ["kill", "delete"], "all": True},
+                           headers={"X-CSRF-Token": token(client)})
+    assert response.status_code == 400 and "“action” more than once" in response.json()["error"]
+    assert RetrySet(config).size() == 2 and DeadSet(config).size() == 2

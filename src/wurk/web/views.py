@@ -29,8 +29,13 @@ __all__ = ["form_list", "form_value", "perform", "routes"]
 
 # -- helpers shared with the JSON API ---------------------------------------------------------
 def form_value(request: Request, name: str) -> str:
+    """The one value of field ``name`` ("" when absent); a field sent more than once (or a
+    JSON list) is a 400: which of ``action=kill&action=delete`` was meant cannot be told."""
     value = request.scope.get(SCOPE_FORM, {}).get(name, "")
-    return value[0] if isinstance(value, list) and value else str(value or "")
+    if isinstance(value, list):
+        raise HTTPException(400, f"The form sends the field “{name}” more than once; send "
+                                 "it once.")
+    return str(value or "")
 
 
 def form_list(request: Request, name: str) -> list[str]:
