@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import base64
+import re
 from typing import Any
 
 import pytest
 import redis
+from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.routing import WebSocketRoute
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import BaseRoute, Mount, Route, WebSocketRoute
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 import wurk
 from tests.web.conftest import browse, seed_sets, token
 from wurk.api import RetrySet
-from wurk.web import Extension, create_app
+from wurk.web import Extension, create_app, dashboard
+from wurk.web.extensions import Contained
 from wurk.web.security import CSP
 
 ACTION = {"action": "delete", "all": "1"}
@@ -340,3 +344,74 @@ def test_a_websocket_whose_authorize_hook_fails_is_closed_and_reported(
             client.websocket_connect("ws://localhost/live/echo"):
         pass
     assert closed.value.code == 1011 and reported == ["ldap down"]
+
+
+# -- every state-changing route, enumerated from the app ---------------------------------------
+SAFE = {"GET", "HEAD", "OPTIONS"}
+
+
+async def extension_action(request: Request) -> Response:
+    RetrySet(dashboard(request).config).clear()  # would change Redis if ever reached
+    return PlainTextResponse("done")
+
+
+def acting_routes(routes: list[BaseRoute], prefix: str = "") -> list[tuple[str, str]]:
+    """``(method, path)`` of every route that is not read-only, Mounts followed down."""
+    found: list[tuple[str, str]] = []
+    for route in routes:
+        if isinstance(route, Mount):
+            inner = route.app.app if isinstance(route.app, Contained) else route.app
+            found += acting_routes(list(getattr(inner, "routes", [])), prefix + route.path)
+        elif isinstance(route, Route):
+            path = prefix + route.path_format
+            found += [(method, path) for method in sorted(set(route.methods or ()) - SAFE)]
+    return found
+
+
+def every_action_app(config: wurk.Config, **options: Any) -> Starlette:
+    mine = Extension(name="mine", tab="Mine",
+                     routes=[Route("/act", extension_action, methods=["POST", "DELETE"])])
+    return create_app(config, extensions=[mine], **options)
+
+
+def try_every_action(app: Starlette, r: redis.Redis, headers: dict[str, str],
+                     with_token: bool = True) -> set[int]:
+    """POST (or DELETE…) each acting route with a body that would act; the statuses seen."""
+    listed = acting_routes(app.routes)
+    assert len(listed) >= 20 and ("DELETE", "/mine/act") in listed, listed
+    statuses: set[int] = set()
+    before = snapshot(r)
+    with browse(app, follow_redirects=False) as client:
+        good = token(client) if client.get("/api/csrf").status_code == 200 else "x"
+        for method, template in listed:
+            path = re.sub(r"\{[^}]+\}", "default", template)
+            body = {"action": "delete", "all": "1", "key": "default", "keys": ["default"]}
+            if with_token:
+                body["csrf_token"] = good
+            response = client.request(method, path, data=body, headers=headers)
+            assert response.status_code == 403, (method, path, response.status_code)
+            statuses.add(response.status_code)
+    assert snapshot(r) == before
+    return statuses
+
+
+def test_every_acting_route_needs_the_token(one_retry: wurk.Config, r: redis.Redis) -> None:
+    try_every_action(every_action_app(one_retry), r, {}, with_token=False)
+
+
+def test_every_acting_route_refuses_a_cross_origin_request(one_retry: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    try_every_action(every_action_app(one_retry), r, {"Sec-Fetch-Site": "cross-site"})
+
+
+def test_every_acting_route_is_refused_in_read_only_mode(one_retry: wurk.Config,
+                                                         r: redis.Redis) -> None:
+    try_every_action(every_action_app(one_retry, read_only=True), r, {})
+
+
+def test_every_acting_route_is_refused_when_the_hook_says_no(one_retry: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    def readers_only(request: Request) -> bool:
+        return request.method in SAFE
+
+    try_every_action(every_action_app(one_retry, authorize=readers_only), r, {})
