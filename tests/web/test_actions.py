@@ -198,3 +198,31 @@ def test_a_list_where_the_api_wants_one_value_is_refused(
                            headers={"X-CSRF-Token": token(client)})
     assert response.status_code == 400 and "“action” more than once" in response.json()["error"]
     assert RetrySet(config).size() == 2 and DeadSet(config).size() == 2
+
+
+# -- a field left out ---------------------------------------------------------------------------
+@pytest.mark.parametrize(("path", "form", "named"), [
+    ("/queues/default/delete", {}, "“key”"),
+    ("/busy", {"action": "cancel"}, "“jid”"),
+])
+def test_a_missing_field_is_a_400_naming_it(client: TestClient, config: wurk.Config,
+                                            r: redis.Redis, path: str, form: dict[str, str],
+                                            named: str) -> None:
+    wurk.Client(config=config).push(job(1))
+    response = post(client, path, **form)
+    assert response.status_code == 400 and named in response.text
+    assert r.llen("queue:default") == 1
+
+
+def test_the_api_delete_without_key_or_job_is_a_400(client: TestClient, config: wurk.Config,
+                                                    r: redis.Redis) -> None:
+    wurk.Client(config=config).push(job(1))
+    response = client.post("/api/queues/default/delete", json={},
+                           headers={"X-CSRF-Token": token(client)})
+    assert response.status_code == 400 and "“key”" in response.json()["error"]
+    assert r.llen("queue:default") == 1
+
+
+def test_cancel_of_something_that_is_not_a_jid_says_so(client: TestClient) -> None:
+    response = post(client, "/busy", action="cancel", jid="a b\x00")
+    assert response.status_code == 400 and "not a jid" in response.text

@@ -161,6 +161,8 @@ async def queue_delete(request: Request) -> Response:
     if key:
         count = await perform(dashboard(request), actions.delete_queue_job, name, key)
     else:
+        if not form_value(request, "job"):
+            raise HTTPException(400, "The request is missing the field “key” (or “job”).")
         count = await perform(dashboard(request), actions.delete_queue_text, name,
                               form_value(request, "job"))
     return done("delete", count)

@@ -19,12 +19,13 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
 from .templating import render, url
 
-__all__ = ["form_list", "form_value", "perform", "routes"]
+__all__ = ["form_list", "form_value", "perform", "required", "routes"]
 
 
 # -- helpers shared with the JSON API ---------------------------------------------------------
@@ -36,6 +37,14 @@ def form_value(request: Request, name: str) -> str:
         raise HTTPException(400, f"The form sends the field “{name}” more than once; send "
                                  "it once.")
     return str(value or "")
+
+
+def required(request: Request, name: str) -> str:
+    """``form_value``, and a 400 naming the field when it is absent or empty."""
+    value = form_value(request, name)
+    if not value:
+        raise HTTPException(400, f"The form is missing the field “{name}”.")
+    return value
 
 
 def form_list(request: Request, name: str) -> list[str]:
@@ -89,8 +98,12 @@ async def busy(request: Request) -> Response:
 async def busy_action(request: Request) -> Response:
     action = form_value(request, "action")
     if action == "cancel":  # a running job's row
-        count = await perform(dashboard(request), actions.cancel_jobs,
-                              [form_value(request, "jid")])
+        try:
+            jid = check_jid(required(request, "jid"))
+        except ValueError:
+            raise HTTPException(400, f"That is not a jid: at most {JID_LIMIT} printable "
+                                     "characters, no spaces.") from None
+        count = await perform(dashboard(request), actions.cancel_jobs, [jid])
         return redirect(request, "/busy", notice=action, count=count)
     identity = form_value(request, "identity") or None
     count = await perform(dashboard(request), actions.process_action, action, identity)
@@ -124,7 +137,7 @@ async def queue_action(request: Request) -> Response:
 async def queue_delete(request: Request) -> Response:
     name = request.path_params["name"]
     count = await perform(dashboard(request), actions.delete_queue_job, name,
-                          form_value(request, "key"))
+                          required(request, "key"))
     return redirect(request, queue_path(name), notice="delete" if count else "gone",
                     count=count)
 
