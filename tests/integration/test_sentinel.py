@@ -104,6 +104,20 @@ def test_a_dead_sentinel_is_passed_over_and_a_push_with_no_primary_raises(
     wait_until(_pushes, FOLLOW_WITHIN, "a push to the new primary, past the dead sentinel")
 
 
+@needs_sentinel
+def test_a_sentinel_answering_an_error_is_passed_over(
+        topology: Topology, redis_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sentinel.md: "wurk asks each in turn until one answers": a server named as a sentinel
+    that answers ``SENTINEL MASTERS`` with an error (here a plain Redis) is passed over."""
+    url = topology.url.replace("redis+sentinel://",
+                               f"redis+sentinel://127.0.0.1:{redis_server.port},")
+    monkeypatch.setenv("REDIS_URL", url)
+    wurk.configure(socket_timeout=2.0)
+    assert probe.perform_async(1) is not None
+    assert asyncio.run(probe.aperform_async(2)) is not None
+    assert topology.primary().client().llen("queue:default") == 2
+
+
 def _pushes() -> bool:
     """Whether a push (of 3) went through: False while there is no primary to take it."""
     try:
