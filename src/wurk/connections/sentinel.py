@@ -47,7 +47,7 @@ _QUERY = ("sentinel_username", "sentinel_password")
 # The pool's settings the connections to the sentinels take too.
 _SENTINEL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
 FORM = ("redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]"
-        "[?sentinel_password=SECRET]")
+        "[?sentinel_username=NAME&sentinel_password=SECRET]")
 
 
 @dataclass(frozen=True)
@@ -94,14 +94,18 @@ def _hosts(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _db(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "²" is a digit int() refuses
         raise ConfigError(f"Sentinel URL: the db after the service must be a number, not "
                           f"{text!r}: {FORM}")
     return int(text)
 
 
 def _query(query: str) -> dict[str, str]:
-    options = dict(parse_qsl(query, keep_blank_values=True))
+    pairs = parse_qsl(query, keep_blank_values=True)
+    options = dict(pairs)
+    if len(options) < len(pairs):
+        twice = next(name for name in options if [n for n, _ in pairs].count(name) > 1)
+        raise ConfigError(f"Sentinel URL: option {twice!r} is given twice: {FORM}")
     unknown = sorted(set(options) - set(_QUERY))
     if unknown:
         raise ConfigError(f"Sentinel URL: unknown option {unknown[0]!r}; it takes "
