@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,6 +117,27 @@ def test_a_sentinel_answering_an_error_is_passed_over(
     assert probe.perform_async(1) is not None
     assert asyncio.run(probe.aperform_async(2)) is not None
     assert topology.primary().client().llen("queue:default") == 2
+
+
+@needs_sentinel
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_sentinel_that_never_answers_costs_one_socket_timeout(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """sentinel.md: a sentinel "that does not answer within the socket timeout" is passed
+    over: asked once, not again and again by redis-py's own retries."""
+    with socket.socket() as silent:  # takes connections (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = topology.url.replace(
+            "redis+sentinel://", f"redis+sentinel://127.0.0.1:{silent.getsockname()[1]},")
+        monkeypatch.setenv("REDIS_URL", url)
+        wurk.configure(socket_timeout=1.0)
+        started = time.monotonic()
+        if form == "sync":
+            assert probe.perform_async(1) is not None
+        else:
+            assert asyncio.run(probe.aperform_async(1)) is not None
+        assert time.monotonic() - started < 2.0
 
 
 def _pushes() -> bool:

@@ -31,7 +31,10 @@ import redis
 import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
 from redis.asyncio.connection import Connection as AsyncConnection
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.connection import Connection
+from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
 
 from ..errors import ConfigError
@@ -126,9 +129,13 @@ def describe(url: str) -> str:
     return f"{SCHEME}://{auth}{hosts}/{target.service}/{target.db}{query}"
 
 
-def _sentinel_kwargs(target: SentinelTarget, options: dict[str, Any]) -> dict[str, Any]:
-    """How to reach the sentinels: the pool's timeouts and the sentinels' own credentials."""
+def _sentinel_kwargs(target: SentinelTarget, options: dict[str, Any],
+                     retry: Any) -> dict[str, Any]:
+    """How to reach the sentinels: the pool's timeouts, the sentinels' own credentials, and
+    ``retry`` (none: redis-py's default retries a sentinel that does not answer three more
+    times, with backoff, before the next one is asked)."""
     chosen = {name: value for name, value in options.items() if name in _SENTINEL_OPTIONS}
+    chosen["retry"] = retry
     if target.sentinel_username is not None:
         chosen["username"] = target.sentinel_username
     if target.sentinel_password is not None:
@@ -245,7 +252,8 @@ def blocking_pool(url: str, base: type, **options: Any) -> Any:
     Sentinel ``url``; ``options`` are the pool's and its connections' settings."""
     target = parse(url)
     manager = _Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
+        list(target.sentinels),
+        sentinel_kwargs=_sentinel_kwargs(target, options, Retry(NoBackoff(), 0)))
     pool_class = _with_sentinel(sync_sentinel.SentinelConnectionPool, base, _SparesInUse)
     return pool_class(target.service, manager, is_master=True, connection_class=_Connection,
                       db=target.db, username=target.username, password=target.password,
@@ -256,7 +264,8 @@ def async_blocking_pool(url: str, base: type, **options: Any) -> Any:
     """``blocking_pool`` for redis-py's asyncio client (``base`` its blocking pool)."""
     target = parse(url)
     manager = _AsyncSentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
+        list(target.sentinels),
+        sentinel_kwargs=_sentinel_kwargs(target, options, AsyncRetry(NoBackoff(), 0)))
     pool_class = _with_sentinel(async_sentinel.SentinelConnectionPool, base)
     return pool_class(target.service, manager, is_master=True,
                       connection_class=_AsyncConnection, db=target.db,
