@@ -23,7 +23,7 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.sentinel import Topology, skip_reason
+from tests.helpers.sentinel import SERVICE, Topology, skip_reason
 from tests.helpers.server import Server, free_port, start_server
 from tests.helpers.wait import wait_until
 from tests.web.conftest import browse
@@ -138,6 +138,29 @@ def test_a_sentinel_that_never_answers_costs_one_socket_timeout(
         else:
             assert asyncio.run(probe.aperform_async(1)) is not None
         assert time.monotonic() - started < 2.0
+
+
+@needs_sentinel
+def test_a_primary_demoted_not_killed_is_followed_without_a_failed_push(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sentinel.md: "A primary demoted rather than killed (SENTINEL FAILOVER …) answers
+    READONLY: the connection that read it is retired and the command, refused and not
+    applied, is tried once more on a fresh one" — so once the sentinels name the new primary
+    the first push (sync and async) after it goes through, none raising."""
+    monkeypatch.setenv("REDIS_URL", topology.url)
+    wurk.configure(socket_timeout=2.0)
+    probe.perform_async(1)  # the pools hold connections to the first primary
+    assert asyncio.run(probe.aperform_async(2)) is not None
+    old = topology.primary()
+    wait_until(lambda: topology.data[1].client().llen("queue:default") == 2,
+               what="the replica having both")
+    topology.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
+    topology.wait_for_promotion(old)
+    wait_until(lambda: old.client().info("replication")["role"] == "slave",
+               what="the old primary demoted")
+    probe.perform_async(3)
+    assert asyncio.run(probe.aperform_async(4)) is not None
+    assert topology.data[1].client().llen("queue:default") == 4
 
 
 def _pushes() -> bool:
