@@ -156,7 +156,9 @@ def test_a_primary_demoted_not_killed_is_followed_without_a_failed_push(
                what="the replica having both")
     topology.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
     topology.wait_for_promotion(old)
-    wait_until(lambda: old.client().info("replication")["role"] == "slave",
+    # The sentinels turn the old primary into a replica once they see it still answering as
+    # a primary: seconds after the promotion, more on a loaded machine.
+    wait_until(lambda: old.client().info("replication")["role"] == "slave", 45,
                what="the old primary demoted")
     probe.perform_async(3)
     assert asyncio.run(probe.aperform_async(4)) is not None
