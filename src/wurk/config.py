@@ -138,8 +138,9 @@ def check_redis_url(url: str) -> None:
     """A ``ConfigError`` when ``url`` is no URL a pool can be made from (``ftp://``, a port
     that is no number): said when the configuration is built, not as redis-py's traceback
     when the first command connects. Sentinel and Cluster URLs are checked by their own
-    rules (a cluster's where it is used)."""
+    rules (a cluster's layout rules where it is used)."""
     if cluster.is_cluster(url):
+        cluster.parse(url)
         return
     if sentinel.is_sentinel(url):
         sentinel.parse(url)

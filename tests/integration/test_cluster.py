@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socketserver
 import threading
 import time
 from collections import Counter
@@ -326,3 +327,32 @@ def test_a_seed_that_is_down_is_passed_over_and_asked_last(redis_cluster: Cluste
                           {"socket_connect_timeout": 1})
     assert locator.primary()[1] == redis_cluster.primary_port("mail")
     assert locator._known[0] == ("127.0.0.1", live)
+
+
+@pytest.mark.parametrize("entry", [0, 1, 2])
+def test_a_node_answering_a_garbled_slot_map_is_passed_over(redis_cluster: Cluster,
+                                                             entry: int) -> None:
+    """Replies read from Redis are untrusted: a node whose ``CLUSTER SLOTS`` reply has no
+    shape a cluster sends is passed over as one that does not answer, and the next is asked."""
+    replies = [b"*1\r\n*1\r\n:0\r\n",
+               b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nx\r\n$1\r\ny\r\n",
+               b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nx\r\n:99999\r\n"]
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            while data := self.request.recv(4096):  # the slot map; the handshake; OK
+                words = data.upper()
+                self.request.sendall(replies[entry] if b"SLOTS" in words
+                                     else b"%1\r\n$5\r\nproto\r\n:3\r\n" if b"HELLO" in words
+                                     else b"+OK\r\n")
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as garbled:
+        garbled.daemon_threads = True
+        threading.Thread(target=garbled.serve_forever, daemon=True).start()
+        live = redis_cluster.live().port
+        locator = SlotLocator(parse(f"redis+cluster://127.0.0.1:{garbled.server_address[1]},"
+                                    f"127.0.0.1:{live}/mail"), {"socket_timeout": 1})
+        try:
+            assert locator.primary()[1] == redis_cluster.primary_port("mail")
+        finally:
+            garbled.shutdown()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,7 +23,7 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.sentinel import Topology, skip_reason
+from tests.helpers.sentinel import SERVICE, Topology, skip_reason
 from tests.helpers.server import Server, free_port, start_server
 from tests.helpers.wait import wait_until
 from tests.web.conftest import browse
@@ -102,6 +103,66 @@ def test_a_dead_sentinel_is_passed_over_and_a_push_with_no_primary_raises(
     topology.wait_for_promotion(old)
 
     wait_until(_pushes, FOLLOW_WITHIN, "a push to the new primary, past the dead sentinel")
+
+
+@needs_sentinel
+def test_a_sentinel_answering_an_error_is_passed_over(
+        topology: Topology, redis_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sentinel.md: "wurk asks each in turn until one answers": a server named as a sentinel
+    that answers ``SENTINEL MASTERS`` with an error (here a plain Redis) is passed over."""
+    url = topology.url.replace("redis+sentinel://",
+                               f"redis+sentinel://127.0.0.1:{redis_server.port},")
+    monkeypatch.setenv("REDIS_URL", url)
+    wurk.configure(socket_timeout=2.0)
+    assert probe.perform_async(1) is not None
+    assert asyncio.run(probe.aperform_async(2)) is not None
+    assert topology.primary().client().llen("queue:default") == 2
+
+
+@needs_sentinel
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_sentinel_that_never_answers_costs_one_socket_timeout(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """sentinel.md: a sentinel "that does not answer within the socket timeout" is passed
+    over: asked once, not again and again by redis-py's own retries."""
+    with socket.socket() as silent:  # takes connections (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = topology.url.replace(
+            "redis+sentinel://", f"redis+sentinel://127.0.0.1:{silent.getsockname()[1]},")
+        monkeypatch.setenv("REDIS_URL", url)
+        wurk.configure(socket_timeout=1.0)
+        started = time.monotonic()
+        if form == "sync":
+            assert probe.perform_async(1) is not None
+        else:
+            assert asyncio.run(probe.aperform_async(1)) is not None
+        assert time.monotonic() - started < 2.0
+
+
+@needs_sentinel
+def test_a_primary_demoted_not_killed_is_followed_without_a_failed_push(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sentinel.md: "A primary demoted rather than killed (SENTINEL FAILOVER …) answers
+    READONLY: the connection that read it is retired and the command, refused and not
+    applied, is tried once more on a fresh one" — so once the sentinels name the new primary
+    the first push (sync and async) after it goes through, none raising."""
+    monkeypatch.setenv("REDIS_URL", topology.url)
+    wurk.configure(socket_timeout=2.0)
+    probe.perform_async(1)  # the pools hold connections to the first primary
+    assert asyncio.run(probe.aperform_async(2)) is not None
+    old = topology.primary()
+    wait_until(lambda: topology.data[1].client().llen("queue:default") == 2,
+               what="the replica having both")
+    topology.sentinels[0].client().execute_command("SENTINEL", "FAILOVER", SERVICE)
+    topology.wait_for_promotion(old)
+    # The sentinels turn the old primary into a replica once they see it still answering as
+    # a primary: seconds after the promotion, more on a loaded machine.
+    wait_until(lambda: old.client().info("replication")["role"] == "slave", 45,
+               what="the old primary demoted")
+    probe.perform_async(3)
+    assert asyncio.run(probe.aperform_async(4)) is not None
+    assert topology.data[1].client().llen("queue:default") == 4
 
 
 def _pushes() -> bool:

@@ -198,3 +198,9 @@ def test_a_retry_queue_other_than_the_job_s_queue_is_refused_at_push(
     with pytest.raises(wurk.InvalidPayload, match="retry_queue 'low' is not supported"):
         client.push({"class": "Report", "args": [], "queue": "mail", "retry_queue": "low"})
 
+
+
+def test_a_shard_s_bad_cluster_url_is_refused_when_the_configuration_is_built() -> None:
+    """A shard's URL is checked when the configuration is built, a cluster's as any other."""
+    with pytest.raises(ConfigError, match=r"^shards: 'eu': Redis Cluster URL: port 99999"):
+        wurk.Config(shards={"eu": "redis+cluster://10.0.0.1:99999"})

@@ -32,6 +32,9 @@ def test_the_shortest_form_and_a_password_alone() -> None:
     ("redis+sentinel://s1:70000/jobs", "is not a TCP port"),
     ("redis+sentinel://s1,/jobs", "is not HOST or HOST:PORT"),
     ("redis+sentinel://s1/jobs?ssl=true", "unknown option 'ssl'"),
+    ("redis+sentinel://s1/jobs/\u00b2", "must be a number"),  # a digit int() cannot read
+    ("redis+sentinel://s1/jobs?sentinel_password=a&sentinel_password=b",
+     "'sentinel_password' is given twice"),
 ])
 def test_a_wrong_url_is_refused_naming_what_and_the_form(url: str, says: str) -> None:
     with pytest.raises(wurk.ConfigError, match=says) as caught:

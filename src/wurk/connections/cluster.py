@@ -152,11 +152,10 @@ class SlotLocator:
         errors: list[str] = []
         for host, port in nodes:
             try:
-                slots = self._ask(host, port)
-            except (redis.RedisError, OSError) as exc:
+                found = self._owner(self._ask(host, port), host)
+            except (redis.RedisError, OSError, *_GARBLED) as exc:
                 errors.append(f"{host}:{port}: {exc}")
                 continue
-            found = self._owner(slots, host)
             if found is not None:
                 with self._lock:  # asked first next time: a dead seed costs no timeout
                     self._known = [(host, port), *(n for n in self._known if n != (host, port))]
@@ -177,20 +176,34 @@ class SlotLocator:
             client.close()
 
     def _owner(self, slots: Any, asked: str) -> tuple[str, int] | None:
+        """The slot's primary in a ``CLUSTER SLOTS`` reply, and every node it names learnt;
+        a reply no cluster sends (untrusted: the node may be anything) raises one of
+        ``_GARBLED``, and nothing of it is learnt."""
         owner: tuple[str, int] | None = None
         seen: list[tuple[str, int]] = []
         for entry in slots or ():
             start, end, *nodes = entry
-            for node in nodes:
-                host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
-                seen.append((host or asked, int(node[1])))
-            if int(start) <= self.slot <= int(end) and nodes:
-                primary = nodes[0]
-                host = primary[0].decode() if isinstance(primary[0], bytes) else str(primary[0])
-                owner = (host or asked, int(primary[1]))
+            addresses = [_address(node, asked) for node in nodes]
+            seen.extend(addresses)
+            if int(start) <= self.slot <= int(end) and addresses:
+                owner = addresses[0]
         with self._lock:
             self._known = list(dict.fromkeys([*self._known, *seen]))
         return owner
+
+
+# What reading a ``CLUSTER SLOTS`` reply of the wrong shape raises.
+_GARBLED = (ValueError, TypeError, IndexError)
+
+
+def _address(node: Any, asked: str) -> tuple[str, int]:
+    """``(host, port)`` of one node of a ``CLUSTER SLOTS`` entry (an empty host is the node
+    asked); ``ValueError`` when it is not one."""
+    host = node[0].decode() if isinstance(node[0], bytes) else str(node[0])
+    port = int(node[1])
+    if not 0 < port < 65536:
+        raise ValueError(f"a node's port {port} in CLUSTER SLOTS is not a TCP port")
+    return host or asked, port
 
 
 class _SlotConnection:

@@ -12,7 +12,9 @@
 2. ``blocking_pool`` / ``async_blocking_pool`` make redis-py's own Sentinel machinery
    (``redis.sentinel``) serve wurk's bounded pools: every new connection asks the
    sentinels where the primary is, so a connection closed after a failover (a broken one,
-   or one retired for reading ``READONLY``) reconnects to the new primary.
+   or one retired for reading ``READONLY``) reconnects to the new primary. Each sentinel is
+   asked in turn until one names a healthy primary: one that does not answer, answers an
+   error (a plain Redis at that address) or a reply of the wrong shape is passed over.
 3. A ``READONLY`` reply stays a ``READONLY`` reply here (redis-py's Sentinel connection
    turns it into a connection error): wurk's pools know it means "refused, not applied",
    retire the connection and try once more (``wurk.connections.pool``); a push is never
@@ -25,10 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote
 
+import redis
 import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel as sync_sentinel
 from redis.asyncio.connection import Connection as AsyncConnection
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import NoBackoff
 from redis.connection import Connection
+from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from ..errors import ConfigError
 from .hostlist import credentials, host_list
@@ -43,7 +50,7 @@ _QUERY = ("sentinel_username", "sentinel_password")
 # The pool's settings the connections to the sentinels take too.
 _SENTINEL_OPTIONS = ("socket_timeout", "socket_connect_timeout", "socket_keepalive")
 FORM = ("redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]"
-        "[?sentinel_password=SECRET]")
+        "[?sentinel_username=NAME&sentinel_password=SECRET]")
 
 
 @dataclass(frozen=True)
@@ -90,14 +97,18 @@ def _hosts(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _db(text: str) -> int:
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):  # "²" is a digit int() refuses
         raise ConfigError(f"Sentinel URL: the db after the service must be a number, not "
                           f"{text!r}: {FORM}")
     return int(text)
 
 
 def _query(query: str) -> dict[str, str]:
-    options = dict(parse_qsl(query, keep_blank_values=True))
+    pairs = parse_qsl(query, keep_blank_values=True)
+    options = dict(pairs)
+    if len(options) < len(pairs):
+        twice = next(name for name in options if [n for n, _ in pairs].count(name) > 1)
+        raise ConfigError(f"Sentinel URL: option {twice!r} is given twice: {FORM}")
     unknown = sorted(set(options) - set(_QUERY))
     if unknown:
         raise ConfigError(f"Sentinel URL: unknown option {unknown[0]!r}; it takes "
@@ -118,14 +129,78 @@ def describe(url: str) -> str:
     return f"{SCHEME}://{auth}{hosts}/{target.service}/{target.db}{query}"
 
 
-def _sentinel_kwargs(target: SentinelTarget, options: dict[str, Any]) -> dict[str, Any]:
-    """How to reach the sentinels: the pool's timeouts and the sentinels' own credentials."""
+def _sentinel_kwargs(target: SentinelTarget, options: dict[str, Any],
+                     retry: Any) -> dict[str, Any]:
+    """How to reach the sentinels: the pool's timeouts, the sentinels' own credentials, and
+    ``retry`` (none: redis-py's default retries a sentinel that does not answer three more
+    times, with backoff, before the next one is asked)."""
     chosen = {name: value for name, value in options.items() if name in _SENTINEL_OPTIONS}
+    chosen["retry"] = retry
     if target.sentinel_username is not None:
         chosen["username"] = target.sentinel_username
     if target.sentinel_password is not None:
         chosen["password"] = target.sentinel_password
     return chosen
+
+
+# What one sentinel's answer can raise: an error reply (a server there that is no sentinel,
+# a sentinel refusing), a broken connection, or a reply of the wrong shape (untrusted).
+_SENTINEL_FAULTS = (redis.RedisError, OSError, KeyError, ValueError, TypeError,
+                    AttributeError, IndexError)
+
+
+def _primary_named(manager: Any, masters: Any, service: str) -> tuple[str, int] | None:
+    """The primary's address in one sentinel's ``SENTINEL MASTERS`` reply, if it names a
+    healthy one; ``ValueError`` when the reply names it in a shape no sentinel sends."""
+    state = masters.get(service)
+    if not state or not manager.check_master_state(state, service):
+        return None
+    host, port = state["ip"], state["port"]
+    if not isinstance(host, str) or not host or not isinstance(port, int) \
+            or not 0 < port < 65536:
+        raise ValueError(f"the primary's address {host!r}:{port!r} is not HOST:PORT")
+    return host, port
+
+
+def _not_found(service: str, errors: list[str]) -> MasterNotFoundError:
+    detail = f": {', '.join(errors)}" if errors else ""
+    return MasterNotFoundError(f"No master found for {service!r}{detail}")
+
+
+class _Sentinel(sync_sentinel.Sentinel):
+    """redis-py's Sentinel manager, asking every sentinel in turn until one names the
+    primary: redis-py's stops at the first sentinel that answers an error reply (a plain
+    Redis at that address, a refusal) or a reply of the wrong shape."""
+
+    def discover_master(self, service_name: str) -> tuple[str, int]:
+        errors: list[str] = []
+        for number, client in enumerate(self.sentinels):
+            try:
+                found = _primary_named(self, client.sentinel_masters(), service_name)
+            except _SENTINEL_FAULTS as exc:
+                errors.append(f"{client} - {exc!r}")
+                continue
+            if found is not None:
+                self.sentinels[0], self.sentinels[number] = client, self.sentinels[0]
+                return found
+        raise _not_found(service_name, errors)
+
+
+class _AsyncSentinel(async_sentinel.Sentinel):
+    """``_Sentinel`` for redis-py's asyncio client."""
+
+    async def discover_master(self, service_name: str) -> tuple[str, int]:
+        errors: list[str] = []
+        for number, client in enumerate(self.sentinels):
+            try:
+                found = _primary_named(self, await client.sentinel_masters(), service_name)
+            except _SENTINEL_FAULTS as exc:
+                errors.append(f"{client} - {exc!r}")
+                continue
+            if found is not None:
+                self.sentinels[0], self.sentinels[number] = client, self.sentinels[0]
+                return found
+        raise _not_found(service_name, errors)
 
 
 class _Connection(sync_sentinel.SentinelManagedConnection):
@@ -176,8 +251,9 @@ def blocking_pool(url: str, base: type, **options: Any) -> Any:
     """A pool of class ``base`` (a ``redis.BlockingConnectionPool``) for the primary of the
     Sentinel ``url``; ``options`` are the pool's and its connections' settings."""
     target = parse(url)
-    manager = sync_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
+    manager = _Sentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs=_sentinel_kwargs(target, options, Retry(NoBackoff(), 0)))
     pool_class = _with_sentinel(sync_sentinel.SentinelConnectionPool, base, _SparesInUse)
     return pool_class(target.service, manager, is_master=True, connection_class=_Connection,
                       db=target.db, username=target.username, password=target.password,
@@ -187,8 +263,9 @@ def blocking_pool(url: str, base: type, **options: Any) -> Any:
 def async_blocking_pool(url: str, base: type, **options: Any) -> Any:
     """``blocking_pool`` for redis-py's asyncio client (``base`` its blocking pool)."""
     target = parse(url)
-    manager = async_sentinel.Sentinel(  # type: ignore[no-untyped-call]
-        list(target.sentinels), sentinel_kwargs=_sentinel_kwargs(target, options))
+    manager = _AsyncSentinel(  # type: ignore[no-untyped-call]
+        list(target.sentinels),
+        sentinel_kwargs=_sentinel_kwargs(target, options, AsyncRetry(NoBackoff(), 0)))
     pool_class = _with_sentinel(async_sentinel.SentinelConnectionPool, base)
     return pool_class(target.service, manager, is_master=True,
                       connection_class=_AsyncConnection, db=target.db,
