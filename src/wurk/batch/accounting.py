@@ -56,7 +56,7 @@ Outcome = Literal["success", "failure", "death"]
 _LIB = ("batch_lib.lua",)
 _OPEN = Script("batch_open.lua", prelude=_LIB)
 _CLOSE = Script("batch_close.lua", prelude=_LIB)
-_PUSH = Script("batch_push.lua", prelude=_LIB)
+_PUSH = Script("batch_push.lua", prelude=(*_LIB, "owned.lua"))
 _JOB = Script("batch_job.lua", prelude=_LIB)
 _CALLBACK_DONE = Script("batch_callback_done.lua", prelude=_LIB)
 _INVALIDATE = Script("batch_invalidate.lua", prelude=_LIB)

@@ -44,13 +44,8 @@ for i = 6, #ARGV, 6 do
     check(C.prefix .. 'queue:' .. ARGV[i + 1], 'list')
   end
 end
-for _, check in ipairs(checks) do
-  local held = redis.call('TYPE', check[1])['ok']
-  if held ~= 'none' and held ~= check[2] then
-    return redis.error_reply('WRONGTYPE ' .. check[1] .. ' holds a ' .. held .. ', not a '
-                             .. check[2] .. '; no job of batch ' .. bid .. ' was pushed')
-  end
-end
+local wrong = other_type(checks, 'no job of batch ' .. bid .. ' was pushed')
+if wrong then return wrong end
 local added, refused = 0, {}
 local job = 0
 for i = 6, #ARGV, 6 do
@@ -60,19 +55,12 @@ for i = 6, #ARGV, 6 do
   local holder = false
   if lock ~= '' then
     -- A lock of another type, or one without an expiry (no push writes one), would refuse
-    -- the job for good: replaced, and named.
-    local held = redis.call('TYPE', lock)['ok']
-    if held ~= 'none' and held ~= 'string' then
-      redis.call('DEL', lock)
-      problem(lock .. ' held a ' .. held .. ', not a unique lock; replaced by the lock of '
-              .. 'job ' .. jid)
-    end
-    holder = redis.call('GET', lock)
-    if holder and holder ~= jid and redis.call('PTTL', lock) == -1 then
-      redis.call('DEL', lock)
-      problem(lock .. ' held ' .. shown(holder) .. ' without an expiry, which no push '
-              .. 'writes; replaced by the lock of job ' .. jid)
-      holder = false
+    -- the job for good: replaced (``lock_holder``, owned.lua), and named.
+    local before = #replaced
+    holder = lock_holder(lock, jid)
+    for n = before + 1, #replaced, 2 do
+      problem(replaced[n] .. ' held a ' .. replaced[n + 1] .. ', not a unique lock; replaced '
+              .. 'by the lock of job ' .. jid)
     end
   end
   if holder and holder ~= jid then
