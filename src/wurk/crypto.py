@@ -33,6 +33,8 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import hashlib
+import hmac
 import json
 import os
 from collections.abc import Callable
@@ -167,6 +169,31 @@ def seal(config: Config, job: P.Payload) -> None:
                                                                           None)
     args[-1] = {ENVELOPE_MARK: True, "v": version, "iv": _b64(nonce),
                 "ct": _b64(sealed[:-TAG_BYTES]), "tag": _b64(sealed[-TAG_BYTES:])}
+
+
+def unique_args(config: Config, job: P.Payload) -> list[Any] | None:
+    """The arguments a unique ``encrypt`` job's lock digest is taken from (a new list), or
+    None when there is nothing to seal. The last argument is stood in for by a keyed hash
+    of its JSON (HMAC-SHA256 under a key derived from the active version's): the same
+    value gives the same digest, as a plain job's does, though each push draws a fresh
+    nonce — and the digest stored in the payload tells nothing of the value to whoever
+    lacks the key. An envelope (a re-push) is opened first, so it digests as its value."""
+    args = job.get(P.ARGS)
+    version = config.encryption_version
+    if not isinstance(args, list) or not args or version is None:
+        return None
+    value = args[-1]
+    if is_envelope(value):
+        try:
+            value = open_envelope(config, value, job.get(P.JID))
+        except DecryptionError:
+            return None  # no key for it here: the envelope itself is what is digested
+    plaintext = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True,
+                           allow_nan=False).encode("utf-8")
+    secret = _active_key(config.encryption_keys, version)
+    derived = hmac.new(secret, b"wurk unique digest", hashlib.sha256).digest()
+    stand_in = hmac.new(derived, plaintext, hashlib.sha256).digest()
+    return [*args[:-1], f"hmac-sha256:{version}:{_b64(stand_in)}"]
 
 
 def _b64(raw: bytes) -> str:

@@ -476,3 +476,28 @@ def test_without_the_cryptography_package_enable_and_the_worker_check_say_so(
             wurk.launcher.Launcher(keyed)
     finally:
         crypto._cipher.cache_clear()  # keys seen without the package are not kept as ciphers
+
+
+@wurk.job(name="test_crypto.unique_charge", encrypt=True, unique_for=600)
+def unique_charge(order_id: int, card: dict[str, str]) -> None:
+    SEEN.append(card)
+
+
+def test_unique_for_refuses_a_duplicate_encrypted_push(config: wurk.Config,
+                                                       redis_server: Any) -> None:
+    """Each push seals with a fresh nonce, so a digest of the sealed arguments never
+    repeats: the lock is taken from the value instead, through a keyed hash, so the digest
+    stored in the payload tells nothing of the secret to whoever lacks the key."""
+    raw = redis.Redis.from_url(redis_server.url)
+    first = unique_charge.perform_async(1, {"card": SECRET})
+    assert first is not None
+    assert unique_charge.perform_async(1, {"card": SECRET}) is None
+    assert unique_charge.perform_async(1, {"card": "another"}) is not None
+    [stored] = [json.loads(e) for e in raw.lrange("queue:default", 0, -1)
+                if json.loads(e)["jid"] == first]
+    # a re-push of the stored envelope is the same job too
+    assert unique_charge.perform_async(*stored["args"]) is None
+    plain = wurk.unique.job_digest({"class": "test_crypto.unique_charge", "queue": "default",
+                                    "args": [1, {"card": SECRET}]})
+    assert stored["unique_digest"] != plain and not leaks(raw)
+    assert raw.llen("queue:default") == 2

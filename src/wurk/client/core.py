@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 from .. import payload as P
 from ..config import DEFAULT_SHARD, Config, chosen_shard, default_config
 from ..connections.pool import RedisPool
-from ..crypto import seal
+from ..crypto import seal, unique_args
 from ..errors import ConfigError, InvalidArguments, InvalidPayload
 from ..middleware import TemporaryLoop, bridge
 from ..options import (
@@ -56,6 +56,7 @@ from ..options import (
     stamp_expiry,
 )
 from . import writers
+from .locks import job_digest
 from .writers import Entries, RedisWriter, Writer
 
 __all__ = ["Client"]
@@ -489,6 +490,12 @@ class Client:
             if P.EXPIRES_IN in job:
                 stamp_expiry(job, at, fmt)
             if job.get(P.ENCRYPT) is True:
+                if P.UNIQUE_FOR in job and not job.get(P.UNIQUE_DIGEST):
+                    # digested before sealing: a fresh nonce per push would make every
+                    # push's digest differ, and no duplicate would ever be refused
+                    plain = unique_args(self.config, job)
+                    if plain is not None:
+                        job[P.UNIQUE_DIGEST] = job_digest({**job, P.ARGS: plain})
                 seal(self.config, job)  # the last argument; never an envelope twice
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
