@@ -20,7 +20,8 @@
    and puts the envelope back before anything after the job — a retry, a reschedule, the
    dead set — stores the payload. The opened value is never logged.
 4. A job that cannot be opened — an unknown key version, tampered or truncated bytes, bad
-   base64, an argument that is no envelope — raises ``DecryptionError`` naming the jid and
+   base64, an argument that is no envelope, an ``encrypt`` that is no boolean, an envelope
+   where nothing is sealed — raises ``DecryptionError`` naming the jid and
    the version (never the value): it is unretryable, so the job goes straight to the dead
    set, its death handlers run, and the execution metrics count a failure of that class.
 5. Without ``cryptography`` installed (``pip install 'wurk[encryption]'``) enabling, sealing
@@ -252,10 +253,30 @@ def _unb64(value: Any, jid: Any, field: str) -> bytes:
 def sealed_args(config: Config, job: P.Payload) -> list[Any] | None:
     """The job's arguments with the last one opened (a new list), or None when the job is not
     encrypted."""
-    args = job.get(P.ARGS)
-    if job.get(P.ENCRYPT) is not True or not isinstance(args, list) or not args:
+    args, flag, jid = job.get(P.ARGS), job.get(P.ENCRYPT), job.get(P.JID)
+    if not isinstance(args, list):
         return None
-    return [*args[:-1], open_envelope(config, args[-1], job.get(P.JID))]
+    if flag is not None and not isinstance(flag, bool):
+        # read from Redis: whether the last argument is sealed cannot be told, and a job
+        # must not run with an envelope, nor a plain secret pass for an opened one
+        raise DecryptionError(f"job {jid}: its encrypt field is {_said(flag)}, not true or "
+                              "false: whether its last argument is sealed cannot be told")
+    sealed = len(args) - 1 if flag is True else len(args)
+    for position, arg in enumerate(args[:sealed]):
+        if is_envelope(arg):
+            raise DecryptionError(
+                f"job {jid}: its argument {position + 1} of {len(args)} is an encryption "
+                "envelope, but " + ("only the last argument is ever sealed" if flag else
+                                    "the payload's encrypt is not true"))
+    if flag is not True or not args:
+        return None
+    return [*args[:-1], open_envelope(config, args[-1], jid)]
+
+
+def _said(value: Any) -> str:
+    """A stored value, cut short for a message (it came from Redis)."""
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 40 else text[:40] + "…"
 
 
 def _seal_again(payload: P.Payload, sealed: Any, result: Any,

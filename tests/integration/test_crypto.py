@@ -501,3 +501,41 @@ def test_unique_for_refuses_a_duplicate_encrypted_push(config: wurk.Config,
                                     "args": [1, {"card": SECRET}]})
     assert stored["unique_digest"] != plain and not leaks(raw)
     assert raw.llen("queue:default") == 2
+
+
+@pytest.mark.parametrize(("flag", "args", "says"), [
+    (1, [1, "sealed"], "its encrypt field is 1, not true or false"),
+    ("true", [1, "sealed"], 'its encrypt field is "true", not true or false'),
+    ("yes", [1, {"card": SECRET}], 'its encrypt field is "yes"'),
+    (True, ["sealed", "sealed"], "argument 1 of 2 is an encryption envelope, but only the last"),
+    (False, [1, "sealed"], "argument 2 of 2 is an encryption envelope, but the payload's "
+                           "encrypt is not true"),
+    (None, ["sealed", 2], "argument 1 of 2 is an encryption envelope"),
+])
+def test_an_envelope_the_encrypt_field_does_not_account_for_kills_the_job(
+        config: wurk.Config, redis_server: Any, flag: Any, args: list[Any], says: str) -> None:
+    """A payload from Redis whose ``encrypt`` is no boolean (``1``, ``"true"``), or with an
+    envelope where nothing is sealed: the job never runs with an envelope (or a plain value
+    taken for an opened one) as its argument; it dies with ``DecryptionError`` naming it."""
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    args = [envelope() if arg == "sealed" else arg for arg in args]
+    raw.lpush("queue:default", json.dumps({"class": "test_crypto.plain", "args": args,
+                                           "encrypt": flag, "jid": "b" * 24,
+                                           "queue": "default", "retry": 3,
+                                           "created_at": 1_700_000_000_000}))
+    assert Drain(config)() == 1
+    dead = json.loads(raw.zrange("dead", 0, -1)[0])
+    assert dead["error_class"] == "wurk.DecryptionError" and says in dead["error_message"]
+    assert "b" * 24 in dead["error_message"] and SECRET not in dead["error_message"]
+    assert SEEN == [] and raw.zcard("retry") == 0
+
+
+def test_a_push_whose_encrypt_is_no_boolean_is_refused(config: wurk.Config,
+                                                       redis_server: Any) -> None:
+    """``encrypt: 1`` was pushed in plain text, while the dashboard showed it as
+    ``[encrypted data]``."""
+    for flag in (1, "true"):
+        with pytest.raises(wurk.InvalidPayload, match=r"'encrypt' must be true or false"):
+            wurk.push({"class": "test_crypto.charge", "args": [1, {"card": SECRET}],
+                       "encrypt": flag})
+    assert redis.Redis.from_url(redis_server.url).llen("queue:default") == 0

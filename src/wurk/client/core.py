@@ -381,6 +381,11 @@ class Client:
             job[P.AT] = _at(job[P.AT])
         # None (Ruby's nil) is an option not set, kept as Sidekiq's client keeps it: a job
         # Ruby pushed so passes here again when the scheduler pushes it through the client.
+        if job.get(P.ENCRYPT) is not None and not isinstance(job[P.ENCRYPT], bool):
+            # anything else would be pushed in plain text, shown as "[encrypted data]"
+            raise InvalidPayload(f"'encrypt' must be true or false (true seals the last "
+                                 f"argument: wurk.crypto), not {job[P.ENCRYPT]!r}",
+                                 field=P.ENCRYPT)
         if job.get(P.TAGS) is not None and not isinstance(job[P.TAGS], list):
             raise InvalidPayload(f"'tags' must be a list, not {job[P.TAGS]!r}", field=P.TAGS)
         if job.get(P.RETRY_FOR) is not None:
