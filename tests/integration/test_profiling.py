@@ -334,7 +334,7 @@ def test_when_storing_fails_the_error_handlers_hear_and_the_job_still_succeeds(
         config: wurk.Config, r: redis.Redis) -> None:
     reported: list[tuple[BaseException, dict[str, Any]]] = []
     config.error_handlers.append(lambda exc, context: reported.append((exc, context)))
-    r.set("profiles", "a string: the MULTI's ZADD is refused")
+    r.set("profiles", "a string: the store's ZADD is refused")
     jid = crunch_the_numbers.set(profile="unstored").perform_async(2)
     drain = Drain(config, "default")
     try:
@@ -403,3 +403,29 @@ def test_stored_data_is_capped_at_5_mb_and_drawing_at_8_mb_of_json() -> None:
         parse(gzip.compress(b" " * (DRAW_LIMIT + 1)))
     with pytest.raises(Unreadable, match="not JSON"):  # 8 MB itself is read, then judged
         parse(gzip.compress(b" " * DRAW_LIMIT))
+
+
+def test_a_forged_token_and_jid_never_write_into_a_key_that_is_no_profile_of_theirs(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """``<token>-<jid>`` comes from the payload: a token and jid that spell a key of
+    something else (a list, a string, another hash) leave it as it was — no field written,
+    no expiry set, no member listed — and a warning says why; the job's own earlier
+    profile is still replaced."""
+    from wurk.profiling.record import Run, encode, note, store
+
+    r.rpush("app-orders", "kept")
+    r.set("app-flag", "on")
+    r.hset("b-1234", mapping={"pending": "3", "jid": "other"})
+    for token, jid in (("app", "orders"), ("app", "flag"), ("b", "1234")):
+        run = Run(token=token, jid=jid, type="Forged", started_at=time.time(), elapsed=0.1)
+        store(config, run, encode(note(run, "forged")))
+    assert r.lrange("app-orders", 0, -1) == ["kept"] and r.get("app-flag") == "on"
+    assert sorted(r.hkeys("b-1234")) == ["jid", "pending"] and r.hget("b-1234", "jid") == "other"
+    assert [r.ttl(key) for key in ("app-orders", "app-flag", "b-1234")] == [-1, -1, -1]
+    assert profiles(r) == []
+    assert "app-orders" in caplog.text and "not stored" in caplog.text
+    run = Run(token="own", jid="j1", type="Mine", started_at=time.time(), elapsed=0.1)
+    store(config, run, encode(note(run, "first")))
+    store(config, Run(token="own", jid="j1", type="Again", started_at=time.time(),
+                      elapsed=0.2), encode(note(run, "second")))
+    assert r.hget("own-j1", "type") == "Again" and [m for m, _ in profiles(r)] == ["own-j1"]

@@ -1,10 +1,13 @@
 """What a successful profiled run leaves in Redis, in Sidekiq 8's layout.
 
-1. ``store``: in one ``MULTI`` — ``ZADD profiles <now + 1 day> <token>-<jid>``, ``HSET
-   <token>-<jid>`` with ``started_at`` (int s), ``token``, ``type`` (the job's class, or the
-   class an ActiveJob wrapper names), ``jid``, ``filename`` (a download name: no file is
-   written), ``elapsed`` (float s), ``data`` (the gzip JSON) and ``size`` (its bytes), and
-   ``EXPIRE`` of a day. Ruby's dashboard lists what wurk stores, and wurk's what Ruby's does.
+1. ``store``: in one script (``profile_store.lua``) — ``ZADD profiles <now + 1 day>
+   <token>-<jid>``, ``HSET <token>-<jid>`` with ``started_at`` (int s), ``token``,
+   ``type`` (the job's class, or the class an ActiveJob wrapper names), ``jid``,
+   ``filename`` (a download name: no file is written), ``elapsed`` (float s), ``data``
+   (the gzip JSON) and ``size`` (its bytes), and ``EXPIRE`` of a day. Ruby's dashboard
+   lists what wurk stores, and wurk's what Ruby's does. The token and jid come from the
+   payload: when ``<token>-<jid>`` holds anything but a hash that is this profile's own,
+   nothing is written and a warning says so.
 2. ``encode``: ``data`` is speedscope's file format (what pyinstrument renders), gzipped.
 3. ``capped``: a profile is at most ``STORED_MAX_BYTES`` gzipped. Past that it is rendered
    again with the call tree cut coarser (frames under 5 %, then 20 % of the run dropped);
@@ -22,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .. import scripts
+from .. import stored as values
 from ..config import Config
 from ..connections.lending import redis as lent_redis
 from ..reporting import report_error
@@ -43,6 +48,8 @@ THRESHOLDS = (0.01, 0.05, 0.2)
 # gzip level: 6 is zlib's default, within a few percent of 9's size at a third of its time.
 GZIP_LEVEL = 6
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
+# The store, only into a hash that is free or this profile's own (``profile_store.lua``).
+_STORE = scripts.Script("profile_store.lua")
 
 
 @dataclass(frozen=True)
@@ -126,12 +133,12 @@ def store(config: Config, run: Run, data: bytes, *, now: float | None = None) ->
     key = keys.profile(run.member)
     try:
         with lent_redis(config) as conn:
-            replies = conn.pipeline([
-                ("MULTI",), ("ZADD", keys.profiles, repr(at + EXPIRY), run.member),
-                ("HSET", key, *flat), ("EXPIRE", key, EXPIRY), ("EXEC",)])
-        executed = replies[-1] if isinstance(replies[-1], list) else []
-        for reply in [*replies, *executed]:  # a refused command, or one EXEC ran and refused
-            if isinstance(reply, Exception):
-                raise reply
+            stored = _STORE.call(conn, [keys.profiles, key],
+                                 [repr(at + EXPIRY), run.member, EXPIRY, *flat])
     except Exception as exc:
         report_error(config, exc, {"context": "storing a job's profile", "jid": run.jid})
+        return
+    if stored != 1:  # the token and jid came from Redis: they may spell any key
+        log.warning("the profile of %.100r was not stored: its key %.200r holds a %s that "
+                    "is not this profile's (a token and jid that spell another key)",
+                    run.jid, key, values.text(stored))
