@@ -90,6 +90,28 @@ def test_history_gauges_and_reliability_counts(redis_server: Server,
         assert expected in lines
 
 
+def test_stored_names_are_cut_in_reaper_and_expiry_tags(listener: socket.socket) -> None:
+    """metrics.md: a job or queue name past 200 characters "is cut to 200 in ... tags". The
+    poison, recovery and expiry counts sent the stored names whole: a packet of kilobytes,
+    past what a StatsD agent reads of one datagram."""
+    port = listener.getsockname()[1]
+    sink = StatsdSink(wurk.Config(statsd=f"127.0.0.1:{port}", statsd_prefix="cut"))
+    try:
+        sink.recovered("r" * 5_000, 2)
+        sink.poisoned({"klass": "K" * 5_000, "queue": "p" * 5_000})
+        sink.expired({"class": "E" * 5_000, "queue": "e" * 5_000})
+        sink.client.flush()
+        lines = received(listener, "cut.jobs.expired")
+    finally:
+        sink.close()
+    sent = [line for line in lines if line.startswith(("cut.jobs.recovered.fetch",
+                                                       "cut.jobs.poison", "cut.jobs.expired"))]
+    assert len(sent) == 3
+    for line in sent:
+        tags = line.split("|#", 1)[1].split(",")
+        assert all(len(tag.split(":", 1)[1]) <= 200 for tag in tags), line
+
+
 def test_a_bad_address_is_named() -> None:
     with pytest.raises(ConfigError, match="statsd must be HOST:PORT"):
         wurk.Config(statsd="localhost")

@@ -33,7 +33,7 @@ from ..errors import ConfigError
 from ..hosts import HostNames
 from ..runtime.outage import Outage
 from ..stored import Invalid, count
-from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name
+from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name, stored_name
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
@@ -227,10 +227,10 @@ class WorkerExporter:
             self.duration.labels(*labels).observe(ms / 1000)
 
     def recovered(self, queue: str, count: int) -> None:
-        self.recovered_jobs.labels(queue).inc(count)
+        self.recovered_jobs.labels(stored_name(queue)).inc(count)
 
     def poisoned(self, pill: Mapping[str, Any]) -> None:
-        self.poisoned_jobs.labels(str(pill.get("queue"))).inc()
+        self.poisoned_jobs.labels(stored_name(pill.get("queue"))).inc()
 
     # -- the endpoint -----------------------------------------------------------------------
     def start(self, host: str, port: int, hosts: HostNames | None = None) -> int:

@@ -33,7 +33,7 @@ from typing import Any
 from .. import payload as P
 from ..config import Config, statsd_address
 from ..errors import ConfigError, DecryptionError
-from .tracking import job_name
+from .tracking import job_name, stored_name
 
 __all__ = ["StatsdSink", "sink_for"]
 
@@ -103,7 +103,8 @@ class StatsdSink:
 
     # -- reliability ------------------------------------------------------------------------
     def recovered(self, queue: str, count: int) -> None:
-        self.client.increment("jobs.recovered.fetch", count, tags=[f"queue:{queue}"])
+        self.client.increment("jobs.recovered.fetch", count,
+                              tags=[f"queue:{stored_name(queue)}"])
 
     def recovered_push(self, count: int) -> None:
         """Pushes a client kept while Redis was down and sent once it was back (Sidekiq
@@ -111,13 +112,13 @@ class StatsdSink:
         self.client.increment("jobs.recovered.push", count)
 
     def poisoned(self, pill: Mapping[str, Any]) -> None:
-        self.client.increment("jobs.poison", tags=[f"worker:{pill.get('klass')}",
-                                                   f"queue:{pill.get('queue')}"])
+        self.client.increment("jobs.poison", tags=[f"worker:{stored_name(pill.get('klass'))}",
+                                                   f"queue:{stored_name(pill.get('queue'))}"])
 
     def expired(self, payload: P.Payload) -> None:
         """An expiring job dropped unrun (an ``on_expired`` callback)."""
         self.client.increment("jobs.expired", tags=[f"worker:{job_name(payload)}",
-                                                    f"queue:{payload.get(P.QUEUE)}"])
+                                                    f"queue:{stored_name(payload.get(P.QUEUE))}"])
 
     # -- batches ----------------------------------------------------------------------------
     def batch(self, event: str, duration_ms: float | None = None) -> None:
