@@ -112,6 +112,34 @@ def test_stored_names_are_cut_in_reaper_and_expiry_tags(listener: socket.socket)
         assert all(len(tag.split(":", 1)[1]) <= 200 for tag in tags), line
 
 
+def test_a_name_that_does_not_resolve_is_not_looked_up_per_packet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A StatsD host whose name does not resolve was looked up again for every packet, on
+    the job's thread, with no timeout (four lookups and four warnings per job). A failed
+    lookup is now retried once ``LOOKUP_RETRY`` has passed; the packets between are dropped."""
+    from wurk.metrics import statsd
+
+    lookups: list[object] = []
+
+    def failing(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        lookups.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    clock = [1000.0]
+    monkeypatch.setattr(socket, "getaddrinfo", failing)
+    monkeypatch.setattr(statsd, "_now", lambda: clock[0])
+    sink = StatsdSink(wurk.Config(statsd="statsd.invalid:8125"))
+    try:
+        for n in range(10):
+            sink.observe("Stats::Nowhere", "default", {}, float(n), None)  # never raises
+        assert lookups == ["statsd.invalid"]
+        clock[0] += statsd.LOOKUP_RETRY + 1
+        sink.observe("Stats::Nowhere", "default", {}, 1.0, None)
+        assert lookups == ["statsd.invalid"] * 2
+    finally:
+        sink.close()
+
+
 def test_a_bad_address_is_named() -> None:
     with pytest.raises(ConfigError, match="statsd must be HOST:PORT"):
         wurk.Config(statsd="localhost")
