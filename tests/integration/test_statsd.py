@@ -140,6 +140,27 @@ def test_a_name_that_does_not_resolve_is_not_looked_up_per_packet(
         sink.close()
 
 
+@pytest.mark.parametrize("rate", ["half", float("nan"), 2.0, 0, -1, None, True])
+def test_a_sample_rate_that_is_no_rate_sends_every_time(listener: socket.socket,
+                                                        rate: object) -> None:
+    """metrics.md: ``statsd_job_options`` returns ``{"sample_rate": 0.5}``. A text there
+    failed every metric of the job unseen; NaN or 2 went out as ``|@nan`` or ``|@2.0``
+    (rejected, or the count scaled down). A rate not in (0, 1] now means 1: always sent."""
+    port = listener.getsockname()[1]
+    config = wurk.Config(statsd=f"127.0.0.1:{port}", statsd_prefix="rate",
+                         statsd_job_options=lambda job, payload, queue: {"sample_rate": rate,
+                                                                         "tags": ["t:1"]})
+    sink = StatsdSink(config)
+    try:
+        sink.observe("Stats::Rate", "default", {}, 5.0, None)
+        sink.client.flush()
+        lines = received(listener, "rate.jobs.perform:")
+    finally:
+        sink.close()
+    assert "rate.jobs.count:1|c|#worker:Stats::Rate,queue:default,t:1" in lines
+    assert not any("|@" in line for line in lines)
+
+
 def test_a_bad_address_is_named() -> None:
     with pytest.raises(ConfigError, match="statsd must be HOST:PORT"):
         wurk.Config(statsd="localhost")

@@ -92,6 +92,16 @@ def _client() -> Any:
     return Client
 
 
+def _rate(value: Any) -> float:
+    """A ``sample_rate`` as the line protocol takes it: a number in (0, 1]. Anything else
+    is 1 (sent every time): a text failed every metric of the job unseen, and NaN or 2 went
+    out as ``|@nan`` / ``|@2``, which agents reject or scale the count down by."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 1.0
+    rate = float(value)
+    return rate if 0.0 < rate <= 1.0 else 1.0
+
+
 class StatsdSink:
     """The process's StatsD client and the metrics wurk sends through it."""
 
@@ -133,8 +143,7 @@ class StatsdSink:
             return tags, 1.0
         options: Mapping[str, Any] = self._options(name, payload, queue) or {}
         extra = options.get("tags") or []
-        rate = options.get("sample_rate", 1.0)
-        return [*tags, *(str(tag) for tag in extra)], float(rate)
+        return [*tags, *(str(tag) for tag in extra)], _rate(options.get("sample_rate", 1.0))
 
     # -- reliability ------------------------------------------------------------------------
     def recovered(self, queue: str, count: int) -> None:
