@@ -9,7 +9,8 @@
    and sets its status to error, then goes on to the retry machinery unchanged.
 3. Span attributes: ``messaging.system`` = ``wurk``, ``messaging.destination.name`` (the
    queue), ``messaging.message.id`` (the jid), ``messaging.operation.type``, ``wurk.job``,
-   and on the job's span ``wurk.retry_count`` and ``wurk.enqueued_at``.
+   and on the job's span ``wurk.retry_count`` (a stored one that is no count a signed
+   64-bit integer holds is left out) and ``wurk.enqueued_at``.
 4. ``instrument(config)`` adds both. Spans go to whatever tracer provider the application set
    up (the global one unless one is passed). A stored ``traceparent`` that is not valid is
    ignored: the job then starts a new trace.
@@ -82,7 +83,10 @@ class TracingServer:
                    if isinstance(value := payload.get(name), str)}
         attributes = _attributes(payload, queue, "process")
         retry_count = payload.get(P.RETRY_COUNT)
-        if isinstance(retry_count, int) and not isinstance(retry_count, bool):
+        # An attribute's integer is a signed 64-bit one (OpenTelemetry's rule; OTLP cannot
+        # encode a larger one, and a span it cannot encode fails its whole batch's export).
+        if isinstance(retry_count, int) and not isinstance(retry_count, bool) \
+                and 0 <= retry_count < 2**63:
             attributes["wurk.retry_count"] = retry_count
         enqueued = P.read_time(payload.get(P.ENQUEUED_AT))
         if enqueued is not None:

@@ -136,6 +136,20 @@ def test_authorize_must_return_exactly_true_anything_else_is_403(
     assert allowed.get("/wurk/").status_code == 200
 
 
+def test_a_second_init_app_on_one_app_is_a_clear_error(redis_server: Server) -> None:
+    """init_app twice on one app (an app factory's extension set up again) failed inside
+    Flask with an AssertionError about an endpoint, after replacing the process default;
+    it now says what happened and changes nothing."""
+    from wurk.contrib.flask import Wurk
+
+    app = mounted(lambda: True)
+    first = wurk.default_config()
+    with pytest.raises(ConfigError, match="already set up on the Flask app 'claims'"):
+        Wurk(dashboard="/other", authorize=lambda: True).init_app(app)
+    assert wurk.default_config() is first
+    assert app.test_client().get("/wurk/").status_code == 200
+
+
 def test_init_app_makes_its_settings_the_process_default(redis_server: Server) -> None:
     mounted(lambda: True)
     config = wurk.default_config()

@@ -273,3 +273,23 @@ def test_queue_names_are_cut_in_history_samples_and_cluster_labels(config: wurk.
     assert len(P.dumps(take_sample(config, time.time()))) < 50 * 250
     body, _ = cluster_exposition(config)
     assert len(body) < 3 * 50 * 300
+
+
+def test_long_queue_names_cut_alike_stay_apart_in_cluster_labels(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    """Two queue names sharing their first 200 characters were cut to one label: the scrape
+    held two series of one label set (a duplicate sample, which a scraper rejects)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from wurk.metrics.prometheus import cluster_exposition
+
+    for name in ("x" * 250 + "a", "x" * 250 + "b", "short"):
+        r.sadd("queues", name)
+        r.rpush(f"queue:{name}", "{}")
+    body, _ = cluster_exposition(config)
+    series = [(sample.name, tuple(sorted(sample.labels.items())))
+              for family in text_string_to_metric_families(body.decode())
+              for sample in family.samples]
+    assert len(series) == len(set(series))
+    sizes = [s for s in series if s[0] == "wurk_queue_size"]
+    assert len(sizes) == 3 and all(len(dict(labels)["queue"]) <= 200 for _, labels in sizes)

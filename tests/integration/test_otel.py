@@ -90,3 +90,19 @@ def test_a_bad_stored_traceparent_starts_a_new_trace(traced: Any) -> None:
     with wurk.InProcessWorker(config):
         job = spans_named(exporter, "Otel::Ok process")[0]
     assert job.parent is None
+
+
+@pytest.mark.parametrize("stored", [2**64, 10**30, -1])
+def test_a_retry_count_no_attribute_can_carry_is_left_out(stored: int) -> None:
+    """An attribute's integer is a signed 64-bit one: a stored ``retry_count`` past it went
+    onto the span as it was, and OTLP, unable to encode it, failed the export of every span
+    in its batch. One that is no count is left out; the span is otherwise whole."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    server = otel.TracingServer(provider)
+    payload = {"class": "Otel::Ok", "jid": "a" * 24, "retry_count": stored}
+    assert server(None, payload, "default", lambda: "done") == "done"
+    (span,) = exporter.get_finished_spans()
+    assert "wurk.retry_count" not in (span.attributes or {})
+    assert (span.attributes or {})["wurk.job"] == "Otel::Ok"

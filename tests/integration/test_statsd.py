@@ -90,6 +90,77 @@ def test_history_gauges_and_reliability_counts(redis_server: Server,
         assert expected in lines
 
 
+def test_stored_names_are_cut_in_reaper_and_expiry_tags(listener: socket.socket) -> None:
+    """metrics.md: a job or queue name past 200 characters "is cut to 200 in ... tags". The
+    poison, recovery and expiry counts sent the stored names whole: a packet of kilobytes,
+    past what a StatsD agent reads of one datagram."""
+    port = listener.getsockname()[1]
+    sink = StatsdSink(wurk.Config(statsd=f"127.0.0.1:{port}", statsd_prefix="cut"))
+    try:
+        sink.recovered("r" * 5_000, 2)
+        sink.poisoned({"klass": "K" * 5_000, "queue": "p" * 5_000})
+        sink.expired({"class": "E" * 5_000, "queue": "e" * 5_000})
+        sink.client.flush()
+        lines = received(listener, "cut.jobs.expired")
+    finally:
+        sink.close()
+    sent = [line for line in lines if line.startswith(("cut.jobs.recovered.fetch",
+                                                       "cut.jobs.poison", "cut.jobs.expired"))]
+    assert len(sent) == 3
+    for line in sent:
+        tags = line.split("|#", 1)[1].split(",")
+        assert all(len(tag.split(":", 1)[1]) <= 200 for tag in tags), line
+
+
+def test_a_name_that_does_not_resolve_is_not_looked_up_per_packet(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A StatsD host whose name does not resolve was looked up again for every packet, on
+    the job's thread, with no timeout (four lookups and four warnings per job). A failed
+    lookup is now retried once ``LOOKUP_RETRY`` has passed; the packets between are dropped."""
+    from wurk.metrics import statsd
+
+    lookups: list[object] = []
+
+    def failing(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        lookups.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    clock = [1000.0]
+    monkeypatch.setattr(socket, "getaddrinfo", failing)
+    monkeypatch.setattr(statsd, "_now", lambda: clock[0])
+    sink = StatsdSink(wurk.Config(statsd="statsd.invalid:8125"))
+    try:
+        for n in range(10):
+            sink.observe("Stats::Nowhere", "default", {}, float(n), None)  # never raises
+        assert lookups == ["statsd.invalid"]
+        clock[0] += statsd.LOOKUP_RETRY + 1
+        sink.observe("Stats::Nowhere", "default", {}, 1.0, None)
+        assert lookups == ["statsd.invalid"] * 2
+    finally:
+        sink.close()
+
+
+@pytest.mark.parametrize("rate", ["half", float("nan"), 2.0, 0, -1, None, True])
+def test_a_sample_rate_that_is_no_rate_sends_every_time(listener: socket.socket,
+                                                        rate: object) -> None:
+    """metrics.md: ``statsd_job_options`` returns ``{"sample_rate": 0.5}``. A text there
+    failed every metric of the job unseen; NaN or 2 went out as ``|@nan`` or ``|@2.0``
+    (rejected, or the count scaled down). A rate not in (0, 1] now means 1: always sent."""
+    port = listener.getsockname()[1]
+    config = wurk.Config(statsd=f"127.0.0.1:{port}", statsd_prefix="rate",
+                         statsd_job_options=lambda job, payload, queue: {"sample_rate": rate,
+                                                                         "tags": ["t:1"]})
+    sink = StatsdSink(config)
+    try:
+        sink.observe("Stats::Rate", "default", {}, 5.0, None)
+        sink.client.flush()
+        lines = received(listener, "rate.jobs.perform:")
+    finally:
+        sink.close()
+    assert "rate.jobs.count:1|c|#worker:Stats::Rate,queue:default,t:1" in lines
+    assert not any("|@" in line for line in lines)
+
+
 def test_a_bad_address_is_named() -> None:
     with pytest.raises(ConfigError, match="statsd must be HOST:PORT"):
         wurk.Config(statsd="localhost")

@@ -72,6 +72,46 @@ def test_job_labels_are_bounded() -> None:
     assert exporter.executed.labels("Job0", "q")._value.get() == 1
 
 
+def test_reaper_queue_labels_are_cut_as_other_names() -> None:
+    """metrics.md: a queue name past 200 characters "is cut to 200 in ... labels". The
+    reaper's recovered and poisoned counters took the stored queue whole (10,000
+    characters per series here), and a lone surrogate failed every later scrape."""
+    from prometheus_client import generate_latest
+
+    from wurk.metrics import prometheus
+
+    exporter = prometheus.WorkerExporter(outages=list, busy=lambda: 0, concurrency=1)
+    exporter.recovered("r" * 10_000, 2)
+    exporter.poisoned({"klass": "Poison", "queue": "p" * 10_000})
+    exporter.poisoned({"klass": "Poison", "queue": "bad\ud800"})
+    text = generate_latest(exporter.registry).decode()
+    lines = [line for line in text.splitlines() if "_total{" in line]
+    assert len(lines) == 3 and all(len(line) < 300 for line in lines)
+    assert 'wurk_jobs_poisoned_total{queue="bad?"} 1.0' in text
+
+
+def test_a_swarm_child_opens_no_health_or_metrics_port(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """metrics.md: the health check and a worker's Prometheus port are "not offered by
+    wurk swarm" (each child would need its own port): a child (a launcher with a slot)
+    binds neither and says why, once."""
+    from types import SimpleNamespace
+
+    from wurk.metrics.instruments import Instruments
+
+    config = wurk.Config(metrics_port=0, health_port=0, retain_history=0)
+    instruments = Instruments(SimpleNamespace(config=config, slot=2))  # type: ignore[arg-type]
+    with caplog.at_level("WARNING", logger="wurk"):
+        instruments.start()
+    try:
+        assert instruments.exporter is None and instruments.health is None
+        assert [r.getMessage() for r in caplog.records].count(
+            "health_port and metrics_port are ignored in a swarm's children (they would "
+            "share one port); run wurk worker for them") == 1
+    finally:
+        instruments.stop()
+
+
 def test_missing_extras_say_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     from wurk.metrics import prometheus
     from wurk.metrics.statsd import StatsdSink

@@ -79,6 +79,11 @@ class Wurk:
             self.init_app(app)
 
     def init_app(self, app: Flask) -> None:
+        if EXTENSION in app.extensions:
+            # A second init_app failed half-way (Flask's AssertionError about an endpoint,
+            # after the new configuration had replaced the process default).
+            raise ConfigError(f"wurk is already set up on the Flask app {app.name!r}: "
+                              "call Wurk(app) or init_app(app) once per app")
         config = self.build_config(app)
         configure(config)
         app.extensions[EXTENSION] = self

@@ -19,6 +19,7 @@ on its ``--metrics-port``. Every name starts with ``wurk_``.
 
 from __future__ import annotations
 
+import hashlib
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -32,7 +33,7 @@ from ..errors import ConfigError
 from ..hosts import HostNames
 from ..runtime.outage import Outage
 from ..stored import Invalid, count
-from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name
+from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name, stored_name
 
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
@@ -97,8 +98,9 @@ class ClusterCollector:
                                     "Age of the oldest waiting job", labels=["queue"])
         paused = GaugeMetricFamily("wurk_queue_paused", "1 while the queue is paused",
                                    labels=["queue"])
+        labels: set[str] = set()
         for queue in stats.queue_summaries():
-            name = cut_name(queue.name)  # anyone's to write: a label must stay small
+            name = _unique(queue.name, labels)  # anyone's to write: a label must stay small
             if not isinstance(queue.size, Invalid):
                 size.add_metric([name], queue.size)
             if not isinstance(queue.latency, Invalid):
@@ -112,6 +114,20 @@ class ClusterCollector:
             lambda r: r.mget(keys.stat_recovered, keys.stat_poisoned, keys.stat_cancelled),
             idempotent=True)
         return _whole(values[0]), _whole(values[1]), _whole(values[2])
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    """``name`` cut as metrics keep it, told apart from the labels already ``taken``: two
+    long queue names that share their first 200 characters would otherwise make two series
+    of one label set, a duplicate a scraper rejects."""
+    label = cut = cut_name(name)
+    tries = 0
+    while label in taken:
+        seed = f"{tries}:{name}".encode("utf-8", "replace")
+        label = f"{cut[:NAME_LIMIT - 14]}…{hashlib.blake2b(seed, digest_size=6).hexdigest()}"
+        tries += 1
+    taken.add(label)
+    return label
 
 
 def _valid(value: float | Invalid) -> float | None:
@@ -211,10 +227,10 @@ class WorkerExporter:
             self.duration.labels(*labels).observe(ms / 1000)
 
     def recovered(self, queue: str, count: int) -> None:
-        self.recovered_jobs.labels(queue).inc(count)
+        self.recovered_jobs.labels(stored_name(queue)).inc(count)
 
     def poisoned(self, pill: Mapping[str, Any]) -> None:
-        self.poisoned_jobs.labels(str(pill.get("queue"))).inc()
+        self.poisoned_jobs.labels(stored_name(pill.get("queue"))).inc()
 
     # -- the endpoint -----------------------------------------------------------------------
     def start(self, host: str, port: int, hosts: HostNames | None = None) -> int:

@@ -21,11 +21,14 @@
    made the change. ``sink_for(config)`` is the one sink per configuration a process that
    is not a worker (an app creating batches) sends them through.
 6. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
+   A name that does not resolve is looked up again at most every ``LOOKUP_RETRY`` seconds:
+   packets in between are dropped, not each one a lookup (and a warning) on a job's thread.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Mapping
 from typing import Any
@@ -33,9 +36,13 @@ from typing import Any
 from .. import payload as P
 from ..config import Config, statsd_address
 from ..errors import ConfigError, DecryptionError
-from .tracking import job_name
+from .tracking import job_name, stored_name
 
 __all__ = ["StatsdSink", "sink_for"]
+
+LOOKUP_RETRY = 30.0
+_now = time.monotonic
+_client_class: type | None = None
 
 _sinks: weakref.WeakKeyDictionary[Config, StatsdSink] = weakref.WeakKeyDictionary()
 _sinks_lock = threading.Lock()
@@ -52,20 +59,58 @@ def sink_for(config: Config) -> StatsdSink:
         return sink
 
 
+def _client() -> Any:
+    """Datadog's ``DogStatsd``, but a failed name lookup is not repeated for every packet:
+    the client looks the name up again on each send while it has no socket, and a lookup
+    has no timeout (a DNS server that does not answer held every job's thread seconds per
+    metric). Within ``LOOKUP_RETRY`` of a failed lookup a packet is dropped at once."""
+    global _client_class
+    try:
+        from datadog.dogstatsd.base import DogStatsd
+    except ImportError:
+        raise ConfigError("statsd is set, but its client is not installed: "
+                          "pip install 'wurk[statsd]'") from None
+    if _client_class is not None and issubclass(_client_class, DogStatsd):
+        return _client_class
+
+    class Client(DogStatsd):
+        _lookup_after = 0.0
+
+        def get_socket(self, telemetry: bool = False) -> Any:
+            if self.socket is None and self.socket_path is None and not telemetry:
+                if _now() < self._lookup_after:
+                    # The client drops a packet whose send times out, without a warning.
+                    raise TimeoutError("StatsD name lookup failed; retried later")
+                try:
+                    return super().get_socket(telemetry)
+                except (OSError, ValueError):
+                    self._lookup_after = _now() + LOOKUP_RETRY
+                    raise
+            return super().get_socket(telemetry)
+
+    _client_class = Client
+    return Client
+
+
+def _rate(value: Any) -> float:
+    """A ``sample_rate`` as the line protocol takes it: a number in (0, 1]. Anything else
+    is 1 (sent every time): a text failed every metric of the job unseen, and NaN or 2 went
+    out as ``|@nan`` / ``|@2``, which agents reject or scale the count down by."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return 1.0
+    rate = float(value)
+    return rate if 0.0 < rate <= 1.0 else 1.0
+
+
 class StatsdSink:
     """The process's StatsD client and the metrics wurk sends through it."""
 
     def __init__(self, config: Config) -> None:
         if config.statsd is None:
             raise ConfigError("StatsD is off: set statsd to 'host:port'")
-        try:
-            from datadog.dogstatsd.base import DogStatsd
-        except ImportError:
-            raise ConfigError("statsd is set, but its client is not installed: "
-                              "pip install 'wurk[statsd]'") from None
         host, port = statsd_address(config.statsd)
         self.config = config
-        self.client = DogStatsd(host=host, port=port, namespace=config.statsd_prefix or None,
+        self.client = _client()(host=host, port=port, namespace=config.statsd_prefix or None,
                                 constant_tags=list(config.statsd_tags), disable_telemetry=True,
                                 origin_detection_enabled=False)
         self._options = config.statsd_job_options
@@ -98,12 +143,12 @@ class StatsdSink:
             return tags, 1.0
         options: Mapping[str, Any] = self._options(name, payload, queue) or {}
         extra = options.get("tags") or []
-        rate = options.get("sample_rate", 1.0)
-        return [*tags, *(str(tag) for tag in extra)], float(rate)
+        return [*tags, *(str(tag) for tag in extra)], _rate(options.get("sample_rate", 1.0))
 
     # -- reliability ------------------------------------------------------------------------
     def recovered(self, queue: str, count: int) -> None:
-        self.client.increment("jobs.recovered.fetch", count, tags=[f"queue:{queue}"])
+        self.client.increment("jobs.recovered.fetch", count,
+                              tags=[f"queue:{stored_name(queue)}"])
 
     def recovered_push(self, count: int) -> None:
         """Pushes a client kept while Redis was down and sent once it was back (Sidekiq
@@ -111,13 +156,13 @@ class StatsdSink:
         self.client.increment("jobs.recovered.push", count)
 
     def poisoned(self, pill: Mapping[str, Any]) -> None:
-        self.client.increment("jobs.poison", tags=[f"worker:{pill.get('klass')}",
-                                                   f"queue:{pill.get('queue')}"])
+        self.client.increment("jobs.poison", tags=[f"worker:{stored_name(pill.get('klass'))}",
+                                                   f"queue:{stored_name(pill.get('queue'))}"])
 
     def expired(self, payload: P.Payload) -> None:
         """An expiring job dropped unrun (an ``on_expired`` callback)."""
         self.client.increment("jobs.expired", tags=[f"worker:{job_name(payload)}",
-                                                    f"queue:{payload.get(P.QUEUE)}"])
+                                                    f"queue:{stored_name(payload.get(P.QUEUE))}"])
 
     # -- batches ----------------------------------------------------------------------------
     def batch(self, event: str, duration_ms: float | None = None) -> None:

@@ -87,7 +87,13 @@ def job_name(payload: P.Payload) -> str:
     """The name metrics are kept under: ``wrapped`` (ActiveJob's real class) or ``class``,
     cut to ``NAME_LIMIT`` characters, a lone surrogate as ``?``."""
     wrapped = payload.get(P.WRAPPED)
-    name = wrapped if isinstance(wrapped, str) and wrapped else payload.get(P.CLASS)
+    return stored_name(wrapped if isinstance(wrapped, str) and wrapped
+                       else payload.get(P.CLASS))
+
+
+def stored_name(name: Any) -> str:
+    """A job or queue name read from Redis (a payload, a poison pill) as a label or a tag
+    carries it: text, at most ``NAME_LIMIT`` characters, a lone surrogate as ``?``."""
     text = name if isinstance(name, str) else str(name)
     if not text.isascii():
         # A stored JSON's "\ud800" reads as a lone surrogate, which UTF-8 cannot carry: kept,
