@@ -211,6 +211,26 @@ def test_labels_are_cut_to_their_frame() -> None:
     assert label.endswith("…") and len(label) * 7 <= FLAME_WIDTH
 
 
+def test_an_event_or_a_sample_costs_the_same_at_any_depth() -> None:
+    # Stacks deeper than the 256 frames read, each event or sample of them once walked the
+    # whole stack, so the frames read ran out (MAX_FRAMES) a third of the way through.
+    opens = [{"type": "O", "at": at, "frame": 0} for at in range(60_000)]
+    evented = parse(gz({"shared": {"frames": [{"name": "deeper"}]},
+                        "profiles": [{"type": "evented", "unit": "seconds", "events": opens}]}))
+    assert evented.root.value == 59_999 and evented.cut and not evented.full
+    firefox = parse(gz({"threads": [{"samples": {"stack": [299] * 400_000},
+                                     "stackTable": {"frame": [0] * 300,
+                                                    "prefix": [None, *range(299)]},
+                                     "frameTable": {"func": [0]}, "funcTable": {"name": [0]},
+                                     "stringArray": ["deeper"]}]}))
+    assert firefox.root.value == 400_000 and firefox.cut and not firefox.full
+    deepest, depth = firefox.root, 0
+    while deepest.children:
+        [deepest] = deepest.children.values()
+        depth += 1
+    assert depth == MAX_DEPTH and deepest.value == 400_000
+
+
 def test_a_flame_stops_growing_at_its_bounds() -> None:
     flame = Flame(Node("all"), "speedscope", "seconds")
     flame.add([(f"f{n}", "") for n in range(MAX_DEPTH + 50)], 1.0)

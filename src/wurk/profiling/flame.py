@@ -15,6 +15,10 @@ what cannot be read is an ``Unreadable`` naming why, never another exception.
    read up to ``MAX_DEPTH`` frames deep, so ``MAX_STEPS`` alone would allow hundreds of
    millions) are read; a profile past one is drawn as far as it was read and says so
    (``Flame.cut``).
+4. Cost: time is added to the innermost frame's node only (``Node.own``) and the tree's
+   totals are summed once at the end (``Flame.settle``), so an event or a sample costs the
+   same however deep its stack: an evented profile keeps the nodes of its open frames, a
+   Firefox one the node of each stack it has met.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ class Unreadable(Exception):
 class Node:
     name: str
     file: str = ""
-    value: float = 0.0
+    value: float = 0.0  # this frame and what it called (``Flame.settle`` sums it)
     children: dict[tuple[str, str], Node] = field(default_factory=dict)
+    own: float = 0.0  # spent with this frame innermost
 
     def child(self, name: str, file: str) -> Node:
         found = self.children.get((name, file))
@@ -77,22 +82,49 @@ class Flame:
 
     def add(self, stack: list[tuple[str, str]], value: float) -> None:
         """``value`` spent in ``stack`` (outermost frame first)."""
+        self.spend(self.leaf(stack), value)
+
+    def leaf(self, stack: list[tuple[str, str]]) -> Node:
+        """The node of ``stack``'s innermost frame, grown as far as the bounds allow (the
+        deepest node reached where one stops it, and ``cut`` says so)."""
         self.frames += min(len(stack), MAX_DEPTH)
-        if not math.isfinite(value) or value <= 0:
-            return
         node = self.root
-        node.value += value
-        for depth, (name, file) in enumerate(stack):
-            if depth >= MAX_DEPTH:
+        for depth, frame in enumerate(stack):
+            child = self.step(node, frame, depth)
+            if child is node:
+                break
+            node = child
+        return node
+
+    def step(self, node: Node, frame: tuple[str, str], depth: int) -> Node:
+        """The child ``frame`` of ``node``, at ``depth`` (the root's children are at 0);
+        ``node`` itself where ``MAX_DEPTH`` or ``MAX_NODES`` stops the tree (``cut``)."""
+        if depth >= MAX_DEPTH:
+            self.cut = True
+            return node
+        found = node.children.get(frame)
+        if found is None:
+            if self.nodes >= MAX_NODES:
                 self.cut = True
-                return
-            if (name, file) not in node.children:
-                if self.nodes >= MAX_NODES:
-                    self.cut = True
-                    return
-                self.nodes += 1
-            node = node.child(name, file)
-            node.value += value
+                return node
+            self.nodes += 1
+            found = node.children[frame] = Node(*frame)
+        return found
+
+    @staticmethod
+    def spend(node: Node, value: float) -> None:
+        """``value`` spent with ``node``'s frame innermost (nothing for no finite time)."""
+        if math.isfinite(value) and value > 0:
+            node.own += value
+
+    def settle(self) -> None:
+        """Each node's ``value``: its own time and its callees' (one pass, no recursion)."""
+        order, at = [self.root], 0
+        while at < len(order):
+            order.extend(order[at].children.values())
+            at += 1
+        for node in reversed(order):
+            node.value = node.own + sum(child.value for child in node.children.values())
 
 
 def inflate(data: bytes, limit: int = DRAW_LIMIT) -> bytes:
@@ -118,11 +150,14 @@ def parse(data: bytes) -> Flame:
         raise Unreadable("the stored profile is not JSON") from None
     if isinstance(document, dict) and isinstance(document.get("shared"), dict) \
             and isinstance(document.get("profiles"), list):
-        return from_speedscope(document)
-    if isinstance(document, dict) and isinstance(document.get("threads"), list):
-        return from_firefox(document)
-    raise Unreadable("the stored profile is neither speedscope's format nor the Firefox "
-                     "Profiler's")
+        flame = from_speedscope(document)
+    elif isinstance(document, dict) and isinstance(document.get("threads"), list):
+        flame = from_firefox(document)
+    else:
+        raise Unreadable("the stored profile is neither speedscope's format nor the "
+                         "Firefox Profiler's")
+    flame.settle()
+    return flame
 
 
 # -- speedscope ---------------------------------------------------------------------------------
@@ -175,9 +210,10 @@ def _evented(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]
     ignored when that frame is not open). Each event costs the same however deep the
     stack is: the open frames are kept as they are added (``opened``), and where each
     frame is open (``at_depths``), so neither is searched or copied."""
-    stack: list[tuple[str, str]] = []
     at_depths: dict[int, list[int]] = {}  # frame → the depths it is open at, innermost last
     opened: list[int] = []  # the open frames' indices, outermost first
+    # each open frame's node, and whether the tree still grows below it (no bound stopped it)
+    path: list[tuple[Node, bool]] = []
     last: float | None = None
     for event in _list(profile.get("events")):
         steps += 1
@@ -189,19 +225,22 @@ def _evented(flame: Flame, profile: dict[str, Any], frames: list[tuple[str, str]
         at = _number(event.get("at"), missing=math.nan, other=math.nan)
         if math.isnan(at):  # no time, or not a number: the event says nothing
             continue
-        if last is not None and stack and at > last:
-            flame.add(stack, at - last)
+        if last is not None and path and at > last:
+            flame.spend(path[-1][0], at - last)
         last = at if last is None else max(last, at)
         frame = event["frame"]
         if event.get("type") == "O":
-            at_depths.setdefault(frame, []).append(len(stack))
-            stack.append(frames[frame])
+            at_depths.setdefault(frame, []).append(len(opened))
             opened.append(frame)
+            parent, grows = path[-1] if path else (flame.root, True)
+            child = flame.step(parent, frames[frame], len(path)) if grows else parent
+            path.append((child, child is not parent))
+            flame.frames += 1
         elif event.get("type") == "C" and at_depths.get(frame):
             depth = at_depths[frame][-1]
             for closed in opened[depth:]:  # each open frame is closed once: no search
                 at_depths[closed].pop()
-            del stack[depth:], opened[depth:]
+            del opened[depth:], path[depth:]
     return steps
 
 
@@ -226,7 +265,7 @@ def _thread(flame: Flame, thread: dict[str, Any], strings: list[Any], steps: int
     func_of = _list(frames.get("func"))
     names, files = _list(funcs.get("name")), _list(funcs.get("fileName"))
     weights = _list(samples.get("weight"))
-    memo: dict[int, list[tuple[str, str]]] = {}
+    leaves: dict[int, Node] = {}  # a stack's innermost node, found once per stack
 
     def label(func: Any) -> tuple[str, str]:
         if not _index(func, names):
@@ -234,19 +273,21 @@ def _thread(flame: Flame, thread: dict[str, Any], strings: list[Any], steps: int
         file = files[func] if _index(func, files) else None
         return _string(strings, names[func]) or "?", _string(strings, file)
 
-    def walk(stack: Any) -> list[tuple[str, str]]:
-        if stack in memo:
-            return memo[stack]
+    def walk(stack: int) -> Node:
+        """The node of ``stack``'s innermost frame: its prefixes walked to the outermost,
+        at most ``MAX_DEPTH`` of them (a longer chain, or a cycle, is cut at the
+        innermost ``MAX_DEPTH``, and ``cut`` says so)."""
         found: list[tuple[str, str]] = []
-        at, seen = stack, 0
-        while _index(at, frame_of) and seen < MAX_DEPTH:
+        at: Any = stack
+        while _index(at, frame_of) and len(found) < MAX_DEPTH:
             frame = frame_of[at]
             found.append(label(func_of[frame]) if _index(frame, func_of) else ("?", ""))
-            at, seen = (prefix[at] if _index(at, prefix) else None), seen + 1
+            at = prefix[at] if _index(at, prefix) else None
+        if _index(at, frame_of):
+            flame.cut = True
         found.reverse()
-        memo[stack] = found
-        flame.frames += seen
-        return found
+        leaves[stack] = node = flame.leaf(found)
+        return node
 
     for index, stack in enumerate(_list(samples.get("stack"))):
         steps += 1
@@ -255,7 +296,7 @@ def _thread(flame: Flame, thread: dict[str, Any], strings: list[Any], steps: int
             break
         if isinstance(stack, int) and not isinstance(stack, bool):
             weight = _number(weights[index]) if index < len(weights) else 1.0
-            flame.add(walk(stack), weight)
+            flame.spend(leaves.get(stack) or walk(stack), weight)
     return steps
 
 
