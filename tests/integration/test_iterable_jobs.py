@@ -586,3 +586,34 @@ def test_an_iterable_job_raising_interrupted_goes_back_and_a_plain_one_fails(
     [failed] = [json.loads(raw) for raw in r.zrange("retry", 0, -1)]
     assert (failed["jid"], failed["error_class"]) == (plain, "wurk.Interrupted")
     assert queued(r) == [] and drain.counters.failed == 1
+
+
+class SlowStart(Recorded, name="test_iterable.slow_start"):
+    """Its enumerator takes longer to build than its whole max_iteration_runtime."""
+
+    max_iteration_runtime = 5
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        CLOCK.advance(6)  # a slow first query
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+
+
+class AsyncSlowStart(SlowStart, name="test_iterable.async_slow_start"):
+    async def each_iteration(self, item: int, n: int) -> None:  # type: ignore[override]
+        EVENTS.append(("item", item))
+
+
+@pytest.mark.parametrize("job", [SlowStart, AsyncSlowStart], ids=["sync", "async"])
+def test_max_iteration_runtime_spent_before_the_first_item_still_makes_progress(
+        drain: Drain, r: redis.Redis, job: type[SlowStart]) -> None:
+    """An execution whose time limit had passed before its first item stopped there: pushed
+    again, it did the same, for ever, and never ran an item. Each execution now runs at
+    least one item before the limit can stop it."""
+    jid = job.perform_async(3)
+    for _ in range(3):
+        drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert seen() == [0, 1, 2]
+    assert not r.exists(f"it-{jid}") and queued(r) == []

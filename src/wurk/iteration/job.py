@@ -232,6 +232,10 @@ class _Execution:
         self.runtime_before = 0.0
         limit = job.max_iteration_runtime
         self.deadline = None if limit is None else self.started + limit
+        # Items begun in this execution: the time limit stops one only after its first, or
+        # an execution whose limit passed while it built its enumerator would stop before
+        # any item, be pushed again and do the same for ever.
+        self.walked = 0
         job._arguments = args
 
     # -- the steps both kinds share -------------------------------------------------------------
@@ -263,7 +267,8 @@ class _Execution:
         if interrupted():
             log.info("interrupted by the worker's stop at cursor %s", _shown(cursor))
             return _End.INTERRUPTED
-        if self.deadline is not None and self.clock.monotonic() >= self.deadline:
+        if self.deadline is not None and self.walked \
+                and self.clock.monotonic() >= self.deadline:
             log.info("max_iteration_runtime (%s s) reached at cursor %s",
                      self.job.max_iteration_runtime, _shown(cursor))
             return _End.INTERRUPTED
@@ -318,6 +323,7 @@ class _Execution:
                 if end is not None:
                     return end
             since = self.clock.monotonic()
+            self.walked += 1
             try:
                 self.job.around_iteration(item, partial(self.job.each_iteration, item,
                                                         *self.args))
@@ -385,6 +391,7 @@ class _Execution:
                 if end is not None:
                     return end
             since = self.clock.monotonic()
+            self.walked += 1
             try:
                 await _maybe(self.job.around_iteration(
                     item, partial(self.job.each_iteration, item, *self.args)))
