@@ -617,3 +617,33 @@ def test_max_iteration_runtime_spent_before_the_first_item_still_makes_progress(
         drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
     assert seen() == [0, 1, 2]
     assert not r.exists(f"it-{jid}") and queued(r) == []
+
+
+ODD_CURSOR: list[Any] = []
+
+
+class OddCursor(Recorded, name="test_iterable.odd_cursor", retry=0):
+    def build_enumerator(self, *, cursor: Any) -> Iterator[tuple[int, Any]]:
+        yield 1, ODD_CURSOR[0]
+
+    def each_iteration(self, item: int) -> None:
+        EVENTS.append(("item", item))
+
+
+@pytest.mark.parametrize("cursor", [{1: "a"}, {"page": {None: 2}}, [{(1, 2): 3}], "\ud800"],
+                         ids=["int-key", "nested-none-key", "tuple-key", "lone-surrogate"])
+def test_a_cursor_that_would_not_come_back_as_it_was_is_refused_before_it_is_written(
+        drain: Drain, r: redis.Redis, cursor: Any) -> None:
+    """A dict cursor with keys other than strings was stored with its keys turned to text
+    (``{1: "a"}`` came back ``{"1": "a"}``), so the resumed job met a cursor it never
+    yielded; a string no UTF-8 holds failed in the Redis client. Both are now the
+    ``TypeError`` the docs promise for a cursor JSON cannot hold, before anything is
+    written."""
+    ODD_CURSOR[:] = [cursor]
+    jid = OddCursor.perform_async()
+    STOP.set()  # a stop before the first item makes the job write its state
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert [d["error_class"] for d in dead] == ["TypeError"]
+    assert "cannot be stored as JSON" in dead[0]["error_message"]
+    assert not r.exists(f"it-{jid}") and seen() == []
