@@ -647,3 +647,56 @@ def test_a_cursor_that_would_not_come_back_as_it_was_is_refused_before_it_is_wri
     assert [d["error_class"] for d in dead] == ["TypeError"]
     assert "cannot be stored as JSON" in dead[0]["error_message"]
     assert not r.exists(f"it-{jid}") and seen() == []
+
+
+def test_in_a_testing_mode_a_passed_max_iteration_runtime_raises_interrupted(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """iterable-jobs.md: "In wurk.testing modes … a max_iteration_runtime that passes raises
+    wurk.Interrupted to the test. The state is written to the configured Redis as in a
+    worker." """
+    with wurk.testing.inline(), pytest.raises(wurk.Interrupted, match="cursor 5"):
+        Limited.perform_async(12)
+    assert seen() == [0, 1, 2, 3, 4]
+    [key] = r.keys("it-*")
+    assert json.loads(r.hget(key, "c")) == 5 and r.hget(key, "ex") == "1"
+    with wurk.testing.fake():
+        Limited.perform_async(12)
+        with pytest.raises(wurk.Interrupted):
+            wurk.testing.drain_all()
+
+
+class EveryItem(Count, name="test_iterable.every_item"):
+    flush_interval = 0
+
+
+def test_a_flush_interval_of_0_flushes_before_every_item(drain: Drain, r: redis.Redis
+                                                         ) -> None:
+    """iterable-jobs.md: "flush_interval (5 s; 0 flushes before every item)"."""
+    jid = EveryItem.perform_async(4)
+    cursors: list[Any] = []
+    for item in range(4):
+        AT_ITEM[item] = lambda job: cursors.append(json.loads(state(r, job.jid)["c"]))
+    drain()
+    assert cursors == [0, 1, 2, 3] and not r.exists(f"it-{jid}")
+
+
+def test_iteration_cancel_writes_the_mark_only_and_the_job_then_runs_none_of_its_items(
+        drain: Drain, r: redis.Redis) -> None:
+    """iterable-jobs.md: "wurk.iteration.cancel(jid) writes the mark only, as Ruby's cancel!
+    does"; a copy that starts later "finds the mark, runs on_cancel, and runs none of its
+    items", and the hooks table: on_stop "after every execution that did not fail:
+    interrupted, cancelled or complete"."""
+    jid = Count.perform_async(5)
+    when = wurk.iteration.cancel(jid)
+    assert abs(when - float(r.time()[0])) <= 2
+    assert wurk.iteration.cancel(jid) == when  # the first request's time stands
+    assert [job["jid"] for job in queued(r)] == [jid]  # still waiting: the mark only
+    assert state(r, jid) == {"cancelled": str(int(when))}
+    assert 0 < r.ttl(f"it-{jid}") <= wurk.iteration.STATE_TTL
+    assert drain() == 1
+    assert seen() == [] and hooks() == ["on_cancel", "on_stop"]
+    assert r.zcard("retry") == 0 and drain.counters.failed == 0 and r.exists(f"it-{jid}")
+    EVENTS.clear()
+    wurk.iteration.cancel(AsyncWrapped.perform_async(3))  # the async job alike
+    assert drain() == 1
+    assert seen() == [] and hooks() == ["on_cancel", "on_stop"]

@@ -17,11 +17,12 @@ them, to go on later from where it stopped (Sidekiq 7.3+'s iterable jobs).
    ``wurk.Interrupted``: the worker's interrupt link pushes the same payload (same jid) to
    the back of its queue. Not a failure, not a retry, not a batch count.
 4. Cancellation (``wurk.cancel(jid)`` or ``self.cancel()``): a job cancelled before it starts
-   runs ``on_cancel`` and none of its items; a running one notices at its next flush (within
-   ``flush_interval`` seconds and one item), runs ``on_cancel`` then ``on_stop``. Either
-   way it ends as done, and its state stays (with ``cancelled``) until its TTL, so a copy of
-   the job that turns up later is dropped too. Sidekiq also runs ``on_complete`` and deletes
-   the state on a cancel; wurk does not, since the job did not complete.
+   runs ``on_cancel`` then ``on_stop`` and none of its items; a running one notices at its
+   next flush (within ``flush_interval`` seconds and one item), runs ``on_cancel`` then
+   ``on_stop``. Either way it ends as done, and its state stays (with ``cancelled``) until
+   its TTL, so a copy of the job that turns up later is dropped too. Sidekiq also runs
+   ``on_complete`` and deletes the state on a cancel; wurk does not, since the job did not
+   complete.
 5. Hooks: ``on_start`` (first execution), ``on_resume`` (later ones), ``around_iteration(item,
    call_next)``, ``on_stop`` (every stop, completion included), ``on_cancel``,
    ``on_complete`` (then the state is deleted).
@@ -301,7 +302,8 @@ class _Execution:
         with lent_redis(self.config) as conn:  # a pipeline: an error reply comes back in place
             reply = conn.pipeline([S.read_command(self.key)])[0]
         if not self._begin(reply):
-            return self._call(self.job.on_cancel)
+            self._call(self.job.on_cancel)
+            return self._call(self.job.on_stop)
         enumerator = self._enumerator(self.job.build_enumerator(*self.args,
                                                                 cursor=self.job._cursor))
         if enumerator is None:
@@ -372,6 +374,7 @@ class _Execution:
             reply = (await conn.pipeline([S.read_command(self.key)]))[0]
         if not self._begin(reply):
             await _maybe(self.job.on_cancel())
+            await _maybe(self.job.on_stop())
             return
         built = self.job.build_enumerator(*self.args, cursor=self.job._cursor)
         enumerator = self._enumerator(built)
