@@ -700,3 +700,21 @@ def test_iteration_cancel_writes_the_mark_only_and_the_job_then_runs_none_of_its
     wurk.iteration.cancel(AsyncWrapped.perform_async(3))  # the async job alike
     assert drain() == 1
     assert seen() == [] and hooks() == ["on_cancel", "on_stop"]
+
+
+@pytest.mark.parametrize("hook", ["around_iteration", "on_start", "on_resume", "on_stop",
+                                  "on_cancel", "on_complete"])
+def test_an_async_hook_on_a_sync_job_is_refused_when_the_class_is_defined(hook: str) -> None:
+    """An ``async def around_iteration`` on a job whose each_iteration is sync was called and
+    its coroutine dropped: no item ran, and the job completed and deleted its state. An
+    async ``on_stop`` or ``on_complete`` failed the job only after all its items, so each
+    retry ran them again. Refused at once, as a class defining perform is."""
+    async def hook_body(self: Any, *args: Any) -> None: ...
+
+    with pytest.raises(wurk.RegistrationError, match=f"{hook}.*async def"):
+        type("Mixed", (Count,), {hook: hook_body, "__module__": __name__},
+             name="test_iterable.mixed")
+    # on an async job they are welcome
+    type("AllAsync", (AsyncWrapped,), {hook: hook_body, "__module__": __name__},
+         name="test_iterable.all_async")
+    wurk.registry.unregister("test_iterable.all_async")

@@ -97,6 +97,7 @@ class IterableJob(Job, abstract=True):
         _check_seconds(cls, "max_iteration_runtime", cls.max_iteration_runtime,
                        "above 0, or None for no limit", optional=True)
         _check_seconds(cls, "flush_interval", cls.flush_interval, "0 or more")
+        _check_hooks(cls)
         cls.perform = _performer(cls)  # type: ignore[method-assign]
         super().__init_subclass__(**options)
 
@@ -175,6 +176,24 @@ def _check_seconds(cls: type[IterableJob], name: str, value: Any, expected: str,
         return
     raise RegistrationError(f"{cls.__qualname__}.{name} = {value!r} is invalid; expected "
                             f"seconds {expected}")
+
+
+HOOKS = ("around_iteration", "on_start", "on_resume", "on_stop", "on_cancel", "on_complete")
+
+
+def _check_hooks(cls: type[IterableJob]) -> None:
+    """An ``async def`` hook on a sync job is refused when the class is made: a sync job
+    cannot await it, so ``around_iteration``'s coroutine was dropped (no item ran, and the
+    job completed) and the others failed the job after its items. Checked once the class
+    has its own ``each_iteration``, so a base class may hold async hooks for async jobs."""
+    if cls.each_iteration is IterableJob.each_iteration or _is_async(cls):
+        return
+    for name in HOOKS:
+        hook = getattr(cls, name)
+        if inspect.iscoroutinefunction(hook) or inspect.isasyncgenfunction(hook):
+            raise RegistrationError(
+                f"{cls.__qualname__}.{name} is async def but each_iteration is not: a sync "
+                "job cannot await it; make each_iteration async def too, or the hook not")
 
 
 def _is_async(cls: type[IterableJob]) -> bool:
