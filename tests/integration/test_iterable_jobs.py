@@ -718,3 +718,44 @@ def test_an_async_hook_on_a_sync_job_is_refused_when_the_class_is_defined(hook: 
     type("AllAsync", (AsyncWrapped,), {hook: hook_body, "__module__": __name__},
          name="test_iterable.all_async")
     wurk.registry.unregister("test_iterable.all_async")
+
+
+ENUM_FAILS: list[bool] = []
+
+
+class FlakySource(Recorded, name="test_iterable.flaky_source", retry=3):
+    """Its enumerator fails (a lost database, say) when asked for item 7, the first time."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        for item, at in wurk.iteration.ids(0, n, cursor=cursor):
+            if item == 7 and not ENUM_FAILS:
+                ENUM_FAILS.append(True)
+                raise ConnectionError("the next page could not be read")
+            yield item, at
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        CLOCK.advance(1)
+
+
+class AsyncFlakySource(FlakySource, name="test_iterable.async_flaky_source"):
+    async def each_iteration(self, item: int, n: int) -> None:  # type: ignore[override]
+        EVENTS.append(("item", item))
+        CLOCK.advance(1)
+
+
+@pytest.mark.parametrize("job", [FlakySource, AsyncFlakySource], ids=["sync", "async"])
+def test_an_enumerator_error_saves_the_last_items_cursor(
+        drain: Drain, r: redis.Redis, job: type[FlakySource]) -> None:
+    """An error raised by the enumerator itself (not by an item) saved nothing: the retry
+    went back to the last periodic flush (item 5) and ran items 5 and 6 again. It now saves
+    the cursor of the last item begun, so the retry repeats that one item only."""
+    ENUM_FAILS.clear()
+    jid = job.perform_async(10)
+    drain()
+    assert seen() == list(range(7)) and r.zcard("retry") == 1
+    assert json.loads(state(r, jid)["c"]) == 6
+    api.RetrySet().retry_all()
+    EVENTS.clear()
+    drain()
+    assert seen() == [6, 7, 8, 9] and not r.exists(f"it-{jid}")

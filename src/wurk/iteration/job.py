@@ -335,7 +335,18 @@ class _Execution:
         return self._finish(end)
 
     def _walk(self, enumerator: Iterator[Any]) -> _End:
-        for pair in enumerator:
+        while True:
+            try:
+                pair = next(enumerator)
+            except StopIteration:
+                return _End.COMPLETE
+            except BaseException:
+                # the enumerator's own error (the next page could not be read): the last
+                # item begun is the last one known done, so the retry repeats it alone
+                # rather than every item since the last flush
+                if self.walked:
+                    self._flush_quietly()
+                raise
             item, cursor = _pair(pair, self.name)
             end = self._stop_before(cursor)
             if end is not None or self._due():
@@ -352,7 +363,6 @@ class _Execution:
                 self._flush_quietly()
                 raise
             self._slow(since, item)
-        return _End.COMPLETE
 
     def _flush(self) -> list[Any]:
         commands = self._flush_commands()
@@ -404,7 +414,15 @@ class _Execution:
         return await self._afinish(end)
 
     async def _awalk(self, enumerator: AsyncIterator[Any]) -> _End:
-        async for pair in enumerator:
+        while True:
+            try:
+                pair = await anext(enumerator)
+            except StopAsyncIteration:
+                return _End.COMPLETE
+            except BaseException:  # as in ``_walk``
+                if self.walked:
+                    await self._aflush_quietly()
+                raise
             item, cursor = _pair(pair, self.name)
             end = self._stop_before(cursor)
             if end is not None or self._due():
@@ -421,7 +439,6 @@ class _Execution:
                 await self._aflush_quietly()
                 raise
             self._slow(since, item)
-        return _End.COMPLETE
 
     async def _aflush(self) -> list[Any]:
         commands = self._flush_commands()
