@@ -759,3 +759,31 @@ def test_an_enumerator_error_saves_the_last_items_cursor(
     EVENTS.clear()
     drain()
     assert seen() == [6, 7, 8, 9] and not r.exists(f"it-{jid}")
+
+
+class Unreturned(Recorded, name="test_iterable.unreturned", retry=0):
+    """An async job whose sync around_iteration calls call_next() but drops what it gives."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def around_iteration(self, item: int, call_next: Any) -> Any:
+        call_next()  # neither returned nor awaited
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+
+
+def test_an_async_items_call_next_left_unawaited_is_an_error_not_a_skipped_item(
+        drain: Drain, r: redis.Redis) -> None:
+    """In an async job call_next() makes a coroutine; an around_iteration that called it but
+    neither returned nor awaited it dropped every item without a word, and the job
+    completed and deleted its state. It is now a TypeError naming the fix, with the
+    item's cursor saved for the retry."""
+    jid = Unreturned.perform_async(3)
+    drain()
+    assert seen() == []
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert [d["error_class"] for d in dead] == ["TypeError"]
+    assert "call_next" in dead[0]["error_message"]
+    assert json.loads(state(r, jid)["c"]) == 0

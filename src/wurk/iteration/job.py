@@ -432,9 +432,11 @@ class _Execution:
                     return end
             since = self.clock.monotonic()
             self.walked += 1
+            made: list[Any] = []
             try:
                 await _maybe(self.job.around_iteration(
-                    item, partial(self.job.each_iteration, item, *self.args)))
+                    item, partial(_made_by, made, self.job.each_iteration, item, *self.args)))
+                _check_awaited(made, self.name)
             except BaseException:
                 await self._aflush_quietly()
                 raise
@@ -465,6 +467,25 @@ class _Execution:
         await _maybe(job.on_complete())
         async with lent_redis(self.config) as conn:
             await conn.call("UNLINK", self.key)
+
+
+def _made_by(made: list[Any], each_iteration: Callable[..., Any], *args: Any) -> Any:
+    """An async job's ``call_next``: ``each_iteration``'s coroutine, kept to be checked."""
+    value = each_iteration(*args)
+    made.append(value)
+    return value
+
+
+def _check_awaited(made: list[Any], name: str) -> None:
+    """``TypeError`` when ``around_iteration`` called ``call_next()`` but neither returned
+    nor awaited its coroutine: the item would be dropped without a word."""
+    for value in made:
+        if inspect.iscoroutine(value) and \
+                inspect.getcoroutinestate(value) == inspect.CORO_CREATED:
+            value.close()
+            raise TypeError(f"{name}.around_iteration called call_next() but neither "
+                            "returned nor awaited it, so the item did not run: in an async "
+                            "job, `return call_next()` or `await call_next()`")
 
 
 async def _maybe(value: Any) -> Any:
