@@ -586,3 +586,204 @@ def test_an_iterable_job_raising_interrupted_goes_back_and_a_plain_one_fails(
     [failed] = [json.loads(raw) for raw in r.zrange("retry", 0, -1)]
     assert (failed["jid"], failed["error_class"]) == (plain, "wurk.Interrupted")
     assert queued(r) == [] and drain.counters.failed == 1
+
+
+class SlowStart(Recorded, name="test_iterable.slow_start"):
+    """Its enumerator takes longer to build than its whole max_iteration_runtime."""
+
+    max_iteration_runtime = 5
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        CLOCK.advance(6)  # a slow first query
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+
+
+class AsyncSlowStart(SlowStart, name="test_iterable.async_slow_start"):
+    async def each_iteration(self, item: int, n: int) -> None:  # type: ignore[override]
+        EVENTS.append(("item", item))
+
+
+@pytest.mark.parametrize("job", [SlowStart, AsyncSlowStart], ids=["sync", "async"])
+def test_max_iteration_runtime_spent_before_the_first_item_still_makes_progress(
+        drain: Drain, r: redis.Redis, job: type[SlowStart]) -> None:
+    """An execution whose time limit had passed before its first item stopped there: pushed
+    again, it did the same, for ever, and never ran an item. Each execution now runs at
+    least one item before the limit can stop it."""
+    jid = job.perform_async(3)
+    for _ in range(3):
+        drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    assert seen() == [0, 1, 2]
+    assert not r.exists(f"it-{jid}") and queued(r) == []
+
+
+ODD_CURSOR: list[Any] = []
+
+
+class OddCursor(Recorded, name="test_iterable.odd_cursor", retry=0):
+    def build_enumerator(self, *, cursor: Any) -> Iterator[tuple[int, Any]]:
+        yield 1, ODD_CURSOR[0]
+
+    def each_iteration(self, item: int) -> None:
+        EVENTS.append(("item", item))
+
+
+@pytest.mark.parametrize("cursor", [{1: "a"}, {"page": {None: 2}}, [{(1, 2): 3}], "\ud800"],
+                         ids=["int-key", "nested-none-key", "tuple-key", "lone-surrogate"])
+def test_a_cursor_that_would_not_come_back_as_it_was_is_refused_before_it_is_written(
+        drain: Drain, r: redis.Redis, cursor: Any) -> None:
+    """A dict cursor with keys other than strings was stored with its keys turned to text
+    (``{1: "a"}`` came back ``{"1": "a"}``), so the resumed job met a cursor it never
+    yielded; a string no UTF-8 holds failed in the Redis client. Both are now the
+    ``TypeError`` the docs promise for a cursor JSON cannot hold, before anything is
+    written."""
+    ODD_CURSOR[:] = [cursor]
+    jid = OddCursor.perform_async()
+    STOP.set()  # a stop before the first item makes the job write its state
+    drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert [d["error_class"] for d in dead] == ["TypeError"]
+    assert "cannot be stored as JSON" in dead[0]["error_message"]
+    assert not r.exists(f"it-{jid}") and seen() == []
+
+
+def test_in_a_testing_mode_a_passed_max_iteration_runtime_raises_interrupted(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """iterable-jobs.md: "In wurk.testing modes … a max_iteration_runtime that passes raises
+    wurk.Interrupted to the test. The state is written to the configured Redis as in a
+    worker." """
+    with wurk.testing.inline(), pytest.raises(wurk.Interrupted, match="cursor 5"):
+        Limited.perform_async(12)
+    assert seen() == [0, 1, 2, 3, 4]
+    [key] = r.keys("it-*")
+    assert json.loads(r.hget(key, "c")) == 5 and r.hget(key, "ex") == "1"
+    with wurk.testing.fake():
+        Limited.perform_async(12)
+        with pytest.raises(wurk.Interrupted):
+            wurk.testing.drain_all()
+
+
+class EveryItem(Count, name="test_iterable.every_item"):
+    flush_interval = 0
+
+
+def test_a_flush_interval_of_0_flushes_before_every_item(drain: Drain, r: redis.Redis
+                                                         ) -> None:
+    """iterable-jobs.md: "flush_interval (5 s; 0 flushes before every item)"."""
+    jid = EveryItem.perform_async(4)
+    cursors: list[Any] = []
+    for item in range(4):
+        AT_ITEM[item] = lambda job: cursors.append(json.loads(state(r, job.jid)["c"]))
+    drain()
+    assert cursors == [0, 1, 2, 3] and not r.exists(f"it-{jid}")
+
+
+def test_iteration_cancel_writes_the_mark_only_and_the_job_then_runs_none_of_its_items(
+        drain: Drain, r: redis.Redis) -> None:
+    """iterable-jobs.md: "wurk.iteration.cancel(jid) writes the mark only, as Ruby's cancel!
+    does"; a copy that starts later "finds the mark, runs on_cancel, and runs none of its
+    items", and the hooks table: on_stop "after every execution that did not fail:
+    interrupted, cancelled or complete"."""
+    jid = Count.perform_async(5)
+    when = wurk.iteration.cancel(jid)
+    assert abs(when - float(r.time()[0])) <= 2
+    assert wurk.iteration.cancel(jid) == when  # the first request's time stands
+    assert [job["jid"] for job in queued(r)] == [jid]  # still waiting: the mark only
+    assert state(r, jid) == {"cancelled": str(int(when))}
+    assert 0 < r.ttl(f"it-{jid}") <= wurk.iteration.STATE_TTL
+    assert drain() == 1
+    assert seen() == [] and hooks() == ["on_cancel", "on_stop"]
+    assert r.zcard("retry") == 0 and drain.counters.failed == 0 and r.exists(f"it-{jid}")
+    EVENTS.clear()
+    wurk.iteration.cancel(AsyncWrapped.perform_async(3))  # the async job alike
+    assert drain() == 1
+    assert seen() == [] and hooks() == ["on_cancel", "on_stop"]
+
+
+@pytest.mark.parametrize("hook", ["around_iteration", "on_start", "on_resume", "on_stop",
+                                  "on_cancel", "on_complete"])
+def test_an_async_hook_on_a_sync_job_is_refused_when_the_class_is_defined(hook: str) -> None:
+    """An ``async def around_iteration`` on a job whose each_iteration is sync was called and
+    its coroutine dropped: no item ran, and the job completed and deleted its state. An
+    async ``on_stop`` or ``on_complete`` failed the job only after all its items, so each
+    retry ran them again. Refused at once, as a class defining perform is."""
+    async def hook_body(self: Any, *args: Any) -> None: ...
+
+    with pytest.raises(wurk.RegistrationError, match=f"{hook}.*async def"):
+        type("Mixed", (Count,), {hook: hook_body, "__module__": __name__},
+             name="test_iterable.mixed")
+    # on an async job they are welcome
+    type("AllAsync", (AsyncWrapped,), {hook: hook_body, "__module__": __name__},
+         name="test_iterable.all_async")
+    wurk.registry.unregister("test_iterable.all_async")
+
+
+ENUM_FAILS: list[bool] = []
+
+
+class FlakySource(Recorded, name="test_iterable.flaky_source", retry=3):
+    """Its enumerator fails (a lost database, say) when asked for item 7, the first time."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        for item, at in wurk.iteration.ids(0, n, cursor=cursor):
+            if item == 7 and not ENUM_FAILS:
+                ENUM_FAILS.append(True)
+                raise ConnectionError("the next page could not be read")
+            yield item, at
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        CLOCK.advance(1)
+
+
+class AsyncFlakySource(FlakySource, name="test_iterable.async_flaky_source"):
+    async def each_iteration(self, item: int, n: int) -> None:  # type: ignore[override]
+        EVENTS.append(("item", item))
+        CLOCK.advance(1)
+
+
+@pytest.mark.parametrize("job", [FlakySource, AsyncFlakySource], ids=["sync", "async"])
+def test_an_enumerator_error_saves_the_last_items_cursor(
+        drain: Drain, r: redis.Redis, job: type[FlakySource]) -> None:
+    """An error raised by the enumerator itself (not by an item) saved nothing: the retry
+    went back to the last periodic flush (item 5) and ran items 5 and 6 again. It now saves
+    the cursor of the last item begun, so the retry repeats that one item only."""
+    ENUM_FAILS.clear()
+    jid = job.perform_async(10)
+    drain()
+    assert seen() == list(range(7)) and r.zcard("retry") == 1
+    assert json.loads(state(r, jid)["c"]) == 6
+    api.RetrySet().retry_all()
+    EVENTS.clear()
+    drain()
+    assert seen() == [6, 7, 8, 9] and not r.exists(f"it-{jid}")
+
+
+class Unreturned(Recorded, name="test_iterable.unreturned", retry=0):
+    """An async job whose sync around_iteration calls call_next() but drops what it gives."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def around_iteration(self, item: int, call_next: Any) -> Any:
+        call_next()  # neither returned nor awaited
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+
+
+def test_an_async_items_call_next_left_unawaited_is_an_error_not_a_skipped_item(
+        drain: Drain, r: redis.Redis) -> None:
+    """In an async job call_next() makes a coroutine; an around_iteration that called it but
+    neither returned nor awaited it dropped every item without a word, and the job
+    completed and deleted its state. It is now a TypeError naming the fix, with the
+    item's cursor saved for the retry."""
+    jid = Unreturned.perform_async(3)
+    drain()
+    assert seen() == []
+    dead = [json.loads(raw) for raw in r.zrange("dead", 0, -1)]
+    assert [d["error_class"] for d in dead] == ["TypeError"]
+    assert "call_next" in dead[0]["error_message"]
+    assert json.loads(state(r, jid)["c"]) == 0

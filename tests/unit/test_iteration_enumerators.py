@@ -154,6 +154,16 @@ DJANGO = textwrap.dedent('''
     assert again == rows[3:], again
     values = list(django_rows(Group.objects.values("id", "name"), key="id", batch_size=2))
     assert [c for _, c in values] == [2, 4, 5, 9, 11, 17, 30]
+    # values() dicts hold the primary key under its name ("id"), not "pk": the default key
+    # pages them all the same (it raised KeyError: 'pk')
+    plain = list(django_rows(Group.objects.values("id", "name"), cursor=5, batch_size=2))
+    assert [c for _, c in plain] == [5, 9, 11, 17, 30], plain
+    try:
+        list(django_rows(Group.objects.values("name")))
+    except ValueError as exc:
+        assert "values()" in str(exc) and "pk" in str(exc), exc
+    else:
+        raise AssertionError("values() without the key paged")
     batches = [([g.id for g in b], c) for b, c in django_batches(Group.objects.all(),
                                                                 batch_size=4, cursor=4)]
     assert batches == [([4, 5, 9, 11], 4), ([17, 30], 17)], batches

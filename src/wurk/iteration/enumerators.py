@@ -183,9 +183,16 @@ def sqlalchemy_rows(session: Any, statement: Any, *, key: Any, cursor: Any = Non
         yield from page
 
 
-def _django_key(item: Any, key: str) -> Any:
+def _django_key(item: Any, key: str, queryset: Any) -> Any:
     if isinstance(item, dict):
-        return item[key]
+        if key in item:
+            return item[key]
+        # values() names the primary key by its field ("id"), never "pk"
+        field = queryset.model._meta.pk.attname if key == "pk" else key
+        if field in item:
+            return item[field]
+        raise ValueError(f"django rows: the values() dicts hold no {key!r} "
+                         f"({', '.join(map(repr, item))}); include the key field in values()")
     return item.pk if key == "pk" else getattr(item, key)
 
 
@@ -205,10 +212,10 @@ def django_batches(queryset: Any, *, key: str = "pk", cursor: Any = None,
         batch = list(page[:size])
         if not batch:
             return
-        yield batch, _django_key(batch[0], key)
+        yield batch, _django_key(batch[0], key, queryset)
         if len(batch) < size:
             return
-        last = _django_key(batch[-1], key)
+        last = _django_key(batch[-1], key, queryset)
 
 
 def django_rows(queryset: Any, *, key: str = "pk", cursor: Any = None,
@@ -216,4 +223,4 @@ def django_rows(queryset: Any, *, key: str = "pk", cursor: Any = None,
     """``django_batches`` row by row: each row with its key as the cursor."""
     for batch, _ in django_batches(queryset, key=key, cursor=cursor, batch_size=batch_size):
         for row in batch:
-            yield row, _django_key(row, key)
+            yield row, _django_key(row, key, queryset)

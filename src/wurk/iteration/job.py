@@ -17,11 +17,12 @@ them, to go on later from where it stopped (Sidekiq 7.3+'s iterable jobs).
    ``wurk.Interrupted``: the worker's interrupt link pushes the same payload (same jid) to
    the back of its queue. Not a failure, not a retry, not a batch count.
 4. Cancellation (``wurk.cancel(jid)`` or ``self.cancel()``): a job cancelled before it starts
-   runs ``on_cancel`` and none of its items; a running one notices at its next flush (within
-   ``flush_interval`` seconds and one item), runs ``on_cancel`` then ``on_stop``. Either
-   way it ends as done, and its state stays (with ``cancelled``) until its TTL, so a copy of
-   the job that turns up later is dropped too. Sidekiq also runs ``on_complete`` and deletes
-   the state on a cancel; wurk does not, since the job did not complete.
+   runs ``on_cancel`` then ``on_stop`` and none of its items; a running one notices at its
+   next flush (within ``flush_interval`` seconds and one item), runs ``on_cancel`` then
+   ``on_stop``. Either way it ends as done, and its state stays (with ``cancelled``) until
+   its TTL, so a copy of the job that turns up later is dropped too. Sidekiq also runs
+   ``on_complete`` and deletes the state on a cancel; wurk does not, since the job did not
+   complete.
 5. Hooks: ``on_start`` (first execution), ``on_resume`` (later ones), ``around_iteration(item,
    call_next)``, ``on_stop`` (every stop, completion included), ``on_cancel``,
    ``on_complete`` (then the state is deleted).
@@ -96,6 +97,7 @@ class IterableJob(Job, abstract=True):
         _check_seconds(cls, "max_iteration_runtime", cls.max_iteration_runtime,
                        "above 0, or None for no limit", optional=True)
         _check_seconds(cls, "flush_interval", cls.flush_interval, "0 or more")
+        _check_hooks(cls)
         cls.perform = _performer(cls)  # type: ignore[method-assign]
         super().__init_subclass__(**options)
 
@@ -176,6 +178,24 @@ def _check_seconds(cls: type[IterableJob], name: str, value: Any, expected: str,
                             f"seconds {expected}")
 
 
+HOOKS = ("around_iteration", "on_start", "on_resume", "on_stop", "on_cancel", "on_complete")
+
+
+def _check_hooks(cls: type[IterableJob]) -> None:
+    """An ``async def`` hook on a sync job is refused when the class is made: a sync job
+    cannot await it, so ``around_iteration``'s coroutine was dropped (no item ran, and the
+    job completed) and the others failed the job after its items. Checked once the class
+    has its own ``each_iteration``, so a base class may hold async hooks for async jobs."""
+    if cls.each_iteration is IterableJob.each_iteration or _is_async(cls):
+        return
+    for name in HOOKS:
+        hook = getattr(cls, name)
+        if inspect.iscoroutinefunction(hook) or inspect.isasyncgenfunction(hook):
+            raise RegistrationError(
+                f"{cls.__qualname__}.{name} is async def but each_iteration is not: a sync "
+                "job cannot await it; make each_iteration async def too, or the hook not")
+
+
 def _is_async(cls: type[IterableJob]) -> bool:
     return inspect.iscoroutinefunction(cls.each_iteration) or \
         inspect.isasyncgenfunction(cls.build_enumerator)
@@ -232,6 +252,10 @@ class _Execution:
         self.runtime_before = 0.0
         limit = job.max_iteration_runtime
         self.deadline = None if limit is None else self.started + limit
+        # Items begun in this execution: the time limit stops one only after its first, or
+        # an execution whose limit passed while it built its enumerator would stop before
+        # any item, be pushed again and do the same for ever.
+        self.walked = 0
         job._arguments = args
 
     # -- the steps both kinds share -------------------------------------------------------------
@@ -263,7 +287,8 @@ class _Execution:
         if interrupted():
             log.info("interrupted by the worker's stop at cursor %s", _shown(cursor))
             return _End.INTERRUPTED
-        if self.deadline is not None and self.clock.monotonic() >= self.deadline:
+        if self.deadline is not None and self.walked \
+                and self.clock.monotonic() >= self.deadline:
             log.info("max_iteration_runtime (%s s) reached at cursor %s",
                      self.job.max_iteration_runtime, _shown(cursor))
             return _End.INTERRUPTED
@@ -296,7 +321,8 @@ class _Execution:
         with lent_redis(self.config) as conn:  # a pipeline: an error reply comes back in place
             reply = conn.pipeline([S.read_command(self.key)])[0]
         if not self._begin(reply):
-            return self._call(self.job.on_cancel)
+            self._call(self.job.on_cancel)
+            return self._call(self.job.on_stop)
         enumerator = self._enumerator(self.job.build_enumerator(*self.args,
                                                                 cursor=self.job._cursor))
         if enumerator is None:
@@ -309,7 +335,18 @@ class _Execution:
         return self._finish(end)
 
     def _walk(self, enumerator: Iterator[Any]) -> _End:
-        for pair in enumerator:
+        while True:
+            try:
+                pair = next(enumerator)
+            except StopIteration:
+                return _End.COMPLETE
+            except BaseException:
+                # the enumerator's own error (the next page could not be read): the last
+                # item begun is the last one known done, so the retry repeats it alone
+                # rather than every item since the last flush
+                if self.walked:
+                    self._flush_quietly()
+                raise
             item, cursor = _pair(pair, self.name)
             end = self._stop_before(cursor)
             if end is not None or self._due():
@@ -318,6 +355,7 @@ class _Execution:
                 if end is not None:
                     return end
             since = self.clock.monotonic()
+            self.walked += 1
             try:
                 self.job.around_iteration(item, partial(self.job.each_iteration, item,
                                                         *self.args))
@@ -325,7 +363,6 @@ class _Execution:
                 self._flush_quietly()
                 raise
             self._slow(since, item)
-        return _End.COMPLETE
 
     def _flush(self) -> list[Any]:
         commands = self._flush_commands()
@@ -366,6 +403,7 @@ class _Execution:
             reply = (await conn.pipeline([S.read_command(self.key)]))[0]
         if not self._begin(reply):
             await _maybe(self.job.on_cancel())
+            await _maybe(self.job.on_stop())
             return
         built = self.job.build_enumerator(*self.args, cursor=self.job._cursor)
         enumerator = self._enumerator(built)
@@ -376,7 +414,15 @@ class _Execution:
         return await self._afinish(end)
 
     async def _awalk(self, enumerator: AsyncIterator[Any]) -> _End:
-        async for pair in enumerator:
+        while True:
+            try:
+                pair = await anext(enumerator)
+            except StopAsyncIteration:
+                return _End.COMPLETE
+            except BaseException:  # as in ``_walk``
+                if self.walked:
+                    await self._aflush_quietly()
+                raise
             item, cursor = _pair(pair, self.name)
             end = self._stop_before(cursor)
             if end is not None or self._due():
@@ -385,14 +431,16 @@ class _Execution:
                 if end is not None:
                     return end
             since = self.clock.monotonic()
+            self.walked += 1
+            made: list[Any] = []
             try:
                 await _maybe(self.job.around_iteration(
-                    item, partial(self.job.each_iteration, item, *self.args)))
+                    item, partial(_made_by, made, self.job.each_iteration, item, *self.args)))
+                _check_awaited(made, self.name)
             except BaseException:
                 await self._aflush_quietly()
                 raise
             self._slow(since, item)
-        return _End.COMPLETE
 
     async def _aflush(self) -> list[Any]:
         commands = self._flush_commands()
@@ -419,6 +467,25 @@ class _Execution:
         await _maybe(job.on_complete())
         async with lent_redis(self.config) as conn:
             await conn.call("UNLINK", self.key)
+
+
+def _made_by(made: list[Any], each_iteration: Callable[..., Any], *args: Any) -> Any:
+    """An async job's ``call_next``: ``each_iteration``'s coroutine, kept to be checked."""
+    value = each_iteration(*args)
+    made.append(value)
+    return value
+
+
+def _check_awaited(made: list[Any], name: str) -> None:
+    """``TypeError`` when ``around_iteration`` called ``call_next()`` but neither returned
+    nor awaited its coroutine: the item would be dropped without a word."""
+    for value in made:
+        if inspect.iscoroutine(value) and \
+                inspect.getcoroutinestate(value) == inspect.CORO_CREATED:
+            value.close()
+            raise TypeError(f"{name}.around_iteration called call_next() but neither "
+                            "returned nor awaited it, so the item did not run: in an async "
+                            "job, `return call_next()` or `await call_next()`")
 
 
 async def _maybe(value: Any) -> Any:

@@ -147,11 +147,31 @@ def encode_cursor(jid: str, cursor: Any) -> str:
     """The cursor as the ``c`` field holds it; a cursor JSON cannot hold is the job's error,
     named, before anything is written."""
     try:
-        return json.dumps(cursor, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"job {jid}: the cursor {cursor!r} cannot be stored as JSON ({exc}); "
-                        "yield cursors made of str, int, float, bool, None, lists and dicts"
-                        ) from None
+        encoded = json.dumps(cursor, ensure_ascii=False, separators=(",", ":"),
+                             allow_nan=False)
+        _check_keys(cursor)  # after dumps, which refuses a cycle
+        encoded.encode("utf-8")  # a lone surrogate: no UTF-8 (so no Redis) holds it
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise TypeError(f"job {jid}: the cursor {stored.shown(repr(cursor), 200)} cannot be "
+                        f"stored as JSON ({exc}); yield cursors made of str, int, float, "
+                        "bool, None, lists and dicts with str keys") from None
+    return encoded
+
+
+def _check_keys(cursor: Any) -> None:
+    """``TypeError`` for a dict key other than a str: ``json.dumps`` turns ``{1: "a"}`` into
+    ``{"1": "a"}`` without a word, so the resumed job would meet a cursor it never yielded."""
+    pending = [cursor]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise TypeError(f"the key {stored.shown(repr(key), 100)} is not a str; "
+                                    "it would come back as text")
+                pending.append(item)
+        elif isinstance(value, (list, tuple)):
+            pending.extend(value)
 
 
 def flush_commands(key: str, executions: int, cursor: str, runtime: float
