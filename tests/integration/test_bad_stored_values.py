@@ -17,6 +17,8 @@ import wurk
 from tests.helpers.server import Server
 from wurk import payload as P
 from wurk.config import Capsule
+from wurk.fetch import basic
+from wurk.fetch.basic import BasicFetch
 from wurk.fetch.pause import PausedCache
 from wurk.fetch.reaper import Reaper
 from wurk.fetch.reliable import ReliableFetch
@@ -333,6 +335,38 @@ def test_a_queue_of_another_type_stops_no_fetch_of_the_queues_beside_it(
     assert warnings == [f"fetch: {config.keys.queue('a')} or its in-flight list holds another "
                         "Redis type than a list (written by something else); the queue is "
                         "passed over"]
+    fetch.flush()
+
+
+def test_a_queue_of_another_type_stops_no_basic_fetch_of_the_queues_beside_it(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Basic fetch's one ``BRPOP`` over every queue failed with ``WRONGTYPE`` when any of
+    them held another type (written by hand): no queue of the capsule was ever served. Such
+    a queue is now passed over with one warning, looked at again when a fetch finds nothing
+    (or every ``RECHECK_FETCHES`` fetches), and fetched from once it is a list again."""
+    monkeypatch.setattr(basic, "RECHECK_FETCHES", 3)
+    r.set(config.keys.queue("a"), "not a list")
+    r.lpush(config.keys.queue("b"), job(1), job(2), job(3), job(4))
+    fetch = BasicFetch(config, Capsule(queues=[("a", 0), ("b", 0)]), config.pool("t"))
+    with caplog.at_level(logging.INFO, logger="wurk"):
+        assert fetch.fetch(0.1) is None  # the refusal: the keys are looked at
+        taken = [fetch.fetch(0.1) for _ in range(2)]
+        assert [unit.raw if unit else None for unit in taken] == [
+            job(1).encode(), job(2).encode()]
+        r.delete(config.keys.queue("a"))
+        # a list again: looked at on the third fetch since the refusal, and first (strict)
+        r.lpush(config.keys.queue("a"), job(9))
+        taken = [fetch.fetch(0.1) for _ in range(3)]
+        assert [unit.raw if unit else None for unit in taken] == [
+            job(9).encode(), job(3).encode(), job(4).encode()]
+        assert fetch.fetch(0.1) is None  # every queue empty: waits, no error
+    messages = [(rec.levelno, rec.getMessage()) for rec in caplog.records]
+    assert messages == [
+        (logging.WARNING, f"fetch: {config.keys.queue('a')} holds another Redis type than a "
+                          "list (written by something else); the queue is passed over"),
+        (logging.INFO, f"fetch: {config.keys.queue('a')} is a list again; the queue is "
+                       "fetched from")]
     fetch.flush()
 
 

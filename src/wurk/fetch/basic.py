@@ -9,20 +9,27 @@
 3. ``BasicFetch`` pops with ``BRPOP`` over every queue in order, with a server timeout so a
    stopping processor notices within a second. Acknowledging is a no-op (the job already left
    Redis): a crash loses the jobs in flight. Reliable fetch, which does not, has its own
-   module and the same interface.
+   module and the same interface. A queue key holding another type than a list (written by
+   something else) fails the whole ``BRPOP`` with ``WRONGTYPE``: the keys are then looked
+   at, such a queue is passed over with one warning, and looked at again when a fetch finds
+   nothing, or every ``RECHECK_FETCHES`` fetches, until it is a list again.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
+import redis
+
 from ..config import Capsule, Config
 from ..connections.lease import Lease
 from ..connections.pool import RedisPool
+from ..connections.replies import reply_code
 
 __all__ = ["BasicFetch", "Fetcher", "QueueOrder", "UnitOfWork"]
 
@@ -105,6 +112,13 @@ class Fetcher(Protocol):
         now, to try again."""
 
 
+log = logging.getLogger("wurk")
+
+# Fetches between two looks at the queues passed over for holding another type, while jobs
+# keep coming (an idle fetch, one that found nothing, looks at them every time).
+RECHECK_FETCHES = 100
+
+
 class BasicFetch:
     """Sidekiq's default fetch: ``BRPOP`` across the capsule's queues."""
 
@@ -117,19 +131,61 @@ class BasicFetch:
         self.order = QueueOrder(capsule)
         self._paused = paused
         self._idle = threading.Event()
+        self._refused: frozenset[str] = frozenset()  # queues holding another type
+        self._since_look = 0
 
     def fetch(self, timeout: float) -> UnitOfWork | None:
-        queues = self.order(self._paused())
+        if self._refused:
+            self._since_look += 1
+            if self._since_look >= RECHECK_FETCHES:
+                self._look_again()
+        queues = [name for name in self.order(self._paused()) if name not in self._refused]
         if not queues:
-            # Every queue is paused: wait instead of asking Redis in a tight loop.
+            # Every queue is paused or passed over: wait instead of asking in a tight loop.
             self._idle.wait(timeout)
+            if self._refused:
+                self._look_again()
             return None
         keys = [self.keys.queue(name) for name in queues]
-        reply = cast("list[bytes] | None", self.lease.call("BRPOP", *keys, timeout))
+        try:
+            reply = cast("list[bytes] | None", self.lease.call("BRPOP", *keys, timeout))
+        except redis.ResponseError as exc:
+            if reply_code(exc) != "WRONGTYPE":
+                raise
+            self._pass_over(queues)
+            return None
         if reply is None:
+            if self._refused:
+                self._look_again()
             return None
         key, raw = reply  # bytes: the pool does not decode responses
         return UnitOfWork(self.keys.queue_name(key.decode()), raw, self)
+
+    def _types(self, queues: Sequence[str]) -> dict[str, str]:
+        replies = self.lease.pipeline([("TYPE", self.keys.queue(name)) for name in queues])
+        return {name: (reply.decode() if isinstance(reply, bytes) else str(reply))
+                for name, reply in zip(queues, replies, strict=True)}
+
+    def _pass_over(self, queues: Sequence[str]) -> None:
+        """``BRPOP`` met a key of another type: the queues holding one are passed over, each
+        warned about once, until ``_look_again`` finds it a list (or gone)."""
+        found = frozenset(name for name, kind in self._types(queues).items()
+                          if kind not in ("list", "none"))
+        for name in sorted(found - self._refused):
+            log.warning("fetch: %s holds another Redis type than a list (written by something "
+                        "else); the queue is passed over", self.keys.queue(name))
+        self._refused |= found
+        self._since_look = 0
+
+    def _look_again(self) -> None:
+        self._since_look = 0
+        types = self._types(sorted(self._refused))
+        for name, kind in types.items():
+            if kind in ("list", "none"):
+                log.info("fetch: %s is a list again; the queue is fetched from",
+                         self.keys.queue(name))
+        self._refused = frozenset(name for name, kind in types.items()
+                                  if kind not in ("list", "none"))
 
     def acknowledge(self, unit: UnitOfWork) -> None:
         return None
