@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,10 +55,11 @@ def command(line: str) -> list[str]:
     return [str(BIN / words[0]), *words[1:]]
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """An empty folder turned into the page's project (its shell lines, its blocks)."""
-    folder = tmp_path / "newcomer"
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty folder turned into the page's project (its shell lines, its blocks): built
+    once, since ``startproject`` and ``migrate`` in subprocesses take seconds each."""
+    folder = tmp_path_factory.mktemp("built") / "newcomer"
     folder.mkdir()
     lines, blocks = walkthrough()
     assert lines[0] == "pip install 'wurk[django]'"  # this virtualenv has what it brings
@@ -78,6 +80,16 @@ def project(tmp_path: Path) -> Path:
         done = run(folder, command(line), env)
         assert done.returncode == 0, (line, done.stderr)
     assert pasted, "the page migrates after pasting its blocks"
+    assert not (folder / ".wurk").exists()  # building it started no server to copy along
+    return folder
+
+
+@pytest.fixture
+def project(built: Path, tmp_path: Path) -> Path:
+    """A fresh copy of the built project for each test (they change its settings, its
+    database and its ``.wurk``); the project's paths are all relative to its folder."""
+    folder = tmp_path / "newcomer"
+    shutil.copytree(built, folder)
     return folder
 
 
