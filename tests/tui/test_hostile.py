@@ -32,7 +32,7 @@ from textual.widgets import Static
 
 from tests.tui.drive import drive, press, refresh, sheet_rows, shown, tab
 from tests.tui.world import LEADER, World, process
-from tests.web.test_hostile_families import FAMILIES, HOSTILE, build_world, now
+from tests.web.test_hostile_families import BIG_SOURCE, FAMILIES, HOSTILE, build_world, now
 from wurk.api import RetrySet
 from wurk.keys import Keys
 from wurk.tui import TopApp
@@ -66,9 +66,10 @@ NOT_READ = {
 READ = [family for family in FAMILIES if family.member not in NOT_READ]
 TABS = ["home", "busy", "queues", "scheduled", "retries", "morgue", "metrics", "batches",
         "periodic"]
-# Two groups, one app each (and one xdist worker each): the two kinds that write hundreds
-# of megabytes, and the rest.
-GROUPS = {"large": ["10 MB", "many entries"],
+# One app a group (and one xdist worker each): each of the two kinds that write hundreds of
+# megabytes alone (together they held one worker a minute while the others idled), and the
+# rest.
+GROUPS = {"10 MB": ["10 MB"], "many entries": ["many entries"],
           "small": sorted(set(HOSTILE) - {"10 MB", "many entries"})}
 # What may never reach the screen: C0 controls but newline, DEL, C1 controls, the line
 # separators and bidi overrides (wurk.stored.printable escapes them all).
@@ -97,6 +98,7 @@ def make_hostile(raw: redis.Redis, kind: str) -> None:
     keys = Keys()
     for family in READ:
         HOSTILE[kind](raw, family, family.key(keys, at))
+    raw.delete(BIG_SOURCE)
 
 
 def clean(where: str, texts: list[str]) -> None:

@@ -20,6 +20,7 @@ dead set in one script too (``scripts/api_kill.lua``, through ``Morgue.take``).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
@@ -36,6 +37,9 @@ from ..stored import Invalid
 from ..unique import MARK, release_stored
 from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord
+
+# Members of one score ``JobSet.at_address`` reads per round trip.
+ADDRESS_PAGE = 1_000
 
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
 
@@ -180,7 +184,24 @@ class JobSet:
             return None
         if not dash or math.isnan(score):
             return None
-        return next((e for e in self.fetch(score) if e.digest == digest), None)
+        # The members sharing the score are read a page at a time and matched by the digest
+        # of their bytes: a score that thousands of entries share (a bulk schedule, a hostile
+        # set) costs hashing their bytes, never parsing every payload to show one.
+        exact = P.score(score)
+        offset = 0
+        while True:
+            def page(r: Any, at: int = offset) -> Any:
+                return r.zrange(self.key, exact, exact, byscore=True, withscores=True,
+                                offset=at, num=ADDRESS_PAGE)
+
+            rows = self._read(page)
+            for member, found in rows:
+                raw = bytes(member)
+                if hashlib.sha1(raw, usedforsecurity=False).hexdigest() == digest:
+                    return SortedEntry(self, raw, float(found))
+            if len(rows) < ADDRESS_PAGE:
+                return None
+            offset += len(rows)
 
     # -- writing ----------------------------------------------------------------------------
     def schedule(self, at: float, payload: Mapping[str, Any]) -> None:
