@@ -6,8 +6,9 @@
    ``wurk_ctx`` object; a variable with no value is left out. A payload that already has a
    ``wurk_ctx`` keeps it: a retry, a job re-pushed by the scheduler or a caller's own value
    is never overwritten by whatever context the re-pushing thread has.
-3. The server middleware sets each saved value around the job and resets it afterwards, so
-   the next job on that thread starts clean. Names it does not know are ignored; a
+3. The server middleware runs the job in a copy of the thread's context with each saved
+   value set, so the next job on that thread starts clean — of the saved values and of any
+   persisted variable the job set itself. Names it does not know are ignored; a
    ``wurk_ctx`` that is not an object fails the job (through retries, so it is not lost)
    rather than run it in the wrong context.
 4. A value must be JSON-native; one that is not refuses the push, naming the variable.
@@ -72,19 +73,20 @@ class RestoreContext:
 
     def __call__(self, job: Any, payload: P.Payload, queue: str, call_next: CallNext) -> Any:
         saved = payload.get(P.CONTEXT)
-        if saved is None:
-            return call_next()
-        if not isinstance(saved, dict):
+        if saved is not None and not isinstance(saved, dict):
             raise InvalidPayload(f"payload field {P.CONTEXT!r} is {P.dumps(saved)[:80]}; "
                                  "expected an object of context variable values",
                                  field=P.CONTEXT)
-        tokens = [(var, var.set(saved[name]))
-                  for name, var in self.variables.by_name.items() if name in saved]
-        try:
-            return call_next()
-        finally:
-            for var, token in reversed(tokens):
-                var.reset(token)
+        # The job runs in a copy of the thread's context: what it sets itself — a persisted
+        # variable among them — is gone when it returns, so the next job on the thread
+        # starts clean and pushes nothing it did not set or carry itself.
+        return contextvars.copy_context().run(self._run, saved or {}, call_next)
+
+    def _run(self, saved: dict[str, Any], call_next: CallNext) -> Any:
+        for name, var in self.variables.by_name.items():
+            if name in saved:
+                var.set(saved[name])
+        return call_next()
 
 
 def _installed(config: Config) -> _Variables:

@@ -262,3 +262,22 @@ def test_a_read_is_replayed_once_after_a_broken_connection(
 def _calls(r: redis.Redis, command: str) -> int:
     stats: dict[str, Any] = r.info("commandstats").get(f"cmdstat_{command}", {})
     return int(stats.get("calls", 0))
+
+
+def test_deleting_each_job_as_it_is_yielded_reads_the_whole_queue(config: wurk.Config,
+                                                                   r: redis.Redis) -> None:
+    """Sidekiq's ``queue.each { |job| job.delete if … }``: deleting every job of a page while
+    iterating ended the walk after that page (the page was gone, which read as consumers
+    having popped past it), so the jobs after it were neither seen nor deleted."""
+    entries = seed(r, 95)
+    seen = []
+    for record in Queue("default", config).iterate(page_size=10):
+        seen.append(record.text)
+        if record.args[0] % 3:  # pages of deleted jobs among pages with jobs kept
+            assert record.delete()
+    assert seen == entries
+    kept = [entry for entry in entries if not json.loads(entry)["args"][0] % 3]
+    assert r.lrange("queue:default", 0, -1) == kept
+    for record in Queue("default", config).iterate(page_size=7):
+        assert record.delete()
+    assert r.llen("queue:default") == 0

@@ -320,6 +320,37 @@ def test_retry_all_moves_everything_it_can(config: wurk.Config, r: redis.Redis) 
     assert {json.loads(x)["retry_count"] for x in r.lrange("queue:q0", 0, -1)} == {0}
 
 
+def test_retry_all_and_kill_all_reach_every_entry_while_sooner_ones_arrive(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """New failures scored sooner than the entries left (a worker's retry while a person
+    presses "retry all") shifted the ranks retry_all and kill_all paged by: entries present
+    from start to end were left behind, as many as had arrived."""
+    old = {member(n, queue="q"): 1000.0 + n for n in range(250)}
+    arrivals = iter(range(10_000, 10_300))
+
+    def arrive() -> None:  # 20 entries scored below every one left, after each page
+        seed(r, "retry", {member(next(arrivals), queue="new"): float(n) for n in range(20)})
+
+    requeue, take = JobSet._requeue_batch, JobSet._take
+    monkeypatch.setattr(JobSet, "_requeue_batch",
+                        lambda self, batch: (requeue(self, batch), arrive())[0])
+    seed(r, "retry", old)
+    assert RetrySet(config).retry_all() == 250
+    pushed = [json.loads(x)["jid"] for x in r.lrange("queue:q", 0, -1)]
+    assert sorted(pushed) == sorted(json.loads(m)["jid"] for m in old)
+    assert r.llen("queue:new") == 0  # arrivals scored below the cursor are left
+    assert not any(m in old for m in r.zrange("retry", 0, -1))
+
+    r.delete("retry")
+    monkeypatch.setattr(JobSet, "_requeue_batch", requeue)
+    monkeypatch.setattr(JobSet, "_take", lambda self, members: (take(self, members),
+                                                                 arrive())[0])
+    seed(r, "retry", old)
+    assert RetrySet(config).kill_all() == 250
+    assert set(old) <= set(r.zrange("dead", 0, -1))
+    assert not any(m in old for m in r.zrange("retry", 0, -1))
+
+
 def test_dead_retry_all(config: wurk.Config, r: redis.Redis) -> None:
     seed(r, "dead", {member(n): float(n) for n in range(30)})
     assert DeadSet(config).retry_all() == 30

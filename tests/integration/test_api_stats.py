@@ -96,6 +96,21 @@ def test_history_per_utc_day(config: wurk.Config, r: redis.Redis) -> None:
     assert len(StatsHistory(1825, config=config).processed()) == 1825
 
 
+def test_history_from_a_datetime_reads_its_utc_days(config: wurk.Config,
+                                                    r: redis.Redis) -> None:
+    """A ``datetime`` start (a ``date`` too, so accepted) named keys by its ``isoformat``
+    (``stat:processed:2026-03-02T23:30:00``), which no counter has: every day read 0."""
+    r.mset({"stat:processed:2026-03-02": 10, "stat:processed:2026-03-01": 4})
+    naive = StatsHistory(2, start=dt.datetime(2026, 3, 2, 23, 30), config=config)
+    assert naive.processed() == {dt.date(2026, 3, 2): 10, dt.date(2026, 3, 1): 4}
+    eastern = dt.timezone(dt.timedelta(hours=-5))
+    aware = StatsHistory(1, start=dt.datetime(2026, 3, 1, 22, 0, tzinfo=eastern),
+                         config=config)  # 03:00 UTC on the 2nd
+    assert aware.processed() == {dt.date(2026, 3, 2): 10}
+    with pytest.raises(TypeError, match=r"start must be a datetime\.date"):
+        StatsHistory(2, start="2026-03-02", config=config)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("days", [0, 1826, True, 2.5])
 def test_history_range_is_checked(config: wurk.Config, days: object) -> None:
     with pytest.raises(ValueError, match="days must be a whole number from 1 to 1825"):

@@ -219,3 +219,18 @@ def test_a_bad_wurk_ctx_goes_through_its_retries_to_the_dead_set(
     dead = only(r, "dead")
     assert dead["error_class"] == "wurk.InvalidPayload" and "wurk_ctx" in dead["error_message"]
     assert r.zcard("retry") == 0 and seen == []
+
+
+@wurk.job(name="Context::Setter")
+def setter() -> None:
+    tenant.set("leaked")  # a job choosing its tenant itself, no reset
+
+
+def test_a_value_a_job_sets_itself_does_not_leak_into_the_next_job(fast: wurk.Config) -> None:
+    """A job that set a persisted variable itself left it set on its processor thread: the
+    next job there saw that tenant and carried it into every job it pushed."""
+    setter.perform_async()
+    chain.perform_async()  # pushes record("child") with whatever context it runs in
+    with wurk.embed(fast):
+        wait_until(lambda: len(seen) == 1)
+    assert seen == [("child", None, None)]

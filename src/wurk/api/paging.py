@@ -4,7 +4,8 @@
    the head and consumers pop at the tail while it runs, so a page is not found again by its
    index: each window is checked to begin right after the last entry already yielded (the
    anchor), and when it does not (jobs were pushed or removed meanwhile) the anchor is found
-   again (``LPOS``) before reading on.
+   again (``LPOS``) before reading on. Each window also reads the entry after the page, so a
+   page removed from the middle (each job deleted as it is yielded) is read on from there.
 2. ``zset_entries`` walks a sorted set highest score first. The cursor is the last yielded
    ``(score, member)``; the next page is every member after it in the set's own order
    (equal scores are ordered by member bytes), read in one ``MULTI`` — so entries added or
@@ -20,6 +21,7 @@ page (a sorted-set page also holds every member sharing its last score).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from .. import payload as P
@@ -46,14 +48,15 @@ ZEntry = tuple[bytes, float]
 def list_entries(pool: RedisPool, key: str, page_size: int = PAGE_SIZE) -> Iterator[bytes]:
     """Every entry of the list ``key``, head (newest) first; see the module's guarantee."""
     _check_page_size(page_size)
-    page = _lrange(pool, key, 0, page_size)
+    window = _lrange(pool, key, 0, page_size + 1)
+    page, following = window[:page_size], _at(window, page_size)
     last_index = len(page) - 1
     while page:
         yield from page
-        found = _next_list_page(pool, key, page, last_index, page_size)
+        found = _next_list_page(pool, key, page, last_index, page_size, following)
         if found is None:
             return
-        last_index, page = found
+        last_index, page, following = found
 
 
 def _lrange(pool: RedisPool, key: str, start: int, count: int) -> list[bytes]:
@@ -63,27 +66,37 @@ def _lrange(pool: RedisPool, key: str, start: int, count: int) -> list[bytes]:
     return pool.run(read, idempotent=True)
 
 
+def _at(window: list[bytes], index: int) -> bytes | None:
+    return window[index] if index < len(window) else None
+
+
 def _next_list_page(pool: RedisPool, key: str, previous: list[bytes], anchor_index: int,
-                    size: int) -> tuple[int, list[bytes]] | None:
-    """The page after ``previous`` and the index of its last entry; None at the end."""
+                    size: int, following: bytes | None
+                    ) -> tuple[int, list[bytes], bytes | None] | None:
+    """The page after ``previous``, the index of its last entry and the entry after it (read
+    with it, not yielded); None at the end. ``following`` is the entry that came after
+    ``previous`` when it was read."""
     anchor, guess, slack = previous[-1], anchor_index, 0
+    inclusive = False  # whether the anchor is the next entry to yield (not the last yielded)
     for _ in range(MAX_RELOCATIONS):
         # One LRANGE is atomic: when the anchor is inside it, what follows the anchor there
         # is exactly what comes after it in the list.
-        window = _lrange(pool, key, guess, slack + size + 1)
+        count = slack + size + 2
+        window = _lrange(pool, key, guess, count)
         offset = _find(window, anchor)
         if offset is not None:
-            rest = window[offset + 1 : offset + 1 + size]
+            first = offset if inclusive else offset + 1
+            rest = window[first : first + size]
             if rest:
-                return guess + offset + len(rest), rest
-            if len(window) < slack + size + 1:
+                return guess + first + len(rest) - 1, rest, _at(window, first + size)
+            if len(window) < count:
                 return None  # the list ends at the anchor
             guess += offset
             continue
-        located = _locate(pool, key, previous)
+        located = _locate(pool, key, previous, following)
         if located is None:
             return None
-        guess, anchor = located
+        guess, anchor, inclusive = located
         slack = max(size, slack * 2)  # pushes between LPOS and LRANGE move it further
     raise InspectionError(
         f"{key} changed faster than it could be paged through; try again when it is calmer"
@@ -97,21 +110,26 @@ def _find(window: list[bytes], anchor: bytes) -> int | None:
         return None
 
 
-def _locate(pool: RedisPool, key: str, previous: list[bytes]) -> tuple[int, bytes] | None:
-    """Where the oldest still-present entry of the last page is now, or None.
+def _locate(pool: RedisPool, key: str, previous: list[bytes],
+            following: bytes | None) -> tuple[int, bytes, bool] | None:
+    """Where to read on: the oldest still-present entry of the last page (the walk reads on
+    after it), else the entry that followed that page (the walk reads on from it); None when
+    all of them are gone.
 
-    None means every entry of that page is gone. Consumers pop the oldest job first, so the
-    jobs older than that page were popped before it and the walk is over.
+    A page removed from the middle — the caller deleting each job as it is yielded, as
+    Sidekiq's ``each { |job| job.delete if … }`` does — leaves the entry after it. None
+    means that is gone too: consumers pop the oldest job first, so they popped past the page
+    and the walk is over.
     """
     anchor = previous[-1]
 
-    def position(r: Any) -> int | None:
-        found = r.lpos(key, anchor)
+    def position(r: Any, member: bytes) -> int | None:
+        found = r.lpos(key, member)
         return None if found is None else int(found)
 
-    index = pool.run(position, idempotent=True)
+    index = pool.run(partial(position, member=anchor), idempotent=True)
     if index is not None:
-        return index, anchor
+        return index, anchor, False
 
     def positions(r: Any) -> list[int | None]:
         pipe = r.pipeline(transaction=False)
@@ -121,7 +139,13 @@ def _locate(pool: RedisPool, key: str, previous: list[bytes]) -> tuple[int, byte
 
     found = [(int(i), m) for i, m in zip(pool.run(positions, idempotent=True), previous[:-1],
                                           strict=True) if i is not None]
-    return max(found) if found else None
+    if found:
+        at, member = max(found)
+        return at, member, False
+    if following is None:
+        return None
+    index = pool.run(partial(position, member=following), idempotent=True)
+    return None if index is None else (index, following, True)
 
 
 # -- sorted sets ------------------------------------------------------------------------------

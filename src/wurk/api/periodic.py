@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import json
 import time
 from dataclasses import dataclass, field
 from functools import partial
@@ -245,8 +244,8 @@ def _by_next_run(record: LoopRecord) -> tuple[bool, int, str]:
 
 
 def _entry(raw: Any) -> tuple[int, str] | None:
-    try:
-        at, jid = json.loads(raw)
+    try:  # nesting deeper than Python parses is a ValueError here, not a RecursionError
+        at, jid = P.loads_json(raw)
     except (ValueError, TypeError):
         return None
     when = epoch_field(str(at)) if isinstance(at, (int, float)) and not isinstance(at, bool) \

@@ -55,7 +55,10 @@ class JobRecord:
 
     def __init__(self, raw: bytes | str, *, queue: str | None = None,
                  config: Config | None = None) -> None:
-        self.raw = raw.encode("utf-8") if isinstance(raw, str) else raw
+        # Text holding a lone surrogate (a JSON ``"\\ud800"`` escape read by an outer JSON,
+        # as a running job's payload string is) has no UTF-8 form: its bytes are kept as
+        # given, which do not decode, so the record says it is no payload instead of raising.
+        self.raw = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
         self._config = config
         try:
             self.item: P.Payload = P.loads(self.raw)

@@ -305,24 +305,55 @@ class JobSet:
                                               withscores=True))
         return [(bytes(m), float(s)) for m, s in rows]
 
+    def _after(self, cursor: ZEntry, count: int) -> list[ZEntry]:
+        """The entries after ``cursor`` in the set's order (score, then member bytes), about
+        ``count`` of them (every one sharing the cursor's score), read in one ``MULTI``."""
+        member, score = cursor
+        exact = P.score(score)
+
+        def read(r: Any) -> list[Any]:
+            pipe = r.pipeline(transaction=True)
+            pipe.zrange(self.key, exact, exact, byscore=True)  # members sharing its score
+            pipe.zrange(self.key, f"({exact}", "+inf", byscore=True, withscores=True,
+                        offset=0, num=count)
+            return list(pipe.execute())
+
+        ties, higher = self._read(read)
+        return ([(bytes(m), score) for m in ties if bytes(m) > member]
+                + [(bytes(m), float(s)) for m, s in higher])
+
+    def _present(self) -> Iterator[list[ZEntry]]:
+        """Pages of ``BULK_PAGE`` entries, lowest score first, up to the entry that was the
+        highest when this began. Each page is read after the last entry of the one before (by
+        score and member), not by rank: an entry added below the cursor meanwhile (a new
+        failure scored sooner) shifts nothing, so every entry present throughout is given."""
+        top = self._read(lambda r: r.zrange(self.key, -1, -1, withscores=True))
+        if not top:
+            return
+        last = (float(top[0][1]), bytes(top[0][0]))
+        page = self._lowest(0, BULK_PAGE)
+        while page:
+            kept = [(m, s) for m, s in page if (s, m) <= last]
+            if kept:
+                yield kept
+            if len(kept) < len(page):
+                return
+            page = self._after(page[-1], BULK_PAGE)
+
     def _requeue_all(self, *, decrement: bool) -> int:
         """Move every entry present now to its queue, oldest first; returns how many moved.
 
         Entries that are not job payloads stay where they are.
         """
-        budget, skipped, moved = self.size(), 0, 0
-        while budget > 0:
-            rows = self._lowest(skipped, min(BULK_PAGE, budget))
-            if not rows:
-                break
-            budget -= len(rows)
+        moved = 0
+        for rows in self._present():
             batch: list[tuple[SortedEntry, str, str]] = []
             for member, score in rows:
                 entry = SortedEntry(self, member, score)
                 try:
                     batch.append((entry, *self._pushable(entry, decrement=decrement)))
                 except InspectionError:
-                    skipped += 1  # left in place; the next page reads past it
+                    continue  # left in place
             moved += self._requeue_batch(batch)
         return moved
 
@@ -374,12 +405,8 @@ class RetrySet(JobSet):
 
     def kill_all(self) -> int:
         """Move every entry to the dead set (no death handlers); returns how many moved."""
-        budget, killed = self.size(), 0
-        while budget > 0:
-            rows = self._lowest(0, min(BULK_PAGE, budget))
-            if not rows:
-                break
-            budget -= len(rows)
+        killed = 0
+        for rows in self._present():
             members = [member for member, _ in rows]
             gone = [m for m, done in zip(members, self._take(members), strict=True) if done]
             release_stored(self.config, gone)

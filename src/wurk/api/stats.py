@@ -270,7 +270,8 @@ class StatsHistory:
             raise ValueError(f"days must be a whole number from 1 to {MAX_HISTORY_DAYS} "
                              f"(daily counters live five years), not {days!r}")
         self.days = days
-        self.start = start if start is not None else dt.datetime.now(dt.timezone.utc).date()
+        self.start = _utc_day(start) if start is not None else dt.datetime.now(
+            dt.timezone.utc).date()
         self.config = config if config is not None else default_config()
 
     def dates(self) -> list[dt.date]:
@@ -288,6 +289,16 @@ class StatsHistory:
         found = self.config.pool("api").run(lambda r: r.mget(names), idempotent=True)
         # MGET answers nil for a key of the wrong type: it reads as absent (0), never fails
         return {day: values.count(value) for day, value in zip(dates, found, strict=True)}
+
+
+def _utc_day(start: Any) -> dt.date:
+    """The UTC day of ``start``: a date as given; a datetime's own day (naive) or its UTC day
+    (aware), as Sidekiq reads a ``Time`` — its ``isoformat`` would name no day's key."""
+    if isinstance(start, dt.datetime):
+        return (start.astimezone(dt.timezone.utc) if start.tzinfo is not None else start).date()
+    if isinstance(start, dt.date):
+        return start
+    raise TypeError(f"start must be a datetime.date (or datetime), not {start!r}")
 
 
 def _plus(size: int | Invalid, more: int) -> int | Invalid:
