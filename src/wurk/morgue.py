@@ -40,7 +40,8 @@ class Morgue:
     def bury(self, *raws: str | bytes, now: float | None = None, trim: bool = True) -> None:
         """Store each raw entry as is (it may not even be JSON) and trim; never replayed.
 
-        ``trim=False`` skips the trims (the API's kill-all trims once at the end)."""
+        ``trim=False`` skips the trims (``DeadSet.kill(..., trim=False)``: a caller adding
+        many entries trims once after, with ``DeadSet.trim()``)."""
         at = time.time() if now is None else now
         key = self.config.keys.dead
         oldest_kept, last_rank = self._limits(at)

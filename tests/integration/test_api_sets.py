@@ -369,6 +369,40 @@ def test_kill_all_moves_every_retry_to_dead_without_handlers(config: wurk.Config
     assert calls == []
 
 
+def test_kill_all_with_notify_failure_runs_the_death_handlers_once_per_job(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """Sidekiq 7's ``kill_all(notify_failure: true, ex:)``: each job moved is told to the
+    death handlers with the error given; an entry that is no payload moves without one."""
+    calls: list[tuple[str, BaseException]] = []
+    config.death_handlers.append(lambda job, exc: calls.append((job["jid"], exc)))
+    entries = {member(n): float(n) for n in range(230)}
+    seed(r, "retry", entries)
+    r.zadd("retry", {"{broken": 0.5})
+    gone = RuntimeError("the release was rolled back")
+    assert RetrySet(config).kill_all(notify_failure=True, exc=gone) == 231
+    assert sorted(jid for jid, _ in calls) == sorted(json.loads(m)["jid"] for m in entries)
+    assert all(exc is gone for _, exc in calls)
+    seed(r, "retry", {member(999): 1.0})
+    calls.clear()
+    assert RetrySet(config).kill_all(notify_failure=True) == 1
+    assert [type(exc).__name__ for _, exc in calls] == ["JobKilled"]
+
+
+@pytest.mark.parametrize("at", [float("nan"), "soon", True, None])
+def test_a_time_that_is_no_number_is_refused_naming_it(config: wurk.Config, r: redis.Redis,
+                                                      at: Any) -> None:
+    """``schedule`` and ``reschedule`` passed NaN to Redis, which refused it in its own words
+    ("value is not a valid float"), and a text of digits or a bool went through ``float()``."""
+    r.zadd("retry", {member(1): 10.0})
+    with pytest.raises(ValueError, match="epoch seconds"):
+        ScheduledSet(config).schedule(at, {"class": "X", "args": [], "jid": "b" * 24})
+    (entry,) = RetrySet(config).iterate()
+    with pytest.raises(ValueError, match="epoch seconds"):
+        entry.reschedule(at)
+    assert r.zrange("retry", 0, -1, withscores=True) == [(member(1), 10.0)]
+    assert r.zcard("schedule") == 0
+
+
 def test_a_failed_burial_puts_the_entry_back(config: wurk.Config, r: redis.Redis) -> None:
     r.zadd("retry", {member(1): 10.0})
     r.set("dead", "not a sorted set")  # ZADD dead fails with WRONGTYPE

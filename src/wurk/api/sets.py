@@ -60,6 +60,21 @@ def notify_death(config: Config, item: P.Payload, exc: BaseException) -> None:
     run_death_handlers(config, item, exc)
 
 
+def _score(at: Any) -> float:
+    """``at`` as a set's score (epoch seconds; an infinity is a score Redis keeps), or
+    ``ValueError`` naming it: Redis refused NaN in its own words, and a text or a bool
+    went through ``float()`` unchecked."""
+    if isinstance(at, bool) or not isinstance(at, (int, float)):
+        raise ValueError(f"a time to run at must be epoch seconds (a number), not {at!r}")
+    try:
+        score = float(at)
+    except OverflowError:
+        score = math.inf if at > 0 else -math.inf
+    if math.isnan(score):
+        raise ValueError("a time to run at must be epoch seconds, not NaN")
+    return score
+
+
 class SortedEntry(JobRecord):
     """One member of a job set, with its score (epoch seconds)."""
 
@@ -206,8 +221,9 @@ class JobSet:
     # -- writing ----------------------------------------------------------------------------
     def schedule(self, at: float, payload: Mapping[str, Any]) -> None:
         """Add a payload scored ``at`` (epoch seconds)."""
+        score = _score(at)
         raw = P.dumps(dict(payload))
-        self._read(lambda r: r.zadd(self.key, {raw: float(at)}))  # same member, same score
+        self._read(lambda r: r.zadd(self.key, {raw: score}))  # same member, same score
 
     def delete_by_value(self, raw: bytes | str) -> bool:
         removed = bool(self._pool.run(lambda r: r.zrem(self.key, raw)))
@@ -288,15 +304,17 @@ class JobSet:
         return Morgue(self.config, self._pool).take(self.key, members)
 
     def _reschedule(self, entry: SortedEntry, at: float) -> bool:
+        score = _score(at)
+
         def run(r: Any) -> bool:
             pipe = r.pipeline(transaction=True)
-            pipe.zadd(self.key, {entry.raw: float(at)}, xx=True)
+            pipe.zadd(self.key, {entry.raw: score}, xx=True)
             pipe.zscore(self.key, entry.raw)
             return pipe.execute()[1] is not None
 
         present = bool(self._read(run))
         if present:
-            entry.score = float(at)
+            entry.score = score
         return present
 
     # -- bulk -------------------------------------------------------------------------------
@@ -403,14 +421,23 @@ class RetrySet(JobSet):
         """Push every entry to its queue now; returns how many were pushed."""
         return self._requeue_all(decrement=True)
 
-    def kill_all(self) -> int:
-        """Move every entry to the dead set (no death handlers); returns how many moved."""
+    def kill_all(self, *, notify_failure: bool = False, exc: BaseException | None = None
+                 ) -> int:
+        """Move every entry to the dead set; returns how many moved. With
+        ``notify_failure`` (Sidekiq 7's option), ``config.death_handlers`` run for each
+        moved entry that is a job payload, with ``exc`` (default ``JobKilled``)."""
         killed = 0
         for rows in self._present():
             members = [member for member, _ in rows]
             gone = [m for m, done in zip(members, self._take(members), strict=True) if done]
             release_stored(self.config, gone)
             killed += len(gone)
+            if notify_failure:
+                scores = dict(rows)
+                for member in gone:
+                    entry = SortedEntry(self, member, scores[member])
+                    if entry.parse_error is None:
+                        notify_death(self.config, entry.item, exc or JobKilled(KILLED_BY_API))
         return killed
 
 
