@@ -171,3 +171,33 @@ def test_the_client_dependency_is_of_the_given_configuration_else_the_default(
     assert Wurk(given).client().config is given
     default = wurk.configure(redis_url=redis_server.url)
     assert Wurk().client().config is default
+
+
+def test_a_stop_that_fails_still_closes_the_apps_asyncio_connections(
+        redis_server: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lifespan's end closed the app loop's asyncio pool only after the embedded worker
+    stopped: a stop that raised left those connections open on a loop that was ending."""
+    from fastapi import FastAPI
+
+    from wurk.contrib.fastapi import Wurk
+    from wurk.inprocess import InProcessWorker
+
+    config = wurk.Config(redis_url=redis_server.url)
+    closed: list[bool] = []
+    real_stop, real_close = InProcessWorker.stop, config.aclose_async_pool
+
+    def failing_stop(self: InProcessWorker, *args: object, **kwargs: object) -> None:
+        real_stop(self)
+        raise RuntimeError("the stop failed")
+
+    async def close() -> None:
+        closed.append(True)
+        await real_close()
+
+    monkeypatch.setattr(InProcessWorker, "stop", failing_stop)
+    monkeypatch.setattr(config, "aclose_async_pool", close)
+    ext = Wurk(config, worker=True)
+    with pytest.raises(RuntimeError, match="the stop failed"), \
+            TestClient(FastAPI(lifespan=ext.lifespan)):
+        assert ext.embedded is not None
+    assert closed == [True] and ext.embedded is None

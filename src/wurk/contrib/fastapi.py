@@ -72,10 +72,13 @@ class Wurk:
         try:
             yield
         finally:
-            if embedded is not None:
-                await anyio.to_thread.run_sync(embedded.stop)
-                self.embedded = None
-            await config.aclose_async_pool()  # asyncio connections die with their loop
+            try:
+                if embedded is not None:
+                    self.embedded = None
+                    await anyio.to_thread.run_sync(embedded.stop)
+            finally:
+                # asyncio connections die with their loop, whether or not the stop failed
+                await config.aclose_async_pool()
 
     def _mount(self, app: Any, config: Config) -> None:
         path = self.dashboard_path
