@@ -285,6 +285,25 @@ def test_a_home_copied_from_another_is_not_given_the_others_server(
     assert servers_in(copy) == []
 
 
+def test_a_pid_file_naming_another_homes_silent_server_never_stops_it(
+        home: Path, tmp_path: Path) -> None:
+    """A copied pid file whose port is not where that server listens: the server does not
+    answer there, but it works in another directory, so it is not this home's to kill."""
+    from wurk.connections.server import _free_port
+
+    original = EmbeddedServer(home).start()
+    copy = tmp_path / "copy" / ".wurk"
+    copy.mkdir(parents=True)
+    (copy / PID_FILE).write_text(f"{original.pid}\n")
+    (copy / PORT_FILE).write_text(f"{_free_port()}\n")
+    seen = EmbeddedServer(copy).status()
+    assert seen.state == "stale"
+    assert f"is a server working in {os.path.realpath(home)}" in seen.reason
+    assert EmbeddedServer(copy).stop().state == "stale"
+    assert psutil.Process(original.pid).is_running()
+    assert EmbeddedServer(home).status().state == "running"
+
+
 def test_recorded_port_in_use_is_named_with_its_holder(home: Path) -> None:
     import socket
 

@@ -250,6 +250,12 @@ class EmbeddedServer:
         if _started_after(process, self._mtime(PID_FILE)) or not self._looks_like_server(process):
             return self._stale(pid, port, f"pid {pid} now belongs to another program "
                                           f"({_name(process)})")
+        elsewhere = _directory(process)
+        if elsewhere is not None and elsewhere != os.path.realpath(self.home):
+            # A server, silent on the recorded port, working in another directory: another
+            # home's (a copied pid file) or a Redis of the system's. Never ours to kill.
+            return self._stale(pid, port, f"pid {pid} is a server working in {elsewhere}, "
+                                          "not in this home")
         why = f"pid {pid} does not answer on port {port}" if port else f"{PORT_FILE} is missing"
         return ServerStatus(self.home, "unresponsive", pid, port, why)
 
@@ -562,6 +568,15 @@ def _started_after(process: psutil.Process, moment: float) -> bool:
         return process.create_time() > moment + PID_CLOCK_SLACK
     except psutil.Error:
         return False
+
+
+def _directory(process: psutil.Process) -> str | None:
+    """The working directory of ``process`` (a server works in its data directory); None
+    where this user may not see it."""
+    try:
+        return os.path.realpath(process.cwd())
+    except (psutil.Error, OSError):
+        return None
 
 
 def _name(process: psutil.Process) -> str:
