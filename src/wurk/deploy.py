@@ -4,14 +4,23 @@
    as Sidekiq's ``Deploy.mark!`` does, so either dashboard draws it.
 2. Every process of a deploy may call it: a 60 s ``deploylock-<label>`` (``SET NX``) lets only
    the first one write.
-3. Without a label, the last git commit's "short-sha subject" names the deploy.
+3. Without a label, the last git commit's "short-sha subject" names the deploy (cut to
+   ``LABEL_LIMIT``); git missing, failing or taking over ``GIT_TIMEOUT`` s is a ``ValueError``
+   saying to pass a label.
+4. A label is one line of at most ``LABEL_LIMIT`` characters (what the dashboards show): one
+   with control characters or longer is refused with a ``ValueError``, before any write.
+5. A marks key holding another type than a hash (written by hand) is a ``ValueError`` naming
+   the key, and the lock is left free, so the mark can be made once the key is repaired.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 import subprocess
 from typing import Any
+
+import redis
 
 from .config import Config, default_config
 
@@ -21,6 +30,9 @@ MARKS_TTL = 90 * 24 * 60 * 60
 # Long enough for every process of one deploy to boot and call mark() with the same label.
 LOCK_TTL = 60
 GIT_TIMEOUT = 5.0
+# The dashboards show this much of a label (wurk.metrics.query.MARK_LABEL_LIMIT).
+LABEL_LIMIT = 200
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def mark(label: str | None = None, *, config: Config | None = None,
@@ -33,18 +45,36 @@ def mark(label: str | None = None, *, config: Config | None = None,
     text = label if label is not None else _git_label()
     if not isinstance(text, str) or not text.strip():
         raise ValueError(f"a deploy mark needs a label (text), not {label!r}")
+    if _CONTROL.search(text):
+        raise ValueError(f"a deploy mark's label is one line without control characters, "
+                         f"not {text[:LABEL_LIMIT]!r}")
+    if len(text) > LABEL_LIMIT:
+        raise ValueError(f"a deploy mark's label is at most {LABEL_LIMIT} characters (the "
+                         f"dashboards show no more), not {len(text)}")
     when = (at or dt.datetime.now(dt.timezone.utc)).astimezone(dt.timezone.utc)
     minute = when.replace(second=0, microsecond=0)
     stamp = minute.strftime("%Y-%m-%dT%H:%M:%SZ")
     keys = cfg.keys
 
+    marks = keys.deploy_marks(minute.date())
+
     def send(r: Any) -> bool:
-        if not r.set(keys.deploy_lock(text), stamp, nx=True, ex=LOCK_TTL):
+        kind = r.type(marks)
+        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        if kind not in ("hash", "none"):
+            raise ValueError(f"deploy mark not written: Redis key {marks!r} holds a {kind}, "
+                             f"not the hash of marks; delete it (DEL {marks}) and mark again")
+        lock = keys.deploy_lock(text)
+        if not r.set(lock, stamp, nx=True, ex=LOCK_TTL):
             return False
         pipe = r.pipeline(transaction=True)
-        pipe.hsetnx(keys.deploy_marks(minute.date()), stamp, text)
-        pipe.expire(keys.deploy_marks(minute.date()), MARKS_TTL)
-        pipe.execute()
+        pipe.hsetnx(marks, stamp, text)
+        pipe.expire(marks, MARKS_TTL)
+        try:
+            pipe.execute()
+        except redis.RedisError:
+            r.delete(lock)  # nothing written: a later call may mark it
+            raise
         return True
 
     return bool(cfg.pool("client").run(send))
@@ -55,7 +85,13 @@ def _git_label() -> str:
     try:
         done = subprocess.run(["git", "log", "-1", "--format=%h %s"], capture_output=True,
                               text=True, timeout=GIT_TIMEOUT, check=True)
+    except subprocess.CalledProcessError as exc:
+        said = (exc.stderr or "").strip().splitlines()
+        why = said[0] if said else f"git exited with {exc.returncode}"
+        raise ValueError("deploy.mark() without a label reads the last git commit, and git "
+                         f"could not tell it ({why[:LABEL_LIMIT]}); pass a label") from None
     except (OSError, subprocess.SubprocessError) as exc:
         raise ValueError("deploy.mark() without a label reads the last git commit, and git "
                          f"could not tell it ({exc}); pass a label") from None
-    return done.stdout.strip()
+    subject = " ".join(_CONTROL.sub(" ", done.stdout).split())
+    return subject[:LABEL_LIMIT]

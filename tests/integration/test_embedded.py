@@ -250,6 +250,60 @@ def test_pid_file_naming_another_program_is_stale(home: Path, file_age: float) -
     assert EmbeddedServer(home).start().started
 
 
+@pytest.mark.parametrize("garbage", ["0", "70000", "99999999999999999999", "port\n"])
+def test_a_port_file_holding_no_port_is_ignored_and_a_free_port_recorded(
+        home: Path, garbage: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Port 0 would start a server listening nowhere; > 65535 made bind() raise OverflowError."""
+    home.mkdir()
+    (home / PORT_FILE).write_text(garbage)
+    assert EmbeddedServer(home).status().state == "stopped"
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        status = EmbeddedServer(home).start()
+    assert status.started and 1 <= status.port <= 65535
+    assert (home / PORT_FILE).read_text().strip() == str(status.port)
+    assert any("holds no port" in message for message in caplog.messages)
+    assert EmbeddedServer(home).stop().state == "running"
+
+
+def test_a_home_copied_from_another_is_not_given_the_others_server(
+        home: Path, tmp_path: Path) -> None:
+    """``cp -r proj proj2`` copies .wurk's pid and port files: proj2 must neither use proj's
+    server (two projects' jobs mixed) nor stop it."""
+    original = EmbeddedServer(home).start()
+    copy = tmp_path / "copy" / ".wurk"
+    copy.mkdir(parents=True)
+    for name in (PID_FILE, PORT_FILE):
+        (copy / name).write_text((home / name).read_text())
+    seen = EmbeddedServer(copy).status()
+    assert seen.state == "stale"
+    assert f"is the embedded server of {os.path.realpath(home)}" in seen.reason
+    assert EmbeddedServer(copy).stop().state == "stale"
+    assert EmbeddedServer(home).status().pid == original.pid  # still running
+    with pytest.raises(EmbeddedServerError, match=f"port {original.port} .* is in use by "
+                                                  f"pid {original.pid}"):
+        EmbeddedServer(copy).start()
+    assert servers_in(copy) == []
+
+
+def test_a_pid_file_naming_another_homes_silent_server_never_stops_it(
+        home: Path, tmp_path: Path) -> None:
+    """A copied pid file whose port is not where that server listens: the server does not
+    answer there, but it works in another directory, so it is not this home's to kill."""
+    from wurk.connections.server import _free_port
+
+    original = EmbeddedServer(home).start()
+    copy = tmp_path / "copy" / ".wurk"
+    copy.mkdir(parents=True)
+    (copy / PID_FILE).write_text(f"{original.pid}\n")
+    (copy / PORT_FILE).write_text(f"{_free_port()}\n")
+    seen = EmbeddedServer(copy).status()
+    assert seen.state == "stale"
+    assert f"is a server working in {os.path.realpath(home)}" in seen.reason
+    assert EmbeddedServer(copy).stop().state == "stale"
+    assert psutil.Process(original.pid).is_running()
+    assert EmbeddedServer(home).status().state == "running"
+
+
 def test_recorded_port_in_use_is_named_with_its_holder(home: Path) -> None:
     import socket
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -141,6 +142,67 @@ def test_deploy_marks_once_per_label(config: wurk.Config, r: redis.Redis) -> Non
     assert [(m.at, m.label) for m in marks] == [(at.replace(second=0), "v1.2 deploy")]
     with pytest.raises(ValueError, match="label"):
         deploy.mark("  ", config=config)
+
+
+@pytest.mark.parametrize("label", ["v1\nv2", "v1\x1b[31m", "x" * 201])
+def test_a_deploy_label_of_several_lines_control_characters_or_too_long_is_refused(
+        config: wurk.Config, r: redis.Redis, label: str) -> None:
+    with pytest.raises(ValueError, match="label"):
+        deploy.mark(label, config=config)
+    assert r.keys("*marks") == [] and r.keys("deploylock-*") == []
+
+
+def test_a_deploy_marks_key_of_another_type_is_named_and_the_lock_left_free(
+        config: wurk.Config, r: redis.Redis) -> None:
+    at = dt.datetime(2025, 2, 14, 8, 1, 42, tzinfo=dt.timezone.utc)
+    r.set("20250214-marks", "by hand")
+    with pytest.raises(ValueError, match=r"'20250214-marks' holds a string.*DEL 20250214-marks"):
+        deploy.mark("v1.3", config=config, at=at)
+    assert r.exists("deploylock-v1.3") == 0
+    r.delete("20250214-marks")
+    assert deploy.mark("v1.3", config=config, at=at) is True  # once repaired, it marks
+
+
+def git_answering(tmp_path: Path, body: str) -> str:
+    """A PATH whose git is this shell script (and nothing else)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "git"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("body, said", [
+    ("echo 'fatal: detected dubious ownership in repository' >&2; exit 128", "dubious ownership"),
+    ("/bin/sleep 30", "timed out"),  # its child keeps the pipes open
+])
+def test_a_failing_or_hanging_git_is_named_and_the_label_asked_for(
+        config: wurk.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str,
+        said: str) -> None:
+    monkeypatch.setenv("PATH", git_answering(tmp_path, body))
+    monkeypatch.setattr(deploy, "GIT_TIMEOUT", 0.5)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match=f"{said}.*pass a label"):
+        deploy.mark(config=config)
+    assert time.monotonic() - started < 3
+
+
+def test_without_git_the_label_is_asked_for(config: wurk.Config, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(ValueError, match="pass a label"):
+        deploy.mark(config=config)
+
+
+def test_a_long_git_subject_is_cut_to_what_the_dashboards_show(
+        config: wurk.Config, r: redis.Redis, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", git_answering(tmp_path, "printf 'abc1234 %0300d\\n' 0"))
+    at = dt.datetime(2025, 2, 14, 8, 1, 42, tzinfo=dt.timezone.utc)
+    assert deploy.mark(config=config, at=at) is True
+    (label,) = r.hvals("20250214-marks")
+    assert label.startswith("abc1234 000") and len(label) == deploy.LABEL_LIMIT
 
 
 def test_the_middleware_counts_what_the_job_did(config: wurk.Config) -> None:

@@ -232,18 +232,30 @@ class EmbeddedServer:
     def _inspect(self, *, record: bool) -> ServerStatus:
         """Read the pid and port files and check them against the processes and the port;
         ``record``: write the pid file of a running server found without one."""
-        pid, port = self._read_int(PID_FILE), self._read_int(PORT_FILE)
+        pid, port = self._read_int(PID_FILE), self._read_port()
         if pid is None:
             return self._adopt(port, record=record) or ServerStatus(self.home, "stopped",
                                                                     port=port)
         process = _live_process(pid)
         if process is None:
             return self._stale(pid, port, f"pid {pid} is not running")
-        if port is not None and _answers_as(port, pid):
-            return ServerStatus(self.home, "running", pid, port)
+        probe = _probe(port) if port is not None else None
+        if probe is not None and probe.pid == pid:
+            if probe.directory == os.path.realpath(self.home):
+                return ServerStatus(self.home, "running", pid, port)
+            # A home copied with the project (cp -r) names the original's server: using it
+            # would mix two projects' jobs, and a stop here would stop the other project's.
+            return self._stale(pid, port, f"pid {pid} is the embedded server of "
+                                          f"{probe.directory}, not of this home")
         if _started_after(process, self._mtime(PID_FILE)) or not self._looks_like_server(process):
             return self._stale(pid, port, f"pid {pid} now belongs to another program "
                                           f"({_name(process)})")
+        elsewhere = _directory(process)
+        if elsewhere is not None and elsewhere != os.path.realpath(self.home):
+            # A server, silent on the recorded port, working in another directory: another
+            # home's (a copied pid file) or a Redis of the system's. Never ours to kill.
+            return self._stale(pid, port, f"pid {pid} is a server working in {elsewhere}, "
+                                          "not in this home")
         why = f"pid {pid} does not answer on port {port}" if port else f"{PORT_FILE} is missing"
         return ServerStatus(self.home, "unresponsive", pid, port, why)
 
@@ -466,6 +478,17 @@ class EmbeddedServer:
             return None
         return int(text) if text.isdigit() else None
 
+    def _read_port(self) -> int | None:
+        """The recorded port; a file holding no usable port (0, > 65535, garbage) is
+        ignored with a warning, so a free port is chosen and recorded again."""
+        port = self._read_int(PORT_FILE)
+        if port is not None and 1 <= port <= 65535:
+            return port
+        if port is not None or self.path(PORT_FILE).exists():
+            log.warning("%s holds no port (1-65535); ignoring it: a free port is chosen and "
+                        "recorded at the next start", self.path(PORT_FILE))
+        return None
+
     def _write_int(self, name: str, value: int) -> None:
         """Written whole or not at all: a reader never sees half a number."""
         temporary = self.path(f".{name}.{os.getpid()}")
@@ -547,6 +570,15 @@ def _started_after(process: psutil.Process, moment: float) -> bool:
         return False
 
 
+def _directory(process: psutil.Process) -> str | None:
+    """The working directory of ``process`` (a server works in its data directory); None
+    where this user may not see it."""
+    try:
+        return os.path.realpath(process.cwd())
+    except (psutil.Error, OSError):
+        return None
+
+
 def _name(process: psutil.Process) -> str:
     try:
         return process.name()
@@ -578,11 +610,6 @@ def _probe(port: int) -> _Probe | None:
         return None
     finally:
         client.close()
-
-
-def _answers_as(port: int, pid: int) -> bool:
-    probe = _probe(port)
-    return probe is not None and probe.pid == pid
 
 
 def _free_port() -> int:
