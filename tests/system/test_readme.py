@@ -106,3 +106,22 @@ def test_a_wrong_argument_is_refused_as_the_readme_says(tmp_path: Path, r: redis
     assert done.returncode == 1
     assert done.stderr.splitlines()[-1] == f"wurk.InvalidArguments: {claimed.group(1)}"
     assert r.dbsize() == 0  # nothing pushed
+
+
+def test_the_first_commands_make_a_venv_left_without_pip_again(tmp_path: Path) -> None:
+    """On a Debian without python3-venv, ``python3 -m venv`` stops half-way: a ``.venv`` with
+    a python and no pip. Once the package is installed, running the command again must not
+    fail with "No module named pip": the half-made ``.venv`` is made again."""
+    for script in ("demo", "test"):
+        project = tmp_path / script
+        (project / "scripts").mkdir(parents=True)
+        (project / "scripts" / script).write_bytes((ROOT / "scripts" / script).read_bytes())
+        (project / "pyproject.toml").write_text("not toml: the install after the venv fails\n")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")],
+                       check=True, timeout=60)
+        done = subprocess.run(["bash", str(project / "scripts" / script)], cwd=project,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode != 0 and "No module named pip" not in done.stderr, done.stderr
+        pip = subprocess.run([str(project / ".venv" / "bin" / "python"), "-m", "pip",
+                              "--version"], capture_output=True, text=True, timeout=60)
+        assert pip.returncode == 0, pip.stderr
