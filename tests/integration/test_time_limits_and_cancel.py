@@ -335,10 +335,27 @@ def test_a_job_that_catches_its_timeout_and_returns_counts_as_finished(
 def test_a_bad_timeout_in_a_payload_from_elsewhere_falls_back_to_the_default() -> None:
     from wurk.control.stopper import limit_of
 
-    for bad in (0, -1, "30", True, float("nan"), float("inf"), None):
+    for bad in (0, -1, "30", True, float("nan"), float("inf"), None, 7 * 86400 + 1, 1e300,
+                int("9" * 400)):
         assert limit_of({"timeout": bad}, 7.0) == 7.0
+    assert limit_of({"timeout": 7 * 86400}, 7.0) == 7 * 86400.0  # a week: what a push takes
     assert limit_of({"timeout": 2}, 7.0) == 2.0
     assert limit_of({}, None) is None
+
+
+def test_a_job_whose_stored_timeout_no_float_holds_runs_and_is_said(
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # JSON reads an integer of hundreds of digits; it once failed every run of the job with
+    # an OverflowError (int too large to convert to float) instead of running it.
+    raw = ('{"class":"limits.mark","queue":"default","args":["huge"],"jid":"b1g71me0u7",'
+           '"retry":1,"created_at":1.0,"enqueued_at":1.0,"timeout":' + "9" * 400 + "}")
+    with caplog.at_level("WARNING", logger="wurk"):
+        r.lpush("queue:default", raw)
+        r.sadd("queues", "default")
+        wait_until(lambda: "mark:huge" in notes(r), what="the job to run")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert any("b1g71me0u7" in rec.getMessage() and "is no time limit" in rec.getMessage()
+               for rec in caplog.records)
 
 
 def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(
