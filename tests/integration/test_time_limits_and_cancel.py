@@ -283,6 +283,41 @@ def test_cancel_stops_a_running_job_which_is_not_retried(worker: InProcessWorker
     wait_until(lambda: "mark:after" in notes(r), what="the next job")
 
 
+@wurk.job(name="limits.unique_loop", unique_for=600, retry=3)
+def unique_loop(n: int) -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        ledger().incr("limits:ticks")
+        time.sleep(0.01)
+
+
+@wurk.job(name="limits.unique_async_loop", unique_for=600, retry=3)
+async def unique_async_loop(n: int) -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        ledger().incr("limits:ticks")
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("job", [unique_loop, unique_async_loop], ids=["sync", "async"])
+def test_cancel_of_a_running_unique_job_releases_its_lock(worker: InProcessWorker,
+                                                          r: redis.Redis, job: Any) -> None:
+    """A cancelled job never runs again, waiting or running: its lock goes with it, or the
+    same job pushed again was refused as a duplicate for the rest of ``unique_for``."""
+    jid = job.perform_async(1)
+    assert jid is not None and job.perform_async(1) is None  # the lock is held
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert wurk.cancel(jid).running_on
+    wait_until(lambda: r.get("wurk:stat:cancelled") == "1", timeout=10, what="the cancel")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    wait_until(lambda: not r.keys("unique:*"), timeout=5, what="the lock's release")
+    again = job.perform_async(1)
+    assert again is not None
+    wurk.cancel(again)
+    wait_until(lambda: not any(True for _ in WorkSet()), what="the second run to stop")
+
+
 def test_cancel_stops_a_running_iterable_job_at_its_flush(worker: InProcessWorker,
                                                           r: redis.Redis) -> None:
     jid = Walk.perform_async()
