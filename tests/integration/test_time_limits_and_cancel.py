@@ -283,6 +283,41 @@ def test_cancel_stops_a_running_job_which_is_not_retried(worker: InProcessWorker
     wait_until(lambda: "mark:after" in notes(r), what="the next job")
 
 
+@wurk.job(name="limits.unique_loop", unique_for=600, retry=3)
+def unique_loop(n: int) -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        ledger().incr("limits:ticks")
+        time.sleep(0.01)
+
+
+@wurk.job(name="limits.unique_async_loop", unique_for=600, retry=3)
+async def unique_async_loop(n: int) -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        ledger().incr("limits:ticks")
+        await asyncio.sleep(0.01)
+
+
+@pytest.mark.parametrize("job", [unique_loop, unique_async_loop], ids=["sync", "async"])
+def test_cancel_of_a_running_unique_job_releases_its_lock(worker: InProcessWorker,
+                                                          r: redis.Redis, job: Any) -> None:
+    """A cancelled job never runs again, waiting or running: its lock goes with it, or the
+    same job pushed again was refused as a duplicate for the rest of ``unique_for``."""
+    jid = job.perform_async(1)
+    assert jid is not None and job.perform_async(1) is None  # the lock is held
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert wurk.cancel(jid).running_on
+    wait_until(lambda: r.get("wurk:stat:cancelled") == "1", timeout=10, what="the cancel")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    wait_until(lambda: not r.keys("unique:*"), timeout=5, what="the lock's release")
+    again = job.perform_async(1)
+    assert again is not None
+    wurk.cancel(again)
+    wait_until(lambda: not any(True for _ in WorkSet()), what="the second run to stop")
+
+
 def test_cancel_stops_a_running_iterable_job_at_its_flush(worker: InProcessWorker,
                                                           r: redis.Redis) -> None:
     jid = Walk.perform_async()
@@ -335,10 +370,27 @@ def test_a_job_that_catches_its_timeout_and_returns_counts_as_finished(
 def test_a_bad_timeout_in_a_payload_from_elsewhere_falls_back_to_the_default() -> None:
     from wurk.control.stopper import limit_of
 
-    for bad in (0, -1, "30", True, float("nan"), float("inf"), None):
+    for bad in (0, -1, "30", True, float("nan"), float("inf"), None, 7 * 86400 + 1, 1e300,
+                int("9" * 400)):
         assert limit_of({"timeout": bad}, 7.0) == 7.0
+    assert limit_of({"timeout": 7 * 86400}, 7.0) == 7 * 86400.0  # a week: what a push takes
     assert limit_of({"timeout": 2}, 7.0) == 2.0
     assert limit_of({}, None) is None
+
+
+def test_a_job_whose_stored_timeout_no_float_holds_runs_and_is_said(
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    # JSON reads an integer of hundreds of digits; it once failed every run of the job with
+    # an OverflowError (int too large to convert to float) instead of running it.
+    raw = ('{"class":"limits.mark","queue":"default","args":["huge"],"jid":"b1g71me0u7",'
+           '"retry":1,"created_at":1.0,"enqueued_at":1.0,"timeout":' + "9" * 400 + "}")
+    with caplog.at_level("WARNING", logger="wurk"):
+        r.lpush("queue:default", raw)
+        r.sadd("queues", "default")
+        wait_until(lambda: "mark:huge" in notes(r), what="the job to run")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert any("b1g71me0u7" in rec.getMessage() and "is no time limit" in rec.getMessage()
+               for rec in caplog.records)
 
 
 def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(

@@ -20,7 +20,15 @@ import pytest
 from tests.helpers.wait import wait_until
 from wurk.config import Config
 from wurk.control.deadlines import SWEEP_AT, Deadlines
-from wurk.control.running import CANCEL, STUCK_AFTER, TIMEOUT, Running, SyncTarget, Target
+from wurk.control.running import (
+    CANCEL,
+    STUCK_AFTER,
+    TIMEOUT,
+    AsyncTarget,
+    Running,
+    SyncTarget,
+    Target,
+)
 from wurk.control.stopper import Stopper
 from wurk.control.stops import CancelRaised, Guard, TimeoutRaised, set_guard
 from wurk.errors import JobCancelled, JobTimeout
@@ -457,3 +465,73 @@ def test_a_cancel_is_remembered_for_five_minutes(clock: ManualClock,
     assert running.was_cancelled("j" * 24)
     clock.advance(1.5)
     assert not running.was_cancelled("j" * 24)
+
+
+def test_a_stuck_mark_never_lands_on_the_next_job_of_its_thread(clock: ManualClock) -> None:
+    """The check finds a told run still going, and it ends — its thread already on its next
+    job, under the same thread id in the work map — before the mark is made: the mark is
+    the ended job's, and is dropped, not left on the next job's entry (the Busy page's
+    "stuck", the ``wurk_jobs_stuck`` gauge)."""
+    from wurk.control.worker import WorkerStops
+    from wurk.runtime.busy import Busy
+    from wurk.runtime.timer import Timers
+
+    busy = Busy()
+    stops = WorkerStops(Config(), "host:1:abc", busy, Timers("test", clock=clock))
+    guard = Guard()  # no thread: nothing is raised, the stop is as if told and not taken
+    guard.thread_id = "t1"
+    target = SyncTarget(guard)
+    stops.running.keep(target)
+    run = target.begin("s1", None, False)
+    busy.add("t1", "default", b'{"jid":"s1"}')
+    guard.stopped_with = CancelRaised  # told (a cancel); inside C code, it did not stop
+    stops.deadlines.told(target, run)
+
+    class NextJobMeanwhile(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "is stuck" in record.getMessage():  # found stuck; not marked yet
+                guard.close_body()
+                busy.remove("t1")
+                target.begin("s2", None, False)
+                busy.add("t1", "default", b'{"jid":"s2"}')
+
+    handler = NextJobMeanwhile()
+    logging.getLogger("wurk").addHandler(handler)
+    try:
+        clock.advance(STUCK_AFTER)
+        assert stops.deadlines.tick() == 1
+    finally:
+        logging.getLogger("wurk").removeHandler(handler)
+    assert stops.stuck_total == 1  # reported (the warning) all the same
+    assert busy.marked() == 0 and "stuck_at" not in busy.snapshot()["t1"]
+    assert stops.stuck() == 0
+
+    # A run still going when the check comes is marked, and its end clears the mark.
+    run = target.run
+    guard.stopped_with = TimeoutRaised
+    stops.deadlines.told(target, run)
+    clock.advance(STUCK_AFTER)
+    assert stops.deadlines.tick() == 1
+    assert busy.marked() == 1 and '"stopping":"timeout"' in busy.snapshot()["t1"]
+    assert stops.stuck() == 1
+    guard.close_body()
+    busy.remove("t1")
+    assert busy.marked() == 0 and stops.stuck() == 0
+
+
+def test_a_stuck_mark_of_an_async_job_waits_for_no_end_and_is_dropped_after_it() -> None:
+    """An async target's mark is made under the lock its end takes: made while the run
+    lasts, dropped once it ended (its task id's entry is then gone for good)."""
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(asyncio.sleep(0))
+        target = AsyncTarget("a1", "k1", task, loop, limit=None)
+        marks: list[str] = []
+        assert target.while_running(target.run, lambda: marks.append("during"))
+        run = target.run
+        target.end()
+        assert not target.while_running(run, lambda: marks.append("after"))
+        assert marks == ["during"]
+        loop.run_until_complete(task)
+    finally:
+        loop.close()

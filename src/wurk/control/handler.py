@@ -2,8 +2,8 @@
 and the poller that brings this process its cancels.
 
 1. ``CancelHandler`` (a built-in link, outside the batch and result links): a job that raised
-   ``JobCancelled`` ends as cancelled — counted in ``wurk:stat:cancelled``, acknowledged,
-   never retried.
+   ``JobCancelled`` ends as cancelled — counted in ``wurk:stat:cancelled``, its unique lock
+   released, acknowledged, never retried.
 2. ``CancelPoller`` (a duty on the worker's timer thread): pops ``wurk:cancel:<identity>``
    every ``control_interval`` seconds and tells the jobs it names to stop (``Running``).
    While Redis cannot be reached it rides the outage as every duty does (``Duty``): one
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import payload as P
-from .. import scripts
+from .. import scripts, unique
 from ..asyncjobs import bookkeeping
 from ..config import Config
 from ..errors import JobCancelled
@@ -83,6 +83,11 @@ class CancelHandler:
                 lambda r: r.incr(self.config.keys.stat_cancelled))
         except Exception as error:  # the count is lost, the job is still cancelled
             log.warning("could not count a cancelled job: %s", error)
+        # It never runs again, as a job cancelled in its queue: its unique lock goes too
+        # (the limits link inside releases it only on success; no death handler runs for a
+        # cancelled job). Only if this jid still holds it; a failure is logged by release.
+        if P.UNIQUE_DIGEST in payload:
+            unique.release(self.config, payload)
 
 
 class CancelPoller:

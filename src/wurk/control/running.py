@@ -77,6 +77,16 @@ class Target:
         run = self.run
         return run != 0 and self.stuck_run == run
 
+    def while_running(self, run: int, action: Callable[[], object]) -> bool:
+        """Call ``action`` if run ``run`` is still the one watched, that run kept from ending
+        until it returns; True if called. A stuck mark made through it lands on that run's
+        entry in the work map, which its end clears — never on the next job's entry (a thread
+        id, reused), nor left behind for a task id that is gone."""
+        if self.run != run or run == 0:
+            return False
+        action()
+        return True
+
     def stop(self, reason: str, run: int) -> bool:
         """Tell run ``run`` to stop; False when it cannot be told (already told, outside its
         body, an iterable job's cancel, or that run is over)."""
@@ -129,6 +139,9 @@ class SyncTarget(Target):
     def _tell(self, reason: str, run: int) -> bool:
         return self.guard.stop_body(_RAISED[reason], run)
 
+    def while_running(self, run: int, action: Callable[[], object]) -> bool:
+        return self.guard.while_open(run, action)
+
 
 # Tells to async targets come from two threads (the time limits', the cancels').
 _TELLING = threading.Lock()
@@ -163,8 +176,17 @@ class AsyncTarget(Target):
         return self._busy_id
 
     def end(self) -> None:
-        """Its job left its body: no stop reaches it any more."""
-        self._run = 0
+        """Its job left its body: no stop reaches it any more (under the lock: a stuck mark
+        being made for it is finished first, so the end of its task clears it)."""
+        with _TELLING:
+            self._run = 0
+
+    def while_running(self, run: int, action: Callable[[], object]) -> bool:
+        with _TELLING:
+            if run == 0 or self._run != run:
+                return False
+            action()
+            return True
 
     def _cancel(self, run: int) -> None:
         """On the loop: cancel the task if run ``run`` is still in its body. Its end runs on

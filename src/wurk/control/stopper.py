@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -33,6 +32,8 @@ from ..errors import JobCancelled
 from ..iteration.job import IterableJob
 from ..log import short_id
 from ..middleware import Leave
+from ..options import MAX_TIMEOUT
+from ..stored import shown
 from .deadlines import Deadlines
 from .running import AsyncTarget, Running, SyncTarget
 from .stops import CancelRaised, TimeoutRaised, current_guard
@@ -44,12 +45,21 @@ log = logging.getLogger("wurk")
 
 
 def limit_of(payload: P.Payload, default: float | None) -> float | None:
-    """The job's time limit in seconds: its ``timeout`` when it is a positive number (one a
-    payload from elsewhere got wrong is ignored, with the worker's default in its place)."""
+    """The job's time limit in seconds: its ``timeout`` when it is one a push accepts (above
+    0, at most ``MAX_TIMEOUT``); one a payload from elsewhere got wrong is ignored, with a
+    warning, and the worker's default takes its place. Compared without a conversion to
+    float: an integer of hundreds of digits (JSON reads it) has none, and NaN compares
+    false."""
     value = payload.get(P.TIMEOUT)
+    if value is None:
+        return default
     if isinstance(value, (int, float)) and not isinstance(value, bool) and \
-            math.isfinite(value) and value > 0:
+            0 < value <= MAX_TIMEOUT:
         return float(value)
+    log.warning("job %s: its timeout %s is no time limit (seconds above 0, at most %d): the "
+                "worker's default (%s) applies", shown(payload.get(P.JID), 60),
+                shown(repr(value), 40), MAX_TIMEOUT,
+                "none" if default is None else f"{default:g} s")
     return default
 
 

@@ -102,6 +102,9 @@ class JobGuard:
     def stop_body(self, exc: type[BaseException], run: int) -> bool:
         return False
 
+    def while_open(self, run: int, action: Callable[[], object]) -> bool:
+        return False
+
 
 class Guard(JobGuard):
     """A processor's guard (see the module's docstring)."""
@@ -163,6 +166,17 @@ class Guard(JobGuard):
                 return False
             self._pending = self.stopped_with = exc
             _async_exc(self.ident, exc)
+            return True
+
+    def while_open(self, run: int, action: Callable[[], object]) -> bool:
+        """Call ``action`` (from another thread) if the body of run ``run`` is still open, the
+        body kept from closing until it returns; True if called. What it does to the job's
+        entry (a stuck mark) is then done before the job's end clears that entry, never to
+        the next job's."""
+        with self._lock:
+            if run == 0 or self.run != run:
+                return False
+            action()
             return True
 
 

@@ -57,4 +57,7 @@ class WorkerStops:
 
     def _stuck(self, target: Target) -> None:
         self.stuck_total += 1
-        self.busy.mark(target.busy_id, stuck_at=time.time(), stopping=target.reason)
+        # Marked only while the stuck run lasts: one that ended as it was found stuck must
+        # not leave its mark on the next job of its thread.
+        target.while_running(target.stuck_run, lambda: self.busy.mark(
+            target.busy_id, stuck_at=time.time(), stopping=target.reason))
