@@ -477,3 +477,35 @@ def test_a_dead_processes_file_with_lines_no_push_can_send_holds_up_no_job(
     assert sorted(q["jid"] for q in queued(server)) == [f"{n:024d}" for n in (1, 2, 3)]
     dead = server.client(decode_responses=True).zrange("dead", 0, -1)
     assert sorted(dead) == sorted(line["job"] for line in bad)
+
+
+def _dead_file(path: Path, jids: list[str], header: dict[str, Any] | None = None) -> None:
+    header = header or {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    lines = [header, *({"+": jid, "t": 1.0, "at": None, "job": json.dumps(
+        {"class": "Report", "args": [], "queue": "default", "jid": jid})} for jid in jids)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_buffer_file_that_cannot_be_opened_holds_up_no_other_file(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An entry of the buffer directory named like a buffer file that cannot be read (a
+    directory, made by hand or by another tool) raised IsADirectoryError out of every flush
+    and every survey: the files after it were never sent, a successor's background flush
+    failed for ever, ``wurk push-buffer flush`` and ``status`` crashed."""
+    from wurk.client.buffer import survey
+
+    directory = tmp_path / "buf"
+    (directory / "push-a.jobs").mkdir(parents=True)
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        pushed, left, _ = reliable.flush_directory(config, directory)
+    assert (pushed, left) == (1, 0)
+    assert [job["jid"] for job in queued(server)] == ["b" * 24]
+    assert "push-a.jobs" in caplog.text
+    assert [report.path.name for report in survey(directory)] == []
+    _dead_file(directory / "push-c.jobs", ["c" * 24])
+    client_for(server, reliable_push="disk", reliable_push_dir=str(directory))  # a successor
+    wait_until(lambda: not (directory / "push-c.jobs").exists(), timeout=10,
+               what="the file after the unreadable one sent")
+    assert [job["jid"] for job in queued(server)] == ["b" * 24, "c" * 24]

@@ -379,10 +379,12 @@ class Orphan:
 
     def release(self) -> None:
         """Delete the file when every job in it was sent; unlock it either way."""
-        if not self.pending:
-            self.path.unlink(missing_ok=True)
-            _fsync_directory(self.path.parent)
-        os.close(self._fd)
+        try:
+            if not self.pending:
+                self.path.unlink(missing_ok=True)
+                _fsync_directory(self.path.parent)
+        finally:  # a directory that refuses the unlink (read-only) must not keep the lock
+            os.close(self._fd)
 
 
 def _read(fd: int) -> bytes:
@@ -431,6 +433,9 @@ def survey(directory: Path) -> list[FileReport]:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            log.warning("push buffer %s cannot be read (%s); passed over", path, exc)
+            continue
         try:
             try:
                 lock.flock(fd, lock.LOCK_SH | lock.LOCK_NB)
@@ -438,6 +443,9 @@ def survey(directory: Path) -> list[FileReport]:
             except BlockingIOError:
                 held = True
             parsed = _parse(_read(fd))
+        except OSError as exc:  # a directory named like a buffer file, an I/O error
+            log.warning("push buffer %s cannot be read (%s); passed over", path, exc)
+            continue
         finally:
             os.close(fd)  # a shared lock taken here goes with it
         times = [t for _, t, _ in parsed.pending.values()]

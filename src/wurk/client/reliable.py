@@ -394,6 +394,7 @@ class _Flusher:
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.orphans_left = False
+        self._unusable: set[Path] = set()  # files said unreadable already (said once)
 
     @property
     def failing(self) -> bool:
@@ -442,8 +443,16 @@ class _Flusher:
         buffer = writer.buffer
         if isinstance(buffer, DiskBuffer):
             left = 0
+            unusable = set()
             for path in orphans(buffer.directory, buffer.path):
-                left += writer.adopt(pool, path)[1]
+                try:
+                    left += writer.adopt(pool, path)[1]
+                except RedisUnavailable:
+                    raise
+                except OSError as exc:  # this file only: the others are sent all the same
+                    unusable.add(path)
+                    _unusable(path, exc, again=path in self._unusable)
+            self._unusable = unusable
             self.orphans_left = bool(left)
         if len(writer.forgets):  # idle: drop the records of the last pushes now
             forget = writer.forgets.take()
@@ -463,7 +472,13 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     pool = config.pool("client")
     pushed = left = held = 0
     for path in orphans(directory):
-        sent, remaining = writer.adopt(pool, path)
+        try:
+            sent, remaining = writer.adopt(pool, path)
+        except RedisUnavailable:
+            raise
+        except OSError as exc:  # this file only: the others are sent all the same
+            _unusable(path, exc)
+            continue
         if path.exists() and not sent and not remaining:
             held += 1
         pushed += sent
@@ -472,6 +487,15 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     if forget:
         pool.run(lambda _: pool.send_all([("ZREM", config.keys.push_sent, *forget)]))
     return pushed, left, held
+
+
+def _unusable(path: Path, exc: OSError, *, again: bool = False) -> None:
+    """A file in the buffer directory that cannot be read or written (a directory named
+    like one, no permission, the disk full): its jobs stay in it; said once, not at every
+    idle look."""
+    (log.debug if again else log.error)(
+        "reliable push: buffer file %s cannot be read or written (%s); any jobs in it stay "
+        "there, the other files are sent", path, exc)
 
 
 class _Adopter(ReliableWriter):
