@@ -509,3 +509,26 @@ def test_a_buffer_file_that_cannot_be_opened_holds_up_no_other_file(
     wait_until(lambda: not (directory / "push-c.jobs").exists(), timeout=10,
                what="the file after the unreadable one sent")
     assert [job["jid"] for job in queued(server)] == ["b" * 24, "c" * 24]
+
+
+def test_a_buffer_file_of_another_version_is_left_whole_with_an_error(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file whose header names a format this wurk does not write (a newer wurk's, kept
+    across a downgrade) was read as this version's: the lines it did not know were skipped
+    with a warning and the file deleted once what it did know was sent — the rest of its
+    jobs lost. It is now left as it is, with an error naming the file and the version, and
+    the other files are sent."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    newer = directory / "push-a.jobs"
+    newer.write_text(json.dumps({"wurk-push-buffer": 2, "pid": 1}) + "\n" +
+                     json.dumps({"keep": "a" * 24, "payload": "{}"}) + "\n")
+    before = newer.read_bytes()
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        pushed, _, held = reliable.flush_directory(config, directory)
+    assert (pushed, held) == (1, 0)
+    assert newer.read_bytes() == before
+    assert "push-a.jobs" in caplog.text and "version 2" in caplog.text
+    assert [job["jid"] for job in queued(server)] == ["b" * 24]

@@ -53,7 +53,7 @@ from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.identity import hostname, process_nonce
 from . import idempotent
-from .buffer import BufferFull, DiskBuffer, Entry, MemoryBuffer, Orphan, orphans
+from .buffer import BufferFull, DiskBuffer, Entry, ForeignFile, MemoryBuffer, Orphan, orphans
 from .writers import Entries
 
 __all__ = ["ReliableWriter", "buffer_directory", "connection_error", "flush_directory",
@@ -449,7 +449,7 @@ class _Flusher:
                     left += writer.adopt(pool, path)[1]
                 except RedisUnavailable:
                     raise
-                except OSError as exc:  # this file only: the others are sent all the same
+                except (OSError, ForeignFile) as exc:  # this file only: the others go
                     unusable.add(path)
                     _unusable(path, exc, again=path in self._unusable)
             self._unusable = unusable
@@ -476,7 +476,7 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
             sent, remaining = writer.adopt(pool, path)
         except RedisUnavailable:
             raise
-        except OSError as exc:  # this file only: the others are sent all the same
+        except (OSError, ForeignFile) as exc:  # this file only: the others go
             _unusable(path, exc)
             continue
         if path.exists() and not sent and not remaining:
@@ -489,13 +489,13 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     return pushed, left, held
 
 
-def _unusable(path: Path, exc: OSError, *, again: bool = False) -> None:
+def _unusable(path: Path, exc: OSError | ForeignFile, *, again: bool = False) -> None:
     """A file in the buffer directory that cannot be read or written (a directory named
-    like one, no permission, the disk full): its jobs stay in it; said once, not at every
-    idle look."""
+    like one, no permission, the disk full) or is of another format version: its jobs stay
+    in it; said once, not at every idle look."""
     (log.debug if again else log.error)(
-        "reliable push: buffer file %s cannot be read or written (%s); any jobs in it stay "
-        "there, the other files are sent", path, exc)
+        "reliable push: buffer file %s passed over (%s); any jobs in it stay there, the "
+        "other files are sent", path, exc)
 
 
 class _Adopter(ReliableWriter):
