@@ -306,10 +306,16 @@ class Relay:
     def _bury(self, row: OutboxRow, exc: Exception) -> None:
         """A row that is not a job, or whose push Redis refused for good: to the dead set as
         the text it was, as a worker does with such an entry."""
-        log.error("outbox: row %s cannot be pushed (%s); moved to the dead set", row.id, exc)
         keys, pool = self.config.keys, self.config.pool("client")
         text = row.payload if isinstance(row.payload, (str, bytes)) else str(row.payload)
-        pool.run(lambda r: r.zadd(keys.dead, {text: time.time()}))
+        try:
+            pool.run(lambda r: r.zadd(keys.dead, {text: time.time()}))
+        except redis.ResponseError as error:  # for good (its key of another type); an
+            # outage or a transient refusal (OOM, LOADING) raises: the row stays for a retry
+            log.error("outbox: row %s cannot be pushed (%s), and the dead set refused it too "
+                      "(%s); the row is deleted: %s", row.id, exc, error, text)
+            return
+        log.error("outbox: row %s cannot be pushed (%s); moved to the dead set", row.id, exc)
 
     def forget_now(self) -> None:
         """Drop the records of what was relayed (normally sent with the next push)."""
