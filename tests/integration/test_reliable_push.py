@@ -399,6 +399,30 @@ def test_a_kept_job_redis_refuses_for_good_goes_to_the_dead_set(
     assert "moved to the dead set" in caplog.text
 
 
+def test_a_kept_job_refused_for_good_stays_while_the_dead_set_is_refused_for_now(
+        server: Restartable) -> None:
+    """A kept job Redis refuses for good, while Redis refuses the dead set's write for now
+    (OOM: over maxmemory), was logged and dropped, as if the dead set had refused it for
+    good. It now stays in the buffer, and goes to the dead set once Redis takes writes."""
+    client = client_for(server)
+    writer(client).flusher.stop()
+    r = server.client(decode_responses=True)
+    r.set("queue:blocked", "not a list")
+    job = idempotent.sendable(client.config.keys, client.normalize(
+        {"class": "Report", "args": [1], "queue": "blocked"}), None)
+    writer(client)._keep([job])
+    r.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(wurk.RedisUnavailable, match="OOM"):
+            writer(client).drain(client.config.pool("client"))
+        assert len(writer(client).buffer) == 1
+    finally:
+        r.config_set("maxmemory", "0")
+    writer(client).drain(client.config.pool("client"))
+    assert len(writer(client).buffer) == 0
+    assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [job.jid]
+
+
 @pytest.mark.parametrize(("write", "named"), [
     (lambda r, lock: r.rpush(lock, "not a lock"), "held a list"),
     # no push writes a lock without an expiry: one written by hand refused the job for good

@@ -265,11 +265,12 @@ class ReliableWriter:
                       exc: redis.ResponseError) -> None:
         """A kept job Redis refused for good: to the dead set as the text it was (where
         the dashboard shows it and a retry pushes it); logged with its payload and dropped
-        only when the dead set refuses it too."""
+        only when the dead set refuses it too, for good (its key of another type): an outage
+        or a refusal for now (OOM, LOADING) raises, and the job stays kept."""
         dead = self.config.keys.dead
         try:
             pool.run(lambda r: r.zadd(dead, {job.text: time.time()}))
-        except Exception as error:
+        except redis.ResponseError as error:
             log.error("reliable push: Redis refused buffered job %s for good (%s), and the "
                       "dead set too (%s); it is dropped: %s", job.jid, exc, error, job.text)
             return
