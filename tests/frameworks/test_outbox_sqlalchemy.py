@@ -614,3 +614,56 @@ def test_a_missing_table_raises_at_the_call_and_the_transaction_rolls_back(
     finally:
         registry.remove()
         engine.dispose()
+
+
+def test_a_row_with_a_null_or_non_text_payload_is_dropped_and_holds_up_no_other(
+        box: wurk.Config, r: redis.Redis, engine: Engine,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A row written by hand or by an older schema (a nullable ``payload``; SQLite keeps
+    any type in any column): a NULL or a number reached the payload parser as no text and
+    raised TypeError out of every pass, so the row was never deleted and, oldest first,
+    no row after it was ever relayed."""
+    with engine.begin() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.exec_driver_sql("ALTER TABLE wurk_outbox ALTER COLUMN payload DROP NOT NULL")
+        else:
+            conn.exec_driver_sql("DROP TABLE wurk_outbox")
+            conn.exec_driver_sql(
+                "CREATE TABLE wurk_outbox (id INTEGER PRIMARY KEY, jid VARCHAR(64), payload,"
+                " at FLOAT, created_at FLOAT, claimed_by VARCHAR(64), claimed_until FLOAT)")
+        values = ["NULL"] + (["42"] if engine.dialect.name == "sqlite" else [])
+        for value in values:
+            conn.exec_driver_sql(f"INSERT INTO wurk_outbox (jid, payload, created_at) "
+                                 f"VALUES ('x', {value}, 0)")
+    good = json.dumps({"class": "Outbox::Ship", "args": [2], "queue": "default",
+                       "jid": "d" * 24})
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [{"jid": "d" * 24, "payload": good, "at": None,
+                                        "created_at": time.time()}])
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        assert relay_for(box).run_once() == len(values) + 1
+    assert [job["jid"] for job in queued(r)] == ["d" * 24]
+    assert rows(engine) == 0
+    assert r.zrange("dead", 0, -1) == (["42"] if len(values) > 1 else [])
+    assert "row 1 has no payload" in caplog.text
+
+
+def test_a_row_not_a_job_when_the_dead_set_refuses_it_too_holds_up_no_other(
+        box: wurk.Config, r: redis.Redis, engine: Engine,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A row that is no job, while the dead set's key holds another type (written by hand):
+    its move to the dead set raised WRONGTYPE out of every pass, so the good rows taken
+    with it were pushed on every pass and never deleted, and no later row was taken. It is
+    now logged with its text and dropped, as reliable push does with such a job."""
+    r.set("dead", "not a sorted set")
+    good = json.dumps({"class": "Outbox::Ship", "args": [2], "queue": "default",
+                       "jid": "d" * 24})
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [
+            {"jid": "x", "payload": "{not json", "at": None, "created_at": time.time()},
+            {"jid": "d" * 24, "payload": good, "at": None, "created_at": time.time()}])
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        assert relay_for(box).run_once() == 2
+    assert [job["jid"] for job in queued(r)] == ["d" * 24]
+    assert rows(engine) == 0
+    assert "{not json" in caplog.text

@@ -399,6 +399,30 @@ def test_a_kept_job_redis_refuses_for_good_goes_to_the_dead_set(
     assert "moved to the dead set" in caplog.text
 
 
+def test_a_kept_job_refused_for_good_stays_while_the_dead_set_is_refused_for_now(
+        server: Restartable) -> None:
+    """A kept job Redis refuses for good, while Redis refuses the dead set's write for now
+    (OOM: over maxmemory), was logged and dropped, as if the dead set had refused it for
+    good. It now stays in the buffer, and goes to the dead set once Redis takes writes."""
+    client = client_for(server)
+    writer(client).flusher.stop()
+    r = server.client(decode_responses=True)
+    r.set("queue:blocked", "not a list")
+    job = idempotent.sendable(client.config.keys, client.normalize(
+        {"class": "Report", "args": [1], "queue": "blocked"}), None)
+    writer(client)._keep([job])
+    r.config_set("maxmemory", "1")
+    try:
+        with pytest.raises(wurk.RedisUnavailable, match="OOM"):
+            writer(client).drain(client.config.pool("client"))
+        assert len(writer(client).buffer) == 1
+    finally:
+        r.config_set("maxmemory", "0")
+    writer(client).drain(client.config.pool("client"))
+    assert len(writer(client).buffer) == 0
+    assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [job.jid]
+
+
 @pytest.mark.parametrize(("write", "named"), [
     (lambda r, lock: r.rpush(lock, "not a lock"), "held a list"),
     # no push writes a lock without an expiry: one written by hand refused the job for good
@@ -477,3 +501,58 @@ def test_a_dead_processes_file_with_lines_no_push_can_send_holds_up_no_job(
     assert sorted(q["jid"] for q in queued(server)) == [f"{n:024d}" for n in (1, 2, 3)]
     dead = server.client(decode_responses=True).zrange("dead", 0, -1)
     assert sorted(dead) == sorted(line["job"] for line in bad)
+
+
+def _dead_file(path: Path, jids: list[str], header: dict[str, Any] | None = None) -> None:
+    header = header or {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    lines = [header, *({"+": jid, "t": 1.0, "at": None, "job": json.dumps(
+        {"class": "Report", "args": [], "queue": "default", "jid": jid})} for jid in jids)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_a_buffer_file_that_cannot_be_opened_holds_up_no_other_file(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """An entry of the buffer directory named like a buffer file that cannot be read (a
+    directory, made by hand or by another tool) raised IsADirectoryError out of every flush
+    and every survey: the files after it were never sent, a successor's background flush
+    failed for ever, ``wurk push-buffer flush`` and ``status`` crashed."""
+    from wurk.client.buffer import survey
+
+    directory = tmp_path / "buf"
+    (directory / "push-a.jobs").mkdir(parents=True)
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        pushed, left, _ = reliable.flush_directory(config, directory)
+    assert (pushed, left) == (1, 0)
+    assert [job["jid"] for job in queued(server)] == ["b" * 24]
+    assert "push-a.jobs" in caplog.text
+    assert [report.path.name for report in survey(directory)] == []
+    _dead_file(directory / "push-c.jobs", ["c" * 24])
+    client_for(server, reliable_push="disk", reliable_push_dir=str(directory))  # a successor
+    wait_until(lambda: not (directory / "push-c.jobs").exists(), timeout=10,
+               what="the file after the unreadable one sent")
+    assert [job["jid"] for job in queued(server)] == ["b" * 24, "c" * 24]
+
+
+def test_a_buffer_file_of_another_version_is_left_whole_with_an_error(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file whose header names a format this wurk does not write (a newer wurk's, kept
+    across a downgrade) was read as this version's: the lines it did not know were skipped
+    with a warning and the file deleted once what it did know was sent — the rest of its
+    jobs lost. It is now left as it is, with an error naming the file and the version, and
+    the other files are sent."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    newer = directory / "push-a.jobs"
+    newer.write_text(json.dumps({"wurk-push-buffer": 2, "pid": 1}) + "\n" +
+                     json.dumps({"keep": "a" * 24, "payload": "{}"}) + "\n")
+    before = newer.read_bytes()
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        pushed, _, held = reliable.flush_directory(config, directory)
+    assert (pushed, held) == (1, 0)
+    assert newer.read_bytes() == before
+    assert "push-a.jobs" in caplog.text and "version 2" in caplog.text
+    assert [job["jid"] for job in queued(server)] == ["b" * 24]

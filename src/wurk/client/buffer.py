@@ -55,6 +55,7 @@ __all__ = [
     "DiskBuffer",
     "Entry",
     "FileReport",
+    "ForeignFile",
     "MemoryBuffer",
     "Orphan",
     "orphans",
@@ -70,6 +71,14 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 class BufferFull(Exception):
     """``keep`` found no room: the push is not kept (the caller raises)."""
+
+
+class ForeignFile(Exception):
+    """A buffer file in a format this version does not write (its header's version): left
+    whole for the wurk that wrote it, never half read and deleted."""
+
+
+_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -292,7 +301,7 @@ class DiskBuffer:
         fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
-            header = _line({_HEADER: 1, "host": hostname(), "pid": os.getpid(),
+            header = _line({_HEADER: _VERSION, "host": hostname(), "pid": os.getpid(),
                             "created": time.time()})
             _write_all(fd, header)
             os.fsync(fd)
@@ -362,6 +371,12 @@ class Orphan:
         except BaseException:
             os.close(fd)
             raise
+        version = parsed.header.get(_HEADER, _VERSION)
+        if version != _VERSION:
+            os.close(fd)
+            raise ForeignFile(f"written by push buffer format version {version!r}, which this "
+                              f"wurk does not read (it writes version {_VERSION}); left as it "
+                              "is for the wurk that wrote it")
         if parsed.bad_lines:
             log.warning("push buffer %s: %d line(s) could not be read and were skipped",
                         path, parsed.bad_lines)
@@ -379,10 +394,12 @@ class Orphan:
 
     def release(self) -> None:
         """Delete the file when every job in it was sent; unlock it either way."""
-        if not self.pending:
-            self.path.unlink(missing_ok=True)
-            _fsync_directory(self.path.parent)
-        os.close(self._fd)
+        try:
+            if not self.pending:
+                self.path.unlink(missing_ok=True)
+                _fsync_directory(self.path.parent)
+        finally:  # a directory that refuses the unlink (read-only) must not keep the lock
+            os.close(self._fd)
 
 
 def _read(fd: int) -> bytes:
@@ -431,6 +448,9 @@ def survey(directory: Path) -> list[FileReport]:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             continue
+        except OSError as exc:
+            log.warning("push buffer %s cannot be read (%s); passed over", path, exc)
+            continue
         try:
             try:
                 lock.flock(fd, lock.LOCK_SH | lock.LOCK_NB)
@@ -438,6 +458,9 @@ def survey(directory: Path) -> list[FileReport]:
             except BlockingIOError:
                 held = True
             parsed = _parse(_read(fd))
+        except OSError as exc:  # a directory named like a buffer file, an I/O error
+            log.warning("push buffer %s cannot be read (%s); passed over", path, exc)
+            continue
         finally:
             os.close(fd)  # a shared lock taken here goes with it
         times = [t for _, t, _ in parsed.pending.values()]

@@ -266,7 +266,14 @@ class Relay:
         their rows' deletion is committed."""
         jobs, kept = [], []
         for row in rows:
+            if row.payload is None:  # a nullable column of an older schema, or by hand
+                log.error("outbox: row %s has no payload (NULL), so no job to push; the row "
+                          "is deleted (jid column: %r)", row.id, row.jid)
+                continue
             try:
+                if not isinstance(row.payload, (str, bytes)):  # SQLite: any type in any column
+                    raise InvalidPayload(f"payload is a {type(row.payload).__name__}, not a "
+                                         "job's JSON text", field=None)
                 jobs.append(idempotent.from_text(self.config.keys, row.payload, row.at))
                 kept.append(row)
             except InvalidPayload as exc:  # not JSON, or a field no push can send
@@ -299,9 +306,16 @@ class Relay:
     def _bury(self, row: OutboxRow, exc: Exception) -> None:
         """A row that is not a job, or whose push Redis refused for good: to the dead set as
         the text it was, as a worker does with such an entry."""
-        log.error("outbox: row %s cannot be pushed (%s); moved to the dead set", row.id, exc)
         keys, pool = self.config.keys, self.config.pool("client")
-        pool.run(lambda r: r.zadd(keys.dead, {row.payload: time.time()}))
+        text = row.payload if isinstance(row.payload, (str, bytes)) else str(row.payload)
+        try:
+            pool.run(lambda r: r.zadd(keys.dead, {text: time.time()}))
+        except redis.ResponseError as error:  # for good (its key of another type); an
+            # outage or a transient refusal (OOM, LOADING) raises: the row stays for a retry
+            log.error("outbox: row %s cannot be pushed (%s), and the dead set refused it too "
+                      "(%s); the row is deleted: %s", row.id, exc, error, text)
+            return
+        log.error("outbox: row %s cannot be pushed (%s); moved to the dead set", row.id, exc)
 
     def forget_now(self) -> None:
         """Drop the records of what was relayed (normally sent with the next push)."""

@@ -53,7 +53,7 @@ from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.identity import hostname, process_nonce
 from . import idempotent
-from .buffer import BufferFull, DiskBuffer, Entry, MemoryBuffer, Orphan, orphans
+from .buffer import BufferFull, DiskBuffer, Entry, ForeignFile, MemoryBuffer, Orphan, orphans
 from .writers import Entries
 
 __all__ = ["ReliableWriter", "buffer_directory", "connection_error", "flush_directory",
@@ -265,11 +265,12 @@ class ReliableWriter:
                       exc: redis.ResponseError) -> None:
         """A kept job Redis refused for good: to the dead set as the text it was (where
         the dashboard shows it and a retry pushes it); logged with its payload and dropped
-        only when the dead set refuses it too."""
+        only when the dead set refuses it too, for good (its key of another type): an outage
+        or a refusal for now (OOM, LOADING) raises, and the job stays kept."""
         dead = self.config.keys.dead
         try:
             pool.run(lambda r: r.zadd(dead, {job.text: time.time()}))
-        except Exception as error:
+        except redis.ResponseError as error:
             log.error("reliable push: Redis refused buffered job %s for good (%s), and the "
                       "dead set too (%s); it is dropped: %s", job.jid, exc, error, job.text)
             return
@@ -394,6 +395,7 @@ class _Flusher:
         self._start_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.orphans_left = False
+        self._unusable: set[Path] = set()  # files said unreadable already (said once)
 
     @property
     def failing(self) -> bool:
@@ -442,8 +444,16 @@ class _Flusher:
         buffer = writer.buffer
         if isinstance(buffer, DiskBuffer):
             left = 0
+            unusable = set()
             for path in orphans(buffer.directory, buffer.path):
-                left += writer.adopt(pool, path)[1]
+                try:
+                    left += writer.adopt(pool, path)[1]
+                except RedisUnavailable:
+                    raise
+                except (OSError, ForeignFile) as exc:  # this file only: the others go
+                    unusable.add(path)
+                    _unusable(path, exc, again=path in self._unusable)
+            self._unusable = unusable
             self.orphans_left = bool(left)
         if len(writer.forgets):  # idle: drop the records of the last pushes now
             forget = writer.forgets.take()
@@ -463,7 +473,13 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     pool = config.pool("client")
     pushed = left = held = 0
     for path in orphans(directory):
-        sent, remaining = writer.adopt(pool, path)
+        try:
+            sent, remaining = writer.adopt(pool, path)
+        except RedisUnavailable:
+            raise
+        except (OSError, ForeignFile) as exc:  # this file only: the others go
+            _unusable(path, exc)
+            continue
         if path.exists() and not sent and not remaining:
             held += 1
         pushed += sent
@@ -472,6 +488,15 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     if forget:
         pool.run(lambda _: pool.send_all([("ZREM", config.keys.push_sent, *forget)]))
     return pushed, left, held
+
+
+def _unusable(path: Path, exc: OSError | ForeignFile, *, again: bool = False) -> None:
+    """A file in the buffer directory that cannot be read or written (a directory named
+    like one, no permission, the disk full) or is of another format version: its jobs stay
+    in it; said once, not at every idle look."""
+    (log.debug if again else log.error)(
+        "reliable push: buffer file %s passed over (%s); any jobs in it stay there, the "
+        "other files are sent", path, exc)
 
 
 class _Adopter(ReliableWriter):
