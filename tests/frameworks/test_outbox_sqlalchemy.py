@@ -365,6 +365,43 @@ def test_a_claim_a_dead_relay_left_is_taken_after_its_lease(
     assert rows(engine) == 0 and r.llen("queue:default") == 1
 
 
+@pytest.mark.parametrize("engine", ["sqlite"], indirect=True)  # PostgreSQL locks rows
+def test_a_claim_that_runs_out_during_the_push_keeps_the_records_of_its_rows(
+        box: wurk.Config, r: redis.Redis, engine: Engine,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A relay whose lease ran out while it pushed (a push slower than
+    ``outbox_claim_timeout``) deleted none of the rows another relay had claimed again, yet
+    dropped their records of what was sent, so that relay pushed them a second time. The
+    records of such a batch are now kept: the other relay finds the jobs already sent."""
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [{"jid": jid * 24, "payload": json.dumps({
+            "class": "Outbox::Ship", "args": [n], "queue": "default", "jid": jid * 24,
+            "retry": True, "created_at": 1}), "at": None, "created_at": time.time()}
+            for n, jid in enumerate("de")])
+
+    class OutlivedItsClaim(SQLAlchemyOutbox):
+        def relay(self, limit: int, lease: float,
+                  push: Callable[[list[OutboxRow]], None]) -> int:
+            def then_reclaimed(batch: list[OutboxRow]) -> None:
+                push(batch)
+                with engine.begin() as conn:  # another relay, after the lease ran out
+                    conn.execute(OUTBOX.update().values(claimed_by="other",
+                                                        claimed_until=time.time() + 60))
+            return super().relay(limit, lease, then_reclaimed)
+
+    first = wurk.client.outbox.Relay(box, OutlivedItsClaim(engine, OUTBOX))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert first.run_once() == 0
+    first.forget_now()
+    assert rows(engine) == 2 and r.llen("queue:default") == 2
+    assert any("ran out while they were pushed" in rec.getMessage() for rec in caplog.records)
+    with engine.begin() as conn:  # the other relay's lease runs out too: anyone's to take
+        conn.execute(OUTBOX.update().values(claimed_by=None, claimed_until=None))
+    second = wurk.client.outbox.Relay(box, SQLAlchemyOutbox(engine, OUTBOX))
+    assert second.run_once() == 2
+    assert rows(engine) == 0 and r.llen("queue:default") == 2  # each pushed once
+
+
 def test_a_row_that_is_not_a_job_goes_to_the_dead_set(box: wurk.Config, r: redis.Redis,
                                                       engine: Engine) -> None:
     with engine.begin() as conn:

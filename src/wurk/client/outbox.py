@@ -84,7 +84,8 @@ class OutboxStore(Protocol):
         """Take up to ``limit`` rows no other relay holds, oldest first (a claim that cannot
         be a row lock lasts ``lease`` seconds); call ``push`` with them; delete them once it
         returned. Rows ``push`` raised on stay for a later try. Returns how many were
-        taken."""
+        deleted: fewer than were pushed when a claim's lease ran out during the push and
+        another relay claimed some of them again."""
         ...
 
     def pending(self) -> int:
@@ -252,13 +253,23 @@ class Relay:
     def _batch(self) -> int:
         """Relay one batch of rows (one database transaction); the rows taken."""
         landed: list[str] = []
+        given: list[int] = []
 
         def push(rows: list[OutboxRow]) -> None:
+            given.append(len(rows))
             landed.extend(self._push(rows))
 
         taken = self.store.relay(self.config.outbox_batch_size,
                                  self.config.outbox_claim_timeout, push)
-        self.forgets.add(landed)  # their deletion is committed: the records may go
+        if taken < sum(given):
+            # The claim ran out while pushing and another relay took some rows again: their
+            # records in Redis are what keeps it from pushing them twice, so none go.
+            log.warning("outbox: the claim on %d rows ran out while they were pushed "
+                        "(outbox_claim_timeout %s s); another relay deletes them, and the "
+                        "records of this batch are kept", sum(given) - taken,
+                        self.config.outbox_claim_timeout)
+        else:
+            self.forgets.add(landed)  # their deletion is committed: the records may go
         return taken
 
     def _push(self, rows: list[OutboxRow]) -> list[str]:

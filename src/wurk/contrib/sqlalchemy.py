@@ -155,8 +155,9 @@ class SQLAlchemyOutbox:
                              .values(claimed_by=None, claimed_until=None))
             raise
         with self.engine.begin() as conn:
-            conn.execute(delete(t).where(t.c.claimed_by == token))
-        return len(found)
+            # Fewer than found when the lease ran out during the push and another relay
+            # claimed some again: those are its to delete (and their records to keep).
+            return int(conn.execute(delete(t).where(t.c.claimed_by == token)).rowcount)
 
     def pending(self) -> int:
         with self.engine.connect() as conn:

@@ -75,8 +75,10 @@ class DjangoOutbox:
             self._entries().filter(claimed_by=token).update(claimed_by=None,
                                                             claimed_until=None)
             raise
-        self._entries().filter(claimed_by=token).delete()
-        return len(found)
+        # Fewer than found when the lease ran out during the push and another relay claimed
+        # some again: those are its to delete (and their records to keep).
+        deleted, _ = self._entries().filter(claimed_by=token).delete()
+        return int(deleted)
 
     def pending(self) -> int:
         return int(self._entries().count())
