@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import threading
 import time
 import weakref
@@ -36,6 +37,7 @@ from typing import Any
 
 from .. import stored
 from ..config import Config
+from ..connections.pool import RedisPool
 from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
 from ..runtime.clock import SYSTEM, Clock
@@ -80,6 +82,20 @@ def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     (None: no limit)."""
     deadline = None if timeout is None else time.monotonic() + timeout
     pool = config.pool(WAIT_ROLE, size=WAIT_POOL_SIZE)
+    # A connection of the pool is waited for within the wait's own time (the pool's own
+    # wait would take socket_timeout, then say Redis is unavailable): the slots are its size.
+    slot = _slot(pool)
+    if not slot.acquire(timeout=None if deadline is None else
+                        max(0.0, deadline - time.monotonic())):
+        raise _timed_out(jid, timeout)
+    try:
+        return _wait_on(config, pool, jid, timeout, deadline)
+    finally:
+        slot.release()
+
+
+def _wait_on(config: Config, pool: RedisPool, jid: str, timeout: float | None,
+             deadline: float | None) -> Outcome | Invalid:
     pubsub = pool.client.pubsub()  # type: ignore[no-untyped-call]
     try:
         pubsub.subscribe(config.keys.result_channel(jid))
@@ -93,6 +109,20 @@ def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     finally:
         pubsub.close()
     raise _timed_out(jid, timeout)
+
+
+# The sync waits one pool may hold at once: its size (per process: a fork starts afresh).
+_slots: weakref.WeakKeyDictionary[RedisPool, tuple[int, threading.BoundedSemaphore]] = \
+    weakref.WeakKeyDictionary()
+_slots_lock = threading.Lock()
+
+
+def _slot(pool: RedisPool) -> threading.BoundedSemaphore:
+    with _slots_lock:
+        held = _slots.get(pool)
+        if held is None or held[0] != os.getpid():
+            held = _slots[pool] = (os.getpid(), threading.BoundedSemaphore(pool.size))
+        return held[1]
 
 
 def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
