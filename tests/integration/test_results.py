@@ -409,6 +409,28 @@ def test_a_result_not_stored_in_time_is_a_timeout(config: wurk.Config) -> None:
     asyncio.run(main())
 
 
+def test_a_result_stored_before_a_wait_of_no_time_is_its_outcome(config: wurk.Config,
+                                                                  r: redis.Redis) -> None:
+    """A wait whose time ran out before its subscription was confirmed (a timeout of 0, or
+    shorter than a round trip) raised "stored no result within 0 s" for a result stored
+    before it was asked for."""
+    r.set("wurk:result:" + "d" * 24, json.dumps({"status": "succeeded", "value": 3}))
+    stored_already = wurk.ResultHandle("d" * 24, config)
+    missing = wurk.ResultHandle("e" * 24, config)
+    for timeout in (0, 0.00001):
+        assert stored_already.result(timeout=timeout) == 3
+        with pytest.raises(TimeoutError, match="stored no result"):
+            missing.result(timeout=timeout)
+
+    async def main() -> None:
+        for timeout in (0, 0.00001):
+            assert await stored_already.aresult(timeout=timeout) == 3
+            with pytest.raises(TimeoutError, match="stored no result"):
+                await missing.aresult(timeout=timeout)
+
+    asyncio.run(main())
+
+
 # -- records that cannot be read ----------------------------------------------------------------
 UNREADABLE = [
     (b"not json", "a stored result (a JSON object)"),

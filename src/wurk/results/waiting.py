@@ -42,7 +42,7 @@ from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
 from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
-from .store import Outcome, decode, find
+from .store import Outcome, afind, decode, find
 
 __all__ = ["LINGER", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome", "wait"]
 
@@ -97,11 +97,19 @@ def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
 def _wait_on(config: Config, pool: RedisPool, jid: str, timeout: float | None,
              deadline: float | None) -> Outcome | Invalid:
     pubsub = pool.client.pubsub()  # type: ignore[no-untyped-call]
+    looked = False  # the record read once the subscription was confirmed
     try:
         pubsub.subscribe(config.keys.result_channel(jid))
         while deadline is None or time.monotonic() < deadline:
             message = pubsub.get_message(timeout=_remaining(deadline))
+            looked = looked or (message is not None and message["type"] == "subscribe")
             found = _heard(config, jid, message)
+            if found is not None:
+                return found
+        if not looked:
+            # The time ran out before the confirmation came (a timeout of 0, or shorter than
+            # a round trip): a record stored before the wait is still its outcome.
+            found = find(config, jid)
             if found is not None:
                 return found
     except CONNECTION_ERRORS as exc:
@@ -161,6 +169,8 @@ class Listener:
         self.idle_since = clock.monotonic()
         self.channel_prefix = config.keys.result_channel("-")[:-1]
         self.waiters: dict[str, list[asyncio.Future[Outcome | Invalid]]] = {}
+        # Waiters whose record has not been read since their subscription was confirmed.
+        self.unlooked: set[asyncio.Future[Outcome | Invalid]] = set()
         self.session: _Session | None = None
         self.to_check: list[str] = []  # confirmed, their stored record not read yet
         self.sending = asyncio.Lock()  # one writer on the connection at a time
@@ -173,6 +183,7 @@ class Listener:
     async def wait(self, jid: str, timeout: float | None) -> Outcome | Invalid:
         future: asyncio.Future[Outcome | Invalid] = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(jid, []).append(future)
+        self.unlooked.add(future)
         session = self.session
         if session is not None and jid in session.subscribed:
             # Subscribed already (another waiter's, maybe one that has gone): its outcome
@@ -182,11 +193,19 @@ class Listener:
         try:
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:  # not the builtin one on 3.10
-            raise _timed_out(jid, timeout) from None
+            if future not in self.unlooked:
+                raise _timed_out(jid, timeout) from None
         finally:
             self._drop(jid, future)
+        # The time ran out before the record was read (a timeout of 0, or shorter than a
+        # round trip): a record stored before the wait is still its outcome.
+        found = await afind(self.config, jid)
+        if found is None:
+            raise _timed_out(jid, timeout)
+        return found
 
     def _drop(self, jid: str, future: asyncio.Future[Outcome | Invalid]) -> None:
+        self.unlooked.discard(future)
         futures = self.waiters.get(jid)
         if futures is not None and future in futures:
             futures.remove(future)
@@ -311,6 +330,7 @@ class Listener:
                 raws = await pool.run(functools.partial(_records, names=names))
                 self.commands += 1
                 for jid, raw in zip(batch, raws, strict=True):
+                    self.unlooked.difference_update(self.waiters.get(jid, ()))
                     found = decode(jid, raw)
                     if found is not None:
                         self._resolve(jid, found)
