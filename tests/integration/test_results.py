@@ -431,6 +431,34 @@ def test_a_result_stored_before_a_wait_of_no_time_is_its_outcome(config: wurk.Co
     asyncio.run(main())
 
 
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_at_once(config: wurk.Config) -> None:
+    """NaN never ran out in async code (the wait hung for good) and timed out at once in
+    sync code; a text raised a bare TypeError from the deadline's arithmetic."""
+    handle = wurk.ResultHandle("f" * 24, config)
+
+    async def awaited(timeout: Any) -> Any:
+        return await asyncio.wait_for(handle.aresult(timeout=timeout), 2)
+
+    for bad, error in ((float("nan"), ValueError), ("5", TypeError), (True, TypeError)):
+        for look in (lambda b=bad: handle.result(timeout=b),
+                     lambda b=bad: asyncio.run(awaited(b))):
+            with pytest.raises(error, match="timeout is a number of seconds or None"):
+                look()
+    # A negative one is no time at all; infinity is no limit.
+    with pytest.raises(TimeoutError):
+        handle.result(timeout=-1)
+    with pytest.raises(TimeoutError, match="stored no result"):
+        asyncio.run(awaited(-1))
+
+    async def forever() -> None:
+        waited = asyncio.ensure_future(handle.aresult(timeout=float("inf")))
+        await asyncio.sleep(0.2)
+        assert not waited.done()
+        waited.cancel()
+
+    asyncio.run(forever())
+
+
 # -- records that cannot be read ----------------------------------------------------------------
 UNREADABLE = [
     (b"not json", "a stored result (a JSON object)"),

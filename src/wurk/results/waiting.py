@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import os
 import threading
 import time
@@ -66,6 +67,21 @@ def _timed_out(jid: str, timeout: float | None) -> TimeoutError:
     return TimeoutError(f"job {jid} stored no result within {timeout} s")
 
 
+def _limit(timeout: Any) -> float | None:
+    """``timeout`` as the seconds a wait takes at most (None: no limit; infinity is none
+    either, and a negative one is 0); a clear error for one that is no number of seconds
+    (NaN never ran out in async code, nor a text in sync code, which raised a bare
+    ``TypeError`` from the arithmetic)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"a result's timeout is a number of seconds or None, not "
+                        f"{timeout!r:.80}")
+    if math.isnan(timeout):
+        raise ValueError("a result's timeout is a number of seconds or None, not NaN")
+    return None if math.isinf(timeout) and timeout > 0 else max(0.0, float(timeout))
+
+
 def _remaining(deadline: float | None) -> float:
     if deadline is None:
         return READ_SLICE
@@ -80,7 +96,8 @@ def _text(value: Any) -> str:
 def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     """The outcome of ``jid`` once it is stored; ``TimeoutError`` after ``timeout`` seconds
     (None: no limit)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    limit = _limit(timeout)
+    deadline = None if limit is None else time.monotonic() + limit
     pool = config.pool(WAIT_ROLE, size=WAIT_POOL_SIZE)
     # A connection of the pool is waited for within the wait's own time (the pool's own
     # wait would take socket_timeout, then say Redis is unavailable): the slots are its size.
@@ -426,4 +443,5 @@ def listener(config: Config) -> Listener:
 async def await_outcome(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     """The outcome of ``jid`` once it is stored, woken by the loop's listener;
     ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
-    return await listener(config).wait(jid, timeout)
+    limit = _limit(timeout)  # before a listener is made
+    return await listener(config).wait(jid, limit)
