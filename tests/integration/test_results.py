@@ -459,6 +459,23 @@ def test_a_timeout_that_is_no_number_of_seconds_is_refused_at_once(config: wurk.
     asyncio.run(forever())
 
 
+def test_a_result_is_forgotten_by_its_jid_only(config: wurk.Config, r: redis.Redis) -> None:
+    """docs/results.md: ``ResultQuery.delete(jid)`` (nothing asserted it). A jid that is no
+    text (``7``) deleted ``wurk:result:7`` and said nothing."""
+    query = wurk.api.ResultQuery(config)
+    handle = wurk.ResultHandle("g" * 24, config)
+    r.set("wurk:result:" + "g" * 24, json.dumps({"status": "succeeded", "value": 1}))
+    r.set("wurk:result:7", "kept")
+    assert handle.outcome() is not None
+    assert query.delete(handle) is True
+    assert handle.outcome() is None and query.find(handle) is None
+    assert query.delete(handle) is False
+    for bad in ("", None, 7):
+        with pytest.raises(ValueError, match="a jid is a non-empty string"):
+            query.delete(bad)  # type: ignore[arg-type]
+    assert r.get("wurk:result:7") == "kept"
+
+
 # -- records that cannot be read ----------------------------------------------------------------
 UNREADABLE = [
     (b"not json", "a stored result (a JSON object)"),
