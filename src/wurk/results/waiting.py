@@ -158,7 +158,10 @@ def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
     if message["type"] == "subscribe":
         return find(config, jid)  # a key of another type is an ``Invalid``, not "none yet"
     if message["type"] == "message":
-        return decode(jid, message["data"])
+        found = decode(jid, message["data"])
+        # An announcement that cannot be read (not what ``record`` publishes: anyone may
+        # publish on the channel) is no outcome: the stored record is, if there is one.
+        return find(config, jid) if isinstance(found, Invalid) else found
     return None
 
 
@@ -331,7 +334,11 @@ class Listener:
             self._check_soon(jid)
         elif message["type"] == "message":
             found = decode(jid, message["data"])
-            if found is not None:
+            if isinstance(found, Invalid):
+                # Not what ``record`` publishes: the stored record, if any, is the outcome.
+                if jid in self.waiters:
+                    self._check_soon(jid)
+            elif found is not None:
                 self._resolve(jid, found)
 
     async def _check(self) -> None:
