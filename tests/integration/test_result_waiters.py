@@ -235,3 +235,78 @@ def test_the_connection_closes_linger_seconds_after_its_last_waiter(
         assert listener.session is None
 
     asyncio.run(main())
+
+
+def test_a_sync_wait_past_the_pools_size_waits_its_own_time_for_a_connection(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's own wait for a free connection took socket_timeout (3 s) whatever the
+    wait's timeout, then said Redis was unavailable: a wait of 0.3 s raised
+    ``RedisUnavailable`` after 3 s."""
+    monkeypatch.setattr(waiting, "WAIT_POOL_SIZE", 2)
+    holders = [wurk.ResultHandle(f"{n}" * 24, config) for n in (1, 2)]
+    heard: list[Any] = []
+    threads = [threading.Thread(target=lambda h=h: heard.append(h.result(timeout=10)))
+               for h in holders]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: len(subscribers(r)) == 2, what="both waits subscribed")
+    late = wurk.ResultHandle("3" * 24, config)
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"within 0\.3 s"):
+        late.result(timeout=0.3)
+    assert time.monotonic() - started < 1.5
+    # A longer wait takes the first connection given back.
+    r.set("wurk:result:" + "3" * 24, '{"status": "succeeded", "value": 3}')
+    queued: list[Any] = []
+    thread = threading.Thread(target=lambda: queued.append(late.result(timeout=10)))
+    thread.start()
+    time.sleep(0.1)
+    assert queued == []
+    text = '{"status": "succeeded", "value": 1}'
+    r.set("wurk:result:" + "1" * 24, text)
+    r.publish("wurk:result-ready:" + "1" * 24, text)
+    thread.join(5)
+    assert queued == [3]
+    r.publish("wurk:result-ready:" + "2" * 24, text)
+    for held_thread in threads:
+        held_thread.join(5)
+    assert heard == [1, 1]
+
+
+def test_an_announcement_that_cannot_be_read_is_no_outcome(config: wurk.Config,
+                                                           r: redis.Redis) -> None:
+    """Anything published on a result's channel that is not what wurk publishes failed the
+    wait with "the result stored ... cannot be read" though nothing was stored: it now
+    reads the stored record instead, and waits on while there is none."""
+    jid = "m" * 24
+    channel, key = "wurk:result-ready:" + jid, "wurk:result:" + jid
+    text = '{"status": "succeeded", "value": 4}'
+    handle = wurk.ResultHandle(jid, config)
+    found: list[Any] = []
+    thread = threading.Thread(target=lambda: found.append(handle.result(timeout=10)))
+    thread.start()
+    wait_until(lambda: len(subscribers(r)) == 1, what="the sync wait subscribed")
+    r.publish(channel, "[" * 5000)
+    r.publish(channel, "not json")
+    time.sleep(0.1)
+    assert found == [] and thread.is_alive()
+    r.set(key, text)
+    r.publish(channel, "not json either")  # the stored record is read, not this
+    thread.join(5)
+    assert found == [4]
+    r.delete(key)
+
+    async def main() -> Any:
+        waited = asyncio.ensure_future(handle.aresult(timeout=10))
+        wait = waiting.listener(config)
+        while wait.session is None or jid not in wait.session.subscribed:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        r.publish(channel, "[" * 5000)
+        await asyncio.sleep(0.1)
+        assert not waited.done()
+        r.set(key, text)
+        r.publish(channel, "not json")
+        return await waited
+
+    assert asyncio.run(main()) == 4

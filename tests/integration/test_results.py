@@ -409,6 +409,73 @@ def test_a_result_not_stored_in_time_is_a_timeout(config: wurk.Config) -> None:
     asyncio.run(main())
 
 
+def test_a_result_stored_before_a_wait_of_no_time_is_its_outcome(config: wurk.Config,
+                                                                  r: redis.Redis) -> None:
+    """A wait whose time ran out before its subscription was confirmed (a timeout of 0, or
+    shorter than a round trip) raised "stored no result within 0 s" for a result stored
+    before it was asked for."""
+    r.set("wurk:result:" + "d" * 24, json.dumps({"status": "succeeded", "value": 3}))
+    stored_already = wurk.ResultHandle("d" * 24, config)
+    missing = wurk.ResultHandle("e" * 24, config)
+    for timeout in (0, 0.00001):
+        assert stored_already.result(timeout=timeout) == 3
+        with pytest.raises(TimeoutError, match="stored no result"):
+            missing.result(timeout=timeout)
+
+    async def main() -> None:
+        for timeout in (0, 0.00001):
+            assert await stored_already.aresult(timeout=timeout) == 3
+            with pytest.raises(TimeoutError, match="stored no result"):
+                await missing.aresult(timeout=timeout)
+
+    asyncio.run(main())
+
+
+def test_a_timeout_that_is_no_number_of_seconds_is_refused_at_once(config: wurk.Config) -> None:
+    """NaN never ran out in async code (the wait hung for good) and timed out at once in
+    sync code; a text raised a bare TypeError from the deadline's arithmetic."""
+    handle = wurk.ResultHandle("f" * 24, config)
+
+    async def awaited(timeout: Any) -> Any:
+        return await asyncio.wait_for(handle.aresult(timeout=timeout), 2)
+
+    for bad, error in ((float("nan"), ValueError), ("5", TypeError), (True, TypeError)):
+        for look in (lambda b=bad: handle.result(timeout=b),
+                     lambda b=bad: asyncio.run(awaited(b))):
+            with pytest.raises(error, match="timeout is a number of seconds or None"):
+                look()
+    # A negative one is no time at all; infinity is no limit.
+    with pytest.raises(TimeoutError):
+        handle.result(timeout=-1)
+    with pytest.raises(TimeoutError, match="stored no result"):
+        asyncio.run(awaited(-1))
+
+    async def forever() -> None:
+        waited = asyncio.ensure_future(handle.aresult(timeout=float("inf")))
+        await asyncio.sleep(0.2)
+        assert not waited.done()
+        waited.cancel()
+
+    asyncio.run(forever())
+
+
+def test_a_result_is_forgotten_by_its_jid_only(config: wurk.Config, r: redis.Redis) -> None:
+    """docs/results.md: ``ResultQuery.delete(jid)`` (nothing asserted it). A jid that is no
+    text (``7``) deleted ``wurk:result:7`` and said nothing."""
+    query = wurk.api.ResultQuery(config)
+    handle = wurk.ResultHandle("g" * 24, config)
+    r.set("wurk:result:" + "g" * 24, json.dumps({"status": "succeeded", "value": 1}))
+    r.set("wurk:result:7", "kept")
+    assert handle.outcome() is not None
+    assert query.delete(handle) is True
+    assert handle.outcome() is None and query.find(handle) is None
+    assert query.delete(handle) is False
+    for bad in ("", None, 7):
+        with pytest.raises(ValueError, match="a jid is a non-empty string"):
+            query.delete(bad)  # type: ignore[arg-type]
+    assert r.get("wurk:result:7") == "kept"
+
+
 # -- records that cannot be read ----------------------------------------------------------------
 UNREADABLE = [
     (b"not json", "a stored result (a JSON object)"),

@@ -40,5 +40,7 @@ class ResultQuery:
 
     def delete(self, jid: str) -> bool:
         """Forget the outcome of ``jid``; True when there was one."""
+        if not isinstance(jid, str) or not jid:  # as ``find``: never another key
+            raise ValueError(f"a jid is a non-empty string, not {jid!r}")
         key = self.config.keys.result(jid)
         return bool(self.config.pool("api").run(lambda r: r.delete(key)))

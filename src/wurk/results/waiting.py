@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
+import os
 import threading
 import time
 import weakref
@@ -36,11 +38,12 @@ from typing import Any
 
 from .. import stored
 from ..config import Config
+from ..connections.pool import RedisPool
 from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
 from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
-from .store import Outcome, decode, find
+from .store import Outcome, afind, decode, find
 
 __all__ = ["LINGER", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome", "wait"]
 
@@ -64,6 +67,21 @@ def _timed_out(jid: str, timeout: float | None) -> TimeoutError:
     return TimeoutError(f"job {jid} stored no result within {timeout} s")
 
 
+def _limit(timeout: Any) -> float | None:
+    """``timeout`` as the seconds a wait takes at most (None: no limit; infinity is none
+    either, and a negative one is 0); a clear error for one that is no number of seconds
+    (NaN never ran out in async code, nor a text in sync code, which raised a bare
+    ``TypeError`` from the arithmetic)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"a result's timeout is a number of seconds or None, not "
+                        f"{timeout!r:.80}")
+    if math.isnan(timeout):
+        raise ValueError("a result's timeout is a number of seconds or None, not NaN")
+    return None if math.isinf(timeout) and timeout > 0 else max(0.0, float(timeout))
+
+
 def _remaining(deadline: float | None) -> float:
     if deadline is None:
         return READ_SLICE
@@ -78,14 +96,37 @@ def _text(value: Any) -> str:
 def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     """The outcome of ``jid`` once it is stored; ``TimeoutError`` after ``timeout`` seconds
     (None: no limit)."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    limit = _limit(timeout)
+    deadline = None if limit is None else time.monotonic() + limit
     pool = config.pool(WAIT_ROLE, size=WAIT_POOL_SIZE)
+    # A connection of the pool is waited for within the wait's own time (the pool's own
+    # wait would take socket_timeout, then say Redis is unavailable): the slots are its size.
+    slot = _slot(pool)
+    if not slot.acquire(timeout=None if deadline is None else
+                        max(0.0, deadline - time.monotonic())):
+        raise _timed_out(jid, timeout)
+    try:
+        return _wait_on(config, pool, jid, timeout, deadline)
+    finally:
+        slot.release()
+
+
+def _wait_on(config: Config, pool: RedisPool, jid: str, timeout: float | None,
+             deadline: float | None) -> Outcome | Invalid:
     pubsub = pool.client.pubsub()  # type: ignore[no-untyped-call]
+    looked = False  # the record read once the subscription was confirmed
     try:
         pubsub.subscribe(config.keys.result_channel(jid))
         while deadline is None or time.monotonic() < deadline:
             message = pubsub.get_message(timeout=_remaining(deadline))
+            looked = looked or (message is not None and message["type"] == "subscribe")
             found = _heard(config, jid, message)
+            if found is not None:
+                return found
+        if not looked:
+            # The time ran out before the confirmation came (a timeout of 0, or shorter than
+            # a round trip): a record stored before the wait is still its outcome.
+            found = find(config, jid)
             if found is not None:
                 return found
     except CONNECTION_ERRORS as exc:
@@ -93,6 +134,20 @@ def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     finally:
         pubsub.close()
     raise _timed_out(jid, timeout)
+
+
+# The sync waits one pool may hold at once: its size (per process: a fork starts afresh).
+_slots: weakref.WeakKeyDictionary[RedisPool, tuple[int, threading.BoundedSemaphore]] = \
+    weakref.WeakKeyDictionary()
+_slots_lock = threading.Lock()
+
+
+def _slot(pool: RedisPool) -> threading.BoundedSemaphore:
+    with _slots_lock:
+        held = _slots.get(pool)
+        if held is None or held[0] != os.getpid():
+            held = _slots[pool] = (os.getpid(), threading.BoundedSemaphore(pool.size))
+        return held[1]
 
 
 def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
@@ -103,7 +158,10 @@ def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
     if message["type"] == "subscribe":
         return find(config, jid)  # a key of another type is an ``Invalid``, not "none yet"
     if message["type"] == "message":
-        return decode(jid, message["data"])
+        found = decode(jid, message["data"])
+        # An announcement that cannot be read (not what ``record`` publishes: anyone may
+        # publish on the channel) is no outcome: the stored record is, if there is one.
+        return find(config, jid) if isinstance(found, Invalid) else found
     return None
 
 
@@ -131,6 +189,8 @@ class Listener:
         self.idle_since = clock.monotonic()
         self.channel_prefix = config.keys.result_channel("-")[:-1]
         self.waiters: dict[str, list[asyncio.Future[Outcome | Invalid]]] = {}
+        # Waiters whose record has not been read since their subscription was confirmed.
+        self.unlooked: set[asyncio.Future[Outcome | Invalid]] = set()
         self.session: _Session | None = None
         self.to_check: list[str] = []  # confirmed, their stored record not read yet
         self.sending = asyncio.Lock()  # one writer on the connection at a time
@@ -143,6 +203,7 @@ class Listener:
     async def wait(self, jid: str, timeout: float | None) -> Outcome | Invalid:
         future: asyncio.Future[Outcome | Invalid] = asyncio.get_running_loop().create_future()
         self.waiters.setdefault(jid, []).append(future)
+        self.unlooked.add(future)
         session = self.session
         if session is not None and jid in session.subscribed:
             # Subscribed already (another waiter's, maybe one that has gone): its outcome
@@ -152,11 +213,19 @@ class Listener:
         try:
             return await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:  # not the builtin one on 3.10
-            raise _timed_out(jid, timeout) from None
+            if future not in self.unlooked:
+                raise _timed_out(jid, timeout) from None
         finally:
             self._drop(jid, future)
+        # The time ran out before the record was read (a timeout of 0, or shorter than a
+        # round trip): a record stored before the wait is still its outcome.
+        found = await afind(self.config, jid)
+        if found is None:
+            raise _timed_out(jid, timeout)
+        return found
 
     def _drop(self, jid: str, future: asyncio.Future[Outcome | Invalid]) -> None:
+        self.unlooked.discard(future)
         futures = self.waiters.get(jid)
         if futures is not None and future in futures:
             futures.remove(future)
@@ -265,7 +334,11 @@ class Listener:
             self._check_soon(jid)
         elif message["type"] == "message":
             found = decode(jid, message["data"])
-            if found is not None:
+            if isinstance(found, Invalid):
+                # Not what ``record`` publishes: the stored record, if any, is the outcome.
+                if jid in self.waiters:
+                    self._check_soon(jid)
+            elif found is not None:
                 self._resolve(jid, found)
 
     async def _check(self) -> None:
@@ -281,6 +354,7 @@ class Listener:
                 raws = await pool.run(functools.partial(_records, names=names))
                 self.commands += 1
                 for jid, raw in zip(batch, raws, strict=True):
+                    self.unlooked.difference_update(self.waiters.get(jid, ()))
                     found = decode(jid, raw)
                     if found is not None:
                         self._resolve(jid, found)
@@ -376,4 +450,5 @@ def listener(config: Config) -> Listener:
 async def await_outcome(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     """The outcome of ``jid`` once it is stored, woken by the loop's listener;
     ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
-    return await listener(config).wait(jid, timeout)
+    limit = _limit(timeout)  # before a listener is made
+    return await listener(config).wait(jid, limit)
