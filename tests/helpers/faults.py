@@ -122,6 +122,17 @@ class InProcessWorker:
             alive["reaper"] = launcher.reaper.is_alive()
         return alive
 
+    def held(self) -> str:
+        """What its processors hold (jids by private list) and which threads live: for a
+        failure message."""
+        claims = self.launcher.claims
+        with claims._lock:
+            units = list(claims._units.values())
+        by_list: dict[str, list[str]] = {}
+        for key, unit in units:
+            by_list.setdefault(key, []).append(unit.jid or "?")
+        return f"{by_list or 'nothing'}, threads {self.threads_alive()}"
+
     def assert_healthy(self, concurrency: int) -> None:
         """No thread died and none was replaced (a replacement has a new serial)."""
         expected = sorted(f"wurk-default-{i}" for i in range(1, concurrency + 1))
@@ -168,6 +179,31 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
 def all_ran(pushed: Iterable[str], ledger: redis.Redis) -> Callable[[], bool]:
     wanted = set(pushed)
     return lambda: wanted <= set(ledger_runs(ledger))
+
+
+def whereabouts(jids: Iterable[str], server: redis.Redis, limit: int = 10) -> str:
+    """Where each of ``jids`` (the first ``limit``) is on ``server``: the keys holding it, for
+    a failure message that says where the jobs that never ran went."""
+    wanted = list(jids)[:limit]
+    found: dict[str, list[str]] = {jid: [] for jid in wanted}
+    for key in server.scan_iter(count=1000):
+        name = key.decode() if isinstance(key, bytes) else str(key)
+        kind = server.type(key)
+        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
+        if kind == "list":
+            members = server.lrange(key, 0, -1)
+        elif kind == "zset":
+            members = server.zrange(key, 0, -1)
+        elif kind == "hash":
+            members = server.hvals(key)
+        else:
+            continue
+        for member in members:
+            text = member.decode(errors="replace") if isinstance(member, bytes) else str(member)
+            for jid in wanted:
+                if jid in text:
+                    found[jid].append(name)
+    return "; ".join(f"{jid}: {', '.join(keys) or 'nowhere'}" for jid, keys in found.items())
 
 
 def outage_lines(records: Iterable[logging.LogRecord]) -> dict[str, tuple[int, int]]:

@@ -31,6 +31,7 @@ from tests.helpers.faults import (
     outage_lines,
     use_ledger,
     wait_until,
+    whereabouts,
 )
 from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
@@ -306,7 +307,13 @@ def test_a_failover_leaves_no_thread_talking_to_the_old_master(
         new.client().replicaof("NO", "ONE")  # promoted
         proxy.retarget(new.port)  # new connections reach the new master
         old.client().replicaof("127.0.0.1", new.port)  # demoted: refuses writes now
-        wait_until(all_ran(pushed, ledger), 30, "every job on the new master")
+        try:
+            wait_until(all_ran(pushed, ledger), 30, "every job on the new master")
+        except AssertionError as exc:  # say where the jobs that never ran are
+            missing = figures(pushed, ledger).missing
+            raise AssertionError(f"{exc}: {len(missing)} never ran; on the new master: "
+                                 f"{whereabouts(missing, new.client())}; the worker holds "
+                                 f"{worker.held()}") from None
         result = figures(pushed, ledger)
         print("\n" + result.line("failover"))
         # The writes the old master took after the replica stopped following are gone: the
