@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,13 +39,6 @@ scheduler_initial_wait: 0
 fetch_timeout: 0.5
 timeout: 1
 """
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    started = Processes(tmp_path)
-    yield started
-    started.stop()
 
 
 def runs(r: redis.Redis, key: str) -> list[dict[str, Any]]:

@@ -16,7 +16,6 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,13 +42,6 @@ timeout: 1
 swarm:
   count: 2
 """
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    started = Processes(tmp_path)
-    yield started
-    started.stop()
 
 
 def render() -> dict[str, dict[str, Any]]:
