@@ -600,6 +600,16 @@ class Config:
             value = getattr(self, name)
             if _not_seconds(value, zero=True):
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
+        if self.heartbeat_interval * 2 > self.heartbeat_ttl:
+            # The record must outlive a beat, with room for one more: else it expires between
+            # beats (other processes' reapers take the live process's jobs, which then run
+            # twice), and its processors stop fetching for a part of every interval, once the
+            # last beat no longer vouches for the record (``Heartbeat.wait_visible``).
+            raise ConfigError(
+                f"heartbeat_interval ({self.heartbeat_interval!r} s) must be at most half of "
+                f"heartbeat_ttl ({self.heartbeat_ttl!r} s): the process record would expire "
+                "between beats, and other processes would take this live one's running jobs "
+                "and run them again; raise heartbeat_ttl with it")
         if self.periodic_catch_up < MIN_CATCH_UP:
             raise ConfigError(f"periodic_catch_up must be at least {MIN_CATCH_UP} s, not "
                               f"{self.periodic_catch_up!r}: the leader pushes a tick a moment "

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from . import log as wurk_log
 from .config import Config, default_config
 from .errors import SwarmError
-from .runtime.signals import dump_threads
+from .runtime.signals import dump_threads, remote_signal
 
 if TYPE_CHECKING:
     from .launcher import Launcher
@@ -123,11 +123,16 @@ class InProcessWorker:
             self.stop()
 
     def _remote_signal(self, name: str) -> None:
-        if name == "TTIN":
+        # Read from Redis: an entry that is no signal's name is warned of cut and escaped
+        # (it was logged whole: ten megabytes in one line, or a newline forging a line).
+        checked = remote_signal(name)
+        if checked is None:
+            return
+        if checked == "TTIN":
             dump_threads()
         else:
             log.warning("in-process worker: ignoring remote %s; the host process owns quiet "
-                        "and stop", name)
+                        "and stop", checked)
 
     def __enter__(self) -> InProcessWorker:
         return self.start() if self.launcher is None else self

@@ -99,6 +99,25 @@ def test_remote_signals(config: wurk.Config, r: redis.Redis, action: str, signal
     assert 0 < r.ttl(f"{WURK_8}-signals") <= 60
 
 
+def test_a_signals_key_of_another_type_stops_no_quiet_all(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A process's ``<identity>-signals`` holding another type (written by hand) failed its
+    quiet with a WRONGTYPE naming no key, and the dashboard's Quiet All with it: the processes
+    after that one were never told. The key is deleted with a warning naming it, and the
+    signal sent to every process."""
+    from wurk.web.actions import process_action
+
+    heartbeat(r, WURK_8, info=info(WURK_8))
+    heartbeat(r, SIDEKIQ_7, info=info(SIDEKIQ_7))
+    r.set(f"{WURK_8}-signals", "a string, as a hand left it")  # sorted first
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert process_action(config, "quiet", None) == 2
+    assert f"{WURK_8}-signals held no list of remote signals" in caplog.text
+    for identity in (WURK_8, SIDEKIQ_7):
+        assert r.lrange(f"{identity}-signals", 0, -1) == ["TSTP"]
+        assert 0 < r.ttl(f"{identity}-signals") <= 60
+
+
 def test_embedded_processes_refuse_signals(config: wurk.Config, r: redis.Redis) -> None:
     heartbeat(r, WURK_8, info=info(WURK_8, embedded=True))
     (process,) = ProcessSet(config).iterate()

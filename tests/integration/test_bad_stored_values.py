@@ -63,6 +63,55 @@ def test_a_remote_signal_that_is_no_signal_is_ignored_with_a_warning(
         heartbeat.clear()
 
 
+def test_a_remote_signal_no_worker_obeys_is_named_in_a_warning(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A real signal's name that the worker traps no handler for (KILL, HUP, STOP) was
+    written to the signal pipe and dropped there without a word: whoever sent it saw nothing
+    happen and nothing said why. It is named in a warning now. ``SIGTSTP``, which Ruby's
+    ``Process.kill`` (what Sidekiq does with the entry) takes as TSTP, was ignored as unknown;
+    it quiets now, as on Sidekiq."""
+    pipe = SignalPipe()
+    identity = Identity.current()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=Counters(),
+                          info={"concurrency": 1}, on_signal=pipe.push)
+    key = config.keys.signals(str(identity))
+    try:
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            for name in ("KILL", "HUP", "STOP"):
+                r.lpush(key, name)
+                assert heartbeat.beat()
+                assert pipe.wait(0.05) == []
+                assert f"ignoring remote signal {name!r}: a worker obeys only TERM" \
+                    in caplog.text
+            r.lpush(key, "SIGTSTP")
+            assert heartbeat.beat()
+            assert pipe.wait(0.05) == ["TSTP"]
+    finally:
+        pipe.close()
+        heartbeat.clear()
+
+
+def test_an_in_process_workers_remote_signal_is_logged_cut_and_escaped(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """An in-process worker refuses remote quiet and stop, logging the entry it popped — whole
+    and as it was: ten megabytes pushed by hand made a ten-megabyte log line, and a newline
+    in it forged a line of its own. The entry is now cut and escaped, as a worker's is."""
+    worker = wurk.InProcessWorker(config)
+    identity = Identity.current()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=Counters(),
+                          info={"concurrency": 1}, on_signal=worker._remote_signal)
+    hostile = "NOPE\nwurk: forged line" + "X" * 10_000_000
+    r.lpush(config.keys.signals(str(identity)), hostile)
+    try:
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            assert heartbeat.beat()
+        assert f"ignoring unknown remote signal {hostile[:100]!r}" in caplog.text
+        assert len(caplog.text) < 2_000
+        assert "\nwurk: forged line" not in caplog.text
+    finally:
+        heartbeat.clear()
+
+
 # -- stats counters (stat:processed, stat:failed) ---------------------------------------------
 @pytest.mark.parametrize("hostile", ["not a number", "list"])
 def test_a_stats_counter_that_holds_no_count_stops_no_heartbeat(

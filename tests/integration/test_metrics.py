@@ -257,6 +257,7 @@ def test_what_ran_since_the_last_beat_is_written_at_exit(redis_server: Any,
     import time
 
     cfg = wurk.configure(redis_url=redis_server.url, heartbeat_interval=3600,
+                         heartbeat_ttl=7200,
                          fetch_timeout=0.2, timeout=1, concurrency=2, retain_history=0)
     wurk.job(name="Metrics::AtExit")(lambda key: r.incr(key))
     try:

@@ -172,6 +172,37 @@ def test_sidekiqs_api_reads_stats_retries_dead_and_processes_a_wurk_worker_wrote
         identity, "Interop::Slow", [60], "py")
 
 
+def test_sidekiqs_quiet_and_stop_reach_a_wurk_process(config: wurk.Config,
+                                                       r: redis.Redis) -> None:
+    """worker.md: a remote signal is picked up at the next heartbeat. Ruby's own
+    ``Sidekiq::Process#quiet!`` and ``#stop!`` (what Sidekiq's dashboard and scripts call)
+    reach a wurk process: its record is listed by Sidekiq's ProcessSet, and the TSTP and TERM
+    they push are popped, once each, at its next beats."""
+    from wurk.heartbeat import Heartbeat
+    from wurk.metrics.counters import Counters
+    from wurk.runtime.busy import Busy
+    from wurk.runtime.identity import Identity
+    from wurk.runtime.signals import SignalPipe
+
+    identity = Identity.current()
+    pipe = SignalPipe()
+    heartbeat = Heartbeat(config, identity, busy=Busy(), counters=Counters(),
+                          info={"concurrency": 1, "identity": str(identity),
+                                "hostname": identity.hostname, "pid": identity.pid,
+                                "queues": ["default"]}, on_signal=pipe.push)
+    try:
+        assert heartbeat.beat()
+        for action, name in (("quiet!", "TSTP"), ("stop!", "TERM")):
+            assert ruby("signal.rb", str(identity), action) == [str(identity)]
+            assert heartbeat.beat()
+            assert pipe.wait(0.5) == [name]
+            assert heartbeat.beat()
+            assert pipe.wait(0.05) == []  # acted on once
+    finally:
+        pipe.close()
+        heartbeat.clear()
+
+
 def test_sidekiqs_dashboard_lists_the_wurk_process_on_busy_and_its_failure_on_retries(
     tmp_path: Path, r: redis.Redis, processes: Processes, redis_server: Any
 ) -> None:

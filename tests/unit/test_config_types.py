@@ -78,3 +78,17 @@ def test_every_true_or_false_setting_is_type_checked() -> None:
 
     flags = {f.name for f in fields(Config) if f.init and f.type in ("bool", bool)}
     assert flags <= set(_FLAG_SETTINGS)
+
+
+@pytest.mark.parametrize(("interval", "ttl"), [(120, 60), (60, 60), (45, 60), (2, 3)])
+def test_a_heartbeat_interval_the_record_does_not_outlive_is_refused(interval: float,
+                                                                     ttl: int) -> None:
+    """``heartbeat_interval: 120`` (or 45 beside the 60 s ``heartbeat_ttl``) was taken: the
+    process record expired between beats, so other processes' reapers took the live
+    process's running jobs and ran them again, and its own processors stopped fetching once
+    the last beat no longer vouched for the record, for part of every interval."""
+    with pytest.raises(ConfigError, match=r"heartbeat_interval .* must be at most half of "
+                                          r"heartbeat_ttl"):
+        Config.from_mapping({"heartbeat_interval": interval, "heartbeat_ttl": ttl})
+    Config.from_mapping({"heartbeat_interval": interval, "heartbeat_ttl": 2 * interval})
+    Config.from_mapping({"heartbeat_interval": 30})  # half the default ttl: taken

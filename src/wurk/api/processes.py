@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+import redis
+
 from .. import stored as values
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
+from ..connections.replies import raise_refusal, reply_code
 from ..errors import InspectionError
 from ..stored import Invalid
 from .queues import sscan_page
@@ -165,13 +168,25 @@ class Process:
             )
         key = self.config.keys.signals(self.identity)
 
-        def send(r: Any) -> None:
+        def send(r: Any, replace: bool = False) -> list[Any]:
             pipe = r.pipeline(transaction=True)
+            if replace:
+                pipe.delete(key)
             pipe.lpush(key, SIGNALS[action])
             pipe.expire(key, SIGNAL_TTL_SECONDS)
-            pipe.execute()
+            return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
-        self.config.pool("api").run(send)  # a replay would deliver the signal twice
+        pool = self.config.pool("api")
+        pushed = pool.run(send)[0]  # a replay would deliver the signal twice
+        if isinstance(pushed, redis.ResponseError) and reply_code(pushed) == "WRONGTYPE":
+            # Written by anyone: it failed the push with a WRONGTYPE naming no key, and the
+            # dashboard's "Quiet All" with it, leaving the processes after this one running.
+            # Its owner deletes such a key at its next beat; so does this, to say it.
+            log.warning("%s held no list of remote signals (written by something else); "
+                        "deleted, and the %s signal sent", key, SIGNALS[action])
+            pushed = pool.run(partial(send, replace=True))[1]
+        if isinstance(pushed, redis.ResponseError):
+            raise_refusal(pushed, pool.url)
 
     def _is_embedded(self) -> bool:
         """Whether it is embedded; a ``Process(identity)`` not read yet reads its record."""

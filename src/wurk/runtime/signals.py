@@ -5,7 +5,10 @@
 2. ``wait(timeout)`` returns the names of the signals received, blocking on the pipe.
 3. ``push(name)`` queues a signal from elsewhere (the heartbeat's remote signals) on the
    same path, so local and remote signals are handled alike; from any thread, and after
-   ``close`` it does nothing.
+   ``close`` it does nothing. A remote name is checked first (``remote_signal``): only the
+   signals of ``HANDLED`` count (with or without Ruby's ``SIG`` prefix); any other entry —
+   no signal's name, or a signal a worker does not act on (``KILL``, ``HUP``) — is ignored
+   with a warning naming it, cut and escaped.
 4. ``serve(launcher, pipe)``: a worker's main loop. The first TERM or INT stops the
    launcher (waiting up to its timeout for running jobs); while it does, a watcher thread
    keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
@@ -33,7 +36,7 @@ from .. import log as wurk_log
 from ..log import VERBATIM
 
 __all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
-           "dump_threads", "reopen_logs", "serve", "stop_watched"]
+           "dump_threads", "remote_signal", "reopen_logs", "serve", "stop_watched"]
 
 log = logging.getLogger("wurk")
 
@@ -84,12 +87,10 @@ class SignalPipe:
             os.write(self._write, bytes([number]))
 
     def push(self, name: str) -> None:
-        # A remote signal's name is read from Redis: only a signal's own name counts, not
-        # the signal module's other SIG names (SIG_DFL, SIG_SETMASK: 0 and 2 as numbers).
-        number = signal.Signals.__members__.get(f"SIG{name}")
-        if number is None:
-            log.warning("ignoring unknown remote signal %r", name[:REMOTE_NAME_SHOWN])
+        checked = remote_signal(name)  # the signals a worker acts on, trapped here or not
+        if checked is None:
             return
+        number = signal.Signals[f"SIG{checked}"]
         with self._guard():
             if not self._closed:  # closed: nobody reads it any more
                 self._handle(int(number), None)
@@ -118,6 +119,27 @@ class SignalPipe:
             self._closed = True
             os.close(self._read)
             os.close(self._write)
+
+
+def remote_signal(name: str, handled: tuple[str, ...] = HANDLED) -> str | None:
+    """A remote signal's name, as read from Redis (anyone may write it), checked: one of
+    ``handled``, written as Sidekiq's API writes it (``TSTP``) or as Ruby's ``Process.kill``
+    also takes it (``SIGTSTP``); else None, after a warning naming the entry (its first
+    ``REMOTE_NAME_SHOWN`` characters, escaped). Only a signal's own name counts, not the
+    signal module's other SIG names (SIG_DFL, SIG_SETMASK: 0 and 2 as numbers); a real
+    signal this process does not trap (KILL, HUP) was written to the pipe and dropped there
+    without a word."""
+    bare = name.removeprefix("SIG")
+    known = f"SIG{bare}" in signal.Signals.__members__
+    if known and bare in handled:
+        return bare
+    shown = name[:REMOTE_NAME_SHOWN]
+    if known:
+        log.warning("ignoring remote signal %r: a worker obeys only %s", shown,
+                    ", ".join(handled))
+    else:
+        log.warning("ignoring unknown remote signal %r", shown)
+    return None
 
 
 class _Quietable(Protocol):
