@@ -280,3 +280,32 @@ def test_enter_answers_yes_escape_no_and_a_job_moved_first_is_not_counted(
         assert RetrySet(config).size() == 1 and Queue("default", config).size() == 7
 
     drive(config, scenario)
+
+
+def test_a_queues_own_screen_pages_to_either_end_selects_all_and_escape_clears_first(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """Help lists ``g / G`` and ``x / A`` on a queue's screen, and tui.md says Escape clears
+    the selection before it goes back: each does what it says there too."""
+    r.rpush("queue:default", *(json.dumps({"class": "Bulk", "args": [n], "queue": "default",
+                                           "jid": f"{n:024x}", "enqueued_at": time.time()})
+                               for n in range(30)))  # 36 jobs: two pages
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "queues")
+        await press(app, pilot, "j", "enter")
+        assert isinstance(app.screen, QueueScreen) and app.screen.page == 1
+        await press(app, pilot, "G")
+        assert app.screen.page == 2 and "page 2 of 2" in shown(app)
+        await press(app, pilot, "g")
+        assert app.screen.page == 1 and "page 1 of 2" in shown(app)
+        await press(app, pilot, "A", "escape")  # the selection cleared; still here
+        assert isinstance(app.screen, QueueScreen) and not app.screen.table.selected
+        await press(app, pilot, "A")
+        assert len(app.screen.table.selected) == 25
+        question = await confirm(app, pilot, "D")
+        assert question == "Delete these 25 jobs from queue default?"
+        assert Queue("default", config).size() == 11 and app.done[-1] == "Deleted 25 jobs."
+        await press(app, pilot, "escape")
+        assert not isinstance(app.screen, QueueScreen)
+
+    drive(config, scenario)
