@@ -309,3 +309,27 @@ def test_a_queues_own_screen_pages_to_either_end_selects_all_and_escape_clears_f
         assert not isinstance(app.screen, QueueScreen)
 
     drive(config, scenario)
+
+
+def test_a_selected_job_a_refresh_moves_off_the_page_is_still_the_one_acted_on(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """Actions are exact: 25 retries due sooner arrive after a job was selected, pushing it
+    to page 2; the selection still names it, and the cursor's new row is left alone."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "retries")
+        chosen = RetrySet(config).page(0, 1)[0].jid
+        await press(app, pilot, "x")
+        soon = time.time() - 1000
+        r.zadd("retry", {json.dumps({"class": "Early", "args": [n], "queue": "default",
+                                     "jid": f"e{n:023x}", "retry_count": 1,
+                                     "error_class": "E", "error_message": "m"}): soon + n
+                         for n in range(25)})
+        await press(app, pilot, "r")
+        assert sheet_rows(app, "#retries-list")[0][3] == "Early"  # the page moved on
+        assert await confirm(app, pilot, "D") == "Delete the selected job in Retries?"
+        assert app.done[-1] == "Deleted 1 job."
+        left = {entry.jid for entry in RetrySet(config).page(0, 100)}
+        assert chosen not in left and len(left) == 27
+
+    drive(config, scenario)
