@@ -333,3 +333,25 @@ def test_a_selected_job_a_refresh_moves_off_the_page_is_still_the_one_acted_on(
         assert chosen not in left and len(left) == 27
 
     drive(config, scenario)
+
+
+def test_a_push_while_a_queue_is_open_leaves_the_cursor_and_the_action_on_its_job(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """tui.md: "the cursor stays on the row it was on": a queue's screen lists newest first,
+    so each push shifts every job's place; the cursor keeps to its job, and D deletes it."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "queues")
+        await press(app, pilot, "j", "enter", "down", "down")
+        assert isinstance(app.screen, QueueScreen)
+        looked_at = r.lindex("queue:default", 2)
+        r.lpush("queue:default", json.dumps({"class": "Newer", "args": [], "jid": "n" * 24,
+                                             "queue": "default"}))
+        await press(app, pilot, "r")
+        assert sheet_rows(app, "#queue-jobs")[0][1] == "Newer"
+        await confirm(app, pilot, "D")
+        assert app.done[-1] == "Deleted 1 job."
+        left = r.lrange("queue:default", 0, -1)
+        assert looked_at not in left and len(left) == 6
+
+    drive(config, scenario)

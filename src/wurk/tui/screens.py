@@ -322,9 +322,12 @@ class QueueScreen(DetailScreen):
                             "  paused" if found["paused"] else "",
                             f"  page {found['page']:,} of {found['pages']:,}")
         self.put(title, [])
+        # Keyed by the job's digest (and partition), not its place: a push shifts every
+        # place, and the cursor and the selection stay on the jobs they were on.
         self.sheet().show([Row(job["key"], [
             T.cell(job["display_class"]), T.cell(T.brief(job["display_args"])),
-            T.ago(job["enqueued_at"]), T.cell(job["jid"])]) for job in found["jobs"]])
+            T.ago(job["enqueued_at"]), T.cell(job["jid"])],
+            anchor=str(job["key"]).partition("-")[2]) for job in found["jobs"]])
 
     def question(self, act: Act, targets: Sequence[str]) -> str:
         jobs = "this job" if len(targets) == 1 else f"these {len(targets)} jobs"

@@ -46,6 +46,9 @@ class Column:
 class Row:
     ident: str  # what an action on this row names (kept whole)
     cells: Sequence[Text]
+    # What stays the same while the row moves, when the ident does not (a queued job's
+    # ident holds its place in the list, which each push shifts): keys the row instead.
+    anchor: str | None = None
 
 
 def _row_key(ident: str) -> str:
@@ -62,7 +65,7 @@ def _row_keys(rows: Sequence[Row]) -> list[str]:
     taken: set[str] = set()
     repeats: dict[str, int] = {}
     for row in rows:
-        key = base = _row_key(row.ident)
+        key = base = _row_key(row.ident if row.anchor is None else row.anchor)
         while key in taken:
             repeats[base] = repeats.get(base, 1) + 1
             key = f"{base}#{repeats[base]}"
@@ -165,7 +168,7 @@ class Sheet(DataTable[Text]):
         if self.selected:
             shown = [key for key in self.idents if key in self.selected]
             away = [key for key in self.picked if key in self.selected and key not in shown]
-            return [self.picked[key] for key in shown + away]
+            return [self.idents[key] for key in shown] + [self.picked[key] for key in away]
         here = self.current()
         return [] if here is None else [here]
 
