@@ -355,3 +355,19 @@ def test_a_push_while_a_queue_is_open_leaves_the_cursor_and_the_action_on_its_jo
         assert looked_at not in left and len(left) == 6
 
     drive(config, scenario)
+
+
+def test_j_and_k_move_between_a_queues_jobs_and_d_deletes_the_one_reached(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """Help lists "↑ ↓, j / k: move between rows" everywhere; a queue's screen too."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "queues")
+        await press(app, pilot, "j", "enter", "j", "j", "j", "k")
+        assert isinstance(app.screen, QueueScreen) and app.screen.table.cursor_row == 2
+        reached = r.lindex("queue:default", 2)
+        await confirm(app, pilot, "D")
+        left = r.lrange("queue:default", 0, -1)
+        assert reached not in left and len(left) == 5
+
+    drive(config, scenario)

@@ -120,7 +120,9 @@ class DetailScreen(Screen[None], View):
         Binding("g", "edge(0)", "First page", show=False),
         Binding("G", "edge(1)", "Last page", show=False),
         Binding("x", "select", "Select", show=False),
-        Binding("A", "select_all", "Select all", show=False)]
+        Binding("A", "select_all", "Select all", show=False),
+        Binding("j", "row(1)", "Down", show=False),
+        Binding("k", "row(-1)", "Up", show=False)]
 
     def on_mount(self) -> None:
         # Drawn at once from what the app holds (its masthead and totals) with a title saying
@@ -147,7 +149,17 @@ class DetailScreen(Screen[None], View):
         if action in ("select", "select_all"):
             found = self.sheet()
             return found is not None and found.selectable
+        if action == "row":
+            return self.sheet() is not None
         return True
+
+    def action_row(self, step: int) -> None:
+        found = self.sheet()
+        if found is not None:
+            if step > 0:
+                found.action_cursor_down()
+            else:
+                found.action_cursor_up()
 
     def action_turn(self, step: int) -> None:
         if (step > 0 and self.page >= self.pages) or not self.turn(self.page + step):
