@@ -280,3 +280,94 @@ def test_enter_answers_yes_escape_no_and_a_job_moved_first_is_not_counted(
         assert RetrySet(config).size() == 1 and Queue("default", config).size() == 7
 
     drive(config, scenario)
+
+
+def test_a_queues_own_screen_pages_to_either_end_selects_all_and_escape_clears_first(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """Help lists ``g / G`` and ``x / A`` on a queue's screen, and tui.md says Escape clears
+    the selection before it goes back: each does what it says there too."""
+    r.rpush("queue:default", *(json.dumps({"class": "Bulk", "args": [n], "queue": "default",
+                                           "jid": f"{n:024x}", "enqueued_at": time.time()})
+                               for n in range(30)))  # 36 jobs: two pages
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "queues")
+        await press(app, pilot, "j", "enter")
+        assert isinstance(app.screen, QueueScreen) and app.screen.page == 1
+        await press(app, pilot, "G")
+        assert app.screen.page == 2 and "page 2 of 2" in shown(app)
+        await press(app, pilot, "g")
+        assert app.screen.page == 1 and "page 1 of 2" in shown(app)
+        await press(app, pilot, "A", "escape")  # the selection cleared; still here
+        assert isinstance(app.screen, QueueScreen) and not app.screen.table.selected
+        await press(app, pilot, "A")
+        assert len(app.screen.table.selected) == 25
+        question = await confirm(app, pilot, "D")
+        assert question == "Delete these 25 jobs from queue default?"
+        assert Queue("default", config).size() == 11 and app.done[-1] == "Deleted 25 jobs."
+        await press(app, pilot, "escape")
+        assert not isinstance(app.screen, QueueScreen)
+
+    drive(config, scenario)
+
+
+def test_a_selected_job_a_refresh_moves_off_the_page_is_still_the_one_acted_on(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """Actions are exact: 25 retries due sooner arrive after a job was selected, pushing it
+    to page 2; the selection still names it, and the cursor's new row is left alone."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "retries")
+        chosen = RetrySet(config).page(0, 1)[0].jid
+        await press(app, pilot, "x")
+        soon = time.time() - 1000
+        r.zadd("retry", {json.dumps({"class": "Early", "args": [n], "queue": "default",
+                                     "jid": f"e{n:023x}", "retry_count": 1,
+                                     "error_class": "E", "error_message": "m"}): soon + n
+                         for n in range(25)})
+        await press(app, pilot, "r")
+        assert sheet_rows(app, "#retries-list")[0][3] == "Early"  # the page moved on
+        assert await confirm(app, pilot, "D") == "Delete the selected job in Retries?"
+        assert app.done[-1] == "Deleted 1 job."
+        left = {entry.jid for entry in RetrySet(config).page(0, 100)}
+        assert chosen not in left and len(left) == 27
+
+    drive(config, scenario)
+
+
+def test_a_push_while_a_queue_is_open_leaves_the_cursor_and_the_action_on_its_job(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """tui.md: "the cursor stays on the row it was on": a queue's screen lists newest first,
+    so each push shifts every job's place; the cursor keeps to its job, and D deletes it."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "queues")
+        await press(app, pilot, "j", "enter", "down", "down")
+        assert isinstance(app.screen, QueueScreen)
+        looked_at = r.lindex("queue:default", 2)
+        r.lpush("queue:default", json.dumps({"class": "Newer", "args": [], "jid": "n" * 24,
+                                             "queue": "default"}))
+        await press(app, pilot, "r")
+        assert sheet_rows(app, "#queue-jobs")[0][1] == "Newer"
+        await confirm(app, pilot, "D")
+        assert app.done[-1] == "Deleted 1 job."
+        left = r.lrange("queue:default", 0, -1)
+        assert looked_at not in left and len(left) == 6
+
+    drive(config, scenario)
+
+
+def test_j_and_k_move_between_a_queues_jobs_and_d_deletes_the_one_reached(
+        config: wurk.Config, world: World, r: redis.Redis) -> None:
+    """Help lists "↑ ↓, j / k: move between rows" everywhere; a queue's screen too."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        await tab(app, pilot, "queues")
+        await press(app, pilot, "j", "enter", "j", "j", "j", "k")
+        assert isinstance(app.screen, QueueScreen) and app.screen.table.cursor_row == 2
+        reached = r.lindex("queue:default", 2)
+        await confirm(app, pilot, "D")
+        left = r.lrange("queue:default", 0, -1)
+        assert reached not in left and len(left) == 5
+
+    drive(config, scenario)

@@ -407,7 +407,9 @@ def test_redis_lost_while_it_runs_keeps_the_last_numbers_until_it_answers_again(
                 assert "Redis cannot be reached right now" in screen.splitlines()[0]
                 assert "Processed 1,234" in screen and "Import::Row" in screen  # kept
                 await confirm(app, pilot, "R")
-                assert app.done[-1].startswith("Retry failed: Redis cannot be reached")
+                assert app.done[-1].startswith("Retry failed: Redis cannot be reached (")
+                # the masthead's reads are retried; an action is not, and says so
+                assert app.done[-1].endswith("); not tried again"), app.done[-1]
                 assert r.zcard("retry") == 3 and r.llen("queue:default") == 6  # nothing
             r.set("stat:processed", 4321)
             app.request_refresh()  # a tick

@@ -506,8 +506,11 @@ class TopApp(App[None]):
         except Refused as exc:
             return Done(view, act, str(exc), False)
         except Exception as exc:
-            if not isinstance(exc, (redis.RedisError, WurkError)):
-                log.debug("wurk top: an action failed", exc_info=True)
+            if isinstance(exc, (redis.RedisError, WurkError)):
+                # Unlike a read, an action is never tried again on its own: say so.
+                return Done(view, act, f"{act.verb} failed: Redis cannot be reached "
+                            f"({T.plain(exc, 160)}); not tried again", False)
+            log.debug("wurk top: an action failed", exc_info=True)
             return Done(view, act, f"{act.verb} failed: {describe(exc)}", False)
 
     def _finished(self, done: Done) -> None:

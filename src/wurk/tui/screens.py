@@ -32,7 +32,7 @@ from . import operations, reads
 from . import text as T
 from .operations import Act
 from .sheet import Column, Row, Sheet
-from .view import View
+from .view import LAST_PAGE, View
 
 __all__ = ["ACT_BINDINGS", "ACT_KEYS", "BatchScreen", "ConfirmScreen", "DetailScreen",
            "EntryScreen", "HelpScreen", "LoopScreen", "Masthead", "QueueScreen", "TotalsLine"]
@@ -114,10 +114,15 @@ class DetailScreen(Screen[None], View):
     """A screen opened from a tab; the app refreshes and acts through it."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        *ACT_BINDINGS, Binding("escape", "app.pop_screen", "Back"),
+        *ACT_BINDINGS, Binding("escape", "back", "Back"),
         Binding("h", "turn(-1)", "Page", key_display="h/l"),
         Binding("l", "turn(1)", "Next page", show=False),
-        Binding("x", "select", "Select", show=False)]
+        Binding("g", "edge(0)", "First page", show=False),
+        Binding("G", "edge(1)", "Last page", show=False),
+        Binding("x", "select", "Select", show=False),
+        Binding("A", "select_all", "Select all", show=False),
+        Binding("j", "row(1)", "Down", show=False),
+        Binding("k", "row(-1)", "Up", show=False)]
 
     def on_mount(self) -> None:
         # Drawn at once from what the app holds (its masthead and totals) with a title saying
@@ -139,13 +144,34 @@ class DetailScreen(Screen[None], View):
             yield Static(id="detail-body")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("turn", "select"):
+        if action in ("turn", "edge"):
             return self.pageable
+        if action in ("select", "select_all"):
+            found = self.sheet()
+            return found is not None and found.selectable
+        if action == "row":
+            return self.sheet() is not None
         return True
+
+    def action_row(self, step: int) -> None:
+        found = self.sheet()
+        if found is not None:
+            if step > 0:
+                found.action_cursor_down()
+            else:
+                found.action_cursor_up()
 
     def action_turn(self, step: int) -> None:
         if (step > 0 and self.page >= self.pages) or not self.turn(self.page + step):
             return
+        self._reread()
+
+    def action_edge(self, last: int) -> None:
+        """``g``: the first page; ``G``: the last (clamped when read)."""
+        if self.turn(LAST_PAGE if last else 1):
+            self._reread()
+
+    def _reread(self) -> None:
         refresh = getattr(self.app, "request_refresh", None)
         if refresh is not None:
             refresh(force=True)
@@ -154,6 +180,19 @@ class DetailScreen(Screen[None], View):
         found = self.sheet()
         if found is not None:
             found.toggle()
+
+    def action_select_all(self) -> None:
+        found = self.sheet()
+        if found is not None:
+            found.toggle(everything=True)
+
+    def action_back(self) -> None:
+        """Escape: clear the selection, else go back to the tab."""
+        found = self.sheet()
+        if found is not None and found.selected:
+            found.unselect()
+        else:
+            self.app.pop_screen()
 
     def put(self, title: Text, lines: Sequence[Text]) -> None:
         self.query_one("#detail-title", Static).update(title)
@@ -295,9 +334,12 @@ class QueueScreen(DetailScreen):
                             "  paused" if found["paused"] else "",
                             f"  page {found['page']:,} of {found['pages']:,}")
         self.put(title, [])
+        # Keyed by the job's digest (and partition), not its place: a push shifts every
+        # place, and the cursor and the selection stay on the jobs they were on.
         self.sheet().show([Row(job["key"], [
             T.cell(job["display_class"]), T.cell(T.brief(job["display_args"])),
-            T.ago(job["enqueued_at"]), T.cell(job["jid"])]) for job in found["jobs"]])
+            T.ago(job["enqueued_at"]), T.cell(job["jid"])],
+            anchor=str(job["key"]).partition("-")[2]) for job in found["jobs"]])
 
     def question(self, act: Act, targets: Sequence[str]) -> str:
         jobs = "this job" if len(targets) == 1 else f"these {len(targets)} jobs"

@@ -9,7 +9,8 @@
    puts the cursor back on the row it was on (or where that row was), keeping the scroll.
 3. Rows are named by what an action needs (an entry's key, a queue's name, a process's
    identity): ``current()`` is the row under the cursor, ``chosen()`` the selected rows
-   (``x`` toggles one, ``A`` all of the page) or else the cursor's. A stored name of any
+   (``x`` toggles one, ``A`` all of the page) or else the cursor's; a selected row a
+   refresh moves off the page stays selected, by the name it had when selected. A stored name of any
    length is kept whole for the action but names its row by a short digest. Two rows
    named alike (two stored names that are not UTF-8 and read as the same text, or parts
    joined into one name) each get a key of their own: a table never holds a key twice.
@@ -45,6 +46,9 @@ class Column:
 class Row:
     ident: str  # what an action on this row names (kept whole)
     cells: Sequence[Text]
+    # What stays the same while the row moves, when the ident does not (a queued job's
+    # ident holds its place in the list, which each push shifts): keys the row instead.
+    anchor: str | None = None
 
 
 def _row_key(ident: str) -> str:
@@ -61,7 +65,7 @@ def _row_keys(rows: Sequence[Row]) -> list[str]:
     taken: set[str] = set()
     repeats: dict[str, int] = {}
     for row in rows:
-        key = base = _row_key(row.ident)
+        key = base = _row_key(row.ident if row.anchor is None else row.anchor)
         while key in taken:
             repeats[base] = repeats.get(base, 1) + 1
             key = f"{base}#{repeats[base]}"
@@ -86,6 +90,9 @@ class Sheet(DataTable[Text]):
         self.keys_shown: list[str] = []  # their row keys (a digest is computed once a read)
         self.idents: dict[str, str] = {}
         self.selected: set[str] = set()  # row keys
+        # What each selected row named when it was selected: a refresh that moves a selected
+        # entry off the page (newer entries before it) keeps it selected, by its stored name.
+        self.picked: dict[str, str] = {}
         self.rebuilds = 0  # times rows came or went (the table rebuilt in one frame)
         self._fitted_to = -1
 
@@ -124,7 +131,6 @@ class Sheet(DataTable[Text]):
         keys = _row_keys(rows)
         old = self.keys_shown
         self.idents = {key: row.ident for key, row in zip(keys, rows, strict=True)}
-        self.selected &= set(keys)
         if keys == old and len(keys) == self.row_count:
             for key, row in zip(keys, rows, strict=True):
                 for spec, value in zip(self.specs, self._cells(key, row), strict=True):
@@ -160,7 +166,9 @@ class Sheet(DataTable[Text]):
     def chosen(self) -> list[str]:
         """The selected rows' idents in row order, or else the cursor's."""
         if self.selected:
-            return [self.idents[key] for key in self.idents if key in self.selected]
+            shown = [key for key in self.idents if key in self.selected]
+            away = [key for key in self.picked if key in self.selected and key not in shown]
+            return [self.idents[key] for key in shown] + [self.picked[key] for key in away]
         here = self.current()
         return [] if here is None else [here]
 
@@ -170,12 +178,18 @@ class Sheet(DataTable[Text]):
             return
         if everything:
             self.selected = set() if self.selected else set(self.idents)
+            self.picked = {key: self.idents[key] for key in self.selected}
         else:
             key = self.current_key()
-            if key is not None:
+            if key is not None and key in self.idents:
                 self.selected ^= {key}
+                if key in self.selected:
+                    self.picked[key] = self.idents[key]
+                else:
+                    self.picked.pop(key, None)
         self.show(self.rows_shown)
 
     def unselect(self) -> None:
         self.selected = set()
+        self.picked = {}
         self.show(self.rows_shown)
