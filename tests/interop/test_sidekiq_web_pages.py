@@ -66,10 +66,10 @@ def fill(other: wurk.Config) -> dict[str, str]:
     hour = time.time() + 3600
     jids["plain"] = J.record.set(queue="waiting").perform_async(1, "two")
     jids["plain_other"] = str(wurk.Client(other).push(
-        {"class": "Web::Record", "queue": "waiting", "args": ["other format"]}))
+        {"class": "RubyWeb::Record", "queue": "waiting", "args": ["other format"]}))
     jids["scheduled"] = J.record.set(queue="waiting").perform_at(hour, "later")
     jids["scheduled_other"] = str(wurk.Client(other).push(
-        {"class": "Web::Record", "queue": "waiting", "args": ["later other"], "at": hour}))
+        {"class": "RubyWeb::Record", "queue": "waiting", "args": ["later other"], "at": hour}))
     jids["tagged"] = J.record.set(queue="waiting", tags=["alpha", "beta"]).perform_async(3)
     jids["unique"] = str(J.record.set(queue="waiting", unique_for=600).perform_async(4))
     jids["expiring"] = J.record.set(queue="waiting", expires_in=600).perform_async(5)
@@ -160,23 +160,24 @@ def test_every_page_of_sidekiqs_dashboard_renders_what_each_wurk_feature_wrote(
         assert path in body
     waiting = body["/queues/waiting"]
     assert "Current jobs in waiting" in waiting and jids["workflow"].startswith("wf-")
-    for expected in ('1, "two"', '"other format"', '"in batch"', '"tick"', "Web::Result",
-                  "Web::Profiled", "Web::Step", "alpha", "beta", "[encrypted data]"):
+    for expected in ('1, "two"', '"other format"', '"in batch"', '"tick"', "RubyWeb::Result",
+                  "RubyWeb::Profiled", "RubyWeb::Step", "alpha", "beta", "[encrypted data]"):
         assert expected in waiting, expected
     assert "4111" not in waiting  # the encrypted argument stays sealed
-    assert "Web::Record" in body["/queues/paused"]
+    assert "RubyWeb::Record" in body["/queues/paused"]
     scheduled = body["/scheduled"]
-    for expected in ('"later"', '"later other"', '"later batch"', "Web::Limited"):
+    for expected in ('"later"', '"later other"', '"later batch"', "RubyWeb::Limited"):
         assert expected in scheduled, expected
     retries = body["/retries"]
-    for text in ("Web::Fail", "Web::Export", "Web::Secret", "ValueError", "red", "Web::Flaky"):
+    for text in ("RubyWeb::Fail", "RubyWeb::Export", "RubyWeb::Secret", "ValueError", "red",
+                 "RubyWeb::Flaky"):
         assert text in retries, text
-    assert "Web::Die" in body["/morgue"] and "RuntimeError: web death" in body["/morgue"]
+    assert "RubyWeb::Die" in body["/morgue"] and "RuntimeError: web death" in body["/morgue"]
     (flaky,) = [page for path, page in body.items()
-                if path.startswith("/retries/") and "Web::Flaky" in page]
+                if path.startswith("/retries/") and "RubyWeb::Flaky" in page]
     assert "web_jobs.py" in flaky  # the backtrace wurk stored, uncompressed by Ruby
     busy = body["/busy"]
-    assert jids["slow"] in busy and "Web::SlowAsync" in busy
+    assert jids["slow"] in busy and "RubyWeb::SlowAsync" in busy
     assert busy.count("swarmq") == 2 and "embedded" in busy
     stats = json.loads(pages["/stats"]["body"])
     assert stats["sidekiq"]["retries"] >= 5 and stats["sidekiq"]["dead"] >= 1
