@@ -61,11 +61,13 @@ def test_retries_retry_kill_and_delete_one_the_selected_or_all(
     async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
         await tab(app, pilot, "retries")
         question = await confirm(app, pilot, "R", "n")  # asked, answered no: nothing done
-        assert question == "Retry the job under the cursor in Retries?"
         assert RetrySet(config).size() == 3 and Queue("default", config).size() == 6
         await confirm(app, pilot, "R")
         assert RetrySet(config).size() == 2 and Queue("default", config).size() == 7
         pushed = json.loads(r.lindex("queue:default", 0) or "{}")
+        # the question named the job the answer then acted on
+        assert question == f"Retry {pushed['class']} (jid {pushed['jid']}) under the cursor " \
+                           "in Retries?"
         assert pushed["args"] == [0, "two"] and pushed["retry_count"] == 1  # a run on us
         assert "Retried 1 job." in app.done
         await press(app, pilot, "x", "j", "x")

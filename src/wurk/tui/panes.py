@@ -308,6 +308,7 @@ class SetPane(Pane):
         self.kind, self.key, self.caption = kind, kind, found.title
         self.acts = operations.set_acts(found.actions)
         self.total = 0
+        self.names: dict[str, str] = {}  # each row's job as a question names it
         super().__init__()
 
     def make_table(self) -> Sheet:
@@ -343,6 +344,9 @@ class SetPane(Pane):
             f" matching {quoted(self.substr, 30)}" if self.substr else "",
             " (the first ones only: narrow it down)" if found["truncated"] else "",
             f"  page {found['page']:,} of {found['pages']:,}"))
+        self.names = {entry["key"]: f"{T.plain(entry['display_class'], 60)} "
+                                    f"(jid {T.plain(entry['jid'], 40)})"
+                      for entry in found["entries"]}
         self.sheet().show([self._row(entry) for entry in found["entries"]])
 
     def _row(self, entry: dict[str, Any]) -> Row:
@@ -356,8 +360,11 @@ class SetPane(Pane):
         return Row(entry["key"], cells)
 
     def question(self, act: Act, targets: Sequence[str]) -> str:
-        what = "the job under the cursor" if len(targets) == 1 and not self.sheet().selected \
-            else f"the {len(targets)} selected jobs" if len(targets) > 1 else "the selected job"
+        if len(targets) == 1 and not self.sheet().selected:
+            # named, so a person can check what the answer acts on
+            what = f"{self.names.get(targets[0], 'the job')} under the cursor"
+        else:
+            what = f"the {len(targets)} selected jobs" if len(targets) > 1 else "the selected job"
         return f"{act.verb} {what} in {self.caption}?"
 
     def everything(self, act: Act) -> str | None:
