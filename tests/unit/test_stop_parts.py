@@ -31,8 +31,11 @@ from wurk.control.running import (
 )
 from wurk.control.stopper import Stopper
 from wurk.control.stops import CancelRaised, Guard, TimeoutRaised, set_guard
+from wurk.control.worker import WorkerStops
 from wurk.errors import JobCancelled, JobTimeout
+from wurk.runtime.busy import Busy
 from wurk.runtime.clock import ManualClock
+from wurk.runtime.timer import Timers
 
 PATIENCE = 20.0
 
@@ -157,6 +160,46 @@ def test_a_time_limit_stops_its_run_and_never_the_next(
     assert deadlines.tick() == 1
     wait_until(lambda: len(worker.outcomes) == 3, PATIENCE, "b3 to stop")
     assert worker.outcomes[-1] == "JobTimeout"
+
+
+def test_the_limit_is_measured_from_the_body_inside_every_middleware(
+        clock: ManualClock) -> None:
+    """time-limits-and-cancel.md: "The limit is measured from when the job's body starts,
+    inside every middleware." An application's middleware spends 10 s of the clock (twice
+    the limit) before and after the job, and the worker installs its stop as it does at
+    start: a body within its 5 s finishes; one past them is stopped."""
+    spent = 10.0
+
+    class Slow:
+        def __call__(self, job: Any, payload: Any, queue: str, call_next: Any) -> Any:
+            clock.advance(spent)
+            try:
+                return call_next()
+            finally:
+                clock.advance(spent)
+
+    config = Config(server_middleware=[Slow])
+    stops = WorkerStops(config, "host:1:abc", Busy(), Timers("t", clock=clock))
+    stops.install()  # the worker's own step: its stop at the end of the chain
+    deadlines = stops.deadlines
+    worker = JobThread(lambda job, payload, queue, body:  # type: ignore[arg-type]
+                       config.server_middleware.invoke(job, payload, queue, body))
+    try:
+        worker.run("m1", timeout=5)
+        assert worker.in_body.wait(PATIENCE)
+        assert deadlines.tick() == 0  # 10 s spent before the body: nothing due
+        clock.advance(4.5)
+        assert deadlines.tick() == 0
+        assert worker.finish() == "done"  # 4.5 s of body, 20 s of middleware
+        worker.run("m2", timeout=5)
+        assert worker.in_body.wait(PATIENCE)
+        assert deadlines.tick() == 0
+        clock.advance(5)
+        assert deadlines.tick() == 1
+        wait_until(lambda: len(worker.outcomes) == 2, PATIENCE, "m2 to stop")
+        assert worker.outcomes[-1] == "JobTimeout"
+    finally:
+        worker.stop()
 
 
 def test_a_cancel_reaches_the_run_of_its_jid_only(
