@@ -167,6 +167,23 @@ def _not_found(service: str, errors: list[str]) -> MasterNotFoundError:
     return MasterNotFoundError(f"No master found for {service!r}{detail}")
 
 
+def _answered(manager: Any, number: int, client: Any, masters: Any, service: str,
+              errors: list[str]) -> tuple[str, int] | None:
+    """The primary sentinel ``number`` named in its reply (``masters``, or what asking it
+    raised), moved to the front to be asked first next time; None, with the fault noted in
+    ``errors``, when it named none or answered an error or a wrong shape."""
+    try:
+        if isinstance(masters, BaseException):
+            raise masters
+        found = _primary_named(manager, masters, service)
+    except _SENTINEL_FAULTS as exc:
+        errors.append(f"{client} - {exc!r}")
+        return None
+    if found is not None:
+        manager.sentinels[0], manager.sentinels[number] = client, manager.sentinels[0]
+    return found
+
+
 class _Sentinel(sync_sentinel.Sentinel):
     """redis-py's Sentinel manager, asking every sentinel in turn until one names the
     primary: redis-py's stops at the first sentinel that answers an error reply (a plain
@@ -176,29 +193,25 @@ class _Sentinel(sync_sentinel.Sentinel):
         errors: list[str] = []
         for number, client in enumerate(self.sentinels):
             try:
-                found = _primary_named(self, client.sentinel_masters(), service_name)
+                masters: Any = client.sentinel_masters()
             except _SENTINEL_FAULTS as exc:
-                errors.append(f"{client} - {exc!r}")
-                continue
-            if found is not None:
-                self.sentinels[0], self.sentinels[number] = client, self.sentinels[0]
+                masters = exc
+            if found := _answered(self, number, client, masters, service_name, errors):
                 return found
         raise _not_found(service_name, errors)
 
 
 class _AsyncSentinel(async_sentinel.Sentinel):
-    """``_Sentinel`` for redis-py's asyncio client."""
+    """``_Sentinel`` for redis-py's asyncio client (the same, each sentinel awaited)."""
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
         errors: list[str] = []
         for number, client in enumerate(self.sentinels):
             try:
-                found = _primary_named(self, await client.sentinel_masters(), service_name)
+                masters: Any = await client.sentinel_masters()
             except _SENTINEL_FAULTS as exc:
-                errors.append(f"{client} - {exc!r}")
-                continue
-            if found is not None:
-                self.sentinels[0], self.sentinels[number] = client, self.sentinels[0]
+                masters = exc
+            if found := _answered(self, number, client, masters, service_name, errors):
                 return found
         raise _not_found(service_name, errors)
 
