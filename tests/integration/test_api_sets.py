@@ -20,6 +20,7 @@ from tests.helpers.proxy import FaultProxy
 from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
 from wurk.api import DeadSet, JobSet, RetrySet, ScheduledSet, SortedEntry
+from wurk.api.sets import BULK_PAGE
 from wurk.errors import InspectionError, JobKilled, RedisUnavailable
 
 
@@ -401,6 +402,26 @@ def test_a_time_that_is_no_number_is_refused_naming_it(config: wurk.Config, r: r
         entry.reschedule(at)
     assert r.zrange("retry", 0, -1, withscores=True) == [(member(1), 10.0)]
     assert r.zcard("schedule") == 0
+
+
+def test_retry_all_and_kill_all_page_through_entries_sharing_one_score(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk schedule puts thousands of jobs at one score. The page after the first was
+    every entry sharing the last one's score — all 100,000 of a bulk schedule read and moved
+    in one pipeline; each page is now ``BULK_PAGE`` entries at most, found by rank after the
+    last entry handled (those left in place — not job payloads — are passed once)."""
+    ties = {member(n, queue="q"): 5.0 for n in range(2_500)}
+    seed(r, "retry", {**ties, "{left": 5.0, "{also left": 5.0})
+    pages: list[int] = []
+    requeue = JobSet._requeue_batch
+    monkeypatch.setattr(JobSet, "_requeue_batch",
+                        lambda self, batch: (pages.append(len(batch)), requeue(self, batch))[1])
+    assert RetrySet(config).retry_all() == 2_500
+    assert r.llen("queue:q") == 2_500 and r.zcard("retry") == 2
+    assert max(pages) <= BULK_PAGE and sum(pages) == 2_500
+    seed(r, "retry", ties)
+    assert RetrySet(config).kill_all() == 2_502  # every entry, payload or not
+    assert r.zcard("dead") == 2_502 and r.zcard("retry") == 0
 
 
 def test_a_failed_burial_puts_the_entry_back(config: wurk.Config, r: redis.Redis) -> None:

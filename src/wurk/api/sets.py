@@ -44,6 +44,8 @@ ADDRESS_PAGE = 1_000
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
 
 REQUEUE_SCRIPT = "api_requeue.lua"
+# The entries after a cursor by rank (``JobSet._after``).
+_AFTER = scripts.Script("zset_after.lua")
 # Entries moved per round trip by retry_all / kill_all: one pipeline of this many script
 # calls or ZREMs stays well under a millisecond of server time.
 BULK_PAGE = 100
@@ -324,21 +326,19 @@ class JobSet:
         return [(bytes(m), float(s)) for m, s in rows]
 
     def _after(self, cursor: ZEntry, count: int) -> list[ZEntry]:
-        """The entries after ``cursor`` in the set's order (score, then member bytes), about
-        ``count`` of them (every one sharing the cursor's score), read in one ``MULTI``."""
+        """Up to ``count`` entries after ``cursor`` in the set's order (score, then member
+        bytes), found by rank whether or not the cursor is still there
+        (``scripts/zset_after.lua``)."""
         member, score = cursor
-        exact = P.score(score)
 
-        def read(r: Any) -> list[Any]:
-            pipe = r.pipeline(transaction=True)
-            pipe.zrange(self.key, exact, exact, byscore=True)  # members sharing its score
-            pipe.zrange(self.key, f"({exact}", "+inf", byscore=True, withscores=True,
-                        offset=0, num=count)
-            return list(pipe.execute())
+        def read(r: Any) -> Any:
+            reply = _AFTER.call_many(r, [([self.key], [P.score(score), member, count])])[0]
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
 
-        ties, higher = self._read(read)
-        return ([(bytes(m), score) for m in ties if bytes(m) > member]
-                + [(bytes(m), float(s)) for m, s in higher])
+        flat = self._read(read)  # replayed safely: the script leaves the set as it was
+        return [(bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
 
     def _present(self) -> Iterator[list[ZEntry]]:
         """Pages of ``BULK_PAGE`` entries, lowest score first, up to the entry that was the
