@@ -98,6 +98,7 @@ class Result:
     leader: str | None
     leftovers: dict[str, int]
     failovers: int = 1  # the sentinels' count: more than the one the run made
+    account: str = ""  # what the sentinels logged of each primary's downs and switches
     drained_after: float | None = None  # seconds; None: not drained within DRAIN_DEADLINE
     undrained: tuple[int, dict[str, int]] | None = None  # (port, what was left) if not
     missing: list[str] = field(default_factory=list)
@@ -375,7 +376,8 @@ class SentinelRun:
             unreplicated_acks=self._runs_between(self._held_wall - ACK_FLUSH, killed_wall),
             seconds=time.monotonic() - started, processor_deaths=deaths, leader=leader,
             leftovers=_leftovers(self.topology.primary().client(socket_timeout=5)),
-            failovers=self.topology.failovers(), drained_after=self._drained_after,
+            failovers=self.topology.failovers(), account=self.topology.account(),
+            drained_after=self._drained_after,
             undrained=self._undrained, missing=missing)
 
     def _runs_between(self, since: float, until: float) -> int:

@@ -39,7 +39,8 @@ def test_ten_thousand_jobs_through_a_failover_lose_no_acknowledged_push(
     assert result.processor_deaths == 0
     assert result.leader is not None  # the election carried on, on the new primary
     assert result.drained_after is not None, f"not drained: {result.undrained}"
-    assert result.failovers == 1, "a second failover: the sentinels lost the new primary"
+    assert result.failovers == 1, \
+        f"a second failover: the sentinels lost the new primary:\n{result.account}"
     # Read from the primary after the workers stopped, as the drain was read before.
     assert result.leftovers == {}, f"left in Redis once drained: {result.leftovers} " \
                                    f"({result.line()})"

@@ -45,7 +45,7 @@ class Server:
             return set()
         for kid in kids:
             self.seen.setdefault(kid.pid, kid)
-        return {kid.pid for kid in kids if kid.status() != psutil.STATUS_ZOMBIE}
+        return {kid.pid for kid in kids if running(kid)}  # one reaped meanwhile: gone
 
     def living(self, pids: set[int]) -> list[int]:
         """Which of the children seen with these pids still run: asked of the processes
