@@ -156,6 +156,9 @@ def terminal() -> Iterator[Terminal]:
     found.stop()
 
 
+# Some twenty looks at the pane, each bounded by PATIENCE: they decide, not the suite's 120 s
+# a test (a run with load 15 on the 2 cores took longer than that and had its worker ended).
+@pytest.mark.timeout(600)
 def test_every_tab_is_legible_in_a_real_terminal(terminal: Terminal, config: wurk.Config,
                                                  tmp_path: Path) -> None:
     seed(config, redis.Redis.from_url(os.environ["REDIS_URL"]))
