@@ -124,13 +124,18 @@ class EventLoop:
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
         self._serving = False  # in ``run_forever`` (read and written on the loop thread only)
+        # The loop's default executor (``asyncio.to_thread``, sync links around async jobs):
+        # its threads still running when the loop does not stop in time are abandoned.
+        self._helper_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
                 loop = self._new_loop()
-                loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self._helpers, thread_name_prefix="wurk-async-helper"))
+                helpers = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self._helpers, thread_name_prefix="wurk-async-helper")
+                loop.set_default_executor(helpers)
+                self._helper_pool = helpers
                 # Short Redis bookkeeping (booking a failure, a batch count) gets threads of
                 # its own, so a thousand async jobs failing at once add BOOKKEEPERS threads,
                 # not one each.
@@ -199,6 +204,7 @@ class EventLoop:
         """Cancel what still runs, stop the thread and free the helpers."""
         with self._lock:
             loop, thread, watcher = self._loop, self._thread, self._watcher
+            helpers, self._helper_pool = self._helper_pool, None
             self._loop = self._thread = self._watcher = None
             self._closing.set()
         if loop is None or thread is None:
@@ -211,7 +217,29 @@ class EventLoop:
         if watcher is not None:
             watcher.join(timeout)  # it wakes at once: ``_closing`` is what it waits on
         if thread.is_alive():
-            log.warning("the event loop did not stop within %.0f s", timeout)
+            stuck = _abandon(helpers) if helpers is not None else 0
+            log.warning("the event loop did not stop within %.0f s%s", timeout,
+                        f"; abandoning {stuck} helper thread(s) still running (a blocking "
+                        "call an async job handed to asyncio.to_thread or run_in_executor)"
+                        if stuck else "")
+
+
+def _abandon(executor: concurrent.futures.ThreadPoolExecutor) -> int:
+    """Let the process exit without waiting for ``executor``'s threads that still run; how
+    many. ``concurrent.futures`` joins every pool thread at interpreter exit, with no
+    timeout: a helper stuck in a job's blocking call (``asyncio.to_thread``) held the
+    worker's exit open for as long as that call, forever for one that never returns, after
+    the stop had given the job back. Abandoned, it ends with the process, as a processor
+    thread still running after the grace does. (The helpers are daemon threads: the loop's
+    thread, a daemon, starts them.)"""
+    from concurrent.futures import thread as pool_threads
+
+    joined_at_exit: Any = getattr(pool_threads, "_threads_queues", None)
+    running = [thread for thread in list(executor._threads) if thread.is_alive()]
+    if joined_at_exit is not None:
+        for thread in running:
+            joined_at_exit.pop(thread, None)
+    return len(running)
 
 
 # The bookkeeping threads of each worker loop (``EventLoop.get``), for ``bookkeeping``.

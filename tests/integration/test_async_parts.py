@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -407,6 +410,34 @@ def test_closing_the_event_loop_as_a_job_stops_it_does_not_raise() -> None:
     event_loop._closing = StoppedAsItCloses()
     event_loop.close()
     assert loop.is_closed()
+
+
+STUCK_HELPER = """
+import asyncio, threading
+from wurk.asyncjobs import EventLoop
+started = threading.Event()
+def blocking():  # a job's blocking call that never returns
+    started.set()
+    threading.Event().wait()
+async def job():
+    await asyncio.to_thread(blocking)
+event_loop = EventLoop(kind="asyncio")
+future = event_loop.submit(job())
+assert started.wait(10)
+future.cancel()  # the stop gives the job back and cancels its task
+event_loop.close(timeout=0.5)
+"""
+
+
+def test_a_helper_thread_stuck_in_a_jobs_blocking_call_does_not_hold_the_exit() -> None:
+    """``concurrent.futures`` joins every pool thread at interpreter exit, with no timeout:
+    a helper stuck in an async job's ``asyncio.to_thread`` call kept the worker process from
+    exiting after its bounded stop, for ever. The close abandons it, and says so."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", STUCK_HELPER], env=env, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "abandoning 1 helper thread(s) still running" in done.stderr
 
 
 RUNNING = [0, 0]  # running now, the most at once
