@@ -44,6 +44,7 @@ from .errors import ConfigError, RedisUnavailable, Shutdown
 from .fetch.basic import UnitOfWork
 from .reporting import report_error
 from .runtime.affinity import Pinning
+from .runtime.executors import abandon_running
 from .runtime.loopwatch import LoopWatch
 from .runtime.outage import Backoff, Outage
 
@@ -217,29 +218,12 @@ class EventLoop:
         if watcher is not None:
             watcher.join(timeout)  # it wakes at once: ``_closing`` is what it waits on
         if thread.is_alive():
-            stuck = _abandon(helpers) if helpers is not None else 0
+            stuck = abandon_running(helpers) if helpers is not None else 0
             log.warning("the event loop did not stop within %.0f s%s", timeout,
                         f"; abandoning {stuck} helper thread(s) still running (a blocking "
                         "call an async job handed to asyncio.to_thread or run_in_executor)"
                         if stuck else "")
 
-
-def _abandon(executor: concurrent.futures.ThreadPoolExecutor) -> int:
-    """Let the process exit without waiting for ``executor``'s threads that still run; how
-    many. ``concurrent.futures`` joins every pool thread at interpreter exit, with no
-    timeout: a helper stuck in a job's blocking call (``asyncio.to_thread``) held the
-    worker's exit open for as long as that call, forever for one that never returns, after
-    the stop had given the job back. Abandoned, it ends with the process, as a processor
-    thread still running after the grace does. (The helpers are daemon threads: the loop's
-    thread, a daemon, starts them.)"""
-    from concurrent.futures import thread as pool_threads
-
-    joined_at_exit: Any = getattr(pool_threads, "_threads_queues", None)
-    running = [thread for thread in list(executor._threads) if thread.is_alive()]
-    if joined_at_exit is not None:
-        for thread in running:
-            joined_at_exit.pop(thread, None)
-    return len(running)
 
 
 # The bookkeeping threads of each worker loop (``EventLoop.get``), for ``bookkeeping``.

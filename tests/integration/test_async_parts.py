@@ -440,6 +440,33 @@ def test_a_helper_thread_stuck_in_a_jobs_blocking_call_does_not_hold_the_exit() 
     assert "abandoning 1 helper thread(s) still running" in done.stderr
 
 
+STUCK_LINK_HELPER = """
+import asyncio, threading
+from wurk.middleware import TemporaryLoop
+started = threading.Event()
+def blocking():  # an async client link's blocking call that never returns
+    started.set()
+    threading.Event().wait()
+async def link():  # leaves its helper running, as one timing out a to_thread call does
+    asyncio.ensure_future(asyncio.to_thread(blocking))
+    await asyncio.sleep(0)
+TemporaryLoop.JOIN_TIMEOUT = 0.5
+with TemporaryLoop() as loop:  # what a sync push makes for an async client link
+    loop.submit(link()).result(10)
+    assert started.wait(10)
+"""
+
+
+def test_a_client_links_helper_thread_left_stuck_does_not_hold_the_exit() -> None:
+    """A sync push's short-lived loop for an async client link: a helper it left in a
+    blocking call kept the pushing process from exiting, for ever (``concurrent.futures``
+    joins pool threads at exit). The loop's end lets it go."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", STUCK_LINK_HELPER], env=env, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 RUNNING = [0, 0]  # running now, the most at once
 
 
