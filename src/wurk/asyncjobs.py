@@ -44,6 +44,7 @@ from .errors import ConfigError, RedisUnavailable, Shutdown
 from .fetch.basic import UnitOfWork
 from .reporting import report_error
 from .runtime.affinity import Pinning
+from .runtime.executors import abandon_running
 from .runtime.loopwatch import LoopWatch
 from .runtime.outage import Backoff, Outage
 
@@ -124,13 +125,18 @@ class EventLoop:
         self._watcher: threading.Thread | None = None
         self._closing = threading.Event()
         self._serving = False  # in ``run_forever`` (read and written on the loop thread only)
+        # The loop's default executor (``asyncio.to_thread``, sync links around async jobs):
+        # its threads still running when the loop does not stop in time are abandoned.
+        self._helper_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
     def get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
                 loop = self._new_loop()
-                loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(
-                    max_workers=self._helpers, thread_name_prefix="wurk-async-helper"))
+                helpers = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=self._helpers, thread_name_prefix="wurk-async-helper")
+                loop.set_default_executor(helpers)
+                self._helper_pool = helpers
                 # Short Redis bookkeeping (booking a failure, a batch count) gets threads of
                 # its own, so a thousand async jobs failing at once add BOOKKEEPERS threads,
                 # not one each.
@@ -199,6 +205,7 @@ class EventLoop:
         """Cancel what still runs, stop the thread and free the helpers."""
         with self._lock:
             loop, thread, watcher = self._loop, self._thread, self._watcher
+            helpers, self._helper_pool = self._helper_pool, None
             self._loop = self._thread = self._watcher = None
             self._closing.set()
         if loop is None or thread is None:
@@ -211,7 +218,12 @@ class EventLoop:
         if watcher is not None:
             watcher.join(timeout)  # it wakes at once: ``_closing`` is what it waits on
         if thread.is_alive():
-            log.warning("the event loop did not stop within %.0f s", timeout)
+            stuck = abandon_running(helpers) if helpers is not None else 0
+            log.warning("the event loop did not stop within %.0f s%s", timeout,
+                        f"; abandoning {stuck} helper thread(s) still running (a blocking "
+                        "call an async job handed to asyncio.to_thread or run_in_executor)"
+                        if stuck else "")
+
 
 
 # The bookkeeping threads of each worker loop (``EventLoop.get``), for ``bookkeeping``.

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 from .errors import is_shutdown
+from .runtime.executors import abandon_running
 
 __all__ = ["AWAIT", "AsyncRunner", "Chain", "Later", "Leave", "Middleware"]
 
@@ -586,6 +587,11 @@ class TemporaryLoop:
 
     def __init__(self) -> None:
         self._loop = asyncio.new_event_loop()
+        # Its own default executor (no thread until a link uses one): one still running at
+        # the close is let go of, not joined at the process's exit (``runtime.executors``).
+        self._helpers = concurrent.futures.ThreadPoolExecutor(
+            thread_name_prefix="wurk-client-link-helper")
+        self._loop.set_default_executor(self._helpers)
         self._thread = threading.Thread(target=self._loop.run_forever,
                                         name="wurk-client-link", daemon=True)
 
@@ -604,6 +610,7 @@ class TemporaryLoop:
         self._thread.join(self.JOIN_TIMEOUT)
         if not self._thread.is_alive():
             self._loop.close()
+        abandon_running(self._helpers)  # a link's blocking call still under way
 
 
 async def _wind_down() -> None:

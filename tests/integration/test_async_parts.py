@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -407,6 +410,61 @@ def test_closing_the_event_loop_as_a_job_stops_it_does_not_raise() -> None:
     event_loop._closing = StoppedAsItCloses()
     event_loop.close()
     assert loop.is_closed()
+
+
+STUCK_HELPER = """
+import asyncio, threading
+from wurk.asyncjobs import EventLoop
+started = threading.Event()
+def blocking():  # a job's blocking call that never returns
+    started.set()
+    threading.Event().wait()
+async def job():
+    await asyncio.to_thread(blocking)
+event_loop = EventLoop(kind="asyncio")
+future = event_loop.submit(job())
+assert started.wait(10)
+future.cancel()  # the stop gives the job back and cancels its task
+event_loop.close(timeout=0.5)
+"""
+
+
+def test_a_helper_thread_stuck_in_a_jobs_blocking_call_does_not_hold_the_exit() -> None:
+    """``concurrent.futures`` joins every pool thread at interpreter exit, with no timeout:
+    a helper stuck in an async job's ``asyncio.to_thread`` call kept the worker process from
+    exiting after its bounded stop, for ever. The close abandons it, and says so."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", STUCK_HELPER], env=env, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "abandoning 1 helper thread(s) still running" in done.stderr
+
+
+STUCK_LINK_HELPER = """
+import asyncio, threading
+from wurk.middleware import TemporaryLoop
+started = threading.Event()
+def blocking():  # an async client link's blocking call that never returns
+    started.set()
+    threading.Event().wait()
+async def link():  # leaves its helper running, as one timing out a to_thread call does
+    asyncio.ensure_future(asyncio.to_thread(blocking))
+    await asyncio.sleep(0)
+TemporaryLoop.JOIN_TIMEOUT = 0.5
+with TemporaryLoop() as loop:  # what a sync push makes for an async client link
+    loop.submit(link()).result(10)
+    assert started.wait(10)
+"""
+
+
+def test_a_client_links_helper_thread_left_stuck_does_not_hold_the_exit() -> None:
+    """A sync push's short-lived loop for an async client link: a helper it left in a
+    blocking call kept the pushing process from exiting, for ever (``concurrent.futures``
+    joins pool threads at exit). The loop's end lets it go."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-c", STUCK_LINK_HELPER], env=env, timeout=30,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
 
 
 RUNNING = [0, 0]  # running now, the most at once
