@@ -354,6 +354,11 @@ class Keys:
         the start comes from Redis's clock, so the script completes the name."""
         return f"{self.prefix}lmtr-b:{{{name}}}:"
 
+    def limiter_bucket(self, name: str, start: int) -> str:
+        """A bucket limiter's counter for the interval starting at ``start`` (epoch s): the
+        name ``limiter_bucket.lua`` completes from ``limiter_bucket_prefix``."""
+        return f"{self.limiter_bucket_prefix(name)}{start:d}"
+
     def limiter_window(self, name: str) -> str:
         return f"{self.prefix}lmtr-w:{{{name}}}"
 
