@@ -282,7 +282,12 @@ class Keys:
         """The pub/sub channel a stored outcome is published on (its JSON), for waiters."""
         if not jid:
             raise ValueError("a result channel needs a non-empty jid")
-        return f"{self.prefix}wurk:result-ready:{jid}"
+        return f"{self.result_channel_prefix}{jid}"
+
+    @property
+    def result_channel_prefix(self) -> str:
+        """What precedes the jid in a ``result_channel``: a waiter reads the jid back."""
+        return f"{self.prefix}wurk:result-ready:"
 
     def batch_results(self, bid: str) -> str:
         """The jids of a batch's jobs that stored an outcome, scored by when (ZSET)."""
