@@ -154,9 +154,18 @@ class Keys:
         sep = PRIVATE_SEPARATOR
         return f"{self.queue_prefix}{queue}{sep}{hostname}{sep}{pid}{sep}{nonce}{sep}{index}"
 
+    def private_prefix(self, queue: str) -> str:
+        """What every in-flight list of ``queue`` in wurk's layout begins with."""
+        return f"{self.queue(queue)}{PRIVATE_SEPARATOR}"
+
     def private_pro(self, identity: str, queue: str) -> str:
         """Sidekiq Pro's super_fetch private list, for ``private_list_layout="pro"``."""
-        return f"{self.queue_prefix}sq|{identity}|{queue}"
+        return f"{self.private_pro_prefix}{identity}{PRIVATE_SEPARATOR}{queue}"
+
+    @property
+    def private_pro_prefix(self) -> str:
+        """What every private list of Sidekiq Pro's layout begins with."""
+        return f"{self.queue_prefix}sq{PRIVATE_SEPARATOR}"
 
     def super_queues(self, identity: str) -> str:
         return f"{self.prefix}{identity}:super_queues"
