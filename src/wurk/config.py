@@ -428,7 +428,7 @@ class Config:
     # -- logging ----------------------------------------------------------------------------
     log_format: Literal["pretty", "plain", "json"] = "pretty"
     log_level: str = "INFO"
-    logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
+    logged_job_attributes: list[str] = field(default_factory=lambda: [P.BID, P.TAGS])
     skip_default_job_logging: bool = False
     # A job's start line is at DEBUG; one still running after this many seconds gets it at
     # INFO then (``wurk.metrics.slow``). None: never.
