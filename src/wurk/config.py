@@ -41,6 +41,7 @@ from typing import Any, Literal, Protocol
 
 import redis
 
+from . import payload as P
 from .connections import cluster, sentinel
 from .connections.pool import AsyncRedisPool, RedisPool
 from .connections.pools import Connections
@@ -427,7 +428,7 @@ class Config:
     # -- logging ----------------------------------------------------------------------------
     log_format: Literal["pretty", "plain", "json"] = "pretty"
     log_level: str = "INFO"
-    logged_job_attributes: list[str] = field(default_factory=lambda: ["bid", "tags"])
+    logged_job_attributes: list[str] = field(default_factory=lambda: [P.BID, P.TAGS])
     skip_default_job_logging: bool = False
     # A job's start line is at DEBUG; one still running after this many seconds gets it at
     # INFO then (``wurk.metrics.slow``). None: never.
@@ -741,11 +742,11 @@ class Config:
         if not self.is_cluster:
             return
         for loop in self.periodic.loops():
-            queue = loop.options.get("queue")
+            queue = loop.options.get(P.QUEUE)
             if queue is not None:
                 cluster.keyspace_name(str(queue), f"periodic loop {loop.describe()}")
-            retry_queue = loop.options.get("retry_queue")
-            if retry_queue not in (None, "", queue or "default"):
+            retry_queue = loop.options.get(P.RETRY_QUEUE)
+            if retry_queue not in (None, "", queue or P.DEFAULT_QUEUE):
                 raise ConfigError(
                     f"periodic loop {loop.describe()}: retry_queue {retry_queue!r} is not "
                     "supported on Redis Cluster: a job's retries stay in its queue's "

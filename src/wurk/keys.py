@@ -154,9 +154,18 @@ class Keys:
         sep = PRIVATE_SEPARATOR
         return f"{self.queue_prefix}{queue}{sep}{hostname}{sep}{pid}{sep}{nonce}{sep}{index}"
 
+    def private_prefix(self, queue: str) -> str:
+        """What every in-flight list of ``queue`` in wurk's layout begins with."""
+        return f"{self.queue(queue)}{PRIVATE_SEPARATOR}"
+
     def private_pro(self, identity: str, queue: str) -> str:
         """Sidekiq Pro's super_fetch private list, for ``private_list_layout="pro"``."""
-        return f"{self.queue_prefix}sq|{identity}|{queue}"
+        return f"{self.private_pro_prefix}{identity}{PRIVATE_SEPARATOR}{queue}"
+
+    @property
+    def private_pro_prefix(self) -> str:
+        """What every private list of Sidekiq Pro's layout begins with."""
+        return f"{self.queue_prefix}sq{PRIVATE_SEPARATOR}"
 
     def super_queues(self, identity: str) -> str:
         return f"{self.prefix}{identity}:super_queues"
@@ -282,7 +291,12 @@ class Keys:
         """The pub/sub channel a stored outcome is published on (its JSON), for waiters."""
         if not jid:
             raise ValueError("a result channel needs a non-empty jid")
-        return f"{self.prefix}wurk:result-ready:{jid}"
+        return f"{self.result_channel_prefix}{jid}"
+
+    @property
+    def result_channel_prefix(self) -> str:
+        """What precedes the jid in a ``result_channel``: a waiter reads the jid back."""
+        return f"{self.prefix}wurk:result-ready:"
 
     def batch_results(self, bid: str) -> str:
         """The jids of a batch's jobs that stored an outcome, scored by when (ZSET)."""
@@ -353,6 +367,11 @@ class Keys:
         """What precedes the interval's start (epoch s) in a bucket limiter's counter key:
         the start comes from Redis's clock, so the script completes the name."""
         return f"{self.prefix}lmtr-b:{{{name}}}:"
+
+    def limiter_bucket(self, name: str, start: int) -> str:
+        """A bucket limiter's counter for the interval starting at ``start`` (epoch s): the
+        name ``limiter_bucket.lua`` completes from ``limiter_bucket_prefix``."""
+        return f"{self.limiter_bucket_prefix(name)}{start:d}"
 
     def limiter_window(self, name: str) -> str:
         return f"{self.prefix}lmtr-w:{{{name}}}"

@@ -104,6 +104,9 @@ CONTEXT = "wurk_ctx"
 # headers', as OpenTelemetry's Ruby Sidekiq instrumentation stores them, so traces cross.
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
+# wurk's own: a workflow step's job names its workflow's id and its step (``wurk.workflow``).
+WORKFLOW = "wf"
+WORKFLOW_STEP = "wf_step"
 
 DEFAULT_QUEUE = "default"
 # wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a

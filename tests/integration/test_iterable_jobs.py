@@ -380,6 +380,23 @@ def test_a_state_key_of_another_type_is_refused_the_same_way(drain: Drain, r: re
     assert dead[0]["error_class"] == "wurk.IterationStateError" and seen() == []
 
 
+def test_an_unreadable_state_is_named_by_its_key_under_the_key_prefix(redis_server: Any,
+                                                                       r: redis.Redis) -> None:
+    """The error names the key a person has to look at: ``app:it-<jid>`` under
+    ``key_prefix="app"``, not the bare ``it-<jid>`` (which is no key of this app)."""
+    config = wurk.Config(redis_url=redis_server.url, key_prefix="app")
+    jid = "0123456789abcdef01234567"
+    r.hset(f"app:it-{jid}", "ex", "many")
+    with pytest.raises(wurk.IterationStateError, match=rf"^app:it-{jid}: field ex "):
+        api.IterableJobQuery(config).find(jid)
+    found = api.IterableJobQuery(config).find_many([jid])[jid]
+    assert isinstance(found, api.Invalid) and f"app:it-{jid}: field ex" in found.expected
+    r.delete(f"app:it-{jid}")
+    r.set(f"app:it-{jid}", "a string")
+    with pytest.raises(wurk.IterationStateError, match=rf"^app:it-{jid} is a string"):
+        api.IterableJobQuery(config).cancel(jid)
+
+
 def test_a_class_defining_perform_is_refused() -> None:
     with pytest.raises(wurk.RegistrationError, match="must not define perform"):
         class Both(wurk.IterableJob, name="test_iterable.both"):

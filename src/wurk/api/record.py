@@ -43,7 +43,6 @@ MAILER_PREFIX_ARGS = 3
 # ActiveJob marks its own serialisation keys with this prefix; a GlobalID is shown as its URI.
 ACTIVE_JOB_KEY_PREFIX = "_aj_"
 GLOBALID_KEY = "_aj_globalid"
-ENCRYPT = "encrypt"
 ENCRYPTED_PLACEHOLDER = "[encrypted data]"
 UNPARSEABLE_CLASS = "[unparseable entry]"
 
@@ -129,7 +128,7 @@ class JobRecord:
         if self.klass in ACTIVE_JOB_WRAPPERS:
             return self._active_job_display_args()
         args = list(self.args)
-        if self.item.get(ENCRYPT) and args:
+        if self.item.get(P.ENCRYPT) and args:
             args[-1] = ENCRYPTED_PLACEHOLDER  # ciphertext tells a person nothing
         return args
 

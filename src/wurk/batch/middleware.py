@@ -51,8 +51,7 @@ log = logging.getLogger("wurk")
 # Waits between the attempts to count while Redis cannot be reached: about 3.5 s in all,
 # enough for a restart or a failover, not enough to hold a processor for long.
 COUNT_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
-# A rate limiter that reschedules a job bumps this payload field (Sidekiq Enterprise's).
-OVERRATED = "overrated"
+
 
 class BatchClientMiddleware:
     """Client middleware: pushes inside a jobs block join its batch."""
@@ -109,7 +108,7 @@ class BatchServerMiddleware:
 
     def _counted(self, bid: str, jid: str, payload: P.Payload,
                  call_next: Callable[[], Any]) -> Any:
-        overrated = payload.get(OVERRATED)
+        overrated = payload.get(P.OVERRATED)
         try:
             result = call_next()
         except Exception as exc:
@@ -118,7 +117,7 @@ class BatchServerMiddleware:
             elif not _uncounted(self.config, exc):
                 self._count_failure(bid, jid, payload)
             raise
-        if payload.get(OVERRATED) != overrated:
+        if payload.get(P.OVERRATED) != overrated:
             return result  # rescheduled by a rate limiter: it has not run yet
         count(self.config, bid, jid, "success")
         return result
@@ -146,7 +145,7 @@ class BatchServerMiddleware:
 
     async def _acounted(self, bid: str, jid: str, payload: P.Payload,
                         call_next: Callable[[], Any]) -> Any:
-        overrated = payload.get(OVERRATED)
+        overrated = payload.get(P.OVERRATED)
         try:
             result = await call_next()
         except Exception as exc:
@@ -155,7 +154,7 @@ class BatchServerMiddleware:
             elif not _uncounted(self.config, exc):
                 await bookkeeping(self._count_failure, bid, jid, payload)
             raise
-        if payload.get(OVERRATED) == overrated:
+        if payload.get(P.OVERRATED) == overrated:
             await bookkeeping(count, self.config, bid, jid, "success")
         return result
 

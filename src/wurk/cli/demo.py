@@ -20,7 +20,7 @@ from ..config import Config
 from ..connections.locate import describe_url, find_home
 from ..connections.server import EmbeddedServer
 from ..job import JobFunction
-from ..payload import DEFAULT_QUEUE
+from ..payload import DEFAULT_QUEUE, QUEUE
 
 __all__ = ["demo", "work_off"]
 
@@ -90,7 +90,7 @@ def push_examples(config: Config) -> list[Pushed]:
     pushed = []
     for function, args in examples_to_push():
         jid = function.set(config=config).perform_async(*args)
-        queue = str(function.definition.options.get("queue", DEFAULT_QUEUE))
+        queue = str(function.definition.options.get(QUEUE, DEFAULT_QUEUE))
         call = f"{function.name}({', '.join(map(repr, args))})"
         pushed.append(Pushed(call, queue, str(jid)))
     return pushed

@@ -99,7 +99,7 @@ def enqueue_command(name: str, args: tuple[str, ...], modules: tuple[str, ...],
     if modules:
         definition = registered(name, modules)
         setter: JobSetter[..., Any] = JobSetter(
-            definition, {} if queue is None else {"queue": queue}, config=default_config())
+            definition, {} if queue is None else {P.QUEUE: queue}, config=default_config())
         jid: str | None
         try:
             jid = setter.perform_async(*values) if delay is None \

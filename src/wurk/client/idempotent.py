@@ -151,13 +151,13 @@ def _commands(keys: Keys, jobs: Sequence[Sendable], forget: Sequence[str]
     return commands
 
 
-def _outcome(jobs: Sequence[Sendable], replies: Sequence[Any]) -> Outcome:
+def _outcome(keys: Keys, jobs: Sequence[Sendable], replies: Sequence[Any]) -> Outcome:
     outcome = Outcome()
     for job, reply in zip(jobs, replies[len(replies) - len(jobs):], strict=True):
         if isinstance(reply, list):  # keys of another type the script replaced first
             reply, replaced = reply[0], reply[1:]
             for key, kind in zip(replaced[0::2], replaced[1::2], strict=True):
-                _warn_replaced(stored.text(key), stored.text(kind), job.jid)
+                _warn_replaced(keys, stored.text(key), stored.text(kind), job.jid)
         if reply == 0:
             outcome.pushed.append(job.jid)
         elif reply == 1:
@@ -167,8 +167,8 @@ def _outcome(jobs: Sequence[Sendable], replies: Sequence[Any]) -> Outcome:
     return outcome
 
 
-def _warn_replaced(key: str, kind: str, jid: str) -> None:
-    if key.endswith("wurk:push-sent"):
+def _warn_replaced(keys: Keys, key: str, kind: str, jid: str) -> None:
+    if key == keys.push_sent:
         what = ("its records of pushed jids went with it: a push replayed now after a lost "
                 "reply may run twice")
     else:
@@ -193,7 +193,7 @@ def send(config: Config, pool: RedisPool, jobs: Sequence[Sendable],
         pool.send_all([_SCRIPT.load()])
         return pool.send_all(commands)
 
-    return _outcome(jobs, _replicated(config, pool.run(run)))
+    return _outcome(config.keys, jobs, _replicated(config, pool.run(run)))
 
 
 async def asend(config: Config, jobs: Sequence[Sendable], forget: Sequence[str] = ()
@@ -210,7 +210,7 @@ async def asend(config: Config, jobs: Sequence[Sendable], forget: Sequence[str] 
         await pool.send_all([_SCRIPT.load()])
         return await pool.send_all(commands)
 
-    return _outcome(jobs, _replicated(config, await pool.run(run)))
+    return _outcome(config.keys, jobs, _replicated(config, await pool.run(run)))
 
 
 def _replicated(config: Config, replies: list[Any]) -> list[Any]:

@@ -93,7 +93,7 @@ def withdraw(jid: str, *, config: Config | None = None,
         reply = iteration_state.cancel_script.call(
             conn, [cfg.keys.iteration(jid)], [iteration_state.STATE_TTL])
     try:
-        done.cancelled_at = iteration_state.cancel_time(jid, reply)
+        done.cancelled_at = iteration_state.cancel_time(cfg.keys.iteration(jid), reply)
     except IterationStateError as exc:  # a stray key must not keep the job from its cancel
         log.warning("%s", exc)
     for queue in Queue.all(cfg):

@@ -91,11 +91,11 @@ class Owner:
 def parse_private(config: Config, key: str) -> tuple[str, Owner] | None:
     """``(queue, owner)`` of a private list key, or None when it is not one (the name was
     read from Redis: anything may be in it)."""
-    prefix = config.keys.queue_prefix
-    if not key.startswith(prefix):
+    keys = config.keys
+    if not key.startswith(keys.queue_prefix):
         return None
-    rest = key[len(prefix):]
-    if rest.startswith("sq|"):
+    rest = key[len(keys.queue_prefix):]
+    if key.startswith(keys.private_pro_prefix):
         parts = rest.split("|", 2)
         if len(parts) < 3:
             return None
@@ -165,7 +165,7 @@ class Reaper:
         verdicts: dict[Owner, bool] = {}
         recovered = 0
         for queue in self.queues:
-            pattern = _glob_escape(self.config.keys.queue(queue)) + "|*"
+            pattern = _glob_escape(self.config.keys.private_prefix(queue)) + "*"
             recovered += self._reap_matching(pattern, verdicts)
         if self._full_scan_due():
             recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)

@@ -39,4 +39,4 @@ def cancel(jid: str, *, config: Config | None = None) -> float:
     with lent_redis(cfg) as conn:
         reply = S.cancel_script.call(conn, [cfg.keys.iteration(check_jid(jid))],
                                      [S.STATE_TTL])
-    return S.cancel_time(jid, reply)
+    return S.cancel_time(cfg.keys.iteration(jid), reply)

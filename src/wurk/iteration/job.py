@@ -154,7 +154,7 @@ class IterableJob(Job, abstract=True):
         self._cancel_asked = True
         with lent_redis(self._config()) as conn:
             reply = S.cancel_script.call(conn, [self._key()], [S.STATE_TTL])
-        S.cancel_time(self.jid, reply)
+        S.cancel_time(self._key(), reply)
 
     def _config(self) -> Config:
         return self.config if self.config is not None else default_config()
@@ -261,7 +261,7 @@ class _Execution:
     # -- the steps both kinds share -------------------------------------------------------------
     def _begin(self, reply: Any) -> bool:
         """Take the stored state; False when the job was cancelled before it started."""
-        state = S.parse(self.job.jid, reply)
+        state = S.parse(self.job.jid, self.key, reply)
         self.runtime_before = state.runtime
         self.job._cursor = state.cursor
         self.job._executions = state.executions + 1
@@ -305,7 +305,7 @@ class _Execution:
         return S.flush_commands(self.key, self.job._executions, cursor, runtime)
 
     def _cancelled(self, replies: list[Any]) -> bool:
-        if S.cancelled_in(self.job.jid, replies):
+        if S.cancelled_in(self.key, replies):
             self.job._cancel_asked = True
         return self.job._cancel_asked
 

@@ -63,48 +63,49 @@ def read_command(key: str) -> tuple[str, ...]:
     return ("HMGET", key, *FIELDS)
 
 
-def parse(jid: str, reply: Any) -> IterationState:
-    """The state in an ``HMGET`` reply; ``IterationStateError`` naming the field that cannot be read
-    (a wrong-type key comes back as an error reply)."""
+def parse(jid: str, key: str, reply: Any) -> IterationState:
+    """The state of ``jid`` in an ``HMGET`` reply of its ``key`` (``Keys.iteration``, under
+    any ``key_prefix``); ``IterationStateError`` naming the key and the field that cannot be
+    read (a wrong-type key comes back as an error reply)."""
     if isinstance(reply, Exception):
-        raise IterationStateError(f"it-{jid} cannot be read as a hash: {reply}")
+        raise IterationStateError(f"{key} cannot be read as a hash: {reply}")
     if not isinstance(reply, list) or len(reply) != len(FIELDS):
-        raise IterationStateError(f"it-{jid}: unexpected reply "
+        raise IterationStateError(f"{key}: unexpected reply "
                                   f"{stored.shown(reply, stored.RAW_LIMIT)}")
     ex, cursor, runtime, cancelled = reply
     if ex is None and cursor is None and runtime is None and cancelled is None:
         return IterationState(jid)
     return IterationState(
         jid,
-        executions=_executions(jid, ex),
-        cursor=_cursor(jid, cursor),
-        runtime=_runtime(jid, runtime),
+        executions=_executions(key, ex),
+        cursor=_cursor(key, cursor),
+        runtime=_runtime(key, runtime),
         cancelled_at=_cancelled_at(cancelled),
         cancel_requested=cancelled is not None,
         exists=True,
     )
 
 
-def _executions(jid: str, value: Any) -> int:
+def _executions(key: str, value: Any) -> int:
     if value is None:
         return 0
     number = stored.count(value)
     if isinstance(number, stored.Invalid):
-        raise IterationStateError(f"it-{jid}: field ex is {number.raw}, not a count of executions")
+        raise IterationStateError(f"{key}: field ex is {number.raw}, not a count of executions")
     return number
 
 
-def _cursor(jid: str, value: Any) -> Any:
+def _cursor(key: str, value: Any) -> Any:
     if value is None:
         return None
     try:
         return P.loads_json(value)
     except (ValueError, RecursionError):
-        raise IterationStateError(f"it-{jid}: field c is {stored.shown(value, stored.RAW_LIMIT)}, "
+        raise IterationStateError(f"{key}: field c is {stored.shown(value, stored.RAW_LIMIT)}, "
                          "not a JSON cursor") from None
 
 
-def _runtime(jid: str, value: Any) -> float:
+def _runtime(key: str, value: Any) -> float:
     if value is None:
         return 0.0
     try:
@@ -112,7 +113,7 @@ def _runtime(jid: str, value: Any) -> float:
     except ValueError:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds < 0:
-        raise IterationStateError(f"it-{jid}: field rt is {stored.shown(value, stored.RAW_LIMIT)}, "
+        raise IterationStateError(f"{key}: field rt is {stored.shown(value, stored.RAW_LIMIT)}, "
                          "not seconds")
     return seconds
 
@@ -127,17 +128,17 @@ def _cancelled_at(value: Any) -> float | None:
     return when if 0 <= when < stored.EPOCH_MAX else None
 
 
-def cancel_time(jid: str, reply: Any) -> float:
+def cancel_time(key: str, reply: Any) -> float:
     """The epoch seconds a cancel stands from, in ``cancel_script``'s reply;
     ``IterationStateError`` naming the problem when nothing could be written (a key of
     another type) or the stored time cannot be read (the job counts it as cancelled)."""
     if isinstance(reply, list) and len(reply) == 1:
-        raise IterationStateError(f"it-{jid} is a {stored.text(reply[0])}, not an iterable "
+        raise IterationStateError(f"{key} is a {stored.text(reply[0])}, not an iterable "
                                   "job's state hash: the cancel mark was not written")
     stood = reply[1] if isinstance(reply, list) and len(reply) == 2 else None
     when = _cancelled_at(stood)
     if when is None:
-        raise IterationStateError(f"it-{jid}: field cancelled is "
+        raise IterationStateError(f"{key}: field cancelled is "
                                   f"{stored.shown(stood, stored.RAW_LIMIT)}, not epoch seconds; "
                                   "the job counts it as cancelled all the same")
     return when
@@ -184,15 +185,15 @@ def flush_commands(key: str, executions: int, cursor: str, runtime: float
             ("EXEC",)]
 
 
-def cancelled_in(jid: str, replies: list[Any]) -> bool:
+def cancelled_in(key: str, replies: list[Any]) -> bool:
     """Whether a flush's replies say the job was cancelled; an error reply raises."""
     for reply in replies:
         if isinstance(reply, Exception):
-            raise IterationStateError(f"it-{jid} cannot be written: {reply}")
+            raise IterationStateError(f"{key} cannot be written: {reply}")
     result = replies[-1]
     if not isinstance(result, list) or len(result) != 3:
-        raise IterationStateError(f"it-{jid}: the flush was not applied ({result!r})")
+        raise IterationStateError(f"{key}: the flush was not applied ({result!r})")
     for reply in result:
         if isinstance(reply, Exception):
-            raise IterationStateError(f"it-{jid} cannot be written: {reply}")
+            raise IterationStateError(f"{key} cannot be written: {reply}")
     return result[2] is not None

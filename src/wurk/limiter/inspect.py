@@ -162,7 +162,7 @@ def _usage(r: Any, config: Config, rows: list[dict[str, Any]], now_ms: float) ->
             pipe.zcount(keys.limiter_concurrent(name), f"({now_ms}", "+inf")
         elif kind == "bucket":
             start = int(now_ms // 1000 // interval * interval)
-            pipe.get(keys.limiter_bucket_prefix(name) + str(start))
+            pipe.get(keys.limiter_bucket(name, start))
         elif kind == "window":
             pipe.zcount(keys.limiter_window(name), f"({now_ms - interval * 1000}", "+inf")
         elif kind == "leaky":

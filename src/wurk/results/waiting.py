@@ -187,7 +187,7 @@ class Listener:
         self.clock = clock
         # When the last waiter left (the clock's time); the session ends LINGER after it.
         self.idle_since = clock.monotonic()
-        self.channel_prefix = config.keys.result_channel("-")[:-1]
+        self.channel_prefix = config.keys.result_channel_prefix
         self.waiters: dict[str, list[asyncio.Future[Outcome | Invalid]]] = {}
         # Waiters whose record has not been read since their subscription was confirmed.
         self.unlooked: set[asyncio.Future[Outcome | Invalid]] = set()

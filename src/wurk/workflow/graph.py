@@ -47,9 +47,9 @@ POLICIES: tuple[Policy, ...] = ("stop", "continue")
 # How long a workflow's record and its steps' results are kept: three days, long enough to
 # look at a failed run after a weekend.
 DEFAULT_TTL = 3 * 24 * 3600
-# The payload fields of a step's job: its workflow's id and its step's name.
-WORKFLOW = "wf"
-STEP = "wf_step"
+# The payload fields of a step's job: its workflow's id and its step's name (payload.py's).
+WORKFLOW = P.WORKFLOW
+STEP = P.WORKFLOW_STEP
 # A step's name: what the Lua's patterns and space-separated lists can carry. A child is
 # named by the runtime ``<parent>[<n>]``, so brackets are not a user's to use.
 _NAME = re.compile(r"[A-Za-z0-9_.:@-]{1,200}")
