@@ -564,21 +564,45 @@ def test_a_step_that_runs_after_its_workflow_expired_counts_nothing(
     assert runs(r, "echo") == [] and r.llen("queue:default") == 0
 
 
-def test_a_step_dropped_unrun_by_expires_in_never_counts(drain: Drain, r: redis.Redis) -> None:
-    """docs: a step with `expires_in` dropped unrun never counts: the workflow stays
-    `running`."""
+def test_a_step_dropped_unrun_by_expires_in_is_dead_and_its_batch_never_succeeds(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: a step with `expires_in` dropped unrun is `dead` (it will never run): the
+    policy applies to the steps after it, the workflow ends `failed`, and its batch fires
+    `death` and `complete`, never `success`. (It used to count nothing in the workflow but
+    as a success in its batch: the workflow stayed `running` for ever while its `success`
+    callback fired.)"""
     import time
 
     wf = Workflow("dropped")
     first = wf.step(square.set(expires_in=0.2), 3)
     wf.step(echo, first).named("after")
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
     wid = wf.start()
-    time.sleep(0.4)
+    time.sleep(0.3)
     run_all(drain)
+    run_all(drain)  # the callbacks' own jobs
     status = WorkflowStatus(wid)
     assert r.get("stat:expired") == "1"
-    assert status.state == "running" and status.steps["square"].state == "queued"
-    assert status.steps["after"].state == "waiting" and runs(r, "echo") == []
+    assert status.steps["square"].state == "dead" and status.state == "failed"
+    assert status.steps["after"].state == "stopped" and runs(r, "echo") == []
+    assert not wurk.BatchStatus(wid).succeeded
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+def test_a_step_dropped_unrun_by_expires_in_gives_null_under_continue(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: under `continue`, the steps after an expired step run with `null` for it."""
+    import time
+
+    wf = Workflow("dropped-continue", on_death="continue")
+    first = wf.step(square.set(expires_in=0.2), 3)
+    wf.step(echo, first).named("after")
+    wid = wf.start()
+    time.sleep(0.3)
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert status.steps["square"].state == "dead" and status.state == "failed"
+    assert runs(r, "echo") == [[None]]
 
 
 # -- Redis unreachable when a step ends (workflows.md: "sent again for about 3.5 s") ----------

@@ -5,11 +5,12 @@
    (``accounting.write``).
 2. ``BatchServerMiddleware``: the outermost link, so it sees what every inner link decided.
    A batch job that returned counts as a success — so does one the limits link dropped as
-   expired, or skipped; one a rate limiter rescheduled counts as nothing (it has not run);
-   one that raised counts as a failure once its retry is booked (a shutdown interrupting it
-   counts as nothing: it runs again; nor does an iterable job's ``Interrupted``: it is
-   pushed again and goes on from its cursor). One ``wurk.cancel`` stopped counts as dead:
-   it will not run again, and the batch still completes.
+   expired (a workflow step it dropped counts as dead: ``DEAD_UNRUN``), or skipped; one a
+   rate limiter rescheduled counts as nothing (it has not run); one that raised counts as a
+   failure once its retry is booked (a shutdown interrupting it counts as nothing: it runs
+   again; nor does an iterable job's ``Interrupted``: it is pushed again and goes on from
+   its cursor). One ``wurk.cancel`` stopped counts as dead: it will not run again, and the
+   batch still completes.
 3. ``BatchDeathHandler``: a batch job that died — retries exhausted, ``retry: false``,
    killed from the dashboard, a poison pill, a payload no retry can fix — counts as dead.
 4. Counting survives a Redis restart or failover: a count is idempotent per jid, so it is
@@ -53,6 +54,9 @@ log = logging.getLogger("wurk")
 COUNT_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
 # A rate limiter that reschedules a job bumps this payload field (Sidekiq Enterprise's).
 OVERRATED = "overrated"
+# Set by an inner link on a job it dropped unrun that will never run and is no success: a
+# workflow step past its ``expires_in`` (dead in its workflow). Its batch counts it dead.
+DEAD_UNRUN = "wurk_dead_unrun"
 
 class BatchClientMiddleware:
     """Client middleware: pushes inside a jobs block join its batch."""
@@ -120,7 +124,7 @@ class BatchServerMiddleware:
             raise
         if payload.get(OVERRATED) != overrated:
             return result  # rescheduled by a rate limiter: it has not run yet
-        count(self.config, bid, jid, "success")
+        count(self.config, bid, jid, "death" if payload.pop(DEAD_UNRUN, False) else "success")
         return result
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
@@ -156,7 +160,8 @@ class BatchServerMiddleware:
                 await bookkeeping(self._count_failure, bid, jid, payload)
             raise
         if payload.get(OVERRATED) == overrated:
-            await bookkeeping(count, self.config, bid, jid, "success")
+            outcome = "death" if payload.pop(DEAD_UNRUN, False) else "success"
+            await bookkeeping(count, self.config, bid, jid, outcome)
         return result
 
     def _count_failure(self, bid: str, jid: str, payload: P.Payload) -> None:
