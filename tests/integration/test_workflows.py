@@ -503,6 +503,37 @@ def test_a_workflows_keys_and_its_steps_results_live_three_days_by_default(
         assert three_days - 60 < r.ttl(f"wurk:result:{step.jid}") <= three_days
 
 
+def test_a_workflows_own_ttl_and_callback_queue_are_used_and_result_ttl_wins(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """docs: `Workflow(name, ttl=, callback_queue=)`: its keys and its steps' results live
+    `ttl` seconds from its start (a step's own `result_ttl` wins), and the callbacks of
+    its batch (`wf.on`) are pushed to `callback_queue`."""
+    drain, callbacks = Drain(config, "default"), Drain(config, "wf-callbacks")
+    try:
+        wf = Workflow("own ttl", ttl=600, callback_queue="wf-callbacks")
+        first = wf.step(square, 3)
+        wf.step(square.set(result_ttl=5000), first).named("keeps")
+        wf.on("success", Callbacks)
+        wid = wf.start()
+        drain()
+        assert WorkflowStatus(wid).state == "succeeded"
+        assert r.llen("queue:wf-callbacks") == 1 and r.llen("queue:default") == 0
+        (callback,) = [json.loads(raw) for raw in r.lrange("queue:wf-callbacks", 0, -1)]
+        assert callback["args"][0] == "success" and callback["args"][1] == wid
+        keys = r.keys(f"wurk:workflow:{wid}*")
+        assert f"wurk:workflow:{wid}" in keys and len(keys) >= 4
+        for key in keys:
+            assert 540 < r.ttl(key) <= 600, key
+        steps = WorkflowStatus(wid).steps
+        assert 540 < r.ttl(f"wurk:result:{steps['square'].jid}") <= 600
+        assert 4940 < r.ttl(f"wurk:result:{steps['keeps'].jid}") <= 5000
+        callbacks()  # the callback, on its own queue
+        assert runs(r, "cb") == [["success"]]
+    finally:
+        drain.close()
+        callbacks.close()
+
+
 class Callbacks(wurk.Job, name="WfTest::Callbacks"):
     def on_success(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
         note("cb", "success")
