@@ -38,6 +38,7 @@ from ..errors import OverLimit
 from ..job import registry
 from ..middleware import AWAIT, Later, Leave
 from ..payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
+from ..workflow.middleware import expired_step
 from .reschedule import over_limit_classes, reschedule
 
 if TYPE_CHECKING:
@@ -137,8 +138,6 @@ class LimitsMiddleware:
             raise error
 
     def _drop(self, payload: P.Payload) -> None:
-        from ..workflow.middleware import expired_step  # the workflow side imports this
-
         expiry.drop(self.config, payload)
         unique.release(self.config, payload)
         expired_step(self.config, payload)  # a workflow step: dead, its policy applies
