@@ -783,6 +783,60 @@ def test_cancel_cancels_a_step_in_the_retry_set_with_wurk_cancel(
     assert runs(r, "flaky") == [[]] and runs(r, "echo") == []
 
 
+def _steps_among_plain_jobs(r: redis.Redis, at: tuple[int, ...], plain: int) -> list[str]:
+    """A workflow of len(at) queued steps, put at those positions from the queue's oldest
+    end among ``plain`` plain jobs (in a queue emptied first); the steps' jids, then the
+    workflow's id."""
+    r.delete("queue:default")
+    wf = Workflow("cancel among many")
+    for i in range(len(at)):
+        wf.step(square, i).named(f"s{i}")
+    wid = wf.start()
+    steps = r.lrange("queue:default", 0, -1)[::-1]  # oldest first
+    for n in range(plain):
+        square.perform_async(1000 + n)
+    fillers = r.lrange("queue:default", 0, plain - 1)[::-1]
+    order = list(fillers)
+    for position, payload in zip(at, steps, strict=True):
+        order.insert(position, payload)
+    r.delete("queue:default")
+    r.lpush("queue:default", *order)  # the first of ``order`` ends up the oldest
+    assert r.lrange("queue:default", -1, -1) == [order[0]]
+    return [str(WorkflowStatus(wid).steps[f"s{i}"].jid) for i in range(len(at))] + [wid]
+
+
+def test_cancel_takes_steps_out_from_among_many_other_jobs(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: on cancel, steps still in a queue are taken out of it by the script — here
+    spread over 3 chunks of its read, the other jobs left in their order."""
+    *jids, wid = _steps_among_plain_jobs(r, (0, 150, 302), 300)
+    before = [raw for raw in r.lrange("queue:default", 0, -1) if '"wf":' not in raw]
+    assert cancel(wid) == "running"
+    assert r.lrange("queue:default", 0, -1) == before and len(before) == 300
+    assert {s.state for s in WorkflowStatus(wid).steps.values()} == {"cancelled"}
+    assert jids and wurk.BatchStatus(wid).complete
+
+
+def test_cancels_script_reads_a_bounded_part_of_the_queues(
+        drain: Drain, r: redis.Redis, config: wurk.Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel's script reads at most CANCEL_SCAN queue entries, never a whole queue of a
+    million jobs while Redis waits: a queued step past them is handed back to be cancelled
+    with `wurk.cancel`, which takes it out all the same."""
+    from wurk.workflow import transitions
+
+    monkeypatch.setattr(transitions, "CANCEL_SCAN", 100, raising=False)
+    *jids, wid = _steps_among_plain_jobs(r, (50, 250), 300)
+    with wurk.redis() as conn:
+        _, removed, others = transitions.cancel(conn, config, wid)
+    assert removed == [jids[0]] and others == [jids[1]]
+    *jids, wid = _steps_among_plain_jobs(r, (50, 250), 300)
+    assert cancel(wid) == "running"  # the public cancel: the one past them goes too
+    assert not [raw for raw in r.lrange("queue:default", 0, -1) if wid in raw]
+    run_all(drain)
+    assert {s.state for s in WorkflowStatus(wid).steps.values()} == {"cancelled"}
+
+
 def test_wurk_cancel_of_a_steps_jid_is_a_death(drain: Drain, r: redis.Redis) -> None:
     """workflows.md: a step "dies" when `wurk.cancel` is called on its jid: it is dead, the
     workflow ends failed, and under "stop" the step after it is stopped."""
