@@ -534,6 +534,25 @@ def test_a_workflows_own_ttl_and_callback_queue_are_used_and_result_ttl_wins(
         callbacks.close()
 
 
+def test_a_steps_jid_is_a_result_handle_like_any_jobs(drain: Drain, r: redis.Redis) -> None:
+    """docs: a step's `jid` is a job like any: `wurk.ResultHandle(status.steps[name].jid)`
+    gives its value once it ran (and raises `wurk.JobFailed` for one that died)."""
+    wf = Workflow("handles", on_death="continue")
+    first = wf.step(square, 7)
+    wf.step(echo, first).named("after")
+    wf.step(boom).named("dies")
+    wid = wf.start()
+    steps = WorkflowStatus(wid).steps
+    assert steps["after"].state == "waiting" and steps["after"].jid  # its jid from the start
+    handles = {name: wurk.ResultHandle(str(steps[name].jid)) for name in ("square", "after")}
+    run_all(drain)
+    assert handles["square"].result(timeout=5) == 49
+    assert handles["after"].result(timeout=5) == [49]
+    with pytest.raises(wurk.JobFailed):
+        wurk.ResultHandle(str(steps["dies"].jid)).result(timeout=5)
+    assert WorkflowStatus(wid).state == "failed"
+
+
 class Callbacks(wurk.Job, name="WfTest::Callbacks"):
     def on_success(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
         note("cb", "success")
