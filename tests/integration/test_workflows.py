@@ -856,6 +856,36 @@ def test_cancels_script_reads_a_bounded_part_of_the_queues(
     assert {s.state for s in WorkflowStatus(wid).steps.values()} == {"cancelled"}
 
 
+def test_a_cancel_takes_its_queued_steps_out_of_the_batch_in_the_same_script(
+        drain: Drain, r: redis.Redis, config: wurk.Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queued steps a cancel takes out of their queue leave the workflow's batch in the
+    same script call: a cancel cut short right after it (Redis gone, the process killed)
+    used to leave them out of the queue but pending in the batch, which then never
+    completed. Here the next call the cancel makes fails."""
+    from wurk.batch import accounting
+
+    def cut_short(*args: Any, **kwargs: Any) -> int:
+        raise wurk.RedisUnavailable("the connection dropped after the cancel's script")
+
+    wf = Workflow("cut short")
+    first = [wf.step(square, i) for i in range(3)]
+    wf.step(gather, first)
+    wf.on("complete", Callbacks)
+    wid = wf.start()
+    monkeypatch.setattr(accounting, "remove", cut_short)
+    monkeypatch.setattr(accounting, "fired", cut_short, raising=False)
+    with pytest.raises(wurk.RedisUnavailable):
+        cancel(wid)
+    monkeypatch.undo()
+    assert not [raw for raw in r.lrange("queue:default", 0, -1) if '"wf":' in raw]
+    assert WorkflowStatus(wid).state == "cancelled"
+    status = wurk.BatchStatus(wid)
+    assert status.complete and status.pending == 0 and status.total == 0
+    run_all(drain)  # the complete callback, pushed by that same script
+    assert runs(r, "cb") == [["complete"]]
+
+
 def test_wurk_cancel_of_a_steps_jid_is_a_death(drain: Drain, r: redis.Redis) -> None:
     """workflows.md: a step "dies" when `wurk.cancel` is called on its jid: it is dead, the
     workflow ends failed, and under "stop" the step after it is stopped."""

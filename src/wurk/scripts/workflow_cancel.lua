@@ -7,9 +7,12 @@
 --             end; the read stops once every queued step was found): a cancel never reads
 --             a queue of a million jobs in one go. A queued step not found within it is one
 --             of the others.
--- Returns {state before, jids removed from their queue..., '--', other jids cancelled...}:
--- the others run, retry or wait in a schedule (or sit past what was read) — the caller
--- cancels them one by one.
+-- Returns {state before, jids removed from their queue..., '--', other jids cancelled...,
+-- '--', batch_lib.lua's reply of their removal from the workflow's batch}: the others run,
+-- retry or wait in a schedule (or sit past what was read) — the caller cancels them one by
+-- one. The jids taken out of their queue leave the batch in this same call: they will never
+-- run, and a cancel cut short after it took them out must not leave the batch waiting for
+-- them for ever. A batch whose keys hold another Redis type is left as it is (named).
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid = ARGV[5]
 local budget = tonumber(ARGV[6]) or 10000
@@ -66,8 +69,25 @@ for queue in pairs(queues) do
     at = at - kept
   end
 end
-local reply = {before}
-for _, jid in ipairs(removed) do reply[#reply + 1] = jid end
-reply[#reply + 1] = '--'
-for jid in pairs(queued) do reply[#reply + 1] = jid end
-return reply
+local counted = 0
+if #removed > 0 and redis.call('EXISTS', bkey(wid)) == 1 then
+  local usable = true
+  for _, suffix in ipairs({'-jids', '-failed', '-died'}) do
+    local kind = redis.call('TYPE', bkey(wid, suffix))['ok']
+    if kind ~= 'set' and kind ~= 'none' then
+      C.problems[#C.problems + 1] = (bkey(wid, suffix) .. ' holds a ' .. kind .. ', not a set (written by '
+                  .. 'something else); the cancelled steps are not removed from it')
+      usable = false
+    end
+  end
+  if usable and redis.call('TYPE', bkey(wid))['ok'] == 'hash' then
+    counted = remove_jids(wid, removed)
+  end
+end
+local out = {before}
+for _, jid in ipairs(removed) do out[#out + 1] = jid end
+out[#out + 1] = '--'
+for jid in pairs(queued) do out[#out + 1] = jid end
+out[#out + 1] = '--'
+for _, part in ipairs(reply(counted)) do out[#out + 1] = part end
+return out

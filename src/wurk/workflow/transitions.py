@@ -134,7 +134,8 @@ def cancel(conn: Any, config: Config, wid: str) -> tuple[str, list[str], list[st
     if not reply[0]:
         raise WorkflowError(f"workflow {wid} does not exist (expired, or never started)")
     split = reply.index("--")
-    removed, others = reply[1:split], reply[split + 1:]
-    if removed:
-        accounting.remove(conn, config, wid, removed)  # the batch: they will not run
+    end = reply.index("--", split + 1) if "--" in reply[split + 1:] else len(reply)
+    removed, others = reply[1:split], reply[split + 1:end]
+    if end < len(reply):  # the batch's side (the script took those out of it too): what it
+        accounting.fired(config, wid, reply[end + 1:])  # fired, what it found stored
     return reply[0], removed, others
