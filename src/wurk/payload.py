@@ -92,6 +92,10 @@ TIMEOUT = "timeout"  # wurk: the job's time limit, seconds (``wurk.control``)
 
 # Limits (rate limiters, unique jobs, expiring jobs).
 OVERRATED = "overrated"  # how often a rate limiter rescheduled the job (Sidekiq Enterprise)
+# Not on the wire: set by an inner link of the worker on a job it dropped unrun that will
+# never run and is no success (a workflow step past its ``expires_in``, dead in its
+# workflow), and popped by the batch link, which counts it dead.
+DEAD_UNRUN = "wurk_dead_unrun"
 UNIQUE_FOR = "unique_for"  # seconds the unique lock lives (Sidekiq Enterprise)
 UNIQUE_UNTIL = "unique_until"  # "success" (default) or "start"
 UNIQUE_DIGEST = "unique_digest"  # wurk: names the lock, so any process can release it

@@ -952,3 +952,25 @@ def test_dead_batches_drops_the_entries_of_batches_that_expired(
     r.delete(f"b-{batch.bid}")  # expired
     assert DeadBatches().bids() == [] and len(DeadBatches()) == 0
     assert not r.exists("batch-died")  # removed, not only hidden
+
+
+def test_dead_batches_retry_sends_back_every_dead_job_past_ten_thousand(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """batches.md: `retry(bid)` sends a batch's dead jobs back to their queues — all of
+    them, not the first 10,000 of its `-died` set that `BatchStatus.dead_jids` lists."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        work.perform_async("kept")  # the batch's record; nothing runs it
+    many = 10_050
+    jids = [f"{n:024x}" for n in range(many)]
+    pipe = r.pipeline(transaction=False)
+    for n, jid in enumerate(jids):
+        job = {"class": "BatchTest::work", "args": [f"dead-{n}"], "queue": "dead-batch",
+               "jid": jid, "bid": batch.bid, "created_at": 1.0, "enqueued_at": 1.0,
+               "retry": True, "failed_at": 1.0, "error_class": "RuntimeError",
+               "error_message": "down"}
+        pipe.zadd("dead", {json.dumps(job): time.time()})
+    pipe.sadd(f"b-{batch.bid}-died", *jids)
+    pipe.execute()
+    assert DeadBatches().retry(batch.bid) == many
+    assert r.llen("queue:dead-batch") == many and r.zcard("dead") == 0

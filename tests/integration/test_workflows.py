@@ -503,6 +503,56 @@ def test_a_workflows_keys_and_its_steps_results_live_three_days_by_default(
         assert three_days - 60 < r.ttl(f"wurk:result:{step.jid}") <= three_days
 
 
+def test_a_workflows_own_ttl_and_callback_queue_are_used_and_result_ttl_wins(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """docs: `Workflow(name, ttl=, callback_queue=)`: its keys and its steps' results live
+    `ttl` seconds from its start (a step's own `result_ttl` wins), and the callbacks of
+    its batch (`wf.on`) are pushed to `callback_queue`."""
+    drain, callbacks = Drain(config, "default"), Drain(config, "wf-callbacks")
+    try:
+        wf = Workflow("own ttl", ttl=600, callback_queue="wf-callbacks")
+        first = wf.step(square, 3)
+        wf.step(square.set(result_ttl=5000), first).named("keeps")
+        wf.on("success", Callbacks)
+        wid = wf.start()
+        drain()
+        assert WorkflowStatus(wid).state == "succeeded"
+        assert r.llen("queue:wf-callbacks") == 1 and r.llen("queue:default") == 0
+        (callback,) = [json.loads(raw) for raw in r.lrange("queue:wf-callbacks", 0, -1)]
+        assert callback["args"][0] == "success" and callback["args"][1] == wid
+        keys = r.keys(f"wurk:workflow:{wid}*")
+        assert f"wurk:workflow:{wid}" in keys and len(keys) >= 4
+        for key in keys:
+            assert 540 < r.ttl(key) <= 600, key
+        steps = WorkflowStatus(wid).steps
+        assert 540 < r.ttl(f"wurk:result:{steps['square'].jid}") <= 600
+        assert 4940 < r.ttl(f"wurk:result:{steps['keeps'].jid}") <= 5000
+        callbacks()  # the callback, on its own queue
+        assert runs(r, "cb") == [["success"]]
+    finally:
+        drain.close()
+        callbacks.close()
+
+
+def test_a_steps_jid_is_a_result_handle_like_any_jobs(drain: Drain, r: redis.Redis) -> None:
+    """docs: a step's `jid` is a job like any: `wurk.ResultHandle(status.steps[name].jid)`
+    gives its value once it ran (and raises `wurk.JobFailed` for one that died)."""
+    wf = Workflow("handles", on_death="continue")
+    first = wf.step(square, 7)
+    wf.step(echo, first).named("after")
+    wf.step(boom).named("dies")
+    wid = wf.start()
+    steps = WorkflowStatus(wid).steps
+    assert steps["after"].state == "waiting" and steps["after"].jid  # its jid from the start
+    handles = {name: wurk.ResultHandle(str(steps[name].jid)) for name in ("square", "after")}
+    run_all(drain)
+    assert handles["square"].result(timeout=5) == 49
+    assert handles["after"].result(timeout=5) == [49]
+    with pytest.raises(wurk.JobFailed):
+        wurk.ResultHandle(str(steps["dies"].jid)).result(timeout=5)
+    assert WorkflowStatus(wid).state == "failed"
+
+
 class Callbacks(wurk.Job, name="WfTest::Callbacks"):
     def on_success(self, status: wurk.BatchStatus, options: dict[str, Any]) -> None:
         note("cb", "success")
@@ -564,21 +614,45 @@ def test_a_step_that_runs_after_its_workflow_expired_counts_nothing(
     assert runs(r, "echo") == [] and r.llen("queue:default") == 0
 
 
-def test_a_step_dropped_unrun_by_expires_in_never_counts(drain: Drain, r: redis.Redis) -> None:
-    """docs: a step with `expires_in` dropped unrun never counts: the workflow stays
-    `running`."""
+def test_a_step_dropped_unrun_by_expires_in_is_dead_and_its_batch_never_succeeds(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: a step with `expires_in` dropped unrun is `dead` (it will never run): the
+    policy applies to the steps after it, the workflow ends `failed`, and its batch fires
+    `death` and `complete`, never `success`. (It used to count nothing in the workflow but
+    as a success in its batch: the workflow stayed `running` for ever while its `success`
+    callback fired.)"""
     import time
 
     wf = Workflow("dropped")
     first = wf.step(square.set(expires_in=0.2), 3)
     wf.step(echo, first).named("after")
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
     wid = wf.start()
-    time.sleep(0.4)
+    time.sleep(0.3)
     run_all(drain)
+    run_all(drain)  # the callbacks' own jobs
     status = WorkflowStatus(wid)
     assert r.get("stat:expired") == "1"
-    assert status.state == "running" and status.steps["square"].state == "queued"
-    assert status.steps["after"].state == "waiting" and runs(r, "echo") == []
+    assert status.steps["square"].state == "dead" and status.state == "failed"
+    assert status.steps["after"].state == "stopped" and runs(r, "echo") == []
+    assert not wurk.BatchStatus(wid).succeeded
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+def test_a_step_dropped_unrun_by_expires_in_gives_null_under_continue(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: under `continue`, the steps after an expired step run with `null` for it."""
+    import time
+
+    wf = Workflow("dropped-continue", on_death="continue")
+    first = wf.step(square.set(expires_in=0.2), 3)
+    wf.step(echo, first).named("after")
+    wid = wf.start()
+    time.sleep(0.3)
+    run_all(drain)
+    status = WorkflowStatus(wid)
+    assert status.steps["square"].state == "dead" and status.state == "failed"
+    assert runs(r, "echo") == [[None]]
 
 
 # -- Redis unreachable when a step ends (workflows.md: "sent again for about 3.5 s") ----------
@@ -726,6 +800,90 @@ def test_cancel_cancels_a_step_in_the_retry_set_with_wurk_cancel(
     assert {s.state for s in status.steps.values()} == {"cancelled"}
     run_all(drain)
     assert runs(r, "flaky") == [[]] and runs(r, "echo") == []
+
+
+def _steps_among_plain_jobs(r: redis.Redis, at: tuple[int, ...], plain: int) -> list[str]:
+    """A workflow of len(at) queued steps, put at those positions from the queue's oldest
+    end among ``plain`` plain jobs (in a queue emptied first); the steps' jids, then the
+    workflow's id."""
+    r.delete("queue:default")
+    wf = Workflow("cancel among many")
+    for i in range(len(at)):
+        wf.step(square, i).named(f"s{i}")
+    wid = wf.start()
+    steps = r.lrange("queue:default", 0, -1)[::-1]  # oldest first
+    for n in range(plain):
+        square.perform_async(1000 + n)
+    fillers = r.lrange("queue:default", 0, plain - 1)[::-1]
+    order = list(fillers)
+    for position, payload in zip(at, steps, strict=True):
+        order.insert(position, payload)
+    r.delete("queue:default")
+    r.lpush("queue:default", *order)  # the first of ``order`` ends up the oldest
+    assert r.lrange("queue:default", -1, -1) == [order[0]]
+    return [str(WorkflowStatus(wid).steps[f"s{i}"].jid) for i in range(len(at))] + [wid]
+
+
+def test_cancel_takes_steps_out_from_among_many_other_jobs(
+        drain: Drain, r: redis.Redis) -> None:
+    """docs: on cancel, steps still in a queue are taken out of it by the script — here
+    spread over 3 chunks of its read, the other jobs left in their order."""
+    *jids, wid = _steps_among_plain_jobs(r, (0, 150, 302), 300)
+    before = [raw for raw in r.lrange("queue:default", 0, -1) if '"wf":' not in raw]
+    assert cancel(wid) == "running"
+    assert r.lrange("queue:default", 0, -1) == before and len(before) == 300
+    assert {s.state for s in WorkflowStatus(wid).steps.values()} == {"cancelled"}
+    assert jids and wurk.BatchStatus(wid).complete
+
+
+def test_cancels_script_reads_a_bounded_part_of_the_queues(
+        drain: Drain, r: redis.Redis, config: wurk.Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel's script reads at most CANCEL_SCAN queue entries, never a whole queue of a
+    million jobs while Redis waits: a queued step past them is handed back to be cancelled
+    with `wurk.cancel`, which takes it out all the same."""
+    from wurk.workflow import transitions
+
+    monkeypatch.setattr(transitions, "CANCEL_SCAN", 100, raising=False)
+    *jids, wid = _steps_among_plain_jobs(r, (50, 250), 300)
+    with wurk.redis() as conn:
+        _, removed, others = transitions.cancel(conn, config, wid)
+    assert removed == [jids[0]] and others == [jids[1]]
+    *jids, wid = _steps_among_plain_jobs(r, (50, 250), 300)
+    assert cancel(wid) == "running"  # the public cancel: the one past them goes too
+    assert not [raw for raw in r.lrange("queue:default", 0, -1) if wid in raw]
+    run_all(drain)
+    assert {s.state for s in WorkflowStatus(wid).steps.values()} == {"cancelled"}
+
+
+def test_a_cancel_takes_its_queued_steps_out_of_the_batch_in_the_same_script(
+        drain: Drain, r: redis.Redis, config: wurk.Config,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queued steps a cancel takes out of their queue leave the workflow's batch in the
+    same script call: a cancel cut short right after it (Redis gone, the process killed)
+    used to leave them out of the queue but pending in the batch, which then never
+    completed. Here the next call the cancel makes fails."""
+    from wurk.batch import accounting
+
+    def cut_short(*args: Any, **kwargs: Any) -> int:
+        raise wurk.RedisUnavailable("the connection dropped after the cancel's script")
+
+    wf = Workflow("cut short")
+    first = [wf.step(square, i) for i in range(3)]
+    wf.step(gather, first)
+    wf.on("complete", Callbacks)
+    wid = wf.start()
+    monkeypatch.setattr(accounting, "remove", cut_short)
+    monkeypatch.setattr(accounting, "fired", cut_short, raising=False)
+    with pytest.raises(wurk.RedisUnavailable):
+        cancel(wid)
+    monkeypatch.undo()
+    assert not [raw for raw in r.lrange("queue:default", 0, -1) if '"wf":' in raw]
+    assert WorkflowStatus(wid).state == "cancelled"
+    status = wurk.BatchStatus(wid)
+    assert status.complete and status.pending == 0 and status.total == 0
+    run_all(drain)  # the complete callback, pushed by that same script
+    assert runs(r, "cb") == [["complete"]]
 
 
 def test_wurk_cancel_of_a_steps_jid_is_a_death(drain: Drain, r: redis.Redis) -> None:

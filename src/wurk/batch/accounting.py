@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from ..config import Config
 
 __all__ = ["BlockWriter", "Calls", "Outcome", "Transition", "awrite", "callback_done", "close",
-           "create", "invalidate", "locks", "on_transition", "push", "push_call", "pushed",
-           "record", "remove", "reopen", "write"]
+           "create", "fired", "invalidate", "locks", "on_transition", "push", "push_call",
+           "pushed", "record", "remove", "reopen", "write"]
 
 log = logging.getLogger("wurk")
 
@@ -134,6 +134,12 @@ def _warn(bid: str, problems: Sequence[Any]) -> None:
     a count rebuilt from the batch's sets)."""
     for found in problems:
         log.warning("batch %s: %s", shown(bid, 200), shown(found, 1000))
+
+
+def fired(config: Config, bid: str, reply: Any) -> int:
+    """``_fired`` for a script of another feature that changes a batch (a workflow's
+    cancel takes its queued steps out of its batch)."""
+    return _fired(config, bid, reply)
 
 
 def _fired(config: Config, bid: str, reply: Any) -> int:

@@ -5,11 +5,12 @@
    (``accounting.write``).
 2. ``BatchServerMiddleware``: the outermost link, so it sees what every inner link decided.
    A batch job that returned counts as a success — so does one the limits link dropped as
-   expired, or skipped; one a rate limiter rescheduled counts as nothing (it has not run);
-   one that raised counts as a failure once its retry is booked (a shutdown interrupting it
-   counts as nothing: it runs again; nor does an iterable job's ``Interrupted``: it is
-   pushed again and goes on from its cursor). One ``wurk.cancel`` stopped counts as dead:
-   it will not run again, and the batch still completes.
+   expired (a workflow step it dropped counts as dead: ``payload.DEAD_UNRUN``), or skipped; one a
+   rate limiter rescheduled counts as nothing (it has not run); one that raised counts as a
+   failure once its retry is booked (a shutdown interrupting it counts as nothing: it runs
+   again; nor does an iterable job's ``Interrupted``: it is pushed again and goes on from
+   its cursor). One ``wurk.cancel`` stopped counts as dead: it will not run again, and the
+   batch still completes.
 3. ``BatchDeathHandler``: a batch job that died — retries exhausted, ``retry: false``,
    killed from the dashboard, a poison pill, a payload no retry can fix — counts as dead.
 4. Counting survives a Redis restart or failover: a count is idempotent per jid, so it is
@@ -119,7 +120,7 @@ class BatchServerMiddleware:
             raise
         if payload.get(P.OVERRATED) != overrated:
             return result  # rescheduled by a rate limiter: it has not run yet
-        count(self.config, bid, jid, "success")
+        count(self.config, bid, jid, "death" if payload.pop(P.DEAD_UNRUN, False) else "success")
         return result
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
@@ -155,7 +156,8 @@ class BatchServerMiddleware:
                 await bookkeeping(self._count_failure, bid, jid, payload)
             raise
         if payload.get(P.OVERRATED) == overrated:
-            await bookkeeping(count, self.config, bid, jid, "success")
+            outcome = "death" if payload.pop(P.DEAD_UNRUN, False) else "success"
+            await bookkeeping(count, self.config, bid, jid, outcome)
         return result
 
     def _count_failure(self, bid: str, jid: str, payload: P.Payload) -> None:

@@ -96,13 +96,28 @@ class DeadBatches:
         """Send the batch's dead jobs back to their queues; returns how many went."""
         from ..api.sets import DeadSet  # not at import: a worker loads this package, never it
 
-        wanted = set(BatchStatus(bid, config=self.config).dead_jids)
+        wanted = self._dead_jids(bid)
         moved = 0
         for entry in DeadSet(config=self.config):
             item: Any = entry.item
             if isinstance(item, dict) and item.get(P.JID) in wanted and entry.retry():
                 moved += 1
         return moved
+
+    def _dead_jids(self, bid: str) -> set[str]:
+        """Every jid of the batch's ``-died`` set, read a page at a time (``SSCAN``): not
+        ``BatchStatus.dead_jids``, which lists ``stored.FIELD_CAP`` of them for people to
+        read, so a batch with more dead jobs than that had only some of them retried. A
+        key of another type (written by hand) holds none."""
+        key = self.config.keys.batch(bid, "died")
+
+        def read(r: Any) -> set[str]:
+            if stored.text(r.type(key)) != "set":
+                return set()
+            return {stored.text(m) for m in r.sscan_iter(key, count=stored.SCAN_STEP)}
+
+        found: set[str] = self.config.pool("api").run(read, idempotent=True)
+        return found
 
 
 def _missing(config: Config, bids: list[str]) -> list[str]:

@@ -9,7 +9,8 @@
      execution is done, not failed; with ``policy="skip"`` the job is simply done. Past
      ``reschedule`` reschedules the error is an ordinary failure (``wurk.limiter``);
    - expired (``expires_at`` passed): acknowledged unrun, counted, ``on_expired`` told, its
-     unique lock released (``wurk.expiry``);
+     unique lock released (``wurk.expiry``); a workflow step is dead in its workflow, and
+     its batch counts it dead (``wurk.workflow.middleware.expired_step``);
    - unique: the lock released before the job runs (``unique_until="start"``) or after it
      succeeded (``"success"``); a failure keeps it for the retry (``wurk.unique``).
 
@@ -37,6 +38,7 @@ from ..errors import OverLimit
 from ..job import registry
 from ..middleware import AWAIT, Later, Leave
 from ..payload import EXPIRES_AT, EXPIRES_IN, UNIQUE_DIGEST
+from ..workflow.middleware import expired_step
 from .reschedule import over_limit_classes, reschedule
 
 if TYPE_CHECKING:
@@ -72,8 +74,7 @@ class LimitsMiddleware:
 
     def _guarded(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
         if expiry.expired(payload):
-            expiry.drop(self.config, payload)
-            unique.release(self.config, payload)
+            self._drop(payload)
             return None
         if P.UNIQUE_DIGEST not in payload:
             return call_next()
@@ -139,6 +140,7 @@ class LimitsMiddleware:
     def _drop(self, payload: P.Payload) -> None:
         expiry.drop(self.config, payload)
         unique.release(self.config, payload)
+        expired_step(self.config, payload)  # a workflow step: dead, its policy applies
 
 
 def _rate_limit(payload: P.Payload) -> Any:

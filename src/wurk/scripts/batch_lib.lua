@@ -401,3 +401,32 @@ local function refresh(bid, ...)
     if redis.call('TTL', key) == -1 then redis.call('EXPIRE', key, math.max(left, 1)) end
   end
 end
+
+-- Take `jids` out of batch `bid`'s accounting (Sidekiq Pro's Batch#remove_jobs; the
+-- caller checked that the batch exists and its keys are of their types): a jid still
+-- pending (-jids) or dead (-died) no longer counts towards total and pending (nor
+-- failures); then whatever is now due fires. Returns how many were removed.
+local function remove_jids(bid, jids)
+  local removed, failed, died = 0, 0, false
+  for _, jid in ipairs(jids) do
+    local gone = redis.call('SREM', bkey(bid, '-jids'), jid) == 1
+    if not gone and redis.call('SREM', bkey(bid, '-died'), jid) == 1 then
+      gone, died = true, true
+    end
+    if gone then
+      removed = removed + 1
+      if redis.call('SREM', bkey(bid, '-failed'), jid) == 1 then failed = failed + 1 end
+    end
+  end
+  if removed == 0 then return 0 end
+  add(bid, 'total', -removed)
+  add(bid, 'pending', -removed)
+  if failed > 0 then add(bid, 'failures', -failed) end
+  if died and redis.call('SCARD', bkey(bid, '-died')) == 0 then
+    own_set(C.prefix .. 'batch-died')
+    redis.call('SREM', C.prefix .. 'batch-died', bid)
+  end
+  refresh(bid, '-failed', '-died')
+  lib().try_fire(bid)
+  return removed
+end

@@ -16,26 +16,6 @@ local bid = ARGV[5]
 local h = bkey(bid)
 if redis.call('EXISTS', h) == 0 then return reply(0) end
 if broken(bid, 'no job is removed from it') then return reply(0) end
-local removed, failed, died = 0, 0, false
-for i = 6, #ARGV do
-  local jid = ARGV[i]
-  local gone = redis.call('SREM', bkey(bid, '-jids'), jid) == 1
-  if not gone and redis.call('SREM', bkey(bid, '-died'), jid) == 1 then
-    gone, died = true, true
-  end
-  if gone then
-    removed = removed + 1
-    if redis.call('SREM', bkey(bid, '-failed'), jid) == 1 then failed = failed + 1 end
-  end
-end
-if removed == 0 then return reply(0) end
-add(bid, 'total', -removed)
-add(bid, 'pending', -removed)
-if failed > 0 then add(bid, 'failures', -failed) end
-if died and redis.call('SCARD', bkey(bid, '-died')) == 0 then
-  own_set(C.prefix .. 'batch-died')
-  redis.call('SREM', C.prefix .. 'batch-died', bid)
-end
-refresh(bid, '-failed', '-died')
-lib().try_fire(bid)
-return reply(removed)
+local jids = {}
+for i = 6, #ARGV do jids[#jids + 1] = ARGV[i] end
+return reply(remove_jids(bid, jids))

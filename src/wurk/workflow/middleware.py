@@ -6,7 +6,8 @@
    (the dependants it pushes join the batch before the batch counts the step). A step
    that returned counts as a success with its value and the children it added
    (``fan_out``); one ``wurk.cancel`` stopped counts as dead; a failure with a retry due
-   counts as nothing (it runs again).
+   counts as nothing (it runs again). One the limits link dropped unrun as expired never
+   reaches it: the limits link counts it dead (``expired_step``).
 2. ``WorkflowDeathHandler``: a step that died — retries used up, ``retry: false``, killed,
    a poison pill — counts as dead and the workflow's policy applies. It runs before the
    batch's death handler, so the dependants a ``continue`` policy pushes join the batch
@@ -38,7 +39,8 @@ from .transitions import Child, finish_retried
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["WorkflowDeathHandler", "WorkflowMiddleware", "fan_out", "install", "running_step"]
+__all__ = ["WorkflowDeathHandler", "WorkflowMiddleware", "expired_step", "fan_out", "install",
+           "running_step"]
 
 
 @dataclass
@@ -149,6 +151,20 @@ class WorkflowMiddleware:
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:
         """A step: ``acall``; any other job: nothing (no frame on its await chain)."""
         return None if _step_of(payload) is None else AWAIT
+
+
+def expired_step(config: Config, payload: P.Payload) -> bool:
+    """A job the limits link dropped unrun as expired: when it is a workflow step, it is
+    dead — it will never run, and what waits for it must not wait for ever — so its
+    workflow's policy applies, and its batch counts it dead (``payload.DEAD_UNRUN``), never as
+    success that would fire the workflow's ``success``. Whether it was a step. A count Redis
+    refuses raises: the run fails and is retried, to be dropped (and counted) again."""
+    found = _step_of(payload)
+    if found is None:
+        return False
+    finish_retried(config, *found, "death")
+    payload[P.DEAD_UNRUN] = True
+    return True
 
 
 class WorkflowDeathHandler:

@@ -34,7 +34,8 @@ from ..stored import shown, text
 if TYPE_CHECKING:
     from ..config import Config
 
-__all__ = ["COUNT_RETRIES", "Child", "cancel", "finish", "finish_retried", "start"]
+__all__ = ["CANCEL_SCAN", "COUNT_RETRIES", "Child", "cancel", "finish", "finish_retried",
+           "start"]
 
 log = logging.getLogger("wurk")
 
@@ -45,6 +46,10 @@ _CANCEL = Script("workflow_cancel.lua", prelude=_LIB)
 # Waits between the attempts to count a step while Redis cannot be reached (as a batch
 # count does): about 3.5 s, enough for a restart or a failover.
 COUNT_RETRIES = (0.1, 0.25, 0.5, 1.0, 1.5)
+# Queue entries a cancel's script reads at most, in all, looking for the queued steps: a
+# step past them is cancelled with ``wurk.cancel`` instead (which pages through the queue
+# from the client), never by one script reading a queue of a million jobs.
+CANCEL_SCAN = 10_000
 
 # A child a step added at run time: (name, queue, jid, payload text).
 Child = tuple[str, str, str, str]
@@ -115,11 +120,13 @@ def finish_retried(config: Config, wid: str, step: str, outcome: str, value: str
 
 def cancel(conn: Any, config: Config, wid: str) -> tuple[str, list[str], list[str]]:
     """Cancel workflow ``wid``: (its state before, jids taken out of their queue, jids of
-    queued steps not found in a queue — running, retrying or scheduled). A workflow that
+    queued steps not found in a queue — running, retrying or scheduled, or past the
+    ``CANCEL_SCAN`` entries the script reads). A workflow that
     had ended already is left as it was; one that does not exist, or one of whose keys holds
     another Redis type (nothing is changed), raises ``WorkflowError``."""
     try:
-        reply = [text(part) for part in _CANCEL.call(conn, [], [*_common(config), wid])]
+        reply = [text(part) for part in _CANCEL.call(conn, [], [*_common(config), wid,
+                                                                CANCEL_SCAN])]
     except redis.ResponseError as exc:
         if str(exc).startswith("WORKFLOWBROKEN"):
             raise WorkflowError(str(exc).split(" ", 1)[1]) from None
@@ -127,7 +134,8 @@ def cancel(conn: Any, config: Config, wid: str) -> tuple[str, list[str], list[st
     if not reply[0]:
         raise WorkflowError(f"workflow {wid} does not exist (expired, or never started)")
     split = reply.index("--")
-    removed, others = reply[1:split], reply[split + 1:]
-    if removed:
-        accounting.remove(conn, config, wid, removed)  # the batch: they will not run
+    end = reply.index("--", split + 1) if "--" in reply[split + 1:] else len(reply)
+    removed, others = reply[1:split], reply[split + 1:end]
+    if end < len(reply):  # the batch's side (the script took those out of it too): what it
+        accounting.fired(config, wid, reply[end + 1:])  # fired, what it found stored
     return reply[0], removed, others
