@@ -303,11 +303,13 @@ class Registry:
                 )
             self._jobs[definition.name] = definition
             unique.use_context(definition.name, definition.unique_context())
+            unique.use_sealed(definition.name, definition.options.get(P.ENCRYPT) is True)
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._jobs.pop(name, None)
             unique.use_context(name, None)
+            unique.use_sealed(name, False)
 
     def get(self, name: Any) -> JobDefinition | None:
         """The definition registered as ``name``, or None (``lookup`` raises instead)."""

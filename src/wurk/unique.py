@@ -15,7 +15,9 @@
    the lock only if this jid still holds it (``scripts/unique_release.lua``).
 4. The job's own lock never refuses the job itself: the scheduler pushing it again (client
    mode) goes through. ``set(unique_for=False)`` pushes without a lock.
-5. ``locked(queue, name, args)``: the jid holding the lock, or None.
+5. ``locked(queue, name, args)``: the jid holding the lock, or None. For a job registered
+   with ``encrypt=True`` (or given ``encrypt=True``) the digest is taken as its push takes
+   it, over the keyed stand-in for its last argument (``wurk.crypto.unique_args``).
 
 Uniqueness is best effort: a job whose retries outlast ``unique_for`` lets a duplicate in.
 """
@@ -32,12 +34,25 @@ from . import scripts, stored
 from .client.locks import digest, job_digest, lock_for, use_context
 from .config import Config, default_config
 from .connections.lending import redis as lent_redis
+from .crypto import unique_args
 from .errors import InvalidPayload, RedisUnavailable
 from .options import UNIQUE_UNTIL as UNTIL
 from .options import check_unique_fields, unique_for_seconds
 
-__all__ = ["UNTIL", "LockRelease", "check_fields", "digest", "job_digest", "lock_for", "locked",
-           "release", "release_stored", "seconds", "use_context"]
+__all__ = [
+    "UNTIL",
+    "LockRelease",
+    "check_fields",
+    "digest",
+    "job_digest",
+    "lock_for",
+    "locked",
+    "release",
+    "release_stored",
+    "seconds",
+    "use_context",
+    "use_sealed",
+]
 
 log = logging.getLogger("wurk")
 
@@ -57,18 +72,37 @@ seconds = unique_for_seconds
 check_fields = check_unique_fields
 
 
-def locked(queue: str, name: str, args: Sequence[Any], *,
-           config: Config | None = None) -> str | None:
+def locked(queue: str, name: str, args: Sequence[Any], *, config: Config | None = None,
+           encrypt: bool | None = None) -> str | None:
     """The jid holding the lock of a ``name`` job with these ``args`` on ``queue``, or None.
 
     Uses the job's ``unique_context`` when this process has the job registered, exactly as a
-    push would."""
+    push would; and, for an encrypted job (``encrypt``, by default as the job registered here
+    says), the keyed stand-in its push digests instead of the secret argument."""
     cfg = config if config is not None else default_config()
-    key = cfg.keys.unique(job_digest({P.CLASS: name, P.QUEUE: queue, P.ARGS: list(args)}))
+    job: P.Payload = {P.CLASS: name, P.QUEUE: queue, P.ARGS: list(args)}
+    if encrypt if encrypt is not None else name in _sealed:
+        plain = unique_args(cfg, job)
+        if plain is not None:
+            job[P.ARGS] = plain
+    key = cfg.keys.unique(job_digest(job))
     holder = cfg.pool("api").run(lambda r: r.get(key), idempotent=True)
     if holder is None:
         return None
     return stored.text(holder)
+
+
+# The names of the jobs registered here with ``encrypt=True`` (``wurk.job``'s registry keeps
+# it, as it keeps ``unique_context`` hooks): ``locked`` digests them as their pushes do.
+_sealed: set[str] = set()
+
+
+def use_sealed(name: str, sealed: bool) -> None:
+    """Record whether the job registered as ``name`` is encrypted."""
+    if sealed:
+        _sealed.add(name)
+    else:
+        _sealed.discard(name)
 
 
 # -- releasing --------------------------------------------------------------------------------

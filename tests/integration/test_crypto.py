@@ -539,3 +539,23 @@ def test_a_push_whose_encrypt_is_no_boolean_is_refused(config: wurk.Config,
             wurk.push({"class": "test_crypto.charge", "args": [1, {"card": SECRET}],
                        "encrypt": flag})
     assert redis.Redis.from_url(redis_server.url).llen("queue:default") == 0
+
+
+def test_locked_finds_an_encrypted_jobs_lock_by_its_value(config: wurk.Config) -> None:
+    """unique-jobs.md: ``wurk.unique.locked`` digests as a push does; for a job registered
+    with ``encrypt=True`` that is the keyed stand-in of its last argument, not the value."""
+    first = unique_charge.perform_async(7, {"card": SECRET})
+    assert first is not None
+    name = "test_crypto.unique_charge"
+    assert wurk.unique.locked("default", name, [7, {"card": SECRET}], config=config) == first
+    assert wurk.unique.locked("default", name, [7, {"card": "another"}], config=config) is None
+    # told the job is not sealed, it digests the plain value: no such lock
+    assert wurk.unique.locked("default", name, [7, {"card": SECRET}], config=config,
+                              encrypt=False) is None
+    # a job registered without encrypt, pushed with set(encrypt=True): told so, it is found
+    pushed = plain.set(encrypt=True, unique_for=600).perform_async(8, {"card": SECRET})
+    assert pushed is not None
+    assert wurk.unique.locked("default", "test_crypto.plain", [8, {"card": SECRET}],
+                              config=config) is None
+    assert wurk.unique.locked("default", "test_crypto.plain", [8, {"card": SECRET}],
+                              config=config, encrypt=True) == pushed
