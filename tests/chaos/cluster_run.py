@@ -45,7 +45,7 @@ import redis
 import wurk
 from tests.chaos import jobs
 from tests.helpers.cluster import Cluster, slot_of
-from tests.helpers.faults import WORKER_SETTINGS, config_for, ledger_runs, spawn_worker
+from tests.helpers.faults import WORKER_SETTINGS, config_for, ledger_runs, replicated, spawn_worker
 from tests.helpers.server import Server, start_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -187,7 +187,7 @@ class ClusterRun:
         config.close()
         for node in self.cluster.primaries():  # every push on the replica before any fault
             client_ = node.client(socket_timeout=10)
-            client_.execute_command("WAIT", 1, 5000)
+            replicated(client_)
             client_.close()
         return [jid for jid in jids if jid]
 

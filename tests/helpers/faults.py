@@ -176,6 +176,22 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str) -> None
         done.wait(0.05)
 
 
+def replicated(primary: redis.Redis, timeout: float = 30.0, replicas: int = 1) -> None:
+    """Until ``replicas`` replicas of ``primary`` acknowledged every write it has taken so far
+    (by the offsets each replica reports, once a second). Not ``WAIT`` on a connection of
+    the test's own: that waits for that connection's writes — none — and answers at once
+    while a loaded replica lags seconds behind."""
+    written = int(primary.info("replication")["master_repl_offset"])
+
+    def caught_up() -> bool:
+        info = primary.info("replication")
+        acked = [int(entry["offset"]) for name, entry in info.items()
+                 if name.startswith("slave") and isinstance(entry, dict)]
+        return sum(offset >= written for offset in acked) >= replicas
+
+    wait_until(caught_up, timeout, f"{replicas} replica(s) to have every write so far")
+
+
 def all_ran(pushed: Iterable[str], ledger: redis.Redis) -> Callable[[], bool]:
     wanted = set(pushed)
     return lambda: wanted <= set(ledger_runs(ledger))

@@ -29,6 +29,7 @@ from tests.helpers.faults import (
     config_for,
     figures,
     outage_lines,
+    replicated,
     use_ledger,
     wait_until,
     whereabouts,
@@ -303,7 +304,7 @@ def test_a_failover_leaves_no_thread_talking_to_the_old_master(
         pushed = push(old.url, 1500, pause=0.002)
         worker = start(worker_at, proxy.url)
         wait_until(lambda: ledger.llen(jobs.RAN) >= 300, 20, "work under way")
-        old.client().execute_command("WAIT", 1, 1000)  # the replica has it all
+        replicated(old.client())  # the replica has every push
         new.client().replicaof("NO", "ONE")  # promoted
         proxy.retarget(new.port)  # new connections reach the new master
         old.client().replicaof("127.0.0.1", new.port)  # demoted: refuses writes now
