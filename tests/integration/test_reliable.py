@@ -277,6 +277,31 @@ def test_poison_pill_with_dead_false_is_discarded(config: wurk.Config, r: redis.
     assert r.zcard("dead") == 0 and not r.exists("queue:default")
 
 
+def test_a_poison_pill_with_dead_false_still_tells_the_death_handlers(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """docs/reliability.md: "A job with `dead: False` is discarded instead (death handlers
+    still run)." — out of its in-flight list, in no queue and not in the dead set, and the
+    death handlers and poison callbacks told once, with `wurk.Poisoned`."""
+    pills: list[dict[str, Any]] = []
+    registration = wurk.on_poison(pills.append)
+    deaths: list[tuple[str, str]] = []
+    config.death_handlers.append(
+        lambda payload, exc: deaths.append((payload["jid"], type(exc).__name__)))
+    try:
+        jid = "k" * 24
+        raw = P.dumps({"class": "X", "args": [], "queue": "default", "jid": jid, "dead": False})
+        r.set(config.keys.poison_counter(jid), 2)
+        foreign_list(r, config, "gone", 9, "ffffffffffff", [raw])
+        reaper(config).sweep()
+        assert r.zcard("dead") == 0 and not r.exists("queue:default")
+        assert not r.exists(config.keys.private("default", "gone", 9, "ffffffffffff", 0))
+        assert deaths == [(jid, "Poisoned")]
+        assert [(p["jid"], p["count"]) for p in pills] == [(jid, 3)]
+    finally:
+        registration.remove()
+
+
 def test_pro_layout_registers_and_is_recovered_by_either_layout(
     redis_server: Any, r: redis.Redis
 ) -> None:
