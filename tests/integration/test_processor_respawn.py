@@ -9,10 +9,13 @@ import threading
 import time
 
 import pytest
+import redis
 
 import wurk
+from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
 from wurk import manager as manager_module
+from wurk import processor as processor_module
 from wurk.config import Capsule
 from wurk.errors import RedisUnavailable
 from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
@@ -167,3 +170,45 @@ def test_a_processor_dying_while_its_manager_stops_is_reported(config: wurk.Conf
     runner.close()
     assert [exc for exc, _ in reported if isinstance(exc, RedisUnavailable)], \
         "the processor's death while stopping was not reported"
+
+
+def test_the_process_record_carries_processor_deaths_and_respawning(
+    redis_server: Server, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/worker.md: "The process record carries `processor_deaths` (since start) and
+    `respawning` (1 while a burst is on)." — read from the record in Redis, as the dashboard
+    and `wurk top` read it: three deaths in a row show as 3 and 1, and once the burst is
+    over the count stays and `respawning` is back to 0."""
+    monkeypatch.setattr(manager_module, "BURST_GAP", 2.0)  # ample for a beat every 0.1 s
+    real_loop = processor_module.Processor._loop
+    dying = threading.Event()
+    dying.set()
+    deaths = itertools.count(1)
+
+    def loop(self: processor_module.Processor) -> None:
+        if dying.is_set() and next(deaths) >= 3:
+            dying.clear()  # the third death is the last: its replacement lives
+            raise RuntimeError("processor broken at start (third time)")
+        if dying.is_set():
+            raise RuntimeError("processor broken at start")
+        real_loop(self)
+
+    monkeypatch.setattr(processor_module.Processor, "_loop", loop)
+    config = wurk.Config(redis_url=redis_server.url, heartbeat_interval=0.1,
+                         fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                         scheduler_initial_wait=0, concurrency=1, queues=["respawn-record"])
+    worker = wurk.InProcessWorker(config)
+
+    def record() -> dict[str, str]:
+        return r.hgetall(str(worker.identity))  # type: ignore[return-value]
+
+    worker.start()
+    try:
+        wait_until(lambda: record().get("processor_deaths") == "3"
+                   and record().get("respawning") == "1", 10,
+                   "the record to show the burst: 3 deaths, respawning")
+        wait_until(lambda: record().get("respawning") == "0", 10,
+                   "the record to show the burst over")
+        assert record()["processor_deaths"] == "3"
+    finally:
+        worker.stop()
