@@ -141,6 +141,34 @@ def test_bulk_push_keeps_fifo_and_batches(config: wurk.Config, r: redis.Redis) -
     assert len({j["enqueued_at"] for j in jobs[:1000]}) <= 3
 
 
+def test_a_push_is_one_pipelined_round_trip(
+    config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/jobs-and-pushing.md: "A push is one pipelined round trip: `SADD queues <q>` +
+    `LPUSH queue:<q> <json>`, or `ZADD schedule <at> <json>` for a scheduled job (no
+    `enqueued_at`, no `SADD`)." — one write of the pool, holding those commands only."""
+    from wurk.connections.pool import RedisPool
+
+    sent: list[list[str]] = []
+    real_send_all = RedisPool.send_all
+
+    def send_all(self: RedisPool, commands: Any) -> list[Any]:
+        sent.append([str(command[0]) for command in commands])
+        return real_send_all(self, commands)
+
+    resize.perform_async(0)  # the pool's connection made (its handshake is not the push's)
+    monkeypatch.setattr(RedisPool, "send_all", send_all)
+    calls = count_round_trips(r, lambda: resize.perform_async(1))
+    assert sent == [["SADD", "LPUSH"]]
+    assert {k: n for k, n in calls.items() if n and k != "info"} == {"sadd": 1, "lpush": 1}
+    sent.clear()
+    calls = count_round_trips(r, lambda: resize.perform_in(60, 2))
+    assert sent == [["ZADD"]]
+    assert {k: n for k, n in calls.items() if n and k != "info"} == {"zadd": 1}
+    (member,) = r.zrange("schedule", 0, -1)
+    assert "enqueued_at" not in json.loads(member)
+
+
 def test_a_scheduled_bulk_push_goes_a_hundred_jobs_per_round_trip(
     config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
