@@ -156,6 +156,32 @@ def private_server(tmp_path: Path) -> Iterator[Server]:
     server.stop()
 
 
+def test_at_maxmemory_pushes_are_refused_and_acks_still_go_through(
+    private_server: Server,
+) -> None:
+    """docs/guarantees.md, Riding out Redis faults: "`OOM` (at `maxmemory`) | as an outage:
+    writes are refused, ACKs still go through" — a push meets `OOM` as
+    `wurk.RedisUnavailable`, and the ACK of a job that ran (written at once while another
+    job taken ahead waits) still takes it out of the in-flight list."""
+    admin = redis.Redis(port=private_server.port, decode_responses=True)
+    rig = Rig(private_server.url)
+    try:
+        admin.lpush("queue:default", job(2), job(1))
+        first = rig.fetcher.fetch(0.1)
+        assert first is not None and admin.llen(rig.private) >= 1
+        held = admin.llen(rig.private)
+        admin.config_set("maxmemory", 1)  # every write that may grow memory is refused now
+        with pytest.raises(wurk.RedisUnavailable, match="OOM"):
+            wurk.push({"class": "Faults::OomPush", "args": []}, config=rig.config)
+        first.acknowledge()
+        rig.fetcher.flush_acks()
+        wait_until(lambda: admin.llen(rig.private) == held - 1, 10, "the ACK to land")
+        assert job(1).decode() not in admin.lrange(rig.private, 0, -1)
+    finally:
+        admin.config_set("maxmemory", 0)
+        rig.config.close()
+
+
 # -- a failover reply --------------------------------------------------------------------------
 def test_a_failover_reply_retires_only_the_connection_that_read_it(
     private_server: Server, tmp_path: Path
