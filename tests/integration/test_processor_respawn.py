@@ -7,6 +7,7 @@ import itertools
 import logging
 import threading
 import time
+import types
 
 import pytest
 import redis
@@ -78,6 +79,33 @@ def test_a_processor_dying_at_start_backs_off_and_reports_once(
     manager.stop(time.monotonic() + 10)
     runner.close()
     assert not manager.processors
+
+
+def test_the_wait_before_a_replacement_doubles_from_a_tenth_of_a_second_to_30_s(
+    config: wurk.Config
+) -> None:
+    """docs/worker.md: "Deaths in a row, each within 10 s of the last … are replaced after a
+    wait doubling from 0.1 s to 30 s" — the first death of a burst is replaced at once, and
+    a burst over (10 s without a death) starts again from there."""
+    reported: list[BaseException] = []
+    config.error_handlers.append(lambda exc, context: reported.append(exc))
+    capsule = Capsule(queues=[("respawn", 0)], concurrency=1)
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner,
+                      lambda capsule, slot: BasicFetch(config, capsule,
+                                                       capsule_pool(config, capsule)))
+    dead = types.SimpleNamespace(name="wurk-respawn-1")  # the processor that died
+    waits = [manager._died(dead, OSError("broken"))  # type: ignore[arg-type]
+             for _ in range(14)]
+    assert manager_module.BURST_GAP == 10.0
+    assert waits[0] == 0.0 and waits[1] == FIRST_RESPAWN_WAIT == 0.1
+    assert all(later == min(30.0, 2 * earlier)
+               for earlier, later in itertools.pairwise(waits[1:]))
+    assert max(waits) == manager_module.MAX_RESPAWN_WAIT == 30.0 and waits[-1] == 30.0
+    assert len(reported) == 1  # the burst's first death, in full
+    manager._last_death -= manager_module.BURST_GAP + 1  # 11 s without a death: over
+    assert manager._died(dead, OSError("broken")) == 0.0  # type: ignore[arg-type]
+    runner.close()
 
 
 class DiesOnce(FailingPinning):
