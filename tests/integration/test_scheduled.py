@@ -186,6 +186,30 @@ def test_a_backlog_moves_a_hundred_jobs_per_round_trip(make: Callable[..., Sched
     assert r.llen("queue:default") == count and r.zcard("schedule") == 0
 
 
+def test_a_stop_ends_a_pass_in_progress_after_its_current_batch(
+    make: Callable[..., Scheduler], r: redis.Redis
+) -> None:
+    """docs/scheduler.md: "`stop(timeout)` wakes the thread at once; a pass in progress ends
+    after its current batch." — the stop asked while a batch is moved: that batch lands
+    whole, and no further one is moved by this pass."""
+    count = 10 * ATOMIC_BATCH
+    r.zadd("schedule", {raw_job(n=i): PAST + i for i in range(count)})
+    scheduler = make()
+    move = scheduler._move
+
+    def stopped_during(*args: Any, **kwargs: Any) -> Any:
+        reply = move(*args, **kwargs)
+        if int(reply[0]):
+            scheduler.stop(0)  # asked while this batch is in progress
+        return reply
+
+    scheduler._move = stopped_during  # type: ignore[assignment,method-assign]
+    assert scheduler.enqueue_due() == ATOMIC_BATCH
+    assert r.llen("queue:default") == ATOMIC_BATCH
+    assert r.zcard("schedule") == count - ATOMIC_BATCH
+    assert [json.loads(e)["n"] for e in queue_entries(r)] == list(range(ATOMIC_BATCH))
+
+
 def test_retry_queue_is_honoured(make: Callable[..., Scheduler], r: redis.Redis) -> None:
     scheduler = make()
     config = scheduler.config
