@@ -140,6 +140,21 @@ def test_an_abandoned_job_goes_back_and_three_abandonments_make_a_poison_pill(
     assert [d["error_class"] for d in dead] == ["wurk.Poisoned"] and deaths == ["Poisoned"]
 
 
+def test_an_abandoned_stray_is_counted_in_a_poison_counter_of_72_hours(
+    rig: Rig, r: redis.Redis
+) -> None:
+    """docs/guarantees.md, Redis keys: "Strays are returned with `scripts/return_stray.lua`,
+    which counts abandoned jobs in the poison counter `super_fetch:recovered:<jid>` (72 h
+    TTL) like the reaper does." """
+    r.lpush("queue:default", job(1))
+    assert rig.fetcher.fetch(0.1) is not None
+    assert rig.fetcher.fetch(0.05) is None  # never acknowledged: let go of
+    assert rig.strays_after_grace() == 1
+    counter = "super_fetch:recovered:jid000000000000000000001"
+    assert r.get(counter) == "1"
+    assert 72 * 3600 - 60 < r.ttl(counter) <= 72 * 3600
+
+
 def test_a_processor_that_stops_lets_go_of_what_it_still_holds(rig: Rig, r: redis.Redis) -> None:
     r.lpush("queue:default", job(1))
     assert rig.fetcher.fetch(0.1) is not None
