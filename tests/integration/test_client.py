@@ -141,6 +141,83 @@ def test_bulk_push_keeps_fifo_and_batches(config: wurk.Config, r: redis.Redis) -
     assert len({j["enqueued_at"] for j in jobs[:1000]}) <= 3
 
 
+def test_a_push_is_one_pipelined_round_trip(
+    config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/jobs-and-pushing.md: "A push is one pipelined round trip: `SADD queues <q>` +
+    `LPUSH queue:<q> <json>`, or `ZADD schedule <at> <json>` for a scheduled job (no
+    `enqueued_at`, no `SADD`)." — one write of the pool, holding those commands only."""
+    from wurk.connections.pool import RedisPool
+
+    sent: list[list[str]] = []
+    real_send_all = RedisPool.send_all
+
+    def send_all(self: RedisPool, commands: Any) -> list[Any]:
+        sent.append([str(command[0]) for command in commands])
+        return real_send_all(self, commands)
+
+    resize.perform_async(0)  # the pool's connection made (its handshake is not the push's)
+    monkeypatch.setattr(RedisPool, "send_all", send_all)
+    calls = count_round_trips(r, lambda: resize.perform_async(1))
+    assert sent == [["SADD", "LPUSH"]]
+    assert {k: n for k, n in calls.items() if n and k != "info"} == {"sadd": 1, "lpush": 1}
+    sent.clear()
+    calls = count_round_trips(r, lambda: resize.perform_in(60, 2))
+    assert sent == [["ZADD"]]
+    assert {k: n for k, n in calls.items() if n and k != "info"} == {"zadd": 1}
+    (member,) = r.zrange("schedule", 0, -1)
+    assert "enqueued_at" not in json.loads(member)
+
+
+def test_a_scheduled_bulk_push_goes_a_hundred_jobs_per_round_trip(
+    config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/jobs-and-pushing.md: "A bulk push sends one pipeline per slice of 1,000 jobs (100
+    when scheduled), every job with its own jid and one shared `created_at`." Counted at the
+    client's one write per round trip, and by the ZADDs Redis saw."""
+    from wurk.client.core import Client
+
+    written: list[int] = []
+    real_write = Client._write
+
+    def write(self: Client, entries: Any) -> set[str]:
+        written.append(len(entries))
+        return real_write(self, entries)
+
+    monkeypatch.setattr(Client, "_write", write)
+    at = time.time() + 3600
+    calls = count_round_trips(r, lambda: resize.perform_bulk([[i] for i in range(250)], at=at))
+    assert len(written) == 3, f"{len(written)} round trips for 250 scheduled jobs"
+    assert calls["zadd"] == 3 and calls.get("lpush", 0) == 0  # one ZADD per slice
+    jobs = [json.loads(raw) for raw in r.zrange("schedule", 0, -1)]
+    assert sorted(j["args"][0] for j in jobs) == list(range(250))
+    assert len({j["jid"] for j in jobs}) == 250
+    assert len({j["created_at"] for j in jobs}) == 1
+    written.clear()
+    r.delete("queue:default")
+    resize.perform_bulk([[i] for i in range(1500)])
+    assert len(written) == 2  # unscheduled: slices of 1,000
+    assert len({json.loads(raw)["created_at"] for raw in r.lrange("queue:default", 0, -1)}) == 1
+
+
+def test_an_interval_of_a_billion_seconds_or_more_is_an_epoch_time(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """docs/jobs-and-pushing.md: "Intervals of 10⁹ and more are taken as absolute epoch
+    seconds, as Sidekiq does." — and below 10⁹ an interval is counted from now."""
+    absolute = 2_000_000_000.5  # 2033
+    resize.perform_in(absolute, 1)
+    resize.perform_in(timedelta(seconds=absolute), 2)
+    resize.set(wait=absolute).perform_async(3)
+    before = time.time()
+    resize.perform_in(999_999_999, 4)
+    after = time.time()
+    scores = {json.loads(raw)["args"][0]: score
+              for raw, score in r.zrange("schedule", 0, -1, withscores=True)}
+    assert scores[1] == scores[2] == scores[3] == absolute
+    assert before + 999_999_999 - 1 <= scores[4] <= after + 999_999_999 + 1
+
+
 def test_bulk_push_with_per_job_times_and_spread(config: wurk.Config, r: redis.Redis) -> None:
     now = time.time()
     jids = resize.perform_bulk([[1], [2]], at=[now + 100, now + 200])

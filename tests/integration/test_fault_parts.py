@@ -140,6 +140,21 @@ def test_an_abandoned_job_goes_back_and_three_abandonments_make_a_poison_pill(
     assert [d["error_class"] for d in dead] == ["wurk.Poisoned"] and deaths == ["Poisoned"]
 
 
+def test_an_abandoned_stray_is_counted_in_a_poison_counter_of_72_hours(
+    rig: Rig, r: redis.Redis
+) -> None:
+    """docs/guarantees.md, Redis keys: "Strays are returned with `scripts/return_stray.lua`,
+    which counts abandoned jobs in the poison counter `super_fetch:recovered:<jid>` (72 h
+    TTL) like the reaper does." """
+    r.lpush("queue:default", job(1))
+    assert rig.fetcher.fetch(0.1) is not None
+    assert rig.fetcher.fetch(0.05) is None  # never acknowledged: let go of
+    assert rig.strays_after_grace() == 1
+    counter = "super_fetch:recovered:jid000000000000000000001"
+    assert r.get(counter) == "1"
+    assert 72 * 3600 - 60 < r.ttl(counter) <= 72 * 3600
+
+
 def test_a_processor_that_stops_lets_go_of_what_it_still_holds(rig: Rig, r: redis.Redis) -> None:
     r.lpush("queue:default", job(1))
     assert rig.fetcher.fetch(0.1) is not None
@@ -154,6 +169,32 @@ def private_server(tmp_path: Path) -> Iterator[Server]:
     server = start_server(tmp_path / "private")
     yield server
     server.stop()
+
+
+def test_at_maxmemory_pushes_are_refused_and_acks_still_go_through(
+    private_server: Server,
+) -> None:
+    """docs/guarantees.md, Riding out Redis faults: "`OOM` (at `maxmemory`) | as an outage:
+    writes are refused, ACKs still go through" — a push meets `OOM` as
+    `wurk.RedisUnavailable`, and the ACK of a job that ran (written at once while another
+    job taken ahead waits) still takes it out of the in-flight list."""
+    admin = redis.Redis(port=private_server.port, decode_responses=True)
+    rig = Rig(private_server.url)
+    try:
+        admin.lpush("queue:default", job(2), job(1))
+        first = rig.fetcher.fetch(0.1)
+        assert first is not None and admin.llen(rig.private) >= 1
+        held = admin.llen(rig.private)
+        admin.config_set("maxmemory", 1)  # every write that may grow memory is refused now
+        with pytest.raises(wurk.RedisUnavailable, match="OOM"):
+            wurk.push({"class": "Faults::OomPush", "args": []}, config=rig.config)
+        first.acknowledge()
+        rig.fetcher.flush_acks()
+        wait_until(lambda: admin.llen(rig.private) == held - 1, 10, "the ACK to land")
+        assert job(1).decode() not in admin.lrange(rig.private, 0, -1)
+    finally:
+        admin.config_set("maxmemory", 0)
+        rig.config.close()
 
 
 # -- a failover reply --------------------------------------------------------------------------

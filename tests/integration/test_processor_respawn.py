@@ -7,12 +7,16 @@ import itertools
 import logging
 import threading
 import time
+import types
 
 import pytest
+import redis
 
 import wurk
+from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
 from wurk import manager as manager_module
+from wurk import processor as processor_module
 from wurk.config import Capsule
 from wurk.errors import RedisUnavailable
 from wurk.fetch.basic import BasicFetch, Fetcher, UnitOfWork
@@ -75,6 +79,33 @@ def test_a_processor_dying_at_start_backs_off_and_reports_once(
     manager.stop(time.monotonic() + 10)
     runner.close()
     assert not manager.processors
+
+
+def test_the_wait_before_a_replacement_doubles_from_a_tenth_of_a_second_to_30_s(
+    config: wurk.Config
+) -> None:
+    """docs/worker.md: "Deaths in a row, each within 10 s of the last … are replaced after a
+    wait doubling from 0.1 s to 30 s" — the first death of a burst is replaced at once, and
+    a burst over (10 s without a death) starts again from there."""
+    reported: list[BaseException] = []
+    config.error_handlers.append(lambda exc, context: reported.append(exc))
+    capsule = Capsule(queues=[("respawn", 0)], concurrency=1)
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner,
+                      lambda capsule, slot: BasicFetch(config, capsule,
+                                                       capsule_pool(config, capsule)))
+    dead = types.SimpleNamespace(name="wurk-respawn-1")  # the processor that died
+    waits = [manager._died(dead, OSError("broken"))  # type: ignore[arg-type]
+             for _ in range(14)]
+    assert manager_module.BURST_GAP == 10.0
+    assert waits[0] == 0.0 and waits[1] == FIRST_RESPAWN_WAIT == 0.1
+    assert all(later == min(30.0, 2 * earlier)
+               for earlier, later in itertools.pairwise(waits[1:]))
+    assert max(waits) == manager_module.MAX_RESPAWN_WAIT == 30.0 and waits[-1] == 30.0
+    assert len(reported) == 1  # the burst's first death, in full
+    manager._last_death -= manager_module.BURST_GAP + 1  # 11 s without a death: over
+    assert manager._died(dead, OSError("broken")) == 0.0  # type: ignore[arg-type]
+    runner.close()
 
 
 class DiesOnce(FailingPinning):
@@ -167,3 +198,45 @@ def test_a_processor_dying_while_its_manager_stops_is_reported(config: wurk.Conf
     runner.close()
     assert [exc for exc, _ in reported if isinstance(exc, RedisUnavailable)], \
         "the processor's death while stopping was not reported"
+
+
+def test_the_process_record_carries_processor_deaths_and_respawning(
+    redis_server: Server, r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/worker.md: "The process record carries `processor_deaths` (since start) and
+    `respawning` (1 while a burst is on)." — read from the record in Redis, as the dashboard
+    and `wurk top` read it: three deaths in a row show as 3 and 1, and once the burst is
+    over the count stays and `respawning` is back to 0."""
+    monkeypatch.setattr(manager_module, "BURST_GAP", 2.0)  # ample for a beat every 0.1 s
+    real_loop = processor_module.Processor._loop
+    dying = threading.Event()
+    dying.set()
+    deaths = itertools.count(1)
+
+    def loop(self: processor_module.Processor) -> None:
+        if dying.is_set() and next(deaths) >= 3:
+            dying.clear()  # the third death is the last: its replacement lives
+            raise RuntimeError("processor broken at start (third time)")
+        if dying.is_set():
+            raise RuntimeError("processor broken at start")
+        real_loop(self)
+
+    monkeypatch.setattr(processor_module.Processor, "_loop", loop)
+    config = wurk.Config(redis_url=redis_server.url, heartbeat_interval=0.1,
+                         fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                         scheduler_initial_wait=0, concurrency=1, queues=["respawn-record"])
+    worker = wurk.InProcessWorker(config)
+
+    def record() -> dict[str, str]:
+        return r.hgetall(str(worker.identity))  # type: ignore[return-value]
+
+    worker.start()
+    try:
+        wait_until(lambda: record().get("processor_deaths") == "3"
+                   and record().get("respawning") == "1", 10,
+                   "the record to show the burst: 3 deaths, respawning")
+        wait_until(lambda: record().get("respawning") == "0", 10,
+                   "the record to show the burst over")
+        assert record()["processor_deaths"] == "3"
+    finally:
+        worker.stop()

@@ -104,6 +104,31 @@ def test_paused_queues_are_skipped(config: wurk.Config, r: redis.Redis) -> None:
     assert everything.fetch(0.3) is None and time.monotonic() - started >= 0.25
 
 
+def test_a_process_sees_its_own_pause_at_once_and_anothers_after_the_cache_ttl(
+    redis_server: Any, r: redis.Redis
+) -> None:
+    """docs/reliability.md: "Each process caches the `paused` set for `paused_cache_ttl`
+    (5 s) and drops its cache at once when it pauses or unpauses a queue itself." A pause
+    written by another process waits for the cache to expire (60 s here: never within the
+    test); one made through this process's `Queue.pause()` / `unpause()` is seen at once."""
+    from wurk.api import Queue
+    from wurk.fetch.pause import PausedCache
+
+    assert wurk.Config().paused_cache_ttl == 5
+    cfg = wurk.Config(redis_url=redis_server.url, paused_cache_ttl=60)
+    try:
+        cache = PausedCache(cfg)
+        assert cache.get() == frozenset()
+        r.sadd("paused", "elsewhere")  # another process's pause
+        assert cache.get() == frozenset(), "re-read before its TTL"
+        Queue("reports", config=cfg).pause()
+        assert cache.get() == frozenset({"elsewhere", "reports"})
+        Queue("reports", config=cfg).unpause()
+        assert cache.get() == frozenset({"elsewhere"})
+    finally:
+        cfg.close()
+
+
 def test_parse_private_list_names(config: wurk.Config) -> None:
     assert parse_private(config, "queue:default|web1|123|0a1b2c3d4e5f|0") == (
         "default", Owner("web1", 123, "0a1b2c3d4e5f"))
@@ -275,6 +300,31 @@ def test_poison_pill_with_dead_false_is_discarded(config: wurk.Config, r: redis.
     foreign_list(r, config, "gone", 9, "ffffffffffff", [raw])
     reaper(config).sweep()
     assert r.zcard("dead") == 0 and not r.exists("queue:default")
+
+
+def test_a_poison_pill_with_dead_false_still_tells_the_death_handlers(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """docs/reliability.md: "A job with `dead: False` is discarded instead (death handlers
+    still run)." — out of its in-flight list, in no queue and not in the dead set, and the
+    death handlers and poison callbacks told once, with `wurk.Poisoned`."""
+    pills: list[dict[str, Any]] = []
+    registration = wurk.on_poison(pills.append)
+    deaths: list[tuple[str, str]] = []
+    config.death_handlers.append(
+        lambda payload, exc: deaths.append((payload["jid"], type(exc).__name__)))
+    try:
+        jid = "k" * 24
+        raw = P.dumps({"class": "X", "args": [], "queue": "default", "jid": jid, "dead": False})
+        r.set(config.keys.poison_counter(jid), 2)
+        foreign_list(r, config, "gone", 9, "ffffffffffff", [raw])
+        reaper(config).sweep()
+        assert r.zcard("dead") == 0 and not r.exists("queue:default")
+        assert not r.exists(config.keys.private("default", "gone", 9, "ffffffffffff", 0))
+        assert deaths == [(jid, "Poisoned")]
+        assert [(p["jid"], p["count"]) for p in pills] == [(jid, 3)]
+    finally:
+        registration.remove()
 
 
 def test_pro_layout_registers_and_is_recovered_by_either_layout(

@@ -142,6 +142,74 @@ def test_a_backlog_drains_in_one_pass(make: Callable[..., Scheduler], r: redis.R
     assert [json.loads(e)["n"] for e in queue_entries(r)] == list(range(count))
 
 
+def test_a_backlog_moves_a_hundred_jobs_per_round_trip(make: Callable[..., Scheduler],
+                                                     r: redis.Redis) -> None:
+    """docs/scheduler.md: "a Lua script moves up to 100 due jobs per call straight from the
+    set into `queue:<name>` … and a backlog drains at about a hundred jobs per round trip."
+    Each call of the move script takes at most 100 (all 100 while that many are due), and
+    the whole pass costs that many calls plus a constant few (the empty `retry` set, the
+    looks for abandoned claims): not a round trip per job."""
+    count = 10 * ATOMIC_BATCH + 50
+    r.zadd("schedule", {raw_job(n=i): PAST + i for i in range(count)})
+    scheduler = make()
+    moved_per_call: list[int] = []
+    move = scheduler._move
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        reply = move(*args, **kwargs)
+        moved_per_call.append(int(reply[0]))
+        return reply
+
+    scheduler._move = counted  # type: ignore[assignment,method-assign]
+
+    def calls() -> int:  # the scripts called (commands they run inside count apart)
+        stats = r.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{name}", {}).get("calls", 0))
+                   for name in ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall"))
+
+    r.rename("schedule", "held")
+    scheduler.enqueue_due()  # the scripts loaded (a first call may meet NOSCRIPT)
+    before = calls()
+    assert scheduler.enqueue_due() == 0  # a pass over nothing due: its fixed cost
+    fixed = calls() - before
+    r.rename("held", "schedule")
+    moved_per_call.clear()
+    before = calls()
+    assert scheduler.enqueue_due() == count
+    round_trips = calls() - before
+    assert ATOMIC_BATCH == 100
+    assert [n for n in moved_per_call if n] == [100] * 10 + [50]
+    assert max(moved_per_call) <= ATOMIC_BATCH
+    # One call per hundred: 11 for 1,050 jobs (the last one's 50 ends the pass), where the
+    # pass over nothing made one.
+    assert round_trips - fixed == 11 - 1, f"{round_trips} round trips, {fixed} for nothing"
+    assert r.llen("queue:default") == count and r.zcard("schedule") == 0
+
+
+def test_a_stop_ends_a_pass_in_progress_after_its_current_batch(
+    make: Callable[..., Scheduler], r: redis.Redis
+) -> None:
+    """docs/scheduler.md: "`stop(timeout)` wakes the thread at once; a pass in progress ends
+    after its current batch." — the stop asked while a batch is moved: that batch lands
+    whole, and no further one is moved by this pass."""
+    count = 10 * ATOMIC_BATCH
+    r.zadd("schedule", {raw_job(n=i): PAST + i for i in range(count)})
+    scheduler = make()
+    move = scheduler._move
+
+    def stopped_during(*args: Any, **kwargs: Any) -> Any:
+        reply = move(*args, **kwargs)
+        if int(reply[0]):
+            scheduler.stop(0)  # asked while this batch is in progress
+        return reply
+
+    scheduler._move = stopped_during  # type: ignore[assignment,method-assign]
+    assert scheduler.enqueue_due() == ATOMIC_BATCH
+    assert r.llen("queue:default") == ATOMIC_BATCH
+    assert r.zcard("schedule") == count - ATOMIC_BATCH
+    assert [json.loads(e)["n"] for e in queue_entries(r)] == list(range(ATOMIC_BATCH))
+
+
 def test_retry_queue_is_honoured(make: Callable[..., Scheduler], r: redis.Redis) -> None:
     scheduler = make()
     config = scheduler.config

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import textwrap
@@ -183,3 +184,24 @@ def test_perform_inline_runs_through_middleware_and_round_trips(config: wurk.Con
     assert plain.perform_inline(2) == "2x"
     assert seen == [("tests.unit.test_job.HardJob", "hard"), ("tests.unit.test_job.plain",
                                                               "default")]
+
+
+@pytest.mark.parametrize(("queue", "says"), [("imports|2", "contains '|'"),
+                                             ("imports,b", "'imports,b'"),
+                                             ("big imports", "has a space in it"),
+                                             ("big\timports", "has a space in it")])
+def test_a_queue_option_no_worker_could_be_given_is_refused_by_definition_and_set(
+    queue: str, says: str
+) -> None:
+    """docs/jobs-and-pushing.md, Options: `queue` — "no `|`, no `,` and no space in the name:
+    no worker could be given it" — refused where the job is defined and where a push sets
+    it, before anything could be sent."""
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        wurk.job(name="JobOptionQueueName::Refused", queue=queue)(lambda: None)
+    assert "JobOptionQueueName::Refused" not in wurk.registry.names()
+    allowed = wurk.job(name="JobOptionQueueName::Allowed")(lambda: None)
+    try:
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            allowed.set(queue=queue)
+    finally:
+        wurk.registry.unregister("JobOptionQueueName::Allowed")
