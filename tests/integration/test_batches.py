@@ -954,6 +954,26 @@ def test_dead_batches_drops_the_entries_of_batches_that_expired(
     assert not r.exists("batch-died")  # removed, not only hidden
 
 
+def test_dead_batches_retry_passes_over_a_dead_entry_that_cannot_be_pushed(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """A dead job of the batch naming a queue no one can push to stays in the dead set; the
+    batch's other dead jobs go back all the same (the retry used to stop at the first)."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        work.perform_async("kept")
+    rows = []
+    for n, queue in enumerate(["bad|queue", "dead-batch-2", "dead-batch-2"]):
+        jid = f"{n + 1:024x}"
+        rows.append(jid)
+        job = {"class": "BatchTest::work", "args": [n], "queue": queue, "jid": jid,
+               "bid": batch.bid, "created_at": 1.0, "retry": True, "failed_at": 1.0 + n,
+               "error_class": "RuntimeError", "error_message": "down"}
+        r.zadd("dead", {json.dumps(job): 1.0 + n})
+    r.sadd(f"b-{batch.bid}-died", *rows)
+    assert DeadBatches().retry(batch.bid) == 2
+    assert r.llen("queue:dead-batch-2") == 2 and r.zcard("dead") == 1
+
+
 def test_dead_batches_retry_sends_back_every_dead_job_past_ten_thousand(
         config: wurk.Config, r: redis.Redis) -> None:
     """batches.md: `retry(bid)` sends a batch's dead jobs back to their queues — all of

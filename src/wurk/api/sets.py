@@ -358,8 +358,10 @@ class JobSet:
                 return
             page = self._after(page[-1], BULK_PAGE)
 
-    def _requeue_all(self, *, decrement: bool) -> int:
-        """Move every entry present now to its queue, oldest first; returns how many moved.
+    def _requeue_all(self, *, decrement: bool,
+                     only: Callable[[SortedEntry], bool] | None = None) -> int:
+        """Move every entry present now to its queue (with ``only``, those it accepts), oldest
+        first, a page a round trip; returns how many moved.
 
         Entries that are not job payloads stay where they are.
         """
@@ -368,6 +370,8 @@ class JobSet:
             batch: list[tuple[SortedEntry, str, str]] = []
             for member, score in rows:
                 entry = SortedEntry(self, member, score)
+                if only is not None and not only(entry):
+                    continue
                 try:
                     batch.append((entry, *self._pushable(entry, decrement=decrement)))
                 except InspectionError:

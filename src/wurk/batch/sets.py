@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .. import payload as P
 from .. import stored
 from ..config import Config, default_config
 from .status import BatchStatus
@@ -97,12 +96,12 @@ class DeadBatches:
         from ..api.sets import DeadSet  # not at import: a worker loads this package, never it
 
         wanted = self._dead_jids(bid)
-        moved = 0
-        for entry in DeadSet(config=self.config):
-            item: Any = entry.item
-            if isinstance(item, dict) and item.get(P.JID) in wanted and entry.retry():
-                moved += 1
-        return moved
+        if not wanted:
+            return 0
+        # A page of the dead set a round trip, as retry_all; an entry that cannot be pushed
+        # (not a payload, no queue) stays, as there.
+        return DeadSet(config=self.config)._requeue_all(
+            decrement=True, only=lambda entry: entry.jid in wanted)
 
     def _dead_jids(self, bid: str) -> set[str]:
         """Every jid of the batch's ``-died`` set, read a page at a time (``SSCAN``): not
