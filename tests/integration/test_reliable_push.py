@@ -535,6 +535,29 @@ def test_a_buffer_file_that_cannot_be_opened_holds_up_no_other_file(
     assert [job["jid"] for job in queued(server)] == ["b" * 24, "c" * 24]
 
 
+def test_a_flush_sweeps_a_file_a_killed_process_left_half_made(
+        server: Restartable, tmp_path: Path) -> None:
+    """``wurk push-buffer flush`` (and a successor's background look for orphans) deletes a
+    ``.making`` file no process holds past ``UNFINISHED_AFTER``: one a process killed between
+    making its buffer file and naming it left behind, no job in it."""
+    from wurk.client.buffer import UNFINISHED_AFTER
+
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    left = directory / "push-h-1-aa.making"
+    left.write_text("")
+    old = time.time() - UNFINISHED_AFTER - 5
+    os.utime(left, (old, old))
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    assert reliable.flush_directory(config, directory)[0] == 1
+    assert list(directory.iterdir()) == []
+    left.write_text("")
+    os.utime(left, (old, old))
+    client_for(server, reliable_push="disk", reliable_push_dir=str(directory))  # a successor
+    wait_until(lambda: not left.exists(), timeout=10, what="the successor's sweep")
+
+
 def test_a_buffer_file_of_another_version_is_left_whole_with_an_error(
         server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A file whose header names a format this wurk does not write (a newer wurk's, kept

@@ -7,13 +7,22 @@ full suite run). Files are made under another name, locked, then renamed."""
 
 from __future__ import annotations
 
+import fcntl
+import os
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from wurk.client.buffer import DiskBuffer, Entry, Orphan, orphans
+from wurk.client.buffer import (
+    UNFINISHED_AFTER,
+    DiskBuffer,
+    Entry,
+    Orphan,
+    orphans,
+    sweep_unfinished,
+)
 from wurk.client.idempotent import Sendable
 
 FILES = 300
@@ -89,3 +98,32 @@ def test_a_write_that_failed_part_way_costs_no_later_kept_job(tmp_path: Path) ->
         assert [jid for jid, *_ in orphan.take(10)] == ["a" * 24, "c" * 24]
     finally:
         orphan.release()
+
+
+def test_a_file_left_half_made_by_a_killed_process_is_swept_and_no_other(tmp_path: Path) -> None:
+    """A process killed between making its buffer file (``.making``) and renaming it left
+    the file for ever. Swept now: unlocked and older than ``UNFINISHED_AFTER``; a file still
+    being made (recent, or locked by its maker) and the buffer files stay."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    now = time.time()
+    left = directory / "push-h-1-aa.making"
+    left.write_text('{"wurk-push-buffer": 1}\n')
+    os.utime(left, (now - UNFINISHED_AFTER - 1, now - UNFINISHED_AFTER - 1))
+    fresh = directory / "push-h-2-bb.making"
+    fresh.write_text("")
+    held = directory / "push-h-3-cc.making"
+    held.write_text("")
+    os.utime(held, (now - UNFINISHED_AFTER - 1, now - UNFINISHED_AFTER - 1))
+    kept = directory / "push-h-4-dd.jobs"
+    kept.write_text("")
+    os.utime(kept, (now - 3600, now - 3600))
+    fd = os.open(held, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # its maker, at work
+        assert sweep_unfinished(directory, now) == 1
+    finally:
+        os.close(fd)
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "push-h-2-bb.making", "push-h-3-cc.making", "push-h-4-dd.jobs"]
+    assert sweep_unfinished(tmp_path / "none", now) == 0

@@ -17,9 +17,11 @@
 5. ``Orphan``: another process's file whose lock could be taken. Its pending jobs are sent
    by whoever claimed it (a successor's background flush, ``wurk push-buffer flush``), each
    sent one recorded in that file, and the file deleted once none is left.
-6. ``survey(directory)``: what each file there holds and whether its owner lives, for
+6. ``sweep_unfinished``: the ``.making`` file a process killed while making its file left
+   behind (no job in it) is deleted by the next look for orphans.
+7. ``survey(directory)``: what each file there holds and whether its owner lives, for
    ``wurk stats`` and ``wurk push-buffer status`` (read without Redis).
-7. Fork: a child never sends its parent's jobs. ``reset_after_fork`` empties the child's
+8. Fork: a child never sends its parent's jobs. ``reset_after_fork`` empties the child's
    copy and closes its copy of the parent's file (the lock stays with the parent's).
 """
 
@@ -65,6 +67,12 @@ __all__ = [
 log = logging.getLogger("wurk")
 
 SUFFIX = ".jobs"
+# A file is made under this suffix, locked, then renamed to SUFFIX (``DiskBuffer._open``).
+MAKING = ".making"
+# One still under its making name this long after it was made, and held by no process, was
+# left by a process killed between making and renaming it: a header at most, no job (jobs
+# are written only after the rename). ``sweep_unfinished`` deletes it.
+UNFINISHED_AFTER = 60.0
 _HEADER = "wurk-push-buffer"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -297,7 +305,7 @@ class DiskBuffer:
         # Made under a name no scan lists, locked, then renamed: a file with the buffer's
         # suffix is never seen unlocked, so another process's flush (or this one's) cannot
         # take it for an orphan in the moment between its creation and its lock.
-        making = self.directory / f"{name}.making"
+        making = self.directory / f"{name}{MAKING}"
         fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
@@ -427,6 +435,38 @@ def orphans(directory: Path, own: Path | None = None) -> list[Path]:
     """The buffer files in ``directory`` but this process's own (whether their owners live
     is known only by trying their locks: ``Orphan.claim``)."""
     return [path for path in _files(directory) if path != own]
+
+
+def sweep_unfinished(directory: Path, now: float | None = None) -> int:
+    """Delete the files a process killed while making its buffer file left (``MAKING``,
+    older than ``UNFINISHED_AFTER`` and locked by no process); how many. The age keeps a file
+    being made now — in the moment before its maker locks it — from being taken for one."""
+    lock = _need_flock()
+    at = time.time() if now is None else now
+    removed = 0
+    try:
+        names = os.listdir(directory)
+    except (FileNotFoundError, NotADirectoryError):
+        return 0
+    for name in names:
+        if not name.endswith(MAKING):
+            continue
+        path = directory / name
+        try:
+            if at - os.stat(path).st_mtime < UNFINISHED_AFTER:
+                continue
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            continue  # gone meanwhile, or not ours to read: left
+        try:
+            lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
+            path.unlink(missing_ok=True)
+            removed += 1
+        except OSError:  # held (BlockingIOError): its maker is at work; or not removable
+            continue
+        finally:
+            os.close(fd)
+    return removed
 
 
 @dataclass(frozen=True)

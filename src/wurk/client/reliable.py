@@ -53,7 +53,16 @@ from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.identity import hostname, process_nonce
 from . import idempotent
-from .buffer import BufferFull, DiskBuffer, Entry, ForeignFile, MemoryBuffer, Orphan, orphans
+from .buffer import (
+    BufferFull,
+    DiskBuffer,
+    Entry,
+    ForeignFile,
+    MemoryBuffer,
+    Orphan,
+    orphans,
+    sweep_unfinished,
+)
 from .writers import Entries
 
 __all__ = ["ReliableWriter", "buffer_directory", "connection_error", "flush_directory",
@@ -445,6 +454,7 @@ class _Flusher:
         if isinstance(buffer, DiskBuffer):
             left = 0
             unusable = set()
+            sweep_unfinished(buffer.directory)
             for path in orphans(buffer.directory, buffer.path):
                 try:
                     left += writer.adopt(pool, path)[1]
@@ -472,6 +482,7 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     writer = _Adopter(config)
     pool = config.pool("client")
     pushed = left = held = 0
+    sweep_unfinished(directory)
     for path in orphans(directory):
         try:
             sent, remaining = writer.adopt(pool, path)
