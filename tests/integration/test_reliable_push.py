@@ -579,3 +579,17 @@ def test_a_buffer_file_of_another_version_is_left_whole_with_an_error(
     assert newer.read_bytes() == before
     assert "push-a.jobs" in caplog.text and "version 2" in caplog.text
     assert [job["jid"] for job in queued(server)] == ["b" * 24]
+    # `wurk push-buffer status` says what it is, and counts none of its lines as jobs (read
+    # as this version's, it said "0 jobs": a file to delete, to whoever believed it)
+    from click.testing import CliRunner
+
+    from wurk.cli import main
+    from wurk.client.buffer import survey
+
+    (report,) = survey(directory)
+    assert report.foreign == "push buffer format version '2'" and report.pending == 0
+    said = CliRunner().invoke(main, ["push-buffer", "status", str(directory)])
+    assert said.exit_code == 0, said.output
+    assert "format version '2', not read by this wurk: left as it is" in said.output
+    row = next(line for line in said.output.splitlines() if line.startswith("push-a.jobs "))
+    assert " ? " in row

@@ -232,9 +232,7 @@ def _push_buffers(config: Config) -> dict[str, Any]:
     return {"sent": found.sent(),
             "reports": [report.to_dict() for report in found.reports()],
             "directory": str(place),
-            "files": [{"path": str(r.path), "held": r.held, "pending": r.pending,
-                       "oldest": r.oldest, "pid": r.pid, "host": r.host}
-                      for r in survey(place)]}
+            "files": [report.to_dict() for report in survey(place)]}
 
 
 def _push_buffer_rows(buffers: dict[str, Any], now: float) -> list[tuple[str, str]]:
@@ -248,6 +246,10 @@ def _push_buffer_rows(buffers: dict[str, Any], now: float) -> list[tuple[str, st
                      f"{tables.count(report['sent'])} sent; reported "
                      f"{tables.age(report['at'], now)}"))
     for file in buffers["files"]:
+        if file.get("foreign"):
+            rows.append(("Push buffer", f"{file['path']}: {file['foreign']}, not read by this "
+                         "wurk: left as it is for the wurk that wrote it"))
+            continue
         if not file["pending"]:
             continue
         owner = "its process runs" if file["held"] else \

@@ -42,18 +42,21 @@ def status_command(directory: Path | None, as_json: bool) -> None:
     place = directory or buffer_directory(default_config())
     reports = survey(place)
     if as_json:
-        emit_json({"directory": str(place), "files": [
-            {"path": str(r.path), "held": r.held, "pending": r.pending, "oldest": r.oldest,
-             "pid": r.pid, "host": r.host} for r in reports]})
+        emit_json({"directory": str(place), "files": [r.to_dict() for r in reports]})
         return
     if not reports:
         click.echo(f"{place}: no buffer files")
         return
     now = time.time()
     rows = [(r.path.name, "running" if r.held else "left by a dead process",
-             tables.count(r.pending), tables.age(r.oldest, now)) for r in reports]
+             "?" if r.foreign else tables.count(r.pending), tables.age(r.oldest, now))
+            for r in reports]
     click.echo(f"{place}:")
     click.echo(tables.table(("file", "process", "jobs", "oldest"), rows, right=(2,)))
+    for report in reports:
+        if report.foreign:
+            click.echo(f"{report.path.name}: {report.foreign}, not read by this wurk: left "
+                       "as it is for the wurk that wrote it")
     if any(not r.held and r.pending for r in reports):
         click.echo(f"`wurk push-buffer flush {place}` sends what dead processes left")
 

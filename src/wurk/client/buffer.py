@@ -477,6 +477,14 @@ class FileReport:
     oldest: float | None
     pid: int | None
     host: str | None
+    # A file of another format version (another wurk's): what it is; its jobs are not read
+    # (``pending`` 0, ``oldest`` None) and no flush touches it.
+    foreign: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": str(self.path), "held": self.held, "pending": self.pending,
+                "oldest": self.oldest, "pid": self.pid, "host": self.host,
+                "foreign": self.foreign}
 
 
 def survey(directory: Path) -> list[FileReport]:
@@ -503,9 +511,14 @@ def survey(directory: Path) -> list[FileReport]:
             continue
         finally:
             os.close(fd)  # a shared lock taken here goes with it
-        times = [t for _, t, _ in parsed.pending.values()]
         pid = parsed.header.get("pid")
         host = parsed.header.get("host")
+        version = parsed.header.get(_HEADER, _VERSION)
+        if version != _VERSION:  # its lines mean what another wurk says: none read as ours
+            reports.append(FileReport(path, held, 0, None, None, None,
+                                      foreign=f"push buffer format version {str(version)[:40]!r}"))
+            continue
+        times = [t for _, t, _ in parsed.pending.values()]
         reports.append(FileReport(path, held, len(parsed.pending), min(times, default=None),
                                   pid if isinstance(pid, int) else None,
                                   host if isinstance(host, str) else None))
