@@ -90,6 +90,8 @@ class InProcessWorker:
             self.launcher.start()
         except BaseException:
             self.stop(timeout=0)
+            with self._lock:  # what started is stopped: a later start() builds it anew
+                self.launcher = None
             raise
         log.info("wurk: running embedded in process %d (threads only, no fork)", self._pid)
         return self

@@ -126,18 +126,30 @@ def test_quiet_stops_fetching_and_lets_running_jobs_finish(fast: wurk.Config,
     assert ran == []
 
 
-def test_a_failed_start_stops_what_started_and_raises(fast: wurk.Config,
-                                                      r: redis.Redis) -> None:
-    def broken() -> None:
-        raise RuntimeError("no database")
+def test_a_failed_start_stops_what_started_and_raises_and_can_be_tried_again(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """A start that failed stops what it started and raises; once the cause is gone, the same
+    worker starts (it said "already started" and could never run)."""
+    database = {"up": False}
 
-    fast.on("startup", broken)
+    def connect() -> None:
+        if not database["up"]:
+            raise RuntimeError("no database")
+
+    fast.on("startup", connect)
     worker = wurk.InProcessWorker(fast)
     with pytest.raises(RuntimeError, match="no database"):
         worker.start()
     assert not worker.running and r.scard("processes") == 0
-    with pytest.raises(RuntimeError, match="already started"):
+    database["up"] = True
+    try:
         worker.start()
+        assert worker.running
+        wait_until(lambda: r.scard("processes") == 1, 10, "its heartbeat")
+        with pytest.raises(RuntimeError, match="already started"):
+            worker.start()
+    finally:
+        worker.stop(timeout=1)
 
 
 def test_lifecycle_hooks_fire_in_order_and_one_that_raises_is_reported(
