@@ -130,6 +130,12 @@ class Heartbeat:
 
     def _beat(self) -> None:
         try:
+            self._beat_once()
+        except _Stopping:  # the stop came while this beat waited on Redis: the record goes
+            return
+
+    def _beat_once(self) -> None:
+        try:
             self.counters.flush(self.pool, self.config.keys)
         except redis.ResponseError as exc:  # refused for good; not for now (RedisUnavailable)
             self._stats_outage.failed(exc)
@@ -153,6 +159,7 @@ class Heartbeat:
         ttl = self.config.heartbeat_ttl
 
         def send(r: Any) -> None:
+            self._still_beating()
             pipe = r.pipeline(transaction=True)
             for key in (keys.work(self.name), keys.workers(self.name)):
                 pipe.unlink(key)
@@ -188,6 +195,7 @@ class Heartbeat:
             fields.update(self._health())
 
         def send(r: Any, pop: bool = True) -> list[Any]:
+            self._still_beating()
             pipe = r.pipeline(transaction=True)
             pipe.sadd(keys.processes, self.name)
             pipe.exists(keys.process(self.name))
@@ -212,6 +220,14 @@ class Heartbeat:
             fire(self.config, "heartbeat")
         # Anyone may have pushed it: bytes that are no UTF-8 read as a name no signal has.
         return signal.decode("utf-8", "replace") if isinstance(signal, bytes) else signal
+
+    def _still_beating(self) -> None:
+        """Raise ``_Stopping`` once the heartbeat is stopping: a beat that waited on Redis
+        past its stop's timeout (an outage, a slow server) would otherwise write the record
+        again after the stop removed it, and a process gone would show as alive for
+        ``heartbeat_ttl``. Checked with the connection in hand, just before each write."""
+        if self._duty.stopping:
+            raise _Stopping
 
     def _own_registry_keys(self, replies: list[Any]) -> None:
         """A beat's registry key holding another Redis type than wurk keeps there (anyone may
@@ -258,3 +274,7 @@ class Heartbeat:
             self.pool.run(send)
         except Exception as exc:
             report_error(self.config, exc, {"context": "removing the process record"})
+
+
+class _Stopping(Exception):
+    """A beat's write found the heartbeat stopping (``Heartbeat._still_beating``)."""

@@ -184,3 +184,40 @@ def test_quiet_stops_the_processors_fetching_before_it_waits_on_other_duties(
     worker.quiet()
     assert fetching_meanwhile == [False], \
         "processors were still fetching while quiet waited on the scheduler's stop"
+
+
+def test_a_beat_held_up_past_its_stop_writes_no_record_after_it(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """worker.md: a stopped process removes its record. A beat still waiting on Redis when
+    the stop gave up on it (a slow server, an outage ending) used to write the record again
+    after the stop had removed it: a process gone, shown alive for ``heartbeat_ttl``."""
+    from wurk.heartbeat import Heartbeat
+    from wurk.metrics.counters import Counters
+    from wurk.runtime.busy import Busy
+    from wurk.runtime.identity import Identity
+
+    counters = Counters()
+    heartbeat = Heartbeat(config, Identity.current(), busy=Busy(), counters=counters,
+                          info={"concurrency": 1})
+    name = heartbeat.name
+    assert heartbeat.beat() and r.exists(name) and r.sismember("processes", name)
+    held, go = threading.Event(), threading.Event()
+    flush = counters.flush
+
+    def held_up(*args: Any) -> None:  # the beat's first call to Redis, answered late
+        held.set()
+        go.wait(10)
+        flush(*args)
+
+    monkeypatch.setattr(counters, "flush", held_up)
+    late = threading.Thread(target=heartbeat.beat, name="late-beat")
+    late.start()
+    assert held.wait(10)
+    heartbeat.stop(timeout=0.1)
+    monkeypatch.setattr(counters, "flush", flush)  # the stop's own last flush goes through
+    heartbeat.clear()
+    assert not r.exists(name)
+    go.set()
+    late.join(10)
+    assert not late.is_alive()
+    assert not r.exists(name) and not r.sismember("processes", name)
