@@ -3,9 +3,12 @@ limits' link, as a worker installs it), no threads."""
 
 from __future__ import annotations
 
+import threading
+
 import redis
 
 import wurk
+from wurk import payload as P
 from wurk.config import Capsule
 from wurk.fetch.basic import BasicFetch
 from wurk.launcher import install_built_ins
@@ -40,3 +43,29 @@ class Drain:
     def close(self) -> None:
         self.fetcher.flush()
         self.raw.close()
+
+
+class AsyncDrain(Drain):
+    """``Drain`` for ``async def`` jobs on the path a worker's lane runs them: each one a
+    task on the runner's event loop, through the async walk of the server chain
+    (``JobRunner._execute_async``), acknowledged when it returns True. (``Drain`` runs an
+    async job through the sync walk, its coroutine awaited on the loop: not the lane's path.)"""
+
+    def __call__(self) -> int:
+        ran = 0
+        while any(self.raw.llen(self.config.keys.queue(q)) for q in self.queues):
+            unit = self.fetcher.fetch(0.05)
+            if unit is None:
+                continue
+            job = P.validate(P.loads(unit.raw))
+            definition = self.runner.jobs.lookup(job[P.CLASS])
+            assert definition.is_async, f"{definition.name} is no async job: use Drain"
+            run = self.runner._execute_async(unit, job, definition, threading.Event())
+            if self.runner.loop.submit(run).result(timeout=30):
+                unit.fetcher.acknowledge(unit)
+            ran += 1
+        return ran
+
+    def close(self) -> None:
+        super().close()
+        self.runner.close()
