@@ -346,6 +346,15 @@ def test_cancelling_an_unknown_jid_says_so(config: wurk.Config) -> None:
     assert not done.found and "was not found waiting or running" in str(done)
 
 
+@wurk.job(name="limits.astubborn", timeout=0.5, retry=0)
+async def astubborn() -> None:
+    """The async twin: its timeout arrives as its task's ``CancelledError``."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        note("caught", wurk.current_jid())
+
+
 @wurk.job(name="limits.stubborn", timeout=0.5, retry=0)
 def stubborn() -> None:
     try:
@@ -356,10 +365,12 @@ def stubborn() -> None:
         note("caught", wurk.current_jid())
 
 
+@pytest.mark.parametrize("job", [stubborn, astubborn], ids=["sync", "async"])
 def test_a_job_that_catches_its_timeout_and_returns_counts_as_finished(
-        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        job: Any) -> None:
     with caplog.at_level("WARNING", logger="wurk"):
-        jid = stubborn.perform_async()
+        jid = job.perform_async()
         wait_until(lambda: f"caught:{jid}" in notes(r), what="the job to catch it")
         wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
         wait_until(lambda: any("caught the error and returned" in rec.getMessage()
@@ -407,6 +418,48 @@ def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(
     finally:
         drain.close()
     assert wurk.BatchStatus(batch.bid).complete
+
+
+@pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
+def test_a_running_batch_job_cancelled_counts_as_dead_so_the_batch_completes(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """batches.md / time-limits-and-cancel.md: a job cancelled as it runs counts as dead in
+    its batch (it never runs again), so the batch completes; not retried, not in the dead
+    set."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = job.perform_async()
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert wurk.cancel(jid).running_on
+    wait_until(lambda: wurk.BatchStatus(batch.bid).complete, timeout=10,
+               what="the batch to complete")
+    status = wurk.BatchStatus(batch.bid)
+    assert status.dead_jids == [jid] and r.get("wurk:stat:cancelled") == "1"
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+@pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
+def test_a_running_workflow_step_cancelled_is_dead_and_stops_its_dependants(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """workflows.md: a step "dies" when `wurk.cancel` is called on its jid, running too."""
+    from wurk.workflow import Workflow, WorkflowStatus
+
+    wf = Workflow("cancelled while running")
+    first = wf.step(job)
+    wf.step(mark, first).named("after")
+    wid = wf.start()
+    jid = WorkflowStatus(wid).steps[job.name.split(".")[-1]].jid
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert jid is not None and wurk.cancel(jid).running_on
+    wait_until(lambda: WorkflowStatus(wid).state == "failed", timeout=10,
+               what="the workflow to fail")
+    status = WorkflowStatus(wid)
+    assert status.steps["after"].state == "stopped"
+    assert wurk.BatchStatus(wid).dead_jids == [jid]
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert not any(n.startswith("mark:") for n in notes(r))
 
 
 def test_wurk_cancel_on_the_command_line(config: wurk.Config, r: redis.Redis) -> None:
