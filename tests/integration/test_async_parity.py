@@ -421,3 +421,84 @@ def test_the_execution_metrics_count_what_an_async_job_did(
                                       ("AsyncParity::measured", None)]
     counts = metrics.tracker.pending()["AsyncParity::measured"]
     assert (counts.processed, counts.failed) == (2, 1)
+
+
+# -- results (test_results.py) -------------------------------------------------------------------
+@wurk.job(name="AsyncParity::result_fails", result_ttl=600, retry=3)
+async def aresult_fails(message: str) -> None:
+    raise ValueError(message)
+
+
+@wurk.job(name="AsyncParity::result_cancelled", result_ttl=600)
+async def aresult_cancelled() -> None:
+    raise wurk.JobCancelled("stopped by a cancel")
+
+
+def test_an_async_jobs_failure_with_a_retry_due_and_its_cancel_are_recorded(
+        r: redis.Redis, adrain: AsyncDrain) -> None:
+    """test_results.py::test_a_failure_with_a_retry_due_says_so and
+    test_a_cancelled_job_stores_cancelled_and_the_cancel_goes_on."""
+    handle = aresult_fails.perform_async("card declined")
+    cancelled = aresult_cancelled.perform_async()
+    assert handle is not None and cancelled is not None
+    adrain()
+    with pytest.raises(wurk.JobFailed) as failed:
+        handle.result(timeout=1)
+    assert (failed.value.error_class, failed.value.retries_remain) == ("ValueError", True)
+    assert r.zcard("retry") == 1
+    with pytest.raises(wurk.JobCancelled):
+        cancelled.result(timeout=1)
+
+
+# -- an application's own sync link around an async job (the helper-thread hop) -----------------
+def app_link(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    ran.append(("link", payload["class"]))
+    return call_next()
+
+
+@wurk.job(name="AsyncParity::split")
+async def asplit_under_link(count: int) -> int:
+    from wurk.workflow import fan_out
+
+    fan_out(ahalf, [[i] for i in range(count)])
+    return count
+
+
+@wurk.job(name="AsyncParity::half")
+async def ahalf(n: int) -> int:
+    return n * 2
+
+
+def test_an_async_step_under_an_application_sync_link_fans_out_and_counts_once(
+        config: wurk.Config, r: redis.Redis, adrain: AsyncDrain) -> None:
+    """A sync server link of the application runs an async job's rest in another task (the
+    walk's helper-thread hop): the step's children and count still land, once."""
+    from wurk.workflow import Workflow, WorkflowStatus
+
+    config.server_middleware.add(app_link)
+    wf = Workflow("under a link")
+    parts = wf.step(asplit_under_link, 3)
+    wf.step(ahalf, parts.children).named("after")
+    wid = wf.start()
+    while adrain():
+        pass
+    status = WorkflowStatus(wid)
+    assert [status.steps[f"split[{i}]"].value for i in range(3)] == [0, 2, 4]
+    assert status.steps["split"].state == "succeeded" and status.state == "succeeded"
+    assert ("link", "AsyncParity::split") in ran
+
+
+def test_unique_and_limits_under_an_application_sync_link(
+        config: wurk.Config, r: redis.Redis, adrain: AsyncDrain) -> None:
+    config.server_middleware.add(app_link)
+    aunique_doomed.perform_async(1)
+    holder = FULL.within_limit()
+    holder.__enter__()
+    try:
+        afull.perform_async()
+        adrain()
+    finally:
+        holder.__exit__(None, None, None)
+    assert r.zcard("dead") == 1 and lock_keys(r) == []
+    [(job, _)] = scheduled(r)
+    assert job["overrated"] == 1 and r.zcard("retry") == 0
