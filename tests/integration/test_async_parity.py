@@ -105,6 +105,19 @@ def test_an_expired_unique_async_job_releases_its_lock(r: redis.Redis,
     assert expiring_unique.perform_async(1) is not None
 
 
+def test_an_expired_async_batch_job_counts_as_a_success(r: redis.Redis,
+                                                      adrain: AsyncDrain) -> None:
+    """test_batches.py::test_an_expired_job_counts_as_a_success (a job outside a workflow:
+    dropped unrun, it is done)."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        expiring.perform_async(2)
+    backdate(r)
+    adrain()
+    status = wurk.BatchStatus(batch.bid)
+    assert ran == [] and status.complete and status.succeeded and status.failures == 0
+
+
 # -- unique jobs (test_unique.py) -----------------------------------------------------------------
 @wurk.job(name="AsyncParity::unique", unique_for=600)
 async def aunique(account: int) -> None:

@@ -70,6 +70,11 @@ def mark(text: str) -> None:
     note("mark", text)
 
 
+@wurk.job(name="limits.amark")
+async def amark(text: str) -> None:
+    note("mark", text)
+
+
 @wurk.job(name="limits.busy_loop", retry=3)
 def busy_loop() -> None:
     note("start", wurk.current_jid(), time.time())
@@ -339,6 +344,25 @@ def test_a_job_fetched_after_its_cancel_arrived_never_runs(worker: InProcessWork
     mark.perform_async("after")
     wait_until(lambda: "mark:after" in notes(r), what="the next job")
     assert "mark:late" not in notes(r) and r.zcard("retry") == 0
+
+
+@pytest.mark.parametrize("job", [mark, amark], ids=["sync", "async"])
+def test_a_batch_job_fetched_after_its_cancel_arrived_never_runs_and_counts_dead(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """As above, in a batch: the job refused at its start counts dead there, so the batch
+    completes (an async job is refused as its walk begins, ``Stopper.wurk_plan``)."""
+    jid = "e" * 24
+    wait_until(lambda: worker.launcher.heartbeat.beat_age() is not None, what="a heartbeat")
+    assert not wurk.cancel(jid).found
+    wait_until(lambda: r.llen(f"wurk:cancel:{worker.launcher.identity}") == 0,
+               what="the worker to take the cancel")
+    batch = wurk.Batch()
+    with batch.jobs():
+        wurk.push({"class": job.name, "args": ["late"], "jid": jid})
+    wait_until(lambda: wurk.BatchStatus(batch.bid).complete, what="the batch to complete")
+    assert wurk.BatchStatus(batch.bid).dead_jids == [jid]
+    assert "mark:late" not in notes(r) and r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert r.get("wurk:stat:cancelled") == "1"
 
 
 def test_cancelling_an_unknown_jid_says_so(config: wurk.Config) -> None:
