@@ -51,20 +51,28 @@ class AsyncDrain(Drain):
     (``JobRunner._execute_async``), acknowledged when it returns True. (``Drain`` runs an
     async job through the sync walk, its coroutine awaited on the loop: not the lane's path.)"""
 
+    def __init__(self, config: wurk.Config, *queues: str) -> None:
+        super().__init__(config, *queues)
+        self.stopping = threading.Event()  # what ``interrupted()`` reads in its jobs
+
     def __call__(self) -> int:
         ran = 0
         while any(self.raw.llen(self.config.keys.queue(q)) for q in self.queues):
-            unit = self.fetcher.fetch(0.05)
-            if unit is None:
-                continue
-            job = P.validate(P.loads(unit.raw))
-            definition = self.runner.jobs.lookup(job[P.CLASS])
-            assert definition.is_async, f"{definition.name} is no async job: use Drain"
-            run = self.runner._execute_async(unit, job, definition, threading.Event())
-            if self.runner.loop.submit(run).result(timeout=30):
-                unit.fetcher.acknowledge(unit)
-            ran += 1
+            ran += self.run_one()
         return ran
+
+    def run_one(self) -> int:
+        """Fetch and run one job, if one comes within 50 ms; how many ran (0 or 1)."""
+        unit = self.fetcher.fetch(0.05)
+        if unit is None:
+            return 0
+        job = P.validate(P.loads(unit.raw))
+        definition = self.runner.jobs.lookup(job[P.CLASS])
+        assert definition.is_async, f"{definition.name} is no async job: use Drain"
+        run = self.runner._execute_async(unit, job, definition, self.stopping)
+        if self.runner.loop.submit(run).result(timeout=30):
+            unit.fetcher.acknowledge(unit)
+        return 1
 
     def close(self) -> None:
         super().close()
