@@ -75,6 +75,23 @@ async def amark(text: str) -> None:
     note("mark", text)
 
 
+SLOT_SYNC = wurk.limiter.concurrent("limits-slot-sync", 1, wait_timeout=0, lock_timeout=600)
+SLOT_ASYNC = wurk.limiter.concurrent("limits-slot-async", 1, wait_timeout=0, lock_timeout=600)
+
+
+@wurk.job(name="limits.slot_holder_sync", timeout=0.5, retry=0, rate_limit=SLOT_SYNC)
+def slot_holder_sync() -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        time.sleep(0.01)
+
+
+@wurk.job(name="limits.slot_holder_async", timeout=0.5, retry=0, rate_limit=SLOT_ASYNC)
+async def slot_holder_async() -> None:
+    note("start", wurk.current_jid(), time.time())
+    await asyncio.sleep(30)
+
+
 @wurk.job(name="limits.busy_loop", retry=3)
 def busy_loop() -> None:
     note("start", wurk.current_jid(), time.time())
@@ -149,6 +166,24 @@ def test_a_job_past_its_limit_fails_with_job_timeout_and_its_thread_goes_on(
     mark.perform_async("after")  # the worker's threads go on
     wait_until(lambda: "mark:after" in notes(r), what="the next job")
     worker.assert_healthy(2)
+
+
+@pytest.mark.parametrize(("job", "limiter"), [(slot_holder_sync, SLOT_SYNC),
+                                               (slot_holder_async, SLOT_ASYNC)],
+                         ids=["sync", "async"])
+def test_a_job_past_its_limit_gives_back_its_concurrency_slot(
+        worker: InProcessWorker, r: redis.Redis, job: Any, limiter: Any) -> None:
+    """A job whose own ``rate_limit`` (a concurrent limiter) holds a slot for its run, stopped
+    by its time limit: the slot is given back (not held until ``lock_timeout``)."""
+    from wurk.limiter.base import forget_registrations
+
+    forget_registrations()
+    jid = job.perform_async()
+    wait_until(lambda: r.zcard("dead") == 1, what="the timed-out job in the dead set")
+    assert json.loads(r.zrange("dead", 0, -1)[0])["error_class"] == "wurk.JobTimeout"
+    assert any(n.startswith(f"start:{jid}:") for n in notes(r))
+    with limiter.within_limit():  # the only slot is free again: not OverLimit
+        pass
 
 
 def test_the_workers_default_limit_applies_and_the_jobs_own_wins(redis_server: Any,
