@@ -515,3 +515,31 @@ def test_unique_and_limits_under_an_application_sync_link(
     assert r.zcard("dead") == 1 and lock_keys(r) == []
     [(job, _)] = scheduled(r)
     assert job["overrated"] == 1 and r.zcard("retry") == 0
+
+
+# -- a job class's own retry hooks (test_retry.py's HookedJob) -------------------------------------
+class AHooked(wurk.Job, name="AsyncParity::Hooked", retry=1):
+    async def perform(self, n: int) -> None:
+        raise RuntimeError(f"hooked {n}")
+
+    def retry_in(self, count: int, exc: BaseException) -> Any:
+        ran.append(("retry_in", self.jid, count))
+        return 600
+
+    def retries_exhausted(self, payload: dict[str, Any], exc: BaseException) -> Any:
+        ran.append(("exhausted", self.jid, type(exc).__name__))
+        return "discard"
+
+
+def test_an_async_job_classs_retry_hooks_get_its_instance(
+        config: wurk.Config, r: redis.Redis, adrain: AsyncDrain) -> None:
+    """test_retry.py::test_class_hooks_need_an_instance / test_function_job_hooks."""
+    jid = AHooked.perform_async(1)
+    before = time.time()
+    adrain()
+    [(_, at)] = r.zrange("retry", 0, -1, withscores=True)
+    assert before + 600 <= at < time.time() + 610
+    retries_due(config, r)
+    adrain()
+    assert ran == [("retry_in", jid, 0), ("exhausted", jid, "RuntimeError")]
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0  # discarded
