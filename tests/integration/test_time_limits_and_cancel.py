@@ -186,6 +186,43 @@ def test_a_job_past_its_limit_gives_back_its_concurrency_slot(
         pass
 
 
+def passthrough(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    """An application's sync server link: around an async job it runs in a helper thread,
+    the rest of the chain (the Stopper, the job) in a task of its own."""
+    return call_next()
+
+
+@pytest.mark.parametrize("stop", ["timeout", "cancel"])
+def test_an_async_job_under_an_applications_sync_link_is_stopped_all_the_same(
+        redis_server: Any, r: redis.Redis, stop: str) -> None:
+    global _client
+    _client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    running = InProcessWorker(redis_server.url, concurrency=2, control_interval=0.1,
+                              heartbeat_interval=0.2)
+    running.config.server_middleware.add(passthrough)
+    running.start()
+    wurk.configure(redis_url=redis_server.url)
+    try:
+        jid = (nap.perform_async(30) if stop == "timeout" else async_loop.perform_async())
+        wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)),
+                   what="a start")
+        if stop == "timeout":
+            wait_until(lambda: retry_entry(r, jid) is not None, what="the retry")
+            failed = retry_entry(r, jid)
+            assert failed is not None and failed["error_class"] == "wurk.JobTimeout"
+        else:
+            wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="Busy")
+            assert wurk.cancel(jid).running_on
+            wait_until(lambda: r.get("wurk:stat:cancelled") == "1", what="the cancel")
+            assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+        wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
+        assert f"done:{jid}" not in notes(r)
+    finally:
+        running.stop()
+        _client.close()
+        _client = None
+
+
 def test_the_workers_default_limit_applies_and_the_jobs_own_wins(redis_server: Any,
                                                                  r: redis.Redis) -> None:
     global _client
