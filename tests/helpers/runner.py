@@ -49,7 +49,8 @@ class AsyncDrain(Drain):
     """``Drain`` for ``async def`` jobs on the path a worker's lane runs them: each one a
     task on the runner's event loop, through the async walk of the server chain
     (``JobRunner._execute_async``), acknowledged when it returns True. (``Drain`` runs an
-    async job through the sync walk, its coroutine awaited on the loop: not the lane's path.)"""
+    async job through the sync walk, its coroutine awaited on the loop: not the lane's path.)
+    A sync job is run as ``Drain`` runs it."""
 
     def __init__(self, config: wurk.Config, *queues: str) -> None:
         super().__init__(config, *queues)
@@ -67,8 +68,10 @@ class AsyncDrain(Drain):
         if unit is None:
             return 0
         job = P.validate(P.loads(unit.raw))
-        definition = self.runner.jobs.lookup(job[P.CLASS])
-        assert definition.is_async, f"{definition.name} is no async job: use Drain"
+        definition = self.runner.jobs.get(job[P.CLASS])
+        if definition is None or not definition.is_async:  # as a worker's processor runs it
+            self.runner.run(unit)
+            return 1
         run = self.runner._execute_async(unit, job, definition, self.stopping)
         if self.runner.loop.submit(run).result(timeout=30):
             unit.fetcher.acknowledge(unit)

@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.runner import Drain
+from tests.helpers.runner import AsyncDrain, Drain
 from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
 from wurk.workflow import Workflow, WorkflowError, WorkflowStatus, cancel, fan_out
@@ -1025,3 +1025,44 @@ def test_a_dying_async_step_stops_its_dependants_and_fires_death_once(
     assert status.steps["aboom"].state == "dead" and status.state == "failed"
     assert status.steps["after"].state == "stopped" and runs(r, "echo") == []
     assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+@wurk.job(name="WfTest::aflaky", retry=3)
+async def aflaky() -> int:
+    """``flaky``'s async twin."""
+    note("aflaky")
+    async with wurk.redis() as conn:
+        if await conn.call("EXISTS", "fail:flaky"):
+            raise RuntimeError("aflaky was told to fail")
+    return 7
+
+
+def test_an_async_steps_failure_with_a_retry_due_changes_nothing_and_it_runs_again(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """test_a_failure_with_a_retry_due_changes_nothing_and_the_step_runs_again, the step
+    ``async def`` on the async walk."""
+    from wurk.api.sets import RetrySet
+
+    r.set("fail:flaky", 1)
+    wf = Workflow("aflaky")
+    first = wf.step(aflaky)
+    wf.step(echo, first)
+    wid = wf.start()
+    adrain = AsyncDrain(config)
+    try:
+        adrain()
+        assert r.zcard("retry") == 1 and runs(r, "aflaky") == [[]]
+        status = WorkflowStatus(wid)
+        assert status.state == "running"
+        assert (status.steps["aflaky"].state, status.steps["echo"].state) == ("queued",
+                                                                              "waiting")
+        r.delete("fail:flaky")
+        assert RetrySet().retry_all() == 1
+        while adrain():
+            pass
+    finally:
+        adrain.close()
+    status = WorkflowStatus(wid)
+    assert status.state == "succeeded" and status.result("echo") == [7]
+    assert runs(r, "aflaky") == [[], []] and runs(r, "echo") == [[7]]
+    assert wurk.BatchStatus(wid).succeeded
