@@ -19,6 +19,7 @@ import redis
 
 import wurk
 from tests.helpers.runner import AsyncDrain, Drain
+from tests.helpers.wait import wait_until
 from wurk import api, crypto
 from wurk.limiter.base import forget_registrations
 
@@ -543,3 +544,49 @@ def test_an_async_job_classs_retry_hooks_get_its_instance(
     adrain()
     assert ran == [("retry_in", jid, 0), ("exhausted", jid, "RuntimeError")]
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0  # discarded
+
+
+# -- sync links around async jobs hold helper threads: never all of them ------------------------
+HOP_STARTS: list[str] = []
+
+
+def hop_a(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    return call_next()
+
+
+def hop_b(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    return call_next()
+
+
+def hop_c(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    return call_next()
+
+
+@wurk.job(name="AsyncParity::to_thread_together")
+async def to_thread_together(n: int) -> None:
+    HOP_STARTS.append(str(n))
+    while len(HOP_STARTS) < 2:  # both slots' jobs inside every link before either goes on
+        await asyncio.sleep(0.005)
+    await asyncio.to_thread(time.sleep, 0.01)
+    ran.append(n)
+
+
+def test_async_jobs_under_several_sync_links_still_get_a_thread_for_to_thread(
+        redis_server: Any, r: redis.Redis) -> None:
+    """Each sync server link around an async job holds a helper thread of the loop's for
+    the job's run; the pool had one a slot (and 4 spare), so two async slots' jobs under
+    three sync links held all six, and their ``asyncio.to_thread`` waited for ever: the
+    worker stuck, its jobs never acknowledged. There is now one a slot for each sync link."""
+    ran.clear()
+    HOP_STARTS.clear()
+    config = wurk.configure(redis_url=redis_server.url, concurrency=1, async_concurrency=2,
+                            heartbeat_interval=0.2, fetch_timeout=0.2, timeout=1,
+                            shutdown_grace=0.5, scheduler_initial_wait=0)
+    for link in (hop_a, hop_b, hop_c):
+        config.server_middleware.add(link)
+    to_thread_together.perform_bulk([[1], [2], [3]])
+    worker = wurk.embed(config)
+    try:
+        wait_until(lambda: sorted(ran) == [1, 2, 3], timeout=10, what="every job to end")
+    finally:
+        worker.stop()
