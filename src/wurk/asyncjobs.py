@@ -28,12 +28,13 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
+import inspect
 import logging
 import queue
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -42,6 +43,7 @@ from .connections.lease import Lease
 from .connections.pool import RedisPool
 from .errors import ConfigError, RedisUnavailable, Shutdown
 from .fetch.basic import UnitOfWork
+from .middleware import async_form
 from .reporting import report_error
 from .runtime.affinity import Pinning
 from .runtime.executors import abandon_running
@@ -128,6 +130,12 @@ class EventLoop:
         # The loop's default executor (``asyncio.to_thread``, sync links around async jobs):
         # its threads still running when the loop does not stop in time are abandoned.
         self._helper_pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def reserve_helpers(self, count: int) -> None:
+        """At least ``count`` helper threads (``helper_count``) for the loop made next: the
+        launcher's, once its server chain is final (at start)."""
+        with self._lock:
+            self._helpers = max(self._helpers, count)
 
     def get(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -520,6 +528,24 @@ class AsyncLane:
                         "those jobs go back to their queues", self.name, timeout)
 
 
-def helper_count(capsules: list[Capsule]) -> int:
-    """Helper threads an event loop may need at most."""
-    return sum(c.async_concurrency for c in capsules) + SPARE_HELPERS
+def helper_count(capsules: list[Capsule], held_per_job: int = 1) -> int:
+    """Helper threads an event loop may need at most: ``held_per_job`` a slot (each sync
+    server link around an async job holds one for its run, ``sync_server_links``), and the
+    spare ones for what the jobs themselves hand to a thread (``asyncio.to_thread``). With
+    one a slot only, two slots' jobs under three sync links held every thread, and their
+    ``to_thread`` waited for ever."""
+    return sum(c.async_concurrency for c in capsules) * max(1, held_per_job) + SPARE_HELPERS
+
+
+def sync_server_links(chain: Iterable[Callable[..., Any]]) -> int:
+    """How many links of a server chain run as sync links around an async job (in a helper
+    thread each, held while the rest of the chain runs): those with no async form."""
+    count = 0
+    for factory in chain:
+        if inspect.isclass(factory):  # made fresh per job: its class says which form it has
+            is_async = any(inspect.iscoroutinefunction(getattr(factory, name, None))
+                           for name in ("__call__", "acall"))
+        else:
+            is_async = async_form(factory) is not None
+        count += not is_async
+    return count

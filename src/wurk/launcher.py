@@ -33,7 +33,7 @@ from typing import Any
 
 from . import log as wurk_log
 from ._version import __version__
-from .asyncjobs import EventLoop, helper_count
+from .asyncjobs import EventLoop, helper_count, sync_server_links
 from .batch import open_batch
 from .batch.middleware import BatchDeathHandler, BatchServerMiddleware
 from .batch.middleware import install_client as install_batch_client
@@ -322,6 +322,9 @@ class Launcher:
                 raise RuntimeError("this launcher was already started")
             self._started = True
         self.config.freeze()
+        # The chain is final now: a helper thread for each of its sync links, a slot.
+        self.runner.loop.reserve_helpers(helper_count(
+            self.capsules, sync_server_links(self.config.server_middleware)))
         self.config.periodic.check_jobs(registry)
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)

@@ -14,7 +14,7 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.runner import Drain
+from tests.helpers.runner import AsyncDrain, Drain
 from wurk import api, crypto
 from wurk.job import set_stop_signal
 from wurk.runtime.clock import ManualClock
@@ -312,6 +312,47 @@ def test_an_async_job_stops_resumes_and_completes(drain: Drain, r: redis.Redis) 
     assert seen() == list("abcdefg")
     assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]
     assert not r.exists(f"it-{jid}")
+
+
+@pytest.fixture
+def adrain(config: wurk.Config) -> Iterator[AsyncDrain]:
+    runner = AsyncDrain(config)
+    runner.stopping = STOP  # interrupted() in its jobs reads STOP
+    yield runner
+    runner.close()
+
+
+def test_an_async_job_stops_resumes_and_completes_on_the_async_walk(
+        adrain: AsyncDrain, r: redis.Redis) -> None:
+    """The test above on the lane's path (the async walk's InterruptHandler leave pushes it
+    again), in a batch that completes only once it has."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = Letters.perform_async("abcdefg")
+    assert adrain.run_one() == 1
+    assert seen() == ["a", "b", "c", "d"]
+    assert json.loads(state(r, jid)["c"]) == 4
+    assert [job["jid"] for job in queued(r)] == [jid]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.pending == 1 and not status.complete and status.failures == 0
+    assert adrain.counters.failed == 0
+    STOP.clear()
+    adrain()
+    assert seen() == list("abcdefg")
+    assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]
+    assert not r.exists(f"it-{jid}")
+    status = wurk.BatchStatus(batch.bid)
+    assert status.pending == 0 and status.complete and status.failures == 0
+
+
+def test_an_async_job_cancelled_before_it_starts_runs_none_of_its_items_on_the_async_walk(
+        adrain: AsyncDrain, r: redis.Redis) -> None:
+    jid = Letters.perform_in(60, "abc")
+    assert wurk.cancel(jid).removed_from == ["schedule"]
+    wurk.push({"class": "test_iterable.letters", "args": ["abc"], "jid": jid})
+    adrain()
+    assert seen() == [] and hooks().count("on_cancel") == 1
+    assert r.zcard("retry") == 0 and queued(r) == []
 
 
 def test_an_interrupted_encrypted_job_keeps_one_envelope(redis_server: Any, r: redis.Redis

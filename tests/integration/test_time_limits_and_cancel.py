@@ -70,6 +70,28 @@ def mark(text: str) -> None:
     note("mark", text)
 
 
+@wurk.job(name="limits.amark")
+async def amark(text: str) -> None:
+    note("mark", text)
+
+
+SLOT_SYNC = wurk.limiter.concurrent("limits-slot-sync", 1, wait_timeout=0, lock_timeout=600)
+SLOT_ASYNC = wurk.limiter.concurrent("limits-slot-async", 1, wait_timeout=0, lock_timeout=600)
+
+
+@wurk.job(name="limits.slot_holder_sync", timeout=0.5, retry=0, rate_limit=SLOT_SYNC)
+def slot_holder_sync() -> None:
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        time.sleep(0.01)
+
+
+@wurk.job(name="limits.slot_holder_async", timeout=0.5, retry=0, rate_limit=SLOT_ASYNC)
+async def slot_holder_async() -> None:
+    note("start", wurk.current_jid(), time.time())
+    await asyncio.sleep(30)
+
+
 @wurk.job(name="limits.busy_loop", retry=3)
 def busy_loop() -> None:
     note("start", wurk.current_jid(), time.time())
@@ -144,6 +166,61 @@ def test_a_job_past_its_limit_fails_with_job_timeout_and_its_thread_goes_on(
     mark.perform_async("after")  # the worker's threads go on
     wait_until(lambda: "mark:after" in notes(r), what="the next job")
     worker.assert_healthy(2)
+
+
+@pytest.mark.parametrize(("job", "limiter"), [(slot_holder_sync, SLOT_SYNC),
+                                               (slot_holder_async, SLOT_ASYNC)],
+                         ids=["sync", "async"])
+def test_a_job_past_its_limit_gives_back_its_concurrency_slot(
+        worker: InProcessWorker, r: redis.Redis, job: Any, limiter: Any) -> None:
+    """A job whose own ``rate_limit`` (a concurrent limiter) holds a slot for its run, stopped
+    by its time limit: the slot is given back (not held until ``lock_timeout``)."""
+    from wurk.limiter.base import forget_registrations
+
+    forget_registrations()
+    jid = job.perform_async()
+    wait_until(lambda: r.zcard("dead") == 1, what="the timed-out job in the dead set")
+    assert json.loads(r.zrange("dead", 0, -1)[0])["error_class"] == "wurk.JobTimeout"
+    assert any(n.startswith(f"start:{jid}:") for n in notes(r))
+    with limiter.within_limit():  # the only slot is free again: not OverLimit
+        pass
+
+
+def passthrough(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    """An application's sync server link: around an async job it runs in a helper thread,
+    the rest of the chain (the Stopper, the job) in a task of its own."""
+    return call_next()
+
+
+@pytest.mark.parametrize("stop", ["timeout", "cancel"])
+def test_an_async_job_under_an_applications_sync_link_is_stopped_all_the_same(
+        redis_server: Any, r: redis.Redis, stop: str) -> None:
+    global _client
+    _client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    running = InProcessWorker(redis_server.url, concurrency=2, control_interval=0.1,
+                              heartbeat_interval=0.2)
+    running.config.server_middleware.add(passthrough)
+    running.start()
+    wurk.configure(redis_url=redis_server.url)
+    try:
+        jid = (nap.perform_async(30) if stop == "timeout" else async_loop.perform_async())
+        wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)),
+                   what="a start")
+        if stop == "timeout":
+            wait_until(lambda: retry_entry(r, jid) is not None, what="the retry")
+            failed = retry_entry(r, jid)
+            assert failed is not None and failed["error_class"] == "wurk.JobTimeout"
+        else:
+            wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="Busy")
+            assert wurk.cancel(jid).running_on
+            wait_until(lambda: r.get("wurk:stat:cancelled") == "1", what="the cancel")
+            assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+        wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
+        assert f"done:{jid}" not in notes(r)
+    finally:
+        running.stop()
+        _client.close()
+        _client = None
 
 
 def test_the_workers_default_limit_applies_and_the_jobs_own_wins(redis_server: Any,
@@ -341,9 +418,37 @@ def test_a_job_fetched_after_its_cancel_arrived_never_runs(worker: InProcessWork
     assert "mark:late" not in notes(r) and r.zcard("retry") == 0
 
 
+@pytest.mark.parametrize("job", [mark, amark], ids=["sync", "async"])
+def test_a_batch_job_fetched_after_its_cancel_arrived_never_runs_and_counts_dead(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """As above, in a batch: the job refused at its start counts dead there, so the batch
+    completes (an async job is refused as its walk begins, ``Stopper.wurk_plan``)."""
+    jid = "e" * 24
+    wait_until(lambda: worker.launcher.heartbeat.beat_age() is not None, what="a heartbeat")
+    assert not wurk.cancel(jid).found
+    wait_until(lambda: r.llen(f"wurk:cancel:{worker.launcher.identity}") == 0,
+               what="the worker to take the cancel")
+    batch = wurk.Batch()
+    with batch.jobs():
+        wurk.push({"class": job.name, "args": ["late"], "jid": jid})
+    wait_until(lambda: wurk.BatchStatus(batch.bid).complete, what="the batch to complete")
+    assert wurk.BatchStatus(batch.bid).dead_jids == [jid]
+    assert "mark:late" not in notes(r) and r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert r.get("wurk:stat:cancelled") == "1"
+
+
 def test_cancelling_an_unknown_jid_says_so(config: wurk.Config) -> None:
     done = wurk.cancel("0" * 24)
     assert not done.found and "was not found waiting or running" in str(done)
+
+
+@wurk.job(name="limits.astubborn", timeout=0.5, retry=0)
+async def astubborn() -> None:
+    """The async twin: its timeout arrives as its task's ``CancelledError``."""
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        note("caught", wurk.current_jid())
 
 
 @wurk.job(name="limits.stubborn", timeout=0.5, retry=0)
@@ -356,10 +461,12 @@ def stubborn() -> None:
         note("caught", wurk.current_jid())
 
 
+@pytest.mark.parametrize("job", [stubborn, astubborn], ids=["sync", "async"])
 def test_a_job_that_catches_its_timeout_and_returns_counts_as_finished(
-        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        job: Any) -> None:
     with caplog.at_level("WARNING", logger="wurk"):
-        jid = stubborn.perform_async()
+        jid = job.perform_async()
         wait_until(lambda: f"caught:{jid}" in notes(r), what="the job to catch it")
         wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
         wait_until(lambda: any("caught the error and returned" in rec.getMessage()
@@ -407,6 +514,48 @@ def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(
     finally:
         drain.close()
     assert wurk.BatchStatus(batch.bid).complete
+
+
+@pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
+def test_a_running_batch_job_cancelled_counts_as_dead_so_the_batch_completes(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """batches.md / time-limits-and-cancel.md: a job cancelled as it runs counts as dead in
+    its batch (it never runs again), so the batch completes; not retried, not in the dead
+    set."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = job.perform_async()
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert wurk.cancel(jid).running_on
+    wait_until(lambda: wurk.BatchStatus(batch.bid).complete, timeout=10,
+               what="the batch to complete")
+    status = wurk.BatchStatus(batch.bid)
+    assert status.dead_jids == [jid] and r.get("wurk:stat:cancelled") == "1"
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+@pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
+def test_a_running_workflow_step_cancelled_is_dead_and_stops_its_dependants(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """workflows.md: a step "dies" when `wurk.cancel` is called on its jid, running too."""
+    from wurk.workflow import Workflow, WorkflowStatus
+
+    wf = Workflow("cancelled while running")
+    first = wf.step(job)
+    wf.step(mark, first).named("after")
+    wid = wf.start()
+    jid = WorkflowStatus(wid).steps[job.name.split(".")[-1]].jid
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert jid is not None and wurk.cancel(jid).running_on
+    wait_until(lambda: WorkflowStatus(wid).state == "failed", timeout=10,
+               what="the workflow to fail")
+    status = WorkflowStatus(wid)
+    assert status.steps["after"].state == "stopped"
+    assert wurk.BatchStatus(wid).dead_jids == [jid]
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    assert not any(n.startswith("mark:") for n in notes(r))
 
 
 def test_wurk_cancel_on_the_command_line(config: wurk.Config, r: redis.Redis) -> None:

@@ -18,8 +18,9 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.runner import Drain
+from tests.helpers.runner import AsyncDrain, Drain
 from tests.helpers.server import Server
+from tests.helpers.wait import wait_until
 from wurk.workflow import Workflow, WorkflowError, WorkflowStatus, cancel, fan_out
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "workflows.md"
@@ -912,3 +913,156 @@ def test_a_steps_own_result_ttl_wins_over_the_workflows(drain: Drain, r: redis.R
     steps = WorkflowStatus(wid).steps
     assert 60 < r.ttl(f"wurk:result:{steps['short'].jid}") <= 120
     assert r.ttl(f"wurk:result:{steps['long'].jid}") > 3 * 86400 - 60
+
+
+# -- async steps: the same counts through the async path (an embedded worker's lane) -----------
+@wurk.job(name="WfTest::asquare")
+async def asquare(n: int) -> int:
+    return n * n
+
+
+@wurk.job(name="WfTest::asplit")
+async def asplit(count: int) -> int:
+    fan_out(square, [[i] for i in range(count)])
+    return count
+
+
+@wurk.job(name="WfTest::aboom", retry=False)
+async def aboom() -> None:
+    raise RuntimeError("this async step dies")
+
+
+def async_config(redis_server: Server) -> wurk.Config:
+    return wurk.configure(redis_url=redis_server.url, heartbeat_interval=0.2,
+                          fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                          scheduler_initial_wait=0, concurrency=2, tag="workflows-async")
+
+
+@pytest.fixture
+def aworker(redis_server: Server) -> Iterator[wurk.InProcessWorker]:
+    running = wurk.embed(async_config(redis_server))
+    yield running
+    running.stop()
+
+
+def expire_queued(r: redis.Redis, queue: str = "queue:default") -> None:
+    """Move every queued job's deadline a minute into the past, as time passing would (a
+    step's counts from its ``created_at``, a pushed job's is its ``expires_at``)."""
+    for index, raw in enumerate(r.lrange(queue, 0, -1)):
+        payload = json.loads(raw)
+        for key in ("expires_at", "created_at"):
+            if key in payload:  # integer ms or float seconds
+                at = payload[key]
+                payload[key] = at - 60_000 if isinstance(at, int) else at - 60
+        r.lset(queue, index, json.dumps(payload))
+
+
+def test_an_async_step_dropped_unrun_by_expires_in_is_dead_and_its_batch_never_succeeds(
+        redis_server: Server, r: redis.Redis) -> None:
+    """As its sync twin: an ``async def`` step dropped unrun as expired (on the async walk,
+    ``LimitsMiddleware.acall``) is dead, the workflow fails, its batch fires `death` and
+    `complete`, never `success`."""
+    wf = Workflow("adropped")
+    first = wf.step(asquare.set(expires_in=30), 3)
+    wf.step(echo, first).named("after")
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    expire_queued(r)
+    worker = wurk.embed(async_config(redis_server))
+    try:
+        wait_until(lambda: len(runs(r, "cb")) >= 2, what="the death and complete callbacks")
+        wait_until(lambda: WorkflowStatus(wid).state == "failed", what="the workflow to fail")
+    finally:
+        worker.stop()
+    status = WorkflowStatus(wid)
+    assert r.get("stat:expired") == "1"
+    assert status.steps["asquare"].state == "dead"
+    assert status.steps["after"].state == "stopped" and runs(r, "echo") == []
+    assert not wurk.BatchStatus(wid).succeeded
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+def test_an_async_step_dropped_unrun_by_expires_in_gives_null_under_continue(
+        redis_server: Server, r: redis.Redis) -> None:
+    wf = Workflow("adropped-continue", on_death="continue")
+    first = wf.step(asquare.set(expires_in=30), 3)
+    wf.step(echo, first).named("after")
+    wid = wf.start()
+    expire_queued(r)
+    worker = wurk.embed(async_config(redis_server))
+    try:
+        wait_until(lambda: runs(r, "echo") != [], what="the step after the expired one")
+    finally:
+        worker.stop()
+    status = WorkflowStatus(wid)
+    assert status.steps["asquare"].state == "dead" and status.state == "failed"
+    assert runs(r, "echo") == [[None]]
+
+
+def test_async_steps_fan_out_fan_in_and_count_once(aworker: wurk.InProcessWorker,
+                                                   r: redis.Redis) -> None:
+    """An async step's fan_out (its task's context) and value are counted as a sync one's."""
+    wf = Workflow("afan")
+    parts = wf.step(asplit, 4)
+    total = wf.step(gather, parts.children)
+    wf.step(final, total, parts).named("final")
+    wid = wf.start()
+    wait_until(lambda: WorkflowStatus(wid).state == "succeeded", what="the workflow")
+    assert runs(r, "gather") == [[[0, 1, 4, 9]]]
+    assert WorkflowStatus(wid).result("final") == "4:14"
+    assert wurk.BatchStatus(wid).succeeded
+
+
+def test_a_dying_async_step_stops_its_dependants_and_fires_death_once(
+        aworker: wurk.InProcessWorker, r: redis.Redis) -> None:
+    wf = Workflow("adeath")
+    dies = wf.step(aboom)
+    wf.step(echo, dies).named("after")
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    wait_until(lambda: len(runs(r, "cb")) >= 2, what="the death and complete callbacks")
+    status = WorkflowStatus(wid)
+    assert status.steps["aboom"].state == "dead" and status.state == "failed"
+    assert status.steps["after"].state == "stopped" and runs(r, "echo") == []
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+@wurk.job(name="WfTest::aflaky", retry=3)
+async def aflaky() -> int:
+    """``flaky``'s async twin."""
+    note("aflaky")
+    async with wurk.redis() as conn:
+        if await conn.call("EXISTS", "fail:flaky"):
+            raise RuntimeError("aflaky was told to fail")
+    return 7
+
+
+def test_an_async_steps_failure_with_a_retry_due_changes_nothing_and_it_runs_again(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """test_a_failure_with_a_retry_due_changes_nothing_and_the_step_runs_again, the step
+    ``async def`` on the async walk."""
+    from wurk.api.sets import RetrySet
+
+    r.set("fail:flaky", 1)
+    wf = Workflow("aflaky")
+    first = wf.step(aflaky)
+    wf.step(echo, first)
+    wid = wf.start()
+    adrain = AsyncDrain(config)
+    try:
+        adrain()
+        assert r.zcard("retry") == 1 and runs(r, "aflaky") == [[]]
+        status = WorkflowStatus(wid)
+        assert status.state == "running"
+        assert (status.steps["aflaky"].state, status.steps["echo"].state) == ("queued",
+                                                                              "waiting")
+        r.delete("fail:flaky")
+        assert RetrySet().retry_all() == 1
+        while adrain():
+            pass
+    finally:
+        adrain.close()
+    status = WorkflowStatus(wid)
+    assert status.state == "succeeded" and status.result("echo") == [7]
+    assert runs(r, "aflaky") == [[], []] and runs(r, "echo") == [[7]]
+    assert wurk.BatchStatus(wid).succeeded
