@@ -656,6 +656,29 @@ def test_a_step_dropped_unrun_by_expires_in_gives_null_under_continue(
     assert runs(r, "echo") == [[None]]
 
 
+def test_a_steps_expires_in_counts_from_when_its_workflow_pushes_it(
+        drain: Drain, r: redis.Redis) -> None:
+    """expiring-jobs.md: `expires_in` counts from the push. A step is pushed when what it
+    waits for is done, not when its workflow starts: a step of an hour-old workflow with
+    `expires_in=60` runs when it comes due (its deadline was counted from the workflow's
+    start, and it was dropped unrun the moment it was pushed)."""
+    import re
+    import time
+
+    wf = Workflow("late-step")
+    first = wf.step(square, 3)
+    wf.step(echo.set(expires_in=60), first).named("after")
+    wid = wf.start()
+    key = f"wurk:workflow:{wid}:steps"
+    hour_ago = time.time() - 3600
+    for step, template in r.hgetall(key).items():  # a workflow started an hour ago
+        r.hset(key, step, re.sub(r'"created_at":[0-9.]+', f'"created_at":{hour_ago}',
+                                 template))
+    run_all(drain)
+    assert runs(r, "echo") == [[9]] and r.get("stat:expired") is None
+    assert WorkflowStatus(wid).state == "succeeded"
+
+
 # -- Redis unreachable when a step ends (workflows.md: "sent again for about 3.5 s") ----------
 
 class CountWaits:

@@ -179,6 +179,14 @@ local function lib()
     return string.format('%.0f', C.sec * 1000 + math.floor(C.usec / 1000))
   end
 
+  -- ``seconds`` from now, in the same format (a deadline: ``expires_at``).
+  local function stamp_in(seconds)
+    if C.fmt == 'float' then
+      return string.format('%.6f', C.sec + C.usec / 1000000 + seconds)
+    end
+    return string.format('%.0f', C.sec * 1000 + math.floor(C.usec / 1000) + seconds * 1000)
+  end
+
   -- The raw text of each element of a JSON array, exactly as stored: callbacks carry user
   -- options, which must reach the callback job byte for byte (cjson would turn [] into {} and
   -- round large integers).
@@ -379,7 +387,7 @@ local function lib()
     end
   end
 
-  L = {stamp = stamp, touch = touch, try_fire = try_fire, fire_death = fire_death,
+  L = {stamp = stamp, stamp_in = stamp_in, touch = touch, try_fire = try_fire, fire_death = fire_death,
        parent_of = parent_of, count_callbacks = count_callbacks, ttl_for = ttl_for}
   return L
 end

@@ -200,11 +200,18 @@ local function push(wid, step)
   payload = string.sub(payload, 1, -2) .. ',"enqueued_at":' .. lib().stamp() .. '}'
   -- The values' text goes in byte for byte: one that is no JSON made a payload no worker
   -- could read (it went raw to the dead set, and the step was never counted).
-  if not pcall(cjson.decode, payload) then
+  local ok, decoded = pcall(cjson.decode, payload)
+  if not ok then
     problem(wkey(wid, 'values') .. ' holds what makes no JSON of step ' .. shown(step)
             .. '\'s arguments (the values of ' .. shown(table.concat(refs, ' ')) .. ', or '
             .. 'its template); the step is not pushed')
     return
+  end
+  -- A step's `expires_in` counts from this push, as any job's from its push: the template
+  -- was made when the workflow started, which may be hours before the step comes due.
+  local expires_in = type(decoded) == 'table' and decoded.expires_in
+  if type(expires_in) == 'number' and decoded.expires_at == nil then
+    payload = string.sub(payload, 1, -2) .. ',"expires_at":' .. lib().stamp_in(expires_in) .. '}'
   end
   enqueue(wid, parts[1], parts[2], payload)
   redis.call('HSET', wkey(wid, 'state'), step, 'queued')
