@@ -233,7 +233,6 @@ class EventLoop:
                         if stuck else "")
 
 
-
 # The bookkeeping threads of each worker loop (``EventLoop.get``), for ``bookkeeping``.
 _bookkeepers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
                                         concurrent.futures.ThreadPoolExecutor] = \
