@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-__all__ = ["Keys", "keyspace_prefix"]
+__all__ = ["Keys", "glob_escape", "keyspace_prefix"]
 
 # Separator of the fields of a private in-flight list name; a public queue name may not
 # contain it, or the list could not be parsed back into (queue, owner).
@@ -172,8 +172,9 @@ class Keys:
 
     @property
     def private_pattern(self) -> str:
-        """SCAN pattern matching every private list of either layout."""
-        return f"{self.queue_prefix}*|*"
+        """SCAN pattern matching every private list of either layout (the prefix matched as
+        written, whatever glob characters ``key_prefix`` holds)."""
+        return f"{glob_escape(self.queue_prefix)}*|*"
 
     def claims_of(self, scheduled_set: str) -> str:
         """The scheduler's claims on due members of ``schedule`` or ``retry``: members taken
@@ -427,3 +428,9 @@ class Keys:
     @property
     def batch_tag_prefix(self) -> str:
         return f"{self.prefix}tags:"
+
+
+def glob_escape(text: str) -> str:
+    """``text`` matched literally in a ``SCAN``/``KEYS`` pattern (``*``, ``?``, ``[``, ``]``
+    and ``\\`` escaped)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -269,6 +269,25 @@ def test_full_scan_runs_once_an_hour_cluster_wide(config: wurk.Config, r: redis.
     assert first.reap_all() == 1
 
 
+def test_the_full_scan_finds_private_lists_under_a_key_prefix_with_glob_characters(
+        redis_server: Any, r: redis.Redis) -> None:
+    """A ``key_prefix`` holding ``[`` (allowed: only braces are refused) made the full scan's
+    pattern a character class: ``app[1]:queue:…`` lists never matched, so a dead process's
+    jobs of a queue nobody serves were never recovered; another app's lists matched."""
+    cfg = wurk.Config(redis_url=redis_server.url, key_prefix="app[1]")
+    try:
+        mine = cfg.keys.private("nobody-serves-this", "gone", 1, "eeeeeeeeeeee", 0)
+        assert mine.startswith("app[1]:queue:")
+        r.lpush(mine, job(1))
+        other = "app1:queue:nobody-serves-this|gone|2|ffffffffffff|0"  # another app's
+        r.lpush(other, job(2))
+        assert reaper(cfg).reap_all() == 1
+        assert r.llen(mine) == 0 and r.llen("app[1]:queue:nobody-serves-this") == 1
+        assert r.llen(other) == 1
+    finally:
+        cfg.close()
+
+
 def test_poison_pill_counting_kills_on_the_third_recovery(
     config: wurk.Config, r: redis.Redis
 ) -> None:

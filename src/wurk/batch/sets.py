@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import stored
 from ..config import Config, default_config
+from ..keys import glob_escape
 from .status import BatchStatus
 
 __all__ = ["BatchSet", "DeadBatches", "scan_tags"]
@@ -147,7 +148,7 @@ def scan_tags(text: str, *, config: Config | None = None) -> list[str]:
     ``stored.FIELD_CAP`` of them, found among the first ``TAG_SCAN_LIMIT`` keys."""
     cfg = config if config is not None else default_config()
     prefix = cfg.keys.batch_tag_prefix
-    pattern = prefix + "*" + _glob_escape(text) + "*"
+    pattern = glob_escape(prefix) + "*" + glob_escape(text) + "*"
 
     def scan(r: Any) -> set[str]:
         found: set[str] = set()
@@ -166,7 +167,3 @@ def scan_tags(text: str, *, config: Config | None = None) -> list[str]:
     bids = sorted(cfg.pool("api").run(scan, idempotent=True))[:stored.FIELD_CAP]
     gone = set(_missing(cfg, bids))
     return [bid for bid in bids if bid not in gone]
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

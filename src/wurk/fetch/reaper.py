@@ -44,6 +44,7 @@ from .. import partitions
 from .. import payload as P
 from ..config import Config
 from ..connections.pool import RedisPool
+from ..keys import glob_escape
 from ..morgue import Morgue
 from ..reporting import report_error
 from ..runtime.clock import SYSTEM, Clock
@@ -121,10 +122,6 @@ def _pid(text: str) -> int | None:
     return None
 
 
-def _glob_escape(text: str) -> str:
-    return re.sub(r"([*?\[\]\\])", r"\\\1", text)
-
-
 class Reaper:
     """Owned by the launcher: one sweep at boot, then one per ``reaper_interval``."""
 
@@ -165,7 +162,7 @@ class Reaper:
         verdicts: dict[Owner, bool] = {}
         recovered = 0
         for queue in self.queues:
-            pattern = _glob_escape(self.config.keys.private_prefix(queue)) + "*"
+            pattern = glob_escape(self.config.keys.private_prefix(queue)) + "*"
             recovered += self._reap_matching(pattern, verdicts)
         if self._full_scan_due():
             recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
@@ -264,7 +261,7 @@ class Reaper:
     def _any_live_identity(self, owner: Owner) -> bool:
         """The older layout names no nonce: alive while any ``host:pid:*`` record is."""
         keys = self.config.keys
-        pattern = _glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
+        pattern = glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
 
         def records(r: Any) -> list[tuple[bool, Any]]:
             # A member that is no UTF-8 is no identity wurk wrote: read as one with no record.
