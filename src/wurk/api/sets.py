@@ -359,19 +359,18 @@ class JobSet:
             page = self._after(page[-1], BULK_PAGE)
 
     def _requeue_all(self, *, decrement: bool,
-                     only: Callable[[SortedEntry], bool] | None = None) -> int:
-        """Move every entry present now to its queue (with ``only``, those it accepts), oldest
-        first, a page a round trip; returns how many moved.
+                     only: Callable[[list[SortedEntry]], list[SortedEntry]] | None = None
+                     ) -> int:
+        """Move every entry present now to its queue (with ``only``, those it keeps of each
+        page), oldest first, a page a round trip; returns how many moved.
 
         Entries that are not job payloads stay where they are.
         """
         moved = 0
         for rows in self._present():
+            entries = [SortedEntry(self, member, score) for member, score in rows]
             batch: list[tuple[SortedEntry, str, str]] = []
-            for member, score in rows:
-                entry = SortedEntry(self, member, score)
-                if only is not None and not only(entry):
-                    continue
+            for entry in entries if only is None else only(entries):
                 try:
                     batch.append((entry, *self._pushable(entry, decrement=decrement)))
                 except InspectionError:

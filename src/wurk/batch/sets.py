@@ -96,28 +96,22 @@ class DeadBatches:
         """Send the batch's dead jobs back to their queues; returns how many went."""
         from ..api.sets import DeadSet  # not at import: a worker loads this package, never it
 
-        wanted = self._dead_jids(bid)
-        if not wanted:
-            return 0
+        key = self.config.keys.batch(bid, "died")
+        pool = self.config.pool("api")
+        if stored.text(pool.run(lambda r: r.type(key), idempotent=True)) != "set":
+            return 0  # none died, or a key of another type (written by hand): none to send
+
+        def of_the_batch(entries: list[Any]) -> list[Any]:
+            """The page's entries whose jid is in the batch's ``-died`` set: one SMISMEMBER
+            a page of the dead set, never the whole set read (``BatchStatus.dead_jids``
+            lists only ``stored.FIELD_CAP`` of them, for people to read)."""
+            jids = [entry.jid for entry in entries]
+            found = pool.run(lambda r: r.smismember(key, jids), idempotent=True) if jids else []
+            return [entry for entry, member in zip(entries, found, strict=True) if member]
+
         # A page of the dead set a round trip, as retry_all; an entry that cannot be pushed
         # (not a payload, no queue) stays, as there.
-        return DeadSet(config=self.config)._requeue_all(
-            decrement=True, only=lambda entry: entry.jid in wanted)
-
-    def _dead_jids(self, bid: str) -> set[str]:
-        """Every jid of the batch's ``-died`` set, read a page at a time (``SSCAN``): not
-        ``BatchStatus.dead_jids``, which lists ``stored.FIELD_CAP`` of them for people to
-        read, so a batch with more dead jobs than that had only some of them retried. A
-        key of another type (written by hand) holds none."""
-        key = self.config.keys.batch(bid, "died")
-
-        def read(r: Any) -> set[str]:
-            if stored.text(r.type(key)) != "set":
-                return set()
-            return {stored.text(m) for m in r.sscan_iter(key, count=stored.SCAN_STEP)}
-
-        found: set[str] = self.config.pool("api").run(read, idempotent=True)
-        return found
+        return DeadSet(config=self.config)._requeue_all(decrement=True, only=of_the_batch)
 
 
 def _missing(config: Config, bids: list[str]) -> list[str]:
