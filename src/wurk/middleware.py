@@ -225,6 +225,8 @@ class _Entry:
     factory: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    # Held at the tail whatever is added after it (``Chain.pin_innermost``).
+    innermost: bool = False
     # Decided once, not per job: whether each invocation makes a fresh instance.
     fresh: bool = field(init=False)
 
@@ -271,10 +273,19 @@ class Chain:
         return any(entry.factory is factory for entry in self._entries)
 
     def add(self, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Append (moving it to the end if already present)."""
+        """Append (moving it to the end if already present), though still outside a link
+        pinned innermost: the worker's time limits and cancels stay closest to the job."""
         self._edit()
         self.remove(factory)
-        self._entries.append(_Entry(factory, args, kwargs))
+        self._entries.insert(self._tail(), _Entry(factory, args, kwargs))
+
+    def pin_innermost(self, factory: Callable[..., Any]) -> None:
+        """``factory`` as the innermost link, kept there: what is added or inserted after
+        goes outside it (the worker's ``Stopper``, so a link added once the worker was
+        built does not run inside a job's time limit)."""
+        self._edit()
+        self.remove(factory)
+        self._entries.append(_Entry(factory, innermost=True))
 
     def prepend(self, factory: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self._edit()
@@ -293,7 +304,8 @@ class Chain:
     ) -> None:
         self._edit()
         self.remove(factory)
-        self._entries.insert(self._index(existing) + 1, _Entry(factory, args, kwargs))
+        self._entries.insert(min(self._index(existing) + 1, self._tail()),
+                             _Entry(factory, args, kwargs))
 
     def remove(self, factory: Callable[..., Any]) -> None:
         self._edit()
@@ -382,6 +394,13 @@ class Chain:
             if entry.factory is existing:
                 return index
         raise ValueError(f"{existing!r} is not in this middleware chain")
+
+    def _tail(self) -> int:
+        """Where the links pinned innermost begin (the end when there are none)."""
+        for index, entry in enumerate(self._entries):
+            if entry.innermost:
+                return index
+        return len(self._entries)
 
     def _edit(self) -> None:
         self._checked = False

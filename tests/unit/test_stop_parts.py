@@ -202,6 +202,46 @@ def test_the_limit_is_measured_from_the_body_inside_every_middleware(
         worker.stop()
 
 
+def test_middleware_added_after_the_worker_installs_its_stop_runs_outside_the_limit(
+        clock: ManualClock) -> None:
+    """The same promise for a link added once the worker was built (its ``Stopper`` already
+    at the tail): ``add``, ``insert_after`` the stop itself and a re-``add`` of a link all
+    land outside it, so their 10 s of the clock count against no job's 5 s limit."""
+    spent = 10.0
+
+    def slow(job: Any, payload: Any, queue: str, call_next: Any) -> Any:
+        clock.advance(spent)
+        try:
+            return call_next()
+        finally:
+            clock.advance(spent)
+
+    def also_slow(job: Any, payload: Any, queue: str, call_next: Any) -> Any:
+        return slow(job, payload, queue, call_next)
+
+    config = Config()
+    stops = WorkerStops(config, "host:1:abc", Busy(), Timers("t", clock=clock))
+    stops.install()
+    chain = config.server_middleware
+    (stop,) = list(chain)
+    chain.add(slow)
+    chain.insert_after(stop, also_slow)
+    chain.add(slow)  # moved to the end: still outside the stop
+    assert list(chain) == [also_slow, slow, stop]
+    stops.install()  # a second build keeps the one stop where it is
+    assert list(chain)[-1] is stop and len(chain) == 3
+    worker = JobThread(lambda job, payload, queue, body:  # type: ignore[arg-type]
+                       chain.invoke(job, payload, queue, body))
+    try:
+        worker.run("late1", timeout=5)
+        assert worker.in_body.wait(PATIENCE)
+        assert stops.deadlines.tick() == 0  # 20 s of links before the body: nothing due
+        clock.advance(4.5)
+        assert worker.finish() == "done"
+    finally:
+        worker.stop()
+
+
 def test_a_cancel_reaches_the_run_of_its_jid_only(
         parts: tuple[Running, Deadlines, Stopper], worker: JobThread) -> None:
     running = parts[0]

@@ -41,7 +41,7 @@ class WorkerStops:
         chain = self.config.server_middleware
         if self.config.frozen or any(isinstance(link, Stopper) for link in chain):
             return
-        chain.add(Stopper(self.config, self.running, self.deadlines))
+        chain.pin_innermost(Stopper(self.config, self.running, self.deadlines))
 
     def start(self) -> None:
         self.deadlines.start()
