@@ -329,6 +329,48 @@ def test_a_seed_that_is_down_is_passed_over_and_asked_last(redis_cluster: Cluste
     assert locator._known[0] == ("127.0.0.1", live)
 
 
+def test_a_node_the_cluster_no_longer_names_is_forgotten() -> None:
+    """The nodes asked are the seeds and those the last ``CLUSTER SLOTS`` answer named: a
+    node dropped from the cluster (resharded away, rebuilt elsewhere) is not asked again,
+    so the list does not grow with every address a cluster ever had."""
+    gone = free_port()
+
+    def slots(port: int, *others: int) -> bytes:
+        nodes = [port, *others]
+        reply = b"*%d\r\n" % len(nodes)
+        for index, node in enumerate(nodes):  # node i serves slot i only; node 0 the rest
+            start, end = (0, 16383) if index == 0 else (index, index)
+            reply += (b"*3\r\n:%d\r\n:%d\r\n*2\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
+                      % (start, end, node))
+        return reply
+
+    answers: list[bytes] = []
+
+    class Handler(socketserver.BaseRequestHandler):
+        def handle(self) -> None:
+            while data := self.request.recv(4096):
+                words = data.upper()
+                self.request.sendall(answers[0] if b"SLOTS" in words
+                                     else b"%1\r\n$5\r\nproto\r\n:3\r\n" if b"HELLO" in words
+                                     else b"+OK\r\n")
+
+    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as seed:
+        seed.daemon_threads = True
+        threading.Thread(target=seed.serve_forever, daemon=True).start()
+        port = seed.server_address[1]
+        locator = SlotLocator(parse(f"redis+cluster://127.0.0.1:{port}/mail"),
+                              {"socket_timeout": 1})
+        try:
+            answers[:] = [slots(port, gone)]
+            locator.primary()
+            assert ("127.0.0.1", gone) in locator._known
+            answers[:] = [slots(port)]  # the cluster dropped that node
+            locator.primary()
+            assert locator._known == [("127.0.0.1", port)]
+        finally:
+            seed.shutdown()
+
+
 @pytest.mark.parametrize("entry", [0, 1, 2])
 def test_a_node_answering_a_garbled_slot_map_is_passed_over(redis_cluster: Cluster,
                                                              entry: int) -> None:

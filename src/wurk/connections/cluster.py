@@ -133,8 +133,8 @@ def describe(url: str) -> str:
 
 
 class SlotLocator:
-    """Where the primary serving one slot is: asked of the nodes, the seeds and every node
-    a previous answer named, in turn, until one answers (point 2); the last node that
+    """Where the primary serving one slot is: asked of the nodes, the seeds and the nodes
+    the last answer named, in turn, until one answers (point 2); the last node that
     answered is asked first."""
 
     def __init__(self, target: ClusterTarget, options: dict[str, Any]) -> None:
@@ -176,9 +176,11 @@ class SlotLocator:
             client.close()
 
     def _owner(self, slots: Any, asked: str) -> tuple[str, int] | None:
-        """The slot's primary in a ``CLUSTER SLOTS`` reply, and every node it names learnt;
-        a reply no cluster sends (untrusted: the node may be anything) raises one of
-        ``_GARBLED``, and nothing of it is learnt."""
+        """The slot's primary in a ``CLUSTER SLOTS`` reply; the nodes to ask next time are
+        the ones it names, then the seeds: a node the cluster no longer names is forgotten,
+        so the list does not grow with every node that ever served (a cluster resharded or
+        rebuilt on new addresses). A reply no cluster sends (untrusted: the node may be
+        anything) raises one of ``_GARBLED``, and nothing of it is learnt."""
         owner: tuple[str, int] | None = None
         seen: list[tuple[str, int]] = []
         for entry in slots or ():
@@ -188,7 +190,7 @@ class SlotLocator:
             if int(start) <= self.slot <= int(end) and addresses:
                 owner = addresses[0]
         with self._lock:
-            self._known = list(dict.fromkeys([*self._known, *seen]))
+            self._known = list(dict.fromkeys([*seen, *self.target.nodes]))
         return owner
 
 
