@@ -21,7 +21,9 @@
    dead set — stores the payload. The opened value is never logged.
 4. A job that cannot be opened — an unknown key version, tampered or truncated bytes, bad
    base64, an argument that is no envelope, an ``encrypt`` that is no boolean, an envelope
-   where nothing is sealed — raises ``DecryptionError`` naming the jid and
+   where nothing is sealed (an earlier argument; any, when the payload's ``encrypt`` is
+   false, null or missing — a job declared ``encrypt=True`` too: ``ENCRYPTED_JOBS`` makes
+   the ``Opener`` see it) — raises ``DecryptionError`` naming the jid and
    the version (never the value): it is unretryable, so the job goes straight to the dead
    set, its death handlers run, and the execution metrics count a failure of that class.
 5. Without ``cryptography`` installed (``pip install 'wurk[encryption]'``) enabling, sealing
@@ -46,8 +48,8 @@ from .config import Config, default_config
 from .errors import ConfigError, DecryptionError
 from .middleware import Leave
 
-__all__ = ["ENVELOPE_MARK", "KEY_ENV", "check_active_key", "enable", "is_envelope",
-           "open_envelope"]
+__all__ = ["ENCRYPTED_JOBS", "ENVELOPE_MARK", "KEY_ENV", "check_active_key", "declare", "enable",
+           "is_envelope", "looks_sealed", "open_envelope"]
 
 ENVELOPE_MARK = "__wurk_enc__"
 # The environment variable a key version is read from without a ``key_for`` function.
@@ -150,6 +152,27 @@ def _invalid_tag() -> type[Exception]:
 # -- sealing ----------------------------------------------------------------------------------
 def is_envelope(value: Any) -> bool:
     return isinstance(value, dict) and value.get(ENVELOPE_MARK) is True
+
+
+def looks_sealed(value: Any) -> bool:
+    """Whether ``value`` looks like an envelope, a damaged one too: a dict with the mark (of
+    any value), or with exactly an envelope's other fields (the mark lost). Never what a
+    job receives as an argument unless the payload's ``encrypt`` says it is sealed."""
+    return isinstance(value, dict) and (ENVELOPE_MARK in value
+                                        or value.keys() == _FIELDS - {ENVELOPE_MARK})
+
+
+# The names of the jobs registered in this process with ``encrypt=True``: the ``Opener``
+# sees their payloads even without an ``encrypt`` key (one with an envelope must not run).
+ENCRYPTED_JOBS: set[str] = set()
+
+
+def declare(name: str, encrypted: bool) -> None:
+    """Record whether the job registered as ``name`` is declared ``encrypt=True``."""
+    if encrypted:
+        ENCRYPTED_JOBS.add(name)
+    else:
+        ENCRYPTED_JOBS.discard(name)
 
 
 def seal(config: Config, job: P.Payload) -> None:
@@ -259,15 +282,21 @@ def sealed_args(config: Config, job: P.Payload) -> list[Any] | None:
     if flag is not None and not isinstance(flag, bool):
         # read from Redis: whether the last argument is sealed cannot be told, and a job
         # must not run with an envelope, nor a plain secret pass for an opened one
-        raise DecryptionError(f"job {jid}: its encrypt field is {_said(flag)}, not true or "
-                              "false: whether its last argument is sealed cannot be told")
+        raise DecryptionError(f"job {jid} ({_said(job.get(P.CLASS))}): its encrypt field is "
+                              f"{_said(flag)}, not true or false: whether its last argument "
+                              "is sealed cannot be told")
     sealed = len(args) - 1 if flag is True else len(args)
     for position, arg in enumerate(args[:sealed]):
-        if is_envelope(arg):
+        if looks_sealed(arg):
+            # What is sealed follows the payload's flag (as Sidekiq Enterprise's does), not
+            # the job's declaration: an envelope the flag does not account for never
+            # reaches the job as its argument.
+            why = ("only the last argument is ever sealed" if flag else
+                   "the payload's encrypt is not true" if P.ENCRYPT in job else
+                   "the payload has no encrypt: true (the flag says what is sealed)")
             raise DecryptionError(
-                f"job {jid}: its argument {position + 1} of {len(args)} is an encryption "
-                "envelope, but " + ("only the last argument is ever sealed" if flag else
-                                    "the payload's encrypt is not true"))
+                f"job {jid} ({_said(job.get(P.CLASS))}): its argument {position + 1} of "
+                f"{len(args)} is an encryption envelope, but {why}")
     if flag is not True or not args:
         return None
     return [*args[:-1], open_envelope(config, args[-1], jid)]
@@ -291,7 +320,8 @@ class Opener:
     """Server middleware: the job runs with its last argument opened; the payload keeps the
     envelope for whatever stores it afterwards."""
 
-    wurk_keys = frozenset({P.ENCRYPT})  # every other job's walk leaves it out
+    wurk_keys = frozenset({P.ENCRYPT})  # every other job's walk leaves it out...
+    wurk_job_names = ENCRYPTED_JOBS  # ...but a job declared encrypt=True (no flag, envelope)
 
     def __init__(self, config: Config) -> None:
         self.config = config

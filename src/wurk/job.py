@@ -37,7 +37,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from . import partitions, unique
+from . import crypto, partitions, unique
 from . import payload as P
 from .client.core import Client
 from .client.default import default_client
@@ -304,12 +304,14 @@ class Registry:
             self._jobs[definition.name] = definition
             unique.use_context(definition.name, definition.unique_context())
             unique.use_sealed(definition.name, definition.options.get(P.ENCRYPT) is True)
+            crypto.declare(definition.name, definition.options.get(P.ENCRYPT) is True)
 
     def unregister(self, name: str) -> None:
         with self._lock:
             self._jobs.pop(name, None)
             unique.use_context(name, None)
             unique.use_sealed(name, False)
+            crypto.declare(name, False)
 
     def get(self, name: Any) -> JobDefinition | None:
         """The definition registered as ``name``, or None (``lookup`` raises instead)."""

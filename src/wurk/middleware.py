@@ -25,7 +25,9 @@
    every step, not once (``docs/design.md``, "Async jobs: where the CPU goes").
 6. A link may also say which jobs it has anything to do for at all: those whose payload has
    one of its ``wurk_keys`` (a collection of payload keys), or whose job object is one of
-   its ``wurk_job_types``. Every other job's walk, sync or async, leaves it out: no frame,
+   its ``wurk_job_types``, or whose payload's ``class`` is in one of its
+   ``wurk_job_names`` (a set of job names it keeps up to date: read at each job, never
+   copied). Every other job's walk, sync or async, leaves it out: no frame,
    no plan (most jobs use none of the features the built-in links serve). It is decided
    once, from the payload as the walk begins: a key an outer link adds on the way does not
    bring an inner link back.
@@ -49,7 +51,7 @@ import inspect
 import queue
 import threading
 import types
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
@@ -165,31 +167,47 @@ Link = tuple[Middleware, "Callable[..., Coroutine[Any, Any, Any]] | None"]
 
 
 class _Skips(NamedTuple):
-    """What lets a job's walk leave links out: the payload keys and job types some link
-    declared (``wurk_keys``, ``wurk_job_types``), and which links a job with none of them
-    passes through."""
+    """What lets a job's walk leave links out: the payload keys, job types and job names
+    some link declared (``wurk_keys``, ``wurk_job_types``, ``wurk_job_names``), and which
+    links a job with none of them passes through."""
 
     keys: frozenset[str]
     types: tuple[type, ...]
     kept: tuple[int, ...]  # the positions of the links such a job passes through
+    names: tuple[Collection[str], ...] = ()  # the links' own sets, kept up to date by them
 
     def plain(self, job: Any, payload: dict[str, Any]) -> bool:
         """Whether ``job`` needs none of the links that declared what they need."""
-        return self.keys.isdisjoint(payload) and not isinstance(job, self.types)
+        if not self.keys.isdisjoint(payload) or isinstance(job, self.types):
+            return False
+        if self.names:  # on every job's path: a loop, not a generator
+            name = payload.get("class")
+            if isinstance(name, str):
+                for held in self.names:
+                    if name in held:
+                        return False
+        return True
 
 
 def _skips(links: list[Middleware]) -> _Skips | None:
     """The chain's ``_Skips``; None when no link declared what it needs."""
     keys: set[str] = set()
     types: list[type] = []
+    names: list[Collection[str]] = []
     kept: list[int] = []
     for position, link in enumerate(links):
         owner = getattr(link, "__self__", link)  # a link's bound ``__call__`` (``_direct``)
         wanted_keys = getattr(owner, "wurk_keys", None)
         wanted_types = getattr(owner, "wurk_job_types", None)
-        if wanted_keys is None and wanted_types is None:
+        wanted_names = getattr(owner, "wurk_job_names", None)
+        if wanted_keys is None and wanted_types is None and wanted_names is None:
             kept.append(position)
             continue
+        if wanted_names is not None:
+            if isinstance(wanted_names, str) or not isinstance(wanted_names, Collection):
+                raise TypeError(f"{owner!r}: wurk_job_names must be a collection of job "
+                                f"names (text), not {wanted_names!r}")
+            names.append(wanted_names)
         if isinstance(wanted_keys, str) or not all(
                 isinstance(key, str) for key in wanted_keys or ()):
             raise TypeError(f"{owner!r}: wurk_keys must be a collection of payload keys "
@@ -201,7 +219,7 @@ def _skips(links: list[Middleware]) -> _Skips | None:
         types.extend(wanted_types or ())
     if len(kept) == len(links):
         return None
-    return _Skips(frozenset(keys), tuple(dict.fromkeys(types)), tuple(kept))
+    return _Skips(frozenset(keys), tuple(dict.fromkeys(types)), tuple(kept), tuple(names))
 
 
 def _walk(links: tuple[Link, ...], position: int, job: Any, payload: dict[str, Any],

@@ -9,6 +9,9 @@
    ``blackhole()`` accepts new connections and forwards nothing anywhere: bytes wait, as
    TCP's do in a partition, until ``restore()`` (clients see their timeouts);
    ``retarget(port)`` sends new connections to another server (a failover behind a VIP).
+   ``sever()`` makes every open connection half-open: the server's side is closed (it
+   forgets the client), the client's is kept and hears nothing, no reset — as when a
+   network or a server drops a connection silently; new connections are fine.
    ``restore()`` ends every fault.
 3. Threads: one accepting, two per connection (one per direction), all owned here; every
    blocking call has a timeout; ``close()`` stops them all and joins them.
@@ -79,6 +82,7 @@ class FaultProxy:
         self._latency = 0.0
         self._state = threading.Condition()
         self._links: set[_Link] = set()
+        self._severed: list[socket.socket] = []  # client sides kept open by sever()
         self._closing = threading.Event()
         self._acceptor = threading.Thread(target=self._accept_loop, name="proxy-accept",
                                           daemon=True)
@@ -102,6 +106,10 @@ class FaultProxy:
             link.close()
             for thread in link.threads:
                 thread.join(timeout=5)
+        with self._state:
+            severed, self._severed = self._severed, []
+        for sock in severed:
+            _reset(sock)
 
     def __enter__(self) -> FaultProxy:
         return self.start()
@@ -127,6 +135,22 @@ class FaultProxy:
         links = self._take_links()
         for link in links:
             link.close()
+        return len(links)
+
+    def sever(self) -> int:
+        """Make every open connection half-open now; returns how many. Their pumps stop,
+        the upstream side is closed, the client side stays open (closed by ``close``)."""
+        links = self._take_links()
+        for link in links:
+            with self._state:
+                self._severed.append(link.client)
+            link.closed.set()  # the pumps stop forwarding; close() leaves the client alone
+            if link.upstream is not None:
+                with suppress(OSError):
+                    link.upstream.close()
+        for link in links:
+            for thread in link.threads:
+                thread.join(timeout=5)
         return len(links)
 
     def retarget(self, upstream_port: int) -> None:

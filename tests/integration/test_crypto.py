@@ -559,3 +559,54 @@ def test_locked_finds_an_encrypted_jobs_lock_by_its_value(config: wurk.Config) -
                               config=config) is None
     assert wurk.unique.locked("default", "test_crypto.plain", [8, {"card": SECRET}],
                               config=config, encrypt=True) == pushed
+
+
+@wurk.job(name="test_crypto.async_charge", encrypt=True, retry=3)
+async def async_charge(order_id: int, card: dict[str, str]) -> None:
+    SEEN.append(card)
+
+
+def without_mark() -> dict[str, Any]:
+    """An envelope whose mark was lost (a hand-edited or foreign payload): still one."""
+    found = envelope()
+    del found[crypto.ENVELOPE_MARK]
+    return found
+
+
+@pytest.mark.parametrize("name", ["test_crypto.charge", "test_crypto.async_charge"])
+@pytest.mark.parametrize("sealed", [envelope, without_mark])
+def test_an_envelope_without_the_encrypt_flag_kills_an_encrypted_job(
+        config: wurk.Config, redis_server: Any, name: str,
+        sealed: Any) -> None:
+    """A payload with no ``encrypt`` key (not even null) of a job declared ``encrypt=True``
+    whose last argument is an envelope: the job never runs with the envelope; it dies with
+    ``DecryptionError`` naming the jid, the job and the problem, and keeps its envelope."""
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    envelope_arg = sealed()
+    raw.lpush("queue:default", json.dumps({"class": name, "args": [7, envelope_arg],
+                                           "jid": "c" * 24, "queue": "default", "retry": 3,
+                                           "created_at": 1_700_000_000_000}))
+    assert Drain(config)() == 1
+    assert SEEN == [] and raw.zcard("retry") == 0
+    dead = json.loads(raw.zrange("dead", 0, -1)[0])
+    assert dead["error_class"] == "wurk.DecryptionError"
+    message = dead["error_message"]
+    assert "c" * 24 in message and name in message and SECRET not in message
+    assert "argument 2 of 2 is an encryption envelope, but the payload has no encrypt" \
+        in message
+    assert dead["args"] == [7, envelope_arg]  # nothing lost: retry it once it is fixed
+
+
+def test_a_plain_payload_of_an_encrypted_job_without_the_flag_runs_as_it_is(
+        config: wurk.Config, redis_server: Any) -> None:
+    """docs/encryption.md: decryption is keyed on the payload's ``encrypt`` flag, as in
+    Sidekiq Enterprise. A payload an older client pushed unsealed, no ``encrypt`` key, runs
+    with its arguments as they are."""
+    raw = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    raw.lpush("queue:default", json.dumps({"class": "test_crypto.charge",
+                                           "args": [7, {"card": "unsealed"}],
+                                           "jid": "d" * 24, "queue": "default", "retry": 3,
+                                           "created_at": 1_700_000_000_000}))
+    assert Drain(config)() == 1
+    assert SEEN == [{"card": "unsealed"}]
+    assert raw.zcard("dead") == 0 and raw.zcard("retry") == 0

@@ -137,3 +137,14 @@ def test_close_ends_every_thread(redis_server: Server) -> None:
                what="every proxy thread to end")
     with pytest.raises(redis.ConnectionError):
         clients[0].ping()
+
+
+def test_sever_leaves_open_connections_half_open(proxy: FaultProxy, r: redis.Redis) -> None:
+    severed = client(proxy, timeout=0.3)
+    severed.client_setname("severed")
+    proxy.sever()
+    wait_until(lambda: "severed" not in [c.get("name") for c in r.client_list()],
+               what="the server to forget the client")
+    with pytest.raises(redis.TimeoutError):  # no reset: the client hears nothing
+        severed.ping()
+    assert client(proxy).ping() is True  # new connections are fine

@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.proxy import FaultProxy
 from tests.helpers.wait import wait_until
 from wurk.results import store, waiting
 from wurk.runtime.clock import ManualClock
@@ -310,3 +311,76 @@ def test_an_announcement_that_cannot_be_read_is_no_outcome(config: wurk.Config,
         return await waited
 
     assert asyncio.run(main()) == 4
+
+
+# -- a half-open pub/sub connection ----------------------------------------------------------
+@pytest.fixture
+def proxied(redis_server: Any, monkeypatch: pytest.MonkeyPatch
+            ) -> Iterator[tuple[FaultProxy, wurk.Config]]:
+    """A configuration reaching the server through a proxy the test controls."""
+    with FaultProxy(redis_server.port) as proxy:
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # the environment wins over redis_url
+        config = wurk.Config()
+        monkeypatch.setenv("REDIS_URL", redis_server.url)
+        try:
+            yield proxy, config
+        finally:
+            config.close()
+
+
+def store_directly(redis_server: Any, jid: str) -> None:
+    """Store and announce ``jid``'s outcome on the server itself, past the proxy."""
+    direct = wurk.Config(redis_url=redis_server.url)
+    try:
+        payload = {"jid": jid, "class": "HalfOpen", "args": [], "queue": "default"}
+        store.record(direct, payload, store.succeeded(payload, 42, 0.0), 60)
+    finally:
+        direct.close()
+
+
+def test_a_sync_wait_on_a_half_open_connection_finds_the_stored_result(
+        proxied: tuple[FaultProxy, wurk.Config], redis_server: Any, r: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/results.md: a wait without a timeout reads the record again every RECHECK
+    seconds: an announcement lost on a silently dropped connection still ends it."""
+    assert waiting.RECHECK == 5.0
+    monkeypatch.setattr(waiting, "RECHECK", 0.2)
+    proxy, config = proxied
+    found: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: found.append(wurk.ResultHandle("half-open", config).result()),
+        daemon=True)
+    thread.start()
+    wait_until(lambda: len(subscribers(r)) == 1, what="the waiter's subscription")
+    assert proxy.sever() >= 1
+    wait_until(lambda: subscribers(r) == [], what="the server to forget the subscriber")
+    store_directly(redis_server, "half-open")  # announced to nobody
+    thread.join(5)
+    assert found == [42]
+
+
+def test_an_async_wait_on_a_half_open_connection_finds_the_stored_result(
+        proxied: tuple[FaultProxy, wurk.Config], redis_server: Any, r: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(waiting, "RECHECK", 0.2)
+    proxy, config = proxied
+
+    async def main() -> Any:
+        listener = waiting.Listener(config)
+        task = asyncio.ensure_future(listener.wait("half-open-async", None))
+        deadline = time.monotonic() + 5
+        while len(subscribers(r)) != 1:
+            assert time.monotonic() < deadline, "the listener never subscribed"
+            await asyncio.sleep(0.01)
+        assert proxy.sever() >= 1
+        while subscribers(r):
+            assert time.monotonic() < deadline, "the server kept the subscriber"
+            await asyncio.sleep(0.01)
+        store_directly(redis_server, "half-open-async")  # announced to nobody
+        outcome = await asyncio.wait_for(task, 5)
+        session = listener.session
+        if session is not None:
+            await listener._end(session)
+        return outcome.value
+
+    assert asyncio.run(main()) == 42

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -540,3 +540,38 @@ def test_an_async_walk_through_the_built_in_links_leaves_no_garbage_cycle() -> N
     done = subprocess.run([sys.executable, "-c", WALKS_MAKE_NO_GARBAGE], capture_output=True,
                           text=True, timeout=60, check=True)
     assert done.stdout.strip() == "0 []"
+
+
+def test_a_link_that_names_its_jobs_sees_them_and_a_name_added_later() -> None:
+    """``wurk_job_names``: a job whose payload's class is in the link's own set passes it
+    (no key needed), sync and async; the set is read at each job, not copied, so a job
+    registered after the chain was first walked counts too."""
+    seen: list[str] = []
+
+    class Named(_Keyed):
+        wurk_keys = None  # type: ignore[assignment]
+        wurk_job_names: ClassVar[set[str]] = {"sealed"}
+
+    link = Named(seen)
+    chain = Chain()
+    chain.add(link)
+
+    def walk(name: Any, jid: str) -> Any:
+        return chain.invoke("J", {"jid": jid, "class": name}, "q", lambda: jid)
+
+    async def awalk(name: Any, jid: str) -> Any:
+        return await chain.ainvoke("J", {"jid": jid, "class": name}, "q", lambda: jid)
+
+    assert walk("other", "a") == "a" and walk(["unhashable"], "b") == "b"
+    assert walk("sealed", "c") == "c"
+    assert asyncio.run(awalk("other", "d")) == "d"
+    assert asyncio.run(awalk("sealed", "e")) == "e"
+    Named.wurk_job_names.add("later")
+    assert walk("later", "f") == "f"
+    assert asyncio.run(awalk("later", "g")) == "g"
+    assert seen == ["keyed c", "keyed e", "keyed f", "keyed g"]
+    link.wurk_job_names = "sealed"  # type: ignore[assignment]
+    text = Chain()
+    text.add(link)
+    with pytest.raises(TypeError, match="wurk_job_names"):
+        text.invoke("J", {"jid": "h"}, "q", lambda: None)

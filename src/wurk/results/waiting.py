@@ -4,7 +4,7 @@ A stored outcome is announced on its channel (``wurk:result-ready:<jid>``) in th
 that stores it (``wurk.results.store.record``). A waiter subscribes first, then — once Redis
 confirms the subscription — looks for a record already stored: stored before, it is found;
 stored after, it is announced to a subscriber. Either way nothing is missed, and nothing is
-sent to Redis while the wait goes on.
+sent to Redis for the wait's first ``RECHECK`` seconds (then a read every ``RECHECK`` s: 4.).
 
 1. ``wait(config, jid, timeout)``: a sync wait, on a connection of its own for the wait (the
    ``results`` pool's, ``WAIT_POOL_SIZE`` at most at once), given back at its end.
@@ -22,6 +22,11 @@ sent to Redis while the wait goes on.
    ``ManualClock``).
 3. A timeout raises ``TimeoutError``; a connection lost mid-wait raises
    ``wurk.RedisUnavailable`` (every waiter of that listener): wait again once Redis is back.
+4. A pub/sub connection can die without a word (half-open: the server or a network dropped
+   it, no reset came): it then hears nothing, ever. So a wait that has lasted ``RECHECK``
+   seconds reads the record again, and again every ``RECHECK`` seconds (a sync waiter a
+   ``GET``, a listener one ``MGET`` for all its waiters, on other connections): an outcome
+   stored while its announcement was lost is found within ``RECHECK`` seconds.
 """
 
 from __future__ import annotations
@@ -45,7 +50,8 @@ from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
 from .store import Outcome, afind, decode, find
 
-__all__ = ["LINGER", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome", "wait"]
+__all__ = ["LINGER", "RECHECK", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome",
+           "wait"]
 
 # Sync waits holding a connection at once, per configuration: each blocks a thread anyway.
 WAIT_POOL_SIZE = 100
@@ -53,6 +59,9 @@ WAIT_ROLE = "results"
 # A blocking read returns at least this often (never sending anything): a wait without a
 # timeout still checks it is wanted, and redis-py's older releases take no "forever".
 READ_SLICE = 30.0
+# A wait reads the record again this often (seconds): the bound on how late an outcome
+# whose announcement was lost (a half-open pub/sub connection) is found.
+RECHECK = 5.0
 # An async listener without a waiter keeps its connection this long for the next one (a
 # loop awaiting handles one after another reconnects once, not per handle).
 LINGER = 10.0
@@ -82,10 +91,12 @@ def _limit(timeout: Any) -> float | None:
     return None if math.isinf(timeout) and timeout > 0 else max(0.0, float(timeout))
 
 
-def _remaining(deadline: float | None) -> float:
-    if deadline is None:
-        return READ_SLICE
-    return max(0.0, min(deadline - time.monotonic(), READ_SLICE))
+def _remaining(deadline: float | None, next_look: float) -> float:
+    """How long the next read may block: to the deadline or the next re-read, whichever
+    comes first (``READ_SLICE`` at most)."""
+    now = time.monotonic()
+    until = min(READ_SLICE, max(0.0, next_look - now))
+    return until if deadline is None else max(0.0, min(deadline - now, until))
 
 
 def _text(value: Any) -> str:
@@ -117,8 +128,16 @@ def _wait_on(config: Config, pool: RedisPool, jid: str, timeout: float | None,
     looked = False  # the record read once the subscription was confirmed
     try:
         pubsub.subscribe(config.keys.result_channel(jid))
+        next_look = time.monotonic() + RECHECK
         while deadline is None or time.monotonic() < deadline:
-            message = pubsub.get_message(timeout=_remaining(deadline))
+            if time.monotonic() >= next_look:
+                # The announcement may have been lost (a half-open connection hears
+                # nothing): the stored record is read again, every RECHECK seconds.
+                found = find(config, jid)
+                if found is not None:
+                    return found
+                next_look = time.monotonic() + RECHECK
+            message = pubsub.get_message(timeout=_remaining(deadline, next_look))
             looked = looked or (message is not None and message["type"] == "subscribe")
             found = _heard(config, jid, message)
             if found is not None:
@@ -187,6 +206,9 @@ class Listener:
         self.clock = clock
         # When the last waiter left (the clock's time); the session ends LINGER after it.
         self.idle_since = clock.monotonic()
+        # When the waiters' records are read again (the clock's time): an announcement lost
+        # on a half-open connection is made up for by this read.
+        self.next_look = clock.monotonic() + RECHECK
         self.channel_prefix = config.keys.result_channel_prefix
         self.waiters: dict[str, list[asyncio.Future[Outcome | Invalid]]] = {}
         # Waiters whose record has not been read since their subscription was confirmed.
@@ -202,6 +224,8 @@ class Listener:
 
     async def wait(self, jid: str, timeout: float | None) -> Outcome | Invalid:
         future: asyncio.Future[Outcome | Invalid] = asyncio.get_running_loop().create_future()
+        if not self.waiters:
+            self.next_look = self.clock.monotonic() + RECHECK
         self.waiters.setdefault(jid, []).append(future)
         self.unlooked.add(future)
         session = self.session
@@ -297,13 +321,15 @@ class Listener:
     async def _read(self, session: _Session) -> None:
         """The pump: every message of the session's connection, until ``LINGER`` after the
         last waiter left. While waiters wait it wakes every ``LINGER`` at the latest (it
-        cannot hear the last one leave), then reads until the linger's end."""
+        cannot hear the last one leave) and when their records are due to be read again
+        (``RECHECK``), then reads until the linger's end."""
         try:
             while not session.ended:
                 message = await session.pubsub.get_message(timeout=self._read_for())
                 self.wakes += 1
                 if message is not None:
                     self._heard(message)
+                self._recheck_due()
                 if not self.waiters and self._idle_for() >= LINGER \
                         and await self._end_idle(session):
                     return
@@ -316,13 +342,23 @@ class Listener:
             else:
                 await self._end(session)  # an ended session's own read: nobody waits on it
 
+    def _recheck_due(self) -> None:
+        """Every ``RECHECK`` seconds of waiting, read every waiter's record again: the
+        connection may be half-open, and an outcome announced on it never heard."""
+        now = self.clock.monotonic()
+        if self.waiters and now >= self.next_look:
+            self.next_look = now + RECHECK
+            for jid in self.waiters:
+                self._check_soon(jid)
+
     def _idle_for(self) -> float:
         return self.clock.monotonic() - self.idle_since
 
     def _read_for(self) -> float:
         """How long the pump's next read may block: to the linger's end when nobody waits."""
         if self.waiters:
-            return min(LINGER, READ_SLICE)
+            until = max(0.0, self.next_look - self.clock.monotonic())
+            return min(LINGER, READ_SLICE, until)
         return max(0.0, min(LINGER - self._idle_for(), READ_SLICE))
 
     def _heard(self, message: dict[str, Any]) -> None:
