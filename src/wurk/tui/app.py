@@ -183,8 +183,11 @@ class TopScreen(Screen[None]):
             found.focus()
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        """A tab shown (the first one too, at start): read it now."""
-        self.active = next((pane for pane in self.tabs if pane is event.pane), self.active)
+        """A tab shown (the first one too, at start, or a click): read it now. The pane is
+        the one the switcher shows now, not the event's: under load a tab key's message can
+        arrive after the next tab key has switched again, and must not step back."""
+        shown = self.query_one(TabbedContent).active
+        self.active = next((pane for pane in self.tabs if pane.key == shown), self.active)
         self.focus_pane()
         self.refresh_bindings()
         self.app.refresh_bindings()
@@ -214,11 +217,20 @@ class TopScreen(Screen[None]):
     # -- moving -------------------------------------------------------------------------------
     def action_tab(self, step: int) -> None:
         index = self.tabs.index(self.active)
-        self.query_one(TabbedContent).active = self.tabs[(index + step) % len(self.tabs)].key
+        self.show(self.tabs[(index + step) % len(self.tabs)])
 
     def action_go(self, number: int) -> None:
         if 1 <= number <= len(self.tabs):
-            self.query_one(TabbedContent).active = self.tabs[number - 1].key
+            self.show(self.tabs[number - 1])
+
+    def show(self, pane: Pane) -> None:
+        """``pane``'s tab in sight and, at once, the one keys act on: Enter or an action key
+        read right after the tab's key (a person typing fast, an app lagging behind its
+        input) goes to the tab drawn, not to the one before (TabActivated comes later)."""
+        self.query_one(TabbedContent).active = pane.key
+        self.active = pane
+        self.focus_pane()
+        self.refresh_bindings()
 
     def action_row(self, step: int) -> None:
         table = self.focused
