@@ -51,6 +51,7 @@ from ..middleware import TemporaryLoop, bridge
 from ..options import (
     SHARD,
     check_expiry_fields,
+    check_job_queue,
     check_result_ttl,
     check_unique_fields,
     stamp_expiry,
@@ -366,17 +367,15 @@ class Client:
 
     @staticmethod
     def _check_fields(job: P.Payload) -> None:
-        queue = job.get(P.QUEUE)
-        if not isinstance(queue, str) or not queue:
-            raise InvalidPayload(f"'queue' must be a non-empty string, not {queue!r}",
-                                 field=P.QUEUE)
-        if "|" in queue:
-            raise InvalidPayload(f"queue name {queue!r} contains '|', which wurk reserves for "
-                                 "in-flight lists", field=P.QUEUE)
-        if "," in queue:
-            raise InvalidPayload(f"queue name {queue!r} contains ',': no worker can be given "
-                                 "that queue (-q, Sidekiq's too, reads what follows a comma "
-                                 "as the queue's weight)", field=P.QUEUE)
+        # The check a job's options get: a raw push used to take "a b", a queue no worker
+        # can be given, and the job waited there for ever.
+        for key in (P.QUEUE, P.RETRY_QUEUE):
+            if key == P.QUEUE or job.get(key) not in (None, ""):
+                try:
+                    check_job_queue(job.get(key), key=key)
+                except ConfigError as exc:
+                    raise InvalidPayload(f"'{key}' is not a queue name: {exc}",
+                                         field=key) from None
         if job.get(P.AT) is not None:
             job[P.AT] = _at(job[P.AT])
         # None (Ruby's nil) is an option not set, kept as Sidekiq's client keeps it: a job
