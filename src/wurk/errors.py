@@ -10,7 +10,8 @@
         ├── RegistrationError    (also ValueError)  a job that cannot be registered
         ├── InvalidArguments     (also TypeError)   job arguments that are not JSON-native
         ├── InvalidPayload       (also ValueError)  a payload whose fields cannot be interpreted
-        │   └── UnparseablePayload                  not JSON, or not a JSON object
+        │   ├── UnparseablePayload                  not JSON, or not a JSON object
+        │   └── PayloadTooLarge                     a job larger than Redis takes in one value
         ├── JobNotRegistered     (also LookupError) a payload names a job this process lacks
         ├── RedisUnavailable     (also ConnectionError) Redis cannot be reached, or refuses
         │                                           commands for now (loading, busy, OOM…)
@@ -58,6 +59,7 @@ __all__ = [
     "JobNotRegistered",
     "JobTimeout",
     "OverLimit",
+    "PayloadTooLarge",
     "Poisoned",
     "RedisUnavailable",
     "RegistrationError",
@@ -138,6 +140,24 @@ class UnparseablePayload(InvalidPayload):
     """The raw entry is not JSON, or not a JSON object; it is stored raw in the dead set."""
 
     __module__ = "wurk"
+
+
+class PayloadTooLarge(InvalidPayload):
+    """A job whose JSON is larger than the Redis server takes in one value (its
+    ``proto-max-bulk-len``, 512 MB unless lowered): refused at push, before anything of its
+    round trip is written — Redis would refuse it, or drop the connection, every time, so no
+    buffer or outbox keeps it. ``jid``, ``job_class``, ``size`` (bytes) and ``limit`` say
+    which job and by how much."""
+
+    __module__ = "wurk"
+
+    def __init__(self, message: str, *, jid: str, job_class: str, size: int,
+                 limit: int) -> None:
+        super().__init__(message, field=None)
+        self.jid = jid
+        self.job_class = job_class
+        self.size = size
+        self.limit = limit
 
 
 class JobNotRegistered(WurkError, LookupError):

@@ -31,7 +31,8 @@ from .log import level_number
 
 __all__ = ["PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX", "SHARD",
            "UNIQUE_UNTIL",
-           "check_expiry_fields", "check_profiler_options", "check_queue_name",
+           "check_expiry_fields", "check_job_queue", "check_profiler_options",
+           "check_queue_name",
            "check_result_ttl", "check_unique_fields", "expires_in_seconds", "parse_queue",
            "result_ttl_seconds", "stamp_expiry", "unique_for_seconds", "validate_options"]
 
@@ -91,6 +92,23 @@ def check_queue_name(name: str) -> None:
             f"queue name {name!r} contains {PRIVATE_SEPARATOR!r}, which wurk reserves for "
             "in-flight lists; choose another name"
         )
+
+
+def check_job_queue(value: Any, *, key: str = P.QUEUE, where: str = "push") -> None:
+    """The queue a job goes to (its ``queue`` or ``retry_queue``), as a job's option or a raw
+    push's field: a name a worker can be given (``parse_queue``), without ',' or spaces
+    around it. ``ConfigError`` naming the option, the value and what was expected."""
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"{where}: option {key}={value!r} is invalid; expected {expected}")
+
+    if not isinstance(value, str):
+        raise bad("a queue name")
+    parse_queue(value)
+    if "," in value or value != value.strip():
+        # "a,3" passed as the queue "a" of weight 3, and the job went to "a,3", a queue
+        # no worker can be given: -q (Sidekiq's too) reads what follows a comma as a weight
+        raise bad("a queue name without ',' or spaces around it (a worker's -q reads what "
+                  "follows a comma as the queue's weight)")
 
 
 def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
@@ -174,14 +192,7 @@ def _check_option(key: str, value: Any, where: str) -> None:
         return ConfigError(f"{where}: option {key}={value!r} is invalid; expected {expected}")
 
     if key in (P.QUEUE, P.RETRY_QUEUE):
-        if not isinstance(value, str):
-            raise bad("a queue name")
-        parse_queue(value)
-        if "," in value or value != value.strip():
-            # "a,3" passed as the queue "a" of weight 3, and the job went to "a,3", a queue
-            # no worker can be given: -q (Sidekiq's too) reads what follows a comma as a weight
-            raise bad("a queue name without ',' or spaces around it (a worker's -q reads what "
-                      "follows a comma as the queue's weight)")
+        check_job_queue(value, key=key, where=where)
     elif key == P.RETRY:
         if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
             raise bad("True, False or a number of retries ≥ 0")

@@ -50,6 +50,7 @@ __all__ = [
     "read_backtrace",
     "read_time",
     "score",
+    "too_large",
     "validate",
     "write_time",
 ]
@@ -147,6 +148,22 @@ _encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan
 def dumps(obj: Any) -> str:
     """Compact JSON with raw UTF-8, the bytes Ruby's generator produces for the same object."""
     return _encoder.encode(obj)
+
+
+# Redis's smallest ``proto-max-bulk-len`` (1 MB): a payload no larger always fits, so only a
+# larger one makes a client ask its server for the limit. Redis's default is 512 MB.
+MIN_BULK_LIMIT = 1024 * 1024
+DEFAULT_BULK_LIMIT = 512 * 1024 * 1024
+
+
+def too_large(text: str, limit: int) -> int | None:
+    """The size in bytes of a payload's JSON (UTF-8, as sent) when it is over ``limit``
+    bytes; None when it fits. Encodes nothing for a text of at most ``limit / 4``
+    characters (no character takes more than 4 bytes)."""
+    if len(text) * 4 <= limit:
+        return None
+    size = len(text.encode("utf-8", "surrogatepass"))
+    return size if size > limit else None
 
 
 def _refuse_constant(name: str) -> Any:

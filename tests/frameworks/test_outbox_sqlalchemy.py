@@ -28,7 +28,7 @@ from sqlalchemy.orm import (
 import wurk
 import wurk.testing
 from tests.helpers.faults import Restartable, config_for
-from tests.helpers.server import Server
+from tests.helpers.server import Server, start_server
 from tests.helpers.wait import wait_until
 from wurk.client.outbox import OutboxDuty, OutboxRow, relay_for
 from wurk.contrib.sqlalchemy import SQLAlchemyAdapter, SQLAlchemyOutbox, outbox_table
@@ -704,3 +704,65 @@ def test_a_row_not_a_job_when_the_dead_set_refuses_it_too_holds_up_no_other(
     assert [job["jid"] for job in queued(r)] == ["d" * 24]
     assert rows(engine) == 0
     assert "{not json" in caplog.text
+
+
+# -- a job larger than the server takes (its proto-max-bulk-len) ---------------------------------
+BULK_LIMIT = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A server of the test's own whose limit is Redis's least (1 MB): small payloads."""
+    server = start_server(tmp_path_factory.mktemp("small-bulk"),
+                          extra=("--proto-max-bulk-len", "1mb"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def small_box(small_server: Server, sessions: scoped_session[Session], engine: Engine
+              ) -> Iterator[tuple[wurk.Config, redis.Redis]]:
+    client = redis.Redis.from_url(small_server.url, decode_responses=True)
+    client.flushall()
+    config = outbox_config(small_server.url, sessions, engine)
+    yield config, client
+    relay_for(config).stop()
+    client.close()
+
+
+def test_a_push_too_large_raises_at_the_call_and_writes_no_row(
+        small_box: tuple[wurk.Config, redis.Redis], sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """The row was written, and its relay then failed at every pass: the job could never
+    reach Redis, and the rows behind it waited for ever."""
+    _, small = small_box
+    session = sessions()
+    with session.begin():
+        with pytest.raises(wurk.PayloadTooLarge, match="proto-max-bulk-len"):
+            ship.perform_async("x" * (BULK_LIMIT + 100))
+        assert session.execute(select(OUTBOX.c.jid)).scalars().all() == []
+    assert rows(engine) == 0
+    assert small.dbsize() == 0
+
+
+def test_a_row_too_large_is_deleted_with_a_log_and_holds_up_no_other(
+        small_box: tuple[wurk.Config, redis.Redis], engine: Engine,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A row written before the server's limit was lowered (or by an older version): Redis
+    refuses it, or cuts the connection, at every pass; no value that size fits the dead set
+    either. It is deleted, logged with its jid, and the row after it is relayed."""
+    box, small = small_box
+
+    def row(jid: str, arg: str) -> dict[str, Any]:
+        return {"jid": jid, "at": None, "created_at": time.time(), "payload": json.dumps(
+            {"class": "Outbox::Ship", "args": [arg], "queue": "default", "jid": jid})}
+
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [row("a" * 24, "x" * (2 * BULK_LIMIT)),
+                                       row("b" * 24, "fine")])
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        assert relay_for(box).run_once() == 2
+    assert [job["jid"] for job in queued(small)] == ["b" * 24]
+    assert rows(engine) == 0
+    assert small.zcard("dead") == 0
+    assert f"(jid {'a' * 24}) is" in caplog.text and "the row is deleted" in caplog.text

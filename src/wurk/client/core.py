@@ -11,7 +11,10 @@
    broken connection — unless a testing mode or a batch's jobs block selected another. The
    client imports neither batches nor unique jobs: they attach there.
 5. A push while Redis is down or refusing raises ``wurk.RedisUnavailable`` naming the jobs
-   and what to do; nothing is buffered (reliable push is a later feature).
+   and what to do; nothing is buffered (reliable push is a later feature). A job larger
+   than the server takes in one value raises ``wurk.PayloadTooLarge`` from the writer
+   (``writers.check_size``) before its round trip is sent; a bulk push's steps say which
+   job it was and how many went before it.
 6. A job with ``expires_in`` gets its deadline (``options.stamp_expiry``); a job with
    ``unique_for`` is pushed together with its lock by the Redis writer's script
    (``wurk.client.locks``) and a duplicate returns None.
@@ -46,11 +49,12 @@ from .. import payload as P
 from ..config import DEFAULT_SHARD, Config, chosen_shard, default_config
 from ..connections.pool import RedisPool
 from ..crypto import seal, unique_args
-from ..errors import ConfigError, InvalidArguments, InvalidPayload
+from ..errors import ConfigError, InvalidArguments, InvalidPayload, PayloadTooLarge
 from ..middleware import TemporaryLoop, bridge
 from ..options import (
     SHARD,
     check_expiry_fields,
+    check_job_queue,
     check_result_ttl,
     check_unique_fields,
     stamp_expiry,
@@ -108,6 +112,13 @@ class _Place:
         return (f"job {self.start + offset} of {self.total} in this bulk push: {exc} "
                 f"({pushed} jobs before it were pushed, by earlier round trips; it and the "
                 "jobs after it were not)")
+
+    def too_large(self, offset: int, size: int, exc: PayloadTooLarge) -> str:
+        """A job of this slice too large for the server: no job of its round trip went."""
+        pushed = sum(jid is not None for jid in self.done)
+        return (f"job {self.start + offset} of {self.total} in this bulk push: {exc} "
+                f"({pushed} jobs before its round trip were pushed; no job of its round trip "
+                f"(jobs {self.start} to {self.start + size - 1}) nor after it was)")
 
 
 class Client:
@@ -326,7 +337,12 @@ class Client:
                 if isinstance(request, _Middleware):
                     request = steps.send(self._through_middleware(request.job))
                 else:
-                    request = steps.send(self._write(request.entries))
+                    try:
+                        refused = self._write(request.entries)
+                    except PayloadTooLarge as exc:  # the steps say where it was in a bulk
+                        request = steps.throw(exc)
+                        continue
+                    request = steps.send(refused)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -338,7 +354,12 @@ class Client:
                 if isinstance(request, _Middleware):
                     request = steps.send(await self._athrough_middleware(request.job))
                 else:
-                    request = steps.send(await self._awrite(request.entries))
+                    try:
+                        refused = await self._awrite(request.entries)
+                    except PayloadTooLarge as exc:
+                        request = steps.throw(exc)
+                        continue
+                    request = steps.send(refused)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
 
@@ -366,17 +387,15 @@ class Client:
 
     @staticmethod
     def _check_fields(job: P.Payload) -> None:
-        queue = job.get(P.QUEUE)
-        if not isinstance(queue, str) or not queue:
-            raise InvalidPayload(f"'queue' must be a non-empty string, not {queue!r}",
-                                 field=P.QUEUE)
-        if "|" in queue:
-            raise InvalidPayload(f"queue name {queue!r} contains '|', which wurk reserves for "
-                                 "in-flight lists", field=P.QUEUE)
-        if "," in queue:
-            raise InvalidPayload(f"queue name {queue!r} contains ',': no worker can be given "
-                                 "that queue (-q, Sidekiq's too, reads what follows a comma "
-                                 "as the queue's weight)", field=P.QUEUE)
+        # The check a job's options get: a raw push used to take "a b", a queue no worker
+        # can be given, and the job waited there for ever.
+        for key in (P.QUEUE, P.RETRY_QUEUE):
+            if key == P.QUEUE or job.get(key) not in (None, ""):
+                try:
+                    check_job_queue(job.get(key), key=key)
+                except ConfigError as exc:
+                    raise InvalidPayload(f"'{key}' is not a queue name: {exc}",
+                                         field=key) from None
         if job.get(P.AT) is not None:
             job[P.AT] = _at(job[P.AT])
         # None (Ruby's nil) is an option not set, kept as Sidekiq's client keeps it: a job
@@ -471,7 +490,13 @@ class Client:
             entries.append((job, at))
             results.append(str(job[P.JID]))
         if entries:
-            refused = yield _Write(entries)
+            try:
+                refused = yield _Write(entries)
+            except PayloadTooLarge as exc:
+                offset = results.index(exc.jid) if exc.jid in results else 0
+                raise PayloadTooLarge(place.too_large(offset, len(args_list), exc),
+                                      jid=exc.jid, job_class=exc.job_class, size=exc.size,
+                                      limit=exc.limit) from None
             if refused:
                 results = [None if jid in refused else jid for jid in results]
         return results

@@ -174,6 +174,7 @@ class OutboxClient(TransactionalClient):
         rows = []
         for job, at in entries:
             ready = idempotent.sendable(keys, job, at)
+            writers.check_size(self.config, job, ready.text)  # no row the relay cannot push
             rows.append(OutboxRow(None, ready.jid, ready.text, ready.at))
         self.outbox.write_outbox(rows)
         relay = relay_for(self.config)
@@ -285,10 +286,21 @@ class Relay:
                 if not isinstance(row.payload, (str, bytes)):  # SQLite: any type in any column
                     raise InvalidPayload(f"payload is a {type(row.payload).__name__}, not a "
                                          "job's JSON text", field=None)
-                jobs.append(idempotent.from_text(self.config.keys, row.payload, row.at))
-                kept.append(row)
+                job = idempotent.from_text(self.config.keys, row.payload, row.at)
             except InvalidPayload as exc:  # not JSON, or a field no push can send
                 self._bury(row, exc)
+                continue
+            over = writers.oversize(self.config, job.text)
+            if over is not None:
+                # Redis would refuse it (or cut the connection) at every pass, and the rows
+                # behind it would wait for ever; no value that size fits the dead set either.
+                log.error("outbox: row %s (jid %s) is %s bytes of JSON, over the %s bytes the "
+                          "Redis server takes in one value (proto-max-bulk-len), so Redis "
+                          "could never take it; the row is deleted. Its JSON starts: %s",
+                          row.id, job.jid, f"{over[0]:,}", f"{over[1]:,}", job.text[:500])
+                continue
+            jobs.append(job)
+            kept.append(row)
         pool = self.config.pool("client")
         forget = self.forgets.take()
         try:

@@ -52,7 +52,7 @@ from ..reporting import report_error
 from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.identity import hostname, process_nonce
-from . import idempotent
+from . import idempotent, writers
 from .buffer import (
     BufferFull,
     DiskBuffer,
@@ -83,6 +83,26 @@ def connection_error(exc: BaseException) -> bool:
     """Whether a ``RedisUnavailable`` comes from the connection (refused, reset, timed out,
     cut) rather than from an error reply Redis sent."""
     return isinstance(exc, RedisUnavailable) and isinstance(exc.__cause__, CONNECTION_ERRORS)
+
+
+def _too_large(config: Config, jobs: Sequence[idempotent.Sendable], what: str
+               ) -> dict[str, str]:
+    """The kept jobs (jid -> "") too large for the server ever to take (kept by an older
+    version, or before its limit was lowered): logged with their size and the start of
+    their JSON, and given up — sent again they would be refused, or cut the connection,
+    every time, and hold up the jobs behind them for ever. Not to the dead set either:
+    no value of that size fits there."""
+    dropped: dict[str, str] = {}
+    for job in jobs:
+        over = writers.oversize(config, job.text)
+        if over is None:
+            continue
+        log.error("%s %s is %s bytes of JSON, over the %s bytes the Redis server takes in "
+                  "one value (proto-max-bulk-len), so Redis could never take it; it is "
+                  "dropped. Its JSON starts: %s", what, job.jid, f"{over[0]:,}",
+                  f"{over[1]:,}", job.text[:500])
+        dropped[job.jid] = ""
+    return dropped
 
 
 def buffer_directory(config: Config) -> Path:
@@ -126,6 +146,8 @@ class ReliableWriter:
     def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]:
         self._check_pid()
         jobs = [idempotent.sendable(config.keys, job, at) for job, at in entries]
+        for ready, (job, _) in zip(jobs, entries, strict=True):
+            writers.check_size(config, job, ready.text)  # never kept: it could never go
         if (len(self.buffer) or self._down()) and not self._flush_first(pool):
             self._keep(jobs)  # behind the older ones, which Redis did not take either
             return set()
@@ -146,6 +168,8 @@ class ReliableWriter:
         loop's thread); a push finding some waits behind them."""
         self._check_pid()
         jobs = [idempotent.sendable(config.keys, job, at) for job, at in entries]
+        for ready, (job, _) in zip(jobs, entries, strict=True):
+            writers.check_size(config, job, ready.text)  # never kept: it could never go
         if len(self.buffer) or self._down():
             await self._akeep(jobs)
             return set()
@@ -244,12 +268,15 @@ class ReliableWriter:
                    ) -> idempotent.Outcome:
         """Send kept jobs; one Redis refuses for good (a queue key of another type) is
         reported and goes to the dead set, so it cannot hold up the others."""
+        dropped = _too_large(self.config, jobs, "reliable push: buffered job")
+        jobs = [job for job in jobs if job.jid not in dropped]
         forget = self.forgets.take()
         try:
             outcome = idempotent.send(self.config, pool, jobs, forget)
+            outcome.refused.update(dropped)
         except redis.ResponseError:
             self.forgets.add(forget)
-            outcome = idempotent.Outcome()
+            outcome = idempotent.Outcome(refused=dict(dropped))
             for job in jobs:
                 try:
                     one = idempotent.send(self.config, pool, [job])

@@ -8,6 +8,9 @@
    ``SADD queues`` + ``LPUSH`` per queue for immediate jobs, one ``ZADD schedule`` for
    scheduled ones (``RedisPool.send_all``), then unique jobs each with its lock by a script
    (``wurk.client.locks``). Never a transaction, never replayed after a broken connection.
+   A job whose JSON is larger than the server takes in one value (``proto-max-bulk-len``,
+   asked once per server and only for a payload over Redis's least limit, 1 MB) raises
+   ``PayloadTooLarge`` before anything is sent (``check_size``), as every writer does.
 3. Another writer is selected for a block of code or for the process: a testing mode
    (``wurk.testing``: kept in memory, or run inline) process-wide or for the current thread
    and the asyncio tasks it starts (a ``contextvars`` value), which wins; a ``None`` block
@@ -28,11 +31,13 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+import redis
+
 from .. import partitions
 from .. import payload as P
 from ..config import Config
 from ..connections.pool import AsyncRedisPool, RedisPool
-from ..errors import RedisUnavailable
+from ..errors import PayloadTooLarge, RedisUnavailable
 from . import locks
 
 __all__ = [
@@ -45,10 +50,13 @@ __all__ = [
     "areplicated",
     "beneath",
     "block_value",
+    "bulk_limit",
     "check_replicated",
+    "check_size",
     "keep_in",
     "kept",
     "overlay",
+    "oversize",
     "replica_wait",
     "replicated",
     "reset_block",
@@ -121,21 +129,27 @@ class RedisWriter:
 
 
 def _commands(config: Config, entries: Entries) -> _Commands:
-    """What ``entries`` take to write, for either sender."""
+    """What ``entries`` take to write, for either sender; ``PayloadTooLarge`` for a job
+    the server cannot take, before anything is sent."""
     keys = config.keys
     scheduled: list[Any] = []
     by_queue: dict[str, list[str]] = {}
     commands = _Commands()
     for job, at in entries:
         if P.UNIQUE_FOR in job:
+            check_size(config, job, P.dumps(job))
             commands.locked.append((job, at))  # pushed with its lock, by a script
-        elif at is not None:
-            scheduled += [P.score(float(at)), P.dumps(job)]
-        elif job[P.QUEUE] in config.partitions:
+            continue
+        if job[P.QUEUE] in config.partitions and at is None:
             partitions.stamp(job)
-            commands.partitioned.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+        text = P.dumps(job)
+        check_size(config, job, text)
+        if at is not None:
+            scheduled += [P.score(float(at)), text]
+        elif job[P.QUEUE] in config.partitions:
+            commands.partitioned.setdefault(job[P.QUEUE], []).append(text)
         else:
-            by_queue.setdefault(job[P.QUEUE], []).append(P.dumps(job))
+            by_queue.setdefault(job[P.QUEUE], []).append(text)
     if scheduled:
         commands.pipeline.append(("ZADD", keys.schedule, *scheduled))
     if by_queue:
@@ -177,6 +191,67 @@ async def _asend(config: Config, pool: AsyncRedisPool, redis: Any,
         return await locks.apush(redis, config.keys, commands.locked)
     return await areplicated(config, pool, lambda pinned: locks.apush_each(
         pinned, config.keys, commands.locked))
+
+
+# -- the largest value the server takes ----------------------------------------------------------
+# The ``proto-max-bulk-len`` of each server (by URL) this process asked; asked once, and only
+# when a payload is larger than the smallest limit Redis allows.
+_bulk_limits: dict[str | None, int] = {}
+
+
+def bulk_limit(config: Config) -> int:
+    """The largest value, in bytes, ``config``'s Redis takes (its ``proto-max-bulk-len``),
+    asked once per process and server. Redis's default (512 MB) when ``CONFIG`` is refused
+    (managed Redis) or its answer is not a number; when Redis cannot be reached, that
+    default for now, and asked again next time."""
+    known = _bulk_limits.get(config.redis_url)
+    if known is not None:
+        return known
+    reply: Any
+    try:
+        reply = config.pool("client").run(lambda r: r.config_get("proto-max-bulk-len"),
+                                          idempotent=True)
+    except RedisUnavailable:
+        return P.DEFAULT_BULK_LIMIT
+    except redis.ResponseError:  # CONFIG renamed or forbidden
+        reply = {}
+    value = (reply.get("proto-max-bulk-len") or reply.get(b"proto-max-bulk-len")
+             if isinstance(reply, dict) else None)
+    try:
+        limit = int(value) if value is not None else P.DEFAULT_BULK_LIMIT
+    except (TypeError, ValueError):
+        limit = P.DEFAULT_BULK_LIMIT
+    if limit < P.MIN_BULK_LIMIT:  # untrusted: no Redis takes less
+        limit = P.DEFAULT_BULK_LIMIT
+    _bulk_limits[config.redis_url] = limit
+    return limit
+
+
+def oversize(config: Config, text: str) -> tuple[int, int] | None:
+    """(size, limit) in bytes when a payload's JSON ``text`` is larger than ``config``'s
+    server takes in one value; None when it fits (the server is asked only for a text over
+    Redis's smallest limit)."""
+    if P.too_large(text, P.MIN_BULK_LIMIT) is None:
+        return None
+    limit = bulk_limit(config)
+    size = P.too_large(text, limit)
+    return None if size is None else (size, limit)
+
+
+def check_size(config: Config, job: P.Payload, text: str) -> None:
+    """``PayloadTooLarge`` naming the job and its size when its JSON ``text`` is larger than
+    the server takes in one value: Redis would refuse it (or drop the connection) every
+    time, so it must be neither sent nor kept to send later."""
+    over = oversize(config, text)
+    if over is None:
+        return
+    size, limit = over
+    raise PayloadTooLarge(
+        f"job {job.get(P.CLASS)} (jid {job.get(P.JID)}) is {size:,} bytes of JSON, over the "
+        f"{limit:,} bytes the Redis server takes in one value (its proto-max-bulk-len): it "
+        "was not pushed, nor kept to push later, since Redis would refuse it every time. "
+        "Pass a reference to the data (a key, a URL, a row id) rather than the data",
+        jid=str(job.get(P.JID)), job_class=str(job.get(P.CLASS)), size=size, limit=limit)
 
 
 # -- pushes that wait for replicas (``push_replicas``) ------------------------------------------
