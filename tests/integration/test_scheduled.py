@@ -113,6 +113,42 @@ def test_atomic_splices_enqueued_at_and_keeps_every_other_byte(
     assert r.llen("queue:evil") == 0
 
 
+@pytest.mark.parametrize("stamp_format", ["ms", "float"])
+def test_atomic_replaces_a_retried_jobs_enqueued_at_in_place(
+        make: Callable[..., Scheduler], r: redis.Redis, stamp_format: str) -> None:
+    """A retried job has an ``enqueued_at`` already: the move gives it the new time in place,
+    one key, every other byte kept (no second ``enqueued_at`` for a strict JSON reader)."""
+    head = ('{"class":"Sched::Retried","args":[1152921504606846977,"\\"enqueued_at\\":1"],'
+            '"queue":"default","jid":"abc","enqueued_at":')
+    tail = ',"retry_count":2,"custom":{"z":1}}'
+    raw = head + "1700000000125" + tail
+    r.zadd("retry", {raw: PAST})
+    before = time.time()
+    make(timestamp_format=stamp_format).enqueue_due()
+    [moved] = queue_entries(r)
+    assert moved.startswith(head) and moved.endswith(tail)
+    assert moved.count('"enqueued_at":') == 1
+    job = json.loads(moved)
+    assert job["args"] == [2**60 + 1, "\"enqueued_at\":1"]  # in a string: not a key
+    stamp = job["enqueued_at"]
+    assert (stamp / 1000 if stamp_format == "ms" else stamp) >= before - 1
+
+
+def test_atomic_appends_when_the_key_is_not_the_one_occurrence(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    """"enqueued_at" also inside the arguments (a nested object's key): which occurrence is
+    the top-level one cannot be told from the text, so the field is appended (the later key
+    wins when read) and the nested one is left as it was."""
+    raw = ('{"class":"Sched::Nested","args":[{"enqueued_at":5}],"queue":"default",'
+           '"jid":"abc","enqueued_at":1700000000125}')
+    r.zadd("retry", {raw: PAST})
+    make().enqueue_due()
+    [moved] = queue_entries(r)
+    assert moved.startswith(raw[:-1] + ',"enqueued_at":')
+    job = json.loads(moved)
+    assert job["args"] == [{"enqueued_at": 5}] and job["enqueued_at"] > 1700000000125
+
+
 def test_atomic_float_format_stamps_float_seconds(make: Callable[..., Scheduler],
                                                   r: redis.Redis) -> None:
     raw = raw_job()

@@ -13,8 +13,12 @@
 -- not UTF-8); they stay where they are for the caller's one-at-a-time path.
 --
 -- Payloads are never re-encoded: cjson would round big integers and reorder keys.
--- cjson.decode is used only to READ the queue; the enqueued_at field is spliced in as text
--- before the closing brace (a later duplicate key wins in Ruby's and Python's parsers).
+-- cjson.decode is used only to READ the queue and whether enqueued_at is a top-level key.
+-- A payload that has one (a retried job's) gets its value replaced in place when the text
+-- holds the name "enqueued_at" exactly once, followed by a number: that one occurrence can
+-- only be the top-level key (inside a JSON string a quote is escaped). Otherwise the field
+-- is spliced in as text before the closing brace (a later duplicate key wins in Ruby's and
+-- Python's parsers).
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
@@ -49,6 +53,23 @@ local function is_utf8(s)
   return true
 end
 
+local NAME = '"enqueued_at"'
+
+-- `member` stamped with ARGV[1]: its one top-level numeric enqueued_at replaced, else the
+-- field appended to `head` (the member without its closing brace).
+local function stamped(member, head, has_key)
+  if has_key then
+    local first, last = string.find(member, NAME, 1, true)
+    if not string.find(member, NAME, last + 1, true) then
+      local from, to = string.find(member, '^:%-?%d[%d%.eE%+%-]*', last + 1)
+      if from then
+        return string.sub(member, 1, from) .. ARGV[1] .. string.sub(member, to + 1)
+      end
+    end
+  end
+  return head .. stamp
+end
+
 local function queue_of(member)
   local ok, job = pcall(cjson.decode, member)
   if not ok or type(job) ~= 'table' then return nil end
@@ -59,16 +80,16 @@ local function queue_of(member)
       or not is_utf8(queue) then
     return nil
   end
-  return queue
+  return queue, job['enqueued_at'] ~= nil
 end
 
 for _, member in ipairs(due) do
-  local queue = queue_of(member)
+  local queue, has_key = queue_of(member)
   local head = queue and string.match(member, '^(.*)}%s*$')
   if head then
     redis.call('ZREM', KEYS[1], member)
     redis.call('SADD', KEYS[2], queue)
-    redis.call('LPUSH', ARGV[3] .. queue, head .. stamp)
+    redis.call('LPUSH', ARGV[3] .. queue, stamped(member, head, has_key))
     moved = moved + 1
   else
     skipped = skipped + 1
