@@ -524,14 +524,16 @@ def test_stats_of_another_type_read_as_none_with_a_warning_not_an_error(
     assert r.lrange(f"lmtr-s:{{{name}}}", 0, -1) == ["x"]  # a read repairs nothing
 
 
-@pytest.mark.parametrize("value", ["1.5", "0x10", " 5", "-100", "nan", "1e400", "9" * 30])
+@pytest.mark.parametrize("value", ["1.5", "0x10", " 5", "-100", "nan", "1e400", "9" * 30,
+                                   "007", "00"])
 def test_a_bucket_counter_that_is_no_count_starts_the_interval_afresh(
         config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
         value: str) -> None:
     """Lua reads more than INCRBY writes: '0x10', ' 5', 'nan', '1e400' were believed (over
     the limit for the rest of the interval, an hour or a day), '1.5' passed and then failed
-    INCRBY (every use raised), '-100' let 105 uses in. Only digits INCRBY could go on from
-    count; anything else starts the interval afresh, with a warning."""
+    INCRBY (every use raised), as did '007' and '00' (Redis reads no leading zero), '-100'
+    let 105 uses in. Only digits INCRBY could go on from count; anything else starts the
+    interval afresh, with a warning."""
     api = wurk.limiter.bucket("L", 2, "hour", wait_timeout=0)
     start = int(r.time()[0]) // 3600 * 3600
     counter = f"lmtr-b:{{L}}:{start}"

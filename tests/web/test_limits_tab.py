@@ -110,6 +110,28 @@ def test_hostile_stored_values_render_as_problems(config: wurk.Config, client: T
         "unknown"
 
 
+def test_a_whole_number_too_large_for_a_float_in_options_is_a_problem_not_an_error_page(
+        config: wurk.Config, client: TestClient, r: redis.Redis) -> None:
+    """JSON reads ``1`` followed by 400 zeros as a Python int, and checking it raised
+    OverflowError ("int too large to convert to float"): one limiter's metadata written so
+    (by hand, by another tool) made the Limits tab and ``/api/limits`` an error for every
+    limiter. Such a size or interval is a problem on its row; such a lock is none."""
+    huge = "1" + "0" * 400
+    r.sadd("lmtr-list", "big-size", "big-interval", "big-lock")
+    r.hset("lmtr:big-size", mapping={"type": "window",
+                                     "options": f'{{"size": {huge}, "interval": 1}}'})
+    r.hset("lmtr:big-interval", mapping={"type": "bucket",
+                                         "options": f'{{"size": 5, "interval": {huge}}}'})
+    r.hset("lmtr:big-lock", mapping={"type": "concurrent",
+                                     "options": f'{{"size": 2, "lock_timeout": {huge}}}'})
+    assert client.get("/limits/").status_code == 200
+    found = rows(client)
+    assert found["big-size"]["problem"] == "options lack a valid size"
+    assert found["big-interval"]["problem"] == "options lack a valid interval"
+    assert found["big-lock"]["problem"] is None and found["big-lock"]["lock_timeout"] is None
+    assert found["big-lock"]["size"] == 2
+
+
 @pytest.mark.parametrize("stored", ["lots", "-3", "1e400"])
 def test_an_expired_count_that_is_no_count_is_shown_as_invalid_not_zero(
         config: wurk.Config, client: TestClient, r: redis.Redis, stored: str) -> None:

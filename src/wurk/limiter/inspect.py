@@ -64,8 +64,12 @@ def _positive(options: Mapping[str, Any], name: str, *,
     value = options.get(name)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
+    try:  # JSON reads 1 and 400 zeros as an int no float holds: OverflowError
+        number = float(value)
+    except OverflowError:
+        return None
     low, high = within
-    return float(value) if math.isfinite(value) and value > 0 and low <= value <= high \
+    return number if math.isfinite(number) and number > 0 and low <= number <= high \
         else None
 
 

@@ -18,10 +18,11 @@ local key = ARGV[1] .. string.format('%d', start)
 own(key, 'string')
 local raw = redis.call('GET', key) or '0'
 local current = 0
--- Only a count INCRBY could go on from (digits, below 2^63): Lua would also read '1.5',
--- '0x10', 'nan', '1e400' as numbers, and the limiter was over its limit, or failed on
--- INCRBY, for the rest of the interval. Written by hand: the interval starts afresh.
-if #raw <= 18 and string.find(raw, '^%d+$') then
+-- Only a count INCRBY could go on from (digits, below 2^63, no leading zero): Lua would
+-- also read '1.5', '0x10', 'nan', '1e400' as numbers, and the limiter was over its limit,
+-- or failed on INCRBY ('1.5', '007': Redis reads no leading zero), for the rest of the
+-- interval. Written by hand: the interval starts afresh.
+if #raw <= 18 and (raw == '0' or string.find(raw, '^[1-9]%d*$')) then
   current = tonumber(raw)
 else
   redis.call('DEL', key)
