@@ -845,3 +845,49 @@ def test_an_async_items_call_next_left_unawaited_is_an_error_not_a_skipped_item(
     assert [d["error_class"] for d in dead] == ["TypeError"]
     assert "call_next" in dead[0]["error_message"]
     assert json.loads(state(r, jid)["c"]) == 0
+
+
+@wurk.job(name="test_iterable.after_step")
+def after_step() -> None:
+    EVENTS.append(("after_step", None))
+
+
+@pytest.mark.parametrize("when", ["running", "before_start"])
+def test_a_cancelled_iterable_job_ends_as_cancelled_dead_in_its_batch(
+        drain: Drain, r: redis.Redis, when: str) -> None:
+    """time-limits-and-cancel.md: a cancelled job "ends as cancelled: not a failure, not
+    retried, not in the dead set; ... counted in wurk:stat:cancelled; a job in a batch
+    counts as dead there". An iterable job that found its cancel returned as a success:
+    its batch counted it succeeded and nothing counted it cancelled."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = Count.perform_async(50)
+    if when == "running":
+        AT_ITEM[2] = lambda job: wurk.cancel(job.jid)
+    else:
+        wurk.iteration.cancel(jid)  # Ruby's cancel!: the mark only, the job still queued
+    drain()
+    assert hooks()[-2:] == ["on_cancel", "on_stop"]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.complete and status.dead_jids == [jid] and status.failures == 1
+    assert r.get("wurk:stat:cancelled") == "1"
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and queued(r) == []
+    assert "cancelled" in state(r, jid)
+
+
+def test_a_cancelled_iterable_workflow_step_is_dead_and_stops_what_follows(
+        drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: a step that dies — "wurk.cancel on its jid" among the ways — "is dead
+    and the workflow will end failed", and on_death="stop" stops the steps after it. A
+    cancelled iterable step counted as a success and its dependants ran."""
+    from wurk.workflow import Workflow, WorkflowStatus
+
+    wf = Workflow("iterable-cancel", on_death="stop")
+    walk = wf.step(Count, 50)
+    wf.step(after_step).after(walk)
+    AT_ITEM[2] = lambda job: wurk.cancel(job.jid)
+    wid = wf.start()
+    drain()
+    status = WorkflowStatus(wid)
+    assert status.state == "failed"
+    assert ("after_step", None) not in EVENTS
