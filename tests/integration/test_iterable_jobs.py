@@ -891,3 +891,33 @@ def test_a_cancelled_iterable_workflow_step_is_dead_and_stops_what_follows(
     status = WorkflowStatus(wid)
     assert status.state == "failed"
     assert ("after_step", None) not in EVENTS
+
+
+class AsyncSelfInterrupting(Recorded, name="test_iterable.async_self_interrupting"):
+    """SelfInterrupting, async."""
+
+    async def build_enumerator(self, n: int, *, cursor: int | None) -> Any:
+        for pair in wurk.iteration.ids(0, n, cursor=cursor):
+            yield pair
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        if item == 2 and self.executions == 1:
+            raise wurk.Interrupted()
+        EVENTS.append(("item", item))
+
+
+@pytest.mark.parametrize("job", [SelfInterrupting, AsyncSelfInterrupting],
+                         ids=["sync", "async"])
+def test_an_iterable_job_raising_interrupted_itself_runs_on_stop(
+        adrain: AsyncDrain, r: redis.Redis, job: type[wurk.IterableJob]) -> None:
+    """iterable-jobs.md: on_stop runs "after every execution that did not fail:
+    interrupted, cancelled or complete", and a job raising wurk.Interrupted itself is
+    "pushed again the same way" — not a failure. Its execution ended without on_stop."""
+    jid = job.perform_async(4)
+    assert adrain.run_one() == 1
+    assert seen() == [0, 1] and hooks() == ["on_start", "on_stop"]
+    assert json.loads(state(r, jid)["c"]) == 2  # the item it stopped in runs again
+    assert [j["jid"] for j in queued(r)] == [jid] and adrain.counters.failed == 0
+    adrain()
+    assert seen() == [0, 1, 2, 3]
+    assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]

@@ -344,7 +344,11 @@ class _Execution:
             raise TypeError(f"{self.name}.build_enumerator returned an async iterable: make "
                             "each_iteration async def too")
         self._call(self.job.on_start if self.job._executions == 1 else self.job.on_resume)
-        end = self._walk(iter(enumerator))
+        try:
+            end = self._walk(iter(enumerator))
+        except Interrupted:  # raised by the job itself, its cursor flushed: a stop too
+            self._call(self.job.on_stop)
+            raise
         return self._finish(end)
 
     def _walk(self, enumerator: Iterator[Any]) -> _End:
@@ -422,7 +426,11 @@ class _Execution:
         if enumerator is None:
             return None
         await _maybe(self.job.on_start() if self.job._executions == 1 else self.job.on_resume())
-        end = await self._awalk(_aiter(enumerator))
+        try:
+            end = await self._awalk(_aiter(enumerator))
+        except Interrupted:  # as in ``run``
+            await _maybe(self.job.on_stop())
+            raise
         return await self._afinish(end)
 
     async def _awalk(self, enumerator: AsyncIterator[Any]) -> _End:
