@@ -845,3 +845,79 @@ def test_an_async_items_call_next_left_unawaited_is_an_error_not_a_skipped_item(
     assert [d["error_class"] for d in dead] == ["TypeError"]
     assert "call_next" in dead[0]["error_message"]
     assert json.loads(state(r, jid)["c"]) == 0
+
+
+@wurk.job(name="test_iterable.after_step")
+def after_step() -> None:
+    EVENTS.append(("after_step", None))
+
+
+@pytest.mark.parametrize("when", ["running", "before_start"])
+def test_a_cancelled_iterable_job_ends_as_cancelled_dead_in_its_batch(
+        drain: Drain, r: redis.Redis, when: str) -> None:
+    """time-limits-and-cancel.md: a cancelled job "ends as cancelled: not a failure, not
+    retried, not in the dead set; ... counted in wurk:stat:cancelled; a job in a batch
+    counts as dead there". An iterable job that found its cancel returned as a success:
+    its batch counted it succeeded and nothing counted it cancelled."""
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = Count.perform_async(50)
+    if when == "running":
+        AT_ITEM[2] = lambda job: wurk.cancel(job.jid)
+    else:
+        wurk.iteration.cancel(jid)  # Ruby's cancel!: the mark only, the job still queued
+    drain()
+    assert hooks()[-2:] == ["on_cancel", "on_stop"]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.complete and status.dead_jids == [jid] and status.failures == 1
+    assert r.get("wurk:stat:cancelled") == "1"
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and queued(r) == []
+    assert "cancelled" in state(r, jid)
+
+
+def test_a_cancelled_iterable_workflow_step_is_dead_and_stops_what_follows(
+        drain: Drain, r: redis.Redis) -> None:
+    """workflows.md: a step that dies — "wurk.cancel on its jid" among the ways — "is dead
+    and the workflow will end failed", and on_death="stop" stops the steps after it. A
+    cancelled iterable step counted as a success and its dependants ran."""
+    from wurk.workflow import Workflow, WorkflowStatus
+
+    wf = Workflow("iterable-cancel", on_death="stop")
+    walk = wf.step(Count, 50)
+    wf.step(after_step).after(walk)
+    AT_ITEM[2] = lambda job: wurk.cancel(job.jid)
+    wid = wf.start()
+    drain()
+    status = WorkflowStatus(wid)
+    assert status.state == "failed"
+    assert ("after_step", None) not in EVENTS
+
+
+class AsyncSelfInterrupting(Recorded, name="test_iterable.async_self_interrupting"):
+    """SelfInterrupting, async."""
+
+    async def build_enumerator(self, n: int, *, cursor: int | None) -> Any:
+        for pair in wurk.iteration.ids(0, n, cursor=cursor):
+            yield pair
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        if item == 2 and self.executions == 1:
+            raise wurk.Interrupted()
+        EVENTS.append(("item", item))
+
+
+@pytest.mark.parametrize("job", [SelfInterrupting, AsyncSelfInterrupting],
+                         ids=["sync", "async"])
+def test_an_iterable_job_raising_interrupted_itself_runs_on_stop(
+        adrain: AsyncDrain, r: redis.Redis, job: type[wurk.IterableJob]) -> None:
+    """iterable-jobs.md: on_stop runs "after every execution that did not fail:
+    interrupted, cancelled or complete", and a job raising wurk.Interrupted itself is
+    "pushed again the same way" — not a failure. Its execution ended without on_stop."""
+    jid = job.perform_async(4)
+    assert adrain.run_one() == 1
+    assert seen() == [0, 1] and hooks() == ["on_start", "on_stop"]
+    assert json.loads(state(r, jid)["c"]) == 2  # the item it stopped in runs again
+    assert [j["jid"] for j in queued(r)] == [jid] and adrain.counters.failed == 0
+    adrain()
+    assert seen() == [0, 1, 2, 3]
+    assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]

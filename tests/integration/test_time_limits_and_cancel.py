@@ -123,6 +123,9 @@ class Walk(wurk.IterableJob, name="limits.walk"):
     def on_cancel(self) -> None:
         note("on_cancel", self.jid)
 
+    def on_stop(self) -> None:
+        note("on_stop", self.jid)
+
 
 @pytest.fixture
 def worker(redis_server: Any, r: redis.Redis) -> Iterator[InProcessWorker]:
@@ -416,6 +419,26 @@ def test_a_job_fetched_after_its_cancel_arrived_never_runs(worker: InProcessWork
     mark.perform_async("after")
     wait_until(lambda: "mark:after" in notes(r), what="the next job")
     assert "mark:late" not in notes(r) and r.zcard("retry") == 0
+
+
+def test_an_iterable_job_fetched_after_its_cancel_arrived_runs_on_cancel_and_no_item(
+        worker: InProcessWorker, r: redis.Redis) -> None:
+    """iterable-jobs.md: a copy of a cancelled iterable job that starts later "finds the
+    mark, runs on_cancel then on_stop, and runs none of its items" and ends as done. The
+    worker that heard the cancel refused it before its body (``JobCancelled``), so neither
+    hook ran."""
+    jid = "c" * 24
+    wait_until(lambda: worker.launcher.heartbeat.beat_age() is not None, what="a heartbeat")
+    assert not wurk.cancel(jid).found
+    wait_until(lambda: r.llen(f"wurk:cancel:{worker.launcher.identity}") == 0,
+               what="the worker to take the cancel")
+    wurk.push({"class": "limits.walk", "args": [], "jid": jid})
+    mark.perform_async("after")
+    wait_until(lambda: "mark:after" in notes(r), what="the next job")
+    wait_until(lambda: f"on_stop:{jid}" in notes(r), what="on_stop")
+    assert [n for n in notes(r) if n.endswith(jid)] == [f"on_cancel:{jid}", f"on_stop:{jid}"]
+    assert r.get("limits:ticks") is None  # none of its items ran
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0 and r.hexists(f"it-{jid}", "cancelled")
 
 
 @pytest.mark.parametrize("job", [mark, amark], ids=["sync", "async"])

@@ -5,6 +5,7 @@ the job's own code, never a middleware's bookkeeping. For each job it:
 
 1. refuses to start a job whose cancel arrived before it started (``JobCancelled``) — looked
    at once the job can be found by a cancel, so one arriving as it starts is never missed;
+   an iterable job is left to find the mark in its state, and to run its ``on_cancel``;
 2. makes the job findable by a cancel (``Running``): sync, by opening its body on the
    processor thread's target, registered once with the thread's first job, which raises in
    the body when told; async, by registering a target of its own for its task, which is
@@ -81,8 +82,12 @@ class Stopper:
         self.running = running
         self.deadlines = deadlines
 
-    def _refuse_cancelled(self, jid: Any) -> None:
-        if self.running.was_cancelled(jid):
+    def _refuse_cancelled(self, jid: Any, iterable: bool) -> None:
+        """``JobCancelled`` for a job whose cancel arrived before it started. Not for an
+        iterable job: its cancel is the mark in its state, which it reads as it starts and
+        answers as the docs say (``on_cancel``, ``on_stop``, no item, done), as Sidekiq's
+        does; refused here, it ended without either hook."""
+        if not iterable and self.running.was_cancelled(jid):
             raise JobCancelled(f"job {jid} was cancelled before it started")
 
     def __call__(self, job: Any, payload: P.Payload, queue: str,
@@ -90,7 +95,7 @@ class Stopper:
         jid = payload.get(P.JID)
         guard = current_guard()
         if guard is None or not isinstance(jid, str):
-            self._refuse_cancelled(jid)
+            self._refuse_cancelled(jid, isinstance(job, IterableJob))
             return call_next()  # not on a processor thread: nothing can stop it from outside
         target = guard.target
         if target is None:  # the thread's first job
@@ -101,7 +106,8 @@ class Stopper:
         try:
             try:
                 run = target.begin(jid, limit, isinstance(job, IterableJob))
-                self._refuse_cancelled(jid)  # once findable (see ``_watch``)
+                # once findable (see ``_watch``)
+                self._refuse_cancelled(jid, isinstance(job, IterableJob))
                 if limit is not None and isinstance(target, SyncTarget):  # it is one
                     self.deadlines.arm(target, run)
                 result = call_next()
@@ -118,7 +124,7 @@ class Stopper:
         jid = payload.get(P.JID)
         task = asyncio.current_task()
         if task is None or not isinstance(jid, str):
-            self._refuse_cancelled(jid)
+            self._refuse_cancelled(jid, isinstance(job, IterableJob))
             return await call_next()
         target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
                              limit=limit_of(payload, self.config.job_timeout),
@@ -141,7 +147,7 @@ class Stopper:
         jid = payload.get(P.JID)
         task = asyncio.current_task()
         if task is None or not isinstance(jid, str):
-            self._refuse_cancelled(jid)
+            self._refuse_cancelled(jid, isinstance(job, IterableJob))
             return None
         target = AsyncTarget(jid, short_id(id(task)), task, asyncio.get_running_loop(),
                              limit=limit_of(payload, self.config.job_timeout),
@@ -170,7 +176,7 @@ class Stopper:
         # Refused only now that a cancel can find it: a cancel is remembered before it
         # looks for the jobs running, so it is either seen here or finds this one.
         try:
-            self._refuse_cancelled(target.jid)
+            self._refuse_cancelled(target.jid, target.cooperative)
         except JobCancelled:
             self._unwatch(target)
             raise

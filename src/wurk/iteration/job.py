@@ -19,10 +19,11 @@ them, to go on later from where it stopped (Sidekiq 7.3+'s iterable jobs).
 4. Cancellation (``wurk.cancel(jid)`` or ``self.cancel()``): a job cancelled before it starts
    runs ``on_cancel`` then ``on_stop`` and none of its items; a running one notices at its
    next flush (within ``flush_interval`` seconds and one item), runs ``on_cancel`` then
-   ``on_stop``. Either way it ends as done, and its state stays (with ``cancelled``) until
-   its TTL, so a copy of the job that turns up later is dropped too. Sidekiq also runs
-   ``on_complete`` and deletes the state on a cancel; wurk does not, since the job did not
-   complete.
+   ``on_stop``. Either way it then raises ``wurk.JobCancelled`` and ends as any cancelled
+   job does (not a failure, not retried; dead in its batch), and its state stays (with
+   ``cancelled``) until its TTL, so a copy of the job that turns up later is dropped too.
+   Sidekiq also runs ``on_complete`` and deletes the state on a cancel; wurk does not,
+   since the job did not complete.
 5. Hooks: ``on_start`` (first execution), ``on_resume`` (later ones), ``around_iteration(item,
    call_next)``, ``on_stop`` (every stop, completion included), ``on_cancel``,
    ``on_complete`` (then the state is deleted).
@@ -45,7 +46,7 @@ from typing import Any, ClassVar
 from .. import stored
 from ..config import Config, default_config
 from ..connections.lending import redis as lent_redis
-from ..errors import Interrupted, RegistrationError
+from ..errors import Interrupted, JobCancelled, RegistrationError
 from ..job import Job, interrupted
 from ..runtime.clock import SYSTEM, Clock
 from . import state as S
@@ -266,9 +267,20 @@ class _Execution:
         self.job._cursor = state.cursor
         self.job._executions = state.executions + 1
         if state.cancelled:
-            log.info("cancelled before it started: none of its items run")
+            self.job._cancel_asked = True
             return False
         return True
+
+    def _cancelled_error(self) -> JobCancelled:
+        """How a cancelled execution ends, once ``on_cancel`` and ``on_stop`` ran: as any
+        cancelled job does (``wurk.control``'s link counts it cancelled and acknowledges
+        it, never retried; a batch counts it dead, a workflow step dies, a result says
+        "cancelled"). Returning, it counted as a success: its batch and workflow went on
+        as if it had done all its items."""
+        where = "before it started" if not self.walked else \
+            f"at cursor {_shown(self.job._cursor)}"
+        return JobCancelled(f"{self.name} {self.job.jid} was cancelled {where}: on_cancel "
+                            "and on_stop ran; its state stays, marked cancelled")
 
     def _enumerator(self, built: Any) -> Any:
         if built is None:
@@ -322,7 +334,8 @@ class _Execution:
             reply = conn.pipeline([S.read_command(self.key)])[0]
         if not self._begin(reply):
             self._call(self.job.on_cancel)
-            return self._call(self.job.on_stop)
+            self._call(self.job.on_stop)
+            raise self._cancelled_error()
         enumerator = self._enumerator(self.job.build_enumerator(*self.args,
                                                                 cursor=self.job._cursor))
         if enumerator is None:
@@ -331,7 +344,11 @@ class _Execution:
             raise TypeError(f"{self.name}.build_enumerator returned an async iterable: make "
                             "each_iteration async def too")
         self._call(self.job.on_start if self.job._executions == 1 else self.job.on_resume)
-        end = self._walk(iter(enumerator))
+        try:
+            end = self._walk(iter(enumerator))
+        except Interrupted:  # raised by the job itself, its cursor flushed: a stop too
+            self._call(self.job.on_stop)
+            raise
         return self._finish(end)
 
     def _walk(self, enumerator: Iterator[Any]) -> _End:
@@ -382,8 +399,7 @@ class _Execution:
         if end is _End.CANCELLED:
             self._call(job.on_cancel)
             self._call(job.on_stop)
-            log.info("cancelled at cursor %s", _shown(job._cursor))
-            return
+            raise self._cancelled_error()
         self._call(job.on_stop)
         if end is _End.INTERRUPTED:
             raise Interrupted(f"{self.name} stopped at cursor {_shown(job._cursor)}; "
@@ -404,13 +420,17 @@ class _Execution:
         if not self._begin(reply):
             await _maybe(self.job.on_cancel())
             await _maybe(self.job.on_stop())
-            return
+            raise self._cancelled_error()
         built = self.job.build_enumerator(*self.args, cursor=self.job._cursor)
         enumerator = self._enumerator(built)
         if enumerator is None:
             return None
         await _maybe(self.job.on_start() if self.job._executions == 1 else self.job.on_resume())
-        end = await self._awalk(_aiter(enumerator))
+        try:
+            end = await self._awalk(_aiter(enumerator))
+        except Interrupted:  # as in ``run``
+            await _maybe(self.job.on_stop())
+            raise
         return await self._afinish(end)
 
     async def _awalk(self, enumerator: AsyncIterator[Any]) -> _End:
@@ -458,8 +478,7 @@ class _Execution:
         if end is _End.CANCELLED:
             await _maybe(job.on_cancel())
             await _maybe(job.on_stop())
-            log.info("cancelled at cursor %s", _shown(job._cursor))
-            return
+            raise self._cancelled_error()
         await _maybe(job.on_stop())
         if end is _End.INTERRUPTED:
             raise Interrupted(f"{self.name} stopped at cursor {_shown(job._cursor)}; "

@@ -11,8 +11,8 @@
      killed, a poison pill), so the record says what the retry decided, ``retry_in``'s
      ``"kill"`` included;
    - ``wurk.JobCancelled``: "cancelled", and the error goes on (the cancel link, outside,
-     ends the run); an iterable job that found it was cancelled (it returns, as Sidekiq's
-     do, after ``on_cancel``): "cancelled" too;
+     ends the run) — an iterable job that found it was cancelled raises it too, after
+     ``on_cancel`` and ``on_stop``;
    - no outcome, nothing stored: the shutdown's interrupt (the job runs again),
      ``Interrupted`` (pushed again), a rate limiter's refusal (rescheduled).
 2. Its place (``wurk.launcher.BUILT_IN``): inside the limits link, so a job a limit
@@ -38,7 +38,6 @@ from ..errors import (
     UnstorableResult,
     is_shutdown,
 )
-from ..iteration.job import IterableJob
 from ..job import registry
 from ..limiter.reschedule import over_limit_classes
 from ..middleware import AWAIT
@@ -123,8 +122,6 @@ class ResultRecorder:
 
 
 def _succeeded(job: Any, payload: P.Payload, value: Any, started: float) -> Outcome:
-    if isinstance(job, IterableJob) and job._cancel_asked:
-        return cancelled(payload, started)
     try:
         return succeeded(payload, value, started)
     except InvalidArguments as exc:
