@@ -593,3 +593,37 @@ def test_a_buffer_file_of_another_version_is_left_whole_with_an_error(
     assert "format version '2', not read by this wurk: left as it is" in said.output
     row = next(line for line in said.output.splitlines() if line.startswith("push-a.jobs "))
     assert " ? " in row
+
+
+def test_a_sent_record_appended_after_a_torn_last_line_is_not_lost(
+        server: Restartable, tmp_path: Path) -> None:
+    """A process killed mid-write leaves its file's last line torn (no newline). The
+    claimer's "sent" record was appended right after that fragment, so the two read back as
+    one unreadable line: once the claimer dropped the jid's record in Redis (the push
+    landed), the next claimer of the still-unfinished file (Redis lost after the first
+    batch) pushed the job a second time."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    path = directory / "push-a.jobs"
+    first, second = "a" * 24, "b" * 24
+    _dead_file(path, [first, second])
+    with path.open("a") as torn:
+        torn.write('{"+": "cccccccccccc')  # killed mid-write: before its fsync and its jid
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    pool = config.pool("client")
+    # A claimer sends the first job, records it in the file, then loses Redis: it lets the
+    # file go with the second job still in it, and drops the first's record once Redis is
+    # back (its next push carries the ZREM).
+    orphan = Orphan.claim(path)
+    assert orphan is not None and list(orphan.pending) == [first, second]
+    (jid, text, _, at), = orphan.take(1)
+    assert idempotent.send(config, pool, [idempotent.from_text(config.keys, text, at)]
+                           ).pushed == [first]
+    orphan.done([first])
+    orphan.release()
+    server.client().zrem("wurk:push-sent", first)
+    pushed, left, _ = reliable.flush_directory(config, directory)  # the next claimer
+    assert (pushed, left) == (1, 0)
+    assert [job["jid"] for job in queued(server)] == [first, second]  # each once
+    assert not path.exists()
+
