@@ -627,3 +627,26 @@ def test_a_sent_record_appended_after_a_torn_last_line_is_not_lost(
     assert [job["jid"] for job in queued(server)] == [first, second]  # each once
     assert not path.exists()
 
+
+def test_a_line_no_push_can_send_holds_up_no_file_while_the_dead_set_is_of_another_type(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A dead process's line that is no job goes to the dead set; a dead set key of another
+    type (written by hand, the key shared) raised WRONGTYPE out of the flush: the file's
+    other jobs and every file after it never went, at every try, for good. As with a kept
+    job Redis refuses for good, the line is logged with its text and dropped."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    good = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "g" * 24})
+    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
+        header, {"+": "a" * 24, "t": 1.0, "at": None, "job": "{not json"},
+        {"+": "g" * 24, "t": 1.0, "at": None, "job": good})))
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    server.client().set("dead", "not a sorted set")
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        pushed, left, _ = reliable.flush_directory(config, directory)
+    assert (pushed, left) == (2, 0)
+    assert sorted(job["jid"] for job in queued(server)) == ["b" * 24, "g" * 24]
+    assert list(directory.iterdir()) == []
+    assert "{not json" in caplog.text  # its text, logged: the only place it is kept

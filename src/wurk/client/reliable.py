@@ -321,11 +321,19 @@ class ReliableWriter:
 
     def _bury(self, pool: RedisPool, path: Path, text: str, exc: InvalidPayload) -> None:
         """A kept line of a dead process's file that no push can send: to the dead set as
-        the text it was, as the outbox relay does with such a row."""
+        the text it was, as the outbox relay does with such a row. When the dead set refuses
+        it for good (its key of another type) it is logged with its text and dropped, as a
+        kept job Redis refuses is: raised, it held up this file and every file after it at
+        every try. An outage or a refusal for now (OOM, LOADING) raises: the line stays."""
+        dead = self.config.keys.dead
+        try:
+            pool.run(lambda r: r.zadd(dead, {text: time.time()}))
+        except redis.ResponseError as error:
+            log.error("reliable push: a job in %s cannot be sent (%s), and the dead set "
+                      "refused it too (%s); it is dropped: %s", path, exc, error, text)
+            return
         log.error("reliable push: a job in %s cannot be sent (%s); moved to the dead set",
                   path, exc)
-        dead = self.config.keys.dead
-        pool.run(lambda r: r.zadd(dead, {text: time.time()}))
 
     def _sent(self, pool: RedisPool, count: int) -> None:
         """Count jobs sent from a buffer, and report this process's buffer."""
