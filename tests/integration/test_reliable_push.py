@@ -650,3 +650,29 @@ def test_a_line_no_push_can_send_holds_up_no_file_while_the_dead_set_is_of_anoth
     assert sorted(job["jid"] for job in queued(server)) == ["b" * 24, "g" * 24]
     assert list(directory.iterdir()) == []
     assert "{not json" in caplog.text  # its text, logged: the only place it is kept
+
+
+def test_a_dead_files_line_whose_jid_is_not_its_jobs_is_sent_once_and_the_file_deleted(
+        server: Restartable, tmp_path: Path) -> None:
+    """A kept line names its job's jid (``"+"``); a file written by hand or by another
+    version may name another. What was sent was recorded in the file under the payload's
+    jid, which matched no line: the job stayed pending, so the flush took it again at once,
+    for ever — a successor's flush thread and ``wurk push-buffer flush`` spun on it, no
+    file after it was sent, and a flush once its record was dropped pushed it again."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    job = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "j" * 24})
+    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
+        header, {"+": "k" * 24, "t": 1.0, "at": None, "job": job})))
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    said: list[tuple[int, int, int]] = []
+    flush = threading.Thread(target=lambda: said.append(
+        reliable.flush_directory(config, directory)), daemon=True)
+    flush.start()
+    flush.join(10)
+    assert not flush.is_alive(), "the flush never ended"
+    assert said[0][:2] == (1, 0)
+    assert list(directory.iterdir()) == []
+    assert reliable.flush_directory(config, directory)[:2] == (0, 0)
+    assert [q["jid"] for q in queued(server)] == ["j" * 24]

@@ -298,16 +298,22 @@ class ReliableWriter:
                 batch = orphan.take(FLUSH_BATCH)
                 if not batch:
                     break
-                jobs, buried = [], []
+                jobs, lines, buried = [], [], []
                 for jid, text, _, at in batch:
                     try:
                         jobs.append(idempotent.from_text(self.config.keys, text, at))
+                        lines.append(jid)
                     except InvalidPayload as exc:  # the file is untrusted: no job to send
                         self._bury(pool, path, text, exc)
                         buried.append(jid)
                 orphan.done(buried)
                 outcome = self._send_kept(pool, jobs)
-                orphan.done(outcome.landed)
+                # Recorded under each line's own jid: one written by hand or by another
+                # version may name another than its payload's, and would stay pending (taken
+                # again at once, for ever) if the payload's were recorded.
+                landed = set(outcome.landed)
+                orphan.done([line for line, job in zip(lines, jobs, strict=True)
+                             if job.jid in landed])
                 self.forgets.add(outcome.landed)
                 pushed += len(outcome.pushed)
         finally:
