@@ -616,7 +616,7 @@ def test_a_sent_record_appended_after_a_torn_last_line_is_not_lost(
     # back (its next push carries the ZREM).
     orphan = Orphan.claim(path)
     assert orphan is not None and list(orphan.pending) == [first, second]
-    (jid, text, _, at), = orphan.take(1)
+    (_, text, _, at), = orphan.take(1)
     assert idempotent.send(config, pool, [idempotent.from_text(config.keys, text, at)]
                            ).pushed == [first]
     orphan.done([first])
