@@ -593,3 +593,86 @@ def test_a_buffer_file_of_another_version_is_left_whole_with_an_error(
     assert "format version '2', not read by this wurk: left as it is" in said.output
     row = next(line for line in said.output.splitlines() if line.startswith("push-a.jobs "))
     assert " ? " in row
+
+
+def test_a_sent_record_appended_after_a_torn_last_line_is_not_lost(
+        server: Restartable, tmp_path: Path) -> None:
+    """A process killed mid-write leaves its file's last line torn (no newline). The
+    claimer's "sent" record was appended right after that fragment, so the two read back as
+    one unreadable line: once the claimer dropped the jid's record in Redis (the push
+    landed), the next claimer of the still-unfinished file (Redis lost after the first
+    batch) pushed the job a second time."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    path = directory / "push-a.jobs"
+    first, second = "a" * 24, "b" * 24
+    _dead_file(path, [first, second])
+    with path.open("a") as torn:
+        torn.write('{"+": "cccccccccccc')  # killed mid-write: before its fsync and its jid
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    pool = config.pool("client")
+    # A claimer sends the first job, records it in the file, then loses Redis: it lets the
+    # file go with the second job still in it, and drops the first's record once Redis is
+    # back (its next push carries the ZREM).
+    orphan = Orphan.claim(path)
+    assert orphan is not None and list(orphan.pending) == [first, second]
+    (_, text, _, at), = orphan.take(1)
+    assert idempotent.send(config, pool, [idempotent.from_text(config.keys, text, at)]
+                           ).pushed == [first]
+    orphan.done([first])
+    orphan.release()
+    server.client().zrem("wurk:push-sent", first)
+    pushed, left, _ = reliable.flush_directory(config, directory)  # the next claimer
+    assert (pushed, left) == (1, 0)
+    assert [job["jid"] for job in queued(server)] == [first, second]  # each once
+    assert not path.exists()
+
+
+def test_a_line_no_push_can_send_holds_up_no_file_while_the_dead_set_is_of_another_type(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A dead process's line that is no job goes to the dead set; a dead set key of another
+    type (written by hand, the key shared) raised WRONGTYPE out of the flush: the file's
+    other jobs and every file after it never went, at every try, for good. As with a kept
+    job Redis refuses for good, the line is logged with its text and dropped."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    good = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "g" * 24})
+    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
+        header, {"+": "a" * 24, "t": 1.0, "at": None, "job": "{not json"},
+        {"+": "g" * 24, "t": 1.0, "at": None, "job": good})))
+    _dead_file(directory / "push-b.jobs", ["b" * 24])
+    server.client().set("dead", "not a sorted set")
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        pushed, left, _ = reliable.flush_directory(config, directory)
+    assert (pushed, left) == (2, 0)
+    assert sorted(job["jid"] for job in queued(server)) == ["b" * 24, "g" * 24]
+    assert list(directory.iterdir()) == []
+    assert "{not json" in caplog.text  # its text, logged: the only place it is kept
+
+
+def test_a_dead_files_line_whose_jid_is_not_its_jobs_is_sent_once_and_the_file_deleted(
+        server: Restartable, tmp_path: Path) -> None:
+    """A kept line names its job's jid (``"+"``); a file written by hand or by another
+    version may name another. What was sent was recorded in the file under the payload's
+    jid, which matched no line: the job stayed pending, so the flush took it again at once,
+    for ever — a successor's flush thread and ``wurk push-buffer flush`` spun on it, no
+    file after it was sent, and a flush once its record was dropped pushed it again."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    job = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "j" * 24})
+    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
+        header, {"+": "k" * 24, "t": 1.0, "at": None, "job": job})))
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    said: list[tuple[int, int, int]] = []
+    flush = threading.Thread(target=lambda: said.append(
+        reliable.flush_directory(config, directory)), daemon=True)
+    flush.start()
+    flush.join(10)
+    assert not flush.is_alive(), "the flush never ended"
+    assert said[0][:2] == (1, 0)
+    assert list(directory.iterdir()) == []
+    assert reliable.flush_directory(config, directory)[:2] == (0, 0)
+    assert [q["jid"] for q in queued(server)] == ["j" * 24]

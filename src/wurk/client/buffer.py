@@ -13,7 +13,8 @@
    clean exit when empty, left for a successor otherwise.
 4. The file is JSON lines: a header, ``{"+": jid, "t": buffered at, "at": epoch or null,
    "job": payload text}`` per job kept, ``{"-": [jids]}`` per jobs sent. A torn last line
-   (a process killed mid-write: before its fsync, so before its push returned) is ignored.
+   (a process killed mid-write: before its fsync, so before its push returned) is ignored,
+   and cut off by whoever claims the file, before it appends its own records.
 5. ``Orphan``: another process's file whose lock could be taken. Its pending jobs are sent
    by whoever claimed it (a successor's background flush, ``wurk push-buffer flush``), each
    sent one recorded in that file, and the file deleted once none is left.
@@ -372,7 +373,8 @@ class Orphan:
             lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
             if os.stat(path).st_ino != os.fstat(fd).st_ino:
                 raise FileNotFoundError(path)  # emptied and deleted by a claimer before us
-            parsed = _parse(_read(fd))
+            data = _read(fd)
+            parsed = _parse(data)
         except (BlockingIOError, FileNotFoundError):
             os.close(fd)
             return None
@@ -385,6 +387,17 @@ class Orphan:
             raise ForeignFile(f"written by push buffer format version {version!r}, which this "
                               f"wurk does not read (it writes version {_VERSION}); left as it "
                               "is for the wurk that wrote it")
+        # A torn last line (its writer killed mid-write) is cut off before this claimer
+        # appends: a "sent" record written after the fragment would read back as part of one
+        # unreadable line, and the jobs it names be sent again by the next claimer.
+        whole = data.rfind(b"\n") + 1
+        if whole < len(data):
+            try:
+                os.ftruncate(fd, whole)
+                os.fsync(fd)
+            except BaseException:
+                os.close(fd)
+                raise
         if parsed.bad_lines:
             log.warning("push buffer %s: %d line(s) could not be read and were skipped",
                         path, parsed.bad_lines)

@@ -325,16 +325,22 @@ class ReliableWriter:
                 batch = orphan.take(FLUSH_BATCH)
                 if not batch:
                     break
-                jobs, buried = [], []
+                jobs, lines, buried = [], [], []
                 for jid, text, _, at in batch:
                     try:
                         jobs.append(idempotent.from_text(self.config.keys, text, at))
+                        lines.append(jid)
                     except InvalidPayload as exc:  # the file is untrusted: no job to send
                         self._bury(pool, path, text, exc)
                         buried.append(jid)
                 orphan.done(buried)
                 outcome = self._send_kept(pool, jobs)
-                orphan.done(outcome.landed)
+                # Recorded under each line's own jid: one written by hand or by another
+                # version may name another than its payload's, and would stay pending (taken
+                # again at once, for ever) if the payload's were recorded.
+                landed = set(outcome.landed)
+                orphan.done([line for line, job in zip(lines, jobs, strict=True)
+                             if job.jid in landed])
                 self.forgets.add(outcome.landed)
                 pushed += len(outcome.pushed)
         finally:
@@ -348,11 +354,19 @@ class ReliableWriter:
 
     def _bury(self, pool: RedisPool, path: Path, text: str, exc: InvalidPayload) -> None:
         """A kept line of a dead process's file that no push can send: to the dead set as
-        the text it was, as the outbox relay does with such a row."""
+        the text it was, as the outbox relay does with such a row. When the dead set refuses
+        it for good (its key of another type) it is logged with its text and dropped, as a
+        kept job Redis refuses is: raised, it held up this file and every file after it at
+        every try. An outage or a refusal for now (OOM, LOADING) raises: the line stays."""
+        dead = self.config.keys.dead
+        try:
+            pool.run(lambda r: r.zadd(dead, {text: time.time()}))
+        except redis.ResponseError as error:
+            log.error("reliable push: a job in %s cannot be sent (%s), and the dead set "
+                      "refused it too (%s); it is dropped: %s", path, exc, error, text)
+            return
         log.error("reliable push: a job in %s cannot be sent (%s); moved to the dead set",
                   path, exc)
-        dead = self.config.keys.dead
-        pool.run(lambda r: r.zadd(dead, {text: time.time()}))
 
     def _sent(self, pool: RedisPool, count: int) -> None:
         """Count jobs sent from a buffer, and report this process's buffer."""
