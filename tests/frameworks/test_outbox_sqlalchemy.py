@@ -28,7 +28,7 @@ from sqlalchemy.orm import (
 import wurk
 import wurk.testing
 from tests.helpers.faults import Restartable, config_for
-from tests.helpers.server import Server, start_server
+from tests.helpers.server import Server, small_bulk_server
 from tests.helpers.wait import wait_until
 from wurk.client.outbox import OutboxDuty, OutboxRow, relay_for
 from wurk.contrib.sqlalchemy import SQLAlchemyAdapter, SQLAlchemyOutbox, outbox_table
@@ -713,8 +713,7 @@ BULK_LIMIT = 1024 * 1024
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """A server of the test's own whose limit is Redis's least (1 MB): small payloads."""
-    server = start_server(tmp_path_factory.mktemp("small-bulk"),
-                          extra=("--proto-max-bulk-len", "1mb"))
+    server = small_bulk_server(tmp_path_factory.mktemp("small-bulk"))
     yield server
     server.stop()
 

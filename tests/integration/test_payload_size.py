@@ -18,7 +18,7 @@ import redis
 
 import wurk
 from tests.helpers.faults import config_for
-from tests.helpers.server import Server, start_server
+from tests.helpers.server import Server, small_bulk_server
 from wurk.client import idempotent
 from wurk.client.buffer import Entry
 from wurk.client.reliable import writer_for
@@ -29,8 +29,7 @@ BIG = "x" * (LIMIT + 100)
 
 @pytest.fixture(scope="module")
 def small_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    server = start_server(tmp_path_factory.mktemp("small-bulk"),
-                          extra=("--proto-max-bulk-len", "1mb"))
+    server = small_bulk_server(tmp_path_factory.mktemp("small-bulk"))
     yield server
     server.stop()
 
