@@ -87,10 +87,6 @@ def start_server(directory: Path, *, port: int | None = None, appendonly: bool =
     return server
 
 
-# Redis's least proto-max-bulk-len: a payload over it is one a test can make small.
-SMALL_BULK_LIMIT = 1024 * 1024
-
-
 def small_bulk_server(directory: Path) -> Server:
     """A server of the test's own whose largest value is Redis's least (1 MB)."""
     return start_server(directory, extra=("--proto-max-bulk-len", "1mb"))
