@@ -22,6 +22,7 @@ from wurk import api
 from wurk import payload as P
 from wurk.errors import ConfigError, InvalidPayload
 from wurk.fetch.poison import kill_poisoned
+from wurk.iteration.handler import InterruptHandler
 from wurk.launcher import install_built_ins
 from wurk.morgue import Morgue
 from wurk.scheduled import Scheduler
@@ -420,3 +421,43 @@ def test_a_release_given_up_is_logged_and_the_lock_expires_on_its_own(
         [key] = lock_keys(r)
         assert r.get(key) == jid and 0 < r.ttl(key) <= 600  # no longer than unique_for
         config.close()
+
+
+@wurk.job(name="Unique::StartFlaky", unique_for=600, unique_until="start", retry=1)
+def start_flaky(account: int) -> None:
+    ran.append([account])
+    if len(ran) == 1:
+        raise RuntimeError("the first run fails")
+
+
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+def test_a_due_retry_is_not_dropped_for_a_later_pushs_lock(
+        r: redis.Redis, drain: Drain, mode: str) -> None:
+    config = wurk.configure(scheduler=mode)
+    first = start_flaky.perform_async(1)
+    drain()  # released at its start, then failed: its retry waits in `retry`
+    [raw] = r.zrange("retry", 0, -1)
+    later = start_flaky.perform_async(1)  # let in: nothing held the lock
+    assert later is not None and later != first
+    r.zadd("retry", {raw: time.time() - 1})  # the retry is due
+    scheduler = Scheduler(config)
+    assert scheduler.enqueue_due() == 1
+    queued = sorted(json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1))
+    assert queued == sorted([first, later])  # the retry is not lost as a "duplicate"
+    assert wurk.unique.locked("default", "Unique::StartFlaky", [1]) == later
+    scheduler.stop(1)
+
+
+def test_an_interrupted_job_pushed_again_is_not_dropped_for_a_later_pushs_lock(
+        config: wurk.Config, r: redis.Redis) -> None:
+    first = at_start.perform_async(4)
+    [raw] = r.lrange("queue:default", 0, -1)
+    r.delete("queue:default")  # fetched: it started, and released its lock at its start
+    [key] = lock_keys(r)
+    r.delete(key)
+    later = at_start.perform_async(4)  # let in while the first one runs
+    assert later is not None
+    InterruptHandler(config).push_again(json.loads(raw), "default")  # the first, interrupted
+    queued = sorted(json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1))
+    assert queued == sorted([first, later])  # it goes on, not dropped as a "duplicate"
+    assert r.get(key) == later
