@@ -20,6 +20,8 @@ from tests.helpers.proxy import FaultProxy
 from tests.helpers.runner import Drain
 from wurk import api
 from wurk import payload as P
+from wurk.client.default import default_client
+from wurk.client.reliable import ReliableWriter
 from wurk.errors import ConfigError, InvalidPayload
 from wurk.fetch.poison import kill_poisoned
 from wurk.iteration.handler import InterruptHandler
@@ -461,3 +463,42 @@ def test_an_interrupted_job_pushed_again_is_not_dropped_for_a_later_pushs_lock(
     queued = sorted(json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1))
     assert queued == sorted([first, later])  # it goes on, not dropped as a "duplicate"
     assert r.get(key) == later
+
+
+class _AheadClock:
+    """The pushing process's clock, ``ahead`` seconds ahead of Redis's."""
+
+    def __init__(self, r: redis.Redis, ahead: float) -> None:
+        seconds, micros = r.time()
+        self.offset = seconds + micros / 1e6 + ahead - time.time()
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+def test_a_scheduled_lock_lasts_until_the_job_is_due_on_redis_clock(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds, _ = r.time()
+    due = seconds + 1000  # due in 1000 s by Redis's clock, which the scheduler goes by
+    monkeypatch.setattr(wurk.client.locks, "time", _AheadClock(r, 5000))
+    jid = sync.perform_at(due, 1)
+    [key] = lock_keys(r)
+    # unique_for (600 s) + the delay, counted on Redis's clock: the lock outlives the wait
+    # even when the pusher's clock says the job is overdue
+    assert 1595 < r.pttl(key) / 1000 <= 1600
+    assert sync.perform_async(1) is None and r.get(key) == jid
+
+
+def test_a_batch_or_reliable_scheduled_lock_counts_the_delay_on_redis_clock(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds, _ = r.time()
+    monkeypatch.setattr(wurk.client.locks, "time", _AheadClock(r, 5000))
+    batch = wurk.Batch()
+    with batch.jobs():
+        assert sync.perform_at(seconds + 1000, 1) is not None
+    reliable_config = wurk.configure(reliable_push="memory")
+    job = {"class": "Unique::Sync", "args": [2], "unique_for": 600, "at": seconds + 2000}
+    client = default_client(reliable_config)
+    assert isinstance(client.writer, ReliableWriter) and client.push(job) is not None
+    ttls = sorted(round(r.pttl(key) / 1000) for key in lock_keys(r))
+    assert ttls == [1600, 2600]  # unique_for + each wait, as Redis's clock counts it

@@ -5,7 +5,9 @@
    registry, so this module needs no import of it). Stored in the payload
    (``unique_digest``), so any process can release the lock.
 2. ``lock_for``: the lock and its lifetime (``unique_for``, plus the delay of a scheduled
-   job).
+   job). The push scripts add that delay themselves, on Redis's clock (``lock_ttl`` in
+   ``scripts/owned.lua``), the one the scheduler finds a job due by: they are given
+   ``unique_for`` alone.
 3. ``push`` / ``apush``: the Redis writer's route for unique jobs — each job pushed with its
    lock by ``scripts/unique_push.lua``, so a job is never pushed without its lock nor its
    lock taken without the job; the jids refused as duplicates come back.
@@ -159,7 +161,8 @@ def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
     back = _coming_back.get()
     calls: list[tuple[list[str], list[object]]] = []
     for job, at in entries:
-        lock, ttl_ms = lock_for(keys, job, at, now)
+        # unique_for alone: the script adds a scheduled job's wait on Redis's clock
+        lock, ttl_ms = lock_for(keys, job, None, now)
         raw = P.dumps(job)
         again = "1" if back is not None and job.get(P.JID) == back else ""
         if at is None:

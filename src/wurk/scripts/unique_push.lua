@@ -2,7 +2,8 @@
 --
 -- KEYS[1]  unique:<digest>    KEYS[2]  the `queues` set
 -- KEYS[3]  the job's queue list, or the `schedule` set for a scheduled job
--- ARGV[1]  the job's jid    ARGV[2]  the lock's lifetime, ms    ARGV[3]  the payload
+-- ARGV[1]  the job's jid    ARGV[2]  unique_for, ms (the wait of a scheduled job is added,
+--          on Redis's clock: lock_ttl)    ARGV[3]  the payload
 -- ARGV[4]  the queue's name (immediate jobs)    ARGV[5]  the score ('' for immediate jobs)
 -- ARGV[6]  '1' when wurk pushes the job again (a retry or scheduled job come due, through
 --          the client; an interrupted iterable job), else ''
@@ -30,7 +31,7 @@ local holder = lock_holder(KEYS[1], ARGV[1])
 if holder and holder ~= ARGV[1] then
   if ARGV[6] ~= '1' then return holder end
 elseif not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', lock_ttl(ARGV[2], ARGV[5]))
 end
 if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
