@@ -33,6 +33,7 @@ from typing import Any
 from . import payload as P
 from . import scripts
 from .client.core import Client
+from .client.locks import coming_back
 from .config import Config
 from .connections.pool import RedisPool
 from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
@@ -174,7 +175,10 @@ class Scheduler:
             return 0
         job.pop(P.AT, None)  # an old ActiveJob leftover would schedule it again
         try:
-            return 0 if self.client.push(job) is None else 1
+            # The job itself coming due: no unique lock refuses it, as none stops the script
+            # of the atomic mode (a later push's lock would have dropped a due retry).
+            with coming_back(str(job.get(P.JID))):
+                return 0 if self.client.push(job) is None else 1
         except InvalidPayload as exc:
             self._retry.kill_invalid(job, exc)
             return 0

@@ -13,8 +13,9 @@
    across retries), on its death (a death handler: exhausted, killed, poison pill), when it
    expires unrun, and when the API or dashboard deletes or clears it. Each release deletes
    the lock only if this jid still holds it (``scripts/unique_release.lua``).
-4. The job's own lock never refuses the job itself: the scheduler pushing it again (client
-   mode) goes through. ``set(unique_for=False)`` pushes without a lock.
+4. No lock refuses the job itself coming back — the scheduler pushing a due retry or
+   scheduled job (client mode), an interrupted job pushed again (``coming_back``): not its
+   own, nor a later push's, left alone. ``set(unique_for=False)`` pushes without a lock.
 5. ``locked(queue, name, args)``: the jid holding the lock, or None. For a job registered
    with ``encrypt=True`` (or given ``encrypt=True``) the digest is taken as its push takes
    it, over the keyed stand-in for its last argument (``wurk.crypto.unique_args``).

@@ -194,6 +194,22 @@ async def askip() -> None:
         ran.append("skip")
 
 
+@wurk.job(name="AsyncParity::unique_skip", unique_for=3600)
+async def aunique_skip(n: int) -> None:
+    async with SKIPPING.within_limit():
+        ran.append("unique skip")
+
+
+def test_a_skipped_async_unique_job_releases_its_lock(r: redis.Redis,
+                                                      adrain: AsyncDrain) -> None:
+    """test_limiter_jobs.py::test_a_skipped_unique_job_releases_its_lock."""
+    SKIPPING.within_limit().__enter__()
+    assert aunique_skip.perform_async(1) is not None
+    adrain()
+    assert ran == [] and lock_keys(r) == []
+    assert aunique_skip.perform_async(1) is not None
+
+
 @wurk.job(name="AsyncParity::http")
 async def ahttp() -> None:
     raise TooManyRequests("429")

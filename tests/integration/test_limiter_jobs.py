@@ -43,6 +43,12 @@ def skip_job() -> None:
         ran.append("skip")
 
 
+@wurk.job(name="Limits::UniqueSkip", unique_for=3600)
+def unique_skip_job(n: int) -> None:
+    with SKIPPING.within_limit():
+        ran.append("unique skip")
+
+
 @wurk.job(name="Limits::Http")
 def http_job() -> None:
     raise TooManyRequests("429")
@@ -122,6 +128,16 @@ def test_skip_policy_finishes_the_job_unrun(r: redis.Redis, drain: Drain) -> Non
     assert drain() == 1
     assert ran == [] and r.zcard("schedule") == 0 and r.zcard("retry") == 0
     assert drain.counters.failed == 0
+
+
+def test_a_skipped_unique_job_releases_its_lock(r: redis.Redis, drain: Drain) -> None:
+    SKIPPING.within_limit().__enter__()
+    assert unique_skip_job.perform_async(1) is not None
+    assert drain() == 1 and ran == []
+    # done, unrun and not rescheduled: nothing is pending, so nothing holds the lock
+    assert wurk.unique.locked("default", "Limits::UniqueSkip", [1]) is None
+    assert list(r.scan_iter("unique:*")) == []
+    assert unique_skip_job.perform_async(1) is not None
 
 
 def test_reschedule_zero_means_an_ordinary_failure(r: redis.Redis, drain: Drain) -> None:

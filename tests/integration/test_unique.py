@@ -20,8 +20,11 @@ from tests.helpers.proxy import FaultProxy
 from tests.helpers.runner import Drain
 from wurk import api
 from wurk import payload as P
+from wurk.client.default import default_client
+from wurk.client.reliable import ReliableWriter
 from wurk.errors import ConfigError, InvalidPayload
 from wurk.fetch.poison import kill_poisoned
+from wurk.iteration.handler import InterruptHandler
 from wurk.launcher import install_built_ins
 from wurk.morgue import Morgue
 from wurk.scheduled import Scheduler
@@ -420,3 +423,82 @@ def test_a_release_given_up_is_logged_and_the_lock_expires_on_its_own(
         [key] = lock_keys(r)
         assert r.get(key) == jid and 0 < r.ttl(key) <= 600  # no longer than unique_for
         config.close()
+
+
+@wurk.job(name="Unique::StartFlaky", unique_for=600, unique_until="start", retry=1)
+def start_flaky(account: int) -> None:
+    ran.append([account])
+    if len(ran) == 1:
+        raise RuntimeError("the first run fails")
+
+
+@pytest.mark.parametrize("mode", ["atomic", "client"])
+def test_a_due_retry_is_not_dropped_for_a_later_pushs_lock(
+        r: redis.Redis, drain: Drain, mode: str) -> None:
+    config = wurk.configure(scheduler=mode)
+    first = start_flaky.perform_async(1)
+    drain()  # released at its start, then failed: its retry waits in `retry`
+    [raw] = r.zrange("retry", 0, -1)
+    later = start_flaky.perform_async(1)  # let in: nothing held the lock
+    assert later is not None and later != first
+    r.zadd("retry", {raw: time.time() - 1})  # the retry is due
+    scheduler = Scheduler(config)
+    assert scheduler.enqueue_due() == 1
+    queued = sorted(json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1))
+    assert queued == sorted([first, later])  # the retry is not lost as a "duplicate"
+    assert wurk.unique.locked("default", "Unique::StartFlaky", [1]) == later
+    scheduler.stop(1)
+
+
+def test_an_interrupted_job_pushed_again_is_not_dropped_for_a_later_pushs_lock(
+        config: wurk.Config, r: redis.Redis) -> None:
+    first = at_start.perform_async(4)
+    [raw] = r.lrange("queue:default", 0, -1)
+    r.delete("queue:default")  # fetched: it started, and released its lock at its start
+    [key] = lock_keys(r)
+    r.delete(key)
+    later = at_start.perform_async(4)  # let in while the first one runs
+    assert later is not None
+    InterruptHandler(config).push_again(json.loads(raw), "default")  # the first, interrupted
+    queued = sorted(json.loads(job)["jid"] for job in r.lrange("queue:default", 0, -1))
+    assert queued == sorted([first, later])  # it goes on, not dropped as a "duplicate"
+    assert r.get(key) == later
+
+
+class _AheadClock:
+    """The pushing process's clock, ``ahead`` seconds ahead of Redis's."""
+
+    def __init__(self, r: redis.Redis, ahead: float) -> None:
+        seconds, micros = r.time()
+        self.offset = seconds + micros / 1e6 + ahead - time.time()
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
+def test_a_scheduled_lock_lasts_until_the_job_is_due_on_redis_clock(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds, _ = r.time()
+    due = seconds + 1000  # due in 1000 s by Redis's clock, which the scheduler goes by
+    monkeypatch.setattr(wurk.client.locks, "time", _AheadClock(r, 5000))
+    jid = sync.perform_at(due, 1)
+    [key] = lock_keys(r)
+    # unique_for (600 s) + the delay, counted on Redis's clock: the lock outlives the wait
+    # even when the pusher's clock says the job is overdue
+    assert 1595 < r.pttl(key) / 1000 <= 1600
+    assert sync.perform_async(1) is None and r.get(key) == jid
+
+
+def test_a_batch_or_reliable_scheduled_lock_counts_the_delay_on_redis_clock(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    seconds, _ = r.time()
+    monkeypatch.setattr(wurk.client.locks, "time", _AheadClock(r, 5000))
+    batch = wurk.Batch()
+    with batch.jobs():
+        assert sync.perform_at(seconds + 1000, 1) is not None
+    reliable_config = wurk.configure(reliable_push="memory")
+    job = {"class": "Unique::Sync", "args": [2], "unique_for": 600, "at": seconds + 2000}
+    client = default_client(reliable_config)
+    assert isinstance(client.writer, ReliableWriter) and client.push(job) is not None
+    ttls = sorted(round(r.pttl(key) / 1000) for key in lock_keys(r))
+    assert ttls == [1600, 2600]  # unique_for + each wait, as Redis's clock counts it

@@ -268,13 +268,14 @@ def _counted(block: Block, entries: Sequence[Entry], refused: set[str]) -> set[s
 
 
 def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | None:
-    """Each job's unique lock and its lifetime in ms, ``("", 0)`` for a job without one;
-    None when no job has one."""
+    """Each job's unique lock and its ``unique_for`` in ms (the script adds a scheduled
+    job's wait, on Redis's clock), ``("", 0)`` for a job without one; None when no job has
+    one."""
     if not any(P.UNIQUE_FOR in job for job, _ in entries):
         return None
     now = time.time()
-    return [lock_for(config.keys, job, at, now) if P.UNIQUE_FOR in job else ("", 0)
-            for job, at in entries]
+    return [lock_for(config.keys, job, None, now) if P.UNIQUE_FOR in job else ("", 0)
+            for job, _ in entries]
 
 
 class BlockWriter:

@@ -22,6 +22,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -143,8 +144,8 @@ def _commands(keys: Keys, jobs: Sequence[Sendable], forget: Sequence[str]
         ttl = ""
         if job.lock is not None:
             names.append(job.lock)
-            delay = max(0.0, job.at - time.time()) if job.at is not None else 0.0
-            ttl = str(max(1, int((job.unique_for + delay) * 1000)))
+            # unique_for alone: the script adds a scheduled job's wait on Redis's clock
+            ttl = str(max(1, math.ceil(job.unique_for * 1000)))
         commands.append(_SCRIPT.evalsha(names, [
             job.jid, job.text, job.queue if job.at is None else "",
             P.score(job.at) if job.at is not None else "", ttl, RECORD_SECONDS]))

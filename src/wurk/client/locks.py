@@ -5,7 +5,9 @@
    registry, so this module needs no import of it). Stored in the payload
    (``unique_digest``), so any process can release the lock.
 2. ``lock_for``: the lock and its lifetime (``unique_for``, plus the delay of a scheduled
-   job).
+   job). The push scripts add that delay themselves, on Redis's clock (``lock_ttl`` in
+   ``scripts/owned.lua``), the one the scheduler finds a job due by: they are given
+   ``unique_for`` alone.
 3. ``push`` / ``apush``: the Redis writer's route for unique jobs — each job pushed with its
    lock by ``scripts/unique_push.lua``, so a job is never pushed without its lock nor its
    lock taken without the job; the jids refused as duplicates come back.
@@ -21,7 +23,9 @@ import hashlib
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from redis import exceptions as redis_errors
@@ -35,8 +39,8 @@ if TYPE_CHECKING:
 
     from ..keys import Keys
 
-__all__ = ["ContextHook", "apush", "apush_each", "digest", "job_digest", "lock_for", "push",
-           "push_calls", "push_each", "refused", "use_context"]
+__all__ = ["ContextHook", "apush", "apush_each", "coming_back", "digest", "job_digest",
+           "lock_for", "push", "push_calls", "push_each", "refused", "use_context"]
 
 log = logging.getLogger("wurk")
 
@@ -78,6 +82,24 @@ def job_digest(job: P.Payload) -> str:
 
 
 # -- pushing ----------------------------------------------------------------------------------
+# The jid of a job pushed again by wurk itself — a retry or a scheduled job come due (the
+# scheduler's client mode), an interrupted iterable job — while such a push is made here.
+_coming_back: ContextVar[str | None] = ContextVar("wurk_unique_coming_back", default=None)
+
+
+@contextmanager
+def coming_back(jid: str) -> Iterator[None]:
+    """Pushes made inside this block of the job ``jid`` are that job coming back, accepted
+    long ago: no lock refuses it — not its own, nor a later push's (taken once its own was
+    released at its start, or expired), which it leaves alone. Refusing it as a duplicate
+    would drop a job that was never run to its end (the atomic scheduler moves it as is)."""
+    token = _coming_back.set(jid)
+    try:
+        yield
+    finally:
+        _coming_back.reset(token)
+
+
 def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[str, int]:
     """The lock a unique job's push takes, and its lifetime in ms (``unique_for`` plus the
     delay of a scheduled job); stores the digest in the payload."""
@@ -136,16 +158,19 @@ def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
                ) -> list[tuple[list[str], list[object]]]:
     """The push script's keys and arguments, one call per job."""
     now = time.time()
+    back = _coming_back.get()
     calls: list[tuple[list[str], list[object]]] = []
     for job, at in entries:
-        lock, ttl_ms = lock_for(keys, job, at, now)
+        # unique_for alone: the script adds a scheduled job's wait on Redis's clock
+        lock, ttl_ms = lock_for(keys, job, None, now)
         raw = P.dumps(job)
+        again = "1" if back is not None and job.get(P.JID) == back else ""
         if at is None:
             calls.append(([lock, keys.queues, keys.queue(job[P.QUEUE])],
-                          [job[P.JID], ttl_ms, raw, job[P.QUEUE], ""]))
+                          [job[P.JID], ttl_ms, raw, job[P.QUEUE], "", again]))
         else:
             calls.append(([lock, keys.queues, keys.schedule],
-                          [job[P.JID], ttl_ms, raw, "", P.score(at)]))
+                          [job[P.JID], ttl_ms, raw, "", P.score(at), again]))
     return calls
 
 

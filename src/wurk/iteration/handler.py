@@ -26,6 +26,7 @@ from typing import Any
 from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..client.default import default_client
+from ..client.locks import coming_back
 from ..config import Config
 from ..errors import Interrupted
 from ..middleware import Later, Leave
@@ -83,7 +84,10 @@ class InterruptHandler:
         await bookkeeping(self.push_again, payload, queue)
 
     def push_again(self, payload: P.Payload, queue: str) -> None:
-        jid = default_client(self.config).push(dict(payload))
+        # The same job going on: no unique lock refuses it, not even a later push's (its
+        # own released at its start, or expired), which would end it half done.
+        with coming_back(str(payload.get(P.JID))):
+            jid = default_client(self.config).push(dict(payload))
         if jid is None:
             log.warning("interrupted, and a client middleware stopped its push again: the job "
                         "ends here (its state stays in %s)",

@@ -12,7 +12,8 @@
      unique lock released (``wurk.expiry``); a workflow step is dead in its workflow, and
      its batch counts it dead (``wurk.workflow.middleware.expired_step``);
    - unique: the lock released before the job runs (``unique_until="start"``) or after it
-     succeeded (``"success"``); a failure keeps it for the retry (``wurk.unique``).
+     succeeded (``"success"``) or was skipped by a limiter (``policy="skip"``: done); a
+     failure, or a reschedule by a limiter, keeps it for the next run (``wurk.unique``).
 
    - a job with a ``rate_limit`` (a limiter given to its definition): every run inside
      ``limiter.within_limit()``, so over the limit it is rescheduled as above.
@@ -67,6 +68,8 @@ class LimitsMiddleware:
             return call_next()
         except over_limit_classes(self.config) as exc:
             if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
+                if UNIQUE_DIGEST in payload:  # done, never to run: nothing pending holds it
+                    unique.release(self.config, payload)
                 return None
             if not reschedule(self.config, payload, exc):
                 raise
@@ -98,6 +101,8 @@ class LimitsMiddleware:
             return await call_next()
         except over_limit_classes(self.config) as exc:
             if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
+                if UNIQUE_DIGEST in payload:  # as in ``__call__``
+                    await bookkeeping(unique.release, self.config, payload)
                 return None
             if not await bookkeeping(reschedule, self.config, payload, exc):
                 raise

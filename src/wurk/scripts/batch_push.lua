@@ -4,7 +4,8 @@
 -- ARGV[1..4]  prefix, timestamp format, dead timeout, hand back
 -- ARGV[5]     bid
 -- ARGV[6..]   six per job: jid, queue, score ('' for an immediate job), payload,
---             unique lock key ('' for none), the lock's lifetime in ms
+--             unique lock key ('' for none), its unique_for in ms (a scheduled job's wait
+--             is added on Redis's clock: lock_ttl, owned.lua)
 --
 -- A unique job whose lock another jid holds is neither pushed nor registered. A jid the
 -- batch already has (the same job pushed again) is pushed but counted once.
@@ -66,7 +67,9 @@ for i = 6, #ARGV, 6 do
   if holder and holder ~= jid then
     refused[#refused + 1] = job
   else
-    if lock ~= '' and not holder then redis.call('SET', lock, jid, 'PX', ttl) end
+    if lock ~= '' and not holder then
+      redis.call('SET', lock, jid, 'PX', lock_ttl(ttl, score))
+    end
     if redis.call('SADD', KEYS[2], jid) == 1 then added = added + 1 end
     if C.hand_back then
       -- a testing mode's sink keeps or runs the job: it is only registered here

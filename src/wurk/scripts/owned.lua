@@ -43,3 +43,17 @@ local function other_type(targets, what)
   end
   return nil
 end
+
+-- A unique lock's lifetime in ms: `unique_ms` (its `unique_for`), plus, for a job scheduled
+-- at `score` (float epoch seconds; '' for an immediate job), the wait until it is due on
+-- Redis's clock, the one the scheduler moves it by (a pusher's clock ahead of Redis's made
+-- the lock expire before its job was even due).
+local function lock_ttl(unique_ms, score)
+  local ttl = tonumber(unique_ms)
+  if score ~= '' then
+    local now = redis.call('TIME')
+    local wait = tonumber(score) - (tonumber(now[1]) + tonumber(now[2]) / 1000000)
+    if wait > 0 then ttl = ttl + math.ceil(wait * 1000) end
+  end
+  return ttl
+end

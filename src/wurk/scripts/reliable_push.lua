@@ -7,7 +7,7 @@
 -- KEYS[4]  a unique job's lock (unique:<digest>); absent for other jobs
 -- ARGV[1]  the job's jid    ARGV[2]  the payload, as it is to be stored
 -- ARGV[3]  the queue's name (immediate jobs)    ARGV[4]  the score ('' for immediate jobs)
--- ARGV[5]  the lock's lifetime in ms (unique jobs)
+-- ARGV[5]  unique_for in ms (unique jobs; a scheduled job's wait is added: lock_ttl)
 -- ARGV[6]  seconds a record of a jid is kept at most (records whose pusher never said the
 --          push landed: it died, or its push's reply was lost)
 --
@@ -42,7 +42,7 @@ if #KEYS == 4 then
     return reply(holder)
   end
   if not holder then
-    redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5])
+    redis.call('SET', KEYS[4], ARGV[1], 'PX', lock_ttl(ARGV[5], ARGV[4]))
   end
 end
 if ARGV[4] ~= '' then

@@ -2,12 +2,18 @@
 --
 -- KEYS[1]  unique:<digest>    KEYS[2]  the `queues` set
 -- KEYS[3]  the job's queue list, or the `schedule` set for a scheduled job
--- ARGV[1]  the job's jid    ARGV[2]  the lock's lifetime, ms    ARGV[3]  the payload
+-- ARGV[1]  the job's jid    ARGV[2]  unique_for, ms (the wait of a scheduled job is added,
+--          on Redis's clock: lock_ttl)    ARGV[3]  the payload
 -- ARGV[4]  the queue's name (immediate jobs)    ARGV[5]  the score ('' for immediate jobs)
+-- ARGV[6]  '1' when wurk pushes the job again (a retry or scheduled job come due, through
+--          the client; an interrupted iterable job), else ''
 --
 -- Returns nil when pushed, or the jid holding the lock when this push is a duplicate. A
 -- lock held by this very jid does not refuse it: that is the job itself coming back (the
--- scheduler pushing it through the client), and its lock keeps its original lifetime.
+-- scheduler pushing it through the client), and its lock keeps its original lifetime. Nor
+-- does a lock another jid took (the job's own was released at its start, or expired) refuse
+-- a job pushed again (ARGV[6]): it was accepted long ago, and refusing it dropped a retry
+-- the atomic scheduler would have moved; it goes through, that lock left as it is.
 --
 -- A lock of another Redis type holds no jid (anyone may write the key): it made every push
 -- of the job fail with WRONGTYPE, for good when written without a TTL. It is replaced by
@@ -23,10 +29,9 @@ local refused = other_type(ARGV[5] ~= '' and {{KEYS[3], 'zset'}}
 if refused then return refused end
 local holder = lock_holder(KEYS[1], ARGV[1])
 if holder and holder ~= ARGV[1] then
-  return holder
-end
-if not holder then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  if ARGV[6] ~= '1' then return holder end
+elseif not holder then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', lock_ttl(ARGV[2], ARGV[5]))
 end
 if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[3], ARGV[5], ARGV[3])
