@@ -198,7 +198,7 @@ def _capsules(value: Any, source: str) -> list[Capsule]:
         spec = {_key(k): v for k, v in spec.items()}
         queues = [_queue(q, source) for q in _list(spec.get("queues", ["default"]),
                                                    "queues", source)]
-        capsules.append(Capsule(name=str(name), queues=[parse_queue(q) for q in queues],
+        capsules.append(Capsule(name=_key(name), queues=[parse_queue(q) for q in queues],
                                 concurrency=spec.get("concurrency", 5),
                                 async_concurrency=spec.get("async_concurrency", 100),
                                 shard=spec.get("shard")))
