@@ -631,6 +631,7 @@ class Config:
                                                         for q in self.queues):
             raise ConfigError(f"queues must be a list of queue names, not {self.queues!r}")
         self.all_capsules()  # validates queue names and concurrency
+        self._check_capsule_names()
         self.periodic.check_seconds()
         self._validate_web()
         self._validate_observability()
@@ -647,6 +648,22 @@ class Config:
         self._validate_shards()
         self._validate_partitions()
         self._validate_cluster()
+
+    def _check_capsule_names(self) -> None:
+        """One capsule a name: a capsule's pool and its entry of the process record are
+        found by it, so a second one of a name shared the first's, and ``default`` is the
+        top level's capsule (``queues``, ``concurrency``)."""
+        seen: set[str] = set()
+        for capsule in self.capsules:
+            if capsule.name == "default":
+                raise ConfigError(
+                    "capsule 'default' is the worker's own: set its threads and queues with "
+                    "the top-level concurrency and queues settings (or -c and -q), and give "
+                    "another capsule a name of its own")
+            if capsule.name in seen:
+                raise ConfigError(f"two capsules are named {capsule.name!r}: give each a name "
+                                  "of its own")
+            seen.add(capsule.name)
 
     def _validate_partitions(self) -> None:
         self.partitions = check_partitions(self.partitions)

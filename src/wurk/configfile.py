@@ -17,7 +17,9 @@
    (Sidekiq's ERB was a security hole). They are replaced inside each parsed scalar, never in
    the YAML text: a value holding a newline or ``key: value`` stays one value and cannot add
    settings. An unquoted scalar that holds a variable is typed after the replacement
-   (``concurrency: ${N}`` is an int), as if the value had been written there.
+   (``concurrency: ${N}`` is an int), as if the value had been written there. Any other
+   ``${NAME…`` (the shell's ``${NAME-x}``, ``${NAME:?x}``, a nested default, an unclosed
+   brace) is an error: kept as text it would set the setting to those characters.
 6. Every problem is a ``ConfigError`` naming the file and the key; an unknown key is given
    the closest known setting (``retries`` → ``max_retries``).
 """
@@ -38,6 +40,9 @@ from .errors import ConfigError
 __all__ = ["load_file", "settings_from_mapping"]
 
 _VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+# What is left of a ``${NAME…`` that is none of the two forms above: the shell's others
+# (``${NAME-x}``, ``${NAME:?x}``, ``${NAME:=x}``), a nested default, an unclosed brace.
+_OTHER_FORM = re.compile(r"\$\{[A-Za-z_][^}]*\}?")
 # Keys that take a mapping as their value, so they are not environment sections.
 _MAPPING_SETTINGS = {"capsules", "swarm", "shards"}
 _CAPSULE_KEYS = {"concurrency", "async_concurrency", "queues", "shard"}
@@ -112,6 +117,13 @@ def _substitute(node: yaml.Node, loader: yaml.SafeLoader, source: Path, seen: se
 
 
 def _interpolate(text: str, source: Path) -> str:
+    last = 0
+    for match in _VARIABLE.finditer(text):
+        _refuse_other_forms(text[last:match.start()], source)
+        _refuse_other_forms(match.group(2) or "", source)
+        last = match.end()
+    _refuse_other_forms(text[last:], source)
+
     def replace(match: re.Match[str]) -> str:
         name, default = match.group(1), match.group(2)
         value = os.environ.get(name)
@@ -124,6 +136,18 @@ def _interpolate(text: str, source: Path) -> str:
 
     # One pass: a value that itself holds ``${…}`` is kept as it is, never expanded again.
     return _VARIABLE.sub(replace, text)
+
+
+def _refuse_other_forms(text: str, source: Path) -> None:
+    """A ``ConfigError`` for a ``${NAME…`` of ``text`` that wurk does not replace: kept as
+    text, ``key_prefix: ${PREFIX-app}`` would run on other keys, ``web_password:
+    ${PASSWORD:?}`` would set that very password. ``${`` before no name (``${}``,
+    ``${1}``) is no variable and stays text."""
+    found = _OTHER_FORM.search(text)
+    if found:
+        raise ConfigError(f"{source}: {found.group()!r} is not a variable wurk replaces: "
+                          "write ${NAME} or ${NAME:-default} (no other shell form, no "
+                          "variable inside a default)")
 
 
 def settings_from_mapping(data: dict[Any, Any], *, environment: str | None = None,
@@ -198,7 +222,7 @@ def _capsules(value: Any, source: str) -> list[Capsule]:
         spec = {_key(k): v for k, v in spec.items()}
         queues = [_queue(q, source) for q in _list(spec.get("queues", ["default"]),
                                                    "queues", source)]
-        capsules.append(Capsule(name=str(name), queues=[parse_queue(q) for q in queues],
+        capsules.append(Capsule(name=_key(name), queues=[parse_queue(q) for q in queues],
                                 concurrency=spec.get("concurrency", 5),
                                 async_concurrency=spec.get("async_concurrency", 100),
                                 shard=spec.get("shard")))

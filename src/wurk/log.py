@@ -561,17 +561,18 @@ FORMATTERS: dict[str, type[logging.Formatter]] = {
 
 def setup(*, fmt: str = "pretty", level: str | int = "INFO", stream: TextIO | None = None,
           logfile: str | None = None) -> logging.Handler:
-    """Give the ``wurk`` logger one handler in the chosen format (replacing ours, if any)."""
+    """Give the ``wurk`` logger one handler in the chosen format (replacing ours, if any).
+    A ``logfile`` that cannot be opened raises ``OSError`` before anything is replaced."""
+    handler: logging.Handler = (
+        BufferedFileHandler(logfile) if logfile
+        else BufferedStreamHandler(stream or sys.stdout)
+    )
     root = logging.getLogger()
     for owner in (logger, root):
         for existing in list(owner.handlers):
             if getattr(existing, _HANDLER_MARK, False):
                 owner.removeHandler(existing)
                 existing.close()
-    handler: logging.Handler = (
-        BufferedFileHandler(logfile) if logfile
-        else BufferedStreamHandler(stream or sys.stdout)
-    )
     global _fork_hook
     _remember_pid()
     if not _fork_hook and hasattr(os, "register_at_fork"):

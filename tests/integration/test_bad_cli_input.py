@@ -190,3 +190,26 @@ def test_a_queue_weight_out_of_bounds_is_one_clear_line(
     assert_one_clear_line(code, err)
     assert f"queue {spec!r}: the weight must be from 0 to 1,000" in err
     assert Config(queues=["a,1000"]).all_capsules()[0].queues == [("a", 1000)]
+
+
+def test_a_logfile_that_cannot_be_opened_is_one_clear_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--logfile`` in a folder that does not exist (or cannot be written) ended the
+    worker with Python's traceback of the FileNotFoundError from logging's file handler."""
+    path = tmp_path / "no-such-folder" / "wurk.log"
+    code, err = worker_exit(capsys, "--logfile", str(path))
+    assert_one_clear_line(code, err)
+    assert "'--logfile'" in err and str(path) in err and "No such file or directory" in err
+
+
+@pytest.mark.parametrize("name", ["default", ":default"])
+def test_a_file_capsule_named_default_is_one_clear_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """``capsules: {default: …}`` started a worker with two capsules named 'default': the
+    top level's and the file's, sharing one pool sized for the first and one entry of the
+    process record, so the worker served other queues with other threads than asked."""
+    path = tmp_path / "wurk.yml"
+    path.write_text(f"capsules:\n  {name}:\n    concurrency: 20\n    queues: [q]\n")
+    code, err = worker_exit(capsys, "-C", str(path))
+    assert_one_clear_line(code, err)
+    assert "capsule 'default'" in err and "top-level concurrency and queues" in err

@@ -267,3 +267,14 @@ def test_wurk_leader_reads_the_usual_spellings(monkeypatch: pytest.MonkeyPatch, 
                                                leader: bool) -> None:
     monkeypatch.setenv("WURK_LEADER", value)
     assert Config().leader is leader
+
+
+def test_capsule_names_are_unique_and_not_default() -> None:
+    """The default capsule is the top level's (``queues``, ``concurrency``): a capsule of
+    the same name, or two of one name, shared one pool and one entry of the process record."""
+    with pytest.raises(ConfigError, match=r"capsule 'default'.*top-level concurrency and queues"):
+        Config(capsules=[Capsule(name="default", queues=["q"])])
+    with pytest.raises(ConfigError, match="two capsules are named 'x'"):
+        Config(capsules=[Capsule(name="x", queues=["a"]), Capsule(name="x", queues=["b"])])
+    assert [c.name for c in Config(capsules=[Capsule(name="x")]).all_capsules()] == \
+        ["default", "x"]

@@ -279,3 +279,39 @@ def test_a_log_file_that_cannot_be_reopened_does_not_end_the_signal_loop(
     assert worker.stopped
     wurk_log.logger.warning("still logging")  # to the old file: no line raises
     wurk_log.flush()
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("key_prefix: ${UNSET_PREFIX_X-app}", "${UNSET_PREFIX_X-app}"),
+        ("web_password: ${UNSET_PASSWORD_X:?set it}", "${UNSET_PASSWORD_X:?set it}"),
+        ("tag: ${UNSET_TAG_X:=web}", "${UNSET_TAG_X:=web}"),
+        ("tag: ab${UNSET_TAG_X", "${UNSET_TAG_X"),
+        ("redis_url: ${UNSET_URL_X:-${UNSET_FALLBACK_X}}", "${UNSET_FALLBACK_X"),
+        ("labels: ['${WORKERS} ${WORKERS-2}']", "${WORKERS-2}"),
+    ],
+)
+def test_a_substitution_of_another_form_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str, fragment: str
+) -> None:
+    """Only ``${VAR}`` and ``${VAR:-default}`` are replaced; the shell's other forms (and a
+    nested default, an unclosed brace) were kept as literal text, so ``key_prefix:
+    ${PREFIX-app}`` ran on other keys and ``web_password: ${PASSWORD:?}`` set that password."""
+    monkeypatch.setenv("WORKERS", "7")
+    path = tmp_path / "wurk.yml"
+    path.write_text(text + "\n")
+    with pytest.raises(ConfigError) as info:
+        load_file(path)
+    message = str(info.value)
+    assert str(path) in message and repr(fragment) in message
+    assert "write ${NAME} or ${NAME:-default}" in message
+
+
+def test_dollar_braces_that_name_no_variable_stay_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "wurk.yml"
+    path.write_text("tag: 'a${}b $5 ${1x}'\nweb_username: u\nweb_password: 'p${ ${-'\n")
+    settings = load_file(path)
+    assert settings["tag"] == "a${}b $5 ${1x}" and settings["web_password"] == "p${ ${-"

@@ -177,8 +177,15 @@ def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
         config.check_worker()  # the encryption key once the modules had their say
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    handler = wurk_log.setup(fmt=config.log_format, level=config.log_level,
-                             logfile=options.get("logfile"))
+    logfile = options.get("logfile")
+    try:
+        handler = wurk_log.setup(fmt=config.log_format, level=config.log_level,
+                                 logfile=logfile)
+    except OSError as exc:  # a folder that does not exist, a file that cannot be written
+        raise click.BadParameter(f"cannot open {logfile!r} to log to: "
+                                 f"{exc.strerror or exc}; give a file in a folder that "
+                                 "exists and this user can write", param_hint="'--logfile'") \
+            from None
     # Job modules see the worker's configuration as the process default, so they can add
     # middleware and handlers to it (Sidekiq's configure_server) while being imported.
     configure(config)
