@@ -226,3 +226,43 @@ def test_the_api_delete_without_key_or_job_is_a_400(client: TestClient, config: 
 def test_cancel_of_something_that_is_not_a_jid_says_so(client: TestClient) -> None:
     response = post(client, "/busy", action="cancel", jid="a b\x00")
     assert response.status_code == 400 and "not a jid" in response.text
+
+
+# -- a key of the wrong type ------------------------------------------------------------------
+def test_retry_all_moves_every_job_a_wrong_type_queue_key_does_not_hold_up(
+        client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    now = time.time()
+    RetrySet(config).schedule(now + 1, failed(1, queue="broken"))  # first in the set's order
+    for n in range(2, 5):
+        RetrySet(config).schedule(now + 10 + n, failed(n))
+    r.set("queue:broken", "not a list")
+    response = post(client, "/retries", action="retry", all="1")
+    assert response.headers["location"] == "/retries?notice=retry&count=3"
+    assert queued_jids(r) == {f"{n:024x}" for n in range(2, 5)}
+    assert [e.jid for e in RetrySet(config)] == [f"{1:024x}"]  # left where it was
+
+
+@pytest.mark.parametrize(("setup", "path", "body"), [
+    (lambda r: r.set("queue:default", "x"), "/api/scheduled/{key}", {"action": "add_to_queue"}),
+    (lambda r: r.set("queue:default", "x"), "/api/retries", {"action": "retry", "keys": ["{key}"]}),
+    (lambda r: r.set("dead", "x"), "/api/retries", {"action": "kill", "all": True}),
+    (lambda r: r.set("paused", "x"), "/api/queues/default", {"action": "pause"}),
+    (lambda r: r.set("paused", "x"), "/queues/default", {"action": "unpause"}),
+])
+def test_an_action_on_a_key_of_the_wrong_type_is_a_409_naming_the_problem(
+        client: TestClient, config: wurk.Config, r: redis.Redis, setup: object, path: str,
+        body: dict[str, object]) -> None:
+    seed_sets(config, 1)
+    kind = "scheduled" if "scheduled" in path else "retries"
+    key = keys(client, kind)[0]
+    setup(r)  # type: ignore[operator]
+    filled = {name: [key] if isinstance(v, list) else v for name, v in body.items()}
+    if path.startswith("/api"):
+        response = client.post(path.format(key=key), json=filled,
+                               headers={"X-CSRF-Token": token(client)})
+        assert response.json()["error"].startswith("A Redis key this action writes")
+    else:
+        response = post(client, path, **filled)
+        assert "A Redis key this action writes" in response.text
+    assert response.status_code == 409
+    assert RetrySet(config).size() + ScheduledSet(config).size() == 2  # nothing moved

@@ -10,15 +10,18 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 from urllib.parse import quote
 
+import redis
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..connections.replies import reply_code
 from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
@@ -26,6 +29,15 @@ from .guard import SCOPE_FORM, SCOPE_ROOT
 from .templating import render, url
 
 __all__ = ["form_list", "form_value", "perform", "required", "routes"]
+
+log = logging.getLogger("wurk.web")
+
+# An action that meets a key of another Redis type (a `paused` key that is a string, a queue
+# key that is a hash, written by hand or by another program): what it could not do is named in
+# the server log; the viewer gets this fixed text, never Redis's own.
+WRONG_TYPE = ("A Redis key this action writes holds a value of another type, so the action "
+              "stopped there (the server log names the key); delete or repair that key and "
+              "try again.")
 
 
 # -- helpers shared with the JSON API ---------------------------------------------------------
@@ -53,11 +65,17 @@ def form_list(request: Request, name: str) -> list[str]:
 
 
 async def perform(dash: Dashboard, fn: Any, *args: Any) -> int:
-    """Run an action; an action the target does not offer is a 400 with fixed text."""
+    """Run an action; an action the target does not offer is a 400 with fixed text, one that
+    meets a key of the wrong Redis type a 409 (``WRONG_TYPE``)."""
     try:
         return int(await dash.run(fn, dash.config, *args))
     except actions.UnknownAction as exc:
         raise HTTPException(400, str(exc)) from None
+    except redis.ResponseError as exc:
+        if reply_code(exc) != "WRONGTYPE":
+            raise
+        log.warning("dashboard: %s refused by Redis: %s", getattr(fn, "__name__", fn), exc)
+        raise HTTPException(409, WRONG_TYPE) from None
 
 
 def queue_path(name: str) -> str:
