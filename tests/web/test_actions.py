@@ -266,3 +266,33 @@ def test_an_action_on_a_key_of_the_wrong_type_is_a_409_naming_the_problem(
         assert "A Redis key this action writes" in response.text
     assert response.status_code == 409
     assert RetrySet(config).size() + ScheduledSet(config).size() == 2  # nothing moved
+
+
+# -- "all" says yes or no ---------------------------------------------------------------------
+@pytest.mark.parametrize("no", ["0", "false", "False", "off"])
+@pytest.mark.parametrize("api", [False, True])
+def test_all_false_acts_on_the_selected_entries_only(client: TestClient, config: wurk.Config,
+                                                     no: str, api: bool) -> None:
+    seed_sets(config, 3)
+    chosen = keys(client, "morgue")[0]
+    if api:
+        response = client.post("/api/morgue", json={"action": "delete", "all": no,
+                                                    "keys": [chosen]},
+                               headers={"X-CSRF-Token": token(client)})
+        assert response.json() == {"action": "delete", "count": 1}
+    else:
+        response = post(client, "/morgue", action="delete", all=no, key=chosen)
+        assert response.headers["location"] == "/morgue?notice=delete&count=1"
+    assert DeadSet(config).size() == 2
+
+
+@pytest.mark.parametrize("path", ["/morgue", "/api/morgue"])
+def test_an_all_that_is_neither_yes_nor_no_is_a_400_naming_it(client: TestClient,
+                                                              config: wurk.Config,
+                                                              path: str) -> None:
+    seed_sets(config, 2)
+    response = client.post(path, data={"csrf_token": token(client), "action": "delete",
+                                       "all": "yes please"})
+    assert response.status_code == 400
+    assert "“all”" in response.text
+    assert DeadSet(config).size() == 2

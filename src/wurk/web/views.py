@@ -28,7 +28,7 @@ from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
 from .templating import render, url
 
-__all__ = ["form_list", "form_value", "perform", "required", "routes"]
+__all__ = ["form_list", "form_value", "perform", "required", "routes", "wants_all"]
 
 log = logging.getLogger("wurk.web")
 
@@ -57,6 +57,23 @@ def required(request: Request, name: str) -> str:
     if not value:
         raise HTTPException(400, f"The form is missing the field “{name}”.")
     return value
+
+
+# What the field "all" may say: the page's bulk form sends "1", JSON ``true`` arrives as
+# "True". Anything else is refused rather than guessed at: "all=false" once meant "all".
+ALL_YES = frozenset({"1", "true", "True", "on"})
+ALL_NO = frozenset({"", "0", "false", "False", "off"})
+
+
+def wants_all(request: Request) -> bool:
+    """Whether a job set's action is for every entry (the field ``all``) rather than the
+    selected ones; a 400 naming the field when it says neither yes nor no."""
+    value = form_value(request, "all")
+    if value in ALL_YES:
+        return True
+    if value in ALL_NO:
+        return False
+    raise HTTPException(400, "The field “all” must be true (1) or false (0).")
 
 
 def form_list(request: Request, name: str) -> list[str]:
@@ -171,7 +188,7 @@ async def job_set(request: Request, kind: data.SetKind) -> Response:
 
 async def job_set_action(request: Request, kind: data.SetKind) -> Response:
     dash, action = dashboard(request), form_value(request, "action")
-    if form_value(request, "all"):
+    if wants_all(request):
         count = await perform(dash, actions.set_bulk, kind, action)
     else:
         count = await perform(dash, actions.set_action, kind, action, form_list(request, "key"))
