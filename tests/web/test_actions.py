@@ -296,3 +296,35 @@ def test_an_all_that_is_neither_yes_nor_no_is_a_400_naming_it(client: TestClient
     assert response.status_code == 400
     assert "“all”" in response.text
     assert DeadSet(config).size() == 2
+
+
+# -- back where the action was taken ----------------------------------------------------------
+def test_a_selection_action_returns_to_the_page_and_filter_it_was_taken_on(
+        client: TestClient, config: wurk.Config) -> None:
+    now = time.time()
+    for n in range(30):
+        RetrySet(config).schedule(now + 60 + n, failed(n, **{"class": "PayJob"}))
+    listed = client.get("/retries", params={"page": "2", "substr": "PayJob"}).text
+    assert '<input type="hidden" name="page" value="2">' in listed
+    assert '<input type="hidden" name="substr" value="PayJob">' in listed
+    chosen = client.get("/api/retries", params={"page": "2"}).json()["entries"][0]["key"]
+    response = post(client, "/retries", action="delete", key=chosen, page="2", substr="PayJob")
+    assert response.headers["location"] == \
+        "/retries?notice=delete&count=1&page=2&substr=PayJob"
+    # Nothing to go back to, or nothing that is a page: the list's first page.
+    again = post(client, "/retries", action="delete", key=chosen, page="x")
+    assert again.headers["location"] == "/retries?notice=delete&count=0"
+
+
+def test_a_queue_delete_returns_to_the_page_and_order_it_was_taken_on(
+        client: TestClient, r: redis.Redis) -> None:
+    for n in range(30):
+        r.lpush("queue:default", wurk.payload.dumps(job(n)))
+    listed = client.get("/queues/default", params={"page": "2", "direction": "asc"}).text
+    assert '<input type="hidden" name="page" value="2">' in listed
+    key = client.get("/api/queues/default", params={"page": "2", "direction": "asc"}
+                     ).json()["jobs"][0]["key"]
+    response = post(client, "/queues/default/delete", key=key, page="2", direction="asc")
+    assert response.headers["location"] == \
+        "/queues/default?notice=delete&count=1&page=2&direction=asc"
+    assert r.llen("queue:default") == 29

@@ -103,6 +103,25 @@ def redirect(request: Request, path: str, **notice: Any) -> Response:
     return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), path, **notice), 303)
 
 
+# A filter carried back in a redirect is cut here: a Location header stays small.
+BACK_FILTER_LIMIT = 2000
+
+
+def back_to(request: Request, *fields: str) -> dict[str, str]:
+    """Where the list's form was when it was sent (its hidden ``page`` and ``substr`` or
+    ``direction`` fields), to redirect back there as Sidekiq's dashboard does: a page past
+    the first, the filter, the order; anything else is left out."""
+    back: dict[str, str] = {}
+    page = data.page_number(form_value(request, "page"))
+    if page > 1:
+        back["page"] = str(page)
+    if "substr" in fields:
+        back["substr"] = form_value(request, "substr").strip()[:BACK_FILTER_LIMIT]
+    if "direction" in fields and form_value(request, "direction") == "asc":
+        back["direction"] = "asc"
+    return back
+
+
 # -- the dashboard ----------------------------------------------------------------------------
 async def home(request: Request) -> Response:
     dash = dashboard(request)
@@ -174,7 +193,7 @@ async def queue_delete(request: Request) -> Response:
     count = await perform(dashboard(request), actions.delete_queue_job, name,
                           required(request, "key"))
     return redirect(request, queue_path(name), notice="delete" if count else "gone",
-                    count=count)
+                    count=count, **back_to(request, "direction"))
 
 
 # -- job sets ---------------------------------------------------------------------------------
@@ -192,6 +211,8 @@ async def job_set_action(request: Request, kind: data.SetKind) -> Response:
         count = await perform(dash, actions.set_bulk, kind, action)
     else:
         count = await perform(dash, actions.set_action, kind, action, form_list(request, "key"))
+        return redirect(request, f"/{kind.name}", notice=action, count=count,
+                        **back_to(request, "substr"))
     return redirect(request, f"/{kind.name}", notice=action, count=count)
 
 
