@@ -229,7 +229,7 @@ def test_cancel_of_something_that_is_not_a_jid_says_so(client: TestClient) -> No
 
 
 # -- a key of the wrong type ------------------------------------------------------------------
-def test_retry_all_moves_every_job_a_wrong_type_queue_key_does_not_hold_up(
+def test_retry_all_stopped_by_a_wrong_type_queue_key_says_so_and_loses_no_job(
         client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
     now = time.time()
     RetrySet(config).schedule(now + 1, failed(1, queue="broken"))  # first in the set's order
@@ -237,9 +237,12 @@ def test_retry_all_moves_every_job_a_wrong_type_queue_key_does_not_hold_up(
         RetrySet(config).schedule(now + 10 + n, failed(n))
     r.set("queue:broken", "not a list")
     response = post(client, "/retries", action="retry", all="1")
-    assert response.headers["location"] == "/retries?notice=retry&count=3"
-    assert queued_jids(r) == {f"{n:024x}" for n in range(2, 5)}
-    assert [e.jid for e in RetrySet(config)] == [f"{1:024x}"]  # left where it was
+    assert response.status_code == 409
+    assert "A Redis key this action writes" in response.text
+    # Every job is in its queue or still in the retry set: none in neither place.
+    assert queued_jids(r) | {e.jid for e in RetrySet(config)} == \
+        {f"{n:024x}" for n in range(1, 5)}
+    assert r.get("queue:broken") == "not a list"
 
 
 @pytest.mark.parametrize(("setup", "path", "body"), [

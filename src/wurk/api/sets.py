@@ -21,19 +21,15 @@ dead set in one script too (``scripts/api_kill.lua``, through ``Morgue.take``).
 from __future__ import annotations
 
 import hashlib
-import logging
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
-
-import redis
 
 from .. import payload as P
 from .. import scripts
 from .. import stored as values
 from ..config import Config, default_config
 from ..connections.pool import RedisPool
-from ..connections.replies import reply_code
 from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..reporting import run_death_handlers
@@ -41,8 +37,6 @@ from ..stored import Invalid
 from ..unique import MARK, release_stored
 from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
 from .record import JobRecord
-
-log = logging.getLogger("wurk")
 
 # Members of one score ``JobSet.at_address`` reads per round trip.
 ADDRESS_PAGE = 1_000
@@ -370,8 +364,7 @@ class JobSet:
         """Move every entry present now to its queue (with ``only``, those it keeps of each
         page), oldest first, a page a round trip; returns how many moved.
 
-        Entries that are not job payloads stay where they are, and so do those whose queue's
-        key (or ``queues``) holds another Redis type (logged): the rest still move.
+        Entries that are not job payloads stay where they are.
         """
         moved = 0
         for rows in self._present():
@@ -391,26 +384,15 @@ class JobSet:
         keys = self.config.keys
         script = _requeue_script()
 
-        def move(r: Any) -> list[Any]:
+        def move(r: Any) -> int:
             pipe = r.pipeline(transaction=False)
             moving = r.register_script(script)
             for entry, queue, payload in batch:
                 moving(keys=[self.key, keys.queues, keys.queue(queue)],
                        args=[entry.raw, queue, payload], client=pipe)
-            return list(pipe.execute(raise_on_error=False))
+            return sum(int(x) for x in pipe.execute())
 
-        moved = 0
-        for (entry, _, _), reply in zip(batch, self._pool.run(move, idempotent=True),
-                                            strict=True):
-            if isinstance(reply, redis.ResponseError) and reply_code(reply) == "WRONGTYPE":
-                # Its queue's key (or `queues`) holds another type: the script refused before
-                # writing, so the entry stays here; the others still move.
-                log.warning("%s: job %r left in place: %s", self.label, entry.jid, reply)
-                continue
-            if isinstance(reply, Exception):
-                raise reply
-            moved += int(reply)
-        return moved
+        return int(self._pool.run(move, idempotent=True))
 
 
 class ScheduledSet(JobSet):
