@@ -226,3 +226,108 @@ def test_the_api_delete_without_key_or_job_is_a_400(client: TestClient, config: 
 def test_cancel_of_something_that_is_not_a_jid_says_so(client: TestClient) -> None:
     response = post(client, "/busy", action="cancel", jid="a b\x00")
     assert response.status_code == 400 and "not a jid" in response.text
+
+
+# -- a key of the wrong type ------------------------------------------------------------------
+def test_retry_all_stopped_by_a_wrong_type_queue_key_says_so_and_loses_no_job(
+        client: TestClient, config: wurk.Config, r: redis.Redis) -> None:
+    now = time.time()
+    RetrySet(config).schedule(now + 1, failed(1, queue="broken"))  # first in the set's order
+    for n in range(2, 5):
+        RetrySet(config).schedule(now + 10 + n, failed(n))
+    r.set("queue:broken", "not a list")
+    response = post(client, "/retries", action="retry", all="1")
+    assert response.status_code == 409
+    assert "A Redis key this action writes" in response.text
+    # Every job is in its queue or still in the retry set: none in neither place.
+    assert queued_jids(r) | {e.jid for e in RetrySet(config)} == \
+        {f"{n:024x}" for n in range(1, 5)}
+    assert r.get("queue:broken") == "not a list"
+
+
+@pytest.mark.parametrize(("setup", "path", "body"), [
+    (lambda r: r.set("queue:default", "x"), "/api/scheduled/{key}", {"action": "add_to_queue"}),
+    (lambda r: r.set("queue:default", "x"), "/api/retries", {"action": "retry", "keys": ["{key}"]}),
+    (lambda r: r.set("dead", "x"), "/api/retries", {"action": "kill", "all": True}),
+    (lambda r: r.set("paused", "x"), "/api/queues/default", {"action": "pause"}),
+    (lambda r: r.set("paused", "x"), "/queues/default", {"action": "unpause"}),
+])
+def test_an_action_on_a_key_of_the_wrong_type_is_a_409_naming_the_problem(
+        client: TestClient, config: wurk.Config, r: redis.Redis, setup: object, path: str,
+        body: dict[str, object]) -> None:
+    seed_sets(config, 1)
+    kind = "scheduled" if "scheduled" in path else "retries"
+    key = keys(client, kind)[0]
+    setup(r)  # type: ignore[operator]
+    filled = {name: [key] if isinstance(v, list) else v for name, v in body.items()}
+    if path.startswith("/api"):
+        response = client.post(path.format(key=key), json=filled,
+                               headers={"X-CSRF-Token": token(client)})
+        assert response.json()["error"].startswith("A Redis key this action writes")
+    else:
+        response = post(client, path, **filled)
+        assert "A Redis key this action writes" in response.text
+    assert response.status_code == 409
+    assert RetrySet(config).size() + ScheduledSet(config).size() == 2  # nothing moved
+
+
+# -- "all" says yes or no ---------------------------------------------------------------------
+@pytest.mark.parametrize("no", ["0", "false", "False", "off"])
+@pytest.mark.parametrize("api", [False, True])
+def test_all_false_acts_on_the_selected_entries_only(client: TestClient, config: wurk.Config,
+                                                     no: str, api: bool) -> None:
+    seed_sets(config, 3)
+    chosen = keys(client, "morgue")[0]
+    if api:
+        response = client.post("/api/morgue", json={"action": "delete", "all": no,
+                                                    "keys": [chosen]},
+                               headers={"X-CSRF-Token": token(client)})
+        assert response.json() == {"action": "delete", "count": 1}
+    else:
+        response = post(client, "/morgue", action="delete", all=no, key=chosen)
+        assert response.headers["location"] == "/morgue?notice=delete&count=1"
+    assert DeadSet(config).size() == 2
+
+
+@pytest.mark.parametrize("path", ["/morgue", "/api/morgue"])
+def test_an_all_that_is_neither_yes_nor_no_is_a_400_naming_it(client: TestClient,
+                                                              config: wurk.Config,
+                                                              path: str) -> None:
+    seed_sets(config, 2)
+    response = client.post(path, data={"csrf_token": token(client), "action": "delete",
+                                       "all": "yes please"})
+    assert response.status_code == 400
+    assert "“all”" in response.text
+    assert DeadSet(config).size() == 2
+
+
+# -- back where the action was taken ----------------------------------------------------------
+def test_a_selection_action_returns_to_the_page_and_filter_it_was_taken_on(
+        client: TestClient, config: wurk.Config) -> None:
+    now = time.time()
+    for n in range(30):
+        RetrySet(config).schedule(now + 60 + n, failed(n, **{"class": "PayJob"}))
+    listed = client.get("/retries", params={"page": "2", "substr": "PayJob"}).text
+    assert '<input type="hidden" name="page" value="2">' in listed
+    assert '<input type="hidden" name="substr" value="PayJob">' in listed
+    chosen = client.get("/api/retries", params={"page": "2"}).json()["entries"][0]["key"]
+    response = post(client, "/retries", action="delete", key=chosen, page="2", substr="PayJob")
+    assert response.headers["location"] == \
+        "/retries?notice=delete&count=1&page=2&substr=PayJob"
+    # Nothing to go back to, or nothing that is a page: the list's first page.
+    again = post(client, "/retries", action="delete", key=chosen, page="x")
+    assert again.headers["location"] == "/retries?notice=delete&count=0"
+
+
+def test_a_queue_delete_returns_to_the_page_and_order_it_was_taken_on(
+        client: TestClient, r: redis.Redis) -> None:
+    for n in range(30):
+        r.lpush("queue:default", wurk.payload.dumps(job(n)))
+    listed = client.get("/queues/default", params={"page": "2", "direction": "asc"}).text
+    assert '<input type="hidden" name="page" value="2">' in listed
+    key = client.get("/api/queues/default", params={"page": "2", "direction": "asc"}
+                     ).json()["jobs"][0]["key"]
+    response = post(client, "/queues/default/delete", key=key, page="2", direction="asc")
+    assert response.headers["location"] == \
+        "/queues/default?notice=delete&count=1&page=2&direction=asc"
+    assert r.llen("queue:default") == 29

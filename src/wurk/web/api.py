@@ -32,7 +32,7 @@ from . import metrics as metrics_tab
 from .context import dashboard
 from .guard import SCOPE_CSRF
 from .security import CSRF_FIELD, CSRF_HEADER
-from .views import form_list, form_value, perform
+from .views import form_list, form_value, perform, wants_all
 
 __all__ = ["ENDPOINTS", "Document", "Endpoint", "routes"]
 
@@ -170,7 +170,7 @@ async def queue_delete(request: Request) -> Response:
 
 async def job_set_action(request: Request, kind: data.SetKind) -> Response:
     dash, action = dashboard(request), form_value(request, "action")
-    if form_value(request, "all") in ("True", "true", "1"):
+    if wants_all(request):
         return done(action, await perform(dash, actions.set_bulk, kind, action))
     keys = form_list(request, "keys")
     return done(action, await perform(dash, actions.set_action, kind, action, keys))

@@ -10,22 +10,34 @@
 
 from __future__ import annotations
 
+import logging
 from functools import partial
 from typing import Any
 from urllib.parse import quote
 
+import redis
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..connections.replies import reply_code
 from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
 from .templating import render, url
 
-__all__ = ["form_list", "form_value", "perform", "required", "routes"]
+__all__ = ["form_list", "form_value", "perform", "required", "routes", "wants_all"]
+
+log = logging.getLogger("wurk.web")
+
+# An action that meets a key of another Redis type (a `paused` key that is a string, a queue
+# key that is a hash, written by hand or by another program): what it could not do is named in
+# the server log; the viewer gets this fixed text, never Redis's own.
+WRONG_TYPE = ("A Redis key this action writes holds a value of another type, so the action "
+              "stopped there (the server log names the key); delete or repair that key and "
+              "try again.")
 
 
 # -- helpers shared with the JSON API ---------------------------------------------------------
@@ -47,17 +59,40 @@ def required(request: Request, name: str) -> str:
     return value
 
 
+# What the field "all" may say: the page's bulk form sends "1", JSON ``true`` arrives as
+# "True". Anything else is refused rather than guessed at: "all=false" once meant "all".
+ALL_YES = frozenset({"1", "true", "True", "on"})
+ALL_NO = frozenset({"", "0", "false", "False", "off"})
+
+
+def wants_all(request: Request) -> bool:
+    """Whether a job set's action is for every entry (the field ``all``) rather than the
+    selected ones; a 400 naming the field when it says neither yes nor no."""
+    value = form_value(request, "all")
+    if value in ALL_YES:
+        return True
+    if value in ALL_NO:
+        return False
+    raise HTTPException(400, "The field “all” must be true (1) or false (0).")
+
+
 def form_list(request: Request, name: str) -> list[str]:
     value = request.scope.get(SCOPE_FORM, {}).get(name, [])
     return [str(v) for v in value] if isinstance(value, list) else [str(value)]
 
 
 async def perform(dash: Dashboard, fn: Any, *args: Any) -> int:
-    """Run an action; an action the target does not offer is a 400 with fixed text."""
+    """Run an action; an action the target does not offer is a 400 with fixed text, one that
+    meets a key of the wrong Redis type a 409 (``WRONG_TYPE``)."""
     try:
         return int(await dash.run(fn, dash.config, *args))
     except actions.UnknownAction as exc:
         raise HTTPException(400, str(exc)) from None
+    except redis.ResponseError as exc:
+        if reply_code(exc) != "WRONGTYPE":
+            raise
+        log.warning("dashboard: %s refused by Redis: %s", getattr(fn, "__name__", fn), exc)
+        raise HTTPException(409, WRONG_TYPE) from None
 
 
 def queue_path(name: str) -> str:
@@ -66,6 +101,25 @@ def queue_path(name: str) -> str:
 
 def redirect(request: Request, path: str, **notice: Any) -> Response:
     return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), path, **notice), 303)
+
+
+# A filter carried back in a redirect is cut here: a Location header stays small.
+BACK_FILTER_LIMIT = 2000
+
+
+def back_to(request: Request, *fields: str) -> dict[str, str]:
+    """Where the list's form was when it was sent (its hidden ``page`` and ``substr`` or
+    ``direction`` fields), to redirect back there as Sidekiq's dashboard does: a page past
+    the first, the filter, the order; anything else is left out."""
+    back: dict[str, str] = {}
+    page = data.page_number(form_value(request, "page"))
+    if page > 1:
+        back["page"] = str(page)
+    if "substr" in fields:
+        back["substr"] = form_value(request, "substr").strip()[:BACK_FILTER_LIMIT]
+    if "direction" in fields and form_value(request, "direction") == "asc":
+        back["direction"] = "asc"
+    return back
 
 
 # -- the dashboard ----------------------------------------------------------------------------
@@ -139,7 +193,7 @@ async def queue_delete(request: Request) -> Response:
     count = await perform(dashboard(request), actions.delete_queue_job, name,
                           required(request, "key"))
     return redirect(request, queue_path(name), notice="delete" if count else "gone",
-                    count=count)
+                    count=count, **back_to(request, "direction"))
 
 
 # -- job sets ---------------------------------------------------------------------------------
@@ -153,10 +207,12 @@ async def job_set(request: Request, kind: data.SetKind) -> Response:
 
 async def job_set_action(request: Request, kind: data.SetKind) -> Response:
     dash, action = dashboard(request), form_value(request, "action")
-    if form_value(request, "all"):
+    if wants_all(request):
         count = await perform(dash, actions.set_bulk, kind, action)
     else:
         count = await perform(dash, actions.set_action, kind, action, form_list(request, "key"))
+        return redirect(request, f"/{kind.name}", notice=action, count=count,
+                        **back_to(request, "substr"))
     return redirect(request, f"/{kind.name}", notice=action, count=count)
 
 
