@@ -535,3 +535,14 @@ def test_a_term_while_the_parent_is_forking_is_queued_not_fatal() -> None:
         for sleeper in supervisor.sleepers:
             sleeper.kill()
             sleeper.wait()
+
+
+def test_a_zero_memory_limit_in_the_environment_means_off() -> None:
+    # docs/swarm.md: max_memory_mb 0 is off, WURK_MAXMEM_MB included; read as 1 MB, every
+    # child (all over 1 MB) would be replaced at each memory check, in a loop.
+    assert resolve(None, {}, environ={"WURK_MAXMEM_MB": "0"}).max_memory_mb == 0
+    assert resolve(None, {}, environ={"SIDEKIQ_MAXMEM_MB": "0.5"}).max_memory_mb == 0
+    with pytest.raises(ConfigError, match="WURK_MAXMEM_MB='-5' is not"):
+        resolve(None, {}, environ={"WURK_MAXMEM_MB": "-5"})
+    with pytest.raises(ConfigError, match="SIDEKIQ_COUNT='-2' is not"):
+        resolve(None, {}, environ={"SIDEKIQ_COUNT": "-2"})
