@@ -9,7 +9,7 @@ import select
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -375,6 +375,45 @@ def test_a_second_stop_signal_a_second_later_hurries_the_swarm(
     assert signalled("USR2", 3.9) == [(pid, signal.SIGUSR2) for pid in sorted(pids)]
     assert signalled("USR2", 0.2) == sorted([(pid, signal.SIGUSR2) for pid in pids]
                                             + [(pid, signal.SIGKILL) for pid in pids])
+
+
+def test_a_stop_leaves_a_child_that_a_rolling_restart_is_draining_to_its_drain(
+    stopping_swarm: tuple[Recording, Clock, list[int]]
+) -> None:
+    """The retiring child had its TERM from the restart: the stop's TERM, a second or more
+    later, would be its second one and hurry it (its running jobs cut off and pushed back)
+    where the swarm's one TERM promises them the timeout. A second stop signal hurries it
+    with the rest."""
+    supervisor, clock, pids = stopping_swarm
+    old, other = pids
+    replacement = subprocess.Popen(["sleep", "60"])
+
+    def spawn(slot: int) -> int:
+        supervisor.children[replacement.pid] = Child(replacement.pid, slot, "id-new",
+                                                      clock.now, seen=True)
+        return replacement.pid
+
+    try:
+        supervisor._restart.hooks = replace(supervisor._restart.hooks, spawn=spawn)
+        supervisor._restart.enqueue([old])
+        supervisor._restart.advance()  # the replacement is forked
+        supervisor._restart.advance()  # it heartbeats: the old child is sent TERM
+        assert supervisor.sent == [(old, signal.SIGTERM)]
+        clock.now += 2  # the old child drains its running jobs
+        del supervisor.sent[:]
+        supervisor._signals.push("TERM")
+        supervisor.tick()
+        assert sorted(supervisor.sent) == sorted([(other, signal.SIGTERM),
+                                                  (replacement.pid, signal.SIGTERM)])
+        clock.now += 1.5
+        del supervisor.sent[:]
+        supervisor._signals.push("TERM")  # a second one: every child, the retiring one too
+        supervisor.tick()
+        assert sorted(supervisor.sent) == sorted((pid, signal.SIGTERM)
+                                                 for pid in (old, other, replacement.pid))
+    finally:
+        replacement.kill()
+        replacement.wait()
 
 
 def test_hurrying_never_moves_the_kill_deadline_later(
