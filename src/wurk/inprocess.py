@@ -4,8 +4,13 @@
    threads only, no signal handlers of its own; ``start()`` / ``quiet()`` / ``stop()``.
    The host calls ``stop()`` from its graceful-shutdown hook. ``embed(config)`` is the
    one-line form returning a started one.
-2. The drain is registered with ``atexit`` before anything starts, so a boot that fails
-   half-way still drains what did start; ``stop()`` removes it. The worker belongs to the
+2. The drain is registered for the interpreter's exit before anything starts, so a boot
+   that fails half-way still drains what did start; ``stop()`` removes it. It runs among
+   ``threading``'s exit hooks, ahead of ``concurrent.futures``' join of every pool thread
+   (which has no timeout, and comes before ``atexit``'s hooks): an async job's helper
+   thread — a sync server link around it, ``asyncio.to_thread`` — would otherwise hold the
+   exit for the job's whole length, past ``timeout``. ``atexit`` keeps it too, for an exit
+   that started before the worker did. The worker belongs to the
    process that started it: in a forked child it is not ``running`` (its threads stayed in
    the parent), and the hook, ``quiet()`` and ``stop()`` do nothing there but warn (a stop
    would push the parent's running jobs back and remove the parent's process record).
@@ -20,6 +25,7 @@
 from __future__ import annotations
 
 import atexit
+import concurrent.futures.thread  # noqa: F401  (its exit hook registered before ours: see _arm)
 import logging
 import os
 import threading
@@ -43,6 +49,47 @@ log = logging.getLogger("wurk")
 # What the exit hook waits for the supervisor thread beyond the swarm's own drain budget:
 # one supervise tick to notice the request, plus slack for the last reap.
 DRAIN_JOIN_SLACK = 1.0
+
+
+# Workers whose drain is due at the interpreter's exit (started, not stopped), and whether
+# the hook running them is in ``threading``'s exit list yet.
+_armed: dict[int, InProcessWorker] = {}
+_armed_lock = threading.Lock()
+_hooked = False
+
+
+def _arm(worker: InProcessWorker) -> None:
+    """Drain ``worker`` at exit, before the thread pools are joined. ``threading``'s exit
+    hooks run last registered first, and ``concurrent.futures.thread`` (imported above)
+    registered its join when it was loaded: ours comes before it."""
+    global _hooked
+    atexit.register(worker._at_exit)  # an exit already under way (too late for threading's)
+    with _armed_lock:
+        _armed[id(worker)] = worker
+        register = getattr(threading, "_register_atexit", None)
+        if _hooked or register is None:
+            return
+        try:
+            register(_drain_armed)
+        except RuntimeError:  # the interpreter is shutting down: atexit's hook is there
+            return
+        _hooked = True
+
+
+def _disarm(worker: InProcessWorker) -> None:
+    atexit.unregister(worker._at_exit)
+    with _armed_lock:
+        _armed.pop(id(worker), None)
+
+
+def _drain_armed() -> None:
+    with _armed_lock:
+        workers = list(_armed.values())
+    for worker in workers:
+        try:
+            worker._at_exit()
+        except Exception:  # the others still drain
+            log.exception("in-process worker: the drain at exit failed")
 
 
 def _setup_logging(config: Config) -> None:
@@ -85,7 +132,7 @@ class InProcessWorker:
             self.launcher = launcher_for(self.config, embedded=True,
                                          on_remote_signal=self._remote_signal)
         _setup_logging(self.config)
-        atexit.register(self._at_exit)
+        _arm(self)
         try:
             self.launcher.start()
         except BaseException:
@@ -106,7 +153,7 @@ class InProcessWorker:
         launcher = self.launcher
         if launcher is None or not self._refuse_in_child("stop"):
             return
-        atexit.unregister(self._at_exit)
+        _disarm(self)
         launcher.stop(timeout)
 
     def _refuse_in_child(self, what: str) -> bool:

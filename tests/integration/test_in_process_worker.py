@@ -23,6 +23,7 @@ import redis
 import wurk
 from tests.helpers.server import Server
 from tests.helpers.wait import wait_until
+from wurk import inprocess
 
 ran: list[int] = []
 release = threading.Event()
@@ -213,6 +214,7 @@ def test_the_exit_hook_is_removed_by_stop_and_does_nothing_in_a_forked_child(
     left = atexit._ncallbacks()
     atexit.unregister(worker._at_exit)  # removes nothing: stop() has removed it
     assert atexit._ncallbacks() == left
+    assert id(worker) not in inprocess._armed  # nor is it drained by threading's exit hook
 
 
 def test_a_forked_child_neither_sees_the_worker_running_nor_stops_the_parents(

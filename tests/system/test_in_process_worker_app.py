@@ -173,3 +173,22 @@ def test_the_exit_hook_drains_when_the_host_just_exits(
     assert "ready" in result.stdout
     assert result.stdout.count("bye") == processes  # each worker stopped cleanly
     assert r.scard("processes") == 0
+
+
+def test_the_exit_hook_drains_an_async_job_under_a_sync_link_within_the_timeout(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    # Python joins its thread pools (concurrent.futures) at exit, before atexit's hooks:
+    # the helper thread of a sync link around a running async job (Flask's app context,
+    # Django's connection link) held the exit for the job's whole 60 s before the drain.
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "tests.system.exit_hook_app", "async"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=25)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result
+    assert "ready" in result.stdout and r.llen("exit-hook:started") == 1
+    assert took < 15, took  # timeout 1 s + grace 1 s + boot, not the job's 60 s
+    assert "pushing 1 unfinished job(s) back" in result.stdout + result.stderr
+    back = [json.loads(raw) for raw in r.lrange("queue:default", 0, -1)]
+    assert [job["class"] for job in back] == ["ExitHook::AsyncLong"]
+    assert r.scard("processes") == 0

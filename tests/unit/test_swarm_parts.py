@@ -9,7 +9,7 @@ import select
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -377,6 +377,45 @@ def test_a_second_stop_signal_a_second_later_hurries_the_swarm(
                                             + [(pid, signal.SIGKILL) for pid in pids])
 
 
+def test_a_stop_leaves_a_child_that_a_rolling_restart_is_draining_to_its_drain(
+    stopping_swarm: tuple[Recording, Clock, list[int]]
+) -> None:
+    """The retiring child had its TERM from the restart: the stop's TERM, a second or more
+    later, would be its second one and hurry it (its running jobs cut off and pushed back)
+    where the swarm's one TERM promises them the timeout. A second stop signal hurries it
+    with the rest."""
+    supervisor, clock, pids = stopping_swarm
+    old, other = pids
+    replacement = subprocess.Popen(["sleep", "60"])
+
+    def spawn(slot: int) -> int:
+        supervisor.children[replacement.pid] = Child(replacement.pid, slot, "id-new",
+                                                      clock.now, seen=True)
+        return replacement.pid
+
+    try:
+        supervisor._restart.hooks = replace(supervisor._restart.hooks, spawn=spawn)
+        supervisor._restart.enqueue([old])
+        supervisor._restart.advance()  # the replacement is forked
+        supervisor._restart.advance()  # it heartbeats: the old child is sent TERM
+        assert supervisor.sent == [(old, signal.SIGTERM)]
+        clock.now += 2  # the old child drains its running jobs
+        del supervisor.sent[:]
+        supervisor._signals.push("TERM")
+        supervisor.tick()
+        assert sorted(supervisor.sent) == sorted([(other, signal.SIGTERM),
+                                                  (replacement.pid, signal.SIGTERM)])
+        clock.now += 1.5
+        del supervisor.sent[:]
+        supervisor._signals.push("TERM")  # a second one: every child, the retiring one too
+        supervisor.tick()
+        assert sorted(supervisor.sent) == sorted((pid, signal.SIGTERM)
+                                                 for pid in (old, other, replacement.pid))
+    finally:
+        replacement.kill()
+        replacement.wait()
+
+
 def test_hurrying_never_moves_the_kill_deadline_later(
     stopping_swarm: tuple[Recording, Clock, list[int]]
 ) -> None:
@@ -535,3 +574,14 @@ def test_a_term_while_the_parent_is_forking_is_queued_not_fatal() -> None:
         for sleeper in supervisor.sleepers:
             sleeper.kill()
             sleeper.wait()
+
+
+def test_a_zero_memory_limit_in_the_environment_means_off() -> None:
+    # docs/swarm.md: max_memory_mb 0 is off, WURK_MAXMEM_MB included; read as 1 MB, every
+    # child (all over 1 MB) would be replaced at each memory check, in a loop.
+    assert resolve(None, {}, environ={"WURK_MAXMEM_MB": "0"}).max_memory_mb == 0
+    assert resolve(None, {}, environ={"SIDEKIQ_MAXMEM_MB": "0.5"}).max_memory_mb == 0
+    with pytest.raises(ConfigError, match="WURK_MAXMEM_MB='-5' is not"):
+        resolve(None, {}, environ={"WURK_MAXMEM_MB": "-5"})
+    with pytest.raises(ConfigError, match="SIDEKIQ_COUNT='-2' is not"):
+        resolve(None, {}, environ={"SIDEKIQ_COUNT": "-2"})

@@ -10,7 +10,9 @@
    The old child keeps working until its replacement is up, so capacity never drops.
 3. ``claim_exit(pid)`` tells the supervisor whether a dead child was this machine's business:
    an old child it retired, or a replacement that died booting (tried again after a backoff).
-4. ``abort()`` forgets everything (TERM wins over a restart in progress).
+4. ``abort()`` forgets everything (TERM wins over a restart in progress); ``retiring()``
+   names the old child already sent TERM, which the swarm's stop must not send a second
+   one (a worker takes a second TERM as "stop now").
 """
 
 from __future__ import annotations
@@ -84,6 +86,11 @@ class RollingRestart:
     @property
     def current(self) -> _Step | None:
         return self._current
+
+    def retiring(self) -> int | None:
+        """The old child this machine has sent TERM already (draining), if any."""
+        step = self._current
+        return step.old if step is not None and step.phase is Phase.DRAIN else None
 
     def involves(self, pid: int) -> bool:
         step = self._current

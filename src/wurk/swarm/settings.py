@@ -97,10 +97,10 @@ def resolve(section: Mapping[str, Any] | None, flags: Mapping[str, Any], *,
     values: dict[str, Any] = {}
     count = _env_number(env, _ENV_COUNT)
     if count is not None:
-        values["count"] = count
+        values["count"] = max(1, count)  # a fraction of one process is one (Sidekiq's)
     memory = _env_number(env, _ENV_MEMORY)
     if memory is not None:
-        values["max_memory_mb"] = memory
+        values["max_memory_mb"] = memory  # 0: off, as the flag and the file's key say
     values.update(_known(section or {}, source))
     values.update({k: v for k, v in flags.items() if v is not None})
     return SwarmSettings(**values)
@@ -120,15 +120,19 @@ def _known(section: Mapping[str, Any], source: str) -> dict[str, Any]:
 
 
 def _env_number(env: Mapping[str, str], names: tuple[str, ...]) -> int | None:
-    """A whole count from the first variable set; ``2.5`` means 2, as Sidekiq reads it."""
+    """A whole number ≥ 0 from the first variable set; ``2.5`` means 2, as Sidekiq reads
+    it. Negative is an error, not a number quietly made into another."""
     for name in names:
         text = env.get(name)
         if not text:
             continue
         try:
-            return max(1, int(float(text)))
+            number = int(float(text))
         except (ValueError, OverflowError):  # OverflowError: inf, 1e400
             raise ConfigError(f"environment variable {name}={text!r} is not a number") from None
+        if number < 0:
+            raise ConfigError(f"environment variable {name}={text!r} is not a number ≥ 0")
+        return number
     return None
 
 

@@ -259,6 +259,9 @@ class Supervisor:
             return
         self._stopping = True
         self._stop_began = self._clock()
+        # Draining already (TERMed by the restart): another TERM would be its second, which
+        # hurries it; it keeps its drain, under the swarm's deadline now.
+        retiring = self._restart.retiring()
         self._restart.abort()
         self._backoff.clear()
         budget = self.config.timeout + self.settings.shutdown_grace
@@ -267,7 +270,9 @@ class Supervisor:
         hint = "" if self.hosted else f"; {HURRY_HINT}"
         log.info("swarm: stopping %d children (up to %.0f s)%s", len(self.children), budget,
                  hint)
-        self._relay(signal.SIGTERM)
+        for pid in list(self.children):
+            if pid != retiring:
+                self._kill(pid, signal.SIGTERM)
         self._set_title()
 
     def hurry(self) -> None:
