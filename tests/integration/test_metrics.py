@@ -356,3 +356,32 @@ def test_long_queue_names_cut_alike_stay_apart_in_cluster_labels(config: wurk.Co
     assert len(series) == len(set(series))
     sizes = [s for s in series if s[0] == "wurk_queue_size"]
     assert len(sizes) == 3 and all(len(dict(labels)["queue"]) <= 200 for _, labels in sizes)
+
+
+def test_an_execution_the_shutdown_cut_is_not_counted_even_wrapped(config: wurk.Config) -> None:
+    """A job whose cleanup raised its own error while the shutdown interrupted it goes back
+    to its queue (the processor sees the ``Shutdown`` in the chain): counting it here too
+    counted it twice, once as a failure now and again when it runs."""
+    tracker = ExecutionTracker()
+    middleware = ExecutionMetrics(tracker)
+    seen: list[Any] = []
+    middleware.add_observer(lambda *args: seen.append(args))
+
+    def interrupted() -> None:
+        try:
+            raise wurk.Shutdown("interrupted at the shutdown deadline")
+        finally:
+            raise RuntimeError("cleanup failed")  # as a job's finally may
+
+    with pytest.raises(RuntimeError):
+        middleware(None, {"class": "CutJob"}, "q", interrupted)
+    with pytest.raises(RuntimeError):
+        middleware._after("CutJob", "q", {"class": "CutJob"}, time.perf_counter(), None,
+                          _wrapped_shutdown())
+    assert tracker.pending() == {} and seen == []
+
+
+def _wrapped_shutdown() -> RuntimeError:
+    error = RuntimeError("cleanup failed")
+    error.__context__ = wurk.Shutdown("interrupted at the shutdown deadline")
+    return error

@@ -14,7 +14,9 @@
 4. What counts (as Sidekiq counts it): every execution; a failure is one that raised (its
    time is not counted: failures take unpredictable times, and the average is of successes);
    the job name is ``wrapped`` when present (ActiveJob), else ``class``. An execution cut by
-   the shutdown is not counted: it goes back to its queue and is counted when it runs.
+   the shutdown is not counted, even when the job wrapped the ``Shutdown`` in an error of
+   its own (``wurk.errors.is_shutdown``): it goes back to its queue and is counted when it
+   runs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import redis
 
 from .. import payload as P
 from ..connections.pool import RedisPool
+from ..errors import is_shutdown
 from ..keys import Keys
 from ..middleware import Leave
 
@@ -324,6 +327,11 @@ class ExecutionMetrics:
         raise error
 
     def _failed(self, name: str, queue: str, payload: P.Payload, exc: Exception) -> None:
+        if is_shutdown(exc):
+            # Cut by the shutdown (its ``Shutdown`` wrapped in an error of the job's own, as
+            # a cleanup that raised leaves it): back on its queue, counted when it runs, as
+            # the processor, the batch and result links see it.
+            return
         if self.tracker is not None:
             self.tracker.failed(name)
         for observer in self.observers:
