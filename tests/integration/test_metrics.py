@@ -385,3 +385,28 @@ def _wrapped_shutdown() -> RuntimeError:
     error = RuntimeError("cleanup failed")
     error.__context__ = wurk.Shutdown("interrupted at the shutdown deadline")
     return error
+
+
+def test_a_history_longer_than_a_read_spans_the_whole_period(config: wurk.Config,
+                                                              r: redis.Redis) -> None:
+    """A day sampled every 5 s is 17,280 samples, past ``READ_LIMIT``: the read kept the
+    period's oldest 10,000, so the 24 h chart ended ten hours ago and its throughput missed
+    them. The samples read are spread over the whole period, the newest among them."""
+    import itertools
+    import json
+
+    from wurk.metrics.history import READ_LIMIT, read_history
+
+    now = NOW.timestamp()
+    interval, count = 5, 24 * 3600 // 5
+    assert count > READ_LIMIT
+    stamps = [now - interval * (count - 1 - i) for i in range(count)]
+    r.zadd(config.keys.history, {json.dumps({"t": at, "processed": i}): at
+                                 for i, at in enumerate(stamps)})
+    samples = read_history(config, 24 * 3600, now=now)
+    assert len(samples) <= READ_LIMIT + 1
+    assert (samples[0].at, samples[-1].at) == (stamps[0], stamps[-1])
+    assert samples[-1].get("processed") == count - 1
+    assert [s.at for s in samples] == sorted({s.at for s in samples})  # in order, no repeat
+    gaps = {b.at - a.at for a, b in itertools.pairwise(samples)}
+    assert max(gaps) <= 2 * interval  # evenly spread, no hole

@@ -42,7 +42,7 @@ QUEUE_LIMIT = 50
 LATENCY_QUEUES = ("default",)
 GAUGES = ("processed", "failed", "enqueued", "scheduled", "retries", "dead", "busy",
           "processes")
-# A page reads at most this many samples; a longer period is thinned before it is drawn.
+# A page reads at most this many samples, spread over its period, then thins them to draw.
 READ_LIMIT = 10_000
 
 
@@ -133,11 +133,27 @@ class HistorySampler:
 
 
 def read_history(config: Config, seconds: float, *, now: float | None = None) -> list[Sample]:
-    """Samples of the last ``seconds``, oldest first."""
+    """Samples of the last ``seconds``, oldest first: every one, or when there are more than
+    ``READ_LIMIT`` (a short ``history_interval``), that many spread evenly over the period,
+    its first and last among them."""
     since = (time.time() if now is None else now) - seconds
+    key = config.keys.history
+
     def read(r: Any) -> list[tuple[bytes, float]]:
-        return list(r.zrangebyscore(config.keys.history, since, "+inf", start=0,
-                                    num=READ_LIMIT, withscores=True))
+        total = r.zcount(key, since, "+inf")
+        if total <= READ_LIMIT:
+            return list(r.zrangebyscore(key, since, "+inf", start=0, num=READ_LIMIT,
+                                        withscores=True))
+        # The oldest READ_LIMIT would end the chart hours before now: one sample every
+        # ``total / READ_LIMIT`` ranks instead (a sample trimmed meanwhile shifts a rank).
+        first = r.zcount(key, "-inf", f"({since}")
+        ranks = sorted({first + total * i // READ_LIMIT for i in range(READ_LIMIT)}
+                       | {first + total - 1})
+        pipe = r.pipeline(transaction=False)
+        for rank in ranks:
+            pipe.zrange(key, rank, rank, withscores=True)
+        found = [row[0] for row in pipe.execute() if row]
+        return [pair for pair in dict(found).items() if pair[1] >= since]
 
     raw = config.pool("api").run(read, idempotent=True)
     samples = [_sample(member, score) for member, score in raw]
