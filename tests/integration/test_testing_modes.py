@@ -213,6 +213,37 @@ def test_drain_runs_the_server_middleware(config: wurk.Config) -> None:
     assert seen == ["low"]
 
 
+def test_an_async_server_link_runs_around_drained_inline_and_perform_inline_jobs(
+        config: wurk.Config) -> None:
+    """async-jobs.md: an async server link runs around a sync job in the worker (and around
+    an async one); the testing modes and perform_inline raised TypeError at it instead."""
+    seen: list[Any] = []
+
+    async def around(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        seen.append(("before", payload["args"]))
+        result = await call_next()
+        seen.append(("after", result))
+        return result
+
+    config.server_middleware.add(around)
+    with wurk.testing.fake():
+        resize.perform_async(1)
+        async_job.perform_async(2)
+        assert wurk.testing.drain_all() == 2
+    with wurk.testing.inline():
+        resize.perform_async(3)
+
+        async def endpoint() -> None:  # a push from inside a running loop
+            resize.perform_async(4)
+
+        asyncio.run(endpoint())
+    assert resize.perform_inline(5) == "resized 5"
+    assert seen == [("before", [1]), ("after", "resized 1"), ("before", [2]), ("after", 4),
+                    ("before", [3]), ("after", "resized 3"), ("before", [4]),
+                    ("after", "resized 4"), ("before", [5]), ("after", "resized 5")]
+    assert [entry[0] for entry in ran] == [1, "async", 3, 4, 5]
+
+
 # -- inline -----------------------------------------------------------------------------------
 def test_inline_runs_at_push_with_a_round_tripped_payload(config: wurk.Config,
                                                           r: redis.Redis) -> None:
