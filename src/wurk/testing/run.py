@@ -11,6 +11,9 @@
    completion on an event loop of its own (on a helper thread when this thread already
    runs one, as an async test or endpoint does).
 4. An exception propagates to the caller: tests see the failure, nothing is retried.
+5. A job that keeps its result (``result_ttl``) keeps its outcome in memory
+   (``wurk.results.recorder.keeping_outcome``): ``handle.result()`` reads it back, and a
+   value JSON cannot store fails the run with ``wurk.UnstorableResult`` as in a worker.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..config import Config
 from ..crypto import sealed_args
 from ..job import registry, reset_running, set_running
 from ..middleware import Chain, on_own_loop
+from ..results.recorder import keeping_outcome
 
 __all__ = ["perform"]
 
@@ -54,8 +58,10 @@ def perform(payload: P.Payload, config: Config, chain: Chain | None = None) -> A
     try:
         # An async link runs as the worker runs it around a sync job: on a loop of its own,
         # the rest of the chain back in this thread.
-        return middleware.invoke(instance, job, job.get(P.QUEUE, P.DEFAULT_QUEUE), run,
-                                 run_async=on_own_loop)
+        # A job keeping its result (``result_ttl``) keeps it in memory, as a worker's
+        # results link stores it in Redis around the rest of the chain.
+        return keeping_outcome(instance, job, lambda: middleware.invoke(
+            instance, job, job.get(P.QUEUE, P.DEFAULT_QUEUE), run, run_async=on_own_loop))
     finally:
         reset_running(token)
 
