@@ -44,6 +44,7 @@ from .client.default import default_client
 from .client.writers import KeptJobs, kept
 from .config import Config
 from .errors import InvalidArguments, InvalidPayload, JobNotRegistered, RegistrationError
+from .middleware import on_own_loop
 from .options import validate_options
 from .results.handle import ResultHandle
 
@@ -558,7 +559,8 @@ class JobSetter(Generic[Params, R]):
             result = self.definition.call(instance, job[P.ARGS])
             return asyncio.run(result) if inspect.iscoroutine(result) else result
 
-        return client.config.server_middleware.invoke(instance, job, job[P.QUEUE], run)
+        return client.config.server_middleware.invoke(instance, job, job[P.QUEUE], run,
+                                                      run_async=on_own_loop)
 
 
 class JobFunction(JobSetter[Params, R]):

@@ -650,6 +650,17 @@ class TemporaryLoop:
         abandon_running(self._helpers)  # a link's blocking call still under way
 
 
+def on_own_loop(link: Callable[..., Coroutine[Any, Any, Any]], job: Any,
+                payload: dict[str, Any], queue_name: str, rest: Callable[[], Any]) -> Any:
+    """An ``AsyncRunner`` for a job run in the calling thread (``perform_inline``,
+    ``wurk.testing``'s inline mode and drains): the async link runs on a ``TemporaryLoop``,
+    its ``await call_next()`` runs the rest of the chain (the job) back in this thread, as
+    the worker's bridge does around a sync job. A loop this thread runs stands still
+    meanwhile, as it does while such a test runs an async job."""
+    with TemporaryLoop() as loop:
+        return bridge(loop.submit, link, job, payload, queue_name, rest)
+
+
 async def _wind_down() -> None:
     """Cancel what a link left running on its loop, then its async generators and helpers."""
     me = asyncio.current_task()

@@ -43,6 +43,18 @@ def explode() -> None:
     raise ValueError("boom")
 
 
+@wurk.job(result_ttl=600)
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@wurk.job(result_ttl=600, retry=False)
+def add_badly(a: int) -> Any:
+    if a < 0:
+        raise ValueError(f"negative {a}")
+    return (a, a)  # a tuple: JSON cannot store it unchanged
+
+
 @wurk.job
 async def async_job(value: int) -> int:
     await asyncio.sleep(0)
@@ -213,6 +225,37 @@ def test_drain_runs_the_server_middleware(config: wurk.Config) -> None:
     assert seen == ["low"]
 
 
+def test_an_async_server_link_runs_around_drained_inline_and_perform_inline_jobs(
+        config: wurk.Config) -> None:
+    """async-jobs.md: an async server link runs around a sync job in the worker (and around
+    an async one); the testing modes and perform_inline raised TypeError at it instead."""
+    seen: list[Any] = []
+
+    async def around(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        seen.append(("before", payload["args"]))
+        result = await call_next()
+        seen.append(("after", result))
+        return result
+
+    config.server_middleware.add(around)
+    with wurk.testing.fake():
+        resize.perform_async(1)
+        async_job.perform_async(2)
+        assert wurk.testing.drain_all() == 2
+    with wurk.testing.inline():
+        resize.perform_async(3)
+
+        async def endpoint() -> None:  # a push from inside a running loop
+            resize.perform_async(4)
+
+        asyncio.run(endpoint())
+    assert resize.perform_inline(5) == "resized 5"
+    assert seen == [("before", [1]), ("after", "resized 1"), ("before", [2]), ("after", 4),
+                    ("before", [3]), ("after", "resized 3"), ("before", [4]),
+                    ("after", "resized 4"), ("before", [5]), ("after", "resized 5")]
+    assert [entry[0] for entry in ran] == [1, "async", 3, 4, 5]
+
+
 # -- inline -----------------------------------------------------------------------------------
 def test_inline_runs_at_push_with_a_round_tripped_payload(config: wurk.Config,
                                                           r: redis.Redis) -> None:
@@ -254,6 +297,42 @@ def test_inline_async_job_inside_a_running_loop(config: wurk.Config) -> None:
         asyncio.run(endpoint())
         async_job.perform_async(1)
     assert ran == [("async", 21), ("async", 1)]
+
+
+# -- results ----------------------------------------------------------------------------------
+def test_a_kept_result_is_read_back_after_inline_and_drained_runs(config: wurk.Config,
+                                                                 r: redis.Redis) -> None:
+    """results.md: a worker stores a result_ttl job's outcome; the testing modes stored
+    none, so handle.result() waited for Redis and timed out (Celery's eager mode answers)."""
+    with wurk.testing.inline():
+        handle = add.perform_async(1, 2)
+        assert handle.result(timeout=0) == 3
+        assert handle.outcome() is not None and handle.outcome().status == "succeeded"
+        with pytest.raises(ValueError, match="negative -1"):
+            add_badly.perform_async(-1)
+    with wurk.testing.fake():
+        later = add.perform_async(2, 3)
+        with pytest.raises(TimeoutError):
+            later.result(timeout=0)  # not run yet
+        assert later.outcome() is None
+        add.drain()
+        assert later.result(timeout=0) == 5
+
+        async def waiter() -> int:
+            return await later.aresult(timeout=0)
+
+        assert asyncio.run(waiter()) == 5
+        failing = add_badly.perform_async(-2)
+        with pytest.raises(ValueError):
+            add_badly.drain()
+        with pytest.raises(wurk.JobFailed, match="negative -2"):
+            failing.result(timeout=0)
+    assert r.keys("*") == []  # kept in memory, as the modes keep everything
+
+
+def test_a_result_json_cannot_store_fails_the_run_as_in_a_worker(config: wurk.Config) -> None:
+    with wurk.testing.inline(), pytest.raises(wurk.UnstorableResult, match="tuple"):
+        add_badly.perform_async(1)
 
 
 # -- switching --------------------------------------------------------------------------------

@@ -21,6 +21,9 @@
    reads every result); outside the opener and the profiler.
 3. A record that cannot be written (Redis refusing, or gone) fails the run, which then runs
    again: a waiter is never left without the outcome of a run that was acknowledged.
+4. ``keeping_outcome``: the same for a job ``wurk.testing`` runs (inline mode, a drain),
+   kept in memory (``store.keep``): the value checked as above; a failure, which reaches
+   the test and is never retried, kept as final (``retries_remain`` false).
 """
 
 from __future__ import annotations
@@ -43,9 +46,9 @@ from ..limiter.reschedule import over_limit_classes
 from ..middleware import AWAIT
 from ..reporting import report_error
 from ..retry import kept_backtrace, will_retry
-from .store import Outcome, arecord, cancelled, failed, record, succeeded, ttl_of
+from .store import Outcome, arecord, cancelled, failed, keep, record, succeeded, ttl_of
 
-__all__ = ["ResultDeathHandler", "ResultRecorder"]
+__all__ = ["ResultDeathHandler", "ResultRecorder", "keeping_outcome"]
 
 RESULT_TTL = P.RESULT_TTL  # bound once: looked up for every job
 
@@ -119,6 +122,28 @@ class ResultRecorder:
             return None
         return failed(payload, exc, started, retries_remain=True,
                       backtrace=kept_backtrace(payload, exc))
+
+
+def keeping_outcome(job: Any, payload: P.Payload, run: Callable[[], Any]) -> Any:
+    """``run()`` (a job ``wurk.testing`` runs, its middleware included), its outcome kept in
+    memory when the job keeps its result; returns what it returned, or raises what it
+    raised (``wurk.UnstorableResult`` for a value JSON cannot store, as in a worker)."""
+    if RESULT_TTL not in payload or ttl_of(payload) is None:
+        return run()
+    started = time.time()
+    try:
+        value = run()
+        outcome = _succeeded(job, payload, value, started)
+    except JobCancelled:
+        keep(cancelled(payload, started))
+        raise
+    except Exception as exc:
+        if not isinstance(exc, Interrupted):  # an interrupted iterable job has no outcome
+            keep(failed(payload, exc, started, retries_remain=False,
+                        backtrace=kept_backtrace(payload, exc)))
+        raise
+    keep(outcome)
+    return value
 
 
 def _succeeded(job: Any, payload: P.Payload, value: Any, started: float) -> Outcome:

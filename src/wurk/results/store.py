@@ -15,12 +15,17 @@
    never an exception (``decode``).
 4. ``ttl_of(payload)``: the job's ``result_ttl`` when it is a number of seconds wurk writes;
    a payload from elsewhere holding anything else keeps no result, with a warning.
+5. A job run by ``wurk.testing`` (inline mode, a drain) keeps its outcome in this process's
+   memory, never in Redis (``keep``): those modes write nothing there. A jid kept so, or any
+   jid read under a testing mode that keeps or runs pushes here (fake, inline), is answered
+   from memory (``kept_here``, ``kept``); ``forget_kept`` empties it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -28,14 +33,16 @@ from typing import Any, Literal, NoReturn
 
 from .. import payload as P
 from .. import stored
+from ..client import writers
 from ..config import Config
 from ..connections.lending import redis as lent_redis
 from ..errors import JobCancelled, JobFailed, RedisUnavailable, UnreadableResult
 from ..stored import Invalid
 
 __all__ = ["STATUSES", "Outcome", "afind", "arecord", "batch_outcomes", "cancelled", "decode",
-           "failed", "find", "find_many", "raise_unreadable", "record", "record_cancelled",
-           "record_commands", "succeeded", "ttl_of"]
+           "failed", "find", "find_many", "forget_kept", "keep", "kept", "kept_changed",
+           "kept_here", "raise_unreadable", "record", "record_cancelled", "record_commands",
+           "succeeded", "ttl_of"]
 
 log = logging.getLogger("wurk")
 
@@ -191,6 +198,38 @@ def record_cancelled(config: Config, payload: P.Payload) -> None:
         record(config, payload, cancelled(payload, None), ttl)
 
 
+# -- kept in memory (wurk.testing) --------------------------------------------------------------
+_kept: dict[str, Outcome] = {}  # jid -> the outcome of a job a testing mode ran
+kept_changed = threading.Condition()  # notified at each ``keep``
+
+
+def keep(outcome: Outcome) -> None:
+    """Keep the outcome of a job ``wurk.testing`` ran, in this process's memory."""
+    with kept_changed:
+        _kept[outcome.jid] = outcome
+        kept_changed.notify_all()
+
+
+def kept(jid: str) -> Outcome | None:
+    with kept_changed:
+        return _kept.get(jid)
+
+
+def kept_here(jid: str) -> bool:
+    """Whether ``jid``'s outcome is read from memory: it was kept there, or this thread is
+    under a testing mode that keeps or runs pushes here (whose jobs write no Redis)."""
+    with kept_changed:
+        if jid in _kept:
+            return True
+    return isinstance(writers.beneath(), writers.KeepingWriter)
+
+
+def forget_kept() -> None:
+    """Forget every outcome kept in memory (``wurk.testing.clear_all()``)."""
+    with kept_changed:
+        _kept.clear()
+
+
 # -- reading ------------------------------------------------------------------------------------
 def _problem(found: dict[str, Any]) -> str | None:
     """What makes a stored record not one ``record`` writes, or None."""
@@ -289,6 +328,8 @@ def find(config: Config, jid: str) -> Outcome | Invalid | None:
     finished, or expired), ``Invalid`` when the record cannot be read."""
     if not isinstance(jid, str) or not jid:
         raise ValueError(f"a jid is a non-empty string, not {jid!r}")
+    if kept_here(jid):
+        return kept(jid)
     return decode(jid, _reads(config, [jid])[0])
 
 
@@ -296,6 +337,8 @@ async def afind(config: Config, jid: str) -> Outcome | Invalid | None:
     """``find`` on the running loop's connections."""
     if not isinstance(jid, str) or not jid:
         raise ValueError(f"a jid is a non-empty string, not {jid!r}")
+    if kept_here(jid):
+        return kept(jid)
     key = config.keys.result(jid)
     async with lent_redis(config) as conn:
         replies = await conn.pipeline([("GET", key)])  # an error reply comes back in place

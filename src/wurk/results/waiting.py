@@ -48,7 +48,7 @@ from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
 from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
-from .store import Outcome, afind, decode, find
+from .store import Outcome, afind, decode, find, kept, kept_changed, kept_here
 
 __all__ = ["LINGER", "RECHECK", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome",
            "wait"]
@@ -108,6 +108,8 @@ def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
     """The outcome of ``jid`` once it is stored; ``TimeoutError`` after ``timeout`` seconds
     (None: no limit)."""
     limit = _limit(timeout)
+    if kept_here(jid):  # a job wurk.testing runs: its outcome is kept in memory
+        return _wait_kept(jid, limit, timeout)
     deadline = None if limit is None else time.monotonic() + limit
     pool = config.pool(WAIT_ROLE, size=WAIT_POOL_SIZE)
     # A connection of the pool is waited for within the wait's own time (the pool's own
@@ -120,6 +122,17 @@ def wait(config: Config, jid: str, timeout: float | None) -> Outcome | Invalid:
         return _wait_on(config, pool, jid, timeout, deadline)
     finally:
         slot.release()
+
+
+def _wait_kept(jid: str, limit: float | None, timeout: float | None) -> Outcome:
+    """The outcome a job run by ``wurk.testing`` kept in memory (``store.keep``), waited for
+    up to ``limit`` seconds (None: no limit)."""
+    with kept_changed:
+        if not kept_changed.wait_for(lambda: kept(jid) is not None, timeout=limit):
+            raise _timed_out(jid, timeout)
+    found = kept(jid)
+    assert found is not None
+    return found
 
 
 def _wait_on(config: Config, pool: RedisPool, jid: str, timeout: float | None,
@@ -487,4 +500,9 @@ async def await_outcome(config: Config, jid: str, timeout: float | None) -> Outc
     """The outcome of ``jid`` once it is stored, woken by the loop's listener;
     ``TimeoutError`` after ``timeout`` seconds (None: no limit)."""
     limit = _limit(timeout)  # before a listener is made
+    if kept_here(jid):  # as ``wait``: kept in memory; a wait with time to spend, off the loop
+        found = kept(jid)
+        if found is not None or limit == 0:
+            return found if found is not None else _wait_kept(jid, 0, timeout)
+        return await asyncio.to_thread(_wait_kept, jid, limit, timeout)
     return await listener(config).wait(jid, limit)

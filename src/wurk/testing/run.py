@@ -4,11 +4,16 @@
 1. The job gets a JSON round-tripped copy of its payload (what a worker would fetch).
 2. It runs through a server middleware chain: the configuration's own unless the mode was
    given another, so middleware a framework adds (an app context, database connections,
-   saved context variables) wraps it as in the worker.
+   saved context variables) wraps it as in the worker. An async link runs as the worker
+   runs one around a sync job: on an event loop of its own (``middleware.on_own_loop``),
+   its ``await call_next()`` running the job back in this thread.
 3. ``current_job()`` / ``current_jid()`` answer inside it; an ``async def`` job runs to
    completion on an event loop of its own (on a helper thread when this thread already
    runs one, as an async test or endpoint does).
 4. An exception propagates to the caller: tests see the failure, nothing is retried.
+5. A job that keeps its result (``result_ttl``) keeps its outcome in memory
+   (``wurk.results.recorder.keeping_outcome``): ``handle.result()`` reads it back, and a
+   value JSON cannot store fails the run with ``wurk.UnstorableResult`` as in a worker.
 """
 
 from __future__ import annotations
@@ -25,7 +30,8 @@ from ..batch import install as install_batches
 from ..config import Config
 from ..crypto import sealed_args
 from ..job import registry, reset_running, set_running
-from ..middleware import Chain
+from ..middleware import Chain, on_own_loop
+from ..results.recorder import keeping_outcome
 
 __all__ = ["perform"]
 
@@ -50,7 +56,12 @@ def perform(payload: P.Payload, config: Config, chain: Chain | None = None) -> A
     middleware = chain if chain is not None else config.server_middleware
     token = set_running(job)
     try:
-        return middleware.invoke(instance, job, job.get(P.QUEUE, P.DEFAULT_QUEUE), run)
+        # An async link runs as the worker runs it around a sync job: on a loop of its own,
+        # the rest of the chain back in this thread.
+        # A job keeping its result (``result_ttl``) keeps it in memory, as a worker's
+        # results link stores it in Redis around the rest of the chain.
+        return keeping_outcome(instance, job, lambda: middleware.invoke(
+            instance, job, job.get(P.QUEUE, P.DEFAULT_QUEUE), run, run_async=on_own_loop))
     finally:
         reset_running(token)
 

@@ -19,6 +19,7 @@ from ..client.writers import Entries, KeepingWriter
 from ..config import Config
 from ..errors import WurkError
 from ..middleware import Chain
+from ..results.store import forget_kept
 from .run import perform
 
 __all__ = ["EmptyQueue", "FakeStore", "FakeWriter", "InlineWriter", "store"]
@@ -89,7 +90,9 @@ class FakeStore:
             self._pushed = [item for item in self._pushed if not _matches(item, queue, name)]
 
     def clear_all(self) -> None:
+        """Forget every kept job, and the results jobs run by the testing modes kept."""
         self.clear()
+        forget_kept()
 
     def _take(self, name: str | None) -> _Pushed | None:
         with self._lock:
