@@ -132,7 +132,15 @@ class JobRetry:
 
     def _count_failure(self, job: dict[str, Any], now: float) -> int:
         stamp = P.write_time(self.config.timestamp_format, now)
-        job[P.FAILED_AT if job.get(P.RETRY_COUNT) is None else P.RETRIED_AT] = stamp
+        if job.get(P.RETRY_COUNT) is None:
+            job[P.FAILED_AT] = stamp
+        else:
+            job[P.RETRIED_AT] = stamp
+            if P.read_time(job.get(P.FAILED_AT)) is None:
+                # A later failure with no readable first one (a hand-made or damaged
+                # payload): this one starts the record, else a retry_for window that has no
+                # start never closes and the job is retried for ever.
+                job[P.FAILED_AT] = stamp
         job[P.RETRY_COUNT] = _next_count(job)
         return int(job[P.RETRY_COUNT])
 
