@@ -603,3 +603,21 @@ def test_redis_outage_while_booking_raises_redis_unavailable(redis_server: Any) 
         retry.handle(new_job(), raised(ValueError("x")), definition=None, instance=None)
     pool.close()
     config.close()
+
+
+def test_a_payload_without_queue_retries_to_the_queue_it_came_from(
+        config: Config, r: redis.Redis) -> None:
+    # Sidekiq writes the queue a failing job was fetched from; without it the retry came due
+    # to "default", where no worker of "critical" looks.
+    from tests.helpers.runner import Drain
+
+    job = {"class": "Retry::Plain", "args": [], "jid": P.new_jid(), "retry": 3}
+    r.sadd("queues", "critical")
+    r.lpush("queue:critical", json.dumps(job))
+    drain = Drain(config, "critical")
+    try:
+        assert drain() == 1
+    finally:
+        drain.close()
+    stored, _ = only_retry(r)
+    assert stored["queue"] == "critical" and stored["retry_count"] == 0
