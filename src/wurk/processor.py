@@ -170,7 +170,7 @@ class JobRunner:
         except Exception as exc:
             if _is_shutdown(exc):
                 raise
-            return self._book_failure(job, exc, definition, instance, raw, started)
+            return self._book_failure(job, exc, definition, instance, raw, started, queue)
         return self._succeeded(started)
 
     # -- the steps both kinds share ---------------------------------------------------------
@@ -193,14 +193,14 @@ class JobRunner:
         return isinstance(exc, Exception) and not _is_shutdown(exc)
 
     def _book_failure(self, job: P.Payload, exc: Exception, definition: JobDefinition | None,
-                      instance: Any, raw: bytes, started: float) -> bool:
+                      instance: Any, raw: bytes, started: float, queue: str) -> bool:
         """Retry or bury; False (do not acknowledge) when Redis refused that: the job goes
         back to its queue and its failure is booked next time."""
         self.counters.record(failed=True)
         if not self.config.skip_default_job_logging:
             wurk_log.info("fail: %.3f sec", time.monotonic() - started)
         try:
-            self.retry.handle(job, exc, definition=definition, instance=instance)
+            self.retry.handle(job, exc, definition=definition, instance=instance, queue=queue)
         except (RedisUnavailable, redis.RedisError) as booking_error:
             report_error(self.config, booking_error,
                          {"context": "booking a job failure", "job": job})
@@ -298,7 +298,7 @@ class JobRunner:
                         raise
                     # Booking talks to Redis: off the loop, so it runs on meanwhile.
                     return await bookkeeping(self._book_failure, job, exc, definition,
-                                             instance, raw, started)
+                                             instance, raw, started, queue)
                 return self._succeeded(started)
         finally:
             self.busy.remove(task_id)

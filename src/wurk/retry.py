@@ -75,8 +75,11 @@ class JobRetry:
 
     # -- public -----------------------------------------------------------------------------
     def handle(self, job: dict[str, Any], exc: BaseException, *,
-               definition: JobDefinition | None, instance: object | None) -> None:
-        """Book the failure of ``job``; ``job`` is changed in place."""
+               definition: JobDefinition | None, instance: object | None,
+               queue: str | None = None) -> None:
+        """Book the failure of ``job``; ``job`` is changed in place. ``queue``: the queue it
+        was fetched from, written into a payload that names none (as Sidekiq writes it), so
+        its retry comes back there."""
         try:
             P.validate(job)
         except InvalidPayload as invalid:
@@ -90,7 +93,7 @@ class JobRetry:
             # No retry and no dead set: only the death handlers hear of it.
             run_death_handlers(self.config, job, exc)
             return
-        self._book(job, exc, retry, definition, instance)
+        self._book(job, exc, retry, definition, instance, queue)
 
     def kill_unretryable(self, job: dict[str, Any], exc: Unretryable) -> None:
         """A failure no retry can fix (``wurk.Unretryable``: an envelope that cannot be
@@ -107,12 +110,15 @@ class JobRetry:
 
     # -- a retry ----------------------------------------------------------------------------------
     def _book(self, job: dict[str, Any], exc: BaseException, retry: int,
-              definition: JobDefinition | None, instance: object | None) -> None:
+              definition: JobDefinition | None, instance: object | None,
+              queue: str | None) -> None:
         now = time.time()
         limit = _limit(self.config, retry)
         retry_queue = job.get(P.RETRY_QUEUE)
         if isinstance(retry_queue, str) and retry_queue:
             job[P.QUEUE] = retry_queue
+        elif P.QUEUE not in job and queue:
+            job[P.QUEUE] = queue
         _stamp_error(job, exc)
         count = self._count_failure(job, now)
         _store_backtrace(job, exc)
@@ -132,7 +138,15 @@ class JobRetry:
 
     def _count_failure(self, job: dict[str, Any], now: float) -> int:
         stamp = P.write_time(self.config.timestamp_format, now)
-        job[P.FAILED_AT if job.get(P.RETRY_COUNT) is None else P.RETRIED_AT] = stamp
+        if job.get(P.RETRY_COUNT) is None:
+            job[P.FAILED_AT] = stamp
+        else:
+            job[P.RETRIED_AT] = stamp
+            if P.read_time(job.get(P.FAILED_AT)) is None:
+                # A later failure with no readable first one (a hand-made or damaged
+                # payload): this one starts the record, else a retry_for window that has no
+                # start never closes and the job is retried for ever.
+                job[P.FAILED_AT] = stamp
         job[P.RETRY_COUNT] = _next_count(job)
         return int(job[P.RETRY_COUNT])
 

@@ -358,6 +358,26 @@ def test_retry_for_on_a_first_failure_retries(book: Book, r: redis.Redis) -> Non
     assert len(retries(r)) == 1
 
 
+@pytest.mark.parametrize("failed_at", [None, "not a time", [1]], ids=["missing", "text", "list"])
+def test_retry_for_without_a_readable_failed_at_starts_the_window_now(
+        book: Book, r: redis.Redis, failed_at: Any) -> None:
+    # A later failure (retry_count set) never writes failed_at: without a readable one the
+    # window had no start, so it never closed and the job was retried for ever.
+    fields: dict[str, Any] = {"retry_for": 3600, "retry_count": 30}
+    if failed_at is not None:
+        fields["failed_at"] = failed_at
+    before = int(time.time() * 1000)
+    book.fail(new_job(**fields))
+    stored, _ = only_retry(r)
+    assert stored["retry_count"] == 31 and type(stored["failed_at"]) is int
+    assert before <= stored["failed_at"] <= int(time.time() * 1000)
+    # Two hours on, the window (opened at that failure) has closed: the job dies.
+    stored["failed_at"] -= 7200 * 1000
+    r.delete("retry")
+    book.fail(stored)
+    assert retries(r) == [] and [job["jid"] for job in dead(r)] == [stored["jid"]]
+
+
 # -- hooks ----------------------------------------------------------------------------------------
 def hooked(**fields: Any) -> Job:
     return new_job(**{"class": "Retry::Hooked"}, **fields)
@@ -583,3 +603,21 @@ def test_redis_outage_while_booking_raises_redis_unavailable(redis_server: Any) 
         retry.handle(new_job(), raised(ValueError("x")), definition=None, instance=None)
     pool.close()
     config.close()
+
+
+def test_a_payload_without_queue_retries_to_the_queue_it_came_from(
+        config: Config, r: redis.Redis) -> None:
+    # Sidekiq writes the queue a failing job was fetched from; without it the retry came due
+    # to "default", where no worker of "critical" looks.
+    from tests.helpers.runner import Drain
+
+    job = {"class": "Retry::Plain", "args": [], "jid": P.new_jid(), "retry": 3}
+    r.sadd("queues", "critical")
+    r.lpush("queue:critical", json.dumps(job))
+    drain = Drain(config, "critical")
+    try:
+        assert drain() == 1
+    finally:
+        drain.close()
+    stored, _ = only_retry(r)
+    assert stored["queue"] == "critical" and stored["retry_count"] == 0
