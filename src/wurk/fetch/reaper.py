@@ -12,7 +12,9 @@
    heartbeat counts. Membership of ``processes`` proves nothing (it is pruned lazily). A live
    process's list is never touched — not even a quiet one's. An owner judged dead by its
    missing record is judged again in the recovery script, with the move: one whose record
-   came back since (an outage over) keeps its list.
+   came back since (an outage over) keeps its list. A record of another type than a hash
+   (written by something else) is a heartbeat while it expires (Ruby's beat keeps its
+   EXPIRE; a live wurk deletes such a record at its next beat) and none when it never does.
 3. Recovery and the poison-pill count happen in one script per list (``scripts/recover.lua``);
    jobs recovered three times are killed as poison pills (``wurk.fetch.poison``).
 4. Both layouts are recognised: wurk's (and Ruby wurk's, with or without the nonce) and
@@ -144,6 +146,7 @@ class Reaper:
         self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
         self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
         self._unowned: set[bytes | str] = set()  # list names already warned about
+        self._foreign_records: set[str] = set()  # records of another type warned about
         self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
         # A failed sweep waits its turn: never sooner than the reaper interval.
         self._duty = Duty(config, "wurk-reaper", self.sweep, lambda: config.reaper_interval,
@@ -241,10 +244,22 @@ class Reaper:
         if owner.nonce is None:
             return self._no_live_identity(owner)
         record = self.config.keys.process(owner.identity or "")
-        info = self.pool.run(lambda r: r.hget(record, "info"), idempotent=True)
+        try:
+            info = self.pool.run(lambda r: r.hget(record, "info"), idempotent=True)
+        except redis.ResponseError as exc:  # a record of another type: the script judges it
+            self._warn_foreign_record(record, exc)
+            return (record,)
         if info is None:
             return (record,)
         return () if self._pid_proves_dead(owner, info) else None
+
+    def _warn_foreign_record(self, record: str, exc: Exception) -> None:
+        if record in self._foreign_records:
+            return
+        self._foreign_records.add(record)
+        log.warning("reaper: the heartbeat record %s holds another Redis type than a hash "
+                    "(written by something else; %s): its owner is taken for alive while it "
+                    "expires, for dead if it never does", record[:300], exc)
 
     def _pid_proves_dead(self, owner: Owner, info: bytes | str | None) -> bool:
         """An owner whose heartbeat is still there is dead only when it sees the same pids
@@ -284,7 +299,8 @@ class Reaper:
             for member in members:
                 pipe.exists(keys.process(member))
                 pipe.hget(keys.process(member), "info")
-            replies = pipe.execute() if members else []
+            # A record of another type answers an error: the recovery script judges it.
+            replies = pipe.execute(raise_on_error=False) if members else []
             return list(zip(members, replies[0::2], replies[1::2], strict=True))
 
         try:
@@ -294,9 +310,15 @@ class Reaper:
                         "else; the heartbeat replaces it): the list of %s:%s is left for the "
                         "next sweep (%s)", keys.processes, owner.hostname, owner.pid, exc)
             return None
-        if any(exists and not self._pid_proves_dead(owner, info) for _, exists, info in found):
+        foreign = [(keys.process(member), info) for member, _, info in found
+                   if isinstance(info, redis.ResponseError)]
+        for record, refusal in foreign:
+            self._warn_foreign_record(record, refusal)
+        if any(exists and not isinstance(info, redis.ResponseError)
+               and not self._pid_proves_dead(owner, info) for _, exists, info in found):
             return None
-        return tuple(keys.process(member) for member, exists, _ in found if not exists)
+        return tuple(keys.process(member) for member, exists, info in found
+                     if not exists or isinstance(info, redis.ResponseError))
 
     # -- recovery ---------------------------------------------------------------------------
     def recover(self, key: str, queue: str, records: Records = ()) -> int:
@@ -308,7 +330,7 @@ class Reaper:
         reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
                                                  keep=keep, records=records))
         if int(reply[5]):
-            log.info("reaper: the owner of %s is back (its heartbeat record is); left alone", key)
+            log.info("reaper: the owner of %s has a heartbeat record again; left alone", key)
             return 0
         moved, poisoned = int(reply[0]), list(reply[1])
         _warn_restarted(reply[3])

@@ -25,10 +25,20 @@
 --          {key that refused its bookkeeping, …}, owner alive (1) or not (0)}; poisoned jobs
 --          stay, rotated to the tail
 
+-- A heartbeat record is a hash with its `info` (the reaper's and Sidekiq's rule). One of
+-- another type (written by something else) is a heartbeat while it expires: Ruby's beat
+-- fails its HSET but keeps its EXPIRE; a live wurk deletes such a record at its next beat.
+-- One that never expires is none: its owner's jobs must not wait on it for good.
+local function beating(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return false end
+  if kind == 'hash' then return redis.call('HEXISTS', key, 'info') == 1 end
+  return redis.call('TTL', key) >= 0
+end
+
 local records = tonumber(ARGV[6] or '0')
 for i = 1, records do
-  -- A heartbeat record is a hash with its `info` (the reaper's and Sidekiq's rule).
-  if redis.call('HEXISTS', KEYS[4 + i], 'info') == 1 then
+  if beating(KEYS[4 + i]) then
     return {0, {}, {}, {}, {}, 1}
   end
 end
