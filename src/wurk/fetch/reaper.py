@@ -1,9 +1,11 @@
 """The reaper: in-flight lists whose owner died go back to their queues, so a
 ``kill -9``, an OOM kill or a lost machine loses no job.
 
-1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues this
-   process serves; at most once an hour cluster-wide (``wurk:reaper:full-scan``) it scans every
-   private list, for queues nobody serves any more.
+1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues
+   this process serves, in both layouts (one SCAN of every private list, filtered by queue:
+   ``queue:<q>|*`` alone misses Pro's ``queue:sq|<identity>|<q>``); at most once an hour
+   cluster-wide (``wurk:reaper:full-scan``) it recovers every private list, for queues
+   nobody serves any more.
 2. Liveness: an owner is dead when its heartbeat hash is gone. An owner that sees the same
    pids as this process — the same hostname, and its heartbeat records the same boot id and
    pid namespace — is dead at once when its pid is gone, or belongs to a process started at
@@ -167,12 +169,11 @@ class Reaper:
         """Scoped sweep, plus the full scan when this process wins the hourly lock, plus
         this process's strays."""
         verdicts: dict[Owner, Records | None] = {}
-        recovered = 0
-        for queue in self.queues:
-            pattern = glob_escape(self.config.keys.private_prefix(queue)) + "*"
-            recovered += self._reap_matching(pattern, verdicts)
-        if self._full_scan_due():
-            recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
+        # Pro's layout names the queue last, so no pattern per queue finds both layouts'
+        # lists: one SCAN of every private list, kept to the served queues' unless the full
+        # scan is due (one SCAN, not one per queue).
+        served = None if self._full_scan_due() else frozenset(self.queues)
+        recovered = self._reap_matching(self.config.keys.private_pattern, verdicts, served)
         recovered += self.return_strays()
         self.recount_partitions()
         if recovered:
@@ -190,14 +191,17 @@ class Reaper:
 
     def reap_all(self) -> int:
         """Every private list of the keyspace, whoever serves its queue (no lock)."""
-        return self._reap_matching(self.config.keys.private_pattern, {})
+        return self._reap_matching(self.config.keys.private_pattern, {}, None)
 
     def _full_scan_due(self) -> bool:
         lock = self.config.keys.reaper_lock
         return bool(self.pool.run(lambda r: r.set(lock, str(self.identity), nx=True,
                                                   ex=FULL_SCAN_EVERY)))
 
-    def _reap_matching(self, pattern: str, verdicts: dict[Owner, Records | None]) -> int:
+    def _reap_matching(self, pattern: str, verdicts: dict[Owner, Records | None],
+                       served: frozenset[str] | None) -> int:
+        """Recover the lists matching ``pattern`` whose owner is dead, of the ``served``
+        queues only (None: of every queue)."""
         recovered = 0
         keys = self.pool.run(lambda r: list(r.scan_iter(match=pattern, count=SCAN_COUNT,
                                                         _type="list")), idempotent=True)
@@ -212,6 +216,8 @@ class Reaper:
                 self._warn_unowned(raw_key)
                 continue
             queue, owner = parsed
+            if served is not None and queue not in served:
+                continue
             if owner not in verdicts:
                 verdicts[owner] = self.verdict(owner)
             records = verdicts[owner]
