@@ -438,3 +438,40 @@ def test_a_processes_set_of_another_type_stops_no_sweep(
     warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
     assert any(config.keys.processes in message and "another" in message
                for message in warned), warned
+
+
+@pytest.mark.parametrize("layout", ["nonce", "older"])
+def test_a_process_record_of_another_type_stops_no_sweep_and_strands_no_job(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        layout: str) -> None:
+    """The reaper read an owner's heartbeat record with HGET: a record holding another type
+    (written by hand or by something else) failed with WRONGTYPE and ended the sweep there,
+    so every dead owner's list after it stayed unrecovered, at every interval (the older
+    layout's read took it for a `processes` of another type: its list stayed for good). A
+    record of another type with no expiry is no heartbeat (a live wurk owner deletes it at
+    its next beat, Ruby's EXPIRE gives it one): its owner's jobs go back, and the sweep goes
+    on; one that expires is left until it does."""
+    identity = "gone:7:eeeeeeeeeeee"
+    if layout == "nonce":
+        first = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    else:
+        first = config.keys.queue("default") + "|gone|7|0"
+        r.sadd(config.keys.processes, identity)
+    r.set(config.keys.process(identity), "not a hash")
+    r.lpush(first, job(1))
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(2))
+    r.expire(config.keys.process(identity), 60)  # a Ruby heartbeat's EXPIRE: alive
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
+    assert r.lrange(first, 0, -1) == [job(1)]
+    assert not r.exists(after) and r.lrange(config.keys.queue("other"), 0, -1) == [job(2)]
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert [message for message in warned if config.keys.process(identity) in message] == [
+        f"reaper: the heartbeat record {config.keys.process(identity)} holds another Redis "
+        "type than a hash (written by something else; WRONGTYPE Operation against a key "
+        "holding the wrong kind of value): its owner is taken for alive while it expires, for "
+        "dead if it never does"], warned
+    r.persist(config.keys.process(identity))  # nothing keeps it: no heartbeat
+    assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
+    assert not r.exists(first) and r.lrange(config.keys.queue("default"), 0, -1) == [job(1)]

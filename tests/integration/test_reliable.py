@@ -386,3 +386,45 @@ def test_a_poison_pill_is_killed_once_with_two_reapers_racing(
         assert [pill["count"] for pill in pills] == [3]
     finally:
         registration.remove()
+
+
+def test_an_owner_back_before_its_list_is_recovered_keeps_its_jobs(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """The reaper judged an owner once per sweep (its record gone) and recovered its lists
+    later, each in a script of its own: an owner whose record came back meanwhile (an outage
+    over, its heartbeat landed) and fetched a job had that job taken from under it and run
+    twice. The recovery script checks the record itself, on Redis, with the move."""
+    owner = "elsewhere:4343:abababababab"
+    first = config.keys.private("default", "elsewhere", 4343, "abababababab", 0)
+    r.lpush(first, job(1))
+    later = config.keys.private("other", "elsewhere", 4343, "abababababab", 0)
+    r.lpush(later, job(2))
+    sweeper = Reaper(config, Identity.current(), ["default", "other"])
+
+    def owner_returns(queue: str, moved: int) -> None:  # between the two lists' recoveries
+        r.hset(owner, mapping={"info": json.dumps({"started_at": time.time()})})
+        r.lpush(later, job(3))  # its first fetch after the outage
+
+    sweeper.observers.append(owner_returns)
+    assert sweeper.sweep() == 1
+    assert r.lrange(config.keys.queue("default"), 0, -1) == [job(1)]
+    assert r.lrange(later, 0, -1) == [job(3), job(2)]  # the live owner's: left alone
+    assert not r.exists(config.keys.queue("other"))
+
+
+def test_a_dead_owners_pro_layout_lists_are_recovered_by_the_sweep_of_their_queue(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """The sweep of a queue scanned `queue:<q>|*`, which no Pro-layout list
+    (`queue:sq|<identity>|<q>`, written by Sidekiq Pro or by wurk with
+    `private_list_layout: pro`) matches: a killed process's jobs waited for the hourly
+    full scan, not the heartbeat TTL plus one sweep."""
+    r.set(config.keys.reaper_lock, "another process", ex=3600)  # the full scan is not ours
+    dead_pro = config.keys.private_pro("gone:5:aaaaaaaaaaaa", "default")
+    other_queue = config.keys.private_pro("gone:5:aaaaaaaaaaaa", "nobody-serves-this")
+    r.lpush(dead_pro, job(1))
+    r.lpush(other_queue, job(2))
+    assert reaper(config).sweep() == 1
+    assert not r.exists(dead_pro) and r.lrange("queue:default", 0, -1) == [job(1)]
+    assert r.llen(other_queue) == 1  # another queue's: left to the full scan

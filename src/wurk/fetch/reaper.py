@@ -1,16 +1,22 @@
 """The reaper: in-flight lists whose owner died go back to their queues, so a
 ``kill -9``, an OOM kill or a lost machine loses no job.
 
-1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues this
-   process serves; at most once an hour cluster-wide (``wurk:reaper:full-scan``) it scans every
-   private list, for queues nobody serves any more.
+1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues
+   this process serves, in both layouts (one SCAN of every private list, filtered by queue:
+   ``queue:<q>|*`` alone misses Pro's ``queue:sq|<identity>|<q>``); at most once an hour
+   cluster-wide (``wurk:reaper:full-scan``) it recovers every private list, for queues
+   nobody serves any more.
 2. Liveness: an owner is dead when its heartbeat hash is gone. An owner that sees the same
    pids as this process — the same hostname, and its heartbeat records the same boot id and
    pid namespace — is dead at once when its pid is gone, or belongs to a process started at
    another time (pid reuse): no need to wait for its record to expire. Containers that share
    one hostname have pid namespaces of their own, so a pid there proves nothing and only the
    heartbeat counts. Membership of ``processes`` proves nothing (it is pruned lazily). A live
-   process's list is never touched — not even a quiet one's.
+   process's list is never touched — not even a quiet one's. An owner judged dead by its
+   missing record is judged again in the recovery script, with the move: one whose record
+   came back since (an outage over) keeps its list. A record of another type than a hash
+   (written by something else) is a heartbeat while it expires (Ruby's beat keeps its
+   EXPIRE; a live wurk deletes such a record at its next beat) and none when it never does.
 3. Recovery and the poison-pill count happen in one script per list (``scripts/recover.lua``);
    jobs recovered three times are killed as poison pills (``wurk.fetch.poison``).
 4. Both layouts are recognised: wurk's (and Ruby wurk's, with or without the nonce) and
@@ -74,6 +80,8 @@ PID_DIGITS = 20
 # reply can be on its way before its processor holds the entry): thread scheduling slack.
 STRAY_MARGIN = 1.0
 _STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED = 0, 1, 2
+# The heartbeat records a dead owner was judged by: the recovery script checks them again.
+Records = tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,7 @@ class Reaper:
         self.own_lists = list(dict.fromkeys(own_lists))  # (private list, queue)
         self._strays: dict[tuple[str, bytes], float] = {}  # → when first seen unheld
         self._unowned: set[bytes | str] = set()  # list names already warned about
+        self._foreign_records: set[str] = set()  # records of another type warned about
         self.observers: list[Callable[[str, int], None]] = []  # (queue, jobs recovered)
         # A failed sweep waits its turn: never sooner than the reaper interval.
         self._duty = Duty(config, "wurk-reaper", self.sweep, lambda: config.reaper_interval,
@@ -159,13 +168,12 @@ class Reaper:
     def sweep(self) -> int:
         """Scoped sweep, plus the full scan when this process wins the hourly lock, plus
         this process's strays."""
-        verdicts: dict[Owner, bool] = {}
-        recovered = 0
-        for queue in self.queues:
-            pattern = glob_escape(self.config.keys.private_prefix(queue)) + "*"
-            recovered += self._reap_matching(pattern, verdicts)
-        if self._full_scan_due():
-            recovered += self._reap_matching(self.config.keys.private_pattern, verdicts)
+        verdicts: dict[Owner, Records | None] = {}
+        # Pro's layout names the queue last, so no pattern per queue finds both layouts'
+        # lists: one SCAN of every private list, kept to the served queues' unless the full
+        # scan is due (one SCAN, not one per queue).
+        served = None if self._full_scan_due() else frozenset(self.queues)
+        recovered = self._reap_matching(self.config.keys.private_pattern, verdicts, served)
         recovered += self.return_strays()
         self.recount_partitions()
         if recovered:
@@ -183,14 +191,17 @@ class Reaper:
 
     def reap_all(self) -> int:
         """Every private list of the keyspace, whoever serves its queue (no lock)."""
-        return self._reap_matching(self.config.keys.private_pattern, {})
+        return self._reap_matching(self.config.keys.private_pattern, {}, None)
 
     def _full_scan_due(self) -> bool:
         lock = self.config.keys.reaper_lock
         return bool(self.pool.run(lambda r: r.set(lock, str(self.identity), nx=True,
                                                   ex=FULL_SCAN_EVERY)))
 
-    def _reap_matching(self, pattern: str, verdicts: dict[Owner, bool]) -> int:
+    def _reap_matching(self, pattern: str, verdicts: dict[Owner, Records | None],
+                       served: frozenset[str] | None) -> int:
+        """Recover the lists matching ``pattern`` whose owner is dead, of the ``served``
+        queues only (None: of every queue)."""
         recovered = 0
         keys = self.pool.run(lambda r: list(r.scan_iter(match=pattern, count=SCAN_COUNT,
                                                         _type="list")), idempotent=True)
@@ -205,10 +216,13 @@ class Reaper:
                 self._warn_unowned(raw_key)
                 continue
             queue, owner = parsed
+            if served is not None and queue not in served:
+                continue
             if owner not in verdicts:
-                verdicts[owner] = self.is_dead(owner)
-            if verdicts[owner]:
-                recovered += self.recover(key, queue)
+                verdicts[owner] = self.verdict(owner)
+            records = verdicts[owner]
+            if records is not None:
+                recovered += self.recover(key, queue, records)
         return recovered
 
     def _warn_unowned(self, key: bytes | str) -> None:
@@ -223,16 +237,35 @@ class Reaper:
 
     # -- liveness ---------------------------------------------------------------------------
     def is_dead(self, owner: Owner) -> bool:
+        return self.verdict(owner) is not None
+
+    def verdict(self, owner: Owner) -> Records | None:
+        """None when ``owner`` is alive; else the heartbeat records its death rests on (their
+        absence), for the recovery script to check again with the move: the reaper's look and
+        the recovery are round trips apart, and a record may come back between them (an
+        outage over). Empty when its pid proved it dead (a dead pid does not come back)."""
         me = self.identity
         if (owner.hostname, owner.pid, owner.nonce) == (me.hostname, me.pid, me.nonce):
-            return False
+            return None
         if owner.nonce is None:
-            return not self._any_live_identity(owner)
-        info = self.pool.run(lambda r: r.hget(self.config.keys.process(owner.identity or ""),
-                                              "info"), idempotent=True)
+            return self._no_live_identity(owner)
+        record = self.config.keys.process(owner.identity or "")
+        try:
+            info = self.pool.run(lambda r: r.hget(record, "info"), idempotent=True)
+        except redis.ResponseError as exc:  # a record of another type: the script judges it
+            self._warn_foreign_record(record, exc)
+            return (record,)
         if info is None:
-            return True
-        return self._pid_proves_dead(owner, info)
+            return (record,)
+        return () if self._pid_proves_dead(owner, info) else None
+
+    def _warn_foreign_record(self, record: str, exc: Exception) -> None:
+        if record in self._foreign_records:
+            return
+        self._foreign_records.add(record)
+        log.warning("reaper: the heartbeat record %s holds another Redis type than a hash "
+                    "(written by something else; %s): its owner is taken for alive while it "
+                    "expires, for dead if it never does", record[:300], exc)
 
     def _pid_proves_dead(self, owner: Owner, info: bytes | str | None) -> bool:
         """An owner whose heartbeat is still there is dead only when it sees the same pids
@@ -258,12 +291,13 @@ class Reaper:
             return False  # cannot tell: the heartbeat says alive, believe it
         return abs(created - started_at) > PID_REUSE_TOLERANCE
 
-    def _any_live_identity(self, owner: Owner) -> bool:
-        """The older layout names no nonce: alive while any ``host:pid:*`` record is."""
+    def _no_live_identity(self, owner: Owner) -> Records | None:
+        """The older layout names no nonce: alive while any ``host:pid:*`` record is; else
+        the records found gone (a ``processes`` member's), for the recovery to check again."""
         keys = self.config.keys
         pattern = glob_escape(f"{owner.hostname}:{owner.pid}:") + "*"
 
-        def records(r: Any) -> list[tuple[bool, Any]]:
+        def records(r: Any) -> list[tuple[str, bool, Any]]:
             # A member that is no UTF-8 is no identity wurk wrote: read as one with no record.
             members = [m.decode("utf-8", "replace") if isinstance(m, bytes) else m
                        for m in r.sscan_iter(keys.processes, match=pattern)]
@@ -271,8 +305,9 @@ class Reaper:
             for member in members:
                 pipe.exists(keys.process(member))
                 pipe.hget(keys.process(member), "info")
-            replies = pipe.execute() if members else []
-            return list(zip(replies[0::2], replies[1::2], strict=True))
+            # A record of another type answers an error: the recovery script judges it.
+            replies = pipe.execute(raise_on_error=False) if members else []
+            return list(zip(members, replies[0::2], replies[1::2], strict=True))
 
         try:
             found = self.pool.run(records, idempotent=True)
@@ -280,16 +315,29 @@ class Reaper:
             log.warning("reaper: %s holds another Redis type than a set (written by something "
                         "else; the heartbeat replaces it): the list of %s:%s is left for the "
                         "next sweep (%s)", keys.processes, owner.hostname, owner.pid, exc)
-            return True
-        return any(exists and not self._pid_proves_dead(owner, info) for exists, info in found)
+            return None
+        foreign = [(keys.process(member), info) for member, _, info in found
+                   if isinstance(info, redis.ResponseError)]
+        for record, refusal in foreign:
+            self._warn_foreign_record(record, refusal)
+        if any(exists and not isinstance(info, redis.ResponseError)
+               and not self._pid_proves_dead(owner, info) for _, exists, info in found):
+            return None
+        return tuple(keys.process(member) for member, exists, info in found
+                     if not exists or isinstance(info, redis.ResponseError))
 
     # -- recovery ---------------------------------------------------------------------------
-    def recover(self, key: str, queue: str) -> int:
-        """Move a dead owner's list back; kill its poison pills. Returns jobs moved."""
+    def recover(self, key: str, queue: str, records: Records = ()) -> int:
+        """Move a dead owner's list back; kill its poison pills. Returns jobs moved. Nothing
+        moves when one of ``records`` (the heartbeat records the owner was judged dead by)
+        is there again when the script runs: the owner is back."""
         # Not replayed: a replay would count a recovery twice.
         keep = self.config.on_recover is not None
         reply = self.pool.run(lambda r: _recover(r, self.config, key, queue, POISON_THRESHOLD,
-                                                 keep=keep))
+                                                 keep=keep, records=records))
+        if int(reply[5]):
+            log.info("reaper: the owner of %s has a heartbeat record again; left alone", key)
+            return 0
         moved, poisoned = int(reply[0]), list(reply[1])
         _warn_restarted(reply[3])
         _warn_refused(reply[4])
@@ -409,13 +457,15 @@ def _read_info(info: bytes | str | None) -> dict[str, Any] | None:
 
 
 def _recover(r: Any, config: Config, key: str, queue: str, threshold: int, *,
-             keep: bool = False) -> Any:
+             keep: bool = False, records: Records = ()) -> Any:
     keys = config.keys
     script = r.register_script(_RECOVER.text)  # EVALSHA, loading the script on NOSCRIPT
     # A partitioned queue's jobs are counted out of flight as they go back (wurk.partitions).
     counts = [keys.partition_running(queue)] if queue in config.partitions else []
-    return script(keys=[key, keys.queue(queue), keys.queues, keys.stat_recovered, *counts],
-                  args=[keys.poison_prefix, threshold, POISON_TTL, queue, "1" if keep else "0"])
+    return script(keys=[key, keys.queue(queue), keys.queues, keys.stat_recovered, *records,
+                        *counts],
+                  args=[keys.poison_prefix, threshold, POISON_TTL, queue, "1" if keep else "0",
+                        len(records)])
 
 
 def _give_back(r: Any, config: Config, key: str, queue: str, raw: bytes,

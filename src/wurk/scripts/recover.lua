@@ -13,12 +13,36 @@
 -- ARGV[3]  poison counter TTL, seconds
 -- ARGV[4]  the queue's name, for `queues`
 -- ARGV[5]  "1" to return the moved jobs too (for an on_recover hook), else "0"
--- KEYS[5]  (a partitioned queue's only) its in-flight counts: each job moved is one fewer
---          in flight for its partition; the next fetch routes it from the plain list back
---          to its partition (wurk.partitions)
+-- ARGV[6]  how many heartbeat records follow (absent: none)
+-- KEYS[5…] the owner's heartbeat records its death was judged by (their absence): checked
+--          again here, with the move, so an owner whose record came back since the reaper
+--          judged it (an outage over, its first fetch made) keeps its list; none when the
+--          owner's pid proved it dead, or for a process's own lists
+-- KEYS[5 + n]  (a partitioned queue's only) its in-flight counts: each job moved is one
+--          fewer in flight for its partition; the next fetch routes it from the plain list
+--          back to its partition (wurk.partitions)
 -- returns  {moved, {poisoned job, its count, …}, {moved job, …}, {counter started again, …},
---          {key that refused its bookkeeping, …}}; poisoned jobs stay, rotated to the tail
+--          {key that refused its bookkeeping, …}, owner alive (1) or not (0)}; poisoned jobs
+--          stay, rotated to the tail
 
+-- A heartbeat record is a hash with its `info` (the reaper's and Sidekiq's rule). One of
+-- another type (written by something else) is a heartbeat while it expires: Ruby's beat
+-- fails its HSET but keeps its EXPIRE; a live wurk deletes such a record at its next beat.
+-- One that never expires is none: its owner's jobs must not wait on it for good.
+local function beating(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return false end
+  if kind == 'hash' then return redis.call('HEXISTS', key, 'info') == 1 end
+  return redis.call('TTL', key) >= 0
+end
+
+local records = tonumber(ARGV[6] or '0')
+for i = 1, records do
+  if beating(KEYS[4 + i]) then
+    return {0, {}, {}, {}, {}, 1}
+  end
+end
+local counts = KEYS[5 + records]
 local threshold = tonumber(ARGV[2])
 local moved = 0
 local poisoned = {}
@@ -39,7 +63,7 @@ for _ = 1, n do
   else
     redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
     moved = moved + 1
-    if KEYS[5] then part_release(KEYS[5], part_of(job)) end
+    if counts then part_release(counts, part_of(job)) end
     if keep then recovered[#recovered + 1] = job end
   end
 end
@@ -47,4 +71,4 @@ if moved > 0 then
   keep_book('SADD', KEYS[3], ARGV[4])
   if threshold > 0 then keep_book('INCRBY', KEYS[4], moved) end
 end
-return {moved, poisoned, recovered, restarted_counters, refused_keys}
+return {moved, poisoned, recovered, restarted_counters, refused_keys, 0}
