@@ -676,3 +676,24 @@ def test_a_dead_files_line_whose_jid_is_not_its_jobs_is_sent_once_and_the_file_d
     assert list(directory.iterdir()) == []
     assert reliable.flush_directory(config, directory)[:2] == (0, 0)
     assert [q["jid"] for q in queued(server)] == ["j" * 24]
+
+
+@pytest.mark.parametrize("at", ["tomorrow", [1], {"t": 1}, True])
+def test_a_dead_files_line_whose_at_is_no_number_goes_to_the_dead_set_not_the_queue(
+        server: Restartable, tmp_path: Path, at: Any) -> None:
+    """A kept line's ``at`` is an epoch time or null (run now); anything else, written by
+    hand or by another version, is no time the job was scheduled for: it dies as a job no
+    push can send does, rather than being pushed to run at once."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+    job = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "j" * 24})
+    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
+        header, {"+": "j" * 24, "t": 1.0, "at": at, "job": job})))
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    reliable.flush_directory(config, directory)
+    client = server.client()
+    assert queued(server) == [] and client.zcard("schedule") == 0
+    assert [json.loads(entry)["jid"] for entry in client.zrange("dead", 0, -1)] == ["j" * 24]
+    assert list(directory.iterdir()) == []
+

@@ -227,6 +227,8 @@ def _parse(data: bytes) -> _Parsed:
             parsed.header = record
         elif isinstance(record.get("+"), str) and isinstance(record.get("job"), str):
             at, t = _number(record.get("at")), _number(record.get("t"))
+            if at is None and record.get("at") is not None:
+                at = math.nan  # not a number ("tomorrow"): no time, not "push it now"
             # An ``at`` that is no finite time is kept as it is, for the sender to refuse.
             parsed.pending[record["+"]] = (
                 record["job"], t if t is not None and math.isfinite(t) else 0.0, at)
