@@ -503,11 +503,24 @@ def test_a_dead_processes_file_with_lines_no_push_can_send_holds_up_no_job(
     assert sorted(dead) == sorted(line["job"] for line in bad)
 
 
+# The header of a buffer file left by a dead process on another host.
+_DEAD_HEADER = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
+
+
+def _report(jid: str) -> str:
+    return json.dumps({"class": "Report", "args": [], "queue": "default", "jid": jid})
+
+
+def _write_dead_file(path: Path, *lines: dict[str, Any],
+                     header: dict[str, Any] | None = None) -> None:
+    """A dead process's buffer file: its header, then ``lines`` as written."""
+    path.write_text("".join(json.dumps(line) + "\n"
+                            for line in (header or _DEAD_HEADER, *lines)))
+
+
 def _dead_file(path: Path, jids: list[str], header: dict[str, Any] | None = None) -> None:
-    header = header or {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
-    lines = [header, *({"+": jid, "t": 1.0, "at": None, "job": json.dumps(
-        {"class": "Report", "args": [], "queue": "default", "jid": jid})} for jid in jids)]
-    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    _write_dead_file(path, *({"+": jid, "t": 1.0, "at": None, "job": _report(jid)}
+                             for jid in jids), header=header)
 
 
 def test_a_buffer_file_that_cannot_be_opened_holds_up_no_other_file(
@@ -636,11 +649,9 @@ def test_a_line_no_push_can_send_holds_up_no_file_while_the_dead_set_is_of_anoth
     job Redis refuses for good, the line is logged with its text and dropped."""
     directory = tmp_path / "buf"
     directory.mkdir()
-    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
-    good = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "g" * 24})
-    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
-        header, {"+": "a" * 24, "t": 1.0, "at": None, "job": "{not json"},
-        {"+": "g" * 24, "t": 1.0, "at": None, "job": good})))
+    _write_dead_file(directory / "push-a.jobs",
+                     {"+": "a" * 24, "t": 1.0, "at": None, "job": "{not json"},
+                     {"+": "g" * 24, "t": 1.0, "at": None, "job": _report("g" * 24)})
     _dead_file(directory / "push-b.jobs", ["b" * 24])
     server.client().set("dead", "not a sorted set")
     config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
@@ -661,10 +672,8 @@ def test_a_dead_files_line_whose_jid_is_not_its_jobs_is_sent_once_and_the_file_d
     file after it was sent, and a flush once its record was dropped pushed it again."""
     directory = tmp_path / "buf"
     directory.mkdir()
-    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
-    job = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "j" * 24})
-    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
-        header, {"+": "k" * 24, "t": 1.0, "at": None, "job": job})))
+    _write_dead_file(directory / "push-a.jobs",
+                     {"+": "k" * 24, "t": 1.0, "at": None, "job": _report("j" * 24)})
     config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
     said: list[tuple[int, int, int]] = []
     flush = threading.Thread(target=lambda: said.append(
@@ -686,10 +695,8 @@ def test_a_dead_files_line_whose_at_is_no_number_goes_to_the_dead_set_not_the_qu
     push can send does, rather than being pushed to run at once."""
     directory = tmp_path / "buf"
     directory.mkdir()
-    header = {"wurk-push-buffer": 1, "host": "elsewhere", "pid": 1, "created": 1.0}
-    job = json.dumps({"class": "Report", "args": [], "queue": "default", "jid": "j" * 24})
-    (directory / "push-a.jobs").write_text("".join(json.dumps(line) + "\n" for line in (
-        header, {"+": "j" * 24, "t": 1.0, "at": at, "job": job})))
+    _write_dead_file(directory / "push-a.jobs",
+                     {"+": "j" * 24, "t": 1.0, "at": at, "job": _report("j" * 24)})
     config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
     reliable.flush_directory(config, directory)
     client = server.client()
