@@ -10,17 +10,24 @@
 4. ``HostNames.allows_probe``: the rule of the worker's health and metrics listeners, which
    a kubelet or a Prometheus server reaches by the pod's IP address: an IP literal is
    allowed too (a rebinding page can only send a name), any other name only when allowed.
+5. ``server_class``: those listeners' server class for the address they bind (``::1`` and
+   ``::`` need an IPv6 socket; the standard library's servers make IPv4 ones).
 """
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
+import socket
 from collections.abc import Iterable
+from typing import TypeVar, cast
 from urllib.parse import urlsplit
 
 __all__ = ["ANY_HOST", "LOOPBACK_HOSTS", "HostNames", "check_host_pattern", "host_name",
-           "local_location"]
+           "local_location", "server_class"]
+
+Server = TypeVar("Server", bound=type)
 
 # The names a browser on this machine uses for it: a rebinding page's own name is never one.
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
@@ -88,3 +95,20 @@ def local_location(location: str, host: str | None) -> str:
     if not parts.netloc or host is None or parts.netloc.lower() != host.strip().lower():
         return location
     return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def server_class(cls: Server, host: str) -> Server:
+    """``cls`` (a ``socketserver`` server, whose sockets are IPv4) for ``host``, or its IPv6
+    twin when ``host`` is an IPv6 address or a name whose first address is one. A name that
+    does not resolve keeps ``cls``: its bind then fails naming the address."""
+    try:
+        family = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM,
+                                    flags=socket.AI_PASSIVE)[0][0]
+    except (OSError, UnicodeError):
+        return cls
+    return _six(cls) if family == socket.AF_INET6 else cls
+
+
+@functools.cache
+def _six(cls: Server) -> Server:
+    return cast(Server, type(cls.__name__ + "6", (cls,), {"address_family": socket.AF_INET6}))

@@ -62,6 +62,42 @@ def test_a_port_in_use_names_the_setting() -> None:
     taken.close()
 
 
+@pytest.mark.parametrize("server", ["health", "metrics"])
+def test_the_listeners_bind_an_ipv6_address(server: str) -> None:
+    """``--health-host ::1`` (or ``--metrics-host``) failed with "Address family not
+    supported" and was told to choose another port: both listeners were IPv4 only."""
+    import http.client
+
+    from wurk.metrics.health import HealthServer
+    from wurk.metrics.prometheus import WorkerExporter
+
+    if server == "health":
+        health = HealthServer("::1", 0, lambda: (True, {"status": "ok"})).start()
+        port, stop = health.port, health.stop
+    else:
+        exporter = WorkerExporter(outages=lambda: (), busy=lambda: 0, concurrency=1)
+        port, stop = exporter.start("::1", 0), exporter.stop
+    try:
+        conn = http.client.HTTPConnection("::1", port, timeout=5)
+        try:
+            conn.request("GET", "/")
+            assert conn.getresponse().status == 200
+        finally:
+            conn.close()
+    finally:
+        stop()
+
+
+def test_an_address_that_cannot_be_bound_is_not_called_a_busy_port() -> None:
+    from wurk.metrics.health import HealthServer
+
+    with pytest.raises(ConfigError) as caught:  # TEST-NET-1: never this machine's
+        _listen("health_port", "192.0.2.1", 0,
+                lambda: HealthServer("192.0.2.1", 0, lambda: (True, {})))
+    message = str(caught.value)
+    assert "health_host 192.0.2.1" in message and "another port" not in message
+
+
 def test_job_labels_are_bounded() -> None:
     from wurk.metrics import prometheus
 

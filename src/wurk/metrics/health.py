@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from ..hosts import HostNames
+from ..hosts import HostNames, server_class
 from ..runtime.outage import Outage
 
 __all__ = ["STALE_BEATS", "HealthServer", "Probe", "WorkerHealth"]
@@ -73,7 +73,7 @@ class HealthServer:
     def __init__(self, host: str, port: int, probe: Probe,
                  hosts: HostNames | None = None) -> None:
         handler = _handler(probe, hosts if hosts is not None else HostNames())
-        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server = server_class(ThreadingHTTPServer, host)((host, port), handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 

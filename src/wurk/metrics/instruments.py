@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
@@ -206,9 +207,16 @@ class Instruments:
 
 
 def _listen(setting: str, host: str, port: int, bind: Callable[[], Any]) -> Any:
-    """Bind a listener; a port in use is a configuration error naming the setting."""
+    """Bind a listener; a port in use, or an address not this machine's, is a configuration
+    error naming the setting to change."""
     try:
         return bind()
     except OSError as exc:
-        raise ConfigError(f"{setting} {port}: cannot listen on {host}:{port} "
-                          f"({exc.strerror or exc}); choose another port") from None
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        reason = exc.strerror or exc
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigError(f"{setting} {port}: cannot listen on {where} ({reason}); "
+                              "choose another port") from None
+        raise ConfigError(f"{setting.replace('_port', '_host')} {host}: cannot listen on "
+                          f"{where} ({reason}); give an address of this machine (127.0.0.1, "
+                          "::1, or 0.0.0.0 / :: for every one)") from None

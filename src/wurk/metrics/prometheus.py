@@ -30,7 +30,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from ..api import Stats
 from ..config import Config
 from ..errors import ConfigError
-from ..hosts import HostNames
+from ..hosts import HostNames, server_class
 from ..runtime.outage import Outage
 from ..stored import Invalid, count
 from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name, stored_name
@@ -240,7 +240,8 @@ class WorkerExporter:
         client = require_client()
         app = _guarded(client.make_wsgi_app(self.registry),
                        hosts if hosts is not None else HostNames())
-        self._server = make_server(host, port, app, _ThreadingServer, handler_class=_Quiet)
+        self._server = make_server(host, port, app, server_class(_ThreadingServer, host),
+                                   handler_class=_Quiet)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="wurk-metrics", daemon=True)
         self._thread.start()
