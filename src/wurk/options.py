@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,12 +29,14 @@ from .errors import ConfigError, InvalidArguments, InvalidPayload
 from .keys import PRIVATE_SEPARATOR
 from .log import level_number
 
-__all__ = ["PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX", "SHARD",
+__all__ = ["MAX_RETRY_FOR", "PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFILE_TOKEN_MAX",
+           "SHARD",
            "UNIQUE_UNTIL",
            "check_expiry_fields", "check_job_queue", "check_profiler_options",
            "check_queue_name",
            "check_result_ttl", "check_unique_fields", "expires_in_seconds", "parse_queue",
-           "result_ttl_seconds", "stamp_expiry", "unique_for_seconds", "validate_options"]
+           "result_ttl_seconds", "retry_for_seconds", "stamp_expiry", "unique_for_seconds",
+           "validate_options"]
 
 UNIQUE_UNTIL = ("success", "start")
 # A profile token is part of a Redis key (``<token>-<jid>``): long enough for any name.
@@ -49,6 +51,8 @@ SHARD = "shard"
 PROFILE_INTERVAL_RANGE = (100, 1_000_000)
 # The longest time limit a job may ask for (``timeout``): a week.
 MAX_TIMEOUT = 7 * 86400
+# retry_for must be relative seconds; anything larger was surely meant as a timestamp.
+MAX_RETRY_FOR = 1_000_000_000
 
 
 # The largest weight: a weighted fetch shuffles each queue's name weight times, so a weight
@@ -111,13 +115,25 @@ def check_job_queue(value: Any, *, key: str = P.QUEUE, where: str = "push") -> N
                   "follows a comma as the queue's weight)")
 
 
+def retry_for_seconds(value: Any, bad: Callable[[str], Exception]) -> int:
+    """``retry_for`` as the whole seconds stored (a timedelta or a fraction rounds up: a
+    window is never shorter than asked); ``bad(expected)`` is raised for anything else."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
+            or not 0 < seconds <= MAX_RETRY_FOR:  # also refuses NaN
+        raise bad(f"a number of seconds (or a timedelta) above 0 and at most {MAX_RETRY_FOR}")
+    return math.ceil(seconds)
+
+
 def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """Check the options Sidekiq gives meaning to; the message names option, value and fix."""
     result = dict(options)
     for key, value in result.items():
         _check_option(key, value, where)
     if P.RETRY_FOR in result:
-        result[P.RETRY_FOR] = int(result[P.RETRY_FOR])
+        given = result[P.RETRY_FOR]
+        result[P.RETRY_FOR] = retry_for_seconds(given, lambda expected: ConfigError(
+            f"{where}: option retry_for={given!r} is invalid; expected {expected}"))
     if P.RESULT_TTL in result:
         result[P.RESULT_TTL] = result_ttl_seconds(result[P.RESULT_TTL], where)
     _limits_options(result, where)
@@ -197,10 +213,7 @@ def _check_option(key: str, value: Any, where: str) -> None:
         if not (isinstance(value, bool) or (isinstance(value, int) and value >= 0)):
             raise bad("True, False or a number of retries ≥ 0")
     elif key == P.RETRY_FOR:
-        seconds = value.total_seconds() if isinstance(value, timedelta) else value
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0 \
-                or (isinstance(seconds, float) and not math.isfinite(seconds)):
-            raise bad("a positive number of seconds")
+        return  # checked and converted to whole seconds by validate_options
     elif key == P.DEAD:
         if not isinstance(value, bool):
             raise bad("True or False")

@@ -319,6 +319,15 @@ def test_options_given_as_none_are_kept_as_null_as_sidekiqs_client_keeps_them(
     assert (job["tags"], job["retry_for"], job["retry"]) == (None, None, None)
 
 
+def test_a_fraction_of_a_second_of_retry_for_is_kept_as_one_not_zero(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """A raw push's retry_for of 0.5 was stored as 0: a window of nothing, where the job
+    asked for one."""
+    wurk.push({"class": "X", "args": [], "retry_for": 0.5})
+    assert only(r, "queue:default")["retry_for"] == 1
+
+
 def test_push_while_redis_is_down_raises_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL")
     wurk.configure(redis_url="redis://127.0.0.1:1/0", socket_timeout=0.5)

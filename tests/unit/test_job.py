@@ -4,6 +4,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -144,6 +145,8 @@ def test_duplicate_wire_name_is_refused() -> None:
         ({"retry_for": 0}, "retry_for=0"),
         ({"retry_for": float("nan")}, "retry_for=nan"),
         ({"retry_for": float("inf")}, "retry_for=inf"),
+        ({"retry_for": timedelta(0)}, "retry_for=datetime.timedelta(0)"),
+        ({"retry_for": 10**10}, "at most 1000000000"),
         ({"custom": {1, 2}}, "option 'custom' 0 is set"),
     ],
 )
@@ -151,6 +154,18 @@ def test_bad_options_are_refused_at_definition(options: dict[str, object], messa
     with pytest.raises(ConfigError) as info:
         wurk.job(name=f"bad-{message}", **options)(lambda: None)
     assert message in str(info.value)
+
+
+def test_retry_for_takes_a_timedelta_and_rounds_up_to_whole_seconds(
+        config: wurk.Config) -> None:
+    """retry_for=timedelta(hours=2) passed the option's check, then defining the job raised
+    a bare TypeError from int(); a fraction of a second was cut to a window of 0."""
+    @wurk.job(name="RetryForTimedelta", retry_for=timedelta(hours=2))
+    def hours() -> None: ...
+
+    assert hours.definition.options["retry_for"] == 7200
+    assert hours.set(retry_for=timedelta(seconds=1.5)).options["retry_for"] == 2
+    assert hours.set(retry_for=0.25).options["retry_for"] == 1
 
 
 def test_main_module_jobs_need_a_name(tmp_path: Path) -> None:

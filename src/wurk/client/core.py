@@ -57,6 +57,7 @@ from ..options import (
     check_job_queue,
     check_result_ttl,
     check_unique_fields,
+    retry_for_seconds,
     stamp_expiry,
 )
 from . import writers
@@ -71,8 +72,6 @@ _indexed: set[tuple[str | None, str, str]] = set()
 
 # Sidekiq raises spread intervals below this to it (8.0.8).
 MIN_SPREAD_INTERVAL = 5.0
-# retry_for must be relative seconds; anything larger was surely meant as a timestamp.
-MAX_RETRY_FOR = 1_000_000_000
 
 _DEFAULTS: dict[str, Any] = {P.RETRY: True, P.QUEUE: P.DEFAULT_QUEUE}
 
@@ -409,12 +408,8 @@ class Client:
             raise InvalidPayload(f"'tags' must be a list, not {job[P.TAGS]!r}", field=P.TAGS)
         if job.get(P.RETRY_FOR) is not None:
             retry_for = job[P.RETRY_FOR]
-            if isinstance(retry_for, bool) or not isinstance(retry_for, (int, float)) or not (
-                0 < retry_for <= MAX_RETRY_FOR
-            ):
-                raise InvalidPayload(f"'retry_for' must be seconds between 1 and "
-                                     f"{MAX_RETRY_FOR}, not {retry_for!r}", field=P.RETRY_FOR)
-            job[P.RETRY_FOR] = int(retry_for)
+            job[P.RETRY_FOR] = retry_for_seconds(retry_for, lambda expected: InvalidPayload(
+                f"'retry_for' must be {expected}, not {retry_for!r}", field=P.RETRY_FOR))
         if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
             check_unique_fields(job)
         if P.EXPIRES_IN in job:
