@@ -252,6 +252,23 @@ def test_a_leader_key_of_another_type_is_replaced_with_a_warning(
     assert r.type("dear-leader") == "hash"
 
 
+def test_a_holder_key_set_for_days_is_warned_about_once(
+        elect: Callable[..., tuple[Leadership, Events]], r: redis.Redis,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A dear-leader written by hand with a TTL of days stopped every election for that
+    long without a word (one with no expiry at all was warned about)."""
+    r.set("dear-leader", "host:9:z", ex=5 * 86400)
+    leadership, _ = elect("host:1:a")
+    leadership._turn()
+    leadership._turn()
+    assert not leadership.is_leader()
+    warned = [rec.getMessage() for rec in caplog.records if "for another" in rec.getMessage()]
+    assert len(warned) == 1 and "host:9:z" in warned[0] and "delete the key" in warned[0]
+    r.set("dear-leader", "host:8:y", ex=60)  # a Ruby leader's own term: no warning
+    leadership._turn()
+    assert not any("host:8:y" in rec.getMessage() for rec in caplog.records)
+
+
 def test_a_holder_is_named_printable(elect: Callable[..., tuple[Leadership, Events]],
                                      r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
     r.set("dear-leader", "host:9:z\nFORGED line")

@@ -42,6 +42,10 @@ LEADER_THREAD = "wurk-leader"
 # A follower wakes this long after the holder's key should have expired: the key is gone
 # by then even if the two clocks disagree by a few milliseconds.
 EXPIRY_MARGIN = 0.05
+# A holder's key living longer than this many of our terms (and at least LONG_HOLD_MIN
+# seconds: a Ruby leader's own term) was not set by an election: it is warned about.
+LONG_HOLD_TERMS = 10
+LONG_HOLD_MIN = 600
 
 
 class Leadership:
@@ -164,10 +168,17 @@ class Leadership:
             log.warning("leader election: lost leadership to %s", holder)
         self._term = None
         self._announce(False)
-        if pttl_ms == -1 and self._warned_holder != holder:
-            self._warned_holder = holder
-            log.warning("leader election: dear-leader is held by %s with no expiry, so it "
-                        "never lapses; delete the key if that process is gone", holder)
+        if self._warned_holder != holder:
+            if pttl_ms == -1:
+                self._warned_holder = holder
+                log.warning("leader election: dear-leader is held by %s with no expiry, so "
+                            "it never lapses; delete the key if that process is gone", holder)
+            elif pttl_ms > max(LONG_HOLD_TERMS * self.ttl, LONG_HOLD_MIN) * 1000:
+                self._warned_holder = holder
+                log.warning("leader election: dear-leader is held by %s for another %d s, "
+                            "far longer than an elected leader holds it (%d s), so no other "
+                            "process leads until then; delete the key if that process is "
+                            "gone", holder, pttl_ms // 1000, self.ttl)
         self._holder_left = pttl_ms / 1000 if pttl_ms >= 0 else (0.0 if pttl_ms == -2 else None)
 
     def _lapse(self) -> None:
