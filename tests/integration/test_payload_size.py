@@ -94,6 +94,34 @@ def test_an_async_push_too_large_raises_payload_too_large(small_server: Server,
     assert small.dbsize() == 0
 
 
+def test_an_async_push_asks_the_servers_limit_without_blocking_the_loop(
+        small_server: Server, small: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first payload over 1 MB a process pushed asked the server's limit with a blocking
+    round trip of the sync pool, on the event loop's thread."""
+    from wurk.client import writers
+    from wurk.connections.pool import RedisPool
+
+    monkeypatch.setattr(writers, "_bulk_limits", {})
+
+    def blocking(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a blocking round trip on the event loop")
+
+    monkeypatch.setattr(RedisPool, "run", blocking)
+    config = configured(small_server)
+
+    async def push() -> None:
+        try:
+            with pytest.raises(wurk.PayloadTooLarge, match=f"over the {LIMIT:,} bytes"):
+                await wurk.apush({"class": "Big", "args": [BIG]})
+            assert await wurk.apush({"class": "Fits", "args": ["x" * (LIMIT - 200)]})
+        finally:
+            await config.aclose()
+
+    asyncio.run(push())
+    assert writers._bulk_limits == {small_server.url: LIMIT}
+    assert small.llen("queue:default") == 1
+
+
 def test_a_bulk_push_stops_at_the_round_trip_of_the_job_too_large_and_says_so(
         small_server: Server, small: redis.Redis) -> None:
     """Earlier round trips were written; the one holding the large job, and the later ones,

@@ -120,7 +120,11 @@ class RedisWriter:
             raise RedisUnavailable(push_failed(entries, exc)) from exc
 
     async def awrite(self, config: Config, entries: Entries) -> set[str]:
-        commands = _commands(config, entries)
+        try:
+            commands = _commands(config, entries, asking=False)
+        except _LimitUnknown:  # once per process and server: asked here, not on the loop
+            await learn_bulk_limit(config)
+            commands = _commands(config, entries)
         pool = config.async_pool()
         try:
             return await pool.run(lambda redis: _asend(config, pool, redis, commands))
@@ -128,22 +132,31 @@ class RedisWriter:
             raise RedisUnavailable(push_failed(entries, exc)) from exc
 
 
-def _commands(config: Config, entries: Entries) -> _Commands:
+class _LimitUnknown(Exception):
+    """A payload is over Redis's least limit and the server's own is not known yet."""
+
+
+def _commands(config: Config, entries: Entries, *, asking: bool = True) -> _Commands:
     """What ``entries`` take to write, for either sender; ``PayloadTooLarge`` for a job
-    the server cannot take, before anything is sent."""
+    the server cannot take, before anything is sent. Unless ``asking``, ``_LimitUnknown``
+    where the server's limit would be asked (a blocking round trip)."""
+    if not asking and config.redis_url not in _bulk_limits:
+        for job, _ in entries:
+            if P.too_large(P.dumps(job), P.MIN_BULK_LIMIT) is not None:
+                raise _LimitUnknown
     keys = config.keys
     scheduled: list[Any] = []
     by_queue: dict[str, list[str]] = {}
     commands = _Commands()
     for job, at in entries:
         if P.UNIQUE_FOR in job:
-            check_size(config, job, P.dumps(job))
+            check_size(config, job, P.dumps(job), asking=asking)
             commands.locked.append((job, at))  # pushed with its lock, by a script
             continue
         if job[P.QUEUE] in config.partitions and at is None:
             partitions.stamp(job)
         text = P.dumps(job)
-        check_size(config, job, text)
+        check_size(config, job, text, asking=asking)
         if at is not None:
             scheduled += [P.score(float(at)), text]
         elif job[P.QUEUE] in config.partitions:
@@ -215,6 +228,25 @@ def bulk_limit(config: Config) -> int:
         return P.DEFAULT_BULK_LIMIT
     except redis.ResponseError:  # CONFIG renamed or forbidden
         reply = {}
+    return _learned(config, reply)
+
+
+async def learn_bulk_limit(config: Config) -> None:
+    """``bulk_limit``'s question asked through the async pool, so an async push never asks
+    it with a blocking round trip on the loop (``awrite``)."""
+    reply: Any
+    try:
+        reply = await config.async_pool().run(
+            lambda r: r.config_get("proto-max-bulk-len"))
+    except RedisUnavailable:
+        return  # the push that follows meets the outage itself
+    except redis.ResponseError:
+        reply = {}
+    _learned(config, reply)
+
+
+def _learned(config: Config, reply: Any) -> int:
+    """The limit in ``CONFIG GET``'s ``reply``, remembered for ``config``'s server."""
     value = (reply.get("proto-max-bulk-len") or reply.get(b"proto-max-bulk-len")
              if isinstance(reply, dict) else None)
     try:
@@ -227,22 +259,24 @@ def bulk_limit(config: Config) -> int:
     return limit
 
 
-def oversize(config: Config, text: str) -> tuple[int, int] | None:
+def oversize(config: Config, text: str, *, asking: bool = True) -> tuple[int, int] | None:
     """(size, limit) in bytes when a payload's JSON ``text`` is larger than ``config``'s
     server takes in one value; None when it fits (the server is asked only for a text over
-    Redis's smallest limit)."""
+    Redis's smallest limit, and, unless ``asking``, not at all: ``_LimitUnknown``)."""
     if P.too_large(text, P.MIN_BULK_LIMIT) is None:
         return None
+    if not asking and config.redis_url not in _bulk_limits:
+        raise _LimitUnknown
     limit = bulk_limit(config)
     size = P.too_large(text, limit)
     return None if size is None else (size, limit)
 
 
-def check_size(config: Config, job: P.Payload, text: str) -> None:
+def check_size(config: Config, job: P.Payload, text: str, *, asking: bool = True) -> None:
     """``PayloadTooLarge`` naming the job and its size when its JSON ``text`` is larger than
     the server takes in one value: Redis would refuse it (or drop the connection) every
     time, so it must be neither sent nor kept to send later."""
-    over = oversize(config, text)
+    over = oversize(config, text, asking=asking)
     if over is None:
         return
     size, limit = over
