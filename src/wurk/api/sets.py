@@ -35,7 +35,7 @@ from ..morgue import Morgue
 from ..reporting import run_death_handlers
 from ..stored import Invalid
 from ..unique import MARK, release_stored
-from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
+from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_after, zset_entries
 from .record import JobRecord
 
 # Members of one score ``JobSet.at_address`` reads per round trip.
@@ -44,8 +44,6 @@ ADDRESS_PAGE = 1_000
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
 
 REQUEUE_SCRIPT = "api_requeue.lua"
-# The entries after a cursor by rank (``JobSet._after``).
-_AFTER = scripts.Script("zset_after.lua")
 # Entries moved per round trip by retry_all / kill_all: one pipeline of this many script
 # calls or ZREMs stays well under a millisecond of server time.
 BULK_PAGE = 100
@@ -328,17 +326,8 @@ class JobSet:
     def _after(self, cursor: ZEntry, count: int) -> list[ZEntry]:
         """Up to ``count`` entries after ``cursor`` in the set's order (score, then member
         bytes), found by rank whether or not the cursor is still there
-        (``scripts/zset_after.lua``)."""
-        member, score = cursor
-
-        def read(r: Any) -> Any:
-            reply = _AFTER.call_many(r, [([self.key], [P.score(score), member, count])])[0]
-            if isinstance(reply, Exception):
-                raise reply
-            return reply
-
-        flat = self._read(read)  # replayed safely: the script leaves the set as it was
-        return [(bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+        (``wurk.api.paging.zset_after``)."""
+        return zset_after(self._pool, self.key, cursor, count, descending=False)
 
     def _present(self) -> Iterator[list[ZEntry]]:
         """Pages of ``BULK_PAGE`` entries, lowest score first, up to the entry that was the
