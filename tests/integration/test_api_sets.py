@@ -588,3 +588,16 @@ def test_a_walk_pages_through_infinite_scores_and_their_ties(config: wurk.Config
         assert sorted(seen) == sorted(scores)
         assert [scores[s] for s in seen] == sorted(scores.values(), reverse=True)
         assert seen == r.zrange("dead", 0, -1, desc=True)
+
+
+def test_fetch_by_score_and_jid_reads_entries_sharing_the_score_a_page_at_a_time(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fetch(score, jid)`` and ``delete_by_jid`` read every entry of a bulk schedule's
+    score in one reply, and parsed each, to find one job."""
+    seed(r, "schedule", {member(n): 5.0 for n in range(2_500)})
+    sizes = _largest_reply(monkeypatch)
+    (found,) = ScheduledSet(config).fetch(5.0, f"{2_400:024x}")
+    assert found.raw.decode() == member(2_400)
+    assert ScheduledSet(config).delete_by_jid(5.0, f"{7:024x}")
+    assert r.zcard("schedule") == 2_499 and len(ScheduledSet(config).fetch(5.0)) == 2_499
+    assert max(sizes[:2]) <= 2 * wurk.api.sets.ADDRESS_PAGE, max(sizes[:2])
