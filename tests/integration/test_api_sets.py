@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import re
 import threading
@@ -515,3 +516,88 @@ def test_a_key_prefix_applies_to_every_key(redis_server: Any, r: redis.Redis) ->
     DeadSet(config).kill(payload(4), notify_failure=False)
     assert r.zcard("ns:schedule") == 1 and r.zcard("ns:dead") == 1
     assert r.zcard("retry") == 1 and not r.exists("schedule") and not r.exists("dead")
+
+
+def _largest_reply(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records the entries each ``RedisPool.run`` of the api brought back (its lists'
+    lengths, nested ones summed)."""
+    from wurk.connections.pool import RedisPool
+
+    sizes: list[int] = []
+    run = RedisPool.run
+
+    def length(value: Any) -> int:
+        if isinstance(value, (list, tuple)):
+            return sum(length(item) for item in value) or len(value)
+        return 1
+
+    def recording(self: RedisPool, fn: Any, **kw: Any) -> Any:
+        found = run(self, fn, **kw)
+        sizes.append(length(found))
+        return found
+
+    monkeypatch.setattr(RedisPool, "run", recording)
+    return sizes
+
+
+def test_iterating_entries_that_share_one_score_reads_a_page_at_a_time(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bulk schedule puts thousands of jobs at one score. The page after the first read
+    every member sharing the cursor's score in one reply (all 100,000 of such a schedule,
+    into memory at once); each page is now found by rank after the cursor."""
+    ties = {member(n): 5.0 for n in range(3_000)}
+    seed(r, "schedule", {**ties, member(9_999): 7.0, member(9_998): 1.0})
+    sizes = _largest_reply(monkeypatch)
+    seen = [entry.raw.decode() for entry in ScheduledSet(config).iterate(page_size=50)]
+    assert seen[0] == member(9_999) and seen[-1] == member(9_998)
+    assert sorted(seen[1:-1]) == sorted(ties) and len(seen) == len(set(seen))
+    assert max(sizes) <= 2 * 50 * 2, f"one read brought back {max(sizes)} values"
+
+
+def test_a_walk_goes_on_from_where_its_cursor_was_when_the_cursor_moved(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """The last entry yielded, rescheduled, removed or left while the walk reads on: every
+    entry present throughout is still yielded once, whether the cursor's score is shared."""
+    for shared in (False, True):
+        r.delete("retry")
+        scores = {member(n): float(n // 3 if shared else n) for n in range(60)}
+        seed(r, "retry", scores)
+        seen: list[str] = []
+        moved: set[str] = set()
+        for index, entry in enumerate(RetrySet(config).iterate(page_size=4)):
+            seen.append(entry.raw.decode())
+            if index % 4 == 3:  # the cursor of the next page
+                action = (index // 4) % 3
+                if action == 0:
+                    r.zadd("retry", {entry.raw: entry.score + 30})   # above: passed
+                elif action == 1:
+                    r.zadd("retry", {entry.raw: entry.score - 30})   # below: ahead
+                else:
+                    r.zrem("retry", entry.raw)
+                moved.add(entry.raw.decode())
+        assert set(scores) - moved <= set(seen), f"shared={shared}: an entry was skipped"
+        assert len([s for s in seen if s not in moved]) == len(set(scores) - moved)
+
+
+def test_a_walk_pages_through_infinite_scores_and_their_ties(config: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    scores = {member(n): [math.inf, -math.inf, 0.0][n % 3] for n in range(30)}
+    seed(r, "dead", scores)
+    for size in (1, 4):
+        seen = [e.raw.decode() for e in DeadSet(config).iterate(page_size=size)]
+        assert sorted(seen) == sorted(scores)
+        assert [scores[s] for s in seen] == sorted(scores.values(), reverse=True)
+        assert seen == r.zrange("dead", 0, -1, desc=True)
+
+
+def test_fetch_by_score_and_jid_reads_entries_sharing_the_score_a_page_at_a_time(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fetch(score, jid)`` and ``delete_by_jid`` read every entry of a bulk schedule's
+    score in one reply, and parsed each, to find one job."""
+    seed(r, "schedule", {member(n): 5.0 for n in range(2_500)})
+    sizes = _largest_reply(monkeypatch)
+    (found,) = ScheduledSet(config).fetch(5.0, f"{2_400:024x}")
+    assert found.raw.decode() == member(2_400)
+    assert ScheduledSet(config).delete_by_jid(5.0, f"{7:024x}")
+    assert r.zcard("schedule") == 2_499 and len(ScheduledSet(config).fetch(5.0)) == 2_499
+    assert max(sizes[:2]) <= 2 * wurk.api.sets.ADDRESS_PAGE, max(sizes[:2])

@@ -7,15 +7,18 @@
    again (``LPOS``) before reading on. Each window also reads the entry after the page, so a
    page removed from the middle (each job deleted as it is yielded) is read on from there.
 2. ``zset_entries`` walks a sorted set highest score first. The cursor is the last yielded
-   ``(score, member)``; the next page is every member after it in the set's own order
-   (equal scores are ordered by member bytes), read in one ``MULTI`` — so entries added or
-   removed elsewhere cannot shift it (the bug Sidekiq 8.1.2 fixed in ``SortedSet#each``).
+   ``(score, member)``; the next page is the members after it in the set's own order
+   (equal scores are ordered by member bytes), found by rank in one script
+   (``scripts/zset_after.lua``) whether the cursor is still there, gone or moved — so entries
+   added or removed elsewhere cannot shift it (the bug Sidekiq 8.1.2 fixed in
+   ``SortedSet#each``), and thousands of members sharing one score are read a page at a
+   time.
 3. ``scan_entries`` filters a sorted set by a substring with ``ZSCAN MATCH``, glob characters
    in the text escaped.
 
 Guarantee for both walks: an entry present from the start to the end of the iteration is
 yielded exactly once. Entries added or removed meanwhile may or may not appear. Memory is one
-page (a sorted-set page also holds every member sharing its last score).
+page.
 """
 
 from __future__ import annotations
@@ -25,11 +28,12 @@ from functools import partial
 from typing import Any
 
 from .. import payload as P
+from .. import scripts
 from ..connections.pool import RedisPool
 from ..errors import InspectionError
 
 __all__ = ["PAGE_SIZE", "SCAN_COUNT", "escape_glob", "list_entries", "scan_entries",
-           "zset_entries"]
+           "zset_after", "zset_entries"]
 
 # Sidekiq's API pages are 50 entries: small enough that one page costs Redis nothing,
 # large enough that a 100 000-entry walk is 2 000 round trips.
@@ -42,6 +46,8 @@ SCAN_COUNT = 500
 MAX_RELOCATIONS = 12
 
 ZEntry = tuple[bytes, float]
+# The entries of a sorted set after a cursor, by rank (``zset_after``).
+_AFTER = scripts.Script("zset_after.lua")
 
 
 # -- lists ------------------------------------------------------------------------------------
@@ -164,21 +170,26 @@ def zset_entries(pool: RedisPool, key: str, page_size: int = PAGE_SIZE) -> Itera
 
 
 def _zset_after(pool: RedisPool, key: str, cursor: ZEntry, size: int) -> list[ZEntry]:
+    """The ``size`` entries after ``cursor`` going down, found by rank in one script
+    (``scripts/zset_after.lua``) whether the cursor is still there, gone or moved."""
+    return zset_after(pool, key, cursor, size, descending=True)
+
+
+def zset_after(pool: RedisPool, key: str, cursor: ZEntry, size: int, *,
+               descending: bool) -> list[ZEntry]:
+    """Up to ``size`` entries after ``cursor`` in the set's order (score, then member
+    bytes; reversed when ``descending``), by rank: never every member sharing its score."""
     member, score = cursor
-    exact = P.score(score)
+    args: list[object] = [P.score(score), member, size, "desc" if descending else "asc"]
 
-    def read(r: Any) -> list[Any]:
-        pipe = r.pipeline(transaction=True)
-        pipe.zrange(key, exact, exact, byscore=True)  # members sharing the cursor's score
-        pipe.zrange(key, f"({exact}", "-inf", desc=True, byscore=True, withscores=True,
-                    offset=0, num=size)
-        return list(pipe.execute())
+    def read(r: Any) -> Any:
+        reply = _AFTER.call_many(r, [([key], args)])[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
 
-    ties, lower = pool.run(read, idempotent=True)
-    # Redis orders equal scores by member bytes, as Python compares bytes; descending, the
-    # members after the cursor are the smaller ones.
-    after = [(m, score) for m in reversed(ties) if m < member]
-    return after + _pairs(lower)
+    flat = pool.run(read, idempotent=True)  # replayed safely: the set is left as it was
+    return [(bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
 
 
 def _pairs(rows: Any) -> list[ZEntry]:

@@ -35,17 +35,18 @@ from ..morgue import Morgue
 from ..reporting import run_death_handlers
 from ..stored import Invalid
 from ..unique import MARK, release_stored
-from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_entries
+from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_after, zset_entries
 from .record import JobRecord
 
-# Members of one score ``JobSet.at_address`` reads per round trip.
+# Members of one score ``JobSet.at_address`` and ``fetch`` read per round trip.
 ADDRESS_PAGE = 1_000
+# Characters a JSON writer never escapes: a jid made only of these appears in its payload's
+# bytes as given, so an entry without them is not parsed to be ruled out.
+_VERBATIM = frozenset(chr(c) for c in range(0x20, 0x7F)) - set('"\\/')
 
 __all__ = ["DeadSet", "JobSet", "RetrySet", "ScheduledSet", "SortedEntry", "bury"]
 
 REQUEUE_SCRIPT = "api_requeue.lua"
-# The entries after a cursor by rank (``JobSet._after``).
-_AFTER = scripts.Script("zset_after.lua")
 # Entries moved per round trip by retry_all / kill_all: one pipeline of this many script
 # calls or ZREMs stays well under a millisecond of server time.
 BULK_PAGE = 100
@@ -185,12 +186,34 @@ class JobSet:
         return next((entry for entry in self.scan(jid) if entry.jid == jid), None)
 
     def fetch(self, score: float, jid: str | None = None) -> list[SortedEntry]:
-        """Entries with exactly this score (and this jid, when given)."""
+        """Entries with exactly this score (and this jid, when given), read ``ADDRESS_PAGE``
+        a round trip: a score thousands of entries share (a bulk schedule) is never one
+        reply, and with a jid only the entries whose bytes hold it are parsed."""
+        needle = jid.encode() if jid is not None and set(jid) <= _VERBATIM else None
+        found: list[SortedEntry] = []
+        for raw, at in self._at_score(score):
+            if needle is not None and needle not in raw:
+                continue  # a JSON writer leaves such a jid as it is: not this one
+            entry = SortedEntry(self, raw, at)
+            if jid is None or entry.jid == jid:
+                found.append(entry)
+        return found
+
+    def _at_score(self, score: float) -> Iterator[ZEntry]:
+        """The members with exactly this score, ``ADDRESS_PAGE`` per round trip."""
         exact = P.score(score)
-        rows = self._read(lambda r: r.zrange(self.key, exact, exact, byscore=True,
-                                              withscores=True))
-        entries = [SortedEntry(self, bytes(m), float(s)) for m, s in rows]
-        return [e for e in entries if jid is None or e.jid == jid]
+        offset = 0
+        while True:
+            def page(r: Any, at: int = offset) -> Any:
+                return r.zrange(self.key, exact, exact, byscore=True, withscores=True,
+                                offset=at, num=ADDRESS_PAGE)
+
+            rows = self._read(page)
+            for member, found in rows:
+                yield bytes(member), float(found)
+            if len(rows) < ADDRESS_PAGE:
+                return
+            offset += len(rows)
 
     def at_address(self, address: str) -> SortedEntry | None:
         """The entry whose ``address`` this is, or None (gone, or not an address)."""
@@ -204,21 +227,10 @@ class JobSet:
         # The members sharing the score are read a page at a time and matched by the digest
         # of their bytes: a score that thousands of entries share (a bulk schedule, a hostile
         # set) costs hashing their bytes, never parsing every payload to show one.
-        exact = P.score(score)
-        offset = 0
-        while True:
-            def page(r: Any, at: int = offset) -> Any:
-                return r.zrange(self.key, exact, exact, byscore=True, withscores=True,
-                                offset=at, num=ADDRESS_PAGE)
-
-            rows = self._read(page)
-            for member, found in rows:
-                raw = bytes(member)
-                if hashlib.sha1(raw, usedforsecurity=False).hexdigest() == digest:
-                    return SortedEntry(self, raw, float(found))
-            if len(rows) < ADDRESS_PAGE:
-                return None
-            offset += len(rows)
+        for raw, found in self._at_score(score):
+            if hashlib.sha1(raw, usedforsecurity=False).hexdigest() == digest:
+                return SortedEntry(self, raw, found)
+        return None
 
     # -- writing ----------------------------------------------------------------------------
     def schedule(self, at: float, payload: Mapping[str, Any]) -> None:
@@ -328,17 +340,8 @@ class JobSet:
     def _after(self, cursor: ZEntry, count: int) -> list[ZEntry]:
         """Up to ``count`` entries after ``cursor`` in the set's order (score, then member
         bytes), found by rank whether or not the cursor is still there
-        (``scripts/zset_after.lua``)."""
-        member, score = cursor
-
-        def read(r: Any) -> Any:
-            reply = _AFTER.call_many(r, [([self.key], [P.score(score), member, count])])[0]
-            if isinstance(reply, Exception):
-                raise reply
-            return reply
-
-        flat = self._read(read)  # replayed safely: the script leaves the set as it was
-        return [(bytes(flat[i]), float(flat[i + 1])) for i in range(0, len(flat), 2)]
+        (``wurk.api.paging.zset_after``)."""
+        return zset_after(self._pool, self.key, cursor, count, descending=False)
 
     def _present(self) -> Iterator[list[ZEntry]]:
         """Pages of ``BULK_PAGE`` entries, lowest score first, up to the entry that was the
