@@ -812,14 +812,7 @@ class Config:
                               f"limit, not {value!r}")
 
     def _validate_encryption(self) -> None:
-        version = self.encryption_version
-        if version is not None and (isinstance(version, bool) or not isinstance(version, int)
-                                    or version < 0):
-            raise ConfigError(f"encryption_version must be a key version (a whole number ≥ 0) "
-                              f"or None (off), not {version!r}")
-        if self.encryption_keys is not None and not callable(self.encryption_keys):
-            raise ConfigError(f"encryption_keys must be a function (version) -> 32-byte key, "
-                              f"not {self.encryption_keys!r}")
+        check_encryption(self.encryption_version, self.encryption_keys)
 
     def _validate_limiter(self) -> None:
         errors = self.limiter_errors
@@ -1146,6 +1139,19 @@ def via(shard: str | Config) -> Iterator[Config]:
         yield target
     finally:
         _via.reset(token)
+
+
+def check_encryption(version: Any, keys: Any) -> None:
+    """``ConfigError`` unless ``version`` is a key version an envelope carries (a whole
+    number ≥ 0; None: off) and ``keys`` a function or None: the settings, and
+    ``wurk.crypto.enable``'s arguments, checked alike."""
+    if version is not None and (isinstance(version, bool) or not isinstance(version, int)
+                                or version < 0):
+        raise ConfigError(f"encryption_version must be a key version (a whole number ≥ 0) "
+                          f"or None (off), not {version!r:.80}")
+    if keys is not None and not callable(keys):
+        raise ConfigError(f"encryption_keys must be a function (version) -> 32-byte key, "
+                          f"not {keys!r:.80}")
 
 
 def configure(config: Config | None = None, /, **settings: Any) -> Config:

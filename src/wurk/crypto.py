@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import payload as P
-from .config import Config, default_config
+from .config import Config, check_encryption, default_config
 from .errors import ConfigError, DecryptionError
 from .middleware import Leave
 
@@ -66,8 +66,10 @@ def enable(active_version: int, key_for: Callable[[int], bytes] | None = None, *
     on; ``key_for`` gives any version's key (else the environment). The key of the active
     version is checked now, so a missing or short key fails at boot, not at a push."""
     cfg = config if config is not None else default_config()
-    # checked before anything changes: a refused key, or no cryptography package, leaves
-    # the configuration as it was
+    # checked before anything changes: a version no envelope carries (True, 1.0: its key
+    # found all the same, every job sealed would die unopened), a refused key, or no
+    # cryptography package leaves the configuration as it was
+    check_encryption(active_version, key_for)
     _cipher(_active_key(key_for, active_version))
     cfg.encryption_version = active_version
     cfg.encryption_keys = key_for

@@ -256,6 +256,26 @@ def test_a_missing_or_short_key_fails_at_enable_and_leaves_the_configuration_as_
     assert Drain(config)() == 1 and SEEN == [{"card": SECRET}]
 
 
+def test_a_version_no_envelope_can_carry_is_refused_at_enable(
+        config: wurk.Config, redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``enable(active_version=True)`` (or 1.0, or "1" with a key in the environment) found
+    version 1's key and was taken: every push then sealed an envelope whose version no
+    worker accepts, and each job went straight to the dead set. It is refused at enable,
+    as the same version is in the settings."""
+    monkeypatch.setenv("WURK_ENCRYPTION_KEY_1", base64.b64encode(KEYS[1]).decode())
+    for bad in (True, 1.0, -1):
+        with pytest.raises(wurk.ConfigError, match=r"encryption_version must be a key version"):
+            crypto.enable(active_version=bad, key_for={-1: KEYS[1], **KEYS}.get,
+                          config=config)
+    with pytest.raises(wurk.ConfigError, match=r"encryption_version must be a key version"):
+        crypto.enable(active_version="1", config=config)  # type: ignore[arg-type]
+    with pytest.raises(wurk.ConfigError, match=r"encryption_keys must be a function"):
+        crypto.enable(active_version=1, key_for=KEYS, config=config)  # type: ignore[arg-type]
+    assert config.encryption_version == 1 and config.encryption_keys == KEYS.get
+    charge.perform_async(1, {"card": SECRET})
+    assert Drain(config)() == 1 and SEEN == [{"card": SECRET}]
+
+
 def test_every_push_draws_a_fresh_nonce(config: wurk.Config, redis_server: Any) -> None:
     raw = redis.Redis.from_url(redis_server.url)
     for _ in range(3):

@@ -384,3 +384,29 @@ def test_an_async_wait_on_a_half_open_connection_finds_the_stored_result(
         return outcome.value
 
     assert asyncio.run(main()) == 42
+
+
+def test_an_error_reply_to_the_listeners_subscription_reaches_its_waiters(
+        redis_server: Any, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user without channel permissions (Redis 7's default for a new ACL user) has its
+    SUBSCRIBE refused: the refusal killed the listener's pump, and ``await handle`` hung
+    for good — though the result was stored before the wait. Every waiter now hears it."""
+    user = "wurk-no-channels"
+    r.execute_command("ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "resetchannels")
+    try:
+        monkeypatch.setenv("REDIS_URL", redis_server.url.replace("redis://", f"redis://{user}:pw@"))
+        config = wurk.Config()
+        r.set("wurk:result:refused", '{"status": "succeeded", "value": 4}')
+
+        async def main() -> BaseException | None:
+            try:
+                await asyncio.wait_for(wurk.ResultHandle("refused", config).aresult(), 10)
+            except BaseException as exc:  # what the waiter heard
+                return exc
+            return None
+
+        heard = asyncio.run(main())
+        assert isinstance(heard, redis.exceptions.NoPermissionError), repr(heard)
+        config.close()
+    finally:
+        r.execute_command("ACL", "DELUSER", user)

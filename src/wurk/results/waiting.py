@@ -22,6 +22,9 @@ sent to Redis for the wait's first ``RECHECK`` seconds (then a read every ``RECH
    ``ManualClock``).
 3. A timeout raises ``TimeoutError``; a connection lost mid-wait raises
    ``wurk.RedisUnavailable`` (every waiter of that listener): wait again once Redis is back.
+   An error reply to the listener (a ``SUBSCRIBE`` refused: NOPERM, for an ACL user
+   without channel permissions) is raised to every waiter as it is, as a sync wait raises
+   it — never a listener left without its reader and its waiters waiting for good.
 4. A pub/sub connection can die without a word (half-open: the server or a network dropped
    it, no reset came): it then hears nothing, ever. So a wait that has lasted ``RECHECK``
    seconds reads the record again, and again every ``RECHECK`` seconds (a sync waiter a
@@ -301,7 +304,7 @@ class Listener:
         async with self.sending:
             try:
                 await self._send()
-            except (*CONNECTION_ERRORS, RedisUnavailable) as exc:
+            except Exception as exc:  # a refusal too (NOPERM): no waiter is left unheard
                 await self._fail(exc)
 
     async def _send(self) -> None:
@@ -349,7 +352,7 @@ class Listener:
         except asyncio.CancelledError:
             await self._end(session)
             raise
-        except (*CONNECTION_ERRORS, RedisUnavailable) as exc:
+        except Exception as exc:  # a refused SUBSCRIBE (NOPERM) too: the pump is gone
             if self.session is session:
                 await self._fail(exc)
             else:
@@ -407,7 +410,7 @@ class Listener:
                     found = decode(jid, raw)
                     if found is not None:
                         self._resolve(jid, found)
-        except (*CONNECTION_ERRORS, RedisUnavailable) as exc:
+        except Exception as exc:
             await self._fail(exc)
 
     def _resolve(self, jid: str, found: Outcome | Invalid) -> None:
@@ -434,12 +437,14 @@ class Listener:
         except (*CONNECTION_ERRORS, RedisUnavailable):
             pass  # closing a connection that is already broken
 
-    async def _fail(self, exc: BaseException) -> None:
-        """Redis was lost: every waiter hears it (``wurk.RedisUnavailable``; they may wait
-        again), and the next waiter opens a new session."""
-        error = exc if isinstance(exc, RedisUnavailable) else unavailable(
-            exc if isinstance(exc, Exception) else RuntimeError(str(exc)),
-            self.config.async_pool().url)
+    async def _fail(self, exc: Exception) -> None:
+        """Redis was lost (``wurk.RedisUnavailable``; they may wait again) or refused the
+        listener (an error reply, as a sync wait raises it: NOPERM for a user without
+        channel permissions): every waiter hears it, and the next waiter opens a new
+        session."""
+        error = unavailable(exc, self.config.async_pool().url) \
+            if isinstance(exc, CONNECTION_ERRORS) and not isinstance(exc, RedisUnavailable) \
+            else exc
         for futures in self.waiters.values():
             for future in futures:
                 if not future.done():
