@@ -712,3 +712,22 @@ def test_a_push_when_the_default_partition_key_is_foreign_too_fails_naming_them(
     with pytest.raises(redis.exceptions.ResponseError,
                        match=re.escape(keys.partition(Q, "s"))):
         work.set(partition="s").perform_async(1)
+
+
+def test_jobs_routed_from_the_plain_list_keep_their_order_in_their_partition(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """A Ruby client (or any process that does not declare the queue partitioned) pushes a
+    partition's jobs one after another to ``queue:<q>``, as Sidekiq does (``LPUSH``): routed
+    to the partition, they run in the order they were pushed, as on a plain queue."""
+    for n in range(5):
+        r.lpush(pconfig.keys.queue(Q), json.dumps({"class": "X", "args": [n], "queue": Q,
+                                                   "partition": "z", "jid": f"r{n}"}))
+    f = fetcher(pconfig)
+    taken = []
+    for _ in range(5):
+        unit = f.fetch(0.05)
+        taken.append(arg(unit))
+        assert unit is not None
+        unit.acknowledge()
+    assert taken == [0, 1, 2, 3, 4]

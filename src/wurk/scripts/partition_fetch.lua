@@ -44,14 +44,16 @@ local function fetched_now(name)
   return tonumber(count)
 end
 
-for _ = 1, tonumber(ARGV[4]) do
-  local job = redis.call('RPOP', KEYS[1])
-  if not job then break end
-  local name = part_put(ARGV[1], part_of(job), job, 'RPUSH')  -- the tail: next to run
+-- The plain list's oldest jobs, oldest first, go to their partitions' tails (next to run),
+-- each partition's in the order they were pushed: the newest is put there first, so the
+-- oldest ends at the very tail (put there one by one as popped, they ran newest first).
+local routed = redis.call('RPOP', KEYS[1], tonumber(ARGV[4])) or {}
+for i = #routed, 1, -1 do
+  local name = part_put(ARGV[1], part_of(routed[i]), routed[i], 'RPUSH')
   if name then
     redis.call('ZADD', KEYS[3], 'NX', 0, name)
   else  -- its partition's key and the default's hold other types: it waits where it was
-    redis.call('LPUSH', KEYS[1], job)
+    redis.call('LPUSH', KEYS[1], routed[i])
   end
 end
 
