@@ -657,3 +657,77 @@ def test_a_bulk_push_with_one_bad_partition_pushes_none(pconfig: wurk.Config,
     with pytest.raises(wurk.InvalidPayload, match=r"partition='' is invalid.*args \[3, 4\]"):
         picky.perform_bulk([[1, 2], [3, 4]])
     assert r.zcard(pconfig.keys.partition_ring(Q)) == 0  # every partition computed first
+
+
+def test_a_job_routed_to_a_partition_key_of_another_type_is_never_lost(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """A partition key written by hand as another type is left alone; a job of that
+    partition found on the plain list (a Ruby push, a retry, the reaper's return) goes to
+    the default partition rather than vanish in a fetch that fails after popping it."""
+    keys = pconfig.keys
+    r.set(keys.partition(Q, "s"), "a string")
+    for n in range(3):
+        r.lpush(keys.queue(Q), json.dumps({"class": "X", "args": [n], "queue": Q,
+                                           "partition": "s", "jid": f"s{n}"}))
+    f = fetcher(pconfig)
+    taken = []
+    for _ in range(3):
+        unit = f.fetch(0.05)
+        assert unit is not None
+        taken.append(arg(unit))
+        unit.acknowledge()
+    assert sorted(taken) == [0, 1, 2]
+    assert r.get(keys.partition(Q, "s")) == "a string"  # not ours to touch
+
+
+def test_a_job_requeued_or_pushed_to_a_partition_key_of_another_type_is_never_lost(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """The requeue took the job out of its in-flight list, then failed on the partition's
+    key: the job was gone. It goes to the default partition, as a push does."""
+    keys = pconfig.keys
+    work.set(partition="s").perform_async(1)
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert unit is not None
+    r.set(keys.partition(Q, "s"), "a string")  # written by hand while the job ran
+    f.requeue([unit])
+    assert r.hlen(keys.partition_running(Q)) == 0
+    again = f.fetch(0.05)
+    assert again is not None and arg(again) == 1
+    again.acknowledge()
+    work.set(partition="s").perform_async(2)
+    pushed = f.fetch(0.05)
+    assert pushed is not None and arg(pushed) == 2 and pushed.partition == "default"
+    assert r.get(keys.partition(Q, "s")) == "a string"  # not ours to touch
+
+
+def test_a_push_when_the_default_partition_key_is_foreign_too_fails_naming_them(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    keys = pconfig.keys
+    r.set(keys.partition(Q, "s"), "a string")
+    r.set(keys.partition(Q, partitions.DEFAULT_PARTITION), "another")
+    with pytest.raises(redis.exceptions.ResponseError,
+                       match=re.escape(keys.partition(Q, "s"))):
+        work.set(partition="s").perform_async(1)
+
+
+def test_jobs_routed_from_the_plain_list_keep_their_order_in_their_partition(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """A Ruby client (or any process that does not declare the queue partitioned) pushes a
+    partition's jobs one after another to ``queue:<q>``, as Sidekiq does (``LPUSH``): routed
+    to the partition, they run in the order they were pushed, as on a plain queue."""
+    for n in range(5):
+        r.lpush(pconfig.keys.queue(Q), json.dumps({"class": "X", "args": [n], "queue": Q,
+                                                   "partition": "z", "jid": f"r{n}"}))
+    f = fetcher(pconfig)
+    taken = []
+    for _ in range(5):
+        unit = f.fetch(0.05)
+        taken.append(arg(unit))
+        assert unit is not None
+        unit.acknowledge()
+    assert taken == [0, 1, 2, 3, 4]

@@ -3,7 +3,8 @@
 --
 -- 1. Jobs that reached the queue's plain list (a job the reaper or a requeue gave back, a
 --    scheduled job the scheduler moved, a push by a process that does not know the queue is
---    partitioned) are routed to their partitions first, at most `route` of them.
+--    partitioned) are routed to their partitions first, at most `route` of them; to the
+--    default partition when their partition's key holds another Redis type (never lost).
 -- 2. The ring holds the partitions with work, scored by turn. They are visited lowest turn
 --    first; an empty partition leaves the ring (it comes back with its next push); one at
 --    its limit, or served, takes the next turn. At most one job per partition per fetch, at
@@ -43,12 +44,17 @@ local function fetched_now(name)
   return tonumber(count)
 end
 
-for _ = 1, tonumber(ARGV[4]) do
-  local job = redis.call('RPOP', KEYS[1])
-  if not job then break end
-  local name = part_of(job)
-  redis.call('RPUSH', ARGV[1] .. name, job)  -- the tail: next to run
-  redis.call('ZADD', KEYS[3], 'NX', 0, name)
+-- The plain list's oldest jobs, oldest first, go to their partitions' tails (next to run),
+-- each partition's in the order they were pushed: the newest is put there first, so the
+-- oldest ends at the very tail (put there one by one as popped, they ran newest first).
+local routed = redis.call('RPOP', KEYS[1], tonumber(ARGV[4])) or {}
+for i = #routed, 1, -1 do
+  local name = part_put(ARGV[1], part_of(routed[i]), routed[i], 'RPUSH')
+  if name then
+    redis.call('ZADD', KEYS[3], 'NX', 0, name)
+  else  -- its partition's key and the default's hold other types: it waits where it was
+    redis.call('LPUSH', KEYS[1], routed[i])
+  end
 end
 
 local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')

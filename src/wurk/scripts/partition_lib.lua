@@ -34,6 +34,21 @@ local function part_of(job)
   return PART_DEFAULT
 end
 
+-- Put `job` on the list of partition `name` (`how`: 'LPUSH' at the head, 'RPUSH' at the
+-- tail) and return the partition it went to: its own, or the default partition when its
+-- list's key holds another Redis type (written by something else, and left alone), or nil
+-- when the default partition's does too. Never an error after the job left where it was:
+-- a script that failed there (WRONGTYPE) had popped or removed the job and put it nowhere.
+local function part_put(prefix, name, job, how)
+  local reply = redis.pcall(how, prefix .. name, job)
+  if type(reply) ~= 'table' or not reply.err then return name end
+  if name ~= PART_DEFAULT then
+    reply = redis.pcall(how, prefix .. PART_DEFAULT, job)
+    if type(reply) ~= 'table' or not reply.err then return PART_DEFAULT end
+  end
+  return nil
+end
+
 -- An in-flight count as stored (HGET's reply), or nil when it is none HINCRBY could go on
 -- from: only the digits it writes, below 2^63. Lua's tonumber takes more ('5.0', '0x3',
 -- ' 1', '1e400'): such a count was believed, so a partition stayed "at its limit" for

@@ -1,6 +1,8 @@
 -- Gives jobs of a partitioned queue back from an in-flight list to their partitions' tails
 -- (next to run), each only if it was still in the in-flight list, one fewer in flight for
--- each (wurk.partitions; a job already given back is not pushed a second time).
+-- each (wurk.partitions; a job already given back is not pushed a second time). A job whose
+-- partition's key holds another Redis type goes to the default partition; if that one's does
+-- too, it stays in its in-flight list.
 --
 -- KEYS[1]  the ring (ZSET)         KEYS[2]  the in-flight counts (HASH)
 -- KEYS[3…] the in-flight list of each job
@@ -14,10 +16,14 @@ for i = 3, #KEYS do
   local name = ARGV[2 * (i - 2) + 1]
   if not part_valid(name) then name = part_of(job) end
   if redis.call('LREM', KEYS[i], 1, job) == 1 then
-    redis.call('RPUSH', ARGV[1] .. name, job)
-    redis.call('ZADD', KEYS[1], 'NX', 0, name)
-    part_release(KEYS[2], name)
-    moved = moved + 1
+    local put = part_put(ARGV[1], name, job, 'RPUSH')
+    if put then
+      redis.call('ZADD', KEYS[1], 'NX', 0, put)
+      part_release(KEYS[2], name)
+      moved = moved + 1
+    else  -- no partition's list can take it: it stays in flight, for the reaper to return
+      redis.call('RPUSH', KEYS[i], job)
+    end
   end
 end
 return moved
