@@ -134,3 +134,16 @@ def test_the_dashboards_delete_by_listing_releases_a_lock_too(config: wurk.Confi
     assert queue.delete_listed(0, record.digest)
     assert lock_keys(r) == [] and queue.size() == 0
     assert not queue.delete_listed(0, record.digest)
+
+
+def test_a_queue_key_of_another_type_has_nothing_to_delete(config: wurk.Config,
+                                                           r: redis.Redis) -> None:
+    """A queue key written by hand as a hash: its size and pages read as empty, but
+    delete_job and delete_by_class raised a bare WRONGTYPE script error naming no key."""
+    r.hset("queue:default", "jid", "x")
+    r.sadd("queues", "default")
+    queue = Queue("default", config)
+    assert queue.size() == 0
+    assert queue.delete_job(f"{1:024d}") is False
+    assert queue.delete_by_class("Keep") == 0
+    assert r.type("queue:default") == "hash"  # not ours to touch

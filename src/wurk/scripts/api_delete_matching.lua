@@ -19,6 +19,10 @@
 -- be, then removed with one LREM from the nearer end of the list, which stops after the
 -- last of them: the cost of a call is one page plus, when it deleted something, a walk to
 -- that page — never a walk of the whole list per job.
+--
+-- A key of another type (written by hand) has nothing to delete, as the queue's size and
+-- pages read it: {0, -1}, the key left alone.
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {0, -1} end
 local field, wanted = ARGV[1], ARGV[2]
 local start, page = tonumber(ARGV[3]), tonumber(ARGV[4])
 local verbatim, mark = ARGV[5] == '1', ARGV[6]
