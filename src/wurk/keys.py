@@ -145,6 +145,12 @@ class Keys:
         from payloads, so names are still spelled here only)."""
         return f"{self.prefix}queue:"
 
+    def clearing(self, nonce: str) -> str:
+        """The entries of a queue or sorted set being cleared (``wurk.api``'s ``clear``):
+        moved out in one step, read a page at a time to release unique locks, then deleted;
+        an hour's TTL in case the clear is cut short."""
+        return f"{self.prefix}wurk:clearing:{nonce}"
+
     def queue_name(self, key: str) -> str:
         """The queue name of a ``queue:<name>`` key."""
         return key[len(self.queue_prefix) :]

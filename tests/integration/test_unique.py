@@ -266,6 +266,30 @@ def test_clearing_a_queue_or_a_set_releases_every_lock(config: wurk.Config,
     assert lock_keys(r) == []
 
 
+def test_a_unique_job_pushed_while_a_queue_is_cleared_keeps_its_lock_only_with_its_job(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """clear() read the unique jobs first and deleted the list after: a unique job pushed in
+    between was deleted with the rest, its lock left held (every later push of it refused
+    as a duplicate until the lock expired)."""
+    from wurk.api import paging, queues
+
+    for n in range(3):
+        sync.perform_async(n)
+    reading = paging.list_entries
+
+    def pushed_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        yield from reading(*args, **kwargs)
+        sync.perform_async(99)  # another process's push, while the clear runs
+
+    monkeypatch.setattr(queues, "list_entries", pushed_meanwhile)
+    monkeypatch.setattr(paging, "list_entries", pushed_meanwhile)
+    api.Queue("default", config).clear()
+    held = {r.get(key) for key in lock_keys(r)}
+    stored = {json.loads(raw)["jid"] for raw in r.lrange("queue:default", 0, -1)}
+    assert held == stored  # no lock without its job
+    assert not r.keys("wurk:clearing:*")  # the clear's own key is gone
+
+
 def test_killing_from_the_api_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
     sync.perform_in(60, 1)
     sync.perform_in(60, 2)

@@ -147,6 +147,7 @@ NOT_READ = {
     "claims_of": "the scheduler's own claims", "schedule_claims": "the scheduler's own",
     "retry_claims": "the scheduler's own", "reaper_lock": "the reaper's own lock",
     "process_cleanup": "a lock the API writes, never reads back",
+    "clearing": "a clear's own key: written and read by the one call that made it",
     "signals": "written by actions, read by the worker", "history_lock": "the sampler's own",
     "metrics_minute_v7": "written for Sidekiq 7 dashboards, read by none of ours",
     "histogram_v7": "as metrics_minute_v7", "deploy_lock": "a lock, never read back",

@@ -15,6 +15,9 @@
    time.
 3. ``scan_entries`` filters a sorted set by a substring with ``ZSCAN MATCH``, glob characters
    in the text escaped.
+4. ``clear_entries`` empties a list or sorted set in one step (its entries moved to a key of
+   the call's own, ``Keys.clearing``), then releases the unique jobs' locks a page at a
+   time from there and deletes it.
 
 Guarantee for both walks: an entry present from the start to the end of the iteration is
 yielded exactly once. Entries added or removed meanwhile may or may not appear. Memory is one
@@ -23,17 +26,20 @@ page.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 from .. import payload as P
 from .. import scripts
+from ..config import Config
 from ..connections.pool import RedisPool
 from ..errors import InspectionError
+from ..unique import CLEAR_PAGE, MARK, release_stored
 
-__all__ = ["PAGE_SIZE", "SCAN_COUNT", "escape_glob", "list_entries", "scan_entries",
-           "zset_after", "zset_entries"]
+__all__ = ["CLEARING_TTL", "PAGE_SIZE", "SCAN_COUNT", "clear_entries", "escape_glob",
+           "list_entries", "scan_entries", "zset_after", "zset_entries"]
 
 # Sidekiq's API pages are 50 entries: small enough that one page costs Redis nothing,
 # large enough that a 100 000-entry walk is 2 000 round trips.
@@ -48,6 +54,10 @@ MAX_RELOCATIONS = 12
 ZEntry = tuple[bytes, float]
 # The entries of a sorted set after a cursor, by rank (``zset_after``).
 _AFTER = scripts.Script("zset_after.lua")
+# A clear's entries moved out of their key (``clear_entries``), and how long they may stay
+# there when the clear is cut short before it deletes them.
+_CLEAR = scripts.Script("api_clear.lua")
+CLEARING_TTL = 3600
 
 
 # -- lists ------------------------------------------------------------------------------------
@@ -210,6 +220,38 @@ def scan_entries(pool: RedisPool, key: str, text: str,
         yield from _pairs(rows)
         if cursor == 0:
             return
+
+
+def clear_entries(config: Config, pool: RedisPool, key: str, kind: str,
+                  queue: str | None = None) -> int:
+    """Empty the list or sorted set ``key`` (``kind``: ``list`` or ``zset``; a queue's name
+    leaves the queues set in the same step) and release its unique jobs' locks; returns how
+    many entries it had. The move is one step, never replayed (a broken connection raises
+    ``RedisUnavailable`` whether or not it was applied); what a push adds after it stays."""
+    moved = config.keys.clearing(secrets.token_hex(8))
+    keys = [key, moved] if queue is None else [key, moved, config.keys.queues]
+    args: list[object] = [kind, CLEARING_TTL] if queue is None else [kind, CLEARING_TTL, queue]
+    def move(r: Any) -> int:
+        reply = _CLEAR.call_many(r, [(keys, args)])[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return int(reply)
+
+    count = pool.run(move)
+    if not count:
+        return 0
+    marked: Iterator[bytes] = (list_entries(pool, moved, CLEAR_PAGE) if kind == "list" else
+                               (member for member, _ in scan_entries(pool, moved, MARK)))
+    page: list[bytes] = []
+    for raw in marked:
+        if MARK.encode() in raw:
+            page.append(raw)
+        if len(page) == CLEAR_PAGE:
+            release_stored(config, page)
+            page = []
+    release_stored(config, page)
+    pool.run(lambda r: r.unlink(moved), idempotent=True)
+    return count
 
 
 def escape_glob(text: str) -> str:

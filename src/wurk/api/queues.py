@@ -35,7 +35,7 @@ from ..fetch.pause import invalidate_local
 from ..keys import PRIVATE_SEPARATOR
 from ..stored import Invalid
 from ..unique import CLEAR_PAGE, MARK, release_stored
-from .paging import PAGE_SIZE, SCAN_COUNT, list_entries
+from .paging import PAGE_SIZE, SCAN_COUNT, clear_entries, list_entries
 from .record import JobRecord
 
 __all__ = ["Listed", "Queue", "queue_names"]
@@ -403,47 +403,23 @@ class Queue:
     def clear(self) -> int:
         """Delete every job and forget the queue; returns how many jobs there were.
 
-        The unique jobs among them are read first (the whole list, in pages) to release
-        their locks; those reads are replayed once after a broken connection, as every
-        read is. The delete itself (one ``MULTI``) is not: a connection broken under it
-        raises ``RedisUnavailable``, whether or not Redis applied it. A
-        partitioned queue's partitions are emptied after its plain list, each a page at a
-        time (``partition_clear.lua``); see the module's notes.
+        The list leaves its key and the queue the queues set in one step (a job pushed
+        after it stays); the unique jobs among those taken then have their locks released,
+        read a page at a time (``paging.clear_entries``). That step is not replayed: a
+        connection broken under it raises ``RedisUnavailable``, whether or not Redis applied
+        it. A partitioned queue's partitions are emptied after its plain list, each a page
+        at a time (``partition_clear.lua``); see the module's notes.
         """
         if self.partitioned:
             return self._clear_partitioned()
-        marked = MARK.encode()
-        holding = [raw for raw in list_entries(self._pool, self.key, CLEAR_PAGE)
-                   if marked in raw]
-
-        def run(r: Any) -> int:
-            pipe = r.pipeline(transaction=True)
-            pipe.llen(self.key)
-            pipe.unlink(self.key)
-            pipe.srem(self.config.keys.queues, self.name)
-            return int(pipe.execute()[0])
-
-        cleared = int(self._pool.run(run))
-        release_stored(self.config, holding)
-        return cleared
+        return clear_entries(self.config, self._pool, self.key, "list", self.name)
 
     def _clear_partitioned(self) -> int:
         keys = self.config.keys
-        marked = MARK.encode()
         ring = keys.partition_ring(self.name)
         cleared = 0
         if self._read(lambda r: _text(r.type(self.key))) == "list":
-            holding = [raw for raw in list_entries(self._pool, self.key, CLEAR_PAGE)
-                       if marked in raw]
-
-            def take(r: Any) -> int:
-                pipe = r.pipeline(transaction=True)
-                pipe.llen(self.key)
-                pipe.unlink(self.key)
-                return int(pipe.execute()[0])
-
-            cleared += int(self._pool.run(take))
-            release_stored(self.config, holding)
+            cleared += clear_entries(self.config, self._pool, self.key, "list")
         for name in self.partition_names():
             cleared += self._clear_partition(name)
         self._drop_bad_members(ring)

@@ -34,8 +34,8 @@ from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..reporting import run_death_handlers
 from ..stored import Invalid
-from ..unique import MARK, release_stored
-from .paging import PAGE_SIZE, ZEntry, scan_entries, zset_after, zset_entries
+from ..unique import release_stored
+from .paging import PAGE_SIZE, ZEntry, clear_entries, scan_entries, zset_after, zset_entries
 from .record import JobRecord
 
 # Members of one score ``JobSet.at_address`` and ``fetch`` read per round trip.
@@ -250,19 +250,10 @@ class JobSet:
         return any([entry.delete() for entry in self.fetch(score, jid)])
 
     def clear(self) -> int:
-        """Remove every entry; returns how many there were (the unique jobs among them are
-        found first, ``ZSCAN MATCH``, to release their locks)."""
-        holding = [member for member, _ in scan_entries(self._pool, self.key, MARK)]
-
-        def run(r: Any) -> int:
-            pipe = r.pipeline(transaction=True)
-            pipe.zcard(self.key)
-            pipe.unlink(self.key)
-            return int(pipe.execute()[0])
-
-        cleared = int(self._pool.run(run))
-        release_stored(self.config, holding)
-        return cleared
+        """Remove every entry; returns how many there were. The set leaves its key in one
+        step (an entry added after it stays); the unique jobs among those taken then have
+        their locks released, found a page at a time (``paging.clear_entries``)."""
+        return clear_entries(self.config, self._pool, self.key, "zset")
 
     # -- entry actions ----------------------------------------------------------------------
     def _requeue(self, entry: SortedEntry, *, decrement: bool) -> bool:
