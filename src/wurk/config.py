@@ -38,11 +38,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import redis
 
 from . import payload as P
 from .connections import cluster, sentinel
+from .connections.hostlist import CUT_SHORT, cut_short
 from .connections.pool import AsyncRedisPool, RedisPool
 from .connections.pools import Connections
 from .connections.unreached import Unreached
@@ -147,8 +149,21 @@ def check_redis_url(url: str) -> None:
         sentinel.parse(url)
         return
     try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # a '[' without its ']'
+        raise ConfigError(f"not a Redis URL: {exc}") from None
+    # Where a '@' has no place: the query's option names, the fragment, and the path of a
+    # TCP URL (a Unix socket's path may hold one).
+    names = "".join(field.partition("=")[0] for field in parts.query.split("&"))
+    placed = parts.fragment + names + (parts.path if parts.scheme in ("redis", "rediss") else "")
+    if cut_short(parts.netloc, placed):
+        raise ConfigError(f"not a Redis URL: {CUT_SHORT}")
+    try:
         redis.connection.parse_url(url)  # type: ignore[no-untyped-call]
     except ValueError as exc:
+        # redis-py quotes the port it could not read: a piece of the password, if it was cut.
+        if cut_short(parts.netloc, f"{parts.path}{parts.query}{parts.fragment}"):
+            raise ConfigError(f"not a Redis URL: {CUT_SHORT}") from None
         raise ConfigError(f"not a Redis URL: {exc}") from None
 
 

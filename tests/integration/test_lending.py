@@ -97,6 +97,57 @@ def test_a_command_cut_short_drops_its_connection(config: wurk.Config) -> None:
     assert lease.call("CLIENT", "ID") != before
 
 
+class _Failed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("left", [
+    [("MULTI",), ("SET", "half", "1")],  # an exception between MULTI and EXEC
+    [("SELECT", "1")],  # another db for the rest of the connection's life
+    [("WATCH", "k")],  # a WATCH that would make a later MULTI of another's fail
+])
+def test_a_block_that_leaves_its_connection_in_a_state_does_not_lend_it_again(
+    config: wurk.Config, r: redis.Redis, left: list[tuple[str, ...]],
+) -> None:
+    """What a block's commands set on its connection (an open MULTI, a SELECT, a WATCH) ends
+    with the block: the next user of the pool (a push) must not run inside it."""
+    pool = config.pool("client")
+    with pytest.raises(_Failed), wurk.redis(config) as conn:
+        first = conn.call("CLIENT", "ID")
+        for command in left:
+            conn.call(*command)
+        raise _Failed
+    jid = wurk.push({"class": "Probe", "args": [], "queue": "q"}, config=config)
+    assert jid is not None and r.llen("queue:q") == 1  # pushed, on db 0, applied at once
+    assert r.get("half") is None
+    with wurk.redis(config) as conn:
+        assert conn.call("CLIENT", "ID") != first
+    pool.run(lambda c: c.ping())
+
+
+def test_a_processor_s_kept_connection_is_let_go_when_a_job_leaves_it_in_a_state(
+    config: wurk.Config, r: redis.Redis,
+) -> None:
+    pool = config.pool("lent", size=2)
+    with lend_from(pool):
+        with pytest.raises(_Failed), wurk.redis() as conn:  # one job
+            kept = conn.call("CLIENT", "ID")
+            conn.call("MULTI")
+            conn.call("INCR", "n")
+            raise _Failed
+        with wurk.redis() as conn:  # the next job
+            assert conn.call("CLIENT", "ID") != kept
+            assert conn.call("INCR", "n") == 1
+        with wurk.redis() as conn:  # a transaction run to its end keeps the connection
+            again = conn.call("CLIENT", "ID")
+            conn.call("MULTI")
+            conn.call("INCR", "n")
+            assert conn.call("EXEC") == [2]
+        with wurk.redis() as conn:
+            assert conn.call("CLIENT", "ID") == again
+    assert r.get("n") == "2"
+
+
 def test_jobs_in_a_worker_borrow_their_processors_connection(
     redis_server: Server, r: redis.Redis
 ) -> None:
@@ -208,3 +259,23 @@ def test_an_async_block_s_connection_that_reads_readonly_is_not_kept(
     assert refused is not None and "READONLY" in str(refused)
     assert after == b"OK"
     assert redis.Redis(port=new.port).get("k") == b"after"
+
+
+def test_an_async_block_that_leaves_a_transaction_open_does_not_keep_its_connection(
+    config: wurk.Config, r: redis.Redis,
+) -> None:
+    async def main() -> tuple[Any, Any, Any]:
+        with pytest.raises(_Failed):
+            async with wurk.redis(config) as conn:
+                first = await conn.call("CLIENT", "ID")
+                await conn.pipeline([("MULTI",), ("SET", "half", "1")])
+                raise _Failed
+        async with wurk.redis(config) as conn:
+            after = await conn.call("INCR", "n")
+            second = await conn.call("CLIENT", "ID")
+        await config.aclose()
+        return first, second, after
+
+    first, second, after = asyncio.run(main())
+    assert after == 1 and first != second  # applied at once, on a connection of its own
+    assert r.get("half") is None and r.get("n") == "1"

@@ -278,3 +278,44 @@ def test_capsule_names_are_unique_and_not_default() -> None:
         Config(capsules=[Capsule(name="x", queues=["a"]), Capsule(name="x", queues=["b"])])
     assert [c.name for c in Config(capsules=[Capsule(name="x")]).all_capsules()] == \
         ["default", "x"]
+
+
+@pytest.mark.parametrize("url", [
+    "redis://:Zm9vS3KRIT/cXV4T0KN@redis.example.com:6379/0",  # a base64 password's '/'
+    "redis://default:Zm9vS3KRIT/cXV4T0KN@redis.example.com:6379/0",
+    "redis://:1234/cXV4T0KN@redis.example.com:6379/0",  # its port would be "1234"
+    "redis://:Zm9vS3KRIT?cXV4T0KN@redis.example.com:6379/0",
+    "redis://:Zm9vS3KRIT?cXV4T0KN==@redis.example.com:6379/0",
+    "redis://:1234#cXV4T0KN@redis.example.com:6379/0",
+    "rediss://:Zm9vS3KRIT#cXV4T0KN@redis.example.com:6380/0",
+    "redis+sentinel://:Zm9vS3KRIT/cXV4T0KN@s1,s2/mymaster",
+    "redis+sentinel://:Zm9vS3KRIT/cXV4T0KN@s1,s2/mymaster/0",
+    "redis+cluster://:Zm9vS3KRIT/cXV4T0KN@n1,n2",
+    "redis+cluster://:Zm9vS3KRIT?cXV4T0KN@n1,n2",
+])
+def test_a_password_that_ends_the_hosts_early_is_refused_without_showing_it(
+        url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A '/', '?' or '#' left as it is in a password ends the URL's hosts there: the error
+    says to percent-encode it and shows no part of the password; none is taken as a port
+    and connected to."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    with pytest.raises(ConfigError, match="percent-encode it") as caught:
+        Config(redis_url=url)
+    for part in ("Zm9v", "S3KRIT", "cXV4", "T0KN", "1234"):
+        assert part not in str(caught.value)
+    with pytest.raises(ConfigError, match="percent-encode it"):
+        Config(shards={"eu": url})
+
+
+@pytest.mark.parametrize("url", [
+    "redis://redis.example.com:6379/0?password=p@ss",
+    "redis://:p%2Fss@redis.example.com:6379/0",
+    "unix:///run/redis/redis-server@main.sock?db=1",
+    "redis+sentinel://s1/mymaster?sentinel_password=p@ss",
+    "redis+sentinel://:p?ss@s1/mymaster",
+    "redis+cluster://:p%3Fss@n1,n2",
+])
+def test_an_at_sign_where_a_url_may_hold_one_is_taken(url: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    assert Config(redis_url=url).redis_url == url

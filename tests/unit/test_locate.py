@@ -1,13 +1,15 @@
-"""``wurk.connections.locate.find_home``: the embedded server's directory, found as git
-finds ``.git``."""
+"""``wurk.connections.locate``: ``find_home``, the embedded server's directory, found as git
+finds ``.git``; ``describe_url``, a URL as logs and errors show it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+import redis
 
-from wurk.connections.locate import PROJECT_MARKERS, find_home
+from wurk.connections.locate import PROJECT_MARKERS, describe_url, find_home
+from wurk.connections.replies import unavailable
 
 
 @pytest.fixture
@@ -53,3 +55,21 @@ def test_a_path_is_used_as_given(tree: Path) -> None:
     assert find_home("./.wurk", here) == here / ".wurk"
     assert find_home("data/wurk", here) == here / "data" / "wurk"
     assert find_home(str(tree / "x"), here) == tree / "x"
+
+
+@pytest.mark.parametrize(("url", "shown"), [
+    ("redis://h:6379/0?password=s3cret", "redis://h:6379/0?password=***"),
+    ("rediss://app:pw@h:6380/1?ssl_cert_reqs=none&ssl_password=keypw",
+     "rediss://app:***@h:6380/1?ssl_cert_reqs=none&ssl_password=***"),
+    ("redis://:pw@[::1]:6379/0", "redis://:***@[::1]:6379/0"),
+    ("redis://:pw@[::1]/0", "redis://:***@[::1]/0"),
+    ("unix:///run/redis.sock?password=s3cret&db=2", "unix:///run/redis.sock?password=***&db=2"),
+    ("unix://:pw@/run/redis.sock", "unix://:***@/run/redis.sock"),
+    ("redis://h:6379/0", "redis://h:6379/0"),
+    ("redis://app@h:6379/0", "redis://app@h:6379/0"),
+    ("localhost:6379", "localhost:6379"),
+])
+def test_a_url_is_shown_without_any_password_and_otherwise_as_written(url: str,
+                                                                      shown: str) -> None:
+    assert describe_url(url) == shown
+    assert unavailable(redis.ConnectionError("refused"), url).args[0] == f"{shown}: refused"

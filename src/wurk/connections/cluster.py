@@ -37,7 +37,7 @@ from redis.crc import key_slot
 from redis.retry import Retry
 
 from ..errors import ConfigError
-from .hostlist import credentials, host_list
+from .hostlist import CUT_SHORT, credentials, cut_short, host_list
 
 __all__ = ["DEFAULT_KEYSPACE", "SCHEME", "ClusterTarget", "SlotLocator", "async_blocking_pool",
            "blocking_pool", "describe", "is_cluster", "keyspace_name", "parse", "with_keyspace"]
@@ -87,8 +87,10 @@ def parse(url: str) -> ClusterTarget:
     wrong and the form otherwise."""
     if not is_cluster(url):
         raise ConfigError(f"not a Redis Cluster URL (it must start with {SCHEME}://): {FORM}")
-    rest, question, _query = url[len(SCHEME) + 3:].partition("?")
+    rest, question, query = url[len(SCHEME) + 3:].partition("?")
     netloc, _, path = rest.partition("/")
+    if cut_short(netloc, path + query):
+        raise ConfigError(f"Redis Cluster URL: {CUT_SHORT}: {FORM}")
     if question:
         raise ConfigError(f"Redis Cluster URL: it takes no options after '?': {FORM}")
     hosts, username, password = credentials(netloc)

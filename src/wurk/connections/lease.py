@@ -243,6 +243,10 @@ class Lease:
             self._connection = connection
         return self._connection
 
+    def drop(self) -> None:
+        """Close the connection rather than lend it again; the next call takes a fresh one."""
+        self._drop()
+
     def _drop(self) -> None:
         connection, self._connection = self._connection, None
         self._wire = None

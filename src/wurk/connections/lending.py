@@ -18,6 +18,12 @@ Commands are sent as written and replies come back raw (bytes, ints, lists), the
 ``Sidekiq.redis`` hands out a ``redis-client`` connection; for redis-py's command methods,
 keep a ``redis.Redis`` of your own. A connection that breaks, or whose command was cut
 short (a shutdown interrupting the job mid-reply), is closed rather than lent again.
+
+6. So is one that a block leaves with something open, at the end of the outermost block:
+   a ``MULTI`` without its ``EXEC`` or ``DISCARD`` (an exception between them), a
+   ``WATCH``, or a setting of the connection's own (``SELECT``, ``CLIENT SETNAME``,
+   ``HELLO``…). Lent again, it would take the next user's commands — a push's — into that
+   transaction or that db, and the push would be reported done and never applied.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -44,31 +50,84 @@ __all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "l
 ASYNC_POOL_SIZE = 50
 
 
+# What a block's commands may leave open on its connection past their replies (point 6):
+# a transaction (``MULTI`` until ``EXEC`` / ``DISCARD``), a ``WATCH`` (until those or
+# ``UNWATCH``), or a setting of the connection's own.
+_MULTI, _WATCH, _SET = 1, 2, 4
+_SETTINGS = frozenset({"SELECT", "AUTH", "HELLO", "RESET", "READONLY", "READWRITE",
+                       "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "MONITOR"})
+# ``CLIENT`` subcommands that change the connection (``CLIENT ID``, ``INFO``… do not).
+_CLIENT_SETTINGS = frozenset({"SETNAME", "REPLY", "TRACKING", "CACHING", "NO-EVICT",
+                              "NO-TOUCH", "SETINFO"})
+_STATEFUL = _SETTINGS | {"MULTI", "WATCH", "EXEC", "DISCARD", "UNWATCH", "CLIENT"}
+
+
+def _word(value: Any) -> str:
+    return (value.decode("latin-1") if isinstance(value, (bytes, bytearray))
+            else str(value)).upper()
+
+
+def _left_open(open_: int, commands: Iterable[tuple[Any, ...]]) -> int:
+    """What is open on a connection (``_MULTI``, ``_WATCH``, ``_SET``) after ``commands``."""
+    for command in commands:
+        name = _word(command[0]) if command else ""
+        if name not in _STATEFUL:
+            continue
+        if name == "MULTI":
+            open_ |= _MULTI
+        elif name == "WATCH":
+            open_ |= _WATCH
+        elif name in ("EXEC", "DISCARD"):
+            open_ &= _SET
+        elif name == "UNWATCH":
+            open_ &= ~_WATCH
+        elif name != "CLIENT" or (len(command) > 1 and _word(command[1]) in _CLIENT_SETTINGS):
+            open_ |= _SET
+    return open_
+
+
 class Connection:
     """What ``wurk.redis()`` yields: ``call`` one command, or ``pipeline`` several."""
 
-    __slots__ = ("_lease",)
+    __slots__ = ("_lease", "blocks", "open")
 
     def __init__(self, lease: Lease) -> None:
         self._lease = lease
+        self.blocks = 0  # the blocks using it now (nested ones share it)
+        self.open = 0  # what its commands left open (``_left_open``)
 
     def call(self, *args: Any) -> Any:
         """One command, one round trip: ``conn.call("INCR", "hits")`` returns the raw reply.
         An error reply raises ``redis.ResponseError``; an unreachable or refusing server
         raises ``wurk.RedisUnavailable``."""
+        if args and _word(args[0]) in _STATEFUL:
+            self.open = _left_open(self.open, (args,))
         return self._lease.call(*args)
 
     def pipeline(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         """Several commands in one round trip; an error reply comes back in its place as a
         ``redis.ResponseError`` instance, so one refusal does not hide the other replies."""
+        self.open = _left_open(self.open, commands)
         return self._lease.pipeline(commands)
+
+    def enter(self) -> Connection:
+        self.blocks += 1
+        return self
+
+    def leave(self) -> None:
+        """The end of a block: at the outermost one's, a connection left with something open
+        is closed (given back to the pool to be made anew), not lent again as it is."""
+        self.blocks -= 1
+        if self.open and not self.blocks:
+            self.open = 0
+            self._lease.drop()
 
 
 class AsyncConnection:
     """What ``async with wurk.redis()`` yields: the same two methods, awaited, on one
     connection held for the block (no pool checkout per command)."""
 
-    __slots__ = ("_connection", "_url", "broken")
+    __slots__ = ("_connection", "_url", "broken", "open")
 
     def __init__(self, connection: Any, url: str) -> None:
         self._connection = connection
@@ -76,6 +135,7 @@ class AsyncConnection:
         # Out of step (cut, or cancelled mid-reply), or reaching a demoted primary (it read a
         # failover reply): closed at the block's end, not kept for the next block.
         self.broken = False
+        self.open = 0  # what its commands left open (``_left_open``): closed at the end too
 
     async def call(self, *args: Any) -> Any:
         """One command; the raw reply (``await conn.call("INCR", "hits")``)."""
@@ -88,6 +148,7 @@ class AsyncConnection:
     async def _send(self, commands: list[tuple[Any, ...]], *, in_place: bool = False
                     ) -> list[Any]:
         connection = self._connection
+        self.open = _left_open(self.open, commands)
         self.broken = True  # until every reply is read
         refused: redis_py.ResponseError | None = None
         try:
@@ -169,11 +230,12 @@ class Borrowed:
     """The context manager ``wurk.redis()`` returns (a class, not a generator: it runs in
     every job that touches Redis, and this is the cheaper of the two)."""
 
-    __slots__ = ("_async", "_config", "_lease")
+    __slots__ = ("_async", "_config", "_lease", "_lent")
 
     def __init__(self, config: Config | None) -> None:
         self._config = config
         self._lease: Lease | None = None  # checked out by this block, given back at its end
+        self._lent: Connection | None = None  # what this block yielded
         # The async form's held connection, with the pool and idle set it came from, where it
         # goes back (the configuration's may be closed and made anew while the block runs).
         self._async: tuple[AsyncConnection, Any, _Idle] | None = None
@@ -183,18 +245,21 @@ class Borrowed:
         shard = chosen_shard() if self._config is None else None
         if shard is not None:  # inside ``wurk.via``: that shard's, for this block only
             self._lease = Lease(shard.pool("client"))
-            return Connection(self._lease)
-        connection = held.connection
-        if connection is not None:  # nested, or a processor's kept connection
-            return connection
-        if held.pool is not None:  # a processor thread's first borrow: kept for later jobs
+            connection = Connection(self._lease)
+        elif held.connection is not None:  # nested, or a processor's kept connection
+            connection = held.connection
+        elif held.pool is not None:  # a processor thread's first borrow: kept for later jobs
             connection = held.connection = Connection(Lease(held.pool))
-            return connection
-        self._lease = Lease((self._config or default_config()).pool("client"))
-        connection = held.connection = Connection(self._lease)
-        return connection
+        else:
+            self._lease = Lease((self._config or default_config()).pool("client"))
+            connection = held.connection = Connection(self._lease)
+        self._lent = connection
+        return connection.enter()
 
     def __exit__(self, *exc_info: object) -> None:
+        lent, self._lent = self._lent, None
+        if lent is not None:
+            lent.leave()
         lease, self._lease = self._lease, None
         if lease is not None:
             held = _held.connection
@@ -239,7 +304,7 @@ class Borrowed:
             return
         held, pool, idle = taken
         try:
-            if held.broken:
+            if held.broken or held.open:
                 await held._connection.disconnect()
                 await pool.release(held._connection)
             else:

@@ -16,7 +16,7 @@
    and where; that ``REDIS_URL`` wins over an embedded server that exists here (not when
    that URL is the embedded server's own, as the demo's worker is given). Which server
    a process uses is logged once per server on logger ``wurk`` at INFO.
-4. ``describe_url`` hides the password of a URL for logs and errors.
+4. ``describe_url`` hides the passwords of a URL for logs and errors.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import os
 import sys
 from pathlib import Path
 from types import ModuleType
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote_plus, urlsplit
 
 from ..errors import EmbeddedServerError
 from . import cluster, sentinel
@@ -53,17 +53,30 @@ NO_SERVER_HINT = "start one with `wurk server start` or set REDIS_URL"
 
 
 def describe_url(url: str) -> str:
-    """The URL without its password, for logs."""
+    """The URL without its passwords, for logs and errors: the one before ``@`` and any
+    option naming one (redis-py takes ``?password=…``, and hands ``ssl_password`` and the
+    like to the connection); every other part as written (an IPv6 host keeps its
+    brackets, ``unix:///path`` its slashes)."""
     if sentinel.is_sentinel(url):
         return sentinel.describe(url)
     if cluster.is_cluster(url):
         return cluster.describe(url)
     parts = urlsplit(url)
-    if parts.password:
-        host = parts.hostname or ""
-        netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-        parts = parts._replace(netloc=netloc)
-    return urlunsplit(parts)
+    netloc = parts.netloc
+    if parts.password is not None:
+        userinfo, _, hosts = netloc.rpartition("@")
+        netloc = f"{userinfo.partition(':')[0]}:***@{hosts}"
+    scheme = url[: len(parts.scheme) + 1] if parts.scheme else ""  # as written, with ':'
+    slashes = "//" if url[len(scheme):].startswith("//") else ""
+    query = "&".join(_without_secret(field) for field in parts.query.split("&"))
+    return (f"{scheme}{slashes}{netloc}{parts.path}" + (f"?{query}" if query else "")
+            + (f"#{parts.fragment}" if parts.fragment else ""))
+
+
+def _without_secret(field: str) -> str:
+    """One ``NAME=VALUE`` of a URL's query, its value hidden when the name is a password's."""
+    name, equals, _ = field.partition("=")
+    return f"{name}=***" if equals and "password" in unquote_plus(name).lower() else field
 
 
 def find_home(home: str | os.PathLike[str], start: str | os.PathLike[str] | None = None

@@ -38,7 +38,7 @@ from redis.retry import Retry
 from redis.sentinel import MasterNotFoundError
 
 from ..errors import ConfigError
-from .hostlist import credentials, host_list
+from .hostlist import CUT_SHORT, credentials, cut_short, host_list
 
 __all__ = ["DEFAULT_PORT", "SCHEME", "SentinelTarget", "async_blocking_pool",
            "blocking_pool", "describe", "is_sentinel", "parse"]
@@ -78,6 +78,8 @@ def parse(url: str) -> SentinelTarget:
     rest = url[len(SCHEME) + 3:]
     netloc, _, tail = rest.partition("/")
     path, _, query = tail.partition("?")
+    if cut_short(netloc, path):  # not the query: a sentinel_password may hold a '@'
+        raise ConfigError(f"Sentinel URL: {CUT_SHORT}: {FORM}")
     hosts, username, password = credentials(netloc)
     parts = [part for part in path.split("/") if part]
     if not parts or len(parts) > 2:
