@@ -8,7 +8,8 @@
    ``CONSUMER`` span ``<job> process`` parented on it; an exception is recorded on the span
    and sets its status to error, then goes on to the retry machinery unchanged.
 3. Span attributes: ``messaging.system`` = ``wurk``, ``messaging.destination.name`` (the
-   queue), ``messaging.message.id`` (the jid), ``messaging.operation.type``, ``wurk.job``,
+   queue), ``messaging.message.id`` (the jid, left out when it is longer than 200
+   characters or no UTF-8), ``messaging.operation.type``, ``wurk.job``,
    and on the job's span ``wurk.retry_count`` (a stored one that is no count a signed
    64-bit integer holds is left out) and ``wurk.enqueued_at``.
 4. ``instrument(config)`` adds both. Spans go to whatever tracer provider the application set
@@ -28,7 +29,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from . import payload as P
 from ._version import __version__
 from .config import Config
-from .metrics.tracking import job_name
+from .metrics.tracking import NAME_LIMIT, job_name
 
 __all__ = ["TracingClient", "TracingServer", "instrument"]
 
@@ -47,9 +48,24 @@ def _attributes(payload: P.Payload, queue: str, operation: str) -> dict[str, Any
         "messaging.operation.type": operation, "wurk.job": job_name(payload),
     }
     jid = payload.get(P.JID)
-    if isinstance(jid, str):
+    if isinstance(jid, str) and _carried(jid):
         found["messaging.message.id"] = jid
     return found
+
+
+def _carried(text: str) -> bool:
+    """Whether a stored text can go on a span as it is: at most ``NAME_LIMIT`` characters,
+    UTF-8 (a megabyte-long jid made a span past what a collector takes, a lone surrogate
+    one a span protobuf cannot encode; either failed its whole batch's export)."""
+    if len(text) > NAME_LIMIT:
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class TracingClient:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -213,3 +214,34 @@ def test_the_socket_is_connected_once_with_one_name_lookup(
         sink.close()
     assert any(line.startswith("once.jobs.count:1|c|") for line in lines)
     assert lookups == [("127.0.0.1", port)]
+
+
+def test_an_agent_that_is_not_listening_costs_no_lookup_and_no_warning_per_packet(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A StatsD agent down (restarting, not started yet) answers each datagram with an ICMP
+    "port unreachable", which the connected socket reports at the next send: the client
+    logged a warning, closed the socket and looked the name up again — every other packet,
+    on the job's thread (metrics.md: "one name lookup, not one per packet"). The packets
+    are dropped, as UDP drops them, on the one socket and the one lookup."""
+    free = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    free.bind(("127.0.0.1", 0))
+    port = free.getsockname()[1]
+    free.close()  # nothing listens on it now
+    lookups: list[object] = []
+    real_getaddrinfo = socket.getaddrinfo
+
+    def counted(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        lookups.append(host)
+        return real_getaddrinfo(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", counted)
+    sink = StatsdSink(wurk.Config(statsd=f"localhost:{port}"))
+    try:
+        with caplog.at_level(logging.DEBUG, logger="datadog"):
+            for n in range(20):
+                sink.observe("Stats::Down", "default", {}, float(n), None)  # never raises
+                sink.client.flush()
+    finally:
+        sink.close()
+    assert lookups == ["localhost"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text

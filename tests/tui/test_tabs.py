@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import re
 import threading
 import time
@@ -478,5 +479,22 @@ def test_metrics_are_read_once_a_minute_or_when_asked(config: wurk.Config, world
         assert sheet_rows(app, "#metrics-list")[0][1] == "23"
         await refresh(app, pilot)  # r: read now
         assert sheet_rows(app, "#metrics-list")[0][1] == "33"
+
+    drive(config, scenario)
+
+
+def test_warnings_while_it_runs_are_kept_bounded(config: wurk.Config) -> None:
+    """tui.md: wurk's warnings while it runs "become notifications at the bottom of the
+    screen". Each was also kept in a list that only grew: a hostile record warned about at
+    every refresh (an unreadable work entry, every 2 s on the Busy tab) grew it for as long
+    as ``wurk top`` ran. The newest 200 are kept."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        warn = logging.getLogger("wurk.api.processes").warning
+        for n in range(1_000):
+            warn("skipping %d unreadable work entries of %s", n, "host:1")
+        await settle(app, pilot)
+        assert len(app.logged) == 200
+        assert list(app.logged)[-1] == "skipping 999 unreadable work entries of host:1"
 
     drive(config, scenario)

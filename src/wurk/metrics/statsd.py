@@ -20,13 +20,15 @@
    ``batch.duration`` (ms from creation to success), sent by the process whose script call
    made the change. ``sink_for(config)`` is the one sink per configuration a process that
    is not a worker (an app creating batches) sends them through.
-6. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget).
+6. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget);
+   an agent that is not listening costs neither a warning nor a new lookup per packet.
    A name that does not resolve is looked up again at most every ``LOOKUP_RETRY`` seconds:
    packets in between are dropped, not each one a lookup (and a warning) on a job's thread.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import weakref
@@ -59,6 +61,20 @@ def sink_for(config: Config) -> StatsdSink:
         return sink
 
 
+class _Datagram(socket.socket):
+    """The client's connected UDP socket, quiet about an agent that is not listening: the
+    kernel reports the ICMP "port unreachable" a datagram earned at the next send, and the
+    client then logged a warning, closed the socket and looked the name up again (every
+    other packet, on the job's thread, while an agent restarts). The packet is dropped, as
+    UDP drops it, and the socket kept."""
+
+    def send(self, data: Any, flags: int = 0) -> int:
+        try:
+            return super().send(data, flags)
+        except ConnectionRefusedError:
+            return 0
+
+
 def _client() -> Any:
     """Datadog's ``DogStatsd``, but a failed name lookup is not repeated for every packet:
     the client looks the name up again on each send while it has no socket, and a lookup
@@ -87,6 +103,13 @@ def _client() -> Any:
                     self._lookup_after = _now() + LOOKUP_RETRY
                     raise
             return super().get_socket(telemetry)
+
+        @classmethod
+        def _get_udp_socket(cls, host: Any, port: Any, timeout: Any) -> Any:
+            found = super()._get_udp_socket(host, port, timeout)
+            quiet = _Datagram(fileno=found.detach())
+            quiet.settimeout(timeout)
+            return quiet
 
     _client_class = Client
     return Client

@@ -62,6 +62,9 @@ log = logging.getLogger("wurk.tui")
 
 DEFAULT_INTERVAL = 2.0
 NOTICE_LIMIT = 300
+# The newest warnings kept (``TopApp.logged``): one a hostile record earns at every refresh
+# must not grow the list for as long as the app runs.
+NOTICES_KEPT = 200
 
 CSS = """
 Screen { layout: vertical; }
@@ -323,7 +326,7 @@ class TopApp(App[None]):
             maxlen=SPARK_SAMPLES)
         self.problem: str | None = None
         self.updated_at: float | None = None
-        self.logged: list[str] = []
+        self.logged: collections.deque[str] = collections.deque(maxlen=NOTICES_KEPT)
         self.done: list[str] = []  # what each action said, for a person scrolling back
         self._loading = self._wanted = self._force = False
         self._acting = 0
