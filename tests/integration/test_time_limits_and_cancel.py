@@ -539,6 +539,30 @@ def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(
     assert wurk.BatchStatus(batch.bid).complete
 
 
+def test_a_cancelled_batch_job_counts_dead_even_when_the_death_handler_raises(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The job was removed, then the handler's error ended the cancel: the batch was never
+    told (it never completed) and a second cancel found the job nowhere. The handler's
+    error is reported, as the morgue reports a death handler's, and the cancel goes on."""
+    from wurk.control.withdraw import withdraw
+
+    def broken(job: dict[str, Any], exc: BaseException) -> None:
+        raise RuntimeError("handler broke")
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = mark.perform_async("only")
+    assert jid is not None
+    with caplog.at_level("ERROR", logger="wurk"):
+        done = withdraw(jid, config=config, removed=broken)
+    assert done.removed_from == ["queue:default"]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.dead_jids == [jid] and status.complete
+    assert r.get("wurk:stat:cancelled") == "1"
+    assert any("Error calling death handler" in rec.getMessage() and "handler broke" in
+               rec.getMessage() for rec in caplog.records)
+
+
 @pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
 def test_a_running_batch_job_cancelled_counts_as_dead_so_the_batch_completes(
         worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
