@@ -58,6 +58,7 @@ __all__ = [
     "partition_of",
     "partitions_of",
     "push",
+    "rebuild_ring",
     "recount",
     "warn_dropped",
     "warn_restarted",
@@ -192,6 +193,23 @@ def recount(r: Any, keys: Keys, queue: str) -> int:
     warn_restarted(queue, reply[1])
     warn_dropped(keys, queue, reply[2])
     return int(reply[0])
+
+
+def rebuild_ring(r: Any, keys: Keys, queue: str) -> int:
+    """Put back in the queue's ring every partition whose list exists (after a fetch deleted
+    a ring of another type): the jobs already waiting in them are fetched again, not only
+    those of partitions pushed to later. Rare (a hand edit), so a SCAN of the partitions'
+    keys; returns how many partitions were found."""
+    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", keys.partition_prefix(queue)) + "*"
+    prefix = len(keys.partition_prefix(queue))
+    names = {text(key)[prefix:] for key in r.scan_iter(match=pattern, count=1000,
+                                                       _type="list")}
+    found = [name for name in names if _valid(name)]
+    if found:
+        r.zadd(keys.partition_ring(queue), dict.fromkeys(found, 0), nx=True)
+    log.warning("partitioned queue %s: its ring was rebuilt from the partitions' lists: %d "
+                "partition(s) with jobs waiting", queue, len(found))
+    return len(found)
 
 
 def warn_dropped(keys: Keys, queue: str, dropped: Sequence[Any]) -> None:

@@ -731,3 +731,30 @@ def test_jobs_routed_from_the_plain_list_keep_their_order_in_their_partition(
         assert unit is not None
         unit.acknowledge()
     assert taken == [0, 1, 2, 3, 4]
+
+
+def test_a_ring_of_another_type_is_rebuilt_and_every_waiting_job_is_fetched(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A ring written by hand as another type failed every fetch of the queue (its ZRANGE),
+    with no TTL: for good. It is deleted with a warning and rebuilt from the partitions'
+    lists, so the jobs already waiting in them are fetched, not only those pushed later."""
+    keys = pconfig.keys
+    for name, n in (("a", 0), ("b", 1), ("c", 2)):
+        work.set(partition=name).perform_async(n)
+    ring = keys.partition_ring(Q)
+    r.delete(ring)
+    r.set(ring, "not ours")
+    f = fetcher(pconfig)
+    got = []
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        for _ in range(3):
+            unit = f.fetch(0.05)
+            got.append(arg(unit))
+            assert unit is not None
+            unit.acknowledge()
+    f.flush_acks()
+    assert sorted(got) == [0, 1, 2]
+    assert f.fetch(0.05) is None and r.type(ring) in ("zset", "none")
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(f"{ring} held another Redis type" in w for w in warned)
+    f.flush()

@@ -539,6 +539,30 @@ def test_a_cancelled_batch_job_counts_as_dead_so_the_batch_completes(
     assert wurk.BatchStatus(batch.bid).complete
 
 
+def test_a_cancelled_batch_job_counts_dead_even_when_the_death_handler_raises(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The job was removed, then the handler's error ended the cancel: the batch was never
+    told (it never completed) and a second cancel found the job nowhere. The handler's
+    error is reported, as the morgue reports a death handler's, and the cancel goes on."""
+    from wurk.control.withdraw import withdraw
+
+    def broken(job: dict[str, Any], exc: BaseException) -> None:
+        raise RuntimeError("handler broke")
+
+    batch = wurk.Batch()
+    with batch.jobs():
+        jid = mark.perform_async("only")
+    assert jid is not None
+    with caplog.at_level("ERROR", logger="wurk"):
+        done = withdraw(jid, config=config, removed=broken)
+    assert done.removed_from == ["queue:default"]
+    status = wurk.BatchStatus(batch.bid)
+    assert status.dead_jids == [jid] and status.complete
+    assert r.get("wurk:stat:cancelled") == "1"
+    assert any("Error calling death handler" in rec.getMessage() and "handler broke" in
+               rec.getMessage() for rec in caplog.records)
+
+
 @pytest.mark.parametrize("job", [busy_loop, async_loop], ids=["sync", "async"])
 def test_a_running_batch_job_cancelled_counts_as_dead_so_the_batch_completes(
         worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
@@ -666,3 +690,42 @@ def test_a_cancel_list_of_another_type_is_replaced_and_cancels_arrive(
         r.rpush(key, "f" * 24)
         wait_until(lambda: running.was_cancelled("f" * 24), what="the cancel after it")
     assert any(f"{key} held a Redis string" in rec.getMessage() for rec in caplog.records)
+
+
+@wurk.job(name="limits.inline_then_loop", timeout=0.5, retry=0)
+def inline_then_loop() -> None:
+    """Runs another job with ``perform_inline`` first (its body opened and closed on this
+    thread's guard), then loops in Python until stopped."""
+    mark.perform_inline(f"inline:{wurk.current_jid()}")
+    note("start", wurk.current_jid(), time.time())
+    end = time.monotonic() + 30
+    while time.monotonic() < end:
+        time.sleep(0.01)
+    note("done", wurk.current_jid())
+
+
+@pytest.mark.parametrize("stop", ["timeout", "cancel"])
+def test_a_sync_job_that_ran_another_inline_is_still_stopped(
+        worker: InProcessWorker, r: redis.Redis, stop: str) -> None:
+    """The inline run once closed the outer job's body on the thread's guard: its time limit
+    and a cancel of it then no longer reached it, and it ran to its end. The worker's
+    configuration is the process's, as ``wurk worker`` makes it: the inline run goes through
+    the worker's chain, its innermost link included."""
+    wurk.configure(worker.config)
+    jid = inline_then_loop.perform_async()
+    wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
+    assert f"mark:inline:{jid}" in notes(r)
+    if stop == "timeout":
+        wait_until(lambda: r.zcard("dead") == 1, timeout=10, what="the JobTimeout")
+        dead = json.loads(r.zrange("dead", 0, -1)[0])
+        assert dead["jid"] == jid and dead["error_class"] == "wurk.JobTimeout"
+        assert "time limit of 0.5 s" in dead["error_message"]
+    else:
+        wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+        assert wurk.cancel(jid).running_on
+        wait_until(lambda: r.get("wurk:stat:cancelled") == "1", timeout=10, what="the cancel")
+        assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+    wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), timeout=10,
+               what="its end")
+    assert f"done:{jid}" not in notes(r)
+    worker.assert_healthy(2)

@@ -16,6 +16,9 @@ the job's own code, never a middleware's bookkeeping. For each job it:
    the worker's ``job_timeout`` (off by default). A job with neither, the usual case, costs
    the time limits nothing.
 
+A job run inline from a sync job's body (``perform_inline``) runs inside that body: the
+outer job's time limit and cancel reach it, its own ``timeout`` does not apply.
+
 A job that swallows the error and returns anyway is let be (it finished), with a warning.
 """
 
@@ -97,6 +100,13 @@ class Stopper:
         if guard is None or not isinstance(jid, str):
             self._refuse_cancelled(jid, isinstance(job, IterableJob))
             return call_next()  # not on a processor thread: nothing can stop it from outside
+        if guard.run:
+            # A job its body runs inline (``perform_inline``): part of that body, which stays
+            # open on the guard — a body of its own closed the outer one's (its time limit
+            # and a cancel of it no longer reached it). The outer job's limit covers it, as
+            # nothing limits an inline run outside a worker.
+            self._refuse_cancelled(jid, isinstance(job, IterableJob))
+            return call_next()
         target = guard.target
         if target is None:  # the thread's first job
             made = SyncTarget(guard)

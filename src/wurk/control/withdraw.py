@@ -41,6 +41,7 @@ from ..connections.lending import redis as lent_redis
 from ..errors import IterationStateError, JobCancelled
 from ..iteration import state as iteration_state
 from ..iteration.control import check_jid
+from ..reporting import report_error
 from ..results.store import record_cancelled
 
 __all__ = ["CONTROL_TTL", "Cancellation", "Removed", "withdraw"]
@@ -125,9 +126,15 @@ def _never_ran(config: Config, raw: bytes | str, removed: Removed | None) -> Non
         log.warning("job %s is cancelled, but its result could not say so: %s",
                     job.get(P.JID), exc)
     # Before the batch, as the death handlers are: a workflow's dependants that
-    # ``continue`` pushes join the batch before it counts the death.
+    # ``continue`` pushes join the batch before it counts the death. One that raises is
+    # reported, as the morgue reports a death handler's error, and the batch still counts
+    # the job: it is out of its queue for good, and a second cancel finds it nowhere.
     if removed is not None:
-        removed(job, JobCancelled(f"job {job.get(P.JID)} was cancelled"))
+        try:
+            removed(job, JobCancelled(f"job {job.get(P.JID)} was cancelled"))
+        except Exception as failure:
+            report_error(config, failure, {"context": "Error calling death handler",
+                                           "job": job})
     bid, jid = job.get(P.BID), job.get(P.JID)
     if isinstance(bid, str) and bid and isinstance(jid, str) and jid:
         count_in_batch(config, bid, jid, "death")

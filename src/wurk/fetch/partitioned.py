@@ -110,6 +110,13 @@ class PartitionedFetch(ReliableFetch):
         taken, restarted, dropped = reply
         partitions.warn_restarted(queue, restarted)
         partitions.warn_dropped(self.keys, queue, dropped)
+        if keys.partition_ring(queue) in (_text(key) for key in restarted):
+            # A ring of another type, deleted by the script: rebuilt from the partitions'
+            # lists, so their jobs are fetched — at once when this fetch took none.
+            found = self.pool.run(lambda r: partitions.rebuild_ring(r, keys, queue),
+                                  idempotent=True)
+            if not taken and found:
+                return self._take_partitioned(queue)
         if not taken:
             return None
         units = [UnitOfWork(queue, raw, self, partition=_text(name))

@@ -21,8 +21,8 @@
 --          second of Redis's clock (0: no rate)
 -- ARGV[7]  the prefix of the queue's lists (Keys.queue_prefix)   ARGV[8]  the queue
 -- returns  {{job, partition, job, partition, …}, {key started again, …}, {holders dropped by
---          a recount, as partition_recount.lua's}}: the holders of
---          another type than a set, or the rate counts of another type than a hash, written
+--          a recount, as partition_recount.lua's}}: the holders or the ring of
+--          another type than a set (a zset), or the rate counts of another type than a hash, written
 --          by something else, are deleted before anything moves (each made every fetch
 --          fail, the first after moving a job into the in-flight list)
 
@@ -33,6 +33,9 @@ local now = rate > 0 and redis.call('TIME')[1] or nil
 part_queue(ARGV[7], ARGV[8])
 local restarted = {}
 part_restart(KEYS[5], 'set', restarted)
+-- A ring of another type failed every fetch here for good; deleted, the caller rebuilds it
+-- from the partitions' lists (a script cannot list them in a cluster-safe way).
+part_restart(KEYS[3], 'zset', restarted)
 if rate > 0 then part_restart(KEYS[6], 'hash', restarted) end
 
 -- Jobs of partition `name` fetched in this second (a field written by hand counts as none).
