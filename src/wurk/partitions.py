@@ -38,7 +38,7 @@ from typing import Any
 
 from . import payload as P
 from .errors import ConfigError, InvalidPayload
-from .keys import Keys
+from .keys import Keys, glob_escape
 from .options import check_queue_name
 from .scripts import Script
 from .stored import count_or_zero, shown, text
@@ -200,7 +200,7 @@ def rebuild_ring(r: Any, keys: Keys, queue: str) -> int:
     a ring of another type): the jobs already waiting in them are fetched again, not only
     those of partitions pushed to later. Rare (a hand edit), so a SCAN of the partitions'
     keys; returns how many partitions were found."""
-    pattern = re.sub(r"([*?\[\]\\])", r"\\\1", keys.partition_prefix(queue)) + "*"
+    pattern = glob_escape(keys.partition_prefix(queue)) + "*"
     prefix = len(keys.partition_prefix(queue))
     names = {text(key)[prefix:] for key in r.scan_iter(match=pattern, count=1000,
                                                        _type="list")}

@@ -9,7 +9,7 @@ import pytest
 
 from wurk import payload as P
 from wurk.api import Invalid, JobRecord
-from wurk.api.paging import escape_glob
+from wurk.keys import glob_escape
 
 
 def record(**fields: Any) -> JobRecord:
@@ -149,4 +149,4 @@ def test_raw_bytes_are_kept_exactly() -> None:
 
 
 def test_glob_characters_are_escaped() -> None:
-    assert escape_glob("a*b?[c]\\d") == "a\\*b\\?\\[c\\]\\\\d"
+    assert glob_escape("a*b?[c]\\d") == "a\\*b\\?\\[c\\]\\\\d"

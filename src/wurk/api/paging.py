@@ -36,9 +36,10 @@ from .. import scripts
 from ..config import Config
 from ..connections.pool import RedisPool
 from ..errors import InspectionError
+from ..keys import glob_escape
 from ..unique import CLEAR_PAGE, MARK, release_stored
 
-__all__ = ["CLEARING_TTL", "PAGE_SIZE", "SCAN_COUNT", "clear_entries", "escape_glob",
+__all__ = ["CLEARING_TTL", "PAGE_SIZE", "SCAN_COUNT", "clear_entries",
            "list_entries", "scan_entries", "zset_after", "zset_entries"]
 
 # Sidekiq's API pages are 50 entries: small enough that one page costs Redis nothing,
@@ -209,7 +210,7 @@ def _pairs(rows: Any) -> list[ZEntry]:
 def scan_entries(pool: RedisPool, key: str, text: str,
                  count: int = SCAN_COUNT) -> Iterator[ZEntry]:
     """Members of ``key`` containing ``text`` (``ZSCAN`` order: present ones at least once)."""
-    pattern = f"*{escape_glob(text)}*"
+    pattern = f"*{glob_escape(text)}*"
     cursor = 0
     while True:
         def step(r: Any, at: int = cursor) -> tuple[int, Any]:
@@ -252,11 +253,6 @@ def clear_entries(config: Config, pool: RedisPool, key: str, kind: str,
     release_stored(config, page)
     pool.run(lambda r: r.unlink(moved), idempotent=True)
     return count
-
-
-def escape_glob(text: str) -> str:
-    """``text`` with Redis glob characters escaped, so it matches only itself."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 def _check_page_size(size: int) -> None:
