@@ -347,6 +347,29 @@ def test_invalid_members_are_killed_not_retried(make: Callable[..., Scheduler],
     assert r.zcard("schedule") == 0 and r.llen("queue:default") == 1
 
 
+def test_a_member_the_client_cannot_push_under_this_configuration_blocks_nothing(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    """Client mode: a stored job whose push raised ``ConfigError`` — a ``shard`` naming no
+    shard here (a Ruby job's own option, a shard since removed), ``encrypt`` with no
+    encryption set up — went back at its score, the lowest due, each pass: no later due job
+    of ``retry`` nor of ``schedule`` moved again. A ``shard`` field is ignored, as the
+    atomic mode ignores it (the job is in this shard's set already); a job that cannot be
+    pushed here goes to the dead set with the error, as one with other bad fields does."""
+    scheduler = make(scheduler="client")
+    r.zadd("retry", {raw_job(jid="sharded", shard="gone"): PAST,
+                     raw_job(jid="sealed", encrypt=True, args=["secret"]): PAST + 1,
+                     raw_job(jid="plain"): PAST + 2})
+    r.zadd("schedule", {raw_job(jid="later"): PAST})
+    assert scheduler.enqueue_due() == 3
+    assert sorted(json.loads(e)["jid"] for e in queue_entries(r)) == ["later", "plain",
+                                                                       "sharded"]
+    [dead] = [json.loads(m) for m in r.zrange("dead", 0, -1)]
+    assert dead["jid"] == "sealed" and "encryption is not enabled" in dead["error_message"]
+    assert dead["args"] == ["secret"] and dead["error_class"] == "wurk.InvalidPayload"
+    assert r.zcard("retry") == 0 and r.zcard("schedule") == 0
+    assert r.zcard("wurk:claimed:retry") == 0
+
+
 def test_an_old_at_field_does_not_reschedule(make: Callable[..., Scheduler],
                                              r: redis.Redis) -> None:
     r.zadd("schedule", {raw_job(at=time.time() + 3600): PAST})
