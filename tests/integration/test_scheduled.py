@@ -149,6 +149,22 @@ def test_atomic_appends_when_the_key_is_not_the_one_occurrence(
     assert job["args"] == [{"enqueued_at": 5}] and job["enqueued_at"] > 1700000000125
 
 
+def test_atomic_never_stamps_an_argument_when_the_key_is_spelled_with_escapes(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    """The top-level key written with a \\u escape (by hand, or an older or foreign writer):
+    the text's one literal "enqueued_at" is then an argument's key, which the move used to
+    overwrite with the time, changing what the job is called with. It is appended instead."""
+    raw = ('{"class":"Sched::Escaped","args":[{"enqueued_at":5}],"queue":"default",'
+           '"jid":"abc","enqueued\\u005fat":1700000000125}')
+    assert json.loads(raw)["enqueued_at"] == 1700000000125
+    r.zadd("retry", {raw: PAST})
+    make().enqueue_due()
+    [moved] = queue_entries(r)
+    assert moved.startswith(raw[:-1] + ',"enqueued_at":')
+    job = json.loads(moved)
+    assert job["args"] == [{"enqueued_at": 5}] and job["enqueued_at"] > 1700000000125
+
+
 def test_atomic_float_format_stamps_float_seconds(make: Callable[..., Scheduler],
                                                   r: redis.Redis) -> None:
     raw = raw_job()
