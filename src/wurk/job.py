@@ -374,6 +374,15 @@ def _seconds_from_now(interval: Interval, name: str = "perform_in's interval") -
     return seconds if seconds >= P.ABSOLUTE_EPOCH_FLOOR else time.time() + seconds
 
 
+def _due_at(when: When) -> float:
+    """``perform_at``'s time as epoch seconds: an aware datetime is that time, however long
+    ago (before 2001 it is below 10^9, and was read as seconds from now); a number follows
+    Sidekiq's 10^9 rule (``perform_at`` is its ``perform_in``)."""
+    if isinstance(when, datetime):
+        return _epoch(when)
+    return _seconds_from_now(_epoch(when), "perform_at's time")
+
+
 def _epoch(when: When, name: str = "perform_at's time") -> float:
     if isinstance(when, datetime):
         if when.tzinfo is None:
@@ -444,7 +453,7 @@ class JobSetter(Generic[Params, R]):
 
     def perform_at(self, when: When, /, *args: Params.args,
                    **kwargs: Params.kwargs) -> ResultHandle[R] | None:
-        return self._schedule(_seconds_from_now(_epoch(when)), args, kwargs)
+        return self._schedule(_due_at(when), args, kwargs)
 
     def _schedule(self, at: float, args: tuple[Any, ...],
                   kwargs: dict[str, Any]) -> ResultHandle[R] | None:
@@ -476,7 +485,7 @@ class JobSetter(Generic[Params, R]):
 
     async def aperform_at(self, when: When, /, *args: Params.args,
                           **kwargs: Params.kwargs) -> ResultHandle[R] | None:
-        return await self._aschedule(_seconds_from_now(_epoch(when)), args, kwargs)
+        return await self._aschedule(_due_at(when), args, kwargs)
 
     async def _aschedule(self, at: float, args: tuple[Any, ...],
                          kwargs: dict[str, Any]) -> ResultHandle[R] | None:

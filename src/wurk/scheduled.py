@@ -36,8 +36,9 @@ from .client.core import Client
 from .client.locks import coming_back
 from .config import Config
 from .connections.pool import RedisPool
-from .errors import InvalidArguments, InvalidPayload, UnparseablePayload
+from .errors import ConfigError, InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
+from .options import SHARD
 from .reporting import report_error
 from .retry import JobRetry
 from .runtime.clock import SYSTEM, Clock
@@ -174,6 +175,10 @@ class Scheduler:
             self._bury_unparseable(raw, exc)
             return 0
         job.pop(P.AT, None)  # an old ActiveJob leftover would schedule it again
+        # Never written by wurk (a push reads and drops it): a foreign one would send the job
+        # to another shard, or none; it is in this shard's set, and the atomic mode moves it
+        # to this shard's queue too.
+        job.pop(SHARD, None)
         try:
             # The job itself coming due: no unique lock refuses it, as none stops the script
             # of the atomic mode (a later push's lock would have dropped a due retry).
@@ -184,6 +189,11 @@ class Scheduler:
             return 0
         except InvalidArguments as exc:  # a client middleware made them so
             self._retry.kill_invalid(job, InvalidPayload(str(exc), field=P.ARGS))
+            return 0
+        except ConfigError as exc:  # a field this configuration cannot honour (encrypt
+            # with no encryption set up): every pass would fail alike, put back as the
+            # lowest due member, and no later due job would move
+            self._retry.kill_invalid(job, InvalidPayload(str(exc)))
             return 0
 
     def _put_back(self, key: str, claims: str, raw: bytes | str, score: float) -> None:

@@ -121,6 +121,21 @@ def test_schedule_in_the_past_pushes_now(config: wurk.Config, r: redis.Redis) ->
     assert r.llen("queue:default") == 3 and not r.exists("schedule")
 
 
+def test_an_aware_datetime_before_2001_is_a_time_not_an_interval(config: wurk.Config,
+                                                                  r: redis.Redis) -> None:
+    """Sidekiq's 10⁹ rule (a smaller number is seconds from now) is for numbers: an aware
+    datetime is a time, however long ago, and "a time at or before now pushes immediately".
+    One of 2000 (epoch 946,684,800) was read as that many seconds from now: the job waited
+    30 years."""
+    year_2000 = datetime(2000, 1, 1, tzinfo=timezone.utc)
+    resize.perform_at(year_2000, 1)
+    resize.set(wait_until=year_2000).perform_async(2)
+    asyncio.run(resize.aperform_at(year_2000, 3))
+    assert r.llen("queue:default") == 3 and not r.exists("schedule")
+    resize.perform_at(datetime(1970, 1, 1, 0, 0, 30, tzinfo=timezone.utc), 4)
+    assert r.llen("queue:default") == 4 and not r.exists("schedule")
+
+
 def test_naive_datetime_is_refused(config: wurk.Config) -> None:
     with pytest.raises(ValueError, match="naive datetime"):
         resize.perform_at(datetime.now(), 1)

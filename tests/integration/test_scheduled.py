@@ -149,6 +149,22 @@ def test_atomic_appends_when_the_key_is_not_the_one_occurrence(
     assert job["args"] == [{"enqueued_at": 5}] and job["enqueued_at"] > 1700000000125
 
 
+def test_atomic_never_stamps_an_argument_when_the_key_is_spelled_with_escapes(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    """The top-level key written with a \\u escape (by hand, or an older or foreign writer):
+    the text's one literal "enqueued_at" is then an argument's key, which the move used to
+    overwrite with the time, changing what the job is called with. It is appended instead."""
+    raw = ('{"class":"Sched::Escaped","args":[{"enqueued_at":5}],"queue":"default",'
+           '"jid":"abc","enqueued\\u005fat":1700000000125}')
+    assert json.loads(raw)["enqueued_at"] == 1700000000125
+    r.zadd("retry", {raw: PAST})
+    make().enqueue_due()
+    [moved] = queue_entries(r)
+    assert moved.startswith(raw[:-1] + ',"enqueued_at":')
+    job = json.loads(moved)
+    assert job["args"] == [{"enqueued_at": 5}] and job["enqueued_at"] > 1700000000125
+
+
 def test_atomic_float_format_stamps_float_seconds(make: Callable[..., Scheduler],
                                                   r: redis.Redis) -> None:
     raw = raw_job()
@@ -345,6 +361,29 @@ def test_invalid_members_are_killed_not_retried(make: Callable[..., Scheduler],
     assert set(dead) == {"pipe", "number"} and sorted(deaths) == ["number", "pipe"]
     assert all(d["error_class"] == "wurk.InvalidPayload" for d in dead.values())
     assert r.zcard("schedule") == 0 and r.llen("queue:default") == 1
+
+
+def test_a_member_the_client_cannot_push_under_this_configuration_blocks_nothing(
+        make: Callable[..., Scheduler], r: redis.Redis) -> None:
+    """Client mode: a stored job whose push raised ``ConfigError`` — a ``shard`` naming no
+    shard here (a Ruby job's own option, a shard since removed), ``encrypt`` with no
+    encryption set up — went back at its score, the lowest due, each pass: no later due job
+    of ``retry`` nor of ``schedule`` moved again. A ``shard`` field is ignored, as the
+    atomic mode ignores it (the job is in this shard's set already); a job that cannot be
+    pushed here goes to the dead set with the error, as one with other bad fields does."""
+    scheduler = make(scheduler="client")
+    r.zadd("retry", {raw_job(jid="sharded", shard="gone"): PAST,
+                     raw_job(jid="sealed", encrypt=True, args=["secret"]): PAST + 1,
+                     raw_job(jid="plain"): PAST + 2})
+    r.zadd("schedule", {raw_job(jid="later"): PAST})
+    assert scheduler.enqueue_due() == 3
+    assert sorted(json.loads(e)["jid"] for e in queue_entries(r)) == ["later", "plain",
+                                                                       "sharded"]
+    [dead] = [json.loads(m) for m in r.zrange("dead", 0, -1)]
+    assert dead["jid"] == "sealed" and "encryption is not enabled" in dead["error_message"]
+    assert dead["args"] == ["secret"] and dead["error_class"] == "wurk.InvalidPayload"
+    assert r.zcard("retry") == 0 and r.zcard("schedule") == 0
+    assert r.zcard("wurk:claimed:retry") == 0
 
 
 def test_an_old_at_field_does_not_reschedule(make: Callable[..., Scheduler],

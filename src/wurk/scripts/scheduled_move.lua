@@ -15,10 +15,11 @@
 -- Payloads are never re-encoded: cjson would round big integers and reorder keys.
 -- cjson.decode is used only to READ the queue and whether enqueued_at is a top-level key.
 -- A payload that has one (a retried job's) gets its value replaced in place when the text
--- holds the name "enqueued_at" exactly once, followed by a number: that one occurrence can
--- only be the top-level key (inside a JSON string a quote is escaped). Otherwise the field
--- is spliced in as text before the closing brace (a later duplicate key wins in Ruby's and
--- Python's parsers).
+-- holds the name "enqueued_at" exactly once, followed by a number, and no \u escape: that
+-- one occurrence can only be the top-level key (inside a JSON string a quote is escaped;
+-- with an escape the top-level key may be spelled "enqueued\u005fat", and the one literal
+-- name an argument's key). Otherwise the field is spliced in as text before the closing
+-- brace (a later duplicate key wins in Ruby's and Python's parsers).
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
@@ -58,7 +59,7 @@ local NAME = '"enqueued_at"'
 -- `member` stamped with ARGV[1]: its one top-level numeric enqueued_at replaced, else the
 -- field appended to `head` (the member without its closing brace).
 local function stamped(member, head, has_key)
-  if has_key then
+  if has_key and not string.find(member, '\\u', 1, true) then
     local first, last = string.find(member, NAME, 1, true)
     if not string.find(member, NAME, last + 1, true) then
       local from, to = string.find(member, '^:%-?%d[%d%.eE%+%-]*', last + 1)
