@@ -30,8 +30,10 @@ import random
 import time
 from typing import Any
 
+import redis
+
 from . import payload as P
-from . import scripts
+from . import scripts, stored
 from .client.core import Client
 from .client.locks import coming_back
 from .config import Config
@@ -159,13 +161,27 @@ class Scheduler:
                         "once already)", self.claim_lease)
         try:
             pushed = self._dispatch(raw)
-        except Exception:
+        except Exception as exc:
             self._put_back(key, claims, raw, score)
+            if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
+                raise redis.ResponseError(
+                    f"WRONGTYPE: a due job of {key} cannot be pushed: its queue's key "
+                    f"({self._queue_key_of(raw)}) or {self.config.keys.queues} holds another "
+                    f"Redis type (written by hand?); the job stays in {key} until the key is "
+                    "deleted or mended") from exc
             raise
         # Pushed (or buried): the claim goes. Should this fail, the job is pushed again once
         # the lease ends: a duplicate, never a loss.
         self.pool.run(lambda redis: redis.zrem(claims, raw), idempotent=True)
         return pushed
+
+    def _queue_key_of(self, raw: bytes | str) -> str:
+        try:
+            queue = P.loads(raw).get(P.QUEUE)
+        except UnparseablePayload:
+            queue = None
+        return self.config.keys.queue(stored.shown(queue, 100)) if isinstance(queue, str) \
+            else "its queue"
 
     def _dispatch(self, raw: bytes | str) -> int:
         """Push a popped member, or bury it when it cannot be pushed at all."""

@@ -427,6 +427,30 @@ def test_middleware_stopping_the_push_drops_the_job(make: Callable[..., Schedule
     assert r.zcard("schedule") == 0 and r.llen("queue:default") == 0
 
 
+@pytest.mark.parametrize("bad", ["queue:default", "queues"])
+def test_a_queue_key_of_another_type_loses_no_due_job_and_holds_up_no_other(
+        make: Callable[..., Scheduler], r: redis.Redis, bad: str) -> None:
+    """The atomic move took the job out of its set, then failed on WRONGTYPE pushing it to
+    a queue key (or the queues set) written by hand as another type: a script's earlier
+    writes stay, so the job was in neither place."""
+    stuck, other = raw_job(), raw_job(queue="low")
+    r.set(bad, "written by hand")
+    r.zadd("schedule", {stuck: PAST, other: PAST + 1})
+    scheduler = make(scheduler="atomic")
+    with pytest.raises(redis.ResponseError) as refused:  # the stuck job's push, named
+        scheduler.enqueue_due()
+    assert "queue:default" in str(refused.value) and "stays in schedule" in str(refused.value)
+    kept = r.zrange("schedule", 0, -1) + r.zrange("wurk:claimed:schedule", 0, -1)
+    assert stuck in kept  # never lost: still due, waiting for the key to be mended
+    if bad == "queue:default":  # the other job's queue is fine: it moved
+        assert [json.loads(e)["jid"] for e in queue_entries(r, "low")] == [
+            json.loads(other)["jid"]]
+    r.delete(bad)
+    scheduler.enqueue_due()
+    assert r.zcard("schedule") == 0
+    assert json.loads(stuck)["jid"] in {json.loads(e)["jid"] for e in queue_entries(r)}
+
+
 def test_a_failing_push_puts_the_exact_member_back(make: Callable[..., Scheduler],
                                                    r: redis.Redis) -> None:
     scheduler = make(scheduler="client")

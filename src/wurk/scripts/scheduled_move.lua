@@ -10,7 +10,10 @@
 -- moves a job at the same moment.
 --
 -- Returns {moved, skipped}: skipped members are due but their queue could not be read (or is
--- not UTF-8); they stay where they are for the caller's one-at-a-time path.
+-- not UTF-8), or its list key or the `queues` set holds another Redis type (written by hand:
+-- the move would fail after taking the job out of its set, and a script's earlier writes
+-- stay, so the job would be in neither place); they stay where they are for the caller's
+-- one-at-a-time path, which reports what it cannot push.
 --
 -- Payloads are never re-encoded: cjson would round big integers and reorder keys.
 -- cjson.decode is used only to READ the queue and whether enqueued_at is a top-level key.
@@ -84,9 +87,21 @@ local function queue_of(member)
   return queue, job['enqueued_at'] ~= nil
 end
 
+local function holds(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  return found == kind or found == 'none'
+end
+
+local listed = holds(KEYS[2], 'set')
+local lists = {}  -- queue -> whether its key takes an LPUSH (looked at once a call)
+local function takes(queue)
+  if lists[queue] == nil then lists[queue] = holds(ARGV[3] .. queue, 'list') end
+  return lists[queue]
+end
+
 for _, member in ipairs(due) do
   local queue, has_key = queue_of(member)
-  local head = queue and string.match(member, '^(.*)}%s*$')
+  local head = queue and listed and takes(queue) and string.match(member, '^(.*)}%s*$')
   if head then
     redis.call('ZREM', KEYS[1], member)
     redis.call('SADD', KEYS[2], queue)
