@@ -90,16 +90,26 @@ EXACT_NUMBERS = 2 ** 53
 
 def partition_name(value: Any, where: str = "push") -> str:
     """A job's ``partition`` as stored: a string (a whole number becomes its digits) of 1 to
-    200 characters without ``:``, ``|`` or control characters."""
+    200 bytes of UTF-8 without ``:``, ``|`` or control characters."""
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
-    if not isinstance(value, str) or not value or len(value.encode()) > PARTITION_MAX \
-            or _BAD.search(value):
+    if not isinstance(value, str) or not value or _BAD.search(value) \
+            or len(value.encode("utf-8", "surrogatepass")) > PARTITION_MAX \
+            or not _utf8(value):
         raise InvalidPayload(
             f"{where}: partition={value!r} is invalid; expected a string (or a whole number) "
-            f"of 1 to {PARTITION_MAX} bytes without ':', '|' or control characters",
+            f"of 1 to {PARTITION_MAX} bytes of UTF-8 without ':', '|' or control characters",
             field=P.PARTITION)
     return value
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 (a lone surrogate is not: no JSON writer can store it)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def partition_of(raw: bytes | str) -> str:

@@ -17,7 +17,7 @@ def test_a_partition_name_is_stored_as_a_string(given: object, stored: str) -> N
 
 
 @pytest.mark.parametrize("given", ["", "a:b", "a|b", "a\nb", "x" * 201, "é" * 101, True, 1.5,
-                                   None, ["a"]])
+                                   None, ["a"], "acct-\ud800"])
 def test_a_bad_partition_name_is_refused_naming_it(given: object) -> None:
     with pytest.raises(InvalidPayload, match=r"partition=.* is invalid"):
         partition_name(given)
