@@ -343,6 +343,16 @@ def test_a_fraction_of_a_second_of_retry_for_is_kept_as_one_not_zero(
     assert only(r, "queue:default")["retry_for"] == 1
 
 
+def test_a_null_created_at_is_stamped_as_sidekiqs_client_stamps_it(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """Sidekiq's client sets created_at with ``||=``: a null one is replaced. wurk kept the
+    null, and the job had no creation time anywhere (latency, the dashboard's ages)."""
+    wurk.push({"class": "X", "args": [], "created_at": None})
+    stamped = only(r, "queue:default")["created_at"]
+    assert isinstance(stamped, int) and stamped > 1_600_000_000_000
+
+
 def test_push_while_redis_is_down_raises_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL")
     wurk.configure(redis_url="redis://127.0.0.1:1/0", socket_timeout=0.5)

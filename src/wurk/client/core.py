@@ -380,7 +380,7 @@ class Client:
         self._check_fields(job)
         if not job.get(P.JID):
             job[P.JID] = P.new_jid()
-        if P.CREATED_AT not in job:
+        if job.get(P.CREATED_AT) is None:  # Sidekiq's ``||=``: a null is no time either
             job[P.CREATED_AT] = P.write_time(self.config.timestamp_format)
         return job
 
