@@ -498,3 +498,42 @@ def test_warnings_while_it_runs_are_kept_bounded(config: wurk.Config) -> None:
         assert list(app.logged)[-1] == "skipping 999 unreadable work entries of host:1"
 
     drive(config, scenario)
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (wurk.RedisUnavailable("redis://h:6379/0: Connection refused"),
+     "Redis cannot be reached right now (redis://h:6379/0: Connection refused); retrying"),
+    (redis.TimeoutError("Timeout reading from socket"), "Redis cannot be reached right now"),
+    (redis.AuthenticationError("invalid username-password pair"),
+     "Redis refused the credentials (invalid username-password pair)"),
+    (redis.ResponseError("OOM command not allowed when used memory > 'maxmemory'."),
+     "Redis refused (OOM command not allowed"),
+    (wurk.ConfigError("redis_url: 'x' is no Redis URL"), "redis_url: 'x' is no Redis URL; "),
+])
+def test_a_failure_is_named_as_what_it_is(error: Exception, said: str) -> None:
+    """Every Redis or wurk error was "Redis cannot be reached right now": a refused password,
+    an out-of-memory reply and a bad setting sent the reader to look at the network."""
+    from wurk.tui.app import describe
+
+    assert describe(error).startswith(said)
+    if not isinstance(error, (wurk.RedisUnavailable, redis.TimeoutError)):
+        assert "cannot be reached" not in describe(error)
+
+
+def test_a_warning_repeated_at_every_refresh_is_shown_once_while_it_is_on_screen(
+        config: wurk.Config) -> None:
+    """A hostile record warned about at every refresh popped the same notification every 2 s,
+    and they piled up over the table."""
+
+    async def scenario(app: TopApp, pilot: Pilot[None]) -> None:
+        shown: list[str] = []
+        app.notify = lambda message, **kw: shown.append(message)  # type: ignore[method-assign]
+        warn = logging.getLogger("wurk.api.processes").warning
+        for _ in range(5):
+            warn("skipping %d unreadable work entries of %s", 3, "host:1")
+        warn("another warning")
+        await settle(app, pilot)
+        assert shown == ["skipping 3 unreadable work entries of host:1", "another warning"]
+        assert len(app.logged) == 6  # each kept, all the same
+
+    drive(config, scenario)

@@ -39,7 +39,7 @@ from textual.widgets import DataTable, Footer, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
 from ..config import Config
-from ..errors import WurkError
+from ..errors import RedisUnavailable, WurkError
 from . import reads
 from . import text as T
 from .operations import Act, Refused
@@ -65,6 +65,8 @@ NOTICE_LIMIT = 300
 # The newest warnings kept (``TopApp.logged``): one a hostile record earns at every refresh
 # must not grow the list for as long as the app runs.
 NOTICES_KEPT = 200
+# How long a notification stays on screen; the same warning is not shown again meanwhile.
+NOTICE_SECONDS = 8.0
 
 CSS = """
 Screen { layout: vertical; }
@@ -118,18 +120,31 @@ class Done:
 
 
 def describe(exc: BaseException) -> str:
-    """A failed read or action, as one safe line."""
-    if isinstance(exc, (redis.RedisError, WurkError)):
-        return f"Redis cannot be reached right now ({T.plain(exc, 160)}); retrying"
-    return f"{type(exc).__name__}: {T.plain(exc, 160)}"
+    """A failed read or action, as one safe line: Redis out of reach (or refusing for now),
+    Redis answering with an error (a password refused, a permission, out of memory), or
+    wurk's own error, each named as what it is."""
+    shown = T.plain(exc, 160)
+    if isinstance(exc, redis.AuthenticationError):  # a ConnectionError to redis-py
+        return f"Redis refused the credentials ({shown}); retrying"
+    if isinstance(exc, (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)):
+        return f"Redis cannot be reached right now ({shown}); retrying"
+    if isinstance(exc, redis.RedisError):
+        return f"Redis refused ({shown}); retrying"
+    if isinstance(exc, WurkError):
+        return f"{shown}; retrying"
+    return f"{type(exc).__name__}: {shown}"
 
 
 class Notices(logging.Handler):
     """wurk's log records as notifications (thread-safe: ``App.notify`` is)."""
 
-    def __init__(self, app: TopApp) -> None:
+    def __init__(self, app: TopApp, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(logging.WARNING)
         self.app = app
+        self._clock = clock
+        # The messages on screen now, with when each was shown: one repeated at every
+        # refresh (a hostile record) is shown again only once the last has gone.
+        self._shown: dict[str, float] = {}
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -137,7 +152,15 @@ class Notices(logging.Handler):
         except Exception:  # a record whose arguments do not format: say that much
             message = T.plain(record.msg, NOTICE_LIMIT)
         self.app.logged.append(message)
-        self.app.notify(message, severity="warning", markup=False, timeout=8)
+        now = self._clock()
+        if now - self._shown.get(message, -NOTICE_SECONDS) < NOTICE_SECONDS:
+            return
+        if len(self._shown) >= NOTICES_KEPT:  # only those still on screen are kept, and
+            # never more than NOTICES_KEPT (a flood of different ones is shown as it comes)
+            kept = {m: t for m, t in self._shown.items() if now - t < NOTICE_SECONDS}
+            self._shown = kept if len(kept) < NOTICES_KEPT else {}
+        self._shown[message] = now
+        self.app.notify(message, severity="warning", markup=False, timeout=NOTICE_SECONDS)
 
 
 class TopScreen(Screen[None]):
