@@ -22,7 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from opentelemetry import trace
+try:
+    from opentelemetry import trace
+except ImportError as exc:  # as wurk.tui says it: the extra to install, not a bare name
+    raise ImportError(f"wurk.otel needs the otel extra ({exc.name} is missing): "
+                      "pip install 'wurk[otel]'", name=exc.name) from exc
 from opentelemetry.trace import SpanKind, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 

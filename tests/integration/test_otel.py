@@ -124,3 +124,16 @@ def test_a_jid_no_attribute_should_carry_is_left_out(jid: str) -> None:
     attributes = span.attributes or {}
     assert "messaging.message.id" not in attributes
     assert attributes["wurk.job"] == "Otel::Ok" and attributes["wurk.retry_count"] == 1
+
+
+def test_without_opentelemetry_the_import_names_the_extra() -> None:
+    """``import wurk.otel`` without the package raised a bare ModuleNotFoundError; the TUI's
+    import names its extra, and so does this one now."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['opentelemetry'] = None\n"
+            "try:\n    import wurk.otel\nexcept ImportError as exc:\n    print(exc)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout
+    assert "wurk.otel needs the otel extra" in out and "pip install 'wurk[otel]'" in out
