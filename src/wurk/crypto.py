@@ -188,6 +188,9 @@ def seal(config: Config, job: P.Payload) -> None:
         raise ConfigError(f"{job.get(P.CLASS)} has encrypt=True but encryption is not enabled: "
                           "call wurk.crypto.enable(active_version=..., key_for=...) (or set "
                           "encryption_version and WURK_ENCRYPTION_KEY_<version>) first")
+    # Set on the object after its checks (``config.encryption_version = 1.0``), a version no
+    # envelope carries would seal jobs no worker opens: refused here, before any is pushed.
+    check_encryption(version, config.encryption_keys)
     plaintext = json.dumps(args[-1], ensure_ascii=False, separators=(",", ":"),
                            allow_nan=False).encode("utf-8")
     nonce = os.urandom(NONCE_BYTES)

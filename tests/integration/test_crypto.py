@@ -276,6 +276,21 @@ def test_a_version_no_envelope_can_carry_is_refused_at_enable(
     assert Drain(config)() == 1 and SEEN == [{"card": SECRET}]
 
 
+def test_a_version_set_on_the_configuration_directly_is_checked_at_the_push(
+        config: wurk.Config, redis_server: Any) -> None:
+    """``config.encryption_version = 1.0`` (set on the object, not through enable or the
+    settings) was checked only when a worker froze the configuration: a process that only
+    pushes sealed envelopes of version 1.0, and each job died unopened."""
+    raw = redis.Redis.from_url(redis_server.url)
+    config.encryption_version = 1.0  # type: ignore[assignment]
+    with pytest.raises(wurk.ConfigError, match=r"encryption_version must be a key version"):
+        charge.perform_async(1, {"card": SECRET})
+    assert raw.llen("queue:default") == 0
+    config.encryption_version = 1
+    charge.perform_async(1, {"card": SECRET})
+    assert raw.llen("queue:default") == 1
+
+
 def test_every_push_draws_a_fresh_nonce(config: wurk.Config, redis_server: Any) -> None:
     raw = redis.Redis.from_url(redis_server.url)
     for _ in range(3):
