@@ -79,7 +79,7 @@ PID_DIGITS = 20
 # A stray must stay unheld this much longer than the socket timeout (the longest a move's
 # reply can be on its way before its processor holds the entry): thread scheduling slack.
 STRAY_MARGIN = 1.0
-_STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED = 0, 1, 2
+_STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED, _STRAY_REFUSED = 0, 1, 2, 3
 # The heartbeat records a dead owner was judged by: the recovery script checks them again.
 Records = tuple[str, ...]
 
@@ -417,9 +417,13 @@ class Reaper:
             _warn_restarted(lists[0])
         if len(lists) > 1:
             _warn_refused(lists[1])
-        if abandoned and status != _STRAY_GONE:
-            claims.forget_abandoned(key, raw)
-        if status == _STRAY_POISONED:
+        if abandoned and status in (_STRAY_MOVED, _STRAY_POISONED):
+            claims.forget_abandoned(key, raw)  # a refused one is still abandoned: counted later
+        if status == _STRAY_REFUSED:
+            log.warning("reaper: %s holds another Redis type than a list (written by something "
+                        "else); a job in flight that no processor held stays in %s until it is "
+                        "mended", self.config.keys.queue(queue), key)
+        elif status == _STRAY_POISONED:
             self._kill(key, queue, raw, int(count))
         elif status == _STRAY_MOVED:
             log.warning("reaper: a job in flight that no processor held went back to %s "
