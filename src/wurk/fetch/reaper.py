@@ -338,6 +338,8 @@ class Reaper:
         if int(reply[5]):
             log.info("reaper: the owner of %s has a heartbeat record again; left alone", key)
             return 0
+        if _refused_queue(reply, key):
+            return 0
         moved, poisoned = int(reply[0]), list(reply[1])
         _warn_restarted(reply[3])
         _warn_refused(reply[4])
@@ -492,4 +494,17 @@ def return_own_lists(config: Config, private_lists: list[tuple[str, str]],
 
 
 def _return_list(pool: RedisPool, config: Config, key: str, queue: str) -> int:
-    return int(pool.run(lambda r: _recover(r, config, key, queue, 0))[0])
+    reply = pool.run(lambda r: _recover(r, config, key, queue, 0))
+    _refused_queue(reply, key)
+    return int(reply[0])
+
+
+def _refused_queue(reply: Sequence[Any], key: str) -> bool:
+    """Whether ``recover.lua`` moved nothing because the queue's key holds another Redis
+    type (its seventh item names it); warned about, naming both keys."""
+    if len(reply) < 7:
+        return False
+    queue = reply[6].decode("utf-8", "replace") if isinstance(reply[6], bytes) else reply[6]
+    log.warning("reaper: %s holds another Redis type than a list (written by something else); "
+                "the jobs of %s stay there, uncounted, until it is mended", queue[:300], key)
+    return True
