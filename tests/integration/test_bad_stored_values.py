@@ -475,3 +475,30 @@ def test_a_process_record_of_another_type_stops_no_sweep_and_strands_no_job(
     r.persist(config.keys.process(identity))  # nothing keeps it: no heartbeat
     assert Reaper(config, Identity.current(), ["default", "other"]).sweep() == 1
     assert not r.exists(first) and r.lrange(config.keys.queue("default"), 0, -1) == [job(1)]
+
+
+def test_a_queue_of_another_type_makes_no_poison_pill_of_a_dead_owners_jobs(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """The recovery script counted a job's recovery (its poison counter), then failed moving
+    it to a queue key written by hand as another type: the error ended the sweep, the count
+    stayed, and after three sweeps each job read as a poison pill and was killed into the
+    dead set though none had ever run. The queue key is now looked at first: the list stays,
+    nothing counted, with a warning naming the key, and the sweep goes on."""
+    r.set(config.keys.queue("default"), "not a list")
+    first = config.keys.private("default", "gone", 7, "eeeeeeeeeeee", 0)
+    r.lpush(first, job(1), job(2))
+    after = config.keys.private("other", "gone", 8, "ffffffffffff", 0)
+    r.lpush(after, job(3))
+    reaper = Reaper(config, Identity.current(), ["default", "other"])
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert sum(reaper.sweep() for _ in range(5)) == 1
+    assert sorted(r.lrange(first, 0, -1)) == sorted([job(1), job(2)])
+    assert r.zcard(config.keys.dead) == 0
+    assert not r.exists(config.keys.poison_counter("jid" + "1".zfill(21)),
+                        config.keys.poison_counter("jid" + "2".zfill(21)))
+    assert not r.exists(after) and r.lrange(config.keys.queue("other"), 0, -1) == [job(3)]
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(config.keys.queue("default") in message and first in message
+               for message in warned), warned
+    r.delete(config.keys.queue("default"))
+    assert reaper.sweep() == 2 and not r.exists(first)

@@ -466,3 +466,27 @@ def test_basic_fetch_waits_when_every_queue_is_paused(config: wurk.Config) -> No
     assert fetcher.fetch(0.3) is None
     assert time.monotonic() - started >= 0.3
     fetcher.flush()
+
+
+def test_a_stray_whose_queue_key_is_of_another_type_stays_in_flight_uncounted(
+    rig: Rig, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stray's return took it out of the in-flight list (LREM), then pushed it (RPUSH) to
+    a queue key written by hand as another type: WRONGTYPE after the removal, and a script's
+    earlier writes stay, so the job was in neither place (its poison counter bumped too).
+    It now stays in flight, uncounted, with a warning naming the key, and goes back once the
+    key is mended."""
+    r.lpush("queue:default", job(1))
+    assert rig.fetcher.fetch(0.1) is not None
+    assert rig.fetcher.fetch(0.05) is None  # never acknowledged: let go of (abandoned)
+    r.set("queue:default", "written by hand")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert rig.strays_after_grace() == 0
+    assert r.lrange(rig.private, 0, -1) == [job(1).decode()]
+    counter = "super_fetch:recovered:jid000000000000000000001"
+    assert not r.exists(counter)
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any("queue:default" in message and rig.private in message for message in warned)
+    r.delete("queue:default")
+    assert rig.strays_after_grace() == 1
+    assert r.lrange("queue:default", 0, -1) == [job(1).decode()] and r.get(counter) == "1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -323,3 +324,27 @@ def test_acks_written_when_the_connection_is_cut_are_sent_again(
     left = r.lrange(private, 0, -1)
     assert not {d.raw.decode() for d in done} & set(left), "an ACK was lost"
     assert r.llen("queue:default") + len(left) == 92  # 0–7 done, nothing else gone
+
+
+def test_a_queue_key_of_another_type_keeps_the_jobs_given_back_in_flight(
+    config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Giving jobs back took each out of the in-flight list (LREM), then pushed it to its
+    queue (RPUSH): a queue key written by hand as another type failed the push after the
+    removal, and a script's earlier writes stay, so the job was in neither place. The job
+    now stays in flight, for the reaper to return once the key is mended, with a warning
+    naming the key."""
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    running = f.fetch(0.1)
+    assert running is not None
+    private = f.private_lists["default"]
+    assert r.llen(private) == 8  # 0 running, 1–7 fetched ahead
+    r.delete("queue:default")
+    r.set("queue:default", "written by hand")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        f.flush()  # 1–7 cannot go back
+    assert sorted(r.lrange(private, 0, -1)) == sorted(job(n) for n in range(8))
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any("queue:default" in message and private in message for message in warned), warned
+    assert r.get("queue:default") == "written by hand"

@@ -79,7 +79,7 @@ PID_DIGITS = 20
 # A stray must stay unheld this much longer than the socket timeout (the longest a move's
 # reply can be on its way before its processor holds the entry): thread scheduling slack.
 STRAY_MARGIN = 1.0
-_STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED = 0, 1, 2
+_STRAY_GONE, _STRAY_MOVED, _STRAY_POISONED, _STRAY_REFUSED = 0, 1, 2, 3
 # The heartbeat records a dead owner was judged by: the recovery script checks them again.
 Records = tuple[str, ...]
 
@@ -338,6 +338,8 @@ class Reaper:
         if int(reply[5]):
             log.info("reaper: the owner of %s has a heartbeat record again; left alone", key)
             return 0
+        if _refused_queue(reply, key):
+            return 0
         moved, poisoned = int(reply[0]), list(reply[1])
         _warn_restarted(reply[3])
         _warn_refused(reply[4])
@@ -417,9 +419,13 @@ class Reaper:
             _warn_restarted(lists[0])
         if len(lists) > 1:
             _warn_refused(lists[1])
-        if abandoned and status != _STRAY_GONE:
-            claims.forget_abandoned(key, raw)
-        if status == _STRAY_POISONED:
+        if abandoned and status in (_STRAY_MOVED, _STRAY_POISONED):
+            claims.forget_abandoned(key, raw)  # a refused one is still abandoned: counted later
+        if status == _STRAY_REFUSED:
+            log.warning("reaper: %s holds another Redis type than a list (written by something "
+                        "else); a job in flight that no processor held stays in %s until it is "
+                        "mended", self.config.keys.queue(queue), key)
+        elif status == _STRAY_POISONED:
             self._kill(key, queue, raw, int(count))
         elif status == _STRAY_MOVED:
             log.warning("reaper: a job in flight that no processor held went back to %s "
@@ -488,4 +494,17 @@ def return_own_lists(config: Config, private_lists: list[tuple[str, str]],
 
 
 def _return_list(pool: RedisPool, config: Config, key: str, queue: str) -> int:
-    return int(pool.run(lambda r: _recover(r, config, key, queue, 0))[0])
+    reply = pool.run(lambda r: _recover(r, config, key, queue, 0))
+    _refused_queue(reply, key)
+    return int(reply[0])
+
+
+def _refused_queue(reply: Sequence[Any], key: str) -> bool:
+    """Whether ``recover.lua`` moved nothing because the queue's key holds another Redis
+    type (its seventh item names it); warned about, naming both keys."""
+    if len(reply) < 7:
+        return False
+    queue = reply[6].decode("utf-8", "replace") if isinstance(reply[6], bytes) else reply[6]
+    log.warning("reaper: %s holds another Redis type than a list (written by something else); "
+                "the jobs of %s stay there, uncounted, until it is mended", queue[:300], key)
+    return True

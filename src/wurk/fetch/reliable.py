@@ -424,10 +424,12 @@ class ReliableFetch:
         for unit in reversed(units):  # the first of ``units`` pushed last: next to run
             keys += [self._private[unit.queue], self.keys.queue(unit.queue)]
             jobs.append(unit.raw)
-        self.pool.run(lambda r: r.register_script(_REQUEUE.text)(keys=keys, args=jobs))
+        _moved, refused = self.pool.run(
+            lambda r: r.register_script(_REQUEUE.text)(keys=keys, args=jobs))
         for unit in units:
             unit.settled = True
             self.claims.release(unit)
+        _warn_kept(refused)
 
     def _give_back(self, units: list[UnitOfWork]) -> None:
         """Jobs fetched ahead and not started go back to their queues. If Redis refuses,
@@ -463,3 +465,19 @@ class ReliableFetch:
             for unit in self._pending:
                 self.claims.release(unit)
             self._pending = []
+
+
+def _warn_kept(refused: Sequence[bytes | str]) -> None:
+    """The queue keys ``requeue.lua`` found holding another Redis type, each with the
+    in-flight list its jobs stay in (the reaper returns them once the key is mended)."""
+    pairs = [tuple(_shown(name) for name in refused[i:i + 2])
+             for i in range(0, len(refused), 2)]
+    for queue, private in dict.fromkeys(pairs):
+        log.warning("fetch: %s holds another Redis type than a list (written by something "
+                    "else); the jobs given back to it stay in %s until it is mended", queue,
+                    private)
+
+
+def _shown(name: bytes | str) -> str:
+    return (name.decode("utf-8", "replace") if isinstance(name, bytes) else name)[:300]
+

@@ -23,7 +23,11 @@
 --          back to its partition (wurk.partitions)
 -- returns  {moved, {poisoned job, its count, …}, {moved job, …}, {counter started again, …},
 --          {key that refused its bookkeeping, …}, owner alive (1) or not (0)}; poisoned jobs
---          stay, rotated to the tail
+--          stay, rotated to the tail. When the public queue's key holds another Redis type
+--          than a list (written by something else) nothing is moved nor counted, and a
+--          seventh item names it: looked at before the first job's count, as a failing LMOVE
+--          after it ended the script with each count kept, and at the third sweep the jobs
+--          read as poison pills and were killed though none had ever run
 
 -- A heartbeat record is a hash with its `info` (the reaper's and Sidekiq's rule). One of
 -- another type (written by something else) is a heartbeat while it expires: Ruby's beat
@@ -41,6 +45,10 @@ for i = 1, records do
   if beating(KEYS[4 + i]) then
     return {0, {}, {}, {}, {}, 1}
   end
+end
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'list' and held ~= 'none' then
+  return {0, {}, {}, {}, {}, 0, KEYS[2]}
 end
 local counts = KEYS[5 + records]
 local threshold = tonumber(ARGV[2])

@@ -14,10 +14,17 @@
 -- returns  {0, 0} gone already; {1, count} moved to the queue's tail (next to run);
 --          {2, count} a poison pill, left in place for the caller to kill; a third item
 --          lists the counters that held no count and started again, a fourth the keys that
---          refused their bookkeeping
+--          refused their bookkeeping; {3, 0} the queue key holds another Redis type than a
+--          list (written by something else): the entry is left in place, uncounted — looked
+--          at before anything is written, as a failing RPUSH after the LREM left the job in
+--          neither place (a script's earlier writes stay)
 
 if not redis.call('LPOS', KEYS[1], ARGV[1]) then
   return {0, 0}
+end
+local held = redis.call('TYPE', KEYS[2])['ok']
+if held ~= 'list' and held ~= 'none' then
+  return {3, 0}
 end
 local threshold = tonumber(ARGV[3])
 local count = 0
