@@ -43,6 +43,7 @@ from typing import Any
 
 import redis
 
+from .. import stored
 from ..config import Capsule, Config
 from ..connections.lease import Lease
 from ..connections.pool import RedisPool
@@ -470,14 +471,10 @@ class ReliableFetch:
 def _warn_kept(refused: Sequence[bytes | str]) -> None:
     """The queue keys ``requeue.lua`` found holding another Redis type, each with the
     in-flight list its jobs stay in (the reaper returns them once the key is mended)."""
-    pairs = [tuple(_shown(name) for name in refused[i:i + 2])
+    pairs = [tuple(stored.shown(name, 300) for name in refused[i:i + 2])
              for i in range(0, len(refused), 2)]
     for queue, private in dict.fromkeys(pairs):
         log.warning("fetch: %s holds another Redis type than a list (written by something "
                     "else); the jobs given back to it stay in %s until it is mended", queue,
                     private)
-
-
-def _shown(name: bytes | str) -> str:
-    return (name.decode("utf-8", "replace") if isinstance(name, bytes) else name)[:300]
 
