@@ -183,11 +183,13 @@ class ReliableFetch:
     def poll(self) -> tuple[UnitOfWork | None, bool]:
         """A job without blocking (``wurk.fetch.keyspaces``): one fetched ahead, or one
         round trip trying the queues in order, with the pending ACKs. The flag says whether
-        a queue was asked (False: every queue paused)."""
+        a queue was asked (False: every queue paused; the pending ACKs are sent all the
+        same, as ``fetch`` sends them, or a finished job would wait for the unpause)."""
         unit, queues = self._ready()
         if unit is not None:
             return unit, True
         if not queues:
+            self.flush_acks()
             return None, False
         return self._round_trip(self._take(queues), None), True
 
