@@ -387,6 +387,40 @@ def test_a_queue_of_another_type_stops_no_fetch_of_the_queues_beside_it(
     fetch.flush()
 
 
+def test_a_lone_queue_of_another_type_is_passed_over_with_prefetch_one(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """One queue and ``prefetch: 1``: the fetch is the ``BLMOVE`` itself, and a queue key
+    holding another type (written by hand) failed it with a bare ``WRONGTYPE`` naming no
+    key, at every fetch — reported as a Redis outage that never ended. It is passed over
+    with one warning naming it, not waited on, and fetched from once it is a list again."""
+    one = wurk.Config(redis_url=config.redis_url, prefetch=1)
+    r.set(one.keys.queue("a"), "not a list")
+    fetch = ReliableFetch(one, Capsule(queues=[("a", 0)]), one.pool("t"),
+                          identity=Identity.current(), capsule_index=0, slot=0)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert fetch.fetch(0.1) is None  # no error: the queue is passed over
+        assert fetch.fetch(0.1) is None
+        r.delete(one.keys.queue("a"))
+        r.lpush(one.keys.queue("a"), job(1), job(2))
+        taken: list[bytes | None] = []
+        for _ in range(3):
+            unit = fetch.fetch(0.1)
+            taken.append(unit.raw if unit else None)
+            if unit:
+                unit.acknowledge()
+        assert taken == [job(1).encode(), job(2).encode(), None]
+        r.lpush(one.keys.queue("a"), job(3))
+        unit = fetch.fetch(0.1)  # the BLMOVE again, the queue a list
+        assert unit is not None and unit.raw == job(3).encode()
+        unit.acknowledge()
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert warnings == [f"fetch: {one.keys.queue('a')} or its in-flight list holds another "
+                        "Redis type than a list (written by something else); the queue is "
+                        "passed over"]
+    fetch.flush()
+    one.close()
+
+
 def test_a_queue_of_another_type_stops_no_basic_fetch_of_the_queues_beside_it(
         config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -22,7 +22,11 @@ from tests.helpers import cluster_jobs
 from tests.helpers.cluster import Cluster
 from tests.helpers.wait import wait_until
 from wurk.client import core
+from wurk.config import Capsule
+from wurk.fetch.keyspaces import KeyspaceFetch
+from wurk.fetch.reliable import ReliableFetch
 from wurk.inprocess import InProcessWorker
+from wurk.runtime.identity import Identity
 
 ROOT = Path(__file__).resolve().parents[2]
 SETTINGS = dict(heartbeat_interval=0.5, poll_interval_average=0.2, scheduler_initial_wait=0,
@@ -219,3 +223,38 @@ def test_a_job_unfinished_at_the_stop_deadline_goes_back_to_its_own_queue(
         assert view.pool("api").run(lambda r, v=view, q=queue: r.llen(v.keys.queue(q))) == 1
         assert _in_flight(cluster, queue) == 0
     assert cluster_jobs.ran == []  # interrupted, never finished
+
+
+def test_the_ack_of_a_paused_queue_s_job_is_not_held_back_by_the_pause(
+        config: wurk.Config, r: Any) -> None:
+    """A keyspace whose queue was paused after its job ended was never asked again: its
+    ``poll`` returned at once, so the job's ACK waited in the processor for the unpause (a
+    crash meanwhile ran the finished job again), also when every queue was paused. It goes
+    with the pass, as a paused capsule's fetch on one Redis sends it."""
+    paused: set[str] = set()
+    capsule = Capsule(queues=[("mail", 0), ("exports", 0)])
+    fetchers = {queue: ReliableFetch(config, Capsule(queues=[(queue, 0)]), config.pool("t"),
+                                     identity=Identity.current(), capsule_index=0, slot=0,
+                                     paused=lambda: frozenset(paused))
+                for queue in ("mail", "exports")}
+    fetch = KeyspaceFetch(capsule, fetchers, slot=0,
+                          visible={queue: lambda wait: True for queue in fetchers})
+    mail = fetchers["mail"].private_lists["mail"]
+    r.lpush(config.keys.queue("mail"), "m1")
+    unit = fetch.fetch(0.1)
+    assert unit is not None and unit.queue == "mail"
+    unit.acknowledge()
+    paused.add("mail")
+    r.lpush(config.keys.queue("exports"), "e1")
+    other = fetch.fetch(0.1)
+    assert other is not None and other.queue == "exports"
+    assert r.llen(mail) == 0, "the paused queue's ACK was held back"
+    r.lpush(config.keys.queue("mail"), "m2")
+    paused.clear()
+    unit = fetch.fetch(0.1)
+    assert unit is not None and unit.raw == b"m2"
+    unit.acknowledge()
+    paused.update(fetchers)  # every queue paused: nothing is asked, the ACK still goes
+    assert fetch.fetch(0.05) is None
+    assert r.llen(mail) == 0, "the ACK waited for an unpause"
+    fetch.flush()

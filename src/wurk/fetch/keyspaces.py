@@ -25,8 +25,9 @@ queue's keyspace (``docs/scaling.md``).
    one whose fetch fails is passed over for ``DOWN_WAIT`` seconds while the others go on.
    The error is raised (the processor's outage backoff) only when no keyspace answered.
 5. ACKs ride their keyspace's next round trip; a keyspace the pass did not reach (a higher
-   queue had a job) has its pending ACKs sent at once, so a finished job never sits in an
-   in-flight list waiting for its queue's turn.
+   queue had a job) has its pending ACKs sent at once, and so has one whose queue is
+   paused (``ReliableFetch.poll``), so a finished job never sits in an in-flight list
+   waiting for its queue's turn or its unpause.
 """
 
 from __future__ import annotations

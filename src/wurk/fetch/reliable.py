@@ -47,7 +47,7 @@ from .. import stored
 from ..config import Capsule, Config
 from ..connections.lease import Lease
 from ..connections.pool import RedisPool
-from ..connections.replies import refusal
+from ..connections.replies import refusal, reply_code
 from ..errors import RedisUnavailable
 from ..reporting import report_error
 from ..runtime.identity import Identity
@@ -184,11 +184,13 @@ class ReliableFetch:
     def poll(self) -> tuple[UnitOfWork | None, bool]:
         """A job without blocking (``wurk.fetch.keyspaces``): one fetched ahead, or one
         round trip trying the queues in order, with the pending ACKs. The flag says whether
-        a queue was asked (False: every queue paused)."""
+        a queue was asked (False: every queue paused; the pending ACKs are sent all the
+        same, as ``fetch`` sends them, or a finished job would wait for the unpause)."""
         unit, queues = self._ready()
         if unit is not None:
             return unit, True
         if not queues:
+            self.flush_acks()
             return None, False
         return self._round_trip(self._take(queues), None), True
 
@@ -217,7 +219,7 @@ class ReliableFetch:
     def _fetch_from(self, queues: list[str], timeout: float) -> UnitOfWork | None:
         """A job of ``queues`` (in the order to try them, none paused), blocking up to
         ``timeout`` when they are all empty."""
-        if len(queues) == 1 and self.prefetch == 1:
+        if len(queues) == 1 and self.prefetch == 1 and not self._refused:
             return self._round_trip(self._blocking_move(queues[0], timeout), queues[0])
         unit = self._round_trip(self._take(queues), None)
         if unit is not None:
@@ -251,6 +253,12 @@ class ReliableFetch:
             unavailable = refusal(reply, self.pool.url)
             if unavailable is not None:
                 raise unavailable from reply
+            if queue is not None and reply_code(reply) == "WRONGTYPE":
+                # The lone queue's BLMOVE: its key or private list is no list. Passed over as
+                # the script passes it over; the script asks it until it is a list again.
+                self._last_order = [queue]
+                self._passed_over(frozenset((queue,)))
+                return None
             raise reply
         if queue is not None:
             return self._move_reply(reply, queue)
