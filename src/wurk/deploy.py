@@ -3,7 +3,8 @@
 1. ``mark(label)`` records the current UTC minute under ``<YYYYMMDD>-marks`` (kept 90 days),
    as Sidekiq's ``Deploy.mark!`` does, so either dashboard draws it.
 2. Every process of a deploy may call it: a 60 s ``deploylock-<label>`` (``SET NX``) lets only
-   the first one write.
+   the first one write. A minute holds one mark: a second label in it writes nothing, and
+   ``mark()`` returns False, as it does for the processes that were not first.
 3. Without a label, the last git commit's "short-sha subject" names the deploy (cut to
    ``LABEL_LIMIT``); git missing, failing or taking over ``GIT_TIMEOUT`` s is a ``ValueError``
    saying to pass a label.
@@ -39,7 +40,8 @@ def mark(label: str | None = None, *, config: Config | None = None,
          at: dt.datetime | None = None) -> bool:
     """Mark a deploy now (or ``at``); the label defaults to the last commit's "sha subject".
 
-    Returns True when this call wrote the mark, False when another process already did.
+    Returns True when this call wrote the mark; False when it did not: another process
+    marked this label within the minute, or another label already marks this minute.
     """
     cfg = config if config is not None else default_config()
     text = label if label is not None else _git_label()
@@ -71,11 +73,11 @@ def mark(label: str | None = None, *, config: Config | None = None,
         pipe.hsetnx(marks, stamp, text)
         pipe.expire(marks, MARKS_TTL)
         try:
-            pipe.execute()
+            written, _ = pipe.execute()
         except redis.RedisError:
             r.delete(lock)  # nothing written: a later call may mark it
             raise
-        return True
+        return bool(written)  # 0: another label holds this minute (one mark a minute)
 
     return bool(cfg.pool("client").run(send))
 

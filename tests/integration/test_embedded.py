@@ -180,6 +180,35 @@ def test_a_started_server_without_its_pid_file_is_adopted_not_doubled(home: Path
     assert len(servers_in(home)) == 1
 
 
+class _InterruptedStarter(EmbeddedServer):
+    """A starter stopped (Ctrl-C, SIGKILL) once its server is spawned and has written its
+    pid file, before the server answered."""
+
+    def _wait_ready(self, port: int | None, log_offset: int,
+                    child: subprocess.Popen[bytes] | None = None) -> int:
+        if child is None:
+            return super()._wait_ready(port, log_offset, child)
+        deadline = time.monotonic() + 10
+        while not (self.home / PID_FILE).exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        raise KeyboardInterrupt
+
+
+def test_a_server_whose_first_starter_was_interrupted_is_found_by_the_next_start(
+        home: Path) -> None:
+    """The first start of a home, interrupted: the server runs on; the next start must find
+    and use it (not call it unresponsive for want of its port, nor start a second one)."""
+    with pytest.raises(KeyboardInterrupt):
+        _InterruptedStarter(home).start()
+    (spawned,) = servers_in(home)
+    assert EmbeddedServer(home).status().state == "running"
+    again = EmbeddedServer(home).start()
+    assert (again.state, again.pid, again.started) == ("running", spawned.pid, False)
+    assert (home / PORT_FILE).read_text().strip() == str(again.port)
+    push_marker(again.url)
+    assert queued(again.url) == [b"job-1"]
+
+
 def test_explicit_port_is_used(home: Path) -> None:
     from wurk.connections.server import _free_port
 
@@ -376,11 +405,18 @@ def test_server_dying_while_starting_reports_its_last_words(home: Path) -> None:
 
 
 def test_launcher_refusing_to_start_is_reported(home: Path, tmp_path: Path) -> None:
+    from wurk.connections.server import _free_port
+
     binary = write_script(tmp_path / "refuses",
                           "echo '*** FATAL CONFIG FILE ERROR ***' >&2; echo 'bad dir' >&2; exit 1")
     with pytest.raises(EmbeddedServerError,
                        match=r"^the embedded server refused to start: bad dir; fix that"):
         EmbeddedServer(home, binary=binary).start()
+    assert not (home / PORT_FILE).exists()  # it never ran: the next start picks a port
+    (home / PORT_FILE).write_text("41000\n")
+    with pytest.raises(EmbeddedServerError, match="refused to start"):
+        EmbeddedServer(home, binary=binary, port=_free_port()).start()
+    assert (home / PORT_FILE).read_text() == "41000\n"  # the recorded port stays
 
 
 def test_server_that_never_answers_times_out(home: Path, tmp_path: Path) -> None:

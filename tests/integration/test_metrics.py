@@ -144,6 +144,16 @@ def test_deploy_marks_once_per_label(config: wurk.Config, r: redis.Redis) -> Non
         deploy.mark("  ", config=config)
 
 
+def test_a_second_label_in_the_same_minute_is_not_said_to_be_marked(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """One mark a minute (Sidekiq's rounding): a second label that minute writes nothing,
+    and mark() must say so rather than return True."""
+    at = dt.datetime(2025, 2, 14, 8, 1, 42, tzinfo=dt.timezone.utc)
+    assert deploy.mark("v1.2", config=config, at=at) is True
+    assert deploy.mark("v1.3", config=config, at=at) is False
+    assert r.hgetall("20250214-marks") == {"2025-02-14T08:01:00Z": "v1.2"}
+
+
 @pytest.mark.parametrize("label", ["v1\nv2", "v1\x1b[31m", "x" * 201])
 def test_a_deploy_label_of_several_lines_control_characters_or_too_long_is_refused(
         config: wurk.Config, r: redis.Redis, label: str) -> None:

@@ -87,6 +87,39 @@ def test_status_counts_what_waits(home: Path, capsys: pytest.CaptureFixture[str]
                                                                    pid)
 
 
+def test_status_reads_keys_of_the_wrong_type_without_a_traceback(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A key of another type (written by hand, or by a bug) is one cell shown as invalid,
+    not a traceback; a hostile queue name is shown escaped, not sent to the terminal."""
+    url = ensure_running(str(home))
+    client = redis.Redis.from_url(url)
+    client.sadd("queues", "default", "odd", "\x1b]0;owned\x07")
+    client.lpush("queue:default", "a", "b")
+    client.set("queue:odd", "not a list")
+    client.set("dead", "not a sorted set")
+    client.close()
+
+    code, out, err = wurk(capsys, "server", "status")
+    assert (code, err) == (0, "")
+    assert "\x1b" not in out
+    assert "  queued:    2 jobs (\\x1b]0;owned\\x07 0, default 2, odd invalid (" in out
+    assert "dead: invalid (a key of the wrong type)" in out
+
+    code, out, err = wurk(capsys, "server", "status", "--json")
+    report = json.loads(out)
+    assert (code, report["queued"], report["queues"]["default"]) == (0, 2, 2)
+    assert report["queues"]["odd"] is None and report["dead"] is None
+    assert set(report["invalid"]) == {"/queues/odd", "/dead"}
+
+    client = redis.Redis.from_url(url)
+    client.delete("queues")
+    client.hset("queues", "a", "b")
+    client.close()
+    code, out, err = wurk(capsys, "server", "status")
+    assert (code, err) == (0, "")
+    assert "  queued:    0 jobs (the queues set is invalid (WRONGTYPE " in out
+
+
 def test_status_of_no_server_exits_3(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = wurk(capsys, "server", "status")
     assert (code, err) == (3, "")

@@ -19,12 +19,14 @@ from typing import Any
 import click
 
 from .. import stored
+from ..api.queues import QUEUE_CAP
 from ..config import Config
 from ..connections.locate import describe_url, find_home
 from ..connections.pool import RedisPool
 from ..connections.server import EmbeddedServer, ServerStatus, shown_home
 from ..errors import EmbeddedServerError
 from ..keys import Keys
+from ..stored import Invalid
 
 __all__ = ["server"]
 
@@ -97,7 +99,7 @@ def status(ctx: click.Context, home: str | None, as_json: bool) -> None:
         _print_stopped(found, shown, as_json)
         ctx.exit(EXIT_NOT_RUNNING)
     report = _report(found, Config())
-    click.echo(json.dumps(report) if as_json else _human(report, shown))
+    click.echo(json.dumps(stored.to_json(report)) if as_json else _human(report, shown))
 
 
 def _trouble(found: ServerStatus, shown: str) -> str:
@@ -119,29 +121,38 @@ def _print_stopped(found: ServerStatus, shown: str, as_json: bool) -> None:
 # -- what the running server holds -------------------------------------------------------------
 @dataclass(frozen=True)
 class _Backlog:
+    """What ``status`` reads; a key of another type (or a count that is none) is an
+    ``Invalid`` in its place, and ``queues`` holds at most ``QUEUE_CAP`` names."""
+
     memory: str
-    queues: dict[str, int]
-    scheduled: int
-    retries: int
-    dead: int
+    queues: dict[str, int | Invalid] | Invalid
+    scheduled: int | Invalid
+    retries: int | Invalid
+    dead: int | Invalid
 
 
 def _backlog(pool: RedisPool, keys: Keys) -> _Backlog:
-    """Memory and job counts, read in two round trips.
+    """Memory and job counts, read in a few round trips; a key of another type is shown as
+    invalid, never a traceback, and a ``queues`` set of a million names costs what a
+    thousand do.
 
     Moves to the inspection model (``wurk.api``) when that lands.
     """
 
     def read(client: Any) -> _Backlog:
-        names = sorted(stored.text(name) for name in client.smembers(keys.queues))
+        found = stored.members(client, keys.queues, cap=QUEUE_CAP)
+        names = [] if isinstance(found, Invalid) else sorted(
+            {stored.text(name) for name in found.items})
         pipe = client.pipeline(transaction=False)
         for name in names:
             pipe.llen(keys.queue(name))
         pipe.zcard(keys.schedule).zcard(keys.retry).zcard(keys.dead).info("memory")
-        *sizes, scheduled, retries, dead, memory = pipe.execute()
-        queues = dict(zip(names, sizes, strict=True))
-        return _Backlog(str(memory.get("used_memory_human", "?")), queues,
-                        scheduled, retries, dead)
+        *sizes, scheduled, retries, dead, memory = stored.replies(pipe)
+        queues: dict[str, int | Invalid] | Invalid = found if isinstance(found, Invalid) \
+            else {name: stored.count(size) for name, size in zip(names, sizes, strict=True)}
+        used = memory.get("used_memory_human", "?") if isinstance(memory, dict) else "?"
+        return _Backlog(str(used), queues, stored.count(scheduled), stored.count(retries),
+                        stored.count(dead))
 
     return pool.run(read, idempotent=True)
 
@@ -152,24 +163,30 @@ def _report(found: ServerStatus, config: Config) -> dict[str, Any]:
         backlog = _backlog(pool, config.keys)
     finally:
         pool.close()
+    queues = backlog.queues
     return {
         "home": str(found.home), "state": found.state, "url": found.url, "port": found.port,
-        "pid": found.pid, "memory": backlog.memory, "queued": sum(backlog.queues.values()),
-        "queues": backlog.queues, "scheduled": backlog.scheduled, "retries": backlog.retries,
+        "pid": found.pid, "memory": backlog.memory,
+        "queued": 0 if isinstance(queues, Invalid) else stored.valid_total(queues.values()),
+        "queues": queues, "scheduled": backlog.scheduled, "retries": backlog.retries,
         "dead": backlog.dead,
         "redis_url": describe_url(config.redis_url) if config.redis_url else None,
     }
 
 
 def _human(report: dict[str, Any], shown: str) -> str:
-    queues = ", ".join(f"{name} {size}" for name, size in report["queues"].items())
+    found = report["queues"]
+    if isinstance(found, Invalid):
+        queues = f"the queues set is {found}"
+    else:
+        queues = ", ".join(f"{stored.printable(name)} {size}" for name, size in found.items())
     lines = [
         f"embedded server at {shown}: running",
         f"  home:      {report['home']}",
         f"  url:       {report['url']}",
         f"  port:      {report['port']}",
         f"  pid:       {report['pid']}",
-        f"  memory:    {report['memory']}",
+        f"  memory:    {stored.printable(report['memory'])}",
         f"  queued:    {report['queued']} jobs" + (f" ({queues})" if queues else ""),
         f"  scheduled: {report['scheduled']} · retries: {report['retries']} · "
         f"dead: {report['dead']}",

@@ -326,15 +326,35 @@ class EmbeddedServer:
     def _launch(self, port: int) -> ServerStatus:
         binary = self.binary or find_binary()
         offset = self.log_size()
-        child = self._spawn(binary, port)
+        # Recorded before the server runs: a starter stopped while it waits (Ctrl-C, a kill,
+        # the start timeout) leaves a server that the next start finds on this port, rather
+        # than one it cannot reach and calls unresponsive.
+        previous = self._read_port()
+        self._write_int(PORT_FILE, port)
+        try:
+            child = self._spawn(binary, port)
+        except EmbeddedServerError:
+            self._forget_port(previous)
+            raise
         try:
             pid = self._wait_ready(port, offset, child)
+        except EmbeddedServerError:
+            if _live_process(child.pid) is None and self._read_int(PID_FILE) is None:
+                self._forget_port(previous)  # it never ran: the next start picks again
+            raise
         finally:
             _reap_when_done(child)
-        self._write_int(PORT_FILE, port)
         # wurk.connections.locate tells the person on stderr; the log only needs it when debugging.
         log.debug("started the embedded server in %s on port %d (pid %d)", self.home, port, pid)
         return ServerStatus(self.home, "running", pid, port, started=True)
+
+    def _forget_port(self, previous: int | None) -> None:
+        """Put back the port recorded before a server that never ran: a refused ``--port``
+        does not move the URL, and a first start that failed records none."""
+        if previous is None:
+            self.path(PORT_FILE).unlink(missing_ok=True)
+        else:
+            self._write_int(PORT_FILE, previous)
 
     def _arguments(self, binary: str, port: int) -> list[str]:
         return [
