@@ -290,6 +290,26 @@ def test_a_unique_job_pushed_while_a_queue_is_cleared_keeps_its_lock_only_with_i
     assert not r.keys("wurk:clearing:*")  # the clear's own key is gone
 
 
+def test_a_clear_cut_short_leaves_its_entries_to_expire_within_the_hour(
+        config: wurk.Config, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """inspection.md: the entries a clear moved out live an hour at most when the clear is cut
+    short before it deletes them (the process killed while it releases the locks)."""
+    from wurk.api import paging
+
+    sync.perform_async(1)
+
+    def cut(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # the clear cut short after its one step
+        yield  # a generator, as list_entries is
+
+    monkeypatch.setattr(paging, "list_entries", cut)
+    with pytest.raises(KeyboardInterrupt):
+        api.Queue("default", config).clear()
+    [moved] = r.keys("wurk:clearing:*")
+    assert r.llen("queue:default") == 0 and r.llen(moved) == 1
+    assert 0 < r.ttl(moved) <= paging.CLEARING_TTL == 3600
+
+
 def test_killing_from_the_api_releases_the_lock(config: wurk.Config, r: redis.Redis) -> None:
     sync.perform_in(60, 1)
     sync.perform_in(60, 2)
