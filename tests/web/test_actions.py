@@ -133,6 +133,23 @@ def test_quiet_one_and_stop_all(client: TestClient, config: wurk.Config, r: redi
     assert r.llen(f"{embedded}-signals") == 0
 
 
+def test_a_process_whose_identity_is_empty_is_stopped_alone(client: TestClient,
+                                                            r: redis.Redis) -> None:
+    """A heartbeat written with the identity "" (by hand, or by an attacker) is listed with
+    its own Quiet and Stop buttons; they act on that row only, not on every process as the
+    "all" form (which sends no identity) does. The JSON API does the same."""
+    other = seed_process(r, "host:1:aaa")
+    seed_process(r, "")
+    page = client.get("/busy").text
+    assert 'name="identity" value=""' in page  # the row's own form, as a browser sends it
+    response = post(client, "/busy", action="stop", identity="")
+    assert response.headers["location"] == "/busy?notice=stop&count=1"
+    assert r.llen(f"{other}-signals") == 0
+    assert r.lrange("-signals", 0, -1) == ["TERM"]
+    assert api_post(client, "/api/busy", {"action": "quiet", "identity": ""})["count"] == 1
+    assert r.llen(f"{other}-signals") == 0
+
+
 # -- the JSON API -----------------------------------------------------------------------------
 def api_post(client: TestClient, path: str, body: dict[str, object]) -> dict[str, object]:
     response = client.post(path, json=body, headers={"X-CSRF-Token": token(client)})

@@ -47,7 +47,9 @@ def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis
         assert page.status_code == 200
         assert 'aria-current="page">Limits' in page.text
         assert "&lt;script&gt;" in page.text and "<script>alert" not in page.text
-        assert client.get("/limits/static/limits.css").status_code == 200
+        asset = client.get("/limits/static/limits.css")
+        assert asset.status_code == 200
+        assert asset.headers["cache-control"].startswith("private")
         assert client.get("/limits/nowhere").status_code == 404
 
 

@@ -164,6 +164,9 @@ def test_mounted_under_a_prefix(config: wurk.Config) -> None:
         assert 'action="/admin/jobs/retries"' in page.text
         assert "Path=/admin/jobs" in page.headers["set-cookie"]
         assert client.get("/admin/jobs/static/wurk.js").status_code == 200
+        assert client.get("/admin/jobs/static/wurk.js").headers["cache-control"].startswith(
+            "private")
+        assert client.get("/admin/jobs/queues").headers["cache-control"] == "no-store"
         token = client.get("/admin/jobs/api/csrf").json()["token"]
         done = client.post("/admin/jobs/retries", data={"csrf_token": token, "all": "1",
                                                         "action": "delete"})
@@ -176,6 +179,19 @@ def test_mounted_under_a_prefix(config: wurk.Config) -> None:
 def test_assets_are_cached_and_pages_are_not(client: TestClient) -> None:
     assert client.get("/static/wurk.css").headers["cache-control"].startswith("private")
     assert client.get("/queues").headers["cache-control"] == "no-store"
+
+
+def test_a_page_whose_path_holds_static_is_not_cached(client: TestClient, r: redis.Redis) -> None:
+    """Only the assets are cached: a queue named "static/x" (a job class "static/x" on the
+    Metrics tab, a jid on Results) is a page with its jobs and the CSRF token in it, and a
+    page is never kept in the browser's cache."""
+    r.sadd("queues", "static/x")
+    r.lpush("queue:static/x", wurk.payload.dumps(job(1)))
+    page = client.get("/queues/static%2Fx")
+    assert page.status_code == 200 and "csrf_token" in page.text
+    for path in ["/queues/static%2Fx", "/queues/static/x", "/metrics/static/x",
+                 "/results/static/x"]:
+        assert client.get(path).headers["cache-control"] == "no-store", path
 
 
 def test_page_when_redis_is_down_says_nothing_about_it(caplog: pytest.LogCaptureFixture) -> None:

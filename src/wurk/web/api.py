@@ -32,7 +32,7 @@ from . import metrics as metrics_tab
 from .context import dashboard
 from .guard import SCOPE_CSRF
 from .security import CSRF_FIELD, CSRF_HEADER
-from .views import form_list, form_value, perform, wants_all
+from .views import chosen_identity, form_list, form_value, perform, wants_all
 
 __all__ = ["ENDPOINTS", "Document", "Endpoint", "routes"]
 
@@ -144,9 +144,8 @@ def done(action: str, count: int) -> Response:
 
 async def busy_action(request: Request) -> Response:
     action = form_value(request, "action")
-    identity = form_value(request, "identity") or None
     return done(action, await perform(dashboard(request), actions.process_action, action,
-                                      identity))
+                                      chosen_identity(request)))
 
 
 async def queue_action(request: Request) -> Response:

@@ -47,7 +47,7 @@ from . import (
 )
 from .context import STATE_ATTRIBUTE, Dashboard
 from .extensions import Extension, mount
-from .guard import Authorize, Guard, wants_json
+from .guard import Authorize, Guard, assets, wants_json
 from .limiters import NAME as LIMITS_TAB
 from .limiters import extension as limits_tab
 from .sse import EventStream, LiveStats
@@ -98,7 +98,8 @@ def routes(extensions: tuple[Extension, ...], config: Config) -> list[BaseRoute]
     return [
         *views.routes(), *api.routes(), *openapi.routes(),
         Route(openapi.STREAM_PATH, EventStream(LiveStats()), methods=["GET"]),
-        Mount("/static", StaticFiles(packages=[("wurk.web", "static")]), name="static"),
+        Mount("/static", assets(StaticFiles(packages=[("wurk.web", "static")])),
+              name="static"),
         Route("/metrics", metrics.root, methods=["GET"]),
         *[route for extension in extensions for route in mount(extension, config)],
     ]

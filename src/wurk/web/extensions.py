@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ..config import Config
 from ..errors import ConfigError
 from ..reporting import report_error
+from .guard import assets
 
 __all__ = ["RESERVED_NAMES", "Extension", "mount"]
 
@@ -89,7 +90,7 @@ def mount(extension: Extension, config: Config) -> list[Mount]:
     ``/api/<name>``, errors contained."""
     routes = list(extension.routes)
     if extension.static is not None:
-        routes.insert(0, Mount("/static", StaticFiles(directory=extension.static)))
+        routes.insert(0, Mount("/static", assets(StaticFiles(directory=extension.static))))
     mounts = [Mount(f"/{extension.name}",
                     app=Contained(Router(routes), extension.name, config))]
     if extension.api:

@@ -38,7 +38,7 @@ from ..errors import RedisUnavailable
 from ..reporting import report_error
 from . import security
 
-__all__ = ["Authorize", "Guard", "route_path"]
+__all__ = ["Authorize", "Guard", "assets", "route_path"]
 
 # Called with the ``Request`` (or, for an extension's WebSocket, the ``WebSocket``).
 Authorize = Callable[[Request], "bool | Awaitable[bool]"]
@@ -52,6 +52,7 @@ STATIC_CACHE = b"private, max-age=86400"
 SCOPE_CSRF = "wurk.csrf"
 SCOPE_FORM = "wurk.form"
 SCOPE_ROOT = "wurk.root"
+SCOPE_ASSET = "wurk.asset"  # set by ``assets`` when routing reaches a static-files mount
 # WebSocket close code for "policy violation": before the handshake is accepted, servers
 # answer it with HTTP 403.
 WS_REFUSED = 1008
@@ -199,7 +200,6 @@ class HeaderSender:
         self.scope = scope
         self.fresh_token = fresh_token
         self.started = False
-        self.cache_control = cache_control(scope)  # now: routing will move root_path on
 
     async def __call__(self, message: Message) -> None:
         if message["type"] == "http.response.start":
@@ -213,8 +213,9 @@ class HeaderSender:
         present = {name.lower() for name, _ in headers}
         headers += [(name, value) for name, value in security.SECURITY_HEADERS
                     if name not in present]
-        if b"cache-control" not in present:
-            headers.append((b"cache-control", self.cache_control))
+        if b"cache-control" not in present:  # routing has run: ``assets`` marked the scope
+            headers.append((b"cache-control",
+                            STATIC_CACHE if self.scope.get(SCOPE_ASSET) else b"no-store"))
         if self.fresh_token:
             cookie = security.csrf_cookie(self.scope[SCOPE_CSRF],
                                           path=self.scope[SCOPE_ROOT] or "/",
@@ -232,9 +233,17 @@ class HeaderSender:
         return security.local_location(location, text).encode("latin-1")
 
 
-def cache_control(scope: Scope) -> bytes:
-    """Assets (their URLs carry the version) are cached; pages and data never are."""
-    return STATIC_CACHE if "/static/" in route_path(scope) else b"no-store"
+def assets(app: ASGIApp) -> ASGIApp:
+    """``app`` (a ``StaticFiles``) marking the request as an asset's: assets (their URLs carry
+    the version) are cached; pages and data never are, whatever their path holds (a queue
+    named ``static/x`` has a page at ``/queues/static/x``). Routing passes the one scope
+    along, so the guard sees the mark when the response starts."""
+
+    async def marked(scope: Scope, receive: Receive, send: Send) -> None:
+        scope[SCOPE_ASSET] = True
+        await app(scope, receive, send)
+
+    return marked
 
 
 async def read_body(receive: Receive) -> bytes:

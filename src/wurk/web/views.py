@@ -28,7 +28,8 @@ from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
 from .templating import render, url
 
-__all__ = ["form_list", "form_value", "perform", "required", "routes", "wants_all"]
+__all__ = ["chosen_identity", "form_list", "form_value", "perform", "required", "routes",
+           "wants_all"]
 
 log = logging.getLogger("wurk.web")
 
@@ -74,6 +75,15 @@ def wants_all(request: Request) -> bool:
     if value in ALL_NO:
         return False
     raise HTTPException(400, "The field “all” must be true (1) or false (0).")
+
+
+def chosen_identity(request: Request) -> str | None:
+    """The process a Busy action is for: the field ``identity`` as sent, even when empty (a
+    heartbeat stored under "" has a row and buttons of its own); None, every process, only
+    when the field is absent (the "all" form) or JSON ``null``."""
+    if request.scope.get(SCOPE_FORM, {}).get("identity") is None:
+        return None
+    return form_value(request, "identity")
 
 
 def form_list(request: Request, name: str) -> list[str]:
@@ -159,8 +169,8 @@ async def busy_action(request: Request) -> Response:
                                      "characters, no spaces.") from None
         count = await perform(dashboard(request), actions.cancel_jobs, [jid])
         return redirect(request, "/busy", notice=action, count=count)
-    identity = form_value(request, "identity") or None
-    count = await perform(dashboard(request), actions.process_action, action, identity)
+    count = await perform(dashboard(request), actions.process_action, action,
+                          chosen_identity(request))
     return redirect(request, "/busy", notice=action, count=count)
 
 
