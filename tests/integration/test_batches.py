@@ -654,6 +654,22 @@ def test_hostile_stored_batch_state_stops_push_close_remove_and_invalidate_by_na
                for rec in caplog.records)
 
 
+@pytest.mark.parametrize("bad", ["batches", "tags:import", "b-{bid}-tags"])
+def test_a_created_batch_meeting_a_key_of_another_type_writes_nothing(
+        fast: wurk.Config, r: redis.Redis, bad: str) -> None:
+    """The create wrote the batch's hash, then ZADDed `batches` and SADDed each tag's index:
+    one of them of another type (written by hand) failed it there (Redis does not roll back),
+    leaving a half-made batch, pending, that no block ever closed, for 30 days. Now the
+    create refuses first, naming the key, with nothing written."""
+    batch = wurk.Batch(tags=["import"])
+    key = bad.format(bid=batch.bid)
+    r.set(key, "written by something else")
+    with pytest.raises(wurk.BatchError, match=f"{key} holds a string, not a"), batch.jobs():
+        work.perform_async("a")
+    assert r.keys(f"b-{batch.bid}*") == ([key] if key.startswith("b-") else [])
+    assert r.llen("queue:default") == 0 and r.get(key) == "written by something else"
+
+
 @pytest.mark.parametrize("linger", ["nan", "inf", "1e300", "1e15"])
 def test_a_stored_linger_that_expire_refuses_still_pushes_the_success_callbacks(
         fast: wurk.Config, r: redis.Redis, linger: str,

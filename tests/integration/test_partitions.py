@@ -703,6 +703,57 @@ def test_a_job_requeued_or_pushed_to_a_partition_key_of_another_type_is_never_lo
     assert r.get(keys.partition(Q, "s")) == "a string"  # not ours to touch
 
 
+def test_a_requeue_to_a_ring_of_another_type_releases_and_returns_every_job(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """The requeue moved the first job to its partition's list, then failed on the ring's
+    ZADD (written by hand as another type; Redis does not roll back): that job's in-flight
+    count was never released and the other jobs stayed in flight. Each goes back and is
+    released now, the ring left for the next fetch, which rebuilds it and fetches them."""
+    keys = pconfig.keys
+    work.set(partition="a").perform_async(1)
+    work.set(partition="b").perform_async(2)
+    f = fetcher(pconfig)
+    units = [f.fetch(0.05), f.fetch(0.05)]
+    assert all(unit is not None for unit in units)
+    ring = keys.partition_ring(Q)
+    r.delete(ring)
+    r.set(ring, "not ours")
+    f.requeue([unit for unit in units if unit is not None])
+    assert r.hlen(keys.partition_running(Q)) == 0
+    assert r.llen(keys.partition(Q, "a")) == 1 and r.llen(keys.partition(Q, "b")) == 1
+    got = []
+    for _ in range(2):
+        unit = f.fetch(0.05)
+        got.append(arg(unit))
+        assert unit is not None
+        unit.acknowledge()
+    f.flush_acks()
+    assert sorted(got) == [1, 2] and f.fetch(0.05) is None
+    f.flush()
+
+
+def test_a_push_to_a_ring_of_another_type_pushes_once_without_an_error(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """The push wrote the job to its partition's list, then failed on the ring's ZADD (a
+    ring written by hand as another type): the caller saw an error for a job that was
+    pushed, and a retry pushed it twice. The push succeeds now, the ring left for the next
+    fetch to rebuild; the job runs once."""
+    keys = pconfig.keys
+    ring = keys.partition_ring(Q)
+    r.set(ring, "not ours")
+    work.set(partition="a").perform_async(1)
+    assert r.llen(keys.partition(Q, "a")) == 1 and r.get(ring) == "not ours"
+    f = fetcher(pconfig)
+    unit = f.fetch(0.05)
+    assert unit is not None and arg(unit) == 1
+    unit.acknowledge()
+    f.flush_acks()
+    assert f.fetch(0.05) is None
+    f.flush()
+
+
 def test_a_push_when_the_default_partition_key_is_foreign_too_fails_naming_them(
     pconfig: wurk.Config, r: redis.Redis
 ) -> None:

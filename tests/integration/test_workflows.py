@@ -910,6 +910,39 @@ def test_a_cancel_takes_its_queued_steps_out_of_the_batch_in_the_same_script(
     assert runs(r, "cb") == [["complete"]]
 
 
+@pytest.mark.parametrize("bad", ["queue:zz-broken", "queues"])
+def test_a_queue_key_of_another_type_leaves_no_cancel_half_way(
+        drain: Drain, r: redis.Redis, bad: str, caplog: pytest.LogCaptureFixture) -> None:
+    """A cancel read every known queue with LRANGE (and the queues set with SMEMBERS) after
+    it had set the workflow cancelled and (queue by queue) taken steps out: a key of another
+    type failed it there (Redis does not roll back), so the steps taken out never left the
+    workflow's batch, which stayed pending for good. Now such a key is passed over, named in
+    a warning; the steps are taken out of the other queues and out of the batch."""
+    wf = Workflow("beside a broken queue")
+    for i in range(3):
+        wf.step(square, i)
+    wid = wf.start()
+    if bad == "queues":
+        r.delete("queues")
+    else:
+        r.sadd("queues", "zz-broken")
+    r.set(bad, "not a list or set")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert cancel(wid) == "running"
+    assert not [raw for raw in r.lrange("queue:default", 0, -1) if '"wf":' in raw]
+    assert r.get(bad) == "not a list or set"
+    assert WorkflowStatus(wid).state == "cancelled"
+    batch = wurk.BatchStatus(wid)
+    assert batch.pending == 0  # (with no queues set its complete callback cannot be pushed)
+    assert batch.complete or bad == "queues"
+    warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
+    assert any(f"{bad} holds a string, not a {'set' if bad == 'queues' else 'list'} (written "
+               "by something else); the cancelled steps are not looked for there" in w
+               for w in warned), warned
+    run_all(drain)
+    assert r.llen("queue:default") == 0
+
+
 def test_wurk_cancel_of_a_steps_jid_is_a_death(drain: Drain, r: redis.Redis) -> None:
     """workflows.md: a step "dies" when `wurk.cancel` is called on its jid: it is dead, the
     workflow ends failed, and under "stop" the step after it is stopped."""

@@ -31,6 +31,23 @@ end
 if redis.call('EXISTS', h) == 1 then
   return redis.error_reply('BATCHEXISTS batch ' .. bid .. ' exists already')
 end
+-- Every key the create writes, checked before it writes anything: one of another type
+-- (written by hand) failed it after the hash was written (Redis does not roll back), leaving
+-- a half-made batch that no block closed, pending for 30 days.
+broken(bid, 'it is not created', '-tags')
+local indexes = {{C.prefix .. 'batches', 'zset'}}
+for i = 14, #ARGV do indexes[#indexes + 1] = {C.prefix .. 'tags:' .. ARGV[i], 'set'} end
+for _, pair in ipairs(indexes) do
+  local kind = redis.call('TYPE', pair[1])['ok']
+  if kind ~= pair[2] and kind ~= 'none' then
+    problem(pair[1] .. ' holds a ' .. kind .. ', not a ' .. pair[2] .. ' (written by something '
+            .. 'else); it is not created')
+  end
+end
+if #C.problems > 0 then
+  return redis.error_reply('BATCHBROKEN batch ' .. bid .. ' cannot be created: '
+                           .. table.concat(C.problems, '; '))
+end
 local B = lib()
 redis.call('HSET', h, 'created_at', B.stamp(), 'description', ARGV[7], 'callback_queue', ARGV[8],
            'callback_class', ARGV[9], 'parent_bid', ARGV[10], 'tags', ARGV[11],

@@ -70,6 +70,15 @@ local function part_restart(key, kind, restarted)
   end
 end
 
+-- Whether `key` holds `kind` or nothing: a script that writes to the ring after moving a job
+-- checks it first and, when it holds another type, leaves it for the next fetch to delete
+-- and rebuild (`part_restart`; its partitions' lists are found from the client) — a ZADD
+-- failing after the job moved left it half-done (Redis does not roll back).
+local function part_holds(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  return found == kind or found == 'none'
+end
+
 -- A job of partition `name` left flight (ACK, return to its queue): one fewer in flight. A
 -- count that is not a number is left for the next fetch to recount.
 local function part_release(running, name)

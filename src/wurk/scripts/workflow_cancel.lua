@@ -13,6 +13,9 @@
 -- one. The jids taken out of their queue leave the batch in this same call: they will never
 -- run, and a cancel cut short after it took them out must not leave the batch waiting for
 -- them for ever. A batch whose keys hold another Redis type is left as it is (named).
+-- So is a queue key (or the queues set) of another type: passed over, named in the batch's
+-- problems; its steps are among the others (a failing LRANGE there, after the state was set
+-- and earlier queues' steps were taken out, left those steps pending in the batch for ever).
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid = ARGV[5]
 local budget = tonumber(ARGV[6]) or 10000
@@ -25,6 +28,16 @@ if not before then return {''} end
 if before ~= 'running' then return {before, '--'} end
 redis.call('HSET', wkey(wid), 'state', 'cancelled', 'finished_at', lib().stamp())
 local queued, queues, unfound = {}, {}, 0
+-- Whether `key` holds `kind` (or nothing); else it is named, once, and passed over.
+local function holds(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  if found == kind or found == 'none' then return true end
+  if #C.problems < 20 then
+    C.problems[#C.problems + 1] = (key .. ' holds a ' .. found .. ', not a ' .. kind
+                .. ' (written by something else); the cancelled steps are not looked for there')
+  end
+  return false
+end
 local flat = redis.call('HGETALL', wkey(wid, 'state'))
 for i = 1, #flat, 2 do
   local step, state = flat[i], flat[i + 1]
@@ -39,13 +52,16 @@ for i = 1, #flat, 2 do
   end
 end
 -- Children have no template: their queue is found from the parent's jobs in the queues.
-for _, queue in ipairs(redis.call('SMEMBERS', C.prefix .. 'queues')) do queues[queue] = true end
+if holds(C.prefix .. 'queues', 'set') then
+  for _, queue in ipairs(redis.call('SMEMBERS', C.prefix .. 'queues')) do queues[queue] = true end
+end
 local removed, mark = {}, '"wf":"' .. wid .. '"'
 local CHUNK = 100
 for queue in pairs(queues) do
   local key = C.prefix .. 'queue:' .. queue
   local at = -1  -- from the oldest end (jobs are fetched from there): back towards the newest
-  while unfound > 0 and budget > 0 do
+  local readable = unfound > 0 and budget > 0 and holds(key, 'list')
+  while readable and unfound > 0 and budget > 0 do
     local want = math.min(CHUNK, budget)
     local rows = redis.call('LRANGE', key, at - want + 1, at)
     budget = budget - #rows
