@@ -440,6 +440,14 @@ class ReliableFetch:
             self.claims.release(unit)
         _warn_kept(refused)
 
+    def give_back(self, unit: UnitOfWork) -> None:
+        """``unit`` was fetched after quiet and never started: it goes back with the jobs
+        fetched ahead at ``flush``, in one script, first in line. If Redis refuses, it stays
+        in the private list uncounted, as they do (it never ran: no poison pill)."""
+        if self._out is unit:
+            self._out = None
+        self._ahead.appendleft(unit)
+
     def _give_back(self, units: list[UnitOfWork]) -> None:
         """Jobs fetched ahead and not started go back to their queues. If Redis refuses,
         they are let go of: the reaper returns them, uncounted (they never ran)."""
