@@ -425,3 +425,37 @@ def test_a_job_fetched_after_quiet_that_cannot_go_back_is_not_counted_as_a_poiso
             assert not f.claims.abandoned(private, job(n).encode()), n
             assert not f.claims.held(private)
         via.close()
+
+
+def test_acks_written_before_a_protocol_error_are_kept_and_settled_after_it(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """A reply that is no RESP (a protocol error, not a connection error) on the round trip
+    that reads the written ACKs' replies: the connection is dropped with them unread, so each
+    ACK is kept to send again — none settled with another's reply, none held for ever."""
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    for _ in range(8):  # 0 fetched, 1–7 from the buffer; 0–6's ACKs written, 7's pending
+        unit = f.fetch(0.1)
+        assert unit is not None
+        unit.acknowledge()
+    wire = f.lease._wire
+    assert wire is not None
+    wire._reader.feed(b"?not a reply\r\n")  # what the next read meets before the replies
+    with pytest.raises(redis.exceptions.InvalidResponse):
+        f.fetch(0.1)
+    # A fresh connection: the ACKs again, then the fetch. The lost round trip's fetch ran:
+    # 8–15 are in the private list, held by nobody, for the reaper to give back.
+    assert number(f.fetch(0.1)) == 16
+    assert r.lrange(private, 0, -1) == [job(n) for n in range(23, 7, -1)]  # 0–7 acknowledged
+    assert f.claims.held(private) == {job(n).encode(): 1 for n in range(16, 24)}
+    running = f._out
+    assert running is not None
+    running.acknowledge()  # written at once: 9–15 wait
+    wire = f.lease._wire
+    assert wire is not None
+    wire._reader.feed(b"?not a reply\r\n")
+    f.flush()  # reported, not raised: 17–23 went back, 16's ACK is kept, then let go of
+    assert not f.claims.held(private)
+    assert r.lrange(private, 0, -1) == [job(n) for n in range(15, 7, -1)]  # the strays
