@@ -436,7 +436,9 @@ class Processor:
             if unit is None:
                 continue
             if self._stopped:
-                unit.requeue()  # fetched after quiet: back untouched, first in line
+                # Fetched after quiet: back untouched, first in line, with those fetched
+                # ahead (at the flush), uncounted if Redis refuses: it never ran.
+                unit.fetcher.give_back(unit)
                 return
             self.current = unit
             try:

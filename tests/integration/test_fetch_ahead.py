@@ -348,3 +348,114 @@ def test_a_queue_key_of_another_type_keeps_the_jobs_given_back_in_flight(
     warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
     assert any("queue:default" in message and private in message for message in warned), warned
     assert r.get("queue:default") == "written by hand"
+
+
+class _QuietDuringFetch(ReliableFetch):
+    """A fetcher whose fetch returns as quiet comes: the job it hands out is fetched after
+    quiet (``stop`` runs between the round trip and the processor's look at its flag)."""
+
+    stop: Callable[[], None] = staticmethod(lambda: None)
+
+    def fetch(self, timeout: float) -> UnitOfWork | None:
+        unit = super().fetch(timeout)
+        self.stop()
+        return unit
+
+
+def _processor_fetching_at_quiet(config: wurk.Config, f: _QuietDuringFetch,
+                                 on_quiet: Callable[[], None] = lambda: None) -> list[Any]:
+    from wurk.metrics.counters import Counters
+    from wurk.processor import JobRunner, Processor
+    from wurk.runtime.busy import Busy
+
+    exits: list[Any] = []
+    processor = Processor(name="p", fetcher=f, fetch_timeout=0.1,
+                          runner=JobRunner(config, counters=Counters(), busy=Busy()),
+                          on_exit=lambda _p, error: exits.append(error))
+
+    def stop() -> None:
+        processor.stop_fetching()
+        on_quiet()
+
+    f.stop = stop
+    processor.start()
+    processor.thread.join(10)
+    assert not processor.thread.is_alive()
+    return exits
+
+
+def test_a_job_fetched_after_quiet_goes_back_first_in_line(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """docs/worker.md, docs/reliability.md: back untouched, first in line — ahead of the
+    jobs fetched with it (pushed back alone first, it ended behind them: 1–7, 0, 8)."""
+    push(r, "default", range(100))
+    capsule = Capsule(queues=[("default", 0)], concurrency=10)
+    f = _QuietDuringFetch(config, capsule, config.pool("test", size=4),
+                          identity=Identity.current(), capsule_index=0, slot=0)
+    assert _processor_fetching_at_quiet(config, f) == [None]
+    assert r.llen(f.private_lists["default"]) == 0
+    assert r.lrange("queue:default", -9, -1) == [job(n) for n in range(8, -1, -1)]  # 0 next
+
+
+def test_a_job_fetched_after_quiet_that_cannot_go_back_is_not_counted_as_a_poison_pill(
+    r: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis gone at quiet: the job, which never ran, stays in the private list for the
+    reaper, uncounted — not let go of as abandoned (a processor it took down)."""
+    from tests.helpers.proxy import FaultProxy
+
+    push(r, "default", range(100))
+    port = r.connection_pool.connection_kwargs["port"]
+    with FaultProxy(port) as proxy:
+        monkeypatch.setenv("REDIS_URL", proxy.url)  # REDIS_URL wins over the setting
+        via = wurk.Config()
+        capsule = Capsule(queues=[("default", 0)], concurrency=10)
+        f = _QuietDuringFetch(via, capsule, via.pool("test", size=4),
+                              identity=Identity.current(), capsule_index=0, slot=0)
+
+        def redis_gone() -> None:
+            proxy.drop()
+            proxy.cut()
+
+        _processor_fetching_at_quiet(via, f, redis_gone)
+        private = f.private_lists["default"]
+        assert r.llen(private) == 8  # nothing went back: the reaper returns them
+        for n in range(8):
+            assert not f.claims.abandoned(private, job(n).encode()), n
+            assert not f.claims.held(private)
+        via.close()
+
+
+def test_acks_written_before_a_protocol_error_are_kept_and_settled_after_it(
+    config: wurk.Config, r: redis.Redis
+) -> None:
+    """A reply that is no RESP (a protocol error, not a connection error) on the round trip
+    that reads the written ACKs' replies: the connection is dropped with them unread, so each
+    ACK is kept to send again — none settled with another's reply, none held for ever."""
+    push(r, "default", range(100))
+    f = fetcher(config, ["default"])
+    private = f.private_lists["default"]
+    for _ in range(8):  # 0 fetched, 1–7 from the buffer; 0–6's ACKs written, 7's pending
+        unit = f.fetch(0.1)
+        assert unit is not None
+        unit.acknowledge()
+    wire = f.lease._wire
+    assert wire is not None
+    wire._reader.feed(b"?not a reply\r\n")  # what the next read meets before the replies
+    with pytest.raises(redis.exceptions.InvalidResponse):
+        f.fetch(0.1)
+    # A fresh connection: the ACKs again, then the fetch. The lost round trip's fetch ran:
+    # 8–15 are in the private list, held by nobody, for the reaper to give back.
+    assert number(f.fetch(0.1)) == 16
+    assert r.lrange(private, 0, -1) == [job(n) for n in range(23, 7, -1)]  # 0–7 acknowledged
+    assert f.claims.held(private) == {job(n).encode(): 1 for n in range(16, 24)}
+    running = f._out
+    assert running is not None
+    running.acknowledge()  # written at once: 9–15 wait
+    wire = f.lease._wire
+    assert wire is not None
+    wire._reader.feed(b"?not a reply\r\n")
+    f.flush()  # reported, not raised: 17–23 went back, 16's ACK is kept, then let go of
+    assert not f.claims.held(private)
+    assert r.lrange(private, 0, -1) == [job(n) for n in range(15, 7, -1)]  # the strays

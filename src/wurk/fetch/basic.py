@@ -93,6 +93,10 @@ class Fetcher(Protocol):
     def flush(self) -> None:
         """Send anything held back (e.g. a deferred ACK); called when a processor stops."""
 
+    def give_back(self, unit: UnitOfWork) -> None:
+        """``unit`` came after quiet, never started: back to the tail of its queue, first in
+        line — ahead of any jobs fetched with it (with them, at ``flush``)."""
+
     def hand_off(self, unit: UnitOfWork) -> None:
         """``unit`` runs elsewhere now (an async job): it is settled there, not here."""
 
@@ -214,6 +218,9 @@ class BasicFetch:
             pipe.execute()
 
         self.pool.run(push_back)
+
+    def give_back(self, unit: UnitOfWork) -> None:
+        self.requeue([unit])  # nothing was fetched with it
 
     def flush(self) -> None:
         self._idle.set()

@@ -143,6 +143,9 @@ class KeyspaceFetch:
     def hand_off(self, unit: UnitOfWork) -> None:
         unit.fetcher.hand_off(unit)
 
+    def give_back(self, unit: UnitOfWork) -> None:
+        unit.fetcher.give_back(unit)  # its keyspace's fetcher gives it back at ``flush``
+
     def let_go(self, unit: UnitOfWork) -> None:
         unit.fetcher.let_go(unit)
 

@@ -283,8 +283,10 @@ class ReliableFetch:
         acks = [*self._sent, *self._pending]
         try:
             replies = self.lease.pipeline([*self._ack_commands(self._pending), *commands])
-        except RedisUnavailable:
-            self._pending, self._sent = acks, []  # outcome unknown: sent again next time
+        except BaseException:
+            # Outcome unknown, and the lease dropped the connection with the replies unread
+            # (cut, protocol error, interrupt): every ACK is sent again next time.
+            self._pending, self._sent = acks, []
             raise
         self._pending, self._sent = acks, []
         cut = len(replies) - len(commands)
@@ -353,8 +355,10 @@ class ReliableFetch:
             # The usual case, once per job: this one ACK alone, an LREM, written now.
             try:
                 self.lease.send_one(("LREM", self._private[unit.queue], 1, unit.raw))
-            except RedisUnavailable:
+            except BaseException as exc:  # the connection was dropped, replies unread
                 self._pending, self._sent = [*self._sent, unit], []
+                if not isinstance(exc, RedisUnavailable):
+                    raise
                 return  # sent again with the next round trip
             self._pending = []
             self._sent.append(unit)
@@ -367,8 +371,10 @@ class ReliableFetch:
         sending = self._pending
         try:
             self.lease.send(self._ack_commands(sending))
-        except RedisUnavailable:
+        except BaseException as exc:  # the connection was dropped, replies unread
             self._pending, self._sent = [*self._sent, *sending], []
+            if not isinstance(exc, RedisUnavailable):
+                raise
             return  # sent again with the next round trip
         self._pending = []
         self._sent += sending
@@ -440,6 +446,14 @@ class ReliableFetch:
             self.claims.release(unit)
         _warn_kept(refused)
 
+    def give_back(self, unit: UnitOfWork) -> None:
+        """``unit`` was fetched after quiet and never started: it goes back with the jobs
+        fetched ahead at ``flush``, in one script, first in line. If Redis refuses, it stays
+        in the private list uncounted, as they do (it never ran: no poison pill)."""
+        if self._out is unit:
+            self._out = None
+        self._ahead.appendleft(unit)
+
     def _give_back(self, units: list[UnitOfWork]) -> None:
         """Jobs fetched ahead and not started go back to their queues. If Redis refuses,
         they are let go of: the reaper returns them, uncounted (they never ran)."""
@@ -465,7 +479,7 @@ class ReliableFetch:
                                             "jobs": len(ahead)})
         try:
             self.flush_acks()
-        except RedisUnavailable as exc:
+        except (RedisUnavailable, redis.RedisError) as exc:
             report_error(self.config, exc, {"context": "flushing ACKs",
                                             "jobs": len(self._pending)})
         finally:
