@@ -234,6 +234,26 @@ def test_a_paused_member_that_is_no_utf8_pauses_nothing_and_stops_no_fetch(
     fetch.flush()
 
 
+def test_a_paused_key_of_another_type_pauses_nothing_and_is_named_once(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A `paused` key written as a string was reported as an outage of "paused queues" naming
+    no key, at every read; it is read as no queue paused (as the dashboard reads a key of
+    another type), with one warning naming it, and no outage."""
+    r.set(config.keys.paused, "a")
+    cache = PausedCache(config)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert cache.get() == frozenset()
+        cache.invalidate()
+        assert cache.get() == frozenset()
+    warnings = [rec.getMessage() for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "paused" in warnings[0] and "another" in warnings[0]
+    assert not cache._outage.active
+    r.delete(config.keys.paused)
+    r.sadd(config.keys.paused, "a")
+    cache.invalidate()
+    assert cache.get() == frozenset({"a"})
+
+
 # -- the names of in-flight lists (queue:<q>|…) -------------------------------------------------
 def test_a_list_named_like_an_in_flight_list_that_names_no_owner_stops_no_sweep(
         config: wurk.Config, redis_server: Server, caplog: pytest.LogCaptureFixture) -> None:

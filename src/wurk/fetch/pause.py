@@ -7,7 +7,8 @@
    here is seen here immediately.
 3. A failed read keeps the last known set: an outage must not un-pause. It is reported once
    per outage, and the outage's length logged at its end (``wurk.runtime.outage``).
-4. A member that is no UTF-8 names no queue: it is left out, with a warning once.
+4. A member that is no UTF-8 names no queue: it is left out, with a warning once. A key of
+   another type than a set pauses nothing (as the dashboard reads it), with a warning once.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import time
 import weakref
 from collections.abc import Iterable, Iterator
 
+import redis
+
 from ..config import Config
 from ..connections.pool import RedisPool
+from ..connections.replies import reply_code
 from ..runtime.outage import Outage
 
 __all__ = ["PausedCache", "invalidate_local"]
@@ -47,6 +51,7 @@ class PausedCache:
         self._expires = 0.0
         self._outage = Outage(config, "paused queues")
         self._ignored: set[bytes] = set()  # members already warned about
+        self._wrong_type = False  # the key held another type at the last read (warned)
         _caches.add(self)
 
     def get(self) -> frozenset[str]:
@@ -61,9 +66,21 @@ class PausedCache:
         pool = self._pool or self._config.pool("internal")
         try:
             members = pool.run(lambda r: r.smembers(self.key), idempotent=True)
+        except redis.ResponseError as exc:
+            if reply_code(exc) != "WRONGTYPE":
+                self._outage.failed(exc)  # the last known set stays
+            else:  # written by something else: no queue paused, as the dashboard reads it
+                self._value = frozenset()
+                self._outage.ended()
+                if not self._wrong_type:
+                    self._wrong_type = True
+                    log.warning("paused queues: %s holds another Redis type than a set "
+                                "(written by something else): no queue is taken as paused; "
+                                "delete the key to pause queues again", self.key)
         except Exception as exc:
             self._outage.failed(exc)  # the last known set stays
         else:
+            self._wrong_type = False
             self._value = frozenset(self._names(members))
             self._outage.ended()
         self._expires = time.monotonic() + self.ttl
