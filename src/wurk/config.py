@@ -52,7 +52,7 @@ from .errors import ConfigError, WurkError
 from .hosts import check_host_pattern
 from .keys import Keys, keyspace_prefix
 from .middleware import Chain
-from .options import check_queue_name, parse_queue
+from .options import parse_queue, queue_entry
 from .partitions import check_partition_rates, check_partitions
 from .payload import TimestampFormat
 from .periodic.loops import Periodic
@@ -223,10 +223,7 @@ class Capsule:
     shard: str | None = None
 
     def __post_init__(self) -> None:
-        self.queues = [parse_queue(q) if isinstance(q, str) else (q[0], int(q[1]))
-                       for q in self.queues]
-        for queue, _ in self.queues:
-            check_queue_name(queue)
+        self.queues = [queue_entry(q) for q in self.queues]
         if not self.queues:
             raise ConfigError(f"capsule {self.name!r} has no queues")
         value = self.concurrency

@@ -35,6 +35,7 @@ __all__ = ["MAX_RETRY_FOR", "PROFILER_OPTIONS", "PROFILE_INTERVAL_RANGE", "PROFI
            "check_expiry_fields", "check_job_queue", "check_profiler_options",
            "check_queue_name",
            "check_result_ttl", "check_unique_fields", "expires_in_seconds", "parse_queue",
+           "queue_entry",
            "result_ttl_seconds", "retry_for_seconds", "stamp_expiry", "unique_for_seconds",
            "validate_options"]
 
@@ -58,6 +59,25 @@ MAX_RETRY_FOR = 1_000_000_000
 # The largest weight: a weighted fetch shuffles each queue's name weight times, so a weight
 # of 10**9 took gigabytes at boot and a long shuffle at every fetch.
 MAX_WEIGHT = 1_000
+
+
+def queue_entry(value: Any) -> tuple[str, int]:
+    """A queue as a configuration gives it: ``"name"``, ``"name,weight"`` (``parse_queue``)
+    or a pair ``(name, weight)``, each checked alike."""
+    if isinstance(value, str):
+        return parse_queue(value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], str):
+        raise ConfigError(f"queue {value!r:.100}: expected 'name', 'name,weight' or a pair "
+                          "(name, weight)")
+    name, weight = value
+    parse_queue(name)  # the name's checks
+    if "," in name:
+        raise ConfigError(f"queue name {name!r:.100} holds ','; give the weight as the pair's "
+                          "second item")
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= MAX_WEIGHT:
+        raise ConfigError(f"queue {name!r:.100}: the weight must be from 0 to {MAX_WEIGHT:,}, "
+                          f"not {weight!r:.40}")
+    return name, weight
 
 
 def parse_queue(spec: str) -> tuple[str, int]:

@@ -178,6 +178,24 @@ def test_freeze_makes_it_read_only() -> None:
         cfg.server_middleware.add(object)
 
 
+@pytest.mark.parametrize(("queues", "message"), [
+    ([("a", 1_000_000)], "the weight must be from 0"),
+    ([("a", -1)], "the weight must be from 0"),
+    ([("a", "x")], "weight"),
+    ([("a", True)], "weight"),
+    ([("a b", 1)], "has a space in it"),
+    ([(3, 1)], "queue"),
+    ([("a",)], "queue"),
+])
+def test_queues_given_as_pairs_are_checked_as_strings_are(queues: list[Any],
+                                                          message: str) -> None:
+    """Strings ("a,3") had their weight and name checked; pairs (("a", 3)) skipped the
+    weight's range and the name's spaces, or failed with a bare ValueError or IndexError."""
+    with pytest.raises(ConfigError, match=message):
+        Capsule(queues=queues)
+    assert Capsule(queues=[("a", 3), "b,2", ["c", 0]]).queues == [("a", 3), ("b", 2), ("c", 0)]
+
+
 def test_capsules_and_lifecycle() -> None:
     cfg = Config(queues=["critical,2", "default,1"], concurrency=4)
     cfg.capsule("single", queues=["unsafe"], concurrency=1)
