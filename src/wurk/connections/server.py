@@ -206,6 +206,7 @@ class EmbeddedServer:
         if self.binary is None and not self.home.is_dir():
             find_binary()  # no binary: fail before making a home that would stay empty
         self._prepare_home()
+        self._check_files()
         with self._locked():
             found = self._inspect(record=True)
             if found.state == "running":
@@ -340,6 +341,22 @@ class EmbeddedServer:
                 "directory, or set REDIS_URL"
             ) from None
 
+    def _check_files(self) -> None:
+        """A directory where the pid, port or log file belongs fails here, named."""
+        for name in (PID_FILE, PORT_FILE, LOG_FILE):
+            if self.path(name).is_dir():
+                raise self._not_a_file(name)
+
+    def _not_a_file(self, name: str, exc: OSError | None = None) -> EmbeddedServerError:
+        path = self.path(name)
+        if exc is None or path.is_dir():
+            return EmbeddedServerError(
+                f"{path} is a directory where the embedded server keeps a file; move it "
+                "away or remove it, then start again, or set REDIS_URL")
+        return EmbeddedServerError(
+            f"cannot write {path} ({exc.strerror or exc}); make it a writable file, or "
+            "remove it, then start again, or set REDIS_URL")
+
     def _choose_port(self, recorded: int | None) -> int:
         """The port asked for, else the recorded one (a restart keeps its URL), else a free one."""
         port = self.port if self.port is not None else recorded
@@ -400,7 +417,11 @@ class EmbeddedServer:
         """Run the server as this process's child, in a session of its own; what it says
         before its log file is open (a refused argument) goes to that log file too."""
         try:
-            with self.path(LOG_FILE).open("ab") as output:
+            output = self.path(LOG_FILE).open("ab")
+        except OSError as exc:
+            raise self._not_a_file(LOG_FILE, exc) from None
+        try:
+            with output:
                 return subprocess.Popen(
                     self._arguments(binary, port), stdin=subprocess.DEVNULL, stdout=output,
                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
@@ -543,8 +564,12 @@ class EmbeddedServer:
     def _write_int(self, name: str, value: int) -> None:
         """Written whole or not at all: a reader never sees half a number."""
         temporary = self.path(f".{name}.{os.getpid()}")
-        temporary.write_text(f"{value}\n")
-        os.replace(temporary, self.path(name))
+        try:
+            temporary.write_text(f"{value}\n")
+            os.replace(temporary, self.path(name))
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise self._not_a_file(name, exc) from None
 
     def _mtime(self, name: str) -> float:
         try:
