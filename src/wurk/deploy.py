@@ -3,8 +3,10 @@
 1. ``mark(label)`` records the current UTC minute under ``<YYYYMMDD>-marks`` (kept 90 days),
    as Sidekiq's ``Deploy.mark!`` does, so either dashboard draws it.
 2. Every process of a deploy may call it: a 60 s ``deploylock-<label>`` (``SET NX``) lets only
-   the first one write. A minute holds one mark: a second label in it writes nothing, and
-   ``mark()`` returns False, as it does for the processes that were not first.
+   the first one write. The lock and the mark are set in one script (``deploy_mark.lua``), so
+   a connection lost on the way leaves both or neither, never a lock without its mark. A
+   minute holds one mark: a second label in it writes nothing, and ``mark()`` returns False,
+   as it does for the processes that were not first.
 3. Without a label, the last git commit's "short-sha subject" names the deploy (cut to
    ``LABEL_LIMIT``); git missing, failing or taking over ``GIT_TIMEOUT`` s is a ``ValueError``
    saying to pass a label.
@@ -21,9 +23,8 @@ import re
 import subprocess
 from typing import Any
 
-import redis
-
 from .config import Config, default_config
+from .scripts import Script
 
 __all__ = ["MARKS_TTL", "mark"]
 
@@ -33,6 +34,7 @@ LOCK_TTL = 60
 GIT_TIMEOUT = 5.0
 # The dashboards show this much of a label (wurk.metrics.query.MARK_LABEL_LIMIT).
 LABEL_LIMIT = 200
+_MARK = Script("deploy_mark.lua")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
@@ -57,29 +59,19 @@ def mark(label: str | None = None, *, config: Config | None = None,
     minute = when.replace(second=0, microsecond=0)
     stamp = minute.strftime("%Y-%m-%dT%H:%M:%SZ")
     keys = cfg.keys
-
     marks = keys.deploy_marks(minute.date())
 
-    def send(r: Any) -> bool:
-        kind = r.type(marks)
-        kind = kind.decode() if isinstance(kind, bytes) else str(kind)
-        if kind not in ("hash", "none"):
-            raise ValueError(f"deploy mark not written: Redis key {marks!r} holds a {kind}, "
-                             f"not the hash of marks; delete it (DEL {marks}) and mark again")
-        lock = keys.deploy_lock(text)
-        if not r.set(lock, stamp, nx=True, ex=LOCK_TTL):
-            return False
-        pipe = r.pipeline(transaction=True)
-        pipe.hsetnx(marks, stamp, text)
-        pipe.expire(marks, MARKS_TTL)
-        try:
-            written, _ = pipe.execute()
-        except redis.RedisError:
-            r.delete(lock)  # nothing written: a later call may mark it
-            raise
-        return bool(written)  # 0: another label holds this minute (one mark a minute)
+    def send(r: Any) -> Any:
+        script = r.register_script(_MARK.text)  # EVALSHA, loading it on NOSCRIPT
+        return script(keys=[marks, keys.deploy_lock(text)],
+                      args=[stamp, text, LOCK_TTL, MARKS_TTL])
 
-    return bool(cfg.pool("client").run(send))
+    done = cfg.pool("client").run(send)
+    if isinstance(done, (bytes, str)):
+        kind = done.decode() if isinstance(done, bytes) else done
+        raise ValueError(f"deploy mark not written: Redis key {marks!r} holds a {kind}, "
+                         f"not the hash of marks; delete it (DEL {marks}) and mark again")
+    return bool(done == 1)  # 0: the lock is held, or another label holds this minute
 
 
 def _git_label() -> str:

