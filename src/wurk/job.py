@@ -548,6 +548,12 @@ class JobSetter(Generic[Params, R]):
             item[P.AT] = ([_epoch(t, f"'at'[{index}]") for index, t in enumerate(at)]
                           if isinstance(at, (list, tuple))
                           else _epoch(at, "'at'"))  # type: ignore[arg-type]
+        elif self._wait_until is not None:  # ``set(wait=...)``: every job then, as Sidekiq
+            if spread_interval is not None:
+                raise InvalidPayload(f"{self.definition.name}: give set(wait=...) (or "
+                                     "wait_until=) or spread_interval, not both", field=P.AT)
+            if self._wait_until > time.time():  # a time already past pushes now
+                item[P.AT] = self._wait_until
         if spread_interval is not None:
             item["spread_interval"] = spread_interval
         return item

@@ -222,6 +222,11 @@ def _skips(links: list[Middleware]) -> _Skips | None:
     return _Skips(frozenset(keys), tuple(dict.fromkeys(types)), tuple(kept), tuple(names))
 
 
+# ``Chain._fresh_skips`` of a chain with a factory (not a class) making its links: what they
+# need is read off the links made for each call, as ``ainvoke`` reads it.
+_PER_CALL = _Skips(frozenset(), (), ())
+
+
 def _walk(links: tuple[Link, ...], position: int, job: Any, payload: dict[str, Any],
           queue: str, final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
     """Call ``links[position:]`` around ``final`` from sync code, each async link through
@@ -272,6 +277,9 @@ class Chain:
         # And the walk of a job none of the links that said what they need has anything for:
         # what tells one, and its links (``_Skips``); None when no link said.
         self._skips: tuple[_Skips, tuple[Link, ...]] | None = None
+        # The same for a chain with a link made fresh per call (``_walk_fresh``): read off
+        # the classes once, or ``_PER_CALL`` off the links each call makes.
+        self._fresh_skips: _Skips | None = None
         # The same for ``ainvoke`` (async forms preferred): the links and their forms, found
         # on its first call after an edit, so an async job does not ask every link with
         # ``inspect`` again; None until then, or while a link is made fresh per call.
@@ -314,6 +322,7 @@ class Chain:
         self, existing: Callable[..., Any], factory: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> None:
         self._edit()
+        self._check_anchor(existing, factory)
         self.remove(factory)
         self._entries.insert(self._index(existing), _Entry(factory, args, kwargs))
 
@@ -321,6 +330,7 @@ class Chain:
         self, existing: Callable[..., Any], factory: Callable[..., Any], *args: Any, **kwargs: Any
     ) -> None:
         self._edit()
+        self._check_anchor(existing, factory)
         self.remove(factory)
         self._entries.insert(min(self._index(existing) + 1, self._tail()),
                              _Entry(factory, args, kwargs))
@@ -350,21 +360,52 @@ class Chain:
         if not self._entries:
             return final()
         if not self._checked:
-            self._links = None if any(entry.fresh for entry in self._entries) else tuple(
-                (_direct(link), async_form(link, prefer_async=False))
-                for link in (entry.make() for entry in self._entries))
-            skips = _skips([link for link, _ in self._links]) if self._links else None
-            self._skips = None if skips is None or self._links is None else \
-                (skips, tuple(self._links[position] for position in skips.kept))
-            self._checked = True
+            self._check()
         links = self._links
         if links is None:  # a class made fresh per call: its links are made now
-            links = tuple((link, async_form(link, prefer_async=False))
-                          for link in (entry.make() for entry in self._entries))
-        elif self._skips is not None and self._skips[0].plain(job, payload):
+            return self._walk_fresh(job, payload, queue, final, run_async)
+        if self._skips is not None and self._skips[0].plain(job, payload):
             links = self._skips[1]
             if not links:
                 return final()
+        return _walk(links, 0, job, payload, queue, final, run_async)
+
+    def _check(self) -> None:
+        """What ``invoke`` needs of the chain, found once per edit: its links and what they
+        declared they need (``_Skips``, whose wrong declarations are refused here); for a
+        chain with a link made fresh per call, the declarations read off its class."""
+        self._links = self._skips = self._fresh_skips = None
+        if not any(entry.fresh for entry in self._entries):
+            self._links = tuple((_direct(link), async_form(link, prefer_async=False))
+                                for link in (entry.make() for entry in self._entries))
+            skips = _skips([link for link, _ in self._links])
+            if skips is not None:
+                self._skips = (skips, tuple(self._links[i] for i in skips.kept))
+        elif all(not entry.fresh or inspect.isclass(entry.factory) for entry in self._entries):
+            # A class's ``wurk_keys`` (a class attribute) is its instances'.
+            self._fresh_skips = _skips([entry.factory for entry in self._entries])
+        else:  # a factory of other links: what they declare is seen as each is made
+            self._fresh_skips = _PER_CALL
+        self._checked = True
+
+    def _walk_fresh(self, job: Any, payload: dict[str, Any], queue: str,
+                    final: Callable[[], Any], run_async: AsyncRunner | None) -> Any:
+        """``invoke`` of a chain with a link made fresh per call, leaving out the links a job
+        has nothing for as ``ainvoke`` does (a skipped class is not even made)."""
+        entries = self._entries
+        skips = self._fresh_skips
+        if skips is _PER_CALL:
+            made = [entry.make() for entry in entries]
+            found = _skips(made)
+            if found is not None and found.plain(job, payload):
+                made = [made[i] for i in found.kept]
+        elif skips is not None and skips.plain(job, payload):
+            made = [entries[i].make() for i in skips.kept]
+        else:
+            made = [entry.make() for entry in entries]
+        if not made:
+            return final()
+        links = tuple((link, async_form(link, prefer_async=False)) for link in made)
         return _walk(links, 0, job, payload, queue, final, run_async)
 
     def ainvoke(
@@ -406,6 +447,13 @@ class Chain:
             return _walked(tuple(zip(walk.links, walk.forms, strict=True)), job, payload, queue,
                            final)
         return _step(walk, 0, job, payload, queue, final)
+
+    def _check_anchor(self, existing: Callable[..., Any], factory: Callable[..., Any]) -> None:
+        """Refuse an ``insert_before``/``insert_after`` that cannot be done before anything
+        changes: ``factory``, already in the chain, was removed first and lost."""
+        if existing is factory:
+            raise ValueError(f"{factory!r} cannot be inserted before or after itself")
+        self._index(existing)
 
     def _index(self, existing: Callable[..., Any]) -> int:
         for index, entry in enumerate(self._entries):

@@ -246,6 +246,28 @@ def test_bulk_push_with_per_job_times_and_spread(config: wurk.Config, r: redis.R
         resize.perform_bulk([[1], [2]], at=[now])
 
 
+def test_a_bulk_push_of_a_setter_with_wait_is_scheduled(config: wurk.Config,
+                                                        r: redis.Redis) -> None:
+    """``set(wait=...)`` / ``set(wait_until=...)`` schedule a bulk push as they schedule
+    ``perform_async`` (Sidekiq's setter does): it used to push the jobs at once."""
+    before = time.time()
+    assert len(resize.set(wait=100).perform_bulk([[1], [2]])) == 2
+    until = datetime.now(timezone.utc) + timedelta(seconds=300)
+    assert len(asyncio.run(resize.set(wait_until=until).aperform_bulk([[3]]))) == 1
+    assert r.llen("queue:default") == 0
+    scores = {json.loads(raw)["args"][0]: score
+              for raw, score in r.zrange("schedule", 0, -1, withscores=True)}
+    assert scores[1] == scores[2] == pytest.approx(before + 100, abs=5)
+    assert scores[3] == pytest.approx(until.timestamp(), abs=0.01)
+    at = time.time() + 50  # a bulk push's own times win
+    resize.set(wait=100).perform_bulk([[4]], at=at)
+    assert r.zscore("schedule", r.zrange("schedule", 0, 0)[0]) == pytest.approx(at, abs=0.01)
+    with pytest.raises(InvalidPayload, match="spread_interval"):
+        resize.set(wait=100).perform_bulk([[5]], spread_interval=10)
+    resize.set(wait_until=time.time() - 10).perform_bulk([[6]])  # past: pushed now
+    assert r.llen("queue:default") == 1
+
+
 def test_bulk_push_refuses_a_jid_for_many(config: wurk.Config) -> None:
     with pytest.raises(InvalidPayload, match="jid cannot be given"):
         wurk.push_bulk({"class": "X", "args": [[1], [2]], "jid": "same"})

@@ -73,6 +73,25 @@ def test_chain_edit_operations() -> None:
     assert not chain
 
 
+def test_an_insert_that_cannot_be_done_leaves_the_chain_as_it_was() -> None:
+    """``insert_before``/``insert_after`` next to a link not in the chain (or to the link
+    itself) raise without touching the chain: they removed the link being inserted first,
+    so a link already in the chain was lost, and ``insert_before(a, a)`` said ``a`` was
+    not in the chain."""
+    chain = Chain()
+    chain.add(Record, [], "a")
+    chain.add(Other, [], "b")
+    with pytest.raises(ValueError, match="not in this middleware chain"):
+        chain.insert_after(Third, Other)
+    with pytest.raises(ValueError, match="not in this middleware chain"):
+        chain.insert_before(Third, Record)
+    with pytest.raises(ValueError, match="before or after itself"):
+        chain.insert_before(Record, Record)
+    with pytest.raises(ValueError, match="before or after itself"):
+        chain.insert_after(Other, Other)
+    assert list(chain) == [Record, Other]
+
+
 def test_a_link_that_does_not_call_next_stops_the_chain() -> None:
     ran: list[str] = []
     chain = Chain()
@@ -399,6 +418,65 @@ def test_a_link_that_says_what_it_needs_is_left_out_of_other_jobs_walks() -> Non
         assert seen == ["plain a",
                         "keyed b", "plain b", "typed b",
                         "keyed c", "plain c", "typed c"]
+
+
+class _KeyedMadeFresh(_Keyed):
+    """``_Keyed`` added as a class: an instance made per call, its declaration the class's."""
+
+    log: ClassVar[list[str]] = []
+
+    def __init__(self) -> None:
+        super().__init__(_KeyedMadeFresh.log)
+
+
+def _sync_walk(chain: Chain, jid: str, **extra: Any) -> Any:
+    return chain.invoke("J", {"jid": jid, **extra}, "q", lambda: jid)
+
+
+def _async_walk(chain: Chain, jid: str, **extra: Any) -> Any:
+    return asyncio.run(chain.ainvoke("J", {"jid": jid, **extra}, "q", lambda: jid))
+
+
+def test_links_are_left_out_alike_when_a_link_of_the_chain_is_made_fresh_per_call() -> None:
+    """A class added to a chain (an instance made per call, the usual ``add(Timing)``) must
+    not bring back, in the sync walk, the links a job has nothing for: the async walk left
+    them out and the sync walk called them all. A wrong declaration is refused by both."""
+    seen: list[str] = []
+    made: list[str] = []
+
+    class Fresh:
+        def __init__(self) -> None:
+            made.append("fresh")
+
+        def __call__(self, job: Any, payload: dict[str, Any], queue: str,
+                     call_next: Callable[[], Any]) -> Any:
+            seen.append(f"fresh {payload['jid']}")
+            return call_next()
+
+    def keyed_factory(label: str) -> _Keyed:
+        return _Keyed(seen)
+
+    for extra in ((), (keyed_factory, "x"), (_KeyedMadeFresh,)):
+        chain = Chain()
+        chain.add(_Keyed(seen))
+        chain.add(Fresh)
+        if extra:
+            chain.add(*extra)
+        _KeyedMadeFresh.log = seen
+        for run in (_sync_walk, _async_walk):
+            seen.clear()
+            assert run(chain, "a") == "a"
+            assert run(chain, "b", mine=1) == "b"
+            assert seen == ["fresh a", "keyed b", "fresh b"] + (["keyed b"] if extra else [])
+
+    chain = Chain()
+    chain.add(_Keyed(seen))
+    chain.add(Fresh)
+    chain.add(type("Wrong", (_KeyedMadeFresh,), {"wurk_keys": "mine"}))
+    with pytest.raises(TypeError, match="wurk_keys"):
+        chain.invoke("J", {"jid": "a"}, "q", lambda: None)
+    with pytest.raises(TypeError, match="wurk_keys"):
+        asyncio.run(chain.ainvoke("J", {"jid": "a"}, "q", lambda: None))
 
 
 def test_what_a_walk_leaves_out_is_decided_from_the_payload_as_it_begins() -> None:
