@@ -340,3 +340,43 @@ def test_the_routing_example_of_docs_scaling_md_runs_as_it_says(
         wurk.registry.unregister("resize")
         us.flushdb()
         us.close()
+
+
+def test_the_client_scheduler_moves_a_due_job_to_its_own_shard_s_queue(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # A retry or scheduled job lives in its shard's set: coming due, it goes to that shard's
+    # queue, as the atomic scheduler's script moves it — never where the router would send a
+    # new push now (the job was pushed by via or by its own shard option, which beat it).
+    from wurk.scheduled import Scheduler
+
+    def elsewhere(job: str, queue: str, args: list[Any]) -> str | None:
+        return "default"
+
+    config = wurk.configure(shards={"eu": second.url}, shard_router=elsewhere,
+                            scheduler="client")
+    with wurk.via("eu"):
+        home.perform_in(60, 1)
+    euro.perform_in(60, 2)
+    assert eu.zcard("schedule") == 2
+    for member in eu.zrange("schedule", 0, -1):
+        eu.zadd("schedule", {member: time.time() - 1})  # come due now
+    Scheduler(config.shard("eu")).enqueue_due()
+    assert sorted(job["args"][0] for job in queued(eu)) == [1, 2]
+    assert not queued(r)
+
+
+def test_an_interrupted_iterable_job_goes_back_to_its_own_shard(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # Its cursor is kept on the shard it ran from: pushed again anywhere else, it would
+    # start over from the first item (docs/iterable-jobs.md), whatever the router says now.
+    from wurk.iteration.handler import InterruptHandler
+
+    def elsewhere(job: str, queue: str, args: list[Any]) -> str | None:
+        return "default"
+
+    config = wurk.configure(shards={"eu": second.url}, shard_router=elsewhere)
+    payload = {"class": "Shards::Home", "args": [1], "queue": "default",
+               "jid": "0123456789abcdef01234567", "created_at": time.time()}
+    InterruptHandler(config.shard("eu")).push_again(payload, "default")
+    assert [job["jid"] for job in queued(eu)] == ["0123456789abcdef01234567"]
+    assert not queued(r)
