@@ -380,3 +380,23 @@ def test_an_interrupted_iterable_job_goes_back_to_its_own_shard(
     InterruptHandler(config.shard("eu")).push_again(payload, "default")
     assert [job["jid"] for job in queued(eu)] == ["0123456789abcdef01234567"]
     assert not queued(r)
+
+
+def test_a_routed_bulk_push_is_checked_whole_before_any_shard_gets_a_job(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # Split by the router, a bulk push is refused as an unsplit one is: before anything is
+    # pushed. Each part used to be checked alone: three times for six jobs passed as three
+    # for each shard's three, and a bad argument list in the second part came after the
+    # first part was pushed.
+    def by_region(job: str, queue: str, args: Any) -> str | None:
+        return "eu" if isinstance(args, list) and args and args[0] % 2 else None
+
+    wurk.configure(shards={"eu": second.url}, shard_router=by_region)
+    later = time.time() + 60
+    with pytest.raises(wurk.InvalidPayload, match="'at' has 3 times for 6 jobs"):
+        wurk.push_bulk({"class": "Shards::Home",
+                        "args": [[n] for n in range(6)], "at": [later] * 3})
+    with pytest.raises(wurk.InvalidPayload, match="a list of argument lists"):
+        wurk.push_bulk({"class": "Shards::Home", "args": [[1], [0], 7]})
+    assert not queued(r) and not queued(eu)
+    assert not r.zcard("schedule") and not eu.zcard("schedule")
