@@ -21,6 +21,11 @@
    context field, and quote a field holding a space, ``=`` or ``"``; JSON escapes them as
    JSON does, line and paragraph separators and bidi controls included. Tracebacks, and a
    record logged with ``extra={VERBATIM: True}`` (the thread dump), keep their lines.
+6. A handler or filter of the application's that raises (a log shipper whose collector is
+   down) costs the line, never the job: the job's own lines (``start``, ``done``, ``fail``)
+   and the errors reported without an error handler are written through a guard that says
+   on stderr what failed, as ``logging`` does for a handler that fails to write, and the
+   job's bookkeeping (its acknowledgement, its retry) goes on.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from .stored import UNPRINTABLE_CHARS, printable
 
 __all__ = ["JOB_FIELDS", "JOB_LEVEL", "VERBATIM", "admit", "job_context", "job_level",
            "level_number", "logger", "reopen", "route_application_logs", "setup", "short_id",
-           "tid", "user_configured"]
+           "tid", "unwritten", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -126,7 +131,25 @@ def line(level: int, message: str, *args: Any) -> None:
     if handler is not None:
         handler.write_line(level, message, args)
     else:
-        logger.handle(logger.makeRecord(logger.name, level, "", 0, message, args, None))
+        record = logger.makeRecord(logger.name, level, "", 0, message, args, None)
+        try:
+            logger.handle(record)
+        except RecursionError:
+            raise
+        except Exception:  # a handler or filter of the user's that raises (point 6)
+            unwritten(record)
+
+
+# Reports a line a handler raised on, as a handler reports its own failure to write one.
+_REPORTER = logging.Handler()
+
+
+def unwritten(record: logging.LogRecord) -> None:
+    """Say on stderr (as ``logging.Handler.handleError`` does, when ``logging
+    .raiseExceptions``) that ``record`` could not be logged: called with the exception a
+    handler of the user's raised being handled, instead of letting it through the job's
+    bookkeeping (point 6)."""
+    _REPORTER.handleError(record)
 
 
 def _sole_handler(level: int) -> BufferedStreamHandler | None:

@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from . import log as wurk_log
 from . import payload as P
 
 if TYPE_CHECKING:
@@ -98,8 +99,16 @@ def _log_error(exc: BaseException, context: dict[str, Any]) -> None:
     about = ""
     if isinstance(job, dict):
         about = f" (job {job.get(P.CLASS)!s} jid={job.get(P.JID)!s})"
-    log.error("%s%s: %s: %s", where, about, P.error_class_name(exc), P.error_message(exc))
-    log.debug("traceback of the error above", exc_info=(type(exc), exc, exc.__traceback__))
+    args = (where, about, P.error_class_name(exc), P.error_message(exc))
+    try:
+        log.error("%s%s: %s: %s", *args)
+        log.debug("traceback of the error above", exc_info=(type(exc), exc, exc.__traceback__))
+    except RecursionError:
+        raise
+    except Exception:  # a handler of the user's that raises: said on stderr, never raised
+        # into the job's bookkeeping (wurk.log, point 6)
+        wurk_log.unwritten(log.makeRecord(log.name, logging.ERROR, "", 0, "%s%s: %s: %s",
+                                          args, None))
 
 
 def _name(handler: Callable[..., Any]) -> str:

@@ -36,7 +36,7 @@ from . import payload as P
 from . import scripts, stored
 from .client.core import Client
 from .client.locks import coming_back
-from .config import Config
+from .config import Config, via
 from .connections.pool import RedisPool
 from .errors import ConfigError, InvalidArguments, InvalidPayload, UnparseablePayload
 from .morgue import Morgue
@@ -198,7 +198,10 @@ class Scheduler:
         try:
             # The job itself coming due: no unique lock refuses it, as none stops the script
             # of the atomic mode (a later push's lock would have dropped a due retry).
-            with coming_back(str(job.get(P.JID))):
+            # Pushed to this shard whatever the router says of it now: ``via`` beat it when
+            # the job was pushed (or its class's own shard option did), and its retries are
+            # booked here (docs/scaling.md).
+            with coming_back(str(job.get(P.JID))), via(self.client.config):
                 return 0 if self.client.push(job) is None else 1
         except InvalidPayload as exc:
             self._retry.kill_invalid(job, exc)

@@ -340,3 +340,63 @@ def test_the_routing_example_of_docs_scaling_md_runs_as_it_says(
         wurk.registry.unregister("resize")
         us.flushdb()
         us.close()
+
+
+def test_the_client_scheduler_moves_a_due_job_to_its_own_shard_s_queue(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # A retry or scheduled job lives in its shard's set: coming due, it goes to that shard's
+    # queue, as the atomic scheduler's script moves it — never where the router would send a
+    # new push now (the job was pushed by via or by its own shard option, which beat it).
+    from wurk.scheduled import Scheduler
+
+    def elsewhere(job: str, queue: str, args: list[Any]) -> str | None:
+        return "default"
+
+    config = wurk.configure(shards={"eu": second.url}, shard_router=elsewhere,
+                            scheduler="client")
+    with wurk.via("eu"):
+        home.perform_in(60, 1)
+    euro.perform_in(60, 2)
+    assert eu.zcard("schedule") == 2
+    for member in eu.zrange("schedule", 0, -1):
+        eu.zadd("schedule", {member: time.time() - 1})  # come due now
+    Scheduler(config.shard("eu")).enqueue_due()
+    assert sorted(job["args"][0] for job in queued(eu)) == [1, 2]
+    assert not queued(r)
+
+
+def test_an_interrupted_iterable_job_goes_back_to_its_own_shard(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # Its cursor is kept on the shard it ran from: pushed again anywhere else, it would
+    # start over from the first item (docs/iterable-jobs.md), whatever the router says now.
+    from wurk.iteration.handler import InterruptHandler
+
+    def elsewhere(job: str, queue: str, args: list[Any]) -> str | None:
+        return "default"
+
+    config = wurk.configure(shards={"eu": second.url}, shard_router=elsewhere)
+    payload = {"class": "Shards::Home", "args": [1], "queue": "default",
+               "jid": "0123456789abcdef01234567", "created_at": time.time()}
+    InterruptHandler(config.shard("eu")).push_again(payload, "default")
+    assert [job["jid"] for job in queued(eu)] == ["0123456789abcdef01234567"]
+    assert not queued(r)
+
+
+def test_a_routed_bulk_push_is_checked_whole_before_any_shard_gets_a_job(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # Split by the router, a bulk push is refused as an unsplit one is: before anything is
+    # pushed. Each part used to be checked alone: three times for six jobs passed as three
+    # for each shard's three, and a bad argument list in the second part came after the
+    # first part was pushed.
+    def by_region(job: str, queue: str, args: Any) -> str | None:
+        return "eu" if isinstance(args, list) and args and args[0] % 2 else None
+
+    wurk.configure(shards={"eu": second.url}, shard_router=by_region)
+    later = time.time() + 60
+    with pytest.raises(wurk.InvalidPayload, match="'at' has 3 times for 6 jobs"):
+        wurk.push_bulk({"class": "Shards::Home",
+                        "args": [[n] for n in range(6)], "at": [later] * 3})
+    with pytest.raises(wurk.InvalidPayload, match="a list of argument lists"):
+        wurk.push_bulk({"class": "Shards::Home", "args": [[1], [0], 7]})
+    assert not queued(r) and not queued(eu)
+    assert not r.zcard("schedule") and not eu.zcard("schedule")

@@ -278,14 +278,22 @@ class Client:
         targets = [self._shard_of(item, args) for args in all_args]
         if all(target is self.config for target in targets):
             return None
+        # Checked whole, as an unsplit push is, before any part goes: a part checked alone
+        # would take a list of times of its own length, or go before a later part is refused.
+        if not all(isinstance(args, (list, tuple)) for args in all_args):
+            raise InvalidPayload("bulk push needs 'args' as a list of argument lists",
+                                 field=P.ARGS)
+        at = item.get(P.AT)
+        if isinstance(at, (list, tuple)) and len(at) != len(all_args):
+            raise InvalidPayload(f"'at' has {len(at)} times for {len(all_args)} jobs",
+                                 field=P.AT)
         places: dict[int, tuple[Config, list[int]]] = {}
         for index, target in enumerate(targets):
             places.setdefault(id(target), (target, []))[1].append(index)
-        at = item.get(P.AT)
         parts = []
         for target, indices in places.values():
             part = {**item, P.ARGS: [all_args[i] for i in indices]}
-            if isinstance(at, (list, tuple)) and len(at) == len(all_args):
+            if isinstance(at, (list, tuple)):
                 part[P.AT] = [at[i] for i in indices]
             parts.append((self._client_of(target), indices, part))
         return parts

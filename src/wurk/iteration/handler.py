@@ -27,7 +27,7 @@ from .. import payload as P
 from ..asyncjobs import bookkeeping
 from ..client.default import default_client
 from ..client.locks import coming_back
-from ..config import Config
+from ..config import Config, via
 from ..errors import Interrupted
 from ..middleware import Later, Leave
 from .job import IterableJob
@@ -86,7 +86,8 @@ class InterruptHandler:
     def push_again(self, payload: P.Payload, queue: str) -> None:
         # The same job going on: no unique lock refuses it, not even a later push's (its
         # own released at its start, or expired), which would end it half done.
-        with coming_back(str(payload.get(P.JID))):
+        # To the shard it ran from, where its state is, whatever the router says of it now.
+        with coming_back(str(payload.get(P.JID))), via(self.config):
             jid = default_client(self.config).push(dict(payload))
         if jid is None:
             log.warning("interrupted, and a client middleware stopped its push again: the job "
