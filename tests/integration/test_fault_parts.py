@@ -450,6 +450,24 @@ def test_boot_goes_on_when_the_server_cannot_be_asked(caplog: pytest.LogCaptureF
     cfg.close()
 
 
+def test_an_embedded_server_that_does_not_answer_is_named_as_such(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No URL configured: the URL is the embedded server's, yet the message said it came
+    from the configuration's redis_url and told to point that at a Redis that runs."""
+    monkeypatch.delenv("REDIS_URL", raising=False)
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    cfg = wurk.Config()  # no redis_url: the embedded server's is used
+    pool = RedisPool(url, socket_timeout=1)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        check_server(cfg, pool)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"cannot reach wurk's embedded server at {url}: ")
+    assert "wurk server status" in said and "to use wurk's embedded server" not in said
+    assert "redis_url (a Django" not in said
+    pool.close()
+    cfg.close()
+
+
 def test_a_server_older_than_redis_7_is_refused() -> None:
     with pytest.raises(wurk.UnsupportedServer,
                        match=r"version 6\.2; wurk needs Redis 7\.0 or newer"):

@@ -50,7 +50,7 @@ def check_server(config: Config, pool: RedisPool | None = None) -> None:
         policy = eviction_policy(target)
     except (RedisUnavailable, redis.RedisError) as exc:
         if unreachable(exc):
-            config.unreached.begin(exc, target.url)
+            config.unreached.begin(exc, target.url, embedded=config.redis_url is None)
             return
         log.warning("could not check the Redis server at boot (%s); starting anyway", exc)
         return

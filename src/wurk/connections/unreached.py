@@ -80,15 +80,22 @@ class Unreached:
     def active(self) -> bool:
         return self._since is not None
 
-    def begin(self, exc: BaseException, url: str) -> None:
-        """Nothing answered the boot check at ``url``: say so, once."""
+    def begin(self, exc: BaseException, url: str, *, embedded: bool = False) -> None:
+        """Nothing answered the boot check at ``url`` (``embedded``: the embedded server's,
+        no URL being configured): say so, once."""
         with self._lock:
             if self._since is not None:
                 return
             now = self._clock()
             self.url, self._since, self._tries = url, now, 1
             self._step, self._next_line = FIRST_STEP, now + FIRST_STEP
-        source, fix = advice(url)
+        if embedded:
+            log.error("cannot reach wurk's embedded server at %s: %s. No redis_url or "
+                      "REDIS_URL is set, so the worker uses it: see `wurk server status` and "
+                      "its server.log, or set REDIS_URL to a Redis that runs. The worker "
+                      "keeps trying, and takes jobs once it answers", describe_url(url),
+                      _reason(exc))
+            return
         source, fix = advice(url)
         log.error("cannot reach Redis at %s: %s. That URL is %s. Start Redis there, %s to "
                   "use wurk's embedded server (pip install 'wurk[embedded]' brings it). The "
