@@ -55,7 +55,7 @@ from .heartbeat import Heartbeat
 from .iteration.handler import InterruptHandler
 from .job import open_batches_with, registry
 from .limiter.middleware import LimitsMiddleware
-from .manager import Manager, capsule_pool
+from .manager import Manager, capsule_pool, stop_all
 from .metrics.counters import Counters
 from .metrics.instruments import Instruments, execution_metrics
 from .metrics.slow import SlowJobs
@@ -438,8 +438,7 @@ class Launcher:
         deadline = self._wait_for_jobs(deadline)
         if self.stop_first is not None:
             self.stop_first(deadline)
-        for manager in self.managers:
-            manager.stop(deadline)
+        stop_all(self.managers, deadline)
         self.stops.stop(timeout=1.0)
         if self._pin_sampler is not None:
             self._pin_sampler.stop(timeout=1.0)
