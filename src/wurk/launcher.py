@@ -321,6 +321,10 @@ class Launcher:
             if self._started:
                 raise RuntimeError("this launcher was already started")
             self._started = True
+        # Before anything starts: a CPU this process may not use is refused with no process
+        # record written, no hook fired and no thread left behind.
+        cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot) \
+            if self.threads else None
         self.config.freeze()
         # The chain is final now: a helper thread for each of its sync links, a slot.
         self.runner.loop.reserve_helpers(helper_count(
@@ -351,14 +355,14 @@ class Launcher:
         writer_for(self.config)  # reliable push: a disk buffer looks for what a dead one left
         if not self.threads:
             return  # processors of its own: none (a cluster's shared ones fetch through it)
-        pinning = self._pinning()
+        pinning = self._pinning(cpus)
         self.runner.loop.pinning = pinning
         for manager in self.managers:
             manager.start(pinning)
 
-    def _pinning(self) -> affinity.Pinning | None:
-        """The processor threads' placement (``cpu_affinity``); ``auto`` adapts to load."""
-        cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot)
+    def _pinning(self, cpus: frozenset[int] | None) -> affinity.Pinning | None:
+        """The processor threads' placement on ``cpus`` (``affinity.choose``); ``auto``
+        adapts to load."""
         if cpus is None:
             return None
         adaptive = self.config.cpu_affinity == affinity.AUTO

@@ -328,3 +328,13 @@ capsules:
     assert all(r.llen(f"queue:{queue}") == 1 for queue in queues)
     assert r.scard("processes") == 0
 
+
+def test_a_cpu_this_process_may_not_use_is_a_bad_flag_and_nothing_starts(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    missing = max(os.sched_getaffinity(0)) + 1
+    worker = start_worker("--cpu-affinity", str(missing), wait_ready=False)
+    assert worker.wait(15) == 2
+    assert f"CPU {missing} is not available to this process" in worker.output()
+    assert "starting" not in worker.output()
+    assert r.smembers("processes") == set()  # no record of a worker that never ran
