@@ -55,7 +55,7 @@ from .heartbeat import Heartbeat
 from .iteration.handler import InterruptHandler
 from .job import open_batches_with, registry
 from .limiter.middleware import LimitsMiddleware
-from .manager import Manager, capsule_pool
+from .manager import Manager, capsule_pool, stop_all
 from .metrics.counters import Counters
 from .metrics.instruments import Instruments, execution_metrics
 from .metrics.slow import SlowJobs
@@ -321,6 +321,10 @@ class Launcher:
             if self._started:
                 raise RuntimeError("this launcher was already started")
             self._started = True
+        # Before anything starts: a CPU this process may not use is refused with no process
+        # record written, no hook fired and no thread left behind.
+        cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot) \
+            if self.threads else None
         self.config.freeze()
         # The chain is final now: a helper thread for each of its sync links, a slot.
         self.runner.loop.reserve_helpers(helper_count(
@@ -351,14 +355,14 @@ class Launcher:
         writer_for(self.config)  # reliable push: a disk buffer looks for what a dead one left
         if not self.threads:
             return  # processors of its own: none (a cluster's shared ones fetch through it)
-        pinning = self._pinning()
+        pinning = self._pinning(cpus)
         self.runner.loop.pinning = pinning
         for manager in self.managers:
             manager.start(pinning)
 
-    def _pinning(self) -> affinity.Pinning | None:
-        """The processor threads' placement (``cpu_affinity``); ``auto`` adapts to load."""
-        cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot)
+    def _pinning(self, cpus: frozenset[int] | None) -> affinity.Pinning | None:
+        """The processor threads' placement on ``cpus`` (``affinity.choose``); ``auto``
+        adapts to load."""
         if cpus is None:
             return None
         adaptive = self.config.cpu_affinity == affinity.AUTO
@@ -438,8 +442,7 @@ class Launcher:
         deadline = self._wait_for_jobs(deadline)
         if self.stop_first is not None:
             self.stop_first(deadline)
-        for manager in self.managers:
-            manager.stop(deadline)
+        stop_all(self.managers, deadline)
         self.stops.stop(timeout=1.0)
         if self._pin_sampler is not None:
             self._pin_sampler.stop(timeout=1.0)

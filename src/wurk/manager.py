@@ -10,7 +10,8 @@
 4. ``stop(deadline)`` quiets, waits for running jobs (sync and async) until the deadline,
    then — the order matters — puts every unfinished job back on its queue, and only then
    interrupts the job threads, cancels the async jobs and gives them ``shutdown_grace``
-   seconds. It is worse to lose a job than to run it twice.
+   seconds. It is worse to lose a job than to run it twice. ``stop_all`` stops a process's
+   managers so: their interrupted threads share one grace, not one each in turn.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .reporting import report_error
 from .runtime.affinity import Pinning
 from .runtime.outage import Outage
 
-__all__ = ["Manager", "capsule_pool"]
+__all__ = ["Manager", "capsule_pool", "stop_all"]
 
 log = logging.getLogger("wurk")
 
@@ -198,10 +199,16 @@ class Manager:
 
     def stop(self, deadline: float) -> None:
         """Quiet, wait until ``deadline`` (monotonic), then requeue and interrupt."""
+        stop_all([self], deadline)
+
+    def give_back(self, deadline: float) -> bool:
+        """``stop``'s first half: quiet, wait until ``deadline``, then put the unfinished
+        jobs back and interrupt their threads; True when some were (``finish`` waits for
+        them), False when all ended in time (the stop is over)."""
         self.quiet()
         if self._wait_idle(deadline) and self.lane.wait_idle(deadline):
             self.lane.close()
-            return
+            return False
         busy = self.processors
         # Before the requeue: a job ending now is not ACKed. Only those still running are
         # requeued; one that ended since the look was settled by its end.
@@ -215,7 +222,11 @@ class Manager:
         for processor in busy:
             processor.interrupt()
         self.lane.cancel_all()
-        grace = time.monotonic() + self.config.shutdown_grace
+        return True
+
+    def finish(self, grace: float) -> None:
+        """``stop``'s second half: wait until ``grace`` (monotonic) for the interrupted
+        threads and cancelled async jobs, then name any still running."""
         self._wait_idle(grace)
         self.lane.wait_idle(grace)
         self.lane.close()
@@ -247,3 +258,17 @@ class Manager:
                 report_error(self.config, exc, {"context": "requeue at shutdown",
                                                 "jobs": [u.raw.decode("utf-8", "replace")
                                                          for u in group]})
+
+
+def stop_all(managers: list[Manager], deadline: float) -> None:
+    """Stop ``managers`` under one deadline and one grace: each waits for its jobs until
+    ``deadline``, and each one's unfinished jobs go back and are interrupted; then the
+    interrupted threads of all of them share one ``shutdown_grace``. (One manager's grace
+    after another's made a stop last ``timeout`` plus a grace per capsule, past what a
+    supervisor is told to allow.)"""
+    interrupted = [manager for manager in managers if manager.give_back(deadline)]
+    if not interrupted:
+        return
+    grace = time.monotonic() + interrupted[0].config.shutdown_grace
+    for manager in interrupted:
+        manager.finish(grace)

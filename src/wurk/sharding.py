@@ -44,7 +44,7 @@ from .fetch.basic import Fetcher
 from .fetch.keyspaces import Keyspace, KeyspaceFetch, KeyspaceRunner
 from .fetch.reliable import ReliableFetch
 from .launcher import BUILT_IN, IDLE_CHECK_INTERVAL, Launcher
-from .manager import Manager, capsule_pool
+from .manager import Manager, capsule_pool, stop_all
 from .middleware import Chain
 from .runtime.identity import Identity
 
@@ -195,8 +195,7 @@ class ShardedLauncher:
                 if remaining <= 0 or self._hurried.wait(min(remaining, IDLE_CHECK_INTERVAL)):
                     break
             deadline = time.monotonic() if self._hurried.is_set() else deadline
-            for manager in self.shared:
-                manager.stop(deadline)
+            stop_all(self.shared, deadline)
 
     @property
     def identity(self) -> Identity:

@@ -153,6 +153,19 @@ def test_a_failed_start_stops_what_started_and_raises_and_can_be_tried_again(
         worker.stop(timeout=1)
 
 
+def test_a_cpu_this_process_may_not_use_stops_the_start_before_anything_runs(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """worker.md: a CPU list naming one this process may not use is an error — told before
+    the boot begins, not after its hooks ran and its threads and record were made."""
+    fired: list[str] = []
+    fast.on("startup", lambda: fired.append("startup"))
+    fast.cpu_affinity = str(max(os.sched_getaffinity(0)) + 1)
+    worker = wurk.InProcessWorker(fast)
+    with pytest.raises(wurk.ConfigError, match="is not available to this process"):
+        worker.start()
+    assert fired == [] and not worker.running and r.scard("processes") == 0
+
+
 def test_lifecycle_hooks_fire_in_order_and_one_that_raises_is_reported(
         fast: wurk.Config, r: redis.Redis) -> None:
     """worker.md: quiet, shutdown and exit run in reverse registration order; a hook that

@@ -301,3 +301,40 @@ def test_a_bad_cpu_affinity_is_named_and_nothing_starts(
     worker = start_worker("--cpu-affinity", "first", wait_ready=False)
     assert worker.wait(15) == 2
     assert "cpu_affinity 'first': 'first' is not a CPU number" in worker.output()
+
+
+def test_term_gives_stuck_jobs_of_every_capsule_one_grace_not_one_each(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # Four capsules, each running a job the interrupt cannot reach (a sleep in C): the
+    # stop is -t plus one grace (docs/deploying.md), not one grace per capsule in turn.
+    queues = ["default", "qa", "qb", "qc"]
+    for queue in queues:
+        jobs.sleep_job.set(queue=queue).perform_async(60, "sys:stuck")
+    worker = start_worker("-c", "1", "-t", "0.5", settings="""
+shutdown_grace: 3
+capsules:
+  a: {concurrency: 1, queues: [qa]}
+  b: {concurrency: 1, queues: [qb]}
+  c: {concurrency: 1, queues: [qc]}
+""")
+    wait_for(lambda: r.llen("sys:stuck:started") == 4, message="four stuck jobs started")
+    started = time.monotonic()
+    worker.signal("TERM")
+    assert worker.wait(60) == 0
+    elapsed = time.monotonic() - started
+    # One grace: about 3.5 s; a grace per capsule: 12.5 s and more.
+    assert elapsed < 2 * (0.5 + 3), elapsed
+    assert all(r.llen(f"queue:{queue}") == 1 for queue in queues)
+    assert r.scard("processes") == 0
+
+
+def test_a_cpu_this_process_may_not_use_is_a_bad_flag_and_nothing_starts(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    missing = max(os.sched_getaffinity(0)) + 1
+    worker = start_worker("--cpu-affinity", str(missing), wait_ready=False)
+    assert worker.wait(15) == 2
+    assert f"CPU {missing} is not available to this process" in worker.output()
+    assert "starting" not in worker.output()
+    assert r.smembers("processes") == set()  # no record of a worker that never ran

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -243,6 +244,38 @@ def test_a_second_stop_signal_within_a_second_is_the_same_one_and_later_stops_no
         pipe.close()
     assert launcher.hurried_at is not None and launcher.hurried_at - started >= HURRY_AFTER
     assert "a second Ctrl-C (INT or TERM) stops now" in launcher.hint
+
+
+def test_usr1_to_a_lone_worker_is_ignored_with_a_warning_not_in_silence(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """worker.md: a signal the worker does not act on is ignored with a warning naming it.
+    USR1 (a swarm's rolling restart) reaches a lone worker's loop, by ``kill`` or from the
+    signals list, trapped: it said nothing, while its sender waited for a restart."""
+    from wurk.runtime.signals import serve
+
+    class Worker:
+        stopped = quieted = False
+
+        def quiet(self) -> None:
+            self.quieted = True
+
+        def hurry(self) -> None: ...
+
+        def stop(self, timeout: float | None = None, *, hint: str = "") -> None:
+            self.stopped = True
+
+    caplog.set_level(logging.INFO, logger="wurk")
+    pipe = SignalPipe()
+    worker = Worker()
+    pipe.push("USR1")  # as the heartbeat pushes a remote one; not warned of there
+    pipe.push("TERM")
+    try:
+        serve(worker, pipe, tick=0.01)
+    finally:
+        pipe.close()
+    assert worker.stopped and not worker.quieted
+    assert any("USR1" in line and "ignor" in line for line in caplog.messages), \
+        caplog.messages
 
 
 def test_a_log_file_that_cannot_be_reopened_does_not_end_the_signal_loop(

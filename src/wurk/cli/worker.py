@@ -35,6 +35,7 @@ from ..crypto import check_active_key
 from ..errors import ConfigError, WurkError
 from ..job import registry
 from ..payload import DEFAULT_QUEUE
+from ..runtime import affinity
 from ..runtime.collector import tune_collector
 from ..runtime.malloc import limit_arenas
 from ..runtime.signals import SignalPipe
@@ -175,6 +176,8 @@ def prepare(options: dict[str, Any], *, worker: bool = True) -> Config:
     try:
         config, _ = build_config(options)
         config.check_worker()  # the encryption key once the modules had their say
+        if worker:  # a CPU this machine does not give us: a bad flag, before anything starts
+            affinity.check(config.cpu_affinity)
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     logfile = options.get("logfile")

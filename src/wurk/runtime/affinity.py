@@ -80,7 +80,7 @@ except ImportError:  # not Unix
 
 from ..errors import ConfigError
 
-__all__ = ["Pinning", "allowed", "choose", "cpus_busy", "parse", "threads_cpu"]
+__all__ = ["Pinning", "allowed", "check", "choose", "cpus_busy", "parse", "threads_cpu"]
 
 log = logging.getLogger("wurk")
 
@@ -164,11 +164,24 @@ def choose(spec: str | None, *, slot: int | None = None) -> frozenset[int] | Non
         index = slot % len(cpus) if slot is not None else _least_busy(cpus)
         return frozenset({cpus[index]})
     assert isinstance(parsed, frozenset)
+    _check_available(spec, parsed, cpus)
+    return parsed
+
+
+def check(spec: str | None) -> None:
+    """``ConfigError`` unless ``spec`` parses and every CPU it names may be used by this
+    process: what ``choose`` would refuse, told before a worker starts (no sampling)."""
+    parsed = parse(spec)
+    cpus = allowed()
+    if isinstance(parsed, frozenset) and cpus:
+        _check_available(spec, parsed, cpus)
+
+
+def _check_available(spec: str | None, parsed: frozenset[int], cpus: list[int]) -> None:
     outside = sorted(parsed - set(cpus))
     if outside:
         raise ConfigError(f"cpu_affinity {spec!r}: CPU {outside[0]} is not available to this "
                           f"process (available: {', '.join(map(str, cpus))})")
-    return parsed
 
 
 def _least_busy(cpus: list[int]) -> int:

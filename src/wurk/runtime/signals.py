@@ -14,7 +14,9 @@
    keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
    the first) hurries the stop: the unfinished jobs go back to their queues now and the
    process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
-5. ``dump_threads`` writes every thread's stack to the log (TTIN); ``reopen_logs`` reopens
+5. ``act_on``: what a worker does with each; USR1, a swarm's rolling restart, is ignored
+   with a warning (a swarm child names its parent instead).
+6. ``dump_threads`` writes every thread's stack to the log (TTIN); ``reopen_logs`` reopens
    the log files (USR2), reporting a file it cannot reopen rather than raising.
 """
 
@@ -162,6 +164,9 @@ def act_on(launcher: _Quietable, name: str) -> bool:
         dump_threads()
     elif name == "USR2":
         reopen_logs()
+    elif name == "USR1":  # trapped for a swarm (its rolling restart); a worker has none
+        log.warning("ignoring USR1: it restarts a swarm's children (wurk swarm); a worker "
+                    "alone has nothing to restart (TERM stops it)")
     return False
 
 

@@ -215,11 +215,11 @@ class _Child:
             self._check_max_jobs(launcher)
 
     def _on_signal(self, launcher: Launcher | ShardedLauncher, name: str) -> None:
-        if act_on(launcher, name):
-            return
-        if name == "USR1":
+        if name == "USR1":  # said here rather than by act_on: the parent is known
             log.warning("USR1 restarts a swarm: send it to the parent, pid %d",
                         self.spec.parent_pid)
+            return
+        act_on(launcher, name)
 
     def _check_max_jobs(self, launcher: Launcher | ShardedLauncher) -> None:
         limit = self.spec.max_jobs
