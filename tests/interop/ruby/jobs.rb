@@ -17,3 +17,24 @@ class InteropRecord
     end
   end
 end
+
+# Fails every run, with its backtrace kept; its retries wait an hour (the test moves them).
+class InteropFail
+  include Sidekiq::Worker
+  sidekiq_retry_in { |_count, _exc| 3600 }
+
+  def perform(*args)
+    Sidekiq.redis { |conn| conn.rpush('interop:ruby-failed', JSON.generate('jid' => jid, 'args' => args)) }
+    raise ArgumentError, "ruby failure #{args.inspect}"
+  end
+end
+
+# Busy for ARGV seconds: what a dashboard shows running.
+class InteropSlow
+  include Sidekiq::Worker
+
+  def perform(seconds)
+    Sidekiq.redis { |conn| conn.rpush('interop:ruby-slow', jid) }
+    sleep seconds
+  end
+end
