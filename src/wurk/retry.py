@@ -78,8 +78,8 @@ class JobRetry:
                definition: JobDefinition | None, instance: object | None,
                queue: str | None = None) -> None:
         """Book the failure of ``job``; ``job`` is changed in place. ``queue``: the queue it
-        was fetched from, written into a payload that names none (as Sidekiq writes it), so
-        its retry comes back there."""
+        was fetched from, written into the payload (as Sidekiq writes it, unless a
+        ``retry_queue`` is set), so its retry comes back there."""
         try:
             P.validate(job)
         except InvalidPayload as invalid:
@@ -117,7 +117,7 @@ class JobRetry:
         retry_queue = job.get(P.RETRY_QUEUE)
         if isinstance(retry_queue, str) and retry_queue:
             job[P.QUEUE] = retry_queue
-        elif P.QUEUE not in job and queue:
+        elif queue:  # where it was fetched from, as Sidekiq writes it
             job[P.QUEUE] = queue
         _stamp_error(job, exc)
         count = self._count_failure(job, now)

@@ -605,13 +605,18 @@ def test_redis_outage_while_booking_raises_redis_unavailable(redis_server: Any) 
     config.close()
 
 
-def test_a_payload_without_queue_retries_to_the_queue_it_came_from(
-        config: Config, r: redis.Redis) -> None:
-    # Sidekiq writes the queue a failing job was fetched from; without it the retry came due
-    # to "default", where no worker of "critical" looks.
+@pytest.mark.parametrize("named", [None, "elsewhere"])
+def test_a_failing_job_retries_to_the_queue_it_came_from(
+        config: Config, r: redis.Redis, named: str | None) -> None:
+    # Sidekiq writes the queue a failing job was fetched from (``msg["queue"] =
+    # msg["retry_queue"] || queue``): without one the retry came due to "default", where no
+    # worker of "critical" looks; with another (a job moved by hand, by another tool) wurk
+    # sent the retry there while Sidekiq sends it back where it was found.
     from tests.helpers.runner import Drain
 
     job = {"class": "Retry::Plain", "args": [], "jid": P.new_jid(), "retry": 3}
+    if named is not None:
+        job["queue"] = named
     r.sadd("queues", "critical")
     r.lpush("queue:critical", json.dumps(job))
     drain = Drain(config, "critical")
