@@ -75,3 +75,49 @@ def test_fake_and_inline_keep_task_results_in_memory_not_in_redis(tmp_path: Path
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert done.stdout.splitlines() == ["fake: ok", "inline: ok"], output
+
+
+VARIANT = textwrap.dedent("""
+    import django
+    from django.conf import settings
+
+    queues = ["default", "high"]
+    settings.configure(
+        INSTALLED_APPS=["django_tasks", "wurk.contrib.django", "app"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        WURK={"REDIS_URL": "redis://127.0.0.1:1/0", "SOCKET_TIMEOUT": 0.5},
+        TASKS={"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend",
+                           "QUEUES": queues},
+               "other": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend",
+                         "QUEUES": queues, "OPTIONS": {"RETRY": 0}}},
+    )
+    django.setup()
+    import wurk.testing
+    from wurk.job import registry
+    from app.tasks import add
+
+    urgent = add.using(queue_name="high", backend="other")  # a variant, as a module keeps one
+    with wurk.testing.fake():
+        result = add.enqueue(2, 3)
+        read = add.get_result(result.id)
+        print(read.task.queue_name, read.task.backend)
+        print(registry.get("app.tasks.add").options.get("retry"))
+        assert wurk.testing.drain_all() == 1
+        result.refresh()
+        print(str(result.status), result.return_value)
+""")
+
+
+def test_a_variant_made_by_using_does_not_replace_the_task(tmp_path: Path) -> None:
+    """``add.using(...)`` makes another ``Task`` of the same function: the task a result
+    of ``add.enqueue`` reads back, and the job the worker runs it as, stay ``add``'s."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "tasks.py").write_text(TASKS)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
+    done = subprocess.run([sys.executable, "-c", VARIANT], env=env, capture_output=True,
+                          text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert done.stdout.splitlines() == ["default default", "None", "SUCCESSFUL 5"], output

@@ -765,3 +765,37 @@ def test_a_row_too_large_is_deleted_with_a_log_and_holds_up_no_other(
     assert rows(engine) == 0
     assert small.zcard("dead") == 0
     assert f"(jid {'a' * 24}) is" in caplog.text and "the row is deleted" in caplog.text
+
+
+def test_a_push_to_another_shard_goes_there_and_is_refused_as_a_row(
+        redis_server: Server, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    """The shard option is kept outside a transaction; inside one a row could only be
+    relayed into the default shard (rows name no shard), so the push is refused at the
+    call, never sent to the wrong Redis."""
+    eu_url = redis_server.url.rsplit("/", 1)[0] + "/1"
+    eu = redis.Redis.from_url(eu_url, decode_responses=True)
+    eu.flushdb()
+    config = outbox_config(redis_server.url, sessions, engine, shards={"eu": eu_url})
+    try:
+        ship.set(shard="eu").perform_async(1)
+        ship.set(shard="eu").perform_bulk([[2], [3]])
+        assert queued(r) == []
+        assert sorted(job["args"] for job in queued(eu)) == [[1], [2], [3]]
+        session = sessions()
+        with session.begin():
+            with pytest.raises(wurk.ConfigError, match="'eu'"):
+                ship.set(shard="eu").perform_async(4)
+            with pytest.raises(wurk.ConfigError, match="'eu'"):
+                ship.set(shard="eu").perform_bulk([[5]])
+            ship.set(shard="eu", transactional=False).perform_async(6)
+            ship.perform_async(7)  # the default shard's: a row, as ever
+            assert session.execute(select(func.count()).select_from(OUTBOX)).scalar_one() == 1
+        wurk.testing.relay_outbox()
+        assert [job["args"] for job in queued(r)] == [[7]]
+        assert sorted(job["args"] for job in queued(eu)) == [[1], [2], [3], [6]]
+        assert rows(engine) == 0
+    finally:
+        relay_for(config).stop()
+        eu.flushdb()
+        eu.close()

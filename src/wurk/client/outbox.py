@@ -48,11 +48,12 @@ import redis
 
 from .. import payload as P
 from ..config import Config
-from ..errors import InvalidPayload
+from ..errors import ConfigError, InvalidPayload
 from ..runtime import hooks
 from ..runtime.duty import Duty
 from ..runtime.timer import Timers
 from . import idempotent, writers
+from .core import Client
 from .transactional import TransactionAdapter, TransactionalClient
 from .writers import Entries
 
@@ -119,6 +120,10 @@ class OutboxClient(TransactionalClient):
         return adapter
 
     def push(self, item: Mapping[str, Any]) -> str | None:
+        other = self._routed(item)  # another shard's: pushed at once there, never a row
+        if other is not None:
+            self._no_row_elsewhere(item, other)
+            return other.push(item)
         job = self.normalize(item)
         route = self._route(item, job)
         if route == "commit" and self._deferred(item, job):
@@ -134,6 +139,10 @@ class OutboxClient(TransactionalClient):
     async def apush(self, item: Mapping[str, Any]) -> str | None:
         """``push`` for async code. Inside a transaction the row is written on this thread
         (a transaction belongs to its thread's connection), as a sync push would."""
+        other = self._routed(item)
+        if other is not None:
+            self._no_row_elsewhere(item, other)
+            return await other.apush(item)
         job = self.normalize(item)
         route = self._route(item, job)
         if route == "commit" and self._deferred(item, job):
@@ -147,14 +156,32 @@ class OutboxClient(TransactionalClient):
         return await self._adrive(self._push_steps(job))
 
     def push_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
-        if item.get(P.TRANSACTIONAL, True) is not False and not item.get(P.BID) and \
-                writers.selected() is None and self.outbox.in_transaction():
+        if self._joins_outbox(item):
+            for client, _, _ in self._bulk_routes(item) or []:
+                if client is not self:
+                    self._no_row_elsewhere(item, client)
             token = _into_outbox.set(True)
             try:
                 return self._drive(self._bulk_steps(item))
             finally:
                 _into_outbox.reset(token)
         return super().push_bulk(item)
+
+    def _joins_outbox(self, item: Mapping[str, Any]) -> bool:
+        """Whether a push of ``item`` would be rows of the transaction open now."""
+        return item.get(P.TRANSACTIONAL, True) is not False and not item.get(P.BID) and \
+            writers.selected() is None and self.outbox.in_transaction()
+
+    def _no_row_elsewhere(self, item: Mapping[str, Any], other: Client) -> None:
+        """Refuse a push to another shard that would be a row: a row names no shard, and
+        the relay pushes every row into its configuration's own Redis (default's)."""
+        if isinstance(item, Mapping) and writers.overlay() is None and \
+                self._joins_outbox(item):
+            raise ConfigError(
+                f"a push to shard {other.config.shard_name!r} cannot be a row of the outbox: "
+                f"its relay pushes every row into shard {self.config.shard_name!r}; push it "
+                f"with set(transactional=False) to send it at once, or outside the "
+                f"transaction")
 
     def _route(self, item: Mapping[str, Any], job: P.Payload) -> str:
         """"now", "commit" (a testing mode: deferred as the transactional client does) or

@@ -5,7 +5,8 @@
 
 1. Django 6's ``django.tasks``, or the ``django_tasks`` backport with the same API.
 2. A task is a wurk job named by its module path (the payload's ``class``), registered
-   when its ``@task`` decorator runs: the worker loads each app's ``tasks.py``, and never
+   when its ``@task`` decorator runs (``task.using(...)`` makes a variant that replaces
+   neither the task nor its job's options): the worker loads each app's ``tasks.py``, and never
    imports what a payload names. Its args travel as ``[args, kwargs]``; ``run_after``
    schedules it; ``queue_name`` is its queue, one a worker can be given (checked for
    ``QUEUES`` at startup, for any other at ``@task`` and enqueue). ``OPTIONS`` other than
@@ -95,6 +96,9 @@ class WurkTask(Task):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        made = _tasks.get(self.module_path)
+        if made is not None and made.func is self.func:
+            return  # a variant by using(): the task (and job) @task made stays the one
         backend = self.get_backend()
         _tasks[self.module_path] = self
         registry.register(JobDefinition(self.module_path, _TaskJob(self.module_path),

@@ -8,6 +8,10 @@
 2. The outbox (``client="outbox"``, this app's default): ``write_outbox`` inserts the rows
    into ``wurk_outbox`` (``OutboxEntry``) on the alias, inside the ``atomic()`` block open
    now; ``outbox_store`` is what the relay takes them through (``wurk.contrib.django.outbox``).
+3. A transaction managed by hand (``set_autocommit(False)``, no ``atomic()`` block) may still
+   roll back, and neither ``on_commit`` (Django refuses it there) nor the outbox's wake can
+   wait for its commit: a push that would join it raises ``TransactionManagementError`` at
+   the call, never goes at once for data a rollback then erases.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
+from django.db.transaction import TransactionManagementError
 
 if TYPE_CHECKING:
     from ...client.outbox import OutboxRow
@@ -36,7 +41,17 @@ class DjangoAdapter:
         self._store: Any = None
 
     def in_transaction(self) -> bool:
-        return bool(transaction.get_connection(self.using).in_atomic_block)
+        connection = transaction.get_connection(self.using)
+        if connection.in_atomic_block:
+            return True
+        # Autocommit off outside atomic(): a transaction is open that nothing can hook.
+        # (No connection yet: nothing is open, and none is made here.)
+        if connection.connection is not None and not connection.get_autocommit():
+            raise TransactionManagementError(
+                f"a push cannot wait for the commit of a transaction managed by hand "
+                f"(set_autocommit(False) on database {self.using!r}): push inside "
+                f"transaction.atomic(), or with set(transactional=False) to push at once")
+        return False
 
     def after_commit(self, callback: Callable[[], None]) -> bool:
         if not self.in_transaction():
