@@ -175,6 +175,9 @@ class QuietThenFetch:
     def requeue(self, units: object) -> None:
         raise RedisUnavailable("Redis is gone")
 
+    def give_back(self, unit: UnitOfWork) -> None:
+        self.requeue([unit])  # as basic fetch gives back a job fetched after quiet
+
     def flush(self) -> None:
         return None
 
