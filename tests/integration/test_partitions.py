@@ -69,6 +69,17 @@ def arg(unit: UnitOfWork | None) -> int:
     return int(json.loads(unit.raw)["args"][0])
 
 
+def take(f: PartitionedFetch, count: int) -> list[int]:
+    """The argument of each of the next ``count`` jobs ``f`` fetches, each acknowledged."""
+    taken = []
+    for _ in range(count):
+        unit = f.fetch(0.05)
+        taken.append(arg(unit))
+        assert unit is not None
+        unit.acknowledge()
+    return taken
+
+
 def test_a_push_lands_in_its_partition_and_the_ring(pconfig: wurk.Config,
                                                     r: redis.Redis) -> None:
     work.set(partition="acct-1").perform_async(1)
@@ -671,13 +682,7 @@ def test_a_job_routed_to_a_partition_key_of_another_type_is_never_lost(
         r.lpush(keys.queue(Q), json.dumps({"class": "X", "args": [n], "queue": Q,
                                            "partition": "s", "jid": f"s{n}"}))
     f = fetcher(pconfig)
-    taken = []
-    for _ in range(3):
-        unit = f.fetch(0.05)
-        assert unit is not None
-        taken.append(arg(unit))
-        unit.acknowledge()
-    assert sorted(taken) == [0, 1, 2]
+    assert sorted(take(f, 3)) == [0, 1, 2]
     assert r.get(keys.partition(Q, "s")) == "a string"  # not ours to touch
 
 
@@ -722,12 +727,7 @@ def test_a_requeue_to_a_ring_of_another_type_releases_and_returns_every_job(
     f.requeue([unit for unit in units if unit is not None])
     assert r.hlen(keys.partition_running(Q)) == 0
     assert r.llen(keys.partition(Q, "a")) == 1 and r.llen(keys.partition(Q, "b")) == 1
-    got = []
-    for _ in range(2):
-        unit = f.fetch(0.05)
-        got.append(arg(unit))
-        assert unit is not None
-        unit.acknowledge()
+    got = take(f, 2)
     f.flush_acks()
     assert sorted(got) == [1, 2] and f.fetch(0.05) is None
     f.flush()
@@ -774,14 +774,7 @@ def test_jobs_routed_from_the_plain_list_keep_their_order_in_their_partition(
     for n in range(5):
         r.lpush(pconfig.keys.queue(Q), json.dumps({"class": "X", "args": [n], "queue": Q,
                                                    "partition": "z", "jid": f"r{n}"}))
-    f = fetcher(pconfig)
-    taken = []
-    for _ in range(5):
-        unit = f.fetch(0.05)
-        taken.append(arg(unit))
-        assert unit is not None
-        unit.acknowledge()
-    assert taken == [0, 1, 2, 3, 4]
+    assert take(fetcher(pconfig), 5) == [0, 1, 2, 3, 4]
 
 
 def test_a_ring_of_another_type_is_rebuilt_and_every_waiting_job_is_fetched(
@@ -796,13 +789,8 @@ def test_a_ring_of_another_type_is_rebuilt_and_every_waiting_job_is_fetched(
     r.delete(ring)
     r.set(ring, "not ours")
     f = fetcher(pconfig)
-    got = []
     with caplog.at_level(logging.WARNING, logger="wurk"):
-        for _ in range(3):
-            unit = f.fetch(0.05)
-            got.append(arg(unit))
-            assert unit is not None
-            unit.acknowledge()
+        got = take(f, 3)
     f.flush_acks()
     assert sorted(got) == [0, 1, 2]
     assert f.fetch(0.05) is None and r.type(ring) in ("zset", "none")
