@@ -338,3 +338,20 @@ def test_a_cpu_this_process_may_not_use_is_a_bad_flag_and_nothing_starts(
     assert f"CPU {missing} is not available to this process" in worker.output()
     assert "starting" not in worker.output()
     assert r.smembers("processes") == set()  # no record of a worker that never ran
+
+
+def test_a_boot_that_fails_after_the_first_heartbeat_stops_what_started(
+    config: wurk.Config, r: redis.Redis, start_worker: StartWorker
+) -> None:
+    # The startup hook makes the last step of the boot raise: the heartbeat was written,
+    # its thread, the leader election and the scheduler were running.
+    worker = start_worker("-r", "tests.system.boot_fails_jobs", wait_ready=False)
+    assert worker.wait(30) == 1
+    output = worker.output()
+    assert "boot failed after the first heartbeat" in output
+    assert "starting" in output  # the boot got as far as the first heartbeat
+    pid = worker.process.pid
+    # The dashboard shows no process that is gone, and no one holds the leader lease.
+    assert r.smembers("processes") == set()
+    assert [key for key in r.keys("*") if f":{pid}:" in key] == []
+    assert r.get("dear-leader") is None

@@ -282,11 +282,26 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
     pipe.install()
     try:
         launcher = launcher_for(config, on_remote_signal=pipe.push)
+    except BaseException as exc:
+        pipe.close()
+        if isinstance(exc, WurkError):
+            raise click.ClickException(str(exc)) from None
+        raise
+    try:
         tune_collector(config.gc_threshold)  # the application is loaded, no job has run
         launcher.start()
-    except WurkError as exc:
-        pipe.close()
-        raise click.ClickException(str(exc)) from None
+    except BaseException as exc:
+        # A boot that failed part-way (a startup hook, an error after the first heartbeat)
+        # stops what did start: the process record, the leader lease, the threads.
+        try:
+            launcher.stop(timeout=0)
+        except Exception:  # the boot's own error is the one to show
+            logger.exception("stopping the worker whose boot failed failed too")
+        finally:
+            pipe.close()
+        if isinstance(exc, WurkError):
+            raise click.ClickException(str(exc)) from None
+        raise
     try:
         serve(launcher, pipe, tick=MAIN_LOOP_TICK)
     finally:
