@@ -381,6 +381,30 @@ def test_async_with_waits_without_blocking_the_loop(config: wurk.Config) -> None
     assert order == ["a in", "a out", "b in", "b out"]
 
 
+def test_async_waiters_hold_no_thread_so_a_release_is_never_queued_behind_them(
+        config: wurk.Config) -> None:
+    # An application's loop has a small default executor (min(32, cpus + 4) threads). Async
+    # waiters that each held a thread of it for their whole wait left the holder's release
+    # queued behind them: the slot stayed taken until their waits ran out, all refused.
+    from concurrent.futures import ThreadPoolExecutor
+
+    mutex = wurk.limiter.concurrent("few-threads", 1, wait_timeout=2)
+    order: list[str] = []
+
+    async def user(name: str) -> None:
+        async with mutex.within_limit():
+            order.append(name)
+            await asyncio.sleep(0.02)
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+        await asyncio.gather(*(user(str(i)) for i in range(5)))
+
+    asyncio.run(main())  # OverLimit when the waiters starved the release
+    assert sorted(order) == ["0", "1", "2", "3", "4"]
+    assert mutex.stats()["refused"] == 0
+
+
 def test_an_async_waiter_cancelled_gives_back_the_slot_it_took_later(
         config: wurk.Config) -> None:
     mutex = wurk.limiter.concurrent("cancelled", 1, wait_timeout=2)
