@@ -340,6 +340,19 @@ def test_creating_a_limiter_does_no_io(config: wurk.Config, r: redis.Redis) -> N
     assert len(meta["fingerprint"]) == 64 and 0 < r.ttl("lmtr:erp") <= 90 * 86400
 
 
+def test_the_index_forgets_limiters_whose_metadata_expired(config: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    # Dynamic names (f"stripe-{account_id}") each added a member to lmtr-list, which has no
+    # expiry: their metadata and counters vanished after `ttl`, their names stayed for good.
+    # A registration now drops the names it samples whose metadata is gone.
+    with wurk.limiter.window("live", 5, 10).within_limit():
+        pass
+    r.sadd("lmtr-list", *(f"account-{i}" for i in range(15)))  # expired: no lmtr:<name>
+    with wurk.limiter.concurrent("new-one", 1).within_limit():
+        pass
+    assert r.smembers("lmtr-list") == {"live", "new-one"}
+
+
 def test_policy_skip_skips_the_call_with_run(config: wurk.Config) -> None:
     once = wurk.limiter.concurrent("once", 1, wait_timeout=0, policy="skip")
     calls: list[int] = []

@@ -439,7 +439,7 @@ class Limiter:
         keys = self._config().keys
         self._warn_restarted(_REGISTER.call(
             conn, [keys.limiter(self.name), keys.limiter_list],
-            [self.name, self.kind, options, fingerprint, self.ttl]))
+            [self.name, self.kind, options, fingerprint, self.ttl, keys.limiter("")]))
         with _registered_lock:
             if len(_registered) >= REGISTERED_CAP:
                 _registered.clear()
