@@ -353,6 +353,31 @@ def test_the_index_forgets_limiters_whose_metadata_expired(config: wurk.Config,
     assert r.smembers("lmtr-list") == {"live", "new-one"}
 
 
+def test_a_block_entered_again_while_in_use_is_refused_and_leaks_no_slot(
+        config: wurk.Config, r: redis.Redis) -> None:
+    # One Block shared like a lock (`GUARD = L.within_limit()`, then `with GUARD:` in several
+    # threads) kept one handle: the second entry overwrote the first's, the first exit gave
+    # back the second's slot while it still ran, and the first's slot leaked until its lock
+    # expired. Entering a Block in use is now a clear error that takes nothing.
+    erp = wurk.limiter.concurrent("shared", 2, wait_timeout=0)
+    guard = erp.within_limit()
+    with guard:
+        with pytest.raises(RuntimeError, match="within_limit"), guard:
+            pass
+        assert r.zcard("lmtr-c:{shared}") == 1
+    assert r.zcard("lmtr-c:{shared}") == 0
+    with guard:  # free again once left
+        assert r.zcard("lmtr-c:{shared}") == 1
+
+    async def twice() -> None:
+        async with guard:
+            with pytest.raises(RuntimeError, match="within_limit"):
+                async with guard:
+                    pass
+    asyncio.run(twice())
+    assert r.zcard("lmtr-c:{shared}") == 0
+
+
 def test_policy_skip_skips_the_call_with_run(config: wurk.Config) -> None:
     once = wurk.limiter.concurrent("once", 1, wait_timeout=0, policy="skip")
     calls: list[int] = []

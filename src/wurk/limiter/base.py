@@ -86,6 +86,7 @@ STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "
 _REGISTER = scripts.Script("limiter_register.lua", prelude=COMMON)
 _registered: dict[tuple[int, str, str], float] = {}
 _registered_lock = threading.Lock()
+_blocks_lock = threading.Lock()
 
 
 def forget_registrations() -> None:
@@ -169,41 +170,69 @@ class Handle:
 
 
 class Block:
-    """``with limiter.within_limit() as handle:`` — and ``async with``."""
+    """``with limiter.within_limit() as handle:`` — and ``async with``. One block at a time:
+    entering it again while it is in use (one ``Block`` shared like a lock between threads,
+    tasks or nested ``with``) raises ``RuntimeError``; call ``within_limit()`` for each."""
 
-    __slots__ = ("_handle", "limiter", "used")
+    __slots__ = ("_busy", "_handle", "limiter", "used")
 
     def __init__(self, limiter: Limiter, used: float) -> None:
         self.limiter = limiter
         self.used = used
         self._handle: Handle | None = None
+        self._busy = False
+
+    def _claim(self) -> None:
+        # A second holder overwrote the first's handle: the first exit gave back the other's
+        # slot while it still ran, and its own leaked until its lock expired.
+        with _blocks_lock:
+            if self._busy:
+                raise RuntimeError(f"this within_limit() block of {self.limiter!r} is already "
+                                   "in use: call within_limit() for each with-block")
+            self._busy = True
 
     def __enter__(self) -> Handle:
-        self._handle = self.limiter._acquire(self.used)
+        self._claim()
+        try:
+            self._handle = self.limiter._acquire(self.used)
+        except BaseException:
+            self._busy = False
+            raise
         return self._handle
 
     def __exit__(self, *exc_info: object) -> None:
         handle, self._handle = self._handle, None
-        if handle is not None:
-            self.limiter._finish(handle)
+        try:
+            if handle is not None:
+                self.limiter._finish(handle)
+        finally:
+            self._busy = False
 
     async def __aenter__(self) -> Handle:
-        """The same wait, on a worker thread, so the event loop keeps running meanwhile."""
+        """The same wait, its attempts on a worker thread, so the event loop keeps running."""
         if not self.limiter.blocking:
             return self.__enter__()
-        self._handle = await self.limiter._aacquire(self.used)
+        self._claim()
+        try:
+            self._handle = await self.limiter._aacquire(self.used)
+        except BaseException:
+            self._busy = False
+            raise
         return self._handle
 
     async def __aexit__(self, *exc_info: object) -> None:
         handle, self._handle = self._handle, None
-        if handle is None:
-            return
-        if self.limiter.blocking:
-            # Shielded: a release still queued for a thread when the task is cancelled runs
-            # all the same, or the slot stayed taken until its lock expired.
-            await asyncio.shield(asyncio.to_thread(self.limiter._finish, handle))
-        else:
-            self.limiter._finish(handle)
+        try:
+            if handle is None:
+                return
+            if self.limiter.blocking:
+                # Shielded: a release still queued for a thread when the task is cancelled
+                # runs all the same, or the slot stayed taken until its lock expired.
+                await asyncio.shield(asyncio.to_thread(self.limiter._finish, handle))
+            else:
+                self.limiter._finish(handle)
+        finally:
+            self._busy = False
 
 
 class Limiter:
