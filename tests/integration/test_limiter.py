@@ -340,6 +340,44 @@ def test_creating_a_limiter_does_no_io(config: wurk.Config, r: redis.Redis) -> N
     assert len(meta["fingerprint"]) == 64 and 0 < r.ttl("lmtr:erp") <= 90 * 86400
 
 
+def test_the_index_forgets_limiters_whose_metadata_expired(config: wurk.Config,
+                                                          r: redis.Redis) -> None:
+    # Dynamic names (f"stripe-{account_id}") each added a member to lmtr-list, which has no
+    # expiry: their metadata and counters vanished after `ttl`, their names stayed for good.
+    # A registration now drops the names it samples whose metadata is gone.
+    with wurk.limiter.window("live", 5, 10).within_limit():
+        pass
+    r.sadd("lmtr-list", *(f"account-{i}" for i in range(15)))  # expired: no lmtr:<name>
+    with wurk.limiter.concurrent("new-one", 1).within_limit():
+        pass
+    assert r.smembers("lmtr-list") == {"live", "new-one"}
+
+
+def test_a_block_entered_again_while_in_use_is_refused_and_leaks_no_slot(
+        config: wurk.Config, r: redis.Redis) -> None:
+    # One Block shared like a lock (`GUARD = L.within_limit()`, then `with GUARD:` in several
+    # threads) kept one handle: the second entry overwrote the first's, the first exit gave
+    # back the second's slot while it still ran, and the first's slot leaked until its lock
+    # expired. Entering a Block in use is now a clear error that takes nothing.
+    erp = wurk.limiter.concurrent("shared", 2, wait_timeout=0)
+    guard = erp.within_limit()
+    with guard:
+        with pytest.raises(RuntimeError, match="within_limit"), guard:
+            pass
+        assert r.zcard("lmtr-c:{shared}") == 1
+    assert r.zcard("lmtr-c:{shared}") == 0
+    with guard:  # free again once left
+        assert r.zcard("lmtr-c:{shared}") == 1
+
+    async def twice() -> None:
+        async with guard:
+            with pytest.raises(RuntimeError, match="within_limit"):
+                async with guard:
+                    pass
+    asyncio.run(twice())
+    assert r.zcard("lmtr-c:{shared}") == 0
+
+
 def test_policy_skip_skips_the_call_with_run(config: wurk.Config) -> None:
     once = wurk.limiter.concurrent("once", 1, wait_timeout=0, policy="skip")
     calls: list[int] = []
@@ -379,6 +417,30 @@ def test_async_with_waits_without_blocking_the_loop(config: wurk.Config) -> None
 
     assert asyncio.run(main()) == 10  # the loop ticked while b waited
     assert order == ["a in", "a out", "b in", "b out"]
+
+
+def test_async_waiters_hold_no_thread_so_a_release_is_never_queued_behind_them(
+        config: wurk.Config) -> None:
+    # An application's loop has a small default executor (min(32, cpus + 4) threads). Async
+    # waiters that each held a thread of it for their whole wait left the holder's release
+    # queued behind them: the slot stayed taken until their waits ran out, all refused.
+    from concurrent.futures import ThreadPoolExecutor
+
+    mutex = wurk.limiter.concurrent("few-threads", 1, wait_timeout=2)
+    order: list[str] = []
+
+    async def user(name: str) -> None:
+        async with mutex.within_limit():
+            order.append(name)
+            await asyncio.sleep(0.02)
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+        await asyncio.gather(*(user(str(i)) for i in range(5)))
+
+    asyncio.run(main())  # OverLimit when the waiters starved the release
+    assert sorted(order) == ["0", "1", "2", "3", "4"]
+    assert mutex.stats()["refused"] == 0
 
 
 def test_an_async_waiter_cancelled_gives_back_the_slot_it_took_later(

@@ -86,6 +86,7 @@ STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "
 _REGISTER = scripts.Script("limiter_register.lua", prelude=COMMON)
 _registered: dict[tuple[int, str, str], float] = {}
 _registered_lock = threading.Lock()
+_blocks_lock = threading.Lock()
 
 
 def forget_registrations() -> None:
@@ -169,47 +170,69 @@ class Handle:
 
 
 class Block:
-    """``with limiter.within_limit() as handle:`` — and ``async with``."""
+    """``with limiter.within_limit() as handle:`` — and ``async with``. One block at a time:
+    entering it again while it is in use (one ``Block`` shared like a lock between threads,
+    tasks or nested ``with``) raises ``RuntimeError``; call ``within_limit()`` for each."""
 
-    __slots__ = ("_handle", "limiter", "used")
+    __slots__ = ("_busy", "_handle", "limiter", "used")
 
     def __init__(self, limiter: Limiter, used: float) -> None:
         self.limiter = limiter
         self.used = used
         self._handle: Handle | None = None
+        self._busy = False
+
+    def _claim(self) -> None:
+        # A second holder overwrote the first's handle: the first exit gave back the other's
+        # slot while it still ran, and its own leaked until its lock expired.
+        with _blocks_lock:
+            if self._busy:
+                raise RuntimeError(f"this within_limit() block of {self.limiter!r} is already "
+                                   "in use: call within_limit() for each with-block")
+            self._busy = True
 
     def __enter__(self) -> Handle:
-        self._handle = self.limiter._acquire(self.used)
+        self._claim()
+        try:
+            self._handle = self.limiter._acquire(self.used)
+        except BaseException:
+            self._busy = False
+            raise
         return self._handle
 
     def __exit__(self, *exc_info: object) -> None:
         handle, self._handle = self._handle, None
-        if handle is not None:
-            self.limiter._finish(handle)
+        try:
+            if handle is not None:
+                self.limiter._finish(handle)
+        finally:
+            self._busy = False
 
     async def __aenter__(self) -> Handle:
-        """The same wait, on a worker thread, so the event loop keeps running meanwhile."""
+        """The same wait, its attempts on a worker thread, so the event loop keeps running."""
         if not self.limiter.blocking:
             return self.__enter__()
-        context = contextvars.copy_context()
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(None, context.run, self.limiter._acquire, self.used)
+        self._claim()
         try:
-            self._handle = await asyncio.shield(future)
-        except asyncio.CancelledError:
-            # The thread goes on; a slot it takes after the cancellation is given back.
-            future.add_done_callback(self.limiter._finish_abandoned)
+            self._handle = await self.limiter._aacquire(self.used)
+        except BaseException:
+            self._busy = False
             raise
         return self._handle
 
     async def __aexit__(self, *exc_info: object) -> None:
         handle, self._handle = self._handle, None
-        if handle is None:
-            return
-        if self.limiter.blocking:
-            await asyncio.to_thread(self.limiter._finish, handle)
-        else:
-            self.limiter._finish(handle)
+        try:
+            if handle is None:
+                return
+            if self.limiter.blocking:
+                # Shielded: a release still queued for a thread when the task is cancelled
+                # runs all the same, or the slot stayed taken until its lock expired.
+                await asyncio.shield(asyncio.to_thread(self.limiter._finish, handle))
+            else:
+                self.limiter._finish(handle)
+        finally:
+            self._busy = False
 
 
 class Limiter:
@@ -316,32 +339,60 @@ class Limiter:
     # -- the loop ---------------------------------------------------------------------------
     def _acquire(self, used: float) -> Handle:
         handle = Handle(self, used, _token(), 0.0)
-        started = deadline = 0.0
-        registered = False
+        wait: list[float] = []
+        while (pause := self._step(handle, wait)) is not None:
+            if pause > 0:
+                time.sleep(pause)
+        return handle
+
+    async def _aacquire(self, used: float) -> Handle:
+        """``_acquire`` for ``async with``: each attempt on a thread, each wait on the loop.
+        A waiter holds no thread while it waits: waiters that held one for their whole wait
+        emptied a small executor, and the release that would let them in queued behind
+        them until their waits ran out."""
+        handle = Handle(self, used, _token(), 0.0)
+        wait: list[float] = []
+        loop = asyncio.get_running_loop()
         while True:
-            # A connection of the pool is held for one attempt (and a concurrent limiter's
-            # wake-up wait on a processor's own connection), never across a sleep: many
-            # threads waiting must not empty the pool that every other call needs.
-            with self._connection() as conn:
-                if not registered:
-                    self._register(conn)
-                    registered = True
-                    started = time.monotonic()  # the wait starts with the first attempt
-                    deadline = started + self.wait_timeout
-                now = time.monotonic()
-                remaining, waited = max(0.0, deadline - now), now - started
-                status, value = self._attempt(conn, handle, int(remaining * 1000),
-                                              int(waited * 1000))
-                if status == 1:  # then the second number is when, in µs
-                    handle.waited, handle.granted_at = waited, value / 1e6
-                    return handle
-                if status < 0:
-                    raise OverLimit(self, retry_after=self._retry_after(value))
-                pause = max(0.001, min(value / 1000, remaining, self._slice()))
-                if self.config is None and kept():
-                    self._wait_on(conn, pause)
-                    continue
-            time.sleep(self._poll(pause))
+            context = contextvars.copy_context()
+            future = loop.run_in_executor(None, context.run, self._step, handle, wait)
+            try:
+                pause = await asyncio.shield(future)
+            except asyncio.CancelledError:
+                # The attempt goes on; a slot it takes after the cancellation is given back.
+                future.add_done_callback(lambda done: self._finish_abandoned(done, handle))
+                raise
+            if pause is None:
+                return handle
+            await asyncio.sleep(pause)
+
+    def _step(self, handle: Handle, wait: list[float]) -> float | None:
+        """One attempt: None when let in (``handle`` filled in), else how long to sleep
+        before the next (0 when it already waited on its connection); ``OverLimit`` when
+        refused. ``wait`` holds the wait's start and deadline, set by the first attempt."""
+        # A connection of the pool is held for one attempt (and a concurrent limiter's
+        # wake-up wait on a processor's own connection), never across a sleep: many
+        # threads waiting must not empty the pool that every other call needs.
+        with self._connection() as conn:
+            if not wait:
+                self._register(conn)
+                started = time.monotonic()  # the wait starts with the first attempt
+                wait[:] = [started, started + self.wait_timeout]
+            started, deadline = wait
+            now = time.monotonic()
+            remaining, waited = max(0.0, deadline - now), now - started
+            status, value = self._attempt(conn, handle, int(remaining * 1000),
+                                          int(waited * 1000))
+            if status == 1:  # then the second number is when, in µs
+                handle.waited, handle.granted_at = waited, value / 1e6
+                return None
+            if status < 0:
+                raise OverLimit(self, retry_after=self._retry_after(value))
+            pause = max(0.001, min(value / 1000, remaining, self._slice()))
+            if self.config is None and kept():
+                self._wait_on(conn, pause)
+                return 0.0
+        return self._poll(pause)
 
     def _slice(self) -> float:
         timeout = self._config().socket_timeout
@@ -369,9 +420,10 @@ class Limiter:
             log.warning("limiter %s: could not give back a slot (%s); it is reclaimed when "
                         "its lock times out", self.name, exc)
 
-    def _finish_abandoned(self, future: asyncio.Future[Handle]) -> None:
-        if not future.cancelled() and future.exception() is None:
-            threading.Thread(target=self._finish, args=(future.result(),),
+    def _finish_abandoned(self, future: asyncio.Future[float | None], handle: Handle) -> None:
+        """An attempt whose caller was cancelled: the slot it took (if any) goes back."""
+        if not future.cancelled() and future.exception() is None and future.result() is None:
+            threading.Thread(target=self._finish, args=(handle,),
                              name="wurk-limiter-release", daemon=True).start()
 
     # -- Redis ------------------------------------------------------------------------------
@@ -416,7 +468,7 @@ class Limiter:
         keys = self._config().keys
         self._warn_restarted(_REGISTER.call(
             conn, [keys.limiter(self.name), keys.limiter_list],
-            [self.name, self.kind, options, fingerprint, self.ttl]))
+            [self.name, self.kind, options, fingerprint, self.ttl, keys.limiter("")]))
         with _registered_lock:
             if len(_registered) >= REGISTERED_CAP:
                 _registered.clear()
