@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from redis.exceptions import ResponseError, WatchError
+
 from ... import payload as P
 from ... import stored
 from ...client import writers
@@ -39,6 +41,9 @@ Record = dict[str, Any]
 # Records written under a testing mode (fake, inline): key → the JSON Redis would hold.
 _kept: dict[str, str] = {}
 _kept_lock = threading.Lock()
+_updating = threading.Lock()  # ``update`` of kept records: one at a time
+# Reads and writes of one update, tried again when another wrote the record between them.
+UPDATE_TRIES = 10
 
 
 def in_memory() -> bool:
@@ -76,6 +81,10 @@ class ResultStore:
                 raw: Any = _kept.get(key)
         else:
             raw = self.config.pool("api").run(lambda redis: redis.get(key))
+        return self._parsed(result_id, raw)
+
+    def _parsed(self, result_id: str, raw: Any) -> Record | None:
+        """A stored record as ``load`` reads it: None when absent or unreadable."""
         if raw is None:
             return None
         try:
@@ -97,13 +106,46 @@ class ResultStore:
         return record
 
     def update(self, result_id: str, change: Callable[[Record], None]) -> Record | None:
-        """Read, change and write back (one attempt of one task writes at a time)."""
-        record = self.load(result_id)
-        if record is None:
-            return None
-        change(record)
-        self.save(result_id, record)
-        return record
+        """Read, change and write back, as one step: a write by another (a death handler,
+        a second run of the task after a recovery) between the read and the write makes
+        the change run again on what that one wrote (``WATCH``), never overwrites it."""
+        if in_memory():
+            with _updating:
+                record = self.load(result_id)
+                if record is not None:
+                    change(record)
+                    self.save(result_id, record)
+                return record
+        key = self.config.keys.task_result(result_id)
+
+        def attempt(redis: Any) -> Record | None:
+            with redis.pipeline(transaction=True) as pipe:
+                for _ in range(UPDATE_TRIES):
+                    try:
+                        pipe.watch(key)
+                        try:
+                            raw = pipe.get(key)
+                        except ResponseError as exc:  # another type: no record, as ``load``
+                            if str(exc).startswith("WRONGTYPE"):
+                                return None
+                            raise
+                        record = self._parsed(result_id, raw)
+                        if record is None:
+                            return None
+                        change(record)
+                        ttl = record.get("ttl") if isinstance(record.get("ttl"), int) \
+                            else self.ttl
+                        pipe.multi()
+                        pipe.set(key, P.dumps(record), ex=ttl)
+                        pipe.execute()
+                        return record
+                    except WatchError:
+                        continue  # written meanwhile: read it again
+            raise WatchError(f"task result {result_id} changed under each of "
+                             f"{UPDATE_TRIES} tries to update it")
+
+        result: Record | None = self.config.pool("client").run(attempt)
+        return result
 
 
 # A record's fields a reader or a worker relies on, and their types: a field of another
