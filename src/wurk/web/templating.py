@@ -64,7 +64,8 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
                              trim_blocks=True, lstrip_blocks=True, finalize=bounded)
     env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
                        milliseconds=milliseconds, pretty_json=pretty_json,
-                       short_json=short_json, segment=segment)
+                       short_json=short_json, segment=segment,
+                       queue_path=queue_path)
     env.tests["invalid"] = lambda value: isinstance(value, Invalid)
     return Jinja2Templates(env=env)
 
@@ -124,7 +125,8 @@ def notice(request: Request) -> str | None:
 def url(root: str, path: str, **query: Any) -> str:
     """``root + path`` with the query parameters that have a value."""
     kept = {name: value for name, value in query.items() if value not in (None, "")}
-    return f"{root}{path}" + (f"?{urlencode(kept)}" if kept else "")
+    joint = "&" if "?" in path else "?"
+    return f"{root}{path}" + (f"{joint}{urlencode(kept)}" if kept else "")
 
 
 # -- filters ----------------------------------------------------------------------------------
@@ -200,6 +202,22 @@ def pretty_json(value: Any) -> str:
 def segment(value: str | Invalid) -> str:
     """``value`` quoted to stand as one path segment."""
     return quote(str(value), safe="")
+
+
+def dot_segment(quoted: str) -> bool:
+    """A segment a browser resolves away (WHATWG URL parsing): ``.``, ``..``, ``%2e``, ``.%2E``…
+    A name quoted to one of these cannot stand in a path."""
+    return quoted.lower().replace("%2e", ".") in (".", "..")
+
+
+def queue_path(name: str | Invalid, suffix: str = "") -> str:
+    """The path of a queue's page (``suffix`` ``/delete``: of its delete action). A queue named
+    ``.`` or ``..`` takes its name in the query (``/queue?name=..``): a browser would resolve
+    ``/queues/..`` to ``/``."""
+    quoted = segment(name)
+    if dot_segment(quoted):
+        return f"/queue{suffix}?{urlencode({'name': str(name)})}"
+    return f"/queues/{quoted}{suffix}"
 
 
 def short_json(value: Any, limit: int = ARGS_PREVIEW_CHARS) -> str:
