@@ -67,6 +67,7 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
                        short_json=short_json, segment=segment,
                        queue_path=queue_path)
     env.tests["invalid"] = lambda value: isinstance(value, Invalid)
+    env.tests["cut"] = cut
     return Jinja2Templates(env=env)
 
 
@@ -75,11 +76,18 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
 DISPLAY_LIMIT = 2_000
 
 
+def cut(value: Any) -> bool:
+    """Whether ``bounded`` cuts ``value``: such text must never stand in a form as if whole
+    (``{% if value is cut %}``)."""
+    return isinstance(value, str) and not isinstance(value, Markup) \
+        and len(value) > DISPLAY_LIMIT
+
+
 def bounded(value: Any) -> Any:
     """Every ``{{ ... }}`` of every page passes here (Jinja's ``finalize``): text over
     ``DISPLAY_LIMIT`` characters is cut, saying how long it was. Markup a template built
     itself is left whole."""
-    if isinstance(value, str) and not isinstance(value, Markup) and len(value) > DISPLAY_LIMIT:
+    if cut(value):
         return f"{value[:DISPLAY_LIMIT]}… ({len(value):,} characters)"
     return value
 
