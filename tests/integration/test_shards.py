@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import threading
 import time
@@ -285,6 +286,26 @@ def test_the_dashboard_shows_each_shard_and_all_together(
         home_queue = client.get("/queues")
         assert ">3<" in home_queue.text and ">5<" not in home_queue.text
         assert client.get("/shards/eu/shards/").status_code == 404  # no tab in a shard's own
+
+
+def test_a_first_visit_straight_to_a_shard_gets_one_token_its_forms_carry(
+        sharded: wurk.Config, r: redis.Redis, eu: redis.Redis) -> None:
+    """The shard's own guard sits inside the dashboard's: one cookie, one token, and the
+    page's first action goes through."""
+    euro.perform_bulk([[n] for n in range(2)])
+    with browse(create_app(sharded), follow_redirects=False) as client:
+        for path in ("/shards/eu/", "/shards/eu/queues"):
+            client.cookies.clear()
+            page = client.get(path)
+            cookies = [c for c in page.headers.get_list("set-cookie")
+                       if c.startswith("wurk_csrf=")]
+            assert len(cookies) == 1 and "Path=/;" in cookies[0]
+        found = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert found is not None and cookies[0].startswith(f"wurk_csrf={found[1]};")
+        done = client.post("/shards/eu/queues/default",
+                           data={"csrf_token": found[1], "action": "pause"})
+        assert done.status_code == 303
+    assert eu.sismember("paused", "default") and not r.sismember("paused", "default")
 
 
 def test_the_dashboard_names_a_shard_it_cannot_read(r: redis.Redis) -> None:

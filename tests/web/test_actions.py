@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import time
 
 import pytest
@@ -148,6 +150,21 @@ def test_a_process_whose_identity_is_empty_is_stopped_alone(client: TestClient,
     assert r.lrange("-signals", 0, -1) == ["TERM"]
     assert api_post(client, "/api/busy", {"action": "quiet", "identity": ""})["count"] == 1
     assert r.llen(f"{other}-signals") == 0
+
+
+def test_a_process_whose_identity_a_page_would_cut_has_no_buttons_that_send_it_cut(
+        client: TestClient, r: redis.Redis) -> None:
+    """A page cuts text past 2,000 characters: a hidden field holding a cut identity would
+    quiet or stop nothing (or another process). That row has no Quiet/Stop, and says why;
+    the JSON API still takes the identity whole."""
+    short = seed_process(r, "host:1:aaa")
+    long = seed_process(r, "host:9:" + "x" * 2100)
+    page = client.get("/busy").text
+    sent = [html.unescape(v) for v in re.findall(r'name="identity" value="([^"]*)"', page)]
+    assert sent == [short]
+    assert "too long for this page's buttons" in page
+    assert api_post(client, "/api/busy", {"action": "quiet", "identity": long})["count"] == 1
+    assert r.lrange(f"{long}-signals", 0, -1) == ["TSTP"] and r.llen(f"{short}-signals") == 0
 
 
 # -- the JSON API -----------------------------------------------------------------------------

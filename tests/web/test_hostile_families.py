@@ -372,7 +372,7 @@ HOSTILE: dict[str, Callable[[redis.Redis, Family, str], None]] = {
 
 
 # -- reading everything -------------------------------------------------------------------------
-ROUTES = ["/", "/busy", "/queues", "/queues/default", f"/queues/{PARTED}",
+ROUTES = ["/", "/busy", "/queues", "/queues/default", "/queue?name=default", f"/queues/{PARTED}",
           f"/api/queues/{PARTED}", "/retries", "/scheduled", "/morgue",
           "/stats", "/stats/queues", "/api", "/api/dashboard", "/api/busy",
           "/api/queues", "/api/queues/default", "/api/retries", "/api/scheduled",
@@ -380,7 +380,8 @@ ROUTES = ["/", "/busy", "/queues", "/queues/default", f"/queues/{PARTED}",
           "/metrics/", "/metrics/?period=72h", "/metrics/?sort=name",
           f"/metrics/{quote(JOB)}", "/api/metrics", "/api/metrics?period=72h",
           f"/api/metrics/{quote(JOB)}", "/history/", "/history/?period=72h",
-          "/periodic/", f"/periodic/{LID}", "/api/periodic/", f"/api/periodic/{LID}",
+          "/periodic/", f"/periodic/{LID}", f"/periodic/-/loop?lid={LID}", "/api/periodic/",
+          f"/api/periodic/{LID}",
           "/batches/", f"/batches/{BID}", f"/batches/{BID}.json", "/batches/?page=99",
           f"/batches/?tag={TAG}", "/batches/?page=10000000000000000000", "/dead-batches/",
           "/api/batches/", f"/api/batches/{BID}", "/profiles/", "/profiles/?page=99",

@@ -99,9 +99,13 @@ class Guard:
             return
         request = Request(scope)
         cookie = request.cookies.get(security.CSRF_COOKIE)
-        scope[SCOPE_CSRF] = cookie or security.new_token()
+        # A shard's dashboard is mounted inside this one's: its guard keeps the token the
+        # enclosing guard chose, which alone sets the cookie (at its own root), so a visit
+        # has one token, whichever page it starts on.
+        enclosing = scope.get(SCOPE_CSRF)
+        scope[SCOPE_CSRF] = enclosing or cookie or security.new_token()
         scope[SCOPE_ROOT] = scope.get("root_path", "")
-        sender = HeaderSender(send, scope, fresh_token=cookie is None)
+        sender = HeaderSender(send, scope, fresh_token=cookie is None and enclosing is None)
         try:
             receive = await self._admit(request, receive)
             await self.app(scope, receive, sender)
@@ -199,6 +203,7 @@ class HeaderSender:
         self.send = send
         self.scope = scope
         self.fresh_token = fresh_token
+        self.cookie_path = scope[SCOPE_ROOT] or "/"  # a mounted shard's guard moves the root on
         self.started = False
 
     async def __call__(self, message: Message) -> None:
@@ -217,8 +222,7 @@ class HeaderSender:
             headers.append((b"cache-control",
                             STATIC_CACHE if self.scope.get(SCOPE_ASSET) else b"no-store"))
         if self.fresh_token:
-            cookie = security.csrf_cookie(self.scope[SCOPE_CSRF],
-                                          path=self.scope[SCOPE_ROOT] or "/",
+            cookie = security.csrf_cookie(self.scope[SCOPE_CSRF], path=self.cookie_path,
                                           secure=self.scope.get("scheme") == "https")
             headers.append((b"set-cookie", cookie))
         return headers

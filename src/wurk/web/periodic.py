@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -30,8 +30,8 @@ from .api import Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
-from .templating import render, url
-from .views import form_value
+from .templating import dot_segment, render, segment, url
+from .views import form_value, same_target
 
 __all__ = ["ACTIONS", "NAME", "extension"]
 
@@ -77,7 +77,21 @@ def act(config: Config, lid: str, action: str) -> tuple[str, str | None]:
 
 # -- pages ------------------------------------------------------------------------------------
 def loop_path(lid: str) -> str:
-    return f"/{NAME}/{quote(lid, safe='')}"
+    """A loop's page and form; a loop id ``.`` or ``..`` goes in the query
+    (``/periodic/-/loop?lid=..``): a browser would resolve the segment away."""
+    quoted = segment(lid)
+    if dot_segment(quoted):
+        return f"/{NAME}/-/loop?{urlencode({'lid': lid})}"
+    return f"/{NAME}/{quoted}"
+
+
+def loop_id(request: Request) -> str:
+    lid = request.path_params.get("lid")
+    if lid is None:
+        lid = request.query_params.get("lid")
+    if lid is None:
+        raise HTTPException(400, f"Name the loop: /{NAME}/-/loop?lid=LID.")
+    return str(lid)
 
 
 def page_notice(request: Request) -> str | None:
@@ -93,7 +107,7 @@ async def list_page(request: Request) -> Response:
 
 async def loop_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(loop, dash.config, request.path_params["lid"])
+    found = await dash.run(loop, dash.config, loop_id(request))
     if found is None:
         raise HTTPException(404, "No such periodic loop: the leader may have pruned it.")
     return render(request, f"{NAME}/loop.html", {"loop": found, "loop_path": loop_path,
@@ -101,7 +115,8 @@ async def loop_page(request: Request) -> Response:
 
 
 async def loop_action(request: Request) -> Response:
-    dash, lid = dashboard(request), request.path_params["lid"]
+    dash, lid = dashboard(request), loop_id(request)
+    same_target(request, "lid", lid, "loop")
     outcome, _ = await dash.run(act, dash.config, lid, form_value(request, "action"))
     back = loop_path(lid) if form_value(request, "back") == "loop" and outcome != "gone" \
         else f"/{NAME}/"
@@ -144,6 +159,9 @@ def extension() -> Extension:
     """The Periodic tab, registered by ``create_app`` on every dashboard."""
     return Extension(name=NAME, tab="Periodic", templates=TEMPLATES, api=API, routes=[
         Route("/", list_page, methods=["GET"]),
+        # A loop id "." or "..": the browser would resolve the segment away.
+        Route("/-/loop", loop_page, methods=["GET"]),
+        Route("/-/loop", loop_action, methods=["POST"]),
         Route("/{lid}", loop_page, methods=["GET"]),
         Route("/{lid}", loop_action, methods=["POST"]),
     ])

@@ -64,8 +64,10 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
                              trim_blocks=True, lstrip_blocks=True, finalize=bounded)
     env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
                        milliseconds=milliseconds, pretty_json=pretty_json,
-                       short_json=short_json, segment=segment)
+                       short_json=short_json, segment=segment,
+                       queue_path=queue_path)
     env.tests["invalid"] = lambda value: isinstance(value, Invalid)
+    env.tests["cut"] = cut
     return Jinja2Templates(env=env)
 
 
@@ -74,11 +76,18 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
 DISPLAY_LIMIT = 2_000
 
 
+def cut(value: Any) -> bool:
+    """Whether ``bounded`` cuts ``value``: such text must never stand in a form as if whole
+    (``{% if value is cut %}``)."""
+    return isinstance(value, str) and not isinstance(value, Markup) \
+        and len(value) > DISPLAY_LIMIT
+
+
 def bounded(value: Any) -> Any:
     """Every ``{{ ... }}`` of every page passes here (Jinja's ``finalize``): text over
     ``DISPLAY_LIMIT`` characters is cut, saying how long it was. Markup a template built
     itself is left whole."""
-    if isinstance(value, str) and not isinstance(value, Markup) and len(value) > DISPLAY_LIMIT:
+    if cut(value):
         return f"{value[:DISPLAY_LIMIT]}… ({len(value):,} characters)"
     return value
 
@@ -124,7 +133,8 @@ def notice(request: Request) -> str | None:
 def url(root: str, path: str, **query: Any) -> str:
     """``root + path`` with the query parameters that have a value."""
     kept = {name: value for name, value in query.items() if value not in (None, "")}
-    return f"{root}{path}" + (f"?{urlencode(kept)}" if kept else "")
+    joint = "&" if "?" in path else "?"
+    return f"{root}{path}" + (f"{joint}{urlencode(kept)}" if kept else "")
 
 
 # -- filters ----------------------------------------------------------------------------------
@@ -200,6 +210,22 @@ def pretty_json(value: Any) -> str:
 def segment(value: str | Invalid) -> str:
     """``value`` quoted to stand as one path segment."""
     return quote(str(value), safe="")
+
+
+def dot_segment(quoted: str) -> bool:
+    """A segment a browser resolves away (WHATWG URL parsing): ``.``, ``..``, ``%2e``, ``.%2E``…
+    A name quoted to one of these cannot stand in a path."""
+    return quoted.lower().replace("%2e", ".") in (".", "..")
+
+
+def queue_path(name: str | Invalid, suffix: str = "") -> str:
+    """The path of a queue's page (``suffix`` ``/delete``: of its delete action). A queue named
+    ``.`` or ``..`` takes its name in the query (``/queue?name=..``): a browser would resolve
+    ``/queues/..`` to ``/``."""
+    quoted = segment(name)
+    if dot_segment(quoted):
+        return f"/queue{suffix}?{urlencode({'name': str(name)})}"
+    return f"/queues/{quoted}{suffix}"
 
 
 def short_json(value: Any, limit: int = ARGS_PREVIEW_CHARS) -> str:

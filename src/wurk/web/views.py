@@ -26,7 +26,7 @@ from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
-from .templating import render, url
+from .templating import queue_path, render, url
 
 __all__ = ["chosen_identity", "form_list", "form_value", "perform", "required", "routes",
            "wants_all"]
@@ -105,8 +105,24 @@ async def perform(dash: Dashboard, fn: Any, *args: Any) -> int:
         raise HTTPException(409, WRONG_TYPE) from None
 
 
-def queue_path(name: str) -> str:
-    return f"/queues/{quote(name, safe='')}"
+def queue_name(request: Request) -> str:
+    """The queue a page or action is for: the path's ``name``, or ``?name=`` on ``/queue`` (a
+    name a browser would resolve away in a path, ``.`` or ``..``)."""
+    name = request.path_params.get("name")
+    if name is None:
+        name = request.query_params.get("name")
+    if name is None:
+        raise HTTPException(400, "Name the queue: /queue?name=NAME.")
+    return str(name)
+
+
+def same_target(request: Request, field: str, target: str, what: str) -> None:
+    """A form names the queue or loop of its row (``field``): sent anywhere else, it is
+    refused, so an action never lands on another than the row's."""
+    if request.scope.get(SCOPE_FORM, {}).get(field) is not None \
+            and form_value(request, field) != target:
+        raise HTTPException(400, f"This form was for another {what} than the one it was "
+                                 "sent to; nothing was done.")
 
 
 def redirect(request: Request, path: str, **notice: Any) -> Response:
@@ -183,23 +199,26 @@ async def queues(request: Request) -> Response:
 
 async def queue(request: Request) -> Response:
     dash = dashboard(request)
-    name = request.path_params["name"]
+    name = queue_name(request)
     page = data.page_number(request.query_params.get("page"))
     oldest_first = request.query_params.get("direction") == "asc"
     found = await dash.run(data.queue_page, dash.config, name, page, oldest_first=oldest_first)
     if found is None:
         raise HTTPException(404, "There is no such queue.")
-    return render(request, "queue.html", {"q": found, "queue_path": queue_path(name)})
+    return render(request, "queue.html", {"q": found, "queue_path": queue_path(name),
+                                          "delete_path": queue_path(name, "/delete")})
 
 
 async def queue_action(request: Request) -> Response:
-    name, action = request.path_params["name"], form_value(request, "action")
+    name, action = queue_name(request), form_value(request, "action")
+    same_target(request, "queue", name, "queue")
     count = await perform(dashboard(request), actions.queue_action, name, action)
     return redirect(request, "/queues", notice=action, count=count)
 
 
 async def queue_delete(request: Request) -> Response:
-    name = request.path_params["name"]
+    name = queue_name(request)
+    same_target(request, "queue", name, "queue")
     count = await perform(dashboard(request), actions.delete_queue_job, name,
                           required(request, "key"))
     return redirect(request, queue_path(name), notice="delete" if count else "gone",
@@ -253,6 +272,10 @@ def routes() -> list[BaseRoute]:
         Route("/queues/{name:path}/delete", queue_delete, methods=["POST"]),
         Route("/queues/{name:path}", queue, methods=["GET"]),
         Route("/queues/{name:path}", queue_action, methods=["POST"]),
+        # A queue named "." or "..": the browser would resolve the segment away.
+        Route("/queue/delete", queue_delete, methods=["POST"]),
+        Route("/queue", queue, methods=["GET"]),
+        Route("/queue", queue_action, methods=["POST"]),
     ]
     for kind in data.SET_KINDS.values():
         found += [

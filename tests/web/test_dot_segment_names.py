@@ -1,0 +1,111 @@
+"""Queues and periodic loops named ``.`` or ``..``: a browser resolves such a path segment
+away (WHATWG URL parsing), so their links and forms must take a path it keeps, and an action
+must never land on another queue or loop than the row's."""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+import pytest
+import redis
+from starlette.testclient import TestClient
+
+import wurk
+from tests.web.conftest import job, post, token
+from tests.web.live import browser_context, serve
+from wurk.web import create_app
+
+DOTS = (".", "..")
+
+
+def seed_queue(r: redis.Redis, name: str, count: int) -> None:
+    for n in range(count):
+        r.lpush(f"queue:{name}", wurk.payload.dumps(job(n, queue=name)))
+    r.sadd("queues", name)
+
+
+def row_actions(text: str) -> list[str]:
+    return [html.unescape(a) for a in re.findall(r'<form method="post" action="([^"]*)"', text)]
+
+
+@pytest.mark.parametrize("name", DOTS)
+def test_a_dot_named_queue_is_cleared_by_its_own_row_and_no_other(
+        client: TestClient, r: redis.Redis, name: str) -> None:
+    seed_queue(r, name, 2)
+    seed_queue(r, "", 3)        # what "/queues/" names
+    seed_queue(r, "x", 4)
+    page = client.get("/queues").text
+    link = next(html.unescape(h) for h in re.findall(r'<a href="([^"]*)">' + re.escape(name)
+                                                     + "</a>", page))
+    shown = client.get(link)
+    assert shown.status_code == 200 and f'<span class="name">{name}</span>' in shown.text
+    action = next(a for a in row_actions(page) if a == link)
+    done = client.post(action, data={"csrf_token": token(client), "action": "clear",
+                                     "queue": name})
+    assert done.status_code == 303
+    assert r.llen(f"queue:{name}") == 0
+    assert r.llen("queue:") == 3 and r.llen("queue:x") == 4
+
+
+def test_a_queue_form_sent_to_another_queue_is_refused(client: TestClient,
+                                                       r: redis.Redis) -> None:
+    seed_queue(r, "x", 3)
+    refused = post(client, "/queues/x", action="clear", queue=".")
+    assert refused.status_code == 400
+    assert r.llen("queue:x") == 3
+
+
+def test_a_dot_named_queues_job_is_deleted_on_its_own_page(client: TestClient,
+                                                          r: redis.Redis) -> None:
+    seed_queue(r, "..", 2)
+    seed_queue(r, "", 2)
+    page = client.get("/queues").text
+    link = next(html.unescape(h) for h in re.findall(r'<a href="([^"]*)">\.\.</a>', page))
+    newest = client.get(link).text
+    oldest = html.unescape(re.findall(r'<a href="([^"]*)">oldest first</a>', newest)[0])
+    queue_page = client.get(oldest)
+    assert queue_page.status_code == 200 and "newest first</a>" in queue_page.text
+    action = row_actions(queue_page.text)[0]
+    key = html.unescape(re.findall(r'name="key" value="([^"]*)"', queue_page.text)[0])
+    done = client.post(action, data={"csrf_token": token(client), "key": key, "queue": ".."})
+    assert done.status_code == 303 and "notice=delete" in done.headers["location"]
+    assert r.llen("queue:..") == 1 and r.llen("queue:") == 2
+
+
+@pytest.mark.parametrize("lid", DOTS)
+def test_a_dot_named_loop_is_paused_by_its_own_row(client: TestClient, r: redis.Redis,
+                                                   lid: str) -> None:
+    for one in (lid, "aaaa"):
+        r.sadd("periodic", one)
+        r.hset(f"loops:{one}", mapping={"schedule": "* * * * *", "klass": f"K{len(one)}",
+                                        "paused": "0", "options": "{}"})
+    page = client.get("/periodic/").text
+    actions = row_actions(page)
+    assert len(set(actions)) == 2
+    link = next(a for a in actions if "aaaa" not in a)
+    assert client.get(link).status_code == 200
+    done = client.post(link, data={"csrf_token": token(client), "action": "pause", "lid": lid})
+    assert done.status_code == 303
+    assert r.hget(f"loops:{lid}", "paused") == "1"
+    assert r.hget("loops:aaaa", "paused") == "0"
+    refused = post(client, "/periodic/aaaa", action="pause", lid=lid)
+    assert refused.status_code == 400 and r.hget("loops:aaaa", "paused") == "0"
+
+
+def test_the_browser_keeps_a_dot_named_queues_link(config: wurk.Config,
+                                                  r: redis.Redis) -> None:
+    seed_queue(r, ".", 1)
+    seed_queue(r, "", 1)
+    with serve(create_app(config)) as server, browser_context() as browser:
+        page: Any = browser.new_page()
+        page.set_default_timeout(20_000)
+        page.goto(server.url + "/queues")
+        row = "td > a >> text='.'"
+        written = page.get_attribute(row, "href")
+        assert page.eval_on_selector(row, "a => a.href") == server.url + written
+        page.click(row)
+        page.wait_for_load_state()
+        assert page.url == server.url + written
+        assert page.text_content("h1 .name") == "."
