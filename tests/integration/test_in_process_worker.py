@@ -291,7 +291,10 @@ def test_wurk_installs_a_log_handler_only_in_a_host_without_logging(
     code = (f"{host_logging}\nimport logging, wurk\n"
             f"config = wurk.Config(redis_url={redis_server.url!r}, heartbeat_interval=0.2)\n"
             "worker = wurk.embed(config)\n"
-            "print('handlers:', len(logging.getLogger('wurk').handlers))\n"
+            # One write: print's text and its newline are two, and a line the worker's
+            # threads log (to stdout too) could land between them.
+            "import sys; sys.stdout.write("
+            "'handlers: %d\\n' % len(logging.getLogger('wurk').handlers))\n"
             "worker.stop(timeout=0)\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
