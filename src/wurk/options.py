@@ -70,10 +70,10 @@ def queue_entry(value: Any) -> tuple[str, int]:
         raise ConfigError(f"queue {value!r:.100}: expected 'name', 'name,weight' or a pair "
                           "(name, weight)")
     name, weight = value
-    parse_queue(name)  # the name's checks
     if "," in name:
         raise ConfigError(f"queue name {name!r:.100} holds ','; give the weight as the pair's "
                           "second item")
+    parse_queue(name)  # the name's checks
     if isinstance(weight, bool) or not isinstance(weight, int) or not 0 <= weight <= MAX_WEIGHT:
         raise ConfigError(f"queue {name!r:.100}: the weight must be from 0 to {MAX_WEIGHT:,}, "
                           f"not {weight!r:.40}")

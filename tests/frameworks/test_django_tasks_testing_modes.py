@@ -64,17 +64,22 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_fake_and_inline_keep_task_results_in_memory_not_in_redis(tmp_path: Path) -> None:
+def run_app(tmp_path: Path, script: str) -> list[str]:
+    """``script`` run in a process of its own beside the ``app`` package (its ``TASKS``);
+    the lines it printed, once it exited 0."""
     (tmp_path / "app").mkdir()
     (tmp_path / "app" / "__init__.py").write_text("")
     (tmp_path / "app" / "tasks.py").write_text(TASKS)
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert done.stdout.splitlines() == ["fake: ok", "inline: ok"], output
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.splitlines()
+
+
+def test_fake_and_inline_keep_task_results_in_memory_not_in_redis(tmp_path: Path) -> None:
+    assert run_app(tmp_path, SCRIPT) == ["fake: ok", "inline: ok"]
 
 
 VARIANT = textwrap.dedent("""
@@ -111,13 +116,4 @@ VARIANT = textwrap.dedent("""
 def test_a_variant_made_by_using_does_not_replace_the_task(tmp_path: Path) -> None:
     """``add.using(...)`` makes another ``Task`` of the same function: the task a result
     of ``add.enqueue`` reads back, and the job the worker runs it as, stay ``add``'s."""
-    (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "__init__.py").write_text("")
-    (tmp_path / "app" / "tasks.py").write_text(TASKS)
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
-    done = subprocess.run([sys.executable, "-c", VARIANT], env=env, capture_output=True,
-                          text=True, timeout=120)
-    output = done.stdout + done.stderr
-    assert done.returncode == 0, output
-    assert done.stdout.splitlines() == ["default default", "None", "SUCCESSFUL 5"], output
+    assert run_app(tmp_path, VARIANT) == ["default default", "None", "SUCCESSFUL 5"]

@@ -279,6 +279,18 @@ def test_pid_file_naming_another_program_is_stale(home: Path, file_age: float) -
     assert EmbeddedServer(home).start().started
 
 
+def left_alone_as_stale(home: Path, pid: int, reason: str) -> None:
+    """``home``'s pid file names ``pid`` (a process that is not its server) and its port
+    file a free port: read as stale for ``reason``, and a stop signals nothing."""
+    from wurk.connections.server import _free_port
+
+    (home / PID_FILE).write_text(f"{pid}\n")
+    (home / PORT_FILE).write_text(f"{_free_port()}\n")
+    status = EmbeddedServer(home).status()
+    assert status.state == "stale" and reason in status.reason
+    assert EmbeddedServer(home).stop().state == "stale"
+
+
 @pytest.mark.parametrize("name", ["", "valkey-serv", "valkey-check", "valkey-server"])
 def test_a_silent_process_merely_named_like_the_server_is_never_stopped(
         home: Path, name: str) -> None:
@@ -286,22 +298,18 @@ def test_a_silent_process_merely_named_like_the_server_is_never_stopped(
     home: a name that is a prefix of the binary's (even empty), or contains "valkey", or is
     the server's own while its executable is another (here Python), is not the server; a
     stop must not signal it."""
-    from wurk.connections.server import _free_port
 
-    script = ("import ctypes, sys, time; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), "
-              "0, 0, 0); print('named', flush=True); time.sleep(120)")
+    # It lives until its stdin closes (or it is killed): no timed wait of its own.
+    script = ("import ctypes, sys; ctypes.CDLL(None).prctl(15, sys.argv[1].encode(), "
+              "0, 0, 0); print('named', flush=True); sys.stdin.read()")
     home.mkdir()
     impostor = subprocess.Popen([sys.executable, "-c", script, name], cwd=home,
-                                stdout=subprocess.PIPE, text=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert impostor.stdout is not None and impostor.stdout.readline() == "named\n"
         assert psutil.Process(impostor.pid).name() == name
-        (home / PID_FILE).write_text(f"{impostor.pid}\n")
-        (home / PORT_FILE).write_text(f"{_free_port()}\n")
-        status = EmbeddedServer(home).status()
-        assert status.state == "stale"
-        assert f"pid {impostor.pid} now belongs to another program" in status.reason
-        assert EmbeddedServer(home).stop().state == "stale"
+        left_alone_as_stale(home, impostor.pid,
+                            f"pid {impostor.pid} now belongs to another program")
         assert impostor.poll() is None  # never signalled
     finally:
         impostor.kill()
@@ -347,17 +355,11 @@ def test_a_pid_file_naming_another_homes_silent_server_never_stops_it(
         home: Path, tmp_path: Path) -> None:
     """A copied pid file whose port is not where that server listens: the server does not
     answer there, but it works in another directory, so it is not this home's to kill."""
-    from wurk.connections.server import _free_port
-
     original = EmbeddedServer(home).start()
     copy = tmp_path / "copy" / ".wurk"
     copy.mkdir(parents=True)
-    (copy / PID_FILE).write_text(f"{original.pid}\n")
-    (copy / PORT_FILE).write_text(f"{_free_port()}\n")
-    seen = EmbeddedServer(copy).status()
-    assert seen.state == "stale"
-    assert f"is a server working in {os.path.realpath(home)}" in seen.reason
-    assert EmbeddedServer(copy).stop().state == "stale"
+    left_alone_as_stale(copy, original.pid,
+                        f"is a server working in {os.path.realpath(home)}")
     assert psutil.Process(original.pid).is_running()
     assert EmbeddedServer(home).status().state == "running"
 
