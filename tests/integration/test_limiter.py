@@ -312,6 +312,34 @@ def test_an_interval_lock_or_ttl_redis_cannot_keep_is_refused_at_definition(
         call()
 
 
+@pytest.mark.parametrize("call, option", [
+    # A wait this long made the first attempt's int(remaining ms) overflow: OverflowError
+    # out of within_limit(), not a ValueError where the limiter was defined.
+    (lambda: wurk.limiter.concurrent("x", 1, wait_timeout=1e306), "wait_timeout"),
+    (lambda: wurk.limiter.window("x", 1, 10, wait_timeout=timedelta.max), "wait_timeout"),
+    (lambda: wurk.limiter.leaky("x", 1, 10, wait_timeout=101 * 365 * 86400), "wait_timeout"),
+    # An integer no float holds: float() raised OverflowError inside the check itself.
+    (lambda: wurk.limiter.bucket("x", 1, 10, wait_timeout=10**400), "wait_timeout"),
+    (lambda: wurk.limiter.window("x", 1, 10, ttl=10**400), "ttl"),
+    (lambda: wurk.limiter.concurrent("x", 1, lock_timeout=10**400), "lock_timeout"),
+    (lambda: wurk.limiter.points("x", 10**400, 1), "capacity"),
+    (lambda: wurk.limiter.points("x", 10, 10**400), "refill_per_second"),
+    (lambda: wurk.limiter.points("x", 10, 1).within_limit(used=10**400), "used"),
+])
+def test_every_duration_past_100_years_is_refused_naming_the_option(call: Any,
+                                                                    option: str) -> None:
+    with pytest.raises(ValueError, match=rf"^{option}\b.*must be .*not "):
+        call()
+
+
+def test_the_longest_wait_timeout_works(config: wurk.Config) -> None:
+    century = timedelta(days=100 * 365)
+    for limiter in (wurk.limiter.window("w", 1, 10, wait_timeout=century),
+                    wurk.limiter.concurrent("c", 1, wait_timeout=century)):
+        with limiter.within_limit() as handle:
+            assert handle.waited < 1
+
+
 def test_the_shortest_and_longest_intervals_work(config: wurk.Config, r: redis.Redis) -> None:
     """The bounds themselves are limits Redis keeps."""
     century = timedelta(days=100 * 365)

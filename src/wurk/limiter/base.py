@@ -27,7 +27,6 @@ import hashlib
 import itertools
 import json
 import logging
-import math
 import os
 import re
 import threading
@@ -35,11 +34,11 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, cast
 
 from .. import scripts
 from .. import stored as values
-from ..config import DEFAULT_SHARD, Config, default_config
+from ..config import DEFAULT_SHARD, Config, _not_seconds, default_config
 from ..connections.lease import Lease
 from ..connections.lending import kept
 from ..connections.lending import redis as lent_redis
@@ -67,8 +66,9 @@ MIN_TTL = DAY
 # The shortest interval, drain period or lock a limiter takes: the scripts count whole
 # milliseconds, and a shorter one rounded to 0 — a limiter that let every call in.
 SHORTEST = 0.001
-# The longest interval, drain period, lock or ttl: Redis keeps expiries this long, while one
-# of 1e300 s made it refuse the key's expiry on every use, after the script had written.
+# The longest duration a limiter takes (interval, drain period, lock, ttl, wait_timeout):
+# Redis keeps expiries this long, while one of 1e300 s made it refuse the key's expiry on
+# every use, after the script had written (and a wait of 1e306 s overflowed its first try).
 LONGEST = 100 * 365 * DAY
 # The longest single wait: a job being shut down while it waits notices within this, and a
 # blocking read stays well inside the connection's socket timeout.
@@ -119,11 +119,10 @@ def interval_seconds(value: str | float | timedelta, what: str) -> float:
         raise ValueError(f"{what} {value!r} is not a unit; use one of "
                          f"{', '.join(map(repr, UNITS))} or a number of seconds")
     seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
-            0 < seconds < math.inf):
+    if _not_seconds(seconds):
         raise ValueError(f"{what} must be a unit or a positive number of seconds, "
                          f"not {value!r}")
-    return _span(seconds, what, value)
+    return _span(float(seconds), what, value)
 
 
 def _span(seconds: float, what: str, value: object, *, shortest: float = SHORTEST) -> float:
@@ -140,13 +139,25 @@ def _whole(value: object, what: str, *, minimum: int = 1) -> int:
     return value
 
 
-def _seconds(value: object, what: str, *, zero: bool) -> float:
-    seconds = value.total_seconds() if isinstance(value, timedelta) else value
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not (
-            (seconds >= 0 if zero else seconds > 0) and seconds < math.inf):
+def _finite(value: object, what: str, *, zero: bool, noun: str = "a number",
+            shown: object = None) -> float:
+    """``value`` as a float: a finite number > 0 (≥ 0 with ``zero``). The configuration's own
+    rule (``config._not_seconds``): NaN, infinities, bools and integers no float holds (400
+    digits, which raised OverflowError out of the check itself) are refused."""
+    if _not_seconds(value, zero=zero):
         bound = "≥ 0" if zero else "> 0"
-        raise ValueError(f"{what} must be a number of seconds {bound}, not {value!r}")
-    return float(seconds)
+        raise ValueError(f"{what} must be {noun} {bound}, not "
+                         f"{value if shown is None else shown!r}")
+    return float(cast(float, value))  # _not_seconds let through only an int or a float
+
+
+def _seconds(value: object, what: str, *, zero: bool, shortest: float = 0.0) -> float:
+    """A duration option (seconds or a ``timedelta``): finite, > 0 (≥ 0 with ``zero``), at
+    least ``shortest`` and at most ``LONGEST``. A longer one (``wait_timeout=1e306``) raised
+    OverflowError from the first attempt, or Redis refused the expiry after writing."""
+    seconds = value.total_seconds() if isinstance(value, timedelta) else value
+    return _span(_finite(seconds, what, zero=zero, noun="a number of seconds", shown=value),
+                 what, value, shortest=shortest)
 
 
 class Handle:
@@ -262,8 +273,7 @@ class Limiter:
         self.reschedule = reschedule
         self.backoff = backoff
         # A floor, not an error: a shorter lifetime could drop a limit between two uses.
-        self.ttl = max(int(_span(_seconds(ttl, "ttl", zero=False), "ttl", ttl, shortest=0)),
-                       MIN_TTL)
+        self.ttl = max(int(_seconds(ttl, "ttl", zero=False)), MIN_TTL)
         self.config = config
         self._registry_key: tuple[Any, ...] | None = None
 

@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 from .. import scripts
 from .base import (
     COMMON,
+    SHORTEST,
     Backoff,
     Block,
     Handle,
     Limiter,
     Policy,
+    _finite,
     _seconds,
-    _span,
     _whole,
     interval_seconds,
 )
@@ -67,8 +68,8 @@ class Concurrent(Limiter):
                  lock_timeout: float | timedelta = 30.0, **options: Any) -> None:
         super().__init__(name, wait_timeout=wait_timeout, **options)
         self.size = _whole(size, "size")
-        self.lock_timeout = _span(_seconds(lock_timeout, "lock_timeout", zero=False),
-                                  "lock_timeout", lock_timeout)
+        self.lock_timeout = _seconds(lock_timeout, "lock_timeout", zero=False,
+                                     shortest=SHORTEST)
 
     def options(self) -> dict[str, Any]:
         return {**super().options(), "size": self.size, "lock_timeout": self.lock_timeout}
@@ -204,15 +205,15 @@ class Points(Limiter):
                  config: Config | None = None) -> None:
         super().__init__(name, wait_timeout=0, policy=policy, reschedule=reschedule,
                          backoff=backoff, ttl=ttl, config=config)
-        self.capacity = _seconds(capacity, "capacity", zero=False)
-        self.refill_per_second = _seconds(refill_per_second, "refill_per_second", zero=False)
+        self.capacity = _finite(capacity, "capacity", zero=False)
+        self.refill_per_second = _finite(refill_per_second, "refill_per_second", zero=False)
 
     def options(self) -> dict[str, Any]:
         return {"policy": self.policy, "capacity": self.capacity,
                 "refill_per_second": self.refill_per_second}
 
     def _check_used(self, used: float) -> float:
-        estimate = _seconds(used, "used (the estimated points)", zero=False)
+        estimate = _finite(used, "used (the estimated points)", zero=False)
         if estimate > self.capacity:
             raise ValueError(f"an estimate of {used} points can never fit a capacity of "
                              f"{self.capacity:g}")
@@ -231,7 +232,7 @@ class Points(Limiter):
         return status if status == 1 else -1, wait_ms
 
     def _correct(self, handle: Handle, actual: float) -> None:
-        cost = _seconds(actual, "points_used", zero=True)
+        cost = _finite(actual, "points_used", zero=True)
         already = handle._reported if handle._reported is not None else handle.used
         handle._reported = cost
         if cost != already:
