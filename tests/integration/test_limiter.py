@@ -558,9 +558,9 @@ def test_a_stats_counter_that_holds_no_count_starts_again_and_stops_no_use(
     itself. The counter starts again, with a warning naming it."""
     limiter = KINDS[kind]()
     r.hset("lmtr-s:{L}", mapping={field: value, "refused": "7"})
-    with caplog.at_level(logging.WARNING, logger="wurk"):
-        with limiter.within_limit():
-            pass
+    with caplog.at_level(logging.WARNING, logger="wurk"), \
+            limiter.within_limit():
+        pass
         with limiter.within_limit():
             pass
     stats = limiter.stats()
@@ -668,6 +668,86 @@ def test_a_concurrent_lock_of_another_process_with_a_longer_lock_timeout_is_kept
     with caplog.at_level(logging.WARNING, logger="wurk"):
         refused(wurk.limiter.concurrent("L", 1, wait_timeout=0).within_limit())
     assert restarted(caplog) == []
+
+
+# -- one name, two definitions ---------------------------------------------------------------
+def test_a_second_definition_takes_the_first_ones_options_and_is_told(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Two definitions of one name (two deploys, two modules) each ran the scripts with
+    their own size and lock: the size-3 one let three in beside the size-1 one's holder,
+    and its 1 s locks were reclaimed under the other's feet. The options first stored win;
+    the other definition follows them and says so, naming both."""
+    first = wurk.limiter.concurrent("erp", 1, lock_timeout=30, wait_timeout=0)
+    with first.within_limit():
+        pass
+    second = wurk.limiter.concurrent("erp", 3, lock_timeout=1, wait_timeout=0)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        block = second.within_limit()
+        block.__enter__()
+    warned = [m for m in restarted(caplog) if "'erp'" in m]
+    assert len(warned) == 1, restarted(caplog)
+    assert "size=3, lock_timeout=1" in warned[0] and "size=1, lock_timeout=30" in warned[0]
+    now_ms = r.time()[0] * 1000
+    (_, expiry), = r.zrange("lmtr-c:{erp}", 0, -1, withscores=True)
+    assert expiry - now_ms > 20_000  # the first's 30 s lock, not the second's 1 s
+    refused(second.within_limit())  # size 1
+    refused(first.within_limit())
+    block.__exit__(None, None, None)
+    assert '"size":1' in r.hget("lmtr:erp", "options")
+    # Another instance of the second definition (one built per call) follows too.
+    again = wurk.limiter.concurrent("erp", 3, lock_timeout=1, wait_timeout=0)
+    with again.within_limit():
+        refused(again.within_limit())
+
+
+def test_a_window_defined_twice_keeps_one_size_and_interval(
+        config: wurk.Config, caplog: pytest.LogCaptureFixture) -> None:
+    first = wurk.limiter.window("w", 2, 60, wait_timeout=0)
+    with first.within_limit():
+        pass
+    second = wurk.limiter.window("w", 5, 1, wait_timeout=0)
+    with caplog.at_level(logging.WARNING, logger="wurk"), \
+            second.within_limit():
+        pass
+    assert "size=5, interval=1" in caplog.text and "size=2, interval=60" in caplog.text
+    refused(second.within_limit())
+    assert (second.size, second.interval) == (2, 60)
+
+
+def test_options_that_differ_only_in_the_wait_are_no_conflict(
+        config: wurk.Config, caplog: pytest.LogCaptureFixture) -> None:
+    with wurk.limiter.window("w", 2, 60, wait_timeout=0).within_limit():
+        pass
+    with caplog.at_level(logging.WARNING, logger="wurk"), \
+            wurk.limiter.window("w", 2, 60, wait_timeout=3, policy="skip").within_limit():
+        pass
+    assert restarted(caplog) == []
+
+
+@pytest.mark.parametrize("options", ["not json", '{"size": "many", "interval": 60}',
+                                     '{"size": 1e999, "interval": 60}', "[1, 2]", "{}"])
+def test_stored_options_that_are_no_limiters_are_written_again(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        options: str) -> None:
+    r.hset("lmtr:w", mapping={"type": "window", "options": options, "fingerprint": "x"})
+    limiter = wurk.limiter.window("w", 2, 60, wait_timeout=0)
+    with caplog.at_level(logging.WARNING, logger="wurk"), \
+            limiter.within_limit():
+        pass
+    assert "limiter 'w'" in caplog.text and "unreadable" in caplog.text
+    assert '"size":2' in r.hget("lmtr:w", "options")
+    assert (limiter.size, limiter.interval) == (2, 60)
+
+
+def test_a_name_first_made_as_another_kind_is_told_and_kept(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    with wurk.limiter.bucket("x", 2, 60).within_limit():
+        pass
+    with caplog.at_level(logging.WARNING, logger="wurk"), \
+            wurk.limiter.window("x", 2, 60).within_limit():
+        pass
+    assert "limiter 'x'" in caplog.text and "bucket" in caplog.text
+    assert r.hget("lmtr:x", "type") == "bucket"
 
 
 # -- Redis unreachable ------------------------------------------------------------------------

@@ -20,11 +20,11 @@ from typing import Any
 from .. import stored as values
 from ..config import Config
 from ..stored import Invalid
-from .base import NAME_PATTERN, pairs, read_stats
+from .base import KINDS, NAME_PATTERN, pairs, read_stats
 
 __all__ = ["LIST_CAP", "TYPES", "average_wait", "limiters"]
 
-TYPES = ("concurrent", "bucket", "window", "leaky", "points")
+TYPES = KINDS
 # The most names one listing reads (SSCAN): dynamic limiters can number in the thousands,
 # and a page needs only the sorted names, not unbounded memory.
 LIST_CAP = 10_000

@@ -63,6 +63,7 @@ class Concurrent(Limiter):
     """At most ``size`` blocks running at once, cluster-wide (size 1: a distributed mutex)."""
 
     kind = "concurrent"
+    rule = ("size", "lock_timeout")
 
     def __init__(self, name: str, size: int, *, wait_timeout: float | timedelta = 5.0,
                  lock_timeout: float | timedelta = 30.0, **options: Any) -> None:
@@ -116,6 +117,7 @@ class Bucket(Limiter):
     (epoch multiples of the interval, by Redis's clock), so bursts can straddle one."""
 
     kind = "bucket"
+    rule = ("size", "interval")
 
     def __init__(self, name: str, size: int, interval: str | float | timedelta = "second", *,
                  wait_timeout: float | timedelta = 5.0, **options: Any) -> None:
@@ -143,6 +145,7 @@ class Window(Limiter):
     """At most ``size`` uses in any sliding ``interval`` (a unit or seconds)."""
 
     kind = "window"
+    rule = ("size", "interval")
 
     def __init__(self, name: str, size: int, interval: str | float | timedelta = "second", *,
                  wait_timeout: float | timedelta = 5.0, **options: Any) -> None:
@@ -170,6 +173,7 @@ class Leaky(Limiter):
     (``drain_period`` a unit or seconds). ``OverLimit.next_drip`` says when the next fits."""
 
     kind = "leaky"
+    rule = ("size", "drain_period")
 
     def __init__(self, name: str, size: int, drain_period: str | float | timedelta, *,
                  wait_timeout: float | timedelta = 5.0, **options: Any) -> None:
@@ -198,6 +202,7 @@ class Points(Limiter):
     points are left; ``handle.points_used(actual)`` corrects the budget afterwards."""
 
     kind = "points"
+    rule = ("capacity", "refill_per_second")
 
     def __init__(self, name: str, capacity: float, refill_per_second: float, *,
                  policy: Policy = "raise", reschedule: int | None = None,
