@@ -11,8 +11,8 @@
    block cannot be skipped, so it raises ``OverLimit`` whatever the policy).
 3. A limiter writes its metadata (``lmtr:<name>``, ``lmtr-list``) on its first use in a
    process and again every ``REGISTER_EVERY`` seconds, never at construction: a module that
-   defines limiters at import does no I/O. The rule first stored under a name wins: a
-   definition whose ``size``, lock or interval differ follows it, with a warning.
+   defines limiters at import does no I/O. A registration that writes over another
+   definition's rule (``size``, lock, interval) warns, naming both.
 4. Redis: inside a job, the connection the processor lends its jobs (``wurk.redis()``);
    elsewhere one of the client pool's, per attempt, given back before any sleep. A limiter
    given ``config=`` uses that configuration's client pool, even inside a job (it may be
@@ -87,8 +87,7 @@ KINDS = ("concurrent", "bucket", "window", "leaky", "points")
 STAT_FIELDS = ("held", "held_ms", "immediate", "waited", "wait_ms", "refused", "overages",
                "reclaimed")
 _REGISTER = scripts.Script("limiter_register.lua", prelude=COMMON)
-# (config, kind, name, options) -> when it was last registered, and the rule it follows.
-_registered: dict[tuple[Any, ...], tuple[float, dict[str, Any]]] = {}
+_registered: dict[tuple[Any, ...], float] = {}
 _registered_lock = threading.Lock()
 _blocks_lock = threading.Lock()
 
@@ -257,8 +256,8 @@ class Limiter:
     # Whether entering may wait or talk to Redis (unlimited does neither).
     blocking: ClassVar[bool] = True
     # The options every process must share (the scripts' rule: a size, a lock, an interval),
-    # each a constructor's keyword and an attribute. The ones first stored win
-    # (``_register``); the others (a wait, a policy) are each caller's own.
+    # each a constructor's keyword and an attribute; two definitions differing in them are
+    # told (``_register``). The others (a wait, a policy) are each caller's own.
     rule: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, name: str, *, wait_timeout: float | timedelta = 5.0,
@@ -284,8 +283,6 @@ class Limiter:
         self.ttl = max(int(_seconds(ttl, "ttl", zero=False)), MIN_TTL)
         self.config = config
         self._registry_key: tuple[Any, ...] | None = None
-        self._defined: dict[str, Any] = {}  # options() as constructed, before any follow
-        self._following: dict[str, Any] | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -476,77 +473,57 @@ class Limiter:
 
     def _register(self, conn: _Caller) -> None:
         """Write the metadata on first use and every ``REGISTER_EVERY`` seconds after, and
-        follow the rule first stored under this name when it is another definition's."""
-        if self._registry_key is None:  # once per instance: what it was defined with
-            self._defined = self.options()
+        tell when another definition of this name had stored another rule."""
+        if self._registry_key is None:  # once per instance: options never change
             self._registry_key = (id(self.config), self.kind, self.name,
-                                  tuple(sorted(self._defined.items())))
+                                  tuple(sorted(self.options().items())))
         now = time.monotonic()
         seen = _registered.get(self._registry_key)
-        if seen is not None and now - seen[0] < min(REGISTER_EVERY, self.ttl / 2):
-            self._follow(seen[1])
+        if seen is not None and now - seen < min(REGISTER_EVERY, self.ttl / 2):
             return
-        options = json.dumps(self._defined, sort_keys=True, separators=(",", ":"))
+        options = json.dumps(self.options(), sort_keys=True, separators=(",", ":"))
         fingerprint = hashlib.sha256(f"{self.kind}|{self.name}|{options}".encode()).hexdigest()
         keys = self._config().keys
-        call = [keys.limiter(self.name), keys.limiter_list], [
-            self.name, self.kind, options, fingerprint, self.ttl, keys.limiter(""), ""]
-        reply = _REGISTER.call(conn, *call)
+        reply = _REGISTER.call(
+            conn, [keys.limiter(self.name), keys.limiter_list],
+            [self.name, self.kind, options, fingerprint, self.ttl, keys.limiter("")])
         self._warn_restarted(reply)
-        rule = self._stored_rule(reply)
-        if rule is None:  # what is stored is no limiter's: ours replaces it
-            call[1][-1] = "force"
-            self._warn_restarted(_REGISTER.call(conn, *call))
-            rule = self._defined_rule()
-        self._follow(rule)
+        self._warn_replaced(reply)
         with _registered_lock:
             if len(_registered) >= REGISTERED_CAP:
                 _registered.clear()
-            _registered[self._registry_key] = (now, rule)
+            _registered[self._registry_key] = now
 
-    def _defined_rule(self) -> dict[str, Any]:
-        return {name: self._defined[name] for name in self.rule}
-
-    def _stored_rule(self, reply: Any) -> dict[str, Any] | None:
-        """The rule to follow after a registration: this definition's when it was stored (or
-        the name was first made as another kind, told and left to it), the stored one's
-        when another definition of this kind came first (told, naming both), None when
-        what is stored is no limiter's (told; the caller writes this one over it)."""
-        ours = self._defined_rule()
-        if not isinstance(reply, (list, tuple)) or len(reply) < 5 or reply[0] == 1:
-            return ours
+    def _warn_replaced(self, reply: Any) -> None:
+        """A warning when the metadata this registration wrote over was another definition's
+        with another rule (``size``, lock, interval): two definitions of one name each run
+        the scripts with their own, and undo each other while both are in use."""
+        if not isinstance(reply, (list, tuple)) or len(reply) < 5:
+            return
         kind, raw = values.text(reply[3]), values.text(reply[4])
-        if kind != self.kind and kind in KINDS:
-            log.warning("limiter %r is defined here as a %s limiter, but it was first made as "
-                        "a %s limiter (%s): two limiters share its name and stats, and the "
-                        "dashboard shows the first; give this one another name", self.name,
-                        self.kind, kind, self._config().keys.limiter(self.name))
-            return ours
-        stored = values.json_object(raw) if kind == self.kind else None
+        where = self._config().keys.limiter(self.name)
+        if kind != self.kind:
+            if kind in KINDS:
+                log.warning("limiter %r is defined here as a %s limiter, but %s held a %s "
+                            "limiter's: two limiters share its name and stats; give one "
+                            "another name", self.name, self.kind, where, kind)
+            return
+        stored = values.json_object(raw)
         try:
             if not isinstance(stored, dict):
-                raise ValueError(f"a {values.shown(kind, 40)} limiter")
-            first = type(self)(self.name, **{n: stored[n] for n in self.rule})
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("limiter %r: its stored options (%s: %s) are unreadable (%s); "
-                        "written again with this process's", self.name,
-                        values.shown(kind, 40), values.shown(raw, 300), exc)
-            return None
-        theirs = {name: getattr(first, name) for name in self.rule}
+                raise ValueError("not a JSON object")
+            other = type(self)(self.name, **{n: stored[n] for n in self.rule})
+        except (KeyError, TypeError, ValueError):
+            return  # no limiter's options (written by hand): ours are stored now
+        theirs = {name: getattr(other, name) for name in self.rule}
+        ours = {name: getattr(self, name) for name in self.rule}
         if theirs != ours:
-            log.warning("limiter %r is defined here with %s, but it was first made with %s "
-                        "(%s): following those, so every process keeps one limit; to change "
-                        "them, give the limiter a new name, or delete that key once no "
-                        "process defines the old ones", self.name, _shown(ours),
-                        _shown(theirs), self._config().keys.limiter(self.name))
-        return theirs
-
-    def _follow(self, rule: dict[str, Any]) -> None:
-        """Take ``rule``'s options (the first definition's, or this one's own again)."""
-        if self._following is not rule:
-            for name, value in rule.items():
-                setattr(self, name, value)
-            self._following = rule
+            log.warning("limiter %r is defined here with %s, but %s held another "
+                        "definition's %s: while processes with both run, each enforces its "
+                        "own, and together they let more in (or reclaim each other's locks); "
+                        "stored now: this one's. Expected once after a deploy that changes "
+                        "the limit; repeated hourly, two definitions are live", self.name,
+                        _shown(ours), where, _shown(theirs))
 
 
 def _shown(rule: dict[str, Any]) -> str:
