@@ -348,7 +348,7 @@ class AsyncLane:
 
     def take_waiting(self) -> list[UnitOfWork]:
         """At quiet: the jobs handed over that wait for a slot, taken back (to requeue), as a
-        processor requeues the job it holds when quiet comes while it waits for a place.
+        processor gives back the job it holds when quiet comes while it waits for a place.
         (Those with a slot free for them start: they were handed over before quiet.)"""
         with self._lock:
             starts = max(0, self.limit - self._tasks)  # these have their slots: they run

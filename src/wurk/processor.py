@@ -263,7 +263,10 @@ class JobRunner:
                  definition: JobDefinition, stopping: Callable[[], bool]) -> None:
         unit.fetcher.hand_off(unit)
         if not lane.take_slot(stopping):
-            unit.requeue()  # quiet came while every slot was taken: back, first in line
+            # Quiet came while every slot was taken: it never started, so it goes back as
+            # a job fetched after quiet does, first in line, ahead of those fetched with it
+            # (pushed back alone now, it landed behind them at the flush).
+            unit.fetcher.give_back(unit)
             return
         lane.start(unit, lambda: self._execute_async(unit, job, definition, lane.stopping))
 

@@ -531,3 +531,50 @@ def test_async_wurk_redis_blocks_hold_at_most_50_connections_named_wurk_async(
         return held
 
     assert asyncio.run(main()) == (50, 50)
+
+
+@wurk.job(name="AsyncParts::Numbered", queue=QUEUE)
+async def numbered(n: int) -> None:
+    while not RELEASE.is_set():  # deaf to quiet: it ends when the test lets it
+        await asyncio.sleep(0.005)
+    EVENTS.append(f"{n}:body:")
+
+
+def test_an_async_job_given_back_at_quiet_for_want_of_a_slot_goes_back_first_in_line(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """docs/reliability.md: what a processor fetched and did not start goes back at the
+    head of the line. One slot: job 0 runs, 1 waits in the lane, 2 is in the processor's
+    hands waiting for a place, 3–7 were fetched ahead with it. Quiet: 2 is given back
+    ahead of 3–7 (pushed back alone at once, it ended behind them: 3–7, 2). (1 goes back
+    from the lane at quiet, on the manager's thread: before or after them.)"""
+    EVENTS.clear()
+    RELEASE.clear()
+    capsule = Capsule(queues=[(QUEUE, 0)], concurrency=1, async_concurrency=1)
+
+    def make_fetcher(capsule: Capsule, slot: int) -> Fetcher:
+        return ReliableFetch(config, capsule, capsule_pool(config, capsule),
+                             identity=Identity.current(), capsule_index=0, slot=slot)
+
+    runner = JobRunner(config, counters=Counters(), busy=Busy())
+    manager = Manager(config, capsule, runner, make_fetcher)
+    for n in range(20):
+        numbered.perform_async(n)
+    manager.start()
+    try:
+        def third_in_hand() -> bool:
+            current = [p.current for p in manager.processors]
+            return len(manager.lane) == 2 and current != [None] and \
+                json.loads(current[0].raw)["args"] == [2]  # type: ignore[union-attr]
+
+        wait_until(third_in_hand, what="job 2 waiting for a place in the lane")
+        manager.quiet()
+        wait_until(lambda: not manager.processors, what="the processor ending at quiet")
+        back = [json.loads(raw)["args"][0] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)]
+    finally:
+        RELEASE.set()
+        manager.stop(time.monotonic() + 5)
+        runner.close()
+    next_up = [n for n in reversed(back) if n != 1]  # the tail runs next
+    assert next_up[:6] == [2, 3, 4, 5, 6, 7], next_up
+    assert sorted(back) == list(range(1, 20))
+    assert EVENTS == ["0:body:"]

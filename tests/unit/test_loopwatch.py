@@ -281,3 +281,89 @@ def test_a_lasting_failure_to_look_is_logged_once_a_minute_with_its_count() -> N
     assert len(other) < 400
     back = watch.failed(100.0 + REPEAT_FAILURE + 2, boom)  # not the last one: logged at once
     assert back == first
+
+
+async def _waits_for_ever(gate: asyncio.Event) -> None:
+    await gate.wait()
+
+
+async def deliver_stuck(gate: asyncio.Event) -> None:  # an async job stuck at an await
+    await _waits_for_ever(gate)
+
+
+async def _started(coro: Any, name: str) -> None:
+    asyncio.get_running_loop().create_task(coro, name=name)
+    await asyncio.sleep(0)  # it runs up to its first await
+
+
+def test_ttin_logs_each_async_jobs_await_chain_named_by_its_class_and_jid(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """A thread dump shows the loop's thread idle in its selector: the job stuck at an
+    await is on no thread's stack. TTIN logs each task's chain of awaits too, down to what
+    it waits on, the job's task named as the watch names it."""
+    from wurk.asyncjobs import EventLoop
+    from wurk.runtime.signals import dump_threads
+
+    loop = EventLoop(2, LoopWatch(None, describe))
+    caplog.set_level(logging.WARNING, logger="wurk")
+    try:
+        running = loop.get()
+        gate = asyncio.run_coroutine_threadsafe(_make_event(), running).result(5)
+        for name in ("one", "helper"):
+            asyncio.run_coroutine_threadsafe(
+                _started(deliver_stuck(gate), name), running).result(5)
+        dump_threads()
+    finally:
+        loop.close()
+    messages = [r.getMessage() for r in caplog.records]
+    job = [m for m in messages if m.startswith("async job Hooks::Deliver (jid abc), task one:")]
+    assert len(job) == 1, messages
+    lines = job[0].splitlines()
+    assert [line.split(", in ")[-1] for line in lines if line.startswith("  File")] == \
+        ["deliver_stuck", "_waits_for_ever", "wait"]  # outermost first, asyncio's Event last
+    assert "await _waits_for_ever(gate)" in job[0]  # the source line, as a traceback has it
+    assert lines[-1].startswith("  awaiting ")
+    assert any(m.startswith("task helper running deliver_stuck (not a job's own):")
+               for m in messages), messages
+
+
+async def _make_event() -> asyncio.Event:
+    return asyncio.Event()
+
+
+def test_ttin_with_the_loop_held_names_the_holder_and_does_not_wait_for_it(
+    caplog: pytest.LogCaptureFixture
+) -> None:
+    """A job blocking the loop (a sync call inside an async job) cannot let it answer: the
+    dump gives up after its wait, names the job holding the loop, and the signal loop goes
+    on (the thread dump above it shows the line)."""
+    from wurk.asyncjobs import EventLoop
+    from wurk.runtime.loopwatch import dump_tasks
+
+    loop = EventLoop(2, LoopWatch(None, describe))
+    caplog.set_level(logging.WARNING, logger="wurk")
+    held, release = threading.Event(), threading.Event()
+
+    async def blocker() -> None:
+        held.set()
+        release.wait(10)  # the blocking call
+
+    try:
+        running = loop.get()
+        asyncio.run_coroutine_threadsafe(asyncio.sleep(0), running).result(5)
+        future = asyncio.run_coroutine_threadsafe(_named(blocker(), "one"), running)
+        assert held.wait(5)
+        began = time.monotonic()
+        dump_tasks(0.1)
+        took = time.monotonic() - began
+        release.set()
+        future.result(5)
+    finally:
+        release.set()
+        loop.close()
+    assert took < 0.4
+    messages = [r.getMessage() for r in caplog.records]
+    assert ("the event loop did not list its tasks within 0.1 s: async job Hooks::Deliver "
+            "(jid abc) holds it (the stack of its thread, wurk-asyncio, is above)") in messages
+    assert not [m for m in messages if m.startswith("async job Hooks::Deliver (jid abc), task")]

@@ -13,6 +13,12 @@ finds it at no cost to the jobs (no wrapper around their steps):
    tick between, has held the loop all that while. It is named once — the job (``describe``)
    and the line the loop's thread is on — while it still holds the loop.
 
+3. TTIN (``dump_tasks``) logs every task on each worker loop with its await chain, the
+   frames from the task's coroutine down to what it waits on, each async job's named by its
+   class and jid (a thread dump shows only the loop thread's own frames). It asks the loop,
+   between two steps of its tasks, where every task is suspended, and waits ``DUMP_WAIT``
+   at most: a loop that does not answer is held by a task, which is named instead.
+
 A look that fails (a bug, a task it cannot describe) is a warning and the watch goes on;
 the same failure again is logged at most once a ``REPEAT_FAILURE`` seconds, with how many
 times it came meanwhile, so a lasting fault cannot fill the log twenty lines a second.
@@ -24,6 +30,7 @@ The decisions take the time as an argument (``tick(now)``, ``look(now, …)``,
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import os
@@ -31,12 +38,15 @@ import sys
 import sysconfig
 import threading
 import time
+import traceback
 import weakref
 from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["TICK", "LoopWatch"]
+from ..log import VERBATIM
+
+__all__ = ["DUMP_WAIT", "TICK", "LoopWatch", "dump_tasks"]
 
 log = logging.getLogger("wurk")
 
@@ -48,6 +58,14 @@ SHORTEST_LOOK = 0.01
 REPEAT_FAILURE = 60.0
 # At most this much of a failure's text goes into its warning.
 FAILURE_SHOWN = 300
+# TTIN waits at most this long (seconds) for the worker's event loops to list their tasks.
+DUMP_WAIT = 1.0
+# At most this many frames of a task's await chain are logged.
+DUMP_FRAMES = 100
+
+# A task's stack as the loop hands it to ``dump_tasks``: its heading, its await chain's
+# frames (outermost first, lines not read yet), and what the innermost one waits on.
+TaskStack = tuple[str, traceback.StackSummary, str | None]
 
 
 @functools.cache
@@ -82,6 +100,7 @@ class LoopWatch:
         self._named: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         # The last failure logged: its text, when, and how often it came since.
         self._failure: tuple[str, float, int] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # once it ticks: for TTIN
 
     # -- on the loop ------------------------------------------------------------------------
     def tick(self, now: float) -> float:
@@ -92,10 +111,13 @@ class LoopWatch:
         return self._due
 
     def start_ticking(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Schedule the tick on ``loop`` (called on it), every ``TICK`` from now on."""
+        """Schedule the tick on ``loop`` (called on it), every ``TICK`` from now on; from now
+        on TTIN lists the loop's tasks too (``dump_tasks``)."""
         def ticked() -> None:
             loop.call_at(self.tick(loop.time()), ticked)
         ticked()
+        self._loop = loop
+        _watched.add(self)
 
     def take_lag(self) -> float:
         """The worst lateness (seconds) since the last call; 0 when the loop never ran."""
@@ -164,6 +186,109 @@ class LoopWatch:
                 continue
             if warning is not None:
                 log.warning("%s", warning)
+
+
+    # -- TTIN -------------------------------------------------------------------------------
+    def ask_stacks(self) -> concurrent.futures.Future[list[TaskStack]] | None:
+        """From any thread: ask the loop for its tasks' stacks (``_stacks``, run there at
+        its next turn); None when it no longer runs. Cancel the answer to withdraw it."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return None
+        answer: concurrent.futures.Future[list[TaskStack]] = concurrent.futures.Future()
+
+        def on_loop() -> None:
+            if not answer.set_running_or_notify_cancel():
+                return  # given up on: the loop answered too late
+            try:
+                answer.set_result(self._stacks(loop))
+            except BaseException as exc:  # handed to the asking thread, never the loop's
+                answer.set_exception(exc)
+
+        try:
+            loop.call_soon_threadsafe(on_loop)
+        except RuntimeError:  # closed meanwhile
+            return None
+        return answer
+
+    def _stacks(self, loop: asyncio.AbstractEventLoop) -> list[TaskStack]:
+        """On the loop, between two task steps (every task suspended): each task's await
+        chain. Source lines are read by the asking thread, not here."""
+        stacks: list[TaskStack] = []
+        for task in asyncio.all_tasks(loop):
+            frames, waits_on = _await_chain(task.get_coro())
+            summary = traceback.StackSummary.extract(
+                ((frame, frame.f_lineno) for frame in frames), lookup_lines=False)
+            stacks.append((self._heading(task), summary, waits_on))
+        return stacks
+
+    def _heading(self, task: asyncio.Task[Any]) -> str:
+        try:
+            job = self.describe(task)
+        except Exception as exc:  # naming a job must never spoil the dump
+            job = f"(not named: {type(exc).__name__}: {exc})"[:FAILURE_SHOWN]
+        if job is None:
+            return f"task {_task_name(task)} (not a job's own)"
+        return f"async job {job}, task {task.get_name()}"
+
+    def holder(self) -> str:
+        """From any thread: what runs on the loop now (it did not answer)."""
+        loop = self._loop
+        current = asyncio.current_task(loop) if loop is not None else None
+        if current is None:
+            return "a callback, not a task"
+        try:
+            job = self.describe(current)
+        except Exception:
+            job = None
+        return f"async job {job}" if job is not None else f"task {_task_name(current)}"
+
+
+# The watches of the loops that run (``start_ticking``), for TTIN; a loop closed is passed over.
+_watched: weakref.WeakSet[LoopWatch] = weakref.WeakSet()
+
+
+def dump_tasks(wait: float | None = None) -> None:
+    """TTIN: log every task on each worker event loop with its await chain (outermost frame
+    first), an async job's named by its class and jid. Every loop is asked at once and the
+    answers waited for ``wait`` seconds (``DUMP_WAIT``) in all: a loop held by a blocking
+    call cannot answer, and what holds it is named instead (the thread dump shows where)."""
+    asked = [(watch, watch.ask_stacks()) for watch in list(_watched)]
+    deadline = time.monotonic() + (DUMP_WAIT if wait is None else wait)
+    for watch, answer in asked:
+        if answer is None:
+            continue
+        try:
+            stacks = answer.result(max(0.0, deadline - time.monotonic()))
+        except concurrent.futures.TimeoutError:
+            answer.cancel()
+            log.warning("the event loop did not list its tasks within %.1f s: %s holds it "
+                        "(the stack of its thread, wurk-asyncio, is above)",
+                        DUMP_WAIT if wait is None else wait, watch.holder())
+            continue
+        except Exception as exc:
+            log.warning("could not list the event loop's tasks: %s",
+                        f"{type(exc).__name__}: {exc}"[:FAILURE_SHOWN])
+            continue
+        for heading, summary, waits_on in stacks:
+            text = "".join(summary.format()).rstrip() or "  (not started)"
+            if waits_on is not None:
+                text += f"\n  awaiting {waits_on}"
+            log.warning("%s:\n%s", heading, text, extra={VERBATIM: True})
+
+
+def _await_chain(awaitable: Any) -> tuple[list[FrameType], str | None]:
+    """The frames of a suspended coroutine and of those it awaits, down to the innermost;
+    and the type of what that one waits on when it is no coroutine (a future, a lock's)."""
+    frames: list[FrameType] = []
+    while awaitable is not None and len(frames) < DUMP_FRAMES:
+        frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "gi_frame", None)
+        if frame is None:  # a future's iterator, a C awaitable, or a finished coroutine
+            return frames, type(awaitable).__qualname__
+        frames.append(frame)
+        awaitable = getattr(awaitable, "cr_await", None) if hasattr(awaitable, "cr_await") \
+            else getattr(awaitable, "gi_yieldfrom", None)
+    return frames, None
 
 
 def where_thread_is(ident: int | None) -> str | None:

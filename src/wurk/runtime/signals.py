@@ -16,7 +16,9 @@
    process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
 5. ``act_on``: what a worker does with each; USR1, a swarm's rolling restart, is ignored
    with a warning (a swarm child names its parent instead).
-6. ``dump_threads`` writes every thread's stack to the log (TTIN); ``reopen_logs`` reopens
+6. ``dump_threads`` writes every thread's stack to the log (TTIN), then every task on the
+   worker's event loops with its await chain (``loopwatch.dump_tasks``, waiting a second at
+   most for a loop to answer); ``reopen_logs`` reopens
    the log files (USR2), reporting a file it cannot reopen rather than raising.
 """
 
@@ -36,6 +38,7 @@ from typing import Protocol
 
 from .. import log as wurk_log
 from ..log import VERBATIM
+from .loopwatch import dump_tasks
 
 __all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
            "dump_threads", "remote_signal", "reopen_logs", "serve", "stop_watched"]
@@ -224,9 +227,12 @@ def _watch_stop(launcher: _Stoppable, pipe: SignalPipe, done: threading.Event,
 
 
 def dump_threads() -> None:
+    """TTIN: every thread's stack, then every async job's (a task on the worker's event
+    loop, suspended at an ``await``, is on no thread's stack)."""
     frames = sys._current_frames()
     for thread in threading.enumerate():
         frame = frames.get(thread.ident or -1)
         stack = "".join(traceback.format_stack(frame)) if frame else "  (no frame)\n"
         log.warning("thread %s (%s):\n%s", thread.name, thread.ident, stack.rstrip(),
                     extra={VERBATIM: True})
+    dump_tasks()
