@@ -167,10 +167,10 @@ class PartlyPushed(WurkError):
     (``partition_by``) — some of which were pushed before a later one failed. Raised only
     then: when no part went, the failed part's own error is raised as it was.
 
-    It is also an error of the failed part's own type (a ``wurk.RedisUnavailable``, a
-    ``wurk.InvalidArguments``…), under that type's name, so code catching that type still
-    catches it; ``error`` is that error (also ``__cause__``). ``jids`` has, for each job of
-    the push, its jid when its part was pushed (None: not pushed, or stopped by a client
+    Its own type, not the failed part's (code that retries a whole push on
+    ``RedisUnavailable`` must not catch it: that retry would run the pushed jobs twice);
+    ``error`` is the part's error (also ``__cause__``). ``jids`` has, for each job of the
+    push, its jid when its part was pushed (None: not pushed, or stopped by a client
     middleware); ``pushed`` and ``unpushed`` are the places (in the push's ``args``) of the
     jobs whose part was pushed and of those whose part was not (the failed part's and the
     parts after it), so pushing only ``unpushed`` again completes the push without running
@@ -184,9 +184,7 @@ class PartlyPushed(WurkError):
     def __init__(self, message: str, *, error: Exception, jids: list[str | None],
                  pushed: list[int], unpushed: list[int], shards_pushed: list[str],
                  shards_unpushed: list[str]) -> None:
-        # Not ``super()``: in a type made for the failed part's, that is the part's type,
-        # whose own ``__init__`` may want arguments of its own (``partly_pushed``).
-        Exception.__init__(self, message)
+        super().__init__(message)
         self.error = error
         self.jids = jids
         self.pushed = pushed
@@ -195,8 +193,6 @@ class PartlyPushed(WurkError):
         self.shards_unpushed = shards_unpushed
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A type made for the failed part's (``partly_pushed``) is found by no name: pickled
-        # as a plain ``PartlyPushed``.
         return (_unpickled, (self.args, dict(self.__dict__)))
 
 
@@ -204,36 +200,6 @@ def _unpickled(args: tuple[Any, ...], state: dict[str, Any]) -> PartlyPushed:
     made = PartlyPushed.__new__(PartlyPushed, *args)
     Exception.__init__(made, *args)
     made.__dict__.update(state)
-    return made
-
-
-# The failed part's error type -> a ``PartlyPushed`` that is also of that type, made once.
-_partly_types: dict[type[Exception], type[PartlyPushed]] = {}
-
-
-def partly_pushed(message: str, *, error: Exception, jids: list[str | None],
-                  pushed: list[int], unpushed: list[int], shards_pushed: list[str],
-                  shards_unpushed: list[str]) -> PartlyPushed:
-    """A ``PartlyPushed`` that is also of ``error``'s type (a plain one when that type cannot
-    be combined), carrying ``error``'s own attributes too."""
-    kind = type(error)
-    made_type = _partly_types.get(kind)
-    if made_type is None:
-        try:
-            made_type = type(kind.__name__, (PartlyPushed, kind),
-                             {"__module__": kind.__module__, "__qualname__": kind.__qualname__})
-        except TypeError:  # no consistent order of bases, or an incompatible layout
-            made_type = PartlyPushed
-        _partly_types[kind] = made_type
-    try:
-        made = made_type.__new__(made_type, message)
-    except Exception:  # a __new__ of the error's type that wants its own arguments
-        made_type = PartlyPushed
-        made = PartlyPushed.__new__(PartlyPushed, message)
-    made.__dict__.update(getattr(error, "__dict__", {}))
-    PartlyPushed.__init__(made, message, error=error, jids=jids, pushed=pushed,
-                          unpushed=unpushed, shards_pushed=shards_pushed,
-                          shards_unpushed=shards_unpushed)
     return made
 
 

@@ -55,7 +55,6 @@ from ..errors import (
     InvalidPayload,
     PartlyPushed,
     PayloadTooLarge,
-    partly_pushed,
 )
 from ..middleware import TemporaryLoop, bridge
 from ..options import (
@@ -162,7 +161,7 @@ class Parts:
             error, unpushed_shards = exc.error, list(exc.shards_unpushed)
             unpushed = [indices[i] for i in exc.unpushed]
         if not self.pushed:
-            return None if error is exc else partly_pushed(
+            return None if error is exc else PartlyPushed(
                 str(exc), error=error, jids=self.jids, pushed=[], unpushed=unpushed,
                 shards_pushed=[], shards_unpushed=unpushed_shards)
         for part_shards, part_indices in later:
@@ -175,7 +174,7 @@ class Parts:
                    f"to {_shards(self.shards)} (.pushed, .jids); not pushed: {len(unpushed)} "
                    f"jobs {_places(unpushed)}, for {_shards(unpushed_shards)} (.unpushed): "
                    "push only those again, or the others run twice")
-        return partly_pushed(message, error=error, jids=self.jids, pushed=pushed,
+        return PartlyPushed(message, error=error, jids=self.jids, pushed=pushed,
                              unpushed=unpushed, shards_pushed=self.shards,
                              shards_unpushed=unpushed_shards)
 
