@@ -9,6 +9,7 @@
         ├── ConfigError          (also ValueError)  a bad setting, flag or config file
         ├── RegistrationError    (also ValueError)  a job that cannot be registered
         ├── InvalidArguments     (also TypeError)   job arguments that are not JSON-native
+        ├── PartlyPushed                            a bulk push in parts: some went, one failed
         ├── InvalidPayload       (also ValueError)  a payload whose fields cannot be interpreted
         │   ├── UnparseablePayload                  not JSON, or not a JSON object
         │   └── PayloadTooLarge                     a job larger than Redis takes in one value
@@ -59,6 +60,7 @@ __all__ = [
     "JobNotRegistered",
     "JobTimeout",
     "OverLimit",
+    "PartlyPushed",
     "PayloadTooLarge",
     "Poisoned",
     "RedisUnavailable",
@@ -158,6 +160,47 @@ class PayloadTooLarge(InvalidPayload):
         self.job_class = job_class
         self.size = size
         self.limit = limit
+
+
+class PartlyPushed(WurkError):
+    """A bulk push sent in parts — by shard (a ``shard_router``), by partition
+    (``partition_by``) — some of which were pushed before a later one failed. Raised only
+    then: when no part went, the failed part's own error is raised as it was.
+
+    Its own type, not the failed part's (code that retries a whole push on
+    ``RedisUnavailable`` must not catch it: that retry would run the pushed jobs twice);
+    ``error`` is the part's error (also ``__cause__``). ``jids`` has, for each job of the
+    push, its jid when its part was pushed (None: not pushed, or stopped by a client
+    middleware); ``pushed`` and ``unpushed`` are the places (in the push's ``args``) of the
+    jobs whose part was pushed and of those whose part was not (the failed part's and the
+    parts after it), so pushing only ``unpushed`` again completes the push without running
+    a job twice; ``shards_pushed`` and ``shards_unpushed`` name the shards of those parts (a
+    shard is in both when its jobs went in several parts, one per partition). A failed part
+    larger than one round trip (``batch_size``) may have gone in part: its own error says
+    how many of its jobs went."""
+
+    __module__ = "wurk"
+
+    def __init__(self, message: str, *, error: Exception, jids: list[str | None],
+                 pushed: list[int], unpushed: list[int], shards_pushed: list[str],
+                 shards_unpushed: list[str]) -> None:
+        super().__init__(message)
+        self.error = error
+        self.jids = jids
+        self.pushed = pushed
+        self.unpushed = unpushed
+        self.shards_pushed = shards_pushed
+        self.shards_unpushed = shards_unpushed
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_unpickled, (self.args, dict(self.__dict__)))
+
+
+def _unpickled(args: tuple[Any, ...], state: dict[str, Any]) -> PartlyPushed:
+    made = PartlyPushed.__new__(PartlyPushed, *args)
+    Exception.__init__(made, *args)
+    made.__dict__.update(state)
+    return made
 
 
 class JobNotRegistered(WurkError, LookupError):

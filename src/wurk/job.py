@@ -39,7 +39,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overloa
 
 from . import crypto, partitions, unique
 from . import payload as P
-from .client.core import Client
+from .client.core import Client, Parts
 from .client.default import default_client
 from .client.writers import KeptJobs, kept
 from .config import Config
@@ -500,11 +500,16 @@ class JobSetter(Generic[Params, R]):
                             ) -> list[ResultHandle[R] | None]:
         item = self._bulk_item(args, batch_size, at, spread_interval)
         client = self._client()
-        jids: list[str | None] = [None] * len(item[P.ARGS])
-        for indices, part in self._by_partition(item):
-            for index, jid in zip(indices, await client.apush_bulk(part), strict=True):
-                jids[index] = jid
-        return [self._handle(jid, client) for jid in jids]
+        parts = self._by_partition(item)
+        sent = Parts(len(item[P.ARGS]))
+        for number, (indices, part) in enumerate(parts):
+            try:
+                jids = await client.apush_bulk(part)
+            except BaseException as exc:
+                self._part_failed(sent, client, parts, number, exc)
+                raise
+            sent.took(client.shards_of(part) if len(parts) > 1 else [], indices, jids)
+        return [self._handle(jid, client) for jid in sent.jids]
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
@@ -512,11 +517,35 @@ class JobSetter(Generic[Params, R]):
         """Push one job per argument list, a round trip per ``batch_size`` jobs."""
         item = self._bulk_item(args, batch_size, at, spread_interval)
         client = self._client()
-        jids: list[str | None] = [None] * len(item[P.ARGS])
-        for indices, part in self._by_partition(item):
-            for index, jid in zip(indices, client.push_bulk(part), strict=True):
-                jids[index] = jid
-        return [self._handle(jid, client) for jid in jids]
+        parts = self._by_partition(item)
+        sent = Parts(len(item[P.ARGS]))
+        for number, (indices, part) in enumerate(parts):
+            try:
+                jids = client.push_bulk(part)
+            except BaseException as exc:
+                self._part_failed(sent, client, parts, number, exc)
+                raise
+            sent.took(client.shards_of(part) if len(parts) > 1 else [], indices, jids)
+        return [self._handle(jid, client) for jid in sent.jids]
+
+    @staticmethod
+    def _part_failed(sent: Parts, client: Client,
+                     parts: list[tuple[list[int], dict[str, Any]]], number: int,
+                     exc: BaseException) -> None:
+        """Raise ``wurk.PartlyPushed`` when partition part ``number`` failed with ``exc``
+        after another part went; return when nothing went (``exc`` is raised as it is).
+        The shards are asked of the router only here, on the way out of a failed push."""
+        if len(parts) == 1 or not isinstance(exc, Exception):
+            return
+        try:
+            shards = client.shards_of(parts[number][1])
+            later = [(client.shards_of(part), indices) for indices, part in parts[number + 1:]]
+        except Exception:  # the router failing again: the push's own shard stands for it
+            shards, later = [client.config.shard_name], [
+                ([client.config.shard_name], indices) for indices, _ in parts[number + 1:]]
+        partly = sent.failed(exc, shards, parts[number][0], later)
+        if partly is not None:
+            raise partly from partly.error
 
     def _by_partition(self, item: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]]:
         """A bulk push split by the partition ``partition_by`` gives each job (every

@@ -13,7 +13,7 @@
    runs a sync link either in a helper thread whose ``call_next()`` waits for the rest on
    the loop (a server link may block: it wraps a job) or, for a client chain
    (``sync_links="inline"``), on the loop itself, its ``call_next()`` returning an
-   awaitable of the rest.
+   awaitable of the rest; each call runs the rest once, as in ``invoke``.
 5. A link may also say, per job, what it has to do around it (``wurk_plan``), which the async
    walk asks before it would await the link: nothing (``None``: the link is not a frame on
    that job's await chain), its coroutine as ever (``AWAIT``), or its work before the job
@@ -569,7 +569,10 @@ async def _result(value: Any) -> Any:
 
 async def _inline(link: Middleware, job: Any, payload: dict[str, Any], queue: str,
                   rest: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """A sync client link on the loop: its ``call_next()`` returns the rest, to await."""
+    """A sync client link on the loop: its ``call_next()`` returns the rest, to await. Each
+    call runs the rest once, in the order called, as each call does in a sync push: a link
+    that calls it twice and returns the second's awaitable runs the rest twice (only the
+    returned one used to run, the other's coroutine never awaited)."""
     pending: list[Coroutine[Any, Any, Any]] = []
 
     def call_next() -> Coroutine[Any, Any, Any]:
@@ -578,7 +581,19 @@ async def _inline(link: Middleware, job: Any, payload: dict[str, Any], queue: st
 
     result = link(job, payload, queue, call_next)
     if inspect.isawaitable(result):
-        return await result
+        if len(pending) == 1 and result is pending[0]:  # the usual ``return call_next()``
+            return await result
+        if not any(result is coroutine for coroutine in pending):
+            value = await result  # an awaitable of its own: then what it left unstarted
+            for coroutine in pending:
+                if inspect.getcoroutinestate(coroutine) == inspect.CORO_CREATED:
+                    await coroutine
+            return value
+        for coroutine in pending:
+            outcome = await coroutine
+            if coroutine is result:
+                value = outcome
+        return value
     for coroutine in pending:
         if result is None or result is False:
             coroutine.close()  # the link stopped the push: the rest never starts

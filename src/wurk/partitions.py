@@ -178,20 +178,28 @@ def push(r: Any, keys: Keys, by_queue: Mapping[str, Sequence[str]]) -> None:
     """Push each queue's jobs (JSON) to their partitions, one script per queue, one round
     trip."""
     replies = PUSH.call_many(r, [_push_call(keys, q, jsons) for q, jsons in by_queue.items()])
-    _raise_first(replies)
+    _raise_first(list(by_queue), replies)
 
 
 async def apush(r: Any, keys: Keys, by_queue: Mapping[str, Sequence[str]]) -> None:
     """``push`` on redis-py's asyncio client."""
     replies = await PUSH.acall_many(r, [_push_call(keys, q, jsons)
                                         for q, jsons in by_queue.items()])
-    _raise_first(replies)
+    _raise_first(list(by_queue), replies)
 
 
-def _raise_first(replies: list[Any]) -> None:
-    for reply in replies:
-        if isinstance(reply, Exception):
-            raise reply
+def _raise_first(queues: list[str], replies: list[Any]) -> None:
+    """The first queue's error, naming the queues whose jobs were pushed all the same: each
+    queue's script is all or nothing, and pushes whatever another's did."""
+    failed = [reply for reply in replies if isinstance(reply, Exception)]
+    if not failed:
+        return
+    went = [queue for queue, reply in zip(queues, replies, strict=True)
+            if not isinstance(reply, Exception)]
+    if not went:
+        raise failed[0]
+    raise type(failed[0])(f"{failed[0]}; the jobs of this push to queue(s) "
+                          f"{', '.join(went)} were pushed")
 
 
 def recount(r: Any, keys: Keys, queue: str) -> int:

@@ -4,9 +4,11 @@ and every push writes what the sync push writes."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import threading
 import time
+import warnings
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -285,6 +287,34 @@ def test_a_sync_link_not_returning_call_next_still_runs_the_rest(config: wurk.Co
     assert run(lambda: plain.aperform_async(1))
     (raw,) = r.lrange(f"queue:{QUEUE}", 0, -1)
     assert json.loads(raw)["stamped"] is True
+
+
+def test_a_sync_link_calling_call_next_twice_runs_the_rest_twice_on_either_path(
+        config: wurk.Config, r: redis.Redis) -> None:
+    # A sync push runs the rest of the chain at each call_next(); the async push ran only
+    # the call whose awaitable the link returned, the other's coroutine never awaited
+    # (Python warned). Both run the rest at each call now, and push the job once.
+    inner: list[str] = []
+
+    async def counts(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        inner.append(payload["args"][0])
+        return await call_next()
+
+    def twice(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        call_next()
+        return call_next()
+
+    config.client_middleware.add(twice)
+    config.client_middleware.add(counts)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert plain.perform_async("sync")
+        assert run(lambda: plain.aperform_async("async"))
+        gc.collect()
+    assert inner == ["sync", "sync", "async", "async"]
+    assert not [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert sorted(json.loads(raw)["args"][0] for raw in r.lrange(f"queue:{QUEUE}", 0, -1)) \
+        == ["async", "sync"]  # each pushed once
 
 
 # -- failures ---------------------------------------------------------------------------------

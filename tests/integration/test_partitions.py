@@ -765,6 +765,51 @@ def test_a_push_when_the_default_partition_key_is_foreign_too_fails_naming_them(
         work.set(partition="s").perform_async(1)
 
 
+def test_a_bulk_push_with_a_job_no_partition_can_take_pushes_none_of_its_jobs(
+    pconfig: wurk.Config, r: redis.Redis
+) -> None:
+    """The script pushed the jobs before the one whose partition's key and the default
+    partition's both held other types, then failed: a push reported as failed had pushed
+    part of its jobs, and a retry pushed those twice. It checks every job first now."""
+    keys = pconfig.keys
+    r.set(keys.partition(Q, "s"), "a string")
+    r.set(keys.partition(Q, partitions.DEFAULT_PARTITION), "another")
+    jobs = [{"class": "X", "queue": Q, "args": [n], "partition": p}
+            for n, p in enumerate(["a", "b", "s", "a"])]
+    with pytest.raises(redis.exceptions.ResponseError,
+                       match=r"none of the 4 jobs of this push to queue imports was pushed"):
+        wurk.Client(pconfig).writer.write(pconfig, pconfig.pool("client"),
+                                          [(job, None) for job in _prepared(pconfig, jobs)])
+    assert r.llen(keys.partition(Q, "a")) == 0 and r.llen(keys.partition(Q, "b")) == 0
+    assert r.zcard(keys.partition_ring(Q)) == 0 and not r.sismember(keys.queues, Q)
+    with pytest.raises(redis.exceptions.ResponseError, match="none of the 2 jobs"):
+        work.set(partition="s").perform_bulk([[1], [2]])
+
+
+def test_a_push_to_two_partitioned_queues_names_the_queue_whose_jobs_went(
+    redis_server: Any, r: redis.Redis
+) -> None:
+    config = wurk.configure(redis_url=redis_server.url, partitions={Q: 2, "exports": 2})
+    keys = config.keys
+    r.set(keys.partition(Q, "s"), "a string")
+    r.set(keys.partition(Q, partitions.DEFAULT_PARTITION), "another")
+    jobs = [{"class": "X", "queue": q, "args": [n], "partition": "s"}
+            for n, q in enumerate([Q, "exports"])]
+    with pytest.raises(redis.exceptions.ResponseError,
+                       match=r"none of the 1 jobs .* queue imports was pushed; the jobs of "
+                             r"this push to queue\(s\) exports were pushed"):
+        wurk.Client(config).writer.write(config, config.pool("client"),
+                                         [(job, None) for job in _prepared(config, jobs)])
+    assert r.llen(keys.partition("exports", "s")) == 1
+
+
+def _prepared(config: wurk.Config, jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    client = wurk.Client(config)
+    made = [client.prepare(job) for job in jobs]
+    assert all(job is not None for job in made)
+    return [job for job in made if job is not None]
+
+
 def test_jobs_routed_from_the_plain_list_keep_their_order_in_their_partition(
     pconfig: wurk.Config, r: redis.Redis
 ) -> None:

@@ -421,3 +421,67 @@ def test_a_routed_bulk_push_is_checked_whole_before_any_shard_gets_a_job(
         wurk.push_bulk({"class": "Shards::Home", "args": [[1], [0], 7]})
     assert not queued(r) and not queued(eu)
     assert not r.zcard("schedule") and not eu.zcard("schedule")
+
+
+def test_a_routed_bulk_push_failing_on_a_later_shard_says_which_shards_got_their_part(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    # The part for the default shard went, then shard eu's part was refused: the error said
+    # neither, so a caller could only push all six again (the default shard's three twice).
+    def by_region(job: str, queue: str, args: Any) -> str | None:
+        return "eu" if args and args[0] % 2 else None
+
+    wurk.configure(shards={"eu": second.url}, shard_router=by_region)
+    args: list[list[Any]] = [[0], [1], [2], [3, {1}], [4], [5]]  # {1}: not JSON
+    with pytest.raises(wurk.PartlyPushed) as raised:
+        wurk.push_bulk({"class": "Shards::Home", "args": args})
+    exc = raised.value
+    # Its own type: a retry of the whole push on the part's error would run three twice.
+    assert not isinstance(exc, wurk.InvalidArguments)
+    assert exc.shards_pushed == ["default"] and exc.shards_unpushed == ["eu"]
+    assert exc.pushed == [0, 2, 4] and exc.unpushed == [1, 3, 5]
+    assert sorted(job["jid"] for job in queued(r)) \
+        == sorted(jid for jid in exc.jids if jid is not None)
+    assert [exc.jids[i] is None for i in range(6)] == [False, True, False, True, False, True]
+    assert not queued(eu)
+    assert "shard 'eu'" in str(exc) and "[1, 3, 5]" in str(exc)
+    assert isinstance(exc.error, wurk.InvalidArguments) and exc.__cause__ is exc.error
+    # Pushing only the jobs not pushed, mended, completes the push without a duplicate.
+    wurk.push_bulk({"class": "Shards::Home", "args": [[1], [3], [5]]})
+    assert sorted(job["args"][0] for job in queued(eu)) == [1, 3, 5]
+    assert len(queued(r)) == 3
+
+
+def test_a_routed_bulk_push_failing_on_its_first_part_raises_the_error_as_it_was(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    def by_region(job: str, queue: str, args: Any) -> str | None:
+        return "eu" if args and args[0] % 2 else None
+
+    wurk.configure(shards={"eu": second.url}, shard_router=by_region)
+    with pytest.raises(wurk.InvalidArguments) as raised:  # nothing went: no PartlyPushed
+        wurk.push_bulk({"class": "Shards::Home", "args": [[0, {1}], [1]]})
+    assert not isinstance(raised.value, wurk.PartlyPushed)
+    assert not queued(r) and not queued(eu)
+
+
+def test_an_async_routed_bulk_push_and_a_partitioned_perform_bulk_say_what_went(
+        second: Server, r: redis.Redis, eu: redis.Redis) -> None:
+    def by_region(job: str, queue: str, args: Any) -> str | None:
+        return "eu" if args and args[0] % 2 else None
+
+    wurk.configure(shards={"eu": second.url}, shard_router=by_region)
+    with pytest.raises(wurk.PartlyPushed) as raised:
+        asyncio.run(wurk.apush_bulk({"class": "Shards::Home",
+                                     "args": [[0], [1, {1}], [2]]}))
+    assert raised.value.pushed == [0, 2] and raised.value.unpushed == [1]
+    assert isinstance(raised.value.error, wurk.InvalidArguments)
+    r.delete("queue:default")
+    # By partition, then by shard: partition "a" went whole (to both shards), then
+    # partition "b"'s part for eu failed after its part for the default shard went.
+    by_part = wurk.job(name="Shards::ByPart", partition_by=lambda n, tag, extra=None: tag)(
+        lambda n, tag, extra=None: None)
+    with pytest.raises(wurk.PartlyPushed) as partly:
+        by_part.perform_bulk([[0, "a"], [1, "a"], [2, "b"], [3, "b", {1}], [4, "a"]])
+    exc = partly.value
+    assert exc.pushed == [0, 1, 2, 4] and exc.unpushed == [3]
+    assert exc.shards_pushed == ["default", "eu"] and exc.shards_unpushed == ["eu"]
+    assert len(queued(r)) == 3 and len(queued(eu)) == 1

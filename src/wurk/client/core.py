@@ -49,7 +49,13 @@ from .. import payload as P
 from ..config import DEFAULT_SHARD, Config, chosen_shard, default_config
 from ..connections.pool import RedisPool
 from ..crypto import seal, unique_args
-from ..errors import ConfigError, InvalidArguments, InvalidPayload, PayloadTooLarge
+from ..errors import (
+    ConfigError,
+    InvalidArguments,
+    InvalidPayload,
+    PartlyPushed,
+    PayloadTooLarge,
+)
 from ..middleware import TemporaryLoop, bridge
 from ..options import (
     SHARD,
@@ -64,7 +70,7 @@ from . import writers
 from .locks import job_digest
 from .writers import Entries, RedisWriter, Writer
 
-__all__ = ["Client"]
+__all__ = ["Client", "Parts"]
 
 # The queues this process has recorded in a Redis Cluster's index (``Keys.cluster_queues``):
 # (the cluster's URL, the index's key, the queue).
@@ -118,6 +124,69 @@ class _Place:
         return (f"job {self.start + offset} of {self.total} in this bulk push: {exc} "
                 f"({pushed} jobs before its round trip were pushed; no job of its round trip "
                 f"(jobs {self.start} to {self.start + size - 1}) nor after it was)")
+
+
+class Parts:
+    """A bulk push sent in parts (by shard, by partition), each part's jids put in place as
+    it goes; when a part fails after another went, ``failed`` makes the error that says
+    what went (``wurk.PartlyPushed``), so the caller can push only what did not."""
+
+    __slots__ = ("jids", "pushed", "shards")
+
+    def __init__(self, total: int) -> None:
+        self.jids: list[str | None] = [None] * total
+        self.pushed: list[int] = []
+        self.shards: list[str] = []  # the shards of the parts pushed, each once
+
+    def took(self, shards: list[str], indices: list[int], jids: list[str | None]) -> None:
+        """A part pushed: its jobs' places in the push, and their jids."""
+        for index, jid in zip(indices, jids, strict=True):
+            self.jids[index] = jid
+        self.pushed += indices
+        self.shards += [shard for shard in shards if shard not in self.shards]
+
+    def failed(self, exc: BaseException, shards: list[str], indices: list[int],
+               later: list[tuple[list[str], list[int]]]) -> PartlyPushed | None:
+        """The error for a part (its shards, its jobs' places) that failed with ``exc``,
+        ``later`` the parts not tried: None when nothing went (``exc`` is raised as it
+        is), or when ``exc`` is not an error (an interrupt)."""
+        if not isinstance(exc, Exception):
+            return None
+        error: Exception = exc
+        unpushed_shards = list(shards)
+        unpushed = list(indices)
+        if isinstance(exc, PartlyPushed):  # a part itself sent in parts: some of it went
+            self.took(exc.shards_pushed, [indices[i] for i in exc.pushed],
+                      [exc.jids[i] for i in exc.pushed])
+            error, unpushed_shards = exc.error, list(exc.shards_unpushed)
+            unpushed = [indices[i] for i in exc.unpushed]
+        if not self.pushed:
+            return None if error is exc else PartlyPushed(
+                str(exc), error=error, jids=self.jids, pushed=[], unpushed=unpushed,
+                shards_pushed=[], shards_unpushed=unpushed_shards)
+        for part_shards, part_indices in later:
+            unpushed += part_indices
+            unpushed_shards += [s for s in part_shards if s not in unpushed_shards]
+        pushed, unpushed = sorted(self.pushed), sorted(unpushed)
+        message = (f"a bulk push of {len(self.jids)} jobs went in parts, and the part for "
+                   f"{_shards(shards)} failed (its jobs numbered within that part): "
+                   f"{str(error).rstrip('.')}. Pushed: {len(pushed)} jobs {_places(pushed)}, "
+                   f"to {_shards(self.shards)} (.pushed, .jids); not pushed: {len(unpushed)} "
+                   f"jobs {_places(unpushed)}, for {_shards(unpushed_shards)} (.unpushed): "
+                   "push only those again, or the others run twice")
+        return PartlyPushed(message, error=error, jids=self.jids, pushed=pushed,
+                             unpushed=unpushed, shards_pushed=self.shards,
+                             shards_unpushed=unpushed_shards)
+
+
+def _shards(names: list[str]) -> str:
+    return ("shard " if len(names) == 1 else "shards ") + ", ".join(map(repr, names))
+
+
+def _places(indices: list[int]) -> str:
+    """The places of a bulk push's jobs, as a message shows them: the first 20."""
+    shown = ", ".join(map(str, indices[:20]))
+    return f"[{shown}, … {len(indices) - 20} more]" if len(indices) > 20 else f"[{shown}]"
 
 
 class Client:
@@ -184,22 +253,43 @@ class Client:
         parts = self._bulk_routes(item)
         if parts is None:
             return self._drive(self._bulk_steps(item))
-        results: list[str | None] = [None] * len(item[P.ARGS])
-        for client, indices, part in parts:
-            for index, jid in zip(indices, client.push_bulk(part), strict=True):
-                results[index] = jid
-        return results
+        sent = Parts(len(item[P.ARGS]))
+        for number, (client, indices, part) in enumerate(parts):
+            try:
+                jids = client.push_bulk(part)
+            except BaseException as exc:
+                partly = sent.failed(exc, [client.config.shard_name], indices,
+                                     _later(parts, number))
+                if partly is None:
+                    raise
+                raise partly from partly.error
+            sent.took([client.config.shard_name], indices, jids)
+        return sent.jids
 
     async def apush_bulk(self, item: Mapping[str, Any]) -> list[str | None]:
         """``push_bulk`` for async code, as ``apush`` is for ``push``."""
         parts = self._bulk_routes(item)
         if parts is None:
             return await self._adrive(self._bulk_steps(item))
-        results: list[str | None] = [None] * len(item[P.ARGS])
-        for client, indices, part in parts:
-            for index, jid in zip(indices, await client.apush_bulk(part), strict=True):
-                results[index] = jid
-        return results
+        sent = Parts(len(item[P.ARGS]))
+        for number, (client, indices, part) in enumerate(parts):
+            try:
+                jids = await client.apush_bulk(part)
+            except BaseException as exc:
+                partly = sent.failed(exc, [client.config.shard_name], indices,
+                                     _later(parts, number))
+                if partly is None:
+                    raise
+                raise partly from partly.error
+            sent.took([client.config.shard_name], indices, jids)
+        return sent.jids
+
+    def shards_of(self, item: Mapping[str, Any]) -> list[str]:
+        """The shards a bulk push of ``item`` goes to (for an error that names them)."""
+        parts = self._bulk_routes(item)
+        if parts is None:
+            return [self.config.shard_name]
+        return [client.config.shard_name for client, _, _ in parts]
 
     # -- shards -----------------------------------------------------------------------------
     def _routed(self, item: Mapping[str, Any]) -> Client | None:
@@ -534,6 +624,12 @@ class Client:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
+
+
+def _later(parts: list[tuple[Client, list[int], dict[str, Any]]], number: int
+           ) -> list[tuple[list[str], list[int]]]:
+    """The parts of a routed bulk push after part ``number``: their shards and places."""
+    return [([client.config.shard_name], indices) for client, indices, _ in parts[number + 1:]]
 
 
 def _at(value: Any, name: str = "'at'") -> float:
