@@ -223,7 +223,10 @@ class WurkBackend(BaseTaskBackend):
                               f"the options are RESULT_TTL and "
                               f"{', '.join(k.upper() for k in TASK_OPTIONS)}")
         self.job_options = validate_options(options, where=f"{where}['OPTIONS']")
-        self.store = R.ResultStore(ttl=ttl)
+        # Its tasks' jobs go to OPTIONS' SHARD, and so their outcomes: the records too, so
+        # that the worker there and get_result here find them on one Redis.
+        shard = self.job_options.get(SHARD)
+        self.store = R.ResultStore(ttl=ttl, shard=shard if isinstance(shard, str) else None)
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         super().validate_task(task)
