@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import redis
-from sqlalchemy import Integer, String, create_engine, select
+from sqlalchemy import Connection, Integer, String, create_engine, select
 from sqlalchemy.orm import (
     DeclarativeBase,
     Mapped,
@@ -326,3 +326,35 @@ def test_a_middleware_refusing_at_the_commit_makes_the_push_a_no_op(
         assert kept is not None and refused is not None and kept != refused
     assert [job["jid"] for job in queued(r)] == [kept]
     assert r.zcard("schedule") == 0 and r.zcard("retry") == 0
+
+
+@pytest.mark.parametrize("how", ["create_engine", "execution_options", "connection"])
+def test_a_session_in_autocommit_pushes_at_once(how: str, redis_server: Server,
+                                                r: redis.Redis, tmp_path: Path) -> None:
+    """In AUTOCOMMIT each statement is committed as it runs and ``commit()`` is a no-op that
+    code may never call: the push waited for it, and a session closed without it (its
+    data kept) dropped the push. It goes at once now, as with Django's autocommit."""
+    url = f"sqlite:///{tmp_path / 'auto.db'}"
+    engine = create_engine(url)
+    Base.metadata.create_all(engine)
+    bind: Any = {"create_engine": lambda: create_engine(url, isolation_level="AUTOCOMMIT"),
+                 "execution_options": lambda: engine.execution_options(
+                     isolation_level="AUTOCOMMIT"),
+                 "connection": lambda: engine.connect().execution_options(
+                     isolation_level="AUTOCOMMIT")}[how]()
+    registry = scoped_session(sessionmaker(bind))
+    wurk.configure(redis_url=redis_server.url, client="transactional",
+                   transaction=SQLAlchemyAdapter(registry))
+    session = registry()
+    session.add(Order(item="book"))
+    session.flush()  # kept at once: no transaction to wait for
+    ship.perform_async(1)
+    assert [job["args"] for job in queued(r)] == [[1]]
+    session.close()  # never committed: nothing is dropped
+    registry.remove()
+    assert len(queued(r)) == 1
+    with Session(engine) as other:
+        assert other.scalars(select(Order.item)).all() == ["book"]
+    if isinstance(bind, Connection):
+        bind.close()
+    engine.dispose()

@@ -29,6 +29,7 @@ try:
     from sqlalchemy import (
         BigInteger,
         Column,
+        Connection,
         Double,
         Engine,
         Integer,
@@ -44,6 +45,7 @@ try:
         select,
         update,
     )
+    from sqlalchemy.exc import UnboundExecutionError
     from sqlalchemy.orm import Session, SessionTransaction
 except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.sqlalchemy needs SQLAlchemy: "
@@ -98,6 +100,22 @@ class _SessionPushes:
             kept = self.waiting.get(parent, [])
             self.waiting[parent] = [cb for cb in kept if all(cb is not c for c in callbacks)]
         self.handed_up = {t: v for t, v in self.handed_up.items() if t.parent is not previous}
+
+
+def _autocommits(session: Session) -> bool:
+    """Whether ``session`` is bound in ``AUTOCOMMIT``: the isolation level of its bind's
+    execution options, else the one its engine was made with (``create_engine``'s
+    ``isolation_level``, which SQLAlchemy keeps on the dialect only). A session of several
+    binds (none of its own) is taken as transactional."""
+    try:
+        bind = session.get_bind()
+    except UnboundExecutionError:
+        return False
+    level = bind.get_execution_options().get("isolation_level")
+    if level is None:
+        engine = bind.engine if isinstance(bind, Connection) else bind
+        level = getattr(engine.dialect, "_on_connect_isolation_level", None)
+    return bool(level == "AUTOCOMMIT")
 
 
 def outbox_table(metadata: MetaData, name: str = "wurk_outbox") -> Table:
@@ -182,8 +200,8 @@ class SQLAlchemyAdapter:
         self._store: SQLAlchemyOutbox | None = None
 
     def after_commit(self, callback: Callback) -> bool:
-        session = self._sessions()
-        if session is None or not session.in_transaction():
+        session = self._open()
+        if session is None:
             return False
         transaction = session.get_nested_transaction() or session.get_transaction()
         if transaction is None:
@@ -193,12 +211,19 @@ class SQLAlchemyAdapter:
 
     # -- the outbox -------------------------------------------------------------------------
     def in_transaction(self) -> bool:
+        return self._open() is not None
+
+    def _open(self) -> Session | None:
+        """The session in use when a transaction of its own is open (point 1): not in
+        ``AUTOCOMMIT``, where what it writes is kept at once."""
         session = self._sessions()
-        return session is not None and session.in_transaction()
+        if session is None or not session.in_transaction() or _autocommits(session):
+            return None
+        return session
 
     def write_outbox(self, rows: list[OutboxRow]) -> None:
-        session = self._sessions()
-        if session is None or not session.in_transaction():
+        session = self._open()
+        if session is None:
             raise RuntimeError("no transaction is open to write the outbox rows in")
         now = time.time()
         session.execute(insert(self._table()), [

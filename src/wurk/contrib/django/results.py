@@ -1,7 +1,8 @@
 """Where ``django.tasks`` results live: one JSON record per task in Redis, with a TTL.
 
 1. ``ResultStore.save`` / ``load`` / ``update`` read and write the record at
-   ``wurk:task-result:<id>`` (the id is the job's jid); each write renews the TTL.
+   ``wurk:task-result:<id>`` (the id is the job's jid); each write renews the TTL. A
+   backend naming a shard keeps its records on that shard, where its jobs go.
 2. A record read back is untrusted: one that is not a JSON object, or lacks its task path,
    is reported as missing (``load`` returns None) and logged, never an exception in a view.
 3. Under a testing mode that keeps or runs pushes in this process (``wurk.testing``'s fake
@@ -52,13 +53,19 @@ def in_memory() -> bool:
 
 
 class ResultStore:
-    def __init__(self, config: Config | None = None, *, ttl: int = DEFAULT_RESULT_TTL) -> None:
+    """``shard``: the shard (of ``shards``) a backend's tasks are pushed to (its
+    ``OPTIONS['SHARD']``): its records live there, beside the jobs and their outcomes."""
+
+    def __init__(self, config: Config | None = None, *, ttl: int = DEFAULT_RESULT_TTL,
+                 shard: str | None = None) -> None:
         self._config = config
         self.ttl = ttl
+        self.shard = shard
 
     @property
     def config(self) -> Config:
-        return self._config if self._config is not None else default_config()
+        config = self._config if self._config is not None else default_config()
+        return config if self.shard is None else config.shard(self.shard)
 
     def save(self, result_id: str, record: Record, *, only_new: bool = False) -> None:
         """Write the record; ``only_new``: unless one is there (the job's own, written

@@ -20,7 +20,8 @@
    (``wurk.contrib.django.results``) keeps what ``django.tasks`` shows and wurk's outcome
    does not: ``READY`` → ``RUNNING`` → ``SUCCESSFUL`` or, after a failed attempt, ``READY``
    again with the error's traceback while a retry is due, ``FAILED`` once none is (death
-   handler); the times, the worker ids, the arguments. ``get_result`` / ``refresh()`` read
+   handler); ``READY`` again, with no error, when the worker's shutdown gives the job back
+   to its queue; the times, the worker ids, the arguments. ``get_result`` / ``refresh()`` read
    both: the return value, and a final status the record has not caught up with, come from
    the outcome.
 4. Inside ``atomic()`` the push is a row of the outbox table (``client="outbox"``, this
@@ -48,7 +49,7 @@ from ... import payload as P
 from ...client import writers
 from ...client.default import default_client
 from ...config import default_config
-from ...errors import ConfigError
+from ...errors import ConfigError, is_shutdown
 from ...job import JobDefinition, current_job, registry, validate_options
 from ...options import SHARD, parse_queue
 from ...results import store as outcomes
@@ -129,7 +130,13 @@ class _TaskJob:
             value = task.call(TaskContext(task_result=result), *args, **kwargs) \
                 if task.takes_context else task.call(*args, **kwargs)
             value = normalize_json(value)
-        except Exception as exc:
+        except BaseException as exc:
+            if not isinstance(exc, Exception) or is_shutdown(exc):
+                # The shutdown (or the process's end) cut the attempt short: its job is back
+                # on its queue, waiting to run, so its record is READY again, not RUNNING
+                # until then. No failure: no error, no task_finished.
+                _given_back(backend, result_id)
+                raise
             record = backend.store.update(result_id, functools.partial(_attempt_failed, exc=exc))
             if record is not None:
                 task_finished.send(sender=type(backend),
@@ -154,6 +161,18 @@ def _attempt_started(record: R.Record) -> None:
     record["started_at"] = record.get("started_at") or at
     record["last_attempted_at"] = at
     record.setdefault("worker_ids", []).append(_worker_id())
+
+
+def _given_back(backend: WurkBackend, result_id: str) -> None:
+    try:
+        backend.store.update(result_id, _attempt_given_back)
+    except Exception as exc:  # the interruption goes on; the next attempt writes RUNNING again
+        log.warning("task result %s: could not mark it READY again: %s", result_id, exc)
+
+
+def _attempt_given_back(record: R.Record) -> None:
+    if record.get("status") == R.RUNNING:  # not over a final status another wrote meanwhile
+        record["status"] = R.READY
 
 
 def _attempt_failed(record: R.Record, *, exc: BaseException) -> None:
@@ -204,7 +223,10 @@ class WurkBackend(BaseTaskBackend):
                               f"the options are RESULT_TTL and "
                               f"{', '.join(k.upper() for k in TASK_OPTIONS)}")
         self.job_options = validate_options(options, where=f"{where}['OPTIONS']")
-        self.store = R.ResultStore(ttl=ttl)
+        # Its tasks' jobs go to OPTIONS' SHARD, and so their outcomes: the records too, so
+        # that the worker there and get_result here find them on one Redis.
+        shard = self.job_options.get(SHARD)
+        self.store = R.ResultStore(ttl=ttl, shard=shard if isinstance(shard, str) else None)
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         super().validate_task(task)

@@ -1,0 +1,142 @@
+"""``django.tasks`` tasks run by a real worker (``wurk.InProcessWorker``) in a project of its
+own process, on the harness's Redis: what the task's record says as the worker handles it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.helpers.server import Server
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+TASKS = textwrap.dedent("""
+    import threading
+    import time
+
+    from django_tasks import task
+
+    started = threading.Event()
+
+    @task
+    def spin() -> None:
+        started.set()
+        while True:  # until the shutdown interrupts it
+            time.sleep(0.01)
+""")
+
+SETUP = textwrap.dedent("""
+    import sys
+    import django
+    from django.conf import settings
+
+    settings.configure(
+        INSTALLED_APPS=["django_tasks", "wurk.contrib.django", "app"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        WURK={"REDIS_URL": sys.argv[1], "CLIENT": "default", "CONCURRENCY": 1,
+              "FETCH_TIMEOUT": 0.2, "SHUTDOWN_GRACE": 5, "AUTORELOAD": False},
+        TASKS={"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend"}},
+        USE_TZ=True,
+    )
+    django.setup()
+    import wurk
+
+    def say(*values):
+        print("=", *values, flush=True)
+""")
+
+
+def run_project(tmp_path: Path, redis_url: str, script: str) -> list[str]:
+    """``script`` (after ``SETUP``) in a process of its own beside the ``app`` package; what
+    it printed with ``say`` (the worker logs on stdout too), once it exited 0."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "tasks.py").write_text(TASKS)
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
+    env["WURK_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", SETUP + textwrap.dedent(script), redis_url],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line[2:] for line in done.stdout.splitlines() if line.startswith("= ")]
+
+
+def test_a_task_the_shutdown_interrupts_is_ready_again_not_running(
+        redis_server: Server, tmp_path: Path) -> None:
+    """The shutdown gives the job back to its queue, where it waits to run again: its
+    record said RUNNING (no worker runs it) until then. It says READY, as before it ran,
+    with the attempt kept (its start, its worker) and no error: it did not fail."""
+    lines = run_project(tmp_path, redis_server.url, """
+        from app.tasks import spin, started
+
+        result = spin.enqueue()
+        worker = wurk.InProcessWorker().start()
+        assert started.wait(60)
+        say(spin.get_result(result.id).status)
+        worker.stop(timeout=0.05)
+        read = spin.get_result(result.id)
+        say(read.status, len(read.worker_ids), read.started_at is not None, read.errors)
+        redis = wurk.default_config().pool("client").client
+        say(redis.llen("queue:default"))
+    """)
+    assert lines == ["RUNNING", "READY 1 True []", "1"]
+
+
+SHARDED = textwrap.dedent("""
+    import sys
+    import django
+    import wurk
+    from django.conf import settings
+
+    home, eu = sys.argv[1], sys.argv[1].rsplit("/", 1)[0] + "/1"
+    settings.configure(
+        INSTALLED_APPS=["django_tasks", "wurk.contrib.django", "app"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        WURK={"REDIS_URL": home, "SHARDS": {"eu": eu}, "CLIENT": "default",
+              "CONCURRENCY": 1, "FETCH_TIMEOUT": 0.2, "AUTORELOAD": False,
+              "CAPSULES": [wurk.Capsule(name="europe", shard="eu", concurrency=1)]},
+        TASKS={"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend"},
+               "eu": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend",
+                      "OPTIONS": {"SHARD": "eu"}}},
+        USE_TZ=True,
+    )
+    django.setup()
+    from django_tasks import task
+
+    @task(backend="eu")
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    def say(*values):
+        print("=", *values, flush=True)
+
+    config = wurk.default_config()
+    result = add.enqueue(2, 3)
+    key = config.keys.task_result(result.id)
+    say([config.pool("client").client.exists(key),
+         config.shard("eu").pool("client").client.exists(key)])
+    with wurk.InProcessWorker():
+        wurk.ResultHandle(result.id, config.shard("eu")).result(timeout=60)
+    read = add.get_result(result.id)
+    say(read.status, read.return_value if str(read.status) == "SUCCESSFUL" else None)
+""")
+
+
+def test_a_task_of_a_backend_naming_a_shard_keeps_its_record_on_that_shard(
+        redis_server: Server, tmp_path: Path) -> None:
+    """OPTIONS' SHARD sends the task's job to that shard, and its outcome is stored there;
+    the record stayed on the default shard and ``get_result`` read the outcome there, so a
+    finished task read as RUNNING, with no value. Both live on the shard now."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
+    env["WURK_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", SHARDED, redis_server.url], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = [line[2:] for line in done.stdout.splitlines() if line.startswith("= ")]
+    assert said == ["[0, 1]", "SUCCESSFUL 5"], done.stdout + done.stderr
