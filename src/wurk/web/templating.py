@@ -65,7 +65,7 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
     env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
                        milliseconds=milliseconds, pretty_json=pretty_json,
                        short_json=short_json, segment=segment,
-                       queue_path=queue_path)
+                       queue_path=queue_path, named=named)
     env.tests["invalid"] = lambda value: isinstance(value, Invalid)
     env.tests["cut"] = cut
     return Jinja2Templates(env=env)
@@ -218,14 +218,39 @@ def dot_segment(quoted: str) -> bool:
     return quoted.lower().replace("%2e", ".") in (".", "..")
 
 
-def queue_path(name: str | Invalid, suffix: str = "") -> str:
-    """The path of a queue's page (``suffix`` ``/delete``: of its delete action). A queue named
-    ``.`` or ``..`` takes its name in the query (``/queue?name=..``): a browser would resolve
-    ``/queues/..`` to ``/``."""
+# The built-in pages named by a stored name: kind -> (the path a name is a segment of, the
+# path taking it in the query instead, that query parameter).
+NAMED: dict[str, tuple[str, str, str]] = {
+    "queue": ("/queues", "/queue", "name"),
+    "loop": ("/periodic", "/periodic/-/loop", "lid"),
+    "batch": ("/batches", "/batches/-/batch", "bid"),
+    "dead-batch": ("/dead-batches", "/dead-batches/-/batch", "bid"),
+    "workflow": ("/workflows", "/workflows/-/workflow", "wid"),
+    "metrics": ("/metrics", "/metrics/-/job", "name"),
+    "result": ("/results", "/results/-/result", "jid"),
+}
+
+
+def named(name: str | Invalid, kind: str, suffix: str = "") -> str:
+    """The ``named`` filter: ``{{ url(b.bid|named('batch')) }}``."""
+    return named_path(kind, name, suffix)
+
+
+def named_path(kind: str, name: str | Invalid, suffix: str = "") -> str:
+    """The path of the page (or, with ``suffix``, an action) of a queue, loop, batch,
+    workflow, job class or result named ``name`` (a ``NAMED`` kind): ``/queues/<name>``, the
+    name quoted as one segment. A name a browser would resolve away in a path (``.`` or
+    ``..``: ``/queues/..`` is ``/``) goes in the query instead (``/queue?name=..``)."""
+    base, fallback, param = NAMED[kind]
     quoted = segment(name)
     if dot_segment(quoted):
-        return f"/queue{suffix}?{urlencode({'name': str(name)})}"
-    return f"/queues/{quoted}{suffix}"
+        return f"{fallback}{suffix}?{urlencode({param: str(name)})}"
+    return f"{base}/{quoted}{suffix}"
+
+
+def queue_path(name: str | Invalid, suffix: str = "") -> str:
+    """A queue's page (``suffix`` ``/delete``: its delete action), as ``named_path``."""
+    return named_path("queue", name, suffix)
 
 
 def short_json(value: Any, limit: int = ARGS_PREVIEW_CHARS) -> str:

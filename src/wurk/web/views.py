@@ -26,10 +26,10 @@ from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
-from .templating import queue_path, render, url
+from .templating import NAMED, queue_path, render, url
 
-__all__ = ["chosen_identity", "form_list", "form_value", "perform", "required", "routes",
-           "wants_all"]
+__all__ = ["chosen_identity", "form_list", "form_value", "name_of", "perform", "required",
+           "routes", "same_target", "wants_all"]
 
 log = logging.getLogger("wurk.web")
 
@@ -105,14 +105,16 @@ async def perform(dash: Dashboard, fn: Any, *args: Any) -> int:
         raise HTTPException(409, WRONG_TYPE) from None
 
 
-def queue_name(request: Request) -> str:
-    """The queue a page or action is for: the path's ``name``, or ``?name=`` on ``/queue`` (a
-    name a browser would resolve away in a path, ``.`` or ``..``)."""
-    name = request.path_params.get("name")
+def name_of(request: Request, kind: str) -> str:
+    """The name a page or action of ``kind`` (``templating.NAMED``) is for: the path's, or the
+    query's on the path ``named_path`` gives a name a browser would resolve away (``.`` or
+    ``..``): ``/queue?name=..``."""
+    _, fallback, param = NAMED[kind]
+    name = request.path_params.get(param)
     if name is None:
-        name = request.query_params.get("name")
+        name = request.query_params.get(param)
     if name is None:
-        raise HTTPException(400, "Name the queue: /queue?name=NAME.")
+        raise HTTPException(400, f"Name the {kind}: {fallback}?{param}=NAME.")
     return str(name)
 
 
@@ -199,7 +201,7 @@ async def queues(request: Request) -> Response:
 
 async def queue(request: Request) -> Response:
     dash = dashboard(request)
-    name = queue_name(request)
+    name = name_of(request, "queue")
     page = data.page_number(request.query_params.get("page"))
     oldest_first = request.query_params.get("direction") == "asc"
     found = await dash.run(data.queue_page, dash.config, name, page, oldest_first=oldest_first)
@@ -210,14 +212,14 @@ async def queue(request: Request) -> Response:
 
 
 async def queue_action(request: Request) -> Response:
-    name, action = queue_name(request), form_value(request, "action")
+    name, action = name_of(request, "queue"), form_value(request, "action")
     same_target(request, "queue", name, "queue")
     count = await perform(dashboard(request), actions.queue_action, name, action)
     return redirect(request, "/queues", notice=action, count=count)
 
 
 async def queue_delete(request: Request) -> Response:
-    name = queue_name(request)
+    name = name_of(request, "queue")
     same_target(request, "queue", name, "queue")
     count = await perform(dashboard(request), actions.delete_queue_job, name,
                           required(request, "key"))
