@@ -4,6 +4,7 @@ must never land on another queue or loop than the row's."""
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from typing import Any
@@ -201,3 +202,39 @@ def test_the_browser_keeps_a_dot_named_batchs_link(config: wurk.Config,
         page.wait_for_load_state()
         assert page.url == server.url + written
         assert page.text_content("h1 code") == ".."
+
+
+LONG = "q" * 2_500 + "é" * 400  # over the 2,000 characters a page shows of any text
+
+
+def test_a_queue_with_a_long_name_is_reached_and_cleared_by_its_own_row(
+        client: TestClient, r: redis.Redis) -> None:
+    seed_queue(r, LONG, 2)
+    seed_queue(r, LONG[:2_000], 3)  # what a link cut at 2,000 characters would name
+    page = client.get("/queues").text
+    link = "/queue?sha1=" + hashlib.sha1(LONG.encode()).hexdigest()
+    assert link in links(page)
+    shown = client.get(link)
+    assert shown.status_code == 200 and "2 jobs" in shown.text
+    action = next(a for a in row_actions(page) if a == link)
+    field = "sha1:" + hashlib.sha1(LONG.encode()).hexdigest()
+    assert f'name="queue" value="{field}"' in page  # not the long name, whole or cut
+    done = client.post(action, data={"csrf_token": token(client), "action": "clear",
+                                     "queue": field})
+    assert done.status_code == 303
+    assert r.llen(f"queue:{LONG}") == 0 and r.llen(f"queue:{LONG[:2_000]}") == 3
+    assert client.get("/queue?sha1=" + "0" * 40).status_code == 404
+
+
+def test_a_loop_with_a_long_id_is_reached_and_paused_by_its_own_row(
+        client: TestClient, r: redis.Redis) -> None:
+    r.sadd("periodic", LONG)
+    r.hset(f"loops:{LONG}", mapping={"schedule": "* * * * *", "klass": "K", "paused": "0",
+                                     "options": "{}"})
+    page = client.get("/periodic/").text
+    action = row_actions(page)[0]
+    assert len(action) < 200 and client.get(action).status_code == 200
+    field = html.unescape(re.findall(r'name="lid" value="([^"]*)"', page)[0])
+    done = client.post(action, data={"csrf_token": token(client), "action": "pause",
+                                     "lid": field})
+    assert done.status_code == 303 and r.hget(f"loops:{LONG}", "paused") == "1"

@@ -152,7 +152,7 @@ async def list_page(request: Request) -> Response:
 
 async def batch_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(detail, dash.config, name_of(request, "batch"))
+    found = await dash.run(detail, dash.config, await name_of(request, "batch"))
     if found is None:
         raise HTTPException(404, "No such batch: it expired or was deleted.")
     return render(request, f"{NAME}/batch.html", {"b": found, "notice": page_notice(request)})
@@ -167,7 +167,7 @@ async def batch_json(request: Request) -> Response:
 
 
 async def batch_action(request: Request) -> Response:
-    dash, bid = dashboard(request), name_of(request, "batch")
+    dash, bid = dashboard(request), await name_of(request, "batch")
     outcome = await dash.run(act, dash.config, bid, form_value(request, "action"))
     back = named_path("batch", bid) if outcome == "invalidate" else f"/{NAME}/"
     return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), back, notice=outcome), 303)
@@ -181,7 +181,7 @@ async def dead_page(request: Request) -> Response:
 
 async def dead_action(request: Request) -> Response:
     dash = dashboard(request)
-    outcome = await dash.run(retry_dead, dash.config, name_of(request, "dead-batch"))
+    outcome = await dash.run(retry_dead, dash.config, await name_of(request, "dead-batch"))
     return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), f"/{DEAD_NAME}/",
                                 notice=outcome), 303)
 

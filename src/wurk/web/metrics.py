@@ -206,7 +206,7 @@ async def index(request: Request) -> Response:
 async def job_page(request: Request) -> Response:
     dash = dashboard(request)
     period = period_of(request.query_params.get("period"))
-    name = name_of(request, "metrics")
+    name = await name_of(request, "metrics")
     found = await dash.run(job_detail, dash.config, name, period)
     return render(request, "metrics_job.html", {"j": found, "periods": list(PERIODS)})
 

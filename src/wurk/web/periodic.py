@@ -93,7 +93,7 @@ async def list_page(request: Request) -> Response:
 
 async def loop_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(loop, dash.config, name_of(request, "loop"))
+    found = await dash.run(loop, dash.config, await name_of(request, "loop"))
     if found is None:
         raise HTTPException(404, "No such periodic loop: the leader may have pruned it.")
     return render(request, f"{NAME}/loop.html", {"loop": found, "loop_path": loop_path,
@@ -101,7 +101,7 @@ async def loop_page(request: Request) -> Response:
 
 
 async def loop_action(request: Request) -> Response:
-    dash, lid = dashboard(request), name_of(request, "loop")
+    dash, lid = dashboard(request), await name_of(request, "loop")
     same_target(request, "lid", lid, "loop")
     outcome, _ = await dash.run(act, dash.config, lid, form_value(request, "action"))
     back = loop_path(lid) if form_value(request, "back") == "loop" and outcome != "gone" \

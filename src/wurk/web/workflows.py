@@ -420,7 +420,7 @@ async def list_page(request: Request) -> Response:
 
 async def workflow_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(read_workflow, dash.config, name_of(request, "workflow"))
+    found = await dash.run(read_workflow, dash.config, await name_of(request, "workflow"))
     if found is None:
         raise HTTPException(404, GONE)
     return render(request, f"{NAME}/workflow.html", {"w": found, "groups": GROUP_OVER,
