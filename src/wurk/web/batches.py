@@ -30,8 +30,8 @@ from .api import PAGE, Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
-from .templating import render, url
-from .views import form_value
+from .templating import named_path, render, url
+from .views import form_value, name_of
 
 __all__ = ["DEAD_NAME", "NAME", "extensions"]
 
@@ -152,7 +152,7 @@ async def list_page(request: Request) -> Response:
 
 async def batch_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(detail, dash.config, request.path_params["bid"])
+    found = await dash.run(detail, dash.config, await name_of(request, "batch"))
     if found is None:
         raise HTTPException(404, "No such batch: it expired or was deleted.")
     return render(request, f"{NAME}/batch.html", {"b": found, "notice": page_notice(request)})
@@ -167,9 +167,9 @@ async def batch_json(request: Request) -> Response:
 
 
 async def batch_action(request: Request) -> Response:
-    dash, bid = dashboard(request), request.path_params["bid"]
+    dash, bid = dashboard(request), await name_of(request, "batch")
     outcome = await dash.run(act, dash.config, bid, form_value(request, "action"))
-    back = f"/{NAME}/{bid}" if outcome == "invalidate" else f"/{NAME}/"
+    back = named_path("batch", bid) if outcome == "invalidate" else f"/{NAME}/"
     return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), back, notice=outcome), 303)
 
 
@@ -181,7 +181,7 @@ async def dead_page(request: Request) -> Response:
 
 async def dead_action(request: Request) -> Response:
     dash = dashboard(request)
-    outcome = await dash.run(retry_dead, dash.config, request.path_params["bid"])
+    outcome = await dash.run(retry_dead, dash.config, await name_of(request, "dead-batch"))
     return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""), f"/{DEAD_NAME}/",
                                 notice=outcome), 303)
 
@@ -235,12 +235,16 @@ def extensions() -> list[Extension]:
     return [
         Extension(name=NAME, tab="Batches", templates=TEMPLATES, api=API, routes=[
             Route("/", list_page, methods=["GET"]),
+            # A bid "." or "..": the browser would resolve the segment away.
+            Route("/-/batch", batch_page, methods=["GET"]),
+            Route("/-/batch", batch_action, methods=["POST"]),
             Route("/{bid}.json", batch_json, methods=["GET"]),
             Route("/{bid}", batch_page, methods=["GET"]),
             Route("/{bid}", batch_action, methods=["POST"]),
         ]),
         Extension(name=DEAD_NAME, tab="Dead Batches", templates=TEMPLATES, routes=[
             Route("/", dead_page, methods=["GET"]),
+            Route("/-/batch", dead_action, methods=["POST"]),
             Route("/{bid}", dead_action, methods=["POST"]),
         ]),
     ]

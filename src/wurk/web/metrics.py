@@ -32,6 +32,7 @@ from . import charts
 from .context import dashboard
 from .extensions import Extension
 from .templating import render
+from .views import name_of
 
 __all__ = ["PERIODS", "extension", "job_data", "job_detail", "overview", "overview_data",
            "read_job", "read_overview", "root"]
@@ -205,7 +206,7 @@ async def index(request: Request) -> Response:
 async def job_page(request: Request) -> Response:
     dash = dashboard(request)
     period = period_of(request.query_params.get("period"))
-    name = request.path_params["name"]
+    name = await name_of(request, "metrics")
     found = await dash.run(job_detail, dash.config, name, period)
     return render(request, "metrics_job.html", {"j": found, "periods": list(PERIODS)})
 
@@ -214,4 +215,6 @@ def extension() -> Extension:
     """The built-in Metrics tab (``/metrics`` itself is ``root``, routed by the app)."""
     return Extension(name="metrics", tab="Metrics",
                      routes=[Route("/", index, methods=["GET"]),
+                             # A job class "." or "..": a browser resolves it away in a path.
+                             Route("/-/job", job_page, methods=["GET"]),
                              Route("/{name:path}", job_page, methods=["GET"])])

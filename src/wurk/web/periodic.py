@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -30,8 +29,8 @@ from .api import Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
-from .templating import dot_segment, render, segment, url
-from .views import form_value, same_target
+from .templating import named_path, render, url
+from .views import form_value, name_of, same_target
 
 __all__ = ["ACTIONS", "NAME", "extension"]
 
@@ -77,21 +76,8 @@ def act(config: Config, lid: str, action: str) -> tuple[str, str | None]:
 
 # -- pages ------------------------------------------------------------------------------------
 def loop_path(lid: str) -> str:
-    """A loop's page and form; a loop id ``.`` or ``..`` goes in the query
-    (``/periodic/-/loop?lid=..``): a browser would resolve the segment away."""
-    quoted = segment(lid)
-    if dot_segment(quoted):
-        return f"/{NAME}/-/loop?{urlencode({'lid': lid})}"
-    return f"/{NAME}/{quoted}"
-
-
-def loop_id(request: Request) -> str:
-    lid = request.path_params.get("lid")
-    if lid is None:
-        lid = request.query_params.get("lid")
-    if lid is None:
-        raise HTTPException(400, f"Name the loop: /{NAME}/-/loop?lid=LID.")
-    return str(lid)
+    """A loop's page and form (``templating.named_path``)."""
+    return named_path("loop", lid)
 
 
 def page_notice(request: Request) -> str | None:
@@ -107,7 +93,7 @@ async def list_page(request: Request) -> Response:
 
 async def loop_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(loop, dash.config, loop_id(request))
+    found = await dash.run(loop, dash.config, await name_of(request, "loop"))
     if found is None:
         raise HTTPException(404, "No such periodic loop: the leader may have pruned it.")
     return render(request, f"{NAME}/loop.html", {"loop": found, "loop_path": loop_path,
@@ -115,7 +101,7 @@ async def loop_page(request: Request) -> Response:
 
 
 async def loop_action(request: Request) -> Response:
-    dash, lid = dashboard(request), loop_id(request)
+    dash, lid = dashboard(request), await name_of(request, "loop")
     same_target(request, "lid", lid, "loop")
     outcome, _ = await dash.run(act, dash.config, lid, form_value(request, "action"))
     back = loop_path(lid) if form_value(request, "back") == "loop" and outcome != "gone" \

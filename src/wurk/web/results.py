@@ -35,7 +35,7 @@ from .api import Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
-from .templating import render, segment, url
+from .templating import named_path, render, url
 
 __all__ = ["GONE", "NAME", "VALUE_CHARS", "extension", "lookup"]
 
@@ -103,8 +103,11 @@ def document(config: Config, jid: str) -> dict[str, Any] | None:
 
 
 def jid_of(request: Request) -> str:
-    jid: str = request.path_params.get("jid", "")
-    return jid[:JID_CHARS]
+    """The jid of ``/results/<jid>``, or of ``/results/-/result?jid=`` (``named_path``)."""
+    jid = request.path_params.get("jid")
+    if jid is None:
+        jid = request.query_params.get("jid", "")
+    return str(jid)[:JID_CHARS]
 
 
 # -- pages ------------------------------------------------------------------------------------
@@ -112,7 +115,7 @@ async def form_page(request: Request) -> Response:
     jid = request.query_params.get("jid", "").strip()[:JID_CHARS]
     if jid:
         return RedirectResponse(url(request.scope.get(SCOPE_ROOT, ""),
-                                    f"/{NAME}/{segment(jid)}"), 303)
+                                    named_path("result", jid)), 303)
     return render(request, f"{NAME}/result.html", {"jid": "", "found": None, "missing": False})
 
 
@@ -146,5 +149,7 @@ def extension() -> Extension:
     """The Results tab, registered by ``create_app`` on every dashboard."""
     return Extension(name=NAME, tab="Results", templates=TEMPLATES, api=API, routes=[
         Route("/", form_page, methods=["GET"]),
+        # A jid "." or "..": the browser would resolve the segment away.
+        Route("/-/result", result_page, methods=["GET"]),
         Route("/{jid:path}", result_page, methods=["GET"]),
     ])

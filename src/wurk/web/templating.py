@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import math
 import re
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
@@ -65,7 +66,7 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
     env.filters.update(ago=ago, utc=utc, duration=duration, number=number, kilobytes=kilobytes,
                        milliseconds=milliseconds, pretty_json=pretty_json,
                        short_json=short_json, segment=segment,
-                       queue_path=queue_path)
+                       queue_path=queue_path, named=named, form_name=form_name)
     env.tests["invalid"] = lambda value: isinstance(value, Invalid)
     env.tests["cut"] = cut
     return Jinja2Templates(env=env)
@@ -103,7 +104,8 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
         "environment": environment_label(dash.config.environment),
         "notice": notice(request),
         "tabs": BUILTIN_TABS + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions),
-        "url": lambda path, **query: url(root, path, **query),
+        # A link is not text shown: never cut (``bounded``), ``named_path`` keeps it short.
+        "url": lambda path, **query: escape(url(root, path, **query)),
         "static": lambda name: f"{root}/static/{name}?v={__version__}",
     }
     return dash.templates.TemplateResponse(request, template, {**common, **(context or {})},
@@ -218,14 +220,65 @@ def dot_segment(quoted: str) -> bool:
     return quoted.lower().replace("%2e", ".") in (".", "..")
 
 
-def queue_path(name: str | Invalid, suffix: str = "") -> str:
-    """The path of a queue's page (``suffix`` ``/delete``: of its delete action). A queue named
-    ``.`` or ``..`` takes its name in the query (``/queue?name=..``): a browser would resolve
-    ``/queues/..`` to ``/``."""
+# The built-in pages named by a stored name: kind -> (the path a name is a segment of, the
+# path taking it in the query instead, that query parameter).
+NAMED: dict[str, tuple[str, str, str]] = {
+    "queue": ("/queues", "/queue", "name"),
+    "loop": ("/periodic", "/periodic/-/loop", "lid"),
+    "batch": ("/batches", "/batches/-/batch", "bid"),
+    "dead-batch": ("/dead-batches", "/dead-batches/-/batch", "bid"),
+    "workflow": ("/workflows", "/workflows/-/workflow", "wid"),
+    "metrics": ("/metrics", "/metrics/-/job", "name"),
+    "result": ("/results", "/results/-/result", "jid"),
+}
+
+
+def named(name: str | Invalid, kind: str, suffix: str = "") -> str:
+    """The ``named`` filter: ``{{ url(b.bid|named('batch')) }}``."""
+    return named_path(kind, name, suffix)
+
+
+# Kinds whose pages find a name by its digest (among the names they list): a name quoted
+# longer than LINK_NAME_LIMIT characters is linked as ``?sha1=<hex>``, so its link stays short
+# (any name Redis holds: a page cuts text over DISPLAY_LIMIT, a server refuses long URLs).
+BY_DIGEST = frozenset({"queue", "loop"})
+LINK_NAME_LIMIT = 1_000
+DIGEST_FIELD = "sha1"
+
+
+def digest(name: str) -> str:
+    return hashlib.sha1(name.encode("utf-8", "replace"), usedforsecurity=False).hexdigest()
+
+
+def long_name(kind: str, name: str | Invalid) -> bool:
+    """Whether ``named_path`` links ``name`` by its digest."""
+    return kind in BY_DIGEST and len(segment(name)) > LINK_NAME_LIMIT
+
+
+def form_name(name: str | Invalid, kind: str) -> str:
+    """What a row's form says it is for (``views.same_target``): the name, or for a name
+    linked by digest ``sha1:<hex>`` — a page never carries a long name whole."""
+    return f"{DIGEST_FIELD}:{digest(str(name))}" if long_name(kind, name) else str(name)
+
+
+def named_path(kind: str, name: str | Invalid, suffix: str = "") -> str:
+    """The path of the page (or, with ``suffix``, an action) of a queue, loop, batch,
+    workflow, job class or result named ``name`` (a ``NAMED`` kind): ``/queues/<name>``, the
+    name quoted as one segment. A name a browser would resolve away in a path (``.`` or
+    ``..``: ``/queues/..`` is ``/``) goes in the query instead (``/queue?name=..``); a queue's
+    or loop's name too long for a link, by its digest (``/queue?sha1=<hex>``)."""
+    base, fallback, param = NAMED[kind]
     quoted = segment(name)
+    if long_name(kind, name):
+        return f"{fallback}{suffix}?{urlencode({DIGEST_FIELD: digest(str(name))})}"
     if dot_segment(quoted):
-        return f"/queue{suffix}?{urlencode({'name': str(name)})}"
-    return f"/queues/{quoted}{suffix}"
+        return f"{fallback}{suffix}?{urlencode({param: str(name)})}"
+    return f"{base}/{quoted}{suffix}"
+
+
+def queue_path(name: str | Invalid, suffix: str = "") -> str:
+    """A queue's page (``suffix`` ``/delete``: its delete action), as ``named_path``."""
+    return named_path("queue", name, suffix)
 
 
 def short_json(value: Any, limit: int = ARGS_PREVIEW_CHARS) -> str:

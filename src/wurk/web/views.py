@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -21,15 +22,18 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from ..api import PeriodicSet
+from ..api.queues import queue_names
+from ..config import Config
 from ..connections.replies import reply_code
 from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
 from .guard import SCOPE_FORM, SCOPE_ROOT
-from .templating import queue_path, render, url
+from .templating import DIGEST_FIELD, NAMED, digest, form_name, queue_path, render, url
 
-__all__ = ["chosen_identity", "form_list", "form_value", "perform", "required", "routes",
-           "wants_all"]
+__all__ = ["chosen_identity", "form_list", "form_value", "name_of", "perform", "required",
+           "routes", "same_target", "wants_all"]
 
 log = logging.getLogger("wurk.web")
 
@@ -105,22 +109,42 @@ async def perform(dash: Dashboard, fn: Any, *args: Any) -> int:
         raise HTTPException(409, WRONG_TYPE) from None
 
 
-def queue_name(request: Request) -> str:
-    """The queue a page or action is for: the path's ``name``, or ``?name=`` on ``/queue`` (a
-    name a browser would resolve away in a path, ``.`` or ``..``)."""
-    name = request.path_params.get("name")
+async def name_of(request: Request, kind: str) -> str:
+    """The name a page or action of ``kind`` (``templating.NAMED``) is for: the path's, or the
+    query's on the path ``named_path`` gives a name a browser would resolve away (``.`` or
+    ``..``: ``/queue?name=..``), or the listed name whose digest the query gives (a queue's
+    or loop's name too long for a link: ``/queue?sha1=<hex>``; none: 404)."""
+    _, fallback, param = NAMED[kind]
+    name = request.path_params.get(param)
     if name is None:
-        name = request.query_params.get("name")
+        name = request.query_params.get(param)
+    wanted = request.query_params.get(DIGEST_FIELD)
+    if name is None and wanted is not None and kind in LISTED:
+        dash = dashboard(request)
+        found = await dash.run(by_digest, LISTED[kind], dash.config, wanted)
+        if found is None:
+            raise HTTPException(404, f"No {kind} listed has that name's digest: it is gone.")
+        return found
     if name is None:
-        raise HTTPException(400, "Name the queue: /queue?name=NAME.")
+        raise HTTPException(400, f"Name the {kind}: {fallback}?{param}=NAME.")
     return str(name)
+
+
+# Where a name linked by its digest is looked for: the names the kind's list page shows.
+LISTED: dict[str, Callable[[Config], Iterable[str]]] = {
+    "queue": queue_names, "loop": lambda config: PeriodicSet(config).lids()}
+
+
+def by_digest(names: Callable[[Config], Iterable[str]], config: Config,
+              wanted: str) -> str | None:
+    return next((name for name in names(config) if digest(name) == wanted), None)
 
 
 def same_target(request: Request, field: str, target: str, what: str) -> None:
     """A form names the queue or loop of its row (``field``): sent anywhere else, it is
     refused, so an action never lands on another than the row's."""
     if request.scope.get(SCOPE_FORM, {}).get(field) is not None \
-            and form_value(request, field) != target:
+            and form_value(request, field) not in (target, form_name(target, what)):
         raise HTTPException(400, f"This form was for another {what} than the one it was "
                                  "sent to; nothing was done.")
 
@@ -199,7 +223,7 @@ async def queues(request: Request) -> Response:
 
 async def queue(request: Request) -> Response:
     dash = dashboard(request)
-    name = queue_name(request)
+    name = await name_of(request, "queue")
     page = data.page_number(request.query_params.get("page"))
     oldest_first = request.query_params.get("direction") == "asc"
     found = await dash.run(data.queue_page, dash.config, name, page, oldest_first=oldest_first)
@@ -210,14 +234,14 @@ async def queue(request: Request) -> Response:
 
 
 async def queue_action(request: Request) -> Response:
-    name, action = queue_name(request), form_value(request, "action")
+    name, action = await name_of(request, "queue"), form_value(request, "action")
     same_target(request, "queue", name, "queue")
     count = await perform(dashboard(request), actions.queue_action, name, action)
     return redirect(request, "/queues", notice=action, count=count)
 
 
 async def queue_delete(request: Request) -> Response:
-    name = queue_name(request)
+    name = await name_of(request, "queue")
     same_target(request, "queue", name, "queue")
     count = await perform(dashboard(request), actions.delete_queue_job, name,
                           required(request, "key"))

@@ -45,6 +45,7 @@ from .batches import page_number
 from .context import dashboard
 from .extensions import Extension
 from .templating import render
+from .views import name_of
 
 __all__ = ["GONE", "GROUP_OVER", "NAME", "NODES_DRAWN", "Graph", "extension", "layout",
            "read_workflow"]
@@ -419,7 +420,7 @@ async def list_page(request: Request) -> Response:
 
 async def workflow_page(request: Request) -> Response:
     dash = dashboard(request)
-    found = await dash.run(read_workflow, dash.config, request.path_params["wid"])
+    found = await dash.run(read_workflow, dash.config, await name_of(request, "workflow"))
     if found is None:
         raise HTTPException(404, GONE)
     return render(request, f"{NAME}/workflow.html", {"w": found, "groups": GROUP_OVER,
@@ -461,6 +462,8 @@ def extension() -> Extension:
     """The Workflows tab, registered by ``create_app`` on every dashboard."""
     return Extension(name=NAME, tab="Workflows", templates=TEMPLATES, api=API, routes=[
         Route("/", list_page, methods=["GET"]),
+        # A wid "." or "..": the browser would resolve the segment away.
+        Route("/-/workflow", workflow_page, methods=["GET"]),
         Route("/{wid}", workflow_page, methods=["GET"]),
     ])
 
