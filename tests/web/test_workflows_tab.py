@@ -191,7 +191,9 @@ def test_a_hostile_graph_costs_the_page_bounded_time(config: wurk.Config, client
     page = client.get(f"/workflows/{wid}")
     took = time.monotonic() - started
     assert page.status_code == 200 and "<svg" in page.text
-    assert took < 3.0, f"{shape}: {took:.2f} s"
+    # Bounded, not fast: the shapes took minutes before; a loaded 2-core machine never
+    # needs ten seconds for the capped drawing.
+    assert took < 10.0, f"{shape}: {took:.2f} s"
 
 
 def test_layout_groups_only_steps_alike_beyond_the_threshold() -> None:
