@@ -14,7 +14,7 @@ import wurk
 from tests.web.conftest import XSS, browse, token
 from wurk.api import values
 from wurk.errors import ConfigError
-from wurk.web import Document, Extension, create_app, dashboard, render
+from wurk.web import Document, Endpoint, Extension, create_app, dashboard, render
 
 HERE = Path(__file__).parent
 
@@ -51,6 +51,22 @@ def test_extension_adds_a_tab_with_its_pages(config: wurk.Config, r: redis.Redis
         assert asset.status_code == 200
         assert asset.headers["cache-control"].startswith("private")
         assert client.get("/limits/nowhere").status_code == 404
+
+
+def test_an_extension_endpoint_is_served_and_listed_in_the_openapi_schema(
+        config: wurk.Config) -> None:
+    """``Endpoint`` is public (``wurk.web``): the docs' ``api=[Endpoint(...)]`` works as
+    written, mounted under ``/api/<name>`` and documented in the schema."""
+    async def quota(request: Request) -> Response:
+        return JSONResponse({"left": 3})
+
+    ext = Extension(name="quota", tab="Quota", routes=[],
+                    api=[Endpoint("GET", "/left", quota, "What is left of the quota")])
+    with browse(create_app(config, extensions=[ext])) as client:
+        assert client.get("/api/quota/left").json() == {"left": 3}
+        schema = client.get("/api/openapi.json").json()
+        assert schema["paths"]["/api/quota/left"]["get"]["summary"] \
+            == "What is left of the quota"
 
 
 def test_extension_posts_pass_the_guard(config: wurk.Config) -> None:

@@ -48,7 +48,7 @@ RENDER_ERROR = "Extension render error (see server logs)"
 
 
 class ApiRoute(Protocol):
-    """A JSON endpoint of an extension: ``wurk.web.api.Endpoint`` is one (its summary and
+    """A JSON endpoint of an extension: ``wurk.web.Endpoint`` is one (its summary and
     fields also go into the OpenAPI schema)."""
 
     @property
