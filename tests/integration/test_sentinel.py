@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
@@ -163,6 +164,50 @@ def test_a_primary_demoted_not_killed_is_followed_without_a_failed_push(
     probe.perform_async(3)
     assert asyncio.run(probe.aperform_async(4)) is not None
     assert topology.data[1].client().llen("queue:default") == 4
+
+
+def _refused_push(form: str) -> tuple[str, float]:
+    """The message of the ``RedisUnavailable`` a push raises, and how long it took."""
+    started = time.monotonic()
+    with pytest.raises(wurk.RedisUnavailable) as raised:
+        if form == "sync":
+            probe.perform_async(1)
+        else:
+            asyncio.run(probe.aperform_async(1))
+    return str(raised.value), time.monotonic() - started
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_all_sentinels_down_is_said_per_sentinel_in_one_short_line(
+        monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """sentinel.md: with every sentinel down, a push (and the worker's boot line) names each
+    sentinel and why it did not answer, at once: not redis-py's client objects."""
+    ports = [free_port(), free_port()]  # nothing listens on them
+    monkeypatch.setenv("REDIS_URL", "redis+sentinel://" + ",".join(
+        f"127.0.0.1:{port}" for port in ports) + f"/{SERVICE}/0")
+    wurk.configure(socket_timeout=1.0)
+    message, took = _refused_push(form)
+    assert took < 1.5, took
+    assert "redis.client" not in message and "Redis<" not in message, message
+    for port in ports:
+        said = rf"sentinel 127\.0\.0\.1:{port}: ConnectionError: [^;]*connecting to"
+        assert re.search(said, message), message
+    assert len(message) < 800, message
+
+
+@needs_sentinel
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_service_the_sentinels_do_not_monitor_is_named_with_what_they_do(
+        topology: Topology, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """sentinel.md: a SERVICE no sentinel monitors (a typo) is said as such, with the names
+    the sentinels do monitor, rather than as a Redis that cannot be reached."""
+    monkeypatch.setenv("REDIS_URL", topology.url.replace(f"/{SERVICE}/", "/nosuch/"))
+    wurk.configure(socket_timeout=1.0)
+    message, took = _refused_push(form)
+    assert took < 1.5, took
+    for node in topology.sentinels:
+        assert (f"sentinel 127.0.0.1:{node.port}: monitors no master named 'nosuch' "
+                f"(it monitors '{SERVICE}')") in message, message
 
 
 def _pushes() -> bool:

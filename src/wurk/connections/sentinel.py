@@ -151,12 +151,21 @@ _SENTINEL_FAULTS = (redis.RedisError, OSError, KeyError, ValueError, TypeError,
                     AttributeError, IndexError)
 
 
-def _primary_named(manager: Any, masters: Any, service: str) -> tuple[str, int] | None:
+# How much of the names a sentinel monitors an error quotes (they are the server's: untrusted).
+_NAMES_SHOWN = 5
+_NAME_LENGTH = 60
+
+
+def _primary_named(manager: Any, masters: Any, service: str) -> tuple[str, int] | str:
     """The primary's address in one sentinel's ``SENTINEL MASTERS`` reply, if it names a
-    healthy one; ``ValueError`` when the reply names it in a shape no sentinel sends."""
+    healthy one, else why not (it monitors no such service, or sees its primary down);
+    ``ValueError`` when the reply names it in a shape no sentinel sends."""
     state = masters.get(service)
-    if not state or not manager.check_master_state(state, service):
-        return None
+    if not state:
+        return f"monitors no master named {service!r} ({_monitored(masters)})"
+    if not manager.check_master_state(state, service):
+        flags = str(state.get("flags"))[:_NAME_LENGTH]
+        return f"sees the primary of {service!r} down or not a primary (flags {flags})"
     host, port = state["ip"], state["port"]
     if not isinstance(host, str) or not host or not isinstance(port, int) \
             or not 0 < port < 65536:
@@ -164,25 +173,51 @@ def _primary_named(manager: Any, masters: Any, service: str) -> tuple[str, int] 
     return host, port
 
 
+def _monitored(masters: Any) -> str:
+    """The names a sentinel monitors, as an error quotes them: a few, each cut short."""
+    names = [str(name)[:_NAME_LENGTH] for name in list(masters)[:_NAMES_SHOWN]]
+    if not names:
+        return "it monitors none"
+    more = ", …" if len(masters) > _NAMES_SHOWN else ""
+    return f"it monitors {', '.join(repr(name) for name in names)}{more}"
+
+
+def _where(client: Any) -> str:
+    """``sentinel HOST:PORT``: which sentinel a line is about (not redis-py's client repr,
+    kilobytes of its settings)."""
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    host, port = kwargs.get("host", "?"), kwargs.get("port", "?")
+    return f"sentinel [{host}]:{port}" if ":" in str(host) else f"sentinel {host}:{port}"
+
+
+def _reason(exc: BaseException) -> str:
+    """What went wrong asking one sentinel, in the error's own words (one line)."""
+    text = " ".join(str(exc).split()).rstrip(".")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _not_found(service: str, errors: list[str]) -> MasterNotFoundError:
-    detail = f": {', '.join(errors)}" if errors else ""
-    return MasterNotFoundError(f"No master found for {service!r}{detail}")
+    detail = "; ".join(errors) if errors else "no sentinel to ask"
+    return MasterNotFoundError(f"no sentinel named a primary for service {service!r}: "
+                               f"{detail}")
 
 
 def _answered(manager: Any, number: int, client: Any, masters: Any, service: str,
               errors: list[str]) -> tuple[str, int] | None:
     """The primary sentinel ``number`` named in its reply (``masters``, or what asking it
-    raised), moved to the front to be asked first next time; None, with the fault noted in
-    ``errors``, when it named none or answered an error or a wrong shape."""
+    raised), moved to the front to be asked first next time; None, with the sentinel and
+    why noted in ``errors``, when it named none or answered an error or a wrong shape."""
     try:
         if isinstance(masters, BaseException):
             raise masters
         found = _primary_named(manager, masters, service)
     except _SENTINEL_FAULTS as exc:
-        errors.append(f"{client} - {exc!r}")
+        errors.append(f"{_where(client)}: {_reason(exc)}")
         return None
-    if found is not None:
-        manager.sentinels[0], manager.sentinels[number] = client, manager.sentinels[0]
+    if isinstance(found, str):
+        errors.append(f"{_where(client)}: {found}")
+        return None
+    manager.sentinels[0], manager.sentinels[number] = client, manager.sentinels[0]
     return found
 
 
