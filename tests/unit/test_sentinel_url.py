@@ -6,7 +6,7 @@ import pytest
 
 import wurk
 from wurk.connections.locate import describe_url
-from wurk.connections.sentinel import SentinelTarget, parse
+from wurk.connections.sentinel import SentinelTarget, _answered, parse
 
 
 def test_every_part_of_the_form() -> None:
@@ -67,3 +67,21 @@ def test_logs_show_neither_password() -> None:
 def test_the_durability_settings_are_checked(settings: dict[str, object], says: str) -> None:
     with pytest.raises(wurk.ConfigError, match=says):
         wurk.Config(**settings)  # type: ignore[arg-type]
+
+
+def test_a_sentinel_that_answered_moves_to_the_front_by_itself_not_by_a_stale_place() -> None:
+    """Two threads looking up the primary at once: one moved sentinel c to the front while
+    the other, which had found c at place 2, swapped by that place, putting c in twice and
+    dropping a. The move goes by the sentinel itself."""
+    class Manager:
+        sentinels = ["c", "b", "a"]  # another thread already moved c first
+
+        @staticmethod
+        def check_master_state(state: object, service: str) -> bool:
+            return True
+
+    masters = {"svc": {"ip": "10.0.0.1", "port": 6379, "flags": "master"}}
+    assert _answered(Manager, "c", masters, "svc", []) == ("10.0.0.1", 6379)
+    assert Manager.sentinels == ["c", "b", "a"]
+    assert _answered(Manager, "a", masters, "svc", []) == ("10.0.0.1", 6379)
+    assert sorted(Manager.sentinels) == ["a", "b", "c"] and Manager.sentinels[0] == "a"

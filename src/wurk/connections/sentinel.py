@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote
@@ -202,9 +203,9 @@ def _not_found(service: str, errors: list[str]) -> MasterNotFoundError:
                                f"{detail}")
 
 
-def _answered(manager: Any, number: int, client: Any, masters: Any, service: str,
+def _answered(manager: Any, client: Any, masters: Any, service: str,
               errors: list[str]) -> tuple[str, int] | None:
-    """The primary sentinel ``number`` named in its reply (``masters``, or what asking it
+    """The primary ``client`` (a sentinel) named in its reply (``masters``, or what asking it
     raised), moved to the front to be asked first next time; None, with the sentinel and
     why noted in ``errors``, when it named none or answered an error or a wrong shape."""
     try:
@@ -217,8 +218,19 @@ def _answered(manager: Any, number: int, client: Any, masters: Any, service: str
     if isinstance(found, str):
         errors.append(f"{_where(client)}: {found}")
         return None
-    manager.sentinels[0], manager.sentinels[number] = client, manager.sentinels[0]
+    with _reorder_lock:  # two threads' swaps by stale positions lost a sentinel
+        sentinels = manager.sentinels
+        for index, each in enumerate(sentinels):
+            if each is client:
+                sentinels[0], sentinels[index] = each, sentinels[0]
+                break
     return found
+
+
+# Moving the sentinel that answered to the front (``_answered``) is a read and two writes of
+# the shared list: without this, two threads finding the primary at once could each swap by
+# a position the other had changed, leaving one sentinel twice and another out.
+_reorder_lock = threading.Lock()
 
 
 class _Sentinel(sync_sentinel.Sentinel):
@@ -228,12 +240,12 @@ class _Sentinel(sync_sentinel.Sentinel):
 
     def discover_master(self, service_name: str) -> tuple[str, int]:
         errors: list[str] = []
-        for number, client in enumerate(self.sentinels):
+        for client in list(self.sentinels):
             try:
                 masters: Any = client.sentinel_masters()
             except _SENTINEL_FAULTS as exc:
                 masters = exc
-            if found := _answered(self, number, client, masters, service_name, errors):
+            if found := _answered(self, client, masters, service_name, errors):
                 return found
         raise _not_found(service_name, errors)
 
@@ -243,12 +255,12 @@ class _AsyncSentinel(async_sentinel.Sentinel):
 
     async def discover_master(self, service_name: str) -> tuple[str, int]:
         errors: list[str] = []
-        for number, client in enumerate(self.sentinels):
+        for client in list(self.sentinels):
             try:
                 masters: Any = await client.sentinel_masters()
             except _SENTINEL_FAULTS as exc:
                 masters = exc
-            if found := _answered(self, number, client, masters, service_name, errors):
+            if found := _answered(self, client, masters, service_name, errors):
                 return found
         raise _not_found(service_name, errors)
 
