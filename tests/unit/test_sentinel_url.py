@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 import wurk
@@ -74,7 +76,7 @@ def test_a_sentinel_that_answered_moves_to_the_front_by_itself_not_by_a_stale_pl
     the other, which had found c at place 2, swapped by that place, putting c in twice and
     dropping a. The move goes by the sentinel itself."""
     class Manager:
-        sentinels = ["c", "b", "a"]  # another thread already moved c first
+        sentinels: ClassVar[list[str]] = ["c", "b", "a"]  # another thread moved c first
 
         @staticmethod
         def check_master_state(state: object, service: str) -> bool:
