@@ -62,7 +62,12 @@ def backtrace_lines(exc: BaseException) -> list[str]:
     """One line per frame, innermost first, as Ruby lists them, so Sidekiq's dashboard shows
     a Python backtrace the way it shows its own and ``backtrace: N`` keeps the N nearest."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return [f"{frame.filename}:{frame.lineno}:in '{frame.name}'" for frame in reversed(frames)]
+    lines = [f"{frame.filename}:{frame.lineno}:in '{frame.name}'" for frame in reversed(frames)]
+    # A file under a directory named in another encoding has surrogate escapes in its name
+    # (``os.fsdecode``), which UTF-8 cannot carry: the backtrace, so the failure, could not
+    # be stored. Replaced as ``error_message`` replaces them.
+    return [line if line.isascii() else line.encode("utf-8", "replace").decode("utf-8")
+            for line in lines]
 
 
 class JobRetry:

@@ -12,7 +12,10 @@
    its claim, and any scheduler hands the member out again once the claim is older than
    ``CLAIM_LEASE``: the job may be pushed twice, never lost.
 3. A payload that cannot be pushed at all goes to the dead set (not JSON: stored as the raw
-   bytes; invalid: with the error recorded); it never blocks the set.
+   bytes; invalid: with the error recorded); it never blocks the set. A push that fails
+   (a client middleware that raises, a queue key of another type) puts its member back and
+   the pass goes on past it, through the rest of that set and the other set; the pass then
+   raises the first such error. Only Redis being unavailable ends a pass at once.
 4. ``Scheduler.start`` runs the passes on a ``TimerLoop`` (in a worker, on its poller
    thread, ``wurk.runtime.timer.Timers``) with Sidekiq's timing: an initial wait, one process
    prune, then a randomised wait per cycle scaled by the number of live processes, so the
@@ -28,6 +31,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -38,7 +42,13 @@ from .client.core import Client
 from .client.locks import coming_back
 from .config import Config, via
 from .connections.pool import RedisPool
-from .errors import ConfigError, InvalidArguments, InvalidPayload, UnparseablePayload
+from .errors import (
+    ConfigError,
+    InvalidArguments,
+    InvalidPayload,
+    RedisUnavailable,
+    UnparseablePayload,
+)
 from .morgue import Morgue
 from .options import SHARD
 from .reporting import report_error
@@ -67,6 +77,19 @@ INITIAL_JITTER = 5.0
 # [avg/2, 3·avg/2]: the cluster-wide rate stays the same with a wider spread (Sidekiq 8.0.10).
 LARGE_CLUSTER = 10
 SCHEDULER_THREAD = "wurk-scheduler"
+# Errors that say Redis itself is out of reach: the rest of a pass would fail alike.
+_UNREACHABLE = (RedisUnavailable, redis.ConnectionError, redis.TimeoutError)
+
+
+@dataclass
+class _Pass:
+    """One pass over one set. ``skip``: members whose push failed in this pass and were put
+    back; with their due times unchanged they are the set's lowest due members, so the rest
+    of the pass reads past them (a member added meanwhile below one of them is only passed
+    over until the next pass). ``error``: the first failure, raised when the pass ends."""
+
+    skip: int = 0
+    error: Exception | None = None
 
 
 class Scheduler:
@@ -102,55 +125,76 @@ class Scheduler:
 
     # -- one pass ---------------------------------------------------------------------------
     def enqueue_due(self) -> int:
-        """Move every due job of ``retry`` then ``schedule``; returns how many were pushed."""
+        """Move every due job of ``retry`` then ``schedule``; returns how many were pushed.
+
+        A set whose pass fails holds up neither set: both are gone through, then the first
+        failure is raised (the duty reports it). Redis out of reach ends the pass at once."""
         keys = self.config.keys
-        return self._drain(keys.retry) + self._drain(keys.schedule)
+        total, failure = 0, None
+        for key in (keys.retry, keys.schedule):
+            try:
+                total += self._drain(key)
+            except _UNREACHABLE:
+                raise
+            except Exception as exc:
+                if failure is None:
+                    failure = exc
+        if failure is not None:
+            raise failure
+        return total
 
     def _drain(self, key: str) -> int:
         atomic = self.config.scheduler == "atomic"
         step = self._atomic_step if atomic else self._client_step
+        this_pass = _Pass()
         # The atomic path claims nothing unless a member is skipped: look for abandoned
         # claims first (in client mode every claim looks for them).
-        total = self._take_over_abandoned(key) if atomic else 0
+        total = self._take_over_abandoned(key, this_pass) if atomic else 0
         while not self._duty.stopping:
-            moved, more = step(key)
+            moved, more = step(key, this_pass)
             total += moved
             if not more:
                 break
+        if this_pass.error is not None:
+            raise this_pass.error
         return total
 
-    def _atomic_step(self, key: str) -> tuple[int, bool]:
+    def _atomic_step(self, key: str, this_pass: _Pass) -> tuple[int, bool]:
         """(jobs moved, whether to call again)."""
         # Due is judged on Redis's clock, in the script; enqueued_at is this process's
         # time, as a push writes it.
         stamp = P.dumps(P.write_time(self.config.timestamp_format, time.time()))
         keys = [key, self.config.keys.queues]
-        args: list[str | int] = [stamp, ATOMIC_BATCH, self.config.keys.queue_prefix]
+        args: list[str | int] = [stamp, ATOMIC_BATCH, self.config.keys.queue_prefix,
+                                 this_pass.skip]
         moved, skipped = self.pool.run(lambda redis: self._move(keys, args, client=redis))
         if skipped:
-            pushed = self._claim_and_push(key)
+            pushed = self._claim_and_push(key, this_pass)
             return int(moved) + (pushed or 0), True
         return int(moved), int(moved) >= ATOMIC_BATCH
 
-    def _client_step(self, key: str) -> tuple[int, bool]:
-        pushed = self._claim_and_push(key)
+    def _client_step(self, key: str, this_pass: _Pass) -> tuple[int, bool]:
+        pushed = self._claim_and_push(key, this_pass)
         return pushed or 0, pushed is not None
 
     # -- the one-at-a-time path -------------------------------------------------------------
-    def _take_over_abandoned(self, key: str) -> int:
+    def _take_over_abandoned(self, key: str, this_pass: _Pass) -> int:
         total = 0
         while not self._duty.stopping:
-            pushed = self._claim_and_push(key, abandoned_only=True)
+            pushed = self._claim_and_push(key, this_pass, abandoned_only=True)
             if pushed is None:
                 break
             total += pushed
         return total
 
-    def _claim_and_push(self, key: str, *, abandoned_only: bool = False) -> int | None:
-        """Claim the lowest due member (or one whose claim was abandoned) and push it: 1
-        pushed, 0 dead or stopped by middleware, None when nothing was due."""
+    def _claim_and_push(self, key: str, this_pass: _Pass, *,
+                        abandoned_only: bool = False) -> int | None:
+        """Claim the lowest due member the pass has not put back (or one whose claim was
+        abandoned) and push it: 1 pushed, 0 dead, stopped by middleware or put back after a
+        failed push (``this_pass`` keeps the error), None when nothing was due."""
         claims = self.config.keys.claims_of(key)
-        args: list[str | float] = [self.claim_lease, 1 if abandoned_only else 0]
+        args: list[str | float] = [self.claim_lease, 1 if abandoned_only else 0,
+                                   this_pass.skip]
         found = self.pool.run(lambda redis: self._claim([key, claims], args, client=redis))
         if not found:
             return None
@@ -163,17 +207,29 @@ class Scheduler:
             pushed = self._dispatch(raw)
         except Exception as exc:
             self._put_back(key, claims, raw, score)
-            if isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE"):
-                raise redis.ResponseError(
-                    f"WRONGTYPE: a due job of {key} cannot be pushed: its queue's key "
-                    f"({self._queue_key_of(raw)}) or {self.config.keys.queues} holds another "
-                    f"Redis type (written by hand?); the job stays in {key} until the key is "
-                    "deleted or mended") from exc
-            raise
+            if isinstance(exc, _UNREACHABLE):
+                raise
+            if not abandoned:  # back at its due time: among the lowest, read past from now
+                this_pass.skip += 1
+            if this_pass.error is None:
+                this_pass.error = self._named(exc, key, raw)
+            return 0
         # Pushed (or buried): the claim goes. Should this fail, the job is pushed again once
         # the lease ends: a duplicate, never a loss.
         self.pool.run(lambda redis: redis.zrem(claims, raw), idempotent=True)
         return pushed
+
+    def _named(self, exc: Exception, key: str, raw: bytes | str) -> Exception:
+        """The error a failed push is reported with: a WRONGTYPE names the key and the set."""
+        if not (isinstance(exc, redis.ResponseError) and str(exc).startswith("WRONGTYPE")):
+            return exc
+        named = redis.ResponseError(
+            f"WRONGTYPE: a due job of {key} cannot be pushed: its queue's key "
+            f"({self._queue_key_of(raw)}) or {self.config.keys.queues} holds another "
+            f"Redis type (written by hand?); the job stays in {key} until the key is "
+            "deleted or mended")
+        named.__cause__ = exc
+        return named
 
     def _queue_key_of(self, raw: bytes | str) -> str:
         try:

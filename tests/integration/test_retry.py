@@ -538,6 +538,30 @@ def test_backtrace_n_stores_the_first_n_lines(book: Book, r: redis.Redis) -> Non
     assert P.decode_backtrace(stored["error_backtrace"]) == backtrace_lines(exc)[:2]
 
 
+def test_a_frame_whose_file_name_is_no_utf8_still_books_the_retry(book: Book,
+                                                                  r: redis.Redis) -> None:
+    """A module loaded from a directory named in another encoding (Latin-1 ``café``) has a
+    file name holding a surrogate escape, which UTF-8 cannot carry: the backtrace keeps the
+    line with the byte replaced, and the retry is booked."""
+    scope: dict[str, Any] = {}
+    exec(compile("def boom():\n    raise ValueError('x')\n", "/srv/caf\udce9/jobs.py", "exec"),
+         scope)
+    exc = raised_by(scope["boom"])
+    book.fail(new_job(backtrace=True), exc)
+    stored, _ = only_retry(r)
+    lines = P.decode_backtrace(stored["error_backtrace"])
+    assert lines is not None and lines[0] == "/srv/caf?/jobs.py:2:in 'boom'"
+    assert lines == backtrace_lines(exc)
+
+
+def raised_by(fn: Callable[[], object]) -> BaseException:
+    try:
+        fn()
+    except Exception as exc:
+        return exc
+    raise AssertionError("did not raise")
+
+
 def test_backtrace_false_stores_none(book: Book, r: redis.Redis) -> None:
     book.fail(new_job(backtrace=False), deep_error())
     assert "error_backtrace" not in only_retry(r)[0]

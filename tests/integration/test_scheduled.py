@@ -440,6 +440,47 @@ def test_a_queue_key_of_another_type_loses_no_due_job_and_holds_up_no_other(
     assert json.loads(stuck)["jid"] in {json.loads(e)["jid"] for e in queue_entries(r)}
 
 
+@pytest.mark.parametrize("mode", ["client", "atomic"])
+def test_a_due_job_that_cannot_be_pushed_holds_up_no_later_one(
+        make: Callable[..., Scheduler], r: redis.Redis, mode: str) -> None:
+    """One due job whose push fails every time (a client middleware that raises on it; in
+    atomic mode one Lua cannot move, as a job naming no queue) stays where it is, and every
+    later due job of its set moves, in the same pass, behind it."""
+    scheduler = make(scheduler=mode)
+
+    def picky(job: str, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+        if payload["jid"] == "bad":
+            raise RuntimeError("middleware refuses bad")
+        return call_next()
+
+    scheduler.config.client_middleware.add(picky)
+    bad = '{"class":"Sched::Job","args":[],"jid":"bad"}'  # no queue: the client path
+    later = [raw_job() for _ in range(ATOMIC_BATCH + 3)]  # past one atomic batch
+    r.zadd("schedule", {bad: PAST, **{job: PAST + 1 + i for i, job in enumerate(later)}})
+    with pytest.raises(RuntimeError, match="middleware refuses bad"):
+        scheduler.enqueue_due()
+    assert r.zrange("schedule", 0, -1, withscores=True) == [(bad, PAST)]
+    assert [json.loads(e)["jid"] for e in queue_entries(r)] == [
+        json.loads(job)["jid"] for job in later]
+    assert r.zcard("wurk:claimed:schedule") == 0
+
+
+@pytest.mark.parametrize("mode", ["client", "atomic"])
+def test_a_stuck_retry_holds_up_no_scheduled_job(make: Callable[..., Scheduler],
+                                                 r: redis.Redis, mode: str) -> None:
+    """A due retry whose queue key holds another type fails each pass; the ``schedule``
+    set, drained after ``retry``, still moves."""
+    stuck, scheduled = raw_job(queue="broken"), raw_job()
+    r.set("queue:broken", "written by hand")
+    r.zadd("retry", {stuck: PAST})
+    r.zadd("schedule", {scheduled: PAST})
+    scheduler = make(scheduler=mode)
+    with pytest.raises(redis.ResponseError, match="queue:broken"):
+        scheduler.enqueue_due()
+    assert r.zrange("retry", 0, -1) == [stuck]
+    assert [json.loads(e)["jid"] for e in queue_entries(r)] == [json.loads(scheduled)["jid"]]
+
+
 def test_a_failing_push_puts_the_exact_member_back(make: Callable[..., Scheduler],
                                                    r: redis.Redis) -> None:
     scheduler = make(scheduler="client")

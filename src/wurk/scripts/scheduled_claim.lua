@@ -8,6 +8,8 @@
 -- KEYS[1]  the sorted set           KEYS[2]  its claims (ZSET: member -> claimed at)
 -- ARGV[1]  the lease: a claim older than this many seconds was abandoned
 -- ARGV[2]  1: take over an abandoned claim only, claim nothing new
+-- ARGV[3]  how many of the lowest due members to pass over (put back this pass after a
+--          failed push: each stays where it is and holds up no later one)
 --
 -- Due and abandoned are both judged on Redis's clock, whatever the caller's clock says.
 --
@@ -26,8 +28,8 @@ if #stale > 0 then
 end
 
 if ARGV[2] == '1' then return nil end
-local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0, 1,
-                         'WITHSCORES')
+local found = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT',
+                         tonumber(ARGV[3]), 1, 'WITHSCORES')
 if #found == 0 then return nil end
 redis.call('ZREM', KEYS[1], found[1])
 redis.call('ZADD', KEYS[2], now, found[1])

@@ -5,6 +5,8 @@
 -- ARGV[1]  the enqueued_at value, already formatted as JSON (int ms or float seconds)
 -- ARGV[2]  how many members at most to look at in this call
 -- ARGV[3]  the queue key prefix from wurk.keys (key names are spelled there only)
+-- ARGV[4]  how many of the lowest due members to pass over (put back this pass after a
+--          failed push on the one-at-a-time path)
 --
 -- Members scored at or below Redis's clock are due: every scheduler, whatever its own clock,
 -- moves a job at the same moment.
@@ -26,8 +28,8 @@
 
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
-local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT', 0,
-                       tonumber(ARGV[2]))
+local due = redis.call('ZRANGE', KEYS[1], '-inf', now, 'BYSCORE', 'LIMIT',
+                       tonumber(ARGV[4]), tonumber(ARGV[2]))
 local stamp = ',"enqueued_at":' .. ARGV[1] .. '}'
 local moved, skipped = 0, 0
 
