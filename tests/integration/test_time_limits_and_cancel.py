@@ -729,3 +729,34 @@ def test_a_sync_job_that_ran_another_inline_is_still_stopped(
                what="its end")
     assert f"done:{jid}" not in notes(r)
     worker.assert_healthy(2)
+
+
+@wurk.job(name="limits.kept", result_ttl=600)
+def kept(text: str) -> str:
+    return text
+
+
+@wurk.job(name="limits.waiter", retry=1)
+def waiter(jid: str) -> None:
+    note("waited", wurk.ResultHandle(jid).result(timeout=0))
+
+
+@wurk.job(name="limits.awaiter", retry=1)
+async def awaiter(jid: str) -> None:
+    note("waited", await wurk.ResultHandle(jid).aresult(timeout=0))
+
+
+@pytest.mark.parametrize("job", [waiter, awaiter], ids=["sync", "async"])
+def test_a_job_whose_awaited_job_was_cancelled_fails_and_is_not_cancelled_itself(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """The ``JobCancelled`` a result handle raises for another job says that job was
+    cancelled, not this one: escaping the body, it once ended this job as cancelled —
+    counted, never retried, nowhere to be found (a job lost). It is a failure, retried."""
+    other = kept.perform_in(3600, "never")
+    assert wurk.cancel(other).removed_from == ["schedule"]
+    jid = job.perform_async(str(other))
+    wait_until(lambda: retry_entry(r, jid) is not None, what="the waiter's retry")
+    entry = retry_entry(r, jid)
+    assert entry is not None and other in entry["error_message"]
+    assert "cancelled" in entry["error_message"]
+    assert r.get("wurk:stat:cancelled") == "1"  # the awaited job's cancel, not the waiter's

@@ -20,6 +20,10 @@ A job run inline from a sync job's body (``perform_inline``) runs inside that bo
 outer job's time limit and cancel reach it, its own ``timeout`` does not apply.
 
 A job that swallows the error and returns anyway is let be (it finished), with a warning.
+
+A ``JobCancelled`` naming another job (a result handle's, for a cancelled job the body
+waited for) leaves the body as a failure (``JobFailed``, retried as any): this job was not
+cancelled, and ended as cancelled it would be neither retried nor buried — lost.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any
 
 from .. import payload as P
 from ..config import Config
-from ..errors import JobCancelled
+from ..errors import JobCancelled, JobFailed
 from ..iteration.job import IterableJob
 from ..log import short_id
 from ..middleware import Leave
@@ -67,6 +71,13 @@ def limit_of(payload: P.Payload, default: float | None) -> float | None:
     return default
 
 
+def _only_its_own(exc: JobCancelled, jid: object) -> None:
+    """Raise the failure a ``JobCancelled`` that names another job is, leaving the body of
+    job ``jid``; return for one naming this job or none (``wurk.cancel``'s, the job's own)."""
+    if exc.jid is not None and exc.jid != jid:
+        raise JobFailed(exc.jid, "wurk.JobCancelled", str(exc), retries_remain=False) from exc
+
+
 def _others_cancel(task: asyncio.Task[Any]) -> bool:
     """The stop's own cancellation of ``task`` landed (``AsyncTarget.delivered``): take it
     back (3.11+), and say whether another was asked for as well — the worker's shutdown
@@ -97,16 +108,18 @@ class Stopper:
                  call_next: Callable[[], Any]) -> Any:
         jid = payload.get(P.JID)
         guard = current_guard()
-        if guard is None or not isinstance(jid, str):
-            self._refuse_cancelled(jid, isinstance(job, IterableJob))
-            return call_next()  # not on a processor thread: nothing can stop it from outside
-        if guard.run:
-            # A job its body runs inline (``perform_inline``): part of that body, which stays
-            # open on the guard — a body of its own closed the outer one's (its time limit
-            # and a cancel of it no longer reached it). The outer job's limit covers it, as
+        if guard is None or not isinstance(jid, str) or guard.run:
+            # Not on a processor thread (nothing can stop it from outside), or a job its
+            # body runs inline (``perform_inline``): part of that body, which stays open on
+            # the guard — a body of its own closed the outer one's (its time limit and a
+            # cancel of it no longer reached it). The outer job's limit covers it, as
             # nothing limits an inline run outside a worker.
             self._refuse_cancelled(jid, isinstance(job, IterableJob))
-            return call_next()
+            try:
+                return call_next()
+            except JobCancelled as exc:
+                _only_its_own(exc, jid)
+                raise
         target = guard.target
         if target is None:  # the thread's first job
             made = SyncTarget(guard)
@@ -125,6 +138,9 @@ class Stopper:
                 guard.close_body()
         except (TimeoutRaised, CancelRaised):
             raise target.error() from None
+        except JobCancelled as exc:
+            _only_its_own(exc, jid)
+            raise
         if guard.stopped_with is not None:
             self._swallowed(jid, target.reason)
         return result
@@ -146,6 +162,9 @@ class Stopper:
             if not target.delivered or _others_cancel(task):
                 raise  # the worker's own (its shutdown): not ours to turn into an error
             raise target.error() from None
+        except JobCancelled as exc:
+            _only_its_own(exc, jid)
+            raise
         finally:
             self._unwatch(target)
         if target.delivered:  # the cancellation reached the job, which returned all the same
@@ -174,6 +193,8 @@ class Stopper:
                     and not _others_cancel(task):
                 raise target.error() from None
             else:
+                if isinstance(error, JobCancelled):
+                    _only_its_own(error, target.jid)
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
             self._unwatch(target)
