@@ -19,7 +19,10 @@ the job's own code, never a middleware's bookkeeping. For each job it:
 A job run inline from a sync job's body (``perform_inline``) runs inside that body: the
 outer job's time limit and cancel reach it, its own ``timeout`` does not apply.
 
-A job that swallows the error and returns anyway is let be (it finished), with a warning.
+A job that swallows the error and returns anyway is let be (it finished), with a warning;
+one that raises an error of its own from it (``raise ExportFailed(...) from exc``, or any
+error raised while handling it) ends as the stop does — a cancelled job as cancelled, never
+retried, a job past its limit with ``JobTimeout``.
 
 A ``JobCancelled`` naming another job (a result handle's, for a cancelled job the body
 waited for) leaves the body as a failure (``JobFailed``, retried as any): this job was not
@@ -76,6 +79,23 @@ def _only_its_own(exc: JobCancelled, jid: object) -> None:
     job ``jid``; return for one naming this job or none (``wurk.cancel``'s, the job's own)."""
     if exc.jid is not None and exc.jid != jid:
         raise JobFailed(exc.jid, "wurk.JobCancelled", str(exc), retries_remain=False) from exc
+
+
+# How far along an error's causes the stop that caused it is looked for.
+_CHAIN_LIMIT = 100
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` was raised from, or while handling, a ``kind`` (its ``__cause__`` /
+    ``__context__`` chain: bounded, and safe from a cycle)."""
+    seen: BaseException | None = exc
+    for _ in range(_CHAIN_LIMIT):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _others_cancel(task: asyncio.Task[Any]) -> bool:
@@ -141,6 +161,11 @@ class Stopper:
         except JobCancelled as exc:
             _only_its_own(exc, jid)
             raise
+        except Exception as exc:  # an error of the job's own, raised from the stop?
+            stop = guard.stopped_with
+            if stop is not None and _caused_by(exc, stop):
+                raise target.error() from exc
+            raise
         if guard.stopped_with is not None:
             self._swallowed(jid, target.reason)
         return result
@@ -164,6 +189,11 @@ class Stopper:
             raise target.error() from None
         except JobCancelled as exc:
             _only_its_own(exc, jid)
+            raise
+        except Exception as exc:
+            if target.delivered and _caused_by(exc, asyncio.CancelledError) and \
+                    not _others_cancel(task):
+                raise target.error() from exc
             raise
         finally:
             self._unwatch(target)
@@ -192,9 +222,13 @@ class Stopper:
             elif isinstance(error, asyncio.CancelledError) and target.delivered \
                     and not _others_cancel(task):
                 raise target.error() from None
+            elif isinstance(error, JobCancelled):
+                _only_its_own(error, target.jid)
+                raise error
+            elif isinstance(error, Exception) and target.delivered and \
+                    _caused_by(error, asyncio.CancelledError) and not _others_cancel(task):
+                raise target.error() from error  # an error of its own, from the stop
             else:
-                if isinstance(error, JobCancelled):
-                    _only_its_own(error, target.jid)
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:
             self._unwatch(target)
