@@ -308,9 +308,15 @@ class JobCancelled(WurkError):
     """Raised inside a running job that ``wurk.cancel(jid)`` stopped (in a sync job's own
     frame, as the shutdown interrupt is; an async job's task is cancelled and this takes the
     ``CancelledError``'s place). The job ends as cancelled: not a failure, not retried, its
-    result (when it keeps one) says so."""
+    result (when it keeps one) says so. ``jid`` names the job cancelled (None: the job that
+    raises it): one naming another job — what a result handle raises for a cancelled job it
+    waited for — ends the job that let it escape as a failure, never as cancelled."""
 
     __module__ = "wurk"
+
+    def __init__(self, message: str, *, jid: str | None = None) -> None:
+        super().__init__(message)
+        self.jid = jid
 
 
 class JobTimeout(WurkError):

@@ -729,3 +729,92 @@ def test_a_sync_job_that_ran_another_inline_is_still_stopped(
                what="its end")
     assert f"done:{jid}" not in notes(r)
     worker.assert_healthy(2)
+
+
+@wurk.job(name="limits.kept", result_ttl=600)
+def kept(text: str) -> str:
+    return text
+
+
+@wurk.job(name="limits.waiter", retry=1)
+def waiter(jid: str) -> None:
+    note("waited", wurk.ResultHandle(jid).result(timeout=0))
+
+
+@wurk.job(name="limits.awaiter", retry=1)
+async def awaiter(jid: str) -> None:
+    note("waited", await wurk.ResultHandle(jid).aresult(timeout=0))
+
+
+@pytest.mark.parametrize("job", [waiter, awaiter], ids=["sync", "async"])
+def test_a_job_whose_awaited_job_was_cancelled_fails_and_is_not_cancelled_itself(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """The ``JobCancelled`` a result handle raises for another job says that job was
+    cancelled, not this one: escaping the body, it once ended this job as cancelled —
+    counted, never retried, nowhere to be found (a job lost). It is a failure, retried."""
+    other = kept.perform_in(3600, "never")
+    assert wurk.cancel(other).removed_from == ["schedule"]
+    jid = job.perform_async(str(other))
+    wait_until(lambda: retry_entry(r, jid) is not None, what="the waiter's retry")
+    entry = retry_entry(r, jid)
+    assert entry is not None and other in entry["error_message"]
+    assert "cancelled" in entry["error_message"]
+    assert r.get("wurk:stat:cancelled") == "1"  # the awaited job's cancel, not the waiter's
+
+
+class ExportFailed(Exception):
+    pass
+
+
+@wurk.job(name="limits.wrapping_loop", retry=3)
+def wrapping_loop() -> None:
+    """Wraps whatever stops it in an error of its own, as much code does."""
+    note("start", wurk.current_jid(), time.time())
+    try:
+        while True:
+            ledger().incr("limits:ticks")
+            time.sleep(0.01)
+    except Exception as exc:
+        raise ExportFailed("the export failed") from exc
+
+
+@wurk.job(name="limits.wrapping_async_loop", retry=3)
+async def wrapping_async_loop() -> None:
+    note("start", wurk.current_jid(), time.time())
+    try:
+        while True:
+            ledger().incr("limits:ticks")
+            await asyncio.sleep(0.01)
+    except BaseException as exc:
+        raise ExportFailed("the export failed") from exc
+
+
+@wurk.job(name="limits.wrapping_spin", timeout=0.5, retry=1)
+def wrapping_spin() -> None:
+    note("start", wurk.current_jid(), time.time())
+    try:
+        while True:
+            pass
+    except Exception as exc:
+        raise ExportFailed("the export failed") from exc
+
+
+@pytest.mark.parametrize("job", [wrapping_loop, wrapping_async_loop], ids=["sync", "async"])
+def test_a_cancelled_job_that_wraps_the_error_in_its_own_still_ends_cancelled(
+        worker: InProcessWorker, r: redis.Redis, job: Any) -> None:
+    """A job that turns what stopped it into an error of its own (``raise X from exc``) once
+    failed with that error when cancelled: retried, so a cancelled job ran again."""
+    jid = job.perform_async()
+    wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
+    assert wurk.cancel(jid).running_on
+    wait_until(lambda: r.get("wurk:stat:cancelled") == "1", timeout=10, what="the cancel")
+    wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
+    assert r.zcard("retry") == 0 and r.zcard("dead") == 0
+
+
+def test_a_job_past_its_limit_that_wraps_the_error_fails_with_job_timeout(
+        worker: InProcessWorker, r: redis.Redis) -> None:
+    jid = wrapping_spin.perform_async()
+    wait_until(lambda: retry_entry(r, jid) is not None, what="the retry")
+    entry = retry_entry(r, jid)
+    assert entry is not None and entry["error_class"] == "wurk.JobTimeout"

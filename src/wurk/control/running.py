@@ -102,7 +102,7 @@ class Target:
         if self.reason == TIMEOUT:
             return JobTimeout(f"job {self.jid} ran past its time limit of {self.limit or 0:g} s",
                               seconds=self.limit)
-        return JobCancelled(f"job {self.jid} was cancelled while it ran")
+        return JobCancelled(f"job {self.jid} was cancelled while it ran", jid=self.jid)
 
 
 class SyncTarget(Target):

@@ -19,7 +19,14 @@ the job's own code, never a middleware's bookkeeping. For each job it:
 A job run inline from a sync job's body (``perform_inline``) runs inside that body: the
 outer job's time limit and cancel reach it, its own ``timeout`` does not apply.
 
-A job that swallows the error and returns anyway is let be (it finished), with a warning.
+A job that swallows the error and returns anyway is let be (it finished), with a warning;
+one that raises an error of its own from it (``raise ExportFailed(...) from exc``, or any
+error raised while handling it) ends as the stop does — a cancelled job as cancelled, never
+retried, a job past its limit with ``JobTimeout``.
+
+A ``JobCancelled`` naming another job (a result handle's, for a cancelled job the body
+waited for) leaves the body as a failure (``JobFailed``, retried as any): this job was not
+cancelled, and ended as cancelled it would be neither retried nor buried — lost.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Any
 
 from .. import payload as P
 from ..config import Config
-from ..errors import JobCancelled
+from ..errors import JobCancelled, JobFailed
 from ..iteration.job import IterableJob
 from ..log import short_id
 from ..middleware import Leave
@@ -67,6 +74,30 @@ def limit_of(payload: P.Payload, default: float | None) -> float | None:
     return default
 
 
+def _only_its_own(exc: JobCancelled, jid: object) -> None:
+    """Raise the failure a ``JobCancelled`` that names another job is, leaving the body of
+    job ``jid``; return for one naming this job or none (``wurk.cancel``'s, the job's own)."""
+    if exc.jid is not None and exc.jid != jid:
+        raise JobFailed(exc.jid, "wurk.JobCancelled", str(exc), retries_remain=False) from exc
+
+
+# How far along an error's causes the stop that caused it is looked for.
+_CHAIN_LIMIT = 100
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` was raised from, or while handling, a ``kind`` (its ``__cause__`` /
+    ``__context__`` chain: bounded, and safe from a cycle)."""
+    seen: BaseException | None = exc
+    for _ in range(_CHAIN_LIMIT):
+        if seen is None:
+            return False
+        if isinstance(seen, kind):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def _others_cancel(task: asyncio.Task[Any]) -> bool:
     """The stop's own cancellation of ``task`` landed (``AsyncTarget.delivered``): take it
     back (3.11+), and say whether another was asked for as well — the worker's shutdown
@@ -97,16 +128,18 @@ class Stopper:
                  call_next: Callable[[], Any]) -> Any:
         jid = payload.get(P.JID)
         guard = current_guard()
-        if guard is None or not isinstance(jid, str):
-            self._refuse_cancelled(jid, isinstance(job, IterableJob))
-            return call_next()  # not on a processor thread: nothing can stop it from outside
-        if guard.run:
-            # A job its body runs inline (``perform_inline``): part of that body, which stays
-            # open on the guard — a body of its own closed the outer one's (its time limit
-            # and a cancel of it no longer reached it). The outer job's limit covers it, as
+        if guard is None or not isinstance(jid, str) or guard.run:
+            # Not on a processor thread (nothing can stop it from outside), or a job its
+            # body runs inline (``perform_inline``): part of that body, which stays open on
+            # the guard — a body of its own closed the outer one's (its time limit and a
+            # cancel of it no longer reached it). The outer job's limit covers it, as
             # nothing limits an inline run outside a worker.
             self._refuse_cancelled(jid, isinstance(job, IterableJob))
-            return call_next()
+            try:
+                return call_next()
+            except JobCancelled as exc:
+                _only_its_own(exc, jid)
+                raise
         target = guard.target
         if target is None:  # the thread's first job
             made = SyncTarget(guard)
@@ -125,6 +158,14 @@ class Stopper:
                 guard.close_body()
         except (TimeoutRaised, CancelRaised):
             raise target.error() from None
+        except JobCancelled as exc:
+            _only_its_own(exc, jid)
+            raise
+        except Exception as exc:  # an error of the job's own, raised from the stop?
+            stop = guard.stopped_with
+            if stop is not None and _caused_by(exc, stop):
+                raise target.error() from exc
+            raise
         if guard.stopped_with is not None:
             self._swallowed(jid, target.reason)
         return result
@@ -146,6 +187,14 @@ class Stopper:
             if not target.delivered or _others_cancel(task):
                 raise  # the worker's own (its shutdown): not ours to turn into an error
             raise target.error() from None
+        except JobCancelled as exc:
+            _only_its_own(exc, jid)
+            raise
+        except Exception as exc:
+            if target.delivered and _caused_by(exc, asyncio.CancelledError) and \
+                    not _others_cancel(task):
+                raise target.error() from exc
+            raise
         finally:
             self._unwatch(target)
         if target.delivered:  # the cancellation reached the job, which returned all the same
@@ -173,6 +222,12 @@ class Stopper:
             elif isinstance(error, asyncio.CancelledError) and target.delivered \
                     and not _others_cancel(task):
                 raise target.error() from None
+            elif isinstance(error, JobCancelled):
+                _only_its_own(error, target.jid)
+                raise error
+            elif isinstance(error, Exception) and target.delivered and \
+                    _caused_by(error, asyncio.CancelledError) and not _others_cancel(task):
+                raise target.error() from error  # an error of its own, from the stop
             else:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came
         finally:

@@ -131,7 +131,9 @@ def _never_ran(config: Config, raw: bytes | str, removed: Removed | None) -> Non
     # the job: it is out of its queue for good, and a second cancel finds it nowhere.
     if removed is not None:
         try:
-            removed(job, JobCancelled(f"job {job.get(P.JID)} was cancelled"))
+            jid = job.get(P.JID)
+            removed(job, JobCancelled(f"job {jid} was cancelled",
+                                      jid=jid if isinstance(jid, str) else None))
         except Exception as failure:
             report_error(config, failure, {"context": "Error calling death handler",
                                            "job": job})

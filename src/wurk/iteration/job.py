@@ -280,7 +280,8 @@ class _Execution:
         where = "before it started" if not self.walked else \
             f"at cursor {_shown(self.job._cursor)}"
         return JobCancelled(f"{self.name} {self.job.jid} was cancelled {where}: on_cancel "
-                            "and on_stop ran; its state stays, marked cancelled")
+                            "and on_stop ran; its state stays, marked cancelled",
+                            jid=self.job.jid)
 
     def _enumerator(self, built: Any) -> Any:
         if built is None:

@@ -81,7 +81,7 @@ class Outcome:
         if self.status == "succeeded":
             return self.value
         if self.status == "cancelled":
-            raise JobCancelled(f"job {self.jid} was cancelled")
+            raise JobCancelled(f"job {self.jid} was cancelled", jid=self.jid)
         raise JobFailed(self.jid, self.error_class or "", self.error_message or "",
                         retries_remain=self.retries_remain, backtrace=self.backtrace)
 
