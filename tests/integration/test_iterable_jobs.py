@@ -921,3 +921,63 @@ def test_an_iterable_job_raising_interrupted_itself_runs_on_stop(
     adrain()
     assert seen() == [0, 1, 2, 3]
     assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]
+
+
+class Held(Recorded, name="test_iterable.held", retry=3):
+    """A generator enumerator holding something (a file, a database cursor) until closed."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        try:
+            yield from wurk.iteration.ids(0, n, cursor=cursor)
+        finally:
+            EVENTS.append(("closed", None))
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        action = AT_ITEM.pop(item, None)
+        if action is not None:
+            action(self)
+
+
+class AsyncHeld(Recorded, name="test_iterable.async_held", retry=3):
+    async def build_enumerator(self, n: int, *, cursor: int | None) -> Any:
+        try:
+            for pair in wurk.iteration.ids(0, n, cursor=cursor):
+                yield pair
+        finally:
+            EVENTS.append(("closed", None))
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        action = AT_ITEM.pop(item, None)
+        if action is not None:
+            action(self)
+
+
+def fail(job: Any) -> None:
+    raise RuntimeError("the item failed")
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel", "error"])
+def test_a_generator_enumerator_left_part_way_is_closed_before_on_stop(
+        drain: Drain, adrain: AsyncDrain, r: redis.Redis, how: str) -> None:
+    """A walk that ends before its enumerator does (stopped, cancelled, failed) closes a
+    generator enumerator then and there, so its ``finally`` and ``with`` blocks run before
+    ``on_stop`` (as leaving Ruby's ``each`` does): the async one's never ran at all, the sync
+    one's only once the job's frames were collected, after ``on_stop`` and the push again."""
+    action = {"stop": lambda job: STOP.set(), "cancel": lambda job: job.cancel(),
+              "error": fail}[how]
+    for job_class, runner in ((Held, drain.runner.run), (AsyncHeld, None)):
+        EVENTS.clear()
+        STOP.clear()
+        AT_ITEM[1] = action
+        job_class.perform_async(5)
+        if runner is None:
+            assert adrain.run_one() == 1
+        else:
+            runner(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+        names = [e[0] for e in EVENTS]
+        assert names[:4] == ["on_start", "item", "item", "closed"], (job_class, names)
+        if how != "error":
+            assert names[-1] == "on_stop"
+        r.flushall()

@@ -39,7 +39,14 @@ import enum
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+)
 from functools import partial
 from typing import Any, ClassVar
 
@@ -344,11 +351,15 @@ class _Execution:
             raise TypeError(f"{self.name}.build_enumerator returned an async iterable: make "
                             "each_iteration async def too")
         self._call(self.job.on_start if self.job._executions == 1 else self.job.on_resume)
+        walked = iter(enumerator)
         try:
-            end = self._walk(iter(enumerator))
-        except Interrupted:  # raised by the job itself, its cursor flushed: a stop too
-            self._call(self.job.on_stop)
+            end = self._walk(walked)
+        except BaseException as exc:
+            _close_quietly(walked)
+            if isinstance(exc, Interrupted):  # raised by the job itself, its cursor flushed
+                self._call(self.job.on_stop)
             raise
+        _close(walked)
         return self._finish(end)
 
     def _walk(self, enumerator: Iterator[Any]) -> _End:
@@ -426,11 +437,15 @@ class _Execution:
         if enumerator is None:
             return None
         await _maybe(self.job.on_start() if self.job._executions == 1 else self.job.on_resume())
+        walked = _aiter(enumerator)
         try:
-            end = await self._awalk(_aiter(enumerator))
-        except Interrupted:  # as in ``run``
-            await _maybe(self.job.on_stop())
+            end = await self._awalk(walked)
+        except BaseException as exc:  # as in ``run``
+            await _aclose_quietly(walked)
+            if isinstance(exc, Interrupted):
+                await _maybe(self.job.on_stop())
             raise
+        await walked.aclose()
         return await self._afinish(end)
 
     async def _awalk(self, enumerator: AsyncIterator[Any]) -> _End:
@@ -514,13 +529,48 @@ async def _maybe(value: Any) -> Any:
     return value
 
 
-async def _aiter(enumerator: Any) -> AsyncIterator[Any]:
+def _close(walked: Any) -> None:
+    """End a generator enumerator the walk left part-way (stopped, cancelled, failed): its
+    ``finally`` and ``with`` blocks (a file, a database cursor) run now, before ``on_stop``,
+    as leaving Ruby's ``each`` runs its ``ensure`` — not whenever it is collected, which
+    for an async generator was never. Another iterator is the caller's, left as it is."""
+    if inspect.isgenerator(walked):
+        walked.close()
+
+
+def _close_quietly(walked: Any) -> None:
+    """``_close`` while the job's error goes on: a failing cleanup is logged, not raised
+    over the error that came first."""
+    try:
+        _close(walked)
+    except Exception as exc:
+        log.warning("closing the enumerator after the job's error failed: %s", exc)
+
+
+async def _aclose_quietly(walked: AsyncGenerator[Any, None]) -> None:
+    try:
+        await walked.aclose()
+    except Exception as exc:
+        log.warning("closing the enumerator after the job's error failed: %s", exc)
+
+
+async def _aiter(enumerator: Any) -> AsyncGenerator[Any, None]:
+    """The pairs of a sync or async enumerator; closing it closes a generator enumerator."""
     if isinstance(enumerator, AsyncIterable):
-        async for pair in enumerator:
-            yield pair
+        pairs = aiter(enumerator)
+        try:
+            async for pair in pairs:
+                yield pair
+        finally:
+            if inspect.isasyncgen(pairs):
+                await pairs.aclose()
     else:
-        for pair in enumerator:
-            yield pair
+        walked = iter(enumerator)
+        try:
+            for pair in walked:
+                yield pair
+        finally:
+            _close(walked)
 
 
 def _shown(value: Any) -> str:
