@@ -269,7 +269,7 @@ class _Execution:
     # -- the steps both kinds share -------------------------------------------------------------
     def _begin(self, reply: Any) -> bool:
         """Take the stored state; False when the job was cancelled before it started."""
-        state = S.parse(self.job.jid, self.key, reply)
+        state = S.parse(self.job.jid, self.key, reply, url=self._url())
         self.runtime_before = state.runtime
         self.job._cursor = state.cursor
         self.job._executions = state.executions + 1
@@ -324,9 +324,14 @@ class _Execution:
         return S.flush_commands(self.key, self.job._executions, cursor, runtime)
 
     def _cancelled(self, replies: list[Any]) -> bool:
-        if S.cancelled_in(self.key, replies):
+        if S.cancelled_in(self.key, replies, url=self._url()):
             self.job._cancel_asked = True
         return self.job._cancel_asked
+
+    def _url(self) -> str:
+        """The Redis the state is on, to name in an error: the pool ``wurk.redis()`` lends
+        from (a processor's own connection reaches the same server)."""
+        return self.config.pool("client").url
 
     def _slow(self, since: float, item: Any) -> None:
         took = self.clock.monotonic() - since
