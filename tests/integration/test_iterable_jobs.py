@@ -921,3 +921,154 @@ def test_an_iterable_job_raising_interrupted_itself_runs_on_stop(
     adrain()
     assert seen() == [0, 1, 2, 3]
     assert hooks() == ["on_start", "on_stop", "on_resume", "on_stop", "on_complete"]
+
+
+class Held(Recorded, name="test_iterable.held", retry=3):
+    """A generator enumerator holding something (a file, a database cursor) until closed."""
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        try:
+            yield from wurk.iteration.ids(0, n, cursor=cursor)
+        finally:
+            EVENTS.append(("closed", None))
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        action = AT_ITEM.pop(item, None)
+        if action is not None:
+            action(self)
+
+
+class AsyncHeld(Recorded, name="test_iterable.async_held", retry=3):
+    async def build_enumerator(self, n: int, *, cursor: int | None) -> Any:
+        try:
+            for pair in wurk.iteration.ids(0, n, cursor=cursor):
+                yield pair
+        finally:
+            EVENTS.append(("closed", None))
+
+    async def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        action = AT_ITEM.pop(item, None)
+        if action is not None:
+            action(self)
+
+
+def fail(job: Any) -> None:
+    raise RuntimeError("the item failed")
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel", "error"])
+def test_a_generator_enumerator_left_part_way_is_closed_before_on_stop(
+        drain: Drain, adrain: AsyncDrain, r: redis.Redis, how: str) -> None:
+    """A walk that ends before its enumerator does (stopped, cancelled, failed) closes a
+    generator enumerator then and there, so its ``finally`` and ``with`` blocks run before
+    ``on_stop`` (as leaving Ruby's ``each`` does): the async one's never ran at all, the sync
+    one's only once the job's frames were collected, after ``on_stop`` and the push again."""
+    action = {"stop": lambda job: STOP.set(), "cancel": lambda job: job.cancel(),
+              "error": fail}[how]
+    for job_class, runner in ((Held, drain.runner.run), (AsyncHeld, None)):
+        EVENTS.clear()
+        STOP.clear()
+        AT_ITEM[1] = action
+        job_class.perform_async(5)
+        if runner is None:
+            assert adrain.run_one() == 1
+        else:
+            runner(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+        names = [e[0] for e in EVENTS]
+        assert names[:4] == ["on_start", "item", "item", "closed"], (job_class, names)
+        if how != "error":
+            assert names[-1] == "on_stop"
+        r.flushall()
+
+
+# -- Redis refusing a command for now is an outage, not an unreadable state --------------------
+ADMIN: list[redis.Redis] = []  # the private server's own client, for the jobs below
+
+
+class Filling(Recorded, name="test_iterable.filling", retry=3):
+    """Fills its Redis at item 1 (``maxmemory`` 1: writes are refused with ``OOM``); the
+    flush before item 2 meets that. Its ``retry_in`` frees Redis, and notes the error."""
+
+    flush_interval = 0
+
+    def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
+        return wurk.iteration.ids(0, n, cursor=cursor)
+
+    def each_iteration(self, item: int, n: int) -> None:
+        EVENTS.append(("item", item))
+        if item == 1 and not AT_ITEM.get(-3):
+            AT_ITEM[-3] = True
+            ADMIN[0].config_set("maxmemory", 1)
+
+    def retry_in(self, count: int, exc: BaseException) -> float | str | None:
+        EVENTS.append(("retry_in", type(exc).__name__))
+        ADMIN[0].config_set("maxmemory", 0)
+        return None
+
+
+@pytest.fixture
+def private_server(tmp_path: Any) -> Iterator[Any]:
+    from tests.helpers.server import start_server
+    server = start_server(tmp_path / "private")
+    ADMIN.append(redis.Redis(port=server.port, decode_responses=True))
+    yield server
+    ADMIN.pop().close()
+    server.stop()
+
+
+def test_a_flush_redis_refuses_for_now_is_retried_not_sent_to_the_dead_set(
+        private_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OOM`` (at ``maxmemory``), ``BUSY``, ``LOADING``, ``READONLY`` refuse a command for
+    now (docs/guarantees.md: "as an outage"): a flush or state read meeting one is
+    ``wurk.RedisUnavailable`` and the job is retried from its last flush. It was
+    ``IterationStateError`` ("cannot be written"), a failure no retry fixes: the dead set."""
+    monkeypatch.setenv("REDIS_URL", private_server.url)  # which wins over redis_url
+    config = wurk.configure(redis_url=private_server.url)
+    admin = ADMIN[0]
+    runner = Drain(config)
+    try:
+        jid = Filling.perform_async(4)
+        runner()
+        assert ("retry_in", "RedisUnavailable") in EVENTS
+        assert admin.zcard("dead") == 0
+        retried = [json.loads(raw) for raw in admin.zrange("retry", 0, -1)]
+        assert [job["jid"] for job in retried] == [jid]
+        assert retried[0]["error_class"] == "wurk.RedisUnavailable"
+        assert "OOM" in retried[0]["error_message"]
+        assert json.loads(admin.hget(f"it-{jid}", "c") or "") == 1  # the last flush's
+    finally:
+        admin.config_set("maxmemory", 0)
+        runner.close()
+        config.close()
+
+
+def test_only_a_key_of_another_type_is_an_unreadable_state(
+        private_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replies themselves: a flush refused with ``OOM`` is ``RedisUnavailable``, one
+    meeting a key of another type ``IterationStateError``, as before."""
+    from wurk.connections.lending import redis as lent_redis
+    from wurk.iteration import state as S
+    monkeypatch.setenv("REDIS_URL", private_server.url)  # which wins over redis_url
+    config = wurk.configure(redis_url=private_server.url)
+    admin = ADMIN[0]
+    url = config.pool("client").url
+    try:
+        admin.config_set("maxmemory", 1)
+        with lent_redis(config) as conn:
+            replies = conn.pipeline(S.flush_commands("it-a", 1, "3", 0.5))
+        with pytest.raises(wurk.RedisUnavailable, match="OOM"):
+            S.cancelled_in("it-a", replies, url=url)
+        admin.config_set("maxmemory", 0)
+        admin.set("it-b", "a string")
+        with lent_redis(config) as conn:
+            replies = conn.pipeline(S.flush_commands("it-b", 1, "3", 0.5))
+            read = conn.pipeline([S.read_command("it-b")])[0]
+        with pytest.raises(wurk.IterationStateError, match="it-b cannot be written"):
+            S.cancelled_in("it-b", replies, url=url)
+        with pytest.raises(wurk.IterationStateError, match="it-b cannot be read"):
+            S.parse("b", "it-b", read, url=url)
+    finally:
+        admin.config_set("maxmemory", 0)
+        config.close()

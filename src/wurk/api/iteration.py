@@ -43,7 +43,7 @@ class IterableJobQuery:
             return pipe.execute(raise_on_error=False)[0]
 
         reply = self.config.pool("api").run(read, idempotent=True)
-        found = S.parse(jid, key, reply)
+        found = S.parse(jid, key, reply, url=self.config.pool("api").url)
         return found if found.exists else None
 
     def find_many(self, jids: Iterable[Any]) -> dict[str, S.IterationState | Invalid]:
@@ -62,7 +62,8 @@ class IterableJobQuery:
             for jid, reply in zip(page, self.config.pool("api").run(read, idempotent=True),
                                   strict=True):
                 try:
-                    state = S.parse(jid, self.config.keys.iteration(jid), reply)
+                    state = S.parse(jid, self.config.keys.iteration(jid), reply,
+                                    url=self.config.pool("api").url)
                 except IterationStateError as exc:
                     found[jid] = values.invalid(reply, str(exc))
                     continue

@@ -39,7 +39,14 @@ import enum
 import inspect
 import logging
 import math
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+)
 from functools import partial
 from typing import Any, ClassVar
 
@@ -262,7 +269,7 @@ class _Execution:
     # -- the steps both kinds share -------------------------------------------------------------
     def _begin(self, reply: Any) -> bool:
         """Take the stored state; False when the job was cancelled before it started."""
-        state = S.parse(self.job.jid, self.key, reply)
+        state = S.parse(self.job.jid, self.key, reply, url=self._url())
         self.runtime_before = state.runtime
         self.job._cursor = state.cursor
         self.job._executions = state.executions + 1
@@ -318,9 +325,14 @@ class _Execution:
         return S.flush_commands(self.key, self.job._executions, cursor, runtime)
 
     def _cancelled(self, replies: list[Any]) -> bool:
-        if S.cancelled_in(self.key, replies):
+        if S.cancelled_in(self.key, replies, url=self._url()):
             self.job._cancel_asked = True
         return self.job._cancel_asked
+
+    def _url(self) -> str:
+        """The Redis the state is on, to name in an error: the pool ``wurk.redis()`` lends
+        from (a processor's own connection reaches the same server)."""
+        return self.config.pool("client").url
 
     def _slow(self, since: float, item: Any) -> None:
         took = self.clock.monotonic() - since
@@ -345,11 +357,15 @@ class _Execution:
             raise TypeError(f"{self.name}.build_enumerator returned an async iterable: make "
                             "each_iteration async def too")
         self._call(self.job.on_start if self.job._executions == 1 else self.job.on_resume)
+        walked = iter(enumerator)
         try:
-            end = self._walk(iter(enumerator))
-        except Interrupted:  # raised by the job itself, its cursor flushed: a stop too
-            self._call(self.job.on_stop)
+            end = self._walk(walked)
+        except BaseException as exc:
+            _close_quietly(walked)
+            if isinstance(exc, Interrupted):  # raised by the job itself, its cursor flushed
+                self._call(self.job.on_stop)
             raise
+        _close(walked)
         return self._finish(end)
 
     def _walk(self, enumerator: Iterator[Any]) -> _End:
@@ -427,11 +443,15 @@ class _Execution:
         if enumerator is None:
             return None
         await _maybe(self.job.on_start() if self.job._executions == 1 else self.job.on_resume())
+        walked = _aiter(enumerator)
         try:
-            end = await self._awalk(_aiter(enumerator))
-        except Interrupted:  # as in ``run``
-            await _maybe(self.job.on_stop())
+            end = await self._awalk(walked)
+        except BaseException as exc:  # as in ``run``
+            await _aclose_quietly(walked)
+            if isinstance(exc, Interrupted):
+                await _maybe(self.job.on_stop())
             raise
+        await walked.aclose()
         return await self._afinish(end)
 
     async def _awalk(self, enumerator: AsyncIterator[Any]) -> _End:
@@ -515,13 +535,48 @@ async def _maybe(value: Any) -> Any:
     return value
 
 
-async def _aiter(enumerator: Any) -> AsyncIterator[Any]:
+def _close(walked: Any) -> None:
+    """End a generator enumerator the walk left part-way (stopped, cancelled, failed): its
+    ``finally`` and ``with`` blocks (a file, a database cursor) run now, before ``on_stop``,
+    as leaving Ruby's ``each`` runs its ``ensure`` — not whenever it is collected, which
+    for an async generator was never. Another iterator is the caller's, left as it is."""
+    if inspect.isgenerator(walked):
+        walked.close()
+
+
+def _close_quietly(walked: Any) -> None:
+    """``_close`` while the job's error goes on: a failing cleanup is logged, not raised
+    over the error that came first."""
+    try:
+        _close(walked)
+    except Exception as exc:
+        log.warning("closing the enumerator after the job's error failed: %s", exc)
+
+
+async def _aclose_quietly(walked: AsyncGenerator[Any, None]) -> None:
+    try:
+        await walked.aclose()
+    except Exception as exc:
+        log.warning("closing the enumerator after the job's error failed: %s", exc)
+
+
+async def _aiter(enumerator: Any) -> AsyncGenerator[Any, None]:
+    """The pairs of a sync or async enumerator; closing it closes a generator enumerator."""
     if isinstance(enumerator, AsyncIterable):
-        async for pair in enumerator:
-            yield pair
+        pairs = aiter(enumerator)
+        try:
+            async for pair in pairs:
+                yield pair
+        finally:
+            if inspect.isasyncgen(pairs):
+                await pairs.aclose()
     else:
-        for pair in enumerator:
-            yield pair
+        walked = iter(enumerator)
+        try:
+            for pair in walked:
+                yield pair
+        finally:
+            _close(walked)
 
 
 def _shown(value: Any) -> str:

@@ -15,6 +15,11 @@
    ``wurk.IterationStateError`` (a failure no retry fixes: the job goes to the dead set, the
    key is left for a person to look at), never a guess. A ``cancelled`` field of any value
    counts: the request is honoured even when its timestamp cannot be read.
+5. Of the error replies a read or a flush meets, only ``WRONGTYPE`` (a key of another type)
+   says something of the state. Redis refusing the command for now (``OOM``, ``BUSY``,
+   ``LOADING``, ``READONLY``…) is ``wurk.RedisUnavailable``, as it is for every other
+   command (``wurk.connections.replies``): the job is retried from its last flush, not sent
+   to the dead set; any other error reply is raised as it came.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
+
+import redis
 
 from .. import payload as P
 from .. import scripts, stored
+from ..connections.replies import raise_refusal, reply_code
 from ..errors import IterationStateError
 
 __all__ = ["FIELDS", "STATE_TTL", "IterationState", "cancel_script", "cancel_time",
@@ -63,12 +71,12 @@ def read_command(key: str) -> tuple[str, ...]:
     return ("HMGET", key, *FIELDS)
 
 
-def parse(jid: str, key: str, reply: Any) -> IterationState:
+def parse(jid: str, key: str, reply: Any, *, url: str) -> IterationState:
     """The state of ``jid`` in an ``HMGET`` reply of its ``key`` (``Keys.iteration``, under
-    any ``key_prefix``); ``IterationStateError`` naming the key and the field that cannot be
-    read (a wrong-type key comes back as an error reply)."""
+    any ``key_prefix``) from the Redis at ``url``; ``IterationStateError`` naming the key and
+    the field that cannot be read (a wrong-type key comes back as an error reply)."""
     if isinstance(reply, Exception):
-        raise IterationStateError(f"{key} cannot be read as a hash: {reply}")
+        _refused(key, reply, url, "read as a hash")
     if not isinstance(reply, list) or len(reply) != len(FIELDS):
         raise IterationStateError(f"{key}: unexpected reply "
                                   f"{stored.shown(reply, stored.RAW_LIMIT)}")
@@ -185,15 +193,25 @@ def flush_commands(key: str, executions: int, cursor: str, runtime: float
             ("EXEC",)]
 
 
-def cancelled_in(key: str, replies: list[Any]) -> bool:
-    """Whether a flush's replies say the job was cancelled; an error reply raises."""
+def cancelled_in(key: str, replies: list[Any], *, url: str) -> bool:
+    """Whether a flush's replies (from the Redis at ``url``) say the job was cancelled; an
+    error reply raises (point 5)."""
     for reply in replies:
         if isinstance(reply, Exception):
-            raise IterationStateError(f"{key} cannot be written: {reply}")
+            _refused(key, reply, url, "written")
     result = replies[-1]
     if not isinstance(result, list) or len(result) != 3:
         raise IterationStateError(f"{key}: the flush was not applied ({result!r})")
     for reply in result:
         if isinstance(reply, Exception):
-            raise IterationStateError(f"{key} cannot be written: {reply}")
+            _refused(key, reply, url, "written")
     return result[2] is not None
+
+
+def _refused(key: str, reply: Exception, url: str, doing: str) -> NoReturn:
+    """An error reply met reading or writing ``key``: ``IterationStateError`` for a key of
+    another type; a refusal for now is ``RedisUnavailable``, any other reply raised as it
+    came (point 5)."""
+    if reply_code(reply) == "WRONGTYPE" or not isinstance(reply, redis.ResponseError):
+        raise IterationStateError(f"{key} cannot be {doing}: {reply}")
+    raise_refusal(reply, url)
