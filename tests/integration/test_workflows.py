@@ -580,6 +580,64 @@ def test_the_death_callback_fires_once_and_success_never(drain: Drain, r: redis.
     assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
 
 
+@wurk.job(name="WfTest::dies_once", retry=0)
+def dies_once() -> int:
+    """Dies on its first run; a run after (its retry from the dead set) succeeds."""
+    with wurk.redis() as conn:
+        if conn.call("INCR", "dies_once") == 1:
+            raise RuntimeError("this step dies, once")
+    return 1
+
+
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+def test_a_dead_step_retried_by_hand_to_success_fires_no_success_of_its_failed_workflow(
+        drain: Drain, r: redis.Redis, policy: str) -> None:
+    """docs: when a step dies, `success` never fires. A dead step retried from the dead set
+    (the dashboard's Retry) that then succeeded counted nothing in its workflow — it stays
+    `failed`, the steps after it stopped — but counted as a success in its batch, which then
+    fired `success` for the failed workflow."""
+    from wurk.api.sets import DeadSet
+
+    wf = Workflow("retried by hand", on_death=policy)  # type: ignore[arg-type]
+    first = wf.step(dies_once)
+    wf.step(echo, first).named("after")
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    run_all(drain)
+    assert DeadSet().retry_all() == 1
+    run_all(drain)  # the step, now succeeding, and the callbacks' own jobs
+    assert r.get("dies_once") == "2"
+    status = WorkflowStatus(wid)
+    assert status.state == "failed" and status.steps["dies_once"].state == "dead"
+    assert not wurk.BatchStatus(wid).succeeded
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+def test_a_cancelled_workflow_fires_no_success(drain: Drain, r: redis.Redis) -> None:
+    """A cancel takes the queued steps out of the workflow's batch: with none left pending
+    the batch completed — and succeeded, firing `success` for a workflow whose steps never
+    ran. So did a cancel while a step was running, once that step returned."""
+    wf = Workflow("cancelled, no success")
+    first = [wf.step(square, i) for i in range(2)]
+    wf.step(gather, first)
+    wf.on("success", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    assert cancel(wid) == "running"
+    running = Workflow("cancelled while a step runs")
+    running.step(square, 5)
+    running.on("success", Callbacks)
+    other = running.start()
+    raw = r.rpop("queue:default")  # the step, fetched: running while the cancel comes
+    assert cancel(other) == "running"
+    r.rpush("queue:default", raw)
+    run_all(drain)
+    assert WorkflowStatus(wid).state == "cancelled"
+    assert WorkflowStatus(other).state == "cancelled"
+    assert wurk.BatchStatus(wid).complete
+    assert not wurk.BatchStatus(wid).succeeded and not wurk.BatchStatus(other).succeeded
+    assert runs(r, "cb") == [["complete"]]
+
+
 @wurk.job(name="WfTest::unstorable", retry=0)
 def unstorable() -> object:
     return object()
