@@ -504,6 +504,48 @@ def test_a_workflows_keys_and_its_steps_results_live_three_days_by_default(
         assert three_days - 60 < r.ttl(f"wurk:result:{step.jid}") <= three_days
 
 
+def test_the_index_of_workflows_loses_the_entries_of_expired_workflows(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """Every start added its workflow to the `wurk:workflows` index, which nothing ever
+    trimmed: its keys expired, its entry stayed for ever (listed as "expired" by the
+    Workflows tab). A start now removes the entries of gone workflows from the index's
+    oldest end, ten at most."""
+    index = config.keys.workflows
+    live = Workflow("live")
+    live.step(square, 1)
+    kept = live.start()
+    first = Workflow("first")
+    first.step(square, 2)
+    old = first.start()
+    for key in r.keys(f"wurk:workflow:{old}*"):
+        r.delete(key)  # as its ttl would
+    r.zadd(index, {f"wf-gone-{n}": n + 1 for n in range(12)})  # older, their keys gone
+    r.zadd(index, {kept: 0})  # the oldest entry, its workflow still there: kept
+    newest = Workflow("newest")
+    newest.step(square, 3)
+    new = newest.start()
+    assert r.zrange(index, 0, 3) == [kept, "wf-gone-9", "wf-gone-10", "wf-gone-11"]
+    assert set(r.zrange(index, 4, -1)) == {old, new}  # (started in one second, maybe)
+    another = Workflow("another")
+    another.step(square, 4)
+    last = another.start()
+    assert r.zrange(index, 0, 0) == [kept] and set(r.zrange(index, 1, -1)) == {new, last}
+
+
+def test_an_index_of_workflows_of_another_type_stops_a_start_before_any_write(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """The start script added the workflow to its index last, after writing the graph and
+    pushing the first steps: an index of another type failed it there (Redis does not roll
+    back), and start() raised for a workflow that was running. Now the start refuses first."""
+    r.set(config.keys.workflows, "not a sorted set")
+    wf = Workflow("refused by its index")
+    wf.step(square, 1)
+    with pytest.raises(WorkflowError, match=f"workflow {wf.id} cannot start: wurk:workflows "
+                                            "holds a string, not a zset"):
+        wf.start()
+    assert r.exists(config.keys.workflow(wf.id)) == 0 and r.llen("queue:default") == 0
+
+
 def test_a_workflows_own_ttl_and_callback_queue_are_used_and_result_ttl_wins(
         config: wurk.Config, r: redis.Redis) -> None:
     """docs: `Workflow(name, ttl=, callback_queue=)`: its keys and its steps' results live
