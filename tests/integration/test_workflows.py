@@ -401,6 +401,27 @@ def test_a_step_in_a_queue_of_another_type_stops_a_start_before_any_write(
     assert r.llen("queue:default") == 0 and r.get("queue:elsewhere") == "not a list"
 
 
+def test_a_refused_start_leaves_no_batch_and_fires_no_callback(
+        drain: Drain, r: redis.Redis, config: wurk.Config) -> None:
+    """A start refused before any write closed the workflow's batch all the same: with no
+    job in it, it completed and succeeded at once, and pushed the workflow's `complete` and
+    `success` callbacks for a workflow that never started; and the workflow could not be
+    started again. Now its batch is deleted, and once the cause is mended it starts."""
+    r.set("queue:elsewhere", "not a list")
+    wf = Workflow("refused, no callbacks")
+    wf.step(square.set(queue="elsewhere"), 2)
+    wf.on("success", Callbacks).on("complete", Callbacks)
+    with pytest.raises(WorkflowError, match="cannot start"):
+        wf.start()
+    assert r.exists(f"b-{wf.id}") == 0 and r.zscore("batches", wf.id) is None
+    assert r.llen("queue:default") == 0
+    run_all(drain)
+    assert runs(r, "cb") == []
+    r.delete("queue:elsewhere")
+    assert wf.start() == wf.id
+    assert WorkflowStatus(wf.id).steps["square"].state == "queued"
+
+
 def test_a_status_reads_step_names_whose_index_is_no_number(
         r: redis.Redis, config: wurk.Config) -> None:
     """Children are ordered by their index: a step name whose index str.isdigit() took and
