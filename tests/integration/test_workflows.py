@@ -401,6 +401,27 @@ def test_a_step_in_a_queue_of_another_type_stops_a_start_before_any_write(
     assert r.llen("queue:default") == 0 and r.get("queue:elsewhere") == "not a list"
 
 
+def test_a_refused_start_leaves_no_batch_and_fires_no_callback(
+        drain: Drain, r: redis.Redis, config: wurk.Config) -> None:
+    """A start refused before any write closed the workflow's batch all the same: with no
+    job in it, it completed and succeeded at once, and pushed the workflow's `complete` and
+    `success` callbacks for a workflow that never started; and the workflow could not be
+    started again. Now its batch is deleted, and once the cause is mended it starts."""
+    r.set("queue:elsewhere", "not a list")
+    wf = Workflow("refused, no callbacks")
+    wf.step(square.set(queue="elsewhere"), 2)
+    wf.on("success", Callbacks).on("complete", Callbacks)
+    with pytest.raises(WorkflowError, match="cannot start"):
+        wf.start()
+    assert r.exists(f"b-{wf.id}") == 0 and r.zscore("batches", wf.id) is None
+    assert r.llen("queue:default") == 0
+    run_all(drain)
+    assert runs(r, "cb") == []
+    r.delete("queue:elsewhere")
+    assert wf.start() == wf.id
+    assert WorkflowStatus(wf.id).steps["square"].state == "queued"
+
+
 def test_a_status_reads_step_names_whose_index_is_no_number(
         r: redis.Redis, config: wurk.Config) -> None:
     """Children are ordered by their index: a step name whose index str.isdigit() took and
@@ -504,6 +525,48 @@ def test_a_workflows_keys_and_its_steps_results_live_three_days_by_default(
         assert three_days - 60 < r.ttl(f"wurk:result:{step.jid}") <= three_days
 
 
+def test_the_index_of_workflows_loses_the_entries_of_expired_workflows(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """Every start added its workflow to the `wurk:workflows` index, which nothing ever
+    trimmed: its keys expired, its entry stayed for ever (listed as "expired" by the
+    Workflows tab). A start now removes the entries of gone workflows from the index's
+    oldest end, ten at most."""
+    index = config.keys.workflows
+    live = Workflow("live")
+    live.step(square, 1)
+    kept = live.start()
+    first = Workflow("first")
+    first.step(square, 2)
+    old = first.start()
+    for key in r.keys(f"wurk:workflow:{old}*"):
+        r.delete(key)  # as its ttl would
+    r.zadd(index, {f"wf-gone-{n}": n + 1 for n in range(12)})  # older, their keys gone
+    r.zadd(index, {kept: 0})  # the oldest entry, its workflow still there: kept
+    newest = Workflow("newest")
+    newest.step(square, 3)
+    new = newest.start()
+    assert r.zrange(index, 0, 3) == [kept, "wf-gone-9", "wf-gone-10", "wf-gone-11"]
+    assert set(r.zrange(index, 4, -1)) == {old, new}  # (started in one second, maybe)
+    another = Workflow("another")
+    another.step(square, 4)
+    last = another.start()
+    assert r.zrange(index, 0, 0) == [kept] and set(r.zrange(index, 1, -1)) == {new, last}
+
+
+def test_an_index_of_workflows_of_another_type_stops_a_start_before_any_write(
+        r: redis.Redis, config: wurk.Config) -> None:
+    """The start script added the workflow to its index last, after writing the graph and
+    pushing the first steps: an index of another type failed it there (Redis does not roll
+    back), and start() raised for a workflow that was running. Now the start refuses first."""
+    r.set(config.keys.workflows, "not a sorted set")
+    wf = Workflow("refused by its index")
+    wf.step(square, 1)
+    with pytest.raises(WorkflowError, match=f"workflow {wf.id} cannot start: wurk:workflows "
+                                            "holds a string, not a zset"):
+        wf.start()
+    assert r.exists(config.keys.workflow(wf.id)) == 0 and r.llen("queue:default") == 0
+
+
 def test_a_workflows_own_ttl_and_callback_queue_are_used_and_result_ttl_wins(
         config: wurk.Config, r: redis.Redis) -> None:
     """docs: `Workflow(name, ttl=, callback_queue=)`: its keys and its steps' results live
@@ -578,6 +641,64 @@ def test_the_death_callback_fires_once_and_success_never(drain: Drain, r: redis.
     run_all(drain)  # the callbacks' own jobs
     assert WorkflowStatus(wid).state == "failed"
     assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+@wurk.job(name="WfTest::dies_once", retry=0)
+def dies_once() -> int:
+    """Dies on its first run; a run after (its retry from the dead set) succeeds."""
+    with wurk.redis() as conn:
+        if conn.call("INCR", "dies_once") == 1:
+            raise RuntimeError("this step dies, once")
+    return 1
+
+
+@pytest.mark.parametrize("policy", ["stop", "continue"])
+def test_a_dead_step_retried_by_hand_to_success_fires_no_success_of_its_failed_workflow(
+        drain: Drain, r: redis.Redis, policy: str) -> None:
+    """docs: when a step dies, `success` never fires. A dead step retried from the dead set
+    (the dashboard's Retry) that then succeeded counted nothing in its workflow — it stays
+    `failed`, the steps after it stopped — but counted as a success in its batch, which then
+    fired `success` for the failed workflow."""
+    from wurk.api.sets import DeadSet
+
+    wf = Workflow("retried by hand", on_death=policy)  # type: ignore[arg-type]
+    first = wf.step(dies_once)
+    wf.step(echo, first).named("after")
+    wf.on("success", Callbacks).on("death", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    run_all(drain)
+    assert DeadSet().retry_all() == 1
+    run_all(drain)  # the step, now succeeding, and the callbacks' own jobs
+    assert r.get("dies_once") == "2"
+    status = WorkflowStatus(wid)
+    assert status.state == "failed" and status.steps["dies_once"].state == "dead"
+    assert not wurk.BatchStatus(wid).succeeded
+    assert sorted(runs(r, "cb")) == [["complete"], ["death"]]
+
+
+def test_a_cancelled_workflow_fires_no_success(drain: Drain, r: redis.Redis) -> None:
+    """A cancel takes the queued steps out of the workflow's batch: with none left pending
+    the batch completed — and succeeded, firing `success` for a workflow whose steps never
+    ran. So did a cancel while a step was running, once that step returned."""
+    wf = Workflow("cancelled, no success")
+    first = [wf.step(square, i) for i in range(2)]
+    wf.step(gather, first)
+    wf.on("success", Callbacks).on("complete", Callbacks)
+    wid = wf.start()
+    assert cancel(wid) == "running"
+    running = Workflow("cancelled while a step runs")
+    running.step(square, 5)
+    running.on("success", Callbacks)
+    other = running.start()
+    raw = r.rpop("queue:default")  # the step, fetched: running while the cancel comes
+    assert cancel(other) == "running"
+    r.rpush("queue:default", raw)
+    run_all(drain)
+    assert WorkflowStatus(wid).state == "cancelled"
+    assert WorkflowStatus(other).state == "cancelled"
+    assert wurk.BatchStatus(wid).complete
+    assert not wurk.BatchStatus(wid).succeeded and not wurk.BatchStatus(other).succeeded
+    assert runs(r, "cb") == [["complete"]]
 
 
 @wurk.job(name="WfTest::unstorable", retry=0)

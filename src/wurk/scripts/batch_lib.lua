@@ -351,7 +351,9 @@ local function lib()
 
   -- Fire whatever the batch's counts now call for: `complete` when every job ran at least
   -- once (pending jobs all failed) and every child batch completed; `success` when no job is
-  -- pending and every child batch succeeded. Then the parent may be due.
+  -- pending and every child batch succeeded — never for a batch marked `nosuccess` (the
+  -- workflow of the same id failed or was cancelled: workflow_lib.lua). Then the parent may
+  -- be due.
   try_fire = function(bid, depth)
     depth = depth or 0
     if depth > MAX_DEPTH then return end
@@ -368,7 +370,8 @@ local function lib()
       if parent then try_fire(parent, depth + 1) end
     end
     if pending <= 0 and redis.call('SISMEMBER', notify, 'complete') == 1 and
-        redis.call('SCARD', bkey(bid, '-pkids')) == 0 then
+        redis.call('SCARD', bkey(bid, '-pkids')) == 0 and
+        not present(redis.call('HGET', bkey(bid), 'nosuccess')) then
       if fire(bid, 'success') == 0 then
         release_parent(bid, depth)  -- no success callback to wait for
       end

@@ -27,6 +27,7 @@ local before = wf_init(wid)
 if not before then return {''} end
 if before ~= 'running' then return {before, '--'} end
 redis.call('HSET', wkey(wid), 'state', 'cancelled', 'finished_at', lib().stamp())
+no_success(wid)  -- before the steps leave the batch: it completes, never succeeds
 local queued, queues, unfound = {}, {}, 0
 -- Whether `key` holds `kind` (or nothing); else it is named, once, and passed over.
 local function holds(key, kind)

@@ -107,6 +107,16 @@ local function batch_broken(wid)
   return bad
 end
 
+-- The workflow will not succeed (a step died, or it was cancelled): nor may its batch,
+-- whatever its jobs do from now on — a dead step retried from the dead set that succeeds
+-- counts in the batch, never in the workflow; a cancel takes the queued steps out of the
+-- batch, which then has nothing pending. The batch's `try_fire` reads the mark.
+local function no_success(wid)
+  if redis.call('TYPE', bkey(wid))['ok'] == 'hash' then
+    redis.call('HSET', bkey(wid), 'nosuccess', '1')
+  end
+end
+
 -- A queue a step cannot be pushed to (the queues set or its list holds another Redis
 -- type): named in W.problems, with what is not done for it.
 local function unusable(queue, what)

@@ -8,15 +8,22 @@
 --             then '--', then four per nested workflow: name, policy, its leaves (space
 --             separated), how many job steps it holds
 -- Returns the number of steps pushed; an error when the workflow id is taken, or when its
--- batch's keys or the queue of a step it would push now hold another Redis type (nothing
--- written).
+-- batch's keys, the index or the queue of a step it would push now hold another Redis type
+-- (nothing written).
+local PRUNE = 10  -- entries of gone workflows taken out of the index a start, at most
 init(ARGV[1], ARGV[2], ARGV[3], ARGV[4])
 local wid, name, policy, ttl, index = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8]), ARGV[9]
 if redis.call('EXISTS', wkey(wid)) == 1 then
   return redis.error_reply('WORKFLOWEXISTS workflow ' .. wid .. ' exists already')
 end
--- Checked before any write: the batch's keys, and the queue of each step pushed now.
+-- Checked before any write: the batch's keys, the index, and the queue of each step pushed
+-- now (an index of another type failed the ZADD last, the workflow written and running).
 local bad = batch_broken(wid)
+local kind = redis.call('TYPE', index)['ok']
+if kind ~= 'zset' and kind ~= 'none' then
+  problem(index .. ' holds a ' .. kind .. ', not a zset')
+  bad = true
+end
 for k = 10, #ARGV, 3 do
   if ARGV[k] == '--' then break end
   if tonumber(ARGV[k + 2]) == 0 and unusable(cut(ARGV[k + 1])[1], 'step ' .. shown(ARGV[k])
@@ -61,5 +68,14 @@ for _, part in ipairs({'', 'steps', 'then', 'state', 'waiting', 'jids', 'subs', 
   if redis.call('EXISTS', key) == 1 then redis.call('EXPIRE', key, ttl) end
 end
 redis.call('ZADD', index, C.sec, wid)
+-- The index has no expiry of its own, and its entries outlive their workflows' keys: the
+-- entries of workflows gone (expired, deleted) leave it from its oldest end, PRUNE a start
+-- at most — more than the one each start adds. Under one ttl the oldest expire first;
+-- an older workflow with a longer ttl only holds back what started after it, while it lives.
+for _, old in ipairs(redis.call('ZRANGE', index, 0, PRUNE - 1)) do
+  if old ~= wid and redis.call('EXISTS', wkey(old)) == 0 then
+    redis.call('ZREM', index, old)
+  end
+end
 refresh(wid, '-jids')
 return #roots

@@ -49,7 +49,10 @@ if outcome == 'success' then
   if #kids == 0 then satisfy(wid, step .. '[*]') end
 else
   redis.call('HSET', states, step, W.cancelled and 'cancelled' or 'dead')
-  if not W.cancelled then incr(wkey(wid), 'dead', 1) end
+  if not W.cancelled then
+    incr(wkey(wid), 'dead', 1)
+    no_success(wid)  -- before the batch counts the death: it may never succeed now
+  end
   if policy_of(wid, step) == 'continue' then
     satisfy(wid, step)
     satisfy(wid, step .. '[*]')

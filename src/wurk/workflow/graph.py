@@ -15,7 +15,8 @@
    payload as a push would (the client's normalisation and middleware; the arguments
    that are results stay placeholders), cuts its JSON where the results go, and writes it
    all in one script call (``transitions.start``) inside the first block of the workflow's
-   batch.
+   batch. A start the script refuses (nothing written) deletes that batch instead of
+   closing it, and the workflow may start again.
 3. ``on(event, target, options)``: callbacks of that batch — ``success`` once every step
    succeeded, ``complete`` once every step that was pushed has run, ``death`` at the first
    step that dies — with the batch's rules (docs/batches.md).
@@ -238,12 +239,22 @@ class Workflow:
                               callback_queue=batch.callback_queue, callback_class=CALLBACK_CLASS,
                               parent_bid=None, tags=(), linger=None, callbacks=batch.callbacks)
             self.started = True
+            refused = False
             try:
                 transitions.start(conn, config, wid=self.id, name=self.name,
                                   policy=self.on_death, ttl=self.ttl, steps=templates,
                                   then=then, subs=flat.subs)
+            except WorkflowError:
+                refused = True  # before any write: no step was pushed
+                raise
             finally:
-                accounting.close(conn, config, self.id)
+                if refused:
+                    # Closed, the batch would have nothing pending: it would succeed at
+                    # once and push the callbacks of a workflow that never started.
+                    batch.delete()
+                    self.started = False  # nothing written: it may start once mended
+                else:
+                    accounting.close(conn, config, self.id)
         return self.id
 
     def _template(self, step: Step, full: str, deps: list[str], names: dict[int, str],
