@@ -16,9 +16,10 @@
 4. No lock refuses the job itself coming back — the scheduler pushing a due retry or
    scheduled job (client mode), an interrupted job pushed again (``coming_back``): not its
    own, nor a later push's, left alone. ``set(unique_for=False)`` pushes without a lock.
-5. ``locked(queue, name, args)``: the jid holding the lock, or None. For a job registered
-   with ``encrypt=True`` (or given ``encrypt=True``) the digest is taken as its push takes
-   it, over the keyed stand-in for its last argument (``wurk.crypto.unique_args``).
+5. ``locked(queue, name, args)``: the jid holding the lock, or None (on Redis Cluster, read
+   in ``queue``'s keyspace). For a job registered with ``encrypt=True`` (or given
+   ``encrypt=True``) the digest is taken as its push takes it, over the keyed stand-in for
+   its last argument (``wurk.crypto.unique_args``).
 
 Uniqueness is best effort: a job whose retries outlast ``unique_for`` lets a duplicate in.
 """
@@ -79,8 +80,11 @@ def locked(queue: str, name: str, args: Sequence[Any], *, config: Config | None 
 
     Uses the job's ``unique_context`` when this process has the job registered, exactly as a
     push would; and, for an encrypted job (``encrypt``, by default as the job registered here
-    says), the keyed stand-in its push digests instead of the secret argument."""
+    says), the keyed stand-in its push digests instead of the secret argument. On Redis
+    Cluster the lock is read in ``queue``'s keyspace, where its push took it."""
     cfg = config if config is not None else default_config()
+    if cfg.is_cluster:  # a push takes the lock in its queue's keyspace, whatever the config
+        cfg = cfg.shard(queue)
     job: P.Payload = {P.CLASS: name, P.QUEUE: queue, P.ARGS: list(args)}
     if encrypt if encrypt is not None else name in _sealed:
         plain = unique_args(cfg, job)

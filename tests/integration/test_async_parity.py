@@ -174,6 +174,25 @@ def test_an_async_jobs_unique_until_start_releases_before_it_runs(
     assert lock_keys(r) == []
 
 
+@wurk.job(name="AsyncParity::unique_start_limited", unique_for=600, unique_until="start",
+          rate_limit=wurk.limiter.window("aparity-unique-start", 1, 60, wait_timeout=0))
+async def aunique_start_limited(account: int) -> None:
+    ran.append([account])
+
+
+def test_an_async_jobs_unique_until_start_keeps_the_lock_its_rate_limit_reschedules(
+        r: redis.Redis, adrain: AsyncDrain) -> None:
+    """test_unique.py::test_unique_until_start_keeps_the_lock_of_a_run_its_rate_limit_...."""
+    aunique_start_limited.perform_async(1)
+    adrain()
+    assert ran == [[1]] and lock_keys(r) == []
+    jid = aunique_start_limited.perform_async(1)
+    adrain()  # over the limit: rescheduled unrun, still pending
+    assert ran == [[1]] and r.zcard("schedule") == 1
+    assert wurk.unique.locked("default", "AsyncParity::unique_start_limited", [1]) == jid
+    assert aunique_start_limited.perform_async(1) is None
+
+
 def test_an_async_jobs_death_releases_its_lock(r: redis.Redis, adrain: AsyncDrain) -> None:
     """test_unique.py::test_death_releases_the_lock."""
     aunique_doomed.perform_async(1)

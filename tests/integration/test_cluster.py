@@ -132,6 +132,18 @@ def test_each_feature_runs_on_the_cluster_and_every_key_is_in_its_queue_slot(
         assert port == redis_cluster.primary_port(tag), f"{key} on the wrong primary"
 
 
+def test_locked_reads_a_unique_lock_in_its_queue_s_keyspace(on_cluster: wurk.Config) -> None:
+    jid = unique.set(queue="mail").perform_async(1)
+    assert jid is not None
+    # the push took it in mail's keyspace; locked finds it there whatever config it is given
+    assert wurk.unique.locked("mail", "ClusterIt::Unique", [1]) == jid
+    assert wurk.unique.locked("mail", "ClusterIt::Unique", [1],
+                              config=on_cluster.shard("exports")) == jid
+    with wurk.via("exports"):
+        assert wurk.unique.locked("mail", "ClusterIt::Unique", [1]) == jid
+    assert wurk.unique.locked("default", "ClusterIt::Unique", [1]) is None
+
+
 def test_results_async_pushes_and_cancel_reach_the_queue_s_keyspace(
         on_cluster: wurk.Config) -> None:
     """A push's result handle waits in its queue's keyspace; an async push is routed as a

@@ -139,6 +139,30 @@ def test_unique_until_start_releases_before_the_job_runs(config: wurk.Config,
     assert lock_keys(r) == []
 
 
+@wurk.job(name="Unique::StartLimited", unique_for=600, unique_until="start",
+          rate_limit=wurk.limiter.window("unique-start", 1, 60, wait_timeout=0))
+def start_limited(account: int) -> None:
+    ran.append([account])
+
+
+def test_unique_until_start_keeps_the_lock_of_a_run_its_rate_limit_reschedules(
+        config: wurk.Config, r: redis.Redis, drain: Drain) -> None:
+    start_limited.perform_async(1)
+    drain()  # in the limit: started, its lock released
+    assert ran == [[1]] and lock_keys(r) == []
+    jid = start_limited.perform_async(1)
+    drain()  # over the limit: rescheduled unrun, still pending, so it is not started
+    assert ran == [[1]] and r.zcard("schedule") == 1
+    assert wurk.unique.locked("default", "Unique::StartLimited", [1]) == jid
+    assert start_limited.perform_async(1) is None  # a duplicate of the one waiting
+    [raw] = r.zrange("schedule", 0, -1)
+    r.delete(*r.scan_iter("*unique-start*"))  # the limit has room again
+    r.zadd("schedule", {raw: time.time() - 1})
+    Scheduler(config).enqueue_due()
+    drain()
+    assert ran == [[1], [1]] and lock_keys(r) == []  # let in: released at its start
+
+
 def test_death_releases_the_lock(config: wurk.Config, r: redis.Redis, drain: Drain) -> None:
     doomed.perform_async(1)
     drain()

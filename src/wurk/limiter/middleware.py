@@ -11,7 +11,8 @@
    - expired (``expires_at`` passed): acknowledged unrun, counted, ``on_expired`` told, its
      unique lock released (``wurk.expiry``); a workflow step is dead in its workflow, and
      its batch counts it dead (``wurk.workflow.middleware.expired_step``);
-   - unique: the lock released before the job runs (``unique_until="start"``) or after it
+   - unique: the lock released before the job runs (``unique_until="start"``: once its own
+     ``rate_limit`` let it in, so a run rescheduled over it keeps the lock) or after it
      succeeded (``"success"``) or was skipped by a limiter (``policy="skip"``: done); a
      failure, or a reschedule by a limiter, keeps it for the next run (``wurk.unique``).
 
@@ -60,11 +61,11 @@ class LimitsMiddleware:
                  call_next: Callable[[], Any]) -> Any:
         try:
             limiter = _rate_limit(payload)
-            if limiter is not None:  # the job's own limiter holds every run of it
-                call_next = functools.partial(_within, limiter, call_next)
             # Names bound at import: this runs for every job, most of which need none of it.
             if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
-                return self._guarded(payload, call_next)
+                return self._guarded(payload, call_next, limiter)
+            if limiter is not None:  # the job's own limiter holds every run of it
+                return _within(limiter, call_next)
             return call_next()
         except over_limit_classes(self.config) as exc:
             if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
@@ -75,18 +76,24 @@ class LimitsMiddleware:
                 raise
             return None
 
-    def _guarded(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
+    def _guarded(self, payload: P.Payload, call_next: Callable[[], Any], limiter: Any) -> Any:
         if expiry.expired(payload):
             self._drop(payload)
             return None
         if P.UNIQUE_DIGEST not in payload:
-            return call_next()
+            return call_next() if limiter is None else _within(limiter, call_next)
         if payload.get(P.UNIQUE_UNTIL) == "start":
-            unique.release(self.config, payload)
-            return call_next()
-        result = call_next()
+            # Its start is once its own limiter let it in: a run over the limit is
+            # rescheduled, still pending, and keeps its lock.
+            started = functools.partial(self._started, payload, call_next)
+            return started() if limiter is None else _within(limiter, started)
+        result = call_next() if limiter is None else _within(limiter, call_next)
         unique.release(self.config, payload)
         return result
+
+    def _started(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
+        unique.release(self.config, payload)
+        return call_next()
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
                     call_next: Callable[[], Any]) -> Any:
@@ -94,10 +101,10 @@ class LimitsMiddleware:
         (A sync link there would hold a helper thread for the job's whole run.)"""
         try:
             limiter = _rate_limit(payload)
-            if limiter is not None:
-                call_next = functools.partial(_awithin, limiter, call_next)
             if UNIQUE_DIGEST in payload or EXPIRES_AT in payload or EXPIRES_IN in payload:
-                return await self._aguarded(payload, call_next)
+                return await self._aguarded(payload, call_next, limiter)
+            if limiter is not None:
+                return await _awithin(limiter, call_next)
             return await call_next()
         except over_limit_classes(self.config) as exc:
             if isinstance(exc, OverLimit) and getattr(exc.limiter, "policy", None) == "skip":
@@ -108,18 +115,23 @@ class LimitsMiddleware:
                 raise
             return None
 
-    async def _aguarded(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
+    async def _aguarded(self, payload: P.Payload, call_next: Callable[[], Any],
+                        limiter: Any) -> Any:
         if expiry.expired(payload):
             await bookkeeping(self._drop, payload)
             return None
         if P.UNIQUE_DIGEST not in payload:
-            return await call_next()
-        if payload.get(P.UNIQUE_UNTIL) == "start":
-            await bookkeeping(unique.release, self.config, payload)
-            return await call_next()
-        result = await call_next()
+            return await (call_next() if limiter is None else _awithin(limiter, call_next))
+        if payload.get(P.UNIQUE_UNTIL) == "start":  # as in ``_guarded``: once let in
+            started = functools.partial(self._astarted, payload, call_next)
+            return await (started() if limiter is None else _awithin(limiter, started))
+        result = await (call_next() if limiter is None else _awithin(limiter, call_next))
         await bookkeeping(unique.release, self.config, payload)
         return result
+
+    async def _astarted(self, payload: P.Payload, call_next: Callable[[], Any]) -> Any:
+        await bookkeeping(unique.release, self.config, payload)
+        return await call_next()
 
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> Leave | object:
         """A job with a limiter of its own, a unique lock or an expiry: ``acall``. Any other
