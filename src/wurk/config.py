@@ -2,8 +2,8 @@
 
 1. ``Config`` holds every setting with Sidekiq's defaults; each interval and timeout is a
    setting so tests can run them fast.
-2. The environment (``REDIS_URL``, ``WURK_TIMESTAMP_FORMAT``, ``WURK_HOME``, ``WURK_LEADER``,
-   ``WURK_ENV``/``APP_ENV``,
+2. The environment (``REDIS_URL``, or the variable ``REDIS_PROVIDER`` names;
+   ``WURK_TIMESTAMP_FORMAT``, ``WURK_HOME``, ``WURK_LEADER``, ``WURK_ENV``/``APP_ENV``,
    ``WURK_CONCURRENCY``) is read when a ``Config`` is built, never at import.
 3. ``freeze()`` makes it read-only before threads start.
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
@@ -268,6 +268,25 @@ def _env(name: str) -> str | None:
     return value if value else None
 
 
+def _env_redis_url() -> str | None:
+    """The URL in the variable ``REDIS_PROVIDER`` names (Sidekiq's rule: a deploy's add-on
+    keeps its own variable, ``REDIS_PROVIDER=REDISCLOUD_URL``), else ``REDIS_URL``. A
+    provider that is a URL, or names a variable unset with no ``REDIS_URL`` either (a typo),
+    is a ``ConfigError``: running on no Redis, or the embedded one, would lose the jobs."""
+    provider = _env("REDIS_PROVIDER")
+    if provider is None:
+        return _env("REDIS_URL")
+    if ":" in provider:  # never quoted: it may hold a password
+        raise ConfigError("REDIS_PROVIDER should be the name of the variable holding the "
+                          "Redis URL (e.g. REDISCLOUD_URL), not a URL; put a URL in "
+                          "REDIS_URL")
+    url = _env(provider) or _env("REDIS_URL")
+    if url is None:
+        raise ConfigError(f"REDIS_PROVIDER names {provider}, which is not set (nor is "
+                          "REDIS_URL): set it to the Redis URL, or unset REDIS_PROVIDER")
+    return url
+
+
 def _env_bool(name: str, default: bool) -> bool:
     """``true``/``false`` (or ``1``/``0``, ``yes``/``no``, ``on``/``off``); anything else is
     a ``ConfigError`` naming the variable: a typo (``fasle``) must not read as true."""
@@ -504,7 +523,7 @@ class Config:
     )
 
     def __post_init__(self) -> None:
-        env_url = _env("REDIS_URL")
+        env_url = _env_redis_url()
         if env_url:  # the environment wins, so a deploy can point any app at its Redis
             self.redis_url = env_url
         self._frozen = False

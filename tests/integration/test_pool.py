@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
 import wurk
+from tests.helpers.server import start_server
+from wurk.cli import run
 from wurk.connections.pool import AsyncRedisPool, RedisPool
 
 
@@ -142,3 +146,36 @@ def test_an_async_push_cancelled_before_its_replies_closes_its_connection(
         return await pool.send_all([("INCR", "n")])
 
     assert _on_a_loop(config, work) == [3]  # both INCRs applied once, nothing replayed
+
+
+@pytest.fixture(scope="module")
+def unix_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A server of the module's own that also listens on a Unix socket."""
+    directory = tmp_path_factory.mktemp("unix")
+    path = directory / "redis.sock"
+    server = start_server(directory, extra=("--unixsocket", str(path),
+                                            "--unixsocketperm", "700"))
+    yield f"unix://{path}"
+    server.stop()
+
+
+def test_a_unix_socket_url_connects(unix_url: str, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``unix://`` is a documented ``redis_url``: the pools leave out the TCP-only
+    keepalive option its connection class refuses (a TypeError at the first command, a
+    traceback from every ``wurk`` command)."""
+    pool = RedisPool(unix_url, size=1, name="unix-test", socket_timeout=1.0)
+    assert pool.send_all([("SADD", "queues", "u"), ("LPUSH", "queue:u", "x")]) == [1, 1]
+    pool.close()
+
+    async def ping() -> Any:
+        pool = AsyncRedisPool(unix_url, asyncio.get_running_loop(), size=1, socket_timeout=1.0)
+        try:
+            return await pool.run(lambda client: client.llen("queue:u"))
+        finally:
+            await pool.aclose()
+
+    assert asyncio.run(ping()) == 1
+    monkeypatch.setenv("REDIS_URL", unix_url)
+    assert run(["stats", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["enqueued"] == 1

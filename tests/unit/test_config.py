@@ -102,12 +102,33 @@ def test_environment_is_read_when_built(monkeypatch: pytest.MonkeyPatch) -> None
     assert cfg.leader is False
 
 
+def test_redis_provider_names_the_variable_holding_the_url(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sidekiq's ``REDIS_PROVIDER`` (Heroku's add-ons: ``REDIS_PROVIDER=REDISCLOUD_URL``):
+    the URL in the variable it names wins over ``REDIS_URL``, as there; it was ignored, so
+    a deploy that relied on it ran on the embedded server, a Redis no other host reads."""
+    monkeypatch.setenv("REDIS_URL", "redis://fallback:1/0")
+    monkeypatch.setenv("REDIS_PROVIDER", "REDISCLOUD_URL")
+    monkeypatch.setenv("REDISCLOUD_URL", "redis://cloud:2/3")
+    assert Config(redis_url="redis://explicit:1").redis_url == "redis://cloud:2/3"
+    monkeypatch.delenv("REDISCLOUD_URL")  # named but unset: REDIS_URL, as Sidekiq reads it
+    assert Config().redis_url == "redis://fallback:1/0"
+    monkeypatch.delenv("REDIS_URL")  # neither: a typo in the name, not "use no Redis"
+    with pytest.raises(ConfigError, match="REDIS_PROVIDER names REDISCLOUD_URL, which is not "
+                                          "set"):
+        Config()
+    monkeypatch.setenv("REDIS_PROVIDER", "redis://:secret@cloud:2/3")  # a URL, not a name
+    with pytest.raises(ConfigError, match="name of the variable") as refused:
+        Config()
+    assert "secret" not in str(refused.value)
+
+
 def test_every_default_is_the_one_configuration_md_states(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """configuration.md's table of settings, default by default; ``WURK_CONCURRENCY`` and
     ``SIDEKIQ_LEADER`` are read when a ``Config`` is built."""
-    for name in ("REDIS_URL", "WURK_TIMESTAMP_FORMAT", "WURK_HOME", "WURK_LEADER",
-                 "SIDEKIQ_LEADER", "WURK_CONCURRENCY"):
+    for name in ("REDIS_URL", "REDIS_PROVIDER", "WURK_TIMESTAMP_FORMAT", "WURK_HOME",
+                 "WURK_LEADER", "SIDEKIQ_LEADER", "WURK_CONCURRENCY"):
         monkeypatch.delenv(name, raising=False)
     day = 86400
     cfg = Config()

@@ -95,3 +95,28 @@ def test_the_address_listened_on_is_a_name_it_answers_to() -> None:
     assert host_names("::1", ()) == ["[::1]"]
     assert host_names("0.0.0.0", ()) == [] and host_names("::", ("*",)) == ["*"]
     assert host_names("fe80::1%eth0", ()) == []  # no Host header carries a scoped address
+
+
+def test_an_extension_module_loads_as_r_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """``--extension`` imports the application's code as ``-r`` does: from the current
+    directory (an installed ``wurk`` script's path holds only its own folder), and a module
+    that raises while imported is its own traceback and one ``Error:`` line, exit 1 — not
+    "no module named" for a file beside you, nor wurk's and click's traceback."""
+    (tmp_path / "webext_here.py").write_text("extension = 42\n")
+    (tmp_path / "webext_boom.py").write_text("raise RuntimeError('no settings module')\n")
+    monkeypatch.chdir(tmp_path)
+    here = {"", ".", str(tmp_path)}
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry not in here])
+    for name in ("webext_here", "webext_boom"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    assert run(["web", "--extension", "webext_here:extension"]) == 2
+    assert "'extension' in webext_here is not a wurk.web.Extension" in capsys.readouterr().err
+
+    assert run(["web", "--extension", "webext_boom:extension"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback") and 'webext_boom.py", line 1' in err
+    assert "click" not in err and "wurk/cli" not in err
+    assert err.rstrip().endswith(
+        "Error: loading 'webext_boom' failed: RuntimeError: no settings module")

@@ -12,14 +12,13 @@
 
 from __future__ import annotations
 
-import importlib
 import socket
 from typing import Any
 
 import click
 
 from ..errors import ConfigError
-from .worker import prepare
+from .worker import load_module, prepare
 
 __all__ = ["web_command"]
 
@@ -124,11 +123,8 @@ def load_extension(spec: str) -> Any:
     if not colon or not module_name or not attribute:
         raise click.BadParameter(f"{spec!r}: write MODULE:NAME, e.g. mypkg.web:extension",
                                  param_hint="'--extension'")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        raise click.BadParameter(f"{spec!r}: no module named {exc.name!r}",
-                                 param_hint="'--extension'") from None
+    # As -r loads: from the current directory too, a module that raises shown as such.
+    module = load_module(module_name, flag="--extension")
     from ..web import Extension
 
     found = getattr(module, attribute, None)

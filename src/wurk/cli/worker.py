@@ -20,7 +20,7 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from types import TracebackType
+from types import ModuleType, TracebackType
 from typing import IO, Any
 
 import click
@@ -49,19 +49,22 @@ logger = logging.getLogger("wurk")
 MAIN_LOOP_TICK = 1.0
 
 
-def load_module(spec: str) -> None:
-    """Import a dotted module path or a file path (made dotted relative to the cwd)."""
-    name = _module_name(spec)
+def load_module(spec: str, *, flag: str = "-r") -> ModuleType:
+    """Import a dotted module path or a file path (made dotted relative to the cwd), for
+    any flag that names the application's code (``-r``, ``wurk web --extension``): the cwd
+    is searched first, a module not found is a bad ``flag`` (exit 2), a module that raises
+    while imported is ``ImportFailed`` (its own traceback, exit 1)."""
+    name = _module_name(spec, flag)
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
     try:
-        importlib.import_module(name)
+        return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name and name.startswith(exc.name):
             raise click.BadParameter(f"cannot load {spec!r}: no module named {exc.name!r} "
                                      f"(looked in {cwd} and sys.path)",
-                                     param_hint="'-r'") from None
+                                     param_hint=f"'{flag}'") from None
         raise ImportFailed(spec, exc) from None
     except Exception as exc:
         raise ImportFailed(spec, exc) from None
@@ -94,12 +97,12 @@ def _own_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def _module_name(spec: str) -> str:
+def _module_name(spec: str, flag: str) -> str:
     if not spec.endswith(".py") and "/" not in spec:
         return spec
     path = Path(spec).resolve()
     if not path.exists():
-        raise click.BadParameter(f"file {spec!r} does not exist", param_hint="'-r'")
+        raise click.BadParameter(f"file {spec!r} does not exist", param_hint=f"'{flag}'")
     try:
         relative = path.relative_to(Path.cwd())
     except ValueError:

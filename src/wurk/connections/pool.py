@@ -135,9 +135,22 @@ def _raise_first_error(replies: list[Any]) -> list[Any]:
     return replies
 
 
+# Options of a TCP socket: a ``unix://`` connection's class refuses them (a ``TypeError`` at
+# its first connection, every command of the process failing).
+_TCP_ONLY_OPTIONS = ("socket_keepalive", "socket_keepalive_options")
+
+
+def _for_scheme(url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without those a ``unix://`` URL's connections do not take."""
+    if not url.lower().startswith("unix:"):
+        return options
+    return {name: value for name, value in options.items() if name not in _TCP_ONLY_OPTIONS}
+
+
 def _sync_pool(url: str, **options: Any) -> _Pool:
     """The bounded pool for ``url``: a ``redis+sentinel://`` one follows the primary the
     sentinels name (``wurk.connections.sentinel``)."""
+    options = _for_scheme(url, options)
     if sentinel.is_sentinel(url):
         return sentinel.blocking_pool(url, _Pool, **options)  # type: ignore[no-any-return]
     if cluster.is_cluster(url):
@@ -147,6 +160,7 @@ def _sync_pool(url: str, **options: Any) -> _Pool:
 
 
 def _async_pool(url: str, **options: Any) -> aredis.BlockingConnectionPool:
+    options = _for_scheme(url, options)
     if sentinel.is_sentinel(url):
         return sentinel.async_blocking_pool(  # type: ignore[no-any-return]
             url, aredis.BlockingConnectionPool, **options)

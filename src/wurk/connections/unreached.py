@@ -57,6 +57,10 @@ def _reason(exc: BaseException) -> str:
 
 def advice(url: str) -> tuple[str, str]:
     """Where ``url`` came from, and what to do when nothing answers there."""
+    provider = os.environ.get("REDIS_PROVIDER")
+    if provider and os.environ.get(provider) == url:
+        return (f"{provider}'s (named by REDIS_PROVIDER)",
+                f"point {provider} at a Redis that runs, or unset REDIS_PROVIDER")
     if os.environ.get("REDIS_URL") == url:
         return "REDIS_URL's", "point REDIS_URL at a Redis that runs, or unset it"
     return ("the configuration's redis_url (a Django project's WURK[\"REDIS_URL\"])",
