@@ -61,7 +61,8 @@ from .runtime import affinity
 log = logging.getLogger("wurk")
 
 __all__ = ["DEFAULT_SHARD", "Capsule", "Config", "check_redis_url", "chosen_shard", "configure",
-           "default_config", "did_you_mean", "parse_queue", "statsd_address", "via"]
+           "default_config", "did_you_mean", "environment_variable", "parse_queue",
+           "statsd_address", "via"]
 
 ErrorHandler = Callable[[BaseException, dict[str, Any], "Config"], None]
 DeathHandler = Callable[[dict[str, Any], BaseException], None]
@@ -268,6 +269,12 @@ def _env(name: str) -> str | None:
     return value if value else None
 
 
+def environment_variable() -> str | None:
+    """The deployment ``WURK_ENV`` (else ``APP_ENV``) names, read now: ``environment``'s
+    default, and the config file's section when no ``-e`` names one (``wurk.configfile``)."""
+    return _env("WURK_ENV") or _env("APP_ENV")
+
+
 def _env_redis_url() -> str | None:
     """The URL in the variable ``REDIS_PROVIDER`` names (Sidekiq's rule: a deploy's add-on
     keeps its own variable, ``REDIS_PROVIDER=REDISCLOUD_URL``), else ``REDIS_URL``. A
@@ -423,10 +430,10 @@ class Config:
     paused_cache_ttl: float = 5.0
     tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
     labels: list[str] = field(default_factory=list)
-    # The deployment this process belongs to ("production", "staging"…): ``-e`` picks the
-    # YAML file's section of that name; the process record (``env``), the boot line and the
-    # dashboard's title show it. Default: WURK_ENV, else APP_ENV, else none.
-    environment: str | None = field(default_factory=lambda: _env("WURK_ENV") or _env("APP_ENV"))
+    # The deployment this process belongs to ("production", "staging"…): ``-e`` (else this
+    # default) picks the YAML file's section of that name; the process record (``env``), the
+    # boot line and the dashboard's title show it. Default: WURK_ENV, else APP_ENV, else none.
+    environment: str | None = field(default_factory=environment_variable)
     # False (WURK_LEADER / SIDEKIQ_LEADER=false) keeps this process out of leader election,
     # so it never runs periodic jobs.
     leader: bool = field(default_factory=lambda: _env_bool("WURK_LEADER", True)

@@ -10,9 +10,12 @@
    ``periodic: [{cron: "*/5 * * * *", job: Name, tz: …, args: […], queue: …}]`` registers
    cron loops (checked entry by entry in ``wurk.periodic.loops``).
 4. A top-level mapping that is not a setting is an environment section; the one named by
-   ``-e`` is merged over the top level, the others are ignored. A file with sections but
-   none of that name is an error (a typo would silently run with the top level only); in
-   a file without sections, ``-e`` only names the environment, as in Sidekiq.
+   ``-e`` (else by ``WURK_ENV`` / ``APP_ENV``, as Sidekiq's ``APP_ENV``) is merged over the
+   top level, the others are ignored. A file with sections but none named by ``-e`` is an
+   error (a typo would silently run with the top level only); one named by the environment
+   variable alone is not (a variable set for the whole app, ``staging``, may have no
+   section: the top level, as in Sidekiq). In a file without sections, the name only names
+   the environment.
 5. ``${VAR}`` and ``${VAR:-default}`` are replaced from the environment — no code runs
    (Sidekiq's ERB was a security hole). They are replaced inside each parsed scalar, never in
    the YAML text: a value holding a newline or ``key: value`` stays one value and cannot add
@@ -34,7 +37,14 @@ from typing import Any
 
 import yaml
 
-from .config import CODE_SETTINGS, Capsule, Config, did_you_mean, parse_queue
+from .config import (
+    CODE_SETTINGS,
+    Capsule,
+    Config,
+    did_you_mean,
+    environment_variable,
+    parse_queue,
+)
 from .errors import ConfigError
 
 __all__ = ["load_file", "settings_from_mapping"]
@@ -52,7 +62,9 @@ _CODE_SETTINGS = set(CODE_SETTINGS)
 
 
 def load_file(path: str | os.PathLike[str], environment: str | None = None) -> dict[str, Any]:
-    """Read a YAML file into ``Config`` keyword arguments (plus ``swarm`` if present)."""
+    """Read a YAML file into ``Config`` keyword arguments (plus ``swarm`` if present): the
+    section ``environment`` names (``-e``; a missing one is an error), else the one
+    ``WURK_ENV`` / ``APP_ENV`` name (``wurk.config.environment_variable``), if it has it."""
     source = Path(path)
     try:
         text = source.read_text(encoding="utf-8")
@@ -71,6 +83,9 @@ def load_file(path: str | os.PathLike[str], environment: str | None = None) -> d
         return {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of settings")
+    if environment is None:
+        named = environment_variable()
+        return settings_from_mapping(data, environment=named, source=str(source), strict=False)
     return settings_from_mapping(data, environment=environment, source=str(source))
 
 
@@ -151,14 +166,15 @@ def _refuse_other_forms(text: str, source: Path) -> None:
 
 
 def settings_from_mapping(data: dict[Any, Any], *, environment: str | None = None,
-                          source: str = "configuration") -> dict[str, Any]:
+                          source: str = "configuration", strict: bool = True
+                          ) -> dict[str, Any]:
     flat = {_key(k): v for k, v in data.items()}
     sections = {k: v for k, v in flat.items()
                 if isinstance(v, dict) and k not in _SETTINGS and k not in _MAPPING_SETTINGS}
     settings = {k: v for k, v in flat.items() if k not in sections}
     if environment and environment in sections:
         settings.update({_key(k): v for k, v in sections[environment].items()})
-    elif environment and sections:
+    elif environment and sections and strict:
         raise ConfigError(f"{source}: no section {environment!r} for -e; the sections are "
                           f"{', '.join(map(repr, sorted(sections)))}")
     if environment:

@@ -154,6 +154,27 @@ swarm:
     assert load_file(path)["concurrency"] == 12
 
 
+def test_app_env_picks_the_section_without_e_and_a_missing_one_is_the_top_level(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sidekiq takes the section its environment (APP_ENV) names; wurk read the variable
+    only as a label, so a process reported "production" while running the top level."""
+    path = tmp_path / "wurk.yml"
+    path.write_text("concurrency: 12\nproduction:\n  concurrency: 20\nstaging:\n"
+                    "  concurrency: 2\n")
+    monkeypatch.delenv("WURK_ENV", raising=False)
+    monkeypatch.setenv("APP_ENV", "production")
+    assert load_file(path)["concurrency"] == 20
+    monkeypatch.setenv("WURK_ENV", "staging")  # wurk's own wins
+    settings = load_file(path)
+    assert settings["concurrency"] == 2 and settings["environment"] == "staging"
+    monkeypatch.setenv("WURK_ENV", "review-app")  # set for the whole app, not in the file
+    settings = load_file(path)
+    assert settings["concurrency"] == 12 and settings["environment"] == "review-app"
+    with pytest.raises(ConfigError, match="no section 'review-app' for -e"):
+        load_file(path, "review-app")  # named by -e: a typo is told
+    assert load_file(path, "staging")["concurrency"] == 2
+
+
 def test_environment_values_are_replaced_in_parsed_scalars_and_inject_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
