@@ -162,6 +162,8 @@ def validate_options(options: Mapping[str, Any], *, where: str) -> dict[str, Any
 
 def _limits_options(options: dict[str, Any], where: str) -> None:
     """``unique_for``/``expires_in`` in seconds (timedeltas accepted); False drops the lock."""
+    if P.UNIQUE_FOR in options and options[P.UNIQUE_FOR] is None:
+        options[P.UNIQUE_FOR] = False  # set(unique_for=None) overrides the job's lock too
     try:
         if P.UNIQUE_FOR in options or P.UNIQUE_UNTIL in options:
             check_unique_fields(options, where)
@@ -187,8 +189,10 @@ def unique_for_seconds(value: Any, where: str) -> float | bool:
 
 
 def check_unique_fields(job: dict[str, Any], where: str = "push") -> None:
-    """Validate (and normalise) the unique fields of a payload or of a job's options."""
-    if P.UNIQUE_FOR in job:
+    """Validate (and normalise) the unique fields of a payload or of a job's options. A null
+    field is one not set (``payload.validate``'s rule), kept null as Sidekiq's client keeps
+    it: ``unique_for`` no lock, ``unique_until`` ``"success"``."""
+    if job.get(P.UNIQUE_FOR) is not None:
         value = unique_for_seconds(job[P.UNIQUE_FOR], where)
         if value is False:
             job.pop(P.UNIQUE_FOR)
@@ -196,8 +200,8 @@ def check_unique_fields(job: dict[str, Any], where: str = "push") -> None:
             job.pop(P.UNIQUE_DIGEST, None)
             return
         job[P.UNIQUE_FOR] = value
-    until = job.get(P.UNIQUE_UNTIL, "success")
-    if until not in UNIQUE_UNTIL:
+    until = job.get(P.UNIQUE_UNTIL)
+    if until is not None and until not in UNIQUE_UNTIL:
         raise InvalidPayload(f"{where}: unique_until={until!r} is invalid; expected "
                              "'success' or 'start'", field=P.UNIQUE_UNTIL)
 
@@ -220,7 +224,10 @@ def expires_in_seconds(value: Any, where: str) -> int | float:
 
 
 def check_expiry_fields(job: dict[str, Any], where: str = "push") -> None:
-    job[P.EXPIRES_IN] = expires_in_seconds(job[P.EXPIRES_IN], where)
+    """A payload's (or a job's options') ``expires_in`` as seconds; a null one is one not
+    set (``payload.validate``'s rule): kept null, no deadline."""
+    if job.get(P.EXPIRES_IN) is not None:
+        job[P.EXPIRES_IN] = expires_in_seconds(job[P.EXPIRES_IN], where)
 
 
 def _check_option(key: str, value: Any, where: str) -> None:
@@ -300,8 +307,10 @@ def result_ttl_seconds(value: Any, where: str) -> int | bool:
 
 
 def check_result_ttl(job: dict[str, Any], where: str = "push") -> None:
-    """A payload's ``result_ttl`` at push: whole seconds, or gone when it is False/None (a
-    push that turned off its job's result)."""
+    """A payload's ``result_ttl`` at push: whole seconds, or gone when it is False (a push
+    that turned off its job's result); a null one is one not set, kept null."""
+    if job[P.RESULT_TTL] is None:
+        return
     try:
         seconds = result_ttl_seconds(job[P.RESULT_TTL], where)
     except ConfigError as exc:
@@ -336,7 +345,8 @@ def check_profiler_options(value: Any, where: str) -> None:
 
 def stamp_expiry(job: dict[str, Any], at: float | None, fmt: P.TimestampFormat) -> None:
     """Write a job's ``expires_at`` (its deadline) at push, from ``expires_in`` and when the
-    job is due: a scheduled job's time counts from its ``at``."""
-    if P.EXPIRES_AT not in job:
+    job is due: a scheduled job's time counts from its ``at``. Nothing for a null
+    ``expires_in``; a null ``expires_at`` is written."""
+    if job.get(P.EXPIRES_IN) is not None and job.get(P.EXPIRES_AT) is None:
         due = time.time() if at is None else at
         job[P.EXPIRES_AT] = P.write_time(fmt, due + float(job[P.EXPIRES_IN]))

@@ -164,8 +164,9 @@ def check_partition_rates(value: Any, partitioned: Mapping[str, int]) -> dict[st
 
 
 def stamp(job: dict[str, Any]) -> None:
-    """A job pushed to a partitioned queue: its partition checked and stored as a string."""
-    if P.PARTITION in job:
+    """A job pushed to a partitioned queue: its partition checked and stored as a string; a
+    null one is one not set (the default partition, as the scripts read it)."""
+    if job.get(P.PARTITION) is not None:
         job[P.PARTITION] = partition_name(job[P.PARTITION])
 
 

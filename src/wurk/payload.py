@@ -15,6 +15,10 @@
    one value (a job's return value) by the same rules.
 6. Backtraces are stored as Sidekiq 7.2.1+ stores them: strict base64 of zlib(JSON array);
    reading one inflates at most ``BACKTRACE_MAX_BYTES`` (a stored value can be a zip bomb).
+7. An option whose value is null is one not set (Ruby's nil: Sidekiq's client keeps
+   ``set(retry: nil)`` as ``"retry":null`` and reads it as absent). Every reader — push,
+   scheduler, worker, retry, API — reads an option as ``payload.get(X)`` and takes None as
+   absent, never as ``X in payload``; a push keeps the null as Sidekiq's client does.
 """
 
 from __future__ import annotations

@@ -46,10 +46,11 @@ def runs(r: redis.Redis, key: str) -> list[dict[str, Any]]:
 
 
 def start_wurk_worker(processes: Processes, tmp_path: Path, r: redis.Redis,
-                      *args: str) -> str:
-    """A wurk worker on queue ``py``; its identity once its heartbeat is in Redis."""
+                      *args: str, settings: str = "") -> str:
+    """A wurk worker on queue ``py``; its identity once its heartbeat is in Redis.
+    ``settings``: more lines of its configuration file."""
     config = tmp_path / "wurk.yml"
-    config.write_text(WORKER_SETTINGS)
+    config.write_text(WORKER_SETTINGS + settings)
     worker = processes.wurk_worker(config, "-q", "py", *args)
     wait_until(lambda: bool(r.smembers("processes")) or worker.poll() is not None, 20,
                "the wurk worker's heartbeat")
@@ -92,6 +93,21 @@ def test_options_ruby_unset_with_nil_read_as_absent_so_the_job_runs_and_retries(
     assert (retried["jid"], retried["retry_count"], retried["retry"]) == (
         pushed["failing"], 0, 3)
     assert r.zcard("dead") == 0
+
+
+def test_a_scheduled_job_ruby_unset_options_of_with_nil_runs_in_the_client_scheduler_mode(
+    tmp_path: Path, r: redis.Redis, processes: Processes
+) -> None:
+    """``scheduler: client`` pushed the due job through wurk's client, which refused its
+    ``"unique_until":null`` and ``"expires_in":null``: the job went to the dead set unrun."""
+    pushed = ruby("schedule_nil.rb", "py")
+    (entry,) = [json.loads(raw) for raw in r.zrange("schedule", 0, -1)]
+    assert entry["unique_until"] is None and entry["expires_in"] is None
+    start_wurk_worker(processes, tmp_path, r, settings="scheduler: client\n")
+    wait_until(lambda: r.llen(wurk_jobs.RAN) >= 1 or r.zcard("dead") >= 1, 30,
+               "wurk's client-mode scheduler to move the Ruby job and run it")
+    assert r.zrange("dead", 0, -1) == []
+    assert [entry["jid"] for entry in runs(r, wurk_jobs.RAN)] == [pushed["scheduled"]]
 
 
 # -- wurk pushes, Sidekiq runs -----------------------------------------------------------------

@@ -271,10 +271,11 @@ def locks(config: Config, entries: Sequence[Entry]) -> list[tuple[str, int]] | N
     """Each job's unique lock and its ``unique_for`` in ms (the script adds a scheduled
     job's wait, on Redis's clock), ``("", 0)`` for a job without one; None when no job has
     one."""
-    if not any(P.UNIQUE_FOR in job for job, _ in entries):
+    if not any(job.get(P.UNIQUE_FOR) is not None for job, _ in entries):
         return None
     now = time.time()
-    return [lock_for(config.keys, job, None, now) if P.UNIQUE_FOR in job else ("", 0)
+    return [lock_for(config.keys, job, None, now)
+            if job.get(P.UNIQUE_FOR) is not None else ("", 0)
             for job, _ in entries]
 
 
@@ -359,7 +360,7 @@ class BlockWriter:
                 return due
             self._held += mine
             self._held_config = config
-            if len(self._held) >= self.autoflush or any(P.UNIQUE_FOR in job
+            if len(self._held) >= self.autoflush or any(job.get(P.UNIQUE_FOR) is not None
                                                          for job, _ in mine):
                 due.append((config, self._held))
                 self._held, self._held_config = [], None

@@ -497,6 +497,7 @@ class Client:
             job[P.AT] = _at(job[P.AT])
         # None (Ruby's nil) is an option not set, kept as Sidekiq's client keeps it: a job
         # Ruby pushed so passes here again when the scheduler pushes it through the client.
+        # Every option is read so (``payload.get(X) is not None``), never as ``X in job``.
         if job.get(P.ENCRYPT) is not None and not isinstance(job[P.ENCRYPT], bool):
             # anything else would be pushed in plain text, shown as "[encrypted data]"
             raise InvalidPayload(f"'encrypt' must be true or false (true seals the last "
@@ -510,7 +511,7 @@ class Client:
                 f"'retry_for' must be {expected}, not {retry_for!r}", field=P.RETRY_FOR))
         if P.UNIQUE_FOR in job or P.UNIQUE_UNTIL in job:
             check_unique_fields(job)
-        if P.EXPIRES_IN in job:
+        if job.get(P.EXPIRES_IN) is not None:
             check_expiry_fields(job)
         if P.RESULT_TTL in job:
             check_result_ttl(job)
@@ -610,10 +611,10 @@ class Client:
         fmt = self.config.timestamp_format
         enqueued_at = P.write_time(fmt)
         for job, at in entries:
-            if P.EXPIRES_IN in job:
+            if job.get(P.EXPIRES_IN) is not None:
                 stamp_expiry(job, at, fmt)
             if job.get(P.ENCRYPT) is True:
-                if P.UNIQUE_FOR in job and not job.get(P.UNIQUE_DIGEST):
+                if job.get(P.UNIQUE_FOR) is not None and not job.get(P.UNIQUE_DIGEST):
                     # digested before sealing: a fresh nonce per push would make every
                     # push's digest differ, and no duplicate would ever be refused
                     plain = unique_args(self.config, job)

@@ -66,7 +66,7 @@ def sendable(keys: Keys, job: P.Payload, at: float | None) -> Sendable:
     """``job`` (through the middleware, stamped) ready to send; a unique job's digest is
     stored in it first, so every try takes the same lock."""
     lock = None
-    if P.UNIQUE_FOR in job:
+    if job.get(P.UNIQUE_FOR) is not None:
         lock, _ = locks.lock_for(keys, job, at, time.time())
     return Sendable(str(job[P.JID]), P.dumps(job), str(job[P.QUEUE]), at, lock,
                     float(job.get(P.UNIQUE_FOR) or 0.0))
@@ -83,7 +83,7 @@ def from_text(keys: Keys, text: str, at: float | None) -> Sendable:
     if at is not None:
         at = P.finite_seconds(at, "a stored job's 'at'", "finite epoch seconds", field=P.AT)
     lock = None
-    if P.UNIQUE_FOR in job:
+    if job.get(P.UNIQUE_FOR) is not None:
         P.finite_seconds(job[P.UNIQUE_FOR], "'unique_for'", "a finite number of seconds",
                          field=P.UNIQUE_FOR)
         had_digest = isinstance(job.get(P.UNIQUE_DIGEST), str) and job[P.UNIQUE_DIGEST]

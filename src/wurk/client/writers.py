@@ -149,7 +149,7 @@ def _commands(config: Config, entries: Entries, *, asking: bool = True) -> _Comm
     by_queue: dict[str, list[str]] = {}
     commands = _Commands()
     for job, at in entries:
-        if P.UNIQUE_FOR in job:
+        if job.get(P.UNIQUE_FOR) is not None:
             check_size(config, job, P.dumps(job), asking=asking)
             commands.locked.append((job, at))  # pushed with its lock, by a script
             continue
