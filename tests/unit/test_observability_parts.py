@@ -29,9 +29,11 @@ def test_bad_settings_are_named(settings: dict[str, object], message: str) -> No
 
 
 def probe(*, age: float | None = 1.0, quiet: bool = False, stopping: bool = False,
-          outages: tuple[Outage, ...] = ()) -> tuple[bool, dict[str, object]]:
+          outages: tuple[Outage, ...] = (),
+          stalled: tuple[str, ...] = ()) -> tuple[bool, dict[str, object]]:
     return WorkerHealth(beat_age=lambda: age, interval=10.0, quiet=lambda: quiet,
-                        stopping=lambda: stopping, outages=lambda: outages)()
+                        stopping=lambda: stopping, outages=lambda: outages,
+                        stalled=lambda: stalled)()
 
 
 def test_the_health_probe_says_why() -> None:
@@ -43,6 +45,9 @@ def test_the_health_probe_says_why() -> None:
     assert probe(age=31.0)[1]["status"] == "heartbeat stale"
     assert probe(outages=(cut,)) == (False, {"beat_age": 1.0, "status": "redis unreachable",
                                              "failing": ["fetch (capsule default)"]})
+    assert probe(stalled=("mail",)) == (False, {"beat_age": 1.0, "status": "processors dead",
+                                                "capsules": ["mail"]})
+    assert probe(outages=(cut,), stalled=("mail",))[1]["status"] == "redis unreachable"
     assert probe(quiet=True)[1]["status"] == "quiet"
     assert probe(stopping=True, quiet=True)[1]["status"] == "stopping"
     cut.ended()
