@@ -131,6 +131,30 @@ def test_reaper_queue_labels_are_cut_as_other_names() -> None:
     assert 'wurk_jobs_poisoned_total{queue="bad?"} 1.0' in text
 
 
+def test_reaper_queue_labels_are_bounded() -> None:
+    """The reaper's queues are read from in-flight list names, every queue's once an hour
+    (per-tenant queues, or anyone's to write): each new one added a series for the life of
+    the process. Past ``MAX_QUEUE_LABELS`` they are counted as ``other``, as job names are."""
+    from prometheus_client import generate_latest
+
+    from wurk.metrics import prometheus
+
+    exporter = prometheus.WorkerExporter(outages=list, busy=lambda: 0, concurrency=1)
+    for n in range(prometheus.MAX_QUEUE_LABELS + 10):
+        exporter.recovered(f"tenant-{n}", 1)
+    for n in range(prometheus.MAX_QUEUE_LABELS + 5):
+        exporter.poisoned({"klass": "Poison", "queue": f"tenant-{n}"})
+    text = generate_latest(exporter.registry).decode()
+    recovered = [line for line in text.splitlines()
+                 if line.startswith("wurk_jobs_recovered_total{")]
+    poisoned = [line for line in text.splitlines()
+                if line.startswith("wurk_jobs_poisoned_total{")]
+    assert len(recovered) == len(poisoned) == prometheus.MAX_QUEUE_LABELS + 1
+    assert 'wurk_jobs_recovered_total{queue="other"} 10.0' in recovered
+    assert 'wurk_jobs_poisoned_total{queue="other"} 5.0' in poisoned
+    assert 'wurk_jobs_recovered_total{queue="tenant-0"} 1.0' in recovered
+
+
 def test_a_swarm_child_opens_no_health_or_metrics_port(
         caplog: pytest.LogCaptureFixture) -> None:
     """metrics.md: the health check and a worker's Prometheus port are "not offered by
