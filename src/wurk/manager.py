@@ -5,7 +5,8 @@
 2. A processor that dies of an internal error is replaced (unless stopping). Deaths in a
    burst (each within ``BURST_GAP`` of the last) are replaced after a doubling wait, and
    reported once per burst: the first death in full, the end of the burst with its count.
-   ``health()`` gives the heartbeat the deaths so far and whether a burst is on.
+   ``health()`` gives the heartbeat the deaths so far and whether a burst is on;
+   ``stalled`` says when none of the capsule's processors is alive (the health check's 503).
 3. ``quiet`` stops fetching; running jobs finish.
 4. ``stop(deadline)`` quiets, waits for running jobs (sync and async) until the deadline,
    then — the order matters — puts every unfinished job back on its queue, and only then
@@ -69,6 +70,7 @@ class Manager:
         self._lock = threading.Lock()
         self._processors: set[Processor] = set()
         self._stopping = False
+        self._started = False
         self._serial = 0
         self._all_done = threading.Condition(self._lock)
         # One outage for all the capsule's processors: two log lines, not two per thread.
@@ -101,6 +103,15 @@ class Manager:
         self.lane.pinning = pinning
         for _ in range(self.capsule.concurrency):
             self._spawn()
+        with self._lock:
+            self._started = True
+
+    @property
+    def stalled(self) -> bool:
+        """Started, not stopping, and no processor alive: nothing of this capsule fetches
+        (its processors died and their replacements wait, or cannot be made)."""
+        with self._lock:
+            return self._started and not self._stopping and not self._processors
 
     def _spawn(self) -> None:
         with self._lock:

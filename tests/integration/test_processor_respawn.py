@@ -4,16 +4,19 @@ and the burst shows in the heartbeat's fields."""
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import threading
 import time
 import types
+import urllib.error
+import urllib.request
 
 import pytest
 import redis
 
 import wurk
-from tests.helpers.server import Server
+from tests.helpers.server import Server, free_port
 from tests.helpers.wait import wait_until
 from wurk import manager as manager_module
 from wurk import processor as processor_module
@@ -241,5 +244,50 @@ def test_the_process_record_carries_processor_deaths_and_respawning(
         wait_until(lambda: record().get("respawning") == "0", 10,
                    "the record to show the burst over")
         assert record()["processor_deaths"] == "3"
+    finally:
+        worker.stop()
+
+
+def test_the_health_check_says_so_while_a_capsule_has_no_processor_alive(
+    redis_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/metrics.md: the health check answers 200 while the heartbeat lands "and every
+    capsule fetches". Processors that die as they start (a pinning refused, a thread the
+    pids limit will not give) left the capsule with none alive, their replacements waiting,
+    while the heartbeat thread beat on: the probe answered 200 "ok" for a worker that could
+    run no job. It answers 503 "processors dead" naming the capsule, and 200 once one lives."""
+    real_loop = processor_module.Processor._loop
+    dying = threading.Event()
+    dying.set()
+
+    def loop(self: processor_module.Processor) -> None:
+        if dying.is_set():
+            raise RuntimeError("processor broken at start")
+        real_loop(self)
+
+    monkeypatch.setattr(processor_module.Processor, "_loop", loop)
+    monkeypatch.setattr(manager_module, "MAX_RESPAWN_WAIT", 0.4)  # back soon once one lives
+    port = free_port()
+    config = wurk.Config(redis_url=redis_server.url, heartbeat_interval=0.1,
+                         fetch_timeout=0.2, timeout=1, shutdown_grace=0.5,
+                         scheduler_initial_wait=0, concurrency=1, queues=["respawn-health"],
+                         health_port=port)
+    worker = wurk.InProcessWorker(config)
+
+    def health() -> tuple[int, dict[str, object]]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+                return answer.status, json.loads(answer.read())
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.loads(refused.read())
+
+    worker.start()
+    try:
+        wait_until(lambda: health()[0] == 503 and health()[1]["status"] == "processors dead",
+                   what="the health check to say the capsule's processors are dead")
+        assert health()[1]["capsules"] == ["default"]
+        dying.clear()
+        wait_until(lambda: health() == (200, {**health()[1], "status": "ok"}),
+                   what="the health check to be ok once a processor lives")
     finally:
         worker.stop()

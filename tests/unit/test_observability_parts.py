@@ -29,9 +29,11 @@ def test_bad_settings_are_named(settings: dict[str, object], message: str) -> No
 
 
 def probe(*, age: float | None = 1.0, quiet: bool = False, stopping: bool = False,
-          outages: tuple[Outage, ...] = ()) -> tuple[bool, dict[str, object]]:
+          outages: tuple[Outage, ...] = (),
+          stalled: tuple[str, ...] = ()) -> tuple[bool, dict[str, object]]:
     return WorkerHealth(beat_age=lambda: age, interval=10.0, quiet=lambda: quiet,
-                        stopping=lambda: stopping, outages=lambda: outages)()
+                        stopping=lambda: stopping, outages=lambda: outages,
+                        stalled=lambda: stalled)()
 
 
 def test_the_health_probe_says_why() -> None:
@@ -43,6 +45,9 @@ def test_the_health_probe_says_why() -> None:
     assert probe(age=31.0)[1]["status"] == "heartbeat stale"
     assert probe(outages=(cut,)) == (False, {"beat_age": 1.0, "status": "redis unreachable",
                                              "failing": ["fetch (capsule default)"]})
+    assert probe(stalled=("mail",)) == (False, {"beat_age": 1.0, "status": "processors dead",
+                                                "capsules": ["mail"]})
+    assert probe(outages=(cut,), stalled=("mail",))[1]["status"] == "redis unreachable"
     assert probe(quiet=True)[1]["status"] == "quiet"
     assert probe(stopping=True, quiet=True)[1]["status"] == "stopping"
     cut.ended()
@@ -124,6 +129,30 @@ def test_reaper_queue_labels_are_cut_as_other_names() -> None:
     lines = [line for line in text.splitlines() if "_total{" in line]
     assert len(lines) == 3 and all(len(line) < 300 for line in lines)
     assert 'wurk_jobs_poisoned_total{queue="bad?"} 1.0' in text
+
+
+def test_reaper_queue_labels_are_bounded() -> None:
+    """The reaper's queues are read from in-flight list names, every queue's once an hour
+    (per-tenant queues, or anyone's to write): each new one added a series for the life of
+    the process. Past ``MAX_QUEUE_LABELS`` they are counted as ``other``, as job names are."""
+    from prometheus_client import generate_latest
+
+    from wurk.metrics import prometheus
+
+    exporter = prometheus.WorkerExporter(outages=list, busy=lambda: 0, concurrency=1)
+    for n in range(prometheus.MAX_QUEUE_LABELS + 10):
+        exporter.recovered(f"tenant-{n}", 1)
+    for n in range(prometheus.MAX_QUEUE_LABELS + 5):
+        exporter.poisoned({"klass": "Poison", "queue": f"tenant-{n}"})
+    text = generate_latest(exporter.registry).decode()
+    recovered = [line for line in text.splitlines()
+                 if line.startswith("wurk_jobs_recovered_total{")]
+    poisoned = [line for line in text.splitlines()
+                if line.startswith("wurk_jobs_poisoned_total{")]
+    assert len(recovered) == len(poisoned) == prometheus.MAX_QUEUE_LABELS + 1
+    assert 'wurk_jobs_recovered_total{queue="other"} 10.0' in recovered
+    assert 'wurk_jobs_poisoned_total{queue="other"} 5.0' in poisoned
+    assert 'wurk_jobs_recovered_total{queue="tenant-0"} 1.0' in recovered
 
 
 def test_a_swarm_child_opens_no_health_or_metrics_port(

@@ -6,8 +6,9 @@
    name other than a loopback or allowed one (``HostNames.allows_probe``). Its thread is
    owned by whoever starts it; ``stop`` shuts the listener and joins the thread.
 2. ``WorkerHealth`` is the worker's probe: healthy while the heartbeat lands (the last one
-   within ``STALE_BEATS`` intervals, no outage) and every capsule fetches (no fetch outage);
-   503 once the process is quiet or stopping, or cut off from Redis.
+   within ``STALE_BEATS`` intervals, no outage) and every capsule fetches (no fetch outage,
+   a processor alive); 503 once the process is quiet or stopping, cut off from Redis, or a
+   capsule's processors are all dead (a live heartbeat thread vouches for no job).
 """
 
 from __future__ import annotations
@@ -40,8 +41,10 @@ class WorkerHealth:
 
     def __init__(self, *, beat_age: Callable[[], float | None], interval: float,
                  quiet: Callable[[], bool], stopping: Callable[[], bool],
-                 outages: Callable[[], Sequence[Outage]]) -> None:
+                 outages: Callable[[], Sequence[Outage]],
+                 stalled: Callable[[], Sequence[str]] = tuple) -> None:
         self._beat_age = beat_age
+        self._stalled = stalled  # the capsules with no processor alive
         self._interval = interval
         self._quiet = quiet
         self._stopping = stopping
@@ -51,12 +54,15 @@ class WorkerHealth:
         age = self._beat_age()
         report: dict[str, Any] = {"beat_age": None if age is None else round(age, 3)}
         cut = [outage.component for outage in self._outages() if outage.active]
+        dead = [] if cut else list(self._stalled())
         if self._stopping():
             status = "stopping"
         elif self._quiet():
             status = "quiet"
         elif cut:
             status, report["failing"] = "redis unreachable", cut
+        elif dead:
+            status, report["capsules"] = "processors dead", dead
         elif age is None or age > STALE_BEATS * self._interval:
             status = "heartbeat stale"
         else:

@@ -98,11 +98,14 @@ class Instruments:
     def probe(self) -> WorkerHealth:
         from .health import WorkerHealth
 
-        heartbeat = self.launcher.heartbeat
+        launcher = self.launcher
+        heartbeat = launcher.heartbeat
         return WorkerHealth(beat_age=heartbeat.beat_age,
                             interval=self.config.heartbeat_interval,
                             quiet=lambda: heartbeat.quiet,
-                            stopping=lambda: self.launcher.stopping, outages=self.outages)
+                            stopping=lambda: launcher.stopping, outages=self.outages,
+                            stalled=lambda: [m.capsule.name for m in launcher.managers
+                                             if m.stalled])
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:

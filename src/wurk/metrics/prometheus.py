@@ -14,7 +14,9 @@ on its ``--metrics-port``. Every name starts with ``wurk_``.
    ``wurk_jobs_poisoned_total{queue}`` (this process's reaper), ``wurk_redis_outages_total``
    and ``wurk_redis_outage{component}`` (1 while it lasts), ``wurk_busy_threads`` and
    ``wurk_concurrency``. Job names past ``MAX_JOB_LABELS`` are counted as ``other``: a
-   payload's ``wrapped`` name is anyone's to write, a label set must stay bounded.
+   payload's ``wrapped`` name is anyone's to write, a label set must stay bounded. So are
+   the reaper's queues past ``MAX_QUEUE_LABELS``: read from in-flight list names, every
+   queue's (per-tenant queues, or anyone's) at the hourly full sweep.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from .tracking import BUCKET_BOUNDS, NAME_LIMIT, cut_name, stored_name
 __all__ = ["ClusterCollector", "WorkerExporter", "cluster_exposition", "require_client"]
 
 MAX_JOB_LABELS = 500
+MAX_QUEUE_LABELS = 500
 # A scrape connection that sends no request within this long is closed (as the health
 # check's): each open connection holds a thread.
 CLIENT_TIMEOUT = 5.0
@@ -201,19 +204,10 @@ class WorkerExporter:
                                             "pills by this process", ["queue"],
                                             registry=registry)
         registry.register(_Process(outages, busy, concurrency, stuck))
-        self._names: set[str] = set()
-        self._lock = threading.Lock()
+        self._label = _Bounded(MAX_JOB_LABELS).label  # called on every job
+        self._queues = _Bounded(MAX_QUEUE_LABELS)  # the reaper's (the jobs' are configured)
         self._server: Any = None
         self._thread: threading.Thread | None = None
-
-    def _label(self, name: str) -> str:
-        if name in self._names:
-            return name
-        with self._lock:
-            if len(self._names) >= MAX_JOB_LABELS:
-                return OTHER
-            self._names.add(name)
-        return name
 
     def observe(self, name: str, queue: str, payload: Mapping[str, Any], ms: float | None,
                 error: BaseException | None) -> None:
@@ -227,10 +221,10 @@ class WorkerExporter:
             self.duration.labels(*labels).observe(ms / 1000)
 
     def recovered(self, queue: str, count: int) -> None:
-        self.recovered_jobs.labels(stored_name(queue)).inc(count)
+        self.recovered_jobs.labels(self._queues.label(stored_name(queue))).inc(count)
 
     def poisoned(self, pill: Mapping[str, Any]) -> None:
-        self.poisoned_jobs.labels(stored_name(pill.get("queue"))).inc()
+        self.poisoned_jobs.labels(self._queues.label(stored_name(pill.get("queue")))).inc()
 
     # -- the endpoint -----------------------------------------------------------------------
     def start(self, host: str, port: int, hosts: HostNames | None = None) -> int:
@@ -254,6 +248,24 @@ class WorkerExporter:
         self._server.server_close()
         if self._thread is not None:
             self._thread.join(timeout)
+
+
+class _Bounded:
+    """The values one label takes: the first ``limit`` as they are, any later one ``other``."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._taken: set[str] = set()
+        self._lock = threading.Lock()
+
+    def label(self, name: str) -> str:
+        if name in self._taken:  # the usual case, on every job: no lock
+            return name
+        with self._lock:
+            if len(self._taken) >= self._limit:
+                return OTHER
+            self._taken.add(name)
+        return name
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
