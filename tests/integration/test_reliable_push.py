@@ -23,7 +23,7 @@ import wurk
 from tests.helpers.faults import Restartable, config_for
 from tests.helpers.wait import wait_until
 from wurk.client import idempotent, reliable
-from wurk.client.buffer import DiskBuffer, MemoryBuffer, Orphan
+from wurk.client.buffer import DiskBuffer, Entry, MemoryBuffer, Orphan
 from wurk.client.default import default_client
 
 
@@ -767,3 +767,31 @@ def test_a_dead_processes_file_of_a_shard_this_configuration_lacks_is_left_with_
     (orphan,) = [Orphan.claim(left)]
     assert orphan is not None and list(orphan.pending) == [theirs]
     orphan.release()
+
+
+def test_a_swarm_child_ending_sends_what_its_memory_buffer_keeps(
+        server: Restartable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A swarm child ends with ``os._exit``, which skips ``atexit``: the writer's last try
+    to send its kept jobs never ran, and a memory buffer's jobs were lost without a word at
+    every stop, recycle or rolling restart, though Redis answered. The child runs wurk's
+    own exit hooks before it exits."""
+    from wurk.swarm import child as swarm_child
+    from wurk.swarm.child import ChildSpec, NoticePipe
+
+    client = client_for(server)
+    job = idempotent.sendable(client.config.keys,
+                              client.normalize({"class": "Report", "args": [1]}), None)
+    notices = NoticePipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one job kept (Redis was down), then its life ends
+        try:
+            monkeypatch.setattr(swarm_child._Child, "run", lambda self: 0)
+            kept = writer(client)  # the child's own, after the fork
+            kept.buffer.keep([Entry(job, time.time())])  # the flush not woken yet
+            swarm_child.run_child(client.config, ChildSpec(0, os.getppid(), notices))
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    notices.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [q["jid"] for q in queued(server)] == [job.jid]
