@@ -170,7 +170,7 @@ def test_a_kept_job_too_large_is_dropped_and_holds_up_none_behind_it(
                                       "jid": "f" * 24}, None)
     writer.buffer.keep([Entry(big, now), Entry(fine, now)])
     with caplog.at_level(logging.ERROR, logger="wurk"):
-        assert writer.drain(config.pool("client")) == 1
+        assert writer.drain() == 1
     assert len(writer.buffer) == 0
     assert [wurk_args(raw) for raw in small.lrange("queue:default", 0, -1)] == [[1]]
     assert f"buffered job {'b' * 24} is" in caplog.text

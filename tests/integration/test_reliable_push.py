@@ -23,7 +23,7 @@ import wurk
 from tests.helpers.faults import Restartable, config_for
 from tests.helpers.wait import wait_until
 from wurk.client import idempotent, reliable
-from wurk.client.buffer import DiskBuffer, MemoryBuffer, Orphan
+from wurk.client.buffer import DiskBuffer, Entry, MemoryBuffer, Orphan
 from wurk.client.default import default_client
 
 
@@ -88,7 +88,7 @@ def test_the_next_push_sends_the_buffered_ones_first(server: Restartable) -> Non
     server.stop()
     kept = [client.push({"class": "Report", "args": [n]}) for n in range(3)]
     server.start()
-    writer(client)._down_until = 0.0  # the backoff's wait is over: the next push tries
+    writer(client)._down_until.clear()  # the backoff's wait is over: the next push tries
     last = client.push({"class": "Report", "args": [3]})
     assert [job["jid"] for job in queued(server)] == [*kept, last]
 
@@ -181,7 +181,7 @@ def test_a_job_recorded_as_sent_is_not_sent_again(server: Restartable) -> None:
     assert again.pushed == [] and again.already == [job.jid]
     assert [q["jid"] for q in queued(server)] == [job.jid]
     # The same through the buffer: a kept copy of a job Redis already has is dropped.
-    writer(client)._keep([job])
+    writer(client)._keep("default", [job])
     wait_until(lambda: not len(writer(client).buffer), timeout=15, what="the flush")
     assert [q["jid"] for q in queued(server)] == [job.jid]
     assert server.client().get("wurk:stat:recovered-push") is None  # nothing was recovered
@@ -372,8 +372,8 @@ def test_a_push_sent_key_of_another_type_is_replaced_and_loses_no_job(
     write_foreign()  # and a buffered job, sent by the flush
     job = idempotent.sendable(client.config.keys,
                               client.normalize({"class": "Report", "args": [2]}), None)
-    writer(client)._keep([job])
-    writer(client).drain(client.config.pool("client"))
+    writer(client)._keep("default", [job])
+    writer(client).drain()
     assert [q["jid"] for q in queued(server)] == [first, job.jid]
     assert len(writer(client).buffer) == 0
 
@@ -389,9 +389,9 @@ def test_a_kept_job_redis_refuses_for_good_goes_to_the_dead_set(
     jobs = [idempotent.sendable(client.config.keys, client.normalize(
         {"class": "Report", "args": [n], "queue": queue}), None)
         for n, queue in enumerate(("blocked", "default"))]
-    writer(client)._keep(jobs)
+    writer(client)._keep("default", jobs)
     with caplog.at_level(logging.ERROR, logger="wurk"):
-        writer(client).drain(client.config.pool("client"))
+        writer(client).drain()
     assert [q["jid"] for q in queued(server)] == [jobs[1].jid]
     assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [jobs[0].jid]
     assert len(writer(client).buffer) == 0
@@ -410,15 +410,15 @@ def test_a_kept_job_refused_for_good_stays_while_the_dead_set_is_refused_for_now
     r.set("queue:blocked", "not a list")
     job = idempotent.sendable(client.config.keys, client.normalize(
         {"class": "Report", "args": [1], "queue": "blocked"}), None)
-    writer(client)._keep([job])
+    writer(client)._keep("default", [job])
     r.config_set("maxmemory", "1")
     try:
         with pytest.raises(wurk.RedisUnavailable, match="OOM"):
-            writer(client).drain(client.config.pool("client"))
+            writer(client).drain()
         assert len(writer(client).buffer) == 1
     finally:
         r.config_set("maxmemory", "0")
-    writer(client).drain(client.config.pool("client"))
+    writer(client).drain()
     assert len(writer(client).buffer) == 0
     assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [job.jid]
 
@@ -453,8 +453,8 @@ def test_a_kept_unique_job_redis_refuses_for_good_leaves_no_lock(server: Restart
     job = idempotent.sendable(client.config.keys, client.normalize(
         {"class": "Once", "args": [1], "unique_for": 600, "queue": "blocked"}), None)
     assert job.lock is not None
-    writer(client)._keep([job])
-    writer(client).drain(client.config.pool("client"))
+    writer(client)._keep("default", [job])
+    writer(client).drain()
     assert [json.loads(raw)["jid"] for raw in r.zrange("dead", 0, -1)] == [job.jid]
     assert not r.exists(job.lock)
 
@@ -629,7 +629,7 @@ def test_a_sent_record_appended_after_a_torn_last_line_is_not_lost(
     # back (its next push carries the ZREM).
     orphan = Orphan.claim(path)
     assert orphan is not None and list(orphan.pending) == [first, second]
-    (_, text, _, at), = orphan.take(1)
+    (_, text, _, at, _), = orphan.take(1)
     assert idempotent.send(config, pool, [idempotent.from_text(config.keys, text, at)]
                            ).pushed == [first]
     orphan.done([first])
@@ -704,3 +704,94 @@ def test_a_dead_files_line_whose_at_is_no_number_goes_to_the_dead_set_not_the_qu
     assert [json.loads(entry)["jid"] for entry in client.zrange("dead", 0, -1)] == ["j" * 24]
     assert list(directory.iterdir()) == []
 
+
+
+def test_a_job_kept_for_another_shard_is_sent_to_that_shard(
+        server: Restartable, tmp_path: Path) -> None:
+    """With ``shards`` a push routed to shard ``eu`` is written by the process's one reliable
+    writer. Kept while ``eu`` could not be reached, it was sent by the buffer's flush into the
+    configuration's own Redis (the default shard), where no worker of ``eu`` reads it — and a
+    push to ``eu`` sent the default shard's kept jobs into ``eu``. Each kept job goes to the
+    shard it was pushed to, from memory and from a dead process's file alike."""
+    eu = Restartable(tmp_path / "eu")
+    try:
+        for kind in ("memory", "disk"):
+            directory = tmp_path / f"buf-{kind}"
+            config = config_for(server.url, reliable_push=kind,
+                                reliable_push_dir=str(directory), shards={"eu": eu.url})
+            client = default_client(config)
+            kept = writer(client)
+            eu.stop()
+            to_eu = client.push({"class": "Report", "args": [1], "shard": "eu"})
+            assert len(kept.buffer) == 1
+            # A push to the default shard: eu's kept job is not sent there, and does not
+            # hold it up while eu is down.
+            here = client.push({"class": "Report", "args": [2]})
+            wait_until(lambda: [job["jid"] for job in queued(server)] == [here],  # noqa: B023
+                       timeout=10, what="the default shard's push, eu down")
+            if kind == "disk":  # the process dies: its file, and the job, are left
+                kept.flusher.stop()
+                kept.buffer.close()
+                eu.start()
+                assert reliable.flush_directory(config, directory)[:2] == (1, 0)
+            else:
+                eu.start()
+                wait_until(lambda: len(kept.buffer) == 0, timeout=15,  # noqa: B023
+                           what="the background flush")
+            assert [job["jid"] for job in queued(server)] == [here]
+            assert [json.loads(raw)["jid"] for raw in eu.client().lrange("queue:default", 0, -1)
+                    ] == [to_eu]
+            server.client().flushall()
+            eu.client().flushall()
+            kept.close()
+    finally:
+        eu.stop()
+
+
+def test_a_dead_processes_file_of_a_shard_this_configuration_lacks_is_left_with_an_error(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A line kept for a shard the flushing process's configuration does not name stays in
+    the file (sent by a process that names it), with an error; the file's other jobs go."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    mine, theirs = "1" * 24, "2" * 24
+    left = directory / "push-dead.jobs"
+    _write_dead_file(left, {"+": mine, "t": 1.0, "at": None, "job": _report(mine)},
+                     {"+": theirs, "t": 1.0, "at": None, "job": _report(theirs), "s": "asia"})
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        reliable.flush_directory(config, directory)
+    assert [job["jid"] for job in queued(server)] == [mine]
+    assert "1 job(s) kept for shard 'asia', which this configuration does not name" \
+        in caplog.text
+    (orphan,) = [Orphan.claim(left)]
+    assert orphan is not None and list(orphan.pending) == [theirs]
+    orphan.release()
+
+
+def test_a_swarm_child_ending_sends_what_its_memory_buffer_keeps(
+        server: Restartable, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A swarm child ends with ``os._exit``, which skips ``atexit``: the writer's last try
+    to send its kept jobs never ran, and a memory buffer's jobs were lost without a word at
+    every stop, recycle or rolling restart, though Redis answered. The child runs wurk's
+    own exit hooks before it exits."""
+    from wurk.swarm import child as swarm_child
+    from wurk.swarm.child import ChildSpec, NoticePipe
+
+    client = client_for(server)
+    job = idempotent.sendable(client.config.keys,
+                              client.normalize({"class": "Report", "args": [1]}), None)
+    notices = NoticePipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one job kept (Redis was down), then its life ends
+        try:
+            monkeypatch.setattr(swarm_child._Child, "run", lambda self: 0)
+            kept = writer(client)  # the child's own, after the fork
+            kept.buffer.keep([Entry(job, time.time())])  # the flush not woken yet
+            swarm_child.run_child(client.config, ChildSpec(0, os.getppid(), notices))
+        finally:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    notices.close()
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [q["jid"] for q in queued(server)] == [job.jid]

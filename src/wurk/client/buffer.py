@@ -1,8 +1,9 @@
 """Where reliable push keeps the jobs Redis did not take: in memory, or in a file per process.
 
-1. ``Entry``: a job ready to send (``wurk.client.idempotent.Sendable``) and when it was
-   buffered. A buffer hands its entries out oldest first and holds ``size`` at most:
-   ``keep`` raises ``BufferFull`` rather than drop one.
+1. ``Entry``: a job ready to send (``wurk.client.idempotent.Sendable``), when it was
+   buffered, and the shard it was pushed to (``shards``: one writer keeps the pushes of
+   every shard, and each goes to its own). A buffer hands its entries out oldest first and
+   holds ``size`` at most: ``keep`` raises ``BufferFull`` rather than drop one.
 2. ``MemoryBuffer``: in this process's memory, lost with it (Sidekiq Pro's kind).
 3. ``DiskBuffer``: every change appended to a file of this process's own,
    ``push-<host>-<pid>-<nonce>.jobs`` in its directory, and fsync'd before ``keep`` returns.
@@ -12,9 +13,10 @@
    file is an orphan. Emptied (truncated) when everything in it was sent; deleted at a
    clean exit when empty, left for a successor otherwise.
 4. The file is JSON lines: a header, ``{"+": jid, "t": buffered at, "at": epoch or null,
-   "job": payload text}`` per job kept, ``{"-": [jids]}`` per jobs sent. A torn last line
-   (a process killed mid-write: before its fsync, so before its push returned) is ignored,
-   and cut off by whoever claims the file, before it appends its own records.
+   "job": payload text}`` per job kept (with ``"s": shard`` for a shard but the default),
+   ``{"-": [jids]}`` per jobs sent. A torn last line (a process killed mid-write: before
+   its fsync, so before its push returned) is ignored, and cut off by whoever claims the
+   file, before it appends its own records.
 5. ``Orphan``: another process's file whose lock could be taken. Its pending jobs are sent
    by whoever claimed it (a successor's background flush, ``wurk push-buffer flush``), each
    sent one recorded in that file, and the file deleted once none is left.
@@ -38,11 +40,12 @@ import re
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..config import DEFAULT_SHARD
 from ..errors import ConfigError
 from ..runtime.identity import hostname
 from .idempotent import Sendable
@@ -94,6 +97,13 @@ _VERSION = 1
 class Entry:
     job: Sendable
     buffered_at: float
+    shard: str = DEFAULT_SHARD  # the shard it was pushed to, where it is sent
+
+
+def _taken(entries: Iterable[Entry], limit: int, skip: Collection[str]) -> list[Entry]:
+    """The first ``limit`` of ``entries`` of no shard in ``skip`` (its Redis cannot be
+    reached now: the others' jobs are not held up behind them)."""
+    return list(itertools.islice((e for e in entries if e.shard not in skip), limit))
 
 
 # -- memory ---------------------------------------------------------------------------------
@@ -131,10 +141,11 @@ class MemoryBuffer:
             raise BufferFull(f"{len(self._pending)} jobs wait already, at most {self.size} "
                              f"(reliable_push_size)")
 
-    def take(self, limit: int) -> list[Entry]:
-        """The oldest ``limit`` entries, left in place until ``done``."""
+    def take(self, limit: int, skip: Collection[str] = ()) -> list[Entry]:
+        """The oldest ``limit`` entries of no shard in ``skip``, left in place until
+        ``done``."""
         with self._lock:
-            return list(itertools.islice(self._pending.values(), limit))
+            return _taken(self._pending.values(), limit, skip)
 
     def done(self, jids: Iterable[str]) -> None:
         with self._lock:
@@ -156,6 +167,16 @@ def _need_flock() -> Any:
         raise ConfigError("reliable_push='disk' needs POSIX file locks (fcntl.flock), which "
                           "this platform lacks; use reliable_push='memory'")
     return fcntl
+
+
+def _kept(entry: Entry) -> dict[str, Any]:
+    """A kept job's line; its shard named when it is not the default (a file of the default
+    shard's jobs reads as before shards were kept)."""
+    record = {"+": entry.job.jid, "t": entry.buffered_at, "at": entry.job.at,
+              "job": entry.job.text}
+    if entry.shard != DEFAULT_SHARD:
+        record["s"] = entry.shard
+    return record
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -195,7 +216,8 @@ def _fsync_directory(directory: Path) -> None:
 @dataclass
 class _Parsed:
     header: dict[str, Any]
-    pending: dict[str, tuple[str, float, float | None]]  # jid -> (payload text, t, at)
+    # jid -> (payload text, t, at, shard)
+    pending: dict[str, tuple[str, float, float | None, str]]
     bad_lines: int = 0
 
 
@@ -230,8 +252,11 @@ def _parse(data: bytes) -> _Parsed:
             if at is None and record.get("at") is not None:
                 at = math.nan  # not a number ("tomorrow"): no time, not "push it now"
             # An ``at`` that is no finite time is kept as it is, for the sender to refuse.
+            # A shard that is no name is kept as its text: no shard has it, so the job stays.
+            shard = record.get("s", DEFAULT_SHARD)
             parsed.pending[record["+"]] = (
-                record["job"], t if t is not None and math.isfinite(t) else 0.0, at)
+                record["job"], t if t is not None and math.isfinite(t) else 0.0, at,
+                shard if isinstance(shard, str) else json.dumps(shard)[:100])
         elif isinstance(record.get("-"), list):
             for jid in record["-"]:
                 parsed.pending.pop(str(jid), None)
@@ -275,14 +300,13 @@ class DiskBuffer:
                                  f"at most {self.size} (reliable_push_size)")
             fd = self._open()
             # fsync'd before the push returns its jid: the job is the file's now
-            _append(fd, b"".join(_line({"+": e.job.jid, "t": e.buffered_at, "at": e.job.at,
-                                        "job": e.job.text}) for e in entries))
+            _append(fd, b"".join(_line(_kept(e)) for e in entries))
             for entry in entries:
                 self._pending[entry.job.jid] = entry
 
-    def take(self, limit: int) -> list[Entry]:
+    def take(self, limit: int, skip: Collection[str] = ()) -> list[Entry]:
         with self._lock:
-            return list(itertools.islice(self._pending.values(), limit))
+            return _taken(self._pending.values(), limit, skip)
 
     def done(self, jids: Iterable[str]) -> None:
         """Record ``jids`` as sent (fsync'd before their records in Redis may be forgotten);
@@ -405,10 +429,13 @@ class Orphan:
                         path, parsed.bad_lines)
         return cls(path, fd, parsed)
 
-    def take(self, limit: int) -> list[tuple[str, str, float, float | None]]:
-        """The oldest ``limit`` jobs: (jid, payload text, buffered at, at)."""
-        return [(jid, text, t, at) for jid, (text, t, at)
-                in itertools.islice(self.pending.items(), limit)]
+    def take(self, limit: int, skip: Collection[str] = ()
+             ) -> list[tuple[str, str, float, float | None, str]]:
+        """The oldest ``limit`` jobs of no shard in ``skip``: (jid, payload text, buffered at,
+        at, shard)."""
+        return list(itertools.islice(
+            ((jid, text, t, at, shard) for jid, (text, t, at, shard) in self.pending.items()
+             if shard not in skip), limit))
 
     def done(self, jids: Iterable[str]) -> None:
         gone = [jid for jid in jids if self.pending.pop(jid, None) is not None]
@@ -533,7 +560,7 @@ def survey(directory: Path) -> list[FileReport]:
             reports.append(FileReport(path, held, 0, None, None, None,
                                       foreign=f"push buffer format version {str(version)[:40]!r}"))
             continue
-        times = [t for _, t, _ in parsed.pending.values()]
+        times = [t for _, t, _, _ in parsed.pending.values()]
         reports.append(FileReport(path, held, len(parsed.pending), min(times, default=None),
                                   pid if isinstance(pid, int) else None,
                                   host if isinstance(host, str) else None))

@@ -13,6 +13,9 @@
    (``wurk.runtime.duty``), so an idle process does not sit on them. A push within a
    backoff's wait of a failure goes to the buffer at once instead of waiting for Redis.
    Scheduled jobs keep their ``at``; a unique job takes its lock when it is sent.
+   With ``shards`` the process's one writer keeps the pushes of every shard: each kept job
+   remembers its shard and is sent there (oldest first per shard), and a shard that cannot
+   be reached holds up only its own jobs and pushes; the records to forget are per shard.
 4. Each job sent from a buffer counts: ``jobs.recovered.push`` in StatsD (Sidekiq Pro's
    name), ``wurk:stat:recovered-push`` in Redis, and this process's report
    (``wurk:push-buffer:<identity>``: buffered, oldest, sent; an hour's TTL, indexed in
@@ -36,7 +39,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,7 @@ from ..config import Config
 from ..connections.locate import find_home
 from ..connections.pool import RedisPool
 from ..connections.replies import CONNECTION_ERRORS
-from ..errors import InvalidPayload, RedisUnavailable
+from ..errors import ConfigError, InvalidPayload, RedisUnavailable
 from ..metrics.statsd import sink_for
 from ..reporting import report_error
 from ..runtime import hooks
@@ -136,76 +139,93 @@ class ReliableWriter:
     def _fresh(self) -> None:
         """Per-process state (again in a forked child)."""
         self._pid = os.getpid()
-        self.forgets = idempotent.Forgets()
+        self._forgets: dict[str, idempotent.Forgets] = {}  # per shard: its Redis's records
         self._flush_lock = threading.Lock()
-        self._down_until = 0.0
+        self._down_until: dict[str, float] = {}  # per shard: until when pushes are kept
         self.sent = 0  # jobs this process sent from a buffer (its own or a dead one's)
         self.flusher = _Flusher(self)
 
     # -- the writer's two forms ---------------------------------------------------------
     def write(self, config: Config, pool: RedisPool, entries: Entries) -> set[str]:
         self._check_pid()
+        shard = config.shard_name
         jobs = [idempotent.sendable(config.keys, job, at) for job, at in entries]
         for ready, (job, _) in zip(jobs, entries, strict=True):
             writers.check_size(config, job, ready.text)  # never kept: it could never go
-        if (len(self.buffer) or self._down()) and not self._flush_first(pool):
-            self._keep(jobs)  # behind the older ones, which Redis did not take either
+        if (len(self.buffer) or self._down(shard)) and not self._flush_first(shard):
+            self._keep(shard, jobs)  # behind the older ones, which Redis did not take either
             return set()
-        forget = self.forgets.take()
+        forgets = self._forgets_of(shard)
+        forget = forgets.take()
         try:
             outcome = idempotent.send(config, pool, jobs, forget)
         except BaseException as exc:
-            self.forgets.add(forget)
+            forgets.add(forget)
             if not connection_error(exc):
                 raise
-            self._failed()
-            self._keep(jobs, exc)
+            self._failed(shard)
+            self._keep(shard, jobs, exc)
             return set()
-        return self._landed(outcome)
+        return self._landed(shard, outcome)
 
     async def awrite(self, config: Config, entries: Entries) -> set[str]:
         """On the running loop: kept jobs are sent by the background flush (never by this
         loop's thread); a push finding some waits behind them."""
         self._check_pid()
+        shard = config.shard_name
         jobs = [idempotent.sendable(config.keys, job, at) for job, at in entries]
         for ready, (job, _) in zip(jobs, entries, strict=True):
             writers.check_size(config, job, ready.text)  # never kept: it could never go
-        if len(self.buffer) or self._down():
-            await self._akeep(jobs)
+        if len(self.buffer) or self._down(shard):
+            await self._akeep(shard, jobs)
             return set()
-        forget = self.forgets.take()
+        forgets = self._forgets_of(shard)
+        forget = forgets.take()
         try:
             outcome = await idempotent.asend(config, jobs, forget)
         except BaseException as exc:
-            self.forgets.add(forget)
+            forgets.add(forget)
             if not connection_error(exc):
                 raise
-            self._failed()
-            await self._akeep(jobs, exc)
+            self._failed(shard)
+            await self._akeep(shard, jobs, exc)
             return set()
-        return self._landed(outcome)
+        return self._landed(shard, outcome)
 
-    async def _akeep(self, jobs: list[idempotent.Sendable],
+    async def _akeep(self, shard: str, jobs: list[idempotent.Sendable],
                      cause: BaseException | None = None) -> None:
         if isinstance(self.buffer, DiskBuffer):  # an fsync: off the loop's thread
-            await asyncio.to_thread(self._keep, jobs, cause)
+            await asyncio.to_thread(self._keep, shard, jobs, cause)
         else:
-            self._keep(jobs, cause)
+            self._keep(shard, jobs, cause)
 
-    def _landed(self, outcome: idempotent.Outcome) -> set[str]:
-        self._down_until = 0.0
-        self.forgets.add(outcome.landed)
+    def _landed(self, shard: str, outcome: idempotent.Outcome) -> set[str]:
+        self._down_until.pop(shard, None)
+        self._forgets_of(shard).add(outcome.landed)
         return set(outcome.refused)
 
+    def _forgets_of(self, shard: str) -> idempotent.Forgets:
+        """The records this process may drop in ``shard``'s Redis (sent with its next push
+        there: a ZREM elsewhere would drop nothing, and leave them for 7 days)."""
+        forgets = self._forgets.get(shard)
+        if forgets is None:
+            forgets = self._forgets.setdefault(shard, idempotent.Forgets())
+        return forgets
+
+    def _target(self, shard: str) -> Config:
+        """The configuration a kept job of ``shard`` is sent through; ``ConfigError`` when
+        this configuration names no such shard (a dead process's file of another one)."""
+        return self.config if shard == self.config.shard_name else self.config.shard(shard)
+
     # -- keeping ----------------------------------------------------------------------------
-    def _keep(self, jobs: list[idempotent.Sendable], cause: BaseException | None = None
-              ) -> None:
+    def _keep(self, shard: str, jobs: list[idempotent.Sendable],
+              cause: BaseException | None = None) -> None:
         if not jobs:
             return
         was_empty = not len(self.buffer)
         now = time.time()
         try:
-            self.buffer.keep([Entry(job, now) for job in jobs])
+            self.buffer.keep([Entry(job, now, shard) for job in jobs])
         except BufferFull as full:
             first = jobs[0]
             why = f" ({str(cause).rstrip('.')})" if cause is not None else ""
@@ -221,68 +241,89 @@ class ReliableWriter:
         if was_empty or not self.flusher.failing:
             self.flusher.wake()
 
-    def _down(self) -> bool:
-        return time.monotonic() < self._down_until
+    def _down(self, shard: str) -> bool:
+        return time.monotonic() < self._down_until.get(shard, 0.0)
 
-    def _failed(self) -> None:
-        """Redis could not be reached: pushes go straight to the buffer for a backoff's
-        wait (the background flush probes meanwhile)."""
-        self._down_until = time.monotonic() + max(self.flusher.duty.backoff.ceiling, 0.1)
+    def _failed(self, shard: str) -> None:
+        """``shard``'s Redis could not be reached: its pushes go straight to the buffer for
+        a backoff's wait (the background flush probes meanwhile)."""
+        self._down_until[shard] = time.monotonic() + max(self.flusher.duty.backoff.ceiling,
+                                                         0.1)
 
     # -- flushing ---------------------------------------------------------------------------
-    def _flush_first(self, pool: RedisPool) -> bool:
-        """Before a push: send what waits, oldest first. False when they could not all go
-        (Redis unreachable, or another thread is sending them): the push waits behind."""
-        if self._down() or not self._flush_lock.acquire(blocking=False):
+    def _flush_first(self, shard: str) -> bool:
+        """Before a push to ``shard``: send what waits, oldest first. False when that
+        shard's could not all go (its Redis unreachable, or another thread is sending
+        them): the push waits behind."""
+        if self._down(shard) or not self._flush_lock.acquire(blocking=False):
             return False
         try:
-            self.drain(pool)
-        except RedisUnavailable as exc:
-            if not connection_error(exc):
-                raise  # Redis answered (LOADING, OOM…): said to the caller, as a push would
-            self._failed()
-            return False
+            # Shards known down are not tried: a push elsewhere does not wait on them.
+            _, failed = self._drain({name for name in self._down_until if self._down(name)})
         finally:
             self._flush_lock.release()
-        return True
+        return shard not in failed
 
-    def drain(self, pool: RedisPool) -> int:
-        """Send everything buffered, oldest first; the number pushed. Raises
-        ``RedisUnavailable`` when Redis cannot take them (they stay). The caller holds the
-        flush lock."""
-        pushed = 0
-        while True:
-            batch = self.buffer.take(FLUSH_BATCH)
-            if not batch:
-                break
-            outcome = self._send_kept(pool, [entry.job for entry in batch])
-            self.buffer.done(outcome.landed)  # fsync'd (disk) before the records go
-            self.forgets.add(outcome.landed)
-            pushed += len(outcome.pushed)
-        self._down_until = 0.0
-        if pushed:
-            self._sent(pool, pushed)
+    def drain(self) -> int:
+        """Send everything buffered, oldest first, each job to its shard; the number pushed.
+        Raises ``RedisUnavailable`` when a shard's Redis cannot take its jobs (they stay;
+        the other shards' are sent). The caller holds the flush lock."""
+        pushed, failed = self._drain(set())
+        if failed:
+            raise next(iter(failed.values()))
         return pushed
 
-    def _send_kept(self, pool: RedisPool, jobs: Sequence[idempotent.Sendable]
-                   ) -> idempotent.Outcome:
-        """Send kept jobs; one Redis refuses for good (a queue key of another type) is
-        reported and goes to the dead set, so it cannot hold up the others."""
-        dropped = _too_large(self.config, jobs, "reliable push: buffered job")
-        jobs = [job for job in jobs if job.jid not in dropped]
-        forget = self.forgets.take()
+    def _drain(self, skip: set[str]) -> tuple[int, dict[str, RedisUnavailable]]:
+        """Send what waits of every shard but ``skip``'s: the number pushed, and the shards
+        whose Redis could not be reached (their jobs stay), with the error. An error reply
+        (LOADING, OOM…) raises: Redis answered."""
+        failed: dict[str, RedisUnavailable] = {}
+        pushed = 0
         try:
-            outcome = idempotent.send(self.config, pool, jobs, forget)
+            while True:
+                batch = self.buffer.take(FLUSH_BATCH, skip | failed.keys())
+                if not batch:
+                    break
+                for shard, jobs in _by_shard((e.shard, e.job) for e in batch).items():
+                    try:
+                        outcome = self._send_kept(shard, jobs)
+                    except RedisUnavailable as exc:
+                        if not connection_error(exc):
+                            raise
+                        self._failed(shard)
+                        failed[shard] = exc
+                        continue
+                    self.buffer.done(outcome.landed)  # fsync'd (disk) before the records go
+                    self._forgets_of(shard).add(outcome.landed)
+                    self._down_until.pop(shard, None)
+                    pushed += len(outcome.pushed)
+        finally:
+            if pushed:
+                self._sent(pushed)
+        return pushed, failed
+
+    def _send_kept(self, shard: str, jobs: Sequence[idempotent.Sendable]
+                   ) -> idempotent.Outcome:
+        """Send kept jobs of ``shard``; one Redis refuses for good (a queue key of another
+        type) is reported and goes to the dead set, so it cannot hold up the others."""
+        config = self._target(shard)
+        pool = config.pool("client")
+        forgets = self._forgets_of(shard)
+        dropped = _too_large(config, jobs, "reliable push: buffered job")
+        jobs = [job for job in jobs if job.jid not in dropped]
+        forget = forgets.take()
+        try:
+            outcome = idempotent.send(config, pool, jobs, forget)
             outcome.refused.update(dropped)
         except redis.ResponseError:
-            self.forgets.add(forget)
+            forgets.add(forget)
             outcome = idempotent.Outcome(refused=dict(dropped))
             for job in jobs:
                 try:
-                    one = idempotent.send(self.config, pool, [job])
+                    one = idempotent.send(config, pool, [job])
                 except redis.ResponseError as exc:
-                    report_error(self.config, exc, {"context": "reliable push", "jid": job.jid})
-                    self._bury_refused(pool, job, exc)
+                    report_error(config, exc, {"context": "reliable push", "jid": job.jid})
+                    self._bury_refused(config, job, exc)
                     outcome.refused[job.jid] = ""
                     continue
                 outcome.pushed += one.pushed
@@ -290,20 +331,21 @@ class ReliableWriter:
                 outcome.refused.update(one.refused)
             return outcome
         except BaseException:
-            self.forgets.add(forget)
+            forgets.add(forget)
             raise
         for jid, holder in outcome.refused.items():
             log.info("reliable push: buffered unique job %s not pushed: jid %s holds its lock",
                      jid, holder)
         return outcome
 
-    def _bury_refused(self, pool: RedisPool, job: idempotent.Sendable,
+    def _bury_refused(self, config: Config, job: idempotent.Sendable,
                       exc: redis.ResponseError) -> None:
-        """A kept job Redis refused for good: to the dead set as the text it was (where
-        the dashboard shows it and a retry pushes it); logged with its payload and dropped
-        only when the dead set refuses it too, for good (its key of another type): an outage
-        or a refusal for now (OOM, LOADING) raises, and the job stays kept."""
-        dead = self.config.keys.dead
+        """A kept job Redis refused for good: to the dead set of its shard as the text it
+        was (where the dashboard shows it and a retry pushes it); logged with its payload
+        and dropped only when the dead set refuses it too, for good (its key of another
+        type): an outage or a refusal for now (OOM, LOADING) raises, and the job stays
+        kept."""
+        dead, pool = config.keys.dead, config.pool("client")
         try:
             pool.run(lambda r: r.zadd(dead, {job.text: time.time()}))
         except redis.ResponseError as error:
@@ -313,52 +355,68 @@ class ReliableWriter:
         log.error("reliable push: Redis refused buffered job %s for good (%s); moved to the "
                   "dead set", job.jid, exc)
 
-    def adopt(self, pool: RedisPool, path: Path) -> tuple[int, int]:
+    def adopt(self, path: Path) -> tuple[int, int]:
         """Send the jobs of a dead process's buffer file (if its owner is gone and nobody
-        else claimed it): (pushed, left)."""
+        else claimed it), each to the shard it was pushed to: (pushed, left). Jobs of a
+        shard this configuration does not name stay in the file, which raises
+        ``ForeignFile`` saying so once the others are sent."""
         orphan = Orphan.claim(path)
         if orphan is None:
             return 0, 0
         pushed = 0
+        unknown: dict[str, int] = {}  # shards no configuration here names: their jobs stay
         try:
             while True:
-                batch = orphan.take(FLUSH_BATCH)
+                batch = orphan.take(FLUSH_BATCH, unknown.keys())
                 if not batch:
                     break
-                jobs, lines, buried = [], [], []
-                for jid, text, _, at in batch:
+                lines: dict[str, list[tuple[str, idempotent.Sendable]]] = {}  # per shard
+                buried = []
+                for jid, text, _, at, shard in batch:
                     try:
-                        jobs.append(idempotent.from_text(self.config.keys, text, at))
-                        lines.append(jid)
+                        config = self._target(shard)
+                    except ConfigError:
+                        unknown[shard] = unknown.get(shard, 0) + 1
+                        continue
+                    try:
+                        job = idempotent.from_text(config.keys, text, at)
                     except InvalidPayload as exc:  # the file is untrusted: no job to send
-                        self._bury(pool, path, text, exc)
+                        self._bury(config, path, text, exc)
                         buried.append(jid)
+                        continue
+                    lines.setdefault(shard, []).append((jid, job))
                 orphan.done(buried)
-                outcome = self._send_kept(pool, jobs)
-                # Recorded under each line's own jid: one written by hand or by another
-                # version may name another than its payload's, and would stay pending (taken
-                # again at once, for ever) if the payload's were recorded.
-                landed = set(outcome.landed)
-                orphan.done([line for line, job in zip(lines, jobs, strict=True)
-                             if job.jid in landed])
-                self.forgets.add(outcome.landed)
-                pushed += len(outcome.pushed)
+                for shard, sent in lines.items():
+                    outcome = self._send_kept(shard, [job for _, job in sent])
+                    # Recorded under each line's own jid: one written by hand or by another
+                    # version may name another than its payload's, and would stay pending
+                    # (taken again at once, for ever) if the payload's were recorded.
+                    landed = set(outcome.landed)
+                    orphan.done([line for line, job in sent if job.jid in landed])
+                    self._forgets_of(shard).add(outcome.landed)
+                    pushed += len(outcome.pushed)
         finally:
             left = len(orphan.pending)
             orphan.release()
             if pushed:
                 log.info("reliable push: sent %d job(s) a dead process left in %s", pushed,
                          path)
-                self._sent(pool, pushed)
+                self._sent(pushed)
+        if unknown:
+            raise ForeignFile(", ".join(f"{count} job(s) kept for shard {name!r}"
+                                        for name, count in unknown.items())
+                              + ", which this configuration does not name (shards: "
+                              + ", ".join(repr(n) for n in self.config.shard_names())
+                              + "); left in the file for a process that does")
         return pushed, left
 
-    def _bury(self, pool: RedisPool, path: Path, text: str, exc: InvalidPayload) -> None:
+    def _bury(self, config: Config, path: Path, text: str, exc: InvalidPayload) -> None:
         """A kept line of a dead process's file that no push can send: to the dead set as
         the text it was, as the outbox relay does with such a row. When the dead set refuses
         it for good (its key of another type) it is logged with its text and dropped, as a
         kept job Redis refuses is: raised, it held up this file and every file after it at
         every try. An outage or a refusal for now (OOM, LOADING) raises: the line stays."""
-        dead = self.config.keys.dead
+        dead, pool = config.keys.dead, config.pool("client")
         try:
             pool.run(lambda r: r.zadd(dead, {text: time.time()}))
         except redis.ResponseError as error:
@@ -368,7 +426,21 @@ class ReliableWriter:
         log.error("reliable push: a job in %s cannot be sent (%s); moved to the dead set",
                   path, exc)
 
-    def _sent(self, pool: RedisPool, count: int) -> None:
+    def forget_now(self) -> None:
+        """Drop the records of what landed, in each shard's Redis (normally sent with the
+        next push there); raises when one cannot be reached (its records stay)."""
+        for shard, forgets in list(self._forgets.items()):
+            forget = forgets.take()
+            if not forget:
+                continue
+            config = self._target(shard)
+            try:
+                _zrem(config, forget)
+            except BaseException:
+                forgets.add(forget)
+                raise
+
+    def _sent(self, count: int) -> None:
         """Count jobs sent from a buffer, and report this process's buffer."""
         self.sent += count
         if self.config.statsd is not None:
@@ -376,12 +448,13 @@ class ReliableWriter:
                 sink_for(self.config).recovered_push(count)
             except Exception as exc:
                 log.debug("reliable push: StatsD: %s", exc)
-        self.report(pool, recovered=count)
+        self.report(recovered=count)
 
-    def report(self, pool: RedisPool, *, recovered: int = 0) -> None:
-        """This process's buffer, in Redis for ``wurk stats`` and the dashboard; best
-        effort (the jobs are what matters)."""
+    def report(self, *, recovered: int = 0) -> None:
+        """This process's buffer, in Redis for ``wurk stats`` and the dashboard (its
+        configuration's own); best effort (the jobs are what matters)."""
         keys, me, now = self.config.keys, identity(), time.time()
+        pool = self.config.pool("client")
         record = {"identity": me, "hostname": hostname(), "pid": os.getpid(),
                   "kind": self.buffer.kind, "where": self.buffer.where,
                   "buffered": len(self.buffer), "oldest": self.buffer.oldest(),
@@ -417,7 +490,7 @@ class ReliableWriter:
         if len(self.buffer) and os.getpid() == self._pid:
             try:
                 with self._flush_lock:
-                    self.drain(self.config.pool("client"))
+                    self.drain()
             except Exception as exc:
                 log.debug("reliable push at exit: %s", exc)
         left = self.buffer.close()
@@ -483,14 +556,9 @@ class _Flusher:
         """Send what this process keeps, then what dead processes left; raises while Redis
         cannot take them (the duty backs off and reports the outage)."""
         writer = self.writer
-        pool = writer.config.pool("client")
         if len(writer.buffer):
             with writer._flush_lock:
-                try:
-                    writer.drain(pool)
-                except RedisUnavailable:
-                    writer._failed()
-                    raise
+                writer.drain()  # each shard's that can go goes; raises for one that cannot
         buffer = writer.buffer
         if isinstance(buffer, DiskBuffer):
             left = 0
@@ -498,7 +566,7 @@ class _Flusher:
             sweep_unfinished(buffer.directory)
             for path in orphans(buffer.directory, buffer.path):
                 try:
-                    left += writer.adopt(pool, path)[1]
+                    left += writer.adopt(path)[1]
                 except RedisUnavailable:
                     raise
                 except (OSError, ForeignFile) as exc:  # this file only: the others go
@@ -506,14 +574,21 @@ class _Flusher:
                     _unusable(path, exc, again=path in self._unusable)
             self._unusable = unusable
             self.orphans_left = bool(left)
-        if len(writer.forgets):  # idle: drop the records of the last pushes now
-            forget = writer.forgets.take()
-            try:
-                pool.run(lambda _: pool.send_all([("ZREM", writer.config.keys.push_sent,
-                                                   *forget)]))
-            except BaseException:
-                writer.forgets.add(forget)
-                raise
+        writer.forget_now()  # idle: drop the records of the last pushes now
+
+
+def _zrem(config: Config, jids: list[str]) -> None:
+    pool = config.pool("client")
+    pool.run(lambda _: pool.send_all([("ZREM", config.keys.push_sent, *jids)]))
+
+
+def _by_shard(jobs: Iterable[tuple[str, idempotent.Sendable]]
+              ) -> dict[str, list[idempotent.Sendable]]:
+    """Jobs grouped by their shard, in the order given (oldest first within each)."""
+    grouped: dict[str, list[idempotent.Sendable]] = {}
+    for shard, job in jobs:
+        grouped.setdefault(shard, []).append(job)
+    return grouped
 
 
 def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
@@ -521,12 +596,11 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     process holds; (pushed, jobs left in unreachable or held files, files held by a live
     process). Raises ``RedisUnavailable`` when Redis cannot take them."""
     writer = _Adopter(config)
-    pool = config.pool("client")
     pushed = left = held = 0
     sweep_unfinished(directory)
     for path in orphans(directory):
         try:
-            sent, remaining = writer.adopt(pool, path)
+            sent, remaining = writer.adopt(path)
         except RedisUnavailable:
             raise
         except (OSError, ForeignFile) as exc:  # this file only: the others go
@@ -536,9 +610,7 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
             held += 1
         pushed += sent
         left += remaining
-    forget = writer.forgets.take()
-    if forget:
-        pool.run(lambda _: pool.send_all([("ZREM", config.keys.push_sent, *forget)]))
+    writer.forget_now()
     return pushed, left, held
 
 

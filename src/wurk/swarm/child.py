@@ -6,12 +6,13 @@
 2. ``OrphanGuard``: the parent's pid, read in the parent before the fork (race-free even if
    the parent dies at once), compared with ``getppid()`` every child tick.
 3. ``run_child`` is the child's whole life and never returns (``os._exit``, so none of the
-   parent's exit hooks run here): own signal handlers in place before the signals blocked
-   across the fork are let through; Redis pools reset; ``fork`` hooks; a launcher (quiet from
-   the start if the swarm is quiet); then the signal loop. TERM or INT stops it as a worker
-   stops (``wurk.runtime.signals.stop_watched``): a second one, a second or more later, hurries the
-   stop. An orphaned child stops fetching, pushes its in-flight jobs back and exits within a
-   few seconds: nobody would stop it.
+   parent's exit hooks run here; wurk's own — a reliable writer's last flush, an outbox
+   relay's last pass — run first, ``hooks.run_exit_hooks``): own signal handlers in place
+   before the signals blocked across the fork are let through; Redis pools reset; ``fork``
+   hooks; a launcher (quiet from the start if the swarm is quiet); then the signal loop.
+   TERM or INT stops it as a worker stops (``wurk.runtime.signals.stop_watched``): a second
+   one, a second or more later, hurries the stop. An orphaned child stops fetching, pushes
+   its in-flight jobs back and exits within a few seconds: nobody would stop it.
 4. Exit codes: 0 stopped, ``EXIT_BOOT_FAILED`` could not boot, ``EXIT_CRASHED`` its own loop
    broke.
 """
@@ -30,6 +31,7 @@ from typing import NoReturn
 from .. import payload as P
 from ..config import Config
 from ..launcher import Launcher
+from ..runtime import hooks
 from ..runtime.collector import tune_collector
 from ..runtime.malloc import limit_arenas
 from ..runtime.signals import HANDLED, STOP_SIGNALS, SignalPipe, act_on, stop_watched
@@ -154,8 +156,11 @@ def run_child(config: Config, spec: ChildSpec) -> NoReturn:
     except BaseException:
         log.exception("swarm child of slot %d failed", spec.slot)
     finally:
-        _flush_output()
-        os._exit(code)
+        try:  # what atexit would have run of wurk's: its kept pushes are sent or said lost
+            hooks.run_exit_hooks()
+        finally:
+            _flush_output()
+            os._exit(code)
 
 
 def _flush_output() -> None:
