@@ -238,3 +238,19 @@ def test_a_loop_with_a_long_id_is_reached_and_paused_by_its_own_row(
     done = client.post(action, data={"csrf_token": token(client), "action": "pause",
                                      "lid": field})
     assert done.status_code == 303 and r.hget(f"loops:{LONG}", "paused") == "1"
+
+
+def test_a_batch_id_too_long_for_a_link_links_to_the_batches_list(
+        config: wurk.Config, client: TestClient, r: redis.Redis) -> None:
+    """No batch wurk makes has a 100,000-character id (one written by hand): its row links to
+    the list of batches, not by a link as long as the id (a page of such rows grew by the
+    ids' size) nor by one cut short (another batch's page)."""
+    batch = wurk.Batch(description="long")
+    with batch.jobs():
+        wurk.Client(config=config).push({"class": "Long", "args": []})
+    huge = "b" * 100_000
+    rename_batch(config, r, batch.bid, huge)
+    listed = client.get("/batches/")
+    assert listed.status_code == 200 and len(listed.text) < 60_000
+    assert all(len(a) < 2_000 for a in links(listed.text))
+    assert "/batches" in links(listed.text)

@@ -266,11 +266,17 @@ def named_path(kind: str, name: str | Invalid, suffix: str = "") -> str:
     workflow, job class or result named ``name`` (a ``NAMED`` kind): ``/queues/<name>``, the
     name quoted as one segment. A name a browser would resolve away in a path (``.`` or
     ``..``: ``/queues/..`` is ``/``) goes in the query instead (``/queue?name=..``); a queue's
-    or loop's name too long for a link, by its digest (``/queue?sha1=<hex>``)."""
+    or loop's name too long for a link, by its digest (``/queue?sha1=<hex>``); any other name
+    that long, its kind's list page."""
     base, fallback, param = NAMED[kind]
     quoted = segment(name)
-    if long_name(kind, name):
-        return f"{fallback}{suffix}?{urlencode({DIGEST_FIELD: digest(str(name))})}"
+    if len(quoted) > LINK_NAME_LIMIT:
+        if kind in BY_DIGEST:
+            return f"{fallback}{suffix}?{urlencode({DIGEST_FIELD: digest(str(name))})}"
+        # A batch, workflow, job class or jid this long is no id wurk makes (written by
+        # hand): its kind's list, not a link as long as the name (a page of them grew by
+        # the names' size, tens of MB), nor one cut short (another's page).
+        return base
     if dot_segment(quoted):
         return f"{fallback}{suffix}?{urlencode({param: str(name)})}"
     return f"{base}/{quoted}{suffix}"
