@@ -211,7 +211,7 @@ def test_queue_skips_duplicates_and_dead_children_and_abort_forgets() -> None:
     machine = world.machine()
     machine.enqueue([10, 10, 11])
     machine.advance()
-    machine.enqueue([10, 101])  # 10 is being replaced, 101 is its replacement
+    machine.enqueue([10])  # 10 is being replaced
     assert machine.involves(11) and not machine.involves(12)
     del world.slots[11]  # died while queued: respawned as a crash, nothing to replace
     world.seen.add(101)
@@ -223,6 +223,33 @@ def test_queue_skips_duplicates_and_dead_children_and_abort_forgets() -> None:
     machine.abort()
     machine.advance()
     assert world.forks == [101] and not machine.active
+
+
+def test_a_replacement_asking_to_be_replaced_while_its_predecessor_drains_is_replaced_next(
+) -> None:
+    """A replacement works while the child it replaces drains; one that reaches ``max_jobs``
+    then says so once (its only notice): the request waits for this step's end, it is not
+    dropped for the replacement's whole life."""
+    world = World()
+    machine = world.machine()
+    machine.enqueue([10])
+    machine.advance()  # 101 forked for slot 0
+    world.seen.add(101)
+    machine.advance()  # 101 heartbeats: 10 is sent TERM and drains
+    machine.enqueue([101])  # 101 ran max_jobs jobs already
+    machine.enqueue([101])  # asked twice: queued once
+    machine.advance()
+    assert world.forks == [101]  # nothing overlaps the step under way
+    assert world.exit(machine, 10) is Claim.RETIRED
+    machine.advance()
+    assert world.forks == [101, 102] and world.slots[102] == 0
+    assert machine.current is not None and machine.current.old == 101
+    world.seen.add(102)
+    machine.advance()
+    assert world.kills[-1] == (101, signal.SIGTERM)
+    world.exit(machine, 101)
+    machine.advance()
+    assert world.forks == [101, 102] and not machine.active
 
 
 # -- settings --------------------------------------------------------------------------------
