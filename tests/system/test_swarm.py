@@ -275,6 +275,14 @@ def test_a_child_whose_boot_fails_after_its_first_heartbeat_leaves_no_record(
     # expires a minute later.
     listed = {int(identity.rsplit(":", 2)[1]) for identity in r.smembers("processes")}
     assert exited & listed == set()
+    # Three in a row cannot boot, whether the parent saw a heartbeat in between or not: the
+    # swarm stops saying why (it looped for ever at the backoff's cap when it had seen one).
+    assert swarm.wait(20) == 1
+    assert re.search(r"Error: a swarm child cannot boot: slot 0 failed 3 times in a row "
+                     r"(before its first heartbeat|while booting); last error: RuntimeError: "
+                     r"boot failed after the first heartbeat", swarm.output())
+    assert r.smembers("processes") == set()
+    assert r.get("dear-leader") is None
 
 
 def test_usr1_replaces_every_child_one_at_a_time_losing_no_job(
