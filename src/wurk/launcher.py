@@ -321,6 +321,20 @@ class Launcher:
             if self._started:
                 raise RuntimeError("this launcher was already started")
             self._started = True
+        try:
+            self._start()
+        except BaseException:
+            # A boot that failed part-way (a startup hook, an error after the first
+            # heartbeat) stops what did start, whoever started it (a worker, a swarm child,
+            # a shard of a process, an in-process worker): the process record, the leader
+            # lease and the threads are not left to outlive the boot.
+            try:
+                self.stop(timeout=0)
+            except Exception:  # the boot's own error is the one to raise
+                log.exception("stopping the worker whose boot failed failed too")
+            raise
+
+    def _start(self) -> None:
         # Before anything starts: a CPU this process may not use is refused with no process
         # record written, no hook fired and no thread left behind.
         cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot) \

@@ -257,6 +257,34 @@ def test_a_child_that_cannot_boot_stops_the_swarm(
     assert r.scard("processes") == 0
 
 
+def test_a_child_whose_boot_fails_after_its_first_heartbeat_leaves_no_record(
+    config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
+) -> None:
+    # The startup hook makes the last step of the child's boot raise: its heartbeat was
+    # written and its leader election running when it gave up and exited 78. (Whether the
+    # parent saw that heartbeat or not, the child stops what it started before it exits.)
+    swarm = start_swarm("-r", "tests.system.boot_fails_jobs", count=1, wait_ready=False)
+    def gone() -> set[int]:
+        return {int(pid) for pid in re.findall(
+            r"swarm: child (\d+) \(slot 0\) exited with status 78", swarm.output())}
+
+    wait_for(lambda: len(gone()) >= 2, timeout=20, message="two children that could not boot")
+    assert "boot failed after the first heartbeat" in swarm.output()
+    exited = gone()
+    # Every child that gave up is gone from the dashboard at once, not when its heartbeat
+    # expires a minute later.
+    listed = {int(identity.rsplit(":", 2)[1]) for identity in r.smembers("processes")}
+    assert exited & listed == set()
+    # Three in a row cannot boot, whether the parent saw a heartbeat in between or not: the
+    # swarm stops saying why (it looped for ever at the backoff's cap when it had seen one).
+    assert swarm.wait(20) == 1
+    assert re.search(r"Error: a swarm child cannot boot: slot 0 failed 3 times in a row "
+                     r"(before its first heartbeat|while booting); last error: RuntimeError: "
+                     r"boot failed after the first heartbeat", swarm.output())
+    assert r.smembers("processes") == set()
+    assert r.get("dear-leader") is None
+
+
 def test_usr1_replaces_every_child_one_at_a_time_losing_no_job(
     config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
 ) -> None:

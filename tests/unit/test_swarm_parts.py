@@ -211,7 +211,7 @@ def test_queue_skips_duplicates_and_dead_children_and_abort_forgets() -> None:
     machine = world.machine()
     machine.enqueue([10, 10, 11])
     machine.advance()
-    machine.enqueue([10, 101])  # 10 is being replaced, 101 is its replacement
+    machine.enqueue([10])  # 10 is being replaced
     assert machine.involves(11) and not machine.involves(12)
     del world.slots[11]  # died while queued: respawned as a crash, nothing to replace
     world.seen.add(101)
@@ -223,6 +223,33 @@ def test_queue_skips_duplicates_and_dead_children_and_abort_forgets() -> None:
     machine.abort()
     machine.advance()
     assert world.forks == [101] and not machine.active
+
+
+def test_a_replacement_asking_to_be_replaced_while_its_predecessor_drains_is_replaced_next(
+) -> None:
+    """A replacement works while the child it replaces drains; one that reaches ``max_jobs``
+    then says so once (its only notice): the request waits for this step's end, it is not
+    dropped for the replacement's whole life."""
+    world = World()
+    machine = world.machine()
+    machine.enqueue([10])
+    machine.advance()  # 101 forked for slot 0
+    world.seen.add(101)
+    machine.advance()  # 101 heartbeats: 10 is sent TERM and drains
+    machine.enqueue([101])  # 101 ran max_jobs jobs already
+    machine.enqueue([101])  # asked twice: queued once
+    machine.advance()
+    assert world.forks == [101]  # nothing overlaps the step under way
+    assert world.exit(machine, 10) is Claim.RETIRED
+    machine.advance()
+    assert world.forks == [101, 102] and world.slots[102] == 0
+    assert machine.current is not None and machine.current.old == 101
+    world.seen.add(102)
+    machine.advance()
+    assert world.kills[-1] == (101, signal.SIGTERM)
+    world.exit(machine, 101)
+    machine.advance()
+    assert world.forks == [101, 102] and not machine.active
 
 
 # -- settings --------------------------------------------------------------------------------
@@ -585,3 +612,53 @@ def test_a_zero_memory_limit_in_the_environment_means_off() -> None:
         resolve(None, {}, environ={"WURK_MAXMEM_MB": "-5"})
     with pytest.raises(ConfigError, match="SIDEKIQ_COUNT='-2' is not"):
         resolve(None, {}, environ={"SIDEKIQ_COUNT": "-2"})
+
+
+# -- a child that cannot boot, though its first heartbeat was seen -----------------------------
+class FailingLate(Recording):
+    """Each fork is a process that exits 78 after saying ``boot-error``, as a child whose
+    boot failed after its first heartbeat does — a heartbeat this parent saw in between."""
+
+    failed: list[subprocess.Popen[bytes]]
+
+    def _spawn(self, slot: int) -> int:
+        child = subprocess.Popen(["sh", "-c", "exit 78"])
+        self.failed.append(child)
+        record = self._adopt(child.pid, slot)
+        os.write(self._notices._write,
+                 f"{child.pid} boot-error RuntimeError: boot failed late\n".encode())
+        # What ``_watch_heartbeats`` does when the child's record is found in Redis.
+        record.seen = True
+        self._boot_failures.pop(slot, None)
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # exited, not yet reaped
+        return child.pid
+
+
+def test_a_child_that_says_it_cannot_boot_counts_though_its_heartbeat_was_seen(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The parent looks for first heartbeats every tick, and a boot that fails late (after
+    the first beat) leaves one there for a moment: the child's own word, its ``boot-error``
+    and exit 78, says it could not boot. Taken for a crash, the slot was respawned for ever
+    at the backoff's cap, the swarm never stopped and never said why."""
+    clock = Clock()
+    supervisor = FailingLate(wurk.Config(timeout=10),
+                             SwarmSettings(count=1, tick=0.01, backoff_base=1, backoff_max=2),
+                             clock=clock)
+    supervisor.sent, supervisor.failed = [], []
+    caplog.set_level(logging.INFO, logger="wurk")
+    try:
+        supervisor._respawn(0)
+        for _ in range(3):
+            supervisor._reap()
+            clock.now += 2
+            supervisor._respawn_due()
+        assert len(supervisor.failed) == 3 and supervisor.children == {}
+        assert supervisor.error == (
+            "a swarm child cannot boot: slot 0 failed 3 times in a row while booting; last "
+            "error: RuntimeError: boot failed late")
+        assert "exited with status 78 while booting (3 of 3): RuntimeError: boot failed late" \
+            in caplog.text
+    finally:
+        supervisor.close()
+        for child in supervisor.failed:
+            child.wait()

@@ -2,7 +2,9 @@
 
 1. ``enqueue(pids)`` queues children to replace (USR1 queues them all; a child over the memory
    limit or past ``max_jobs`` queues itself). A pid already queued or being replaced is not
-   queued twice, so a recycle never overlaps a restart of the same child.
+   queued twice, so a recycle never overlaps a restart of the same child. The replacement
+   being brought up is queued like any child: it works while its predecessor drains, and a
+   ``max_jobs`` it reaches then (said once) or a memory limit is served once this step ends.
 2. ``advance()`` moves the current replacement one phase per supervise tick:
    ``SPAWN`` fork the replacement (a failed fork waits a backoff and tries again) →
    ``BOOT`` wait until its first heartbeat (bounded by ``heartbeat_wait``) → TERM the old
@@ -93,11 +95,15 @@ class RollingRestart:
         return step.old if step is not None and step.phase is Phase.DRAIN else None
 
     def involves(self, pid: int) -> bool:
+        """Whether ``pid`` is queued or being replaced: asking again changes nothing."""
         step = self._current
-        return pid in self._queue or (step is not None and pid in (step.old, step.replacement))
+        return pid in self._queue or (step is not None and pid == step.old)
 
     # -- requests ---------------------------------------------------------------------------
     def enqueue(self, pids: Iterable[int]) -> None:
+        """Queue ``pids`` for replacement after what is queued. The current step's
+        replacement is queued too, not dropped: its request (a ``max_jobs`` reached, which
+        it says once) waits for this step's end rather than being lost for its life."""
         for pid in pids:
             if not self.involves(pid):
                 self._queue.append(pid)

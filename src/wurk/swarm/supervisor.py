@@ -11,8 +11,9 @@
    child pushes its unfinished jobs back and exits; SIGKILL within the grace); TSTP quiets
    the swarm, globally and for good (children forked later boot quiet); USR1 starts a
    rolling restart; USR2 is relayed (log reopen); TTIN dumps threads everywhere.
-4. A crashed child is respawned after its slot's backoff. A slot whose child exits before
-   its first heartbeat ``boot_attempts`` times in a row cannot boot: the swarm stops with
+4. A crashed child is respawned after its slot's backoff. A slot whose child cannot boot
+   ``boot_attempts`` times in a row — it exits before its first heartbeat, or says it could
+   not boot (``boot-error``, exit 78) though a heartbeat was seen — stops the swarm with
    that child's error (``SwarmError``) instead of respawning forever.
 5. Recycling: a child over ``max_memory_mb`` of RSS, or announcing it ran ``max_jobs`` jobs,
    goes through the rolling restart — replacement first.
@@ -49,7 +50,7 @@ from ..runtime.signals import (
     dump_threads,
     reopen_logs,
 )
-from .child import EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
+from .child import EXIT_BOOT_FAILED, EXIT_CRASHED, FORK_SIGNALS, ChildSpec, NoticePipe, run_child
 from .respawn import RespawnSchedule
 from .restart import Claim, RestartHooks, RollingRestart
 from .settings import SwarmSettings
@@ -80,6 +81,9 @@ class Child:
     # A pidfd (Linux): a signal sent through it reaches this child only, never a process
     # that got its pid after it was reaped. None where there is none: the pid is used.
     handle: int | None = None
+    # Its slot's boot failures in a row when it was forked: seeing its heartbeat forgets
+    # them, and a boot that fails after that heartbeat carries the count on from here.
+    boot_failures_before: int = 0
 
 
 def _handle_of(pid: int) -> int | None:
@@ -316,10 +320,17 @@ class Supervisor:
                 self._become_child(slot, parent)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        identity = str(Identity(hostname(), pid, process_nonce()))
-        self.children[pid] = Child(pid, slot, identity, self._clock(), handle=_handle_of(pid))
+        self._adopt(pid, slot)
         self._set_title()
         return pid
+
+    def _adopt(self, pid: int, slot: int) -> Child:
+        """The record of ``pid``, just forked for ``slot``."""
+        identity = str(Identity(hostname(), pid, process_nonce()))
+        child = self.children[pid] = Child(
+            pid, slot, identity, self._clock(), handle=_handle_of(pid),
+            boot_failures_before=self._boot_failures.get(slot, 0))
+        return child
 
     def _become_child(self, slot: int, parent: int) -> NoReturn:
         try:
@@ -393,25 +404,36 @@ class Supervisor:
             log.info("swarm: child %d (slot %d) was replaced and %s", child.pid, child.slot,
                      how)
             return
-        if not child.seen and self._boot_failed(child, how):
+        if self._could_not_boot(child, status) and self._boot_failed(child, how):
             return
         if claim is Claim.NONE:
             delay = self._backoff.fail(child.slot, self._clock() - child.spawned_at)
             log.warning("swarm: child %d (slot %d) %s; respawning slot %d in %.1f s",
                         child.pid, child.slot, how, child.slot, delay)
 
-    def _boot_failed(self, child: Child, how: str) -> bool:
-        """Count an exit before the first heartbeat; True when the swarm now stops."""
+    def _could_not_boot(self, child: Child, status: int | None) -> bool:
+        """Whether an exit was a boot's failure: before the first heartbeat, or by the
+        child's own word — a boot that failed after its first beat, which this parent may
+        have seen (its ``boot-error`` notice, its exit 78). Taken for a crash, such a slot
+        was respawned for ever at the backoff's cap and the swarm never said why."""
         if child.error is None:
-            self._read_notices()
+            self._read_notices(child)
+        if not child.seen or child.error is not None:
+            return True
+        return status is not None and os.waitstatus_to_exitcode(status) == EXIT_BOOT_FAILED
+
+    def _boot_failed(self, child: Child, how: str) -> bool:
+        """Count a boot's failure; True when the swarm now stops."""
         reason = child.error or f"the child {how}"
-        count = self._boot_failures[child.slot] = self._boot_failures.get(child.slot, 0) + 1
-        log.warning("swarm: child %d (slot %d) %s before its first heartbeat (%d of %d): %s",
-                    child.pid, child.slot, how, count, self.settings.boot_attempts, reason)
+        when = "while booting" if child.seen else "before its first heartbeat"
+        count = max(self._boot_failures.get(child.slot, 0), child.boot_failures_before) + 1
+        self._boot_failures[child.slot] = count
+        log.warning("swarm: child %d (slot %d) %s %s (%d of %d): %s", child.pid, child.slot,
+                    how, when, count, self.settings.boot_attempts, reason)
         if count < self.settings.boot_attempts:
             return False
         self.error = (f"a swarm child cannot boot: slot {child.slot} failed {count} times in "
-                      f"a row before its first heartbeat; last error: {reason}")
+                      f"a row {when}; last error: {reason}")
         log.error("swarm: %s; stopping the swarm", self.error)
         self.stop()
         return True
@@ -433,14 +455,18 @@ class Supervisor:
             self.children.clear()
 
     # -- what children tell us --------------------------------------------------------------
-    def _read_notices(self) -> None:
+    def _read_notices(self, exited: Child | None = None) -> None:
+        """Act on what children wrote; ``exited``, reaped just now, still gets its own (its
+        ``boot-error``, written just before it exited)."""
         for notice in self._notices.receive():
             child = self.children.get(notice.pid)
+            if child is None and exited is not None and notice.pid == exited.pid:
+                child = exited
             if child is None:
                 continue
             if notice.kind == "boot-error":
                 child.error = notice.text
-            elif notice.kind == "recycle" and not self._stopping:
+            elif notice.kind == "recycle" and not self._stopping and child is not exited:
                 log.info("swarm: child %d (slot %d) asks to be replaced (%s)", child.pid,
                          child.slot, notice.text)
                 self._restart.enqueue([child.pid])
