@@ -715,3 +715,16 @@ def test_a_workflow_step_of_an_encrypted_job_is_sealed_and_runs(config: wurk.Con
     bad.step(charge, 7, bad.step(card_step))
     with pytest.raises(WorkflowError, match=r"test_crypto\.charge.*encrypt.*last argument"):
         bad.start()
+
+
+def test_a_raw_push_leaves_the_callers_arguments_as_they_were(config: wurk.Config) -> None:
+    """The seal replaced the last item of the caller's own list: after ``wurk.push`` the
+    caller's arguments held the envelope, and a second use of them ran with it."""
+    args = [7, {"card": SECRET}]
+    item = {"class": "test_crypto.charge", "args": args, "encrypt": True}
+    wurk.push(item)
+    assert args == [7, {"card": SECRET}] and item["args"] is args
+    wurk.push_bulk({"class": "test_crypto.charge", "args": [args], "encrypt": True})
+    assert args == [7, {"card": SECRET}]
+    assert Drain(config)() == 2
+    assert SEEN == [{"card": SECRET}] * 2
