@@ -178,8 +178,8 @@ def declare(name: str, encrypted: bool) -> None:
 
 
 def seal(config: Config, job: P.Payload) -> None:
-    """Seal ``job``'s last argument in place (a push of an ``encrypt`` job), unless it is an
-    envelope already or there is none."""
+    """Seal ``job``'s last argument (a push of an ``encrypt`` job): its ``args`` become a new
+    list ending in the envelope, unless the last is an envelope already or there is none."""
     args = job.get(P.ARGS)
     if not isinstance(args, list) or not args or is_envelope(args[-1]):
         return
@@ -196,8 +196,11 @@ def seal(config: Config, job: P.Payload) -> None:
     nonce = os.urandom(NONCE_BYTES)
     sealed = _cipher(_active_key(config.encryption_keys, version)).encrypt(nonce, plaintext,
                                                                           None)
-    args[-1] = {ENVELOPE_MARK: True, "v": version, "iv": _b64(nonce),
-                "ct": _b64(sealed[:-TAG_BYTES]), "tag": _b64(sealed[-TAG_BYTES:])}
+    # A new list: the payload's may be the caller's own (a raw push copies the item, not
+    # its args), which must keep the value it holds.
+    job[P.ARGS] = [*args[:-1], {ENVELOPE_MARK: True, "v": version, "iv": _b64(nonce),
+                                "ct": _b64(sealed[:-TAG_BYTES]),
+                                "tag": _b64(sealed[-TAG_BYTES:])}]
 
 
 def unique_args(config: Config, job: P.Payload) -> list[Any] | None:

@@ -645,3 +645,86 @@ def test_a_plain_payload_of_an_encrypted_job_without_the_flag_runs_as_it_is(
     assert Drain(config)() == 1
     assert SEEN == [{"card": "unsealed"}]
     assert raw.zcard("dead") == 0 and raw.zcard("retry") == 0
+
+
+@wurk.job(name="test_crypto.card")
+def card_step() -> dict[str, str]:
+    return {"card": SECRET}
+
+
+@wurk.job(name="test_crypto.order")
+def order_step() -> int:
+    return 7
+
+
+def queued(raw: redis.Redis, queue: str = "default") -> list[dict[str, Any]]:
+    return [json.loads(entry) for entry in raw.lrange(f"queue:{queue}", 0, -1)]
+
+
+def test_a_periodic_tick_of_an_encrypted_job_is_sealed_and_runs(redis_server: Any) -> None:
+    """The periodic poller pushes a prepared payload (``Client.prepare``), not through the
+    push that seals: its tick went to the queue with ``encrypt: true`` and the secret in
+    plain text, and the worker buried it (``DecryptionError``: no envelope)."""
+    from tests.helpers.wait import wait_until
+    from wurk.periodic.leader import Leadership
+    from wurk.periodic.poller import PeriodicPoller
+
+    SEEN.clear()
+    cfg = wurk.configure(redis_url=redis_server.url, periodic_seconds_field=True,
+                         periodic_poll_interval=0.2, leader_renew_interval=5.0,
+                         leader_check_interval=0.2)
+    crypto.enable(active_version=1, key_for=KEYS.get, config=cfg)
+    cfg.periodic.register("* * * * * *", charge, args=[7, {"card": SECRET}])
+    raw = redis.Redis.from_url(redis_server.url)
+    leader = Leadership(cfg, "host:1:a")
+    leader.start()
+    poller = PeriodicPoller(cfg, leader)
+    try:
+        wait_until(leader.is_leader, what="a leader")
+        poller.start()
+        wait_until(lambda: raw.llen("queue:default") >= 1, what="a tick pushed")
+    finally:
+        poller.stop(10)
+        leader.stop(10)
+    (tick, *_) = queued(raw)
+    assert tick["encrypt"] is True and crypto.is_envelope(tick["args"][-1])
+    assert SECRET not in json.dumps(tick)
+    raw.ltrim("queue:default", -1, -1)
+    assert Drain(cfg)() == 1
+    assert SEEN == [{"card": SECRET}] and raw.zcard("dead") == 0
+
+
+def test_a_workflow_step_of_an_encrypted_job_is_sealed_and_runs(config: wurk.Config,
+                                                                 redis_server: Any) -> None:
+    """A workflow's steps are prepared payloads too: an ``encrypt=True`` step was written to
+    Redis unsealed (its template and its queue) and died unopened. An earlier step's result
+    may fill an earlier argument; the sealed last one cannot take one (it is filled in, in
+    Redis, after the seal): refused at the start, naming the step."""
+    from wurk.workflow import Workflow, WorkflowError
+
+    raw = redis.Redis.from_url(redis_server.url)
+    wf = Workflow()
+    wf.step(charge, wf.step(order_step), {"card": SECRET})
+    wf.start()
+    assert not leaks(raw)
+    drain = Drain(config)
+    while drain():
+        pass
+    assert SEEN == [{"card": SECRET}] and raw.zcard("dead") == 0 and not leaks(raw)
+    bad = Workflow()
+    bad.step(charge, 7, bad.step(card_step))
+    with pytest.raises(WorkflowError, match=r"test_crypto\.charge.*encrypt.*last argument"):
+        bad.start()
+
+
+def test_a_raw_push_leaves_the_callers_arguments_as_they_were(config: wurk.Config) -> None:
+    """The seal replaced the last item of the caller's own list: after ``wurk.push`` the
+    caller's arguments held the envelope, and a second use of them ran with it."""
+    args = [7, {"card": SECRET}]
+    item = {"class": "test_crypto.charge", "args": args, "encrypt": True}
+    wurk.push(item)
+    assert args == [7, {"card": SECRET}] and item["args"] is args
+    wurk.push_bulk({"class": "test_crypto.charge", "args": [args], "encrypt": True})
+    assert args == [7, {"card": SECRET}]
+    assert Drain(config)() == 2
+    assert SEEN == [{"card": SECRET}] * 2

@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import redis
@@ -176,3 +177,42 @@ def test_a_kept_job_too_large_is_dropped_and_holds_up_none_behind_it(
     assert f"buffered job {'b' * 24} is" in caplog.text
     assert "it is dropped" in caplog.text
     assert BIG not in caplog.text  # the start of its JSON, not all of it
+
+
+@wurk.job(name="SizeTest::big_result", result_ttl=60, retry=1)
+def big_result(size: int) -> str:
+    return "x" * size
+
+
+@wurk.job(name="SizeTest::abig_result", result_ttl=60, retry=1)
+async def abig_result(size: int) -> str:
+    return "x" * size
+
+
+@pytest.mark.parametrize("job", [big_result, abig_result])
+def test_a_result_too_large_fails_the_run_with_unstorable_result_not_an_outage(
+        small_server: Server, small: redis.Redis, job: Any) -> None:
+    """A return value whose record is over the server's limit was sent all the same: the
+    server cut the connection and the run failed with ``RedisUnavailable`` ("connection
+    reset"), as if Redis were down, its waiter told nothing. It fails with
+    ``wurk.UnstorableResult`` naming the size and the limit, as a value JSON cannot carry
+    does (the retry policy applies), and that failure is what a waiter hears."""
+    from tests.helpers.runner import AsyncDrain
+
+    config = configured(small_server)
+    handle = job.perform_async(LIMIT + 100)
+    fits = job.perform_async(LIMIT - 500)
+    drain = AsyncDrain(config)
+    try:
+        assert drain() == 2
+    finally:
+        drain.close()
+    (entry,) = [json.loads(raw) for raw in small.zrange("retry", 0, -1)]
+    assert entry["jid"] == handle.jid
+    assert entry["error_class"] == "wurk.UnstorableResult"
+    assert f"over the {LIMIT:,} bytes" in entry["error_message"]
+    assert "proto-max-bulk-len" in entry["error_message"]
+    with pytest.raises(wurk.JobFailed) as failed:
+        handle.result(timeout=0)
+    assert failed.value.error_class == "wurk.UnstorableResult" and failed.value.retries_remain
+    assert len(fits.result(timeout=0)) == LIMIT - 500

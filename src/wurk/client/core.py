@@ -233,7 +233,8 @@ class Client:
     def prepare(self, item: Mapping[str, Any]) -> P.Payload | None:
         """An immediate job ready to write, for a writer that writes it itself (a Lua script
         that pushes only under a condition): normalised, through the client middleware,
-        arguments checked, ``enqueued_at`` set. None when a middleware stopped it."""
+        arguments checked, an ``encrypt`` job's last argument sealed, ``enqueued_at`` set.
+        None when a middleware stopped it."""
         if P.AT in item:
             raise InvalidPayload("a prepared job is pushed now; it cannot have 'at'",
                                  field=P.AT)
@@ -241,6 +242,8 @@ class Client:
         if job is None:
             return None
         P.check_args(job[P.ARGS])
+        if job.get(P.ENCRYPT) is True:  # written by a script, not ``_write``: sealed here
+            self._seal(job)
         job[P.ENQUEUED_AT] = P.write_time(self.config.timestamp_format)
         return job
 
@@ -614,17 +617,23 @@ class Client:
             if job.get(P.EXPIRES_IN) is not None:
                 stamp_expiry(job, at, fmt)
             if job.get(P.ENCRYPT) is True:
-                if job.get(P.UNIQUE_FOR) is not None and not job.get(P.UNIQUE_DIGEST):
-                    # digested before sealing: a fresh nonce per push would make every
-                    # push's digest differ, and no duplicate would ever be refused
-                    plain = unique_args(self.config, job)
-                    if plain is not None:
-                        job[P.UNIQUE_DIGEST] = job_digest({**job, P.ARGS: plain})
-                seal(self.config, job)  # the last argument; never an envelope twice
+                self._seal(job)
             if at is not None:
                 job.pop(P.ENQUEUED_AT, None)
             else:
                 job[P.ENQUEUED_AT] = enqueued_at
+
+    def _seal(self, job: P.Payload) -> None:
+        """Seal the last argument of an ``encrypt: true`` job (``wurk.crypto``), its unique
+        digest taken first: every payload this client makes ready to write passes here,
+        whoever writes it (a writer, or a script: a periodic tick, a workflow step)."""
+        if job.get(P.UNIQUE_FOR) is not None and not job.get(P.UNIQUE_DIGEST):
+            # digested before sealing: a fresh nonce per push would make every push's
+            # digest differ, and no duplicate would ever be refused
+            plain = unique_args(self.config, job)
+            if plain is not None:
+                job[P.UNIQUE_DIGEST] = job_digest({**job, P.ARGS: plain})
+        seal(self.config, job)  # the last argument; never an envelope twice
 
 
 def _later(parts: list[tuple[Client, list[int], dict[str, Any]]], number: int

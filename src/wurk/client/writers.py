@@ -47,6 +47,7 @@ __all__ = [
     "KeptJobs",
     "RedisWriter",
     "Writer",
+    "aoversize",
     "areplicated",
     "beneath",
     "block_value",
@@ -270,6 +271,16 @@ def oversize(config: Config, text: str, *, asking: bool = True) -> tuple[int, in
     limit = bulk_limit(config)
     size = P.too_large(text, limit)
     return None if size is None else (size, limit)
+
+
+async def aoversize(config: Config, text: str) -> tuple[int, int] | None:
+    """``oversize`` for async code: the server's limit, when it must be asked, asked
+    through the async pool (``learn_bulk_limit``), never with a blocking round trip."""
+    try:
+        return oversize(config, text, asking=False)
+    except _LimitUnknown:
+        await learn_bulk_limit(config)
+        return oversize(config, text)
 
 
 def check_size(config: Config, job: P.Payload, text: str, *, asking: bool = True) -> None:

@@ -3,7 +3,9 @@
 1. A job without ``result_ttl`` costs one dict lookup. One with it has its run's outcome
    stored (``wurk.results.store.record``, one round trip) before it is acknowledged:
    - returned: the value, once checked JSON-native — a tuple, a ``datetime``, an object
-     fails the run with ``wurk.UnstorableResult`` naming its type, never a silent ``str()``;
+     fails the run with ``wurk.UnstorableResult`` naming its type, never a silent ``str()``,
+     and a record larger than the server takes in one value (``proto-max-bulk-len``) with
+     one naming its size, never sent to cut the connection;
    - raised, with a retry due (``wurk.retry.will_retry``, the retry's own rules): the
      failure, ``retries_remain`` true;
    - raised, with no retry left: stored by ``ResultDeathHandler`` once the death is booked
@@ -46,7 +48,18 @@ from ..limiter.reschedule import over_limit_classes
 from ..middleware import AWAIT
 from ..reporting import report_error
 from ..retry import kept_backtrace, will_retry
-from .store import Outcome, arecord, cancelled, failed, keep, record, succeeded, ttl_of
+from .store import (
+    Outcome,
+    arecord,
+    astored_text,
+    cancelled,
+    failed,
+    keep,
+    record,
+    stored_text,
+    succeeded,
+    ttl_of,
+)
 
 __all__ = ["ResultDeathHandler", "ResultRecorder", "keeping_outcome"]
 
@@ -72,6 +85,7 @@ class ResultRecorder:
         try:
             value = call_next()
             outcome = _succeeded(job, payload, value, started)
+            text = stored_text(self.config, outcome)  # one the server takes, or a failure
         except JobCancelled:
             record(self.config, payload, cancelled(payload, started), ttl)
             raise
@@ -80,7 +94,7 @@ class ResultRecorder:
             if found is not None:
                 record(self.config, payload, found, ttl)
             raise
-        record(self.config, payload, outcome, ttl)
+        record(self.config, payload, outcome, ttl, text)
         return value
 
     async def acall(self, job: Any, payload: P.Payload, queue: str,
@@ -94,6 +108,7 @@ class ResultRecorder:
         try:
             value = await call_next()
             outcome = _succeeded(job, payload, value, started)
+            text = await astored_text(self.config, outcome)
         except JobCancelled:
             await arecord(self.config, payload, cancelled(payload, started), ttl)
             raise
@@ -102,7 +117,7 @@ class ResultRecorder:
             if found is not None:
                 await arecord(self.config, payload, found, ttl)
             raise
-        await arecord(self.config, payload, outcome, ttl)
+        await arecord(self.config, payload, outcome, ttl, text)
         return value
 
     def wurk_plan(self, job: Any, payload: P.Payload, queue: str) -> object | None:

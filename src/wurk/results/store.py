@@ -36,13 +36,19 @@ from .. import stored
 from ..client import writers
 from ..config import Config
 from ..connections.lending import redis as lent_redis
-from ..errors import JobCancelled, JobFailed, RedisUnavailable, UnreadableResult
+from ..errors import (
+    JobCancelled,
+    JobFailed,
+    RedisUnavailable,
+    UnreadableResult,
+    UnstorableResult,
+)
 from ..stored import Invalid
 
-__all__ = ["STATUSES", "Outcome", "afind", "arecord", "batch_outcomes", "cancelled", "decode",
-           "failed", "find", "find_many", "forget_kept", "keep", "kept", "kept_changed",
-           "kept_here", "raise_unreadable", "record", "record_cancelled", "record_commands",
-           "succeeded", "ttl_of"]
+__all__ = ["STATUSES", "Outcome", "afind", "arecord", "astored_text", "batch_outcomes",
+           "cancelled", "decode", "failed", "find", "find_many", "forget_kept", "keep", "kept",
+           "kept_changed", "kept_here", "raise_unreadable", "record", "record_cancelled",
+           "record_commands", "stored_text", "succeeded", "ttl_of"]
 
 log = logging.getLogger("wurk")
 
@@ -145,11 +151,40 @@ def ttl_of(payload: P.Payload) -> int | None:
     return None
 
 
-def record_commands(config: Config, payload: P.Payload, outcome: Outcome,
-                    ttl: int) -> list[tuple[Any, ...]]:
-    """The commands that store ``outcome``: the record, its announcement, a batch's index."""
-    keys, jid = config.keys, outcome.jid
+def stored_text(config: Config, outcome: Outcome) -> str:
+    """The record of ``outcome`` as stored; ``wurk.UnstorableResult`` when it is larger than
+    ``config``'s server takes in one value (sent, it would cut the connection: the run
+    would fail as if Redis were down)."""
     text = P.dumps(outcome.to_dict())
+    _refuse_oversize(outcome, writers.oversize(config, text))
+    return text
+
+
+async def astored_text(config: Config, outcome: Outcome) -> str:
+    """``stored_text`` for async code (the server's limit, if asked, asked on the loop's
+    pool)."""
+    text = P.dumps(outcome.to_dict())
+    _refuse_oversize(outcome, await writers.aoversize(config, text))
+    return text
+
+
+def _refuse_oversize(outcome: Outcome, over: tuple[int, int] | None) -> None:
+    if over is not None:
+        size, limit = over
+        raise UnstorableResult(
+            f"the result of job {outcome.job_class} (jid {outcome.jid}) is {size:,} bytes of "
+            f"JSON, over the {limit:,} bytes the Redis server takes in one value (its "
+            "proto-max-bulk-len): it was not stored. Return a reference to the data (a key, "
+            "a URL, a row id) rather than the data")
+
+
+def record_commands(config: Config, payload: P.Payload, outcome: Outcome, ttl: int,
+                    text: str | None = None) -> list[tuple[Any, ...]]:
+    """The commands that store ``outcome`` (``text``: its record, when ``stored_text``
+    made it already): the record, its announcement, a batch's index."""
+    keys, jid = config.keys, outcome.jid
+    if text is None:
+        text = stored_text(config, outcome)
     commands: list[tuple[Any, ...]] = [("SET", keys.result(jid), text, "EX", ttl),
                                        ("PUBLISH", keys.result_channel(jid), text)]
     bid = payload.get(P.BID)
@@ -175,17 +210,22 @@ def _checked(replies: list[Any], outcome: Outcome) -> None:
                         outcome.jid, reply)
 
 
-def record(config: Config, payload: P.Payload, outcome: Outcome, ttl: int) -> None:
+def record(config: Config, payload: P.Payload, outcome: Outcome, ttl: int,
+           text: str | None = None) -> None:
     """Store ``outcome`` for ``ttl`` seconds and announce it, in one round trip (on the
-    processor's own connection in a worker)."""
-    commands = record_commands(config, payload, outcome, ttl)
+    processor's own connection in a worker); ``text`` is its record when ``stored_text``
+    made it already."""
+    commands = record_commands(config, payload, outcome, ttl, text)
     with lent_redis(config) as conn:
         _checked(conn.pipeline(commands), outcome)
 
 
-async def arecord(config: Config, payload: P.Payload, outcome: Outcome, ttl: int) -> None:
+async def arecord(config: Config, payload: P.Payload, outcome: Outcome, ttl: int,
+                  text: str | None = None) -> None:
     """``record`` on the running loop (an async job's)."""
-    commands = record_commands(config, payload, outcome, ttl)
+    if text is None:
+        text = await astored_text(config, outcome)
+    commands = record_commands(config, payload, outcome, ttl, text)
     async with lent_redis(config) as conn:
         _checked(await conn.pipeline(commands), outcome)
 

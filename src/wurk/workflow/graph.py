@@ -282,6 +282,13 @@ class Workflow:
         assert step.job is not None  # a nested workflow's step has no template
         payload = prepare(config, step.job, args, wid=self.id, step=full, ttl=self.ttl)
         pieces = re.split(f'"wurk-ref:{token}:([0-9]+)"', P.dumps(payload))
+        if len(pieces) // 2 != len(refs):
+            # An ``encrypt`` job's last argument is sealed as the step is made ready: a
+            # result filled in later, in Redis, cannot go inside the envelope.
+            raise WorkflowError(
+                f"step {full} ({payload[P.CLASS]}): its job has encrypt=True, which seals its "
+                "last argument when the workflow starts, so an earlier step's result cannot "
+                "go in that last argument: pass it in an earlier one")
         parts = [payload[P.QUEUE], payload[P.JID]]
         for index, piece in enumerate(pieces):
             parts.append(refs[int(piece)] if index % 2 else piece)
