@@ -13,7 +13,10 @@
    fires no lifecycle hooks, binds no health or metrics port, and keeps the process title
    alone; its server middleware and death handlers are the application's, with built-in
    links of its own (a batch count or a unique lock of its jobs lands on its shard). Its
-   StatsD metrics carry the tag ``shard:<name>``.
+   StatsD metrics carry the tag ``shard:<name>``. The default shard's health check and
+   Prometheus exporter read every shard's launcher and the shared processors of point 4
+   (``Instruments.watch``): another shard's outage makes the probe fail naming that shard,
+   and its series carry the label ``shard``.
 3. ``ShardedLauncher`` answers as a ``Launcher`` does (``start``, ``quiet``, ``stop``,
    ``hurry``): it starts the default shard's launcher first, quiets them all, and stops
    them together under one deadline. A shard that cannot be reached at boot is waited for
@@ -151,6 +154,7 @@ class ShardedLauncher:
         # A cluster's processors, shared by each capsule's queues (point 4).
         self.shared = [self._shared_manager(capsule, index)
                        for index, capsule in enumerate(config.all_capsules())] if shared else []
+        self.home.instruments.watch({DEFAULT_SHARD: self.home, **self.shards}, self.shared)
         self._shared_lock = threading.Lock()
         self._shared_stopped = False
         self._hurried = threading.Event()

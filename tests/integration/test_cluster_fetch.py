@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 import wurk
 from tests.helpers import cluster_jobs
 from tests.helpers.cluster import Cluster
+from tests.helpers.server import free_port
 from tests.helpers.wait import wait_until
 from wurk.client import core
 from wurk.config import Capsule
@@ -200,6 +203,37 @@ def test_the_worker_runs_the_capsule_s_concurrency_in_processor_threads(
         others[concurrency] = sorted(t.name for t in started if t not in processors)
     # Beside them, whatever the size: each keyspace's heartbeat and its pollers' thread.
     assert others[12] == others[2] == ["wurk-heartbeat"] * 6 + ["wurk-poller"] * 6
+
+
+def test_the_health_check_and_metrics_count_every_keyspace_and_the_shared_processors(
+        cluster: Cluster) -> None:
+    """metrics.md: on a cluster the worker's health check reads every keyspace's heartbeat,
+    its exporter has a series per keyspace (label ``shard``) and one per shared capsule,
+    none twice, and ``wurk_concurrency`` is the threads it runs (not a capsule per queue)."""
+    health, metrics = free_port(), free_port()
+    config = _configure(["default", "mail", "exports"], concurrency=2, health_port=health,
+                        metrics_port=metrics)
+    worker = InProcessWorker(config).start()
+    try:
+        def healthy() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/", timeout=5) as got:
+                    return bool(got.status == 200)
+            except urllib.error.HTTPError:
+                return False
+
+        wait_until(healthy, what="every keyspace's heartbeat")
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=5) as got:
+            text = got.read().decode()
+    finally:
+        worker.stop()
+    assert "wurk_concurrency 2.0" in text
+    series = sorted(line.rsplit(" ", 1)[0] for line in text.splitlines()
+                    if line.startswith("wurk_redis_outage{"))
+    assert series == sorted(
+        [f'wurk_redis_outage{{component="heartbeat",shard="{queue}"}}'
+         for queue in ("default", "mail", "exports")]
+        + ['wurk_redis_outage{component="fetch (capsule default)",shard="default"}'])
 
 
 def test_a_job_unfinished_at_the_stop_deadline_goes_back_to_its_own_queue(

@@ -12,6 +12,7 @@ import re
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,6 +234,64 @@ def test_what_belongs_to_the_process_is_the_default_shard_s(
         worker.stop()
         listener.close()
     assert fired == ["startup", "shutdown"]
+
+
+def _health(port: int) -> tuple[int, dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as refused:
+        with refused:
+            return refused.code, json.loads(refused.read())
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return str(answer.read().decode())
+
+
+def test_another_shard_s_outage_fails_the_health_check_naming_it(
+        tmp_path: Path, r: redis.Redis) -> None:
+    """metrics.md: a worker serving several shards answers 200 only while every shard's
+    heartbeat lands and every shard's capsules fetch; a shard it cannot reach makes it 503
+    naming that shard, and ``wurk_redis_outage{shard=...}`` 1. ``wurk_concurrency`` and
+    ``wurk_busy_threads`` are the whole process's. (A server of this test's own is stopped.)"""
+    own = start_server(tmp_path / "shard-eu")
+    try:
+        health, metrics = free_port(), free_port()
+        config = wurk.configure(**FAST, shards={"eu": own.url}, concurrency=1,
+                                health_port=health, metrics_port=metrics,
+                                capsules=[wurk.Capsule(name="europe", shard="eu",
+                                                       concurrency=2)])
+        worker = wurk.InProcessWorker(config).start()
+        try:
+            wait_until(lambda: _health(health)[0] == 200, what="both shards healthy")
+            text = _scrape(metrics)
+            assert "wurk_concurrency 3.0" in text  # 1 at home + 2 on eu
+            assert "wurk_busy_threads 0.0" in text
+            for component, shard in (("heartbeat", "default"), ("heartbeat", "eu"),
+                                     ("fetch (capsule default)", "default"),
+                                     ("fetch (capsule europe)", "eu")):
+                assert f'wurk_redis_outage{{component="{component}",shard="{shard}"}} 0.0' \
+                    in text
+            own.stop()
+            wait_until(lambda: _health(health)[0] == 503, what="the health check's 503")
+            status, answer = _health(health)
+            assert status == 503 and answer["status"] == "redis unreachable"
+            assert answer["shards"] == ["eu"]
+            assert "eu: heartbeat" in answer["failing"] or \
+                "eu: fetch (capsule europe)" in answer["failing"]
+            assert all(part.startswith("eu: ") for part in answer["failing"])
+            wait_until(lambda: 'wurk_redis_outage{component="heartbeat",shard="eu"} 1.0'
+                       in _scrape(metrics), what="eu's heartbeat outage scraped")
+            text = _scrape(metrics)
+            assert 'wurk_redis_outage{component="heartbeat",shard="default"} 0.0' in text
+            assert 'wurk_redis_outages_total{component="heartbeat",shard="eu"} 1.0' in text
+            assert len(re.findall(r"^wurk_redis_outage\{", text, re.MULTILINE)) == 4
+        finally:
+            worker.stop(timeout=0)
+    finally:
+        own.stop()
 
 
 def test_a_lone_launcher_refuses_a_capsule_bound_to_a_shard(second: Server) -> None:

@@ -87,6 +87,49 @@ def test_reliable_fetch_shares_a_capsule_s_processors_by_all_its_queues(
     assert not any(inner.threads for inner in launcher.launchers)
 
 
+def test_the_health_check_and_metrics_read_every_keyspace_and_the_shared_processors(
+        on_cluster: pytest.MonkeyPatch) -> None:
+    """metrics.md: the worker's health check and exporter read every keyspace's heartbeat
+    and the processors its capsules share (booked to ``default``), each series once: the
+    queues' launchers' own managers, which run no processor, are not read. A shared
+    capsule's fetch outage makes the probe fail naming it; ``wurk_concurrency`` is the
+    processors the worker runs."""
+    from prometheus_client import generate_latest
+
+    from wurk.metrics.prometheus import WorkerExporter
+
+    config = wurk.Config(queues=["default,6", "mail,2"], concurrency=10)
+    config.capsule("low", queues=["exports", "bulk"], concurrency=1)
+    launcher = launcher_for(config)
+    assert isinstance(launcher, ShardedLauncher)
+    instruments = launcher.home.instruments
+    parts = [(shard, outage.component) for shard, outage in instruments.outages()]
+    assert parts == [("default", "heartbeat"), ("mail", "heartbeat"),
+                     ("exports", "heartbeat"), ("bulk", "heartbeat"),
+                     ("default", "fetch (capsule default)"), ("default", "fetch (capsule low)")]
+    assert [outage for _, outage in instruments.outages()][4:] == \
+        [manager.outage for manager in launcher.shared]
+    assert sum(m.capsule.concurrency for _, m in instruments.fetching()) == 11
+    exporter = WorkerExporter(outages=instruments.outages, busy=lambda: 0, concurrency=11,
+                              shard_label=True)
+    text = generate_latest(exporter.registry).decode()
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines()
+              if line.startswith("wurk_redis_outage{")]
+    assert len(series) == len(set(series)) == 6
+    assert 'wurk_redis_outage{component="fetch (capsule low)",shard="default"}' in series
+    probe = instruments.probe()
+    launcher.shared[1].outage.failed(RedisUnavailable("no keyspace answered"))
+    try:
+        healthy, answer = probe()
+        assert not healthy and answer["status"] == "redis unreachable"
+        assert answer["failing"] == ["default: fetch (capsule low)"]
+        assert answer["shards"] == ["default"]
+        assert 'wurk_redis_outage{component="fetch (capsule low)",shard="default"} 1.0' \
+            in generate_latest(exporter.registry).decode()
+    finally:
+        launcher.shared[1].outage.ended()
+
+
 def test_basic_fetch_shares_a_capsule_s_threads_out_by_weight_at_least_one_each(
         on_cluster: pytest.MonkeyPatch) -> None:
     config = wurk.Config(queues=["default,6", "mail,2"], concurrency=10, fetch="basic")

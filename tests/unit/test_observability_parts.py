@@ -31,9 +31,11 @@ def test_bad_settings_are_named(settings: dict[str, object], message: str) -> No
 def probe(*, age: float | None = 1.0, quiet: bool = False, stopping: bool = False,
           outages: tuple[Outage, ...] = (),
           stalled: tuple[str, ...] = ()) -> tuple[bool, dict[str, object]]:
-    return WorkerHealth(beat_age=lambda: age, interval=10.0, quiet=lambda: quiet,
-                        stopping=lambda: stopping, outages=lambda: outages,
-                        stalled=lambda: stalled)()
+    """A worker of one shard's probe."""
+    return WorkerHealth(beat_ages=lambda: [("default", age)], interval=10.0,
+                        quiet=lambda: quiet, stopping=lambda: stopping,
+                        outages=lambda: [("default", outage) for outage in outages],
+                        stalled=lambda: [("default", name) for name in stalled])()
 
 
 def test_the_health_probe_says_why() -> None:
@@ -52,6 +54,38 @@ def test_the_health_probe_says_why() -> None:
     assert probe(stopping=True, quiet=True)[1]["status"] == "stopping"
     cut.ended()
     assert probe(outages=(cut,))[0] is True and cut.count == 1
+
+
+def test_a_sharded_worker_s_probe_names_the_shard_at_fault() -> None:
+    """metrics.md: a worker serving several shards is healthy only while every shard's
+    heartbeat lands and every shard's capsules fetch; what fails is named with its shard
+    ("<shard>: <part>", and ``shards``), ``beat_age`` is the oldest shard's."""
+    config = wurk.Config()
+    home_beat, eu_beat = Outage(config, "heartbeat"), Outage(config, "heartbeat")
+    eu_fetch = Outage(config, "fetch (capsule europe)")
+    ages: dict[str, float | None] = {"default": 1.0, "eu": 2.0}
+    stalled: list[tuple[str, str]] = []
+    sharded = WorkerHealth(
+        beat_ages=lambda: list(ages.items()), interval=10.0, quiet=lambda: False,
+        stopping=lambda: False, stalled=lambda: stalled,
+        outages=lambda: [("default", home_beat), ("eu", eu_beat), ("eu", eu_fetch)],
+        sharded=True)
+    assert sharded() == (True, {"beat_age": 2.0, "status": "ok"})
+    eu_beat.failed(ConnectionError("refused"))
+    eu_fetch.failed(ConnectionError("refused"))
+    assert sharded() == (False, {"beat_age": 2.0, "status": "redis unreachable",
+                                 "failing": ["eu: heartbeat", "eu: fetch (capsule europe)"],
+                                 "shards": ["eu"]})
+    eu_beat.ended()
+    eu_fetch.ended()
+    stalled.append(("eu", "europe"))
+    assert sharded()[1] == {"beat_age": 2.0, "status": "processors dead",
+                            "capsules": ["eu: europe"], "shards": ["eu"]}
+    stalled.clear()
+    ages["eu"] = 31.0
+    assert sharded()[1] == {"beat_age": 31.0, "status": "heartbeat stale", "shards": ["eu"]}
+    ages["eu"] = None  # its first beat not written yet
+    assert sharded()[1] == {"beat_age": None, "status": "heartbeat stale", "shards": ["eu"]}
 
 
 def test_a_port_in_use_names_the_setting() -> None:

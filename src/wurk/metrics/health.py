@@ -9,6 +9,10 @@
    within ``STALE_BEATS`` intervals, no outage) and every capsule fetches (no fetch outage,
    a processor alive); 503 once the process is quiet or stopping, cut off from Redis, or a
    capsule's processors are all dead (a live heartbeat thread vouches for no job).
+3. A worker serving several shards (``sharded``) is healthy only while every shard's
+   heartbeat and fetch are: each part it names is ``"<shard>: <part>"``, ``shards`` lists
+   the shards at fault and ``beat_age`` is the oldest of the shards' last beats. A worker
+   of one shard answers as ever (its part names alone, no ``shards``).
 """
 
 from __future__ import annotations
@@ -37,38 +41,53 @@ CLIENT_TIMEOUT = 5.0
 
 
 class WorkerHealth:
-    """What makes a worker healthy, read from its parts (no Redis call of its own)."""
+    """What makes a worker healthy, read from its parts (no Redis call of its own): each
+    heartbeat's last beat, outage and capsule by the shard it serves (point 3)."""
 
-    def __init__(self, *, beat_age: Callable[[], float | None], interval: float,
-                 quiet: Callable[[], bool], stopping: Callable[[], bool],
-                 outages: Callable[[], Sequence[Outage]],
-                 stalled: Callable[[], Sequence[str]] = tuple) -> None:
-        self._beat_age = beat_age
+    def __init__(self, *, beat_ages: Callable[[], Sequence[tuple[str, float | None]]],
+                 interval: float, quiet: Callable[[], bool], stopping: Callable[[], bool],
+                 outages: Callable[[], Sequence[tuple[str, Outage]]],
+                 stalled: Callable[[], Sequence[tuple[str, str]]] = tuple,
+                 sharded: bool = False) -> None:
+        self._beat_ages = beat_ages
         self._stalled = stalled  # the capsules with no processor alive
         self._interval = interval
         self._quiet = quiet
         self._stopping = stopping
         self._outages = outages
+        self._sharded = sharded
 
     def __call__(self) -> tuple[bool, dict[str, Any]]:
-        age = self._beat_age()
-        report: dict[str, Any] = {"beat_age": None if age is None else round(age, 3)}
-        cut = [outage.component for outage in self._outages() if outage.active]
+        ages = self._beat_ages()
+        oldest = None if any(age is None for _, age in ages) \
+            else max((age for _, age in ages if age is not None), default=None)
+        report: dict[str, Any] = {"beat_age": None if oldest is None else round(oldest, 3)}
+        cut = [(shard, outage.component) for shard, outage in self._outages() if outage.active]
         dead = [] if cut else list(self._stalled())
+        stale = [(shard, "heartbeat") for shard, age in ages
+                 if age is None or age > STALE_BEATS * self._interval]
+        at_fault: list[tuple[str, str]] = []
         if self._stopping():
             status = "stopping"
         elif self._quiet():
             status = "quiet"
         elif cut:
-            status, report["failing"] = "redis unreachable", cut
+            status, report["failing"], at_fault = "redis unreachable", self._names(cut), cut
         elif dead:
-            status, report["capsules"] = "processors dead", dead
-        elif age is None or age > STALE_BEATS * self._interval:
-            status = "heartbeat stale"
+            status, report["capsules"], at_fault = "processors dead", self._names(dead), dead
+        elif stale or not ages:
+            status, at_fault = "heartbeat stale", stale
         else:
             status = "ok"
+        if self._sharded and at_fault:
+            report["shards"] = list(dict.fromkeys(shard for shard, _ in at_fault))
         report["status"] = status
         return status == "ok", report
+
+    def _names(self, parts: Sequence[tuple[str, str]]) -> list[str]:
+        if not self._sharded:
+            return [name for _, name in parts]
+        return [f"{shard}: {name}" for shard, name in parts]
 
 
 class HealthServer:

@@ -11,13 +11,19 @@
 3. Reaper recoveries and poison kills reach the Prometheus and StatsD counters through the
    reaper's observers and ``on_poison``; expired jobs reach StatsD through ``on_expired``.
    (Batch events reach it through ``wurk.batch``'s own hook, in workers and apps alike.)
+4. A worker serving several shards (``wurk.sharding``) binds its ports once, in the default
+   shard's launcher, whose instruments ``watch`` every shard's launcher and the processors a
+   cluster's capsules share: the health check and the exporter read them all, each part
+   named with its shard (a ``shard`` label, ``"<shard>: <part>"`` in a health answer), so
+   every shard's heartbeat and fetch count and no series is written twice. A worker of one
+   shard is read as ever: no ``shard`` label, no shard in its answers.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config import Config
@@ -61,6 +67,7 @@ class Host(Protocol):
     busy: Busy
     slot: int | None
     timers: Timers  # the thread the periodic parts run on
+    threads: bool  # False: its managers start no processor (a cluster's are shared)
 
     @property
     def managers(self) -> Sequence[Manager]: ...
@@ -89,23 +96,46 @@ class Instruments:
         self._poison: Registration | None = None
         self._expired: Registration | None = None
         self._recovery: list[Callable[[str, int], None]] = []
+        # Point 4: every shard's launcher by shard name (this one among them) and the shared
+        # processors, once ``watch`` was called; else this launcher alone.
+        self._launchers: dict[str, Host] = {self.config.shard_name: launcher}
+        self._shared: list[Manager] = []
+        self.sharded = False
+
+    def watch(self, launchers: Mapping[str, Host], shared: Sequence[Manager] = ()) -> None:
+        """Read every one of ``launchers`` (by shard name, this one among them) and the
+        processors ``shared`` by a cluster's queues (booked to this launcher's shard) as
+        parts of this worker (point 4). Before ``start``."""
+        self._launchers = dict(launchers)
+        self._shared = list(shared)
+        self.sharded = True
 
     # -- what the parts read ----------------------------------------------------------------
-    def outages(self) -> list[Outage]:
-        launcher = self.launcher
-        return [launcher.heartbeat.outage, *(m.outage for m in launcher.managers)]
+    def fetching(self) -> list[tuple[str, Manager]]:
+        """(shard, manager) of every capsule whose processors this worker runs."""
+        own = [(name, manager) for name, launcher in self._launchers.items()
+               if launcher.threads for manager in launcher.managers]
+        return own + [(self.config.shard_name, manager) for manager in self._shared]
+
+    def outages(self) -> list[tuple[str, Outage]]:
+        """(shard, outage) of every heartbeat and fetch: one per component and shard."""
+        beats = [(name, launcher.heartbeat.outage) for name, launcher in self._launchers.items()]
+        return beats + [(name, manager.outage) for name, manager in self.fetching()]
 
     def probe(self) -> WorkerHealth:
         from .health import WorkerHealth
 
         launcher = self.launcher
-        heartbeat = launcher.heartbeat
-        return WorkerHealth(beat_age=heartbeat.beat_age,
-                            interval=self.config.heartbeat_interval,
-                            quiet=lambda: heartbeat.quiet,
-                            stopping=lambda: launcher.stopping, outages=self.outages,
-                            stalled=lambda: [m.capsule.name for m in launcher.managers
-                                             if m.stalled])
+        launchers = self._launchers
+        return WorkerHealth(
+            beat_ages=lambda: [(name, each.heartbeat.beat_age())
+                               for name, each in launchers.items()],
+            interval=self.config.heartbeat_interval,
+            quiet=lambda: launcher.heartbeat.quiet, stopping=lambda: launcher.stopping,
+            outages=self.outages,
+            stalled=lambda: [(name, m.capsule.name) for name, m in self.fetching()
+                             if m.stalled],
+            sharded=self.sharded)
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> None:
@@ -143,9 +173,12 @@ class Instruments:
     def _start_exporter(self, host: str, port: int) -> None:
         from .prometheus import WorkerExporter
 
-        launcher = self.launcher
-        exporter = WorkerExporter(outages=self.outages, busy=lambda: len(launcher.busy),
-                                  concurrency=launcher.concurrency, stuck=launcher.busy.marked)
+        launchers = list(self._launchers.values())
+        exporter = WorkerExporter(
+            outages=self.outages, busy=lambda: sum(len(each.busy) for each in launchers),
+            concurrency=sum(manager.capsule.concurrency for _, manager in self.fetching()),
+            stuck=lambda: sum(each.busy.marked() for each in launchers),
+            shard_label=self.sharded)
         hosts = HostNames(self.config.web_allowed_hosts)
         bound = _listen("metrics_port", host, port, lambda: exporter.start(host, port, hosts))
         log.info("Prometheus metrics on port %d", bound)

@@ -17,6 +17,10 @@ on its ``--metrics-port``. Every name starts with ``wurk_``.
    payload's ``wrapped`` name is anyone's to write, a label set must stay bounded. So are
    the reaper's queues past ``MAX_QUEUE_LABELS``: read from in-flight list names, every
    queue's (per-tenant queues, or anyone's) at the hourly full sweep.
+3. A worker serving several shards (``shard_label``) counts every shard's parts: each
+   outage series also carries ``shard`` (a component is in every shard: each has its
+   heartbeat), and ``wurk_busy_threads``, ``wurk_concurrency`` and ``wurk_jobs_stuck`` are
+   the whole process's. A worker of one shard has no ``shard`` label.
 """
 
 from __future__ import annotations
@@ -154,10 +158,12 @@ def cluster_exposition(config: Config, accept: str = "") -> tuple[bytes, str]:
 class _Process:
     """This process's gauges and outage counts, read at scrape time."""
 
-    def __init__(self, outages: Callable[[], Sequence[Outage]], busy: Callable[[], int],
-                 concurrency: int, stuck: Callable[[], int] | None = None) -> None:
+    def __init__(self, outages: Callable[[], Sequence[tuple[str, Outage]]],
+                 busy: Callable[[], int], concurrency: int,
+                 stuck: Callable[[], int] | None = None, shard_label: bool = False) -> None:
         self._outages, self._busy, self._concurrency = outages, busy, concurrency
         self._stuck = stuck
+        self._shard_label = shard_label
 
     def describe(self) -> list[Any]:
         return []
@@ -165,13 +171,15 @@ class _Process:
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+        labels = ["component", "shard"] if self._shard_label else ["component"]
         total = CounterMetricFamily("wurk_redis_outages", "Redis outages this process rode "
-                                    "out, per component", labels=["component"])
+                                    "out, per component", labels=labels)
         now = GaugeMetricFamily("wurk_redis_outage", "1 while the component cannot reach "
-                                "Redis", labels=["component"])
-        for outage in self._outages():
-            total.add_metric([outage.component], outage.count)
-            now.add_metric([outage.component], 1 if outage.active else 0)
+                                "Redis", labels=labels)
+        for shard, outage in self._outages():
+            values = [outage.component, shard] if self._shard_label else [outage.component]
+            total.add_metric(values, outage.count)
+            now.add_metric(values, 1 if outage.active else 0)
         yield from (total, now)
         yield GaugeMetricFamily("wurk_busy_threads", "Jobs this process runs now",
                                 value=self._busy())
@@ -186,8 +194,11 @@ class _Process:
 class WorkerExporter:
     """One worker's metrics and the HTTP server that serves them."""
 
-    def __init__(self, *, outages: Callable[[], Sequence[Outage]], busy: Callable[[], int],
-                 concurrency: int, stuck: Callable[[], int] | None = None) -> None:
+    def __init__(self, *, outages: Callable[[], Sequence[tuple[str, Outage]]],
+                 busy: Callable[[], int], concurrency: int,
+                 stuck: Callable[[], int] | None = None, shard_label: bool = False) -> None:
+        """``outages`` gives (shard, outage) pairs; ``shard_label`` (a worker serving
+        several shards, point 3) puts the shard in a label of their series."""
         client = require_client()
         self.registry = registry = client.CollectorRegistry(auto_describe=False)
         self.duration = client.Histogram(
@@ -203,7 +214,7 @@ class WorkerExporter:
         self.poisoned_jobs = client.Counter("wurk_jobs_poisoned", "Jobs killed as poison "
                                             "pills by this process", ["queue"],
                                             registry=registry)
-        registry.register(_Process(outages, busy, concurrency, stuck))
+        registry.register(_Process(outages, busy, concurrency, stuck, shard_label))
         self._label = _Bounded(MAX_JOB_LABELS).label  # called on every job
         self._queues = _Bounded(MAX_QUEUE_LABELS)  # the reaper's (the jobs' are configured)
         self._server: Any = None
