@@ -97,7 +97,7 @@ class PartitionedFetch(ReliableFetch):
              keys.partition_running(queue), keys.partition_holders(queue),
              keys.partition_rates(queue)],
             [keys.partition_prefix(queue), self.limits[queue], self.prefetch, ROUTE, VISIT,
-             self.rates[queue], keys.queue_prefix, queue])
+             self.rates[queue], keys.queue_prefix, queue, self._share])
         reply = self._with_acks([command])[0]
         if isinstance(reply, redis.exceptions.NoScriptError):  # first use, or SCRIPT FLUSH
             self.lease.call(*partitions.FETCH.load())

@@ -11,6 +11,10 @@
 --    most `most` jobs in all; with a rate, a partition that had `rate` jobs fetched in this
 --    second of Redis's clock is skipped like one at its limit. Each job taken moves into the fetcher's in-flight list and
 --    counts one more in flight for its partition; that list is noted in `holders`.
+-- 3. A processor takes no more than its share of the partitions with work (ARGV[9]
+--    processors draw on the queue: at most (partitions + 1) / share jobs, at least one, as
+--    fetch_ahead.lua shares a plain queue's LLEN), so a few tenants' jobs are spread over
+--    the processors, not taken ahead by the first to run one after another.
 --
 -- KEYS[1]  the queue's plain list     KEYS[2]  the fetcher's in-flight list
 -- KEYS[3]  the ring (ZSET)            KEYS[4]  the in-flight counts (HASH)
@@ -20,6 +24,7 @@
 -- ARGV[5]  most partitions to visit ARGV[6]  most jobs of one partition fetched in one
 --          second of Redis's clock (0: no rate)
 -- ARGV[7]  the prefix of the queue's lists (Keys.queue_prefix)   ARGV[8]  the queue
+-- ARGV[9]  share: how many processors draw on the queue (absent: 1)
 -- returns  {{job, partition, job, partition, …}, {key started again, …}, {holders dropped by
 --          a recount, as partition_recount.lua's}}: the holders or the ring of
 --          another type than a set (a zset), or the rate counts of another type than a hash, written
@@ -58,6 +63,11 @@ for i = #routed, 1, -1 do
   else  -- its partition's key and the default's hold other types: it waits where it was
     redis.call('LPUSH', KEYS[1], routed[i])
   end
+end
+
+if most > 1 then
+  local share = math.max(1, tonumber(ARGV[9]) or 1)
+  most = math.min(most, math.max(1, math.floor((redis.call('ZCARD', KEYS[3]) + 1) / share)))
 end
 
 local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
