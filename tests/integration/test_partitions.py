@@ -872,3 +872,48 @@ def test_a_ring_of_another_type_is_rebuilt_and_every_waiting_job_is_fetched(
     warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
     assert any(f"{ring} held another Redis type" in w for w in warned)
     f.flush()
+
+
+@wurk.job(name="parts.plain", queue="plain")
+def plain_work(n: int) -> None:
+    return None
+
+
+def test_a_plain_list_of_another_type_leaves_the_partitions_and_other_queues_served(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """``queue:<q>`` written by something else as another type failed every fetch of the
+    queue (the routing's RPOP) with a bare WRONGTYPE — and of every queue after it in the
+    capsule — for good. Its partitions are served, the capsule's other queues too, and the
+    key is named in a warning (once), left alone."""
+    keys = pconfig.keys
+    work.set(partition="a").perform_async(1)
+    plain_work.perform_async(2)
+    r.set(keys.queue(Q), "not ours")
+    f = fetcher(pconfig, (Q, "plain"))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        got = take(f, 2)
+        assert f.fetch(0.05) is None
+    f.flush_acks()
+    assert sorted(got) == [1, 2] and r.get(keys.queue(Q)) == "not ours"
+    warned = [rec.getMessage() for rec in caplog.records if keys.queue(Q) in rec.getMessage()]
+    assert len(warned) == 1 and "another Redis type" in warned[0]
+    f.flush()
+
+
+def test_an_in_flight_list_of_another_type_passes_the_queue_over_not_the_capsule(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    work.set(partition="a").perform_async(1)
+    plain_work.perform_async(2)
+    f = fetcher(pconfig, (Q, "plain"))
+    private = f.private_lists[Q]
+    r.set(private, "not ours")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert take(f, 1) == [2]  # the plain queue's job: the capsule is not stuck
+        assert f.fetch(0.05) is None
+    f.flush_acks()
+    assert r.llen(pconfig.keys.partition(Q, "a")) == 1  # not moved, not counted
+    assert not r.exists(pconfig.keys.partition_running(Q))
+    assert any(private in rec.getMessage() for rec in caplog.records)
+    r.delete(private)
+    assert take(f, 1) == [1]  # mended: served again
+    f.flush()

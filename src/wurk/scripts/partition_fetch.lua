@@ -26,7 +26,11 @@
 -- ARGV[7]  the prefix of the queue's lists (Keys.queue_prefix)   ARGV[8]  the queue
 -- ARGV[9]  share: how many processors draw on the queue (absent: 1)
 -- returns  {{job, partition, job, partition, …}, {key started again, …}, {holders dropped by
---          a recount, as partition_recount.lua's}}: the holders or the ring of
+--          a recount, as partition_recount.lua's}, {key passed over, …}}: the queue's plain
+--          list or the fetcher's in-flight list holding another type than a list (written
+--          by something else; left alone, as the plain fetch leaves them): the plain list's
+--          jobs are not routed, the partitions still served; an in-flight list that is no
+--          list takes nothing (it made every fetch of the capsule fail). The holders or the ring of
 --          another type than a set (a zset), or the rate counts of another type than a hash, written
 --          by something else, are deleted before anything moves (each made every fetch
 --          fail, the first after moving a job into the in-flight list)
@@ -42,6 +46,13 @@ part_restart(KEYS[5], 'set', restarted)
 -- from the partitions' lists (a script cannot list them in a cluster-safe way).
 part_restart(KEYS[3], 'zset', restarted)
 if rate > 0 then part_restart(KEYS[6], 'hash', restarted) end
+local passed = {}
+if not part_holds(KEYS[2], 'list') then
+  passed[1] = KEYS[2]
+  return {{}, restarted, PQ.dropped, passed}
+end
+local route = part_holds(KEYS[1], 'list')
+if not route then passed[1] = KEYS[1] end
 
 -- Jobs of partition `name` fetched in this second (a field written by hand counts as none).
 local function fetched_now(name)
@@ -55,7 +66,7 @@ end
 -- The plain list's oldest jobs, oldest first, go to their partitions' tails (next to run),
 -- each partition's in the order they were pushed: the newest is put there first, so the
 -- oldest ends at the very tail (put there one by one as popped, they ran newest first).
-local routed = redis.call('RPOP', KEYS[1], tonumber(ARGV[4])) or {}
+local routed = route and redis.call('RPOP', KEYS[1], tonumber(ARGV[4])) or {}
 for i = #routed, 1, -1 do
   local name = part_put(ARGV[1], part_of(routed[i]), routed[i], 'RPUSH')
   if name then
@@ -107,4 +118,4 @@ while visits > 0 and #taken < 2 * most do
   end
 end
 if #taken > 0 then redis.call('SADD', KEYS[5], KEYS[2]) end
-return {taken, restarted, PQ.dropped}
+return {taken, restarted, PQ.dropped, passed}
