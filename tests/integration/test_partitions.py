@@ -917,3 +917,29 @@ def test_an_in_flight_list_of_another_type_passes_the_queue_over_not_the_capsule
     r.delete(private)
     assert take(f, 1) == [1]  # mended: served again
     f.flush()
+
+
+def test_a_partition_the_ring_lost_is_found_again_by_the_hourly_sweep(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A partition list with jobs that the ring does not name (the ring deleted or edited by
+    hand, a rebuild cut short) was never fetched, nor counted by ``Queue.size``, until
+    that partition's next push: for good for a tenant that pushes no more. The reaper's
+    hourly full sweep puts every such partition back in the ring."""
+    keys = pconfig.keys
+    work.set(partition="a").perform_async(1)
+    work.set(partition="b").perform_async(2)
+    r.zrem(keys.partition_ring(Q), "b")
+    f = fetcher(pconfig)
+    assert take(f, 1) == [1] and f.fetch(0.05) is None  # "b" stranded
+    f.flush_acks()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        Reaper(pconfig, Identity.current(), [Q]).sweep()  # the first sweep: full scan due
+    assert r.zrange(keys.partition_ring(Q), 0, -1) == ["b"]
+    assert any("1 partition(s)" in rec.getMessage() for rec in caplog.records)
+    assert take(f, 1) == [2]
+    caplog.clear()
+    r.delete(keys.reaper_lock)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        Reaper(pconfig, Identity.current(), [Q]).sweep()  # nothing stranded: no warning
+    assert not [rec for rec in caplog.records if "ring" in rec.getMessage()]
+    f.flush()
