@@ -215,20 +215,27 @@ def recount(r: Any, keys: Keys, queue: str) -> int:
 
 
 def rebuild_ring(r: Any, keys: Keys, queue: str) -> int:
-    """Put back in the queue's ring every partition whose list exists (after a fetch deleted
-    a ring of another type): the jobs already waiting in them are fetched again, not only
-    those of partitions pushed to later. Rare (a hand edit), so a SCAN of the partitions'
-    keys; returns how many partitions were found."""
+    """Put back in the queue's ring every partition whose list exists and that it does not
+    name (after a fetch deleted a ring of another type; and at the reaper's hourly full
+    sweep, for a ring deleted or edited by hand): the jobs already waiting in them are
+    fetched again, not only those of partitions pushed to later — and counted by
+    ``wurk.api.Queue``, which lists the partitions from the ring. Rare, so a SCAN of the
+    partitions' keys; returns how many partitions were put back (a warning names how
+    many)."""
     pattern = glob_escape(keys.partition_prefix(queue)) + "*"
     prefix = len(keys.partition_prefix(queue))
     names = {text(key)[prefix:] for key in r.scan_iter(match=pattern, count=1000,
                                                        _type="list")}
     found = [name for name in names if _valid(name)]
-    if found:
-        r.zadd(keys.partition_ring(queue), dict.fromkeys(found, 0), nx=True)
-    log.warning("partitioned queue %s: its ring was rebuilt from the partitions' lists: %d "
-                "partition(s) with jobs waiting", queue, len(found))
-    return len(found)
+    added = 0
+    for start in range(0, len(found), READ):
+        added += int(r.zadd(keys.partition_ring(queue),
+                            dict.fromkeys(found[start:start + READ], 0), nx=True))
+    if added:
+        log.warning("partitioned queue %s: %d partition(s) with jobs waiting were not in its "
+                    "ring (deleted or edited by something else), and were never fetched; put "
+                    "back", queue, added)
+    return added
 
 
 def warn_dropped(keys: Keys, queue: str, dropped: Sequence[Any]) -> None:

@@ -47,16 +47,17 @@ def work(n: int) -> None:
 
 
 def fetcher(config: wurk.Config, queues: tuple[str, ...] = (Q,), *, prefetch: int = 1,
-            claims: Claims | None = None, nonce: str | None = None) -> PartitionedFetch:
+            claims: Claims | None = None, nonce: str | None = None,
+            concurrency: int = 10, slot: int = 0) -> PartitionedFetch:
     cfg = config if config.prefetch == prefetch else wurk.Config(
         redis_url=config.redis_url, partitions=config.partitions,
         partition_rates=config.partition_rates, prefetch=prefetch)
     identity = Identity.current()
     if nonce is not None:
         identity = Identity(identity.hostname, identity.pid, nonce)
-    capsule = Capsule(queues=[(q, 0) for q in queues], concurrency=10)
-    return PartitionedFetch(cfg, capsule, cfg.pool("test", size=4), identity=identity,
-                            capsule_index=0, slot=0, claims=claims)
+    capsule = Capsule(queues=[(q, 0) for q in queues], concurrency=concurrency)
+    return PartitionedFetch(cfg, capsule, cfg.pool(f"test{slot}", size=4), identity=identity,
+                            capsule_index=0, slot=slot, claims=claims)
 
 
 def part_of(unit: UnitOfWork | None) -> str:
@@ -128,10 +129,39 @@ def test_prefetch_takes_one_job_per_partition_per_round_trip(pconfig: wurk.Confi
     for p in ("a", "b", "c"):
         for n in range(5):
             work.set(partition=p).perform_async(n)
-    f = fetcher(pconfig, prefetch=8)
+    f = fetcher(pconfig, prefetch=8, concurrency=1)
     assert f.fetch(0.05) is not None
     assert Counter(json.loads(j)["partition"] for j in r.lrange(f.private_lists[Q], 0, -1)) \
         == {"a": 1, "b": 1, "c": 1}
+
+
+def test_prefetch_takes_no_more_than_a_processors_share_of_the_partitions(
+        pconfig: wurk.Config, r: redis.Redis) -> None:
+    """Ten tenants with a job each and ten processors: each processor takes one, as on a
+    plain queue (its share: partitions with work / concurrency, at least one). The first
+    processor took eight into its buffer and ran them one after another while the nine
+    others found nothing to fetch."""
+    for t in range(10):
+        work.set(partition=f"t{t}").perform_async(t)
+    fetchers = [fetcher(pconfig, prefetch=8, concurrency=10, slot=slot, nonce=f"{slot:012x}")
+                for slot in range(10)]
+    units = [f.fetch(0.05) for f in fetchers]
+    assert all(unit is not None for unit in units)  # every processor got one
+    assert sorted(arg(unit) for unit in units) == list(range(10))
+    assert [r.llen(f.private_lists[Q]) for f in fetchers] == [1] * 10
+    for f in fetchers:
+        f.flush()
+
+
+@pytest.mark.parametrize(("tenants", "taken"), [(30, 3), (200, 8)])
+def test_a_backlog_of_partitions_gives_each_processor_its_share_up_to_prefetch(
+        pconfig: wurk.Config, r: redis.Redis, tenants: int, taken: int) -> None:
+    for t in range(tenants):
+        work.set(partition=f"u{t:03d}").perform_async(t)
+    f = fetcher(pconfig, prefetch=8, concurrency=10)
+    assert f.fetch(0.05) is not None
+    assert r.llen(f.private_lists[Q]) == taken
+    f.flush()
 
 
 def test_an_emptied_partition_leaves_the_ring_and_comes_back_with_its_next_push(
@@ -218,7 +248,7 @@ def test_jobs_on_the_plain_list_are_routed_to_their_partitions(pconfig: wurk.Con
                                                "partition": "z", "jid": "j1"}),
             json.dumps({"class": "X", "args": [2], "queue": Q, "partition": "no:good",
                         "jid": "j2"}), "not json at all")
-    f = fetcher(pconfig, prefetch=8)
+    f = fetcher(pconfig, prefetch=8, concurrency=1)
     assert f.fetch(0.05) is not None
     assert not r.exists(pconfig.keys.queue(Q))
     # one job per partition per fetch: "z"'s, and one of the two in the default partition
@@ -255,7 +285,7 @@ def test_a_partition_list_of_the_wrong_type_is_skipped_not_an_error(
     r.set(keys.partition(Q, "s"), "a string")
     r.zadd(keys.partition_ring(Q), {"s": 0})
     work.set(partition="a").perform_async(1)
-    f = fetcher(pconfig, prefetch=8)
+    f = fetcher(pconfig, prefetch=8, concurrency=1)
     assert part_of(f.fetch(0.05)) == "a"
     assert r.get(keys.partition(Q, "s")) == "a string"  # not ours to touch
     assert r.zrange(keys.partition_ring(Q), 0, -1) == ["a"]
@@ -841,4 +871,75 @@ def test_a_ring_of_another_type_is_rebuilt_and_every_waiting_job_is_fetched(
     assert f.fetch(0.05) is None and r.type(ring) in ("zset", "none")
     warned = [rec.getMessage() for rec in caplog.records if rec.levelno == logging.WARNING]
     assert any(f"{ring} held another Redis type" in w for w in warned)
+    f.flush()
+
+
+@wurk.job(name="parts.plain", queue="plain")
+def plain_work(n: int) -> None:
+    return None
+
+
+def test_a_plain_list_of_another_type_leaves_the_partitions_and_other_queues_served(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """``queue:<q>`` written by something else as another type failed every fetch of the
+    queue (the routing's RPOP) with a bare WRONGTYPE — and of every queue after it in the
+    capsule — for good. Its partitions are served, the capsule's other queues too, and the
+    key is named in a warning (once), left alone."""
+    keys = pconfig.keys
+    work.set(partition="a").perform_async(1)
+    plain_work.perform_async(2)
+    r.set(keys.queue(Q), "not ours")
+    f = fetcher(pconfig, (Q, "plain"))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        got = take(f, 2)
+        assert f.fetch(0.05) is None
+    f.flush_acks()
+    assert sorted(got) == [1, 2] and r.get(keys.queue(Q)) == "not ours"
+    warned = [rec.getMessage() for rec in caplog.records if keys.queue(Q) in rec.getMessage()]
+    assert len(warned) == 1 and "another Redis type" in warned[0]
+    f.flush()
+
+
+def test_an_in_flight_list_of_another_type_passes_the_queue_over_not_the_capsule(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    work.set(partition="a").perform_async(1)
+    plain_work.perform_async(2)
+    f = fetcher(pconfig, (Q, "plain"))
+    private = f.private_lists[Q]
+    r.set(private, "not ours")
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert take(f, 1) == [2]  # the plain queue's job: the capsule is not stuck
+        assert f.fetch(0.05) is None
+    f.flush_acks()
+    assert r.llen(pconfig.keys.partition(Q, "a")) == 1  # not moved, not counted
+    assert not r.exists(pconfig.keys.partition_running(Q))
+    assert any(private in rec.getMessage() for rec in caplog.records)
+    r.delete(private)
+    assert take(f, 1) == [1]  # mended: served again
+    f.flush()
+
+
+def test_a_partition_the_ring_lost_is_found_again_by_the_hourly_sweep(
+        pconfig: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A partition list with jobs that the ring does not name (the ring deleted or edited by
+    hand, a rebuild cut short) was never fetched, nor counted by ``Queue.size``, until
+    that partition's next push: for good for a tenant that pushes no more. The reaper's
+    hourly full sweep puts every such partition back in the ring."""
+    keys = pconfig.keys
+    work.set(partition="a").perform_async(1)
+    work.set(partition="b").perform_async(2)
+    r.zrem(keys.partition_ring(Q), "b")
+    f = fetcher(pconfig)
+    assert take(f, 1) == [1] and f.fetch(0.05) is None  # "b" stranded
+    f.flush_acks()
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        Reaper(pconfig, Identity.current(), [Q]).sweep()  # the first sweep: full scan due
+    assert r.zrange(keys.partition_ring(Q), 0, -1) == ["b"]
+    assert any("1 partition(s)" in rec.getMessage() for rec in caplog.records)
+    assert take(f, 1) == [2]
+    caplog.clear()
+    r.delete(keys.reaper_lock)
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        Reaper(pconfig, Identity.current(), [Q]).sweep()  # nothing stranded: no warning
+    assert not [rec for rec in caplog.records if "ring" in rec.getMessage()]
     f.flush()

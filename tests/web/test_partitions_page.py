@@ -44,8 +44,9 @@ def test_the_queue_page_shows_partitions_sizes_and_in_flight(
         page_job.set(partition="acme").perform_async(n)
     for n in range(3):
         page_job.set(partition="globex").perform_async(n)
-    fetcher = PartitionedFetch(pconfig, Capsule(queues=[(Q, 0)]), pconfig.pool("t", size=2),
-                               identity=Identity.current(), capsule_index=0, slot=0)
+    fetcher = PartitionedFetch(pconfig, Capsule(queues=[(Q, 0)], concurrency=1),
+                               pconfig.pool("t", size=2), identity=Identity.current(),
+                               capsule_index=0, slot=0)
     assert fetcher.fetch(0.05) is not None  # one of each partition now in flight
     text = pclient.get(f"/queues/{Q}").text
     rows = re.findall(r'<tr><td class="name">([^<]+)</td><td>(\d+)</td><td>(\d+)', text)

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -33,6 +34,8 @@ from .basic import UnitOfWork
 from .reliable import Claims, ReliableFetch
 
 __all__ = ["POLL_MAX", "POLL_MIN", "PartitionedFetch"]
+
+log = logging.getLogger("wurk")
 
 POLL_MIN = 0.005
 POLL_MAX = 0.2
@@ -55,6 +58,7 @@ class PartitionedFetch(ReliableFetch):
         self.rates = {q: config.partition_rates.get(q, 0) for q in self.limits}
         self._poll = POLL_MIN
         self._ack_loaded = False
+        self._passed: dict[str, set[str]] = {}  # queue → its keys passed over (warned)
 
     def _fetch_from(self, queues: list[str], timeout: float) -> UnitOfWork | None:
         plain: list[str] = []
@@ -97,7 +101,7 @@ class PartitionedFetch(ReliableFetch):
              keys.partition_running(queue), keys.partition_holders(queue),
              keys.partition_rates(queue)],
             [keys.partition_prefix(queue), self.limits[queue], self.prefetch, ROUTE, VISIT,
-             self.rates[queue], keys.queue_prefix, queue])
+             self.rates[queue], keys.queue_prefix, queue, self._share])
         reply = self._with_acks([command])[0]
         if isinstance(reply, redis.exceptions.NoScriptError):  # first use, or SCRIPT FLUSH
             self.lease.call(*partitions.FETCH.load())
@@ -107,7 +111,8 @@ class PartitionedFetch(ReliableFetch):
             if unavailable is not None:
                 raise unavailable from reply
             raise reply
-        taken, restarted, dropped = reply
+        taken, restarted, dropped, passed = reply
+        self._warn_passed(queue, {_text(key) for key in passed})
         partitions.warn_restarted(queue, restarted)
         partitions.warn_dropped(self.keys, queue, dropped)
         if keys.partition_ring(queue) in (_text(key) for key in restarted):
@@ -125,6 +130,21 @@ class PartitionedFetch(ReliableFetch):
         self._ahead.extend(units[1:])
         self._out = units[0]
         return units[0]
+
+    def _warn_passed(self, queue: str, keys: set[str]) -> None:
+        """The queue's plain list or this fetcher's in-flight list holds another Redis type
+        (written by something else): warned about once, when the fetch starts passing it
+        over, until it is a list again."""
+        for key in sorted(keys - self._passed.get(queue, set())):
+            if key == self.keys.queue(queue):
+                log.warning("fetch: %s holds another Redis type than a list (written by "
+                            "something else); its jobs are not routed to the partitions of "
+                            "%s until it is mended, the partitions are served", key, queue)
+            else:
+                log.warning("fetch: the in-flight list %s holds another Redis type than a "
+                            "list (written by something else); the partitioned queue %s is "
+                            "passed over until it is mended", key, queue)
+        self._passed[queue] = keys
 
     # -- acknowledging ----------------------------------------------------------------------
     def acknowledge(self, unit: UnitOfWork) -> None:

@@ -172,10 +172,13 @@ class Reaper:
         # Pro's layout names the queue last, so no pattern per queue finds both layouts'
         # lists: one SCAN of every private list, kept to the served queues' unless the full
         # scan is due (one SCAN, not one per queue).
-        served = None if self._full_scan_due() else frozenset(self.queues)
+        full = self._full_scan_due()
+        served = None if full else frozenset(self.queues)
         recovered = self._reap_matching(self.config.keys.private_pattern, verdicts, served)
         recovered += self.return_strays()
         self.recount_partitions()
+        if full:
+            self.find_stranded_partitions()
         if recovered:
             log.info("reaper: %d job(s) back on their queues", recovered)
         return recovered
@@ -188,6 +191,16 @@ class Reaper:
         for queue in self.queues:
             if queue in self.config.partitions:
                 self.pool.run(partial(partitions.recount, keys=keys, queue=queue))
+
+    def find_stranded_partitions(self) -> None:
+        """Put back in its ring each partition of a partitioned queue served here whose
+        list holds jobs the ring does not name (``partitions.rebuild_ring``: a SCAN, so at
+        the hourly full sweep only): nothing else would ever fetch them."""
+        keys = self.config.keys
+        for queue in self.queues:
+            if queue in self.config.partitions:
+                self.pool.run(partial(partitions.rebuild_ring, keys=keys, queue=queue),
+                              idempotent=True)
 
     def reap_all(self) -> int:
         """Every private list of the keyspace, whoever serves its queue (no lock)."""

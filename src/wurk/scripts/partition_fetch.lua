@@ -11,6 +11,10 @@
 --    most `most` jobs in all; with a rate, a partition that had `rate` jobs fetched in this
 --    second of Redis's clock is skipped like one at its limit. Each job taken moves into the fetcher's in-flight list and
 --    counts one more in flight for its partition; that list is noted in `holders`.
+-- 3. A processor takes no more than its share of the partitions with work (ARGV[9]
+--    processors draw on the queue: at most (partitions + 1) / share jobs, at least one, as
+--    fetch_ahead.lua shares a plain queue's LLEN), so a few tenants' jobs are spread over
+--    the processors, not taken ahead by the first to run one after another.
 --
 -- KEYS[1]  the queue's plain list     KEYS[2]  the fetcher's in-flight list
 -- KEYS[3]  the ring (ZSET)            KEYS[4]  the in-flight counts (HASH)
@@ -20,8 +24,13 @@
 -- ARGV[5]  most partitions to visit ARGV[6]  most jobs of one partition fetched in one
 --          second of Redis's clock (0: no rate)
 -- ARGV[7]  the prefix of the queue's lists (Keys.queue_prefix)   ARGV[8]  the queue
+-- ARGV[9]  share: how many processors draw on the queue (absent: 1)
 -- returns  {{job, partition, job, partition, …}, {key started again, …}, {holders dropped by
---          a recount, as partition_recount.lua's}}: the holders or the ring of
+--          a recount, as partition_recount.lua's}, {key passed over, …}}: the queue's plain
+--          list or the fetcher's in-flight list holding another type than a list (written
+--          by something else; left alone, as the plain fetch leaves them): the plain list's
+--          jobs are not routed, the partitions still served; an in-flight list that is no
+--          list takes nothing (it made every fetch of the capsule fail). The holders or the ring of
 --          another type than a set (a zset), or the rate counts of another type than a hash, written
 --          by something else, are deleted before anything moves (each made every fetch
 --          fail, the first after moving a job into the in-flight list)
@@ -37,6 +46,13 @@ part_restart(KEYS[5], 'set', restarted)
 -- from the partitions' lists (a script cannot list them in a cluster-safe way).
 part_restart(KEYS[3], 'zset', restarted)
 if rate > 0 then part_restart(KEYS[6], 'hash', restarted) end
+local passed = {}
+if not part_holds(KEYS[2], 'list') then
+  passed[1] = KEYS[2]
+  return {{}, restarted, PQ.dropped, passed}
+end
+local route = part_holds(KEYS[1], 'list')
+if not route then passed[1] = KEYS[1] end
 
 -- Jobs of partition `name` fetched in this second (a field written by hand counts as none).
 local function fetched_now(name)
@@ -50,7 +66,7 @@ end
 -- The plain list's oldest jobs, oldest first, go to their partitions' tails (next to run),
 -- each partition's in the order they were pushed: the newest is put there first, so the
 -- oldest ends at the very tail (put there one by one as popped, they ran newest first).
-local routed = redis.call('RPOP', KEYS[1], tonumber(ARGV[4])) or {}
+local routed = route and redis.call('RPOP', KEYS[1], tonumber(ARGV[4])) or {}
 for i = #routed, 1, -1 do
   local name = part_put(ARGV[1], part_of(routed[i]), routed[i], 'RPUSH')
   if name then
@@ -58,6 +74,11 @@ for i = #routed, 1, -1 do
   else  -- its partition's key and the default's hold other types: it waits where it was
     redis.call('LPUSH', KEYS[1], routed[i])
   end
+end
+
+if most > 1 then
+  local share = math.max(1, tonumber(ARGV[9]) or 1)
+  most = math.min(most, math.max(1, math.floor((redis.call('ZCARD', KEYS[3]) + 1) / share)))
 end
 
 local top = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
@@ -97,4 +118,4 @@ while visits > 0 and #taken < 2 * most do
   end
 end
 if #taken > 0 then redis.call('SADD', KEYS[5], KEYS[2]) end
-return {taken, restarted, PQ.dropped}
+return {taken, restarted, PQ.dropped, passed}
