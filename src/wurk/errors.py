@@ -376,9 +376,18 @@ class Unretryable(WurkError):
 class DecryptionError(Unretryable):
     """An encrypted job's last argument could not be opened: an unknown key version, tampered
     or truncated bytes, or no envelope at all. The message names the jid and the key version,
-    never the value (``wurk.crypto``)."""
+    never the value (``wurk.crypto``), after the prefix ``encryption_error:`` the Ruby wurk's
+    dead jobs carry, so a search of the dead set finds them alike."""
 
     __module__ = "wurk"
+
+    def __init__(self, message: str) -> None:
+        prefixed = message.startswith(_DECRYPTION_PREFIX)
+        super().__init__(message if prefixed else _DECRYPTION_PREFIX + message)
+
+
+# The start of every DecryptionError's message (and so of a dead job's error_message).
+_DECRYPTION_PREFIX = "encryption_error: "
 
 
 class IterationStateError(Unretryable):

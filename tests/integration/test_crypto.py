@@ -130,6 +130,7 @@ def test_key_rotation_old_versions_still_open_a_removed_one_kills(
     dead = json.loads(raw.zrange("dead", 0, -1)[0])
     assert dead["error_class"] == "wurk.DecryptionError"
     assert "version 1" in dead["error_message"] and dead["jid"] in dead["error_message"]
+    assert dead["error_message"].startswith("encryption_error: ")  # as Ruby wurk's
     assert died == [(dead["jid"], "DecryptionError")]
     assert raw.zcard("retry") == 0  # never retried
     assert drain.counters.failed == failed_before + 1  # counted as a failure
