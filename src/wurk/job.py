@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overloa
 
 from . import crypto, partitions, unique
 from . import payload as P
+from .client import writers
 from .client.core import Client, Parts
 from .client.default import default_client
 from .client.writers import KeptJobs, kept
@@ -589,7 +590,8 @@ class JobSetter(Generic[Params, R]):
 
     def perform_inline(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
         """Run now, in this thread, through client and server middleware (Sidekiq's
-        ``perform_inline``); returns the job's result, or None if a middleware stopped it."""
+        ``perform_inline``); returns the job's result, or None if a middleware stopped it
+        or, for a unique job, another jid holds its lock (``wurk.unique.run_inline``)."""
         client = self._client()
         normalized = client.normalize(self._item(self.definition.positional(args, kwargs)))
         passed = client._through_middleware(normalized)
@@ -603,8 +605,13 @@ class JobSetter(Generic[Params, R]):
             result = self.definition.call(instance, job[P.ARGS])
             return asyncio.run(result) if inspect.iscoroutine(result) else result
 
-        return client.config.server_middleware.invoke(instance, job, job[P.QUEUE], run,
-                                                      run_async=on_own_loop)
+        def invoke() -> Any:
+            return client.config.server_middleware.invoke(instance, job, job[P.QUEUE], run,
+                                                          run_async=on_own_loop)
+
+        if job.get(P.UNIQUE_FOR) is None or writers.beneath() is not None:
+            return invoke()  # not unique, or a testing mode: no Redis, no lock
+        return unique.run_inline(client.config, job, invoke)
 
 
 class JobFunction(JobSetter[Params, R]):

@@ -16,7 +16,12 @@
 4. No lock refuses the job itself coming back — the scheduler pushing a due retry or
    scheduled job (client mode), an interrupted job pushed again (``coming_back``): not its
    own, nor a later push's, left alone. ``set(unique_for=False)`` pushes without a lock.
-5. ``locked(queue, name, args)``: the jid holding the lock, or None (on Redis Cluster, read
+5. ``run_inline``: ``perform_inline`` of a unique job takes its lock as a push would
+   (``scripts/unique_take.lua``); while another jid holds it the run is refused (None,
+   the holder logged), as Sidekiq Enterprise 7.3.2 does. Nothing is pending after an
+   inline run, so the lock is released when it ends, however it ends (at its start for
+   ``unique_until="start"``).
+6. ``locked(queue, name, args)``: the jid holding the lock, or None (on Redis Cluster, read
    in ``queue``'s keyspace). For a job registered with ``encrypt=True`` (or given
    ``encrypt=True``) the digest is taken as its push takes it, over the keyed stand-in for
    its last argument (``wurk.crypto.unique_args``).
@@ -28,12 +33,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 from . import payload as P
 from . import scripts, stored
-from .client.locks import digest, job_digest, lock_for, use_context
+from .client.locks import digest, job_digest, lock_for, refused, use_context
 from .config import Config, default_config
 from .connections.lending import redis as lent_redis
 from .crypto import unique_args
@@ -51,6 +56,7 @@ __all__ = [
     "locked",
     "release",
     "release_stored",
+    "run_inline",
     "seconds",
     "use_context",
     "use_sealed",
@@ -59,6 +65,8 @@ __all__ = [
 log = logging.getLogger("wurk")
 
 _RELEASE = scripts.Script("unique_release.lua")
+_TAKE = scripts.Script("unique_take.lua", prelude=("owned.lua",))
+T = TypeVar("T")
 # Stored payloads read per round trip when a whole queue or set is cleared.
 CLEAR_PAGE = 500
 # Waits between the attempts to release a lock while Redis cannot be reached: about 3.5 s in
@@ -141,6 +149,34 @@ def release(config: Config, job: P.Payload) -> bool:
     log.warning("could not release the unique lock of %s (jid %s): %s; it expires on its "
                 "own", job.get(P.CLASS), lock[1], failure)
     return False
+
+
+def take(config: Config, job: P.Payload) -> bool:
+    """Take ``job``'s lock for a run that pushes nothing: True when taken (or this jid's
+    already), False when another jid holds it (logged, as a refused push is)."""
+    if job.get(P.ENCRYPT) is True and not job.get(P.UNIQUE_DIGEST):
+        plain = unique_args(config, job)  # as its push digests it: the value, not a nonce
+        if plain is not None:
+            job[P.UNIQUE_DIGEST] = job_digest({**job, P.ARGS: plain})
+    lock, ttl_ms = lock_for(config.keys, job, None, time.time())
+    with lent_redis(config) as conn:
+        reply = _TAKE.call(conn, [lock], [job[P.JID], ttl_ms])
+    return not refused([(job, None)], [reply])
+
+
+def run_inline(config: Config, job: P.Payload, run: Callable[[], T]) -> T | None:
+    """``run()`` under ``job``'s lock (``perform_inline`` of a unique job); None without
+    running it while another jid holds the lock. Released when the run ends, whatever its
+    outcome — no retry is pending to keep it for — or at its start (``"start"``)."""
+    if not take(config, job):
+        return None
+    if job.get(P.UNIQUE_UNTIL) == "start":
+        release(config, job)
+        return run()
+    try:
+        return run()
+    finally:
+        release(config, job)
 
 
 def release_stored(config: Config, raws: Iterable[bytes | str], *, role: str = "api") -> int:

@@ -572,3 +572,41 @@ def test_a_batch_or_reliable_scheduled_lock_counts_the_delay_on_redis_clock(
     # read before the pushes: up to a second and the pushes' own time less remain)
     short, long = sorted(r.pttl(key) / 1000 for key in lock_keys(r))
     assert 1595 < short <= 1600 and 2595 < long <= 2600
+
+
+# -- perform_inline (Sidekiq Enterprise 7.3.2) -------------------------------------------------
+def test_perform_inline_is_refused_while_a_pushed_duplicate_holds_the_lock(
+        config: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """unique-jobs.md: perform_inline takes the lock as a push does; a duplicate returns None
+    without running, and the holder's jid is logged."""
+    ran.clear()
+    first = sync.perform_async(3)
+    with caplog.at_level(logging.INFO, logger="wurk"):
+        assert sync.perform_inline(3) is None
+    assert ran == [] and any(f"jid {first} holds its lock" in rec.getMessage()
+                             for rec in caplog.records)
+    assert wurk.unique.locked("default", "Unique::Sync", [3]) == first  # left as it was
+    assert sync.perform_inline(4) is None and ran == [[4]]  # other args: runs
+    assert lock_keys(r) == [f"unique:{wurk.unique.job_digest(json.loads(x))}"
+                            for x in r.lrange("queue:default", 0, -1)]
+
+
+def test_perform_inline_holds_the_lock_while_it_runs_and_releases_it_after(
+        config: wurk.Config, r: redis.Redis) -> None:
+    seen: list[Any] = []
+
+    @wurk.job(name="Unique::Inline", unique_for=600)
+    def inline_job(n: int) -> None:
+        seen.append(wurk.unique.locked("default", "Unique::Inline", [n]))
+        seen.append(inline_job.perform_async(n))  # a duplicate while it runs
+        if n == 2:
+            raise RuntimeError("fails")
+
+    inline_job.perform_inline(1)
+    assert seen[0] is not None and seen[1] is None and lock_keys(r) == []
+    with pytest.raises(RuntimeError):
+        inline_job.perform_inline(2)  # nothing is pending to retry: released all the same
+    assert lock_keys(r) == [] and inline_job.perform_async(2) is not None
+    assert inline_job.set(unique_for=False).perform_inline(3) is None  # bypass: no lock
+    assert seen[-2] is None and seen[-1] is not None
+    assert len(seen) == 6
