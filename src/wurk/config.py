@@ -55,6 +55,7 @@ from .middleware import Chain
 from .options import parse_queue, queue_entry
 from .partitions import check_partition_rates, check_partitions
 from .payload import TimestampFormat
+from .periodic.cron import Schedule
 from .periodic.loops import Periodic
 from .runtime import affinity
 
@@ -463,6 +464,9 @@ class Config:
     periodic_poll_interval: float = 5.0
     # Accept a leading seconds field (6-field cron): Sidekiq Enterprise and Ruby wurk read 5.
     periodic_seconds_field: bool = False
+    # The zone of every loop registered without a ``tz`` (Sidekiq Enterprise's ``mgr.tz``);
+    # None: UTC.
+    periodic_tz: str | None = None
     # -- logging ----------------------------------------------------------------------------
     log_format: Literal["pretty", "plain", "json"] = "pretty"
     log_level: str = "INFO"
@@ -551,10 +555,17 @@ class Config:
     def _take_periodic(self) -> None:
         """``periodic`` may be given as the YAML section's list of entries."""
         given: Any = self.periodic
+        zone = self.periodic_tz
+        if zone is not None:  # a bad one fails here, naming the setting
+            try:
+                Schedule.parse("* * * * *", zone)
+            except ConfigError as exc:
+                raise ConfigError(f"periodic_tz: {exc}") from None
         if isinstance(given, Periodic):
             given.seconds_field = self.periodic_seconds_field is True
+            given.tz = zone
             return
-        loops = Periodic(seconds_field=self.periodic_seconds_field is True)
+        loops = Periodic(seconds_field=self.periodic_seconds_field is True, tz=zone)
         loops.load(given, source="periodic")
         self.periodic = loops
 

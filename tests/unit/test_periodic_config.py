@@ -134,3 +134,21 @@ def test_stored_marks_are_read_or_refused(raw: object, expected: int | None) -> 
     from wurk.periodic.loops import epoch_field
 
     assert epoch_field(raw) == expected
+
+
+def test_periodic_tz_is_the_zone_of_every_loop_that_names_none(tmp_path: Path) -> None:
+    """periodic.md: ``periodic_tz`` (Sidekiq Enterprise's ``mgr.tz``) is the default zone of
+    the loops that give no ``tz``; a loop's own ``tz`` wins; a bad zone fails at load."""
+    config = Config(periodic_tz="America/Chicago")
+    loop = config.periodic.register("0 9 * * *", a_job)
+    own = config.periodic.register("0 9 * * *", a_job, tz="Europe/Berlin")
+    assert loop.tz == "America/Chicago" and own.tz == "Europe/Berlin"
+    assert loop.lid == Config().periodic.register("0 9 * * *", a_job,
+                                                  tz="America/Chicago").lid
+    path = tmp_path / "wurk.yml"
+    path.write_text("periodic_tz: Asia/Tokyo\n"
+                    "periodic:\n  - {cron: '0 9 * * *', job: PerCfg::Job}\n")
+    [from_file] = Config.from_mapping(load_file(path), source=str(path)).periodic.loops()
+    assert from_file.tz == "Asia/Tokyo"
+    with pytest.raises(ConfigError, match=r"periodic_tz.*Mars/Olympus"):
+        Config(periodic_tz="Mars/Olympus")

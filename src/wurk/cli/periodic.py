@@ -80,7 +80,8 @@ def _check(config: Config, entries: Any, source: str) -> tuple[list[Loop], list[
         where = f"{source}: periodic entry {index} ({describe_entry(entry)})"
         try:
             cron, job, tz, args, options = entry_arguments(entry)
-            loop = make_loop(cron, job, tz=tz, args=args, options=options,
+            loop = make_loop(cron, job, tz=config.periodic.tz if tz is None else tz,
+                             args=args, options=options,
                              seconds=config.periodic_seconds_field)
         except ConfigError as exc:
             problems.append(f"{where}: {exc}")

@@ -118,20 +118,22 @@ def tick_jid(lid: str, tick: int) -> str:
 class Periodic:
     """The loops this process registers (``config.periodic``)."""
 
-    def __init__(self, *, seconds_field: bool = False) -> None:
+    def __init__(self, *, seconds_field: bool = False, tz: str | None = None) -> None:
         self.seconds_field = seconds_field
+        self.tz = tz  # the zone of a loop registered without one (``periodic_tz``)
         self._loops: dict[str, Loop] = {}
         self._frozen = False
 
     def register(self, cron: str, job: Any, *, tz: str | None = None,
                  args: Sequence[Any] = (), **options: Any) -> Loop:
         """Push ``job`` (a ``@wurk.job`` function, a ``wurk.Job`` class or a wire name) on
-        every tick of ``cron`` in zone ``tz`` (default UTC), with ``args`` and ``options``
-        (``queue``, ``retry``…) over the job's own."""
+        every tick of ``cron`` in zone ``tz`` (default ``periodic_tz``, else UTC), with
+        ``args`` and ``options`` (``queue``, ``retry``…) over the job's own."""
         if self._frozen:
             raise ConfigError("periodic loops are registered before the worker starts; "
                               "the configuration is frozen")
-        loop = make_loop(cron, job, tz=tz, args=args, options=options,
+        loop = make_loop(cron, job, tz=self.tz if tz is None else tz, args=args,
+                         options=options,
                          seconds=self.seconds_field)
         self._loops.setdefault(loop.lid, loop)  # the same loop twice is one loop
         return loop
