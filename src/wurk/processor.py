@@ -183,7 +183,8 @@ class JobRunner:
     def _succeeded(self, started: float) -> bool:
         self.counters.record(failed=False)
         if not self.config.skip_default_job_logging:
-            wurk_log.line(logging.INFO, "done: %.3f sec", time.monotonic() - started)
+            _ended(started)
+            wurk_log.line(logging.INFO, "done")
         return True
 
     @staticmethod
@@ -198,7 +199,8 @@ class JobRunner:
         back to its queue and its failure is booked next time."""
         self.counters.record(failed=True)
         if not self.config.skip_default_job_logging:
-            wurk_log.info("fail: %.3f sec", time.monotonic() - started)
+            _ended(started)
+            wurk_log.info("fail")
         try:
             self.retry.handle(job, exc, definition=definition, instance=instance, queue=queue)
         except (RedisUnavailable, redis.RedisError) as booking_error:
@@ -350,6 +352,16 @@ class JobRunner:
 
 def _context() -> contextvars.Context:
     return contextvars.copy_context()
+
+
+def _ended(started: float) -> None:
+    """Add ``elapsed`` (seconds, to the millisecond) to the job's log context, as Sidekiq's job
+    logger does, for its ``done`` / ``fail`` line and what is logged after it. A new mapping
+    (a kept line reads the one it was given when it is written); the job's end resets the
+    variable to what it was before the job (``_execute``, ``job_context``)."""
+    fields = JOB_FIELDS.get()
+    elapsed = round(time.monotonic() - started, 3)
+    JOB_FIELDS.set({**fields, "elapsed": elapsed} if fields else {"elapsed": elapsed})
 
 
 def _always(timeout: float) -> bool:

@@ -601,3 +601,22 @@ def test_fetch_by_score_and_jid_reads_entries_sharing_the_score_a_page_at_a_time
     assert ScheduledSet(config).delete_by_jid(5.0, f"{7:024x}")
     assert r.zcard("schedule") == 2_499 and len(ScheduledSet(config).fetch(5.0)) == 2_499
     assert max(sizes[:2]) <= 2 * wurk.api.sets.ADDRESS_PAGE, max(sizes[:2])
+
+
+@pytest.mark.parametrize("cls", SETS)
+def test_fetch_by_a_score_range(cls: type[JobSet], config: wurk.Config,
+                                r: redis.Redis) -> None:
+    """features.md A18, as Sidekiq's ``fetch(score_range, jid = nil)``: a ``(low, high)`` pair
+    is every entry scored from low to high, both included, lowest first (a page at a time);
+    with a jid, only that job's."""
+    job_set = cls(config)
+    seed(r, cls.name, {member(n): 100.0 + n for n in range(2_500)})
+    found = job_set.fetch((110.0, 112.5))
+    assert [e.args[0] for e in found] == [10, 11, 12]
+    assert [e.score for e in found] == [110.0, 111.0, 112.0]
+    assert len(job_set.fetch((100.0, 2_599.0))) == 2_500  # past ADDRESS_PAGE
+    (one,) = job_set.fetch((0, math.inf), jid=f"{2_400:024x}")
+    assert one.args == [2_400]
+    assert job_set.fetch((111.5, 111.7)) == [] and job_set.fetch((200.0, 100.0)) == []
+    with pytest.raises(ValueError, match="low, high"):
+        job_set.fetch((1.0, 2.0, 3.0))  # type: ignore[arg-type]

@@ -137,7 +137,7 @@ def check_log_level(config: wurk.Config, r: redis.Redis) -> None:
     text = out.getvalue()
     assert "a debug line of loud" in text  # debug, though the worker logs at info
     assert "a debug line of usual" not in text  # the others stay at info
-    done = [line for line in text.splitlines() if "done:" in line]
+    done = [line for line in text.splitlines() if line.endswith("INFO: done")]
     assert len(done) == 2 and not any("quiet" in line for line in done)  # warn: no done line
     assert sorted(RAN) == ["loud", "quiet", "usual"]
     with pytest.raises(wurk.ConfigError, match="log_level='loudest' is invalid"):

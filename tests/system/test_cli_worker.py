@@ -74,3 +74,15 @@ def test_flags_win_over_the_file_and_the_file_over_wurk_concurrency(
                                   "fetch": "reliable"})
     assert (from_flags.concurrency, from_flags.timeout, from_flags.queues, from_flags.fetch) \
         == (2, 1.0, ["z"], "reliable")
+
+
+def test_debug_invocation_from_systemd_logs_at_debug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """features.md A20: ``DEBUG_INVOCATION=1`` (systemd's restart in debug mode) is ``-v``."""
+    from wurk.cli.worker import build_config
+
+    monkeypatch.delenv("DEBUG_INVOCATION", raising=False)
+    assert build_config({})[0].log_level == "INFO"
+    monkeypatch.setenv("DEBUG_INVOCATION", "1")
+    assert build_config({})[0].log_level == "DEBUG"
+    monkeypatch.setenv("DEBUG_INVOCATION", "0")
+    assert build_config({})[0].log_level == "INFO"

@@ -185,13 +185,17 @@ class JobSet:
             return None
         return next((entry for entry in self.scan(jid) if entry.jid == jid), None)
 
-    def fetch(self, score: float, jid: str | None = None) -> list[SortedEntry]:
-        """Entries with exactly this score (and this jid, when given), read ``ADDRESS_PAGE``
-        a round trip: a score thousands of entries share (a bulk schedule) is never one
-        reply, and with a jid only the entries whose bytes hold it are parsed."""
+    def fetch(self, score: float | tuple[float, float],
+              jid: str | None = None) -> list[SortedEntry]:
+        """Entries with exactly this score — or, given a ``(low, high)`` pair, scored from
+        ``low`` to ``high`` (both included, lowest first), as Sidekiq's ``fetch`` takes a
+        range — and this jid, when given. Read ``ADDRESS_PAGE`` a round trip: a score
+        thousands of entries share (a bulk schedule) is never one reply, and with a jid only
+        the entries whose bytes hold it are parsed."""
+        low, high = _bounds(score)
         needle = jid.encode() if jid is not None and set(jid) <= _VERBATIM else None
         found: list[SortedEntry] = []
-        for raw, at in self._at_score(score):
+        for raw, at in self._between(low, high):
             if needle is not None and needle not in raw:
                 continue  # a JSON writer leaves such a jid as it is: not this one
             entry = SortedEntry(self, raw, at)
@@ -201,11 +205,15 @@ class JobSet:
 
     def _at_score(self, score: float) -> Iterator[ZEntry]:
         """The members with exactly this score, ``ADDRESS_PAGE`` per round trip."""
-        exact = P.score(score)
+        return self._between(score, score)
+
+    def _between(self, low: float, high: float) -> Iterator[ZEntry]:
+        """The members scored from ``low`` to ``high``, ``ADDRESS_PAGE`` per round trip."""
+        first, last = P.score(low), P.score(high)
         offset = 0
         while True:
             def page(r: Any, at: int = offset) -> Any:
-                return r.zrange(self.key, exact, exact, byscore=True, withscores=True,
+                return r.zrange(self.key, first, last, byscore=True, withscores=True,
                                 offset=at, num=ADDRESS_PAGE)
 
             rows = self._read(page)
@@ -466,6 +474,22 @@ class DeadSet(JobSet):
     def retry_all(self) -> int:
         """Push every job payload to its queue now; returns how many were pushed."""
         return self._requeue_all(decrement=True)
+
+
+def _bounds(score: Any) -> tuple[float, float]:
+    """``fetch``'s score or ``(low, high)`` pair as two scores; a ``ValueError`` names what
+    is neither (NaN included: Redis refuses it as a bound)."""
+    pair = tuple(score) if isinstance(score, (tuple, list)) else (score, score)
+    if len(pair) != 2:
+        raise ValueError(f"fetch takes a score or a (low, high) pair of scores, not {score!r}")
+    try:
+        low, high = float(pair[0]), float(pair[1])
+    except (TypeError, ValueError):
+        raise ValueError(f"fetch takes a score or a (low, high) pair of scores, not "
+                         f"{score!r}") from None
+    if math.isnan(low) or math.isnan(high):
+        raise ValueError(f"fetch takes a score or a (low, high) pair of scores, not {score!r}")
+    return low, high
 
 
 def _requeue_script() -> str:

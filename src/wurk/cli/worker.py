@@ -131,7 +131,9 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
             settings[setting] = options[flag]
     if options.get("queues"):
         settings["queues"] = list(options["queues"])
-    if options.get("verbose"):
+    # systemd sets DEBUG_INVOCATION=1 when a unit is restarted in debug mode (Sidekiq 8
+    # reads it as -v).
+    if options.get("verbose") or os.environ.get("DEBUG_INVOCATION") == "1":
         settings["log_level"] = "DEBUG"
     return Config.from_mapping(settings, source=options.get("config_file") or "flags"), swarm
 
