@@ -86,7 +86,7 @@ class Log:
         now = time.time()
         text = (f"{time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(now))}."
                 f"{int(now % 1 * 1000):03d}Z pid={os.getpid()} tid={threading.get_ident():x} "
-                f"class={job['class']} jid={job['jid']} INFO: done: {elapsed:.3f} sec\n")
+                f"class={job['class']} jid={job['jid']} elapsed={elapsed:.3f} INFO: done\n")
         with self.lock:
             self.kept.append(text)
             if time.monotonic() - self.last >= FLUSH_EVERY:
