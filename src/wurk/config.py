@@ -169,8 +169,20 @@ def check_redis_url(url: str) -> None:
         raise ConfigError(f"not a Redis URL: {exc}") from None
 
 
+# Sidekiq settings wurk has no setting for, and what it does instead: a Sidekiq user's
+# configuration hears why, not only that the setting is unknown.
+SIDEKIQ_ONLY_SETTINGS = {
+    "strict_args": "; wurk always refuses arguments that are not JSON-native at push, "
+                   "naming the argument (there is no 'warn' or 'off' mode: nothing is ever "
+                   "stringified); remove the setting (docs/jobs-and-pushing.md, Arguments)",
+}
+
+
 def did_you_mean(key: str) -> str:
-    """``"; did you mean 'max_retries'?"`` for the setting closest to the unknown ``key``."""
+    """``"; did you mean 'max_retries'?"`` for the setting closest to the unknown ``key``, or
+    what wurk does instead of a Sidekiq setting it has not (``SIDEKIQ_ONLY_SETTINGS``)."""
+    if key in SIDEKIQ_ONLY_SETTINGS:
+        return SIDEKIQ_ONLY_SETTINGS[key]
     import difflib  # here: only a mistyped setting needs it, and a worker keeps what it imports
 
     known = sorted({f.name for f in fields(Config) if f.init} - set(CODE_SETTINGS))

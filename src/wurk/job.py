@@ -613,6 +613,10 @@ class JobSetter(Generic[Params, R]):
             return invoke()  # not unique, or a testing mode: no Redis, no lock
         return unique.run_inline(client.config, job, invoke)
 
+    def perform_sync(self, *args: Params.args, **kwargs: Params.kwargs) -> Any:
+        """``perform_inline`` by Sidekiq 7's other name."""
+        return self.perform_inline(*args, **kwargs)
+
 
 class JobFunction(JobSetter[Params, R]):
     """What ``@wurk.job`` returns: the function, still callable, plus the push methods, each
@@ -857,6 +861,11 @@ class Job:
 
     @classmethod
     def perform_inline(cls, *args: Any, **kwargs: Any) -> Any:
+        return cls.set().perform_inline(*args, **kwargs)
+
+    @classmethod
+    def perform_sync(cls, *args: Any, **kwargs: Any) -> Any:
+        """``perform_inline`` by Sidekiq 7's other name."""
         return cls.set().perform_inline(*args, **kwargs)
 
     # -- wurk.testing's fake mode: this job's pushes ----------------------------------------

@@ -196,11 +196,18 @@ class JobRunner:
     def _book_failure(self, job: P.Payload, exc: Exception, definition: JobDefinition | None,
                       instance: Any, raw: bytes, started: float, queue: str) -> bool:
         """Retry or bury; False (do not acknowledge) when Redis refused that: the job goes
-        back to its queue and its failure is booked next time."""
+        back to its queue and its failure is booked next time. The failure is booked on the
+        payload as it was fetched (``raw``), as Sidekiq's retry re-reads the job's string:
+        what a server middleware changed in ``job`` for its run stays out of the retry."""
         self.counters.record(failed=True)
         if not self.config.skip_default_job_logging:
+<<<<<<< HEAD
             _ended(started)
             wurk_log.info("fail")
+=======
+            wurk_log.info("fail: %.3f sec", time.monotonic() - started)
+        job = _as_fetched(raw, job)
+>>>>>>> sp1
         try:
             self.retry.handle(job, exc, definition=definition, instance=instance, queue=queue)
         except (RedisUnavailable, redis.RedisError) as booking_error:
@@ -348,6 +355,15 @@ class JobRunner:
     def close(self) -> None:
         """Cancel async work still running and stop the event loop thread."""
         self.loop.close()
+
+
+def _as_fetched(raw: bytes, job: P.Payload) -> P.Payload:
+    """The payload as it was fetched, parsed again from its bytes (it parsed before the job
+    ran, so it parses now); ``job`` itself should it not."""
+    try:
+        return P.validate(P.loads(raw))
+    except InvalidPayload:
+        return job
 
 
 def _context() -> contextvars.Context:

@@ -650,3 +650,44 @@ def test_a_failing_job_retries_to_the_queue_it_came_from(
         drain.close()
     stored, _ = only_retry(r)
     assert stored["queue"] == "critical" and stored["retry_count"] == 0
+
+
+@wurk.job(name="Retry::Mutated", retry=3)
+def mutated_job(record_id: int) -> None:
+    raise ValueError("it broke")
+
+
+@wurk.job(name="Retry::MutatedAsync", retry=3)
+async def mutated_async_job(record_id: int) -> None:
+    raise ValueError("it broke")
+
+
+def loads_record(job: Any, payload: Job, queue: str, call_next: Any) -> Any:
+    # What a server middleware commonly does: hand the job a loaded object for an id, and
+    # keep something of its own in the payload for the links inside it.
+    payload["args"] = [{"loaded": payload["args"][0]}]
+    payload["started"] = object()  # not JSON: a retry written from this could not be stored
+    return call_next()
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_server_middleware_changes_do_not_leak_into_the_retry(
+        config: Config, r: redis.Redis, kind: str) -> None:
+    # Sidekiq books a failure from the payload as it was fetched (the retry path re-reads
+    # the job's string): what a server middleware did to the payload for its run is not
+    # written into the retry. wurk wrote the changed payload — here one holding an object
+    # JSON cannot carry, so the booking failed and the job went to the dead set instead.
+    from tests.helpers.runner import AsyncDrain, Drain
+
+    config.server_middleware.add(loads_record)
+    job = mutated_job if kind == "sync" else mutated_async_job
+    jid = job.perform_async(7)
+    drain = (Drain if kind == "sync" else AsyncDrain)(config)
+    try:
+        assert drain() == 1
+    finally:
+        drain.close()
+    assert dead(r) == []
+    stored, _ = only_retry(r)
+    assert stored["jid"] == jid and stored["args"] == [7] and "started" not in stored
+    assert stored["retry_count"] == 0 and stored["error_message"] == "it broke"

@@ -10,6 +10,7 @@ import pytest
 import wurk
 from wurk import asyncjobs
 from wurk.config import Capsule, Config, parse_queue
+from wurk.configfile import settings_from_mapping
 from wurk.errors import ConfigError
 
 
@@ -36,6 +37,18 @@ def test_capsule_modes() -> None:
 def test_unknown_setting_is_named() -> None:
     with pytest.raises(ConfigError, match="unknown setting 'concurrencyy'"):
         Config.from_mapping({"concurrencyy": 3})
+
+
+@pytest.mark.parametrize("mode", ["raise", "warn", "off"])
+def test_sidekiqs_strict_args_setting_says_what_wurk_does(mode: str) -> None:
+    # features.md A3 spells the setting wurk.configure(strict_args=...); wurk has one mode,
+    # always refusing (decisions.md 9). The error said only "unknown setting", leaving a
+    # Sidekiq 6.4 user to guess whether their arguments would now be stringified.
+    with pytest.raises(ConfigError, match=r"unknown setting 'strict_args'; wurk always "
+                       r"refuses arguments that are not JSON-native at push"):
+        wurk.configure(strict_args=mode)
+    with pytest.raises(ConfigError, match="no 'warn' or 'off' mode"):
+        settings_from_mapping({"strict_args": mode})
 
 
 @pytest.mark.parametrize(

@@ -201,6 +201,14 @@ def test_perform_inline_runs_through_middleware_and_round_trips(config: wurk.Con
                                                               "default")]
 
 
+def test_perform_sync_is_perform_inline(config: wurk.Config) -> None:
+    # Sidekiq 7's alias: code written against it (``HardJob.perform_sync(...)``) ran into an
+    # AttributeError.
+    assert HardJob.perform_sync(1, "b").endswith(":1b")
+    assert plain.perform_sync(2) == "2x"
+    assert plain.set(queue="low").perform_sync(3) == "3x"
+
+
 @pytest.mark.parametrize(("queue", "says"), [("imports|2", "contains '|'"),
                                              ("imports,b", "'imports,b'"),
                                              ("big imports", "has a space in it"),
