@@ -201,13 +201,9 @@ class JobRunner:
         what a server middleware changed in ``job`` for its run stays out of the retry."""
         self.counters.record(failed=True)
         if not self.config.skip_default_job_logging:
-<<<<<<< HEAD
             _ended(started)
             wurk_log.info("fail")
-=======
-            wurk_log.info("fail: %.3f sec", time.monotonic() - started)
         job = _as_fetched(raw, job)
->>>>>>> sp1
         try:
             self.retry.handle(job, exc, definition=definition, instance=instance, queue=queue)
         except (RedisUnavailable, redis.RedisError) as booking_error:
