@@ -192,6 +192,19 @@ def did_you_mean(key: str) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
+def statsd_text(value: Any) -> Any:
+    """``statsd`` given as a ``(host, port)`` pair (a list, from YAML) → ``"host:port"``
+    (an IPv6 host in brackets); anything else as given, for the checks to name."""
+    if not isinstance(value, (tuple, list)):
+        return value
+    if len(value) != 2 or not isinstance(value[0], str) or not value[0] \
+            or isinstance(value[1], bool) or not isinstance(value[1], int):
+        raise ConfigError(f"statsd must be HOST:PORT or a (host, port) pair of a StatsD "
+                          f"agent, e.g. ('127.0.0.1', 8125), not {value!r}")
+    host, port = value
+    return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
+
+
 def statsd_address(text: str) -> tuple[str, int]:
     """``"127.0.0.1:8125"`` → ``("127.0.0.1", 8125)``; the message names the fix."""
     host, colon, port_text = text.rpartition(":")
@@ -527,7 +540,8 @@ class Config:
     health_host: str = "127.0.0.1"
     metrics_port: int | None = None  # a Prometheus endpoint on the worker (wurk[prometheus])
     metrics_host: str = "127.0.0.1"
-    statsd: str | None = None  # "host:port" of a StatsD / DogStatsD agent (wurk[statsd])
+    # "host:port" (or a (host, port) pair) of a StatsD / DogStatsD agent (wurk[statsd])
+    statsd: str | None = None
     statsd_prefix: str = "wurk"  # "sidekiq" keeps dashboards built for Sidekiq Pro working
     statsd_tags: list[str] = field(default_factory=list)  # added to every metric, "env:prod"
     statsd_datadog_extensions: bool = True  # jobs.perform_dist (a Datadog distribution)
@@ -555,6 +569,7 @@ class Config:
         self.keys = Keys(self._prefix_of(self.redis_url))
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
+        self.statsd = statsd_text(self.statsd)
         # A box, not the election itself: a view made by ``routed`` (the dashboard's) shares
         # it, so it sees the election a worker started after the view was made.
         self._leadership: list[LeaderState] = []

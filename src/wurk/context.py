@@ -13,6 +13,8 @@
    rather than run it in the wrong context.
 4. A value must be JSON-native; one that is not refuses the push, naming the variable.
 5. No other payload key is touched: Ruby's context keys (``cattr``, ``locale``) pass through.
+6. ``current(config)``: the values a push would save here now. A batch keeps them when it is
+   created, and its callback jobs (pushed later, by Redis) carry them (``wurk.batch``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from . import payload as P
 from .config import Config, default_config
 from .errors import InvalidPayload
 
-__all__ = ["persist", "persisted"]
+__all__ = ["current", "persist", "persisted"]
 
 _MISSING = object()
 CallNext = Callable[[], Any]
@@ -56,13 +58,19 @@ class SaveContext:
 
     def __call__(self, job: str, payload: P.Payload, queue: str, call_next: CallNext) -> Any:
         if P.CONTEXT not in payload:
-            saved = {name: value for name, var in self.variables.by_name.items()
-                     if (value := var.get(_MISSING)) is not _MISSING}
-            for name, value in saved.items():
-                P.check_args([value], what=f"context variable {name!r}")
+            saved = self.values()
             if saved:
                 payload[P.CONTEXT] = saved
         return call_next()
+
+    def values(self) -> dict[str, Any]:
+        """The persisted variables set here, by name; a value that is not JSON-native
+        raises ``InvalidArguments`` naming its variable."""
+        saved = {name: value for name, var in self.variables.by_name.items()
+                 if (value := var.get(_MISSING)) is not _MISSING}
+        for name, value in saved.items():
+            P.check_args([value], what=f"context variable {name!r}")
+        return saved
 
 
 class RestoreContext:
@@ -112,6 +120,15 @@ def persist(*variables: contextvars.ContextVar[Any], config: Config | None = Non
             raise TypeError(f"wurk.context.persist takes contextvars.ContextVar objects, "
                             f"not {var!r}")
         installed.add(var)
+
+
+def current(config: Config) -> dict[str, Any]:
+    """What a push made here now would save in ``wurk_ctx`` (empty when nothing is
+    persisted or set): a batch keeps it for its callbacks, which Redis pushes later."""
+    for link in config.client_middleware:
+        if isinstance(link, SaveContext):
+            return link.values()
+    return {}
 
 
 def persisted(config: Config | None = None) -> list[str]:

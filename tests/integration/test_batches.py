@@ -6,6 +6,7 @@ test reads the exact order and count of callback runs.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import time
@@ -1010,3 +1011,50 @@ def test_dead_batches_retry_sends_back_every_dead_job_past_ten_thousand(
     pipe.execute()
     assert DeadBatches().retry(batch.bid) == many
     assert r.llen("queue:dead-batch") == many and r.zcard("dead") == 0
+
+
+batch_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("batch_tenant")
+
+
+@wurk.job(name="BatchTest::tenant_callback")
+def tenant_callback(status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+    note("tenant", status, {"tenant": batch_tenant.get("<unset>")})
+
+
+def test_callbacks_run_in_the_context_the_batch_was_created_in(fast: wurk.Config,
+                                                               r: redis.Redis) -> None:
+    """features.md B4: "Batch callbacks capture context (CurrentAttributes, 7.3.3)": the
+    persisted variables set where the batch was created are set around its callbacks, though
+    the job that fires them ran in another context."""
+    wurk.context.persist(batch_tenant, config=fast)
+    token = batch_tenant.set("acme")
+    try:
+        batch = wurk.Batch()
+        batch.on("success", tenant_callback)
+        with batch.jobs():
+            pass  # the no-op job fires the callback
+    finally:
+        batch_tenant.reset(token)
+    (raw,) = [raw for raw in r.lrange("queue:default", 0, -1) if "wurk.batch.Callback" in raw
+              ] or [""]  # not fired yet: the no-op job has to run first
+    assert raw == ""
+    running = wurk.embed(fast)
+    try:
+        settle(r, 1)
+    finally:
+        running.stop()
+    assert fired(r) == [f'tenant:{batch.bid}:{{"tenant": "acme"}}']
+
+
+def test_a_stored_callback_context_that_is_no_object_is_named_and_left_out(
+        fast: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    batch = wurk.Batch()
+    batch.on("success", Notes)
+    with batch.jobs():
+        jid = work.perform_async("only")
+    r.hset(f"b-{batch.bid}", "context", "[1, 2]")  # written by something else
+    with caplog.at_level(logging.WARNING, logger="wurk"), wurk.redis() as conn:
+        accounting.record(conn, fast, batch.bid, str(jid), "success")
+    (raw,) = [raw for raw in r.lrange("queue:default", 0, -1) if "wurk.batch.Callback" in raw]
+    assert "wurk_ctx" not in json.loads(raw)
+    assert f"b-{batch.bid} field context" in caplog.text

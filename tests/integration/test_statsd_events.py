@@ -80,6 +80,43 @@ def test_a_batch_sends_created_complete_success_and_duration(
     expected = (status.success_at - status.created_at) * 1000  # type: ignore[operator]
     assert duration.endswith("|ms")
     assert float(duration.split(":")[1].split("|")[0]) == pytest.approx(expected, abs=2)
+    assert not any("batch.duration_dist" in line for line in lines)  # extensions off
+
+
+def test_a_batch_success_sends_duration_dist_tagged_from_its_success_callbacks(
+        redis_server: Server, r: redis.Redis, listener: socket.socket) -> None:
+    """features.md B4/B7: ``batch.duration`` and ``batch.duration_dist`` (Sidekiq Pro
+    8.0.2), tagged with the ``tags`` of the batch's success callback options."""
+    config = wurk.configure(redis_url=redis_server.url,
+                            statsd=f"127.0.0.1:{listener.getsockname()[1]}")
+    batch = wurk.Batch(config=config)
+    batch.on("success", noop, {"tags": ["import:users", "tenant:acme"], "other": 1})
+    batch.on("complete", noop, {"tags": ["not:this"]})
+    with batch.jobs():
+        jid = noop.perform_async(1)
+    with wurk.redis() as conn:
+        accounting.record(conn, config, batch.bid, str(jid), "success")
+    lines = received(listener, "batch.duration_dist")
+    (dist,) = [line for line in lines if line.startswith("wurk.batch.duration_dist:")]
+    (duration,) = [line for line in lines if line.startswith("wurk.batch.duration:")]
+    assert dist.endswith("|d|#import:users,tenant:acme")
+    assert duration.endswith("|ms|#import:users,tenant:acme")
+
+
+def test_success_callback_tags_that_are_no_list_of_names_are_left_out(
+        redis_server: Server, r: redis.Redis, listener: socket.socket) -> None:
+    config = wurk.configure(redis_url=redis_server.url,
+                            statsd=f"127.0.0.1:{listener.getsockname()[1]}")
+    batch = wurk.Batch(config=config)
+    batch.on("success", noop, {"tags": "import:users"})  # a string, not a list
+    batch.on("success", noop, {"tags": [1, "ok:yes"]})
+    with batch.jobs():
+        jid = noop.perform_async(1)
+    with wurk.redis() as conn:
+        accounting.record(conn, config, batch.bid, str(jid), "success")
+    lines = received(listener, "batch.duration_dist")
+    (dist,) = [line for line in lines if line.startswith("wurk.batch.duration_dist:")]
+    assert dist.endswith("|d|#ok:yes")
 
 
 def test_each_event_is_announced_once_whatever_is_replayed(config: wurk.Config) -> None:

@@ -371,3 +371,21 @@ def test_an_at_sign_where_a_url_may_hold_one_is_taken(url: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
     assert Config(redis_url=url).redis_url == url
+
+
+@pytest.mark.parametrize(("given", "kept"), [
+    (("127.0.0.1", 8125), "127.0.0.1:8125"),
+    (["statsd.internal", 9125], "statsd.internal:9125"),  # as YAML gives a pair
+    (("::1", 8125), "[::1]:8125"),
+    ("127.0.0.1:8125", "127.0.0.1:8125"),
+])
+def test_statsd_takes_a_host_and_port_pair(given: Any, kept: str) -> None:
+    """features.md B7: ``wurk.configure(statsd=("127.0.0.1", 8125), ...)``."""
+    assert Config(statsd=given).statsd == kept
+
+
+@pytest.mark.parametrize("given", [("127.0.0.1",), ("127.0.0.1", "8125x"), ("", 8125),
+                                   ("127.0.0.1", 0), ("127.0.0.1", True), (1, 8125)])
+def test_a_statsd_pair_that_is_no_host_and_port_is_named(given: Any) -> None:
+    with pytest.raises(ConfigError, match="statsd must be"):
+        Config(statsd=given)

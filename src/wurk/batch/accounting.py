@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 import redis
@@ -162,11 +162,14 @@ def _fired(config: Config, bid: str, reply: Any) -> int:
 
 def create(conn: Any, config: Config, *, bid: str, description: str, callback_queue: str,
            callback_class: str, parent_bid: str | None, tags: Sequence[str],
-           linger: float | None, callbacks: Sequence[tuple[str, str, dict[str, Any]]]) -> None:
+           linger: float | None, callbacks: Sequence[tuple[str, str, dict[str, Any]]],
+           context: Mapping[str, Any] | None = None) -> None:
+    """``context``: the ``wurk_ctx`` the callback jobs carry (``wurk.context.current``)."""
     _run(_OPEN, conn, [], [*_common(config), bid, "create", description, callback_queue,
                            callback_class, parent_bid or "", P.dumps(list(tags)),
                            "" if linger is None else repr(linger),
-                           P.dumps([list(cb) for cb in callbacks]), *tags])
+                           P.dumps([list(cb) for cb in callbacks]),
+                           P.dumps(dict(context)) if context else "", *tags])
     _announce(config, bid, "created")
 
 

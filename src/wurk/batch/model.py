@@ -6,7 +6,9 @@
 2. ``on(event, target, options)``: ``complete``, ``success`` or ``death``; the target is a
    registered job (a ``wurk.Job`` class, whose ``on_<event>`` method runs, or an
    ``@wurk.job`` function), or its name, or ``"Name#method"``. It runs as an ordinary job
-   ``(status, options)`` on the callback queue.
+   ``(status, options)`` on the callback queue, in the context the batch was created in:
+   the ``wurk.context.persist`` variables set there are kept with the batch and set around
+   each callback (Sidekiq 7.3.3's CurrentAttributes for callbacks).
 3. ``with batch.jobs():`` — every push from the code inside, on this thread or task, joins
    the batch, registered by the script that pushes it. The first block creates the batch in
    Redis; a batch created inside another batch's block is its child. A first block that
@@ -24,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, overload
 
+from .. import context
 from .. import payload as P
 from ..client import writers
 from ..client.default import default_client
@@ -164,7 +167,8 @@ class Batch:
                                   callback_queue=self.callback_queue,
                                   callback_class=self.callback_class,
                                   parent_bid=self.parent_bid, tags=self.tags,
-                                  linger=self.linger, callbacks=self.callbacks)
+                                  linger=self.linger, callbacks=self.callbacks,
+                                  context=context.current(config))
                 self._exists = True
             else:
                 accounting.reopen(conn, config, self.bid)

@@ -16,8 +16,10 @@
 4. ``jobs.recovered.push`` (``recovered_push``): Sidekiq Pro's count of pushes a client
    buffered while Redis was down and sent later, sent by the process whose reliable push
    (``wurk.client.reliable``) sent them.
-5. Batches (``batch``): ``batch.created``, ``batch.complete``, ``batch.success`` and
-   ``batch.duration`` (ms from creation to success), sent by the process whose script call
+5. Batches (``batch``): ``batch.created``, ``batch.complete``, ``batch.success``,
+   ``batch.duration`` (ms from creation to success) and ``batch.duration_dist`` (its
+   distribution, a Datadog extension), the two durations tagged with the ``tags`` of the
+   batch's success callback options, sent by the process whose script call
    made the change. ``sink_for(config)`` is the one sink per configuration a process that
    is not a worker (an app creating batches) sends them through.
 6. Sending never fails a job: a send error is dropped by the client (UDP is fire-and-forget);
@@ -32,7 +34,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import payload as P
@@ -188,14 +190,20 @@ class StatsdSink:
                                                     f"queue:{stored_name(payload.get(P.QUEUE))}"])
 
     # -- batches ----------------------------------------------------------------------------
-    def batch(self, event: str, duration_ms: float | None = None) -> None:
+    def batch(self, event: str, duration_ms: float | None = None,
+              tags: Sequence[str] = ()) -> None:
         """A batch was created, completed or succeeded (Sidekiq Pro's names); a success
-        also sends ``batch.duration``, the ms since its creation."""
+        also sends ``batch.duration``, the ms since its creation, and ``batch.duration_dist``
+        (a Datadog distribution, unless ``statsd_datadog_extensions`` is off), both with
+        ``tags`` (its success callbacks' ``tags`` options)."""
         if event not in ("created", "complete", "success"):
             return
         self.client.increment(f"batch.{event}")
         if event == "success" and duration_ms is not None:
-            self.client.timing("batch.duration", duration_ms)
+            shown = list(tags) or None
+            self.client.timing("batch.duration", duration_ms, tags=shown)
+            if self._distribution:
+                self.client.distribution("batch.duration_dist", duration_ms, tags=shown)
 
     # -- history ----------------------------------------------------------------------------
     def gauges(self, sample: Mapping[str, Any]) -> None:

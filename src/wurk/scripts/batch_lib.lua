@@ -268,6 +268,22 @@ local function lib()
     end
   end
 
+  -- The callbacks' `"wurk_ctx":` field text: the context variables set where the batch was
+  -- created, stored as given (never re-encoded), or '' when there are none. A value that is
+  -- no JSON object (written by something else) is named and left out: the callbacks run,
+  -- without it.
+  local function context_of(bid)
+    local raw = redis.call('HGET', bkey(bid), 'context')
+    if not present(raw) then return '' end
+    local ok, value = pcall(cjson.decode, raw)
+    if ok and type(value) == 'table' and string.match(raw, '^%s*{') then
+      return ',"wurk_ctx":' .. raw
+    end
+    problem(bkey(bid) .. ' field context holds no JSON object of context variables (written '
+            .. 'by something else): its callbacks run without it')
+    return ''
+  end
+
   -- Enqueue the callbacks of `event` and mark it fired, once: -1 if it had fired already,
   -- else the number of callback jobs pushed. The mark and the pushes happen together.
   local function fire(bid, event)
@@ -293,6 +309,7 @@ local function lib()
     C.fired[#C.fired + 1] = {bid, event, redis.call('HGET', bkey(bid), 'created_at') or '', at}
     touch(bid)  -- success shortens the lifetime to the linger, a death lengthens it
     local pushed = 0
+    local ctx = context_of(bid)
     for i, cb in ipairs(callbacks(bid)) do
       if cb[1] == event then
         local jid = string.sub(redis.sha1hex(bid .. '|' .. event .. '|' .. i .. '|' .. C.sec ..
@@ -300,7 +317,7 @@ local function lib()
         local payload = '{"class":' .. cjson.encode(class) .. ',"queue":' ..
           cjson.encode(queue) .. ',"args":[' .. cb[2] .. ',' .. cjson.encode(bid) .. ',' ..
           cb[3] .. ',' .. cb[4] .. '],"retry":true,"jid":"' .. jid .. '","created_at":' ..
-          at .. ',"enqueued_at":' .. at .. '}'
+          at .. ',"enqueued_at":' .. at .. ctx .. '}'
         -- Stored text that does not make a JSON payload is skipped, never pushed broken.
         if pcall(cjson.decode, payload) then
           if C.hand_back then

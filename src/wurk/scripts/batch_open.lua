@@ -6,7 +6,9 @@
 -- create only:
 -- ARGV[7..13] description, callback_queue, callback_class, parent_bid, tags (JSON array),
 --             linger ('' for the default), callbacks (JSON array of [event, target, options])
--- ARGV[14..]  the tags, one per argument
+-- ARGV[14]    context: the JSON object of context variables the callback jobs carry as
+--             their wurk_ctx ('' for none)
+-- ARGV[15..]  the tags, one per argument
 --
 -- A created batch holds one pending placeholder until its first block closes
 -- (batch_close.lua), so jobs that finish while the block still pushes cannot fire it early.
@@ -36,7 +38,7 @@ end
 -- a half-made batch that no block closed, pending for 30 days.
 broken(bid, 'it is not created', '-tags')
 local indexes = {{C.prefix .. 'batches', 'zset'}}
-for i = 14, #ARGV do indexes[#indexes + 1] = {C.prefix .. 'tags:' .. ARGV[i], 'set'} end
+for i = 15, #ARGV do indexes[#indexes + 1] = {C.prefix .. 'tags:' .. ARGV[i], 'set'} end
 for _, pair in ipairs(indexes) do
   local kind = redis.call('TYPE', pair[1])['ok']
   if kind ~= pair[2] and kind ~= 'none' then
@@ -52,8 +54,9 @@ local B = lib()
 redis.call('HSET', h, 'created_at', B.stamp(), 'description', ARGV[7], 'callback_queue', ARGV[8],
            'callback_class', ARGV[9], 'parent_bid', ARGV[10], 'tags', ARGV[11],
            'linger', ARGV[12], 'callbacks', ARGV[13], 'total', 0, 'pending', 1, 'failures', 0)
+if ARGV[14] ~= '' then redis.call('HSET', h, 'context', ARGV[14]) end
 redis.call('ZADD', C.prefix .. 'batches', C.sec, bid)
-for i = 14, #ARGV do
+for i = 15, #ARGV do
   redis.call('SADD', bkey(bid, '-tags'), ARGV[i])
   local index = C.prefix .. 'tags:' .. ARGV[i]
   redis.call('SADD', index, bid)
