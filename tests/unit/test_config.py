@@ -358,3 +358,21 @@ def test_an_at_sign_where_a_url_may_hold_one_is_taken(url: str,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
     assert Config(redis_url=url).redis_url == url
+
+
+@pytest.mark.parametrize(("cwd", "tag"), [
+    ("/srv/shop", "shop"),
+    # Capistrano: /srv/<app>/releases/<timestamp>; the tag is the app, not the timestamp
+    ("/srv/shop/releases/20240105120301", "shop"),
+    ("/srv/shop/releases/0", "0"),               # not a release (Ruby's "0".to_i is 0)
+    ("/srv/shop/builds/20240105120301", "20240105120301"),   # not under releases/
+    ("/srv/shop/releases/v2", "v2"),
+    ("/20240105120301", "20240105120301"),
+])
+def test_the_default_tag_is_the_app_directory_or_a_capistrano_releases_app(
+        cwd: str, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """features.md A22: ``tag`` defaults to the app directory's name, and for
+    Capistrano-style release directories to the app's name (Sidekiq's ``default_tag``):
+    every deploy's processes were tagged with their release's timestamp."""
+    monkeypatch.setattr("os.getcwd", lambda: cwd)
+    assert Config().tag == tag
