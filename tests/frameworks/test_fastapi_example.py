@@ -205,8 +205,8 @@ def test_a_stop_that_fails_still_closes_the_apps_asyncio_connections(
 
 def test_a_worker_that_cannot_boot_is_logged_and_the_app_serves_http(
         redis_server: Server, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
-    """features.md A21: "if boot fails, keep serving HTTP and log". A startup hook raising
-    took the whole app down with it: the site was gone for want of its background worker."""
+    """A worker that cannot boot is logged and the app keeps serving HTTP. A startup hook
+    raising took the whole app down with it: the site was gone for want of its worker."""
     from fastapi import FastAPI
 
     from wurk.contrib.fastapi import Wurk

@@ -371,7 +371,7 @@ def test_an_at_sign_where_a_url_may_hold_one_is_taken(url: str,
 ])
 def test_the_default_tag_is_the_app_directory_or_a_capistrano_releases_app(
         cwd: str, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """features.md A22: ``tag`` defaults to the app directory's name, and for
+    """``tag`` defaults to the app directory's name, and for
     Capistrano-style release directories to the app's name (Sidekiq's ``default_tag``):
     every deploy's processes were tagged with their release's timestamp."""
     monkeypatch.setattr("os.getcwd", lambda: cwd)
