@@ -295,6 +295,19 @@ def _env(name: str) -> str | None:
     return value if value else None
 
 
+def default_tag(directory: str | None = None) -> str:
+    """``tag``'s default: the app directory's name (the current one's), or for a
+    Capistrano-style release directory (``<app>/releases/<number>``) the app's name, as
+    Sidekiq's ``default_tag`` — not each deploy's timestamp."""
+    path = os.path.normpath(directory if directory is not None else os.getcwd())
+    name = os.path.basename(path)
+    parent = os.path.dirname(path)
+    leading = re.match(r"\d+", name)
+    if leading and int(leading.group()) != 0 and os.path.basename(parent) == "releases":
+        return os.path.basename(os.path.dirname(parent)) or name
+    return name
+
+
 def environment_variable() -> str | None:
     """The deployment ``WURK_ENV`` (else ``APP_ENV``) names, read now: ``environment``'s
     default, and the config file's section when no ``-e`` names one (``wurk.configfile``)."""
@@ -454,7 +467,7 @@ class Config:
     cpu_affinity: str | None = "auto"
     private_list_layout: Literal["wurk", "pro"] = "wurk"
     paused_cache_ttl: float = 5.0
-    tag: str = field(default_factory=lambda: os.path.basename(os.getcwd()))
+    tag: str = field(default_factory=default_tag)
     labels: list[str] = field(default_factory=list)
     # The deployment this process belongs to ("production", "staging"…): ``-e`` (else this
     # default) picks the YAML file's section of that name; the process record (``env``), the

@@ -44,9 +44,15 @@ from .client.core import Client, Parts
 from .client.default import default_client
 from .client.writers import KeptJobs, kept
 from .config import Config
-from .errors import InvalidArguments, InvalidPayload, JobNotRegistered, RegistrationError
+from .errors import (
+    ConfigError,
+    InvalidArguments,
+    InvalidPayload,
+    JobNotRegistered,
+    RegistrationError,
+)
 from .middleware import on_own_loop
-from .options import validate_options
+from .options import SHARD, validate_options
 from .results.handle import ResultHandle
 
 __all__ = ["AsyncJobFunction", "Job", "JobDefinition", "JobFunction", "JobSetter", "Registry",
@@ -405,6 +411,8 @@ class JobSetter(Generic[Params, R]):
                  config: Config | None = None) -> None:
         opts = dict(options)
         self._config = opts.pop("config", config)
+        if "pool" in opts:
+            self._pool(opts.pop("pool"), opts, definition.name)
         self._wait_until: float | None = None
         if "wait" in opts:
             self._wait_until = _seconds_from_now(opts.pop("wait"), "wait")
@@ -413,6 +421,19 @@ class JobSetter(Generic[Params, R]):
         self._sync = bool(opts.pop("sync", False))
         self.definition = definition
         self.options = validate_options(opts, where=f"{definition.name}.set()")
+
+    def _pool(self, pool: Any, opts: dict[str, Any], name: str) -> None:
+        """Sidekiq's ``set(pool: POOL)``: the Redis this push goes to — a shard's name (the
+        ``shard`` option), or a ``Config`` (a shard's view, or one of its own), pinned to its
+        shard so the router does not send the push elsewhere."""
+        if isinstance(pool, Config):
+            self._config = pool
+            opts[SHARD] = pool.shard_name
+        elif isinstance(pool, str) and pool:
+            opts[SHARD] = pool
+        else:
+            raise ConfigError(f"{name}.set(): pool must be a shard's name or a wurk.Config "
+                              f"(the Redis the push goes to), not {pool!r:.80}")
 
     def _client(self) -> Client:
         return default_client(self._config)

@@ -201,3 +201,33 @@ def test_a_stop_that_fails_still_closes_the_apps_asyncio_connections(
             TestClient(FastAPI(lifespan=ext.lifespan)):
         assert ext.embedded is not None
     assert closed == [True] and ext.embedded is None
+
+
+def test_a_worker_that_cannot_boot_is_logged_and_the_app_serves_http(
+        redis_server: Server, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """A worker that cannot boot is logged and the app keeps serving HTTP. A startup hook
+    raising took the whole app down with it: the site was gone for want of its worker."""
+    from fastapi import FastAPI
+
+    from wurk.contrib.fastapi import Wurk
+
+    config = wurk.Config(redis_url=redis_server.url)
+
+    def no_database() -> None:
+        raise RuntimeError("no database")
+
+    config.on("startup", no_database)
+    ext = Wurk(config, worker=True)
+    app = FastAPI(lifespan=ext.lifespan)
+
+    @app.get("/ping")
+    def ping() -> str:
+        return "pong"
+
+    with caplog.at_level("ERROR", logger="wurk"), TestClient(app) as client:
+        assert client.get("/ping").json() == "pong"
+        assert ext.embedded is None
+        assert r.scard("processes") == 0  # what started was stopped
+    booted = [rec for rec in caplog.records if "embedded worker did not start" in rec.message]
+    assert len(booted) == 1 and booted[0].exc_info is not None
+    assert "no database" in str(booted[0].exc_info[1])

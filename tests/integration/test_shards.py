@@ -119,6 +119,29 @@ def test_jobs_are_routed_by_class_and_by_set(sharded: wurk.Config, r: redis.Redi
     assert eu.zcard("schedule") == 1 and r.zcard("schedule") == 0
 
 
+def test_set_pool_takes_a_shard_or_a_configuration_as_sidekiqs_set_pool(
+        sharded: wurk.Config, r: redis.Redis, eu: redis.Redis, second: Server) -> None:
+    """``job.set(pool=...)`` — Sidekiq's ``set(pool: POOL)`` — was refused as an option "not
+    JSON-native"; it names the Redis one push goes to: a shard's name, a shard's view, or a
+    configuration of its own. The router does not send it elsewhere."""
+    wurk.configure(shards={"eu": second.url}, shard_router=lambda name, queue, args: "eu")
+    config = wurk.default_config()
+    home.set(pool="default").perform_async(1)
+    euro.set(pool=config.shard("default")).perform_async(2)
+    home.set(pool=config.shard("eu")).perform_async(3)
+    own = wurk.Config(key_prefix="own")  # REDIS_URL wins over a redis_url: a prefix tells
+    home.set(pool=own).perform_in(60, 4)
+    assert [job["args"] for job in queued(r)] == [[2], [1]]
+    assert [job["args"] for job in queued(eu)] == [[3]]
+    assert r.zcard("own:schedule") == 1 and eu.zcard("schedule") == r.zcard("schedule") == 0
+    assert all("pool" not in job and "shard" not in job for job in queued(r) + queued(eu))
+    with pytest.raises(wurk.ConfigError, match=r"pool must be a shard's name .* not 5"):
+        home.set(pool=5)
+    with pytest.raises(wurk.ConfigError, match="mars"):
+        home.set(pool="mars").perform_async(5)
+    own.close()
+
+
 def test_a_router_splits_a_bulk_push_by_each_jobs_shard(
         second: Server, r: redis.Redis, eu: redis.Redis) -> None:
     def by_region(job: str, queue: str, args: list[Any]) -> str | None:

@@ -389,3 +389,21 @@ def test_statsd_takes_a_host_and_port_pair(given: Any, kept: str) -> None:
 def test_a_statsd_pair_that_is_no_host_and_port_is_named(given: Any) -> None:
     with pytest.raises(ConfigError, match="statsd must be"):
         Config(statsd=given)
+
+
+@pytest.mark.parametrize(("cwd", "tag"), [
+    ("/srv/shop", "shop"),
+    # Capistrano: /srv/<app>/releases/<timestamp>; the tag is the app, not the timestamp
+    ("/srv/shop/releases/20240105120301", "shop"),
+    ("/srv/shop/releases/0", "0"),               # not a release (Ruby's "0".to_i is 0)
+    ("/srv/shop/builds/20240105120301", "20240105120301"),   # not under releases/
+    ("/srv/shop/releases/v2", "v2"),
+    ("/20240105120301", "20240105120301"),
+])
+def test_the_default_tag_is_the_app_directory_or_a_capistrano_releases_app(
+        cwd: str, tag: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tag`` defaults to the app directory's name, and for
+    Capistrano-style release directories to the app's name (Sidekiq's ``default_tag``):
+    every deploy's processes were tagged with their release's timestamp."""
+    monkeypatch.setattr("os.getcwd", lambda: cwd)
+    assert Config().tag == tag

@@ -3,8 +3,11 @@
 1. ``lifespan`` mounts the dashboard at ``dashboard`` (behind ``authorize(request)``,
    required with it) and, with ``worker=True``, runs an embedded worker (threads in this
    process, ``wurk.InProcessWorker``) from startup to shutdown: at shutdown running jobs get the
-   configuration's ``timeout`` to finish, then go back to their queue. It nests inside an
-   app's own lifespan (``async with wurk_ext.lifespan(app): ...``).
+   configuration's ``timeout`` to finish, then go back to their queue. A worker that cannot
+   boot (a ``startup`` hook raising, a port in use) is logged with its traceback and the
+   app serves HTTP without it (``embedded`` stays None): the site is not taken down by its
+   background worker. It nests inside an app's own lifespan
+   (``async with wurk_ext.lifespan(app): ...``).
 2. ``Depends(wurk_ext.client)`` gives the configured ``wurk.Client`` to an endpoint: in an
    ``async def`` one, ``await client.apush(...)`` (or ``await job.aperform_async(...)``)
    pushes on redis-py's asyncio client, on the app's loop, with no thread.
@@ -15,6 +18,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -36,6 +40,8 @@ from . import require_authorize
 __all__ = ["Wurk"]
 
 Authorize = Callable[[Request], "bool | Awaitable[bool]"]
+
+log = logging.getLogger("wurk")
 
 
 class Wurk:
@@ -67,7 +73,12 @@ class Wurk:
             self._mount(app, config)
         embedded = InProcessWorker(config) if self.worker else None
         if embedded is not None:
-            await anyio.to_thread.run_sync(embedded.start)
+            try:
+                await anyio.to_thread.run_sync(embedded.start)
+            except Exception:  # the start stopped what it had started
+                log.exception("wurk: the embedded worker did not start; the app serves HTTP "
+                              "without it (no job runs in this process)")
+                embedded = None
             self.embedded = embedded
         try:
             yield
