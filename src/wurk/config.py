@@ -57,6 +57,7 @@ from .partitions import check_partition_rates, check_partitions
 from .payload import TimestampFormat
 from .periodic.cron import Schedule
 from .periodic.loops import Periodic
+from .reporting import log_error
 from .runtime import affinity
 
 log = logging.getLogger("wurk")
@@ -566,7 +567,8 @@ class Config:
     on_recover: Callable[[str, dict[str, Any] | None], None] | None = None
     client_middleware: Chain = field(default_factory=Chain)
     server_middleware: Chain = field(default_factory=Chain)
-    error_handlers: list[ErrorHandler] = field(default_factory=list)
+    # Starts with the handler that logs, as Sidekiq's list does: one appended adds to it.
+    error_handlers: list[ErrorHandler] = field(default_factory=lambda: [log_error])
     death_handlers: list[DeathHandler] = field(default_factory=list)
     lifecycle: dict[str, list[Callable[[], None]]] = field(
         default_factory=lambda: {event: [] for event in LIFECYCLE_EVENTS}

@@ -142,13 +142,18 @@ class Manager:
 
     def _processor_exited(self, processor: Processor, error: BaseException | None) -> None:
         with self._lock:
+            stopping = self._stopping
+        if stopping and error is not None:
+            # No replacement to report it with: said here, before the processor counts as
+            # gone, so a stop waiting for it returns with the death reported.
+            self._report_stopped_death(processor, error)
+        with self._lock:
             self._processors.discard(processor)
             replace = not self._stopping
             self._all_done.notify_all()
         if not replace:
-            if error is not None:  # no replacement to report it with: said here
-                report_error(self.config, error, {
-                    "context": f"processor {processor.name} died while its capsule stopped"})
+            if error is not None and not stopping:  # the stop began meanwhile
+                self._report_stopped_death(processor, error)
             return
         wait = self._died(processor, error) if error is not None else 0.0
         # In the dying thread, which ends right after: the wait gives up when stop begins.
@@ -159,6 +164,10 @@ class Manager:
                 return
             except Exception as exc:
                 wait = self._died(processor, exc, "its replacement could not be made")
+
+    def _report_stopped_death(self, processor: Processor, error: BaseException) -> None:
+        report_error(self.config, error, {
+            "context": f"processor {processor.name} died while its capsule stopped"})
 
     def _died(self, processor: Processor, error: BaseException,
               what: str = "died") -> float:

@@ -2,8 +2,10 @@
 
 1. ``report_error`` hands an exception and its context to every ``config.error_handlers``
    entry, accepting Sidekiq 8's ``(exc, context, config)`` and the older ``(exc, context)``
-   form (Sidekiq's change of arity broke third-party handlers; both keep working). With no handler
-   configured it logs the error itself. While a worker waits for a Redis that has not
+   form (Sidekiq's change of arity broke third-party handlers; both keep working). The list
+   starts with ``log_error``, as Sidekiq's starts with its logging handler: a handler
+   appended (Sentry) adds to the log line, it does not replace it. With the list emptied it
+   logs the error all the same. While a worker waits for a Redis that has not
    answered since boot, a ``RedisUnavailable`` is not reported: the wait says it once
    (``wurk.connections.unreached``).
 2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
@@ -31,7 +33,8 @@ from . import payload as P
 if TYPE_CHECKING:
     from .config import Config
 
-__all__ = ["Callbacks", "Registration", "fire", "report_error", "run_death_handlers"]
+__all__ = ["Callbacks", "Registration", "fire", "log_error", "report_error",
+           "run_death_handlers"]
 
 log = logging.getLogger("wurk")
 
@@ -60,6 +63,12 @@ def report_error(config: Config, exc: BaseException, context: dict[str, Any]) ->
             log.error("error handler %s raised %s: %s (while reporting %s)",
                       _name(handler), P.error_class_name(failure), P.error_message(failure),
                       P.error_class_name(exc), exc_info=log.isEnabledFor(logging.DEBUG))
+
+
+def log_error(exc: BaseException, context: dict[str, Any], config: Config) -> None:
+    """The default error handler, first in every ``config.error_handlers``: one line at
+    ERROR (``context (job Class jid=…): Class: message``), the traceback at DEBUG."""
+    _log_error(exc, context)
 
 
 def run_death_handlers(config: Config, job: dict[str, Any], exc: BaseException) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from wurk.config import Config
-from wurk.reporting import report_error, run_death_handlers
+from wurk.reporting import log_error, report_error, run_death_handlers
 
 
 def boom(message: str = "boom") -> ValueError:
@@ -78,6 +78,30 @@ def test_without_handlers_the_error_is_logged_one_line_then_the_traceback(
     assert "scheduler" in line and "ValueError: it failed" in line and "jid=j1" in line
     debug = [r for r in caplog.records if r.levelno == logging.DEBUG]
     assert debug and debug[0].exc_info is not None
+
+
+def test_an_appended_handler_keeps_the_default_log(caplog: pytest.LogCaptureFixture) -> None:
+    """features.md A8: Sidekiq's error handlers start with one that logs, so appending a
+    Sentry handler adds to the log line rather than replacing it; removing ``log_error``
+    leaves only the application's handlers."""
+    config = Config()
+    assert config.error_handlers == [log_error]
+    seen: list[str] = []
+    config.error_handlers.append(lambda exc, ctx, cfg: seen.append(str(exc)))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        report_error(config, boom("logged too"), {"context": "Job raised exception"})
+    assert seen == ["logged too"]
+    assert "Job raised exception" in caplog.text and "ValueError: logged too" in caplog.text
+    caplog.clear()
+    config.error_handlers.remove(log_error)
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        report_error(config, boom("handled elsewhere"), {"context": "x"})
+    assert seen == ["logged too", "handled elsewhere"]
+    assert "handled elsewhere" not in caplog.text
+    config.error_handlers.clear()  # nobody listens: logged all the same, never lost
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        report_error(config, boom("nobody listens"), {"context": "x"})
+    assert "nobody listens" in caplog.text
 
 
 def test_death_handlers_get_job_and_exception_and_a_raising_one_is_reported() -> None:

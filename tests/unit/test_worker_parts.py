@@ -369,3 +369,21 @@ def test_dollar_braces_that_name_no_variable_stay_text(
     path.write_text("tag: 'a${}b $5 ${1x}'\nweb_username: u\nweb_password: 'p${ ${-'\n")
     settings = load_file(path)
     assert settings["tag"] == "a${}b $5 ${1x}" and settings["web_password"] == "p${ ${-"
+
+
+def test_info_dumps_threads_as_ttin_does_where_the_system_has_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """features.md A12: INFO (Ctrl-T on BSD and macOS) logs every thread's backtrace, as
+    TTIN does; it is trapped wherever the system has it (Linux has none)."""
+    from wurk.runtime import signals
+
+    class Worker:
+        def quiet(self) -> None:
+            raise AssertionError("INFO must not quiet the worker")
+
+    dumps: list[str] = []
+    monkeypatch.setattr(signals, "dump_threads", lambda: dumps.append("dump"))
+    assert ("INFO" in signals.HANDLED) == hasattr(signal, "SIGINFO")
+    assert signals.act_on(Worker(), "INFO") is False
+    assert signals.act_on(Worker(), "TTIN") is False
+    assert dumps == ["dump", "dump"]

@@ -1,6 +1,7 @@
 """Signals through a self-pipe: handlers only write a byte; the main loop acts.
 
-1. ``SignalPipe.install`` traps TERM, INT, TSTP, TTIN and USR2; each handler writes the
+1. ``SignalPipe.install`` traps TERM, INT, TSTP, TTIN (and INFO where the system has it:
+   BSD, macOS), USR1 and USR2; each handler writes the
    signal's number to a pipe and returns — no application code runs in a signal handler.
 2. ``wait(timeout)`` returns the names of the signals received, blocking on the pipe.
 3. ``push(name)`` queues a signal from elsewhere (the heartbeat's remote signals) on the
@@ -16,7 +17,7 @@
    process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
 5. ``act_on``: what a worker does with each; USR1, a swarm's rolling restart, is ignored
    with a warning (a swarm child names its parent instead).
-6. ``dump_threads`` writes every thread's stack to the log (TTIN), then every task on the
+6. ``dump_threads`` writes every thread's stack to the log (TTIN, INFO), then every task on the
    worker's event loops with its await chain (``loopwatch.dump_tasks``, waiting a second at
    most for a loop to answer); ``reopen_logs`` reopens
    the log files (USR2), reporting a file it cannot reopen rather than raising.
@@ -40,12 +41,15 @@ from .. import log as wurk_log
 from ..log import VERBATIM
 from .loopwatch import dump_tasks
 
-__all__ = ["HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe", "act_on",
-           "dump_threads", "remote_signal", "reopen_logs", "serve", "stop_watched"]
+__all__ = ["DUMP_SIGNALS", "HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe",
+           "act_on", "dump_threads", "remote_signal", "reopen_logs", "serve", "stop_watched"]
 
 log = logging.getLogger("wurk")
 
-HANDLED = ("TERM", "INT", "TSTP", "TTIN", "USR2", "USR1")
+# DUMP_SIGNALS log every thread's backtrace: TTIN, and INFO (Ctrl-T) where the system has it
+# (BSD, macOS; Linux has none).
+DUMP_SIGNALS = ("TTIN", *(("INFO",) if hasattr(signal, "SIGINFO") else ()))
+HANDLED = ("TERM", "INT", "TSTP", *DUMP_SIGNALS, "USR2", "USR1")
 STOP_SIGNALS = ("TERM", "INT")
 # How often the watcher of a stop in progress looks whether the stop is over; a signal
 # itself wakes it at once, so this only bounds how long the exit waits for the watcher.
@@ -163,7 +167,7 @@ def act_on(launcher: _Quietable, name: str) -> bool:
         return True
     if name == "TSTP":
         launcher.quiet()
-    elif name == "TTIN":
+    elif name in ("TTIN", "INFO"):  # INFO arrives only where the system has it
         dump_threads()
     elif name == "USR2":
         reopen_logs()

@@ -10,7 +10,7 @@
    second one, ``HURRY_AFTER`` or more after the first, hurries (TERM relayed again, so each
    child pushes its unfinished jobs back and exits; SIGKILL within the grace); TSTP quiets
    the swarm, globally and for good (children forked later boot quiet); USR1 starts a
-   rolling restart; USR2 is relayed (log reopen); TTIN dumps threads everywhere.
+   rolling restart; USR2 is relayed (log reopen); TTIN (or INFO) dumps threads everywhere.
 4. A crashed child is respawned after its slot's backoff. A slot whose child cannot boot
    ``boot_attempts`` times in a row — it exits before its first heartbeat, or says it could
    not boot (``boot-error``, exit 78) though a heartbeat was seen — stops the swarm with
@@ -43,6 +43,7 @@ from ..errors import SwarmError
 from ..runtime.identity import Identity, hostname, process_nonce
 from ..runtime.proctitle import set_title
 from ..runtime.signals import (
+    DUMP_SIGNALS,
     HURRY_AFTER,
     HURRY_HINT,
     STOP_SIGNALS,
@@ -241,7 +242,7 @@ class Supervisor:
         elif name == "USR2":
             reopen_logs()
             self._relay(signal.SIGUSR2)
-        elif name == "TTIN":
+        elif name in DUMP_SIGNALS:  # each child dumps on TTIN, whichever came here
             dump_threads()
             self._relay(signal.SIGTTIN)
 
