@@ -113,7 +113,8 @@ MIN_CATCH_UP = 1
 
 # Settings that hold Python objects (handlers, middleware, hooks): never in a file.
 CODE_SETTINGS = ("client_middleware", "server_middleware", "error_handlers", "death_handlers",
-                 "lifecycle", "on_recover", "statsd_job_options", "limiter_errors",
+                 "lifecycle", "on_recover", "statsd_job_options", "history_extra",
+                 "limiter_errors",
                  "encryption_keys",
                  "limiter_backoff", "shard_router")
 
@@ -561,6 +562,9 @@ class Config:
     statsd_datadog_extensions: bool = True  # jobs.perform_dist (a Datadog distribution)
     # (job name, payload, queue) → {"tags": [...], "sample_rate": 0.5}: per-job StatsD options
     statsd_job_options: Callable[[str, dict[str, Any], str], Mapping[str, Any]] | None = None
+    # Sidekiq Enterprise's ``retain_history(30, extra=...)``: called with ``gauge(name, value,
+    # tags=())`` each history tick this process samples; its gauges join the tick's StatsD batch
+    history_extra: Callable[[Callable[..., None]], object] | None = None
     # -- extension points -------------------------------------------------------------------
     # Told each job the reaper returns from a dead process: (its stored text, None); and each
     # poison kill: (its text, {jid, klass, count, queue}).
@@ -977,6 +981,21 @@ class Config:
         if self.statsd_job_options is not None and not callable(self.statsd_job_options):
             raise ConfigError("statsd_job_options must be a function (job name, payload, "
                               f"queue) → options, not {self.statsd_job_options!r}")
+        self._validate_history_extra()
+
+    def _validate_history_extra(self) -> None:
+        extra = self.history_extra
+        if extra is None:
+            return
+        if not callable(extra):
+            raise ConfigError("history_extra must be a function given gauge(name, value, "
+                              f"tags=()) each history tick, not {extra!r}")
+        if self.statsd is None:
+            raise ConfigError("history_extra sends gauges to StatsD with the history's: "
+                              "set statsd too")
+        if not self.retain_history:
+            raise ConfigError("history_extra is called by the history sampler, which "
+                              "retain_history 0 turns off: keep some history")
 
     def _check_types(self) -> None:
         """The settings a file can give any value: caught here, not as a crash later."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -332,8 +333,8 @@ def test_what_ran_since_the_last_beat_is_written_at_exit(redis_server: Any,
 
 def test_a_history_sample_keeps_the_50_largest_queues(config: wurk.Config,
                                                       r: redis.Redis) -> None:
-    """metrics.md: a sample holds "the 50 largest queues' sizes" (and the default latency)."""
-    from wurk.metrics.history import take_sample
+    """A stored sample holds the 50 largest queues' sizes (StatsD is sent every queue read)."""
+    from wurk.metrics.history import stored_sample, take_sample
 
     pipe = r.pipeline(transaction=False)
     for n in range(1, 61):  # q01 holds 1 job … q60 holds 60
@@ -341,7 +342,41 @@ def test_a_history_sample_keeps_the_50_largest_queues(config: wurk.Config,
         pipe.rpush(f"queue:q{n:02}", *["{}"] * n)
     pipe.execute()
     sample = take_sample(config, time.time())
-    assert sample["queues"] == {f"q{n:02}": n for n in range(11, 61)}
+    assert list(sample["queues"].values()) == list(range(60, 0, -1))  # all, largest first
+    assert stored_sample(sample)["queues"] == {f"q{n:02}": n for n in range(11, 61)}
+
+
+def test_the_first_history_sample_waits_one_full_interval(config: wurk.Config) -> None:
+    """A worker that just started samples nothing until a whole ``history_interval`` has
+    passed (then every interval): a fleet restarted at once does not all read the cluster
+    the moment it boots."""
+    from tests.helpers.wait import step
+    from wurk.metrics.history import HistorySampler
+    from wurk.runtime.clock import ManualClock
+    from wurk.runtime.timer import Timers
+
+    clock = ManualClock()
+    started = clock.monotonic()
+    timers = Timers("t-history", clock=clock)
+    taken: list[float] = []
+    each = threading.Semaphore(0)
+
+    def on_sample(sample: dict[str, Any]) -> None:
+        taken.append(clock.monotonic())
+        each.release()
+
+    cfg = wurk.Config(redis_url=config.redis_url, history_interval=60.0)
+    sampler = HistorySampler(cfg, on_sample=on_sample, timers=timers)
+    sampler.start()
+    try:
+        step(clock, 59.0)  # not yet: a sample now would be stamped 59 s after the start
+        step(clock, 1.0)
+        assert each.acquire(timeout=10), "no sample one interval after the start"
+        assert taken == [started + 60.0]
+    finally:
+        sampler.stop(10)
+        assert timers.stop(10)
+        cfg.close()
 
 
 def test_a_job_name_utf8_cannot_carry_is_counted_and_scraped(config: wurk.Config,

@@ -245,3 +245,118 @@ def test_an_agent_that_is_not_listening_costs_no_lookup_and_no_warning_per_packe
         sink.close()
     assert lookups == ["localhost"]
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.text
+
+
+def history_config(port: int, **settings: Any) -> wurk.Config:
+    return wurk.configure(statsd=f"127.0.0.1:{port}", statsd_datadog_extensions=False,
+                          **settings)
+
+
+SAMPLE = {"processed": 5, "failed": 1, "enqueued": 2, "retries": 0, "dead": 3, "scheduled": 0,
+          "busy": 1, "queues": {"default": 2, "low": 0}, "latency": {"default": 0.5}}
+
+
+def test_a_history_tick_sends_its_gauges_and_the_extra_hooks_in_one_batch(
+        listener: socket.socket) -> None:
+    """The built-in gauges and those ``history_extra`` gives go out together: one datagram
+    here, not one per gauge."""
+    calls: list[int] = []
+
+    def extra(gauge: Any) -> None:
+        calls.append(1)
+        gauge("payments.pending", 7, tags=["team:pay"])
+        gauge("payments.oldest", 1.5)
+
+    sink = StatsdSink(history_config(listener.getsockname()[1], history_extra=extra))
+    sink.gauges(SAMPLE)
+    sink.close()
+    first = listener.recv(65536).decode().splitlines()
+    assert calls == [1]
+    for expected in ("wurk.processed:5|g", "wurk.busy:1|g", "wurk.queue.size:2|g|#queue:default",
+                     "wurk.queue.size:0|g|#queue:low", "wurk.queue.latency:0.5|g|#queue:default",
+                     "wurk.payments.pending:7|g|#team:pay", "wurk.payments.oldest:1.5|g"):
+        assert expected in first
+
+
+def test_a_failing_extra_hook_is_logged_and_the_ticks_other_gauges_are_sent(
+        listener: socket.socket, caplog: pytest.LogCaptureFixture) -> None:
+    def extra(gauge: Any) -> None:
+        gauge("before.failure", 1)
+        raise RuntimeError("the payments database is down")
+
+    sink = StatsdSink(history_config(listener.getsockname()[1], history_extra=extra))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        sink.gauges(SAMPLE)
+    sink.close()
+    lines = received(listener, "wurk.queue.latency")
+    assert "wurk.processed:5|g" in lines and "wurk.before.failure:1|g" in lines
+    assert any("history_extra" in r.getMessage() and "payments database" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_the_extra_hooks_gauges_are_bounded_and_checked(
+        listener: socket.socket, caplog: pytest.LogCaptureFixture) -> None:
+    """A hook that loops over something unbounded sends at most ``EXTRA_GAUGE_LIMIT`` gauges a
+    tick; a name or value the line protocol cannot carry is refused with its reason."""
+    from wurk.metrics.statsd import EXTRA_GAUGE_LIMIT
+
+    def many(gauge: Any) -> None:
+        for n in range(EXTRA_GAUGE_LIMIT + 50):
+            gauge(f"extra.g{n}", n)
+
+    sink = StatsdSink(history_config(listener.getsockname()[1], history_extra=many))
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        sink.gauges(SAMPLE)
+    lines = received(listener, f"wurk.extra.g{EXTRA_GAUGE_LIMIT - 1}:")
+    assert not any(line.startswith(f"wurk.extra.g{EXTRA_GAUGE_LIMIT}:") for line in lines)
+    assert any(f"more than {EXTRA_GAUGE_LIMIT} gauges" in r.getMessage()
+               for r in caplog.records)
+    for bad, reason in ((("a|b", 1), "name"), (("ok", float("nan")), "finite"),
+                        (("ok", True), "number"), (("ok", 1, ["x|y"]), "tag")):
+        caplog.clear()
+
+        def hook(gauge: Any, bad: tuple[Any, ...] = bad) -> None:
+            gauge(*bad)
+
+        sink.config.history_extra = hook
+        with caplog.at_level(logging.ERROR, logger="wurk"):
+            sink.gauges(SAMPLE)
+        assert any(reason in r.getMessage() for r in caplog.records), bad
+    sink.close()
+
+
+def test_history_extra_without_statsd_or_history_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"history_extra.*statsd"):
+        wurk.configure(history_extra=lambda gauge: None)
+    with pytest.raises(ConfigError, match=r"history_extra.*retain_history"):
+        wurk.configure(statsd="127.0.0.1:8125", retain_history=0,
+                       history_extra=lambda gauge: None)
+    with pytest.raises(ConfigError, match="history_extra must be a function"):
+        wurk.configure(statsd="127.0.0.1:8125", history_extra="gauges")
+
+
+def test_every_queue_read_is_sent_while_a_sample_keeps_the_largest(
+        redis_server: Server, listener: socket.socket) -> None:
+    """Sixty queues: sixty ``queue.size`` gauges go to StatsD; the stored sample, which the
+    History tab draws, keeps the 50 largest."""
+    import redis
+
+    from wurk import payload as P
+    from wurk.metrics.history import HistorySampler
+
+    config = history_config(listener.getsockname()[1], redis_url=redis_server.url)
+    r = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    pipe = r.pipeline(transaction=False)
+    for n in range(1, 61):
+        pipe.sadd("queues", f"q{n:02}")
+        pipe.rpush(f"queue:q{n:02}", *["{}"] * n)
+    pipe.execute()
+    sink = StatsdSink(config)
+    assert HistorySampler(config, on_sample=sink.gauges).tick() is not None
+    sink.close()
+    lines = received(listener, "wurk.queue.size:1|g|#queue:q01")  # the smallest: sent last
+    sizes = [line for line in lines if line.startswith("wurk.queue.size:")]
+    assert sorted(sizes) == sorted(f"wurk.queue.size:{n}|g|#queue:q{n:02}" for n in range(1, 61))
+    [stored] = r.zrange(config.keys.history, 0, -1)
+    assert P.loads(stored)["queues"] == {f"q{n:02}": n for n in range(11, 61)}
+    r.close()

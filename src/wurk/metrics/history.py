@@ -1,16 +1,21 @@
 """Historical metrics: the cluster's numbers sampled by one process, kept for the dashboard.
 
-1. Every ``history_interval`` seconds (30) each worker asks ``scripts/history_claim.lua``
-   whether it is the one to sample this interval: the script decides by Redis's clock under
-   its own lock (``wurk:history:lock``), so exactly one process samples per interval however
-   many run and however their clocks drift. (This lock is the history's own; it does not
-   depend on leader election.)
+1. Every ``history_interval`` seconds (30; the first one full interval after the worker
+   starts) each worker asks ``scripts/history_claim.lua`` whether it is the one to sample
+   this interval: the script decides by Redis's clock under its own lock
+   (``wurk:history:lock``), so exactly one process samples per interval however many run
+   and however their clocks drift. Sidekiq Enterprise has its leader send them; this lock
+   is that one sender, and not leader election on purpose: ``dear-leader`` is shared with
+   Sidekiq Enterprise processes (a Ruby leader would leave ``wurk:history`` empty), a fleet
+   may run with ``leader`` off, and a leader's handover leaves up to a term without one.
 2. A sample is one JSON member of the sorted set ``wurk:history`` scored by the Redis time:
    processed and failed totals, enqueued, scheduled, retries, dead, busy, processes, the
    size of the largest ``QUEUE_LIMIT`` queues and the ``default`` queue's latency (latency
    costs a read per queue, so only ``default`` is sampled, as Sidekiq Enterprise does).
    Samples older than ``retain_history`` seconds are trimmed by the sampler.
-3. The same numbers go to StatsD as gauges when it is configured.
+3. The same numbers go to StatsD as gauges when it is configured, with every queue read
+   (``queue_names``' cap, ``QUEUE_CAP`` = 1,000, in pages of ``QUEUE_PAGE``), not only the
+   largest ``QUEUE_LIMIT``: a stored sample is kept thousands of times, a StatsD send once.
 4. ``read_history`` reads them back; every stored value is checked (a member that is not a
    JSON object, or a number that is not finite and ≥ 0, counts as absent or 0).
 """
@@ -34,10 +39,11 @@ from ..stored import Invalid
 from ..stored import epoch as stored_epoch
 from .tracking import cut_name
 
-__all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "take_sample"]
+__all__ = ["GAUGES", "HistorySampler", "Sample", "read_history", "stored_sample", "take_sample"]
 
 _CLAIM = Script("history_claim.lua")
-# Queues kept per sample, largest first: bounds a sample's size on installs with many queues.
+# Queues kept per stored sample, largest first: bounds a sample's size on installs with many
+# queues (StatsD is sent every queue read).
 QUEUE_LIMIT = 50
 LATENCY_QUEUES = ("default",)
 GAUGES = ("processed", "failed", "enqueued", "scheduled", "retries", "dead", "busy",
@@ -58,7 +64,8 @@ class Sample:
 
 
 def take_sample(config: Config, at: float) -> dict[str, Any]:
-    """The cluster's numbers now, as stored (and sent to StatsD); an unreadable number is
+    """The cluster's numbers now, as sent to StatsD: every queue read, largest first
+    (``stored_sample`` keeps the largest ``QUEUE_LIMIT`` of them); an unreadable number is
     stored as null, read back as 0."""
     stats = Stats(config)
     summaries = sorted(stats.queue_summaries(), key=lambda q: (-_number(q.size), q.name))
@@ -69,10 +76,16 @@ def take_sample(config: Config, at: float) -> dict[str, Any]:
         "retries": _valid(stats.retry_size()), "dead": _valid(stats.dead_size()),
         "busy": stats.busy(), "processes": _valid(stats.processes_size()),
         # A queue name is anyone's to write: cut, or a sample of long ones weighs megabytes.
-        "queues": {cut_name(q.name): _valid(q.size) for q in summaries[:QUEUE_LIMIT]},
+        "queues": {cut_name(q.name): _valid(q.size) for q in summaries},
         "latency": {cut_name(q.name): round(q.latency, 3) for q in summaries
                     if q.name in LATENCY_QUEUES and not isinstance(q.latency, Invalid)},
     }
+
+
+def stored_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    """What is kept of ``sample`` in ``wurk:history``: its largest ``QUEUE_LIMIT`` queues."""
+    queues = sample.get("queues") or {}
+    return {**sample, "queues": dict(list(queues.items())[:QUEUE_LIMIT])}
 
 
 def _valid(value: Any) -> Any:
@@ -125,7 +138,7 @@ class HistorySampler:
 
         def send(r: Any) -> None:
             pipe = r.pipeline(transaction=True)
-            pipe.zadd(key, {P.dumps(sample): at})
+            pipe.zadd(key, {P.dumps(stored_sample(sample)): at})
             pipe.zremrangebyscore(key, "-inf", f"({oldest}")
             pipe.execute()
 

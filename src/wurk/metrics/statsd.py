@@ -12,7 +12,8 @@
    ``jobs.expired`` per expiring job dropped unrun (tagged ``worker`` and ``queue``), and
    the history sampler's gauges (``processed``, ``failures``, ``enqueued``, ``retries``,
    ``dead``, ``scheduled``, ``busy``, ``queue.size`` per queue, ``queue.latency`` for
-   ``default``). Names take ``statsd_prefix`` (``wurk``; ``sidekiq`` for Pro's dashboards).
+   ``default``) with those ``history_extra`` gives (``ExtraGauges``), one batch a tick.
+   Names take ``statsd_prefix`` (``wurk``; ``sidekiq`` for Pro's dashboards).
 4. ``jobs.recovered.push`` (``recovered_push``): Sidekiq Pro's count of pushes a client
    buffered while Redis was down and sent later, sent by the process whose reliable push
    (``wurk.client.reliable``) sent them.
@@ -30,6 +31,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 import socket
 import threading
 import time
@@ -40,11 +43,18 @@ from typing import Any
 from .. import payload as P
 from ..config import Config, statsd_address
 from ..errors import ConfigError, DecryptionError
+from ..reporting import report_error
 from .tracking import job_name, stored_name
 
-__all__ = ["StatsdSink", "sink_for"]
+__all__ = ["EXTRA_GAUGE_LIMIT", "ExtraGauges", "StatsdSink", "sink_for"]
 
 LOOKUP_RETRY = 30.0
+# ``history_extra`` sends at most this many gauges a tick: a hook looping over something
+# unbounded (a row per customer) must not flood the agent every interval.
+EXTRA_GAUGE_LIMIT = 100
+MAX_GAUGE_NAME = 200
+_NAME_BREAKS = re.compile(r"[:|@#,\s]")
+_TAG_BREAKS = re.compile(r"[|#,\r\n]")
 _now = time.monotonic
 _client_class: type | None = None
 
@@ -207,13 +217,68 @@ class StatsdSink:
 
     # -- history ----------------------------------------------------------------------------
     def gauges(self, sample: Mapping[str, Any]) -> None:
-        """The cluster's numbers, as Sidekiq Enterprise's history sends them."""
+        """The cluster's numbers, as Sidekiq Enterprise's history sends them, then the
+        ``history_extra`` hook's gauges: one batch (as few datagrams as the packet size
+        allows), not a datagram per gauge."""
+        extra = self._extra_gauges()
         client = self.client
-        for name, field in (("processed", "processed"), ("failures", "failed"),
-                            ("enqueued", "enqueued"), ("retries", "retries"),
-                            ("dead", "dead"), ("scheduled", "scheduled"), ("busy", "busy")):
-            client.gauge(name, sample.get(field, 0))
-        for queue, size in (sample.get("queues") or {}).items():
-            client.gauge("queue.size", size, tags=[f"queue:{queue}"])
-        for queue, latency in (sample.get("latency") or {}).items():
-            client.gauge("queue.latency", latency, tags=[f"queue:{queue}"])
+        with client:  # the client's buffer: flushed when full and at the end
+            for name, field in (("processed", "processed"), ("failures", "failed"),
+                                ("enqueued", "enqueued"), ("retries", "retries"),
+                                ("dead", "dead"), ("scheduled", "scheduled"), ("busy", "busy")):
+                client.gauge(name, sample.get(field, 0))
+            for queue, size in (sample.get("queues") or {}).items():
+                client.gauge("queue.size", size, tags=[f"queue:{queue}"])
+            for queue, latency in (sample.get("latency") or {}).items():
+                client.gauge("queue.latency", latency, tags=[f"queue:{queue}"])
+            for name, value, tags in extra:
+                client.gauge(name, value, tags=tags)
+
+    def _extra_gauges(self) -> list[tuple[str, float, list[str] | None]]:
+        """What ``history_extra`` gives, asked before the batch opens (the hook may read a
+        database; the client is not held meanwhile). A hook that raises is reported; the
+        gauges it gave before are kept."""
+        hook = self.config.history_extra
+        if hook is None:
+            return []
+        gauge = ExtraGauges()
+        try:
+            hook(gauge)
+        except Exception as exc:
+            report_error(self.config, exc, {"context": "history_extra (its gauges so far "
+                                                       "are sent with the history's)"})
+        return gauge.kept
+
+
+class ExtraGauges:
+    """The ``gauge(name, value, tags=())`` function ``history_extra`` is given: each gauge
+    checked (the StatsD line cannot carry its separators in a name or tag) and kept, at most
+    ``EXTRA_GAUGE_LIMIT`` a tick."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[str, float, list[str] | None]] = []
+
+    def __call__(self, name: str, value: float, tags: Sequence[str] = ()) -> None:
+        if len(self.kept) >= EXTRA_GAUGE_LIMIT:
+            raise ValueError(f"history_extra gave more than {EXTRA_GAUGE_LIMIT} gauges in one "
+                             "tick; the rest are not sent")
+        if not isinstance(name, str) or not 0 < len(name) <= MAX_GAUGE_NAME \
+                or _NAME_BREAKS.search(name):
+            raise ValueError(f"a gauge name is text of 1-{MAX_GAUGE_NAME} characters without "
+                             f"':', '|', '@', '#', ',' or spaces, not {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"gauge {name!r}: its value must be a number, not {value!r}")
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:  # an int no float holds
+            finite = False
+        if not finite:
+            raise ValueError(f"gauge {name!r}: its value must be a finite number, "
+                             f"not {value!r}")
+        if isinstance(tags, str) or not isinstance(tags, Sequence):
+            raise ValueError(f"gauge {name!r}: tags must be a list of text, not {tags!r}")
+        for tag in tags:
+            if not isinstance(tag, str) or not tag or _TAG_BREAKS.search(tag):
+                raise ValueError(f"gauge {name!r}: a tag is text without '|', '#', ',' or "
+                                 f"line breaks, not {tag!r}")
+        self.kept.append((name, value, list(tags) or None))
