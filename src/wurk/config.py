@@ -51,13 +51,13 @@ from .connections.unreached import Unreached
 from .errors import ConfigError, WurkError
 from .hosts import check_host_pattern
 from .keys import Keys, keyspace_prefix
+from .log import log_error
 from .middleware import Chain
 from .options import parse_queue, queue_entry
 from .partitions import check_partition_rates, check_partitions
 from .payload import TimestampFormat
 from .periodic.cron import Schedule
 from .periodic.loops import Periodic
-from .reporting import log_error
 from .runtime import affinity
 
 log = logging.getLogger("wurk")

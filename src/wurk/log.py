@@ -44,11 +44,12 @@ import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
+from . import payload as P
 from .stored import UNPRINTABLE_CHARS, printable
 
 __all__ = ["JOB_FIELDS", "JOB_LEVEL", "VERBATIM", "admit", "job_context", "job_level",
-           "level_number", "logger", "reopen", "route_application_logs", "setup", "short_id",
-           "tid", "unwritten", "user_configured"]
+           "level_number", "log_error", "logger", "reopen", "route_application_logs", "setup",
+           "short_id", "tid", "unwritten", "user_configured"]
 
 logger = logging.getLogger("wurk")
 _context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
@@ -647,3 +648,26 @@ def reopen() -> None:
                 handler.stream = stream
             finally:
                 handler.release()
+
+
+def log_error(exc: BaseException, context: dict[str, Any], config: object = None) -> None:
+    """The default error handler, first in every ``config.error_handlers``
+    (``wurk.reporting``): one line at ERROR (``context (job Class jid=…): Class: message``),
+    the traceback at DEBUG. A logging handler that raises is said on stderr (``unwritten``),
+    never raised into the job's bookkeeping. Here, not in ``wurk.reporting``, so that the
+    configuration's default list names it without importing what imports the configuration."""
+    where = context.get("context", "error")
+    job = context.get("job")
+    about = ""
+    if isinstance(job, dict):
+        about = f" (job {job.get(P.CLASS)!s} jid={job.get(P.JID)!s})"
+    args = (where, about, P.error_class_name(exc), P.error_message(exc))
+    try:
+        logger.error("%s%s: %s: %s", *args)
+        logger.debug("traceback of the error above",
+                     exc_info=(type(exc), exc, exc.__traceback__))
+    except RecursionError:
+        raise
+    except Exception:
+        unwritten(logger.makeRecord(logger.name, logging.ERROR, "", 0, "%s%s: %s: %s", args,
+                                    None))

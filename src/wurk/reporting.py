@@ -27,8 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from . import log as wurk_log
 from . import payload as P
+from .log import log_error
 
 if TYPE_CHECKING:
     from .config import Config
@@ -51,7 +51,7 @@ def report_error(config: Config, exc: BaseException, context: dict[str, Any]) ->
         return
     handlers = list(config.error_handlers)
     if not handlers:
-        _log_error(exc, context)
+        log_error(exc, context)
         return
     for handler in handlers:
         try:
@@ -63,12 +63,6 @@ def report_error(config: Config, exc: BaseException, context: dict[str, Any]) ->
             log.error("error handler %s raised %s: %s (while reporting %s)",
                       _name(handler), P.error_class_name(failure), P.error_message(failure),
                       P.error_class_name(exc), exc_info=log.isEnabledFor(logging.DEBUG))
-
-
-def log_error(exc: BaseException, context: dict[str, Any], config: Config) -> None:
-    """The default error handler, first in every ``config.error_handlers``: one line at
-    ERROR (``context (job Class jid=…): Class: message``), the traceback at DEBUG."""
-    _log_error(exc, context)
 
 
 def run_death_handlers(config: Config, job: dict[str, Any], exc: BaseException) -> None:
@@ -100,24 +94,6 @@ def _accepts_three(handler: Callable[..., Any]) -> bool:
     except TypeError:
         return False
     return True
-
-
-def _log_error(exc: BaseException, context: dict[str, Any]) -> None:
-    where = context.get("context", "error")
-    job = context.get("job")
-    about = ""
-    if isinstance(job, dict):
-        about = f" (job {job.get(P.CLASS)!s} jid={job.get(P.JID)!s})"
-    args = (where, about, P.error_class_name(exc), P.error_message(exc))
-    try:
-        log.error("%s%s: %s: %s", *args)
-        log.debug("traceback of the error above", exc_info=(type(exc), exc, exc.__traceback__))
-    except RecursionError:
-        raise
-    except Exception:  # a handler of the user's that raises: said on stderr, never raised
-        # into the job's bookkeeping (wurk.log, point 6)
-        wurk_log.unwritten(log.makeRecord(log.name, logging.ERROR, "", 0, "%s%s: %s: %s",
-                                          args, None))
 
 
 def _name(handler: Callable[..., Any]) -> str:

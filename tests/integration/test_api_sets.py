@@ -606,7 +606,7 @@ def test_fetch_by_score_and_jid_reads_entries_sharing_the_score_a_page_at_a_time
 @pytest.mark.parametrize("cls", SETS)
 def test_fetch_by_a_score_range(cls: type[JobSet], config: wurk.Config,
                                 r: redis.Redis) -> None:
-    """features.md A18, as Sidekiq's ``fetch(score_range, jid = nil)``: a ``(low, high)`` pair
+    """As Sidekiq's ``fetch(score_range, jid = nil)``: a ``(low, high)`` pair
     is every entry scored from low to high, both included, lowest first (a page at a time);
     with a jid, only that job's."""
     job_set = cls(config)

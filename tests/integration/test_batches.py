@@ -1023,7 +1023,7 @@ def tenant_callback(status: wurk.BatchStatus, options: dict[str, Any]) -> None:
 
 def test_callbacks_run_in_the_context_the_batch_was_created_in(fast: wurk.Config,
                                                                r: redis.Redis) -> None:
-    """features.md B4: "Batch callbacks capture context (CurrentAttributes, 7.3.3)": the
+    """Batch callbacks capture context, as Sidekiq Pro 7.3.3's CurrentAttributes: the
     persisted variables set where the batch was created are set around its callbacks, though
     the job that fires them ran in another context."""
     wurk.context.persist(batch_tenant, config=fast)

@@ -1,7 +1,7 @@
 """A job's own log lines, as a worker writes them: ``start`` / ``done`` / ``fail`` carry the
 job's context (jid, class — the wrapped one when there is one — queue, the payload fields of
 ``logged_job_attributes``) and, on ``done`` and ``fail``, ``elapsed``, as Sidekiq's job
-logger puts it in the context (features.md A20)."""
+logger puts it in the context."""
 
 from __future__ import annotations
 

@@ -85,7 +85,7 @@ def test_a_batch_sends_created_complete_success_and_duration(
 
 def test_a_batch_success_sends_duration_dist_tagged_from_its_success_callbacks(
         redis_server: Server, r: redis.Redis, listener: socket.socket) -> None:
-    """features.md B4/B7: ``batch.duration`` and ``batch.duration_dist`` (Sidekiq Pro
+    """``batch.duration`` and ``batch.duration_dist`` (Sidekiq Pro
     8.0.2), tagged with the ``tags`` of the batch's success callback options."""
     config = wurk.configure(redis_url=redis_server.url,
                             statsd=f"127.0.0.1:{listener.getsockname()[1]}")

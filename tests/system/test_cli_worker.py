@@ -77,7 +77,7 @@ def test_flags_win_over_the_file_and_the_file_over_wurk_concurrency(
 
 
 def test_debug_invocation_from_systemd_logs_at_debug(monkeypatch: pytest.MonkeyPatch) -> None:
-    """features.md A20: ``DEBUG_INVOCATION=1`` (systemd's restart in debug mode) is ``-v``."""
+    """``DEBUG_INVOCATION=1`` (systemd's restart in debug mode) is ``-v``."""
     from wurk.cli.worker import build_config
 
     monkeypatch.delenv("DEBUG_INVOCATION", raising=False)

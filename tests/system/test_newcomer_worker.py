@@ -115,7 +115,8 @@ def test_a_slow_job_says_at_info_that_it_started(
     assert worker.wait(15) == 0
     output = worker.output()
     assert output.count(f"jid={jid} queue=default INFO: start") == 1
-    assert output.index(start.group(0)) < output.index(f"jid={jid} queue=default INFO: done")
+    done = re.search(rf"jid={jid} queue=default elapsed=[\d.]+ INFO: done", output)
+    assert done is not None and output.index(start.group(0)) < done.start()
     assert f"jid={quick} queue=default INFO: start" not in output  # a quick job: no line
 
 

@@ -41,8 +41,8 @@ def test_unknown_setting_is_named() -> None:
 
 @pytest.mark.parametrize("mode", ["raise", "warn", "off"])
 def test_sidekiqs_strict_args_setting_says_what_wurk_does(mode: str) -> None:
-    # features.md A3 spells the setting wurk.configure(strict_args=...); wurk has one mode,
-    # always refusing (decisions.md 9). The error said only "unknown setting", leaving a
+    # Sidekiq spells the setting strict_args; wurk has one mode, always refusing
+    # arguments that are not JSON-native. The error said only "unknown setting", leaving a
     # Sidekiq 6.4 user to guess whether their arguments would now be stringified.
     with pytest.raises(ConfigError, match=r"unknown setting 'strict_args'; wurk always "
                        r"refuses arguments that are not JSON-native at push"):
@@ -380,7 +380,7 @@ def test_an_at_sign_where_a_url_may_hold_one_is_taken(url: str,
     ("127.0.0.1:8125", "127.0.0.1:8125"),
 ])
 def test_statsd_takes_a_host_and_port_pair(given: Any, kept: str) -> None:
-    """features.md B7: ``wurk.configure(statsd=("127.0.0.1", 8125), ...)``."""
+    """``wurk.configure(statsd=("127.0.0.1", 8125), ...)``: a host and port pair."""
     assert Config(statsd=given).statsd == kept
 
 

@@ -81,7 +81,7 @@ def test_without_handlers_the_error_is_logged_one_line_then_the_traceback(
 
 
 def test_an_appended_handler_keeps_the_default_log(caplog: pytest.LogCaptureFixture) -> None:
-    """features.md A8: Sidekiq's error handlers start with one that logs, so appending a
+    """Sidekiq's error handlers start with one that logs, so appending a
     Sentry handler adds to the log line rather than replacing it; removing ``log_error``
     leaves only the application's handlers."""
     config = Config()

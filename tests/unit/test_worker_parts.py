@@ -373,7 +373,7 @@ def test_dollar_braces_that_name_no_variable_stay_text(
 
 def test_info_dumps_threads_as_ttin_does_where_the_system_has_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """features.md A12: INFO (Ctrl-T on BSD and macOS) logs every thread's backtrace, as
+    """INFO (Ctrl-T on BSD and macOS) logs every thread's backtrace, as
     TTIN does; it is trapped wherever the system has it (Linux has none)."""
     from wurk.runtime import signals
 
