@@ -84,6 +84,9 @@ _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
                   "statsd_datadog_extensions", "web_read_only")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
+# The health check's port when it is turned on without one (``wurk worker --health``): the
+# dashboard's is 7433 (``wurk web``), so the two can run side by side on one machine.
+DEFAULT_HEALTH_PORT = 7434
 # Every setting in seconds. None may be longer than the longest wait a thread can make
 # (``threading.TIMEOUT_MAX``, about 292 years): a longer one raised OverflowError in the
 # thread that waited (``heartbeat_interval: 10000000000`` killed the heartbeat), or Redis

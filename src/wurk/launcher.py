@@ -18,7 +18,8 @@
    stop began; then each manager requeues its unfinished jobs and interrupts its threads;
    last stats flush; remove the process record; fire ``exit``. ``hurry`` (a second Ctrl-C)
    ends the wait for running jobs at once: they go back to their queues, then the rest of
-   the stop runs as ever.
+   the stop runs as ever. ``working``: whether a job still runs (what ``wurk worker
+   --drain`` waits for, with no deadline, between ``quiet`` and ``stop``).
 4. The launcher owns every thread it starts; nothing here installs signal handlers (the CLI
    does, through a self-pipe; the in-process worker leaves signals to its host).
 """
@@ -510,6 +511,12 @@ class Launcher:
     @property
     def stopping(self) -> bool:
         return self._stopped
+
+    @property
+    def working(self) -> bool:
+        """Whether a job runs (a processor alive, an async job under way): what a drain
+        (``wurk worker --drain``) waits for before it stops."""
+        return any(manager.working for manager in self.managers)
 
     def fire(self, event: str, *, reverse: bool | None = None,
              raise_errors: bool = False) -> None:

@@ -18,7 +18,7 @@
    (``Instruments.watch``): another shard's outage makes the probe fail naming that shard,
    and its series carry the label ``shard``.
 3. ``ShardedLauncher`` answers as a ``Launcher`` does (``start``, ``quiet``, ``stop``,
-   ``hurry``): it starts the default shard's launcher first, quiets them all, and stops
+   ``hurry``, ``working``): it starts the default shard's launcher first, quiets them all, and stops
    them together under one deadline. A shard that cannot be reached at boot is waited for
    by its own loops, as one Redis is.
 4. On Redis Cluster (``Config.is_cluster``) every queue is a keyspace of its own
@@ -213,6 +213,10 @@ class ShardedLauncher:
     def managers(self) -> list[Any]:
         return [*(manager for launcher in self.launchers for manager in launcher.managers),
                 *self.shared]
+
+    @property
+    def working(self) -> bool:
+        return any(manager.working for manager in self.managers)
 
     def fire(self, event: str, *, reverse: bool | None = None,
              raise_errors: bool = False) -> None:

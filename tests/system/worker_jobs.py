@@ -30,6 +30,19 @@ def sleep_job(seconds: float, key: str) -> None:
     r().rpush(f"{key}:done", "1")
 
 
+@wurk.job(name="Sys::Gated")
+def gated(key: str) -> None:
+    """Runs until the test pushes to ``<key>:gate`` (at most a minute): its length is the
+    test's to decide. It looks every 0.1 s, so a stop's interrupt lands between looks."""
+    r().rpush(f"{key}:started", "1")
+    deadline = time.monotonic() + 60
+    while r().lpop(f"{key}:gate") is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{key}:gate was never opened")
+        time.sleep(0.1)
+    r().rpush(f"{key}:done", "1")
+
+
 class Failing(wurk.Job, name="Sys::Fail", retry=2, backtrace=True):
     def perform(self, key: str) -> None:
         r().incr(key)

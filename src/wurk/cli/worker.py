@@ -10,6 +10,10 @@
    loading (``prepare``) but not the worker's warnings: the dashboard runs no job.
 4. Logging: wurk's handler serves the application's loggers too, unless the job modules
    configured logging themselves (``wurk.log.route_application_logs``).
+5. ``--drain``: a stop (TERM, INT) waits for every running job with no deadline, then
+   exits; a second one stops within ``-t`` (``wurk.runtime.signals``). ``--health`` turns
+   the health check on at ``DEFAULT_HEALTH_PORT`` (as ``--health-host`` alone does);
+   ``--health-port`` (or the file's ``health_port``) names another port.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import redis
 from .. import log as wurk_log
 from .. import stored
 from ..batch.callback import BUILTIN_JOBS
-from ..config import EVENT_LOOPS, Config, configure
+from ..config import DEFAULT_HEALTH_PORT, EVENT_LOOPS, Config, configure
 from ..configfile import load_file
 from ..crypto import check_active_key
 from ..errors import ConfigError, WurkError
@@ -131,6 +135,10 @@ def build_config(options: dict[str, Any]) -> tuple[Config, dict[str, Any]]:
             settings[setting] = options[flag]
     if options.get("queues"):
         settings["queues"] = list(options["queues"])
+    # --health, or an address for it, with no port from a flag or the file: its default one.
+    if settings.get("health_port") is None and (options.get("health")
+                                                or options.get("health_host") is not None):
+        settings["health_port"] = DEFAULT_HEALTH_PORT
     # systemd sets DEBUG_INVOCATION=1 when a unit is restarted in debug mode (Sidekiq 8
     # reads it as -v).
     if options.get("verbose") or os.environ.get("DEBUG_INVOCATION") == "1":
@@ -259,12 +267,20 @@ def mention_unseen_queues(config: Config) -> None:
 
 @click.command()
 @worker_options
+@click.option("--drain", is_flag=True,
+              help="On TERM or INT, stop fetching and wait for every running job to finish, "
+                   "with no time limit, then exit (a rolling restart); a second TERM or INT "
+                   "stops within -t instead.")
+@click.option("--health", is_flag=True,
+              help=f"Turn the health check on at port {DEFAULT_HEALTH_PORT} (see "
+                   "--health-port).")
 @click.option("--health-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Answer GET / with 200 while beating and fetching, 503 otherwise "
-                   "(a Kubernetes probe), e.g. 7434.")
+                   f"(a Kubernetes probe); --health alone listens on {DEFAULT_HEALTH_PORT}.")
 @click.option("--health-host", default=None, metavar="ADDRESS",
               help="Address the health check binds (default 127.0.0.1; 0.0.0.0 for a "
-                   "Kubernetes probe of the pod's address).")
+                   f"Kubernetes probe of the pod's address); turns it on, at port "
+                   f"{DEFAULT_HEALTH_PORT} unless --health-port says another.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=None, metavar="PORT",
               help="Serve this process's Prometheus metrics (needs wurk[prometheus]).")
 @click.option("--metrics-host", default=None, metavar="ADDRESS",
@@ -272,13 +288,14 @@ def mention_unseen_queues(config: Config) -> None:
                    "scraper outside the pod).")
 def worker(**options: Any) -> None:
     """Run a worker process (the default command)."""
-    run_worker(prepare(options))
+    run_worker(prepare(options), drain=options["drain"])
 
 
-def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
+def run_worker(config: Config, pipe: SignalPipe | None = None, *, drain: bool = False) -> None:
     """Run a worker for ``config`` in this process until TERM or INT (the main thread only:
     it traps signals). A framework's command passes its own ``pipe`` to stop it from
-    another thread with ``pipe.push("TERM")``."""
+    another thread with ``pipe.push("TERM")``. ``drain``: the stop waits for every running
+    job, with no deadline, before it stops (``wurk.runtime.signals.drain_watched``)."""
     from ..runtime.signals import serve
     from ..sharding import launcher_for
 
@@ -308,6 +325,6 @@ def run_worker(config: Config, pipe: SignalPipe | None = None) -> None:
             raise click.ClickException(str(exc)) from None
         raise
     try:
-        serve(launcher, pipe, tick=MAIN_LOOP_TICK)
+        serve(launcher, pipe, tick=MAIN_LOOP_TICK, drain=drain)
     finally:
         pipe.close()

@@ -15,6 +15,10 @@
    keeps reading the pipe, and a second TERM or INT (Ctrl-C again, a second or more after
    the first) hurries the stop: the unfinished jobs go back to their queues now and the
    process exits. ``stop_watched`` is that stop alone, for a loop of its own (a swarm child).
+   With ``drain`` (``wurk worker --drain``, a single process's rolling restart) the stop
+   first drains (``drain_watched``): quiet, then wait with no deadline until no job runs;
+   a second TERM or INT, ``HURRY_AFTER`` or more after the first, ends the drain, and the
+   bounded stop runs as after a first one (a third hurries it).
 5. ``act_on``: what a worker does with each; USR1, a swarm's rolling restart, is ignored
    with a warning (a swarm child names its parent instead).
 6. ``dump_threads`` writes every thread's stack to the log (TTIN, INFO), then every task on the
@@ -42,7 +46,8 @@ from ..log import VERBATIM
 from .loopwatch import dump_tasks
 
 __all__ = ["DUMP_SIGNALS", "HANDLED", "HURRY_AFTER", "HURRY_HINT", "STOP_SIGNALS", "SignalPipe",
-           "act_on", "dump_threads", "remote_signal", "reopen_logs", "serve", "stop_watched"]
+           "act_on", "drain_watched", "dump_threads", "remote_signal", "reopen_logs", "serve",
+           "stop_watched"]
 
 log = logging.getLogger("wurk")
 
@@ -62,6 +67,8 @@ HURRY_AFTER = 1.0
 REMOTE_NAME_SHOWN = 100
 HURRY_HINT = ("a second Ctrl-C (INT or TERM) stops now, pushing unfinished jobs back to their "
               "queues first")
+AGAIN_HINT = ("another TERM or INT stops now, pushing unfinished jobs back to their queues "
+              "first")
 
 
 class SignalPipe:
@@ -161,6 +168,11 @@ class _Stoppable(_Quietable, Protocol):
     def hurry(self) -> None: ...
 
 
+class _Drainable(_Stoppable, Protocol):
+    @property
+    def working(self) -> bool: ...
+
+
 def act_on(launcher: _Quietable, name: str) -> bool:
     """What a worker process does with a signal; True when it asks the process to stop."""
     if name in STOP_SIGNALS:
@@ -186,18 +198,43 @@ def reopen_logs() -> None:
         log.error("USR2: could not reopen the log file: %s", exc)
 
 
-def serve(launcher: _Stoppable, pipe: SignalPipe, *, tick: float) -> None:
+def serve(launcher: _Drainable, pipe: SignalPipe, *, tick: float, drain: bool = False) -> None:
     """Obey signals until one asks to stop, then stop ``launcher``; returns once stopped.
 
     The stop runs on this (the main) thread, where lifecycle hooks expect to run; a watcher
-    thread reads the pipe meanwhile, so that a second stop signal can hurry it."""
+    thread reads the pipe meanwhile, so that a second stop signal can hurry it. ``drain``:
+    the stop waits for every running job first, with no deadline (``drain_watched``)."""
     while True:
         stop = False
         for name in pipe.wait(tick):  # stop signals read together are one request
             stop = act_on(launcher, name) or stop
         if stop:
-            stop_watched(launcher, pipe)
+            if drain and not drain_watched(launcher, pipe):
+                stop_watched(launcher, pipe, hint=AGAIN_HINT)
+            else:
+                stop_watched(launcher, pipe)
             return
+
+
+def drain_watched(launcher: _Drainable, pipe: SignalPipe) -> bool:
+    """Quiet ``launcher`` and wait, with no deadline, until none of its jobs runs; True once
+    they all finished, False when a second stop signal (``HURRY_AFTER`` or more after this
+    call) ended the wait first. Other signals act as ever meanwhile. The stop that follows
+    either way is the caller's."""
+    first = time.monotonic()
+    launcher.quiet()
+    log.info("draining: waiting for the running jobs to finish, with no time limit; a second "
+             "TERM or INT stops within the timeout instead, pushing the jobs still running "
+             "then back to their queues")
+    while launcher.working:
+        for name in pipe.wait(WATCH_TICK):
+            if not act_on(launcher, name):
+                continue
+            if time.monotonic() - first >= HURRY_AFTER:
+                log.info("%s: ending the drain; stopping within the timeout", name)
+                return False
+            log.debug("%s right after the first stop signal: taken as the same one", name)
+    return True
 
 
 def stop_watched(launcher: _Stoppable, pipe: SignalPipe, *, hint: str = HURRY_HINT) -> None:
