@@ -10,7 +10,8 @@ The public surface is this package's ``__all__`` and these modules' (each pinned
 ``wurk.contrib.fastapi``,
 ``wurk.contrib.flask``, ``wurk.contrib.sqlalchemy``, ``wurk.deploy``, ``wurk.errors``,
 ``wurk.expiry``, ``wurk.inprocess``, ``wurk.iteration``, ``wurk.limiter``, ``wurk.metrics``,
-``wurk.middleware``, ``wurk.otel``, ``wurk.results``, ``wurk.scheduled``, ``wurk.swarm``,
+``wurk.middleware``, ``wurk.otel``, ``wurk.reliability``, ``wurk.results``,
+``wurk.scheduled``, ``wurk.swarm``,
 ``wurk.testing``, ``wurk.unique``, ``wurk.web``, ``wurk.workflow``. Every other module is
 internal: its names may change in any release.
 docs/internals.md walks a job through them.
@@ -30,6 +31,7 @@ from . import (
     iteration,
     limiter,
     metrics,
+    reliability,
     results,
     testing,
     unique,
@@ -152,6 +154,7 @@ __all__ = [
     "push_bulk",
     "redis",
     "registry",
+    "reliability",
     "results",
     "testing",
     "unique",

@@ -99,7 +99,8 @@ _SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache
                      "leader_check_interval", "periodic_poll_interval",
                      "outbox_poll_interval", "outbox_claim_timeout", "push_replica_timeout",
                      "web_stream_interval", "history_interval", "retain_history",
-                     "job_timeout", "heartbeat_ttl")
+                     "job_timeout", "heartbeat_ttl", "super_fetch_orphan_check",
+                     "max_iteration_runtime", "redis_idle_timeout")
 MAX_SECONDS = threading.TIMEOUT_MAX
 # The largest gc_threshold ``gc.set_threshold`` takes (a C int).
 GC_MAX = 2**31 - 1
@@ -107,7 +108,8 @@ _LOOP_INTERVALS = ("heartbeat_interval", "average_scheduled_poll_interval",
                    "poll_interval_average", "reaper_interval", "fetch_timeout", "socket_timeout",
                    "control_interval",
                    "log_slow_jobs_after", "leader_renew_interval", "leader_check_interval",
-                   "periodic_poll_interval", "outbox_poll_interval", "outbox_claim_timeout")
+                   "periodic_poll_interval", "outbox_poll_interval", "outbox_claim_timeout",
+                   "super_fetch_orphan_check", "max_iteration_runtime", "redis_idle_timeout")
 
 
 # The shortest periodic_catch_up: every tick is pushed a little after it comes (the leader
@@ -384,6 +386,9 @@ class Config:
     redis_url: str | None = None
     key_prefix: str = ""
     socket_timeout: float = 3.0
+    # Pooled connections idle longer than this many seconds are closed (a proxy or a firewall
+    # that cuts idle connections, a Redis short of ``maxclients``); None: kept open.
+    redis_idle_timeout: float | None = None
     # The embedded server's directory: a bare name is looked for in the current directory
     # and its parents up to the project root, as git finds .git; a path is used as given.
     home: str = field(default_factory=lambda: _env("WURK_HOME") or ".wurk")
@@ -453,6 +458,9 @@ class Config:
     # The time limit of a job without a ``timeout`` option of its own, seconds; None (the
     # default, as Sidekiq's users expect): no limit (``wurk.control``).
     job_timeout: float | None = None
+    # Seconds one execution of an iterable job may iterate before it stops and is pushed
+    # again, for a job class that sets no ``max_iteration_runtime`` of its own; None: none.
+    max_iteration_runtime: float | None = None
     # How often a worker looks for cancels of jobs it may be running (``wurk.cancel``).
     control_interval: float = 1.0
     fetch: Literal["reliable", "basic"] = "reliable"
@@ -494,6 +502,9 @@ class Config:
     heartbeat_interval: float = 10.0
     heartbeat_ttl: int = 60
     reaper_interval: float = 60.0
+    # The reaper's full sweep of every in-flight list (for queues nobody serves any more)
+    # runs at most once per this many seconds, cluster-wide (Sidekiq Pro's option and name).
+    super_fetch_orphan_check: float = 3600.0
     # -- leader election and periodic jobs (``wurk.periodic``) -------------------------------
     # The leader renews every 15 s and holds ``dear-leader`` for twice that; a follower tries
     # every 60 s, or as soon as the key's time runs out, whichever comes first.
@@ -695,7 +706,7 @@ class Config:
         for name in ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
                      "average_scheduled_poll_interval", "heartbeat_interval", "dead_timeout",
                      "socket_timeout", "scheduler_initial_wait", "reaper_interval",
-                     "loop_lag_warning", "periodic_catch_up"):
+                     "loop_lag_warning", "periodic_catch_up", "super_fetch_orphan_check"):
             value = getattr(self, name)
             if _not_seconds(value, zero=True):
                 raise ConfigError(f"{name} must be a number of seconds ≥ 0, not {value!r}")
@@ -1165,6 +1176,11 @@ class Config:
         """The running event loop's asyncio pool (the async client's, and async
         ``wurk.redis()``'s), made on first use."""
         return self._connections.async_pool()
+
+    def close_idle_connections(self) -> int:
+        """Close the pooled connections idle longer than ``redis_idle_timeout`` (none when
+        it is None); how many. The worker's heartbeat calls it every beat."""
+        return self._connections.close_idle()
 
     def reset_pools(self) -> None:
         """Drop every pool without closing its sockets: for a child right after ``fork``."""

@@ -6,7 +6,8 @@
    Redis refuses to count in is reported once, and the beat goes on); rewrite the work
    map under both names (``:work`` for Sidekiq 6.5+, ``:workers`` for 6.4: both dashboards);
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
-   ``concurrency`` in both places) with a 60 s TTL and pop one remote signal; then fire the
+   ``concurrency`` in both places) with a 60 s TTL and pop one remote signal; close the
+   pooled connections idle longer than ``redis_idle_timeout`` (if set); then fire the
    ``beat`` lifecycle event (and ``heartbeat`` on the first beat, or the first after the
    record was gone).
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
@@ -147,6 +148,7 @@ class Heartbeat:
         self._was_written()
         if self.config.unreached.active:  # the first answer of a Redis absent at boot
             self.config.unreached.answered()
+        self.config.close_idle_connections()  # redis_idle_timeout: pools nobody uses too
         fire(self.config, "beat")  # every beat, unlike "heartbeat"
         if self._on_beat is not None:
             self._on_beat()

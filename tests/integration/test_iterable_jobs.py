@@ -71,6 +71,10 @@ class Limited(Count, name="test_iterable.limited"):
     max_iteration_runtime = 5
 
 
+class Unlimited(Count, name="test_iterable.unlimited"):
+    max_iteration_runtime = None  # said by the class: no limit, whatever the process's
+
+
 class Aborting(Recorded, name="test_iterable.aborting", retry=3):
     def build_enumerator(self, n: int, *, cursor: int | None) -> Iterator[tuple[int, int]]:
         return wurk.iteration.ids(0, n, cursor=cursor)
@@ -226,6 +230,33 @@ def test_max_iteration_runtime_stops_the_execution_and_pushes_it_again(
     assert [e for e in hooks() if e != "on_stop"] == ["on_start", "on_resume", "on_resume",
                                                       "on_complete"]
     assert not r.exists(f"it-{jid}")
+
+
+def test_the_process_wide_max_iteration_runtime_applies_unless_the_class_sets_its_own(
+        redis_server: Any, r: redis.Redis) -> None:
+    """``max_iteration_runtime`` as a setting limits every iterable job whose class sets no
+    limit of its own; a class's own value (None too) wins."""
+    config = wurk.configure(redis_url=redis_server.url, max_iteration_runtime=3)
+    drain = Drain(config)
+    try:
+        jid = Count.perform_async(8)
+        drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+        assert seen() == [0, 1, 2]  # three seconds' worth: the setting's
+        assert json.loads(state(r, jid)["c"]) == 3
+        assert [job["jid"] for job in queued(r)] == [jid]
+        drain()
+        assert seen() == list(range(8))
+        EVENTS.clear()
+        Limited.perform_async(8)  # its class says 5
+        drain.runner.run(drain.fetcher.fetch(0.1))  # type: ignore[arg-type]
+        assert seen() == [0, 1, 2, 3, 4]
+        drain()
+        EVENTS.clear()
+        Unlimited.perform_async(8)  # its class says none
+        assert drain() == 1
+        assert seen() == list(range(8))
+    finally:
+        drain.close()
 
 
 def test_an_error_flushes_the_failed_items_cursor_so_the_retry_resumes_there(

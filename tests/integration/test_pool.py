@@ -1,4 +1,5 @@
-"""``RedisPool.send_all``: commands in one write, every reply read, nothing replayed."""
+"""``RedisPool.send_all``: commands in one write, every reply read, nothing replayed; the
+pool's idle timeout."""
 
 from __future__ import annotations
 
@@ -12,14 +13,59 @@ import redis
 
 import wurk
 from tests.helpers.server import start_server
+from tests.helpers.wait import wait_until
 from wurk.cli import run
 from wurk.connections.pool import AsyncRedisPool, RedisPool
+from wurk.runtime.clock import ManualClock
 
 
 def _one_connection(config: wurk.Config) -> RedisPool:
     """A pool of one connection with a short wait: a connection kept out of it, or given
     back out of step, shows in the next call."""
     return RedisPool(config.redis_url, size=1, name="send-all-test", socket_timeout=1.0)
+
+
+def test_connections_idle_longer_than_the_idle_timeout_are_closed(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """``redis_idle_timeout``: a connection left unused in the pool longer than it is
+    closed — when another comes back to the pool, or when ``close_idle`` is called (the
+    heartbeat's, for a pool nobody uses) — and connects again at its next use."""
+    clock = ManualClock()
+    pool = RedisPool(str(config.redis_url), size=2, name="idle-test", idle_timeout=30,
+                     clock=clock)
+
+    def connected() -> int:
+        return sum(1 for client in r.client_list() if client["name"] == "idle-test")
+
+    try:
+        first, second = pool.take_connection(), pool.take_connection()
+        pool.release_connection(first)
+        pool.release_connection(second)
+        assert connected() == 2
+        clock.advance(30)
+        assert pool.close_idle() == 0  # idle 30 s: not longer than the timeout
+        clock.advance(1)
+        assert pool.client.ping()  # takes the last one back, returns it: the other is closed
+        wait_until(lambda: connected() == 1)
+        clock.advance(31)
+        assert pool.close_idle() == 1  # nobody used the pool since
+        wait_until(lambda: connected() == 0)
+        assert pool.client.ping() and connected() == 1  # connects again when used
+    finally:
+        pool.close()
+
+
+def test_a_configuration_s_pools_take_redis_idle_timeout(redis_server: Any) -> None:
+    cfg = wurk.Config(redis_url=redis_server.url, redis_idle_timeout=300)
+    plain = wurk.Config(redis_url=redis_server.url)
+    try:
+        assert cfg.pool("client").idle_timeout == 300
+        assert cfg.pool("client").client.ping()
+        assert cfg.close_idle_connections() == 0  # just used
+        assert plain.pool("client").idle_timeout is None  # kept open, as before
+    finally:
+        cfg.close()
+        plain.close()
 
 
 def test_replies_come_back_in_order(config: wurk.Config) -> None:

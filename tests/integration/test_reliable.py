@@ -14,6 +14,7 @@ import pytest
 import redis
 
 import wurk
+from tests.helpers.wait import wait_until
 from wurk import payload as P
 from wurk.config import Capsule
 from wurk.fetch.reaper import Owner, Reaper, parse_private
@@ -269,6 +270,25 @@ def test_full_scan_runs_once_an_hour_cluster_wide(config: wurk.Config, r: redis.
     assert first.reap_all() == 1
 
 
+def test_the_full_scan_runs_once_per_super_fetch_orphan_check(
+        redis_server: Any, r: redis.Redis) -> None:
+    """The full sweep's interval is a setting (Sidekiq Pro's ``super_fetch_orphan_check``):
+    its lock lives that long on Redis's clock, not the hour it was fixed at."""
+    cfg = wurk.Config(redis_url=redis_server.url, super_fetch_orphan_check=120)
+    try:
+        key = cfg.keys.private("nobody-serves-this", "gone", 1, "eeeeeeeeeeee", 0)
+        r.lpush(key, job(1))
+        assert reaper(cfg).sweep() == 1  # won the lock: scanned every private list
+        assert 119_000 < r.pttl(cfg.keys.reaper_lock) <= 120_000
+        r.lpush(key, job(2))
+        assert reaper(cfg).sweep() == 0  # inside the interval: the served queues only
+        r.pexpire(cfg.keys.reaper_lock, 1)  # Redis's clock at the interval's end
+        wait_until(lambda: not r.exists(cfg.keys.reaper_lock))
+        assert reaper(cfg).sweep() == 1  # the next full sweep, 120 s after the first
+    finally:
+        cfg.close()
+
+
 def test_the_full_scan_finds_private_lists_under_a_key_prefix_with_glob_characters(
         redis_server: Any, r: redis.Redis) -> None:
     """A ``key_prefix`` holding ``[`` (allowed: only braces are refused) made the full scan's
@@ -294,6 +314,8 @@ def test_poison_pill_counting_kills_on_the_third_recovery(
     pills: list[dict[str, Any]] = []
     registration = wurk.on_poison(pills.append)
     wurk.on_poison(pills.append)  # the same callable twice is one registration
+    assert wurk.reliability.on_poison is wurk.on_poison  # Sidekiq Pro's spelling, the same
+    wurk.reliability.on_poison(pills.append)  # so still one registration
     deaths: list[str] = []
     config.death_handlers.append(lambda payload, exc: deaths.append(type(exc).__name__))
     try:

@@ -167,7 +167,8 @@ def test_every_default_is_the_one_configuration_md_states(
         "history_interval": 30, "retain_history": day, "health_port": None,
         "health_host": "127.0.0.1", "metrics_port": None, "metrics_host": "127.0.0.1",
         "statsd": None, "statsd_prefix": "wurk", "statsd_tags": [],
-        "statsd_datadog_extensions": True,
+        "statsd_datadog_extensions": True, "super_fetch_orphan_check": 3600,
+        "max_iteration_runtime": None, "redis_idle_timeout": None,
     }
     assert {name: getattr(cfg, name) for name in stated} == stated
     assert cfg.all_capsules()[0].queue_names == ["default"]

@@ -24,6 +24,13 @@ from wurk.errors import ConfigError
     ("heartbeat_interval", 0, "heartbeat_interval must be a number of seconds > 0"),
     ("poll_interval_average", 0, "poll_interval_average must be a number of seconds > 0"),
     ("fetch_timeout", 0, "fetch_timeout must be a number of seconds > 0"),
+    ("super_fetch_orphan_check", 0, "super_fetch_orphan_check must be a number of seconds > 0"),
+    ("super_fetch_orphan_check", None, "super_fetch_orphan_check must be a number of seconds"),
+    ("super_fetch_orphan_check", "1h", "super_fetch_orphan_check must be a number of seconds"),
+    ("max_iteration_runtime", 0, "max_iteration_runtime must be a number of seconds > 0"),
+    ("max_iteration_runtime", "10", "max_iteration_runtime must be a number of seconds > 0"),
+    ("redis_idle_timeout", -1, "redis_idle_timeout must be a number of seconds > 0"),
+    ("redis_idle_timeout", True, "redis_idle_timeout must be a number of seconds > 0"),
     ("queues", 5, "queues must be a list of queue names"),
     ("capsules", {"a": 1}, "capsules must map a name"),
 ])
@@ -35,8 +42,12 @@ def test_a_bad_value_names_the_setting(setting: str, value: Any, says: str) -> N
 def test_good_values_pass() -> None:
     config = Config.from_mapping({"log_level": "debug", "tag": "app", "leader": False,
                                   "labels": ["a"], "poll_interval_average": 0.5,
-                                  "environment": None, "redis_url": None})
+                                  "environment": None, "redis_url": None,
+                                  "super_fetch_orphan_check": 600,
+                                  "max_iteration_runtime": 300, "redis_idle_timeout": 60})
     assert config.log_level == "debug"
+    assert (config.super_fetch_orphan_check, config.max_iteration_runtime,
+            config.redis_idle_timeout) == (600, 300, 60)
 
 
 SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_ttl",
@@ -46,7 +57,8 @@ SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_
                     "control_interval", "log_slow_jobs_after", "leader_renew_interval",
                     "leader_check_interval", "periodic_poll_interval", "outbox_poll_interval",
                     "outbox_claim_timeout", "push_replica_timeout", "web_stream_interval",
-                    "history_interval", "retain_history")
+                    "history_interval", "retain_history", "super_fetch_orphan_check",
+                    "max_iteration_runtime", "redis_idle_timeout")
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), 10 ** 400],

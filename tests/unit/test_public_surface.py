@@ -29,7 +29,8 @@ PUBLIC = (
     "wurk.contrib.flask", "wurk.contrib.sqlalchemy", "wurk.deploy", "wurk.errors",
     "wurk.expiry", "wurk.inprocess", "wurk.iteration", "wurk.limiter", "wurk.metrics",
     "wurk.middleware",
-    "wurk.otel", "wurk.results", "wurk.scheduled", "wurk.swarm", "wurk.testing", "wurk.unique",
+    "wurk.otel", "wurk.reliability", "wurk.results", "wurk.scheduled", "wurk.swarm",
+    "wurk.testing", "wurk.unique",
     "wurk.web", "wurk.workflow",
 )
 

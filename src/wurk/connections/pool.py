@@ -25,6 +25,11 @@
    made anew reaches the promoted replica; the rules above stay as they are. A
    ``redis+cluster://`` URL makes them ask the cluster's nodes where its keyspace's slot is
    (``wurk.connections.cluster``), and a ``MOVED`` reply counts as a failover reply.
+8. ``idle_timeout`` (the ``redis_idle_timeout`` setting): a connection waiting in the pool
+   unused for longer is closed (and connects again at its next use). A connection coming
+   back to the pool looks at the others at most once a second; ``close_idle`` looks at
+   once (the worker's heartbeat calls it, for pools nobody uses). redis-py's pools have no
+   such timeout (``health_check_interval`` pings a connection before use, keeping it open).
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .._version import __version__
+from ..runtime.clock import SYSTEM, Clock
 from . import cluster, sentinel
 from .packing import pack_all
 from .replies import (
@@ -94,11 +100,46 @@ def _retiring(connection_class: type) -> type:
 
 
 class _Pool(redis.BlockingConnectionPool):
+    # Seconds a connection may wait in the pool unused before it is closed (None: for ever),
+    # by time of ``clock``; ``RedisPool`` sets both.
+    idle_timeout: float | None = None
+    clock: Clock = SYSTEM
+    _next_look = 0.0
+
     def release(self, connection: Any) -> None:
         if getattr(connection, "saw_failover", False):
             connection.saw_failover = False
             connection.disconnect()  # reconnects on its next use: maybe to the new master
+        timeout = self.idle_timeout
+        if timeout is None:
+            super().release(connection)  # type: ignore[no-untyped-call]
+            return
+        now = self.clock.monotonic()
+        connection.wurk_idle_since = now
         super().release(connection)  # type: ignore[no-untyped-call]
+        if now >= self._next_look:  # a look at most once per IDLE_LOOK of a busy pool
+            self._next_look = now + min(timeout, IDLE_LOOK)
+            self.close_idle()
+
+    def close_idle(self) -> int:
+        """Close the connections waiting in the pool unused for longer than
+        ``idle_timeout``; returns how many. Each stays in the pool, closed: its next use
+        connects it again (as ``disconnect`` leaves them). Under the queue's lock, so no
+        thread takes one while it is being closed."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            return 0
+        now = self.clock.monotonic()
+        closed = 0
+        waiting = self.pool
+        with waiting.mutex:
+            for connection in waiting.queue:
+                if connection is None or getattr(connection, "_sock", None) is None:
+                    continue  # a place for a connection not made yet, or one closed already
+                if now - getattr(connection, "wurk_idle_since", now) > timeout:
+                    connection.disconnect()
+                    closed += 1
+        return closed
 
 
 def _driver_info() -> dict[str, Any]:
@@ -180,6 +221,11 @@ def _close_sentinels(pool: Any) -> None:
             client.close()
 
 
+# A pool with an idle timeout looks for connections idle too long when one comes back, at
+# most this often (seconds): a busy pool's releases cost one clock read each, not a scan.
+IDLE_LOOK = 1.0
+
+
 # Bytes a connection reads at a time (see ``RedisPool``): a fetch of eight jobs of ordinary
 # size is one read.
 READ_BUFFER = 16 * 1024
@@ -190,7 +236,8 @@ class RedisPool:
 
     def __init__(self, url: str, *, size: int = 10, name: str = "wurk",
                  socket_timeout: float = 3.0,
-                 client_class: type[redis.Redis] = redis.Redis) -> None:
+                 client_class: type[redis.Redis] = redis.Redis,
+                 idle_timeout: float | None = None, clock: Clock = SYSTEM) -> None:
         self.url = url
         self.size = size
         self.name = name
@@ -212,6 +259,8 @@ class RedisPool:
         )
         # Before any connection exists: the class the URL's scheme chose, with the mark.
         self._pool.connection_class = _retiring(self._pool.connection_class)
+        self.idle_timeout = self._pool.idle_timeout = idle_timeout
+        self._pool.clock = clock
         self.client: redis.Redis = client_class(connection_pool=self._pool)
         self._pid = os.getpid()
         self._retry_replies = retry_replies(url)
@@ -273,6 +322,13 @@ class RedisPool:
 
     def release_connection(self, connection: Any) -> None:
         self._pool.release(connection)
+
+    def close_idle(self) -> int:
+        """Close the connections idle in the pool longer than its ``idle_timeout`` (the
+        ``redis_idle_timeout`` setting); how many. A connection coming back to the pool
+        does this too (at most once a second); the worker's heartbeat does it for pools
+        nobody uses."""
+        return self._pool.close_idle()
 
     def reset_after_fork(self) -> None:
         """Forget inherited sockets without closing them: the parent still uses them."""

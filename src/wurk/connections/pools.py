@@ -11,6 +11,7 @@
    only on the loop that opened it); pools of loops closed since are closed then.
 4. ``reset_after_fork`` drops every pool without closing the parent's sockets; ``close`` /
    ``aclose`` end every connection; a pool used again afterwards is made anew.
+   ``close_idle`` closes the connections idle longer than ``redis_idle_timeout``.
 5. ``unreached``: whether a worker of this configuration has been waiting since boot for a
    Redis that never answered (``wurk.connections.unreached``), shared by every view.
 6. ``view(name, make)``: the configuration's view of shard ``name`` (``Config.shard``),
@@ -52,6 +53,7 @@ class Settings(Protocol):
     home: str
     start_embedded: bool
     socket_timeout: float
+    redis_idle_timeout: float | None
 
 
 class Connections:
@@ -79,7 +81,8 @@ class Connections:
             made = self._pools[role] = RedisPool(
                 url, size=size or DEFAULT_SIZE, name=f"wurk-{role}",
                 socket_timeout=settings.socket_timeout,
-                client_class=ReadingRedis if role in READING_ROLES else redis.Redis)
+                client_class=ReadingRedis if role in READING_ROLES else redis.Redis,
+                idle_timeout=settings.redis_idle_timeout)
             return made
 
     def routed(self, role: str, to: str, *, size: int) -> Connections:
@@ -114,6 +117,14 @@ class Connections:
     def _view_connections(self) -> list[Connections]:
         with self._lock:
             return [view._connections for view in self._views.values()]
+
+    def close_idle(self) -> int:
+        """Close the connections idle longer than ``redis_idle_timeout`` in every pool
+        (the shards' too); how many."""
+        closed = sum(connections.close_idle() for connections in self._view_connections())
+        with self._lock:
+            pools = list(self._pools.values())
+        return closed + sum(pool.close_idle() for pool in pools)
 
     def reset_after_fork(self) -> None:
         for connections in self._view_connections():

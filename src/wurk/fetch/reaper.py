@@ -3,9 +3,9 @@
 
 1. At boot and every ``reaper_interval`` (60 s) it sweeps the private lists of the queues
    this process serves, in both layouts (one SCAN of every private list, filtered by queue:
-   ``queue:<q>|*`` alone misses Pro's ``queue:sq|<identity>|<q>``); at most once an hour
-   cluster-wide (``wurk:reaper:full-scan``) it recovers every private list, for queues
-   nobody serves any more.
+   ``queue:<q>|*`` alone misses Pro's ``queue:sq|<identity>|<q>``); at most once per
+   ``super_fetch_orphan_check`` (an hour) cluster-wide (``wurk:reaper:full-scan``) it
+   recovers every private list, for queues nobody serves any more.
 2. Liveness: an owner is dead when its heartbeat hash is gone. An owner that sees the same
    pids as this process — the same hostname, and its heartbeat records the same boot id and
    pid namespace — is dead at once when its pid is gone, or belongs to a process started at
@@ -67,8 +67,6 @@ log = logging.getLogger("wurk")
 
 _RECOVER = Script("recover.lua", prelude=("poison_counter.lua", "partition_lib.lua"))
 _RETURN_STRAY = Script("return_stray.lua", prelude=("poison_counter.lua", "partition_lib.lua"))
-# The full keyspace scan is costly on a big Redis: at most once an hour, cluster-wide.
-FULL_SCAN_EVERY = 3600
 # A pid whose process started this much apart from the owner's recorded start is reused.
 PID_REUSE_TOLERANCE = 1.0
 # SCAN page size: large enough to cross a big keyspace in few round trips.
@@ -207,9 +205,12 @@ class Reaper:
         return self._reap_matching(self.config.keys.private_pattern, {}, None)
 
     def _full_scan_due(self) -> bool:
+        """Whether this process won the full scan's lock, which lives
+        ``super_fetch_orphan_check`` seconds of Redis's clock (an hour by default: the scan is
+        costly on a big keyspace)."""
         lock = self.config.keys.reaper_lock
-        return bool(self.pool.run(lambda r: r.set(lock, str(self.identity), nx=True,
-                                                  ex=FULL_SCAN_EVERY)))
+        life = max(1, round(self.config.super_fetch_orphan_check * 1000))
+        return bool(self.pool.run(lambda r: r.set(lock, str(self.identity), nx=True, px=life)))
 
     def _reap_matching(self, pattern: str, verdicts: dict[Owner, Records | None],
                        served: frozenset[str] | None) -> int:

@@ -9,10 +9,10 @@ them, to go on later from where it stopped (Sidekiq 7.3+'s iterable jobs).
 2. The state (executions, the cursor, the runtime) lives in ``it-<jid>``
    (``wurk.iteration.state``). Before each item the job checks whether to stop: when its
    worker quiets or stops (``interrupted()``), after ``max_iteration_runtime`` seconds of
-   this execution, or when it was cancelled. The state is flushed every ``flush_interval``
-   seconds (5), at every stop and before an item's error is re-raised — so a retry resumes at
-   the failed item, and a worker killed outright repeats at most the items since the last
-   flush.
+   this execution (the class's own, else the configuration's), or when it was cancelled.
+   The state is flushed every ``flush_interval`` seconds (5), at every stop and before an
+   item's error is re-raised — so a retry resumes at the failed item, and a worker killed
+   outright repeats at most the items since the last flush.
 3. A stop for the worker or the time limit saves the cursor of the next item and raises
    ``wurk.Interrupted``: the worker's interrupt link pushes the same payload (same jid) to
    the back of its queue. Not a failure, not a retry, not a batch count.
@@ -237,6 +237,18 @@ def _performer(cls: type[IterableJob]) -> Callable[..., Any]:
     return made
 
 
+def _runtime_limit(job: IterableJob, config: Config) -> float | None:
+    """The job class's own ``max_iteration_runtime`` when a class below ``IterableJob`` sets
+    it (None included: no limit for that job), else the configuration's."""
+    for klass in type(job).__mro__:
+        if klass is IterableJob:
+            break
+        if "max_iteration_runtime" in vars(klass):
+            own: float | None = vars(klass)["max_iteration_runtime"]
+            return own
+    return config.max_iteration_runtime
+
+
 def _pair(value: Any, name: str) -> tuple[Any, Any]:
     if isinstance(value, (tuple, list)) and len(value) == 2:
         return value[0], value[1]
@@ -258,8 +270,8 @@ class _Execution:
         self.started = self.clock.monotonic()
         self.flushed = self.started
         self.runtime_before = 0.0
-        limit = job.max_iteration_runtime
-        self.deadline = None if limit is None else self.started + limit
+        self.limit = _runtime_limit(job, self.config)
+        self.deadline = None if self.limit is None else self.started + self.limit
         # Items begun in this execution: the time limit stops one only after its first, or
         # an execution whose limit passed while it built its enumerator would stop before
         # any item, be pushed again and do the same for ever.
@@ -310,7 +322,7 @@ class _Execution:
         if self.deadline is not None and self.walked \
                 and self.clock.monotonic() >= self.deadline:
             log.info("max_iteration_runtime (%s s) reached at cursor %s",
-                     self.job.max_iteration_runtime, _shown(cursor))
+                     self.limit, _shown(cursor))
             return _End.INTERRUPTED
         return None
 
