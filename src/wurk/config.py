@@ -185,6 +185,26 @@ SIDEKIQ_ONLY_SETTINGS = {
 }
 
 
+# Other names a setting is given by (the spec's ``wurk.configure(reliable_push=True,
+# reliable_push_buffer=1000)``): taken as the setting they name, by ``Config.from_mapping``
+# (``wurk.configure``, YAML files, Django's and Flask's settings).
+SETTING_ALIASES = {
+    "reliable_push_buffer": "reliable_push_size",
+}
+
+
+def _unaliased(values: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``values`` with each other name of a setting replaced by the setting's own."""
+    settings = dict(values)
+    for alias, name in SETTING_ALIASES.items():
+        if alias in settings:
+            if name in settings:
+                raise ConfigError(f"{source}: {alias} is another name for {name}: give one "
+                                  "of them")
+            settings[name] = settings.pop(alias)
+    return settings
+
+
 def did_you_mean(key: str) -> str:
     """``"; did you mean 'max_retries'?"`` for the setting closest to the unknown ``key``, or
     what wurk does instead of a Sidekiq setting it has not (``SIDEKIQ_ONLY_SETTINGS``)."""
@@ -197,6 +217,16 @@ def did_you_mean(key: str) -> str:
     if not close:  # the name without its prefix: ``retries`` for ``max_retries``
         close = [name for name in known if name.endswith(f"_{key}")][:1]
     return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def reliable_push_mode(value: Any) -> Any:
+    """``reliable_push`` given as a switch: True is ``"memory"`` (Sidekiq Pro's buffer, in
+    the process), False ``"off"`` (YAML reads ``off`` so); anything else as given."""
+    if value is True:
+        return "memory"
+    if value is False:
+        return "off"
+    return value
 
 
 def statsd_text(value: Any) -> Any:
@@ -212,8 +242,10 @@ def statsd_text(value: Any) -> Any:
     return f"[{host}]:{port}" if ":" in host and not host.startswith("[") else f"{host}:{port}"
 
 
-def statsd_address(text: str) -> tuple[str, int]:
-    """``"127.0.0.1:8125"`` → ``("127.0.0.1", 8125)``; the message names the fix."""
+def statsd_address(value: str | tuple[str, int]) -> tuple[str, int]:
+    """``"127.0.0.1:8125"`` (or a pair, as the setting takes it) → ``("127.0.0.1", 8125)``;
+    the message names the fix."""
+    text = statsd_text(value)
     host, colon, port_text = text.rpartition(":")
     if not colon or not host or not port_text.isdigit() or not 0 < int(port_text) <= 65535:
         raise ConfigError(f"statsd must be HOST:PORT of a StatsD agent, e.g. "
@@ -431,7 +463,9 @@ class Config:
     # the push returns, which a successor sends. At most ``reliable_push_size`` jobs wait; a
     # push that finds the buffer full raises. ``reliable_push_dir``: the disk buffer's
     # directory (default: ``push-buffer`` in the embedded server's home, ``.wurk``).
-    reliable_push: Literal["off", "memory", "disk"] = "off"
+    # True is "memory" (Sidekiq Pro's buffer), False "off": stored as the mode's name.
+    # ``reliable_push_buffer`` is another name for ``reliable_push_size`` (``SETTING_ALIASES``).
+    reliable_push: Literal["off", "memory", "disk"] | bool = "off"
     reliable_push_size: int = 1000
     reliable_push_dir: str | None = None
     bulk_batch_size: int = 1000
@@ -569,8 +603,9 @@ class Config:
     health_host: str = "127.0.0.1"
     metrics_port: int | None = None  # a Prometheus endpoint on the worker (wurk[prometheus])
     metrics_host: str = "127.0.0.1"
-    # "host:port" (or a (host, port) pair) of a StatsD / DogStatsD agent (wurk[statsd])
-    statsd: str | None = None
+    # "host:port" (or a (host, port) pair, stored as "host:port") of a StatsD / DogStatsD
+    # agent (wurk[statsd]); ``statsd_address`` reads it as a pair.
+    statsd: str | tuple[str, int] | None = None
     statsd_prefix: str = "wurk"  # "sidekiq" keeps dashboards built for Sidekiq Pro working
     statsd_tags: list[str] = field(default_factory=list)  # added to every metric, "env:prod"
     statsd_datadog_extensions: bool = True  # jobs.perform_dist (a Datadog distribution)
@@ -602,7 +637,6 @@ class Config:
         self.keys = Keys(self._prefix_of(self.redis_url))
         self.client_middleware = _as_chain("client_middleware", self.client_middleware)
         self.server_middleware = _as_chain("server_middleware", self.server_middleware)
-        self.statsd = statsd_text(self.statsd)
         # A box, not the election itself: a view made by ``routed`` (the dashboard's) shares
         # it, so it sees the election a worker started after the view was made.
         self._leadership: list[LeaderState] = []
@@ -611,6 +645,16 @@ class Config:
         self._root = self
         self._take_periodic()
         self.validate()
+
+    def _take_spellings(self) -> None:
+        """The settings taken in more than one form, kept in one (``reliable_push=True`` as
+        ``"memory"``, a ``statsd`` pair as ``"host:port"``): also when set on the object
+        after it was made, checked at ``freeze``."""
+        for name, take in (("reliable_push", reliable_push_mode), ("statsd", statsd_text)):
+            value = getattr(self, name)
+            kept = take(value)
+            if kept is not value:
+                setattr(self, name, kept)
 
     def _take_periodic(self) -> None:
         """``periodic`` may be given as the YAML section's list of entries."""
@@ -634,14 +678,14 @@ class Config:
     def from_mapping(cls, values: Mapping[str, Any], *, source: str = "configuration") -> Config:
         """Build from a dict (a YAML file's contents); unknown keys are named in the error."""
         known = {f.name for f in fields(cls) if f.init}
-        unknown = sorted(set(values) - known)
+        unknown = sorted(set(values) - known - set(SETTING_ALIASES))
         if unknown:
             hint = did_you_mean(unknown[0])
             raise ConfigError(
                 f"{source}: unknown setting {unknown[0]!r}"
                 + (hint or "; known settings: " + ", ".join(sorted(known)))
             )
-        settings = dict(values)
+        settings = _unaliased(values, source)
         entries = settings.pop("periodic", None)
         config = cls(**settings)
         if entries is not None:  # loaded here so an error names the file
@@ -682,6 +726,7 @@ class Config:
 
     # -- validation -------------------------------------------------------------------------
     def validate(self) -> None:
+        self._take_spellings()
         for name in _SECONDS_SETTINGS:
             value = getattr(self, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) \
@@ -729,7 +774,8 @@ class Config:
         if self.event_loop == "uvloop" and importlib.util.find_spec("uvloop") is None:
             raise ConfigError(UVLOOP_MISSING)
         self._check_choice("client", ("default", "transactional", "outbox"))
-        self._check_choice("reliable_push", ("off", "memory", "disk"))
+        self._check_choice("reliable_push", ("off", "memory", "disk"),
+                           " (or True: 'memory', False: 'off')")
         self._validate_transaction()
         self._check_choice("scheduler", ("atomic", "client"))
         self._check_choice("private_list_layout", ("wurk", "pro"))
@@ -1037,11 +1083,11 @@ class Config:
             raise ConfigError(f"capsules must map a name to its settings, not "
                               f"{self.capsules!r}")
 
-    def _check_choice(self, name: str, choices: Iterable[str]) -> None:
+    def _check_choice(self, name: str, choices: Iterable[str], more: str = "") -> None:
         value = getattr(self, name)
         options = tuple(choices)
         if value not in options:
-            raise ConfigError(f"{name} must be one of {', '.join(map(repr, options))}, "
+            raise ConfigError(f"{name} must be one of {', '.join(map(repr, options))}{more}, "
                               f"not {value!r}")
 
     # -- freezing ---------------------------------------------------------------------------

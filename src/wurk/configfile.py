@@ -39,6 +39,7 @@ import yaml
 
 from .config import (
     CODE_SETTINGS,
+    SETTING_ALIASES,
     Capsule,
     Config,
     did_you_mean,
@@ -199,7 +200,7 @@ def _convert(settings: dict[str, Any], source: str) -> dict[str, Any]:
             raise ConfigError(f"{source}: unknown setting {key!r} for a file: it holds "
                               "Python objects; set it in code, on wurk.default_config() in "
                               "a module loaded with -r")
-        elif key not in _SETTINGS:
+        elif key not in _SETTINGS and key not in SETTING_ALIASES:
             raise ConfigError(f"{source}: unknown setting {key!r}{did_you_mean(key)}")
         else:
             result[key] = value

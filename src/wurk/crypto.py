@@ -1,7 +1,8 @@
 """Encrypted jobs: the last argument sealed with AES-256-GCM, opened only around the job.
 
 1. ``enable(active_version=..., key_for=...)`` turns encryption on for a configuration: new
-   pushes of jobs with ``encrypt=True`` seal their **last** argument with the active key;
+   pushes of jobs with ``encrypt=True`` seal their **last** argument with the active key
+   (such a push of fewer than two arguments is refused: ``InvalidArguments``);
    ``key_for(version)`` returns the 32-byte key of any version still in use (or, without a
    function, ``WURK_ENCRYPTION_KEY_<version>`` in the environment: 32 bytes in base64, read
    when a key is needed). The settings are ``encryption_version`` and ``encryption_keys``.
@@ -45,7 +46,7 @@ from typing import Any
 
 from . import payload as P
 from .config import Config, check_encryption, default_config
-from .errors import ConfigError, DecryptionError
+from .errors import ConfigError, DecryptionError, InvalidArguments
 from .middleware import Leave
 
 __all__ = ["ENCRYPTED_JOBS", "ENVELOPE_MARK", "KEY_ENV", "check_active_key", "declare", "enable",
@@ -179,10 +180,17 @@ def declare(name: str, encrypted: bool) -> None:
 
 def seal(config: Config, job: P.Payload) -> None:
     """Seal ``job``'s last argument (a push of an ``encrypt`` job): its ``args`` become a new
-    list ending in the envelope, unless the last is an envelope already or there is none."""
+    list ending in the envelope, unless the last is an envelope already. Fewer than two
+    arguments is ``InvalidArguments``: the last is the secret, so with one nothing readable
+    would be left to tell the job by (with none, nothing would be sealed)."""
     args = job.get(P.ARGS)
-    if not isinstance(args, list) or not args or is_envelope(args[-1]):
+    if not isinstance(args, list) or (args and is_envelope(args[-1])):
         return
+    if len(args) < 2:
+        raise InvalidArguments(
+            f"{job.get(P.CLASS)} has encrypt=True, which seals its last argument and leaves "
+            f"the others readable, so it takes at least two arguments, not {len(args)}: "
+            "pass the secret last and something public first (None if there is nothing)")
     version = config.encryption_version
     if version is None:
         raise ConfigError(f"{job.get(P.CLASS)} has encrypt=True but encryption is not enabled: "

@@ -32,6 +32,11 @@ def charge(order_id: int, card: dict[str, str]) -> None:
         raise RuntimeError(f"declined for order {order_id}")
 
 
+@wurk.job(name="test_crypto.lone", encrypt=True)
+def lone(card: dict[str, str]) -> None:
+    SEEN.append(card)
+
+
 @wurk.job(name="test_crypto.plain")
 def plain(order_id: int, card: dict[str, str]) -> None:
     SEEN.append(card)
@@ -192,6 +197,34 @@ def test_encrypt_without_encryption_enabled_is_refused_at_push(redis_server: Any
                                                  r"wurk\.crypto\.enable"):
         charge.perform_async(1, {"card": SECRET})
     assert redis.Redis.from_url(redis_server.url).llen("queue:default") == 0
+
+
+def test_an_encrypted_push_of_fewer_than_two_arguments_is_refused(
+        config: wurk.Config, redis_server: Any) -> None:
+    """The last argument is the secret and the others stay readable: a job of one argument
+    had it sealed whole with no word (nothing readable left to tell the job by), and one of
+    none was pushed with nothing sealed. Each push is refused, naming the job, whatever
+    path it takes; nothing reaches Redis."""
+    raw = redis.Redis.from_url(redis_server.url)
+    pushes = [lambda: lone.perform_async({"card": SECRET}),
+              lambda: lone.perform_in(60, {"card": SECRET}),
+              lambda: lone.perform_bulk([[{"card": SECRET}]]),
+              lambda: wurk.push({"class": "test_crypto.charge", "args": [{"card": SECRET}],
+                                 "encrypt": True})]
+    for push in pushes:
+        with pytest.raises(wurk.InvalidArguments,
+                           match=r"test_crypto\.\w+ has encrypt=True, which seals its last "
+                                 r"argument.*at least two arguments, not 1.*None"):
+            push()
+    with pytest.raises(wurk.InvalidArguments, match=r"lone has encrypt=True.*not 0"):
+        wurk.push({"class": "test_crypto.lone", "args": [], "encrypt": True})
+    assert raw.llen("queue:default") == 0 and raw.zcard("schedule") == 0
+    assert not leaks(raw)
+    # None first, as the message says: sealed and run
+    charge.perform_async(None, {"card": SECRET})
+    assert not leaks(raw)
+    Drain(config)()
+    assert SEEN == [{"card": SECRET}]
 
 
 def test_keys_from_the_environment(redis_server: Any, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,6 +61,11 @@ def work(tag: str) -> None:
     wurk_log.logger.debug("a debug line of %s", tag)
 
 
+@wurk.job(name="opts.pair")
+def pair(public: str, secret: str) -> None:
+    RAN.append(secret)
+
+
 @wurk.job(name="opts.fail")
 def fail(tag: str) -> None:
     RAN.append(tag)
@@ -146,7 +151,9 @@ def check_log_level(config: wurk.Config, r: redis.Redis) -> None:
 
 def check_encrypt(config: wurk.Config, r: redis.Redis) -> None:
     crypto.enable(active_version=1, key_for=lambda v: b"k" * 32, config=config)
-    work.set(encrypt=True).perform_async("secret-value")
+    with pytest.raises(wurk.InvalidArguments, match="at least two arguments, not 1"):
+        work.set(encrypt=True).perform_async("secret-value")  # it would be the secret
+    pair.set(encrypt=True).perform_async("public", "secret-value")
     assert crypto.is_envelope(only(r, "queue:default")["args"][-1])
     Drain(config)()
     assert RAN == ["secret-value"]

@@ -362,7 +362,7 @@ def test_a_member_the_client_cannot_push_under_this_configuration_blocks_nothing
     pushed here goes to the dead set with the error, as one with other bad fields does."""
     scheduler = make(scheduler="client")
     r.zadd("retry", {raw_job(jid="sharded", shard="gone"): PAST,
-                     raw_job(jid="sealed", encrypt=True, args=["secret"]): PAST + 1,
+                     raw_job(jid="sealed", encrypt=True, args=[1, "secret"]): PAST + 1,
                      raw_job(jid="plain"): PAST + 2})
     r.zadd("schedule", {raw_job(jid="later"): PAST})
     assert scheduler.enqueue_due() == 3
@@ -370,7 +370,7 @@ def test_a_member_the_client_cannot_push_under_this_configuration_blocks_nothing
                                                                        "sharded"]
     [dead] = [json.loads(m) for m in r.zrange("dead", 0, -1)]
     assert dead["jid"] == "sealed" and "encryption is not enabled" in dead["error_message"]
-    assert dead["args"] == ["secret"] and dead["error_class"] == "wurk.InvalidPayload"
+    assert dead["args"] == [1, "secret"] and dead["error_class"] == "wurk.InvalidPayload"
     assert r.zcard("retry") == 0 and r.zcard("schedule") == 0
     assert r.zcard("wurk:claimed:retry") == 0
 

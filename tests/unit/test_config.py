@@ -408,3 +408,46 @@ def test_the_default_tag_is_the_app_directory_or_a_capistrano_releases_app(
     every deploy's processes were tagged with their release's timestamp."""
     monkeypatch.setattr("os.getcwd", lambda: cwd)
     assert Config().tag == tag
+
+
+@pytest.mark.parametrize(("given", "kept"), [(True, "memory"), (False, "off"),
+                                             ("disk", "disk"), ("off", "off")])
+def test_reliable_push_takes_a_switch(given: Any, kept: str) -> None:
+    """``reliable_push=True``, as a Sidekiq Pro user turns it on, is the in-memory buffer
+    (Sidekiq Pro's); False is off. Both were refused: only the mode names were taken."""
+    assert wurk.configure(reliable_push=given).reliable_push == kept
+    assert Config(reliable_push=given).reliable_push == kept
+
+
+def test_reliable_push_off_in_a_yaml_file_is_off(tmp_path: Any) -> None:
+    """YAML reads ``off`` as false: the documented ``reliable_push: off`` was refused."""
+    from wurk.configfile import load_file
+
+    path = tmp_path / "wurk.yml"
+    path.write_text("reliable_push: off\n")
+    assert Config.from_mapping(load_file(path)).reliable_push == "off"
+    path.write_text("reliable_push: true\nreliable_push_buffer: 50\n")
+    config = Config.from_mapping(load_file(path))
+    assert (config.reliable_push, config.reliable_push_size) == ("memory", 50)
+
+
+def test_reliable_push_buffer_is_the_buffers_size() -> None:
+    """``reliable_push_buffer`` (the size's name beside ``reliable_push=True``) was an
+    unknown setting; it is ``reliable_push_size``, and an error names that."""
+    config = wurk.configure(reliable_push=True, reliable_push_buffer=250)
+    assert config.reliable_push_size == 250
+    with pytest.raises(ConfigError, match=r"reliable_push_size must be a positive whole"):
+        wurk.configure(reliable_push_buffer=0)
+    with pytest.raises(ConfigError, match=r"reliable_push_buffer is another name for "
+                                          r"reliable_push_size: give one of them"):
+        wurk.configure(reliable_push_buffer=10, reliable_push_size=20)
+
+
+def test_a_reliable_push_that_is_no_mode_is_named() -> None:
+    with pytest.raises(ConfigError, match=r"reliable_push must be one of 'off', 'memory', "
+                                          r"'disk' \(or True: 'memory', False: 'off'\), "
+                                          r"not 'on'"):
+        Config(reliable_push="on")  # type: ignore[arg-type]
+    config = Config()
+    config.reliable_push = True  # set on the object: taken when it is checked, at start
+    assert config.freeze().reliable_push == "memory"

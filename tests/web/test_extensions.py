@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -102,6 +104,34 @@ def test_missing_template_directory_and_doubled_names(config: wurk.Config) -> No
     one = Extension(name="x", tab="x", routes=[])
     with pytest.raises(ConfigError, match="named 'x'"):
         create_app(config, extensions=[one, one])
+
+
+def test_what_is_no_extension_is_named_not_crashed_on(config: wurk.Config) -> None:
+    """``extensions=[wurk.web.batches]`` (a module, as a Sidekiq Pro user adds its tabs)
+    failed with ``AttributeError: module has no attribute 'name'``; anything that is no
+    ``Extension`` is refused, naming it and saying the built-in tabs need nothing."""
+    import wurk.web.batches
+
+    given: Any
+    with pytest.raises(ConfigError, match=r"extensions: <module 'wurk\.web\.batches'.*> "
+                                          r"is no wurk\.web\.Extension; the built-in tabs "
+                                          r"\(.*Batches, Dead Batches.*\) are always there "
+                                          r"and need nothing here"):
+        given = [wurk.web.batches]
+        create_app(config, extensions=given)
+    for given in (["limits"], [extension], [None]):
+        with pytest.raises(ConfigError, match=rf"extensions: {re.escape(repr(given[0]))} "
+                                              r"is no wurk\.web\.Extension; the built-in"):
+            create_app(config, extensions=given)
+    with pytest.raises(ConfigError, match=r"extensions must be a list of wurk\.web\.Extension, "
+                                          r"not <module 'wurk\.web\.batches'.*; the built-in"):
+        given = wurk.web.batches
+        create_app(config, extensions=given)
+    with pytest.raises(ConfigError, match=r"extensions must be a list of wurk\.web\."
+                                          r"Extension, not one: give \[it\] \(the tab "
+                                          r"'limits'\)"):
+        given = extension()
+        create_app(config, extensions=given)
 
 
 def read_limits(config: wurk.Config) -> dict[str, object]:

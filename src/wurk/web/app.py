@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -68,6 +69,7 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     ``allowed_hosts`` only (``"*"``: any host); any other ``Host`` gets 400.
     """
     cfg = config if config is not None else default_config()
+    extensions = check_extensions(extensions)
     chosen = (*builtin_extensions(extensions), *extensions)
     shard_tab = shards.extension(cfg, lambda view: create_app(
         view, authorize=authorize, read_only=read_only, extensions=extensions,
@@ -114,6 +116,30 @@ def builtin_extensions(given: Sequence[Extension] = ()) -> tuple[Extension, ...]
     if any(extension.name == LIMITS_TAB for extension in given):
         return builtin
     return (*builtin, limits_tab())
+
+
+def check_extensions(given: Any) -> tuple[Extension, ...]:
+    """``extensions`` as ``create_app`` takes it: a list of ``Extension`` objects. Anything
+    else (a built-in tab's module, ``extensions=[wurk.web.batches]``, as a Sidekiq Pro user
+    adds its tabs) is named, and the built-in tabs said to need nothing, not an
+    ``AttributeError`` from deep inside."""
+    if isinstance(given, Extension):
+        raise ConfigError(f"extensions must be a list of wurk.web.Extension, not one: give "
+                          f"[it] (the tab {given.name!r})")
+    if isinstance(given, (str, bytes)) or not isinstance(given, Sequence):
+        raise ConfigError(f"extensions must be a list of wurk.web.Extension, not {given!r}"
+                          f"{_built_in_note()}")
+    for item in given:
+        if not isinstance(item, Extension):
+            raise ConfigError(f"extensions: {item!r} is no wurk.web.Extension"
+                              f"{_built_in_note()}")
+    return tuple(given)
+
+
+def _built_in_note() -> str:
+    tabs = ", ".join(extension.tab for extension in builtin_extensions())
+    return (f"; the built-in tabs ({tabs}) are always there and need nothing here: give "
+            "only tabs of your own, each a wurk.web.Extension(...) (docs/dashboard.md)")
 
 
 def check_unique(extensions: tuple[Extension, ...]) -> None:
