@@ -428,9 +428,12 @@ class JobSetter(Generic[Params, R]):
         # goes to — over a ``via`` block, the job's own pool and the router.
         if pool is not None:
             self.options[SHARD] = pin(pool, where)
-        elif SHARD in self.options:
+            home = pool
+        elif SHARD in self.options:  # a name, seen from the process's configuration
             self.options[SHARD] = Pinned(self.options[SHARD])
-        home = pool if pool is not None else definition.options.get(SHARD)
+            home = None
+        else:
+            home = definition.options.get(SHARD)
         if self._config is None and isinstance(home, Config):
             self._config = home  # its client pushes there, its handles read there
 

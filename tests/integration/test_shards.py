@@ -166,10 +166,11 @@ def test_a_jobs_definition_takes_a_pool_below_via_and_over_the_router(
         PooledClass.perform_async(2)
         pooled_own.perform_async(3)
         pooled_by_name.perform_bulk([[4], [5]])
+        pooled_own.set(shard="eu").perform_async(8)  # a push's own shard, of the process's
         with wurk.via("default"):
             pooled_by_name.perform_async(6)
             pooled_own.perform_async(7)
-        assert sorted(job["args"][0] for job in queued(eu)) == [1, 2, 4, 5]
+        assert sorted(job["args"][0] for job in queued(eu)) == [1, 2, 4, 5, 8]
         assert [job["args"] for job in queued(r)] == [[7], [6]]
         assert [json.loads(raw)["args"] for raw in r.lrange("own:queue:default", 0, -1)] \
             == [[3]]
