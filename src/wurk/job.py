@@ -40,7 +40,7 @@ from typing import Any, ClassVar, Generic, ParamSpec, Protocol, TypeVar, overloa
 from . import crypto, partitions, unique
 from . import payload as P
 from .client import writers
-from .client.core import Client, Parts
+from .client.core import Client, Parts, Pinned, pin
 from .client.default import default_client
 from .client.writers import KeptJobs, kept
 from .config import Config
@@ -411,8 +411,11 @@ class JobSetter(Generic[Params, R]):
                  config: Config | None = None) -> None:
         opts = dict(options)
         self._config = opts.pop("config", config)
-        if "pool" in opts:
-            self._pool(opts.pop("pool"), opts, definition.name)
+        where = f"{definition.name}.set()"
+        pool = opts.pop("pool", None)
+        if pool is not None and SHARD in opts:
+            raise ConfigError(f"{where}: give pool or shard, not both (both name the Redis "
+                              "the push goes to)")
         self._wait_until: float | None = None
         if "wait" in opts:
             self._wait_until = _seconds_from_now(opts.pop("wait"), "wait")
@@ -420,20 +423,19 @@ class JobSetter(Generic[Params, R]):
             self._wait_until = _epoch(opts.pop("wait_until"), "wait_until")
         self._sync = bool(opts.pop("sync", False))
         self.definition = definition
-        self.options = validate_options(opts, where=f"{definition.name}.set()")
-
-    def _pool(self, pool: Any, opts: dict[str, Any], name: str) -> None:
-        """Sidekiq's ``set(pool: POOL)``: the Redis this push goes to — a shard's name (the
-        ``shard`` option), or a ``Config`` (a shard's view, or one of its own), pinned to its
-        shard so the router does not send the push elsewhere."""
-        if isinstance(pool, Config):
-            self._config = pool
-            opts[SHARD] = pool.shard_name
-        elif isinstance(pool, str) and pool:
-            opts[SHARD] = pool
+        self.options = validate_options(opts, where=where)
+        # Sidekiq's ``set(pool: POOL)`` (and a push's own ``shard``): the Redis this push
+        # goes to — over a ``via`` block, the job's own pool and the router.
+        if pool is not None:
+            self.options[SHARD] = pin(pool, where)
+            home = pool
+        elif SHARD in self.options:  # a name, seen from the process's configuration
+            self.options[SHARD] = Pinned(self.options[SHARD])
+            home = None
         else:
-            raise ConfigError(f"{name}.set(): pool must be a shard's name or a wurk.Config "
-                              f"(the Redis the push goes to), not {pool!r:.80}")
+            home = definition.options.get(SHARD)
+        if self._config is None and isinstance(home, Config):
+            self._config = home  # its client pushes there, its handles read there
 
     def _client(self) -> Client:
         return default_client(self._config)
@@ -518,10 +520,11 @@ class JobSetter(Generic[Params, R]):
     async def aperform_bulk(self, args: Iterable[Sequence[Any]], *,
                             batch_size: int | None = None,
                             at: When | Sequence[When] | None = None,
-                            spread_interval: float | None = None
+                            spread_interval: float | None = None,
+                            pool: str | Config | None = None
                             ) -> list[ResultHandle[R] | None]:
         item = self._bulk_item(args, batch_size, at, spread_interval)
-        client = self._client()
+        client = self._client() if pool is None else self._pool_client(item, pool)
         parts = self._by_partition(item)
         sent = Parts(len(item[P.ARGS]))
         for number, (indices, part) in enumerate(parts):
@@ -535,10 +538,12 @@ class JobSetter(Generic[Params, R]):
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
                      at: When | Sequence[When] | None = None,
-                     spread_interval: float | None = None) -> list[ResultHandle[R] | None]:
-        """Push one job per argument list, a round trip per ``batch_size`` jobs."""
+                     spread_interval: float | None = None,
+                     pool: str | Config | None = None) -> list[ResultHandle[R] | None]:
+        """Push one job per argument list, a round trip per ``batch_size`` jobs; ``pool=``
+        sends them all to that shard, as ``set(pool=...)`` does."""
         item = self._bulk_item(args, batch_size, at, spread_interval)
-        client = self._client()
+        client = self._client() if pool is None else self._pool_client(item, pool)
         parts = self._by_partition(item)
         sent = Parts(len(item[P.ARGS]))
         for number, (indices, part) in enumerate(parts):
@@ -549,6 +554,11 @@ class JobSetter(Generic[Params, R]):
                 raise
             sent.took(client.shards_of(part) if len(parts) > 1 else [], indices, jids)
         return [self._handle(jid, client) for jid in sent.jids]
+
+    def _pool_client(self, item: dict[str, Any], pool: str | Config) -> Client:
+        """A bulk push's own ``pool=``: pinned in ``item``; the client that pushes it."""
+        item[SHARD] = pin(pool, f"{self.definition.name}.perform_bulk()")
+        return default_client(pool if isinstance(pool, Config) else self._config)
 
     @staticmethod
     def _part_failed(sent: Parts, client: Client,
@@ -735,13 +745,35 @@ def job(func: Callable[..., Any] | None = None, /, *, name: str | None = None,
         wire = wire_name(fn, name)
         limiter = options.pop(RATE_LIMIT, None)
         by = options.pop(PARTITION_BY, None)
-        definition = JobDefinition(wire, fn, validate_options(options, where=f"job {wire!r}"),
-                                   hooks=hooks, rate_limit=limiter, partition_by=by)
+        checked = _with_pool(options, f"job {wire!r}")
+        definition = JobDefinition(wire, fn, checked, hooks=hooks, rate_limit=limiter,
+                                   partition_by=by)
         registry.register(definition)
         kind = AsyncJobFunction if definition.is_async else JobFunction
         return kind(fn, definition)
 
     return register(func) if func is not None else register
+
+
+# The Redis a job's pushes go to (Sidekiq's ``sidekiq_options pool:``): a shard's name, a
+# shard's view or a ``Config`` of its own; read by the client, never in the payload.
+POOL = "pool"
+
+
+def _with_pool(options: dict[str, Any], where: str) -> dict[str, Any]:
+    """A definition's options checked, its ``pool`` as the ``shard`` the client reads (a
+    shard's name, or a ``Config``): below a ``via`` block and a push's own pool, over the
+    router."""
+    pool = options.pop(POOL, None)
+    if pool is not None and SHARD in options:
+        raise ConfigError(f"{where}: give pool or shard, not both (both name the Redis its "
+                          "pushes go to)")
+    if pool is not None:
+        pin(pool, where)  # a name or a Config, else the error naming it
+    checked = validate_options(options, where=where)
+    if pool is not None:
+        checked[SHARD] = pool
+    return checked
 
 
 # The job's rate limiter: an option of its definition, never of a push.
@@ -814,7 +846,10 @@ class Job:
                 f"{cls.__qualname__}: {hook_options[0]} is not a class option; define it as a "
                 f"method: def {hook_options[0]}(self, ...)"
             )
-        inherited = getattr(cls, "_wurk_options", {})
+        inherited = dict(getattr(cls, "_wurk_options", {}))
+        for given, other in ((POOL, SHARD), (SHARD, POOL)):  # a subclass's own wins
+            if given in options and other not in options:
+                inherited.pop(other, None)
         merged = {**inherited, **options}
         cls._wurk_options = merged  # type: ignore[attr-defined]
         if abstract:
@@ -823,7 +858,7 @@ class Job:
         options = dict(merged)
         limiter = options.pop(RATE_LIMIT, None)
         by = options.pop(PARTITION_BY, None)
-        cls.definition = JobDefinition(wire, cls, validate_options(options, where=f"job {wire!r}"),
+        cls.definition = JobDefinition(wire, cls, _with_pool(options, f"job {wire!r}"),
                                        is_class=True, rate_limit=limiter, partition_by=by)
         registry.register(cls.definition)
 

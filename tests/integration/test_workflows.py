@@ -7,6 +7,7 @@ how often each step ran and with what.
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import re
@@ -1243,3 +1244,32 @@ def test_an_async_steps_failure_with_a_retry_due_changes_nothing_and_it_runs_aga
     assert status.state == "succeeded" and status.result("echo") == [7]
     assert runs(r, "aflaky") == [[], []] and runs(r, "echo") == [[7]]
     assert wurk.BatchStatus(wid).succeeded
+
+
+workflow_tenant: contextvars.ContextVar[str] = contextvars.ContextVar("workflow_tenant")
+
+
+@wurk.job(name="WfTest::tenant_callback")
+def tenant_callback(status: wurk.BatchStatus, options: dict[str, Any]) -> None:
+    note("tenant", workflow_tenant.get("<unset>"))
+
+
+def test_callbacks_run_in_the_context_the_workflow_was_started_in(
+        config: wurk.Config, drain: Drain, r: redis.Redis) -> None:
+    """A plain batch's callbacks carry the persisted context variables set where it was
+    created; a workflow's batch fired its callbacks without them (a tenant or request id
+    unset in the callback), though the step that fired them ran in another context."""
+    wurk.context.persist(workflow_tenant, config=config)
+    token = workflow_tenant.set("acme")
+    try:
+        wf = Workflow("tenant")
+        wf.step(square, 3)
+        wf.on("success", tenant_callback).on("complete", tenant_callback)
+        wid = wf.start()
+    finally:
+        workflow_tenant.reset(token)
+    run_all(drain)
+    run_all(drain)  # the callbacks' own jobs
+    assert WorkflowStatus(wid).state == "succeeded"
+    assert runs(r, "tenant") == [["acme"], ["acme"]]
+    assert json.loads(str(r.hget(f"b-{wid}", "context"))) == {"workflow_tenant": "acme"}

@@ -26,9 +26,11 @@
    built-in links only edit the payload). A sync push meeting an async client middleware
    runs it on a ``TemporaryLoop`` through the one bridge (``wurk.middleware.bridge``), its
    ``await call_next()`` running the rest of the chain back in the pushing thread.
-8. Shards (``docs/scaling.md``): a push goes to the shard a ``wurk.via`` block chose, else
-   the one its job's ``shard`` option names, else the one the configuration's
-   ``shard_router`` answers for it, else this client's own; a bulk push with a router is
+8. Shards (``docs/scaling.md``): a push goes to the shard its own ``pool`` names (a
+   ``Pinned``: ``job.set(pool=...)``, ``set(shard=...)``, ``perform_bulk(pool=...)``), else
+   the one a ``wurk.via`` block chose, else the one its job's ``shard`` (or ``pool``)
+   option names, else the one the configuration's ``shard_router`` answers for it, else
+   this client's own; a bulk push with a router is
    split by the shard of each job. Another shard's pushes go through a client of that
    shard's configuration, made once. Inside a batch's jobs block nothing is routed: a
    batch and its jobs live on one shard. On Redis Cluster a push goes to its queue's
@@ -70,7 +72,7 @@ from . import writers
 from .locks import job_digest
 from .writers import Entries, RedisWriter, Writer
 
-__all__ = ["Client", "Parts"]
+__all__ = ["Client", "Parts", "Pinned", "pin"]
 
 # The queues this process has recorded in a Redis Cluster's index (``Keys.cluster_queues``):
 # (the cluster's URL, the index's key, the queue).
@@ -124,6 +126,37 @@ class _Place:
         return (f"job {self.start + offset} of {self.total} in this bulk push: {exc} "
                 f"({pushed} jobs before its round trip were pushed; no job of its round trip "
                 f"(jobs {self.start} to {self.start + size - 1}) nor after it was)")
+
+
+class Pinned:
+    """A push's own pool (``job.set(pool=...)``, ``set(shard=...)``, ``perform_bulk(pool=
+    ...)``, ``wurk.push(..., pool=...)``), carried in the item's ``shard`` field: the shard
+    it goes to, over a ``via`` block, as Sidekiq's ``set(pool:)`` wins over ``Client.via``.
+    A payload read from Redis cannot hold one (JSON has no such value), so a stored job
+    pushed again (a due retry, an interrupted iteration) still goes where ``via`` says."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: str | Config) -> None:
+        self.target = target
+
+    def __repr__(self) -> str:
+        target = self.target
+        return f"Pinned({target if isinstance(target, str) else target.shard_name!r})"
+
+    def config(self, seen_from: Config) -> Config:
+        target = self.target
+        return target if isinstance(target, Config) else seen_from.shard(target)
+
+
+def pin(pool: Any, where: str) -> Pinned:
+    """``pool=`` as Sidekiq's ``set(pool: POOL)`` takes it: a shard's name, a shard's view
+    (``config.shard("eu")``) or a ``Config`` of its own; anything else is a ``ConfigError``
+    naming ``where``."""
+    if isinstance(pool, Config) or (isinstance(pool, str) and pool):
+        return Pinned(pool)
+    raise ConfigError(f"{where}: pool must be a shard's name or a wurk.Config (the Redis the "
+                      f"push goes to), not {pool!r:.80}")
 
 
 class Parts:
@@ -303,22 +336,27 @@ class Client:
         return None if target is self.config else self._client_of(target)
 
     def _shard_of(self, item: Mapping[str, Any], args: Any) -> Config:
-        """Where a push of ``item`` (with these ``args``) goes: ``via``'s shard, else the
-        job's ``shard`` option, else the router's answer, else this client's own."""
+        """Where a push of ``item`` (with these ``args``) goes: its own pool (``Pinned``),
+        else ``via``'s shard, else the job's ``shard`` option, else the router's answer,
+        else this client's own."""
         if writers.overlay() is not None:  # a batch's jobs block: its batch's shard
             return self.config
         if self.config.is_cluster:
             return self._keyspace_of(item)
+        name = item.get(SHARD)
+        if name is not None and name.__class__ is Pinned:  # the push's own pool: over via
+            return name.config(self.config)
         chosen = chosen_shard()
         if chosen is not None:
             return chosen
-        name = item.get(SHARD)
         router = self.config.shard_router
         if name is None and router is not None:
             name = router(str(item.get(P.CLASS)), str(item.get(P.QUEUE) or P.DEFAULT_QUEUE),
                           list(args) if isinstance(args, (list, tuple)) else [])
         if name is None:
             return self.config
+        if isinstance(name, Config):  # a job's definition's pool of its own
+            return name
         if not isinstance(name, str):
             raise InvalidPayload(f"'shard' must be a shard's name, not {name!r}", field=SHARD)
         return self.config.shard(name)

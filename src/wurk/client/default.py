@@ -8,6 +8,7 @@
    sent later). Choosing here keeps the client module free of the ones that build on it.
 2. ``push`` / ``push_bulk`` push a raw payload through it: ``wurk.push({...})``;
    ``apush`` / ``apush_bulk`` are the same for async code (``await wurk.apush({...})``).
+   ``pool=`` sends the push to that shard, over a ``wurk.via`` block (``Pinned``).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..config import Config, default_config
-from .core import Client
+from ..options import SHARD
+from .core import Client, pin
 from .outbox import OutboxClient
 from .reliable import writer_for
 from .transactional import TransactionalClient
@@ -41,20 +43,41 @@ def _client_class(config: Config) -> type[Client]:
     return TransactionalClient if config.client == "transactional" else Client
 
 
-def push(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
-    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``."""
-    return default_client(config).push(item)
+def push(item: Mapping[str, Any], *, config: Config | None = None,
+         pool: str | Config | None = None) -> str | None:
+    """Push a raw payload (any class name, e.g. a Ruby job): ``wurk.push({...})``;
+    ``pool=`` sends it to that shard (a name, a shard's view or a ``Config``), over a
+    ``wurk.via`` block, as ``job.set(pool=...)`` does."""
+    client, item = _pinned(item, config, pool, "wurk.push")
+    return client.push(item)
 
 
-def push_bulk(item: Mapping[str, Any], *, config: Config | None = None) -> list[str | None]:
-    return default_client(config).push_bulk(item)
+def push_bulk(item: Mapping[str, Any], *, config: Config | None = None,
+              pool: str | Config | None = None) -> list[str | None]:
+    client, item = _pinned(item, config, pool, "wurk.push_bulk")
+    return client.push_bulk(item)
 
 
-async def apush(item: Mapping[str, Any], *, config: Config | None = None) -> str | None:
+async def apush(item: Mapping[str, Any], *, config: Config | None = None,
+                pool: str | Config | None = None) -> str | None:
     """``wurk.push`` for async code: ``await wurk.apush({...})``, never blocking the loop."""
-    return await default_client(config).apush(item)
+    client, item = _pinned(item, config, pool, "wurk.apush")
+    return await client.apush(item)
 
 
-async def apush_bulk(item: Mapping[str, Any], *,
-                     config: Config | None = None) -> list[str | None]:
-    return await default_client(config).apush_bulk(item)
+async def apush_bulk(item: Mapping[str, Any], *, config: Config | None = None,
+                     pool: str | Config | None = None) -> list[str | None]:
+    client, item = _pinned(item, config, pool, "wurk.apush_bulk")
+    return await client.apush_bulk(item)
+
+
+def _pinned(item: Mapping[str, Any], config: Config | None, pool: str | Config | None,
+            where: str) -> tuple[Client, Mapping[str, Any]]:
+    """The client and the item of a raw push, its ``pool=`` carried in the item."""
+    if pool is None:
+        return default_client(config), item
+    pinned = pin(pool, where)
+    if not isinstance(item, Mapping):
+        return default_client(config), item  # refused by the push itself, naming it
+    own = pool if isinstance(pool, Config) else config
+    return default_client(own), {**item, SHARD: pinned}

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from .. import context
 from .. import payload as P
 from ..batch import accounting
 from ..batch.model import CALLBACK_CLASS, Batch
@@ -237,7 +238,8 @@ class Workflow:
         with lent_redis(config) as conn:
             accounting.create(conn, config, bid=self.id, description=batch.description,
                               callback_queue=batch.callback_queue, callback_class=CALLBACK_CLASS,
-                              parent_bid=None, tags=(), linger=None, callbacks=batch.callbacks)
+                              parent_bid=None, tags=(), linger=None, callbacks=batch.callbacks,
+                              context=context.current(config))
             self.started = True
             refused = False
             try:
