@@ -8,8 +8,8 @@
    time a PING; in one MULTI refresh the process hash (``info`` JSON and the live fields,
    ``concurrency`` in both places) with a 60 s TTL and pop one remote signal; close the
    pooled connections idle longer than ``redis_idle_timeout`` (if set); then fire the
-   ``beat`` lifecycle event (and ``heartbeat`` on the first beat, or the first after the
-   record was gone).
+   ``beat`` lifecycle event (and ``heartbeat`` once, on the first beat; not again when a
+   beat writes anew a record that expired in an outage).
 3. The launcher calls ``beat`` once before the first fetch, so a process is visible (and its
    in-flight lists owned) before it holds any job, so no reaper grace is needed. ``wait_visible``
    holds the processors back until a beat has landed — when the first one failed, or after
@@ -200,7 +200,6 @@ class Heartbeat:
             self._still_beating()
             pipe = r.pipeline(transaction=True)
             pipe.sadd(keys.processes, self.name)
-            pipe.exists(keys.process(self.name))
             pipe.hset(keys.process(self.name), mapping=fields)
             pipe.expire(keys.process(self.name), self.config.heartbeat_ttl)
             if pop:
@@ -210,14 +209,14 @@ class Heartbeat:
         replies = self.pool.run(send)
         if any(isinstance(reply, redis.ResponseError) for reply in replies):
             self._own_registry_keys(replies)
-            popped = not isinstance(replies[4], redis.ResponseError)  # kept, not popped twice
+            popped = not isinstance(replies[3], redis.ResponseError)  # kept, not popped twice
             again = self.pool.run(lambda r: send(r, pop=not popped))
             for reply in again:
                 if isinstance(reply, redis.ResponseError):
                     raise reply
-            replies = [*again[:4], replies[4] if popped else again[4]]
-        _, existed, _, _, signal = replies
-        if not existed or self._first:
+            replies = [*again[:3], replies[3] if popped else again[3]]
+        signal = replies[3]
+        if self._first:  # once a process life, as Sidekiq's; a record written anew: ``beat``
             self._first = False
             fire(self.config, "heartbeat")
         # Anyone may have pushed it: bytes that are no UTF-8 read as a name no signal has.
