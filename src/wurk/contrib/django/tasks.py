@@ -90,6 +90,15 @@ TASK_OPTIONS = (P.RETRY, P.RETRY_FOR, P.RETRY_QUEUE, P.DEAD, P.BACKTRACE, P.TAGS
 _tasks: dict[str, Task[Any, Any]] = {}  # module path → the task, as its @task made it
 
 
+def _store_of(path: str) -> R.ResultStore | None:
+    """The store of the task's records (its backend's shard), for the death handler."""
+    task = _tasks.get(path)
+    if task is None:
+        return None
+    backend = task.get_backend()
+    return backend.store if isinstance(backend, WurkBackend) else None
+
+
 class WurkTask(Task):
     """A ``Task`` that registers itself as a wurk job when it is made."""
 
@@ -149,6 +158,9 @@ class _TaskJob:
             task_finished.send(sender=type(backend), task_result=backend.to_result(
                 result_id, record, task, value=value))
         return value  # stored by the worker's result link (``wurk.results``)
+
+
+R.store_of = _store_of
 
 
 def _worker_id() -> str:
