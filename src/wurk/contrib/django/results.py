@@ -48,7 +48,8 @@ _updating = threading.Lock()  # ``update`` of kept records: one at a time
 # Reads and writes of one update, tried again when another wrote the record between them.
 UPDATE_TRIES = 10
 # A task's module path → its backend's store, or None for no task known here: set by
-# ``wurk.contrib.django.tasks`` when imported (this module does not need django.tasks).
+# ``wurk.contrib.django.tasks``'s backend when one is made (this module does not need
+# django.tasks).
 store_of: Callable[[str], ResultStore | None] | None = None
 
 

@@ -160,9 +160,6 @@ class _TaskJob:
         return value  # stored by the worker's result link (``wurk.results``)
 
 
-R.store_of = _store_of
-
-
 def _worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -239,6 +236,9 @@ class WurkBackend(BaseTaskBackend):
         # that the worker there and get_result here find them on one Redis.
         shard = self.job_options.get(SHARD)
         self.store = R.ResultStore(ttl=ttl, shard=shard if isinstance(shard, str) else None)
+        # Once a backend exists, the death handler finds a task's store through it (not at
+        # import: importing this module changes nothing elsewhere).
+        R.store_of = _store_of
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         super().validate_task(task)
