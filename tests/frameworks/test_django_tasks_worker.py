@@ -100,7 +100,7 @@ SHARDED = textwrap.dedent("""
               "CAPSULES": [wurk.Capsule(name="europe", shard="eu", concurrency=1)]},
         TASKS={"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend"},
                "eu": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend",
-                      "OPTIONS": {"SHARD": "eu"}}},
+                      "OPTIONS": {"SHARD": "eu", "RETRY": 0}}},
         USE_TZ=True,
     )
     django.setup()
@@ -110,19 +110,29 @@ SHARDED = textwrap.dedent("""
     def add(a: int, b: int) -> int:
         return a + b
 
+    @task(backend="eu")
+    def boom() -> None:
+        raise ValueError("boom")
+
     def say(*values):
         print("=", *values, flush=True)
 
     config = wurk.default_config()
-    result = add.enqueue(2, 3)
-    key = config.keys.task_result(result.id)
-    say([config.pool("client").client.exists(key),
-         config.shard("eu").pool("client").client.exists(key)])
-    with wurk.InProcessWorker():
-        wurk.ResultHandle(result.id, config.shard("eu")).result(timeout=60)
-    read = add.get_result(result.id)
-    say(read.status, read.return_value if str(read.status) == "SUCCESSFUL" else None)
 """)
+
+
+def run_sharded(tmp_path: Path, redis_url: str, script: str) -> list[str]:
+    """``script`` after ``SHARDED`` (the harness's Redis database 0 the default shard, 1 the
+    shard ``eu``, served by a capsule of its own), in a process of its own: what it said."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
+    env["WURK_HOME"] = str(tmp_path / "home")
+    done = subprocess.run([sys.executable, "-c", SHARDED + textwrap.dedent(script), redis_url],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line[2:] for line in done.stdout.splitlines() if line.startswith("= ")]
 
 
 def test_a_task_of_a_backend_naming_a_shard_keeps_its_record_on_that_shard(
@@ -130,13 +140,35 @@ def test_a_task_of_a_backend_naming_a_shard_keeps_its_record_on_that_shard(
     """OPTIONS' SHARD sends the task's job to that shard, and its outcome is stored there;
     the record stayed on the default shard and ``get_result`` read the outcome there, so a
     finished task read as RUNNING, with no value. Both live on the shard now."""
-    (tmp_path / "app").mkdir()
-    (tmp_path / "app" / "__init__.py").write_text("")
-    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    env["PYTHONPATH"] = os.pathsep.join([str(SRC), str(tmp_path)])
-    env["WURK_HOME"] = str(tmp_path / "home")
-    done = subprocess.run([sys.executable, "-c", SHARDED, redis_server.url], env=env,
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
-    said = [line[2:] for line in done.stdout.splitlines() if line.startswith("= ")]
-    assert said == ["[0, 1]", "SUCCESSFUL 5"], done.stdout + done.stderr
+    said = run_sharded(tmp_path, redis_server.url, """
+        result = add.enqueue(2, 3)
+        key = config.keys.task_result(result.id)
+        say([config.pool("client").client.exists(key),
+             config.shard("eu").pool("client").client.exists(key)])
+        with wurk.InProcessWorker():
+            wurk.ResultHandle(result.id, config.shard("eu")).result(timeout=60)
+        read = add.get_result(result.id)
+        say(read.status, read.return_value if str(read.status) == "SUCCESSFUL" else None)
+    """)
+    assert said == ["[0, 1]", "SUCCESSFUL 5"]
+
+
+def test_a_task_of_a_backend_naming_a_shard_that_dies_is_recorded_failed_on_that_shard(
+        redis_server: Server, tmp_path: Path) -> None:
+    """The death handler marked the record FAILED on the default shard, where a sharded
+    backend's record is not: the record itself stayed READY (only ``get_result`` said
+    FAILED, from the outcome). The handler writes to the task's backend's shard now."""
+    said = run_sharded(tmp_path, redis_server.url, """
+        result = boom.enqueue()
+        with wurk.InProcessWorker():
+            try:
+                wurk.ResultHandle(result.id, config.shard("eu")).result(timeout=60)
+            except Exception as exc:
+                say(type(exc).__name__)
+        key = config.keys.task_result(result.id)
+        record = boom.get_backend().store.load(result.id)
+        say(record["status"], record["finished_at"] is not None, len(record["errors"]),
+            config.pool("client").client.exists(key))
+        say(boom.get_result(result.id).status)
+    """)
+    assert said == ["JobFailed", "FAILED True 1 0", "FAILED"]

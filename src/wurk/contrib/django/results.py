@@ -9,7 +9,9 @@
    and inline), records are kept in this process's memory, not in Redis: those modes never
    talk to Redis (docs/testing.md). ``in_memory()`` says which.
 4. ``mark_dead`` is a death handler: a task whose retries ran out (or that had none) is
-   recorded ``FAILED``; until then a failed attempt leaves it ``READY`` for the retry.
+   recorded ``FAILED``; until then a failed attempt leaves it ``READY`` for the retry. The
+   payload names the task (its ``class``), the task its backend, and so the store (the
+   shard) its record lives in; a payload of no task known here, the default shard's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ _kept_lock = threading.Lock()
 _updating = threading.Lock()  # ``update`` of kept records: one at a time
 # Reads and writes of one update, tried again when another wrote the record between them.
 UPDATE_TRIES = 10
+# A task's module path → its backend's store, or None for no task known here: set by
+# ``wurk.contrib.django.tasks``'s backend when one is made (this module does not need
+# django.tasks).
+store_of: Callable[[str], ResultStore | None] | None = None
 
 
 def in_memory() -> bool:
@@ -186,13 +192,15 @@ def mark_dead(payload: dict[str, Any], exc: BaseException) -> None:
     jid = payload.get(P.JID)
     if not isinstance(jid, str) or not jid:
         return
-    store = ResultStore()
+    path = payload.get(P.CLASS)
 
     def failed(record: Record) -> None:
         record["status"] = FAILED
         record["finished_at"] = now()
 
     try:
+        found = store_of(path) if store_of is not None and isinstance(path, str) else None
+        store = found if found is not None else ResultStore()
         store.update(jid, failed)
     except Exception as error:  # a death handler must not break the death it reports
         log.warning("could not record task %s as failed: %s", jid, error)

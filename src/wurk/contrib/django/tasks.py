@@ -90,6 +90,15 @@ TASK_OPTIONS = (P.RETRY, P.RETRY_FOR, P.RETRY_QUEUE, P.DEAD, P.BACKTRACE, P.TAGS
 _tasks: dict[str, Task[Any, Any]] = {}  # module path → the task, as its @task made it
 
 
+def _store_of(path: str) -> R.ResultStore | None:
+    """The store of the task's records (its backend's shard), for the death handler."""
+    task = _tasks.get(path)
+    if task is None:
+        return None
+    backend = task.get_backend()
+    return backend.store if isinstance(backend, WurkBackend) else None
+
+
 class WurkTask(Task):
     """A ``Task`` that registers itself as a wurk job when it is made."""
 
@@ -227,6 +236,9 @@ class WurkBackend(BaseTaskBackend):
         # that the worker there and get_result here find them on one Redis.
         shard = self.job_options.get(SHARD)
         self.store = R.ResultStore(ttl=ttl, shard=shard if isinstance(shard, str) else None)
+        # Once a backend exists, the death handler finds a task's store through it (not at
+        # import: importing this module changes nothing elsewhere).
+        R.store_of = _store_of
 
     def validate_task(self, task: Task[Any, Any]) -> None:
         super().validate_task(task)
