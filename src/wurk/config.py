@@ -1111,6 +1111,8 @@ class Config:
         if getattr(self, "_frozen", False) and not name.startswith("_"):
             raise ConfigError(f"the configuration is frozen; {name} cannot change after start")
         super().__setattr__(name, value)
+        if name == "periodic_tz" and hasattr(self, "_root"):  # set after the build
+            self._take_periodic()  # checked, and the zone of loops registered from now on
 
     def _edit(self) -> None:
         if self._frozen:

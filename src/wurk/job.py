@@ -533,7 +533,7 @@ class JobSetter(Generic[Params, R]):
             except BaseException as exc:
                 self._part_failed(sent, client, parts, number, exc)
                 raise
-            sent.took(client.shards_of(part) if len(parts) > 1 else [], indices, jids)
+            sent.took([], indices, jids)  # its shards asked only if a later part fails
         return [self._handle(jid, client) for jid in sent.jids]
 
     def perform_bulk(self, args: Iterable[Sequence[Any]], *, batch_size: int | None = None,
@@ -552,7 +552,7 @@ class JobSetter(Generic[Params, R]):
             except BaseException as exc:
                 self._part_failed(sent, client, parts, number, exc)
                 raise
-            sent.took(client.shards_of(part) if len(parts) > 1 else [], indices, jids)
+            sent.took([], indices, jids)  # its shards asked only if a later part fails
         return [self._handle(jid, client) for jid in sent.jids]
 
     def _pool_client(self, item: dict[str, Any], pool: str | Config) -> Client:
@@ -570,14 +570,14 @@ class JobSetter(Generic[Params, R]):
         if len(parts) == 1 or not isinstance(exc, Exception):
             return
         try:
+            went = [shard for _, part in parts[:number] for shard in client.shards_of(part)]
             shards = client.shards_of(parts[number][1])
             later = [(client.shards_of(part), indices) for indices, part in parts[number + 1:]]
         except Exception:  # the router failing again: the push's own shard stands for it
-            shards, later = [client.config.shard_name], [
+            went, shards, later = [client.config.shard_name], [client.config.shard_name], [
                 ([client.config.shard_name], indices) for indices, _ in parts[number + 1:]]
-        partly = sent.failed(exc, shards, parts[number][0], later)
-        if partly is not None:
-            raise partly from partly.error
+        sent.shards += [shard for shard in dict.fromkeys(went) if shard not in sent.shards]
+        sent.fail(exc, shards, parts[number][0], later)
 
     def _by_partition(self, item: dict[str, Any]) -> list[tuple[list[int], dict[str, Any]]]:
         """A bulk push split by the partition ``partition_by`` gives each job (every

@@ -152,3 +152,8 @@ def test_periodic_tz_is_the_zone_of_every_loop_that_names_none(tmp_path: Path) -
     assert from_file.tz == "Asia/Tokyo"
     with pytest.raises(ConfigError, match=r"periodic_tz.*Mars/Olympus"):
         Config(periodic_tz="Mars/Olympus")
+    later = Config()  # set on the object after it was built: taken all the same
+    later.periodic_tz = "Asia/Tokyo"
+    assert later.periodic.register("0 9 * * *", a_job).tz == "Asia/Tokyo"
+    with pytest.raises(ConfigError, match=r"periodic_tz.*Mars/Olympus"):
+        later.periodic_tz = "Mars/Olympus"

@@ -178,11 +178,17 @@ class Parts:
         self.pushed += indices
         self.shards += [shard for shard in shards if shard not in self.shards]
 
-    def failed(self, exc: BaseException, shards: list[str], indices: list[int],
-               later: list[tuple[list[str], list[int]]]) -> PartlyPushed | None:
-        """The error for a part (its shards, its jobs' places) that failed with ``exc``,
-        ``later`` the parts not tried: None when nothing went (``exc`` is raised as it
-        is), or when ``exc`` is not an error (an interrupt)."""
+    def fail(self, exc: BaseException, shards: list[str], indices: list[int],
+             later: list[tuple[list[str], list[int]]]) -> None:
+        """Raise the ``wurk.PartlyPushed`` a part (its shards, its jobs' places) that failed
+        with ``exc`` calls for, ``later`` the parts not tried; return when there is none
+        (nothing went, or ``exc`` is an interrupt): the caller raises ``exc`` as it is."""
+        partly = self._failed(exc, shards, indices, later)
+        if partly is not None:
+            raise partly from partly.error
+
+    def _failed(self, exc: BaseException, shards: list[str], indices: list[int],
+                later: list[tuple[list[str], list[int]]]) -> PartlyPushed | None:
         if not isinstance(exc, Exception):
             return None
         error: Exception = exc
@@ -294,11 +300,8 @@ class Client:
             try:
                 jids = client.push_bulk(part)
             except BaseException as exc:
-                partly = sent.failed(exc, [client.config.shard_name], indices,
-                                     _later(parts, number))
-                if partly is None:
-                    raise
-                raise partly from partly.error
+                sent.fail(exc, [client.config.shard_name], indices, _later(parts, number))
+                raise
             sent.took([client.config.shard_name], indices, jids)
         return sent.jids
 
@@ -312,11 +315,8 @@ class Client:
             try:
                 jids = await client.apush_bulk(part)
             except BaseException as exc:
-                partly = sent.failed(exc, [client.config.shard_name], indices,
-                                     _later(parts, number))
-                if partly is None:
-                    raise
-                raise partly from partly.error
+                sent.fail(exc, [client.config.shard_name], indices, _later(parts, number))
+                raise
             sent.took([client.config.shard_name], indices, jids)
         return sent.jids
 
