@@ -161,7 +161,7 @@ def pin(pool: Any, where: str) -> Pinned:
 
 class Parts:
     """A bulk push sent in parts (by shard, by partition), each part's jids put in place as
-    it goes; when a part fails after another went, ``failed`` makes the error that says
+    it goes; when a part fails after another went, ``fail`` raises the error that says
     what went (``wurk.PartlyPushed``), so the caller can push only what did not."""
 
     __slots__ = ("jids", "pushed", "shards")
