@@ -21,7 +21,7 @@ import statistics
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
@@ -184,6 +184,17 @@ class WorkerTree:
             total += t.user + t.system + t.children_user + t.children_system
         return total
 
+    def thread_seconds(self) -> dict[tuple[int, int], float]:
+        """Each live OS thread's user + system CPU so far, by (process, thread id)."""
+        seconds: dict[tuple[int, int], float] = {}
+        for member in self._members():
+            try:
+                for thread in member.threads():
+                    seconds[(member.pid, thread.id)] = thread.user_time + thread.system_time
+            except psutil.NoSuchProcess:
+                continue
+        return seconds
+
     def failed(self) -> str | None:
         for popen in self.processes:
             if popen.poll() is not None:
@@ -240,6 +251,7 @@ class Drain:
     steady: float         # jobs/s from the first job seen done to the end
     cpu_us: float         # worker CPU per job over the steady part, microseconds
     redis_cpu_us: float   # the server's CPU per job over the same part (INFO cpu)
+    top_thread_us: float  # the busiest worker thread's CPU per job over the same part
     commands: float       # Redis commands per job, worker start to end (the job's INCR too)
     capped: bool          # True when the time cap ended the drain before N
 
@@ -254,6 +266,7 @@ class Progress:
     first_count: int = 0
     first_cpu: float = 0.0
     first_redis_cpu: float = 0.0
+    first_threads: dict[tuple[int, int], float] = field(default_factory=dict)
 
 
 def going_on(seen: Progress, count: int, jobs: int, elapsed: float, cap: float) -> bool:
@@ -281,18 +294,27 @@ def drain(server: PrivateRedis, tree: WorkerTree, jobs: int, *, cap: float) -> D
             seen.first_at, seen.first_count = time.perf_counter(), count
             seen.first_cpu = tree.cpu_seconds()
             seen.first_redis_cpu = server.cpu_seconds()
+            seen.first_threads = tree.thread_seconds()
         failure = tree.failed()
         if failure:
             raise RuntimeError(failure)
     end, cpu_end = time.perf_counter(), tree.cpu_seconds()
+    threads_end = tree.thread_seconds()
     redis_cpu_end = server.cpu_seconds()
     commands = server.commands() - commands_before - seen.polls
     return summarize(tree.started, end, count, seen, (cpu_end, redis_cpu_end), commands,
-                     capped=count < jobs)
+                     capped=count < jobs, top_thread=busiest(seen.first_threads, threads_end))
+
+
+def busiest(before: dict[tuple[int, int], float], after: dict[tuple[int, int], float]) -> float:
+    """The most CPU seconds one thread spent between the two readings (a thread born since
+    counts from zero)."""
+    return max((spent - before.get(key, 0.0) for key, spent in after.items()), default=0.0)
 
 
 def summarize(started: float, end: float, count: int, seen: Progress,
-              cpu_end: tuple[float, float], commands: int, *, capped: bool) -> Drain:
+              cpu_end: tuple[float, float], commands: int, *, capped: bool,
+              top_thread: float = 0.0) -> Drain:
     """``cpu_end``: the worker's and the server's CPU seconds when the drain ended."""
     if not count:
         raise RuntimeError("no job ran before the time cap")
@@ -302,8 +324,10 @@ def summarize(started: float, end: float, count: int, seen: Progress,
     cpu = (cpu_end[0] - seen.first_cpu) / steady_jobs * 1e6 if steady_jobs else 0.0
     # The harness's own GETs are in the server's CPU too: 100 a second, next to nothing.
     redis_cpu = (cpu_end[1] - seen.first_redis_cpu) / steady_jobs * 1e6 if steady_jobs else 0.0
+    top = top_thread / steady_jobs * 1e6 if steady_jobs else 0.0
     return Drain(jobs=count, with_boot=count / (end - started), steady=steady, cpu_us=cpu,
-                 redis_cpu_us=redis_cpu, commands=commands / count, capped=capped)
+                 redis_cpu_us=redis_cpu, top_thread_us=top, commands=commands / count,
+                 capped=capped)
 
 
 @dataclass(frozen=True)

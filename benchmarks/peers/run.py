@@ -332,8 +332,8 @@ def async_row(bench: Bench, systems: list[System], runs: int,
           "through redis-py's asyncio client, 1 worker process, equal concurrency (wurk "
           f"--async-concurrency, arq max_jobs, SAQ concurrency); median of {runs}; cap = "
           f"concurrency / {shared.WAIT_SECONDS} s")
-    heads = ("jobs/s", "+boot/s", "% cap", "CPU µs/job", "Redis µs", "cmds/job", "RSS MB",
-             "threads", "load")
+    heads = ("jobs/s", "+boot/s", "% cap", "CPU µs/job", "top thr µs", "Redis µs", "cmds/job",
+             "RSS MB", "threads", "load")
     print(f"{'system@concurrency':<{WIDTHS[0]}}" + "".join(f"{h:>11}" for h in heads))
     for name, (_, concurrency) in variants.items():
         got = results[name]
@@ -342,11 +342,14 @@ def async_row(bench: Bench, systems: list[System], runs: int,
         mark = "*" if any(r.drain is not None and r.drain.capped for r in got) else ""
         cells = [fmt(rate) + mark, fmt(field(got, "drain.with_boot")) + mark,
                  "—" if rate is None else f"{100 * rate / cap:.0f} %",
-                 fmt(field(got, "drain.cpu_us")), fmt(field(got, "drain.redis_cpu_us")),
-                 fmt(field(got, "drain.commands"), 1), fmt(field(got, "rss_mb")),
+                 fmt(field(got, "drain.cpu_us")), fmt(field(got, "drain.top_thread_us")),
+                 fmt(field(got, "drain.redis_cpu_us")), fmt(field(got, "drain.commands"), 1),
+                 fmt(field(got, "rss_mb")),
                  fmt(field(got, "threads")), fmt(field(got, "load"), 1)]
         print(f"{name:<{WIDTHS[0]}}" + "".join(f"{c:>11}" for c in cells))
     print_async_ratios(variants, results)
+    print("top thr: the busiest worker thread's CPU a job (an event loop's, for each system "
+          "here): what one\n  process's rate is bound by, beside the whole process's CPU.")
     print("* drain stopped at the cap; rate over the jobs done by then. SAQ's clients get a "
           "redis-py pool of 2 × concurrency + 20 connections\n  (redis-py's default cap of "
           "100 makes SAQ fail from concurrency 100 up), and so does wurk's job client; arq's "
