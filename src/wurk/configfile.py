@@ -23,7 +23,11 @@
    (``concurrency: ${N}`` is an int), as if the value had been written there. Any other
    ``${NAME…`` (the shell's ``${NAME-x}``, ``${NAME:?x}``, a nested default, an unclosed
    brace) is an error: kept as text it would set the setting to those characters.
-6. Every problem is a ``ConfigError`` naming the file and the key; an unknown key is given
+6. ``health_port: true`` turns the health check on at its default port
+   (``DEFAULT_HEALTH_PORT``, 7434, as ``wurk worker --health`` does); ``false`` or no value
+   leaves it off; a number is the port. Anything else is refused (YAML's ``true`` is no port
+   1, though Python's ``True == 1``).
+7. Every problem is a ``ConfigError`` naming the file and the key; an unknown key is given
    the closest known setting (``retries`` → ``max_retries``).
 """
 
@@ -39,6 +43,7 @@ import yaml
 
 from .config import (
     CODE_SETTINGS,
+    DEFAULT_HEALTH_PORT,
     SETTING_ALIASES,
     Capsule,
     Config,
@@ -196,6 +201,8 @@ def _convert(settings: dict[str, Any], source: str) -> dict[str, Any]:
             result["queues"] = [_queue(entry, source) for entry in _list(value, key, source)]
         elif key == "capsules":
             result["capsules"] = _capsules(value, source)
+        elif key == "health_port":
+            result["health_port"] = _health_port(value, source)
         elif key in _CODE_SETTINGS:
             raise ConfigError(f"{source}: unknown setting {key!r} for a file: it holds "
                               "Python objects; set it in code, on wurk.default_config() in "
@@ -205,6 +212,18 @@ def _convert(settings: dict[str, Any], source: str) -> dict[str, Any]:
         else:
             result[key] = value
     return result
+
+
+def _health_port(value: Any, source: str) -> int | None:
+    """``true``: on at the default port; ``false`` / null: off; else a TCP port (point 6)."""
+    if value is True:
+        return DEFAULT_HEALTH_PORT
+    if value is False or value is None:
+        return None
+    if isinstance(value, int) and 0 <= value <= 65535:
+        return value
+    raise ConfigError(f"{source}: health_port must be true (on, at port {DEFAULT_HEALTH_PORT}), "
+                      f"false (off) or a TCP port (0-65535; 0 picks a free one), not {value!r}")
 
 
 def _list(value: Any, key: str, source: str) -> list[Any]:

@@ -15,6 +15,10 @@
    holds the processors back until a beat has landed — when the first one failed, or after
    an outage long enough for the record to expire — since a reaper takes the jobs of a live
    process without a record for a dead one's.
+   The later beats come from the heartbeat's own thread (``start``), or, for an in-process
+   worker with ``async_beat=False``, from the host's timer calling ``beat`` (no thread): the
+   same tick either way. Beats never overlap, and ``stop`` waits for one under way, whoever
+   called it, so no beat writes the record again after ``clear`` removed it.
 4. ``clear`` removes the record at exit, after a last stats flush.
 5. A Redis error is reported once when the outage starts and logged once with its length at
    the end; while it lasts, beats are tried with the capped backoff (``wurk.runtime.outage``), so
@@ -85,6 +89,9 @@ class Heartbeat:
         # a live worker and a reaper take its jobs in flight.
         self._stats_outage = Outage(config, "stats flush")
         self._process = psutil.Process()
+        # Held through each beat, the thread's or a host's (``async_beat=False``): beats never
+        # overlap, and ``stop`` waits for one under way.
+        self._beating = threading.Lock()
         self._written = threading.Condition()
         self._written_at: float | None = None  # monotonic time the record was last written
         self._fresh_until = float("-inf")  # until when that record vouches for this process
@@ -94,7 +101,12 @@ class Heartbeat:
         self._duty.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._duty.stop(timeout)
+        """No beat after this one returns; one under way (a host's too) gets ``timeout``."""
+        self._duty.stop(timeout)  # from here every write of a late beat is refused
+        if self._beating.acquire(timeout=timeout):  # a host's beat in progress ends first
+            self._beating.release()
+        else:
+            log.warning("a heartbeat under way did not end within %.1f s", timeout)
 
     def is_alive(self) -> bool:
         return self._duty.is_alive()
@@ -126,14 +138,17 @@ class Heartbeat:
 
     # -- one beat ---------------------------------------------------------------------------
     def beat(self) -> bool:
-        """One heartbeat; returns False (after logging) when Redis refused it."""
+        """One heartbeat, from any thread; returns False (after logging) when Redis refused
+        it."""
         return self._duty.run()
 
     def _beat(self) -> None:
-        try:
-            self._beat_once()
-        except _Stopping:  # the stop came while this beat waited on Redis: the record goes
-            return
+        with self._beating:
+            try:
+                self._still_beating()  # stopped: the record is gone, or going
+                self._beat_once()
+            except _Stopping:  # the stop came while this beat waited on Redis: the record goes
+                return
 
     def _beat_once(self) -> None:
         try:

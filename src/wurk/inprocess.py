@@ -15,7 +15,17 @@
    the parent), and the hook, ``quiet()`` and ``stop()`` do nothing there but warn (a stop
    would push the parent's running jobs back and remove the parent's process record).
 3. Remote quiet and stop (the dashboard's buttons) are refused: the host owns its shutdown.
-4. ``boot_swarm(config, settings)``: a swarm whose supervisor runs on a background thread of
+4. ``async_beat=False`` (Sidekiq 7's embedded option): no heartbeat thread. ``start()``
+   writes the first beat, so the processors may fetch at once; after that the host calls
+   ``heartbeat()`` from its own timer, every ``heartbeat_interval``. Each call is one whole
+   tick of the heartbeat thread's (``Launcher.beat``): stats flushed, work map, process
+   record with its TTL, one remote signal popped and obeyed. A host that stops calling it
+   is, for everyone else, a dead process: the record expires after ``heartbeat_ttl`` and a
+   reaper pushes its jobs in flight back (at-least-once); its own processors stop fetching
+   before that (``Heartbeat.wait_visible``). ``heartbeat()`` on a worker whose thread beats
+   is one beat more; before ``start()``, after ``stop()`` and in a forked child it does
+   nothing and returns False.
+5. ``boot_swarm(config, settings)``: a swarm whose supervisor runs on a background thread of
    the host: at-exit drain registered before the first fork; at exit it asks the
    supervisor to drain and waits timeout + grace + 1 s for it; it drains by itself only when
    no supervisor is alive, and leaves a wedged one alone (the children then exit through
@@ -101,8 +111,9 @@ def _setup_logging(config: Config) -> None:
 class InProcessWorker:
     """A threads-only worker living inside the host's process."""
 
-    def __init__(self, config: Config | None = None) -> None:
+    def __init__(self, config: Config | None = None, *, async_beat: bool = True) -> None:
         self.config = config if config is not None else default_config()
+        self.async_beat = async_beat  # False: the host calls heartbeat() (point 4)
         self.launcher: Launcher | ShardedLauncher | None = None
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -130,7 +141,8 @@ class InProcessWorker:
                 raise RuntimeError("this in-process worker was already started")
             self._pid = os.getpid()  # made in a preloading master, started in a child
             self.launcher = launcher_for(self.config, embedded=True,
-                                         on_remote_signal=self._remote_signal)
+                                         on_remote_signal=self._remote_signal,
+                                         async_beat=self.async_beat)
         _setup_logging(self.config)
         _arm(self)
         try:
@@ -142,6 +154,16 @@ class InProcessWorker:
             raise
         log.info("wurk: running embedded in process %d (threads only, no fork)", self._pid)
         return self
+
+    def heartbeat(self) -> bool:
+        """One heartbeat now, on the caller's thread (point 4): with ``async_beat=False``
+        the host calls it every ``config.heartbeat_interval`` seconds. True when the record
+        was written; False when Redis refused it (logged, as the thread's beats are), and,
+        doing nothing, before ``start()``, after ``stop()`` or in a forked child."""
+        launcher = self.launcher
+        if launcher is None or not self._refuse_in_child("heartbeat"):
+            return False
+        return launcher.beat()
 
     def quiet(self) -> None:
         """Stop fetching; running jobs finish (one-way)."""
@@ -197,9 +219,10 @@ class InProcessWorker:
 Embedded = InProcessWorker
 
 
-def embed(config: Config | None = None) -> InProcessWorker:
-    """Start a threads-only worker in this process and return it (call ``.stop()`` at exit)."""
-    return InProcessWorker(config).start()
+def embed(config: Config | None = None, *, async_beat: bool = True) -> InProcessWorker:
+    """Start a threads-only worker in this process and return it (call ``.stop()`` at exit;
+    with ``async_beat=False``, ``.heartbeat()`` from a timer of the host's)."""
+    return InProcessWorker(config, async_beat=async_beat).start()
 
 
 class SwarmHost:

@@ -4,7 +4,8 @@
    the order ``BUILT_IN`` lists, ahead of the application's (``install_built_ins``).
    ``start``: freeze the configuration; check the server (``wurk.connections.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
-   first heartbeat (before any fetch); start the heartbeat thread, the leader election and
+   first heartbeat (before any fetch); start the heartbeat thread (none with
+   ``async_beat=False``: the host calls ``beat`` from its own timer), the leader election and
    the periodic poller (``wurk.periodic.leader``, ``wurk.periodic.poller``), the scheduler and one
    manager per capsule. The periodic duties (scheduler, reaper, leader election, periodic
    poller, history, slow-job and affinity samplers, log flush, the outbox's poll with
@@ -186,15 +187,19 @@ class Launcher:
                  title: str = "", slot: int | None = None,
                  capsules: list[Capsule] | None = None, owns_title: bool = True,
                  threads: bool = True,
-                 stop_first: Callable[[float], None] | None = None) -> None:
+                 stop_first: Callable[[float], None] | None = None,
+                 async_beat: bool = True) -> None:
         """``capsules`` (default: the configuration's) and ``owns_title`` are for a process
         serving several shards (``wurk.sharding``): a launcher per shard, each with that
         shard's capsules, one of them keeping the process title. ``threads=False`` starts
         no processor of its own: on Redis Cluster a capsule's processors are shared by its
         queues' launchers (``wurk.fetch.keyspaces``), which fetch through ``fetcher_for``;
         ``stop_first(deadline)`` stops those processors before this launcher's managers and
-        its in-flight lists are given back."""
+        its in-flight lists are given back. ``async_beat=False`` starts no heartbeat thread:
+        after the first beat, written by ``start``, the host calls ``beat`` (an in-process
+        worker driven by its host's timer)."""
         self.threads = threads
+        self.async_beat = async_beat
         self.stop_first = stop_first
         config.check_worker()
         check_active_key(config)  # a missing key fails at start, not at the first push
@@ -355,8 +360,10 @@ class Launcher:
                  f"; environment {self.config.environment}" if self.config.environment else "")
         if not self.heartbeat.beat() and not self.config.unreached.active:
             log.warning("first heartbeat failed; starting anyway: no job is taken until it is "
-                        "written (it is retried)")
-        self.heartbeat.start()
+                        "written (%s)", "it is retried" if self.async_beat
+                        else "at the host's next heartbeat()")
+        if self.async_beat:
+            self.heartbeat.start()
         self._log_flusher.start()
         self.slow_jobs.start()
         self._start_reliability()
@@ -472,6 +479,15 @@ class Launcher:
         self._log_flusher.stop(timeout=1.0)
         self.timers.stop(timeout=self.config.shutdown_grace)
         wurk_log.flush()
+
+    def beat(self) -> bool:
+        """One heartbeat now, on the caller's thread: what the heartbeat thread does each
+        tick (``async_beat=False``: the host's timer calls this). False, writing nothing,
+        before ``start`` and from ``stop`` on; False too when Redis refused it (logged)."""
+        with self._state_lock:
+            if not self._started or self._stopped:
+                return False
+        return self.heartbeat.beat()
 
     def hurry(self) -> None:
         """End the stop's wait for running jobs now: they go back to their queues and their

@@ -240,6 +240,12 @@ class ShardedLauncher:
         for launcher in self.launchers:
             launcher.quiet()
 
+    def beat(self) -> bool:
+        """One heartbeat of every shard's launcher (``Launcher.beat``); True when each
+        landed."""
+        beats = [launcher.beat() for launcher in self.launchers]
+        return all(beats)
+
     def hurry(self) -> None:
         self._hurried.set()
         for launcher in self.launchers:

@@ -383,3 +383,114 @@ def test_async_jobs_of_an_embedded_worker_run_on_its_own_loop_not_the_hosts(
     finally:
         wurk.registry.unregister("EmbedMode::Where")
     assert seen == ["uvloop:wurk-asyncio"]
+
+
+def _heartbeat_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name == "wurk-heartbeat"]
+
+
+def _beats(config: wurk.Config) -> list[str]:
+    """The thread of each beat the worker on ``config`` writes, from now on."""
+    beats: list[str] = []
+    config.on("beat", lambda: beats.append(threading.current_thread().name))
+    return beats
+
+
+def test_async_beat_false_starts_no_heartbeat_thread_and_still_runs_jobs(
+        fast: wurk.Config, r: redis.Redis) -> None:
+    """Sidekiq's ``async_beat: false``: the host drives the heartbeat. The start writes the
+    first beat itself, so the processors, which fetch only once a record vouches for them,
+    do not wait for the host's first call."""
+    assert _heartbeat_threads() == []
+    beats = _beats(fast)
+    worker = wurk.embed(fast, async_beat=False)
+    try:
+        assert worker.running and _heartbeat_threads() == []
+        assert beats == ["MainThread"]  # the start's own beat, on the starting thread
+        assert r.hget(worker.identity, "beat") is not None
+        push("EmbedMode::Record", 1)
+        push("EmbedMode::Record", 2)
+        wait_until(lambda: sorted(ran) == [1, 2])
+        assert _heartbeat_threads() == [] and beats == ["MainThread"]
+    finally:
+        worker.stop()
+    assert not r.exists(worker.identity) and r.scard("processes") == 0
+
+
+def test_the_record_beats_only_when_the_host_calls_heartbeat(fast: wurk.Config,
+                                                             r: redis.Redis) -> None:
+    """Each ``heartbeat()`` is one whole tick of the heartbeat thread's: the process record
+    with its TTL, the work map, the stats flushed; between the host's calls nothing beats."""
+    beats = _beats(fast)
+    beaten = threading.Event()
+    fast.on("beat", beaten.set)
+    worker = wurk.InProcessWorker(fast, async_beat=False).start()
+    try:
+        first = float(r.hget(worker.identity, "beat"))
+        beaten.clear()
+        push("EmbedMode::Record", 1)
+        launcher = worker.launcher
+        assert launcher is not None
+        wait_until(lambda: launcher.counters.total_processed == 1)
+        # Five heartbeat intervals: a heartbeat thread would have beaten by now.
+        assert not beaten.wait(5 * fast.heartbeat_interval)
+        assert float(r.hget(worker.identity, "beat")) == first
+        assert r.get("stat:processed") is None  # the job's count waits for a beat
+        r.persist(worker.identity)
+
+        assert worker.heartbeat() is True
+        assert beats == ["MainThread", "MainThread"]
+        assert float(r.hget(worker.identity, "beat")) > first
+        assert 0 < r.ttl(worker.identity) <= fast.heartbeat_ttl  # its expiry set again
+        assert r.get("stat:processed") == "1"
+        assert r.sismember("processes", worker.identity)
+    finally:
+        worker.stop()
+
+
+def test_a_remote_signal_is_popped_by_the_hosts_heartbeat(
+        fast: wurk.Config, r: redis.Redis, caplog: pytest.LogCaptureFixture) -> None:
+    """Remote signals ride the beat: with no heartbeat thread, the host's call pops one."""
+    with caplog.at_level(logging.INFO, logger="wurk"), \
+            wurk.InProcessWorker(fast, async_beat=False) as worker:
+        signals = f"{worker.identity}-signals"
+        r.lpush(signals, "TSTP")  # the dashboard's quiet
+        r.lpush(signals, "TTIN")
+        assert r.llen(signals) == 2 and "ignoring remote TSTP" not in caplog.text
+        assert worker.heartbeat() is True
+        assert r.lrange(signals, 0, -1) == ["TTIN"]
+        assert "ignoring remote TSTP" in caplog.text  # the host owns quiet, as ever
+        assert worker.running and r.hget(worker.identity, "quiet") == "false"
+        assert worker.heartbeat() is True
+        assert r.llen(signals) == 0 and "thread MainThread (" in caplog.text
+
+
+def test_heartbeat_before_start_and_after_stop_does_nothing(fast: wurk.Config,
+                                                            r: redis.Redis) -> None:
+    """A host's timer may fire before the worker started or after it stopped: nothing is
+    written (the record a stop removed is not written again), and it says so."""
+    beats = _beats(fast)
+    worker = wurk.InProcessWorker(fast, async_beat=False)
+    assert worker.heartbeat() is False
+    assert beats == [] and r.scard("processes") == 0
+    worker.start()
+    identity = worker.identity
+    assert worker.heartbeat() is True
+    worker.stop()
+    assert not worker.running and not r.exists(identity)
+    assert worker.heartbeat() is False
+    assert beats == ["MainThread", "MainThread"]
+    assert not r.exists(identity) and r.scard("processes") == 0
+    assert _heartbeat_threads() == []
+
+
+def test_heartbeat_on_a_worker_whose_thread_beats_is_one_beat_more(fast: wurk.Config,
+                                                                   r: redis.Redis) -> None:
+    beats = _beats(fast)
+    with wurk.InProcessWorker(fast) as worker:
+        assert _heartbeat_threads() == ["wurk-heartbeat"]
+        wait_until(lambda: "wurk-heartbeat" in beats)
+        before = beats.count("MainThread")
+        assert worker.heartbeat() is True
+        assert beats.count("MainThread") == before + 1
+    assert _heartbeat_threads() == []

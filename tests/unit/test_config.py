@@ -451,3 +451,46 @@ def test_a_reliable_push_that_is_no_mode_is_named() -> None:
     config = Config()
     config.reliable_push = True  # set on the object: taken when it is checked, at start
     assert config.freeze().reliable_push == "memory"
+
+
+@pytest.mark.parametrize(("written", "port"), [
+    ("true", 7434), ("yes", 7434), ("false", None), ("off", None), ("", None), ("null", None),
+    ("9100", 9100), ("0", 0), ("65535", 65535)])
+def test_health_port_in_a_yaml_file_takes_a_switch_or_a_port(tmp_path: Any, written: str,
+                                                            port: int | None) -> None:
+    """``health_port: true`` is the health check at its default port, as ``--health`` is;
+    it was refused (and Python's ``True == 1`` must not make it port 1). ``false`` or no
+    value is off; a number is the port."""
+    from wurk.cli.worker import build_config
+    from wurk.configfile import load_file
+
+    path = tmp_path / "wurk.yml"
+    path.write_text(f"health_port: {written}\n")
+    assert load_file(path)["health_port"] == port
+    assert Config.from_mapping(load_file(path)).health_port == port
+    assert build_config({"config_file": str(path)})[0].health_port == port
+    # In an environment's section too, over the top level's.
+    path.write_text(f"health_port: 9000\nproduction:\n  health_port: {written}\n")
+    assert load_file(path, "production")["health_port"] == port
+
+
+@pytest.mark.parametrize("written", ['"7434"', "on-please", "-1", "65536", "7434.0",
+                                     "[7434]", "{port: 7434}"])
+def test_a_health_port_in_a_yaml_file_that_is_no_switch_or_port_is_named(
+        tmp_path: Any, written: str) -> None:
+    from wurk.configfile import load_file
+
+    path = tmp_path / "wurk.yml"
+    path.write_text(f"health_port: {written}\n")
+    shown = re.escape(repr(yaml_value(written)))
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}: health_port must be "
+                                          rf"true \(on, at port 7434\), false \(off\) or a "
+                                          rf"TCP port \(0-65535; 0 picks a free one\), "
+                                          rf"not {shown}$"):
+        load_file(path)
+
+
+def yaml_value(written: str) -> Any:
+    import yaml
+
+    return yaml.safe_load(f"v: {written}")["v"]
