@@ -319,6 +319,20 @@ class JobCancelled(WurkError):
         self.jid = jid
 
 
+class JobDeleted(JobCancelled):
+    """What a result handle raises for a job deleted before it ran (``wurk.api``: from its
+    queue, the scheduled set or the retry set, one job or a whole ``clear()``): no result
+    will come. ``deleted_from`` says where from (``queue default``, ``scheduled set``,
+    ``retry set``). A ``JobCancelled``: the job was removed unrun, as a cancel removes it."""
+
+    __module__ = "wurk"
+
+    def __init__(self, message: str, *, jid: str | None = None,
+                 deleted_from: str | None = None) -> None:
+        super().__init__(message, jid=jid)
+        self.deleted_from = deleted_from
+
+
 class JobTimeout(WurkError):
     """Raised inside a job that ran past its time limit (``timeout=`` seconds): a normal
     failure, so its retry policy applies."""

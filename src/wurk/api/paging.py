@@ -38,6 +38,7 @@ from ..config import Config
 from ..connections.pool import RedisPool
 from ..errors import InspectionError
 from ..keys import glob_escape
+from ..results.store import record_deleted
 from ..unique import CLEAR_PAGE, MARK, release_stored
 
 __all__ = ["CLEARING_TTL", "PAGE_SIZE", "SCAN_COUNT", "clear_entries",
@@ -225,11 +226,14 @@ def scan_entries(pool: RedisPool, key: str, text: str,
 
 
 def clear_entries(config: Config, pool: RedisPool, key: str, kind: str,
-                  queue: str | None = None) -> int:
+                  queue: str | None = None, *, deleted_from: str | None = None) -> int:
     """Empty the list or sorted set ``key`` (``kind``: ``list`` or ``zset``; a queue's name
     leaves the queues set in the same step) and release its unique jobs' locks; returns how
-    many entries it had. The move is one step, never replayed (a broken connection raises
-    ``RedisUnavailable`` whether or not it was applied); what a push adds after it stays."""
+    many entries it had. With ``deleted_from``, the jobs among them that keep their result
+    have it say they were deleted from there (``record_deleted``), read from the moved key
+    after the move as the locks are. The move is one step, never replayed (a broken
+    connection raises ``RedisUnavailable`` whether or not it was applied); what a push adds
+    after it stays."""
     moved = config.keys.clearing(secrets.token_hex(8))
     keys = [key, moved] if queue is None else [key, moved, config.keys.queues]
     args: list[object] = [kind, CLEARING_TTL] if queue is None else [kind, CLEARING_TTL, queue]
@@ -247,6 +251,12 @@ def clear_entries(config: Config, pool: RedisPool, key: str, kind: str,
                                 (member for member, _ in scan_entries(pool, moved, MARK)))
     while page := list(itertools.islice(entries, CLEAR_PAGE)):
         release_stored(config, page)
+        if deleted_from is not None and kind == "list":
+            record_deleted(config, page, deleted_from)
+    if deleted_from is not None and kind == "zset":
+        kept = (member for member, _ in scan_entries(pool, moved, f'"{P.RESULT_TTL}"'))
+        while page := list(itertools.islice(kept, CLEAR_PAGE)):
+            record_deleted(config, page, deleted_from)
     pool.run(lambda r: r.unlink(moved), idempotent=True)
     return count
 

@@ -33,6 +33,7 @@ from ..config import Config, default_config
 from ..connections.pool import RedisPool
 from ..fetch.pause import invalidate_local
 from ..keys import PRIVATE_SEPARATOR
+from ..results.store import record_deleted
 from ..stored import Invalid
 from ..unique import CLEAR_PAGE, MARK, release_stored
 from .paging import PAGE_SIZE, SCAN_COUNT, clear_entries, list_entries
@@ -48,6 +49,9 @@ DELETE_PAGE = 500
 # How far from where it was listed a job is looked for: a page is a few seconds old, and a
 # queue taking a thousand pushes in that time is busy enough that "it moved, reload" is fair.
 LISTED_REACH = 1000
+# The text every job that keeps its result contains: the delete script returns those it
+# deleted, whose results then say so (``record_deleted``).
+KEEPS_RESULT = f'"{P.RESULT_TTL}"'
 _DIGEST_TEXT = frozenset("0123456789abcdef")
 # Characters a JSON writer never escapes: a value made only of these appears in a matching
 # payload exactly as given, so the script may look for it before decoding.
@@ -331,7 +335,13 @@ class Queue:
         removed = bool(self._pool.run(remove))
         if removed:
             release_stored(self.config, [raw])
+            record_deleted(self.config, [raw], self.deleted_from)
         return removed
+
+    @property
+    def deleted_from(self) -> str:
+        """Where a job deleted from here was, as its result says (``wurk.JobDeleted``)."""
+        return f"queue {self.name}"
 
     def delete_listed(self, index: int, digest: str, partition: str | None = None) -> bool:
         """Remove the job listed at ``index`` whose bytes have this SHA-1 (``JobRecord.digest``),
@@ -356,6 +366,7 @@ class Queue:
         if not isinstance(found, (bytes, str)):
             return False
         release_stored(self.config, [found])
+        record_deleted(self.config, [found], self.deleted_from)
         return True
 
     def delete_job(self, jid: str) -> bool:
@@ -385,7 +396,8 @@ class Queue:
         keys = [key]  # of another type (written by hand): nothing to delete (the script)
         start, deleted = 0, 0
         while start >= 0:
-            args: list[object] = [field, value, start, DELETE_PAGE, verbatim, MARK]
+            args: list[object] = [field, value, start, DELETE_PAGE, verbatim, MARK,
+                                  KEEPS_RESULT]
 
             def run(r: Any, args: list[object] = args) -> Any:
                 reply = _DELETE_MATCHING.call_many(r, [(keys, args)])[0]
@@ -398,6 +410,7 @@ class Queue:
             start = int(reply[1])
             if len(reply) > 2:
                 release_stored(self.config, reply[2:])
+                record_deleted(self.config, reply[2:], self.deleted_from)
         return deleted
 
     def clear(self) -> int:
@@ -412,14 +425,16 @@ class Queue:
         """
         if self.partitioned:
             return self._clear_partitioned()
-        return clear_entries(self.config, self._pool, self.key, "list", self.name)
+        return clear_entries(self.config, self._pool, self.key, "list", self.name,
+                             deleted_from=self.deleted_from)
 
     def _clear_partitioned(self) -> int:
         keys = self.config.keys
         ring = keys.partition_ring(self.name)
         cleared = 0
         if self._read(lambda r: _text(r.type(self.key))) == "list":
-            cleared += clear_entries(self.config, self._pool, self.key, "list")
+            cleared += clear_entries(self.config, self._pool, self.key, "list",
+                                     deleted_from=self.deleted_from)
         for name in self.partition_names():
             cleared += self._clear_partition(name)
         self._drop_bad_members(ring)

@@ -33,6 +33,7 @@ from ..connections.pool import RedisPool
 from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..reporting import run_death_handlers
+from ..results.store import record_deleted
 from ..stored import Invalid
 from ..unique import release_stored
 from .paging import PAGE_SIZE, ZEntry, clear_entries, scan_entries, zset_after, zset_entries
@@ -134,6 +135,9 @@ class JobSet:
 
     name: ClassVar[str] = ""  # Sidekiq's name for the set
     label: ClassVar[str] = ""  # how messages name it
+    # Where a job deleted from the set was, as its result says (``wurk.JobDeleted``); None:
+    # its deletion records no result (the dead set's jobs stored their final one as they died).
+    deleted_from: ClassVar[str | None] = None
 
     def __init__(self, config: Config | None = None) -> None:
         self.config = config if config is not None else default_config()
@@ -251,6 +255,8 @@ class JobSet:
         removed = bool(self._pool.run(lambda r: r.zrem(self.key, raw)))
         if removed:
             release_stored(self.config, [raw])
+            if self.deleted_from is not None:
+                record_deleted(self.config, [raw], self.deleted_from)
         return removed
 
     def delete_by_jid(self, score: float, jid: str) -> bool:
@@ -261,7 +267,8 @@ class JobSet:
         """Remove every entry; returns how many there were. The set leaves its key in one
         step (an entry added after it stays); the unique jobs among those taken then have
         their locks released, found a page at a time (``paging.clear_entries``)."""
-        return clear_entries(self.config, self._pool, self.key, "zset")
+        return clear_entries(self.config, self._pool, self.key, "zset",
+                             deleted_from=self.deleted_from)
 
     # -- entry actions ----------------------------------------------------------------------
     def _requeue(self, entry: SortedEntry, *, decrement: bool) -> bool:
@@ -402,6 +409,7 @@ class ScheduledSet(JobSet):
 
     name = "schedule"
     label = "scheduled set"
+    deleted_from = "scheduled set"
 
     @property
     def key(self) -> str:
@@ -417,6 +425,7 @@ class RetrySet(JobSet):
 
     name = "retry"
     label = "retry set"
+    deleted_from = "retry set"
 
     @property
     def key(self) -> str:

@@ -5,10 +5,14 @@
    ``cancelled`` — and when that run started and ended. ``unwrap()`` is the value, or the
    error a waiter raises (``wurk.JobFailed``, ``wurk.JobCancelled``).
 2. ``record``: one round trip — ``SET wurk:result:<jid> <json> EX <ttl>`` and ``PUBLISH
-   wurk:result-ready:<jid> <json>`` (waiters hear the outcome itself), and for a batch's job
-   ``ZADD wurk:batch-results:<bid>`` (the batch's index of the jids with a result). Each run
-   overwrites the last: a retried job's result is its last run's. ``record_cancelled``
-   writes "cancelled" for a job removed before it ran (a no-op for one that keeps none).
+   wurk:result-ready:<jid> <json>`` (waiters hear the outcome itself; a record longer than
+   ``ANNOUNCE_INLINE`` is announced by ``NOTICE`` alone and read by its waiters with a GET:
+   a large message would overflow a subscriber's output buffer, and Redis would drop the
+   connection), and for a batch's job ``ZADD wurk:batch-results:<bid>`` (the batch's index
+   of the jids with a result). Each run overwrites the last: a retried job's result is its
+   last run's. ``record_cancelled`` writes "cancelled" for a job removed before it ran (a
+   no-op for one that keeps none); ``record_deleted`` the same, with ``deleted_from``, for
+   jobs the API deleted (``wurk.JobDeleted`` to a waiter).
 3. ``find`` / ``find_many`` / ``batch_outcomes`` read them back. What is stored is untrusted:
    a record that is not what ``record`` writes — not JSON, an unknown status, a field of the
    wrong type, a key of another Redis type — reads as an ``Invalid`` naming the problem,
@@ -37,7 +41,9 @@ from ..client import writers
 from ..config import Config
 from ..connections.lending import redis as lent_redis
 from ..errors import (
+    InvalidPayload,
     JobCancelled,
+    JobDeleted,
     JobFailed,
     RedisUnavailable,
     UnreadableResult,
@@ -45,10 +51,11 @@ from ..errors import (
 )
 from ..stored import Invalid
 
-__all__ = ["STATUSES", "Outcome", "afind", "arecord", "astored_text", "batch_outcomes",
-           "cancelled", "decode", "failed", "find", "find_many", "forget_kept", "keep", "kept",
-           "kept_changed", "kept_here", "raise_unreadable", "record", "record_cancelled",
-           "record_commands", "stored_text", "succeeded", "ttl_of"]
+__all__ = ["ANNOUNCE_INLINE", "NOTICE", "STATUSES", "Outcome", "afind", "arecord",
+           "astored_text", "batch_outcomes", "cancelled", "decode", "deleted", "failed", "find",
+           "find_many", "forget_kept", "keep", "kept", "kept_changed", "kept_here",
+           "raise_unreadable", "record", "record_cancelled", "record_commands",
+           "record_deleted", "stored_text", "succeeded", "ttl_of"]
 
 log = logging.getLogger("wurk")
 
@@ -59,6 +66,15 @@ STATUSES: tuple[Status, ...] = ("succeeded", "failed", "cancelled")
 READ_PAGE = 1_000
 # A batch's results ``batch_outcomes`` returns at most unless asked for more.
 BATCH_READ_CAP = stored.FIELD_CAP
+# The longest record (characters) published on its channel as it is: a longer one is
+# announced by ``NOTICE`` and read by its waiters. A pub/sub message is queued whole in the
+# subscriber's output buffer, which Redis caps (``client-output-buffer-limit pubsub``, 32 MB
+# hard, 8 MB for 60 s by default, often less): over it, Redis drops the connection and its
+# waiters hear nothing. Results this small are the common case, kept at one round trip.
+ANNOUNCE_INLINE = 8_192
+# What announces a record too long to publish: "stored, read it" (a JSON object that is no
+# outcome, so an older waiter, taking it for an unreadable announcement, reads the record too).
+NOTICE = '{"stored":true}'
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class Outcome:
     job_class: str | None = None  # the job's name (the payload's ``class``)
     started_at: float | None = None  # epoch seconds; None for a job cancelled unrun
     finished_at: float | None = None
+    deleted_from: str | None = None  # when cancelled by a deletion: "retry set", "queue x"…
     extra: dict[str, Any] = field(default_factory=dict, repr=False)  # fields of later versions
 
     @property
@@ -86,6 +103,10 @@ class Outcome:
         cancelled job."""
         if self.status == "succeeded":
             return self.value
+        if self.status == "cancelled" and self.deleted_from is not None:
+            raise JobDeleted(f"job {self.jid} was deleted from the {self.deleted_from} before "
+                             "it ran: no result will come", jid=self.jid,
+                             deleted_from=self.deleted_from)
         if self.status == "cancelled":
             raise JobCancelled(f"job {self.jid} was cancelled", jid=self.jid)
         raise JobFailed(self.jid, self.error_class or "", self.error_message or "",
@@ -102,7 +123,8 @@ class Outcome:
             if self.backtrace is not None:
                 document["backtrace"] = self.backtrace
         for name, value in (("class", self.job_class), ("started_at", self.started_at),
-                            ("finished_at", self.finished_at)):
+                            ("finished_at", self.finished_at),
+                            ("deleted_from", self.deleted_from)):
             if value is not None:
                 document[name] = value
         return {**self.extra, **document}
@@ -133,6 +155,12 @@ def failed(payload: P.Payload, exc: BaseException, started_at: float | None, *,
 
 def cancelled(payload: P.Payload, started_at: float | None) -> Outcome:
     return Outcome(jid=str(payload[P.JID]), status="cancelled", **_run(payload, started_at))
+
+
+def deleted(payload: P.Payload, where: str) -> Outcome:
+    """A job deleted from ``where`` before it ran: "cancelled", saying where from."""
+    return Outcome(jid=str(payload[P.JID]), status="cancelled", deleted_from=where,
+                   **_run(payload, None))
 
 
 # -- writing ------------------------------------------------------------------------------------
@@ -185,8 +213,9 @@ def record_commands(config: Config, payload: P.Payload, outcome: Outcome, ttl: i
     keys, jid = config.keys, outcome.jid
     if text is None:
         text = stored_text(config, outcome)
+    announced = text if len(text) <= ANNOUNCE_INLINE else NOTICE
     commands: list[tuple[Any, ...]] = [("SET", keys.result(jid), text, "EX", ttl),
-                                       ("PUBLISH", keys.result_channel(jid), text)]
+                                       ("PUBLISH", keys.result_channel(jid), announced)]
     bid = payload.get(P.BID)
     if isinstance(bid, str) and bid:
         index = keys.batch_results(bid)
@@ -236,6 +265,39 @@ def record_cancelled(config: Config, payload: P.Payload) -> None:
     ttl = ttl_of(payload)
     if ttl is not None:
         record(config, payload, cancelled(payload, None), ttl)
+
+
+def record_deleted(config: Config, raws: Iterable[bytes | str], where: str) -> int:
+    """Jobs the API deleted (their stored payloads) from ``where`` (``queue default``,
+    ``scheduled set``, ``retry set``): each that keeps its result has it say "cancelled",
+    ``deleted_from`` ``where``, and its waiters told, in one round trip for all; returns how
+    many. The jobs are gone already: a failed write is logged, never raised (their waiters
+    then wait out their timeouts, as before). What is no job payload is skipped."""
+    commands: list[tuple[Any, ...]] = []
+    for raw in raws:
+        if f'"{P.RESULT_TTL}"' not in stored.text(raw):
+            continue  # the cheap test first: most jobs keep no result
+        try:
+            payload = P.loads(raw)
+        except InvalidPayload:
+            continue
+        if not isinstance(payload, dict):
+            continue
+        ttl = ttl_of(payload)
+        if ttl is not None:
+            commands += record_commands(config, payload, deleted(payload, where), ttl)
+    if not commands:
+        return 0
+    try:
+        with lent_redis(config) as conn:
+            replies = conn.pipeline(commands)
+    except Exception as exc:
+        log.warning("could not record the results of deleted jobs: %s", exc)
+        return 0
+    failures = [reply for reply in replies if isinstance(reply, Exception)]
+    if failures:
+        log.warning("could not record the results of deleted jobs: %s", failures[0])
+    return sum(1 for command in commands if command[0] == "SET")
 
 
 # -- kept in memory (wurk.testing) --------------------------------------------------------------
@@ -294,6 +356,10 @@ def _problem(found: dict[str, Any]) -> str | None:
         value = found.get(name)
         if value is not None and not _is_time(value):
             return f"{name} is not a time"
+    where = found.get("deleted_from")
+    if where is not None and (status != "cancelled" or not isinstance(where, str)
+                              or not where):
+        return "deleted_from is not where a cancelled job was deleted from (text)"
     return None
 
 
@@ -309,7 +375,7 @@ def _is_time(value: Any) -> bool:
 
 
 _KNOWN = {"status", "value", "error_class", "error_message", "retries_remain", "backtrace",
-          "class", "started_at", "finished_at"}
+          "class", "started_at", "finished_at", "deleted_from"}
 
 
 def decode(jid: str, raw: Any) -> Outcome | Invalid | None:
@@ -336,6 +402,7 @@ def decode(jid: str, raw: Any) -> Outcome | Invalid | None:
         retries_remain=bool(found.get("retries_remain", False)),
         backtrace=found.get("backtrace"), job_class=found.get("class"),
         started_at=_time(found.get("started_at")), finished_at=_time(found.get("finished_at")),
+        deleted_from=found.get("deleted_from"),
         extra={k: v for k, v in found.items() if k not in _KNOWN})
 
 

@@ -1,7 +1,10 @@
 """Waiting for a job's outcome: woken by Redis (pub/sub), never by asking it again and again.
 
 A stored outcome is announced on its channel (``wurk:result-ready:<jid>``) in the round trip
-that stores it (``wurk.results.store.record``). A waiter subscribes first, then — once Redis
+that stores it (``wurk.results.store.record``): the record itself, or — one longer than
+``store.ANNOUNCE_INLINE`` — ``store.NOTICE``, on which a waiter reads the stored record (a
+``GET``; an async listener's ``MGET``) rather than have Redis drop its connection for a
+message over its pub/sub output-buffer limit. A waiter subscribes first, then — once Redis
 confirms the subscription — looks for a record already stored: stored before, it is found;
 stored after, it is announced to a subscriber. Either way nothing is missed, and nothing is
 sent to Redis for the wait's first ``RECHECK`` seconds (then a read every ``RECHECK`` s: 4.).
@@ -51,7 +54,7 @@ from ..connections.replies import CONNECTION_ERRORS, unavailable
 from ..errors import RedisUnavailable
 from ..runtime.clock import SYSTEM, Clock
 from ..stored import Invalid
-from .store import Outcome, afind, decode, find, kept, kept_changed, kept_here
+from .store import NOTICE, Outcome, afind, decode, find, kept, kept_changed, kept_here
 
 __all__ = ["LINGER", "RECHECK", "UNSUBSCRIBE_AT", "WAIT_POOL_SIZE", "Listener", "await_outcome",
            "wait"]
@@ -104,6 +107,12 @@ def _remaining(deadline: float | None, next_look: float) -> float:
 
 def _text(value: Any) -> str:
     return stored.text(value)
+
+
+def _notice(data: Any) -> bool:
+    """Whether an announcement is ``store.NOTICE``: a record stored, too long to publish."""
+    return isinstance(data, (bytes, str)) and len(data) == len(NOTICE) \
+        and _text(data) == NOTICE
 
 
 # -- sync -----------------------------------------------------------------------------------------
@@ -193,6 +202,8 @@ def _heard(config: Config, jid: str, message: Any) -> Outcome | Invalid | None:
     if message["type"] == "subscribe":
         return find(config, jid)  # a key of another type is an ``Invalid``, not "none yet"
     if message["type"] == "message":
+        if _notice(message["data"]):  # a record too long to publish: read it
+            return find(config, jid)
         found = decode(jid, message["data"])
         # An announcement that cannot be read (not what ``record`` publishes: anyone may
         # publish on the channel) is no outcome: the stored record is, if there is one.
@@ -385,6 +396,10 @@ class Listener:
         if message["type"] == "subscribe" and jid in self.waiters:
             self._check_soon(jid)
         elif message["type"] == "message":
+            if _notice(message["data"]):  # a record too long to publish: read it
+                if jid in self.waiters:
+                    self._check_soon(jid)
+                return
             found = decode(jid, message["data"])
             if isinstance(found, Invalid):
                 # Not what ``record`` publishes: the stored record, if any, is the outcome.

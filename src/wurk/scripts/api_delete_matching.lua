@@ -11,8 +11,11 @@
 -- ARGV[5] '1' when a matching entry must contain ARGV[2] as written (a cheap test before
 --         decoding); '' when JSON may have escaped it
 -- ARGV[6] the text every unique job's JSON contains (its lock field's name, quoted)
+-- ARGV[7] the text every job keeping its result contains (its field's name, quoted; '':
+--         none asked for)
 -- Returns {jobs deleted, the index to start the next page at (-1: done), the stored text of
--- each deleted job that contains ARGV[6]...}: the caller releases those locks.
+-- each deleted job that contains ARGV[6] or ARGV[7]...}: the caller releases those locks
+-- and records those results ("deleted").
 --
 -- An entry is matched by decoding it only to read the field; one that is not a JSON object
 -- (hostile or corrupt) is skipped. Matches are first overwritten with a marker no job can
@@ -25,7 +28,8 @@
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'list' then return {0, -1} end
 local field, wanted = ARGV[1], ARGV[2]
 local start, page = tonumber(ARGV[3]), tonumber(ARGV[4])
-local verbatim, mark = ARGV[5] == '1', ARGV[6]
+local verbatim, mark, keeps = ARGV[5] == '1', ARGV[6], ARGV[7] or ''
+
 local rows = redis.call('LRANGE', KEYS[1], start, start + page - 1)
 
 local function matches(entry)
@@ -41,7 +45,10 @@ for i, entry in ipairs(rows) do
   if matches(entry) then
     redis.call('LSET', KEYS[1], start + i - 1, tomb)
     deleted = deleted + 1
-    if string.find(entry, mark, 1, true) then holding[#holding + 1] = entry end
+    if string.find(entry, mark, 1, true)
+        or (keeps ~= '' and string.find(entry, keeps, 1, true)) then
+      holding[#holding + 1] = entry
+    end
     if field == 'jid' then break end
   end
 end
