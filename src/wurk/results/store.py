@@ -104,8 +104,8 @@ class Outcome:
         if self.status == "succeeded":
             return self.value
         if self.status == "cancelled" and self.deleted_from is not None:
-            raise JobDeleted(f"job {self.jid} was deleted from the {self.deleted_from} before "
-                             "it ran: no result will come", jid=self.jid,
+            raise JobDeleted(f"job {self.jid} was deleted from the {self.deleted_from}: no "
+                             "result will come", jid=self.jid,
                              deleted_from=self.deleted_from)
         if self.status == "cancelled":
             raise JobCancelled(f"job {self.jid} was cancelled", jid=self.jid)
