@@ -795,3 +795,148 @@ def test_a_swarm_child_ending_sends_what_its_memory_buffer_keeps(
     notices.close()
     assert os.waitstatus_to_exitcode(status) == 0
     assert [q["jid"] for q in queued(server)] == [job.jid]
+
+
+def _died(kept: reliable.ReliableWriter) -> None:
+    """The writer's process dies: its file, and the jobs in it, are left unlocked."""
+    kept.flusher.stop()
+    kept.buffer.close()
+    kept._closed = True
+    reliable._writers.discard(kept)
+
+
+def _queue_of(config: wurk.Config) -> list[str]:
+    """The jids in ``config``'s queue ``default``, oldest first."""
+    raw = config.pool("client").run(lambda r: r.lrange(config.keys.queue("default"), 0, -1))
+    return [json.loads(entry)["jid"] for entry in reversed(raw)]
+
+
+@pytest.mark.parametrize("other", ["server", "db", "key_prefix"])
+def test_a_buffer_directory_shared_by_two_applications_sends_each_its_own_jobs(
+        server: Restartable, tmp_path: Path, other: str) -> None:
+    """Two applications (another Redis server, another db of the same one, or another
+    key_prefix) using one ``reliable_push_dir``: a dead process's file of one was adopted
+    by the other, which pushed its jobs into its own Redis, where no worker of the first
+    reads them. A file records the Redis (and key prefix) it pushes to; only a process
+    pushing there sends its jobs."""
+    directory = tmp_path / "shared"
+    elsewhere = Restartable(tmp_path / "elsewhere")
+    try:
+        mine = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+        theirs = {
+            "server": lambda: config_for(elsewhere.url, reliable_push="disk",
+                                         reliable_push_dir=str(directory)),
+            "db": lambda: config_for(server.url.rsplit("/", 1)[0] + "/1", reliable_push="disk",
+                                     reliable_push_dir=str(directory)),
+            "key_prefix": lambda: config_for(server.url, reliable_push="disk",
+                                             reliable_push_dir=str(directory),
+                                             key_prefix="other"),
+        }[other]()
+        client = default_client(mine)
+        server.stop()
+        jids = [client.push({"class": "Report", "args": [n]}) for n in range(2)]
+        _died(writer(client))
+        server.start()
+        (left,) = directory.glob("*.jobs")
+        # The other application's `wurk push-buffer flush`, and its process's own look.
+        assert reliable.flush_directory(theirs, directory)[:2] == (0, 0)
+        other_writer = writer(default_client(theirs))
+        other_writer.flusher.tick()
+        assert _queue_of(theirs) == [] and _queue_of(mine) == []
+        assert left.exists()
+        assert not other_writer.flusher.orphans_left  # nothing of its own: no busy loop
+        # A process of the first application sends them, to its own Redis.
+        successor = writer(default_client(config_for(
+            server.url, reliable_push="disk", reliable_push_dir=str(directory))))
+        # counted once the file is let go
+        wait_until(lambda: successor.sent == 2, timeout=15, what="the successor's adoption")
+        assert not left.exists()
+        assert _queue_of(mine) == jids
+        assert _queue_of(theirs) == []
+    finally:
+        elsewhere.stop()
+
+
+def test_a_dead_processes_jobs_go_to_the_redis_they_were_pushed_to_whatever_its_shard_name(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Two processes of one application on different Redis URLs: one pushes to ``server``
+    with a shard ``eu``, the other has ``eu``'s Redis as its own. The second adopting the
+    first's file pushed the first's default-shard jobs into ``eu``'s Redis (its own
+    default). Each job goes to the Redis it was pushed to: the second sends the ``eu`` job
+    (its own Redis) and leaves the other for a process pushing to ``server``."""
+    eu = Restartable(tmp_path / "eu")
+    directory = tmp_path / "shared"
+    try:
+        first = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory),
+                           shards={"eu": eu.url})
+        client = default_client(first)
+        server.stop()
+        eu.stop()
+        here = client.push({"class": "Report", "args": [1]})
+        to_eu = client.push({"class": "Report", "args": [2], "shard": "eu"})
+        _died(writer(client))
+        server.start()
+        eu.start()
+        (left,) = directory.glob("*.jobs")
+        second = config_for(eu.url, reliable_push="disk", reliable_push_dir=str(directory))
+        with caplog.at_level(logging.INFO, logger="wurk"):
+            assert reliable.flush_directory(second, directory)[:2] == (1, 0)
+        assert _queue_of(second) == [to_eu]
+        assert queued(server) == []
+        assert left.exists() and left.name in caplog.text
+        third = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+        assert reliable.flush_directory(third, directory)[:2] == (1, 0)
+        assert [job["jid"] for job in queued(server)] == [here]
+        assert _queue_of(second) == [to_eu]
+        assert not left.exists()
+    finally:
+        eu.stop()
+
+
+def test_a_buffer_file_of_before_files_named_their_redis_is_sent_as_before_with_a_warning(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A file an older wurk left names no Redis: it is sent by whoever finds it, each job to
+    the shard of its name, as before — with a warning naming the file."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    _dead_file(directory / "push-old.jobs", ["o" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        assert reliable.flush_directory(config, directory)[:2] == (1, 0)
+    assert [job["jid"] for job in queued(server)] == ["o" * 24]
+    assert "push-old.jobs" in caplog.text and "names no Redis" in caplog.text
+
+
+@pytest.mark.parametrize("content", ["no header", "bad lines", "bad targets"])
+def test_a_malformed_buffer_file_is_moved_aside_with_a_warning_and_holds_up_no_other(
+        server: Restartable, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        content: str) -> None:
+    """A file no wurk wrote as it is (no header, lines that cannot be read, a header whose
+    record of its Redis is no such record) is not sent blindly into this Redis, nor deleted
+    with what could not be read: it is moved aside (``.bad``) with a warning naming it, and
+    the other files are sent."""
+    directory = tmp_path / "buf"
+    directory.mkdir()
+    bad = directory / "push-bad.jobs"
+    if content == "no header":
+        bad.write_text(json.dumps({"+": "x" * 24, "t": 1.0, "at": None,
+                                   "job": _report("x" * 24)}) + "\n")
+    elif content == "bad lines":
+        _write_dead_file(bad, {"+": "y" * 24, "t": 1.0, "at": None, "job": _report("y" * 24)})
+        with bad.open("a") as garbage:
+            garbage.write("not a line of ours\n")
+    else:
+        _dead_file(bad, ["z" * 24], header={**_DEAD_HEADER, "targets": ["who", "knows"]})
+    before = bad.read_bytes()
+    _dead_file(directory / "push-good.jobs", ["g" * 24])
+    config = config_for(server.url, reliable_push="disk", reliable_push_dir=str(directory))
+    with caplog.at_level(logging.WARNING, logger="wurk"):
+        pushed, left, _ = reliable.flush_directory(config, directory)
+    sent = ["y" * 24] if content == "bad lines" else []  # its readable job is sent
+    assert (pushed, left) == (1 + len(sent), 0)
+    assert sorted(job["jid"] for job in queued(server)) == sorted(["g" * 24, *sent])
+    aside = directory / "push-bad.jobs.bad"
+    assert not bad.exists() and aside.exists()
+    assert aside.read_bytes().startswith(before)
+    assert "push-bad.jobs" in caplog.text and str(aside) in caplog.text
+    assert sorted(p.name for p in directory.iterdir()) == ["push-bad.jobs.bad"]

@@ -4,9 +4,12 @@
    ``reliable_push_dir`` or ``.wurk/push-buffer``) without Redis: per file, the jobs waiting,
    the oldest one's age, and whether a running process holds it (it sends its own) or a
    dead one left it. ``--json`` for scripts.
+   The ``redis`` column: where a file's jobs go (its default shard's Redis, no password).
 2. ``flush`` sends the jobs of every file no running process holds — what a process killed
    with jobs buffered left, when no successor runs on this host — each recorded as sent in
    its file, the file deleted once empty. Exit 1 when Redis cannot take them (they stay).
+   Only jobs kept for the configuration's own Redis (db, key prefix) are sent: another
+   application's files sharing the directory are left to it.
    Sending a job its owner had sent already pushes nothing (``wurk.client.idempotent``).
 """
 
@@ -49,16 +52,25 @@ def status_command(directory: Path | None, as_json: bool) -> None:
         return
     now = time.time()
     rows = [(r.path.name, "running" if r.held else "left by a dead process",
-             "?" if r.foreign else tables.count(r.pending), tables.age(r.oldest, now))
-            for r in reports]
+             "?" if r.foreign else tables.count(r.pending), tables.age(r.oldest, now),
+             _redis(r.redis)) for r in reports]
     click.echo(f"{place}:")
-    click.echo(tables.table(("file", "process", "jobs", "oldest"), rows, right=(2,)))
+    click.echo(tables.table(("file", "process", "jobs", "oldest", "redis"), rows,
+                            right=(2,)))
     for report in reports:
         if report.foreign:
             click.echo(f"{report.path.name}: {report.foreign}, not read by this wurk: left "
                        "as it is for the wurk that wrote it")
     if any(not r.held and r.pending for r in reports):
         click.echo(f"`wurk push-buffer flush {place}` sends what dead processes left")
+
+
+def _redis(redis: dict[str, str] | None) -> str:
+    """The Redis a file's jobs go to: its default shard's (``+N`` more shards)."""
+    if redis is None:
+        return "not recorded (an older wurk's file)"
+    first = redis.get("default", next(iter(redis.values()), "?"))
+    return first + (f" +{len(redis) - 1} shard(s)" if len(redis) > 1 else "")
 
 
 @push_buffer.command("flush")

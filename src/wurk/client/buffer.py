@@ -6,20 +6,29 @@
    holds ``size`` at most: ``keep`` raises ``BufferFull`` rather than drop one.
 2. ``MemoryBuffer``: in this process's memory, lost with it (Sidekiq Pro's kind).
 3. ``DiskBuffer``: every change appended to a file of this process's own,
-   ``push-<host>-<pid>-<nonce>.jobs`` in its directory, and fsync'd before ``keep`` returns.
+   ``push-<target>-<host>-<pid>-<nonce>.jobs`` in its directory (``<target>``: the start of
+   its default shard's target id, for people), and fsync'd before ``keep`` returns.
    The file is made with the first job kept (a process that never loses Redis never
    writes one) and held with an exclusive ``flock`` while the process lives; the kernel
    lets go of it when the process ends, killed or not, which is how a successor knows the
    file is an orphan. Emptied (truncated) when everything in it was sent; deleted at a
    clean exit when empty, left for a successor otherwise.
-4. The file is JSON lines: a header, ``{"+": jid, "t": buffered at, "at": epoch or null,
-   "job": payload text}`` per job kept (with ``"s": shard`` for a shard but the default),
+4. The file is JSON lines: a header (with ``"targets"``: per shard of the writer's
+   configuration, the ``id`` of the Redis, db and key prefix it pushes to — a hash, no
+   password — and ``redis``, the URL without its password), ``{"+": jid, "t": buffered
+   at, "at": epoch or null, "job": payload text}`` per job kept (with ``"s": shard`` for
+   a shard but the default),
    ``{"-": [jids]}`` per jobs sent. A torn last line (a process killed mid-write: before
    its fsync, so before its push returned) is ignored, and cut off by whoever claims the
    file, before it appends its own records.
 5. ``Orphan``: another process's file whose lock could be taken. Its pending jobs are sent
-   by whoever claimed it (a successor's background flush, ``wurk push-buffer flush``), each
-   sent one recorded in that file, and the file deleted once none is left.
+   by whoever claimed it (a successor's background flush, ``wurk push-buffer flush``) — only
+   those kept for a target of its own (``OtherTarget`` for the rest: another application's,
+   sharing the directory) — each sent one recorded in that file, and the file deleted once
+   none is left. A file with no header, or a header whose ``targets`` is no such record, is
+   ``Malformed``: renamed ``<name>.bad`` and not sent; one whose lines could not all be read
+   is renamed so too once the rest is sent, not deleted. A file of before ``targets`` (an
+   older wurk's) is read as then: its jobs go by shard name.
 6. ``sweep_unfinished``: the ``.making`` file a process killed while making its file left
    behind (no job in it) is deleted by the next look for orphans.
 7. ``survey(directory)``: what each file there holds and whether its owner lives, for
@@ -62,9 +71,14 @@ __all__ = [
     "Entry",
     "FileReport",
     "ForeignFile",
+    "LeftInFile",
+    "Malformed",
     "MemoryBuffer",
     "Orphan",
+    "OtherTarget",
+    "Targets",
     "orphans",
+    "peek_targets",
     "survey",
 ]
 
@@ -78,6 +92,8 @@ MAKING = ".making"
 # are written only after the rename). ``sweep_unfinished`` deletes it.
 UNFINISHED_AFTER = 60.0
 _HEADER = "wurk-push-buffer"
+# What a malformed file is renamed to (after its name): no scan lists it again.
+BAD = ".bad"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -85,9 +101,26 @@ class BufferFull(Exception):
     """``keep`` found no room: the push is not kept (the caller raises)."""
 
 
-class ForeignFile(Exception):
+class LeftInFile(Exception):
+    """A buffer file (or some of its jobs) this process does not send: said, and the other
+    files are sent. ``pushed``: the file's jobs that were sent before it was raised."""
+
+    pushed = 0
+
+
+class ForeignFile(LeftInFile):
     """A buffer file in a format this version does not write (its header's version): left
     whole for the wurk that wrote it, never half read and deleted."""
+
+
+class OtherTarget(LeftInFile):
+    """Jobs of a buffer file kept for a Redis (or key prefix) this configuration does not
+    push to — another application's sharing the directory: left for a process that does."""
+
+
+class Malformed(LeftInFile):
+    """A buffer file no wurk wrote as it is (no header, or a header whose record of its Redis
+    is no such record): moved aside (``BAD``), never sent blindly nor deleted."""
 
 
 _VERSION = 1
@@ -265,15 +298,61 @@ def _parse(data: bytes) -> _Parsed:
     return parsed
 
 
+# A writer's targets, as its file's header records them: shard name -> {"id": the target's
+# identity (a hash: no password, no address), "redis": the Redis described, no password}.
+Targets = dict[str, dict[str, str]]
+
+
+def _targets(header: dict[str, Any]) -> Targets | None:
+    """The targets a header records; None for a file of before they were recorded;
+    ``ValueError`` when it records something else than targets."""
+    if "targets" not in header:
+        return None
+    targets = header["targets"]
+    if not isinstance(targets, dict) or not all(
+            isinstance(name, str) and isinstance(target, dict)
+            and isinstance(target.get("id"), str) and isinstance(target.get("redis", ""), str)
+            for name, target in targets.items()):
+        raise ValueError(f"its header's record of its Redis is no such record: "
+                         f"{json.dumps(targets)[:200]}")
+    return targets
+
+
+def peek_targets(path: Path) -> Targets | None:
+    """The targets ``path``'s header records, read without its lock (a header is written
+    once, before the file has its name); None when there are none or it cannot be read (the
+    claim, under the lock, says why)."""
+    try:
+        with path.open("rb") as file:
+            first = file.readline(1 << 16)
+        header = json.loads(first)
+        return _targets(header) if isinstance(header, dict) and _HEADER in header else None
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a malformed file out of the scans' way (``BAD``), never over another."""
+    aside = path.with_name(path.name + BAD)
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.{secrets.token_hex(3)}{BAD}")
+    os.rename(path, aside)
+    _fsync_directory(path.parent)
+    return aside
+
+
 class DiskBuffer:
     """Pending pushes in a file of this process's own, fsync'd before ``keep`` returns."""
 
     kind = "disk"
 
-    def __init__(self, directory: Path, size: int) -> None:
+    def __init__(self, directory: Path, size: int, targets: Targets | None = None) -> None:
         _need_flock()
         self.directory = directory
         self.size = size
+        # Where this process's pushes go, recorded in its file's header: only a process
+        # pushing there sends them once it is dead (``docs/reliable-push.md``).
+        self.targets = targets
         self._lock = threading.Lock()
         self._pending: dict[str, Entry] = {}
         self._fd: int | None = None
@@ -327,7 +406,10 @@ class DiskBuffer:
             return self._fd
         lock = _need_flock()
         self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        name = f"push-{_UNSAFE.sub('_', hostname())}-{os.getpid()}-{secrets.token_hex(4)}"
+        own = (self.targets or {}).get(DEFAULT_SHARD, {}).get("id")
+        mark = f"{_UNSAFE.sub('_', own[:8])}-" if own else ""  # for people: the header decides
+        name = (f"push-{mark}{_UNSAFE.sub('_', hostname())}-{os.getpid()}-"
+                f"{secrets.token_hex(4)}")
         path = self.directory / f"{name}{SUFFIX}"
         # Made under a name no scan lists, locked, then renamed: a file with the buffer's
         # suffix is never seen unlocked, so another process's flush (or this one's) cannot
@@ -336,8 +418,11 @@ class DiskBuffer:
         fd = os.open(making, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         try:
             lock.flock(fd, lock.LOCK_EX | lock.LOCK_NB)
-            header = _line({_HEADER: _VERSION, "host": hostname(), "pid": os.getpid(),
-                            "created": time.time()})
+            fields: dict[str, Any] = {_HEADER: _VERSION, "host": hostname(),
+                                      "pid": os.getpid(), "created": time.time()}
+            if self.targets is not None:
+                fields["targets"] = self.targets
+            header = _line(fields)
             _write_all(fd, header)
             os.fsync(fd)
             os.rename(making, path)
@@ -380,11 +465,16 @@ class DiskBuffer:
 class Orphan:
     """A buffer file whose owner is gone, claimed (locked) by this process to send its jobs."""
 
-    def __init__(self, path: Path, fd: int, parsed: _Parsed) -> None:
+    def __init__(self, path: Path, fd: int, parsed: _Parsed, targets: Targets | None
+                 ) -> None:
         self.path = path
         self._fd = fd
         self.header = parsed.header
         self.pending = parsed.pending
+        # Per shard of the file, the Redis its jobs were pushed to; None for a file of
+        # before files recorded it.
+        self.targets = targets
+        self.bad_lines = parsed.bad_lines
 
     @classmethod
     def claim(cls, path: Path) -> Orphan | None:
@@ -413,6 +503,17 @@ class Orphan:
             raise ForeignFile(f"written by push buffer format version {version!r}, which this "
                               f"wurk does not read (it writes version {_VERSION}); left as it "
                               "is for the wurk that wrote it")
+        try:
+            if not parsed.header:
+                raise ValueError("it has no header: no wurk wrote it as it is")
+            targets = _targets(parsed.header)
+        except ValueError as exc:  # whose jobs they are is not known: none is sent
+            try:
+                aside = _move_aside(path)
+            finally:
+                os.close(fd)
+            raise Malformed(f"{exc}; none of its jobs was sent, and it was moved aside to "
+                            f"{aside} (delete it, or repair it and rename it back)") from None
         # A torn last line (its writer killed mid-write) is cut off before this claimer
         # appends: a "sent" record written after the fragment would read back as part of one
         # unreadable line, and the jobs it names be sent again by the next claimer.
@@ -427,7 +528,7 @@ class Orphan:
         if parsed.bad_lines:
             log.warning("push buffer %s: %d line(s) could not be read and were skipped",
                         path, parsed.bad_lines)
-        return cls(path, fd, parsed)
+        return cls(path, fd, parsed, targets)
 
     def take(self, limit: int, skip: Collection[str] = ()
              ) -> list[tuple[str, str, float, float | None, str]]:
@@ -443,9 +544,16 @@ class Orphan:
             _append(self._fd, _line({"-": gone}))
 
     def release(self) -> None:
-        """Delete the file when every job in it was sent; unlock it either way."""
+        """Delete the file when every job in it was sent — move it aside (``BAD``), with a
+        warning, when some lines could not be read: what they held is not known, so not
+        deleted; unlock it either way."""
         try:
-            if not self.pending:
+            if not self.pending and self.bad_lines:
+                aside = _move_aside(self.path)
+                log.warning("push buffer %s: every job that could be read was sent; its %d "
+                            "line(s) that could not be read are kept in %s (delete it once "
+                            "looked at)", self.path, self.bad_lines, aside)
+            elif not self.pending:
                 self.path.unlink(missing_ok=True)
                 _fsync_directory(self.path.parent)
         finally:  # a directory that refuses the unlink (read-only) must not keep the lock
@@ -522,11 +630,14 @@ class FileReport:
     # A file of another format version (another wurk's): what it is; its jobs are not read
     # (``pending`` 0, ``oldest`` None) and no flush touches it.
     foreign: str | None = None
+    # The Redis its jobs go to (per shard, no password); None for a file of before files
+    # recorded it.
+    redis: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "held": self.held, "pending": self.pending,
                 "oldest": self.oldest, "pid": self.pid, "host": self.host,
-                "foreign": self.foreign}
+                "foreign": self.foreign, "redis": self.redis}
 
 
 def survey(directory: Path) -> list[FileReport]:
@@ -561,7 +672,14 @@ def survey(directory: Path) -> list[FileReport]:
                                       foreign=f"push buffer format version {str(version)[:40]!r}"))
             continue
         times = [t for _, t, _, _ in parsed.pending.values()]
+        try:
+            targets = _targets(parsed.header)
+        except ValueError:
+            targets = None
         reports.append(FileReport(path, held, len(parsed.pending), min(times, default=None),
                                   pid if isinstance(pid, int) else None,
-                                  host if isinstance(host, str) else None))
+                                  host if isinstance(host, str) else None,
+                                  redis=None if targets is None else {
+                                      name: target.get("redis", "?")
+                                      for name, target in targets.items()}))
     return reports

@@ -22,7 +22,10 @@
    ``wurk:push-buffers``), which ``wurk stats`` and the dashboard show.
 5. The ``disk`` kind (``wurk.client.buffer``) survives the process: a successor using the
    same directory sends what a dead process left (its writer looks when it is made, then
-   at each idle tick), as does ``wurk push-buffer flush DIR``.
+   at each idle tick), as does ``wurk push-buffer flush DIR``. A file records the target
+   of each shard (``target_of``: server, db, key prefix); a job is sent only by a
+   configuration with a shard of the same target, whatever that shard's name there, so
+   applications sharing a directory never send each other's jobs.
 6. Fork: a forked child starts with an empty buffer, no file, no thread and no lock held
    by a thread of its parent's (``os.register_at_fork``); at exit a memory buffer with
    jobs left says how many were lost, a disk buffer leaves its file for a successor. Both
@@ -33,20 +36,23 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import redis
 
-from ..config import Config
-from ..connections.locate import find_home
+from ..config import DEFAULT_SHARD, Config
+from ..connections import cluster, sentinel
+from ..connections.locate import LOOPBACK_NAMES, describe_url, find_home
 from ..connections.pool import RedisPool
 from ..connections.replies import CONNECTION_ERRORS
 from ..errors import ConfigError, InvalidPayload, RedisUnavailable
@@ -61,9 +67,14 @@ from .buffer import (
     DiskBuffer,
     Entry,
     ForeignFile,
+    LeftInFile,
+    Malformed,
     MemoryBuffer,
     Orphan,
+    OtherTarget,
+    Targets,
     orphans,
+    peek_targets,
     sweep_unfinished,
 )
 from .writers import Entries
@@ -120,14 +131,63 @@ def identity() -> str:
     return f"{hostname()}:{os.getpid()}:{process_nonce()}"
 
 
+def target_of(config: Config) -> dict[str, str]:
+    """Where ``config``'s pushes land, as a disk buffer's header records it: ``id``, a hash
+    of the server (host and port, a socket's path, a Sentinel service, or the embedded
+    server's home), its db and the key prefix — no password, no user, no option, so a
+    successor whose URL differs in those alone is the same target — and ``redis``, the URL
+    without its password (and the prefix), for people."""
+    url = config.redis_url
+    prefix = config.keys.prefix
+    if not url:
+        home = str(find_home(config.home))
+        canonical: list[Any] = ["embedded", home]
+        described = f"the embedded server at {home}"
+    else:
+        canonical = _canonical_url(url)
+        described = describe_url(url)
+    canonical.append(prefix)
+    if prefix:
+        described += f" (key_prefix {config.key_prefix!r})"
+    digest = hashlib.sha256(json.dumps(canonical).encode()).hexdigest()[:16]
+    return {"id": digest, "redis": described}
+
+
+def _canonical_url(url: str) -> list[Any]:
+    if sentinel.is_sentinel(url):
+        found = sentinel.parse(url)
+        return ["sentinel", found.service, found.db]
+    if cluster.is_cluster(url):  # reliable push refuses it; named as written all the same
+        return ["cluster", describe_url(url)]
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    if parts.scheme.lower() == "unix":
+        return ["unix", parts.path, query.get("db", ["0"])[0]]
+    db = query.get("db", [""])[0] or parts.path.strip("/") or "0"
+    try:
+        host, port = (parts.hostname or "").lower(), parts.port or 6379
+    except ValueError:  # validated at boot; a hash of it as written rather than a crash
+        return ["url", describe_url(url)]
+    return ["redis", "loopback" if host in LOOPBACK_NAMES | {"::1"} else host, port, db]
+
+
+def targets_of(config: Config) -> Targets:
+    """Each shard's target (``target_of``), by name: what a disk buffer's header records."""
+    root = config.shard(DEFAULT_SHARD)  # the configuration itself, whatever view this is
+    names = [root.shard_name] if root.is_cluster else root.shard_names()
+    return {name: target_of(root.shard(name)) for name in names}
+
+
 class ReliableWriter:
     """The Redis writer's pushes, recorded, and kept in a buffer while Redis cannot be
     reached (see the module's notes)."""
 
     def __init__(self, config: Config) -> None:
         self.config = config
+        self._targets_made: Targets | None = None
         self.buffer: MemoryBuffer | DiskBuffer = (
-            DiskBuffer(buffer_directory(config), config.reliable_push_size)
+            DiskBuffer(buffer_directory(config), config.reliable_push_size,
+                       self._targets())
             if config.reliable_push == "disk" else MemoryBuffer(config.reliable_push_size))
         self._fresh()
         self._closed = False
@@ -143,6 +203,7 @@ class ReliableWriter:
         self._flush_lock = threading.Lock()
         self._down_until: dict[str, float] = {}  # per shard: until when pushes are kept
         self.sent = 0  # jobs this process sent from a buffer (its own or a dead one's)
+        self._said_legacy: set[Path] = set()  # files of before targets, warned of once
         self.flusher = _Flusher(self)
 
     # -- the writer's two forms ---------------------------------------------------------
@@ -211,6 +272,52 @@ class ReliableWriter:
         if forgets is None:
             forgets = self._forgets.setdefault(shard, idempotent.Forgets())
         return forgets
+
+    def _targets(self) -> Targets:
+        """Each shard's target, by name (made once: the configuration does not change)."""
+        if self._targets_made is None:
+            self._targets_made = targets_of(self.config)
+        return self._targets_made
+
+    def _route(self, orphan: Orphan) -> Callable[[str], str | None]:
+        """For a dead process's file: the shard of this configuration a job kept for the
+        file's shard ``name`` goes to — the one pushing to the same Redis, db and key prefix
+        the file records for it, whatever its name here — or None: not this configuration's
+        to send (another application's, sharing the directory). A file of before files
+        recorded it goes by the shard's name, as then."""
+        recorded = orphan.targets
+        if recorded is None:
+            def by_name(name: str) -> str | None:
+                try:
+                    self._target(name)
+                except ConfigError:
+                    return None
+                return name
+            return by_name
+        mine: dict[str, str] = {}
+        for name, target in self._targets().items():
+            mine.setdefault(target["id"], name)
+
+        def by_target(name: str) -> str | None:
+            target = recorded.get(name)
+            return None if target is None else mine.get(target["id"])
+        return by_target
+
+    def _other_target(self, recorded: Targets, counts: dict[str, int] | None
+                      ) -> OtherTarget:
+        """What a file's jobs of another target are (``counts`` per shard of the file, or
+        None when it was not read), and what this configuration pushes to."""
+        def where(name: str) -> str:
+            target = recorded.get(name)
+            return (f"{target.get('redis', '?')} (shard {name!r})" if target is not None else
+                    f"shard {name!r}, which its header does not record")
+        kept = (", ".join(f"{count} job(s) kept for {where(name)}"
+                          for name, count in counts.items()) if counts is not None else
+                "its jobs are kept for " + ", ".join(where(name) for name in recorded))
+        return OtherTarget(
+            kept + ", which this configuration does not push to (it pushes to "
+            + ", ".join(target["redis"] for target in self._targets().values())
+            + "); left in the file for a process that does")
 
     def _target(self, shard: str) -> Config:
         """The configuration a kept job of ``shard`` is sent through; ``ConfigError`` when
@@ -357,14 +464,30 @@ class ReliableWriter:
 
     def adopt(self, path: Path) -> tuple[int, int]:
         """Send the jobs of a dead process's buffer file (if its owner is gone and nobody
-        else claimed it), each to the shard it was pushed to: (pushed, left). Jobs of a
-        shard this configuration does not name stay in the file, which raises
-        ``ForeignFile`` saying so once the others are sent."""
+        else claimed it), each to the Redis it was pushed to: (pushed, left). Jobs kept for
+        a Redis (db, key prefix) this configuration does not push to stay in the file,
+        which raises ``OtherTarget`` saying so once the others are sent (at once, without
+        taking its lock, when none is this configuration's); a file of before files
+        recorded their Redis goes by shard name, as then (``ForeignFile`` for a shard this
+        configuration does not name), with a warning naming it. A malformed file is moved
+        aside and raises ``Malformed``."""
+        recorded = peek_targets(path)
+        if recorded is not None:
+            ours = {target["id"] for target in self._targets().values()}
+            if not any(target["id"] in ours for target in recorded.values()):
+                raise self._other_target(recorded, None)
         orphan = Orphan.claim(path)
         if orphan is None:
             return 0, 0
+        route = self._route(orphan)
+        if orphan.targets is None and path not in self._said_legacy:
+            self._said_legacy.add(path)
+            log.warning("reliable push: buffer file %s names no Redis (an older wurk wrote "
+                        "it): its jobs are sent to this configuration's shards of the names "
+                        "they were kept for, as before — into this Redis, whichever "
+                        "application's they were", path)
         pushed = 0
-        unknown: dict[str, int] = {}  # shards no configuration here names: their jobs stay
+        unknown: dict[str, int] = {}  # the file's shards not sent from here: their jobs stay
         try:
             while True:
                 batch = orphan.take(FLUSH_BATCH, unknown.keys())
@@ -372,12 +495,12 @@ class ReliableWriter:
                     break
                 lines: dict[str, list[tuple[str, idempotent.Sendable]]] = {}  # per shard
                 buried = []
-                for jid, text, _, at, shard in batch:
-                    try:
-                        config = self._target(shard)
-                    except ConfigError:
-                        unknown[shard] = unknown.get(shard, 0) + 1
+                for jid, text, _, at, kept_for in batch:
+                    shard = route(kept_for)
+                    if shard is None:
+                        unknown[kept_for] = unknown.get(kept_for, 0) + 1
                         continue
+                    config = self._target(shard)
                     try:
                         job = idempotent.from_text(config.keys, text, at)
                     except InvalidPayload as exc:  # the file is untrusted: no job to send
@@ -402,12 +525,18 @@ class ReliableWriter:
                 log.info("reliable push: sent %d job(s) a dead process left in %s", pushed,
                          path)
                 self._sent(pushed)
+        if unknown and orphan.targets is not None:
+            other = self._other_target(orphan.targets, unknown)
+            other.pushed = pushed
+            raise other
         if unknown:
-            raise ForeignFile(", ".join(f"{count} job(s) kept for shard {name!r}"
+            foreign = ForeignFile(", ".join(f"{count} job(s) kept for shard {name!r}"
                                         for name, count in unknown.items())
                               + ", which this configuration does not name (shards: "
                               + ", ".join(repr(n) for n in self.config.shard_names())
                               + "); left in the file for a process that does")
+            foreign.pushed = pushed
+            raise foreign
         return pushed, left
 
     def _bury(self, config: Config, path: Path, text: str, exc: InvalidPayload) -> None:
@@ -569,7 +698,7 @@ class _Flusher:
                     left += writer.adopt(path)[1]
                 except RedisUnavailable:
                     raise
-                except (OSError, ForeignFile) as exc:  # this file only: the others go
+                except (OSError, LeftInFile) as exc:  # this file only: the others go
                     unusable.add(path)
                     _unusable(path, exc, again=path in self._unusable)
             self._unusable = unusable
@@ -603,8 +732,10 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
             sent, remaining = writer.adopt(path)
         except RedisUnavailable:
             raise
-        except (OSError, ForeignFile) as exc:  # this file only: the others go
+        except (OSError, LeftInFile) as exc:  # this file only: the others go
             _unusable(path, exc)
+            if isinstance(exc, LeftInFile):
+                pushed += exc.pushed
             continue
         if path.exists() and not sent and not remaining:
             held += 1
@@ -614,13 +745,19 @@ def flush_directory(config: Config, directory: Path) -> tuple[int, int, int]:
     return pushed, left, held
 
 
-def _unusable(path: Path, exc: OSError | ForeignFile, *, again: bool = False) -> None:
+def _unusable(path: Path, exc: OSError | LeftInFile, *, again: bool = False) -> None:
     """A file in the buffer directory that cannot be read or written (a directory named
-    like one, no permission, the disk full) or is of another format version: its jobs stay
-    in it; said once, not at every idle look."""
-    (log.debug if again else log.error)(
-        "reliable push: buffer file %s passed over (%s); any jobs in it stay there, the "
-        "other files are sent", path, exc)
+    like one, no permission, the disk full), is of another format version, or holds jobs
+    of another Redis: its jobs stay in it; said once, not at every idle look. A malformed
+    one was moved aside (a warning); another application's is no error (info)."""
+    if isinstance(exc, Malformed):
+        log.warning("reliable push: buffer file %s is malformed: %s; the other files are "
+                    "sent", path, exc)
+        return
+    level = logging.INFO if isinstance(exc, OtherTarget) else logging.ERROR
+    log.log(logging.DEBUG if again else level,
+            "reliable push: buffer file %s passed over (%s); any jobs in it stay there, the "
+            "other files are sent", path, exc)
 
 
 class _Adopter(ReliableWriter):
@@ -628,6 +765,7 @@ class _Adopter(ReliableWriter):
 
     def __init__(self, config: Config) -> None:  # no buffer file, no thread, no registry
         self.config = config
+        self._targets_made = None
         self.buffer = MemoryBuffer(config.reliable_push_size)
         self._fresh()
         self._closed = False
