@@ -539,6 +539,15 @@ class Launcher:
         """Run lifecycle hooks (``wurk.reporting.fire``)."""
         fire(self.config, event, reverse=reverse, raise_errors=raise_errors)
 
+    @property
+    def state(self) -> str:
+        """``processing``, ``quiet`` or ``stopping``."""
+        return "stopping" if self._stopped else "quiet" if self._quiet else "processing"
+
+    def status(self) -> str:
+        """One line on what this worker does (systemd's ``STATUS=``)."""
+        return f"{self.state}: {len(self.busy)} of {self.concurrency} busy"
+
     def _leadership_changed(self, leading: bool) -> None:
         self._update_title()
         self.fire("leader" if leading else "follower")

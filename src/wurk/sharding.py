@@ -50,6 +50,7 @@ from .launcher import BUILT_IN, IDLE_CHECK_INTERVAL, Launcher
 from .manager import Manager, capsule_pool, stop_all
 from .middleware import Chain
 from .runtime.identity import Identity
+from .runtime.timer import Timers
 
 __all__ = ["ShardedLauncher", "launcher_for", "worker_view"]
 
@@ -213,6 +214,17 @@ class ShardedLauncher:
     def managers(self) -> list[Any]:
         return [*(manager for launcher in self.launchers for manager in launcher.managers),
                 *self.shared]
+
+    @property
+    def timers(self) -> Timers:
+        """The home launcher's periodic duties' thread: where a process-wide duty goes."""
+        return self.home.timers
+
+    def status(self) -> str:
+        """One line on what this worker does (systemd's ``STATUS=``), every shard counted."""
+        busy = sum(len(launcher.busy) for launcher in self.launchers)
+        threads = sum(capsule.concurrency for capsule in self.config.all_capsules())
+        return f"{self.home.state}: {busy} of {threads} busy"
 
     @property
     def working(self) -> bool:

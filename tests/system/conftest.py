@@ -42,7 +42,8 @@ class Worker:
 def start_worker(tmp_path: Path, r: redis.Redis) -> Iterator[Callable[..., Worker]]:
     started: list[Worker] = []
 
-    def start(*args: str, settings: str = "", wait_ready: bool = True) -> Worker:
+    def start(*args: str, settings: str = "", wait_ready: bool = True,
+              env: dict[str, str] | None = None) -> Worker:
         config = tmp_path / f"wurk-{len(started)}.yml"
         config.write_text(FAST_SETTINGS + settings)
         log = tmp_path / f"worker-{len(started)}.log"
@@ -51,7 +52,7 @@ def start_worker(tmp_path: Path, r: redis.Redis) -> Iterator[Callable[..., Worke
             [sys.executable, "-m", "wurk", "worker", "-r", "tests.system.worker_jobs",
              "-C", str(config), *args],
             cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
         )
         worker = Worker(process, log)
         started.append(worker)

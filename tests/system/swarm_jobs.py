@@ -22,6 +22,12 @@ def record_pid(key: str) -> None:
     r().rpush(key, os.getpid())
 
 
+@wurk.job(name="Swarm::NotifySocket")
+def record_notify_socket(key: str) -> None:
+    """What a child sees of systemd's notify socket (nothing: the parent alone speaks)."""
+    r().rpush(key, os.environ.get("NOTIFY_SOCKET", "-"))
+
+
 @wurk.job(name="Swarm::Hog")
 def hog(megabytes: int, key: str) -> None:
     """Hold ``megabytes`` of touched memory for the rest of the process's life."""

@@ -19,6 +19,7 @@ import redis
 
 import wurk
 from tests.helpers.processes import kill_seen, running
+from tests.helpers.sdnotify import NotifySocket
 from tests.system import swarm_jobs
 from tests.system import worker_jobs as jobs
 from tests.system.conftest import FAST_SETTINGS, ROOT, Worker, wait_for
@@ -521,3 +522,26 @@ def test_children_of_a_killed_parent_put_their_jobs_back_and_exit_within_seconds
     assert len(back) == 4 and {job["class"] for job in back} == {"Sys::Sleep"}
     assert r.scard("processes") == 0
     assert swarm.output().count("is gone; pushing in-flight jobs back") == 2
+
+
+def test_the_parent_alone_tells_systemd_ready_once_every_child_has_booted(
+    config: wurk.Config, r: redis.Redis, start_swarm: StartSwarm
+) -> None:
+    with NotifySocket() as notify:
+        swarm = start_swarm("-c", "2", count=2, wait_ready=False,
+                            env={**notify.env, "WATCHDOG_USEC": "400000"})
+        ready = notify.first("READY=1")
+        assert ready.pid == swarm.pid  # the kernel's word for the sender, not the message's
+        assert len(swarm.records()) == 2  # both children had beaten before READY=1
+        swarm_jobs.record_notify_socket.perform_bulk([["sys:notify-env"]] * 20)
+        wait_for(lambda: r.llen("sys:notify-env") == 20, message="20 jobs")
+        assert set(r.lrange("sys:notify-env", 0, -1)) == {"-"}  # children never see it
+        # A ping every 0.2 s from the supervise loop: two within 10 s on any machine.
+        notify.wait_for(lambda got: sum(d.has("WATCHDOG=1") for d in got) >= 2, timeout=10,
+                        what="two watchdog pings")
+        swarm.signal("TERM")
+        assert notify.first("STOPPING=1").pid == swarm.pid
+        assert swarm.wait(15) == 0
+        notify.read_for(0.3)
+    assert len(notify.with_field("READY=1")) == 1
+    assert {d.pid for d in notify.received} == {swarm.pid}  # not a word from a child

@@ -78,6 +78,9 @@ def test_the_systemd_unit_runs_a_worker_and_waits_for_its_stop() -> None:
     assert seconds(service["TimeoutStopSec"]) > stop_needs(options)
     assert service["ExecReload"].split()[1] == "-TSTP"  # reload quiets
     assert service["Environment"].startswith("REDIS_URL=redis://")
+    # The worker says READY=1, STOPPING=1 and pings the watchdog (wurk.runtime.sdnotify).
+    assert (service["Type"], service["NotifyAccess"]) == ("notify", "main")
+    assert seconds(service["WatchdogSec"]) > 0
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")

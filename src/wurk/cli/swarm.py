@@ -30,6 +30,7 @@ _SWARM_FLAGS = ("count", "max_memory_mb", "max_jobs")
               help="Replace a child after it has run N jobs (0: off).")
 def swarm(**options: Any) -> None:
     """Run N worker processes under one supervising parent."""
+    from ..runtime.sdnotify import Notifier
     from ..swarm.settings import resolve
     from ..swarm.supervisor import Supervisor
 
@@ -40,4 +41,5 @@ def swarm(**options: Any) -> None:
         settings = resolve(section, flags, source=options.get("config_file") or "flags")
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
-    Supervisor(config, settings).run()
+    # systemd's Type=notify: the parent speaks for the swarm; a no-op without NOTIFY_SOCKET.
+    Supervisor(config, settings, notifier=Notifier.from_environment()).run()

@@ -14,6 +14,10 @@
    exits; a second one stops within ``-t`` (``wurk.runtime.signals``). ``--health`` turns
    the health check on at ``DEFAULT_HEALTH_PORT`` (as ``--health-host`` alone does);
    ``--health-port`` (or the file's ``health_port``) names another port.
+6. Under systemd (``Type=notify``, ``wurk.runtime.sdnotify``): ``READY=1`` once the launcher
+   has started, ``STOPPING=1`` when the first stop signal is acted on, ``STATUS=`` when it
+   changes and ``WATCHDOG=1`` from a duty on the poller thread; nothing without
+   ``NOTIFY_SOCKET``.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from ..payload import DEFAULT_QUEUE
 from ..runtime import affinity
 from ..runtime.collector import tune_collector
 from ..runtime.malloc import limit_arenas
+from ..runtime.sdnotify import Notifier, Reporter
 from ..runtime.signals import SignalPipe
 
 __all__ = ["load_module", "run_worker", "worker"]
@@ -300,12 +305,14 @@ def run_worker(config: Config, pipe: SignalPipe | None = None, *, drain: bool = 
     from ..sharding import launcher_for
 
     limit_arenas()  # this process is the worker's: before its threads start
+    notifier = Notifier.from_environment()  # systemd's Type=notify; a no-op without it
     pipe = pipe if pipe is not None else SignalPipe()
     pipe.install()
     try:
         launcher = launcher_for(config, on_remote_signal=pipe.push)
     except BaseException as exc:
         pipe.close()
+        notifier.close()
         if isinstance(exc, WurkError):
             raise click.ClickException(str(exc)) from None
         raise
@@ -321,10 +328,20 @@ def run_worker(config: Config, pipe: SignalPipe | None = None, *, drain: bool = 
             logger.exception("stopping the worker whose boot failed failed too")
         finally:
             pipe.close()
+            notifier.close()
         if isinstance(exc, WurkError):
             raise click.ClickException(str(exc)) from None
         raise
+    # Booted: processors fetch, the heartbeat is written. The watchdog pings from the
+    # poller thread, so a worker whose duties cannot run stops pinging.
+    systemd = Reporter(notifier, launcher.status)
+    systemd.ready()
+    systemd.duty(launcher.timers)
+    stopping = "draining: waiting for running jobs, no time limit" if drain \
+        else f"stopping: running jobs get up to {config.timeout:g} s"
     try:
-        serve(launcher, pipe, tick=MAIN_LOOP_TICK, drain=drain)
+        serve(launcher, pipe, tick=MAIN_LOOP_TICK, drain=drain,
+              on_stop=lambda: systemd.stopping(stopping))
     finally:
         pipe.close()
+        notifier.close()

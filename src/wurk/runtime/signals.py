@@ -38,6 +38,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from types import FrameType
 from typing import Protocol
 
@@ -198,17 +199,22 @@ def reopen_logs() -> None:
         log.error("USR2: could not reopen the log file: %s", exc)
 
 
-def serve(launcher: _Drainable, pipe: SignalPipe, *, tick: float, drain: bool = False) -> None:
+def serve(launcher: _Drainable, pipe: SignalPipe, *, tick: float, drain: bool = False,
+          on_stop: Callable[[], None] | None = None) -> None:
     """Obey signals until one asks to stop, then stop ``launcher``; returns once stopped.
 
     The stop runs on this (the main) thread, where lifecycle hooks expect to run; a watcher
     thread reads the pipe meanwhile, so that a second stop signal can hurry it. ``drain``:
-    the stop waits for every running job first, with no deadline (``drain_watched``)."""
+    the stop waits for every running job first, with no deadline (``drain_watched``).
+    ``on_stop`` is called once the stop is decided, before it (or its drain) begins: the
+    worker tells systemd ``STOPPING=1`` there."""
     while True:
         stop = False
         for name in pipe.wait(tick):  # stop signals read together are one request
             stop = act_on(launcher, name) or stop
         if stop:
+            if on_stop is not None:
+                on_stop()
             if drain and not drain_watched(launcher, pipe):
                 stop_watched(launcher, pipe, hint=AGAIN_HINT)
             else:

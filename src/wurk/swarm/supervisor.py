@@ -18,6 +18,11 @@
 5. Recycling: a child over ``max_memory_mb`` of RSS, or announcing it ran ``max_jobs`` jobs,
    goes through the rolling restart — replacement first.
 6. ``request_stop`` may be called from any thread (a web host's exit hook).
+7. systemd (``Type=notify``; ``wurk.runtime.sdnotify``), for the swarm as one service: the
+   parent says ``READY=1`` once every slot's child has written its first heartbeat,
+   ``STOPPING=1`` when its stop begins, its status when it changes and ``WATCHDOG=1`` from
+   the supervise loop; children never talk to systemd (their environment loses the
+   socket's name at fork). Hosted, the host decides what systemd hears: nothing is sent.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from ..connections.pool import RedisPool
 from ..errors import SwarmError
 from ..runtime.identity import Identity, hostname, process_nonce
 from ..runtime.proctitle import set_title
+from ..runtime.sdnotify import Notifier, Reporter, forget_environment
 from ..runtime.signals import (
     DUMP_SIGNALS,
     HURRY_AFTER,
@@ -121,7 +127,9 @@ class Supervisor:
     """Forks, watches and replaces the children of one swarm; one thread runs it."""
 
     def __init__(self, config: Config, settings: SwarmSettings, *, hosted: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 notifier: Notifier | None = None) -> None:
+        """``notifier``: systemd's notify socket (``wurk swarm``); none, nothing is sent."""
         self.config = config
         self.settings = settings
         # Hosted in another program (a web server): it keeps its signal handlers and pools.
@@ -150,6 +158,8 @@ class Supervisor:
         self._killed_at: float | None = None
         self._probe_failing = False
         self._last_memory_check = -math.inf
+        self._notifier = notifier if notifier is not None else Notifier()
+        self._systemd = Reporter(self._notifier, self._status, clock=clock)
         self.error: str | None = None
 
     def _new_backoff(self) -> RespawnSchedule:
@@ -201,6 +211,7 @@ class Supervisor:
             self._state = "closed"
             self._signals.close()
             self._notices.close()
+            self._notifier.close()
         if self._probe is not None:
             self._probe.close()
 
@@ -226,11 +237,12 @@ class Supervisor:
         self._reap()
         if self._stopping:
             self._enforce_deadline()
-            return
-        self._watch_heartbeats()
-        self._respawn_due()
-        self._restart.advance()
-        self._check_memory()
+        else:
+            self._watch_heartbeats()
+            self._respawn_due()
+            self._restart.advance()
+            self._check_memory()
+        self._tell_systemd()
 
     def _on_signal(self, name: str) -> None:
         if name in STOP_SIGNALS:
@@ -275,6 +287,8 @@ class Supervisor:
         hint = "" if self.hosted else f"; {HURRY_HINT}"
         log.info("swarm: stopping %d children (up to %.0f s)%s", len(self.children), budget,
                  hint)
+        self._systemd.stopping(f"stopping: {len(self.children)} children get up to "
+                               f"{budget:g} s")
         for pid in list(self.children):
             if pid != retiring:
                 self._kill(pid, signal.SIGTERM)
@@ -339,6 +353,7 @@ class Supervisor:
             # the parent's loop (the handlers are replaced before signals are unblocked).
             self._signals.close()
             self._notices.close_reader()
+            forget_environment()  # only the main pid talks to systemd (NotifyAccess=main)
             for sibling in self.children.values():  # the parent's handles on its siblings
                 _close_handle(sibling)
             if self._probe is not None:
@@ -497,6 +512,22 @@ class Supervisor:
     def _slot_of(self, pid: int) -> int | None:
         child = self.children.get(pid)
         return None if child is None else child.slot
+
+    # -- systemd ---------------------------------------------------------------------------
+    def _tell_systemd(self) -> None:
+        """``READY=1`` once every slot's child has beaten; a watchdog ping when due."""
+        if not self._notifier.enabled:
+            return
+        if not self._systemd.told_ready and not self._stopping and \
+                len(self.children) >= self.settings.count and \
+                all(child.seen for child in self.children.values()):
+            self._systemd.ready()
+        self._systemd.tick()
+
+    def _status(self) -> str:
+        state = "stopping" if self._stopping else "quiet" if self._quiet else "running"
+        seen = sum(1 for child in self.children.values() if child.seen)
+        return f"{state}: {seen} children up, {self.settings.count} wanted"
 
     # -- memory -----------------------------------------------------------------------------
     def _check_memory(self) -> None:
