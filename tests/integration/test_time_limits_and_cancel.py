@@ -497,6 +497,63 @@ def test_a_job_that_catches_its_timeout_and_returns_counts_as_finished(
     assert r.zcard("retry") == 0 and r.zcard("dead") == 0
 
 
+@wurk.job(name="limits.swallower", timeout=1, retry=1)
+def swallower() -> None:
+    """Catches every error of its work and carries on, as ``except Exception:`` around a
+    job's work does: its time limit's ``JobTimeout`` too."""
+    note("start", wurk.current_jid(), time.time())
+    while True:
+        try:
+            while True:
+                ledger().incr("limits:ticks")
+                time.sleep(0.01)
+        except Exception as exc:
+            note("caught", wurk.current_jid(), type(exc).__name__)
+
+
+@wurk.job(name="limits.aswallower", timeout=1, retry=1)
+async def aswallower() -> None:
+    """Swallows its first cancellation and waits on."""
+    note("start", wurk.current_jid(), time.time())
+    try:
+        await asyncio.sleep(30)
+    except asyncio.CancelledError:
+        note("caught", wurk.current_jid(), "CancelledError")
+    await asyncio.sleep(30)
+    note("done", wurk.current_jid())
+
+
+@pytest.mark.parametrize("job", [swallower, aswallower], ids=["sync", "async"])
+def test_a_job_that_catches_its_timeout_and_runs_on_is_stopped_again_and_retried(
+        worker: InProcessWorker, r: redis.Redis, caplog: pytest.LogCaptureFixture,
+        job: Any) -> None:
+    """time-limits-and-cancel.md: caught and run on, the stop is raised again
+    ``STUCK_AFTER`` seconds later (sync: an error ``except Exception`` does not catch;
+    async: its task cancelled again); the job fails with ``JobTimeout`` into its retries,
+    and its thread takes the next job."""
+    with caplog.at_level("WARNING", logger="wurk"):
+        jid = job.perform_async()
+        wait_until(lambda: retry_entry(r, jid) is not None, timeout=20, what="the retry")
+    failed = retry_entry(r, jid)
+    assert failed is not None and failed["error_class"] == "wurk.JobTimeout"
+    assert "time limit of 1 s" in failed["error_message"] and failed["retry_count"] == 0
+    caught = [n for n in notes(r) if n.startswith(f"caught:{jid}:")]
+    assert len(caught) == 1  # the first stop, caught; the second went through
+    took = failed["failed_at"] / 1000 - started(r, jid)
+    print(f"\n{job.name}: JobTimeout {took:.2f} s after the start (limit 1 s, caught once)")
+    assert 1 + STUCK_AFTER - 0.5 <= took <= 1 + STUCK_AFTER + 3
+    assert f"done:{jid}" not in notes(r)
+    assert any(f"job {jid} did not stop" in rec.getMessage() and "told again" in
+               rec.getMessage() for rec in caplog.records)
+    assert worker.launcher.stops.deadlines.forced_total == 1
+    wait_until(lambda: not any(w.job.jid == jid for w in WorkSet()), what="its end")
+    ticks = r.get("limits:ticks")
+    mark.perform_async("after")  # the worker's threads go on
+    wait_until(lambda: "mark:after" in notes(r), what="the next job")
+    worker.assert_healthy(2)
+    assert r.get("limits:ticks") == ticks  # the job's loop is over, not running beside
+
+
 def test_a_bad_timeout_in_a_payload_from_elsewhere_falls_back_to_the_default() -> None:
     from wurk.control.stopper import limit_of
 

@@ -396,6 +396,12 @@ class _Recording(Target):
         self.told.append((reason, run))
         return True
 
+    def force(self, run: int) -> bool:
+        if self.refuse or run != self._now or self._reason is None:
+            return False
+        self.told.append((self._reason, run))
+        return True
+
 
 def test_the_raised_classes_match_the_reasons() -> None:
     guard = Guard()
@@ -618,3 +624,178 @@ def test_a_stuck_mark_of_an_async_job_waits_for_no_end_and_is_dropped_after_it()
         loop.run_until_complete(task)
     finally:
         loop.close()
+
+
+class Stubborn(JobThread):
+    """A processor-like thread whose job body catches what its work raises and runs on, as
+    a job with ``except Exception:`` around its work does (``swallow``): each catch is
+    recorded, and ``looping`` is set again once it is back inside its ``try``."""
+
+    def __init__(self, stopper: Stopper, swallow: type[BaseException] = Exception) -> None:
+        self.swallow = swallow
+        self.caught: list[str] = []
+        self.looping = threading.Event()
+        super().__init__(stopper)
+
+    def _body(self) -> None:
+        self.in_body.set()
+        while True:  # the handler and this loop's jump are the only code outside the try
+            try:
+                self.looping.set()
+                while not self.release.is_set():
+                    self.release.wait(0.001)
+                return
+            except self.swallow as exc:
+                self.looping.clear()
+                self.caught.append(type(exc).__name__)
+
+
+def _tell(stop: str, jid: str, clock: ManualClock, running: Running,
+          deadlines: Deadlines) -> None:
+    """Stop the job ``jid`` (started with a 5 s limit) by its limit or by a cancel."""
+    if stop == TIMEOUT:
+        clock.advance(5)
+        assert deadlines.tick() == 1
+    else:
+        told = running.cancel(jid)
+        assert [target.jid for target, _ in told] == [jid]
+        for target, run in told:
+            deadlines.told(target, run)
+
+
+@pytest.mark.parametrize("stop", [TIMEOUT, CANCEL])
+def test_a_sync_job_that_catches_its_stop_and_runs_on_is_stopped_again(
+        clock: ManualClock, parts: tuple[Running, Deadlines, Stopper], stop: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """time-limits-and-cancel.md: a job that catches the stop and runs on is told again
+    ``STUCK_AFTER`` seconds later with an error ``except Exception`` does not catch, and
+    ends as the first stop would have ended it; its thread takes the next job."""
+    running, deadlines, stopper = parts
+    worker = Stubborn(stopper)
+    try:
+        worker.run("h1", timeout=5)
+        assert worker.in_body.wait(PATIENCE)
+        _tell(stop, "h1", clock, running, deadlines)
+        wait_until(lambda: worker.caught and worker.looping.is_set(), PATIENCE,
+                   "the body to catch its stop and run on")
+        assert worker.caught == ["TimeoutRaised" if stop == TIMEOUT else "CancelRaised"]
+        clock.advance(STUCK_AFTER - 0.1)
+        assert deadlines.tick() == 0 and worker.outcomes == []
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            clock.advance(0.1)
+            assert deadlines.tick() == 1
+            wait_until(lambda: worker.outcomes, PATIENCE, "the job to end")
+        assert worker.outcomes == ["JobTimeout" if stop == TIMEOUT else "JobCancelled"]
+        assert len(worker.caught) == 1  # the second went through its ``except Exception``
+        assert deadlines.forced_total == 1 and "told again" in caplog.text
+        assert running.targets() == []
+        clock.advance(60)
+        assert deadlines.tick() == 0  # nothing more for the ended run
+        worker.run("h2")  # the thread goes on with the next job
+        assert worker.in_body.wait(PATIENCE)
+        assert worker.finish() == "done"
+    finally:
+        worker.stop()
+
+
+def test_a_sync_job_that_catches_every_stop_is_told_again_at_each_check_and_said(
+        clock: ManualClock, parts: tuple[Running, Deadlines, Stopper],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A body that catches even a ``BaseException`` cannot be stopped (a thread cannot be
+    killed): it is told again at each check, the wait doubling from ``STUCK_AFTER``, each
+    one logged and counted; once it returns it counts as finished, as one that returns
+    after catching the first stop does, and its run is no longer watched."""
+    from wurk.control.deadlines import LONGEST_FORCE
+
+    running, deadlines, stopper = parts
+    worker = Stubborn(stopper, swallow=BaseException)
+    try:
+        worker.run("k1", timeout=5)
+        assert worker.in_body.wait(PATIENCE)
+        _tell(TIMEOUT, "k1", clock, running, deadlines)
+        caught = 1
+        wait = STUCK_AFTER
+        with caplog.at_level(logging.WARNING, logger="wurk"):
+            for forced in range(1, 8):
+                wait_until(lambda n=caught: len(worker.caught) == n
+                           and worker.looping.is_set(), PATIENCE,
+                           "the body to catch it and run on")
+                clock.advance(wait - 0.1)
+                assert deadlines.tick() == 0
+                clock.advance(0.1)
+                assert deadlines.tick() == 1
+                caught += 1
+                assert deadlines.forced_total == forced
+                wait = min(LONGEST_FORCE, 2 * wait)
+            wait_until(lambda: len(worker.caught) == caught, PATIENCE, "the last catch")
+            assert worker.outcomes == []
+            assert worker.caught == ["TimeoutRaised"] + ["TimeoutForced"] * 7
+            assert "job k1 did not stop" in caplog.text
+            assert "job k1 still runs after being told to stop (timeout) 7 times" in \
+                caplog.text
+            assert wait == LONGEST_FORCE
+            assert worker.finish() == "done"
+        assert "job k1 was told to stop (timeout) but caught the error and returned" in \
+            caplog.text
+        clock.advance(LONGEST_FORCE)
+        assert deadlines.tick() == 0 and deadlines.forced_total == 7
+    finally:
+        worker.stop()
+
+
+@pytest.mark.parametrize("path", ["acall", "plan"])
+@pytest.mark.parametrize("stop", [TIMEOUT, CANCEL, "shutdown"])
+def test_an_async_job_that_swallows_its_cancellation_once_is_cancelled_again(
+        clock: ManualClock, parts: tuple[Running, Deadlines, Stopper], stop: str,
+        path: str) -> None:
+    """Its task is cancelled again ``STUCK_AFTER`` seconds after the first, and the job ends
+    as the stop's error — both cancellations taken back, so it is not mistaken for the
+    worker's shutdown; one the shutdown cancels as well ends as the shutdown's (its job was
+    given back to its queue)."""
+    running, deadlines, stopper = parts
+    caught: list[str] = []
+
+    async def swallows_once() -> str:
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            caught.append("first")
+        await asyncio.sleep(60)
+        return "ran"
+
+    async def job(payload: dict[str, Any]) -> Any:
+        if path == "acall":
+            return await stopper.acall(None, payload, "default", swallows_once)
+        plan = stopper.wurk_plan(None, payload, "default")
+        assert plan is not None
+        try:
+            result = await swallows_once()
+        except BaseException as exc:
+            return plan(None, exc)
+        return plan(result, None)
+
+    async def main() -> BaseException | Any:
+        payload = {"jid": "w1", "class": "Nap", "args": [], "timeout": 5}
+        task = asyncio.create_task(job(payload))
+        await asyncio.sleep(0)
+        await asyncio.to_thread(_tell, CANCEL if stop == CANCEL else TIMEOUT, "w1", clock,
+                                running, deadlines)
+        async with asyncio.timeout(PATIENCE):
+            while not caught:
+                await asyncio.sleep(0.001)
+        clock.advance(STUCK_AFTER)
+        if stop == "shutdown":  # the worker's own, and the second, before the task steps
+            assert deadlines.tick() == 1
+            task.cancel()
+        else:
+            assert await asyncio.to_thread(deadlines.tick) == 1
+        [outcome] = await asyncio.wait_for(asyncio.gather(task, return_exceptions=True),
+                                           PATIENCE)
+        assert running.targets() == []
+        return outcome
+
+    outcome = asyncio.run(main())
+    assert caught == ["first"] and deadlines.forced_total == 1
+    expected = {TIMEOUT: JobTimeout, CANCEL: JobCancelled,
+                "shutdown": asyncio.CancelledError}[stop]
+    assert isinstance(outcome, expected), outcome

@@ -1,10 +1,14 @@
-"""Time limits: one thread tells each job past its limit to stop, and reports one that does
-not stop.
+"""Time limits: one thread tells each job past its limit to stop, reports one that does
+not stop, and tells it again.
 
 ``Deadlines`` keeps a heap of due times, each for one run of a target (``running.py``). A
 job's limit comes due → its run is told to stop (``JobTimeout``: a normal failure, so its
 retry policy applies); a run told to stop (by its limit or by a cancel) and still going
-``STUCK_AFTER`` seconds later is reported stuck (``on_stuck``). An entry whose run ended is
+``STUCK_AFTER`` seconds later is reported stuck (``on_stuck``) and told again
+(``Target.force``: an error ``except Exception`` does not catch, or its task cancelled
+again) — the hard limit after the soft one, as Celery's. Still going at the next check, it
+is told again and said so, the wait doubling from ``STUCK_AFTER`` up to ``LONGEST_FORCE``,
+until its run ends. An entry whose run ended is
 dropped when it comes due, and all such are swept out once they outnumber the rest: a fast
 worker with a long limit on every job keeps about as many entries as it runs jobs at once,
 not every job it ran within the limit.
@@ -33,6 +37,8 @@ log = logging.getLogger("wurk")
 
 # A target that could not be told (between its link and its body) is told again this soon.
 RETRY_STOP = 0.05
+# The longest wait between two tellings of a run that runs on after being told to stop.
+LONGEST_FORCE = 60.0
 # The longest wait: the loop looks at its heap at least this often.
 LONGEST_WAIT = 5.0
 # The heap is swept of ended runs' entries when it grows past this, or past twice what the
@@ -56,6 +62,7 @@ class Deadlines:
         self._stopping = False
         self._enabled = False
         self._thread: threading.Thread | None = None
+        self.forced_total = 0  # runs told again since the start (they ran on after a stop)
 
     # -- what the jobs' link calls ----------------------------------------------------------
     def arm(self, target: Target, run: int) -> None:
@@ -160,12 +167,29 @@ class Deadlines:
             elif target.reason is None and target.run == run:
                 self._push(now + RETRY_STOP, _STOP, target, run)
             return
-        if target.stuck_run == run or target.reason is None or target.run != run:
-            return  # reported already, never told, or it ended meanwhile
-        target.stuck_run = run
-        log.warning("job %s did not stop %g s after it was told to (%s): it is stuck, "
-                    "most likely in C code that never returns to Python; it runs on "
-                    "until it returns or its process exits", target.jid, STUCK_AFTER,
-                    target.reason)
-        if self.on_stuck is not None:
-            self.on_stuck(target)
+        if target.reason is None or target.run != run:
+            return  # never told, or it ended meanwhile
+        first = target.stuck_run != run
+        if first:
+            target.stuck_run = run
+            target.forced = 0
+        forced = target.force(run)
+        if forced:
+            target.forced += 1
+            self.forced_total += 1
+        again = min(LONGEST_FORCE, STUCK_AFTER * 2.0 ** target.forced)
+        if first:
+            log.warning("job %s did not stop %g s after it was told to (%s): it is stuck — "
+                        "it caught the error and runs on, or it is in C code that never "
+                        "returns to Python; %s", target.jid, STUCK_AFTER, target.reason,
+                        "told again (where `except Exception` does not catch it)"
+                        if forced else "it runs on until it returns or its process exits")
+            if self.on_stuck is not None:
+                self.on_stuck(target)
+        elif forced:
+            log.warning("job %s still runs after being told to stop (%s) %d times: it "
+                        "catches every stop, or is in C code; told again, and again in %g s "
+                        "until it ends (a thread cannot be killed: its process's exit ends it)",
+                        target.jid, target.reason, target.forced, again)
+        if target.run == run:
+            self._push(now + again, _CHECK, target, run)

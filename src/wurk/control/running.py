@@ -13,10 +13,14 @@
    and remembers the jids cancelled lately, so a job this process fetches after the cancel
    arrived is stopped before its body runs.
 4. A target that does not stop within ``STUCK_AFTER`` seconds of being told — a sync job
-   inside C code that never returns to Python, an async job that swallows its cancellation —
-   is marked stuck: the Busy page shows it, a warning is logged and the ``on_stuck``
-   observers hear of it (metrics). It is never abandoned silently, and never killed: only
-   its process's exit ends it.
+   that caught the error and runs on, or inside C code that never returns to Python; an
+   async job that swallowed its cancellation — is marked stuck: the Busy page shows it, a
+   warning is logged and the ``on_stuck`` observers hear of it (metrics). It is then told
+   again (``force``): a sync job gets a ``BaseException`` its ``except Exception`` lets
+   through, an async job's task is cancelled again — and again at each later check while it
+   runs on (``Deadlines``). It is never abandoned silently, and never killed (CPython cannot
+   kill a thread): one that swallows every stop ends only when it returns or its process
+   exits (a shutdown gives its job back to its queue).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import JobCancelled, JobTimeout
-from .stops import CancelRaised, JobGuard, TimeoutRaised
+from .stops import CancelForced, CancelRaised, JobGuard, TimeoutForced, TimeoutRaised
 
 __all__ = ["REMEMBER_CANCELS", "STUCK_AFTER", "AsyncTarget", "Running", "SyncTarget",
            "Target"]
@@ -45,6 +49,7 @@ REMEMBER_CANCELS = 300.0
 TIMEOUT, CANCEL = "timeout", "cancel"
 
 _RAISED = {TIMEOUT: TimeoutRaised, CANCEL: CancelRaised}
+_FORCED = {TIMEOUT: TimeoutForced, CANCEL: CancelForced}
 _REASONS: dict[type[BaseException] | None, str] = {TimeoutRaised: TIMEOUT, CancelRaised: CANCEL}
 
 
@@ -55,6 +60,7 @@ class Target:
     limit: float | None  # the run's time limit, seconds (None: none)
     cooperative: bool  # an iterable job: cancelled through its state
     stuck_run = 0  # the run reported stuck
+    forced = 0  # how many times that run was told again (the time-limit thread's count)
 
     @property
     def run(self) -> int:
@@ -95,6 +101,12 @@ class Target:
         return self._tell(reason, run)
 
     def _tell(self, reason: str, run: int) -> bool:
+        raise NotImplementedError
+
+    def force(self, run: int) -> bool:
+        """Tell run ``run`` again, for the reason it was first told: it was told and runs on
+        (it caught the error, or swallowed its cancellation). False when that run is over,
+        was never told, or cannot be told now (a shutdown's interrupt is pending)."""
         raise NotImplementedError
 
     def error(self) -> Exception:
@@ -139,6 +151,10 @@ class SyncTarget(Target):
     def _tell(self, reason: str, run: int) -> bool:
         return self.guard.stop_body(_RAISED[reason], run)
 
+    def force(self, run: int) -> bool:
+        reason = self.reason
+        return reason is not None and self.guard.force_body(_FORCED[reason], run)
+
     def while_running(self, run: int, action: Callable[[], object]) -> bool:
         return self.guard.while_open(run, action)
 
@@ -161,7 +177,9 @@ class AsyncTarget(Target):
         self.loop = loop
         self._run = 1
         self._reason: str | None = None
-        self.delivered = False  # its task was cancelled (on the loop) for the stop
+        # How many times its task was cancelled (on the loop) for the stop: each one is
+        # taken back (``Task.uncancel``) when the cancellation ends the job.
+        self.delivered = 0
 
     @property
     def run(self) -> int:
@@ -193,7 +211,7 @@ class AsyncTarget(Target):
         the loop too, so a stop that lands after it cannot cut what the task does next (the
         job's acknowledgement)."""
         if self._run == run:
-            self.delivered = True
+            self.delivered += 1
             self.task.cancel()
 
     def _tell(self, reason: str, run: int) -> bool:
@@ -205,6 +223,18 @@ class AsyncTarget(Target):
                 self.loop.call_soon_threadsafe(self._cancel, run)
             except RuntimeError:  # the loop is closed: the task is gone with it
                 self._reason = None
+                return False
+            return True
+
+    def force(self, run: int) -> bool:
+        """Cancel the task again: one that swallowed its ``CancelledError`` (3.11 cancels a
+        task as often as asked; each is counted, and taken back as it ends the job)."""
+        with _TELLING:
+            if self._run != run or run == 0 or self._reason is None:
+                return False
+            try:
+                self.loop.call_soon_threadsafe(self._cancel, run)
+            except RuntimeError:
                 return False
             return True
 

@@ -22,7 +22,10 @@ outer job's time limit and cancel reach it, its own ``timeout`` does not apply.
 A job that swallows the error and returns anyway is let be (it finished), with a warning;
 one that raises an error of its own from it (``raise ExportFailed(...) from exc``, or any
 error raised while handling it) ends as the stop does — a cancelled job as cancelled, never
-retried, a job past its limit with ``JobTimeout``.
+retried, a job past its limit with ``JobTimeout``. One that swallows it and runs on is told
+again (``deadlines.py``): a sync body gets ``TimeoutForced``/``CancelForced``, which its
+``except Exception`` lets through, and an async job's task is cancelled again; either ends
+it as the first stop would have.
 
 A ``JobCancelled`` naming another job (a result handle's, for a cancelled job the body
 waited for) leaves the body as a failure (``JobFailed``, retried as any): this job was not
@@ -47,7 +50,7 @@ from ..options import MAX_TIMEOUT
 from ..stored import shown
 from .deadlines import Deadlines
 from .running import AsyncTarget, Running, SyncTarget
-from .stops import CancelRaised, TimeoutRaised, current_guard
+from .stops import CancelForced, CancelRaised, TimeoutForced, TimeoutRaised, current_guard
 
 __all__ = ["Stopper", "limit_of"]
 
@@ -85,7 +88,8 @@ def _only_its_own(exc: JobCancelled, jid: object) -> None:
 _CHAIN_LIMIT = 100
 
 
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+def _caused_by(exc: BaseException,
+               kind: type[BaseException] | tuple[type[BaseException], ...]) -> bool:
     """Whether ``exc`` was raised from, or while handling, a ``kind`` (its ``__cause__`` /
     ``__context__`` chain: bounded, and safe from a cycle)."""
     seen: BaseException | None = exc
@@ -98,14 +102,20 @@ def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
-def _others_cancel(task: asyncio.Task[Any]) -> bool:
-    """The stop's own cancellation of ``task`` landed (``AsyncTarget.delivered``): take it
-    back (3.11+), and say whether another was asked for as well — the worker's shutdown
-    cancelling the same task, which goes on as a cancellation rather than turning into the
-    stop's error (the job was given back: booked as a failure too, it would run twice). A
-    cancellation the stop did not deliver is never its own, even with a stop told."""
+def _others_cancel(task: asyncio.Task[Any], target: AsyncTarget) -> bool:
+    """The stop's own cancellations of ``task`` landed (``AsyncTarget.delivered``: one, or
+    more for a job that swallowed the first): take them back (3.11+), and say whether
+    another was asked for as well — the worker's shutdown cancelling the same task, which
+    goes on as a cancellation rather than turning into the stop's error (the job was given
+    back: booked as a failure too, it would run twice). A cancellation the stop did not
+    deliver is never its own, even with a stop told."""
     uncancel = getattr(task, "uncancel", None)
-    return uncancel is not None and uncancel() > 0
+    if uncancel is None:
+        return False
+    left = 0
+    for _ in range(target.delivered):
+        left = int(uncancel())
+    return left > 0
 
 
 class Stopper:
@@ -156,14 +166,14 @@ class Stopper:
                 result = call_next()
             finally:
                 guard.close_body()
-        except (TimeoutRaised, CancelRaised):
+        except (TimeoutRaised, CancelRaised, TimeoutForced, CancelForced):
             raise target.error() from None
         except JobCancelled as exc:
             _only_its_own(exc, jid)
             raise
         except Exception as exc:  # an error of the job's own, raised from the stop?
             stop = guard.stopped_with
-            if stop is not None and _caused_by(exc, stop):
+            if stop is not None and _caused_by(exc, (stop, TimeoutForced, CancelForced)):
                 raise target.error() from exc
             raise
         if guard.stopped_with is not None:
@@ -184,7 +194,7 @@ class Stopper:
         try:
             result = await call_next()
         except asyncio.CancelledError:
-            if not target.delivered or _others_cancel(task):
+            if not target.delivered or _others_cancel(task, target):
                 raise  # the worker's own (its shutdown): not ours to turn into an error
             raise target.error() from None
         except JobCancelled as exc:
@@ -192,7 +202,7 @@ class Stopper:
             raise
         except Exception as exc:
             if target.delivered and _caused_by(exc, asyncio.CancelledError) and \
-                    not _others_cancel(task):
+                    not _others_cancel(task, target):
                 raise target.error() from exc
             raise
         finally:
@@ -220,13 +230,13 @@ class Stopper:
             if error is None:
                 pass
             elif isinstance(error, asyncio.CancelledError) and target.delivered \
-                    and not _others_cancel(task):
+                    and not _others_cancel(task, target):
                 raise target.error() from None
             elif isinstance(error, JobCancelled):
                 _only_its_own(error, target.jid)
                 raise error
             elif isinstance(error, Exception) and target.delivered and \
-                    _caused_by(error, asyncio.CancelledError) and not _others_cancel(task):
+                    _caused_by(error, asyncio.CancelledError) and not _others_cancel(task, target):
                 raise target.error() from error  # an error of its own, from the stop
             else:
                 raise error  # the worker's own cancel (its shutdown) goes on as it came

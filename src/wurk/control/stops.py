@@ -20,6 +20,11 @@ time limit or a cancel that comes due as one job ends must never reach the next.
 The exception raised is a class (the C API raises a class, instantiated without
 arguments): the link that opened the body turns it into the full error.
 
+A body that catches its stop and runs on (an ``except Exception:`` around its work) is told
+again (``force_body``) with a ``BaseException`` of the same reason (``TimeoutForced``,
+``CancelForced``), which ``except Exception`` does not catch — as ``Shutdown``. It replaces a
+stop still pending (a body in C code never saw the first), never a ``Shutdown``.
+
 Withdrawing is done by the guarded thread itself, and never by handing the C API ``NULL``:
 on CPython 3.11 that clears the thread's exception but leaves the interpreter's "an
 exception is pending" flag set for good, so every thread of the process then stops at every
@@ -38,8 +43,8 @@ from typing import Protocol
 
 from ..errors import JobCancelled, JobTimeout, Shutdown
 
-__all__ = ["BodyTarget", "CancelRaised", "Guard", "JobGuard", "TimeoutRaised", "current_guard",
-           "set_guard"]
+__all__ = ["BodyTarget", "CancelForced", "CancelRaised", "Guard", "JobGuard", "TimeoutForced",
+           "TimeoutRaised", "current_guard", "set_guard"]
 
 
 # Run numbers of bodies, unique in the process (``next`` on it is atomic).
@@ -59,6 +64,22 @@ class CancelRaised(JobCancelled):
 
     def __init__(self) -> None:
         super().__init__("the job was cancelled")
+
+
+class TimeoutForced(BaseException):
+    """A time limit's stop raised again in a job that caught the first and ran on: a
+    ``BaseException``, so its ``except Exception`` lets it through (the link re-raises it as
+    the ``JobTimeout``)."""
+
+    def __init__(self) -> None:
+        super().__init__("the job ran past its time limit and caught the error")
+
+
+class CancelForced(BaseException):
+    """A cancel raised again in a job that caught the first and ran on."""
+
+    def __init__(self) -> None:
+        super().__init__("the job was cancelled and caught the error")
 
 
 class BodyTarget(Protocol):
@@ -100,6 +121,9 @@ class JobGuard:
         return None
 
     def stop_body(self, exc: type[BaseException], run: int) -> bool:
+        return False
+
+    def force_body(self, exc: type[BaseException], run: int) -> bool:
         return False
 
     def while_open(self, run: int, action: Callable[[], object]) -> bool:
@@ -165,6 +189,18 @@ class Guard(JobGuard):
                     self._pending is not None or self.ident is None:
                 return False
             self._pending = self.stopped_with = exc
+            _async_exc(self.ident, exc)
+            return True
+
+    def force_body(self, exc: type[BaseException], run: int) -> bool:
+        """Raise ``exc`` again in the body of run ``run``, which was told to stop and still
+        runs: it caught the stop (or has not seen it yet, inside C code — then ``exc`` takes
+        its place). Never over a ``Shutdown``; True if sent."""
+        with self._lock:
+            if run == 0 or self.run != run or self.stopped_with is None or \
+                    self.interrupted or self._pending is Shutdown or self.ident is None:
+                return False
+            self._pending = exc
             _async_exc(self.ident, exc)
             return True
 
