@@ -20,6 +20,7 @@ from tests.helpers.server import Server, start_server
 from wurk.connections.lease import Lease
 from wurk.connections.lending import lend_from
 from wurk.connections.pool import RedisPool
+from wurk.runtime.clock import ManualClock
 
 LENT = "test:lent"
 
@@ -279,3 +280,105 @@ def test_an_async_block_that_leaves_a_transaction_open_does_not_keep_its_connect
     first, second, after = asyncio.run(main())
     assert after == 1 and first != second  # applied at once, on a connection of its own
     assert r.get("half") is None and r.get("n") == "1"
+
+
+def _client_ids(r: redis.Redis) -> set[int]:
+    return {int(client["id"]) for client in r.client_list()}
+
+
+async def _eventually(predicate: Any, what: str) -> None:
+    """Let the loop run until ``predicate`` holds (up to a bound no machine reaches)."""
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+def _idle_config(redis_url: str) -> wurk.Config:
+    return wurk.Config(redis_url=redis_url, redis_idle_timeout=5)
+
+
+def test_an_async_block_s_kept_connections_idle_too_long_are_closed(
+    redis_server: Server, r: redis.Redis,
+) -> None:
+    """``redis_idle_timeout`` reaches the connections async blocks keep for the next block:
+    kept longer than it, they are closed, and the next block connects anew."""
+    config, clock = _idle_config(redis_server.url), ManualClock()
+
+    async def main() -> tuple[set[int], int]:
+        config.async_pool().clock = clock
+        async with wurk.redis(config) as one, wurk.redis(config) as two:
+            kept = {await one.call("CLIENT", "ID"), await two.call("CLIENT", "ID")}
+        assert kept <= _client_ids(r)  # both kept open for the next block
+        clock.advance(6)
+        async with wurk.redis(config) as conn:
+            assert await conn.call("PING") == b"PONG"
+            fresh = await conn.call("CLIENT", "ID")
+        await config.aclose()
+        return kept, fresh
+
+    try:
+        kept, fresh = asyncio.run(main())
+    finally:
+        config.close()
+    assert fresh not in kept
+    wait_until(lambda: not kept & _client_ids(r), 10, "the kept connections' close")
+
+
+def test_a_busy_loop_keeps_its_block_connection_and_a_held_one_is_never_closed(
+    redis_server: Server, r: redis.Redis,
+) -> None:
+    """Blocks that follow each other within the timeout reuse one connection for good; a
+    kept one no block takes any more is closed as another is put back; a block holding its
+    connection past the timeout keeps it."""
+    config, clock = _idle_config(redis_server.url), ManualClock()
+
+    async def main() -> None:
+        config.async_pool().clock = clock
+        async with wurk.redis(config) as held:
+            held_id = await held.call("CLIENT", "ID")
+            async with wurk.redis(config) as busy, wurk.redis(config) as spare:
+                busy_id = await busy.call("CLIENT", "ID")
+                spare_id = await spare.call("CLIENT", "ID")
+            for _ in range(10):  # 20 s, a block every 2 s: always the busy connection
+                clock.advance(2)
+                async with wurk.redis(config) as conn:
+                    assert await conn.call("CLIENT", "ID") == busy_id
+            await _eventually(lambda: spare_id not in _client_ids(r), "the spare's close")
+            assert await held.call("CLIENT", "ID") == held_id  # held 20 s: still open
+            assert {held_id, busy_id} <= _client_ids(r)
+        await config.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        config.close()
+
+
+def test_the_heartbeat_s_look_closes_a_quiet_loop_s_kept_connections_on_that_loop(
+    redis_server: Server, r: redis.Redis,
+) -> None:
+    """``close_idle_connections`` (the heartbeat's, from its own thread) has each loop close
+    its own idle connections, for a loop where no block runs to look."""
+    config, clock = _idle_config(redis_server.url), ManualClock()
+
+    async def main() -> tuple[int, int]:
+        config.async_pool().clock = clock
+        async with wurk.redis(config) as conn:
+            kept = await conn.call("CLIENT", "ID")
+        await asyncio.to_thread(config.close_idle_connections)  # idle 0 s: kept
+        await asyncio.sleep(0.05)
+        assert kept in _client_ids(r)
+        clock.advance(6)
+        await asyncio.to_thread(config.close_idle_connections)
+        await _eventually(lambda: kept not in _client_ids(r), "the kept connection's close")
+        async with wurk.redis(config) as conn:
+            fresh = await conn.call("CLIENT", "ID")
+        await config.aclose()
+        return kept, fresh
+
+    try:
+        kept, fresh = asyncio.run(main())
+    finally:
+        config.close()
+    assert fresh != kept

@@ -63,9 +63,91 @@ def test_a_configuration_s_pools_take_redis_idle_timeout(redis_server: Any) -> N
         assert cfg.pool("client").client.ping()
         assert cfg.close_idle_connections() == 0  # just used
         assert plain.pool("client").idle_timeout is None  # kept open, as before
+
+        async def async_timeouts() -> tuple[float | None, float | None]:
+            try:
+                return cfg.async_pool().idle_timeout, plain.async_pool().idle_timeout
+            finally:
+                await cfg.aclose()
+                await plain.aclose()
+
+        assert asyncio.run(async_timeouts()) == (300, None)
     finally:
         cfg.close()
         plain.close()
+
+
+async def _client_id(connection: Any) -> int:
+    """The server's id for a raw asyncio connection of a pool."""
+    await connection.send_command("CLIENT", "ID")
+    return int(await connection.read_response())
+
+
+def _ids(r: redis.Redis, name: str) -> set[int]:
+    return {int(client["id"]) for client in r.client_list() if client["name"] == name}
+
+
+def test_async_connections_idle_longer_than_the_idle_timeout_are_closed(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """The same on an asyncio pool, on its own loop: a connection left unused longer than
+    the timeout is closed when another comes back or when ``close_idle`` looks; one in use
+    is never closed under its user; the next command connects anew."""
+    clock = ManualClock()
+
+    async def main() -> None:
+        pool = AsyncRedisPool(str(config.redis_url), asyncio.get_running_loop(), size=3,
+                              name="idle-async-test", idle_timeout=30, clock=clock)
+        take = pool.connections.get_connection
+        try:
+            first, second, held = await take(), await take(), await take()
+            ids = [await _client_id(c) for c in (first, second, held)]
+            await pool.connections.release(first)
+            await pool.connections.release(second)
+            assert _ids(r, "idle-async-test") == set(ids)
+            clock.advance(30)
+            assert await pool.close_idle() == 0  # idle 30 s: not longer than the timeout
+            clock.advance(1)
+            assert await pool.client.ping()  # takes the second back, returns it: first closed
+            wait_until(lambda: _ids(r, "idle-async-test") == set(ids[1:]))
+            clock.advance(31)
+            assert await pool.close_idle() == 1  # nobody used the pool since
+            wait_until(lambda: _ids(r, "idle-async-test") == {ids[2]})
+            assert await _client_id(held) == ids[2]  # in use for 62 s: left alone
+            await pool.connections.release(held)
+            assert await pool.client.ping()  # connects again when used
+            assert len(_ids(r, "idle-async-test")) == 1
+        finally:
+            await pool.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_busy_async_pool_keeps_the_connections_it_uses(
+        config: wurk.Config, r: redis.Redis) -> None:
+    """Connections used within the timeout stay open however long the pool runs; only the
+    one left unused is closed."""
+    clock = ManualClock()
+
+    async def main() -> None:
+        pool = AsyncRedisPool(str(config.redis_url), asyncio.get_running_loop(), size=3,
+                              name="busy-async-test", idle_timeout=5, clock=clock)
+        take, give = pool.connections.get_connection, pool.connections.release
+        try:
+            spare, *busy = await take(), await take(), await take()
+            busy_ids = {await _client_id(c) for c in busy}
+            for connection in (spare, *busy):
+                await give(connection)
+            for _ in range(20):  # 80 s, each connection used every 4 s
+                clock.advance(4)
+                first, second = await take(), await take()
+                assert {await _client_id(first), await _client_id(second)} == busy_ids
+                await give(first)
+                await give(second)
+            wait_until(lambda: _ids(r, "busy-async-test") == busy_ids)  # the spare: closed
+        finally:
+            await pool.aclose()
+
+    asyncio.run(main())
 
 
 def test_replies_come_back_in_order(config: wurk.Config) -> None:

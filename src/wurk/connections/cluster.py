@@ -251,12 +251,12 @@ def blocking_pool(url: str, base: type, connection_class: type, **options: Any) 
                 **_pool_options(target, options))
 
 
-def async_blocking_pool(url: str, **options: Any) -> aredis.BlockingConnectionPool:
-    """``blocking_pool`` for redis-py's asyncio client."""
+def async_blocking_pool(url: str, base: type, **options: Any) -> Any:
+    """``blocking_pool`` for redis-py's asyncio client (``base`` its blocking pool)."""
     target = parse(url)
     locator = SlotLocator(target, options)
     connection = type("AsyncSlotConnection", (_AsyncSlotConnection, aredis.Connection),
                       {"locator": locator})
-    return aredis.BlockingConnectionPool(
+    return base(
         connection_class=connection, host=target.nodes[0][0], port=target.nodes[0][1],
         **_pool_options(target, options))

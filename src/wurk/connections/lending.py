@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -40,7 +39,7 @@ import redis as redis_py
 
 from ..config import Config, chosen_shard, default_config
 from .lease import Lease
-from .pool import AsyncRedisPool, RedisPool
+from .pool import AsyncRedisPool, Kept, RedisPool
 from .replies import CONNECTION_ERRORS, raise_refusal, reply_code, retry_replies, unavailable
 
 __all__ = ["AsyncConnection", "Borrowed", "Connection", "async_pool", "kept", "lend_from",
@@ -180,17 +179,19 @@ _idles: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop,
     weakref.WeakKeyDictionary()
 
 
-class _Idle:
+class _Idle(Kept):
     """One loop's connections: at most ``ASYNC_POOL_SIZE`` blocks hold one at once (the
     others wait their turn, up to the socket timeout), and a block's connection is kept for
     the next block, since taking one from redis-py's pool costs more than the command it
-    serves. One idle longer than ``IDLE_RECHECK`` goes back through the pool, whose health
-    check sees a dropped one."""
+    serves (the newest is taken first). One idle longer than ``IDLE_RECHECK`` goes back
+    through the pool, whose health check sees a dropped one; one idle longer than the pool's
+    ``idle_timeout`` (``redis_idle_timeout``) is closed — when it is taken, when a block puts
+    one back (the oldest is looked at), or when the pool looks (``AsyncRedisPool.keep``)."""
 
-    __slots__ = ("connections", "turns")
+    __slots__ = ("turns",)
 
     def __init__(self) -> None:
-        self.connections: list[tuple[Any, float]] = []
+        super().__init__()
         self.turns = asyncio.Semaphore(ASYNC_POOL_SIZE)
 
 
@@ -214,6 +215,7 @@ def _idle(config: Config | None) -> tuple[AsyncRedisPool, _Idle]:
     entry = idles.get(id(cfg))
     if entry is None or entry[0] is not cfg or entry[1] is not pool:
         entry = idles[id(cfg)] = (cfg, pool, _Idle())
+        pool.keep(entry[2])
     return pool, entry[2]
 
 
@@ -238,7 +240,7 @@ class Borrowed:
         self._lent: Connection | None = None  # what this block yielded
         # The async form's held connection, with the pool and idle set it came from, where it
         # goes back (the configuration's may be closed and made anew while the block runs).
-        self._async: tuple[AsyncConnection, Any, _Idle] | None = None
+        self._async: tuple[AsyncConnection, AsyncRedisPool, _Idle] | None = None
 
     def __enter__(self) -> Connection:
         held = _held
@@ -269,7 +271,7 @@ class Borrowed:
 
     async def __aenter__(self) -> AsyncConnection:
         found, idle = _idle(self._config)
-        pool, url = found.connections, found.url
+        url = found.url
         timeout = (self._config or default_config()).socket_timeout or None
         try:
             await asyncio.wait_for(idle.turns.acquire(), timeout)
@@ -278,23 +280,29 @@ class Borrowed:
                 f"no connection free within {timeout} s ({ASYNC_POOL_SIZE} in use)"),
                 url) from None
         try:
-            connection = AsyncConnection(await self._take(pool, idle, url), url)
+            connection = AsyncConnection(await self._take(found, idle, url), url)
         except BaseException:
             idle.turns.release()
             raise
-        self._async = (connection, pool, idle)
+        self._async = (connection, found, idle)
         return connection
 
     @staticmethod
-    async def _take(pool: Any, idle: _Idle, url: str) -> Any:
-        now = time.monotonic()
+    async def _take(found: AsyncRedisPool, idle: _Idle, url: str) -> Any:
+        pool = found.connections
+        timeout = found.idle_timeout
+        now = pool.clock.monotonic()
         while idle.connections:
             connection, since = idle.connections.pop()
-            if now - since < IDLE_RECHECK:
+            age = now - since
+            if age < IDLE_RECHECK and (timeout is None or age <= timeout):
                 return connection
-            await pool.release(connection)  # through the pool's health check again
+            if timeout is not None and age > timeout:
+                await found.close_kept([connection])  # redis_idle_timeout: closed
+            else:  # through the pool's health check again, idle since it was put back
+                await pool.release(connection, idle_since=since)
         try:
-            return await pool.get_connection()
+            return await pool.get_connection()  # type: ignore[no-untyped-call]
         except CONNECTION_ERRORS as exc:
             raise unavailable(exc, url) from exc
 
@@ -302,13 +310,18 @@ class Borrowed:
         taken, self._async = self._async, None
         if taken is None:
             return
-        held, pool, idle = taken
+        held, found, idle = taken
         try:
             if held.broken or held.open:
                 await held._connection.disconnect()
-                await pool.release(held._connection)
+                await found.connections.release(held._connection)
             else:
-                idle.connections.append((held._connection, time.monotonic()))
+                kept = idle.connections
+                now = found.connections.clock.monotonic()
+                kept.append((held._connection, now))
+                timeout = found.idle_timeout  # then the oldest kept: one comparison
+                if timeout is not None and now - kept[0][1] > timeout:
+                    await found.close_kept(idle.stale(now, timeout))
         finally:
             idle.turns.release()
 

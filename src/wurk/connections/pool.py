@@ -30,6 +30,11 @@
    back to the pool looks at the others at most once a second; ``close_idle`` looks at
    once (the worker's heartbeat calls it, for pools nobody uses). redis-py's pools have no
    such timeout (``health_check_interval`` pings a connection before use, keeping it open).
+   ``AsyncRedisPool`` applies it the same way, on its own loop (an asyncio connection is
+   closed by the loop that owns it): a connection given back looks at most once a second,
+   a block's kept connection (``Kept``, ``wurk.connections.lending``) is looked at as it
+   is put back or taken, and ``close_idle_soon`` (the heartbeat's, from its own thread)
+   has the loop look at every one. A stale connection leaves the pool as it is closed.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import asyncio
 import logging
 import os
 import socket
+import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
@@ -61,7 +68,7 @@ from .replies import (
     unavailable,
 )
 
-__all__ = ["AsyncRedisPool", "RedisPool"]
+__all__ = ["AsyncRedisPool", "Kept", "RedisPool"]
 
 log = logging.getLogger("wurk")
 T = TypeVar("T")
@@ -142,6 +149,72 @@ class _Pool(redis.BlockingConnectionPool):
         return closed
 
 
+class _AsyncPool(aredis.BlockingConnectionPool):
+    """redis-py's asyncio blocking pool with ``_Pool``'s idle timeout, for one loop."""
+
+    idle_timeout: float | None = None
+    clock: Clock = SYSTEM
+    _next_look = 0.0
+
+    async def release(self, connection: Any, idle_since: float | None = None) -> None:
+        """Give ``connection`` back, idle since now (or ``idle_since``: a kept connection
+        handed back after waiting outside the pool); at most once per ``IDLE_LOOK`` of a
+        busy pool, close the others idle too long."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            await super().release(connection)
+            return
+        now = self.clock.monotonic()
+        connection.wurk_idle_since = now if idle_since is None else idle_since
+        await super().release(connection)
+        if now >= self._next_look:
+            self._next_look = now + min(timeout, IDLE_LOOK)
+            await self.close_idle()
+
+    async def close_idle(self) -> int:
+        """Close the connections waiting in the pool unused for longer than
+        ``idle_timeout``; how many. On the pool's loop. Each is taken out of the pool before
+        it is closed (no task can take it meanwhile: no await between the look and the
+        taking), so the pool makes a new one when it needs one."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            return 0
+        now = self.clock.monotonic()
+        waiting = self._available_connections
+        stale = [connection for connection in waiting
+                 if getattr(connection, "_writer", None) is not None
+                 and now - getattr(connection, "wurk_idle_since", now) > timeout]
+        if not stale:
+            return 0
+        gone = set(map(id, stale))
+        waiting[:] = [connection for connection in waiting if id(connection) not in gone]
+        for connection in stale:
+            with suppress(Exception):
+                await connection.disconnect()
+        return len(stale)
+
+
+class Kept:
+    """Connections a holder took out of an ``AsyncRedisPool`` and keeps between its uses
+    (async ``wurk.redis()`` blocks, ``wurk.connections.lending``), oldest first, each with
+    the time (the pool's clock) it was put back. ``AsyncRedisPool.keep`` registers it, so
+    the pool's idle timeout reaches these too."""
+
+    __slots__ = ("__weakref__", "connections")
+
+    def __init__(self) -> None:
+        self.connections: deque[tuple[Any, float]] = deque()
+
+    def stale(self, now: float, timeout: float) -> list[Any]:
+        """Take out the connections kept unused for longer than ``timeout``: the oldest,
+        from the front, so a look costs one comparison while none is stale."""
+        connections = self.connections
+        taken = []
+        while connections and now - connections[0][1] > timeout:
+            taken.append(connections.popleft()[0])
+        return taken
+
+
 def _driver_info() -> dict[str, Any]:
     """``CLIENT SETINFO`` naming wurk; redis-py ignores an error reply from old servers."""
     try:
@@ -200,14 +273,15 @@ def _sync_pool(url: str, **options: Any) -> _Pool:
     return _Pool.from_url(url, **options)
 
 
-def _async_pool(url: str, **options: Any) -> aredis.BlockingConnectionPool:
+def _async_pool(url: str, **options: Any) -> _AsyncPool:
     options = _for_scheme(url, options)
     if sentinel.is_sentinel(url):
         return sentinel.async_blocking_pool(  # type: ignore[no-any-return]
-            url, aredis.BlockingConnectionPool, **options)
+            url, _AsyncPool, **options)
     if cluster.is_cluster(url):
-        return cluster.async_blocking_pool(url, **options)
-    return aredis.BlockingConnectionPool.from_url(url, **options)
+        return cluster.async_blocking_pool(  # type: ignore[no-any-return]
+            url, _AsyncPool, **options)
+    return _AsyncPool.from_url(url, **options)
 
 
 def _sentinel_clients(pool: Any) -> list[Any]:
@@ -344,7 +418,8 @@ class AsyncRedisPool:
     """A bounded, named pool of asyncio connections to one Redis, for one event loop."""
 
     def __init__(self, url: str, loop: asyncio.AbstractEventLoop, *, size: int = 100,
-                 name: str = "wurk-async", socket_timeout: float = 3.0) -> None:
+                 name: str = "wurk-async", socket_timeout: float = 3.0,
+                 idle_timeout: float | None = None, clock: Clock = SYSTEM) -> None:
         self.url = url
         self.loop = loop
         self.size = size  # half at most kept by async ``wurk.redis()`` blocks (``lending``)
@@ -355,7 +430,58 @@ class AsyncRedisPool:
             socket_timeout=socket_timeout or None,
             socket_connect_timeout=socket_timeout or None, socket_keepalive=True,
             client_name=name, retry=Retry(NoBackoff(), 0), **_driver_info())
+        self.idle_timeout = self.connections.idle_timeout = idle_timeout
+        self.connections.clock = clock
         self.client: aredis.Redis = aredis.Redis(connection_pool=self.connections)
+        self._kept: weakref.WeakSet[Kept] = weakref.WeakSet()
+        self._looks: set[asyncio.Task[int]] = set()  # close_idle_soon's, until done
+
+    @property
+    def clock(self) -> Clock:
+        """The clock idle times are read from (a test's ``ManualClock``, or real time)."""
+        return self.connections.clock
+
+    @clock.setter
+    def clock(self, clock: Clock) -> None:
+        self.connections.clock = clock
+
+    def keep(self, kept: Kept) -> None:
+        """Have the idle timeout reach ``kept`` (connections of this pool kept outside it)."""
+        self._kept.add(kept)
+
+    async def close_kept(self, connections: list[Any]) -> None:
+        """Close connections taken from a ``Kept`` and give them back to the pool (closed:
+        connected anew at their next use)."""
+        for connection in connections:
+            with suppress(Exception):
+                await connection.disconnect()
+            await self.connections.release(connection)
+
+    async def close_idle(self) -> int:
+        """Close the connections idle longer than ``idle_timeout``, in the pool and kept
+        outside it; how many. On the pool's loop."""
+        timeout = self.idle_timeout
+        if timeout is None:
+            return 0
+        now = self.clock.monotonic()
+        stale = [connection for kept in list(self._kept)
+                 for connection in kept.stale(now, timeout)]
+        await self.close_kept(stale)
+        return len(stale) + await self.connections.close_idle()
+
+    def close_idle_soon(self) -> None:
+        """``close_idle`` on the pool's loop, from any thread (the worker's heartbeat, for a
+        loop with no block or command that would look): its connections belong to it. Does
+        nothing without a timeout or with the loop stopped or closed."""
+        if self.idle_timeout is None or self.loop.is_closed() or not self.loop.is_running():
+            return
+        with suppress(RuntimeError):  # the loop closing meanwhile: nothing left to close
+            self.loop.call_soon_threadsafe(self._look)
+
+    def _look(self) -> None:
+        task = self.loop.create_task(self.close_idle())
+        self._looks.add(task)
+        task.add_done_callback(self._looks.discard)
 
     async def run(self, fn: Callable[[aredis.Redis], Awaitable[T]]) -> T:
         """Run ``fn`` against the pool, never replaying it after a broken connection. A

@@ -11,7 +11,8 @@
    only on the loop that opened it); pools of loops closed since are closed then.
 4. ``reset_after_fork`` drops every pool without closing the parent's sockets; ``close`` /
    ``aclose`` end every connection; a pool used again afterwards is made anew.
-   ``close_idle`` closes the connections idle longer than ``redis_idle_timeout``.
+   ``close_idle`` closes the connections idle longer than ``redis_idle_timeout``: the sync
+   pools' at once, and each asyncio pool's on its own loop, soon after.
 5. ``unreached``: whether a worker of this configuration has been waiting since boot for a
    Redis that never answered (``wurk.connections.unreached``), shared by every view.
 6. ``view(name, make)``: the configuration's view of shard ``name`` (``Config.shard``),
@@ -103,7 +104,8 @@ class Connections:
                     old.close()
                     del self._async_pools[old.loop]
                 pool = self._async_pools[loop] = AsyncRedisPool(
-                    url, loop, socket_timeout=self._settings.socket_timeout)
+                    url, loop, socket_timeout=self._settings.socket_timeout,
+                    idle_timeout=self._settings.redis_idle_timeout)
             return pool
 
     def view(self, name: str, make: Callable[[], Any]) -> Any:
@@ -120,10 +122,14 @@ class Connections:
 
     def close_idle(self) -> int:
         """Close the connections idle longer than ``redis_idle_timeout`` in every pool
-        (the shards' too); how many."""
+        (the shards' too); how many of the sync pools'. Each asyncio pool's loop is asked to
+        close its own (``AsyncRedisPool.close_idle_soon``): they are not counted."""
         closed = sum(connections.close_idle() for connections in self._view_connections())
         with self._lock:
             pools = list(self._pools.values())
+            async_pools = list(self._async_pools.values())
+        for async_pool in async_pools:
+            async_pool.close_idle_soon()
         return closed + sum(pool.close_idle() for pool in pools)
 
     def reset_after_fork(self) -> None:
