@@ -12,11 +12,24 @@
    changes every job. Not mounted by default.
 4. ``flask wurk worker`` runs a worker with this app's configuration; ``flask wurk stats``,
    ``queues``, ``retries``, ``dead``, ``processes``, ``retry``, ``kill`` are wurk's own.
+5. ``worker=True`` (``Wurk(app, worker=True)`` or ``init_app(app, worker=True)``) runs an
+   embedded worker (threads in this process, ``wurk.InProcessWorker``) with the app's
+   configuration, so its jobs run in the app context. It starts with the first request
+   the process serves, not at ``init_app``: a ``flask`` command (``flask wurk worker``,
+   ``flask db upgrade``), a test that never requests, gunicorn's ``--preload`` master and
+   ``flask run``'s reloading parent import the app factory too, and serve no request. One
+   try per process: a worker that cannot boot (a ``startup`` hook raising, a port in use, a
+   ``WURK_IMPORTS`` module missing) is logged with its traceback and the app serves
+   without it (``embedded`` stays None). ``start()`` registered its drain for the
+   interpreter's exit; ``stop()`` drains now (gunicorn's ``worker_exit``).
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +43,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 from ..config import Config, configure
 from ..crypto import check_active_key
 from ..errors import ConfigError
+from ..inprocess import InProcessWorker
 from . import require_authorize
 from .wsgi_mount import WsgiDashboard, environ_for
 
@@ -39,6 +53,8 @@ PREFIX = "WURK_"
 OWN_KEYS = ("imports",)
 EXTENSION = "wurk"
 Authorize = Callable[[], bool]
+
+log = logging.getLogger("wurk")
 
 
 class AppContext:
@@ -65,20 +81,78 @@ def settings_of(app: Flask) -> tuple[dict[str, Any], tuple[str, ...]]:
     return values, tuple(imports)
 
 
+class EmbeddedStart:
+    """An app's embedded worker, started by the first request of each process (point 5)."""
+
+    def __init__(self, app: Flask, config: Config) -> None:
+        self.app = app
+        self.config = config
+        self.worker: InProcessWorker | None = None
+        self.pid: int | None = None  # the process that tried to start it
+        self._lock = threading.Lock()
+
+    def before_request(self) -> None:
+        if self.pid != os.getpid():  # once per process; the parent's worker stayed there
+            with self._lock:
+                if self.pid != os.getpid():
+                    self.pid = os.getpid()
+                    self.worker = self._boot()
+
+    def _boot(self) -> InProcessWorker | None:
+        try:
+            for module in settings_of(self.app)[1]:
+                importlib.import_module(module)
+            return InProcessWorker(self.config).start()
+        except Exception:  # the start stopped what it had started
+            log.exception("wurk: the embedded worker of the Flask app %r did not start; the "
+                          "app serves requests without it (no job runs in this process)",
+                          self.app.name)
+            return None
+
+    def stop(self, timeout: float | None = None) -> None:
+        with self._lock:  # no request starts one after this, in this process
+            worker, owned = self.worker, self.pid == os.getpid()
+            self.worker, self.pid = None, os.getpid()
+        if worker is not None and owned:
+            worker.stop(timeout)
+
+
 class Wurk:
     """The Flask extension; one per app, or one for several through ``init_app``."""
 
     def __init__(self, app: Flask | None = None, *, dashboard: str | None = None,
-                 authorize: Authorize | None = None, live: bool = False) -> None:
+                 authorize: Authorize | None = None, live: bool = False,
+                 worker: bool = False) -> None:
         require_authorize(dashboard, authorize, "lambda: session.get('admin') is True, "
                           "called inside the request")
         self.dashboard_path = dashboard
         self.authorize = authorize
         self.live = live
+        self.worker = worker
+        self._starts: list[EmbeddedStart] = []
         if app is not None:
             self.init_app(app)
 
-    def init_app(self, app: Flask) -> None:
+    @property
+    def embedded(self) -> InProcessWorker | None:
+        """The embedded worker this process runs (the latest app's, for an extension serving
+        several); None with ``worker=False``, before the first request, after a failed boot
+        and after ``stop()``."""
+        for start in reversed(self._starts):
+            if start.worker is not None and start.pid == os.getpid():
+                return start.worker
+        return None
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Drain the embedded workers this process runs: running jobs get ``timeout``
+        (default: the configuration's) seconds, then go back to their queue. For gunicorn's
+        ``worker_exit``; the exit of the interpreter drains them too. None starts again."""
+        for start in self._starts:
+            start.stop(timeout)
+
+    def init_app(self, app: Flask, *, worker: bool | None = None) -> None:
+        """Set wurk up on ``app``; ``worker`` (default: the constructor's) runs an embedded
+        worker from the first request on (point 5)."""
         if EXTENSION in app.extensions:
             # A second init_app failed half-way (Flask's AssertionError about an endpoint,
             # after the new configuration had replaced the process default).
@@ -90,6 +164,10 @@ class Wurk:
         app.cli.add_command(cli_group())
         if self.dashboard_path is not None and self.authorize is not None:
             self._mount_dashboard(app, config)
+        if self.worker if worker is None else worker:
+            start = EmbeddedStart(app, config)
+            self._starts.append(start)
+            app.before_request(start.before_request)
 
     @staticmethod
     def build_config(app: Flask, **overrides: Any) -> Config:

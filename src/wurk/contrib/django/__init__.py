@@ -16,10 +16,14 @@
 5. The dashboard: ``path("wurk/", include("wurk.contrib.django.urls"))``, staff only
    (``urls.py``, ``dashboard.py``).
 6. ``django.tasks``: ``TASKS = {"default": {"BACKEND": "wurk.contrib.django.tasks.WurkBackend"}}``.
+7. An embedded worker in the web process: ``start_worker()`` in ``wsgi.py`` / ``asgi.py``,
+   ``stop_worker()`` from the server's graceful-exit hook (``embedded.py``).
 
 Needs the ``django`` extra: ``pip install 'wurk[django]'``.
 """
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from .embedded import start_worker, stop_worker
+
+__all__ = ["start_worker", "stop_worker"]
