@@ -98,7 +98,8 @@ _SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache
                      "control_interval", "log_slow_jobs_after", "leader_renew_interval",
                      "leader_check_interval", "periodic_poll_interval",
                      "outbox_poll_interval", "outbox_claim_timeout", "push_replica_timeout",
-                     "web_stream_interval", "history_interval", "retain_history",
+                     "web_stream_interval", "web_poll_interval", "history_interval",
+                     "retain_history",
                      "job_timeout", "heartbeat_ttl", "super_fetch_orphan_check",
                      "max_iteration_runtime", "redis_idle_timeout")
 MAX_SECONDS = threading.TIMEOUT_MAX
@@ -571,6 +572,8 @@ class Config:
     # long-held live streams cannot take the connections a co-located worker needs.
     web_pool_size: int = 4
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
+    # Seconds between two refreshes of a page's content when its "Live Poll" is on.
+    web_poll_interval: float = 5.0
     # -- rate limiters (``wurk.limiter``) ---------------------------------------------------
     # A job over a limit is rescheduled at most this many times (a limiter's own
     # ``reschedule`` wins), then its error takes the ordinary retry path; 0: never.
@@ -1012,6 +1015,11 @@ class Config:
         if _not_seconds(interval):
             raise ConfigError(f"web_stream_interval must be a number of seconds > 0, "
                               f"not {interval!r}")
+        poll = self.web_poll_interval
+        if _not_seconds(poll):
+            raise ConfigError(f"web_poll_interval must be a number of seconds > 0 (the "
+                              f"dashboard's Live Poll refreshes a page that often), "
+                              f"not {poll!r}")
         hosts = self.web_allowed_hosts
         if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
             raise ConfigError(f"web_allowed_hosts must be a list of host names, not {hosts!r}")

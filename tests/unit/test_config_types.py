@@ -57,6 +57,7 @@ SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache_
                     "control_interval", "log_slow_jobs_after", "leader_renew_interval",
                     "leader_check_interval", "periodic_poll_interval", "outbox_poll_interval",
                     "outbox_claim_timeout", "push_replica_timeout", "web_stream_interval",
+                    "web_poll_interval",
                     "history_interval", "retain_history", "super_fetch_orphan_check",
                     "max_iteration_runtime", "redis_idle_timeout")
 

@@ -80,7 +80,7 @@ def create_app(config: Config | None = None, *, authorize: Authorize | None = No
     dash = Dashboard.for_config(
         cfg, read_only=cfg.web_read_only if read_only is None else bool(read_only),
         stream_interval=float(cfg.web_stream_interval), templates=build_templates(chosen),
-        extensions=chosen)
+        extensions=chosen, poll_interval=float(cfg.web_poll_interval))
     basic = None
     if cfg.web_username is not None and cfg.web_password is not None:
         basic = (cfg.web_username, cfg.web_password)

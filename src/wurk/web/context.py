@@ -45,6 +45,8 @@ class Dashboard:
     stream_interval: float
     templates: Jinja2Templates
     extensions: tuple[Extension, ...] = ()
+    # Seconds between two refreshes of a page's content while its Live Poll is on.
+    poll_interval: float = 5.0
     # Set by whoever stops the server (``wurk web`` does): open live streams end at their
     # next tick instead of holding the shutdown until they are cancelled.
     closing: threading.Event = field(default_factory=threading.Event)

@@ -8,7 +8,7 @@
    (<raw text>)`` — escaped like any text — and the rest of the page renders as usual. The
    ``invalid`` test (``{% if x is invalid %}``) is there for what is not a filter's job.
 3. ``render``: a page with what every page needs (the prefix, the CSRF token, the tabs,
-   read-only mode) beside its own context.
+   read-only mode, the Live Poll's interval) beside its own context.
 """
 
 from __future__ import annotations
@@ -103,6 +103,8 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
         "version": __version__, "path": route_path(request.scope),
         "environment": environment_label(dash.config.environment),
         "notice": notice(request),
+        # The Live Poll's interval (``web_poll_interval``), read by wurk.js from the page.
+        "poll_interval": repr(float(dash.poll_interval)),
         "tabs": BUILTIN_TABS + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions),
         # A link is not text shown: never cut (``bounded``), ``named_path`` keeps it short.
         "url": lambda path, **query: escape(url(root, path, **query)),

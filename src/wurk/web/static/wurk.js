@@ -1,12 +1,12 @@
 // wurk dashboard: the little behaviour the pages have. Loaded as a file (the CSP allows no
-// inline script); every page works without it, it only adds confirmations, "select all"
-// and the live numbers.
+// inline script); every page works without it, it only adds confirmations, "select all",
+// the live numbers and the Live Poll.
 (function () {
   "use strict";
 
   // -- confirmation before destructive actions -------------------------------------------
-  function confirmations() {
-    document.querySelectorAll("button[data-confirm]").forEach(function (button) {
+  function confirmations(root) {
+    root.querySelectorAll("button[data-confirm]").forEach(function (button) {
       button.addEventListener("click", function (event) {
         if (!window.confirm(button.getAttribute("data-confirm"))) { event.preventDefault(); }
       });
@@ -14,8 +14,8 @@
   }
 
   // -- selecting rows --------------------------------------------------------------------
-  function selection() {
-    document.querySelectorAll("form").forEach(function (form) {
+  function selection(root) {
+    root.querySelectorAll("form").forEach(function (form) {
       var all = form.querySelector("input[data-select-all]");
       var boxes = form.querySelectorAll("input[type=checkbox][name=key]");
       var buttons = form.querySelectorAll("button[data-needs-selection]");
@@ -147,9 +147,123 @@
     source.addEventListener("error", function () { say("reconnecting…", false); });
   }
 
+  // -- Live Poll: re-fetch this page every web_poll_interval and swap its content ---------
+  // The choice is kept in localStorage, so it follows the viewer from page to page, as
+  // Sidekiq's does. Nothing is fetched while the tab is hidden or while the viewer is in
+  // the middle of something a swap would undo; the first failed fetch stops the polling.
+  var POLL_KEY = "wurk-live-poll";
+  var LONGEST_WAIT = 2147483647;  // setTimeout's longest delay in ms; a longer one fires at once
+
+  function pollRemembered() {
+    try { return window.localStorage.getItem(POLL_KEY) === "on"; } catch (e) { return false; }
+  }
+
+  function rememberPoll(on) {
+    try { window.localStorage.setItem(POLL_KEY, on ? "on" : "off"); } catch (e) { /* this page only */ }
+  }
+
+  // A row ticked for a bulk action, or a text field (the filter) being typed in.
+  function inTheMiddleOfSomething(content) {
+    if (content.querySelector("input[type=checkbox]:checked")) { return true; }
+    var active = document.activeElement;
+    if (!active || active === document.body) { return false; }
+    if (active.tagName === "SELECT" || active.tagName === "TEXTAREA") { return true; }
+    return active.tagName === "INPUT" &&
+      !/^(checkbox|radio|button|submit|reset|hidden)$/i.test(active.type);
+  }
+
+  function PollFailed(text) { this.message = text; }
+
+  function livePoll() {
+    var box = document.getElementById("live-poll");
+    var content = document.getElementById("content");
+    if (!box || !content || !window.fetch || !window.DOMParser) { return; }
+    var button = document.getElementById("live-poll-toggle");
+    var state = document.getElementById("live-poll-state");
+    var seconds = Number(box.getAttribute("data-poll-interval"));
+    var delay = isFinite(seconds) && seconds > 0 ? Math.min(seconds * 1000, LONGEST_WAIT) : 5000;
+    var on = false, timer = null, generation = 0;
+
+    function show() {
+      button.textContent = on ? "Live Poll: Stop" : "Live Poll: Start";
+      button.setAttribute("aria-pressed", on ? "true" : "false");
+      box.className = "live-poll " + (on ? "on" : "off");
+    }
+    function schedule() {
+      window.clearTimeout(timer);
+      timer = on ? window.setTimeout(tick, delay) : null;
+    }
+    function halt() {
+      on = false;
+      generation += 1;  // an answer still on its way is dropped
+      schedule();
+      show();
+    }
+    function fail(text) {  // stop here; the choice stays remembered for the next page
+      halt();
+      state.textContent = "Live Poll stopped: " + text;
+    }
+    function swap(html) {
+      var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("content");
+      if (!fresh) { throw new PollFailed("the answer was not this page."); }
+      if (inTheMiddleOfSomething(content)) { return; }  // begun while the fetch was out
+      var next = document.importNode(fresh, true);
+      content.parentNode.replaceChild(next, content);
+      content = next;
+      confirmations(content);
+      selection(content);
+    }
+    function tick() {
+      timer = null;
+      if (!on) { return; }
+      if (document.visibilityState === "hidden" || inTheMiddleOfSomething(content)) {
+        schedule();
+        return;
+      }
+      var mine = generation;
+      window.fetch(window.location.href, {credentials: "same-origin", cache: "no-store",
+                                          headers: {"Accept": "text/html"}})
+        .then(function (response) {
+          if (response.redirected) { throw new PollFailed("the page moved; reload it."); }
+          if (!response.ok) {
+            throw new PollFailed("the page answered " + response.status + "; reload it.");
+          }
+          return response.text();
+        }, function () {
+          throw new PollFailed("the dashboard could not be reached.");
+        })
+        .then(function (html) {
+          if (mine !== generation) { return; }
+          swap(html);
+          schedule();
+        })
+        .catch(function (error) {
+          if (mine !== generation) { return; }
+          fail(error instanceof PollFailed ? error.message : "the page could not be shown.");
+        });
+    }
+    button.addEventListener("click", function () {
+      if (on) {
+        halt();
+        rememberPoll(false);
+        return;
+      }
+      on = true;
+      state.textContent = "";
+      rememberPoll(true);
+      show();
+      tick();
+    });
+    on = pollRemembered();
+    show();
+    box.hidden = false;
+    schedule();
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
-    confirmations();
-    selection();
+    confirmations(document);
+    selection(document);
     live();
+    livePoll();
   });
 }());
