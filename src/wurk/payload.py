@@ -116,6 +116,9 @@ TRACESTATE = "tracestate"
 # wurk's own: a workflow step's job names its workflow's id and its step (``wurk.workflow``).
 WORKFLOW = "wf"
 WORKFLOW_STEP = "wf_step"
+# wurk's own: a ``django.tasks`` task's job names the backend (its alias in ``TASKS``) it was
+# enqueued through, whose shard keeps the task's records (``wurk.contrib.django.tasks``).
+TASK_BACKEND = "wurk_task_backend"
 
 DEFAULT_QUEUE = "default"
 # wurk's own client-side option: ``set(transactional=False)`` pushes at once, even inside a

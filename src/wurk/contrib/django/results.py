@@ -10,8 +10,9 @@
    talk to Redis (docs/testing.md). ``in_memory()`` says which.
 4. ``mark_dead`` is a death handler: a task whose retries ran out (or that had none) is
    recorded ``FAILED``; until then a failed attempt leaves it ``READY`` for the retry. The
-   payload names the task (its ``class``), the task its backend, and so the store (the
-   shard) its record lives in; a payload of no task known here, the default shard's.
+   payload names the task (its ``class``) and the backend it was enqueued through (else the
+   task's own), and so the store (the shard) its record lives in; a payload of no task known
+   here, the default shard's.
 """
 
 from __future__ import annotations
@@ -47,10 +48,10 @@ _kept_lock = threading.Lock()
 _updating = threading.Lock()  # ``update`` of kept records: one at a time
 # Reads and writes of one update, tried again when another wrote the record between them.
 UPDATE_TRIES = 10
-# A task's module path → its backend's store, or None for no task known here: set by
-# ``wurk.contrib.django.tasks``'s backend when one is made (this module does not need
-# django.tasks).
-store_of: Callable[[str], ResultStore | None] | None = None
+# A task's job → the store of the backend it was enqueued through (its payload names it), or
+# None for no task known here: set by ``wurk.contrib.django.tasks``'s backend when one is
+# made (this module does not need django.tasks).
+store_of: Callable[[dict[str, Any]], ResultStore | None] | None = None
 
 
 def in_memory() -> bool:
@@ -192,14 +193,12 @@ def mark_dead(payload: dict[str, Any], exc: BaseException) -> None:
     jid = payload.get(P.JID)
     if not isinstance(jid, str) or not jid:
         return
-    path = payload.get(P.CLASS)
-
     def failed(record: Record) -> None:
         record["status"] = FAILED
         record["finished_at"] = now()
 
     try:
-        found = store_of(path) if store_of is not None and isinstance(path, str) else None
+        found = store_of(payload) if store_of is not None else None
         store = found if found is not None else ResultStore()
         store.update(jid, failed)
     except Exception as error:  # a death handler must not break the death it reports

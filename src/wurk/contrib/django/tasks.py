@@ -7,9 +7,14 @@
 2. A task is a wurk job named by its module path (the payload's ``class``), registered
    when its ``@task`` decorator runs (``task.using(...)`` makes a variant that replaces
    neither the task nor its job's options): the worker loads each app's ``tasks.py``, and never
-   imports what a payload names. Its args travel as ``[args, kwargs]``; ``run_after``
-   schedules it; ``queue_name`` is its queue, one a worker can be given (checked for
-   ``QUEUES`` at startup, for any other at ``@task`` and enqueue). ``OPTIONS`` other than
+   imports what a payload names. The job names the backend it was enqueued through
+   (``wurk_task_backend``, its alias): ``task.using(backend="other")`` pushes with that
+   backend's ``OPTIONS`` (its ``SHARD``), and the worker, the death handler and
+   ``get_result`` keep the task's record on that backend's shard, beside the job; a result
+   read carries the task as it was enqueued (its backend, its queue). Its args travel as
+   ``[args, kwargs]``; ``run_after`` schedules it; ``queue_name`` is its queue, one a
+   worker can be given (checked for ``QUEUES`` at startup, for any other at ``@task`` and
+   enqueue). ``OPTIONS`` other than
    ``RESULT_TTL`` are wurk job options (``TASK_OPTIONS``: ``RETRY``, ``DEAD``, ``TAGS``…);
    another key is an error at startup.
 3. The result id is the jid. A task keeps its result as any wurk job does: the job carries
@@ -49,7 +54,7 @@ from ... import payload as P
 from ...client import writers
 from ...client.default import default_client
 from ...config import default_config
-from ...errors import ConfigError, is_shutdown
+from ...errors import ConfigError, Unretryable, is_shutdown
 from ...job import JobDefinition, current_job, registry, validate_options
 from ...options import SHARD, parse_queue
 from ...results import store as outcomes
@@ -57,6 +62,7 @@ from . import results as R
 
 try:  # Django 6
     from django.tasks import exceptions as task_exceptions
+    from django.tasks import task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django.tasks.exceptions import TaskResultDoesNotExist
@@ -64,6 +70,7 @@ try:  # Django 6
     from django.tasks.utils import normalize_json
 except ImportError:  # the backport, for Django < 6
     from django_tasks import exceptions as task_exceptions
+    from django_tasks import task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskContext, TaskError, TaskResult, TaskResultStatus
     from django_tasks.exceptions import TaskResultDoesNotExist
@@ -90,13 +97,30 @@ TASK_OPTIONS = (P.RETRY, P.RETRY_FOR, P.RETRY_QUEUE, P.DEAD, P.BACKTRACE, P.TAGS
 _tasks: dict[str, Task[Any, Any]] = {}  # module path → the task, as its @task made it
 
 
-def _store_of(path: str) -> R.ResultStore | None:
-    """The store of the task's records (its backend's shard), for the death handler."""
-    task = _tasks.get(path)
-    if task is None:
-        return None
-    backend = task.get_backend()
-    return backend.store if isinstance(backend, WurkBackend) else None
+def _store_of(job: Mapping[str, Any]) -> R.ResultStore | None:
+    """The store of the records of a task's job (the shard of the backend it was enqueued
+    through), for the death handler; None for a job of no task known here."""
+    path = job.get(P.CLASS)
+    task = _tasks.get(path) if isinstance(path, str) else None
+    return _backend_of(task, job).store if task is not None else None
+
+
+def _backend_of(task: Task[Any, Any], job: Mapping[str, Any]) -> WurkBackend:
+    """The backend a task's job was enqueued through: the one its payload names (read from
+    Redis, so checked), or the task's own for a job pushed before jobs named one."""
+    alias = job.get(P.TASK_BACKEND)
+    if alias is None:
+        backend = task.get_backend()
+    else:
+        # ``in settings`` first: the handler looks an alias up as an attribute (``__class__``)
+        backend = task_backends[alias] if isinstance(alias, str) and \
+            alias in task_backends.settings else None
+    if not isinstance(backend, WurkBackend):
+        named = f"the django.tasks backend {alias!r}" if alias is not None else \
+            f"its task's backend {task.backend!r}"
+        raise Unretryable(f"task {task.module_path}: its job names {named}, not one of "
+                          "TASKS' WurkBackends")
+    return backend
 
 
 class WurkTask(Task):
@@ -126,9 +150,11 @@ class _TaskJob:
     def __call__(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
         job = current_job() or {}
         result_id = str(job.get(P.JID, ""))
-        task = _tasks[self.path]
-        backend: WurkBackend = task.get_backend()
+        made = _tasks[self.path]
+        backend = _backend_of(made, job)  # where the task's record lives
         record = backend.store.update(result_id, _attempt_started)
+        task = _as_enqueued(backend, made, result_id,
+                            record.get("queue") if record is not None else job.get(P.QUEUE))
         if record is None:  # expired, or written by hand: run it anyway, with a new record
             record = backend.new_record(task, args, kwargs)
             _attempt_started(record)
@@ -256,6 +282,7 @@ class WurkBackend(BaseTaskBackend):
         item: dict[str, Any] = {**self.job_options, P.CLASS: task.module_path,
                                 P.ARGS: [record["args"], record["kwargs"]],
                                 P.QUEUE: task.queue_name, P.JID: result_id,
+                                P.TASK_BACKEND: self.alias,
                                 P.RESULT_TTL: self.store.ttl, P.TRANSACTIONAL: False}
         if task.run_after is not None and task.run_after.timestamp() > R.now():
             item[P.AT] = task.run_after.timestamp()
@@ -301,6 +328,11 @@ class WurkBackend(BaseTaskBackend):
         task = _tasks.get(record["task"]) if record is not None else None
         if record is None or task is None:
             raise TaskResultDoesNotExist(result_id)
+        try:
+            task = _as_enqueued(self, task, result_id, record.get("queue"))
+        except InvalidTask as exc:  # its @task's queue too, refused here since (QUEUES)
+            log.warning("task result %s: %s", result_id, exc)
+            raise TaskResultDoesNotExist(result_id) from None
         if isinstance(outcome, outcomes.Outcome):
             return self.to_result(result_id, _caught_up(record, outcome), task,
                                   value=outcome.value)
@@ -312,6 +344,15 @@ class WurkBackend(BaseTaskBackend):
             # with None.
             record = {**record, "status": R.RUNNING, "finished_at": None}
         return self.to_result(result_id, record, task)
+
+    def own(self, task: Task[Any, Any], queue: str | None = None) -> Task[Any, Any]:
+        """``task`` as one of this backend's, on ``queue`` (else its own):
+        ``task.using(backend=alias, queue_name=queue)``, checked (``InvalidTask``). The task
+        of the results this backend reads, whose ``refresh()`` reads through it again."""
+        queue = task.queue_name if queue is None else queue
+        if task.backend == self.alias and task.queue_name == queue:
+            return task
+        return task.using(backend=self.alias, queue_name=queue)
 
     def to_result(self, result_id: str, record: R.Record, task: Task[Any, Any], *,
                   value: Any = None) -> TaskResult[Any]:
@@ -334,6 +375,19 @@ class WurkBackend(BaseTaskBackend):
         object.__setattr__(result, "_return_value",
                            record.get("return_value") if value is None else value)
         return result
+
+
+def _as_enqueued(backend: WurkBackend, task: Task[Any, Any], result_id: str,
+                 queue: object) -> Task[Any, Any]:
+    """The task as it was enqueued through ``backend``, on ``queue`` (its record's, read from
+    Redis): the task its results carry. A queue the backend refuses (written by hand, or
+    dropped from QUEUES since) is logged, and the task's own stands."""
+    if isinstance(queue, str):
+        try:
+            return backend.own(task, queue)
+        except InvalidTask as exc:
+            log.warning("task result %s: %s; read with its task's queue", result_id, exc)
+    return backend.own(task)
 
 
 def _check_queue(name: object, *, where: str) -> None:
