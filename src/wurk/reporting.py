@@ -8,7 +8,8 @@
    logs the error all the same. While a worker waits for a Redis that has not
    answered since boot, a ``RedisUnavailable`` is not reported: the wait says it once
    (``wurk.connections.unreached``).
-2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``.
+2. ``run_death_handlers`` calls every ``config.death_handlers`` entry with ``(job, exc)``
+   (the API's kill skips the one that stores a result: it stored it itself).
 3. ``fire``: a lifecycle event's hooks (``config.on``), each contained.
 4. ``Callbacks``: a list of callbacks for an event other code listens to (a poison pill
    killed, a job expired). ``add(fn)`` registers ``fn`` once (the same callable twice is one
@@ -65,9 +66,13 @@ def report_error(config: Config, exc: BaseException, context: dict[str, Any]) ->
                       P.error_class_name(exc), exc_info=log.isEnabledFor(logging.DEBUG))
 
 
-def run_death_handlers(config: Config, job: dict[str, Any], exc: BaseException) -> None:
-    """Call every death handler with ``(job, exc)``; a raising one is reported, not raised."""
+def run_death_handlers(config: Config, job: dict[str, Any], exc: BaseException, *,
+                       skip: type | tuple[type, ...] = ()) -> None:
+    """Call every death handler with ``(job, exc)`` (but those that are instances of
+    ``skip``: their work is done already); a raising one is reported, not raised."""
     for handler in list(config.death_handlers):
+        if skip and isinstance(handler, skip):
+            continue
         try:
             handler(job, exc)
         except Exception as failure:

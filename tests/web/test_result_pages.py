@@ -5,15 +5,19 @@ the last run's failure and whether a retry is due, a value, or a record that can
 from __future__ import annotations
 
 import json
+import threading
 import time
+from typing import Any
 
+import pytest
 import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, failed
+from tests.helpers.wait import wait_until
+from tests.web.conftest import XSS, failed, post, token
 from wurk.api import DeadSet, RetrySet
-from wurk.results import store
+from wurk.results import store, waiting
 
 
 def entry_key(client: TestClient, kind: str) -> str:
@@ -37,6 +41,46 @@ def test_a_retrying_jobs_page_shows_its_last_runs_result(client: TestClient,
     assert document["result"]["status"] == "failed"
     assert document["result"]["error_message"] == f"card {XSS} declined"
     assert document["result"]["retries_remain"] is True
+
+
+def test_a_job_killed_from_the_dashboard_ends_its_waiters_with_its_failure(
+        client: TestClient, config: wurk.Config, r: redis.Redis,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dashboard alone (no worker's death handler in its process): the Kill button and
+    "kill all" store the killed jobs' final failure, and a waiter hears it at once."""
+    monkeypatch.setattr(waiting, "RECHECK", 3600.0)  # only the announcement ends the wait
+    for n in range(3):
+        RetrySet(config).schedule(time.time() + 60 + n, failed(n, result_ttl=600))
+    found: list[Any] = []
+
+    def wait() -> None:
+        started = time.monotonic()
+        try:
+            wurk.ResultHandle(f"{0:024x}", config).result(timeout=30)
+        except Exception as exc:  # the test looks at it
+            found.append(exc)
+        found.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    wait_until(lambda: any(int(c.get("sub", 0)) for c in r.client_list()),
+               what="the wait subscribed")
+    key = next(e["key"] for e in client.get("/api/retries").json()["entries"]
+               if e["jid"] == f"{0:024x}")
+    assert post(client, f"/retries/{key}", action="kill").status_code == 303
+    thread.join(35)
+    error, took = found
+    assert isinstance(error, wurk.JobFailed) and took < 10
+    assert error.error_class == "wurk.JobKilled" and not error.retries_remain
+    assert "dashboard" in error.message and "last error: RuntimeError: boom 0" in error.message
+    response = client.post("/api/retries", json={"action": "kill", "all": True},
+                           headers={"X-CSRF-Token": token(client)})
+    assert response.json()["count"] == 2
+    for n in (1, 2):
+        with pytest.raises(wurk.JobFailed, match=f"killed by API.*boom {n}"):
+            wurk.ResultHandle(f"{n:024x}", config).result(timeout=0)
+    page = client.get(f"/morgue/{client.get('/api/morgue').json()['entries'][0]['key']}").text
+    assert "<strong>wurk.JobKilled</strong>" in page
 
 
 def test_a_dead_jobs_page_shows_a_stored_value_and_none_without_a_record(

@@ -16,7 +16,8 @@
    lists' lengths and then only the entries it shows. ``clear`` empties each partition a page
    at a time in Lua (``scripts/partition_clear.lua``), taking an emptied partition out of
    the ring in the same script and leaving the in-flight counts alone, so the jobs already
-   running are ACKed as before.
+   running are ACKed as before; the script hands back the page's unique jobs and jobs
+   keeping their result, whose locks are released and results say "deleted".
 """
 
 from __future__ import annotations
@@ -451,7 +452,7 @@ class Queue:
         jobs it held at the first call (a steady stream of pushes cannot keep it going)."""
         keys = self.config.keys
         call = ([keys.partition(self.name, name), keys.partition_ring(self.name)],
-                [name, PARTITION_CLEAR_PAGE, MARK])
+                [name, PARTITION_CLEAR_PAGE, MARK, KEEPS_RESULT])
         removed, budget = 0, None
         while budget is None or removed < budget:
 
@@ -468,6 +469,7 @@ class Queue:
             removed += taken
             if len(reply) > 2:
                 release_stored(self.config, reply[2:])
+                record_deleted(self.config, reply[2:], self.deleted_from)
             if left == 0 or taken == 0:
                 break
         return removed

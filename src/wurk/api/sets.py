@@ -10,7 +10,11 @@
 3. ``ScheduledSet``; ``RetrySet`` (retry all, kill all); ``DeadSet`` (kill, retry all, trim).
 4. ``bury`` — the dead-set write (add, trim by age and size) in one ``MULTI``.
 
-Deleting, clearing or killing a unique job releases its lock (``wurk.unique``).
+Deleting, clearing or killing a unique job releases its lock (``wurk.unique``). Killing a
+job that keeps its result (``result_ttl``) stores its final failure and tells its waiters
+(``wurk.results.recorder.record_deaths``, a page of jobs a round trip), whatever
+``notify_failure`` says and in any process (a dashboard alone too): ``wurk.JobKilled``, its
+message naming the job's last error when its entry carries one.
 
 "Retry now" and "add to queue" move a member to its queue in one Lua script
 (``scripts/api_requeue.lua``): removal and push cannot be separated, and a replay after a
@@ -33,7 +37,8 @@ from ..connections.pool import RedisPool
 from ..errors import InspectionError, JobKilled
 from ..morgue import Morgue
 from ..reporting import run_death_handlers
-from ..results.store import record_deleted
+from ..results.recorder import ResultDeathHandler, record_deaths
+from ..results.store import keeping, record_deleted
 from ..stored import Invalid
 from ..unique import release_stored
 from .paging import PAGE_SIZE, ZEntry, clear_entries, scan_entries, zset_after, zset_entries
@@ -52,6 +57,8 @@ REQUEUE_SCRIPT = "api_requeue.lua"
 # calls or ZREMs stays well under a millisecond of server time.
 BULK_PAGE = 100
 KILLED_BY_API = "Job killed by API"
+# The longest last error a killed job's result quotes (characters).
+LAST_ERROR_CAP = 500
 
 
 def bury(config: Config, members: Sequence[bytes | str], *, now: float | None = None,
@@ -61,7 +68,38 @@ def bury(config: Config, members: Sequence[bytes | str], *, now: float | None = 
 
 
 def notify_death(config: Config, item: P.Payload, exc: BaseException) -> None:
-    run_death_handlers(config, item, exc)
+    """The application's death handlers, told of a job killed through the API; not the one
+    that stores a result (``killed`` stored it)."""
+    run_death_handlers(config, item, exc, skip=ResultDeathHandler)
+
+
+def killed(config: Config, gone: Sequence[bytes | str], *, notify_failure: bool,
+           exc: BaseException | None) -> None:
+    """After ``gone`` (stored entries) moved to the dead set: unique locks released, the
+    final failure of each job keeping its result stored and its waiters told (one round
+    trip), then, with ``notify_failure``, the death handlers run for each job payload."""
+    if not gone:
+        return
+    release_stored(config, gone)
+    record_deaths(config, ((item, exc or killed_error(item)) for item in keeping(gone)))
+    if notify_failure:
+        for raw in gone:
+            found = JobRecord(raw, config=config)
+            if found.parse_error is None:
+                notify_death(config, found.item, exc or JobKilled(KILLED_BY_API))
+
+
+def killed_error(item: P.Payload) -> JobKilled:
+    """What a job killed through the API died of, as its result says: killed, and its last
+    error when its entry carries one (a retry's)."""
+    error_class, message = item.get(P.ERROR_CLASS), item.get(P.ERROR_MESSAGE)
+    said = f"{KILLED_BY_API} (wurk.api or the dashboard)"
+    if not isinstance(error_class, str) or not error_class:
+        return JobKilled(said)
+    last = f"{error_class}: {message}" if isinstance(message, str) and message else error_class
+    if len(last) > LAST_ERROR_CAP:
+        last = last[:LAST_ERROR_CAP] + "…"
+    return JobKilled(f"{said}; its last error: {last}")
 
 
 def _score(at: Any) -> float:
@@ -313,9 +351,7 @@ class JobSet:
               exc: BaseException | None) -> bool:
         if not self._take([entry.raw])[0]:
             return False
-        release_stored(self.config, [entry.raw])
-        if notify_failure and entry.parse_error is None:
-            notify_death(self.config, entry.item, exc or JobKilled(KILLED_BY_API))
+        killed(self.config, [entry.raw], notify_failure=notify_failure, exc=exc)
         return True
 
     def _take(self, members: list[bytes]) -> list[bool]:
@@ -439,20 +475,15 @@ class RetrySet(JobSet):
                  ) -> int:
         """Move every entry to the dead set; returns how many moved. With
         ``notify_failure`` (Sidekiq 7's option), ``config.death_handlers`` run for each
-        moved entry that is a job payload, with ``exc`` (default ``JobKilled``)."""
-        killed = 0
+        moved entry that is a job payload, with ``exc`` (default ``JobKilled``). Either way
+        a job keeping its result stores its final failure (``killed``)."""
+        moved = 0
         for rows in self._present():
             members = [member for member, _ in rows]
             gone = [m for m, done in zip(members, self._take(members), strict=True) if done]
-            release_stored(self.config, gone)
-            killed += len(gone)
-            if notify_failure:
-                scores = dict(rows)
-                for member in gone:
-                    entry = SortedEntry(self, member, scores[member])
-                    if entry.parse_error is None:
-                        notify_death(self.config, entry.item, exc or JobKilled(KILLED_BY_API))
-        return killed
+            moved += len(gone)
+            killed(self.config, gone, notify_failure=notify_failure, exc=exc)
+        return moved
 
 
 class DeadSet(JobSet):
@@ -467,14 +498,12 @@ class DeadSet(JobSet):
 
     def kill(self, message: bytes | str | Mapping[str, Any], *, notify_failure: bool = True,
              exc: BaseException | None = None, trim: bool = True) -> None:
-        """Add a job to the dead set (as stored, when given as bytes or text)."""
+        """Add a job to the dead set (as stored, when given as bytes or text); death
+        handlers run unless ``notify_failure`` is False. A job keeping its result stores its
+        final failure either way (``killed``)."""
         raw = P.dumps(dict(message)) if isinstance(message, Mapping) else message
         bury(self.config, [raw], trim=trim)
-        release_stored(self.config, [raw])
-        if notify_failure:
-            record = JobRecord(raw, config=self.config)
-            if record.parse_error is None:
-                notify_death(self.config, record.item, exc or JobKilled(KILLED_BY_API))
+        killed(self.config, [raw], notify_failure=notify_failure, exc=exc)
 
     def trim(self) -> None:
         """Drop entries older than ``dead_timeout`` and beyond ``dead_max_jobs``."""

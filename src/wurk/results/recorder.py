@@ -11,7 +11,9 @@
    - raised, with no retry left: stored by ``ResultDeathHandler`` once the death is booked
      (death handlers run for every death: retries used up, ``retry: false``, discarded,
      killed, a poison pill), so the record says what the retry decided, ``retry_in``'s
-     ``"kill"`` included;
+     ``"kill"`` included. A kill through ``wurk.api`` (the dashboard's too) stores the same
+     outcome (``final_failure``) itself, a page of jobs a round trip (``record_deaths``),
+     whatever its ``notify_failure`` and in any process;
    - ``wurk.JobCancelled``: "cancelled", and the error goes on (the cancel link, outside,
      ends the run) — an iterable job that found it was cancelled raises it too, after
      ``on_cancel`` and ``on_stop``;
@@ -30,8 +32,9 @@
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .. import payload as P
@@ -56,12 +59,16 @@ from .store import (
     failed,
     keep,
     record,
+    record_gone,
     stored_text,
     succeeded,
     ttl_of,
 )
 
-__all__ = ["ResultDeathHandler", "ResultRecorder", "keeping_outcome"]
+__all__ = ["ResultDeathHandler", "ResultRecorder", "final_failure", "keeping_outcome",
+           "record_deaths"]
+
+log = logging.getLogger("wurk")
 
 RESULT_TTL = P.RESULT_TTL  # bound once: looked up for every job
 
@@ -169,6 +176,12 @@ def _succeeded(job: Any, payload: P.Payload, value: Any, started: float) -> Outc
                                "be JSON") from None
 
 
+def final_failure(job: dict[str, Any], exc: BaseException) -> Outcome:
+    """The outcome of a job that died of ``exc`` and will not run again: a failure,
+    ``retries_remain`` false, with the backtrace its ``backtrace`` option keeps."""
+    return failed(job, exc, None, retries_remain=False, backtrace=kept_backtrace(job, exc))
+
+
 class ResultDeathHandler:
     """Death handler: a job that keeps its result and will not run again stores its final
     failure (``retries_remain`` false)."""
@@ -183,8 +196,28 @@ class ResultDeathHandler:
         if ttl is None:
             return
         try:
-            record(self.config, job, failed(job, exc, None, retries_remain=False,
-                                            backtrace=kept_backtrace(job, exc)), ttl)
+            record(self.config, job, final_failure(job, exc), ttl)
         except Exception as error:  # the death is booked: its record is reported, not raised
             report_error(self.config, error, {"context": "storing a dead job's result",
                                               "job": job})
+
+
+def record_deaths(config: Config, deaths: Iterable[tuple[P.Payload, BaseException]]) -> int:
+    """Jobs killed outside a run (``wurk.api``, the dashboard), each with what it died of:
+    each that keeps its result stores its final failure as ``ResultDeathHandler`` would,
+    its waiters told, in one round trip for all; returns how many. The deaths are booked
+    already: a job whose outcome cannot be built (a hostile ``backtrace`` option) is
+    skipped and a failed write logged, never raised."""
+    found: list[tuple[P.Payload, Outcome, int]] = []
+    for job, exc in deaths:
+        if not isinstance(job, dict) or RESULT_TTL not in job:
+            continue
+        ttl = ttl_of(job)
+        if ttl is None:
+            continue
+        try:
+            found.append((job, final_failure(job, exc), ttl))
+        except Exception as error:
+            log.warning("job %s: its final failure could not be recorded: %s",
+                        job.get(P.JID), error)
+    return record_gone(config, found, "killed jobs")

@@ -12,7 +12,8 @@
    of the jids with a result). Each run overwrites the last: a retried job's result is its
    last run's. ``record_cancelled`` writes "cancelled" for a job removed before it ran (a
    no-op for one that keeps none); ``record_deleted`` the same, with ``deleted_from``, for
-   jobs the API deleted (``wurk.JobDeleted`` to a waiter).
+   jobs the API deleted (``wurk.JobDeleted`` to a waiter); ``record_gone`` writes such
+   outcomes of many jobs already gone (deleted, killed through the API) in one round trip.
 3. ``find`` / ``find_many`` / ``batch_outcomes`` read them back. What is stored is untrusted:
    a record that is not what ``record`` writes — not JSON, an unknown status, a field of the
    wrong type, a key of another Redis type — reads as an ``Invalid`` naming the problem,
@@ -53,9 +54,9 @@ from ..stored import Invalid
 
 __all__ = ["ANNOUNCE_INLINE", "NOTICE", "STATUSES", "Outcome", "afind", "arecord",
            "astored_text", "batch_outcomes", "cancelled", "decode", "deleted", "failed", "find",
-           "find_many", "forget_kept", "keep", "kept", "kept_changed", "kept_here",
-           "raise_unreadable", "record", "record_cancelled", "record_commands",
-           "record_deleted", "stored_text", "succeeded", "ttl_of"]
+           "find_many", "forget_kept", "keep", "keeping", "kept", "kept_changed",
+           "kept_here", "raise_unreadable", "record", "record_cancelled", "record_commands",
+           "record_deleted", "record_gone", "stored_text", "succeeded", "ttl_of"]
 
 log = logging.getLogger("wurk")
 
@@ -273,7 +274,18 @@ def record_deleted(config: Config, raws: Iterable[bytes | str], where: str) -> i
     ``deleted_from`` ``where``, and its waiters told, in one round trip for all; returns how
     many. The jobs are gone already: a failed write is logged, never raised (their waiters
     then wait out their timeouts, as before). What is no job payload is skipped."""
-    commands: list[tuple[Any, ...]] = []
+    found: list[tuple[P.Payload, Outcome, int]] = []
+    for payload in keeping(raws):
+        ttl = ttl_of(payload)
+        if ttl is not None:
+            found.append((payload, deleted(payload, where), ttl))
+    return record_gone(config, found, "deleted jobs")
+
+
+def keeping(raws: Iterable[bytes | str]) -> list[P.Payload]:
+    """The payloads among ``raws`` (stored entries, untrusted) that name a ``result_ttl``;
+    what is no job payload is skipped."""
+    found: list[P.Payload] = []
     for raw in raws:
         if f'"{P.RESULT_TTL}"' not in stored.text(raw):
             continue  # the cheap test first: most jobs keep no result
@@ -281,23 +293,38 @@ def record_deleted(config: Config, raws: Iterable[bytes | str], where: str) -> i
             payload = P.loads(raw)
         except InvalidPayload:
             continue
-        if not isinstance(payload, dict):
+        if isinstance(payload, dict) and P.RESULT_TTL in payload:
+            found.append(payload)
+    return found
+
+
+def record_gone(config: Config, outcomes: Iterable[tuple[P.Payload, Outcome, int]],
+                what: str) -> int:
+    """Store each ``(payload, outcome, ttl)`` and announce it, in one round trip for all;
+    returns how many were sent. For jobs already gone (``what``: "deleted jobs", "killed
+    jobs"), so nothing is raised: an outcome that cannot be stored is skipped and a failed
+    write logged (their waiters then wait out their timeouts, as before)."""
+    commands: list[tuple[Any, ...]] = []
+    sent = 0
+    for payload, outcome, ttl in outcomes:
+        try:
+            commands += record_commands(config, payload, outcome, ttl)
+        except Exception as exc:  # too large for the server, or its limit unreadable
+            log.warning("job %s: its result could not be recorded: %s", outcome.jid, exc)
             continue
-        ttl = ttl_of(payload)
-        if ttl is not None:
-            commands += record_commands(config, payload, deleted(payload, where), ttl)
+        sent += 1
     if not commands:
         return 0
     try:
         with lent_redis(config) as conn:
             replies = conn.pipeline(commands)
     except Exception as exc:
-        log.warning("could not record the results of deleted jobs: %s", exc)
+        log.warning("could not record the results of %s: %s", what, exc)
         return 0
     failures = [reply for reply in replies if isinstance(reply, Exception)]
     if failures:
-        log.warning("could not record the results of deleted jobs: %s", failures[0])
-    return sum(1 for command in commands if command[0] == "SET")
+        log.warning("could not record the results of %s: %s", what, failures[0])
+    return sent
 
 
 # -- kept in memory (wurk.testing) --------------------------------------------------------------

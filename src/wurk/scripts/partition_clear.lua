@@ -8,8 +8,11 @@
 -- KEYS[1]  the partition's list      KEYS[2]  the ring (ZSET)
 -- ARGV[1]  the partition's name      ARGV[2]  most jobs to remove in this call
 -- ARGV[3]  the text every unique job's JSON contains (its lock field's name, quoted)
--- returns  {jobs removed, jobs left, each removed job containing ARGV[3]...}: the caller
---          releases those locks
+-- ARGV[4]  the text every job keeping its result contains (its field's name, quoted; '' or
+--          absent: none asked for)
+-- returns  {jobs removed, jobs left, each removed job containing ARGV[3] or ARGV[4]...}: at
+--          most ARGV[2] of them; the caller releases those locks and records those results
+--          ("deleted")
 
 local kind = redis.call('TYPE', KEYS[1])['ok']
 if kind ~= 'list' then
@@ -25,8 +28,12 @@ local left = redis.call('LLEN', KEYS[1])
 if left == 0 and redis.call('TYPE', KEYS[2])['ok'] == 'zset' then
   redis.call('ZREM', KEYS[2], ARGV[1])
 end
+local keeps = ARGV[4] or ''
 local reply = {#rows, left}
 for _, job in ipairs(rows) do
-  if string.find(job, ARGV[3], 1, true) then reply[#reply + 1] = job end
+  if string.find(job, ARGV[3], 1, true)
+      or (keeps ~= '' and string.find(job, keeps, 1, true)) then
+    reply[#reply + 1] = job
+  end
 end
 return reply
