@@ -99,7 +99,7 @@ def through(job_runner: JobRunner) -> Callable[[], Awaitable[Any]]:
 async def plan_costs(job_runner: JobRunner, jobs: int) -> list[tuple[str, float | None]]:
     """Each link of a plain job's walk: its plan and leave, µs a call (best of 5), run in a
     task as a job's would be; None for a link awaited rather than planned."""
-    walks = job_runner.config.server_middleware._async_links
+    walks = job_runner.server_middleware._async_links
     if walks is None:
         return []
     walk = walks.plain[0] if walks.skips is not None else walks.full[0]

@@ -34,7 +34,7 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from contextlib import suppress
 from typing import Any, TypeVar
 
@@ -527,13 +527,16 @@ class AsyncLane:
                         "those jobs go back to their queues", self.name, timeout)
 
 
-def helper_count(capsules: list[Capsule], held_per_job: int = 1) -> int:
+def helper_count(capsules: list[Capsule], held_per_job: int | Sequence[int] = 1) -> int:
     """Helper threads an event loop may need at most: ``held_per_job`` a slot (each sync
-    server link around an async job holds one for its run, ``sync_server_links``), and the
+    server link around an async job holds one for its run, ``sync_server_links``; one count
+    for every capsule, or one a capsule, in order, as each has a chain of its own), and the
     spare ones for what the jobs themselves hand to a thread (``asyncio.to_thread``). With
     one a slot only, two slots' jobs under three sync links held every thread, and their
     ``to_thread`` waited for ever."""
-    return sum(c.async_concurrency for c in capsules) * max(1, held_per_job) + SPARE_HELPERS
+    held = [held_per_job] * len(capsules) if isinstance(held_per_job, int) else held_per_job
+    return sum(c.async_concurrency * max(1, links)
+               for c, links in zip(capsules, held, strict=True)) + SPARE_HELPERS
 
 
 def sync_server_links(chain: Iterable[Callable[..., Any]]) -> int:

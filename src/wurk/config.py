@@ -8,7 +8,9 @@
 3. ``freeze()`` makes it read-only before threads start.
 4. One process-wide default, made on first use: ``configure(...)`` replaces it,
    ``default_config()`` returns it.
-5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7).
+5. ``Capsule``: a named set of queues with weights and its own concurrency (Sidekiq 7), and
+   server middleware of its own for its jobs (``capsule.server_middleware``, code only;
+   ``config.capsule(name)`` alone is the capsule of that name, to edit).
 6. ``periodic`` (the registered cron loops, ``wurk.periodic.loops``) and ``is_leader()`` /
    ``leader_token()``: what the running worker's leader election says (``wurk.periodic.leader``).
 7. Shards (``docs/scaling.md``): ``shards`` names other Redis servers; ``shard(name)`` is
@@ -288,8 +290,14 @@ class Capsule:
     async_concurrency: int = 100
     # The shard whose queues it serves (a name in ``Config.shards``); None: the default one.
     shard: str | None = None
+    # Its own server middleware, for its jobs only: after the application's links (the
+    # configuration's ``server_middleware``), inside them, outside the worker's time limits
+    # and cancels (``wurk.launcher.server_chain``); a list in order, or a ``Chain``.
+    server_middleware: Chain = field(default_factory=Chain, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.server_middleware = _as_chain("server_middleware", self.server_middleware,
+                                           owner=f"capsule {self.name!r}: ")
         self.queues = [queue_entry(q) for q in self.queues]
         if not self.queues:
             raise ConfigError(f"capsule {self.name!r} has no queues")
@@ -695,14 +703,32 @@ class Config:
             config.periodic.load(entries, source=source)
         return config
 
-    def capsule(self, name: str, *, queues: Sequence[str], concurrency: int,
-                async_concurrency: int = 100) -> Capsule:
-        """Add a capsule (Sidekiq 7's ``config.capsule``)."""
+    def capsule(self, name: str, *, queues: Sequence[str] | None = None,
+                concurrency: int | None = None, async_concurrency: int = 100,
+                server_middleware: Chain | Sequence[Callable[..., Any]] = ()) -> Capsule:
+        """Add a capsule (Sidekiq 7's ``config.capsule``), or with its name alone the one of
+        that name (one of the YAML file's, say), to edit: its ``server_middleware`` runs
+        around its jobs only (``config.capsule("single").server_middleware.add(Lock)``)."""
+        found = next((c for c in self.capsules if c.name == name), None)
+        if queues is None and concurrency is None and not server_middleware:
+            if found is not None:
+                return found
+            if name == "default":
+                raise ConfigError("capsule 'default' is the worker's own: its middleware is "
+                                  "config.server_middleware, its queues and threads the "
+                                  "top-level queues and concurrency")
+            raise ConfigError(f"there is no capsule named {name!r}: to add one give its queues "
+                              "and concurrency")
         self._edit()
-        if name == "default" or any(c.name == name for c in self.capsules):
+        if name == "default" or found is not None:
             raise ConfigError(f"a capsule named {name!r} already exists")
+        if queues is None or concurrency is None:
+            raise ConfigError(f"capsule {name!r}: give its queues and concurrency")
+        chain = _as_chain("server_middleware", server_middleware if isinstance(
+            server_middleware, Chain) else list(server_middleware), owner=f"capsule {name!r}: ")
         capsule = Capsule(name=name, queues=[parse_queue(q) for q in queues],
-                          concurrency=concurrency, async_concurrency=async_concurrency)
+                          concurrency=concurrency, async_concurrency=async_concurrency,
+                          server_middleware=chain)
         self.capsules.append(capsule)
         return capsule
 
@@ -1107,6 +1133,10 @@ class Config:
         self.validate()
         self.client_middleware.freeze()
         self.server_middleware.freeze()
+        for capsule in self.capsules:  # one set as a list after it was made: taken now
+            capsule.server_middleware = _as_chain("server_middleware", capsule.server_middleware,
+                                                  owner=f"capsule {capsule.name!r}: ")
+            capsule.server_middleware.freeze()
         self.periodic.freeze()
         self._frozen = True
         return self
@@ -1259,21 +1289,23 @@ class Config:
         await self._connections.aclose_async_pool()
 
 
-def _as_chain(name: str, value: Any) -> Chain:
+def _as_chain(name: str, value: Any, *, owner: str = "") -> Chain:
     """A chain given as a list of middleware (``configure(server_middleware=[Timing])``)
-    becomes a ``Chain`` in that order; anything else is refused now, naming the item."""
+    becomes a ``Chain`` in that order; anything else is refused now, naming the item (and
+    ``owner``, a capsule's, before the setting's name)."""
     if isinstance(value, Chain):
         return value
     if not isinstance(value, (list, tuple)):
-        raise ConfigError(f"{name} must be a list of middleware (classes or callables), "
-                          f"not {value!r}")
+        raise ConfigError(f"{owner}{name} must be a list of middleware (classes or "
+                          f"callables), not {value!r}")
+    edit = "capsule" if owner else "config"
     chain = Chain()
     for index, item in enumerate(value):
         if not callable(item):
             raise ConfigError(
-                f"{name}[{index}] is {item!r}, which is not middleware: give the class or "
-                f"callable itself (a file cannot name code: add it in a module loaded with -r, "
-                f"config.{name}.add(TheClass))"
+                f"{owner}{name}[{index}] is {item!r}, which is not middleware: give the class "
+                f"or callable itself (a file cannot name code: add it in a module loaded with "
+                f"-r, {edit}.{name}.add(TheClass))"
             )
         chain.add(item)
     return chain

@@ -6,7 +6,8 @@
    ``-q`` is (``wurk.options.parse_queue``): a name with a space, or a ``' - '`` left by a
    list item indented too deep, is refused with the file's name.
 3. ``capsules: {name: {concurrency: N, async_concurrency: N, queues: [...], shard: S}}``
-   adds Sidekiq 7 capsules (``shard``: the one of ``shards: {S: URL}`` it serves);
+   adds Sidekiq 7 capsules (``shard``: the one of ``shards: {S: URL}`` it serves; a
+   capsule's ``server_middleware`` is code, refused by name as a top-level one is);
    ``periodic: [{cron: "*/5 * * * *", job: Name, tz: …, args: […], queue: …}]`` registers
    cron loops (checked entry by entry in ``wurk.periodic.loops``).
 4. A top-level mapping that is not a setting is an environment section; the one named by
@@ -62,6 +63,9 @@ _OTHER_FORM = re.compile(r"\$\{[A-Za-z_][^}]*\}?")
 # Keys that take a mapping as their value, so they are not environment sections.
 _MAPPING_SETTINGS = {"capsules", "swarm", "shards"}
 _CAPSULE_KEYS = {"concurrency", "async_concurrency", "queues", "shard"}
+# A capsule's settings that hold Python objects: never in a file (its own server chain; a
+# capsule has no client chain, but the name is refused as code, not as a typo).
+_CAPSULE_CODE_SETTINGS = {"server_middleware", "client_middleware"}
 _SETTINGS = {f.name for f in fields(Config) if f.init}
 # The file may not set these: they hold Python objects, not data.
 _CODE_SETTINGS = set(CODE_SETTINGS)
@@ -252,6 +256,17 @@ def _capsules(value: Any, source: str) -> list[Capsule]:
         raise ConfigError(f"{source}: capsules must map a name to its settings")
     capsules = []
     for name, spec in value.items():
+        code = sorted(set(map(_key, spec)) & _CAPSULE_CODE_SETTINGS) \
+            if isinstance(spec, dict) else []
+        if code == ["client_middleware"]:
+            raise ConfigError(f"{source}: capsule {_key(name)!r}: 'client_middleware' is no "
+                              "capsule's: a push is the application's, not a capsule's (the "
+                              "configuration's client_middleware, in code)")
+        if code:
+            raise ConfigError(f"{source}: capsule {_key(name)!r}: 'server_middleware' cannot "
+                              "be set in a file: it holds Python objects; set it in code, "
+                              f"config.capsule({_key(name)!r}).server_middleware.add(TheClass) "
+                              "in a module loaded with -r")
         if not isinstance(spec, dict) or set(map(_key, spec)) - _CAPSULE_KEYS:
             raise ConfigError(f"{source}: capsule {name!r} takes concurrency, "
                               "async_concurrency, queues and shard only")

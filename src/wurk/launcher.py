@@ -1,7 +1,10 @@
 """The worker process's parts, started and stopped in order under one deadline.
 
 1. Built: the built-in server middleware and death handlers join the configuration, in
-   the order ``BUILT_IN`` lists, ahead of the application's (``install_built_ins``).
+   the order ``BUILT_IN`` lists, ahead of the application's (``install_built_ins``). At the
+   start each capsule's runner is given its chain, once (``server_chain``): the
+   configuration's, and a capsule's own links after the application's, inside the time
+   limits' link pinned innermost.
    ``start``: freeze the configuration; check the server (``wurk.connections.preflight``: Redis ≥ 7,
    a warning unless ``maxmemory-policy`` is ``noeviction``); fire ``startup``; write the
    first heartbeat (before any fetch); start the heartbeat thread (none with
@@ -62,7 +65,7 @@ from .metrics.counters import Counters
 from .metrics.instruments import Instruments, execution_metrics
 from .metrics.slow import SlowJobs
 from .metrics.tracking import ExecutionMetrics
-from .middleware import Middleware
+from .middleware import Chain, Middleware
 from .periodic.leader import Leadership
 from .periodic.poller import PeriodicPoller
 from .processor import JobRunner
@@ -80,7 +83,7 @@ from .unique import LockRelease
 from .workflow.middleware import WorkflowMiddleware
 from .workflow.middleware import install as install_workflow_handler
 
-__all__ = ["Launcher"]
+__all__ = ["Launcher", "server_chain"]
 
 log = logging.getLogger("wurk")
 
@@ -163,6 +166,18 @@ def install_built_ins(config: Config) -> None:
     open_batches_with(open_batch)
 
 
+def server_chain(config: Config, capsule: Capsule) -> Chain:
+    """The server chain of ``capsule``'s jobs, made once (at the worker's start): the
+    configuration's — the built-in links, the application's — then the capsule's own, still
+    outside the links pinned innermost (the time limits and cancels); the configuration's
+    chain itself for a capsule with no links of its own."""
+    if not capsule.server_middleware:
+        return config.server_middleware
+    chain = config.server_middleware.then(capsule.server_middleware)
+    chain.freeze()
+    return chain
+
+
 def _refuse_shards(config: Config) -> None:
     """A capsule bound to another shard needs a launcher per shard (``wurk.sharding``): a
     lone launcher would serve its queues on the wrong Redis."""
@@ -227,8 +242,9 @@ class Launcher:
                                    counters=self.counters, info=self.info(),
                                    on_signal=on_remote_signal, on_beat=self._beaten,
                                    health=self.health)
-        self.managers = [Manager(config, capsule, self.runner, self._make_fetcher, index=index,
-                                 visible=self.heartbeat.wait_visible)
+        # A runner per capsule, each given its capsule's chain at the start (``server_chain``).
+        self.managers = [Manager(config, capsule, self.runner.for_capsule(), self._make_fetcher,
+                                 index=index, visible=self.heartbeat.wait_visible)
                          for index, capsule in enumerate(self.capsules)]
         self.scheduler = Scheduler(config, timers=self.timers)
         self.leadership = Leadership(config, str(self.identity),
@@ -346,9 +362,14 @@ class Launcher:
         cpus = affinity.choose(self.config.cpu_affinity, slot=self.slot) \
             if self.threads else None
         self.config.freeze()
-        # The chain is final now: a helper thread for each of its sync links, a slot.
+        # The chains are final now: each capsule's, once; a helper thread for each of its
+        # sync links, a slot of that capsule.
+        self.runner.server_middleware = self.config.server_middleware
+        for manager in self.managers:
+            manager.runner.server_middleware = server_chain(self.config, manager.capsule)
         self.runner.loop.reserve_helpers(helper_count(
-            self.capsules, sync_server_links(self.config.server_middleware)))
+            self.capsules, [sync_server_links(manager.runner.server_middleware)
+                            for manager in self.managers]))
         self.config.periodic.check_jobs(registry)
         check_server(self.config)
         self.fire("startup", reverse=False, raise_errors=True)

@@ -348,6 +348,18 @@ class Chain:
         clone._entries = list(self._entries)
         return clone
 
+    def then(self, inner: Chain) -> Chain:
+        """A new chain: this one's links, then ``inner``'s, still outside this one's links
+        pinned innermost (a capsule's own links after the application's, outside the
+        worker's time limits and cancels, as each ``add`` of them on a copy would put
+        them). A link in both is where ``inner`` has it, as ``add`` moves one."""
+        own = {id(entry.factory) for entry in inner._entries}
+        kept = [entry for entry in self._entries if id(entry.factory) not in own]
+        tail = next((i for i, entry in enumerate(kept) if entry.innermost), len(kept))
+        joined = Chain()
+        joined._entries = [*kept[:tail], *inner._entries, *kept[tail:]]
+        return joined
+
     def freeze(self) -> None:
         self._frozen = True
 

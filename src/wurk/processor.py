@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import copy
 import logging
 import threading
 import time
@@ -63,7 +64,7 @@ from .job import (
 )
 from .log import JOB_FIELDS, JOB_LEVEL, job_context, job_level, short_id, tid
 from .metrics.counters import Counters
-from .middleware import BRIDGE_WAIT, bridge, within
+from .middleware import BRIDGE_WAIT, Chain, bridge, within
 from .morgue import Morgue
 from .reporting import report_error
 from .retry import JobRetry
@@ -88,7 +89,8 @@ NAME_SHOWN = 200
 
 
 class JobRunner:
-    """Executes fetched jobs; shared by every processor of a process."""
+    """Executes fetched jobs through ``server_middleware``: the launcher's, and a copy per
+    capsule (``for_capsule``) holding that capsule's chain, sharing all else."""
 
     def __init__(self, config: Config, *, counters: Counters, busy: Busy,
                  jobs: Registry = registry, morgue: Morgue | None = None,
@@ -99,9 +101,17 @@ class JobRunner:
         self.busy = busy
         self.morgue = morgue or Morgue(config)
         self.retry = retry or JobRetry(config, self.morgue)
+        # The chain around each job: the configuration's (the same object, edited in place
+        # until it is frozen); a capsule's runner is given its own at the worker's start.
+        self.server_middleware: Chain = config.server_middleware
         self.loop = loop if loop is not None else \
             EventLoop(watch=LoopWatch(config.loop_lag_warning), kind=config.event_loop)
         self.loop.watch.describe = self.describe_task
+
+    def for_capsule(self) -> JobRunner:
+        """A runner of one capsule's jobs: this one's counters, busy map, retry and loop, and
+        a chain of its own to set (``server_middleware``), read once a job as this one's."""
+        return copy.copy(self)
 
     # -- one job ----------------------------------------------------------------------------
     # Every job passes here: the steps are written out in few calls (a call costs more than
@@ -162,8 +172,8 @@ class JobRunner:
             guard.enter()
             try:
                 # An empty chain calls ``perform`` at once (``invoke`` looks).
-                self.config.server_middleware.invoke(instance, job, queue, perform,
-                                                     run_async=self._bridge)
+                self.server_middleware.invoke(instance, job, queue, perform,
+                                              run_async=self._bridge)
             finally:
                 if guard.leave():
                     raise Shutdown("interrupted at the shutdown deadline")
@@ -296,7 +306,7 @@ class JobRunner:
                         # job's own coroutine, not one around it: a frame less on every step
                         return definition.call(instance, job[P.ARGS])
 
-                    chain = self.config.server_middleware
+                    chain = self.server_middleware
                     if chain:
                         await chain.ainvoke(instance, job, queue, perform)
                     else:

@@ -86,7 +86,8 @@ def cluster_capsules(config: Config) -> dict[str, list[Capsule]]:
                 else max(1, round(capsule.concurrency * weight / total))
             by_queue.setdefault(queue, []).append(Capsule(
                 name=capsule.name, queues=[(queue, 0)], concurrency=threads,
-                async_concurrency=capsule.async_concurrency))
+                async_concurrency=capsule.async_concurrency,
+                server_middleware=capsule.server_middleware))
     return by_queue
 
 
@@ -168,7 +169,7 @@ class ShardedLauncher:
         launchers = {queue: self._launcher_of(queue) for queue in capsule.queue_names}
         managers = {queue: next(m for m in launcher.managers if m.capsule.name == capsule.name)
                     for queue, launcher in launchers.items()}
-        keyspaces = {queue: Keyspace(runner=launchers[queue].runner, lane=manager.lane,
+        keyspaces = {queue: Keyspace(runner=manager.runner, lane=manager.lane,
                                      pool=capsule_pool(launchers[queue].config, manager.capsule),
                                      visible=launchers[queue].heartbeat.wait_visible)
                      for queue, manager in managers.items()}

@@ -292,3 +292,36 @@ def test_the_ack_of_a_paused_queue_s_job_is_not_held_back_by_the_pause(
     assert fetch.fetch(0.05) is None
     assert r.llen(mail) == 0, "the ACK waited for an unpause"
     fetch.flush()
+
+
+linked: list[tuple[str, str]] = []
+
+
+def capsule_link(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    linked.append(("link", queue))
+    return call_next()
+
+
+@wurk.job(name="ClusterFetch::Linked")
+def linked_job(queue: str) -> None:
+    linked.append(("job", queue))
+
+
+def test_a_capsules_own_links_run_around_its_jobs_in_each_of_its_keyspaces(
+        cluster: Cluster) -> None:
+    """A capsule's processors are shared by its queues' keyspaces; each job runs through the
+    chain of its capsule in its keyspace's launcher: the capsule's link for its queues',
+    not for the default capsule's."""
+    linked.clear()
+    config = _configure(["default"])
+    config.capsule("low", queues=["mail", "exports"], concurrency=2,
+                   server_middleware=[capsule_link])
+    worker = InProcessWorker(config).start()
+    try:
+        for queue in ("default", "mail", "exports"):
+            linked_job.set(queue=queue).perform_async(queue)
+        wait_until(lambda: len([e for e in linked if e[0] == "job"]) == 3, what="the jobs")
+    finally:
+        worker.stop()
+        config.close()
+    assert sorted(queue for what, queue in linked if what == "link") == ["exports", "mail"]

@@ -494,3 +494,51 @@ def yaml_value(written: str) -> Any:
     import yaml
 
     return yaml.safe_load(f"v: {written}")["v"]
+
+
+def _lock_link(job: Any, payload: dict[str, Any], queue: str, call_next: Any) -> Any:
+    return call_next()
+
+
+def test_a_capsule_holds_a_server_chain_of_its_own() -> None:
+    """Sidekiq 7's ``capsule.server_middleware``: given as a list (in order) or a chain,
+    added to later through the capsule, looked up by name; the default capsule's is the
+    configuration's own, and each capsule's chain is frozen with the configuration."""
+    cfg = Config()
+    single = cfg.capsule("single", queues=["unsafe"], concurrency=1,
+                         server_middleware=[_lock_link])
+    assert list(single.server_middleware) == [_lock_link]
+    assert cfg.capsule("single") is single  # by name alone: the capsule to edit
+    cfg.capsule("single").server_middleware.add(Capsule)
+    assert list(single.server_middleware) == [_lock_link, Capsule]
+    assert not cfg.all_capsules()[0].server_middleware
+    assert list(Capsule(queues=["q"], server_middleware=[_lock_link]).server_middleware) == \
+        [_lock_link]
+    with pytest.raises(ConfigError, match="no capsule named 'other'"):
+        cfg.capsule("other")
+    with pytest.raises(ConfigError, match=r"config\.server_middleware"):
+        cfg.capsule("default")
+    with pytest.raises(ConfigError, match=r"capsule 'bad': server_middleware\[0\] is 3"):
+        Capsule(name="bad", queues=["q"], server_middleware=[3])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match=r"capsule 'bad': server_middleware\[1\] is 'x'"):
+        cfg.capsule("bad", queues=["q"], concurrency=1, server_middleware=[_lock_link, "x"])
+    late = cfg.capsule("late", queues=["later"], concurrency=1)
+    late.server_middleware = [_lock_link]  # type: ignore[assignment]  # a list, set later
+    cfg.freeze()
+    assert list(late.server_middleware) == [_lock_link]  # taken at the freeze
+    with pytest.raises(RuntimeError, match="frozen"):
+        single.server_middleware.add(_lock_link)
+    assert single == Capsule(name="single", queues=["unsafe"], concurrency=1)  # settings only
+
+
+@pytest.mark.parametrize(("key", "message"), [
+    ("server_middleware", "capsule 'single': 'server_middleware' cannot be set in a file"),
+    (":server_middleware", "capsule 'single': 'server_middleware' cannot be set in a file"),
+    ("client_middleware", "capsule 'single': 'client_middleware' is no capsule's"),
+])
+def test_a_yaml_capsule_cannot_name_middleware(key: str, message: str) -> None:
+    """Middleware is code: a file's capsule naming it is refused by name, not as a typo."""
+    with pytest.raises(ConfigError, match=message):
+        settings_from_mapping({"capsules": {"single": {"queues": ["unsafe"], "concurrency": 1,
+                                                       key: ["Locks::Single"]}}},
+                              source="wurk.yml")

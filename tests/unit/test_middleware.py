@@ -653,3 +653,24 @@ def test_a_link_that_names_its_jobs_sees_them_and_a_name_added_later() -> None:
     text.add(link)
     with pytest.raises(TypeError, match="wurk_job_names"):
         text.invoke("J", {"jid": "h"}, "q", lambda: None)
+
+
+def test_then_puts_the_inner_chains_links_after_its_own_and_outside_the_pinned_ones() -> None:
+    """A capsule's chain: the configuration's links, then the capsule's, then the link
+    pinned innermost (the worker's stop); a link in both is where the capsule has it; the
+    chains joined are left as they were."""
+    log: list[str] = []
+    outer, inner = Chain(), Chain()
+    outer.add(Record, log, "app")
+    outer.add(Other, log, "shared")
+    stop = Record(log, "stop")
+    outer.pin_innermost(stop)
+    inner.add(Other, log, "capsule")
+    inner.add(Record(log, "own"))
+    joined = outer.then(inner)
+    joined.invoke(None, {}, "q", lambda: log.append("job"))
+    assert log == ["app>", "capsule>", "own>", "stop>", "job", "<stop", "<own", "<capsule",
+                   "<app"]
+    assert len(outer) == 3 and len(inner) == 2
+    joined.add(Record, log, "late")  # added after: still outside the pinned stop
+    assert list(joined)[-1] is stop

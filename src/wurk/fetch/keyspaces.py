@@ -68,7 +68,7 @@ _NO_GUARD = JobGuard()
 class Keyspace:
     """What a processor needs of one queue's keyspace (point 3)."""
 
-    runner: JobRunner
+    runner: JobRunner  # the capsule's in that keyspace's launcher: it holds the chain
     lane: AsyncLane | None
     pool: RedisPool | None  # whose connection its jobs' ``wurk.redis()`` borrows
     visible: Callable[[float], bool]
