@@ -5,7 +5,8 @@
 2. ``Extension``, ``render``, ``Document`` and ``Endpoint`` (``extensions.py``,
    ``templating.py``, ``api.py``): how another package adds a tab — a page, a JSON
    endpoint listed in the OpenAPI schema, or a JSON answer in which stored
-   values that cannot be read (``wurk.api.values.Invalid``) are ``null`` plus raw text.
+   values that cannot be read (``wurk.api.values.Invalid``) are ``null`` plus raw text — or
+   rows to a job's info table (``JobRows``, ``Extension.job_rows``).
 3. Everything else is private: pages (``views.py``), actions (``actions.py``), the JSON API
    (``api.py``, ``openapi.py``), the live stream (``sse.py``), what they read (``data.py``),
    and the guard every request passes (``guard.py``, ``security.py``).
@@ -25,7 +26,8 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 from .api import Document, Endpoint
 from .app import create_app
 from .context import Dashboard, dashboard
-from .extensions import Extension
+from .extensions import Extension, JobRows
 from .templating import render
 
-__all__ = ["Dashboard", "Document", "Endpoint", "Extension", "create_app", "dashboard", "render"]
+__all__ = ["Dashboard", "Document", "Endpoint", "Extension", "JobRows", "create_app",
+           "dashboard", "render"]

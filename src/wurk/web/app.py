@@ -137,7 +137,8 @@ def check_extensions(given: Any) -> tuple[Extension, ...]:
 
 
 def _built_in_note() -> str:
-    tabs = ", ".join(extension.tab for extension in builtin_extensions())
+    tabs = ", ".join(extension.tab for extension in builtin_extensions()
+                     if extension.tab is not None)
     return (f"; the built-in tabs ({tabs}) are always there and need nothing here: give "
             "only tabs of your own, each a wurk.web.Extension(...) (docs/dashboard.md)")
 

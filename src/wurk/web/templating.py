@@ -105,7 +105,8 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
         "notice": notice(request),
         # The Live Poll's interval (``web_poll_interval``), read by wurk.js from the page.
         "poll_interval": repr(float(dash.poll_interval)),
-        "tabs": BUILTIN_TABS + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions),
+        "tabs": BUILTIN_TABS + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions
+                                     if ext.tab is not None),
         # A link is not text shown: never cut (``bounded``), ``named_path`` keeps it short.
         "url": lambda path, **query: escape(url(root, path, **query)),
         "static": lambda name: f"{root}/static/{name}?v={__version__}",

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +29,7 @@ from ..connections.replies import reply_code
 from ..iteration.control import JID_LIMIT, check_jid
 from . import actions, charts, data
 from .context import Dashboard, dashboard
+from .extensions import InfoRow, job_info_rows
 from .guard import SCOPE_FORM, SCOPE_ROOT
 from .templating import DIGEST_FIELD, NAMED, digest, form_name, queue_path, render, url
 
@@ -196,6 +197,10 @@ async def busy(request: Request) -> Response:
     only = only if only in ("jobs", "processes") else None
     count = data.page_number(request.query_params.get("count") or str(data.BUSY_JOBS_DEFAULT))
     found = await dash.run(data.busy, dash.config, only=only, count=count)
+    works = found.get("jobs", [])
+    for work, rows in zip(works, await info_rows(dash, [w["job"] for w in works]),
+                          strict=True):
+        work["info_rows"] = rows
     return render(request, "busy.html", {"b": found, "only": only})
 
 
@@ -249,6 +254,15 @@ async def queue_delete(request: Request) -> Response:
                     count=count, **back_to(request, "direction"))
 
 
+async def info_rows(dash: Dashboard,
+                    records: Sequence[Mapping[str, Any]]) -> list[list[InfoRow]]:
+    """The rows extensions add to each job's info table (``Extension.job_rows``), on a
+    worker thread (a renderer may read Redis); no thread at all when none adds any."""
+    if not any(extension.job_rows is not None for extension in dash.extensions):
+        return [[] for _ in records]
+    return await dash.run(job_info_rows, dash.extensions, records, dash.config)
+
+
 # -- job sets ---------------------------------------------------------------------------------
 async def job_set(request: Request, kind: data.SetKind) -> Response:
     dash = dashboard(request)
@@ -275,7 +289,8 @@ async def job_entry(request: Request, kind: data.SetKind) -> Response:
     if found is None:
         raise HTTPException(404, f"This job is no longer in {kind.title}: it has run, moved "
                                  "or been deleted.")
-    return render(request, "job.html", {"e": found, "kind": kind})
+    [rows] = await info_rows(dash, [found])
+    return render(request, "job.html", {"e": found, "kind": kind, "info_rows": rows})
 
 
 async def job_entry_action(request: Request, kind: data.SetKind) -> Response:
