@@ -79,11 +79,12 @@ DAY = 24 * 60 * 60
 # Settings with no rule of their own above: their type is checked so that a bad value in a
 # file is an error naming it at load time, not a crash in a thread later.
 _TEXT_SETTINGS = ("redis_url", "key_prefix", "home", "tag", "environment", "cpu_affinity",
-                  "health_host", "metrics_host", "statsd", "statsd_prefix", "reliable_push_dir")
+                  "health_host", "metrics_host", "statsd", "statsd_prefix", "reliable_push_dir",
+                  "web_profiler_store_url", "web_profiler_view_url")
 _OPTIONAL = ("redis_url", "environment", "cpu_affinity", "statsd", "reliable_push_dir")
 _FLAG_SETTINGS = ("leader", "skip_default_job_logging", "start_embedded",
                   "periodic_seconds_field", "metrics", "metrics_compat_v7",
-                  "statsd_datadog_extensions", "web_read_only")
+                  "statsd_datadog_extensions", "web_read_only", "web_profiler_upload")
 _TEXT_LIST_SETTINGS = ("labels", "logged_job_attributes", "statsd_tags")
 _PORT_SETTINGS = ("health_port", "metrics_port")
 # The health check's port when it is turned on without one (``wurk worker --health``): the
@@ -103,7 +104,7 @@ _SECONDS_SETTINGS = ("timeout", "shutdown_grace", "fetch_timeout", "paused_cache
                      "web_stream_interval", "web_poll_interval", "history_interval",
                      "retain_history",
                      "job_timeout", "heartbeat_ttl", "super_fetch_orphan_check",
-                     "max_iteration_runtime", "redis_idle_timeout")
+                     "max_iteration_runtime", "redis_idle_timeout", "web_profiler_timeout")
 MAX_SECONDS = threading.TIMEOUT_MAX
 # The largest gc_threshold ``gc.set_threshold`` takes (a C int).
 GC_MAX = 2**31 - 1
@@ -147,6 +148,38 @@ def _not_seconds(value: Any, *, zero: bool = False) -> bool:
     if not math.isfinite(seconds):
         return True
     return seconds < 0 if zero else seconds <= 0
+
+
+# A URL's host and port as a Content-Security-Policy source may name them.
+_URL_HOST = re.compile(r"[A-Za-z0-9._-]+(:[0-9]+)?|\[[0-9A-Fa-f:.]+\](:[0-9]+)?")
+
+
+def _profiler_url_problem(url: Any, *, view: bool = False) -> str | None:
+    """Why ``url`` is no store URL (``view``: no view URL template) of the Firefox Profiler's
+    upload, or None: an absolute http(s) URL with a host; a view URL holds ``{token}``, in
+    its path, query or fragment (the browser is sent to the view's origin, which the profile
+    page's Content-Security-Policy names)."""
+    if not isinstance(url, str):
+        return f"must be an http(s) URL, not {url!r}"
+    token = "{token}"
+    try:
+        parts = urlsplit(url.replace(token, "TOKEN"))
+        _ = parts.port  # a port that is no number, or past 65535, raises
+    except ValueError:
+        return f"{url!r} is no URL"
+    if parts.username is not None or parts.password is not None:
+        return "must not hold a user name or password (the URL is not shown here)"
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname \
+            or not _URL_HOST.fullmatch(parts.netloc) \
+            or any(c.isspace() or ord(c) < 32 for c in url):
+        return f"must be an absolute http:// or https:// URL with a host, not {url!r}"
+    if view:
+        if token not in url:
+            return (f"{url!r} has no {token} placeholder, where the store's token goes "
+                    "(the public instance's: https://profiler.firefox.com/public/{token}/)")
+        if token in urlsplit(url).netloc:
+            return f"the {token} placeholder must be in the path or query, not the host: {url!r}"
+    return None
 
 
 def check_redis_url(url: str) -> None:
@@ -582,6 +615,13 @@ class Config:
     web_stream_interval: float = 2.0  # seconds between two live-stream updates
     # Seconds between two refreshes of a page's content when its "Live Poll" is on.
     web_poll_interval: float = 5.0
+    # "Open in Firefox Profiler" on a profile's page (``wurk.web.firefox``): a click uploads
+    # that one profile to the store and opens the view, ``{token}`` being the store's
+    # profile token; nothing is sent before a click. Off: no button, and no endpoint.
+    web_profiler_upload: bool = True
+    web_profiler_store_url: str = "https://api.profiler.firefox.com/compressed-store"
+    web_profiler_view_url: str = "https://profiler.firefox.com/public/{token}/"
+    web_profiler_timeout: float = 30.0  # seconds the store may keep the upload unanswered
     # -- rate limiters (``wurk.limiter``) ---------------------------------------------------
     # A job over a limit is rescheduled at most this many times (a limiter's own
     # ``reschedule`` wins), then its error takes the ordinary retry path; 0: never.
@@ -1046,6 +1086,15 @@ class Config:
             raise ConfigError(f"web_poll_interval must be a number of seconds > 0 (the "
                               f"dashboard's Live Poll refreshes a page that often), "
                               f"not {poll!r}")
+        timeout = self.web_profiler_timeout
+        if _not_seconds(timeout):
+            raise ConfigError(f"web_profiler_timeout must be a number of seconds > 0, "
+                              f"not {timeout!r}")
+        for name in ("web_profiler_store_url", "web_profiler_view_url"):
+            problem = _profiler_url_problem(getattr(self, name),
+                                           view=name == "web_profiler_view_url")
+            if problem:
+                raise ConfigError(f"{name}: {problem}")
         hosts = self.web_allowed_hosts
         if not isinstance(hosts, list) or not all(isinstance(h, str) for h in hosts):
             raise ConfigError(f"web_allowed_hosts must be a list of host names, not {hosts!r}")

@@ -169,6 +169,10 @@ def test_every_default_is_the_one_configuration_md_states(
         "statsd": None, "statsd_prefix": "wurk", "statsd_tags": [],
         "statsd_datadog_extensions": True, "super_fetch_orphan_check": 3600,
         "max_iteration_runtime": None, "redis_idle_timeout": None,
+        "web_profiler_upload": True,
+        "web_profiler_store_url": "https://api.profiler.firefox.com/compressed-store",
+        "web_profiler_view_url": "https://profiler.firefox.com/public/{token}/",
+        "web_profiler_timeout": 30,
     }
     assert {name: getattr(cfg, name) for name in stated} == stated
     assert cfg.all_capsules()[0].queue_names == ["default"]

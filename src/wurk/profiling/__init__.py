@@ -10,6 +10,9 @@ a successful run's profile is kept in Redis for a day, as Sidekiq 8 keeps Vernie
 3. ``flame``: reading a stored profile back — the gzip inflated within a bound, speedscope's
    JSON (wurk's) or the Firefox Profiler's processed format (Ruby's Vernier) turned into one
    call tree that the dashboard draws as a flame graph.
+4. ``firefox``: the upload behind the dashboard's "Open in Firefox Profiler" — a stored
+   profile in the Firefox Profiler's format checked and sent to its store, and the token
+   the store answers.
 """
 
 from __future__ import annotations

@@ -8,10 +8,20 @@
 2. ``GET /profiles/data?key=…`` downloads the stored gzip: served with ``content-encoding:
    gzip`` as ``<name>.json``, which speedscope (wurk's profiles) and the Firefox Profiler
    (Ruby's) open, when it is gzip that inflates; any other bytes as they are, as a file.
-3. The key is a query parameter, not a path segment: a member is read from Redis and may
-   hold a ``/``. Every value shown is read through ``wurk.api.ProfileSet`` (``Invalid``
-   cells, a record's ``problem``) and escaped; a profile that cannot be drawn says why, in
-   fixed words. Nothing here answers 500 for what Redis holds.
+3. ``POST /profiles/firefox`` (form: ``key``, the CSRF token): "Open in Firefox Profiler",
+   as Sidekiq 8's "View": the profile is uploaded to ``web_profiler_store_url``
+   (``wurk.profiling.firefox``) and the browser sent (303) to ``web_profiler_view_url``
+   with the store's token; only on that click, and only where ``web_profiler_upload`` is on
+   (else 404). A profile the Firefox Profiler does not import (speedscope's: wurk's own),
+   one that cannot be read, or a store that fails (unreachable, an error, no answer within
+   ``web_profiler_timeout``, no token) is the profile page again, saying why (422, 502).
+   The profile page lets its form lead to the view's origin (its CSP's ``form-action``): a
+   browser checks it on the redirect after the POST.
+4. The key is a query parameter (a form field for the POST), not a path segment: a member
+   is read from Redis and may hold a ``/``. Every value shown is read through
+   ``wurk.api.ProfileSet`` (``Invalid`` cells, a record's ``problem``) and escaped; a
+   profile that cannot be drawn says why, in fixed words. Nothing here answers 500 for what
+   Redis holds, nor for what the store answers.
 """
 
 from __future__ import annotations
@@ -20,22 +30,27 @@ import contextlib
 import math
 import re
 import zlib
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from ..api.profiles import ProfileRecord, ProfileSet
+from ..api.profiles import DATA_LIMIT, ProfileRecord, ProfileSet
 from ..config import Config
 from ..errors import RedisUnavailable
+from ..profiling import firefox
 from ..profiling.flame import Unreadable
 from . import charts
 from .context import dashboard
 from .data import page_number
 from .extensions import Extension
+from .guard import SCOPE_FORM
+from .security import content_security_policy
 from .templating import render
 
 __all__ = ["NAME", "PAGE_SIZE", "extension"]
@@ -128,11 +143,63 @@ async def list_page(request: Request) -> Response:
 
 
 async def profile_page(request: Request) -> Response:
+    return await shown_page(request, key_of(request))
+
+
+async def shown_page(request: Request, key: str, failure: firefox.UploadFailed | None = None
+                     ) -> Response:
+    """A profile's page; after a failed upload, with why, and the failure's status."""
     dash = dashboard(request)
-    found = await dash.run(one, dash.config, key_of(request))
+    found = await dash.run(one, dash.config, key)
     if found is None:
         raise HTTPException(404, GONE)
-    return render(request, f"{NAME}/profile.html", found)
+    config = dash.config
+    upload = None
+    if config.web_profiler_upload and not dash.read_only:
+        upload = {"host": firefox.store_host(config.web_profiler_store_url)}
+    context = {**found, "upload": upload,
+               "upload_failed": str(failure) if failure is not None else None}
+    response = render(request, f"{NAME}/profile.html", context,
+                      status=failure.status if failure is not None else 200)
+    if upload is not None:  # the form's redirect ends at the profiler
+        response.headers["content-security-policy"] = content_security_policy(
+            firefox.view_origin(config.web_profiler_view_url))
+    return response
+
+
+def upload_body(config: Config, key: str) -> bytes | None:
+    """What to upload for the profile ``key`` (None: no such profile); ``NotImported``."""
+    record = ProfileSet(config).find(key)
+    if record is None:
+        return None
+    data = record.data()
+    if data is None:
+        raise firefox.NotImported("no profile data is stored (or it is over "
+                                  f"{DATA_LIMIT // (1024 * 1024)} MB)")
+    return firefox.prepare(data)
+
+
+async def open_in_firefox(request: Request) -> Response:
+    dash = dashboard(request)
+    config = dash.config
+    if not config.web_profiler_upload:
+        raise HTTPException(404, "Opening profiles in the Firefox Profiler is switched off "
+                                 "(web_profiler_upload).")
+    key = request.scope.get(SCOPE_FORM, {}).get("key", "")
+    if not isinstance(key, str) or not key:
+        raise HTTPException(404, GONE)
+    try:
+        body = await dash.run(upload_body, config, key)
+        if body is None:
+            raise HTTPException(404, GONE)
+        # Not on the dashboard's Redis threads: the store may take its whole timeout.
+        token = await anyio.to_thread.run_sync(partial(
+            firefox.upload, body, config.web_profiler_store_url,
+            float(config.web_profiler_timeout)))
+        target = firefox.view_url(config.web_profiler_view_url, token)
+    except firefox.UploadFailed as failed:
+        return await shown_page(request, key, failed)
+    return RedirectResponse(target, 303)
 
 
 async def data_file(request: Request) -> Response:
@@ -155,4 +222,5 @@ def extension() -> Extension:
         Route("/", list_page, methods=["GET"]),
         Route("/view", profile_page, methods=["GET"]),
         Route("/data", data_file, methods=["GET"]),
+        Route("/firefox", open_in_firefox, methods=["POST"]),
     ])

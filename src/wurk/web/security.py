@@ -43,6 +43,7 @@ __all__ = [
     "SECURITY_HEADERS",
     "HostNames",
     "basic_credentials",
+    "content_security_policy",
     "credentials_match",
     "csrf_cookie",
     "local_location",
@@ -57,17 +58,26 @@ CSRF_HEADER = "x-csrf-token"
 # 32 random bytes: guessing is hopeless, and the token still fits a header comfortably.
 TOKEN_BYTES = 32
 
-CSP = "; ".join([
-    "default-src 'none'",
-    "script-src 'self'",
-    "style-src 'self'",
-    "img-src 'self' data:",
-    "connect-src 'self'",
-    "font-src 'self'",
-    "form-action 'self'",
-    "frame-ancestors 'none'",
-    "base-uri 'none'",
-])
+
+
+def content_security_policy(*form_targets: str) -> str:
+    """The dashboard's CSP; ``form_targets`` (origins, ``https://host``) are where a form of
+    the page may also lead: a browser checks ``form-action`` on the redirects after a
+    submission too (the profile page's "Open in Firefox Profiler" ends at the profiler)."""
+    return "; ".join([
+        "default-src 'none'",
+        "script-src 'self'",
+        "style-src 'self'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "font-src 'self'",
+        " ".join(["form-action 'self'", *form_targets]),
+        "frame-ancestors 'none'",
+        "base-uri 'none'",
+    ])
+
+
+CSP = content_security_policy()
 
 SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
     (b"content-security-policy", CSP.encode()),
