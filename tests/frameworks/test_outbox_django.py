@@ -38,4 +38,4 @@ def test_the_outbox_under_djangos_test_runner(database: str, redis_server: Serve
                                                                tmp_path / "home"),
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-6000:]
-    assert "Ran 15 tests" in done.stderr, done.stderr[-2000:]
+    assert "Ran 16 tests" in done.stderr, done.stderr[-2000:]

@@ -56,6 +56,11 @@ def ship(order_id: int) -> None: ...
 def once(key: int) -> None: ...
 
 
+@wurk.job(name="Outbox::ByFirst", unique_for=60,
+          unique_context=lambda payload: [payload["args"][0]])
+def by_first(key: int) -> None: ...
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def engine(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Engine]:
     if request.param == "sqlite":
@@ -208,6 +213,52 @@ def test_redis_down_at_commit_loses_nothing(tmp_path: Path, sessions: scoped_ses
         assert any("RedisUnavailable" in line for line in said()), said()
     finally:
         server.stop()
+
+
+class WakeAsTheWaitRunsOut(threading.Event):
+    """The relay's wake event: the first wait of its thread that runs out (the wait before
+    it drops its records) lets a commit land and wake the relay just then, before the
+    thread goes on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.commit: Callable[[], None] | None = None  # armed by the test
+
+    def wait(self, timeout: float | None = None) -> bool:
+        woken = super().wait(timeout)
+        if not woken and timeout is not None and self.commit is not None:
+            commit, self.commit = self.commit, None
+            commit()
+        return woken
+
+
+def test_a_commit_that_wakes_the_relay_as_its_wait_runs_out_is_relayed(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session]) -> None:
+    """The relay's thread cleared its wake event after every wait, even one that had run
+    out: a commit's wake set between the two was erased, and its rows waited for the next
+    commit of the process (or a worker's poll) — with no worker polling, for ever."""
+    relay = relay_for(box)
+
+    def commit_then() -> None:
+        # A commit on another thread, woken into this one's wait: the scoped session here
+        # is this thread's own, and its commit hook wakes the relay as any commit does.
+        try:
+            with sessions().begin():
+                ship.perform_async(2)
+        finally:
+            sessions.remove()
+
+    # The event the relay's thread waits on. Its first wait that runs out is the one after
+    # the first commit's pass, before it drops that pass's records (a second).
+    event = relay._wake = WakeAsTheWaitRunsOut()
+    event.commit = commit_then
+    session = sessions()
+    with session.begin():
+        ship.perform_async(1)
+    wait_until(lambda: len(queued(r)) == 2, timeout=10,
+               what="the job of the commit that woke the relay as its wait ran out")
+    assert event.commit is None  # that commit did land just then
+    assert sorted(job["args"] for job in queued(r)) == [[1], [2]]
 
 
 def test_outside_a_transaction_and_with_transactional_false_it_pushes_at_once(
@@ -437,6 +488,34 @@ def test_a_row_that_is_not_a_job_goes_to_the_dead_set_and_holds_up_no_other(
     assert [job["jid"] for job in queued(r)] == ["d" * 24]
     assert r.zcard("schedule") == 0
     assert rows(engine) == 0
+
+
+def test_a_row_whose_unique_context_raises_goes_to_the_dead_set_and_holds_up_no_other(
+        box: wurk.Config, r: redis.Redis, engine: Engine, sessions: scoped_session[Session],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A unique job's row without its digest (written by hand or by another version) names
+    its lock through the job's ``unique_context`` hook, which may raise on a payload no push
+    of this version made (here: no argument to take). The IndexError left every pass, so
+    the row was never deleted and, oldest first, no row after it was ever relayed."""
+    bad = json.dumps({"class": "Outbox::ByFirst", "args": [], "queue": "default",
+                      "jid": "e" * 24, "unique_for": 60})
+    good = json.dumps({"class": "Outbox::Ship", "args": [2], "queue": "default",
+                       "jid": "d" * 24})
+    with engine.begin() as conn:
+        conn.execute(OUTBOX.insert(), [
+            {"jid": "e" * 24, "payload": bad, "at": None, "created_at": time.time()},
+            {"jid": "d" * 24, "payload": good, "at": None, "created_at": time.time()}])
+    with caplog.at_level(logging.ERROR, logger="wurk"):
+        assert relay_for(box).run_once() == 2
+    assert r.zrange("dead", 0, -1) == [bad]
+    assert [job["jid"] for job in queued(r)] == ["d" * 24]
+    assert rows(engine) == 0
+    assert "unique_context of 'Outbox::ByFirst' raised IndexError" in caplog.text
+    # A push of this version stores the digest: the hook is not asked again when relayed.
+    with sessions().begin():
+        jid = by_first.perform_async(7)
+    wurk.testing.relay_outbox()
+    assert [job["jid"] for job in queued(r)] == [jid, "d" * 24]
 
 
 def test_a_row_redis_refuses_for_good_goes_to_the_dead_set_and_holds_up_no_other(
@@ -799,3 +878,42 @@ def test_a_push_to_another_shard_goes_there_and_is_refused_as_a_row(
         relay_for(config).stop()
         eu.flushdb()
         eu.close()
+
+
+@pytest.mark.parametrize("engine", ["postgresql"], indirect=True)  # SQLite: its busy timeout
+def test_a_lock_on_the_table_holds_a_relay_no_longer_than_its_lock_timeout(
+        box: wurk.Config, r: redis.Redis, engine: Engine, pg_url: str) -> None:
+    """A lock on the whole table (a migration, ``LOCK TABLE``, ``VACUUM FULL``) held a
+    relay's transaction for as long as it lasted: a worker's poll runs on its shared timer
+    thread, so the leader's renewal and the scheduler waited with it. The wait is bounded:
+    the pass fails (an outage, retried) and the next one after the lock relays the rows."""
+    import psycopg
+
+    from wurk.client.outbox import LOCK_TIMEOUT, Relay
+
+    insert_jobs(engine, 1)
+    relay = Relay(box, SQLAlchemyOutbox(engine, OUTBOX))
+    outcome: list[BaseException | bool] = []
+
+    def poll() -> None:
+        try:
+            outcome.append(relay.poll())
+        except BaseException as exc:
+            outcome.append(exc)
+
+    with psycopg.connect(pg_url) as migration:  # a transaction holding the table's lock
+        migration.execute("LOCK TABLE wurk_outbox IN ACCESS EXCLUSIVE MODE")
+        polling = threading.Thread(target=poll, daemon=True)
+        started = time.monotonic()
+        polling.start()
+        polling.join(LOCK_TIMEOUT + 20)
+        waited = time.monotonic() - started
+        held = polling.is_alive()  # still waiting while the lock is held
+    polling.join(30)
+    assert not held, "the relay waited for the table's lock as long as it was held"
+    assert waited >= LOCK_TIMEOUT * 0.9
+    (failed,) = outcome
+    assert isinstance(failed, Exception) and "lock timeout" in str(failed)
+    assert rows(engine) == 1 and r.llen("queue:default") == 0
+    assert relay.poll() is False  # the lock gone: relayed
+    assert rows(engine) == 0 and r.llen("queue:default") == 1

@@ -75,8 +75,9 @@ def sendable(keys: Keys, job: P.Payload, at: float | None) -> Sendable:
 def from_text(keys: Keys, text: str, at: float | None) -> Sendable:
     """A stored payload (a buffer's line, an outbox row) ready to send again.
     ``InvalidPayload`` naming the field when it cannot be sent: not a JSON object, no jid,
-    a ``unique_for`` or an ``at`` that is not a finite number (written by hand or by
-    another version: untrusted)."""
+    a ``unique_for`` or an ``at`` that is not a finite number, a unique job without a stored
+    digest whose ``unique_context`` hook raises on it (written by hand or by another
+    version: untrusted)."""
     job = P.loads(text)
     if not isinstance(job.get(P.JID), str) or not job[P.JID]:
         raise InvalidPayload(f"stored job has no jid: {text[:200]!r}", field=P.JID)
@@ -87,7 +88,15 @@ def from_text(keys: Keys, text: str, at: float | None) -> Sendable:
         P.finite_seconds(job[P.UNIQUE_FOR], "'unique_for'", "a finite number of seconds",
                          field=P.UNIQUE_FOR)
         had_digest = isinstance(job.get(P.UNIQUE_DIGEST), str) and job[P.UNIQUE_DIGEST]
-        lock, _ = locks.lock_for(keys, job, at, time.time())
+        try:
+            lock, _ = locks.lock_for(keys, job, at, time.time())
+        except InvalidPayload:
+            raise
+        except Exception as exc:  # the job's unique_context hook, on a payload it never saw
+            raise InvalidPayload(
+                f"stored job's lock cannot be named: the unique_context of "
+                f"{str(job.get(P.CLASS))[:100]!r} raised {type(exc).__name__}: {exc}",
+                field=P.UNIQUE_FOR) from exc
         if not had_digest:
             text = P.dumps(job)  # the digest is stored with the job, as the first try does
     return Sendable(str(job[P.JID]), text, str(job.get(P.QUEUE) or P.DEFAULT_QUEUE), at,

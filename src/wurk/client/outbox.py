@@ -57,14 +57,20 @@ from .core import Client
 from .transactional import TransactionAdapter, TransactionalClient
 from .writers import Entries
 
-__all__ = ["OutboxAdapter", "OutboxClient", "OutboxDuty", "OutboxRow", "OutboxStore", "Relay",
-           "relay_for"]
+__all__ = ["LOCK_TIMEOUT", "OutboxAdapter", "OutboxClient", "OutboxDuty", "OutboxRow",
+           "OutboxStore", "Relay", "relay_for"]
 
 log = logging.getLogger("wurk")
 
 # How long the relay thread waits, with nothing to do, before dropping the records of the
 # jids it pushed (wurk.client.idempotent) in a round trip of their own.
 FORGET_AFTER = 1.0
+# The longest a relay's transaction waits for a lock on the outbox table (a migration, a
+# ``LOCK TABLE``, a ``VACUUM FULL``) where the database lets it say so (PostgreSQL's
+# ``lock_timeout``): the pass then fails as an outage does and is tried again, and the
+# worker's shared timer thread it runs on (the leader's renewal, the scheduler) is never
+# held for the length of that lock. Rows are never waited on: they are skipped when locked.
+LOCK_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,8 @@ class OutboxStore(Protocol):
     def relay(self, limit: int, lease: float, push: Callable[[list[OutboxRow]], None]) -> int:
         """Take up to ``limit`` rows no other relay holds, oldest first (a claim that cannot
         be a row lock lasts ``lease`` seconds); call ``push`` with them; delete them once it
-        returned. Rows ``push`` raised on stay for a later try. Returns how many were
+        returned. A wait for a lock on the table is bounded (``LOCK_TIMEOUT``) where the
+        database can bound it. Rows ``push`` raised on stay for a later try. Returns how many were
         deleted: fewer than were pushed when a claim's lease ran out during the push and
         another relay claimed some of them again."""
         ...
@@ -416,8 +423,12 @@ class Relay:
                 timeout = FORGET_AFTER
             else:
                 timeout = None  # until the next commit
+            # Cleared only when it was set: a commit's wake that lands just as a timed wait
+            # runs out stays set, so the next wait returns at once and a pass takes its rows
+            # (cleared after a timeout, it was lost and the rows waited for another commit).
             woken = self._wake.wait(timeout)
-            self._wake.clear()
+            if woken:
+                self._wake.clear()
             if self._stopping.is_set():
                 if self._woken_since_pass:
                     self.duty.run()  # the last pass: a commit woke the relay for it

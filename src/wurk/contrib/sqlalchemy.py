@@ -16,6 +16,7 @@
    (``SQLAlchemyOutbox``) lets a relay take rows: ``SELECT … FOR UPDATE SKIP LOCKED`` on
    PostgreSQL, MySQL and Oracle; elsewhere (SQLite) a claim (``claimed_by``, with a lease in
    ``claimed_until``) taken in a transaction of its own, since SQLite locks the whole file.
+   On PostgreSQL its transaction waits at most ``LOCK_TIMEOUT`` for a lock on the table.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
     raise ImportError("wurk.contrib.sqlalchemy needs SQLAlchemy: "
                       "pip install 'wurk[sqlalchemy]'") from exc
 
-from ..client.outbox import OutboxRow
+from ..client.outbox import LOCK_TIMEOUT, OutboxRow
 from ..client.transactional import run_all
 
 __all__ = ["SQLAlchemyAdapter", "SQLAlchemyOutbox", "outbox_table"]
@@ -148,6 +149,8 @@ class SQLAlchemyOutbox:
         columns = (t.c.id, t.c.jid, t.c.payload, t.c.at)
         if self.skip_locked:
             with self.engine.begin() as conn:
+                if self.engine.dialect.name == "postgresql":  # never held by a table's lock
+                    conn.exec_driver_sql(_lock_timeout_sql())
                 found = conn.execute(select(*columns).order_by(t.c.id).limit(limit)
                                      .with_for_update(skip_locked=True)).all()
                 if found:
@@ -180,6 +183,11 @@ class SQLAlchemyOutbox:
     def pending(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
+
+
+def _lock_timeout_sql() -> str:
+    """PostgreSQL: this transaction waits at most ``LOCK_TIMEOUT`` for a lock."""
+    return f"SET LOCAL lock_timeout = '{round(LOCK_TIMEOUT * 1000)}ms'"
 
 
 class SQLAlchemyAdapter:

@@ -4,9 +4,11 @@
    skips locked ones (``features.has_select_for_update_skip_locked``: PostgreSQL, MySQL 8,
    Oracle), one transaction takes up to ``limit`` rows with ``SELECT … FOR UPDATE SKIP
    LOCKED``, pushes them and deletes them: two relays never hold one row, and a relay that
-   dies mid-way lets its rows go with its connection. Elsewhere (SQLite) a relay claims rows
-   in a transaction of its own (``claimed_by``, ``claimed_until`` = now + ``lease``), pushes
-   them, then deletes them; a claim a dead relay left is taken again once its lease ends.
+   dies mid-way lets its rows go with its connection; on PostgreSQL that transaction waits at
+   most ``LOCK_TIMEOUT`` for a lock on the table (a migration's). Elsewhere (SQLite) a relay
+   claims rows in a transaction of its own (``claimed_by``, ``claimed_until`` = now +
+   ``lease``), pushes them, then deletes them; a claim a dead relay left is taken again once
+   its lease ends.
 2. The relay runs on threads that are not requests (its own, a worker's timer): each pass
    closes the thread's connection when Django would (``close_if_unusable_or_obsolete``).
 """
@@ -21,7 +23,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.models import Q
 
-from ...client.outbox import OutboxRow
+from ...client.outbox import LOCK_TIMEOUT, OutboxRow
 from .models import OutboxEntry
 
 __all__ = ["DjangoOutbox"]
@@ -50,6 +52,10 @@ class DjangoOutbox:
 
     def _locked(self, limit: int, push: Callable[[list[OutboxRow]], None]) -> int:
         with transaction.atomic(using=self.using):
+            connection = connections[self.using]
+            if connection.vendor == "postgresql":  # never held by a lock on the table
+                with connection.cursor() as cursor:
+                    cursor.execute(f"SET LOCAL lock_timeout = '{round(LOCK_TIMEOUT * 1000)}ms'")
             found = list(self._entries().select_for_update(skip_locked=True)
                          .order_by("id").values_list(*_COLUMNS)[:limit])
             if found:

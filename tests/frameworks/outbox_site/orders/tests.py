@@ -181,6 +181,51 @@ class Outbox(TransactionTestCase):
         self.assertEqual(len(queued()), 300)
 
 
+class LockOnTheTable(TransactionTestCase):
+    def test_a_lock_on_the_table_holds_a_relay_no_longer_than_its_lock_timeout(self) -> None:
+        """A migration's lock on wurk_outbox held the relay's transaction (and a worker's
+        shared timer thread) as long as it lasted; on PostgreSQL the wait is bounded."""
+        from django.db import connections
+
+        from wurk.client.outbox import LOCK_TIMEOUT
+
+        if connection.vendor != "postgresql":
+            self.skipTest("SQLite bounds the wait with its busy timeout")
+        OutboxEntry.objects.create(jid="f" * 24, created_at=time.time(), payload=json.dumps(
+            {"class": "Outbox::Ship", "args": [1], "queue": "default", "jid": "f" * 24}))
+        relay = Relay(wurk.default_config(), DjangoOutbox())
+        outcome = []
+
+        def poll() -> None:
+            try:
+                outcome.append(relay.poll())
+            except BaseException as exc:
+                outcome.append(exc)
+            finally:
+                connection.close()
+
+        migration = connections.create_connection("default")
+        try:
+            migration.set_autocommit(False)
+            with migration.cursor() as cursor:
+                cursor.execute("LOCK TABLE wurk_outbox IN ACCESS EXCLUSIVE MODE")
+            polling = threading.Thread(target=poll, daemon=True)
+            polling.start()
+            polling.join(LOCK_TIMEOUT + 20)
+            held = polling.is_alive()
+        finally:
+            migration.rollback()
+            migration.close()
+        polling.join(30)
+        self.assertFalse(held, "the relay waited for the table's lock as long as it was held")
+        (failed,) = outcome
+        self.assertIn("lock timeout", str(failed))
+        self.assertEqual(queued(), [])
+        self.assertFalse(relay.poll())  # the lock gone: relayed
+        self.assertEqual([job["jid"] for job in queued()], ["f" * 24])
+        self.assertFalse(OutboxEntry.objects.exists())
+
+
 class OnCommit(TransactionTestCase):
     """client="transactional": today's on_commit push, for projects without the table."""
 
