@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -21,12 +20,12 @@ import redis
 
 import wurk
 import wurk.api
+from tests.helpers.result_waits import LONG, subscribed, sync_wait
 from tests.helpers.wait import wait_until
 from wurk import payload as P
 from wurk.results import store, waiting
 
 TTL = 600
-LONG = 30.0  # a wait's timeout: the waits below must end long before it
 PROMPT = 10.0  # ...and within this, on a loaded machine
 
 
@@ -54,27 +53,6 @@ def small_pubsub_buffer(r: redis.Redis) -> Iterator[None]:
     r.config_set("client-output-buffer-limit", "pubsub 1024 512 60")
     yield
     r.config_set("client-output-buffer-limit", before)
-
-
-def subscribed(r: redis.Redis, count: int = 1) -> Callable[[], bool]:
-    return lambda: sum(int(c.get("sub", 0)) for c in r.client_list()) >= count
-
-
-def sync_wait(handle: wurk.ResultHandle[Any]) -> tuple[threading.Thread, list[Any]]:
-    """A sync wait in a thread: what it returned or raised, and how long it took."""
-    found: list[Any] = []
-
-    def run() -> None:
-        started = time.monotonic()
-        try:
-            found.append(handle.result(timeout=LONG))
-        except Exception as exc:  # the test looks at it
-            found.append(exc)
-        found.append(time.monotonic() - started)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, found
 
 
 # -- a result over the pub/sub output-buffer limit -------------------------------------------

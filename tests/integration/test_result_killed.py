@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -23,13 +22,13 @@ import redis
 
 import wurk
 import wurk.api
+from tests.helpers.result_waits import LONG, subscribed, sync_wait
 from tests.helpers.wait import wait_until
 from wurk import payload as P
 from wurk.results import waiting
 from wurk.results.recorder import ResultDeathHandler
 
 TTL = 600
-LONG = 30.0  # a wait's timeout: the waits below must end long before it
 PROMPT = 10.0  # ...and within this, on a loaded machine
 PQ = "killres-parts"
 
@@ -59,27 +58,6 @@ def no_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def pconfig(redis_server: Any) -> Iterator[wurk.Config]:
     yield wurk.configure(redis_url=redis_server.url, partitions={PQ: 2})
-
-
-def subscribed(r: redis.Redis, count: int = 1) -> Callable[[], bool]:
-    return lambda: sum(int(c.get("sub", 0)) for c in r.client_list()) >= count
-
-
-def sync_wait(handle: wurk.ResultHandle[Any]) -> tuple[threading.Thread, list[Any]]:
-    """A sync wait in a thread: what it returned or raised, and how long it took."""
-    found: list[Any] = []
-
-    def run() -> None:
-        started = time.monotonic()
-        try:
-            found.append(handle.result(timeout=LONG))
-        except Exception as exc:  # the test looks at it
-            found.append(exc)
-        found.append(time.monotonic() - started)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread, found
 
 
 def retrying(config: wurk.Config, n: int = 1, **extra: Any) -> wurk.ResultHandle[Any]:

@@ -31,12 +31,11 @@ import json
 import re
 import urllib.error
 import urllib.request
-import zlib
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 from .._version import __version__
-from .flame import GZIP_MAGIC
+from .flame import TooLarge, Unreadable, inflate
 
 __all__ = ["ACCEPT", "REPLY_LIMIT", "TOKEN", "UPLOAD_LIMIT", "NotImported", "UploadFailed",
            "prepare", "store_host", "upload", "view_origin", "view_url"]
@@ -69,19 +68,14 @@ class NotImported(UploadFailed):
 
 def prepare(data: bytes, limit: int = UPLOAD_LIMIT) -> bytes:
     """The gzip body to upload for stored ``data``; ``NotImported`` saying why not."""
-    if not data.startswith(GZIP_MAGIC):
-        raise NotImported("the stored data is not gzip")
-    inflater = zlib.decompressobj(wbits=31)
     try:
-        text = inflater.decompress(data, limit + 1)
-    except zlib.error:
-        raise NotImported("the stored gzip is damaged") from None
-    if len(text) <= limit and not inflater.eof:  # cut short
-        raise NotImported("the stored gzip is damaged")
-    if len(text) > limit:
+        text = inflate(data, limit)
+    except TooLarge:
         raise NotImported(f"the profile is over {limit // (1024 * 1024)} MB of JSON, too "
                           "large to upload from here: download it and load it in the "
-                          "profiler (\"Load a profile from file\")")
+                          "profiler (\"Load a profile from file\")") from None
+    except Unreadable as exc:
+        raise NotImported(str(exc)) from None
     try:
         document = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = ["DRAW_LIMIT", "MAX_DEPTH", "MAX_FRAMES", "MAX_NODES", "MAX_STEPS", "Flame",
-           "Node", "Unreadable", "inflate", "parse"]
+           "Node", "TooLarge", "Unreadable", "inflate", "parse"]
 
 # Inflated JSON drawn at most: a page parses it in its request, and parsed JSON takes ~8×
 # its text in memory. Larger profiles are downloaded and opened in a viewer.
@@ -46,6 +46,10 @@ GZIP_MAGIC = b"\x1f\x8b"
 
 class Unreadable(Exception):
     """A stored profile that cannot be drawn; the message says why, in fixed words."""
+
+
+class TooLarge(Unreadable):
+    """A stored profile whose JSON is over the limit ``inflate`` was given."""
 
 
 @dataclass
@@ -136,9 +140,11 @@ def inflate(data: bytes, limit: int = DRAW_LIMIT) -> bytes:
         text = inflater.decompress(data, limit + 1)
     except zlib.error:
         raise Unreadable("the stored gzip is damaged") from None
+    if len(text) <= limit and not inflater.eof:  # cut short
+        raise Unreadable("the stored gzip is damaged")
     if len(text) > limit:
-        raise Unreadable(f"the profile is over {limit // (1024 * 1024)} MB of JSON: too "
-                         "large to draw here")
+        raise TooLarge(f"the profile is over {limit // (1024 * 1024)} MB of JSON: too "
+                       "large to draw here")
     return text
 
 
