@@ -141,6 +141,26 @@ def test_a_rollback_pushes_nothing_and_leaves_no_row(box: wurk.Config, r: redis.
     assert queued(r) == []
 
 
+def test_a_jid_longer_than_the_jid_column_is_refused_at_the_call_not_by_the_database(
+        box: wurk.Config, r: redis.Redis, sessions: scoped_session[Session],
+        engine: Engine) -> None:
+    session = sessions()
+    with session.begin():
+        order = Order(item="book")
+        session.add(order)
+        session.flush()
+        with pytest.raises(wurk.InvalidPayload, match=r"65 characters.*at most 64"):
+            ship.set(jid="j" * 65).perform_async(order.id)
+        # The caller's transaction is still usable (PostgreSQL aborted it before).
+        kept = ship.set(jid="k" * 64).perform_async(order.id)
+        session.add(Order(item="pen"))
+    assert kept == "k" * 64
+    wait_until(lambda: queued(r), what="the relayed job")
+    assert [job["jid"] for job in queued(r)] == ["k" * 64]
+    with engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(Order)).scalar_one() == 2
+
+
 def test_a_savepoint_rolled_back_drops_only_its_rows(box: wurk.Config, r: redis.Redis,
                                                       sessions: scoped_session[Session]
                                                       ) -> None:

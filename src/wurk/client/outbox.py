@@ -57,7 +57,7 @@ from .core import Client
 from .transactional import TransactionAdapter, TransactionalClient
 from .writers import Entries
 
-__all__ = ["LOCK_TIMEOUT", "OutboxAdapter", "OutboxClient", "OutboxDuty", "OutboxRow",
+__all__ = ["JID_LENGTH", "LOCK_TIMEOUT", "OutboxAdapter", "OutboxClient", "OutboxDuty", "OutboxRow",
            "OutboxStore", "Relay", "relay_for"]
 
 log = logging.getLogger("wurk")
@@ -71,6 +71,16 @@ FORGET_AFTER = 1.0
 # worker's shared timer thread it runs on (the leader's renewal, the scheduler) is never
 # held for the length of that lock. Rows are never waited on: they are skipped when locked.
 LOCK_TIMEOUT = 2.0
+# The outbox table's ``jid`` column: ``varchar(64)`` (the Django model, the SQLAlchemy table).
+JID_LENGTH = 64
+
+
+def _check_jid(jid: str) -> None:
+    """A jid the outbox table's ``jid`` column holds (``JID_LENGTH`` characters)."""
+    if len(jid) > JID_LENGTH:
+        raise InvalidPayload(f"outbox: jid {jid[:40]!r}... is {len(jid)} characters; the outbox "
+                             f"table's jid column holds at most {JID_LENGTH} (give a shorter "
+                             "jid, or push it with transactional=False)", field=P.JID)
 
 
 @dataclass(frozen=True)
@@ -209,6 +219,8 @@ class OutboxClient(TransactionalClient):
         for job, at in entries:
             ready = idempotent.sendable(keys, job, at)
             writers.check_size(self.config, job, ready.text)  # no row the relay cannot push
+            _check_jid(ready.jid)  # refused here, not by the database: its error aborts the
+            # caller's whole transaction (PostgreSQL), this one is raised at the push
             rows.append(OutboxRow(None, ready.jid, ready.text, ready.at))
         self.outbox.write_outbox(rows)
         relay = relay_for(self.config)
