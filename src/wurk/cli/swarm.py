@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from ..errors import ConfigError
+from ..runtime.sdnotify import Notifier
 from .worker import build_config, prepare, worker_options
 
 __all__ = ["swarm"]
@@ -30,7 +31,6 @@ _SWARM_FLAGS = ("count", "max_memory_mb", "max_jobs")
               help="Replace a child after it has run N jobs (0: off).")
 def swarm(**options: Any) -> None:
     """Run N worker processes under one supervising parent."""
-    from ..runtime.sdnotify import Notifier
     from ..swarm.settings import resolve
     from ..swarm.supervisor import Supervisor
 

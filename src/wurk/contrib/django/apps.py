@@ -3,12 +3,9 @@ its model is the outbox table (``models.py``)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.apps import AppConfig
 
-if TYPE_CHECKING:
-    from ...config import Config
+from ...config import Config
 
 __all__ = ["WurkAppConfig"]
 

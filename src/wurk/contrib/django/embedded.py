@@ -22,7 +22,11 @@ import logging
 import os
 import threading
 
+from django.apps import apps
+from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
+
 from ...inprocess import InProcessWorker
+from .apps import WurkAppConfig
 
 __all__ = ["start_worker", "stop_worker"]
 
@@ -36,11 +40,6 @@ def start_worker() -> InProcessWorker | None:
     """This process's embedded worker, started at the first call; None when it could not boot
     (logged). Raises ``ImproperlyConfigured`` when the ``wurk.contrib.django`` app is not
     installed or Django is not set up yet."""
-    from django.apps import apps
-    from django.core.exceptions import AppRegistryNotReady, ImproperlyConfigured
-
-    from .apps import WurkAppConfig
-
     not_ready = ImproperlyConfigured("start_worker() runs once Django is set up: call it "
                                      "after get_wsgi_application() / get_asgi_application()")
     try:
