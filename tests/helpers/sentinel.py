@@ -42,6 +42,9 @@ LINKED_FAILOVER_TIMEOUT_MS = 120_000
 QUORUM = 2
 SENTINELS = 3
 STARTUP = 20.0
+# Deployments started on fresh ports when one was taken (free_port lets a port go before the
+# node binds it, and parallel test workers start servers too).
+PORT_TRIES = 3
 
 
 def skip_reason() -> str | None:
@@ -50,6 +53,10 @@ def skip_reason() -> str | None:
         return (f"needs Debian's {' and '.join(missing)} on the PATH (apt-get install "
                 "redis-server redis-sentinel; .ci/run installs them)")
     return None
+
+
+class PortTaken(RuntimeError):
+    """A node's free port was taken by another process before the node bound it."""
 
 
 @dataclass
@@ -79,7 +86,14 @@ class Node:
                                        f"{(self.directory / f'{self.name}.log').read_text()}"
                                        ) from None
                 time.sleep(0.02)
-        client.close()
+        try:  # the server that answered is this process, not another test's on a reused port
+            answered = int(client.info("server")["process_id"])
+        finally:
+            client.close()
+        if answered != self.process.pid:
+            self.stop()  # it could not bind: it exits by itself
+            raise PortTaken(f"{self.name}: port {self.port} was taken by another server "
+                            f"(pid {answered}) between choosing it and starting")
 
     def client(self, **options: object) -> redis.Redis:
         return redis.Redis(port=self.port, **options)  # type: ignore[arg-type]
@@ -117,13 +131,20 @@ class Topology:
         """With ``replica_link``, the replica replicates through a fault proxy (``link``),
         so a test can hold the replication stream back: a replica that lags."""
         directory.mkdir(parents=True, exist_ok=True)
-        topology = cls(directory)
-        try:
-            topology._start(replica_link)
-        except BaseException:
-            topology.stop()
-            raise
-        return topology
+        for attempt in range(PORT_TRIES):
+            topology = cls(directory)
+            try:
+                topology._start(replica_link)
+            except PortTaken:
+                topology.stop()
+                if attempt == PORT_TRIES - 1:
+                    raise
+                continue  # the whole deployment again, on new ports: each names the others'
+            except BaseException:
+                topology.stop()
+                raise
+            return topology
+        raise AssertionError("unreachable")
 
     def _start(self, replica_link: bool) -> None:
         primary = self._data_node("primary", [])
