@@ -534,6 +534,10 @@ def test_a_job_that_catches_its_timeout_and_runs_on_is_stopped_again_and_retried
     with caplog.at_level("WARNING", logger="wurk"):
         jid = job.perform_async()
         wait_until(lambda: retry_entry(r, jid) is not None, timeout=20, what="the retry")
+        # The warning follows the second stop, which the job's failure may overtake: read
+        # while the level still lets it in.
+        wait_until(lambda: any(f"job {jid} did not stop" in rec.getMessage()
+                               for rec in caplog.records), timeout=10, what="the warning")
     failed = retry_entry(r, jid)
     assert failed is not None and failed["error_class"] == "wurk.JobTimeout"
     assert "time limit of 1 s" in failed["error_message"] and failed["retry_count"] == 0
