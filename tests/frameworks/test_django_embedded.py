@@ -50,8 +50,9 @@ WSGI = textwrap.dedent("""
 
     import wurk
 
-    def say(*values):
-        print("=", *values, flush=True)
+    def say(*values):  # one write: a log line of the worker's thread cannot split it
+        sys.stdout.write(" ".join(["=", *map(str, values)]) + "\\n")
+        sys.stdout.flush()
 """)
 
 

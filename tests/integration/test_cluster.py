@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socketserver
 import threading
 import time
 from collections import Counter
@@ -19,6 +18,7 @@ from redis.crc import key_slot
 import wurk
 import wurk.limiter
 from tests.helpers.cluster import Cluster, slot_of
+from tests.helpers.fake_node import fake_node, handshake_or
 from tests.helpers.server import free_port
 from tests.helpers.wait import wait_until
 from tests.web.conftest import browse
@@ -358,29 +358,18 @@ def test_a_node_the_cluster_no_longer_names_is_forgotten() -> None:
 
     answers: list[bytes] = []
 
-    class Handler(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            while data := self.request.recv(4096):
-                words = data.upper()
-                self.request.sendall(answers[0] if b"SLOTS" in words
-                                     else b"%1\r\n$5\r\nproto\r\n:3\r\n" if b"HELLO" in words
-                                     else b"+OK\r\n")
+    def cluster_slots(command: list[bytes]) -> bytes | None:
+        return answers[0] if command[0].upper() == b"CLUSTER" else None
 
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as seed:
-        seed.daemon_threads = True
-        threading.Thread(target=seed.serve_forever, daemon=True).start()
-        port = seed.server_address[1]
+    with fake_node(handshake_or(cluster_slots)) as port:
         locator = SlotLocator(parse(f"redis+cluster://127.0.0.1:{port}/mail"),
                               {"socket_timeout": 1})
-        try:
-            answers[:] = [slots(port, gone)]
-            locator.primary()
-            assert ("127.0.0.1", gone) in locator._known
-            answers[:] = [slots(port)]  # the cluster dropped that node
-            locator.primary()
-            assert locator._known == [("127.0.0.1", port)]
-        finally:
-            seed.shutdown()
+        answers[:] = [slots(port, gone)]
+        locator.primary()
+        assert ("127.0.0.1", gone) in locator._known
+        answers[:] = [slots(port)]  # the cluster dropped that node
+        locator.primary()
+        assert locator._known == [("127.0.0.1", port)]
 
 
 @pytest.mark.parametrize("entry", [0, 1, 2])
@@ -392,21 +381,11 @@ def test_a_node_answering_a_garbled_slot_map_is_passed_over(redis_cluster: Clust
                b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nx\r\n$1\r\ny\r\n",
                b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nx\r\n:99999\r\n"]
 
-    class Handler(socketserver.BaseRequestHandler):
-        def handle(self) -> None:
-            while data := self.request.recv(4096):  # the slot map; the handshake; OK
-                words = data.upper()
-                self.request.sendall(replies[entry] if b"SLOTS" in words
-                                     else b"%1\r\n$5\r\nproto\r\n:3\r\n" if b"HELLO" in words
-                                     else b"+OK\r\n")
+    def cluster_slots(command: list[bytes]) -> bytes | None:
+        return replies[entry] if command[0].upper() == b"CLUSTER" else None
 
-    with socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler) as garbled:
-        garbled.daemon_threads = True
-        threading.Thread(target=garbled.serve_forever, daemon=True).start()
+    with fake_node(handshake_or(cluster_slots)) as garbled:
         live = redis_cluster.live().port
-        locator = SlotLocator(parse(f"redis+cluster://127.0.0.1:{garbled.server_address[1]},"
+        locator = SlotLocator(parse(f"redis+cluster://127.0.0.1:{garbled},"
                                     f"127.0.0.1:{live}/mail"), {"socket_timeout": 1})
-        try:
-            assert locator.primary()[1] == redis_cluster.primary_port("mail")
-        finally:
-            garbled.shutdown()
+        assert locator.primary()[1] == redis_cluster.primary_port("mail")

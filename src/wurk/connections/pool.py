@@ -51,6 +51,7 @@ from typing import Any, TypeVar
 
 import redis
 import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -429,7 +430,7 @@ class AsyncRedisPool:
             url, max_connections=size, timeout=socket_timeout or None,
             socket_timeout=socket_timeout or None,
             socket_connect_timeout=socket_timeout or None, socket_keepalive=True,
-            client_name=name, retry=Retry(NoBackoff(), 0), **_driver_info())
+            client_name=name, retry=AsyncRetry(NoBackoff(), 0), **_driver_info())
         self.idle_timeout = self.connections.idle_timeout = idle_timeout
         self.connections.clock = clock
         self.client: aredis.Redis = aredis.Redis(connection_pool=self.connections)

@@ -313,7 +313,7 @@ def blocking_pool(url: str, base: type, **options: Any) -> Any:
     """A pool of class ``base`` (a ``redis.BlockingConnectionPool``) for the primary of the
     Sentinel ``url``; ``options`` are the pool's and its connections' settings."""
     target = parse(url)
-    manager = _Sentinel(  # type: ignore[no-untyped-call]
+    manager = _Sentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.sentinels),
         sentinel_kwargs=_sentinel_kwargs(target, options, Retry(NoBackoff(), 0)))
     pool_class = _with_sentinel(sync_sentinel.SentinelConnectionPool, base, _SparesInUse)
@@ -325,7 +325,7 @@ def blocking_pool(url: str, base: type, **options: Any) -> Any:
 def async_blocking_pool(url: str, base: type, **options: Any) -> Any:
     """``blocking_pool`` for redis-py's asyncio client (``base`` its blocking pool)."""
     target = parse(url)
-    manager = _AsyncSentinel(  # type: ignore[no-untyped-call]
+    manager = _AsyncSentinel(  # type: ignore[no-untyped-call, unused-ignore]
         list(target.sentinels),
         sentinel_kwargs=_sentinel_kwargs(target, options, AsyncRetry(NoBackoff(), 0)))
     pool_class = _with_sentinel(async_sentinel.SentinelConnectionPool, base)

@@ -149,7 +149,7 @@ def _wait_kept(jid: str, limit: float | None, timeout: float | None) -> Outcome:
 
 def _wait_on(config: Config, pool: RedisPool, jid: str, timeout: float | None,
              deadline: float | None) -> Outcome | Invalid:
-    pubsub = pool.client.pubsub()  # type: ignore[no-untyped-call]
+    pubsub = pool.client.pubsub()  # type: ignore[no-untyped-call, unused-ignore]
     looked = False  # the record read once the subscription was confirmed
     try:
         pubsub.subscribe(config.keys.result_channel(jid))
