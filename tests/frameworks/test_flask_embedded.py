@@ -105,6 +105,33 @@ def test_init_app_takes_worker_too(redis_server: Server, r: redis.Redis) -> None
     assert r.scard("processes") == 0 and r.llen("queue:default") == 1
 
 
+def test_one_extension_on_two_apps_runs_a_worker_for_each_and_names_each_apps(
+        redis_server: Server, r: redis.Redis) -> None:
+    """An extension set up on several apps (the app-factory pattern) starts one worker per
+    app; ``embedded`` is the worker of the app in context, ``worker_of(app)`` any app's.
+    Before, ``embedded`` named the latest app's worker wherever it was read."""
+    first, second = make_app(redis_server), make_app(redis_server)
+    ext = Wurk(worker=True)
+    ext.init_app(first)
+    ext.init_app(second)
+    try:
+        first.test_client().get("/ping")
+        assert ext.worker_of(first) is not None and ext.worker_of(second) is None
+        second.test_client().get("/ping")
+        ours, theirs = ext.worker_of(first), ext.worker_of(second)
+        assert ours is not None and theirs is not None and ours is not theirs
+        with first.app_context():
+            assert ext.embedded is ours
+        with second.app_context():
+            assert ext.embedded is theirs
+        assert ext.worker_of(make_app(redis_server)) is None  # an app it was not set up on
+        assert r.smembers("processes") == {ours.identity, theirs.identity}
+    finally:
+        ext.stop()
+    assert ext.worker_of(first) is None and ext.worker_of(second) is None
+    assert r.scard("processes") == 0
+
+
 def test_a_flask_command_starts_no_worker(redis_server: Server, r: redis.Redis) -> None:
     """``flask wurk worker``, ``flask db upgrade``… import the app factory too: a command
     pushes, no worker takes the job; the first request starts one, and it does."""

@@ -21,7 +21,9 @@
    try per process: a worker that cannot boot (a ``startup`` hook raising, a port in use, a
    ``WURK_IMPORTS`` module missing) is logged with its traceback and the app serves
    without it (``embedded`` stays None). ``start()`` registered its drain for the
-   interpreter's exit; ``stop()`` drains now (gunicorn's ``worker_exit``).
+   interpreter's exit; ``stop()`` drains now (gunicorn's ``worker_exit``). An extension on
+   several apps runs a worker for each: ``embedded`` is the app in context's,
+   ``worker_of(app)`` any app's.
 """
 
 from __future__ import annotations
@@ -135,11 +137,22 @@ class Wurk:
 
     @property
     def embedded(self) -> InProcessWorker | None:
-        """The embedded worker this process runs (the latest app's, for an extension serving
-        several); None with ``worker=False``, before the first request, after a failed boot
-        and after ``stop()``."""
+        """The embedded worker this process runs for the app in context (``current_app``:
+        in a request, a job, ``app.app_context()``); outside any, the latest app's, for an
+        extension serving several. None with ``worker=False``, before the first request,
+        after a failed boot and after ``stop()``."""
+        if has_app_context():
+            return self.worker_of(current_app._get_current_object())  # type: ignore[attr-defined]
         for start in reversed(self._starts):
             if start.worker is not None and start.pid == os.getpid():
+                return start.worker
+        return None
+
+    def worker_of(self, app: Flask) -> InProcessWorker | None:
+        """The embedded worker this process runs for ``app`` (None as for ``embedded``, and
+        for an app this extension was not set up on)."""
+        for start in self._starts:
+            if start.app is app and start.worker is not None and start.pid == os.getpid():
                 return start.worker
         return None
 
