@@ -17,6 +17,7 @@ import redis
 import wurk
 import wurk.config
 from tests.helpers import cluster as redis_clusters
+from tests.helpers import mariadb
 from tests.helpers.postgres import INSTALL_HINT, Cluster, find_binaries, start_cluster
 from tests.helpers.server import Server, start_server
 
@@ -108,3 +109,22 @@ def pg_url(pg_cluster: Cluster, request: pytest.FixtureRequest) -> str:
     """A new, empty database on the cluster (``postgresql://`` URL)."""
     name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:55]
     return pg_cluster.database(name)
+
+
+@pytest.fixture(scope="session")
+def mariadb_server() -> Iterator[mariadb.Server]:
+    """A private MariaDB server for this test process (``tests.helpers.mariadb``), started
+    on first use; the tests that need it are skipped, saying why, where MariaDB is not
+    installed."""
+    if mariadb.find_binaries() is None:
+        pytest.skip(f"SKIPPED, no MariaDB: {mariadb.INSTALL_HINT}")
+    server = mariadb.start_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def mariadb_url(mariadb_server: mariadb.Server, request: pytest.FixtureRequest) -> str:
+    """A new, empty database on the server (``mysql+pymysql://`` URL, for SQLAlchemy)."""
+    name = "t_" + "".join(c if c.isalnum() else "_" for c in request.node.name.lower())[:60]
+    return mariadb_server.database(name)

@@ -14,8 +14,10 @@
    docs/outbox.md); ``SQLAlchemyAdapter(Session, outbox=table)`` writes each push made in a
    transaction into it through that session (same transaction), and its store
    (``SQLAlchemyOutbox``) lets a relay take rows: ``SELECT … FOR UPDATE SKIP LOCKED`` on
-   PostgreSQL, MySQL and Oracle; elsewhere (SQLite) a claim (``claimed_by``, with a lease in
-   ``claimed_until``) taken in a transaction of its own, since SQLite locks the whole file.
+   PostgreSQL, MySQL 8.0.1+, MariaDB 10.6+ and Oracle (``skips_locked``, asked once the
+   server's version is known); elsewhere (SQLite, an older MySQL or MariaDB, where the
+   clause is a syntax error) a claim (``claimed_by``, with a lease in ``claimed_until``)
+   taken in a transaction of its own, since SQLite locks the whole file.
    On PostgreSQL its transaction waits at most ``LOCK_TIMEOUT`` for a lock on the table.
 """
 
@@ -46,6 +48,7 @@ try:
         select,
         update,
     )
+    from sqlalchemy.engine import Dialect
     from sqlalchemy.exc import UnboundExecutionError
     from sqlalchemy.orm import Session, SessionTransaction
 except ImportError as exc:  # pragma: no cover - depends on what is installed
@@ -55,7 +58,7 @@ except ImportError as exc:  # pragma: no cover - depends on what is installed
 from ..client.outbox import LOCK_TIMEOUT, OutboxRow
 from ..client.transactional import run_all
 
-__all__ = ["SQLAlchemyAdapter", "SQLAlchemyOutbox", "outbox_table"]
+__all__ = ["SQLAlchemyAdapter", "SQLAlchemyOutbox", "outbox_table", "skips_locked"]
 
 # Dialects that lock rows and skip the locked ones: a relay takes rows in one transaction.
 _SKIP_LOCKED = frozenset({"postgresql", "mysql", "mariadb", "oracle"})
@@ -142,7 +145,15 @@ class SQLAlchemyOutbox:
     def __init__(self, engine: Engine, table: Table) -> None:
         self.engine = engine
         self.table = table
-        self.skip_locked = engine.dialect.name in _SKIP_LOCKED
+        self._skip_locked: bool | None = None  # known once connected (the server's version)
+
+    @property
+    def skip_locked(self) -> bool:
+        if self._skip_locked is None:
+            with self.engine.connect():  # the dialect reads the server's version on connect
+                pass
+            self._skip_locked = skips_locked(self.engine.dialect)
+        return self._skip_locked
 
     def relay(self, limit: int, lease: float, push: Callable[[list[OutboxRow]], None]) -> int:
         t = self.table
@@ -183,6 +194,18 @@ class SQLAlchemyOutbox:
     def pending(self) -> int:
         with self.engine.connect() as conn:
             return int(conn.execute(select(func.count()).select_from(self.table)).scalar_one())
+
+
+def skips_locked(dialect: Dialect) -> bool:
+    """Whether ``dialect``'s server locks rows and skips the locked ones (``FOR UPDATE SKIP
+    LOCKED``): PostgreSQL, Oracle, MySQL from 8.0.1, MariaDB from 10.6 (before them the
+    clause is a syntax error). The version is the one read on connect."""
+    if dialect.name not in _SKIP_LOCKED:
+        return False
+    if dialect.name in ("mysql", "mariadb"):
+        version = tuple(dialect.server_version_info or ())
+        return version >= ((10, 6) if getattr(dialect, "is_mariadb", False) else (8, 0, 1))
+    return True
 
 
 def _lock_timeout_sql() -> str:
