@@ -419,19 +419,15 @@ def test_four_relays_on_mariadb_push_each_job_once_through_their_deadlocks(
     on the DELETE (error 1213); "that pass fails and is retried, and the jobs it pushed are
     not pushed again". A row may be handed out more than once there (the deadlocked pass's,
     rolled back), never a job pushed twice: 400 rows, 400 distinct jobs in Redis."""
-    def deadlock(exc: BaseException) -> bool:
-        return isinstance(exc, DBAPIError) and bool(exc.orig.args) \
-            and exc.orig.args[0] == 1213
-
     deadlocks: list[BaseException] = []
 
-    def counted_deadlock(exc: BaseException) -> bool:
-        if deadlock(exc):
+    def deadlock(exc: BaseException) -> bool:
+        if isinstance(exc, DBAPIError) and exc.orig.args and exc.orig.args[0] == 1213:
             deadlocks.append(exc)
             return True
         return False
 
-    store, relays, errors = four_relays(box, engine, retried=counted_deadlock)
+    store, _, errors = four_relays(box, engine, retried=deadlock)
     print(f"\n{len(deadlocks)} deadlocked passes, "
           f"{sum(store.handed.values()) - 400} rows handed out again")
     assert errors == []
