@@ -460,9 +460,8 @@ def test_a_relays_delete_does_not_wait_on_rows_another_relay_holds(engine: Engin
         with engine.begin() as holder:
             held = holder.execute(ids.limit(100).with_for_update()).scalars().all()
             assert len(held) == 100
-            started = time.monotonic()
+            # A wait on a held row ends in an error after 1 s (1205): no clock read needed.
             assert SQLAlchemyOutbox(impatient, OUTBOX).relay(100, 60, pushed.extend) == 100
-            assert time.monotonic() - started < 1
         taken = [row.id for row in pushed]
         assert taken == sorted(taken) and taken[0] > held[-1]  # the next 100, oldest first
         assert rows(engine) == 300
