@@ -1,4 +1,4 @@
-"""The outbox with Django, on a real PostgreSQL and on SQLite: the project in
+"""The outbox with Django, on a real PostgreSQL, a real MariaDB and on SQLite: the project in
 ``outbox_site/`` runs its own test suite (``orders/tests.py``) under Django's test runner,
 as a Django user runs theirs — a push in ``atomic()`` is a row of the transaction, committed
 means pushed, rolled back means never pushed, Redis down at commit loses nothing, relays
@@ -27,12 +27,13 @@ def site_env(redis_url: str, database: str, home: Path) -> dict[str, str]:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("database", ["sqlite", "postgresql", "mariadb"])
 def test_the_outbox_under_djangos_test_runner(database: str, redis_server: Server,
                                               tmp_path: Path,
                                               request: pytest.FixtureRequest) -> None:
-    url = request.getfixturevalue("pg_url") if database == "postgresql" \
-        else str(tmp_path / "outbox.sqlite3")
+    url = {"postgresql": lambda: request.getfixturevalue("pg_url"),
+           "mariadb": lambda: request.getfixturevalue("mariadb_url"),
+           "sqlite": lambda: str(tmp_path / "outbox.sqlite3")}[database]()
     done = subprocess.run([sys.executable, "manage.py", "test", "orders", "-v", "2",
                            "--noinput"], cwd=SITE, env=site_env(redis_server.url, url,
                                                                tmp_path / "home"),

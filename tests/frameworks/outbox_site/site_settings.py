@@ -1,6 +1,7 @@
-"""A Django project for the outbox's tests: PostgreSQL or SQLite as OUTBOX_DB says.
+"""A Django project for the outbox's tests: PostgreSQL, MariaDB or SQLite as OUTBOX_DB says.
 
-``OUTBOX_DB``: ``postgresql://user@host:port/name``, or a path to an SQLite file.
+``OUTBOX_DB``: ``postgresql://user@host:port/name``, ``mysql+pymysql://user@host:port/name``
+(MariaDB), or a path to an SQLite file.
 ``OUTBOX_REDIS``: the Redis URL (REDIS_URL is left out of the environment on purpose, so
 tests can point wurk elsewhere); ``LEDGER_URL``: where jobs record that they ran.
 """
@@ -30,6 +31,15 @@ if _db.startswith("postgresql://"):
     _url = urlsplit(_db)
     DATABASES = {"default": {
         "ENGINE": "django.db.backends.postgresql", "NAME": _url.path.lstrip("/"),
+        "USER": _url.username or "", "HOST": _url.hostname or "", "PORT": str(_url.port or ""),
+        "CONN_MAX_AGE": 0}}
+elif _db.startswith("mysql"):  # MariaDB, through PyMySQL standing in for mysqlclient
+    import pymysql
+
+    pymysql.install_as_MySQLdb()
+    _url = urlsplit(_db)
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.mysql", "NAME": _url.path.lstrip("/"),
         "USER": _url.username or "", "HOST": _url.hostname or "", "PORT": str(_url.port or ""),
         "CONN_MAX_AGE": 0}}
 else:
