@@ -6,7 +6,6 @@ async; the default capsule's jobs run through the application's chain alone."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +17,7 @@ import redis
 import wurk
 from tests.helpers.faults import InProcessWorker
 from tests.helpers.server import Server
+from tests.helpers.sets import retry_entry
 from tests.helpers.wait import wait_until
 from wurk.asyncjobs import SPARE_HELPERS, sync_server_links
 from wurk.config import Capsule
@@ -163,14 +163,6 @@ def test_a_capsules_chain_is_made_once_the_application_links_then_its_own_then_t
             chains["single"].add(AppLink)
     finally:
         running.stop()
-
-
-def retry_entry(r: redis.Redis, jid: str) -> dict[str, Any] | None:
-    for raw in r.zrange("retry", 0, -1):
-        job = json.loads(raw)
-        if job["jid"] == jid:
-            return job  # type: ignore[no-any-return]
-    return None
 
 
 @pytest.mark.parametrize("job", [spin, nap], ids=["sync", "async"])

@@ -17,6 +17,7 @@ import redis
 import wurk
 from tests.helpers.faults import InProcessWorker
 from tests.helpers.runner import Drain
+from tests.helpers.sets import retry_entry
 from tests.helpers.wait import wait_until
 from wurk.api import RetrySet, WorkSet
 from wurk.control.running import STUCK_AFTER
@@ -143,14 +144,6 @@ def worker(redis_server: Any, r: redis.Redis) -> Iterator[InProcessWorker]:
 def started(r: redis.Redis, jid: str) -> float:
     line = next(n for n in notes(r) if n.startswith(f"start:{jid}:"))
     return float(line.rsplit(":", 1)[1])
-
-
-def retry_entry(r: redis.Redis, jid: str) -> dict[str, Any] | None:
-    for raw in r.zrange("retry", 0, -1):
-        job = json.loads(raw)
-        if job["jid"] == jid:
-            return job  # type: ignore[no-any-return]
-    return None
 
 
 # -- time limits ---------------------------------------------------------------------------------

@@ -182,6 +182,12 @@ def final_failure(job: dict[str, Any], exc: BaseException) -> Outcome:
     return failed(job, exc, None, retries_remain=False, backtrace=kept_backtrace(job, exc))
 
 
+def _kept_for(job: Any) -> int | None:
+    """The seconds a dead job's result is kept (``ttl_of``); None for one that keeps none, or
+    for an entry that is no payload at all."""
+    return ttl_of(job) if isinstance(job, dict) else None
+
+
 class ResultDeathHandler:
     """Death handler: a job that keeps its result and will not run again stores its final
     failure (``retries_remain`` false)."""
@@ -190,9 +196,7 @@ class ResultDeathHandler:
         self.config = config
 
     def __call__(self, job: dict[str, Any], exc: BaseException) -> None:
-        if not isinstance(job, dict) or RESULT_TTL not in job:
-            return
-        ttl = ttl_of(job)
+        ttl = _kept_for(job)
         if ttl is None:
             return
         try:
@@ -210,9 +214,7 @@ def record_deaths(config: Config, deaths: Iterable[tuple[P.Payload, BaseExceptio
     skipped and a failed write logged, never raised."""
     found: list[tuple[P.Payload, Outcome, int]] = []
     for job, exc in deaths:
-        if not isinstance(job, dict) or RESULT_TTL not in job:
-            continue
-        ttl = ttl_of(job)
+        ttl = _kept_for(job)
         if ttl is None:
             continue
         try:
