@@ -768,7 +768,10 @@ def test_a_sync_job_that_ran_another_inline_is_still_stopped(
     configuration is the process's, as ``wurk worker`` makes it: the inline run goes through
     the worker's chain, its innermost link included."""
     wurk.configure(worker.config)
-    jid = inline_then_loop.perform_async()
+    # The cancel's run gets a limit it never reaches: on a loaded machine the Busy page and
+    # the cancel took longer than 0.5 s, and the time limit stopped the job first.
+    job = inline_then_loop if stop == "timeout" else inline_then_loop.set(timeout=60)
+    jid = job.perform_async()
     wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
     assert f"mark:inline:{jid}" in notes(r)
     if stop == "timeout":
