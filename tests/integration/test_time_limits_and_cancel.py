@@ -748,7 +748,7 @@ def test_a_cancel_list_of_another_type_is_replaced_and_cancels_arrive(
     assert any(f"{key} held a Redis string" in rec.getMessage() for rec in caplog.records)
 
 
-@wurk.job(name="limits.inline_then_loop", timeout=0.5, retry=0)
+@wurk.job(name="limits.inline_then_loop", retry=0)
 def inline_then_loop() -> None:
     """Runs another job with ``perform_inline`` first (its body opened and closed on this
     thread's guard), then loops in Python until stopped."""
@@ -768,9 +768,10 @@ def test_a_sync_job_that_ran_another_inline_is_still_stopped(
     configuration is the process's, as ``wurk worker`` makes it: the inline run goes through
     the worker's chain, its innermost link included."""
     wurk.configure(worker.config)
-    # The cancel's run gets a limit it never reaches: on a loaded machine the Busy page and
-    # the cancel took longer than 0.5 s, and the time limit stopped the job first.
-    job = inline_then_loop if stop == "timeout" else inline_then_loop.set(timeout=60)
+    # The limit must come after the inline run and the start note: on a loaded machine
+    # 0.5 s passed before them (and before the Busy page and a cancel), so the timeout's run
+    # gets 3 s and the cancel's a limit it never reaches.
+    job = inline_then_loop.set(timeout=3 if stop == "timeout" else 60)
     jid = job.perform_async()
     wait_until(lambda: any(n.startswith(f"start:{jid}:") for n in notes(r)), what="a start")
     assert f"mark:inline:{jid}" in notes(r)
@@ -778,7 +779,7 @@ def test_a_sync_job_that_ran_another_inline_is_still_stopped(
         wait_until(lambda: r.zcard("dead") == 1, timeout=10, what="the JobTimeout")
         dead = json.loads(r.zrange("dead", 0, -1)[0])
         assert dead["jid"] == jid and dead["error_class"] == "wurk.JobTimeout"
-        assert "time limit of 0.5 s" in dead["error_message"]
+        assert "time limit of 3 s" in dead["error_message"]
     else:
         wait_until(lambda: any(w.job.jid == jid for w in WorkSet()), what="the Busy page")
         assert wurk.cancel(jid).running_on
