@@ -104,7 +104,7 @@ class FaultProxy:
         self._listener.close()
         for link in self._take_links():
             link.close()
-            for thread in link.threads:
+            for thread in self._joined(link):
                 thread.join(timeout=5)
         with self._state:
             severed, self._severed = self._severed, []
@@ -149,7 +149,7 @@ class FaultProxy:
                 with suppress(OSError):
                     link.upstream.close()
         for link in links:
-            for thread in link.threads:
+            for thread in self._joined(link):
                 thread.join(timeout=5)
         return len(links)
 
@@ -183,6 +183,11 @@ class FaultProxy:
             self._mode = mode
             self._state.notify_all()
 
+    def _joined(self, link: _Link) -> list[threading.Thread]:
+        """``link``'s threads, every one of them started."""
+        with self._state:
+            return list(link.threads)
+
     def _take_links(self) -> list[_Link]:
         with self._state:
             links = list(self._links)
@@ -209,12 +214,14 @@ class FaultProxy:
             return
         client.settimeout(SEND_TIMEOUT)
         link = _Link(client)
-        with self._state:
-            self._links.add(link)
         opener = threading.Thread(target=self._open, args=(link,), name="proxy-link",
                                   daemon=True)
-        link.threads.append(opener)
-        opener.start()
+        # A thread is listed and started under the lock that ``_joined`` reads the list
+        # under: a sever() right after the accept once joined a thread not started yet.
+        with self._state:
+            self._links.add(link)
+            link.threads.append(opener)
+            opener.start()
 
     def _open(self, link: _Link) -> None:
         """Connect upstream (once no blackhole is in the way), then pump both directions."""
@@ -234,8 +241,9 @@ class FaultProxy:
             return
         back = threading.Thread(target=self._pump, args=(link, upstream, link.client),
                                 name="proxy-pump", daemon=True)
-        link.threads.append(back)
-        back.start()
+        with self._state:
+            link.threads.append(back)
+            back.start()
         self._pump(link, link.client, upstream)
 
     def _wait_forwarding(self, link: _Link) -> bool:
