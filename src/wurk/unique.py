@@ -161,7 +161,7 @@ def take(config: Config, job: P.Payload) -> bool:
     lock, ttl_ms = lock_for(config.keys, job, None, time.time())
     with lent_redis(config) as conn:
         reply = _TAKE.call(conn, [lock], [job[P.JID], ttl_ms])
-    return not refused([(job, None)], [reply])
+    return not refused([job], [reply])
 
 
 def run_inline(config: Config, job: P.Payload, run: Callable[[], T]) -> T | None:

@@ -78,6 +78,25 @@ def test_a_scheduled_or_unique_push_too_large_raises_too(small_server: Server,
     assert small.dbsize() == 0
 
 
+def test_a_unique_push_counts_its_digest_in_the_size(small_server: Server,
+                                                     small: redis.Redis) -> None:
+    """A unique job's digest was added to its payload after the size check: one that fit
+    without it and not with it was sent, and Redis refused it (not ``PayloadTooLarge``)."""
+    configured(small_server)
+    assert wurk.push({"class": "Big", "args": ["x" * 1000], "unique_for": 60}) is not None
+    [raw] = small.lrange("queue:default", 0, -1)
+    assert len(json.loads(raw)["unique_digest"]) == 43  # base64url of a SHA-256, unpadded
+    small.flushall()
+    # Its stored JSON would be 20 bytes over the limit; without the digest's 61 bytes
+    # (``,"unique_digest":"…"``) it is 41 under.
+    arg = "x" * (1000 + LIMIT + 20 - len(raw.encode()))
+    with pytest.raises(wurk.PayloadTooLarge, match="bytes of JSON"):
+        wurk.push({"class": "Big", "args": [arg], "unique_for": 60})
+    assert small.dbsize() == 0
+    assert wurk.push({"class": "Big", "args": [arg[:-100]], "unique_for": 60}) is not None
+    assert small.llen("queue:default") == 1
+
+
 def test_an_async_push_too_large_raises_payload_too_large(small_server: Server,
                                                           small: redis.Redis) -> None:
     config = configured(small_server)

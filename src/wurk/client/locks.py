@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
     from ..keys import Keys
 
-__all__ = ["ContextHook", "apush", "apush_each", "coming_back", "digest", "job_digest",
-           "lock_for", "push", "push_calls", "push_each", "refused", "use_context"]
+__all__ = ["ContextHook", "Locked", "apush", "apush_each", "coming_back", "digest",
+           "job_digest", "lock_for", "push", "push_calls", "push_each", "refused", "stamp",
+           "use_context"]
 
 log = logging.getLogger("wurk")
 
@@ -100,39 +101,45 @@ def coming_back(jid: str) -> Iterator[None]:
         _coming_back.reset(token)
 
 
+# A unique job to push: its payload, when it runs (None: now), and its JSON — made once by
+# the writer, after ``stamp``, and both checked for size and pushed.
+Locked = tuple[P.Payload, float | None, str]
+
+
+def stamp(job: P.Payload) -> None:
+    """Store the job's digest in its payload unless it has one: its JSON is made after."""
+    if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
+        job[P.UNIQUE_DIGEST] = job_digest(job)
+
+
 def lock_for(keys: Keys, job: P.Payload, at: float | None, now: float) -> tuple[str, int]:
     """The lock a unique job's push takes, and its lifetime in ms (``unique_for`` plus the
     delay of a scheduled job); stores the digest in the payload."""
-    if not isinstance(job.get(P.UNIQUE_DIGEST), str) or not job[P.UNIQUE_DIGEST]:
-        job[P.UNIQUE_DIGEST] = job_digest(job)
+    stamp(job)
     delay = max(0.0, at - now) if at is not None else 0.0
     ttl_ms = max(1, math.ceil((float(job[P.UNIQUE_FOR]) + delay) * 1000))
     return keys.unique(job[P.UNIQUE_DIGEST]), ttl_ms
 
 
-def push(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-         ) -> set[str]:
+def push(r: redis.Redis, keys: Keys, entries: Sequence[Locked]) -> set[str]:
     """Push unique jobs, each with its lock; returns the jids refused as duplicates."""
-    return refused(entries, _PUSH.call_many(r, push_calls(keys, entries)))
+    return refused(_jobs(entries), _PUSH.call_many(r, push_calls(keys, entries)))
 
 
-async def apush(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-                ) -> set[str]:
+async def apush(r: Any, keys: Keys, entries: Sequence[Locked]) -> set[str]:
     """``push`` on redis-py's asyncio client: the same script calls."""
-    return refused(entries, await _PUSH.acall_many(r, push_calls(keys, entries)))
+    return refused(_jobs(entries), await _PUSH.acall_many(r, push_calls(keys, entries)))
 
 
-def push_each(r: redis.Redis, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-              ) -> set[str]:
+def push_each(r: redis.Redis, keys: Keys, entries: Sequence[Locked]) -> set[str]:
     """``push`` one script call at a time on ``r`` (a client of one connection, whose WAIT
     then covers them: a pipeline would take a connection of its own)."""
     caller = _Calls(r)
-    return refused(entries, [_PUSH.call(caller, lock_keys, args)
+    return refused(_jobs(entries), [_PUSH.call(caller, lock_keys, args)
                              for lock_keys, args in push_calls(keys, entries)])
 
 
-async def apush_each(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-                     ) -> set[str]:
+async def apush_each(r: Any, keys: Keys, entries: Sequence[Locked]) -> set[str]:
     """``push_each`` on redis-py's asyncio client."""
     replies = []
     for lock_keys, args in push_calls(keys, entries):
@@ -141,7 +148,7 @@ async def apush_each(r: Any, keys: Keys, entries: Sequence[tuple[P.Payload, floa
         except redis_errors.NoScriptError:  # nothing ran: safe to send again
             await r.execute_command(*_PUSH.load())
             replies.append(await r.execute_command(*_PUSH.evalsha(lock_keys, args)))
-    return refused(entries, replies)
+    return refused(_jobs(entries), replies)
 
 
 class _Calls:
@@ -154,16 +161,14 @@ class _Calls:
         return self._client.execute_command(*args)  # type: ignore[no-untyped-call]
 
 
-def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
-               ) -> list[tuple[list[str], list[object]]]:
+def push_calls(keys: Keys, entries: Sequence[Locked]) -> list[tuple[list[str], list[object]]]:
     """The push script's keys and arguments, one call per job."""
     now = time.time()
     back = _coming_back.get()
     calls: list[tuple[list[str], list[object]]] = []
-    for job, at in entries:
+    for job, at, raw in entries:
         # unique_for alone: the script adds a scheduled job's wait on Redis's clock
         lock, ttl_ms = lock_for(keys, job, None, now)
-        raw = P.dumps(job)
         again = "1" if back is not None and job.get(P.JID) == back else ""
         if at is None:
             calls.append(([lock, keys.queues, keys.queue(job[P.QUEUE])],
@@ -174,11 +179,14 @@ def push_calls(keys: Keys, entries: Sequence[tuple[P.Payload, float | None]]
     return calls
 
 
-def refused(entries: Sequence[tuple[P.Payload, float | None]], replies: Sequence[Any]
-            ) -> set[str]:
+def _jobs(entries: Sequence[Locked]) -> list[P.Payload]:
+    return [job for job, _, _ in entries]
+
+
+def refused(jobs: Sequence[P.Payload], replies: Sequence[Any]) -> set[str]:
     """The jids the push script refused as duplicates (its reply: the holder's jid)."""
     duplicates: set[str] = set()
-    for (job, _), reply in zip(entries, replies, strict=True):
+    for job, reply in zip(jobs, replies, strict=True):
         if isinstance(reply, Exception):
             raise reply
         if isinstance(reply, (list, tuple)):  # a lock of another type, replaced

@@ -105,7 +105,7 @@ class _Commands:
     theirs, ``wurk.partitions``)."""
 
     pipeline: list[tuple[Any, ...]] = field(default_factory=list)
-    locked: list[tuple[P.Payload, float | None]] = field(default_factory=list)
+    locked: list[locks.Locked] = field(default_factory=list)
     partitioned: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -151,8 +151,10 @@ def _commands(config: Config, entries: Entries, *, asking: bool = True) -> _Comm
     commands = _Commands()
     for job, at in entries:
         if job.get(P.UNIQUE_FOR) is not None:
-            check_size(config, job, P.dumps(job), asking=asking)
-            commands.locked.append((job, at))  # pushed with its lock, by a script
+            locks.stamp(job)  # the digest is part of the JSON checked and pushed
+            text = P.dumps(job)
+            check_size(config, job, text, asking=asking)
+            commands.locked.append((job, at, text))  # pushed with its lock, by a script
             continue
         if job[P.QUEUE] in config.partitions and at is None:
             partitions.stamp(job)
