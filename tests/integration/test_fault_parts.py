@@ -50,8 +50,8 @@ def job(n: int, **fields: Any) -> bytes:
 class Rig:
     """One processor's fetcher and this process's reaper, sharing their claims."""
 
-    def __init__(self, url: str) -> None:
-        self.config = config_for(url, socket_timeout=SOCKET_TIMEOUT)
+    def __init__(self, url: str, socket_timeout: float = SOCKET_TIMEOUT) -> None:
+        self.config = config_for(url, socket_timeout=socket_timeout)
         self.me = Identity.current()
         self.claims = Claims()
         self.fetcher = ReliableFetch(self.config, Capsule(), self.config.pool("t", size=2),
@@ -286,7 +286,9 @@ def test_no_job_is_taken_until_the_heartbeat_record_is_written(
 
 
 def test_an_ack_refused_while_redis_is_busy_rides_the_next_fetch(private_server: Server) -> None:
-    rig = Rig(private_server.url)
+    # A server spinning in a script answers BUSY between its slices; on a loaded machine a
+    # slice came later than 0.5 s, and the fetch's read timed out instead: 10 s here.
+    rig = Rig(private_server.url, socket_timeout=10)
     admin = redis.Redis(port=private_server.port, socket_timeout=10)
     admin.lpush("queue:default", job(1), job(2))
     first = rig.fetcher.fetch(0.1)
@@ -296,7 +298,7 @@ def test_an_ack_refused_while_redis_is_busy_rides_the_next_fetch(private_server:
     admin.config_set("busy-reply-threshold", 50)
     looping = threading.Thread(target=_endless_script, args=(private_server.port,))
     looping.start()
-    time.sleep(0.3)
+    wait_until(lambda: _busy(admin), 10, "the server to answer BUSY")
     try:
         with pytest.raises(wurk.RedisUnavailable, match="BUSY"):
             rig.fetcher.fetch(0.1)
@@ -309,6 +311,14 @@ def test_an_ack_refused_while_redis_is_busy_rides_the_next_fetch(private_server:
     assert admin.lrange(rig.private, 0, -1) == [job(2)]  # …and now it is
     assert rig.claims.held(rig.private) == {job(2): 1}
     rig.config.close()
+
+
+def _busy(admin: redis.Redis) -> bool:
+    try:
+        admin.ping()
+    except redis.RedisError as exc:
+        return "BUSY" in str(exc)
+    return False
 
 
 def _endless_script(port: int) -> None:
