@@ -158,7 +158,8 @@ def test_a_job_past_its_limit_fails_with_job_timeout_and_its_thread_goes_on(
     assert "time limit of 1 s" in failed["error_message"]
     took = failed["failed_at"] / 1000 - started(r, jid)
     print(f"\n{job.name}: JobTimeout {took:.2f} s after the job started (limit 1 s)")
-    assert took <= 1.5
+    # Before the hard stop (STUCK_AFTER = 2 s after the limit) with room for a loaded machine.
+    assert took < 1 + STUCK_AFTER, took
     assert f"done:{jid}" not in notes(r)
     mark.perform_async("after")  # the worker's threads go on
     wait_until(lambda: "mark:after" in notes(r), what="the next job")

@@ -362,7 +362,7 @@ def test_ttin_with_the_loop_held_names_the_holder_and_does_not_wait_for_it(
     finally:
         release.set()
         loop.close()
-    assert took < 0.4
+    assert took < 3.0  # the 0.1 s wait, not the blocked loop's (held until after this)
     messages = [r.getMessage() for r in caplog.records]
     assert ("the event loop did not list its tasks within 0.1 s: async job Hooks::Deliver "
             "(jid abc) holds it (the stack of its thread, wurk-asyncio, is above)") in messages
