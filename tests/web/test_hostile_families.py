@@ -488,9 +488,9 @@ def test_a_million_metric_fields_cost_the_metrics_pages_little(
     process = psutil.Process()
     for path in ("/metrics/", "/metrics/?period=72h", "/api/metrics"):
         before = process.memory_info().rss
-        started = time.monotonic()
+        started = time.process_time()  # CPU, which a loaded machine does not swell
         response = client.get(path)
-        took = time.monotonic() - started
+        took = time.process_time() - started
         grown = (process.memory_info().rss - before) / 1e6
         assert response.status_code == 200, path
         assert took < 2.0 and grown < 100, (path, took, grown)

@@ -156,10 +156,10 @@ def test_a_zip_bomb_backtrace_costs_neither_time_nor_memory(client: TestClient,
     r.zadd("dead", {raw_job(1, error_backtrace=json.dumps(stored)): time.time()})
     key = client.get("/api/morgue").json()["entries"][0]["key"]
     tracemalloc.start()
-    started = time.monotonic()
+    started = time.process_time()  # CPU, which a loaded machine does not swell
     page = client.get(f"/morgue/{key}")
     detail = client.get(f"/api/morgue/{key}").json()
-    elapsed = time.monotonic() - started
+    elapsed = time.process_time() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert page.status_code == 200 and "backtrace too large" in page.text

@@ -87,9 +87,9 @@ def test_a_workflow_run_by_a_worker_is_drawn_with_each_steps_state(
     wid = run_by_a_worker(worker_config)
     listing = client.get("/workflows/")
     assert listing.status_code == 200 and wid in listing.text and "web graph" in listing.text
-    started = time.monotonic()
+    started = time.process_time()  # this process's CPU: what a loaded machine does not swell
     page = client.get(f"/workflows/{wid}")
-    took = time.monotonic() - started
+    took = time.process_time() - started
     assert page.status_code == 200 and "<svg" in page.text
     drawn = boxes(page.text)
     assert drawn == {"split": "succeeded", "split[*] ×1,000": "group", "sum": "succeeded",
@@ -99,7 +99,7 @@ def test_a_workflow_run_by_a_worker_is_drawn_with_each_steps_state(
     assert "workflow · succeeded" in page.text  # the nested workflow's own box
     assert page.text.count('class="wf-edge') == 6  # split→its children→sum→report,
     # seven→inner→report, dies→report
-    assert took < 3.0, f"a 1,000-child fan-out took {took:.2f} s to draw"
+    assert took < 3.0, f"a 1,000-child fan-out took {took:.2f} s of CPU to draw"
     assert client.get("/").status_code == 200 and "Workflows" in client.get("/").text
     one = client.get(f"/api/workflows/{wid}").json()
     assert one["state"] == "failed" and one["total"] == 1005
@@ -187,9 +187,9 @@ def test_a_hostile_graph_costs_the_page_bounded_time(config: wurk.Config, client
         states = {f"s{n}": "running" for n in range(10_000)}
         r.hset(keys.workflow(wid, "subs"), mapping={name: f"stop {many}" for name in states})
     r.hset(keys.workflow(wid, "state"), mapping=states)
-    started = time.monotonic()
+    started = time.process_time()  # this process's CPU: what a loaded machine does not swell
     page = client.get(f"/workflows/{wid}")
-    took = time.monotonic() - started
+    took = time.process_time() - started
     assert page.status_code == 200 and "<svg" in page.text
     # Bounded, not fast: the shapes took minutes before; a loaded 2-core machine never
     # needs ten seconds for the capped drawing.
