@@ -62,6 +62,7 @@ AVAILABLE: tuple[str, ...] = ("en", "ar", "de", "es", "fr", "it", "ja", "nl", "p
                               "ru", "zh_CN")
 # A bare language picks this locale of it (``pt`` is Brazil's, ``zh`` simplified Chinese).
 ALIASES = {"pt": "pt_BR", "zh": "zh_CN"}
+LOWERED = {code.lower(): code for code in AVAILABLE}  # what negotiation compares
 COOKIE = "wurk_locale"
 # The form that sets it: the one POST read-only mode lets through (``guard``).
 CHANGE_PATH = "/change_locale"
@@ -125,8 +126,13 @@ def translations(code: str) -> NullTranslations:
     """The translations of an available locale, read once; English's translate nothing."""
     if code not in AVAILABLE or code == DEFAULT:
         return NullTranslations()
+    try:
+        catalog = read_catalog(code)
+    except OSError as exc:  # a package installed without its data: English, said once
+        log.warning("the %s catalog cannot be read (%s): its pages are in English", code, exc)
+        return NullTranslations()
     compiled = io.BytesIO()
-    write_mo(compiled, read_catalog(code))
+    write_mo(compiled, catalog)
     compiled.seek(0)
     return Translations(fp=compiled, domain=DOMAIN)
 
@@ -146,10 +152,17 @@ def request_locale(request: Request) -> str:
 
 
 def negotiated(header: str | None) -> str | None:
-    preferred = accepted(header)
-    if not preferred:
-        return None
-    return negotiate_locale(preferred, AVAILABLE, sep="_", aliases=ALIASES)
+    """The best available locale for ``Accept-Language`` (Babel's ``negotiate_locale``:
+    ``de_AT`` falls back to ``de``; a language we have one locale of — ``pt``, ``zh`` —
+    is that locale), or None."""
+    preferred: list[str] = []
+    for tag in accepted(header):
+        preferred.append(tag)
+        alias = ALIASES.get(tag.split("_")[0].lower())
+        if alias is not None:
+            preferred.append(alias)
+    found = negotiate_locale(preferred, LOWERED, sep="_")
+    return LOWERED[found.lower()] if found else None
 
 
 def accepted(header: str | None) -> list[str]:

@@ -228,7 +228,10 @@ def ago(when: float | Invalid | None, now: float | None = None, *, locale: str =
         return str(when)
     if abs(delta) < 1:
         return str(translations(locale).gettext("just now"))
-    return format_timedelta(-delta, add_direction=True, threshold=1, locale=locale)
+    span = timedelta(-delta)
+    if span is None:
+        return str(when)
+    return format_timedelta(span, add_direction=True, threshold=1, locale=locale)
 
 
 def duration(seconds: float | Invalid | None, *, precise: bool = True,
@@ -241,7 +244,17 @@ def duration(seconds: float | Invalid | None, *, precise: bool = True,
     if precise and abs(seconds) < 10:
         return format_unit(round(seconds, 2), "duration-second", length="short",
                            format="0.00", locale=locale)
-    return format_timedelta(seconds, threshold=1, format="short", locale=locale)
+    span = timedelta(seconds)
+    if span is None:  # past ``datetime.timedelta``'s range: the number itself
+        return str(seconds)
+    return format_timedelta(span, threshold=1, format="short", locale=locale)
+
+
+def timedelta(seconds: float) -> dt.timedelta | None:
+    try:
+        return dt.timedelta(seconds=seconds)
+    except OverflowError:
+        return None
 
 
 def utc(when: float | Invalid | None) -> str:
