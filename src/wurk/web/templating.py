@@ -274,7 +274,23 @@ def number(value: int | float | Invalid | None, *, locale: str = DEFAULT) -> str
         return "—"
     if isinstance(value, Invalid) or (isinstance(value, float) and not math.isfinite(value)):
         return str(value)
-    return format_decimal(value, locale=locale)
+    return decimal(value, locale)
+
+
+def decimal(value: float, locale: str, pattern: str | None = None) -> str:
+    """``value`` the locale's way ("1.234.567" in German); a number past what Babel's decimal
+    arithmetic takes (``1e308``, a 400-digit integer a hand-written key held) as Python
+    writes it, never an error."""
+    if locale == DEFAULT:  # Babel's English, written directly: 40 times faster
+        return plain(value, pattern)
+    try:
+        return format_decimal(value, format=pattern, locale=locale)
+    except (ArithmeticError, ValueError):
+        return plain(value, pattern)
+
+
+def plain(value: float, pattern: str | None) -> str:
+    return f"{value:,.1f}" if pattern else f"{value:,}"
 
 
 def kilobytes(value: int | Invalid | None, *, locale: str = DEFAULT) -> str:
@@ -284,8 +300,8 @@ def kilobytes(value: int | Invalid | None, *, locale: str = DEFAULT) -> str:
         return "—"
     for size, unit in ((1 << 20, "GB"), (1 << 10, "MB")):
         if value >= size:
-            return f"{format_decimal(value / size, format='#,##0.0', locale=locale)} {unit}"
-    return f"{format_decimal(value, locale=locale)} kB"
+            return f"{decimal(value / size, locale, '#,##0.0')} {unit}"
+    return f"{decimal(value, locale)} kB"
 
 
 def milliseconds(microseconds: int | Invalid | None, *, locale: str = DEFAULT) -> str:
@@ -294,7 +310,7 @@ def milliseconds(microseconds: int | Invalid | None, *, locale: str = DEFAULT) -
         return str(microseconds)
     if not microseconds:
         return "—"
-    return f"{format_decimal(microseconds / 1000, format='#,##0.0', locale=locale)} ms"
+    return f"{decimal(microseconds / 1000, locale, '#,##0.0')} ms"
 
 
 def pretty_json(value: Any) -> str:
