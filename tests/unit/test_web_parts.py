@@ -61,12 +61,16 @@ def test_line_chart_scales_to_a_round_top() -> None:
 
 
 def test_filters() -> None:
-    assert templating.ago(100.0, now=145.0) == "45 s ago"
-    assert templating.ago(200.0, now=100.0) == "in 2 min"
+    # Babel's CLDR text, English unless a locale is given (the page's, as a filter)
+    assert templating.ago(100.0, now=145.0) == "45 seconds ago"
+    assert templating.ago(200.0, now=100.0) == "in 2 minutes"
+    assert templating.ago(100.0, now=145.0, locale="de") == "vor 45 Sekunden"
     assert templating.ago(None) == "—" and templating.ago(5.0, now=5.2) == "just now"
-    assert templating.duration(1.234) == "1.23 s" and templating.duration(7200) == "2 h"
+    assert templating.duration(1.234) == "1.23 sec" and templating.duration(7200) == "2 hr"
+    assert templating.duration(1e300) == "1e+300"  # past a timedelta's range: no error
     assert templating.utc(0) == "1970-01-01 00:00:00 UTC"
     assert templating.number(1234567) == "1,234,567"
+    assert templating.number(1234567, locale="de") == "1.234.567"
     assert templating.kilobytes(2048) == "2.0 MB" and templating.kilobytes(0) == "—"
     assert templating.short_json(["x" * 500]).endswith("…")
     assert templating.segment("a/b c") == "a%2Fb%20c"

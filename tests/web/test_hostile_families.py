@@ -375,8 +375,8 @@ HOSTILE: dict[str, Callable[[redis.Redis, Family, str], None]] = {
 
 
 # -- reading everything -------------------------------------------------------------------------
-ROUTES = ["/", "/busy", "/queues", "/queues/default", "/queue?name=default", f"/queues/{PARTED}",
-          f"/api/queues/{PARTED}", "/retries", "/scheduled", "/morgue",
+ROUTES = ["/", "/locale", "/busy", "/queues", "/queues/default", "/queue?name=default",
+          f"/queues/{PARTED}", f"/api/queues/{PARTED}", "/retries", "/scheduled", "/morgue",
           "/stats", "/stats/queues", "/api", "/api/dashboard", "/api/busy",
           "/api/queues", "/api/queues/default", "/api/retries", "/api/scheduled",
           "/api/morgue", "/api/openapi.json", "/api/limits", "/limits/", "/limits/?page=9",

@@ -30,6 +30,7 @@ from .api import PAGE, Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
+from .i18n import N_
 from .templating import named_path, render, url
 from .views import form_value, name_of
 
@@ -154,7 +155,7 @@ async def batch_page(request: Request) -> Response:
     dash = dashboard(request)
     found = await dash.run(detail, dash.config, await name_of(request, "batch"))
     if found is None:
-        raise HTTPException(404, "No such batch: it expired or was deleted.")
+        raise HTTPException(404, N_("No such batch: it expired or was deleted."))
     return render(request, f"{NAME}/batch.html", {"b": found, "notice": page_notice(request)})
 
 
@@ -197,7 +198,7 @@ async def api_batch(request: Request) -> Response:
     dash = dashboard(request)
     found = await dash.run(detail, dash.config, request.path_params["bid"])
     if found is None:
-        raise HTTPException(404, "No such batch: it expired or was deleted.")
+        raise HTTPException(404, N_("No such batch: it expired or was deleted."))
     return Document(found)
 
 
@@ -233,7 +234,7 @@ API = (
 def extensions() -> list[Extension]:
     """The two tabs, registered by ``create_app`` on every dashboard."""
     return [
-        Extension(name=NAME, tab="Batches", templates=TEMPLATES, api=API, routes=[
+        Extension(name=NAME, tab=N_("Batches"), templates=TEMPLATES, api=API, routes=[
             Route("/", list_page, methods=["GET"]),
             # A bid "." or "..": the browser would resolve the segment away.
             Route("/-/batch", batch_page, methods=["GET"]),
@@ -242,7 +243,7 @@ def extensions() -> list[Extension]:
             Route("/{bid}", batch_page, methods=["GET"]),
             Route("/{bid}", batch_action, methods=["POST"]),
         ]),
-        Extension(name=DEAD_NAME, tab="Dead Batches", templates=TEMPLATES, routes=[
+        Extension(name=DEAD_NAME, tab=N_("Dead Batches"), templates=TEMPLATES, routes=[
             Route("/", dead_page, methods=["GET"]),
             Route("/-/batch", dead_action, methods=["POST"]),
             Route("/{bid}", dead_action, methods=["POST"]),

@@ -46,6 +46,7 @@ from ..api.record import JobRecord
 from ..api.results import ResultQuery
 from ..config import Config
 from ..stored import Invalid
+from .i18n import N_
 
 __all__ = [
     "PAGE_SIZE",
@@ -93,12 +94,12 @@ class SetKind:
 
 SET_KINDS: dict[str, SetKind] = {
     kind.name: kind for kind in (
-        SetKind("retries", "Retries", RetrySet, False, ("retry", "delete", "kill", "cancel"),
-                ("retry", "delete", "kill"), "Next retry"),
-        SetKind("scheduled", "Scheduled", ScheduledSet, False, ("add_to_queue", "delete"),
-                ("add_to_queue", "delete"), "When"),
-        SetKind("morgue", "Dead", DeadSet, True, ("retry", "delete"), ("retry", "delete"),
-                "Died"),
+        SetKind("retries", N_("Retries"), RetrySet, False, ("retry", "delete", "kill", "cancel"),
+                ("retry", "delete", "kill"), N_("Next retry")),
+        SetKind("scheduled", N_("Scheduled"), ScheduledSet, False, ("add_to_queue", "delete"),
+                ("add_to_queue", "delete"), N_("When")),
+        SetKind("morgue", N_("Dead"), DeadSet, True, ("retry", "delete"), ("retry", "delete"),
+                N_("Died")),
     )
 }
 

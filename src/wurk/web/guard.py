@@ -36,7 +36,7 @@ from .. import payload as P
 from ..config import Config
 from ..errors import RedisUnavailable
 from ..reporting import report_error
-from . import security
+from . import i18n, security
 
 __all__ = ["Authorize", "Guard", "assets", "route_path"]
 
@@ -52,13 +52,21 @@ STATIC_CACHE = b"private, max-age=86400"
 SCOPE_CSRF = "wurk.csrf"
 SCOPE_FORM = "wurk.form"
 SCOPE_ROOT = "wurk.root"
-SCOPE_ASSET = "wurk.asset"  # set by ``assets`` when routing reaches a static-files mount
+SCOPE_ASSET = "wurk.asset"
+# The one POST read-only mode allows (``i18n.CHANGE_PATH``: the viewer's language).
+CHANGE_LOCALE = "/change_locale"  # set by ``assets`` when routing reaches a static-files mount
 # WebSocket close code for "policy violation": before the handshake is accepted, servers
 # answer it with HTTP 403.
 WS_REFUSED = 1008
 WS_FAILED = 1011  # "internal error"
 HOST_REFUSED = ("Refused: this dashboard does not answer to that host name. Add it to "
                 "web_allowed_hosts (wurk web --allowed-host NAME) if it is yours.")
+
+
+def preference(request: Request) -> bool:
+    """Whether ``request`` only sets the viewer's own preference (the language,
+    ``POST /change_locale``): read-only mode refuses actions on jobs, not this."""
+    return request.method == "POST" and route_path(request.scope) == i18n.CHANGE_PATH
 
 
 def route_path(scope: Scope) -> str:
@@ -122,7 +130,7 @@ class Guard:
         await self._check_authorize(request)
         if request.method in SAFE_METHODS:
             return receive
-        if self.read_only:
+        if self.read_only and not preference(request):
             raise Refused(403, "The dashboard is read-only: actions are switched off.")
         if not security.same_origin(request.headers):
             raise Refused(403, "Refused: the request did not come from the dashboard's own "

@@ -15,6 +15,7 @@ import datetime as dt
 import itertools
 from typing import Any
 
+from babel.support import NullTranslations
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -24,6 +25,7 @@ from ..metrics.history import Sample, read_history
 from . import charts
 from .context import dashboard
 from .extensions import Extension
+from .i18n import DEFAULT, N_, request_locale, translations
 from .templating import render
 
 __all__ = ["PERIODS", "extension", "timeline"]
@@ -49,7 +51,11 @@ def _increase(samples: list[Sample], name: str) -> list[int]:
         if values else []
 
 
-def timeline(config: Config, period: str) -> dict[str, Any]:
+def timeline(config: Config, period: str,
+             words: NullTranslations | None = None) -> dict[str, Any]:
+    """The charts of ``period``; their fixed labels in ``words``' language (queue names
+    are names, as stored)."""
+    words = words if words is not None else translations(DEFAULT)
     samples = _thin(read_history(config, PERIODS[period]))
     labels = [dt.datetime.fromtimestamp(s.at, dt.timezone.utc).strftime("%H:%M")
               for s in samples]
@@ -66,13 +72,13 @@ def timeline(config: Config, period: str) -> dict[str, Any]:
         "period": period, "samples": len(samples), "retain": config.retain_history,
         "interval": config.history_interval,
         "throughput": charts.line_chart(labels, [
-            ("processed", "Processed", _increase(samples, "processed")),
-            ("failed", "Failed", _increase(samples, "failed"))]),
-        "load": charts.line_chart(labels, [("s0", "Enqueued", gauge("enqueued")),
-                                           ("s1", "Busy", gauge("busy"))]),
-        "sets": charts.line_chart(labels, [("s2", "Retries", gauge("retries")),
-                                           ("s3", "Dead", gauge("dead")),
-                                           ("s4", "Scheduled", gauge("scheduled"))]),
+            ("processed", words.gettext("Processed"), _increase(samples, "processed")),
+            ("failed", words.gettext("Failed"), _increase(samples, "failed"))]),
+        "load": charts.line_chart(labels, [("s0", words.gettext("Enqueued"), gauge("enqueued")),
+                                           ("s1", words.gettext("Busy"), gauge("busy"))]),
+        "sets": charts.line_chart(labels, [("s2", words.gettext("Retries"), gauge("retries")),
+                                           ("s3", words.gettext("Dead"), gauge("dead")),
+                                           ("s4", words.gettext("Scheduled"), gauge("scheduled"))]),
         "latency": charts.line_chart(labels, [
             ("s0", "default", [round(s.latency.get("default", 0.0)) for s in samples])]),
         "queues": charts.line_chart(labels, [
@@ -85,9 +91,9 @@ async def page(request: Request) -> Response:
     dash = dashboard(request)
     period = request.query_params.get("period")
     period = period if period in PERIODS else DEFAULT_PERIOD
-    found = await dash.run(timeline, dash.config, period)
+    found = await dash.run(timeline, dash.config, period, translations(request_locale(request)))
     return render(request, "history.html", {"h": found, "periods": list(PERIODS)})
 
 
 def extension() -> Extension:
-    return Extension(name="history", tab="History", routes=[Route("/", page, methods=["GET"])])
+    return Extension(name="history", tab=N_("History"), routes=[Route("/", page, methods=["GET"])])

@@ -25,6 +25,7 @@ from ..limiter.inspect import limiters
 from .context import dashboard
 from .data import page_number
 from .extensions import Extension
+from .i18n import N_
 from .templating import render
 
 __all__ = ["NAME", "extension", "limits_data", "read"]
@@ -56,4 +57,4 @@ async def limits_page(request: Request) -> Response:
 
 
 def extension() -> Extension:
-    return Extension(name=NAME, tab="Limits", routes=[Route("/", limits_page, methods=["GET"])])
+    return Extension(name=NAME, tab=N_("Limits"), routes=[Route("/", limits_page, methods=["GET"])])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from babel.support import NullTranslations
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
@@ -31,6 +32,7 @@ from ..metrics.prometheus import cluster_exposition
 from . import charts
 from .context import dashboard
 from .extensions import Extension
+from .i18n import DEFAULT, N_, request_locale, translations
 from .templating import render
 from .views import name_of
 
@@ -88,16 +90,20 @@ def overview(config: Config, period: str, substr: str = "", sort: str = "process
             "chart": chart, "marks": [(m.at.isoformat(), m.label) for m in result.marks]}
 
 
-def job_detail(config: Config, name: str, period: str) -> dict[str, Any]:
+def job_detail(config: Config, name: str, period: str,
+               words: NullTranslations | None = None) -> dict[str, Any]:
+    """One job's charts; their fixed labels in ``words``' language."""
+    words = words if words is not None else translations(DEFAULT)
     minutes, hours = PERIODS[period]
     result = Query(config).for_job(name, minutes=minutes, hours=hours)
     job = result.jobs[name]
     marks = _marks(result)
-    counts = charts.line_chart(result.labels(), [("processed", "Executions", job.processed),
-                                                 ("failed", "Failures", job.failed)])
+    counts = charts.line_chart(result.labels(), [("processed", words.gettext("Executions"),
+                                                  job.processed),
+                                                 ("failed", words.gettext("Failures"), job.failed)])
     charts.with_marks(counts, len(result.buckets), marks)
     average = [round(ms) for ms in job.average_series()]
-    times = charts.line_chart(result.labels(), [("processed", "Mean ms", average)])
+    times = charts.line_chart(result.labels(), [("processed", words.gettext("Mean ms"), average)])
     charts.with_marks(times, len(result.buckets), marks)
     histogram = None
     if job.histogram is not None:
@@ -207,13 +213,14 @@ async def job_page(request: Request) -> Response:
     dash = dashboard(request)
     period = period_of(request.query_params.get("period"))
     name = await name_of(request, "metrics")
-    found = await dash.run(job_detail, dash.config, name, period)
+    found = await dash.run(job_detail, dash.config, name, period,
+                           translations(request_locale(request)))
     return render(request, "metrics_job.html", {"j": found, "periods": list(PERIODS)})
 
 
 def extension() -> Extension:
     """The built-in Metrics tab (``/metrics`` itself is ``root``, routed by the app)."""
-    return Extension(name="metrics", tab="Metrics",
+    return Extension(name="metrics", tab=N_("Metrics"),
                      routes=[Route("/", index, methods=["GET"]),
                              # A job class "." or "..": a browser resolves it away in a path.
                              Route("/-/job", job_page, methods=["GET"]),

@@ -29,6 +29,7 @@ from .api import Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
+from .i18n import N_
 from .templating import named_path, render, url
 from .views import form_value, name_of, same_target
 
@@ -95,7 +96,7 @@ async def loop_page(request: Request) -> Response:
     dash = dashboard(request)
     found = await dash.run(loop, dash.config, await name_of(request, "loop"))
     if found is None:
-        raise HTTPException(404, "No such periodic loop: the leader may have pruned it.")
+        raise HTTPException(404, N_("No such periodic loop: the leader may have pruned it."))
     return render(request, f"{NAME}/loop.html", {"loop": found, "loop_path": loop_path,
                                                  "notice": page_notice(request)})
 
@@ -119,7 +120,7 @@ async def api_loop(request: Request) -> Response:
     dash = dashboard(request)
     found = await dash.run(loop, dash.config, request.path_params["lid"])
     if found is None:
-        raise HTTPException(404, "No such periodic loop: the leader may have pruned it.")
+        raise HTTPException(404, N_("No such periodic loop: the leader may have pruned it."))
     return Document(found)
 
 
@@ -143,7 +144,7 @@ API = (
 
 def extension() -> Extension:
     """The Periodic tab, registered by ``create_app`` on every dashboard."""
-    return Extension(name=NAME, tab="Periodic", templates=TEMPLATES, api=API, routes=[
+    return Extension(name=NAME, tab=N_("Periodic"), templates=TEMPLATES, api=API, routes=[
         Route("/", list_page, methods=["GET"]),
         # A loop id "." or "..": the browser would resolve the segment away.
         Route("/-/loop", loop_page, methods=["GET"]),

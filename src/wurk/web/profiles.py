@@ -50,6 +50,7 @@ from .context import dashboard
 from .data import page_number
 from .extensions import Extension
 from .guard import SCOPE_FORM
+from .i18n import N_
 from .security import content_security_policy
 from .templating import render
 
@@ -58,7 +59,7 @@ __all__ = ["NAME", "PAGE_SIZE", "extension"]
 NAME = "profiles"
 TEMPLATES = Path(__file__).parent / "templates" / NAME
 PAGE_SIZE = 25
-GONE = "No such profile: it expired, was deleted or never was."
+GONE = N_("No such profile: it expired, was deleted or never was.")
 # A download inflates to at most this before it is served as gzip JSON (else as raw bytes):
 # a stored gzip may be a bomb, and a browser told ``content-encoding: gzip`` that cannot
 # inflate it fails the download.
@@ -218,7 +219,7 @@ async def data_file(request: Request) -> Response:
 
 def extension() -> Extension:
     """The Profiles tab, registered by ``create_app`` on every dashboard."""
-    return Extension(name=NAME, tab="Profiles", templates=TEMPLATES, routes=[
+    return Extension(name=NAME, tab=N_("Profiles"), templates=TEMPLATES, routes=[
         Route("/", list_page, methods=["GET"]),
         Route("/view", profile_page, methods=["GET"]),
         Route("/data", data_file, methods=["GET"]),

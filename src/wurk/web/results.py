@@ -35,13 +35,14 @@ from .api import Document, Endpoint
 from .context import dashboard
 from .extensions import Extension
 from .guard import SCOPE_ROOT
+from .i18n import N_
 from .templating import named_path, render, url
 
 __all__ = ["GONE", "NAME", "VALUE_CHARS", "extension", "lookup"]
 
 NAME = "results"
 TEMPLATES = Path(__file__).parent / "templates" / NAME
-GONE = ("No result is stored for this job: it keeps none (no result_ttl), has not finished, "
+GONE = N_("No result is stored for this job: it keeps none (no result_ttl), has not finished, "
         "or its result expired.")
 # A value is shown as at most this many characters of pretty-printed JSON (the API has it
 # whole): a 10 MB value costs the page what 20 kB does.
@@ -147,7 +148,7 @@ API = [Endpoint("GET", "/{jid}", api_result,
 
 def extension() -> Extension:
     """The Results tab, registered by ``create_app`` on every dashboard."""
-    return Extension(name=NAME, tab="Results", templates=TEMPLATES, api=API, routes=[
+    return Extension(name=NAME, tab=N_("Results"), templates=TEMPLATES, api=API, routes=[
         Route("/", form_page, methods=["GET"]),
         # A jid "." or "..": the browser would resolve the segment away.
         Route("/-/result", result_page, methods=["GET"]),

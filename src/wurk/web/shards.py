@@ -25,6 +25,7 @@ from ..api.stats import SUMMED, ShardStats
 from ..config import DEFAULT_SHARD, Config
 from .context import dashboard
 from .extensions import Extension
+from .i18n import N_
 from .templating import render
 
 __all__ = ["NAME", "extension"]
@@ -55,4 +56,4 @@ def extension(config: Config, make_app: Callable[[Config], Any]) -> Extension | 
     others = config.shard_names()[1:] if config.is_cluster else list(config.shards)
     routes: list[BaseRoute] = [Route("/", page, methods=["GET"])]
     routes += [Mount(f"/{name}", app=make_app(config.shard(name))) for name in others]
-    return Extension(name=NAME, tab="Shards", routes=routes)
+    return Extension(name=NAME, tab=N_("Shards"), routes=routes)

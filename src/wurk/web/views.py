@@ -27,10 +27,11 @@ from ..api.queues import queue_names
 from ..config import Config
 from ..connections.replies import reply_code
 from ..iteration.control import JID_LIMIT, check_jid
-from . import actions, charts, data
+from . import actions, charts, data, i18n
 from .context import Dashboard, dashboard
 from .extensions import InfoRow, job_info_rows
 from .guard import SCOPE_FORM, SCOPE_ROOT
+from .i18n import N_
 from .templating import DIGEST_FIELD, NAMED, digest, form_name, queue_path, render, url
 
 __all__ = ["chosen_identity", "form_list", "form_value", "name_of", "perform", "required",
@@ -41,7 +42,7 @@ log = logging.getLogger("wurk.web")
 # An action that meets a key of another Redis type (a `paused` key that is a string, a queue
 # key that is a hash, written by hand or by another program): what it could not do is named in
 # the server log; the viewer gets this fixed text, never Redis's own.
-WRONG_TYPE = ("A Redis key this action writes holds a value of another type, so the action "
+WRONG_TYPE = N_("A Redis key this action writes holds a value of another type, so the action "
               "stopped there (the server log names the key); delete or repair that key and "
               "try again.")
 
@@ -233,7 +234,7 @@ async def queue(request: Request) -> Response:
     oldest_first = request.query_params.get("direction") == "asc"
     found = await dash.run(data.queue_page, dash.config, name, page, oldest_first=oldest_first)
     if found is None:
-        raise HTTPException(404, "There is no such queue.")
+        raise HTTPException(404, N_("There is no such queue."))
     return render(request, "queue.html", {"q": found, "queue_path": queue_path(name),
                                           "delete_path": queue_path(name, "/delete")})
 
@@ -300,9 +301,30 @@ async def job_entry_action(request: Request, kind: data.SetKind) -> Response:
     return redirect(request, f"/{kind.name}", notice=action if count else "gone", count=count)
 
 
+# -- the language ------------------------------------------------------------------------------
+async def locale_page(request: Request) -> Response:
+    """The available languages, each by its own name, to choose from."""
+    back = i18n.safe_next(request.query_params.get(i18n.NEXT_FIELD))
+    return render(request, "locale.html", {"back": back})
+
+
+async def change_locale(request: Request) -> Response:
+    """``POST /change_locale``: the chosen language kept in a cookie, then back to the page
+    the form was on (a path of the dashboard only)."""
+    form = request.scope.get(SCOPE_FORM, {})
+    code = i18n.chosen(form)
+    root = request.scope.get(SCOPE_ROOT, "")
+    response = RedirectResponse(root + i18n.safe_next(form.get(i18n.NEXT_FIELD)),
+                                status_code=303)
+    i18n.remember(response, code, root=root, secure=request.url.scheme == "https")
+    return response
+
+
 def routes() -> list[BaseRoute]:
     found: list[BaseRoute] = [
         Route("/", home, methods=["GET", "HEAD"]),
+        Route("/locale", locale_page, methods=["GET"]),
+        Route(i18n.CHANGE_PATH, change_locale, methods=["POST"]),
         Route("/busy", busy, methods=["GET"]),
         Route("/busy", busy_action, methods=["POST"]),
         Route("/queues", queues, methods=["GET"]),

@@ -44,6 +44,7 @@ from .api import PAGE, Document, Endpoint
 from .batches import page_number
 from .context import dashboard
 from .extensions import Extension
+from .i18n import N_
 from .templating import render
 from .views import name_of
 
@@ -53,7 +54,7 @@ __all__ = ["GONE", "GROUP_OVER", "NAME", "NODES_DRAWN", "Graph", "extension", "l
 NAME = "workflows"
 TEMPLATES = Path(__file__).parent / "templates" / NAME
 PER_PAGE = 25
-GONE = "No such workflow: it expired, or never started."
+GONE = N_("No such workflow: it expired, or never started.")
 # More than this many steps alike (same predecessors, same dependants) are one box.
 GROUP_OVER = 8
 # Boxes drawn at most: a graph larger than this (after grouping) is drawn in part.
@@ -460,7 +461,7 @@ API = (
 
 def extension() -> Extension:
     """The Workflows tab, registered by ``create_app`` on every dashboard."""
-    return Extension(name=NAME, tab="Workflows", templates=TEMPLATES, api=API, routes=[
+    return Extension(name=NAME, tab=N_("Workflows"), templates=TEMPLATES, api=API, routes=[
         Route("/", list_page, methods=["GET"]),
         # A wid "." or "..": the browser would resolve the segment away.
         Route("/-/workflow", workflow_page, methods=["GET"]),

@@ -39,14 +39,35 @@
   var POINTS = 60;  // samples kept on the live graph
   var WIDTH = 600, HEIGHT = 160, PAD = 4;
 
-  function number(value) { return Number(value).toLocaleString("en-US"); }
+  // -- the page's language: its text comes from <body data-text-…> (the server's catalog),
+  // numbers and units from the browser's Intl in the page's <html lang>.
+  function lang() { return document.documentElement.lang || "en"; }
+
+  function text(name, values) {
+    var template = document.body.getAttribute("data-text-" + name) || "";
+    return template.replace(/\{(\w+)\}/g, function (whole, key) {
+      return values && Object.prototype.hasOwnProperty.call(values, key) ? String(values[key]) : whole;
+    });
+  }
+
+  function number(value) {
+    try { return Number(value).toLocaleString(lang()); } catch (e) { return String(value); }
+  }
+
+  function unit(value, name, digits) {
+    try {
+      return new Intl.NumberFormat(lang(), {style: "unit", unit: name, unitDisplay: "short",
+                                            maximumFractionDigits: digits,
+                                            minimumFractionDigits: digits}).format(value);
+    } catch (e) { return value.toFixed(digits) + " " + name; }
+  }
 
   function seconds(value) {
-    if (value < 10) { return value.toFixed(2) + " s"; }
-    if (value < 60) { return value.toFixed(0) + " s"; }
-    if (value < 3600) { return (value / 60).toFixed(0) + " min"; }
-    if (value < 86400) { return (value / 3600).toFixed(0) + " h"; }
-    return (value / 86400).toFixed(0) + " d";
+    if (value < 10) { return unit(value, "second", 2); }
+    if (value < 60) { return unit(value, "second", 0); }
+    if (value < 3600) { return unit(value / 60, "minute", 0); }
+    if (value < 86400) { return unit(value / 3600, "hour", 0); }
+    return unit(value / 86400, "day", 0);
   }
 
   function niceCeiling(value) {
@@ -116,7 +137,7 @@
       var value = numbers[name];
       if (value === undefined) { return; }
       if (value === null) {  // unreadable in Redis: the raw text is beside the document
-        el.textContent = "invalid (" + (invalid["/sidekiq/" + name] || "") + ")";
+        el.textContent = text("invalid", {raw: invalid["/sidekiq/" + name] || ""});
         return;
       }
       el.textContent = el.getAttribute("data-format") === "seconds" ? seconds(value)
@@ -141,10 +162,10 @@
       var snapshot = JSON.parse(event.data);
       show(snapshot.sidekiq, snapshot.redis || {}, snapshot.invalid || {});
       graph.add(snapshot.sidekiq);
-      say("live · " + snapshot.server_utc_time, true);
+      say(text("live", {time: snapshot.server_utc_time}), true);
     });
-    source.addEventListener("unavailable", function () { say("Redis unreachable", false); });
-    source.addEventListener("error", function () { say("reconnecting…", false); });
+    source.addEventListener("unavailable", function () { say(text("redis-down"), false); });
+    source.addEventListener("error", function () { say(text("reconnecting"), false); });
   }
 
   // -- Live Poll: re-fetch this page every web_poll_interval and swap its content ---------
@@ -172,7 +193,7 @@
       !/^(checkbox|radio|button|submit|reset|hidden)$/i.test(active.type);
   }
 
-  function PollFailed(text) { this.message = text; }
+  function PollFailed(message) { this.message = message; }
 
   function livePoll() {
     var box = document.getElementById("live-poll");
@@ -185,7 +206,7 @@
     var on = false, timer = null, generation = 0;
 
     function show() {
-      button.textContent = on ? "Live Poll: Stop" : "Live Poll: Start";
+      button.textContent = on ? text("poll-stop") : text("poll-start");
       button.setAttribute("aria-pressed", on ? "true" : "false");
       box.className = "live-poll " + (on ? "on" : "off");
     }
@@ -199,13 +220,13 @@
       schedule();
       show();
     }
-    function fail(text) {  // stop here; the choice stays remembered for the next page
+    function fail(reason) {  // stop here; the choice stays remembered for the next page
       halt();
-      state.textContent = "Live Poll stopped: " + text;
+      state.textContent = text("poll-stopped", {reason: reason});
     }
     function swap(html) {
       var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("content");
-      if (!fresh) { throw new PollFailed("the answer was not this page."); }
+      if (!fresh) { throw new PollFailed(text("poll-not-page")); }
       if (inTheMiddleOfSomething(content)) { return; }  // begun while the fetch was out
       var next = document.importNode(fresh, true);
       content.parentNode.replaceChild(next, content);
@@ -224,13 +245,13 @@
       window.fetch(window.location.href, {credentials: "same-origin", cache: "no-store",
                                           headers: {"Accept": "text/html"}})
         .then(function (response) {
-          if (response.redirected) { throw new PollFailed("the page moved; reload it."); }
+          if (response.redirected) { throw new PollFailed(text("poll-moved")); }
           if (!response.ok) {
-            throw new PollFailed("the page answered " + response.status + "; reload it.");
+            throw new PollFailed(text("poll-status", {status: response.status}));
           }
           return response.text();
         }, function () {
-          throw new PollFailed("the dashboard could not be reached.");
+          throw new PollFailed(text("poll-unreachable"));
         })
         .then(function (html) {
           if (mine !== generation) { return; }
@@ -239,7 +260,7 @@
         })
         .catch(function (error) {
           if (mine !== generation) { return; }
-          fail(error instanceof PollFailed ? error.message : "the page could not be shown.");
+          fail(error instanceof PollFailed ? error.message : text("poll-failed"));
         });
     }
     button.addEventListener("click", function () {
