@@ -52,9 +52,7 @@ STATIC_CACHE = b"private, max-age=86400"
 SCOPE_CSRF = "wurk.csrf"
 SCOPE_FORM = "wurk.form"
 SCOPE_ROOT = "wurk.root"
-SCOPE_ASSET = "wurk.asset"
-# The one POST read-only mode allows (``i18n.CHANGE_PATH``: the viewer's language).
-CHANGE_LOCALE = "/change_locale"  # set by ``assets`` when routing reaches a static-files mount
+SCOPE_ASSET = "wurk.asset"  # set by ``assets`` when routing reaches a static-files mount
 # WebSocket close code for "policy violation": before the handshake is accepted, servers
 # answer it with HTTP 403.
 WS_REFUSED = 1008
