@@ -61,6 +61,17 @@ def seed_sets(config: wurk.Config, count: int = 3) -> None:
         DeadSet(config).schedule(now - 600 + n, failed(200 + n))
 
 
+def seed_pages(config: wurk.Config, r: Any) -> None:
+    """Something on every page: the three sets, a live process with a running job, three
+    queued jobs and a processed count."""
+    seed_sets(config)
+    seed_process(r)
+    for n in range(3):
+        r.lpush("queue:default", wurk.payload.dumps(job(300 + n)))
+    r.sadd("queues", "default")
+    r.set("stat:processed", 4321)
+
+
 def post(client: TestClient, path: str, **form: Any) -> Any:
     """A form POST as the dashboard's own page sends it (token included)."""
     return client.post(path, data={"csrf_token": token(client), **form})

@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 import wurk
 from tests.web.catalogs import messages
-from tests.web.conftest import browse, job, seed_process, seed_sets, token
+from tests.web.conftest import browse, job, seed_pages, token
 from wurk.web import Extension, create_app, i18n, render
 
 SHIPPED = [code for code in i18n.AVAILABLE if code != i18n.DEFAULT]
@@ -137,11 +137,7 @@ def test_every_locale_has_its_own_name_and_direction() -> None:
 # -- every page in every locale -------------------------------------------------------------
 @pytest.fixture
 def seeded(config: wurk.Config, r: redis.Redis) -> wurk.Config:
-    seed_sets(config)
-    seed_process(r)
-    for n in range(3):
-        r.lpush("queue:default", wurk.payload.dumps(job(300 + n)))
-    r.sadd("queues", "default")
+    seed_pages(config, r)
     return config
 
 

@@ -10,7 +10,7 @@ import redis
 from starlette.testclient import TestClient
 
 import wurk
-from tests.web.conftest import XSS, browse, failed, job, seed_process, seed_sets
+from tests.web.conftest import XSS, browse, failed, job, seed_pages, seed_process, seed_sets
 from wurk.api import Queue, RetrySet
 
 PAGES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", "/morgue",
@@ -19,12 +19,7 @@ PAGES = ["/", "/busy", "/queues", "/queues/default", "/retries", "/scheduled", "
 
 @pytest.fixture
 def seeded(config: wurk.Config, r: redis.Redis) -> wurk.Config:
-    seed_sets(config)
-    seed_process(r)
-    for n in range(3):
-        r.lpush("queue:default", wurk.payload.dumps(job(300 + n)))
-    r.sadd("queues", "default")
-    r.set("stat:processed", 4321)
+    seed_pages(config, r)
     return config
 
 
