@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import html
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +21,7 @@ from starlette.testclient import TestClient
 import wurk
 from tests.web.catalogs import messages
 from tests.web.conftest import browse, job, seed_pages, token
-from wurk.web import Extension, create_app, i18n, render
+from wurk.web import Extension, create_app, guard, i18n, render
 
 SHIPPED = [code for code in i18n.AVAILABLE if code != i18n.DEFAULT]
 # Both kinds of placeholder the texts use: gettext's ``%(name)s`` and ``str.format``'s
@@ -329,6 +330,32 @@ def test_error_pages_are_translated(client: TestClient) -> None:
     assert page.status_code == 404
     assert translated("de", "No such periodic loop: the leader may have pruned it.") \
         in page.text
+
+
+def test_the_guards_refusals_are_in_the_viewers_language(config: wurk.Config) -> None:
+    """A read-only refusal, a cross-site POST and a host not allowed: a page in the
+    viewer's language (Arabic right to left); the JSON API's stay English."""
+    read_only = "The dashboard is read-only: actions are switched off."
+    with browse(create_app(config, read_only=True), follow_redirects=False) as client:
+        client.cookies.set(i18n.COOKIE, "de")
+        refused = client.post("/queues/default", data={"csrf_token": token(client),
+                                                       "queue": "default", "action": "pause"})
+        assert refused.status_code == 403 and '<html lang="de" dir="ltr">' in refused.text
+        assert translated("de", read_only) in refused.text
+        assert translated("de", "Back to the dashboard") in refused.text
+        client.cookies.set(i18n.COOKIE, "ar")
+        cross = client.post("/change_locale", data={"locale": "de"},
+                            headers={"Sec-Fetch-Site": "cross-site"})
+        assert cross.status_code == 403 and '<html lang="ar" dir="rtl">' in cross.text
+        origin = "Refused: the request did not come from the dashboard's own pages."
+        assert html.escape(translated("ar", origin), quote=False) in cross.text
+        api = client.post("/api/queues/default/pause", json={},
+                          headers={"X-CSRF-Token": token(client)})
+        assert api.status_code == 403 and api.json() == {"error": read_only}
+    with TestClient(create_app(config), base_url="http://elsewhere.example") as client:
+        page = client.get("/", headers={"Accept-Language": "ja"})
+        assert page.status_code == 400 and '<html lang="ja"' in page.text
+        assert html.escape(translated("ja", guard.HOST_REFUSED), quote=False) in page.text
 
 
 # -- extensions -----------------------------------------------------------------------------

@@ -57,8 +57,8 @@ SCOPE_ASSET = "wurk.asset"  # set by ``assets`` when routing reaches a static-fi
 # answer it with HTTP 403.
 WS_REFUSED = 1008
 WS_FAILED = 1011  # "internal error"
-HOST_REFUSED = ("Refused: this dashboard does not answer to that host name. Add it to "
-                "web_allowed_hosts (wurk web --allowed-host NAME) if it is yours.")
+HOST_REFUSED = i18n.N_("Refused: this dashboard does not answer to that host name. Add it "
+                       "to web_allowed_hosts (wurk web --allowed-host NAME) if it is yours.")
 
 
 def preference(request: Request) -> bool:
@@ -129,18 +129,19 @@ class Guard:
         if request.method in SAFE_METHODS:
             return receive
         if self.read_only and not preference(request):
-            raise Refused(403, "The dashboard is read-only: actions are switched off.")
+            raise Refused(403, i18n.N_("The dashboard is read-only: actions are switched off."))
         if not security.same_origin(request.headers):
-            raise Refused(403, "Refused: the request did not come from the dashboard's own "
-                               "pages.")
+            raise Refused(403, i18n.N_("Refused: the request did not come from the "
+                                       "dashboard's own pages."))
         body = await read_body(receive)
         form = parse_form(request, body)
         submitted = request.headers.get(security.CSRF_HEADER) or form.get(security.CSRF_FIELD)
         if not isinstance(submitted, str):  # a JSON number or object, a repeated field
             submitted = None
         if not security.token_matches(request.cookies.get(security.CSRF_COOKIE), submitted):
-            raise Refused(403, "Refused: the form was stale or not sent by the dashboard "
-                               "(missing or wrong CSRF token). Reload the page and try again.")
+            raise Refused(403, i18n.N_("Refused: the form was stale or not sent by the "
+                                       "dashboard (missing or wrong CSRF token). Reload the "
+                                       "page and try again."))
         request.scope[SCOPE_FORM] = form
         return replay(body, receive)
 
@@ -175,7 +176,7 @@ class Guard:
             return
         given = security.basic_credentials(request.headers.get("authorization"))
         if not security.credentials_match(given, *self.basic):
-            raise Refused(401, "Sign in to see the dashboard.",
+            raise Refused(401, i18n.N_("Sign in to see the dashboard."),
                           {"www-authenticate": 'Basic realm="wurk", charset="UTF-8"'})
 
     async def _check_authorize(self, request: HTTPConnection) -> None:
@@ -185,7 +186,7 @@ class Guard:
         if inspect.isawaitable(allowed):
             allowed = await allowed
         if allowed is not True:
-            raise Refused(403, "You are not allowed to see the dashboard.")
+            raise Refused(403, i18n.N_("You are not allowed to see the dashboard."))
 
     # -- failure ----------------------------------------------------------------------------
     async def _failed(self, scope: Scope, receive: Receive, send: HeaderSender,
@@ -195,10 +196,11 @@ class Guard:
         if send.started:
             raise exc  # a response is under way: the server closes the connection
         if isinstance(exc, RedisUnavailable):
-            refused = Refused(503, "Redis cannot be reached right now (details in the server "
-                                   "log).")
+            refused = Refused(503, i18n.N_("Redis cannot be reached right now (details in "
+                                           "the server log)."))
         else:
-            refused = Refused(500, "Something went wrong (details in the server log).")
+            refused = Refused(500, i18n.N_("Something went wrong (details in the server "
+                                           "log)."))
         await refusal(scope, refused)(scope, receive, send)
 
 
@@ -263,11 +265,11 @@ async def read_body(receive: Receive) -> bytes:
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            raise Refused(400, "The request was cut short.")
+            raise Refused(400, i18n.N_("The request was cut short."))
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise Refused(413, "The request is too large for a dashboard action.")
+            raise Refused(413, i18n.N_("The request is too large for a dashboard action."))
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -311,20 +313,28 @@ def wants_json(scope: Scope) -> bool:
 
 
 def refusal(scope: Scope, refused: Refused) -> Response:
-    """JSON from the API (``wants_json``), a small page elsewhere; the text is always ours."""
+    """JSON from the API (``wants_json``: in English, as the API's texts are), a small page
+    elsewhere, in the viewer's language (``wurk.web.i18n``); the text is always ours."""
     if wants_json(scope):
         return JSONResponse({"error": refused.message}, refused.status, refused.headers)
+    connection = HTTPConnection(scope)
+    language = i18n.language(i18n.locale_of(connection.headers, connection.cookies))
+    words = i18n.translations(language.code)
     root = html.escape(scope.get(SCOPE_ROOT, scope.get("root_path", "")))
-    page = ERROR_PAGE.format(status=refused.status, message=refused.message, root=root or "",
-                             css=f"{root}/static/wurk.css")
+    page = ERROR_PAGE.format(status=refused.status, lang=language.tag, dir=language.direction,
+                             message=html.escape(words.gettext(refused.message), quote=False),
+                             back=html.escape(words.gettext("Back to the dashboard"),
+                                              quote=False),
+                             root=root or "", css=f"{root}/static/wurk.css")
     return HTMLResponse(page, refused.status, refused.headers)
 
 
-# Only fixed text is formatted in: the status code, our own messages, the escaped prefix.
+# Only fixed text is formatted in: the status code, our own messages and their translations
+# (escaped), the locale's tag and direction, the escaped prefix.
 ERROR_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{status} · wurk</title>
+<html lang="{lang}" dir="{dir}"><head><meta charset="utf-8"><title>{status} · wurk</title>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <link rel="stylesheet" href="{css}"></head>
 <body><main class="refused"><h1>{status}</h1><p>{message}</p>
-<p><a href="{root}/">Back to the dashboard</a></p></main></body></html>
+<p><a href="{root}/">{back}</a></p></main></body></html>
 """
