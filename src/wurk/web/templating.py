@@ -163,7 +163,7 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
         "root": root, "csrf": request.scope.get(SCOPE_CSRF, ""), "read_only": dash.read_only,
         "version": __version__, "path": route_path(request.scope),
         "environment": environment_label(dash.config.environment),
-        "notice": notice(request, words),
+        "notice": notice(request, words, locale),
         "locale": locale, "language": language(locale), "languages": languages(),
         TRANSLATIONS: words, "here": here,
         # The Live Poll's interval (``web_poll_interval``), read by wurk.js from the page.
@@ -191,12 +191,14 @@ def environment_label(environment: str | None) -> str:
 NOTICE_COUNT = re.compile(r"[0-9]{1,18}")
 
 
-def notice(request: Request, words: NullTranslations | None = None) -> str | None:
+def notice(request: Request, words: NullTranslations | None = None,
+           locale: str = DEFAULT) -> str | None:
+    """What the redirect's ``notice`` code says, in ``words`` (``locale``'s translations,
+    which ``render`` already chose)."""
     template = NOTICES.get(request.query_params.get("notice", ""))
     if template is None:
         return None
     count = request.query_params.get("count", "0")
-    locale = request_locale(request) if words is not None else DEFAULT
     text = words.gettext(template) if words is not None else template
     n = number(int(count), locale=locale) if NOTICE_COUNT.fullmatch(count) else "0"
     # A catalog entry naming another placeholder than ``{n}`` is refused by the catalog's

@@ -42,9 +42,9 @@ log = logging.getLogger("wurk.web")
 # An action that meets a key of another Redis type (a `paused` key that is a string, a queue
 # key that is a hash, written by hand or by another program): what it could not do is named in
 # the server log; the viewer gets this fixed text, never Redis's own.
-WRONG_TYPE = N_("A Redis key this action writes holds a value of another type, so the action "
-              "stopped there (the server log names the key); delete or repair that key and "
-              "try again.")
+WRONG_TYPE = N_("A Redis key this action writes holds a value of another type, so the "
+                "action stopped there (the server log names the key); delete or repair that "
+                "key and try again.")
 
 
 # -- helpers shared with the JSON API ---------------------------------------------------------
