@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ RUBY = ROOT / "tests" / "interop" / "ruby"
 SIDEKIQ_SERIES = "6.4."
 
 
+@functools.cache  # three test modules ask at collection: Ruby loads Sidekiq once
 def sidekiq_missing() -> str | None:
     for tool in ("ruby", "sidekiq", "rackup"):
         if shutil.which(tool) is None:

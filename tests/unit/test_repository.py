@@ -4,6 +4,7 @@ wurk's modules, and no comment or page that sends a reader to a document they do
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import re
 from pathlib import Path
@@ -81,14 +82,18 @@ def _imports(path: Path) -> set[str]:
     return {m for m in found if m in MODULES and m != name}
 
 
-GRAPH = {name: _imports(path) for name, path in MODULES.items()}
+@functools.cache
+def graph() -> dict[str, set[str]]:
+    """Every wurk module's imports, parsed once, by the first test that asks (not at
+    collection, which every process of the suite does)."""
+    return {name: _imports(path) for name, path in MODULES.items()}
 
 
 def _reach(start: str) -> set[str]:
     seen: set[str] = set()
     todo = [start]
     while todo:
-        for nxt in GRAPH[todo.pop()]:
+        for nxt in graph()[todo.pop()]:
             if nxt not in seen:
                 seen.add(nxt)
                 todo.append(nxt)
@@ -98,7 +103,7 @@ def _reach(start: str) -> set[str]:
 def test_wurk_modules_import_no_circle() -> None:
     """Importing any wurk module never needs a module that needs it back, counting imports
     inside functions and under ``TYPE_CHECKING``."""
-    circles = sorted(name for name in GRAPH if name in _reach(name))
+    circles = sorted(name for name in graph() if name in _reach(name))
     assert circles == [], f"modules on an import circle: {circles}"
 
 
