@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.chaos.run import CUT, KILL, RESTART, Plan, chaos
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 def test_ten_thousand_jobs_through_kills_restarts_and_cuts(tmp_path: Path) -> None:
     result = chaos(Plan(jobs=10_000, workers=2, concurrency=10,
                         reliable_push=("memory", "disk")), tmp_path)

@@ -17,6 +17,7 @@ REASON = skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 def test_six_thousand_jobs_through_kills_cuts_and_a_restart_on_a_cluster(
         tmp_path: Path) -> None:
     plan = ClusterPlan(jobs=6_000, workers=2, faults=(WORKER, CUT, RESTART, WORKER, CUT),

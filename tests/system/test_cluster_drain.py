@@ -19,6 +19,7 @@ REASON = skip_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 def test_twenty_thousand_jobs_on_three_primaries_through_a_primary_killed(
         tmp_path: Path) -> None:
     result = cluster_chaos(ClusterPlan(jobs=20_000, workers=2, faults=(PRIMARY,)), tmp_path)

@@ -115,6 +115,7 @@ def in_flight(direct: redis.Redis) -> set[int]:
     return found
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 def test_a_thousand_requests_through_a_redis_outage_and_a_killed_web_process(
         site: tuple[Site, Restartable], redis_server: Server, pg_url: str) -> None:
     web, store = site

@@ -63,6 +63,9 @@ def most_at_once(intervals: list[tuple[float, float]]) -> int:
     return most
 
 
+# 100,000 jobs through two real workers: 55-90 s on the 2-core machine, alone or beside the
+# suite's other processes; the suite's 120 s limit is too close for a slower one.
+@pytest.mark.timeout(360)
 def test_a_small_tenant_is_not_stuck_behind_a_big_ones_backlog(
         r: redis.Redis, redis_server: Any, start_worker: Callable[..., Worker],
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -82,7 +85,7 @@ def test_a_small_tenant_is_not_stuck_behind_a_big_ones_backlog(
     fair_work.set(partition="B").perform_bulk([["B", n, B_SECONDS] for n in range(B_JOBS)])
 
     wait_for(lambda: count(log_dir, "B") >= B_JOBS, timeout=60, message="B's jobs to run")
-    wait_for(lambda: count(log_dir, "A") >= A_JOBS, timeout=120, message="A's jobs to run")
+    wait_for(lambda: count(log_dir, "A") >= A_JOBS, timeout=300, message="A's jobs to run")
     drained = time.monotonic() - started
     for worker in workers:
         assert worker.process.poll() is None, worker.output()

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 import redis
 
 from tests.chaos.leader_run import KILL, PAUSE, FailoverPlan, failover
@@ -23,6 +24,7 @@ FAST = FailoverPlan(workers=3, seconds=30, tick=3, faults=(KILL, PAUSE, KILL), r
                     check=5.0, poll=1.0)
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 def test_three_workers_push_each_tick_once_through_kills_and_a_pause(
         tmp_path: Path, r: redis.Redis) -> None:
     result = failover(FAST, tmp_path, os.environ["REDIS_URL"])

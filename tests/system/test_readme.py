@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis
 
 from tests.system.conftest import ROOT, wait_for
@@ -108,6 +109,7 @@ def test_a_wrong_argument_is_refused_as_the_readme_says(tmp_path: Path, r: redis
     assert r.dbsize() == 0  # nothing pushed
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 def test_the_first_commands_make_a_venv_left_without_pip_again(tmp_path: Path) -> None:
     """On a Debian without python3-venv, ``python3 -m venv`` stops half-way: a ``.venv`` with
     a python and no pip. Once the package is installed, running the command again must not

@@ -460,6 +460,7 @@ def client(config: wurk.Config) -> Iterator[TestClient]:
         yield found
 
 
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 @pytest.mark.parametrize("hostile", sorted(HOSTILE))
 def test_every_family_made_hostile_is_read_without_an_error(
         hostile: str, client: TestClient, r: redis.Redis,

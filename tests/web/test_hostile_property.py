@@ -152,6 +152,7 @@ def hostile_client(config: wurk.Config) -> Any:
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE,
           suppress_health_check=[HealthCheck.function_scoped_fixture,
                                  HealthCheck.too_slow, HealthCheck.data_too_large])
+@pytest.mark.timeout(360)  # real time, 25-60 s here: more on a slower machine
 @given(data=hostile_redis())
 def test_every_route_answers_whatever_redis_holds(hostile_client: TestClient, r: redis.Redis,
                                                   data: dict[str, Any],
