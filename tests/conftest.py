@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,7 +47,12 @@ def _fresh_state(redis_server: Server) -> Iterator[None]:
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     client.close()
+    # mypy's API (the typing tests run it in-process) raises the recursion limit to 16,384
+    # and leaves it there: a later test would parse hostile nesting under a limit no wurk
+    # process has.
+    limit = sys.getrecursionlimit()
     yield
+    sys.setrecursionlimit(limit)
     old = wurk.config._default
     wurk.config._default = None
     if old is not None:
