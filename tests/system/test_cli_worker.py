@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +22,8 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     [
         (["worker", "-c", "0"], "Invalid value for '-c'"),
         (["worker", "-c", "many"], "'many' is not a valid integer"),
-        (["worker", "--bogus"], "No such option '--bogus'"),
+        # click 8.1 says "No such option: --bogus", later ones "No such option '--bogus'"
+        (["worker", "--bogus"], "No such option:? '?--bogus"),
         (["worker", "-q", "a,x"], "weight 'x' is not a whole number"),
         (["worker", "-r", "no.such.module"], "no module named 'no'"),
         (["worker", "-r", "missing_file.py"], "file 'missing_file.py' does not exist"),
@@ -32,7 +34,7 @@ def run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 def test_bad_flags_exit_2_with_one_line(args: list[str], message: str) -> None:
     result = run(*args)
     assert result.returncode == 2, result
-    assert message in result.stderr
+    assert re.search(message, result.stderr), result.stderr  # each message, a pattern
     assert "Traceback" not in result.stderr
 
 
