@@ -3,7 +3,8 @@
 worker's is.
 
     python -m benchmarks.bare_async [--concurrency 100] [--jobs N] [--counter KEY]
-                                    [--loop uvloop|asyncio]     (the server: REDIS_URL)
+                                    [--loop uvloop|asyncio] [--from-memory]
+                                    (the server: REDIS_URL)
 
 One thread, one event loop (uvloop where it is installed, as wurk's default). Once a
 quarter of the places (at most eight) are free, a fetch moves that many jobs from
@@ -17,6 +18,12 @@ middleware, retries, metrics, heartbeat, busy map, log lines, shutdown handling 
 checks: what a worker adds over this is the price of those. Exits when the counter reaches
 N; with none it runs until stopped.
 
+``--from-memory`` is the floor beneath it (the ``body_async`` rows): the whole queue taken
+in one round trip at start (LRANGE and DEL in one MULTI), then the same tasks started in
+the same batches from that list, with no fetch and no ACK: what the row's job body costs
+on its own, in a task of its own, on this machine. No worker of any shape spends less a
+job on this row.
+
 It imports nothing of wurk and trusts the payloads the benchmark pushed: a yardstick, not a
 worker.
 """
@@ -27,7 +34,7 @@ import argparse
 import asyncio
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aredis
 
@@ -66,15 +73,38 @@ class Worker:
         if self.free == self.batch:
             self.wake.set()
 
-    async def run(self, done: Callable[[], bool]) -> None:
+    async def take(self, count: int) -> list[bytes]:
+        """Up to ``count`` jobs moved into the private list, the ACKs riding along."""
+        acks, self.acks = self.acks, []
+        raws: list[bytes] = await self.fetch(keys=["queue:default", "bare:async"],
+                                             args=[count, *acks])
+        return raws
+
+    async def take_all(self) -> Callable[[int], Awaitable[list[bytes]]]:
+        """``--from-memory``: the queue, whole, in one round trip; then ``take`` slices it."""
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.lrange("queue:default", 0, -1)
+            pipe.delete("queue:default")
+            held: list[bytes] = (await pipe.execute())[0]
+        # LPUSHed, so the oldest is last: taken from the end, as RPOPLPUSH takes them.
+
+        async def take(count: int) -> list[bytes]:
+            self.acks.clear()  # nothing to ACK: no private list
+            taken = held[-count:]
+            del held[-count:]
+            return taken
+
+        return take
+
+    async def run(self, done: Callable[[], bool],
+                  take: Callable[[int], Awaitable[list[bytes]]] | None = None) -> None:
+        take = take or self.take
         while not done():
             if self.free < self.batch:
                 await self.wake.wait()
                 self.wake.clear()
                 continue
-            acks, self.acks = self.acks, []
-            raws: list[bytes] = await self.fetch(keys=["queue:default", "bare:async"],
-                                                 args=[min(self.free, PREFETCH), *acks])
+            raws = await take(min(self.free, PREFETCH))
             if not raws:
                 await asyncio.sleep(IDLE_WAIT)
                 continue
@@ -97,7 +127,8 @@ async def main_async(options: argparse.Namespace) -> None:
 
     poller = asyncio.create_task(poll()) if options.jobs else None
     try:
-        await worker.run(lambda: bool(options.jobs) and seen["at"] >= options.jobs)
+        take = await worker.take_all() if options.from_memory else None
+        await worker.run(lambda: bool(options.jobs) and seen["at"] >= options.jobs, take)
     finally:  # what is still running (a job of someone else's queue) ends with the loop
         for task in [*worker.tasks, *([poller] if poller is not None else [])]:
             task.cancel()
@@ -123,6 +154,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=0, help="exit once this many are done")
     parser.add_argument("--counter", default="bench:count", help="the key each job INCRs")
     parser.add_argument("--loop", choices=("uvloop", "asyncio"), default="uvloop")
+    parser.add_argument("--from-memory", action="store_true",
+                        help="take the queue whole at start and run it with no fetch or ACK")
     options = parser.parse_args()
     options.url = os.environ["REDIS_URL"]
     loop = loop_factory(options.loop)()

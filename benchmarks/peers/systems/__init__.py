@@ -103,7 +103,7 @@ ORDER = ("wurk", "wurk_redispy", "sidekiq", "wurk_pinned", "wurk_redispy_pinned"
          "sidekiq_nojit_tuned", "dramatiq", "huey", "celery", "arq", "rq_simple", "rq_fork",
          "bare", "bare_redispy")
 # The async row (``--async-row``): async jobs awaiting 50 ms at one concurrency.
-ASYNC_ORDER = ("wurk_async", "arq", "saq", "bare_async")
+ASYNC_ORDER = ("wurk_async", "arq", "saq", "bare_async", "body_async")
 
 
 def build(name: str, tools: Tools) -> System:
@@ -121,7 +121,7 @@ def build(name: str, tools: Tools) -> System:
         "huey": huey.system, "celery": celery.system, "arq": arq.system,
         "rq_simple": rq.simple, "rq_fork": rq.fork,
         "bare": bare.system, "bare_redispy": bare.redis_py_jobs,
-        "bare_async": bare.async_jobs,
+        "bare_async": bare.async_jobs, "body_async": bare.async_body,
     }
     if name not in makers:
         raise ValueError(f"unknown system {name!r}: choose from "

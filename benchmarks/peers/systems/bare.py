@@ -27,18 +27,31 @@ def async_jobs(tools: Tools) -> System:
     """The async row's yardstick: ``benchmarks/bare_async.py``, one thread and one event loop
     fetching eight jobs a round trip, a task a job (sleep 50 ms, INCR through redis-py's
     asyncio client), ACKs carried by the next fetch; nothing else."""
+    return _async(tools, "bare_async", from_memory=False,
+                  note="the least an asyncio worker does a job (one thread, uvloop, a task "
+                       "a job, eight fetched a round trip)")
+
+
+def async_body(tools: Tools) -> System:
+    """The floor beneath it: ``bare_async.py --from-memory``, the queue taken whole at start,
+    then the same tasks with no fetch and no ACK: the row's job body alone."""
+    return _async(tools, "body_async", from_memory=True,
+                  note="--from-memory, the job body alone (the queue taken whole in one "
+                       "round trip, then a task a job with no fetch or ACK)")
+
+
+def _async(tools: Tools, name: str, *, from_memory: bool, note: str) -> System:
     python = tools.wurk_bin("python")
+    memory = ["--from-memory"] if from_memory else []
 
     def workers(processes: int, concurrency: int) -> list[Argv]:
         return [[str(python), "-m", "benchmarks.bare_async", "--concurrency", str(concurrency),
-                 "--counter", COUNTER] for _ in range(processes)]
+                 "--counter", COUNTER, *memory] for _ in range(processes)]
 
     return System(
-        name="bare_async", enqueue=python_enqueue(python, "wurk"), workers=workers,
-        has_bulk=True,
+        name=name, enqueue=python_enqueue(python, "wurk"), workers=workers, has_bulk=True,
         unavailable=None if python.exists() else f"{python} missing: run ./scripts/test",
-        notes=["bare_async: benchmarks/bare_async.py, the least an asyncio worker does a job "
-               "(one thread, uvloop, a task a job, eight fetched a round trip)"])
+        notes=[f"{name}: benchmarks/bare_async.py, {note}"])
 
 
 def _system(tools: Tools, name: str, *, redis_py: bool) -> System:
