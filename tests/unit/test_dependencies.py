@@ -4,6 +4,8 @@ floor the code runs on (``scripts/test-lowest`` runs the Redis-facing tests ther
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from importlib.metadata import version
 from pathlib import Path
 
@@ -50,4 +52,25 @@ def test_ci_runs_the_floor_of_the_range() -> None:
     assert "./scripts/test\n" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "./scripts/test-lowest" in (ROOT / "scripts" / "test").read_text(encoding="utf-8")
     lowest = (ROOT / "scripts" / "test-lowest").read_text(encoding="utf-8")
-    assert "floor 'redis[hiredis]'" in lowest and "floor hiredis" in lowest
+    assert "scripts/floors.py 'redis[hiredis]' hiredis uvloop" in lowest
+
+
+def floors(*names: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "floors.py"), *names],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_the_floor_scripts_install_the_lower_bound_pyproject_declares() -> None:
+    # scripts/test-lowest and scripts/test-floors pin what this prints.
+    done = floors("redis[hiredis]", "hiredis", "fastapi", "psycopg[binary]")
+    assert done.returncode == 0, done.stderr
+    redis_low, _ = bounds(dependencies()["redis"])
+    hiredis_low, _ = bounds(dependencies()["hiredis"])
+    assert done.stdout.split() == [f"redis[hiredis]=={redis_low}", f"hiredis=={hiredis_low}",
+                                   "fastapi==0.115.2", "psycopg[binary]==3.1.8"]
+
+
+def test_a_name_with_no_floor_is_refused_by_name() -> None:
+    done = floors("click", "no-such-package")
+    assert done.returncode != 0 and done.stdout == ""
+    assert "pyproject.toml pins no lower bound for no-such-package" in done.stderr
