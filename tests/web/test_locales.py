@@ -372,3 +372,61 @@ def test_an_extensions_template_can_use_the_catalog(config: wurk.Config) -> None
         assert f"<p>{translated('fr', 'Queues')}</p>" in text
         assert "<p>Only mine</p>" in text
         assert '<html lang="fr"' in text
+
+
+def write_po(root: Path, code: str, domain: str, entries: dict[str, str]) -> None:
+    """``root/<code>/LC_MESSAGES/<domain>.po`` holding ``entries`` (English → translation)."""
+    folder = root / code / "LC_MESSAGES"
+    folder.mkdir(parents=True)
+    body = "".join(f'\nmsgid "{source}"\nmsgstr "{text}"\n' for source, text in entries.items())
+    (folder / f"{domain}.po").write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n' + body,
+        encoding="utf-8")
+
+
+def test_an_extensions_catalog_translates_its_texts_and_tab_under_wurks_words(
+        config: wurk.Config, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``Extension.locales``: its own texts and its tab's label in the page's language; a
+    text wurk's catalog has keeps wurk's words; a broken entry is left out with a warning;
+    a language it has no file for, and a file that cannot be parsed, show its texts as
+    written."""
+    async def page(request: Request) -> Response:
+        return render(request, "words/page.html")
+
+    locales = tmp_path / "locales"
+    write_po(locales, "fr", "words", {"Only mine": "Rien qu’à moi", "Words": "Mots",
+                                      "Queues": "Pas les files de wurk"})
+    write_po(locales, "de", "words", {"Only mine": "Nur %(meins)s"})  # a broken entry
+    write_po(locales, "it", "words", {})
+    (locales / "it" / "LC_MESSAGES" / "words.po").write_bytes(b'msgid "\xff\nmsgstr 1 2 3')
+    words = Extension(name="words", tab="Words", routes=[Route("/", page)],
+                      templates=HERE / "ext_words", locales=locales)
+    with browse(create_app(config, extensions=[words])) as client:
+        client.cookies.set(i18n.COOKIE, "fr")
+        french = client.get("/words/")
+        assert french.status_code == 200
+        assert "<p>Rien qu’à moi</p>" in french.text
+        assert f"<p>{translated('fr', 'Queues')}</p>" in french.text  # wurk's words win
+        assert "Pas les files" not in french.text
+        assert re.search(r'<a[^>]*href="/words"[^>]*>\s*Mots\s*</a>', french.text)
+        for code in ("de", "ja", "it"):  # broken entry, no file, unparsable file
+            client.cookies.set(i18n.COOKIE, code)
+            other = client.get("/words/")
+            assert other.status_code == 200, code
+            assert "<p>Only mine</p>" in other.text, code
+            assert f"<p>{translated(code, 'Queues')}</p>" in other.text, code
+    assert any("'words'" in r.getMessage() and "left out" in r.getMessage()
+               for r in caplog.records)
+    # Of two extensions translating one text, the later one's words.
+    later = tmp_path / "later"
+    write_po(later, "fr", "later", {"Only mine": "À l’autre", "Words": "Vocables"})
+    other = Extension(name="later", tab=None, locales=later)
+    with browse(create_app(config, extensions=[words, other])) as client:
+        client.cookies.set(i18n.COOKIE, "fr")
+        both = client.get("/words/").text
+        assert "<p>À l’autre</p>" in both and re.search(r">\s*Vocables\s*</a>", both)
+
+
+def test_an_extensions_locales_directory_must_exist(tmp_path: Path) -> None:
+    with pytest.raises(wurk.ConfigError, match=r"locales directory .*missing.* does not exist"):
+        Extension(name="words", tab="Words", locales=tmp_path / "missing")

@@ -7,6 +7,7 @@
    most as many at once as the pool has connections, so excess requests wait in the event
    loop instead of each holding a thread blocked on an empty pool.
 3. ``dashboard(request)``: the ``Dashboard`` of the app serving a request.
+4. ``Dashboard.words``: a page's translations, wurk's over its extensions' catalogs.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 import anyio.to_thread
+from babel.support import NullTranslations
 from starlette.requests import Request
 
 from ..config import Config
+from .i18n import with_extensions
 
 if TYPE_CHECKING:
     from starlette.templating import Jinja2Templates
@@ -57,6 +60,13 @@ class Dashboard:
         """A dashboard reading through ``config``'s own ``web`` pool."""
         view = config.routed("api", WEB_POOL_ROLE, size=config.web_pool_size)
         return cls(config=view, **settings)
+
+    def words(self, code: str) -> NullTranslations:
+        """The translations of ``code`` for this dashboard's pages: wurk's, over its
+        extensions' catalogs (``Extension.locales``)."""
+        catalogs = tuple((ext.name, str(ext.locales)) for ext in self.extensions
+                         if ext.locales is not None)
+        return with_extensions(code, catalogs)
 
     async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` on a worker thread, within the pool's capacity."""

@@ -1,7 +1,9 @@
 """Tabs added by other packages.
 
 1. ``Extension``: a name (its URL segment and template prefix), a tab label, Starlette
-   routes, and optionally a template directory and a static directory. Pass them to
+   routes, and optionally a template directory, a static directory and a directory of
+   gettext catalogs (``locales``: ``<locales>/<code>/LC_MESSAGES/<name>.po``, which
+   translate its texts and its tab's label in the dashboard's languages). Pass them to
    ``create_app(extensions=[...])``.
 2. Its routes are mounted at ``/<name>``; its templates are found as ``"<name>/file.html"``
    and may extend the dashboard's ``layout.html``; its static files are served at
@@ -87,6 +89,8 @@ class Extension:
     static: str | Path | None = None
     api: Sequence[ApiRoute] = ()  # paths relative to /api/<name>
     job_rows: JobRows | None = None
+    # Its catalogs: <locales>/<code>/LC_MESSAGES/<name>.po, one a dashboard language.
+    locales: str | Path | None = None
 
     def __post_init__(self) -> None:
         if not NAME_PATTERN.fullmatch(self.name) or self.name in RESERVED_NAMES:
@@ -98,7 +102,8 @@ class Extension:
         if self.job_rows is not None and not callable(self.job_rows):
             raise ConfigError(f"dashboard extension {self.name!r}: job_rows must be a "
                               f"function of the job, not {self.job_rows!r}")
-        for label, folder in (("templates", self.templates), ("static", self.static)):
+        for label, folder in (("templates", self.templates), ("static", self.static),
+                              ("locales", self.locales)):
             if folder is not None and not Path(folder).is_dir():
                 raise ConfigError(f"dashboard extension {self.name!r}: {label} directory "
                                   f"{str(folder)!r} does not exist")

@@ -5,6 +5,9 @@
    that locale, then kept. An entry whose placeholders are not its English text's is left
    out when the catalog is read (that text shows in English, and a warning is logged):
    a translation can never make a page fail. A text no catalog has shows in English.
+   An extension's catalogs (``Extension.locales``) are read the same way and lie under
+   wurk's: they add its own texts, and a text both have keeps wurk's words
+   (``with_extensions``).
 2. The locale of a request: the ``wurk_locale`` cookie when it names an available locale,
    else the best of ``Accept-Language`` (Babel's ``negotiate_locale``), else English.
    Anything else the cookie or header holds, of any size, is ignored.
@@ -28,7 +31,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from babel import Locale, negotiate_locale
-from babel.messages.catalog import Catalog
+from babel.messages.catalog import Catalog, Message
 from babel.messages.mofile import write_mo
 from babel.messages.pofile import read_po
 from babel.support import NullTranslations, Translations
@@ -50,6 +53,7 @@ __all__ = [
     "request_locale",
     "safe_next",
     "translations",
+    "with_extensions",
 ]
 
 log = logging.getLogger("wurk.web")
@@ -76,6 +80,9 @@ TAGS_LIMIT = 30
 LANGUAGE_TAG = re.compile(r"[A-Za-z]{1,8}(?:-[A-Za-z0-9]{1,8}){0,4}")
 QUALITY = re.compile(r"q=(0(?:\.[0-9]{0,3})?|1(?:\.0{0,3})?)")
 NEXT_LIMIT = 2_000
+# What formatting reads in a text: ``%(name)s``, ``%%`` or any other ``%`` and the
+# character after it, ``{name}``.
+PLACEHOLDERS = re.compile(r"%\([^)]*\)[a-zA-Z]|%.?|\{[^{}]*\}", re.S)
 
 
 def N_(message: str) -> str:
@@ -106,19 +113,49 @@ def languages() -> tuple[Language, ...]:
 
 
 # -- catalogs ---------------------------------------------------------------------------------
-def catalog_path(code: str) -> Path:
-    return LOCALES_DIR / code / "LC_MESSAGES" / f"{DOMAIN}.po"
+def catalog_path(code: str, root: Path | None = None, domain: str = DOMAIN) -> Path:
+    """``<root>/<code>/LC_MESSAGES/<domain>.po``: gettext's layout, wurk's (``root``
+    ``LOCALES_DIR``) and an extension's (its domain is its name)."""
+    return (LOCALES_DIR if root is None else root) / code / "LC_MESSAGES" / f"{domain}.po"
 
 
-def read_catalog(code: str) -> Catalog:
+def read_catalog(code: str, root: Path | None = None, domain: str = DOMAIN) -> Catalog:
     """The ``.po`` file of ``code`` as Babel reads it, broken entries left out."""
-    with catalog_path(code).open("rb") as handle:
-        catalog = read_po(handle, locale=code, domain=DOMAIN)
-    for message, errors in list(catalog.check()):
-        log.warning("the %s catalog's entry %r is left out (shown in English): %s", code,
-                    message.id, "; ".join(str(error) for error in errors))
-        catalog.delete(message.id, context=message.context)
+    with catalog_path(code, root, domain).open("rb") as handle:
+        catalog = read_po(handle, locale=code, domain=domain)
+    whose = "" if domain == DOMAIN else f" of extension {domain!r}"
+    broken = [(message, "; ".join(str(error) for error in errors))
+              for message, errors in catalog.check()]
+    broken += [(message, f"placeholders {', '.join(sorted(extra))} are not its text's")
+               for message in catalog if (extra := unknown_placeholders(message))]
+    for message, problem in broken:
+        if message.id in catalog:  # both checks may name one entry
+            log.warning("the %s catalog%s: entry %r is left out (shown in English): %s",
+                        code, whose, message.id, problem)
+            catalog.delete(message.id, context=message.context)
     return catalog
+
+
+def unknown_placeholders(message: Message) -> set[str]:
+    """The placeholders of ``message``'s translation that its English text lacks: a
+    ``%(name)s`` or ``{name}`` the page gives no value for, a lone ``%``. Pages format
+    every translated text (Jinja's ``_()`` with ``%``, the notices with ``str.format``),
+    so one such entry would fail the page; Babel's own check sees only entries flagged
+    python-format."""
+    if not message.id:
+        return set()
+    sources = message.id if isinstance(message.id, (tuple, list)) else (message.id,)
+    forms = message.string if isinstance(message.string, (tuple, list)) else (message.string,)
+    allowed = {token for source in sources for token in PLACEHOLDERS.findall(source)}
+    return {token for form in forms if form for token in PLACEHOLDERS.findall(form)
+            if token not in allowed}
+
+
+def compiled(catalog: Catalog) -> Translations:
+    machine = io.BytesIO()
+    write_mo(machine, catalog)
+    machine.seek(0)
+    return Translations(fp=machine, domain=catalog.domain)
 
 
 @functools.cache
@@ -131,10 +168,34 @@ def translations(code: str) -> NullTranslations:
     except OSError as exc:  # a package installed without its data: English, said once
         log.warning("the %s catalog cannot be read (%s): its pages are in English", code, exc)
         return NullTranslations()
-    compiled = io.BytesIO()
-    write_mo(compiled, catalog)
-    compiled.seek(0)
-    return Translations(fp=compiled, domain=DOMAIN)
+    return compiled(catalog)
+
+
+@functools.cache
+def with_extensions(code: str, catalogs: tuple[tuple[str, str], ...]) -> NullTranslations:
+    """wurk's translations of ``code`` over the extensions' catalogs (``catalogs``: each
+    extension's name and ``locales`` directory, in the dashboard's order), read once.
+    An extension's texts are translated where its catalog has them; a text wurk's catalog
+    has keeps wurk's words whatever an extension's says (its pages stay consistent with the
+    dashboard's); of two extensions, the later one's. An extension without this locale's
+    file adds nothing, and one whose file cannot be read or parsed adds nothing but a
+    warning: a page never fails for it."""
+    own = translations(code)
+    if code == DEFAULT or not catalogs:
+        return own
+    merged = Translations(domain=DOMAIN)
+    for name, root in catalogs:
+        path = catalog_path(code, Path(root), name)
+        if not path.is_file():
+            continue
+        try:
+            merged.merge(compiled(read_catalog(code, Path(root), name)))
+        except Exception as exc:  # any fault of a file we did not write: its texts in English
+            log.warning("extension %r: its %s catalog %s cannot be read (%s: %s): its texts "
+                        "are shown as written", name, code, path, type(exc).__name__, exc)
+    if isinstance(own, Translations):
+        merged.merge(own)
+    return merged
 
 
 # -- which locale -----------------------------------------------------------------------------

@@ -157,7 +157,7 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
     dash = dashboard(request)
     root = request.scope.get(SCOPE_ROOT, "")
     locale = request_locale(request)
-    words = translations(locale)
+    words = dash.words(locale)
     here = route_path(request.scope) + (f"?{request.url.query}" if request.url.query else "")
     common = {
         "root": root, "csrf": request.scope.get(SCOPE_CSRF, ""), "read_only": dash.read_only,
@@ -168,6 +168,7 @@ def render(request: Request, template: str, context: Mapping[str, Any] | None = 
         TRANSLATIONS: words, "here": here,
         # The Live Poll's interval (``web_poll_interval``), read by wurk.js from the page.
         "poll_interval": repr(float(dash.poll_interval)),
+        # An extension's label too: its catalog may have it (else it shows as given).
         "tabs": tuple((words.gettext(label), target) for label, target in BUILTIN_TABS
                       + tuple((ext.tab, f"/{ext.name}") for ext in dash.extensions
                               if ext.tab is not None)),
