@@ -417,6 +417,18 @@ def test_an_extensions_catalog_translates_its_texts_and_tab_under_wurks_words(
             assert f"<p>{translated(code, 'Queues')}</p>" in other.text, code
     assert any("'words'" in r.getMessage() and "left out" in r.getMessage()
                for r in caplog.records)
+    # Plurals by the locale's rule: Russian's third form for 5, not a default rule's second.
+    write_po(locales, "ru", "words", {})
+    (locales / "ru" / "LC_MESSAGES" / "words.po").write_text(
+        'msgid ""\nmsgstr ""\n"Content-Type: text/plain; charset=UTF-8\\n"\n'
+        '"Plural-Forms: nplurals=3; plural=(n%10==1 && n%100!=11 ? 0 : n%10>=2 && '
+        'n%10<=4 && (n%100<10 || n%100>=20) ? 1 : 2);\\n"\n\n'
+        'msgid "%(count)s widget"\nmsgid_plural "%(count)s widgets"\n'
+        'msgstr[0] "%(count)s штука"\nmsgstr[1] "%(count)s штуки"\nmsgstr[2] "%(count)s штук"\n',
+        encoding="utf-8")
+    with browse(create_app(config, extensions=[words])) as client:
+        client.cookies.set(i18n.COOKIE, "ru")
+        assert "<p>5 штук</p>" in client.get("/words/").text
     # Of two extensions translating one text, the later one's words.
     later = tmp_path / "later"
     write_po(later, "fr", "later", {"Only mine": "À l’autre", "Words": "Vocables"})

@@ -177,25 +177,35 @@ def with_extensions(code: str, catalogs: tuple[tuple[str, str], ...]) -> NullTra
     extension's name and ``locales`` directory, in the dashboard's order), read once.
     An extension's texts are translated where its catalog has them; a text wurk's catalog
     has keeps wurk's words whatever an extension's says (its pages stay consistent with the
-    dashboard's); of two extensions, the later one's. An extension without this locale's
-    file adds nothing, and one whose file cannot be read or parsed adds nothing but a
-    warning: a page never fails for it."""
-    own = translations(code)
-    if code == DEFAULT or not catalogs:
-        return own
-    merged = Translations(domain=DOMAIN)
+    dashboard's); of two extensions, the later one's. The entries are joined into one
+    catalog of the locale, so plurals follow the locale's rule (Arabic's six forms), not a
+    default one. An extension without this locale's file adds nothing, and one whose file
+    cannot be read or parsed adds nothing but a warning: a page never fails for it."""
+    if code == DEFAULT or not catalogs or code not in AVAILABLE:
+        return translations(code)
+    try:
+        joined = read_catalog(code)
+    except OSError:  # said by ``translations``: wurk's pages in English, the rest still read
+        translations(code)
+        joined = Catalog(locale=code, domain=DOMAIN)
+    wurks = {(message.id, message.context) for message in joined if message.id}
     for name, root in catalogs:
         path = catalog_path(code, Path(root), name)
         if not path.is_file():
             continue
         try:
-            merged.merge(compiled(read_catalog(code, Path(root), name)))
-        except Exception as exc:  # any fault of a file we did not write: its texts in English
+            theirs = read_catalog(code, Path(root), name)
+        except Exception as exc:  # any fault of a file we did not write: its texts as written
             log.warning("extension %r: its %s catalog %s cannot be read (%s: %s): its texts "
                         "are shown as written", name, code, path, type(exc).__name__, exc)
-    if isinstance(own, Translations):
-        merged.merge(own)
-    return merged
+            continue
+        for message in theirs:
+            if message.id and (message.id, message.context) not in wurks:
+                # An earlier extension's entry is replaced, not updated: Babel's update
+                # keeps the first translation.
+                joined.delete(message.id, context=message.context)
+                joined[message.id] = message
+    return compiled(joined)
 
 
 # -- which locale -----------------------------------------------------------------------------
