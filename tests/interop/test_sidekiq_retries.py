@@ -87,7 +87,9 @@ def test_wurks_api_reads_a_live_ruby_process_its_running_job_and_its_dead(
         client = wurk.Client(config)
         slow = client.push({"class": "InteropSlow", "queue": "rb", "args": [30]})
         dies = client.push({"class": "InteropFail", "queue": "rb", "args": [2], "retry": 0})
-        ruby_worker = sidekiq(processes, "-g", "rubytag")
+        # -t 1: at the teardown's TERM the 30 s job goes back at once (Sidekiq's own
+        # 25 s shutdown wait would hold the teardown until the helper's kill, 15 s).
+        ruby_worker = sidekiq(processes, "-g", "rubytag", "-t", "1")
         wait_until(lambda: (r.llen("interop:ruby-slow") == 1 and r.zcard("dead") == 1
                             and r.hget(f"{next(iter(r.smembers('processes')), '')}",
                                        "busy") == "1")
