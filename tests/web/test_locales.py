@@ -442,3 +442,17 @@ def test_an_extensions_catalog_translates_its_texts_and_tab_under_wurks_words(
 def test_an_extensions_locales_directory_must_exist(tmp_path: Path) -> None:
     with pytest.raises(wurk.ConfigError, match=r"locales directory .*missing.* does not exist"):
         Extension(name="words", tab="Words", locales=tmp_path / "missing")
+
+
+@pytest.mark.parametrize(("source", "translation", "unknown"), [
+    ("Only mine", "Nur %(meins)s", {"%(meins)s"}),            # a name the page never gives
+    ("Words", "100 % Wörter", {"% "}),                        # a lone %: % fails on it
+    ("{n} deleted.", "{anzahl} gelöscht.", {"{anzahl}"}),     # str.format's, in a notice
+    ("Page %(page)s of %(pages)s", "Seite %(page)s", set()),  # one left out: nothing fails
+    ("50%% done", "50 %% fertig", set()),
+])
+def test_a_translations_unknown_placeholders_are_found(source: str, translation: str,
+                                                        unknown: set[str]) -> None:
+    catalog = Catalog(locale="de")
+    catalog.add(source, translation)
+    assert i18n.unknown_placeholders(catalog[source]) == unknown
