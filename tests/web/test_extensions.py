@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import jinja2
 import pytest
 import redis
 from starlette.requests import Request
@@ -17,6 +18,7 @@ from tests.web.conftest import XSS, browse, token
 from wurk.api import values
 from wurk.errors import ConfigError
 from wurk.web import Document, Endpoint, Extension, create_app, dashboard, render
+from wurk.web.templating import COMPILED, build_templates
 
 HERE = Path(__file__).parent
 
@@ -160,3 +162,39 @@ def test_an_extension_reads_stored_values_through_the_checked_layer(
         answer = client.get("/checked/json").json()
         assert answer["limit"] is None and answer["invalid"]["/limit"].startswith("9999")
         assert answer["invalid"]["/who"] == "1e300"
+
+
+def test_a_second_dashboard_in_the_process_compiles_no_page_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every dashboard's environment shares the compiled templates: the second one built
+    renders without compiling, and an extension's page edited on disk since is compiled
+    afresh, so it shows its new text."""
+    COMPILED.clear()
+    folder = tmp_path / "templates"
+    folder.mkdir()
+    page = folder / "page.html"
+    page.write_text("<p>{{ n }} first</p>")
+    ext = Extension(name="cached", tab="Cached", templates=folder)
+    first = build_templates((ext,)).env
+    assert first.get_template("cached/page.html").render(n=1) == "<p>1 first</p>"
+    first.get_template("dashboard.html")
+
+    compiled: list[str | None] = []
+    real = jinja2.Environment.compile
+
+    def counted(env: jinja2.Environment, source: str, name: str | None = None,
+                *args: Any, **kwargs: Any) -> Any:
+        compiled.append(name)
+        return real(env, source, name, *args, **kwargs)
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counted)
+    second = build_templates((ext,)).env
+    assert second is not first
+    assert second.get_template("dashboard.html").name == "dashboard.html"
+    assert second.get_template("cached/page.html").render(n=2) == "<p>2 first</p>"
+    assert compiled == []
+
+    page.write_text("<p>{{ n }} edited</p>")
+    third = build_templates((ext,)).env
+    assert third.get_template("cached/page.html").render(n=3) == "<p>3 edited</p>"
+    assert compiled == ["page.html"]  # (the extension's loader's own name for it)

@@ -2,7 +2,11 @@
 
 1. ``build_templates``: the package's templates, then each extension's under its own name
    (``"<extension>/page.html"``); autoescaping on for every template, undefined names are
-   errors, so a typo fails a test instead of rendering blank.
+   errors, so a typo fails a test instead of rendering blank. Every environment it builds
+   has the same settings, so they share one process-wide cache of compiled templates
+   (``CompiledTemplates``): a second dashboard in a process (another mount, another shard,
+   each test's own app) does not compile a page again, which costs far more than
+   rendering it.
 2. Filters for times (relative and UTC), durations, numbers, sizes and JSON. Each takes a
    checked value (``wurk.api.values``) as it comes: an ``Invalid`` renders as ``invalid
    (<raw text>)`` — escaped like any text — and the rest of the page renders as usual. The
@@ -33,6 +37,7 @@ from babel.dates import format_timedelta
 from babel.numbers import format_decimal
 from babel.support import NullTranslations
 from babel.units import format_unit
+from jinja2.bccache import Bucket
 from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import Response
@@ -69,6 +74,33 @@ NOTICES = {
 ARGS_PREVIEW_CHARS = 160
 
 
+class CompiledTemplates(jinja2.BytecodeCache):
+    """Compiled templates kept in memory for every environment ``build_templates`` makes,
+    each under its name and file (Jinja's key); Jinja compiles again a file whose text
+    changed since (the entry holds a checksum of the source). One entry a template file:
+    bounded by the package's templates and the extensions'."""
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: Bucket) -> None:
+        found = self._compiled.get(bucket.key)
+        if found is not None:
+            bucket.bytecode_from_string(found)
+
+    def dump_bytecode(self, bucket: Bucket) -> None:
+        self._compiled[bucket.key] = bucket.bytecode_to_string()
+
+    def clear(self) -> None:
+        self._compiled.clear()
+
+
+# Shared by the environments of ``build_templates`` only: the compiled code depends on
+# their settings (autoescape, whitespace trimming, finalize, the i18n extension), the same
+# for each.
+COMPILED = CompiledTemplates()
+
+
 def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
     prefixed = {ext.name: jinja2.FileSystemLoader(str(ext.templates))
                 for ext in extensions if ext.templates is not None}
@@ -76,7 +108,7 @@ def build_templates(extensions: tuple[Extension, ...]) -> Jinja2Templates:
                                   jinja2.PrefixLoader(prefixed)])
     env = jinja2.Environment(loader=loader, autoescape=True, undefined=jinja2.StrictUndefined,
                              trim_blocks=True, lstrip_blocks=True, finalize=bounded,
-                             extensions=["jinja2.ext.i18n"])
+                             extensions=["jinja2.ext.i18n"], bytecode_cache=COMPILED)
     env.install_gettext_callables(  # type: ignore[attr-defined]  # added by the extension
         gettext=page_gettext, ngettext=page_ngettext, newstyle=True)
     env.globals["translate"] = translate
