@@ -129,7 +129,8 @@ def read_catalog(code: str, root: Path | None = None, domain: str = DOMAIN) -> C
     broken += [(message, f"placeholders {', '.join(sorted(extra))} are not its text's")
                for message in catalog if (extra := unknown_placeholders(message))]
     for message, problem in broken:
-        if message.id in catalog:  # both checks may name one entry
+        # Both checks may name one entry; looked up with its context (``in`` ignores it).
+        if catalog.get(message.id, context=message.context) is not None:
             log.warning("the %s catalog%s: entry %r is left out (shown in English): %s",
                         code, whose, message.id, problem)
             catalog.delete(message.id, context=message.context)
