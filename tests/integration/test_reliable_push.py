@@ -187,6 +187,26 @@ def test_a_job_recorded_as_sent_is_not_sent_again(server: Restartable) -> None:
     assert server.client().get("wurk:stat:recovered-push") is None  # nothing was recovered
 
 
+def test_a_duplicate_refused_is_not_pushed_by_a_replay_once_the_lock_is_gone(
+        server: Restartable) -> None:
+    """A unique job's duplicate refused, then sent again (a relay died between the refusal
+    and deleting its row; a reply lost): its refusal was recorded with it, so the replay
+    pushes nothing even after the holder ran and its lock went."""
+    client = client_for(server)
+    config = client.config
+    holder, duplicate = (idempotent.sendable(config.keys, client.normalize(
+        {"class": "Once", "args": [1], "unique_for": 60}), None) for _ in range(2))
+    assert holder.lock == duplicate.lock is not None
+    assert idempotent.send(config, config.pool("client"), [holder]).pushed == [holder.jid]
+    refused = idempotent.send(config, config.pool("client"), [duplicate])
+    assert refused.refused == {duplicate.jid: holder.jid} and refused.pushed == []
+    server.client().delete(holder.lock)  # the holder ran: its lock is gone
+    again = idempotent.send(config, config.pool("client"), [duplicate])
+    assert again.pushed == [] and again.already == [duplicate.jid]
+    assert [q["jid"] for q in queued(server)] == [holder.jid]
+    assert not server.client().exists(holder.lock)  # no lock taken for the replay
+
+
 def test_a_sent_record_is_kept_7_days_then_dropped(server: Restartable) -> None:
     """docs: a record in `wurk:push-sent` is dropped after 7 days (Redis's clock): a job
     kept longer than that after a lost reply could be pushed twice; a younger record still

@@ -5,7 +5,9 @@
    left (Redis may have applied it), a buffered job its dead owner had sent, a relayed row
    whose deletion a crash did not commit. So they push with ``scripts/reliable_push.lua``,
    which writes the job and records its jid in ``wurk:push-sent`` in one step, and writes
-   nothing for a jid recorded already: how a replay knows the jid was sent.
+   nothing for a jid recorded already: how a replay knows the jid was sent. A unique job
+   refused as a duplicate is recorded the same way, so its replay (a relay that died
+   before deleting the refused row) is not pushed after the holder's lock is gone.
 2. A record lives until its pusher knows the push landed (it read the reply, and a disk
    buffer or an outbox recorded that): the pusher then forgets it (``ZREM``, sent with its
    next push, ``Forgets``). A record nobody forgets (its pusher died, or went idle) is
@@ -108,7 +110,8 @@ class Outcome:
     """What a recording push did, per jid."""
 
     pushed: list[str] = field(default_factory=list)
-    already: list[str] = field(default_factory=list)  # recorded as sent before: not pushed
+    # Recorded as sent before (pushed, or refused as a duplicate): not pushed now.
+    already: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)  # duplicate jid -> the lock's holder
 
     @property

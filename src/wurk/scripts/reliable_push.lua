@@ -11,10 +11,12 @@
 -- ARGV[6]  seconds a record of a jid is kept at most (records whose pusher never said the
 --          push landed: it died, or its push's reply was lost)
 --
--- Returns 0 when pushed; 1 when this jid was pushed already (a replay of a push whose reply
+-- Returns 0 when pushed; 1 when this jid was sent already (a replay of a push whose reply
 -- was lost, or of a relayed row whose deletion was not committed): nothing is written; or
 -- the jid holding the lock when a unique job is a duplicate. The record and the job are
--- written together or not at all: a script runs whole.
+-- written together or not at all: a script runs whole. A duplicate refused is recorded
+-- too, so a replay of it is not pushed once the holder's lock is gone: a duplicate is
+-- refused at its first send or never pushed.
 --
 -- `wurk:push-sent` or a unique lock holding another Redis type (anyone may write them; the
 -- set has no TTL) failed every push with WRONGTYPE: each is deleted first, and the reply is
@@ -39,6 +41,7 @@ end
 if #KEYS == 4 then
   local holder = lock_holder(KEYS[4], ARGV[1])
   if holder and holder ~= ARGV[1] then
+    redis.call('ZADD', KEYS[1], seconds, ARGV[1])
     return reply(holder)
   end
   if not holder then
