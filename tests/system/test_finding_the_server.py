@@ -178,7 +178,7 @@ def test_redis_url_over_an_existing_embedded_server_is_said_once(
 def test_outside_any_project_the_home_is_the_current_directory(tmp_path: Path) -> None:
     loose = tmp_path / "loose" / "sub"
     loose.mkdir(parents=True)
-    from wurk.connections.locate import PROJECT_MARKERS
+    from wurk.connections.home import PROJECT_MARKERS
 
     above = [d for d in loose.parents
              if any((d / name).exists() for name in (*PROJECT_MARKERS, ".wurk"))]

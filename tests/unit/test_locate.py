@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from wurk.connections.locate import PROJECT_MARKERS, describe_url, find_home
+from wurk.connections.home import PROJECT_MARKERS, find_home
+from wurk.connections.locate import describe_url
 from wurk.connections.replies import unavailable
 
 

@@ -17,7 +17,8 @@ from typing import Any
 import click
 
 from ..config import Config
-from ..connections.locate import describe_url, find_home
+from ..connections.home import find_home
+from ..connections.locate import describe_url
 from ..connections.server import EmbeddedServer
 from ..job import JobFunction
 from ..payload import DEFAULT_QUEUE, QUEUE

@@ -52,7 +52,8 @@ from ..api.stats import SUMMED
 from ..client.buffer import survey
 from ..client.reliable import buffer_directory
 from ..config import Config, check_redis_url
-from ..connections.locate import describe_url, find_home, where
+from ..connections.home import find_home
+from ..connections.locate import describe_url, where
 from ..errors import ConfigError, WurkError
 from ..stored import printable
 from . import tables

@@ -21,7 +21,8 @@ import click
 from .. import stored
 from ..api.queues import QUEUE_CAP
 from ..config import Config
-from ..connections.locate import describe_url, find_home
+from ..connections.home import find_home
+from ..connections.locate import describe_url
 from ..connections.pool import RedisPool
 from ..connections.server import EmbeddedServer, ServerStatus, shown_home
 from ..errors import EmbeddedServerError

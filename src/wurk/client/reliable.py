@@ -52,7 +52,8 @@ import redis
 
 from ..config import DEFAULT_SHARD, Config
 from ..connections import cluster, sentinel
-from ..connections.locate import LOOPBACK_NAMES, describe_url, find_home
+from ..connections.home import find_home
+from ..connections.locate import LOOPBACK_NAMES, describe_url
 from ..connections.pool import RedisPool
 from ..connections.replies import CONNECTION_ERRORS
 from ..errors import ConfigError, InvalidPayload, RedisUnavailable

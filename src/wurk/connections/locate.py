@@ -1,22 +1,16 @@
 """Finding Redis, and saying which one a process uses.
 
-1. ``find_home``: the embedded server's directory. A bare name (the default ``.wurk``) is
-   looked for the way git looks for ``.git``: in the current directory, then each parent,
-   up to the project root (the nearest directory holding one of ``PROJECT_MARKERS``); the
-   first directory holding it wins. With none on the way, the new home goes in the project
-   root, or in the current directory outside any project. So a script run from a subfolder
-   finds the server the worker started at the top. A path (absolute, or with a ``/``) is
-   used as given.
-2. ``resolve_url``: ``REDIS_URL`` (already folded into the configuration when it was
+1. ``resolve_url``: ``REDIS_URL`` (already folded into the configuration when it was
    built), else the configured URL, else the embedded server of the home found
-   (``wurk.connections.server``, imported only when it is the answer), started if none runs
-   there — unless starting is not allowed (read-only commands), which is an error naming the
-   way out rather than an empty new server.
-3. What a person must know is said on stderr, once per process: that a server was started,
+   (``wurk.connections.home``; the server's code, ``wurk.connections.server``, is imported
+   only when it is the answer: a worker on a configured Redis keeps none of it), started
+   if none runs there — unless starting is not allowed (read-only commands), which is an
+   error naming the way out rather than an empty new server.
+2. What a person must know is said on stderr, once per process: that a server was started,
    and where; that ``REDIS_URL`` wins over an embedded server that exists here (not when
    that URL is the embedded server's own, as the demo's worker is given). Which server
    a process uses is logged once per server on logger ``wurk`` at INFO.
-4. ``describe_url`` hides the passwords of a URL for logs and errors.
+3. ``describe_url`` hides the passwords of a URL for logs and errors.
 """
 
 from __future__ import annotations
@@ -32,19 +26,11 @@ from urllib.parse import unquote_plus, urlsplit
 
 from ..errors import EmbeddedServerError
 from . import cluster, sentinel
+from .home import PORT_FILE, find_home
 
-__all__ = ["PROJECT_MARKERS", "describe_url", "find_home", "resolve_url", "where"]
+__all__ = ["describe_url", "resolve_url", "where"]
 
 log = logging.getLogger("wurk")
-
-# What makes a directory a project's root: the walk for ``.wurk`` stops there, so a
-# stray ``~/.wurk`` is never picked up by a project below it that has none yet.
-PROJECT_MARKERS = (".git", ".hg", "pyproject.toml", "setup.py", "setup.cfg")
-
-# The embedded server's files in its home. Here rather than with the server's code, so that
-# looking at a home (is a server's port written there?) does not load that code: a worker
-# on a configured Redis keeps none of it.
-LOCK_FILE, PID_FILE, PORT_FILE, LOG_FILE = "server.lock", "server.pid", "server.port", "server.log"
 
 # The names the embedded server's URL may use: it listens on 127.0.0.1 only.
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost"})
@@ -77,21 +63,6 @@ def _without_secret(field: str) -> str:
     """One ``NAME=VALUE`` of a URL's query, its value hidden when the name is a password's."""
     name, equals, _ = field.partition("=")
     return f"{name}=***" if equals and "password" in unquote_plus(name).lower() else field
-
-
-def find_home(home: str | os.PathLike[str], start: str | os.PathLike[str] | None = None
-              ) -> Path:
-    """The absolute directory of the embedded server for the setting ``home``."""
-    text = os.fspath(home)
-    here = Path(os.path.abspath(start if start is not None else os.getcwd()))
-    if os.path.isabs(text) or "/" in text or text in ("", ".", ".."):
-        return Path(os.path.abspath(here / text))
-    for directory in (here, *here.parents):
-        if (directory / text).is_dir():
-            return directory / text
-        if any((directory / marker).exists() for marker in PROJECT_MARKERS):
-            return directory / text
-    return here / text
 
 
 def resolve_url(redis_url: str | None, home: str, *, start: bool = True) -> str:

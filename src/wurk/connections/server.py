@@ -45,7 +45,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..errors import EmbeddedServerError
-from .locate import LOCK_FILE, LOG_FILE, PID_FILE, PORT_FILE
+from .home import LOCK_FILE, LOG_FILE, PID_FILE, PORT_FILE
 
 __all__ = [
     "BINARY_ENV",
