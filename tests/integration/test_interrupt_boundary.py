@@ -9,6 +9,7 @@ import time
 from collections import Counter
 from typing import ClassVar
 
+import pytest
 import redis
 
 import wurk
@@ -47,6 +48,10 @@ def private_entries(r: redis.Redis) -> int:
     return sum(int(r.llen(key)) for key in r.scan_iter(match=f"queue:{QUEUE}|*"))
 
 
+# An interrupt may land in a weakref callback the job's frame runs (a WeakSet's ``_remove``
+# as an object dies): the interpreter reports it as unraisable and the job runs on. The
+# guard still counts it sent, so that job's end is not acknowledged — what is asserted here.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
 def test_interrupts_at_the_job_boundary_lose_and_double_no_ack(
     config: wurk.Config, r: redis.Redis
 ) -> None:
