@@ -217,9 +217,9 @@ def test_no_wurk_module_is_imported_inside_a_function_but_where_listed() -> None
             if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 continue
             for node in ast.walk(function):
-                if isinstance(node, ast.ImportFrom) and (
-                        node.level or (node.module or "").startswith("wurk")) \
-                        or _imports_wurk_by_name(node):
+                imports = isinstance(node, ast.ImportFrom) and bool(
+                    node.level or (node.module or "").startswith("wurk"))
+                if imports or _imports_wurk_by_name(node):
                     found.append(f"{name}:{getattr(node, 'lineno', '?')}")
     assert found == []
 
