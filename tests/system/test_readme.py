@@ -117,7 +117,8 @@ def test_the_first_commands_make_a_venv_left_without_pip_again(tmp_path: Path) -
     for script in ("demo", "test"):
         project = tmp_path / script
         (project / "scripts").mkdir(parents=True)
-        (project / "scripts" / script).write_bytes((ROOT / "scripts" / script).read_bytes())
+        for part in (script, "lib.sh"):  # lib.sh: the shell functions scripts/test sources
+            (project / "scripts" / part).write_bytes((ROOT / "scripts" / part).read_bytes())
         (project / "pyproject.toml").write_text("not toml: the install after the venv fails\n")
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(project / ".venv")],
                        check=True, timeout=60)
