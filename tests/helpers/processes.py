@@ -13,13 +13,22 @@ from collections.abc import Iterable
 
 import psutil
 
-__all__ = ["kill_seen", "running"]
+__all__ = ["kill_seen", "pid_runs", "running"]
 
 
 def running(process: psutil.Process) -> bool:
     """Whether the process seen still runs (not a zombie, its pid not given to another)."""
     try:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def pid_runs(pid: int) -> bool:
+    """Whether a process runs under ``pid`` (not a zombie). Asked in one step: a zombie seen
+    by one call may be reaped before the next (``pid_exists`` then ``Process``) asks."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 

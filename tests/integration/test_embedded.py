@@ -20,6 +20,7 @@ import redis
 
 import wurk
 from tests.helpers.embedded import home, servers_in
+from tests.helpers.processes import pid_runs
 from wurk.connections.server import (
     LOCK_FILE,
     LOG_FILE,
@@ -144,8 +145,7 @@ def test_stop_ends_the_server_and_a_second_stop_finds_nothing(home: Path) -> Non
     started = EmbeddedServer(home).start()
     stopped = EmbeddedServer(home).stop()
     assert (stopped.state, stopped.pid) == ("running", started.pid)
-    assert not psutil.pid_exists(started.pid) or \
-        psutil.Process(started.pid).status() == psutil.STATUS_ZOMBIE
+    assert not pid_runs(started.pid)
     assert not (home / PID_FILE).exists()
     assert EmbeddedServer(home).status().state == "stopped"
     assert EmbeddedServer(home).stop().state == "stopped"

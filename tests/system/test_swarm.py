@@ -18,7 +18,7 @@ import pytest
 import redis
 
 import wurk
-from tests.helpers.processes import kill_seen, running
+from tests.helpers.processes import kill_seen, pid_runs, running
 from tests.helpers.sdnotify import NotifySocket
 from tests.system import swarm_jobs
 from tests.system import worker_jobs as jobs
@@ -62,7 +62,7 @@ class Swarm(Worker):
             kids = psutil.Process(self.pid).children()
         except psutil.NoSuchProcess:
             return set()
-        pids = {kid.pid for kid in kids if alive(kid.pid)}
+        pids = {kid.pid for kid in kids if pid_runs(kid.pid)}
         for kid in kids:
             if kid.pid in pids:
                 self._seen.setdefault(kid.pid, kid)
@@ -102,13 +102,6 @@ class Swarm(Worker):
             self.process.kill()
         self.process.wait(timeout=10)
         kill_seen(self._seen.values())
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def slot_of(pid: int) -> int:
@@ -175,7 +168,7 @@ def test_three_children_share_the_work_and_stop_on_term(
     swarm.signal("TERM")
     assert swarm.wait(15) == 0
     assert r.scard("processes") == 0
-    assert not any(alive(pid) for pid in children)
+    assert not any(pid_runs(pid) for pid in children)
     assert "swarm: every child has stopped" in swarm.output()
 
 
@@ -482,7 +475,7 @@ def test_children_that_ignore_term_are_killed_at_the_deadline(
     assert 1 + 3 <= time.monotonic() - started < 2.5 * (1 + 3)
     assert "2 children still running after the shutdown budget; killing them" in \
         swarm.output()
-    assert not any(alive(pid) for pid in children)
+    assert not any(pid_runs(pid) for pid in children)
 
 
 def test_term_during_a_rolling_restart_wins(
