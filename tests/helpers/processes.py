@@ -28,8 +28,8 @@ def pid_runs(pid: int) -> bool:
     """Whether a process runs under ``pid`` (not a zombie). Asked in one step: a zombie seen
     by one call may be reaped before the next (``pid_exists`` then ``Process``) asks."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
+        return running(psutil.Process(pid))
+    except psutil.Error:  # no process has that pid
         return False
 
 
