@@ -4,8 +4,10 @@
    the head and consumers pop at the tail while it runs, so a page is not found again by its
    index: each window is checked to begin right after the last entry already yielded (the
    anchor), and when it does not (jobs were pushed or removed meanwhile) the anchor is found
-   again (``LPOS``) before reading on. Each window also reads the entry after the page, so a
-   page removed from the middle (each job deleted as it is yielded) is read on from there.
+   again and the page after it read in one script (``scripts/list_after.lua``), so a
+   consumer cannot take it between the two. Each window also reads the entry after the page,
+   so a page removed from the middle (each job deleted as it is yielded) is read on from
+   there.
 2. ``zset_entries`` walks a sorted set highest score first. The cursor is the last yielded
    ``(score, member)``; the next page is the members after it in the set's own order
    (equal scores are ordered by member bytes), found by rank in one script
@@ -29,14 +31,12 @@ from __future__ import annotations
 import itertools
 import secrets
 from collections.abc import Iterator
-from functools import partial
 from typing import Any
 
 from .. import payload as P
 from .. import scripts
 from ..config import Config
 from ..connections.pool import RedisPool
-from ..errors import InspectionError
 from ..keys import glob_escape
 from ..results.store import record_deleted
 from ..unique import CLEAR_PAGE, MARK, release_stored
@@ -49,12 +49,10 @@ __all__ = ["CLEARING_TTL", "PAGE_SIZE", "SCAN_COUNT", "clear_entries",
 PAGE_SIZE = 50
 # ZSCAN/SSCAN COUNT hint: the work Redis does per call; larger means fewer round trips.
 SCAN_COUNT = 500
-# A queue anchor is searched for again at most this many times per page. Each search
-# widens the window it checks, so only a list growing by thousands of jobs per round trip
-# would exhaust it.
-MAX_RELOCATIONS = 12
 
 ZEntry = tuple[bytes, float]
+# The next page of a queue list wherever the list moved it (``_relocated_page``).
+_LIST_AFTER = scripts.Script("list_after.lua")
 # The entries of a sorted set after a cursor, by rank (``zset_after``).
 _AFTER = scripts.Script("zset_after.lua")
 # A clear's entries moved out of their key (``clear_entries``), and how long they may stay
@@ -95,31 +93,40 @@ def _next_list_page(pool: RedisPool, key: str, previous: list[bytes], anchor_ind
     """The page after ``previous``, the index of its last entry and the entry after it (read
     with it, not yielded); None at the end. ``following`` is the entry that came after
     ``previous`` when it was read."""
-    anchor, guess, slack = previous[-1], anchor_index, 0
-    inclusive = False  # whether the anchor is the next entry to yield (not the last yielded)
-    for _ in range(MAX_RELOCATIONS):
-        # One LRANGE is atomic: when the anchor is inside it, what follows the anchor there
-        # is exactly what comes after it in the list.
-        count = slack + size + 2
-        window = _lrange(pool, key, guess, count)
-        offset = _find(window, anchor)
-        if offset is not None:
-            first = offset if inclusive else offset + 1
-            rest = window[first : first + size]
-            if rest:
-                return guess + first + len(rest) - 1, rest, _at(window, first + size)
-            if len(window) < count:
-                return None  # the list ends at the anchor
-            guess += offset
-            continue
-        located = _locate(pool, key, previous, following)
-        if located is None:
-            return None
-        guess, anchor, inclusive = located
-        slack = max(size, slack * 2)  # pushes between LPOS and LRANGE move it further
-    raise InspectionError(
-        f"{key} changed faster than it could be paged through; try again when it is calmer"
-    )
+    # The common case, nothing pushed or removed ahead of the walk: one LRANGE (atomic) from
+    # where the last page ended, checked to begin right after its last entry.
+    count = size + 2
+    window = _lrange(pool, key, anchor_index, count)
+    offset = _find(window, previous[-1])
+    if offset is not None:
+        rest = window[offset + 1 : offset + 1 + size]
+        if rest:
+            return anchor_index + offset + len(rest), rest, _at(window, offset + 1 + size)
+        if len(window) < count:
+            return None  # the list ends at the anchor
+    return _relocated_page(pool, key, previous, size, following)
+
+
+def _relocated_page(pool: RedisPool, key: str, previous: list[bytes], size: int,
+                    following: bytes | None) -> tuple[int, list[bytes], bytes | None] | None:
+    """The page after ``previous`` found wherever the list moved it, in one step
+    (``scripts/list_after.lua``: where the walk stopped, the entries after it)."""
+    args: list[object] = [size, 0 if following is None else 1, following or b"", *previous]
+
+    def read(r: Any) -> Any:
+        reply = _LIST_AFTER.call_many(r, [([key], args)])[0]
+        if isinstance(reply, Exception):
+            raise reply
+        return reply
+
+    found = pool.run(read, idempotent=True)  # replayed safely: it reads only
+    if not found:
+        return None
+    start, window = int(found[0]), [bytes(entry) for entry in found[1]]
+    page = window[:size]
+    if not page:
+        return None  # the list ends where the walk stopped
+    return start + len(page) - 1, page, _at(window, size)
 
 
 def _find(window: list[bytes], anchor: bytes) -> int | None:
@@ -127,44 +134,6 @@ def _find(window: list[bytes], anchor: bytes) -> int | None:
         return window.index(anchor)
     except ValueError:
         return None
-
-
-def _locate(pool: RedisPool, key: str, previous: list[bytes],
-            following: bytes | None) -> tuple[int, bytes, bool] | None:
-    """Where to read on: the oldest still-present entry of the last page (the walk reads on
-    after it), else the entry that followed that page (the walk reads on from it); None when
-    all of them are gone.
-
-    A page removed from the middle — the caller deleting each job as it is yielded, as
-    Sidekiq's ``each { |job| job.delete if … }`` does — leaves the entry after it. None
-    means that is gone too: consumers pop the oldest job first, so they popped past the page
-    and the walk is over.
-    """
-    anchor = previous[-1]
-
-    def position(r: Any, member: bytes) -> int | None:
-        found = r.lpos(key, member)
-        return None if found is None else int(found)
-
-    index = pool.run(partial(position, member=anchor), idempotent=True)
-    if index is not None:
-        return index, anchor, False
-
-    def positions(r: Any) -> list[int | None]:
-        pipe = r.pipeline(transaction=False)
-        for member in previous[:-1]:
-            pipe.lpos(key, member)
-        return list(pipe.execute())
-
-    found = [(int(i), m) for i, m in zip(pool.run(positions, idempotent=True), previous[:-1],
-                                          strict=True) if i is not None]
-    if found:
-        at, member = max(found)
-        return at, member, False
-    if following is None:
-        return None
-    index = pool.run(partial(position, member=following), idempotent=True)
-    return None if index is None else (index, following, True)
 
 
 # -- sorted sets ------------------------------------------------------------------------------
