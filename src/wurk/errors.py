@@ -248,7 +248,7 @@ class JobKilled(WurkError):
 
 class InspectionError(WurkError):
     """An admin action the stored data does not allow: retrying an entry that is not JSON,
-    signalling an embedded process, paging a list that changes faster than it can be read."""
+    signalling an embedded process."""
 
     __module__ = "wurk"
 
