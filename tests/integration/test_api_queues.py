@@ -221,6 +221,18 @@ def test_a_consumer_popping_the_tail_between_every_read(
     assert popped and seen
 
 
+@pytest.mark.parametrize("overwrite", ["hash", "deleted"])
+def test_a_queue_key_written_over_during_a_walk_ends_it(
+        config: wurk.Config, r: redis.Redis, overwrite: str) -> None:
+    seed(r, 120)
+    records = Queue("default", config).iterate(page_size=50)
+    first = [next(records) for _ in range(50)]
+    r.delete("queue:default")
+    if overwrite == "hash":
+        r.hset("queue:default", "field", "value")  # by hand, or by an attacker
+    assert list(records) == [] and len(first) == 50
+
+
 def test_queues_compare_by_name_and_configuration(config: wurk.Config) -> None:
     assert Queue("a", config) == Queue("a", config) != Queue("b", config)
     assert len({Queue("a", config), Queue("a", config)}) == 1

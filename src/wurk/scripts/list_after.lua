@@ -13,8 +13,12 @@
 -- KEYS[1] the list   ARGV[1] the page size   ARGV[2] '1' when ARGV[3] is the entry that
 -- followed the last page, '0' when there was none   ARGV[4..] the last page, newest first
 -- Returns {index of the next page's first entry, up to page size + 1 entries from there},
--- or false when the walk is over.
+-- or false when the walk is over (the key no longer a list included).
 local key, size = KEYS[1], tonumber(ARGV[1])
+
+-- A key that is no longer a list (deleted, or written over by hand) ends the walk, as the
+-- reads before it found it absent.
+if redis.call('TYPE', key).ok ~= 'list' then return false end
 
 local function from(start)
   return {start, redis.call('LRANGE', key, start, start + size)}
