@@ -554,6 +554,24 @@ def test_iterating_entries_that_share_one_score_reads_a_page_at_a_time(
     assert max(sizes) <= 2 * 50 * 2, f"one read brought back {max(sizes)} values"
 
 
+@pytest.mark.parametrize("overwrite", ["hash", "deleted"])
+def test_a_set_written_over_during_a_walk_ends_it(config: wurk.Config, r: redis.Redis,
+                                                   overwrite: str) -> None:
+    """Both walks (newest first, and the bulk actions' oldest first) end where the set's key
+    was deleted or written over by hand: the script reading on from the cursor raised
+    WRONGTYPE where the reads before it find such a key absent."""
+    seed(r, "retry", {member(n): float(n) for n in range(120)})
+    retries = RetrySet(config)
+    entries = retries.iterate(page_size=50)
+    first = [next(entries) for _ in range(50)]
+    cursor = (first[-1].raw, first[-1].score)
+    r.delete("retry")
+    if overwrite == "hash":
+        r.hset("retry", "field", "value")
+    assert list(entries) == [] and len(first) == 50
+    assert retries._after(cursor, 10) == []
+
+
 def test_a_walk_goes_on_from_where_its_cursor_was_when_the_cursor_moved(
         config: wurk.Config, r: redis.Redis) -> None:
     """The last entry yielded, rescheduled, removed or left while the walk reads on: every

@@ -13,9 +13,12 @@
 --
 -- KEYS[1] the sorted set   ARGV[1] the score (text)   ARGV[2] the member   ARGV[3] count
 -- ARGV[4] 'desc' for highest score first (else lowest first)
--- Returns member, score, member, score… (WITHSCORES).
+-- Returns member, score, member, score… (WITHSCORES); nothing when the key is no longer a
+-- sorted set (deleted, or written over by hand), which ends a walk as the reads before it
+-- found such a key absent.
 local key, score, member = KEYS[1], ARGV[1], ARGV[2]
 local count, desc = tonumber(ARGV[3]), ARGV[4] == 'desc'
+if redis.call('TYPE', key).ok ~= 'zset' then return {} end
 
 local function number(text)  -- a score as Redis writes it or Python's repr gives it
   if text == 'inf' or text == '+inf' then return math.huge end
