@@ -61,12 +61,13 @@ class Tally:
 
     def __call__(self, tenant: str) -> int:
         for path in self.log_dir.glob("runs-*.txt"):
+            done = self.read.get(path, 0)
             with path.open("rb") as file:
-                file.seek(self.read.get(path, 0))
+                file.seek(done)
                 appended = file.read()
             whole = appended.rfind(b"\n") + 1  # a line being written is counted next time
             self.counts.update(line.split(b" ", 1)[0] for line in appended[:whole].splitlines())
-            self.read[path] = self.read.get(path, 0) + whole
+            self.read[path] = done + whole
         return self.counts[tenant.encode()]
 
 
